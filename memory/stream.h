@@ -1,0 +1,35 @@
+#pragma once
+// Streams. A Stream is an opaque cudaStream_t plus its device, so headers that
+// CPU-only code includes stay free of CUDA. Every device has a thread-local
+// "current stream" (the legacy default stream unless set), as in PyTorch.
+#include "memory/device.h"
+
+namespace frugal {
+
+struct Stream {
+  void* handle = nullptr;  // cudaStream_t; nullptr = the legacy default stream (and the CPU)
+  Device device = kCPU;
+  friend bool operator==(const Stream& a, const Stream& b) { return a.handle == b.handle && a.device == b.device; }
+};
+
+/// The stream work on `device` is issued to from this thread.
+Stream current_stream(Device device);
+/// Makes `s` current for its device on this thread.
+void set_current_stream(Stream s);
+
+/// Sets the current stream for its scope, restores the previous one after.
+class StreamGuard {
+ public:
+  explicit StreamGuard(Stream s) : prev_(current_stream(s.device)) { set_current_stream(s); }
+  ~StreamGuard() { set_current_stream(prev_); }
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Stream prev_;
+};
+
+/// Blocks the host until all work on `device` is done (no-op on the CPU).
+void synchronize(Device device);
+
+}  // namespace frugal

@@ -1,0 +1,16 @@
+#include "tensor/ops/fill.h"
+
+#include "tensor/cpu/loops.h"
+#include "tensor/dispatch.h"
+
+namespace frugal::ops::cpu {
+
+void fill_kernel(const Tensor& t, double value) {
+  const ElementwiseLayout L = make_elementwise_layout("fill_", t, {});
+  dispatch_all(t.dtype(), "fill_", t.device(), [&]<typename T>() {
+    const T v = std::is_same_v<T, bool> ? T(value != 0.0) : T(static_cast<opmath_t<T>>(value));
+    cpu_map<T>(L, [v]() { return v; });
+  });
+}
+
+}  // namespace frugal::ops::cpu

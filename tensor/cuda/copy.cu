@@ -1,0 +1,46 @@
+#include "tensor/cuda/loops.cuh"
+#include "tensor/dispatch.h"
+#include "tensor/ops/copy.h"
+
+namespace frugal::ops::cuda {
+
+
+namespace {
+// Note: device code uses functors, not lambdas: nvcc forbids __device__ lambdas
+// inside the generic (templated) lambdas that dtype dispatch uses.
+template <typename D, typename S>
+struct CastTo {
+  __device__ D operator()(S v) const {
+    if constexpr (std::is_same_v<D, bool>) return static_cast<double>(v) != 0.0;
+    else return D(static_cast<opmath_t<S>>(v));
+  }
+};
+}  // namespace
+
+void copy_kernel(const Tensor& dst, const Tensor& src) {
+  const ElementwiseLayout L = make_elementwise_layout("copy_", dst, {src});
+  if (L.contiguous && dst.dtype() == src.dtype()) {
+    DeviceGuard guard(dst.device());
+    FRUGAL_CUDA_CHECK(cudaMemcpyAsync(L.data[0], L.data[1], size_t(L.numel) * dst.element_size(),
+                                      cudaMemcpyDeviceToDevice, stream_for(dst)));
+    return;
+  }
+  dispatch_all(dst.dtype(), "copy_", dst.device(), [&]<typename D>() {
+    dispatch_all(src.dtype(), "copy_", src.device(), [&]<typename S>() { cuda_map<D, S>(L, dst.device(), CastTo<D, S>{}); });
+  });
+}
+
+void memcpy_across(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) {
+  const Device gpu = dst_dev.is_cuda() ? dst_dev : src_dev;
+  DeviceGuard guard(gpu);
+  cudaStream_t stream = stream_for(gpu);
+  if (dst_dev.is_cuda() && src_dev.is_cuda() && dst_dev.index != src_dev.index) {
+    FRUGAL_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, nbytes, stream));
+  } else {
+    FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
+  }
+  // A host destination must hold the data when we return; a device one is ordered by the stream.
+  if (dst_dev.is_cpu()) FRUGAL_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace frugal::ops::cuda

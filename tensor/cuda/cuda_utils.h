@@ -1,0 +1,41 @@
+#pragma once
+// Helpers shared by every CUDA kernel file: the device guard, the current stream
+// and launch sizes. Include only from .cu files.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "memory/cuda_check.h"
+#include "memory/stream.h"
+#include "tensor/tensor.h"
+
+namespace frugal::ops::cuda {
+
+/// Makes `device` current for its scope (ops may run on any GPU of the process).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device d) {
+    FRUGAL_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (d.is_cuda() && d.index != prev_) FRUGAL_CUDA_CHECK(cudaSetDevice(d.index));
+  }
+  ~DeviceGuard() { cudaSetDevice(prev_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
+inline cudaStream_t stream_for(Device d) { return static_cast<cudaStream_t>(current_stream(d).handle); }
+inline cudaStream_t stream_for(const Tensor& t) { return stream_for(t.device()); }
+
+constexpr int kBlockSize = 256;
+
+/// Blocks for a grid-stride loop over `n` work items: enough to fill the GPU, no more.
+inline unsigned grid_for(int64_t n, int block = kBlockSize) {
+  const int64_t blocks = (n + block - 1) / block;
+  return unsigned(std::clamp<int64_t>(blocks, 1, 132 * 32));  // 132 SMs (H100/H200) x 32 resident blocks
+}
+
+}  // namespace frugal::ops::cuda

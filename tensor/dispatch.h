@@ -1,0 +1,69 @@
+#pragma once
+// Dtype dispatch: one visitor per set of types, calling a templated lambda with
+// the C++ element type. The default case throws, naming the op, the dtype and
+// the device (DESIGN.md, example 2), so no op ever falls through silently.
+//
+//   dispatch_floating(x.dtype(), "exp", x.device(), [&]<typename T>() { exp_kernel<T>(...); });
+#include "memory/device.h"
+#include "memory/error.h"
+#include "tensor/dtype.h"
+
+namespace frugal {
+
+[[noreturn]] void throw_unsupported_dtype(const char* op, DType t, Device d);
+
+#define FRUGAL_DTYPE_CASE(DT, CT) \
+  case DType::DT: return f.template operator()<CT>();
+
+/// float32, float64, float16, bfloat16
+template <typename F>
+decltype(auto) dispatch_floating(DType t, const char* op, Device d, F&& f) {
+  switch (t) {
+    FRUGAL_DTYPE_CASE(Float32, float)
+    FRUGAL_DTYPE_CASE(Float64, double)
+    FRUGAL_DTYPE_CASE(Float16, Half)
+    FRUGAL_DTYPE_CASE(BFloat16, BFloat16)
+    default: throw_unsupported_dtype(op, t, d);
+  }
+}
+
+/// floating types + int32, int64
+template <typename F>
+decltype(auto) dispatch_numeric(DType t, const char* op, Device d, F&& f) {
+  switch (t) {
+    FRUGAL_DTYPE_CASE(Float32, float)
+    FRUGAL_DTYPE_CASE(Float64, double)
+    FRUGAL_DTYPE_CASE(Float16, Half)
+    FRUGAL_DTYPE_CASE(BFloat16, BFloat16)
+    FRUGAL_DTYPE_CASE(Int32, int32_t)
+    FRUGAL_DTYPE_CASE(Int64, int64_t)
+    default: throw_unsupported_dtype(op, t, d);
+  }
+}
+
+/// every dtype
+template <typename F>
+decltype(auto) dispatch_all(DType t, const char* op, Device d, F&& f) {
+  switch (t) {
+    FRUGAL_DTYPE_CASE(Float32, float)
+    FRUGAL_DTYPE_CASE(Float64, double)
+    FRUGAL_DTYPE_CASE(Float16, Half)
+    FRUGAL_DTYPE_CASE(BFloat16, BFloat16)
+    FRUGAL_DTYPE_CASE(Int32, int32_t)
+    FRUGAL_DTYPE_CASE(Int64, int64_t)
+    FRUGAL_DTYPE_CASE(Bool, bool)
+  }
+  throw_unsupported_dtype(op, t, d);
+}
+
+/// int32, int64 (index tensors)
+template <typename F>
+decltype(auto) dispatch_index(DType t, const char* op, Device d, F&& f) {
+  switch (t) {
+    FRUGAL_DTYPE_CASE(Int32, int32_t)
+    FRUGAL_DTYPE_CASE(Int64, int64_t)
+    default: throw_unsupported_dtype(op, t, d);
+  }
+}
+
+}  // namespace frugal

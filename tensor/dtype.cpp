@@ -1,0 +1,51 @@
+#include "tensor/dtype.h"
+
+#include "memory/error.h"
+
+namespace frugal {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float64: return "float64";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "float32" || s == "f32" || s == "float") return kFloat32;
+  if (s == "float16" || s == "f16" || s == "half" || s == "fp16") return kFloat16;
+  if (s == "bfloat16" || s == "bf16") return kBFloat16;
+  if (s == "float64" || s == "f64" || s == "double") return kFloat64;
+  if (s == "int32" || s == "i32" || s == "int") return kInt32;
+  if (s == "int64" || s == "i64" || s == "long") return kInt64;
+  if (s == "bool") return kBool;
+  FRUGAL_FAIL("parse_dtype: unknown dtype '", s, "' (expected float32, float16, bfloat16, float64, int32, int64, bool)");
+}
+
+namespace {
+int category(DType t) { return t == DType::Bool ? 0 : is_integral(t) ? 1 : 2; }
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  const int ca = category(a), cb = category(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 1) return DType::Int64;  // int32 with int64
+  // Two different floating types.
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;  // f32 with a 16-bit type, or f16 with bf16
+}
+
+DType promote_with_scalar(DType t, bool scalar_is_floating) {
+  if (scalar_is_floating && !is_floating(t)) return DType::Float32;
+  if (!scalar_is_floating && t == DType::Bool) return DType::Int64;
+  return t;
+}
+
+}  // namespace frugal

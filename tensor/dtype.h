@@ -1,0 +1,56 @@
+#pragma once
+// Element types and PyTorch's type-promotion rules.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tensor/half.h"
+
+namespace frugal {
+
+enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int32, Int64, Bool };
+
+inline constexpr DType kFloat32 = DType::Float32;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat64 = DType::Float64;
+inline constexpr DType kInt32 = DType::Int32;
+inline constexpr DType kInt64 = DType::Int64;
+inline constexpr DType kBool = DType::Bool;
+
+constexpr size_t element_size(DType t) {
+  switch (t) {
+    case DType::Float32: case DType::Int32: return 4;
+    case DType::Float16: case DType::BFloat16: return 2;
+    case DType::Float64: case DType::Int64: return 8;
+    case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+constexpr bool is_floating(DType t) {
+  return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16 || t == DType::Float64;
+}
+constexpr bool is_integral(DType t) { return t == DType::Int32 || t == DType::Int64; }  // bool excluded
+
+const char* dtype_name(DType t);  // "float32", "float16", ...
+/// Parses "float32"/"f32"/"float", "float16"/"f16"/"half", "bfloat16"/"bf16", ...
+DType parse_dtype(const std::string& name);
+
+/// PyTorch's promote_types: bool < integers < floats; f16 with bf16 gives f32.
+DType promote_types(DType a, DType b);
+/// Result of `tensor op scalar`: a scalar only lifts the category (an int tensor
+/// with a float scalar gives float32), never the width, as in PyTorch.
+DType promote_with_scalar(DType tensor, bool scalar_is_floating);
+
+/// Maps C++ types to DType: dtype_of<float>() == kFloat32.
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<Half>() { return DType::Float16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+
+}  // namespace frugal

@@ -1,0 +1,53 @@
+#pragma once
+// ElementwiseLayout: how N operands of one elementwise op are laid out, shared by
+// the CPU loops and the CUDA kernels (in the spirit of PyTorch's TensorIterator).
+//
+// Note [Elementwise layout]
+// Every operand is described in the output's shape: broadcast dims get stride 0.
+// Adjacent dims that are contiguous with each other in *every* operand are
+// merged ("coalesced"), so a contiguous tensor becomes 1-D and a transposed one
+// stays 2-D. Kernels then walk at most kMaxDims dims with plain integer math.
+// When every operand is dense and in the same order (`contiguous`), kernels take
+// a flat fast path (vectorized loads on CUDA).
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace frugal {
+
+constexpr int kMaxDims = 12;
+constexpr int kMaxOperands = 4;
+
+struct ElementwiseLayout {
+  int ndim = 0;
+  int noperands = 0;
+  int64_t numel = 0;
+  bool contiguous = false;  // every operand dense, row-major, no broadcast
+  // sizes[d], innermost dim last; strides[op][d] in elements (0 where broadcast)
+  std::array<int64_t, kMaxDims> sizes{};
+  std::array<std::array<int64_t, kMaxDims>, kMaxOperands> strides{};
+  std::array<char*, kMaxOperands> data{};  // base pointers (offset applied)
+  std::array<DType, kMaxOperands> dtypes{};
+};
+
+/// Builds the layout for `out` (operand 0, must have the broadcast shape) and `inputs`
+/// (each broadcastable to out's shape). Throws naming `op` on shape mismatch.
+ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, const std::vector<Tensor>& inputs);
+
+/// Offset (in elements) of linear output index `i` for operand `k`.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t element_offset(const ElementwiseLayout& L, int k, int64_t i) {
+  int64_t off = 0;
+  for (int d = L.ndim - 1; d >= 0; --d) {
+    const int64_t s = L.sizes[d];
+    off += (i % s) * L.strides[k][d];
+    i /= s;
+  }
+  return off;
+}
+
+}  // namespace frugal

@@ -1,0 +1,120 @@
+#include "tensor/factory.h"
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "memory/allocator.h"
+#include "tensor/ops/copy.h"
+#include "tensor/ops/fill.h"
+#include "tensor/ops/random.h"
+
+namespace frugal {
+
+namespace {
+Tensor make_tensor(const Shape& sizes, const Shape& strides, size_t capacity_elems, TensorOptions opts) {
+  for (int64_t s : sizes) FRUGAL_CHECK(s >= 0, "empty: negative size in ", shape_str(sizes));
+  auto storage = std::make_shared<Storage>();
+  storage->nbytes = capacity_elems * element_size(opts.dtype);
+  storage->data = memory::allocate(opts.device, storage->nbytes);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->dtype = opts.dtype;
+  return Tensor(std::move(impl));
+}
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions opts) {
+  return make_tensor(sizes, contiguous_strides(sizes), size_t(numel_of(sizes)), opts);
+}
+
+Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opts) {
+  FRUGAL_CHECK(sizes.size() == strides.size(), "empty_strided: ", sizes.size(), " sizes but ", strides.size(),
+               " strides");
+  int64_t span = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) span = 0;
+    if (span) span += (sizes[i] - 1) * strides[i];
+  }
+  return make_tensor(sizes, strides, size_t(span), opts);
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
+
+Tensor full(const Shape& sizes, double value, TensorOptions opts) {
+  Tensor t = empty(sizes, opts);
+  ops::fill_(t, value);
+  return t;
+}
+Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
+Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.options()); }
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+// arange and eye are built on the host and copied over: they are made once
+// (position ids, masks), never in an inner loop.
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  FRUGAL_CHECK(step != 0.0, "arange: step must be nonzero");
+  FRUGAL_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start and end must be finite");
+  const int64_t n = std::max<int64_t>(0, int64_t(std::ceil((end - start) / step)));
+  std::vector<double> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = start + double(i) * step;
+  return from_vector(values, {n}, opts);
+}
+
+Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, double(end), 1.0, opts); }
+
+Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
+  if (m < 0) m = n;
+  FRUGAL_CHECK(n >= 0, "eye: n must be >= 0, got ", n);
+  std::vector<double> values(size_t(n * m), 0.0);
+  for (int64_t i = 0; i < std::min(n, m); ++i) values[i * m + i] = 1.0;
+  return from_vector(values, {n, m}, opts);
+}
+
+Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) {
+  Tensor t = empty(sizes, opts);
+  ops::uniform_(t, 0.0, 1.0, gen);
+  return t;
+}
+
+Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) {
+  Tensor t = empty(sizes, opts);
+  ops::normal_(t, 0.0, 1.0, gen);
+  return t;
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts, Generator* gen) {
+  Tensor t = empty(sizes, opts);
+  ops::random_int_(t, low, high, gen);
+  return t;
+}
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& sizes_in, TensorOptions opts) {
+  const Shape sizes = sizes_in.empty() && values.size() != 1 ? Shape{int64_t(values.size())} : sizes_in;
+  FRUGAL_CHECK(numel_of(sizes) == int64_t(values.size()), "from_vector: ", values.size(),
+               " values do not fill shape ", shape_str(sizes));
+  Tensor host = empty(sizes, {dtype_of<T>(), kCPU});
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed
+    bool* p = host.data_ptr<bool>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  } else if (!values.empty()) {
+    std::memcpy(host.data(), values.data(), values.size() * sizeof(T));
+  }
+  return host.to(opts.device, opts.dtype);
+}
+
+template Tensor from_vector(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<Half>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<BFloat16>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<int32_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector(const std::vector<bool>&, const Shape&, TensorOptions);
+
+}  // namespace frugal

@@ -1,0 +1,47 @@
+#pragma once
+// The seeded generator behind rand/randn/randint/dropout (see Note [Counter-based RNG]).
+#include <cstdint>
+#include <mutex>
+
+namespace frugal {
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  void manual_seed(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seed_ = seed;
+    offset_ = 0;
+  }
+  /// Reserves `n` Philox counters; returns (seed, first counter) for the caller's kernel.
+  struct Range {
+    uint64_t seed;
+    uint64_t counter;
+  };
+  Range reserve(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Range r{seed_, offset_};
+    offset_ += n;
+    return r;
+  }
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  /// Restores a state saved with seed()/offset() (checkpoint recompute, resumed training).
+  void set_state(uint64_t seed, uint64_t offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seed_ = seed;
+    offset_ = offset;
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+/// The process-wide generator used when an op is not given one (one stream for all devices).
+Generator& default_generator();
+/// Seeds the default generator: the same seed gives the same numbers on CPU and CUDA.
+void manual_seed(uint64_t seed);
+
+}  // namespace frugal

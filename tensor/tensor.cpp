@@ -1,0 +1,326 @@
+// Tensor metadata and views: everything here is O(ndim) and copies no data.
+#include "tensor/tensor.h"
+
+#include <algorithm>
+
+#include "tensor/factory.h"
+#include "tensor/ops/copy.h"
+
+namespace frugal {
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  FRUGAL_CHECK(a.device() == b.device(), op, ": expected all tensors on one device, got ", a.describe(), " and ",
+               b.describe());
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined";
+  return std::string(dtype_name(dtype())) + shape_str(sizes()) + " " + device().str();
+}
+
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (sizes()[d] == 1) continue;
+    if (strides()[d] != expected) return false;
+    expected *= sizes()[d];
+  }
+  return true;
+}
+
+void* Tensor::data() const {
+  return static_cast<char*>(impl().storage->data.get()) + impl().offset * int64_t(element_size());
+}
+
+template <typename T>
+T* Tensor::data_ptr() const {
+  FRUGAL_CHECK(dtype_of<T>() == dtype(), "data_ptr: requested ", dtype_name(dtype_of<T>()), " from a ", describe(),
+               " tensor");
+  return static_cast<T*>(data());
+}
+
+// ---- views ---------------------------------------------------------------------
+
+Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const {
+  FRUGAL_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");
+  int64_t last = offset;  // highest element index touched must stay inside storage
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    FRUGAL_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes),
+                 " / ", shape_str(strides));
+    if (sizes[i] == 0) last = offset - 1;
+    else last += (sizes[i] - 1) * strides[i];
+  }
+  const int64_t capacity = int64_t(impl().storage->nbytes / element_size());
+  FRUGAL_CHECK(offset >= 0 && last < std::max<int64_t>(capacity, offset), "as_strided: view ", shape_str(sizes),
+               " strides ", shape_str(strides), " offset ", offset, " runs past a storage of ", capacity, " elements");
+  auto v = std::make_shared<TensorImpl>();
+  v->storage = impl().storage;
+  v->offset = offset;
+  v->sizes = sizes;
+  v->strides = strides;
+  v->dtype = dtype();
+  return Tensor(std::move(v));
+}
+
+namespace {
+// Resolves one -1 entry so the element count matches; checks the rest.
+Shape infer_size(Shape sizes, int64_t numel, const char* op, const Shape& from) {
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      FRUGAL_CHECK(infer < 0, op, ": only one dimension can be -1, got ", shape_str(sizes));
+      infer = int64_t(i);
+    } else {
+      FRUGAL_CHECK(sizes[i] >= 0, op, ": invalid size ", sizes[i], " in ", shape_str(sizes));
+      known *= sizes[i];
+    }
+  }
+  if (infer >= 0) {
+    FRUGAL_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(sizes), " is invalid for input of shape ",
+                 shape_str(from));
+    sizes[infer] = numel / known;
+  }
+  FRUGAL_CHECK(numel_of(sizes) == numel, op, ": shape ", shape_str(sizes), " is invalid for input of shape ",
+               shape_str(from), " (", numel, " elements)");
+  return sizes;
+}
+
+// Strides for viewing (sizes, strides) as `target` without a copy, or empty when
+// impossible. Walks groups of old dims that are contiguous among themselves and
+// maps each onto a run of new dims with the same element count (PyTorch computeStride).
+bool view_strides(const Shape& sizes, const Shape& strides, const Shape& target, Shape& out) {
+  out.assign(target.size(), 0);
+  if (numel_of(sizes) == 0 || sizes.empty()) {
+    out = contiguous_strides(target);
+    return true;
+  }
+  int64_t view_d = int64_t(target.size()) - 1;
+  int64_t chunk_base_stride = strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
+    tensor_numel *= sizes[d];
+    if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || target[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= target[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_base_stride = strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+}  // namespace
+
+Tensor Tensor::view(Shape target) const {
+  target = infer_size(std::move(target), numel(), "view", sizes());
+  Shape st;
+  FRUGAL_CHECK(view_strides(sizes(), strides(), target, st), "view: size ", shape_str(target),
+               " is not compatible with the strides ", shape_str(strides()), " of a ", describe(),
+               " tensor (use reshape, which copies when needed)");
+  return as_strided(target, st, storage_offset());
+}
+
+Tensor Tensor::reshape(Shape target) const {
+  target = infer_size(std::move(target), numel(), "reshape", sizes());
+  Shape st;
+  if (view_strides(sizes(), strides(), target, st)) return as_strided(target, st, storage_offset());
+  return contiguous().view(target);
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  FRUGAL_CHECK(int64_t(dims.size()) == dim(), "permute: got ", dims.size(), " dims for a tensor of ", dim(),
+               " dims");
+  Shape s(dims.size()), st(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], dim(), "permute");
+    FRUGAL_CHECK(!seen[d], "permute: dim ", d, " repeated in ", shape_str(dims));
+    seen[d] = true;
+    s[i] = sizes()[d];
+    st[i] = strides()[d];
+  }
+  return as_strided(s, st, storage_offset());
+}
+
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  a = wrap_dim(a, dim(), "transpose");
+  b = wrap_dim(b, dim(), "transpose");
+  Shape s = sizes(), st = strides();
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  return as_strided(s, st, storage_offset());
+}
+
+Tensor Tensor::t() const {
+  FRUGAL_CHECK(dim() <= 2, "t: expects a tensor of <= 2 dims, got ", describe());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = wrap_dim(d, dim(), "narrow");
+  if (start < 0) start += sizes()[d];
+  FRUGAL_CHECK(start >= 0 && length >= 0 && start + length <= sizes()[d], "narrow: start ", start, " length ",
+               length, " out of range for dim ", d, " of size ", sizes()[d], " (", describe(), ")");
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = wrap_dim(d, dim(), "slice");
+  FRUGAL_CHECK(step > 0, "slice: step must be positive, got ", step);
+  const int64_t n = sizes()[d];
+  auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  Shape s = sizes(), st = strides();
+  s[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  return as_strided(s, st, storage_offset() + start * strides()[d]);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  FRUGAL_CHECK(dim() > 0, "select: cannot select on a 0-d tensor");
+  d = wrap_dim(d, dim(), "select");
+  const int64_t n = sizes()[d];
+  FRUGAL_CHECK(index >= -n && index < n, "select: index ", index, " out of range for dim ", d, " of size ", n, " (",
+               describe(), ")");
+  if (index < 0) index += n;
+  Shape s = sizes(), st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return as_strided(s, st, storage_offset() + index * strides()[d]);
+}
+
+Tensor Tensor::expand(const Shape& target) const {
+  FRUGAL_CHECK(int64_t(target.size()) >= dim(), "expand: cannot expand ", describe(), " to fewer dims ",
+               shape_str(target));
+  const int64_t lead = int64_t(target.size()) - dim();
+  Shape s(target.size()), st(target.size());
+  for (int64_t i = 0; i < int64_t(target.size()); ++i) {
+    if (i < lead) {
+      FRUGAL_CHECK(target[i] >= 0, "expand: new leading dim ", i, " must have a size >= 0, got ", target[i]);
+      s[i] = target[i];
+      st[i] = 0;
+      continue;
+    }
+    const int64_t have = sizes()[i - lead];
+    const int64_t want = target[i] == -1 ? have : target[i];
+    FRUGAL_CHECK(want == have || have == 1, "expand: the size of ", describe(), " at dim ", i - lead, " (", have,
+                 ") must match ", shape_str(target), " or be 1");
+    s[i] = want;
+    st[i] = want == have ? strides()[i - lead] : 0;
+  }
+  return as_strided(s, st, storage_offset());
+}
+
+Tensor Tensor::squeeze() const {
+  Shape s, st;
+  for (int64_t d = 0; d < dim(); ++d)
+    if (sizes()[d] != 1) {
+      s.push_back(sizes()[d]);
+      st.push_back(strides()[d]);
+    }
+  return as_strided(s, st, storage_offset());
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  d = wrap_dim(d, dim(), "squeeze");
+  if (sizes()[d] != 1) return *this;
+  Shape s = sizes(), st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return as_strided(s, st, storage_offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape s = sizes(), st = strides();
+  const int64_t stride = d < dim() ? sizes()[d] * strides()[d] : 1;
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, stride);
+  return as_strided(s, st, storage_offset());
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  start = wrap_dim(start, dim(), "flatten");
+  end = wrap_dim(end, dim(), "flatten");
+  FRUGAL_CHECK(start <= end, "flatten: start_dim ", start, " > end_dim ", end);
+  Shape s(sizes().begin(), sizes().begin() + start);
+  int64_t n = 1;
+  for (int64_t d = start; d <= end; ++d) n *= sizes()[d];
+  s.push_back(n);
+  s.insert(s.end(), sizes().begin() + end + 1, sizes().end());
+  return reshape(s);
+}
+
+Tensor Tensor::unflatten(int64_t d, const Shape& parts) const {
+  d = wrap_dim(d, dim(), "unflatten");
+  Shape s(sizes().begin(), sizes().begin() + d);
+  s.insert(s.end(), parts.begin(), parts.end());
+  s.insert(s.end(), sizes().begin() + d + 1, sizes().end());
+  return view(s);
+}
+
+// ---- copies ------------------------------------------------------------------
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), options());
+  ops::copy_into(out, *this);
+  return out;
+}
+
+Tensor Tensor::to(Device d) const { return to(d, dtype()); }
+Tensor Tensor::to(DType t) const { return to(device(), t); }
+
+Tensor Tensor::to(Device d, DType t) const {
+  if (d == device() && t == dtype()) return *this;
+  Tensor out = empty(sizes(), {t, d});
+  ops::copy_into(out, *this);
+  return out;
+}
+
+const Tensor& Tensor::copy_(const Tensor& src) const {
+  ops::copy_into(*this, src);
+  bump_version();
+  return *this;
+}
+
+template <typename T>
+T Tensor::item() const {
+  FRUGAL_CHECK(numel() == 1, "item: expected a tensor with one element, got ", describe());
+  return tolist<T>()[0];
+}
+
+template <typename T>
+std::vector<T> Tensor::tolist() const {
+  Tensor host = to(kCPU, dtype_of<T>()).contiguous();
+  const T* p = host.data_ptr<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+
+#define FRUGAL_INSTANTIATE(T)                      \
+  template T* Tensor::data_ptr<T>() const;         \
+  template T Tensor::item<T>() const;              \
+  template std::vector<T> Tensor::tolist<T>() const;
+FRUGAL_INSTANTIATE(float)
+FRUGAL_INSTANTIATE(double)
+FRUGAL_INSTANTIATE(Half)
+FRUGAL_INSTANTIATE(BFloat16)
+FRUGAL_INSTANTIATE(int32_t)
+FRUGAL_INSTANTIATE(int64_t)
+FRUGAL_INSTANTIATE(bool)
+#undef FRUGAL_INSTANTIATE
+
+}  // namespace frugal

@@ -1,0 +1,137 @@
+#pragma once
+// Tensor: a cheap, shared handle to a strided view of a Storage.
+//
+// Note [Tensor handle]
+// A Tensor is a shared_ptr to a TensorImpl; copying a Tensor shares it (as in
+// PyTorch's C++ API). A TensorImpl is a view: storage + offset + sizes + strides
+// + dtype. Views made by view/permute/slice/... share the Storage *and* its
+// version counter, so an in-place write through any view bumps the version every
+// saved copy is checked against (see autograd, Note [Saved tensor versions]).
+// The tensor layer knows nothing of autograd: it carries `autograd_meta` as an
+// opaque pointer that the autograd layer owns.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "memory/data_ptr.h"
+#include "memory/device.h"
+#include "memory/error.h"
+#include "tensor/dtype.h"
+#include "tensor/shape.h"
+
+namespace frugal {
+
+/// The bytes behind one or more tensors.
+struct Storage {
+  DataPtr data;
+  size_t nbytes = 0;
+  std::atomic<uint64_t> version{0};  // shared by every view of this storage
+  Device device() const { return data.device(); }
+};
+
+/// dtype + device for factories: zeros({2, 3}, {.dtype = kFloat16, .device = cuda()}).
+struct TensorOptions {
+  DType dtype = kFloat32;
+  Device device = kCPU;
+  TensorOptions() = default;
+  TensorOptions(DType t, Device d = kCPU) : dtype(t), device(d) {}
+  TensorOptions(Device d) : device(d) {}
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape sizes;
+  Shape strides;       // in elements
+  DType dtype = kFloat32;
+  std::shared_ptr<void> autograd_meta;  // owned by the autograd layer
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata --------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  int64_t dim() const { return int64_t(impl().sizes.size()); }
+  const Shape& sizes() const { return impl().sizes; }
+  const Shape& shape() const { return impl().sizes; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return numel_of(impl().sizes); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  TensorOptions options() const { return {dtype(), device()}; }
+  size_t element_size() const { return frugal::element_size(dtype()); }
+  int64_t storage_offset() const { return impl().offset; }
+  bool is_contiguous() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  /// True when both tensors view the same storage.
+  bool shares_storage(const Tensor& o) const { return impl().storage == o.impl().storage; }
+
+  /// Pointer to the first element (storage base + offset). Host-dereferenceable on CPU only.
+  void* data() const;
+  template <typename T> T* data_ptr() const;  // checks T matches dtype()
+
+  // ---- version counter (shared by views) -------------------------------------
+  uint64_t version() const { return impl().storage->version.load(std::memory_order_relaxed); }
+  void bump_version() const { impl().storage->version.fetch_add(1, std::memory_order_relaxed); }
+
+  // ---- views: no copies ------------------------------------------------------
+  Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
+  Tensor view(Shape sizes) const;        // one -1 is inferred; needs compatible strides
+  Tensor reshape(Shape sizes) const;     // a view when possible, else a contiguous copy
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t a, int64_t b) const;
+  Tensor t() const;                      // 2-D transpose
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python-like bounds
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor expand(const Shape& sizes) const;  // -1 keeps a size; new leading dims allowed
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, const Shape& sizes) const;
+
+  // ---- copies and conversions ------------------------------------------------
+  Tensor contiguous() const;             // self when already contiguous
+  Tensor clone() const;                  // always a fresh contiguous copy
+  Tensor to(Device device) const;        // self when already there
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(kCPU); }
+  /// Copies src into self (broadcasting src, converting dtype, across devices). Bumps the version.
+  const Tensor& copy_(const Tensor& src) const;
+
+  template <typename T> T item() const;                 // one-element tensor to a C++ value
+  template <typename T> std::vector<T> tolist() const;  // all elements, row-major, converted to T
+
+  std::string str() const;  // PyTorch-style printout
+  /// "float32[2, 3] cpu" for error messages.
+  std::string describe() const;
+
+  TensorImpl& impl() const {
+    FRUGAL_CHECK(impl_ != nullptr, "Tensor: use of an undefined tensor");
+    return *impl_;
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+/// Throws frugal::Error naming `op` unless both tensors are on the same device.
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+
+}  // namespace frugal

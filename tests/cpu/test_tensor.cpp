@@ -1,0 +1,310 @@
+// Tensor core: dtypes, half conversions, views, copies, factories, Philox RNG, printing, errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tensor/factory.h"
+#include "tensor/ops/copy.h"
+#include "tensor/ops/fill.h"
+#include "tensor/ops/random.h"
+#include "tensor/philox.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+TEST_CASE("dtype: promotion follows PyTorch") {
+  CHECK(promote_types(kFloat16, kBFloat16) == kFloat32);
+  CHECK(promote_types(kFloat16, kFloat32) == kFloat32);
+  CHECK(promote_types(kFloat32, kFloat64) == kFloat64);
+  CHECK(promote_types(kInt32, kInt64) == kInt64);
+  CHECK(promote_types(kInt64, kFloat16) == kFloat16);
+  CHECK(promote_types(kBool, kInt32) == kInt32);
+  CHECK(promote_types(kBool, kBFloat16) == kBFloat16);
+  CHECK(promote_with_scalar(kInt32, true) == kFloat32);
+  CHECK(promote_with_scalar(kFloat16, true) == kFloat16);
+  CHECK(promote_with_scalar(kInt32, false) == kInt32);
+  CHECK(parse_dtype("bf16") == kBFloat16);
+  check_error([] { parse_dtype("float8"); }, {"parse_dtype", "float8"});
+  CHECK(element_size(kBFloat16) == 2);
+  CHECK(std::string(dtype_name(kInt64)) == "int64");
+}
+
+// Reference binary16 decoding in double, written from the IEEE 754 definition.
+static double half_reference(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+  double v;
+  if (exp == 31) v = mant ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else if (exp == 0) v = std::ldexp(mant, -24);
+  else v = std::ldexp(1024 + mant, exp - 25);
+  return sign ? -v : v;
+}
+
+TEST_CASE("half: all 65536 bit patterns decode exactly and round-trip") {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const Half h = Half::from_bits(uint16_t(b));
+    const double ref = half_reference(uint16_t(b));
+    const float f = h;
+    if (std::isnan(ref)) {
+      CHECK(std::isnan(f));
+      continue;
+    }
+    REQUIRE(double(f) == ref);
+    REQUIRE(Half(f).bits == b);  // encoding the decoded value gives the same bits
+  }
+}
+
+TEST_CASE("half: float rounding is nearest-even against a double reference") {
+  // For random floats, the chosen half must be the nearest representable value (ties to even).
+  const std::vector<double> vals = random_values(20000, 7, -70000.0, 70000.0);
+  std::vector<double> small = random_values(20000, 8, -1e-4, 1e-4);
+  int checked = 0;
+  std::vector<double> all = vals;
+  all.insert(all.end(), small.begin(), small.end());
+  for (double dv : all) {
+    const float f = float(dv);
+    const Half h(f);
+    const double got = half_reference(h.bits);
+    if (std::fabs(f) >= 65520.0) {
+      CHECK(std::isinf(got));
+      continue;
+    }
+    // Neighbours of the result must not be closer to f.
+    const double up = half_reference(uint16_t(h.bits + 1)), down = half_reference(uint16_t(h.bits - 1));
+    const double err = std::fabs(got - f);
+    if (!std::isnan(up)) REQUIRE(err <= std::fabs(up - f));
+    if (!std::isnan(down) && (h.bits & 0x7fff) != 0) REQUIRE(err <= std::fabs(down - f));
+    ++checked;
+  }
+  CHECK(checked > 30000);
+  // Half's spacing at 0.5 is 2^-11: halfway points round to the even neighbour.
+  CHECK(Half(0.5f + 0.000244140625f).bits == Half(0.5f).bits);              // 0.5 + 2^-12 -> 0.5
+  CHECK(Half(0.5f + 3 * 0.000244140625f).bits == uint16_t(Half(0.5f).bits + 2));  // 0.5 + 3*2^-12 -> 0.5 + 2^-10
+}
+
+TEST_CASE("bfloat16: rounding and specials") {
+  CHECK(float(BFloat16(1.0f)) == 1.0f);
+  CHECK(float(BFloat16(1.00390625f)) == 1.0f);        // tie (1 + 2^-8) rounds to even 1.0
+  CHECK(float(BFloat16(1.01171875f)) == 1.015625f);   // tie (1 + 3*2^-8) rounds up to even
+  CHECK(std::isnan(float(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isinf(float(BFloat16(INFINITY))));
+  for (double v : random_values(5000, 3, -1e4, 1e4)) {
+    const float f = float(v);
+    const float r = BFloat16(f);
+    REQUIRE(std::fabs(r - f) <= std::fabs(f) * (1.0 / 256) + 1e-30);
+  }
+}
+
+TEST_CASE("views share storage and follow index math") {
+  Tensor x = from_vector(random_values(24, 1), {2, 3, 4});
+  const std::vector<double> v = values_of(x);
+  auto at = [&](int64_t i, int64_t j, int64_t k) { return v[size_t((i * 3 + j) * 4 + k)]; };
+
+  SUBCASE("permute") {
+    Tensor p = x.permute({2, 0, 1});
+    CHECK(p.sizes() == Shape{4, 2, 3});
+    CHECK(p.shares_storage(x));
+    CHECK_FALSE(p.is_contiguous());
+    std::vector<double> expect;
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j) expect.push_back(at(i, j, k));
+    check_close(p, expect, 0, 0, "permute");
+    check_close(p.contiguous(), expect, 0, 0, "permute().contiguous()");
+    CHECK(p.contiguous().is_contiguous());
+  }
+  SUBCASE("transpose, slice with step, select, narrow") {
+    std::vector<double> expect;
+    // transpose -> (k, j, i); slice keeps k in {1, 3}; select takes i = 1: s[kk][j] = x[1][j][k]
+    Tensor s = x.transpose(0, 2).slice(0, 1, 4, 2).select(2, 1);
+    CHECK(s.sizes() == Shape{2, 3});
+    for (int k : {1, 3})
+      for (int j = 0; j < 3; ++j) expect.push_back(at(1, j, k));
+    check_close(s, expect, 0, 0, "transpose/slice/select");
+    Tensor n = x.narrow(1, 1, 2);
+    CHECK(n.sizes() == Shape{2, 2, 4});
+    CHECK(n.storage_offset() == 4);
+    CHECK(values_of(n)[0] == at(0, 1, 0));
+    CHECK(x.slice(2, -2, 100).sizes() == Shape{2, 3, 2});  // python-style clamping
+  }
+  SUBCASE("view, reshape, flatten, squeeze, unsqueeze, unflatten") {
+    CHECK(x.view({6, -1}).sizes() == Shape{6, 4});
+    CHECK(x.view({6, -1}).shares_storage(x));
+    CHECK(x.flatten().sizes() == Shape{24});
+    CHECK(x.flatten(1).sizes() == Shape{2, 12});
+    CHECK(x.unsqueeze(0).sizes() == Shape{1, 2, 3, 4});
+    CHECK(x.unsqueeze(-1).sizes() == Shape{2, 3, 4, 1});
+    CHECK(x.unsqueeze(1).squeeze(1).sizes() == x.sizes());
+    CHECK(x.unsqueeze(0).unsqueeze(3).squeeze().sizes() == x.sizes());
+    CHECK(x.unflatten(2, {2, 2}).sizes() == Shape{2, 3, 2, 2});
+    // A transposed tensor cannot be viewed flat, but can be reshaped (with a copy).
+    Tensor t = x.transpose(1, 2);
+    check_error([&] { t.view({24}); }, {"view", "[2, 4, 3]", "reshape"});
+    Tensor r = t.reshape({24});
+    CHECK_FALSE(r.shares_storage(x));
+    check_close(r, values_of(t), 0, 0, "reshape of transposed");
+    // Merging dims that are contiguous among themselves is still a view.
+    CHECK(x.transpose(0, 2).reshape({4, 6}).shares_storage(x) == false);
+    CHECK(x.permute({0, 1, 2}).reshape({6, 4}).shares_storage(x));
+  }
+  SUBCASE("expand broadcasts with stride 0") {
+    Tensor c = from_vector(std::vector<float>{1, 2, 3}, {3, 1});
+    Tensor e = c.expand({2, 3, 4});
+    CHECK(e.strides() == Shape{0, 1, 0});
+    const std::vector<double> ev = values_of(e);
+    for (int64_t i = 0; i < 24; ++i) REQUIRE(ev[i] == double((i / 4) % 3 + 1));
+    CHECK(c.expand({-1, 5}).sizes() == Shape{3, 5});
+    check_error([&] { c.expand({2, 4}); }, {"expand", "[2, 4]"});
+  }
+}
+
+TEST_CASE("version counter is shared by views and bumped by in-place writes") {
+  Tensor x = zeros({4, 4});
+  Tensor v = x.select(0, 1);
+  const uint64_t v0 = x.version();
+  v.copy_(ones({4}));
+  CHECK(x.version() == v0 + 1);
+  ops::fill_(x, 2.0);
+  CHECK(v.version() == v0 + 2);
+  CHECK(values_of(x.select(0, 1)) == std::vector<double>(4, 2.0));
+}
+
+TEST_CASE("copy_ converts dtypes, broadcasts and writes through strides") {
+  for (DType dst : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool}) {
+    for (DType src : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool}) {
+      CAPTURE(dtype_name(dst));
+      CAPTURE(dtype_name(src));
+      // Small integers (and 0/1 for bool) are exact in every dtype.
+      std::vector<double> vals = {0, 1, 2, 3, 0, 7, 1, 5, 0, 4, 2, 1};
+      if (src == kBool || dst == kBool)
+        for (auto& v : vals) v = v != 0 ? 1.0 : 0.0;
+      Tensor s = make_tensor(vals, {3, 4}, src, Layout::Transposed);
+      Tensor d = zeros({4, 6}, dst).slice(1, 0, 6, 2).t();  // (3, 4) strided destination
+      d.copy_(s);
+      check_close(d, vals, 0, 0, "copy_");
+    }
+  }
+  Tensor row = from_vector(std::vector<double>{1, 2, 3});
+  Tensor m = zeros({2, 3});
+  m.copy_(row);
+  CHECK(values_of(m) == std::vector<double>{1, 2, 3, 1, 2, 3});
+  check_error([&] { m.copy_(zeros({2})); }, {"copy_", "[2]", "[2, 3]"});
+  CHECK(from_vector(std::vector<double>{2.7, -2.7}).to(kInt32).tolist<int32_t>() == std::vector<int32_t>{2, -2});
+}
+
+TEST_CASE("factories") {
+  CHECK(values_of(zeros({2, 2})) == std::vector<double>(4, 0.0));
+  CHECK(values_of(ones({3}, kFloat16)) == std::vector<double>(3, 1.0));
+  CHECK(values_of(full({2}, 2.5, kBFloat16)) == std::vector<double>{2.5, 2.5});
+  CHECK(values_of(arange(5)) == std::vector<double>{0, 1, 2, 3, 4});
+  CHECK(arange(5).dtype() == kInt64);
+  CHECK(values_of(arange(1.0, 2.0, 0.25)) == std::vector<double>{1, 1.25, 1.5, 1.75});
+  CHECK(values_of(eye(2, 3)) == std::vector<double>{1, 0, 0, 0, 1, 0});
+  CHECK(scalar_tensor(3.0).dim() == 0);
+  CHECK(scalar_tensor(3.0).item<float>() == 3.0f);
+  Tensor e = empty({0, 3});
+  CHECK(e.numel() == 0);
+  CHECK(e.clone().sizes() == Shape{0, 3});
+  check_error([] { empty({-1}); }, {"empty", "[-1]"});
+  check_error([] { from_vector(std::vector<float>{1, 2, 3}, {2, 2}); }, {"from_vector", "[2, 2]"});
+  check_error([] { arange(0.0, 1.0, 0.0); }, {"arange", "step"});
+  Tensor s = empty_strided({2, 3}, {1, 2});
+  CHECK(s.strides() == Shape{1, 2});
+  CHECK_FALSE(s.is_contiguous());
+}
+
+TEST_CASE("philox: Random123 known-answer vectors") {
+  struct Kat {
+    uint32_t c[4], k[2], out[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const Kat& k : kats) {
+    const PhiloxResult r = philox4x32_10(k.c[0], k.c[1], k.c[2], k.c[3], k.k[0], k.k[1]);
+    for (int i = 0; i < 4; ++i) CHECK(r.x[i] == k.out[i]);
+  }
+}
+
+TEST_CASE("random: seeded, reproducible, right distributions") {
+  manual_seed(42);
+  Tensor a = rand({10000});
+  manual_seed(42);
+  Tensor b = rand({10000});
+  CHECK(values_of(a) == values_of(b));
+  Tensor c = rand({10000});  // the stream moved on
+  CHECK(values_of(a) != values_of(c));
+
+  const std::vector<double> u = values_of(a);
+  double mean = 0;
+  for (double x : u) {
+    REQUIRE(x >= 0.0);
+    REQUIRE(x < 1.0);
+    mean += x / double(u.size());
+  }
+  CHECK(mean == doctest::Approx(0.5).epsilon(0.02));
+
+  Generator g(7);
+  const std::vector<double> n = values_of(randn({200000}, kFloat64, &g));
+  double m = 0, sq = 0;
+  for (double x : n) m += x / double(n.size());
+  for (double x : n) sq += (x - m) * (x - m) / double(n.size());
+  CHECK(std::fabs(m) < 0.01);
+  CHECK(std::sqrt(sq) == doctest::Approx(1.0).epsilon(0.01));
+
+  // Element i is philox word i % 4 of counter i / 4: check against the block function directly.
+  Generator g2(123);
+  const std::vector<double> v = values_of(rand({8}, kFloat64, &g2));
+  for (int i = 0; i < 8; ++i) CHECK(v[i] == double(philox_uniform(philox4x32(123, uint64_t(i / 4)).x[i % 4])));
+
+  const std::vector<double> ri = values_of(randint(-3, 4, {5000}));
+  std::vector<int> hist(7, 0);
+  for (double x : ri) {
+    REQUIRE(x >= -3);
+    REQUIRE(x < 4);
+    ++hist[size_t(x + 3)];
+  }
+  for (int h : hist) CHECK(h > 500);
+  check_error([] { randint(3, 3, {2}); }, {"randint", "3"});
+  check_error([] { rand({2}, kInt32); }, {"uniform_", "int32"});
+
+  // A strided target gets the same values a dense one would.
+  Generator g3(5), g4(5);
+  Tensor dense = rand({3, 4}, kFloat32, &g3);
+  Tensor strided = zeros({4, 3}).t();
+  ops::uniform_(strided, 0, 1, &g4);
+  CHECK(values_of(strided) == values_of(dense));
+}
+
+TEST_CASE("printing looks like PyTorch") {
+  CHECK(from_vector(std::vector<float>{1.5f, -2.25f, 3.0f, 4.0f}, {2, 2}).str() ==
+        "tensor([[ 1.5000, -2.2500],\n        [ 3.0000,  4.0000]])");
+  CHECK(arange(3).str() == "tensor([0, 1, 2])");
+  CHECK(ones({2}, kFloat16).str() == "tensor([1., 1.], dtype=float16)");
+  CHECK(scalar_tensor(0.5).str() == "tensor(0.5000)");
+  CHECK(zeros({0, 2}).str() == "tensor([], size=[0, 2])");
+  const std::string big = arange(5000).str();
+  CHECK(big.find("...") != std::string::npos);
+  CHECK(big.size() < 100);
+}
+
+TEST_CASE("errors name the op, the shapes and the devices") {
+  Tensor x = zeros({2, 3});
+  check_error([&] { x.select(1, 3); }, {"select", "index 3", "float32[2, 3] cpu"});
+  check_error([&] { x.transpose(0, 2); }, {"transpose", "dim 2"});
+  check_error([&] { x.permute({0, 0}); }, {"permute", "repeated"});
+  check_error([&] { x.view({4, -1}); }, {"view", "[4, -1]"});
+  check_error([&] { x.narrow(1, 2, 2); }, {"narrow", "size 3"});
+  check_error([&] { x.item<float>(); }, {"item", "[2, 3]"});
+  check_error([&] { x.data_ptr<double>(); }, {"data_ptr", "float64", "float32"});
+  check_error([] { Tensor().dim(); }, {"undefined"});
+  check_error([] { Device("gpu:0"); }, {"Device", "gpu:0"});
+  check_error([] { Device("cuda:x"); }, {"cuda:x"});
+  CHECK(Device("cuda:1") == cuda(1));
+  CHECK(Device("cpu").is_cpu());
+}

@@ -1,0 +1,131 @@
+#pragma once
+// Shared test helpers: random inputs in every layout, float64 reference values,
+// and closeness checks with per-dtype tolerances. Tests compare frugal's ops with
+// independent naive loops in double precision (DESIGN.md, Tests).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/factory.h"
+#include "tensor/tensor.h"
+
+namespace frugal::testing {
+
+/// How a test input is laid out in memory.
+enum class Layout {
+  Contiguous,
+  Transposed,  // last two dims swapped in memory (a transposed view of a dense tensor)
+  Strided,     // every other element of a twice-as-long last dim
+};
+inline const char* layout_name(Layout l) {
+  return l == Layout::Contiguous ? "contiguous" : l == Layout::Transposed ? "transposed" : "strided";
+}
+inline constexpr Layout kAllLayouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Strided};
+
+/// Deterministic values in [lo, hi) on the host, independent of frugal's RNG.
+inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  std::vector<double> v(size_t(std::max<int64_t>(n, 0)));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& x : v) {
+    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;  // xorshift64*
+    const uint64_t r = s * 0x2545F4914F6CDD1Dull;
+    x = lo + (hi - lo) * double(r >> 11) / 9007199254740992.0;
+  }
+  return v;
+}
+
+/// A tensor of `sizes` holding `values` (row-major) in `layout`, dtype and device of `opts`.
+inline Tensor make_tensor(const std::vector<double>& values, const Shape& sizes, TensorOptions opts,
+                          Layout layout = Layout::Contiguous) {
+  Tensor dense = from_vector(values, sizes, TensorOptions(kFloat64));
+  if (layout == Layout::Transposed && sizes.size() >= 2) {
+    const int64_t d = int64_t(sizes.size());
+    Tensor mem = dense.transpose(d - 1, d - 2).contiguous().to(opts.device, opts.dtype);
+    return mem.transpose(d - 1, d - 2);  // same values, column-major storage
+  }
+  if (layout == Layout::Strided && !sizes.empty()) {
+    Shape wide = sizes;
+    wide.back() *= 2;
+    Tensor mem = zeros(wide, opts);
+    Tensor view = mem.slice(-1, 0, wide.back(), 2);
+    view.copy_(dense.to(opts.device));
+    return view;
+  }
+  return dense.to(opts.device, opts.dtype);
+}
+
+/// Random tensor with values in [lo, hi).
+inline Tensor random_tensor(const Shape& sizes, TensorOptions opts, uint64_t seed, Layout layout = Layout::Contiguous,
+                            double lo = -2.0, double hi = 2.0) {
+  return make_tensor(random_values(numel_of(sizes), seed, lo, hi), sizes, opts, layout);
+}
+
+/// Every element as double, row-major.
+inline std::vector<double> values_of(const Tensor& t) { return t.to(kCPU, kFloat64).contiguous().tolist<double>(); }
+
+/// Relative tolerance for results stored in `t` (one or two roundings of the type).
+inline double default_rtol(DType t) {
+  switch (t) {
+    case DType::Float16: return 2e-3;
+    case DType::BFloat16: return 1.6e-2;
+    case DType::Float32: return 1e-5;
+    default: return 1e-12;
+  }
+}
+
+/// Unravels linear index i of `sizes` (row-major) into a multi-index.
+inline std::vector<int64_t> unravel(int64_t i, const Shape& sizes) {
+  std::vector<int64_t> idx(sizes.size());
+  for (size_t d = sizes.size(); d-- > 0;) {
+    idx[d] = i % sizes[d];
+    i /= sizes[d];
+  }
+  return idx;
+}
+
+/// Linear index into a tensor of `sizes` that broadcasts to the output index `idx`.
+inline int64_t broadcast_index(const std::vector<int64_t>& idx, const Shape& sizes) {
+  int64_t lin = 0;
+  const size_t lead = idx.size() - sizes.size();
+  for (size_t d = 0; d < sizes.size(); ++d) lin = lin * sizes[d] + (sizes[d] == 1 ? 0 : idx[lead + d]);
+  return lin;
+}
+
+/// Checks |actual - expected| <= atol + rtol * |expected| elementwise (NaNs must match);
+/// reports the first mismatch with its index and the count of mismatches.
+inline void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
+                        double atol, const std::string& what = "") {
+  REQUIRE_MESSAGE(actual.size() == expected.size(), what, ": ", actual.size(), " values vs ", expected.size());
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double a = actual[i], e = expected[i];
+    const bool ok = (std::isnan(a) && std::isnan(e)) || (std::isinf(e) && a == e) ||
+                    std::fabs(a - e) <= atol + rtol * std::fabs(e);
+    if (!ok && bad++ == 0) first = int64_t(i);
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " values differ; first at ", first, ": got ",
+                first >= 0 ? actual[first] : 0.0, " expected ", first >= 0 ? expected[first] : 0.0);
+}
+
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
+                        const std::string& what = "") {
+  check_close(values_of(actual), expected, rtol, atol, what);
+}
+
+/// Runs `body` and checks it throws frugal::Error whose message contains every `parts` string.
+template <typename F>
+void check_error(F&& body, const std::vector<std::string>& parts) {
+  std::string msg;
+  try {
+    body();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  REQUIRE_MESSAGE(!msg.empty(), "expected a frugal::Error mentioning ", parts.empty() ? "" : parts[0]);
+  for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message '", msg, "' lacks '", p, "'");
+}
+
+}  // namespace frugal::testing
