@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# What we run on the GPU machine (see ../shared/GPU.md): build out of tree, run the
+# gpu suite (required to find a GPU), the cpu suite, and the CUDA benchmark.
+# Logs go to $OUT (default /tmp/out); a short summary is printed last.
+#   tools/gpu_check.sh [--no-bench] [--tests PATTERN]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+build=/tmp/b
+bench=1
+pattern='*'
+while (($#)); do
+  case "$1" in
+    --no-bench) bench=0 ;;
+    --tests) pattern=$2; shift ;;
+  esac
+  shift
+done
+
+t0=$(date +%s)
+if ! { meson setup "$build" -Dbuildtype=release -Dcuda=enabled >"$out/setup.log" 2>&1 || meson setup --reconfigure "$build" >>"$out/setup.log" 2>&1; }; then
+  tail -30 "$out/setup.log"; exit 1
+fi
+if ! ninja -C "$build" >"$out/build.log" 2>&1; then
+  grep -E "error|FAILED" "$out/build.log" | head -40; exit 1
+fi
+t1=$(date +%s)
+FRUGAL_REQUIRE_GPU=1 "$build/tests/frugal_gpu_tests" -tc="$pattern" >"$out/gpu_tests.log" 2>&1
+gpu_rc=$?
+"$build/tests/frugal_cpu_tests" -tc="$pattern" >"$out/cpu_tests.log" 2>&1
+cpu_rc=$?
+t2=$(date +%s)
+if ((bench)); then "$build/bench/bench_ops" --device cuda >"$out/bench_cuda.log" 2>&1; fi
+t3=$(date +%s)
+
+echo "== build $((t1 - t0))s, tests $((t2 - t1))s, bench $((t3 - t2))s"
+grep -E "ERROR|FAILED|TEST CASE|error:" "$out/gpu_tests.log" | head -60
+echo "gpu: $(grep 'test cases' "$out/gpu_tests.log") rc=$gpu_rc"
+echo "cpu: $(grep 'test cases' "$out/cpu_tests.log") rc=$cpu_rc"
+((bench)) && tail -25 "$out/bench_cuda.log"
+exit $((gpu_rc || cpu_rc))
