@@ -57,7 +57,7 @@ void print_dim(std::ostream& os, const std::vector<double>& v, const Shape& size
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
-  const std::vector<double> v = numel() ? to(kCPU, kFloat64).contiguous().tolist<double>() : std::vector<double>{};
+  const std::vector<double> v = tolist<double>();
   Formatter f;
   f.integral = !is_floating(dtype());
   if (!f.integral) {

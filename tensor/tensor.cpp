@@ -8,6 +8,17 @@
 
 namespace frugal {
 
+namespace {
+DerivedHook derived_hook = nullptr;
+}
+
+void set_derived_hook(DerivedHook hook) { derived_hook = hook; }
+
+Tensor Tensor::derived(Tensor out, DerivedInfo info) const {
+  if (impl().autograd_meta && derived_hook) derived_hook(*this, out, info);
+  return out;
+}
+
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   FRUGAL_CHECK(a.device() == b.device(), op, ": expected all tensors on one device, got ", a.describe(), " and ",
                b.describe());
@@ -45,6 +56,10 @@ T* Tensor::data_ptr() const {
 // ---- views ---------------------------------------------------------------------
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const {
+  return derived(make_view(sizes, strides, offset), {DerivedInfo::Kind::AsStrided});
+}
+
+Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offset) const {
   FRUGAL_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");
   int64_t last = offset;  // highest element index touched must stay inside storage
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -126,13 +141,14 @@ Tensor Tensor::view(Shape target) const {
   FRUGAL_CHECK(view_strides(sizes(), strides(), target, st), "view: size ", shape_str(target),
                " is not compatible with the strides ", shape_str(strides()), " of a ", describe(),
                " tensor (use reshape, which copies when needed)");
-  return as_strided(target, st, storage_offset());
+  return derived(make_view(target, st, storage_offset()), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::reshape(Shape target) const {
   target = infer_size(std::move(target), numel(), "reshape", sizes());
   Shape st;
-  if (view_strides(sizes(), strides(), target, st)) return as_strided(target, st, storage_offset());
+  if (view_strides(sizes(), strides(), target, st))
+    return derived(make_view(target, st, storage_offset()), {DerivedInfo::Kind::Reshape});
   return contiguous().view(target);
 }
 
@@ -148,16 +164,18 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     s[i] = sizes()[d];
     st[i] = strides()[d];
   }
-  return as_strided(s, st, storage_offset());
+  DerivedInfo info{DerivedInfo::Kind::Permute};
+  for (int64_t d : dims) info.dims.push_back(wrap_dim(d, dim(), "permute"));
+  return derived(make_view(s, st, storage_offset()), std::move(info));
 }
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
   a = wrap_dim(a, dim(), "transpose");
   b = wrap_dim(b, dim(), "transpose");
-  Shape s = sizes(), st = strides();
-  std::swap(s[a], s[b]);
-  std::swap(st[a], st[b]);
-  return as_strided(s, st, storage_offset());
+  std::vector<int64_t> perm(static_cast<size_t>(dim()));
+  for (int64_t d = 0; d < dim(); ++d) perm[d] = d;
+  std::swap(perm[a], perm[b]);
+  return permute(perm);
 }
 
 Tensor Tensor::t() const {
@@ -183,7 +201,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Shape s = sizes(), st = strides();
   s[d] = (end - start + step - 1) / step;
   st[d] *= step;
-  return as_strided(s, st, storage_offset() + start * strides()[d]);
+  DerivedInfo info{DerivedInfo::Kind::Slice};
+  info.dim = d, info.start = start, info.end = end, info.step = step;
+  return derived(make_view(s, st, storage_offset() + start * strides()[d]), std::move(info));
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -196,7 +216,9 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return as_strided(s, st, storage_offset() + index * strides()[d]);
+  DerivedInfo info{DerivedInfo::Kind::Select};
+  info.dim = d, info.start = index;
+  return derived(make_view(s, st, storage_offset() + index * strides()[d]), std::move(info));
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -218,7 +240,7 @@ Tensor Tensor::expand(const Shape& target) const {
     s[i] = want;
     st[i] = want == have ? strides()[i - lead] : 0;
   }
-  return as_strided(s, st, storage_offset());
+  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Expand});
 }
 
 Tensor Tensor::squeeze() const {
@@ -228,7 +250,7 @@ Tensor Tensor::squeeze() const {
       s.push_back(sizes()[d]);
       st.push_back(strides()[d]);
     }
-  return as_strided(s, st, storage_offset());
+  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -238,7 +260,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return as_strided(s, st, storage_offset());
+  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -247,7 +269,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   const int64_t stride = d < dim() ? sizes()[d] * strides()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, stride);
-  return as_strided(s, st, storage_offset());
+  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
@@ -278,7 +300,7 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 Tensor Tensor::clone() const {
   Tensor out = empty(sizes(), options());
   ops::copy_into(out, *this);
-  return out;
+  return derived(std::move(out), {DerivedInfo::Kind::Convert});
 }
 
 Tensor Tensor::to(Device d) const { return to(d, dtype()); }
@@ -288,7 +310,7 @@ Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype()) return *this;
   Tensor out = empty(sizes(), {t, d});
   ops::copy_into(out, *this);
-  return out;
+  return derived(std::move(out), {DerivedInfo::Kind::Convert});
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
@@ -305,7 +327,9 @@ T Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::tolist() const {
-  Tensor host = to(kCPU, dtype_of<T>()).contiguous();
+  // A raw copy, not to(): reading values must never record autograd history.
+  Tensor host = empty(sizes(), {dtype_of<T>(), kCPU});
+  ops::copy_into(host, *this);
   const T* p = host.data_ptr<T>();
   return std::vector<T>(p, p + host.numel());
 }

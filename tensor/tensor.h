@@ -9,6 +9,13 @@
 // saved copy is checked against (see autograd, Note [Saved tensor versions]).
 // The tensor layer knows nothing of autograd: it carries `autograd_meta` as an
 // opaque pointer that the autograd layer owns.
+//
+// Note [Derived tensors]
+// Views, clone(), contiguous() and to() are Tensor methods, so a user's
+// x.view(...) must stay differentiable. Each such method reports what it did
+// (a DerivedInfo) to a hook that the autograd layer installs; the hook records
+// the backward when `in` requires grad. Without autograd metadata on `in` the
+// hook is never called, so raw tensor code pays one pointer test.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -49,6 +56,19 @@ struct TensorImpl {
   DType dtype = kFloat32;
   std::shared_ptr<void> autograd_meta;  // owned by the autograd layer
 };
+
+class Tensor;
+
+/// How a Tensor method derived `out` from `in` (a view, or a converting copy), for the
+/// autograd layer to record (see Note [Derived tensors]).
+struct DerivedInfo {
+  enum class Kind { Reshape, Permute, Slice, Select, Expand, Convert, AsStrided } kind;
+  int64_t dim = 0, start = 0, end = 0, step = 1;  // Slice: dim/start/end/step; Select: dim/start
+  std::vector<int64_t> dims;                      // Permute: the permutation
+};
+using DerivedHook = void (*)(const Tensor& in, const Tensor& out, const DerivedInfo& info);
+/// Installed by the autograd layer; called when `in` carries autograd metadata.
+void set_derived_hook(DerivedHook hook);
 
 class Tensor {
  public:
@@ -116,6 +136,24 @@ class Tensor {
   template <typename T> std::vector<T> tolist() const;  // all elements, row-major, converted to T
 
   std::string str() const;  // PyTorch-style printout
+
+  // ---- autograd: declared here for the user's convenience, defined in autograd/ ----
+  // (the tensor layer never calls these; see Note [Tensor handle])
+  bool requires_grad() const;
+  /// Marks a leaf as needing .grad; returns *this.
+  const Tensor& requires_grad_(bool on = true) const;
+  /// The accumulated gradient (undefined until a backward reaches this tensor).
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  /// Backward from this tensor (a one-element tensor unless `gradient` is given).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  /// The same data, cut from the graph.
+  Tensor detach() const;
+  bool is_leaf() const;
+  /// Keep .grad for this non-leaf after backward.
+  void retain_grad() const;
+  /// "MatmulBackward", or "" for a leaf.
+  std::string grad_fn_name() const;
   /// "float32[2, 3] cpu" for error messages.
   std::string describe() const;
 
@@ -126,6 +164,9 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
+  Tensor make_view(const Shape& sizes, const Shape& strides, int64_t offset) const;
+  Tensor derived(Tensor out, DerivedInfo info) const;
+
   std::shared_ptr<TensorImpl> impl_;
 };
 
