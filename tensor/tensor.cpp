@@ -65,9 +65,9 @@ Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offse
   for (size_t i = 0; i < sizes.size(); ++i) {
     FRUGAL_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes),
                  " / ", shape_str(strides));
-    if (sizes[i] == 0) last = offset - 1;
-    else last += (sizes[i] - 1) * strides[i];
+    last += (std::max<int64_t>(sizes[i], 1) - 1) * strides[i];
   }
+  if (numel_of(sizes) == 0) last = offset - 1;  // an empty view touches nothing
   const int64_t capacity = int64_t(impl().storage->nbytes / element_size());
   FRUGAL_CHECK(offset >= 0 && last < std::max<int64_t>(capacity, offset), "as_strided: view ", shape_str(sizes),
                " strides ", shape_str(strides), " offset ", offset, " runs past a storage of ", capacity, " elements");

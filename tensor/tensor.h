@@ -172,6 +172,8 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+using TensorList = std::vector<Tensor>;
+
 /// Throws frugal::Error naming `op` unless both tensors are on the same device.
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 

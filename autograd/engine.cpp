@@ -1,0 +1,193 @@
+// Note [Engine order]
+// backward() first counts, for every node reachable from the roots, how many
+// edges point at it. A node runs once all its producers' gradients have arrived
+// (count reaches zero); among ready nodes the most recently created runs first,
+// which is a valid reverse topological order and frees activations early. Each
+// node's incoming gradients are summed in its input buffer.
+#include "autograd/engine.h"
+
+#include <cmath>
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+
+namespace frugal::autograd {
+
+namespace {
+
+struct ByNewest {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+// Anomaly mode: x * 0 is NaN exactly where x is NaN or +-Inf.
+void check_finite(const Node& node, const TensorList& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined() || !g.is_floating_point() || g.numel() == 0) continue;
+    const double probe = ops::sum(ops::mul(g, 0.0)).to(kFloat64).item<double>();
+    FRUGAL_CHECK(!std::isnan(probe), "anomaly: ", node.name(), " returned NaN or Inf in its gradient for input ", i,
+                 " (", g.describe(), "); the forward op that created it is ",
+                 node.name().substr(0, node.name().rfind("Backward")));
+  }
+}
+
+void check_grad_shape(const Node& node, size_t slot, const Tensor& g) {
+  const OutputMeta& m = node.outputs.at(slot);
+  FRUGAL_CHECK(g.sizes() == m.sizes, "backward: gradient for output ", slot, " of ", node.name(), " has shape ",
+               shape_str(g.sizes()), ", expected ", shape_str(m.sizes));
+  FRUGAL_CHECK(g.device() == m.device, "backward: gradient for output ", slot, " of ", node.name(), " is on ",
+               g.device().str(), ", expected ", m.device.str());
+}
+
+struct GraphRun {
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<Node*, TensorList> buffers;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;  // nodes stay alive while the run needs them
+
+  void discover(const std::vector<Edge>& roots) {
+    std::vector<Node*> stack;
+    for (const Edge& e : roots)
+      if (e.fn && !keep_alive.count(e.fn.get())) {
+        keep_alive[e.fn.get()] = e.fn;
+        stack.push_back(e.fn.get());
+      }
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next_edges) {
+        if (!e.fn) continue;
+        ++dependencies[e.fn.get()];
+        if (!keep_alive.count(e.fn.get())) {
+          keep_alive[e.fn.get()] = e.fn;
+          stack.push_back(e.fn.get());
+        }
+      }
+    }
+  }
+
+  void add_gradient(Node* n, size_t slot, Tensor g) {
+    check_grad_shape(*n, slot, g);
+    TensorList& buf = buffers[n];
+    if (buf.empty()) buf.resize(n->outputs.size());
+    if (!buf[slot].defined()) buf[slot] = std::move(g);
+    else buf[slot] = ops::add(buf[slot], g);
+  }
+};
+
+}  // namespace
+
+namespace {
+// Runs the graph; `capture` (optional) holds nodes whose incoming gradients are
+// returned instead of passed on (autograd::grad's inputs).
+void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph,
+                  std::unordered_map<Node*, TensorList>* capture) {
+  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  GraphRun run;
+  run.discover(roots);
+  std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!roots[i].fn) continue;
+    run.add_gradient(roots[i].fn.get(), roots[i].input_nr, root_grads[i]);
+  }
+  for (auto& [node, _] : run.keep_alive)
+    if (run.dependencies[node] == 0) ready.push(node);
+
+  const bool anomaly = is_anomaly_enabled();
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    TensorList grads = std::move(run.buffers[node]);
+    run.buffers.erase(node);
+    grads.resize(node->outputs.size());
+    if (capture && capture->count(node)) {
+      (*capture)[node] = std::move(grads);
+      continue;  // do not run past a requested input
+    }
+    FRUGAL_CHECK(!node->released, node->name(),
+                 ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) the "
+                 "first time to backward through the graph twice");
+    // Outputs that received no gradient get zeros, so every node sees a full list.
+    for (size_t k = 0; k < grads.size(); ++k)
+      if (!grads[k].defined()) grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
+    for (const auto& [nr, weak] : node->retained_outputs)
+      if (auto impl = weak.lock()) {
+        AutogradMeta& m = ensure_meta(Tensor(impl));
+        m.grad = m.grad.defined() ? ops::add(m.grad, grads[nr]) : grads[nr].clone();
+      }
+    TensorList input_grads = node->apply(std::move(grads));
+    if (anomaly) check_finite(*node, input_grads);
+    if (!retain_graph) {
+      node->release_saved();
+      node->released = !node->next_edges.empty();  // AccumulateGrad can run again
+    }
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.fn) continue;
+      if (i < input_grads.size() && input_grads[i].defined()) run.add_gradient(e.fn.get(), e.input_nr, std::move(input_grads[i]));
+      if (--run.dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+    }
+  }
+}
+
+std::vector<Edge> root_edges(const TensorList& roots) {
+  std::vector<Edge> edges;
+  for (const Tensor& r : roots) {
+    FRUGAL_CHECK(requires_grad(r), "backward: tensor ", r.describe(),
+                 " does not require grad and has no grad_fn (did you call requires_grad_() on the inputs, or run "
+                 "under NoGradGuard?)");
+    edges.push_back(gradient_edge(r));
+  }
+  return edges;
+}
+
+TensorList root_gradients(const TensorList& roots, const TensorList& grads) {
+  FRUGAL_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " roots but ", grads.size(),
+               " gradients");
+  TensorList out;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!grads.empty() && grads[i].defined()) {
+      FRUGAL_CHECK(grads[i].sizes() == roots[i].sizes(), "backward: gradient of shape ", shape_str(grads[i].sizes()),
+                   " for a root of shape ", shape_str(roots[i].sizes()));
+      out.push_back(grads[i]);
+    } else {
+      FRUGAL_CHECK(roots[i].numel() == 1, "backward: grad can be implicitly created only for scalar outputs, got ",
+                   roots[i].describe(), "; pass a gradient");
+      out.push_back(ones(roots[i].sizes(), roots[i].options()));
+    }
+  }
+  return out;
+}
+}  // namespace
+
+void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  const std::vector<Edge> edges = root_edges(roots);  // first: its errors are the more telling
+  run_backward(edges, root_gradients(roots, grad_roots), retain_graph, nullptr);
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                bool retain_graph) {
+  std::unordered_map<Node*, TensorList> capture;
+  std::vector<Edge> input_edges;
+  for (const Tensor& x : inputs) {
+    FRUGAL_CHECK(requires_grad(x), "grad: input ", x.describe(), " does not require grad");
+    input_edges.push_back(gradient_edge(x));
+    capture[input_edges.back().fn.get()] = {};
+  }
+  const std::vector<Edge> edges = root_edges(outputs);
+  run_backward(edges, root_gradients(outputs, grad_outputs), retain_graph, &capture);
+  TensorList result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorList& got = capture[input_edges[i].fn.get()];
+    const uint32_t nr = input_edges[i].input_nr;
+    Tensor g = nr < got.size() ? got[nr] : Tensor();
+    result.push_back(g.defined() ? g : zeros(inputs[i].sizes(), inputs[i].options()));
+  }
+  return result;
+}
+
+}  // namespace frugal::autograd

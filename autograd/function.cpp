@@ -1,0 +1,40 @@
+#include "autograd/function.h"
+
+#include "tensor/ops/reduce.h"
+
+namespace frugal::autograd {
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor* x : inputs)
+    if (x && requires_grad(*x)) return true;
+  return false;
+}
+
+bool needs_grad(const TensorList& inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& x : inputs)
+    if (requires_grad(x)) return true;
+  return false;
+}
+
+void record(const std::shared_ptr<Node>& node, const TensorList& outputs) {
+  node->outputs.clear();
+  for (uint32_t k = 0; k < outputs.size(); ++k) {
+    const Tensor& out = outputs[k];
+    node->outputs.push_back({out.sizes(), out.dtype(), out.device()});
+    set_history(out, node, k);
+  }
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.sizes() == shape) return grad;
+  const int64_t lead = grad.dim() - int64_t(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) dims.push_back(d);
+  Tensor r = dims.empty() ? grad : ops::sum(grad, dims, /*keepdim=*/true);
+  return r.reshape(shape);
+}
+
+}  // namespace frugal::autograd

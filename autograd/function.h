@@ -1,0 +1,53 @@
+#pragma once
+// Helpers every differentiable op uses to record itself (see Note [Backward graph]):
+//
+//   Tensor out = raw([&] { return ops::mul(a, b); }); // the raw op, below autograd
+//   if (auto node = make_node<MulBackward>({a, b})) {
+//     node->a = a; node->b = b;                     // SavedTensors
+//     record(node, {out});
+//   }
+//   return out;
+#include <initializer_list>
+#include <memory>
+
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "autograd/saved_tensor.h"
+
+namespace frugal::autograd {
+
+/// Runs a raw op "below autograd": the views and copies it makes of its inputs
+/// internally are not recorded (see Note [Derived tensors]); only the wrapper's
+/// own node is.
+template <typename F>
+auto raw(F&& f) {
+  NoGradGuard below;
+  return f();
+}
+
+/// True when grad mode is on and some input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const TensorList& inputs);
+
+/// A new N wired to the inputs' gradient edges, or nullptr when nothing needs grad
+/// (then the op records nothing and costs nothing).
+template <typename N>
+std::shared_ptr<N> make_node(const TensorList& inputs) {
+  if (!needs_grad(inputs)) return nullptr;
+  auto node = std::make_shared<N>();
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& x : inputs) node->next_edges.push_back(x.defined() ? gradient_edge(x) : Edge{});
+  return node;
+}
+
+/// Makes `outputs` the outputs of `node` (their grad_fn) and records their metadata.
+void record(const std::shared_ptr<Node>& node, const TensorList& outputs);
+
+/// Sums `grad` over the dims that broadcasting added or stretched, so it has `shape`
+/// (the backward of every broadcasting op).
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+/// True when input i of node needs a gradient (skip computing it otherwise).
+inline bool wants_grad(const Node& node, size_t i) { return i < node.next_edges.size() && node.next_edges[i].valid(); }
+
+}  // namespace frugal::autograd

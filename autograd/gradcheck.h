@@ -1,0 +1,30 @@
+#pragma once
+// Finite-difference gradient checking in float64 (as torch.autograd.gradcheck).
+#include <functional>
+#include <string>
+
+#include "autograd/node.h"
+
+namespace frugal::autograd {
+
+struct GradcheckOptions {
+  double eps = 1e-6;   // central-difference step
+  double atol = 1e-7;
+  double rtol = 1e-5;
+  uint64_t seed = 0;   // for the random projection of the outputs
+};
+
+struct GradcheckResult {
+  bool ok = true;
+  std::string report;  // a table of the worst mismatches when !ok
+};
+
+/// Checks backward of `f` against central differences at `inputs` (float64 CPU
+/// tensors; those with requires_grad are checked). f may return any shape: its
+/// output is projected on a fixed random vector v, and the check compares
+/// v^T J from one backward with (v^T f(x + eps e_i) - v^T f(x - eps e_i)) / 2 eps
+/// for every input element i.
+GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                          const GradcheckOptions& options = {});
+
+}  // namespace frugal::autograd

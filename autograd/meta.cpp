@@ -1,0 +1,46 @@
+#include "autograd/meta.h"
+
+#include "autograd/ops/view.h"
+
+namespace frugal::autograd {
+
+AutogradMeta* meta_of(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  return static_cast<AutogradMeta*>(t.impl().autograd_meta.get());
+}
+
+AutogradMeta& ensure_meta(const Tensor& t) {
+  auto& slot = t.impl().autograd_meta;
+  if (!slot) {
+    install_derived_hook();
+    slot = std::make_shared<AutogradMeta>();
+  }
+  return *static_cast<AutogradMeta*>(slot.get());
+}
+
+bool requires_grad(const Tensor& t) {
+  const AutogradMeta* m = meta_of(t);
+  return m && (m->requires_grad || m->grad_fn);
+}
+
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta* m = meta_of(t);
+  if (!m) return {};
+  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (!m->requires_grad) return {};
+  std::shared_ptr<Node> acc = m->accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    m->accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t nr) {
+  AutogradMeta& m = ensure_meta(t);
+  m.grad_fn = fn;
+  m.output_nr = nr;
+  m.requires_grad = true;
+}
+
+}  // namespace frugal::autograd

@@ -1,0 +1,56 @@
+#include "autograd/node.h"
+
+#include <atomic>
+
+#include "autograd/meta.h"
+#include "tensor/ops/binary.h"
+
+namespace frugal::autograd {
+
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+}
+
+Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+// Iterative teardown (Note [Backward graph]): before this node dies, take every
+// child that only we keep alive; each such child gives up its own children the
+// same way before it is destroyed, so no destructor ever recurses more than once.
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> orphans;
+  auto adopt_children = [&orphans](Node& n) {
+    for (Edge& e : n.next_edges)
+      if (e.fn && e.fn.use_count() == 1) orphans.push_back(std::move(e.fn));
+    n.next_edges.clear();
+  };
+  adopt_children(*this);
+  while (!orphans.empty()) {
+    std::shared_ptr<Node> n = std::move(orphans.back());
+    orphans.pop_back();
+    adopt_children(*n);
+  }  // n is destroyed here with no children left
+}
+
+AccumulateGrad::AccumulateGrad(const Tensor& leaf) : leaf_(leaf.impl_ptr()) {
+  outputs.push_back({leaf.sizes(), leaf.dtype(), leaf.device()});
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl || !grads[0].defined()) return {};
+  Tensor leaf(impl);
+  AutogradMeta& m = ensure_meta(leaf);
+  Tensor g = std::move(grads[0]);
+  if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
+  if (!m.grad.defined()) {
+    // Steal the incoming buffer when nothing else holds it; otherwise copy, since a
+    // later accumulation writes into .grad in place.
+    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
+    m.grad = sole_owner ? g : g.clone();
+  } else {
+    ops::add_(m.grad, g);
+  }
+  return {};
+}
+
+}  // namespace frugal::autograd

@@ -1,0 +1,76 @@
+#pragma once
+// The backward graph: Nodes joined by Edges (as PyTorch's function.h / edge.h).
+//
+// Note [Backward graph]
+// A differentiable op that sees an input requiring grad creates one Node: the
+// backward of that call. The Node's `next_edges` point at the Nodes that
+// produced its inputs (the input's grad_fn, or an AccumulateGrad for a leaf),
+// one edge per input, empty where the input needs no grad. Each output records
+// (grad_fn = node, output_nr = k). backward() walks edges from the loss to the
+// leaves. Nodes are owned through shared_ptr by the tensors that came out of
+// them and by the nodes downstream, so a graph lives exactly as long as some
+// output does; teardown is iterative (see ~Node) so a 100k-long chain cannot
+// overflow the stack.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace frugal::autograd {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> fn;  // null: this input needs no gradient
+  uint32_t input_nr = 0;     // which input of fn the gradient feeds
+  bool valid() const { return fn != nullptr; }
+};
+
+/// What a gradient for one output must look like (to make zeros for unused outputs
+/// and to check shapes of incoming gradients).
+struct OutputMeta {
+  Shape sizes;
+  DType dtype = kFloat32;
+  Device device = kCPU;
+};
+
+using TensorList = std::vector<Tensor>;
+
+class Node {
+ public:
+  Node();
+  virtual ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  /// Gradients w.r.t. this node's outputs in, gradients w.r.t. its inputs out (one per
+  /// next edge; an undefined Tensor where the input needs none).
+  virtual TensorList apply(TensorList&& grad_outputs) = 0;
+  /// The forward op's name, e.g. "MatmulBackward".
+  virtual std::string name() const = 0;
+  /// Frees saved tensors after a backward without retain_graph.
+  virtual void release_saved() {}
+
+  std::vector<Edge> next_edges;
+  std::vector<OutputMeta> outputs;
+  uint64_t sequence_nr;  // creation order: later nodes run first in backward
+  /// Non-leaf outputs whose .grad the user asked to keep (Tensor::retain_grad).
+  std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_outputs;
+  bool released = false; // saved tensors freed: a second backward must throw
+};
+
+/// Accumulates the incoming gradient into a leaf tensor's .grad (the leaf is held weakly:
+/// a graph does not keep the parameters it was built from alive).
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(const Tensor& leaf);
+  TensorList apply(TensorList&& grads) override;
+  std::string name() const override { return "AccumulateGrad"; }
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+}  // namespace frugal::autograd

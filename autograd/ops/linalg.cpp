@@ -1,0 +1,87 @@
+// matmul and linear, forward and backward side by side.
+#include "autograd/ops/linalg.h"
+
+#include "autograd/function.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/reduce.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+// out = a @ b  (both >= 2-D, batch dims broadcast)
+// grad_a = g @ b^T, grad_b = a^T @ g, each summed back over broadcast batch dims.
+struct MatmulBackward final : Node {
+  SavedTensor a, b;
+  std::string name() const override { return "MatmulBackward"; }
+  void release_saved() override { a.reset(), b.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor av = a.unpack(name()), bv = b.unpack(name());
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = autograd::sum_to(ops::matmul(g, bv.transpose(-1, -2)), av.sizes());
+    if (wants_grad(*this, 1)) out[1] = autograd::sum_to(ops::matmul(av.transpose(-1, -2), g), bv.sizes());
+    return out;
+  }
+};
+
+// out = x @ w^T + bias, x: (..., in), w: (out, in)
+// grad_x = g @ w; grad_w = g2^T @ x2 over the flattened rows; grad_bias = sum of g2's rows.
+struct LinearBackward final : Node {
+  SavedTensor x, w;
+  bool has_bias = false;
+  std::string name() const override { return "LinearBackward"; }
+  void release_saved() override { x.reset(), w.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor xv = x.unpack(name()), wv = w.unpack(name());
+    const int64_t out_features = wv.size(0), in_features = wv.size(1);
+    Tensor g2 = g.reshape({-1, out_features});  // (M, out)
+    TensorList result(3);
+    if (wants_grad(*this, 0)) result[0] = ops::matmul(g, wv);
+    if (wants_grad(*this, 1)) result[1] = ops::mm(g2.t(), xv.reshape({-1, in_features}));
+    if (has_bias && wants_grad(*this, 2)) result[2] = ops::sum(g2, {0});
+    return result;
+  }
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  // Vectors become matrices through (differentiable) views, so one backward covers all cases.
+  if (a.dim() == 1 || b.dim() == 1) {
+    FRUGAL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: 0-d operand (", a.describe(), " @ ", b.describe(), ")");
+    const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+    const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    Tensor out = matmul(a2, b2);
+    if (a.dim() == 1) out = out.squeeze(-2);
+    if (b.dim() == 1) out = out.squeeze(-1);
+    return out;
+  }
+  Tensor out = autograd::raw([&] { return ops::matmul(a, b); });
+  if (auto node = make_node<MatmulBackward>({a, b})) {
+    node->a = a;
+    node->b = b;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor out = autograd::raw([&] { return ops::linear(x, weight, bias); });
+  if (auto node = make_node<LinearBackward>({x, weight, bias})) {
+    node->x = x;
+    node->w = weight;
+    node->has_bias = bias.defined();
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+}  // namespace frugal

@@ -1,0 +1,78 @@
+// Backward of the Tensor methods that derive one tensor from another: views,
+// clone/contiguous and to() (see Note [Derived tensors]). One node type, one
+// formula per kind of derivation.
+#include "autograd/function.h"
+#include "autograd/ops/view.h"
+#include "tensor/factory.h"
+#include "tensor/ops/copy.h"
+
+namespace frugal::autograd {
+
+namespace {
+
+class DerivedBackward final : public Node {
+ public:
+  DerivedInfo info;
+  Shape in_sizes;
+  DType in_dtype = kFloat32;
+  Device in_device = kCPU;
+
+  std::string name() const override {
+    switch (info.kind) {
+      case DerivedInfo::Kind::Reshape: return "ViewBackward";
+      case DerivedInfo::Kind::Permute: return "PermuteBackward";
+      case DerivedInfo::Kind::Slice: return "SliceBackward";
+      case DerivedInfo::Kind::Select: return "SelectBackward";
+      case DerivedInfo::Kind::Expand: return "ExpandBackward";
+      case DerivedInfo::Kind::Convert: return "ToCopyBackward";
+      case DerivedInfo::Kind::AsStrided: return "AsStridedBackward";
+    }
+    return "DerivedBackward";
+  }
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    switch (info.kind) {
+      case DerivedInfo::Kind::Reshape: return {g.reshape(in_sizes)};
+      case DerivedInfo::Kind::Permute: {
+        std::vector<int64_t> inverse(info.dims.size());
+        for (size_t i = 0; i < info.dims.size(); ++i) inverse[size_t(info.dims[i])] = int64_t(i);
+        return {g.permute(inverse)};
+      }
+      case DerivedInfo::Kind::Slice: {
+        Tensor gin = zeros(in_sizes, g.options());
+        ops::copy_into(gin.slice(info.dim, info.start, info.end, info.step), g);
+        return {gin};
+      }
+      case DerivedInfo::Kind::Select: {
+        Tensor gin = zeros(in_sizes, g.options());
+        ops::copy_into(gin.select(info.dim, info.start), g);
+        return {gin};
+      }
+      case DerivedInfo::Kind::Expand: return {sum_to(g, in_sizes)};
+      case DerivedInfo::Kind::Convert: return {g.to(in_device, in_dtype)};
+      case DerivedInfo::Kind::AsStrided: break;
+    }
+    FRUGAL_FAIL(name(), ": not differentiable");
+  }
+};
+
+void record_derived(const Tensor& in, const Tensor& out, const DerivedInfo& info) {
+  if (!needs_grad({&in})) return;
+  FRUGAL_CHECK(info.kind != DerivedInfo::Kind::AsStrided, "as_strided: not differentiable in frugal (input ",
+               in.describe(), " requires grad); use view, permute, slice, select or expand");
+  FRUGAL_CHECK(is_floating(out.dtype()), "to: cannot convert ", in.describe(), ", which requires grad, to ",
+               dtype_name(out.dtype()), " (only floating tensors can require grad)");
+  auto node = make_node<DerivedBackward>({in});
+  node->info = info;
+  node->in_sizes = in.sizes();
+  node->in_dtype = in.dtype();
+  node->in_device = in.device();
+  record(node, {out});
+}
+
+}  // namespace
+
+void install_derived_hook() { set_derived_hook(&record_derived); }
+
+}  // namespace frugal::autograd

@@ -1,0 +1,125 @@
+// bench_ops: how fast frugal's raw ops are, next to the peers they are built on.
+//
+//   build/bench/bench_ops [--device cpu|cuda] [--quick]
+//
+// Prints tables, then key figures as "name: value" lines. On the CPU: matmul
+// against a hand-written Eigen product on the same sizes and threads, and the fixed
+// cost of a tiny op and of an allocation. With --device cuda also: elementwise
+// bandwidth as a fraction of cudaMemcpy's, matmul against raw cublasGemmEx, and the
+// caching allocator against cudaMalloc (bench_ops_cuda.cpp). Every figure is the
+// median of repeated runs after warm-up.
+#include <Eigen/Core>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "bench/bench_ops.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/matmul.h"
+
+namespace frugal::bench {
+
+namespace {
+
+// Note [Matmul against raw Eigen]
+// The peer is what a user would write without frugal: Eigen::MatrixXf operands and
+// C.noalias() = A * B into a preallocated C. It is compiled with the same flags as
+// frugal's kernels (bench/meson.build) and runs on the same OpenMP threads, so the
+// ratio measures only frugal's overhead: dispatch, the output allocation and the
+// operand mapping. Runs of the two alternate, so drift on a shared machine hits both.
+void cpu_matmul(const Options& o, KeyFigures& keys) {
+  const int threads = Eigen::nbThreads();
+  Table table(fmt("CPU matmul, float32, square n x n (median; %d threads, Eigen %d.%d.%d)", threads,
+                  EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION),
+              {"n", "runs", "frugal GFLOP/s", "Eigen GFLOP/s", "frugal/Eigen"});
+  const std::vector<int64_t> sizes = o.quick ? std::vector<int64_t>{256, 512, 1024}
+                                             : std::vector<int64_t>{256, 512, 1024, 2048};
+  double checksum = 0;
+  for (int64_t n : sizes) {
+    int reps = n <= 256 ? 60 : n <= 512 ? 25 : n <= 1024 ? 11 : 5;
+    if (o.quick) reps = std::max(3, reps / 3);
+    const Tensor a = randn({n, n}), b = randn({n, n});
+    const Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n);
+    Eigen::MatrixXf C(n, n);
+    auto run_frugal = [&] { checksum += ops::matmul(a, b).data_ptr<float>()[0]; };
+    auto run_eigen = [&] {
+      C.noalias() = A * B;
+      checksum += C(0, 0);
+    };
+    run_frugal(), run_eigen();  // warm-up: threads, caches, the output block
+    std::vector<double> tf, te;
+    for (int i = 0; i < reps; ++i) {
+      tf.push_back(time_median(run_frugal, 0, 1));
+      te.push_back(time_median(run_eigen, 0, 1));
+    }
+    const double flops = 2.0 * double(n) * double(n) * double(n);
+    const double gf = flops / median(tf) * 1e-9, ge = flops / median(te) * 1e-9;
+    table.add({std::to_string(n), std::to_string(reps), fmt("%.1f", gf), fmt("%.1f", ge), fmt("%.3f", gf / ge)});
+    if (n == 1024) keys.add("cpu_matmul_vs_eigen", gf / ge);
+  }
+  table.print();
+  if (checksum == 0.123456789) std::printf("%g\n", checksum);  // keeps the results observable
+}
+
+void cpu_overheads(const Options& o, KeyFigures& keys) {
+  const int blocks = o.quick ? 20 : 100, per_block = 1000;  // 100k calls (20k quick)
+  const Tensor x = ones({1}), y = ones({1});
+  const double add_ns = ns_per_call([&] { Tensor z = ops::add(x, y); }, blocks, per_block);
+  const double empty_ns = ns_per_call([&] { Tensor z = empty({1}); }, blocks, per_block);
+  const Tensor p = ones({2, 2}), q = ones({2, 2});
+  const double mm_ns = ns_per_call([&] { Tensor z = ops::matmul(p, q); }, blocks, per_block);
+  Table table(fmt("CPU fixed costs (median over %d blocks of %d calls)", blocks, per_block), {"call", "ns/call"});
+  table.add({"ops::add of two 1-element float32 tensors", fmt("%.0f", add_ns)});
+  table.add({"frugal::empty({1}) alloc + free", fmt("%.0f", empty_ns)});
+  table.add({"ops::matmul of two 2x2 float32 tensors", fmt("%.0f", mm_ns)});
+  table.print();
+  keys.add("tiny_op_overhead_ns", add_ns, "%.0f");
+  keys.add("cpu_empty_alloc_free_ns", empty_ns, "%.0f");
+}
+
+void usage(const char* argv0) {
+  std::printf("usage: %s [--device cpu|cuda] [--quick]\n", argv0);
+}
+
+}  // namespace
+
+void run_cpu_benchmarks(const Options& o, KeyFigures& keys) {
+  cpu_matmul(o, keys);
+  cpu_overheads(o, keys);
+}
+
+}  // namespace frugal::bench
+
+int main(int argc, char** argv) {
+  using namespace frugal::bench;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const char* arg = argv[i];
+    if (std::strcmp(arg, "--quick") == 0) {
+      o.quick = true;
+    } else if (std::strcmp(arg, "--device") == 0 && i + 1 < argc) {
+      const char* d = argv[++i];
+      if (std::strcmp(d, "cuda") == 0) o.cuda = true;
+      else if (std::strcmp(d, "cpu") != 0) return usage(argv[0]), 2;
+    } else if (std::strncmp(arg, "--device=", 9) == 0) {
+      o.cuda = std::strcmp(arg + 9, "cuda") == 0;
+      if (!o.cuda && std::strcmp(arg + 9, "cpu") != 0) return usage(argv[0]), 2;
+    } else {
+      usage(argv[0]);
+      return std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0 ? 0 : 2;
+    }
+  }
+  std::printf("frugal bench_ops (device: %s%s)\n", o.cuda ? "cuda" : "cpu", o.quick ? ", quick" : "");
+  KeyFigures keys;
+  try {
+    run_cpu_benchmarks(o, keys);
+    if (o.cuda) run_cuda_benchmarks(o, keys);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+    return 1;
+  }
+  keys.print();
+  return 0;
+}

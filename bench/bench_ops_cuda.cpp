@@ -1,0 +1,203 @@
+// bench_ops, CUDA half: elementwise bandwidth vs cudaMemcpy, matmul vs raw
+// cublasGemmEx, the caching allocator vs cudaMalloc. GPU time comes from
+// cudaEvents on the current stream, the median of repeated runs after warm-up.
+#include "bench/bench_ops.h"
+#include "memory/error.h"
+
+#ifdef FRUGAL_WITH_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "memory/allocator.h"
+#include "memory/cuda_check.h"
+#include "memory/stream.h"
+#include "tensor/cuda/cublas_handle.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/unary.h"
+
+namespace frugal::bench {
+
+namespace {
+
+const Device kGpu = cuda(0);
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle); }
+
+/// Median GPU milliseconds of the work `fn()` queues on the current stream.
+class GpuTimer {
+ public:
+  GpuTimer() {
+    FRUGAL_CUDA_CHECK(cudaEventCreate(&start_));
+    FRUGAL_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~GpuTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  GpuTimer(const GpuTimer&) = delete;
+  GpuTimer& operator=(const GpuTimer&) = delete;
+
+  template <typename F>
+  double median_ms(F&& fn, int warmup, int reps) {
+    for (int i = 0; i < warmup; ++i) fn();
+    std::vector<double> t(static_cast<size_t>(reps));
+    for (auto& x : t) {
+      FRUGAL_CUDA_CHECK(cudaEventRecord(start_, stream()));
+      fn();
+      FRUGAL_CUDA_CHECK(cudaEventRecord(stop_, stream()));
+      FRUGAL_CUDA_CHECK(cudaEventSynchronize(stop_));
+      float ms = 0;
+      FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+      x = ms;
+    }
+    return median(std::move(t));
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Note [Elementwise bandwidth]
+// An elementwise op on a large tensor is bound by memory traffic, so its figure is
+// bytes read + written per second, next to a device-to-device cudaMemcpy of the same
+// size (read + write as well) in the same run: the fraction is how close the kernel
+// comes to the best the memory system gives. 256 MiB per tensor is far beyond L2.
+void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
+  constexpr size_t kBytes = size_t(256) << 20;
+  const int reps = o.quick ? 10 : 30;
+  const Tensor src = empty({int64_t(kBytes / 4)}, {kFloat32, kGpu}), dst = empty_like(src);
+  const double copy_ms = timer.median_ms(
+      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, stream())); }, 3,
+      reps);
+  const double copy_gbs = 2.0 * double(kBytes) / (copy_ms * 1e-3) * 1e-9;
+  Table table("CUDA elementwise on 256 MiB tensors (GB/s of bytes read + written, median)",
+              {"op", "dtype", "GB/s", "of memcpy"});
+  table.add({"cudaMemcpy device-to-device", "-", fmt("%.0f", copy_gbs), "1.000"});
+  double worst_f32 = 1e9;
+  for (DType t : {kFloat32, kFloat16}) {
+    const int64_t n = int64_t(kBytes / element_size(t));
+    const Tensor a = randn({n}, {t, kGpu}), b = randn({n}, {t, kGpu});
+    struct Case {
+      const char* name;
+      int tensors;  // tensors of kBytes read or written
+      std::function<void()> run;
+    };
+    const Case cases[] = {
+        {"ops::add", 3, [&] { Tensor c = ops::add(a, b); }},
+        {"ops::mul", 3, [&] { Tensor c = ops::mul(a, b); }},
+        {"ops::relu", 2, [&] { Tensor c = ops::relu(a); }},
+        {"copy (clone)", 2, [&] { Tensor c = a.clone(); }},
+    };
+    for (const Case& c : cases) {
+      const double ms = timer.median_ms(c.run, 3, reps);
+      const double gbs = double(c.tensors) * double(kBytes) / (ms * 1e-3) * 1e-9;
+      table.add({c.name, dtype_name(t), fmt("%.0f", gbs), fmt("%.3f", gbs / copy_gbs)});
+      if (t == kFloat32 && std::string(c.name) != "copy (clone)") worst_f32 = std::min(worst_f32, gbs / copy_gbs);
+    }
+  }
+  table.print();
+  keys.add("gpu_memcpy_gbs", copy_gbs, "%.0f");
+  keys.add("gpu_elementwise_frac_of_copy", worst_f32);
+}
+
+// Note [Matmul against raw cuBLAS]
+// The peer is one cublasGemmEx call with the same types, compute type and stream,
+// on a handle of its own; frugal's figure includes its dispatch and the allocation
+// of the output. float32 runs without TF32 on both sides (CUBLAS_COMPUTE_32F).
+void matmul(const Options& o, KeyFigures& keys, GpuTimer& timer) {
+  cublasHandle_t raw = nullptr;
+  FRUGAL_CUBLAS_CHECK(cublasCreate(&raw));
+  FRUGAL_CUBLAS_CHECK(cublasSetStream(raw, stream()));
+  Table table("CUDA matmul, square n x n x n (TFLOP/s, median; float32 without TF32)",
+              {"dtype", "n", "frugal TFLOP/s", "cuBLAS TFLOP/s", "frugal/cuBLAS"});
+  const std::vector<int64_t> sizes = o.quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192};
+  struct Type {
+    DType dtype;
+    cudaDataType_t blas;
+    const char* key;
+  };
+  for (const Type& ty : {Type{kFloat16, CUDA_R_16F, "gpu_matmul_f16_vs_cublas"},
+                         Type{kBFloat16, CUDA_R_16BF, "gpu_matmul_bf16_vs_cublas"},
+                         Type{kFloat32, CUDA_R_32F, "gpu_matmul_f32_vs_cublas"}}) {
+    double ratio = 0;
+    for (int64_t n : sizes) {
+      const int reps = o.quick ? 5 : (n <= 4096 ? 20 : 10);
+      const Tensor a = randn({n, n}, {ty.dtype, kGpu}), b = randn({n, n}, {ty.dtype, kGpu});
+      const Tensor c = empty({n, n}, {ty.dtype, kGpu});
+      const float alpha = 1, beta = 0;
+      const int ni = int(n);
+      const double f_ms = timer.median_ms([&] { Tensor r = ops::matmul(a, b); }, 3, reps);
+      const double c_ms = timer.median_ms(
+          [&] {  // row-major c = a @ b is column-major c^T = b^T a^T
+            FRUGAL_CUBLAS_CHECK(cublasGemmEx(raw, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data(), ty.blas, ni,
+                                      a.data(), ty.blas, ni, &beta, c.data(), ty.blas, ni, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+          },
+          3, reps);
+      const double tflop = 2.0 * double(n) * double(n) * double(n) * 1e-12;
+      const double tf = tflop / (f_ms * 1e-3), tc = tflop / (c_ms * 1e-3);
+      ratio = tf / tc;  // the key figure is the largest size run
+      table.add({dtype_name(ty.dtype), std::to_string(n), fmt("%.1f", tf), fmt("%.1f", tc), fmt("%.3f", ratio)});
+    }
+    keys.add(ty.key, ratio);
+  }
+  table.print();
+  cublasDestroy(raw);
+}
+
+void allocation(const Options& o, KeyFigures& keys) {
+  constexpr size_t kMiB = size_t(1) << 20;
+  const int blocks = o.quick ? 20 : 100;
+  const double arena_ns = ns_per_call([&] { DataPtr p = memory::allocate(kGpu, kMiB); }, blocks, 1000);
+  const double cuda_ns = 1e9 * time_median(
+                                   [&] {
+                                     void* p = nullptr;
+                                     FRUGAL_CUDA_CHECK(cudaMalloc(&p, kMiB));
+                                     FRUGAL_CUDA_CHECK(cudaFree(p));
+                                   },
+                                   5, o.quick ? 50 : 200);
+  const Tensor x = ones({1}, {kFloat32, kGpu}), y = ones({1}, {kFloat32, kGpu});
+  const double add_ns = ns_per_call([&] { Tensor z = ops::add(x, y); }, blocks, 1000);
+  synchronize(kGpu);
+  Table table("CUDA fixed costs (host ns per call, median)", {"call", "ns/call"});
+  table.add({"memory::allocate + free, 1 MiB (cache hit)", fmt("%.0f", arena_ns)});
+  table.add({"cudaMalloc + cudaFree, 1 MiB", fmt("%.0f", cuda_ns)});
+  table.add({"ops::add of two 1-element float32 tensors (queued)", fmt("%.0f", add_ns)});
+  table.print();
+  keys.add("alloc_free_ns", arena_ns, "%.0f");
+  keys.add("cudamalloc_free_ns", cuda_ns, "%.0f");
+  keys.add("gpu_tiny_op_overhead_ns", add_ns, "%.0f");
+}
+
+}  // namespace
+
+void run_cuda_benchmarks(const Options& o, KeyFigures& keys) {
+  FRUGAL_CHECK(cuda_device_count() > 0, "bench_ops: --device cuda, but no GPU was found");
+  cudaDeviceProp prop{};
+  FRUGAL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("\nGPU: %s (%d SMs, %.0f GiB)\n", prop.name, prop.multiProcessorCount,
+              double(prop.totalGlobalMem) / double(size_t(1) << 30));
+  ops::set_allow_tf32(false);
+  GpuTimer timer;
+  elementwise(o, keys, timer);
+  matmul(o, keys, timer);
+  allocation(o, keys);
+}
+
+}  // namespace frugal::bench
+
+#else  // a build without CUDA
+
+namespace frugal::bench {
+void run_cuda_benchmarks(const Options&, KeyFigures&) {
+  FRUGAL_FAIL("bench_ops: --device cuda, but frugal was built without CUDA (meson setup -Dcuda=enabled)");
+}
+}  // namespace frugal::bench
+
+#endif

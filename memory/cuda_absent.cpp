@@ -1,0 +1,33 @@
+// What a build without CUDA (meson -Dcuda=disabled) answers where cuda_backend.cpp
+// would: no CUDA devices, and an error that says so when one is asked for.
+#if FRUGAL_WITH_CUDA
+#error "cuda_absent.cpp is for builds without CUDA; CUDA builds compile cuda_backend.cpp"
+#endif
+
+#include "memory/backend.h"
+#include "memory/caching_allocator.h"
+#include "memory/error.h"
+
+namespace frugal {
+
+int cuda_device_count() { return 0; }
+
+namespace memory::detail {
+
+void check_cuda_device(Device device, const char* op) {
+  FRUGAL_FAIL(op, ": frugal was built without CUDA (device ", device.str(), ")");
+}
+
+CachingAllocator& cuda_allocator(int index) {
+  FRUGAL_FAIL("allocate: frugal was built without CUDA (device cuda:", index, ")");
+}
+
+std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
+  *page_locked = false;
+  return make_cpu_backend();
+}
+
+void cuda_synchronize(int index) { FRUGAL_FAIL("synchronize: frugal was built without CUDA (device cuda:", index, ")"); }
+
+}  // namespace memory::detail
+}  // namespace frugal

@@ -1,0 +1,208 @@
+// CUDA memory for the caching allocator: cudaMalloc'd device segments, the pinned
+// host pool's cudaHostAlloc'd segments, and the events that make cross-stream
+// reuse safe (Note [Stream-aware reuse] in memory/caching_allocator.h). Compiled
+// only in CUDA builds; cuda_absent.cpp stands in for it otherwise.
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "memory/backend.h"
+#include "memory/caching_allocator.h"
+#include "memory/cuda_check.h"
+
+namespace frugal {
+
+int cuda_device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {  // no driver or no GPU: a CPU-only run
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+namespace memory::detail {
+
+namespace {
+
+// CUDA runtime calls act on the calling thread's current device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) : target_(index) {
+    FRUGAL_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != target_) FRUGAL_CUDA_CHECK(cudaSetDevice(target_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != target_) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int target_;
+};
+
+// cudaMalloc and cudaHostAlloc report a full device as cudaErrorMemoryAllocation,
+// which the allocator answers by freeing its cache; anything else is a real error.
+void* null_if_out_of_memory(cudaError_t err, void* ptr, const char* expr) {
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (err != cudaSuccess) ::frugal::detail::throw_cuda_error(err, expr, __FILE__, __LINE__);
+  return ptr;
+}
+
+// Events are created once and reused: cudaEventCreate costs microseconds, and a
+// multi-stream program records one for every cross-stream block it frees. An
+// event must be recorded on a stream of the device it was created on, so the pool
+// keeps one free list per device. Used under the owning allocator's lock.
+class EventPool {
+ public:
+  struct Event {
+    cudaEvent_t event;
+    int device;
+  };
+
+  void* record(Stream stream) {
+    const int device = stream.device.index;
+    DeviceGuard guard(device);
+    if (free_.size() <= static_cast<size_t>(device)) free_.resize(device + 1);
+    Event* e;
+    if (free_[device].empty()) {
+      e = new Event{nullptr, device};
+      FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming));
+    } else {
+      e = free_[device].back();
+      free_[device].pop_back();
+    }
+    FRUGAL_CUDA_CHECK(cudaEventRecord(e->event, static_cast<cudaStream_t>(stream.handle)));
+    return e;
+  }
+
+  static bool completed(void* event) {
+    cudaError_t err = cudaEventQuery(static_cast<Event*>(event)->event);
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    FRUGAL_CUDA_CHECK(err);
+    return true;
+  }
+
+  static void wait(void* event) { FRUGAL_CUDA_CHECK(cudaEventSynchronize(static_cast<Event*>(event)->event)); }
+
+  void release(void* event) {
+    auto* e = static_cast<Event*>(event);
+    free_[e->device].push_back(e);
+  }
+
+ private:
+  std::vector<std::vector<Event*>> free_;  // by device
+};
+
+class CudaDeviceBackend final : public RawBackend {
+ public:
+  explicit CudaDeviceBackend(int index) : index_(index) {}
+
+  void* allocate_segment(size_t nbytes) override {
+    DeviceGuard guard(index_);
+    void* p = nullptr;
+    return null_if_out_of_memory(cudaMalloc(&p, nbytes), p, "cudaMalloc(&p, nbytes)");
+  }
+
+  void free_segment(void* base, size_t) override {
+    DeviceGuard guard(index_);
+    FRUGAL_CUDA_CHECK(cudaFree(base));
+  }
+
+  size_t total_memory() const override {
+    DeviceGuard guard(index_);
+    size_t free = 0, total = 0;
+    FRUGAL_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total;
+  }
+
+  std::string memory_info() const override {
+    DeviceGuard guard(index_);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return "device free/total n/a";
+    }
+    return "device free " + format_bytes(static_cast<int64_t>(free)) + " / total " +
+           format_bytes(static_cast<int64_t>(total));
+  }
+
+  void* record_event(Stream stream) override { return events_.record(stream); }
+  bool event_completed(void* event) override { return EventPool::completed(event); }
+  void wait_event(void* event) override { EventPool::wait(event); }
+  void release_event(void* event) override { events_.release(event); }
+
+ private:
+  int index_;
+  EventPool events_;
+};
+
+// Page-locked host memory, portable so that every device's copies run async from it.
+class PinnedHostBackend final : public RawBackend {
+ public:
+  void* allocate_segment(size_t nbytes) override {
+    void* p = nullptr;
+    return null_if_out_of_memory(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable), p,
+                                 "cudaHostAlloc(&p, nbytes, cudaHostAllocPortable)");
+  }
+
+  void free_segment(void* base, size_t) override { FRUGAL_CUDA_CHECK(cudaFreeHost(base)); }
+
+  size_t total_memory() const override { return host_physical_memory(); }
+  std::string memory_info() const override { return host_memory_info(); }
+
+  void* record_event(Stream stream) override { return events_.record(stream); }
+  bool event_completed(void* event) override { return EventPool::completed(event); }
+  void wait_event(void* event) override { EventPool::wait(event); }
+  void release_event(void* event) override { events_.release(event); }
+
+ private:
+  EventPool events_;
+};
+
+}  // namespace
+
+void check_cuda_device(Device device, const char* op) {
+  const int count = cuda_device_count();
+  FRUGAL_CHECK(device.is_cuda() && device.index >= 0 && device.index < count, op, ": ", device.str(),
+               " does not exist; this process sees ", count, " CUDA device(s)");
+}
+
+CachingAllocator& cuda_allocator(int index) {
+  // One per device, created together on first use (creating one touches no GPU)
+  // and never destroyed: DataPtrs in static objects may be freed during exit.
+  static const std::vector<CachingAllocator*> allocators = [] {
+    std::vector<CachingAllocator*> v;
+    for (int i = 0; i < cuda_device_count(); ++i)
+      v.push_back(new CachingAllocator(cuda(i).str(), cuda(i), make_cuda_device_backend(i)));
+    return v;
+  }();
+  return *allocators.at(static_cast<size_t>(index));
+}
+
+std::unique_ptr<RawBackend> make_cuda_device_backend(int index) { return std::make_unique<CudaDeviceBackend>(index); }
+
+std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
+  *page_locked = cuda_device_count() > 0;
+  if (!*page_locked) return make_cpu_backend();  // CUDA build on a machine without a GPU
+  return std::make_unique<PinnedHostBackend>();
+}
+
+void cuda_synchronize(int index) {
+  DeviceGuard guard(index);
+  FRUGAL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace memory::detail
+}  // namespace frugal

@@ -1,0 +1,84 @@
+#pragma once
+// The allocator's event trace: a ring buffer of the last N allocations, frees,
+// segment allocations/frees and out-of-memory failures of one device, each with
+// sizes, the memory totals after it, and a tag naming what the program was doing
+// (TraceTag). Off by default; when on, recording an event costs a clock read and
+// a copy into a preallocated slot, under the allocator lock it already holds.
+// A memory profiler replays it: match Alloc/Free by ptr for live blocks, plot
+// allocated_bytes over seq for the timeline.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memory/device.h"
+
+namespace frugal::memory {
+
+enum class TraceAction : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom };
+
+/// "alloc", "free", "segment_alloc", "segment_free", "oom".
+const char* to_string(TraceAction action);
+
+inline constexpr size_t kTraceTagCapacity = 32;  // bytes, with the terminating NUL
+
+struct TraceEvent {
+  uint64_t seq;             ///< position in the device's history; a gap means the ring overwrote events
+  int64_t time_ns;          ///< steady clock
+  TraceAction action;
+  void* ptr;                ///< the block (Alloc, Free) or segment base (Segment*); null for Oom
+  size_t size;              ///< rounded block size, segment size, or for Oom the rounded request
+  size_t requested;         ///< bytes asked for (Alloc, Free, Oom); 0 for segment events
+  void* stream;             ///< stream handle the block or segment belongs to
+  int64_t allocated_bytes;  ///< device totals after the event
+  int64_t reserved_bytes;
+  char tag[kTraceTagCapacity];  ///< the TraceTag active on the thread that caused it ("" if none)
+};
+
+/// Starts recording `device`'s allocator events into a fresh ring of `capacity`
+/// events (the oldest are overwritten). capacity 0 stops recording.
+void enable_trace(Device device, size_t capacity = 65536);
+void disable_trace(Device device);
+/// The recorded events, oldest first (empty if tracing is off).
+std::vector<TraceEvent> trace_events(Device device);
+
+/// One event per line: seq, time (µs since the first event), action, size, ptr, tag, totals.
+std::string trace_to_text(const std::vector<TraceEvent>& events);
+/// A JSON array of objects with the fields of TraceEvent (ptr and stream as hex strings).
+std::string trace_to_json(const std::vector<TraceEvent>& events);
+
+/// Tags the allocator events this thread causes while it lives ("forward",
+/// "layer3.attention"); nests, restoring the outer tag on destruction. Tags longer
+/// than kTraceTagCapacity - 1 bytes are truncated.
+class TraceTag {
+ public:
+  explicit TraceTag(std::string_view tag);
+  ~TraceTag();
+  TraceTag(const TraceTag&) = delete;
+  TraceTag& operator=(const TraceTag&) = delete;
+
+  /// The innermost tag active on this thread ("" if none).
+  static const char* current();
+
+ private:
+  char outer_[kTraceTagCapacity];
+};
+
+namespace detail {
+
+/// The ring itself; owned by a CachingAllocator and used under its lock.
+class TraceRing {
+ public:
+  explicit TraceRing(size_t capacity) : events_(capacity) {}
+  /// Fills in seq, time and tag; the caller fills the rest of `event`.
+  void record(TraceEvent event);
+  std::vector<TraceEvent> events() const;
+
+ private:
+  std::vector<TraceEvent> events_;
+  uint64_t next_seq_ = 0;
+};
+
+}  // namespace detail
+}  // namespace frugal::memory

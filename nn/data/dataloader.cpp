@@ -1,0 +1,242 @@
+#include "nn/data/dataloader.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "memory/allocator.h"
+#include "memory/pinned.h"
+#include "memory/stream.h"
+#include "tensor/philox.h"
+
+namespace frugal::data {
+
+// Note [DataLoader pipeline]
+// One pass runs a producer/consumer pipeline of depth `prefetch`:
+//   worker thread : for each batch in order, gather its rows (one memcpy per sample
+//                   and tensor) into a fresh block of the pinned host pool, and queue it;
+//                   it waits while `prefetch` batches are queued.
+//   next()        : take the oldest queued batch; for a CUDA loader, copy it with
+//                   Tensor::to(device), i.e. cudaMemcpyAsync on the caller's current
+//                   stream, which does not block the host because the source is pinned.
+// The copy is issued by the consumer, not the worker, so it is ordered on the stream the
+// training step runs on (the stream is per thread; the worker's would be the wrong one)
+// and needs no event. The pinned block dies with the host batch as next() returns, while
+// the copy may still be in flight: memory::record_stream(block, stream) makes the pinned
+// pool hold the block back until the copy has completed (see Note [Stream-aware reuse]),
+// so nothing waits and nothing is overwritten early.
+// Errors: the worker catches whatever preparing a batch throws and queues it in that
+// batch's place; next() rethrows it in order and ends the pass. Stopping (a new pass, an
+// abandoned loop, the destructor) sets `stop` and joins; a worker blocked on a full
+// queue wakes up and leaves, so an early `break` never deadlocks.
+
+namespace {
+
+// 64-bit random words of one epoch: Philox4x32-10 keyed by the seed, with the 128-bit
+// counter (k, epoch). A pure function of (seed, epoch, k), independent of the
+// standard library's distributions, so orders are identical on every platform.
+class EpochRandom {
+ public:
+  EpochRandom(uint64_t seed, uint64_t epoch) : seed_(seed), epoch_(epoch) {}
+  // Uniform in [0, bound), bound >= 1, by rejection (no modulo bias).
+  uint64_t below(uint64_t bound) {
+    const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
+    while (true) {
+      const uint64_t r = word();
+      if (r >= threshold) return r % bound;
+    }
+  }
+
+ private:
+  uint64_t word() {
+    const PhiloxResult r = philox4x32_10(uint32_t(k_), uint32_t(k_ >> 32), uint32_t(epoch_), uint32_t(epoch_ >> 32),
+                                         uint32_t(seed_), uint32_t(seed_ >> 32));
+    ++k_;
+    return (uint64_t(r.x[0]) << 32) | r.x[1];
+  }
+  uint64_t seed_, epoch_, k_ = 0;
+};
+
+// Rows `rows[0..count)` of `src` (N, ...), contiguous on the host, into pinned memory: (count, ...).
+Tensor gather_rows(const Tensor& src, const int64_t* rows, int64_t count) {
+  Shape sizes = src.sizes();
+  sizes[0] = count;
+  const size_t row_bytes = size_t(numel_of(Shape(sizes.begin() + 1, sizes.end()))) * src.element_size();
+  DataPtr block = memory::allocate_pinned(size_t(count) * row_bytes);
+  if (row_bytes > 0) {
+    const auto* from = static_cast<const uint8_t*>(src.data());
+    auto* to = static_cast<uint8_t*>(block.get());
+    for (int64_t i = 0; i < count; ++i) std::memcpy(to + size_t(i) * row_bytes, from + size_t(rows[i]) * row_bytes, row_bytes);
+  }
+  return from_data_ptr(std::move(block), sizes, src.dtype());
+}
+
+// `host` (pinned) on `device`, copied asynchronously; see Note [DataLoader pipeline].
+Tensor deliver(const Tensor& host, Device device) {
+  if (device.is_cpu()) return host;
+  Tensor out = host.to(device);
+  memory::record_stream(host.impl().storage->data, current_stream(device));
+  return out;
+}
+
+}  // namespace
+
+Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype) {
+  for (int64_t s : sizes) FRUGAL_CHECK(s >= 0, "from_data_ptr: negative size in ", shape_str(sizes));
+  const size_t nbytes = size_t(numel_of(sizes)) * element_size(dtype);
+  FRUGAL_CHECK(data.size() >= nbytes, "from_data_ptr: ", data.size(), " bytes cannot hold ", dtype_name(dtype),
+               shape_str(sizes), " (", nbytes, " bytes)");
+  auto storage = std::make_shared<Storage>();
+  storage->nbytes = nbytes;
+  storage->data = std::move(data);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+struct DataLoader::Pass {
+  struct Slot {
+    Batch batch;                // host (pinned) tensors
+    std::exception_ptr error;   // set instead when preparing the batch failed
+  };
+  std::vector<int64_t> order;
+  int64_t num_batches = 0;
+  int64_t consumed = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Slot> ready;  // prepared batches, oldest first
+  bool stop = false;
+  std::thread worker;
+};
+
+DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options)
+    : dataset_(dataset), options_(options) {
+  FRUGAL_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size);
+  FRUGAL_CHECK(options_.prefetch >= 0, "DataLoader: prefetch must be >= 0, got ", options_.prefetch);
+  FRUGAL_CHECK(options_.device.is_cpu() || options_.device.index < cuda_device_count(), "DataLoader: device ",
+               options_.device.str(), " is not available (", cuda_device_count(), " CUDA devices visible)");
+}
+
+DataLoader::~DataLoader() { end_pass(); }
+
+int64_t DataLoader::size() const {
+  const int64_t n = dataset_.size(), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void DataLoader::set_epoch(int64_t epoch) {
+  FRUGAL_CHECK(epoch >= 0, "DataLoader::set_epoch: epoch must be >= 0, got ", epoch);
+  next_epoch_ = epoch;
+}
+
+std::vector<int64_t> DataLoader::order(int64_t epoch) const {
+  std::vector<int64_t> order(size_t(dataset_.size()));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  if (options_.shuffle) {  // Fisher-Yates
+    EpochRandom rng(options_.seed, uint64_t(epoch));
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  }
+  return order;
+}
+
+Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t index) const {
+  const int64_t first = index * options_.batch_size;
+  const int64_t count = std::min<int64_t>(options_.batch_size, dataset_.size() - first);
+  const int64_t* rows = order.data() + first;
+  return {gather_rows(dataset_.inputs(), rows, count), gather_rows(dataset_.targets(), rows, count)};
+}
+
+void DataLoader::start_pass() {
+  end_pass();
+  auto pass = std::make_unique<Pass>();
+  pass->order = order(next_epoch_++);
+  pass->num_batches = size();
+  if (options_.prefetch > 0 && pass->num_batches > 0) {
+    Pass* p = pass.get();
+    p->worker = std::thread([this, p] {
+      for (int64_t i = 0; i < p->num_batches; ++i) {
+        {
+          std::unique_lock<std::mutex> lock(p->mu);
+          p->cv.wait(lock, [&] { return p->stop || int64_t(p->ready.size()) < options_.prefetch; });
+          if (p->stop) return;
+        }
+        Pass::Slot slot;
+        try {
+          slot.batch = make_batch(p->order, i);
+        } catch (...) {
+          slot.error = std::current_exception();
+        }
+        const bool failed = slot.error != nullptr;
+        {
+          std::lock_guard<std::mutex> lock(p->mu);
+          p->ready.push_back(std::move(slot));
+        }
+        p->cv.notify_all();
+        if (failed) return;
+      }
+    });
+  }
+  pass_ = std::move(pass);
+}
+
+void DataLoader::end_pass() {
+  if (!pass_) return;
+  {
+    std::lock_guard<std::mutex> lock(pass_->mu);
+    pass_->stop = true;
+  }
+  pass_->cv.notify_all();
+  if (pass_->worker.joinable()) pass_->worker.join();
+  pass_.reset();
+}
+
+bool DataLoader::next(Batch& batch) {
+  if (!pass_) start_pass();
+  Pass& p = *pass_;
+  if (p.consumed == p.num_batches) {
+    end_pass();
+    return false;
+  }
+  Batch host;
+  if (options_.prefetch == 0) {
+    try {
+      host = make_batch(p.order, p.consumed++);
+    } catch (...) {
+      end_pass();
+      throw;
+    }
+  } else {
+    Pass::Slot slot;
+    {
+      std::unique_lock<std::mutex> lock(p.mu);
+      p.cv.wait(lock, [&] { return !p.ready.empty(); });
+      slot = std::move(p.ready.front());
+      p.ready.pop_front();
+    }
+    p.cv.notify_all();
+    ++p.consumed;
+    if (slot.error) {
+      end_pass();
+      std::rethrow_exception(slot.error);
+    }
+    host = std::move(slot.batch);
+  }
+  batch.inputs = deliver(host.inputs, options_.device);
+  batch.targets = deliver(host.targets, options_.device);
+  return true;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  start_pass();
+  return Iterator(this);
+}
+
+}  // namespace frugal::data

@@ -1,0 +1,107 @@
+#pragma once
+// DataLoader: batches of a TensorDataset, shuffled reproducibly, prepared by a
+// background thread so the training loop (and the GPU) never waits for them.
+//
+//   data::DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .seed = 1, .device = cuda()});
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     loader.set_epoch(epoch);
+//     for (data::Batch& b : loader) step(b.inputs, b.targets);
+//   }
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include "memory/data_ptr.h"
+#include "memory/device.h"
+#include "nn/data/dataset.h"
+#include "tensor/tensor.h"
+
+namespace frugal::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;       // with shuffle: the order of epoch e is a function of (seed, e) only
+  bool drop_last = false;  // drop the last batch when it has fewer than batch_size samples
+  Device device = kCPU;    // where batches are delivered
+  int64_t prefetch = 2;    // batches prepared ahead by the worker thread; 0: no thread
+};
+
+/// One batch: rows of the dataset's inputs and targets, (B, ...) each, on the loader's device.
+struct Batch {
+  Tensor inputs, targets;
+};
+
+/// A CPU tensor of `sizes` and `dtype` over `data` (which must hold at least numel *
+/// element_size bytes of host memory); the tensor owns `data` from then on.
+Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype);
+
+/// Iterates a TensorDataset in batches; see Note [DataLoader pipeline] in dataloader.cpp.
+///
+/// A pass over the data (an epoch) starts at begin(), or at next() when none is under
+/// way, and uses epoch number epoch(); each pass started advances that number by one,
+/// and set_epoch() sets it. With shuffle the sample order is a permutation that depends
+/// only on (seed, epoch): runs are reproducible, and epochs differ.
+/// Not copyable or movable (a worker thread refers to it). Use from one thread.
+class DataLoader {
+ public:
+  DataLoader(const TensorDataset& dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Batches in one epoch.
+  int64_t size() const;
+  /// The epoch number of the next pass.
+  int64_t epoch() const { return next_epoch_; }
+  /// The next pass (begin() or next() with no pass under way) uses `epoch`.
+  void set_epoch(int64_t epoch);
+  /// The sample indices of `epoch`, in the order they are delivered (before drop_last).
+  std::vector<int64_t> order(int64_t epoch) const;
+  const DataLoaderOptions& options() const { return options_; }
+
+  /// Moves the next batch of the current pass into `batch` and returns true; at the end
+  /// of the pass returns false (and the next call starts a new pass). An error raised
+  /// while preparing a batch is rethrown here, in order, and ends the pass.
+  bool next(Batch& batch);
+
+  /// Input iterator over one pass; `for (Batch& b : loader)`. Leaving the loop early is
+  /// fine: the next begin() (or the destructor) stops the worker.
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Batch& operator*() { return batch_; }
+    Batch* operator->() { return &batch_; }
+    Iterator& operator++() {
+      done_ = !loader_->next(batch_);
+      return *this;
+    }
+    bool operator==(std::default_sentinel_t) const { return done_; }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(DataLoader* loader) : loader_(loader) { ++*this; }
+    DataLoader* loader_;
+    Batch batch_;
+    bool done_ = false;
+  };
+  /// Starts a new pass (abandoning any pass under way) and returns its first position.
+  Iterator begin();
+  std::default_sentinel_t end() { return {}; }
+
+ private:
+  struct Pass;
+  void start_pass();
+  void end_pass();
+  Batch make_batch(const std::vector<int64_t>& order, int64_t index) const;
+
+  TensorDataset dataset_;
+  DataLoaderOptions options_;
+  int64_t next_epoch_ = 0;
+  std::unique_ptr<Pass> pass_;
+};
+
+}  // namespace frugal::data

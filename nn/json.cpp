@@ -1,0 +1,349 @@
+#include "nn/json.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "memory/error.h"
+
+namespace frugal::json {
+
+namespace {
+
+// Recursive descent over `text`. Every read goes through peek()/at_end(), which
+// check the position against the end first: no input can make it read out of bounds.
+class Parser {
+ public:
+  Parser(std::string_view text, int max_depth) : text_(text), max_depth_(max_depth) {}
+
+  Value document() {
+    skip_space();
+    Value v = value(0);
+    skip_space();
+    if (!at_end()) fail("unexpected '", printable(peek()), "' after the value");
+    return v;
+  }
+
+ private:
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... what) const {
+    FRUGAL_FAIL("JSON: ", what..., " at byte ", pos_);
+  }
+
+  static std::string printable(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7F) return std::string(1, c);
+    static const char* hex = "0123456789abcdef";
+    return std::string("\\x") + hex[u >> 4] + hex[u & 15];
+  }
+
+  bool at_end() const { return pos_ >= text_.size(); }
+  char peek() const { return at_end() ? '\0' : text_[pos_]; }
+
+  void skip_space() {
+    while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r')) ++pos_;
+  }
+
+  void expect(char c) {
+    if (at_end()) fail("expected '", c, "' but the text ended");
+    if (peek() != c) fail("expected '", c, "' but found '", printable(peek()), "'");
+    ++pos_;
+  }
+
+  Value value(int depth) {
+    if (at_end()) fail("expected a value but the text ended");
+    const char c = peek();
+    if (c == '{' || c == '[') {
+      if (depth >= max_depth_) fail("values nested deeper than ", max_depth_, " levels");
+      return c == '{' ? object(depth + 1) : array(depth + 1);
+    }
+    Value v;
+    if (c == '"') {
+      v.type = Value::Type::String;
+      v.text = string();
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      v.type = Value::Type::Number;
+      v.text = number();
+    } else if (literal("true")) {
+      v.type = Value::Type::Bool;
+      v.boolean = true;
+    } else if (literal("false")) {
+      v.type = Value::Type::Bool;
+    } else if (!literal("null")) {
+      fail("unexpected '", printable(c), "'");
+    }
+    return v;
+  }
+
+  bool literal(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  Value object(int depth) {
+    Value v;
+    v.type = Value::Type::Object;
+    std::vector<size_t> key_pos;  // where each key starts, for the duplicate-key message
+    expect('{');
+    skip_space();
+    if (peek() == '}') {
+      ++pos_;
+      return v;
+    }
+    while (true) {
+      skip_space();
+      if (peek() != '"') fail("expected a string key");
+      key_pos.push_back(pos_);
+      std::string key = string();
+      skip_space();
+      expect(':');
+      skip_space();
+      v.members.push_back({std::move(key), value(depth)});
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      expect('}');
+      break;
+    }
+    // Duplicate keys: sort member indices by key and compare neighbours.
+    std::vector<size_t> order(v.members.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v.members[a].key < v.members[b].key; });
+    for (size_t i = 1; i < order.size(); ++i) {
+      const std::string& key = v.members[order[i]].key;
+      if (key == v.members[order[i - 1]].key) {
+        pos_ = key_pos[std::max(order[i], order[i - 1])];  // the second occurrence
+        fail("duplicate key ", quote(key));
+      }
+    }
+    return v;
+  }
+
+  Value array(int depth) {
+    Value v;
+    v.type = Value::Type::Array;
+    expect('[');
+    skip_space();
+    if (peek() == ']') {
+      ++pos_;
+      return v;
+    }
+    while (true) {
+      skip_space();
+      v.items.push_back(value(depth));
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      expect(']');
+      return v;
+    }
+  }
+
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  std::string number() {
+    const size_t start = pos_;
+    auto digits = [&] {
+      const size_t from = pos_;
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+      if (pos_ == from) fail("expected a digit in the number");
+    };
+    if (peek() == '-') ++pos_;
+    if (peek() == '0') {
+      ++pos_;
+      if (peek() >= '0' && peek() <= '9') fail("leading zero in the number");
+    } else {
+      digits();
+    }
+    if (peek() == '.') {
+      ++pos_;
+      digits();
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++pos_;
+      if (peek() == '+' || peek() == '-') ++pos_;
+      digits();
+    }
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  unsigned hex4() {
+    unsigned v = 0;
+    for (int i = 0; i < 4; ++i) {
+      if (at_end()) fail("the text ended inside a \\u escape");
+      const char c = peek();
+      unsigned d;
+      if (c >= '0' && c <= '9') d = unsigned(c - '0');
+      else if (c >= 'a' && c <= 'f') d = unsigned(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') d = unsigned(c - 'A' + 10);
+      else fail("bad hex digit '", printable(c), "' in a \\u escape");
+      v = v * 16 + d;
+      ++pos_;
+    }
+    return v;
+  }
+
+  static void append_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xC0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += char(0xE0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    } else {
+      out += char(0xF0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3F));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    }
+  }
+
+  // Copies one well-formed UTF-8 sequence starting at pos_ (first byte >= 0x80), or fails.
+  // Rejects overlong forms, surrogates (U+D800..U+DFFF) and code points above U+10FFFF.
+  void utf8_sequence(std::string& out) {
+    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text_[pos_ + i]); };
+    const unsigned b0 = byte(0);
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
+    else if (b0 == 0xE0) len = 3, lo = 0xA0;
+    else if (b0 >= 0xE1 && b0 <= 0xEC) len = 3;
+    else if (b0 == 0xED) len = 3, hi = 0x9F;
+    else if (b0 >= 0xEE && b0 <= 0xEF) len = 3;
+    else if (b0 == 0xF0) len = 4, lo = 0x90;
+    else if (b0 >= 0xF1 && b0 <= 0xF3) len = 4;
+    else if (b0 == 0xF4) len = 4, hi = 0x8F;
+    else fail("invalid UTF-8 byte ", printable(char(b0)), " in a string");
+    if (text_.size() - pos_ < len) fail("truncated UTF-8 sequence in a string");
+    for (size_t i = 1; i < len; ++i) {
+      const unsigned b = byte(i);
+      if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) fail("invalid UTF-8 sequence in a string");
+    }
+    out.append(text_.substr(pos_, len));
+    pos_ += len;
+  }
+
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (at_end()) fail("unterminated string");
+      const char c = peek();
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"') {
+        ++pos_;
+        return out;
+      }
+      if (u < 0x20) fail("unescaped control character ", printable(c), " in a string");
+      if (u >= 0x80) {
+        utf8_sequence(out);
+        continue;
+      }
+      ++pos_;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (at_end()) fail("unterminated escape in a string");
+      const char e = peek();
+      ++pos_;
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in a \\u escape");
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (!literal("\\u")) fail("high surrogate not followed by a low surrogate");
+            const unsigned low = hex4();
+            if (low < 0xDC00 || low > 0xDFFF) fail("high surrogate not followed by a low surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          }
+          append_utf8(out, cp);
+          break;
+        }
+        default: --pos_; fail("invalid escape '\\", printable(e), "' in a string");
+      }
+    }
+  }
+
+  std::string_view text_;
+  int max_depth_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::optional<uint64_t> Value::as_uint64() const {
+  if (type != Type::Number || text.empty()) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;  // sign, fraction or exponent
+    if (__builtin_mul_overflow(v, uint64_t(10), &v) || __builtin_add_overflow(v, uint64_t(c - '0'), &v))
+      return std::nullopt;
+  }
+  return v;
+}
+
+const Value* Value::find(std::string_view key) const {
+  for (const auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const char* type_name(Value::Type type) {
+  switch (type) {
+    case Value::Type::Null: return "null";
+    case Value::Type::Bool: return "boolean";
+    case Value::Type::Number: return "number";
+    case Value::Type::String: return "string";
+    case Value::Type::Array: return "array";
+    case Value::Type::Object: return "object";
+  }
+  return "?";
+}
+
+Value parse(std::string_view text, int max_depth) { return Parser(text, max_depth).document(); }
+
+std::string quote(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (u < 0x20) {
+          out += "\\u00";
+          out += hex[u >> 4];
+          out += hex[u & 15];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace frugal::json

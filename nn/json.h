@@ -1,0 +1,57 @@
+#pragma once
+// A small, strict JSON reader and the one writer helper the safetensors header
+// needs. Strict means RFC 8259 and nothing more: no comments, no trailing commas,
+// no NaN, strings must be valid UTF-8, and (beyond the RFC, which leaves it open)
+// an object may not repeat a key. Input comes from files we do not trust, so the
+// parser never reads past the text it is given and limits how deeply values nest.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace frugal::json {
+
+struct Member;
+
+/// One parsed JSON value. Objects keep their members in document order; numbers keep
+/// the literal as written, so integers of any size are read exactly (see as_uint64).
+struct Value {
+  enum class Type : uint8_t { Null, Bool, Number, String, Array, Object };
+
+  Type type = Type::Null;
+  bool boolean = false;                                // Bool
+  std::string text;                                    // String: decoded UTF-8; Number: the literal
+  std::vector<Value> items;                            // Array
+  std::vector<Member> members;                         // Object, in document order, keys unique
+
+  bool is_string() const { return type == Type::String; }
+  bool is_array() const { return type == Type::Array; }
+  bool is_object() const { return type == Type::Object; }
+  /// The number when it is a non-negative integer literal (no sign, fraction or
+  /// exponent) that fits in 64 bits; nullopt otherwise.
+  std::optional<uint64_t> as_uint64() const;
+  /// The member named `key` of an object, or nullptr.
+  const Value* find(std::string_view key) const;
+};
+
+/// One member of an object.
+struct Member {
+  std::string key;
+  Value value;
+};
+
+/// "null", "boolean", "number", "string", "array" or "object", for error messages.
+const char* type_name(Value::Type type);
+
+/// Parses one JSON document. Whitespace may surround it; anything else after it is an
+/// error. Nesting deeper than `max_depth` arrays/objects is rejected (the parser is
+/// recursive). Throws frugal::Error "JSON: <what> at byte <offset>".
+Value parse(std::string_view text, int max_depth = 64);
+
+/// `s` as a JSON string literal, escaped exactly as serde_json (the writer behind the
+/// Python safetensors library) escapes: `"` and `\`, \b \t \n \f \r, other control
+/// characters as \u00XX; everything else, UTF-8 included, verbatim.
+std::string quote(std::string_view s);
+
+}  // namespace frugal::json

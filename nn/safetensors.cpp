@@ -1,0 +1,419 @@
+#include "nn/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "nn/json.h"
+#include "tensor/factory.h"
+#include "tensor/ops/copy.h"
+
+namespace frugal::nn {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; so must the host be");
+
+// Note [safetensors validation]
+// A checkpoint is untrusted input (it may come from anywhere, and a truncated
+// download is common), so parse_safetensors checks every field before it touches a
+// byte of data, with the rules of the reference implementation (safetensors'
+// tensor.rs, Metadata::validate):
+//   - at least 8 bytes; the header length N at most 100 MB and at most what follows it;
+//   - the header is strict JSON (nn/json.h: UTF-8, no duplicate keys), an object whose
+//     "__metadata__" member, if any, maps strings to strings, and whose other members
+//     are {"dtype": string, "shape": [uint...], "data_offsets": [begin, end]}, no more;
+//   - numel * element_size neither overflows nor differs from end - begin;
+//   - every range lies inside the data, and sorted by offset the ranges tile the data
+//     exactly: no overlap, no hole between tensors, nothing unused at the end.
+// All arithmetic is done in uint64 with overflow checks, so the checks themselves
+// cannot wrap. Only then are tensors allocated and filled.
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // as the Python library
+
+// The dtypes frugal maps. `order` is the position in the Rust library's Dtype enum
+// (BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64),
+// which its writer sorts by, widest alignment first.
+struct DtypeEntry {
+  const char* name;
+  DType dtype;
+  int order;
+};
+constexpr DtypeEntry kDtypes[] = {
+    {"F32", kFloat32, 11}, {"F16", kFloat16, 7}, {"BF16", kBFloat16, 8}, {"F64", kFloat64, 12},
+    {"I32", kInt32, 9},    {"I64", kInt64, 13},  {"BOOL", kBool, 0},
+};
+// Valid safetensors dtypes that frugal has no type for.
+constexpr const char* kUnsupportedDtypes[] = {"U8",  "I8",  "I16",     "U16",     "U32",     "U64",
+                                              "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+
+const DtypeEntry& entry_for(DType t) {
+  for (const auto& e : kDtypes)
+    if (e.dtype == t) return e;
+  FRUGAL_FAIL("save_safetensors: no safetensors dtype for ", dtype_name(t));
+}
+
+std::string json_shape(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// ---- reading ------------------------------------------------------------------------
+
+struct TensorEntry {
+  const std::string* name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// Throws "safetensors: <source>: <what>".
+template <typename... Args>
+[[noreturn]] void bad_file(const std::string& source, const Args&... what) {
+  FRUGAL_FAIL("safetensors: ", source, ": ", what...);
+}
+
+std::string describe_value(const json::Value& v) {
+  if (v.type == json::Value::Type::Number) return "the number " + v.text;
+  const bool vowel = v.type == json::Value::Type::Array || v.type == json::Value::Type::Object;
+  return std::string(vowel ? "an " : "a ") + json::type_name(v.type);
+}
+
+TensorEntry read_entry(const std::string& source, const std::string& name, const json::Value& info) {
+  const std::string tensor = "tensor " + json::quote(name);
+  if (!info.is_object()) bad_file(source, tensor, ": entry is ", describe_value(info), ", expected an object");
+  for (const auto& [key, unused] : info.members)
+    if (key != "dtype" && key != "shape" && key != "data_offsets")
+      bad_file(source, tensor, ": unknown field ", json::quote(key), " (expected dtype, shape, data_offsets)");
+  const json::Value* dtype = info.find("dtype");
+  const json::Value* shape = info.find("shape");
+  const json::Value* offsets = info.find("data_offsets");
+  if (!dtype || !shape || !offsets)
+    bad_file(source, tensor, ": missing field \"", !dtype ? "dtype" : !shape ? "shape" : "data_offsets", "\"");
+
+  TensorEntry e{&name, kFloat32, {}, 0, 0};
+  // dtype
+  if (!dtype->is_string()) bad_file(source, tensor, ": dtype is ", describe_value(*dtype), ", expected a string");
+  const DtypeEntry* found = nullptr;
+  for (const auto& d : kDtypes)
+    if (dtype->text == d.name) found = &d;
+  if (!found) {
+    for (const char* u : kUnsupportedDtypes)
+      if (dtype->text == u)
+        bad_file(source, tensor, ": unsupported dtype ", u, " (frugal reads F32, F16, BF16, F64, I32, I64, BOOL)");
+    bad_file(source, tensor, ": unknown dtype ", json::quote(dtype->text));
+  }
+  e.dtype = found->dtype;
+
+  // shape
+  if (!shape->is_array()) bad_file(source, tensor, ": shape is ", describe_value(*shape), ", expected an array");
+  uint64_t nbytes = element_size(e.dtype);
+  for (size_t i = 0; i < shape->items.size(); ++i) {
+    const std::optional<uint64_t> d = shape->items[i].as_uint64();
+    if (!d || *d > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad_file(source, tensor, ": shape[", i, "] is ", describe_value(shape->items[i]),
+               ", expected a non-negative integer");
+    e.shape.push_back(int64_t(*d));
+  }
+  // numel * element_size: a zero anywhere makes it 0, even if the others would overflow.
+  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) {
+    nbytes = 0;
+  } else {
+    for (int64_t d : e.shape)
+      if (__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) ||
+          nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
+        bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name, " overflows 64-bit byte counts");
+  }
+
+  // data_offsets
+  std::optional<uint64_t> begin, end;
+  if (offsets->is_array() && offsets->items.size() == 2) {
+    begin = offsets->items[0].as_uint64();
+    end = offsets->items[1].as_uint64();
+  }
+  if (!begin || !end)
+    bad_file(source, tensor, ": data_offsets must be an array of two non-negative integers [begin, end]");
+  e.begin = *begin;
+  e.end = *end;
+  if (e.begin > e.end) bad_file(source, tensor, ": data_offsets [", e.begin, ", ", e.end, "] are not ordered");
+  if (e.end - e.begin != nbytes)
+    bad_file(source, tensor, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes but ",
+             found->name, " ", json_shape(e.shape), " needs ", nbytes);
+  return e;
+}
+
+SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std::string& source) {
+  if (size < 8) bad_file(source, "file is ", size, " bytes, too short for the 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
+  if (n > kMaxHeaderBytes) bad_file(source, "header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  if (n > size - 8)
+    bad_file(source, "header length ", n, " exceeds the ", size - 8, " bytes that follow it (file is ", size,
+             " bytes)");
+  const std::string_view text(reinterpret_cast<const char*>(data + 8), size_t(n));
+  json::Value header;
+  try {
+    header = json::parse(text);
+  } catch (const Error& e) {
+    std::string what = e.what();  // "JSON: ... at byte N  [json.cpp:L]": drop the source location
+    what = what.substr(0, std::min(what.size(), what.rfind("  [")));
+    bad_file(source, "header is not valid JSON: ", what);
+  }
+  if (!header.is_object()) bad_file(source, "header is ", describe_value(header), ", expected a JSON object");
+
+  const uint64_t data_size = size - 8 - n;
+  const uint8_t* base = data + 8 + n;
+  SafetensorsFile out;
+  std::vector<TensorEntry> entries;
+  for (const auto& [name, value] : header.members) {
+    if (name == "__metadata__") {
+      if (!value.is_object())
+        bad_file(source, "\"__metadata__\" is ", describe_value(value), ", expected an object of strings");
+      for (const auto& [key, v] : value.members) {
+        if (!v.is_string())
+          bad_file(source, "\"__metadata__\" value for key ", json::quote(key), " is ", describe_value(v),
+                   ", expected a string");
+        out.metadata.emplace(key, v.text);
+      }
+      continue;
+    }
+    TensorEntry e = read_entry(source, name, value);
+    if (e.end > data_size)
+      bad_file(source, "tensor ", json::quote(name), ": data_offsets [", e.begin, ", ", e.end,
+               "] run past the end of the data (", data_size, " bytes: the file is ", size,
+               " bytes and its data starts at byte ", 8 + n, ")");
+    entries.push_back(std::move(e));
+  }
+
+  // The ranges must tile [0, data_size): sorted by (begin, end), each starts where the last ended.
+  std::sort(entries.begin(), entries.end(),
+            [](const TensorEntry& a, const TensorEntry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  uint64_t covered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TensorEntry& e = entries[i];
+    if (e.begin < covered)
+      bad_file(source, "tensor ", json::quote(*e.name), ": data_offsets [", e.begin, ", ", e.end, "] overlap tensor ",
+               json::quote(*entries[i - 1].name), " [", entries[i - 1].begin, ", ", entries[i - 1].end, "]");
+    if (e.begin > covered) {
+      if (i == 0)
+        bad_file(source, "tensor ", json::quote(*e.name), ": the data has a hole of ", e.begin,
+                 " bytes before it (the first tensor must begin at offset 0)");
+      bad_file(source, "tensor ", json::quote(*e.name), ": the data has a hole of ", e.begin - covered,
+               " bytes between tensor ", json::quote(*entries[i - 1].name), " (ends at ", covered,
+               ") and this tensor (begins at ", e.begin, ")");
+    }
+    covered = e.end;
+  }
+  if (covered != data_size)
+    bad_file(source, "the tensors cover ", covered, " bytes of data but the file holds ", data_size, " (",
+             data_size - covered, " unused bytes at the end of the file)");
+
+  for (const TensorEntry& e : entries) {
+    Tensor t = empty(e.shape, {e.dtype, kCPU});
+    const size_t nbytes = size_t(e.end - e.begin);
+    if (e.dtype == kBool) {  // any nonzero byte is true; a C++ bool must hold exactly 0 or 1
+      auto* dst = static_cast<uint8_t*>(t.data());
+      for (size_t i = 0; i < nbytes; ++i) dst[i] = base[e.begin + i] != 0;
+    } else if (nbytes) {
+      std::memcpy(t.data(), base + e.begin, nbytes);
+    }
+    out.tensors.emplace(*e.name, device.is_cpu() ? t : t.to(device));
+  }
+  return out;
+}
+
+// ---- writing ------------------------------------------------------------------------
+
+// Call right after the failing system call, while errno still describes it.
+[[noreturn]] void io_error(const char* what, const std::string& path, const std::string& to = "") {
+  const int err = errno;
+  FRUGAL_FAIL("save_safetensors: cannot ", what, " ", path, to.empty() ? "" : " to ", to, ": ", std::strerror(err));
+}
+
+// The temporary file of one save: removed unless commit() renamed it into place.
+class TempFile {
+ public:
+  explicit TempFile(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) io_error("create", path_);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+
+  // Buffers small pieces (the header, small tensors) into few large writes.
+  void write(const void* p, size_t n) {
+    if (buffer_.size() + n > kBufferBytes) flush();
+    if (n >= kBufferBytes) {
+      write_all(p, n);
+    } else {
+      const auto* bytes = static_cast<const uint8_t*>(p);
+      buffer_.insert(buffer_.end(), bytes, bytes + n);
+    }
+  }
+
+  void commit(const std::string& target) {
+    flush();
+    if (::fsync(fd_) != 0) io_error("fsync", path_);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) io_error("close", path_);
+    if (::rename(path_.c_str(), target.c_str()) != 0) io_error("rename", path_, target);
+    committed_ = true;
+    // Make the rename itself durable. The file is complete and in place already, so a
+    // directory that cannot be opened or synced (some filesystems) is not an error.
+    const size_t slash = target.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  static constexpr size_t kBufferBytes = size_t(4) << 20;
+
+  void flush() {
+    write_all(buffer_.data(), buffer_.size());
+    buffer_.clear();
+  }
+  void write_all(const void* p, size_t n) {
+    const auto* bytes = static_cast<const uint8_t*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, bytes, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) io_error("write", path_);
+      bytes += w;
+      n -= size_t(w);
+    }
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::vector<uint8_t> buffer_;
+};
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, Device device) {
+  return parse(data, size, device, "<memory buffer>");
+}
+
+SafetensorsFile load_safetensors(const std::string& path, Device device) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    FRUGAL_FAIL("load_safetensors: cannot open ", path, ": ", std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    FRUGAL_FAIL("load_safetensors: cannot stat ", path, ": ", std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    FRUGAL_FAIL("load_safetensors: ", path, " is not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : "");
+  }
+  // Mapped, not read: a multi-GB checkpoint is not held twice (file bytes + tensors).
+  const size_t size = size_t(st.st_size);
+  void* map = nullptr;
+  if (size > 0) {
+    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      FRUGAL_FAIL("load_safetensors: cannot map ", path, ": ", std::strerror(err));
+    }
+    ::madvise(map, size, MADV_SEQUENTIAL);
+  }
+  ::close(fd);  // the mapping stays valid
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() {
+      if (p) ::munmap(p, n);
+    }
+  } unmap{map, size};
+  return parse(static_cast<const uint8_t*>(map), size, device, path);
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  // Check everything before creating a file.
+  std::vector<const std::pair<std::string, Tensor>*> order;
+  for (const auto& item : tensors) {
+    const auto& [name, t] = item;
+    FRUGAL_CHECK(name != "__metadata__", "save_safetensors: ", path,
+                 ": \"__metadata__\" is reserved and cannot name a tensor");
+    FRUGAL_CHECK(t.defined(), "save_safetensors: ", path, ": tensor ", json::quote(name), " is undefined");
+    order.push_back(&item);
+  }
+  // As the Python library: widest dtype first, then by name (bytewise).
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    const int oa = entry_for(a->second.dtype()).order, ob = entry_for(b->second.dtype()).order;
+    return oa != ob ? oa > ob : a->first < b->first;
+  });
+  for (size_t i = 1; i < order.size(); ++i)
+    FRUGAL_CHECK(order[i]->first != order[i - 1]->first, "save_safetensors: ", path, ": tensor ",
+                 json::quote(order[i]->first), " appears twice");
+
+  // The header, byte for byte as serde_json writes the library's Metadata: no spaces,
+  // "__metadata__" first, then each tensor's {"dtype","shape","data_offsets"}.
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      header += (first ? "" : ",") + json::quote(k) + ":" + json::quote(v);
+      first = false;
+    }
+    header += "}";
+  }
+  uint64_t offset = 0;
+  for (const auto* item : order) {
+    const Tensor& t = item->second;
+    const uint64_t nbytes = uint64_t(t.numel()) * t.element_size();
+    if (header.size() > 1) header += ",";
+    header += json::quote(item->first) + ":{\"dtype\":\"" + entry_for(t.dtype()).name + "\",\"shape\":" +
+              json_shape(t.sizes()) + ",\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + nbytes) + "]}";
+    offset += nbytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+
+  TempFile file(path + ".tmp." + std::to_string(::getpid()));
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+  file.write(length, 8);
+  file.write(header.data(), header.size());
+  for (const auto* item : order) {
+    const Tensor& t = item->second;
+    if (t.numel() == 0) continue;
+    Tensor host = t;
+    if (!t.device().is_cpu() || !t.is_contiguous()) {  // a raw copy: saving never records autograd history
+      host = empty(t.sizes(), {t.dtype(), kCPU});
+      ops::copy_into(host, t);
+    }
+    file.write(host.data(), size_t(host.numel()) * host.element_size());
+  }
+  file.commit(path);
+}
+
+}  // namespace frugal::nn

@@ -1,0 +1,119 @@
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "optim/step_util.h"
+#include "tensor/factory.h"
+
+namespace frugal::optim {
+
+namespace {
+
+using detail::one_group;
+
+
+AdamOptions as_adam(const AdamWOptions& o) {
+  return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay,
+          .amsgrad = o.amsgrad, .maximize = o.maximize};
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(one_group(std::move(params)), options) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam("Adam", std::move(groups), options, false) {}
+
+Adam::Adam(const char* name, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
+    : Optimizer(name), options_(options), decoupled_(decoupled) {
+  FRUGAL_CHECK(!groups.empty(), name, ": got an empty parameter list");
+  for (ParamGroup& g : groups) add_param_group(std::move(g));
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : AdamW(one_group(std::move(params)), options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Adam("AdamW", std::move(groups), as_adam(options), true) {}
+
+std::vector<Optimizer::HyperParam> Adam::hyperparams() const {
+  return {{.name = "beta1", .real = &ParamGroup::beta1, .option = options_.beta1},
+          {.name = "beta2", .real = &ParamGroup::beta2, .option = options_.beta2},
+          {.name = "eps", .real = &ParamGroup::eps, .option = options_.eps},
+          {.name = "weight_decay", .real = &ParamGroup::weight_decay, .option = options_.weight_decay},
+          {.name = "amsgrad", .flag = &ParamGroup::amsgrad, .option = double(options_.amsgrad)},
+          {.name = "maximize", .flag = &ParamGroup::maximize, .option = double(options_.maximize)}};
+}
+
+void Adam::check_group(const ParamGroup& group, size_t g) const {
+  FRUGAL_CHECK(group.lr >= 0, name(), ": param group ", g, ": invalid learning rate ", group.lr);
+  FRUGAL_CHECK(*group.eps >= 0, name(), ": param group ", g, ": invalid eps ", *group.eps);
+  FRUGAL_CHECK(*group.beta1 >= 0 && *group.beta1 < 1, name(), ": param group ", g, ": invalid beta1 ", *group.beta1,
+               " (must be in [0, 1))");
+  FRUGAL_CHECK(*group.beta2 >= 0 && *group.beta2 < 1, name(), ": param group ", g, ": invalid beta2 ", *group.beta2,
+               " (must be in [0, 1))");
+  FRUGAL_CHECK(*group.weight_decay >= 0, name(), ": param group ", g, ": invalid weight_decay ", *group.weight_decay);
+}
+
+void Adam::check_state(const ParamState& st, const std::string& prefix) const {
+  FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix,
+               "exp_avg and ", prefix, "exp_avg_sq must be given together");
+  FRUGAL_CHECK(st.step == 0 || st.buffers[0].defined(), name(), ".load_state_dict: ", prefix, "step is ", st.step,
+               " but ", prefix, "exp_avg is missing");
+}
+
+void Adam::step() {
+  autograd::NoGradGuard no_grad;
+  std::vector<detail::StepTensors> stepped;
+  detail::Batches<detail::AdamEntry> batches;
+  size_t index = 0;
+  for (const ParamGroup& group : param_groups()) {
+    for (const Tensor& p : group.params) {
+      const Tensor grad = checked_grad(p, index++);
+      if (!grad.defined()) continue;
+      const detail::StepTensors& t = stepped.emplace_back(p, grad);
+      ParamState& st = state_for(p);
+      uint32_t flags = 0;
+      const TensorOptions state_opts(state_dtype(p.dtype()), p.device());
+      if (!st.buffers[0].defined()) {  // first step: the kernel starts the moments at zero
+        st.buffers[0] = empty(p.sizes(), state_opts);
+        st.buffers[1] = empty(p.sizes(), state_opts);
+        flags |= detail::kAdamFreshMoments;
+      }
+      if (*group.amsgrad) {
+        flags |= detail::kAdamAmsgrad;
+        if (!st.buffers[2].defined()) {
+          st.buffers[2] = empty(p.sizes(), state_opts);
+          flags |= detail::kAdamFreshMax;
+        }
+      }
+      if (decoupled_) flags |= detail::kAdamDecoupled;
+      if (*group.maximize) flags |= detail::kAdamMaximize;
+      st.step += 1;
+      const double beta1 = *group.beta1, beta2 = *group.beta2;
+      const double bias_correction1 = 1.0 - std::pow(beta1, double(st.step));
+      const double bias_correction2 = 1.0 - std::pow(beta2, double(st.step));
+      if (p.numel() == 0) continue;
+      batches.add(p.device(), p.dtype(),
+                  {.param = t.work.data(),
+                   .grad = t.grad.data(),
+                   .exp_avg = st.buffers[0].data(),
+                   .exp_avg_sq = st.buffers[1].data(),
+                   .max_exp_avg_sq = *group.amsgrad ? st.buffers[2].data() : nullptr,
+                   .numel = p.numel(),
+                   .chunk_begin = 0,
+                   .lr = group.lr,
+                   .beta1 = beta1,
+                   .beta2 = beta2,
+                   .eps = *group.eps,
+                   .weight_decay = *group.weight_decay,
+                   .step_size = group.lr / bias_correction1,
+                   .bias_correction2_sqrt = std::sqrt(bias_correction2),
+                   .flags = flags});
+    }
+  }
+  // (a generic lambda: a CPU-only build never instantiates the CUDA call)
+  batches.run(name(), cpu::adam_step, [](auto&... args) { cuda::adam_step(args...); });
+  for (const detail::StepTensors& t : stepped) t.finish();
+}
+
+}  // namespace frugal::optim

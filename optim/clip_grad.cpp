@@ -1,0 +1,159 @@
+#include "optim/clip_grad.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "autograd/grad_mode.h"
+#include "optim/multi_tensor.h"
+#include "tensor/device_dispatch.h"
+#include "tensor/dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+
+namespace frugal::optim {
+
+namespace {
+
+/// The defined gradients of `params`, checked to share one device.
+std::vector<Tensor> gradients(const std::vector<Tensor>& params, double norm_type) {
+  FRUGAL_CHECK(norm_type > 0 || std::isinf(norm_type), "clip_grad_norm_: norm_type must be positive or infinity, got ",
+               norm_type);
+  FRUGAL_CHECK(!(std::isinf(norm_type) && norm_type < 0), "clip_grad_norm_: norm_type -inf is not supported");
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    FRUGAL_CHECK(p.defined(), "clip_grad_norm_: got an undefined parameter");
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!grads.empty())
+      FRUGAL_CHECK(g.device() == grads[0].device(), "clip_grad_norm_: gradients on different devices: ",
+                   grads[0].describe(), " and ", g.describe());
+    grads.push_back(g.detach());
+  }
+  return grads;
+}
+
+/// sum of |g|^p over g (max |g| for p = inf), in double; NaN propagates.
+double cpu_power_sum(const Tensor& grad, double p) {
+  const Tensor g = grad.contiguous();
+  const int64_t n = g.numel();
+  return dispatch_floating(g.dtype(), "clip_grad_norm_", kCPU, [&]<typename T>() {
+    const T* x = g.data_ptr<T>();
+    if (std::isinf(p)) {
+      double m = 0.0;
+      bool nan = false;
+#pragma omp parallel for reduction(max : m) reduction(|| : nan) if (n >= (1 << 17))
+      for (int64_t i = 0; i < n; ++i) {
+        const double a = std::fabs(double(opmath_t<T>(x[i])));
+        nan = nan || std::isnan(a);
+        m = std::max(m, a);
+      }
+      return nan ? std::numeric_limits<double>::quiet_NaN() : m;
+    }
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) if (n >= (1 << 17))
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = std::fabs(double(opmath_t<T>(x[i])));
+      s += p == 2.0 ? a * a : p == 1.0 ? a : std::pow(a, p);
+    }
+    return s;
+  });
+}
+
+/// The CPU path: returns the total norm (double) after scaling the gradients.
+double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
+  double acc = 0.0;
+  for (const Tensor& g : grads) {
+    const double s = cpu_power_sum(g, p);
+    acc = std::isinf(p) ? (std::isnan(s) || std::isnan(acc) ? std::numeric_limits<double>::quiet_NaN() : std::max(acc, s))
+                        : acc + s;
+  }
+  const double total = std::isinf(p) || p == 1.0 ? acc : p == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / p);
+  const double coef = max_norm / (total + 1e-6);
+  if (!(coef >= 1.0))  // clamp(coef, max=1): scale when coef < 1 or NaN
+    for (const Tensor& g : grads) ops::mul_(g, coef);
+  return total;
+}
+
+#ifdef FRUGAL_WITH_CUDA
+/// The CUDA path (Note [Clipping without a sync]): returns the 0-d float32 total norm.
+Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
+  const Device device = grads[0].device();
+  // Contiguous gradients, by dtype; a strided gradient is normed through a contiguous
+  // copy and scaled with ops::mul_.
+  struct ByType {
+    DType dtype;
+    std::vector<detail::NormEntry> norm, scale;  // scale: the contiguous gradients only
+    int64_t chunks = 0;                          // of `norm`
+  };
+  std::vector<ByType> groups;
+  std::vector<Tensor> copies, strided;
+  for (const Tensor& g : grads) {
+    if (g.numel() == 0) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const ByType& b) { return b.dtype == g.dtype(); });
+    if (it == groups.end()) it = groups.insert(groups.end(), ByType{g.dtype(), {}, {}, 0});
+    if (g.is_contiguous()) {
+      it->norm.push_back({g.data(), g.numel(), 0, 0});
+      it->scale.push_back({g.data(), g.numel(), 0, 0});
+    } else {
+      const Tensor& c = copies.emplace_back(g.contiguous());
+      strided.push_back(g);
+      it->norm.push_back({c.data(), c.numel(), 0, 0});
+    }
+    it->chunks += (g.numel() + detail::kChunk - 1) / detail::kChunk;
+  }
+  int64_t chunks = 0;
+  for (const ByType& b : groups) chunks += b.chunks;
+  if (chunks == 0) return zeros({}, TensorOptions(kFloat32, device));
+
+  Tensor partials = empty({chunks}, TensorOptions(kFloat64, device));
+  int64_t offset = 0;
+  for (ByType& b : groups) {
+    cuda::norm_partials(device, b.dtype, b.norm, p, partials.data_ptr<double>(), offset);
+    offset += b.chunks;
+  }
+  const Tensor reduced = std::isinf(p) ? ops::amax(partials) : ops::sum(partials);  // 0-d float64
+  Tensor total = empty({}, TensorOptions(kFloat32, device));
+  Tensor coef = empty({}, TensorOptions(kFloat32, device));
+  cuda::clip_coefficient(device, reduced.data_ptr<double>(), p, max_norm, total.data_ptr<float>(),
+                         coef.data_ptr<float>());
+
+  // Scale in place: the contiguous gradients in one launch per dtype, the strided ones with mul_.
+  for (ByType& b : groups) cuda::scale(device, b.dtype, b.scale, coef.data_ptr<float>());
+  for (const Tensor& g : strided) ops::mul_(g, coef);
+  for (const Tensor& g : grads)
+    if (g.is_contiguous()) g.bump_version();
+  return total;
+}
+#endif
+
+/// The CUDA path, or a clear error in a CPU-only build.
+Tensor clip_device(const std::vector<Tensor>& grads, double max_norm, double p) {
+#ifdef FRUGAL_WITH_CUDA
+  return clip_cuda(grads, max_norm, p);
+#else
+  (void)max_norm, (void)p;
+  throw_no_cuda("clip_grad_norm_", grads[0].device());
+#endif
+}
+
+}  // namespace
+
+Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients(params, norm_type);
+  if (grads.empty()) return zeros({}, TensorOptions(kFloat32));
+  if (grads[0].is_cuda()) return clip_device(grads, max_norm, norm_type);
+  return scalar_tensor(clip_cpu(grads, max_norm, norm_type), TensorOptions(kFloat32));
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients(params, norm_type);
+  if (grads.empty()) return 0.0;
+  if (grads[0].is_cpu()) return clip_cpu(grads, max_norm, norm_type);
+  return double(clip_device(grads, max_norm, norm_type).item<float>());  // the one host sync
+}
+
+}  // namespace frugal::optim

@@ -1,0 +1,33 @@
+#pragma once
+// Gradient clipping by total norm, as torch.nn.utils.clip_grad_norm_.
+//
+// Note [Clipping without a sync]
+// The total norm is ||(||g_1||_p, ..., ||g_n||_p)||_p = (sum_i sum |g_i|^p)^(1/p) (the
+// largest |g| for p = inf) over every parameter that has a gradient. Gradients are
+// scaled in place by clamp(max_norm / (total + 1e-6), max = 1), which leaves them
+// unchanged unless total > max_norm (a NaN or inf total makes them NaN, as in PyTorch).
+// On CUDA the norm is one multi-tensor kernel writing per-chunk partial sums, a frugal
+// reduction (ops::sum or ops::amax) over them, and a one-thread kernel that computes
+// the total and the coefficient on the device; one more multi-tensor kernel scales
+// every gradient by the coefficient it reads from device memory. Nothing waits for the
+// host, so clip_grad_norm_async() queues all of it and returns the norm as a 0-d device
+// tensor. clip_grad_norm_() returns a double, which costs exactly one host sync (the
+// copy of that 0-d tensor, after the scaling has been queued). The CUDA partials
+// accumulate in float64; the returned norm and the coefficient are float32, as PyTorch's
+// for float32 gradients. On the CPU everything is computed in double.
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace frugal::optim {
+
+/// Scales the gradients of `params` (those that have one, all on one device) so that
+/// their total `norm_type`-norm (> 0, or infinity) is at most `max_norm`; returns the
+/// total norm before clipping. One host sync on CUDA (see Note [Clipping without a sync]).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+/// As clip_grad_norm_, without the sync: returns the total norm as a 0-d float32 tensor
+/// on the gradients' device (the CPU when no parameter has a gradient). For training loops.
+Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+}  // namespace frugal::optim

@@ -1,0 +1,137 @@
+#include "optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "tensor/factory.h"
+
+namespace frugal::optim {
+
+// ---- LRScheduler ----------------------------------------------------------------
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {}
+
+void LRScheduler::initial_step() {
+  base_lrs_.clear();
+  for (ParamGroup& g : optimizer_.param_groups()) {
+    if (!g.initial_lr) g.initial_lr = g.lr;
+    base_lrs_.push_back(*g.initial_lr);
+  }
+  last_epoch_ = 0;
+  apply();
+}
+
+void LRScheduler::step() {
+  ++last_epoch_;
+  apply();
+}
+
+void LRScheduler::apply() {
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  FRUGAL_CHECK(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer has ", groups.size(),
+               " param groups, the scheduler was made for ", base_lrs_.size());
+  last_lr_.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = last_lr_[g] = lr_at(base_lrs_[g], last_epoch_);
+}
+
+StateDict LRScheduler::state_dict() const {
+  return {{"last_epoch", scalar_tensor(double(last_epoch_), TensorOptions(kInt64))},
+          {"base_lrs", from_vector(base_lrs_, {int64_t(base_lrs_.size())}, TensorOptions(kFloat64))}};
+}
+
+void LRScheduler::load_state_dict(const StateDict& dict) {
+  Tensor epoch, bases;
+  for (const auto& [key, t] : dict) {
+    if (key == "last_epoch") epoch = t;
+    else if (key == "base_lrs") bases = t;
+    else FRUGAL_FAIL("LRScheduler.load_state_dict: unexpected key '", key, "'");
+  }
+  FRUGAL_CHECK(epoch.defined() && epoch.numel() == 1, "LRScheduler.load_state_dict: last_epoch must be a one-element tensor");
+  FRUGAL_CHECK(bases.defined() && bases.dim() == 1, "LRScheduler.load_state_dict: base_lrs must be a 1-d tensor");
+  const std::vector<double> b = bases.to(kCPU, kFloat64).tolist<double>();
+  FRUGAL_CHECK(b.size() == optimizer_.param_groups().size(), "LRScheduler.load_state_dict: the state dict has ",
+               b.size(), " base lrs, the optimizer has ", optimizer_.param_groups().size(), " param groups");
+  const double e = epoch.to(kCPU, kFloat64).item<double>();
+  FRUGAL_CHECK(e >= 0 && e == std::floor(e), "LRScheduler.load_state_dict: last_epoch must be a non-negative integer, got ", e);
+  base_lrs_ = b;
+  last_epoch_ = int64_t(e);
+  apply();
+}
+
+// ---- the schedules ----------------------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, StepLROptions options) : LRScheduler(optimizer), options_(options) {
+  FRUGAL_CHECK(options.step_size > 0, "StepLR: step_size must be positive, got ", options.step_size);
+  initial_step();
+}
+
+double StepLR::lr_at(double base_lr, int64_t t) const {
+  return base_lr * std::pow(options_.gamma, double(t / options_.step_size));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  FRUGAL_CHECK(options.T_max > 0, "CosineAnnealingLR: T_max must be positive, got ", options.T_max);
+  initial_step();
+}
+
+double CosineAnnealingLR::lr_at(double base_lr, int64_t t) const {
+  const double eta_min = options_.eta_min;
+  return eta_min + (base_lr - eta_min) * (1.0 + std::cos(std::numbers::pi * double(t) / double(options_.T_max))) / 2.0;
+}
+
+LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options) : LRScheduler(optimizer), options_(options) {
+  FRUGAL_CHECK(options.start_factor > 0 && options.start_factor <= 1, "LinearLR: start_factor must be in (0, 1], got ",
+               options.start_factor);
+  FRUGAL_CHECK(options.end_factor >= 0 && options.end_factor <= 1, "LinearLR: end_factor must be in [0, 1], got ",
+               options.end_factor);
+  FRUGAL_CHECK(options.total_iters > 0, "LinearLR: total_iters must be positive, got ", options.total_iters);
+  initial_step();
+}
+
+double LinearLR::lr_at(double base_lr, int64_t t) const {
+  const LinearLROptions& o = options_;
+  return base_lr *
+         (o.start_factor + (o.end_factor - o.start_factor) * double(std::min(o.total_iters, t)) / double(o.total_iters));
+}
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  FRUGAL_CHECK(!schedulers_.empty(), "SequentialLR: needs at least one scheduler");
+  FRUGAL_CHECK(milestones_.size() + 1 == schedulers_.size(), "SequentialLR: expected ", schedulers_.size() - 1,
+               " milestones for ", schedulers_.size(), " schedulers, got ", milestones_.size());
+  for (size_t k = 0; k < schedulers_.size(); ++k)
+    FRUGAL_CHECK(schedulers_[k] && &schedulers_[k]->optimizer() == &optimizer, "SequentialLR: scheduler ", k,
+                 " is not made on the same optimizer");
+  for (size_t k = 0; k < milestones_.size(); ++k)
+    FRUGAL_CHECK(milestones_[k] > (k == 0 ? 0 : milestones_[k - 1]), "SequentialLR: milestones must be positive and ",
+                 "increasing, got ", milestones_[k], " at position ", k);
+  initial_step();
+}
+
+double SequentialLR::lr_at(double base_lr, int64_t t) const {
+  const size_t k = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin());
+  return schedulers_[k]->lr_at(base_lr, k == 0 ? t : t - milestones_[k - 1]);
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, WarmupCosineLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  FRUGAL_CHECK(options.warmup_steps >= 0 && options.total_steps > options.warmup_steps,
+               "WarmupCosineLR: needs 0 <= warmup_steps < total_steps, got warmup_steps ", options.warmup_steps,
+               " and total_steps ", options.total_steps);
+  FRUGAL_CHECK(options.start_factor > 0 && options.start_factor <= 1,
+               "WarmupCosineLR: start_factor must be in (0, 1], got ", options.start_factor);
+  initial_step();
+}
+
+double WarmupCosineLR::lr_at(double base_lr, int64_t t) const {
+  const WarmupCosineLROptions& o = options_;
+  const int64_t w = o.warmup_steps;
+  if (t < w) return base_lr * (o.start_factor + (1.0 - o.start_factor) * double(t) / double(w));
+  const double T = double(o.total_steps - w);
+  return o.eta_min + (base_lr - o.eta_min) * (1.0 + std::cos(std::numbers::pi * double(t - w) / T)) / 2.0;
+}
+
+}  // namespace frugal::optim

@@ -1,0 +1,148 @@
+#pragma once
+// The optimizer base: parameter groups, per-parameter state, zero_grad and the
+// flat state dict, as torch.optim.Optimizer.
+//
+// Note [Optimizer state dict]
+// state_dict() flattens everything a resumed run needs into string keys, so the
+// nn layer can write it to safetensors next to the model weights:
+//   param_groups.<g>.lr, .<hyperparameter>...  0-d float64 (flags as 0 or 1)
+//   param_groups.<g>.initial_lr               0-d float64, once an LR scheduler set it
+//   param_groups.<g>.params                   int64 [n]: the indices of the group's params
+//   state.<i>.step                            0-d int64 (optimizers that count steps)
+//   state.<i>.<buffer>                        the buffer itself (e.g. exp_avg)
+// Parameters are numbered across groups in order (group 0's first param is 0), as in
+// PyTorch; a parameter that has never been stepped has no state.* keys. The buffers
+// are the live state (no copy: save them, or clone them, before the next step()).
+// load_state_dict() checks the whole dict first (group and parameter counts, every
+// key, shapes, dtypes) and changes nothing when it throws; then it replaces every
+// group's hyperparameters (not its params) and all state with copies of the dict's,
+// so training resumes bit-identically.
+//
+// Note [Optimizer state dtype]
+// State buffers live on their parameter's device. They have the parameter's dtype for
+// float32 and float64 parameters; for float16 and bfloat16 parameters they are float32
+// (the moments of a 16-bit parameter lose too much in 16 bits), and the update is
+// computed in float and rounded once into the parameter. Gradients must have their
+// parameter's dtype.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace frugal::optim {
+
+/// A flat state dict: (key, tensor) pairs (see Note [Optimizer state dict]).
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+/// A group of parameters sharing hyperparameters. A field left unset takes the
+/// optimizer's option; once the group is in an optimizer, every field that optimizer
+/// uses is set (and the others must stay unset), so `*group.momentum` is the value used.
+///
+///   optim::AdamW opt({{.params = decay}, {.params = no_decay, .weight_decay = 0.0}}, {.lr = 3e-4});
+struct ParamGroup {
+  std::vector<Tensor> params;
+  /// Learning rate; negative (the default) means the optimizer's lr. LR schedulers write it.
+  double lr = -1.0;
+  // SGD
+  std::optional<double> momentum;
+  std::optional<double> dampening;
+  // SGD, Adam, AdamW
+  std::optional<double> weight_decay;
+  std::optional<bool> nesterov;  // SGD only
+  std::optional<bool> maximize;
+  // Adam, AdamW
+  std::optional<double> beta1;
+  std::optional<double> beta2;
+  std::optional<double> eps;
+  std::optional<bool> amsgrad;
+  /// The lr schedules start from (PyTorch's 'initial_lr'): set by the first LR scheduler
+  /// made on the optimizer, so later ones start from the same value.
+  std::optional<double> initial_lr;
+};
+
+/// Per-parameter state: the step count and up to three buffers that the optimizer names
+/// (state_names()); a buffer is undefined until the optimizer creates it.
+struct ParamState {
+  int64_t step = 0;
+  std::array<Tensor, 3> buffers;
+};
+
+/// Base of every optimizer. Not copyable or movable (LR schedulers hold a reference).
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// One update of every parameter that has a gradient (the others are skipped), in
+  /// place (bumping versions), with grad mode off.
+  virtual void step() = 0;
+
+  /// Drops every gradient (set_to_none) or zeroes it in place.
+  void zero_grad(bool set_to_none = true);
+
+  /// The groups; mutable so LR schedulers (and users) can change hyperparameters.
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+
+  /// Adds a group (unset fields take the optimizer's options). Throws if it is empty,
+  /// shares a parameter with another group, holds a non-floating or non-leaf tensor, or
+  /// has an invalid hyperparameter.
+  void add_param_group(ParamGroup group);
+
+  /// See Note [Optimizer state dict].
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& dict);
+
+  /// The state of a parameter, or nullptr before its first step.
+  const ParamState* state(const Tensor& param) const;
+
+  /// "SGD", "Adam", "AdamW".
+  const char* name() const { return name_; }
+
+ protected:
+  explicit Optimizer(const char* name) : name_(name) {}
+
+  /// A hyperparameter of a group: its state-dict name, the field that holds it (exactly
+  /// one of real/flag) and the optimizer's option, used when the group leaves it unset.
+  struct HyperParam {
+    const char* name;
+    std::optional<double> ParamGroup::* real = nullptr;
+    std::optional<bool> ParamGroup::* flag = nullptr;
+    double option = 0.0;
+  };
+  /// The hyperparameters this optimizer reads, besides lr.
+  virtual std::vector<HyperParam> hyperparams() const = 0;
+  /// The optimizer's lr option.
+  virtual double default_lr() const = 0;
+  /// Names of ParamState::buffers (at most three), e.g. {"exp_avg", "exp_avg_sq", ...}.
+  virtual std::vector<const char*> state_names() const = 0;
+  /// True when ParamState::step is meaningful (and saved).
+  virtual bool counts_steps() const = 0;
+  /// Throws if a group's (resolved) hyperparameter values are invalid; `g` indexes the group.
+  virtual void check_group(const ParamGroup& group, size_t g) const = 0;
+  /// Throws if a loaded state is inconsistent (e.g. a missing buffer); `prefix` is "state.<i>.".
+  virtual void check_state(const ParamState& /*state*/, const std::string& /*prefix*/) const {}
+
+  /// The state of `param`, created (step 0, no buffers) on first use.
+  ParamState& state_for(const Tensor& param) { return state_[param.impl_ptr().get()]; }
+
+  /// The dtype of state buffers for a parameter of dtype `t` (Note [Optimizer state dtype]).
+  static DType state_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
+  /// The gradient of `param` (index `i` across groups, for messages) checked against it,
+  /// or an undefined tensor when it has none.
+  Tensor checked_grad(const Tensor& param, size_t i) const;
+
+ private:
+  const char* name_;
+  std::vector<ParamGroup> groups_;
+  std::unordered_map<const TensorImpl*, ParamState> state_;
+};
+
+}  // namespace frugal::optim

@@ -1,0 +1,42 @@
+#pragma once
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum, weight
+// decay and maximize, as torch.optim.SGD. On CUDA a step is one fused multi-tensor
+// kernel per (device, dtype) (Note [Multi-tensor launch]). State per parameter (with
+// momentum only): momentum_buffer, set to the first step's gradient (PyTorch's rule),
+// float32 for 16-bit parameters (Note [Optimizer state dtype]).
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace frugal::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;  // needs momentum > 0 and dampening == 0
+  bool maximize = false;
+};
+
+///   optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  SGD(std::vector<ParamGroup> groups, SGDOptions options);
+
+  void step() override;
+  const SGDOptions& options() const { return options_; }
+
+ protected:
+  std::vector<HyperParam> hyperparams() const override;
+  double default_lr() const override { return options_.lr; }
+  std::vector<const char*> state_names() const override { return {"momentum_buffer"}; }
+  bool counts_steps() const override { return false; }
+  void check_group(const ParamGroup& group, size_t g) const override;
+
+ private:
+  SGDOptions options_;
+};
+
+}  // namespace frugal::optim

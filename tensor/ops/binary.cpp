@@ -1,0 +1,243 @@
+#include "tensor/ops/binary.h"
+
+#include <cmath>
+#include <ostream>
+
+#include "tensor/device_dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/ops/copy.h"
+
+namespace frugal::ops {
+
+namespace {
+
+void check_defined(const char* name, const Tensor& t) { FRUGAL_CHECK(t.defined(), name, ": undefined input tensor"); }
+
+/// A dense copy of t in `dtype`. Raw ops copy through copy_into, never Tensor::to/clone,
+/// so that nothing here is seen by autograd (see Note [Tensor handle]).
+Tensor dense_copy(const Tensor& t, DType dtype) {
+  Tensor out = empty(t.sizes(), {dtype, t.device()});
+  copy_into(out, t);
+  return out;
+}
+Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : dense_copy(t, dtype); }
+
+/// See Note [Binary type promotion]: an integral double counts as an integer scalar.
+bool scalar_is_floating(double s) { return !(std::isfinite(s) && s == std::trunc(s)); }
+
+/// The operands of an op, for error messages: "float32[2, 3] cpu and int32[3] cpu" or
+/// "int32[3] cpu and scalar 0.5". Streamed only when a check fails, so the success path
+/// builds no strings.
+struct Operands {
+  const Tensor& a;
+  const Tensor* b;  // null for a scalar
+  double s = 0.0;
+};
+std::ostream& operator<<(std::ostream& os, const Operands& o) {
+  os << o.a.describe() << " and ";
+  if (o.b) return os << o.b->describe();
+  return os << "scalar " << o.s;
+}
+
+/// The compute dtype of `op` on operands whose promoted dtype is `promoted`; throws for
+/// arithmetic on bool.
+DType compute_dtype(const char* name, BinaryOp op, DType promoted, const Operands& what) {
+  if (op == BinaryOp::Div) return is_floating(promoted) ? promoted : kFloat32;  // true division
+  if (!binary_op_is_predicate(op))
+    FRUGAL_CHECK(promoted != kBool, name, ": arithmetic on bool is not supported (", what,
+                 "); use logical_or / logical_and, or convert with .to()");
+  return promoted;
+}
+
+void check_alpha(const char* name, DType compute, double alpha) {
+  FRUGAL_CHECK(is_floating(compute) || alpha == std::trunc(alpha), name,
+               ": alpha must be an integer when the result is ", dtype_name(compute));
+}
+
+/// PyTorch's can_cast: a result may be written into `out` unless that would turn a
+/// floating value into an integer, or a non-bool into a bool.
+bool can_cast(DType from, DType to) {
+  if (is_floating(from) && !is_floating(to)) return false;
+  if (from != kBool && to == kBool) return false;
+  return true;
+}
+
+/// `other` as an input of an in-place op writing `out`: reading an overlapping tensor
+/// in a different layout while writing would read already-written elements, so such an
+/// input is copied first. The same layout (a += a) is safe: each element is read
+/// before it is written, by the same thread.
+Tensor safe_input(const Tensor& out, const Tensor& other) {
+  if (!other.shares_storage(out)) return other;
+  const bool same_layout = other.sizes() == out.sizes() && other.strides() == out.strides() &&
+                           other.storage_offset() == out.storage_offset();
+  return same_layout ? other : dense_copy(other, other.dtype());
+}
+
+/// Throws unless every element of `out` is its own memory (no expanded dims).
+void check_no_internal_overlap(const char* name, const Tensor& out) {
+  for (int64_t d = 0; d < out.dim(); ++d)
+    FRUGAL_CHECK(out.strides()[d] != 0 || out.sizes()[d] <= 1, name, ": cannot write in place into ", out.describe(),
+                 ", whose elements share memory (an expanded view); clone() it first");
+}
+
+/// Checks an in-place op's output: it must hold the broadcast shape and the result dtype.
+void check_inplace(const char* name, const Tensor& out, const Shape& shape, DType result, const Operands& what) {
+  FRUGAL_CHECK(shape == out.sizes(), name, ": the result of ", what, " has shape ", shape_str(shape),
+               ", which does not fit the in-place output of shape ", shape_str(out.sizes()));
+  FRUGAL_CHECK(can_cast(result, out.dtype()), name, ": result type ", dtype_name(result),
+               " cannot be written into the in-place output ", out.describe());
+  check_no_internal_overlap(name, out);
+}
+
+Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0) {
+  check_defined(name, a);
+  check_defined(name, b);
+  check_same_device(name, a, b);
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  const DType compute = compute_dtype(name, op, promote_types(a.dtype(), b.dtype()), {a, &b});
+  if (op == BinaryOp::Add) check_alpha(name, compute, alpha);
+  Tensor out = empty(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()});
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
+  return out;
+}
+
+Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s) {
+  check_defined(name, x);
+  const DType compute = compute_dtype(name, op, promote_with_scalar(x.dtype(), scalar_is_floating(s)), {x, nullptr, s});
+  Tensor out = empty(x.sizes(), {binary_op_is_predicate(op) ? kBool : compute, x.device()});
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, x.device(), binary_scalar_kernel, op, compute, out, x, s);
+  return out;
+}
+
+const Tensor& binary_inplace(const char* name, BinaryOp op, const Tensor& self, const Tensor& other,
+                             double alpha = 1.0) {
+  check_defined(name, self);
+  check_defined(name, other);
+  check_same_device(name, self, other);
+  const Operands what{self, &other};
+  const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+  const DType compute = compute_dtype(name, op, promote_types(self.dtype(), other.dtype()), what);
+  if (op == BinaryOp::Add) check_alpha(name, compute, alpha);
+  check_inplace(name, self, shape, compute, what);
+  if (self.numel() > 0) {
+    const Tensor rhs = safe_input(self, other);
+    FRUGAL_DEVICE_DISPATCH(name, self.device(), binary_kernel, op, compute, self, self, rhs, alpha);
+  }
+  self.bump_version();
+  return self;
+}
+
+const Tensor& scalar_inplace(const char* name, BinaryOp op, const Tensor& self, double s) {
+  check_defined(name, self);
+  const Operands what{self, nullptr, s};
+  const DType compute = compute_dtype(name, op, promote_with_scalar(self.dtype(), scalar_is_floating(s)), what);
+  check_inplace(name, self, self.sizes(), compute, what);
+  if (self.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, self.device(), binary_scalar_kernel, op, compute, self, self, s);
+  self.bump_version();
+  return self;
+}
+
+/// x as bool: itself when already bool, else x != 0.
+Tensor truth(const Tensor& x) { return x.dtype() == kBool ? x : ne(x, 0.0); }
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op("add", BinaryOp::Add, a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op("sub", BinaryOp::Add, a, b, -alpha); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::Maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", BinaryOp::Minimum, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
+
+Tensor add(const Tensor& x, double s) { return scalar_op("add", BinaryOp::Add, x, s); }
+Tensor sub(const Tensor& x, double s) { return scalar_op("sub", BinaryOp::Add, x, -s); }
+Tensor mul(const Tensor& x, double s) { return scalar_op("mul", BinaryOp::Mul, x, s); }
+Tensor div(const Tensor& x, double s) { return scalar_op("div", BinaryOp::Div, x, s); }
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op("le", BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op("gt", BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& x, double s) { return scalar_op("eq", BinaryOp::Eq, x, s); }
+Tensor ne(const Tensor& x, double s) { return scalar_op("ne", BinaryOp::Ne, x, s); }
+Tensor lt(const Tensor& x, double s) { return scalar_op("lt", BinaryOp::Lt, x, s); }
+Tensor le(const Tensor& x, double s) { return scalar_op("le", BinaryOp::Le, x, s); }
+Tensor gt(const Tensor& x, double s) { return scalar_op("gt", BinaryOp::Gt, x, s); }
+Tensor ge(const Tensor& x, double s) { return scalar_op("ge", BinaryOp::Ge, x, s); }
+
+Tensor logical_not(const Tensor& x) {
+  check_defined("logical_not", x);
+  // !x is x == 0, compared in x's own dtype (0 is exact in every dtype), so every
+  // dtype takes the statically typed kernel.
+  Tensor out = empty(x.sizes(), {kBool, x.device()});
+  if (out.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH("logical_not", x.device(), binary_scalar_kernel, BinaryOp::Eq, x.dtype(), out, x, 0.0);
+  return out;
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  check_defined("logical_and", a);
+  check_defined("logical_and", b);
+  return binary_op("logical_and", BinaryOp::LogicalAnd, truth(a), truth(b));
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  check_defined("logical_or", a);
+  check_defined("logical_or", b);
+  return binary_op("logical_or", BinaryOp::LogicalOr, truth(a), truth(b));
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  for (const Tensor* t : {&cond, &a, &b}) check_defined("where", *t);
+  FRUGAL_CHECK(cond.dtype() == kBool, "where: condition must be bool, got ", cond.describe());
+  check_same_device("where", cond, a);
+  check_same_device("where", cond, b);
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  // where() converts a mismatched operand up front (rare, and it keeps one kernel per dtype).
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  Tensor out = empty(shape, {dtype, a.device()});
+  if (out.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH("where", a.device(), where_kernel, out, cond, as_dtype(a, dtype), as_dtype(b, dtype));
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  check_defined("masked_fill", x);
+  check_defined("masked_fill", mask);
+  FRUGAL_CHECK(mask.dtype() == kBool, "masked_fill: mask must be bool, got ", mask.describe());
+  check_same_device("masked_fill", x, mask);
+  Tensor out = empty(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill"), x.options());
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH("masked_fill", x.device(), masked_fill_kernel, out, x, mask, value);
+  return out;
+}
+
+const Tensor& add_(const Tensor& a, const Tensor& b, double alpha) {
+  return binary_inplace("add_", BinaryOp::Add, a, b, alpha);
+}
+const Tensor& sub_(const Tensor& a, const Tensor& b, double alpha) {
+  return binary_inplace("sub_", BinaryOp::Add, a, b, -alpha);
+}
+const Tensor& mul_(const Tensor& a, const Tensor& b) { return binary_inplace("mul_", BinaryOp::Mul, a, b); }
+const Tensor& div_(const Tensor& a, const Tensor& b) { return binary_inplace("div_", BinaryOp::Div, a, b); }
+const Tensor& add_(const Tensor& x, double s) { return scalar_inplace("add_", BinaryOp::Add, x, s); }
+const Tensor& sub_(const Tensor& x, double s) { return scalar_inplace("sub_", BinaryOp::Add, x, -s); }
+const Tensor& mul_(const Tensor& x, double s) { return scalar_inplace("mul_", BinaryOp::Mul, x, s); }
+const Tensor& div_(const Tensor& x, double s) { return scalar_inplace("div_", BinaryOp::Div, x, s); }
+
+const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
+  check_defined("masked_fill_", x);
+  check_defined("masked_fill_", mask);
+  FRUGAL_CHECK(mask.dtype() == kBool, "masked_fill_: mask must be bool, got ", mask.describe());
+  check_same_device("masked_fill_", x, mask);
+  const Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill_");
+  FRUGAL_CHECK(shape == x.sizes(), "masked_fill_: mask ", mask.describe(), " does not broadcast to the output ",
+               x.describe());
+  check_no_internal_overlap("masked_fill_", x);
+  if (x.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH("masked_fill_", x.device(), masked_fill_kernel, x, x, safe_input(x, mask), value);
+  x.bump_version();
+  return x;
+}
+
+}  // namespace frugal::ops

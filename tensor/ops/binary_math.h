@@ -1,0 +1,232 @@
+#pragma once
+// Scalar formulas of the binary ops and the dynamic-cast loads and stores, for the
+// host (tensor/cpu/binary.cpp) and the device (tensor/cuda/binary.cu) alike; see
+// Note [One formula, two backends] in unary_math.h.
+#include <type_traits>
+
+#include "tensor/dtype.h"
+#include "tensor/half.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/unary_math.h"
+
+namespace frugal::ops {
+
+namespace math {
+/// Integer power as PyTorch defines it: repeated squaring, wrapping on overflow; a
+/// negative exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise.
+template <typename T>
+FRUGAL_HD T int_pow(T base, T exponent) {
+  if (exponent < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exponent & 1) ? T(-1) : T(1);
+    return 0;
+  }
+  T result = 1;
+  while (exponent) {
+    if (exponent & 1) result = wrapping_mul(result, base);
+    exponent >>= 1;
+    base = wrapping_mul(base, base);
+  }
+  return result;
+}
+template <typename T>
+FRUGAL_HD T wrapping_add(T x, T y) {
+  using U = std::make_unsigned_t<T>;
+  return T(U(x) + U(y));
+}
+}  // namespace math
+
+/// Which compute types each kernel-level op is instantiated for: arithmetic on
+/// numbers (true division on floats only), comparisons on everything, logical
+/// and/or on bool (the front end maps other dtypes to x != 0 first).
+template <BinaryOp kOp, typename T>
+constexpr bool binary_op_supports() {
+  if (kOp == BinaryOp::LogicalAnd || kOp == BinaryOp::LogicalOr) return std::is_same_v<T, bool>;
+  if (binary_op_is_predicate(kOp)) return true;
+  if (kOp == BinaryOp::Div) return !std::is_integral_v<T>;  // bool is integral too
+  return !std::is_same_v<T, bool>;
+}
+
+/// The op on two values of compute type M (float, double, an integer or bool);
+/// alpha scales b for Add only. Predicates return bool.
+template <BinaryOp kOp, typename M>
+FRUGAL_HD auto binary_apply(M a, M b, M alpha) {
+  constexpr bool kInt = std::is_integral_v<M> && !std::is_same_v<M, bool>;
+  if constexpr (kOp == BinaryOp::Add) {
+    if constexpr (kInt) {
+      return math::wrapping_add(a, math::wrapping_mul(alpha, b));
+    } else {
+      return a + alpha * b;
+    }
+  } else if constexpr (kOp == BinaryOp::Mul) {
+    if constexpr (kInt) {
+      return math::wrapping_mul(a, b);
+    } else {
+      return a * b;
+    }
+  } else if constexpr (kOp == BinaryOp::Div) {
+    return a / b;
+  } else if constexpr (kOp == BinaryOp::Maximum) {
+    return (a > b || a != a) ? a : b;  // a != a: a is NaN; b NaN fails a > b and is chosen
+  } else if constexpr (kOp == BinaryOp::Minimum) {
+    return (a < b || a != a) ? a : b;
+  } else if constexpr (kOp == BinaryOp::Pow) {
+    if constexpr (kInt) {
+      return math::int_pow(a, b);
+    } else {
+      return math::pow(a, b);
+    }
+  } else if constexpr (kOp == BinaryOp::Eq) {
+    return a == b;
+  } else if constexpr (kOp == BinaryOp::Ne) {
+    return a != b;
+  } else if constexpr (kOp == BinaryOp::Lt) {
+    return a < b;
+  } else if constexpr (kOp == BinaryOp::Le) {
+    return a <= b;
+  } else if constexpr (kOp == BinaryOp::Gt) {
+    return a > b;
+  } else if constexpr (kOp == BinaryOp::Ge) {
+    return a >= b;
+  } else if constexpr (kOp == BinaryOp::LogicalAnd) {
+    return a && b;
+  } else {
+    static_assert(kOp == BinaryOp::LogicalOr, "binary_apply: an op without a formula");
+    return a || b;
+  }
+}
+
+template <BinaryOp kOp, typename T>
+using binary_out_t = std::conditional_t<binary_op_is_predicate(kOp), bool, T>;
+
+/// out = op(a, b), all operands of storage type T (bool out for predicates).
+template <typename T, BinaryOp kOp>
+struct BinaryFn {
+  using M = opmath_t<T>;
+  M alpha;
+  FRUGAL_HD binary_out_t<kOp, T> operator()(T a, T b) const {
+    return binary_out_t<kOp, T>(binary_apply<kOp, M>(M(a), M(b), alpha));
+  }
+};
+
+/// out = op(a, s) with a scalar right-hand side already in the compute type.
+template <typename T, BinaryOp kOp>
+struct BinaryScalarFn {
+  using M = opmath_t<T>;
+  M s;
+  FRUGAL_HD binary_out_t<kOp, T> operator()(T a) const {
+    return binary_out_t<kOp, T>(binary_apply<kOp, M>(M(a), s, M(1)));
+  }
+};
+
+/// The scalar of a tensor-scalar op in compute type C's opmath. Arithmetic keeps
+/// it in opmath precision (as PyTorch does); a comparison rounds it to C first, so
+/// that a half tensor holding half(0.1) compares equal to 0.1.
+template <typename C, BinaryOp kOp>
+opmath_t<C> binary_scalar_value(double s) {
+  using M = opmath_t<C>;
+  if constexpr (binary_op_is_predicate(kOp) && !std::is_same_v<M, C>) {
+    return M(C(M(s)));
+  } else {
+    return M(s);
+  }
+}
+
+template <typename T>
+struct WhereFn {
+  FRUGAL_HD T operator()(bool c, T a, T b) const { return c ? a : b; }
+};
+
+template <typename T>
+struct MaskedFillFn {
+  T value;
+  FRUGAL_HD T operator()(T x, bool m) const { return m ? value : x; }
+};
+
+// Note [Dynamic casting]
+// When an operand's dtype differs from the compute type (f16 + f32, int32 + f16,
+// in-place f16 += f32, ...), the kernel loads each operand through a switch on its
+// runtime dtype and converts on the fly, as PyTorch's TensorIterator does. This
+// needs one kernel per (op, compute type) instead of one per dtype combination,
+// and reads each input once, with no converted temporaries. A value first becomes
+// the compute type C (an int32 added to a half is rounded to half, as if cast
+// first) and then C's opmath type.
+
+/// v converted to R (bool: v != 0), through the opmath types of both.
+template <typename R, typename S>
+FRUGAL_HD R cast_to(S v) {
+  if constexpr (std::is_same_v<R, S>)
+    return v;
+  else if constexpr (std::is_same_v<R, bool>) {
+    return static_cast<opmath_t<S>>(v) != opmath_t<S>(0);
+  } else {
+    return R(static_cast<opmath_t<R>>(static_cast<opmath_t<S>>(v)));
+  }
+}
+
+/// The element at p, of runtime dtype t, as an R.
+template <typename R>
+FRUGAL_HD R load_as(const char* p, DType t) {
+  switch (t) {
+    case DType::Float32:
+      return cast_to<R>(*reinterpret_cast<const float*>(p));
+    case DType::Float16:
+      return cast_to<R>(*reinterpret_cast<const Half*>(p));
+    case DType::BFloat16:
+      return cast_to<R>(*reinterpret_cast<const BFloat16*>(p));
+    case DType::Float64:
+      return cast_to<R>(*reinterpret_cast<const double*>(p));
+    case DType::Int32:
+      return cast_to<R>(*reinterpret_cast<const int32_t*>(p));
+    case DType::Int64:
+      return cast_to<R>(*reinterpret_cast<const int64_t*>(p));
+    case DType::Bool:
+      return cast_to<R>(*reinterpret_cast<const bool*>(p));
+  }
+  return R();
+}
+
+/// Stores v at p, converted to runtime dtype t.
+template <typename V>
+FRUGAL_HD void store_as(char* p, DType t, V v) {
+  switch (t) {
+    case DType::Float32:
+      *reinterpret_cast<float*>(p) = cast_to<float>(v);
+      return;
+    case DType::Float16:
+      *reinterpret_cast<Half*>(p) = cast_to<Half>(v);
+      return;
+    case DType::BFloat16:
+      *reinterpret_cast<BFloat16*>(p) = cast_to<BFloat16>(v);
+      return;
+    case DType::Float64:
+      *reinterpret_cast<double*>(p) = cast_to<double>(v);
+      return;
+    case DType::Int32:
+      *reinterpret_cast<int32_t*>(p) = cast_to<int32_t>(v);
+      return;
+    case DType::Int64:
+      *reinterpret_cast<int64_t*>(p) = cast_to<int64_t>(v);
+      return;
+    case DType::Bool:
+      *reinterpret_cast<bool*>(p) = cast_to<bool>(v);
+      return;
+  }
+}
+
+/// One element of a dynamic-cast binary op: out, a, b point at elements of the
+/// dtypes recorded here; b is ignored when the right-hand side is the scalar s.
+template <typename C, BinaryOp kOp>
+struct DynamicBinaryFn {
+  using M = opmath_t<C>;
+  DType out_t, a_t, b_t;
+  M alpha, s;
+  bool scalar_rhs;
+  FRUGAL_HD void operator()(char* out, const char* a, const char* b) const {
+    const M x = M(load_as<C>(a, a_t));
+    const M y = scalar_rhs ? s : M(load_as<C>(b, b_t));
+    store_as(out, out_t, binary_apply<kOp, M>(x, y, alpha));
+  }
+};
+
+}  // namespace frugal::ops

@@ -1,0 +1,75 @@
+#pragma once
+// Indexing along a dim: index_select, gather, scatter_add, index_add, one_hot and the
+// embedding lookup with its backward. Index tensors are int32 or int64; every index is
+// checked against the size it selects from (negative indices are errors, as in PyTorch's
+// versions of these ops), and a bad one throws frugal::Error naming the op, the value,
+// its position in the index tensor and the valid range (see Note [Index validation]).
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace frugal::ops {
+
+/// Entries of `x` at positions `index` (1-D or 0-d) along `dim`: the result has x's shape
+/// with size(dim) = index.numel(), as torch.index_select.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+
+/// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and likewise for other dims), as
+/// torch.gather: index has x's number of dims and index.size(d) <= x.size(d) for d != dim;
+/// the result has index's shape and x's dtype.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+
+/// self[index[i][j][k]][j][k] += src[i][j][k] for dim 0 (and likewise for other dims),
+/// accumulating duplicates, as torch.Tensor.scatter_add_. index, self and src have the
+/// same number of dims; index.size(d) <= src.size(d) for every d and <= self.size(d) for
+/// d != dim; self and src share a dtype. Bumps self's version. If an index is out of range
+/// the op throws and self may hold part of the update.
+void scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+/// Out-of-place scatter_add_: a fresh tensor, self unchanged.
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+
+/// A copy of self with src's slice k added to self's slice index[k] along `dim` (duplicates
+/// accumulate), as torch.index_add: index 1-D (or 0-d); src has self's shape except
+/// src.size(dim) == index.numel(); same dtype.
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+
+/// int64 tensor of shape (*index.shape, num_classes) with a 1 at each index value.
+/// num_classes = -1 infers max(index) + 1 (reads the index on the host: a sync on CUDA).
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
+
+/// Rows of weight (V, D) picked by `indices` (any shape, int32/int64): (*indices.shape, D).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+/// Gradient of embedding with respect to weight: a (num_weights, D) tensor whose row v sums
+/// the rows of grad_out (*indices.shape, D) whose index is v; the row padding_idx stays zero
+/// (padding_idx = -1: none). Dtype of grad_out.
+Tensor embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t num_weights, int64_t padding_idx = -1);
+
+/// The first out-of-range index a kernel met (see Note [Index validation]).
+struct IndexError {
+  bool found = false;
+  int64_t value = 0;     // the bad index value
+  int64_t position = 0;  // linear (row-major) position in the kernel's iteration shape
+};
+
+}  // namespace frugal::ops
+
+// Kernels. All operands have one shape, the iteration shape (index is a strided or expanded
+// view of the index tensor in it); `table` (src for gather, acc for scatter) has stride 0 at
+// the indexed dim, and index value v moves it by v * dim_stride elements. Indices outside
+// [0, dim_size) are reported through `err`, not written.
+namespace frugal::ops::cpu {
+/// out[p] = src[p + index[p] * dim_stride]. Any dtype (a copy of element_size bytes).
+void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim_size,
+                         int64_t dim_stride, IndexError& err);
+/// acc[p + index[p] * dim_stride] += src[p], skipping index value `skip` (-1: none). acc has
+/// dtype opmath(src) (float32 for 16-bit src). Runs serially: see Note [Scatter accumulation].
+void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tensor& src, int64_t dim_size,
+                              int64_t dim_stride, int64_t skip, IndexError& err);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim_size,
+                         int64_t dim_stride, IndexError& err);
+void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tensor& src, int64_t dim_size,
+                              int64_t dim_stride, int64_t skip, IndexError& err);
+}  // namespace frugal::ops::cuda

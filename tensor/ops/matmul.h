@@ -1,0 +1,59 @@
+#pragma once
+// Matrix products: matmul (NumPy/PyTorch semantics), mm, bmm and linear.
+//
+// The front-end (tensor/ops/matmul.cpp) reduces every case to one batched GEMM
+// on 3-D operands, see Note [Matmul reduction to a batched GEMM] there; the
+// kernels (tensor/cpu/matmul.cpp: Eigen, tensor/cuda/matmul.cu: cuBLAS and
+// cuBLASLt) read the operands in place, see Note [Matmul operand layout].
+#include "tensor/tensor.h"
+
+namespace frugal::ops {
+
+/// Matrix product with torch.matmul's rules:
+/// - 1-D @ 1-D: dot product, a 0-d result;
+/// - 2-D @ 2-D: the matrix product;
+/// - a 1-D first operand is treated as a row (1, K), a 1-D second one as a column
+///   (K, 1), and that dim is removed from the result;
+/// - N-D: the last two dims are matrices and the leading (batch) dims broadcast,
+///   e.g. (B, 1, M, K) @ (1, H, K, N) -> (B, H, M, N).
+/// Both operands must have the same floating dtype (as in PyTorch there is no type
+/// promotion) and live on the same device. float16/bfloat16 accumulate in float32.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+/// 2-D matrix product: a (M, K) @ b (K, N) -> (M, N).
+Tensor mm(const Tensor& a, const Tensor& b);
+
+/// Batched matrix product without broadcasting: a (B, M, K) @ b (B, K, N) -> (B, M, N).
+Tensor bmm(const Tensor& a, const Tensor& b);
+
+/// x @ weight^T + bias, as torch.nn.functional.linear: x (..., in), weight (out, in),
+/// bias (out) or an undefined Tensor() for none; result (..., out). On CUDA the bias
+/// is added in the GEMM itself (cuBLASLt's bias epilogue, or beta = 1 onto a copy of
+/// the bias), never by a separate pass.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+/// Lets float32 products on CUDA use TF32 tensor cores (10-bit mantissa inputs, float32
+/// accumulation), like torch.backends.cuda.matmul.allow_tf32. Process-wide; default false,
+/// so float32 results are accurate to float32.
+void set_allow_tf32(bool allow);
+/// The current setting of set_allow_tf32.
+bool allow_tf32();
+
+}  // namespace frugal::ops
+
+// Backend kernels. The front-end has already validated the operands, allocated `out`
+// (contiguous), handled empty results and K == 0, and put each matrix operand in a
+// BLAS layout: see Note [Matmul operand layout] in tensor/ops/matmul.cpp.
+namespace frugal::ops::cpu {
+// out: (B, M, N) contiguous; a: (B, M, K); b: (B, K, N); batch strides may be 0
+void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b);
+// out: (M, N) contiguous; x: (M, K); wt: (K, N) (the transposed weight); bias: (N) contiguous or undefined
+void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias);
+}  // namespace frugal::ops::cpu
+
+namespace frugal::ops::cuda {
+// out: (B, M, N) contiguous; a: (B, M, K); b: (B, K, N); batch strides may be 0
+void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b);
+// out: (M, N) contiguous; x: (M, K); wt: (K, N) (the transposed weight); bias: (N) contiguous or undefined
+void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias);
+}  // namespace frugal::ops::cuda

@@ -1,0 +1,46 @@
+#include "tensor/ops/unary.h"
+
+#include "tensor/device_dispatch.h"
+#include "tensor/factory.h"
+
+namespace frugal::ops {
+
+Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
+  const char* name = unary_op_name(op);
+  FRUGAL_CHECK(x.defined(), name, ": undefined input tensor");
+  const bool ok = is_floating(x.dtype()) || (unary_op_allows_integers(op) && is_integral(x.dtype()));
+  FRUGAL_CHECK(ok, name, ": expects a ", unary_op_allows_integers(op) ? "floating or integer" : "floating",
+               " tensor, got ", x.describe());
+  Tensor out = empty(x.sizes(), x.options());
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, x.device(), unary_kernel, op, out, x, a, b);
+  return out;
+}
+
+Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x); }
+Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
+Tensor gelu(const Tensor& x) { return unary(UnaryOp::Gelu, x); }
+Tensor gelu_tanh(const Tensor& x) { return unary(UnaryOp::GeluTanh, x); }
+Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x); }
+Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
+Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
+Tensor reciprocal(const Tensor& x) { return unary(UnaryOp::Reciprocal, x); }
+Tensor sin(const Tensor& x) { return unary(UnaryOp::Sin, x); }
+Tensor cos(const Tensor& x) { return unary(UnaryOp::Cos, x); }
+
+Tensor pow(const Tensor& x, double exponent) {
+  // x^2 is common (variances, norms): one correctly rounded multiply beats powf.
+  if (exponent == 2.0 && x.defined() && is_floating(x.dtype())) return unary(UnaryOp::Square, x);
+  return unary(UnaryOp::Pow, x, exponent);
+}
+
+Tensor affine(const Tensor& x, double scale, double shift) { return unary(UnaryOp::Affine, x, scale, shift); }
+
+Tensor clamp(const Tensor& x, double lo, double hi) { return unary(UnaryOp::Clamp, x, lo, hi); }
+
+}  // namespace frugal::ops

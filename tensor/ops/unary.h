@@ -1,0 +1,130 @@
+#pragma once
+// Unary elementwise ops: y = f(x), same shape and dtype as x, a fresh contiguous tensor.
+//
+// Every op here runs through one enum-driven kernel per backend (unary_kernel);
+// the scalar formulas live in tensor/ops/unary_math.h, shared by the CPU and CUDA
+// kernels so both compute the same thing. Floating dtypes only, except neg, abs,
+// relu and square, which also take int32 and int64.
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace frugal::ops {
+
+/// -x
+Tensor neg(const Tensor& x);
+/// e^x
+Tensor exp(const Tensor& x);
+/// Natural logarithm.
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+/// 1 / sqrt(x)
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+/// 1 / (1 + e^-x)
+Tensor sigmoid(const Tensor& x);
+/// max(x, 0); NaN stays NaN.
+Tensor relu(const Tensor& x);
+/// x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU.
+Tensor gelu(const Tensor& x);
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's gelu(approximate='tanh').
+Tensor gelu_tanh(const Tensor& x);
+/// x * sigmoid(x) (a.k.a. swish).
+Tensor silu(const Tensor& x);
+Tensor abs(const Tensor& x);
+/// x * x
+Tensor square(const Tensor& x);
+/// 1 / x
+Tensor reciprocal(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+/// x ^ exponent (exponent 2 runs as square).
+Tensor pow(const Tensor& x, double exponent);
+/// x * scale + shift in one pass (one rounding for 16-bit types).
+Tensor affine(const Tensor& x, double scale, double shift);
+/// min(max(x, lo), hi): hi wherever lo > hi (as PyTorch); NaN stays NaN.
+Tensor clamp(const Tensor& x, double lo, double hi);
+
+// ---- backend interface -----------------------------------------------------
+
+// X-macro over every unary op: X(Enumerator, "name", integer dtypes allowed).
+// It defines the enum, the names and the compile-time visitor, so adding an op
+// is one line here plus its formula in unary_math.h.
+#define FRUGAL_UNARY_OPS(X)          \
+  X(Neg, "neg", true)                \
+  X(Exp, "exp", false)               \
+  X(Log, "log", false)               \
+  X(Sqrt, "sqrt", false)             \
+  X(Rsqrt, "rsqrt", false)           \
+  X(Tanh, "tanh", false)             \
+  X(Sigmoid, "sigmoid", false)       \
+  X(Relu, "relu", true)              \
+  X(Gelu, "gelu", false)             \
+  X(GeluTanh, "gelu_tanh", false)    \
+  X(Silu, "silu", false)             \
+  X(Abs, "abs", true)                \
+  X(Square, "square", true)          \
+  X(Reciprocal, "reciprocal", false) \
+  X(Sin, "sin", false)               \
+  X(Cos, "cos", false)               \
+  X(Pow, "pow", false)               \
+  X(Affine, "affine", false)         \
+  X(Clamp, "clamp", false)
+
+/// Which unary op a kernel runs. Pow uses a = exponent; Affine a = scale, b = shift;
+/// Clamp a = lo, b = hi; the others ignore a and b.
+enum class UnaryOp : uint8_t {
+#define FRUGAL_UNARY_ENUM(E, name, ints) E,
+  FRUGAL_UNARY_OPS(FRUGAL_UNARY_ENUM)
+#undef FRUGAL_UNARY_ENUM
+};
+
+/// "gelu_tanh" for UnaryOp::GeluTanh.
+constexpr const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+#define FRUGAL_UNARY_NAME(E, name, ints) \
+  case UnaryOp::E:                       \
+    return name;
+    FRUGAL_UNARY_OPS(FRUGAL_UNARY_NAME)
+#undef FRUGAL_UNARY_NAME
+  }
+  return "?";
+}
+/// True for the ops that also take int32/int64 tensors.
+constexpr bool unary_op_allows_integers(UnaryOp op) {
+  switch (op) {
+#define FRUGAL_UNARY_INTS(E, name, ints) \
+  case UnaryOp::E:                       \
+    return ints;
+    FRUGAL_UNARY_OPS(FRUGAL_UNARY_INTS)
+#undef FRUGAL_UNARY_INTS
+  }
+  return false;
+}
+
+/// Calls f.template operator()<kOp>() with the op as a compile-time constant, so a
+/// backend instantiates one specialized loop per op from one generic body.
+template <typename F>
+decltype(auto) visit_unary_op(UnaryOp op, F&& f) {
+  switch (op) {
+#define FRUGAL_UNARY_CASE(E, name, ints) \
+  case UnaryOp::E:                       \
+    return f.template operator()<UnaryOp::E>();
+    FRUGAL_UNARY_OPS(FRUGAL_UNARY_CASE)
+#undef FRUGAL_UNARY_CASE
+  }
+  FRUGAL_FAIL("visit_unary_op: invalid UnaryOp ", int(op));
+}
+
+/// The generic entry behind every op above: validates, allocates and dispatches.
+Tensor unary(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0);
+
+}  // namespace frugal::ops
+
+namespace frugal::ops::cpu {
+// out, x: same shape (any strides); out.dtype() == x.dtype()
+void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
+}

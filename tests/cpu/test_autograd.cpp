@@ -1,0 +1,175 @@
+// The autograd engine: graph recording, backward, accumulation, retain_graph,
+// version checks, grad mode, views, deep graphs, anomaly mode, gradcheck itself.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops/linalg.h"
+#include "tensor/ops/binary.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using autograd::gradcheck;
+
+namespace {
+Tensor leaf(const Shape& s, uint64_t seed, Layout layout = Layout::Contiguous) {
+  Tensor t = random_tensor(s, kFloat64, seed, layout);
+  if (!t.is_contiguous()) t = t.contiguous();
+  t.requires_grad_();
+  return t;
+}
+}  // namespace
+
+TEST_CASE("autograd: matmul and linear pass gradcheck in every shape case") {
+  struct Case {
+    Shape a, b;
+  };
+  for (const Case& c : {Case{{3}, {3}}, Case{{3}, {3, 4}}, Case{{2, 3}, {3}}, Case{{2, 3}, {3, 4}},
+                        Case{{2, 1, 2, 3}, {3, 3, 4}}, Case{{4, 2, 3}, {3, 2}}}) {
+    CAPTURE(shape_str(c.a));
+    CAPTURE(shape_str(c.b));
+    Tensor a = leaf(c.a, 1), b = leaf(c.b, 2);
+    auto r = gradcheck([](const TensorList& in) { return matmul(in[0], in[1]); }, {a, b});
+    CHECK_MESSAGE(r.ok, r.report);
+  }
+  Tensor x = leaf({2, 3, 5}, 3), w = leaf({4, 5}, 4), bias = leaf({4}, 5);
+  auto r = gradcheck([](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {x, w, bias});
+  CHECK_MESSAGE(r.ok, r.report);
+  auto r2 = gradcheck([](const TensorList& in) { return linear(in[0], in[1]); }, {x, w});
+  CHECK_MESSAGE(r2.ok, r2.report);
+}
+
+TEST_CASE("autograd: views, clone and to() are differentiable") {
+  Tensor x = leaf({4, 6}, 7);
+  auto check = [&](auto f) {
+    auto r = gradcheck([&](const TensorList& in) { return f(in[0]); }, {x});
+    CHECK_MESSAGE(r.ok, r.report);
+  };
+  check([](const Tensor& t) { return t.t(); });
+  check([](const Tensor& t) { return t.view({2, 12}).unsqueeze(1).squeeze(); });
+  check([](const Tensor& t) { return t.permute({1, 0}).reshape({-1}); });  // reshape copies here
+  check([](const Tensor& t) { return t.slice(1, 1, 6, 2); });
+  check([](const Tensor& t) { return t.select(0, 2); });
+  check([](const Tensor& t) { return t.narrow(0, 1, 2).flatten(); });
+  check([](const Tensor& t) { return t.unsqueeze(0).expand({3, 4, 6}); });
+  check([](const Tensor& t) { return t.clone(); });
+  // Through float32 and back: linear, so a coarse step keeps float32 rounding out of the differences.
+  auto r = gradcheck([](const TensorList& in) { return in[0].to(kFloat32).to(kFloat64); }, {x},
+                     {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-3});
+  CHECK_MESSAGE(r.ok, r.report);
+  check([](const Tensor& t) { return matmul(t.t().contiguous(), t); });
+  check_error([&] { x.as_strided({2}, {1}, 0); }, {"as_strided", "not differentiable"});
+  check_error([&] { x.to(kInt32); }, {"int32", "require grad"});
+}
+
+TEST_CASE("autograd: leaves accumulate, graphs are freed unless retained") {
+  Tensor a = leaf({2, 3}, 1), b = leaf({3, 2}, 2);
+  Tensor y = matmul(a, b);
+  CHECK(y.requires_grad());
+  CHECK_FALSE(y.is_leaf());
+  CHECK(y.grad_fn_name() == "MatmulBackward");
+  Tensor g = ones({2, 2}, kFloat64);
+  y.backward(g, /*retain_graph=*/true);
+  const std::vector<double> ga1 = values_of(a.grad());
+  // d(sum(a @ b))/da[i][k] = sum_j b[k][j]
+  const std::vector<double> bv = values_of(b);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 3; ++k) CHECK(ga1[i * 3 + k] == doctest::Approx(bv[k * 2] + bv[k * 2 + 1]));
+  y.backward(g);  // accumulates
+  const std::vector<double> ga2 = values_of(a.grad());
+  for (size_t i = 0; i < ga1.size(); ++i) CHECK(ga2[i] == doctest::Approx(2 * ga1[i]));
+  check_error([&] { y.backward(g); }, {"MatmulBackward", "retain_graph"});
+  check_error([&] { matmul(a, b).backward(); }, {"backward", "scalar", "[2, 2]"});
+  check_error([&] { zeros({2}).backward(); }, {"backward", "does not require grad"});
+}
+
+TEST_CASE("autograd: a tensor saved for backward and modified in place is caught") {
+  Tensor a = leaf({2, 3}, 1);
+  Tensor b = random_tensor({3, 2}, kFloat64, 2);
+  b.requires_grad_();
+  Tensor y = matmul(a, b);
+  ops::add_(b.detach(), 1.0);  // the same storage, so the same version counter
+  check_error([&] { y.backward(ones({2, 2}, kFloat64)); }, {"MatmulBackward", "modified by an in-place", "version"});
+}
+
+TEST_CASE("autograd: NoGradGuard, detach and retain_grad") {
+  Tensor a = leaf({2, 2}, 1);
+  {
+    NoGradGuard guard;
+    Tensor y = matmul(a, a);
+    CHECK_FALSE(y.requires_grad());
+    {
+      autograd::EnableGradGuard enable;
+      CHECK(matmul(a, a).requires_grad());
+    }
+  }
+  Tensor d = a.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.shares_storage(a));
+  Tensor h = matmul(a, a);
+  h.retain_grad();
+  Tensor out = matmul(h, a);
+  out.backward(ones({2, 2}, kFloat64));
+  REQUIRE(h.grad().defined());
+  // d out / d h = ones @ a^T
+  const std::vector<double> av = values_of(a), hg = values_of(h.grad());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) CHECK(hg[i * 2 + j] == doctest::Approx(av[j * 2] + av[j * 2 + 1]));
+  check_error([] { zeros({2}, kInt64).requires_grad_(); }, {"requires_grad_", "int64"});
+  check_error([&] { h.requires_grad_(false); }, {"non-leaf"});
+}
+
+TEST_CASE("autograd: autograd::grad returns gradients without touching .grad") {
+  Tensor a = leaf({3, 3}, 1), b = leaf({3, 3}, 2);
+  Tensor h = matmul(a, b);
+  TensorList g = autograd::grad({matmul(h, b)}, {a, h}, {ones({3, 3}, kFloat64)});
+  CHECK_FALSE(a.grad().defined());
+  const std::vector<double> gh = values_of(g[1]), bv = values_of(b);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) CHECK(gh[i * 3 + j] == doctest::Approx(bv[j * 3] + bv[j * 3 + 1] + bv[j * 3 + 2]));
+  CHECK(g[0].sizes() == Shape{3, 3});
+}
+
+TEST_CASE("autograd: deep graphs run and tear down without recursion") {
+  Tensor x = leaf({4}, 1);
+  Tensor y = x;
+  for (int i = 0; i < 10000; ++i) y = (i % 2 ? y.view({2, 2}) : y.view({4}));
+  y.view({4}).backward(ones({4}, kFloat64));
+  CHECK(values_of(x.grad()) == std::vector<double>(4, 1.0));
+  // A 200k-node chain, never run, destroyed at once.
+  Tensor z = x;
+  for (int i = 0; i < 200000; ++i) z = z.unsqueeze(0).squeeze(0);
+  z = Tensor();
+  CHECK(x.requires_grad());
+}
+
+TEST_CASE("autograd: anomaly mode names the op whose backward made a NaN") {
+  Tensor a = leaf({2, 2}, 1);
+  Tensor b = from_vector(std::vector<double>{1, std::numeric_limits<double>::quiet_NaN(), 1, 1}, {2, 2});
+  Tensor y = matmul(a, b);
+  {
+    autograd::AnomalyGuard anomaly;
+    check_error([&] { y.backward(ones({2, 2}, kFloat64), true); }, {"anomaly", "MatmulBackward", "Matmul"});
+  }
+  y.backward(ones({2, 2}, kFloat64));  // without anomaly mode the NaN just flows
+  CHECK(std::isnan(values_of(a.grad())[0]));
+}
+
+TEST_CASE("autograd: gradcheck catches a wrong backward") {
+  // linear without its bias gradient check passes; a function that hides a
+  // non-differentiable step (a raw copy) must fail.
+  Tensor x = leaf({3}, 1);
+  auto broken = [](const TensorList& in) {
+    Tensor raw = zeros({3}, kFloat64);
+    raw.copy_(in[0].detach());                       // value flows, gradient does not
+    return matmul(in[0].unsqueeze(0), raw.unsqueeze(1)).squeeze();  // x.x with one factor frozen
+  };
+  auto r = gradcheck(broken, {x});
+  CHECK_FALSE(r.ok);
+  CHECK(r.report.find("analytic") != std::string::npos);
+}

@@ -1,0 +1,365 @@
+// Reductions (sum, mean, amax, amin, var, max/min/argmax/argmin) against naive float64
+// loops written here, over dtypes, layouts, dim sets and keepdim.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tensor/factory.h"
+#include "tensor/ops/reduce.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+enum class Stat { Sum, Mean, Max, Min, Var, ArgMax, ArgMin };
+
+/// The values of each output of reducing `shape` over `mask`, in input order.
+std::vector<std::vector<double>> groups(const std::vector<double>& v, const Shape& shape,
+                                        const std::vector<bool>& mask) {
+  int64_t nout = 1;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (!mask[d]) nout *= shape[d];
+  std::vector<std::vector<double>> g(size_t(std::max<int64_t>(nout, 0)));
+  for (int64_t i = 0; i < int64_t(v.size()); ++i) {
+    const std::vector<int64_t> idx = unravel(i, shape);
+    int64_t o = 0;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (!mask[d]) o = o * shape[d] + idx[d];
+    g[size_t(o)].push_back(v[size_t(i)]);
+  }
+  return g;
+}
+
+double stat_of(const std::vector<double>& xs, Stat s, int64_t correction = 1) {
+  const double n = double(xs.size());
+  switch (s) {
+    case Stat::Sum:
+    case Stat::Mean: {
+      double t = 0;
+      for (double x : xs) t += x;
+      return s == Stat::Sum ? t : t / n;
+    }
+    case Stat::Var: {
+      double m = 0;
+      for (double x : xs) m += x;
+      m /= n;
+      double q = 0;
+      for (double x : xs) q += (x - m) * (x - m);
+      return q / std::max(0.0, n - double(correction));
+    }
+    case Stat::Max:
+    case Stat::Min:
+    case Stat::ArgMax:
+    case Stat::ArgMin: {
+      const bool is_max = s == Stat::Max || s == Stat::ArgMax;
+      size_t best = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (std::isnan(xs[best])) break;
+        if (std::isnan(xs[i]) || (is_max ? xs[i] > xs[best] : xs[i] < xs[best])) best = i;
+      }
+      return (s == Stat::ArgMax || s == Stat::ArgMin) ? double(best) : xs[best];
+    }
+  }
+  return 0;
+}
+
+std::vector<double> reference(const Tensor& x, const std::vector<bool>& mask, Stat s, int64_t correction = 1) {
+  std::vector<double> out;
+  for (const auto& g : groups(values_of(x), x.sizes(), mask)) out.push_back(stat_of(g, s, correction));
+  return out;
+}
+
+std::vector<bool> mask_of(int64_t ndim, const std::vector<int64_t>& dims) {
+  std::vector<bool> m(size_t(ndim), dims.empty());
+  for (int64_t d : dims) m[size_t(d < 0 ? d + ndim : d)] = true;
+  return m;
+}
+
+Shape expected_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
+  Shape out;
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (!mask[d]) out.push_back(s[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+std::string dims_str(const std::vector<int64_t>& dims) { return shape_str(dims); }
+
+const std::vector<std::vector<int64_t>> kDimSets = {{}, {0}, {-1}, {1}, {0, 2}, {0, 1}, {-1, -3}, {0, 1, 2}};
+const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
+
+}  // namespace
+
+TEST_CASE("reduce: sum, mean, amax, amin, var match float64 loops (dtypes x layouts x dims x keepdim)") {
+  const Shape shape = {4, 5, 6};
+  uint64_t seed = 1;
+  for (DType dt : kFloatTypes) {
+    for (Layout layout : kAllLayouts) {
+      for (const auto& dims : kDimSets) {
+        for (bool keepdim : {false, true}) {
+          const Tensor x = random_tensor(shape, dt, seed++, layout);
+          const auto mask = mask_of(3, dims);
+          const std::string what = std::string(dtype_name(dt)) + " " + layout_name(layout) + " dims " +
+                                   dims_str(dims) + (keepdim ? " keepdim" : "");
+          const double rtol = default_rtol(dt), atol = dt == kFloat64 ? 1e-12 : rtol * 0.5;
+          const Shape eshape = expected_shape(shape, mask, keepdim);
+          struct Case {
+            const char* name;
+            Tensor got;
+            Stat stat;
+          };
+          const Case cases[] = {
+              {"sum", ops::sum(x, dims, keepdim), Stat::Sum},   {"mean", ops::mean(x, dims, keepdim), Stat::Mean},
+              {"amax", ops::amax(x, dims, keepdim), Stat::Max}, {"amin", ops::amin(x, dims, keepdim), Stat::Min},
+              {"var", ops::var(x, dims, 1, keepdim), Stat::Var},
+          };
+          for (const Case& c : cases) {
+            CHECK(c.got.sizes() == eshape);
+            CHECK(c.got.dtype() == dt);
+            CHECK(c.got.is_contiguous());
+            check_close(c.got, reference(x, mask, c.stat), rtol, atol, std::string(c.name) + " " + what);
+          }
+          check_close(ops::var(x, dims, 0, keepdim), reference(x, mask, Stat::Var, 0), rtol, atol, "var(c=0) " + what);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("reduce: a 4-d input on every layout path (one run, permuted view, copy)") {
+  const Shape shape = {3, 4, 5, 2};
+  const std::vector<std::vector<int64_t>> dim_sets = {{1, 3}, {0, 2}, {1, 2}, {2, 3}, {0, 3}, {0, 1, 3}, {-2}};
+  uint64_t seed = 100;
+  for (Layout layout : kAllLayouts) {
+    for (const auto& dims : dim_sets) {
+      const Tensor x = random_tensor(shape, kFloat64, seed++, layout);
+      const auto mask = mask_of(4, dims);
+      const std::string what = std::string(layout_name(layout)) + " dims " + dims_str(dims);
+      check_close(ops::sum(x, dims), reference(x, mask, Stat::Sum), 1e-12, 1e-12, "sum " + what);
+      check_close(ops::var(x, dims), reference(x, mask, Stat::Var), 1e-12, 1e-12, "var " + what);
+      check_close(ops::amax(x, dims, true), reference(x, mask, Stat::Max), 0, 0, "amax " + what);
+    }
+  }
+  // A permuted (not transposed-last-two) view: dims (2, 0, 3, 1) of a contiguous tensor.
+  const Tensor base = random_tensor({4, 3, 2, 5}, kFloat32, 7);
+  const Tensor x = base.permute({2, 0, 3, 1});
+  for (const auto& dims : dim_sets) {
+    const auto mask = mask_of(4, dims);
+    check_close(ops::sum(x, dims), reference(x, mask, Stat::Sum), 1e-5, 1e-5, "permuted sum " + dims_str(dims));
+    check_close(ops::amin(x, dims), reference(x, mask, Stat::Min), 0, 0, "permuted amin " + dims_str(dims));
+  }
+}
+
+TEST_CASE("reduce: broadcast (stride-0) inputs") {
+  const Tensor row = random_tensor({1, 6}, kFloat32, 3);
+  const Tensor x = row.expand({5, 6});
+  for (const auto& dims : std::vector<std::vector<int64_t>>{{0}, {1}, {}}) {
+    const auto mask = mask_of(2, dims);
+    check_close(ops::sum(x, dims), reference(x, mask, Stat::Sum), 1e-6, 1e-6, "expanded sum " + dims_str(dims));
+    check_close(ops::var(x, dims), reference(x, mask, Stat::Var), 1e-5, 1e-6, "expanded var " + dims_str(dims));
+    const int64_t dim = dims.empty() ? 0 : dims[0];
+    check_close(ops::argmax(x, dim), reference(x, mask_of(2, {dim}), Stat::ArgMax), 0, 0, "expanded argmax");
+  }
+}
+
+TEST_CASE("reduce: integer and bool dtypes") {
+  const std::vector<double> v = {3, -1, 4, 1, -5, 9, 2, -6, 5, 3, 5, -8};
+  const Tensor xi = make_tensor(v, {3, 4}, kInt32, Layout::Transposed);
+  const Tensor s = ops::sum(xi, {1});
+  CHECK(s.dtype() == kInt64);
+  CHECK(s.tolist<int64_t>() == std::vector<int64_t>{7, 0, 5});
+  CHECK(ops::sum(xi).item<int64_t>() == 12);
+  const Tensor big = full({3}, 2e9, kInt64);
+  CHECK(ops::sum(big).item<int64_t>() == int64_t(6e9));
+  const Tensor mx = ops::amax(xi, {0});
+  CHECK(mx.dtype() == kInt32);
+  CHECK(mx.tolist<int32_t>() == std::vector<int32_t>{5, 9, 5, 1});
+  CHECK(ops::amin(xi).item<int32_t>() == -8);
+  const ops::ValuesIndices m = ops::min(make_tensor(v, {3, 4}, kInt64), 0);
+  CHECK(m.values.tolist<int64_t>() == std::vector<int64_t>{-5, -1, 2, -8});
+  CHECK(m.indices.tolist<int64_t>() == std::vector<int64_t>{1, 0, 1, 2});
+  const Tensor mask = make_tensor({1, 0, 1, 1, 0, 1}, {2, 3}, kBool);
+  const Tensor count = ops::sum(mask, {1});
+  CHECK(count.dtype() == kInt64);
+  CHECK(count.tolist<int64_t>() == std::vector<int64_t>{2, 2});
+  CHECK(ops::amax(mask, {0}).tolist<bool>() == std::vector<bool>{true, false, true});
+  CHECK(ops::argmax(mask, 1).tolist<int64_t>() == std::vector<int64_t>{0, 0});
+}
+
+TEST_CASE("reduce: max/min/argmax/argmin with indices vs float64 loops") {
+  uint64_t seed = 500;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
+    for (Layout layout : kAllLayouts) {
+      for (int64_t dim : {0, 1, 2, -1}) {
+        for (bool keepdim : {false, true}) {
+          // Integer-valued inputs in a small range: plenty of ties.
+          std::vector<double> v = random_values(4 * 5 * 13, seed++, -4, 4);
+          for (double& e : v) e = std::floor(e);
+          const Tensor x = make_tensor(v, {4, 5, 13}, dt, layout);
+          const auto mask = mask_of(3, {dim});
+          const std::string what = std::string(dtype_name(dt)) + " " + layout_name(layout) + " dim " +
+                                   std::to_string(dim) + (keepdim ? " keepdim" : "");
+          const Shape eshape = expected_shape({4, 5, 13}, mask, keepdim);
+          const ops::ValuesIndices mx = ops::max(x, dim, keepdim), mn = ops::min(x, dim, keepdim);
+          CHECK(mx.values.sizes() == eshape);
+          CHECK(mx.indices.sizes() == eshape);
+          CHECK(mx.values.dtype() == dt);
+          CHECK(mx.indices.dtype() == kInt64);
+          check_close(mx.values, reference(x, mask, Stat::Max), 0, 0, "max values " + what);
+          check_close(mx.indices, reference(x, mask, Stat::ArgMax), 0, 0, "max indices " + what);
+          check_close(mn.values, reference(x, mask, Stat::Min), 0, 0, "min values " + what);
+          check_close(mn.indices, reference(x, mask, Stat::ArgMin), 0, 0, "min indices " + what);
+          check_close(ops::argmax(x, dim, keepdim), reference(x, mask, Stat::ArgMax), 0, 0, "argmax " + what);
+          check_close(ops::argmin(x, dim, keepdim), reference(x, mask, Stat::ArgMin), 0, 0, "argmin " + what);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("reduce: ties go to the first occurrence, in rows, columns and split rows") {
+  // A long row: the 8-lane fold sees the ties in different lanes.
+  std::vector<double> row(100, 0.0);
+  row[63] = row[7] = row[15] = 5.0;
+  row[9] = row[90] = -3.0;
+  const Tensor r = make_tensor(row, {100}, kFloat32);
+  CHECK(ops::argmax(r, 0).item<int64_t>() == 7);
+  CHECK(ops::argmin(r, 0).item<int64_t>() == 9);
+  // Columns: reducing dim 0 of (10, 4).
+  std::vector<double> col(40, 1.0);
+  col[3 * 4 + 2] = col[8 * 4 + 2] = 7.0;
+  CHECK(ops::argmax(make_tensor(col, {10, 4}, kFloat64), 0).tolist<int64_t>() == std::vector<int64_t>{0, 0, 3, 0});
+  // One row long enough to be cut into chunks across threads.
+  const int64_t n = 300000;
+  std::vector<double> longrow(size_t(n), 0.0);
+  longrow[size_t(n - 5)] = longrow[10] = longrow[size_t(n / 2)] = 2.0;
+  longrow[size_t(n - 7)] = longrow[size_t(n / 2 + 1)] = -2.0;
+  const Tensor lr = make_tensor(longrow, {n}, kFloat32);
+  CHECK(ops::argmax(lr, 0).item<int64_t>() == 10);
+  CHECK(ops::argmin(lr, 0).item<int64_t>() == n / 2 + 1);
+  CHECK(ops::max(lr, 0).values.item<float>() == 2.0f);
+  // Long columns (R cut into chunks across threads): ties in different chunks.
+  std::vector<double> lc(size_t(3 * 70000), 0.0);
+  lc[10 * 3 + 1] = lc[60000 * 3 + 1] = lc[35000 * 3 + 1] = 3.0;
+  lc[69999 * 3 + 2] = lc[40000 * 3 + 2] = -3.0;
+  const Tensor c = make_tensor(lc, {70000, 3}, kFloat64);
+  CHECK(ops::argmax(c, 0).tolist<int64_t>() == std::vector<int64_t>{0, 10, 0});
+  CHECK(ops::argmin(c, 0).tolist<int64_t>() == std::vector<int64_t>{0, 0, 40000});
+}
+
+TEST_CASE("reduce: NaN propagates through max/min/amax/amin/sum/var; argmax points at the first NaN") {
+  const std::vector<double> v = {1, kNaN, 3, kNaN, 2, 0, 9, -1, -4, 5, 6, 7};
+  for (DType dt : kFloatTypes) {
+    const Tensor x = make_tensor(v, {3, 4}, dt);
+    const ops::ValuesIndices m = ops::max(x, 1);
+    const auto mv = values_of(m.values);
+    CHECK(std::isnan(mv[0]));
+    CHECK(mv[1] == 9);
+    CHECK(m.indices.tolist<int64_t>() == std::vector<int64_t>{1, 2, 3});
+    CHECK(ops::argmin(x, 1).tolist<int64_t>() == std::vector<int64_t>{1, 3, 0});
+    CHECK(std::isnan(ops::amax(x).item<double>()));
+    CHECK(std::isnan(ops::amin(x).item<double>()));
+    const auto cols = values_of(ops::amax(x, {0}));
+    CHECK(cols[0] == 2);
+    CHECK(std::isnan(cols[1]));
+    CHECK(ops::argmax(x, 0).tolist<int64_t>() == std::vector<int64_t>{1, 0, 1, 0});
+    CHECK(std::isnan(values_of(ops::sum(x, {1}))[0]));
+    CHECK(std::isnan(values_of(ops::var(x, {1}))[0]));
+  }
+}
+
+TEST_CASE("reduce: sum of 2^20 floats is accurate") {
+  const int64_t n = int64_t(1) << 20;
+  const std::vector<double> v = random_values(n, 42, 0.0, 1.0);
+  const Tensor x = make_tensor(v, {n}, kFloat32);
+  double exact = 0;
+  for (double e : values_of(x)) exact += e;  // the float32-rounded inputs, summed in double
+  const double got = ops::sum(x).item<double>();
+  CHECK(std::fabs(got - exact) <= 1e-6 * exact);
+  CHECK(std::fabs(ops::mean(x).item<double>() - exact / double(n)) <= 1e-6 * exact / double(n));
+  // The same values as columns: (2^16, 16) summed over dim 0 (the bias-gradient shape).
+  const Tensor cols = x.view({n / 16, 16});
+  const auto got_cols = values_of(ops::sum(cols, {0}));
+  const auto xs = values_of(x);
+  for (int64_t j = 0; j < 16; ++j) {
+    double e = 0;
+    for (int64_t i = 0; i < n / 16; ++i) e += xs[size_t(i * 16 + j)];
+    CHECK(std::fabs(got_cols[size_t(j)] - e) <= 1e-6 * e);
+  }
+  // float16: 4096 ones sum to 4096 (accumulating in half would stall at 2048).
+  CHECK(ops::sum(ones({4096}, kFloat16)).item<double>() == 4096.0);
+  CHECK(ops::sum(ones({4096, 3}, kBFloat16), {0}).tolist<double>() == std::vector<double>{4096, 4096, 4096});
+  // var of values with a large mean and a small spread (cancellation-prone).
+  std::vector<double> w = random_values(100000, 9, -1.0, 1.0);
+  for (double& e : w) e += 1e4;
+  const Tensor xw = make_tensor(w, {100000}, kFloat32);
+  check_close(ops::var(xw), reference(xw, {true}, Stat::Var), 1e-5, 0, "var with mean 1e4");
+}
+
+TEST_CASE("reduce: empty tensors and 0-d tensors") {
+  const Tensor e = empty({0, 3});
+  CHECK(ops::sum(e, {0}).tolist<float>() == std::vector<float>{0, 0, 0});
+  CHECK(ops::sum(e).item<float>() == 0.0f);
+  CHECK(ops::sum(e).dim() == 0);
+  CHECK(ops::sum(empty({0}, kInt32)).item<int64_t>() == 0);
+  for (double m : values_of(ops::mean(e, {0}))) CHECK(std::isnan(m));
+  CHECK(std::isnan(ops::var(e).item<double>()));
+  CHECK(ops::sum(e, {1}).sizes() == Shape{0});
+  CHECK(ops::amax(e, {1}).sizes() == Shape{0});
+  CHECK(ops::amax(e, {1}, true).sizes() == Shape{0, 1});
+  const ops::ValuesIndices m = ops::max(e, 1);
+  CHECK(m.values.sizes() == Shape{0});
+  CHECK(m.indices.sizes() == Shape{0});
+  CHECK(ops::mean(empty({2, 0, 4}), {0, 2}).sizes() == Shape{0});
+  // 0-d: reducing "all dims" or dim 0 / -1 returns the value.
+  const Tensor s = scalar_tensor(2.5);
+  CHECK(ops::sum(s).dim() == 0);
+  CHECK(ops::sum(s).item<float>() == 2.5f);
+  CHECK(ops::sum(s, {0}, true).dim() == 0);
+  CHECK(ops::amax(s, {-1}).item<float>() == 2.5f);
+  CHECK(ops::argmax(s, 0).item<int64_t>() == 0);
+  CHECK(std::isnan(ops::var(s).item<double>()));  // one element, correction 1: 0/0
+  CHECK(ops::var(s, {}, 0).item<float>() == 0.0f);
+  // Size-1 dims everywhere.
+  const Tensor x = random_tensor({1, 3, 1}, kFloat32, 5);
+  check_close(ops::sum(x, {0, 2}), values_of(x), 0, 0, "sum over size-1 dims");
+  check_close(ops::sum(x, {1}, true), reference(x, mask_of(3, {1}), Stat::Sum), 1e-6, 1e-6, "sum of 1x3x1");
+}
+
+TEST_CASE("reduce: var with correction larger than the count gives inf, as PyTorch") {
+  const Tensor x = make_tensor({1, 3}, {2}, kFloat32);
+  CHECK(std::isinf(ops::var(x, {}, 2).item<double>()));
+  CHECK(ops::var(x, {}, 1).item<float>() == 2.0f);
+}
+
+TEST_CASE("reduce: errors name the op, the dim and the shape") {
+  const Tensor x = zeros({4, 5, 6});
+  check_error([&] { ops::sum(x, {3}); }, {"sum", "dim 3", "[4, 5, 6]"});
+  check_error([&] { ops::mean(x, {-4}); }, {"mean", "dim -4", "[4, 5, 6]"});
+  check_error([&] { ops::amax(x, {0, 0}); }, {"amax", "more than once", "[4, 5, 6]"});
+  check_error([&] { ops::var(x, {1, -2}); }, {"var", "more than once"});
+  check_error([&] { ops::amin(x, {7}); }, {"amin", "dim 7"});
+  check_error([&] { ops::max(x, 3); }, {"max", "dim 3", "[4, 5, 6]"});
+  check_error([&] { ops::min(x, -4); }, {"min", "dim -4"});
+  check_error([&] { ops::argmax(x, 5); }, {"argmax", "dim 5"});
+  check_error([&] { ops::argmin(x, 3, true); }, {"argmin", "dim 3"});
+  check_error([&] { ops::sum(scalar_tensor(1.0), {1}); }, {"sum", "dim 1"});
+  check_error([&] { ops::mean(zeros({2}, kInt32)); }, {"mean", "floating-point", "int32[2]"});
+  check_error([&] { ops::var(zeros({2}, kInt64)); }, {"var", "floating-point", "int64[2]"});
+  check_error([&] { ops::var(x, {}, -1); }, {"var", "correction"});
+  const Tensor e = empty({0, 3});
+  check_error([&] { ops::amax(e, {0}); }, {"amax", "zero-size", "[0, 3]"});
+  check_error([&] { ops::amin(e); }, {"amin", "zero-size"});
+  check_error([&] { ops::max(e, 0); }, {"max", "size 0", "[0, 3]"});
+  check_error([&] { ops::argmin(e, 0); }, {"argmin", "size 0"});
+  check_error([&] { ops::sum(Tensor()); }, {"sum", "undefined"});
+}

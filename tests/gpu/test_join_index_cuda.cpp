@@ -1,0 +1,215 @@
+// cat/stack/split/chunk and the index ops (index_select, gather, scatter_add, index_add,
+// one_hot, embedding, embedding_backward) on CUDA against the CPU ops on the same inputs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "memory/stream.h"
+#include "tensor/factory.h"
+#include "tensor/ops/index.h"
+#include "tensor/ops/join.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using frugal::detail::str_cat;
+
+namespace {
+
+constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+constexpr DType kIndexTypes[] = {kInt32, kInt64};
+const Device kGpu = cuda(0);
+
+// The same values on the CPU and on the GPU, in the same layout.
+struct Pair {
+  Tensor cpu, gpu;
+};
+Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
+  return {random_tensor(s, {t, kCPU}, seed, layout), random_tensor(s, {t, kGpu}, seed, layout)};
+}
+Pair index_pair(const Shape& s, int64_t hi, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
+  std::vector<double> v = random_values(numel_of(s), seed, 0.0, double(hi));
+  for (double& x : v) x = std::floor(x);
+  return {make_tensor(v, s, {t, kCPU}, layout), make_tensor(v, s, {t, kGpu}, layout)};
+}
+
+// Copies must match exactly; sums (accumulated in f32 or f64 in another order) within a rounding.
+void check_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  CHECK_MESSAGE(gpu.device() == kGpu, what);
+  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
+  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
+  check_close(gpu, values_of(cpu), tol, tol, what);
+}
+double sum_tol(DType t) { return t == kFloat32 ? 1e-5 : t == kFloat64 ? 1e-12 : default_rtol(t); }
+
+}  // namespace
+
+TEST_CASE("cuda join: cat on every dim and layout, each copy width") {
+  for (DType dt : kFloatTypes) {
+    for (int64_t dim : {0, 1, 2, -1}) {
+      // Odd and even inner sizes give rows of 2 to 64 bytes: copy widths of 2, 4, 8 and 16 bytes.
+      for (int64_t inner : {1, 3, 4, 7, 8}) {
+        std::vector<Tensor> cpu, gpu;
+        uint64_t seed = 0;
+        for (Layout layout : kAllLayouts) {
+          for (int64_t len : {2, 1, 3}) {
+            Shape s = {3, 4, inner};
+            s[size_t(dim < 0 ? dim + 3 : dim)] = len;
+            const Pair p = random_pair(s, dt, ++seed, layout);
+            cpu.push_back(p.cpu);
+            gpu.push_back(p.gpu);
+          }
+        }
+        check_same(ops::cat(gpu, dim), ops::cat(cpu, dim), 0.0,
+                   str_cat("cat ", dtype_name(dt), " dim ", dim, " inner ", inner));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda join: cat of many inputs, mixed dtypes, empties; stack; split and chunk") {
+  std::vector<Tensor> cpu, gpu;
+  for (int i = 0; i < 150; ++i) {  // three launches of the batched kernel
+    const Pair p = random_pair({5, i % 5, 3}, i % 7 == 0 ? kFloat16 : kFloat32, uint64_t(i),
+                               i % 3 == 0 ? Layout::Strided : Layout::Contiguous);
+    cpu.push_back(p.cpu);
+    gpu.push_back(p.gpu);
+  }
+  cpu.push_back(empty({0}, {kBFloat16, kCPU}));  // skipped, promotes f16 + f32 + bf16 -> f32
+  gpu.push_back(empty({0}, {kBFloat16, kGpu}));
+  check_same(ops::cat(gpu, 1), ops::cat(cpu, 1), 0.0, "cat 150");
+  const Pair a = random_pair({1000, 333}, kFloat16, 1), b = random_pair({1000, 1}, kFloat16, 2);
+  check_same(ops::cat({a.gpu, b.gpu}, 1), ops::cat({a.cpu, b.cpu}, 1), 0.0, "cat large odd");
+  check_same(ops::cat({a.gpu, a.gpu}, 0), ops::cat({a.cpu, a.cpu}, 0), 0.0, "cat large dim 0");
+
+  for (DType dt : kFloatTypes) {
+    for (int64_t dim : {0, 1, 2, -1}) {
+      const Pair x = random_pair({3, 4}, dt, 3, Layout::Transposed), y = random_pair({3, 4}, dt, 4);
+      check_same(ops::stack({x.gpu, y.gpu, x.gpu}, dim), ops::stack({x.cpu, y.cpu, x.cpu}, dim), 0.0,
+                 str_cat("stack ", dtype_name(dt), " dim ", dim));
+    }
+  }
+  const Pair x = random_pair({4, 10}, kFloat32, 5, Layout::Strided);
+  const auto pg = ops::split(x.gpu, 4, 1), pc = ops::split(x.cpu, 4, 1);
+  REQUIRE(pg.size() == 3);
+  for (size_t i = 0; i < pg.size(); ++i) {
+    CHECK(pg[i].shares_storage(x.gpu));
+    check_same(pg[i], pc[i], 0.0, "split");
+  }
+  const auto cg = ops::chunk(x.gpu, 4, 1), cc = ops::chunk(x.cpu, 4, 1);
+  REQUIRE(cg.size() == cc.size());
+  for (size_t i = 0; i < cg.size(); ++i) check_same(cg[i], cc[i], 0.0, "chunk");
+}
+
+TEST_CASE("cuda index: index_select, gather and embedding match the CPU") {
+  const Shape shape = {4, 5, 6};
+  for (DType dt : kFloatTypes) {
+    for (DType it : kIndexTypes) {
+      for (Layout layout : kAllLayouts) {
+        const Pair x = random_pair(shape, dt, 11, layout);
+        for (int64_t dim = 0; dim < 3; ++dim) {
+          const std::string what = str_cat(dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout), " dim ", dim);
+          const Pair i1 = index_pair({9}, shape[size_t(dim)], it, uint64_t(dim) + 1, layout);
+          check_same(ops::index_select(x.gpu, dim, i1.gpu), ops::index_select(x.cpu, dim, i1.cpu), 0.0,
+                     "index_select " + what);
+          Shape ishape = {3, 4, 5};
+          ishape[size_t(dim)] = 8;
+          const Pair ig = index_pair(ishape, shape[size_t(dim)], it, uint64_t(dim) + 7, layout);
+          check_same(ops::gather(x.gpu, dim, ig.gpu), ops::gather(x.cpu, dim, ig.cpu), 0.0, "gather " + what);
+        }
+        const Pair w = random_pair({50, 96}, dt, 12, layout);
+        const Pair ids = index_pair({16, 33}, 50, it, 13, layout);
+        check_same(ops::embedding(w.gpu, ids.gpu), ops::embedding(w.cpu, ids.cpu), 0.0,
+                   str_cat("embedding ", dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout)));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda index: scatter_add, index_add, embedding_backward and one_hot match the CPU") {
+  const Shape shape = {4, 5, 6};
+  for (DType dt : kFloatTypes) {
+    const double tol = sum_tol(dt);
+    for (DType it : kIndexTypes) {
+      for (Layout layout : kAllLayouts) {
+        for (int64_t dim = 0; dim < 3; ++dim) {
+          const std::string what = str_cat(dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout), " dim ", dim);
+          const Pair self = random_pair(shape, dt, 21, layout);
+          Shape sshape = {4, 6, 6}, ishape = {3, 4, 6};
+          sshape[size_t(dim)] = 12;
+          ishape[size_t(dim)] = 11;  // twice self's size along dim: duplicates certain
+          const Pair src = random_pair(sshape, dt, 22, layout);
+          const Pair idx = index_pair(ishape, shape[size_t(dim)], it, uint64_t(dim) + 23, layout);
+          check_same(ops::scatter_add(self.gpu, dim, idx.gpu, src.gpu),
+                     ops::scatter_add(self.cpu, dim, idx.cpu, src.cpu), tol, "scatter_add " + what);
+          ops::scatter_add_(self.gpu, dim, idx.gpu, src.gpu);
+          ops::scatter_add_(self.cpu, dim, idx.cpu, src.cpu);
+          check_same(self.gpu, self.cpu, tol, "scatter_add_ " + what);
+
+          Shape ashape = shape;
+          ashape[size_t(dim)] = 10;
+          const Pair asrc = random_pair(ashape, dt, 24, layout);
+          const Pair aidx = index_pair({10}, shape[size_t(dim)], it, uint64_t(dim) + 25);
+          check_same(ops::index_add(self.gpu, dim, aidx.gpu, asrc.gpu),
+                     ops::index_add(self.cpu, dim, aidx.cpu, asrc.cpu), tol, "index_add " + what);
+        }
+        // Many lookups of few rows: heavy atomic contention on CUDA.
+        const Pair ids = index_pair({64, 40}, 9, it, 26, layout);
+        const Pair grad = random_pair({64, 40, 32}, dt, 27, layout);
+        for (int64_t padding : {int64_t(-1), int64_t(4)}) {
+          check_same(ops::embedding_backward(grad.gpu, ids.gpu, 9, padding),
+                     ops::embedding_backward(grad.cpu, ids.cpu, 9, padding), tol * 8,
+                     str_cat("embedding_backward ", dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout),
+                             " padding ", padding));
+        }
+      }
+    }
+  }
+  for (DType it : kIndexTypes) {
+    const Pair idx = index_pair({7, 5}, 6, it, 31, Layout::Transposed);
+    check_same(ops::one_hot(idx.gpu), ops::one_hot(idx.cpu), 0.0, "one_hot inferred");
+    check_same(ops::one_hot(idx.gpu, 9), ops::one_hot(idx.cpu, 9), 0.0, "one_hot 9");
+  }
+}
+
+TEST_CASE("cuda index: an out-of-range index is a frugal::Error, and the device stays usable") {
+  const Tensor x = zeros({3, 5}, {kFloat32, kGpu});
+  for (DType it : kIndexTypes) {
+    const TensorOptions io(it, kGpu);
+    check_error([&] { ops::index_select(x, 1, from_vector<int64_t>({0, 9, 1}, {3}, io)); },
+                {"index_select", "index 9", "[0, 5)", "position [1]"});
+    check_error([&] { ops::index_select(x, 0, from_vector<int64_t>({-1}, {1}, io)); }, {"index_select", "index -1"});
+    check_error([&] { ops::gather(x, 0, from_vector<int64_t>({0, 1, 2, 3, 0}, {1, 5}, io)); },
+                {"gather", "index 3", "[0, 3)", "position [0, 3]"});
+    check_error([&] { ops::scatter_add_(x, 0, from_vector<int64_t>({4}, {1, 1}, io), ones({1, 1}, {kFloat32, kGpu})); },
+                {"scatter_add_", "index 4", "[0, 3)"});
+    check_error([&] { ops::index_add(x, 1, from_vector<int64_t>({5}, {1}, io), ones({3, 1}, {kFloat32, kGpu})); },
+                {"index_add", "index 5", "[0, 5)"});
+    check_error([&] { ops::embedding(x, from_vector<int64_t>({0, 2, 3}, {3}, io)); },
+                {"embedding", "index 3", "position [2]"});
+    const Tensor grad = ones({2, 4}, {kFloat32, kGpu});
+    check_error([&] { ops::embedding_backward(grad, from_vector<int64_t>({1, 6}, {2}, io), 6); },
+                {"embedding_backward", "index 6", "[0, 6)", "position [1]"});
+    check_error([&] { ops::one_hot(from_vector<int64_t>({0, 3}, {2}, io), 3); }, {"one_hot", "index 3"});
+  }
+  // Nothing was written out of bounds and the context is healthy: a later op works.
+  synchronize(kGpu);
+  const Tensor ok = ops::index_select(x, 1, from_vector<int64_t>({4, 0}, {2}, {kInt64, kGpu}));
+  check_close(ok, std::vector<double>(6, 0.0), 0.0, 0.0, "after errors");
+}
+
+TEST_CASE("cuda join/index: mismatched devices are errors naming both tensors") {
+  const Tensor g = zeros({2, 3}, {kFloat32, kGpu}), c = zeros({2, 3});
+  const Tensor gi = zeros({2}, {kInt64, kGpu}), ci = zeros({2}, kInt64);
+  check_error([&] { ops::cat({g, c}); }, {"cat", "one device", "cuda:0", "cpu"});
+  check_error([&] { ops::stack({g, c}); }, {"stack", "one device"});
+  check_error([&] { ops::index_select(g, 0, ci); }, {"index_select", "one device", "int64[2] cpu"});
+  check_error([&] { ops::gather(c, 0, zeros({1, 1}, {kInt64, kGpu})); }, {"gather", "one device"});
+  check_error([&] { ops::scatter_add(g, 0, zeros({1, 1}, {kInt64, kGpu}), c); }, {"scatter_add", "cpu", "cuda:0"});
+  check_error([&] { ops::index_add(g, 0, gi, c); }, {"index_add", "cpu", "cuda:0"});
+  check_error([&] { ops::embedding(g, ci); }, {"embedding", "one device"});
+  check_error([&] { ops::embedding_backward(zeros({2, 3}, {kFloat32, kGpu}), ci, 4); },
+              {"embedding_backward", "one device"});
+}

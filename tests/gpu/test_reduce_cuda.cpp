@@ -1,0 +1,307 @@
+// CUDA reductions and softmax against the CPU ops on the same inputs: every dtype,
+// layout and dim set, long rows (block per row, split across blocks), many short rows
+// (warp per row), column reductions (split and not), ties, NaN, empty tensors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tensor/factory.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/softmax.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
+
+/// The same values on the CPU and on the GPU, in `layout`.
+struct Pair {
+  Tensor cpu, gpu;
+};
+Pair on_both(const std::vector<double>& v, const Shape& shape, DType dt, Layout layout = Layout::Contiguous) {
+  return {make_tensor(v, shape, dt, layout), make_tensor(v, shape, {dt, cuda()}, layout)};
+}
+Pair random_pair(const Shape& shape, DType dt, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
+                 double hi = 2) {
+  return on_both(random_values(numel_of(shape), seed, lo, hi), shape, dt, layout);
+}
+
+/// GPU sums accumulate in float (CPU: double); allow for R roundings of the accumulator
+/// on top of the output's own rounding.
+double sum_atol(DType dt, int64_t R) { return (dt == kFloat64 ? 1e-15 : 2.4e-7) * double(R); }
+
+void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
+  REQUIRE(gpu.device() == cuda());
+  CHECK(gpu.sizes() == cpu.sizes());
+  CHECK(gpu.dtype() == cpu.dtype());
+  check_close(values_of(gpu), values_of(cpu), rtol, atol, what);
+}
+
+int64_t reduced_count(const Shape& s, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return numel_of(s);
+  int64_t r = 1;
+  for (int64_t d : dims) r *= s[size_t(d < 0 ? d + int64_t(s.size()) : d)];
+  return r;
+}
+
+void check_all_reductions(const Pair& x, const std::vector<int64_t>& dims, bool keepdim, const std::string& what) {
+  const DType dt = x.cpu.dtype();
+  const int64_t R = reduced_count(x.cpu.sizes(), dims);
+  const double rtol = std::max(default_rtol(dt), 1e-5);
+  check_same(ops::sum(x.gpu, dims, keepdim), ops::sum(x.cpu, dims, keepdim), rtol, sum_atol(dt, R), "sum " + what);
+  check_same(ops::mean(x.gpu, dims, keepdim), ops::mean(x.cpu, dims, keepdim), rtol, sum_atol(dt, R) / double(R),
+             "mean " + what);
+  check_same(ops::amax(x.gpu, dims, keepdim), ops::amax(x.cpu, dims, keepdim), 0, 0, "amax " + what);
+  check_same(ops::amin(x.gpu, dims, keepdim), ops::amin(x.cpu, dims, keepdim), 0, 0, "amin " + what);
+  check_same(ops::var(x.gpu, dims, 1, keepdim), ops::var(x.cpu, dims, 1, keepdim), rtol, dt == kFloat64 ? 1e-12 : 1e-5,
+             "var " + what);
+}
+
+void check_arg_reductions(const Pair& x, int64_t dim, bool keepdim, const std::string& what) {
+  const ops::ValuesIndices g = ops::max(x.gpu, dim, keepdim), c = ops::max(x.cpu, dim, keepdim);
+  check_same(g.values, c.values, 0, 0, "max values " + what);
+  check_same(g.indices, c.indices, 0, 0, "max indices " + what);
+  const ops::ValuesIndices gn = ops::min(x.gpu, dim, keepdim), cn = ops::min(x.cpu, dim, keepdim);
+  check_same(gn.values, cn.values, 0, 0, "min values " + what);
+  check_same(gn.indices, cn.indices, 0, 0, "min indices " + what);
+  check_same(ops::argmax(x.gpu, dim, keepdim), ops::argmax(x.cpu, dim, keepdim), 0, 0, "argmax " + what);
+  check_same(ops::argmin(x.gpu, dim, keepdim), ops::argmin(x.cpu, dim, keepdim), 0, 0, "argmin " + what);
+}
+
+/// Integer-valued random data in [-4, 4): many ties for the arg reductions.
+std::vector<double> tied_values(int64_t n, uint64_t seed) {
+  std::vector<double> v = random_values(n, seed, -4, 4);
+  for (double& e : v) e = std::floor(e);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cuda reduce: sum/mean/amax/amin/var match the CPU (dtypes x layouts x dims x keepdim)") {
+  const std::vector<std::vector<int64_t>> dim_sets = {{}, {0}, {-1}, {1}, {0, 2}, {0, 1}, {0, 1, 2}};
+  uint64_t seed = 1;
+  for (DType dt : kFloatTypes) {
+    for (Layout layout : kAllLayouts) {
+      for (const auto& dims : dim_sets) {
+        for (bool keepdim : {false, true}) {
+          const Pair x = random_pair({4, 5, 6}, dt, seed++, layout);
+          check_all_reductions(x, dims, keepdim,
+                               std::string(dtype_name(dt)) + " " + layout_name(layout) + " dims " + shape_str(dims));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda reduce: long rows, many short rows, split rows and split columns") {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims;
+    const char* name;
+  };
+  const Case cases[] = {
+      {{3, 50000}, {1}, "3 rows of 50000 (block per row, split)"},
+      {{300, 50000}, {1}, "300 rows of 50000 (block per row)"},
+      {{20000, 7}, {1}, "20000 rows of 7 (warp per row)"},
+      {{1000, 300}, {1}, "1000 rows of 300"},
+      {{1 << 22}, {}, "full sum of 2^22 (split)"},
+      {{100000, 40}, {0}, "columns: sum over 100000 rows (split)"},
+      {{64, 512, 96}, {0, 1}, "columns: bias gradient of (64, 512, 96)"},
+      {{30, 700, 50}, {1}, "columns: middle dim"},
+      {{50000, 3}, {1}, "short rows of 3"},
+      {{7, 9, 5000}, {0, 2}, "non-adjacent dims (copy path)"},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    for (DType dt : kFloatTypes) {
+      const Pair x = random_pair(c.shape, dt, seed++);
+      check_all_reductions(x, c.dims, false, std::string(dtype_name(dt)) + " " + c.name);
+    }
+    // Transposed storage of the same shape (a 2-d case flips rows and columns).
+    if (c.shape.size() >= 2) {
+      const Pair xt = random_pair(c.shape, kFloat32, seed++, Layout::Transposed);
+      check_all_reductions(xt, c.dims, true, std::string("transposed float32 ") + c.name);
+    }
+  }
+}
+
+TEST_CASE("cuda reduce: sum of 2^20 floats is accurate against float64") {
+  const int64_t n = int64_t(1) << 20;
+  const Pair x = random_pair({n}, kFloat32, 42, Layout::Contiguous, 0, 1);
+  double exact = 0;
+  for (double e : values_of(x.cpu)) exact += e;
+  CHECK(std::fabs(ops::sum(x.gpu).item<double>() - exact) <= 1e-6 * exact);
+  CHECK(ops::sum(ones({4096}, {kFloat16, cuda()})).item<double>() == 4096.0);
+  const auto cols = values_of(ops::sum(ones({1 << 16, 8}, {kBFloat16, cuda()}), {0}));
+  for (double c : cols) CHECK(c == 65536.0);
+}
+
+TEST_CASE("cuda reduce: integer and bool dtypes are exact") {
+  for (DType dt : {kInt32, kInt64}) {
+    for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{6, 7, 8}, 1}, {{5, 40000}, 1},
+                                                                            {{40000, 5}, 0}}) {
+      const Pair x = on_both(tied_values(numel_of(shape), 7), shape, dt, Layout::Transposed);
+      const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape);
+      const Tensor s = ops::sum(x.gpu, {dim});
+      CHECK(s.dtype() == kInt64);
+      check_same(s, ops::sum(x.cpu, {dim}), 0, 0, "sum " + what);
+      check_same(ops::sum(x.gpu), ops::sum(x.cpu), 0, 0, "sum all " + what);
+      check_same(ops::amax(x.gpu, {dim}), ops::amax(x.cpu, {dim}), 0, 0, "amax " + what);
+      check_arg_reductions(x, dim, false, what);
+    }
+  }
+  std::vector<double> bits = random_values(3 * 70000, 5, 0, 1);
+  for (double& b : bits) b = b > 0.7;
+  const Pair m = on_both(bits, {3, 70000}, kBool);
+  check_same(ops::sum(m.gpu, {1}), ops::sum(m.cpu, {1}), 0, 0, "bool count");
+  check_same(ops::amax(m.gpu, {0}), ops::amax(m.cpu, {0}), 0, 0, "bool amax");
+  check_same(ops::argmax(m.gpu, 1), ops::argmax(m.cpu, 1), 0, 0, "bool argmax");
+}
+
+TEST_CASE("cuda reduce: max/min/argmax/argmin with ties agree with the CPU exactly (first occurrence)") {
+  uint64_t seed = 300;
+  for (DType dt : kFloatTypes) {
+    for (Layout layout : kAllLayouts) {
+      for (int64_t dim : {0, 1, -1}) {
+        const Pair x = on_both(tied_values(4 * 5 * 13, seed++), {4, 5, 13}, dt, layout);
+        check_arg_reductions(x, dim, dim == 1, std::string(dtype_name(dt)) + " " + layout_name(layout));
+      }
+    }
+    // Long rows (split across blocks) and long columns: ties between blocks.
+    check_arg_reductions(on_both(tied_values(4 * 200000, seed++), {4, 200000}, dt), 1, false, "long rows");
+    check_arg_reductions(on_both(tied_values(3000 * 33, seed++), {3000, 33}, dt), 0, false, "long columns");
+    check_arg_reductions(on_both(tied_values(20000 * 9, seed++), {20000, 9}, dt), 1, false, "short rows");
+  }
+}
+
+TEST_CASE("cuda reduce: NaN propagates and argmax finds the first NaN") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : kFloatTypes) {
+    std::vector<double> v = random_values(6 * 3000, 9);
+    v[5] = v[1700] = v[3000 + 2999] = nan;              // rows 0 and 1
+    v[4 * 3000 + 10] = v[4 * 3000 + 2000] = nan;         // row 4
+    const Pair x = on_both(v, {6, 3000}, dt);
+    check_arg_reductions(x, 1, false, std::string("NaN rows ") + dtype_name(dt));
+    check_arg_reductions(x, 0, false, std::string("NaN columns ") + dtype_name(dt));
+    check_same(ops::amax(x.gpu, {1}), ops::amax(x.cpu, {1}), 0, 0, "amax NaN");
+    check_same(ops::amin(x.gpu, {0}), ops::amin(x.cpu, {0}), 0, 0, "amin NaN");
+    CHECK(std::isnan(ops::sum(x.gpu).item<double>()));
+    CHECK(std::isnan(ops::amax(x.gpu).item<double>()));
+  }
+}
+
+TEST_CASE("cuda reduce: empty and 0-d tensors, errors") {
+  const Tensor e = empty({0, 3}, {kFloat32, cuda()});
+  CHECK(ops::sum(e, {0}).device() == cuda());
+  CHECK(values_of(ops::sum(e, {0})) == std::vector<double>{0, 0, 0});
+  for (double m : values_of(ops::mean(e, {0}))) CHECK(std::isnan(m));
+  CHECK(ops::amax(e, {1}).sizes() == Shape{0});
+  check_error([&] { ops::amax(e, {0}); }, {"amax", "zero-size", "cuda"});
+  check_error([&] { ops::sum(e, {2}); }, {"sum", "dim 2", "[0, 3]"});
+  const Tensor s = scalar_tensor(4.0, {kFloat32, cuda()});
+  CHECK(ops::sum(s).item<float>() == 4.0f);
+  CHECK(ops::argmax(s, 0).item<int64_t>() == 0);
+}
+
+// ---- softmax ----------------------------------------------------------------
+
+namespace {
+
+void check_softmax(const Pair& x, int64_t dim, const std::string& what) {
+  const DType dt = x.cpu.dtype();
+  const double rtol = std::max(default_rtol(dt), 1e-5);
+  const double atol = dt == kFloat64 ? 1e-14 : dt == kFloat32 ? 1e-7 : rtol * 0.1;
+  check_same(ops::softmax(x.gpu, dim), ops::softmax(x.cpu, dim), rtol, atol, "softmax " + what);
+  check_same(ops::log_softmax(x.gpu, dim), ops::log_softmax(x.cpu, dim), rtol, dt == kFloat64 ? 1e-12 : 4 * rtol,
+             "log_softmax " + what);
+  // Backward helpers on the CPU forward outputs (same inputs on both devices).
+  const Tensor y = ops::softmax(x.cpu, dim), ly = ops::log_softmax(x.cpu, dim);
+  const Tensor g = random_tensor(x.cpu.sizes(), dt, 99);
+  check_same(ops::softmax_backward(g.to(cuda()), y.to(cuda()), dim), ops::softmax_backward(g, y, dim), rtol,
+             dt == kFloat64 ? 1e-12 : 4 * rtol, "softmax_backward " + what);
+  check_same(ops::log_softmax_backward(g.to(cuda()), ly.to(cuda()), dim), ops::log_softmax_backward(g, ly, dim), rtol,
+             dt == kFloat64 ? 1e-12 : 4 * rtol, "log_softmax_backward " + what);
+}
+
+}  // namespace
+
+TEST_CASE("cuda softmax: every dim, dtype and layout matches the CPU") {
+  uint64_t seed = 1;
+  for (DType dt : kFloatTypes) {
+    for (Layout layout : kAllLayouts) {
+      for (int64_t dim : {0, 1, 2, -1}) {
+        check_softmax(random_pair({3, 4, 5}, dt, seed++, layout, -3, 3), dim,
+                      std::string(dtype_name(dt)) + " " + layout_name(layout) + " dim " + std::to_string(dim));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda softmax: long rows, many short rows, long columns") {
+  struct Case {
+    Shape shape;
+    int64_t dim;
+    const char* name;
+  };
+  const Case cases[] = {
+      {{4, 50000}, 1, "rows of 50000 (block per row)"},
+      {{20000, 33}, 1, "20000 rows of 33 (warp per row)"},
+      {{64, 1024}, 1, "rows of 1024 (warp)"},
+      {{64, 1025}, 1, "rows of 1025 (block)"},
+      {{3, 5000, 7}, 1, "middle dim of 5000"},
+      {{50000, 4}, 0, "first dim of 50000"},
+      {{8, 12, 128, 128}, -1, "attention scores"},
+      {{16, 64, 257}, 1, "columns of 257"},
+  };
+  uint64_t seed = 50;
+  for (const Case& c : cases) {
+    for (DType dt : kFloatTypes) {
+      check_softmax(random_pair(c.shape, dt, seed++, Layout::Contiguous, -10, 10), c.dim,
+                    std::string(dtype_name(dt)) + " " + c.name);
+    }
+  }
+}
+
+TEST_CASE("cuda softmax: large magnitudes, -inf masks and NaN") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : kFloatTypes) {
+    const double scale = dt == kFloat16 ? 100.0 : 1000.0;
+    std::vector<double> v = random_values(40 * 300, 3, -2, 2);
+    for (double& e : v) e *= scale;
+    for (int64_t dim : {0, 1}) {
+      const Pair x = on_both(v, {40, 300}, dt);
+      const Tensor y = ops::softmax(x.gpu, dim);
+      for (double e : values_of(y)) REQUIRE(std::isfinite(e));
+      check_softmax(x, dim, std::string("x1000 ") + dtype_name(dt));
+    }
+    // Row 0: half masked; row 1: all -inf (NaN); row 2: a NaN; rows 3..: ordinary. Long and short rows.
+    for (int64_t D : {int64_t(10), int64_t(3000)}) {
+      std::vector<double> m = random_values(6 * D, 4);
+      for (int64_t j = 0; j < D; j += 2) m[size_t(j)] = -inf;
+      for (int64_t j = 0; j < D; ++j) m[size_t(D + j)] = -inf;
+      m[size_t(2 * D + D / 2)] = nan;
+      const Pair x = on_both(m, {6, D}, dt);
+      check_same(ops::softmax(x.gpu, 1), ops::softmax(x.cpu, 1), std::max(default_rtol(dt), 1e-5), 1e-6, "masked");
+      check_same(ops::log_softmax(x.gpu, 1), ops::log_softmax(x.cpu, 1), std::max(default_rtol(dt), 1e-5), 1e-4,
+                 "masked log");
+      const Pair xt = on_both(m, {6, D}, dt, Layout::Transposed);
+      check_same(ops::softmax(xt.gpu.t(), 0), ops::softmax(xt.cpu.t(), 0), std::max(default_rtol(dt), 1e-5), 1e-6,
+                 "masked columns");
+    }
+  }
+}
+
+TEST_CASE("cuda softmax: empty, 0-d, and device mismatch errors") {
+  CHECK(ops::softmax(empty({0, 5}, {kFloat32, cuda()}), 1).sizes() == Shape{0, 5});
+  CHECK(ops::softmax(scalar_tensor(3.0, {kFloat32, cuda()}), 0).item<float>() == 1.0f);
+  const Tensor y = ops::softmax(random_tensor({2, 3}, {kFloat32, cuda()}, 1), 1);
+  check_error([&] { ops::softmax_backward(zeros({2, 3}), y, 1); }, {"softmax_backward", "cpu", "cuda"});
+  check_error([&] { ops::log_softmax_backward(zeros({2, 3}), y, 1); }, {"log_softmax_backward", "cpu", "cuda"});
+  check_error([&] { ops::softmax(zeros({2, 3}, {kInt32, cuda()}), 1); }, {"softmax", "int32"});
+}
