@@ -3,8 +3,14 @@
 # gpu suite (required to find a GPU), the cpu suite, and the CUDA benchmark.
 # Logs go to $OUT (default /tmp/out); a short summary is printed last.
 #   tools/gpu_check.sh [--no-bench] [--tests PATTERN]
+# If snapshot.tar is present (made with `git archive HEAD -o snapshot.tar`), the
+# committed tree in it is built instead of the working tree, so half-edited files
+# never reach the GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ -f snapshot.tar ]; then
+  rm -rf /tmp/src && mkdir -p /tmp/src && tar -xf snapshot.tar -C /tmp/src && cd /tmp/src
+fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 build=/tmp/b
