@@ -13,7 +13,6 @@ if [ -f snapshot.tar ]; then
 fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-build=/tmp/b
 bench=1
 pattern='*'
 while (($#)); do
@@ -25,6 +24,8 @@ while (($#)); do
 done
 
 t0=$(date +%s)
+# A build folder per source tree: reconfiguring one made for another tree would build the wrong files.
+build=/tmp/b_$(pwd | md5sum | cut -c1-8)
 if ! { meson setup "$build" -Dbuildtype=release -Dcuda=enabled >"$out/setup.log" 2>&1 || meson setup --reconfigure "$build" >>"$out/setup.log" 2>&1; }; then
   tail -30 "$out/setup.log"; exit 1
 fi
