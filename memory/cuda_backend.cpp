@@ -112,7 +112,8 @@ class CudaDeviceBackend final : public RawBackend {
   void* allocate_segment(size_t nbytes) override {
     DeviceGuard guard(index_);
     void* p = nullptr;
-    return null_if_out_of_memory(cudaMalloc(&p, nbytes), p, "cudaMalloc(&p, nbytes)");
+    const cudaError_t err = cudaMalloc(&p, nbytes);  // before reading p: argument order is unspecified
+    return null_if_out_of_memory(err, p, "cudaMalloc(&p, nbytes)");
   }
 
   void free_segment(void* base, size_t) override {
@@ -153,8 +154,8 @@ class PinnedHostBackend final : public RawBackend {
  public:
   void* allocate_segment(size_t nbytes) override {
     void* p = nullptr;
-    return null_if_out_of_memory(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable), p,
-                                 "cudaHostAlloc(&p, nbytes, cudaHostAllocPortable)");
+    const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);  // before reading p
+    return null_if_out_of_memory(err, p, "cudaHostAlloc(&p, nbytes, cudaHostAllocPortable)");
   }
 
   void free_segment(void* base, size_t) override { FRUGAL_CUDA_CHECK(cudaFreeHost(base)); }

@@ -20,10 +20,10 @@ struct Value {
   enum class Type : uint8_t { Null, Bool, Number, String, Array, Object };
 
   Type type = Type::Null;
-  bool boolean = false;                                // Bool
-  std::string text;                                    // String: decoded UTF-8; Number: the literal
-  std::vector<Value> items;                            // Array
-  std::vector<Member> members;                         // Object, in document order, keys unique
+  bool boolean = false;         // Bool
+  std::string text;             // String: decoded UTF-8; Number: the literal
+  std::vector<Value> items;     // Array
+  std::vector<Member> members;  // Object, in document order, keys unique
 
   bool is_string() const { return type == Type::String; }
   bool is_array() const { return type == Type::Array; }

@@ -53,8 +53,8 @@ constexpr DtypeEntry kDtypes[] = {
     {"I32", kInt32, 9},    {"I64", kInt64, 13},  {"BOOL", kBool, 0},
 };
 // Valid safetensors dtypes that frugal has no type for.
-constexpr const char* kUnsupportedDtypes[] = {"U8",  "I8",  "I16",     "U16",     "U32",     "U64",
-                                              "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+constexpr const char* kUnsupportedDtypes[] = {"U8",      "I8",      "I16", "U16",     "U32",     "U64", "F8_E5M2",
+                                              "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 const DtypeEntry& entry_for(DType t) {
   for (const auto& e : kDtypes)
@@ -196,8 +196,9 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
   }
 
   // The ranges must tile [0, data_size): sorted by (begin, end), each starts where the last ended.
-  std::sort(entries.begin(), entries.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::sort(entries.begin(), entries.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   uint64_t covered = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const TensorEntry& e = entries[i];
@@ -390,8 +391,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     const Tensor& t = item->second;
     const uint64_t nbytes = uint64_t(t.numel()) * t.element_size();
     if (header.size() > 1) header += ",";
-    header += json::quote(item->first) + ":{\"dtype\":\"" + entry_for(t.dtype()).name + "\",\"shape\":" +
-              json_shape(t.sizes()) + ",\"data_offsets\":[" + std::to_string(offset) + "," +
+    header += json::quote(item->first) + ":{\"dtype\":\"" + entry_for(t.dtype()).name +
+              "\",\"shape\":" + json_shape(t.sizes()) + ",\"data_offsets\":[" + std::to_string(offset) + "," +
               std::to_string(offset + nbytes) + "]}";
     offset += nbytes;
   }

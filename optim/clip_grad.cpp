@@ -152,7 +152,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients(params, norm_type);
   if (grads.empty()) return 0.0;
-  if (grads[0].is_cpu()) return clip_cpu(grads, max_norm, norm_type);
+  if (!grads[0].is_cuda()) return clip_cpu(grads, max_norm, norm_type);
   return double(clip_device(grads, max_norm, norm_type).item<float>());  // the one host sync
 }
 

@@ -71,7 +71,8 @@ Tensor gather_rows(const Tensor& src, const int64_t* rows, int64_t count) {
   if (row_bytes > 0) {
     const auto* from = static_cast<const uint8_t*>(src.data());
     auto* to = static_cast<uint8_t*>(block.get());
-    for (int64_t i = 0; i < count; ++i) std::memcpy(to + size_t(i) * row_bytes, from + size_t(rows[i]) * row_bytes, row_bytes);
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(to + size_t(i) * row_bytes, from + size_t(rows[i]) * row_bytes, row_bytes);
   }
   return from_data_ptr(std::move(block), sizes, src.dtype());
 }
@@ -104,8 +105,8 @@ Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype) {
 
 struct DataLoader::Pass {
   struct Slot {
-    Batch batch;                // host (pinned) tensors
-    std::exception_ptr error;   // set instead when preparing the batch failed
+    Batch batch;               // host (pinned) tensors
+    std::exception_ptr error;  // set instead when preparing the batch failed
   };
   std::vector<int64_t> order;
   int64_t num_batches = 0;
@@ -117,8 +118,7 @@ struct DataLoader::Pass {
   std::thread worker;
 };
 
-DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options)
-    : dataset_(dataset), options_(options) {
+DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options) : dataset_(dataset), options_(options) {
   FRUGAL_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size);
   FRUGAL_CHECK(options_.prefetch >= 0, "DataLoader: prefetch must be >= 0, got ", options_.prefetch);
   FRUGAL_CHECK(options_.device.is_cpu() || options_.device.index < cuda_device_count(), "DataLoader: device ",

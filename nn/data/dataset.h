@@ -17,12 +17,12 @@ class TensorDataset {
  public:
   TensorDataset(Tensor inputs, Tensor targets) {
     FRUGAL_CHECK(inputs.defined() && targets.defined(), "TensorDataset: inputs and targets must be defined tensors");
-    FRUGAL_CHECK(inputs.dim() >= 1 && targets.dim() >= 1, "TensorDataset: inputs ", inputs.describe(),
-                 " and targets ", targets.describe(), " need a first (sample) dimension");
+    FRUGAL_CHECK(inputs.dim() >= 1 && targets.dim() >= 1, "TensorDataset: inputs ", inputs.describe(), " and targets ",
+                 targets.describe(), " need a first (sample) dimension");
     FRUGAL_CHECK(inputs.size(0) == targets.size(0), "TensorDataset: inputs ", inputs.describe(), " and targets ",
                  targets.describe(), " differ in their number of samples");
-    FRUGAL_CHECK(inputs.device().is_cpu() && targets.device().is_cpu(), "TensorDataset: inputs ",
-                 inputs.describe(), " and targets ", targets.describe(),
+    FRUGAL_CHECK(inputs.device().is_cpu() && targets.device().is_cpu(), "TensorDataset: inputs ", inputs.describe(),
+                 " and targets ", targets.describe(),
                  " must live on the host (the DataLoader moves each batch to its device)");
     inputs_ = inputs.detach().contiguous();
     targets_ = targets.detach().contiguous();

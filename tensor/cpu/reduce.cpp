@@ -9,13 +9,14 @@
 // Column reductions keep one accumulator per output and walk R in order, which
 // vectorizes across the inner dim for the same reason. max/min compute in
 // opmath_t (exact anyway).
+#include "tensor/ops/reduce.h"
+
 #include <algorithm>
 #include <limits>
 #include <memory>
 
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
-#include "tensor/ops/reduce.h"
 #include "tensor/reduction.h"
 
 namespace frugal::ops::cpu {
@@ -151,22 +152,28 @@ template <typename Red>
 void run(const Red& red, const Tensor& in) {
   const Geometry g = Geometry::of(in);
   const auto* x = static_cast<const typename Red::in_t*>(in.data());
-  if (g.inner == 1) reduce_rows(red, g, x);
-  else reduce_columns(red, g, x);
+  if (g.inner == 1)
+    reduce_rows(red, g, x);
+  else
+    reduce_columns(red, g, x);
 }
 
 /// Calls f.template operator()<b>() with the runtime bool as a template argument.
 template <typename F>
 void with_bool(bool b, F&& f) {
-  if (b) f.template operator()<true>();
-  else f.template operator()<false>();
+  if (b)
+    f.template operator()<true>();
+  else
+    f.template operator()<false>();
 }
 
 template <typename T, typename Acc, bool IsMax>
 Acc extreme_identity() {
   using L = std::numeric_limits<Acc>;
-  if constexpr (L::has_infinity) return IsMax ? -L::infinity() : L::infinity();
-  else return IsMax ? L::lowest() : L::max();
+  if constexpr (L::has_infinity)
+    return IsMax ? -L::infinity() : L::infinity();
+  else
+    return IsMax ? L::lowest() : L::max();
 }
 
 }  // namespace

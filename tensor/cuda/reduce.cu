@@ -27,11 +27,11 @@ using reduction::Geometry;
 
 namespace {
 
-constexpr int kRowBlock = 256;         // threads per block of the row kernel
-constexpr int kColX = 32, kColY = 16;  // column kernel block: inner x R-split
+constexpr int kRowBlock = 256;              // threads per block of the row kernel
+constexpr int kColX = 32, kColY = 16;       // column kernel block: inner x R-split
 constexpr int64_t kTargetBlocks = 2 * 132;  // two blocks per SM of an H100/H200
-constexpr int64_t kMinRowChunk = 4096;  // elements of R per block worth a split (rows)
-constexpr int64_t kMinColChunk = 256;   // rows of R per block worth a split (columns)
+constexpr int64_t kMinRowChunk = 4096;      // elements of R per block worth a split (rows)
+constexpr int64_t kMinColChunk = 256;       // rows of R per block worth a split (columns)
 
 /// First pass of a split reduction: stores the raw accumulator.
 template <typename Red>
@@ -74,8 +74,10 @@ __global__ void __launch_bounds__(kRowBlock)
     const typename Red::in_t* row = x + o * g.so;
     A a = red.identity();
     for (int64_t r = r0 + lane; r < r1; r += kThreads) a = red.step(a, row[r * g.sr], r);
-    if constexpr (kThreads == 32) a = warp_allreduce(a, combine);
-    else a = block_allreduce(a, combine, red.identity());
+    if constexpr (kThreads == 32)
+      a = warp_allreduce(a, combine);
+    else
+      a = block_allreduce(a, combine, red.identity());
     if (lane == 0) red.store(item, a);
   }
 }
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kRowBlock)
 // x: (outer, R, inner) with strides (so, sr, si); R cut into `splits` chunks; output
 // item (o * splits + s) * inner + i. A tile is 32 consecutive i of one (o, s).
 template <typename Red>
-__global__ void __launch_bounds__(kColX * kColY)
+__global__ void __launch_bounds__(kColX* kColY)
     reduce_columns_kernel(Red red, const typename Red::in_t* __restrict__ x, Geometry g, int64_t splits) {
   using A = typename Red::acc_t;
   __shared__ alignas(16) unsigned char raw[kColX * kColY * sizeof(A)];
@@ -168,15 +170,19 @@ void run(const Red& red, const Tensor& in) {
 
 template <typename F>
 void with_bool(bool b, F&& f) {
-  if (b) f.template operator()<true>();
-  else f.template operator()<false>();
+  if (b)
+    f.template operator()<true>();
+  else
+    f.template operator()<false>();
 }
 
 template <typename Acc, bool IsMax>
 Acc extreme_identity() {
   using L = std::numeric_limits<Acc>;
-  if constexpr (L::has_infinity) return IsMax ? -L::infinity() : L::infinity();
-  else return IsMax ? L::lowest() : L::max();
+  if constexpr (L::has_infinity)
+    return IsMax ? -L::infinity() : L::infinity();
+  else
+    return IsMax ? L::lowest() : L::max();
 }
 
 }  // namespace

@@ -27,13 +27,17 @@ constexpr int kColX = 32, kColY = 8;
 
 template <typename Acc>
 __device__ __forceinline__ Acc exp_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>) return expf(v);
-  else return ::exp(v);
+  if constexpr (std::is_same_v<Acc, float>)
+    return expf(v);
+  else
+    return ::exp(v);
 }
 template <typename Acc>
 __device__ __forceinline__ Acc log_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>) return logf(v);
-  else return ::log(v);
+  if constexpr (std::is_same_v<Acc, float>)
+    return logf(v);
+  else
+    return ::log(v);
 }
 
 /// Online softmax state: the running max m and sum of exp(x - m).
@@ -44,10 +48,10 @@ struct MaxSum {
 
 template <typename Acc>
 __device__ __forceinline__ MaxSum<Acc> max_sum_add(MaxSum<Acc> st, Acc x) {
-  if (x != x) return {x, x};          // NaN poisons the slice
+  if (x != x) return {x, x};  // NaN poisons the slice
   if (st.m != st.m) return st;
   if (x > st.m) return {x, st.s * exp_acc(st.m - x) + Acc(1)};  // st.m = -inf: st.s = 0
-  if (x == Acc(-INFINITY)) return st;  // adds exp(-inf) = 0 (and avoids -inf - -inf)
+  if (x == Acc(-INFINITY)) return st;                           // adds exp(-inf) = 0 (and avoids -inf - -inf)
   return {st.m, st.s + exp_acc(x - st.m)};
 }
 
@@ -108,8 +112,10 @@ __global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Op op, int64_t row
     const int64_t base = row * D;
     S st = op.init();
     for (int64_t j = lane; j < D; j += kThreads) st = op.add(st, base + j);
-    if constexpr (kThreads == 32) st = warp_allreduce(st, merge);
-    else st = block_allreduce(st, merge, op.init());
+    if constexpr (kThreads == 32)
+      st = warp_allreduce(st, merge);
+    else
+      st = block_allreduce(st, merge, op.init());
     st = op.finish(st);
     for (int64_t j = lane; j < D; j += kThreads) op.write(base + j, st);
   }
@@ -117,7 +123,7 @@ __global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Op op, int64_t row
 
 // Slices along another dim: (outer, D, inner); a block takes 32 neighbouring slices.
 template <typename Op>
-__global__ void __launch_bounds__(kColX * kColY) softmax_columns_kernel(Op op, SoftmaxShape s) {
+__global__ void __launch_bounds__(kColX* kColY) softmax_columns_kernel(Op op, SoftmaxShape s) {
   using S = typename Op::state_t;
   __shared__ alignas(16) unsigned char raw[kColX * kColY * sizeof(S)];
   S* partial = reinterpret_cast<S*>(raw);
@@ -164,15 +170,19 @@ void launch(const Op& op, const SoftmaxShape& s, Device device) {
 
 template <typename F>
 void with_bool(bool b, F&& f) {
-  if (b) f.template operator()<true>();
-  else f.template operator()<false>();
+  if (b)
+    f.template operator()<true>();
+  else
+    f.template operator()<false>();
 }
 
 }  // namespace
 
 void softmax_kernel(const Tensor& out, const Tensor& x, SoftmaxShape s, bool log) {
   dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", x.device(), [&]<typename T>() {
-    with_bool(log, [&]<bool Log>() { launch(SoftmaxForward<T, Log>{x.data_ptr<T>(), out.data_ptr<T>()}, s, x.device()); });
+    with_bool(log, [&]<bool Log>() {
+      launch(SoftmaxForward<T, Log>{x.data_ptr<T>(), out.data_ptr<T>()}, s, x.device());
+    });
   });
 }
 

@@ -17,8 +17,8 @@ std::vector<bool> reduced_mask(const char* op, const Tensor& x, const std::vecto
   std::vector<bool> mask(size_t(nd), dims.empty());
   std::vector<bool> seen(size_t(n), false);
   for (int64_t d : dims) {
-    FRUGAL_CHECK(d >= -n && d < n, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -n, "..",
-                 n - 1, ")");
+    FRUGAL_CHECK(d >= -n && d < n, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -n, "..", n - 1,
+                 ")");
     const int64_t w = d < 0 ? d + n : d;
     FRUGAL_CHECK(!seen[size_t(w)], op, ": dim ", w, " appears more than once in dims ", shape_str(dims), " for ",
                  x.describe());
@@ -31,8 +31,10 @@ std::vector<bool> reduced_mask(const char* op, const Tensor& x, const std::vecto
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (!mask[size_t(d)]) out.push_back(x.size(d));
-    else if (keepdim) out.push_back(1);
+    if (!mask[size_t(d)])
+      out.push_back(x.size(d));
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -75,8 +77,7 @@ Tensor reduction_view(const Tensor& x, const std::vector<bool>& mask) {
   }
   int64_t outer, so, R, sr, inner = 1, si = 0;
   Tensor base = x;
-  if (one_run && merge_dims(x, before, outer, so) && merge_dims(x, reduced, R, sr) &&
-      merge_dims(x, after, inner, si)) {
+  if (one_run && merge_dims(x, before, outer, so) && merge_dims(x, reduced, R, sr) && merge_dims(x, after, inner, si)) {
     // (before, reduced, after) as is: no copy.
   } else if (merge_dims(x, kept, outer, so) && merge_dims(x, reduced, R, sr)) {
     // (kept, reduced): the reduced dims permuted to the end, still no copy.
@@ -104,11 +105,16 @@ Tensor reduction_view(const Tensor& x, const std::vector<bool>& mask) {
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "amax";
-    case ReduceOp::Min: return "amin";
-    case ReduceOp::Var: return "var";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Mean:
+      return "mean";
+    case ReduceOp::Max:
+      return "amax";
+    case ReduceOp::Min:
+      return "amin";
+    case ReduceOp::Var:
+      return "var";
   }
   return "reduce";
 }
@@ -179,7 +185,9 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 }
 
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce("max", true, x, dim, keepdim, true); }
-ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce("min", false, x, dim, keepdim, true); }
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_reduce("min", false, x, dim, keepdim, true);
+}
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_reduce("argmax", true, x, dim, keepdim, false).indices;
 }

@@ -2,7 +2,6 @@
 // gzipped, and every error they can have; the real Fashion-MNIST when it is installed;
 // TensorDataset/DataLoader batching, shuffling, prefetching, early exit and errors.
 #include <doctest/doctest.h>
-
 #include <stdlib.h>
 #include <zlib.h>
 
@@ -193,11 +192,12 @@ TEST_CASE("idx: malformed files are rejected with the file named") {
   }
   // The converters check which kind of file they were given.
   write_raw(p, idx_bytes({2}, {1, 2}));
-  check_error([&] { idx_images_to_tensor(read_idx(p)); }, {"idx_images_to_tensor", p, "has 1 dimensions",
-                                                           "magic 0x00000801", "an image file has 3 (magic 0x00000803)"});
+  check_error(
+      [&] { idx_images_to_tensor(read_idx(p)); },
+      {"idx_images_to_tensor", p, "has 1 dimensions", "magic 0x00000801", "an image file has 3 (magic 0x00000803)"});
   write_raw(p, idx_bytes({1, 2, 2}, {1, 2, 3, 4}));
-  check_error([&] { idx_labels_to_tensor(read_idx(p)); }, {"idx_labels_to_tensor", p, "has 3 dimensions",
-                                                           "a label file has 1 (magic 0x00000801)"});
+  check_error([&] { idx_labels_to_tensor(read_idx(p)); },
+              {"idx_labels_to_tensor", p, "has 3 dimensions", "a label file has 1 (magic 0x00000801)"});
   IdxData forged{"forged", {2, 2, 2}, {1, 2, 3}};
   check_error([&] { idx_images_to_tensor(forged); }, {"forged", "3 bytes do not match dimensions [2, 2, 2]"});
 }
@@ -446,8 +446,8 @@ TEST_CASE("dataloader: an error in the worker reaches the consumer, in order") {
 
 TEST_CASE("dataloader and dataset: invalid arguments") {
   const Tensor x = zeros({4, 2}), y = zeros({3});
-  check_error([&] { TensorDataset bad(x, y); }, {"TensorDataset", "float32[4, 2] cpu", "float32[3] cpu",
-                                             "differ in their number of samples"});
+  check_error([&] { TensorDataset bad(x, y); },
+              {"TensorDataset", "float32[4, 2] cpu", "float32[3] cpu", "differ in their number of samples"});
   check_error([&] { TensorDataset bad(zeros({}), zeros({})); }, {"TensorDataset", "need a first (sample) dimension"});
   check_error([&] { TensorDataset bad(x, Tensor()); }, {"TensorDataset", "must be defined"});
   const TensorDataset ds(x, zeros({4}));
@@ -459,6 +459,9 @@ TEST_CASE("dataloader and dataset: invalid arguments") {
   check_error([&] { loader.set_epoch(-1); }, {"epoch must be >= 0"});
   Tensor d = from_data_ptr(memory::allocate(kCPU, 16), {2, 2}, kFloat32);
   CHECK(d.sizes() == Shape{2, 2});
-  check_error([&] { from_data_ptr(memory::allocate(kCPU, 8), {2, 2}, kFloat32); },
-              {"from_data_ptr: 8 bytes cannot hold float32[2, 2] (16 bytes)"});
+  check_error(
+      [&] {
+        from_data_ptr(memory::allocate(kCPU, 8), {2, 2}, kFloat32);
+      },
+      {"from_data_ptr: 8 bytes cannot hold float32[2, 2] (16 bytes)"});
 }

@@ -86,8 +86,10 @@ std::vector<bool> mask_of(int64_t ndim, const std::vector<int64_t>& dims) {
 Shape expected_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
   for (size_t d = 0; d < s.size(); ++d) {
-    if (!mask[d]) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
+    if (!mask[d])
+      out.push_back(s[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -108,8 +110,8 @@ TEST_CASE("reduce: sum, mean, amax, amin, var match float64 loops (dtypes x layo
         for (bool keepdim : {false, true}) {
           const Tensor x = random_tensor(shape, dt, seed++, layout);
           const auto mask = mask_of(3, dims);
-          const std::string what = std::string(dtype_name(dt)) + " " + layout_name(layout) + " dims " +
-                                   dims_str(dims) + (keepdim ? " keepdim" : "");
+          const std::string what = std::string(dtype_name(dt)) + " " + layout_name(layout) + " dims " + dims_str(dims) +
+                                   (keepdim ? " keepdim" : "");
           const double rtol = default_rtol(dt), atol = dt == kFloat64 ? 1e-12 : rtol * 0.5;
           const Shape eshape = expected_shape(shape, mask, keepdim);
           struct Case {
@@ -118,8 +120,8 @@ TEST_CASE("reduce: sum, mean, amax, amin, var match float64 loops (dtypes x layo
             Stat stat;
           };
           const Case cases[] = {
-              {"sum", ops::sum(x, dims, keepdim), Stat::Sum},   {"mean", ops::mean(x, dims, keepdim), Stat::Mean},
-              {"amax", ops::amax(x, dims, keepdim), Stat::Max}, {"amin", ops::amin(x, dims, keepdim), Stat::Min},
+              {"sum", ops::sum(x, dims, keepdim), Stat::Sum},    {"mean", ops::mean(x, dims, keepdim), Stat::Mean},
+              {"amax", ops::amax(x, dims, keepdim), Stat::Max},  {"amin", ops::amin(x, dims, keepdim), Stat::Min},
               {"var", ops::var(x, dims, 1, keepdim), Stat::Var},
           };
           for (const Case& c : cases) {

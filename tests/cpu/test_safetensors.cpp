@@ -3,7 +3,6 @@
 // reject (with the message it must give), crash-safe saving, metadata; and the JSON
 // parser underneath.
 #include <doctest/doctest.h>
-
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -172,8 +171,10 @@ TEST_CASE("safetensors: an empty dict and a dict of only empty tensors") {
 TEST_CASE("safetensors: metadata and names round trip, escaped as serde_json escapes") {
   TempDir dir;
   const std::string path = dir.file("meta.safetensors");
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"}, {"quote\"back\\slash", "tab\tnewline\ncontrol\x01"}, {"utf8", "h\xc3\xa9llo \xe2\x82\xac"}, {"", ""}};
+  const std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                       {"quote\"back\\slash", "tab\tnewline\ncontrol\x01"},
+                                                       {"utf8", "h\xc3\xa9llo \xe2\x82\xac"},
+                                                       {"", ""}};
   const Tensor w = random_tensor({2, 2}, {kFloat32, kCPU}, 7);
   const std::string odd_name = "layer.0/w \"x\"\n";
   nn::save_safetensors(path, {{odd_name, w}}, metadata);
@@ -187,8 +188,8 @@ TEST_CASE("safetensors: metadata and names round trip, escaped as serde_json esc
   const std::string text(bytes.begin() + 8, bytes.end());
   CHECK(text.find(R"("quote\"back\\slash":"tab\tnewline\ncontrol\u0001")") != std::string::npos);
   CHECK(text.find("\"utf8\":\"h\xc3\xa9llo \xe2\x82\xac\"") != std::string::npos);  // UTF-8 verbatim
-  CHECK(text.find(R"("layer.0/w \"x\"\n":{)") != std::string::npos);                 // '/' not escaped
-  CHECK(text.rfind("{\"__metadata__\":{\"\":\"\",\"format\":\"pt\",", 0) == 0);    // metadata first, keys sorted
+  CHECK(text.find(R"("layer.0/w \"x\"\n":{)") != std::string::npos);                // '/' not escaped
+  CHECK(text.rfind("{\"__metadata__\":{\"\":\"\",\"format\":\"pt\",", 0) == 0);     // metadata first, keys sorted
 }
 
 // ---- the golden files -------------------------------------------------------------------
@@ -216,16 +217,15 @@ TEST_CASE("safetensors: byte-exact golden files built from the published format"
   SUBCASE("mixed dtypes: widest dtype first, then by name; metadata first; space padding") {
     // The Rust writer sorts by its Dtype enum descending (I64 > F64 > F32 > I32 > BF16 >
     // F16 > BOOL), then by name, and lays the data out in that order.
-    const std::string header =
-        R"({"__metadata__":{"format":"pt"},)"
-        R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-        R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
-        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
-        R"("zz":{"dtype":"F32","shape":[1],"data_offsets":[24,28]},)"
-        R"("i":{"dtype":"I32","shape":[1,1],"data_offsets":[28,32]},)"
-        R"("e":{"dtype":"BF16","shape":[0],"data_offsets":[32,32]},)"
-        R"("c":{"dtype":"F16","shape":[],"data_offsets":[32,34]},)"
-        R"("m":{"dtype":"BOOL","shape":[3],"data_offsets":[34,37]}})";
+    const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                               R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                               R"("d":{"dtype":"F64","shape":[1],"data_offsets":[8,16]},)"
+                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
+                               R"("zz":{"dtype":"F32","shape":[1],"data_offsets":[24,28]},)"
+                               R"("i":{"dtype":"I32","shape":[1,1],"data_offsets":[28,32]},)"
+                               R"("e":{"dtype":"BF16","shape":[0],"data_offsets":[32,32]},)"
+                               R"("c":{"dtype":"F16","shape":[],"data_offsets":[32,34]},)"
+                               R"("m":{"dtype":"BOOL","shape":[3],"data_offsets":[34,37]}})";
     REQUIRE(header.size() == 473);
     const std::string padded = header + std::string(7, ' ');  // to 480, a multiple of 8
     std::vector<uint8_t> data;
@@ -268,8 +268,9 @@ TEST_CASE("safetensors: byte-exact golden files built from the published format"
 
 TEST_CASE("safetensors: files in any tensor order and with header whitespace load") {
   // Older writers ordered by name only; JSON whitespace (and padding) is allowed.
-  const std::string header = " {\n \"b\" : {\"shape\": [1], \"dtype\": \"I32\", \"data_offsets\": [4, 8]},"
-                              " \"a\": {\"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [0, 4]}}  ";
+  const std::string header =
+      " {\n \"b\" : {\"shape\": [1], \"dtype\": \"I32\", \"data_offsets\": [4, 8]},"
+      " \"a\": {\"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [0, 4]}}  ";
   std::vector<uint8_t> data;
   append(data, le_bytes<int32_t>(1));
   append(data, le_bytes<int32_t>(2));
@@ -309,7 +310,8 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
     }
     std::vector<uint8_t> bytes = le_bytes<uint64_t>(100);
     append(bytes, std::vector<uint8_t>(20, ' '));
-    check_error([&] { parse(bytes); }, {"header length 100", "exceeds the 20 bytes that follow it", "file is 28 bytes"});
+    check_error([&] { parse(bytes); },
+                {"header length 100", "exceeds the 20 bytes that follow it", "file is 28 bytes"});
   }
   SUBCASE("header is not valid JSON") {
     expect_rejected("", {}, {"header is not valid JSON", "text ended"});
@@ -368,13 +370,14 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
     expect_rejected(R"({"w":{"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]}})", {},
                     {"tensor \"w\"", "overflows"});
     // A zero dimension makes the tensor empty whatever the others are.
-    const SafetensorsFile f = parse(make_file(R"({"w":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})", {}));
+    const SafetensorsFile f =
+        parse(make_file(R"({"w":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})", {}));
     CHECK(f.tensors.at("w").numel() == 0);
   }
   SUBCASE("bad data_offsets") {
     for (const char* offsets : {"[0]", "[0,4,8]", "[0,\"4\"]", "[-1,3]", "[0,4.0]", "{}", "[0,18446744073709551616]"})
-      expect_rejected(std::string(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":)") + offsets + "}}",
-                      {0, 0, 0, 0}, {"tensor \"w\"", "data_offsets must be an array of two non-negative integers"});
+      expect_rejected(std::string(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":)") + offsets + "}}", {0, 0, 0, 0},
+                      {"tensor \"w\"", "data_offsets must be an array of two non-negative integers"});
     expect_rejected(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", {0, 0, 0, 0},
                     {"tensor \"w\"", "data_offsets [4, 0] are not ordered"});
   }
@@ -422,10 +425,16 @@ TEST_CASE("safetensors: load and save errors name the file") {
               {"load_safetensors: cannot open", dir.file("missing.safetensors"), "No such file"});
   check_error([&] { nn::load_safetensors(dir.path.string()); }, {dir.path.string(), "not a regular file"});
   const Tensor w = ones({2}, {kFloat32, kCPU});
-  check_error([&] { nn::save_safetensors(dir.file("no/such/dir.safetensors"), {{"w", w}}); },
-              {"save_safetensors: cannot create", dir.file("no/such/dir.safetensors.tmp."), "No such file"});
-  check_error([&] { nn::save_safetensors(dir.file("x"), {{"w", w}, {"w", w}}); },
-              {"save_safetensors", dir.file("x"), "tensor \"w\" appears twice"});
+  check_error(
+      [&] {
+        nn::save_safetensors(dir.file("no/such/dir.safetensors"), {{"w", w}});
+      },
+      {"save_safetensors: cannot create", dir.file("no/such/dir.safetensors.tmp."), "No such file"});
+  check_error(
+      [&] {
+        nn::save_safetensors(dir.file("x"), {{"w", w}, {"w", w}});
+      },
+      {"save_safetensors", dir.file("x"), "tensor \"w\" appears twice"});
   check_error([&] { nn::save_safetensors(dir.file("x"), {{"__metadata__", w}}); }, {"\"__metadata__\" is reserved"});
   CHECK(dir.listing().empty());
 }
@@ -441,8 +450,11 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
   const Tensor big = zeros({1 << 18}, {kFloat32, kCPU});  // 1 MiB
 
   SUBCASE("a tensor that throws while being written (undefined)") {
-    check_error([&] { nn::save_safetensors(path, {{"w", big}, {"broken", Tensor()}}); },
-                {path, "tensor \"broken\" is undefined"});
+    check_error(
+        [&] {
+          nn::save_safetensors(path, {{"w", big}, {"broken", Tensor()}});
+        },
+        {path, "tensor \"broken\" is undefined"});
   }
   SUBCASE("a write that fails half-way (file size limit: EFBIG)") {
     struct rlimit old {};
@@ -467,8 +479,11 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
     const std::string target = dir.file("occupied");
     fs::create_directory(target);
     write_bytes(dir.file("occupied/inside"), {1});
-    check_error([&] { nn::save_safetensors(target, {{"w", big}}); },
-                {"save_safetensors: cannot rename", target + ".tmp.", " to " + target});
+    check_error(
+        [&] {
+          nn::save_safetensors(target, {{"w", big}});
+        },
+        {"save_safetensors: cannot rename", target + ".tmp.", " to " + target});
     fs::remove_all(target);
   }
   CHECK(read_bytes(path) == before);
@@ -486,7 +501,8 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
 // ---- the JSON parser ------------------------------------------------------------------------
 
 TEST_CASE("json: strict parsing, escapes, integers") {
-  const json::Value v = json::parse(R"( {"a": [1, -2.5e3, true, false, null], "s": "x\u00e9\ud83d\ude00\n\/\"", "o": {}} )");
+  const json::Value v =
+      json::parse(R"( {"a": [1, -2.5e3, true, false, null], "s": "x\u00e9\ud83d\ude00\n\/\"", "o": {}} )");
   REQUIRE(v.is_object());
   REQUIRE(v.members.size() == 3);
   CHECK(v.members[0].key == "a");  // document order
@@ -512,5 +528,6 @@ TEST_CASE("json: strict parsing, escapes, integers") {
   check_error([] { json::parse("[[[1]]]", 2); }, {"nested deeper than 2 levels"});
   CHECK(json::parse("[[1]]", 2).items[0].items[0].as_uint64() == uint64_t(1));
 
-  CHECK(json::quote("a\"b\\c\x01\x1f\b\f\n\r\t/\x7f\xc3\xa9") == "\"a\\\"b\\\\c\\u0001\\u001f\\b\\f\\n\\r\\t/\x7f\xc3\xa9\"");
+  CHECK(json::quote("a\"b\\c\x01\x1f\b\f\n\r\t/\x7f\xc3\xa9") ==
+        "\"a\\\"b\\\\c\\u0001\\u001f\\b\\f\\n\\r\\t/\x7f\xc3\xa9\"");
 }

@@ -51,7 +51,8 @@ TEST_CASE("softmax: softmax and log_softmax match float64 loops on every dim, dt
       for (int64_t dim : {0, 1, 2, -1, -3}) {
         const Tensor x = random_tensor(shape, dt, seed++, layout, -3, 3);
         const std::vector<double> xv = values_of(x);
-        const std::string what = std::string(dtype_name(dt)) + " " + layout_name(layout) + " dim " + std::to_string(dim);
+        const std::string what =
+            std::string(dtype_name(dt)) + " " + layout_name(layout) + " dim " + std::to_string(dim);
         const double rtol = default_rtol(dt), atol = dt == kFloat64 ? 1e-14 : rtol * 0.1;
         const Tensor y = ops::softmax(x, dim), ly = ops::log_softmax(x, dim);
         CHECK(y.sizes() == shape);
@@ -145,8 +146,8 @@ TEST_CASE("softmax: backward helpers match central differences of the forward in
         for (size_t i = 0; i < 24; ++i) acc += gv[i] * (yp[i] - ym[i]) / (2 * h);
         expected[j] = acc;
       }
-      check_close(gi, expected, 1e-6, 1e-8, std::string(log ? "log_softmax" : "softmax") + "_backward dim " +
-                                                std::to_string(dim));
+      check_close(gi, expected, 1e-6, 1e-8,
+                  std::string(log ? "log_softmax" : "softmax") + "_backward dim " + std::to_string(dim));
     }
   }
 }
@@ -183,7 +184,8 @@ TEST_CASE("softmax: backward helpers in every dtype and layout vs the float64 fo
             }
           }
         }
-        const std::string what = std::string(dtype_name(dt)) + " " + layout_name(layout) + " dim " + std::to_string(dim);
+        const std::string what =
+            std::string(dtype_name(dt)) + " " + layout_name(layout) + " dim " + std::to_string(dim);
         const double rtol = default_rtol(dt), atol = dt == kFloat64 ? 1e-13 : 4 * rtol;
         check_close(ops::softmax_backward(g, y, dim), e_soft, rtol, atol, "softmax_backward " + what);
         check_close(ops::log_softmax_backward(g, ly, dim), e_log, rtol, atol, "log_softmax_backward " + what);
@@ -211,8 +213,11 @@ TEST_CASE("softmax: errors name the op, the dim, the shapes and the dtypes") {
   check_error([&] { ops::softmax(zeros({2}, kInt64), 0); }, {"softmax", "floating-point", "int64[2]"});
   check_error([&] { ops::log_softmax(zeros({2}, kInt32), 0); }, {"log_softmax", "int32"});
   check_error([&] { ops::softmax_backward(zeros({3, 2}), x, 1); }, {"softmax_backward", "[3, 2]", "[2, 3]"});
-  check_error([&] { ops::log_softmax_backward(zeros({2, 3}, kFloat64), x, 1); },
-              {"log_softmax_backward", "float64[2, 3]", "float32[2, 3]"});
+  check_error(
+      [&] {
+        ops::log_softmax_backward(zeros({2, 3}, kFloat64), x, 1);
+      },
+      {"log_softmax_backward", "float64[2, 3]", "float32[2, 3]"});
   check_error([&] { ops::softmax_backward(x, x, 5); }, {"softmax_backward", "dim 5"});
   check_error([&] { ops::softmax(Tensor(), 0); }, {"softmax", "undefined"});
 }

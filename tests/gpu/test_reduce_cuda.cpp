@@ -144,8 +144,8 @@ TEST_CASE("cuda reduce: sum of 2^20 floats is accurate against float64") {
 
 TEST_CASE("cuda reduce: integer and bool dtypes are exact") {
   for (DType dt : {kInt32, kInt64}) {
-    for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{6, 7, 8}, 1}, {{5, 40000}, 1},
-                                                                            {{40000, 5}, 0}}) {
+    for (const auto& [shape, dim] :
+         std::vector<std::pair<Shape, int64_t>>{{{6, 7, 8}, 1}, {{5, 40000}, 1}, {{40000, 5}, 0}}) {
       const Pair x = on_both(tied_values(numel_of(shape), 7), shape, dt, Layout::Transposed);
       const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape);
       const Tensor s = ops::sum(x.gpu, {dim});
@@ -184,8 +184,8 @@ TEST_CASE("cuda reduce: NaN propagates and argmax finds the first NaN") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (DType dt : kFloatTypes) {
     std::vector<double> v = random_values(6 * 3000, 9);
-    v[5] = v[1700] = v[3000 + 2999] = nan;              // rows 0 and 1
-    v[4 * 3000 + 10] = v[4 * 3000 + 2000] = nan;         // row 4
+    v[5] = v[1700] = v[3000 + 2999] = nan;        // rows 0 and 1
+    v[4 * 3000 + 10] = v[4 * 3000 + 2000] = nan;  // row 4
     const Pair x = on_both(v, {6, 3000}, dt);
     check_arg_reductions(x, 1, false, std::string("NaN rows ") + dtype_name(dt));
     check_arg_reductions(x, 0, false, std::string("NaN columns ") + dtype_name(dt));
@@ -250,14 +250,10 @@ TEST_CASE("cuda softmax: long rows, many short rows, long columns") {
     const char* name;
   };
   const Case cases[] = {
-      {{4, 50000}, 1, "rows of 50000 (block per row)"},
-      {{20000, 33}, 1, "20000 rows of 33 (warp per row)"},
-      {{64, 1024}, 1, "rows of 1024 (warp)"},
-      {{64, 1025}, 1, "rows of 1025 (block)"},
-      {{3, 5000, 7}, 1, "middle dim of 5000"},
-      {{50000, 4}, 0, "first dim of 50000"},
-      {{8, 12, 128, 128}, -1, "attention scores"},
-      {{16, 64, 257}, 1, "columns of 257"},
+      {{4, 50000}, 1, "rows of 50000 (block per row)"}, {{20000, 33}, 1, "20000 rows of 33 (warp per row)"},
+      {{64, 1024}, 1, "rows of 1024 (warp)"},           {{64, 1025}, 1, "rows of 1025 (block)"},
+      {{3, 5000, 7}, 1, "middle dim of 5000"},          {{50000, 4}, 0, "first dim of 50000"},
+      {{8, 12, 128, 128}, -1, "attention scores"},      {{16, 64, 257}, 1, "columns of 257"},
   };
   uint64_t seed = 50;
   for (const Case& c : cases) {
