@@ -1,0 +1,13 @@
+#include "nn/activation.h"
+
+#include "autograd/ops/elementwise.h"
+
+namespace frugal::nn {
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor GELU::forward(const Tensor& x) { return approximate_ ? gelu_tanh(x) : gelu(x); }
+Tensor Tanh::forward(const Tensor& x) { return frugal::tanh(x); }
+Tensor SiLU::forward(const Tensor& x) { return silu(x); }
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+
+}  // namespace frugal::nn

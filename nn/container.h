@@ -1,0 +1,42 @@
+#pragma once
+// Sequential and ModuleList.
+#include <initializer_list>
+
+#include "nn/module.h"
+
+namespace frugal::nn {
+
+/// Runs its modules in order; children are named "0", "1", ... as in PyTorch.
+class Sequential : public UnaryModule {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<std::shared_ptr<UnaryModule>> modules);
+  void push_back(std::shared_ptr<UnaryModule> module);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+  size_t size() const { return modules_.size(); }
+  const std::shared_ptr<UnaryModule>& operator[](size_t i) const { return modules_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<UnaryModule>> modules_;
+};
+
+/// Holds modules (named "0", "1", ...) for a forward the owner writes itself.
+template <typename M = Module>
+class ModuleList : public Module {
+ public:
+  void push_back(std::shared_ptr<M> module) {
+    register_module(std::to_string(modules_.size()), module);
+    modules_.push_back(std::move(module));
+  }
+  std::string type_name() const override { return "ModuleList"; }
+  size_t size() const { return modules_.size(); }
+  const std::shared_ptr<M>& operator[](size_t i) const { return modules_.at(i); }
+  auto begin() const { return modules_.begin(); }
+  auto end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<M>> modules_;
+};
+
+}  // namespace frugal::nn

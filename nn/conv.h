@@ -1,0 +1,34 @@
+#pragma once
+// Conv2d: a 2-D convolution layer over frugal::conv2d.
+#include "nn/module.h"
+#include "tensor/ops/conv.h"  // Int2, Conv2dOptions
+
+namespace frugal::nn {
+
+/// torch.nn.Conv2d's settings besides the channel counts and the kernel size.
+struct Conv2dModuleOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  Int2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// y = conv2d(x, weight, bias) with weight (out_channels, in_channels / groups, kH, kW) and
+/// bias (out_channels), initialised as torch.nn.Conv2d: kaiming_uniform (a = sqrt(5)) and
+/// bias uniform(+-1 / sqrt(fan_in)), fan_in = in_channels / groups * kH * kW.
+class Conv2d : public UnaryModule {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, Conv2dModuleOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  /// "3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=false"
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;  // bias undefined without one
+  const int64_t in_channels, out_channels;
+  const Int2 kernel_size;
+  const Conv2dOptions options;
+};
+
+}  // namespace frugal::nn

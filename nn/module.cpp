@@ -1,0 +1,191 @@
+#include "nn/module.h"
+
+#include <algorithm>
+#include <optional>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "tensor/ops/copy.h"
+#include "tensor/ops/fill.h"
+
+namespace frugal::nn {
+
+void Module::check_new_name(const std::string& name) const {
+  FRUGAL_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(), ": invalid name '", name,
+               "' (non-empty, no dots)");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& kv) { return kv.first == name; });
+  };
+  FRUGAL_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name(), ": name '", name,
+               "' is already registered");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
+  check_new_name(name);
+  FRUGAL_CHECK(value.defined(), type_name(), ": parameter '", name, "' is undefined");
+  value = value.detach();  // a parameter is always a leaf
+  if (requires_grad) value.requires_grad_();
+  params_.emplace_back(name, value);
+  return value;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value) {
+  check_new_name(name);
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name);
+  FRUGAL_CHECK(module != nullptr, type_name(), ": submodule '", name, "' is null");
+  children_.emplace_back(name, std::move(module));
+}
+
+// Own entries first, then each child's under "<child>.", depth first.
+NamedTensors Module::collect(const std::string& prefix, bool recurse, NamedTensors Module::*own) const {
+  NamedTensors out;
+  for (const auto& [name, t] : this->*own) out.emplace_back(prefix + name, t);
+  if (recurse)
+    for (const auto& [name, child] : children_) {
+      NamedTensors sub = child->collect(prefix + name + ".", true, own);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  return out;
+}
+
+NamedTensors Module::named_parameters(bool recurse) const { return collect("", recurse, &Module::params_); }
+NamedTensors Module::named_buffers(bool recurse) const { return collect("", recurse, &Module::buffers_); }
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& kv : named_parameters(recurse)) out.push_back(kv.second);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (auto& kv : children_) out.push_back(kv.second);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& [name, child] : children_) {
+    out.emplace_back(name, child);
+    for (auto& [sub, m] : child->named_modules()) out.emplace_back(name + "." + sub, m);
+  }
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& kv : children_) kv.second->train(on);
+}
+
+namespace {
+// Replaces t's data in place (same TensorImpl), so every handle to t sees it.
+void convert_in_place(const Tensor& t, Device device, DType dtype) {
+  if (!t.defined() || (t.device() == device && t.dtype() == dtype)) return;
+  Tensor moved;
+  {
+    autograd::NoGradGuard no_grad;
+    moved = t.detach().to(device, dtype);
+  }
+  TensorImpl& impl = t.impl();
+  impl.storage = moved.impl().storage;
+  impl.offset = moved.impl().offset;
+  impl.sizes = moved.impl().sizes;
+  impl.strides = moved.impl().strides;
+  impl.dtype = moved.impl().dtype;
+}
+
+// Missing device or dtype: each tensor keeps its own. Only floating tensors change dtype.
+void convert_all(Module& m, std::optional<Device> device, std::optional<DType> dtype) {
+  auto convert = [&](const Tensor& t, DType own) {
+    convert_in_place(t, device.value_or(t.device()), dtype && is_floating(own) ? *dtype : own);
+  };
+  for (auto& [name, p] : m.named_parameters()) {
+    const DType own = p.dtype();
+    convert(p, own);
+    if (p.grad().defined()) convert(p.grad(), own);
+  }
+  for (auto& [name, b] : m.named_buffers()) convert(b, b.dtype());
+}
+}  // namespace
+
+void Module::to(Device device) { convert_all(*this, device, std::nullopt); }
+void Module::to(DType dtype) { convert_all(*this, std::nullopt, dtype); }
+void Module::to(Device device, DType dtype) { convert_all(*this, device, dtype); }
+
+void Module::zero_grad(bool set_to_none) {
+  for (const Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none) p.set_grad(Tensor());
+    else ops::zero_(p.grad());
+  }
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out = named_parameters();
+  NamedTensors bufs = named_buffers();
+  out.insert(out.end(), bufs.begin(), bufs.end());
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  std::vector<std::string> missing, unexpected, mismatched;
+  const NamedTensors mine = state_dict();
+  std::map<std::string, Tensor> by_name(mine.begin(), mine.end());
+  for (const auto& [name, t] : mine) {
+    auto it = state.find(name);
+    if (it == state.end()) missing.push_back(name);
+    else if (it->second.sizes() != t.sizes())
+      mismatched.push_back(name + " (checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()) + ")");
+  }
+  for (const auto& [name, t] : state)
+    if (!by_name.count(name)) unexpected.push_back(name);
+  const bool bad = !mismatched.empty() || (strict && (!missing.empty() || !unexpected.empty()));
+  if (bad) {
+    std::ostringstream msg;
+    msg << "load_state_dict: checkpoint does not match " << type_name();
+    auto list = [&](const char* what, const std::vector<std::string>& keys) {
+      if (keys.empty()) return;
+      msg << "\n  " << what << " (" << keys.size() << "):";
+      for (const auto& k : keys) msg << "\n    " << k;
+    };
+    list("missing keys", missing);
+    list("unexpected keys", unexpected);
+    list("shape mismatches", mismatched);
+    FRUGAL_FAIL(msg.str());
+  }
+  autograd::NoGradGuard no_grad;
+  for (const auto& [name, t] : mine) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;
+    ops::copy_into(t, it->second);  // converts dtype and device as needed
+    t.bump_version();
+  }
+}
+
+std::string Module::repr(int indent) const {
+  std::ostringstream os;
+  os << type_name() << '(' << extra_repr();
+  if (!children_.empty()) {
+    os << '\n';
+    for (const auto& [name, child] : children_)
+      os << std::string(indent + 2, ' ') << '(' << name << "): " << child->repr(indent + 2) << '\n';
+    os << std::string(indent, ' ');
+  }
+  os << ')';
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.repr(); }
+
+}  // namespace frugal::nn

@@ -1,0 +1,99 @@
+#pragma once
+// Module: the base of every layer and model, named as LibTorch's nn::Module.
+//
+// Note [Module names]
+// A module registers its parameters, buffers and submodules by name, in order.
+// named_parameters() joins names with dots, so a BERT built from frugal modules
+// yields "encoder.layer.0.attention.self.query.weight": the keys of the
+// Hugging Face / torchvision checkpoints, which is what lets state_dict() and
+// load_state_dict() exchange weights with PyTorch through safetensors.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace frugal::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// The class name shown in printouts ("Linear").
+  virtual std::string type_name() const = 0;
+  /// Layer settings shown in printouts ("in_features=784, out_features=10").
+  virtual std::string extra_repr() const { return ""; }
+
+  // ---- contents, in registration order, keys dotted (Note [Module names]) ----
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  std::vector<std::shared_ptr<Module>> children() const;
+  /// Every module below this one (not itself), with dotted names, depth first.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
+  /// Total number of parameter elements.
+  int64_t num_parameters() const;
+
+  // ---- modes and placement -----------------------------------------------------
+  /// Training mode for this module and all below (dropout, batch norm statistics).
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  /// Moves/converts every parameter and buffer in place: handles held elsewhere
+  /// (an optimizer's) see the new data. Conversions apply to floating tensors only.
+  void to(Device device);
+  void to(DType dtype);
+  void to(Device device, DType dtype);
+  /// Clears every parameter's .grad (set_to_none) or fills it with zeros.
+  void zero_grad(bool set_to_none = true);
+
+  // ---- checkpoints ------------------------------------------------------------------
+  /// Parameters and buffers by dotted name (the tensors themselves, not copies).
+  NamedTensors state_dict() const;
+  /// Copies values in. strict: every key must match both ways; any problem throws one
+  /// frugal::Error listing missing, unexpected and mismatched keys.
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+
+  /// PyTorch-style tree printout.
+  std::string repr(int indent = 0) const;
+
+ protected:
+  /// Registers a parameter (made a leaf that requires grad) and returns it.
+  Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  bool training_ = true;
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name) const;
+  NamedTensors collect(const std::string& prefix, bool recurse, NamedTensors Module::*own) const;
+
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+/// A module with one input and one output: what Sequential chains.
+class UnaryModule : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace frugal::nn

@@ -1,0 +1,45 @@
+#include "nn/pooling.h"
+
+#include "autograd/ops/conv.h"
+
+namespace frugal::nn {
+
+namespace {
+/// "3" for (3, 3), "(3, 1)" otherwise, as PyTorch prints the sizes it was given.
+std::string compact(Int2 v) { return v.h == v.w ? std::to_string(v.h) : v.str(); }
+std::string boolean(bool b) { return b ? "true" : "false"; }
+}  // namespace
+
+MaxPool2d::MaxPool2d(Int2 kernel, MaxPool2dOptions o) : kernel_size(kernel), options(o) {
+  FRUGAL_CHECK(kernel.h > 0 && kernel.w > 0, "MaxPool2d: kernel_size must be positive, got ", kernel.str());
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_size, options); }
+
+std::string MaxPool2d::extra_repr() const {
+  return "kernel_size=" + compact(kernel_size) + ", stride=" + compact(options.stride.value_or(kernel_size)) +
+         ", padding=" + compact(options.padding) + ", dilation=" + compact(options.dilation) +
+         ", ceil_mode=" + boolean(options.ceil_mode);
+}
+
+AvgPool2d::AvgPool2d(Int2 kernel, AvgPool2dOptions o) : kernel_size(kernel), options(o) {
+  FRUGAL_CHECK(kernel.h > 0 && kernel.w > 0, "AvgPool2d: kernel_size must be positive, got ", kernel.str());
+}
+
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_size, options); }
+
+std::string AvgPool2d::extra_repr() const {
+  std::string s = "kernel_size=" + compact(kernel_size) + ", stride=" + compact(options.stride.value_or(kernel_size)) +
+                  ", padding=" + compact(options.padding);
+  if (options.ceil_mode) s += ", ceil_mode=true";
+  if (!options.count_include_pad) s += ", count_include_pad=false";
+  return s;
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 size) : output_size(size) {
+  FRUGAL_CHECK(size.h > 0 && size.w > 0, "AdaptiveAvgPool2d: output_size must be positive, got ", size.str());
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size); }
+
+}  // namespace frugal::nn
