@@ -1,0 +1,114 @@
+#include "examples/mnist_train.h"
+
+#include <chrono>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/nn_functional.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/linear.h"
+#include "nn/pooling.h"
+#include "nn/safetensors.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+
+namespace frugal::examples {
+
+std::shared_ptr<nn::Sequential> make_model(const std::string& kind) {
+  using std::make_shared;
+  auto model = make_shared<nn::Sequential>();
+  if (kind == "mlp") {
+    for (auto m : std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+             make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 512), make_shared<nn::ReLU>(),
+             make_shared<nn::Linear>(512, 256), make_shared<nn::ReLU>(), make_shared<nn::Linear>(256, 10)})
+      model->push_back(m);
+  } else if (kind == "cnn") {
+    for (auto m : std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+             make_shared<nn::Conv2d>(1, 32, 3, nn::Conv2dModuleOptions{.padding = 1}), make_shared<nn::ReLU>(),
+             make_shared<nn::MaxPool2d>(2),
+             make_shared<nn::Conv2d>(32, 64, 3, nn::Conv2dModuleOptions{.padding = 1}), make_shared<nn::ReLU>(),
+             make_shared<nn::MaxPool2d>(2), make_shared<nn::Flatten>(), make_shared<nn::Linear>(64 * 7 * 7, 128),
+             make_shared<nn::ReLU>(), make_shared<nn::Linear>(128, 10)})
+      model->push_back(m);
+  } else {
+    FRUGAL_FAIL("make_model: unknown model '", kind, "' (expected mlp or cnn)");
+  }
+  return model;
+}
+
+EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
+                       const std::function<void(int64_t, int64_t, double, double)>& progress, int64_t report_every) {
+  model.train();
+  EpochStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  Tensor loss_sum;  // on the device: summing there keeps the loop free of host syncs
+  int64_t step = 0;
+  const int64_t steps = loader.size();
+  data::Batch batch;
+  while (loader.next(batch)) {
+    Tensor loss = cross_entropy(model.forward(batch.inputs), batch.targets);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    const Tensor detached = loss.detach();
+    loss_sum = loss_sum.defined() ? ops::add(loss_sum, detached) : detached.clone();
+    stats.samples += batch.inputs.size(0);
+    ++step;
+    if (progress && (step % report_every == 0 || step == steps)) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      progress(step, steps, loss.item<double>(), double(stats.samples) / secs);
+    }
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.mean_loss = step ? loss_sum.item<double>() / double(step) : 0.0;
+  return stats;
+}
+
+double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labels, int64_t batch_size) {
+  autograd::NoGradGuard no_grad;
+  model.eval();
+  const Device device = model.parameters().at(0).device();
+  Tensor correct = zeros({}, {kInt64, device});
+  const int64_t n = images.size(0);
+  for (int64_t i = 0; i < n; i += batch_size) {
+    const int64_t len = std::min(batch_size, n - i);
+    Tensor x = images.narrow(0, i, len).to(device);
+    Tensor y = labels.narrow(0, i, len).to(device);
+    Tensor predicted = ops::argmax(model.forward(x), 1);
+    correct = ops::add(correct, ops::sum(ops::eq(predicted, y)));
+  }
+  model.train();
+  return double(correct.item<int64_t>()) / double(n);
+}
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt, int64_t epoch,
+                     const std::string& model_kind) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt.state_dict()) tensors.emplace_back("optim." + name, t);
+  nn::save_safetensors(path, tensors, {{"epoch", std::to_string(epoch)}, {"model", model_kind}});
+}
+
+int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
+                        const std::string& model_kind) {
+  nn::SafetensorsFile file = nn::load_safetensors(path);
+  auto meta = [&](const std::string& key) {
+    auto it = file.metadata.find(key);
+    FRUGAL_CHECK(it != file.metadata.end(), "load_checkpoint: ", path, " has no '", key, "' metadata");
+    return it->second;
+  };
+  FRUGAL_CHECK(meta("model") == model_kind, "load_checkpoint: ", path, " holds a '", meta("model"),
+               "' model, not '", model_kind, "'");
+  std::map<std::string, Tensor> model_state;
+  optim::StateDict optim_state;
+  for (auto& [name, t] : file.tensors) {
+    if (name.rfind("model.", 0) == 0) model_state[name.substr(6)] = t;
+    else if (name.rfind("optim.", 0) == 0) optim_state.emplace_back(name.substr(6), t);
+  }
+  model.load_state_dict(model_state);
+  opt.load_state_dict(optim_state);
+  return std::stoll(meta("epoch"));
+}
+
+}  // namespace frugal::examples

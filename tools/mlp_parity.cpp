@@ -1,0 +1,60 @@
+// The frugal half of the PyTorch parity check (tools/parity_mlp.py runs both halves):
+// trains the example's MLP for a fixed number of steps on the first Fashion-MNIST
+// images in order (no shuffling), from initial weights it writes to a safetensors
+// file, and writes the loss of every step, so PyTorch can replay the same run.
+//
+//   build/tools/mlp_parity --data-dir DIR --out DIR [--steps 50] [--batch-size 64] [--device cuda]
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "autograd/ops/nn_functional.h"
+#include "examples/mnist_train.h"
+#include "nn/data/idx.h"
+#include "nn/safetensors.h"
+#include "optim/adam.h"
+
+using namespace frugal;
+
+int main(int argc, char** argv) {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist", out = ".", device_name = "cpu";
+  int64_t steps = 50, batch = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], v = argv[i + 1];
+    if (flag == "--data-dir") data_dir = v;
+    else if (flag == "--out") out = v;
+    else if (flag == "--steps") steps = std::stoll(v);
+    else if (flag == "--batch-size") batch = std::stoll(v);
+    else if (flag == "--device") device_name = v;
+    else {
+      std::fprintf(stderr, "mlp_parity: unknown option %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  try {
+    const Device device(device_name);
+    manual_seed(0);
+    data::FashionMnist ds = data::load_fashion_mnist(data_dir);
+    auto model = examples::make_model("mlp");
+    nn::save_safetensors(out + "/mlp_init.safetensors", model->state_dict());
+    model->to(device);
+    optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    std::ofstream losses(out + "/frugal_losses.txt");
+    for (int64_t step = 0; step < steps; ++step) {
+      Tensor x = ds.train_images.narrow(0, step * batch, batch).to(device);
+      Tensor y = ds.train_labels.narrow(0, step * batch, batch).to(device);
+      Tensor loss = cross_entropy(model->forward(x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      char line[64];
+      std::snprintf(line, sizeof line, "%.9g\n", loss.item<double>());
+      losses << line;
+    }
+    std::printf("mlp_parity: wrote %lld losses to %s/frugal_losses.txt\n", (long long)steps, out.c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mlp_parity: %s\n", e.what());
+    return 1;
+  }
+}
