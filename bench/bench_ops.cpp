@@ -114,10 +114,11 @@ int main(int argc, char** argv) {
   std::printf("frugal bench_ops (device: %s%s)\n", o.cuda ? "cuda" : "cpu", o.quick ? ", quick" : "");
   KeyFigures keys;
   try {
+    if (o.cuda) require_cuda();  // fail before the CPU half, not after it
     run_cpu_benchmarks(o, keys);
     if (o.cuda) run_cuda_benchmarks(o, keys);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
   keys.print();

@@ -12,8 +12,10 @@ struct Options {
 /// matmul vs raw Eigen, tiny-op and allocation overhead on the host.
 void run_cpu_benchmarks(const Options& o, KeyFigures& keys);
 
+/// Throws frugal::Error, saying why, in a build without CUDA or on a machine without a GPU.
+void require_cuda();
+
 /// Elementwise bandwidth vs cudaMemcpy, matmul vs raw cuBLAS, allocator vs cudaMalloc.
-/// Throws frugal::Error in a build without CUDA or on a machine without a GPU.
 void run_cuda_benchmarks(const Options& o, KeyFigures& keys);
 
 }  // namespace frugal::bench

@@ -177,8 +177,9 @@ void allocation(const Options& o, KeyFigures& keys) {
 
 }  // namespace
 
+void require_cuda() { FRUGAL_CHECK(cuda_device_count() > 0, "bench_ops: --device cuda, but no GPU was found"); }
+
 void run_cuda_benchmarks(const Options& o, KeyFigures& keys) {
-  FRUGAL_CHECK(cuda_device_count() > 0, "bench_ops: --device cuda, but no GPU was found");
   cudaDeviceProp prop{};
   FRUGAL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("\nGPU: %s (%d SMs, %.0f GiB)\n", prop.name, prop.multiProcessorCount,
@@ -195,9 +196,10 @@ void run_cuda_benchmarks(const Options& o, KeyFigures& keys) {
 #else  // a build without CUDA
 
 namespace frugal::bench {
-void run_cuda_benchmarks(const Options&, KeyFigures&) {
+void require_cuda() {
   FRUGAL_FAIL("bench_ops: --device cuda, but frugal was built without CUDA (meson setup -Dcuda=enabled)");
 }
+void run_cuda_benchmarks(const Options&, KeyFigures&) { require_cuda(); }
 }  // namespace frugal::bench
 
 #endif

@@ -65,10 +65,14 @@ void Adam::step() {
   autograd::NoGradGuard no_grad;
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::AdamEntry> batches;
+  // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
+  std::vector<Tensor> grads;
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params) grads.push_back(checked_grad(p, grads.size()));
   size_t index = 0;
   for (const ParamGroup& group : param_groups()) {
     for (const Tensor& p : group.params) {
-      const Tensor grad = checked_grad(p, index++);
+      const Tensor& grad = grads[index++];
       if (!grad.defined()) continue;
       const detail::StepTensors& t = stepped.emplace_back(p, grad);
       ParamState& st = state_for(p);

@@ -45,7 +45,7 @@ template <typename T, NormKind K>
 __global__ void __launch_bounds__(kThreads) norm_kernel(const NormEntry* entries, int count, int64_t chunks, double p,
                                                         double* partials) {
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const NormEntry& e = entries[find_entry(entries, count, chunk)];
+    const NormEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
     const int64_t begin = (chunk - e.chunk_begin) * kChunk;
     const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
     double acc = 0.0;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(const NormEntry* entrie
   if (cf == 1.0f) return;  // nothing to clip: x * 1 == x
   const M c = M(cf);
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const NormEntry& e = entries[find_entry(entries, count, chunk)];
+    const NormEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
     const int64_t begin = (chunk - e.chunk_begin) * kChunk;
     const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
     int64_t done = 0;

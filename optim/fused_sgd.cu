@@ -17,7 +17,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(const SgdEntry* entries, int count, int64_t chunks) {
   using M = opmath_t<T>;
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const SgdEntry& e = entries[find_entry(entries, count, chunk)];
+    const SgdEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
     const detail::SgdCoeffs<M> c(e);
     const int64_t begin = (chunk - e.chunk_begin) * kChunk;
     const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;

@@ -49,20 +49,20 @@ struct ParamGroup {
   /// Learning rate; negative (the default) means the optimizer's lr. LR schedulers write it.
   double lr = -1.0;
   // SGD
-  std::optional<double> momentum;
-  std::optional<double> dampening;
+  std::optional<double> momentum{};
+  std::optional<double> dampening{};
   // SGD, Adam, AdamW
-  std::optional<double> weight_decay;
-  std::optional<bool> nesterov;  // SGD only
-  std::optional<bool> maximize;
+  std::optional<double> weight_decay{};
+  std::optional<bool> nesterov{};  // SGD only
+  std::optional<bool> maximize{};
   // Adam, AdamW
-  std::optional<double> beta1;
-  std::optional<double> beta2;
-  std::optional<double> eps;
-  std::optional<bool> amsgrad;
+  std::optional<double> beta1{};
+  std::optional<double> beta2{};
+  std::optional<double> eps{};
+  std::optional<bool> amsgrad{};
   /// The lr schedules start from (PyTorch's 'initial_lr'): set by the first LR scheduler
   /// made on the optimizer, so later ones start from the same value.
-  std::optional<double> initial_lr;
+  std::optional<double> initial_lr{};
 };
 
 /// Per-parameter state: the step count and up to three buffers that the optimizer names

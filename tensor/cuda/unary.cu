@@ -23,4 +23,22 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, doub
   });
 }
 
+// grad_in, grad, v: same shape (grad, v any strides); one pass of unary_grad (unary_math.h),
+// the whole backward of gelu & co. in one kernel (16-byte vectors when dense).
+void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a,
+                           double b) {
+  const char* name = unary_op_name(op);
+  const ElementwiseLayout L = make_elementwise_layout(name, grad_in, {grad, v});
+  visit_unary_op(op, [&]<UnaryOp kOp>() {
+    if constexpr (unary_grad_from(kOp) == UnaryGradFrom::Nothing) {
+      FRUGAL_FAIL(name, "_backward: a constant factor, computed by the affine kernel");
+    } else {
+      dispatch_floating(grad.dtype(), name, grad.device(), [&]<typename T>() {
+        using M = opmath_t<T>;
+        cuda_map<T, T, T>(L, grad_in.device(), UnaryBackwardFn<T, kOp>{M(a), M(b)});
+      });
+    }
+  });
+}
+
 }  // namespace frugal::ops::cuda

@@ -1,5 +1,7 @@
 #include "tensor/ops/unary.h"
 
+#include <string>
+
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 
@@ -42,5 +44,24 @@ Tensor pow(const Tensor& x, double exponent) {
 Tensor affine(const Tensor& x, double scale, double shift) { return unary(UnaryOp::Affine, x, scale, shift); }
 
 Tensor clamp(const Tensor& x, double lo, double hi) { return unary(UnaryOp::Clamp, x, lo, hi); }
+
+Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, double a, double b) {
+  const std::string name = std::string(unary_op_name(op)) + "_backward";
+  FRUGAL_CHECK(grad.defined(), name, ": undefined gradient tensor");
+  FRUGAL_CHECK(is_floating(grad.dtype()), name, ": expects a floating gradient, got ", grad.describe());
+  const UnaryGradFrom from = unary_grad_from(op);
+  // A constant factor: -g or scale * g, one pass of the affine kernel.
+  if (from == UnaryGradFrom::Nothing) return unary(UnaryOp::Affine, grad, op == UnaryOp::Neg ? -1.0 : a, 0.0);
+  const char* what = from == UnaryGradFrom::Output ? "output" : "input";
+  FRUGAL_CHECK(x_or_out.defined(), name, ": needs the forward ", what, ", got an undefined tensor");
+  FRUGAL_CHECK(x_or_out.sizes() == grad.sizes() && x_or_out.dtype() == grad.dtype(), name, ": the gradient ",
+               grad.describe(), " and the forward ", what, " ", x_or_out.describe(),
+               " must have the same shape and dtype");
+  check_same_device(name.c_str(), grad, x_or_out);
+  Tensor out = empty(grad.sizes(), grad.options());
+  if (out.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH(name.c_str(), grad.device(), unary_backward_kernel, op, out, grad, x_or_out, a, b);
+  return out;
+}
 
 }  // namespace frugal::ops

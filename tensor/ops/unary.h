@@ -1,8 +1,9 @@
 #pragma once
 // Unary elementwise ops: y = f(x), same shape and dtype as x, a fresh contiguous tensor.
 //
-// Every op here runs through one enum-driven kernel per backend (unary_kernel);
-// the scalar formulas live in tensor/ops/unary_math.h, shared by the CPU and CUDA
+// Every op here runs through one enum-driven kernel per backend (unary_kernel), and
+// its derivative through a second one (unary_backward_kernel, for autograd); the
+// scalar formulas of both live in tensor/ops/unary_math.h, shared by the CPU and CUDA
 // kernels so both compute the same thing. Floating dtypes only, except neg, abs,
 // relu and square, which also take int32 and int64.
 #include <cstdint>
@@ -119,12 +120,53 @@ decltype(auto) visit_unary_op(UnaryOp op, F&& f) {
 /// The generic entry behind every op above: validates, allocates and dispatches.
 Tensor unary(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0);
 
+// ---- backward ----------------------------------------------------------------
+
+/// Which forward value the derivative of an op is computed from (see unary_backward).
+enum class UnaryGradFrom : uint8_t {
+  Nothing,  // neg, affine: a constant factor
+  Input,    // x
+  Output,   // y = f(x): exp, sqrt, rsqrt, tanh, sigmoid, reciprocal, relu
+};
+
+/// What unary_backward(op, ...) must be given. Output where the derivative is cheaper
+/// from y (exp: y, tanh: 1 - y^2, sqrt: 1 / 2y, rsqrt: -y^3 / 2, reciprocal: -y^2,
+/// sigmoid: y (1 - y)) or equally cheap (relu: y > 0 exactly where x > 0), so the
+/// autograd op can keep y, which the next op usually keeps too; Input otherwise.
+constexpr UnaryGradFrom unary_grad_from(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg:
+    case UnaryOp::Affine: return UnaryGradFrom::Nothing;
+    case UnaryOp::Exp:
+    case UnaryOp::Sqrt:
+    case UnaryOp::Rsqrt:
+    case UnaryOp::Tanh:
+    case UnaryOp::Sigmoid:
+    case UnaryOp::Reciprocal:
+    case UnaryOp::Relu: return UnaryGradFrom::Output;
+    default: return UnaryGradFrom::Input;
+  }
+}
+
+/// grad * f'(x) in one fused kernel (llm.c's gelu_backward style), where f = `op` with
+/// parameters a, b as in unary(). `x_or_out` is the forward input x or output y, as
+/// unary_grad_from(op) says (undefined is fine for neg and affine); it has grad's shape
+/// and dtype (any strides). Floating dtypes; 16-bit types compute in float. The result
+/// is a fresh contiguous tensor of grad's shape and dtype. Conventions at the kinks, as
+/// PyTorch: relu' = 0 at 0, abs' = 0 at 0, clamp passes the gradient where lo <= x <= hi,
+/// pow(x, 0)' = 0.
+Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, double a = 0.0, double b = 0.0);
+
 }  // namespace frugal::ops
 
 namespace frugal::ops::cpu {
 // out, x: same shape (any strides); out.dtype() == x.dtype()
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
+// grad_in, grad, v: same shape and floating dtype (grad, v any strides); v = x or y as
+// unary_grad_from(op) says; op is not neg or affine.
+void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
+void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b);
 }

@@ -145,4 +145,70 @@ struct UnaryFn {
   FRUGAL_HD T operator()(T x) const { return T(unary_apply<kOp, M>(M(x), a, b)); }
 };
 
+/// The gradient of the op with respect to its input, g * f'(x), on one value of compute
+/// type M (float or double). v is x or y = f(x) as unary_grad_from(kOp) says (see
+/// unary.h); a, b are the op's parameters. Each formula is derivatives.yaml's, written
+/// so one pass computes it (llm.c's gelu_backward).
+template <UnaryOp kOp, typename M>
+FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
+  using U = UnaryOp;
+  static_assert(!std::is_integral_v<M>, "unary_grad: floating types only");
+  static_assert(unary_grad_from(kOp) != UnaryGradFrom::Nothing, "neg and affine scale the gradient: use affine");
+  (void)b;
+  if constexpr (kOp == U::Exp) {  // v = y: dy/dx = y
+    return g * v;
+  } else if constexpr (kOp == U::Log) {  // 1 / x
+    return g / v;
+  } else if constexpr (kOp == U::Sqrt) {  // v = y: 1 / (2 sqrt x) = 1 / 2y
+    return g / (M(2) * v);
+  } else if constexpr (kOp == U::Rsqrt) {  // v = y: -x^(-3/2) / 2 = -y^3 / 2
+    return M(-0.5) * g * v * v * v;
+  } else if constexpr (kOp == U::Tanh) {  // v = y: 1 - y^2
+    return g * (M(1) - v * v);
+  } else if constexpr (kOp == U::Sigmoid) {  // v = y: y (1 - y)
+    return g * v * (M(1) - v);
+  } else if constexpr (kOp == U::Relu) {  // v = y; 0 at 0 and where y <= 0; NaN y passes g
+    return v <= M(0) ? M(0) : g;
+  } else if constexpr (kOp == U::Gelu) {  // Phi(x) + x phi(x)
+    constexpr M kInvSqrt2 = M(0.70710678118654752440);
+    constexpr M kInvSqrt2Pi = M(0.39894228040143267794);
+    const M cdf = M(0.5) * (M(1) + math::erf(v * kInvSqrt2));
+    const M pdf = kInvSqrt2Pi * math::exp(M(-0.5) * v * v);
+    return g * (cdf + v * pdf);
+  } else if constexpr (kOp == U::GeluTanh) {  // llm.c gelu_backward, with sech^2 = 1 - tanh^2
+    constexpr M kSqrt2OverPi = M(0.79788456080286535588);
+    constexpr M kCoeff = M(0.044715);
+    const M x2 = v * v;
+    const M t = math::tanh(kSqrt2OverPi * (v + kCoeff * x2 * v));
+    const M dt = kSqrt2OverPi * (M(1) + M(3) * kCoeff * x2);  // d(tanh argument)/dx
+    return g * (M(0.5) * (M(1) + t) + M(0.5) * v * (M(1) - t * t) * dt);
+  } else if constexpr (kOp == U::Silu) {  // s (1 + x (1 - s)), s = sigmoid(x)
+    const M s = M(1) / (M(1) + math::exp(-v));
+    return g * s * (M(1) + v * (M(1) - s));
+  } else if constexpr (kOp == U::Abs) {  // sign(x), 0 at 0; NaN stays NaN
+    return v > M(0) ? g : v < M(0) ? -g : v == M(0) ? M(0) : v;
+  } else if constexpr (kOp == U::Square) {  // 2x
+    return M(2) * v * g;
+  } else if constexpr (kOp == U::Reciprocal) {  // v = y: -1 / x^2 = -y^2
+    return -g * v * v;
+  } else if constexpr (kOp == U::Sin) {
+    return g * math::cos(v);
+  } else if constexpr (kOp == U::Cos) {
+    return -g * math::sin(v);
+  } else if constexpr (kOp == U::Pow) {  // a x^(a-1); exactly 0 for a = 0 (no 0 * inf at x = 0)
+    return a == M(0) ? M(0) : g * a * math::pow(v, a - M(1));
+  } else {
+    static_assert(kOp == U::Clamp, "unary_grad: an op without a derivative");
+    return (v >= a && v <= b) ? g : M(0);  // lo <= x <= hi; NaN or lo > hi: 0
+  }
+}
+
+/// grad_in = unary_grad(grad, v) for storage type T, computed in opmath_t<T>.
+template <typename T, UnaryOp kOp>
+struct UnaryBackwardFn {
+  using M = opmath_t<T>;
+  M a, b;
+  FRUGAL_HD T operator()(T g, T v) const { return T(unary_grad<kOp, M>(M(g), M(v), a, b)); }
+};
+
 }  // namespace frugal::ops

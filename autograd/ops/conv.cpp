@@ -1,0 +1,162 @@
+// conv2d, the pools and batch_norm, forward and backward side by side.
+#include "autograd/ops/conv.h"
+
+#include "autograd/function.h"
+#include "tensor/ops/batch_norm.h"
+#include "tensor/ops/reduce.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+// out = conv2d(x, w) + bias  (Note [Convolution as GEMM])
+// grad_x = conv2d_backward_input(g, w), grad_w = conv2d_backward_weight(g, x), grad_bias = sum_{N,OH,OW} g
+struct Conv2dBackward final : Node {
+  SavedTensor x, w;  // x only when w needs a gradient, w only when x does
+  Shape x_shape, w_shape;
+  Conv2dOptions options;
+  bool has_bias = false;
+  std::string name() const override { return "Conv2dBackward"; }
+  void release_saved() override { x.reset(), w.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(3);
+    if (wants_grad(*this, 0)) out[0] = ops::conv2d_backward_input(g, x_shape, w.unpack(name()), options);
+    if (wants_grad(*this, 1)) out[1] = ops::conv2d_backward_weight(g, x.unpack(name()), w_shape, options);
+    if (has_bias && wants_grad(*this, 2)) out[2] = ops::sum(g, {0, 2, 3});
+    return out;
+  }
+};
+
+// out[p, oh, ow] = x[p, indices[p, oh, ow]]
+// grad_x[p, i] = sum of g[p, oh, ow] over the outputs whose argmax is i
+struct MaxPool2dBackward final : Node {
+  SavedTensor indices;
+  Shape x_shape;
+  Int2 kernel;
+  MaxPool2dOptions options;
+  std::string name() const override { return "MaxPool2dBackward"; }
+  void release_saved() override { indices.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    return {ops::max_pool2d_backward(grads[0], indices.unpack(name()), x_shape, kernel, options)};
+  }
+};
+
+// out = mean over each window (divisor per Note [Pooling windows])
+// grad_x[i] = sum over the windows holding i of g / divisor
+struct AvgPool2dBackward final : Node {
+  Shape x_shape;
+  Int2 kernel;
+  AvgPool2dOptions options;
+  std::string name() const override { return "AvgPool2dBackward"; }
+  void release_saved() override {}
+  TensorList apply(TensorList&& grads) override {
+    return {ops::avg_pool2d_backward(grads[0], x_shape, kernel, options)};
+  }
+};
+
+// out = mean over each adaptive window; grad_x[i] = sum over the windows holding i of g / window size
+struct AdaptiveAvgPool2dBackward final : Node {
+  Shape x_shape;
+  std::string name() const override { return "AdaptiveAvgPool2dBackward"; }
+  void release_saved() override {}
+  TensorList apply(TensorList&& grads) override {
+    return {ops::adaptive_avg_pool2d_backward(grads[0], x_shape)};
+  }
+};
+
+// out = (x - mean) * invstd * weight + bias  (Note [Batch norm statistics])
+// grad_x = weight * invstd * (g - mean_M(g) - xhat * mean_M(g * xhat))  (training; eval: weight * invstd * g)
+// grad_weight = sum_M(g * xhat), grad_bias = sum_M(g)
+struct BatchNormBackward final : Node {
+  SavedTensor x, weight, mean, invstd;  // mean, invstd: (C) in the compute dtype
+  bool training = false;
+  DType weight_dtype = kFloat32, bias_dtype = kFloat32;
+  std::string name() const override { return "BatchNormBackward"; }
+  void release_saved() override { x.reset(), weight.reset(), mean.reset(), invstd.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();
+    ops::BatchNormGrads g = ops::batch_norm_backward(
+        grads[0], x.unpack(name()), wv, mean.unpack(name()), invstd.unpack(name()), training,
+        {.x = wants_grad(*this, 0), .weight = wants_grad(*this, 1), .bias = wants_grad(*this, 2)});
+    if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);  // the compute dtype -> the parameter's
+    if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
+    return {g.x, g.weight, g.bias};
+  }
+};
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  if (x.defined() && x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // (C, H, W)
+  Tensor out = autograd::raw([&] { return ops::conv2d(x, weight, bias, options); });
+  if (auto node = make_node<Conv2dBackward>({x, weight, bias})) {
+    if (wants_grad(*node, 1)) node->x = x;
+    if (wants_grad(*node, 0)) node->w = weight;
+    node->x_shape = x.sizes();
+    node->w_shape = weight.sizes();
+    node->options = options;
+    node->has_bias = bias.defined();
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
+  ops::MaxPool2dResult r = autograd::raw([&] { return ops::max_pool2d(x, kernel, options); });
+  if (auto node = make_node<MaxPool2dBackward>({x})) {
+    node->indices = r.indices;
+    node->x_shape = x.sizes();
+    node->kernel = kernel;
+    node->options = options;
+    autograd::record(node, {r.out});
+  }
+  return r.out;
+}
+
+Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options) {
+  Tensor out = autograd::raw([&] { return ops::avg_pool2d(x, kernel, options); });
+  if (auto node = make_node<AvgPool2dBackward>({x})) {
+    node->x_shape = x.sizes();
+    node->kernel = kernel;
+    node->options = options;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+  Tensor out = autograd::raw([&] { return ops::adaptive_avg_pool2d(x, output_size); });
+  if (auto node = make_node<AdaptiveAvgPool2dBackward>({x})) {
+    node->x_shape = x.sizes();
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  ops::BatchNormResult r = autograd::raw(
+      [&] { return ops::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps); });
+  if (auto node = make_node<BatchNormBackward>({x, weight, bias})) {
+    node->x = x;
+    if (weight.defined()) {
+      node->weight = weight;
+      node->weight_dtype = weight.dtype();
+    }
+    if (bias.defined()) node->bias_dtype = bias.dtype();
+    node->mean = r.mean;
+    node->invstd = r.invstd;
+    node->training = training;
+    autograd::record(node, {r.out});
+  }
+  return r.out;
+}
+
+}  // namespace frugal

@@ -1,0 +1,38 @@
+// dropout, forward and backward side by side (Note [Dropout mask from counters]).
+#include "autograd/function.h"
+#include "autograd/ops/nn_functional.h"
+#include "tensor/ops/dropout.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::TensorList;
+
+namespace {
+
+// out = x * mask(range) / (1 - p)
+// grad_x = g * mask(range) / (1 - p): the same mask, re-created from the 16-byte range
+struct DropoutBackward final : Node {
+  double p = 0.0;
+  Generator::Range range{0, 0};  // all that is saved: no tensor
+  std::string name() const override { return "DropoutBackward"; }
+  TensorList apply(TensorList&& grads) override { return {ops::dropout_with_range(grads[0], p, range)}; }
+};
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p,
+               x.defined() ? " (input " + x.describe() + ")" : std::string());
+  if (!training || p == 0.0) return x;
+  ops::DropoutResult r = autograd::raw([&] { return ops::dropout(x, p, gen); });
+  if (auto node = make_node<DropoutBackward>({x})) {
+    node->p = p;
+    node->range = r.range;
+    autograd::record(node, {r.out});
+  }
+  return r.out;
+}
+
+}  // namespace frugal

@@ -1,0 +1,562 @@
+// Elementwise ops, forward and backward side by side: one node for all unary ops
+// (each derivative is one fused kernel, ops::unary_backward), one per binary op, and the
+// in-place forms (Note [In-place ops and autograd]).
+#include "autograd/ops/elementwise.h"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "autograd/function.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/unary.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+using ops::UnaryOp;
+
+namespace {
+
+/// g in `dtype` (a gradient handed to backward by the user may come in another dtype).
+Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
+/// The gradient of an input of `sizes` and `dtype` from the gradient of the broadcast
+/// output: summed over the dims broadcasting stretched, then in the input's own dtype.
+Tensor reduce_grad(const Tensor& g, const Shape& sizes, DType dtype) {
+  return in_dtype(autograd::sum_to(g, sizes), dtype);
+}
+
+/// What backward must know of an input whose values it does not need.
+struct InputMeta {
+  Shape sizes;
+  DType dtype = kFloat32;
+  InputMeta() = default;
+  InputMeta(const Tensor& t) : sizes(t.sizes()), dtype(t.dtype()) {}  // NOLINT: `node->a = a;`
+};
+
+// ---- unary: y = f(x) ------------------------------------------------------------
+// grad_x = g * f'(x) in one fused kernel, ops::unary_backward; the formulas are
+// unary_grad in tensor/ops/unary_math.h (x or y as ops::unary_grad_from says):
+//   neg: -g                exp: g y               log: g / x             sqrt: g / 2y
+//   rsqrt: -g y^3 / 2      tanh: g (1 - y^2)      sigmoid: g y (1 - y)   relu: y > 0 ? g : 0
+//   gelu: g (Phi(x) + x phi(x))                   gelu_tanh: llm.c's gelu_backward
+//   silu: g s (1 + x (1 - s)), s = sigmoid(x)     abs: g sign(x)         square: 2 g x
+//   reciprocal: -g y^2     sin: g cos x           cos: -g sin x          pow: g p x^(p - 1)
+//   affine: g scale        clamp: lo <= x <= hi ? g : 0
+
+const char* unary_node_name(UnaryOp op) {
+  switch (op) {
+#define FRUGAL_UNARY_NODE_NAME(E, name, ints) \
+  case UnaryOp::E:                            \
+    return #E "Backward";
+    FRUGAL_UNARY_OPS(FRUGAL_UNARY_NODE_NAME)
+#undef FRUGAL_UNARY_NODE_NAME
+  }
+  return "UnaryBackward";
+}
+
+struct UnaryBackward final : Node {
+  UnaryOp op = UnaryOp::Neg;
+  double a = 0, b = 0;     // the op's parameters (see ops::UnaryOp)
+  DType dtype = kFloat32;  // of x and y
+  SavedTensor saved;       // x or y; nothing for neg and affine
+  std::string name() const override { return unary_node_name(op); }
+  void release_saved() override { saved.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    return {ops::unary_backward(op, in_dtype(grads[0], dtype), saved.unpack(name()), a, b)};
+  }
+};
+
+Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
+  Tensor y = autograd::raw([&] { return op == UnaryOp::Pow ? ops::pow(x, a) : ops::unary(op, x, a, b); });
+  if (auto node = make_node<UnaryBackward>({x})) {
+    node->op = op;
+    node->a = a;
+    node->b = b;
+    node->dtype = x.dtype();
+    const ops::UnaryGradFrom from = ops::unary_grad_from(op);
+    if (from == ops::UnaryGradFrom::Input) node->saved = x;
+    if (from == ops::UnaryGradFrom::Output) node->saved = y;
+    autograd::record(node, {y});
+  }
+  return y;
+}
+
+// ---- binary: out = f(a, b), broadcast --------------------------------------------
+// Every gradient is summed back over the dims broadcasting stretched (reduce_grad) and
+// returned in its input's dtype.
+
+// out = a + alpha b (sub: alpha negated)
+// grad_a = g, grad_b = alpha g
+struct AddBackward final : Node {
+  InputMeta a, b;
+  double alpha = 1.0;
+  const char* label = "AddBackward";
+  std::string name() const override { return label; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = reduce_grad(g, a.sizes, a.dtype);
+    if (wants_grad(*this, 1)) {
+      const Tensor r = autograd::sum_to(g, b.sizes);  // scale after reducing: fewer elements
+      out[1] = in_dtype(alpha == 1.0 ? r : alpha == -1.0 ? ops::neg(r) : ops::mul(r, alpha), b.dtype);
+    }
+    return out;
+  }
+};
+
+// out = x op s for a scalar s (add, sub, mul, div)
+// grad_x = g * factor (1 for add and sub, s for mul, 1/s for div)
+struct ScalarBackward final : Node {
+  double factor = 1.0;
+  DType dtype = kFloat32;
+  const char* label = "AddBackward";
+  std::string name() const override { return label; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    return {factor == 1.0 ? g : ops::mul(g, factor)};
+  }
+};
+
+// out = a * b
+// grad_a = g * b, grad_b = g * a
+struct MulBackward final : Node {
+  SavedTensor a, b;  // a only when b needs grad, b only when a does
+  InputMeta ma, mb;
+  std::string name() const override { return "MulBackward"; }
+  void release_saved() override { a.reset(), b.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = reduce_grad(ops::mul(g, b.unpack(name())), ma.sizes, ma.dtype);
+    if (wants_grad(*this, 1)) out[1] = reduce_grad(ops::mul(g, a.unpack(name())), mb.sizes, mb.dtype);
+    return out;
+  }
+};
+
+// out = a / b
+// grad_a = g / b, grad_b = -g a / b^2 = -(g / b) (a / b)
+// (a, not out, is saved, as PyTorch does: out may then be changed in place)
+struct DivBackward final : Node {
+  SavedTensor a, b;  // a only when b needs grad
+  InputMeta ma, mb;
+  std::string name() const override { return "DivBackward"; }
+  void release_saved() override { a.reset(), b.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor bv = b.unpack(name());
+    const Tensor g_over_b = ops::div(grads[0], bv);
+    TensorList result(2);
+    if (wants_grad(*this, 0)) result[0] = reduce_grad(g_over_b, ma.sizes, ma.dtype);
+    if (wants_grad(*this, 1))
+      result[1] = ops::neg(reduce_grad(ops::mul(g_over_b, ops::div(a.unpack(name()), bv)), mb.sizes, mb.dtype));
+    return result;
+  }
+};
+
+// out = maximum(a, b) (minimum: the comparisons swapped)
+// grad_a = a > b ? g : a == b ? g / 2 : 0, grad_b = b > a ? g : a == b ? g / 2 : 0
+struct MaxMinBackward final : Node {
+  SavedTensor a, b;
+  InputMeta ma, mb;
+  bool is_max = true;
+  std::string name() const override { return is_max ? "MaximumBackward" : "MinimumBackward"; }
+  void release_saved() override { a.reset(), b.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor av = a.unpack(name()), bv = b.unpack(name());
+    const Tensor shared = ops::where(ops::eq(av, bv), ops::mul(g, 0.5), g);  // ties split evenly
+    TensorList out(2);
+    if (wants_grad(*this, 0))  // a loses where it is the smaller (maximum) / larger (minimum) one
+      out[0] = reduce_grad(ops::masked_fill(shared, is_max ? ops::lt(av, bv) : ops::gt(av, bv), 0.0), ma.sizes,
+                           ma.dtype);
+    if (wants_grad(*this, 1))
+      out[1] = reduce_grad(ops::masked_fill(shared, is_max ? ops::gt(av, bv) : ops::lt(av, bv), 0.0), mb.sizes,
+                           mb.dtype);
+    return out;
+  }
+};
+
+// out = a ^ b
+// grad_a = g b a^(b - 1) (0 where b == 0), grad_b = g out log(a) (0 where a == 0 and b >= 0)
+struct PowBackward final : Node {
+  SavedTensor a, b, out;  // out only when b needs grad
+  InputMeta ma, mb;
+  std::string name() const override { return "PowBackward"; }
+  void release_saved() override { a.reset(), b.reset(), out.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor av = a.unpack(name()), bv = b.unpack(name());
+    TensorList result(2);
+    if (wants_grad(*this, 0)) {
+      const Tensor t = ops::mul(ops::mul(g, bv), ops::pow(av, ops::sub(bv, 1.0)));
+      result[0] = reduce_grad(ops::masked_fill(t, ops::eq(bv, 0.0), 0.0), ma.sizes, ma.dtype);
+    }
+    if (wants_grad(*this, 1)) {
+      const Tensor a_float = is_floating(av.dtype()) ? av : av.to(g.dtype());  // log of an integer base
+      const Tensor t = ops::mul(g, ops::mul(out.unpack(name()), ops::log(a_float)));
+      const Tensor zero_base = ops::logical_and(ops::eq(av, 0.0), ops::ge(bv, 0.0));
+      result[1] = reduce_grad(ops::masked_fill(t, zero_base, 0.0), mb.sizes, mb.dtype);
+    }
+    return result;
+  }
+};
+
+// out = cond ? a : b
+// grad_a = cond ? g : 0, grad_b = cond ? 0 : g
+struct WhereBackward final : Node {
+  SavedTensor cond;
+  InputMeta a, b;
+  std::string name() const override { return "WhereBackward"; }
+  void release_saved() override { cond.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor c = cond.unpack(name());
+    const Tensor zero = zeros({}, g.options());  // 0-d: broadcast by where, no full-size zeros
+    TensorList out(3);
+    if (wants_grad(*this, 1)) out[1] = reduce_grad(ops::where(c, g, zero), a.sizes, a.dtype);
+    if (wants_grad(*this, 2)) out[2] = reduce_grad(ops::where(c, zero, g), b.sizes, b.dtype);
+    return out;
+  }
+};
+
+// out = mask ? value : x
+// grad_x = mask ? 0 : g
+struct MaskedFillBackward final : Node {
+  SavedTensor mask;
+  InputMeta x;
+  std::string name() const override { return "MaskedFillBackward"; }
+  void release_saved() override { mask.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    return {reduce_grad(ops::masked_fill(grads[0], mask.unpack(name()), 0.0), x.sizes, x.dtype)};
+  }
+};
+
+Tensor scalar_op(const char* label, const Tensor& out, const Tensor& x, double factor) {
+  if (auto node = make_node<ScalarBackward>({x})) {
+    node->factor = factor;
+    node->dtype = x.dtype();
+    node->label = label;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor add_op(const char* label, const Tensor& a, const Tensor& b, double alpha) {
+  // sub(a, b, alpha) is add(a, b, -alpha) exactly (negation is exact).
+  Tensor out = autograd::raw([&] { return ops::add(a, b, alpha); });
+  if (auto node = make_node<AddBackward>({a, b})) {
+    node->a = a;
+    node->b = b;
+    node->alpha = alpha;
+    node->label = label;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor max_min(bool is_max, const Tensor& a, const Tensor& b) {
+  Tensor out = autograd::raw([&] { return is_max ? ops::maximum(a, b) : ops::minimum(a, b); });
+  if (auto node = make_node<MaxMinBackward>({a, b})) {
+    node->a = a;
+    node->b = b;
+    node->ma = a;
+    node->mb = b;
+    node->is_max = is_max;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+// ---- in place ---------------------------------------------------------------------
+//
+// Note [In-place ops and autograd]
+// An in-place op on a tensor that takes part in autograd is recorded as in PyTorch:
+// - A leaf that requires grad may not be written in place while grad mode is on (its
+//   .grad would describe values it no longer holds): the op throws. Under NoGradGuard
+//   (optimizer steps, initialization) it is allowed and records nothing.
+// - Any other tensor `self` gets its history rebased: a new node, whose first input
+//   edge is self's previous grad_fn (or nothing), takes the gradient of the new value,
+//   and self becomes that node's output (set_history on the same TensorImpl, so every
+//   handle to it sees the new history). The raw op bumps the version, so a node that
+//   saved self's old value throws in backward instead of using the new one (Note
+//   [Saved tensor versions]). A retained .grad (retain_grad) moves to the new node.
+// - frugal does not track views (PyTorch's CopySlices): a write through a view would
+//   change its base behind the base's history. So a recorded in-place op throws when
+//   self is the output of a view node (view, permute, slice, select, expand, split) or
+//   does not span its storage (a slice or piece of something larger); clone() first.
+//   Aliases frugal cannot see (a detach()ed handle, a view taken of self before the
+//   op) keep their old history: avoid reading them after an in-place op that records.
+// - Backward of mul_ and div_ needs self's old value for other's gradient, so they save
+//   a copy of it, and only when other requires grad. An `other` that shares self's
+//   storage is copied before the write too, since the write changes it.
+
+bool is_view_node(const std::string& name) {
+  static constexpr std::array<std::string_view, 8> kViews = {
+      "ViewBackward",   "PermuteBackward",   "SliceBackward", "SelectBackward",
+      "ExpandBackward", "AsStridedBackward", "SplitBackward", "SplitWithSizesBackward"};
+  return std::find(kViews.begin(), kViews.end(), name) != kViews.end();
+}
+
+/// Checks that `self` may be written in place (Note [In-place ops and autograd]);
+/// true when the op must be recorded.
+bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other) {
+  FRUGAL_CHECK(self.defined(), op, ": undefined input tensor");
+  if (!autograd::needs_grad({&self, other})) return false;
+  FRUGAL_CHECK(!(self.is_leaf() && self.requires_grad()), op,
+               ": a leaf tensor that requires grad is used in an in-place operation (", self.describe(),
+               "); run it under NoGradGuard (as an optimizer step does) or use the out-of-place op");
+  const std::string fn = self.grad_fn_name();
+  const bool spans_storage =
+      self.storage_offset() == 0 && size_t(self.numel()) * self.element_size() == self.impl().storage->nbytes;
+  FRUGAL_CHECK(spans_storage && !is_view_node(fn), op, ": in-place operation on a view (",
+               fn.empty() ? "part of a larger tensor" : fn, ") of ", self.describe(),
+               " while autograd records it; frugal does not track views, so the base tensor would miss the "
+               "change: clone() it first or use the out-of-place op");
+  return true;
+}
+
+/// Makes the node the new grad_fn of self (Note [In-place ops and autograd]).
+void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node) {
+  autograd::AutogradMeta* m = autograd::meta_of(self);
+  const bool retained = m && m->retains_grad && m->grad_fn;
+  if (retained)
+    std::erase_if(m->grad_fn->retained_outputs, [&](const auto& r) { return r.second.lock() == self.impl_ptr(); });
+  autograd::record(node, {self});
+  if (retained) node->retained_outputs.emplace_back(0, self.impl_ptr());
+}
+
+/// A copy of t's current values, taken below autograd.
+Tensor snapshot(const Tensor& t) {
+  return autograd::raw([&] { return t.clone(); });
+}
+
+const Tensor& add_inplace(const char* op, const char* label, const Tensor& self, const Tensor& other, double alpha) {
+  if (!must_record_inplace(op, self, &other)) {
+    autograd::raw([&] { ops::add_(self, other, alpha); });
+    return self;
+  }
+  auto node = make_node<AddBackward>({self, other});
+  node->a = self;
+  node->b = other;
+  node->alpha = alpha;
+  node->label = label;
+  autograd::raw([&] { ops::add_(self, other, alpha); });
+  rebase_history(self, node);
+  return self;
+}
+
+const Tensor& scalar_inplace(const char* op, const char* label, const Tensor& self, double factor,
+                             const Tensor& (*raw_op)(const Tensor&, double), double s) {
+  if (!must_record_inplace(op, self, nullptr)) {
+    autograd::raw([&] { raw_op(self, s); });
+    return self;
+  }
+  auto node = make_node<ScalarBackward>({self});
+  node->factor = factor;
+  node->dtype = self.dtype();
+  node->label = label;
+  autograd::raw([&] { raw_op(self, s); });
+  rebase_history(self, node);
+  return self;
+}
+
+}  // namespace
+
+// ---- unary -------------------------------------------------------------------------
+
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }
+Tensor gelu(const Tensor& x) { return unary_op(UnaryOp::Gelu, x); }
+Tensor gelu_tanh(const Tensor& x) { return unary_op(UnaryOp::GeluTanh, x); }
+Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x); }
+Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
+Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
+Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }
+Tensor sin(const Tensor& x) { return unary_op(UnaryOp::Sin, x); }
+Tensor cos(const Tensor& x) { return unary_op(UnaryOp::Cos, x); }
+Tensor pow(const Tensor& x, double exponent) { return unary_op(UnaryOp::Pow, x, exponent); }
+Tensor affine(const Tensor& x, double scale, double shift) { return unary_op(UnaryOp::Affine, x, scale, shift); }
+Tensor clamp(const Tensor& x, double lo, double hi) { return unary_op(UnaryOp::Clamp, x, lo, hi); }
+
+// ---- binary ------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_op("AddBackward", a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_op("SubBackward", a, b, -alpha); }
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = autograd::raw([&] { return ops::mul(a, b); });
+  if (auto node = make_node<MulBackward>({a, b})) {
+    if (wants_grad(*node, 1)) node->a = a;
+    if (wants_grad(*node, 0)) node->b = b;
+    node->ma = a;
+    node->mb = b;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = autograd::raw([&] { return ops::div(a, b); });
+  if (auto node = make_node<DivBackward>({a, b})) {
+    if (wants_grad(*node, 1)) node->a = a;
+    node->b = b;
+    node->ma = a;
+    node->mb = b;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(true, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(false, a, b); }
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = autograd::raw([&] { return ops::pow(a, b); });
+  if (auto node = make_node<PowBackward>({a, b})) {
+    node->a = a;
+    node->b = b;
+    if (wants_grad(*node, 1)) node->out = out;
+    node->ma = a;
+    node->mb = b;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor add(const Tensor& x, double s) {
+  return scalar_op("AddBackward", autograd::raw([&] { return ops::add(x, s); }), x, 1.0);
+}
+Tensor sub(const Tensor& x, double s) {
+  return scalar_op("SubBackward", autograd::raw([&] { return ops::sub(x, s); }), x, 1.0);
+}
+Tensor mul(const Tensor& x, double s) {
+  return scalar_op("MulBackward", autograd::raw([&] { return ops::mul(x, s); }), x, s);
+}
+Tensor div(const Tensor& x, double s) {
+  return scalar_op("DivBackward", autograd::raw([&] { return ops::div(x, s); }), x, 1.0 / s);
+}
+
+Tensor rsub(const Tensor& x, double s) {
+  FRUGAL_CHECK(x.defined(), "rsub: undefined input tensor");
+  if (is_floating(x.dtype())) return affine(x, -1.0, s);  // one pass, one rounding
+  return ops::add(ops::neg(x), s);                        // integers: no gradient, PyTorch's promotion
+}
+
+Tensor rdiv(const Tensor& x, double s) {
+  FRUGAL_CHECK(x.defined(), "rdiv: undefined input tensor");
+  if (s == 1.0 && is_floating(x.dtype())) return reciprocal(x);
+  // A 0-d numerator broadcast by div: one pass. Integer x divides as float32 (true division).
+  const Tensor numerator = scalar_tensor(s, {is_floating(x.dtype()) ? x.dtype() : kFloat32, x.device()});
+  return div(numerator, x);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Tensor out = autograd::raw([&] { return ops::where(cond, a, b); });
+  if (auto node = make_node<WhereBackward>({cond, a, b})) {
+    node->cond = cond;
+    node->a = a;
+    node->b = b;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  Tensor out = autograd::raw([&] { return ops::masked_fill(x, mask, value); });
+  if (auto node = make_node<MaskedFillBackward>({x})) {
+    node->mask = mask;
+    node->x = x;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+// ---- in place (Note [In-place ops and autograd]) ----------------------------------
+
+const Tensor& add_(const Tensor& a, const Tensor& b, double alpha) {
+  return add_inplace("add_", "AddBackward", a, b, alpha);
+}
+const Tensor& sub_(const Tensor& a, const Tensor& b, double alpha) {
+  return add_inplace("sub_", "SubBackward", a, b, -alpha);
+}
+
+const Tensor& mul_(const Tensor& self, const Tensor& other) {
+  if (!must_record_inplace("mul_", self, &other)) {
+    autograd::raw([&] { ops::mul_(self, other); });
+    return self;
+  }
+  auto node = make_node<MulBackward>({self, other});
+  node->ma = self;
+  node->mb = other;
+  if (wants_grad(*node, 0)) node->b = other.shares_storage(self) ? snapshot(other) : other;
+  if (wants_grad(*node, 1)) node->a = snapshot(self);  // self's old value
+  autograd::raw([&] { ops::mul_(self, other); });
+  rebase_history(self, node);
+  return self;
+}
+
+const Tensor& div_(const Tensor& self, const Tensor& other) {
+  if (!must_record_inplace("div_", self, &other)) {
+    autograd::raw([&] { ops::div_(self, other); });
+    return self;
+  }
+  auto node = make_node<DivBackward>({self, other});
+  node->ma = self;
+  node->mb = other;
+  node->b = other.shares_storage(self) ? snapshot(other) : other;
+  if (wants_grad(*node, 1)) node->a = snapshot(self);  // self's old value
+  autograd::raw([&] { ops::div_(self, other); });
+  rebase_history(self, node);
+  return self;
+}
+
+const Tensor& add_(const Tensor& x, double s) { return scalar_inplace("add_", "AddBackward", x, 1.0, ops::add_, s); }
+const Tensor& sub_(const Tensor& x, double s) { return scalar_inplace("sub_", "SubBackward", x, 1.0, ops::sub_, s); }
+const Tensor& mul_(const Tensor& x, double s) { return scalar_inplace("mul_", "MulBackward", x, s, ops::mul_, s); }
+const Tensor& div_(const Tensor& x, double s) {
+  return scalar_inplace("div_", "DivBackward", x, 1.0 / s, ops::div_, s);
+}
+
+const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
+  if (!must_record_inplace("masked_fill_", x, nullptr)) {
+    autograd::raw([&] { ops::masked_fill_(x, mask, value); });
+    return x;
+  }
+  auto node = make_node<MaskedFillBackward>({x});
+  node->mask = mask;
+  node->x = x;
+  autograd::raw([&] { ops::masked_fill_(x, mask, value); });
+  rebase_history(x, node);
+  return x;
+}
+
+// ---- not differentiable: forwarded below autograd ------------------------------------
+
+#define FRUGAL_FORWARD_COMPARISON(op)                                                             \
+  Tensor op(const Tensor& a, const Tensor& b) { return autograd::raw([&] { return ops::op(a, b); }); } \
+  Tensor op(const Tensor& x, double s) { return autograd::raw([&] { return ops::op(x, s); }); }
+FRUGAL_FORWARD_COMPARISON(eq)
+FRUGAL_FORWARD_COMPARISON(ne)
+FRUGAL_FORWARD_COMPARISON(lt)
+FRUGAL_FORWARD_COMPARISON(le)
+FRUGAL_FORWARD_COMPARISON(gt)
+FRUGAL_FORWARD_COMPARISON(ge)
+#undef FRUGAL_FORWARD_COMPARISON
+
+Tensor logical_not(const Tensor& x) { return autograd::raw([&] { return ops::logical_not(x); }); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return autograd::raw([&] { return ops::logical_and(a, b); }); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return autograd::raw([&] { return ops::logical_or(a, b); }); }
+
+}  // namespace frugal

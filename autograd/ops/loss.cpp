@@ -1,0 +1,77 @@
+// cross_entropy and mse_loss, forward and backward side by side.
+#include "autograd/function.h"
+#include "autograd/ops/nn_functional.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/loss.h"
+#include "tensor/ops/unary.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+// loss_row = (1 - e) * (lse - x_t) + e * (lse - mean(x)), reduced (Note [Fused cross entropy])
+// grad_logits = scale_row * (softmax(x) - (1 - e) * onehot(t) - e / C), softmax = exp(x - lse)
+struct CrossEntropyBackward final : Node {
+  SavedTensor logits, target, lse, count;  // lse: one value per row; count: 0-d (Mean only)
+  CrossEntropyOptions options;
+  std::string name() const override { return "CrossEntropyBackward"; }
+  void release_saved() override { logits.reset(), target.reset(), lse.reset(), count.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor cv = count.defined() ? count.unpack(name()) : Tensor();
+    return {ops::cross_entropy_backward(grads[0], logits.unpack(name()), target.unpack(name()), lse.unpack(name()),
+                                        cv, options)};
+  }
+};
+
+// out = reduce((a - b)^2), N = number of elements averaged (Mean)
+// grad_a = sum_to(2 (a - b) g / N, a), grad_b = -sum_to(2 (a - b) g / N, b)
+struct MseLossBackward final : Node {
+  SavedTensor input, target;  // the inputs themselves: a - b is recomputed, not kept
+  Reduction reduction = Reduction::Mean;
+  std::string name() const override { return "MseLossBackward"; }
+  void release_saved() override { input.reset(), target.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor a = input.unpack(name()), b = target.unpack(name());
+    const Tensor diff = ops::sub(a, b);
+    const double factor = reduction == Reduction::Mean ? 2.0 / double(diff.numel()) : 2.0;
+    const Tensor d = ops::mul(ops::mul(diff, factor), grads[0]);  // g broadcasts (0-d unless None)
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = autograd::sum_to(d, a.sizes());
+    if (wants_grad(*this, 1)) out[1] = ops::neg(autograd::sum_to(d, b.sizes()));
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  ops::CrossEntropyResult r = autograd::raw([&] { return ops::cross_entropy(logits, target, options); });
+  if (auto node = make_node<CrossEntropyBackward>({logits})) {
+    node->logits = logits;
+    node->target = target;
+    node->lse = r.lse;
+    if (r.count.defined()) node->count = r.count;
+    node->options = options;
+    autograd::record(node, {r.loss});
+  }
+  return r.loss;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  Tensor out = autograd::raw([&] { return ops::mse_loss(input, target, reduction); });
+  if (auto node = make_node<MseLossBackward>({input, target})) {
+    node->input = input;
+    node->target = target;
+    node->reduction = reduction;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+}  // namespace frugal

@@ -1,0 +1,52 @@
+// layer_norm, forward and backward side by side (Note [Layer norm statistics]).
+#include "autograd/function.h"
+#include "autograd/ops/nn_functional.h"
+#include "tensor/ops/norm.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+// out = (x - mean) * rstd * weight + bias, per row of the normalized dims
+// grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * weight
+// grad_weight = sum_rows(g * xhat), grad_bias = sum_rows(g)
+struct LayerNormBackward final : Node {
+  SavedTensor x, weight, mean, rstd;  // mean, rstd: one float per row
+  Shape normalized_shape;
+  bool has_bias = false;
+  std::string name() const override { return "LayerNormBackward"; }
+  void release_saved() override { x.reset(), weight.reset(), mean.reset(), rstd.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor xv = x.unpack(name());
+    const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();
+    const ops::LayerNormGrads g = ops::layer_norm_backward(
+        grads[0], xv, normalized_shape, mean.unpack(name()), rstd.unpack(name()), wv, has_bias,
+        {.x = wants_grad(*this, 0), .weight = wants_grad(*this, 1), .bias = wants_grad(*this, 2)});
+    return {g.x, g.weight, g.bias};
+  }
+};
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  ops::LayerNormResult r = autograd::raw([&] { return ops::layer_norm(x, normalized_shape, weight, bias, eps); });
+  if (auto node = make_node<LayerNormBackward>({x, weight, bias})) {
+    node->x = x;
+    if (weight.defined()) node->weight = weight;
+    node->mean = r.mean;
+    node->rstd = r.rstd;
+    node->normalized_shape = normalized_shape;
+    node->has_bias = bias.defined();
+    autograd::record(node, {r.out});
+  }
+  return r.out;
+}
+
+}  // namespace frugal

@@ -1,0 +1,233 @@
+// Reductions and softmax, forward and backward side by side.
+//
+// Note [Reduction gradients]
+// The gradient of a reduction has the reduced shape; backward first puts 1s back at the
+// reduced dims (a free reshape: `kept`), so that it broadcasts against the input. sum's
+// gradient is then just that broadcast (an expand view: no memory), and the others scale
+// or mask it. The raw op has already checked the dims, so the helpers here trust them.
+#include "autograd/ops/reduce.h"
+
+#include "autograd/function.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/index.h"
+#include "tensor/ops/softmax.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
+/// x's shape with 1 at each reduced dim (empty `dims`: every dim), as keepdim gives.
+Shape kept_shape(const Shape& in, const std::vector<int64_t>& dims) {
+  Shape s = in;
+  const int64_t nd = int64_t(in.size());
+  if (dims.empty()) std::fill(s.begin(), s.end(), 1);
+  if (nd > 0)
+    for (int64_t d : dims) s[size_t(d < 0 ? d + nd : d)] = 1;
+  return s;
+}
+
+/// How many elements fold into each output.
+int64_t reduced_count(const Shape& in, const Shape& kept) {
+  int64_t n = 1;
+  for (size_t d = 0; d < in.size(); ++d)
+    if (kept[d] != in[d]) n *= in[d];
+  return n;  // dims of size 1 fold one element either way
+}
+
+/// What every reduction node needs: the input's shape and dtype, the kept shape.
+struct ReduceGeometry {
+  Shape in, kept;
+  DType dtype = kFloat32;
+  ReduceGeometry() = default;
+  ReduceGeometry(const Tensor& x, const std::vector<int64_t>& dims)
+      : in(x.sizes()), kept(kept_shape(x.sizes(), dims)), dtype(x.dtype()) {}
+  /// g with its reduced dims restored as 1s (Note [Reduction gradients]).
+  Tensor restore(const Tensor& g) const { return in_dtype(g, dtype).reshape(kept); }
+};
+
+// out = sum(x, dims)
+// grad_x = g broadcast to x's shape
+struct SumBackward final : Node {
+  ReduceGeometry geo;
+  std::string name() const override { return "SumBackward"; }
+  TensorList apply(TensorList&& grads) override { return {geo.restore(grads[0]).expand(geo.in)}; }
+};
+
+// out = mean(x, dims) over N elements each
+// grad_x = g / N broadcast (the division on the small reduced tensor)
+struct MeanBackward final : Node {
+  ReduceGeometry geo;
+  std::string name() const override { return "MeanBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const double n = double(reduced_count(geo.in, geo.kept));
+    return {ops::div(geo.restore(grads[0]), n).expand(geo.in)};
+  }
+};
+
+// out = var(x, dims, correction) over N elements each
+// grad_x = g * 2 (x - mean(x)) / (N - correction)
+struct VarBackward final : Node {
+  SavedTensor x;
+  ReduceGeometry geo;
+  std::vector<int64_t> dims;
+  int64_t correction = 1;
+  std::string name() const override { return "VarBackward"; }
+  void release_saved() override { x.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor xv = x.unpack(name());
+    const double n = double(reduced_count(geo.in, geo.kept));
+    const Tensor scale = ops::mul(geo.restore(grads[0]), 2.0 / (n - double(correction)));  // reduced shape
+    return {ops::mul(ops::sub(xv, ops::mean(xv, dims, /*keepdim=*/true)), scale)};
+  }
+};
+
+// out = amax(x, dims) (amin alike)
+// grad_x = x == out ? g / count(x == out) : 0 (ties share the gradient evenly)
+struct AmaxAminBackward final : Node {
+  SavedTensor x, out;
+  ReduceGeometry geo;
+  std::vector<int64_t> dims;
+  bool is_max = true;
+  std::string name() const override { return is_max ? "AmaxBackward" : "AminBackward"; }
+  void release_saved() override { x.reset(), out.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor hit = ops::eq(x.unpack(name()), out.unpack(name()).reshape(geo.kept));
+    const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);  // int64, reduced shape
+    const Tensor share = ops::div(geo.restore(grads[0]), count);  // g's dtype
+    return {ops::where(hit, share, zeros({}, share.options()))};
+  }
+};
+
+Tensor reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, bool is_sum) {
+  Tensor out = autograd::raw([&] { return is_sum ? ops::sum(x, dims, keepdim) : ops::mean(x, dims, keepdim); });
+  if (is_sum) {
+    if (auto node = make_node<SumBackward>({x})) {
+      node->geo = ReduceGeometry(x, dims);
+      autograd::record(node, {out});
+    }
+  } else if (auto node = make_node<MeanBackward>({x})) {
+    node->geo = ReduceGeometry(x, dims);
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor amax_amin(bool is_max, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor out = autograd::raw([&] { return is_max ? ops::amax(x, dims, keepdim) : ops::amin(x, dims, keepdim); });
+  if (auto node = make_node<AmaxAminBackward>({x})) {
+    node->x = x;
+    node->out = out;
+    node->geo = ReduceGeometry(x, dims);
+    node->dims = dims;
+    node->is_max = is_max;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+// values, indices = max(x, dim) (min alike)
+// grad_x = zeros with g scattered to the indices along dim
+struct MaxMinBackward final : Node {
+  SavedTensor indices;
+  ReduceGeometry geo;
+  int64_t dim = 0;
+  bool is_max = true;
+  std::string name() const override { return is_max ? "MaxBackward" : "MinBackward"; }
+  void release_saved() override { indices.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor g = geo.restore(grads[0]);
+    if (geo.in.empty()) return {g};  // a 0-d input is its own max
+    Tensor grad = zeros(geo.in, g.options());
+    ops::scatter_add_(grad, dim, indices.unpack(name()).reshape(geo.kept), g);
+    return {grad};
+  }
+};
+
+ValuesIndices max_min(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
+  ValuesIndices r = autograd::raw([&] { return is_max ? ops::max(x, dim, keepdim) : ops::min(x, dim, keepdim); });
+  if (auto node = make_node<MaxMinBackward>({x})) {
+    node->indices = r.indices;
+    node->geo = ReduceGeometry(x, {dim});
+    node->dim = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), is_max ? "max" : "min");
+    node->is_max = is_max;
+    autograd::record(node, {r.values});
+  }
+  return r;
+}
+
+// y = softmax(x, dim):     grad_x = y (g - sum(g y, dim))
+// y = log_softmax(x, dim): grad_x = g - exp(y) sum(g, dim)
+// (one fused kernel each: ops::softmax_backward / ops::log_softmax_backward)
+struct SoftmaxBackward final : Node {
+  SavedTensor out;
+  int64_t dim = 0;
+  bool log = false;
+  std::string name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  void release_saved() override { out.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor y = out.unpack(name());
+    const Tensor g = in_dtype(grads[0], y.dtype());
+    return {log ? ops::log_softmax_backward(g, y, dim) : ops::softmax_backward(g, y, dim)};
+  }
+};
+
+Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
+  Tensor y = autograd::raw([&] { return log ? ops::log_softmax(x, dim) : ops::softmax(x, dim); });
+  if (auto node = make_node<SoftmaxBackward>({x})) {
+    node->out = y;
+    node->dim = dim;
+    node->log = log;
+    autograd::record(node, {y});
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) { return reduction(x, dims, keepdim, true); }
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduction(x, dims, keepdim, false);
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  Tensor out = autograd::raw([&] { return ops::var(x, dims, correction, keepdim); });
+  if (auto node = make_node<VarBackward>({x})) {
+    node->x = x;
+    node->geo = ReduceGeometry(x, dims);
+    node->dims = dims;
+    node->correction = correction;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return amax_amin(true, x, dims, keepdim);
+}
+Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return amax_amin(false, x, dims, keepdim);
+}
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return max_min(true, x, dim, keepdim); }
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return max_min(false, x, dim, keepdim); }
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(false, x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(true, x, dim); }
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return autograd::raw([&] { return ops::argmax(x, dim, keepdim); });
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  return autograd::raw([&] { return ops::argmin(x, dim, keepdim); });
+}
+
+}  // namespace frugal

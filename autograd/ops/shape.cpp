@@ -1,0 +1,298 @@
+// Joining, splitting and indexing, forward and backward side by side.
+#include "autograd/ops/shape.h"
+
+#include "autograd/function.h"
+#include "tensor/factory.h"
+#include "tensor/ops/copy.h"
+#include "tensor/ops/index.h"
+#include "tensor/ops/join.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
+/// cat's (0,)-shaped inputs take no part in the result (Note [cat skips 1-D empty tensors]).
+bool legacy_empty(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+
+// out = cat(x_0, ..., x_n, dim)
+// grad_x_i = g.narrow(dim, offset_i, size_i) (a view of g)
+struct CatBackward final : Node {
+  struct Piece {
+    int64_t offset = 0, size = 0;
+    DType dtype = kFloat32;
+    bool skipped = false;  // a (0,) input
+  };
+  std::vector<Piece> pieces;
+  int64_t dim = 0;
+  std::string name() const override { return "CatBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(pieces.size());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!wants_grad(*this, i)) continue;
+      const Piece& p = pieces[i];
+      out[i] = p.skipped ? zeros({0}, {p.dtype, g.device()}) : in_dtype(g.narrow(dim, p.offset, p.size), p.dtype);
+    }
+    return out;
+  }
+};
+
+// out = stack(x_0, ..., x_n, dim)
+// grad_x_i = g.select(dim, i)
+struct StackBackward final : Node {
+  std::vector<DType> dtypes;
+  int64_t dim = 0;
+  std::string name() const override { return "StackBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    TensorList out(dtypes.size());
+    for (size_t i = 0; i < dtypes.size(); ++i)
+      if (wants_grad(*this, i)) out[i] = in_dtype(grads[0].select(dim, int64_t(i)), dtypes[i]);
+    return out;
+  }
+};
+
+// pieces = split(x, ..., dim), views of x
+// grad_x = cat(g_0, ..., g_n, dim) (the engine gives zeros to pieces that got no gradient)
+struct SplitBackward final : Node {
+  int64_t dim = 0;
+  DType dtype = kFloat32;
+  const char* label = "SplitBackward";
+  std::string name() const override { return label; }
+  TensorList apply(TensorList&& grads) override {
+    for (Tensor& g : grads) g = in_dtype(g, dtype);
+    return {ops::cat(grads, dim)};
+  }
+};
+
+std::vector<Tensor> record_split(const char* label, const Tensor& x, int64_t dim, std::vector<Tensor> pieces) {
+  if (auto node = make_node<SplitBackward>({x})) {
+    node->dim = wrap_dim(dim, x.dim(), label);
+    node->dtype = x.dtype();
+    node->label = label;
+    autograd::record(node, pieces);
+  }
+  return pieces;
+}
+
+// out = index_select(x, dim, index)
+// grad_x = zeros with g's slices added at index along dim (duplicates accumulate)
+struct IndexSelectBackward final : Node {
+  SavedTensor index;
+  Shape in_sizes;
+  DType dtype = kFloat32;
+  int64_t dim = 0;
+  std::string name() const override { return "IndexSelectBackward"; }
+  void release_saved() override { index.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    return {ops::index_add(zeros(in_sizes, g.options()), dim, index.unpack(name()), g)};
+  }
+};
+
+// out = gather(x, dim, index)
+// grad_x = zeros with g scatter-added at index along dim
+struct GatherBackward final : Node {
+  SavedTensor index;
+  Shape in_sizes;
+  DType dtype = kFloat32;
+  int64_t dim = 0;
+  std::string name() const override { return "GatherBackward"; }
+  void release_saved() override { index.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    Tensor grad = zeros(in_sizes, g.options());
+    ops::scatter_add_(grad, dim, index.unpack(name()), g);
+    return {grad};
+  }
+};
+
+// out = scatter_add(self, dim, index, src)
+// grad_self = g, grad_src = gather(g, dim, index), zeros where index is shorter than src
+struct ScatterAddBackward final : Node {
+  SavedTensor index;
+  Shape src_sizes;
+  DType self_dtype = kFloat32, src_dtype = kFloat32;
+  int64_t dim = 0;
+  std::string name() const override { return "ScatterAddBackward"; }
+  void release_saved() override { index.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = in_dtype(g, self_dtype);
+    if (wants_grad(*this, 1)) {
+      const Tensor idx = index.unpack(name());
+      Tensor picked = in_dtype(ops::gather(g, dim, idx), src_dtype);
+      if (idx.sizes() != src_sizes) {  // src elements beyond index's extent were not used
+        Tensor full = zeros(src_sizes, picked.options());
+        Tensor region = full;
+        for (int64_t d = 0; d < idx.dim(); ++d) region = region.narrow(d, 0, idx.size(d));
+        ops::copy_into(region, picked);
+        picked = full;
+      }
+      out[1] = picked;
+    }
+    return out;
+  }
+};
+
+// out = index_add(self, dim, index, src)
+// grad_self = g, grad_src = index_select(g, dim, index)
+struct IndexAddBackward final : Node {
+  SavedTensor index;
+  Shape src_sizes;
+  DType self_dtype = kFloat32, src_dtype = kFloat32;
+  int64_t dim = 0;
+  std::string name() const override { return "IndexAddBackward"; }
+  void release_saved() override { index.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = in_dtype(g, self_dtype);
+    if (wants_grad(*this, 1))
+      out[1] = in_dtype(ops::index_select(g, dim, index.unpack(name())), src_dtype).reshape(src_sizes);
+    return out;
+  }
+};
+
+// out = weight[indices]
+// grad_weight = rows of g summed into the rows `indices` name (ops::embedding_backward),
+// the padding row left zero
+struct EmbeddingBackward final : Node {
+  SavedTensor indices;
+  int64_t num_weights = 0, padding_idx = -1;
+  DType dtype = kFloat32;
+  std::string name() const override { return "EmbeddingBackward"; }
+  void release_saved() override { indices.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    return {ops::embedding_backward(in_dtype(grads[0], dtype), indices.unpack(name()), num_weights, padding_idx)};
+  }
+};
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  Tensor out = autograd::raw([&] { return ops::cat(tensors, dim); });
+  if (auto node = make_node<CatBackward>(tensors)) {
+    // The raw op has validated everything; the first non-skipped input sets the rank.
+    const Tensor* ref = nullptr;
+    for (const Tensor& t : tensors)
+      if (!ref && !legacy_empty(t)) ref = &t;
+    node->dim = ref ? wrap_dim(dim, ref->dim(), "cat") : 0;
+    int64_t offset = 0;
+    for (const Tensor& t : tensors) {
+      CatBackward::Piece p;
+      p.dtype = t.dtype();
+      p.skipped = ref && legacy_empty(t) && ref->dim() != 1;
+      if (!p.skipped) {
+        p.offset = offset;
+        p.size = t.size(node->dim);
+        offset += p.size;
+      }
+      node->pieces.push_back(p);
+    }
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  Tensor out = autograd::raw([&] { return ops::stack(tensors, dim); });
+  if (auto node = make_node<StackBackward>(tensors)) {
+    node->dim = wrap_dim(dim, out.dim(), "stack");
+    for (const Tensor& t : tensors) node->dtypes.push_back(t.dtype());
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  return record_split("SplitBackward", x, dim, autograd::raw([&] { return ops::split(x, split_size, dim); }));
+}
+
+std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  return record_split("SplitWithSizesBackward", x, dim,
+                      autograd::raw([&] { return ops::split_with_sizes(x, sizes, dim); }));
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  return record_split("SplitBackward", x, dim, autograd::raw([&] { return ops::chunk(x, chunks, dim); }));
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = autograd::raw([&] { return ops::index_select(x, dim, index); });
+  if (auto node = make_node<IndexSelectBackward>({x})) {
+    node->index = index;
+    node->in_sizes = x.sizes();
+    node->dtype = x.dtype();
+    node->dim = dim;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = autograd::raw([&] { return ops::gather(x, dim, index); });
+  if (auto node = make_node<GatherBackward>({x})) {
+    node->index = index;
+    node->in_sizes = x.sizes();
+    node->dtype = x.dtype();
+    node->dim = dim;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = autograd::raw([&] { return ops::scatter_add(self, dim, index, src); });
+  if (auto node = make_node<ScatterAddBackward>({self, src})) {
+    node->index = index;
+    node->src_sizes = src.sizes();
+    node->self_dtype = self.dtype();
+    node->src_dtype = src.dtype();
+    node->dim = dim;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = autograd::raw([&] { return ops::index_add(self, dim, index, src); });
+  if (auto node = make_node<IndexAddBackward>({self, src})) {
+    node->index = index;
+    node->src_sizes = src.sizes();
+    node->self_dtype = self.dtype();
+    node->src_dtype = src.dtype();
+    node->dim = dim;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  Tensor out = autograd::raw([&] { return ops::embedding(weight, indices); });  // checks weight and indices
+  const int64_t num_weights = weight.size(0);
+  FRUGAL_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < num_weights), "embedding: padding_idx ",
+               padding_idx, " must be -1 (none) or in [0, ", num_weights, ") for weight ", weight.describe());
+  if (auto node = make_node<EmbeddingBackward>({weight})) {
+    node->indices = indices;
+    node->num_weights = num_weights;
+    node->padding_idx = padding_idx;
+    node->dtype = weight.dtype();
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor one_hot(const Tensor& index, int64_t num_classes) {
+  return autograd::raw([&] { return ops::one_hot(index, num_classes); });
+}
+
+}  // namespace frugal

@@ -1,0 +1,42 @@
+#pragma once
+// Differentiable joining, splitting and indexing: cat, stack, split, split_with_sizes,
+// chunk, index_select, gather, scatter_add, index_add and embedding. Same names,
+// arguments and semantics as the raw ops in tensor/ops/join.h and tensor/ops/index.h.
+// Index tensors are never differentiable; one_hot is forwarded to the raw op.
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace frugal {
+
+/// Concatenates along `dim`; each input's gradient is its slice of g (a view).
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// Stacks same-shaped tensors along a new dim `dim`.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// Views of consecutive `split_size`-long pieces along `dim`. One node owns all pieces:
+/// its backward concatenates their gradients, zeros for the pieces that got none.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+/// Views of pieces of the given lengths along `dim`.
+std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+/// torch.chunk: split into at most `chunks` pieces.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+/// Entries of x at `index` (1-D or 0-d) along `dim`; backward adds g into those rows.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// torch.gather; backward scatter-adds g to the gathered positions.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// self with src scatter-added at `index` along `dim` (a fresh tensor); grad_self = g,
+/// grad_src = g gathered at `index` (zeros where index does not reach).
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+/// self with src's slices added to the slices `index` along `dim` (a fresh tensor).
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+/// Rows of weight (V, D) picked by `indices`: (*indices.shape, D). The row `padding_idx`
+/// (in [0, V), or -1 for none) gets no gradient, as torch.nn.functional.embedding.
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
+
+/// Not differentiable: int64 tensor (*index.shape, num_classes) with a 1 at each index
+/// (num_classes = -1 infers max + 1), forwarded to the raw op.
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
+
+}  // namespace frugal

@@ -1,0 +1,55 @@
+#include "nn/batch_norm.h"
+
+#include <sstream>
+
+#include "autograd/ops/conv.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/fill.h"
+
+namespace frugal::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t features, BatchNormOptions o) : num_features(features), options(o) {
+  FRUGAL_CHECK(features > 0, "BatchNorm2d: num_features must be positive, got ", features);
+  if (o.affine) {
+    weight = register_parameter("weight", ones({features}));
+    bias = register_parameter("bias", zeros({features}));
+  }
+  if (o.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({features}));
+    running_var = register_buffer("running_var", ones({features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+}
+
+void BatchNorm2d::reset_running_stats() {
+  if (!options.track_running_stats) return;
+  ops::zero_(running_mean);
+  ops::fill_(running_var, 1.0);
+  ops::zero_(num_batches_tracked);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  FRUGAL_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d: expected input (N, ", num_features,
+               ", H, W), got ", x.describe());
+  double momentum = options.momentum.value_or(0.0);
+  if (is_training() && options.track_running_stats) {
+    ops::add_(num_batches_tracked, 1.0);
+    if (!options.momentum) momentum = 1.0 / double(num_batches_tracked.item<int64_t>());
+  }
+  // Running statistics are used in eval and updated in training; without them, batch statistics always.
+  const bool batch_stats = is_training() || !options.track_running_stats;
+  return batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, options.eps);
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  std::ostringstream os;
+  os << num_features << ", eps=" << options.eps << ", momentum=";
+  if (options.momentum) os << *options.momentum;
+  else os << "None";
+  os << ", affine=" << (options.affine ? "true" : "false")
+     << ", track_running_stats=" << (options.track_running_stats ? "true" : "false");
+  return os.str();
+}
+
+}  // namespace frugal::nn

@@ -1,0 +1,41 @@
+#pragma once
+// BatchNorm2d: batch normalization over the channels of (N, C, H, W) inputs.
+#include <optional>
+
+#include "nn/module.h"
+
+namespace frugal::nn {
+
+/// torch.nn.BatchNorm2d's settings.
+struct BatchNormOptions {
+  double eps = 1e-5;
+  /// Weight of the batch statistics in the running ones; nullopt: a cumulative average
+  /// (1 / num_batches_tracked), as PyTorch's momentum=None (reads the counter: a host sync).
+  std::optional<double> momentum = 0.1;
+  bool affine = true;               // learnable weight (ones) and bias (zeros)
+  bool track_running_stats = true;  // running_mean (zeros), running_var (ones), num_batches_tracked (int64 0)
+};
+
+/// torch.nn.BatchNorm2d: in training, normalizes each channel with the batch's mean and
+/// biased variance and updates the running statistics (Note [Batch norm statistics]);
+/// in eval, normalizes with the running ones. Parameters "weight", "bias" and buffers
+/// "running_mean", "running_var", "num_batches_tracked" carry torchvision's names, so
+/// ResNet checkpoints load. Without track_running_stats it always uses batch statistics.
+class BatchNorm2d : public UnaryModule {
+ public:
+  explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  /// "64, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true"
+  std::string extra_repr() const override;
+
+  /// running_mean = 0, running_var = 1, num_batches_tracked = 0.
+  void reset_running_stats();
+
+  Tensor weight, bias;                                       // undefined unless affine
+  Tensor running_mean, running_var, num_batches_tracked;     // undefined unless track_running_stats
+  const int64_t num_features;
+  const BatchNormOptions options;
+};
+
+}  // namespace frugal::nn

@@ -1,0 +1,197 @@
+// CUDA cross entropy forward and backward (see Note [Fused cross entropy]).
+//
+// Rows are taken as in the softmax kernels (Note [CUDA softmax kernels]): a warp per
+// row when C <= 1024, a 512-thread block per row for vocabularies. The forward folds
+// the online (max, sum of exp) pair and sum(x) in one read of the row; lane 0 checks
+// the target, reads x_t and writes the row's loss and lse. A bad target is recorded in
+// a device flag (atomicCAS) and read back after the kernel (Note [Index validation]).
+// The backward is elementwise per row: exp(x - lse) minus the smoothed one-hot, scaled.
+#include <cmath>
+
+#include "tensor/cuda/block_reduce.cuh"
+#include "tensor/cuda/cuda_utils.h"
+#include "tensor/dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/ops/loss.h"
+
+namespace frugal::ops::cuda {
+
+namespace {
+
+constexpr int kWarpRowsBlock = 128;
+constexpr int kLongRowBlock = 512;
+constexpr int64_t kWarpRowMax = 1024;
+constexpr int64_t kMaxBlocks = 132 * 16;
+
+template <typename Acc>
+__device__ __forceinline__ Acc exp_acc(Acc v) {
+  if constexpr (std::is_same_v<Acc, float>)
+    return expf(v);
+  else
+    return ::exp(v);
+}
+template <typename Acc>
+__device__ __forceinline__ Acc log_acc(Acc v) {
+  if constexpr (std::is_same_v<Acc, float>)
+    return logf(v);
+  else
+    return ::log(v);
+}
+
+/// Online softmax state (running max m, sum of exp(x - m)) plus the plain sum of x.
+template <typename Acc>
+struct RowState {
+  Acc m, s, sx;
+};
+
+template <typename Acc>
+__device__ __forceinline__ RowState<Acc> state_add(RowState<Acc> st, Acc x) {
+  st.sx += x;
+  if (x != x) return {x, x, st.sx};  // NaN poisons the row
+  if (st.m != st.m) return st;
+  if (x > st.m) return {x, st.s * exp_acc(st.m - x) + Acc(1), st.sx};  // st.m = -inf: st.s = 0
+  if (x == Acc(-INFINITY)) return st;
+  return {st.m, st.s + exp_acc(x - st.m), st.sx};
+}
+
+template <typename Acc>
+__device__ __forceinline__ RowState<Acc> state_merge(RowState<Acc> a, RowState<Acc> b) {
+  const Acc sx = a.sx + b.sx;
+  if (a.m != a.m) return {a.m, a.s, sx};
+  if (b.m != b.m) return {b.m, b.s, sx};
+  const Acc m = a.m > b.m ? a.m : b.m;
+  if (m == Acc(-INFINITY)) return {m, Acc(0), sx};
+  return {m, a.s * exp_acc(a.m - m) + b.s * exp_acc(b.m - m), sx};
+}
+
+// rec = {flag, value, position}: the first thread to meet a bad target claims the flag.
+__device__ __forceinline__ void record_bad_target(unsigned long long* rec, int64_t v, int64_t pos) {
+  if (atomicCAS(rec, 0ull, 1ull) == 0ull) {
+    rec[1] = static_cast<unsigned long long>(v);
+    rec[2] = static_cast<unsigned long long>(pos);
+  }
+}
+
+// loss, lse: (R); x: (R, C); target: (R)
+template <typename T, typename I, int kThreads, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_forward_kernel(opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse,
+                                 const T* __restrict__ x, const I* __restrict__ target, int64_t R, int64_t C,
+                                 int64_t ignore_index, opmath_t<T> smoothing, unsigned long long* rec) {
+  using Acc = opmath_t<T>;
+  using S = RowState<Acc>;
+  constexpr int kRowsPerBlock = kBlock / kThreads;
+  const auto merge = [](S a, S b) { return state_merge(a, b); };
+  const int lane = int(threadIdx.x % kThreads);
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; row < R;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * C;
+    S st{Acc(-INFINITY), Acc(0), Acc(0)};
+    for (int64_t c = lane; c < C; c += kThreads) st = state_add(st, Acc(xr[c]));
+    if constexpr (kThreads == 32)
+      st = warp_allreduce(st, merge);
+    else
+      st = block_allreduce(st, merge, S{Acc(-INFINITY), Acc(0), Acc(0)});
+    if (lane != 0) continue;
+    const Acc l = st.m == Acc(-INFINITY) ? st.m : st.m + log_acc(st.s);
+    lse[row] = l;
+    const int64_t t = int64_t(target[row]);
+    Acc v = Acc(0);
+    if (t != ignore_index) {
+      if (t < 0 || t >= C) {
+        record_bad_target(rec, t, row);
+      } else {
+        v = (Acc(1) - smoothing) * (l - Acc(xr[t]));
+        if (smoothing > Acc(0)) v += smoothing * (l - st.sx / Acc(C));
+      }
+    }
+    loss[row] = v;
+  }
+}
+
+// g, x: (R, C); target, lse: (R); scale: (R) with stride scale_stride
+template <typename T, typename I, int kThreads, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    cross_entropy_backward_kernel_impl(T* __restrict__ g, const T* __restrict__ x, const I* __restrict__ target,
+                                       const opmath_t<T>* __restrict__ lse, const opmath_t<T>* __restrict__ scale,
+                                       int64_t scale_stride, int64_t R, int64_t C, int64_t ignore_index,
+                                       opmath_t<T> on, opmath_t<T> off) {
+  using Acc = opmath_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kThreads;
+  const int lane = int(threadIdx.x % kThreads);
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; row < R;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    T* gr = g + row * C;
+    const T* xr = x + row * C;
+    const int64_t t = int64_t(target[row]);
+    if (t == ignore_index) {
+      for (int64_t c = lane; c < C; c += kThreads) gr[c] = T(Acc(0));
+      continue;
+    }
+    const Acc s = scale[row * scale_stride], l = lse[row];
+    for (int64_t c = lane; c < C; c += kThreads)
+      gr[c] = T(s * (exp_acc(Acc(xr[c]) - l) - (c == t ? on : Acc(0)) - off));
+  }
+}
+
+template <typename F>
+void with_row_shape(int64_t C, F&& f) {
+  if (C <= kWarpRowMax)
+    f.template operator()<32, kWarpRowsBlock>();
+  else
+    f.template operator()<kLongRowBlock, kLongRowBlock>();
+}
+
+template <int kThreads, int kBlock>
+unsigned row_grid(int64_t R) {
+  constexpr int64_t rows_per_block = kBlock / kThreads;
+  return unsigned(std::clamp<int64_t>((R + rows_per_block - 1) / rows_per_block, 1, kMaxBlocks));
+}
+
+}  // namespace
+
+void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                          int64_t ignore_index, double label_smoothing, IndexError& err) {
+  const int64_t R = logits.size(0), C = logits.size(1);
+  DeviceGuard guard(logits.device());
+  cudaStream_t stream = stream_for(logits);
+  const Tensor rec = empty({3}, {kInt64, logits.device()});
+  FRUGAL_CUDA_CHECK(cudaMemsetAsync(rec.data(), 0, 3 * sizeof(int64_t), stream));
+  auto* rec_ptr = static_cast<unsigned long long*>(rec.data());
+  dispatch_floating(logits.dtype(), "cross_entropy", logits.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    dispatch_index(target.dtype(), "cross_entropy", target.device(), [&]<typename I>() {
+      with_row_shape(C, [&]<int kThreads, int kBlock>() {
+        cross_entropy_forward_kernel<T, I, kThreads, kBlock><<<row_grid<kThreads, kBlock>(R), kBlock, 0, stream>>>(
+            loss.data_ptr<Acc>(), lse.data_ptr<Acc>(), logits.data_ptr<T>(), target.data_ptr<I>(), R, C, ignore_index,
+            Acc(label_smoothing), rec_ptr);
+        FRUGAL_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+  const std::vector<int64_t> h = rec.tolist<int64_t>();  // device -> host on the current stream: the one sync
+  if (h[0]) err = IndexError{true, h[1], h[2]};
+}
+
+void cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                   const Tensor& scale, int64_t scale_stride, int64_t ignore_index,
+                                   double label_smoothing) {
+  const int64_t R = logits.size(0), C = logits.size(1);
+  DeviceGuard guard(logits.device());
+  cudaStream_t stream = stream_for(logits);
+  dispatch_floating(logits.dtype(), "cross_entropy_backward", logits.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    dispatch_index(target.dtype(), "cross_entropy_backward", target.device(), [&]<typename I>() {
+      with_row_shape(C, [&]<int kThreads, int kBlock>() {
+        cross_entropy_backward_kernel_impl<T, I, kThreads, kBlock>
+            <<<row_grid<kThreads, kBlock>(R), kBlock, 0, stream>>>(
+                grad.data_ptr<T>(), logits.data_ptr<T>(), target.data_ptr<I>(), lse.data_ptr<Acc>(),
+                scale.data_ptr<Acc>(), scale_stride, R, C, ignore_index, Acc(1.0 - label_smoothing),
+                Acc(label_smoothing / double(C)));
+        FRUGAL_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+}  // namespace frugal::ops::cuda

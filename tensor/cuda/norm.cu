@@ -1,0 +1,243 @@
+// CUDA layer norm forward and backward (see Note [Layer norm statistics]).
+//
+// Note [CUDA layer norm kernels]
+// As llm.c's layernorm_forward/backward kernels: a row of N elements is taken by one
+// warp when N <= 1024 (transformer widths: 768, 1024) and by a 512-thread block when
+// longer, lanes striding the row so loads coalesce. Forward: sum -> mean, sum of
+// squared deviations -> rstd (the second and third reads of the row hit L1/L2), then
+// the write; lane 0 stores mean and rstd. Backward dx: one read folding the pair
+// (sum(dxhat), sum(dxhat * xhat)), an all-reduce, one write. dweight and dbias: a
+// column reduction; a 32 x 8 block owns 32 columns and a slice of the rows (threadIdx.x
+// walks columns: coalesced), the 8 row lanes merge in shared memory into one partial per
+// (row slice, column), and a second kernel adds the slices in order. No atomics, so the
+// parameter gradients are bitwise reproducible run to run.
+#include <cmath>
+
+#include "tensor/cuda/block_reduce.cuh"
+#include "tensor/cuda/cuda_utils.h"
+#include "tensor/dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/ops/norm.h"
+
+namespace frugal::ops::cuda {
+
+namespace {
+
+constexpr int kWarpRowsBlock = 128;  // warp per row: 4 rows per block
+constexpr int kLongRowBlock = 512;   // block per row
+constexpr int64_t kWarpRowMax = 1024;
+constexpr int kColX = 32, kColY = 8;  // parameter-gradient column reduction
+constexpr int64_t kMaxBlocks = 132 * 16;
+
+template <typename Acc>
+__device__ __forceinline__ Acc rsqrt_acc(Acc v) {
+  if constexpr (std::is_same_v<Acc, float>)
+    return rsqrtf(v);
+  else
+    return ::rsqrt(v);
+}
+
+template <typename Acc>
+struct Pair {
+  Acc a, b;
+};
+
+/// Sum over the kThreads lanes of a row (a warp, or the whole block).
+template <int kThreads, typename S>
+__device__ __forceinline__ S row_sum(S v, S zero) {
+  const auto add = [](S x, S y) {
+    if constexpr (std::is_arithmetic_v<S>)
+      return x + y;
+    else
+      return S{x.a + y.a, x.b + y.b};
+  };
+  if constexpr (kThreads == 32)
+    return warp_allreduce(v, add);
+  else
+    return block_allreduce(v, add, zero);
+}
+
+// y, x: (M, N); w, b: (N) or null; mean, rstd: (M)
+template <typename T, int kThreads, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    layer_norm_forward_kernel(T* __restrict__ y, opmath_t<T>* __restrict__ mean, opmath_t<T>* __restrict__ rstd,
+                              const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, int64_t M,
+                              int64_t N, opmath_t<T> eps) {
+  using Acc = opmath_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kThreads;
+  const int lane = int(threadIdx.x % kThreads);
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; row < M;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * N;
+    Acc s = 0;
+    for (int64_t j = lane; j < N; j += kThreads) s += Acc(xr[j]);
+    const Acc m = row_sum<kThreads>(s, Acc(0)) / Acc(N);
+    Acc ss = 0;
+    for (int64_t j = lane; j < N; j += kThreads) {
+      const Acc d = Acc(xr[j]) - m;
+      ss += d * d;
+    }
+    const Acc rs = rsqrt_acc(row_sum<kThreads>(ss, Acc(0)) / Acc(N) + eps);
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = rs;
+    }
+    T* yr = y + row * N;
+    for (int64_t j = lane; j < N; j += kThreads) {
+      Acc v = (Acc(xr[j]) - m) * rs;
+      if (w) v *= Acc(w[j]);
+      if (b) v += Acc(b[j]);
+      yr[j] = T(v);
+    }
+  }
+}
+
+// gx, g, x: (M, N); mean, rstd: (M); w: (N) or null
+template <typename T, int kThreads, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    layer_norm_backward_dx_kernel(T* __restrict__ gx, const T* __restrict__ g, const T* __restrict__ x,
+                                  const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
+                                  const T* __restrict__ w, int64_t M, int64_t N) {
+  using Acc = opmath_t<T>;
+  constexpr int kRowsPerBlock = kBlock / kThreads;
+  const int lane = int(threadIdx.x % kThreads);
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; row < M;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + row * N;
+    const T* gr = g + row * N;
+    const Acc m = mean[row], rs = rstd[row];
+    Pair<Acc> p{0, 0};  // sum(dxhat), sum(dxhat * xhat)
+    for (int64_t j = lane; j < N; j += kThreads) {
+      const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
+      p.a += dxhat;
+      p.b += dxhat * ((Acc(xr[j]) - m) * rs);
+    }
+    p = row_sum<kThreads>(p, Pair<Acc>{0, 0});
+    const Acc c1 = p.a / Acc(N), c2 = p.b / Acc(N);
+    T* gxr = gx + row * N;
+    for (int64_t j = lane; j < N; j += kThreads) {
+      const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
+      gxr[j] = T(rs * (dxhat - c1 - ((Acc(xr[j]) - m) * rs) * c2));
+    }
+  }
+}
+
+// g, x: (M, N); mean, rstd: (M); partial: (gridDim.y, 2, N): per row slice, sum(g * xhat) then sum(g)
+template <typename T>
+__global__ void __launch_bounds__(kColX* kColY)
+    layer_norm_param_partial_kernel(opmath_t<T>* __restrict__ partial, const T* __restrict__ g,
+                                    const T* __restrict__ x, const opmath_t<T>* __restrict__ mean,
+                                    const opmath_t<T>* __restrict__ rstd, int64_t M, int64_t N) {
+  using Acc = opmath_t<T>;
+  __shared__ Acc sw[kColY][kColX], sb[kColY][kColX];
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  const int64_t j = int64_t(blockIdx.x) * kColX + tx;
+  Acc dw = 0, db = 0;
+  if (j < N) {
+    for (int64_t r = int64_t(blockIdx.y) * kColY + ty; r < M; r += int64_t(gridDim.y) * kColY) {
+      const Acc gv = Acc(g[r * N + j]);
+      dw += gv * ((Acc(x[r * N + j]) - mean[r]) * rstd[r]);
+      db += gv;
+    }
+  }
+  sw[ty][tx] = dw;
+  sb[ty][tx] = db;
+  __syncthreads();
+  if (ty == 0 && j < N) {
+    for (int k = 1; k < kColY; ++k) {
+      dw += sw[k][tx];
+      db += sb[k][tx];
+    }
+    Acc* out = partial + int64_t(blockIdx.y) * 2 * N;
+    out[j] = dw;
+    out[N + j] = db;
+  }
+}
+
+// partial: (slices, 2, N); gw, gb: (N) or null
+template <typename T>
+__global__ void layer_norm_param_finish_kernel(T* __restrict__ gw, T* __restrict__ gb,
+                                               const opmath_t<T>* __restrict__ partial, int64_t slices, int64_t N) {
+  using Acc = opmath_t<T>;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < N; j += stride) {
+    Acc dw = 0, db = 0;
+    for (int64_t s = 0; s < slices; ++s) {
+      dw += partial[s * 2 * N + j];
+      db += partial[s * 2 * N + N + j];
+    }
+    if (gw) gw[j] = T(dw);
+    if (gb) gb[j] = T(db);
+  }
+}
+
+template <typename T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+/// Calls f.template operator()<kThreads, kBlock>() for the row kernels' shape (Note [CUDA layer norm kernels]).
+template <typename F>
+void with_row_shape(int64_t N, F&& f) {
+  if (N <= kWarpRowMax)
+    f.template operator()<32, kWarpRowsBlock>();
+  else
+    f.template operator()<kLongRowBlock, kLongRowBlock>();
+}
+
+template <int kThreads, int kBlock>
+unsigned row_grid(int64_t M) {
+  constexpr int64_t rows_per_block = kBlock / kThreads;
+  return unsigned(std::clamp<int64_t>((M + rows_per_block - 1) / rows_per_block, 1, kMaxBlocks));
+}
+
+}  // namespace
+
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps) {
+  DeviceGuard guard(x.device());
+  cudaStream_t stream = stream_for(x);
+  dispatch_floating(x.dtype(), "layer_norm", x.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    with_row_shape(N, [&]<int kThreads, int kBlock>() {
+      layer_norm_forward_kernel<T, kThreads, kBlock><<<row_grid<kThreads, kBlock>(M), kBlock, 0, stream>>>(
+          out.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), x.data_ptr<T>(), ptr_or_null<T>(weight),
+          ptr_or_null<T>(bias), M, N, Acc(eps));
+      FRUGAL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& weight, int64_t M, int64_t N) {
+  DeviceGuard guard(x.device());
+  cudaStream_t stream = stream_for(x);
+  dispatch_floating(x.dtype(), "layer_norm_backward", x.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    if (grad_x.defined()) {
+      with_row_shape(N, [&]<int kThreads, int kBlock>() {
+        layer_norm_backward_dx_kernel<T, kThreads, kBlock><<<row_grid<kThreads, kBlock>(M), kBlock, 0, stream>>>(
+            grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(),
+            ptr_or_null<T>(weight), M, N);
+        FRUGAL_CUDA_CHECK_LAUNCH();
+      });
+    }
+    if (!grad_weight.defined() && !grad_bias.defined()) return;
+    // Row slices: enough blocks to fill the GPU, each thread summing at least ~8 rows.
+    const int64_t col_blocks = (N + kColX - 1) / kColX;
+    const int64_t slices = std::clamp<int64_t>(
+        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * kMaxBlocks + col_blocks - 1) / col_blocks), 1,
+        65535);
+    const Tensor partial = empty({slices, 2, N}, {dtype_of<Acc>(), x.device()});
+    layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0,
+                                         stream>>>(partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(),
+                                                   mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M, N);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+    layer_norm_param_finish_kernel<T><<<grid_for(N), kBlockSize, 0, stream>>>(
+        ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias), partial.data_ptr<Acc>(), slices, N);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace frugal::ops::cuda

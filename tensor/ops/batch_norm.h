@@ -1,0 +1,86 @@
+#pragma once
+// Batch normalization over (N, C, *) inputs, per channel, forward and backward (raw ops;
+// the differentiable form is frugal::batch_norm in autograd/ops/conv.h).
+//
+// Note [Batch norm statistics]
+// Channel c normalizes its M = N * prod(*) values. In training the forward computes the
+// batch mean and the biased variance var (what it normalizes with), returns mean and
+// invstd = 1 / sqrt(var + eps) for the backward, and, when running statistics are given,
+// updates them in place as PyTorch does:
+//   running_mean = (1 - momentum) running_mean + momentum mean
+//   running_var  = (1 - momentum) running_var  + momentum var M / (M - 1)   (unbiased)
+// In eval it normalizes with the running statistics, and returns them as mean and
+// invstd = 1 / sqrt(running_var + eps) (fresh copies: later updates of the running
+// statistics do not disturb a pending backward). With xhat = (x - mean) invstd:
+//   y = xhat weight + bias
+//   grad_weight = sum_M(g xhat),  grad_bias = sum_M(g)
+//   grad_x = weight invstd (g - grad_bias / M - xhat grad_weight / M)   (training)
+//   grad_x = weight invstd g                                             (eval: constant statistics)
+// Statistics, weight, bias and running statistics are all handled in the compute type
+// (float32 for float32/float16/bfloat16 inputs, float64 for float64), and may be stored
+// either in it or in the input's dtype: a float16 network may keep float32 parameters
+// and statistics, as PyTorch's mixed-precision batch norm does (Note [Half types
+// compute in f32]). The CPU reduces in double per channel (two passes); the CUDA kernels
+// (tensor/cuda/batch_norm.cu) are frugal's own, see Note [CUDA batch norm kernels].
+#include "tensor/tensor.h"
+
+namespace frugal::ops {
+
+/// The outputs of batch_norm: y (x's shape and dtype), and the per-channel statistics it
+/// normalized with, mean and invstd, of shape (C) in the compute dtype (float32, or float64
+/// for float64 x). See Note [Batch norm statistics].
+struct BatchNormResult {
+  Tensor out, mean, invstd;
+};
+
+/// torch.nn.functional.batch_norm: x (N, C, *) floating; running_mean, running_var, weight,
+/// bias of shape (C), each undefined or of x's dtype or the compute dtype, on x's device.
+/// training: normalizes with the batch statistics and updates the running ones in place
+/// (when defined; both or neither); eval: normalizes with the running statistics (required).
+BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                           double eps = 1e-5);
+
+/// Which gradients batch_norm_backward should compute.
+struct BatchNormGradMask {
+  bool x = true, weight = true, bias = true;
+};
+/// grad_x (x's shape and dtype), grad_weight and grad_bias ((C), in the compute dtype);
+/// undefined where not asked for.
+struct BatchNormGrads {
+  Tensor x, weight, bias;
+};
+
+/// The gradients of batch_norm given grad_out (x's shape), the forward's x, weight (or
+/// undefined), and the mean and invstd it returned; `training` as in the forward.
+BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& invstd, bool training, BatchNormGradMask mask = {});
+
+}  // namespace frugal::ops
+
+// Backend kernels. x, out, grad_out, grad_x: contiguous (N, C, HW) with N * C * HW > 0;
+// every (C) tensor contiguous in the compute dtype opmath_t<T>, weight/bias/running
+// statistics possibly undefined.
+namespace frugal::ops::cpu {
+/// Batch mean and invstd of x; updates running_mean/running_var in place when defined.
+void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Tensor& running_mean,
+                             const Tensor& running_var, const Tensor& x, int64_t N, int64_t C, int64_t HW,
+                             double momentum, double eps);
+/// out = (x - mean) invstd weight + bias
+void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                             const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW);
+/// grad_x (or undefined), grad_weight, grad_bias (or undefined) from grad_out and the forward's x, mean, invstd, weight.
+void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                const Tensor& weight, bool training, int64_t N, int64_t C, int64_t HW);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Tensor& running_mean,
+                             const Tensor& running_var, const Tensor& x, int64_t N, int64_t C, int64_t HW,
+                             double momentum, double eps);
+void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                             const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW);
+void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                const Tensor& weight, bool training, int64_t N, int64_t C, int64_t HW);
+}  // namespace frugal::ops::cuda

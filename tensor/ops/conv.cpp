@@ -1,0 +1,135 @@
+// conv2d and its backward products: validation, output shapes, dispatch (Note [Convolution as GEMM]).
+#include "tensor/ops/conv.h"
+
+#include <atomic>
+
+#include "tensor/device_dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/ops/fill.h"
+
+namespace frugal::ops {
+
+namespace {
+
+std::atomic<bool> g_cudnn_benchmark{false};
+
+std::string describe_or_undefined(const Tensor& t) { return t.defined() ? t.describe() : "undefined"; }
+
+/// `t` is a floating tensor with `ref`'s dtype and device.
+void check_like(const char* op, const char* what, const Tensor& t, const Tensor& ref, const char* ref_name) {
+  FRUGAL_CHECK(t.defined(), op, ": ", what, " is undefined");
+  FRUGAL_CHECK(is_floating(t.dtype()), op, ": expects floating-point tensors, got ", what, " ", t.describe());
+  FRUGAL_CHECK(t.dtype() == ref.dtype(), op, ": ", what, " ", t.describe(), " and ", ref_name, " ", ref.describe(),
+               " must have the same dtype");
+  check_same_device(op, ref, t);
+}
+
+/// The output of a convolution whose every element is the bias (or zero): no input channels.
+void fill_with_bias(const Tensor& out, const Tensor& bias) {
+  if (bias.defined()) {
+    out.copy_(bias.reshape({1, bias.numel(), 1, 1}));
+  } else {
+    zero_(out);
+  }
+}
+
+}  // namespace
+
+Conv2dGeometry conv2d_geometry(const char* op, const Shape& xs, const Shape& ws, const Conv2dOptions& o) {
+  FRUGAL_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C, H, W), got shape ", shape_str(xs));
+  FRUGAL_CHECK(ws.size() == 4, op, ": expected a 4-D weight (out_channels, in_channels / groups, kH, kW), got shape ",
+               shape_str(ws));
+  FRUGAL_CHECK(o.stride.h > 0 && o.stride.w > 0, op, ": stride must be positive, got ", o.stride.str());
+  FRUGAL_CHECK(o.dilation.h > 0 && o.dilation.w > 0, op, ": dilation must be positive, got ", o.dilation.str());
+  FRUGAL_CHECK(o.padding.h >= 0 && o.padding.w >= 0, op, ": padding must be non-negative, got ", o.padding.str());
+  FRUGAL_CHECK(o.groups > 0, op, ": groups must be positive, got ", o.groups);
+  Conv2dGeometry g;
+  g.N = xs[0], g.C = xs[1], g.H = xs[2], g.W = xs[3];
+  g.K = ws[0], g.R = ws[2], g.S = ws[3];
+  g.stride = o.stride, g.padding = o.padding, g.dilation = o.dilation, g.groups = o.groups;
+  FRUGAL_CHECK(g.C % g.groups == 0 && g.K % g.groups == 0, op, ": groups=", g.groups,
+               " must divide both the input channels (", g.C, ", input ", shape_str(xs), ") and the output channels (",
+               g.K, ", weight ", shape_str(ws), ")");
+  FRUGAL_CHECK(ws[1] * g.groups == g.C, op, ": input ", shape_str(xs), " has ", g.C, " channels but weight ",
+               shape_str(ws), " expects ", ws[1], " * groups (", g.groups, ") = ", ws[1] * g.groups);
+  FRUGAL_CHECK(g.R > 0 && g.S > 0, op, ": the kernel must not be empty, weight ", shape_str(ws));
+  const int64_t eff_r = o.dilation.h * (g.R - 1) + 1, eff_s = o.dilation.w * (g.S - 1) + 1;
+  const int64_t ph = g.H + 2 * o.padding.h, pw = g.W + 2 * o.padding.w;
+  FRUGAL_CHECK(eff_r <= ph && eff_s <= pw, op, ": kernel ", g.R, "x", g.S, " (", eff_r, "x", eff_s,
+               " with dilation ", o.dilation.str(), ") is larger than the padded input ", ph, "x", pw, " (input ",
+               shape_str(xs), ", padding ", o.padding.str(), ")");
+  g.OH = (ph - eff_r) / o.stride.h + 1;
+  g.OW = (pw - eff_s) / o.stride.w + 1;
+  return g;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  constexpr const char* op = "conv2d";
+  FRUGAL_CHECK(x.defined() && weight.defined(), op, ": input ", describe_or_undefined(x), " and weight ",
+               describe_or_undefined(weight), " must be defined");
+  if (x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // unbatched (C, H, W)
+  check_like(op, "input", x, x, "input");
+  check_like(op, "weight", weight, x, "input");
+  if (bias.defined()) {
+    check_like(op, "bias", bias, x, "input");
+    FRUGAL_CHECK(bias.dim() == 1 && weight.dim() >= 1 && bias.size(0) == weight.size(0), op, ": bias ",
+                 bias.describe(), " must have shape [out_channels] for weight ", weight.describe());
+  }
+  const Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight.sizes(), options);
+  Tensor out = empty(g.output_shape(), x.options());
+  if (out.numel() == 0) return out;
+  if (g.C == 0) {
+    fill_with_bias(out, bias);
+    return out;
+  }
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_kernel, out, x.contiguous(), weight.contiguous(),
+                         bias.defined() ? bias.contiguous() : bias, g);
+  return out;
+}
+
+Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, const Tensor& weight,
+                             const Conv2dOptions& options) {
+  constexpr const char* op = "conv2d_backward_input";
+  FRUGAL_CHECK(grad_out.defined() && weight.defined(), op, ": grad_out ", describe_or_undefined(grad_out),
+               " and weight ", describe_or_undefined(weight), " must be defined");
+  check_like(op, "grad_out", grad_out, grad_out, "grad_out");
+  check_like(op, "weight", weight, grad_out, "grad_out");
+  const Conv2dGeometry g = conv2d_geometry(op, input_shape, weight.sizes(), options);
+  FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
+               " must have the convolution's output shape ", shape_str(g.output_shape()));
+  Tensor grad_x = empty(input_shape, grad_out.options());
+  if (grad_x.numel() == 0) return grad_x;
+  if (g.K == 0) {  // no output channel depends on the input
+    zero_(grad_x);
+    return grad_x;
+  }
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), conv2d_backward_input_kernel, grad_x, grad_out.contiguous(),
+                         weight.contiguous(), g);
+  return grad_x;
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
+                              const Conv2dOptions& options) {
+  constexpr const char* op = "conv2d_backward_weight";
+  FRUGAL_CHECK(grad_out.defined() && x.defined(), op, ": grad_out ", describe_or_undefined(grad_out), " and input ",
+               describe_or_undefined(x), " must be defined");
+  check_like(op, "grad_out", grad_out, grad_out, "grad_out");
+  check_like(op, "input", x, grad_out, "grad_out");
+  const Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight_shape, options);
+  FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
+               " must have the convolution's output shape ", shape_str(g.output_shape()));
+  Tensor grad_w = empty(weight_shape, x.options());
+  if (grad_w.numel() == 0) return grad_w;
+  if (g.N == 0) {  // a sum over no samples
+    zero_(grad_w);
+    return grad_w;
+  }
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_backward_weight_kernel, grad_w, grad_out.contiguous(),
+                         x.contiguous(), g);
+  return grad_w;
+}
+
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }
+bool cudnn_benchmark() { return g_cudnn_benchmark.load(std::memory_order_relaxed); }
+
+}  // namespace frugal::ops

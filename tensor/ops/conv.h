@@ -1,0 +1,116 @@
+#pragma once
+// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d) on NCHW tensors:
+// the forward and its two backward products, as raw ops. The differentiable form is
+// frugal::conv2d in autograd/ops/conv.h.
+//
+// Note [Convolution as GEMM]
+// With the input x: (N, C, H, W), the weight w: (K, C / groups, R, S) and the output
+// y: (N, K, OH, OW), group g of sample n is one matrix product
+//   y[n, g] (K/G, OH*OW) = w[g] (K/G, C/G*R*S) @ col (C/G*R*S, OH*OW)
+// where col = im2col(x[n, g]) holds, in row (c, r, s) and column (oh, ow), the input
+// pixel x[n, c, oh*stride_h - pad_h + r*dilation_h, ow*stride_w - pad_w + s*dilation_w]
+// (zero in the padding). The two backward products are the same GEMM transposed:
+//   grad_x[n, g] = col2im(w[g]^T @ grad_y[n, g])        (col2im adds overlapping taps)
+//   grad_w[g]    = sum_n grad_y[n, g] @ im2col(x[n, g])^T
+// The CPU backend (tensor/cpu/conv.cpp) runs exactly this on Eigen's GEMM; a 1x1 kernel
+// with stride 1 and no padding needs no im2col at all (col is x itself). The CUDA
+// backend (tensor/cuda/conv.cu) hands the three products to cuDNN, see Note [cuDNN
+// convolution algorithms] there.
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace frugal {
+
+/// A (height, width) pair of a 2-D setting; one number sets both:
+/// `{.stride = 2, .padding = {3, 1}}`.
+struct Int2 {
+  int64_t h = 0, w = 0;
+  constexpr Int2() = default;
+  constexpr Int2(int64_t v) : h(v), w(v) {}  // NOLINT: implicit, so a scalar means (v, v)
+  constexpr Int2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+  friend constexpr bool operator==(const Int2&, const Int2&) = default;
+  /// "(3, 1)", as PyTorch prints tuples.
+  std::string str() const { return "(" + std::to_string(h) + ", " + std::to_string(w) + ")"; }
+};
+
+/// torch.nn.functional.conv2d's settings.
+struct Conv2dOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;  // zeros on both sides
+  Int2 dilation = 1;
+  int64_t groups = 1;
+};
+
+}  // namespace frugal
+
+namespace frugal::ops {
+
+/// Every size of one convolution, checked (see conv2d_geometry).
+struct Conv2dGeometry {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input (N, C, H, W)
+  int64_t K = 0, R = 0, S = 0;         // weight (K, C / groups, R, S)
+  int64_t OH = 0, OW = 0;              // output (N, K, OH, OW)
+  Int2 stride, padding, dilation;
+  int64_t groups = 1;
+  Shape input_shape() const { return {N, C, H, W}; }
+  Shape weight_shape() const { return {K, C / groups, R, S}; }
+  Shape output_shape() const { return {N, K, OH, OW}; }
+};
+
+/// Validates a convolution of an input of `input_shape` (N, C, H, W) with a weight of
+/// `weight_shape` (K, C / groups, R, S) and computes the output size
+/// OH = (H + 2 pad_h - dilation_h (R - 1) - 1) / stride_h + 1 (likewise OW). Throws a
+/// frugal::Error naming `op` and the shapes on a channel mismatch, groups that do not
+/// divide both channel counts, a kernel larger than the padded input, or a non-positive
+/// stride/dilation, negative padding or groups.
+Conv2dGeometry conv2d_geometry(const char* op, const Shape& input_shape, const Shape& weight_shape,
+                               const Conv2dOptions& options);
+
+/// torch.nn.functional.conv2d: x (N, C, H, W) or unbatched (C, H, W), weight (K, C / groups,
+/// R, S), bias (K) or undefined; result (N, K, OH, OW) (or (K, OH, OW)). x, weight and bias
+/// share a floating dtype and a device. float16/bfloat16 accumulate in float32.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Conv2dOptions& options = {});
+
+/// The gradient of conv2d with respect to its input: grad_out (N, K, OH, OW), weight
+/// (K, C / groups, R, S) -> grad_x of `input_shape` (N, C, H, W).
+Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, const Tensor& weight,
+                             const Conv2dOptions& options = {});
+
+/// The gradient of conv2d with respect to its weight: grad_out (N, K, OH, OW), x (N, C, H, W)
+/// -> grad_w of `weight_shape` (K, C / groups, R, S). (The bias gradient is the sum of
+/// grad_out over N, OH and OW.)
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
+                              const Conv2dOptions& options = {});
+
+/// Lets the CUDA backend time every cuDNN algorithm on the first call of each convolution
+/// shape and keep the fastest (cudnnFind*), like torch.backends.cudnn.benchmark; otherwise
+/// cuDNN's heuristics choose (cudnnGet*). Process-wide; default false.
+void set_cudnn_benchmark(bool on);
+/// The current setting of set_cudnn_benchmark.
+bool cudnn_benchmark();
+
+}  // namespace frugal::ops
+
+// Backend kernels. The front-end has validated the operands, made every tensor contiguous,
+// allocated the result and handled empty sizes (N, K, C / groups, OH or OW of 0): the
+// kernels see a non-empty problem and write every element of their result.
+namespace frugal::ops::cpu {
+/// out: (N, K, OH, OW); x: (N, C, H, W); w: (K, C/G, R, S); bias: (K) or undefined
+void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g);
+/// grad_x: (N, C, H, W); grad_out: (N, K, OH, OW); w: (K, C/G, R, S)
+void conv2d_backward_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
+                                  const Conv2dGeometry& g);
+/// grad_w: (K, C/G, R, S); grad_out: (N, K, OH, OW); x: (N, C, H, W)
+void conv2d_backward_weight_kernel(const Tensor& grad_w, const Tensor& grad_out, const Tensor& x,
+                                   const Conv2dGeometry& g);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g);
+void conv2d_backward_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
+                                  const Conv2dGeometry& g);
+void conv2d_backward_weight_kernel(const Tensor& grad_w, const Tensor& grad_out, const Tensor& x,
+                                   const Conv2dGeometry& g);
+}  // namespace frugal::ops::cuda

@@ -1,0 +1,84 @@
+#pragma once
+// Losses as raw ops: cross_entropy (fused log-softmax + NLL, with label smoothing and
+// ignore_index) and its backward, and mse_loss. The differentiable forms are
+// frugal::cross_entropy / frugal::mse_loss in autograd/ops/nn_functional.h.
+//
+// Note [Fused cross entropy]
+// For a row x of C logits with target t, smoothing e and lse = log(sum_c exp(x_c)),
+// PyTorch's loss is (1 - e) * nll + (e / C) * sum_c(-log_softmax(x)_c), that is
+//   loss = (1 - e) * (lse - x_t) + e * (lse - mean_c(x_c)),
+// and 0 for a row whose target is ignore_index. One kernel reads each row once and
+// folds the online (max, sum of exp) pair of Note [Stable softmax] together with
+// sum_c x_c, so it produces lse and the loss without materializing log_softmax. Mean
+// divides the sum of the row losses by the number of non-ignored targets (NaN when
+// there are none, as in PyTorch), which stays on the device: no host sync. The
+// gradient needs only lse, saved per row (4 bytes, not a C-wide softmax):
+//   dloss/dx_c = scale_row * (exp(x_c - lse) - (1 - e) * [c == t] - e / C)
+// with scale_row the incoming gradient (divided by the count for Mean), 0 for
+// ignored rows; one elementwise kernel writes it. Row losses, lse and the count are
+// kept in the compute type (float32; float64 for float64 logits) and the reduced
+// loss is rounded once to the logits' dtype. A target outside [0, C) other than
+// ignore_index throws frugal::Error (on CUDA through a device flag read after the
+// kernel, as the index ops do: Note [Index validation]).
+#include <cstdint>
+
+#include "tensor/ops/index.h"
+#include "tensor/tensor.h"
+
+namespace frugal {
+
+/// How a loss reduces its per-element values (as PyTorch's `reduction=`).
+enum class Reduction { None, Mean, Sum };
+
+/// Options of cross_entropy, as torch.nn.functional.cross_entropy's keyword arguments.
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;   // targets equal to this contribute nothing
+  double label_smoothing = 0.0;  // in [0, 1]
+  Reduction reduction = Reduction::Mean;
+};
+
+}  // namespace frugal
+
+namespace frugal::ops {
+
+/// The outputs of cross_entropy: the loss (None: the target's shape; otherwise 0-d; the
+/// logits' dtype), the per-row logsumexp (the target's shape, compute dtype) and, for
+/// Reduction::Mean, the 0-d number of non-ignored targets (compute dtype; else undefined).
+struct CrossEntropyResult {
+  Tensor loss, lse, count;
+};
+
+/// torch.nn.functional.cross_entropy with class-index targets: logits (N, C), (C) or
+/// (N, C, d1, ...) (classes at dim 1), target int64/int32 of shape (N), () or (N, d1, ...).
+/// See Note [Fused cross entropy].
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts = {});
+
+/// Gradient of cross_entropy with respect to the logits (the logits' shape and dtype), given
+/// the loss gradient (the loss's shape) and the forward's lse and count.
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                              const Tensor& count, const CrossEntropyOptions& opts = {});
+
+/// (input - target)^2 reduced as `reduction` (None keeps the broadcast shape), as
+/// torch.nn.functional.mse_loss; input and target broadcast and share a floating dtype.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+}  // namespace frugal::ops
+
+// Backend kernels: logits (R, C) contiguous, R > 0; target (R) contiguous int32/int64;
+// loss, lse: (R) in opmath of the logits; grad_logits (R, C) contiguous.
+namespace frugal::ops::cpu {
+/// loss, lse: (R); logits: (R, C); target: (R). A bad target is reported through err.
+void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                          int64_t ignore_index, double label_smoothing, IndexError& err);
+/// grad: (R, C); logits: (R, C); target, lse: (R); scale: (R) (scale_stride 1) or one element (stride 0)
+void cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                   const Tensor& scale, int64_t scale_stride, int64_t ignore_index,
+                                   double label_smoothing);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                          int64_t ignore_index, double label_smoothing, IndexError& err);
+void cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                   const Tensor& scale, int64_t scale_stride, int64_t ignore_index,
+                                   double label_smoothing);
+}  // namespace frugal::ops::cuda

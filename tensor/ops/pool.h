@@ -1,0 +1,121 @@
+#pragma once
+// 2-D pooling on (N, C, H, W) or unbatched (C, H, W) tensors, as torch.nn.functional's
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d, forward and backward (raw ops; the
+// differentiable forms are in autograd/ops/conv.h).
+//
+// Note [Pooling windows]
+// Every plane (one sample, one channel) pools on its own. Output (oh, ow) of a window
+// pool reads rows oh * stride_h - pad_h + i * dilation_h, i < kernel_h (likewise
+// columns); the output size is
+//   OH = floor_or_ceil((H + 2 pad_h - dilation_h (kernel_h - 1) - 1) / stride_h) + 1,
+// where ceil_mode rounds up but drops a last window that would start in the right
+// padding. Max pooling ignores the padding (as if -inf), takes the first largest
+// value, lets NaN win, and records the argmax as the flat index ih * W + iw in its
+// plane (PyTorch's convention); its backward routes each gradient to that index.
+// Average pooling divides by the window's size counted with the padding
+// (count_include_pad, clipped to the padded input) or without it. Adaptive average
+// pooling splits H into OH windows [floor(o H / OH), ceil((o + 1) H / OH)).
+// The CUDA backward kernels gather (one thread per input element sums the outputs
+// whose window holds it) instead of scattering with atomics: deterministic, and
+// rounded once for float16/bfloat16.
+#include <optional>
+
+#include "tensor/half.h"
+#include "tensor/ops/conv.h"  // Int2
+#include "tensor/tensor.h"
+
+namespace frugal {
+
+/// torch.nn.functional.max_pool2d's settings (the kernel size is an argument).
+struct MaxPool2dOptions {
+  std::optional<Int2> stride;  // default: the kernel size
+  Int2 padding = 0;            // at most half the (dilated) kernel; never chosen
+  Int2 dilation = 1;
+  bool ceil_mode = false;
+};
+
+/// torch.nn.functional.avg_pool2d's settings (the kernel size is an argument).
+struct AvgPool2dOptions {
+  std::optional<Int2> stride;  // default: the kernel size
+  Int2 padding = 0;            // zeros, at most half the kernel
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+
+}  // namespace frugal
+
+namespace frugal::ops {
+
+/// The sizes of one pooling: P = N * C planes of (H, W) pooled to (OH, OW).
+struct Pool2dGeometry {
+  int64_t P = 0, H = 0, W = 0, OH = 0, OW = 0;
+  Int2 kernel, stride, padding, dilation = 1;
+  bool count_include_pad = true;
+};
+
+/// The outputs of max_pool2d: the maxima and their int64 flat indices ih * W + iw in the
+/// plane, both of the output shape.
+struct MaxPool2dResult {
+  Tensor out, indices;
+};
+
+/// torch.nn.functional.max_pool2d(x, kernel, ...) with return_indices: x (N, C, H, W) or
+/// (C, H, W), floating. See Note [Pooling windows].
+MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options = {});
+/// The gradient of max_pool2d: grad_out and indices of the output shape -> grad_x of `input_shape`.
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape, Int2 kernel,
+                           const MaxPool2dOptions& options = {});
+
+/// torch.nn.functional.avg_pool2d: x (N, C, H, W) or (C, H, W), floating.
+Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options = {});
+/// The gradient of avg_pool2d: grad_out of the output shape -> grad_x of `input_shape`.
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Int2 kernel,
+                           const AvgPool2dOptions& options = {});
+
+/// torch.nn.functional.adaptive_avg_pool2d: x (N, C, H, W) or (C, H, W) -> (..., OH, OW).
+Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size);
+/// The gradient of adaptive_avg_pool2d: grad_out (..., OH, OW) -> grad_x of `input_shape`.
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape);
+
+// ---- window arithmetic shared by the CPU and CUDA kernels (Note [Pooling windows]) ----
+
+/// Average pooling along one dim: the window of output o clipped to the input, [*start, *end),
+/// returning its length clipped to the padded input (the count_include_pad divisor factor).
+FRUGAL_HD int64_t avg_window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t size, int64_t* start,
+                             int64_t* end) {
+  int64_t s = o * stride - pad, e = s + kernel;
+  if (e > size + pad) e = size + pad;
+  const int64_t padded = e - s;
+  *start = s < 0 ? 0 : s;
+  *end = e > size ? size : e;
+  return padded;
+}
+
+/// Adaptive pooling along one dim: output o of out_size reads [start, end) of in_size.
+FRUGAL_HD int64_t adaptive_start(int64_t o, int64_t in_size, int64_t out_size) { return (o * in_size) / out_size; }
+FRUGAL_HD int64_t adaptive_end(int64_t o, int64_t in_size, int64_t out_size) {
+  return ((o + 1) * in_size + out_size - 1) / out_size;
+}
+
+}  // namespace frugal::ops
+
+// Backend kernels. Every tensor is contiguous and viewed as (P, H, W) / (P, OH, OW); the
+// front-end has handled empty tensors. indices: int64.
+namespace frugal::ops::cpu {
+void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dGeometry& g);
+void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                const Pool2dGeometry& g);
+void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
+void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dGeometry& g);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dGeometry& g);
+void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                const Pool2dGeometry& g);
+void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
+void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dGeometry& g);
+}  // namespace frugal::ops::cuda
