@@ -2,22 +2,29 @@
 # What we run on the GPU machine (see ../shared/GPU.md): build out of tree, run the
 # gpu suite (required to find a GPU), the cpu suite, and the CUDA benchmark.
 # Logs go to $OUT (default /tmp/out); a short summary is printed last.
-#   tools/gpu_check.sh [--no-bench] [--tests PATTERN]
+#   tools/gpu_check.sh [--no-bench] [--tests PATTERN] [--example] [--parity]
+# --example trains the Fashion-MNIST CNN, --parity runs tools/parity_mlp.py; both
+# read the dataset from data/fashion-mnist (carry it: the GPU machine has none).
 # If snapshot.tar is present (made with `git archive HEAD -o snapshot.tar`), the
 # committed tree in it is built instead of the working tree, so half-edited files
 # never reach the GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 if [ -f snapshot.tar ]; then
   rm -rf /tmp/src && mkdir -p /tmp/src && tar -xf snapshot.tar -C /tmp/src && cd /tmp/src
 fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 bench=1
+example=0
+parity=0
 pattern='*'
 while (($#)); do
   case "$1" in
     --no-bench) bench=0 ;;
+    --example) example=1 ;;
+    --parity) parity=1 ;;
     --tests) pattern=$2; shift ;;
   esac
   shift
@@ -40,10 +47,19 @@ cpu_rc=$?
 t2=$(date +%s)
 if ((bench)); then "$build/bench/bench_ops" --device cuda >"$out/bench_cuda.log" 2>&1; fi
 t3=$(date +%s)
+if ((example)); then
+  "$build/examples/fashion_mnist" --data-dir "$root/data/fashion-mnist" --save /tmp/fm.safetensors >"$out/example.log" 2>&1
+fi
+if ((parity)); then
+  python3 tools/parity_mlp.py --build "$build" --data-dir "$root/data/fashion-mnist" --device cuda >"$out/parity.log" 2>&1
+fi
+t4=$(date +%s)
 
-echo "== build $((t1 - t0))s, tests $((t2 - t1))s, bench $((t3 - t2))s"
+echo "== build $((t1 - t0))s, tests $((t2 - t1))s, bench $((t3 - t2))s, example+parity $((t4 - t3))s"
 grep -E "ERROR|FAILED|TEST CASE|error:" "$out/gpu_tests.log" | head -60
 echo "gpu: $(grep 'test cases' "$out/gpu_tests.log") rc=$gpu_rc"
 echo "cpu: $(grep 'test cases' "$out/cpu_tests.log") rc=$cpu_rc"
 ((bench)) && tail -25 "$out/bench_cuda.log"
+((example)) && tr '\r' '\n' <"$out/example.log" | grep -E "epoch .*mean loss|test_accuracy|fashion_mnist"
+((parity)) && tail -12 "$out/parity.log"
 exit $((gpu_rc || cpu_rc))
