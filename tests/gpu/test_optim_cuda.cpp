@@ -97,7 +97,9 @@ void check_twins(const Optimizer& cpu_opt, const Optimizer& gpu_opt, const Twins
       CHECK(sg->buffers[b].device() == cuda());
       CHECK(sg->buffers[b].dtype() == sc->buffers[b].dtype());
       const double srtol = sc->buffers[b].dtype() == kFloat64 ? 1e-12 : 1e-5;
-      check_close(sg->buffers[b], values_of(sc->buffers[b]), srtol, dt == kFloat64 ? 1e-14 : 1e-7,
+      // Inputs are O(1): momentum buffers near zero come from cancellation, where FMA
+      // contraction on the GPU and separate rounding on the CPU differ by a few ulps of 1.
+      check_close(sg->buffers[b], values_of(sc->buffers[b]), srtol, dt == kFloat64 ? 1e-14 : 1e-6,
                   name + " buffer " + std::to_string(b));
     }
   }
@@ -273,7 +275,7 @@ TEST_CASE("optim cuda: clip_grad_norm_ matches the CPU without extra launches") 
       const double norm = clip_grad_norm_(t.cpu, std::numeric_limits<double>::infinity(), p);
       const double max_norm = clip ? norm / 3 : norm * 3;
       const double total_cpu = clip_grad_norm_(t.cpu, max_norm, p);
-      CHECK(total_cpu == norm);
+      CHECK(total_cpu == doctest::Approx(norm).epsilon(1e-12));  // threaded sums may round differently
       const int64_t before = fused_launch_count();
       const Tensor total_gpu = clip_grad_norm_async(t.gpu, max_norm, p);
       CHECK(fused_launch_count() - before == 2);  // partial norms + scaling
