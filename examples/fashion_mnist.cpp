@@ -1,6 +1,7 @@
-// Trains a classifier on Fashion-MNIST: the GPU if there is one (a CNN, 5 epochs),
-// else the CPU (an MLP, 1 epoch). Prints a progress line, the test accuracy and
-// the memory summary, and saves a safetensors checkpoint that --resume continues.
+// Trains a classifier on Fashion-MNIST: the GPU if there is one (a CNN, 10 epochs),
+// else the CPU (an MLP, 1 epoch), with Adam and a cosine learning-rate schedule.
+// Prints a progress line, the test accuracy and the memory summary, and saves a
+// safetensors checkpoint that --resume continues.
 //
 //   build/examples/fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]
 //       [--device cpu|cuda[:N]] [--seed N] [--resume PATH] [--save PATH] [--data-dir DIR]
@@ -13,6 +14,8 @@
 #include "memory/allocator.h"
 #include "nn/data/idx.h"
 #include "optim/adam.h"
+#include "optim/lr_scheduler.h"
+#include "tensor/ops/unary.h"
 #include "tensor/random.h"
 
 using namespace frugal;
@@ -74,10 +77,13 @@ int main(int argc, char** argv) {
   try {
     const Device device = args.device.empty() ? (cuda_device_count() > 0 ? cuda() : kCPU) : Device(args.device);
     if (args.model.empty()) args.model = device.is_cuda() ? "cnn" : "mlp";
-    if (args.epochs < 0) args.epochs = args.model == "cnn" ? 5 : 1;
+    if (args.epochs < 0) args.epochs = args.model == "cnn" ? 10 : 1;
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
+    // Standardise pixels with the training set's mean and std, as the usual recipes do.
+    const double mean = 0.2860, std = 0.3530;
+    for (Tensor* images : {&ds.train_images, &ds.test_images}) *images = ops::affine(*images, 1.0 / std, -mean / std);
     auto model = examples::make_model(args.model);
     model->to(device);
     optim::Adam opt(model->parameters(), {.lr = args.lr});
@@ -86,7 +92,10 @@ int main(int argc, char** argv) {
       first_epoch = examples::load_checkpoint(args.resume, *model, opt, args.model);
       std::printf("resumed %s after epoch %lld\n", args.resume.c_str(), (long long)first_epoch);
     }
-    std::printf("fashion_mnist: %s with %lld parameters on %s, %lld epochs, batch %lld, Adam lr %g\n",
+    // Per-epoch cosine decay; its position follows from the epoch, so resuming needs no extra state.
+    optim::CosineAnnealingLR schedule(opt, {.T_max = args.epochs});
+    for (int64_t e = 0; e < first_epoch; ++e) schedule.step();
+    std::printf("fashion_mnist: %s with %lld parameters on %s, %lld epochs, batch %lld, Adam lr %g, cosine decay\n",
                 args.model.c_str(), (long long)model->num_parameters(), device.str().c_str(), (long long)args.epochs,
                 (long long)args.batch_size, args.lr);
 
@@ -105,6 +114,7 @@ int main(int argc, char** argv) {
       std::printf("\repoch %lld/%lld  mean loss %.4f  %.0f samples/s  %s%20s\n", (long long)epoch + 1,
                   (long long)args.epochs, stats.mean_loss, double(stats.samples) / stats.seconds,
                   clock(stats.seconds).c_str(), "");
+      schedule.step();
       examples::save_checkpoint(args.save, *model, opt, epoch + 1, args.model);
     }
     const double accuracy = examples::evaluate(*model, ds.test_images, ds.test_labels);
