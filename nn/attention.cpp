@@ -55,8 +55,8 @@ Tensor additive(const Tensor& mask, DType dtype) {
 }
 
 void check_mask_kind(const char* name, const Tensor& mask, const Tensor& query) {
-  FRUGAL_CHECK(mask.dtype() == kBool || is_floating(mask.dtype()), kOp, ": ", name,
-               " must be bool or floating, got ", mask.describe());
+  FRUGAL_CHECK(mask.dtype() == kBool || is_floating(mask.dtype()), kOp, ": ", name, " must be bool or floating, got ",
+               mask.describe());
   check_same_device(kOp, query, mask);
 }
 
@@ -70,8 +70,8 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, M
       vdim(options.vdim.value_or(embed_dim_)),
       dropout_p(options.dropout),
       batch_first(options.batch_first) {
-  FRUGAL_CHECK(embed_dim > 0 && num_heads > 0, kOp, ": embed_dim and num_heads must be positive, got embed_dim=",
-               embed_dim, " num_heads=", num_heads);
+  FRUGAL_CHECK(embed_dim > 0 && num_heads > 0, kOp,
+               ": embed_dim and num_heads must be positive, got embed_dim=", embed_dim, " num_heads=", num_heads);
   FRUGAL_CHECK(embed_dim % num_heads == 0, kOp, ": embed_dim (", embed_dim, ") must be divisible by num_heads (",
                num_heads, ")");
   FRUGAL_CHECK(kdim > 0 && vdim > 0, kOp, ": kdim and vdim must be positive, got kdim=", kdim, " vdim=", vdim);
@@ -98,8 +98,8 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
   FRUGAL_CHECK(query.defined() && key.defined() && value.defined(), kOp, ": undefined query, key or value");
   const bool batched = query.dim() == 3;
   FRUGAL_CHECK((query.dim() == 3 || query.dim() == 2) && key.dim() == query.dim() && value.dim() == query.dim(), kOp,
-               ": query, key and value must all be 3-D (batched) or all 2-D (unbatched), got query ",
-               query.describe(), ", key ", key.describe(), ", value ", value.describe());
+               ": query, key and value must all be 3-D (batched) or all 2-D (unbatched), got query ", query.describe(),
+               ", key ", key.describe(), ", value ", value.describe());
   FRUGAL_CHECK(query.dtype() == key.dtype() && query.dtype() == value.dtype(), kOp,
                ": query, key and value must share a dtype, got ", query.describe(), ", ", key.describe(), ", ",
                value.describe());
@@ -121,14 +121,14 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
                batch_first ? "true" : "false", "), got query ", query.describe(), ", key ", key.describe(), ", value ",
                value.describe());
 
-  // ---- masks: bool true = attend (masked_softmax's convention) or additive ----
+  // ---- masks, checked here, merged after the projections ----
   Tensor padding, attn;  // (B, 1, 1, S); (L, S) or (B, H, L, S)
   if (o.key_padding_mask.defined()) {
     const Tensor& m = o.key_padding_mask;
     check_mask_kind("key_padding_mask", m, query);
     const Shape want = batched ? Shape{B, S} : Shape{S};
-    FRUGAL_CHECK(m.sizes() == want, kOp, ": key_padding_mask must be ", batched ? "(B, S) = " : "(S) = ",
-                 shape_str(want), ", got ", m.describe());
+    FRUGAL_CHECK(m.sizes() == want, kOp, ": key_padding_mask must be ",
+                 batched ? "(B, S) = " : "(S) = ", shape_str(want), ", got ", m.describe());
     padding = m.reshape({B, 1, 1, S});
   }
   if (o.attn_mask.defined()) {
@@ -138,18 +138,6 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
     FRUGAL_CHECK(m.sizes() == want2 || m.sizes() == want3, kOp, ": attn_mask must be (L, S) = ", shape_str(want2),
                  batched ? " or (B*H, L, S) = " : " or (H, L, S) = ", shape_str(want3), ", got ", m.describe());
     attn = m.dim() == 2 ? m : m.reshape({B, H, L, S});
-  }
-  Tensor mask;
-  if (padding.defined() || attn.defined()) {
-    const bool all_bool = (!padding.defined() || padding.dtype() == kBool) && (!attn.defined() || attn.dtype() == kBool);
-    if (all_bool) {
-      mask = logical_not(padding.defined() && attn.defined() ? logical_or(attn, padding)
-                                                             : (attn.defined() ? attn : padding));
-    } else {
-      const DType dt = query.dtype();
-      if (attn.defined()) mask = additive(attn, dt);
-      if (padding.defined()) mask = mask.defined() ? add(mask, additive(padding, dt)) : additive(padding, dt);
-    }
   }
 
   // ---- projections: q (B, L, E), k and v (B, S, E) ----
@@ -175,6 +163,21 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
     v = linear(vx, v_proj_weight, rows(in_proj_bias, 2, E));
   }
   q = split_heads(q, H), k = split_heads(k, H), v = split_heads(v, H);  // (B, H, T, D)
+
+  // ---- one mask for masked_softmax: bool (true = attend) or additive, (.., L, S) ----
+  Tensor mask;
+  if (padding.defined() || attn.defined()) {
+    const bool all_bool =
+        (!padding.defined() || padding.dtype() == kBool) && (!attn.defined() || attn.dtype() == kBool);
+    if (all_bool) {
+      mask = logical_not(padding.defined() && attn.defined() ? logical_or(attn, padding)
+                                                             : (attn.defined() ? attn : padding));
+    } else {
+      const DType dt = q.dtype();  // the scores' dtype (the projections' output)
+      if (attn.defined()) mask = additive(attn, dt);
+      if (padding.defined()) mask = mask.defined() ? add(mask, additive(padding, dt)) : additive(padding, dt);
+    }
+  }
 
   // ---- attention: heads (B, H, L, D), weights (B, H, L, S) ----
   const double p = is_training() ? dropout_p : 0.0;

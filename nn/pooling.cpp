@@ -17,7 +17,7 @@ MaxPool2d::MaxPool2d(Int2 kernel, MaxPool2dOptions o) : kernel_size(kernel), opt
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_size, options); }
 
 std::string MaxPool2d::extra_repr() const {
-  return "kernel_size=" + compact(kernel_size) + ", stride=" + compact(options.stride.value_or(kernel_size)) +
+  return "kernel_size=" + compact(kernel_size) + ", stride=" + compact(pool_stride(options.stride, kernel_size)) +
          ", padding=" + compact(options.padding) + ", dilation=" + compact(options.dilation) +
          ", ceil_mode=" + boolean(options.ceil_mode);
 }
@@ -29,7 +29,7 @@ AvgPool2d::AvgPool2d(Int2 kernel, AvgPool2dOptions o) : kernel_size(kernel), opt
 Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_size, options); }
 
 std::string AvgPool2d::extra_repr() const {
-  std::string s = "kernel_size=" + compact(kernel_size) + ", stride=" + compact(options.stride.value_or(kernel_size)) +
+  std::string s = "kernel_size=" + compact(kernel_size) + ", stride=" + compact(pool_stride(options.stride, kernel_size)) +
                   ", padding=" + compact(options.padding);
   if (options.ceil_mode) s += ", ceil_mode=true";
   if (!options.count_include_pad) s += ", count_include_pad=false";

@@ -11,7 +11,7 @@ namespace frugal {
 
 #ifdef FRUGAL_WITH_CUDA
 #define FRUGAL_DEVICE_DISPATCH(op, device, kernel, ...) \
-  ((device).is_cuda() ? ::frugal::ops::cuda::kernel(__VA_ARGS__) : ::frugal::ops::cpu::kernel(__VA_ARGS__))
+  ((void)(op), (device).is_cuda() ? ::frugal::ops::cuda::kernel(__VA_ARGS__) : ::frugal::ops::cpu::kernel(__VA_ARGS__))
 #else
 #define FRUGAL_DEVICE_DISPATCH(op, device, kernel, ...) \
   ((device).is_cuda() ? ::frugal::throw_no_cuda(op, device) : ::frugal::ops::cpu::kernel(__VA_ARGS__))

@@ -16,6 +16,8 @@
 // kernels only (CUDNN_FMA_MATH: no TF32) unless ops::allow_tf32(), and candidates cuDNN
 // reports with tensor-op math are dropped then; float64 computes in float64. The
 // candidates' own math type is set on the descriptor before the call, as cuDNN expects.
+// The bias is added by a small kernel after the convolution, in float32 for the 16-bit
+// types (cuDNN's fused bias path takes only one algorithm).
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -25,6 +27,7 @@
 
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_handle.h"
+#include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
@@ -362,17 +365,37 @@ void run_convolution(const ConvProblem& p) {
   }
 }
 
+// ---- the bias ------------------------------------------------------------------------------------
+
+// y: (N, K, L) += bias: (K), in opmath (cuDNN's cudnnAddTensor does not take every dtype)
+template <typename T, typename Index>
+__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, Index K, Index L, Index numel) {
+  using Acc = opmath_t<T>;
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += Index(gridDim.x) * blockDim.x)
+    y[i] = T(Acc(y[i]) + Acc(bias[(i / L) % K]));
+}
+
+void add_bias(const Tensor& out, const Tensor& bias, const Conv2dGeometry& g) {
+  DeviceGuard guard(out.device());
+  const int64_t numel = out.numel(), L = g.OH * g.OW;
+  dispatch_floating(out.dtype(), "conv2d", out.device(), [&]<typename T>() {
+    if (numel < (int64_t(1) << 31)) {
+      add_bias_kernel<T, uint32_t><<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(
+          out.data_ptr<T>(), bias.data_ptr<T>(), uint32_t(g.K), uint32_t(L), uint32_t(numel));
+    } else {
+      add_bias_kernel<T, int64_t><<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(
+          out.data_ptr<T>(), bias.data_ptr<T>(), g.K, L, numel);
+    }
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace
 
 void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g) {
   const ConvProblem p(g, x.dtype(), x.device(), x.data(), w.data(), out.data());
   run_convolution<Direction::Forward>(p);
-  if (bias.defined()) {  // out += bias, broadcast over N, OH, OW
-    DeviceGuard guard(x.device());
-    const TensorDescriptor b(x.dtype(), 1, g.K, 1, 1);
-    FRUGAL_CUDNN_CHECK(cudnnAddTensor(cudnn_handle(x.device()), kScalars.one(x.dtype()), b.get(), bias.data(),
-                                      kScalars.one(x.dtype()), p.y.get(), out.data()));
-  }
+  if (bias.defined()) add_bias(out, bias, g);  // out += bias, broadcast over N, OH, OW
 }
 
 void conv2d_backward_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,

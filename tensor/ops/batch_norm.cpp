@@ -32,9 +32,10 @@ void check_channel_tensor(const char* op, const char* what, const Tensor& t, con
   if (!t.defined()) return;
   FRUGAL_CHECK(t.dim() == 1 && t.size(0) == C, op, ": ", what, " ", t.describe(), " must have shape [", C,
                "] (the channels of input ", x.describe(), ")");
-  FRUGAL_CHECK(t.dtype() == x.dtype() || t.dtype() == compute_dtype(x.dtype()), op, ": ", what, " ", t.describe(),
-               " must be ", dtype_name(x.dtype()), " or ", dtype_name(compute_dtype(x.dtype())), " for input ",
-               x.describe());
+  const DType compute = compute_dtype(x.dtype());
+  FRUGAL_CHECK(t.dtype() == x.dtype() || t.dtype() == compute, op, ": ", what, " ", t.describe(), " must be ",
+               dtype_name(x.dtype()), x.dtype() == compute ? "" : detail::str_cat(" or ", dtype_name(compute)),
+               " for input ", x.describe());
   check_same_device(op, x, t);
 }
 

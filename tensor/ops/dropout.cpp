@@ -14,7 +14,7 @@ void check_dropout(const char* op, const Tensor& x, double p) {
 }
 
 /// Masks x with the counters of `range` (0 < p < 1; see Note [Dropout mask from counters]).
-Tensor apply_mask(const char* op, const Tensor& x, double p, Generator::Range range) {
+Tensor apply_mask([[maybe_unused]] const char* op, const Tensor& x, double p, Generator::Range range) {
   if (p == 0.0) return x.clone();
   if (p == 1.0) return zeros(x.sizes(), x.options());
   Tensor out = empty(x.sizes(), x.options());

@@ -51,11 +51,11 @@ Pool2dGeometry window_geometry(const char* op, const Shape& in, Int2 kernel, Int
 }
 
 Pool2dGeometry max_geometry(const char* op, const Shape& in, Int2 kernel, const MaxPool2dOptions& o) {
-  return window_geometry(op, in, kernel, o.stride.value_or(kernel), o.padding, o.dilation, o.ceil_mode);
+  return window_geometry(op, in, kernel, pool_stride(o.stride, kernel), o.padding, o.dilation, o.ceil_mode);
 }
 
 Pool2dGeometry avg_geometry(const char* op, const Shape& in, Int2 kernel, const AvgPool2dOptions& o) {
-  Pool2dGeometry g = window_geometry(op, in, kernel, o.stride.value_or(kernel), o.padding, Int2(1), o.ceil_mode);
+  Pool2dGeometry g = window_geometry(op, in, kernel, pool_stride(o.stride, kernel), o.padding, Int2(1), o.ceil_mode);
   g.count_include_pad = o.count_include_pad;
   return g;
 }

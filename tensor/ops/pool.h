@@ -18,8 +18,6 @@
 // The CUDA backward kernels gather (one thread per input element sums the outputs
 // whose window holds it) instead of scattering with atomics: deterministic, and
 // rounded once for float16/bfloat16.
-#include <optional>
-
 #include "tensor/half.h"
 #include "tensor/ops/conv.h"  // Int2
 #include "tensor/tensor.h"
@@ -28,19 +26,22 @@ namespace frugal {
 
 /// torch.nn.functional.max_pool2d's settings (the kernel size is an argument).
 struct MaxPool2dOptions {
-  std::optional<Int2> stride;  // default: the kernel size
-  Int2 padding = 0;            // at most half the (dilated) kernel; never chosen
+  Int2 stride = 0;             // 0 (the default): the kernel size
+  Int2 padding = 0;            // -inf, at most half the (dilated) kernel
   Int2 dilation = 1;
   bool ceil_mode = false;
 };
 
 /// torch.nn.functional.avg_pool2d's settings (the kernel size is an argument).
 struct AvgPool2dOptions {
-  std::optional<Int2> stride;  // default: the kernel size
+  Int2 stride = 0;             // 0 (the default): the kernel size
   Int2 padding = 0;            // zeros, at most half the kernel
   bool ceil_mode = false;
   bool count_include_pad = true;
 };
+
+/// A pooling's stride: `stride`, or the kernel size when it is 0 (PyTorch's stride=None).
+constexpr Int2 pool_stride(Int2 stride, Int2 kernel) { return stride == Int2(0) ? kernel : stride; }
 
 }  // namespace frugal
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops/shape.h"
 #include "nn/attention.h"
 #include "tensor/factory.h"
@@ -193,8 +193,7 @@ void check_against_reference(nn::MultiheadAttention& m, const Problem& pr, const
                              const Tensor& v, const MaskSpec& padding, const MaskSpec& attn, bool causal,
                              const std::string& what) {
   const DType dt = q.dtype();
-  const RefResult ref =
-      reference(params_of(m), pr, values_of(q), values_of(k), values_of(v), padding, attn, causal);
+  const RefResult ref = reference(params_of(m), pr, values_of(q), values_of(k), values_of(v), padding, attn, causal);
   nn::AttentionForwardOptions o;
   if (padding.defined()) o.key_padding_mask = padding.tensor(dt);
   if (attn.defined()) o.attn_mask = attn.tensor(dt);
@@ -274,8 +273,8 @@ TEST_CASE("attention: cross-attention (key is value, separate tensors, kdim/vdim
     check_against_reference(*mk, pk, q, k6, v5, {}, {}, false, "kdim=6 vdim=5");
     auto mv = make_mha(8, 2, dt, {.vdim = 3}, 8);  // kdim == E but vdim differs: still separate
     CHECK(mv->k_proj_weight.sizes() == Shape{8, 8});
-    check_against_reference(*mv, {2, 3, 4, 8, 2, 8, 3}, q, mem, random_tensor({2, 4, 3}, TensorOptions(dt), 27), {},
-                            {}, false, "vdim=3");
+    check_against_reference(*mv, {2, 3, 4, 8, 2, 8, 3}, q, mem, random_tensor({2, 4, 3}, TensorOptions(dt), 27), {}, {},
+                            false, "vdim=3");
   }
 }
 
@@ -287,7 +286,7 @@ TEST_CASE("attention: key_padding_mask (bool and float) matches the reference; f
     const Tensor mem = random_tensor({pr.B, pr.S, pr.E}, TensorOptions(dt), 32);
     MaskSpec pad = bool_mask({pr.B, pr.S}, 33);
     for (int64_t s = 0; s < pr.S; ++s) pad.values[1 * pr.S + s] = 1.0;  // batch 1: every key ignored
-    pad.values[0] = 0.0;                                                 // batch 0: key 0 kept
+    pad.values[0] = 0.0;                                                // batch 0: key 0 kept
     check_against_reference(*m, pr, x, mem, mem, pad, {}, false, "bool padding");
     check_against_reference(*m, {3, 4, 4, 8, 2, 8, 8}, x, x, x, bool_mask({3, 4}, 34), {}, false, "self, padding");
     check_against_reference(*m, pr, x, mem, mem, float_mask({pr.B, pr.S}, 35), {}, false, "float padding");
@@ -325,8 +324,8 @@ TEST_CASE("attention: attn_mask (L, S) and (B*H, L, S), bool (true = not allowed
   auto m = make_mha(8, 2, kFloat64);
   const Tensor q = random_tensor({2, 3, 8}, TensorOptions(kFloat64), 53);
   const MaskSpec fm = float_mask({3, 3}, 54);
-  const RefResult ref = reference(params_of(*m), {2, 3, 3, 8, 2, 8, 8}, values_of(q), values_of(q), values_of(q), {},
-                                  fm, false);
+  const RefResult ref =
+      reference(params_of(*m), {2, 3, 3, 8, 2, 8, 8}, values_of(q), values_of(q), values_of(q), {}, fm, false);
   check_close(m->forward(q, q, q, {.attn_mask = fm.tensor(kFloat32)}).output, ref.out, 1e-6, 1e-7, "f32 mask, f64 q");
 }
 
@@ -358,8 +357,10 @@ TEST_CASE("attention: batch_first=false and unbatched inputs agree with the batc
   const Tensor mem = random_tensor({pr.B, pr.S, pr.E}, TensorOptions(kFloat64), 72);
   const MaskSpec pad = bool_mask({pr.B, pr.S}, 73, 0.25), am = float_mask({pr.B * pr.H, pr.L, pr.S}, 74);
   const RefResult ref = reference(params_of(*ref_m), pr, values_of(q), values_of(mem), values_of(mem), pad, am, false);
-  nn::AttentionForwardOptions o{.key_padding_mask = pad.tensor(kFloat64), .attn_mask = am.tensor(kFloat64),
-                                .need_weights = true, .average_attn_weights = false};
+  nn::AttentionForwardOptions o{.key_padding_mask = pad.tensor(kFloat64),
+                                .attn_mask = am.tensor(kFloat64),
+                                .need_weights = true,
+                                .average_attn_weights = false};
 
   // (L, B, E) in, (L, B, E) out; weights stay (B, H, L, S) as torch.
   const nn::AttentionOutput r = seq_m->forward(q.transpose(0, 1), mem.transpose(0, 1), mem.transpose(0, 1), o);
@@ -368,8 +369,8 @@ TEST_CASE("attention: batch_first=false and unbatched inputs agree with the batc
   check_close(r.weights, ref.weights, 1e-10, 1e-12, "batch_first=false weights");
   // Self-attention in sequence-first layout, identity of the handle preserved.
   const Tensor xs = q.transpose(0, 1).contiguous();
-  const RefResult rs = reference(params_of(*ref_m), {2, 3, 3, 8, 2, 8, 8}, values_of(q), values_of(q), values_of(q),
-                                 {}, {}, true);
+  const RefResult rs =
+      reference(params_of(*ref_m), {2, 3, 3, 8, 2, 8, 8}, values_of(q), values_of(q), values_of(q), {}, {}, true);
   check_close(seq_m->forward(xs, xs, xs, {.is_causal = true}).output.transpose(0, 1), rs.out, 1e-10, 1e-12,
               "batch_first=false self causal");
 
@@ -377,12 +378,14 @@ TEST_CASE("attention: batch_first=false and unbatched inputs agree with the batc
   const int64_t b = 1, L = pr.L, S = pr.S, H = pr.H;
   MaskSpec pad1{std::vector<double>(pad.values.begin() + b * S, pad.values.begin() + (b + 1) * S), {S}, true};
   MaskSpec am1{std::vector<double>(am.values.begin() + b * H * L * S, am.values.begin() + (b + 1) * H * L * S),
-               {H, L, S}, false};
+               {H, L, S},
+               false};
   for (bool average : {true, false}) {
-    const nn::AttentionOutput u =
-        ref_m->forward(q.select(0, b), mem.select(0, b), mem.select(0, b),
-                       {.key_padding_mask = pad1.tensor(kFloat64), .attn_mask = am1.tensor(kFloat64),
-                        .need_weights = true, .average_attn_weights = average});
+    const nn::AttentionOutput u = ref_m->forward(q.select(0, b), mem.select(0, b), mem.select(0, b),
+                                                 {.key_padding_mask = pad1.tensor(kFloat64),
+                                                  .attn_mask = am1.tensor(kFloat64),
+                                                  .need_weights = true,
+                                                  .average_attn_weights = average});
     CHECK(u.output.sizes() == Shape{L, pr.E});
     check_close(u.output, std::vector<double>(ref.out.begin() + b * L * pr.E, ref.out.begin() + (b + 1) * L * pr.E),
                 1e-10, 1e-12, "unbatched output");
@@ -416,8 +419,10 @@ TEST_CASE("attention: dropout on the weights in training only, returned after dr
   const std::vector<double> w = values_of(r.weights);
   int64_t dropped = 0;
   for (size_t i = 0; i < w.size(); ++i) {
-    if (w[i] == 0.0) ++dropped;
-    else CHECK(w[i] == doctest::Approx(ref.weights[i] / (1 - p)).epsilon(1e-10));
+    if (w[i] == 0.0)
+      ++dropped;
+    else
+      CHECK(w[i] == doctest::Approx(ref.weights[i] / (1 - p)).epsilon(1e-10));
   }
   CHECK(dropped > int64_t(w.size()) / 5);
   CHECK(dropped < int64_t(w.size()) * 4 / 5);
@@ -457,12 +462,11 @@ TEST_CASE("attention: gradcheck of the whole module in float64 (inputs and param
                     in);
     check_gradcheck(
         [&](const TensorList& t) {
-          return cat_with_weights(m->forward(t[0], t[0], t[0], {.key_padding_mask = pad, .need_weights = true,
-                                                                .average_attn_weights = false}));
+          return cat_with_weights(m->forward(
+              t[0], t[0], t[0], {.key_padding_mask = pad, .need_weights = true, .average_attn_weights = false}));
         },
         in);
-    check_gradcheck([&](const TensorList& t) { return m->forward(t[0], t[0], t[0], {.is_causal = true}).output; },
-                    in);
+    check_gradcheck([&](const TensorList& t) { return m->forward(t[0], t[0], t[0], {.is_causal = true}).output; }, in);
   }
   // Cross-attention, key is value, float attn_mask (differentiable too), averaged weights.
   {
@@ -561,16 +565,27 @@ TEST_CASE("attention: error paths name the numbers and shapes") {
 
   nn::MultiheadAttention m(8, 2);
   const Tensor q = zeros({2, 3, 8}), kv = zeros({2, 4, 8});
-  check_error([&] { m(q, kv, kv, {.attn_mask = zeros({3, 3}, kBool)}); },
-              {"MultiheadAttention", "attn_mask", "(L, S) = [3, 4]", "(B*H, L, S) = [4, 3, 4]", "bool[3, 3]"});
-  check_error([&] { m(q, kv, kv, {.attn_mask = zeros({2, 3, 4})}); },
-              {"attn_mask", "[4, 3, 4]", "float32[2, 3, 4]"});
-  check_error([&] { m(q, kv, kv, {.key_padding_mask = zeros({2, 3}, kBool)}); },
-              {"MultiheadAttention", "key_padding_mask", "(B, S) = [2, 4]", "bool[2, 3]"});
-  check_error([&] { m(q[0], kv[0], kv[0], {.key_padding_mask = zeros({2, 4}, kBool)}); },
-              {"key_padding_mask", "(S) = [4]", "bool[2, 4]"});
-  check_error([&] { m(q, kv, kv, {.attn_mask = zeros({3, 4}, kInt64)}); },
-              {"MultiheadAttention", "attn_mask", "bool or floating", "int64[3, 4]"});
+  check_error(
+      [&] {
+        m(q, kv, kv, {.attn_mask = zeros({3, 3}, kBool)});
+      },
+      {"MultiheadAttention", "attn_mask", "(L, S) = [3, 4]", "(B*H, L, S) = [4, 3, 4]", "bool[3, 3]"});
+  check_error([&] { m(q, kv, kv, {.attn_mask = zeros({2, 3, 4})}); }, {"attn_mask", "[4, 3, 4]", "float32[2, 3, 4]"});
+  check_error(
+      [&] {
+        m(q, kv, kv, {.key_padding_mask = zeros({2, 3}, kBool)});
+      },
+      {"MultiheadAttention", "key_padding_mask", "(B, S) = [2, 4]", "bool[2, 3]"});
+  check_error(
+      [&] {
+        m(q[0], kv[0], kv[0], {.key_padding_mask = zeros({2, 4}, kBool)});
+      },
+      {"key_padding_mask", "(S) = [4]", "bool[2, 4]"});
+  check_error(
+      [&] {
+        m(q, kv, kv, {.attn_mask = zeros({3, 4}, kInt64)});
+      },
+      {"MultiheadAttention", "attn_mask", "bool or floating", "int64[3, 4]"});
   check_error([&] { m(zeros({2, 3, 6}), kv, kv); }, {"MultiheadAttention", "(..., 8)", "float32[2, 3, 6]"});
   check_error([&] { m(q, kv, zeros({2, 5, 8})); }, {"MultiheadAttention", "float32[2, 4, 8]", "float32[2, 5, 8]"});
   check_error([&] { m(q, zeros({3, 4, 8}), zeros({3, 4, 8})); }, {"batch size", "float32[3, 4, 8]"});

@@ -107,7 +107,8 @@ void run_and_compare(ModulePair& m, Inputs& in, const nn::AttentionForwardOption
   if (!in.self && !in.kv_same) check_same(in.v.gpu.grad(), in.v.cpu.grad(), dt, name + " grad value");
   const auto pc = m.cpu->named_parameters(), pg = m.gpu->named_parameters();
   REQUIRE(pc.size() == pg.size());
-  for (size_t i = 0; i < pc.size(); ++i) check_same(pg[i].second.grad(), pc[i].second.grad(), dt, name + " grad " + pc[i].first);
+  for (size_t i = 0; i < pc.size(); ++i)
+    check_same(pg[i].second.grad(), pc[i].second.grad(), dt, name + " grad " + pc[i].first);
   if (o_cpu.attn_mask.defined() && o_cpu.attn_mask.requires_grad())
     check_same(o_gpu.attn_mask.grad(), o_cpu.attn_mask.grad(), dt, name + " grad attn_mask");
 }
@@ -146,8 +147,8 @@ TEST_CASE("cuda attention: cross-attention, masks, kdim/vdim and sequence-first 
     Inputs kv{leaf({B, L, E}, dt, 21), leaf({B, S, E}, dt, 22), {}, false, /*kv_same=*/true};
     // A float (B*H, L, S) mask, itself differentiable.
     Leaf am = leaf({B * H, L, S}, dt, 23);
-    run_and_compare(m, kv, {.attn_mask = am.cpu, .need_weights = true}, {.attn_mask = am.gpu, .need_weights = true},
-                    dt, "key is value, float mask");
+    run_and_compare(m, kv, {.attn_mask = am.cpu, .need_weights = true}, {.attn_mask = am.gpu, .need_weights = true}, dt,
+                    "key is value, float mask");
     Inputs sep{leaf({B, L, E}, dt, 24), leaf({B, S, E}, dt, 25), leaf({B, S, E}, dt, 26)};
     const Leaf pad = mask_of(bool_mask({B, S}, 27)), bm = mask_of(bool_mask({L, S}, 28));
     run_and_compare(m, sep, {.key_padding_mask = pad.cpu, .attn_mask = bm.cpu},
@@ -179,7 +180,10 @@ TEST_CASE("cuda attention: inputs or masks on another device than the module thr
   ModulePair m = make_modules(8, 2, kFloat32, {}, 6);
   const Tensor xg = zeros({2, 3, 8}, {kFloat32, kGpu}), xc = zeros({2, 3, 8});
   check_error([&] { m.gpu->forward(xg, xc, xc); }, {"MultiheadAttention", "cpu", "cuda"});
-  check_error([&] { m.gpu->forward(xg, xg, xg, {.key_padding_mask = zeros({2, 3}, kBool)}); },
-              {"MultiheadAttention", "cpu", "cuda"});
+  check_error(
+      [&] {
+        m.gpu->forward(xg, xg, xg, {.key_padding_mask = zeros({2, 3}, kBool)});
+      },
+      {"MultiheadAttention", "cpu", "cuda"});
   check_error([&] { m.cpu->forward(xg, xg, xg); }, {"cuda", "cpu"});
 }

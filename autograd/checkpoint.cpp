@@ -1,0 +1,176 @@
+// Recompute checkpointing: one CheckpointBackward node in place of a block's graph.
+//
+// Note [Checkpoint recompute]
+// checkpoint(fn, inputs) runs fn under NoGradGuard: no nodes are created inside
+// fn, so none of its intermediate activations are saved. One CheckpointBackward
+// node stands in for the whole block; it saves only the inputs (SavedTensors,
+// so an in-place write to an input before backward throws naming
+// CheckpointBackward, Note [Saved tensor versions]) and the default generator's
+// (seed, offset) at the start of fn.
+//
+// Backward replays the block: it moves the default generator back to the saved
+// state, runs fn again with grad enabled on detached copies of the inputs (each
+// a fresh leaf that requires grad exactly when the original did), then puts the
+// generator back where it stood before the replay, so the outer random stream
+// is untouched. Dropout inside fn therefore draws the same mask as in the
+// forward (Note [Dropout mask from counters]). A nested engine run,
+// autograd::backward(recomputed outputs, incoming grads), then
+//  - accumulates into the detached inputs' .grad: these are the gradients this
+//    node returns to the outer graph;
+//  - accumulates into every leaf that fn captured (a module's weights). The
+//    outer graph has no edge to those leaves through this node (the forward
+//    recorded nothing), so this is the one and only accumulation for this use;
+//    a parameter also used outside the block is reached by the outer run
+//    separately, and the two contributions add, as in a plain run.
+// The recomputed graph lives only for that nested run, so the peak memory of
+// a checkpointed network is the saved inputs of every block plus the
+// activations of one block at a time.
+//
+// Which outputs require grad: the forward cannot see the leaves fn captures
+// (it records nothing), so whenever grad mode is on, every floating output is
+// recorded as an output of the node, even when no input requires grad. This is
+// what makes checkpoint_sequential's first segment work, whose input is data
+// but whose weights need gradients. On replay, an output that turns out not to
+// depend on anything requiring grad simply takes no part in the nested backward.
+//
+// Limits (documented in the header): only frugal::default_generator() is
+// replayed (random ops given an explicit Generator see it advance twice); fn
+// must be deterministic otherwise; the generator is process-wide, so two
+// threads replaying checkpoints at once race on it; under autograd::grad the
+// captured leaves still accumulate .grad, as with PyTorch's reentrant
+// checkpoint.
+#include "autograd/checkpoint.h"
+
+#include "autograd/engine.h"
+#include "autograd/function.h"
+#include "tensor/random.h"
+
+namespace frugal::autograd {
+
+namespace {
+
+// Moves the default generator to a saved state for its scope, then back to where
+// it stood before (see Note [Checkpoint recompute]).
+class GeneratorReplay {
+ public:
+  GeneratorReplay(uint64_t seed, uint64_t offset)
+      : gen_(default_generator()), seed_now_(gen_.seed()), offset_now_(gen_.offset()) {
+    gen_.set_state(seed, offset);
+  }
+  ~GeneratorReplay() { gen_.set_state(seed_now_, offset_now_); }
+  GeneratorReplay(const GeneratorReplay&) = delete;
+  GeneratorReplay& operator=(const GeneratorReplay&) = delete;
+
+ private:
+  Generator& gen_;
+  uint64_t seed_now_, offset_now_;
+};
+
+// grad_inputs = d(fn(inputs))/d(inputs) * grads, from a replay of fn with grad enabled;
+// leaves captured by fn accumulate their .grad during the replay.
+struct CheckpointBackward final : Node {
+  std::function<TensorList(const TensorList&)> fn;
+  std::vector<SavedTensor> inputs;
+  std::vector<bool> input_requires_grad;
+  uint64_t rng_seed = 0, rng_offset = 0;  // the default generator when fn started
+
+  std::string name() const override { return "CheckpointBackward"; }
+
+  void release_saved() override {
+    for (SavedTensor& s : inputs) s.reset();
+    fn = nullptr;  // the closure may hold tensors too
+  }
+
+  TensorList apply(TensorList&& grads) override {
+    FRUGAL_CHECK(fn != nullptr, name(),
+                 ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
+                 "the first time to backward through the graph twice");
+    // Fresh leaves over the saved values: the replay's graph ends at them.
+    TensorList leaves;
+    leaves.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Tensor x = inputs[i].unpack(name());
+      if (x.defined()) {
+        x = x.detach();
+        if (input_requires_grad[i]) x.requires_grad_();
+      }
+      leaves.push_back(x);
+    }
+
+    TensorList recomputed;
+    {
+      GeneratorReplay replay(rng_seed, rng_offset);
+      EnableGradGuard grad_on;
+      recomputed = fn(leaves);
+    }
+    FRUGAL_CHECK(recomputed.size() == outputs.size(), name(), ": the recomputed function returned ",
+                 recomputed.size(), " tensors but the forward returned ", outputs.size(),
+                 "; a checkpointed function must be deterministic");
+
+    TensorList roots, root_grads;
+    for (size_t k = 0; k < recomputed.size(); ++k) {
+      const Tensor& out = recomputed[k];
+      if (!out.defined() || !requires_grad(out) || k >= grads.size() || !grads[k].defined()) continue;
+      FRUGAL_CHECK(out.sizes() == outputs[k].sizes, name(), ": output ", k, " was recomputed with shape ",
+                   shape_str(out.sizes()), " but had shape ", shape_str(outputs[k].sizes),
+                   " in the forward; a checkpointed function must be deterministic");
+      roots.push_back(out);
+      root_grads.push_back(grads[k]);
+    }
+    grads.clear();
+    recomputed.clear();  // outputs not taking part release their graphs now
+    if (!roots.empty()) backward(roots, root_grads);  // see Note [Checkpoint recompute]
+    roots.clear();
+
+    TensorList grad_inputs(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (input_requires_grad[i] && wants_grad(*this, i)) grad_inputs[i] = leaves[i].grad();
+    return grad_inputs;
+  }
+};
+
+}  // namespace
+
+TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs) {
+  FRUGAL_CHECK(fn != nullptr, "checkpoint: the function to checkpoint is empty");
+  const Generator& gen = default_generator();
+  const uint64_t seed = gen.seed(), offset = gen.offset();
+  TensorList outputs;
+  {
+    NoGradGuard no_grad;  // the point: nothing inside fn is recorded or saved
+    outputs = fn(inputs);
+  }
+  if (!is_grad_enabled()) return outputs;
+
+  auto node = std::make_shared<CheckpointBackward>();
+  node->fn = fn;
+  node->rng_seed = seed;
+  node->rng_offset = offset;
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& x : inputs) {
+    const bool rg = x.defined() && requires_grad(x);
+    node->next_edges.push_back(rg ? gradient_edge(x) : Edge{});
+    node->input_requires_grad.push_back(rg);
+    node->inputs.emplace_back(x);
+  }
+  for (uint32_t k = 0; k < outputs.size(); ++k) {
+    Tensor& out = outputs[k];
+    if (!out.defined()) {
+      node->outputs.push_back({});
+      continue;
+    }
+    // A new handle: fn may return one of its inputs (or a view sharing its meta),
+    // whose history must not be overwritten.
+    out = out.detach();
+    node->outputs.push_back({out.sizes(), out.dtype(), out.device()});
+    if (out.is_floating_point()) set_history(out, node, k);
+  }
+  return outputs;
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
+  FRUGAL_CHECK(fn != nullptr, "checkpoint: the function to checkpoint is empty");
+  return checkpoint([fn](const TensorList& in) { return TensorList{fn(in[0])}; }, TensorList{x})[0];
+}
+
+}  // namespace frugal::autograd

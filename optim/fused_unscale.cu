@@ -1,0 +1,67 @@
+// The multi-tensor kernel of GradScaler.unscale_ (see Note [Fused unscale] in
+// optim/grad_scaler.h): every gradient of one (device, dtype) multiplied by 1/scale and
+// checked for inf/NaN in one launch, the verdict left in a device-side flag.
+#include "optim/grad_scaler.h"
+#include "optim/multi_tensor_apply.cuh"
+#include "tensor/dispatch.h"
+
+namespace frugal::optim::cuda {
+
+namespace {
+
+using detail::kChunk;
+using detail::NormEntry;
+
+// entries: (count) NormEntry with (numel) gradient elements of T each, unscaled in place.
+// found_inf: 0-d float32, set to 1 when any element is inf or NaN (before scaling); never
+// cleared here, so several launches (dtypes) can share one flag.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) unscale_kernel(const NormEntry* entries, int count, int64_t chunks,
+                                                           float inv_scale, float* found_inf) {
+  using M = opmath_t<T>;
+  const M inv = M(inv_scale);
+  const bool scale = inv_scale != 1.0f;  // a multiply by 1 changes nothing: only check
+  bool bad = false;
+  auto unscale = [&](T& x) {
+    const M v = M(x);
+    bad |= !isfinite(v);
+    if (scale) x = T(v * inv);
+  };
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const NormEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
+    const int64_t begin = (chunk - e.chunk_begin) * kChunk;
+    const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
+    int64_t done = 0;
+    if (e.flags & detail::kVec4) {
+      done = n / 4 * 4;
+      for (int64_t k = int64_t(threadIdx.x) * 4; k < done; k += int64_t(blockDim.x) * 4) {
+        Vec4<T> x = load4<T>(e.data, begin + k);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) unscale(x.v[j]);
+        if (scale) store4<T>(e.data, begin + k, x);
+      }
+    }
+    T* data = static_cast<T*>(e.data);
+    for (int64_t k = done + threadIdx.x; k < n; k += blockDim.x) unscale(data[begin + k]);
+  }
+  // One store per block that saw a non-finite value (every thread reaches this barrier).
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
+}  // namespace
+
+void non_finite_check_and_unscale(Device device, DType dtype, std::vector<NormEntry>& entries, float inv_scale,
+                                  float* found_inf) {
+  if (entries.empty()) return;
+  DeviceGuard guard(device);
+  dispatch_floating(dtype, "GradScaler.unscale_", device, [&]<typename T>() {
+    for (NormEntry& e : entries) e.flags = vec4_aligned<T>(e.data) ? detail::kVec4 : 0u;
+    const DeviceTable<NormEntry> table = upload(device, entries);
+    unscale_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks,
+                                                                               inv_scale, found_inf);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+    detail::count_fused_launch();
+  });
+}
+
+}  // namespace frugal::optim::cuda

@@ -1,0 +1,245 @@
+#include "optim/grad_scaler.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "optim/step_util.h"
+#include "tensor/dispatch.h"
+#include "tensor/factory.h"
+
+namespace frugal::optim {
+
+namespace {
+
+/// Throws unless `o` is a valid configuration (the scale is checked separately).
+void check_options(const GradScalerOptions& o, const char* op) {
+  FRUGAL_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor), op, ": growth_factor must be a finite number > 1, got ",
+               o.growth_factor);
+  FRUGAL_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, op, ": backoff_factor must be in (0, 1), got ",
+               o.backoff_factor);
+  FRUGAL_CHECK(o.growth_interval >= 1, op, ": growth_interval must be >= 1, got ", o.growth_interval);
+}
+
+/// The scale as a float32, checked positive and finite.
+float checked_scale(double s, const char* op, const char* what) {
+  const float f = float(s);
+  FRUGAL_CHECK(f > 0.0f && std::isfinite(f), op, ": ", what, " must be positive and finite in float32, got ", s);
+  return f;
+}
+
+/// The value of a one-element numeric tensor from a state dict.
+double scalar_of(const std::string& key, const Tensor& t) {
+  FRUGAL_CHECK(t.defined() && t.numel() == 1 && t.dtype() != kBool, "GradScaler.load_state_dict: ", key,
+               " must be a one-element number, got ", t.defined() ? t.describe() : std::string("an undefined tensor"));
+  return t.to(kCPU, kFloat64).item<double>();
+}
+
+/// An integer value from a state dict (growth_interval, _growth_tracker).
+int64_t integer_of(const std::string& key, const Tensor& t) {
+  const double v = scalar_of(key, t);
+  FRUGAL_CHECK(v == std::floor(v) && std::fabs(v) < 9.007199254740992e15, "GradScaler.load_state_dict: ", key,
+               " must be an integer, got ", v);
+  return int64_t(v);
+}
+
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
+  check_options(options_, "GradScaler");
+  scale_ = checked_scale(options_.init_scale, "GradScaler", "init_scale");
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const {
+  FRUGAL_CHECK(loss.defined(), "GradScaler.scale: got an undefined tensor");
+  if (!options_.enabled) return loss;
+  FRUGAL_CHECK(loss.is_floating_point(), "GradScaler.scale: the loss must be floating point, got ", loss.describe());
+  return frugal::mul(loss, double(scale_));  // differentiable: backward multiplies by scale_
+}
+
+void GradScaler::unscale_(Optimizer& opt) {
+  if (!options_.enabled) return;
+  static constexpr const char* kOp = "GradScaler.unscale_";
+  auto it = per_optimizer_.find(&opt);
+  if (it != per_optimizer_.end()) {
+    FRUGAL_CHECK(it->second.stage != Stage::Unscaled, kOp, ": unscale_() has already been called on this optimizer (",
+                 opt.name(), ") since the last update()");
+    FRUGAL_CHECK(it->second.stage != Stage::Stepped, kOp, ": unscale_() is being called after step() on this optimizer (",
+                 opt.name(), "); call update() first");
+  }
+  autograd::NoGradGuard no_grad;
+
+  // Every gradient of every group, checked before anything changes.
+  std::vector<Tensor> grads;
+  size_t index = 0;
+  for (const ParamGroup& group : opt.param_groups()) {
+    for (const Tensor& p : group.params) {
+      const Tensor g = p.grad();
+      if (g.defined()) {
+        FRUGAL_CHECK(g.is_floating_point(), kOp, ": parameter ", index, " (", p.describe(), ") has a non-floating gradient ",
+                     g.describe());
+        grads.push_back(g.detach());
+      }
+      ++index;
+    }
+  }
+
+  // One found_inf flag per device (Note [GradScaler host state]); one batch per (device, dtype).
+  PerOptimizer st;
+  auto flag_for = [&](Device d) -> float* {
+    for (const Tensor& f : st.found_inf)
+      if (f.device() == d) return f.data_ptr<float>();
+    return st.found_inf.emplace_back(zeros({}, TensorOptions(kFloat32, d))).data_ptr<float>();
+  };
+  detail::Batches<detail::NormEntry> batches;
+  std::vector<std::pair<Tensor, Tensor>> strided;  // (gradient, its contiguous working copy)
+  for (const Tensor& g : grads) {
+    flag_for(g.device());
+    if (g.numel() == 0) continue;
+    Tensor work = g;
+    if (!g.is_contiguous()) work = strided.emplace_back(g, g.contiguous()).second;
+    batches.add(g.device(), g.dtype(), {.data = work.data(), .numel = g.numel(), .chunk_begin = 0, .flags = 0});
+  }
+
+  // As PyTorch: the reciprocal in double, rounded to float32 (exact for powers of two).
+  const float inv_scale = float(1.0 / double(scale_));
+  batches.run(
+      kOp,
+      [&](DType dtype, const std::vector<detail::NormEntry>& entries) {
+        cpu::non_finite_check_and_unscale(dtype, entries, inv_scale, flag_for(kCPU));
+      },
+      // (a generic lambda: a CPU-only build never instantiates the CUDA call)
+      [&](auto device, auto dtype, auto& entries) {
+        cuda::non_finite_check_and_unscale(device, dtype, entries, inv_scale, flag_for(device));
+      });
+  for (const auto& [g, work] : strided) g.copy_(work);
+  for (const Tensor& g : grads)
+    if (g.is_contiguous()) g.bump_version();
+
+  st.stage = Stage::Unscaled;
+  per_optimizer_[&opt] = std::move(st);
+}
+
+bool GradScaler::read_found_inf(PerOptimizer& st) {
+  if (st.found < 0) {
+    st.found = 0;
+    for (const Tensor& f : st.found_inf)  // the host sync: one per device with gradients
+      if (f.item<float>() != 0.0f) st.found = 1;
+  }
+  return st.found == 1;
+}
+
+void GradScaler::step(Optimizer& opt) {
+  if (!options_.enabled) return opt.step();
+  auto it = per_optimizer_.find(&opt);
+  FRUGAL_CHECK(it == per_optimizer_.end() || it->second.stage != Stage::Stepped,
+               "GradScaler.step: step() has already been called on this optimizer (", opt.name(),
+               ") since the last update()");
+  if (it == per_optimizer_.end() || it->second.stage == Stage::Ready) unscale_(opt);
+  PerOptimizer& st = per_optimizer_.at(&opt);
+  FRUGAL_CHECK(!st.found_inf.empty(), "GradScaler.step: no inf checks were recorded for this optimizer (", opt.name(),
+               " has no gradients)");
+  if (!read_found_inf(st)) opt.step();
+  st.stage = Stage::Stepped;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  bool recorded = false, found = false;
+  for (auto& [opt, st] : per_optimizer_) {
+    if (st.stage == Stage::Ready || st.found_inf.empty()) continue;
+    recorded = true;
+    found = read_found_inf(st) || found;
+  }
+  FRUGAL_CHECK(recorded, "GradScaler.update: no inf checks were recorded prior to update() (call step() or unscale_() on "
+                         "an optimizer with gradients first)");
+  // PyTorch's _amp_update_scale_: products in double, rounded to float32.
+  if (found) {
+    scale_ = float(double(scale_) * options_.backoff_factor);
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= options_.growth_interval) {
+    const float grown = float(double(scale_) * options_.growth_factor);
+    if (std::isfinite(grown)) scale_ = grown;
+    growth_tracker_ = 0;
+  }
+  per_optimizer_.clear();
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled) return;
+  scale_ = checked_scale(new_scale, "GradScaler.update", "new_scale");
+  per_optimizer_.clear();
+}
+
+StateDict GradScaler::state_dict() const {
+  if (!options_.enabled) return {};
+  const TensorOptions f64(kFloat64), i64(kInt64);
+  return {{"scale", scalar_tensor(double(scale_), f64)},
+          {"growth_factor", scalar_tensor(options_.growth_factor, f64)},
+          {"backoff_factor", scalar_tensor(options_.backoff_factor, f64)},
+          {"growth_interval", scalar_tensor(double(options_.growth_interval), i64)},
+          {"_growth_tracker", scalar_tensor(double(growth_tracker_), i64)}};
+}
+
+void GradScaler::load_state_dict(const StateDict& dict) {
+  if (!options_.enabled) return;
+  static constexpr const char* kOp = "GradScaler.load_state_dict";
+  FRUGAL_CHECK(!dict.empty(), kOp, ": the state dict is empty, possibly because it was saved from a disabled GradScaler");
+  std::map<std::string, const Tensor*> keys;
+  for (const auto& [key, t] : dict) {
+    FRUGAL_CHECK(key == "scale" || key == "growth_factor" || key == "backoff_factor" || key == "growth_interval" ||
+                     key == "_growth_tracker",
+                 kOp, ": unexpected key '", key, "'");
+    FRUGAL_CHECK(keys.emplace(key, &t).second, kOp, ": key '", key, "' appears twice");
+  }
+  auto take = [&](const char* k) -> const Tensor& {
+    auto it = keys.find(k);
+    FRUGAL_CHECK(it != keys.end(), kOp, ": missing key '", k, "'");
+    return *it->second;
+  };
+  GradScalerOptions o = options_;
+  o.growth_factor = scalar_of("growth_factor", take("growth_factor"));
+  o.backoff_factor = scalar_of("backoff_factor", take("backoff_factor"));
+  o.growth_interval = integer_of("growth_interval", take("growth_interval"));
+  const int64_t tracker = integer_of("_growth_tracker", take("_growth_tracker"));
+  const float s = checked_scale(scalar_of("scale", take("scale")), kOp, "scale");
+  check_options(o, kOp);
+  FRUGAL_CHECK(tracker >= 0 && tracker < o.growth_interval, kOp, ": _growth_tracker must be in [0, growth_interval = ",
+               o.growth_interval, "), got ", tracker);
+  options_ = o;
+  scale_ = s;
+  growth_tracker_ = tracker;
+}
+
+// ---- the CPU backend -----------------------------------------------------------------
+
+namespace cpu {
+
+void non_finite_check_and_unscale(DType dtype, const std::vector<detail::NormEntry>& entries, float inv_scale,
+                                  float* found_inf) {
+  constexpr int64_t kGrain = 1 << 16;  // elements below which threads cost more than they save
+  dispatch_floating(dtype, "GradScaler.unscale_", kCPU, [&]<typename T>() {
+    using M = opmath_t<T>;
+    const M inv = M(inv_scale);  // float32 inv_scale widened for float64 gradients, as PyTorch
+    const bool scale = inv_scale != 1.0f;
+    int bad = 0;
+    for (const detail::NormEntry& e : entries) {
+      T* x = static_cast<T*>(e.data);  // x: (numel) gradient elements
+      const int64_t n = e.numel;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= 2 * kGrain)
+      for (int64_t i = 0; i < n; ++i) {
+        const M v = M(x[i]);
+        bad |= !std::isfinite(v);
+        if (scale) x[i] = T(v * inv);
+      }
+    }
+    if (bad) *found_inf = 1.0f;
+  });
+}
+
+}  // namespace cpu
+
+}  // namespace frugal::optim

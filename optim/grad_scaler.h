@@ -1,0 +1,140 @@
+#pragma once
+// Dynamic loss scaling for mixed-precision training, as torch.amp.GradScaler.
+//
+//   optim::GradScaler scaler;                 // init_scale 2^16, x2 every 2000 clean steps
+//   for (...) {
+//     opt.zero_grad();
+//     Tensor loss = ...;                      // forward under autocast
+//     scaler.scale(loss).backward();          // gradients are scale * dloss/dparam
+//     scaler.unscale_(opt);                   // optional: before clip_grad_norm_
+//     scaler.step(opt);                       // skipped if any gradient is inf or NaN
+//     scaler.update();                        // back off on overflow, grow when clean
+//   }
+//
+// Note [Dynamic loss scaling]
+// Small gradients underflow in float16. Multiplying the loss by a large `scale` moves
+// every gradient up by the same factor (exactly: scale is a power of two unless the user
+// picks otherwise), and unscale_ divides it back out before the optimizer sees it. If
+// the scale is too large some gradient overflows to inf (or becomes NaN): then the step
+// is skipped and update() multiplies the scale by backoff_factor. After growth_interval
+// consecutive steps without overflow, update() multiplies it by growth_factor (kept
+// unless the product overflows float32). The rule, PyTorch's _amp_update_scale_:
+//   found_inf:  scale *= backoff_factor; growth_tracker = 0
+//   otherwise:  if (++growth_tracker == growth_interval) { scale *= growth_factor; growth_tracker = 0; }
+// The scale is a float32 and its products are rounded to float32, as PyTorch's.
+//
+// Note [GradScaler host state]
+// The scale and the growth tracker live on the host (PyTorch keeps them in device
+// tensors). scale(loss) is then a multiply by a host scalar, unscale_ passes 1/scale as
+// a kernel argument, and update() is host arithmetic: none of them waits for the device.
+// What the host cannot know without waiting is whether a gradient overflowed: unscale_
+// writes that into a device-side found_inf flag (a 0-d float32 per device, set to 1 by
+// any thread that sees inf or NaN) and step() reads it - the one host sync per step, the
+// same one PyTorch makes with `.item()` in GradScaler.step. update() reuses the value
+// step() read; only when update() follows unscale_ without a step() does it read the
+// flag itself (still one sync).
+//
+// Note [Fused unscale]
+// unscale_ walks every gradient of every param group of the optimizer and, per (device,
+// dtype), makes ONE multi-tensor launch (Note [Multi-tensor launch] in optim/multi_tensor.h)
+// that multiplies each element by inv_scale = float(1 / double(scale)) in opmath_t (float
+// for 16-bit gradients, double for float64 ones; a multiply by 1 is skipped) and raises
+// the device's found_inf flag on a non-finite element - PyTorch's
+// _amp_foreach_non_finite_check_and_unscale_. The CPU runs the same rule in a loop. A
+// non-contiguous gradient is unscaled through a contiguous copy that is written back.
+// Unlike PyTorch, float16 gradients are accepted (PyTorch refuses them in unscale_
+// because a float16 master weight is a mistake; here 16-bit parameters are allowed and
+// their update is computed in float, see Note [Optimizer state dtype]).
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "optim/multi_tensor.h"
+#include "optim/optimizer.h"
+#include "tensor/tensor.h"
+
+namespace frugal::optim {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;  ///< the first scale (> 0, finite); stored as float32
+  double growth_factor = 2.0;   ///< > 1
+  double backoff_factor = 0.5;  ///< in (0, 1)
+  int64_t growth_interval = 2000;  ///< clean steps between growths, >= 1
+  bool enabled = true;          ///< false: every method is a pass-through (step() just steps)
+};
+
+/// Dynamic loss scaler (see Note [Dynamic loss scaling]). Works with any number of
+/// optimizers: each may be unscaled and stepped once between two update() calls.
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// loss * scale, differentiable (the backward multiplies every gradient by scale).
+  /// Returns `loss` itself when disabled.
+  Tensor scale(const Tensor& loss) const;
+
+  /// Divides every gradient of `opt` by the scale in place and records, on the device,
+  /// whether any was inf or NaN (Note [Fused unscale]); no host sync. Throws if called
+  /// twice for `opt` since the last update(), or after step(opt).
+  void unscale_(Optimizer& opt);
+
+  /// unscale_(opt) unless already done, then opt.step() unless a gradient was inf or NaN.
+  /// One host sync (Note [GradScaler host state]). Throws if called twice for `opt` since
+  /// the last update(), or if `opt` has no gradient at all.
+  void step(Optimizer& opt);
+
+  /// Adjusts the scale (Note [Dynamic loss scaling]) from every optimizer unscaled since
+  /// the last update() and starts a new iteration. Throws if none was.
+  void update();
+  /// Sets the scale to `new_scale` (> 0, finite) instead, and starts a new iteration; the
+  /// growth tracker is kept, as in PyTorch's update(new_scale).
+  void update(double new_scale);
+
+  /// The current scale (1.0 when disabled).
+  double get_scale() const { return options_.enabled ? double(scale_) : 1.0; }
+  /// Consecutive clean steps since the last growth or backoff.
+  int64_t get_growth_tracker() const { return growth_tracker_; }
+  bool is_enabled() const { return options_.enabled; }
+  const GradScalerOptions& options() const { return options_; }
+
+  /// PyTorch's keys, as 0-d tensors: scale, growth_factor, backoff_factor (float64),
+  /// growth_interval, _growth_tracker (int64). Empty when disabled.
+  StateDict state_dict() const;
+  /// Loads a state_dict(): all five keys and no others. Checks everything first and
+  /// changes nothing when it throws. A no-op when disabled; an empty dict throws.
+  void load_state_dict(const StateDict& dict);
+
+ private:
+  enum class Stage { Ready, Unscaled, Stepped };
+  /// What this iteration did to one optimizer.
+  struct PerOptimizer {
+    Stage stage = Stage::Ready;
+    std::vector<Tensor> found_inf;  ///< one 0-d float32 flag per device that had gradients
+    int found = -1;                 ///< the flags read on the host: -1 not yet, else 0 or 1
+  };
+  /// Reads (once) whether any of `st`'s flags is set: the host sync.
+  static bool read_found_inf(PerOptimizer& st);
+
+  GradScalerOptions options_;
+  float scale_;
+  int64_t growth_tracker_ = 0;
+  std::unordered_map<const Optimizer*, PerOptimizer> per_optimizer_;
+};
+
+}  // namespace frugal::optim
+
+// ---- backends of unscale_ (internal to optim/) --------------------------------------
+
+namespace frugal::optim::cpu {
+/// x = x * inv_scale for every entry's (numel) elements of `dtype` (skipped when inv_scale
+/// is 1); *found_inf = 1 if any element was inf or NaN before scaling.
+void non_finite_check_and_unscale(DType dtype, const std::vector<detail::NormEntry>& entries, float inv_scale,
+                                  float* found_inf);
+}  // namespace frugal::optim::cpu
+
+namespace frugal::optim::cuda {
+/// The same in one fused kernel over every entry (all on `device`); found_inf is a 0-d
+/// float32 in device memory. Asynchronous on the device's current stream.
+void non_finite_check_and_unscale(Device device, DType dtype, std::vector<detail::NormEntry>& entries,
+                                  float inv_scale, float* found_inf);
+}  // namespace frugal::optim::cuda

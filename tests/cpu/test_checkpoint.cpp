@@ -1,0 +1,314 @@
+// Recompute checkpointing (autograd/checkpoint.h, nn/checkpoint.h): every gradient is
+// compared with the same computation run without checkpointing (exactly in float64,
+// 1e-6 relative in float32), or with central differences (gradcheck); the memory saving
+// is measured with the CPU arena's statistics.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "autograd/checkpoint.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops/all.h"
+#include "memory/allocator.h"
+#include "nn/activation.h"
+#include "nn/checkpoint.h"
+#include "nn/layers.h"
+#include "nn/linear.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using autograd::TensorList;
+
+namespace {
+
+Tensor leaf(const Shape& s, DType dtype, uint64_t seed) {
+  Tensor t = random_tensor(s, dtype, seed);
+  t.requires_grad_();
+  return t;
+}
+
+// depth x (Linear(width, width) -> ReLU [-> Dropout(p)]), weights drawn from `seed`.
+std::shared_ptr<nn::Sequential> make_mlp(int64_t depth, int64_t width, DType dtype, uint64_t seed,
+                                         double dropout_p = 0.0) {
+  manual_seed(seed);
+  auto seq = std::make_shared<nn::Sequential>();
+  for (int64_t i = 0; i < depth; ++i) {
+    seq->push_back(std::make_shared<nn::Linear>(width, width));
+    seq->push_back(std::make_shared<nn::ReLU>());
+    if (dropout_p > 0.0) seq->push_back(std::make_shared<nn::Dropout>(dropout_p));
+  }
+  seq->to(dtype);
+  return seq;
+}
+
+// The output, the input's gradient and every parameter's gradient of loss = sum(y * c).
+struct Run {
+  std::vector<double> out, input_grad;
+  std::vector<std::vector<double>> param_grads;
+};
+
+Run run_mlp(nn::Sequential& seq, const Tensor& x0, const Tensor& c, int64_t segments) {
+  seq.zero_grad();
+  Tensor x = x0.detach();
+  x.requires_grad_();
+  Tensor y = segments > 0 ? nn::checkpoint_sequential(seq, segments, x) : seq.forward(x);
+  sum(y * c).backward();
+  Run r{values_of(y), values_of(x.grad()), {}};
+  for (const Tensor& p : seq.parameters()) r.param_grads.push_back(values_of(p.grad()));
+  return r;
+}
+
+void check_runs_equal(const Run& a, const Run& plain, double rtol) {
+  auto same = [rtol](const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+    if (rtol == 0.0) CHECK_MESSAGE(got == want, what, " differs from the plain run");
+    else check_close(got, want, rtol, 0.0, what);
+  };
+  same(a.out, plain.out, "output");
+  same(a.input_grad, plain.input_grad, "input grad");
+  REQUIRE(a.param_grads.size() == plain.param_grads.size());
+  for (size_t i = 0; i < a.param_grads.size(); ++i) same(a.param_grads[i], plain.param_grads[i], "param " + std::to_string(i));
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint_sequential: output and every gradient equal the plain run (f64 exactly, f32 to 1e-6)") {
+  for (DType dtype : {kFloat64, kFloat32}) {
+    CAPTURE(dtype_name(dtype));
+    auto seq = make_mlp(/*depth=*/6, /*width=*/24, dtype, /*seed=*/11);
+    const Tensor x = random_tensor({10, 24}, dtype, 12), c = random_tensor({10, 24}, dtype, 13);
+    const Run plain = run_mlp(*seq, x, c, 0);
+    for (int64_t segments : {1, 2, 3, 5, 12}) {
+      CAPTURE(segments);
+      check_runs_equal(run_mlp(*seq, x, c, segments), plain, dtype == kFloat64 ? 0.0 : 1e-6);
+    }
+  }
+}
+
+TEST_CASE("checkpoint: gradcheck through single, multi-output and nested checkpoints") {
+  Tensor a = leaf({3, 4}, kFloat64, 1), b = leaf({4, 3}, kFloat64, 2);
+  // Two outputs, a non-contiguous view of an input inside fn.
+  auto r = autograd::gradcheck(
+      [](const TensorList& in) {
+        TensorList outs = checkpoint(
+            [](const TensorList& xs) { return TensorList{matmul(xs[0], xs[1]), sigmoid(xs[1].t()) * xs[0]}; }, in);
+        return matmul(outs[0], tanh(outs[1]));
+      },
+      {a, b});
+  CHECK_MESSAGE(r.ok, r.report);
+  // A checkpoint nested inside another one.
+  auto r2 = autograd::gradcheck(
+      [](const TensorList& in) {
+        return checkpoint(
+            [](const TensorList& xs) {
+              Tensor h = checkpoint([](const TensorList& ys) { return TensorList{tanh(matmul(ys[0], ys[1]))}; },
+                                    {xs[0], xs[1]})[0];
+              return TensorList{exp(h) * sum(xs[0])};
+            },
+            in)[0];
+      },
+      {a, b});
+  CHECK_MESSAGE(r2.ok, r2.report);
+  // The single-input form.
+  auto r4 = autograd::gradcheck(
+      [](const TensorList& in) { return checkpoint([](const Tensor& t) { return sin(t.t()) * t.t(); }, in[0]); }, {a});
+  CHECK_MESSAGE(r4.ok, r4.report);
+  auto r3 = autograd::gradcheck(
+      [](const TensorList& in) {
+        return checkpoint([](const TensorList& xs) { return TensorList{exp(matmul(xs[0], xs[1])) - sum(xs[1])}; },
+                          in)[0];
+      },
+      {a, b});
+  CHECK_MESSAGE(r3.ok, r3.report);
+}
+
+TEST_CASE("checkpoint: dropout draws the same mask on recompute, and the outer random stream is untouched") {
+  auto seq = make_mlp(/*depth=*/4, /*width=*/16, kFloat64, /*seed=*/21, /*dropout_p=*/0.5);
+  const Tensor x = random_tensor({8, 16}, kFloat64, 22), c = random_tensor({8, 16}, kFloat64, 23);
+
+  manual_seed(99);
+  const Run plain = run_mlp(*seq, x, c, 0);
+  const std::vector<double> plain_next = values_of(randn({16}, kFloat64));
+
+  manual_seed(99);
+  const Run ckpt = run_mlp(*seq, x, c, 4);
+  const std::vector<double> ckpt_next = values_of(randn({16}, kFloat64));
+  check_runs_equal(ckpt, plain, 0.0);
+  CHECK_MESSAGE(ckpt_next == plain_next, "the recompute moved the default generator");
+
+  // The masks matter: a different seed changes the output and the gradients.
+  manual_seed(100);
+  const Run other = run_mlp(*seq, x, c, 4);
+  CHECK(other.out != plain.out);
+  CHECK(other.input_grad != plain.input_grad);
+  // Dropout zeroes about half of the last layer's outputs (on top of ReLU's zeros).
+  int64_t zeros_count = 0;
+  for (double v : ckpt.out) zeros_count += v == 0.0;
+  CHECK(zeros_count > int64_t(ckpt.out.size()) / 2);
+}
+
+TEST_CASE("checkpoint: nested checkpoints with dropout give the plain run's gradients") {
+  const DType dt = kFloat64;
+  Tensor w1 = leaf({6, 6}, dt, 31), w2 = leaf({6, 6}, dt, 32), w3 = leaf({6, 6}, dt, 33);
+  const Tensor x0 = random_tensor({5, 6}, dt, 34);
+  auto inner = [&](const Tensor& h) { return dropout(relu(linear(h, w2)), 0.3); };
+  auto outer = [&](const Tensor& x, bool ckpt) {
+    Tensor h = tanh(linear(x, w1));
+    h = ckpt ? checkpoint(inner, h) : inner(h);
+    return dropout(linear(h, w3), 0.2);
+  };
+  struct Result {
+    std::vector<double> y, gx, g1, g2, g3;
+  };
+  auto run = [&](int mode) {  // 0: plain, 1: outer checkpointed, 2: outer and inner checkpointed
+    for (Tensor* w : {&w1, &w2, &w3}) w->set_grad(Tensor());
+    Tensor x = x0.detach();
+    x.requires_grad_();
+    manual_seed(5);
+    Tensor y = mode == 0 ? outer(x, false) : checkpoint([&](const Tensor& t) { return outer(t, mode == 2); }, x);
+    sum(y * y).backward();
+    return Result{values_of(y), values_of(x.grad()), values_of(w1.grad()), values_of(w2.grad()), values_of(w3.grad())};
+  };
+  const Result plain = run(0);
+  for (int mode : {1, 2}) {
+    CAPTURE(mode);
+    const Result r = run(mode);
+    CHECK(r.y == plain.y);
+    CHECK(r.gx == plain.gx);
+    CHECK(r.g1 == plain.g1);
+    CHECK(r.g2 == plain.g2);
+    CHECK(r.g3 == plain.g3);
+  }
+}
+
+TEST_CASE("checkpoint: captured parameters accumulate their gradient exactly once") {
+  const DType dt = kFloat64;
+  manual_seed(41);
+  auto lin = std::make_shared<nn::Linear>(7, 7);
+  lin->to(dt);
+  const Tensor x0 = random_tensor({3, 7}, dt, 42);
+  // The same Linear inside the checkpoint (twice) and outside it; x needs no grad, so only
+  // the captured weights connect the loss to anything that requires grad.
+  auto block = [&](const Tensor& h) { return lin->forward(relu(lin->forward(h))); };
+  auto run = [&](bool ckpt, int steps) {
+    lin->zero_grad();
+    for (int s = 0; s < steps; ++s) {
+      Tensor h = ckpt ? checkpoint(block, x0) : block(x0);
+      CHECK(h.requires_grad());
+      sum(square(lin->forward(h))).backward();
+    }
+    return std::pair{values_of(lin->weight.grad()), values_of(lin->bias.grad())};
+  };
+  const auto plain = run(false, 1);
+  const auto ckpt = run(true, 1);
+  CHECK(ckpt.first == plain.first);
+  CHECK(ckpt.second == plain.second);
+  // Two steps accumulate twice: exactly 2x (doubling is exact in floating point).
+  const auto twice = run(true, 2);
+  std::vector<double> doubled_w, doubled_b;
+  for (double v : plain.first) doubled_w.push_back(2 * v);
+  for (double v : plain.second) doubled_b.push_back(2 * v);
+  CHECK(twice.first == doubled_w);
+  CHECK(twice.second == doubled_b);
+}
+
+TEST_CASE("checkpoint: outputs without grad, unused outputs, integer outputs and retain_graph") {
+  const DType dt = kFloat64;
+  Tensor a = leaf({4, 5}, dt, 51), b = leaf({4, 5}, dt, 52);
+  const Tensor k = random_tensor({4, 5}, dt, 53);  // requires no grad
+  auto fn = [&](const TensorList& in) {
+    return TensorList{in[0] * in[1], exp(in[0]), k * 2.0, argmax(in[1], 1), Tensor()};
+  };
+  TensorList outs = checkpoint(fn, {a, b});
+  REQUIRE(outs.size() == 5);
+  CHECK(outs[0].grad_fn_name() == "CheckpointBackward");
+  CHECK(!outs[3].requires_grad());  // integer: never part of the graph
+  CHECK(!outs[4].defined());
+  CHECK(values_of(outs[2]) == values_of(k * 2.0));
+
+  // Only output 0 is used: outputs 1 and 2 receive zeros from the engine.
+  sum(outs[0]).backward({}, /*retain_graph=*/true);
+  CHECK(values_of(a.grad()) == values_of(b));
+  CHECK(values_of(b.grad()) == values_of(a));
+  // retain_graph: the checkpoint can replay again; gradients add.
+  a.set_grad(Tensor());
+  b.set_grad(Tensor());
+  sum(outs[1] + outs[2]).backward();
+  CHECK(values_of(a.grad()) == values_of(exp(a.detach())));
+  CHECK(values_of(b.grad()) == values_of(zeros({4, 5}, dt)));  // the engine's zeros for unused output 0
+  check_error([&] { sum(outs[0]).backward(); }, {"CheckpointBackward", "retain_graph"});
+
+  // An output recorded (grad mode was on) that turns out to need no grad on replay takes no
+  // part: nothing accumulates.
+  a.set_grad(Tensor());
+  Tensor constant = checkpoint([&](const Tensor&) { return k * 2.0; }, a);
+  CHECK(constant.requires_grad());
+  sum(constant).backward();
+  CHECK(!a.grad().defined());
+
+  // Under NoGradGuard a checkpoint records nothing.
+  {
+    NoGradGuard no_grad;
+    CHECK(!checkpoint(fn, {a, b})[0].requires_grad());
+  }
+}
+
+TEST_CASE("checkpoint: an input modified in place before backward is caught, naming CheckpointBackward") {
+  Tensor w = leaf({4, 4}, kFloat64, 61);
+  Tensor x = random_tensor({2, 4}, kFloat64, 62);  // data: no grad, so in-place writes are allowed
+  Tensor y = checkpoint([&](const Tensor& t) { return tanh(matmul(t, w)); }, x);
+  x += 1.0;
+  check_error([&] { sum(y).backward(); }, {"CheckpointBackward", "modified by an in-place operation"});
+}
+
+TEST_CASE("checkpoint: errors") {
+  nn::Sequential seq{std::make_shared<nn::ReLU>(), std::make_shared<nn::ReLU>()};
+  const Tensor x = random_tensor({3}, kFloat32, 71);
+  check_error([&] { nn::checkpoint_sequential(seq, 0, x); }, {"checkpoint_sequential", "[1, 2]", "got 0"});
+  check_error([&] { nn::checkpoint_sequential(seq, 3, x); }, {"checkpoint_sequential", "got 3"});
+  check_error([&] { checkpoint(std::function<TensorList(const TensorList&)>(), {x}); }, {"checkpoint", "empty"});
+  nn::Sequential empty_seq;
+  CHECK(values_of(nn::checkpoint_sequential(empty_seq, 4, x)) == values_of(x));
+  // A function that is not deterministic in its output count is caught on replay.
+  Tensor a = leaf({3}, kFloat32, 72);
+  int calls = 0;
+  TensorList outs = checkpoint(
+      [&](const TensorList& in) { return ++calls == 1 ? TensorList{in[0] * 2.0} : TensorList{in[0], in[0]}; }, {a});
+  check_error([&] { sum(outs[0]).backward(); }, {"CheckpointBackward", "deterministic"});
+}
+
+TEST_CASE("checkpoint_sequential: a 32-layer MLP peaks at <= 60% of the plain run's memory, same gradients") {
+  // 32 x (Linear(256, 256) + ReLU), batch 256, float32: 64 modules, sqrt(64) = 8 segments.
+  const int64_t depth = 32, width = 256, batch = 256, segments = 8;
+  auto seq = make_mlp(depth, width, kFloat32, /*seed=*/81);
+  const Tensor x = random_tensor({batch, width}, kFloat32, 82), c = random_tensor({batch, width}, kFloat32, 83);
+
+  auto measure = [&](int64_t segs, Run& out) {
+    seq->zero_grad();
+    memory::empty_cache(kCPU);
+    const int64_t before = memory::stats(kCPU).allocated_bytes.current;
+    memory::reset_peak(kCPU);
+    Tensor xin = x.detach();
+    xin.requires_grad_();
+    Tensor y = segs > 0 ? nn::checkpoint_sequential(*seq, segs, xin) : seq->forward(xin);
+    sum(y * c).backward();
+    const int64_t peak = memory::stats(kCPU).allocated_bytes.peak - before;
+    out.input_grad = values_of(xin.grad());
+    out.out = values_of(y.detach());
+    for (const Tensor& p : seq->parameters()) out.param_grads.push_back(values_of(p.grad()));
+    return peak;
+  };
+  Run plain, ckpt;
+  const int64_t plain_peak = measure(0, plain);
+  const int64_t ckpt_peak = measure(segments, ckpt);
+  const double ratio = double(ckpt_peak) / double(plain_peak);
+  MESSAGE("peak above baseline: plain ", memory::format_bytes(plain_peak), ", checkpointed ",
+          memory::format_bytes(ckpt_peak), " (ratio ", ratio, ")");
+  CHECK(ratio <= 0.60);
+  check_runs_equal(ckpt, plain, 1e-6);
+}

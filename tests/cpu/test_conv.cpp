@@ -1,0 +1,316 @@
+// conv2d: the raw forward and both backward products against a naive 7-loop float64
+// convolution (strides, padding, dilation, groups incl. depthwise, non-square, batches,
+// bias) in every dtype and layout; gradcheck of the differentiable conv2d; errors; the
+// Conv2d module.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops/conv.h"
+#include "nn/conv.h"
+#include "tensor/ops/conv.h"
+#include "tensor/ops/reduce.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using autograd::gradcheck;
+
+namespace {
+
+struct ConvCase {
+  Shape x, w;  // (N, C, H, W), (K, C / groups, R, S)
+  Conv2dOptions o;
+  bool bias = true;
+  std::string name() const {
+    return detail::str_cat("x", shape_str(x), " w", shape_str(w), " stride", o.stride.str(), " pad", o.padding.str(),
+                           " dil", o.dilation.str(), " groups ", o.groups, bias ? " bias" : "");
+  }
+};
+
+const ConvCase kCases[] = {
+    {{2, 3, 5, 7}, {4, 3, 3, 2}, {}},                                                        // non-square everything
+    {{2, 3, 7, 6}, {4, 3, 3, 3}, {.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}}},  // all options
+    {{3, 4, 6, 6}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}},                               // groups
+    {{2, 4, 7, 7}, {4, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 4}},                  // depthwise
+    {{2, 3, 5, 5}, {6, 1, 3, 3}, {.padding = 1, .groups = 3}, false},                        // depthwise x2, no bias
+    {{3, 5, 4, 6}, {7, 5, 1, 1}, {}},                                                        // 1x1: no im2col
+    {{2, 6, 7, 7}, {4, 6, 1, 1}, {.stride = 2}, false},                                      // 1x1 downsample
+    {{2, 3, 16, 16}, {5, 3, 7, 7}, {.stride = 2, .padding = 3}},                             // the ResNet stem
+    {{1, 2, 9, 8}, {3, 2, 3, 3}, {.padding = 2, .dilation = 2}},                             // one sample, dilated
+    {{2, 2, 4, 5}, {3, 2, 4, 5}, {}},                                                        // kernel == input
+    {{2, 2, 3, 3}, {3, 2, 5, 5}, {.padding = 1}},                                            // kernel > input, padded
+};
+
+/// Naive convolution in float64: y (and sum |x w| per output, the scale of its rounding),
+/// and, given gy, the gradients by scattering every product's derivative.
+struct Naive {
+  Shape y_shape;
+  std::vector<double> y, scale, gx, gw;
+};
+
+Naive naive_conv(const std::vector<double>& x, const Shape& xs, const std::vector<double>& w, const Shape& ws,
+                 const std::vector<double>* bias, const Conv2dOptions& o, const std::vector<double>* gy = nullptr) {
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], Cg = ws[1], R = ws[2], S = ws[3];
+  const int64_t G = o.groups, Kg = K / G;
+  const int64_t OH = (H + 2 * o.padding.h - o.dilation.h * (R - 1) - 1) / o.stride.h + 1;
+  const int64_t OW = (W + 2 * o.padding.w - o.dilation.w * (S - 1) - 1) / o.stride.w + 1;
+  Naive r;
+  r.y_shape = {N, K, OH, OW};
+  r.y.assign(size_t(N * K * OH * OW), 0.0);
+  r.scale.assign(r.y.size(), 0.0);
+  r.gx.assign(x.size(), 0.0);
+  r.gw.assign(w.size(), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const size_t yi = size_t(((n * K + k) * OH + oh) * OW + ow);
+          double s = bias ? (*bias)[size_t(k)] : 0.0, a = std::fabs(s);
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < R; ++i)
+              for (int64_t j = 0; j < S; ++j) {
+                const int64_t ih = oh * o.stride.h - o.padding.h + i * o.dilation.h;
+                const int64_t iw = ow * o.stride.w - o.padding.w + j * o.dilation.w;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const size_t xi = size_t(((n * C + (k / Kg) * Cg + c) * H + ih) * W + iw);
+                const size_t wi = size_t(((k * Cg + c) * R + i) * S + j);
+                s += x[xi] * w[wi];
+                a += std::fabs(x[xi] * w[wi]);
+                if (gy) {
+                  r.gx[xi] += (*gy)[yi] * w[wi];
+                  r.gw[wi] += (*gy)[yi] * x[xi];
+                }
+              }
+          r.y[yi] = s;
+          r.scale[yi] = a;
+        }
+  return r;
+}
+
+/// |actual - expected| <= rtol * scale + atol elementwise: rounding errors of a sum grow with
+/// the sum of the magnitudes of its terms, not with the (possibly cancelled) result.
+void check_scaled(const std::vector<double>& actual, const std::vector<double>& expected,
+                  const std::vector<double>& scale, double rtol, const std::string& what) {
+  REQUIRE(actual.size() == expected.size());
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < actual.size(); ++i)
+    if (!(std::fabs(actual[i] - expected[i]) <= rtol * (scale[i] + std::fabs(expected[i])) + 1e-300))
+      if (bad++ == 0) first = int64_t(i);
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " differ; first at ", first, ": got ",
+                first >= 0 ? actual[size_t(first)] : 0.0, " expected ", first >= 0 ? expected[size_t(first)] : 0.0);
+}
+
+/// Sum of |terms| of each gradient element, for the backward tolerances: scatter |gy| |w| and |gy| |x|.
+std::pair<std::vector<double>, std::vector<double>> grad_scales(const std::vector<double>& x, const Shape& xs,
+                                                                const std::vector<double>& w, const Shape& ws,
+                                                                const Conv2dOptions& o, const std::vector<double>& gy) {
+  auto absv = [](std::vector<double> v) {
+    for (double& e : v) e = std::fabs(e);
+    return v;
+  };
+  const std::vector<double> ax = absv(x), aw = absv(w), ag = absv(gy);
+  const Naive n = naive_conv(ax, xs, aw, ws, nullptr, o, &ag);
+  return {n.gx, n.gw};
+}
+
+constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
+
+Tensor leaf(const Shape& s, uint64_t seed) {
+  Tensor t = random_tensor(s, kFloat64, seed);
+  t.requires_grad_();
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: forward matches a naive float64 convolution in every dtype and layout") {
+  uint64_t seed = 1;
+  for (const ConvCase& c : kCases)
+    for (DType t : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(c.name());
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout_name(layout));
+        const Tensor x = random_tensor(c.x, t, ++seed, layout);
+        const Tensor w = random_tensor(c.w, t, ++seed, layout == Layout::Contiguous ? Layout::Contiguous : Layout::Strided);
+        const Tensor b = c.bias ? random_tensor({c.w[0]}, t, ++seed) : Tensor();
+        const Tensor y = ops::conv2d(x, w, b, c.o);
+        // The reference sees the values as stored in dtype t.
+        const std::vector<double> bv = c.bias ? values_of(b) : std::vector<double>();
+        const Naive ref = naive_conv(values_of(x), c.x, values_of(w), c.w, c.bias ? &bv : nullptr, c.o);
+        REQUIRE(y.sizes() == ref.y_shape);
+        CHECK(y.dtype() == t);
+        CHECK(y.is_contiguous());
+        check_scaled(values_of(y), ref.y, ref.scale, default_rtol(t), "conv2d " + c.name());
+      }
+}
+
+TEST_CASE("conv2d: backward input and weight match the naive scatter of every product") {
+  uint64_t seed = 100;
+  for (const ConvCase& c : kCases)
+    for (DType t : kAllFloat) {
+      CAPTURE(c.name());
+      CAPTURE(dtype_name(t));
+      const Tensor x = random_tensor(c.x, t, ++seed);
+      const Tensor w = random_tensor(c.w, t, ++seed);
+      const Shape ys = naive_conv(values_of(x), c.x, values_of(w), c.w, nullptr, c.o).y_shape;
+      const Tensor gy = random_tensor(ys, t, ++seed, Layout::Transposed);
+      const std::vector<double> gyv = values_of(gy);
+      const Naive ref = naive_conv(values_of(x), c.x, values_of(w), c.w, nullptr, c.o, &gyv);
+      const auto [sx, sw] = grad_scales(values_of(x), c.x, values_of(w), c.w, c.o, gyv);
+      const Tensor gx = ops::conv2d_backward_input(gy, c.x, w, c.o);
+      const Tensor gw = ops::conv2d_backward_weight(gy, x, c.w, c.o);
+      REQUIRE(gx.sizes() == c.x);
+      REQUIRE(gw.sizes() == c.w);
+      CHECK(gx.dtype() == t);
+      CHECK(gw.dtype() == t);
+      check_scaled(values_of(gx), ref.gx, sx, default_rtol(t), "grad_x " + c.name());
+      check_scaled(values_of(gw), ref.gw, sw, default_rtol(t), "grad_w " + c.name());
+    }
+}
+
+TEST_CASE("conv2d: passes gradcheck in float64 for every option, with and without bias") {
+  uint64_t seed = 300;
+  const ConvCase small[] = {
+      {{2, 2, 4, 5}, {3, 2, 2, 3}, {}},
+      {{1, 2, 6, 5}, {2, 2, 3, 2}, {.stride = {2, 1}, .padding = {1, 2}, .dilation = {2, 1}}},
+      {{2, 4, 4, 4}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}},
+      {{2, 3, 5, 5}, {3, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 3}, false},
+      {{2, 3, 3, 4}, {2, 3, 1, 1}, {}},
+      {{1, 2, 5, 5}, {2, 2, 1, 1}, {.stride = 2}},
+  };
+  for (const ConvCase& c : small) {
+    CAPTURE(c.name());
+    Tensor x = leaf(c.x, ++seed), w = leaf(c.w, ++seed), b = leaf({c.w[0]}, ++seed);
+    const Conv2dOptions o = c.o;
+    TensorList inputs = {x, w};
+    if (c.bias) inputs.push_back(b);
+    auto r = gradcheck(
+        [&](const TensorList& in) { return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o); }, inputs);
+    CHECK_MESSAGE(r.ok, r.report);
+  }
+  // A non-contiguous input (a transposed view made inside f) and an unbatched (C, H, W) one.
+  Tensor x = leaf({2, 2, 5, 4}, 400), w = leaf({3, 2, 2, 2}, 401);
+  auto r = gradcheck([](const TensorList& in) { return conv2d(in[0].transpose(2, 3), in[1]); }, {x, w});
+  CHECK_MESSAGE(r.ok, r.report);
+  Tensor x3 = leaf({2, 4, 4}, 402);
+  auto r3 = gradcheck([](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), {.padding = 1}); }, {x3, w});
+  CHECK_MESSAGE(r3.ok, r3.report);
+}
+
+TEST_CASE("conv2d: saves only what backward needs and skips unneeded gradients") {
+  Tensor x = random_tensor({2, 3, 5, 5}, kFloat64, 1);
+  Tensor w = leaf({4, 3, 3, 3}, 2);
+  Tensor y = conv2d(x, w);  // only the weight needs a gradient
+  CHECK(y.grad_fn_name() == "Conv2dBackward");
+  y.backward(ones_like(y));
+  CHECK(w.grad().defined());
+  CHECK_FALSE(x.grad().defined());
+  // d sum(y) / dw[k, c, r, s] = sum over n, oh, ow of the tap x[n, c, oh + r, ow + s].
+  const std::vector<double> xv = values_of(x), gw = values_of(w.grad());
+  double expect = 0;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t oh = 0; oh < 3; ++oh)
+      for (int64_t ow = 0; ow < 3; ++ow) expect += xv[size_t(((n * 3 + 1) * 5 + oh + 2) * 5 + ow + 1)];
+  CHECK(gw[size_t(((0 * 3 + 1) * 3 + 2) * 3 + 1)] == doctest::Approx(expect).epsilon(1e-12));
+}
+
+TEST_CASE("conv2d: unbatched input, empty batch, no input channels") {
+  const Tensor w = random_tensor({4, 3, 3, 3}, kFloat32, 1), b = random_tensor({4}, kFloat32, 2);
+  const Tensor x = random_tensor({3, 6, 5}, kFloat32, 3);
+  const Tensor y3 = ops::conv2d(x, w, b, {.padding = 1});
+  const Tensor y4 = ops::conv2d(x.unsqueeze(0), w, b, {.padding = 1});
+  CHECK(y3.sizes() == Shape{4, 6, 5});
+  check_close(y3, values_of(y4), 0, 0, "unbatched");
+  CHECK(ops::conv2d(zeros({0, 3, 6, 5}), w, b).sizes() == Shape{0, 4, 4, 3});
+  CHECK(ops::conv2d_backward_weight(zeros({0, 4, 4, 3}), zeros({0, 3, 6, 5}), w.sizes()).sizes() == w.sizes());
+  check_close(ops::conv2d_backward_weight(zeros({0, 4, 4, 3}), zeros({0, 3, 6, 5}), w.sizes()),
+              std::vector<double>(size_t(w.numel()), 0.0), 0, 0, "sum over no samples");
+  // No input channels: every output is the bias.
+  const Tensor y0 = ops::conv2d(zeros({2, 0, 4, 4}), zeros({4, 0, 3, 3}), b);
+  REQUIRE(y0.sizes() == Shape{2, 4, 2, 2});
+  const std::vector<double> bv = values_of(b), v0 = values_of(y0);
+  for (size_t i = 0; i < v0.size(); ++i) CHECK(v0[i] == bv[(i / 4) % 4]);
+}
+
+TEST_CASE("conv2d: errors name the op, the shapes and the settings") {
+  const Tensor x = zeros({2, 3, 8, 8});
+  check_error([&] { ops::conv2d(x, zeros({4, 2, 3, 3})); }, {"conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]", "3 channels"});
+  check_error([&] { conv2d(x, zeros({4, 2, 3, 3})); }, {"conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
+  check_error([&] { ops::conv2d(zeros({2, 4, 8, 8}), zeros({6, 2, 3, 3}), Tensor(), {.groups = 3}); },
+              {"conv2d", "groups=3", "must divide", "(4"});
+  check_error([&] { ops::conv2d(zeros({2, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {.groups = 2}); },
+              {"groups=2", "(5"});
+  check_error([&] { ops::conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 5, 5})); },
+              {"conv2d", "kernel 5x5", "larger than the padded input 4x4", "[1, 1, 4, 4]"});
+  check_error([&] { ops::conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 3, 3}), Tensor(), {.dilation = 2}); },
+              {"kernel 3x3 (5x5", "dilation (2, 2)"});
+  check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}, kFloat64)); }, {"conv2d", "float64", "same dtype"});
+  check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), zeros({5})); }, {"conv2d", "bias", "[5]"});
+  check_error([&] { ops::conv2d(zeros({8, 8}), zeros({4, 3, 3, 3})); }, {"conv2d", "4-D input", "[8, 8]"});
+  check_error([&] { ops::conv2d(x, zeros({4, 3, 3})); }, {"conv2d", "4-D weight", "[4, 3, 3]"});
+  check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {.stride = {1, 0}}); }, {"stride", "(1, 0)"});
+  check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {.padding = -1}); }, {"padding", "(-1, -1)"});
+  check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {.groups = 0}); }, {"groups", "0"});
+  check_error([&] { ops::conv2d(zeros({2, 3, 8, 8}, kInt64), zeros({4, 3, 3, 3}, kInt64)); },
+              {"conv2d", "floating-point", "int64"});
+  check_error([&] { ops::conv2d_backward_input(zeros({2, 4, 5, 5}), x.sizes(), zeros({4, 3, 3, 3})); },
+              {"conv2d_backward_input", "grad_out", "[2, 4, 6, 6]"});
+  check_error([&] { ops::conv2d_backward_weight(zeros({2, 4, 6, 6}), x, {4, 2, 3, 3}); },
+              {"conv2d_backward_weight", "3 channels"});
+}
+
+TEST_CASE("conv2d: the cuDNN benchmark switch is a process-wide setting") {
+  CHECK_FALSE(ops::cudnn_benchmark());
+  ops::set_cudnn_benchmark(true);
+  CHECK(ops::cudnn_benchmark());
+  ops::set_cudnn_benchmark(false);
+  CHECK_FALSE(ops::cudnn_benchmark());
+}
+
+TEST_CASE("nn: Conv2d has torch's parameters, names, init and printout") {
+  manual_seed(0);
+  nn::Conv2d conv(6, 8, 3, {.stride = 2, .padding = 1, .groups = 2});
+  const auto named = conv.named_parameters();
+  REQUIRE(named.size() == 2);
+  CHECK(named[0].first == "weight");
+  CHECK(named[1].first == "bias");
+  CHECK(conv.weight.sizes() == Shape{8, 3, 3, 3});
+  CHECK(conv.bias.sizes() == Shape{8});
+  // kaiming_uniform(a = sqrt(5)): bound = sqrt(6 / ((1 + 5) fan_in)) = 1 / sqrt(fan_in); fan_in = 3 * 3 * 3.
+  const double bound = 1.0 / std::sqrt(27.0);
+  double wmax = 0, bmax = 0;
+  for (double v : values_of(conv.weight)) wmax = std::max(wmax, std::fabs(v));
+  for (double v : values_of(conv.bias)) bmax = std::max(bmax, std::fabs(v));
+  CHECK(wmax <= bound);
+  CHECK(wmax > 0.8 * bound);  // 216 draws fill the range
+  CHECK(bmax <= bound);
+  CHECK(bmax > 0);
+  CHECK(conv.extra_repr() == "6, 8, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), groups=2");
+
+  const Tensor x = random_tensor({2, 6, 7, 7}, kFloat32, 5);
+  const Tensor y = conv(x);
+  CHECK(y.sizes() == Shape{2, 8, 4, 4});
+  check_close(y, values_of(ops::conv2d(x, conv.weight, conv.bias, {.stride = 2, .padding = 1, .groups = 2})), 0, 0,
+              "module forward");
+  y.backward(ones_like(y));
+  CHECK(conv.weight.grad().sizes() == conv.weight.sizes());
+  CHECK(conv.bias.grad().defined());
+
+  nn::Conv2d stem(3, 64, 7, {.stride = 2, .padding = 3, .bias = false});
+  CHECK(stem.named_parameters().size() == 1);
+  CHECK_FALSE(stem.bias.defined());
+  CHECK(stem.weight.sizes() == Shape{64, 3, 7, 7});
+  CHECK(stem.extra_repr() == "3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=false");
+  nn::Conv2d rect(2, 2, {1, 3}, {.dilation = {1, 2}});
+  CHECK(rect.weight.sizes() == Shape{2, 2, 1, 3});
+  CHECK(rect.extra_repr() == "2, 2, kernel_size=(1, 3), stride=(1, 1), dilation=(1, 2)");
+
+  check_error([] { nn::Conv2d(6, 8, 3, {.groups = 4}); }, {"Conv2d", "groups=4", "in_channels=6"});
+  check_error([] { nn::Conv2d(0, 8, 3); }, {"Conv2d", "in_channels=0"});
+  check_error([&] { conv(zeros({2, 5, 7, 7})); }, {"conv2d", "[2, 5, 7, 7]"});
+  check_error([&] { conv(zeros({6, 7})); }, {"Conv2d", "float32[6, 7]"});
+}

@@ -1,0 +1,624 @@
+// Pooling and batch norm: max/avg/adaptive pooling against naive float64 loops
+// (padding, dilation, ceil_mode, count_include_pad), their backward and gradcheck;
+// batch_norm in training and eval against its formulas, running statistics, gradcheck;
+// errors; the MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and BatchNorm2d modules.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops/conv.h"
+#include "nn/batch_norm.h"
+#include "nn/container.h"
+#include "nn/pooling.h"
+#include "tensor/ops/batch_norm.h"
+#include "tensor/ops/pool.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using autograd::gradcheck;
+
+namespace {
+
+constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
+
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+// ---- naive pooling references (independent of Note [Pooling windows]'s code) ----------
+
+/// PyTorch's output size rule, written out: floor or ceil of (L + 2p - d(k-1) - 1) / s, plus one,
+/// minus the last window when ceil_mode starts it at or past the end of the padded-left input.
+int64_t out_size(int64_t L, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const double q = double(L + 2 * p - d * (k - 1) - 1) / double(s);
+  int64_t o = int64_t(ceil_mode ? std::ceil(q) : std::floor(q)) + 1;
+  if (ceil_mode && (o - 1) * s >= L + p) --o;
+  return o;
+}
+
+struct PoolRef {
+  Shape shape;
+  std::vector<double> y, gx;
+  std::vector<int64_t> idx;
+};
+
+/// Max pooling of x (P planes of H x W) by scanning each window; gx from gy if given.
+PoolRef naive_max(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s, Int2 p, Int2 d, bool ceil_mode,
+                  const std::vector<double>* gy = nullptr) {
+  const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
+  const int64_t OH = out_size(H, k.h, s.h, p.h, d.h, ceil_mode), OW = out_size(W, k.w, s.w, p.w, d.w, ceil_mode);
+  PoolRef r;
+  r.shape = xs;
+  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
+  r.gx.assign(x.size(), 0.0);
+  for (int64_t pl = 0; pl < P; ++pl)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double best = -std::numeric_limits<double>::infinity();
+        int64_t arg = -1;
+        for (int64_t i = 0; i < k.h; ++i)
+          for (int64_t j = 0; j < k.w; ++j) {
+            const int64_t ih = oh * s.h - p.h + i * d.h, iw = ow * s.w - p.w + j * d.w;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            const double v = x[size_t((pl * H + ih) * W + iw)];
+            if (arg < 0 || v > best || std::isnan(v)) best = v, arg = ih * W + iw;
+          }
+        REQUIRE(arg >= 0);
+        const size_t o = r.y.size();
+        r.y.push_back(best);
+        r.idx.push_back(arg);
+        if (gy) r.gx[size_t(pl * H * W + arg)] += (*gy)[o];
+      }
+  return r;
+}
+
+/// Average pooling: the divisor counts the window's cells inside the padded input
+/// (count_include_pad) or inside the input.
+PoolRef naive_avg(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s, Int2 p, bool ceil_mode,
+                  bool include_pad, const std::vector<double>* gy = nullptr) {
+  const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
+  const int64_t OH = out_size(H, k.h, s.h, p.h, 1, ceil_mode), OW = out_size(W, k.w, s.w, p.w, 1, ceil_mode);
+  PoolRef r;
+  r.shape = xs;
+  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
+  r.gx.assign(x.size(), 0.0);
+  for (int64_t pl = 0; pl < P; ++pl)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double sum = 0;
+        int64_t padded = 0, inside = 0;
+        for (int64_t i = 0; i < k.h; ++i)
+          for (int64_t j = 0; j < k.w; ++j) {
+            const int64_t ih = oh * s.h - p.h + i, iw = ow * s.w - p.w + j;
+            if (ih < H + p.h && iw < W + p.w) ++padded;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            ++inside;
+            sum += x[size_t((pl * H + ih) * W + iw)];
+          }
+        const double div = double(include_pad ? padded : inside);
+        const size_t o = r.y.size();
+        r.y.push_back(sum / div);
+        if (!gy) continue;
+        for (int64_t i = 0; i < k.h; ++i)
+          for (int64_t j = 0; j < k.w; ++j) {
+            const int64_t ih = oh * s.h - p.h + i, iw = ow * s.w - p.w + j;
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W) r.gx[size_t((pl * H + ih) * W + iw)] += (*gy)[o] / div;
+          }
+      }
+  return r;
+}
+
+/// Adaptive average pooling: output o averages [floor(o L / O), ceil((o + 1) L / O)).
+PoolRef naive_adaptive(const std::vector<double>& x, const Shape& xs, Int2 out,
+                       const std::vector<double>* gy = nullptr) {
+  const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
+  PoolRef r;
+  r.shape = xs;
+  r.shape[xs.size() - 2] = out.h, r.shape.back() = out.w;
+  r.gx.assign(x.size(), 0.0);
+  auto lo = [](int64_t o, int64_t L, int64_t O) { return int64_t(std::floor(double(o) * double(L) / double(O))); };
+  auto hi = [](int64_t o, int64_t L, int64_t O) { return int64_t(std::ceil(double(o + 1) * double(L) / double(O))); };
+  for (int64_t pl = 0; pl < P; ++pl)
+    for (int64_t oh = 0; oh < out.h; ++oh)
+      for (int64_t ow = 0; ow < out.w; ++ow) {
+        double sum = 0;
+        const int64_t h0 = lo(oh, H, out.h), h1 = hi(oh, H, out.h), w0 = lo(ow, W, out.w), w1 = hi(ow, W, out.w);
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) sum += x[size_t((pl * H + ih) * W + iw)];
+        const double n = double((h1 - h0) * (w1 - w0));
+        const size_t o = r.y.size();
+        r.y.push_back(sum / n);
+        if (gy)
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) r.gx[size_t((pl * H + ih) * W + iw)] += (*gy)[o] / n;
+      }
+  return r;
+}
+
+struct MaxCase {
+  Shape x;
+  Int2 k;
+  MaxPool2dOptions o;
+};
+const MaxCase kMaxCases[] = {
+    {{2, 3, 8, 8}, 2, {}},
+    {{2, 3, 9, 7}, 3, {.stride = 2, .padding = 1}},                              // ResNet's stem pool, odd sizes
+    {{1, 2, 7, 9}, {3, 2}, {.stride = {2, 3}, .padding = {1, 1}}},               // non-square
+    {{2, 2, 9, 9}, 3, {.stride = 2, .padding = 1, .dilation = 2}},               // dilation
+    {{2, 2, 5, 5}, 3, {.stride = 3, .padding = 1, .ceil_mode = true}},           // ceil drops a padding-only window
+    {{1, 3, 6, 7}, 2, {.stride = 2, .ceil_mode = true}},                         // ceil adds a partial window
+    {{3, 6, 6}, {2, 3}, {.stride = 1}},                                          // unbatched, overlapping windows
+};
+
+struct AvgCase {
+  Shape x;
+  Int2 k;
+  AvgPool2dOptions o;
+};
+const AvgCase kAvgCases[] = {
+    {{2, 3, 8, 8}, 2, {}},
+    {{2, 2, 7, 6}, 3, {.stride = 2, .padding = 1}},
+    {{2, 2, 7, 6}, 3, {.stride = 2, .padding = 1, .count_include_pad = false}},
+    {{1, 2, 7, 8}, {3, 2}, {.stride = {2, 3}, .padding = {1, 1}, .ceil_mode = true}},
+    {{1, 2, 5, 5}, 3, {.stride = 3, .padding = 1, .ceil_mode = true, .count_include_pad = false}},
+    {{1, 2, 6, 7}, 4, {.stride = 3, .padding = 2, .ceil_mode = true}},  // the last window is clipped at H + pad
+    {{3, 5, 5}, 2, {.stride = 1}},
+};
+
+}  // namespace
+
+// ---- pooling -------------------------------------------------------------------------------
+
+TEST_CASE("pool: output sizes follow PyTorch's rule, ceil_mode included") {
+  CHECK(out_size(5, 3, 3, 1, 1, true) == 2);  // a third window would start in the right padding
+  CHECK(out_size(6, 2, 2, 0, 1, true) == 3);
+  CHECK(out_size(7, 2, 2, 0, 1, true) == 4);  // a partial last window
+  CHECK(out_size(7, 2, 2, 0, 1, false) == 3);
+  CHECK(out_size(112, 3, 2, 1, 1, false) == 56);  // ResNet
+  CHECK(ops::max_pool2d(zeros({1, 1, 5, 5}), 3, {.stride = 3, .padding = 1, .ceil_mode = true}).out.sizes() ==
+        Shape{1, 1, 2, 2});
+  CHECK(ops::max_pool2d(zeros({1, 1, 7, 7}), 2, {.ceil_mode = true}).out.sizes() == Shape{1, 1, 4, 4});
+  CHECK(ops::avg_pool2d(zeros({1, 1, 7, 7}), 2).sizes() == Shape{1, 1, 3, 3});
+}
+
+TEST_CASE("pool: max_pool2d values and argmax indices match a naive scan in every dtype and layout") {
+  uint64_t seed = 1;
+  for (const MaxCase& c : kMaxCases)
+    for (DType t : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(shape_str(c.x));
+        CAPTURE(c.k.str());
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout_name(layout));
+        const Tensor x = random_tensor(c.x, t, ++seed, layout);
+        const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
+        const PoolRef ref = naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation,
+                                      c.o.ceil_mode);
+        REQUIRE(r.out.sizes() == ref.shape);
+        CHECK(r.out.dtype() == t);
+        CHECK(r.indices.dtype() == kInt64);
+        check_close(r.out, ref.y, 0, 0, "max values");  // a max is exact
+        CHECK(r.indices.tolist<int64_t>() == ref.idx);
+      }
+}
+
+TEST_CASE("pool: max_pool2d lets NaN win, takes the first of equal maxima, ignores -inf padding") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const Tensor x = make_tensor({1, nan, 3, 3, -inf, -inf, 2, 5, 5}, {1, 1, 3, 3}, kFloat32);
+  const ops::MaxPool2dResult r = ops::max_pool2d(x, 2, {.stride = 1});
+  const std::vector<double> v = values_of(r.out);
+  CHECK(std::isnan(v[0]));
+  CHECK(r.indices.tolist<int64_t>() == std::vector<int64_t>{1, 1, 7, 7});
+  CHECK(v[1] != v[1]);
+  CHECK(v[2] == 5);
+  const Tensor all_neg_inf = full({1, 1, 2, 2}, -inf);
+  const ops::MaxPool2dResult r2 = ops::max_pool2d(all_neg_inf, 3, {.stride = 1, .padding = 1});
+  CHECK(r2.indices.tolist<int64_t>() == std::vector<int64_t>{0, 0, 0, 0});  // the first cell in each window
+}
+
+TEST_CASE("pool: avg_pool2d matches a naive mean with either divisor, in every dtype and layout") {
+  uint64_t seed = 100;
+  for (const AvgCase& c : kAvgCases)
+    for (DType t : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(shape_str(c.x));
+        CAPTURE(c.k.str());
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout_name(layout));
+        const Tensor x = random_tensor(c.x, t, ++seed, layout);
+        const Tensor y = ops::avg_pool2d(x, c.k, c.o);
+        const PoolRef ref = naive_avg(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.ceil_mode,
+                                      c.o.count_include_pad);
+        REQUIRE(y.sizes() == ref.shape);
+        check_close(y, ref.y, default_rtol(t), default_rtol(t), "avg");
+      }
+}
+
+TEST_CASE("pool: adaptive_avg_pool2d matches naive windows, shrinking and growing") {
+  uint64_t seed = 200;
+  const std::pair<Shape, Int2> cases[] = {{{2, 3, 7, 7}, 1},        {{2, 3, 7, 7}, {3, 2}}, {{1, 2, 10, 9}, {4, 5}},
+                                          {{1, 2, 3, 4}, {5, 7}},   {{3, 8, 8}, 4},         {{2, 4, 13, 11}, {6, 6}},
+                                          {{2, 64, 7, 7}, {1, 1}}};
+  for (const auto& [xs, out] : cases)
+    for (DType t : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(shape_str(xs));
+        CAPTURE(out.str());
+        CAPTURE(dtype_name(t));
+        const Tensor x = random_tensor(xs, t, ++seed, layout);
+        const Tensor y = ops::adaptive_avg_pool2d(x, out);
+        const PoolRef ref = naive_adaptive(values_of(x), xs, out);
+        REQUIRE(y.sizes() == ref.shape);
+        check_close(y, ref.y, default_rtol(t), default_rtol(t), "adaptive");
+      }
+}
+
+TEST_CASE("pool: backward kernels match the naive routing of each gradient") {
+  uint64_t seed = 300;
+  for (DType t : kAllFloat) {
+    CAPTURE(dtype_name(t));
+    const double tol = 2 * default_rtol(t);
+    for (const MaxCase& c : kMaxCases) {
+      CAPTURE(shape_str(c.x));
+      const Tensor x = random_tensor(c.x, t, ++seed);
+      const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
+      const Tensor gy = random_tensor(r.out.sizes(), t, ++seed, Layout::Transposed);
+      const std::vector<double> gyv = values_of(gy);
+      const PoolRef ref = naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation,
+                                    c.o.ceil_mode, &gyv);
+      const Tensor gx = ops::max_pool2d_backward(gy, r.indices, c.x, c.k, c.o);
+      CHECK(gx.sizes() == c.x);
+      check_close(gx, ref.gx, tol, tol, "max backward");
+    }
+    for (const AvgCase& c : kAvgCases) {
+      CAPTURE(shape_str(c.x));
+      const Tensor x = random_tensor(c.x, t, ++seed);
+      const Tensor gy = random_tensor(ops::avg_pool2d(x, c.k, c.o).sizes(), t, ++seed, Layout::Strided);
+      const std::vector<double> gyv = values_of(gy);
+      const PoolRef ref = naive_avg(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.ceil_mode,
+                                    c.o.count_include_pad, &gyv);
+      check_close(ops::avg_pool2d_backward(gy, c.x, c.k, c.o), ref.gx, tol, tol, "avg backward");
+    }
+    for (const auto& [xs, out] : {std::pair<Shape, Int2>{{2, 3, 7, 7}, {3, 2}}, {{1, 2, 3, 4}, {5, 7}}}) {
+      const Tensor x = random_tensor(xs, t, ++seed);
+      const Tensor gy = random_tensor(ops::adaptive_avg_pool2d(x, out).sizes(), t, ++seed);
+      const std::vector<double> gyv = values_of(gy);
+      const PoolRef ref = naive_adaptive(values_of(x), xs, out, &gyv);
+      check_close(ops::adaptive_avg_pool2d_backward(gy, xs), ref.gx, tol, tol, "adaptive backward");
+    }
+  }
+}
+
+TEST_CASE("pool: max_pool2d, avg_pool2d and adaptive_avg_pool2d pass gradcheck") {
+  uint64_t seed = 400;
+  for (const MaxCase& c : kMaxCases) {
+    CAPTURE(shape_str(c.x));
+    Tensor x = leaf(c.x, ++seed);  // distinct random values: no ties within 1e-6
+    const MaxCase cc = c;
+    auto r = gradcheck([&](const TensorList& in) { return max_pool2d(in[0], cc.k, cc.o); }, {x});
+    CHECK_MESSAGE(r.ok, r.report);
+  }
+  for (const AvgCase& c : kAvgCases) {
+    CAPTURE(shape_str(c.x));
+    Tensor x = leaf(c.x, ++seed);
+    const AvgCase cc = c;
+    auto r = gradcheck([&](const TensorList& in) { return avg_pool2d(in[0], cc.k, cc.o); }, {x});
+    CHECK_MESSAGE(r.ok, r.report);
+  }
+  for (Int2 out : {Int2(1), Int2(3, 2), Int2(5, 7)}) {
+    Tensor x = leaf({2, 2, 4, 5}, ++seed);
+    auto r = gradcheck([&](const TensorList& in) { return adaptive_avg_pool2d(in[0], out); }, {x});
+    CHECK_MESSAGE(r.ok, r.report);
+  }
+  // A non-contiguous input, made inside f.
+  Tensor x = leaf({2, 2, 6, 5}, ++seed);
+  auto r = gradcheck([](const TensorList& in) { return max_pool2d(in[0].transpose(2, 3), 2, {.stride = 1}); }, {x});
+  CHECK_MESSAGE(r.ok, r.report);
+  auto r2 = gradcheck([](const TensorList& in) { return avg_pool2d(in[0].transpose(2, 3), 3, {.padding = 1}); }, {x});
+  CHECK_MESSAGE(r2.ok, r2.report);
+}
+
+TEST_CASE("pool: errors name the op, the shapes and the settings") {
+  const Tensor x = zeros({2, 3, 8, 8});
+  check_error([&] { ops::max_pool2d(x, 2, {.padding = 2}); }, {"max_pool2d", "padding (2, 2)", "half the kernel"});
+  check_error([&] { ops::avg_pool2d(x, 3, {.padding = 2}); }, {"avg_pool2d", "padding (2, 2)", "kernel (3, 3)"});
+  check_error([&] { ops::max_pool2d(zeros({1, 1, 2, 2}), 3); }, {"max_pool2d", "[1, 1, 2, 2]", "too small"});
+  check_error([&] { ops::max_pool2d(zeros({8, 8}), 2); }, {"max_pool2d", "3-D", "4-D", "[8, 8]"});
+  check_error([&] { ops::avg_pool2d(x, 2, {.stride = {0, 1}}); }, {"avg_pool2d", "stride", "(0, 1)"});
+  check_error([&] { ops::max_pool2d(x, 2, {.stride = -1}); }, {"max_pool2d", "stride", "(-1, -1)"});
+  check_error([&] { ops::max_pool2d(x, {0, 2}); }, {"max_pool2d", "kernel size", "(0, 2)"});
+  check_error([&] { ops::max_pool2d(x, 2, {.dilation = 0}); }, {"max_pool2d", "dilation"});
+  check_error([&] { ops::max_pool2d(zeros({2, 3, 8, 8}, kInt32), 2); }, {"max_pool2d", "floating-point", "int32"});
+  check_error([&] { ops::adaptive_avg_pool2d(x, {0, 1}); }, {"adaptive_avg_pool2d", "output size", "(0, 1)"});
+  check_error([&] { ops::adaptive_avg_pool2d(zeros({2, 3, 0, 4}), 1); }, {"adaptive_avg_pool2d", "non-zero"});
+  const ops::MaxPool2dResult r = ops::max_pool2d(x, 2);
+  check_error([&] { ops::max_pool2d_backward(r.out, r.indices.to(kInt32), x.sizes(), 2); },
+              {"max_pool2d_backward", "int64", "[2, 3, 4, 4]"});
+  check_error([&] { ops::max_pool2d_backward(zeros({2, 3, 3, 3}), r.indices, x.sizes(), 2); },
+              {"max_pool2d_backward", "grad_out", "[2, 3, 4, 4]"});
+  check_error([&] { ops::avg_pool2d_backward(zeros({2, 3, 3, 3}), x.sizes(), 2); },
+              {"avg_pool2d_backward", "[2, 3, 4, 4]"});
+  // Empty batches pool to empty outputs.
+  CHECK(ops::max_pool2d(zeros({0, 3, 8, 8}), 2).out.sizes() == Shape{0, 3, 4, 4});
+  CHECK(ops::adaptive_avg_pool2d(zeros({0, 3, 8, 8}), 2).sizes() == Shape{0, 3, 2, 2});
+}
+
+TEST_CASE("nn: pooling modules forward the functional ops and print like torch") {
+  const Tensor x = random_tensor({2, 3, 9, 9}, kFloat32, 9);
+  nn::MaxPool2d mp(3, {.stride = 2, .padding = 1});
+  check_close(mp(x), values_of(ops::max_pool2d(x, 3, {.stride = 2, .padding = 1}).out), 0, 0, "MaxPool2d");
+  CHECK(mp.extra_repr() == "kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=false");
+  CHECK(mp.named_parameters().empty());
+  nn::AvgPool2d ap({2, 3}, {.ceil_mode = true, .count_include_pad = false});
+  check_close(ap(x), values_of(ops::avg_pool2d(x, {2, 3}, {.ceil_mode = true, .count_include_pad = false})), 0, 0,
+              "AvgPool2d");
+  CHECK(ap.extra_repr() == "kernel_size=(2, 3), stride=(2, 3), padding=0, ceil_mode=true, count_include_pad=false");
+  nn::AdaptiveAvgPool2d gap({1, 1});
+  CHECK(gap(x).sizes() == Shape{2, 3, 1, 1});
+  CHECK(gap.extra_repr() == "output_size=(1, 1)");
+  check_error([] { nn::MaxPool2d(0); }, {"MaxPool2d", "kernel_size"});
+}
+
+// ---- batch norm --------------------------------------------------------------------------------
+
+namespace {
+
+struct BnRef {
+  std::vector<double> y, mean, invstd, rm, rv;
+};
+
+/// Batch norm by its definition in float64: x (N, C, *), optional weight/bias, running stats.
+BnRef naive_bn(const std::vector<double>& x, const Shape& xs, const std::vector<double>* w,
+               const std::vector<double>* b, std::vector<double> rm, std::vector<double> rv, bool training,
+               double momentum, double eps) {
+  const int64_t N = xs[0], C = xs[1], L = numel_of(xs) / (N * C);
+  BnRef r;
+  r.y.resize(x.size());
+  for (int64_t c = 0; c < C; ++c) {
+    double mean, var;
+    if (training) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < L; ++j) s += x[size_t((n * C + c) * L + j)];
+      mean = s / double(N * L);
+      double ss = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < L; ++j) ss += std::pow(x[size_t((n * C + c) * L + j)] - mean, 2);
+      var = ss / double(N * L);
+      if (!rm.empty()) {
+        rm[size_t(c)] = (1 - momentum) * rm[size_t(c)] + momentum * mean;
+        rv[size_t(c)] = (1 - momentum) * rv[size_t(c)] + momentum * ss / double(N * L - 1);
+      }
+    } else {
+      mean = rm[size_t(c)], var = rv[size_t(c)];
+    }
+    r.mean.push_back(mean);
+    r.invstd.push_back(1.0 / std::sqrt(var + eps));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < L; ++j) {
+        const size_t i = size_t((n * C + c) * L + j);
+        r.y[i] = (x[i] - mean) / std::sqrt(var + eps) * (w ? (*w)[size_t(c)] : 1.0) + (b ? (*b)[size_t(c)] : 0.0);
+      }
+  }
+  r.rm = rm, r.rv = rv;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm: training normalizes with batch statistics and updates the running ones") {
+  uint64_t seed = 500;
+  for (const Shape& xs : {Shape{4, 3, 5, 6}, Shape{8, 5}, Shape{3, 4, 7}, Shape{2, 2, 3, 3}})
+    for (DType t : kAllFloat)
+      for (bool float_params : {false, true})
+        for (bool affine : {true, false}) {
+          if (float_params && (t == kFloat32 || t == kFloat64)) continue;
+          CAPTURE(shape_str(xs));
+          CAPTURE(dtype_name(t));
+          CAPTURE(float_params);
+          CAPTURE(affine);
+          const int64_t C = xs[1];
+          const DType pt = float_params ? kFloat32 : t;
+          const Tensor x = random_tensor(xs, t, ++seed, Layout::Transposed, -1.0, 3.0);
+          const Tensor w = affine ? random_tensor({C}, pt, ++seed) : Tensor();
+          const Tensor b = affine ? random_tensor({C}, pt, ++seed) : Tensor();
+          Tensor rm = random_tensor({C}, pt, ++seed), rv = random_tensor({C}, pt, ++seed, Layout::Strided, 0.5, 2.0);
+          const std::vector<double> wv = affine ? values_of(w) : std::vector<double>(), bv = affine ? values_of(b) : wv;
+          const BnRef ref = naive_bn(values_of(x), xs, affine ? &wv : nullptr, affine ? &bv : nullptr, values_of(rm),
+                                     values_of(rv), true, 0.2, 1e-3);
+          const uint64_t version = rm.version();
+          const ops::BatchNormResult r = ops::batch_norm(x, rm, rv, w, b, true, 0.2, 1e-3);
+          CHECK(r.out.dtype() == t);
+          CHECK(r.mean.dtype() == (t == kFloat64 ? kFloat64 : kFloat32));
+          const double tol = default_rtol(t) * 4;
+          check_close(r.out, ref.y, tol, tol, "y");
+          check_close(r.mean, ref.mean, 1e-5, 1e-6, "mean");
+          check_close(r.invstd, ref.invstd, 1e-5, 1e-6, "invstd");
+          check_close(rm, ref.rm, default_rtol(pt), 1e-6, "running_mean");
+          check_close(rv, ref.rv, default_rtol(pt), 1e-6, "running_var");
+          CHECK(rm.version() > version);
+        }
+}
+
+TEST_CASE("batch_norm: eval normalizes with the running statistics and leaves them alone") {
+  uint64_t seed = 600;
+  for (DType t : kAllFloat) {
+    CAPTURE(dtype_name(t));
+    const Shape xs{3, 4, 5, 5};
+    const Tensor x = random_tensor(xs, t, ++seed);
+    const Tensor w = random_tensor({4}, t, ++seed), b = random_tensor({4}, t, ++seed);
+    const DType st = t == kFloat64 ? kFloat64 : kFloat32;  // running statistics in the compute dtype
+    const Tensor rm = random_tensor({4}, st, ++seed), rv = random_tensor({4}, st, ++seed, {}, 0.5, 2.0);
+    const std::vector<double> wv = values_of(w), bv = values_of(b), rmv = values_of(rm), rvv = values_of(rv);
+    const BnRef ref = naive_bn(values_of(x), xs, &wv, &bv, rmv, rvv, false, 0.1, 1e-5);
+    const ops::BatchNormResult r = ops::batch_norm(x, rm, rv, w, b, false);
+    check_close(r.out, ref.y, 4 * default_rtol(t), 4 * default_rtol(t), "eval y");
+    check_close(r.mean, rmv, 0, 0, "eval mean is running_mean");
+    check_close(r.invstd, ref.invstd, 1e-6, 0, "eval invstd");
+    check_close(rm, rmv, 0, 0, "running_mean untouched");
+    check_close(rv, rvv, 0, 0, "running_var untouched");
+    CHECK_FALSE(r.mean.shares_storage(rm));  // a copy: see Note [Batch norm statistics]
+  }
+}
+
+TEST_CASE("batch_norm: backward matches the formula, and passes gradcheck in training and eval") {
+  // The raw backward against its formula written out in float64.
+  const Shape xs{3, 2, 4};
+  const Tensor x = random_tensor(xs, kFloat64, 1), g = random_tensor(xs, kFloat64, 2), w = random_tensor({2}, kFloat64, 3);
+  const ops::BatchNormResult r = ops::batch_norm(x, Tensor(), Tensor(), w, Tensor(), true);
+  const ops::BatchNormGrads gr = ops::batch_norm_backward(g, x, w, r.mean, r.invstd, true);
+  const std::vector<double> xv = values_of(x), gv = values_of(g), wv = values_of(w), mv = values_of(r.mean),
+                            iv = values_of(r.invstd);
+  std::vector<double> gx(xv.size()), gw(2, 0.0), gb(2, 0.0);
+  for (int c = 0; c < 2; ++c) {
+    for (int n = 0; n < 3; ++n)
+      for (int j = 0; j < 4; ++j) {
+        const size_t i = size_t((n * 2 + c) * 4 + j);
+        gb[size_t(c)] += gv[i];
+        gw[size_t(c)] += gv[i] * (xv[i] - mv[size_t(c)]) * iv[size_t(c)];
+      }
+    for (int n = 0; n < 3; ++n)
+      for (int j = 0; j < 4; ++j) {
+        const size_t i = size_t((n * 2 + c) * 4 + j);
+        const double xhat = (xv[i] - mv[size_t(c)]) * iv[size_t(c)];
+        gx[i] = wv[size_t(c)] * iv[size_t(c)] * (gv[i] - gb[size_t(c)] / 12 - xhat * gw[size_t(c)] / 12);
+      }
+  }
+  check_close(gr.x, gx, 1e-12, 1e-12, "grad_x");
+  check_close(gr.weight, gw, 1e-12, 1e-12, "grad_weight");
+  check_close(gr.bias, gb, 1e-12, 1e-12, "grad_bias");
+
+  Tensor xl = leaf({4, 3, 3, 2}, 10), wl = leaf({3}, 11), bl = leaf({3}, 12);
+  const Tensor rm = random_tensor({3}, kFloat64, 13), rv = random_tensor({3}, kFloat64, 14, {}, 0.5, 2.0);
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    auto r1 = gradcheck(
+        [&](const TensorList& in) { return batch_norm(in[0], rm.clone(), rv.clone(), in[1], in[2], training); },
+        {xl, wl, bl});
+    CHECK_MESSAGE(r1.ok, r1.report);
+    auto r2 = gradcheck([&](const TensorList& in) { return batch_norm(in[0], rm, rv, Tensor(), Tensor(), training); },
+                        {xl});
+    CHECK_MESSAGE(r2.ok, r2.report);
+  }
+  // (N, C) input without running statistics, and a non-contiguous one.
+  Tensor x2 = leaf({6, 3}, 15);
+  auto r3 = gradcheck([&](const TensorList& in) { return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
+                      {x2, wl, bl});
+  CHECK_MESSAGE(r3.ok, r3.report);
+  Tensor x3 = leaf({3, 2, 3, 4}, 16);
+  auto r4 = gradcheck(
+      [&](const TensorList& in) { return batch_norm(in[0].transpose(0, 1), Tensor(), Tensor(), Tensor(), in[1], true); },
+      {x3, leaf({3}, 17)});
+  CHECK_MESSAGE(r4.ok, r4.report);
+}
+
+TEST_CASE("batch_norm: parameter gradients come back in the parameters' dtype") {
+  Tensor x = random_tensor({4, 3, 2, 2}, kFloat16, 1);
+  x.requires_grad_();
+  Tensor w = random_tensor({3}, kFloat32, 2), b = random_tensor({3}, kFloat32, 3);
+  w.requires_grad_();
+  b.requires_grad_();
+  Tensor y = batch_norm(x, Tensor(), Tensor(), w, b, true);
+  CHECK(y.dtype() == kFloat16);
+  CHECK(y.grad_fn_name() == "BatchNormBackward");
+  y.backward(ones_like(y));
+  CHECK(x.grad().dtype() == kFloat16);
+  CHECK(w.grad().dtype() == kFloat32);
+  CHECK(b.grad().dtype() == kFloat32);
+  check_close(b.grad(), {16, 16, 16}, 1e-3, 0, "grad_bias = sum of ones");
+}
+
+TEST_CASE("batch_norm: errors") {
+  const Tensor x = zeros({4, 3, 2, 2});
+  check_error([&] { ops::batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+              {"batch_norm", "more than 1 value per channel", "[1, 3]"});
+  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); },
+              {"batch_norm", "eval mode"});
+  check_error([&] { ops::batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), true); },
+              {"batch_norm", "both"});
+  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), zeros({4}), Tensor(), true); },
+              {"batch_norm", "weight", "[4]", "[3]"});
+  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), zeros({3}, kFloat64), Tensor(), true); },
+              {"batch_norm", "weight", "float64", "float32"});
+  check_error([&] { ops::batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+              {"batch_norm", "at least 2 dims"});
+  check_error([&] { ops::batch_norm(zeros({4, 3}, kInt64), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+              {"batch_norm", "floating-point"});
+  const ops::BatchNormResult r = ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  check_error([&] { ops::batch_norm_backward(zeros({4, 3}), x, Tensor(), r.mean, r.invstd, true); },
+              {"batch_norm_backward", "grad_out"});
+  check_error([&] { ops::batch_norm_backward(x, x, Tensor(), r.mean.to(kFloat64), r.invstd, true); },
+              {"batch_norm_backward", "mean and invstd"});
+  // An empty batch in eval normalizes nothing; its parameter gradients are zeros.
+  const ops::BatchNormResult e = ops::batch_norm(zeros({0, 3, 2}), zeros({3}), ones({3}), ones({3}), zeros({3}), false);
+  CHECK(e.out.sizes() == Shape{0, 3, 2});
+  const ops::BatchNormGrads eg = ops::batch_norm_backward(zeros({0, 3, 2}), zeros({0, 3, 2}), ones({3}), e.mean, e.invstd, false);
+  check_close(eg.weight, {0, 0, 0}, 0, 0, "empty grad_weight");
+}
+
+TEST_CASE("nn: BatchNorm2d has torchvision's names, tracks batches, and switches statistics with the mode") {
+  nn::BatchNorm2d bn(3);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : bn.state_dict()) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"});
+  CHECK(bn.named_parameters().size() == 2);
+  CHECK(bn.num_batches_tracked.dtype() == kInt64);
+  CHECK(bn.num_batches_tracked.dim() == 0);
+  check_close(bn.weight, {1, 1, 1}, 0, 0, "weight starts at one");
+  check_close(bn.running_var, {1, 1, 1}, 0, 0, "running_var starts at one");
+  CHECK(bn.extra_repr() == "3, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true");
+
+  const Tensor x = random_tensor({4, 3, 5, 5}, kFloat32, 1, Layout::Contiguous, 0.0, 4.0);
+  const std::vector<double> xv = values_of(x);
+  const Tensor y = bn(x);  // training
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+  const BnRef ref = naive_bn(xv, x.sizes(), nullptr, nullptr, {0, 0, 0}, {1, 1, 1}, true, 0.1, 1e-5);
+  check_close(y, ref.y, 1e-4, 1e-5, "training forward");
+  check_close(bn.running_mean, ref.rm, 1e-5, 1e-6, "running_mean");
+  check_close(bn.running_var, ref.rv, 1e-5, 1e-6, "running_var");
+  y.backward(ones_like(y));
+  CHECK(bn.weight.grad().defined());
+
+  bn.eval();
+  const Tensor ye = bn(x);
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+  const BnRef refe = naive_bn(xv, x.sizes(), nullptr, nullptr, ref.rm, ref.rv, false, 0.1, 1e-5);
+  check_close(ye, refe.y, 1e-4, 1e-5, "eval forward");
+
+  // momentum = None: a cumulative average of the batch statistics.
+  nn::BatchNorm2d cum(3, {.momentum = std::nullopt});
+  const Tensor x2 = random_tensor({4, 3, 5, 5}, kFloat32, 2);
+  cum(x);
+  cum(x2);
+  const BnRef r1 = naive_bn(xv, x.sizes(), nullptr, nullptr, {0, 0, 0}, {1, 1, 1}, true, 1.0, 1e-5);
+  const BnRef r2 = naive_bn(values_of(x2), x.sizes(), nullptr, nullptr, r1.rm, r1.rv, true, 0.5, 1e-5);
+  check_close(cum.running_mean, r2.rm, 1e-5, 1e-6, "cumulative running_mean");
+  CHECK(cum.num_batches_tracked.item<int64_t>() == 2);
+  CHECK(cum.extra_repr().find("momentum=None") != std::string::npos);
+
+  // Without running statistics: no buffers, batch statistics in eval too; without affine: no parameters.
+  nn::BatchNorm2d plain(3, {.affine = false, .track_running_stats = false});
+  CHECK(plain.state_dict().empty());
+  plain.eval();
+  check_close(plain(x), ref.y, 1e-4, 1e-5, "batch statistics in eval");
+
+  // torchvision-style checkpoint keys load; half conversion keeps the counter int64.
+  nn::Sequential seq({std::make_shared<nn::BatchNorm2d>(3)});
+  std::map<std::string, Tensor> state = {{"0.weight", full({3}, 2.0)},      {"0.bias", full({3}, 0.5)},
+                                         {"0.running_mean", full({3}, 1.0)}, {"0.running_var", full({3}, 4.0)},
+                                         {"0.num_batches_tracked", full({}, 7.0, kInt64)}};
+  seq.load_state_dict(state);
+  seq.eval();
+  const Tensor ys = seq.forward(full({2, 3, 1, 1}, 3.0));
+  check_close(ys, std::vector<double>(6, 2.0 * (3.0 - 1.0) / std::sqrt(4.0 + 1e-5) + 0.5), 1e-6, 0, "loaded");
+  seq.to(kFloat16);
+  CHECK(seq.state_dict().back().second.dtype() == kInt64);
+  CHECK(seq.state_dict().back().second.item<int64_t>() == 7);
+  check_error([&] { bn(zeros({4, 2, 5, 5})); }, {"BatchNorm2d", "[4, 2, 5, 5]"});
+}

@@ -1,0 +1,204 @@
+// GradScaler's fused CUDA unscale (optim/fused_unscale.cu) against the CPU loop (itself
+// checked against a naive reference in tests/cpu/test_grad_scaler.cpp) on the same
+// values: 50 gradients of varied sizes (odd, multi-chunk, > 1M elements) in float32,
+// float16, bfloat16 and float64, mixed dtypes and a strided gradient in one optimizer, one
+// launch per (device, dtype), inf/NaN detection in one element of one of 50 gradients (the
+// step skipped bit for bit) and scaled training on the GPU against the CPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/reduce.h"
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/multi_tensor.h"
+#include "optim/sgd.h"
+#include "tensor/factory.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using optim::Adam;
+using optim::AdamW;
+using optim::GradScaler;
+using optim::SGD;
+using optim::detail::fused_launch_count;
+
+namespace {
+
+using Values = std::vector<double>;
+
+/// 50 shapes: tiny, odd (not multiples of 4), chunk-boundary and > 1M-element tensors.
+std::vector<Shape> fifty_shapes() {
+  std::vector<Shape> s = {{1},    {3},       {5},       {7, 3},         {16},         {1023},     {1024},
+                          {4099}, {17, 129}, {256, 257}, {16384},       {16385},      {3, 5461},  {(1 << 20) + 3},
+                          {1100, 1000}, {2, 3, 4, 5}};
+  for (int64_t k = 0; s.size() < 50; ++k) s.push_back({1 + 37 * k % 2000, 1 + k % 7});
+  return s;
+}
+
+/// The same parameters and gradients on the CPU and on the GPU; dtypes[k % dtypes.size()]
+/// for parameter k. Gradient values in [-500, 500) (inside float16's range).
+struct Twins {
+  std::vector<Tensor> cpu, gpu;
+  Twins(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes, uint64_t seed) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const DType dt = dtypes[k % dtypes.size()];
+      const Values v = random_values(numel_of(shapes[k]), seed + k);
+      cpu.push_back(make_tensor(v, shapes[k], dt).requires_grad_());
+      gpu.push_back(make_tensor(v, shapes[k], {dt, cuda()}).requires_grad_());
+    }
+  }
+  /// Sets gradient k of both to random values; element `at` of gradient `bad_param` to `bad`.
+  void set_grads(uint64_t seed, int64_t bad_param = -1, int64_t at = 0, double bad = 0.0,
+                 Layout strided_layout = Layout::Contiguous) {
+    for (size_t k = 0; k < cpu.size(); ++k) {
+      Values g = random_values(cpu[k].numel(), seed * 1000 + k, -500, 500);
+      if (int64_t(k) == bad_param) g[size_t(at)] = bad;
+      const Layout layout = k == 8 ? strided_layout : Layout::Contiguous;  // k == 8: a (17, 129) gradient
+      cpu[k].set_grad(make_tensor(g, cpu[k].sizes(), cpu[k].dtype(), layout));
+      gpu[k].set_grad(make_tensor(g, gpu[k].sizes(), {gpu[k].dtype(), cuda()}, layout));
+    }
+  }
+};
+
+/// Every gradient of the GPU twins equals the CPU one exactly: both compute T(M(g) * inv)
+/// with one rounding (see Note [Fused unscale]).
+void check_grads_equal(const Twins& t) {
+  for (size_t k = 0; k < t.cpu.size(); ++k)
+    check_close(t.gpu[k].grad(), values_of(t.cpu[k].grad()), 0, 0,
+                "grad " + std::to_string(k) + " " + dtype_name(t.cpu[k].dtype()));
+}
+
+}  // namespace
+
+TEST_CASE("GradScaler CUDA: fused unscale matches the CPU on 50 gradients, one launch per dtype") {
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(dtype_name(dt));
+    Twins t(fifty_shapes(), {dt}, 11);
+    SGD cpu_opt({{.params = {t.cpu.begin(), t.cpu.begin() + 20}}, {.params = {t.cpu.begin() + 20, t.cpu.end()}}},
+                {.lr = 0.1});
+    SGD gpu_opt({{.params = {t.gpu.begin(), t.gpu.begin() + 20}}, {.params = {t.gpu.begin() + 20, t.gpu.end()}}},
+                {.lr = 0.1});
+    GradScaler cpu_scaler({.init_scale = 1000.0}), gpu_scaler({.init_scale = 1000.0});  // 1/1000 rounds
+    for (int it = 0; it < 2; ++it) {
+      t.set_grads(it + 1);
+      cpu_scaler.unscale_(cpu_opt);
+      const int64_t before = fused_launch_count();
+      gpu_scaler.unscale_(gpu_opt);
+      CHECK(fused_launch_count() - before == 1);  // both groups, 50 gradients: one kernel
+      check_grads_equal(t);
+      cpu_scaler.step(cpu_opt);
+      gpu_scaler.step(gpu_opt);
+      cpu_scaler.update();
+      gpu_scaler.update();
+      CHECK(gpu_scaler.get_growth_tracker() == it + 1);
+    }
+    const double rtol = dt == kFloat32 ? 1e-5 : dt == kFloat64 ? 1e-12 : 2 * default_rtol(dt);
+    for (size_t k = 0; k < t.cpu.size(); ++k) check_close(t.gpu[k], values_of(t.cpu[k]), rtol, 1e-6, "param");
+  }
+}
+
+TEST_CASE("GradScaler CUDA: mixed dtypes and a strided gradient in one optimizer") {
+  Twins t(fifty_shapes(), {kFloat32, kFloat16, kBFloat16}, 21);
+  SGD cpu_opt(t.cpu, {.lr = 0.1}), gpu_opt(t.gpu, {.lr = 0.1});
+  t.set_grads(3, -1, 0, 0.0, Layout::Transposed);
+  const Tensor strided = t.gpu[8].grad();
+  REQUIRE(!strided.is_contiguous());
+  GradScaler cpu_scaler({.init_scale = 3.0}), gpu_scaler({.init_scale = 3.0});
+  cpu_scaler.unscale_(cpu_opt);
+  const int64_t before = fused_launch_count();
+  gpu_scaler.unscale_(gpu_opt);
+  CHECK(fused_launch_count() - before == 3);  // one per dtype
+  check_grads_equal(t);
+  CHECK(t.gpu[8].grad().shares_storage(strided));
+  // A multiply by 1 only checks: the gradients stay as they are.
+  GradScaler one({.init_scale = 1.0});
+  gpu_scaler.update(1.0);
+  const Values g0 = values_of(t.gpu[0].grad());
+  one.unscale_(gpu_opt);
+  CHECK(values_of(t.gpu[0].grad()) == g0);
+}
+
+TEST_CASE("GradScaler CUDA: inf or NaN in one element of one of 50 gradients skips the step") {
+  struct Case {
+    DType dt;
+    int64_t param, at;  // which gradient and element
+    double bad;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const Case cases[] = {{kFloat32, 37, 11, inf},
+                        {kFloat32, 13, (1 << 20) + 2, -inf},   // the last element of the 1M gradient (scalar tail)
+                        {kFloat16, 14, 700001, std::nan("")},  // the middle of a multi-chunk gradient
+                        {kBFloat16, 0, 0, inf},
+                        {kFloat64, 49, 0, std::nan("")}};
+  for (const Case& c : cases) {
+    CAPTURE(dtype_name(c.dt));
+    CAPTURE(c.param);
+    Twins t(fifty_shapes(), {c.dt}, 31);
+    Adam cpu_opt(t.cpu, {.lr = 1e-2}), gpu_opt(t.gpu, {.lr = 1e-2});
+    GradScaler cpu_scaler, gpu_scaler;
+    t.set_grads(1);  // a clean step first, so Adam has state
+    cpu_scaler.step(cpu_opt);
+    gpu_scaler.step(gpu_opt);
+    cpu_scaler.update();
+    gpu_scaler.update();
+    std::vector<Values> before;
+    for (const Tensor& p : t.gpu) before.push_back(values_of(p));
+    const Values exp_avg = values_of(gpu_opt.state(t.gpu[5])->buffers[0]);
+
+    t.set_grads(2, c.param, c.at, c.bad);
+    cpu_scaler.unscale_(cpu_opt);
+    gpu_scaler.unscale_(gpu_opt);
+    check_grads_equal(t);  // every gradient is still unscaled, as PyTorch does
+    cpu_scaler.step(cpu_opt);
+    gpu_scaler.step(gpu_opt);
+    for (size_t k = 0; k < t.gpu.size(); ++k) CHECK(values_of(t.gpu[k]) == before[k]);
+    CHECK(gpu_opt.state(t.gpu[5])->step == 1);
+    CHECK(values_of(gpu_opt.state(t.gpu[5])->buffers[0]) == exp_avg);
+    cpu_scaler.update();
+    gpu_scaler.update();
+    CHECK(gpu_scaler.get_scale() == 32768.0);
+    CHECK(cpu_scaler.get_scale() == 32768.0);
+    CHECK(gpu_scaler.get_growth_tracker() == 0);
+  }
+}
+
+TEST_CASE("GradScaler CUDA: scaled training on the GPU matches the CPU") {
+  auto param = [](uint64_t seed, const Shape& s, Device d) {
+    return make_tensor(random_values(numel_of(s), seed), s, {kFloat32, d}).requires_grad_();
+  };
+  struct Model {
+    Tensor w, b, x, y;
+    Tensor loss() const {
+      const Tensor d = sub(add(matmul(x, w), b), y);
+      return mean(mul(d, d));
+    }
+  };
+  auto make = [&](Device d) {
+    return Model{param(1, {16, 8}, d), param(2, {8}, d), make_tensor(random_values(32 * 16, 3), {32, 16}, {kFloat32, d}),
+                 make_tensor(random_values(32 * 8, 4), {32, 8}, {kFloat32, d})};
+  };
+  Model cm = make(kCPU), gm = make(cuda());
+  AdamW copt({cm.w, cm.b}, {.lr = 1e-2}), gopt({gm.w, gm.b}, {.lr = 1e-2});
+  GradScaler cs({.growth_interval = 2}), gs({.growth_interval = 2});
+  for (int it = 0; it < 6; ++it) {
+    copt.zero_grad();
+    gopt.zero_grad();
+    cs.scale(cm.loss()).backward();
+    gs.scale(gm.loss()).backward();
+    cs.step(copt);
+    gs.step(gopt);
+    cs.update();
+    gs.update();
+    CHECK(gs.get_scale() == cs.get_scale());
+  }
+  CHECK(gs.get_scale() == 65536.0 * 8);  // grew every second step
+  check_close(gm.w, values_of(cm.w), 1e-5, 1e-6, "w");
+  check_close(gm.b, values_of(cm.b), 1e-5, 1e-6, "b");
+}
