@@ -35,13 +35,16 @@ struct AttentionOutput {
   Tensor weights;
 };
 
+// Members without a default spelled out get `{}`, so designated initializers such as
+// {.need_weights = true} compile without -Wmissing-field-initializers (GCC 12).
 struct AttentionForwardOptions {
   /// (B, S), or (S) for unbatched inputs: bool, true = ignore that key (torch's
   /// convention), or floating, added to the scores.
   Tensor key_padding_mask{};
   /// (L, S) or (B*H, L, S) ((H, L, S) unbatched): bool, true = NOT allowed to attend
   /// (torch's convention for nn.MultiheadAttention, the opposite of
-  /// scaled_dot_product_attention's bool mask), or floating, added to the scores.
+  /// scaled_dot_product_attention's bool mask), or floating, added to the scores (float
+  /// masks are converted to the scores' dtype and are differentiable).
   Tensor attn_mask{};
   /// Also return the attention weights (off by default, unlike torch: they cost a
   /// (B, H, L, S) tensor that the fused path never makes).
