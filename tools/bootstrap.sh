@@ -35,7 +35,7 @@ ninja -C "$build" -j"$(nproc)" >/dev/null
 
 case "$what" in
   example)
-    exec "$build/examples/tensor_tour"
+    exec "$build/examples/fashion_mnist"
     ;;
   test)
     status=0
