@@ -51,7 +51,11 @@ if ((example)); then
   "$build/examples/fashion_mnist" --data-dir "$root/data/fashion-mnist" --save /tmp/fm.safetensors >"$out/example.log" 2>&1
 fi
 if ((parity)); then
-  python3 tools/parity_mlp.py --build "$build" --data-dir "$root/data/fashion-mnist" --device cuda >"$out/parity.log" 2>&1
+  for dev in cuda cpu; do
+    for opt in adam sgd; do
+      python3 tools/parity_mlp.py --build "$build" --data-dir "$root/data/fashion-mnist" --device $dev --optimizer $opt
+    done
+  done >"$out/parity.log" 2>&1
 fi
 t4=$(date +%s)
 
@@ -61,5 +65,5 @@ echo "gpu: $(grep 'test cases' "$out/gpu_tests.log") rc=$gpu_rc"
 echo "cpu: $(grep 'test cases' "$out/cpu_tests.log") rc=$cpu_rc"
 ((bench)) && tail -25 "$out/bench_cuda.log"
 ((example)) && tr '\r' '\n' <"$out/example.log" | grep -E "epoch .*mean loss|test_accuracy|fashion_mnist"
-((parity)) && tail -12 "$out/parity.log"
+((parity)) && grep parity_max "$out/parity.log"
 exit $((gpu_rc || cpu_rc))

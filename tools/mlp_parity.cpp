@@ -4,6 +4,7 @@
 // file, and writes the loss of every step, so PyTorch can replay the same run.
 //
 //   build/tools/mlp_parity --data-dir DIR --out DIR [--steps 50] [--batch-size 64] [--device cuda]
+//                          [--optimizer adam|sgd]   (adam: lr 1e-3; sgd: lr 0.05, momentum 0.9)
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -13,11 +14,12 @@
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "optim/sgd.h"
 
 using namespace frugal;
 
 int main(int argc, char** argv) {
-  std::string data_dir = "/usr/share/datasets/fashion-mnist", out = ".", device_name = "cpu";
+  std::string data_dir = "/usr/share/datasets/fashion-mnist", out = ".", device_name = "cpu", optimizer = "adam";
   int64_t steps = 50, batch = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], v = argv[i + 1];
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
     else if (flag == "--steps") steps = std::stoll(v);
     else if (flag == "--batch-size") batch = std::stoll(v);
     else if (flag == "--device") device_name = v;
+    else if (flag == "--optimizer") optimizer = v;
     else {
       std::fprintf(stderr, "mlp_parity: unknown option %s\n", flag.c_str());
       return 2;
@@ -38,15 +41,18 @@ int main(int argc, char** argv) {
     auto model = examples::make_model("mlp");
     nn::save_safetensors(out + "/mlp_init.safetensors", model->state_dict());
     model->to(device);
-    optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    std::unique_ptr<optim::Optimizer> opt;
+    if (optimizer == "adam") opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
+    else if (optimizer == "sgd") opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    else FRUGAL_FAIL("mlp_parity: unknown optimizer '", optimizer, "' (adam or sgd)");
     std::ofstream losses(out + "/frugal_losses.txt");
     for (int64_t step = 0; step < steps; ++step) {
       Tensor x = ds.train_images.narrow(0, step * batch, batch).to(device);
       Tensor y = ds.train_labels.narrow(0, step * batch, batch).to(device);
       Tensor loss = cross_entropy(model->forward(x), y);
-      opt.zero_grad();
+      opt->zero_grad();
       loss.backward();
-      opt.step();
+      opt->step();
       char line[64];
       std::snprintf(line, sizeof line, "%.9g\n", loss.item<double>());
       losses << line;

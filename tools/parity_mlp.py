@@ -3,7 +3,7 @@
 
 Runs build/tools/mlp_parity (frugal), then replays the same run in PyTorch: the same
 MLP (784-512-256-10, ReLU) from the same initial weights (via safetensors), the same
-batches in the same order, Adam(lr=1e-3), float32, TF32 off. Prints both loss
+batches in the same order, Adam(lr=1e-3) or SGD(lr=0.05, momentum=0.9), float32, TF32 off. Prints both loss
 curves side by side and fails if any step differs by more than 1e-4 relative.
 
     python3 tools/parity_mlp.py --build /tmp/b --data-dir data/fashion-mnist --device cuda
@@ -36,11 +36,13 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     args = ap.parse_args()
 
     out = tempfile.mkdtemp(prefix="frugal_parity_")
     subprocess.run([os.path.join(args.build, "tools", "mlp_parity"), "--data-dir", args.data_dir, "--out", out,
-                    "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--device", args.device],
+                    "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--device", args.device,
+                    "--optimizer", args.optimizer],
                    check=True)
     frugal_losses = [float(l) for l in open(os.path.join(out, "frugal_losses.txt"))]
 
@@ -51,7 +53,10 @@ def main():
                                 torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     model.load_state_dict(load_file(os.path.join(out, "mlp_init.safetensors")))
     model.to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if args.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     images = torch.from_numpy(read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")).copy())
     labels = torch.from_numpy(read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz")).astype(np.int64))
     images = images.float().div(255.0).unsqueeze(1)
@@ -71,7 +76,8 @@ def main():
         worst = max(worst, rel)
         if step < 5 or step % 10 == 9:
             print(f"{step:>4} {frugal_losses[step]:>12.7f} {ref:>12.7f} {rel:>10.2e}")
-    print(f"parity_max_rel_diff: {worst:.3e} over {args.steps} steps (tolerance {args.rtol})")
+    print(f"parity_max_rel_diff: {worst:.3e} over {args.steps} steps, {args.optimizer} on {args.device} "
+          f"(tolerance {args.rtol})")
     return 0 if worst <= args.rtol else 1
 
 
