@@ -3,6 +3,7 @@
 //
 //   #include "autograd/ops/all.h"
 //   Tensor y = frugal::softmax(frugal::matmul(q, k.transpose(-1, -2)) * scale, -1);
+#include "autograd/ops/conv.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn_functional.h"

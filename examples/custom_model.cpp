@@ -1,0 +1,40 @@
+// The model from the README's "Writing a model": a custom module, one epoch of
+// Fashion-MNIST, a checkpoint PyTorch can load. Kept here so the README's code compiles.
+#include <cstdio>
+
+#include "autograd/ops/all.h"
+#include "nn/conv.h"
+#include "nn/data/dataloader.h"
+#include "nn/data/idx.h"
+#include "nn/linear.h"
+#include "nn/safetensors.h"
+#include "optim/adam.h"
+
+using namespace frugal;
+
+struct Net : nn::UnaryModule {
+  std::shared_ptr<nn::Conv2d> conv = register_module("conv", std::make_shared<nn::Conv2d>(1, 16, 3, nn::Conv2dModuleOptions{.padding = 1}));
+  std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(16 * 14 * 14, 10));
+  Tensor forward(const Tensor& x) override { return fc->forward(max_pool2d(relu(conv->forward(x)), 2).flatten(1)); }
+  std::string type_name() const override { return "Net"; }
+};
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
+  const Device device = cuda_device_count() > 0 ? cuda() : kCPU;
+  data::FashionMnist ds = data::load_fashion_mnist(dir);
+  Net net;
+  net.to(device);
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  data::TensorDataset train(ds.train_images, ds.train_labels);
+  data::DataLoader loader(train, {.batch_size = 64, .shuffle = true, .device = device});
+  for (data::Batch& b : loader) {
+    Tensor loss = cross_entropy(net.forward(b.inputs), b.targets);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  nn::save_safetensors("net.safetensors", net.state_dict());  // loads in PyTorch with safetensors.torch
+  std::printf("trained one epoch on %s; wrote net.safetensors (%lld parameters)\n", device.str().c_str(),
+              (long long)net.num_parameters());
+}
