@@ -6,6 +6,7 @@
 // node's incoming gradients are summed in its input buffer.
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <queue>
 #include <unordered_map>
@@ -111,6 +112,14 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     FRUGAL_CHECK(!node->released, node->name(),
                  ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) the "
                  "first time to backward through the graph twice");
+    // A node no gradient reached contributes nothing: skip it (its inputs then get no
+    // gradient from it, and a leaf's .grad stays undefined, as in PyTorch).
+    const bool reached = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
+    if (!reached) {
+      for (const Edge& e : node->next_edges)
+        if (e.fn && --run.dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+      continue;
+    }
     // Outputs that received no gradient get zeros, so every node sees a full list.
     for (size_t k = 0; k < grads.size(); ++k)
       if (!grads[k].defined()) grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
