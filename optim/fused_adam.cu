@@ -9,18 +9,14 @@ namespace frugal::optim::cuda {
 namespace {
 
 using detail::AdamEntry;
-using detail::kChunk;
 
 // entries: (count) AdamEntry, chunks numbered as in upload(). Per entry, param and grad
 // are (numel) in T; exp_avg, exp_avg_sq, max_exp_avg_sq are (numel) in M = opmath_t<T>.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) adam_kernel(const AdamEntry* entries, int count, int64_t chunks) {
   using M = opmath_t<T>;
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const AdamEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
+  for_each_chunk(entries, count, chunks, [&](const AdamEntry& e, int64_t, int64_t begin, int64_t n) {
     const detail::AdamCoeffs<M> c(e);
-    const int64_t begin = (chunk - e.chunk_begin) * kChunk;
-    const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
     const bool fresh = (e.flags & detail::kAdamFreshMoments) != 0;
     const bool fresh_max = (e.flags & detail::kAdamFreshMax) != 0;
     const bool amsgrad = e.max_exp_avg_sq != nullptr;
@@ -65,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(const AdamEntry* entries
       exp_avg_sq[i] = v;
       if (amsgrad) max_exp_avg_sq[i] = vmax;
     }
-  }
+  });
 }
 
 }  // namespace
@@ -80,10 +76,7 @@ void adam_step(Device device, DType dtype, std::vector<AdamEntry>& entries) {
                        vec4_aligned<M>(e.exp_avg_sq) && vec4_aligned<M>(e.max_exp_avg_sq);
       e.flags = vec ? (e.flags | detail::kVec4) : (e.flags & ~detail::kVec4);
     }
-    const DeviceTable<AdamEntry> table = upload(device, entries);
-    adam_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks);
-    FRUGAL_CUDA_CHECK_LAUNCH();
-    detail::count_fused_launch();
+    launch_fused(device, entries, adam_kernel<T>);
   });
 }
 

@@ -11,7 +11,6 @@ namespace frugal::optim::cuda {
 
 namespace {
 
-using detail::kChunk;
 using detail::NormEntry;
 
 /// Which power sum a norm needs.
@@ -44,10 +43,7 @@ __device__ __forceinline__ double power_of(double x, double p) {
 template <typename T, NormKind K>
 __global__ void __launch_bounds__(kThreads) norm_kernel(const NormEntry* entries, int count, int64_t chunks, double p,
                                                         double* partials) {
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const NormEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
-    const int64_t begin = (chunk - e.chunk_begin) * kChunk;
-    const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
+  for_each_chunk(entries, count, chunks, [&](const NormEntry& e, int64_t chunk, int64_t begin, int64_t n) {
     double acc = 0.0;
     auto add = [&](T x) {
       const double y = power_of<K>(double(opmath_t<T>(x)), p);
@@ -67,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(const NormEntry* entries
     const double total = K == NormKind::Inf ? ops::cuda::block_allreduce(acc, MaxOp{}, 0.0)
                                             : ops::cuda::block_allreduce(acc, SumOp{}, 0.0);
     if (threadIdx.x == 0) partials[chunk] = total;
-  }
+  });
 }
 
 // reduced: the 0-d float64 sum (or max) of the partials. total, coef: 0-d float32.
@@ -91,10 +87,7 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(const NormEntry* entrie
   const float cf = *coef;
   if (cf == 1.0f) return;  // nothing to clip: x * 1 == x
   const M c = M(cf);
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const NormEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
-    const int64_t begin = (chunk - e.chunk_begin) * kChunk;
-    const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
+  for_each_chunk(entries, count, chunks, [&](const NormEntry& e, int64_t, int64_t begin, int64_t n) {
     int64_t done = 0;
     if (e.flags & detail::kVec4) {
       done = n / 4 * 4;
@@ -107,12 +100,7 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(const NormEntry* entrie
     }
     T* data = static_cast<T*>(e.data);
     for (int64_t k = done + threadIdx.x; k < n; k += blockDim.x) data[begin + k] = T(M(data[begin + k]) * c);
-  }
-}
-
-template <typename T>
-void mark_vec4(std::vector<NormEntry>& entries) {
-  for (NormEntry& e : entries) e.flags = vec4_aligned<T>(e.data) ? detail::kVec4 : 0u;
+  });
 }
 
 }  // namespace
@@ -123,26 +111,14 @@ void norm_partials(Device device, DType dtype, std::vector<NormEntry>& entries, 
   DeviceGuard guard(device);
   dispatch_floating(dtype, "clip_grad_norm_", device, [&]<typename T>() {
     mark_vec4<T>(entries);
-    const DeviceTable<NormEntry> table = upload(device, entries);
-    const unsigned blocks = blocks_for(table);
-    cudaStream_t stream = stream_for(device);
-    double* out = partials + chunk_offset;
+    void (*kernel)(const NormEntry*, int, int64_t, double, double*) = nullptr;
     switch (kind_of(p)) {
-      case NormKind::Inf:
-        norm_kernel<T, NormKind::Inf><<<blocks, kThreads, 0, stream>>>(table.entries, table.count, table.chunks, p, out);
-        break;
-      case NormKind::One:
-        norm_kernel<T, NormKind::One><<<blocks, kThreads, 0, stream>>>(table.entries, table.count, table.chunks, p, out);
-        break;
-      case NormKind::Two:
-        norm_kernel<T, NormKind::Two><<<blocks, kThreads, 0, stream>>>(table.entries, table.count, table.chunks, p, out);
-        break;
-      case NormKind::Pow:
-        norm_kernel<T, NormKind::Pow><<<blocks, kThreads, 0, stream>>>(table.entries, table.count, table.chunks, p, out);
-        break;
+      case NormKind::Inf: kernel = norm_kernel<T, NormKind::Inf>; break;
+      case NormKind::One: kernel = norm_kernel<T, NormKind::One>; break;
+      case NormKind::Two: kernel = norm_kernel<T, NormKind::Two>; break;
+      case NormKind::Pow: kernel = norm_kernel<T, NormKind::Pow>; break;
     }
-    FRUGAL_CUDA_CHECK_LAUNCH();
-    detail::count_fused_launch();
+    launch_fused(device, entries, kernel, p, partials + chunk_offset);
   });
 }
 
@@ -157,10 +133,7 @@ void scale(Device device, DType dtype, std::vector<NormEntry>& entries, const fl
   DeviceGuard guard(device);
   dispatch_floating(dtype, "clip_grad_norm_", device, [&]<typename T>() {
     mark_vec4<T>(entries);
-    const DeviceTable<NormEntry> table = upload(device, entries);
-    scale_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks, coef);
-    FRUGAL_CUDA_CHECK_LAUNCH();
-    detail::count_fused_launch();
+    launch_fused(device, entries, scale_kernel<T>, coef);
   });
 }
 

@@ -8,7 +8,6 @@ namespace frugal::optim::cuda {
 
 namespace {
 
-using detail::kChunk;
 using detail::SgdEntry;
 
 // entries: (count) SgdEntry, chunks numbered as in upload(). Per entry, param and grad
@@ -16,11 +15,8 @@ using detail::SgdEntry;
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(const SgdEntry* entries, int count, int64_t chunks) {
   using M = opmath_t<T>;
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const SgdEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
+  for_each_chunk(entries, count, chunks, [&](const SgdEntry& e, int64_t, int64_t begin, int64_t n) {
     const detail::SgdCoeffs<M> c(e);
-    const int64_t begin = (chunk - e.chunk_begin) * kChunk;
-    const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
     const bool has_buf = e.momentum_buffer != nullptr;
     const bool read_buf = has_buf && !c.fresh;
     int64_t done = 0;
@@ -53,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(const SgdEntry* entries, 
       param[i] = T(p);
       if (has_buf) momentum_buffer[i] = buf;
     }
-  }
+  });
 }
 
 }  // namespace
@@ -67,10 +63,7 @@ void sgd_step(Device device, DType dtype, std::vector<SgdEntry>& entries) {
       const bool vec = vec4_aligned<T>(e.param) && vec4_aligned<T>(e.grad) && vec4_aligned<M>(e.momentum_buffer);
       e.flags = vec ? (e.flags | detail::kVec4) : (e.flags & ~detail::kVec4);
     }
-    const DeviceTable<SgdEntry> table = upload(device, entries);
-    sgd_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks);
-    FRUGAL_CUDA_CHECK_LAUNCH();
-    detail::count_fused_launch();
+    launch_fused(device, entries, sgd_kernel<T>);
   });
 }
 

@@ -9,7 +9,6 @@ namespace frugal::optim::cuda {
 
 namespace {
 
-using detail::kChunk;
 using detail::NormEntry;
 
 // entries: (count) NormEntry with (numel) gradient elements of T each, unscaled in place.
@@ -27,10 +26,7 @@ __global__ void __launch_bounds__(kThreads) unscale_kernel(const NormEntry* entr
     bad |= !isfinite(v);
     if (scale) x = T(v * inv);
   };
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const NormEntry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
-    const int64_t begin = (chunk - e.chunk_begin) * kChunk;
-    const int64_t n = e.numel - begin < kChunk ? e.numel - begin : kChunk;
+  for_each_chunk(entries, count, chunks, [&](const NormEntry& e, int64_t, int64_t begin, int64_t n) {
     int64_t done = 0;
     if (e.flags & detail::kVec4) {
       done = n / 4 * 4;
@@ -43,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) unscale_kernel(const NormEntry* entr
     }
     T* data = static_cast<T*>(e.data);
     for (int64_t k = done + threadIdx.x; k < n; k += blockDim.x) unscale(data[begin + k]);
-  }
+  });
   // One store per block that saw a non-finite value (every thread reaches this barrier).
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
@@ -55,12 +51,8 @@ void non_finite_check_and_unscale(Device device, DType dtype, std::vector<NormEn
   if (entries.empty()) return;
   DeviceGuard guard(device);
   dispatch_floating(dtype, "GradScaler.unscale_", device, [&]<typename T>() {
-    for (NormEntry& e : entries) e.flags = vec4_aligned<T>(e.data) ? detail::kVec4 : 0u;
-    const DeviceTable<NormEntry> table = upload(device, entries);
-    unscale_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks,
-                                                                               inv_scale, found_inf);
-    FRUGAL_CUDA_CHECK_LAUNCH();
-    detail::count_fused_launch();
+    mark_vec4<T>(entries);
+    launch_fused(device, entries, unscale_kernel<T>, inv_scale, found_inf);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "memory/allocator.h"
@@ -74,6 +75,18 @@ __device__ __forceinline__ int find_entry(const Entry* entries, int count, int64
   return lo;
 }
 
+/// Grid-strides over the table's chunks: f(e, chunk, begin, n) for each chunk of this
+/// block, e the chunk's entry and [begin, begin + n) the elements of e it covers.
+template <typename Entry, typename F>
+__device__ __forceinline__ void for_each_chunk(const Entry* entries, int count, int64_t chunks, F&& f) {
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const Entry e = entries[find_entry(entries, count, chunk)];  // a copy: stores below cannot alias it
+    const int64_t begin = (chunk - e.chunk_begin) * detail::kChunk;
+    const int64_t n = e.numel - begin < detail::kChunk ? e.numel - begin : detail::kChunk;
+    f(e, chunk, begin, n);
+  }
+}
+
 /// Four consecutive elements, loaded and stored as one vector access.
 template <typename T>
 struct alignas(4 * sizeof(T)) Vec4 {
@@ -86,6 +99,12 @@ inline bool vec4_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
 }
 
+/// Sets each NormEntry's flags to kVec4 when its data may be accessed as Vec4<T>.
+template <typename T>
+void mark_vec4(std::vector<detail::NormEntry>& entries) {
+  for (detail::NormEntry& e : entries) e.flags = vec4_aligned<T>(e.data) ? detail::kVec4 : 0u;
+}
+
 template <typename T>
 __device__ __forceinline__ Vec4<T> load4(const void* base, int64_t i) {
   return reinterpret_cast<const Vec4<T>*>(static_cast<const T*>(base) + i)[0];
@@ -93,6 +112,17 @@ __device__ __forceinline__ Vec4<T> load4(const void* base, int64_t i) {
 template <typename T>
 __device__ __forceinline__ void store4(void* base, int64_t i, const Vec4<T>& v) {
   reinterpret_cast<Vec4<T>*>(static_cast<T*>(base) + i)[0] = v;
+}
+
+/// Uploads `entries` and launches kernel(entries, count, chunks, args...) over them on
+/// the current stream: blocks_for(table) blocks of kThreads, one fused launch.
+template <typename Entry, typename... Params>
+void launch_fused(Device device, std::vector<Entry>& entries, void (*kernel)(const Entry*, int, int64_t, Params...),
+                  std::type_identity_t<Params>... args) {
+  const DeviceTable<Entry> table = upload(device, entries);
+  kernel<<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks, args...);
+  FRUGAL_CUDA_CHECK_LAUNCH();
+  detail::count_fused_launch();
 }
 
 }  // namespace frugal::optim::cuda

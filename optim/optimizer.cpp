@@ -107,6 +107,13 @@ Tensor Optimizer::checked_grad(const Tensor& param, size_t i) const {
   return grad;
 }
 
+std::vector<Tensor> Optimizer::checked_grads() const {
+  std::vector<Tensor> grads;
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params) grads.push_back(checked_grad(p, grads.size()));
+  return grads;
+}
+
 StateDict Optimizer::state_dict() const {
   StateDict out;
   const std::vector<const char*> names = state_names();

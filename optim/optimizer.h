@@ -139,6 +139,10 @@ class Optimizer {
   /// or an undefined tensor when it has none.
   Tensor checked_grad(const Tensor& param, size_t i) const;
 
+  /// checked_grad of every parameter, in param_groups() order: a step takes these before
+  /// any state changes, so a bad gradient leaves the optimizer as it was.
+  std::vector<Tensor> checked_grads() const;
+
  private:
   const char* name_;
   std::vector<ParamGroup> groups_;

@@ -35,9 +35,7 @@ void SGD::step() {
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::SgdEntry> batches;
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
-  std::vector<Tensor> grads;
-  for (const ParamGroup& group : param_groups())
-    for (const Tensor& p : group.params) grads.push_back(checked_grad(p, grads.size()));
+  const std::vector<Tensor> grads = checked_grads();
   size_t index = 0;
   for (const ParamGroup& group : param_groups()) {
     for (const Tensor& p : group.params) {

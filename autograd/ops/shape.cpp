@@ -176,6 +176,20 @@ struct EmbeddingBackward final : Node {
   }
 };
 
+/// Records N (ScatterAddBackward or IndexAddBackward) for out = self with src added
+/// along dim at index.
+template <typename N>
+void record_add_at_index(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (auto node = make_node<N>({self, src})) {
+    node->index = index;
+    node->src_sizes = src.sizes();
+    node->self_dtype = self.dtype();
+    node->src_dtype = src.dtype();
+    node->dim = dim;
+    autograd::record(node, {out});
+  }
+}
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -252,27 +266,13 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor out = autograd::raw([&] { return ops::scatter_add(self, dim, index, src); });
-  if (auto node = make_node<ScatterAddBackward>({self, src})) {
-    node->index = index;
-    node->src_sizes = src.sizes();
-    node->self_dtype = self.dtype();
-    node->src_dtype = src.dtype();
-    node->dim = dim;
-    autograd::record(node, {out});
-  }
+  record_add_at_index<ScatterAddBackward>(out, self, dim, index, src);
   return out;
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor out = autograd::raw([&] { return ops::index_add(self, dim, index, src); });
-  if (auto node = make_node<IndexAddBackward>({self, src})) {
-    node->index = index;
-    node->src_sizes = src.sizes();
-    node->self_dtype = self.dtype();
-    node->src_dtype = src.dtype();
-    node->dim = dim;
-    autograd::record(node, {out});
-  }
+  record_add_at_index<IndexAddBackward>(out, self, dim, index, src);
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/online_softmax.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/loss.h"
@@ -23,21 +24,6 @@ constexpr int kLongRowBlock = 512;
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int64_t kMaxBlocks = 132 * 16;
 
-template <typename Acc>
-__device__ __forceinline__ Acc exp_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return expf(v);
-  else
-    return ::exp(v);
-}
-template <typename Acc>
-__device__ __forceinline__ Acc log_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return logf(v);
-  else
-    return ::log(v);
-}
-
 /// Online softmax state (running max m, sum of exp(x - m)) plus the plain sum of x.
 template <typename Acc>
 struct RowState {
@@ -46,22 +32,14 @@ struct RowState {
 
 template <typename Acc>
 __device__ __forceinline__ RowState<Acc> state_add(RowState<Acc> st, Acc x) {
-  st.sx += x;
-  if (x != x) return {x, x, st.sx};  // NaN poisons the row
-  if (st.m != st.m) return st;
-  if (x > st.m) return {x, st.s * exp_acc(st.m - x) + Acc(1), st.sx};  // st.m = -inf: st.s = 0
-  if (x == Acc(-INFINITY)) return st;
-  return {st.m, st.s + exp_acc(x - st.m), st.sx};
+  const MaxSum<Acc> ms = max_sum_add(MaxSum<Acc>{st.m, st.s}, x);
+  return {ms.m, ms.s, st.sx + x};
 }
 
 template <typename Acc>
 __device__ __forceinline__ RowState<Acc> state_merge(RowState<Acc> a, RowState<Acc> b) {
-  const Acc sx = a.sx + b.sx;
-  if (a.m != a.m) return {a.m, a.s, sx};
-  if (b.m != b.m) return {b.m, b.s, sx};
-  const Acc m = a.m > b.m ? a.m : b.m;
-  if (m == Acc(-INFINITY)) return {m, Acc(0), sx};
-  return {m, a.s * exp_acc(a.m - m) + b.s * exp_acc(b.m - m), sx};
+  const MaxSum<Acc> ms = max_sum_merge(MaxSum<Acc>{a.m, a.s}, MaxSum<Acc>{b.m, b.s});
+  return {ms.m, ms.s, a.sx + b.sx};
 }
 
 // rec = {flag, value, position}: the first thread to meet a bad target claims the flag.

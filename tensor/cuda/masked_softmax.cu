@@ -7,6 +7,7 @@
 
 #include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/online_softmax.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/ops/masked_softmax.h"
 
@@ -18,37 +19,6 @@ constexpr int kWarpRowsBlock = 128;
 constexpr int kLongRowBlock = 512;
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int64_t kMaxBlocks = 132 * 16;
-
-template <typename Acc>
-__device__ __forceinline__ Acc exp_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return expf(v);
-  else
-    return ::exp(v);
-}
-
-template <typename Acc>
-struct MaxSum {
-  Acc m, s;
-};
-
-template <typename Acc>
-__device__ __forceinline__ MaxSum<Acc> max_sum_add(MaxSum<Acc> st, Acc x) {
-  if (x != x) return {x, x};  // NaN poisons the row
-  if (st.m != st.m) return st;
-  if (x > st.m) return {x, st.s * exp_acc(st.m - x) + Acc(1)};  // st.m = -inf: st.s = 0
-  if (x == Acc(-INFINITY)) return st;
-  return {st.m, st.s + exp_acc(x - st.m)};
-}
-
-template <typename Acc>
-__device__ __forceinline__ MaxSum<Acc> max_sum_merge(MaxSum<Acc> a, MaxSum<Acc> b) {
-  if (a.m != a.m) return a;
-  if (b.m != b.m) return b;
-  const Acc m = a.m > b.m ? a.m : b.m;
-  if (m == Acc(-INFINITY)) return {m, Acc(0)};
-  return {m, a.s * exp_acc(a.m - m) + b.s * exp_acc(b.m - m)};
-}
 
 /// Entry s of one row: scale * x plus the mask (-inf where masked out).
 template <typename T, typename M>

@@ -13,6 +13,7 @@
 
 #include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/online_softmax.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/ops/softmax.h"
 
@@ -24,45 +25,6 @@ constexpr int kWarpRowsBlock = 128;  // warp-per-row kernel: 4 rows per block
 constexpr int kLongRowBlock = 512;   // block-per-row kernel
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int kColX = 32, kColY = 8;
-
-template <typename Acc>
-__device__ __forceinline__ Acc exp_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return expf(v);
-  else
-    return ::exp(v);
-}
-template <typename Acc>
-__device__ __forceinline__ Acc log_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return logf(v);
-  else
-    return ::log(v);
-}
-
-/// Online softmax state: the running max m and sum of exp(x - m).
-template <typename Acc>
-struct MaxSum {
-  Acc m, s;
-};
-
-template <typename Acc>
-__device__ __forceinline__ MaxSum<Acc> max_sum_add(MaxSum<Acc> st, Acc x) {
-  if (x != x) return {x, x};  // NaN poisons the slice
-  if (st.m != st.m) return st;
-  if (x > st.m) return {x, st.s * exp_acc(st.m - x) + Acc(1)};  // st.m = -inf: st.s = 0
-  if (x == Acc(-INFINITY)) return st;                           // adds exp(-inf) = 0 (and avoids -inf - -inf)
-  return {st.m, st.s + exp_acc(x - st.m)};
-}
-
-template <typename Acc>
-__device__ __forceinline__ MaxSum<Acc> max_sum_merge(MaxSum<Acc> a, MaxSum<Acc> b) {
-  if (a.m != a.m) return a;
-  if (b.m != b.m) return b;
-  const Acc m = a.m > b.m ? a.m : b.m;
-  if (m == Acc(-INFINITY)) return {m, Acc(0)};
-  return {m, a.s * exp_acc(a.m - m) + b.s * exp_acc(b.m - m)};
-}
 
 // x, y: (outer, D, inner) contiguous; offsets are element offsets into both.
 template <typename T, bool Log>
