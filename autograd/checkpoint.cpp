@@ -103,8 +103,8 @@ struct CheckpointBackward final : Node {
       EnableGradGuard grad_on;
       recomputed = fn(leaves);
     }
-    FRUGAL_CHECK(recomputed.size() == outputs.size(), name(), ": the recomputed function returned ",
-                 recomputed.size(), " tensors but the forward returned ", outputs.size(),
+    FRUGAL_CHECK(recomputed.size() == outputs.size(), name(), ": the recomputed function returned ", recomputed.size(),
+                 " tensors but the forward returned ", outputs.size(),
                  "; a checkpointed function must be deterministic");
 
     TensorList roots, root_grads;
@@ -118,7 +118,7 @@ struct CheckpointBackward final : Node {
       root_grads.push_back(grads[k]);
     }
     grads.clear();
-    recomputed.clear();  // outputs not taking part release their graphs now
+    recomputed.clear();                               // outputs not taking part release their graphs now
     if (!roots.empty()) backward(roots, root_grads);  // see Note [Checkpoint recompute]
     roots.clear();
 

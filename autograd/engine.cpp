@@ -122,7 +122,8 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     }
     // Outputs that received no gradient get zeros, so every node sees a full list.
     for (size_t k = 0; k < grads.size(); ++k)
-      if (!grads[k].defined()) grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
+      if (!grads[k].defined())
+        grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
     for (const auto& [nr, weak] : node->retained_outputs)
       if (auto impl = weak.lock()) {
         AutogradMeta& m = ensure_meta(Tensor(impl));
@@ -137,7 +138,8 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.fn) continue;
-      if (i < input_grads.size() && input_grads[i].defined()) run.add_gradient(e.fn.get(), e.input_nr, std::move(input_grads[i]));
+      if (i < input_grads.size() && input_grads[i].defined())
+        run.add_gradient(e.fn.get(), e.input_nr, std::move(input_grads[i]));
       if (--run.dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
     }
   }

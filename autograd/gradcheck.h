@@ -8,10 +8,10 @@
 namespace frugal::autograd {
 
 struct GradcheckOptions {
-  double eps = 1e-6;   // central-difference step
+  double eps = 1e-6;  // central-difference step
   double atol = 1e-7;
   double rtol = 1e-5;
-  uint64_t seed = 0;   // for the random projection of the outputs
+  uint64_t seed = 0;  // for the random projection of the outputs
 };
 
 struct GradcheckResult {

@@ -58,7 +58,7 @@ class Node {
   uint64_t sequence_nr;  // creation order: later nodes run first in backward
   /// Non-leaf outputs whose .grad the user asked to keep (Tensor::retain_grad).
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_outputs;
-  bool released = false; // saved tensors freed: a second backward must throw
+  bool released = false;  // saved tensors freed: a second backward must throw
 };
 
 /// Accumulates the incoming gradient into a leaf tensor's .grad (the leaf is held weakly:

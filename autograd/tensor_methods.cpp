@@ -15,7 +15,8 @@ const Tensor& Tensor::requires_grad_(bool on) const {
   AutogradMeta* m = meta_of(*this);
   FRUGAL_CHECK(!(m && m->grad_fn) || on, "requires_grad_: cannot turn off requires_grad on a non-leaf tensor (",
                describe(), "); use detach()");
-  if (on) FRUGAL_CHECK(is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ", describe());
+  if (on)
+    FRUGAL_CHECK(is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ", describe());
   if (on || m) autograd::ensure_meta(*this).requires_grad = on;
   return *this;
 }

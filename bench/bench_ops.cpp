@@ -34,8 +34,8 @@ void cpu_matmul(const Options& o, KeyFigures& keys) {
   Table table(fmt("CPU matmul, float32, square n x n (median; %d threads, Eigen %d.%d.%d)", threads,
                   EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION),
               {"n", "runs", "frugal GFLOP/s", "Eigen GFLOP/s", "frugal/Eigen"});
-  const std::vector<int64_t> sizes = o.quick ? std::vector<int64_t>{256, 512, 1024}
-                                             : std::vector<int64_t>{256, 512, 1024, 2048};
+  const std::vector<int64_t> sizes =
+      o.quick ? std::vector<int64_t>{256, 512, 1024} : std::vector<int64_t>{256, 512, 1024, 2048};
   double checksum = 0;
   for (int64_t n : sizes) {
     int reps = n <= 256 ? 60 : n <= 512 ? 25 : n <= 1024 ? 11 : 5;
@@ -79,9 +79,7 @@ void cpu_overheads(const Options& o, KeyFigures& keys) {
   keys.add("cpu_empty_alloc_free_ns", empty_ns, "%.0f");
 }
 
-void usage(const char* argv0) {
-  std::printf("usage: %s [--device cpu|cuda] [--quick]\n", argv0);
-}
+void usage(const char* argv0) { std::printf("usage: %s [--device cpu|cuda] [--quick]\n", argv0); }
 
 }  // namespace
 

@@ -73,8 +73,8 @@ void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
   const int reps = o.quick ? 10 : 30;
   const Tensor src = empty({int64_t(kBytes / 4)}, {kFloat32, kGpu}), dst = empty_like(src);
   const double copy_ms = timer.median_ms(
-      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, stream())); }, 3,
-      reps);
+      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, stream())); },
+      3, reps);
   const double copy_gbs = 2.0 * double(kBytes) / (copy_ms * 1e-3) * 1e-9;
   Table table("CUDA elementwise on 256 MiB tensors (GB/s of bytes read + written, median)",
               {"op", "dtype", "GB/s", "of memcpy"});
@@ -136,8 +136,8 @@ void matmul(const Options& o, KeyFigures& keys, GpuTimer& timer) {
       const double c_ms = timer.median_ms(
           [&] {  // row-major c = a @ b is column-major c^T = b^T a^T
             FRUGAL_CUBLAS_CHECK(cublasGemmEx(raw, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data(), ty.blas, ni,
-                                      a.data(), ty.blas, ni, &beta, c.data(), ty.blas, ni, CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
+                                             a.data(), ty.blas, ni, &beta, c.data(), ty.blas, ni, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT));
           },
           3, reps);
       const double tflop = 2.0 * double(n) * double(n) * double(n) * 1e-12;

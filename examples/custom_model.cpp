@@ -13,7 +13,8 @@
 using namespace frugal;
 
 struct Net : nn::UnaryModule {
-  std::shared_ptr<nn::Conv2d> conv = register_module("conv", std::make_shared<nn::Conv2d>(1, 16, 3, nn::Conv2dModuleOptions{.padding = 1}));
+  std::shared_ptr<nn::Conv2d> conv =
+      register_module("conv", std::make_shared<nn::Conv2d>(1, 16, 3, nn::Conv2dModuleOptions{.padding = 1}));
   std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(16 * 14 * 14, 10));
   Tensor forward(const Tensor& x) override { return fc->forward(max_pool2d(relu(conv->forward(x)), 2).flatten(1)); }
   std::string type_name() const override { return "Net"; }

@@ -56,9 +56,7 @@ Args parse(int argc, char** argv) {
       else if (flag == "--save") a.save = v;
       else if (flag == "--data-dir") a.data_dir = v;
       else usage(("unknown option " + flag).c_str());
-    } catch (const std::logic_error&) {
-      usage(("bad value '" + v + "' for " + flag).c_str());
-    }
+    } catch (const std::logic_error&) { usage(("bad value '" + v + "' for " + flag).c_str()); }
   }
   return a;
 }
@@ -100,8 +98,8 @@ int main(int argc, char** argv) {
                 (long long)args.batch_size, args.lr);
 
     data::TensorDataset train(ds.train_images, ds.train_labels);
-    data::DataLoader loader(train, {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed,
-                                    .device = device});
+    data::DataLoader loader(train,
+                            {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
     for (int64_t epoch = first_epoch; epoch < args.epochs; ++epoch) {
       loader.set_epoch(epoch);
       auto progress = [&](int64_t step, int64_t steps, double loss, double rate) {

@@ -26,10 +26,9 @@ std::shared_ptr<nn::Sequential> make_model(const std::string& kind) {
   } else if (kind == "cnn") {
     for (auto m : std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
              make_shared<nn::Conv2d>(1, 32, 3, nn::Conv2dModuleOptions{.padding = 1}), make_shared<nn::ReLU>(),
-             make_shared<nn::MaxPool2d>(2),
-             make_shared<nn::Conv2d>(32, 64, 3, nn::Conv2dModuleOptions{.padding = 1}), make_shared<nn::ReLU>(),
-             make_shared<nn::MaxPool2d>(2), make_shared<nn::Flatten>(), make_shared<nn::Linear>(64 * 7 * 7, 128),
-             make_shared<nn::ReLU>(), make_shared<nn::Linear>(128, 10)})
+             make_shared<nn::MaxPool2d>(2), make_shared<nn::Conv2d>(32, 64, 3, nn::Conv2dModuleOptions{.padding = 1}),
+             make_shared<nn::ReLU>(), make_shared<nn::MaxPool2d>(2), make_shared<nn::Flatten>(),
+             make_shared<nn::Linear>(64 * 7 * 7, 128), make_shared<nn::ReLU>(), make_shared<nn::Linear>(128, 10)})
       model->push_back(m);
   } else {
     FRUGAL_FAIL("make_model: unknown model '", kind, "' (expected mlp or cnn)");
@@ -98,8 +97,8 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
     FRUGAL_CHECK(it != file.metadata.end(), "load_checkpoint: ", path, " has no '", key, "' metadata");
     return it->second;
   };
-  FRUGAL_CHECK(meta("model") == model_kind, "load_checkpoint: ", path, " holds a '", meta("model"),
-               "' model, not '", model_kind, "'");
+  FRUGAL_CHECK(meta("model") == model_kind, "load_checkpoint: ", path, " holds a '", meta("model"), "' model, not '",
+               model_kind, "'");
   std::map<std::string, Tensor> model_state;
   optim::StateDict optim_state;
   for (auto& [name, t] : file.tensors) {

@@ -29,16 +29,16 @@ int main(int argc, char** argv) {
   Tensor w_true = randn({d, 1}, {kFloat32, device});
   Tensor y = ops::add(ops::matmul(x, w_true), randn({n, 1}, {kFloat32, device}), 0.01);
   Tensor w = zeros({d, 1}, {kFloat32, device});
-  std::printf("frugal tensor tour on %s: fitting %lld x %lld least squares by gradient descent\n",
-              device.str().c_str(), (long long)n, (long long)d);
+  std::printf("frugal tensor tour on %s: fitting %lld x %lld least squares by gradient descent\n", device.str().c_str(),
+              (long long)n, (long long)d);
 
   memory::reset_peak(device);
   const auto before = memory::stats(device);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step <= steps; ++step) {
-    Tensor err = ops::sub(ops::matmul(x, w), y);                                  // (n, 1)
-    Tensor grad = ops::mul(ops::matmul(x.t(), err), 2.0 / double(n));            // (d, 1): X^T err * 2/n
-    ops::sub_(w, grad, lr);                                                      // w -= lr * grad
+    Tensor err = ops::sub(ops::matmul(x, w), y);                       // (n, 1)
+    Tensor grad = ops::mul(ops::matmul(x.t(), err), 2.0 / double(n));  // (d, 1): X^T err * 2/n
+    ops::sub_(w, grad, lr);                                            // w -= lr * grad
     if (step % 50 == 0) {
       const double loss = ops::mean(ops::mul(err, err)).item<float>();
       std::printf("  step %3lld  mse %.6f\n", (long long)step, loss);
@@ -48,11 +48,11 @@ int main(int argc, char** argv) {
   const auto after = memory::stats(device);
 
   const double w_err = std::sqrt(ops::sum(ops::mul(ops::sub(w, w_true), ops::sub(w, w_true))).item<float>());
-  std::printf("||w - w*|| = %.5f after %lld steps (%.1f steps/s)\n", w_err, (long long)steps,
-              double(steps) / secs);
+  std::printf("||w - w*|| = %.5f after %lld steps (%.1f steps/s)\n", w_err, (long long)steps, double(steps) / secs);
   std::printf("allocator: %lld allocations, %lld served from cache (%.1f%%), %lld new segments during the loop\n",
               (long long)(after.num_allocs - before.num_allocs), (long long)(after.cache_hits - before.cache_hits),
-              100.0 * double(after.cache_hits - before.cache_hits) / double(std::max<int64_t>(1, after.num_allocs - before.num_allocs)),
+              100.0 * double(after.cache_hits - before.cache_hits) /
+                  double(std::max<int64_t>(1, after.num_allocs - before.num_allocs)),
               (long long)(after.num_segment_allocs - before.num_segment_allocs));
   std::printf("%s", memory::memory_summary(device).c_str());
   memory::print_memory_usage(device);

@@ -69,7 +69,9 @@ void set_memory_fraction(double fraction, Device device) {
   allocator.set_limit(static_cast<size_t>(fraction * static_cast<double>(allocator.total_memory())));
 }
 
-void set_memory_limit(size_t bytes, Device device) { detail::allocator_for(device, "set_memory_limit").set_limit(bytes); }
+void set_memory_limit(size_t bytes, Device device) {
+  detail::allocator_for(device, "set_memory_limit").set_limit(bytes);
+}
 
 size_t memory_limit(Device device) { return detail::allocator_for(device, "memory_limit").limit(); }
 

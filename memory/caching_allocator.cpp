@@ -19,7 +19,7 @@ void bump(StatCounter& stat, int64_t delta) {
   }
 }
 
-constexpr StatCounter PoolStats::* kAllStats[] = {
+constexpr StatCounter PoolStats::*kAllStats[] = {
     &PoolStats::allocated_bytes,      &PoolStats::reserved_bytes, &PoolStats::requested_bytes,
     &PoolStats::inactive_split_bytes, &PoolStats::active_blocks,  &PoolStats::segments,
 };
@@ -168,10 +168,8 @@ void CachingAllocator::free_block(Block* block) {
   update(&PoolStats::requested_bytes, kind, -static_cast<int64_t>(block->requested));
   trace(TraceAction::Free, block->ptr, block->size, block->requested, block->stream);
   block->requested = 0;
-  if (block->stream_uses.empty())
-    return_to_pool(block);
-  else
-    park_until_events(block);
+  if (block->stream_uses.empty()) return_to_pool(block);
+  else park_until_events(block);
 }
 
 // Merges `block` with its free neighbours and makes the result reusable.
@@ -190,10 +188,8 @@ void CachingAllocator::merge_into(Block* dst, Block* src) {
   if (src == dst->prev) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
-    if (dst->prev)
-      dst->prev->next = dst;
-    else
-      dst->segment->head = dst;
+    if (dst->prev) dst->prev->next = dst;
+    else dst->segment->head = dst;
   } else {
     dst->next = src->next;
     if (dst->next) dst->next->prev = dst;
@@ -207,12 +203,14 @@ void CachingAllocator::merge_into(Block* dst, Block* src) {
 void CachingAllocator::insert_free(Block* block) {
   block->state = BlockState::Free;
   pool(block->segment->pool).free_blocks.insert(block);
-  if (block->is_split()) update(&PoolStats::inactive_split_bytes, block->segment->pool, static_cast<int64_t>(block->size));
+  if (block->is_split())
+    update(&PoolStats::inactive_split_bytes, block->segment->pool, static_cast<int64_t>(block->size));
 }
 
 void CachingAllocator::erase_free(Block* block) {
   pool(block->segment->pool).free_blocks.erase(block);
-  if (block->is_split()) update(&PoolStats::inactive_split_bytes, block->segment->pool, -static_cast<int64_t>(block->size));
+  if (block->is_split())
+    update(&PoolStats::inactive_split_bytes, block->segment->pool, -static_cast<int64_t>(block->size));
 }
 
 // ---- Streams and events (Note [Stream-aware reuse]) --------------------------------
@@ -314,16 +312,17 @@ void CachingAllocator::throw_out_of_memory(size_t nbytes, size_t seg_size) {
   const int64_t allocated = stats_.allocated_bytes.current;
   const int64_t reserved = stats_.reserved_bytes.current;
   std::string cap = limit_ ? "memory limit " + format_bytes(static_cast<int64_t>(limit_)) : "no memory limit set";
-  throw OutOfMemoryError(::frugal::detail::str_cat(
-      name_, " out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)), " (needing a new segment of ",
-      format_bytes(static_cast<int64_t>(seg_size)), "); ", format_bytes(allocated), " allocated, ", format_bytes(reserved),
-      " reserved, ", format_bytes(reserved - allocated), " of it cached but free; ", cap, "; ", backend_->memory_info(),
-      ". Free tensors (or lower the cap) and allocate again."));
+  throw OutOfMemoryError(
+      ::frugal::detail::str_cat(name_, " out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)),
+                                " (needing a new segment of ", format_bytes(static_cast<int64_t>(seg_size)), "); ",
+                                format_bytes(allocated), " allocated, ", format_bytes(reserved), " reserved, ",
+                                format_bytes(reserved - allocated), " of it cached but free; ", cap, "; ",
+                                backend_->memory_info(), ". Free tensors (or lower the cap) and allocate again."));
 }
 
 // ---- Statistics ---------------------------------------------------------------------
 
-void CachingAllocator::update(StatCounter PoolStats::* stat, PoolKind kind, int64_t delta) {
+void CachingAllocator::update(StatCounter PoolStats::*stat, PoolKind kind, int64_t delta) {
   // Through a named reference: g++ 12 applies .* to a copy of a parenthesised ?: operand.
   PoolStats& pool_stats = kind == PoolKind::Small ? stats_.small_pool : stats_.large_pool;
   bump(stats_.*stat, delta);
@@ -377,7 +376,8 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   out.reserve(segments_.size());
   for (const Segment* s : segments_) {
     SegmentInfo info{s->base, s->size, s->pool == PoolKind::Small, s->stream, {}};
-    for (const Block* b = s->head; b; b = b->next) info.blocks.push_back(BlockInfo{b->ptr, b->size, b->requested, b->state});
+    for (const Block* b = s->head; b; b = b->next)
+      info.blocks.push_back(BlockInfo{b->ptr, b->size, b->requested, b->state});
     out.push_back(std::move(info));
   }
   return out;

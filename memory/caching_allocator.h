@@ -65,13 +65,13 @@
 
 namespace frugal::memory::detail {
 
-inline constexpr size_t kMinBlockSize = 512;             // rounding unit and smallest block
-inline constexpr size_t kSmallSize = 1 << 20;            // largest request served by the small pool
-inline constexpr size_t kSmallBuffer = 2 << 20;          // small-pool segment size
-inline constexpr size_t kLargeBuffer = 20 << 20;         // segment for large requests under kMinLargeAlloc
-inline constexpr size_t kMinLargeAlloc = 10 << 20;       // from here a segment is sized to the request
-inline constexpr size_t kRoundLarge = 2 << 20;           // large segments are multiples of this
-inline constexpr size_t kMaxRequest = size_t{1} << 56;   // beyond any device; keeps rounding from overflowing
+inline constexpr size_t kMinBlockSize = 512;            // rounding unit and smallest block
+inline constexpr size_t kSmallSize = 1 << 20;           // largest request served by the small pool
+inline constexpr size_t kSmallBuffer = 2 << 20;         // small-pool segment size
+inline constexpr size_t kLargeBuffer = 20 << 20;        // segment for large requests under kMinLargeAlloc
+inline constexpr size_t kMinLargeAlloc = 10 << 20;      // from here a segment is sized to the request
+inline constexpr size_t kRoundLarge = 2 << 20;          // large segments are multiples of this
+inline constexpr size_t kMaxRequest = size_t{1} << 56;  // beyond any device; keeps rounding from overflowing
 
 /// Rounded block size for a request of `nbytes` (> 0).
 size_t round_size(size_t nbytes);
@@ -85,8 +85,8 @@ struct Segment;
 // A run of bytes within a segment: handed out, parked, or free in a pool.
 struct Block {
   void* ptr = nullptr;
-  size_t size = 0;       // rounded
-  size_t requested = 0;  // while Allocated
+  size_t size = 0;         // rounded
+  size_t requested = 0;    // while Allocated
   void* stream = nullptr;  // the segment's stream (see Note [Stream-aware reuse])
   Segment* segment = nullptr;
   Block* prev = nullptr;  // neighbours within the segment, in address order

@@ -27,7 +27,9 @@ std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
   return make_cpu_backend();
 }
 
-void cuda_synchronize(int index) { FRUGAL_FAIL("synchronize: frugal was built without CUDA (device cuda:", index, ")"); }
+void cuda_synchronize(int index) {
+  FRUGAL_FAIL("synchronize: frugal was built without CUDA (device cuda:", index, ")");
+}
 
 }  // namespace memory::detail
 }  // namespace frugal

@@ -9,11 +9,11 @@ namespace frugal::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
 }
 
-#define FRUGAL_CUDA_CHECK(expr)                                                     \
-  do {                                                                              \
-    cudaError_t frugal_err_ = (expr);                                               \
-    if (frugal_err_ != cudaSuccess) [[unlikely]]                                    \
-      ::frugal::detail::throw_cuda_error(frugal_err_, #expr, __FILE__, __LINE__);   \
+#define FRUGAL_CUDA_CHECK(expr)                                                   \
+  do {                                                                            \
+    cudaError_t frugal_err_ = (expr);                                             \
+    if (frugal_err_ != cudaSuccess) [[unlikely]]                                  \
+      ::frugal::detail::throw_cuda_error(frugal_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 /// After every kernel launch: a bad launch configuration surfaces here, at its line.

@@ -18,8 +18,7 @@ Device::Device(const std::string& spec) {
     int n = -1;
     try {
       n = std::stoi(spec.substr(5), &used);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     FRUGAL_CHECK(n >= 0 && used == spec.size() - 5, "Device: cannot parse '", spec, "' (expected cpu, cuda or cuda:N)");
     index = n;
     return;

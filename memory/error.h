@@ -33,9 +33,9 @@ std::string str_cat(const Args&... args) {
 
 /// FRUGAL_CHECK(cond, "matmul: ", a.shape(), " vs ", b.shape()) throws frugal::Error
 /// with the streamed message when cond is false.
-#define FRUGAL_CHECK(cond, ...)                                                        \
-  do {                                                                                 \
-    if (!(cond)) [[unlikely]]                                                          \
+#define FRUGAL_CHECK(cond, ...)                                                                  \
+  do {                                                                                           \
+    if (!(cond)) [[unlikely]]                                                                    \
       ::frugal::detail::throw_error(__FILE__, __LINE__, ::frugal::detail::str_cat(__VA_ARGS__)); \
   } while (0)
 

@@ -40,8 +40,9 @@ void set_pinned_memory_limit(size_t bytes) { detail::pinned_allocator().set_limi
 
 std::string pinned_memory_summary() {
   auto& allocator = detail::pinned_allocator();
-  return detail::format_summary(pinned_is_page_locked() ? "pinned host memory" : "pinned host memory (not page-locked: no GPU)",
-                                allocator.stats(), allocator.limit());
+  return detail::format_summary(
+      pinned_is_page_locked() ? "pinned host memory" : "pinned host memory (not page-locked: no GPU)",
+      allocator.stats(), allocator.limit());
 }
 
 bool pinned_is_page_locked() { return pinned_pool().page_locked; }

@@ -24,8 +24,8 @@ struct PoolStats {
   StatCounter reserved_bytes;        ///< bytes in segments obtained from the system
   StatCounter requested_bytes;       ///< bytes callers asked for (unrounded)
   StatCounter inactive_split_bytes;  ///< free bytes in partly used segments: cached, but not releasable
-  StatCounter active_blocks;         ///< blocks handed out and not yet back in the pool (includes blocks waiting on events)
-  StatCounter segments;              ///< segments obtained from the system
+  StatCounter active_blocks;  ///< blocks handed out and not yet back in the pool (includes blocks waiting on events)
+  StatCounter segments;       ///< segments obtained from the system
 
   /// Share of reserved bytes that are trapped in partly used segments:
   /// inactive_split_bytes / reserved_bytes (0 when nothing is reserved).
@@ -49,9 +49,9 @@ struct MemoryStats : PoolStats {
 // ---- Snapshot (for memory profilers) ----------------------------------------------
 
 enum class BlockState : uint8_t {
-  Allocated,      ///< held by a DataPtr
-  AwaitingEvents, ///< freed, but still in use on another stream (see record_stream)
-  Free,           ///< cached, ready for reuse
+  Allocated,       ///< held by a DataPtr
+  AwaitingEvents,  ///< freed, but still in use on another stream (see record_stream)
+  Free,            ///< cached, ready for reuse
 };
 
 struct BlockInfo {

@@ -28,7 +28,7 @@ std::string row(const char* label, const StatCounter& s, std::string (*fmt)(int6
 }
 
 // A metric for both pools, then each pool.
-std::string metric_rows(const char* label, const MemoryStats& s, StatCounter PoolStats::* member,
+std::string metric_rows(const char* label, const MemoryStats& s, StatCounter PoolStats::*member,
                         std::string (*fmt)(int64_t)) {
   return row(label, s.*member, fmt) + row("      from small pool", s.small_pool.*member, fmt) +
          row("      from large pool", s.large_pool.*member, fmt);
@@ -88,8 +88,8 @@ std::string detail::format_summary(const std::string& title, const MemoryStats& 
   out += text_line("Allocs " + count_text(s.num_allocs) + ", frees " + count_text(s.num_frees) + ", cache hits " +
                    count_text(s.cache_hits) + " (" + percent(hit_rate) + ")");
   out += text_line("Segment allocs " + count_text(s.num_segment_allocs) + ", segment frees " +
-                   count_text(s.num_segment_frees) + ", alloc retries " + count_text(s.num_alloc_retries) +
-                   ", OOMs " + count_text(s.num_ooms));
+                   count_text(s.num_segment_frees) + ", alloc retries " + count_text(s.num_alloc_retries) + ", OOMs " +
+                   count_text(s.num_ooms));
   out += text_line("Memory limit " + (limit ? format_bytes(static_cast<int64_t>(limit)) : std::string("none")) +
                    ", fragmentation " + percent(s.fragmentation()) + " (inactive split / reserved)");
   out += rule('=');

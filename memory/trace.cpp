@@ -64,9 +64,8 @@ const char* TraceTag::current() { return current_tag; }
 void detail::TraceRing::record(TraceEvent event) {
   if (events_.empty()) return;
   event.seq = next_seq_;
-  event.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count();
+  event.time_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::memcpy(event.tag, current_tag, kTraceTagCapacity);
   events_[next_seq_ % events_.size()] = event;
   ++next_seq_;
@@ -80,11 +79,15 @@ std::vector<TraceEvent> detail::TraceRing::events() const {
   return out;
 }
 
-void enable_trace(Device device, size_t capacity) { detail::allocator_for(device, "enable_trace").enable_trace(capacity); }
+void enable_trace(Device device, size_t capacity) {
+  detail::allocator_for(device, "enable_trace").enable_trace(capacity);
+}
 
 void disable_trace(Device device) { detail::allocator_for(device, "disable_trace").enable_trace(0); }
 
-std::vector<TraceEvent> trace_events(Device device) { return detail::allocator_for(device, "trace_events").trace_events(); }
+std::vector<TraceEvent> trace_events(Device device) {
+  return detail::allocator_for(device, "trace_events").trace_events();
+}
 
 std::string trace_to_text(const std::vector<TraceEvent>& events) {
   std::string out;
@@ -94,7 +97,8 @@ std::string trace_to_text(const std::vector<TraceEvent>& events) {
   out += line;
   int64_t t0 = events.empty() ? 0 : events.front().time_ns;
   for (const TraceEvent& e : events) {
-    std::snprintf(line, sizeof line, "%8" PRIu64 " %12.3f %-13s %12zu %12zu   0x%016" PRIxPTR " %12" PRId64 " %12" PRId64 "  %s\n", e.seq,
+    std::snprintf(line, sizeof line,
+                  "%8" PRIu64 " %12.3f %-13s %12zu %12zu   0x%016" PRIxPTR " %12" PRId64 " %12" PRId64 "  %s\n", e.seq,
                   static_cast<double>(e.time_ns - t0) / 1e3, to_string(e.action), e.size, e.requested, address(e.ptr),
                   e.allocated_bytes, e.reserved_bytes, e.tag);
     out += line;
@@ -109,10 +113,12 @@ std::string trace_to_json(const std::vector<TraceEvent>& events) {
     const TraceEvent& e = events[i];
     std::snprintf(buf, sizeof buf,
                   "%s\n  {\"seq\": %" PRIu64 ", \"time_ns\": %" PRId64
-                  ", \"action\": \"%s\", \"size\": %zu, \"requested\": %zu, \"ptr\": \"0x%" PRIxPTR "\", \"stream\": \"0x%" PRIxPTR "\", "
+                  ", \"action\": \"%s\", \"size\": %zu, \"requested\": %zu, \"ptr\": \"0x%" PRIxPTR
+                  "\", \"stream\": \"0x%" PRIxPTR
+                  "\", "
                   "\"allocated_bytes\": %" PRId64 ", \"reserved_bytes\": %" PRId64 ", \"tag\": ",
-                  i ? "," : "", e.seq, e.time_ns, to_string(e.action), e.size, e.requested, address(e.ptr), address(e.stream),
-                  e.allocated_bytes, e.reserved_bytes);
+                  i ? "," : "", e.seq, e.time_ns, to_string(e.action), e.size, e.requested, address(e.ptr),
+                  address(e.stream), e.allocated_bytes, e.reserved_bytes);
     out += buf;
     append_json_string(out, e.tag);
     out += '}';

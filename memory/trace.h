@@ -24,8 +24,8 @@ const char* to_string(TraceAction action);
 inline constexpr size_t kTraceTagCapacity = 32;  // bytes, with the terminating NUL
 
 struct TraceEvent {
-  uint64_t seq;             ///< position in the device's history; a gap means the ring overwrote events
-  int64_t time_ns;          ///< steady clock
+  uint64_t seq;     ///< position in the device's history; a gap means the ring overwrote events
+  int64_t time_ns;  ///< steady clock
   TraceAction action;
   void* ptr;                ///< the block (Alloc, Free) or segment base (Segment*); null for Oom
   size_t size;              ///< rounded block size, segment size, or for Oom the rounded request

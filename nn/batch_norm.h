@@ -32,8 +32,8 @@ class BatchNorm2d : public UnaryModule {
   /// running_mean = 0, running_var = 1, num_batches_tracked = 0.
   void reset_running_stats();
 
-  Tensor weight, bias;                                       // undefined unless affine
-  Tensor running_mean, running_var, num_batches_tracked;     // undefined unless track_running_stats
+  Tensor weight, bias;                                    // undefined unless affine
+  Tensor running_mean, running_var, num_batches_tracked;  // undefined unless track_running_stats
   const int64_t num_features;
   const BatchNormOptions options;
 };

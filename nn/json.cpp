@@ -176,14 +176,10 @@ class Parser {
       if (at_end()) fail("the text ended inside a \\u escape");
       const char c = peek();
       unsigned d;
-      if (c >= '0' && c <= '9')
-        d = unsigned(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        d = unsigned(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        d = unsigned(c - 'A' + 10);
-      else
-        fail("bad hex digit '", printable(c), "' in a \\u escape");
+      if (c >= '0' && c <= '9') d = unsigned(c - '0');
+      else if (c >= 'a' && c <= 'f') d = unsigned(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') d = unsigned(c - 'A' + 10);
+      else fail("bad hex digit '", printable(c), "' in a \\u escape");
       v = v * 16 + d;
       ++pos_;
     }
@@ -215,24 +211,15 @@ class Parser {
     const unsigned b0 = byte(0);
     size_t len;
     unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b0 >= 0xC2 && b0 <= 0xDF)
-      len = 2;
-    else if (b0 == 0xE0)
-      len = 3, lo = 0xA0;
-    else if (b0 >= 0xE1 && b0 <= 0xEC)
-      len = 3;
-    else if (b0 == 0xED)
-      len = 3, hi = 0x9F;
-    else if (b0 >= 0xEE && b0 <= 0xEF)
-      len = 3;
-    else if (b0 == 0xF0)
-      len = 4, lo = 0x90;
-    else if (b0 >= 0xF1 && b0 <= 0xF3)
-      len = 4;
-    else if (b0 == 0xF4)
-      len = 4, hi = 0x8F;
-    else
-      fail("invalid UTF-8 byte ", printable(char(b0)), " in a string");
+    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
+    else if (b0 == 0xE0) len = 3, lo = 0xA0;
+    else if (b0 >= 0xE1 && b0 <= 0xEC) len = 3;
+    else if (b0 == 0xED) len = 3, hi = 0x9F;
+    else if (b0 >= 0xEE && b0 <= 0xEF) len = 3;
+    else if (b0 == 0xF0) len = 4, lo = 0x90;
+    else if (b0 >= 0xF1 && b0 <= 0xF3) len = 4;
+    else if (b0 == 0xF4) len = 4, hi = 0x8F;
+    else fail("invalid UTF-8 byte ", printable(char(b0)), " in a string");
     if (text_.size() - pos_ < len) fail("truncated UTF-8 sequence in a string");
     for (size_t i = 1; i < len; ++i) {
       const unsigned b = byte(i);
@@ -267,30 +254,14 @@ class Parser {
       const char e = peek();
       ++pos_;
       switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
         case 'u': {
           unsigned cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in a \\u escape");
@@ -303,9 +274,7 @@ class Parser {
           append_utf8(out, cp);
           break;
         }
-        default:
-          --pos_;
-          fail("invalid escape '\\", printable(e), "' in a string");
+        default: --pos_; fail("invalid escape '\\", printable(e), "' in a string");
       }
     }
   }
@@ -336,18 +305,12 @@ const Value* Value::find(std::string_view key) const {
 
 const char* type_name(Value::Type type) {
   switch (type) {
-    case Value::Type::Null:
-      return "null";
-    case Value::Type::Bool:
-      return "boolean";
-    case Value::Type::Number:
-      return "number";
-    case Value::Type::String:
-      return "string";
-    case Value::Type::Array:
-      return "array";
-    case Value::Type::Object:
-      return "object";
+    case Value::Type::Null: return "null";
+    case Value::Type::Bool: return "boolean";
+    case Value::Type::Number: return "number";
+    case Value::Type::String: return "string";
+    case Value::Type::Array: return "array";
+    case Value::Type::Object: return "object";
   }
   return "?";
 }
@@ -362,27 +325,13 @@ std::string quote(std::string_view s) {
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
       default:
         if (u < 0x20) {
           out += "\\u00";

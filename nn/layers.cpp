@@ -7,9 +7,7 @@
 
 namespace frugal::nn {
 
-Dropout::Dropout(double p) : p_(p) {
-  FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p);
-}
+Dropout::Dropout(double p) : p_(p) { FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p); }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training()); }
 std::string Dropout::extra_repr() const { return "p=" + std::to_string(p_); }
 
@@ -22,7 +20,9 @@ LayerNorm::LayerNorm(Shape normalized_shape, LayerNormOptions options)
   }
 }
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
-std::string LayerNorm::extra_repr() const { return "normalized_shape=" + shape_str(shape_) + ", eps=" + std::to_string(eps_); }
+std::string LayerNorm::extra_repr() const {
+  return "normalized_shape=" + shape_str(shape_) + ", eps=" + std::to_string(eps_);
+}
 
 Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : padding_idx_(options.padding_idx) {
   FRUGAL_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, " x ", dim);

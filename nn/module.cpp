@@ -146,7 +146,8 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     auto it = state.find(name);
     if (it == state.end()) missing.push_back(name);
     else if (it->second.sizes() != t.sizes())
-      mismatched.push_back(name + " (checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()) + ")");
+      mismatched.push_back(name + " (checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()) +
+                           ")");
   }
   for (const auto& [name, t] : state)
     if (!by_name.count(name)) unexpected.push_back(name);

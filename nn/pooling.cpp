@@ -29,7 +29,8 @@ AvgPool2d::AvgPool2d(Int2 kernel, AvgPool2dOptions o) : kernel_size(kernel), opt
 Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_size, options); }
 
 std::string AvgPool2d::extra_repr() const {
-  std::string s = "kernel_size=" + compact(kernel_size) + ", stride=" + compact(pool_stride(options.stride, kernel_size)) +
+  std::string s = "kernel_size=" + compact(kernel_size) +
+                  ", stride=" + compact(pool_stride(options.stride, kernel_size)) +
                   ", padding=" + compact(options.padding);
   if (options.ceil_mode) s += ", ceil_mode=true";
   if (!options.count_include_pad) s += ", count_include_pad=false";

@@ -12,10 +12,14 @@ namespace {
 
 using detail::one_group;
 
-
 AdamOptions as_adam(const AdamWOptions& o) {
-  return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay,
-          .amsgrad = o.amsgrad, .maximize = o.maximize};
+  return {.lr = o.lr,
+          .beta1 = o.beta1,
+          .beta2 = o.beta2,
+          .eps = o.eps,
+          .weight_decay = o.weight_decay,
+          .amsgrad = o.amsgrad,
+          .maximize = o.maximize};
 }
 
 }  // namespace
@@ -55,8 +59,8 @@ void Adam::check_group(const ParamGroup& group, size_t g) const {
 }
 
 void Adam::check_state(const ParamState& st, const std::string& prefix) const {
-  FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix,
-               "exp_avg and ", prefix, "exp_avg_sq must be given together");
+  FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix, "exp_avg and ",
+               prefix, "exp_avg_sq must be given together");
   FRUGAL_CHECK(st.step == 0 || st.buffers[0].defined(), name(), ".load_state_dict: ", prefix, "step is ", st.step,
                " but ", prefix, "exp_avg is missing");
 }

@@ -27,8 +27,8 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& params, double norm_typ
     Tensor g = p.grad();
     if (!g.defined()) continue;
     if (!grads.empty())
-      FRUGAL_CHECK(g.device() == grads[0].device(), "clip_grad_norm_: gradients on different devices: ",
-                   grads[0].describe(), " and ", g.describe());
+      FRUGAL_CHECK(g.device() == grads[0].device(),
+                   "clip_grad_norm_: gradients on different devices: ", grads[0].describe(), " and ", g.describe());
     grads.push_back(g.detach());
   }
   return grads;
@@ -66,8 +66,9 @@ double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
   double acc = 0.0;
   for (const Tensor& g : grads) {
     const double s = cpu_power_sum(g, p);
-    acc = std::isinf(p) ? (std::isnan(s) || std::isnan(acc) ? std::numeric_limits<double>::quiet_NaN() : std::max(acc, s))
-                        : acc + s;
+    acc = std::isinf(p)
+              ? (std::isnan(s) || std::isnan(acc) ? std::numeric_limits<double>::quiet_NaN() : std::max(acc, s))
+              : acc + s;
   }
   const double total = std::isinf(p) || p == 1.0 ? acc : p == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / p);
   const double coef = max_norm / (total + 1e-6);

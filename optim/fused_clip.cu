@@ -41,8 +41,8 @@ __device__ __forceinline__ double power_of(double x, double p) {
 // entries: (count) NormEntry with (numel) elements of T each. partials: (chunks) float64,
 // the sum of |x|^p (the max of |x| for Inf) over each chunk.
 template <typename T, NormKind K>
-__global__ void __launch_bounds__(kThreads) norm_kernel(const NormEntry* entries, int count, int64_t chunks, double p,
-                                                        double* partials) {
+__global__ void __launch_bounds__(kThreads)
+    norm_kernel(const NormEntry* entries, int count, int64_t chunks, double p, double* partials) {
   for_each_chunk(entries, count, chunks, [&](const NormEntry& e, int64_t chunk, int64_t begin, int64_t n) {
     double acc = 0.0;
     auto add = [&](T x) {
@@ -81,8 +81,8 @@ __global__ void clip_coefficient_kernel(const double* reduced, int kind, double 
 
 // entries: (count) NormEntry of T. x *= *coef, computed in opmath_t<T>.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) scale_kernel(const NormEntry* entries, int count, int64_t chunks,
-                                                         const float* coef) {
+__global__ void __launch_bounds__(kThreads)
+    scale_kernel(const NormEntry* entries, int count, int64_t chunks, const float* coef) {
   using M = opmath_t<T>;
   const float cf = *coef;
   if (cf == 1.0f) return;  // nothing to clip: x * 1 == x

@@ -15,8 +15,8 @@ using detail::NormEntry;
 // found_inf: 0-d float32, set to 1 when any element is inf or NaN (before scaling); never
 // cleared here, so several launches (dtypes) can share one flag.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) unscale_kernel(const NormEntry* entries, int count, int64_t chunks,
-                                                           float inv_scale, float* found_inf) {
+__global__ void __launch_bounds__(kThreads)
+    unscale_kernel(const NormEntry* entries, int count, int64_t chunks, float inv_scale, float* found_inf) {
   using M = opmath_t<T>;
   const M inv = M(inv_scale);
   const bool scale = inv_scale != 1.0f;  // a multiply by 1 changes nothing: only check

@@ -17,8 +17,8 @@ namespace {
 
 /// Throws unless `o` is a valid configuration (the scale is checked separately).
 void check_options(const GradScalerOptions& o, const char* op) {
-  FRUGAL_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor), op, ": growth_factor must be a finite number > 1, got ",
-               o.growth_factor);
+  FRUGAL_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor), op,
+               ": growth_factor must be a finite number > 1, got ", o.growth_factor);
   FRUGAL_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, op, ": backoff_factor must be in (0, 1), got ",
                o.backoff_factor);
   FRUGAL_CHECK(o.growth_interval >= 1, op, ": growth_interval must be >= 1, got ", o.growth_interval);
@@ -67,8 +67,8 @@ void GradScaler::unscale_(Optimizer& opt) {
   if (it != per_optimizer_.end()) {
     FRUGAL_CHECK(it->second.stage != Stage::Unscaled, kOp, ": unscale_() has already been called on this optimizer (",
                  opt.name(), ") since the last update()");
-    FRUGAL_CHECK(it->second.stage != Stage::Stepped, kOp, ": unscale_() is being called after step() on this optimizer (",
-                 opt.name(), "); call update() first");
+    FRUGAL_CHECK(it->second.stage != Stage::Stepped, kOp,
+                 ": unscale_() is being called after step() on this optimizer (", opt.name(), "); call update() first");
   }
   autograd::NoGradGuard no_grad;
 
@@ -79,8 +79,8 @@ void GradScaler::unscale_(Optimizer& opt) {
     for (const Tensor& p : group.params) {
       const Tensor g = p.grad();
       if (g.defined()) {
-        FRUGAL_CHECK(g.is_floating_point(), kOp, ": parameter ", index, " (", p.describe(), ") has a non-floating gradient ",
-                     g.describe());
+        FRUGAL_CHECK(g.is_floating_point(), kOp, ": parameter ", index, " (", p.describe(),
+                     ") has a non-floating gradient ", g.describe());
         grads.push_back(g.detach());
       }
       ++index;
@@ -154,8 +154,9 @@ void GradScaler::update() {
     recorded = true;
     found = read_found_inf(st) || found;
   }
-  FRUGAL_CHECK(recorded, "GradScaler.update: no inf checks were recorded prior to update() (call step() or unscale_() on "
-                         "an optimizer with gradients first)");
+  FRUGAL_CHECK(recorded,
+               "GradScaler.update: no inf checks were recorded prior to update() (call step() or unscale_() on "
+               "an optimizer with gradients first)");
   // PyTorch's _amp_update_scale_: products in double, rounded to float32.
   if (found) {
     scale_ = float(double(scale_) * options_.backoff_factor);
@@ -187,7 +188,8 @@ StateDict GradScaler::state_dict() const {
 void GradScaler::load_state_dict(const StateDict& dict) {
   if (!options_.enabled) return;
   static constexpr const char* kOp = "GradScaler.load_state_dict";
-  FRUGAL_CHECK(!dict.empty(), kOp, ": the state dict is empty, possibly because it was saved from a disabled GradScaler");
+  FRUGAL_CHECK(!dict.empty(), kOp,
+               ": the state dict is empty, possibly because it was saved from a disabled GradScaler");
   std::map<std::string, const Tensor*> keys;
   for (const auto& [key, t] : dict) {
     FRUGAL_CHECK(key == "scale" || key == "growth_factor" || key == "backoff_factor" || key == "growth_interval" ||
@@ -207,8 +209,8 @@ void GradScaler::load_state_dict(const StateDict& dict) {
   const int64_t tracker = integer_of("_growth_tracker", take("_growth_tracker"));
   const float s = checked_scale(scalar_of("scale", take("scale")), kOp, "scale");
   check_options(o, kOp);
-  FRUGAL_CHECK(tracker >= 0 && tracker < o.growth_interval, kOp, ": _growth_tracker must be in [0, growth_interval = ",
-               o.growth_interval, "), got ", tracker);
+  FRUGAL_CHECK(tracker >= 0 && tracker < o.growth_interval, kOp,
+               ": _growth_tracker must be in [0, growth_interval = ", o.growth_interval, "), got ", tracker);
   options_ = o;
   scale_ = s;
   growth_tracker_ = tracker;

@@ -56,11 +56,11 @@
 namespace frugal::optim {
 
 struct GradScalerOptions {
-  double init_scale = 65536.0;  ///< the first scale (> 0, finite); stored as float32
-  double growth_factor = 2.0;   ///< > 1
-  double backoff_factor = 0.5;  ///< in (0, 1)
+  double init_scale = 65536.0;     ///< the first scale (> 0, finite); stored as float32
+  double growth_factor = 2.0;      ///< > 1
+  double backoff_factor = 0.5;     ///< in (0, 1)
   int64_t growth_interval = 2000;  ///< clean steps between growths, >= 1
-  bool enabled = true;          ///< false: every method is a pass-through (step() just steps)
+  bool enabled = true;             ///< false: every method is a pass-through (step() just steps)
 };
 
 /// Dynamic loss scaler (see Note [Dynamic loss scaling]). Works with any number of
@@ -135,6 +135,6 @@ void non_finite_check_and_unscale(DType dtype, const std::vector<detail::NormEnt
 namespace frugal::optim::cuda {
 /// The same in one fused kernel over every entry (all on `device`); found_inf is a 0-d
 /// float32 in device memory. Asynchronous on the device's current stream.
-void non_finite_check_and_unscale(Device device, DType dtype, std::vector<detail::NormEntry>& entries,
-                                  float inv_scale, float* found_inf);
+void non_finite_check_and_unscale(Device device, DType dtype, std::vector<detail::NormEntry>& entries, float inv_scale,
+                                  float* found_inf);
 }  // namespace frugal::optim::cuda

@@ -47,13 +47,15 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
     else if (key == "base_lrs") bases = t;
     else FRUGAL_FAIL("LRScheduler.load_state_dict: unexpected key '", key, "'");
   }
-  FRUGAL_CHECK(epoch.defined() && epoch.numel() == 1, "LRScheduler.load_state_dict: last_epoch must be a one-element tensor");
+  FRUGAL_CHECK(epoch.defined() && epoch.numel() == 1,
+               "LRScheduler.load_state_dict: last_epoch must be a one-element tensor");
   FRUGAL_CHECK(bases.defined() && bases.dim() == 1, "LRScheduler.load_state_dict: base_lrs must be a 1-d tensor");
   const std::vector<double> b = bases.to(kCPU, kFloat64).tolist<double>();
   FRUGAL_CHECK(b.size() == optimizer_.param_groups().size(), "LRScheduler.load_state_dict: the state dict has ",
                b.size(), " base lrs, the optimizer has ", optimizer_.param_groups().size(), " param groups");
   const double e = epoch.to(kCPU, kFloat64).item<double>();
-  FRUGAL_CHECK(e >= 0 && e == std::floor(e), "LRScheduler.load_state_dict: last_epoch must be a non-negative integer, got ", e);
+  FRUGAL_CHECK(e >= 0 && e == std::floor(e),
+               "LRScheduler.load_state_dict: last_epoch must be a non-negative integer, got ", e);
   base_lrs_ = b;
   last_epoch_ = int64_t(e);
   apply();
@@ -92,8 +94,8 @@ LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options) : LRScheduler(
 
 double LinearLR::lr_at(double base_lr, int64_t t) const {
   const LinearLROptions& o = options_;
-  return base_lr *
-         (o.start_factor + (o.end_factor - o.start_factor) * double(std::min(o.total_iters, t)) / double(o.total_iters));
+  return base_lr * (o.start_factor +
+                    (o.end_factor - o.start_factor) * double(std::min(o.total_iters, t)) / double(o.total_iters));
 }
 
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,

@@ -33,9 +33,9 @@ constexpr int64_t kChunk = 16384;
 constexpr uint32_t kVec4 = 1u << 31;
 
 enum AdamFlags : uint32_t {
-  kAdamDecoupled = 1u << 0,   // AdamW: p *= 1 - lr * wd (else Adam: g += wd * p)
-  kAdamMaximize = 1u << 1,    // ascend: g = -g
-  kAdamAmsgrad = 1u << 2,     // use max(v_max, v) in the denominator
+  kAdamDecoupled = 1u << 0,     // AdamW: p *= 1 - lr * wd (else Adam: g += wd * p)
+  kAdamMaximize = 1u << 1,      // ascend: g = -g
+  kAdamAmsgrad = 1u << 2,       // use max(v_max, v) in the denominator
   kAdamFreshMoments = 1u << 3,  // first step: exp_avg and exp_avg_sq start at zero (not read)
   kAdamFreshMax = 1u << 4,      // max_exp_avg_sq starts at zero (not read)
 };
@@ -49,7 +49,7 @@ struct AdamEntry {
   void* exp_avg_sq;
   void* max_exp_avg_sq;  // null unless amsgrad
   int64_t numel;
-  int64_t chunk_begin;   // set by the CUDA launcher
+  int64_t chunk_begin;  // set by the CUDA launcher
   double lr, beta1, beta2, eps, weight_decay;
   double step_size;              // lr / (1 - beta1^t)
   double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
@@ -100,8 +100,8 @@ void adam_step(Device device, DType dtype, std::vector<detail::AdamEntry>& entri
 void sgd_step(Device device, DType dtype, std::vector<detail::SgdEntry>& entries);
 /// partials[k] for the k-th chunk (chunks numbered from chunk_offset) = sum of |x|^p over
 /// it, or max |x| when p is infinite; `partials` is a float64 device array.
-void norm_partials(Device device, DType dtype, std::vector<detail::NormEntry>& entries, double p,
-                   double* partials, int64_t chunk_offset);
+void norm_partials(Device device, DType dtype, std::vector<detail::NormEntry>& entries, double p, double* partials,
+                   int64_t chunk_offset);
 /// From the reduced partial (one float64: a sum or a max) writes the total norm and the
 /// clip coefficient min(1, max_norm / (total + 1e-6)) (NaN stays NaN) as float32.
 void clip_coefficient(Device device, const double* reduced, double p, double max_norm, float* total, float* coef);

@@ -74,9 +74,12 @@ void Optimizer::add_param_group(ParamGroup group) {
     return false;
   };
   const std::pair<const char*, std::optional<double> ParamGroup::*> reals[] = {
-      {"momentum", &ParamGroup::momentum}, {"dampening", &ParamGroup::dampening},
-      {"weight_decay", &ParamGroup::weight_decay}, {"beta1", &ParamGroup::beta1},
-      {"beta2", &ParamGroup::beta2}, {"eps", &ParamGroup::eps}};
+      {"momentum", &ParamGroup::momentum},
+      {"dampening", &ParamGroup::dampening},
+      {"weight_decay", &ParamGroup::weight_decay},
+      {"beta1", &ParamGroup::beta1},
+      {"beta2", &ParamGroup::beta2},
+      {"eps", &ParamGroup::eps}};
   const std::pair<const char*, std::optional<bool> ParamGroup::*> flags[] = {
       {"nesterov", &ParamGroup::nesterov}, {"maximize", &ParamGroup::maximize}, {"amsgrad", &ParamGroup::amsgrad}};
   for (const auto& [n, f] : reals)
@@ -101,8 +104,8 @@ const ParamState* Optimizer::state(const Tensor& param) const {
 Tensor Optimizer::checked_grad(const Tensor& param, size_t i) const {
   Tensor grad = param.grad();
   if (!grad.defined()) return grad;
-  FRUGAL_CHECK(grad.dtype() == param.dtype() && grad.sizes() == param.sizes() && grad.device() == param.device(),
-               name_, ".step: parameter ", i, " (", param.describe(), ") has a gradient ", grad.describe(),
+  FRUGAL_CHECK(grad.dtype() == param.dtype() && grad.sizes() == param.sizes() && grad.device() == param.device(), name_,
+               ".step: parameter ", i, " (", param.describe(), ") has a gradient ", grad.describe(),
                "; it must match the parameter's dtype, shape and device");
   return grad;
 }
@@ -161,17 +164,18 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     const std::string_view rest = k.substr(is_group ? 13 : is_state ? 6 : 0);
     const size_t dot = rest.find('.');
     size_t index = 0;
-    FRUGAL_CHECK((is_group || is_state) && dot != std::string_view::npos && parse_index(rest.substr(0, dot), index),
-                 op, ".load_state_dict: unexpected key '", key, "' (expected state.<i>.<name> or param_groups.<g>.<name>)");
+    FRUGAL_CHECK((is_group || is_state) && dot != std::string_view::npos && parse_index(rest.substr(0, dot), index), op,
+                 ".load_state_dict: unexpected key '", key, "' (expected state.<i>.<name> or param_groups.<g>.<name>)");
     auto& slot = (is_group ? group_keys : state_keys)[index][std::string(rest.substr(dot + 1))];
     FRUGAL_CHECK(slot == nullptr, op, ".load_state_dict: key '", key, "' appears twice");
     slot = &t;
   }
 
   // ---- 2. groups: count, sizes, every hyperparameter ----
-  FRUGAL_CHECK(group_keys.size() == groups_.size() && (group_keys.empty() || group_keys.rbegin()->first + 1 == groups_.size()),
-               op, ".load_state_dict: the state dict has ", group_keys.size(), " param groups, the optimizer has ",
-               groups_.size());
+  FRUGAL_CHECK(
+      group_keys.size() == groups_.size() && (group_keys.empty() || group_keys.rbegin()->first + 1 == groups_.size()),
+      op, ".load_state_dict: the state dict has ", group_keys.size(), " param groups, the optimizer has ",
+      groups_.size());
   std::vector<ParamGroup> loaded = groups_;
   size_t first = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -213,8 +217,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   std::unordered_map<const TensorImpl*, ParamState> state;
   for (auto& [i, keys] : state_keys) {
     const std::string prefix = "state." + std::to_string(i) + ".";
-    FRUGAL_CHECK(i < params.size(), op, ".load_state_dict: ", prefix, "* refers to parameter ", i, ", but the optimizer has ",
-                 params.size(), " parameters");
+    FRUGAL_CHECK(i < params.size(), op, ".load_state_dict: ", prefix, "* refers to parameter ", i,
+                 ", but the optimizer has ", params.size(), " parameters");
     const Tensor& p = *params[i];
     ParamState st;
     bool has_step = false;

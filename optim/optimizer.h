@@ -112,8 +112,8 @@ class Optimizer {
   /// one of real/flag) and the optimizer's option, used when the group leaves it unset.
   struct HyperParam {
     const char* name;
-    std::optional<double> ParamGroup::* real = nullptr;
-    std::optional<bool> ParamGroup::* flag = nullptr;
+    std::optional<double> ParamGroup::*real = nullptr;
+    std::optional<bool> ParamGroup::*flag = nullptr;
     double option = 0.0;
   };
   /// The hyperparameters this optimizer reads, besides lr.

@@ -26,8 +26,8 @@ void SGD::check_group(const ParamGroup& group, size_t g) const {
   FRUGAL_CHECK(*group.momentum >= 0, "SGD: param group ", g, ": invalid momentum ", *group.momentum);
   FRUGAL_CHECK(*group.weight_decay >= 0, "SGD: param group ", g, ": invalid weight_decay ", *group.weight_decay);
   FRUGAL_CHECK(!*group.nesterov || (*group.momentum > 0 && *group.dampening == 0), "SGD: param group ", g,
-               ": Nesterov momentum requires a momentum and zero dampening (momentum ", *group.momentum,
-               ", dampening ", *group.dampening, ")");
+               ": Nesterov momentum requires a momentum and zero dampening (momentum ", *group.momentum, ", dampening ",
+               *group.dampening, ")");
 }
 
 void SGD::step() {

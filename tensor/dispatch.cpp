@@ -1,5 +1,5 @@
-#include "tensor/device_dispatch.h"
 #include "tensor/dispatch.h"
+#include "tensor/device_dispatch.h"
 
 namespace frugal {
 

@@ -25,7 +25,8 @@ DType parse_dtype(const std::string& s) {
   if (s == "int32" || s == "i32" || s == "int") return kInt32;
   if (s == "int64" || s == "i64" || s == "long") return kInt64;
   if (s == "bool") return kBool;
-  FRUGAL_FAIL("parse_dtype: unknown dtype '", s, "' (expected float32, float16, bfloat16, float64, int32, int64, bool)");
+  FRUGAL_FAIL("parse_dtype: unknown dtype '", s,
+              "' (expected float32, float16, bfloat16, float64, int32, int64, bool)");
 }
 
 namespace {

@@ -20,9 +20,12 @@ inline constexpr DType kBool = DType::Bool;
 
 constexpr size_t element_size(DType t) {
   switch (t) {
-    case DType::Float32: case DType::Int32: return 4;
-    case DType::Float16: case DType::BFloat16: return 2;
-    case DType::Float64: case DType::Int64: return 8;
+    case DType::Float32:
+    case DType::Int32: return 4;
+    case DType::Float16:
+    case DType::BFloat16: return 2;
+    case DType::Float64:
+    case DType::Int64: return 8;
     case DType::Bool: return 1;
   }
   return 0;
@@ -44,13 +47,35 @@ DType promote_types(DType a, DType b);
 DType promote_with_scalar(DType tensor, bool scalar_is_floating);
 
 /// Maps C++ types to DType: dtype_of<float>() == kFloat32.
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::Float32; }
-template <> constexpr DType dtype_of<Half>() { return DType::Float16; }
-template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
-template <> constexpr DType dtype_of<double>() { return DType::Float64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
-template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::Float32;
+}
+template <>
+constexpr DType dtype_of<Half>() {
+  return DType::Float16;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return DType::BFloat16;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::Float64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::Int32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::Int64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
 
 }  // namespace frugal

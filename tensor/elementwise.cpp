@@ -20,8 +20,8 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, con
     for (int d = 0; d < td; ++d) {
       const int od = nd - td + d;
       const int64_t s = t.sizes()[d];
-      FRUGAL_CHECK(s == shape[od] || s == 1, op, ": input of shape ", shape_str(t.sizes()),
-                   " cannot broadcast to ", shape_str(shape));
+      FRUGAL_CHECK(s == shape[od] || s == 1, op, ": input of shape ", shape_str(t.sizes()), " cannot broadcast to ",
+                   shape_str(shape));
       st[k][od] = (s == 1 && shape[od] != 1) ? 0 : t.strides()[d];
     }
     L.data[k] = static_cast<char*>(t.data());
@@ -35,8 +35,7 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, con
   for (int d = nd - 1; d >= 0; --d) {
     if (shape[d] == 1) continue;
     bool merge = !sizes.empty();
-    for (int k = 0; merge && k < L.noperands; ++k)
-      merge = st[k][d] == strides[k].back() * sizes.back();
+    for (int k = 0; merge && k < L.noperands; ++k) merge = st[k][d] == strides[k].back() * sizes.back();
     if (merge) {
       sizes.back() *= shape[d];
     } else {
@@ -44,7 +43,8 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, con
       for (int k = 0; k < L.noperands; ++k) strides[k].push_back(st[k][d]);
     }
   }
-  FRUGAL_CHECK(int(sizes.size()) <= kMaxDims, op, ": more than ", kMaxDims, " non-mergeable dims in ", shape_str(shape));
+  FRUGAL_CHECK(int(sizes.size()) <= kMaxDims, op, ": more than ", kMaxDims, " non-mergeable dims in ",
+               shape_str(shape));
   L.ndim = int(sizes.size());
   for (int i = 0; i < L.ndim; ++i) {
     L.sizes[i] = sizes[L.ndim - 1 - i];

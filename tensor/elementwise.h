@@ -40,7 +40,8 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, con
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline int64_t element_offset(const ElementwiseLayout& L, int k, int64_t i) {
+    inline int64_t
+    element_offset(const ElementwiseLayout& L, int k, int64_t i) {
   int64_t off = 0;
   for (int d = L.ndim - 1; d >= 0; --d) {
     const int64_t s = L.sizes[d];

@@ -97,8 +97,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& sizes_in, TensorOptions opts) {
   const Shape sizes = sizes_in.empty() && values.size() != 1 ? Shape{int64_t(values.size())} : sizes_in;
-  FRUGAL_CHECK(numel_of(sizes) == int64_t(values.size()), "from_vector: ", values.size(),
-               " values do not fill shape ", shape_str(sizes));
+  FRUGAL_CHECK(numel_of(sizes) == int64_t(values.size()), "from_vector: ", values.size(), " values do not fill shape ",
+               shape_str(sizes));
   Tensor host = empty(sizes, {dtype_of<T>(), kCPU});
   if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed
     bool* p = host.data_ptr<bool>();

@@ -60,8 +60,8 @@ FRUGAL_HD uint16_t float_to_half_bits(float f) {
   const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN / inf
-  if (ax >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
-  if (ax < 0x38800000u) {                         // result is subnormal or zero
+  if (ax >= 0x477ff000u) return sign | 0x7c00u;                                 // rounds to >= 65520: overflow to inf
+  if (ax < 0x38800000u) {                                                       // result is subnormal or zero
     // Scale so the half subnormal unit (2^-24) becomes 1, then round to nearest even.
     float v = bits_float(ax) * 16777216.0f;  // exact: power-of-two scaling
     uint32_t r = uint32_t(v);
@@ -122,9 +122,19 @@ struct alignas(2) BFloat16 {
 };
 
 /// The type a kernel computes in for storage type T (float for the 16-bit types).
-template <typename T> struct OpMath { using type = T; };
-template <> struct OpMath<Half> { using type = float; };
-template <> struct OpMath<BFloat16> { using type = float; };
-template <typename T> using opmath_t = typename OpMath<T>::type;
+template <typename T>
+struct OpMath {
+  using type = T;
+};
+template <>
+struct OpMath<Half> {
+  using type = float;
+};
+template <>
+struct OpMath<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using opmath_t = typename OpMath<T>::type;
 
 }  // namespace frugal

@@ -14,8 +14,8 @@ constexpr int64_t kSummarizeAbove = 1000;  // elements; beyond this, show edges 
 constexpr int64_t kEdgeItems = 3;
 
 struct Formatter {
-  bool integral = false;    // integer dtype: "3"
-  bool whole_float = false; // floating dtype holding only whole numbers: "3." as PyTorch prints
+  bool integral = false;     // integer dtype: "3"
+  bool whole_float = false;  // floating dtype holding only whole numbers: "3." as PyTorch prints
   bool scientific = false;
   int width = 1;
 

@@ -43,10 +43,8 @@ struct Geometry {
 
 template <typename A>
 FRUGAL_HD bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>)
-    return v != v;
-  else
-    return false;
+  if constexpr (std::is_floating_point_v<A>) return v != v;
+  else return false;
 }
 
 /// sum (divisor 1) and mean (divisor R).

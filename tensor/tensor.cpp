@@ -63,8 +63,8 @@ Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offse
   FRUGAL_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");
   int64_t last = offset;  // highest element index touched must stay inside storage
   for (size_t i = 0; i < sizes.size(); ++i) {
-    FRUGAL_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes),
-                 " / ", shape_str(strides));
+    FRUGAL_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes), " / ",
+                 shape_str(strides));
     last += (std::max<int64_t>(sizes[i], 1) - 1) * strides[i];
   }
   if (numel_of(sizes) == 0) last = offset - 1;  // an empty view touches nothing
@@ -153,8 +153,7 @@ Tensor Tensor::reshape(Shape target) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  FRUGAL_CHECK(int64_t(dims.size()) == dim(), "permute: got ", dims.size(), " dims for a tensor of ", dim(),
-               " dims");
+  FRUGAL_CHECK(int64_t(dims.size()) == dim(), "permute: got ", dims.size(), " dims for a tensor of ", dim(), " dims");
   Shape s(dims.size()), st(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -186,8 +185,8 @@ Tensor Tensor::t() const {
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   if (start < 0) start += sizes()[d];
-  FRUGAL_CHECK(start >= 0 && length >= 0 && start + length <= sizes()[d], "narrow: start ", start, " length ",
-               length, " out of range for dim ", d, " of size ", sizes()[d], " (", describe(), ")");
+  FRUGAL_CHECK(start >= 0 && length >= 0 && start + length <= sizes()[d], "narrow: start ", start, " length ", length,
+               " out of range for dim ", d, " of size ", sizes()[d], " (", describe(), ")");
   return slice(d, start, start + length);
 }
 
@@ -334,9 +333,9 @@ std::vector<T> Tensor::tolist() const {
   return std::vector<T>(p, p + host.numel());
 }
 
-#define FRUGAL_INSTANTIATE(T)                      \
-  template T* Tensor::data_ptr<T>() const;         \
-  template T Tensor::item<T>() const;              \
+#define FRUGAL_INSTANTIATE(T)              \
+  template T* Tensor::data_ptr<T>() const; \
+  template T Tensor::item<T>() const;      \
   template std::vector<T> Tensor::tolist<T>() const;
 FRUGAL_INSTANTIATE(float)
 FRUGAL_INSTANTIATE(double)

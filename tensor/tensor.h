@@ -52,7 +52,7 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
   Shape sizes;
-  Shape strides;       // in elements
+  Shape strides;  // in elements
   DType dtype = kFloat32;
   std::shared_ptr<void> autograd_meta;  // owned by the autograd layer
 };
@@ -81,7 +81,7 @@ class Tensor {
   const Shape& sizes() const { return impl().sizes; }
   const Shape& shape() const { return impl().sizes; }
   const Shape& strides() const { return impl().strides; }
-  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return numel_of(impl().sizes); }
   DType dtype() const { return impl().dtype; }
@@ -97,7 +97,8 @@ class Tensor {
 
   /// Pointer to the first element (storage base + offset). Host-dereferenceable on CPU only.
   void* data() const;
-  template <typename T> T* data_ptr() const;  // checks T matches dtype()
+  template <typename T>
+  T* data_ptr() const;  // checks T matches dtype()
 
   // ---- version counter (shared by views) -------------------------------------
   uint64_t version() const { return impl().storage->version.load(std::memory_order_relaxed); }
@@ -105,11 +106,11 @@ class Tensor {
 
   // ---- views: no copies ------------------------------------------------------
   Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
-  Tensor view(Shape sizes) const;        // one -1 is inferred; needs compatible strides
-  Tensor reshape(Shape sizes) const;     // a view when possible, else a contiguous copy
+  Tensor view(Shape sizes) const;     // one -1 is inferred; needs compatible strides
+  Tensor reshape(Shape sizes) const;  // a view when possible, else a contiguous copy
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor transpose(int64_t a, int64_t b) const;
-  Tensor t() const;                      // 2-D transpose
+  Tensor t() const;  // 2-D transpose
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python-like bounds
   Tensor select(int64_t dim, int64_t index) const;
@@ -123,17 +124,19 @@ class Tensor {
   Tensor unflatten(int64_t dim, const Shape& sizes) const;
 
   // ---- copies and conversions ------------------------------------------------
-  Tensor contiguous() const;             // self when already contiguous
-  Tensor clone() const;                  // always a fresh contiguous copy
-  Tensor to(Device device) const;        // self when already there
+  Tensor contiguous() const;       // self when already contiguous
+  Tensor clone() const;            // always a fresh contiguous copy
+  Tensor to(Device device) const;  // self when already there
   Tensor to(DType dtype) const;
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(kCPU); }
   /// Copies src into self (broadcasting src, converting dtype, across devices). Bumps the version.
   const Tensor& copy_(const Tensor& src) const;
 
-  template <typename T> T item() const;                 // one-element tensor to a C++ value
-  template <typename T> std::vector<T> tolist() const;  // all elements, row-major, converted to T
+  template <typename T>
+  T item() const;  // one-element tensor to a C++ value
+  template <typename T>
+  std::vector<T> tolist() const;  // all elements, row-major, converted to T
 
   std::string str() const;  // PyTorch-style printout
 

@@ -102,8 +102,8 @@ inline void check_close(const std::vector<double>& actual, const std::vector<dou
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < actual.size(); ++i) {
     const double a = actual[i], e = expected[i];
-    const bool ok = (std::isnan(a) && std::isnan(e)) || (std::isinf(e) && a == e) ||
-                    std::fabs(a - e) <= atol + rtol * std::fabs(e);
+    const bool ok =
+        (std::isnan(a) && std::isnan(e)) || (std::isinf(e) && a == e) || std::fabs(a - e) <= atol + rtol * std::fabs(e);
     if (!ok && bad++ == 0) first = int64_t(i);
   }
   CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " values differ; first at ", first, ": got ",
@@ -121,9 +121,7 @@ void check_error(F&& body, const std::vector<std::string>& parts) {
   std::string msg;
   try {
     body();
-  } catch (const Error& e) {
-    msg = e.what();
-  }
+  } catch (const Error& e) { msg = e.what(); }
   REQUIRE_MESSAGE(!msg.empty(), "expected a frugal::Error mentioning ", parts.empty() ? "" : parts[0]);
   for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message '", msg, "' lacks '", p, "'");
 }

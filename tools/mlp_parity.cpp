@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
     model->to(device);
     std::unique_ptr<optim::Optimizer> opt;
     if (optimizer == "adam") opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
-    else if (optimizer == "sgd") opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    else if (optimizer == "sgd")
+      opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
     else FRUGAL_FAIL("mlp_parity: unknown optimizer '", optimizer, "' (adam or sgd)");
     std::ofstream losses(out + "/frugal_losses.txt");
     for (int64_t step = 0; step < steps; ++step) {

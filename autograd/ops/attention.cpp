@@ -54,8 +54,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   constexpr const char* op = "scaled_dot_product_attention";
   FRUGAL_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined query, key or value");
   FRUGAL_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, op,
-               ": query, key and value must be at least 2-D (..., L, E), got ", q.describe(), ", ", k.describe(),
-               ", ", v.describe());
+               ": query, key and value must be at least 2-D (..., L, E), got ", q.describe(), ", ", k.describe(), ", ",
+               v.describe());
   FRUGAL_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": query, key and value must share a dtype, got ",
                q.describe(), ", ", k.describe(), ", ", v.describe());
   check_same_device(op, q, k);

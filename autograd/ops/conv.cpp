@@ -66,9 +66,7 @@ struct AdaptiveAvgPool2dBackward final : Node {
   Shape x_shape;
   std::string name() const override { return "AdaptiveAvgPool2dBackward"; }
   void release_saved() override {}
-  TensorList apply(TensorList&& grads) override {
-    return {ops::adaptive_avg_pool2d_backward(grads[0], x_shape)};
-  }
+  TensorList apply(TensorList&& grads) override { return {ops::adaptive_avg_pool2d_backward(grads[0], x_shape)}; }
 };
 
 // out = (x - mean) * invstd * weight + bias  (Note [Batch norm statistics])

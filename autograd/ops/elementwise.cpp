@@ -53,8 +53,7 @@ struct InputMeta {
 const char* unary_node_name(UnaryOp op) {
   switch (op) {
 #define FRUGAL_UNARY_NODE_NAME(E, name, ints) \
-  case UnaryOp::E:                            \
-    return #E "Backward";
+  case UnaryOp::E: return #E "Backward";
     FRUGAL_UNARY_OPS(FRUGAL_UNARY_NODE_NAME)
 #undef FRUGAL_UNARY_NODE_NAME
   }
@@ -173,11 +172,11 @@ struct MaxMinBackward final : Node {
     const Tensor shared = ops::where(ops::eq(av, bv), ops::mul(g, 0.5), g);  // ties split evenly
     TensorList out(2);
     if (wants_grad(*this, 0))  // a loses where it is the smaller (maximum) / larger (minimum) one
-      out[0] = reduce_grad(ops::masked_fill(shared, is_max ? ops::lt(av, bv) : ops::gt(av, bv), 0.0), ma.sizes,
-                           ma.dtype);
+      out[0] =
+          reduce_grad(ops::masked_fill(shared, is_max ? ops::lt(av, bv) : ops::gt(av, bv), 0.0), ma.sizes, ma.dtype);
     if (wants_grad(*this, 1))
-      out[1] = reduce_grad(ops::masked_fill(shared, is_max ? ops::gt(av, bv) : ops::lt(av, bv), 0.0), mb.sizes,
-                           mb.dtype);
+      out[1] =
+          reduce_grad(ops::masked_fill(shared, is_max ? ops::gt(av, bv) : ops::lt(av, bv), 0.0), mb.sizes, mb.dtype);
     return out;
   }
 };
@@ -544,9 +543,13 @@ const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
 
 // ---- not differentiable: forwarded below autograd ------------------------------------
 
-#define FRUGAL_FORWARD_COMPARISON(op)                                                             \
-  Tensor op(const Tensor& a, const Tensor& b) { return autograd::raw([&] { return ops::op(a, b); }); } \
-  Tensor op(const Tensor& x, double s) { return autograd::raw([&] { return ops::op(x, s); }); }
+#define FRUGAL_FORWARD_COMPARISON(op)                    \
+  Tensor op(const Tensor& a, const Tensor& b) {          \
+    return autograd::raw([&] { return ops::op(a, b); }); \
+  }                                                      \
+  Tensor op(const Tensor& x, double s) {                 \
+    return autograd::raw([&] { return ops::op(x, s); }); \
+  }
 FRUGAL_FORWARD_COMPARISON(eq)
 FRUGAL_FORWARD_COMPARISON(ne)
 FRUGAL_FORWARD_COMPARISON(lt)
@@ -555,8 +558,14 @@ FRUGAL_FORWARD_COMPARISON(gt)
 FRUGAL_FORWARD_COMPARISON(ge)
 #undef FRUGAL_FORWARD_COMPARISON
 
-Tensor logical_not(const Tensor& x) { return autograd::raw([&] { return ops::logical_not(x); }); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return autograd::raw([&] { return ops::logical_and(a, b); }); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return autograd::raw([&] { return ops::logical_or(a, b); }); }
+Tensor logical_not(const Tensor& x) {
+  return autograd::raw([&] { return ops::logical_not(x); });
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return autograd::raw([&] { return ops::logical_and(a, b); });
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return autograd::raw([&] { return ops::logical_or(a, b); });
+}
 
 }  // namespace frugal

@@ -1,8 +1,8 @@
 // cross_entropy and mse_loss, forward and backward side by side.
+#include "tensor/ops/loss.h"
 #include "autograd/function.h"
 #include "autograd/ops/nn_functional.h"
 #include "tensor/ops/binary.h"
-#include "tensor/ops/loss.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal {
@@ -24,8 +24,8 @@ struct CrossEntropyBackward final : Node {
   void release_saved() override { logits.reset(), target.reset(), lse.reset(), count.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor cv = count.defined() ? count.unpack(name()) : Tensor();
-    return {ops::cross_entropy_backward(grads[0], logits.unpack(name()), target.unpack(name()), lse.unpack(name()),
-                                        cv, options)};
+    return {ops::cross_entropy_backward(grads[0], logits.unpack(name()), target.unpack(name()), lse.unpack(name()), cv,
+                                        options)};
   }
 };
 

@@ -31,8 +31,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 
 /// softmax(scale * scores + mask) along the last dim (Note [Masked softmax]); mask: undefined,
 /// bool (true = attend) or of scores' dtype (added, differentiable); is_causal keeps keys s <= l.
-Tensor masked_softmax(const Tensor& scores, const Tensor& mask = Tensor(), bool is_causal = false,
-                      double scale = 1.0);
+Tensor masked_softmax(const Tensor& scores, const Tensor& mask = Tensor(), bool is_causal = false, double scale = 1.0);
 
 /// torch.nn.functional.scaled_dot_product_attention: q (..., L, E), k (..., S, E),
 /// v (..., S, Ev) -> (..., L, Ev) = dropout(masked_softmax(q k^T, mask, is_causal, scale)) v,
@@ -41,8 +40,7 @@ Tensor masked_softmax(const Tensor& scores, const Tensor& mask = Tensor(), bool 
 /// weights always applies when dropout_p > 0, as in PyTorch (pass 0 in eval); it draws from
 /// `gen` (default: the process generator).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& attn_mask = Tensor(), bool is_causal = false,
-                                    double dropout_p = 0.0, std::optional<double> scale = {},
-                                    Generator* gen = nullptr);
+                                    const Tensor& attn_mask = Tensor(), bool is_causal = false, double dropout_p = 0.0,
+                                    std::optional<double> scale = {}, Generator* gen = nullptr);
 
 }  // namespace frugal

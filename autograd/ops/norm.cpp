@@ -1,7 +1,7 @@
 // layer_norm, forward and backward side by side (Note [Layer norm statistics]).
+#include "tensor/ops/norm.h"
 #include "autograd/function.h"
 #include "autograd/ops/nn_functional.h"
-#include "tensor/ops/norm.h"
 
 namespace frugal {
 

@@ -101,7 +101,7 @@ struct AmaxAminBackward final : Node {
   void release_saved() override { x.reset(), out.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor hit = ops::eq(x.unpack(name()), out.unpack(name()).reshape(geo.kept));
-    const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);  // int64, reduced shape
+    const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);   // int64, reduced shape
     const Tensor share = ops::div(geo.restore(grads[0]), count);  // g's dtype
     return {ops::where(hit, share, zeros({}, share.options()))};
   }
@@ -193,7 +193,9 @@ Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) { return reduction(x, dims, keepdim, true); }
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduction(x, dims, keepdim, true);
+}
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return reduction(x, dims, keepdim, false);
 }

@@ -1,8 +1,8 @@
 // Backward of the Tensor methods that derive one tensor from another: views,
 // clone/contiguous and to() (see Note [Derived tensors]). One node type, one
 // formula per kind of derivation.
-#include "autograd/function.h"
 #include "autograd/ops/view.h"
+#include "autograd/function.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 

@@ -171,9 +171,7 @@ void DataLoader::start_pass() {
         Pass::Slot slot;
         try {
           slot.batch = make_batch(p->order, i);
-        } catch (...) {
-          slot.error = std::current_exception();
-        }
+        } catch (...) { slot.error = std::current_exception(); }
         const bool failed = slot.error != nullptr;
         {
           std::lock_guard<std::mutex> lock(p->mu);

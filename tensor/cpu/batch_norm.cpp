@@ -25,8 +25,8 @@ T* mut_ptr_or_null(const Tensor& t) {
 
 // x: (N, C, HW); mean, invstd: (C); rm, rv: (C) or null
 template <typename T>
-void stats(opmath_t<T>* mean, opmath_t<T>* invstd, opmath_t<T>* rm, opmath_t<T>* rv, const T* x, int64_t N,
-           int64_t C, int64_t HW, double momentum, double eps) {
+void stats(opmath_t<T>* mean, opmath_t<T>* invstd, opmath_t<T>* rm, opmath_t<T>* rv, const T* x, int64_t N, int64_t C,
+           int64_t HW, double momentum, double eps) {
   using Acc = opmath_t<T>;
   const double M = double(N * HW);
 #pragma omp parallel for schedule(static) if (N * C * HW >= kParallelGrain && C > 1)

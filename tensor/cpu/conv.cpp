@@ -49,9 +49,7 @@ int max_threads() {
 }
 
 /// A 1x1 kernel with stride 1 and no padding reads the input as it lies: col = x.
-bool direct(const Conv2dGeometry& g) {
-  return g.R == 1 && g.S == 1 && g.stride == Int2(1) && g.padding == Int2(0);
-}
+bool direct(const Conv2dGeometry& g) { return g.R == 1 && g.S == 1 && g.stride == Int2(1) && g.padding == Int2(0); }
 
 /// The output columns [lo, hi) whose tap (ow * stride + offset) lands inside [0, size).
 std::pair<int64_t, int64_t> valid_range(int64_t offset, int64_t stride, int64_t size, int64_t out_size) {

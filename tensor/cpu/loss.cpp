@@ -88,8 +88,8 @@ void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& l
     using Acc = opmath_t<T>;
     dispatch_index(target.dtype(), "cross_entropy", target.device(), [&]<typename I>() {
       const I* tp = target.data_ptr<I>();
-      const int64_t bad = cross_entropy_rows<T, I>(loss.data_ptr<Acc>(), lse.data_ptr<Acc>(), logits.data_ptr<T>(),
-                                                   tp, R, C, ignore_index, label_smoothing);
+      const int64_t bad = cross_entropy_rows<T, I>(loss.data_ptr<Acc>(), lse.data_ptr<Acc>(), logits.data_ptr<T>(), tp,
+                                                   R, C, ignore_index, label_smoothing);
       if (bad >= 0) err = IndexError{true, int64_t(tp[bad]), bad};
     });
   });

@@ -66,12 +66,9 @@ void masked_softmax_kernel(const Tensor& out, const Tensor& scores, const Tensor
   dispatch_floating(scores.dtype(), "masked_softmax", scores.device(), [&]<typename T>() {
     T* y = out.data_ptr<T>();
     const T* x = scores.data_ptr<T>();
-    if (params.kind == 1)
-      masked_softmax_rows<T, bool>(y, x, static_cast<const bool*>(mask.data()), params);
-    else if (params.kind == 2)
-      masked_softmax_rows<T, T>(y, x, static_cast<const T*>(mask.data()), params);
-    else
-      masked_softmax_rows<T, T>(y, x, nullptr, params);
+    if (params.kind == 1) masked_softmax_rows<T, bool>(y, x, static_cast<const bool*>(mask.data()), params);
+    else if (params.kind == 2) masked_softmax_rows<T, T>(y, x, static_cast<const T*>(mask.data()), params);
+    else masked_softmax_rows<T, T>(y, x, nullptr, params);
   });
 }
 

@@ -110,8 +110,8 @@ T* ptr_or_null(const Tensor& t) {
 
 }  // namespace
 
-void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps) {
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       const Tensor& bias, int64_t M, int64_t N, double eps) {
   dispatch_floating(x.dtype(), "layer_norm", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
     layer_norm_rows<T>(out.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), x.data_ptr<T>(),

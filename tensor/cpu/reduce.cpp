@@ -152,28 +152,22 @@ template <typename Red>
 void run(const Red& red, const Tensor& in) {
   const Geometry g = Geometry::of(in);
   const auto* x = static_cast<const typename Red::in_t*>(in.data());
-  if (g.inner == 1)
-    reduce_rows(red, g, x);
-  else
-    reduce_columns(red, g, x);
+  if (g.inner == 1) reduce_rows(red, g, x);
+  else reduce_columns(red, g, x);
 }
 
 /// Calls f.template operator()<b>() with the runtime bool as a template argument.
 template <typename F>
 void with_bool(bool b, F&& f) {
-  if (b)
-    f.template operator()<true>();
-  else
-    f.template operator()<false>();
+  if (b) f.template operator()<true>();
+  else f.template operator()<false>();
 }
 
 template <typename T, typename Acc, bool IsMax>
 Acc extreme_identity() {
   using L = std::numeric_limits<Acc>;
-  if constexpr (L::has_infinity)
-    return IsMax ? -L::infinity() : L::infinity();
-  else
-    return IsMax ? L::lowest() : L::max();
+  if constexpr (L::has_infinity) return IsMax ? -L::infinity() : L::infinity();
+  else return IsMax ? L::lowest() : L::max();
 }
 
 }  // namespace

@@ -98,10 +98,8 @@ void softmax_item(const T* x, T* y, const SoftmaxShape& s, int64_t o, int64_t i0
   const Arr<Acc> c = log ? Arr<Acc>(sum.log().template cast<Acc>()) : Arr<Acc>(sum.inverse().template cast<Acc>());
   for (int64_t j = 0; j < s.D; ++j) {
     const ConstMap<Acc> v = load(x + at(j), n, buf);
-    if (log)
-      store(y + at(j), n, (v - m) - c);
-    else
-      store(y + at(j), n, exp0(v - m) * c);
+    if (log) store(y + at(j), n, (v - m) - c);
+    else store(y + at(j), n, exp0(v - m) * c);
   }
 }
 
@@ -131,16 +129,12 @@ void softmax_backward_item(T* gi, const T* g, const T* y, const SoftmaxShape& s,
     const ConstMap<Acc> yv = load(y + at(j), len, ybuf);
     if (s.inner == 1) {
       const Acc d = Acc(dot[0]);
-      if (log)
-        store(gi + at(j), len, gv - exp0(yv) * d);
-      else
-        store(gi + at(j), len, yv * (gv - d));
+      if (log) store(gi + at(j), len, gv - exp0(yv) * d);
+      else store(gi + at(j), len, yv * (gv - d));
     } else {
       const Arr<Acc> d = dot.template cast<Acc>();
-      if (log)
-        store(gi + at(j), len, gv - exp0(yv) * d);
-      else
-        store(gi + at(j), len, yv * (gv - d));
+      if (log) store(gi + at(j), len, gv - exp0(yv) * d);
+      else store(gi + at(j), len, yv * (gv - d));
     }
   }
 }

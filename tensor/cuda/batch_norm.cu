@@ -140,9 +140,8 @@ __global__ void apply_kernel(T* __restrict__ out, const T* __restrict__ x, const
 // partial: (C, splits); g, x: (N, C, HW); mean: (C)
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
-    backward_partial_kernel(Sums<opmath_t<T>>* __restrict__ partial, const T* __restrict__ g,
-                            const T* __restrict__ x, const opmath_t<T>* __restrict__ mean, int64_t C, int64_t HW,
-                            int64_t M, int64_t splits) {
+    backward_partial_kernel(Sums<opmath_t<T>>* __restrict__ partial, const T* __restrict__ g, const T* __restrict__ x,
+                            const opmath_t<T>* __restrict__ mean, int64_t C, int64_t HW, int64_t M, int64_t splits) {
   using Acc = opmath_t<T>;
   const int64_t c = blockIdx.x / splits, s = blockIdx.x % splits;
   const int64_t chunk = (M + splits - 1) / splits, e0 = s * chunk, e1 = e0 + chunk < M ? e0 + chunk : M;
@@ -160,8 +159,8 @@ __global__ void __launch_bounds__(kBlock)
 // sums: (C) totals; gw, gb: (C) or null; partial: (C, splits); invstd: (C)
 template <typename Acc>
 __global__ void backward_finish_kernel(Sums<Acc>* __restrict__ sums, Acc* __restrict__ gw, Acc* __restrict__ gb,
-                                       const Sums<Acc>* __restrict__ partial, const Acc* __restrict__ invstd,
-                                       int64_t C, int64_t splits) {
+                                       const Sums<Acc>* __restrict__ partial, const Acc* __restrict__ invstd, int64_t C,
+                                       int64_t splits) {
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
     Sums<Acc> t = partial[c * splits];
     for (int64_t s = 1; s < splits; ++s) t = {t.g + partial[c * splits + s].g, t.g_xmu + partial[c * splits + s].g_xmu};
@@ -202,10 +201,8 @@ T* mut_ptr_or_null(const Tensor& t) {
 /// Calls f with Index = uint32_t when every flat index fits, else int64_t.
 template <typename F>
 void with_index_type(int64_t numel, F&& f) {
-  if (numel < (int64_t(1) << 31))
-    f.template operator()<uint32_t>();
-  else
-    f.template operator()<int64_t>();
+  if (numel < (int64_t(1) << 31)) f.template operator()<uint32_t>();
+  else f.template operator()<int64_t>();
 }
 
 }  // namespace
@@ -264,9 +261,9 @@ void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
       backward_partial_kernel<T><<<unsigned(C * splits), kBlock, 0, stream>>>(
           p, grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), C, HW, M, splits);
       FRUGAL_CUDA_CHECK_LAUNCH();
-      backward_finish_kernel<Acc><<<grid_for(C), kBlockSize, 0, stream>>>(
-          sums, mut_ptr_or_null<Acc>(grad_weight), mut_ptr_or_null<Acc>(grad_bias), p, invstd.data_ptr<Acc>(), C,
-          splits);
+      backward_finish_kernel<Acc><<<grid_for(C), kBlockSize, 0, stream>>>(sums, mut_ptr_or_null<Acc>(grad_weight),
+                                                                          mut_ptr_or_null<Acc>(grad_bias), p,
+                                                                          invstd.data_ptr<Acc>(), C, splits);
       FRUGAL_CUDA_CHECK_LAUNCH();
     }
     if (!grad_x.defined()) return;

@@ -32,10 +32,8 @@ void dynamic_map(ElementwiseLayout L, Device device, const Fn& f) {
     for (int d = 0; d < L.ndim; ++d) L.strides[k][d] *= int64_t(element_size(L.dtypes[k]));
   DeviceGuard guard(device);
   cudaStream_t stream = stream_for(device);
-  if (L.noperands == 3)
-    dynamic_kernel<3><<<grid_for(L.numel), kBlockSize, 0, stream>>>(L, f);
-  else
-    dynamic_kernel<2><<<grid_for(L.numel), kBlockSize, 0, stream>>>(L, f);
+  if (L.noperands == 3) dynamic_kernel<3><<<grid_for(L.numel), kBlockSize, 0, stream>>>(L, f);
+  else dynamic_kernel<2><<<grid_for(L.numel), kBlockSize, 0, stream>>>(L, f);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
@@ -43,10 +41,8 @@ void dynamic_map(ElementwiseLayout L, Device device, const Fn& f) {
 template <BinaryOp kOp, typename Run>
 void dispatch_compute(DType compute, Device device, Run&& run) {
   dispatch_all(compute, binary_op_name(kOp), device, [&]<typename C>() {
-    if constexpr (binary_op_supports<kOp, C>())
-      run.template operator()<C>();
-    else
-      throw_unsupported_dtype(binary_op_name(kOp), compute, device);
+    if constexpr (binary_op_supports<kOp, C>()) run.template operator()<C>();
+    else throw_unsupported_dtype(binary_op_name(kOp), compute, device);
   });
 }
 

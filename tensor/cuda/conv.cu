@@ -70,8 +70,8 @@ class TensorDescriptor {
  public:
   TensorDescriptor(DType t, int64_t n, int64_t c, int64_t h, int64_t w) {  // packed NCHW
     FRUGAL_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
-    FRUGAL_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, data_type(t), to_int(n), to_int(c),
-                                                  to_int(h), to_int(w)));
+    FRUGAL_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, data_type(t), to_int(n), to_int(c), to_int(h), to_int(w)));
   }
   ~TensorDescriptor() { cudnnDestroyTensorDescriptor(desc_); }
   TensorDescriptor(const TensorDescriptor&) = delete;
@@ -86,8 +86,8 @@ class FilterDescriptor {
  public:
   FilterDescriptor(DType t, int64_t k, int64_t c, int64_t r, int64_t s) {
     FRUGAL_CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
-    FRUGAL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, data_type(t), CUDNN_TENSOR_NCHW, to_int(k), to_int(c),
-                                                  to_int(r), to_int(s)));
+    FRUGAL_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(desc_, data_type(t), CUDNN_TENSOR_NCHW, to_int(k), to_int(c), to_int(r), to_int(s)));
   }
   ~FilterDescriptor() { cudnnDestroyFilterDescriptor(desc_); }
   FilterDescriptor(const FilterDescriptor&) = delete;
@@ -102,9 +102,9 @@ class ConvolutionDescriptor {
  public:
   ConvolutionDescriptor(const Conv2dGeometry& g, DType t) {
     FRUGAL_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc_));
-    FRUGAL_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-        desc_, to_int(g.padding.h), to_int(g.padding.w), to_int(g.stride.h), to_int(g.stride.w),
-        to_int(g.dilation.h), to_int(g.dilation.w), CUDNN_CROSS_CORRELATION, compute_type(t)));
+    FRUGAL_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc_, to_int(g.padding.h), to_int(g.padding.w),
+                                                       to_int(g.stride.h), to_int(g.stride.w), to_int(g.dilation.h),
+                                                       to_int(g.dilation.w), CUDNN_CROSS_CORRELATION, compute_type(t)));
     FRUGAL_CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc_, to_int(g.groups)));
     set_math(search_math_type(t));
   }
@@ -164,13 +164,12 @@ struct Ops<Direction::Forward> {
   using Algo = cudnnConvolutionFwdAlgo_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
   static void get(cudnnHandle_t h, const ConvProblem& p, int* n, Perf* perf) {
-    FRUGAL_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.get(), p.w.get(), p.conv.get(), p.y.get(),
-                                                              kCount, n, perf));
+    FRUGAL_CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.get(), p.w.get(), p.conv.get(), p.y.get(), kCount, n, perf));
   }
   static void find(cudnnHandle_t h, const ConvProblem& p, void* ws, size_t bytes, int* n, Perf* perf) {
-    FRUGAL_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x.get(), p.x_ptr, p.w.get(), p.w_ptr,
-                                                              p.conv.get(), p.y.get(), p.y_ptr, kCount, n, perf, ws,
-                                                              bytes));
+    FRUGAL_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x.get(), p.x_ptr, p.w.get(), p.w_ptr, p.conv.get(),
+                                                              p.y.get(), p.y_ptr, kCount, n, perf, ws, bytes));
   }
   static size_t workspace(cudnnHandle_t h, const ConvProblem& p, Algo a) {
     size_t bytes = 0;
@@ -180,8 +179,7 @@ struct Ops<Direction::Forward> {
   }
   static void run(cudnnHandle_t h, const ConvProblem& p, Algo a, void* ws, size_t bytes) {
     FRUGAL_CUDNN_CHECK(cudnnConvolutionForward(h, kScalars.one(p.dtype), p.x.get(), p.x_ptr, p.w.get(), p.w_ptr,
-                                               p.conv.get(), a, ws, bytes, kScalars.zero(p.dtype), p.y.get(),
-                                               p.y_ptr));
+                                               p.conv.get(), a, ws, bytes, kScalars.zero(p.dtype), p.y.get(), p.y_ptr));
   }
 };
 
@@ -191,18 +189,17 @@ struct Ops<Direction::BackwardData> {
   using Algo = cudnnConvolutionBwdDataAlgo_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
   static void get(cudnnHandle_t h, const ConvProblem& p, int* n, Perf* perf) {
-    FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(),
-                                                                   kCount, n, perf));
+    FRUGAL_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(), kCount, n, perf));
   }
   static void find(cudnnHandle_t h, const ConvProblem& p, void* ws, size_t bytes, int* n, Perf* perf) {
-    FRUGAL_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w.get(), p.w_ptr, p.y.get(), p.y_ptr,
-                                                                   p.conv.get(), p.x.get(), p.x_ptr, kCount, n, perf,
-                                                                   ws, bytes));
+    FRUGAL_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, p.w.get(), p.w_ptr, p.y.get(), p.y_ptr, p.conv.get(), p.x.get(), p.x_ptr, kCount, n, perf, ws, bytes));
   }
   static size_t workspace(cudnnHandle_t h, const ConvProblem& p, Algo a) {
     size_t bytes = 0;
-    FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(),
-                                                                    a, &bytes));
+    FRUGAL_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(), a, &bytes));
     return bytes;
   }
   static void run(cudnnHandle_t h, const ConvProblem& p, Algo a, void* ws, size_t bytes) {
@@ -218,24 +215,23 @@ struct Ops<Direction::BackwardFilter> {
   using Algo = cudnnConvolutionBwdFilterAlgo_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   static void get(cudnnHandle_t h, const ConvProblem& p, int* n, Perf* perf) {
-    FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.get(), p.y.get(), p.conv.get(),
-                                                                     p.w.get(), kCount, n, perf));
+    FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.get(), p.y.get(), p.conv.get(), p.w.get(),
+                                                                     kCount, n, perf));
   }
   static void find(cudnnHandle_t h, const ConvProblem& p, void* ws, size_t bytes, int* n, Perf* perf) {
-    FRUGAL_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x.get(), p.x_ptr, p.y.get(), p.y_ptr,
-                                                                     p.conv.get(), p.w.get(), p.w_ptr, kCount, n,
-                                                                     perf, ws, bytes));
+    FRUGAL_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, p.x.get(), p.x_ptr, p.y.get(), p.y_ptr, p.conv.get(), p.w.get(), p.w_ptr, kCount, n, perf, ws, bytes));
   }
   static size_t workspace(cudnnHandle_t h, const ConvProblem& p, Algo a) {
     size_t bytes = 0;
-    FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x.get(), p.y.get(), p.conv.get(),
-                                                                      p.w.get(), a, &bytes));
+    FRUGAL_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x.get(), p.y.get(), p.conv.get(), p.w.get(), a, &bytes));
     return bytes;
   }
   static void run(cudnnHandle_t h, const ConvProblem& p, Algo a, void* ws, size_t bytes) {
-    FRUGAL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kScalars.one(p.dtype), p.x.get(), p.x_ptr, p.y.get(),
-                                                      p.y_ptr, p.conv.get(), a, ws, bytes, kScalars.zero(p.dtype),
-                                                      p.w.get(), p.w_ptr));
+    FRUGAL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kScalars.one(p.dtype), p.x.get(), p.x_ptr, p.y.get(), p.y_ptr,
+                                                      p.conv.get(), a, ws, bytes, kScalars.zero(p.dtype), p.w.get(),
+                                                      p.w_ptr));
   }
 };
 
@@ -383,8 +379,8 @@ void add_bias(const Tensor& out, const Tensor& bias, const Conv2dGeometry& g) {
       add_bias_kernel<T, uint32_t><<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(
           out.data_ptr<T>(), bias.data_ptr<T>(), uint32_t(g.K), uint32_t(L), uint32_t(numel));
     } else {
-      add_bias_kernel<T, int64_t><<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(
-          out.data_ptr<T>(), bias.data_ptr<T>(), g.K, L, numel);
+      add_bias_kernel<T, int64_t>
+          <<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(out.data_ptr<T>(), bias.data_ptr<T>(), g.K, L, numel);
     }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });

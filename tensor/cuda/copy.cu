@@ -4,7 +4,6 @@
 
 namespace frugal::ops::cuda {
 
-
 namespace {
 // Note: device code uses functors, not lambdas: nvcc forbids __device__ lambdas
 // inside the generic (templated) lambdas that dtype dispatch uses.
@@ -26,7 +25,8 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
     return;
   }
   dispatch_all(dst.dtype(), "copy_", dst.device(), [&]<typename D>() {
-    dispatch_all(src.dtype(), "copy_", src.device(), [&]<typename S>() { cuda_map<D, S>(L, dst.device(), CastTo<D, S>{}); });
+    dispatch_all(src.dtype(), "copy_", src.device(),
+                 [&]<typename S>() { cuda_map<D, S>(L, dst.device(), CastTo<D, S>{}); });
   });
 }
 

@@ -38,9 +38,9 @@ namespace detail {
 }  // namespace frugal::ops::cuda
 
 /// Checks a cuBLAS/cuBLASLt call; throws frugal::Error naming the status, the call, the file and the line.
-#define FRUGAL_CUBLAS_CHECK(expr)                                                              \
-  do {                                                                                         \
-    cublasStatus_t frugal_status_ = (expr);                                                    \
-    if (frugal_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                  \
+#define FRUGAL_CUBLAS_CHECK(expr)                                                                 \
+  do {                                                                                            \
+    cublasStatus_t frugal_status_ = (expr);                                                       \
+    if (frugal_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                     \
       ::frugal::ops::cuda::detail::throw_cublas_error(frugal_status_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -71,9 +71,9 @@ namespace detail {
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* expr, const char* file, int line) {
   char last[512] = {};
   cudnnGetLastErrorString(last, sizeof(last));  // cuDNN's detail on the failure, possibly empty
-  ::frugal::detail::throw_error(file, line,
-                                ::frugal::detail::str_cat("cuDNN error ", cudnnGetErrorString(status), " in ", expr,
-                                                          last[0] ? ": " : "", last));
+  ::frugal::detail::throw_error(
+      file, line,
+      ::frugal::detail::str_cat("cuDNN error ", cudnnGetErrorString(status), " in ", expr, last[0] ? ": " : "", last));
 }
 }  // namespace detail
 

@@ -21,9 +21,9 @@ namespace detail {
 
 /// Checks a cuDNN call; throws frugal::Error naming the status (cudnnGetErrorString), cuDNN's
 /// own account of the failure when it has one, the call, the file and the line.
-#define FRUGAL_CUDNN_CHECK(expr)                                                                \
-  do {                                                                                          \
-    cudnnStatus_t frugal_status_ = (expr);                                                      \
-    if (frugal_status_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                                    \
+#define FRUGAL_CUDNN_CHECK(expr)                                                                 \
+  do {                                                                                           \
+    cudnnStatus_t frugal_status_ = (expr);                                                       \
+    if (frugal_status_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                                     \
       ::frugal::ops::cuda::detail::throw_cudnn_error(frugal_status_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -13,16 +13,11 @@ namespace {
 template <typename F>
 void dispatch_bytes(size_t element_size, F&& f) {
   switch (element_size) {
-    case 1:
-      return f.template operator()<uint8_t>();
-    case 2:
-      return f.template operator()<uint16_t>();
-    case 4:
-      return f.template operator()<uint32_t>();
-    case 8:
-      return f.template operator()<uint64_t>();
-    default:
-      FRUGAL_FAIL("index_gather: unsupported element size ", element_size);
+    case 1: return f.template operator()<uint8_t>();
+    case 2: return f.template operator()<uint16_t>();
+    case 4: return f.template operator()<uint32_t>();
+    case 8: return f.template operator()<uint64_t>();
+    default: FRUGAL_FAIL("index_gather: unsupported element size ", element_size);
   }
 }
 

@@ -86,21 +86,11 @@ void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, const std:
   DeviceGuard guard(out.device());
   cudaStream_t stream = stream_for(out);
   switch (width) {
-    case 16:
-      launch_cat<uint4>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream);
-      break;
-    case 8:
-      launch_cat<uint2>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream);
-      break;
-    case 4:
-      launch_cat<uint32_t>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream);
-      break;
-    case 2:
-      launch_cat<uint16_t>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream);
-      break;
-    default:
-      launch_cat<uint8_t>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream);
-      break;
+    case 16: launch_cat<uint4>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream); break;
+    case 8: launch_cat<uint2>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream); break;
+    case 4: launch_cat<uint32_t>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream); break;
+    case 2: launch_cat<uint16_t>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream); break;
+    default: launch_cat<uint8_t>(out, inputs, offsets, outer, inner_bytes, out_row_bytes, dim, stream); break;
   }
 }
 

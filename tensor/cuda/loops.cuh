@@ -10,8 +10,8 @@
 // general strided path computes every operand's offset from the linear index,
 // with 32-bit index math when the tensor is small enough (64-bit division is
 // several times slower on the GPU). All loops are grid-stride.
-#include <cuda/std/tuple>
 #include <cuda_runtime.h>
+#include <cuda/std/tuple>
 
 #include <algorithm>
 #include <cstdint>
@@ -75,8 +75,7 @@ __device__ __forceinline__ void map_strided_body(const ElementwiseLayout& L, F f
 #pragma unroll
       for (int k = 0; k < K; ++k) off[k] += idx * Index(L.strides[k][d]);
     }
-    reinterpret_cast<Out*>(L.data[0])[off[0]] =
-        Out(f(reinterpret_cast<const In*>(L.data[I + 1])[off[I + 1]]...));
+    reinterpret_cast<Out*>(L.data[0])[off[0]] = Out(f(reinterpret_cast<const In*>(L.data[I + 1])[off[I + 1]]...));
   }
 }
 

@@ -53,9 +53,9 @@ __device__ __forceinline__ void record_bad_target(unsigned long long* rec, int64
 // loss, lse: (R); x: (R, C); target: (R)
 template <typename T, typename I, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
-    cross_entropy_forward_kernel(opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse,
-                                 const T* __restrict__ x, const I* __restrict__ target, int64_t R, int64_t C,
-                                 int64_t ignore_index, opmath_t<T> smoothing, unsigned long long* rec) {
+    cross_entropy_forward_kernel(opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse, const T* __restrict__ x,
+                                 const I* __restrict__ target, int64_t R, int64_t C, int64_t ignore_index,
+                                 opmath_t<T> smoothing, unsigned long long* rec) {
   using Acc = opmath_t<T>;
   using S = RowState<Acc>;
   constexpr int kRowsPerBlock = kBlock / kThreads;
@@ -66,10 +66,8 @@ __global__ void __launch_bounds__(kBlock)
     const T* xr = x + row * C;
     S st{Acc(-INFINITY), Acc(0), Acc(0)};
     for (int64_t c = lane; c < C; c += kThreads) st = state_add(st, Acc(xr[c]));
-    if constexpr (kThreads == 32)
-      st = warp_allreduce(st, merge);
-    else
-      st = block_allreduce(st, merge, S{Acc(-INFINITY), Acc(0), Acc(0)});
+    if constexpr (kThreads == 32) st = warp_allreduce(st, merge);
+    else st = block_allreduce(st, merge, S{Acc(-INFINITY), Acc(0), Acc(0)});
     if (lane != 0) continue;
     const Acc l = st.m == Acc(-INFINITY) ? st.m : st.m + log_acc(st.s);
     lse[row] = l;
@@ -92,8 +90,8 @@ template <typename T, typename I, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
     cross_entropy_backward_kernel_impl(T* __restrict__ g, const T* __restrict__ x, const I* __restrict__ target,
                                        const opmath_t<T>* __restrict__ lse, const opmath_t<T>* __restrict__ scale,
-                                       int64_t scale_stride, int64_t R, int64_t C, int64_t ignore_index,
-                                       opmath_t<T> on, opmath_t<T> off) {
+                                       int64_t scale_stride, int64_t R, int64_t C, int64_t ignore_index, opmath_t<T> on,
+                                       opmath_t<T> off) {
   using Acc = opmath_t<T>;
   constexpr int kRowsPerBlock = kBlock / kThreads;
   const int lane = int(threadIdx.x % kThreads);
@@ -114,10 +112,8 @@ __global__ void __launch_bounds__(kBlock)
 
 template <typename F>
 void with_row_shape(int64_t C, F&& f) {
-  if (C <= kWarpRowMax)
-    f.template operator()<32, kWarpRowsBlock>();
-  else
-    f.template operator()<kLongRowBlock, kLongRowBlock>();
+  if (C <= kWarpRowMax) f.template operator()<32, kWarpRowsBlock>();
+  else f.template operator()<kLongRowBlock, kLongRowBlock>();
 }
 
 template <int kThreads, int kBlock>

@@ -24,8 +24,8 @@ constexpr int64_t kMaxBlocks = 132 * 16;
 template <typename T, typename M>
 struct RowLogits {
   using Acc = opmath_t<T>;
-  const T* x;      // the row
-  const M* mask;   // the row's mask entries (stride ms), or null
+  const T* x;     // the row
+  const M* mask;  // the row's mask entries (stride ms), or null
   int64_t ms;
   int64_t keep_end;  // causal: keys < keep_end
   Acc scale;
@@ -59,10 +59,8 @@ __global__ void __launch_bounds__(kBlock)
                             p.causal ? row % L + 1 : D, Acc(p.scale)};
     S st{Acc(-INFINITY), Acc(0)};
     for (int64_t s = lane; s < D; s += kThreads) st = max_sum_add(st, z(s));
-    if constexpr (kThreads == 32)
-      st = warp_allreduce(st, merge);
-    else
-      st = block_allreduce(st, merge, S{Acc(-INFINITY), Acc(0)});
+    if constexpr (kThreads == 32) st = warp_allreduce(st, merge);
+    else st = block_allreduce(st, merge, S{Acc(-INFINITY), Acc(0)});
     T* yr = y + row * D;
     if (st.m == Acc(-INFINITY)) {  // no key left: zeros (Note [Masked softmax])
       for (int64_t s = lane; s < D; s += kThreads) yr[s] = T(Acc(0));
@@ -99,12 +97,9 @@ void masked_softmax_kernel(const Tensor& out, const Tensor& scores, const Tensor
                            const MaskedSoftmaxParams& params) {
   DeviceGuard guard(scores.device());
   dispatch_floating(scores.dtype(), "masked_softmax", scores.device(), [&]<typename T>() {
-    if (params.kind == 1)
-      launch<T, bool>(out, scores, static_cast<const bool*>(mask.data()), params);
-    else if (params.kind == 2)
-      launch<T, T>(out, scores, static_cast<const T*>(mask.data()), params);
-    else
-      launch<T, T>(out, scores, nullptr, params);
+    if (params.kind == 1) launch<T, bool>(out, scores, static_cast<const bool*>(mask.data()), params);
+    else if (params.kind == 2) launch<T, T>(out, scores, static_cast<const T*>(mask.data()), params);
+    else launch<T, T>(out, scores, nullptr, params);
   });
 }
 

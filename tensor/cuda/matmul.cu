@@ -112,10 +112,10 @@ template <typename T, cublasStatus_t (*Destroy)(T)>
 struct LtDeleter {
   void operator()(T p) const { Destroy(p); }
 };
-using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t,
-                                   LtDeleter<cublasLtMatmulDesc_t, &cublasLtMatmulDescDestroy>>;
-using MatrixLayout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t,
-                                     LtDeleter<cublasLtMatrixLayout_t, &cublasLtMatrixLayoutDestroy>>;
+using MatmulDesc =
+    std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDeleter<cublasLtMatmulDesc_t, &cublasLtMatmulDescDestroy>>;
+using MatrixLayout =
+    std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter<cublasLtMatrixLayout_t, &cublasLtMatrixLayoutDestroy>>;
 using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
                                    LtDeleter<cublasLtMatmulPreference_t, &cublasLtMatmulPreferenceDestroy>>;
 

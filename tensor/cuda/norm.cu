@@ -31,10 +31,8 @@ constexpr int64_t kMaxBlocks = 132 * 16;
 
 template <typename Acc>
 __device__ __forceinline__ Acc rsqrt_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return rsqrtf(v);
-  else
-    return ::rsqrt(v);
+  if constexpr (std::is_same_v<Acc, float>) return rsqrtf(v);
+  else return ::rsqrt(v);
 }
 
 template <typename Acc>
@@ -46,15 +44,11 @@ struct Pair {
 template <int kThreads, typename S>
 __device__ __forceinline__ S row_sum(S v, S zero) {
   const auto add = [](S x, S y) {
-    if constexpr (std::is_arithmetic_v<S>)
-      return x + y;
-    else
-      return S{x.a + y.a, x.b + y.b};
+    if constexpr (std::is_arithmetic_v<S>) return x + y;
+    else return S{x.a + y.a, x.b + y.b};
   };
-  if constexpr (kThreads == 32)
-    return warp_allreduce(v, add);
-  else
-    return block_allreduce(v, add, zero);
+  if constexpr (kThreads == 32) return warp_allreduce(v, add);
+  else return block_allreduce(v, add, zero);
 }
 
 // y, x: (M, N); w, b: (N) or null; mean, rstd: (M)
@@ -125,9 +119,9 @@ __global__ void __launch_bounds__(kBlock)
 // g, x: (M, N); mean, rstd: (M); partial: (gridDim.y, 2, N): per row slice, sum(g * xhat) then sum(g)
 template <typename T>
 __global__ void __launch_bounds__(kColX* kColY)
-    layer_norm_param_partial_kernel(opmath_t<T>* __restrict__ partial, const T* __restrict__ g,
-                                    const T* __restrict__ x, const opmath_t<T>* __restrict__ mean,
-                                    const opmath_t<T>* __restrict__ rstd, int64_t M, int64_t N) {
+    layer_norm_param_partial_kernel(opmath_t<T>* __restrict__ partial, const T* __restrict__ g, const T* __restrict__ x,
+                                    const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
+                                    int64_t M, int64_t N) {
   using Acc = opmath_t<T>;
   __shared__ Acc sw[kColY][kColX], sb[kColY][kColX];
   const int tx = int(threadIdx.x), ty = int(threadIdx.y);
@@ -179,10 +173,8 @@ T* ptr_or_null(const Tensor& t) {
 /// Calls f.template operator()<kThreads, kBlock>() for the row kernels' shape (Note [CUDA layer norm kernels]).
 template <typename F>
 void with_row_shape(int64_t N, F&& f) {
-  if (N <= kWarpRowMax)
-    f.template operator()<32, kWarpRowsBlock>();
-  else
-    f.template operator()<kLongRowBlock, kLongRowBlock>();
+  if (N <= kWarpRowMax) f.template operator()<32, kWarpRowsBlock>();
+  else f.template operator()<kLongRowBlock, kLongRowBlock>();
 }
 
 template <int kThreads, int kBlock>
@@ -193,8 +185,8 @@ unsigned row_grid(int64_t M) {
 
 }  // namespace
 
-void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps) {
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       const Tensor& bias, int64_t M, int64_t N, double eps) {
   DeviceGuard guard(x.device());
   cudaStream_t stream = stream_for(x);
   dispatch_floating(x.dtype(), "layer_norm", x.device(), [&]<typename T>() {
@@ -227,12 +219,11 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
     // Row slices: enough blocks to fill the GPU, each thread summing at least ~8 rows.
     const int64_t col_blocks = (N + kColX - 1) / kColX;
     const int64_t slices = std::clamp<int64_t>(
-        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * kMaxBlocks + col_blocks - 1) / col_blocks), 1,
-        65535);
+        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * kMaxBlocks + col_blocks - 1) / col_blocks), 1, 65535);
     const Tensor partial = empty({slices, 2, N}, {dtype_of<Acc>(), x.device()});
-    layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0,
-                                         stream>>>(partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(),
-                                                   mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M, N);
+    layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0, stream>>>(
+        partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M,
+        N);
     FRUGAL_CUDA_CHECK_LAUNCH();
     layer_norm_param_finish_kernel<T><<<grid_for(N), kBlockSize, 0, stream>>>(
         ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias), partial.data_ptr<Acc>(), slices, N);

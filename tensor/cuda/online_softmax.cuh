@@ -10,17 +10,13 @@ namespace frugal::ops::cuda {
 
 template <typename Acc>
 __device__ __forceinline__ Acc exp_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return expf(v);
-  else
-    return ::exp(v);
+  if constexpr (std::is_same_v<Acc, float>) return expf(v);
+  else return ::exp(v);
 }
 template <typename Acc>
 __device__ __forceinline__ Acc log_acc(Acc v) {
-  if constexpr (std::is_same_v<Acc, float>)
-    return logf(v);
-  else
-    return ::log(v);
+  if constexpr (std::is_same_v<Acc, float>) return logf(v);
+  else return ::log(v);
 }
 
 /// Online softmax state: the running max m and sum of exp(x - m).

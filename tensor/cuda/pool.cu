@@ -57,8 +57,8 @@ __device__ __forceinline__ void covering(int64_t i, int64_t pad, int64_t eff, in
 
 // gx: (P, H, W); gy, idx: (P, OH, OW)
 template <typename T>
-__global__ void max_pool_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy,
-                                         const int64_t* __restrict__ idx, Pool2dGeometry g, int64_t n) {
+__global__ void max_pool_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, const int64_t* __restrict__ idx,
+                                         Pool2dGeometry g, int64_t n) {
   using Acc = opmath_t<T>;
   const int64_t eff_h = (g.kernel.h - 1) * g.dilation.h + 1, eff_w = (g.kernel.w - 1) * g.dilation.w + 1;
   FRUGAL_GRID_STRIDE(i, n) {
@@ -205,8 +205,7 @@ void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry&
   DeviceGuard guard(x.device());
   const int64_t n = out.numel();
   dispatch_floating(x.dtype(), "avg_pool2d", x.device(), [&]<typename T>() {
-    avg_pool_forward_kernel<T><<<grid_for(n), kBlockSize, 0, stream_for(x)>>>(out.data_ptr<T>(), x.data_ptr<T>(),
-                                                                              g, n);
+    avg_pool_forward_kernel<T><<<grid_for(n), kBlockSize, 0, stream_for(x)>>>(out.data_ptr<T>(), x.data_ptr<T>(), g, n);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }
@@ -215,8 +214,8 @@ void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
   DeviceGuard guard(grad_x.device());
   const int64_t n = grad_x.numel();
   dispatch_floating(grad_x.dtype(), "avg_pool2d_backward", grad_x.device(), [&]<typename T>() {
-    avg_pool_backward_kernel<T><<<grid_for(n), kBlockSize, 0, stream_for(grad_x)>>>(grad_x.data_ptr<T>(),
-                                                                                    grad_out.data_ptr<T>(), g, n);
+    avg_pool_backward_kernel<T>
+        <<<grid_for(n), kBlockSize, 0, stream_for(grad_x)>>>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g, n);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }
@@ -228,11 +227,11 @@ void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2d
   const int64_t window = ((g.H + g.OH - 1) / g.OH) * ((g.W + g.OW - 1) / g.OW);
   dispatch_floating(x.dtype(), "adaptive_avg_pool2d", x.device(), [&]<typename T>() {
     if (window >= kWarpWindow) {
-      adaptive_forward_warp_kernel<T><<<grid_for(n * 32), kBlockSize, 0, stream_for(x)>>>(
-          out.data_ptr<T>(), x.data_ptr<T>(), g, n);
+      adaptive_forward_warp_kernel<T>
+          <<<grid_for(n * 32), kBlockSize, 0, stream_for(x)>>>(out.data_ptr<T>(), x.data_ptr<T>(), g, n);
     } else {
-      adaptive_forward_kernel<T><<<grid_for(n), kBlockSize, 0, stream_for(x)>>>(out.data_ptr<T>(), x.data_ptr<T>(),
-                                                                                g, n);
+      adaptive_forward_kernel<T>
+          <<<grid_for(n), kBlockSize, 0, stream_for(x)>>>(out.data_ptr<T>(), x.data_ptr<T>(), g, n);
     }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
@@ -242,8 +241,8 @@ void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& gra
   DeviceGuard guard(grad_x.device());
   const int64_t n = grad_x.numel();
   dispatch_floating(grad_x.dtype(), "adaptive_avg_pool2d_backward", grad_x.device(), [&]<typename T>() {
-    adaptive_backward_kernel<T><<<grid_for(n), kBlockSize, 0, stream_for(grad_x)>>>(grad_x.data_ptr<T>(),
-                                                                                    grad_out.data_ptr<T>(), g, n);
+    adaptive_backward_kernel<T>
+        <<<grid_for(n), kBlockSize, 0, stream_for(grad_x)>>>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g, n);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

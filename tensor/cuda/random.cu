@@ -20,8 +20,7 @@ __global__ void random_fill_kernel(T* out, int64_t n, RandomFill f) {
 void random_kernel(const Tensor& t, const RandomFill& fill) {
   DeviceGuard guard(t.device());
   dispatch_numeric(t.dtype(), "random", t.device(), [&]<typename T>() {
-    random_fill_kernel<T><<<grid_for(t.numel()), kBlockSize, 0,
-                            stream_for(t)>>>(t.data_ptr<T>(), t.numel(), fill);
+    random_fill_kernel<T><<<grid_for(t.numel()), kBlockSize, 0, stream_for(t)>>>(t.data_ptr<T>(), t.numel(), fill);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

@@ -74,10 +74,8 @@ __global__ void __launch_bounds__(kRowBlock)
     const typename Red::in_t* row = x + o * g.so;
     A a = red.identity();
     for (int64_t r = r0 + lane; r < r1; r += kThreads) a = red.step(a, row[r * g.sr], r);
-    if constexpr (kThreads == 32)
-      a = warp_allreduce(a, combine);
-    else
-      a = block_allreduce(a, combine, red.identity());
+    if constexpr (kThreads == 32) a = warp_allreduce(a, combine);
+    else a = block_allreduce(a, combine, red.identity());
     if (lane == 0) red.store(item, a);
   }
 }
@@ -170,19 +168,15 @@ void run(const Red& red, const Tensor& in) {
 
 template <typename F>
 void with_bool(bool b, F&& f) {
-  if (b)
-    f.template operator()<true>();
-  else
-    f.template operator()<false>();
+  if (b) f.template operator()<true>();
+  else f.template operator()<false>();
 }
 
 template <typename Acc, bool IsMax>
 Acc extreme_identity() {
   using L = std::numeric_limits<Acc>;
-  if constexpr (L::has_infinity)
-    return IsMax ? -L::infinity() : L::infinity();
-  else
-    return IsMax ? L::lowest() : L::max();
+  if constexpr (L::has_infinity) return IsMax ? -L::infinity() : L::infinity();
+  else return IsMax ? L::lowest() : L::max();
 }
 
 }  // namespace

@@ -74,10 +74,8 @@ __global__ void __launch_bounds__(kBlock) softmax_rows_kernel(Op op, int64_t row
     const int64_t base = row * D;
     S st = op.init();
     for (int64_t j = lane; j < D; j += kThreads) st = op.add(st, base + j);
-    if constexpr (kThreads == 32)
-      st = warp_allreduce(st, merge);
-    else
-      st = block_allreduce(st, merge, op.init());
+    if constexpr (kThreads == 32) st = warp_allreduce(st, merge);
+    else st = block_allreduce(st, merge, op.init());
     st = op.finish(st);
     for (int64_t j = lane; j < D; j += kThreads) op.write(base + j, st);
   }
@@ -132,10 +130,8 @@ void launch(const Op& op, const SoftmaxShape& s, Device device) {
 
 template <typename F>
 void with_bool(bool b, F&& f) {
-  if (b)
-    f.template operator()<true>();
-  else
-    f.template operator()<false>();
+  if (b) f.template operator()<true>();
+  else f.template operator()<false>();
 }
 
 }  // namespace

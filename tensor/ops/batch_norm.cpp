@@ -44,8 +44,8 @@ Tensor in_compute(const Tensor& t, DType compute) { return t.defined() ? t.to(co
 
 }  // namespace
 
-BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                           const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps) {
+BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                           const Tensor& bias, bool training, double momentum, double eps) {
   constexpr const char* op = "batch_norm";
   const Dims d = check_input(op, x);
   check_channel_tensor(op, "running_mean", running_mean, x, d.C);
@@ -69,8 +69,8 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Te
                           running_mean.is_contiguous() && running_var.is_contiguous();
     const Tensor rm = in_place ? running_mean : in_compute(running_mean, compute);
     const Tensor rv = in_place ? running_var : in_compute(running_var, compute);
-    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_stats_kernel, r.mean, r.invstd, rm, rv, x.contiguous(), d.N,
-                           d.C, d.HW, momentum, eps);
+    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_stats_kernel, r.mean, r.invstd, rm, rv, x.contiguous(), d.N, d.C,
+                           d.HW, momentum, eps);
     if (running_mean.defined()) {
       if (in_place) {
         running_mean.bump_version();
@@ -96,9 +96,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   constexpr const char* op = "batch_norm_backward";
   const Dims d = check_input(op, x);
   check_channel_tensor(op, "weight", weight, x, d.C);
-  FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op,
-               ": grad_out ", grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ",
-               x.describe());
+  FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
+               grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
   check_same_device(op, x, grad_out);
   const DType compute = compute_dtype(x.dtype());
   for (const Tensor* s : {&mean, &invstd}) {
@@ -118,8 +117,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   }
   if (!g.x.defined() && !g.weight.defined() && !g.bias.defined()) return g;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_backward_kernel, g.x, g.weight, g.bias, grad_out.contiguous(),
-                         x.contiguous(), mean.contiguous(), invstd.contiguous(), in_compute(weight, compute),
-                         training, d.N, d.C, d.HW);
+                         x.contiguous(), mean.contiguous(), invstd.contiguous(), in_compute(weight, compute), training,
+                         d.N, d.C, d.HW);
   return g;
 }
 

@@ -37,9 +37,8 @@ struct BatchNormResult {
 /// bias of shape (C), each undefined or of x's dtype or the compute dtype, on x's device.
 /// training: normalizes with the batch statistics and updates the running ones in place
 /// (when defined; both or neither); eval: normalizes with the running statistics (required).
-BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                           const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
-                           double eps = 1e-5);
+BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                           const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 
 /// Which gradients batch_norm_backward should compute.
 struct BatchNormGradMask {
@@ -69,7 +68,8 @@ void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Ten
 /// out = (x - mean) invstd weight + bias
 void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                              const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW);
-/// grad_x (or undefined), grad_weight, grad_bias (or undefined) from grad_out and the forward's x, mean, invstd, weight.
+/// grad_x (or undefined), grad_weight, grad_bias (or undefined) from grad_out and the forward's x, mean, invstd,
+/// weight.
 void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                 const Tensor& weight, bool training, int64_t N, int64_t C, int64_t HW);

@@ -114,8 +114,7 @@ enum class BinaryOp : uint8_t {
 constexpr const char* binary_op_name(BinaryOp op) {
   switch (op) {
 #define FRUGAL_BINARY_NAME(E, name, pred) \
-  case BinaryOp::E:                       \
-    return name;
+  case BinaryOp::E: return name;
     FRUGAL_BINARY_OPS(FRUGAL_BINARY_NAME)
 #undef FRUGAL_BINARY_NAME
   }
@@ -126,8 +125,7 @@ constexpr const char* binary_op_name(BinaryOp op) {
 constexpr bool binary_op_is_predicate(BinaryOp op) {
   switch (op) {
 #define FRUGAL_BINARY_PRED(E, name, pred) \
-  case BinaryOp::E:                       \
-    return pred;
+  case BinaryOp::E: return pred;
     FRUGAL_BINARY_OPS(FRUGAL_BINARY_PRED)
 #undef FRUGAL_BINARY_PRED
   }
@@ -139,8 +137,7 @@ template <typename F>
 decltype(auto) visit_binary_op(BinaryOp op, F&& f) {
   switch (op) {
 #define FRUGAL_BINARY_CASE(E, name, pred) \
-  case BinaryOp::E:                       \
-    return f.template operator()<BinaryOp::E>();
+  case BinaryOp::E: return f.template operator()<BinaryOp::E>();
     FRUGAL_BINARY_OPS(FRUGAL_BINARY_CASE)
 #undef FRUGAL_BINARY_CASE
   }

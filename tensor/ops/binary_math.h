@@ -155,8 +155,7 @@ struct MaskedFillFn {
 /// v converted to R (bool: v != 0), through the opmath types of both.
 template <typename R, typename S>
 FRUGAL_HD R cast_to(S v) {
-  if constexpr (std::is_same_v<R, S>)
-    return v;
+  if constexpr (std::is_same_v<R, S>) return v;
   else if constexpr (std::is_same_v<R, bool>) {
     return static_cast<opmath_t<S>>(v) != opmath_t<S>(0);
   } else {
@@ -168,20 +167,13 @@ FRUGAL_HD R cast_to(S v) {
 template <typename R>
 FRUGAL_HD R load_as(const char* p, DType t) {
   switch (t) {
-    case DType::Float32:
-      return cast_to<R>(*reinterpret_cast<const float*>(p));
-    case DType::Float16:
-      return cast_to<R>(*reinterpret_cast<const Half*>(p));
-    case DType::BFloat16:
-      return cast_to<R>(*reinterpret_cast<const BFloat16*>(p));
-    case DType::Float64:
-      return cast_to<R>(*reinterpret_cast<const double*>(p));
-    case DType::Int32:
-      return cast_to<R>(*reinterpret_cast<const int32_t*>(p));
-    case DType::Int64:
-      return cast_to<R>(*reinterpret_cast<const int64_t*>(p));
-    case DType::Bool:
-      return cast_to<R>(*reinterpret_cast<const bool*>(p));
+    case DType::Float32: return cast_to<R>(*reinterpret_cast<const float*>(p));
+    case DType::Float16: return cast_to<R>(*reinterpret_cast<const Half*>(p));
+    case DType::BFloat16: return cast_to<R>(*reinterpret_cast<const BFloat16*>(p));
+    case DType::Float64: return cast_to<R>(*reinterpret_cast<const double*>(p));
+    case DType::Int32: return cast_to<R>(*reinterpret_cast<const int32_t*>(p));
+    case DType::Int64: return cast_to<R>(*reinterpret_cast<const int64_t*>(p));
+    case DType::Bool: return cast_to<R>(*reinterpret_cast<const bool*>(p));
   }
   return R();
 }
@@ -190,27 +182,13 @@ FRUGAL_HD R load_as(const char* p, DType t) {
 template <typename V>
 FRUGAL_HD void store_as(char* p, DType t, V v) {
   switch (t) {
-    case DType::Float32:
-      *reinterpret_cast<float*>(p) = cast_to<float>(v);
-      return;
-    case DType::Float16:
-      *reinterpret_cast<Half*>(p) = cast_to<Half>(v);
-      return;
-    case DType::BFloat16:
-      *reinterpret_cast<BFloat16*>(p) = cast_to<BFloat16>(v);
-      return;
-    case DType::Float64:
-      *reinterpret_cast<double*>(p) = cast_to<double>(v);
-      return;
-    case DType::Int32:
-      *reinterpret_cast<int32_t*>(p) = cast_to<int32_t>(v);
-      return;
-    case DType::Int64:
-      *reinterpret_cast<int64_t*>(p) = cast_to<int64_t>(v);
-      return;
-    case DType::Bool:
-      *reinterpret_cast<bool*>(p) = cast_to<bool>(v);
-      return;
+    case DType::Float32: *reinterpret_cast<float*>(p) = cast_to<float>(v); return;
+    case DType::Float16: *reinterpret_cast<Half*>(p) = cast_to<Half>(v); return;
+    case DType::BFloat16: *reinterpret_cast<BFloat16*>(p) = cast_to<BFloat16>(v); return;
+    case DType::Float64: *reinterpret_cast<double*>(p) = cast_to<double>(v); return;
+    case DType::Int32: *reinterpret_cast<int32_t*>(p) = cast_to<int32_t>(v); return;
+    case DType::Int64: *reinterpret_cast<int64_t*>(p) = cast_to<int64_t>(v); return;
+    case DType::Bool: *reinterpret_cast<bool*>(p) = cast_to<bool>(v); return;
   }
 }
 

@@ -55,9 +55,9 @@ Conv2dGeometry conv2d_geometry(const char* op, const Shape& xs, const Shape& ws,
   FRUGAL_CHECK(g.R > 0 && g.S > 0, op, ": the kernel must not be empty, weight ", shape_str(ws));
   const int64_t eff_r = o.dilation.h * (g.R - 1) + 1, eff_s = o.dilation.w * (g.S - 1) + 1;
   const int64_t ph = g.H + 2 * o.padding.h, pw = g.W + 2 * o.padding.w;
-  FRUGAL_CHECK(eff_r <= ph && eff_s <= pw, op, ": kernel ", g.R, "x", g.S, " (", eff_r, "x", eff_s,
-               " with dilation ", o.dilation.str(), ") is larger than the padded input ", ph, "x", pw, " (input ",
-               shape_str(xs), ", padding ", o.padding.str(), ")");
+  FRUGAL_CHECK(eff_r <= ph && eff_s <= pw, op, ": kernel ", g.R, "x", g.S, " (", eff_r, "x", eff_s, " with dilation ",
+               o.dilation.str(), ") is larger than the padded input ", ph, "x", pw, " (input ", shape_str(xs),
+               ", padding ", o.padding.str(), ")");
   g.OH = (ph - eff_r) / o.stride.h + 1;
   g.OW = (pw - eff_s) / o.stride.w + 1;
   return g;
@@ -72,8 +72,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   check_like(op, "weight", weight, x, "input");
   if (bias.defined()) {
     check_like(op, "bias", bias, x, "input");
-    FRUGAL_CHECK(bias.dim() == 1 && weight.dim() >= 1 && bias.size(0) == weight.size(0), op, ": bias ",
-                 bias.describe(), " must have shape [out_channels] for weight ", weight.describe());
+    FRUGAL_CHECK(bias.dim() == 1 && weight.dim() >= 1 && bias.size(0) == weight.size(0), op, ": bias ", bias.describe(),
+                 " must have shape [out_channels] for weight ", weight.describe());
   }
   const Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight.sizes(), options);
   Tensor out = empty(g.output_shape(), x.options());
@@ -124,8 +124,8 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
     zero_(grad_w);
     return grad_w;
   }
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_backward_weight_kernel, grad_w, grad_out.contiguous(),
-                         x.contiguous(), g);
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_backward_weight_kernel, grad_w, grad_out.contiguous(), x.contiguous(),
+                         g);
   return grad_w;
 }
 

@@ -71,8 +71,7 @@ Conv2dGeometry conv2d_geometry(const char* op, const Shape& input_shape, const S
 /// torch.nn.functional.conv2d: x (N, C, H, W) or unbatched (C, H, W), weight (K, C / groups,
 /// R, S), bias (K) or undefined; result (N, K, OH, OW) (or (K, OH, OW)). x, weight and bias
 /// share a floating dtype and a device. float16/bfloat16 accumulate in float32.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-              const Conv2dOptions& options = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
 
 /// The gradient of conv2d with respect to its input: grad_out (N, K, OH, OW), weight
 /// (K, C / groups, R, S) -> grad_x of `input_shape` (N, C, H, W).

@@ -25,7 +25,8 @@ void copy_into(const Tensor& dst, const Tensor& src) {
     copy_into(staged, src);
   }
   Tensor landing = dst.is_contiguous() ? dst : empty(dst.sizes(), dst.options());
-  cuda::memcpy_across(landing.data(), dst.device(), staged.data(), src.device(), size_t(dst.numel()) * dst.element_size());
+  cuda::memcpy_across(landing.data(), dst.device(), staged.data(), src.device(),
+                      size_t(dst.numel()) * dst.element_size());
   if (!landing.shares_storage(dst)) copy_into(dst, landing);
 #else
   throw_no_cuda("copy_", dst.device().is_cuda() ? dst.device() : src.device());

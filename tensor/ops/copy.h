@@ -18,4 +18,4 @@ void copy_kernel(const Tensor& dst, const Tensor& src);
 /// Copies `nbytes` between any two devices (host or GPU) on the current stream of the
 /// GPU side; returns once a host destination holds the data.
 void memcpy_across(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes);
-}
+}  // namespace frugal::ops::cuda

@@ -29,8 +29,8 @@ CrossEntropyRows cross_entropy_rows(const char* op, const Tensor& logits, const 
   FRUGAL_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
                ": expects class indices (int64 or int32) as target, got ", target.describe());
   check_same_device(op, logits, target);
-  FRUGAL_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
-               opts.label_smoothing);
+  FRUGAL_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0, op,
+               ": label_smoothing must be in [0, 1], got ", opts.label_smoothing);
   FRUGAL_CHECK(logits.dim() >= 1, op, ": logits must have a class dim, got ", logits.describe());
   Shape expected;  // the target's shape: logits' without the class dim
   if (logits.dim() >= 2) {
@@ -79,12 +79,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, con
   CrossEntropyResult r;
   r.lse = lse.reshape(target.sizes());
   switch (opts.reduction) {
-    case Reduction::None:
-      r.loss = loss_rows.to(logits.dtype()).reshape(target.sizes());
-      break;
-    case Reduction::Sum:
-      r.loss = sum(loss_rows).to(logits.dtype());
-      break;
+    case Reduction::None: r.loss = loss_rows.to(logits.dtype()).reshape(target.sizes()); break;
+    case Reduction::Sum: r.loss = sum(loss_rows).to(logits.dtype()); break;
     case Reduction::Mean:
       r.count = sum(ne(rows.target1d, double(opts.ignore_index))).to(acc.dtype);
       r.loss = div(sum(loss_rows), r.count).to(logits.dtype());
@@ -138,12 +134,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   broadcast_shapes(input.sizes(), target.sizes(), op);
   const Tensor sq = square(sub(input, target));
   switch (reduction) {
-    case Reduction::None:
-      return sq;
-    case Reduction::Sum:
-      return sum(sq);
-    case Reduction::Mean:
-      break;
+    case Reduction::None: return sq;
+    case Reduction::Sum: return sum(sq);
+    case Reduction::Mean: break;
   }
   return mean(sq);
 }

@@ -38,7 +38,8 @@ struct MaskedSoftmaxParams {
 #if defined(__CUDACC__)
   __host__ __device__
 #endif
-  int64_t mask_row_offset(int64_t row) const {
+      int64_t
+      mask_row_offset(int64_t row) const {
     int64_t off = 0;
     for (int d = ndim - 2; d >= 0; --d) {
       off += (row % sizes[d]) * mask_strides[d];

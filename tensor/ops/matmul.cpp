@@ -102,8 +102,7 @@ Tensor blas_layout(const Tensor& t) {
     return t.as_strided({t.size(0), R, C}, {t.stride(0), s->first, s->second}, t.storage_offset());
   }
   // Copy the matrices; a batch broadcast with stride 0 stays broadcast (one copy, not B).
-  if (batched && t.size(0) > 1 && t.stride(0) == 0)
-    return blas_layout(t.narrow(0, 0, 1).clone().expand(t.sizes()));
+  if (batched && t.size(0) > 1 && t.stride(0) == 0) return blas_layout(t.narrow(0, 0, 1).clone().expand(t.sizes()));
   return blas_layout(t.clone());
 }
 
@@ -119,8 +118,8 @@ void run_bmm(const char* op, const Tensor& out, const Tensor& a, const Tensor& b
 }
 
 std::string inner_mismatch(const char* op, const Tensor& a, const Tensor& b, int64_t ka, int64_t kb) {
-  return detail::str_cat(op, ": inner dimensions do not match: ", a.describe(), " @ ", b.describe(), " (", ka,
-                         " vs ", kb, ")");
+  return detail::str_cat(op, ": inner dimensions do not match: ", a.describe(), " @ ", b.describe(), " (", ka, " vs ",
+                         kb, ")");
 }
 
 }  // namespace
@@ -130,8 +129,8 @@ bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_pair("matmul", a, b);
-  FRUGAL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ",
-               a.describe(), " and ", b.describe());
+  FRUGAL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", a.describe(),
+               " and ", b.describe());
   const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // (..., M, K)
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // (..., K, N)
   const int64_t M = a2.size(-2), K = a2.size(-1), N = b2.size(-1);
@@ -190,8 +189,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_pair("bmm", a, b);
-  FRUGAL_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D operands, got ", a.describe(), " and ",
-               b.describe());
+  FRUGAL_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D operands, got ", a.describe(), " and ", b.describe());
   FRUGAL_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.describe(), " and ", b.describe(),
                " (bmm does not broadcast; use matmul)");
   FRUGAL_CHECK(a.size(2) == b.size(1), inner_mismatch("bmm", a, b, a.size(2), b.size(1)));
@@ -205,8 +203,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   FRUGAL_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got ", weight.describe());
   FRUGAL_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, got ", x.describe());
   const int64_t K = weight.size(1), N = weight.size(0);
-  FRUGAL_CHECK(x.size(-1) == K, "linear: input ", x.describe(), " has ", x.size(-1),
-               " features but weight ", weight.describe(), " expects ", K);
+  FRUGAL_CHECK(x.size(-1) == K, "linear: input ", x.describe(), " has ", x.size(-1), " features but weight ",
+               weight.describe(), " expects ", K);
   if (bias.defined()) {
     check_same_device("linear", x, bias);
     FRUGAL_CHECK(bias.dtype() == x.dtype(), "linear: bias ", bias.describe(), " must have the dtype of input ",
@@ -227,8 +225,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   // x (..., K) as (M, K): a view when its leading dims fold, else a copy.
   const auto rows = fold_dims(x, 0, x.dim() - 1);
-  const Tensor x2 = rows ? x.as_strided({M, K}, {rows->second, x.stride(-1)}, x.storage_offset())
-                         : x.contiguous().view({M, K});
+  const Tensor x2 =
+      rows ? x.as_strided({M, K}, {rows->second, x.stride(-1)}, x.storage_offset()) : x.contiguous().view({M, K});
   FRUGAL_DEVICE_DISPATCH("linear", x.device(), linear_kernel, out2, blas_layout(x2), blas_layout(weight.t()),
                          bias.defined() ? bias.contiguous() : Tensor());
   return out;

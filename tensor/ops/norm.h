@@ -55,8 +55,8 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
 // mean, rstd: (M) in opmath_t of x's dtype.
 namespace frugal::ops::cpu {
 /// out, x: (M, N); weight, bias: (N) or undefined; mean, rstd: (M)
-void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps);
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       const Tensor& bias, int64_t M, int64_t N, double eps);
 /// grad_x (or undefined), grad_out, x: (M, N); mean, rstd: (M); weight: (N) or undefined;
 /// grad_weight, grad_bias: (N) or undefined.
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
@@ -64,8 +64,8 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
                                 const Tensor& weight, int64_t M, int64_t N);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
-void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps);
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       const Tensor& bias, int64_t M, int64_t N, double eps);
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& weight, int64_t M, int64_t N);

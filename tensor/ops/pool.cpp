@@ -10,8 +10,7 @@ namespace {
 
 /// Checks a pooling input's rank (3 or 4) and its non-empty plane; returns P = product of leading dims.
 int64_t check_pool_shape(const char* op, const Shape& s, const std::string& what) {
-  FRUGAL_CHECK(s.size() == 3 || s.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ",
-               what);
+  FRUGAL_CHECK(s.size() == 3 || s.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", what);
   FRUGAL_CHECK(s[s.size() - 2] > 0 && s[s.size() - 1] > 0, op, ": the input's height and width must be non-zero, got ",
                what);
   return s.size() == 4 ? s[0] * s[1] : s[0];
@@ -129,8 +128,7 @@ Pool2dGeometry adaptive_geometry(const char* op, const Shape& in, Int2 output_si
   Pool2dGeometry g;
   g.P = check_pool_shape(op, in, shape_str(in));
   g.H = in[in.size() - 2], g.W = in[in.size() - 1];
-  FRUGAL_CHECK(output_size.h > 0 && output_size.w > 0, op, ": output size must be positive, got ",
-               output_size.str());
+  FRUGAL_CHECK(output_size.h > 0 && output_size.w > 0, op, ": output size must be positive, got ", output_size.str());
   g.OH = output_size.h, g.OW = output_size.w;
   return g;
 }
@@ -154,8 +152,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
   check_grad_out(op, grad_out, with_plane(input_shape, g.OH, g.OW));
   Tensor grad_x = empty(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
-  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), adaptive_avg_pool2d_backward_kernel, grad_x, grad_out.contiguous(),
-                         g);
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), adaptive_avg_pool2d_backward_kernel, grad_x, grad_out.contiguous(), g);
   return grad_x;
 }
 

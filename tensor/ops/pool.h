@@ -26,16 +26,16 @@ namespace frugal {
 
 /// torch.nn.functional.max_pool2d's settings (the kernel size is an argument).
 struct MaxPool2dOptions {
-  Int2 stride = 0;             // 0 (the default): the kernel size
-  Int2 padding = 0;            // -inf, at most half the (dilated) kernel
+  Int2 stride = 0;   // 0 (the default): the kernel size
+  Int2 padding = 0;  // -inf, at most half the (dilated) kernel
   Int2 dilation = 1;
   bool ceil_mode = false;
 };
 
 /// torch.nn.functional.avg_pool2d's settings (the kernel size is an argument).
 struct AvgPool2dOptions {
-  Int2 stride = 0;             // 0 (the default): the kernel size
-  Int2 padding = 0;            // zeros, at most half the kernel
+  Int2 stride = 0;   // 0 (the default): the kernel size
+  Int2 padding = 0;  // zeros, at most half the kernel
   bool ceil_mode = false;
   bool count_include_pad = true;
 };

@@ -31,10 +31,8 @@ std::vector<bool> reduced_mask(const char* op, const Tensor& x, const std::vecto
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (!mask[size_t(d)])
-      out.push_back(x.size(d));
-    else if (keepdim)
-      out.push_back(1);
+    if (!mask[size_t(d)]) out.push_back(x.size(d));
+    else if (keepdim) out.push_back(1);
   }
   return out;
 }
@@ -105,16 +103,11 @@ Tensor reduction_view(const Tensor& x, const std::vector<bool>& mask) {
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum:
-      return "sum";
-    case ReduceOp::Mean:
-      return "mean";
-    case ReduceOp::Max:
-      return "amax";
-    case ReduceOp::Min:
-      return "amin";
-    case ReduceOp::Var:
-      return "var";
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "amax";
+    case ReduceOp::Min: return "amin";
+    case ReduceOp::Var: return "var";
   }
   return "reduce";
 }

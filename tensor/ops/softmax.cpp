@@ -17,12 +17,9 @@ SoftmaxShape softmax_shape(const char* op, const Tensor& x, int64_t dim) {
   const int64_t d = dim < 0 ? dim + n : dim;
   SoftmaxShape s;
   for (int64_t k = 0; k < x.dim(); ++k) {
-    if (k < d)
-      s.outer *= x.size(k);
-    else if (k == d)
-      s.D = x.size(k);
-    else
-      s.inner *= x.size(k);
+    if (k < d) s.outer *= x.size(k);
+    else if (k == d) s.D = x.size(k);
+    else s.inner *= x.size(k);
   }
   return s;
 }

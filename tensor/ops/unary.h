@@ -84,8 +84,7 @@ enum class UnaryOp : uint8_t {
 constexpr const char* unary_op_name(UnaryOp op) {
   switch (op) {
 #define FRUGAL_UNARY_NAME(E, name, ints) \
-  case UnaryOp::E:                       \
-    return name;
+  case UnaryOp::E: return name;
     FRUGAL_UNARY_OPS(FRUGAL_UNARY_NAME)
 #undef FRUGAL_UNARY_NAME
   }
@@ -95,8 +94,7 @@ constexpr const char* unary_op_name(UnaryOp op) {
 constexpr bool unary_op_allows_integers(UnaryOp op) {
   switch (op) {
 #define FRUGAL_UNARY_INTS(E, name, ints) \
-  case UnaryOp::E:                       \
-    return ints;
+  case UnaryOp::E: return ints;
     FRUGAL_UNARY_OPS(FRUGAL_UNARY_INTS)
 #undef FRUGAL_UNARY_INTS
   }
@@ -109,8 +107,7 @@ template <typename F>
 decltype(auto) visit_unary_op(UnaryOp op, F&& f) {
   switch (op) {
 #define FRUGAL_UNARY_CASE(E, name, ints) \
-  case UnaryOp::E:                       \
-    return f.template operator()<UnaryOp::E>();
+  case UnaryOp::E: return f.template operator()<UnaryOp::E>();
     FRUGAL_UNARY_OPS(FRUGAL_UNARY_CASE)
 #undef FRUGAL_UNARY_CASE
   }
@@ -169,4 +166,4 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad
 namespace frugal::ops::cuda {
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
 void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b);
-}
+}  // namespace frugal::ops::cuda

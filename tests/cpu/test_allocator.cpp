@@ -78,7 +78,8 @@ struct PrivateAllocator {
   FakeBackend* backend;
   memory::detail::CachingAllocator allocator;
   explicit PrivateAllocator(size_t capacity = 1024 * MiB)
-      : backend(new FakeBackend(capacity)), allocator("test", kCPU, std::unique_ptr<memory::detail::RawBackend>(backend)) {}
+      : backend(new FakeBackend(capacity)),
+        allocator("test", kCPU, std::unique_ptr<memory::detail::RawBackend>(backend)) {}
 };
 
 // Public-API tests start and end with no cap and an empty CPU cache.
@@ -280,9 +281,7 @@ TEST_CASE("allocator: backend out of memory frees the cache, retries, then throw
   std::string message;
   try {
     (void)a.allocate(14 * MiB, kHostStream);  // needs a 14 MiB segment: only 12 MiB left
-  } catch (const OutOfMemoryError& e) {
-    message = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { message = e.what(); }
   CHECK(message.find("test out of memory") != std::string::npos);
   CHECK(message.find("tried to allocate 14.00 MiB") != std::string::npos);
   CHECK(message.find("12.00 MiB allocated, 12.00 MiB reserved, 0 B of it cached but free") != std::string::npos);
@@ -309,7 +308,8 @@ TEST_CASE_FIXTURE(CpuAllocatorFixture, "allocator: stats return to baseline; res
     std::vector<DataPtr> ptrs;
     for (size_t n : {size_t(1), 700 * KiB, 3 * MiB, 15 * MiB + 1}) ptrs.push_back(allocate(kCPU, n));
     const MemoryStats s = stats(kCPU);
-    CHECK(s.allocated_bytes.current - base.allocated_bytes.current == int64_t(512 + 700 * KiB + 3 * MiB + 15 * MiB + 512));
+    CHECK(s.allocated_bytes.current - base.allocated_bytes.current ==
+          int64_t(512 + 700 * KiB + 3 * MiB + 15 * MiB + 512));
     CHECK(s.requested_bytes.current - base.requested_bytes.current == int64_t(1 + 700 * KiB + 3 * MiB + 15 * MiB + 1));
     CHECK(s.large_pool.active_blocks.current - base.large_pool.active_blocks.current == 2);
     CHECK(s.reserved_bytes.current > base.reserved_bytes.current);
@@ -359,9 +359,7 @@ TEST_CASE_FIXTURE(CpuAllocatorFixture, "allocator: memory limit is enforced, rep
   std::string message;
   try {
     (void)allocate(kCPU, 16 * MiB);
-  } catch (const OutOfMemoryError& e) {
-    message = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { message = e.what(); }
   CHECK(message.find("cpu out of memory") != std::string::npos);
   CHECK(message.find("tried to allocate 16.00 MiB") != std::string::npos);
   CHECK(message.find("memory limit") != std::string::npos);
@@ -403,17 +401,13 @@ TEST_CASE("allocator: CUDA devices that do not exist are named in the error") {
   std::string message;
   try {
     (void)allocate(cuda(7), 16);
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  } catch (const Error& e) { message = e.what(); }
   CHECK(message.find("allocate: ") == 0);
   CHECK(message.find("cuda:7") != std::string::npos);
 #if !FRUGAL_WITH_CUDA
   try {
     (void)allocate(cuda(0), 16);
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  } catch (const Error& e) { message = e.what(); }
   CHECK(message.find("allocate: frugal was built without CUDA (device cuda:0)") == 0);
 #else
   CHECK(message.find(std::to_string(cuda_device_count()) + " CUDA device(s)") != std::string::npos);
@@ -424,10 +418,10 @@ TEST_CASE("allocator: CUDA devices that do not exist are named in the error") {
 TEST_CASE_FIXTURE(CpuAllocatorFixture, "allocator: memory_summary and print_memory_usage") {
   DataPtr p = allocate(kCPU, 3 * MiB);
   const std::string table = memory_summary(kCPU);
-  for (const char* row : {"Allocated memory", "Requested memory", "Reserved memory", "Inactive split memory",
-                          "Active blocks", "Segments", "from small pool", "from large pool", "Cur Usage", "Peak Usage",
-                          "Tot Alloc", "Tot Freed", "cache hits", "alloc retries", "OOMs", "Memory limit none",
-                          "fragmentation", "device cpu"})
+  for (const char* row :
+       {"Allocated memory", "Requested memory", "Reserved memory", "Inactive split memory", "Active blocks", "Segments",
+        "from small pool", "from large pool", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed", "cache hits",
+        "alloc retries", "OOMs", "Memory limit none", "fragmentation", "device cpu"})
     CHECK_MESSAGE(table.find(row) != std::string::npos, row);
   std::ostringstream line;
   print_memory_usage(kCPU, line);

@@ -419,10 +419,8 @@ TEST_CASE("attention: dropout on the weights in training only, returned after dr
   const std::vector<double> w = values_of(r.weights);
   int64_t dropped = 0;
   for (size_t i = 0; i < w.size(); ++i) {
-    if (w[i] == 0.0)
-      ++dropped;
-    else
-      CHECK(w[i] == doctest::Approx(ref.weights[i] / (1 - p)).epsilon(1e-10));
+    if (w[i] == 0.0) ++dropped;
+    else CHECK(w[i] == doctest::Approx(ref.weights[i] / (1 - p)).epsilon(1e-10));
   }
   CHECK(dropped > int64_t(w.size()) / 5);
   CHECK(dropped < int64_t(w.size()) * 4 / 5);

@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "autograd/engine.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops/linalg.h"
 #include "tensor/ops/binary.h"
 #include "tests/test_util.h"
@@ -166,7 +166,7 @@ TEST_CASE("autograd: gradcheck catches a wrong backward") {
   Tensor x = leaf({3}, 1);
   auto broken = [](const TensorList& in) {
     Tensor raw = zeros({3}, kFloat64);
-    raw.copy_(in[0].detach());                       // value flows, gradient does not
+    raw.copy_(in[0].detach());                                      // value flows, gradient does not
     return matmul(in[0].unsqueeze(0), raw.unsqueeze(1)).squeeze();  // x.x with one factor frozen
   };
   auto r = gradcheck(broken, {x});

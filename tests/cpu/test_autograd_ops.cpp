@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "autograd/engine.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops/all.h"
 #include "tensor/ops/binary.h"
 #include "tests/test_util.h"
@@ -166,12 +166,14 @@ TEST_CASE("autograd ops: scalar forms, rsub, rdiv, where and masked_fill pass gr
   expect_gradcheck([](const TensorList& in) { return rdiv(in[0], 3.0); }, {p});
   expect_gradcheck([](const TensorList& in) { return rdiv(in[0], 1.0); }, {p});
   const Tensor cond = ops::gt(random_tensor({3, 1}, kFloat64, 42), 0.0);  // broadcasts against (3, 4)
-  expect_gradcheck([&](const TensorList& in) { return where(cond, in[0], in[1]); }, {leaf({1, 4}, 43), leaf({3, 4}, 44)});
+  expect_gradcheck([&](const TensorList& in) { return where(cond, in[0], in[1]); },
+                   {leaf({1, 4}, 43), leaf({3, 4}, 44)});
   expect_gradcheck([&](const TensorList& in) { return where(cond, in[0].t(), 2.0 * in[1]); },
                    {leaf({4, 3}, 45), leaf({3, 4}, 46)});
   const Tensor mask = ops::gt(random_tensor({3, 4}, kFloat64, 47), 0.5);
   expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, -7.0); }, {x});
-  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 0.0); }, {leaf({4}, 48)});  // x broadcast
+  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 0.0); },
+                   {leaf({4}, 48)});  // x broadcast
   // Values: where picks, masked_fill fills.
   Tensor w = where(cond, x, p);
   const std::vector<double> wv = values_of(w), xv = values_of(x), pv = values_of(p), cv = values_of(cond);
@@ -304,10 +306,10 @@ TEST_CASE("autograd ops: in-place ops on non-leaves rebase the history and pass 
   const Tensor mask = ops::gt(random_tensor({3, 4}, kFloat64, 90), 0.3);
   auto f = [&](const TensorList& in) {
     Tensor y = mul(in[0], 2.0);
-    add_(y, in[1]);             // + (broadcast (4))
-    sub_(y, in[2], 0.5);        // - 0.5 * (3, 4)
-    mul_(y, in[2]);             // * needs y's old value for in[2]'s gradient
-    div_(y, in[3]);             // / (3, 1)
+    add_(y, in[1]);       // + (broadcast (4))
+    sub_(y, in[2], 0.5);  // - 0.5 * (3, 4)
+    mul_(y, in[2]);       // * needs y's old value for in[2]'s gradient
+    div_(y, in[3]);       // / (3, 1)
     y += 1.0;
     y -= in[1];
     y *= -1.5;

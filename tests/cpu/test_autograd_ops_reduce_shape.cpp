@@ -55,8 +55,11 @@ TEST_CASE("autograd reduce: sum, mean, var, amax, amin pass gradcheck over dims 
         CAPTURE(keepdim);
         expect_gradcheck([&](const TensorList& in) { return f(in[0], dims, keepdim); }, {leaf({2, 3, 4}, 1)});
         // Non-contiguous input: a permuted view of a (4, 2, 3) leaf.
-        expect_gradcheck([&](const TensorList& in) { return f(in[0].permute({1, 2, 0}), dims, keepdim); },
-                         {leaf({4, 2, 3}, 2)});
+        expect_gradcheck(
+            [&](const TensorList& in) {
+              return f(in[0].permute({1, 2, 0}), dims, keepdim);
+            },
+            {leaf({4, 2, 3}, 2)});
       }
     }
   }
@@ -114,10 +117,16 @@ TEST_CASE("autograd reduce: softmax and log_softmax pass gradcheck along every d
     CAPTURE(dim);
     expect_gradcheck([&](const TensorList& in) { return softmax(in[0], dim); }, {leaf({2, 3, 4}, 30)});
     expect_gradcheck([&](const TensorList& in) { return log_softmax(in[0], dim); }, {leaf({2, 3, 4}, 31)});
-    expect_gradcheck([&](const TensorList& in) { return softmax(in[0].permute({2, 0, 1}), dim); },
-                     {leaf({4, 2, 3}, 32)});
-    expect_gradcheck([&](const TensorList& in) { return log_softmax(in[0].permute({1, 2, 0}), dim); },
-                     {leaf({4, 2, 3}, 33)});
+    expect_gradcheck(
+        [&](const TensorList& in) {
+          return softmax(in[0].permute({2, 0, 1}), dim);
+        },
+        {leaf({4, 2, 3}, 32)});
+    expect_gradcheck(
+        [&](const TensorList& in) {
+          return log_softmax(in[0].permute({1, 2, 0}), dim);
+        },
+        {leaf({4, 2, 3}, 33)});
   }
   // Rows sum to 1, so a constant upstream gradient gives a zero input gradient.
   Tensor x = leaf({3, 5}, 34);
@@ -128,17 +137,26 @@ TEST_CASE("autograd reduce: softmax and log_softmax pass gradcheck along every d
 
 TEST_CASE("autograd shape: cat and stack pass gradcheck, with inputs that need no grad") {
   const Tensor frozen = random_tensor({2, 3}, kFloat64, 40);
-  expect_gradcheck([&](const TensorList& in) { return cat({in[0], frozen, in[1].t()}, 0); },
-                   {leaf({1, 3}, 41), leaf({3, 4}, 42)});
+  expect_gradcheck(
+      [&](const TensorList& in) {
+        return cat({in[0], frozen, in[1].t()}, 0);
+      },
+      {leaf({1, 3}, 41), leaf({3, 4}, 42)});
   expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, -1); }, {leaf({2, 3}, 43), leaf({2, 1}, 44)});
   // A (0,) input is skipped by cat and gets an empty gradient.
-  expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1], frozen}, 1); },
-                   {leaf({0}, 45), leaf({2, 2}, 46)});
+  expect_gradcheck(
+      [&](const TensorList& in) {
+        return cat({in[0], in[1], frozen}, 1);
+      },
+      {leaf({0}, 45), leaf({2, 2}, 46)});
   expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, 0); }, {leaf({0}, 47), leaf({3}, 48)});
   for (int64_t dim : {0, 1, 2, -1}) {
     CAPTURE(dim);
-    expect_gradcheck([&](const TensorList& in) { return stack({in[0], frozen, in[1].t()}, dim); },
-                     {leaf({2, 3}, 49), leaf({3, 2}, 50)});
+    expect_gradcheck(
+        [&](const TensorList& in) {
+          return stack({in[0], frozen, in[1].t()}, dim);
+        },
+        {leaf({2, 3}, 49), leaf({3, 2}, 50)});
   }
   // Mixed dtypes: the gradient of each input in its dtype.
   Tensor a = random_tensor({2}, kFloat32, 51), b = random_tensor({3}, kFloat16, 52);
@@ -215,7 +233,8 @@ TEST_CASE("autograd shape: embedding accumulates duplicates and leaves the paddi
   const std::vector<double> gv = values_of(g), gw = values_of(w.grad());
   // Row 3 appears at positions 0, 2, 5; row 0 at 3; row 1 (padding) at 1 and 4; rows 2, 4 never.
   for (int c = 0; c < 2; ++c) {
-    CHECK(gw[size_t(3 * 2 + c)] == doctest::Approx(gv[size_t(0 * 2 + c)] + gv[size_t(2 * 2 + c)] + gv[size_t(5 * 2 + c)]));
+    CHECK(gw[size_t(3 * 2 + c)] ==
+          doctest::Approx(gv[size_t(0 * 2 + c)] + gv[size_t(2 * 2 + c)] + gv[size_t(5 * 2 + c)]));
     CHECK(gw[size_t(0 * 2 + c)] == doctest::Approx(gv[size_t(3 * 2 + c)]));
     CHECK(gw[size_t(1 * 2 + c)] == 0.0);
     CHECK(gw[size_t(2 * 2 + c)] == 0.0);

@@ -72,7 +72,8 @@ void check_runs_equal(const Run& a, const Run& plain, double rtol) {
   same(a.out, plain.out, "output");
   same(a.input_grad, plain.input_grad, "input grad");
   REQUIRE(a.param_grads.size() == plain.param_grads.size());
-  for (size_t i = 0; i < a.param_grads.size(); ++i) same(a.param_grads[i], plain.param_grads[i], "param " + std::to_string(i));
+  for (size_t i = 0; i < a.param_grads.size(); ++i)
+    same(a.param_grads[i], plain.param_grads[i], "param " + std::to_string(i));
 }
 
 }  // namespace
@@ -96,7 +97,10 @@ TEST_CASE("checkpoint: gradcheck through single, multi-output and nested checkpo
   auto r = autograd::gradcheck(
       [](const TensorList& in) {
         TensorList outs = checkpoint(
-            [](const TensorList& xs) { return TensorList{matmul(xs[0], xs[1]), sigmoid(xs[1].t()) * xs[0]}; }, in);
+            [](const TensorList& xs) {
+              return TensorList{matmul(xs[0], xs[1]), sigmoid(xs[1].t()) * xs[0]};
+            },
+            in);
         return matmul(outs[0], tanh(outs[1]));
       },
       {a, b});
@@ -281,7 +285,10 @@ TEST_CASE("checkpoint: errors") {
   Tensor a = leaf({3}, kFloat32, 72);
   int calls = 0;
   TensorList outs = checkpoint(
-      [&](const TensorList& in) { return ++calls == 1 ? TensorList{in[0] * 2.0} : TensorList{in[0], in[0]}; }, {a});
+      [&](const TensorList& in) {
+        return ++calls == 1 ? TensorList{in[0] * 2.0} : TensorList{in[0], in[0]};
+      },
+      {a});
   check_error([&] { sum(outs[0]).backward(); }, {"CheckpointBackward", "deterministic"});
 }
 
@@ -322,9 +329,9 @@ TEST_CASE("checkpoint_sequential: a 32-layer MLP peaks at <= 60% of the plain ru
   const int64_t ckpt_peak = measure(segments, true, ckpt);
   const double ratio = double(ckpt_peak) / double(plain_peak);
   MESSAGE("peak above the pre-step baseline, gradients preallocated: plain ", memory::format_bytes(plain_peak),
-          ", checkpointed ", memory::format_bytes(ckpt_peak), " (ratio ", ratio, "); gradients allocated in the step: ",
-          memory::format_bytes(plain_with_grads), " vs ", memory::format_bytes(ckpt_with_grads), " (ratio ",
-          double(ckpt_with_grads) / double(plain_with_grads), ")");
+          ", checkpointed ", memory::format_bytes(ckpt_peak), " (ratio ", ratio,
+          "); gradients allocated in the step: ", memory::format_bytes(plain_with_grads), " vs ",
+          memory::format_bytes(ckpt_with_grads), " (ratio ", double(ckpt_with_grads) / double(plain_with_grads), ")");
   CHECK(ratio <= 0.60);
   check_runs_equal(ckpt, plain, 1e-6);
 }

@@ -31,17 +31,17 @@ struct ConvCase {
 };
 
 const ConvCase kCases[] = {
-    {{2, 3, 5, 7}, {4, 3, 3, 2}, {}},                                                        // non-square everything
+    {{2, 3, 5, 7}, {4, 3, 3, 2}, {}},                                                         // non-square everything
     {{2, 3, 7, 6}, {4, 3, 3, 3}, {.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}}},  // all options
-    {{3, 4, 6, 6}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}},                               // groups
-    {{2, 4, 7, 7}, {4, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 4}},                  // depthwise
-    {{2, 3, 5, 5}, {6, 1, 3, 3}, {.padding = 1, .groups = 3}, false},                        // depthwise x2, no bias
-    {{3, 5, 4, 6}, {7, 5, 1, 1}, {}},                                                        // 1x1: no im2col
-    {{2, 6, 7, 7}, {4, 6, 1, 1}, {.stride = 2}, false},                                      // 1x1 downsample
-    {{2, 3, 16, 16}, {5, 3, 7, 7}, {.stride = 2, .padding = 3}},                             // the ResNet stem
-    {{1, 2, 9, 8}, {3, 2, 3, 3}, {.padding = 2, .dilation = 2}},                             // one sample, dilated
-    {{2, 2, 4, 5}, {3, 2, 4, 5}, {}},                                                        // kernel == input
-    {{2, 2, 3, 3}, {3, 2, 5, 5}, {.padding = 1}},                                            // kernel > input, padded
+    {{3, 4, 6, 6}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}},                                // groups
+    {{2, 4, 7, 7}, {4, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 4}},                   // depthwise
+    {{2, 3, 5, 5}, {6, 1, 3, 3}, {.padding = 1, .groups = 3}, false},                         // depthwise x2, no bias
+    {{3, 5, 4, 6}, {7, 5, 1, 1}, {}},                                                         // 1x1: no im2col
+    {{2, 6, 7, 7}, {4, 6, 1, 1}, {.stride = 2}, false},                                       // 1x1 downsample
+    {{2, 3, 16, 16}, {5, 3, 7, 7}, {.stride = 2, .padding = 3}},                              // the ResNet stem
+    {{1, 2, 9, 8}, {3, 2, 3, 3}, {.padding = 2, .dilation = 2}},                              // one sample, dilated
+    {{2, 2, 4, 5}, {3, 2, 4, 5}, {}},                                                         // kernel == input
+    {{2, 2, 3, 3}, {3, 2, 5, 5}, {.padding = 1}},                                             // kernel > input, padded
 };
 
 /// Naive convolution in float64: y (and sum |x w| per output, the scale of its rounding),
@@ -135,7 +135,8 @@ TEST_CASE("conv2d: forward matches a naive float64 convolution in every dtype an
         CAPTURE(dtype_name(t));
         CAPTURE(layout_name(layout));
         const Tensor x = random_tensor(c.x, t, ++seed, layout);
-        const Tensor w = random_tensor(c.w, t, ++seed, layout == Layout::Contiguous ? Layout::Contiguous : Layout::Strided);
+        const Tensor w =
+            random_tensor(c.w, t, ++seed, layout == Layout::Contiguous ? Layout::Contiguous : Layout::Strided);
         const Tensor b = c.bias ? random_tensor({c.w[0]}, t, ++seed) : Tensor();
         const Tensor y = ops::conv2d(x, w, b, c.o);
         // The reference sees the values as stored in dtype t.
@@ -188,8 +189,8 @@ TEST_CASE("conv2d: passes gradcheck in float64 for every option, with and withou
     const Conv2dOptions o = c.o;
     TensorList inputs = {x, w};
     if (c.bias) inputs.push_back(b);
-    auto r = gradcheck(
-        [&](const TensorList& in) { return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o); }, inputs);
+    auto r = gradcheck([&](const TensorList& in) { return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), o); },
+                       inputs);
     CHECK_MESSAGE(r.ok, r.report);
   }
   // A non-contiguous input (a transposed view made inside f) and an unbatched (C, H, W) one.
@@ -240,14 +241,26 @@ TEST_CASE("conv2d: errors name the op, the shapes and the settings") {
   const Tensor x = zeros({2, 3, 8, 8});
   check_error([&] { ops::conv2d(x, zeros({4, 2, 3, 3})); }, {"conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]", "3 channels"});
   check_error([&] { conv2d(x, zeros({4, 2, 3, 3})); }, {"conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
-  check_error([&] { ops::conv2d(zeros({2, 4, 8, 8}), zeros({6, 2, 3, 3}), Tensor(), {.groups = 3}); },
-              {"conv2d", "groups=3", "must divide", "(4"});
-  check_error([&] { ops::conv2d(zeros({2, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {.groups = 2}); },
-              {"groups=2", "(5"});
-  check_error([&] { ops::conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 5, 5})); },
-              {"conv2d", "kernel 5x5", "larger than the padded input 4x4", "[1, 1, 4, 4]"});
-  check_error([&] { ops::conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 3, 3}), Tensor(), {.dilation = 2}); },
-              {"kernel 3x3 (5x5", "dilation (2, 2)"});
+  check_error(
+      [&] {
+        ops::conv2d(zeros({2, 4, 8, 8}), zeros({6, 2, 3, 3}), Tensor(), {.groups = 3});
+      },
+      {"conv2d", "groups=3", "must divide", "(4"});
+  check_error(
+      [&] {
+        ops::conv2d(zeros({2, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {.groups = 2});
+      },
+      {"groups=2", "(5"});
+  check_error(
+      [&] {
+        ops::conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 5, 5}));
+      },
+      {"conv2d", "kernel 5x5", "larger than the padded input 4x4", "[1, 1, 4, 4]"});
+  check_error(
+      [&] {
+        ops::conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 3, 3}), Tensor(), {.dilation = 2});
+      },
+      {"kernel 3x3 (5x5", "dilation (2, 2)"});
   check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}, kFloat64)); }, {"conv2d", "float64", "same dtype"});
   check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), zeros({5})); }, {"conv2d", "bias", "[5]"});
   check_error([&] { ops::conv2d(zeros({8, 8}), zeros({4, 3, 3, 3})); }, {"conv2d", "4-D input", "[8, 8]"});
@@ -255,12 +268,21 @@ TEST_CASE("conv2d: errors name the op, the shapes and the settings") {
   check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {.stride = {1, 0}}); }, {"stride", "(1, 0)"});
   check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {.padding = -1}); }, {"padding", "(-1, -1)"});
   check_error([&] { ops::conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {.groups = 0}); }, {"groups", "0"});
-  check_error([&] { ops::conv2d(zeros({2, 3, 8, 8}, kInt64), zeros({4, 3, 3, 3}, kInt64)); },
-              {"conv2d", "floating-point", "int64"});
-  check_error([&] { ops::conv2d_backward_input(zeros({2, 4, 5, 5}), x.sizes(), zeros({4, 3, 3, 3})); },
-              {"conv2d_backward_input", "grad_out", "[2, 4, 6, 6]"});
-  check_error([&] { ops::conv2d_backward_weight(zeros({2, 4, 6, 6}), x, {4, 2, 3, 3}); },
-              {"conv2d_backward_weight", "3 channels"});
+  check_error(
+      [&] {
+        ops::conv2d(zeros({2, 3, 8, 8}, kInt64), zeros({4, 3, 3, 3}, kInt64));
+      },
+      {"conv2d", "floating-point", "int64"});
+  check_error(
+      [&] {
+        ops::conv2d_backward_input(zeros({2, 4, 5, 5}), x.sizes(), zeros({4, 3, 3, 3}));
+      },
+      {"conv2d_backward_input", "grad_out", "[2, 4, 6, 6]"});
+  check_error(
+      [&] {
+        ops::conv2d_backward_weight(zeros({2, 4, 6, 6}), x, {4, 2, 3, 3});
+      },
+      {"conv2d_backward_weight", "3 channels"});
 }
 
 TEST_CASE("conv2d: the cuDNN benchmark switch is a process-wide setting") {

@@ -139,7 +139,7 @@ TEST_CASE("GradScaler: unscale_ divides every gradient by the scale in float32 m
       check_close(ps[k].grad(), expected[k], 0, 0, "grad " + std::to_string(k));
     }
     CHECK(ps[1].grad().shares_storage(strided_grad));  // in place, through the write-back
-    scaler.step(opt);  // no overflow: steps with the unscaled gradients
+    scaler.step(opt);                                  // no overflow: steps with the unscaled gradients
     scaler.update();
     CHECK(scaler.get_growth_tracker() == 1);
   }
@@ -285,8 +285,10 @@ TEST_CASE("GradScaler: state_dict holds PyTorch's keys and a round trip resumes 
   CHECK(a.get_scale() == 64.0);
   const StateDict sd = a.state_dict();
   REQUIRE(sd.size() == 5);
-  const std::vector<std::pair<std::string, DType>> keys = {{"scale", kFloat64}, {"growth_factor", kFloat64},
-                                                           {"backoff_factor", kFloat64}, {"growth_interval", kInt64},
+  const std::vector<std::pair<std::string, DType>> keys = {{"scale", kFloat64},
+                                                           {"growth_factor", kFloat64},
+                                                           {"backoff_factor", kFloat64},
+                                                           {"growth_interval", kInt64},
                                                            {"_growth_tracker", kInt64}};
   const Values vals = {64.0, 4.0, 0.25, 3.0, 2.0};
   for (size_t k = 0; k < keys.size(); ++k) {
@@ -333,7 +335,8 @@ TEST_CASE("GradScaler: state_dict holds PyTorch's keys and a round trip resumes 
   check_error([&] { c.load_state_dict(with("scale", f64(-2.0))); }, {"scale", "positive"});
   check_error([&] { c.load_state_dict(with("growth_factor", f64(0.5))); }, {"growth_factor"});
   check_error([&] { c.load_state_dict(with("growth_interval", f64(2.5))); }, {"growth_interval", "integer"});
-  check_error([&] { c.load_state_dict(with("_growth_tracker", f64(3.0))); }, {"_growth_tracker", "[0, growth_interval"});
+  check_error([&] { c.load_state_dict(with("_growth_tracker", f64(3.0))); },
+              {"_growth_tracker", "[0, growth_interval"});
   check_error([&] { c.load_state_dict(with("scale", zeros({2}, TensorOptions(kFloat64)))); }, {"scale", "one-element"});
   CHECK(c.get_scale() == 65536.0);
   CHECK(c.get_growth_tracker() == 0);

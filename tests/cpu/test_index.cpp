@@ -280,34 +280,67 @@ TEST_CASE("index: embedding_backward sums duplicate rows and zeroes padding_idx"
 TEST_CASE("index: out-of-range and negative indices throw naming value, position and range") {
   const Tensor x = zeros({3, 5});
   for (DType it : kIndexTypes) {
-    check_error([&] { ops::index_select(x, 1, from_vector<int64_t>({0, 4, 5}, {3}, it)); },
-                {"index_select", "index 5", "dim 1 of input float32[3, 5] cpu", "[0, 5)", "position [2]"});
+    check_error(
+        [&] {
+          ops::index_select(x, 1, from_vector<int64_t>({0, 4, 5}, {3}, it));
+        },
+        {"index_select", "index 5", "dim 1 of input float32[3, 5] cpu", "[0, 5)", "position [2]"});
     check_error([&] { ops::index_select(x, 0, from_vector<int64_t>({-1}, {1}, it)); },
                 {"index_select", "index -1", "[0, 3)", "position [0]"});
-    check_error([&] { ops::gather(x, 1, from_vector<int64_t>({0, 1, 2, 3, 9, 0}, {2, 3}, it)); },
-                {"gather", "index 9", "[0, 5)", "position [1, 1]"});
-    check_error([&] { ops::scatter_add(x, 0, from_vector<int64_t>({0, 3}, {1, 2}, it), ones({1, 2})); },
-                {"scatter_add", "index 3", "dim 0 of self", "[0, 3)", "position [0, 1]"});
-    check_error([&] { ops::scatter_add_(x, 1, from_vector<int64_t>({-2}, {1, 1}, it), ones({1, 1})); },
-                {"scatter_add_", "index -2", "[0, 5)", "position [0, 0]"});
-    check_error([&] { ops::index_add(x, 0, from_vector<int64_t>({1, 7}, {2}, it), ones({2, 5})); },
-                {"index_add", "index 7", "[0, 3)", "position [1]"});
-    check_error([&] { ops::embedding(x, from_vector<int64_t>({0, 1, 2, 3}, {2, 2}, it)); },
-                {"embedding", "index 3", "weight float32[3, 5] cpu", "[0, 3)", "position [1, 1]"});
-    check_error([&] { ops::embedding_backward(ones({2, 2, 4}), from_vector<int64_t>({0, 1, 8, 2}, {2, 2}, it), 6); },
-                {"embedding_backward", "index 8", "[0, 6)", "position [1, 0]"});
-    check_error([&] { ops::one_hot(from_vector<int64_t>({0, 1, 4}, {3}, it), 3); },
-                {"one_hot", "index 4", "[0, 3)", "position [2]"});
-    check_error([&] { ops::one_hot(from_vector<int64_t>({0, -1}, {2}, it)); },
-                {"one_hot", "non-negative", "-1", "position [1]"});
+    check_error(
+        [&] {
+          ops::gather(x, 1, from_vector<int64_t>({0, 1, 2, 3, 9, 0}, {2, 3}, it));
+        },
+        {"gather", "index 9", "[0, 5)", "position [1, 1]"});
+    check_error(
+        [&] {
+          ops::scatter_add(x, 0, from_vector<int64_t>({0, 3}, {1, 2}, it), ones({1, 2}));
+        },
+        {"scatter_add", "index 3", "dim 0 of self", "[0, 3)", "position [0, 1]"});
+    check_error(
+        [&] {
+          ops::scatter_add_(x, 1, from_vector<int64_t>({-2}, {1, 1}, it), ones({1, 1}));
+        },
+        {"scatter_add_", "index -2", "[0, 5)", "position [0, 0]"});
+    check_error(
+        [&] {
+          ops::index_add(x, 0, from_vector<int64_t>({1, 7}, {2}, it), ones({2, 5}));
+        },
+        {"index_add", "index 7", "[0, 3)", "position [1]"});
+    check_error(
+        [&] {
+          ops::embedding(x, from_vector<int64_t>({0, 1, 2, 3}, {2, 2}, it));
+        },
+        {"embedding", "index 3", "weight float32[3, 5] cpu", "[0, 3)", "position [1, 1]"});
+    check_error(
+        [&] {
+          ops::embedding_backward(ones({2, 2, 4}), from_vector<int64_t>({0, 1, 8, 2}, {2, 2}, it), 6);
+        },
+        {"embedding_backward", "index 8", "[0, 6)", "position [1, 0]"});
+    check_error(
+        [&] {
+          ops::one_hot(from_vector<int64_t>({0, 1, 4}, {3}, it), 3);
+        },
+        {"one_hot", "index 4", "[0, 3)", "position [2]"});
+    check_error(
+        [&] {
+          ops::one_hot(from_vector<int64_t>({0, -1}, {2}, it));
+        },
+        {"one_hot", "non-negative", "-1", "position [1]"});
   }
   // Empty dims and empty outputs still check every index.
   check_error([] { ops::index_select(zeros({0, 2}), 0, from_vector<int64_t>({0}, {1})); }, {"index_select", "[0, 0)"});
-  check_error([] { ops::index_select(zeros({4, 0}), 0, from_vector<int64_t>({1, 4})); },
-              {"index_select", "index 4", "position [1]"});
+  check_error(
+      [] {
+        ops::index_select(zeros({4, 0}), 0, from_vector<int64_t>({1, 4}));
+      },
+      {"index_select", "index 4", "position [1]"});
   check_error([] { ops::gather(zeros({0}), 0, from_vector<int64_t>({2}, {1})); }, {"gather", "index 2", "[0, 0)"});
-  check_error([] { ops::embedding_backward(zeros({1, 0}), from_vector<int64_t>({5}, {1}), 4); },
-              {"embedding_backward", "index 5", "[0, 4)"});
+  check_error(
+      [] {
+        ops::embedding_backward(zeros({1, 0}), from_vector<int64_t>({5}, {1}), 4);
+      },
+      {"embedding_backward", "index 5", "[0, 4)"});
   check_error([] { ops::one_hot(from_vector<int64_t>({0}, {1}), 0); }, {"one_hot", "index 0", "[0, 0)"});
   // A failed scatter_add_ on a 16-bit tensor leaves it untouched (the sum runs in a float32 copy).
   const Tensor h = ones({3}, kFloat16);
@@ -327,8 +360,11 @@ TEST_CASE("index: large gathers run on threads and report the first bad index") 
   // Two bad indices far apart (in different threads' ranges): the lower position is reported.
   vi[1999] = 77;
   vi[1234] = 50;
-  check_error([&] { ops::embedding(weight, make_tensor(vi, {40, 50}, kInt32)); },
-              {"embedding", "index 50", "position [24, 34]"});
+  check_error(
+      [&] {
+        ops::embedding(weight, make_tensor(vi, {40, 50}, kInt32));
+      },
+      {"embedding", "index 50", "position [24, 34]"});
 }
 
 TEST_CASE("index: argument errors name the op, shapes and dtypes") {
@@ -350,16 +386,28 @@ TEST_CASE("index: argument errors name the op, shapes and dtypes") {
   check_error([&] { ops::index_add(x, 0, zeros({2, 1}, kInt64), x); }, {"index_add", "1-D"});
   // Shapes.
   check_error([&] { ops::gather(x, 0, zeros({2, 6}, kInt64)); }, {"gather", "larger than input", "dim 1"});
-  check_error([&] { ops::scatter_add(x, 0, zeros({2, 2}, kInt64), zeros({1, 2})); },
-              {"scatter_add", "larger than src", "float32[1, 2] cpu"});
+  check_error(
+      [&] {
+        ops::scatter_add(x, 0, zeros({2, 2}, kInt64), zeros({1, 2}));
+      },
+      {"scatter_add", "larger than src", "float32[1, 2] cpu"});
   check_error([&] { ops::scatter_add(x, 0, zeros({2, 6}, kInt64), zeros({2, 6})); }, {"scatter_add", "dim 1"});
-  check_error([&] { ops::index_add(x, 0, zeros({2}, kInt64), zeros({3, 5})); },
-              {"index_add", "float32[3, 5] cpu", "index.numel() = 2"});
-  check_error([&] { ops::embedding_backward(zeros({2, 3}), zeros({3}, kInt64), 4); },
-              {"embedding_backward", "indices.shape + [embedding_dim]", "float32[2, 3] cpu", "int64[3] cpu"});
+  check_error(
+      [&] {
+        ops::index_add(x, 0, zeros({2}, kInt64), zeros({3, 5}));
+      },
+      {"index_add", "float32[3, 5] cpu", "index.numel() = 2"});
+  check_error(
+      [&] {
+        ops::embedding_backward(zeros({2, 3}), zeros({3}, kInt64), 4);
+      },
+      {"embedding_backward", "indices.shape + [embedding_dim]", "float32[2, 3] cpu", "int64[3] cpu"});
   // Dtypes, dims, options.
-  check_error([&] { ops::scatter_add(x, 0, zeros({1, 1}, kInt64), zeros({1, 1}, kFloat64)); },
-              {"scatter_add", "one dtype", "float64[1, 1] cpu"});
+  check_error(
+      [&] {
+        ops::scatter_add(x, 0, zeros({1, 1}, kInt64), zeros({1, 1}, kFloat64));
+      },
+      {"scatter_add", "one dtype", "float64[1, 1] cpu"});
   check_error([&] { ops::index_add(x, 0, zeros({3}, kInt64), zeros({3, 5}, kFloat16)); }, {"index_add", "one dtype"});
   check_error([&] { ops::scatter_add(zeros({2}, kBool), 0, zeros({1}, kInt64), zeros({1}, kBool)); },
               {"scatter_add", "bool"});
@@ -367,8 +415,11 @@ TEST_CASE("index: argument errors name the op, shapes and dtypes") {
   check_error([&] { ops::gather(x, -3, zeros({1, 1}, kInt64)); }, {"gather", "dim -3"});
   check_error([&] { ops::scatter_add_(zeros({1}).expand({4}), 0, zeros({1}, kInt64), zeros({1})); },
               {"scatter_add_", "overlapping"});
-  check_error([&] { ops::embedding_backward(zeros({2, 3}), zeros({2}, kInt64), 4, 4); },
-              {"embedding_backward", "padding_idx 4", "[0, 4)"});
+  check_error(
+      [&] {
+        ops::embedding_backward(zeros({2, 3}), zeros({2}, kInt64), 4, 4);
+      },
+      {"embedding_backward", "padding_idx 4", "[0, 4)"});
   check_error([&] { ops::embedding_backward(zeros({2, 3}), zeros({2}, kInt64), 4, -2); }, {"padding_idx -2"});
   check_error([] { ops::one_hot(empty({0}, kInt64)); }, {"one_hot", "infer", "empty"});
   check_error([] { ops::one_hot(zeros({2}, kInt64), -2); }, {"one_hot", "num_classes", "-2"});

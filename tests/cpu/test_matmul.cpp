@@ -112,12 +112,12 @@ TEST_CASE("matmul: 2-D products in every layout pair") {
 
 TEST_CASE("matmul: batched with broadcast batch dims") {
   check_shapes({2, 1, 5, 6}, {1, 3, 6, 4}, 40);  // (B, 1, M, K) @ (1, H, K, N) -> (B, H, M, N)
-  check_shapes({3, 5, 6}, {6, 4}, 41);            // batch folded into M when a's strides allow
-  check_shapes({5, 6}, {2, 3, 6, 4}, 42);         // a broadcast over the whole batch (stride 0)
-  check_shapes({6}, {2, 6, 4}, 43);               // 1-D @ 3-D -> (2, 4)
-  check_shapes({2, 5, 6}, {6}, 44);               // 3-D @ 1-D -> (2, 5)
-  check_shapes({4, 1, 3, 2}, {5, 2, 3}, 45);      // (4, 1) with (5,) batch -> (4, 5)
-  check_shapes({3, 4, 5}, {3, 5, 2}, 46);         // equal batches
+  check_shapes({3, 5, 6}, {6, 4}, 41);           // batch folded into M when a's strides allow
+  check_shapes({5, 6}, {2, 3, 6, 4}, 42);        // a broadcast over the whole batch (stride 0)
+  check_shapes({6}, {2, 6, 4}, 43);              // 1-D @ 3-D -> (2, 4)
+  check_shapes({2, 5, 6}, {6}, 44);              // 3-D @ 1-D -> (2, 5)
+  check_shapes({4, 1, 3, 2}, {5, 2, 3}, 45);     // (4, 1) with (5,) batch -> (4, 5)
+  check_shapes({3, 4, 5}, {3, 5, 2}, 46);        // equal batches
 }
 
 TEST_CASE("matmul: expanded and sliced operands") {
@@ -143,7 +143,8 @@ TEST_CASE("matmul: transposed views are read in place; only unmappable operands 
   int64_t before = cpu_allocs();
   Tensor out = ops::mm(a, b.t());
   CHECK(cpu_allocs() - before == 1);  // the output only
-  const Tensor v = random_tensor({48}, {kFloat32}, 62).expand({2, 3, 48}).unsqueeze(2);  // (2, 3, 1, 48), stride-0 batch
+  const Tensor v =
+      random_tensor({48}, {kFloat32}, 62).expand({2, 3, 48}).unsqueeze(2);  // (2, 3, 1, 48), stride-0 batch
   before = cpu_allocs();
   out = ops::matmul(v, b.t());
   CHECK(cpu_allocs() - before == 1);
@@ -229,13 +230,23 @@ TEST_CASE("matmul: error paths name the op and the operands") {
   check_error([&] { ops::matmul(a, b); }, {"matmul", "inner dimensions", "float32[2, 3] cpu", "float32[4, 5] cpu"});
   check_error([&] { ops::matmul(random_tensor({3}, {kFloat32}, 3), random_tensor({4}, {kFloat32}, 4)); },
               {"matmul", "inner dimensions", "[3]", "[4]"});
-  check_error([&] { ops::matmul(zeros({2, 2, 3}), zeros({3, 3, 4})); },
-              {"matmul", "batch dimensions", "[2]", "[3]", "cannot be broadcast"});
-  check_error([&] { ops::matmul(zeros({2, 3}), zeros({3, 4}, {kFloat64})); },
-              {"matmul", "same dtype", "float32[2, 3] cpu", "float64[3, 4] cpu", "does not promote"});
-  check_error([&] { ops::matmul(scalar_tensor(2.0), zeros({3})); }, {"matmul", "at least 1 dimension", "float32[] cpu"});
-  check_error([&] { ops::matmul(zeros({2, 3}, {kInt32}), zeros({3, 2}, {kInt32})); },
-              {"matmul", "not implemented for int32 on cpu"});
+  check_error(
+      [&] {
+        ops::matmul(zeros({2, 2, 3}), zeros({3, 3, 4}));
+      },
+      {"matmul", "batch dimensions", "[2]", "[3]", "cannot be broadcast"});
+  check_error(
+      [&] {
+        ops::matmul(zeros({2, 3}), zeros({3, 4}, {kFloat64}));
+      },
+      {"matmul", "same dtype", "float32[2, 3] cpu", "float64[3, 4] cpu", "does not promote"});
+  check_error([&] { ops::matmul(scalar_tensor(2.0), zeros({3})); },
+              {"matmul", "at least 1 dimension", "float32[] cpu"});
+  check_error(
+      [&] {
+        ops::matmul(zeros({2, 3}, {kInt32}), zeros({3, 2}, {kInt32}));
+      },
+      {"matmul", "not implemented for int32 on cpu"});
   check_error([&] { ops::matmul(zeros({2, 3}, {kInt64}), zeros({3, 2}, {kInt64})); }, {"matmul", "int64"});
   check_error([&] { ops::matmul(Tensor(), zeros({3})); }, {"matmul", "undefined"});
   check_error([&] { ops::mm(zeros({2, 2, 3}), zeros({3, 2})); }, {"mm", "2-D", "[2, 2, 3]"});
@@ -244,14 +255,20 @@ TEST_CASE("matmul: error paths name the op and the operands") {
   check_error([&] { ops::bmm(zeros({2, 3}), zeros({3, 2})); }, {"bmm", "3-D"});
   check_error([&] { ops::bmm(zeros({2, 2, 3}), zeros({3, 3, 2})); }, {"bmm", "batch sizes differ", "[2, 2, 3]"});
   check_error([&] { ops::bmm(zeros({2, 2, 3}), zeros({2, 4, 2})); }, {"bmm", "inner dimensions"});
-  check_error([&] { ops::linear(zeros({4, 3}), zeros({5, 2}), Tensor()); },
-              {"linear", "3 features", "float32[5, 2] cpu", "expects 2"});
+  check_error(
+      [&] {
+        ops::linear(zeros({4, 3}), zeros({5, 2}), Tensor());
+      },
+      {"linear", "3 features", "float32[5, 2] cpu", "expects 2"});
   check_error([&] { ops::linear(zeros({4, 3}), zeros({5, 3}), zeros({4})); }, {"linear", "bias", "[4]", "5"});
   check_error([&] { ops::linear(zeros({4, 3}), zeros({5, 3}), zeros({5}, {kFloat64})); }, {"linear", "bias", "dtype"});
   check_error([&] { ops::linear(zeros({4, 3}), zeros({3}), Tensor()); }, {"linear", "weight must be 2-D"});
   check_error([&] { ops::linear(scalar_tensor(1.0), zeros({2, 1}), Tensor()); }, {"linear", "at least 1 dimension"});
-  check_error([&] { ops::linear(zeros({4, 3}, {kInt64}), zeros({2, 3}, {kInt64}), Tensor()); },
-              {"linear", "not implemented for int64"});
+  check_error(
+      [&] {
+        ops::linear(zeros({4, 3}, {kInt64}), zeros({2, 3}, {kInt64}), Tensor());
+      },
+      {"linear", "not implemented for int64"});
 }
 
 TEST_CASE("matmul: allow_tf32 defaults to off and round-trips") {

@@ -221,8 +221,8 @@ TEST_CASE("nn_functional: layer_norm on empty inputs and its errors") {
   const ops::LayerNormResult e = ops::layer_norm(zeros({0, 4}), {4}, ones({4}), zeros({4}));
   CHECK(e.out.sizes() == Shape{0, 4});
   CHECK(e.mean.sizes() == Shape{0});
-  const ops::LayerNormGrads eg = ops::layer_norm_backward(zeros({0, 4}), zeros({0, 4}), {4}, e.mean, e.rstd,
-                                                          ones({4}), true);
+  const ops::LayerNormGrads eg =
+      ops::layer_norm_backward(zeros({0, 4}), zeros({0, 4}), {4}, e.mean, e.rstd, ones({4}), true);
   check_close(eg.weight, {0, 0, 0, 0}, 0, 0, "empty dweight");
   check_close(eg.bias, {0, 0, 0, 0}, 0, 0, "empty dbias");
   const Tensor x = zeros({2, 3});
@@ -234,8 +234,11 @@ TEST_CASE("nn_functional: layer_norm on empty inputs and its errors") {
   check_error([&] { ops::layer_norm(zeros({2, 3}, kInt64), {3}); }, {"layer_norm", "floating", "int64"});
   check_error([&] { layer_norm(x, {3}, ones({2})); }, {"layer_norm", "weight"});
   const ops::LayerNormResult f = ops::layer_norm(x, {3});
-  check_error([&] { ops::layer_norm_backward(zeros({2, 4}), x, {3}, f.mean, f.rstd, Tensor(), false); },
-              {"layer_norm_backward", "grad_out", "float32[2, 4] cpu"});
+  check_error(
+      [&] {
+        ops::layer_norm_backward(zeros({2, 4}), x, {3}, f.mean, f.rstd, Tensor(), false);
+      },
+      {"layer_norm_backward", "grad_out", "float32[2, 4] cpu"});
   check_error([&] { ops::layer_norm_backward(x, x, {3}, zeros({3}), f.rstd, Tensor(), false); },
               {"layer_norm_backward", "mean and rstd"});
 }
@@ -345,12 +348,21 @@ TEST_CASE("nn_functional: cross_entropy with spatial dims, 1-D logits, int32 tar
 
 TEST_CASE("nn_functional: cross_entropy errors: bad target, shapes, dtypes, smoothing") {
   const Tensor x = zeros({3, 5});
-  check_error([&] { ops::cross_entropy(x, from_vector<int64_t>({0, 5, 1}, {3})); },
-              {"cross_entropy", "target 5", "5 classes", "[1]", "int64[3] cpu"});
-  check_error([&] { ops::cross_entropy(x, from_vector<int64_t>({0, 1, -1}, {3})); },
-              {"cross_entropy", "target -1", "[2]"});
-  check_error([&] { cross_entropy(x, from_vector<int64_t>({0, 1}, {2})); },
-              {"cross_entropy", "int64[2] cpu", "float32[3, 5] cpu", "[3]"});
+  check_error(
+      [&] {
+        ops::cross_entropy(x, from_vector<int64_t>({0, 5, 1}, {3}));
+      },
+      {"cross_entropy", "target 5", "5 classes", "[1]", "int64[3] cpu"});
+  check_error(
+      [&] {
+        ops::cross_entropy(x, from_vector<int64_t>({0, 1, -1}, {3}));
+      },
+      {"cross_entropy", "target -1", "[2]"});
+  check_error(
+      [&] {
+        cross_entropy(x, from_vector<int64_t>({0, 1}, {2}));
+      },
+      {"cross_entropy", "int64[2] cpu", "float32[3, 5] cpu", "[3]"});
   check_error([&] { ops::cross_entropy(x, zeros({3})); }, {"cross_entropy", "class indices", "float32[3] cpu"});
   check_error([&] { ops::cross_entropy(zeros({3}, kInt64), zeros({}, kInt64)); }, {"cross_entropy", "floating"});
   check_error([&] { ops::cross_entropy(x, zeros({3}, kInt64), {.label_smoothing = 1.5}); },
@@ -367,9 +379,7 @@ TEST_CASE("nn_functional: cross_entropy passes gradcheck for every reduction and
       CAPTURE(int(red));
       CAPTURE(e);
       check_gradcheck(
-          [&](const TensorList& in) {
-            return cross_entropy(in[0], target, {.label_smoothing = e, .reduction = red});
-          },
+          [&](const TensorList& in) { return cross_entropy(in[0], target, {.label_smoothing = e, .reduction = red}); },
           {leaf({5, 4}, 310, -3, 3)});
     }
   }
@@ -526,11 +536,15 @@ TEST_CASE("nn_functional: masked_softmax matches loops: bool, float, causal mask
   }
   // A long row (S > 1024) and a causal mask with L != S.
   const Tensor xl = random_tensor({3, 1500}, kFloat32, seed++);
-  check_close(ops::masked_softmax(xl, Tensor(), true, 2.0),
-              ref_masked_softmax(values_of(xl), 3, 1500, 2.0, [](int64_t r, int64_t s) { return s <= r ? 0.0 : -kInf; }),
-              1e-5, 1e-8, "long causal");
-  check_error([&] { ops::masked_softmax(zeros({2, 3}), zeros({2, 2}, kBool)); },
-              {"masked_softmax", "bool[2, 2] cpu", "float32[2, 3] cpu"});
+  check_close(
+      ops::masked_softmax(xl, Tensor(), true, 2.0),
+      ref_masked_softmax(values_of(xl), 3, 1500, 2.0, [](int64_t r, int64_t s) { return s <= r ? 0.0 : -kInf; }), 1e-5,
+      1e-8, "long causal");
+  check_error(
+      [&] {
+        ops::masked_softmax(zeros({2, 3}), zeros({2, 2}, kBool));
+      },
+      {"masked_softmax", "bool[2, 2] cpu", "float32[2, 3] cpu"});
   check_error([&] { ops::masked_softmax(zeros({2, 3}), zeros({3}, kInt64)); }, {"masked_softmax", "bool or"});
   check_error([&] { ops::masked_softmax(zeros({2, 3}), zeros({3}, kFloat64)); }, {"masked_softmax", "float64[3]"});
   check_error([&] { ops::masked_softmax(zeros({3}), Tensor(), true); }, {"masked_softmax", "is_causal"});
@@ -585,7 +599,9 @@ TEST_CASE("nn_functional: scaled_dot_product_attention matches loops and passes 
     CHECK(out.sizes() == Shape{B, H, L, Ev});
     check_close(out, want, 1e-12, 1e-12, "sdpa");
     check_gradcheck(
-        [&](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], mask, mode == 2, 0.0, sc); },
+        [&](const TensorList& in) {
+          return scaled_dot_product_attention(in[0], in[1], in[2], mask, mode == 2, 0.0, sc);
+        },
         {leaf({B, H, L, E}, 810), leaf({B, H, S, E}, 811), leaf({B, H, S, Ev}, 812)});
   }
   // A float mask that requires grad, broadcast batch dims (k, v shared across heads), and dropout
@@ -604,16 +620,26 @@ TEST_CASE("nn_functional: scaled_dot_product_attention matches loops and passes 
 
 TEST_CASE("nn_functional: scaled_dot_product_attention errors") {
   const Tensor q = zeros({2, 3, 4}), k = zeros({2, 5, 4}), v = zeros({2, 5, 6});
-  check_error([&] { scaled_dot_product_attention(q, zeros({2, 5, 3}), v); },
-              {"scaled_dot_product_attention", "float32[2, 3, 4] cpu", "float32[2, 5, 3] cpu", "embedding"});
-  check_error([&] { scaled_dot_product_attention(q, k, zeros({2, 4, 6})); },
-              {"scaled_dot_product_attention", "sequence length"});
-  check_error([&] { scaled_dot_product_attention(q, k, v, zeros({3, 5}, kBool), true); },
-              {"scaled_dot_product_attention", "is_causal"});
-  check_error([&] { scaled_dot_product_attention(q, k, v, zeros({4, 5}, kBool)); },
-              {"masked_softmax", "bool[4, 5] cpu", "float32[2, 3, 5] cpu"});
-  check_error([&] { scaled_dot_product_attention(q, k, v.to(kFloat64)); },
-              {"scaled_dot_product_attention", "dtype"});
-  check_error([&] { scaled_dot_product_attention(zeros({4}), k, v); },
-              {"scaled_dot_product_attention", "2-D"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, zeros({2, 5, 3}), v);
+      },
+      {"scaled_dot_product_attention", "float32[2, 3, 4] cpu", "float32[2, 5, 3] cpu", "embedding"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, k, zeros({2, 4, 6}));
+      },
+      {"scaled_dot_product_attention", "sequence length"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, k, v, zeros({3, 5}, kBool), true);
+      },
+      {"scaled_dot_product_attention", "is_causal"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, k, v, zeros({4, 5}, kBool));
+      },
+      {"masked_softmax", "bool[4, 5] cpu", "float32[2, 3, 5] cpu"});
+  check_error([&] { scaled_dot_product_attention(q, k, v.to(kFloat64)); }, {"scaled_dot_product_attention", "dtype"});
+  check_error([&] { scaled_dot_product_attention(zeros({4}), k, v); }, {"scaled_dot_product_attention", "2-D"});
 }

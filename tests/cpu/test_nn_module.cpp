@@ -27,8 +27,9 @@ struct Net : nn::Module {
   std::shared_ptr<nn::Sequential> layers;
   std::shared_ptr<Block> head;
   Net() {
-    layers = register_module("layers", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
-        std::make_shared<nn::Linear>(5, 4), std::make_shared<nn::Flatten>()}));
+    layers = register_module("layers",
+                             std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+                                 std::make_shared<nn::Linear>(5, 4), std::make_shared<nn::Flatten>()}));
     head = register_module("head", std::make_shared<Block>());
   }
   std::string type_name() const override { return "Net"; }

@@ -110,7 +110,8 @@ void run_against_reference(Optimizer& opt, std::vector<Tensor>& params, std::vec
     }
     opt.step();
     for (size_t k = 0; k < params.size(); ++k)
-      check_close(params[k], ref_p[k], rtol, atol, "param " + std::to_string(k) + " after step " + std::to_string(s + 1));
+      check_close(params[k], ref_p[k], rtol, atol,
+                  "param " + std::to_string(k) + " after step " + std::to_string(s + 1));
   }
 }
 
@@ -444,10 +445,11 @@ TEST_CASE("optim: state_dict holds PyTorch-style flat keys") {
   const StateDict sd = opt.state_dict();
   std::map<std::string, Tensor> m(sd.begin(), sd.end());
   CHECK(m.size() == sd.size());
-  for (const char* k : {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.max_exp_avg_sq", "state.2.step",
-                        "param_groups.0.lr", "param_groups.0.beta1", "param_groups.0.beta2", "param_groups.0.eps",
-                        "param_groups.0.weight_decay", "param_groups.0.amsgrad", "param_groups.0.maximize",
-                        "param_groups.0.params", "param_groups.1.lr", "param_groups.1.params"})
+  for (const char* k :
+       {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.max_exp_avg_sq", "state.2.step",
+        "param_groups.0.lr", "param_groups.0.beta1", "param_groups.0.beta2", "param_groups.0.eps",
+        "param_groups.0.weight_decay", "param_groups.0.amsgrad", "param_groups.0.maximize", "param_groups.0.params",
+        "param_groups.1.lr", "param_groups.1.params"})
     CHECK_MESSAGE(m.count(k) == 1, k);
   CHECK(m.count("state.1.step") == 0);  // never stepped: no state
   CHECK(m["state.0.step"].dtype() == kInt64);
@@ -490,8 +492,9 @@ void check_resume(Make make, const std::string& what) {
     std::vector<Tensor> gs;
     for (size_t k = 0; k < pa.size(); ++k) {
       // parameter 1 has no gradient at step 1, so the step counts differ
-      gs.push_back(s == 0 && k == 1 ? Tensor()
-                                    : make_tensor(random_values(pa[k].numel(), 700 + 10 * s + k), pa[k].sizes(), kFloat32));
+      gs.push_back(s == 0 && k == 1
+                       ? Tensor()
+                       : make_tensor(random_values(pa[k].numel(), 700 + 10 * s + k), pa[k].sizes(), kFloat32));
     }
     return gs;
   };
@@ -504,7 +507,8 @@ void check_resume(Make make, const std::string& what) {
   };
   train(*a, pa, 0, 3);
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("frugal_optim_" + std::to_string(::getpid()) + ".safetensors")).string();
+      (std::filesystem::temp_directory_path() / ("frugal_optim_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
   nn::save_safetensors(path, a->state_dict());
   std::vector<Tensor> pb;
   for (const Tensor& p : pa) pb.push_back(make_param(values_of(p), p.sizes(), kFloat32));
@@ -532,13 +536,18 @@ void check_resume(Make make, const std::string& what) {
 }  // namespace
 
 TEST_CASE("optim: a state dict round trip resumes bit-identically") {
-  check_resume([](std::vector<Tensor>& ps) { return std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1, .momentum = 0.9,
-                                                                                         .nesterov = true}); },
-               "SGD nesterov");
-  check_resume([](std::vector<Tensor>& ps) {
-    return std::make_unique<Adam>(std::vector<ParamGroup>{{.params = {ps[0], ps[1]}}, {.params = {ps[2]}, .lr = 0.003}},
-                                  AdamOptions{.lr = 0.01, .weight_decay = 0.01, .amsgrad = true});
-  }, "Adam amsgrad, two groups");
+  check_resume(
+      [](std::vector<Tensor>& ps) {
+        return std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+      },
+      "SGD nesterov");
+  check_resume(
+      [](std::vector<Tensor>& ps) {
+        return std::make_unique<Adam>(
+            std::vector<ParamGroup>{{.params = {ps[0], ps[1]}}, {.params = {ps[2]}, .lr = 0.003}},
+            AdamOptions{.lr = 0.01, .weight_decay = 0.01, .amsgrad = true});
+      },
+      "Adam amsgrad, two groups");
   check_resume([](std::vector<Tensor>& ps) { return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01}); }, "AdamW");
 }
 
@@ -556,10 +565,14 @@ TEST_CASE("optim: load_state_dict rejects mismatched dicts and changes nothing")
   check_error([&] { one_group.load_state_dict(good); }, {"Adam.load_state_dict", "2 param groups", "has 1"});
   // parameter count per group
   Adam split({{.params = {qs[0]}}, {.params = {qs[1], qs[2]}}}, {.lr = 0.01});
-  check_error([&] { split.load_state_dict(good); }, {"param group 0", "2 parameters in the state dict", "1 in the optimizer"});
+  check_error([&] { split.load_state_dict(good); },
+              {"param group 0", "2 parameters in the state dict", "1 in the optimizer"});
   // shapes
-  check_error([&] { opt.load_state_dict(replaced(good, "state.1.exp_avg", zeros({4, 3}))); },
-              {"state.1.exp_avg", "float32[4, 3]", "parameter 1", "float32[5]"});
+  check_error(
+      [&] {
+        opt.load_state_dict(replaced(good, "state.1.exp_avg", zeros({4, 3})));
+      },
+      {"state.1.exp_avg", "float32[4, 3]", "parameter 1", "float32[5]"});
   // unknown keys, missing keys, bad values
   StateDict extra = good;
   extra.emplace_back("state.0.momentum_buffer", zeros({3, 4}));
@@ -570,7 +583,8 @@ TEST_CASE("optim: load_state_dict rejects mismatched dicts and changes nothing")
   StateDict twice = good;
   twice.emplace_back("param_groups.0.lr", scalar_tensor(0.1, kFloat64));
   check_error([&] { opt.load_state_dict(twice); }, {"'param_groups.0.lr' appears twice"});
-  check_error([&] { opt.load_state_dict(without(good, "param_groups.1.beta2")); }, {"missing key 'param_groups.1.beta2'"});
+  check_error([&] { opt.load_state_dict(without(good, "param_groups.1.beta2")); },
+              {"missing key 'param_groups.1.beta2'"});
   check_error([&] { opt.load_state_dict(without(good, "state.2.step")); }, {"state.2.step is missing"});
   check_error([&] { opt.load_state_dict(without(good, "state.2.exp_avg_sq")); }, {"exp_avg", "together"});
   check_error([&] { opt.load_state_dict(replaced(good, "state.0.step", scalar_tensor(-1, kInt64))); },
@@ -631,8 +645,7 @@ TEST_CASE("optim: StepLR, LinearLR and CosineAnnealingLR follow PyTorch's closed
     for (int64_t t = 0; t <= 3 * T; ++t) {
       const double closed = eta_min + (0.1 - eta_min) * (1 + std::cos(std::numbers::pi * double(t) / double(T))) / 2;
       if (t > 0) {
-        if ((t - 1 - T) % (2 * T) == 0)
-          recursive += (0.1 - eta_min) * (1 - std::cos(std::numbers::pi / double(T))) / 2;
+        if ((t - 1 - T) % (2 * T) == 0) recursive += (0.1 - eta_min) * (1 - std::cos(std::numbers::pi / double(T))) / 2;
         else
           recursive = (1 + std::cos(std::numbers::pi * double(t) / double(T))) /
                           (1 + std::cos(std::numbers::pi * double(t - 1) / double(T))) * (recursive - eta_min) +
@@ -697,7 +710,8 @@ TEST_CASE("optim: warmup + cosine as SequentialLR and WarmupCosineLR, per group"
   CHECK(opt3.param_groups()[1].lr == opt2.param_groups()[1].lr);
 
   // errors
-  check_error([&] { WarmupCosineLR(opt2, {.warmup_steps = 10, .total_steps = 10}); }, {"WarmupCosineLR", "warmup_steps"});
+  check_error([&] { WarmupCosineLR(opt2, {.warmup_steps = 10, .total_steps = 10}); },
+              {"WarmupCosineLR", "warmup_steps"});
   check_error([&] { SequentialLR(opt, {warm, cosine}, {}); }, {"SequentialLR", "1 milestones"});
   check_error([&] { SequentialLR(opt2, {warm}, {}); }, {"SequentialLR", "same optimizer"});
   check_error([&] { StepLR(opt, {.step_size = 0}); }, {"StepLR", "step_size"});

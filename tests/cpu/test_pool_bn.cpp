@@ -148,12 +148,12 @@ struct MaxCase {
 };
 const MaxCase kMaxCases[] = {
     {{2, 3, 8, 8}, 2, {}},
-    {{2, 3, 9, 7}, 3, {.stride = 2, .padding = 1}},                              // ResNet's stem pool, odd sizes
-    {{1, 2, 7, 9}, {3, 2}, {.stride = {2, 3}, .padding = {1, 1}}},               // non-square
-    {{2, 2, 9, 9}, 3, {.stride = 2, .padding = 1, .dilation = 2}},               // dilation
-    {{2, 2, 5, 5}, 3, {.stride = 3, .padding = 1, .ceil_mode = true}},           // ceil drops a padding-only window
-    {{1, 3, 6, 7}, 2, {.stride = 2, .ceil_mode = true}},                         // ceil adds a partial window
-    {{3, 6, 6}, {2, 3}, {.stride = 1}},                                          // unbatched, overlapping windows
+    {{2, 3, 9, 7}, 3, {.stride = 2, .padding = 1}},                     // ResNet's stem pool, odd sizes
+    {{1, 2, 7, 9}, {3, 2}, {.stride = {2, 3}, .padding = {1, 1}}},      // non-square
+    {{2, 2, 9, 9}, 3, {.stride = 2, .padding = 1, .dilation = 2}},      // dilation
+    {{2, 2, 5, 5}, 3, {.stride = 3, .padding = 1, .ceil_mode = true}},  // ceil drops a padding-only window
+    {{1, 3, 6, 7}, 2, {.stride = 2, .ceil_mode = true}},                // ceil adds a partial window
+    {{3, 6, 6}, {2, 3}, {.stride = 1}},                                 // unbatched, overlapping windows
 };
 
 struct AvgCase {
@@ -198,8 +198,8 @@ TEST_CASE("pool: max_pool2d values and argmax indices match a naive scan in ever
         CAPTURE(layout_name(layout));
         const Tensor x = random_tensor(c.x, t, ++seed, layout);
         const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
-        const PoolRef ref = naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation,
-                                      c.o.ceil_mode);
+        const PoolRef ref =
+            naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation, c.o.ceil_mode);
         REQUIRE(r.out.sizes() == ref.shape);
         CHECK(r.out.dtype() == t);
         CHECK(r.indices.dtype() == kInt64);
@@ -242,8 +242,8 @@ TEST_CASE("pool: avg_pool2d matches a naive mean with either divisor, in every d
 
 TEST_CASE("pool: adaptive_avg_pool2d matches naive windows, shrinking and growing") {
   uint64_t seed = 200;
-  const std::pair<Shape, Int2> cases[] = {{{2, 3, 7, 7}, 1},        {{2, 3, 7, 7}, {3, 2}}, {{1, 2, 10, 9}, {4, 5}},
-                                          {{1, 2, 3, 4}, {5, 7}},   {{3, 8, 8}, 4},         {{2, 4, 13, 11}, {6, 6}},
+  const std::pair<Shape, Int2> cases[] = {{{2, 3, 7, 7}, 1},      {{2, 3, 7, 7}, {3, 2}}, {{1, 2, 10, 9}, {4, 5}},
+                                          {{1, 2, 3, 4}, {5, 7}}, {{3, 8, 8}, 4},         {{2, 4, 13, 11}, {6, 6}},
                                           {{2, 64, 7, 7}, {1, 1}}};
   for (const auto& [xs, out] : cases)
     for (DType t : kAllFloat)
@@ -340,10 +340,16 @@ TEST_CASE("pool: errors name the op, the shapes and the settings") {
   const ops::MaxPool2dResult r = ops::max_pool2d(x, 2);
   check_error([&] { ops::max_pool2d_backward(r.out, r.indices.to(kInt32), x.sizes(), 2); },
               {"max_pool2d_backward", "int64", "[2, 3, 4, 4]"});
-  check_error([&] { ops::max_pool2d_backward(zeros({2, 3, 3, 3}), r.indices, x.sizes(), 2); },
-              {"max_pool2d_backward", "grad_out", "[2, 3, 4, 4]"});
-  check_error([&] { ops::avg_pool2d_backward(zeros({2, 3, 3, 3}), x.sizes(), 2); },
-              {"avg_pool2d_backward", "[2, 3, 4, 4]"});
+  check_error(
+      [&] {
+        ops::max_pool2d_backward(zeros({2, 3, 3, 3}), r.indices, x.sizes(), 2);
+      },
+      {"max_pool2d_backward", "grad_out", "[2, 3, 4, 4]"});
+  check_error(
+      [&] {
+        ops::avg_pool2d_backward(zeros({2, 3, 3, 3}), x.sizes(), 2);
+      },
+      {"avg_pool2d_backward", "[2, 3, 4, 4]"});
   // Empty batches pool to empty outputs.
   CHECK(ops::max_pool2d(zeros({0, 3, 8, 8}), 2).out.sizes() == Shape{0, 3, 4, 4});
   CHECK(ops::adaptive_avg_pool2d(zeros({0, 3, 8, 8}), 2).sizes() == Shape{0, 3, 2, 2});
@@ -470,7 +476,8 @@ TEST_CASE("batch_norm: eval normalizes with the running statistics and leaves th
 TEST_CASE("batch_norm: backward matches the formula, and passes gradcheck in training and eval") {
   // The raw backward against its formula written out in float64.
   const Shape xs{3, 2, 4};
-  const Tensor x = random_tensor(xs, kFloat64, 1), g = random_tensor(xs, kFloat64, 2), w = random_tensor({2}, kFloat64, 3);
+  const Tensor x = random_tensor(xs, kFloat64, 1), g = random_tensor(xs, kFloat64, 2),
+               w = random_tensor({2}, kFloat64, 3);
   const ops::BatchNormResult r = ops::batch_norm(x, Tensor(), Tensor(), w, Tensor(), true);
   const ops::BatchNormGrads gr = ops::batch_norm_backward(g, x, w, r.mean, r.invstd, true);
   const std::vector<double> xv = values_of(x), gv = values_of(g), wv = values_of(w), mv = values_of(r.mean),
@@ -502,8 +509,8 @@ TEST_CASE("batch_norm: backward matches the formula, and passes gradcheck in tra
         [&](const TensorList& in) { return batch_norm(in[0], rm.clone(), rv.clone(), in[1], in[2], training); },
         {xl, wl, bl});
     CHECK_MESSAGE(r1.ok, r1.report);
-    auto r2 = gradcheck([&](const TensorList& in) { return batch_norm(in[0], rm, rv, Tensor(), Tensor(), training); },
-                        {xl});
+    auto r2 =
+        gradcheck([&](const TensorList& in) { return batch_norm(in[0], rm, rv, Tensor(), Tensor(), training); }, {xl});
     CHECK_MESSAGE(r2.ok, r2.report);
   }
   // (N, C) input without running statistics, and a non-contiguous one.
@@ -513,7 +520,9 @@ TEST_CASE("batch_norm: backward matches the formula, and passes gradcheck in tra
   CHECK_MESSAGE(r3.ok, r3.report);
   Tensor x3 = leaf({3, 2, 3, 4}, 16);
   auto r4 = gradcheck(
-      [&](const TensorList& in) { return batch_norm(in[0].transpose(0, 1), Tensor(), Tensor(), Tensor(), in[1], true); },
+      [&](const TensorList& in) {
+        return batch_norm(in[0].transpose(0, 1), Tensor(), Tensor(), Tensor(), in[1], true);
+      },
       {x3, leaf({3}, 17)});
   CHECK_MESSAGE(r4.ok, r4.report);
 }
@@ -536,29 +545,37 @@ TEST_CASE("batch_norm: parameter gradients come back in the parameters' dtype") 
 
 TEST_CASE("batch_norm: errors") {
   const Tensor x = zeros({4, 3, 2, 2});
-  check_error([&] { ops::batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-              {"batch_norm", "more than 1 value per channel", "[1, 3]"});
-  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); },
-              {"batch_norm", "eval mode"});
-  check_error([&] { ops::batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), true); },
-              {"batch_norm", "both"});
+  check_error(
+      [&] {
+        ops::batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      {"batch_norm", "more than 1 value per channel", "[1, 3]"});
+  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); }, {"batch_norm", "eval mode"});
+  check_error([&] { ops::batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), true); }, {"batch_norm", "both"});
   check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), zeros({4}), Tensor(), true); },
               {"batch_norm", "weight", "[4]", "[3]"});
   check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), zeros({3}, kFloat64), Tensor(), true); },
               {"batch_norm", "weight", "float64", "float32"});
   check_error([&] { ops::batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
               {"batch_norm", "at least 2 dims"});
-  check_error([&] { ops::batch_norm(zeros({4, 3}, kInt64), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-              {"batch_norm", "floating-point"});
+  check_error(
+      [&] {
+        ops::batch_norm(zeros({4, 3}, kInt64), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      {"batch_norm", "floating-point"});
   const ops::BatchNormResult r = ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
-  check_error([&] { ops::batch_norm_backward(zeros({4, 3}), x, Tensor(), r.mean, r.invstd, true); },
-              {"batch_norm_backward", "grad_out"});
+  check_error(
+      [&] {
+        ops::batch_norm_backward(zeros({4, 3}), x, Tensor(), r.mean, r.invstd, true);
+      },
+      {"batch_norm_backward", "grad_out"});
   check_error([&] { ops::batch_norm_backward(x, x, Tensor(), r.mean.to(kFloat64), r.invstd, true); },
               {"batch_norm_backward", "mean and invstd"});
   // An empty batch in eval normalizes nothing; its parameter gradients are zeros.
   const ops::BatchNormResult e = ops::batch_norm(zeros({0, 3, 2}), zeros({3}), ones({3}), ones({3}), zeros({3}), false);
   CHECK(e.out.sizes() == Shape{0, 3, 2});
-  const ops::BatchNormGrads eg = ops::batch_norm_backward(zeros({0, 3, 2}), zeros({0, 3, 2}), ones({3}), e.mean, e.invstd, false);
+  const ops::BatchNormGrads eg =
+      ops::batch_norm_backward(zeros({0, 3, 2}), zeros({0, 3, 2}), ones({3}), e.mean, e.invstd, false);
   check_close(eg.weight, {0, 0, 0}, 0, 0, "empty grad_weight");
 }
 
@@ -610,8 +627,10 @@ TEST_CASE("nn: BatchNorm2d has torchvision's names, tracks batches, and switches
 
   // torchvision-style checkpoint keys load; half conversion keeps the counter int64.
   nn::Sequential seq({std::make_shared<nn::BatchNorm2d>(3)});
-  std::map<std::string, Tensor> state = {{"0.weight", full({3}, 2.0)},      {"0.bias", full({3}, 0.5)},
-                                         {"0.running_mean", full({3}, 1.0)}, {"0.running_var", full({3}, 4.0)},
+  std::map<std::string, Tensor> state = {{"0.weight", full({3}, 2.0)},
+                                         {"0.bias", full({3}, 0.5)},
+                                         {"0.running_mean", full({3}, 1.0)},
+                                         {"0.running_var", full({3}, 4.0)},
                                          {"0.num_batches_tracked", full({}, 7.0, kInt64)}};
   seq.load_state_dict(state);
   seq.eval();

@@ -86,10 +86,8 @@ std::vector<bool> mask_of(int64_t ndim, const std::vector<int64_t>& dims) {
 Shape expected_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
   for (size_t d = 0; d < s.size(); ++d) {
-    if (!mask[d])
-      out.push_back(s[d]);
-    else if (keepdim)
-      out.push_back(1);
+    if (!mask[d]) out.push_back(s[d]);
+    else if (keepdim) out.push_back(1);
   }
   return out;
 }

@@ -466,9 +466,7 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
     std::string msg;
     try {
       nn::save_safetensors(path, {{"w", big}});
-    } catch (const Error& e) {
-      msg = e.what();
-    }
+    } catch (const Error& e) { msg = e.what(); }
     ::setrlimit(RLIMIT_FSIZE, &old);
     ::signal(SIGXFSZ, old_handler);
     CHECK(msg.find("save_safetensors: cannot write") != std::string::npos);

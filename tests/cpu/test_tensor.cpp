@@ -80,14 +80,14 @@ TEST_CASE("half: float rounding is nearest-even against a double reference") {
   }
   CHECK(checked > 30000);
   // Half's spacing at 0.5 is 2^-11: halfway points round to the even neighbour.
-  CHECK(Half(0.5f + 0.000244140625f).bits == Half(0.5f).bits);              // 0.5 + 2^-12 -> 0.5
+  CHECK(Half(0.5f + 0.000244140625f).bits == Half(0.5f).bits);                    // 0.5 + 2^-12 -> 0.5
   CHECK(Half(0.5f + 3 * 0.000244140625f).bits == uint16_t(Half(0.5f).bits + 2));  // 0.5 + 3*2^-12 -> 0.5 + 2^-10
 }
 
 TEST_CASE("bfloat16: rounding and specials") {
   CHECK(float(BFloat16(1.0f)) == 1.0f);
-  CHECK(float(BFloat16(1.00390625f)) == 1.0f);        // tie (1 + 2^-8) rounds to even 1.0
-  CHECK(float(BFloat16(1.01171875f)) == 1.015625f);   // tie (1 + 3*2^-8) rounds up to even
+  CHECK(float(BFloat16(1.00390625f)) == 1.0f);       // tie (1 + 2^-8) rounds to even 1.0
+  CHECK(float(BFloat16(1.01171875f)) == 1.015625f);  // tie (1 + 3*2^-8) rounds up to even
   CHECK(std::isnan(float(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isinf(float(BFloat16(INFINITY))));
   for (double v : random_values(5000, 3, -1e4, 1e4)) {
@@ -222,7 +222,8 @@ TEST_CASE("philox: Random123 known-answer vectors") {
   const Kat kats[] = {
       {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
       {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Kat& k : kats) {

@@ -106,7 +106,7 @@ TEST_CASE("unary_backward: conventions at the kinks and edges follow PyTorch") {
     return values_of(ops::unary_backward(op, g, from_vector(v, {3}), a, b));
   };
   CHECK(run(UnaryOp::Relu, {0.0, 1.0, -1.0}) == std::vector<double>{0, 2, 0});  // relu'(0) = 0
-  CHECK(run(UnaryOp::Abs, {0.0, 3.0, -3.0}) == std::vector<double>{0, 2, -2});   // abs'(0) = 0
+  CHECK(run(UnaryOp::Abs, {0.0, 3.0, -3.0}) == std::vector<double>{0, 2, -2});  // abs'(0) = 0
   // clamp: the gradient passes at both bounds (inclusive), not outside, nor when lo > hi.
   CHECK(run(UnaryOp::Clamp, {-1.0, 1.0, 1.5}, -1.0, 1.0) == std::vector<double>{2, 2, 0});
   CHECK(run(UnaryOp::Clamp, {0.0, 1.0, 2.0}, 1.5, 0.5) == std::vector<double>{0, 0, 0});
@@ -128,16 +128,22 @@ TEST_CASE("unary_backward: conventions at the kinks and edges follow PyTorch") {
 
 TEST_CASE("unary_backward: neg and affine need no saved value; empty and 0-d tensors") {
   const Tensor g = random_tensor({4}, kFloat32, 3);
-  check_close(ops::unary_backward(UnaryOp::Neg, g, Tensor()), [&] {
-    std::vector<double> e = values_of(g);
-    for (double& v : e) v = -v;
-    return e;
-  }(), 0, 0, "neg");
-  check_close(ops::unary_backward(UnaryOp::Affine, g, Tensor(), 2.5, 7.0), [&] {
-    std::vector<double> e = values_of(g);
-    for (double& v : e) v *= 2.5;
-    return e;
-  }(), 1e-7, 0, "affine");
+  check_close(
+      ops::unary_backward(UnaryOp::Neg, g, Tensor()),
+      [&] {
+        std::vector<double> e = values_of(g);
+        for (double& v : e) v = -v;
+        return e;
+      }(),
+      0, 0, "neg");
+  check_close(
+      ops::unary_backward(UnaryOp::Affine, g, Tensor(), 2.5, 7.0),
+      [&] {
+        std::vector<double> e = values_of(g);
+        for (double& v : e) v *= 2.5;
+        return e;
+      }(),
+      1e-7, 0, "affine");
   const Tensor e = empty({0, 3}, kFloat16);
   CHECK(ops::unary_backward(UnaryOp::Gelu, e, e).sizes() == Shape{0, 3});
   const Tensor s = scalar_tensor(0.5, kFloat64);
@@ -146,10 +152,16 @@ TEST_CASE("unary_backward: neg and affine need no saved value; empty and 0-d ten
 
 TEST_CASE("unary_backward: errors name the op, the shapes and the dtypes") {
   const Tensor g = random_tensor({2, 3}, kFloat32, 1);
-  check_error([&] { ops::unary_backward(UnaryOp::Gelu, g, random_tensor({3, 2}, kFloat32, 2)); },
-              {"gelu_backward", "[2, 3]", "[3, 2]"});
-  check_error([&] { ops::unary_backward(UnaryOp::Exp, g, random_tensor({2, 3}, kFloat64, 2)); },
-              {"exp_backward", "float32", "float64", "output"});
+  check_error(
+      [&] {
+        ops::unary_backward(UnaryOp::Gelu, g, random_tensor({3, 2}, kFloat32, 2));
+      },
+      {"gelu_backward", "[2, 3]", "[3, 2]"});
+  check_error(
+      [&] {
+        ops::unary_backward(UnaryOp::Exp, g, random_tensor({2, 3}, kFloat64, 2));
+      },
+      {"exp_backward", "float32", "float64", "output"});
   check_error([&] { ops::unary_backward(UnaryOp::Log, g, Tensor()); }, {"log_backward", "input", "undefined"});
   check_error([&] { ops::unary_backward(UnaryOp::Relu, zeros({2}, kInt32), zeros({2}, kInt32)); },
               {"relu_backward", "floating", "int32"});

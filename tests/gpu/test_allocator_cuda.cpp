@@ -135,7 +135,8 @@ TEST_CASE_FIXTURE(CudaAllocatorFixture, "cuda allocator: stats return to baselin
     for (size_t n : {size_t(1), 700 * KiB, 3 * MiB, 15 * MiB + 1}) ptrs.push_back(allocate(kGpu, n));
     for (const DataPtr& p : ptrs) CHECK(p.device() == kGpu);
     const MemoryStats s = stats(kGpu);
-    CHECK(s.allocated_bytes.current - base.allocated_bytes.current == int64_t(512 + 700 * KiB + 3 * MiB + 15 * MiB + 512));
+    CHECK(s.allocated_bytes.current - base.allocated_bytes.current ==
+          int64_t(512 + 700 * KiB + 3 * MiB + 15 * MiB + 512));
     CHECK(s.requested_bytes.current - base.requested_bytes.current == int64_t(1 + 700 * KiB + 3 * MiB + 15 * MiB + 1));
     CHECK(device_bytes_hold(ptrs[3], 0x11));
   }
@@ -156,7 +157,8 @@ TEST_CASE_FIXTURE(CudaAllocatorFixture, "cuda allocator: stats return to baselin
   CHECK(memory_summary(kGpu).find("device cuda:0") != std::string::npos);
 }
 
-TEST_CASE_FIXTURE(CudaAllocatorFixture, "cuda allocator: a block used on another stream is reused only after its event") {
+TEST_CASE_FIXTURE(CudaAllocatorFixture,
+                  "cuda allocator: a block used on another stream is reused only after its event") {
   TestStream s1, s2;
   DataPtr p = allocate(kGpu, 1 * MiB, s1.stream());  // first block of a fresh 2 MiB segment on s1
   void* ptr = p.get();
@@ -214,9 +216,7 @@ TEST_CASE_FIXTURE(CudaAllocatorFixture, "cuda allocator: a memory cap is enforce
   std::string message;
   try {
     (void)allocate(kGpu, 600 * MiB);
-  } catch (const OutOfMemoryError& e) {
-    message = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { message = e.what(); }
   CHECK(message.find("cuda:0 out of memory: tried to allocate 600.00 MiB") == 0);
   CHECK(message.find(allocated) != std::string::npos);
   CHECK(message.find("memory limit") != std::string::npos);
@@ -245,9 +245,7 @@ TEST_CASE_FIXTURE(CudaAllocatorFixture, "cuda allocator: device out of memory is
   std::string message;
   try {
     (void)allocate(kGpu, size_t(1) << 50);  // 1 PiB
-  } catch (const OutOfMemoryError& e) {
-    message = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { message = e.what(); }
   CHECK(message.find("tried to allocate 1.00 PiB") != std::string::npos);
   CHECK(message.find(allocated) != std::string::npos);
   CHECK(message.find("device free") != std::string::npos);
@@ -264,11 +262,9 @@ TEST_CASE("cuda allocator: devices beyond the count are named in the error") {
   std::string message;
   try {
     (void)allocate(cuda(count), 16);
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  CHECK(message.find("allocate: " + cuda(count).str() + " does not exist; this process sees " + std::to_string(count)) ==
-        0);
+  } catch (const Error& e) { message = e.what(); }
+  CHECK(message.find("allocate: " + cuda(count).str() + " does not exist; this process sees " +
+                     std::to_string(count)) == 0);
 }
 
 TEST_CASE("cuda allocator: the pinned pool is page-locked and waits for async copies") {
@@ -308,8 +304,7 @@ TEST_CASE_FIXTURE(CudaAllocatorFixture, "cuda allocator: concurrent alloc/free k
     for (int i = 0; i < 2000; ++i) {
       if (live.size() < 8 && (i * 7 + id) % 3 != 0)
         live.push_back(allocate(kGpu, size_t(512 * (1 + (i * 131 + id) % 400))));
-      else if (!live.empty())
-        live.erase(live.begin() + (i % live.size()));
+      else if (!live.empty()) live.erase(live.begin() + (i % live.size()));
     }
   };
   std::vector<std::thread> threads;

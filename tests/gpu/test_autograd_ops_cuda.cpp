@@ -129,12 +129,13 @@ std::vector<Case> elementwise_cases() {
       {"maximum", {values(s), values({33, 1})}, [](L in) { return maximum(in[0], in[1]); }},
       {"minimum", {values(s), values(s)}, [](L in) { return minimum(in[0], in[1]); }},
       {"pow", {values(s, 0.5, 2.0), values({65}, -1.5, 1.5)}, [](L in) { return frugal::pow(in[0], in[1]); }},
-      {"scalar ops and operators", {values(s), values(s, 0.5, 2.0)},
+      {"scalar ops and operators",
+       {values(s), values(s, 0.5, 2.0)},
        [](L in) { return (in[0] + 1.5) * 2.0 - in[1] / 4.0 + (2.0 - in[0]) + 3.0 / in[1] - (-in[1]); }},
-      {"where", {values({33, 1}), values(s), constant(s)},
-       [](L in) { return where(gt(in[2], 0.0), in[0], in[1]); }},
+      {"where", {values({33, 1}), values(s), constant(s)}, [](L in) { return where(gt(in[2], 0.0), in[0], in[1]); }},
       {"masked_fill", {values({65}), constant(s)}, [](L in) { return masked_fill(in[0], lt(in[1], 0.0), 3.0); }},
-      {"in place on a non-leaf", {values(s), values({65}), values(s), values({33, 1}, 0.5, 2.0), constant(s)},
+      {"in place on a non-leaf",
+       {values(s), values({65}), values(s), values({33, 1}, 0.5, 2.0), constant(s)},
        [](L in) {
          Tensor y = mul(in[0], 2.0);
          y += in[1];
@@ -169,11 +170,11 @@ std::vector<Case> reduce_shape_cases() {
     cases.push_back({"log_softmax" + d, {values(s, -4.0, 4.0)}, [=](L in) { return log_softmax(in[0], dim); }});
   }
   cases.push_back({"softmax long rows", {values({4, 3000}, -8.0, 8.0)}, [](L in) { return softmax(in[0], -1); }});
-  cases.push_back({"cat", {values({3, 5}), constant({2, 5}), values({5, 4})},
-                   [](L in) { return cat({in[0], in[1], in[2].t()}, 0); }});
+  cases.push_back({"cat", {values({3, 5}), constant({2, 5}), values({5, 4})}, [](L in) {
+                     return cat({in[0], in[1], in[2].t()}, 0);
+                   }});
   cases.push_back({"stack", {values({3, 5}), values({3, 5})}, [](L in) { return stack({in[0], in[1]}, 1); }});
-  cases.push_back({"split partially used", {values({7, 9})},
-                   [](L in) { return mul(split(in[0], 4, 1)[1], 3.0); }});
+  cases.push_back({"split partially used", {values({7, 9})}, [](L in) { return mul(split(in[0], 4, 1)[1], 3.0); }});
   cases.push_back({"chunk", {values({7, 9})}, [](L in) {
                      std::vector<Tensor> c = chunk(in[0], 3, 0);
                      return cat({square(c[2]), c[0]}, 0);
@@ -182,15 +183,18 @@ std::vector<Case> reduce_shape_cases() {
                      std::vector<Tensor> p = split_with_sizes(in[0], {2, 5, 1}, 0);
                      return add(p[0], p[0]) + p[2];
                    }});
-  cases.push_back({"index_select", {values({40, 7}), indices({64}, 40)},
-                   [](L in) { return index_select(in[0], 0, in[1]); }});
+  cases.push_back(
+      {"index_select", {values({40, 7}), indices({64}, 40)}, [](L in) { return index_select(in[0], 0, in[1]); }});
   cases.push_back({"gather", {values({30, 20}), indices({30, 12}, 20)}, [](L in) { return gather(in[0], 1, in[1]); }});
-  cases.push_back({"scatter_add", {values({10, 20}), indices({25, 20}, 10), values({25, 20})},
-                   [](L in) { return scatter_add(in[0], 0, in[1], in[2]); }});
-  cases.push_back({"index_add", {values({10, 6}), indices({30}, 10), values({30, 6})},
-                   [](L in) { return index_add(in[0], 0, in[1], in[2]); }});
-  cases.push_back({"embedding with padding", {values({50, 16}), indices({4, 33}, 50)},
-                   [](L in) { return embedding(in[0], in[1], /*padding_idx=*/3); }});
+  cases.push_back({"scatter_add", {values({10, 20}), indices({25, 20}, 10), values({25, 20})}, [](L in) {
+                     return scatter_add(in[0], 0, in[1], in[2]);
+                   }});
+  cases.push_back({"index_add", {values({10, 6}), indices({30}, 10), values({30, 6})}, [](L in) {
+                     return index_add(in[0], 0, in[1], in[2]);
+                   }});
+  cases.push_back({"embedding with padding", {values({50, 16}), indices({4, 33}, 50)}, [](L in) {
+                     return embedding(in[0], in[1], /*padding_idx=*/3);
+                   }});
   return cases;
 }
 
@@ -258,8 +262,7 @@ TEST_CASE("cuda unary_backward: every fused kernel matches the CPU in every dtyp
     for (DType dt : dtypes) {
       for (Layout layout : kAllLayouts) {
         for (const Shape& shape : {Shape{7, 9}, Shape{129, 67}}) {
-          const std::string what =
-              c.name + " " + dtype_name(dt) + " " + layout_name(layout) + " " + shape_str(shape);
+          const std::string what = c.name + " " + dtype_name(dt) + " " + layout_name(layout) + " " + shape_str(shape);
           CAPTURE(what);
           const Tensor x_cpu = random_tensor(shape, {dt}, seed, layout, c.lo, c.hi);
           const Tensor x_gpu = random_tensor(shape, {dt, cuda()}, seed, layout, c.lo, c.hi);
@@ -288,6 +291,9 @@ TEST_CASE("cuda unary_backward: every fused kernel matches the CPU in every dtyp
     check_close(values_of(got), values_of(ops::unary_backward(UnaryOp::Gelu, g, x)), default_rtol(dt),
                 default_rtol(dt) * 0.1, std::string("gelu large ") + dtype_name(dt));
   }
-  check_error([] { ops::unary_backward(UnaryOp::Gelu, zeros({2}, {kFloat32, cuda()}), zeros({2})); },
-              {"gelu_backward", "cuda:0", "cpu"});
+  check_error(
+      [] {
+        ops::unary_backward(UnaryOp::Gelu, zeros({2}, {kFloat32, cuda()}), zeros({2}));
+      },
+      {"gelu_backward", "cuda:0", "cpu"});
 }

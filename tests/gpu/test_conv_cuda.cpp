@@ -54,9 +54,8 @@ void check_norm_close(const Tensor& actual, const Tensor& expected, double rtol,
     const double d = std::fabs(a[i] - e[i]);
     if (!(d <= dmax)) dmax = d, worst = i;  // NaN counts as the worst
   }
-  CHECK_MESSAGE(dmax <= rtol * emax, what, ": max |diff| ", dmax, " at ", worst, " (got ",
-                a.empty() ? 0.0 : a[worst], ", expected ", e.empty() ? 0.0 : e[worst], ") over max |expected| ",
-                emax, ", rtol ", rtol);
+  CHECK_MESSAGE(dmax <= rtol * emax, what, ": max |diff| ", dmax, " at ", worst, " (got ", a.empty() ? 0.0 : a[worst],
+                ", expected ", e.empty() ? 0.0 : e[worst], ") over max |expected| ", emax, ", rtol ", rtol);
 }
 
 /// Forward and backward of f on leaves made from `inputs` (on `device`, in dtype t) with
@@ -93,7 +92,8 @@ void compare_devices(F&& f, const std::vector<Tensor>& inputs, const Shape& out_
     if (!cpu[i].defined()) continue;
     REQUIRE_MESSAGE(gpu[i].defined(), what, " ", names[i]);
     CHECK(gpu[i].device() == kGpu);
-    check_norm_close(gpu[i], cpu[i], rtol_for(t) * rtol_scale, detail::str_cat(what, " ", dtype_name(t), " ", names[i]));
+    check_norm_close(gpu[i], cpu[i], rtol_for(t) * rtol_scale,
+                     detail::str_cat(what, " ", dtype_name(t), " ", names[i]));
   }
 }
 

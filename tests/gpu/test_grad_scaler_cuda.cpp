@@ -35,8 +35,8 @@ using Values = std::vector<double>;
 
 /// 50 shapes: tiny, odd (not multiples of 4), chunk-boundary and > 1M-element tensors.
 std::vector<Shape> fifty_shapes() {
-  std::vector<Shape> s = {{1},    {3},       {5},       {7, 3},         {16},         {1023},     {1024},
-                          {4099}, {17, 129}, {256, 257}, {16384},       {16385},      {3, 5461},  {(1 << 20) + 3},
+  std::vector<Shape> s = {{1},          {3},         {5},        {7, 3},  {16},    {1023},    {1024},
+                          {4099},       {17, 129},   {256, 257}, {16384}, {16385}, {3, 5461}, {(1 << 20) + 3},
                           {1100, 1000}, {2, 3, 4, 5}};
   for (int64_t k = 0; s.size() < 50; ++k) s.push_back({1 + 37 * k % 2000, 1 + k % 7});
   return s;
@@ -181,7 +181,8 @@ TEST_CASE("GradScaler CUDA: scaled training on the GPU matches the CPU") {
     }
   };
   auto make = [&](Device d) {
-    return Model{param(1, {16, 8}, d), param(2, {8}, d), make_tensor(random_values(32 * 16, 3), {32, 16}, {kFloat32, d}),
+    return Model{param(1, {16, 8}, d), param(2, {8}, d),
+                 make_tensor(random_values(32 * 16, 3), {32, 16}, {kFloat32, d}),
                  make_tensor(random_values(32 * 8, 4), {32, 8}, {kFloat32, d})};
   };
   Model cm = make(kCPU), gm = make(cuda());

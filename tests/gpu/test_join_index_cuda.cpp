@@ -178,20 +178,38 @@ TEST_CASE("cuda index: an out-of-range index is a frugal::Error, and the device 
   const Tensor x = zeros({3, 5}, {kFloat32, kGpu});
   for (DType it : kIndexTypes) {
     const TensorOptions io(it, kGpu);
-    check_error([&] { ops::index_select(x, 1, from_vector<int64_t>({0, 9, 1}, {3}, io)); },
-                {"index_select", "index 9", "[0, 5)", "position [1]"});
+    check_error(
+        [&] {
+          ops::index_select(x, 1, from_vector<int64_t>({0, 9, 1}, {3}, io));
+        },
+        {"index_select", "index 9", "[0, 5)", "position [1]"});
     check_error([&] { ops::index_select(x, 0, from_vector<int64_t>({-1}, {1}, io)); }, {"index_select", "index -1"});
-    check_error([&] { ops::gather(x, 0, from_vector<int64_t>({0, 1, 2, 3, 0}, {1, 5}, io)); },
-                {"gather", "index 3", "[0, 3)", "position [0, 3]"});
-    check_error([&] { ops::scatter_add_(x, 0, from_vector<int64_t>({4}, {1, 1}, io), ones({1, 1}, {kFloat32, kGpu})); },
-                {"scatter_add_", "index 4", "[0, 3)"});
-    check_error([&] { ops::index_add(x, 1, from_vector<int64_t>({5}, {1}, io), ones({3, 1}, {kFloat32, kGpu})); },
-                {"index_add", "index 5", "[0, 5)"});
-    check_error([&] { ops::embedding(x, from_vector<int64_t>({0, 2, 3}, {3}, io)); },
-                {"embedding", "index 3", "position [2]"});
+    check_error(
+        [&] {
+          ops::gather(x, 0, from_vector<int64_t>({0, 1, 2, 3, 0}, {1, 5}, io));
+        },
+        {"gather", "index 3", "[0, 3)", "position [0, 3]"});
+    check_error(
+        [&] {
+          ops::scatter_add_(x, 0, from_vector<int64_t>({4}, {1, 1}, io), ones({1, 1}, {kFloat32, kGpu}));
+        },
+        {"scatter_add_", "index 4", "[0, 3)"});
+    check_error(
+        [&] {
+          ops::index_add(x, 1, from_vector<int64_t>({5}, {1}, io), ones({3, 1}, {kFloat32, kGpu}));
+        },
+        {"index_add", "index 5", "[0, 5)"});
+    check_error(
+        [&] {
+          ops::embedding(x, from_vector<int64_t>({0, 2, 3}, {3}, io));
+        },
+        {"embedding", "index 3", "position [2]"});
     const Tensor grad = ones({2, 4}, {kFloat32, kGpu});
-    check_error([&] { ops::embedding_backward(grad, from_vector<int64_t>({1, 6}, {2}, io), 6); },
-                {"embedding_backward", "index 6", "[0, 6)", "position [1]"});
+    check_error(
+        [&] {
+          ops::embedding_backward(grad, from_vector<int64_t>({1, 6}, {2}, io), 6);
+        },
+        {"embedding_backward", "index 6", "[0, 6)", "position [1]"});
     check_error([&] { ops::one_hot(from_vector<int64_t>({0, 3}, {2}, io), 3); }, {"one_hot", "index 3"});
   }
   // Nothing was written out of bounds and the context is healthy: a later op works.
@@ -210,6 +228,9 @@ TEST_CASE("cuda join/index: mismatched devices are errors naming both tensors") 
   check_error([&] { ops::scatter_add(g, 0, zeros({1, 1}, {kInt64, kGpu}), c); }, {"scatter_add", "cpu", "cuda:0"});
   check_error([&] { ops::index_add(g, 0, gi, c); }, {"index_add", "cpu", "cuda:0"});
   check_error([&] { ops::embedding(g, ci); }, {"embedding", "one device"});
-  check_error([&] { ops::embedding_backward(zeros({2, 3}, {kFloat32, kGpu}), ci, 4); },
-              {"embedding_backward", "one device"});
+  check_error(
+      [&] {
+        ops::embedding_backward(zeros({2, 3}, {kFloat32, kGpu}), ci, 4);
+      },
+      {"embedding_backward", "one device"});
 }

@@ -37,8 +37,9 @@ void check_shapes(const Shape& sa, const Shape& sb, uint64_t seed) {
     for (Layout la : kAllLayouts)
       for (Layout lb : kAllLayouts) {
         const Tensor a = random_tensor(sa, {t, cuda()}, seed, la), b = random_tensor(sb, {t, cuda()}, seed + 1, lb);
-        check_vs_cpu(a, b, detail::str_cat(dtype_name(t), " ", shape_str(sa), " ", layout_name(la), " @ ",
-                                           shape_str(sb), " ", layout_name(lb)));
+        check_vs_cpu(a, b,
+                     detail::str_cat(dtype_name(t), " ", shape_str(sa), " ", layout_name(la), " @ ", shape_str(sb), " ",
+                                     layout_name(lb)));
       }
 }
 
@@ -75,8 +76,8 @@ TEST_CASE("cuda matmul: 1-D, 2-D and mixed operands match the CPU") {
 
 TEST_CASE("cuda matmul: broadcast batches, strided and permuted operands") {
   check_shapes({2, 1, 5, 6}, {1, 3, 6, 4}, 10);  // (B, 1, M, K) @ (1, H, K, N): not one stride, copied
-  check_shapes({3, 5, 6}, {6, 4}, 11);            // folded into M
-  check_shapes({5, 6}, {2, 3, 6, 4}, 12);         // stride-0 batch
+  check_shapes({3, 5, 6}, {6, 4}, 11);           // folded into M
+  check_shapes({5, 6}, {2, 3, 6, 4}, 12);        // stride-0 batch
   check_shapes({6}, {2, 6, 4}, 13);
   check_shapes({2, 5, 6}, {6}, 14);
   check_shapes({3, 4, 5}, {3, 5, 2}, 15);
@@ -137,20 +138,21 @@ TEST_CASE("cuda linear: with and without bias, cuBLASLt epilogue and beta = 1 pa
   // A bias at an odd address (a narrowed view) still works, by either path.
   const Tensor x = random_tensor({32, 64}, {kFloat16, cuda()}, 43), w = random_tensor({48, 64}, {kFloat16, cuda()}, 44);
   const Tensor bias = random_tensor({49}, {kFloat16, cuda()}, 45).narrow(0, 1, 48);
-  check_close(ops::linear(x, w, bias), values_of(ops::linear(x.cpu(), w.cpu(), bias.cpu())), 2e-3, atol_for(kFloat16, 64),
-              "misaligned bias");
+  check_close(ops::linear(x, w, bias), values_of(ops::linear(x.cpu(), w.cpu(), bias.cpu())), 2e-3,
+              atol_for(kFloat16, 64), "misaligned bias");
 }
 
 TEST_CASE("cuda matmul: float32 is float32-accurate unless TF32 is allowed") {
-  const Tensor a = random_tensor({256, 2048}, {kFloat32, cuda()}, 50), b = random_tensor({2048, 256}, {kFloat32, cuda()}, 51);
+  const Tensor a = random_tensor({256, 2048}, {kFloat32, cuda()}, 50),
+               b = random_tensor({2048, 256}, {kFloat32, cuda()}, 51);
   REQUIRE_FALSE(ops::allow_tf32());
   const double fp32 = relative_error_f32(ops::matmul(a, b), a, b);
   CHECK(fp32 < 1e-5);  // float32 rounding (2^-24) times a small multiple; TF32 gives ~1e-3
   ops::set_allow_tf32(true);
   const double tf32 = relative_error_f32(ops::matmul(a, b), a, b);
   ops::set_allow_tf32(false);
-  CHECK(tf32 < 4e-3);   // 10-bit mantissa inputs
-  CHECK(tf32 > fp32);   // the switch reaches cuBLAS
+  CHECK(tf32 < 4e-3);  // 10-bit mantissa inputs
+  CHECK(tf32 > fp32);  // the switch reaches cuBLAS
   // linear's cuBLASLt path (a bias epilogue) is float32-accurate as well.
   const Tensor zero_bias = zeros({256}, {kFloat32, cuda()});
   const double lin = relative_error_f32(ops::linear(a, b.t().contiguous(), zero_bias), a, b);
@@ -198,6 +200,9 @@ TEST_CASE("cuda matmul: device mismatch and unsupported dtypes are errors") {
   check_error([&] { ops::mm(c, g.t()); }, {"mm", "cuda:0", "cpu"});
   check_error([&] { ops::linear(g, zeros({4, 3}), Tensor()); }, {"linear", "cuda:0", "cpu"});
   check_error([&] { ops::linear(g, zeros({4, 3}, {kFloat32, cuda()}), zeros({4})); }, {"linear", "cuda:0", "cpu"});
-  check_error([&] { ops::matmul(zeros({2, 2}, {kInt32, cuda()}), zeros({2, 2}, {kInt32, cuda()})); },
-              {"matmul", "not implemented for int32 on cuda:0"});
+  check_error(
+      [&] {
+        ops::matmul(zeros({2, 2}, {kInt32, cuda()}), zeros({2, 2}, {kInt32, cuda()}));
+      },
+      {"matmul", "not implemented for int32 on cuda:0"});
 }

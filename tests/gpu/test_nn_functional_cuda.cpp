@@ -141,10 +141,8 @@ TEST_CASE("cuda nn_functional: cross_entropy forward and backward match the CPU 
   for (const Case& c : {Case{{9, 10}}, Case{{5, 30522}}, Case{{2, 4, 3, 5}}, Case{{7}}}) {
     const int64_t C = c.logits.size() == 1 ? c.logits[0] : c.logits[1];
     Shape tshape = c.logits;
-    if (tshape.size() == 1)
-      tshape.clear();
-    else
-      tshape.erase(tshape.begin() + 1);
+    if (tshape.size() == 1) tshape.clear();
+    else tshape.erase(tshape.begin() + 1);
     std::vector<double> tv = random_values(numel_of(tshape), seed++, 0, double(C));
     for (double& v : tv) v = std::floor(v);
     if (tv.size() > 2) tv[1] = -100;  // one ignored target
@@ -153,8 +151,8 @@ TEST_CASE("cuda nn_functional: cross_entropy forward and backward match the CPU 
     for (DType dt : kFloatTypes) {
       for (double e : {0.0, 0.2}) {
         for (Reduction red : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
-          const std::string what = name_of(dt, c.logits) + " smoothing " + std::to_string(e) + " reduction " +
-                                   std::to_string(int(red));
+          const std::string what =
+              name_of(dt, c.logits) + " smoothing " + std::to_string(e) + " reduction " + std::to_string(int(red));
           const Pair x = random_pair(c.logits, dt, seed++, Layout::Contiguous, -6, 6);
           const CrossEntropyOptions o{.label_smoothing = e, .reduction = red};
           const auto fc = ops::cross_entropy(x.cpu, tp.cpu, o);
@@ -176,14 +174,23 @@ TEST_CASE("cuda nn_functional: cross_entropy forward and backward match the CPU 
 TEST_CASE("cuda nn_functional: a bad cross_entropy target is a frugal::Error, and the device stays usable") {
   const Tensor x = zeros({3, 5}, {kFloat32, kGpu});
   for (DType it : {kInt64, kInt32}) {
-    check_error([&] { ops::cross_entropy(x, from_vector<int64_t>({0, 5, 1}, {3}, {it, kGpu})); },
-                {"cross_entropy", "target 5", "5 classes", "position [1]"});
-    check_error([&] { ops::cross_entropy(x, from_vector<int64_t>({-3, 0, 1}, {3}, {it, kGpu})); },
-                {"cross_entropy", "target -3", "position [0]"});
+    check_error(
+        [&] {
+          ops::cross_entropy(x, from_vector<int64_t>({0, 5, 1}, {3}, {it, kGpu}));
+        },
+        {"cross_entropy", "target 5", "5 classes", "position [1]"});
+    check_error(
+        [&] {
+          ops::cross_entropy(x, from_vector<int64_t>({-3, 0, 1}, {3}, {it, kGpu}));
+        },
+        {"cross_entropy", "target -3", "position [0]"});
   }
   const Tensor big = zeros({2, 2000}, {kFloat32, kGpu});
-  check_error([&] { ops::cross_entropy(big, from_vector<int64_t>({0, 2000}, {2}, {kInt64, kGpu})); },
-              {"cross_entropy", "target 2000", "position [1]"});
+  check_error(
+      [&] {
+        ops::cross_entropy(big, from_vector<int64_t>({0, 2000}, {2}, {kInt64, kGpu}));
+      },
+      {"cross_entropy", "target 2000", "position [1]"});
   synchronize(kGpu);
   const auto ok = ops::cross_entropy(x, from_vector<int64_t>({4, -100, 0}, {3}, {kInt64, kGpu}));
   check_close(ok.loss, {std::log(5.0)}, 1e-6, 1e-6, "after errors");
@@ -234,8 +241,8 @@ TEST_CASE("cuda nn_functional: masked_softmax matches the CPU for every mask kin
       for (int64_t s = 0; s < S; ++s) add[size_t(S + s)] = -INFINITY;  // row 1 fully masked: zeros
       const Pair fmask = pair_of(make_tensor(add, {L, S}, dt));
       const double t = tol(dt, std::sqrt(double(S) / 5.0));
-      check_same(ops::masked_softmax(x.gpu, bmask.gpu, false, 0.125), ops::masked_softmax(x.cpu, bmask.cpu, false, 0.125),
-                 t, t * 0.01, "bool " + what);
+      check_same(ops::masked_softmax(x.gpu, bmask.gpu, false, 0.125),
+                 ops::masked_softmax(x.cpu, bmask.cpu, false, 0.125), t, t * 0.01, "bool " + what);
       check_same(ops::masked_softmax(x.gpu, fmask.gpu), ops::masked_softmax(x.cpu, fmask.cpu), t, t * 0.01,
                  "float " + what);
       check_same(ops::masked_softmax(x.gpu, Tensor(), true, 0.5), ops::masked_softmax(x.cpu, Tensor(), true, 0.5), t,
@@ -279,6 +286,9 @@ TEST_CASE("cuda nn_functional: mismatched devices are errors naming both tensors
   check_error([&] { ops::cross_entropy(xg, zeros({2}, kInt64)); }, {"cross_entropy", "one device", "int64[2] cpu"});
   check_error([&] { ops::masked_softmax(xg, zeros({3}, kBool)); }, {"masked_softmax", "one device", "bool[3] cpu"});
   check_error([&] { ops::mse_loss(xg, zeros({2, 3})); }, {"mse_loss", "one device"});
-  check_error([&] { scaled_dot_product_attention(xg, zeros({2, 3}), xg); },
-              {"scaled_dot_product_attention", "one device"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(xg, zeros({2, 3}), xg);
+      },
+      {"scaled_dot_product_attention", "one device"});
 }

@@ -84,8 +84,8 @@ TEST_CASE("cuda: Philox stream is the same on CPU and GPU") {
     check_close(randn({5001}, {t, cuda()}, &gg), values_of(randn({5001}, t, &gc)), default_rtol(t), 1e-5, "randn");
   }
   Generator gc(3), gg(3);
-  check_close(randint(0, 1000, {4096}, {kInt64, cuda()}, &gg), values_of(randint(0, 1000, {4096}, kInt64, &gc)), 0,
-              0, "randint");
+  check_close(randint(0, 1000, {4096}, {kInt64, cuda()}, &gg), values_of(randint(0, 1000, {4096}, kInt64, &gc)), 0, 0,
+              "randint");
 }
 
 TEST_CASE("cuda: device mismatch and bad devices are clear errors") {

@@ -39,9 +39,9 @@ namespace {
 
 /// 50 shapes: tiny, odd (not multiples of 4), chunk-boundary and > 1M-element tensors.
 std::vector<Shape> fifty_shapes() {
-  std::vector<Shape> s = {{1},       {3},      {5},        {7, 3},        {16},          {1023},
-                          {1024},    {4099},   {17, 129},  {256, 257},    {16384},       {16385},
-                          {3, 5461}, {(1 << 20) + 3},      {1100, 1000},  {2, 3, 4, 5}};
+  std::vector<Shape> s = {{1},          {3},         {5},        {7, 3},  {16},    {1023},    {1024},
+                          {4099},       {17, 129},   {256, 257}, {16384}, {16385}, {3, 5461}, {(1 << 20) + 3},
+                          {1100, 1000}, {2, 3, 4, 5}};
   for (int64_t k = 0; s.size() < 50; ++k) s.push_back({1 + 37 * k % 2000, 1 + k % 7});
   return s;
 }
@@ -137,13 +137,15 @@ std::vector<Variant> variants() {
       {"Adam", [](const auto& ps) { return std::make_unique<Adam>(ps, AdamOptions{.lr = 0.01}); }},
       {"Adam amsgrad wd, two groups",
        [](const auto& ps) {
-         return std::make_unique<Adam>(two_groups(ps, 0.003), AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
+         return std::make_unique<Adam>(two_groups(ps, 0.003),
+                                       AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
        }},
       {"AdamW", [](const auto& ps) { return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01}); }},
       {"AdamW amsgrad maximize betas",
        [](const auto& ps) {
-         return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.95, .weight_decay = 0.1,
-                                                         .amsgrad = true, .maximize = true});
+         return std::make_unique<AdamW>(
+             ps, AdamWOptions{
+                     .lr = 0.02, .beta1 = 0.8, .beta2 = 0.95, .weight_decay = 0.1, .amsgrad = true, .maximize = true});
        }},
   };
 }
@@ -207,7 +209,8 @@ TEST_CASE("optim cuda: unaligned, strided, 16-bit and float64 parameters") {
 TEST_CASE("optim cuda: one launch per dtype, whatever the number of groups") {
   Twins a = make_twins({{100}, {3, 7}, {1 << 17}}, kFloat32, 50);
   Twins b = make_twins({{100}, {9}}, kBFloat16, 60);
-  std::vector<ParamGroup> groups = {{.params = {a.gpu[0], b.gpu[0]}}, {.params = {a.gpu[1]}, .lr = 0.5},
+  std::vector<ParamGroup> groups = {{.params = {a.gpu[0], b.gpu[0]}},
+                                    {.params = {a.gpu[1]}, .lr = 0.5},
                                     {.params = {a.gpu[2], b.gpu[1]}, .weight_decay = 0.0}};
   AdamW opt(groups, {.lr = 0.01});
   set_grads(a, 1);
