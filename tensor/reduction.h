@@ -25,6 +25,7 @@
 // toward the smaller one: that reproduces PyTorch's "first occurrence" on any split.
 // step, by contrast, may assume that one accumulator sees increasing indices.
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "tensor/half.h"
@@ -151,5 +152,21 @@ struct VarReducer {
     out[o] = In(a.m2 / Acc(dof));
   }
 };
+
+/// Calls f.template operator()<b>() with the runtime flag as a compile-time one.
+template <typename F>
+void with_bool(bool b, F&& f) {
+  if (b) f.template operator()<true>();
+  else f.template operator()<false>();
+}
+
+/// The starting value of a max (IsMax) or min reduction in Acc: -inf/+inf, or the
+/// lowest/highest value for types without infinity.
+template <typename Acc, bool IsMax>
+Acc extreme_identity() {
+  using L = std::numeric_limits<Acc>;
+  if constexpr (L::has_infinity) return IsMax ? -L::infinity() : L::infinity();
+  else return IsMax ? L::lowest() : L::max();
+}
 
 }  // namespace frugal::reduction

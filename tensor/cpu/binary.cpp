@@ -18,15 +18,6 @@ void dynamic_map(const ElementwiseLayout& L, const Fn& f) {
   });
 }
 
-/// Calls run.template operator()<C>() for the compute dtype when kOp supports it.
-template <BinaryOp kOp, typename Run>
-void dispatch_compute(DType compute, Device device, Run&& run) {
-  dispatch_all(compute, binary_op_name(kOp), device, [&]<typename C>() {
-    if constexpr (binary_op_supports<kOp, C>()) run.template operator()<C>();
-    else throw_unsupported_dtype(binary_op_name(kOp), compute, device);
-  });
-}
-
 }  // namespace
 
 // out: broadcast shape; a, b: broadcastable to out (any dtypes, any strides).

@@ -156,20 +156,6 @@ void run(const Red& red, const Tensor& in) {
   else reduce_columns(red, g, x);
 }
 
-/// Calls f.template operator()<b>() with the runtime bool as a template argument.
-template <typename F>
-void with_bool(bool b, F&& f) {
-  if (b) f.template operator()<true>();
-  else f.template operator()<false>();
-}
-
-template <typename T, typename Acc, bool IsMax>
-Acc extreme_identity() {
-  using L = std::numeric_limits<Acc>;
-  if constexpr (L::has_infinity) return IsMax ? -L::infinity() : L::infinity();
-  else return IsMax ? L::lowest() : L::max();
-}
-
 }  // namespace
 
 void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in, int64_t correction) {
@@ -187,10 +173,11 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in, int64_t cor
       return;
     case ReduceOp::Max:
     case ReduceOp::Min:
-      with_bool(op == ReduceOp::Max, [&]<bool IsMax>() {
+      reduction::with_bool(op == ReduceOp::Max, [&]<bool IsMax>() {
         dispatch_all(in.dtype(), IsMax ? "amax" : "amin", in.device(), [&]<typename T>() {
           using Acc = opmath_t<T>;
-          run(reduction::MinMaxReducer<T, Acc, IsMax>{out.data_ptr<T>(), extreme_identity<T, Acc, IsMax>()}, in);
+          run(reduction::MinMaxReducer<T, Acc, IsMax>{out.data_ptr<T>(), reduction::extreme_identity<Acc, IsMax>()},
+              in);
         });
       });
       return;
@@ -203,7 +190,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in, int64_t cor
 }
 
 void arg_reduce_kernel(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in) {
-  with_bool(is_max, [&]<bool IsMax>() {
+  reduction::with_bool(is_max, [&]<bool IsMax>() {
     dispatch_all(in.dtype(), IsMax ? "max" : "min", in.device(), [&]<typename T>() {
       T* v = values.defined() ? values.data_ptr<T>() : nullptr;
       run(reduction::ArgReducer<T, opmath_t<T>, IsMax>{v, indices.data_ptr<int64_t>()}, in);

@@ -4,6 +4,7 @@
 // Note [One formula, two backends] in unary_math.h.
 #include <type_traits>
 
+#include "tensor/dispatch.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/ops/binary.h"
@@ -206,5 +207,15 @@ struct DynamicBinaryFn {
     store_as(out, out_t, binary_apply<kOp, M>(x, y, alpha));
   }
 };
+
+/// Calls run.template operator()<C>() for the compute dtype when kOp supports it
+/// (both backends' binary kernels dispatch through this).
+template <BinaryOp kOp, typename Run>
+void dispatch_compute(DType compute, Device device, Run&& run) {
+  dispatch_all(compute, binary_op_name(kOp), device, [&]<typename C>() {
+    if constexpr (binary_op_supports<kOp, C>()) run.template operator()<C>();
+    else throw_unsupported_dtype(binary_op_name(kOp), compute, device);
+  });
+}
 
 }  // namespace frugal::ops

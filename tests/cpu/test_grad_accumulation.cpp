@@ -5,9 +5,9 @@
 
 #include "autograd/ops/all.h"
 #include "memory/allocator.h"
+#include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"
-#include "nn/activation.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 #include "tests/test_util.h"
@@ -97,7 +97,7 @@ TEST_CASE("grad accumulation: peak memory follows the micro-batch") {
     auto model = mlp(512, 6);
     optim::SGD opt(model->parameters(), {.lr = 0.01});
     accumulated_step(*model, opt, data, micro);  // warm-up: gradients now exist
-    opt.zero_grad(false);                       // and are kept, as in a training loop
+    opt.zero_grad(false);                        // and are kept, as in a training loop
     const int64_t before = memory::stats(kCPU).allocated_bytes.current;
     memory::reset_peak(kCPU);
     const int64_t n = data.x.size(0), m = n / micro;
