@@ -2,7 +2,9 @@
 # What we run on the GPU machine (see ../shared/GPU.md): build out of tree, run the
 # gpu suite (required to find a GPU), the cpu suite, and the CUDA benchmark.
 # Logs go to $OUT (default /tmp/out); a short summary is printed last.
-#   tools/gpu_check.sh [--no-bench] [--tests PATTERN] [--example] [--parity]
+#   tools/gpu_check.sh [--no-bench] [--tests PATTERN] [--example] [--parity] [--cmd 'SHELL']...
+# --cmd runs a shell command after the suites with $BUILD set to the build folder and
+# $ROOT to the checkout (repeatable; output in $OUT/cmd<N>.log, its tail printed).
 # --example trains the Fashion-MNIST CNN, --parity runs tools/parity_mlp.py; both
 # read the dataset from data/fashion-mnist (carry it: the GPU machine has none).
 # If snapshot.tar is present (made with `git archive HEAD -o snapshot.tar`), the
@@ -20,12 +22,14 @@ bench=1
 example=0
 parity=0
 pattern='*'
+cmds=()
 while (($#)); do
   case "$1" in
     --no-bench) bench=0 ;;
     --example) example=1 ;;
     --parity) parity=1 ;;
     --tests) pattern=$2; shift ;;
+    --cmd) cmds+=("$2"); shift ;;
   esac
   shift
 done
@@ -57,6 +61,10 @@ if ((parity)); then
     done
   done >"$out/parity.log" 2>&1
 fi
+cmd_rc=0
+for i in "${!cmds[@]}"; do
+  BUILD=$build ROOT=$root bash -c "${cmds[$i]}" >"$out/cmd$i.log" 2>&1 || cmd_rc=1
+done
 t4=$(date +%s)
 
 echo "== build $((t1 - t0))s, tests $((t2 - t1))s, bench $((t3 - t2))s, example+parity $((t4 - t3))s"
@@ -66,4 +74,5 @@ echo "cpu: $(grep 'test cases' "$out/cpu_tests.log") rc=$cpu_rc"
 ((bench)) && tail -25 "$out/bench_cuda.log"
 ((example)) && tr '\r' '\n' <"$out/example.log" | grep -E "epoch .*mean loss|test_accuracy|fashion_mnist"
 ((parity)) && grep parity_max "$out/parity.log"
-exit $((gpu_rc || cpu_rc))
+for i in "${!cmds[@]}"; do echo "== cmd$i: ${cmds[$i]}"; tail -${CMD_TAIL:-25} "$out/cmd$i.log"; done
+exit $((gpu_rc || cpu_rc || cmd_rc))
