@@ -60,7 +60,7 @@
 namespace frugal::autocast {
 
 namespace detail {
-thread_local bool any_enabled = false;
+constinit thread_local bool any_enabled = false;
 }  // namespace detail
 
 namespace {

@@ -46,7 +46,7 @@ enum class Policy {
 };
 
 namespace detail {
-extern thread_local bool any_enabled;  // autocast is on for some device type on this thread
+extern thread_local constinit bool any_enabled;  // autocast is on for some device type on this thread
 std::optional<std::vector<Tensor>> cast_inputs(Policy policy, std::initializer_list<const Tensor*> inputs);
 }  // namespace detail
 
