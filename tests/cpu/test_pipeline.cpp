@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <string>
@@ -169,4 +170,39 @@ TEST_CASE("pipeline: more stages than warm-up room (m < p) and bad inputs") {
     check_error([&] { stage.train_step(x, y, [](const Tensor& o, const Tensor& t) { return mse_loss(o, t); }); },
                 {"PipelineStage.train_step", "3 micro-batches"});
   });
+}
+
+namespace {
+// Identity that counts its forward calls (recompute runs each stage forward twice).
+struct Counter : nn::UnaryModule {
+  std::atomic<int>& calls;
+  explicit Counter(std::atomic<int>& c) : calls(c) {}
+  Tensor forward(const Tensor& x) override {
+    ++calls;
+    return x;
+  }
+  std::string type_name() const override { return "Counter"; }
+};
+}  // namespace
+
+TEST_CASE("pipeline: recompute re-runs each stage forward once per micro-batch in backward") {
+  for (bool recompute : {false, true}) {
+    std::atomic<int> calls{0};
+    manual_seed(5);
+    auto model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Linear>(4, 4));
+    model->push_back(std::make_shared<Counter>(calls));
+    model->push_back(std::make_shared<nn::Linear>(4, 2));
+    model->push_back(std::make_shared<Counter>(calls));
+    const Tensor x = random_tensor({6, 4}, kFloat32, 51), y = random_tensor({6, 2}, kFloat32, 52);
+    const parallel::StageBounds bounds = parallel::split_by_index(4, 2);
+    run_ranks(2, [&](const CommPtr& comm) {
+      parallel::PipelineStage stage(
+          parallel::make_stage(*model, bounds[size_t(comm->rank())]), comm,
+          {.schedule = parallel::Schedule::GPipe, .micro_batches = 3, .recompute = recompute});
+      stage.train_step(stage.is_first() ? x : Tensor(), stage.is_last() ? y : Tensor(),
+                       [](const Tensor& o, const Tensor& t) { return mse_loss(o, t); });
+    });
+    CHECK(calls.load() == (recompute ? 12 : 6));  // 2 stages x 3 micro-batches, twice with recompute
+  }
 }

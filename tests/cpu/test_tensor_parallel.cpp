@@ -11,6 +11,7 @@
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
+#include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/thread_communicator.h"
 #include "tensor/factory.h"
@@ -334,4 +335,67 @@ TEST_CASE("tensor parallel: a null communicator gives the plain layers; bad shap
         },
         {"vocab_parallel_cross_entropy", "int64"});
   });
+}
+
+namespace {
+
+// An encoder layer as a Sequential element (a pipeline stage is a Sequential).
+struct EncoderBlock : nn::UnaryModule {
+  std::shared_ptr<parallel::TensorParallelEncoderLayer> layer;
+  explicit EncoderBlock(std::shared_ptr<parallel::TensorParallelEncoderLayer> l)
+      : layer(register_module("layer", std::move(l))) {}
+  Tensor forward(const Tensor& x) override { return layer->forward(x); }
+  std::string type_name() const override { return "EncoderBlock"; }
+};
+
+void load_from(parallel::TensorParallelEncoderLayer& layer, RefEncoder& ref) {
+  layer.query->load_full(ref.q.weight, ref.q.bias);
+  layer.key->load_full(ref.k.weight, ref.k.bias);
+  layer.value->load_full(ref.v.weight, ref.v.bias);
+  layer.attention_output->load_full(ref.ao.weight, ref.ao.bias);
+  layer.intermediate->load_full(ref.fi.weight, ref.fi.bias);
+  layer.output->load_full(ref.fo.weight, ref.fo.bias);
+  layer.attention_norm->weight.detach().copy_(ref.ln1.weight);
+  layer.attention_norm->bias.detach().copy_(ref.ln1.bias);
+  layer.output_norm->weight.detach().copy_(ref.ln2.weight);
+  layer.output_norm->bias.detach().copy_(ref.ln2.bias);
+}
+
+}  // namespace
+
+TEST_CASE("tensor x pipeline grid (2 x 2, make_groups): two TP encoder layers on two 1F1B stages") {
+  const int64_t E = 8, H = 2, F = 16, B = 4, T = 3;
+  manual_seed(70);
+  RefEncoder ref0(E, H, F, false), ref1(E, H, F, false);
+  const Tensor x = random_tensor({B, T, E}, kFloat32, 71), y = random_tensor({B, T, E}, kFloat32, 72);
+  const Tensor ref_loss = mse_loss(ref1.forward(ref0.forward(x, Tensor()), Tensor()), y);
+  ref_loss.backward();
+  PerRank<Results> got(4);
+  PerRank<double> losses(4);
+  run_ranks(4, [&](const CommPtr& world) {
+    const parallel::ParallelGroups g = parallel::make_groups(world, /*tp=*/2, /*pp=*/2, /*dp=*/1);
+    auto layer = std::make_shared<parallel::TensorParallelEncoderLayer>(E, H, F, g.tensor);
+    load_from(*layer, g.pp_rank == 0 ? ref0 : ref1);
+    auto stage = std::make_shared<nn::Sequential>();
+    stage->push_back(std::make_shared<EncoderBlock>(layer));
+    parallel::PipelineStage pipe(stage, g.pipeline, {.schedule = parallel::Schedule::OneFOneB, .micro_batches = 2});
+    const parallel::PipelineStats s = pipe.train_step(pipe.is_first() ? x : Tensor(), pipe.is_last() ? y : Tensor(),
+                                                      [](const Tensor& o, const Tensor& t) { return mse_loss(o, t); });
+    losses[size_t(world->rank())] = s.loss;
+    for (const auto& [name, t] : layer->named_parameters()) got[size_t(world->rank())][name] = t.grad();
+  });
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const int tp = r % 2, pp = r / 2;
+    RefEncoder& ref = pp == 0 ? ref0 : ref1;
+    const Results& out = got[size_t(r)];
+    CHECK(losses[size_t(r)] == doctest::Approx(ref_loss.item<float>()).epsilon(1e-5));
+    check_equiv(out.at("query.weight"), shard_of(ref.q.weight.grad(), 0, tp, 2), "query");
+    check_equiv(out.at("value.bias"), shard_of(ref.v.bias.grad(), 0, tp, 2), "value bias");
+    check_equiv(out.at("attention_output.weight"), shard_of(ref.ao.weight.grad(), 1, tp, 2), "attention_output");
+    check_equiv(out.at("intermediate.weight"), shard_of(ref.fi.weight.grad(), 0, tp, 2), "intermediate");
+    check_equiv(out.at("output.weight"), shard_of(ref.fo.weight.grad(), 1, tp, 2), "output");
+    check_equiv(out.at("output.bias"), ref.fo.bias.grad(), "output bias");
+    check_equiv(out.at("output_norm.weight"), ref.ln2.weight.grad(), "output_norm");
+  }
 }
