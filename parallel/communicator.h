@@ -19,6 +19,9 @@
 
 namespace frugal::parallel {
 
+/// How long a collective may take before it fails (Communicator::set_timeout).
+inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(10);
+
 enum class ReduceOp : uint8_t { Sum, Avg, Max };
 const char* to_string(ReduceOp op);
 

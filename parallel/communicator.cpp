@@ -1,0 +1,33 @@
+#include "parallel/communicator.h"
+
+namespace frugal::parallel {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+ParallelGroups make_groups(const std::shared_ptr<Communicator>& world, int tp, int pp, int dp) {
+  FRUGAL_CHECK(world != nullptr, "make_groups: null world communicator");
+  FRUGAL_CHECK(tp >= 1 && pp >= 1 && dp >= 1 && tp * pp * dp == world->size(), "make_groups: tp ", tp, " x pp ", pp,
+               " x dp ", dp, " must equal the world size ", world->size());
+  // rank = (dp_rank * pp + pp_rank) * tp + tp_rank (Megatron order: tensor-parallel peers adjacent).
+  ParallelGroups g;
+  g.world = world;
+  const int r = world->rank();
+  g.tp_rank = r % tp;
+  g.pp_rank = (r / tp) % pp;
+  g.dp_rank = r / (tp * pp);
+  // Each split is a collective over the world: every rank makes all three, in this order.
+  // A group's color is the index of the coordinates its members share; its key orders them.
+  g.tensor = world->split(g.dp_rank * pp + g.pp_rank, g.tp_rank);
+  g.pipeline = world->split(g.dp_rank * tp + g.tp_rank, g.pp_rank);
+  g.data = world->split(g.pp_rank * tp + g.tp_rank, g.dp_rank);
+  return g;
+}
+
+}  // namespace frugal::parallel
