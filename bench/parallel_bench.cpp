@@ -93,7 +93,7 @@ double max_over_ranks(Communicator& world, double x) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int64_t batch = 32;
   int iters = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -207,4 +207,13 @@ int main(int argc, char** argv) {
   }
   world->barrier();
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "parallel_bench: %s\n", e.what());
+    return 1;
+  }
 }
