@@ -1,5 +1,7 @@
 #include "autograd/meta.h"
 
+#include <atomic>
+
 #include "autograd/ops/view.h"
 
 namespace frugal::autograd {
@@ -34,6 +36,23 @@ Edge gradient_edge(const Tensor& t) {
     m->accumulator = acc;
   }
   return {acc, 0};
+}
+
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook) {
+  FRUGAL_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+               "register_post_accumulate_grad_hook: needs a leaf tensor that requires grad, got ",
+               leaf.defined() ? leaf.describe() : std::string("an undefined tensor"));
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+  ensure_meta(leaf).post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t id) {
+  AutogradMeta* m = meta_of(leaf);
+  if (!m) return;
+  auto& hooks = m->post_accumulate_grad_hooks;
+  std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
 }
 
 void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t nr) {

@@ -1,7 +1,11 @@
 #pragma once
 // Per-tensor autograd state, kept behind TensorImpl::autograd_meta (the tensor
 // layer treats it as opaque; see Note [Tensor handle]).
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "autograd/node.h"
 
@@ -14,6 +18,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;           // which output of grad_fn this tensor is
   std::weak_ptr<Node> accumulator;  // a leaf's AccumulateGrad, shared by every graph that uses it
   bool retains_grad = false;
+  /// Run by AccumulateGrad after each accumulation into `grad` (leaves only), with an id
+  /// for removal. See register_post_accumulate_grad_hook.
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
 /// The meta of t, or nullptr when t has none (never required grad).
@@ -25,6 +32,13 @@ AutogradMeta& ensure_meta(const Tensor& t);
 bool requires_grad(const Tensor& t);
 /// The edge a gradient for t must flow into: t's grad_fn, or its leaf accumulator.
 Edge gradient_edge(const Tensor& t);
+/// As torch.Tensor.register_post_accumulate_grad_hook: hook(leaf) runs during backward,
+/// right after the leaf's .grad has received this backward's contribution (DDP launches a
+/// bucket's all-reduce from here). `leaf` must be a leaf that requires grad. Returns an id
+/// for remove_post_accumulate_grad_hook. The hook runs on the thread running backward.
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook);
+/// Removes a hook registered on `leaf` (no-op when it is gone).
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t id);
 /// Makes t an output of `fn` (output number nr).
 void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t nr);
 

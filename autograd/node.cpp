@@ -50,6 +50,10 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   } else {
     ops::add_(m.grad, g);
   }
+  if (!m.post_accumulate_grad_hooks.empty()) {
+    const auto hooks = m.post_accumulate_grad_hooks;  // a hook may remove itself
+    for (const auto& [id, hook] : hooks) hook(leaf);
+  }
   return {};
 }
 

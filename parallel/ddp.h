@@ -1,0 +1,100 @@
+#pragma once
+// Data parallelism: DistributedDataParallel, as torch.nn.parallel.DistributedDataParallel
+// (see Note [Gradient buckets] in parallel/ddp.cpp).
+//
+//   auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, comm);
+//   optim::AdamW opt(ddp->parameters());
+//   for (...) {
+//     Tensor loss = loss_fn(ddp->forward(x_shard), y_shard);
+//     loss.backward();                 // buckets all-reduce while backward runs
+//     ddp->finish_gradient_sync();     // waits; every .grad is now the mean over ranks
+//     opt.step();
+//     opt.zero_grad();
+//   }
+//
+// Gradient accumulation: run the first k-1 micro-batches inside { auto guard = ddp->no_sync(); ... }
+// (gradients only accumulate locally) and the last one outside; its sync averages the sum.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nn/module.h"
+#include "parallel/communicator.h"
+
+namespace frugal::parallel {
+
+struct DistributedDataParallelOptions {
+  /// Bucket capacity in bytes (PyTorch's bucket_cap_mb = 25). A parameter larger than
+  /// this gets a bucket of its own.
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+  /// Broadcast rank 0's parameters and buffers at construction, so every replica starts equal.
+  bool broadcast_at_start = true;
+};
+
+/// Wraps `module` (registered as child "module", so keys read "module.<name>" as in
+/// PyTorch). Gradient sync is explicit: call finish_gradient_sync() after backward and
+/// before optimizer.step() (a callback at the end of the engine's run would hide a
+/// collective inside backward; this way the user sees where ranks meet).
+class DistributedDataParallel : public nn::UnaryModule {
+ public:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<Communicator> comm,
+                          DistributedDataParallelOptions options = {});
+  ~DistributedDataParallel() override;
+
+  /// The wrapped module's forward (it must be an nn::UnaryModule; other modules are run
+  /// through module() directly: the gradient hooks work whatever forward is called).
+  Tensor forward(const Tensor& x) override;
+  const std::shared_ptr<nn::Module>& module() const { return module_; }
+
+  /// Launches the buckets that backward did not complete (parameters that got no gradient
+  /// contribute zeros), waits for every all-reduce and writes the averaged gradients into
+  /// the parameters' .grad. Call it once after each backward outside no_sync(), on every
+  /// rank. A no-op when no gradient arrived since the last call.
+  void finish_gradient_sync();
+
+  /// While the returned guard lives, backward only accumulates .grad locally.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), was_(ddp.sync_enabled_) {
+      ddp.sync_enabled_ = false;
+    }
+    ~NoSyncGuard() { ddp_.sync_enabled_ = was_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool was_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  /// Which parameters (indices into module()->parameters()) each bucket holds, in launch order.
+  std::vector<std::vector<size_t>> bucket_assignment() const;
+  std::string type_name() const override { return "DistributedDataParallel"; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    std::vector<int64_t> offsets;
+    Tensor flat;  // all the bucket's gradients, one dtype, on the communicator's device
+    size_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+  void on_grad_ready(size_t param_index);
+  void launch_ready_buckets();
+  void launch(Bucket& b);
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<Communicator> comm_;
+  std::vector<Tensor> params_;
+  std::vector<uint64_t> hook_ids_;
+  std::vector<size_t> bucket_of_;       // param index -> bucket
+  std::vector<size_t> slot_in_bucket_;  // param index -> position in its bucket
+  std::vector<Bucket> buckets_;
+  std::vector<bool> ready_;    // this round: the param's gradient is in its bucket
+  size_t next_to_launch_ = 0;  // buckets launch in order, so every rank issues the same sequence
+  bool round_active_ = false;
+  bool sync_enabled_ = true;
+};
+
+}  // namespace frugal::parallel

@@ -1,0 +1,320 @@
+// Pipeline stages and schedules.
+//
+// Note [Pipeline schedules]
+// With p stages and m micro-batches, stage s runs forward F_i and backward B_i of each
+// micro-batch i. GPipe (fill-drain): F_0..F_{m-1}, then B_{m-1}..B_0; every stage holds
+// all m micro-batches' activations at the peak. 1F1B (PipeDream-Flush, Megatron): stage s
+// runs w = min(p - s - 1, m) warm-up forwards, then alternates one forward and one
+// backward, then drains the last w backwards; it holds at most w + 1 micro-batches. Both
+// idle (p - 1) slots of forward+backward per stage, so the bubble is (p - 1) / (m + p - 1)
+// of the step when all stages cost the same; 1F1B's gain is memory, not time.
+//
+// Messages: an activation is a header (dtype, rank and shape, 8 int64s) then the tensor;
+// its gradient comes back with the shape the sender already knows. Each pair of adjacent
+// stages must post its sends and receives in the same order (NCCL matches them in order
+// and a stream-ordered send waits for its receive). In 1F1B's steady state stage s
+// therefore computes F_{w+k}, receives the gradient of micro-batch k, and only then sends
+// F_{w+k}'s activation: stage s+1 (one fewer warm-up forward) sends that gradient before
+// it receives that activation. Sends are asynchronous; their Works (and the tensors they
+// read) are kept until the end of the step.
+//
+// The loss of micro-batch i is loss_fn(out_i, target_i) / m, so the accumulated .grad equal
+// those of the mean loss over the whole batch (micro-batches of equal size). With
+// recompute, each micro-batch's stage forward runs under autograd::checkpoint: only the
+// stage input is kept, the stage's activations are recomputed in its backward.
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "autograd/checkpoint.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/reduce.h"
+#include "memory/stream.h"
+#include "tensor/factory.h"
+
+namespace frugal::parallel {
+
+// ---- splitting ---------------------------------------------------------------------------
+
+StageBounds split_by_index(size_t n, int stages) {
+  FRUGAL_CHECK(stages > 0 && size_t(stages) <= n, "split_by_index: cannot split ", n, " modules into ", stages,
+               " non-empty stages");
+  StageBounds out;
+  const size_t base = n / size_t(stages), extra = n % size_t(stages);
+  size_t begin = 0;
+  for (size_t s = 0; s < size_t(stages); ++s) {
+    const size_t len = base + (s < extra ? 1 : 0);
+    out.emplace_back(begin, begin + len);
+    begin += len;
+  }
+  return out;
+}
+
+// Linear partition by dynamic programming: best[s][i] = the smallest possible largest
+// stage cost when the first i modules form s stages. O(stages * n^2), n is small.
+StageBounds split_by_cost(const std::vector<double>& costs, int stages) {
+  const size_t n = costs.size();
+  FRUGAL_CHECK(stages > 0 && size_t(stages) <= n, "split_by_cost: cannot split ", n, " modules into ", stages,
+               " non-empty stages");
+  for (double c : costs) FRUGAL_CHECK(c >= 0 && std::isfinite(c), "split_by_cost: costs must be finite and >= 0");
+  std::vector<double> prefix(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const size_t S = size_t(stages);
+  std::vector<std::vector<double>> best(S + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<size_t>> cut(S + 1, std::vector<size_t>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (size_t s = 1; s <= S; ++s)
+    for (size_t i = s; i <= n; ++i)
+      for (size_t j = s - 1; j < i; ++j) {  // the last stage is modules [j, i)
+        const double worst = std::max(best[s - 1][j], prefix[i] - prefix[j]);
+        if (worst < best[s][i]) best[s][i] = worst, cut[s][i] = j;
+      }
+  StageBounds out(S);
+  size_t end = n;
+  for (size_t s = S; s >= 1; --s) {
+    out[s - 1] = {cut[s][end], end};
+    end = cut[s][end];
+  }
+  return out;
+}
+
+std::vector<double> parameter_costs(const nn::Sequential& model) {
+  std::vector<double> out;
+  for (size_t i = 0; i < model.size(); ++i) out.push_back(double(model[i]->num_parameters()) + 1.0);
+  return out;
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+std::vector<double> time_costs(const nn::Sequential& model, const Tensor& sample, int reps) {
+  FRUGAL_CHECK(reps > 0, "time_costs: reps must be positive, got ", reps);
+  std::vector<double> out;
+  Tensor h = sample;
+  for (size_t i = 0; i < model.size(); ++i) {
+    std::vector<double> times;
+    Tensor next;
+    for (int r = 0; r <= reps; ++r) {  // run 0 is the warm-up
+      Tensor x = h.detach();
+      if (x.is_floating_point()) x.requires_grad_();
+      synchronize(x.device());
+      const auto t0 = std::chrono::steady_clock::now();
+      next = model[i]->forward(x);
+      if (next.requires_grad()) sum(next).backward();
+      synchronize(x.device());
+      if (r > 0) times.push_back(seconds_since(t0));
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    out.push_back(times[times.size() / 2]);
+    h = next.detach();
+  }
+  for (size_t i = 0; i < model.size(); ++i) model[i]->zero_grad();
+  return out;
+}
+
+std::shared_ptr<nn::Sequential> make_stage(const nn::Sequential& model, std::pair<size_t, size_t> range) {
+  FRUGAL_CHECK(range.first < range.second && range.second <= model.size(), "make_stage: range [", range.first, ", ",
+               range.second, ") is not a non-empty range of the model's ", model.size(), " modules");
+  auto stage = std::make_shared<nn::Sequential>();
+  for (size_t i = range.first; i < range.second; ++i) stage->push_back(model[i]);
+  return stage;
+}
+
+// ---- the stage -----------------------------------------------------------------------------
+
+PipelineStage::PipelineStage(std::shared_ptr<nn::UnaryModule> module, std::shared_ptr<Communicator> comm,
+                             PipelineOptions options)
+    : module_(std::move(module)), comm_(std::move(comm)), options_(options) {
+  FRUGAL_CHECK(module_ && comm_, "PipelineStage: needs a module and a communicator");
+  FRUGAL_CHECK(options_.micro_batches > 0, "PipelineStage: micro_batches must be positive, got ",
+               options_.micro_batches);
+}
+
+namespace {
+
+constexpr int64_t kHeaderLen = 8;  // ndim, dtype, up to 6 sizes
+
+// One train_step's state (Note [Pipeline schedules]).
+struct StepRun {
+  nn::UnaryModule& module;
+  Communicator& comm;
+  const PipelineOptions& options;
+  const PipelineLoss& loss_fn;
+  Tensor input, target;
+  int rank, size, m;
+  bool first, last;
+  Device device;
+
+  std::vector<Tensor> inputs, outputs;  // per micro-batch, until its backward
+  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;
+  Tensor loss_sum;  // (1) on the last stage
+  double busy = 0.0;
+  int64_t in_flight = 0, peak_in_flight = 0;
+
+  void send(const Tensor& t, int peer) { sends.emplace_back(comm.send(t, peer), t); }
+
+  void send_activation(const Tensor& t) {
+    FRUGAL_CHECK(t.dim() <= kHeaderLen - 2, "PipelineStage: activations of more than ", kHeaderLen - 2,
+                 " dims are not supported, got ", t.describe());
+    std::vector<int64_t> header(kHeaderLen, 0);
+    header[0] = t.dim();
+    header[1] = int64_t(t.dtype());
+    for (int64_t d = 0; d < t.dim(); ++d) header[size_t(2 + d)] = t.size(d);
+    send(from_vector(header, {kHeaderLen}).to(device), rank + 1);
+    send(t.detach().contiguous(), rank + 1);
+  }
+
+  Tensor recv_activation() {
+    Tensor header = empty({kHeaderLen}, {kInt64, device});
+    comm.recv(header, rank - 1)->wait();
+    const Tensor h = header.cpu();
+    const int64_t* v = static_cast<const int64_t*>(h.data());
+    FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1);
+    Shape sizes(v + 2, v + 2 + v[0]);
+    Tensor t = empty(sizes, {DType(v[1]), device});
+    comm.recv(t, rank - 1)->wait();
+    if (t.is_floating_point()) t.requires_grad_();
+    return t;
+  }
+
+  template <typename F>
+  void timed(F&& f) {
+    synchronize(device);
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    synchronize(device);
+    busy += seconds_since(t0);
+  }
+
+  /// F_i: receive (or slice) the input, run the stage; the activation is sent by the caller.
+  void forward(int i) {
+    Tensor x = first ? input.narrow(0, int64_t(i) * (input.size(0) / m), input.size(0) / m) : recv_activation();
+    timed([&] {
+      if (options.recompute)
+        outputs[size_t(i)] = autograd::checkpoint([this](const Tensor& h) { return module.forward(h); }, x);
+      else outputs[size_t(i)] = module.forward(x);
+    });
+    inputs[size_t(i)] = x;
+    peak_in_flight = std::max(peak_in_flight, ++in_flight);
+  }
+
+  /// B_i: the loss (last stage) or the received output gradient, backward, and the input
+  /// gradient sent upstream.
+  void backward(int i, Tensor grad_out = Tensor()) {
+    Tensor& out = outputs[size_t(i)];
+    timed([&] {
+      if (last) {
+        const int64_t mb = target.size(0) / m;
+        const Tensor loss = div(loss_fn(out, target.narrow(0, int64_t(i) * mb, mb)), double(m));
+        FRUGAL_CHECK(loss.numel() == 1, "PipelineStage: the loss function must return one value, got ",
+                     loss.describe());
+        loss.backward();
+        const Tensor value = loss.detach().reshape({1});
+        loss_sum = loss_sum.defined() ? add(loss_sum, value) : value.clone();
+      } else if (out.requires_grad()) {
+        out.backward(grad_out);
+      }
+    });
+    if (!first && inputs[size_t(i)].is_floating_point()) {
+      Tensor g = inputs[size_t(i)].grad();
+      send(g.defined() ? g : zeros_like(inputs[size_t(i)]), rank - 1);
+    }
+    out = Tensor();
+    inputs[size_t(i)] = Tensor();
+    --in_flight;
+  }
+
+  Tensor recv_grad(int i) {
+    const Tensor& out = outputs[size_t(i)];
+    Tensor g = empty(out.sizes(), out.options());
+    comm.recv(g, rank + 1)->wait();
+    return g;
+  }
+
+  bool has_grad_downstream(int i) const { return !last && outputs[size_t(i)].is_floating_point(); }
+
+  void run_gpipe() {
+    for (int i = 0; i < m; ++i) {
+      forward(i);
+      if (!last) send_activation(outputs[size_t(i)]);
+    }
+    for (int i = m - 1; i >= 0; --i) backward(i, has_grad_downstream(i) ? recv_grad(i) : Tensor());
+  }
+
+  void run_1f1b() {
+    const int warmup = std::min(size - rank - 1, m);
+    for (int i = 0; i < warmup; ++i) {
+      forward(i);
+      if (!last) send_activation(outputs[size_t(i)]);
+    }
+    for (int k = 0; k + warmup < m; ++k) {
+      const int i = warmup + k;
+      forward(i);
+      // Receive B_k's gradient before sending F_i's activation (Note [Pipeline schedules]).
+      Tensor g = has_grad_downstream(k) ? recv_grad(k) : Tensor();
+      if (!last) send_activation(outputs[size_t(i)]);
+      backward(k, g);
+    }
+    for (int k = std::max(m - warmup, 0); k < m; ++k) backward(k, has_grad_downstream(k) ? recv_grad(k) : Tensor());
+  }
+};
+
+}  // namespace
+
+PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss_fn) {
+  const int m = options_.micro_batches;
+  if (is_first())
+    FRUGAL_CHECK(input.defined() && input.dim() >= 1 && input.size(0) % m == 0, "PipelineStage.train_step: the first ",
+                 "stage needs an input whose batch dim divides into ", m, " micro-batches, got ",
+                 input.defined() ? input.describe() : std::string("none"));
+  if (is_last())
+    FRUGAL_CHECK(target.defined() && target.dim() >= 1 && target.size(0) % m == 0 && loss_fn,
+                 "PipelineStage.train_step: the last stage needs a loss function and a target whose batch dim divides ",
+                 "into ", m, " micro-batches, got ", target.defined() ? target.describe() : std::string("none"));
+  const auto t0 = std::chrono::steady_clock::now();
+  StepRun run{.module = *module_,
+              .comm = *comm_,
+              .options = options_,
+              .loss_fn = loss_fn,
+              .input = input,
+              .target = target,
+              .rank = comm_->rank(),
+              .size = comm_->size(),
+              .m = m,
+              .first = is_first(),
+              .last = is_last(),
+              .device = comm_->device(),
+              .inputs = std::vector<Tensor>(size_t(m)),
+              .outputs = std::vector<Tensor>(size_t(m)),
+              .sends = {},
+              .loss_sum = {}};
+  if (options_.schedule == Schedule::GPipe) run.run_gpipe();
+  else run.run_1f1b();
+  for (auto& [work, tensor] : run.sends) work->wait();
+  synchronize(comm_->device());
+
+  PipelineStats stats;
+  stats.step_seconds = seconds_since(t0);
+  // Every stage learns the loss (one tiny broadcast from the last stage).
+  Tensor loss = run.last ? run.loss_sum : empty({1}, {kFloat32, comm_->device()});
+  if (run.last && loss.dtype() != kFloat32) loss = loss.to(kFloat32);
+  comm_->broadcast(loss, comm_->size() - 1)->wait();
+  stats.loss = double(loss.cpu().item<float>());
+  stats.busy_seconds = run.busy;
+  stats.bubble_measured = stats.step_seconds > 0 ? (stats.step_seconds - run.busy) / stats.step_seconds : 0.0;
+  const int p = comm_->size();
+  stats.bubble_theoretical = double(p - 1) / double(m + p - 1);
+  stats.peak_in_flight = run.peak_in_flight;
+  return stats;
+}
+
+}  // namespace frugal::parallel

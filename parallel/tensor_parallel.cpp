@@ -1,0 +1,425 @@
+// Tensor-parallel operators and layers (Megatron-LM).
+//
+// Note [Tensor-parallel regions]
+// Inside a tensor-parallel region each rank holds a slice of the activations; outside it,
+// every rank holds the same full tensor. Two conjugate operators cross the border:
+//   f = copy_to_region:     forward identity,   backward all-reduce(sum)
+//   g = reduce_from_region: forward all-reduce, backward identity
+// An MLP  Y = gelu(X A) B  with A split by columns and B by rows becomes
+//   Y = g( gelu( f(X) A_r ) B_r ):
+// f's backward sums the ranks' partial dL/dX (each rank saw only its columns of A), g's
+// forward sums the ranks' partial products. Attention is the same with heads in place of
+// A's columns: query/key/value are column-parallel (heads / size heads per rank, each
+// rank attends with its own heads), the output projection row-parallel. Each half of an
+// encoder layer therefore costs one all-reduce forward (g) and one backward (f). Why the
+// backwards are right: the loss is computed identically on every rank, so each rank's
+// gradient of a replicated tensor is already the full gradient (g's backward is the
+// identity), while a rank's gradient with respect to the replicated input of f is only
+// its own slice's contribution (f's backward sums them).
+// gather_from_region / scatter_to_region are the other pair: split along the last dim.
+#include "parallel/tensor_parallel.h"
+
+#include <cmath>
+
+#include "autograd/function.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/shape.h"
+#include "nn/init.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/index.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
+
+namespace frugal::parallel {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+int tp_rank(const CommPtr& comm) { return comm ? comm->rank() : 0; }
+int tp_size(const CommPtr& comm) { return comm ? comm->size() : 1; }
+
+namespace {
+
+bool trivial(const CommPtr& comm) { return tp_size(comm) == 1; }
+
+/// A fresh contiguous copy of x, all-reduced (sum) across the ranks.
+Tensor all_reduced(const Tensor& x, const CommPtr& comm) {
+  Tensor r = x.clone();
+  comm->all_reduce(r, ReduceOp::Sum)->wait();
+  return r;
+}
+
+/// x (..., n) on every rank -> (..., size * n), rank r's values at [r * n, (r + 1) * n).
+Tensor all_gather_last_dim(const Tensor& x, const CommPtr& comm) {
+  const int64_t p = comm->size(), n = x.size(-1);
+  const Tensor in = x.contiguous();
+  Tensor buf = empty({p, in.numel() / n, n}, in.options());  // (p, rows, n)
+  comm->all_gather(in, buf)->wait();
+  Shape out_shape = x.sizes();
+  out_shape.back() = p * n;
+  return buf.permute({1, 0, 2}).reshape(out_shape);
+}
+
+/// This rank's slice [rank * n, (rank + 1) * n) of x's last dim (size * n), contiguous.
+Tensor local_slice_last_dim(const Tensor& x, const CommPtr& comm, const char* op) {
+  const int64_t p = comm->size();
+  FRUGAL_CHECK(x.dim() >= 1 && x.size(-1) % p == 0, op, ": last dim of ", x.describe(),
+               " must be divisible by the tensor-parallel size ", p);
+  const int64_t n = x.size(-1) / p;
+  return x.narrow(-1, comm->rank() * n, n).clone();
+}
+
+// out = x;  grad_x = all_reduce(g)
+struct CopyToRegionBackward final : Node {
+  CommPtr comm;
+  std::string name() const override { return "CopyToRegionBackward"; }
+  TensorList apply(TensorList&& grads) override { return {all_reduced(grads[0], comm)}; }
+};
+
+// out = all_reduce(x);  grad_x = g
+struct ReduceFromRegionBackward final : Node {
+  std::string name() const override { return "ReduceFromRegionBackward"; }
+  TensorList apply(TensorList&& grads) override { return {std::move(grads[0])}; }
+};
+
+// out = all_gather(x) along the last dim;  grad_x = this rank's slice of g
+struct GatherFromRegionBackward final : Node {
+  CommPtr comm;
+  std::string name() const override { return "GatherFromRegionBackward"; }
+  TensorList apply(TensorList&& grads) override { return {local_slice_last_dim(grads[0], comm, name().c_str())}; }
+};
+
+// out = this rank's slice of x along the last dim;  grad_x = all_gather(g)
+struct ScatterToRegionBackward final : Node {
+  CommPtr comm;
+  std::string name() const override { return "ScatterToRegionBackward"; }
+  TensorList apply(TensorList&& grads) override { return {all_gather_last_dim(grads[0], comm)}; }
+};
+
+}  // namespace
+
+Tensor copy_to_region(const Tensor& x, const CommPtr& comm) {
+  if (trivial(comm)) return x;
+  // A fresh handle on the same data, so the node can be recorded as its producer.
+  Tensor out = autograd::raw([&] { return x.detach(); });
+  if (auto node = make_node<CopyToRegionBackward>({x})) {
+    node->comm = comm;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor reduce_from_region(const Tensor& x, const CommPtr& comm) {
+  if (trivial(comm)) return x;
+  Tensor out = autograd::raw([&] { return all_reduced(x, comm); });
+  if (auto node = make_node<ReduceFromRegionBackward>({x})) autograd::record(node, {out});
+  return out;
+}
+
+Tensor gather_from_region(const Tensor& x, const CommPtr& comm) {
+  if (trivial(comm)) return x;
+  FRUGAL_CHECK(x.dim() >= 1, "gather_from_region: needs at least 1 dim, got ", x.describe());
+  Tensor out = autograd::raw([&] { return all_gather_last_dim(x, comm); });
+  if (auto node = make_node<GatherFromRegionBackward>({x})) {
+    node->comm = comm;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor scatter_to_region(const Tensor& x, const CommPtr& comm) {
+  if (trivial(comm)) return x;
+  Tensor out = autograd::raw([&] { return local_slice_last_dim(x, comm, "scatter_to_region"); });
+  if (auto node = make_node<ScatterToRegionBackward>({x})) {
+    node->comm = comm;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+// ---- layers -----------------------------------------------------------------------------
+
+namespace {
+
+Device device_of(const CommPtr& comm) { return comm ? comm->device() : kCPU; }
+
+/// nn::Linear's initialisation of the full (out, in) weight and (out) bias, drawn in
+/// the same order from `gen`, so every rank sees the same full tensors.
+std::pair<Tensor, Tensor> linear_init(int64_t in, int64_t out, bool bias, Generator* gen) {
+  Tensor w = empty({out, in}), b;
+  nn::init::kaiming_uniform_(w, std::sqrt(5.0), nn::init::FanMode::FanIn, gen);
+  if (bias) {
+    b = empty({out});
+    const double bound = 1.0 / std::sqrt(double(in));
+    nn::init::uniform_(b, -bound, bound, gen);
+  }
+  return {w, b};
+}
+
+int64_t split_size(int64_t n, const CommPtr& comm, const char* op, const char* what) {
+  FRUGAL_CHECK(n > 0 && n % tp_size(comm) == 0, op, ": ", what, " (", n, ") must be positive and divisible by the ",
+               "tensor-parallel size ", tp_size(comm));
+  return n / tp_size(comm);
+}
+
+/// A compact copy of full.narrow(dim, rank * n, n) on `device`.
+Tensor shard(const Tensor& full, int64_t dim, int64_t n, const CommPtr& comm) {
+  return full.narrow(dim, tp_rank(comm) * n, n).clone().to(device_of(comm));
+}
+
+void copy_shard(const Tensor& dst, const Tensor& full, int64_t dim, int64_t n, const CommPtr& comm, const char* op,
+                const Shape& want) {
+  FRUGAL_CHECK(full.sizes() == want, op, ".load_full: expected a full tensor ", shape_str(want), ", got ",
+               full.describe());
+  autograd::NoGradGuard no_grad;
+  dst.detach().copy_(full.narrow(dim, tp_rank(comm) * n, n));
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, CommPtr comm, ColumnParallelOptions options)
+    : in_features(in),
+      out_features(out),
+      out_per_rank(split_size(out, comm, "ColumnParallelLinear", "out_features")),
+      gather_output(options.gather_output),
+      comm_(std::move(comm)) {
+  FRUGAL_CHECK(in > 0, "ColumnParallelLinear: in_features must be positive, got ", in);
+  auto [w, b] = linear_init(in, out, options.bias, options.generator);
+  weight = register_parameter("weight", shard(w, 0, out_per_rank, comm_));
+  if (options.bias) bias = register_parameter("bias", shard(b, 0, out_per_rank, comm_));
+}
+
+Tensor ColumnParallelLinear::forward_local(const Tensor& x) const {
+  FRUGAL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "ColumnParallelLinear: expected input (..., ", in_features,
+               "), got ", x.describe());
+  return linear(x, weight, bias);
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  Tensor y = forward_local(copy_to_region(x, comm_));
+  return gather_output ? gather_from_region(y, comm_) : y;
+}
+
+void ColumnParallelLinear::load_full(const Tensor& w, const Tensor& b) {
+  copy_shard(weight, w, 0, out_per_rank, comm_, "ColumnParallelLinear", {out_features, in_features});
+  if (bias.defined()) {
+    FRUGAL_CHECK(b.defined(), "ColumnParallelLinear.load_full: the layer has a bias but none was given");
+    copy_shard(bias, b, 0, out_per_rank, comm_, "ColumnParallelLinear", {out_features});
+  }
+}
+
+std::string ColumnParallelLinear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
+         ", tp_size=" + std::to_string(tp_size(comm_)) + ", gather_output=" + (gather_output ? "true" : "false");
+}
+
+RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, CommPtr comm, RowParallelOptions options)
+    : in_features(in),
+      out_features(out),
+      in_per_rank(split_size(in, comm, "RowParallelLinear", "in_features")),
+      input_is_parallel(options.input_is_parallel),
+      comm_(std::move(comm)) {
+  FRUGAL_CHECK(out > 0, "RowParallelLinear: out_features must be positive, got ", out);
+  auto [w, b] = linear_init(in, out, options.bias, options.generator);
+  weight = register_parameter("weight", shard(w, 1, in_per_rank, comm_));
+  if (options.bias) bias = register_parameter("bias", b.to(device_of(comm_)));
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  const Tensor xp = input_is_parallel ? x : scatter_to_region(x, comm_);
+  FRUGAL_CHECK(xp.dim() >= 1 && xp.size(-1) == in_per_rank, "RowParallelLinear: expected input (..., ",
+               input_is_parallel ? in_per_rank : in_features, "), got ", x.describe());
+  Tensor y = reduce_from_region(linear(xp, weight), comm_);
+  return bias.defined() ? add(y, bias) : y;  // after the reduce: added once, not size times
+}
+
+void RowParallelLinear::load_full(const Tensor& w, const Tensor& b) {
+  copy_shard(weight, w, 1, in_per_rank, comm_, "RowParallelLinear", {out_features, in_features});
+  if (bias.defined()) {
+    FRUGAL_CHECK(b.defined(), "RowParallelLinear.load_full: the layer has a bias but none was given");
+    copy_shard(bias, b, 0, out_features, nullptr, "RowParallelLinear", {out_features});
+  }
+}
+
+std::string RowParallelLinear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
+         ", tp_size=" + std::to_string(tp_size(comm_)) +
+         ", input_is_parallel=" + (input_is_parallel ? "true" : "false");
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t num, int64_t dim, CommPtr comm, Generator* gen)
+    : num_embeddings(num),
+      embedding_dim(dim),
+      vocab_start(tp_rank(comm) * split_size(num, comm, "VocabParallelEmbedding", "num_embeddings")),
+      vocab_end(vocab_start + num / tp_size(comm)),
+      comm_(std::move(comm)) {
+  FRUGAL_CHECK(dim > 0, "VocabParallelEmbedding: embedding_dim must be positive, got ", dim);
+  Tensor full = empty({num, dim});
+  nn::init::normal_(full, 0.0, 1.0, gen);
+  weight = register_parameter("weight", shard(full, 0, vocab_end - vocab_start, comm_));
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
+  FRUGAL_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32,
+               "VocabParallelEmbedding: indices must be int64 or int32, got ", indices.describe());
+  // Indices this rank does not own look up row 0 and are zeroed before the all-reduce.
+  Tensor not_mine, local;
+  autograd::raw([&] {
+    not_mine = ops::logical_or(ops::lt(indices, double(vocab_start)), ops::ge(indices, double(vocab_end)));
+    local = ops::where(not_mine, zeros_like(indices), ops::sub(indices, double(vocab_start)));
+    return 0;
+  });
+  Tensor out = embedding(weight, local);
+  if (!trivial(comm_)) out = masked_fill(out, not_mine.unsqueeze(-1), 0.0);
+  return reduce_from_region(out, comm_);
+}
+
+void VocabParallelEmbedding::load_full(const Tensor& w) {
+  copy_shard(weight, w, 0, vocab_end - vocab_start, comm_, "VocabParallelEmbedding", {num_embeddings, embedding_dim});
+}
+
+std::string VocabParallelEmbedding::extra_repr() const {
+  return std::to_string(num_embeddings) + ", " + std::to_string(embedding_dim) +
+         ", tp_size=" + std::to_string(tp_size(comm_));
+}
+
+// ---- vocabulary-parallel cross entropy ------------------------------------------------
+
+namespace {
+
+// loss = sum_i valid_i * (log sum_j exp(z_ij - m_i) - (z_{i,t_i} - m_i)) / count, the sum
+// over j and the target logit gathered from all ranks' slices.
+// grad_z (this rank's slice) = (softmax(z) - onehot(t)) * valid / count * g.
+struct VocabParallelCrossEntropyBackward final : Node {
+  SavedTensor softmax, local_target, hit, weight;  // (N, Vl), (N, 1) int64, (N, 1), (N, 1)
+  Shape logits_sizes;
+  std::string name() const override { return "VocabParallelCrossEntropyBackward"; }
+  void release_saved() override { softmax.reset(), local_target.reset(), hit.reset(), weight.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor w = ops::mul(weight.unpack(name()), grads[0]);  // (N, 1): valid / count * g
+    Tensor g = ops::mul(softmax.unpack(name()), w);
+    g = ops::scatter_add(g, 1, local_target.unpack(name()), ops::neg(ops::mul(hit.unpack(name()), w)));
+    return {g.reshape(logits_sizes)};
+  }
+};
+
+}  // namespace
+
+Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target, const CommPtr& comm,
+                                    int64_t ignore_index) {
+  constexpr const char* kOp = "vocab_parallel_cross_entropy";
+  FRUGAL_CHECK(local_logits.dim() >= 1 && local_logits.is_floating_point(), kOp,
+               ": logits must be floating with a vocabulary dim, got ", local_logits.describe());
+  FRUGAL_CHECK(target.dtype() == kInt64, kOp, ": target must be int64, got ", target.describe());
+  Shape lead = local_logits.sizes();
+  const int64_t vl = lead.back();
+  lead.pop_back();
+  FRUGAL_CHECK(target.sizes() == lead, kOp, ": target ", target.describe(), " must have the logits' leading shape ",
+               shape_str(lead), " (logits ", local_logits.describe(), ")");
+  check_same_device(kOp, local_logits, target);
+  const DType dt = local_logits.dtype();
+  const int64_t start = tp_rank(comm) * vl;
+  auto reduce = [&](const Tensor& t, ReduceOp op) {
+    if (!trivial(comm)) comm->all_reduce(t, op)->wait();
+  };
+  Tensor softmax, local_target, hit, weight;
+  Tensor loss = autograd::raw([&] {
+    const Tensor z = local_logits.reshape({-1, vl});  // (N, Vl)
+    const Tensor t = target.reshape({-1, 1});         // (N, 1)
+    Tensor m = ops::amax(z, {1}, true);               // (N, 1): the global max, for stability only
+    reduce(m, ReduceOp::Max);
+    const Tensor shifted = ops::sub(z, m);
+    const Tensor e = ops::exp(shifted);
+    Tensor sum_exp = ops::sum(e, {1}, true);
+    reduce(sum_exp, ReduceOp::Sum);
+    const Tensor mine = ops::logical_and(ops::ge(t, double(start)), ops::lt(t, double(start + vl)));
+    local_target = ops::where(mine, ops::sub(t, double(start)), zeros_like(t));
+    hit = mine.to(dt);
+    Tensor target_logit = ops::mul(ops::gather(shifted, 1, local_target), hit);  // (N, 1), zero off this rank
+    reduce(target_logit, ReduceOp::Sum);
+    const Tensor valid = ops::ne(t, double(ignore_index)).to(dt);
+    const Tensor count = ops::sum(valid);
+    weight = ops::div(valid, count);
+    softmax = ops::div(e, sum_exp);
+    const Tensor per_row = ops::mul(ops::sub(ops::log(sum_exp), target_logit), valid);
+    return ops::div(ops::sum(per_row), count);
+  });
+  if (auto node = make_node<VocabParallelCrossEntropyBackward>({local_logits})) {
+    node->softmax = softmax;
+    node->local_target = local_target;
+    node->hit = hit;
+    node->weight = weight;
+    node->logits_sizes = local_logits.sizes();
+    autograd::record(node, {loss});
+  }
+  return loss;
+}
+
+// ---- encoder layer -------------------------------------------------------------------------
+
+TensorParallelEncoderLayer::TensorParallelEncoderLayer(int64_t hidden_, int64_t heads_, int64_t inter, CommPtr comm,
+                                                       TensorParallelEncoderOptions o)
+    : hidden(hidden_),
+      heads(heads_),
+      heads_per_rank(split_size(heads_, comm, "TensorParallelEncoderLayer", "heads")),
+      pre_norm(o.pre_norm),
+      gelu_tanh(o.gelu_tanh),
+      comm_(std::move(comm)) {
+  FRUGAL_CHECK(hidden > 0 && hidden % heads == 0, "TensorParallelEncoderLayer: hidden (", hidden,
+               ") must be a positive multiple of heads (", heads, ")");
+  const ColumnParallelOptions column{.bias = true, .gather_output = false, .generator = o.generator};
+  const RowParallelOptions row{.bias = true, .input_is_parallel = true, .generator = o.generator};
+  const nn::LayerNormOptions norm{.eps = o.layer_norm_eps};
+  const Device device = device_of(comm_);
+  query = register_module("query", std::make_shared<ColumnParallelLinear>(hidden, hidden, comm_, column));
+  key = register_module("key", std::make_shared<ColumnParallelLinear>(hidden, hidden, comm_, column));
+  value = register_module("value", std::make_shared<ColumnParallelLinear>(hidden, hidden, comm_, column));
+  attention_output =
+      register_module("attention_output", std::make_shared<RowParallelLinear>(hidden, hidden, comm_, row));
+  attention_norm = register_module("attention_norm", std::make_shared<nn::LayerNorm>(Shape{hidden}, norm));
+  intermediate = register_module("intermediate", std::make_shared<ColumnParallelLinear>(hidden, inter, comm_, column));
+  output = register_module("output", std::make_shared<RowParallelLinear>(inter, hidden, comm_, row));
+  output_norm = register_module("output_norm", std::make_shared<nn::LayerNorm>(Shape{hidden}, norm));
+  attention_norm->to(device);
+  output_norm->to(device);
+}
+
+Tensor TensorParallelEncoderLayer::attention(const Tensor& h, const Tensor& attn_mask) {
+  const int64_t B = h.size(0), T = h.size(1), D = hidden / heads;
+  const Tensor hp = copy_to_region(h, comm_);  // one backward all-reduce for q, k and v together
+  auto split_heads = [&](const Tensor& y) { return y.unflatten(-1, {heads_per_rank, D}).transpose(1, 2); };
+  const Tensor q = split_heads(query->forward_local(hp));  // (B, H / size, T, D)
+  const Tensor k = split_heads(key->forward_local(hp));
+  const Tensor v = split_heads(value->forward_local(hp));
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, attn_mask);
+  return attention_output->forward(ctx.transpose(1, 2).reshape({B, T, heads_per_rank * D}));
+}
+
+Tensor TensorParallelEncoderLayer::mlp(const Tensor& h) {
+  const Tensor u = intermediate->forward_local(copy_to_region(h, comm_));
+  return output->forward(gelu_tanh ? frugal::gelu_tanh(u) : frugal::gelu(u));
+}
+
+Tensor TensorParallelEncoderLayer::forward(const Tensor& x, const Tensor& attn_mask) {
+  FRUGAL_CHECK(x.dim() == 3 && x.size(2) == hidden, "TensorParallelEncoderLayer: expected input (B, T, ", hidden,
+               "), got ", x.describe());
+  if (pre_norm) {
+    const Tensor h = add(x, attention(attention_norm->forward(x), attn_mask));
+    return add(h, mlp(output_norm->forward(h)));
+  }
+  const Tensor h = attention_norm->forward(add(x, attention(x, attn_mask)));
+  return output_norm->forward(add(h, mlp(h)));
+}
+
+std::string TensorParallelEncoderLayer::extra_repr() const {
+  return "hidden=" + std::to_string(hidden) + ", heads=" + std::to_string(heads) +
+         ", tp_size=" + std::to_string(tp_size(comm_)) + ", pre_norm=" + (pre_norm ? "true" : "false");
+}
+
+}  // namespace frugal::parallel

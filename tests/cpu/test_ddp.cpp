@@ -1,0 +1,240 @@
+// Data parallelism (parallel/ddp.h, parallel/zero.h) on the threads backend, 2 and 4
+// ranks: each rank trains on its shard of the batch, and the synchronized gradients and
+// the parameters after AdamW steps equal the single-process model's on the whole batch
+// (f32, 1e-5 relative). Also: the post-accumulate-grad hook, rank 0's parameters
+// broadcast at construction, no_sync() gradient accumulation, small (uneven) buckets.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+#include "autograd/meta.h"
+#include "autograd/ops/all.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/linear.h"
+#include "optim/adam.h"
+#include "parallel/ddp.h"
+#include "parallel/thread_communicator.h"
+#include "parallel/zero.h"
+#include "tensor/factory.h"
+#include "tests/cpu/parallel_test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using CommPtr = std::shared_ptr<parallel::Communicator>;
+using parallel::run_ranks;
+
+namespace {
+
+// Linear(6, 8) Tanh Linear(8, 8) Tanh Linear(8, 3): parameters in bytes, reversed:
+// 12, 96, 32, 256, 32, 192.
+std::shared_ptr<nn::Sequential> make_model(uint64_t seed) {
+  manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+      std::make_shared<nn::Linear>(6, 8), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 8),
+      std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 3)});
+}
+
+/// Per-rank models: rank 0's is a copy of `ref`'s weights, the others start different
+/// (DDP's broadcast must fix that).
+std::vector<std::shared_ptr<nn::Sequential>> rank_models(const nn::Sequential& ref, int p, bool equal = false) {
+  std::vector<std::shared_ptr<nn::Sequential>> out;
+  for (int r = 0; r < p; ++r) {
+    auto m = make_model(1000 + uint64_t(r));
+    if (r == 0 || equal) {
+      std::map<std::string, Tensor> state;
+      for (const auto& [k, v] : ref.state_dict()) state[k] = v;
+      m->load_state_dict(state);
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+Tensor rows(const Tensor& t, int64_t i, int64_t n) { return t.narrow(0, i * n, n); }
+
+}  // namespace
+
+TEST_CASE("autograd: post-accumulate-grad hooks run after .grad is complete, once per backward, and can be removed") {
+  Tensor w = random_tensor({3}, kFloat32, 1);
+  w.requires_grad_();
+  std::vector<std::vector<double>> seen;
+  const uint64_t id =
+      autograd::register_post_accumulate_grad_hook(w, [&](const Tensor& p) { seen.push_back(values_of(p.grad())); });
+  // w used twice: the engine sums both uses before AccumulateGrad, so the hook sees 2 + 3 = 5 once
+  sum(add(mul(w, 2.0), mul(w, 3.0))).backward();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == std::vector<double>{5, 5, 5});
+  sum(w).backward();  // accumulates: the hook sees the running total
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1] == std::vector<double>{6, 6, 6});
+  autograd::remove_post_accumulate_grad_hook(w, id);
+  sum(w).backward();
+  CHECK(seen.size() == 2);
+  check_error([&] { autograd::register_post_accumulate_grad_hook(ones({2}), [](const Tensor&) {}); },
+              {"register_post_accumulate_grad_hook", "leaf"});
+}
+
+TEST_CASE("ddp: averaged gradients and AdamW steps equal the single-process model on the whole batch") {
+  for (int p : {2, 4}) {
+    for (int64_t cap : {int64_t(25) << 20, int64_t(256)}) {
+      CAPTURE(p);
+      CAPTURE(cap);
+      const int64_t per_rank = 3, B = per_rank * p;
+      auto ref = make_model(7);
+      auto models = rank_models(*ref, p);
+      optim::AdamW ref_opt(ref->parameters(), {.lr = 0.01});
+      const Tensor x = random_tensor({2, B, 6}, kFloat32, 71);  // two steps' batches
+      const Tensor y = random_tensor({2, B, 3}, kFloat32, 72);
+      std::vector<std::vector<Tensor>> ref_grads, ref_params;
+      for (int64_t s = 0; s < 2; ++s) {
+        mse_loss(ref->forward(x[s]), y[s]).backward();
+        std::vector<Tensor> g;
+        for (const Tensor& t : ref->parameters()) g.push_back(t.grad().clone());
+        ref_grads.push_back(g);
+        ref_opt.step();
+        ref_opt.zero_grad();
+        std::vector<Tensor> w;
+        for (const Tensor& t : ref->parameters()) w.push_back(t.detach().clone());
+        ref_params.push_back(w);
+      }
+      PerRank<std::vector<std::vector<Tensor>>> grads(static_cast<size_t>(p)), params(static_cast<size_t>(p));
+      PerRank<std::vector<std::vector<size_t>>> buckets(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        const int r = comm->rank();
+        parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = cap});
+        buckets[size_t(r)] = ddp.bucket_assignment();
+        optim::AdamW opt(ddp.parameters(), {.lr = 0.01});
+        for (int64_t s = 0; s < 2; ++s) {
+          mse_loss(ddp.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+          ddp.finish_gradient_sync();
+          std::vector<Tensor> g;
+          for (const Tensor& t : ddp.parameters()) g.push_back(t.grad().clone());
+          grads[size_t(r)].push_back(g);
+          opt.step();
+          opt.zero_grad();
+          std::vector<Tensor> w;
+          for (const Tensor& t : ddp.parameters()) w.push_back(t.detach().clone());
+          params[size_t(r)].push_back(w);
+        }
+      });
+      // buckets: reverse parameter order; with a 256-byte cap {l3.b, l3.w, l2.b}, {l2.w}, {l1.b, l1.w}
+      const std::vector<std::vector<size_t>> expect_small{{5, 4, 3}, {2}, {1, 0}};
+      const std::vector<std::vector<size_t>> expect_one{{5, 4, 3, 2, 1, 0}};
+      for (int r = 0; r < p; ++r) {
+        CAPTURE(r);
+        CHECK(buckets[size_t(r)] == (cap == 256 ? expect_small : expect_one));
+        for (size_t s = 0; s < 2; ++s)
+          for (size_t i = 0; i < ref_grads[s].size(); ++i) {
+            check_equiv(grads[size_t(r)][s][i], ref_grads[s][i], "grad " + std::to_string(i));
+            check_equiv(params[size_t(r)][s][i], ref_params[s][i], "param " + std::to_string(i));
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("ddp: no_sync accumulation over micro-batches equals the whole batch") {
+  const int p = 2;
+  const int64_t micro = 2, per_mb = 2, B = p * micro * per_mb;
+  auto ref = make_model(8);
+  auto models = rank_models(*ref, p);
+  const Tensor x = random_tensor({B, 6}, kFloat32, 81), y = random_tensor({B, 3}, kFloat32, 82);
+  // Each rank sums `micro` micro-batch means; the mean over ranks is micro * the batch mean.
+  mul(mse_loss(ref->forward(x), y), double(micro)).backward();
+  PerRank<std::vector<Tensor>> grads(static_cast<size_t>(p));
+  run_ranks(p, [&](const CommPtr& comm) {
+    const int r = comm->rank();
+    parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = 200});
+    const Tensor xr = rows(x, r, micro * per_mb), yr = rows(y, r, micro * per_mb);
+    {
+      auto guard = ddp.no_sync();
+      mse_loss(ddp.forward(rows(xr, 0, per_mb)), rows(yr, 0, per_mb)).backward();
+      ddp.finish_gradient_sync();  // nothing to sync: a no-op, no collective
+    }
+    mse_loss(ddp.forward(rows(xr, 1, per_mb)), rows(yr, 1, per_mb)).backward();
+    ddp.finish_gradient_sync();
+    for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
+  });
+  const std::vector<Tensor> ref_params = ref->parameters();
+  for (int r = 0; r < p; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      check_equiv(grads[size_t(r)][i], ref_params[i].grad(), "grad " + std::to_string(i));
+}
+
+TEST_CASE("ddp: a parameter unused on some ranks gets the mean over ranks (zeros from the others)") {
+  const int p = 2;
+  auto ref = make_model(9);
+  auto models = rank_models(*ref, p, /*equal=*/true);
+  const Tensor x = random_tensor({4, 6}, kFloat32, 91);
+  PerRank<std::vector<Tensor>> grads(static_cast<size_t>(p));
+  run_ranks(p, [&](const CommPtr& comm) {
+    const int r = comm->rank();
+    parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = 64});
+    // rank 0 uses only the first Linear, rank 1 the whole model
+    const auto& seq = *models[size_t(r)];
+    const Tensor out = r == 0 ? seq[0]->forward(rows(x, r, 2)) : ddp.forward(rows(x, r, 2));
+    sum(out).backward();
+    ddp.finish_gradient_sync();
+    for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
+  });
+  // reference: the mean of the two ranks' gradients, computed separately
+  const auto& seq = *ref;
+  sum(seq[0]->forward(rows(x, 0, 2))).backward();
+  std::vector<Tensor> g0;
+  for (const Tensor& t : ref->parameters()) g0.push_back(t.grad().defined() ? t.grad().clone() : zeros_like(t));
+  ref->zero_grad();
+  sum(ref->forward(rows(x, 1, 2))).backward();
+  const std::vector<Tensor> ps = ref->parameters();
+  for (int r = 0; r < p; ++r)
+    for (size_t i = 0; i < ps.size(); ++i)
+      check_equiv(grads[size_t(r)][i], div(add(g0[i], ps[i].grad()), 2.0), "grad " + std::to_string(i));
+}
+
+TEST_CASE("zero-1: sharded AdamW steps equal AdamW on the whole batch") {
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    const int64_t per_rank = 2, B = per_rank * p, steps = 3;
+    auto ref = make_model(10);
+    auto models = rank_models(*ref, p, /*equal=*/true);
+    const optim::AdamWOptions opts{.lr = 0.02, .weight_decay = 0.1};
+    optim::AdamW ref_opt(ref->parameters(), opts);
+    const Tensor x = random_tensor({steps, B, 6}, kFloat32, 101), y = random_tensor({steps, B, 3}, kFloat32, 102);
+    for (int64_t s = 0; s < steps; ++s) {
+      mse_loss(ref->forward(x[s]), y[s]).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+    }
+    PerRank<std::vector<Tensor>> params(static_cast<size_t>(p));
+    PerRank<int64_t> shard(static_cast<size_t>(p));
+    run_ranks(p, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      auto& model = *models[size_t(r)];
+      parallel::ZeroAdamW opt(model.parameters(), comm, opts);
+      shard[size_t(r)] = opt.shard_numel();
+      for (int64_t s = 0; s < steps; ++s) {
+        mse_loss(model.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+        opt.step();
+        opt.zero_grad();
+      }
+      for (const Tensor& t : model.parameters()) params[size_t(r)].push_back(t.detach().clone());
+    });
+    const std::vector<Tensor> ps = ref->parameters();
+    const int64_t total = ref->num_parameters();
+    for (int r = 0; r < p; ++r) {
+      CHECK(shard[size_t(r)] == (total + p - 1) / p);
+      for (size_t i = 0; i < ps.size(); ++i) check_equiv(params[size_t(r)][i], ps[i], "param " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("zero-1: a parameter without a gradient is an error naming it") {
+  run_ranks(2, [&](const CommPtr& comm) {
+    Tensor a = ones({3}), b = ones({2});
+    a.requires_grad_(), b.requires_grad_();
+    parallel::ZeroAdamW opt({a, b}, comm);
+    sum(a).backward();
+    check_error([&] { opt.step(); }, {"ZeroAdamW.step", "parameter 1", "no gradient"});
+  });
+}
