@@ -115,7 +115,11 @@ std::string error_of(const std::function<void()>& fn) {
 
 }  // namespace
 
+// Progress lines: a crash then shows which section it was in.
+void section(const char* name) { std::printf("rank %d: %s\n", g_rank, name); }
+
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // frugal-run pipes stdout: flush each line
   const int gpus = cuda_device_count();
   const char* require = std::getenv("FRUGAL_REQUIRE_MULTI_GPU");
   if (gpus < 2) {
@@ -129,7 +133,11 @@ int main() {
     const Device dev = world->device();
     check(world->backend() == "nccl" && dev == cuda(r), "rank, backend and device");
 
-    for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32}) check_collectives(*world, dt);
+    for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32}) {
+      section(dtype_name(dt));
+      check_collectives(*world, dt);
+    }
+    section("send/recv");
 
     {  // send/recv both ways at once: fused in a CommGroup, it cannot deadlock
       const int next = (r + 1) % n, prev = (r + n - 1) % n;
@@ -146,6 +154,7 @@ int main() {
       for (int64_t i = 0; i < 257; ++i) ref.push_back(input_value(prev, i, kFloat32));
       check(close(values(in), ref, 0), "send/recv in a CommGroup");
     }
+    section("CommGroup all_reduce");
     {  // several all_reduces fused into one launch
       std::vector<Tensor> ts;
       std::vector<std::shared_ptr<Work>> works;
@@ -163,12 +172,14 @@ int main() {
         check(close(values(ts[size_t(k)]), std::vector<double>(16, ref), 0), str_cat("CommGroup all_reduce ", k));
       }
     }
+    section("ordering");
     {  // ordering: the collective waits for the fill queued just before it on the compute stream
       Tensor big = full({1 << 22}, double(r + 1), TensorOptions(kFloat32, dev));
       world->all_reduce(big)->wait();
       check(close(values(big), std::vector<double>(size_t(1) << 22, n * (n + 1) / 2.0), 0),
             "all_reduce ordered after the compute stream's fill");
     }
+    section("split");
     {  // split: reversed keys, and every rank alone
       auto reversed = world->split(0, n - r);
       check(reversed && reversed->size() == n && reversed->rank() == n - 1 - r, "split: size and reversed rank");
@@ -182,6 +193,7 @@ int main() {
     }
     world->barrier();
 
+    section("watchdog");
     {  // the watchdog: rank 1 skips a collective on a communicator with a 3 s timeout
       auto sub = world->split(0, r);
       sub->set_timeout(std::chrono::seconds(3));
