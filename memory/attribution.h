@@ -19,7 +19,8 @@
 namespace frugal::memory {
 
 /// What a block of memory is for. Unset means "decide from context": Activations
-/// inside an op (forward and backward temporaries), Other outside every op.
+/// inside an op or a module's forward (forward and backward temporaries), Other
+/// outside both (inputs, user tensors).
 enum class Category : uint8_t { Unset, Parameters, Gradients, OptimizerState, Activations, Workspace, Other };
 inline constexpr int kNumCategories = 7;  // including Unset, so a Category indexes arrays
 
@@ -43,7 +44,7 @@ class CategoryScope {
 };
 
 /// The category an allocation made now on this thread gets: the innermost
-/// CategoryScope, else Activations inside an op, else Other.
+/// CategoryScope, else Activations inside an op or a module's forward, else Other.
 Category effective_category() noexcept;
 
 /// Marks the module (an opaque pointer: memory/ knows nothing of nn::Module)

@@ -121,7 +121,7 @@ Category CategoryScope::current() noexcept { return current_category; }
 
 Category effective_category() noexcept {
   if (current_category != Category::Unset) return current_category;
-  return *current_op ? Category::Activations : Category::Other;
+  return *current_op || current_module ? Category::Activations : Category::Other;
 }
 
 ModuleScope::ModuleScope(const void* module) noexcept : outer_(current_module) { current_module = module; }
@@ -169,8 +169,10 @@ std::vector<OpRecord> end_recording() {
   const Device device = r.device;
   lock.unlock();
 
-  for (OpRecord& rec : records)
+  for (OpRecord& rec : records) {
     if (rec.end_ns == 0) rec.end_ns = end;  // still open: ran until the end
+    rec.op = intern(rec.op);                // a copy: the reports outlive the scope's name
+  }
   if (origin) {
     synchronize(device);  // every recorded event has completed after this
     for (size_t i = 0; i < records.size(); ++i) {

@@ -12,7 +12,8 @@ namespace frugal::memory {
 
 class OpScope {
  public:
-  /// `name` must outlive the scope (a string literal or a Node's cached name).
+  /// `name` must outlive the scope (a string literal or a Node's cached name) and,
+  /// while a profiler records, last until its stop(), which copies the names.
   explicit OpScope(const char* name) noexcept;
   ~OpScope();
   OpScope(const OpScope&) = delete;

@@ -103,6 +103,8 @@ void Session::stop() {
   stop_ns_ = now_ns();
   events_ = memory::trace_events(options_.device);
   memory::disable_trace(options_.device);
+  for (memory::TraceEvent& e : events_)  // copies of the op names, so the reports outlive them
+    if (e.op && *e.op) e.op = memory::detail::intern(e.op);
   final_snapshot_ = memory::snapshot(options_.device);
   analyse();
 }

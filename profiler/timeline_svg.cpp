@@ -62,14 +62,14 @@ std::string Session::timeline_svg(int width, int height) const {
   const double left = 80, right = 190, top = 44, bottom = 56;
   const double plot_w = std::max(100.0, width - left - right), plot_h = std::max(100.0, height - top - bottom);
 
-  // Samples, thinned to about two per pixel column: in each column keep the point with
-  // the most allocated bytes, so no spike (and never the peak) is lost.
+  // Samples, thinned to one per pixel column: each column shows the point with the most
+  // allocated bytes in it, so a spike (the peak above all) stays at least a pixel wide.
   std::vector<Sample> samples;
   const double end_ms =
       std::max(static_cast<double>(stop_ns_ - start_ns_) / 1e6,
                timeline_.empty() ? 0.0 : static_cast<double>(timeline_.back().time_ns - start_ns_) / 1e6);
   const double span_ms = end_ms > 0 ? end_ms : 1.0;
-  const size_t columns = static_cast<size_t>(plot_w) * 2;
+  const size_t columns = static_cast<size_t>(plot_w);
   for (size_t i = 0; i < timeline_.size();) {
     const size_t column = static_cast<size_t>(
         std::clamp(static_cast<double>(timeline_[i].time_ns - start_ns_) / 1e6 / span_ms, 0.0, 1.0) * columns);
@@ -81,7 +81,7 @@ std::string Session::timeline_svg(int width, int height) const {
       if (timeline_[j].allocated > timeline_[best].allocated) best = j;
     }
     samples.push_back(sample_of(timeline_[best], start_ns_));
-    if (best != j - 1) samples.push_back(sample_of(timeline_[j - 1], start_ns_));  // where the column ends
+    samples.back().ms = static_cast<double>(column) * span_ms / static_cast<double>(columns);  // its left edge
     i = j;
   }
   if (samples.empty()) samples.push_back(Sample{0.0, static_cast<double>(start_reserved_) / kMiB, {}});

@@ -267,7 +267,12 @@ TEST_CASE("profiler: the Chrome trace parses and its counters match the allocato
       if (name == "Adam") optimizer_span = e.find("cat")->text == "optimizer";
     }
   }
-  CHECK(counters == session.events().size() + 1);  // one per event, after the start point
+  CHECK(counters == session.events().size() + 1);                // one per event, after the start point
+  for (const profiler::TimelinePoint& p : session.timeline()) {  // the replay accounts for every byte
+    int64_t sum = 0;
+    for (int64_t b : p.by_category) sum += b;
+    CHECK(sum == p.allocated);
+  }
   CHECK(last_allocated == stats.allocated_bytes.current);
   CHECK(last_reserved == stats.reserved_bytes.current);
   CHECK(max_allocated == stats.allocated_bytes.peak);
@@ -276,11 +281,12 @@ TEST_CASE("profiler: the Chrome trace parses and its counters match the allocato
 }
 
 TEST_CASE("profiler: out of memory shows as an instant event") {
+  memory::empty_cache(kCPU);  // no cached segment left that could hold the request
   profiler::Session session;
   session.start();
   const size_t reserved = size_t(memory::stats(kCPU).reserved_bytes.current);
   memory::set_memory_limit(reserved + (1 << 20), kCPU);
-  CHECK_THROWS_AS(empty({64 << 20}, {kBool}), OutOfMemoryError);
+  CHECK_THROWS_AS(empty({256 << 20}, {kBool}), OutOfMemoryError);
   memory::set_memory_limit(0, kCPU);
   session.stop();
   const json::Value doc = json::parse(session.chrome_trace());
@@ -288,7 +294,7 @@ TEST_CASE("profiler: out of memory shows as an instant event") {
   for (const json::Value& e : doc.find("traceEvents")->items)
     if (e.find("ph")->text == "i" && e.find("name")->text == "out of memory") {
       ++ooms;
-      CHECK(*e.find("args")->find("requested")->as_uint64() == uint64_t(64) << 20);
+      CHECK(*e.find("args")->find("requested")->as_uint64() == uint64_t(256) << 20);
     }
   CHECK(ooms == 1);
 }
