@@ -18,6 +18,7 @@
 #include "memory/op_context.h"
 #include "nn/activation.h"
 #include "nn/container.h"
+#include "nn/conv.h"
 #include "nn/json.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
@@ -396,4 +397,29 @@ TEST_CASE("profiler: without a session nothing is recorded and results are the s
   a.stop();
   b.start();
   b.stop();
+}
+
+TEST_CASE("profiler: convolution workspace and Module::to() get their categories") {
+  manual_seed(8);
+  auto conv = std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2dModuleOptions{.padding = 1});
+  profiler::Session session;
+  session.attach(*conv, "conv");
+  session.start();
+  Tensor out = (*conv)(randn({2, 3, 16, 16}));  // im2col buffer: (3 * 3 * 3) x (16 * 16) floats per slot
+  conv->to(kFloat64);                           // new parameter storage
+  session.stop();
+
+  int64_t workspace = 0;
+  std::set<const void*> parameter_allocs;
+  for (const memory::TraceEvent& e : session.events()) {
+    if (e.action != TraceAction::Alloc) continue;
+    if (e.category == Category::Workspace) {
+      workspace += int64_t(e.size);
+      CHECK(session.module_name(e.module) == "conv");
+    }
+    if (e.category == Category::Parameters) parameter_allocs.insert(e.ptr);
+  }
+  CHECK(workspace >= int64_t(memory::detail::round_size(27 * 256 * sizeof(float))));
+  CHECK(parameter_allocs.count(data_of(conv->weight)));
+  CHECK(parameter_allocs.count(data_of(conv->bias)));
 }
