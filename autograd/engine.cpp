@@ -13,6 +13,9 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
+#include "memory/attribution.h"
+#include "memory/op_context.h"
+#include "memory/profile_recorder.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/reduce.h"
@@ -43,6 +46,13 @@ void check_grad_shape(const Node& node, size_t slot, const Tensor& g) {
                shape_str(g.sizes()), ", expected ", shape_str(m.sizes));
   FRUGAL_CHECK(g.device() == m.device, "backward: gradient for output ", slot, " of ", node.name(), " is on ",
                g.device().str(), ", expected ", m.device.str());
+}
+
+// The OpScope name of a node's apply. Computed only while a profiler records (a
+// virtual call and a string per node otherwise), then interned so it outlives the
+// node (see Note [Zero-cost attribution] in memory/attribution.h).
+const char* op_name(const Node& node, bool profiling) {
+  return profiling ? memory::detail::intern(node.name()) : "backward";
 }
 
 struct GraphRun {
@@ -126,10 +136,17 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
         grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
     for (const auto& [nr, weak] : node->retained_outputs)
       if (auto impl = weak.lock()) {
+        memory::CategoryScope category(memory::Category::Gradients);
         AutogradMeta& m = ensure_meta(Tensor(impl));
         m.grad = m.grad.defined() ? ops::add(m.grad, grads[nr]) : grads[nr].clone();
       }
-    TensorList input_grads = node->apply(std::move(grads));
+    TensorList input_grads;
+    {  // attribute the node's allocations and time to it and to the module that made it
+      const bool profiling = memory::profiling();
+      memory::ModuleScope module(profiling ? memory::detail::node_module(node->sequence_nr) : nullptr);
+      memory::OpScope op(op_name(*node, profiling));
+      input_grads = node->apply(std::move(grads));
+    }
     if (anomaly) check_finite(*node, input_grads);
     if (!retain_graph) {
       node->release_saved();

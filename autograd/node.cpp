@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include "autograd/meta.h"
+#include "memory/attribution.h"
+#include "memory/profile_recorder.h"
 #include "tensor/ops/binary.h"
 
 namespace frugal::autograd {
@@ -11,7 +13,10 @@ namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
 }
 
-Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {
+  // Backward ops are attributed to the module whose forward created them.
+  if (memory::profiling()) memory::detail::note_node_module(sequence_nr);
+}
 
 // Iterative teardown (Note [Backward graph]): before this node dies, take every
 // child that only we keep alive; each such child gives up its own children the
@@ -40,6 +45,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (!impl || !grads[0].defined()) return {};
   Tensor leaf(impl);
   AutogradMeta& m = ensure_meta(leaf);
+  memory::CategoryScope category(memory::Category::Gradients);  // the copies below are .grad
   Tensor g = std::move(grads[0]);
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
   if (!m.grad.defined()) {
@@ -47,6 +53,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     // later accumulation writes into .grad in place.
     const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
     m.grad = sole_owner ? g : g.clone();
+    // A stolen buffer was allocated as a backward temporary; it is a gradient now.
+    if (sole_owner) memory::relabel(g.device(), g.impl().storage->data.get(), memory::Category::Gradients);
   } else {
     ops::add_(m.grad, g);
   }

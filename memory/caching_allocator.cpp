@@ -388,6 +388,18 @@ void CachingAllocator::enable_trace(size_t capacity) {
   trace_ = capacity ? std::make_unique<TraceRing>(capacity) : nullptr;
 }
 
+void CachingAllocator::trace_relabel(const void* ptr, Category category) {
+  std::lock_guard lock(mutex_);
+  if (!trace_) return;
+  TraceEvent event{};
+  event.action = TraceAction::Relabel;
+  event.ptr = const_cast<void*>(ptr);
+  event.category = category;
+  event.allocated_bytes = stats_.allocated_bytes.current;
+  event.reserved_bytes = stats_.reserved_bytes.current;
+  trace_->record(event);
+}
+
 std::vector<TraceEvent> CachingAllocator::trace_events() const {
   std::lock_guard lock(mutex_);
   return trace_ ? trace_->events() : std::vector<TraceEvent>{};

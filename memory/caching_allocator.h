@@ -142,6 +142,8 @@ class CachingAllocator {
   std::vector<SegmentInfo> snapshot() const;
   void enable_trace(size_t capacity);
   std::vector<TraceEvent> trace_events() const;
+  /// Records that the block at `ptr` now holds `category` (when tracing; see memory::relabel).
+  void trace_relabel(const void* ptr, Category category);
 
   const std::string& name() const { return name_; }
   Device device() const { return device_; }

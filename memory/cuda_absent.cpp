@@ -7,6 +7,7 @@
 #include "memory/backend.h"
 #include "memory/caching_allocator.h"
 #include "memory/error.h"
+#include "memory/profile_recorder.h"
 
 namespace frugal {
 
@@ -30,6 +31,12 @@ std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
 void cuda_synchronize(int index) {
   FRUGAL_FAIL("synchronize: frugal was built without CUDA (device cuda:", index, ")");
 }
+
+void* record_timing_event(Device device) {
+  FRUGAL_FAIL("profiler: frugal was built without CUDA (device ", device.str(), ")");
+}
+double timing_event_elapsed_ms(void*, void*) { FRUGAL_FAIL("profiler: frugal was built without CUDA"); }
+void release_timing_event(void*) {}
 
 }  // namespace memory::detail
 }  // namespace frugal

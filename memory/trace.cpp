@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "memory/caching_allocator.h"
+#include "memory/op_context.h"
 
 namespace frugal::memory {
 
@@ -48,6 +49,7 @@ const char* to_string(TraceAction action) {
     case TraceAction::SegmentAlloc: return "segment_alloc";
     case TraceAction::SegmentFree: return "segment_free";
     case TraceAction::Oom: return "oom";
+    case TraceAction::Relabel: return "relabel";
   }
   return "unknown";
 }
@@ -67,6 +69,9 @@ void detail::TraceRing::record(TraceEvent event) {
   event.time_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::memcpy(event.tag, current_tag, kTraceTagCapacity);
+  event.op = OpScope::current();
+  event.module = ModuleScope::current();
+  if (event.action != TraceAction::Relabel) event.category = effective_category();
   events_[next_seq_ % events_.size()] = event;
   ++next_seq_;
 }
@@ -91,16 +96,17 @@ std::vector<TraceEvent> trace_events(Device device) {
 
 std::string trace_to_text(const std::vector<TraceEvent>& events) {
   std::string out;
-  char line[256];
-  std::snprintf(line, sizeof line, "%8s %12s %-13s %12s %12s %18s %12s %12s  %s\n", "seq", "t_us", "action", "size",
-                "requested", "ptr", "allocated", "reserved", "tag");
+  char line[384];
+  std::snprintf(line, sizeof line, "%8s %12s %-13s %12s %12s %18s %12s %12s  %-15s %s / %s\n", "seq", "t_us", "action",
+                "size", "requested", "ptr", "allocated", "reserved", "category", "op", "tag");
   out += line;
   int64_t t0 = events.empty() ? 0 : events.front().time_ns;
   for (const TraceEvent& e : events) {
     std::snprintf(line, sizeof line,
-                  "%8" PRIu64 " %12.3f %-13s %12zu %12zu   0x%016" PRIxPTR " %12" PRId64 " %12" PRId64 "  %s\n", e.seq,
-                  static_cast<double>(e.time_ns - t0) / 1e3, to_string(e.action), e.size, e.requested, address(e.ptr),
-                  e.allocated_bytes, e.reserved_bytes, e.tag);
+                  "%8" PRIu64 " %12.3f %-13s %12zu %12zu   0x%016" PRIxPTR " %12" PRId64 " %12" PRId64
+                  "  %-15s %s / %s\n",
+                  e.seq, static_cast<double>(e.time_ns - t0) / 1e3, to_string(e.action), e.size, e.requested,
+                  address(e.ptr), e.allocated_bytes, e.reserved_bytes, to_string(e.category), e.op ? e.op : "", e.tag);
     out += line;
   }
   return out;
@@ -121,7 +127,11 @@ std::string trace_to_json(const std::vector<TraceEvent>& events) {
                   address(e.stream), e.allocated_bytes, e.reserved_bytes);
     out += buf;
     append_json_string(out, e.tag);
-    out += '}';
+    out += ", \"op\": ";
+    append_json_string(out, e.op ? e.op : "");
+    std::snprintf(buf, sizeof buf, ", \"module\": \"0x%" PRIxPTR "\", \"category\": \"%s\"}",
+                  address(const_cast<void*>(e.module)), to_string(e.category));
+    out += buf;
   }
   out += events.empty() ? "]" : "\n]";
   return out;

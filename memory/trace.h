@@ -4,21 +4,24 @@
 // sizes, the memory totals after it, and a tag naming what the program was doing
 // (TraceTag). Off by default; when on, recording an event costs a clock read and
 // a copy into a preallocated slot, under the allocator lock it already holds.
+// Each event also names the op, module and category that caused it (see
+// memory/attribution.h); Relabel events change the category of a live block.
 // A memory profiler replays it: match Alloc/Free by ptr for live blocks, plot
-// allocated_bytes over seq for the timeline.
+// allocated_bytes over seq for the timeline (profiler/session.h does).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "memory/attribution.h"
 #include "memory/device.h"
 
 namespace frugal::memory {
 
-enum class TraceAction : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom };
+enum class TraceAction : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom, Relabel };
 
-/// "alloc", "free", "segment_alloc", "segment_free", "oom".
+/// "alloc", "free", "segment_alloc", "segment_free", "oom", "relabel".
 const char* to_string(TraceAction action);
 
 inline constexpr size_t kTraceTagCapacity = 32;  // bytes, with the terminating NUL
@@ -27,13 +30,16 @@ struct TraceEvent {
   uint64_t seq;     ///< position in the device's history; a gap means the ring overwrote events
   int64_t time_ns;  ///< steady clock
   TraceAction action;
-  void* ptr;                ///< the block (Alloc, Free) or segment base (Segment*); null for Oom
+  void* ptr;                ///< the block (Alloc, Free, Relabel) or segment base (Segment*); null for Oom
   size_t size;              ///< rounded block size, segment size, or for Oom the rounded request
   size_t requested;         ///< bytes asked for (Alloc, Free, Oom); 0 for segment events
   void* stream;             ///< stream handle the block or segment belongs to
   int64_t allocated_bytes;  ///< device totals after the event
   int64_t reserved_bytes;
   char tag[kTraceTagCapacity];  ///< the TraceTag active on the thread that caused it ("" if none)
+  const char* op;               ///< OpScope::current() on that thread ("" outside ops)
+  const void* module;           ///< ModuleScope::current() on that thread (nullptr outside modules)
+  Category category;            ///< effective_category() there; for Relabel, the block's new category
 };
 
 /// Starts recording `device`'s allocator events into a fresh ring of `capacity`
@@ -71,7 +77,8 @@ namespace detail {
 class TraceRing {
  public:
   explicit TraceRing(size_t capacity) : events_(capacity) {}
-  /// Fills in seq, time and tag; the caller fills the rest of `event`.
+  /// Fills in seq, time, tag, op, module and (except for Relabel) category; the
+  /// caller fills the rest of `event`.
   void record(TraceEvent event);
   std::vector<TraceEvent> events() const;
 

@@ -192,7 +192,7 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
   }
 
   AttentionOutput result;
-  Tensor out = out_proj->forward(heads.transpose(1, 2).reshape({B, L, E}));  // (B, L, E)
+  Tensor out = (*out_proj)(heads.transpose(1, 2).reshape({B, L, E}));  // (B, L, E)
   result.output = !batched ? out.squeeze(0) : batch_first ? out : out.transpose(0, 1);
   if (o.need_weights) {
     if (o.average_attn_weights) weights = mean(weights, {1});  // (B, L, S)

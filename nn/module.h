@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "memory/attribution.h"
 #include "tensor/tensor.h"
 
 namespace frugal::nn {
@@ -91,7 +92,12 @@ class Module {
 class UnaryModule : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// Runs forward under this module's name for the memory profiler (a thread-local
+  /// pointer write): call modules as m(x), not m.forward(x), to attribute their ops.
+  Tensor operator()(const Tensor& x) {
+    memory::ModuleScope scope(this);
+    return forward(x);
+  }
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);

@@ -1,6 +1,8 @@
 #include "optim/sgd.h"
 
 #include "autograd/grad_mode.h"
+#include "memory/attribution.h"
+#include "memory/op_context.h"
 #include "optim/step_util.h"
 #include "tensor/factory.h"
 
@@ -32,6 +34,8 @@ void SGD::check_group(const ParamGroup& group, size_t g) const {
 
 void SGD::step() {
   autograd::NoGradGuard no_grad;
+  memory::CategoryScope category(memory::Category::OptimizerState);  // for the profiler: its state and buffers
+  memory::OpScope op(name());                                        // and its time
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::SgdEntry> batches;
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.

@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "memory/attribution.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/dispatch.h"
@@ -318,6 +319,7 @@ std::vector<Candidate> search(cudnnHandle_t h, const ConvProblem& p) {
       if (c.workspace <= kMaxBenchmarkWorkspace) bytes = std::max(bytes, c.workspace);
     Tensor ws;
     try {
+      memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
       if (bytes > 0) ws = empty({int64_t(bytes)}, {kBool, p.device});
     } catch (const OutOfMemoryError&) {
       bytes = 0;  // time only what runs without a workspace
@@ -349,7 +351,8 @@ void run_convolution(const ConvProblem& p) {
     Tensor ws;
     if (c.workspace > 0) {
       try {
-        ws = empty({int64_t(c.workspace)}, {kBool, p.device});  // bytes from the arena, on this stream
+        memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
+        ws = empty({int64_t(c.workspace)}, {kBool, p.device});        // bytes from the arena, on this stream
       } catch (const OutOfMemoryError&) {
         if (i + 1 == candidates.size()) throw;
         continue;

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "memory/attribution.h"
 #include "tensor/cuda/cublas_handle.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/factory.h"
@@ -124,7 +125,10 @@ CublasWorkspace cublas_workspace(Device device) {
   const int index = checked_index(device);
   const Stream stream = current_stream(device);
   Tensor& ws = thread_handles().workspaces[{index, stream.handle}];
-  if (!ws.defined()) ws = empty({int64_t(workspace_bytes(index))}, {kBool, device});  // bytes; see factory.h
+  if (!ws.defined()) {
+    memory::CategoryScope category(memory::Category::Workspace);     // for the memory profiler
+    ws = empty({int64_t(workspace_bytes(index))}, {kBool, device});  // bytes; see factory.h
+  }
   return {ws.data(), size_t(ws.numel())};
 }
 

@@ -1,0 +1,425 @@
+// The memory profiler (profiler/session.h) on the CPU allocator: every event names
+// its op, module and category; the exports agree with the allocator's own stats
+// (the independent reference: memory::stats counts the same bytes by another path);
+// and without a profiler nothing is recorded and results are unchanged.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "autograd/ops/nn_functional.h"
+#include "memory/allocator.h"
+#include "memory/caching_allocator.h"
+#include "memory/error.h"
+#include "memory/op_context.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/conv.h"
+#include "nn/json.h"
+#include "nn/linear.h"
+#include "optim/adam.h"
+#include "profiler/session.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/random.h"
+
+using namespace frugal;
+using memory::Category;
+using memory::TraceAction;
+
+namespace {
+
+// encoder.0 (Linear 8->16), encoder.1 (ReLU), head (Linear 16->4): two levels of names.
+struct Net : nn::UnaryModule {
+  std::shared_ptr<nn::Sequential> encoder;
+  std::shared_ptr<nn::Linear> head;
+  Net() {
+    encoder = register_module("encoder",
+                              std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+                                  std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>()}));
+    head = register_module("head", std::make_shared<nn::Linear>(16, 4));
+  }
+  Tensor forward(const Tensor& x) override { return (*head)((*encoder)(x)); }
+  std::string type_name() const override { return "Net"; }
+};
+
+int64_t rounded(const Tensor& t) { return static_cast<int64_t>(memory::detail::round_size(t.impl().storage->nbytes)); }
+
+const void* data_of(const Tensor& t) { return t.impl().storage->data.get(); }
+
+// One training step of `net` on fixed data; returns the loss.
+double train_step(Net& net, optim::Adam& opt) {
+  Tensor x = randn({32, 8});
+  Tensor y = randint(0, 4, {32});
+  opt.zero_grad();
+  Tensor loss = cross_entropy(net(x), y);
+  loss.backward();
+  opt.step();
+  return loss.item<double>();
+}
+
+// The recorded OpRecords named `op`.
+std::vector<memory::OpRecord> records_of(const profiler::Session& s, const std::string& op) {
+  std::vector<memory::OpRecord> out;
+  for (const memory::OpRecord& r : s.op_records())
+    if (op == r.op) out.push_back(r);
+  return out;
+}
+
+// A small XML check: every tag opened is closed in order; no text outside the root.
+bool balanced_xml(const std::string& svg) {
+  std::vector<std::string> stack;
+  size_t i = 0;
+  while ((i = svg.find('<', i)) != std::string::npos) {
+    const size_t end = svg.find('>', i);
+    if (end == std::string::npos) return false;
+    std::string tag = svg.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.empty()) return false;
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != tag.substr(1)) return false;
+      stack.pop_back();
+      if (stack.empty()) return svg.find('<', i) == std::string::npos;  // the root closed last
+    } else if (tag.back() != '/') {
+      stack.push_back(tag.substr(0, tag.find_first_of(" \n")));
+    }
+  }
+  return false;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t i = text.find(what); i != std::string::npos; i = text.find(what, i + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("profiler: ops, backward nodes and modules are attributed") {
+  manual_seed(1);
+  Net net;
+  profiler::Session session;
+  session.attach(net);
+  session.start();
+  Tensor out;
+  {
+    memory::OpScope op("custom_op");  // as every public op opens one
+    out = ops::add(randn({4, 4}), 1.0);
+  }
+  Tensor loss = cross_entropy(net(randn({32, 8})), randint(0, 4, {32}));
+  loss.backward();
+  session.stop();
+
+  bool custom_alloc = false;
+  std::set<std::string> modules;
+  std::set<std::string> backward_ops;
+  for (const memory::TraceEvent& e : session.events()) {
+    if (e.action != TraceAction::Alloc) continue;
+    if (std::string(e.op) == "custom_op" && e.ptr == data_of(out)) {
+      custom_alloc = true;
+      CHECK(e.category == Category::Activations);
+      CHECK(e.module == nullptr);
+    }
+    if (e.module) modules.insert(session.module_name(e.module));
+    if (std::string(e.op).find("Backward") != std::string::npos) backward_ops.insert(e.op);
+  }
+  CHECK(custom_alloc);
+  // Forward allocations inside the modules (the layers' outputs), and backward ones
+  // attributed to the module whose forward made the node.
+  CHECK(modules.count("encoder.0"));
+  CHECK(modules.count("head"));
+  CHECK(backward_ops.count("LinearBackward"));
+
+  const auto linear_backward = records_of(session, "LinearBackward");
+  REQUIRE(linear_backward.size() == 2);
+  std::set<std::string> backward_modules;
+  for (const auto& r : linear_backward) backward_modules.insert(session.module_name(r.module));
+  CHECK(backward_modules == std::set<std::string>{"encoder.0", "head"});
+  CHECK(records_of(session, "CrossEntropyBackward").size() == 1);
+  CHECK(records_of(session, "AccumulateGrad").size() == 4);  // 2 weights, 2 biases
+  for (const memory::OpRecord& r : session.op_records()) {
+    CHECK(r.end_ns >= r.start_ns);
+    CHECK(r.device_ms == -1.0);  // no CUDA events on the CPU
+  }
+  CHECK(session.module_name(&net) == "(Net)");
+}
+
+TEST_CASE("profiler: parameters, gradients and optimizer state get their categories") {
+  manual_seed(2);
+  profiler::Session session;
+  session.start();
+  Net net;  // made under the profiler: its tensors become parameters at register_parameter
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  train_step(net, opt);
+  session.stop();
+
+  const std::vector<Tensor> params = net.parameters();
+  int64_t param_bytes = 0, grad_bytes = 0;
+  std::set<const void*> param_ptrs, grad_ptrs;
+  for (const Tensor& p : params) {
+    param_bytes += rounded(p);
+    grad_bytes += rounded(p.grad());
+    param_ptrs.insert(data_of(p));
+    grad_ptrs.insert(data_of(p.grad()));
+  }
+  // Every parameter and gradient block's last word in the trace names its category.
+  std::map<const void*, Category> last;
+  int64_t adam_state_bytes = 0;
+  for (const memory::TraceEvent& e : session.events()) {
+    if (e.action == TraceAction::Alloc || e.action == TraceAction::Relabel) last[e.ptr] = e.category;
+    if (e.action == TraceAction::Alloc && e.category == Category::OptimizerState) adam_state_bytes += int64_t(e.size);
+  }
+  for (const void* p : param_ptrs) CHECK(last.at(p) == Category::Parameters);
+  for (const void* g : grad_ptrs) CHECK(last.at(g) == Category::Gradients);
+  CHECK(adam_state_bytes == 2 * param_bytes);  // exp_avg and exp_avg_sq, nothing else on the CPU
+
+  // The replay agrees: the bytes live at the end, per category.
+  const profiler::TimelinePoint& end = session.timeline().back();
+  CHECK(end.by_category[size_t(Category::Parameters)] == param_bytes);
+  CHECK(end.by_category[size_t(Category::Gradients)] == grad_bytes);
+  CHECK(end.by_category[size_t(Category::OptimizerState)] == 2 * param_bytes);
+  CHECK(records_of(session, "Adam").size() == 1);
+}
+
+TEST_CASE("profiler: attach marks blocks made before start, and the peak table adds up to the peak") {
+  manual_seed(3);
+  Net net;
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  train_step(net, opt);  // state and gradients exist before the session
+  profiler::Session session;
+  session.attach(net);
+  session.attach(opt);
+  memory::reset_peak(kCPU);
+  session.start();
+  train_step(net, opt);
+  session.stop();
+  const memory::MemoryStats stats = memory::stats(kCPU);
+
+  CHECK(session.peak_allocated() == stats.allocated_bytes.peak);
+  int64_t sum = 0;
+  for (const profiler::AllocationGroup& g : session.live_at_peak()) {
+    sum += g.bytes;
+    CHECK(g.op != "(trace overflow)");
+  }
+  CHECK(sum == session.peak_allocated());
+  CHECK(session.lost_events() == 0);
+  for (size_t i = 1; i < session.live_at_peak().size(); ++i)
+    CHECK(session.live_at_peak()[i - 1].bytes >= session.live_at_peak()[i].bytes);
+
+  int64_t param_bytes = 0;
+  for (const Tensor& p : net.parameters()) param_bytes += rounded(p);
+  const auto by_category = session.category_bytes_at_peak();
+  CHECK(by_category[size_t(Category::Parameters)] == param_bytes);
+  CHECK(by_category[size_t(Category::OptimizerState)] == 2 * param_bytes);
+  // The parameters were made before start: attach named their modules.
+  bool head_params = false;
+  for (const profiler::AllocationGroup& g : session.live_at_peak())
+    if (g.module == "head" && g.category == Category::Parameters && g.op == "(before start)") {
+      head_params = true;
+      CHECK(g.bytes == rounded(net.head->weight) + rounded(net.head->bias));
+    }
+  CHECK(head_params);
+
+  const std::string table = session.top_allocations_table(3);
+  CHECK(table.find("total at peak") != std::string::npos);
+  CHECK(table.find(memory::format_bytes(session.peak_allocated())) != std::string::npos);
+  CHECK(table.find("more groups") != std::string::npos);
+  const std::string snapshot = session.snapshot_text();
+  CHECK(snapshot.find("parameters") != std::string::npos);
+  CHECK(snapshot.find("segment") != std::string::npos);
+}
+
+TEST_CASE("profiler: the Chrome trace parses and its counters match the allocator's stats") {
+  manual_seed(4);
+  Net net;
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  profiler::Session session;
+  session.attach(net, "net");
+  memory::reset_peak(kCPU);
+  session.start();
+  train_step(net, opt);
+  session.stop();
+  const memory::MemoryStats stats = memory::stats(kCPU);
+
+  const json::Value doc = json::parse(session.chrome_trace());
+  const json::Value* events = doc.find("traceEvents");
+  REQUIRE(events);
+  REQUIRE(events->is_array());
+  int64_t last_allocated = -1, max_allocated = -1, last_reserved = -1;
+  size_t counters = 0;
+  bool backward_with_module = false, optimizer_span = false;
+  for (const json::Value& e : events->items) {
+    const std::string name = e.find("name")->text, ph = e.find("ph")->text;
+    if (ph == "C" && name == "allocated bytes") {
+      const int64_t v = int64_t(*e.find("args")->find("allocated")->as_uint64());
+      last_allocated = v;
+      max_allocated = std::max(max_allocated, v);
+      ++counters;
+    }
+    if (ph == "C" && name == "reserved bytes") last_reserved = int64_t(*e.find("args")->find("reserved")->as_uint64());
+    if (ph == "X") {
+      CHECK(e.find("dur"));
+      if (name == "LinearBackward" && e.find("args")->find("module")->text == "net.head")
+        backward_with_module = e.find("cat")->text == "backward";
+      if (name == "Adam") optimizer_span = e.find("cat")->text == "optimizer";
+    }
+  }
+  CHECK(counters == session.events().size() + 1);                // one per event, after the start point
+  for (const profiler::TimelinePoint& p : session.timeline()) {  // the replay accounts for every byte
+    int64_t sum = 0;
+    for (int64_t b : p.by_category) sum += b;
+    CHECK(sum == p.allocated);
+  }
+  CHECK(last_allocated == stats.allocated_bytes.current);
+  CHECK(last_reserved == stats.reserved_bytes.current);
+  CHECK(max_allocated == stats.allocated_bytes.peak);
+  CHECK(backward_with_module);
+  CHECK(optimizer_span);
+}
+
+TEST_CASE("profiler: out of memory shows as an instant event") {
+  memory::empty_cache(kCPU);  // no cached segment left that could hold the request
+  profiler::Session session;
+  session.start();
+  const size_t reserved = size_t(memory::stats(kCPU).reserved_bytes.current);
+  memory::set_memory_limit(reserved + (1 << 20), kCPU);
+  CHECK_THROWS_AS(empty({256 << 20}, {kBool}), OutOfMemoryError);
+  memory::set_memory_limit(0, kCPU);
+  session.stop();
+  const json::Value doc = json::parse(session.chrome_trace());
+  size_t ooms = 0;
+  for (const json::Value& e : doc.find("traceEvents")->items)
+    if (e.find("ph")->text == "i" && e.find("name")->text == "out of memory") {
+      ++ooms;
+      CHECK(*e.find("args")->find("requested")->as_uint64() == uint64_t(256) << 20);
+    }
+  CHECK(ooms == 1);
+}
+
+TEST_CASE("profiler: the timeline SVG is well formed, one area per category, peak labelled") {
+  manual_seed(5);
+  Net net;
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  profiler::Session session;
+  session.attach(net);
+  session.start();
+  train_step(net, opt);
+  session.stop();
+  const std::string svg = session.timeline_svg();
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("</svg>") == svg.size() - 7);
+  CHECK(balanced_xml(svg));
+  CHECK(count(svg, "<path") == 6);
+  for (const char* c : {"parameters", "gradients", "optimizer_state", "activations", "workspace", "other"})
+    CHECK(count(svg, std::string("data-category=\"") + c + "\"") == 1);
+  CHECK(svg.find("class=\"reserved\"") != std::string::npos);
+  CHECK(svg.find("time (ms)") != std::string::npos);
+  CHECK(svg.find("memory (MiB)") != std::string::npos);
+  char peak[64];
+  std::snprintf(peak, sizeof peak, "peak %.2f MiB", double(session.peak_allocated()) / (1024.0 * 1024.0));
+  CHECK(svg.find(peak) != std::string::npos);
+}
+
+TEST_CASE("profiler: op times nest; self time excludes nested ops") {
+  profiler::Session session;
+  session.start();
+  {
+    memory::OpScope outer("outer_op");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (int i = 0; i < 2; ++i) {
+      memory::OpScope inner("inner_op");
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+  }
+  session.stop();
+  const auto times = session.op_times();
+  auto find = [&](const std::string& op) {
+    return *std::find_if(times.begin(), times.end(), [&](const profiler::OpTime& t) { return t.op == op; });
+  };
+  const profiler::OpTime outer = find("outer_op"), inner = find("inner_op");
+  CHECK(outer.calls == 1);
+  CHECK(inner.calls == 2);
+  CHECK(inner.total_ms >= 6.0);
+  CHECK(inner.self_ms == doctest::Approx(inner.total_ms));
+  CHECK(outer.total_ms >= inner.total_ms + 2.0);
+  CHECK(outer.self_ms == doctest::Approx(outer.total_ms - inner.total_ms).epsilon(1e-9));
+  CHECK(records_of(session, "inner_op")[0].depth == 1);
+  const std::string table = session.op_time_table();
+  CHECK(table.find("inner_op") != std::string::npos);
+  CHECK(table.find("share") != std::string::npos);
+}
+
+TEST_CASE("profiler: a small trace ring loses events but the peak still adds up") {
+  manual_seed(6);
+  Net net;
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  profiler::Session session({.device = kCPU, .trace_capacity = 16});
+  session.start();
+  train_step(net, opt);
+  session.stop();
+  CHECK(session.lost_events() > 0);
+  CHECK(session.events().size() == 16);
+  int64_t sum = 0;
+  for (const auto& g : session.live_at_peak()) sum += g.bytes;
+  CHECK(sum == session.peak_allocated());
+}
+
+TEST_CASE("profiler: without a session nothing is recorded and results are the same") {
+  auto run = [](bool profile) {
+    manual_seed(7);
+    Net net;
+    optim::Adam opt(net.parameters(), {.lr = 1e-3});
+    profiler::Session session;
+    if (profile) session.start();
+    std::vector<double> losses;
+    for (int i = 0; i < 2; ++i) losses.push_back(train_step(net, opt));
+    if (profile) session.stop();
+    std::vector<float> weights = net.head->weight.tolist<float>();
+    return std::make_pair(losses, weights);
+  };
+  const auto plain = run(false);
+  CHECK_FALSE(memory::profiling());
+  CHECK(memory::trace_events(kCPU).empty());
+  const auto profiled = run(true);
+  CHECK(plain.first == profiled.first);  // bit for bit: profiling changes no numerics
+  CHECK(plain.second == profiled.second);
+  CHECK_FALSE(memory::profiling());
+  CHECK(memory::trace_events(kCPU).empty());  // stop() turned the trace off
+
+  // Two sessions at once are refused, and a stopped one can start again.
+  profiler::Session a, b;
+  a.start();
+  CHECK_THROWS_AS(b.start(), Error);
+  a.stop();
+  b.start();
+  b.stop();
+}
+
+TEST_CASE("profiler: convolution workspace and Module::to() get their categories") {
+  manual_seed(8);
+  auto conv = std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2dModuleOptions{.padding = 1});
+  profiler::Session session;
+  session.attach(*conv, "conv");
+  session.start();
+  Tensor out = (*conv)(randn({2, 3, 16, 16}));  // im2col buffer: (3 * 3 * 3) x (16 * 16) floats per slot
+  conv->to(kFloat64);                           // new parameter storage
+  session.stop();
+
+  int64_t workspace = 0;
+  std::set<const void*> parameter_allocs;
+  for (const memory::TraceEvent& e : session.events()) {
+    if (e.action != TraceAction::Alloc) continue;
+    if (e.category == Category::Workspace) {
+      workspace += int64_t(e.size);
+      CHECK(session.module_name(e.module) == "conv");
+    }
+    if (e.category == Category::Parameters) parameter_allocs.insert(e.ptr);
+  }
+  CHECK(workspace >= int64_t(memory::detail::round_size(27 * 256 * sizeof(float))));
+  CHECK(parameter_allocs.count(data_of(conv->weight)));
+  CHECK(parameter_allocs.count(data_of(conv->bias)));
+}
