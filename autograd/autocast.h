@@ -9,9 +9,13 @@
 //
 // Per-op policy, as torch.autocast: ops of the "lower" list cast their floating inputs
 // to the autocast dtype; ops of the "fp32" list cast low-precision inputs up to float32;
-// binary ops promote to the widest input dtype. Casts of leaf tensors that require grad
-// (parameters) are cached for the lifetime of the outermost enabled guard, so a weight
-// used by many calls is cast once.
+// binary ops, where, cat and stack promote to the widest input dtype (natively). Casts of
+// leaf tensors that require grad (parameters) are cached while an AutocastGuard is alive,
+// so a weight used by many calls is cast once.
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
 #include "memory/device.h"
 #include "tensor/tensor.h"
 
@@ -30,8 +34,31 @@ struct State {
 State state(DeviceType type);
 void set_state(DeviceType type, State s);
 
-/// Drops the cached casts of parameters (done when the outermost enabled guard exits).
+/// Drops the cached casts of parameters (done when the outermost guard exits).
 void clear_cache();
+/// How many parameter casts are cached (for tests and memory accounting).
+size_t cache_size();
+
+/// What an op does with its floating inputs under autocast (Note [Autocast]).
+enum class Policy {
+  Lower,    ///< to the autocast dtype: matmul, linear, conv2d, attention
+  Float32,  ///< float16/bfloat16 up to float32: softmax, norms, losses, sums, exp/log/pow
+};
+
+namespace detail {
+extern thread_local bool any_enabled;  // autocast is on for some device type on this thread
+std::optional<std::vector<Tensor>> cast_inputs(Policy policy, std::initializer_list<const Tensor*> inputs);
+}  // namespace detail
+
+/// The inputs cast as `policy` says, or nullopt when nothing changes (autocast off on this
+/// thread, or every input already fine); then the op goes on with its own arguments. Only
+/// floating tensors (not float64) on a device type with autocast on are cast; undefined
+/// ones stay undefined. Each op calls it first and, given casts, calls itself again:
+///   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &w})) return linear((*c)[0], (*c)[1]);
+inline std::optional<std::vector<Tensor>> cast_inputs(Policy policy, std::initializer_list<const Tensor*> inputs) {
+  if (!detail::any_enabled) return std::nullopt;  // the whole cost outside autocast
+  return detail::cast_inputs(policy, inputs);
+}
 
 }  // namespace frugal::autocast
 

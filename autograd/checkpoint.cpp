@@ -22,6 +22,9 @@
 //    recorded nothing), so this is the one and only accumulation for this use;
 //    a parameter also used outside the block is reached by the outer run
 //    separately, and the two contributions add, as in a plain run.
+// The replay also runs under the autocast state (both device types) that fn saw in
+// the forward, so the recomputed ops have the forward's dtypes whatever autocast
+// region backward runs in (Note [Autocast]).
 // The recomputed graph lives only for that nested run, so the peak memory of
 // a checkpointed network is the saved inputs of every block plus the
 // activations of one block at a time.
@@ -41,6 +44,7 @@
 // checkpoint.
 #include "autograd/checkpoint.h"
 
+#include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "tensor/random.h"
@@ -66,6 +70,17 @@ class GeneratorReplay {
   uint64_t seed_now_, offset_now_;
 };
 
+// The autocast state of both device types for its scope (guards: they nest, and the
+// parameter casts made during the replay are dropped with the outermost one).
+class AutocastReplay {
+ public:
+  AutocastReplay(autocast::State cpu, autocast::State cuda)
+      : cpu_(kCPU, cpu.dtype, cpu.enabled), cuda_(frugal::cuda(), cuda.dtype, cuda.enabled) {}
+
+ private:
+  AutocastGuard cpu_, cuda_;
+};
+
 // grad_inputs = d(fn(inputs))/d(inputs) * grads, from a replay of fn with grad enabled;
 // leaves captured by fn accumulate their .grad during the replay.
 struct CheckpointBackward final : Node {
@@ -73,6 +88,7 @@ struct CheckpointBackward final : Node {
   std::vector<SavedTensor> inputs;
   std::vector<bool> input_requires_grad;
   uint64_t rng_seed = 0, rng_offset = 0;  // the default generator when fn started
+  autocast::State amp_cpu, amp_cuda;      // the autocast state when fn started
 
   std::string name() const override { return "CheckpointBackward"; }
 
@@ -100,6 +116,7 @@ struct CheckpointBackward final : Node {
     TensorList recomputed;
     {
       GeneratorReplay replay(rng_seed, rng_offset);
+      AutocastReplay amp(amp_cpu, amp_cuda);
       EnableGradGuard grad_on;
       recomputed = fn(leaves);
     }
@@ -146,6 +163,8 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   node->fn = fn;
   node->rng_seed = seed;
   node->rng_offset = offset;
+  node->amp_cpu = autocast::state(DeviceType::CPU);
+  node->amp_cuda = autocast::state(DeviceType::CUDA);
   node->next_edges.reserve(inputs.size());
   for (const Tensor& x : inputs) {
     const bool rg = x.defined() && requires_grad(x);

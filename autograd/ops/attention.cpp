@@ -2,15 +2,18 @@
 // composed of differentiable matmul, masked_softmax and dropout.
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn_functional.h"
+#include "memory/op_context.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/masked_softmax.h"
 #include "tensor/ops/softmax.h"
 
 namespace frugal {
 
+using autocast::Policy;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -39,6 +42,9 @@ struct MaskedSoftmaxBackward final : Node {
 }  // namespace
 
 Tensor masked_softmax(const Tensor& scores, const Tensor& mask, bool is_causal, double scale) {
+  memory::OpScope scope("masked_softmax");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&scores, &mask}))
+    return masked_softmax((*c)[0], (*c)[1], is_causal, scale);
   Tensor out = autograd::raw([&] { return ops::masked_softmax(scores, mask, is_causal, scale); });
   if (auto node = make_node<MaskedSoftmaxBackward>({scores, mask})) {
     node->out = out;
@@ -52,7 +58,14 @@ Tensor masked_softmax(const Tensor& scores, const Tensor& mask, bool is_causal, 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen) {
   constexpr const char* op = "scaled_dot_product_attention";
+  memory::OpScope scope(op);
   FRUGAL_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined query, key or value");
+  if (autocast::is_enabled(q.device().type)) {  // one op to autocast: cast once, no policy inside (Note [Autocast])
+    const auto c = autocast::cast_inputs(Policy::Lower, {&q, &k, &v, &attn_mask});
+    AutocastGuard inside(q.device(), autocast::dtype(q.device().type), /*enabled=*/false);
+    if (c) return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], (*c)[3], is_causal, dropout_p, scale, gen);
+    return scaled_dot_product_attention(q, k, v, attn_mask, is_causal, dropout_p, scale, gen);
+  }
   FRUGAL_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, op,
                ": query, key and value must be at least 2-D (..., L, E), got ", q.describe(), ", ", k.describe(), ", ",
                v.describe());

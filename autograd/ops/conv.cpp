@@ -1,12 +1,15 @@
 // conv2d, the pools and batch_norm, forward and backward side by side.
 #include "autograd/ops/conv.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "memory/op_context.h"
 #include "tensor/ops/batch_norm.h"
 #include "tensor/ops/reduce.h"
 
 namespace frugal {
 
+using autocast::Policy;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -92,6 +95,9 @@ struct BatchNormBackward final : Node {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  memory::OpScope scope("conv2d");
+  if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias}))
+    return conv2d((*c)[0], (*c)[1], (*c)[2], options);
   if (x.defined() && x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // (C, H, W)
   Tensor out = autograd::raw([&] { return ops::conv2d(x, weight, bias, options); });
   if (auto node = make_node<Conv2dBackward>({x, weight, bias})) {
@@ -107,6 +113,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 }
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
+  memory::OpScope scope("max_pool2d");
   ops::MaxPool2dResult r = autograd::raw([&] { return ops::max_pool2d(x, kernel, options); });
   if (auto node = make_node<MaxPool2dBackward>({x})) {
     node->indices = r.indices;
@@ -119,6 +126,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options)
 }
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options) {
+  memory::OpScope scope("avg_pool2d");
   Tensor out = autograd::raw([&] { return ops::avg_pool2d(x, kernel, options); });
   if (auto node = make_node<AvgPool2dBackward>({x})) {
     node->x_shape = x.sizes();
@@ -130,6 +138,7 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options)
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+  memory::OpScope scope("adaptive_avg_pool2d");
   Tensor out = autograd::raw([&] { return ops::adaptive_avg_pool2d(x, output_size); });
   if (auto node = make_node<AdaptiveAvgPool2dBackward>({x})) {
     node->x_shape = x.sizes();
@@ -140,6 +149,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  memory::OpScope scope("batch_norm");  // keeps a low-precision input (Note [Autocast])
   ops::BatchNormResult r = autograd::raw(
       [&] { return ops::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps); });
   if (auto node = make_node<BatchNormBackward>({x, weight, bias})) {

@@ -1,12 +1,15 @@
 // matmul and linear, forward and backward side by side.
 #include "autograd/ops/linalg.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "memory/op_context.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
 
 namespace frugal {
 
+using autocast::Policy;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -54,6 +57,8 @@ struct LinearBackward final : Node {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  memory::OpScope scope("matmul");
+  if (auto c = autocast::cast_inputs(Policy::Lower, {&a, &b})) return matmul((*c)[0], (*c)[1]);
   // Vectors become matrices through (differentiable) views, so one backward covers all cases.
   if (a.dim() == 1 || b.dim() == 1) {
     FRUGAL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: 0-d operand (", a.describe(), " @ ", b.describe(), ")");
@@ -74,6 +79,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  memory::OpScope scope("linear");
+  if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias})) return linear((*c)[0], (*c)[1], (*c)[2]);
   Tensor out = autograd::raw([&] { return ops::linear(x, weight, bias); });
   if (auto node = make_node<LinearBackward>({x, weight, bias})) {
     node->x = x;

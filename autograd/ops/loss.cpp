@@ -1,12 +1,15 @@
 // cross_entropy and mse_loss, forward and backward side by side.
 #include "tensor/ops/loss.h"
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/nn_functional.h"
+#include "memory/op_context.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal {
 
+using autocast::Policy;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -51,6 +54,8 @@ struct MseLossBackward final : Node {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  memory::OpScope scope("cross_entropy");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&logits})) return cross_entropy((*c)[0], target, options);
   ops::CrossEntropyResult r = autograd::raw([&] { return ops::cross_entropy(logits, target, options); });
   if (auto node = make_node<CrossEntropyBackward>({logits})) {
     node->logits = logits;
@@ -64,6 +69,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  memory::OpScope scope("mse_loss");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&input, &target})) return mse_loss((*c)[0], (*c)[1], reduction);
   Tensor out = autograd::raw([&] { return ops::mse_loss(input, target, reduction); });
   if (auto node = make_node<MseLossBackward>({input, target})) {
     node->input = input;

@@ -1,10 +1,13 @@
 // layer_norm, forward and backward side by side (Note [Layer norm statistics]).
 #include "tensor/ops/norm.h"
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/nn_functional.h"
+#include "memory/op_context.h"
 
 namespace frugal {
 
+using autocast::Policy;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -36,6 +39,9 @@ struct LayerNormBackward final : Node {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  memory::OpScope scope("layer_norm");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x, &weight, &bias}))
+    return layer_norm((*c)[0], normalized_shape, (*c)[1], (*c)[2], eps);
   ops::LayerNormResult r = autograd::raw([&] { return ops::layer_norm(x, normalized_shape, weight, bias, eps); });
   if (auto node = make_node<LayerNormBackward>({x, weight, bias})) {
     node->x = x;

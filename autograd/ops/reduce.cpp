@@ -7,7 +7,9 @@
 // or mask it. The raw op has already checked the dims, so the helpers here trust them.
 #include "autograd/ops/reduce.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "memory/op_context.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/index.h"
@@ -15,6 +17,7 @@
 
 namespace frugal {
 
+using autocast::Policy;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -122,6 +125,7 @@ Tensor reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 }
 
 Tensor amax_amin(bool is_max, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  memory::OpScope scope(is_max ? "amax" : "amin");
   Tensor out = autograd::raw([&] { return is_max ? ops::amax(x, dims, keepdim) : ops::amin(x, dims, keepdim); });
   if (auto node = make_node<AmaxAminBackward>({x})) {
     node->x = x;
@@ -153,6 +157,7 @@ struct MaxMinBackward final : Node {
 };
 
 ValuesIndices max_min(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
+  memory::OpScope scope(is_max ? "max" : "min");
   ValuesIndices r = autograd::raw([&] { return is_max ? ops::max(x, dim, keepdim) : ops::min(x, dim, keepdim); });
   if (auto node = make_node<MaxMinBackward>({x})) {
     node->indices = r.indices;
@@ -181,6 +186,8 @@ struct SoftmaxBackward final : Node {
 };
 
 Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
+  memory::OpScope scope(log ? "log_softmax" : "softmax");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return softmax_op(log, (*c)[0], dim);
   Tensor y = autograd::raw([&] { return log ? ops::log_softmax(x, dim) : ops::softmax(x, dim); });
   if (auto node = make_node<SoftmaxBackward>({x})) {
     node->out = y;
@@ -194,13 +201,19 @@ Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  memory::OpScope scope("sum");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return sum((*c)[0], dims, keepdim);
   return reduction(x, dims, keepdim, true);
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  memory::OpScope scope("mean");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return mean((*c)[0], dims, keepdim);
   return reduction(x, dims, keepdim, false);
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  memory::OpScope scope("var");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return var((*c)[0], dims, correction, keepdim);
   Tensor out = autograd::raw([&] { return ops::var(x, dims, correction, keepdim); });
   if (auto node = make_node<VarBackward>({x})) {
     node->x = x;
@@ -226,9 +239,11 @@ Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(false, x, dim);
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(true, x, dim); }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  memory::OpScope scope("argmax");
   return autograd::raw([&] { return ops::argmax(x, dim, keepdim); });
 }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  memory::OpScope scope("argmin");
   return autograd::raw([&] { return ops::argmin(x, dim, keepdim); });
 }
 

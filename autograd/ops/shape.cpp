@@ -2,6 +2,7 @@
 #include "autograd/ops/shape.h"
 
 #include "autograd/function.h"
+#include "memory/op_context.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/index.h"
@@ -192,7 +193,9 @@ void record_add_at_index(const Tensor& out, const Tensor& self, int64_t dim, con
 
 }  // namespace
 
+// cat and stack promote natively under autocast (Note [Autocast]).
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  memory::OpScope scope("cat");
   Tensor out = autograd::raw([&] { return ops::cat(tensors, dim); });
   if (auto node = make_node<CatBackward>(tensors)) {
     // The raw op has validated everything; the first non-skipped input sets the rank.
@@ -218,6 +221,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  memory::OpScope scope("stack");
   Tensor out = autograd::raw([&] { return ops::stack(tensors, dim); });
   if (auto node = make_node<StackBackward>(tensors)) {
     node->dim = wrap_dim(dim, out.dim(), "stack");
@@ -228,19 +232,23 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  memory::OpScope scope("split");
   return record_split("SplitBackward", x, dim, autograd::raw([&] { return ops::split(x, split_size, dim); }));
 }
 
 std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  memory::OpScope scope("split_with_sizes");
   return record_split("SplitWithSizesBackward", x, dim,
                       autograd::raw([&] { return ops::split_with_sizes(x, sizes, dim); }));
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  memory::OpScope scope("chunk");
   return record_split("SplitBackward", x, dim, autograd::raw([&] { return ops::chunk(x, chunks, dim); }));
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  memory::OpScope scope("index_select");
   Tensor out = autograd::raw([&] { return ops::index_select(x, dim, index); });
   if (auto node = make_node<IndexSelectBackward>({x})) {
     node->index = index;
@@ -253,6 +261,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  memory::OpScope scope("gather");
   Tensor out = autograd::raw([&] { return ops::gather(x, dim, index); });
   if (auto node = make_node<GatherBackward>({x})) {
     node->index = index;
@@ -265,18 +274,21 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  memory::OpScope scope("scatter_add");
   Tensor out = autograd::raw([&] { return ops::scatter_add(self, dim, index, src); });
   record_add_at_index<ScatterAddBackward>(out, self, dim, index, src);
   return out;
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  memory::OpScope scope("index_add");
   Tensor out = autograd::raw([&] { return ops::index_add(self, dim, index, src); });
   record_add_at_index<IndexAddBackward>(out, self, dim, index, src);
   return out;
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  memory::OpScope scope("embedding");
   Tensor out = autograd::raw([&] { return ops::embedding(weight, indices); });  // checks weight and indices
   const int64_t num_weights = weight.size(0);
   FRUGAL_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < num_weights), "embedding: padding_idx ",
@@ -292,6 +304,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
+  memory::OpScope scope("one_hot");
   return autograd::raw([&] { return ops::one_hot(index, num_classes); });
 }
 

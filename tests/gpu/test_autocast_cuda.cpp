@@ -1,0 +1,125 @@
+// Autocast on CUDA (Note [Autocast]): the per-op dtypes under a CUDA guard, the
+// independence of the CPU and CUDA states, and a small model's forward and backward under
+// CUDA autocast against the same model under CPU autocast (same inputs and weights).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/autocast.h"
+#include "autograd/ops/all.h"
+#include "tensor/factory.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+constexpr DType kLowDtypes[] = {kFloat16, kBFloat16};
+
+Tensor gpu_leaf(const Tensor& cpu) {
+  Tensor t = cpu.to(cuda());
+  t.requires_grad_();
+  return t;
+}
+
+Tensor cpu_leaf(const Tensor& cpu) {
+  Tensor t = cpu.clone();
+  t.requires_grad_();
+  return t;
+}
+
+/// `got` (CUDA) close to `want` (CPU), within rtol of want's largest magnitude.
+void check_same(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
+  REQUIRE_MESSAGE(got.defined(), what);
+  REQUIRE_MESSAGE(want.defined(), what);
+  CHECK_MESSAGE(got.device().is_cuda(), what);
+  CHECK_MESSAGE(got.dtype() == want.dtype(), what);
+  const std::vector<double> w = values_of(want);
+  double peak = 1e-30;
+  for (double v : w) peak = std::max(peak, std::fabs(v));
+  check_close(values_of(got), w, 0.0, rtol * peak, what);
+}
+
+}  // namespace
+
+TEST_CASE("autocast cuda: per-op dtypes under a CUDA guard; CPU tensors are left alone") {
+  const TensorOptions g{kFloat32, cuda()};
+  const Tensor a = random_tensor({8, 16}, g, 1), w = random_tensor({12, 16}, g, 2), bias = random_tensor({12}, g, 3);
+  const Tensor img = random_tensor({2, 3, 8, 8}, g, 4), kw = random_tensor({4, 3, 3, 3}, g, 5);
+  const Tensor q = random_tensor({2, 4, 6, 8}, g, 6), k = random_tensor({2, 4, 5, 8}, g, 7);
+  const Tensor v = random_tensor({2, 4, 5, 8}, g, 8);
+  const Tensor target = from_vector<int64_t>({0, 3, 1, 2, 5, 4, 7, 6}, {8}, kInt64).to(cuda());
+  for (DType low : kLowDtypes) {
+    CAPTURE(dtype_name(low));
+    AutocastGuard amp(cuda(), low);
+    const Tensor lin = linear(a, w, bias);
+    CHECK(lin.dtype() == low);
+    CHECK(matmul(a, w.t()).dtype() == low);
+    CHECK(conv2d(img, kw, Tensor(), {.padding = 1}).dtype() == low);
+    CHECK(scaled_dot_product_attention(q, k, v).dtype() == low);
+    CHECK(softmax(lin, -1).dtype() == kFloat32);
+    CHECK(log_softmax(lin, -1).dtype() == kFloat32);
+    CHECK(layer_norm(lin, {12}).dtype() == kFloat32);
+    CHECK(cross_entropy(lin, target).dtype() == kFloat32);
+    CHECK(mse_loss(lin, zeros({8, 12}, g)).dtype() == kFloat32);
+    CHECK(sum(lin).dtype() == kFloat32);
+    CHECK(exp(lin).dtype() == kFloat32);
+    CHECK((lin + a.narrow(1, 0, 12)).dtype() == kFloat32);
+    CHECK(cat({lin, a.narrow(1, 0, 12)}, 0).dtype() == kFloat32);
+    CHECK(relu(lin).dtype() == low);
+    // A CPU op under a CUDA-only guard is untouched.
+    CHECK(linear(a.to(kCPU), w.to(kCPU)).dtype() == kFloat32);
+    // And a CPU guard leaves CUDA tensors alone.
+    AutocastGuard cpu_amp(kCPU, low);
+    AutocastGuard cuda_off(cuda(), low, /*enabled=*/false);
+    CHECK(linear(a, w).dtype() == kFloat32);
+  }
+}
+
+TEST_CASE("autocast cuda: a small model's forward and backward match CPU autocast") {
+  const Tensor x = random_tensor({32, 24}, kFloat32, 1);
+  const Tensor target = from_vector<int64_t>(std::vector<int64_t>(32, 3), {32}, kInt64);
+  const std::vector<Tensor> init = {
+      random_tensor({48, 24}, kFloat32, 2, Layout::Contiguous, -0.3, 0.3),  // w1
+      random_tensor({48}, kFloat32, 3, Layout::Contiguous, -0.1, 0.1),      // b1
+      random_tensor({48}, kFloat32, 4, Layout::Contiguous, 0.5, 1.5),       // ln gamma
+      random_tensor({48}, kFloat32, 5, Layout::Contiguous, -0.1, 0.1),      // ln beta
+      random_tensor({10, 48}, kFloat32, 6, Layout::Contiguous, -0.3, 0.3),  // w2
+      random_tensor({10}, kFloat32, 7, Layout::Contiguous, -0.1, 0.1),      // b2
+  };
+  auto model = [](const Tensor& in, const std::vector<Tensor>& p) {
+    const Tensor h = gelu(layer_norm(linear(in, p[0], p[1]), {48}, p[2], p[3]));
+    const Tensor att = scaled_dot_product_attention(h.unsqueeze(0), h.unsqueeze(0), h.unsqueeze(0)).squeeze(0);
+    return linear(att + h, p[4], p[5]);
+  };
+  for (DType low : kLowDtypes) {
+    CAPTURE(dtype_name(low));
+    std::vector<Tensor> pc, pg;
+    for (const Tensor& t : init) pc.push_back(cpu_leaf(t)), pg.push_back(gpu_leaf(t));
+    Tensor logits_c, logits_g, loss_c, loss_g;
+    {
+      AutocastGuard amp(kCPU, low);
+      logits_c = model(x, pc);
+      loss_c = cross_entropy(logits_c, target);
+    }
+    {
+      AutocastGuard amp(cuda(), low);
+      logits_g = model(x.to(cuda()), pg);
+      loss_g = cross_entropy(logits_g, target.to(cuda()));
+    }
+    CHECK(logits_g.dtype() == low);
+    const double tol = low == kFloat16 ? 2e-2 : 8e-2;
+    check_same(logits_g, logits_c, tol, "logits");
+    check_same(loss_g, loss_c, tol, "loss");
+    loss_c.backward();
+    loss_g.backward();
+    for (size_t i = 0; i < init.size(); ++i) {
+      CAPTURE(i);
+      CHECK(pg[i].grad().dtype() == kFloat32);
+      check_same(pg[i].grad(), pc[i].grad(), tol, "grad of param " + std::to_string(i));
+    }
+  }
+}
