@@ -2,7 +2,7 @@
 //
 //   build/bench/memory_matrix [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]
 //
-// For each model, every technique trains a fresh copy (same seed, SGD) for 2 warm-up steps
+// For each model, every technique trains a fresh copy (same seed, SGD) for 1 warm-up step
 // and N measured ones; the table gives the peak allocated and reserved bytes over the
 // measured steps (absolute: weights, data and gradients included), the median step time,
 // and each against the fp32 row. Rows: fp32; AMP fp16 (with GradScaler); AMP bf16;
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
 #include "memory/allocator.h"
@@ -36,14 +37,6 @@
 #include "tensor/factory.h"
 #include "tensor/random.h"
 
-// Autocast comes from the amp branch; without it the AMP rows print "n/a".
-#if __has_include("autograd/autocast.cpp")
-#include "autograd/autocast.h"
-#define FRUGAL_BENCH_HAVE_AUTOCAST 1
-#else
-#define FRUGAL_BENCH_HAVE_AUTOCAST 0
-#endif
-
 using namespace frugal;
 using bench::fmt;
 
@@ -53,7 +46,7 @@ struct Options {
   Device device = kCPU;
   std::string model = "all";
   int steps = 4;
-  int warmup = 2;
+  int warmup = 1;
 };
 
 // (N, C, H, W) -> (N, C*H*W): the CNN's bridge to its classifier.
@@ -94,7 +87,7 @@ Workload mlp_workload(const Options& o) {
 
 Workload cnn_workload(const Options& o) {
   const bool cuda = o.device.is_cuda();
-  const int64_t c = cuda ? 64 : 8, batch = cuda ? 256 : 8, hw = cuda ? 32 : 16;
+  const int64_t c = cuda ? 64 : 8, batch = cuda ? 256 : 16, hw = 32;
   Device dev = o.device;
   return {"cnn",
           [=] {
@@ -155,9 +148,6 @@ Data make_data(const Workload& w, Device dev) {
 Result run_technique(const Workload& w, const Technique& t, const Options& o, int64_t fp32_peak,
                      bench::KeyFigures& figures) {
   Result r;
-#if !FRUGAL_BENCH_HAVE_AUTOCAST
-  if (t.amp != Amp::Off) return {"n/a (autocast missing)"};
-#endif
   const Device dev = o.device;
   synchronize(dev);
   memory::empty_cache(dev);
@@ -174,12 +164,7 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
     return t.checkpoint ? nn::checkpoint_sequential(*model, segments, x) : model->forward(x);
   };
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
-#if FRUGAL_BENCH_HAVE_AUTOCAST
-    if (t.amp != Amp::Off) {
-      AutocastGuard amp(dev, t.amp == Amp::Fp16 ? kFloat16 : kBFloat16);
-      return cross_entropy(forward(x), y);
-    }
-#endif
+    AutocastGuard amp(dev, t.amp == Amp::Fp16 ? kFloat16 : kBFloat16, /*enabled=*/t.amp != Amp::Off);
     return cross_entropy(forward(x), y);
   };
   auto step = [&] {

@@ -127,14 +127,18 @@ int64_t MemoryPlan::checkpointed_count() const {
   return std::count_if(segments.begin(), segments.end(), [](const Segment& s) { return s.checkpointed; });
 }
 
-MemoryPlanner::MemoryPlanner(Sequential& seq, Tensor sample, LossFn loss)
-    : seq_(seq), sample_(std::move(sample)), loss_(std::move(loss)) {
+MemoryPlanner::MemoryPlanner(Sequential& seq, Tensor sample, LossFn loss, std::optional<DType> autocast)
+    : seq_(seq), sample_(std::move(sample)), loss_(std::move(loss)), autocast_(autocast) {
   FRUGAL_CHECK(seq_.size() > 0, "MemoryPlanner: the Sequential is empty; there is nothing to plan");
   FRUGAL_CHECK(sample_.defined(), "MemoryPlanner: the sample input is undefined");
   profile();
 }
 
 Tensor MemoryPlanner::loss_of(const Tensor& y) const { return loss_ ? loss_(y) : sum(y); }
+
+void MemoryPlanner::enter_autocast(std::optional<AutocastGuard>& guard) const {
+  if (autocast_) guard.emplace(sample_.device(), *autocast_);
+}
 
 void MemoryPlanner::profile() {
   const Device dev = sample_.device();
@@ -147,6 +151,8 @@ void MemoryPlanner::profile() {
   for (auto& m : prof.modules) m.forward_seconds = std::numeric_limits<double>::infinity();
   for (int rep = 0; rep < 3; ++rep) {
     NoGradGuard no_grad;
+    std::optional<AutocastGuard> amp;
+    enter_autocast(amp);
     Tensor h = sample_;
     for (int64_t j = 0; j < n; ++j) {
       ModuleMemory& m = prof.modules[j];
@@ -182,6 +188,8 @@ void MemoryPlanner::profile() {
     GradState grads(seq_);
     synchronize(dev);
     prof.base_bytes = allocated_now(dev);
+    std::optional<AutocastGuard> amp;  // exits before the backward (and drops its cast cache there)
+    enter_autocast(amp);
     Tensor h = sample_;
     for (int64_t j = 0; j < n; ++j) {
       ModuleMemory& m = prof.modules[j];
@@ -203,6 +211,7 @@ void MemoryPlanner::profile() {
     prof.loss_forward_extra = allocated_peak(dev) - end_state;
     step_peak = std::max(step_peak, allocated_peak(dev));
     h = Tensor();
+    amp.reset();
     memory::reset_peak(dev);
     loss.backward();
     synchronize(dev);
@@ -412,7 +421,12 @@ int64_t MemoryPlanner::measure_step(const MemoryPlan& plan) const {
   GradState grads(seq_);
   synchronize(dev);
   memory::reset_peak(dev);
-  Tensor loss = loss_of(forward(plan, sample_));  // the output is dropped before backward, as in a training loop
+  Tensor loss;
+  {
+    std::optional<AutocastGuard> amp;
+    enter_autocast(amp);
+    loss = loss_of(forward(plan, sample_));  // the output is dropped before backward, as in a training loop
+  }
   loss.backward();
   synchronize(dev);
   return allocated_peak(dev);

@@ -10,9 +10,11 @@
 //   Tensor loss = loss_fn(planner.forward(plan, x));    // the chain, planned segments checkpointed
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "nn/container.h"
 
 namespace frugal::nn {
@@ -57,11 +59,14 @@ struct MemoryPlan {
 };
 
 /// Plans checkpointing for `seq` trained on inputs shaped like `sample` with loss `loss`
-/// (default: sum of the output). The chain, sample and loss must outlive the planner.
+/// (default: sum of the output). With `autocast` set, the steps it profiles and measures
+/// run their forward and loss under AutocastGuard(sample's device, *autocast) and their
+/// backward outside it, as a mixed-precision training loop does. The chain, sample and
+/// loss must outlive the planner.
 class MemoryPlanner {
  public:
   using LossFn = std::function<Tensor(const Tensor&)>;
-  MemoryPlanner(Sequential& seq, Tensor sample, LossFn loss = {});
+  MemoryPlanner(Sequential& seq, Tensor sample, LossFn loss = {}, std::optional<DType> autocast = std::nullopt);
 
   /// Measures every module (runs a few forward passes and one training step on the sample).
   /// Called by the constructor; call again after the resting state changed (an optimizer
@@ -88,7 +93,8 @@ class MemoryPlanner {
   /// frugal::Error giving the budget and the lowest peak reachable when none fits.
   MemoryPlan plan(int64_t budget) const;
 
-  /// Runs the chain on x with the plan's checkpointed segments under autograd::checkpoint.
+  /// Runs the chain on x with the plan's checkpointed segments under autograd::checkpoint
+  /// (under the caller's autocast state, not the planner's).
   Tensor forward(const MemoryPlan& plan, const Tensor& x) const;
   /// Peak allocated bytes of one training step on the sample under the plan (gradients
   /// left as profile() leaves them).
@@ -100,11 +106,14 @@ class MemoryPlanner {
 
  private:
   Tensor loss_of(const Tensor& y) const;
+  /// Starts an AutocastGuard in `guard` for a profiled forward when autocast_ is set.
+  void enter_autocast(std::optional<AutocastGuard>& guard) const;
   MemoryPlan make_plan(std::string method, std::vector<Segment> segments, int64_t budget) const;
 
   Sequential& seq_;
   Tensor sample_;
   LossFn loss_;
+  std::optional<DType> autocast_;
   MemoryProfile profile_;
 };
 
