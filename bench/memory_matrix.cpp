@@ -1,0 +1,308 @@
+// memory_matrix: what each memory technique saves, and what it costs, on one training loop.
+//
+//   build/bench/memory_matrix [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]
+//
+// For each model, every technique trains a fresh copy (same seed, SGD) for 1 warm-up step
+// and N measured ones; the table gives the peak allocated and reserved bytes over the
+// measured steps (absolute: weights, data and gradients included), the median step time,
+// and each against the fp32 row. Rows: fp32; AMP fp16 (with GradScaler); AMP bf16;
+// checkpoint_sequential with round(sqrt(n)) segments; AMP fp16 + that checkpointing;
+// gradient accumulation (the same batch as 4 micro-batches); and the MemoryPlanner's greedy
+// plan for a budget of 50% of the fp32 peak (its report is printed first).
+// Models: a deep MLP (64 x Linear + ReLU) and a small CNN. The batch is large against the
+// width so that activations, the target of every technique here, dominate the weights.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/autocast.h"
+#include "autograd/ops/all.h"
+#include "bench/bench_util.h"
+#include "memory/allocator.h"
+#include "memory/error.h"
+#include "memory/stream.h"
+#include "nn/activation.h"
+#include "nn/checkpoint.h"
+#include "nn/conv.h"
+#include "nn/linear.h"
+#include "nn/memory_planner.h"
+#include "nn/pooling.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
+#include "tensor/factory.h"
+#include "tensor/random.h"
+
+using namespace frugal;
+using bench::fmt;
+
+namespace {
+
+struct Options {
+  Device device = kCPU;
+  std::string model = "all";
+  int steps = 4;
+  int warmup = 1;
+};
+
+// (N, C, H, W) -> (N, C*H*W): the CNN's bridge to its classifier.
+class Flatten : public nn::UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+  std::string type_name() const override { return "Flatten"; }
+};
+
+struct Workload {
+  std::string name;
+  std::function<std::shared_ptr<nn::Sequential>()> build;  // same weights on every call
+  Shape input_shape;
+  int64_t classes;
+  std::string describe;
+};
+
+Workload mlp_workload(const Options& o) {
+  const bool cuda = o.device.is_cuda();
+  const int64_t depth = 64, width = cuda ? 1024 : 32, batch = cuda ? 8192 : 512;
+  Device dev = o.device;
+  return {"mlp",
+          [=] {
+            manual_seed(1);
+            auto seq = std::make_shared<nn::Sequential>();
+            for (int64_t i = 0; i < depth; ++i) {
+              seq->push_back(std::make_shared<nn::Linear>(width, width));
+              seq->push_back(std::make_shared<nn::ReLU>());
+            }
+            seq->to(dev);
+            return seq;
+          },
+          {batch, width},
+          width,
+          fmt("deep MLP: %lld x (Linear(%lld, %lld) + ReLU), batch %lld", (long long)depth, (long long)width,
+              (long long)width, (long long)batch)};
+}
+
+Workload cnn_workload(const Options& o) {
+  const bool cuda = o.device.is_cuda();
+  const int64_t c = cuda ? 64 : 8, batch = cuda ? 256 : 16, hw = 32;
+  Device dev = o.device;
+  return {"cnn",
+          [=] {
+            manual_seed(2);
+            const nn::Conv2dModuleOptions pad1{.padding = 1};
+            auto seq = std::make_shared<nn::Sequential>();
+            seq->push_back(std::make_shared<nn::Conv2d>(3, c, 3, pad1));
+            seq->push_back(std::make_shared<nn::ReLU>());
+            seq->push_back(std::make_shared<nn::Conv2d>(c, c, 3, pad1));
+            seq->push_back(std::make_shared<nn::ReLU>());
+            seq->push_back(std::make_shared<nn::MaxPool2d>(2));
+            seq->push_back(std::make_shared<nn::Conv2d>(c, 2 * c, 3, pad1));
+            seq->push_back(std::make_shared<nn::ReLU>());
+            seq->push_back(std::make_shared<nn::Conv2d>(2 * c, 2 * c, 3, pad1));
+            seq->push_back(std::make_shared<nn::ReLU>());
+            seq->push_back(std::make_shared<nn::MaxPool2d>(2));
+            seq->push_back(std::make_shared<nn::Conv2d>(2 * c, 4 * c, 3, pad1));
+            seq->push_back(std::make_shared<nn::ReLU>());
+            seq->push_back(std::make_shared<nn::AdaptiveAvgPool2d>(1));
+            seq->push_back(std::make_shared<Flatten>());
+            seq->push_back(std::make_shared<nn::Linear>(4 * c, 10));
+            seq->to(dev);
+            return seq;
+          },
+          {batch, 3, hw, hw},
+          10,
+          fmt("small CNN: 5 conv3x3 (%lld..%lld channels) + ReLU, 2 max pools, avg pool, Linear; batch %lld, %lldx%lld",
+              (long long)c, (long long)(4 * c), (long long)batch, (long long)hw, (long long)hw)};
+}
+
+enum class Amp { Off, Fp16, Bf16 };
+
+struct Technique {
+  std::string name;
+  Amp amp = Amp::Off;
+  bool checkpoint = false;
+  int64_t micro_batches = 1;
+  bool planner = false;
+};
+
+struct Result {
+  std::string note;  // non-empty: the row did not run (why)
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  double step_seconds = 0;
+};
+
+struct Data {
+  Tensor x, y;
+};
+
+Data make_data(const Workload& w, Device dev) {
+  Generator gen(7);
+  Tensor x = randn(w.input_shape, {kFloat32, dev}, &gen);
+  Tensor y = randint(0, w.classes, {w.input_shape[0]}, {kInt64, dev}, &gen);
+  return {x, y};
+}
+
+Result run_technique(const Workload& w, const Technique& t, const Options& o, int64_t fp32_peak,
+                     bench::KeyFigures& figures) {
+  Result r;
+  const Device dev = o.device;
+  synchronize(dev);
+  memory::empty_cache(dev);
+  auto model = w.build();
+  const Data data = make_data(w, dev);
+  optim::SGD opt(model->parameters(), {.lr = 1e-3});
+  optim::GradScaler scaler({.enabled = t.amp == Amp::Fp16});
+  const int64_t segments = std::llround(std::sqrt(double(model->size())));
+  std::unique_ptr<nn::MemoryPlanner> planner;
+  std::optional<nn::MemoryPlan> plan;
+
+  auto forward = [&](const Tensor& x) {
+    if (plan) return planner->forward(*plan, x);
+    return t.checkpoint ? nn::checkpoint_sequential(*model, segments, x) : model->forward(x);
+  };
+  auto loss_of = [&](const Tensor& x, const Tensor& y) {
+    AutocastGuard amp(dev, t.amp == Amp::Fp16 ? kFloat16 : kBFloat16, /*enabled=*/t.amp != Amp::Off);
+    return cross_entropy(forward(x), y);
+  };
+  auto step = [&] {
+    opt.zero_grad();
+    const int64_t n = data.x.size(0), m = n / t.micro_batches;
+    for (int64_t k = 0; k < t.micro_batches; ++k) {
+      Tensor loss = loss_of(data.x.narrow(0, k * m, m), data.y.narrow(0, k * m, m));
+      if (t.micro_batches > 1) loss = loss / double(t.micro_batches);
+      scaler.scale(loss).backward();
+    }
+    scaler.step(opt);
+    scaler.update();
+  };
+
+  for (int i = 0; i < o.warmup; ++i) step();
+  if (t.planner) {
+    opt.zero_grad();  // the resting state between steps
+    auto loss_fn = [y = data.y](const Tensor& out) { return cross_entropy(out, y); };
+    planner = std::make_unique<nn::MemoryPlanner>(*model, data.x, loss_fn);
+    const int64_t budget = fp32_peak / 2;
+    try {
+      plan = planner->plan(budget);
+    } catch (const Error& e) {
+      std::printf("\n%s: planner at 50%% of the fp32 peak: %s\n", w.name.c_str(), e.what());
+      return {"infeasible"};
+    }
+    const int64_t measured = planner->measure_step(*plan);
+    synchronize(dev);
+    memory::empty_cache(dev);  // profiling ran an unplanned step: its segments are not this row's
+    std::printf("\n%s: planner at 50%% of the fp32 peak (%s)\n%s", w.name.c_str(), memory::format_bytes(budget).c_str(),
+                planner->report(*plan, measured).c_str());
+    const std::string prefix = w.name == "mlp" ? "" : w.name + "_";
+    figures.add(prefix + "planner_predicted_over_measured", double(plan->predicted_peak) / double(measured));
+    figures.add(prefix + "planner_segments", double(plan->segments.size()), "%.0f");
+    figures.add(prefix + "planner_checkpointed", double(plan->checkpointed_count()), "%.0f");
+  }
+
+  synchronize(dev);
+  memory::reset_peak(dev);
+  std::vector<double> times;
+  for (int i = 0; i < o.steps; ++i) {
+    const double t0 = bench::now_seconds();
+    step();
+    synchronize(dev);
+    times.push_back(bench::now_seconds() - t0);
+  }
+  const memory::MemoryStats s = memory::stats(dev);
+  r.peak_allocated = s.allocated_bytes.peak;
+  r.peak_reserved = s.reserved_bytes.peak;
+  r.step_seconds = bench::median(times);
+  return r;
+}
+
+void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figures) {
+  std::printf("\n%s (%s, %d warm-up + %d measured steps)\n", w.describe.c_str(), o.device.str().c_str(), o.warmup,
+              o.steps);
+  const std::vector<Technique> techniques = {
+      {"fp32"},
+      {"AMP fp16", Amp::Fp16},
+      {"AMP bf16", Amp::Bf16},
+      {"fp32 + checkpointing (sqrt n)", Amp::Off, true},
+      {"AMP fp16 + checkpointing", Amp::Fp16, true},
+      {"grad accumulation x4", Amp::Off, false, 4},
+      {"planner (50% of fp32 peak)", Amp::Off, false, 1, true},
+  };
+  std::vector<Result> results;
+  for (const Technique& t : techniques) {
+    results.push_back(run_technique(w, t, o, results.empty() ? 0 : results[0].peak_allocated, figures));
+    std::fflush(stdout);
+  }
+  const Result& base = results[0];
+  bench::Table table(
+      w.name + ": peak memory and step time per technique (ratios to fp32)",
+      {"technique", "peak allocated", "peak reserved", "step ms", "alloc ratio", "reserved ratio", "time ratio"});
+  for (size_t i = 0; i < techniques.size(); ++i) {
+    const Result& r = results[i];
+    if (!r.note.empty()) {
+      table.add({techniques[i].name, r.note, "", "", "", "", ""});
+      continue;
+    }
+    table.add({techniques[i].name, memory::format_bytes(r.peak_allocated), memory::format_bytes(r.peak_reserved),
+               fmt("%.2f", r.step_seconds * 1e3), fmt("%.3f", double(r.peak_allocated) / double(base.peak_allocated)),
+               fmt("%.3f", double(r.peak_reserved) / double(base.peak_reserved)),
+               fmt("%.3f", r.step_seconds / base.step_seconds)});
+  }
+  table.print();
+
+  const std::string prefix = w.name == "mlp" ? "" : w.name + "_";
+  const char* keys[] = {nullptr,
+                        "amp_peak_ratio",
+                        "amp_bf16_peak_ratio",
+                        "checkpoint_peak_ratio",
+                        "amp_checkpoint_peak_ratio",
+                        "accum_peak_ratio",
+                        "planner_peak_ratio"};
+  for (size_t i = 1; i < techniques.size(); ++i) {
+    if (!results[i].note.empty()) continue;
+    figures.add(prefix + keys[i], double(results[i].peak_allocated) / double(base.peak_allocated));
+  }
+  if (results[3].note.empty())
+    figures.add(prefix + "checkpoint_time_ratio", results[3].step_seconds / base.step_seconds);
+  if (results[1].note.empty()) figures.add(prefix + "amp_time_ratio", results[1].step_seconds / base.step_seconds);
+  if (results[6].note.empty()) figures.add(prefix + "planner_time_ratio", results[6].step_seconds / base.step_seconds);
+}
+
+int usage(const char* argv0) {
+  std::printf("usage: %s [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]\n", argv0);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--device" && has_value) {
+      const std::string d = argv[++i];
+      if (d == "cuda") o.device = Device{DeviceType::CUDA, 0};
+      else if (d != "cpu") return usage(argv[0]);
+    } else if (arg == "--model" && has_value) {
+      o.model = argv[++i];
+      if (o.model != "mlp" && o.model != "cnn" && o.model != "all") return usage(argv[0]);
+    } else if (arg == "--steps" && has_value) {
+      o.steps = std::atoi(argv[++i]);
+      if (o.steps < 1) return usage(argv[0]);
+    } else {
+      return usage(argv[0]);
+    }
+  }
+  if (o.device.is_cuda() && cuda_device_count() == 0) {
+    std::printf("memory_matrix: --device cuda, but no CUDA device is available in this build or machine\n");
+    return 1;
+  }
+  bench::KeyFigures figures;
+  if (o.model != "cnn") run_workload(mlp_workload(o), o, figures);
+  if (o.model != "mlp") run_workload(cnn_workload(o), o, figures);
+  figures.print();
+  return 0;
+}
