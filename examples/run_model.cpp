@@ -13,7 +13,7 @@
 // for every parameter (with --backward); buffer.<name> for every buffer (with
 // --train-mode: batch norm running statistics after the forward).
 //
-// --config-json: resnet18/resnet50 take {"depth", "num_classes", "in_channels",
+// --config-json: resnet18/resnet50 take {"depth", "blocks_per_layer", "num_classes", "in_channels",
 // "small_input_stem", "zero_init_residual", "checkpoint_blocks"} (depth overrides the
 // model name); bert/bert_base take a Hugging Face config.json (its "architectures"
 // picks the head: BertForSequenceClassification, else BertForMaskedLM); vit/vit_b16 take
@@ -100,10 +100,8 @@ Runner make_runner(const Args& a) {
   if (!a.config_json.empty()) config = models::read_json_file(a.config_json);
   Runner r;
   if (a.model == "resnet18" || a.model == "resnet50") {
-    int64_t depth = a.model == "resnet18" ? 18 : 50;
-    const models::ResNetOptions o =
-        config ? models::resnet_options_from_json(*config, &depth) : models::ResNetOptions{};
-    auto net = models::resnet(depth, o);
+    const int64_t depth = a.model == "resnet18" ? 18 : 50;
+    auto net = config ? models::resnet_from_json(*config, depth) : models::resnet(depth);
     r.module = net;
     r.forward = [net](const std::map<std::string, Tensor>& in) {
       Outputs o{net->forward(input(in, "pixel_values", true)), Tensor()};

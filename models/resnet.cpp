@@ -133,8 +133,10 @@ std::shared_ptr<ResNet> resnet(int64_t depth, ResNetOptions o) {
 
 ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
   constexpr const char* what = "ResNet";
-  json_check_keys(
-      c, {"depth", "num_classes", "in_channels", "small_input_stem", "zero_init_residual", "checkpoint_blocks"}, what);
+  json_check_keys(c,
+                  {"depth", "blocks_per_layer", "num_classes", "in_channels", "small_input_stem", "zero_init_residual",
+                   "checkpoint_blocks"},
+                  what);
   ResNetOptions o;
   o.num_classes = json_int(c, "num_classes", o.num_classes, what);
   o.in_channels = json_int(c, "in_channels", o.in_channels, what);
@@ -143,6 +145,22 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
   o.checkpoint_blocks = json_bool(c, "checkpoint_blocks", o.checkpoint_blocks, what);
   if (depth) *depth = json_int(c, "depth", *depth, what);
   return o;
+}
+
+std::shared_ptr<ResNet> resnet_from_json(const json::Value& c, int64_t depth) {
+  const ResNetOptions o = resnet_options_from_json(c, &depth);
+  std::shared_ptr<ResNet> standard = resnet(depth, o);  // checks the depth
+  const json::Value* blocks = c.find("blocks_per_layer");
+  if (!blocks) return standard;
+  FRUGAL_CHECK(blocks->is_array() && blocks->items.size() == 4,
+               "ResNet config: 'blocks_per_layer' must be an array of 4 integers");
+  std::array<int64_t, 4> counts{};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto n = blocks->items[i].as_uint64();
+    FRUGAL_CHECK(n && *n > 0, "ResNet config: 'blocks_per_layer' must hold 4 positive integers");
+    counts[i] = int64_t(*n);
+  }
+  return std::make_shared<ResNet>(standard->block, counts, o);
 }
 
 }  // namespace frugal::models

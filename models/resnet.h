@@ -102,4 +102,9 @@ inline std::shared_ptr<ResNet> resnet152(ResNetOptions o = {}) { return resnet(1
 /// keeps its value if the key is absent). Unknown keys throw, naming them.
 ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr);
 
+/// The model a ResNet config JSON describes: resnet_options_from_json's keys plus
+/// "blocks_per_layer": [n1, n2, n3, n4], which replaces the depth's block counts and keeps
+/// its block type (depth 18 with [1, 1, 1, 1] is torchvision's ResNet(BasicBlock, [1, 1, 1, 1])).
+std::shared_ptr<ResNet> resnet_from_json(const json::Value& config, int64_t default_depth);
+
 }  // namespace frugal::models

@@ -22,7 +22,9 @@ bounds: float32 logits, loss and buffers 1e-4, gradients 1e-3; AMP everything 1e
 Small configs: resnet18 at 64x64, batch 2; BERT 2 layers, hidden 64, 4 heads, vocab 512,
 batch 2 x 16 tokens with padding; ViT 2 layers, hidden 64, 4 heads, 32x32 images, 8x8 patches.
 --golden writes those into tests/golden/ (float64 goldens computed on the CPU) for
-tests/cpu/test_models.cpp; the ResNet-18 golden keeps a selection of gradients to stay small.
+tests/cpu/test_models.cpp, small enough to commit (about 12 MB): weights stored as float16
+(rounded before the goldens are computed, so these stay exact), and ResNet-18 replaced by
+"resnet10" (ResNet(BasicBlock, [1, 1, 1, 1]), 32x32) with a selection of its gradients.
 """
 import argparse
 import json
@@ -68,6 +70,11 @@ def make_resnet(depth, num_classes):
     return getattr(torchvision.models, f"resnet{depth}")(num_classes=num_classes), {"depth": depth, "num_classes": num_classes}
 
 
+def make_resnet10(num_classes):
+    model = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
+    return model, {"depth": 18, "blocks_per_layer": [1, 1, 1, 1], "num_classes": num_classes}
+
+
 def make_vit(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, num_classes):
     cfg = dict(image_size=image_size, patch_size=patch_size, num_layers=num_layers, num_heads=num_heads,
                hidden_dim=hidden_dim, mlp_dim=mlp_dim, num_classes=num_classes)
@@ -104,10 +111,16 @@ def text_inputs(gen, batch, seq, vocab):
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels}
 
 
-def cases(full):
+def cases(full, golden=False):
     """(case, run_model --model, builder, inputs builder, modes)."""
+    if golden:  # ResNet-18's 45 MB of weights are too much for the repository: one block per layer
+        resnet = ("resnet10", "resnet18", lambda: make_resnet10(10), lambda g: image_inputs(g, 2, 3, 32, 10),
+                  ["train", "eval"])
+    else:
+        resnet = ("resnet18", "resnet18", lambda: make_resnet(18, 10), lambda g: image_inputs(g, 2, 3, 64, 10),
+                  ["train", "eval"])
     out = [
-        ("resnet18", "resnet18", lambda: make_resnet(18, 10), lambda g: image_inputs(g, 2, 3, 64, 10), ["train", "eval"]),
+        resnet,
         ("bert", "bert", lambda: make_bert(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                            intermediate_size=256, max_position_embeddings=64),
          lambda g: text_inputs(g, 2, 16, 512), ["eval"]),
@@ -139,18 +152,25 @@ def selected(names, all_grads):
     return names[:4] + names[mid - 2:mid + 2] + names[-4:]
 
 
-def write_case(out_dir, case, builder, inputs_builder, modes, device, seed, all_grads):
-    """Writes config, weights, inputs and one float64 golden per mode; returns the file prefix."""
+def write_case(out_dir, case, builder, inputs_builder, modes, device, seed, all_grads, half=False):
+    """Writes config, weights, inputs and one float64 golden per mode; returns the file prefix.
+    half: weights stored as float16 (values rounded first, so the goldens are exact for them)."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model, config = builder()
     randomize(model, gen)
+    if half:
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.is_floating_point():
+                    t.copy_(t.half().float())
     inputs = inputs_builder(gen)
     prefix = os.path.join(out_dir, case + "_")
     with open(prefix + "config.json", "w") as f:
         json.dump(config, f, indent=1)
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, prefix + "weights.safetensors")
+    save_file({k: v.half() if half and v.is_floating_point() else v for k, v in state.items()},
+              prefix + "weights.safetensors")
     save_file({k: v.contiguous() for k, v in inputs.items()}, prefix + "inputs.safetensors")
     for mode in modes:
         m = builder()[0]  # a fresh copy per mode: train mode moves the statistics
@@ -213,8 +233,9 @@ def main():
     if args.golden:
         out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
         os.makedirs(out, exist_ok=True)
-        for case, _, builder, inputs_builder, modes in cases(False):
-            write_case(out, case, builder, inputs_builder, modes, "cpu", args.seed, all_grads=not case.startswith("resnet"))
+        for case, _, builder, inputs_builder, modes in cases(False, golden=True):
+            write_case(out, case, builder, inputs_builder, modes, "cpu", args.seed,
+                       all_grads=not case.startswith("resnet"), half=True)
             print(f"wrote {os.path.normpath(out)}/{case}_*")
         return 0
 
