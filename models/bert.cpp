@@ -1,0 +1,255 @@
+#include "models/bert.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/checkpoint.h"
+#include "autograd/ops/all.h"
+#include "models/config_json.h"
+#include "models/group.h"
+#include "nn/init.h"
+#include "tensor/factory.h"
+
+namespace frugal::models {
+
+namespace {
+
+// Hugging Face's _init_weights: Linear and Embedding weights N(0, initializer_range),
+// biases zero, the padding row zero; LayerNorm keeps 1 and 0.
+std::shared_ptr<nn::Linear> linear_layer(int64_t in, int64_t out, const BertConfig& c) {
+  auto l = std::make_shared<nn::Linear>(in, out);
+  nn::init::normal_(l->weight, 0.0, c.initializer_range);
+  nn::init::zeros_(l->bias);
+  return l;
+}
+
+std::shared_ptr<nn::Embedding> embedding_layer(int64_t n, const BertConfig& c, int64_t padding_idx = -1) {
+  auto e = std::make_shared<nn::Embedding>(n, c.hidden_size, nn::EmbeddingOptions{.padding_idx = padding_idx});
+  nn::init::normal_(e->weight, 0.0, c.initializer_range);
+  if (padding_idx >= 0) nn::init::zeros_(e->weight.select(0, padding_idx));
+  return e;
+}
+
+std::shared_ptr<nn::LayerNorm> layer_norm_layer(const BertConfig& c) {
+  return std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, nn::LayerNormOptions{.eps = c.layer_norm_eps});
+}
+
+double lowest_of(DType dtype) {
+  switch (dtype) {
+    case DType::Float16: return -65504.0;
+    case DType::BFloat16: return -3.3895313892515355e38;
+    case DType::Float32: return double(std::numeric_limits<float>::lowest());
+    case DType::Float64: return std::numeric_limits<double>::lowest();
+    default: FRUGAL_FAIL("bert_additive_mask: the mask dtype must be floating, got ", dtype_name(dtype));
+  }
+}
+
+void check_ids(const char* op, const char* name, const Tensor& ids, const Tensor& input_ids) {
+  if (!ids.defined()) return;
+  FRUGAL_CHECK(ids.sizes() == input_ids.sizes(), op, ": ", name, " must have input_ids' shape ",
+               shape_str(input_ids.sizes()), ", got ", ids.describe());
+  check_same_device(op, input_ids, ids);
+}
+
+}  // namespace
+
+// ---- config ------------------------------------------------------------------------
+
+BertConfig bert_base() { return BertConfig{}; }
+
+BertConfig BertConfig::from_json(const json::Value& j) {
+  constexpr const char* what = "BERT";
+  BertConfig c;
+  c.vocab_size = json_int(j, "vocab_size", c.vocab_size, what);
+  c.hidden_size = json_int(j, "hidden_size", c.hidden_size, what);
+  c.num_hidden_layers = json_int(j, "num_hidden_layers", c.num_hidden_layers, what);
+  c.num_attention_heads = json_int(j, "num_attention_heads", c.num_attention_heads, what);
+  c.intermediate_size = json_int(j, "intermediate_size", c.intermediate_size, what);
+  c.max_position_embeddings = json_int(j, "max_position_embeddings", c.max_position_embeddings, what);
+  c.type_vocab_size = json_int(j, "type_vocab_size", c.type_vocab_size, what);
+  c.pad_token_id = json_int(j, "pad_token_id", c.pad_token_id, what);
+  c.hidden_dropout_prob = json_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, what);
+  c.attention_probs_dropout_prob = json_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, what);
+  c.layer_norm_eps = json_double(j, "layer_norm_eps", c.layer_norm_eps, what);
+  c.initializer_range = json_double(j, "initializer_range", c.initializer_range, what);
+  if (const json::Value* labels = j.find("id2label"); labels && labels->is_object())
+    c.num_labels = int64_t(labels->members.size());
+  c.num_labels = json_int(j, "num_labels", c.num_labels, what);
+  c.checkpoint_blocks = json_bool(j, "checkpoint_blocks", c.checkpoint_blocks, what);
+  const std::string act = json_string(j, "hidden_act", "gelu", what);
+  FRUGAL_CHECK(act == "gelu", "BERT config: hidden_act '", act, "' is not supported (only exact 'gelu')");
+  const std::string pos = json_string(j, "position_embedding_type", "absolute", what);
+  FRUGAL_CHECK(pos == "absolute", "BERT config: position_embedding_type '", pos,
+               "' is not supported (only 'absolute')");
+  FRUGAL_CHECK(c.hidden_size % c.num_attention_heads == 0, "BERT config: hidden_size (", c.hidden_size,
+               ") must be divisible by num_attention_heads (", c.num_attention_heads, ")");
+  return c;
+}
+
+// ---- embeddings -----------------------------------------------------------------------
+
+BertEmbeddings::BertEmbeddings(const BertConfig& c) {
+  word_embeddings = register_module("word_embeddings", embedding_layer(c.vocab_size, c, c.pad_token_id));
+  position_embeddings = register_module("position_embeddings", embedding_layer(c.max_position_embeddings, c));
+  token_type_embeddings = register_module("token_type_embeddings", embedding_layer(c.type_vocab_size, c));
+  LayerNorm = register_module("LayerNorm", layer_norm_layer(c));
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.hidden_dropout_prob));
+}
+
+Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+  const int64_t T = input_ids.size(1);
+  const int64_t max_t = position_embeddings->weight.size(0);
+  FRUGAL_CHECK(T <= max_t, "BertEmbeddings: sequence length ", T, " exceeds max_position_embeddings ", max_t);
+  const Tensor positions = arange(T, {kInt64, input_ids.device()});  // (T)
+  Tensor h = word_embeddings->forward(input_ids) + token_type_embeddings->forward(token_type_ids);
+  h = h + position_embeddings->forward(positions);  // (B, T, C) + (T, C)
+  return dropout->forward(LayerNorm->forward(h));
+}
+
+// ---- encoder layer ---------------------------------------------------------------------
+
+BertSelfAttention::BertSelfAttention(const BertConfig& c)
+    : num_heads(c.num_attention_heads), dropout_p(c.attention_probs_dropout_prob) {
+  query = register_module("query", linear_layer(c.hidden_size, c.hidden_size, c));
+  key = register_module("key", linear_layer(c.hidden_size, c.hidden_size, c));
+  value = register_module("value", linear_layer(c.hidden_size, c.hidden_size, c));
+}
+
+Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
+  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), D = C / num_heads;
+  auto heads = [&](const Tensor& x) { return x.view({B, T, num_heads, D}).transpose(1, 2); };  // (B, H, T, D)
+  const Tensor q = heads(query->forward(h)), k = heads(key->forward(h)), v = heads(value->forward(h));
+  // The mask is made in the scores' dtype (the projections' output: float16 under autocast).
+  const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, is_training() ? dropout_p : 0.0,
+                                                  1.0 / std::sqrt(double(D)));  // (B, H, T, D)
+  return ctx.transpose(1, 2).reshape({B, T, C});
+}
+
+BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c) {
+  dense = register_module("dense", linear_layer(in_features, c.hidden_size, c));
+  LayerNorm = register_module("LayerNorm", layer_norm_layer(c));
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.hidden_dropout_prob));
+}
+
+Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
+  return LayerNorm->forward(dropout->forward(dense->forward(h)) + residual);
+}
+
+BertLayer::BertLayer(const BertConfig& c) {
+  auto attention = register_module("attention", std::make_shared<Group>("BertAttention"));
+  self_attention = attention->add("self", std::make_shared<BertSelfAttention>(c));
+  attention_output = attention->add("output", std::make_shared<BertResidualOutput>(c.hidden_size, c));
+  auto intermediate = register_module("intermediate", std::make_shared<Group>("BertIntermediate"));
+  intermediate_dense = intermediate->add("dense", linear_layer(c.hidden_size, c.intermediate_size, c));
+  output = register_module("output", std::make_shared<BertResidualOutput>(c.intermediate_size, c));
+}
+
+Tensor BertLayer::forward(const Tensor& h, const Tensor& mask) {
+  const Tensor a = attention_output->forward(self_attention->forward(h, mask), h);
+  return output->forward(gelu(intermediate_dense->forward(a)), a);
+}
+
+// ---- model -----------------------------------------------------------------------------
+
+Tensor bert_additive_mask(const Tensor& attention_mask, DType dtype) {
+  FRUGAL_CHECK(attention_mask.dim() == 2, "bert_additive_mask: attention_mask must be (B, T), got ",
+               attention_mask.describe());
+  const double lowest = lowest_of(dtype);
+  const Tensor keep = attention_mask.to(dtype);
+  return ((1.0 - keep) * lowest).view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
+}
+
+BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config(c) {
+  FRUGAL_CHECK(c.num_hidden_layers >= 0 && c.hidden_size > 0 && c.num_attention_heads > 0 &&
+                   c.hidden_size % c.num_attention_heads == 0,
+               "BertModel: need hidden_size > 0 divisible by num_attention_heads > 0, got ", c.hidden_size, " and ",
+               c.num_attention_heads);
+  embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(c));
+  auto encoder = register_module("encoder", std::make_shared<Group>("BertEncoder"));
+  layers = encoder->add("layer", std::make_shared<nn::ModuleList<BertLayer>>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<BertLayer>(c));
+  if (add_pooling_layer) {
+    auto pooler = register_module("pooler", std::make_shared<Group>("BertPooler"));
+    pooler_dense = pooler->add("dense", linear_layer(c.hidden_size, c.hidden_size, c));
+  }
+}
+
+BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                                   const Tensor& token_type_ids) {
+  constexpr const char* op = "BertModel";
+  FRUGAL_CHECK(input_ids.defined() && input_ids.dim() == 2 && !is_floating(input_ids.dtype()), op,
+               ": input_ids must be (B, T) integers, got ", input_ids.defined() ? input_ids.describe() : "undefined");
+  check_ids(op, "attention_mask", attention_mask, input_ids);
+  check_ids(op, "token_type_ids", token_type_ids, input_ids);
+  const Tensor types =
+      token_type_ids.defined() ? token_type_ids : zeros(input_ids.sizes(), {kInt64, input_ids.device()});
+  Tensor h = embeddings->forward(input_ids, types);
+  // float32 here; each layer converts it to its scores' dtype.
+  const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
+  for (const auto& layer : *layers) {
+    h = config.checkpoint_blocks
+            ? autograd::checkpoint([layer, mask](const Tensor& x) { return layer->forward(x, mask); }, h)
+            : layer->forward(h, mask);
+  }
+  BertModelOutput out{h, Tensor()};
+  if (pooler_dense) out.pooler_output = tanh(pooler_dense->forward(h.select(1, 0)));
+  return out;
+}
+
+// ---- heads -----------------------------------------------------------------------------
+
+BertForMaskedLM::BertForMaskedLM(const BertConfig& c) {
+  bert = register_module("bert", std::make_shared<BertModel>(c, /*add_pooling_layer=*/false));
+  auto cls = register_module("cls", std::make_shared<Group>("BertOnlyMLMHead"));
+  auto predictions = cls->add("predictions", std::make_shared<Group>("BertLMPredictionHead"));
+  decoder_bias = predictions->add_parameter("bias", zeros({c.vocab_size}));
+  auto transform = predictions->add("transform", std::make_shared<Group>("BertPredictionHeadTransform"));
+  transform_dense = transform->add("dense", linear_layer(c.hidden_size, c.hidden_size, c));
+  transform_LayerNorm = transform->add("LayerNorm", layer_norm_layer(c));
+  // Note [Tied weights]: the decoder's tensors are the word embeddings and the bias above.
+  auto decoder = predictions->add("decoder", std::make_shared<Group>("Linear"));
+  decoder->add_buffer("weight", bert->embeddings->word_embeddings->weight);
+  decoder->add_buffer("bias", decoder_bias);
+}
+
+TiedKeys BertForMaskedLM::tied_keys() const {
+  return {{"cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"},
+          {"cls.predictions.decoder.bias", "cls.predictions.bias"}};
+}
+
+BertMlmOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                                       const Tensor& token_type_ids, const Tensor& labels) {
+  const Tensor h = bert->forward(input_ids, attention_mask, token_type_ids).last_hidden_state;
+  const Tensor t = transform_LayerNorm->forward(gelu(transform_dense->forward(h)));
+  BertMlmOutput out;
+  out.logits = linear(t, bert->embeddings->word_embeddings->weight, decoder_bias);  // (B, T, V)
+  if (labels.defined()) {
+    FRUGAL_CHECK(labels.sizes() == input_ids.sizes(), "BertForMaskedLM: labels must have input_ids' shape ",
+                 shape_str(input_ids.sizes()), ", got ", labels.describe());
+    out.loss = cross_entropy(out.logits.reshape({-1, out.logits.size(-1)}), labels.reshape({-1}));
+  }
+  return out;
+}
+
+BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c) {
+  FRUGAL_CHECK(c.num_labels > 0, "BertForSequenceClassification: num_labels must be positive, got ", c.num_labels);
+  bert = register_module("bert", std::make_shared<BertModel>(c, /*add_pooling_layer=*/true));
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.hidden_dropout_prob));
+  classifier = register_module("classifier", linear_layer(c.hidden_size, c.num_labels, c));
+}
+
+BertClassifierOutput BertForSequenceClassification::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                                                            const Tensor& token_type_ids, const Tensor& labels) {
+  const Tensor pooled = bert->forward(input_ids, attention_mask, token_type_ids).pooler_output;
+  BertClassifierOutput out;
+  out.logits = classifier->forward(dropout->forward(pooled));  // (B, num_labels)
+  if (labels.defined()) {
+    // As Hugging Face's problem_type inference: one label is regression, integer labels classes.
+    if (out.logits.size(1) == 1) out.loss = mse_loss(out.logits.squeeze(1), labels.to(out.logits.dtype()));
+    else out.loss = cross_entropy(out.logits, labels);
+  }
+  return out;
+}
+
+}  // namespace frugal::models

@@ -1,0 +1,28 @@
+#include "models/pretrained.h"
+
+#include "nn/safetensors.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
+
+namespace frugal::models {
+
+void load_safetensors_into(nn::Module& model, const std::string& path, const TiedKeys& tied) {
+  std::map<std::string, Tensor> state = nn::load_safetensors(path).tensors;
+  for (const auto& [alias, source] : tied) {
+    const bool has_alias = state.count(alias) > 0, has_source = state.count(source) > 0;
+    if (has_alias && !has_source) state[source] = state[alias];
+    else if (has_source && !has_alias) state[alias] = state[source];
+    else if (has_alias && has_source) {
+      const Tensor& a = state[alias];
+      const Tensor& s = state[source];
+      FRUGAL_CHECK(
+          a.sizes() == s.sizes() && ops::amax(ops::abs(ops::sub(a.to(kFloat64), s.to(kFloat64)))).item<double>() == 0.0,
+          "load_safetensors_into: '", path, "' holds different values for the tied keys '", alias, "' and '", source,
+          "'");
+    }
+  }
+  model.load_state_dict(state, /*strict=*/true);
+}
+
+}  // namespace frugal::models

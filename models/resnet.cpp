@@ -1,0 +1,166 @@
+#include "models/resnet.h"
+
+#include "autograd/checkpoint.h"
+#include "autograd/ops/all.h"
+#include "models/config_json.h"
+#include "nn/init.h"
+
+namespace frugal::models {
+
+namespace {
+
+std::shared_ptr<nn::Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return std::make_shared<nn::Conv2d>(in, out, 3,
+                                      nn::Conv2dModuleOptions{.stride = stride, .padding = 1, .bias = false});
+}
+
+std::shared_ptr<nn::Conv2d> conv1x1(int64_t in, int64_t out, int64_t stride = 1) {
+  return std::make_shared<nn::Conv2d>(in, out, 1, nn::Conv2dModuleOptions{.stride = stride, .bias = false});
+}
+
+std::shared_ptr<nn::BatchNorm2d> bn(int64_t channels) { return std::make_shared<nn::BatchNorm2d>(channels); }
+
+/// The projection shortcut (1x1 conv + batch norm) when the block changes shape, else null.
+std::shared_ptr<nn::Sequential> shortcut(int64_t in, int64_t out, int64_t stride) {
+  if (stride == 1 && in == out) return nullptr;
+  return std::make_shared<nn::Sequential>(
+      std::initializer_list<std::shared_ptr<nn::UnaryModule>>{conv1x1(in, out, stride), bn(out)});
+}
+
+}  // namespace
+
+BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) {
+  conv1 = register_module("conv1", conv3x3(in_planes, planes, stride));
+  bn1 = register_module("bn1", bn(planes));
+  conv2 = register_module("conv2", conv3x3(planes, planes, 1));
+  bn2 = register_module("bn2", bn(planes));
+  if (auto ds = shortcut(in_planes, planes * expansion, stride)) downsample = register_module("downsample", ds);
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor out = relu(bn1->forward(conv1->forward(x)));
+  out = bn2->forward(conv2->forward(out));
+  return relu(out + (downsample ? downsample->forward(x) : x));
+}
+
+Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
+  conv1 = register_module("conv1", conv1x1(in_planes, planes));
+  bn1 = register_module("bn1", bn(planes));
+  conv2 = register_module("conv2", conv3x3(planes, planes, stride));  // v1.5: the stride is here
+  bn2 = register_module("bn2", bn(planes));
+  conv3 = register_module("conv3", conv1x1(planes, planes * expansion));
+  bn3 = register_module("bn3", bn(planes * expansion));
+  if (auto ds = shortcut(in_planes, planes * expansion, stride)) downsample = register_module("downsample", ds);
+}
+
+Tensor Bottleneck::forward(const Tensor& x) {
+  Tensor out = relu(bn1->forward(conv1->forward(x)));
+  out = relu(bn2->forward(conv2->forward(out)));
+  out = bn3->forward(conv3->forward(out));
+  return relu(out + (downsample ? downsample->forward(x) : x));
+}
+
+ResNet::ResNet(BlockType block_, std::array<int64_t, 4> blocks, ResNetOptions o)
+    : block(block_), blocks_per_layer(blocks), options(o) {
+  FRUGAL_CHECK(o.num_classes > 0 && o.in_channels > 0, "ResNet: num_classes and in_channels must be positive, got ",
+               o.num_classes, " and ", o.in_channels);
+  for (int64_t n : blocks) FRUGAL_CHECK(n > 0, "ResNet: every layer needs at least one block, got ", n);
+  conv1 = register_module(
+      "conv1", o.small_input_stem
+                   ? conv3x3(o.in_channels, 64, 1)
+                   : std::make_shared<nn::Conv2d>(o.in_channels, 64, 7,
+                                                  nn::Conv2dModuleOptions{.stride = 2, .padding = 3, .bias = false}));
+  bn1 = register_module("bn1", bn(64));
+  int64_t in_planes = 64;
+  layer1 = register_module("layer1", make_layer(in_planes, 64, blocks[0], 1));
+  layer2 = register_module("layer2", make_layer(in_planes, 128, blocks[1], 2));
+  layer3 = register_module("layer3", make_layer(in_planes, 256, blocks[2], 2));
+  layer4 = register_module("layer4", make_layer(in_planes, 512, blocks[3], 2));
+  fc = register_module("fc", std::make_shared<nn::Linear>(in_planes, o.num_classes));
+
+  // torchvision's init: convs kaiming_normal_(fan_out, relu); batch norms keep 1 and 0.
+  for (auto& [name, m] : named_modules())
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(m.get()))
+      nn::init::kaiming_normal_(conv->weight, 0.0, nn::init::FanMode::FanOut);
+  if (o.zero_init_residual)
+    for (auto& [name, m] : named_modules()) {
+      if (auto* b = dynamic_cast<Bottleneck*>(m.get())) nn::init::zeros_(b->bn3->weight);
+      if (auto* b = dynamic_cast<BasicBlock*>(m.get())) nn::init::zeros_(b->bn2->weight);
+    }
+}
+
+std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t planes, int64_t blocks, int64_t stride) {
+  auto layer = std::make_shared<nn::Sequential>();
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t s = i == 0 ? stride : 1;
+    if (block == BlockType::Basic) {
+      layer->push_back(std::make_shared<BasicBlock>(in_planes, planes, s));
+      in_planes = planes * BasicBlock::expansion;
+    } else {
+      layer->push_back(std::make_shared<Bottleneck>(in_planes, planes, s));
+      in_planes = planes * Bottleneck::expansion;
+    }
+  }
+  return layer;
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  FRUGAL_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "ResNet: expected input (N, ", options.in_channels,
+               ", H, W), got ", x.describe());
+  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  if (!options.small_input_stem) h = max_pool2d(h, 3, {.stride = 2, .padding = 1});
+  for (const auto& layer : {layer1, layer2, layer3, layer4})
+    for (size_t i = 0; i < layer->size(); ++i) {
+      std::shared_ptr<nn::UnaryModule> blk = (*layer)[i];
+      // The closure owns the block: backward replays it after forward has returned.
+      h = options.checkpoint_blocks ? autograd::checkpoint([blk](const Tensor& in) { return blk->forward(in); }, h)
+                                    : blk->forward(h);
+    }
+  h = adaptive_avg_pool2d(h, 1).flatten(1);  // (N, C)
+  return fc->forward(h);
+}
+
+std::shared_ptr<ResNet> resnet(int64_t depth, ResNetOptions o) {
+  switch (depth) {
+    case 18: return std::make_shared<ResNet>(BlockType::Basic, std::array<int64_t, 4>{2, 2, 2, 2}, o);
+    case 34: return std::make_shared<ResNet>(BlockType::Basic, std::array<int64_t, 4>{3, 4, 6, 3}, o);
+    case 50: return std::make_shared<ResNet>(BlockType::Bottleneck, std::array<int64_t, 4>{3, 4, 6, 3}, o);
+    case 101: return std::make_shared<ResNet>(BlockType::Bottleneck, std::array<int64_t, 4>{3, 4, 23, 3}, o);
+    case 152: return std::make_shared<ResNet>(BlockType::Bottleneck, std::array<int64_t, 4>{3, 8, 36, 3}, o);
+    default: FRUGAL_FAIL("resnet: depth must be 18, 34, 50, 101 or 152, got ", depth);
+  }
+}
+
+ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
+  constexpr const char* what = "ResNet";
+  json_check_keys(c,
+                  {"depth", "blocks_per_layer", "num_classes", "in_channels", "small_input_stem", "zero_init_residual",
+                   "checkpoint_blocks"},
+                  what);
+  ResNetOptions o;
+  o.num_classes = json_int(c, "num_classes", o.num_classes, what);
+  o.in_channels = json_int(c, "in_channels", o.in_channels, what);
+  o.small_input_stem = json_bool(c, "small_input_stem", o.small_input_stem, what);
+  o.zero_init_residual = json_bool(c, "zero_init_residual", o.zero_init_residual, what);
+  o.checkpoint_blocks = json_bool(c, "checkpoint_blocks", o.checkpoint_blocks, what);
+  if (depth) *depth = json_int(c, "depth", *depth, what);
+  return o;
+}
+
+std::shared_ptr<ResNet> resnet_from_json(const json::Value& c, int64_t depth) {
+  const ResNetOptions o = resnet_options_from_json(c, &depth);
+  std::shared_ptr<ResNet> standard = resnet(depth, o);  // checks the depth
+  const json::Value* blocks = c.find("blocks_per_layer");
+  if (!blocks) return standard;
+  FRUGAL_CHECK(blocks->is_array() && blocks->items.size() == 4,
+               "ResNet config: 'blocks_per_layer' must be an array of 4 integers");
+  std::array<int64_t, 4> counts{};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto n = blocks->items[i].as_uint64();
+    FRUGAL_CHECK(n && *n > 0, "ResNet config: 'blocks_per_layer' must hold 4 positive integers");
+    counts[i] = int64_t(*n);
+  }
+  return std::make_shared<ResNet>(standard->block, counts, o);
+}
+
+}  // namespace frugal::models

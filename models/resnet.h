@@ -1,0 +1,110 @@
+#pragma once
+// ResNet (He et al., 2015) as torchvision builds it: v1.5, where a Bottleneck strides on
+// its 3x3 conv, not its first 1x1. ResNet-18/34 stack BasicBlocks, ResNet-50/101/152
+// Bottlenecks. Parameter and buffer names are torchvision's ("conv1.weight",
+// "layer1.0.downsample.1.running_mean", "fc.bias"), so its checkpoints load unchanged.
+//
+//   auto net = models::resnet50({.num_classes = 10});
+//   Tensor logits = net->forward(images);  // images (N, 3, H, W) -> (N, 10)
+#include <array>
+#include <memory>
+
+#include "nn/batch_norm.h"
+#include "nn/container.h"
+#include "nn/conv.h"
+#include "nn/linear.h"
+
+namespace frugal::json {
+struct Value;
+}
+
+namespace frugal::models {
+
+struct ResNetOptions {
+  int64_t num_classes = 1000;
+  int64_t in_channels = 3;
+  /// For small images (28x28 Fashion-MNIST, 32x32 CIFAR): conv1 is a 3x3, stride 1,
+  /// padding 1 conv and there is no max pool, so layer1 sees the full resolution. The
+  /// state-dict keys do not change (the pool has no parameters); conv1.weight's shape does.
+  bool small_input_stem = false;
+  /// Start each block's last batch norm weight at zero, so every residual branch starts as
+  /// the identity (Goyal et al., 2017), as torchvision's zero_init_residual.
+  bool zero_init_residual = false;
+  /// Run each residual block under autograd::checkpoint: its activations are recomputed in
+  /// backward instead of kept. In training mode the recompute updates the batch norm running
+  /// statistics a second time (as torch.utils.checkpoint does); gradients are unchanged.
+  bool checkpoint_blocks = false;
+};
+
+enum class BlockType { Basic, Bottleneck };
+
+/// Two 3x3 convs (ResNet-18/34). Children: conv1, bn1, conv2, bn2[, downsample].
+class BasicBlock : public nn::UnaryModule {
+ public:
+  static constexpr int64_t expansion = 1;
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BasicBlock"; }
+
+  std::shared_ptr<nn::Conv2d> conv1, conv2;
+  std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
+  std::shared_ptr<nn::Sequential> downsample;  // null when the shortcut is the identity
+};
+
+/// 1x1 (reduce), 3x3 (stride), 1x1 (expand by 4) (ResNet-50/101/152). Children: conv1,
+/// bn1, conv2, bn2, conv3, bn3[, downsample].
+class Bottleneck : public nn::UnaryModule {
+ public:
+  static constexpr int64_t expansion = 4;
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Bottleneck"; }
+
+  std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
+  std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;
+  std::shared_ptr<nn::Sequential> downsample;
+};
+
+/// The network: stem (conv1, bn1, relu, maxpool), layer1..layer4 (nn::Sequential of
+/// blocks, widths 64/128/256/512 times the expansion, strides 1/2/2/2), global average
+/// pool and fc. Initialised as torchvision: convs kaiming_normal_(fan_out, relu), batch
+/// norms weight 1 and bias 0, fc as nn.Linear.
+class ResNet : public nn::UnaryModule {
+ public:
+  ResNet(BlockType block, std::array<int64_t, 4> blocks_per_layer, ResNetOptions options = {});
+  /// x (N, in_channels, H, W) -> logits (N, num_classes).
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ResNet"; }
+
+  std::shared_ptr<nn::Conv2d> conv1;
+  std::shared_ptr<nn::BatchNorm2d> bn1;
+  std::shared_ptr<nn::Sequential> layer1, layer2, layer3, layer4;
+  std::shared_ptr<nn::Linear> fc;
+  const BlockType block;
+  const std::array<int64_t, 4> blocks_per_layer;
+  const ResNetOptions options;
+
+ private:
+  std::shared_ptr<nn::Sequential> make_layer(int64_t& in_planes, int64_t planes, int64_t blocks, int64_t stride);
+};
+
+/// depth 18, 34, 50, 101 or 152 (torchvision's resnetNN); anything else throws.
+std::shared_ptr<ResNet> resnet(int64_t depth, ResNetOptions options = {});
+inline std::shared_ptr<ResNet> resnet18(ResNetOptions o = {}) { return resnet(18, o); }
+inline std::shared_ptr<ResNet> resnet34(ResNetOptions o = {}) { return resnet(34, o); }
+inline std::shared_ptr<ResNet> resnet50(ResNetOptions o = {}) { return resnet(50, o); }
+inline std::shared_ptr<ResNet> resnet101(ResNetOptions o = {}) { return resnet(101, o); }
+inline std::shared_ptr<ResNet> resnet152(ResNetOptions o = {}) { return resnet(152, o); }
+
+/// Reads frugal's ResNet config JSON (all keys optional): {"depth": 18, "num_classes": 10,
+/// "in_channels": 1, "small_input_stem": true, "zero_init_residual": false,
+/// "checkpoint_blocks": false}. When `depth` is given, *depth is read from "depth" (and
+/// keeps its value if the key is absent). Unknown keys throw, naming them.
+ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr);
+
+/// The model a ResNet config JSON describes: resnet_options_from_json's keys plus
+/// "blocks_per_layer": [n1, n2, n3, n4], which replaces the depth's block counts and keeps
+/// its block type (depth 18 with [1, 1, 1, 1] is torchvision's ResNet(BasicBlock, [1, 1, 1, 1])).
+std::shared_ptr<ResNet> resnet_from_json(const json::Value& config, int64_t default_depth);
+
+}  // namespace frugal::models

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""PyTorch parity for frugal's models: ResNet, BERT and ViT (run on the GPU machine, which has
+torch, torchvision, transformers and safetensors).
+
+For each model it builds the PyTorch original (torchvision ResNet / VisionTransformer, Hugging
+Face BertForMaskedLM) with seeded random weights (every parameter and batch-norm statistic
+drawn, so no zero-initialised head hides a gradient), dropout off, and writes into --out:
+  <case>_config.json          the config run_model reads (--config-json)
+  <case>_weights.safetensors  the model's state_dict (all of torch's keys, tied ones included)
+  <case>_inputs.safetensors   pixel_values or input_ids/attention_mask/token_type_ids, and labels
+  <case>_golden_<mode>.safetensors  logits, loss, grad.<parameter>, buffer.<name> (train mode)
+The goldens are computed in float64 (on --device), from the float32 weights and inputs, so they
+are the exact answer the float32 runs are measured against. Then it runs build/examples/run_model
+on the same files (float32, and --amp on cuda; resnet in train and eval mode) and prints the
+largest relative error of every output, max|frugal - torch| / max|torch| per tensor, against the
+bounds: float32 logits, loss and buffers 1e-4, gradients 1e-3; AMP everything 1e-2. Exit 1 on a failure.
+
+    python3 tools/parity_models.py --build /tmp/b --device cuda            # small configs
+    python3 tools/parity_models.py --build /tmp/b --device cuda --full     # + resnet50, bert-base, vit_b_16
+    python3 tools/parity_models.py --golden                                # write tests/golden/ only
+
+Small configs: resnet18 at 64x64, batch 2; BERT 2 layers, hidden 64, 4 heads, vocab 512,
+batch 2 x 16 tokens with padding; ViT 2 layers, hidden 64, 4 heads, 32x32 images, 8x8 patches.
+--golden writes those into tests/golden/ (float64 goldens computed on the CPU) for
+tests/cpu/test_models.cpp, small enough to commit (about 12 MB): weights stored as float16
+(rounded before the goldens are computed, so these stay exact), and ResNet-18 replaced by
+"resnet10" (ResNet(BasicBlock, [1, 1, 1, 1]), 32x32) with a selection of its gradients.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torchvision
+import transformers
+from safetensors.torch import save_file
+
+BOUNDS = {"fp32": {"logits": 1e-4, "loss": 1e-4, "grad": 1e-3, "buffer": 1e-4},
+          "amp": {"logits": 1e-2, "loss": 1e-2, "grad": 1e-2, "buffer": 1e-2}}
+
+
+# ---- models with random weights -------------------------------------------------------------
+
+def randomize(model, gen):
+    """Draws every parameter and batch-norm statistic: weights N(0, 1/fan_in), norm scales
+    1 + N(0, 0.1^2), everything else N(0, 0.1^2); running_var U(0.5, 1.5)."""
+    norms = (torch.nn.BatchNorm2d, torch.nn.LayerNorm)
+    norm_params = {id(p) for m in model.modules() if isinstance(m, norms) for p in m.parameters(recurse=False)}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            if id(p) in norm_params and name.endswith("weight"):
+                p.copy_(1 + 0.1 * r)
+            elif p.dim() >= 2 and p.shape[0] > 1:
+                p.copy_(r / (p[0].numel() ** 0.5))
+            else:
+                p.copy_(0.1 * r)
+        for name, b in model.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen, dtype=torch.float64))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=gen, dtype=torch.float64))
+            elif name.endswith("num_batches_tracked"):
+                b.fill_(3)
+
+
+def make_resnet(depth, num_classes):
+    return getattr(torchvision.models, f"resnet{depth}")(num_classes=num_classes), {"depth": depth, "num_classes": num_classes}
+
+
+def make_resnet10(num_classes):
+    model = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
+    return model, {"depth": 18, "blocks_per_layer": [1, 1, 1, 1], "num_classes": num_classes}
+
+
+def make_vit(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, num_classes):
+    cfg = dict(image_size=image_size, patch_size=patch_size, num_layers=num_layers, num_heads=num_heads,
+               hidden_dim=hidden_dim, mlp_dim=mlp_dim, num_classes=num_classes)
+    return torchvision.models.VisionTransformer(**cfg), cfg
+
+
+def make_bert(**kw):
+    config = transformers.BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                     architectures=["BertForMaskedLM"], **kw)
+    try:
+        config._attn_implementation = "eager"  # the spelled-out softmax path (sdpa gives the same result)
+    except Exception:
+        pass
+    model = transformers.BertForMaskedLM(config)
+    return model, json.loads(config.to_json_string())
+
+
+def image_inputs(gen, batch, channels, size, classes):
+    return {"pixel_values": torch.randn(batch, channels, size, size, generator=gen),
+            "labels": torch.randint(0, classes, (batch,), generator=gen)}
+
+
+def text_inputs(gen, batch, seq, vocab):
+    ids = torch.randint(1, vocab, (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    mask[-1, seq * 3 // 4:] = 0  # the last sequence ends in padding
+    ids[mask == 0] = 0
+    types = torch.zeros(batch, seq, dtype=torch.int64)
+    types[:, seq // 2:] = 1
+    labels = torch.full((batch, seq), -100, dtype=torch.int64)
+    pick = (torch.rand(batch, seq, generator=gen) < 0.3) & (mask == 1)
+    pick[0, 1] = True
+    labels[pick] = torch.randint(0, vocab, (int(pick.sum()),), generator=gen)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels}
+
+
+def cases(full, golden=False):
+    """(case, run_model --model, builder, inputs builder, modes)."""
+    if golden:  # ResNet-18's 45 MB of weights are too much for the repository: one block per layer
+        resnet = ("resnet10", "resnet18", lambda: make_resnet10(10), lambda g: image_inputs(g, 2, 3, 32, 10),
+                  ["train", "eval"])
+    else:
+        resnet = ("resnet18", "resnet18", lambda: make_resnet(18, 10), lambda g: image_inputs(g, 2, 3, 64, 10),
+                  ["train", "eval"])
+    out = [
+        resnet,
+        ("bert", "bert", lambda: make_bert(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=256, max_position_embeddings=64),
+         lambda g: text_inputs(g, 2, 16, 512), ["eval"]),
+        ("vit", "vit", lambda: make_vit(32, 8, 2, 4, 64, 128, 10), lambda g: image_inputs(g, 2, 3, 32, 10), ["eval"]),
+    ]
+    if full:
+        out += [
+            ("resnet50_full", "resnet50", lambda: make_resnet(50, 1000), lambda g: image_inputs(g, 2, 3, 224, 1000),
+             ["train", "eval"]),
+            ("bert_base_full", "bert", lambda: make_bert(), lambda g: text_inputs(g, 2, 128, 30522), ["eval"]),
+            ("vit_b16_full", "vit", lambda: make_vit(224, 16, 12, 12, 768, 3072, 1000),
+             lambda g: image_inputs(g, 2, 3, 224, 1000), ["eval"]),
+        ]
+    return out
+
+
+def forward_loss(model, inputs):
+    if "pixel_values" in inputs:
+        logits = model(inputs["pixel_values"])
+        return logits, torch.nn.functional.cross_entropy(logits, inputs["labels"])
+    out = model(**inputs)
+    return out.logits, out.loss
+
+
+def selected(names, all_grads):
+    if all_grads or len(names) <= 12:
+        return names
+    mid = len(names) // 2
+    return names[:4] + names[mid - 2:mid + 2] + names[-4:]
+
+
+def write_case(out_dir, case, builder, inputs_builder, modes, device, seed, all_grads, half=False):
+    """Writes config, weights, inputs and one float64 golden per mode; returns the file prefix.
+    half: weights stored as float16 (values rounded first, so the goldens are exact for them)."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model, config = builder()
+    randomize(model, gen)
+    if half:
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.is_floating_point():
+                    t.copy_(t.half().float())
+    inputs = inputs_builder(gen)
+    prefix = os.path.join(out_dir, case + "_")
+    with open(prefix + "config.json", "w") as f:
+        json.dump(config, f, indent=1)
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    save_file({k: v.half() if half and v.is_floating_point() else v for k, v in state.items()},
+              prefix + "weights.safetensors")
+    save_file({k: v.contiguous() for k, v in inputs.items()}, prefix + "inputs.safetensors")
+    for mode in modes:
+        m = builder()[0]  # a fresh copy per mode: train mode moves the statistics
+        m.load_state_dict(state)
+        m = m.to(device=device, dtype=torch.float64)
+        m.train(mode == "train")
+        x = {k: (v.to(device, torch.float64) if v.is_floating_point() else v.to(device)) for k, v in inputs.items()}
+        logits, loss = forward_loss(m, x)
+        loss.backward()
+        golden = {"logits": logits.detach().float().cpu(), "loss": loss.detach().float().cpu()}
+        names = [n for n, p in m.named_parameters() if p.grad is not None]
+        grads = dict(m.named_parameters())
+        for n in selected(names, all_grads):
+            golden["grad." + n] = grads[n].grad.float().cpu()
+        if mode == "train":
+            for n, b in m.named_buffers():
+                golden["buffer." + n] = (b.float() if b.is_floating_point() else b).cpu()
+        save_file({k: v.contiguous() for k, v in golden.items()}, f"{prefix}golden_{mode}.safetensors")
+    return prefix
+
+
+# ---- comparing frugal's outputs --------------------------------------------------------------
+
+def rel_error(a, b):
+    a, b = a.double(), b.double()
+    if a.shape != b.shape:
+        return float("inf")
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def compare(prefix, mode, result_file, bounds):
+    from safetensors.torch import load_file
+    want = load_file(f"{prefix}golden_{mode}.safetensors")
+    got = load_file(result_file)
+    worst = {}
+    for key, ref in want.items():
+        kind = key.split(".")[0] if "." in key else key
+        err = rel_error(got[key], ref) if key in got else float("inf")
+        if err > worst.get(kind, (-1, ""))[0]:
+            worst[kind] = (err, key)
+    rows = []
+    for kind, (err, key) in worst.items():
+        rows.append((kind, err, bounds[kind], key))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--out", default="/tmp/frugal_parity_models")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--full", action="store_true", help="also resnet50 at 224, bert-base, vit_b_16")
+    ap.add_argument("--golden", action="store_true", help="only write the small goldens into tests/golden/")
+    ap.add_argument("--only", default="", help="comma-separated cases to run (default: all)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    if args.golden:
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
+        os.makedirs(out, exist_ok=True)
+        for case, _, builder, inputs_builder, modes in cases(False, golden=True):
+            write_case(out, case, builder, inputs_builder, modes, "cpu", args.seed,
+                       all_grads=not case.startswith("resnet"), half=True)
+            print(f"wrote {os.path.normpath(out)}/{case}_*")
+        return 0
+
+    os.makedirs(args.out, exist_ok=True)
+    run_model = os.path.join(args.build, "examples", "run_model")
+    only = set(filter(None, args.only.split(",")))
+    table, failed = [], False
+    for case, model_name, builder, inputs_builder, modes in cases(args.full):
+        if only and case not in only:
+            continue
+        prefix = write_case(args.out, case, builder, inputs_builder, modes, args.device, args.seed,
+                            all_grads=not case.endswith("_full"))
+        for mode in modes:
+            precisions = ["fp32"] + (["amp"] if args.device == "cuda" else [])
+            for precision in precisions:
+                result = f"{prefix}frugal_{mode}_{precision}.safetensors"
+                cmd = [run_model, "--model", model_name, "--config-json", prefix + "config.json",
+                       "--weights", prefix + "weights.safetensors", "--inputs", prefix + "inputs.safetensors",
+                       "--out", result, "--device", args.device, "--backward"]
+                if mode == "train":
+                    cmd.append("--train-mode")
+                if precision == "amp":
+                    cmd.append("--amp")
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0 and "autocast not available" in proc.stderr:
+                    table.append((case, mode, precision, "skipped", 0.0, 0.0, "autocast not in this build"))
+                    continue
+                if proc.returncode != 0:
+                    table.append((case, mode, precision, "run_model", float("inf"), 0.0, proc.stderr.strip()[-200:]))
+                    failed = True
+                    continue
+                for kind, err, bound, key in compare(prefix, mode, result, BOUNDS[precision]):
+                    table.append((case, mode, precision, kind, err, bound, key))
+                    failed |= not err <= bound
+
+    print(f"{'case':<16}{'mode':<7}{'prec':<6}{'output':<10}{'max rel err':>12}{'bound':>9}  worst tensor")
+    for case, mode, precision, kind, err, bound, key in table:
+        flag = "" if err <= bound else "  FAIL"
+        print(f"{case:<16}{mode:<7}{precision:<6}{kind:<10}{err:>12.3e}{bound:>9.0e}  {key}{flag}")
+    print("parity_models:", "FAILED" if failed else "all within bounds")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
