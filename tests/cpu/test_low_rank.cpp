@@ -16,6 +16,7 @@
 #include "nn/low_rank.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
+#include "tensor/ops/unary.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -273,4 +274,22 @@ TEST_CASE("low_rank: state_dict round trip through safetensors") {
   // A mismatched rank is refused by load_state_dict.
   nn::LowRankLinear c(12, 10, 4);
   check_error([&] { c.load_state_dict(file.tensors); }, {"load_state_dict", "down.weight"});
+}
+
+TEST_CASE("low_rank: Module::replace_module swaps a child in place, re-points typed lists, refuses misfits") {
+  nn::Sequential seq{std::make_shared<nn::Linear>(4, 6), std::make_shared<nn::ReLU>()};
+  auto low = std::make_shared<nn::LowRankLinear>(4, 6, 2);
+  auto old = seq.replace_module("0", low);
+  CHECK(std::dynamic_pointer_cast<nn::Linear>(old) != nullptr);
+  CHECK(seq[0] == low);  // Sequential's forward list follows the registry
+  CHECK(seq.named_parameters().front().first == "0.down.weight");
+  const Tensor x = random_tensor({3, 4}, kFloat32, 5);
+  check_close(run(seq, x), values_of(ops::relu(run(*low, x))), 0, 0, "Sequential runs the replacement");
+  // A ModuleList refuses a replacement of another type; the registry is restored.
+  nn::ModuleList<nn::Linear> list;
+  list.push_back(std::make_shared<nn::Linear>(2, 2));
+  check_error([&] { list.replace_module("0", std::make_shared<nn::ReLU>()); }, {"ModuleList", "'0'", "ReLU"});
+  CHECK(list.named_children().front().second == list[0]);
+  check_error([&] { seq.replace_module("7", low); }, {"Sequential", "no submodule named '7'"});
+  check_error([&] { seq.replace_module("1", nullptr); }, {"Sequential", "null module"});
 }
