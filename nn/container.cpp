@@ -17,4 +17,11 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
+void Sequential::on_replace_module(const std::string& name, const std::shared_ptr<Module>& module) {
+  auto unary = std::dynamic_pointer_cast<UnaryModule>(module);
+  FRUGAL_CHECK(unary != nullptr, "Sequential: replacement for '", name, "' (", module->type_name(),
+               ") must be a UnaryModule");
+  modules_.at(std::stoul(name)) = std::move(unary);
+}
+
 }  // namespace frugal::nn

@@ -1,6 +1,7 @@
 #pragma once
 // Sequential and ModuleList.
 #include <initializer_list>
+#include <string>
 
 #include "nn/module.h"
 
@@ -16,6 +17,9 @@ class Sequential : public UnaryModule {
   std::string type_name() const override { return "Sequential"; }
   size_t size() const { return modules_.size(); }
   const std::shared_ptr<UnaryModule>& operator[](size_t i) const { return modules_.at(i); }
+
+ protected:
+  void on_replace_module(const std::string& name, const std::shared_ptr<Module>& module) override;
 
  private:
   std::vector<std::shared_ptr<UnaryModule>> modules_;
@@ -34,6 +38,14 @@ class ModuleList : public Module {
   const std::shared_ptr<M>& operator[](size_t i) const { return modules_.at(i); }
   auto begin() const { return modules_.begin(); }
   auto end() const { return modules_.end(); }
+
+ protected:
+  void on_replace_module(const std::string& name, const std::shared_ptr<Module>& module) override {
+    auto typed = std::dynamic_pointer_cast<M>(module);
+    FRUGAL_CHECK(typed != nullptr, "ModuleList: replacement for '", name, "' (", module->type_name(),
+                 ") is not of the list's element type");
+    modules_.at(std::stoul(name)) = std::move(typed);
+  }
 
  private:
   std::vector<std::shared_ptr<M>> modules_;

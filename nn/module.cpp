@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "memory/attribution.h"
@@ -80,6 +81,22 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   }
   return out;
 }
+
+std::shared_ptr<Module> Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  FRUGAL_CHECK(module != nullptr, type_name(), ": replace_module('", name, "') with a null module");
+  auto it = std::find_if(children_.begin(), children_.end(), [&](const auto& kv) { return kv.first == name; });
+  FRUGAL_CHECK(it != children_.end(), type_name(), ": replace_module: no submodule named '", name, "'");
+  std::shared_ptr<Module> old = std::exchange(it->second, module);
+  try {
+    on_replace_module(name, it->second);
+  } catch (...) {
+    it->second = old;
+    throw;
+  }
+  return old;
+}
+
+void Module::on_replace_module(const std::string&, const std::shared_ptr<Module>&) {}
 
 int64_t Module::num_parameters() const {
   int64_t n = 0;

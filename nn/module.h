@@ -42,6 +42,10 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
   /// Total number of parameter elements.
   int64_t num_parameters() const;
+  /// Puts `module` in place of the direct child `name` (same name, same place) and returns
+  /// the old child. A module that also keeps the child in a typed member re-points it in
+  /// on_replace_module (as LibTorch's replace_module needs `this->fc = ...`).
+  std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> module);
 
   // ---- modes and placement -----------------------------------------------------
   /// Training mode for this module and all below (dropout, batch norm statistics).
@@ -75,6 +79,10 @@ class Module {
     add_child(name, module);
     return module;
   }
+
+  /// Called by replace_module once `name` is registered as `module`: override to re-point a
+  /// typed member; throw if `module` does not fit (the old child is then put back).
+  virtual void on_replace_module(const std::string& name, const std::shared_ptr<Module>& module);
 
   bool training_ = true;
 

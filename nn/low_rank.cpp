@@ -1,0 +1,283 @@
+#include "nn/low_rank.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/copy.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/svd.h"
+
+namespace frugal::nn {
+
+LowRankLinear::LowRankLinear(int64_t in, int64_t out, int64_t r, LinearOptions options)
+    : in_features(in), out_features(out), rank(r) {
+  FRUGAL_CHECK(in > 0 && out > 0, "LowRankLinear: features must be positive, got in=", in, " out=", out);
+  FRUGAL_CHECK(r >= 1 && r <= std::min(in, out), "LowRankLinear: rank ", r, " is outside [1, min(in=", in,
+               ", out=", out, ")]");
+  down = register_module("down", std::make_shared<Linear>(in, r, LinearOptions{.bias = false}));
+  up = register_module("up", std::make_shared<Linear>(r, out, options));
+}
+
+Tensor LowRankLinear::forward(const Tensor& x) {
+  FRUGAL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "LowRankLinear: expected input (..., ", in_features,
+               "), got ", x.describe());
+  return up->forward(down->forward(x));
+}
+
+std::string LowRankLinear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
+         ", rank=" + std::to_string(rank) + ", bias=" + (up->bias.defined() ? "true" : "false");
+}
+
+Tensor LowRankLinear::dense_weight() const {
+  autograd::NoGradGuard no_grad;
+  return ops::matmul(up->weight.detach(), down->weight.detach());
+}
+
+int64_t rank_for_energy(const Tensor& s, Energy energy) {
+  FRUGAL_CHECK(energy.fraction > 0 && energy.fraction <= 1, "rank_for_energy: fraction must be in (0, 1], got ",
+               energy.fraction);
+  FRUGAL_CHECK(s.dim() == 1, "rank_for_energy: expected singular values (k), got ", s.describe());
+  const std::vector<double> values = s.tolist<double>();
+  double total = 0;
+  for (double v : values) total += v * v;
+  if (total == 0) return values.empty() ? 0 : 1;
+  // Compare against the target with a relative slack of a few ulps, so that a fraction
+  // met exactly (e.g. 0.9 of a spectrum built to give it) is not missed by rounding.
+  const double target = energy.fraction * total * (1 - 1e-12);
+  double kept = 0;
+  for (size_t r = 0; r < values.size(); ++r) {
+    kept += values[r] * values[r];
+    if (kept >= target) return int64_t(r) + 1;
+  }
+  return int64_t(values.size());
+}
+
+namespace {
+
+std::string layer_str(const Linear& layer) {
+  return "Linear(in=" + std::to_string(layer.in_features) + ", out=" + std::to_string(layer.out_features) + ")";
+}
+
+/// The thin SVD of layer.weight in float32 (float64 for float64 weights), on its device.
+ops::SVDResult weight_svd(const Linear& layer) {
+  const Tensor w = layer.weight.detach();
+  return ops::svd(w.dtype() == kFloat64 ? w : w.to(kFloat32));
+}
+
+void check_rank(const Linear& layer, int64_t rank, LowRankOptions options, const char* how) {
+  const int64_t in = layer.in_features, out = layer.out_features;
+  FRUGAL_CHECK(rank >= 1 && rank <= std::min(in, out), "to_low_rank: rank ", rank, how, " is outside [1, ",
+               std::min(in, out), "] for ", layer_str(layer));
+  if (options.require_saving) {
+    const int64_t largest = (in * out - 1) / (in + out);  // the largest rank with rank * (in + out) < in * out
+    FRUGAL_CHECK(rank * (in + out) < in * out, "to_low_rank: rank ", rank, how, " saves no parameters for ",
+                 layer_str(layer), ": rank * (in + out) = ", rank * (in + out), " >= in * out = ", in * out,
+                 largest >= 1 ? " (ranks up to " + std::to_string(largest) + " save)" : " (no rank saves)",
+                 "; pass LowRankOptions{.require_saving = false} to factorize anyway");
+  }
+}
+
+std::shared_ptr<LowRankLinear> build(const Linear& layer, const ops::SVDResult& f, int64_t rank) {
+  autograd::NoGradGuard no_grad;
+  auto m = std::make_shared<LowRankLinear>(layer.in_features, layer.out_features, rank,
+                                           LinearOptions{.bias = layer.bias.defined()});
+  m->to(layer.weight.device(), layer.weight.dtype());
+  // W ~ (U_r diag(S_r)) Vh_r: up.weight (out, r) = U_r S_r, down.weight (r, in) = Vh_r.
+  ops::copy_into(m->down->weight, f.Vh.narrow(0, 0, rank));
+  ops::copy_into(m->up->weight, ops::mul(f.U.narrow(1, 0, rank), f.S.narrow(0, 0, rank)));
+  if (layer.bias.defined()) ops::copy_into(m->up->bias, layer.bias.detach());
+  m->train(layer.is_training());
+  return m;
+}
+
+}  // namespace
+
+std::shared_ptr<LowRankLinear> to_low_rank(const Linear& layer, int64_t rank, LowRankOptions options) {
+  check_rank(layer, rank, options, "");
+  return build(layer, weight_svd(layer), rank);
+}
+
+std::shared_ptr<LowRankLinear> to_low_rank(const Linear& layer, Energy energy, LowRankOptions options) {
+  const ops::SVDResult f = weight_svd(layer);
+  const int64_t rank = std::max<int64_t>(1, rank_for_energy(f.S, energy));
+  check_rank(layer, rank, options, (" (energy " + std::to_string(energy.fraction) + ")").c_str());
+  return build(layer, f, rank);
+}
+
+double relative_error(const Tensor& weight, const LowRankLinear& low_rank) {
+  autograd::NoGradGuard no_grad;
+  const Tensor w = weight.detach().to(kCPU, kFloat64);
+  const Tensor approx =
+      ops::matmul(low_rank.up->weight.detach().to(kCPU, kFloat64), low_rank.down->weight.detach().to(kCPU, kFloat64));
+  FRUGAL_CHECK(w.sizes() == approx.sizes(), "relative_error: weight ", w.describe(), " does not match ",
+               low_rank.repr());
+  const Tensor diff = ops::sub(w, approx);
+  const double num = ops::sum(ops::mul(diff, diff)).item<double>();
+  const double den = ops::sum(ops::mul(w, w)).item<double>();
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// ---- compress ---------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+/// '*' matches any run of characters within one component (no dots there).
+bool component_matches(const std::string& pat, const std::string& s) {
+  size_t p = 0, i = 0, star = std::string::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pat.size() && pat[p] == '*') star = p++, mark = i;
+    else if (p < pat.size() && pat[p] == s[i]) ++p, ++i;
+    else if (star != std::string::npos) p = star + 1, i = ++mark;
+    else return false;
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+
+std::shared_ptr<Module> child_of(const Module& parent, const std::string& name) {
+  for (auto& [n, m] : parent.named_children())
+    if (n == name) return m;
+  FRUGAL_FAIL("compress: ", parent.type_name(), " has no submodule '", name, "'");
+}
+
+}  // namespace
+
+bool path_matches(const std::string& pattern, const std::string& path) {
+  const auto pat = split_path(pattern), parts = split_path(path);
+  if (pat.size() != parts.size()) return false;
+  for (size_t i = 0; i < pat.size(); ++i)
+    if (!component_matches(pat[i], parts[i])) return false;
+  return true;
+}
+
+int64_t CompressReport::params_before() const {
+  int64_t n = 0;
+  for (const auto& l : layers) n += l.params_before;
+  return n;
+}
+int64_t CompressReport::params_after() const {
+  int64_t n = 0;
+  for (const auto& l : layers) n += l.params_after;
+  return n;
+}
+
+std::string CompressReport::table() const {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-32s %6s %6s %6s %12s %12s %10s\n", "layer", "in", "out", "rank", "params",
+                "params_lr", "rel_error");
+  os << line;
+  for (const auto& l : layers) {
+    std::snprintf(line, sizeof line, "%-32s %6lld %6lld %6lld %12lld %12lld %10.4f%s\n", l.path.c_str(),
+                  (long long)l.in_features, (long long)l.out_features, (long long)l.rank, (long long)l.params_before,
+                  (long long)l.params_after, l.relative_error, l.replaced ? "" : "  (kept: no saving)");
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "%-32s %6s %6s %6s %12lld %12lld %9.1f%%\n", "total", "", "", "",
+                (long long)params_before(), (long long)params_after(),
+                params_before() ? 100.0 * double(params_after()) / double(params_before()) : 0.0);
+  os << line;
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const CompressReport& report) { return os << report.table(); }
+
+// Note [Replacing a layer in place]
+// compress() swaps a child in its parent's registry (Module::replace_module), which is
+// what named_parameters(), state_dict() and Sequential's forward read. A parent whose
+// forward calls the child through a typed member (MultiheadAttention::out_proj, a
+// Linear) would keep calling the old layer: the swap would silently do nothing. Such a
+// layer is caught by its reference count: once swapped out, compress() holds the only
+// reference unless somebody else (the typed member) still does, and then the swap is
+// undone and reported. Parents that want their layers compressible keep them as
+// UnaryModule and re-point them in on_replace_module.
+CompressReport compress(Module& model, const CompressPolicy& policy) {
+  FRUGAL_CHECK(!policy.patterns.empty(), "compress: the policy has no patterns");
+  FRUGAL_CHECK(policy.rank >= 0, "compress: rank must be positive (or 0 for the energy rule), got ", policy.rank);
+  autograd::NoGradGuard no_grad;
+  // Paths first, then one swap at a time: holding no handles while swapping keeps the
+  // reference count meaningful (Note [Replacing a layer in place]).
+  std::vector<std::string> paths, all_linear;
+  for (const auto& [path, m] : model.named_modules()) {
+    if (!std::dynamic_pointer_cast<Linear>(m)) continue;
+    const size_t dot = path.rfind('.');
+    if (dot != std::string::npos) {  // the factors of an earlier LowRankLinear are not layers to compress
+      const std::string parent = path.substr(0, dot);
+      bool inside_low_rank = false;
+      for (const auto& [p, pm] : model.named_modules())
+        if (p == parent) inside_low_rank = std::dynamic_pointer_cast<LowRankLinear>(pm) != nullptr;
+      if (inside_low_rank) continue;
+    }
+    all_linear.push_back(path);
+    for (const auto& pat : policy.patterns)
+      if (path_matches(pat, path)) {
+        paths.push_back(path);
+        break;
+      }
+  }
+  if (paths.empty()) {
+    std::string known;
+    for (const auto& p : all_linear) known += "\n  " + p;
+    FRUGAL_FAIL("compress: no Linear layer of ", model.type_name(), " matches the patterns (", policy.patterns.size(),
+                ", first '", policy.patterns.front(), "'); its Linear layers are:", known.empty() ? " none" : known);
+  }
+
+  CompressReport report;
+  for (const std::string& path : paths) {
+    const size_t dot = path.rfind('.');
+    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    Module* parent = &model;
+    if (dot != std::string::npos)
+      for (const auto& part : split_path(path.substr(0, dot))) parent = child_of(*parent, part).get();
+    auto layer = std::dynamic_pointer_cast<Linear>(child_of(*parent, name));
+    LayerCompression row{.path = path,
+                         .in_features = layer->in_features,
+                         .out_features = layer->out_features,
+                         .params_before = layer->num_parameters()};
+    const ops::SVDResult f = weight_svd(*layer);
+    const int64_t in = layer->in_features, out = layer->out_features;
+    row.rank = policy.rank > 0 ? policy.rank : std::max<int64_t>(1, rank_for_energy(f.S, policy.energy));
+    if (row.rank > std::min(in, out) || row.rank * (in + out) >= in * out) {
+      row.rank = std::min(row.rank, std::min(in, out));
+      row.params_after = row.params_before;
+      report.layers.push_back(row);
+      continue;
+    }
+    auto low_rank = build(*layer, f, row.rank);
+    row.params_after = low_rank->num_parameters();
+    row.relative_error = relative_error(layer->weight, *low_rank);
+    row.replaced = true;
+    layer.reset();
+    std::shared_ptr<Module> old = parent->replace_module(name, low_rank);
+    if (old.use_count() > 1) {
+      parent->replace_module(name, old);
+      FRUGAL_FAIL("compress: '", path, "' is also held outside ", parent->type_name(),
+                  "'s registry (a typed member?), so a replacement would never run; keep it as a UnaryModule and "
+                  "re-point it in ",
+                  parent->type_name(),
+                  "::on_replace_module (see Note [Replacing a layer in place] in nn/low_rank.cpp)");
+    }
+    report.layers.push_back(row);
+  }
+  return report;
+}
+
+}  // namespace frugal::nn
