@@ -150,7 +150,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     if (anomaly) check_finite(*node, input_grads);
     if (!retain_graph) {
       node->release_saved();
-      node->released = !node->next_edges.empty();  // AccumulateGrad can run again
+      node->released = node->saves_tensors();
     }
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];

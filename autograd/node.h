@@ -52,6 +52,10 @@ class Node {
   virtual std::string name() const = 0;
   /// Frees saved tensors after a backward without retain_graph.
   virtual void release_saved() {}
+  /// False for nodes whose backward needs no saved tensor (views, casts, AccumulateGrad):
+  /// those may run again after a backward without retain_graph, as in PyTorch. Autocast's
+  /// cached weight casts rely on it: one cast serves every backward in its scope.
+  virtual bool saves_tensors() const { return true; }
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;
@@ -68,6 +72,7 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const Tensor& leaf);
   TensorList apply(TensorList&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }
+  bool saves_tensors() const override { return false; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;

@@ -448,10 +448,16 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   state_->check_usable(what);
   ncclConfig_t config = nonblocking_config();
   ncclComm_t child = nullptr;
-  const ncclResult_t r = ncclCommSplit(state_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
-  // A non-blocking split reports its progress on the new communicator (none for NOCOLOR).
-  state_->settle(lock, child ? child : state_->comm, r, what);
-  if (!child) return nullptr;
+  ncclResult_t r = ncclCommSplit(state_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+  // A non-blocking split reports its progress on the parent, and NCCL writes `child` only
+  // once it is complete (it may return ncclSuccess before that): wait for the parent.
+  if (r == ncclSuccess || r == ncclInProgress) ncclCommGetAsyncError(state_->comm, &r);
+  state_->settle(lock, state_->comm, r, what);
+  if (color < 0) return nullptr;
+  FRUGAL_CHECK(child != nullptr, what, ": NCCL completed the split without a communicator for color ", color);
+  ncclResult_t child_state = ncclSuccess;
+  ncclCommGetAsyncError(child, &child_state);
+  state_->settle(lock, child, child_state, what);
   auto state = std::make_shared<State>(child, state_->device, state_->timeout());
   return std::shared_ptr<NcclCommunicator>(new NcclCommunicator(FromSplit{}, std::move(state)));
 }

@@ -29,6 +29,7 @@ class DerivedBackward final : public Node {
     }
     return "DerivedBackward";
   }
+  bool saves_tensors() const override { return false; }  // sizes, dtype and device only
 
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];

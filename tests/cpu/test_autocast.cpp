@@ -453,3 +453,16 @@ TEST_CASE("autocast: one AMP training step of an 8-layer MLP keeps >= 40% fewer 
   MESSAGE("AMP loss before the step ", loss16.item<float>(), ", after ", after.item<float>());
   CHECK(after.item<float>() < loss16.item<float>());
 }
+
+TEST_CASE("autocast: one guard around two forward/backward passes reuses the cached cast") {
+  // The cached cast's ToCopyBackward saves no tensors, so the first backward (without
+  // retain_graph) must not make the second one fail.
+  Tensor w = leaf({8, 6}, 1);
+  const Tensor x = random_tensor({4, 6}, kFloat32, 2);
+  AutocastGuard amp(kCPU, kFloat16);
+  sum(linear(x, w)).backward();
+  const Tensor first = w.grad().clone();
+  sum(linear(x, w)).backward();
+  CHECK(autocast::cache_size() == 1);
+  check_close_scaled(w.grad(), first * 2.0, 1e-6, "w.grad after two identical passes");
+}

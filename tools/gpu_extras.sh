@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The programs beyond the test suites that a GPU session runs, one section each, into one
+# log (the GPU machine returns few files). Called by tools/gpu_check.sh --cmd with $BUILD
+# (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
+# goldens.tar when the parity goldens are written.
+#   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
+#                                     parallel-bench profile)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+data=${ROOT:-.}/data/fashion-mnist
+rc=0
+section() { echo; echo "==== $1"; }
+run() { "$@" || { echo "FAILED ($?): $*"; rc=1; }; }
+for s in "$@"; do
+  section "$s"
+  case "$s" in
+    nccl) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/tests/nccl_check" ;;
+    parallel) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/tests/parallel_check" ;;
+    golden) run python3 tools/parity_models.py --golden && tar -cf "${OUT:-/tmp}/goldens.tar" tests/golden && ls -la tests/golden ;;
+    parity) run python3 tools/parity_models.py --build "$BUILD" --device cuda ;;
+    parity-full) run python3 tools/parity_models.py --build "$BUILD" --device cuda --full ;;
+    memory) run "$BUILD/bench/memory_matrix" --device cuda ;;
+    svd)
+      run "$BUILD/bench/svd_compress" --device cuda --data-dir "$data" >/tmp/svd.log 2>&1
+      tr '\r' '\n' </tmp/svd.log | grep -v "ETA" | tail -40 ;;
+    parallel-bench) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" ;;
+    profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
+    *) echo "unknown section $s"; rc=1 ;;
+  esac
+done
+exit $rc
