@@ -3,7 +3,9 @@
 #include <atomic>
 
 #include "autograd/meta.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/copy.h"
 
 namespace frugal::autograd {
 
@@ -44,9 +46,19 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
   if (!m.grad.defined()) {
     // Steal the incoming buffer when nothing else holds it; otherwise copy, since a
-    // later accumulation writes into .grad in place.
-    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
-    m.grad = sole_owner ? g : g.clone();
+    // later accumulation writes into .grad in place. .grad is contiguous, or channels-last
+    // for a channels-last leaf (the parameter's layout, as PyTorch; Note [Channels-last layout]).
+    const bool channels_last = suggests_channels_last(leaf);
+    const bool in_layout = channels_last ? is_channels_last(g) : g.is_contiguous();
+    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && in_layout;
+    if (sole_owner) {
+      m.grad = g;
+    } else if (channels_last) {
+      m.grad = empty_channels_last(g.sizes(), g.options());
+      ops::copy_into(m.grad, g);
+    } else {
+      m.grad = g.clone();
+    }
   } else {
     ops::add_(m.grad, g);
   }
