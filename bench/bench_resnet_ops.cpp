@@ -4,9 +4,10 @@
 // Note [ResNet op benchmark]
 // Each row is one layer shape of ResNet-50 at the given batch (default 128, 224x224
 // input): a bias-free convolution with float32 weights (cast to float16 by autocast,
-// as in AMP training), batch norm with float32 parameters in training mode, and ReLU -
-// or, for a bottleneck's last 1x1 convolution, batch_norm_add_relu with the block's
-// input as the residual. One step is the forward and the backward of that layer
+// as in AMP training), batch norm with float32 parameters in training mode, and ReLU
+// (batch_norm_relu) - or, for a bottleneck's last 1x1 convolution, batch_norm_add_relu
+// with a residual of the output's shape. NCHW runs frugal's own batch norm kernels and a
+// separate ReLU; NHWC runs cuDNN's fused persistent batch norm. One step is the forward and the backward of that layer
 // (gradients of the input, the weight and the batch norm parameters), timed with CUDA
 // events, median of repeated steps after warm-up, cudnn benchmark mode on (as
 // torch.backends.cudnn.benchmark). tools/bench_resnet_ops.py times the same rows in
@@ -99,8 +100,7 @@ double time_layer(const Layer& l, int64_t batch, bool channels_last, int reps) {
     {
       AutocastGuard amp(kGpu, kFloat16);
       const Tensor c = conv2d(x, w, Tensor(), {.stride = l.stride, .padding = pad});
-      y = l.tail ? batch_norm_add_relu(c, residual, rm, rv, gamma, beta, true)
-                 : relu(batch_norm(c, rm, rv, gamma, beta, true));
+      y = batch_norm_relu(c, rm, rv, gamma, beta, true, 0.1, 1e-5, l.tail ? residual : Tensor());
     }
     y.backward(grad);
     for (const Tensor* p : {&x, &w, &gamma, &beta}) p->set_grad(Tensor());

@@ -101,7 +101,7 @@ struct BatchNormBackward final : Node {
   }
 };
 
-// out = relu(batch_norm(x) + residual)  (Note [Batch norm add ReLU])
+// out = relu(batch_norm(x) + residual), or relu(batch_norm(x))  (Note [Batch norm add ReLU])
 // gz = g (out > 0), grad_residual = gz, grad_x/weight/bias = BatchNormBackward's formulas on gz
 struct BatchNormAddReluBackward final : Node {
   SavedTensor x, out, weight, bias, mean, invstd;  // out for ReLU's mask; bias for cuDNN's fused backward
@@ -209,7 +209,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
                            const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
                            double momentum, double eps) {
-  memory::OpScope scope("batch_norm_add_relu");  // keeps low-precision inputs, as batch_norm
+  FRUGAL_CHECK(residual.defined(), "batch_norm_add_relu: residual is undefined (batch_norm_relu takes none)");
+  return batch_norm_relu(x, running_mean, running_var, weight, bias, training, momentum, eps, residual);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual) {
+  // Keeps low-precision inputs, as batch_norm (Note [Autocast]).
+  memory::OpScope scope(residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu");
   ops::BatchNormResult r = autograd::raw([&] {
     return ops::batch_norm_add_relu(x, residual, running_mean, running_var, weight, bias, training, momentum, eps);
   });
@@ -226,7 +233,7 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
     }
     node->mean = r.mean;
     node->invstd = r.invstd;
-    node->saved = {r.reserve, eps};
+    node->saved = {r.reserve, eps, residual.defined()};
     node->training = training;
     autograd::record(node, {r.out});
   }

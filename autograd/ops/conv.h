@@ -40,4 +40,10 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
                            const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
                            double momentum = 0.1, double eps = 1e-5);
 
+/// relu(batch_norm(x, ...)) as one op, likewise (cuDNN's CUDNN_BATCHNORM_OPS_BN_ACTIVATION);
+/// with a defined `residual` it is batch_norm_add_relu.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
+                       const Tensor& residual = Tensor());
+
 }  // namespace frugal

@@ -1,11 +1,12 @@
-// cuDNN's persistent NHWC batch norm, plain and fused with add + ReLU
+// cuDNN's persistent NHWC batch norm, plain and fused with ReLU or add + ReLU
 // (Note [Channels-last batch norm] and Note [Batch norm add ReLU] in tensor/ops/batch_norm.h).
 //
 // Note [cuDNN persistent batch norm]
 // CUDNN_BATCHNORM_SPATIAL_PERSISTENT keeps a channel's partial sums on chip across the
 // whole batch, so the training forward and backward read x once each in NHWC order;
 // it is the mode PyTorch picks for channels-last training. The Ex entry points take
-// the fused variant (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: y = relu(bn(x) + z)), a
+// the fused variants (CUDNN_BATCHNORM_OPS_BN_ACTIVATION: y = relu(bn(x)), and
+// CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: y = relu(bn(x) + z)), a
 // workspace (per call, from the arena) and a reserve space (from the arena too, kept
 // by the caller from the forward to the backward: the fused backward reads the ReLU
 // mask from it). These are cuDNN's legacy batch norm functions, still present in
@@ -82,17 +83,24 @@ bool supported(cudnnStatus_t status) {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 
+/// cuDNN's name for what follows the normalization.
+cudnnBatchNormOps_t ops_for(bool residual, bool relu) {
+  return residual ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+         : relu   ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+                  : CUDNN_BATCHNORM_OPS_BN;
+}
+
 }  // namespace
 
 Tensor batch_norm_cudnn_forward(const Tensor& out, const Tensor& mean, const Tensor& invstd, const Tensor& x,
-                                const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                                const Tensor& residual, bool relu, const Tensor& weight, const Tensor& bias,
                                 const Tensor& running_mean, const Tensor& running_var, double momentum, double eps) {
   if (x.dtype() != kFloat16 && x.dtype() != kBFloat16) return Tensor();
   DeviceGuard guard(x.device());
   const Descriptors d(x);
   const bool fused = residual.defined();
-  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
-  const cudnnActivationDescriptor_t act = fused ? d.relu() : nullptr;
+  const cudnnBatchNormOps_t ops = ops_for(fused, relu);
+  const cudnnActivationDescriptor_t act = fused || relu ? d.relu() : nullptr;
   cudnnHandle_t h = cudnn_handle(x.device());
   size_t ws_bytes = 0, reserve_bytes = 0;
   if (!supported(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kMode, ops, d.x(), fused ? d.x() : nullptr,
@@ -110,26 +118,27 @@ Tensor batch_norm_cudnn_forward(const Tensor& out, const Tensor& mean, const Ten
 
 void batch_norm_cudnn_backward(const Tensor& grad_x, const Tensor& grad_residual, const Tensor& grad_weight,
                                const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x, const Tensor& out,
-                               const Tensor& weight, const Tensor& bias, const Tensor& mean, const Tensor& invstd,
-                               const Tensor& reserve, double eps) {
+                               bool relu, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                               const Tensor& invstd, const Tensor& reserve, double eps) {
   DeviceGuard guard(x.device());
   const Descriptors d(x);
   const bool fused = grad_residual.defined();
-  FRUGAL_CHECK(!fused || (out.defined() && bias.defined()),
+  relu = relu || fused;
+  FRUGAL_CHECK(!relu || (out.defined() && bias.defined()),
                "batch_norm_add_relu_backward: cuDNN's fused backward needs the forward's output and bias");
-  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
-  const cudnnActivationDescriptor_t act = fused ? d.relu() : nullptr;
-  cudnnTensorDescriptor_t fused_desc = fused ? d.x() : nullptr;
+  const cudnnBatchNormOps_t ops = ops_for(fused, relu);
+  const cudnnActivationDescriptor_t act = relu ? d.relu() : nullptr;
+  const cudnnTensorDescriptor_t y_desc = relu ? d.x() : nullptr, dz_desc = fused ? d.x() : nullptr;
   cudnnHandle_t h = cudnn_handle(x.device());
   size_t ws_bytes = 0;
-  FRUGAL_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, d.x(), fused_desc, d.x(),
-                                                                       fused_desc, d.x(), d.param(), act, &ws_bytes));
+  FRUGAL_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, d.x(), y_desc, d.x(), dz_desc,
+                                                                       d.x(), d.param(), act, &ws_bytes));
   const Tensor workspace = bytes_on(x.device(), ws_bytes);
   FRUGAL_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-      h, kMode, ops, &kOne, &kZero, &kOne, &kZero, d.x(), x.data(), fused_desc, fused ? out.data() : nullptr, d.x(),
-      grad_out.data(), fused_desc, fused ? grad_residual.data() : nullptr, d.x(), grad_x.data(), d.param(),
-      weight.data(), fused ? bias.data() : nullptr, grad_weight.data(), grad_bias.data(), eps, mean.data(),
-      invstd.data(), act, ptr(workspace), ws_bytes, ptr(reserve), size_t(reserve.numel())));
+      h, kMode, ops, &kOne, &kZero, &kOne, &kZero, d.x(), x.data(), y_desc, relu ? out.data() : nullptr, d.x(),
+      grad_out.data(), dz_desc, fused ? grad_residual.data() : nullptr, d.x(), grad_x.data(), d.param(), weight.data(),
+      relu ? bias.data() : nullptr, grad_weight.data(), grad_bias.data(), eps, mean.data(), invstd.data(), act,
+      ptr(workspace), ws_bytes, ptr(reserve), size_t(reserve.numel())));
 }
 
 }  // namespace frugal::ops::cuda

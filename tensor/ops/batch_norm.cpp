@@ -100,9 +100,9 @@ bool cudnn_takes(const Tensor& x, const Tensor& weight, const Tensor& bias, bool
 }
 
 /// The training forward on cuDNN, or nullopt when cuDNN declines the problem (having written nothing).
-std::optional<BatchNormResult> cudnn_forward(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
-                                             const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                                             double momentum, double eps) {
+std::optional<BatchNormResult> cudnn_forward(const Tensor& x, const Tensor& residual, bool relu,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& weight, const Tensor& bias, double momentum, double eps) {
 #ifdef FRUGAL_WITH_CUDA
   const RunningStats stats(running_mean, running_var, kFloat32);
   BatchNormResult r;
@@ -110,18 +110,20 @@ std::optional<BatchNormResult> cudnn_forward(const Tensor& x, const Tensor& resi
   r.mean = empty({x.size(1)}, {kFloat32, x.device()});
   r.invstd = empty({x.size(1)}, {kFloat32, x.device()});
   r.reserve = cuda::batch_norm_cudnn_forward(
-      r.out, r.mean, r.invstd, x, residual.defined() ? to_channels_last(residual) : residual, weight.contiguous(),
+      r.out, r.mean, r.invstd, x, residual.defined() ? to_channels_last(residual) : residual, relu, weight.contiguous(),
       bias.contiguous(), stats.mean, stats.var, momentum, eps);
   if (!r.reserve.defined()) return std::nullopt;
   stats.finish(running_mean, running_var);
   return r;
 #else
-  (void)x, (void)residual, (void)running_mean, (void)running_var, (void)weight, (void)bias, (void)momentum, (void)eps;
+  (void)x, (void)residual, (void)relu, (void)running_mean, (void)running_var, (void)weight, (void)bias, (void)momentum,
+      (void)eps;
   return std::nullopt;
 #endif
 }
 
-/// The backward on cuDNN of a forward it ran (saved.reserve defined); grad_residual when `out` is given.
+/// The backward on cuDNN of a forward it ran (saved.reserve defined): with ReLU when `out`
+/// is given, and grad_residual when the forward had a residual.
 BatchNormGrads cudnn_backward(const Tensor& grad_out, const Tensor& x, const Tensor& out, const Tensor& weight,
                               const Tensor& bias, const Tensor& mean, const Tensor& invstd, BatchNormGradMask mask,
                               const BatchNormSaved& saved) {
@@ -134,14 +136,14 @@ BatchNormGrads cudnn_backward(const Tensor& grad_out, const Tensor& x, const Ten
   g.x = empty_channels_last(x.sizes(), x.options());
   g.weight = empty({C}, {kFloat32, x.device()});
   g.bias = empty({C}, {kFloat32, x.device()});
-  if (out.defined()) g.residual = empty_channels_last(x.sizes(), x.options());
+  if (out.defined() && saved.residual) g.residual = empty_channels_last(x.sizes(), x.options());
   cuda::batch_norm_cudnn_backward(g.x, g.residual, g.weight, g.bias, to_channels_last(grad_out), x,
-                                  out.defined() ? to_channels_last(out) : out, weight.contiguous(),
+                                  out.defined() ? to_channels_last(out) : out, out.defined(), weight.contiguous(),
                                   bias.defined() ? bias.contiguous() : bias, mean, invstd, saved.reserve, saved.eps);
   if (!mask.x) g.x = Tensor();
   if (!mask.weight) g.weight = Tensor();
   if (!mask.bias) g.bias = Tensor();
-  if (!mask.residual) g.residual = Tensor();
+  if (!mask.residual || !out.defined() || !saved.residual) g.residual = Tensor();
   return g;
 #else
   (void)grad_out, (void)x, (void)out, (void)weight, (void)bias, (void)mean, (void)invstd, (void)mask, (void)saved;
@@ -156,7 +158,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Te
   constexpr const char* op = "batch_norm";
   const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
   if (cudnn_takes(x, weight, bias, training))
-    if (auto r = cudnn_forward(x, Tensor(), running_mean, running_var, weight, bias, momentum, eps)) return *r;
+    if (auto r = cudnn_forward(x, Tensor(), false, running_mean, running_var, weight, bias, momentum, eps)) return *r;
   const DType compute = compute_dtype(x.dtype());
   BatchNormResult r;
   r.out = empty(x.sizes(), x.options());
@@ -221,14 +223,15 @@ BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, con
                                     double momentum, double eps) {
   constexpr const char* op = "batch_norm_add_relu";
   check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
-  FRUGAL_CHECK(residual.defined() && residual.sizes() == x.sizes() && residual.dtype() == x.dtype(), op, ": residual ",
-               residual.defined() ? residual.describe() : "undefined", " must have the shape and dtype of the input ",
-               x.describe());
-  check_same_device(op, x, residual);
+  if (residual.defined()) {
+    FRUGAL_CHECK(residual.sizes() == x.sizes() && residual.dtype() == x.dtype(), op, ": residual ", residual.describe(),
+                 " must have the shape and dtype of the input ", x.describe());
+    check_same_device(op, x, residual);
+  }
   if (cudnn_takes(x, weight, bias, training))
-    if (auto r = cudnn_forward(x, residual, running_mean, running_var, weight, bias, momentum, eps)) return *r;
+    if (auto r = cudnn_forward(x, residual, true, running_mean, running_var, weight, bias, momentum, eps)) return *r;
   BatchNormResult r = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
-  r.out = relu(add(r.out, residual));  // Note [Batch norm add ReLU]
+  r.out = residual.defined() ? relu(add(r.out, residual)) : relu(r.out);  // Note [Batch norm add ReLU]
   return r;
 }
 
@@ -247,7 +250,7 @@ BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor
   if (saved.reserve.defined()) return cudnn_backward(grad_out, x, out, weight, bias, mean, invstd, mask, saved);
   const Tensor gz = unary_backward(UnaryOp::Relu, grad_out, out);  // g (out > 0)
   BatchNormGrads g = batch_norm_backward(gz, x, weight, mean, invstd, training, mask);
-  if (mask.residual) g.residual = gz;
+  if (mask.residual && saved.residual) g.residual = gz;
   return g;
 }
 

@@ -39,10 +39,11 @@
 // converts the result back.
 //
 // Note [Batch norm add ReLU]
-// ResNet's block tail is relu(bn(x) + residual). batch_norm_add_relu computes it as one
-// op: cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION on the path above (one pass over x,
-// residual and out instead of three), else batch_norm, add and relu in turn. Its
-// backward needs the output only for ReLU's mask (out > 0):
+// ResNet's block tail is relu(bn(x) + residual), and its other batch norms are followed
+// by relu alone. batch_norm_add_relu computes either as one op (residual undefined: no
+// add): cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION / BN_ACTIVATION on the path above
+// (one pass over the activations instead of two or three, forward and backward), else
+// batch_norm, add and relu in turn. Its backward needs the output only for ReLU's mask:
 //   gz = g (out > 0);  grad_residual = gz;  grad_x, grad_weight, grad_bias = batch_norm_backward(gz)
 #include "tensor/tensor.h"
 
@@ -75,10 +76,12 @@ struct BatchNormGrads {
 };
 
 /// What a backward needs of its forward beyond its tensors: cuDNN's reserve space (the
-/// forward's BatchNormResult::reserve, undefined when cuDNN did not run it) and eps.
+/// forward's BatchNormResult::reserve, undefined when cuDNN did not run it), eps, and
+/// (batch_norm_add_relu only) whether the forward added a residual.
 struct BatchNormSaved {
   Tensor reserve;
   double eps = 1e-5;
+  bool residual = true;
 };
 
 /// The gradients of batch_norm given grad_out (x's shape), the forward's x, weight (or
@@ -88,7 +91,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                                    const BatchNormSaved& saved = {});
 
 /// relu(batch_norm(x, ...) + residual) as one op (Note [Batch norm add ReLU]); residual has
-/// x's shape, dtype and device. Arguments and results otherwise as batch_norm.
+/// x's shape, dtype and device, or is undefined for relu(batch_norm(x, ...)). Arguments and
+/// results otherwise as batch_norm.
 BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
                                     const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
                                     double momentum = 0.1, double eps = 1e-5);
@@ -133,18 +137,18 @@ void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
 // Every 4-D tensor is channels-last (N, C, H, W) of x's dtype (float16 or bfloat16); the
 // (C) tensors are contiguous float32; residual, running_mean and running_var may be undefined.
 
-/// Runs the training forward out = bn(x) (+ residual, then ReLU, when residual is
-/// defined), writes mean and invstd, updates the running statistics, and returns the
-/// reserve space; returns an undefined tensor, having written nothing, when cuDNN
-/// does not take the problem.
+/// Runs the training forward out = bn(x), then + residual (when defined), then ReLU
+/// (when `relu`; always with a residual), writes mean and invstd, updates the running
+/// statistics, and returns the reserve space; returns an undefined tensor, having
+/// written nothing, when cuDNN does not take the problem.
 Tensor batch_norm_cudnn_forward(const Tensor& out, const Tensor& mean, const Tensor& invstd, const Tensor& x,
-                                const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                                const Tensor& residual, bool relu, const Tensor& weight, const Tensor& bias,
                                 const Tensor& running_mean, const Tensor& running_var, double momentum, double eps);
-/// The backward of batch_norm_cudnn_forward: grad_x, grad_weight, grad_bias (all required)
-/// and grad_residual (required exactly when the forward had a residual; then `out` is the
-/// forward's output and `bias` its bias).
+/// The backward of batch_norm_cudnn_forward with the same `relu`: grad_x, grad_weight,
+/// grad_bias (all required) and grad_residual (required exactly when the forward had a
+/// residual). With ReLU, `out` is the forward's output and `bias` its bias.
 void batch_norm_cudnn_backward(const Tensor& grad_x, const Tensor& grad_residual, const Tensor& grad_weight,
                                const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x, const Tensor& out,
-                               const Tensor& weight, const Tensor& bias, const Tensor& mean, const Tensor& invstd,
-                               const Tensor& reserve, double eps);
+                               bool relu, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                               const Tensor& invstd, const Tensor& reserve, double eps);
 }  // namespace frugal::ops::cuda

@@ -181,14 +181,14 @@ TEST_CASE("channels_last: conv2d on NHWC inputs equals NCHW on the CPU") {
 
 namespace {
 
-/// relu(bn(x) + r) (r may be empty: plain bn) of an NCHW x by naive per-channel loops in
-/// double, with the batch statistics; also the updated running statistics.
+/// bn(x), relu(bn(x)) or relu(bn(x) + r) (r non-empty) of an NCHW x by naive per-channel
+/// loops in double, with the batch statistics; also the updated running statistics.
 struct BnRef {
   std::vector<double> y, running_mean, running_var;
 };
 BnRef naive_bn(const std::vector<double>& x, const std::vector<double>& r, const Shape& s, const std::vector<double>& w,
                const std::vector<double>& b, std::vector<double> rm, std::vector<double> rv, double momentum,
-               double eps) {
+               double eps, bool relu) {
   const int64_t N = s[0], C = s[1], HW = s[2] * s[3], M = N * HW;
   BnRef out;
   out.y.resize(x.size());
@@ -205,7 +205,8 @@ BnRef naive_bn(const std::vector<double>& x, const std::vector<double>& r, const
       for (int64_t j = 0; j < HW; ++j) {
         const size_t i = size_t((n * C + c) * HW + j);
         double v = (x[i] - mean) / std::sqrt(var + eps) * w[size_t(c)] + b[size_t(c)];
-        if (!r.empty()) v = std::max(v + r[i], 0.0);
+        if (!r.empty()) v += r[i];
+        if (relu) v = std::max(v, 0.0);
         out.y[i] = v;
       }
     rm[size_t(c)] = (1 - momentum) * rm[size_t(c)] + momentum * mean;
@@ -228,14 +229,26 @@ TEST_CASE("channels_last: batch_norm and batch_norm_add_relu on NHWC inputs (CPU
     const Tensor wc = w.to(dtype == kFloat64 ? kFloat64 : kFloat32), bc = b.to(wc.dtype());
     const std::vector<double> rm0 = random_values(C, 25, -0.5, 0.5), rv0 = random_values(C, 26, 0.5, 1.5);
     const double rtol = dtype == kFloat64 ? 1e-10 : 1e-4, atol = rtol;
-    for (bool add_relu : {false, true}) {
-      CAPTURE(add_relu);
+    enum Mode { Plain, Relu, AddRelu };
+    for (Mode mode : {Plain, Relu, AddRelu}) {
+      CAPTURE(int(mode));
+      const bool add_relu = mode == AddRelu;
+      // The op under test: batch_norm, or batch_norm_add_relu with or without a residual.
+      auto forward = [&](const Tensor& xx, const Tensor& rr, const Tensor& m, const Tensor& v) {
+        return mode == Plain ? ops::batch_norm(xx, m, v, wc, bc, true)
+                             : ops::batch_norm_add_relu(xx, add_relu ? rr : Tensor(), m, v, wc, bc, true);
+      };
+      auto backward = [&](const Tensor& gg, const Tensor& xx, const ops::BatchNormResult& f) {
+        return mode == Plain
+                   ? ops::batch_norm_backward(gg, xx, wc, f.mean, f.invstd, true)
+                   : ops::batch_norm_add_relu_backward(gg, xx, f.out, wc, bc, f.mean, f.invstd, true, {},
+                                                       {.reserve = Tensor(), .eps = 1e-5, .residual = add_relu});
+      };
       const BnRef ref = naive_bn(values_of(x.nchw), add_relu ? values_of(r.nchw) : std::vector<double>{}, s,
-                                 values_of(w), values_of(b), rm0, rv0, 0.1, 1e-5);
+                                 values_of(w), values_of(b), rm0, rv0, 0.1, 1e-5, mode != Plain);
       const Tensor rm = from_vector(rm0, {C}, TensorOptions(wc.dtype())),
                    rv = from_vector(rv0, {C}, TensorOptions(wc.dtype()));
-      const ops::BatchNormResult y = add_relu ? ops::batch_norm_add_relu(x.nhwc, r.nhwc, rm, rv, wc, bc, true)
-                                              : ops::batch_norm(x.nhwc, rm, rv, wc, bc, true);
+      const ops::BatchNormResult y = forward(x.nhwc, r.nhwc, rm, rv);
       check_nhwc(y.out, "batch norm output");
       CHECK_FALSE(y.reserve.defined());  // no cuDNN on the CPU
       check_close(y.out, ref.y, rtol, atol, "training output");
@@ -243,16 +256,9 @@ TEST_CASE("channels_last: batch_norm and batch_norm_add_relu on NHWC inputs (CPU
       check_close(rv, ref.running_var, rtol, atol, "running_var");
       // Backward equals the NCHW one.
       const Pair g = random_pair(s, dtype, 27);
-      const ops::BatchNormResult yn = add_relu
-                                          ? ops::batch_norm_add_relu(x.nchw, r.nchw, Tensor(), Tensor(), wc, bc, true)
-                                          : ops::batch_norm(x.nchw, Tensor(), Tensor(), wc, bc, true);
+      const ops::BatchNormResult yn = forward(x.nchw, r.nchw, Tensor(), Tensor());
       check_nchw(yn.out, "NCHW batch norm output");
-      const ops::BatchNormGrads gn =
-          add_relu ? ops::batch_norm_add_relu_backward(g.nchw, x.nchw, yn.out, wc, bc, yn.mean, yn.invstd, true)
-                   : ops::batch_norm_backward(g.nchw, x.nchw, wc, yn.mean, yn.invstd, true);
-      const ops::BatchNormGrads gh =
-          add_relu ? ops::batch_norm_add_relu_backward(g.nhwc, x.nhwc, y.out, wc, bc, y.mean, y.invstd, true)
-                   : ops::batch_norm_backward(g.nhwc, x.nhwc, wc, y.mean, y.invstd, true);
+      const ops::BatchNormGrads gn = backward(g.nchw, x.nchw, yn), gh = backward(g.nhwc, x.nhwc, y);
       check_nhwc(gh.x, "grad_x");
       check_close(gh.x, values_of(gn.x), rtol, atol, "grad_x");
       check_close(gh.weight, values_of(gn.weight), rtol, atol, "grad_weight");
@@ -288,7 +294,7 @@ TEST_CASE("channels_last: batch_norm_add_relu errors") {
       {"batch_norm_add_relu", "residual", "[2, 3, 4, 5]", "[2, 3, 4, 4]"});
   check_error([&] { ops::batch_norm_add_relu(x, x.to(kFloat64), Tensor(), Tensor(), w, b, true); },
               {"batch_norm_add_relu", "float64", "float32"});
-  check_error([&] { ops::batch_norm_add_relu(x, Tensor(), Tensor(), Tensor(), w, b, true); },
+  check_error([&] { batch_norm_add_relu(x, Tensor(), Tensor(), Tensor(), w, b, true); },
               {"batch_norm_add_relu", "residual", "undefined"});
   check_error([&] { ops::batch_norm_add_relu(x, x, Tensor(), Tensor(), ones({4}), b, true); },
               {"batch_norm_add_relu", "weight", "[4]"});
@@ -355,7 +361,7 @@ TEST_CASE("channels_last: gradcheck through conv2d and batch norm on NHWC inputs
       CHECK(suggests_channels_last(y));
       const Tensor z = batch_norm_add_relu(y, to_channels_last(in[5]), rm.clone(), rv.clone(), in[3], in[4], training);
       CHECK(suggests_channels_last(z));
-      return z;
+      return batch_norm_relu(z, rm.clone(), rv.clone(), in[3], in[4], training);
     };
     const auto res = gradcheck(f, {x, w, cb, bw, bb, r});
     CHECK_MESSAGE(res.ok, res.report);

@@ -2,9 +2,9 @@
 // (rounded to the tested dtype first): conv2d forward and both gradients (cuDNN NHWC
 // descriptors; 1x1 / 3x3 / 7x7, strides 1 and 2, weights stored either way), batch_norm
 // training (cuDNN persistent batch norm for float16/bfloat16, the own kernels for
-// float32) and eval, batch_norm_add_relu forward and backward (cuDNN's fused kernel),
-// running statistics, the pools, a ResNet bottleneck tail; every output and input
-// gradient checked for its values and its layout.
+// float32) and eval, batch_norm_relu and batch_norm_add_relu forward and backward
+// (cuDNN's fused kernels), running statistics, the pools, a ResNet bottleneck tail;
+// every output and input gradient checked for its values and its layout.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -143,12 +143,16 @@ BnInputs bn_inputs(const Shape& s, uint64_t seed) {
           random_tensor({C}, kFloat64, seed + 6, Layout::Contiguous, 0.5, 1.5)};
 }
 
-/// batch_norm (or batch_norm_add_relu) forward + backward: the output, grads of x,
-/// (residual,) weight, bias, and the running statistics after the forward.
+enum class Tail { None, Relu, AddRelu };  // batch_norm, batch_norm_relu, batch_norm_add_relu
+const char* tail_name(Tail m) { return m == Tail::None ? "batch_norm" : m == Tail::Relu ? "+relu" : "+add+relu"; }
+
+/// The op's forward + backward: the output, grads of x, (residual,) weight, bias, and the
+/// running statistics after the forward.
 struct BnRun {
   Tensor out, gx, gr, gw, gb, rm, rv;
 };
-BnRun run_bn(const BnInputs& in, bool add_relu, bool training, DType t, Device device, bool nhwc) {
+BnRun run_bn(const BnInputs& in, Tail tail, bool training, DType t, Device device, bool nhwc) {
+  const bool add_relu = tail == Tail::AddRelu;
   const bool cpu = device.is_cpu();
   const Tensor x = cpu ? reference_leaf(in.x, t) : leaf(in.x, device, t, nhwc);
   const Tensor r = cpu ? reference_leaf(in.residual, t) : leaf(in.residual, device, t, nhwc);
@@ -156,8 +160,8 @@ BnRun run_bn(const BnInputs& in, bool add_relu, bool training, DType t, Device d
   BnRun o;
   o.rm = in.running_mean.to(device, kFloat32).clone();
   o.rv = in.running_var.to(device, kFloat32).clone();
-  o.out = add_relu ? batch_norm_add_relu(x, r, o.rm, o.rv, w, b, training, 0.1, 1e-5)
-                   : batch_norm(x, o.rm, o.rv, w, b, training, 0.1, 1e-5);
+  o.out = tail == Tail::None ? batch_norm(x, o.rm, o.rv, w, b, training, 0.1, 1e-5)
+                             : batch_norm_relu(x, o.rm, o.rv, w, b, training, 0.1, 1e-5, add_relu ? r : Tensor());
   Tensor g = in.grad.to(t).to(device, cpu ? kFloat32 : t);
   if (nhwc && !cpu) g = to_channels_last(g);
   o.out.backward(g);
@@ -196,13 +200,13 @@ TEST_CASE("channels_last cuda: batch_norm and batch_norm_add_relu, NHWC vs NCHW 
     const BnInputs in = bn_inputs(s, 10);
     for (DType t : kTypes) {
       CAPTURE(dtype_name(t));
-      for (bool add_relu : {false, true}) {
+      for (Tail tail : {Tail::None, Tail::Relu, Tail::AddRelu}) {
         for (bool training : {true, false}) {
-          CAPTURE(add_relu);
+          CAPTURE(tail_name(tail));
           CAPTURE(training);
-          const BnRun ref = run_bn(in, add_relu, training, t, kCPU, false);
-          const BnRun got = run_bn(in, add_relu, training, t, kGpu, true);
-          compare_bn(got, ref, t, add_relu, training);
+          const BnRun ref = run_bn(in, tail, training, t, kCPU, false);
+          const BnRun got = run_bn(in, tail, training, t, kGpu, true);
+          compare_bn(got, ref, t, tail == Tail::AddRelu, training);
         }
       }
     }
@@ -217,12 +221,15 @@ TEST_CASE("channels_last cuda: cuDNN runs the float16 training batch norm and ke
     const Tensor w = in.weight.to(kGpu, kFloat32), b = in.bias.to(kGpu, kFloat32);
     const ops::BatchNormResult plain = ops::batch_norm(x, Tensor(), Tensor(), w, b, true);
     const ops::BatchNormResult fused = ops::batch_norm_add_relu(x, r, Tensor(), Tensor(), w, b, true);
+    const ops::BatchNormResult with_relu = ops::batch_norm_add_relu(x, Tensor(), Tensor(), Tensor(), w, b, true);
     if (t == kFloat16) {
       CHECK(plain.reserve.defined());
       CHECK(fused.reserve.defined());
+      CHECK(with_relu.reserve.defined());
     } else {
       WARN_MESSAGE(plain.reserve.defined(), "cuDNN declined bfloat16 persistent batch norm: own kernels ran");
       WARN_MESSAGE(fused.reserve.defined(), "cuDNN declined bfloat16 fused batch norm: own kernels ran");
+      WARN_MESSAGE(with_relu.reserve.defined(), "cuDNN declined bfloat16 batch norm + relu: own kernels ran");
     }
     // Either way the statistics are the batch's: compare with the CPU.
     const Tensor xr = in.x.to(t).to(kFloat32);
@@ -267,8 +274,7 @@ TEST_CASE("channels_last cuda: a bottleneck tail conv-bn-relu-conv-bn-add-relu i
     Tensor x, w1, w2, g1, b1, g2, b2;
   };
   auto block = [&](const Leaves& l) {
-    const Tensor h =
-        relu(batch_norm(conv2d(l.x, l.w1, Tensor(), {.padding = 1}), Tensor(), Tensor(), l.g1, l.b1, true));
+    const Tensor h = batch_norm_relu(conv2d(l.x, l.w1, Tensor(), {.padding = 1}), Tensor(), Tensor(), l.g1, l.b1, true);
     return batch_norm_add_relu(conv2d(h, l.w2), l.x, Tensor(), Tensor(), l.g2, l.b2, true);
   };
   const DType t = kFloat16;
