@@ -67,7 +67,7 @@ double gpu_median_ms(F&& fn, int warmup, int reps) {
   FRUGAL_CUDA_CHECK(cudaEventCreate(&start));
   FRUGAL_CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t(size_t(reps));
+  std::vector<double> t(static_cast<size_t>(reps));
   for (double& x : t) {
     FRUGAL_CUDA_CHECK(cudaEventRecord(start, stream()));
     fn();

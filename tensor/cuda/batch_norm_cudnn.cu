@@ -109,10 +109,12 @@ Tensor batch_norm_cudnn_forward(const Tensor& out, const Tensor& mean, const Ten
     return Tensor();
   const Tensor workspace = bytes_on(x.device(), ws_bytes);
   Tensor reserve = bytes_on(x.device(), reserve_bytes);
-  FRUGAL_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
-      h, kMode, ops, &kOne, &kZero, d.x(), x.data(), fused ? d.x() : nullptr, fused ? residual.data() : nullptr, d.x(),
-      out.data(), d.param(), weight.data(), bias.data(), momentum, ptr(running_mean), ptr(running_var), eps,
-      mean.data(), invstd.data(), act, ptr(workspace), ws_bytes, ptr(reserve), reserve_bytes));
+  // cuDNN checks the problem before it launches anything: a refusal here has written nothing either.
+  if (!supported(cudnnBatchNormalizationForwardTrainingEx(
+          h, kMode, ops, &kOne, &kZero, d.x(), x.data(), fused ? d.x() : nullptr, fused ? residual.data() : nullptr,
+          d.x(), out.data(), d.param(), weight.data(), bias.data(), momentum, ptr(running_mean), ptr(running_var), eps,
+          mean.data(), invstd.data(), act, ptr(workspace), ws_bytes, ptr(reserve), reserve_bytes)))
+    return Tensor();
   return reserve;
 }
 
