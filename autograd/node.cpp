@@ -5,7 +5,9 @@
 #include "autograd/meta.h"
 #include "memory/attribution.h"
 #include "memory/profile_recorder.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/copy.h"
 
 namespace frugal::autograd {
 
@@ -50,11 +52,21 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
   if (!m.grad.defined()) {
     // Steal the incoming buffer when nothing else holds it; otherwise copy, since a
-    // later accumulation writes into .grad in place.
-    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && g.is_contiguous();
-    m.grad = sole_owner ? g : g.clone();
-    // A stolen buffer was allocated as a backward temporary; it is a gradient now.
-    if (sole_owner) memory::relabel(g.device(), g.impl().storage->data.get(), memory::Category::Gradients);
+    // later accumulation writes into .grad in place. .grad is contiguous, or channels-last
+    // for a channels-last leaf (the parameter's layout, as PyTorch; Note [Channels-last layout]).
+    const bool channels_last = suggests_channels_last(leaf);
+    const bool in_layout = channels_last ? is_channels_last(g) : g.is_contiguous();
+    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && in_layout;
+    if (sole_owner) {
+      m.grad = g;
+      // A stolen buffer was allocated as a backward temporary; it is a gradient now.
+      memory::relabel(g.device(), g.impl().storage->data.get(), memory::Category::Gradients);
+    } else if (channels_last) {
+      m.grad = empty_channels_last(g.sizes(), g.options());
+      ops::copy_into(m.grad, g);
+    } else {
+      m.grad = g.clone();
+    }
   } else {
     ops::add_(m.grad, g);
   }

@@ -1,5 +1,8 @@
 #include "tensor/elementwise.h"
 
+#include "tensor/factory.h"
+#include "tensor/memory_format.h"
+
 namespace frugal {
 
 ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, const std::vector<Tensor>& inputs) {
@@ -56,6 +59,19 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, con
     for (int k = 0; k < L.noperands; ++k) L.contiguous = L.contiguous && L.strides[k][0] == 1;
   }
   return L;
+}
+
+Tensor empty_elementwise_output(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs) {
+  if (shape.size() == 4) {
+    for (const Tensor* t : inputs) {
+      if (!t->defined() || t->sizes() != shape) continue;
+      const bool channels_last = is_channels_last(*t), contiguous = t->is_contiguous();
+      if (channels_last == contiguous) continue;  // ambiguous, or neither: no say
+      if (channels_last) return empty_channels_last(shape, opts);
+      break;
+    }
+  }
+  return empty(shape, opts);
 }
 
 }  // namespace frugal

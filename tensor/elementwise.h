@@ -11,6 +11,7 @@
 // a flat fast path (vectorized loads on CUDA).
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -35,6 +36,19 @@ struct ElementwiseLayout {
 /// Builds the layout for `out` (operand 0, must have the broadcast shape) and `inputs`
 /// (each broadcastable to out's shape). Throws naming `op` on shape mismatch.
 ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, const std::vector<Tensor>& inputs);
+
+// Note [Elementwise output layout]
+// A new elementwise result takes the memory order its inputs suggest, as PyTorch's
+// TensorIterator does, restricted to the two orders frugal's ops care about: the first
+// input of the output's 4-D shape with a definite layout decides, channels-last
+// (Note [Channels-last layout] in tensor/memory_format.h) or contiguous. Broadcast
+// inputs, ambiguous ones (both layouts at once) and other strided ones decide nothing;
+// with no decision the result is contiguous. So relu(x) and x + residual on NHWC
+// activations stay NHWC, and a kernel's loads and stores both run along C.
+
+/// The uninitialized result of an elementwise op of `shape`: channels-last when `inputs`
+/// suggest it (Note [Elementwise output layout]), else contiguous.
+Tensor empty_elementwise_output(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs);
 
 /// Offset (in elements) of linear output index `i` for operand `k`.
 #if defined(__CUDACC__)

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/copy.h"
 
 namespace frugal {
@@ -307,7 +308,8 @@ Tensor Tensor::to(DType t) const { return to(device(), t); }
 
 Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype()) return *this;
-  Tensor out = empty(sizes(), {t, d});
+  // A conversion keeps a channels-last layout (Note [Channels-last layout]).
+  Tensor out = suggests_channels_last(*this) ? empty_channels_last(sizes(), {t, d}) : empty(sizes(), {t, d});
   ops::copy_into(out, *this);
   return derived(std::move(out), {DerivedInfo::Kind::Convert});
 }

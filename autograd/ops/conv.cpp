@@ -4,6 +4,7 @@
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "memory/op_context.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
 #include "tensor/ops/reduce.h"
 
@@ -20,18 +21,25 @@ namespace {
 
 // out = conv2d(x, w) + bias  (Note [Convolution as GEMM])
 // grad_x = conv2d_backward_input(g, w), grad_w = conv2d_backward_weight(g, x), grad_bias = sum_{N,OH,OW} g
+// A channels-last forward runs its backward channels-last too (g converted if it comes
+// in NCHW), and grad_w comes back in the weight's own layout (Note [Channels-last convolution]).
 struct Conv2dBackward final : Node {
   SavedTensor x, w;  // x only when w needs a gradient, w only when x does
   Shape x_shape, w_shape;
   Conv2dOptions options;
   bool has_bias = false;
+  bool channels_last = false;         // the forward's layout
+  bool weight_channels_last = false;  // the weight's own layout
   std::string name() const override { return "Conv2dBackward"; }
   void release_saved() override { x.reset(), w.reset(); }
   TensorList apply(TensorList&& grads) override {
-    const Tensor& g = grads[0];
+    const Tensor g = channels_last ? to_channels_last(grads[0]) : grads[0];
     TensorList out(3);
     if (wants_grad(*this, 0)) out[0] = ops::conv2d_backward_input(g, x_shape, w.unpack(name()), options);
-    if (wants_grad(*this, 1)) out[1] = ops::conv2d_backward_weight(g, x.unpack(name()), w_shape, options);
+    if (wants_grad(*this, 1)) {
+      const Tensor gw = ops::conv2d_backward_weight(g, x.unpack(name()), w_shape, options);
+      out[1] = weight_channels_last ? to_channels_last(gw) : gw.contiguous();
+    }
     if (has_bias && wants_grad(*this, 2)) out[2] = ops::sum(g, {0, 2, 3});
     return out;
   }
@@ -77,18 +85,46 @@ struct AdaptiveAvgPool2dBackward final : Node {
 // grad_weight = sum_M(g * xhat), grad_bias = sum_M(g)
 struct BatchNormBackward final : Node {
   SavedTensor x, weight, mean, invstd;  // mean, invstd: (C) in the compute dtype
+  ops::BatchNormSaved saved;            // cuDNN's reserve space (Note [Channels-last batch norm]) and eps
   bool training = false;
   DType weight_dtype = kFloat32, bias_dtype = kFloat32;
   std::string name() const override { return "BatchNormBackward"; }
-  void release_saved() override { x.reset(), weight.reset(), mean.reset(), invstd.reset(); }
+  void release_saved() override { x.reset(), weight.reset(), mean.reset(), invstd.reset(), saved.reserve = Tensor(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();
     ops::BatchNormGrads g = ops::batch_norm_backward(
         grads[0], x.unpack(name()), wv, mean.unpack(name()), invstd.unpack(name()), training,
-        {.x = wants_grad(*this, 0), .weight = wants_grad(*this, 1), .bias = wants_grad(*this, 2)});
+        {.x = wants_grad(*this, 0), .weight = wants_grad(*this, 1), .bias = wants_grad(*this, 2)}, saved);
     if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);  // the compute dtype -> the parameter's
     if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
     return {g.x, g.weight, g.bias};
+  }
+};
+
+// out = relu(batch_norm(x) + residual), or relu(batch_norm(x))  (Note [Batch norm add ReLU])
+// gz = g (out > 0), grad_residual = gz, grad_x/weight/bias = BatchNormBackward's formulas on gz
+struct BatchNormAddReluBackward final : Node {
+  SavedTensor x, out, weight, bias, mean, invstd;  // out for ReLU's mask; bias for cuDNN's fused backward
+  ops::BatchNormSaved saved;
+  bool training = false;
+  DType weight_dtype = kFloat32, bias_dtype = kFloat32;
+  std::string name() const override { return "BatchNormAddReluBackward"; }
+  void release_saved() override {
+    x.reset(), out.reset(), weight.reset(), bias.reset(), mean.reset(), invstd.reset(), saved.reserve = Tensor();
+  }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();
+    const Tensor bv = bias.defined() ? bias.unpack(name()) : Tensor();
+    ops::BatchNormGrads g = ops::batch_norm_add_relu_backward(grads[0], x.unpack(name()), out.unpack(name()), wv, bv,
+                                                              mean.unpack(name()), invstd.unpack(name()), training,
+                                                              {.x = wants_grad(*this, 0),
+                                                               .weight = wants_grad(*this, 2),
+                                                               .bias = wants_grad(*this, 3),
+                                                               .residual = wants_grad(*this, 1)},
+                                                              saved);
+    if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);
+    if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
+    return {g.x, g.residual, g.weight, g.bias};
   }
 };
 
@@ -107,6 +143,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     node->w_shape = weight.sizes();
     node->options = options;
     node->has_bias = bias.defined();
+    node->channels_last = suggests_channels_last(out);
+    node->weight_channels_last = is_channels_last(weight);
     autograd::record(node, {out});
   }
   return out;
@@ -161,6 +199,41 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     if (bias.defined()) node->bias_dtype = bias.dtype();
     node->mean = r.mean;
     node->invstd = r.invstd;
+    node->saved = {r.reserve, eps};
+    node->training = training;
+    autograd::record(node, {r.out});
+  }
+  return r.out;
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                           double momentum, double eps) {
+  FRUGAL_CHECK(residual.defined(), "batch_norm_add_relu: residual is undefined (batch_norm_relu takes none)");
+  return batch_norm_relu(x, running_mean, running_var, weight, bias, training, momentum, eps, residual);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual) {
+  // Keeps low-precision inputs, as batch_norm (Note [Autocast]).
+  memory::OpScope scope(residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu");
+  ops::BatchNormResult r = autograd::raw([&] {
+    return ops::batch_norm_add_relu(x, residual, running_mean, running_var, weight, bias, training, momentum, eps);
+  });
+  if (auto node = make_node<BatchNormAddReluBackward>({x, residual, weight, bias})) {
+    node->x = x;
+    node->out = r.out;
+    if (weight.defined()) {
+      node->weight = weight;
+      node->weight_dtype = weight.dtype();
+    }
+    if (bias.defined()) {
+      if (r.reserve.defined()) node->bias = bias;  // only cuDNN's fused backward reads it
+      node->bias_dtype = bias.dtype();
+    }
+    node->mean = r.mean;
+    node->invstd = r.invstd;
+    node->saved = {r.reserve, eps, residual.defined()};
     node->training = training;
     autograd::record(node, {r.out});
   }

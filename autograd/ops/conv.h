@@ -1,6 +1,8 @@
 #pragma once
 // Differentiable convolution, pooling and batch norm for CNNs (torch.nn.functional's
-// conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm). Same semantics as the
+// conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm) and the fused
+// batch_norm_add_relu. Channels-last (NHWC) inputs give channels-last outputs
+// (Note [Channels-last layout] in tensor/memory_format.h). Same semantics as the
 // raw ops in tensor/ops/{conv,pool,batch_norm}.h; definitions in autograd/ops/conv.cpp.
 #include "tensor/ops/conv.h"  // Int2, Conv2dOptions
 #include "tensor/ops/pool.h"  // MaxPool2dOptions, AvgPool2dOptions
@@ -29,5 +31,19 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size);
 /// See Note [Batch norm statistics].
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+
+/// relu(batch_norm(x, ...) + residual), ResNet's block tail, as one op (cuDNN's fused
+/// kernel for channels-last float16/bfloat16 training on CUDA; Note [Batch norm add ReLU]).
+/// residual has x's shape and dtype. Differentiable in x, residual, weight and bias;
+/// saves x, the output (for ReLU's mask), weight, and the (C) mean and invstd.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                           double momentum = 0.1, double eps = 1e-5);
+
+/// relu(batch_norm(x, ...)) as one op, likewise (cuDNN's CUDNN_BATCHNORM_OPS_BN_ACTIVATION);
+/// with a defined `residual` it is batch_norm_add_relu.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
+                       const Tensor& residual = Tensor());
 
 }  // namespace frugal

@@ -18,6 +18,10 @@
 // candidates' own math type is set on the descriptor before the call, as cuDNN expects.
 // The bias is added by a small kernel after the convolution, in float32 for the 16-bit
 // types (cuDNN's fused bias path takes only one algorithm).
+// Channels-last problems (geometry.channels_last, Note [Channels-last convolution] in
+// tensor/ops/conv.h) describe x, y and the filter as CUDNN_TENSOR_NHWC: the same
+// logical dims, NHWC memory; cuDNN's tensor-core kernels work in that order natively,
+// where NCHW makes them transpose on the fly. The layout is part of the cache key.
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -69,10 +73,10 @@ int to_int(int64_t v) {
 
 class TensorDescriptor {
  public:
-  TensorDescriptor(DType t, int64_t n, int64_t c, int64_t h, int64_t w) {  // packed NCHW
+  TensorDescriptor(DType t, cudnnTensorFormat_t format, int64_t n, int64_t c, int64_t h, int64_t w) {  // packed
     FRUGAL_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
     FRUGAL_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, data_type(t), to_int(n), to_int(c), to_int(h), to_int(w)));
+        cudnnSetTensor4dDescriptor(desc_, format, data_type(t), to_int(n), to_int(c), to_int(h), to_int(w)));
   }
   ~TensorDescriptor() { cudnnDestroyTensorDescriptor(desc_); }
   TensorDescriptor(const TensorDescriptor&) = delete;
@@ -85,10 +89,10 @@ class TensorDescriptor {
 
 class FilterDescriptor {
  public:
-  FilterDescriptor(DType t, int64_t k, int64_t c, int64_t r, int64_t s) {
+  FilterDescriptor(DType t, cudnnTensorFormat_t format, int64_t k, int64_t c, int64_t r, int64_t s) {
     FRUGAL_CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
     FRUGAL_CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(desc_, data_type(t), CUDNN_TENSOR_NCHW, to_int(k), to_int(c), to_int(r), to_int(s)));
+        cudnnSetFilter4dDescriptor(desc_, data_type(t), format, to_int(k), to_int(c), to_int(r), to_int(s)));
   }
   ~FilterDescriptor() { cudnnDestroyFilterDescriptor(desc_); }
   FilterDescriptor(const FilterDescriptor&) = delete;
@@ -119,6 +123,10 @@ class ConvolutionDescriptor {
   cudnnConvolutionDescriptor_t desc_ = nullptr;
 };
 
+cudnnTensorFormat_t format_of(const Conv2dGeometry& g) {
+  return g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
 /// The descriptors of one convolution, and the device pointers of one call:
 /// x (or grad_x), w (or grad_w), y (or grad_y).
 struct ConvProblem {
@@ -134,9 +142,9 @@ struct ConvProblem {
       : g(geo),
         dtype(t),
         device(dev),
-        x(t, geo.N, geo.C, geo.H, geo.W),
-        y(t, geo.N, geo.K, geo.OH, geo.OW),
-        w(t, geo.K, geo.C / geo.groups, geo.R, geo.S),
+        x(t, format_of(geo), geo.N, geo.C, geo.H, geo.W),
+        y(t, format_of(geo), geo.N, geo.K, geo.OH, geo.OW),
+        w(t, format_of(geo), geo.K, geo.C / geo.groups, geo.R, geo.S),
         conv(geo, t),
         x_ptr(xp),
         w_ptr(wp),
@@ -245,7 +253,7 @@ struct Candidate {
 };
 
 using AlgoKey = std::tuple<int, int, int, bool, bool, std::vector<int64_t>>;  // device, dtype, direction, tf32,
-                                                                              // benchmark, sizes
+                                                                              // benchmark, sizes and layout
 
 class AlgoCache {
  public:
@@ -279,7 +287,7 @@ AlgoKey make_key(const ConvProblem& p, Direction d) {
           tf32_allowed(p.dtype),
           cudnn_benchmark(),
           {g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.stride.h, g.stride.w, g.padding.h, g.padding.w, g.dilation.h,
-           g.dilation.w, g.groups}};
+           g.dilation.w, g.groups, int64_t(g.channels_last)}};
 }
 
 /// The usable entries of cuDNN's answer `perf[0, n)`, in its order, with their workspace sizes.
@@ -366,12 +374,14 @@ void run_convolution(const ConvProblem& p) {
 
 // ---- the bias ------------------------------------------------------------------------------------
 
-// y: (N, K, L) += bias: (K), in opmath (cuDNN's cudnnAddTensor does not take every dtype)
+// y: (N, K, L) or, channels-last, (N, L, K) += bias: (K), in opmath (cuDNN's cudnnAddTensor
+// does not take every dtype)
 template <typename T, typename Index>
-__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, Index K, Index L, Index numel) {
+__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, Index K, Index L, Index numel,
+                                bool channels_last) {
   using Acc = opmath_t<T>;
   for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += Index(gridDim.x) * blockDim.x)
-    y[i] = T(Acc(y[i]) + Acc(bias[(i / L) % K]));
+    y[i] = T(Acc(y[i]) + Acc(bias[channels_last ? i % K : (i / L) % K]));
 }
 
 void add_bias(const Tensor& out, const Tensor& bias, const Conv2dGeometry& g) {
@@ -380,10 +390,10 @@ void add_bias(const Tensor& out, const Tensor& bias, const Conv2dGeometry& g) {
   dispatch_floating(out.dtype(), "conv2d", out.device(), [&]<typename T>() {
     if (numel < (int64_t(1) << 31)) {
       add_bias_kernel<T, uint32_t><<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(
-          out.data_ptr<T>(), bias.data_ptr<T>(), uint32_t(g.K), uint32_t(L), uint32_t(numel));
+          out.data_ptr<T>(), bias.data_ptr<T>(), uint32_t(g.K), uint32_t(L), uint32_t(numel), g.channels_last);
     } else {
-      add_bias_kernel<T, int64_t>
-          <<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(out.data_ptr<T>(), bias.data_ptr<T>(), g.K, L, numel);
+      add_bias_kernel<T, int64_t><<<grid_for(numel), kBlockSize, 0, stream_for(out)>>>(
+          out.data_ptr<T>(), bias.data_ptr<T>(), g.K, L, numel, g.channels_last);
     }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });

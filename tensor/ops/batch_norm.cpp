@@ -2,8 +2,11 @@
 // (Note [Batch norm statistics]).
 #include "tensor/ops/batch_norm.h"
 
+#include <optional>
+
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/fill.h"
 #include "tensor/ops/unary.h"
@@ -42,11 +45,9 @@ void check_channel_tensor(const char* op, const char* what, const Tensor& t, con
 /// `t` in the compute dtype, contiguous (itself when it already is), or undefined.
 Tensor in_compute(const Tensor& t, DType compute) { return t.defined() ? t.to(compute).contiguous() : t; }
 
-}  // namespace
-
-BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                           const Tensor& bias, bool training, double momentum, double eps) {
-  constexpr const char* op = "batch_norm";
+/// The checks every batch norm forward makes; returns x's dims.
+Dims check_forward(const char* op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                   const Tensor& weight, const Tensor& bias, bool training, double eps) {
   const Dims d = check_input(op, x);
   check_channel_tensor(op, "running_mean", running_mean, x, d.C);
   check_channel_tensor(op, "running_var", running_var, x, d.C);
@@ -56,43 +57,133 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Te
                ": running_mean and running_var must both be given or both be undefined");
   FRUGAL_CHECK(training || running_mean.defined(), op, ": running_mean and running_var must be given in eval mode");
   FRUGAL_CHECK(eps >= 0.0, op, ": eps must be >= 0, got ", eps);
+  if (training)
+    FRUGAL_CHECK(d.N * d.HW > 1, op, ": expected more than 1 value per channel when training, got input ",
+                 x.describe());
+  return d;
+}
+
+/// The running statistics as the kernels update them: compute-dtype and contiguous, the
+/// caller's own tensors when they already are (updated in place), else copies that
+/// finish() writes back.
+struct RunningStats {
+  Tensor mean, var;
+  bool in_place = false;
+  RunningStats(const Tensor& running_mean, const Tensor& running_var, DType compute)
+      : in_place(running_mean.defined() && running_mean.dtype() == compute && running_var.dtype() == compute &&
+                 running_mean.is_contiguous() && running_var.is_contiguous()) {
+    mean = in_place ? running_mean : in_compute(running_mean, compute);
+    var = in_place ? running_var : in_compute(running_var, compute);
+  }
+  void finish(const Tensor& running_mean, const Tensor& running_var) const {
+    if (!running_mean.defined()) return;
+    if (in_place) {
+      running_mean.bump_version();
+      running_var.bump_version();
+    } else {
+      running_mean.copy_(mean);
+      running_var.copy_(var);
+    }
+  }
+};
+
+/// Whether a training forward goes to cuDNN (Note [Channels-last batch norm]).
+bool cudnn_takes(const Tensor& x, const Tensor& weight, const Tensor& bias, bool training) {
+#ifdef FRUGAL_WITH_CUDA
+  return training && x.device().is_cuda() && x.dim() == 4 && x.numel() > 0 && suggests_channels_last(x) &&
+         (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && weight.defined() && bias.defined() &&
+         weight.dtype() == kFloat32 && bias.dtype() == kFloat32;
+#else
+  (void)x, (void)weight, (void)bias, (void)training;
+  return false;
+#endif
+}
+
+/// The training forward on cuDNN, or nullopt when cuDNN declines the problem (having written nothing).
+std::optional<BatchNormResult> cudnn_forward(const Tensor& x, const Tensor& residual, bool relu,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& weight, const Tensor& bias, double momentum, double eps) {
+#ifdef FRUGAL_WITH_CUDA
+  const RunningStats stats(running_mean, running_var, kFloat32);
+  BatchNormResult r;
+  r.out = empty_channels_last(x.sizes(), x.options());
+  r.mean = empty({x.size(1)}, {kFloat32, x.device()});
+  r.invstd = empty({x.size(1)}, {kFloat32, x.device()});
+  r.reserve = cuda::batch_norm_cudnn_forward(
+      r.out, r.mean, r.invstd, x, residual.defined() ? to_channels_last(residual) : residual, relu, weight.contiguous(),
+      bias.contiguous(), stats.mean, stats.var, momentum, eps);
+  if (!r.reserve.defined()) return std::nullopt;
+  stats.finish(running_mean, running_var);
+  return r;
+#else
+  (void)x, (void)residual, (void)relu, (void)running_mean, (void)running_var, (void)weight, (void)bias, (void)momentum,
+      (void)eps;
+  return std::nullopt;
+#endif
+}
+
+/// The backward on cuDNN of a forward it ran (saved.reserve defined): with ReLU when `out`
+/// is given, and grad_residual when the forward had a residual.
+BatchNormGrads cudnn_backward(const Tensor& grad_out, const Tensor& x, const Tensor& out, const Tensor& weight,
+                              const Tensor& bias, const Tensor& mean, const Tensor& invstd, BatchNormGradMask mask,
+                              const BatchNormSaved& saved) {
+#ifdef FRUGAL_WITH_CUDA
+  FRUGAL_CHECK(x.device().is_cuda() && is_channels_last(x) && weight.defined() && weight.dtype() == kFloat32,
+               "batch_norm_backward: ", "a cuDNN reserve space was given, but the forward's input ", x.describe(),
+               " and weight ", weight.defined() ? weight.describe() : "undefined", " are not a cuDNN batch norm's");
+  const int64_t C = x.size(1);
+  BatchNormGrads g;
+  g.x = empty_channels_last(x.sizes(), x.options());
+  g.weight = empty({C}, {kFloat32, x.device()});
+  g.bias = empty({C}, {kFloat32, x.device()});
+  if (out.defined() && saved.residual) g.residual = empty_channels_last(x.sizes(), x.options());
+  cuda::batch_norm_cudnn_backward(g.x, g.residual, g.weight, g.bias, to_channels_last(grad_out), x,
+                                  out.defined() ? to_channels_last(out) : out, out.defined(), weight.contiguous(),
+                                  bias.defined() ? bias.contiguous() : bias, mean, invstd, saved.reserve, saved.eps);
+  if (!mask.x) g.x = Tensor();
+  if (!mask.weight) g.weight = Tensor();
+  if (!mask.bias) g.bias = Tensor();
+  if (!mask.residual || !out.defined() || !saved.residual) g.residual = Tensor();
+  return g;
+#else
+  (void)grad_out, (void)x, (void)out, (void)weight, (void)bias, (void)mean, (void)invstd, (void)mask, (void)saved;
+  FRUGAL_FAIL("batch_norm_backward: a cuDNN reserve space was given, but frugal was built without CUDA");
+#endif
+}
+
+}  // namespace
+
+BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                           const Tensor& bias, bool training, double momentum, double eps) {
+  constexpr const char* op = "batch_norm";
+  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
+  if (cudnn_takes(x, weight, bias, training))
+    if (auto r = cudnn_forward(x, Tensor(), false, running_mean, running_var, weight, bias, momentum, eps)) return *r;
   const DType compute = compute_dtype(x.dtype());
   BatchNormResult r;
   r.out = empty(x.sizes(), x.options());
   if (training) {
-    FRUGAL_CHECK(d.N * d.HW > 1, op, ": expected more than 1 value per channel when training, got input ",
-                 x.describe());
     r.mean = empty({d.C}, {compute, x.device()});
     r.invstd = empty({d.C}, {compute, x.device()});
-    // The kernel updates compute-dtype, contiguous running statistics in place; others go through a copy.
-    const bool in_place = running_mean.defined() && running_mean.dtype() == compute && running_var.dtype() == compute &&
-                          running_mean.is_contiguous() && running_var.is_contiguous();
-    const Tensor rm = in_place ? running_mean : in_compute(running_mean, compute);
-    const Tensor rv = in_place ? running_var : in_compute(running_var, compute);
-    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_stats_kernel, r.mean, r.invstd, rm, rv, x.contiguous(), d.N, d.C,
-                           d.HW, momentum, eps);
-    if (running_mean.defined()) {
-      if (in_place) {
-        running_mean.bump_version();
-        running_var.bump_version();
-      } else {
-        running_mean.copy_(rm);
-        running_var.copy_(rv);
-      }
-    }
+    const RunningStats stats(running_mean, running_var, compute);
+    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_stats_kernel, r.mean, r.invstd, stats.mean, stats.var,
+                           x.contiguous(), d.N, d.C, d.HW, momentum, eps);
+    stats.finish(running_mean, running_var);
   } else {
     r.mean = empty({d.C}, {compute, x.device()});
     r.mean.copy_(running_mean);
     r.invstd = rsqrt(add(running_var.to(compute), eps));
   }
-  if (r.out.numel() == 0) return r;
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_apply_kernel, r.out, x.contiguous(), r.mean, r.invstd,
-                         in_compute(weight, compute), in_compute(bias, compute), d.N, d.C, d.HW);
+  if (r.out.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_apply_kernel, r.out, x.contiguous(), r.mean, r.invstd,
+                           in_compute(weight, compute), in_compute(bias, compute), d.N, d.C, d.HW);
+  if (suggests_channels_last(x)) r.out = to_channels_last(r.out);  // Note [Channels-last batch norm]
   return r;
 }
 
 BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& invstd, bool training, BatchNormGradMask mask) {
+                                   const Tensor& invstd, bool training, BatchNormGradMask mask,
+                                   const BatchNormSaved& saved) {
   constexpr const char* op = "batch_norm_backward";
   const Dims d = check_input(op, x);
   check_channel_tensor(op, "weight", weight, x, d.C);
@@ -105,6 +196,10 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                  ": mean and invstd must be the forward's statistics of shape [", d.C, "] and dtype ",
                  dtype_name(compute), ", got ", s->defined() ? s->describe() : "undefined");
     check_same_device(op, x, *s);
+  }
+  if (saved.reserve.defined()) {
+    mask.residual = false;
+    return cudnn_backward(grad_out, x, Tensor(), weight, Tensor(), mean, invstd, mask, saved);
   }
   BatchNormGrads g;
   if (mask.x) g.x = empty(x.sizes(), x.options());
@@ -119,6 +214,43 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_backward_kernel, g.x, g.weight, g.bias, grad_out.contiguous(),
                          x.contiguous(), mean.contiguous(), invstd.contiguous(), in_compute(weight, compute), training,
                          d.N, d.C, d.HW);
+  if (g.x.defined() && suggests_channels_last(x)) g.x = to_channels_last(g.x);  // Note [Channels-last batch norm]
+  return g;
+}
+
+BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                                    const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                                    double momentum, double eps) {
+  constexpr const char* op = "batch_norm_add_relu";
+  check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
+  if (residual.defined()) {
+    FRUGAL_CHECK(residual.sizes() == x.sizes() && residual.dtype() == x.dtype(), op, ": residual ", residual.describe(),
+                 " must have the shape and dtype of the input ", x.describe());
+    check_same_device(op, x, residual);
+  }
+  if (cudnn_takes(x, weight, bias, training))
+    if (auto r = cudnn_forward(x, residual, true, running_mean, running_var, weight, bias, momentum, eps)) return *r;
+  BatchNormResult r = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+  r.out = residual.defined() ? relu(add(r.out, residual)) : relu(r.out);  // Note [Batch norm add ReLU]
+  return r;
+}
+
+BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor& x, const Tensor& out,
+                                            const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                                            const Tensor& invstd, bool training, BatchNormGradMask mask,
+                                            const BatchNormSaved& saved) {
+  constexpr const char* op = "batch_norm_add_relu_backward";
+  check_input(op, x);
+  for (const Tensor* t : {&grad_out, &out}) {
+    FRUGAL_CHECK(t->defined() && t->sizes() == x.sizes() && t->dtype() == x.dtype(), op, ": grad_out ",
+                 grad_out.defined() ? grad_out.describe() : "undefined", " and out ",
+                 out.defined() ? out.describe() : "undefined", " must match the input ", x.describe());
+    check_same_device(op, x, *t);
+  }
+  if (saved.reserve.defined()) return cudnn_backward(grad_out, x, out, weight, bias, mean, invstd, mask, saved);
+  const Tensor gz = unary_backward(UnaryOp::Relu, grad_out, out);  // g (out > 0)
+  BatchNormGrads g = batch_norm_backward(gz, x, weight, mean, invstd, training, mask);
+  if (mask.residual && saved.residual) g.residual = gz;
   return g;
 }
 

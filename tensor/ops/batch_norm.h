@@ -22,6 +22,29 @@
 // and statistics, as PyTorch's mixed-precision batch norm does (Note [Half types
 // compute in f32]). The CPU reduces in double per channel (two passes); the CUDA kernels
 // (tensor/cuda/batch_norm.cu) are frugal's own, see Note [CUDA batch norm kernels].
+//
+// Note [Channels-last batch norm]
+// A channels-last input (Note [Channels-last layout] in tensor/memory_format.h) gets a
+// channels-last output, and so do the backward's grad_x (and grad_residual). On CUDA,
+// training on a float16/bfloat16 channels-last input with float32 weight and bias runs
+// cuDNN's persistent NHWC batch norm (cudnnBatchNormalizationForwardTrainingEx /
+// BackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT; tensor/cuda/batch_norm_cudnn.cu),
+// which reads the input once per pass in its native order. cuDNN also returns the
+// batch mean and 1 / sqrt(var + eps), and updates running statistics with the
+// unbiased variance and the momentum as above, so results are interchangeable with
+// the own kernels'; it may also need a "reserve space" kept from the forward to the
+// backward: BatchNormResult::reserve, defined exactly when cuDNN ran the forward (then
+// the backward must go to cuDNN too, and is given it). Every other case (eval, float32,
+// float64, the CPU, a problem cuDNN declines) runs the own kernels on an NCHW copy and
+// converts the result back.
+//
+// Note [Batch norm add ReLU]
+// ResNet's block tail is relu(bn(x) + residual), and its other batch norms are followed
+// by relu alone. batch_norm_add_relu computes either as one op (residual undefined: no
+// add): cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION / BN_ACTIVATION on the path above
+// (one pass over the activations instead of two or three, forward and backward), else
+// batch_norm, add and relu in turn. Its backward needs the output only for ReLU's mask:
+//   gz = g (out > 0);  grad_residual = gz;  grad_x, grad_weight, grad_bias = batch_norm_backward(gz)
 #include "tensor/tensor.h"
 
 namespace frugal::ops {
@@ -31,6 +54,7 @@ namespace frugal::ops {
 /// for float64 x). See Note [Batch norm statistics].
 struct BatchNormResult {
   Tensor out, mean, invstd;
+  Tensor reserve;  // cuDNN's reserve space (bytes) when cuDNN ran, else undefined (Note [Channels-last batch norm])
 };
 
 /// torch.nn.functional.batch_norm: x (N, C, *) floating; running_mean, running_var, weight,
@@ -43,17 +67,42 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Te
 /// Which gradients batch_norm_backward should compute.
 struct BatchNormGradMask {
   bool x = true, weight = true, bias = true;
+  bool residual = true;  // batch_norm_add_relu only
 };
-/// grad_x (x's shape and dtype), grad_weight and grad_bias ((C), in the compute dtype);
-/// undefined where not asked for.
+/// grad_x (x's shape and dtype), grad_weight and grad_bias ((C), in the compute dtype),
+/// grad_residual (batch_norm_add_relu only); undefined where not asked for.
 struct BatchNormGrads {
-  Tensor x, weight, bias;
+  Tensor x, weight, bias, residual;
+};
+
+/// What a backward needs of its forward beyond its tensors: cuDNN's reserve space (the
+/// forward's BatchNormResult::reserve, undefined when cuDNN did not run it), eps, and
+/// (batch_norm_add_relu only) whether the forward added a residual.
+struct BatchNormSaved {
+  Tensor reserve;
+  double eps = 1e-5;
+  bool residual = true;
 };
 
 /// The gradients of batch_norm given grad_out (x's shape), the forward's x, weight (or
 /// undefined), and the mean and invstd it returned; `training` as in the forward.
 BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& invstd, bool training, BatchNormGradMask mask = {});
+                                   const Tensor& invstd, bool training, BatchNormGradMask mask = {},
+                                   const BatchNormSaved& saved = {});
+
+/// relu(batch_norm(x, ...) + residual) as one op (Note [Batch norm add ReLU]); residual has
+/// x's shape, dtype and device, or is undefined for relu(batch_norm(x, ...)). Arguments and
+/// results otherwise as batch_norm.
+BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                                    const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                                    double momentum = 0.1, double eps = 1e-5);
+
+/// The gradients of batch_norm_add_relu given grad_out, the forward's x and out, weight and
+/// bias (either may be undefined), the mean and invstd and BatchNormSaved it returned.
+BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor& x, const Tensor& out,
+                                            const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                                            const Tensor& invstd, bool training, BatchNormGradMask mask = {},
+                                            const BatchNormSaved& saved = {});
 
 }  // namespace frugal::ops
 
@@ -83,4 +132,23 @@ void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& m
 void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                 const Tensor& weight, bool training, int64_t N, int64_t C, int64_t HW);
+
+// cuDNN's persistent NHWC batch norm (Note [Channels-last batch norm]); CUDA builds only.
+// Every 4-D tensor is channels-last (N, C, H, W) of x's dtype (float16 or bfloat16); the
+// (C) tensors are contiguous float32; residual, running_mean and running_var may be undefined.
+
+/// Runs the training forward out = bn(x), then + residual (when defined), then ReLU
+/// (when `relu`; always with a residual), writes mean and invstd, updates the running
+/// statistics, and returns the reserve space; returns an undefined tensor, having
+/// written nothing, when cuDNN does not take the problem.
+Tensor batch_norm_cudnn_forward(const Tensor& out, const Tensor& mean, const Tensor& invstd, const Tensor& x,
+                                const Tensor& residual, bool relu, const Tensor& weight, const Tensor& bias,
+                                const Tensor& running_mean, const Tensor& running_var, double momentum, double eps);
+/// The backward of batch_norm_cudnn_forward with the same `relu`: grad_x, grad_weight,
+/// grad_bias (all required) and grad_residual (required exactly when the forward had a
+/// residual). With ReLU, `out` is the forward's output and `bias` its bias.
+void batch_norm_cudnn_backward(const Tensor& grad_x, const Tensor& grad_residual, const Tensor& grad_weight,
+                               const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x, const Tensor& out,
+                               bool relu, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                               const Tensor& invstd, const Tensor& reserve, double eps);
 }  // namespace frugal::ops::cuda

@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "tensor/device_dispatch.h"
+#include "tensor/elementwise.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 
@@ -96,7 +97,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const DType compute = compute_dtype(name, op, promote_types(a.dtype(), b.dtype()), {a, &b});
   if (op == BinaryOp::Add) check_alpha(name, compute, alpha);
-  Tensor out = empty(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()});
+  Tensor out = empty_elementwise_output(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()}, {&a, &b});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
   return out;
 }
@@ -104,7 +105,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
 Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s) {
   check_defined(name, x);
   const DType compute = compute_dtype(name, op, promote_with_scalar(x.dtype(), scalar_is_floating(s)), {x, nullptr, s});
-  Tensor out = empty(x.sizes(), {binary_op_is_predicate(op) ? kBool : compute, x.device()});
+  Tensor out = empty_elementwise_output(x.sizes(), {binary_op_is_predicate(op) ? kBool : compute, x.device()}, {&x});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, x.device(), binary_scalar_kernel, op, compute, out, x, s);
   return out;
 }
@@ -172,7 +173,7 @@ Tensor logical_not(const Tensor& x) {
   check_defined("logical_not", x);
   // !x is x == 0, compared in x's own dtype (0 is exact in every dtype), so every
   // dtype takes the statically typed kernel.
-  Tensor out = empty(x.sizes(), {kBool, x.device()});
+  Tensor out = empty_elementwise_output(x.sizes(), {kBool, x.device()}, {&x});
   if (out.numel() > 0)
     FRUGAL_DEVICE_DISPATCH("logical_not", x.device(), binary_scalar_kernel, BinaryOp::Eq, x.dtype(), out, x, 0.0);
   return out;
@@ -196,7 +197,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   // where() converts a mismatched operand up front (rare, and it keeps one kernel per dtype).
   const DType dtype = promote_types(a.dtype(), b.dtype());
-  Tensor out = empty(shape, {dtype, a.device()});
+  Tensor out = empty_elementwise_output(shape, {dtype, a.device()}, {&a, &b, &cond});
   if (out.numel() > 0)
     FRUGAL_DEVICE_DISPATCH("where", a.device(), where_kernel, out, cond, as_dtype(a, dtype), as_dtype(b, dtype));
   return out;
@@ -207,7 +208,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_defined("masked_fill", mask);
   FRUGAL_CHECK(mask.dtype() == kBool, "masked_fill: mask must be bool, got ", mask.describe());
   check_same_device("masked_fill", x, mask);
-  Tensor out = empty(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill"), x.options());
+  Tensor out = empty_elementwise_output(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill"), x.options(), {&x});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH("masked_fill", x.device(), masked_fill_kernel, out, x, mask, value);
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/fill.h"
 
 namespace frugal::ops {
@@ -32,6 +33,23 @@ void fill_with_bias(const Tensor& out, const Tensor& bias) {
     zero_(out);
   }
 }
+
+/// One op's memory format (Note [Channels-last convolution]): whether it runs channels-last,
+/// and whether the backend does so natively (CUDA) or the result is converted (CPU).
+struct ConvLayout {
+  bool channels_last = false, native = false;
+  ConvLayout(const Tensor& data, const Tensor& other)
+      : channels_last(suggests_channels_last(data) || suggests_channels_last(other)),
+        native(channels_last && data.device().is_cuda()) {}
+  /// t as the backend takes it: channels-last when native, else contiguous.
+  Tensor operand(const Tensor& t) const { return native ? to_channels_last(t) : t.contiguous(); }
+  /// An uninitialized result the backend writes.
+  Tensor result(const Shape& shape, TensorOptions opts) const {
+    return native ? empty_channels_last(shape, opts) : empty(shape, opts);
+  }
+  /// The backend's result in the op's format.
+  Tensor finish(const Tensor& t) const { return channels_last && !native ? to_channels_last(t) : t; }
+};
 
 }  // namespace
 
@@ -75,16 +93,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     FRUGAL_CHECK(bias.dim() == 1 && weight.dim() >= 1 && bias.size(0) == weight.size(0), op, ": bias ", bias.describe(),
                  " must have shape [out_channels] for weight ", weight.describe());
   }
-  const Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight.sizes(), options);
-  Tensor out = empty(g.output_shape(), x.options());
-  if (out.numel() == 0) return out;
+  Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight.sizes(), options);
+  const ConvLayout layout(x, weight);
+  g.channels_last = layout.native;
+  Tensor out = layout.result(g.output_shape(), x.options());
+  if (out.numel() == 0) return layout.finish(out);
   if (g.C == 0) {
     fill_with_bias(out, bias);
-    return out;
+    return layout.finish(out);
   }
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_kernel, out, x.contiguous(), weight.contiguous(),
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_kernel, out, layout.operand(x), layout.operand(weight),
                          bias.defined() ? bias.contiguous() : bias, g);
-  return out;
+  return layout.finish(out);
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, const Tensor& weight,
@@ -94,18 +114,20 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, c
                " and weight ", describe_or_undefined(weight), " must be defined");
   check_like(op, "grad_out", grad_out, grad_out, "grad_out");
   check_like(op, "weight", weight, grad_out, "grad_out");
-  const Conv2dGeometry g = conv2d_geometry(op, input_shape, weight.sizes(), options);
+  Conv2dGeometry g = conv2d_geometry(op, input_shape, weight.sizes(), options);
   FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
                " must have the convolution's output shape ", shape_str(g.output_shape()));
-  Tensor grad_x = empty(input_shape, grad_out.options());
-  if (grad_x.numel() == 0) return grad_x;
+  const ConvLayout layout(grad_out, weight);
+  g.channels_last = layout.native;
+  Tensor grad_x = layout.result(input_shape, grad_out.options());
+  if (grad_x.numel() == 0) return layout.finish(grad_x);
   if (g.K == 0) {  // no output channel depends on the input
     zero_(grad_x);
-    return grad_x;
+    return layout.finish(grad_x);
   }
-  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), conv2d_backward_input_kernel, grad_x, grad_out.contiguous(),
-                         weight.contiguous(), g);
-  return grad_x;
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), conv2d_backward_input_kernel, grad_x, layout.operand(grad_out),
+                         layout.operand(weight), g);
+  return layout.finish(grad_x);
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
@@ -115,18 +137,20 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
                describe_or_undefined(x), " must be defined");
   check_like(op, "grad_out", grad_out, grad_out, "grad_out");
   check_like(op, "input", x, grad_out, "grad_out");
-  const Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight_shape, options);
+  Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight_shape, options);
   FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
                " must have the convolution's output shape ", shape_str(g.output_shape()));
-  Tensor grad_w = empty(weight_shape, x.options());
-  if (grad_w.numel() == 0) return grad_w;
+  const ConvLayout layout(grad_out, x);
+  g.channels_last = layout.native;
+  Tensor grad_w = layout.result(weight_shape, x.options());
+  if (grad_w.numel() == 0) return layout.finish(grad_w);
   if (g.N == 0) {  // a sum over no samples
     zero_(grad_w);
-    return grad_w;
+    return layout.finish(grad_w);
   }
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_backward_weight_kernel, grad_w, grad_out.contiguous(), x.contiguous(),
-                         g);
-  return grad_w;
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_backward_weight_kernel, grad_w, layout.operand(grad_out),
+                         layout.operand(x), g);
+  return layout.finish(grad_w);
 }
 
 void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }

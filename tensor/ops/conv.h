@@ -16,6 +16,17 @@
 // with stride 1 and no padding needs no im2col at all (col is x itself). The CUDA
 // backend (tensor/cuda/conv.cu) hands the three products to cuDNN, see Note [cuDNN
 // convolution algorithms] there.
+//
+// Note [Channels-last convolution]
+// Each op picks one memory format for all its 4-D operands, as PyTorch's
+// cudnn_conv_suggest_memory_format does: channels-last when its data input (x, or
+// grad_out for the backward products) or its weight (x for backward_weight) suggests it
+// (Note [Channels-last layout] in tensor/memory_format.h), else contiguous. Operands
+// in the other format are converted (a weight stored channels-last by
+// nn::to_channels_last(Module&) converts no more), and the result is returned in the
+// chosen format. The CUDA backend runs channels-last natively (cuDNN's NHWC tensor and
+// filter descriptors, geometry.channels_last); the CPU computes NCHW and converts the
+// result, so the layout of a result never depends on the device.
 #include <cstdint>
 #include <string>
 
@@ -54,6 +65,7 @@ struct Conv2dGeometry {
   int64_t OH = 0, OW = 0;              // output (N, K, OH, OW)
   Int2 stride, padding, dilation;
   int64_t groups = 1;
+  bool channels_last = false;  // every operand of the kernel call is NHWC (Note [Channels-last convolution])
   Shape input_shape() const { return {N, C, H, W}; }
   Shape weight_shape() const { return {K, C / groups, R, S}; }
   Shape output_shape() const { return {N, K, OH, OW}; }
@@ -79,8 +91,9 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, c
                              const Conv2dOptions& options = {});
 
 /// The gradient of conv2d with respect to its weight: grad_out (N, K, OH, OW), x (N, C, H, W)
-/// -> grad_w of `weight_shape` (K, C / groups, R, S). (The bias gradient is the sum of
-/// grad_out over N, OH and OW.)
+/// -> grad_w of `weight_shape` (K, C / groups, R, S), channels-last when the operands suggest
+/// it (Note [Channels-last convolution]; the autograd node returns it in the weight's layout). (The bias gradient is
+/// the sum of grad_out over N, OH and OW.)
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const Conv2dOptions& options = {});
 
@@ -93,7 +106,8 @@ bool cudnn_benchmark();
 
 }  // namespace frugal::ops
 
-// Backend kernels. The front-end has validated the operands, made every tensor contiguous,
+// Backend kernels. The front-end has validated the operands, made every tensor contiguous
+// (or, when g.channels_last, channels-last: CUDA only),
 // allocated the result and handled empty sizes (N, K, C / groups, OH or OW of 0): the
 // kernels see a non-empty problem and write every element of their result.
 namespace frugal::ops::cpu {

@@ -3,6 +3,7 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 
 namespace frugal::ops {
 
@@ -65,6 +66,12 @@ Shape with_plane(const Shape& in, int64_t oh, int64_t ow) {
   return s;
 }
 
+/// `t` in channels-last memory when `like` suggests it (Note [Channels-last layout]): the
+/// kernels compute NCHW, and a channels-last input gets its result back channels-last.
+Tensor in_layout_of(const Tensor& like, const Tensor& t) {
+  return suggests_channels_last(like) ? to_channels_last(t) : t;
+}
+
 /// grad_out is floating, has the expected output shape, and lives on `device`.
 void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expected) {
   check_floating(op, "grad_out", grad_out);
@@ -82,7 +89,7 @@ MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions&
   MaxPool2dResult r{empty(os, x.options()), empty(os, {kInt64, x.device()})};
   if (g.P == 0) return r;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), max_pool2d_kernel, r.out, r.indices, x.contiguous(), g);
-  return r;
+  return {in_layout_of(x, r.out), in_layout_of(x, r.indices)};
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape, Int2 kernel,
@@ -99,7 +106,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), max_pool2d_backward_kernel, grad_x, grad_out.contiguous(),
                          indices.contiguous(), g);
-  return grad_x;
+  return in_layout_of(grad_out, grad_x);
 }
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options) {
@@ -109,7 +116,7 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options)
   Tensor out = empty(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), avg_pool2d_kernel, out, x.contiguous(), g);
-  return out;
+  return in_layout_of(x, out);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Int2 kernel,
@@ -120,7 +127,7 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Int
   Tensor grad_x = empty(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), avg_pool2d_backward_kernel, grad_x, grad_out.contiguous(), g);
-  return grad_x;
+  return in_layout_of(grad_out, grad_x);
 }
 
 namespace {
@@ -141,7 +148,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   Tensor out = empty(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), adaptive_avg_pool2d_kernel, out, x.contiguous(), g);
-  return out;
+  return in_layout_of(x, out);
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape) {
@@ -153,7 +160,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
   Tensor grad_x = empty(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), adaptive_avg_pool2d_backward_kernel, grad_x, grad_out.contiguous(), g);
-  return grad_x;
+  return in_layout_of(grad_out, grad_x);
 }
 
 }  // namespace frugal::ops

@@ -18,6 +18,10 @@
 // The CUDA backward kernels gather (one thread per input element sums the outputs
 // whose window holds it) instead of scattering with atomics: deterministic, and
 // rounded once for float16/bfloat16.
+// Channels-last inputs (Note [Channels-last layout] in tensor/memory_format.h): the
+// kernels compute NCHW planes, so the front-end hands them a contiguous copy and returns
+// the results (and max pooling's indices) channels-last; a backward returns grad_x
+// channels-last when grad_out is.
 #include "tensor/half.h"
 #include "tensor/ops/conv.h"  // Int2
 #include "tensor/tensor.h"

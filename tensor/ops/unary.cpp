@@ -3,6 +3,7 @@
 #include <string>
 
 #include "tensor/device_dispatch.h"
+#include "tensor/elementwise.h"
 #include "tensor/factory.h"
 
 namespace frugal::ops {
@@ -13,7 +14,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
   const bool ok = is_floating(x.dtype()) || (unary_op_allows_integers(op) && is_integral(x.dtype()));
   FRUGAL_CHECK(ok, name, ": expects a ", unary_op_allows_integers(op) ? "floating or integer" : "floating",
                " tensor, got ", x.describe());
-  Tensor out = empty(x.sizes(), x.options());
+  Tensor out = empty_elementwise_output(x.sizes(), x.options(), {&x});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, x.device(), unary_kernel, op, out, x, a, b);
   return out;
 }
@@ -58,7 +59,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, do
                grad.describe(), " and the forward ", what, " ", x_or_out.describe(),
                " must have the same shape and dtype");
   check_same_device(name.c_str(), grad, x_or_out);
-  Tensor out = empty(grad.sizes(), grad.options());
+  Tensor out = empty_elementwise_output(grad.sizes(), grad.options(), {&grad, &x_or_out});
   if (out.numel() > 0)
     FRUGAL_DEVICE_DISPATCH(name.c_str(), grad.device(), unary_backward_kernel, op, out, grad, x_or_out, a, b);
   return out;

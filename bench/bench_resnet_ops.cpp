@@ -1,0 +1,161 @@
+// bench_resnet_ops: ResNet-50's conv + batch norm + ReLU layers, forward and backward
+// under float16 autocast, NCHW against channels-last (NHWC), on CUDA.
+//
+// Note [ResNet op benchmark]
+// Each row is one layer shape of ResNet-50 at the given batch (default 128, 224x224
+// input): a bias-free convolution with float32 weights (cast to float16 by autocast,
+// as in AMP training), batch norm with float32 parameters in training mode, and ReLU
+// (batch_norm_relu) - or, for a bottleneck's last 1x1 convolution, batch_norm_add_relu
+// with a residual of the output's shape. NCHW runs frugal's own batch norm kernels and a
+// separate ReLU; NHWC runs cuDNN's fused persistent batch norm. One step is the forward and the backward of that layer
+// (gradients of the input, the weight and the batch norm parameters), timed with CUDA
+// events, median of repeated steps after warm-up, cudnn benchmark mode on (as
+// torch.backends.cudnn.benchmark). tools/bench_resnet_ops.py times the same rows in
+// PyTorch (channels_last, AMP) and prints the ratio.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "autograd/autocast.h"
+#include "autograd/ops/conv.h"
+#include "autograd/ops/elementwise.h"
+#include "bench/bench_util.h"
+#include "memory/device.h"
+#include "memory/error.h"
+#include "tensor/factory.h"
+#include "tensor/memory_format.h"
+#include "tensor/ops/conv.h"
+
+#ifdef FRUGAL_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "memory/cuda_check.h"
+#include "memory/stream.h"
+#endif
+
+namespace frugal::bench {
+namespace {
+
+/// One layer: input (N, C, H, W), K output channels, an RxR kernel, stride; `tail`: a
+/// bottleneck's last conv, followed by batch_norm_add_relu with a residual of the output's shape.
+struct Layer {
+  const char* name;
+  int64_t C, H, K, R, stride;
+  bool tail;
+};
+
+constexpr Layer kLayers[] = {
+    {"stem 7x7/2 3->64 @224", 3, 224, 64, 7, 2, false},    {"1x1 256->64 @56", 256, 56, 64, 1, 1, false},
+    {"3x3 64->64 @56", 64, 56, 64, 3, 1, false},           {"1x1 64->256 @56 +add", 64, 56, 256, 1, 1, true},
+    {"3x3/2 128->128 @56", 128, 56, 128, 3, 2, false},     {"3x3 128->128 @28", 128, 28, 128, 3, 1, false},
+    {"1x1 512->1024/2 @28", 512, 28, 1024, 1, 2, false},   {"3x3 256->256 @14", 256, 14, 256, 3, 1, false},
+    {"1x1 256->1024 @14 +add", 256, 14, 1024, 1, 1, true}, {"3x3 512->512 @7", 512, 7, 512, 3, 1, false},
+    {"1x1 512->2048 @7 +add", 512, 7, 2048, 1, 1, true},
+};
+
+#ifdef FRUGAL_WITH_CUDA
+const Device kGpu = cuda(0);
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle); }
+
+/// Median milliseconds of the GPU work `fn()` queues, after `warmup` untimed calls.
+template <typename F>
+double gpu_median_ms(F&& fn, int warmup, int reps) {
+  cudaEvent_t start, stop;
+  FRUGAL_CUDA_CHECK(cudaEventCreate(&start));
+  FRUGAL_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t(static_cast<size_t>(reps));
+  for (double& x : t) {
+    FRUGAL_CUDA_CHECK(cudaEventRecord(start, stream()));
+    fn();
+    FRUGAL_CUDA_CHECK(cudaEventRecord(stop, stream()));
+    FRUGAL_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    x = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(std::move(t));
+}
+
+/// Milliseconds of one forward + backward step of `layer` in `channels_last` or NCHW.
+double time_layer(const Layer& l, int64_t batch, bool channels_last, int reps) {
+  const int64_t pad = l.R / 2, OH = (l.H + 2 * pad - l.R) / l.stride + 1;
+  auto layout = [&](Tensor t) { return channels_last ? to_channels_last(t) : t; };
+  Tensor x = layout(randn({batch, l.C, l.H, l.H}, {kFloat16, kGpu}));
+  x.requires_grad_(l.C != 3);  // the stem's input (the image) needs no gradient
+  Tensor w = layout(randn({l.K, l.C, l.R, l.R}, {kFloat32, kGpu}));
+  w.requires_grad_();
+  Tensor gamma = ones({l.K}, {kFloat32, kGpu}), beta = zeros({l.K}, {kFloat32, kGpu});
+  gamma.requires_grad_(), beta.requires_grad_();
+  const Tensor rm = zeros({l.K}, {kFloat32, kGpu}), rv = ones({l.K}, {kFloat32, kGpu});
+  const Tensor residual = layout(randn({batch, l.K, OH, OH}, {kFloat16, kGpu}));
+  const Tensor grad = layout(randn({batch, l.K, OH, OH}, {kFloat16, kGpu}));
+  auto step = [&] {
+    Tensor y;
+    {
+      AutocastGuard amp(kGpu, kFloat16);
+      const Tensor c = conv2d(x, w, Tensor(), {.stride = l.stride, .padding = pad});
+      y = batch_norm_relu(c, rm, rv, gamma, beta, true, 0.1, 1e-5, l.tail ? residual : Tensor());
+    }
+    y.backward(grad);
+    for (const Tensor* p : {&x, &w, &gamma, &beta}) p->set_grad(Tensor());
+  };
+  return gpu_median_ms(step, 5, reps);
+}
+#endif
+
+int run(int argc, char** argv) {
+  int64_t batch = 128;
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) reps = 5;
+    else {
+      std::printf("usage: bench_resnet_ops [--batch N] [--quick]\n");
+      return 2;
+    }
+  }
+#ifdef FRUGAL_WITH_CUDA
+  FRUGAL_CHECK(cuda_device_count() > 0, "bench_resnet_ops: no GPU found");
+  ops::set_cudnn_benchmark(true);
+  Table table(fmt("ResNet-50 conv + batch norm + ReLU, forward + backward, float16 autocast, batch %lld (ms, median)",
+                  (long long)batch),
+              {"layer", "NCHW ms", "NHWC ms", "NHWC speedup"});
+  KeyFigures keys;
+  double total_nchw = 0, total_nhwc = 0;
+  for (const Layer& l : kLayers) {
+    const double nchw = time_layer(l, batch, false, reps), nhwc = time_layer(l, batch, true, reps);
+    total_nchw += nchw, total_nhwc += nhwc;
+    table.add({l.name, fmt("%.3f", nchw), fmt("%.3f", nhwc), fmt("%.2fx", nchw / nhwc)});
+    keys.add(std::string("nhwc_ms ") + l.name, nhwc);
+    keys.add(std::string("nchw_ms ") + l.name, nchw);
+  }
+  table.add({"sum of rows", fmt("%.3f", total_nchw), fmt("%.3f", total_nhwc), fmt("%.2fx", total_nchw / total_nhwc)});
+  table.print();
+  keys.add("nhwc_ms total", total_nhwc);
+  keys.add("nchw_ms total", total_nchw);
+  keys.print();
+  return 0;
+#else
+  (void)batch, (void)reps;
+  std::printf("bench_resnet_ops: frugal was built without CUDA\n");
+  return 1;
+#endif
+}
+
+}  // namespace
+}  // namespace frugal::bench
+
+int main(int argc, char** argv) {
+  try {
+    return frugal::bench::run(argc, argv);
+  } catch (const frugal::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,37 @@
+#pragma once
+// Channels-last (NHWC) memory format for 4-D (N, C, H, W) tensors.
+//
+// Note [Channels-last layout]
+// A 4-D tensor keeps its logical shape (N, C, H, W) whatever its memory order; its
+// strides say the order. Contiguous (NCHW) strides are (C*H*W, H*W, W, 1); channels-last
+// strides are (H*W*C, 1, W*C, C): the C values of one pixel lie next to each other, the
+// order cuDNN's tensor-core convolutions and persistent batch norm read fastest. As in
+// PyTorch, a size-1 dim's stride does not matter, so a tensor may be both (C == 1, or
+// H == W == 1): such a tensor is ambiguous and decides nothing. An op "suggests"
+// channels-last for a tensor that is channels-last and not also contiguous
+// (PyTorch's suggest_memory_format); ops given such inputs return channels-last
+// outputs: conv2d, batch_norm, the pools, elementwise ops (Note [Elementwise output
+// layout] in tensor/elementwise.h) and Tensor::to (a dtype or device change keeps the
+// layout, so autocast's casts do not undo it). Tensor::contiguous() still means NCHW.
+#include "tensor/tensor.h"
+
+namespace frugal {
+
+/// The channels-last strides (H*W*C, 1, W*C, C) of a 4-D shape (N, C, H, W).
+Shape channels_last_strides(const Shape& sizes);
+
+/// Whether x is 4-D with channels-last memory (strides of size-1 dims ignored).
+bool is_channels_last(const Tensor& x);
+
+/// Whether x is channels-last and not also contiguous: the layout ops keep for their outputs.
+bool suggests_channels_last(const Tensor& x);
+
+/// An uninitialized channels-last tensor of 4-D shape `sizes` (N, C, H, W).
+Tensor empty_channels_last(const Shape& sizes, TensorOptions opts);
+
+/// x with channels-last memory: x itself when it already is, else a copy (4-D x only).
+/// Differentiable (a permute, contiguous() and a permute back); the gradient keeps the
+/// layout of the incoming one.
+Tensor to_channels_last(const Tensor& x);
+
+}  // namespace frugal

@@ -1,0 +1,299 @@
+// Channels-last (NHWC) on CUDA against NCHW float32 on the CPU, from the same inputs
+// (rounded to the tested dtype first): conv2d forward and both gradients (cuDNN NHWC
+// descriptors; 1x1 / 3x3 / 7x7, strides 1 and 2, weights stored either way), batch_norm
+// training (cuDNN persistent batch norm for float16/bfloat16, the own kernels for
+// float32) and eval, batch_norm_relu and batch_norm_add_relu forward and backward
+// (cuDNN's fused kernels), running statistics, the pools, a ResNet bottleneck tail;
+// every output and input gradient checked for its values and its layout.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/ops/conv.h"
+#include "autograd/ops/elementwise.h"
+#include "tensor/factory.h"
+#include "tensor/memory_format.h"
+#include "tensor/ops/batch_norm.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+const Device kGpu = cuda(0);
+constexpr DType kTypes[] = {kFloat16, kBFloat16, kFloat32};
+
+/// Max-norm tolerance per dtype: both sides compute in float32 from the same rounded
+/// inputs, so they differ by about one rounding of the stored type (cuDNN's algorithms
+/// sum in other orders; batch norm's statistics add one more rounding of y).
+double rtol_for(DType t) {
+  switch (t) {
+    case DType::Float16: return 5e-3;
+    case DType::BFloat16: return 4e-2;
+    default: return 1e-4;
+  }
+}
+
+void check_norm_close(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
+  REQUIRE_MESSAGE(actual.defined(), what, ": undefined");
+  REQUIRE_MESSAGE(actual.sizes() == expected.sizes(), what, ": ", actual.describe(), " vs ", expected.describe());
+  const std::vector<double> a = values_of(actual), e = values_of(expected);
+  double emax = 0, dmax = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    emax = std::max(emax, std::fabs(e[i]));
+    const double d = std::fabs(a[i] - e[i]);
+    if (!(d <= dmax)) dmax = d, worst = i;  // NaN counts as the worst
+  }
+  CHECK_MESSAGE(dmax <= rtol * emax, what, ": max |diff| ", dmax, " at ", worst, " (got ", a.empty() ? 0.0 : a[worst],
+                ", expected ", e.empty() ? 0.0 : e[worst], ") over max |expected| ", emax, ", rtol ", rtol);
+}
+
+void check_nhwc(const Tensor& t, const std::string& what) {
+  CHECK_MESSAGE(suggests_channels_last(t), what, " is not channels-last: ", t.describe(), " strides ",
+                shape_str(t.strides()));
+}
+
+/// A fresh leaf from float64 CPU values: on `device` in `dtype`, channels-last if asked.
+Tensor leaf(const Tensor& values, Device device, DType dtype, bool channels_last = false) {
+  Tensor t = values.to(device, dtype).clone();  // a fresh tensor, never `values` itself
+  if (channels_last) t = to_channels_last(t);   // a copy, or t itself when its shape is ambiguous
+  t.requires_grad_();
+  return t;
+}
+
+/// The CPU float32 reference input: `values` rounded to `dtype` first, NCHW.
+Tensor reference_leaf(const Tensor& values, DType dtype) {
+  Tensor t = values.to(dtype).to(kFloat32).contiguous().clone();
+  t.requires_grad_();
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("channels_last cuda: conv2d forward and backward, NHWC vs NCHW CPU") {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {{2, 16, 14, 14}, {32, 16, 1, 1}, {}},                           // 1x1, stride 1
+      {{2, 16, 14, 14}, {32, 16, 1, 1}, {.stride = 2}},                // 1x1 stride-2 downsample
+      {{2, 16, 14, 14}, {16, 16, 3, 3}, {.stride = 1, .padding = 1}},  // 3x3
+      {{2, 16, 15, 15}, {32, 16, 3, 3}, {.stride = 2, .padding = 1}},  // 3x3 stride 2, odd size
+      {{2, 3, 32, 32}, {16, 3, 7, 7}, {.stride = 2, .padding = 3}},    // the 7x7 stem (C = 3)
+  };
+  for (const Case& c : cases) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(shape_str(c.w));
+    const Tensor xv = random_tensor(c.x, kFloat64, 1),
+                 wv = random_tensor(c.w, kFloat64, 2, Layout::Contiguous, -0.3, 0.3);
+    const Tensor bv = random_tensor({c.w[0]}, kFloat64, 3);
+    for (DType t : kTypes) {
+      CAPTURE(dtype_name(t));
+      // CPU reference, NCHW float32.
+      const Tensor xr = reference_leaf(xv, t), wr = reference_leaf(wv, t), br = reference_leaf(bv, t);
+      const Tensor yr = conv2d(xr, wr, br, c.o);
+      const Tensor gv = random_tensor(yr.sizes(), kFloat64, 4);
+      yr.backward(gv.to(t).to(kFloat32));
+      for (bool weight_nhwc : {false, true}) {
+        CAPTURE(weight_nhwc);
+        const Tensor x = leaf(xv, kGpu, t, true), w = leaf(wv, kGpu, t, weight_nhwc), b = leaf(bv, kGpu, t);
+        const Tensor y = conv2d(x, w, b, c.o);
+        check_nhwc(y, "conv2d output");
+        CHECK(y.dtype() == t);
+        y.backward(to_channels_last(gv.to(kGpu, t)));
+        const double rtol = rtol_for(t);
+        check_norm_close(y, yr, rtol, "conv2d output");
+        check_norm_close(x.grad(), xr.grad(), rtol, "grad_x");
+        check_nhwc(x.grad(), "grad_x");
+        check_norm_close(w.grad(), wr.grad(), rtol, "grad_w");
+        // The weight's gradient comes back in the weight's own layout.
+        if (weight_nhwc) CHECK(is_channels_last(w.grad()));
+        else CHECK(w.grad().is_contiguous());
+        check_norm_close(b.grad(), br.grad(), rtol, "grad_bias");
+      }
+      // An NCHW gradient arriving at an NHWC convolution still gives NHWC gradients.
+      const Tensor x = leaf(xv, kGpu, t, true), w = leaf(wv, kGpu, t);
+      const Tensor y = conv2d(x, w, Tensor(), c.o);
+      y.backward(gv.to(kGpu, t));
+      check_nhwc(x.grad(), "grad_x from an NCHW grad_out");
+      check_norm_close(w.grad(), wr.grad(), rtol_for(t), "grad_w from an NCHW grad_out");
+    }
+  }
+}
+
+namespace {
+
+struct BnInputs {
+  Tensor x, residual, weight, bias, grad, running_mean, running_var;  // float64 CPU values
+};
+BnInputs bn_inputs(const Shape& s, uint64_t seed) {
+  const int64_t C = s[1];
+  return {random_tensor(s, kFloat64, seed, Layout::Contiguous, -1.0, 3.0),
+          random_tensor(s, kFloat64, seed + 1),
+          random_tensor({C}, kFloat64, seed + 2, Layout::Contiguous, 0.5, 1.5),
+          random_tensor({C}, kFloat64, seed + 3),
+          random_tensor(s, kFloat64, seed + 4),
+          random_tensor({C}, kFloat64, seed + 5, Layout::Contiguous, -0.5, 0.5),
+          random_tensor({C}, kFloat64, seed + 6, Layout::Contiguous, 0.5, 1.5)};
+}
+
+enum class Tail { None, Relu, AddRelu };  // batch_norm, batch_norm_relu, batch_norm_add_relu
+const char* tail_name(Tail m) { return m == Tail::None ? "batch_norm" : m == Tail::Relu ? "+relu" : "+add+relu"; }
+
+/// The op's forward + backward: the output, grads of x, (residual,) weight, bias, and the
+/// running statistics after the forward.
+struct BnRun {
+  Tensor out, gx, gr, gw, gb, rm, rv;
+};
+BnRun run_bn(const BnInputs& in, Tail tail, bool training, DType t, Device device, bool nhwc) {
+  const bool add_relu = tail == Tail::AddRelu;
+  const bool cpu = device.is_cpu();
+  const Tensor x = cpu ? reference_leaf(in.x, t) : leaf(in.x, device, t, nhwc);
+  const Tensor r = cpu ? reference_leaf(in.residual, t) : leaf(in.residual, device, t, nhwc);
+  const Tensor w = leaf(in.weight, device, kFloat32), b = leaf(in.bias, device, kFloat32);
+  BnRun o;
+  o.rm = in.running_mean.to(device, kFloat32).clone();
+  o.rv = in.running_var.to(device, kFloat32).clone();
+  o.out = tail == Tail::None ? batch_norm(x, o.rm, o.rv, w, b, training, 0.1, 1e-5)
+                             : batch_norm_relu(x, o.rm, o.rv, w, b, training, 0.1, 1e-5, add_relu ? r : Tensor());
+  Tensor g = in.grad.to(t).to(device, cpu ? kFloat32 : t);
+  if (nhwc && !cpu) g = to_channels_last(g);
+  o.out.backward(g);
+  o.gx = x.grad(), o.gw = w.grad(), o.gb = b.grad();
+  if (add_relu) o.gr = r.grad();
+  return o;
+}
+
+void compare_bn(const BnRun& a, const BnRun& e, DType t, bool add_relu, bool training) {
+  const double rtol = rtol_for(t);
+  check_norm_close(a.out, e.out, rtol, "output");
+  check_nhwc(a.out, "output");
+  check_norm_close(a.gx, e.gx, rtol, "grad_x");
+  check_nhwc(a.gx, "grad_x");
+  // Parameter gradients are sums over N*H*W values of the stored type: a looser bound.
+  check_norm_close(a.gw, e.gw, 4 * rtol, "grad_weight");
+  check_norm_close(a.gb, e.gb, 4 * rtol, "grad_bias");
+  CHECK(a.gw.dtype() == kFloat32);
+  if (add_relu) {
+    check_norm_close(a.gr, e.gr, rtol, "grad_residual");
+    check_nhwc(a.gr, "grad_residual");
+  }
+  if (training) {  // the batch statistics of x rounded to t, so close to float32's
+    check_norm_close(a.rm, e.rm, 1e-4, "running_mean");
+    check_norm_close(a.rv, e.rv, 1e-3, "running_var");
+  } else {
+    check_norm_close(a.rm, e.rm, 0, "running_mean untouched in eval");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("channels_last cuda: batch_norm and batch_norm_add_relu, NHWC vs NCHW CPU") {
+  for (const Shape& s : {Shape{4, 64, 14, 14}, Shape{8, 256, 7, 7}, Shape{2, 32, 28, 28}}) {
+    CAPTURE(shape_str(s));
+    const BnInputs in = bn_inputs(s, 10);
+    for (DType t : kTypes) {
+      CAPTURE(dtype_name(t));
+      for (Tail tail : {Tail::None, Tail::Relu, Tail::AddRelu}) {
+        for (bool training : {true, false}) {
+          CAPTURE(tail_name(tail));
+          CAPTURE(training);
+          const BnRun ref = run_bn(in, tail, training, t, kCPU, false);
+          const BnRun got = run_bn(in, tail, training, t, kGpu, true);
+          compare_bn(got, ref, t, tail == Tail::AddRelu, training);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("channels_last cuda: cuDNN runs the float16 training batch norm and keeps a reserve") {
+  const BnInputs in = bn_inputs({4, 64, 14, 14}, 30);
+  for (DType t : {kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(t));
+    const Tensor x = to_channels_last(in.x.to(kGpu, t)), r = to_channels_last(in.residual.to(kGpu, t));
+    const Tensor w = in.weight.to(kGpu, kFloat32), b = in.bias.to(kGpu, kFloat32);
+    const ops::BatchNormResult plain = ops::batch_norm(x, Tensor(), Tensor(), w, b, true);
+    const ops::BatchNormResult fused = ops::batch_norm_add_relu(x, r, Tensor(), Tensor(), w, b, true);
+    const ops::BatchNormResult with_relu = ops::batch_norm_add_relu(x, Tensor(), Tensor(), Tensor(), w, b, true);
+    if (t == kFloat16) {
+      CHECK(plain.reserve.defined());
+      CHECK(fused.reserve.defined());
+      CHECK(with_relu.reserve.defined());
+    } else {
+      WARN_MESSAGE(plain.reserve.defined(), "cuDNN declined bfloat16 persistent batch norm: own kernels ran");
+      WARN_MESSAGE(fused.reserve.defined(), "cuDNN declined bfloat16 fused batch norm: own kernels ran");
+      WARN_MESSAGE(with_relu.reserve.defined(), "cuDNN declined bfloat16 batch norm + relu: own kernels ran");
+    }
+    // Either way the statistics are the batch's: compare with the CPU.
+    const Tensor xr = in.x.to(t).to(kFloat32);
+    const ops::BatchNormResult ref = ops::batch_norm(xr, Tensor(), Tensor(), w.to(kCPU), b.to(kCPU), true);
+    check_norm_close(plain.mean, ref.mean, 1e-4, "mean");
+    check_norm_close(plain.invstd, ref.invstd, 1e-3, "invstd");
+    check_norm_close(fused.mean, ref.mean, 1e-4, "fused mean");
+    // An NCHW input is not cuDNN's: no reserve, NCHW output.
+    const ops::BatchNormResult nchw = ops::batch_norm(x.contiguous(), Tensor(), Tensor(), w, b, true);
+    CHECK_FALSE(nchw.reserve.defined());
+    CHECK(nchw.out.is_contiguous());
+  }
+}
+
+TEST_CASE("channels_last cuda: pools on NHWC inputs") {
+  const Tensor xv = random_tensor({2, 32, 17, 16}, kFloat64, 40);
+  for (DType t : kTypes) {
+    CAPTURE(dtype_name(t));
+    auto f = [](const Tensor& x) {
+      const Tensor y = max_pool2d(x, 3, {.stride = 2, .padding = 1});
+      return adaptive_avg_pool2d(avg_pool2d(y, 2, {.stride = 1}), {1, 1});
+    };
+    const Tensor xr = reference_leaf(xv, t), x = leaf(xv, kGpu, t, true);
+    const Tensor yr = f(xr), y = f(x);
+    check_norm_close(y, yr, rtol_for(t), "pools");
+    yr.backward(ones_like(yr));
+    y.backward(ones_like(y));
+    check_norm_close(x.grad(), xr.grad(), rtol_for(t), "pools grad_x");
+    check_nhwc(x.grad(), "pools grad_x");
+    check_nhwc(max_pool2d(x, 3, {.stride = 2, .padding = 1}), "max_pool2d output");
+  }
+}
+
+TEST_CASE("channels_last cuda: a bottleneck tail conv-bn-relu-conv-bn-add-relu in float16") {
+  const Shape s{4, 64, 14, 14};
+  const Tensor xv = random_tensor(s, kFloat64, 50);
+  const Tensor w1v = random_tensor({64, 64, 3, 3}, kFloat64, 51, Layout::Contiguous, -0.1, 0.1);
+  const Tensor w2v = random_tensor({64, 64, 1, 1}, kFloat64, 52, Layout::Contiguous, -0.2, 0.2);
+  const Tensor gv = random_tensor(s, kFloat64, 53);
+  const Tensor ones64 = ones({64}, kFloat64), zeros64 = zeros({64}, kFloat64);
+  struct Leaves {
+    Tensor x, w1, w2, g1, b1, g2, b2;
+  };
+  auto block = [&](const Leaves& l) {
+    const Tensor h = batch_norm_relu(conv2d(l.x, l.w1, Tensor(), {.padding = 1}), Tensor(), Tensor(), l.g1, l.b1, true);
+    return batch_norm_add_relu(conv2d(h, l.w2), l.x, Tensor(), Tensor(), l.g2, l.b2, true);
+  };
+  const DType t = kFloat16;
+  const Leaves ref{reference_leaf(xv, t),        reference_leaf(w1v, t),        reference_leaf(w2v, t),
+                   leaf(ones64, kCPU, kFloat32), leaf(zeros64, kCPU, kFloat32), leaf(ones64, kCPU, kFloat32),
+                   leaf(zeros64, kCPU, kFloat32)};
+  const Leaves gpu{leaf(xv, kGpu, t, true),      leaf(w1v, kGpu, t, true),      leaf(w2v, kGpu, t, true),
+                   leaf(ones64, kGpu, kFloat32), leaf(zeros64, kGpu, kFloat32), leaf(ones64, kGpu, kFloat32),
+                   leaf(zeros64, kGpu, kFloat32)};
+  const Tensor yr = block(ref), y = block(gpu);
+  check_nhwc(y, "block output");
+  yr.backward(gv.to(t).to(kFloat32));
+  y.backward(to_channels_last(gv.to(kGpu, t)));
+  const double rtol = 2 * rtol_for(t);
+  check_norm_close(y, yr, rtol, "block output");
+  check_norm_close(gpu.x.grad(), ref.x.grad(), rtol, "grad_x");
+  check_nhwc(gpu.x.grad(), "grad_x");
+  check_norm_close(gpu.w1.grad(), ref.w1.grad(), 4 * rtol, "grad_w1");
+  check_norm_close(gpu.w2.grad(), ref.w2.grad(), 4 * rtol, "grad_w2");
+  check_norm_close(gpu.g2.grad(), ref.g2.grad(), 4 * rtol, "grad_gamma2");
+  check_norm_close(gpu.b1.grad(), ref.b1.grad(), 4 * rtol, "grad_beta1");
+}
