@@ -2,7 +2,7 @@
 # What we run on the GPU machine (see ../shared/GPU.md): build out of tree, run the
 # gpu suite (required to find a GPU), the cpu suite, and the CUDA benchmark.
 # Logs go to $OUT (default /tmp/out); a short summary is printed last.
-#   tools/gpu_check.sh [--no-bench] [--tests PATTERN] [--example] [--parity] [--cmd 'SHELL']...
+#   tools/gpu_check.sh [--no-bench] [--no-cpu] [--tests PATTERN] [--example] [--parity] [--cmd 'SHELL']...
 # --cmd runs a shell command after the suites with $BUILD set to the build folder and
 # $ROOT to the checkout (repeatable; output in $OUT/cmd<N>.log, its tail printed).
 # --example trains the Fashion-MNIST CNN, --parity runs tools/parity_mlp.py; both
@@ -19,6 +19,7 @@ fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 bench=1
+cpu=1
 example=0
 parity=0
 pattern='*'
@@ -26,6 +27,7 @@ cmds=()
 while (($#)); do
   case "$1" in
     --no-bench) bench=0 ;;
+    --no-cpu) cpu=0 ;;
     --example) example=1 ;;
     --parity) parity=1 ;;
     --tests) pattern=$2; shift ;;
@@ -46,8 +48,11 @@ fi
 t1=$(date +%s)
 FRUGAL_REQUIRE_GPU=1 "$build/tests/frugal_gpu_tests" -tc="$pattern" >"$out/gpu_tests.log" 2>&1
 gpu_rc=$?
-"$build/tests/frugal_cpu_tests" -tc="$pattern" >"$out/cpu_tests.log" 2>&1
-cpu_rc=$?
+cpu_rc=0
+if ((cpu)); then
+  "$build/tests/frugal_cpu_tests" -tc="$pattern" >"$out/cpu_tests.log" 2>&1
+  cpu_rc=$?
+fi
 t2=$(date +%s)
 if ((bench)); then "$build/bench/bench_ops" --device cuda >"$out/bench_cuda.log" 2>&1; fi
 t3=$(date +%s)
@@ -70,7 +75,7 @@ t4=$(date +%s)
 echo "== build $((t1 - t0))s, tests $((t2 - t1))s, bench $((t3 - t2))s, example+parity $((t4 - t3))s"
 grep -E "ERROR|FAILED|TEST CASE|error:" "$out/gpu_tests.log" | head -60
 echo "gpu: $(grep 'test cases' "$out/gpu_tests.log") rc=$gpu_rc"
-echo "cpu: $(grep 'test cases' "$out/cpu_tests.log") rc=$cpu_rc"
+((cpu)) && echo "cpu: $(grep 'test cases' "$out/cpu_tests.log") rc=$cpu_rc"
 ((bench)) && tail -25 "$out/bench_cuda.log"
 ((example)) && tr '\r' '\n' <"$out/example.log" | grep -E "epoch .*mean loss|test_accuracy|fashion_mnist"
 ((parity)) && grep parity_max "$out/parity.log"

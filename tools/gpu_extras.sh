@@ -4,7 +4,7 @@
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
 #   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
-#                                     parallel-bench profile)
+#                                     parallel-bench resnet-ops profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -21,9 +21,11 @@ for s in "$@"; do
     parity-full) run python3 tools/parity_models.py --build "$BUILD" --device cuda --full ;;
     memory) run "$BUILD/bench/memory_matrix" --device cuda ;;
     svd)
-      run "$BUILD/bench/svd_compress" --device cuda --data-dir "$data" >/tmp/svd.log 2>&1
+      run "$BUILD/bench/svd_compress" --device cuda --epochs ${SVD_EPOCHS:-3} --data-dir "$data" >/tmp/svd.log 2>&1
       tr '\r' '\n' </tmp/svd.log | grep -v "ETA" | tail -40 ;;
     parallel-bench) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" ;;
+    resnet-ops)
+      run python3 tools/bench_resnet_ops.py --frugal "$BUILD/bench/bench_resnet_ops" --quick ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
