@@ -3,6 +3,7 @@
 // so the CPU path keeps the fused op's memory bound; the math is the formula itself, in
 // opmath (float, double for float64), and is the reference the CUDA kernels are tested on.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/dispatch.h"
@@ -71,7 +72,8 @@ void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const 
                                     const Tensor& v, const Tensor& mask, const FlashAttentionParams& p) {
   dispatch_floating(q.dtype(), "flash_attention_forward", q.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    float* lse_p = lse.data_ptr<float>();
+    using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;  // lse's dtype
+    Stat* lse_p = lse.data_ptr<Stat>();
 #pragma omp parallel for schedule(dynamic)
     for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
       const int64_t b = bh / p.H, h = bh % p.H;
@@ -90,7 +92,7 @@ void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const 
         }
         T* o = const_cast<T*>(os[l]);
         for (int64_t e = 0; e < p.E; ++e) o[e] = T(acc[size_t(e)]);
-        lse_p[bh * p.L + l] = float(row_lse);
+        lse_p[bh * p.L + l] = Stat(row_lse);
       }
     }
   });
@@ -104,7 +106,8 @@ void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const T
                                      const Tensor& lse, const Tensor& mask, const FlashAttentionParams& p) {
   dispatch_floating(q.dtype(), "flash_attention_backward", q.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    const float* lse_p = lse.data_ptr<float>();
+    using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const Stat* lse_p = lse.data_ptr<Stat>();
     const int64_t contiguous[3] = {p.H * p.L * p.E, p.L * p.E, p.E};
     const int64_t contiguous_kv[3] = {p.H * p.S * p.E, p.S * p.E, p.E};
 #pragma omp parallel for schedule(dynamic)

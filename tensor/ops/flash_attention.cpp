@@ -32,6 +32,9 @@ Tensor kernel_view(const Tensor& t) {
   return ok ? t : t.contiguous();
 }
 
+/// float32 statistics, float64 for float64 inputs (gradcheck needs them exact).
+DType lse_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
 void strides_of(const Tensor& t, int64_t (&s)[3]) {
   for (int d = 0; d < 3; ++d) s[d] = t.stride(d);
 }
@@ -102,7 +105,7 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   FlashAttentionParams p = make_params(op, q, k, v, options, mask_view);
   FlashAttentionForward r;
   r.out = empty(q.sizes(), q.options());
-  r.lse = empty({p.B, p.H, p.L}, {kFloat32, q.device()});
+  r.lse = empty({p.B, p.H, p.L}, {lse_dtype(q.dtype()), q.device()});
   r.range = {0, 0};
   if (r.out.numel() == 0) return r;
   if (p.S == 0) {  // no key at all: every row is empty, so zeros and lse = -inf
@@ -131,8 +134,8 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   FRUGAL_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes() && dout.dtype() == q.dtype() &&
                    out.dtype() == q.dtype(),
                op, ": dout ", dout.describe(), " and out ", out.describe(), " must match query ", q.describe());
-  FRUGAL_CHECK(lse.sizes() == Shape({p.B, p.H, p.L}) && lse.dtype() == kFloat32, op, ": lse ", lse.describe(),
-               " must be float32 (B, H, L) = ", shape_str({p.B, p.H, p.L}));
+  FRUGAL_CHECK(lse.sizes() == Shape({p.B, p.H, p.L}) && lse.dtype() == lse_dtype(q.dtype()), op, ": lse ",
+               lse.describe(), " must be ", dtype_name(lse_dtype(q.dtype())), " (B, H, L) = ", shape_str({p.B, p.H, p.L}));
   check_same_device(op, q, dout);
   check_same_device(op, q, out);
   check_same_device(op, q, lse);

@@ -39,7 +39,7 @@ struct FlashAttentionOptions {
 /// Forward result: the output, the row statistics the backward needs, and the dropout range.
 struct FlashAttentionForward {
   Tensor out;               ///< (B, H, L, E), q's dtype
-  Tensor lse;               ///< (B, H, L) float32: logsumexp of each row of scale * q k^T + mask
+  Tensor lse;               ///< (B, H, L) float32 (float64 for float64 q): logsumexp of each row
   Generator::Range range;   ///< Philox counters of the dropout mask ({0, 0} without dropout)
 };
 
@@ -91,10 +91,10 @@ FRUGAL_HD bool flash_dropout_keep(Generator::Range range, uint64_t index, float 
 // Backend kernels. out, lse, dq, dk, dv are fresh contiguous; q, k, v, dout views with the
 // strides in params; mask a (B, H, L, S) broadcast view or undefined; B H L S E > 0.
 namespace frugal::ops::cpu {
-/// q: (B, H, L, E); k, v: (B, H, S, E); out: (B, H, L, E); lse: (B, H, L) f32
+/// q: (B, H, L, E); k, v: (B, H, S, E); out: (B, H, L, E); lse: (B, H, L) f32 (f64 for f64)
 void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& mask, const FlashAttentionParams& params);
-/// dq, dout, out: (B, H, L, E); dk, dv, k, v: (B, H, S, E); lse: (B, H, L) f32
+/// dq, dout, out: (B, H, L, E); dk, dv, k, v: (B, H, S, E); lse: (B, H, L) f32 (f64 for f64)
 void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                      const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const Tensor& mask, const FlashAttentionParams& params);
