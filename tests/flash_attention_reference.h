@@ -13,7 +13,7 @@
 namespace frugal::testing {
 
 struct AttentionReference {
-  std::vector<double> out, lse;  // (B, H, L, E), (B, H, L)
+  std::vector<double> out, lse;    // (B, H, L, E), (B, H, L)
   std::vector<double> dq, dk, dv;  // given dout
 };
 

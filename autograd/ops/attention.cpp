@@ -67,15 +67,13 @@ struct FlashAttentionBackward final : Node {
   ops::FlashAttentionOptions options;   // its mask stays undefined: `mask` holds it, version-checked
   Generator::Range range{0, 0};
   std::string name() const override { return "FlashAttentionBackward"; }
-  void release_saved() override {
-    q.reset(), k.reset(), v.reset(), out.reset(), lse.reset(), mask.reset();
-  }
+  void release_saved() override { q.reset(), k.reset(), v.reset(), out.reset(), lse.reset(), mask.reset(); }
   TensorList apply(TensorList&& grads) override {
     ops::FlashAttentionOptions o = options;
     if (mask.defined()) o.mask = mask.unpack(name());
-    ops::FlashAttentionGrads g = ops::flash_attention_backward(grads[0], q.unpack(name()), k.unpack(name()),
-                                                               v.unpack(name()), out.unpack(name()),
-                                                               lse.unpack(name()), o, range);
+    ops::FlashAttentionGrads g =
+        ops::flash_attention_backward(grads[0], q.unpack(name()), k.unpack(name()), v.unpack(name()),
+                                      out.unpack(name()), lse.unpack(name()), o, range);
     TensorList result(3);
     if (wants_grad(*this, 0)) result[0] = std::move(g.dq);
     if (wants_grad(*this, 1)) result[1] = std::move(g.dk);
@@ -95,8 +93,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   FRUGAL_CHECK(!attn_mask.defined() || !attn_mask.requires_grad(), op, ": attn_mask ", attn_mask.describe(),
                " requires grad, but the fused kernels give it none (use scaled_dot_product_attention)");
   const ops::FlashAttentionOptions options{attn_mask, is_causal, scale, dropout_p};
-  ops::FlashAttentionForward r =
-      autograd::raw([&] { return ops::flash_attention_forward(q, k, v, options, gen); });
+  ops::FlashAttentionForward r = autograd::raw([&] { return ops::flash_attention_forward(q, k, v, options, gen); });
   if (auto node = make_node<FlashAttentionBackward>({q, k, v})) {
     node->q = q, node->k = k, node->v = v, node->out = r.out, node->lse = r.lse;
     if (attn_mask.defined()) node->mask = attn_mask;

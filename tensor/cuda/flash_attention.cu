@@ -76,8 +76,9 @@ void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const T
   const Tensor dq_acc = zeros({rows * p.E}, {kFloat32, q.device()});
   dispatch_flash("flash_attention_backward", q, p.E, [&]<typename T, int kD>() {
     constexpr int kRowsPerBlock = 8;
-    flash_backward_dot_kernel<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0,
-                                   stream>>>(dot.data_ptr<float>(), dout.data_ptr<T>(), out.data_ptr<T>(), p);
+    flash_backward_dot_kernel<T>
+        <<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, stream>>>(
+            dot.data_ptr<float>(), dout.data_ptr<T>(), out.data_ptr<T>(), p);
     FRUGAL_CUDA_CHECK_LAUNCH();
     const size_t smem = backward_smem_bytes<T, kD>();
     allow_smem(flash_backward_kernel<T, kD>, smem);

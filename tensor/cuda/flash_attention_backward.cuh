@@ -60,11 +60,11 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kSPitch = kBlockCols + 8;
   constexpr int kN = kBlockRows / 8;  // n-tiles of a (keys x queries) score tile
   extern __shared__ __align__(16) unsigned char smem[];
-  T* k_s = reinterpret_cast<T*>(smem);    // [kBlockCols][kPitch]
-  T* v_s = k_s + kBlockCols * kPitch;     // [kBlockCols][kPitch]
-  T* q_s = v_s + kBlockCols * kPitch;     // [kBlockRows][kPitch]
-  T* do_s = q_s + kBlockRows * kPitch;    // [kBlockRows][kPitch]
-  T* ds_s = do_s + kBlockRows * kPitch;   // [kBlockRows][kSPitch]: dS, queries as rows
+  T* k_s = reinterpret_cast<T*>(smem);                                   // [kBlockCols][kPitch]
+  T* v_s = k_s + kBlockCols * kPitch;                                    // [kBlockCols][kPitch]
+  T* q_s = v_s + kBlockCols * kPitch;                                    // [kBlockRows][kPitch]
+  T* do_s = q_s + kBlockRows * kPitch;                                   // [kBlockRows][kPitch]
+  T* ds_s = do_s + kBlockRows * kPitch;                                  // [kBlockRows][kSPitch]: dS, queries as rows
   float* lse_s = reinterpret_cast<float*>(ds_s + kBlockRows * kSPitch);  // [kBlockRows], base 2
   float* dot_s = lse_s + kBlockRows;                                     // [kBlockRows]
 
@@ -127,8 +127,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // P^T: element i of n-tile nt is key keys[i >> 1], query q0 + 8 nt + 2 t + (i & 1).
-    const bool check = sm.kind != 0 || k0 + kBlockCols > p.S || q0 + kBlockRows > p.L ||
-                       (p.causal && k0 + kBlockCols - 1 > q0);
+    const bool check =
+        sm.kind != 0 || k0 + kBlockCols > p.S || q0 + kBlockRows > p.L || (p.causal && k0 + kBlockCols - 1 > q0);
     uint32_t dropped = 0;  // bit 4 nt + i: weight dropped
 #pragma unroll
     for (int nt = 0; nt < kN; ++nt) {
@@ -138,10 +138,15 @@ __global__ void __launch_bounds__(kThreads)
         const float x =
             check ? masked_score<T>(pt[nt][i], scale_log2, q0 + ql, keys[i >> 1], sm) : pt[nt][i] * scale_log2;
         pt[nt][i] = fast_exp2(x - lse_s[ql]);
-        if (p.dropout_p > 0.0) {
-          const uint64_t index = uint64_t((bh * p.L + q0 + ql) * p.S + keys[i >> 1]);
-          if (!dropout_keep(p.range, index, keep_below)) dropped |= 1u << (4 * nt + i);
-        }
+      }
+    }
+    if (p.dropout_p > 0.0) {
+#pragma unroll 1
+      for (int bit = 0; bit < 4 * kN; ++bit) {  // a loop, not unrolled: one Philox body in the code
+        const int ql = 8 * (bit / 4) + 2 * t + (bit & 1);
+        const int64_t key = k0 + 16 * warp + g + 8 * ((bit / 2) & 1);
+        const uint64_t index = uint64_t((bh * p.L + q0 + ql) * p.S + key);
+        if (!dropout_keep(p.range, index, keep_below)) dropped |= 1u << bit;
       }
     }
     auto factor = [&](int nt, int i) { return (dropped >> (4 * nt + i)) & 1u ? 0.f : drop_scale; };
@@ -215,10 +220,9 @@ __global__ void __launch_bounds__(kThreads)
     const T* dsw = ds_s + 16 * warp * kSPitch;
 #pragma unroll
     for (int kk = 0; kk < kBlockCols / 16; ++kk) {
-      const uint32_t a[4] = {lds32(dsw + g * kSPitch + 16 * kk + 2 * t),
-                             lds32(dsw + (g + 8) * kSPitch + 16 * kk + 2 * t),
-                             lds32(dsw + g * kSPitch + 16 * kk + 8 + 2 * t),
-                             lds32(dsw + (g + 8) * kSPitch + 16 * kk + 8 + 2 * t)};
+      const uint32_t a[4] = {
+          lds32(dsw + g * kSPitch + 16 * kk + 2 * t), lds32(dsw + (g + 8) * kSPitch + 16 * kk + 2 * t),
+          lds32(dsw + g * kSPitch + 16 * kk + 8 + 2 * t), lds32(dsw + (g + 8) * kSPitch + 16 * kk + 8 + 2 * t)};
       const T* krow = k_s + (16 * kk + trans_row) * kPitch + trans_col;
 #pragma unroll
       for (int dt = 0; dt < kD / 8; dt += 2) {

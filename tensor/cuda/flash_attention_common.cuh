@@ -22,9 +22,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 /// What every thread needs to mask a score: the mask of one (batch, head) slice.
 struct ScoreMask {
-  const void* mask;       // bool or T, read at off + l * sl + s * ss; null when kind == 0
+  const void* mask;  // bool or T, read at off + l * sl + s * ss; null when kind == 0
   int64_t off, sl, ss;
-  int kind;               // 0 none, 1 bool, 2 added
+  int kind;  // 0 none, 1 bool, 2 added
   int64_t L, S;
   bool causal;
 };
@@ -69,8 +69,9 @@ __device__ __forceinline__ bool dropout_keep(Generator::Range range, uint64_t in
 
 /// ScoreMask of slice (b, h).
 __host__ __device__ inline ScoreMask score_mask(const void* mask, const FlashAttentionParams& p, int64_t b, int64_t h) {
-  return {mask, b * p.mask_stride[0] + h * p.mask_stride[1], p.mask_stride[2], p.mask_stride[3], p.mask_kind,
-          p.L, p.S, p.causal};
+  return {
+      mask,    b * p.mask_stride[0] + h * p.mask_stride[1], p.mask_stride[2], p.mask_stride[3], p.mask_kind, p.L, p.S,
+      p.causal};
 }
 
 }  // namespace frugal::ops::cuda::flash

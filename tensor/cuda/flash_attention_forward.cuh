@@ -20,10 +20,9 @@ constexpr size_t forward_smem_bytes() {
 // Grid: one block per (query tile, batch * head), query tiles of a head adjacent.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
-                         const T* __restrict__ k, const T* __restrict__ v, const void* __restrict__ mask,
-                         const FlashAttentionParams p, const float scale_log2, const float keep_below,
-                         const float drop_scale) {
+    flash_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, const void* __restrict__ mask, const FlashAttentionParams p,
+                         const float scale_log2, const float keep_below, const float drop_scale) {
   constexpr int kPitch = kD + 8;
   constexpr int kN = kBlockCols / 8;  // n-tiles of a score tile
   extern __shared__ __align__(16) unsigned char smem[];
@@ -133,17 +132,19 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     if (p.dropout_p > 0.0) {  // the sums above are of the undropped weights, as the softmax's
-#pragma unroll
-      for (int nt = 0; nt < kN; ++nt) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const uint64_t index = uint64_t((bh * p.L + rows[hf]) * p.S + s0 + 8 * nt + 2 * t);
-          bool k0, k1;
-          dropout_keep_pair(p.range, index, keep_below, k0, k1);
-          s[nt][2 * hf] *= k0 ? drop_scale : 0.f;
-          s[nt][2 * hf + 1] *= k1 ? drop_scale : 0.f;
-        }
+      uint32_t dropped = 0;   // bit 4 nt + i: weight (nt, i) dropped
+#pragma unroll 1
+      for (int bit = 0; bit < 4 * kN; bit += 2) {  // a loop, not unrolled: one Philox body in the code
+        const int nt = bit / 4, hf = (bit / 2) % 2;
+        const uint64_t index = uint64_t((bh * p.L + q0 + 16 * warp + g + 8 * hf) * p.S + s0 + 8 * nt + 2 * t);
+        bool k0, k1;
+        dropout_keep_pair(p.range, index, keep_below, k0, k1);
+        dropped |= (k0 ? 0u : 1u) << bit | (k1 ? 0u : 2u) << bit;
       }
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[nt][i] *= (dropped >> (4 * nt + i)) & 1u ? 0.f : drop_scale;
     }
 
     // o += P v: P from the score registers, B[s][e] = v[s][e] by ldmatrix.trans.

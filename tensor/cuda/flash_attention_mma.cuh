@@ -52,8 +52,7 @@ __device__ __forceinline__ void mma_16816<Half>(float (&d)[4], const uint32_t (&
 }
 
 template <>
-__device__ __forceinline__ void mma_16816<BFloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                    uint32_t b1) {
+__device__ __forceinline__ void mma_16816<BFloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"

@@ -64,8 +64,8 @@ FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& 
   if (q.device().is_cuda()) {
     FRUGAL_CHECK(q.dtype() == kFloat16 || q.dtype() == kBFloat16, op,
                  ": the CUDA kernels take float16 or bfloat16, got ", q.describe());
-    FRUGAL_CHECK(p.E % 8 == 0 && p.E <= kMaxFusedE, op, ": the CUDA kernels take head dims E % 8 == 0, E <= ",
-                 kMaxFusedE, ", got ", q.describe());
+    FRUGAL_CHECK(p.E % 8 == 0 && p.E <= kMaxFusedE, op,
+                 ": the CUDA kernels take head dims E % 8 == 0, E <= ", kMaxFusedE, ", got ", q.describe());
   }
   if (o.mask.defined()) {
     const Tensor& m = o.mask;
@@ -73,8 +73,8 @@ FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& 
     FRUGAL_CHECK(m.dtype() == kBool || m.dtype() == q.dtype(), op, ": mask ", m.describe(),
                  " must be bool or of the query's dtype (query ", q.describe(), ")");
     check_same_device(op, q, m);
-    FRUGAL_CHECK(mask_broadcasts(m, full), op, ": mask ", m.describe(), " does not broadcast to (B, H, L, S) = ",
-                 shape_str(full));
+    FRUGAL_CHECK(mask_broadcasts(m, full), op, ": mask ", m.describe(),
+                 " does not broadcast to (B, H, L, S) = ", shape_str(full));
     p.mask_kind = m.dtype() == kBool ? 1 : 2;
     mask_view = m.expand(full);  // stride 0 where it broadcasts: nothing is copied
     for (int d = 0; d < 4; ++d) p.mask_stride[d] = p.S == 0 || p.L == 0 ? 0 : mask_view.stride(d);
@@ -125,17 +125,18 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
 }
 
 FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                             const Tensor& out, const Tensor& lse,
-                                             const FlashAttentionOptions& options, Generator::Range range) {
+                                             const Tensor& out, const Tensor& lse, const FlashAttentionOptions& options,
+                                             Generator::Range range) {
   constexpr const char* op = "flash_attention_backward";
   Tensor mask_view;
   FlashAttentionParams p = make_params(op, q, k, v, options, mask_view);
   FRUGAL_CHECK(dout.defined() && out.defined() && lse.defined(), op, ": undefined dout, out or lse");
-  FRUGAL_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes() && dout.dtype() == q.dtype() &&
-                   out.dtype() == q.dtype(),
-               op, ": dout ", dout.describe(), " and out ", out.describe(), " must match query ", q.describe());
+  FRUGAL_CHECK(
+      dout.sizes() == q.sizes() && out.sizes() == q.sizes() && dout.dtype() == q.dtype() && out.dtype() == q.dtype(),
+      op, ": dout ", dout.describe(), " and out ", out.describe(), " must match query ", q.describe());
   FRUGAL_CHECK(lse.sizes() == Shape({p.B, p.H, p.L}) && lse.dtype() == lse_dtype(q.dtype()), op, ": lse ",
-               lse.describe(), " must be ", dtype_name(lse_dtype(q.dtype())), " (B, H, L) = ", shape_str({p.B, p.H, p.L}));
+               lse.describe(), " must be ", dtype_name(lse_dtype(q.dtype())),
+               " (B, H, L) = ", shape_str({p.B, p.H, p.L}));
   check_same_device(op, q, dout);
   check_same_device(op, q, out);
   check_same_device(op, q, lse);

@@ -38,9 +38,9 @@ struct FlashAttentionOptions {
 
 /// Forward result: the output, the row statistics the backward needs, and the dropout range.
 struct FlashAttentionForward {
-  Tensor out;               ///< (B, H, L, E), q's dtype
-  Tensor lse;               ///< (B, H, L) float32 (float64 for float64 q): logsumexp of each row
-  Generator::Range range;   ///< Philox counters of the dropout mask ({0, 0} without dropout)
+  Tensor out;              ///< (B, H, L, E), q's dtype
+  Tensor lse;              ///< (B, H, L) float32 (float64 for float64 q): logsumexp of each row
+  Generator::Range range;  ///< Philox counters of the dropout mask ({0, 0} without dropout)
 };
 
 /// Input gradients of flash_attention_forward.
@@ -57,8 +57,8 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
 /// Gradients of flash_attention_forward given dout (B, H, L, E), from its inputs, out and
 /// lse; `range` is the forward's dropout range.
 FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                             const Tensor& out, const Tensor& lse,
-                                             const FlashAttentionOptions& options, Generator::Range range);
+                                             const Tensor& out, const Tensor& lse, const FlashAttentionOptions& options,
+                                             Generator::Range range);
 
 /// Whether the fused kernels take these inputs on their device (a CUDA device, f16/bf16,
 /// 4-D q/k/v of one batch and head count, E == Ev, E % 8 == 0, E <= 128, a bool or
@@ -70,8 +70,8 @@ bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, co
 struct FlashAttentionParams {
   int64_t B = 0, H = 0, L = 0, S = 0, E = 0;
   int64_t q_stride[3] = {}, k_stride[3] = {}, v_stride[3] = {};
-  int64_t o_stride[3] = {};    // out (forward) or dout (backward)
-  int mask_kind = 0;           // 0: none, 1: bool, 2: added (q's dtype)
+  int64_t o_stride[3] = {};     // out (forward) or dout (backward)
+  int mask_kind = 0;            // 0: none, 1: bool, 2: added (q's dtype)
   int64_t mask_stride[4] = {};  // 0 where the mask broadcasts
   bool causal = false;
   double scale = 1.0;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
 #include "autograd/engine.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/nn_functional.h"
 #include "autograd/ops/reduce.h"
@@ -137,14 +137,15 @@ TEST_CASE("flash_attention cpu: dropout keeps the weights dropout() keeps") {
   uint64_t seed = 200;
   for (double p : {0.1, 0.5})
     for (bool causal : {false, true})
-      for (DType dt : {kFloat64, kFloat32}) check_case({2, 2, 9, 11, 8}, dt, MaskKind::KeyPaddingBool, causal, p,
-                                                       Layout::Contiguous, seed++);
+      for (DType dt : {kFloat64, kFloat32})
+        check_case({2, 2, 9, 11, 8}, dt, MaskKind::KeyPaddingBool, causal, p, Layout::Contiguous, seed++);
 }
 
 TEST_CASE("flash_attention cpu: strided inputs") {
   uint64_t seed = 300;
   for (Layout layout : {Layout::Transposed, Layout::Strided})
-    for (DType dt : {kFloat64, kFloat16}) check_case({2, 2, 5, 6, 8}, dt, MaskKind::FullFloat, false, 0.0, layout, seed++);
+    for (DType dt : {kFloat64, kFloat16})
+      check_case({2, 2, 5, 6, 8}, dt, MaskKind::FullFloat, false, 0.0, layout, seed++);
   // (B, L, H, E) projections viewed as (B, H, L, E), as attention layers make them.
   const Tensor x = random_tensor({2, 7, 3, 8}, {kFloat32}, 9), y = random_tensor({2, 5, 3, 8}, {kFloat32}, 10);
   const Tensor q = x.transpose(1, 2), k = y.transpose(1, 2), v = y.transpose(1, 2);
@@ -233,10 +234,16 @@ TEST_CASE("flash_attention cpu: errors") {
   check_error([&] { ops::flash_attention_forward(q, k.narrow(3, 0, 2), k.narrow(3, 0, 2), {}); },
               {op, "agree", "[1, 2, 5, 2]"});
   check_error([&] { ops::flash_attention_forward(q, k, k.narrow(2, 0, 4), {}); }, {op, "agree"});
-  check_error([&] { ops::flash_attention_forward(q, k, k, {zeros({3, 4}, {kFloat32}), false, {}, 0.0}); },
-              {op, "does not broadcast", "[3, 4]", "[1, 2, 3, 5]"});
-  check_error([&] { ops::flash_attention_forward(q, k, k, {zeros({3, 5}, {kFloat64}), false, {}, 0.0}); },
-              {op, "bool or of the query's dtype", "float64"});
+  check_error(
+      [&] {
+        ops::flash_attention_forward(q, k, k, {zeros({3, 4}, {kFloat32}), false, {}, 0.0});
+      },
+      {op, "does not broadcast", "[3, 4]", "[1, 2, 3, 5]"});
+  check_error(
+      [&] {
+        ops::flash_attention_forward(q, k, k, {zeros({3, 5}, {kFloat64}), false, {}, 0.0});
+      },
+      {op, "bool or of the query's dtype", "float64"});
   check_error([&] { ops::flash_attention_forward(q, k, k, {Tensor(), false, {}, 1.0}); }, {op, "dropout_p", "[0, 1)"});
   const auto f = ops::flash_attention_forward(q, k, k, {});
   check_error([&] { ops::flash_attention_backward(q, q, k, k, f.out, f.lse.to(kFloat64), {}, f.range); },

@@ -126,8 +126,8 @@ TEST_CASE("flash_attention cuda: shapes and head dims vs the float64 formula") {
 TEST_CASE("flash_attention cuda: L != S, causal, masks") {
   uint64_t seed = 500;
   for (DType dt : {kFloat16, kBFloat16}) {
-    for (const Case& c : {Case{2, 3, 100, 300, 64}, Case{2, 3, 200, 77, 64}, Case{1, 2, 77, 200, 128},
-                          Case{2, 2, 130, 130, 80}}) {
+    for (const Case& c :
+         {Case{2, 3, 100, 300, 64}, Case{2, 3, 200, 77, 64}, Case{1, 2, 77, 200, 128}, Case{2, 2, 130, 130, 80}}) {
       const Inputs in = make_inputs(c, dt, seed);
       seed += 4;
       check_cuda(c, in, Tensor(), false, 0.0);
@@ -210,7 +210,7 @@ TEST_CASE("flash_attention cuda: forward + backward memory stays O(T) at T = 204
     CHECK(grads[0].sizes() == q.sizes());
   }
   const int64_t extra = memory::stats(kGpu).allocated_bytes.peak - before;
-  const int64_t input_bytes = B * H * T * E * 2;    // one of q, k, v: 8 MiB
+  const int64_t input_bytes = B * H * T * E * 2;   // one of q, k, v: 8 MiB
   const int64_t scores_bytes = B * H * T * T * 2;  // one (B, H, T, T) f16 tensor: 256 MiB
   MESSAGE("peak extra ", extra, " bytes = ", double(extra) / input_bytes, " x one input; scores would be ",
           scores_bytes);
