@@ -71,6 +71,7 @@ struct Shape4 {
   int64_t B, H, T, E;
   bool causal;
   double dropout;
+  bool padding = false;  // a bool (B, 1, 1, S) key padding mask, the last quarter of odd batches masked
 };
 
 std::string mib(int64_t bytes) { return fmt("%.0f", double(bytes) / (1 << 20)); }
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
     const std::vector<Shape4> shapes = {
         {"BERT-base", "bert", 64, 12, 128, 64, false, 0.0},
         {"BERT-base, dropout 0.1", "bert_dropout", 64, 12, 128, 64, false, 0.1},
+        {"BERT-base, padding mask", "bert_padding", 64, 12, 128, 64, false, 0.0, true},
         {"ViT-B/16", "vit", 128, 12, 197, 64, false, 0.0},
         {"T=2048", "t2048", 4, 16, 2048, 64, false, 0.0},
         {"T=2048 causal", "t2048_causal", 4, 16, 2048, 64, true, 0.0},
@@ -108,7 +110,15 @@ int main(int argc, char** argv) {
       for (const Shape4& s : shapes) {
         const Tensor q = randn({s.B, s.H, s.T, s.E}, {dt, kGpu}), k = randn({s.B, s.H, s.T, s.E}, {dt, kGpu});
         const Tensor v = randn({s.B, s.H, s.T, s.E}, {dt, kGpu}), g = randn({s.B, s.H, s.T, s.E}, {dt, kGpu});
-        const ops::FlashAttentionOptions o{Tensor(), s.causal, {}, s.dropout};
+        Tensor mask;
+        if (s.padding) {
+          std::vector<float> keep(size_t(s.B * s.T), 1.0f);
+          for (int64_t b = 1; b < s.B; b += 2)
+            for (int64_t t = s.T * 3 / 4; t < s.T; ++t) keep[size_t(b * s.T + t)] = 0.0f;
+          mask = from_vector<float>(keep, {s.B, 1, 1, s.T}).to(kBool);
+          mask = mask.to(kGpu);
+        }
+        const ops::FlashAttentionOptions o{mask, s.causal, {}, s.dropout};
         const double flops = 4.0 * double(s.B * s.H) * double(s.T) * double(s.T) * double(s.E) * (s.causal ? 0.5 : 1.0);
         auto fwd = [&] { return ops::flash_attention_forward(q, k, v, o); };
         auto fwd_bwd = [&] {
@@ -116,7 +126,7 @@ int main(int argc, char** argv) {
           ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
         };
         auto composed = [&] {  // the (B, H, T, T) weights, as the unfused path (dropout left out)
-          const Tensor w = ops::masked_softmax(ops::matmul(q, k.transpose(-2, -1)), Tensor(), s.causal,
+          const Tensor w = ops::masked_softmax(ops::matmul(q, k.transpose(-2, -1)), mask, s.causal,
                                                1.0 / std::sqrt(double(s.E)));
           return ops::matmul(w, v);
         };
