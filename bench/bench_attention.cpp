@@ -126,8 +126,8 @@ int main(int argc, char** argv) {
           ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
         };
         auto composed = [&] {  // the (B, H, T, T) weights, as the unfused path (dropout left out)
-          const Tensor w = ops::masked_softmax(ops::matmul(q, k.transpose(-2, -1)), mask, s.causal,
-                                               1.0 / std::sqrt(double(s.E)));
+          const Tensor w =
+              ops::masked_softmax(ops::matmul(q, k.transpose(-2, -1)), mask, s.causal, 1.0 / std::sqrt(double(s.E)));
           return ops::matmul(w, v);
         };
         const double fwd_ms = median_ms([&] { fwd(); }, warmup, reps);
