@@ -33,6 +33,16 @@ namespace frugal::nn {
 //     steps (masked_softmax of q k^T, dropout, times v) so the weights can be returned,
 //     after dropout as in torch; so does is_causal together with a mask, which
 //     scaled_dot_product_attention refuses (masked_softmax applies both at once).
+//  4. Fused kernels. scaled_dot_product_attention itself (autograd/ops/attention.cpp) hands
+//     the heads to flash_attention (Note [Flash attention] in tensor/ops/flash_attention.h)
+//     when ops::flash_attention_fused says its CUDA kernels take them: 4-D float16/bfloat16
+//     q, k, v on one GPU with a head dim E % 8 == 0, E <= 128 (E == Ev), a bool or q-dtype
+//     mask broadcastable to (B, H, L, S) that needs no gradient, and dropout_p < 1. Under
+//     autocast sdpa first casts to the low dtype, so AMP training takes this path. It saves
+//     q, k, v, out and a (B, H, L) f32 logsumexp instead of the (B, H, L, S) weights, and its
+//     dropout keeps the same weights the composed path's dropout() would from the same
+//     generator state. Everything else (float32, CPU, E > 128, a mask with a gradient) runs
+//     the composed matmul / masked_softmax / dropout / matmul steps.
 
 namespace {
 

@@ -1,0 +1,160 @@
+#include "tensor/ops/flash_attention.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "tensor/device_dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/ops/fill.h"
+
+namespace frugal::ops {
+
+namespace {
+
+constexpr int64_t kMaxFusedE = 128;
+
+/// Whether a mask broadcasts to (B, H, L, S).
+bool mask_broadcasts(const Tensor& mask, const Shape& to) {
+  if (mask.dim() > int64_t(to.size())) return false;
+  for (int64_t d = 1; d <= mask.dim(); ++d)
+    if (mask.size(-d) != 1 && mask.size(-d) != to[to.size() - size_t(d)]) return false;
+  return true;
+}
+
+/// t with a contiguous last dim, and on CUDA rows the 16-byte copies can read (cp.async).
+Tensor kernel_view(const Tensor& t) {
+  bool ok = t.stride(-1) == 1 || t.size(-1) == 1;
+  if (ok && t.device().is_cuda()) {
+    const int64_t per16 = int64_t(16 / element_size(t.dtype()));
+    ok = reinterpret_cast<uintptr_t>(t.data()) % 16 == 0 && t.stride(-1) == 1;
+    for (int d = 0; d < 3; ++d) ok = ok && (t.stride(d) % per16 == 0 || t.size(d) == 1);
+  }
+  return ok ? t : t.contiguous();
+}
+
+/// float32 statistics, float64 for float64 inputs (gradcheck needs them exact).
+DType lse_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
+void strides_of(const Tensor& t, int64_t (&s)[3]) {
+  for (int d = 0; d < 3; ++d) s[d] = t.stride(d);
+}
+
+/// Checks q, k, v (and the mask) and fills the parameters both directions share.
+FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const FlashAttentionOptions& o, Tensor& mask_view) {
+  FRUGAL_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined query, key or value");
+  FRUGAL_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
+               ": expects 4-D query (B, H, L, E), key (B, H, S, E) and value (B, H, S, E), got ", q.describe(), ", ",
+               k.describe(), ", ", v.describe());
+  FRUGAL_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(), op,
+               ": query, key and value must share a floating dtype, got ", q.describe(), ", ", k.describe(), ", ",
+               v.describe());
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+  FRUGAL_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) && v.size(1) == q.size(1) &&
+                   k.size(3) == q.size(3) && v.size(3) == q.size(3) && v.size(2) == k.size(2),
+               op, ": query ", q.describe(), ", key ", k.describe(), " and value ", v.describe(),
+               " must agree on B, H and E, and key and value on S");
+  FRUGAL_CHECK(o.dropout_p >= 0.0 && o.dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", o.dropout_p);
+  FlashAttentionParams p;
+  p.B = q.size(0), p.H = q.size(1), p.L = q.size(2), p.S = k.size(2), p.E = q.size(3);
+  p.causal = o.is_causal;
+  p.scale = o.scale ? *o.scale : 1.0 / std::sqrt(double(p.E));
+  p.dropout_p = o.dropout_p;
+  if (q.device().is_cuda()) {
+    FRUGAL_CHECK(q.dtype() == kFloat16 || q.dtype() == kBFloat16, op,
+                 ": the CUDA kernels take float16 or bfloat16, got ", q.describe());
+    FRUGAL_CHECK(p.E % 8 == 0 && p.E <= kMaxFusedE, op,
+                 ": the CUDA kernels take head dims E % 8 == 0, E <= ", kMaxFusedE, ", got ", q.describe());
+  }
+  if (o.mask.defined()) {
+    const Tensor& m = o.mask;
+    const Shape full{p.B, p.H, p.L, p.S};
+    FRUGAL_CHECK(m.dtype() == kBool || m.dtype() == q.dtype(), op, ": mask ", m.describe(),
+                 " must be bool or of the query's dtype (query ", q.describe(), ")");
+    check_same_device(op, q, m);
+    FRUGAL_CHECK(mask_broadcasts(m, full), op, ": mask ", m.describe(),
+                 " does not broadcast to (B, H, L, S) = ", shape_str(full));
+    p.mask_kind = m.dtype() == kBool ? 1 : 2;
+    mask_view = m.expand(full);  // stride 0 where it broadcasts: nothing is copied
+    for (int d = 0; d < 4; ++d) p.mask_stride[d] = p.S == 0 || p.L == 0 ? 0 : mask_view.stride(d);
+  }
+  return p;
+}
+
+}  // namespace
+
+bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
+  if (!q.defined() || !k.defined() || !v.defined() || !q.device().is_cuda()) return false;
+  if (q.dtype() != kFloat16 && q.dtype() != kBFloat16) return false;
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype() || k.device() != q.device() || v.device() != q.device())
+    return false;
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+  for (int d : {0, 1, 3})
+    if (k.size(d) != q.size(d) || v.size(d) != q.size(d)) return false;
+  if (v.size(2) != k.size(2) || q.size(3) % 8 != 0 || q.size(3) > kMaxFusedE || q.size(3) == 0) return false;
+  if (!mask.defined()) return true;
+  return (mask.dtype() == kBool || mask.dtype() == q.dtype()) && mask.device() == q.device() &&
+         mask_broadcasts(mask, {q.size(0), q.size(1), q.size(2), k.size(2)});
+}
+
+FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const FlashAttentionOptions& options, Generator* gen) {
+  constexpr const char* op = "flash_attention_forward";
+  Tensor mask_view;
+  FlashAttentionParams p = make_params(op, q, k, v, options, mask_view);
+  FlashAttentionForward r;
+  r.out = empty(q.sizes(), q.options());
+  r.lse = empty({p.B, p.H, p.L}, {lse_dtype(q.dtype()), q.device()});
+  r.range = {0, 0};
+  if (r.out.numel() == 0) return r;
+  if (p.S == 0) {  // no key at all: every row is empty, so zeros and lse = -inf
+    fill_(r.out, 0.0);
+    fill_(r.lse, -INFINITY);
+    return r;
+  }
+  if (p.dropout_p > 0.0) {
+    Generator& g = gen ? *gen : default_generator();
+    r.range = g.reserve(uint64_t(p.B * p.H * p.L * p.S + 3) / 4);
+  }
+  p.range = r.range;
+  const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v);
+  strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(r.out, p.o_stride);
+  FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_forward_kernel, r.out, r.lse, qv, kv, vv, mask_view, p);
+  return r;
+}
+
+FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& out, const Tensor& lse, const FlashAttentionOptions& options,
+                                             Generator::Range range) {
+  constexpr const char* op = "flash_attention_backward";
+  Tensor mask_view;
+  FlashAttentionParams p = make_params(op, q, k, v, options, mask_view);
+  FRUGAL_CHECK(dout.defined() && out.defined() && lse.defined(), op, ": undefined dout, out or lse");
+  FRUGAL_CHECK(
+      dout.sizes() == q.sizes() && out.sizes() == q.sizes() && dout.dtype() == q.dtype() && out.dtype() == q.dtype(),
+      op, ": dout ", dout.describe(), " and out ", out.describe(), " must match query ", q.describe());
+  FRUGAL_CHECK(lse.sizes() == Shape({p.B, p.H, p.L}) && lse.dtype() == lse_dtype(q.dtype()), op, ": lse ",
+               lse.describe(), " must be ", dtype_name(lse_dtype(q.dtype())),
+               " (B, H, L) = ", shape_str({p.B, p.H, p.L}));
+  check_same_device(op, q, dout);
+  check_same_device(op, q, out);
+  check_same_device(op, q, lse);
+  FlashAttentionGrads g;
+  g.dq = empty(q.sizes(), q.options());
+  g.dk = empty(k.sizes(), k.options());
+  g.dv = empty(v.sizes(), v.options());
+  if (p.B * p.H * p.E == 0 || (p.L == 0 && p.S == 0)) return g;
+  if (p.L == 0 || p.S == 0) {  // nothing attends: every gradient is zero
+    fill_(g.dq, 0.0), fill_(g.dk, 0.0), fill_(g.dv, 0.0);
+    return g;
+  }
+  p.range = range;
+  const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v), dov = kernel_view(dout);
+  strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(dov, p.o_stride);
+  FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv,
+                         out.contiguous(), lse.contiguous(), mask_view, p);
+  return g;
+}
+
+}  // namespace frugal::ops

@@ -1,0 +1,108 @@
+#pragma once
+// Fused attention that never materializes the (B, H, L, S) scores (the differentiable
+// form is frugal::flash_attention in autograd/ops/nn_functional.h; scaled_dot_product_attention
+// routes to it on CUDA, see Note [Attention paths] in nn/attention.cpp).
+//
+// Note [Flash attention]
+// out = dropout(softmax(scale * q k^T + mask)) v, computed as FlashAttention-2 does (Dao 2023):
+// a block of queries walks the keys tile by tile, keeping per row the running max m and sum
+// l of exp(score - m) (the online softmax) and the output scaled to that max; a new tile
+// with a larger max rescales both by exp(m_old - m_new). Only (B, H, L) f32 statistics
+// leave the kernel: lse = m + log(l), the logsumexp of each row. The backward recomputes
+// P = exp(scale * q k^T + mask - lse) tile by tile from q, k, v, out and lse, with
+// D = rowsum(dout * out) (= rowsum(P * dP)) standing in for the softmax's row sums:
+//   dv = P^T dout,  dP = dout v^T,  dS = P * (dP - D),  dq = scale dS k,  dk = scale dS^T q.
+// So neither direction holds more than O(B H (L + S) E) memory. Masking is as in Note
+// [Masked softmax]: a bool mask keeps where true, a floating one is added, is_causal keeps
+// key s <= query l (top-left aligned), and a row with no key left gives zeros (lse = -inf).
+// Dropout keeps element (b, h, l, s) with the Philox word of its row-major index in the
+// (B, H, L, S) weights (Note [Dropout mask from counters]): the very mask dropout() would
+// draw on the materialized weights from the same Generator::Range, so the fused and the
+// plain path agree bit for bit on which weights survive. Dropout applies to the weights
+// after normalization (lse is that of the undropped softmax), as in torch.
+#include <optional>
+
+#include "tensor/philox.h"
+#include "tensor/random.h"
+#include "tensor/tensor.h"
+
+namespace frugal::ops {
+
+/// What the attention applies besides the product; the same for forward and backward.
+struct FlashAttentionOptions {
+  Tensor mask;                  ///< undefined, bool (true = attend) or q's dtype (added); broadcasts to (B, H, L, S)
+  bool is_causal = false;       ///< keep key s <= query l
+  std::optional<double> scale;  ///< default 1 / sqrt(E)
+  double dropout_p = 0.0;       ///< in [0, 1)
+};
+
+/// Forward result: the output, the row statistics the backward needs, and the dropout range.
+struct FlashAttentionForward {
+  Tensor out;              ///< (B, H, L, E), q's dtype
+  Tensor lse;              ///< (B, H, L) float32 (float64 for float64 q): logsumexp of each row
+  Generator::Range range;  ///< Philox counters of the dropout mask ({0, 0} without dropout)
+};
+
+/// Input gradients of flash_attention_forward.
+struct FlashAttentionGrads {
+  Tensor dq, dk, dv;  ///< q's, k's and v's shapes, q's dtype
+};
+
+/// Attention of q (B, H, L, E) over k (B, H, S, E), v (B, H, S, E) (see Note [Flash attention]).
+/// float32/float64/float16/bfloat16 on the CPU; float16/bfloat16 with E <= 128, E % 8 == 0 on
+/// CUDA. With dropout it draws (B H L S + 3) / 4 counters from `gen` (default generator).
+FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const FlashAttentionOptions& options, Generator* gen = nullptr);
+
+/// Gradients of flash_attention_forward given dout (B, H, L, E), from its inputs, out and
+/// lse; `range` is the forward's dropout range.
+FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& out, const Tensor& lse, const FlashAttentionOptions& options,
+                                             Generator::Range range);
+
+/// Whether the fused kernels take these inputs on their device (a CUDA device, f16/bf16,
+/// 4-D q/k/v of one batch and head count, E == Ev, E % 8 == 0, E <= 128, a bool or
+/// q-dtype mask that broadcasts to (B, H, L, S)). The CPU kernels take every valid input.
+bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
+
+/// How the kernels see their operands: sizes, element strides of the (batch, head, seq)
+/// dims (the last dim is contiguous), and the mask's broadcast strides over (B, H, L, S).
+struct FlashAttentionParams {
+  int64_t B = 0, H = 0, L = 0, S = 0, E = 0;
+  int64_t q_stride[3] = {}, k_stride[3] = {}, v_stride[3] = {};
+  int64_t o_stride[3] = {};     // out (forward) or dout (backward)
+  int mask_kind = 0;            // 0: none, 1: bool, 2: added (q's dtype)
+  int64_t mask_stride[4] = {};  // 0 where the mask broadcasts
+  bool causal = false;
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  Generator::Range range{0, 0};
+};
+
+/// Whether dropout keeps weight `index` (row-major in (B, H, L, S)) of the range: the word
+/// dropout() would use for element `index` (Note [Dropout mask from counters]).
+FRUGAL_HD bool flash_dropout_keep(Generator::Range range, uint64_t index, float keep_below) {
+  const PhiloxResult r = philox4x32(range.seed, range.counter + index / 4);
+  return philox_uniform(r.x[index % 4]) < keep_below;
+}
+
+}  // namespace frugal::ops
+
+// Backend kernels. out, lse, dq, dk, dv are fresh contiguous; q, k, v, dout views with the
+// strides in params; mask a (B, H, L, S) broadcast view or undefined; B H L S E > 0.
+namespace frugal::ops::cpu {
+/// q: (B, H, L, E); k, v: (B, H, S, E); out: (B, H, L, E); lse: (B, H, L) f32 (f64 for f64)
+void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& mask, const FlashAttentionParams& params);
+/// dq, dout, out: (B, H, L, E); dk, dv, k, v: (B, H, S, E); lse: (B, H, L) f32 (f64 for f64)
+void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const Tensor& mask, const FlashAttentionParams& params);
+}  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& mask, const FlashAttentionParams& params);
+void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const Tensor& mask, const FlashAttentionParams& params);
+}  // namespace frugal::ops::cuda

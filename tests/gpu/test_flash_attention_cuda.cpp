@@ -1,0 +1,230 @@
+// The CUDA flash attention kernels against the float64 formula (tests/flash_attention_reference.h)
+// on the same float16/bfloat16 inputs: forward (out, lse) and backward (dq, dk, dv) over
+// B=2, H=3, L=S in {1, 7, 64, 128, 200, 513} and head dims 32, 64, 80, 128; L != S; masks
+// (bool key padding, bool and float full, float (L, S)); causal; dropout (the mask dropout()
+// draws over the same range); strided (B, L, H, E) inputs; scaled_dot_product_attention's
+// routing with and without autocast; and the memory bound: forward + backward at T = 2048
+// allocate O(T), far below one (B, H, T, T) tensor.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/autocast.h"
+#include "autograd/engine.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/reduce.h"
+#include "memory/allocator.h"
+#include "memory/stream.h"
+#include "tensor/factory.h"
+#include "tensor/ops/flash_attention.h"
+#include "tests/flash_attention_reference.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+const Device kGpu = cuda(0);
+
+/// Largest |actual - expected| over the largest |expected|, or over 1e-3 when every expected
+/// value is smaller (a softmax over one key has exactly zero dq and dk; a few f32 roundings
+/// of error then are no failure). Infinities must match.
+double relative_error(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
+  const std::vector<double> a = values_of(actual);
+  REQUIRE_MESSAGE(a.size() == expected.size(), what, ": size ", a.size(), " vs ", expected.size());
+  double err = 0, mag = 1e-3;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(expected[i])) {
+      CHECK_MESSAGE(a[i] == expected[i], what, "[", i, "]: got ", a[i], " expected ", expected[i]);
+      continue;
+    }
+    REQUIRE_MESSAGE(std::isfinite(a[i]), what, "[", i, "] is ", a[i], " (expected ", expected[i], ")");
+    err = std::max(err, std::fabs(a[i] - expected[i]));
+    mag = std::max(mag, std::fabs(expected[i]));
+  }
+  return err / mag;
+}
+
+// f32 accumulation; P and dS rounded to the 16-bit type once before their products.
+double out_tol(DType dt) { return dt == kFloat16 ? 4e-3 : 3e-2; }
+double grad_tol(DType dt) { return dt == kFloat16 ? 1e-2 : 6e-2; }
+
+struct Case {
+  int64_t B, H, L, S, E;
+};
+
+/// q, k, v, dout drawn on the CPU in dt (the reference reads the very same values).
+struct Inputs {
+  Tensor q, k, v, g;
+};
+Inputs make_inputs(const Case& c, DType dt, uint64_t seed) {
+  return {random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 1, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 2, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed + 3, Layout::Contiguous, -1.0, 1.0)};
+}
+
+/// Runs the CUDA raw ops on `in` (moved to the GPU, `gpu_view` applied) and checks all five
+/// results against the reference.
+template <typename View>
+void check_cuda(const Case& c, const Inputs& in, const Tensor& mask, bool causal, double p, View gpu_view) {
+  const DType dt = in.q.dtype();
+  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt),
+       " mask=", mask.defined() ? mask.describe() : "none", " causal=", causal, " p=", p);
+  const Tensor q = gpu_view(in.q), k = gpu_view(in.k), v = gpu_view(in.v), g = gpu_view(in.g);
+  const Tensor m = mask.defined() ? mask.to(kGpu) : Tensor();
+  const ops::FlashAttentionOptions o{m, causal, {}, p};
+  Generator gen(1234);
+  const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o, &gen);
+  const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+  const double scale = 1.0 / std::sqrt(double(c.E));
+  const AttentionReference ref = attention_reference(in.q, in.k, in.v, mask, causal, scale,
+                                                     dropout_factors({c.B, c.H, c.L, c.S}, p, f.range), in.g);
+  CHECK(f.out.dtype() == dt);
+  CHECK(f.lse.dtype() == kFloat32);
+  CHECK(relative_error(f.out, ref.out, "out") <= out_tol(dt));
+  CHECK(relative_error(f.lse, ref.lse, "lse") <= 1e-4);
+  CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(dt));
+  CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(dt));
+  CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(dt));
+}
+
+void check_cuda(const Case& c, const Inputs& in, const Tensor& mask, bool causal, double p) {
+  check_cuda(c, in, mask, causal, p, [](const Tensor& t) { return t.to(kGpu); });
+}
+
+Tensor key_padding(int64_t B, int64_t S) {  // batch b > 0 loses its last keys
+  std::vector<double> bits(size_t(B * S), 1.0);
+  for (int64_t b = 1; b < B; ++b)
+    for (int64_t s = S / 2 + 1; s < S; ++s) bits[size_t(b * S + s)] = 0.0;
+  return make_tensor(bits, {B, 1, 1, S}, {kBool});
+}
+
+Tensor float_mask(const Shape& sizes, DType dt, uint64_t seed) {
+  std::vector<double> m = random_values(numel_of(sizes), seed, -1.0, 1.0);
+  for (size_t i = 0; i < m.size(); i += 7) m[i] = -std::numeric_limits<double>::infinity();
+  return make_tensor(m, sizes, {dt});
+}
+
+}  // namespace
+
+TEST_CASE("flash_attention cuda: shapes and head dims vs the float64 formula") {
+  uint64_t seed = 1;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (int64_t E : {32, 64, 80, 128})
+      for (int64_t T : {1, 7, 64, 128, 200, 513}) {
+        const Case c{2, 3, T, T, E};
+        check_cuda(c, make_inputs(c, dt, seed), Tensor(), false, 0.0);
+        seed += 4;
+      }
+}
+
+TEST_CASE("flash_attention cuda: L != S, causal, masks") {
+  uint64_t seed = 500;
+  for (DType dt : {kFloat16, kBFloat16}) {
+    for (const Case& c :
+         {Case{2, 3, 100, 300, 64}, Case{2, 3, 200, 77, 64}, Case{1, 2, 77, 200, 128}, Case{2, 2, 130, 130, 80}}) {
+      const Inputs in = make_inputs(c, dt, seed);
+      seed += 4;
+      check_cuda(c, in, Tensor(), false, 0.0);
+      check_cuda(c, in, Tensor(), true, 0.0);
+      check_cuda(c, in, key_padding(c.B, c.S), false, 0.0);
+      check_cuda(c, in, key_padding(c.B, c.S), true, 0.0);
+      check_cuda(c, in, float_mask({c.B, c.H, c.L, c.S}, dt, seed++), false, 0.0);
+      check_cuda(c, in, float_mask({c.L, c.S}, dt, seed++), false, 0.0);
+      std::vector<double> bits = random_values(c.B * c.L * c.S, seed++, 0.0, 1.0);
+      for (auto& b : bits) b = b < 0.6 ? 1.0 : 0.0;
+      check_cuda(c, in, make_tensor(bits, {c.B, 1, c.L, c.S}, {kBool}), false, 0.0);
+    }
+  }
+}
+
+TEST_CASE("flash_attention cuda: dropout keeps the weights dropout() keeps") {
+  uint64_t seed = 900;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (double p : {0.1, 0.5}) {
+      const Case c{2, 3, 150, 130, 64};
+      check_cuda(c, make_inputs(c, dt, seed), key_padding(c.B, c.S), p > 0.2, p);
+      seed += 4;
+    }
+}
+
+TEST_CASE("flash_attention cuda: strided (B, L, H, E) inputs") {
+  const Case c{2, 3, 70, 90, 64};
+  const Inputs in = make_inputs(c, kFloat16, 1000);
+  // The same values stored as (B, L, H, E) on the GPU and viewed as (B, H, L, E).
+  check_cuda(c, in, Tensor(), false, 0.0,
+             [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); });
+}
+
+TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fused kernels") {
+  const Case c{2, 4, 96, 96, 64};
+  const Inputs in = make_inputs(c, kFloat32, 1100);
+  const Tensor mask = key_padding(c.B, c.S);
+  const AttentionReference ref = attention_reference(in.q, in.k, in.v, mask, false, 0.125, {}, in.g);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor q = in.q.to(kGpu, dt).requires_grad_(), k = in.k.to(kGpu, dt).requires_grad_();
+    const Tensor v = in.v.to(kGpu, dt).requires_grad_();
+    CHECK(ops::flash_attention_fused(q, k, v, mask.to(kGpu)));
+    const Tensor out = scaled_dot_product_attention(q, k, v, mask.to(kGpu));
+    CHECK(out.grad_fn_name() == "FlashAttentionBackward");
+    CHECK(relative_error(out, ref.out, "sdpa out") <= out_tol(dt));
+    const TensorList grads = autograd::grad({sum(mul(out, in.g.to(kGpu, dt)))}, {q, k, v});
+    CHECK(relative_error(grads[0], ref.dq, "sdpa dq") <= grad_tol(dt));
+    CHECK(relative_error(grads[2], ref.dv, "sdpa dv") <= grad_tol(dt));
+  }
+  // Under autocast float32 leaves go through the fused kernels in float16; grads come back f32.
+  const Tensor q = in.q.to(kGpu).requires_grad_(), k = in.k.to(kGpu).requires_grad_();
+  const Tensor v = in.v.to(kGpu).requires_grad_();
+  Tensor out;
+  {
+    AutocastGuard amp(kGpu, kFloat16);
+    out = scaled_dot_product_attention(q, k, v, mask.to(kGpu));
+  }
+  CHECK(out.dtype() == kFloat16);
+  CHECK(relative_error(out, ref.out, "autocast out") <= 2 * out_tol(kFloat16));
+  const TensorList grads = autograd::grad({sum(mul(out.to(kFloat32), in.g.to(kGpu)))}, {q, k, v});
+  CHECK(grads[1].dtype() == kFloat32);
+  CHECK(relative_error(grads[1], ref.dk, "autocast dk") <= 2 * grad_tol(kFloat16));
+  // float32 on CUDA is not fused: the composed path.
+  CHECK_FALSE(ops::flash_attention_fused(q, k, v, Tensor()));
+}
+
+TEST_CASE("flash_attention cuda: forward + backward memory stays O(T) at T = 2048") {
+  const int64_t B = 4, H = 8, T = 2048, E = 64;
+  const Tensor q = random_tensor({B, H, T, E}, {kFloat16}, 1, Layout::Contiguous, -1.0, 1.0).to(kGpu).requires_grad_();
+  const Tensor k = random_tensor({B, H, T, E}, {kFloat16}, 2, Layout::Contiguous, -1.0, 1.0).to(kGpu).requires_grad_();
+  const Tensor v = random_tensor({B, H, T, E}, {kFloat16}, 3, Layout::Contiguous, -1.0, 1.0).to(kGpu).requires_grad_();
+  synchronize(kGpu);
+  const int64_t before = memory::stats(kGpu).allocated_bytes.current;
+  memory::reset_peak(kGpu);
+  {
+    const Tensor out = scaled_dot_product_attention(q, k, v, Tensor(), true, 0.1);
+    const TensorList grads = autograd::grad({sum(out)}, {q, k, v});
+    synchronize(kGpu);
+    CHECK(grads[0].sizes() == q.sizes());
+  }
+  const int64_t extra = memory::stats(kGpu).allocated_bytes.peak - before;
+  const int64_t input_bytes = B * H * T * E * 2;   // one of q, k, v: 8 MiB
+  const int64_t scores_bytes = B * H * T * T * 2;  // one (B, H, T, T) f16 tensor: 256 MiB
+  MESSAGE("peak extra ", extra, " bytes = ", double(extra) / input_bytes, " x one input; scores would be ",
+          scores_bytes);
+  CHECK(extra < 12 * input_bytes);  // out, dout, dq, dk, dv, the f32 dq accumulator, row stats
+  CHECK(extra < scores_bytes / 2);
+}
+
+TEST_CASE("flash_attention cuda: errors") {
+  const Tensor q = zeros({1, 2, 3, 64}, {kFloat16, kGpu});
+  check_error([&] { ops::flash_attention_forward(q, q.cpu(), q, {}); }, {"flash_attention_forward", "cuda", "cpu"});
+  const Tensor q32 = zeros({1, 2, 3, 64}, {kFloat32, kGpu});
+  check_error([&] { ops::flash_attention_forward(q32, q32, q32, {}); }, {"flash_attention_forward", "float32"});
+  const Tensor big = zeros({1, 2, 3, 136}, {kFloat16, kGpu});
+  check_error([&] { ops::flash_attention_forward(big, big, big, {}); }, {"flash_attention_forward", "E <= 128"});
+}
