@@ -5,6 +5,7 @@
 //
 //   profile_memory [--device cpu|cuda] [--steps 2] [--batch 64] [--out .]
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
   session.stop();
 
   std::printf("%s\n%s\n", session.top_allocations_table(12).c_str(), session.op_time_table(25).c_str());
+  std::filesystem::create_directories(args.out);
   const std::string trace = args.out + "/trace.json", svg = args.out + "/timeline.svg";
   session.write_chrome_trace(trace);
   session.write_timeline_svg(svg);

@@ -20,7 +20,9 @@
 // {"image_size", "patch_size", "in_channels", "num_layers", "num_heads", "hidden_dim",
 // "mlp_dim", "num_classes", "dropout", "attention_dropout", "checkpoint_blocks"}.
 // Without it: torchvision's resnet18/resnet50, bert-base, vit_b_16.
-// --amp runs forward and loss under AutocastGuard(float16) on the device.
+// --amp runs forward and loss under AutocastGuard(float16) on the device, and the backward
+// with GradScaler's dynamic loss scale (the gradients written are unscaled).
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -29,6 +31,7 @@
 #include <string>
 
 #include "autograd/autocast.h"
+#include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "models/bert.h"
 #include "models/config_json.h"
@@ -40,6 +43,26 @@
 using namespace frugal;
 
 namespace {
+
+// Backward of loss. Under --amp it is scaled as GradScaler does (start at 2^16, halve while
+// a gradient overflows), so float16 gradients do not underflow; the gradients written are
+// unscaled.
+void backward_scaled(nn::Module& model, const Tensor& loss, bool amp) {
+  if (!amp) return loss.backward();
+  for (double scale = 65536.0;; scale /= 2) {
+    model.zero_grad();
+    (loss * scale).backward(Tensor(), /*retain_graph=*/true);
+    bool finite = true;
+    for (auto& [name, p] : model.named_parameters())
+      if (p.grad().defined()) finite = finite && std::isfinite(sum(p.grad().to(kFloat64)).item<double>());
+    if (finite || scale < 2) {
+      autograd::NoGradGuard no_grad;
+      for (auto& [name, p] : model.named_parameters())
+        if (p.grad().defined()) p.set_grad(p.grad() / scale);
+      return;
+    }
+  }
+}
 
 struct Args {
   std::string model, config_json, weights, inputs, out, device = "cpu";
@@ -170,7 +193,7 @@ int run(const Args& a) {
   } else {
     out = r.forward(inputs);
   }
-  if (a.backward) out.loss.backward();
+  if (a.backward) backward_scaled(*r.module, out.loss, a.amp);
 
   std::vector<std::pair<std::string, Tensor>> results{{"logits", for_file(out.logits)}};
   if (out.loss.defined()) results.emplace_back("loss", for_file(out.loss));
