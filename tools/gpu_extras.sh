@@ -4,7 +4,7 @@
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
 #   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
-#                                     parallel-bench resnet-ops profile)
+#                                     parallel-bench resnet-ops attention profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -26,6 +26,7 @@ for s in "$@"; do
     parallel-bench) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" ;;
     resnet-ops)
       run python3 tools/bench_resnet_ops.py --frugal "$BUILD/bench/bench_resnet_ops" --quick ;;
+    attention) run python3 tools/bench_attention.py --frugal "$BUILD/bench/bench_attention" ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
