@@ -273,11 +273,16 @@ TEST_CASE("channels_last cuda: a bottleneck tail conv-bn-relu-conv-bn-add-relu i
   struct Leaves {
     Tensor x, w1, w2, g1, b1, g2, b2;
   };
-  auto block = [&](const Leaves& l) {
-    const Tensor h = batch_norm_relu(conv2d(l.x, l.w1, Tensor(), {.padding = 1}), Tensor(), Tensor(), l.g1, l.b1, true);
-    return batch_norm_add_relu(conv2d(h, l.w2), l.x, Tensor(), Tensor(), l.g2, l.b2, true);
-  };
   const DType t = kFloat16;
+  // The float32 reference rounds every op's output to t, as the GPU stores it: a ReLU
+  // mask is decided by the sign of values that may lie within one rounding of 0, and
+  // one flipped mask bit moves a gradient by the whole incoming g.
+  auto stored = [&](const Tensor& y) { return y.dtype() == kFloat32 ? y.to(t).to(kFloat32) : y; };
+  auto block = [&](const Leaves& l) {
+    const Tensor c1 = stored(conv2d(l.x, l.w1, Tensor(), {.padding = 1}));
+    const Tensor h = stored(batch_norm_relu(c1, Tensor(), Tensor(), l.g1, l.b1, true));
+    return batch_norm_add_relu(stored(conv2d(h, l.w2)), l.x, Tensor(), Tensor(), l.g2, l.b2, true);
+  };
   const Leaves ref{reference_leaf(xv, t),        reference_leaf(w1v, t),        reference_leaf(w2v, t),
                    leaf(ones64, kCPU, kFloat32), leaf(zeros64, kCPU, kFloat32), leaf(ones64, kCPU, kFloat32),
                    leaf(zeros64, kCPU, kFloat32)};
