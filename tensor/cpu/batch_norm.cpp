@@ -54,18 +54,23 @@ void stats(opmath_t<T>* mean, opmath_t<T>* invstd, opmath_t<T>* rm, opmath_t<T>*
   }
 }
 
-// out, x: (N, C, HW); mean, invstd: (C); w, b: (C) or null
+// out, x, r (or null): (N, C, HW); mean, invstd: (C); w, b: (C) or null
 template <typename T>
-void apply(T* out, const T* x, const opmath_t<T>* mean, const opmath_t<T>* invstd, const opmath_t<T>* w,
-           const opmath_t<T>* b, int64_t N, int64_t C, int64_t HW) {
+void apply(T* out, const T* x, const T* r, bool relu, const opmath_t<T>* mean, const opmath_t<T>* invstd,
+           const opmath_t<T>* w, const opmath_t<T>* b, int64_t N, int64_t C, int64_t HW) {
   using Acc = opmath_t<T>;
 #pragma omp parallel for schedule(static) if (N * C * HW >= kParallelGrain && N * C > 1)
   for (int64_t row = 0; row < N * C; ++row) {
     const int64_t c = row % C;
     const Acc m = mean[c], is = invstd[c], wc = w ? w[c] : Acc(1), bc = b ? b[c] : Acc(0);
     const T* xr = x + row * HW;
+    const T* rr = r ? r + row * HW : nullptr;
     T* yr = out + row * HW;
-    for (int64_t j = 0; j < HW; ++j) yr[j] = T((Acc(xr[j]) - m) * is * wc + bc);
+    for (int64_t j = 0; j < HW; ++j) {
+      Acc v = (Acc(xr[j]) - m) * is * wc + bc;
+      if (rr) v += Acc(rr[j]);
+      yr[j] = T(relu && v < Acc(0) ? Acc(0) : v);  // rounded once (Note [Batch norm add ReLU]); NaN passes
+    }
   }
 }
 
@@ -123,12 +128,13 @@ void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Ten
   });
 }
 
-void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                             const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW) {
+void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean,
+                             const Tensor& invstd, const Tensor& weight, const Tensor& bias, int64_t N, int64_t C,
+                             int64_t HW) {
   dispatch_floating(x.dtype(), "batch_norm", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    apply<T>(out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), invstd.data_ptr<Acc>(), ptr_or_null<Acc>(weight),
-             ptr_or_null<Acc>(bias), N, C, HW);
+    apply<T>(out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<T>(residual), relu, mean.data_ptr<Acc>(),
+             invstd.data_ptr<Acc>(), ptr_or_null<Acc>(weight), ptr_or_null<Acc>(bias), N, C, HW);
   });
 }
 

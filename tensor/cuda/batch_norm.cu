@@ -122,18 +122,20 @@ __global__ void stats_finish_kernel(Acc* __restrict__ mean, Acc* __restrict__ in
   }
 }
 
-// out, x: (N, C, HW) flat; mean, invstd: (C); w, b: (C) or null
+// out, x, r (or null): (N, C, HW) flat; mean, invstd: (C); w, b: (C) or null
 template <typename T, typename Index>
-__global__ void apply_kernel(T* __restrict__ out, const T* __restrict__ x, const opmath_t<T>* __restrict__ mean,
-                             const opmath_t<T>* __restrict__ invstd, const opmath_t<T>* __restrict__ w,
-                             const opmath_t<T>* __restrict__ b, Index C, Index HW, Index numel) {
+__global__ void apply_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ r, bool relu,
+                             const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ invstd,
+                             const opmath_t<T>* __restrict__ w, const opmath_t<T>* __restrict__ b, Index C, Index HW,
+                             Index numel) {
   using Acc = opmath_t<T>;
   for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += Index(gridDim.x) * blockDim.x) {
     const Index c = (i / HW) % C;
     Acc v = (Acc(x[i]) - mean[c]) * invstd[c];
     if (w) v *= w[c];
     if (b) v += b[c];
-    out[i] = T(v);
+    if (r) v += Acc(r[i]);
+    out[i] = T(relu && v < Acc(0) ? Acc(0) : v);  // rounded once (Note [Batch norm add ReLU]); NaN passes
   }
 }
 
@@ -226,16 +228,17 @@ void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Ten
   });
 }
 
-void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                             const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW) {
+void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean,
+                             const Tensor& invstd, const Tensor& weight, const Tensor& bias, int64_t N, int64_t C,
+                             int64_t HW) {
   DeviceGuard guard(x.device());
   const int64_t numel = N * C * HW;
   dispatch_floating(x.dtype(), "batch_norm", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
     with_index_type(numel, [&]<typename Index>() {
       apply_kernel<T, Index><<<grid_for(numel), kBlockSize, 0, stream_for(x)>>>(
-          out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), invstd.data_ptr<Acc>(), ptr_or_null<Acc>(weight),
-          ptr_or_null<Acc>(bias), Index(C), Index(HW), Index(numel));
+          out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<T>(residual), relu, mean.data_ptr<Acc>(),
+          invstd.data_ptr<Acc>(), ptr_or_null<Acc>(weight), ptr_or_null<Acc>(bias), Index(C), Index(HW), Index(numel));
       FRUGAL_CUDA_CHECK_LAUNCH();
     });
   });

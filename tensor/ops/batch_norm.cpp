@@ -151,14 +151,11 @@ BatchNormGrads cudnn_backward(const Tensor& grad_out, const Tensor& x, const Ten
 #endif
 }
 
-}  // namespace
-
-BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                           const Tensor& bias, bool training, double momentum, double eps) {
-  constexpr const char* op = "batch_norm";
-  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
-  if (cudnn_takes(x, weight, bias, training))
-    if (auto r = cudnn_forward(x, Tensor(), false, running_mean, running_var, weight, bias, momentum, eps)) return *r;
+/// The own kernels' forward: bn(x), + residual when defined, then ReLU when `relu`, all in
+/// one pass in the compute dtype (Note [Batch norm add ReLU]); inputs already checked.
+BatchNormResult own_forward(const char* op, const Dims& d, const Tensor& x, const Tensor& residual, bool relu,
+                            const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                            const Tensor& bias, bool training, double momentum, double eps) {
   const DType compute = compute_dtype(x.dtype());
   BatchNormResult r;
   r.out = empty(x.sizes(), x.options());
@@ -175,10 +172,22 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Te
     r.invstd = rsqrt(add(running_var.to(compute), eps));
   }
   if (r.out.numel() > 0)
-    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_apply_kernel, r.out, x.contiguous(), r.mean, r.invstd,
+    FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_apply_kernel, r.out, x.contiguous(),
+                           residual.defined() ? residual.contiguous() : residual, relu, r.mean, r.invstd,
                            in_compute(weight, compute), in_compute(bias, compute), d.N, d.C, d.HW);
   if (suggests_channels_last(x)) r.out = to_channels_last(r.out);  // Note [Channels-last batch norm]
   return r;
+}
+
+}  // namespace
+
+BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                           const Tensor& bias, bool training, double momentum, double eps) {
+  constexpr const char* op = "batch_norm";
+  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
+  if (cudnn_takes(x, weight, bias, training))
+    if (auto r = cudnn_forward(x, Tensor(), false, running_mean, running_var, weight, bias, momentum, eps)) return *r;
+  return own_forward(op, d, x, Tensor(), false, running_mean, running_var, weight, bias, training, momentum, eps);
 }
 
 BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -222,7 +231,7 @@ BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, con
                                     const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
                                     double momentum, double eps) {
   constexpr const char* op = "batch_norm_add_relu";
-  check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
+  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
   if (residual.defined()) {
     FRUGAL_CHECK(residual.sizes() == x.sizes() && residual.dtype() == x.dtype(), op, ": residual ", residual.describe(),
                  " must have the shape and dtype of the input ", x.describe());
@@ -230,9 +239,7 @@ BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, con
   }
   if (cudnn_takes(x, weight, bias, training))
     if (auto r = cudnn_forward(x, residual, true, running_mean, running_var, weight, bias, momentum, eps)) return *r;
-  BatchNormResult r = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
-  r.out = residual.defined() ? relu(add(r.out, residual)) : relu(r.out);  // Note [Batch norm add ReLU]
-  return r;
+  return own_forward(op, d, x, residual, true, running_mean, running_var, weight, bias, training, momentum, eps);
 }
 
 BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor& x, const Tensor& out,

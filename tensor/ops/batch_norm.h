@@ -43,7 +43,12 @@
 // by relu alone. batch_norm_add_relu computes either as one op (residual undefined: no
 // add): cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION / BN_ACTIVATION on the path above
 // (one pass over the activations instead of two or three, forward and backward), else
-// batch_norm, add and relu in turn. Its backward needs the output only for ReLU's mask:
+// the own apply kernel, which adds the residual and applies ReLU in the same pass. Either
+// way bn(x) + residual is formed in float32 and rounded once: rounding bn(x) to a 16-bit
+// type before the add would move bn(x) + residual by up to half an ulp of bn(x), so its
+// sign, ReLU's mask and so the whole gradient g would flip wherever it lies that close
+// to 0 (hundreds of elements per ResNet activation in float16). Its backward needs the
+// output only for ReLU's mask:
 //   gz = g (out > 0);  grad_residual = gz;  grad_x, grad_weight, grad_bias = batch_norm_backward(gz)
 #include "tensor/tensor.h"
 
@@ -114,9 +119,11 @@ namespace frugal::ops::cpu {
 void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Tensor& running_mean,
                              const Tensor& running_var, const Tensor& x, int64_t N, int64_t C, int64_t HW,
                              double momentum, double eps);
-/// out = (x - mean) invstd weight + bias
-void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                             const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW);
+/// out = (x - mean) invstd weight + bias (+ residual when defined, then ReLU when `relu`), in
+/// opmath_t<T>, rounded once
+void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean,
+                             const Tensor& invstd, const Tensor& weight, const Tensor& bias, int64_t N, int64_t C,
+                             int64_t HW);
 /// grad_x (or undefined), grad_weight, grad_bias (or undefined) from grad_out and the forward's x, mean, invstd,
 /// weight.
 void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
@@ -127,8 +134,9 @@ namespace frugal::ops::cuda {
 void batch_norm_stats_kernel(const Tensor& mean, const Tensor& invstd, const Tensor& running_mean,
                              const Tensor& running_var, const Tensor& x, int64_t N, int64_t C, int64_t HW,
                              double momentum, double eps);
-void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                             const Tensor& weight, const Tensor& bias, int64_t N, int64_t C, int64_t HW);
+void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean,
+                             const Tensor& invstd, const Tensor& weight, const Tensor& bias, int64_t N, int64_t C,
+                             int64_t HW);
 void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                 const Tensor& weight, bool training, int64_t N, int64_t C, int64_t HW);

@@ -285,6 +285,64 @@ TEST_CASE("channels_last: batch_norm and batch_norm_add_relu on NHWC inputs (CPU
   }
 }
 
+// Note [Batch norm add ReLU]: residual = -round(bn(x)) makes bn(x) + residual the rounding
+// error of bn(x), tiny and of either sign. Rounded once, out keeps that sign; rounding bn(x)
+// first (the old bn + add + relu fallback) made every sum exactly 0, so out and the
+// ReLU-masked gradients were all 0 where the sum is positive.
+TEST_CASE("channels_last: batch_norm_add_relu rounds bn(x) + residual once (ReLU mask near 0)") {
+  const Shape s{2, 8, 5, 6};
+  const int64_t C = s[1], HW = s[2] * s[3];
+  for (DType t : {kFloat16, kBFloat16}) {
+    for (bool nhwc : {false, true}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(nhwc);
+      const Tensor xv = random_tensor(s, kFloat64, 61).to(t).to(kFloat64);  // the values x holds
+      const std::vector<double> vx = values_of(xv);
+      const std::vector<double> rm = values_of(random_tensor({C}, kFloat64, 62, Layout::Contiguous, -0.5, 0.5));
+      const std::vector<double> rv = values_of(random_tensor({C}, kFloat64, 63, Layout::Contiguous, 0.5, 1.5));
+      const std::vector<double> w = values_of(random_tensor({C}, kFloat64, 64, Layout::Contiguous, 0.5, 1.5));
+      const std::vector<double> b = values_of(random_tensor({C}, kFloat64, 65));
+      std::vector<double> y(vx.size()), z(vx.size());  // bn(x) and bn(x) + residual, in float64
+      for (size_t i = 0; i < vx.size(); ++i) {
+        const size_t c = (i / size_t(HW)) % size_t(C);
+        y[i] = (vx[i] - rm[c]) / std::sqrt(rv[c] + 1e-5) * w[c] + b[c];
+      }
+      Tensor residual = neg(from_vector(y, s, TensorOptions(kFloat64)).to(t));  // -round(bn(x)): exact in t
+      const std::vector<double> vr = values_of(residual);
+      for (size_t i = 0; i < vx.size(); ++i) z[i] = y[i] + vr[i];
+      Tensor x = xv.to(t);
+      if (nhwc) x = to_channels_last(x), residual = to_channels_last(residual);
+      auto f32 = [&](const std::vector<double>& v) {
+        return from_vector(v, {C}, TensorOptions(kFloat64)).to(kFloat32);
+      };
+      const ops::BatchNormResult r =
+          ops::batch_norm_add_relu(x, residual, f32(rm), f32(rv), f32(w), f32(b), false, 0.1, 1e-5);
+      const Tensor g = random_tensor(s, t, 66);
+      const ops::BatchNormGrads gr =
+          ops::batch_norm_add_relu_backward(g, x, r.out, f32(w), f32(b), r.mean, r.invstd, false, {},
+                                            {.reserve = Tensor(), .eps = 1e-5, .residual = true});
+      const std::vector<double> out = values_of(r.out), vg = values_of(g), gres = values_of(gr.residual);
+      int decided = 0, positive = 0;
+      for (size_t i = 0; i < z.size(); ++i) {
+        if (std::fabs(z[i]) <= 1e-5 * (std::fabs(y[i]) + 1.0)) continue;  // within float32's own error: either sign
+        ++decided;
+        CAPTURE(i);
+        CAPTURE(z[i]);
+        if (z[i] > 0) {
+          ++positive;
+          CHECK(out[i] == doctest::Approx(z[i]).epsilon(default_rtol(t)));
+          CHECK(gres[i] == vg[i]);
+        } else {
+          CHECK(out[i] == 0.0);
+          CHECK(gres[i] == 0.0);
+        }
+      }
+      CHECK(decided > int(z.size()) / 2);  // the test decides most elements...
+      CHECK(positive > decided / 4);       // ...and many of them pass the mask
+    }
+  }
+}
+
 TEST_CASE("channels_last: batch_norm_add_relu errors") {
   const Tensor x = random_tensor({2, 3, 4, 4}, kFloat32, 31), w = ones({3}), b = zeros({3});
   check_error(

@@ -17,6 +17,8 @@
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/unary.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -213,6 +215,75 @@ TEST_CASE("channels_last cuda: batch_norm and batch_norm_add_relu, NHWC vs NCHW 
   }
 }
 
+// Note [Batch norm add ReLU]: with residual = -round(bn(x)), bn(x) + residual is bn(x)'s
+// rounding error, tiny and of either sign; the eval (own kernels) forward must round the
+// sum once, so out and the ReLU-masked gradient keep its sign (the old bn + add + relu
+// fallback rounded bn(x) first: every sum 0, every masked gradient 0).
+TEST_CASE("channels_last cuda: eval batch_norm_add_relu rounds bn(x) + residual once (ReLU mask near 0)") {
+  const Shape s{4, 64, 14, 14};
+  const int64_t C = s[1], HW = s[2] * s[3];
+  for (DType t : {kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(t));
+    const BnInputs in = bn_inputs(s, 70);
+    const Tensor xv = in.x.to(t).to(kFloat64);
+    const std::vector<double> vx = values_of(xv), rm = values_of(in.running_mean), rv = values_of(in.running_var),
+                              w = values_of(in.weight), b = values_of(in.bias);
+    std::vector<double> y(vx.size()), z(vx.size());  // bn(x), bn(x) + residual in float64
+    for (size_t i = 0; i < vx.size(); ++i) {
+      const size_t c = (i / size_t(HW)) % size_t(C);
+      y[i] = (vx[i] - rm[c]) / std::sqrt(rv[c] + 1e-5) * w[c] + b[c];
+    }
+    const Tensor rt = neg(from_vector(y, s, TensorOptions(kFloat64)).to(t));  // exact in t
+    const std::vector<double> vr = values_of(rt);
+    for (size_t i = 0; i < vx.size(); ++i) z[i] = y[i] + vr[i];
+    const Tensor x = to_channels_last(xv.to(kGpu, t)), residual = to_channels_last(rt.to(kGpu));
+    auto p32 = [&](const Tensor& v) { return v.to(kGpu, kFloat32); };
+    const ops::BatchNormResult r = ops::batch_norm_add_relu(x, residual, p32(in.running_mean), p32(in.running_var),
+                                                            p32(in.weight), p32(in.bias), false, 0.1, 1e-5);
+    CHECK_FALSE(r.reserve.defined());  // eval: the own kernels
+    check_nhwc(r.out, "eval output");
+    const Tensor g = to_channels_last(in.grad.to(kGpu, t));
+    const ops::BatchNormGrads gr =
+        ops::batch_norm_add_relu_backward(g, x, r.out, p32(in.weight), p32(in.bias), r.mean, r.invstd, false, {},
+                                          {.reserve = Tensor(), .eps = 1e-5, .residual = true});
+    const std::vector<double> out = values_of(r.out), vg = values_of(g), gres = values_of(gr.residual);
+    int decided = 0, positive = 0, wrong_out = 0, wrong_grad = 0;
+    for (size_t i = 0; i < z.size(); ++i) {
+      if (std::fabs(z[i]) <= 1e-5 * (std::fabs(y[i]) + 1.0)) continue;  // within float32's own error
+      ++decided;
+      const bool pass = z[i] > 0;
+      positive += pass;
+      wrong_out += pass ? !(std::fabs(out[i] - z[i]) <= 2 * rtol_for(t) * std::fabs(z[i])) : out[i] != 0.0;
+      wrong_grad += gres[i] != (pass ? vg[i] : 0.0);
+    }
+    CHECK(decided > int(z.size()) / 2);
+    CHECK(positive > decided / 4);
+    CHECK(wrong_out == 0);
+    CHECK(wrong_grad == 0);
+  }
+}
+
+// Elementwise ops whose operands disagree on layout (one NHWC, one NCHW, either way
+// round) index each operand by its own strides: CUDA against the CPU.
+TEST_CASE("channels_last cuda: add, mul and relu_backward on mixed NHWC / NCHW operands") {
+  const Shape s{4, 64, 14, 14};
+  const Tensor av = random_tensor(s, kFloat64, 80), bv = random_tensor(s, kFloat64, 81);
+  for (DType t : kTypes) {
+    CAPTURE(dtype_name(t));
+    for (bool a_nhwc : {false, true}) {
+      CAPTURE(a_nhwc);
+      const Tensor a_cpu = av.to(t), b_cpu = bv.to(t);
+      Tensor a = av.to(kGpu, t), b = bv.to(kGpu, t);
+      if (a_nhwc) a = to_channels_last(a);
+      else b = to_channels_last(b);
+      check_norm_close(ops::add(a, b), ops::add(a_cpu, b_cpu), 0, "add");
+      check_norm_close(ops::mul(a, b), ops::mul(a_cpu, b_cpu), 0, "mul");
+      check_norm_close(ops::unary_backward(ops::UnaryOp::Relu, a, b),
+                       ops::unary_backward(ops::UnaryOp::Relu, a_cpu, b_cpu), 0, "relu_backward");
+    }
+  }
+}
+
 TEST_CASE("channels_last cuda: cuDNN runs the float16 training batch norm and keeps a reserve") {
   const BnInputs in = bn_inputs({4, 64, 14, 14}, 30);
   for (DType t : {kFloat16, kBFloat16}) {
@@ -273,11 +344,16 @@ TEST_CASE("channels_last cuda: a bottleneck tail conv-bn-relu-conv-bn-add-relu i
   struct Leaves {
     Tensor x, w1, w2, g1, b1, g2, b2;
   };
-  auto block = [&](const Leaves& l) {
-    const Tensor h = batch_norm_relu(conv2d(l.x, l.w1, Tensor(), {.padding = 1}), Tensor(), Tensor(), l.g1, l.b1, true);
-    return batch_norm_add_relu(conv2d(h, l.w2), l.x, Tensor(), Tensor(), l.g2, l.b2, true);
-  };
   const DType t = kFloat16;
+  // The float32 reference rounds every op's output to t, as the GPU stores it: a ReLU
+  // mask is decided by the sign of values that may lie within one rounding of 0, and
+  // one flipped mask bit moves a gradient by the whole incoming g.
+  auto stored = [&](const Tensor& y) { return y.dtype() == kFloat32 ? y.to(t).to(kFloat32) : y; };
+  auto block = [&](const Leaves& l) {
+    const Tensor c1 = stored(conv2d(l.x, l.w1, Tensor(), {.padding = 1}));
+    const Tensor h = stored(batch_norm_relu(c1, Tensor(), Tensor(), l.g1, l.b1, true));
+    return batch_norm_add_relu(stored(conv2d(h, l.w2)), l.x, Tensor(), Tensor(), l.g2, l.b2, true);
+  };
   const Leaves ref{reference_leaf(xv, t),        reference_leaf(w1v, t),        reference_leaf(w2v, t),
                    leaf(ones64, kCPU, kFloat32), leaf(zeros64, kCPU, kFloat32), leaf(ones64, kCPU, kFloat32),
                    leaf(zeros64, kCPU, kFloat32)};
