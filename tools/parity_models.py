@@ -13,8 +13,10 @@ The goldens are computed in float64 (on --device), from the float32 weights and 
 are the exact answer the float32 runs are measured against. Then it runs build/examples/run_model
 on the same files (float32, and --amp on cuda; resnet in train and eval mode) and prints the
 largest relative error of every output, max|frugal - torch| / max|torch| per tensor (for gradients
-the denominator is at least 1e-3 x the model's largest gradient), against the
-bounds: float32 logits, loss and buffers 1e-4, gradients 1e-3; AMP everything 1e-2. Exit 1 on a failure.
+the denominator is at least the bound x the model's largest gradient), against the
+bounds: float32 logits, loss and buffers 1e-4, gradients 1e-3 (against the float64 goldens); AMP
+everything 1e-2 against PyTorch's own AMP run (write_amp_golden; the rows "torch-amp" show how far
+that run is from float64, for context). Exit 1 on a failure.
 
     python3 tools/parity_models.py --build /tmp/b --device cuda            # small configs
     python3 tools/parity_models.py --build /tmp/b --device cuda --full     # + resnet50, bert-base, vit_b_16
@@ -193,6 +195,41 @@ def write_case(out_dir, case, builder, inputs_builder, modes, device, seed, all_
     return prefix
 
 
+def write_amp_golden(prefix, builder, modes, all_grads):
+    """PyTorch's own AMP run (float32 weights, autocast float16 on cuda, backward with
+    GradScaler's dynamic scale: start at 2^16, halve while a gradient overflows, unscale), the
+    reference frugal's --amp run is measured against: two float16 runs agree to 1e-2 where
+    either one's distance from the float64 answer can be larger (ReLU masks and batch
+    statistics of a tiny batch flip under float16 rounding)."""
+    from safetensors.torch import load_file
+    state = load_file(prefix + "weights.safetensors")
+    inputs = load_file(prefix + "inputs.safetensors")
+    for mode in modes:
+        m = builder()[0]
+        m.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+        m = m.cuda().train(mode == "train")
+        x = {k: v.cuda() for k, v in inputs.items()}
+        with torch.autocast("cuda", dtype=torch.float16):
+            logits, loss = forward_loss(m, x)
+        scale = 65536.0
+        while True:
+            m.zero_grad(set_to_none=True)
+            (loss.float() * scale).backward(retain_graph=True)
+            finite = all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+            if finite or scale < 2:
+                break
+            scale /= 2
+        golden = {"logits": logits.detach().float().cpu(), "loss": loss.detach().float().cpu()}
+        names = [n for n, p in m.named_parameters() if p.grad is not None]
+        params = dict(m.named_parameters())
+        for n in selected(names, all_grads):
+            golden["grad." + n] = (params[n].grad.float() / scale).cpu()
+        if mode == "train":
+            for n, b in m.named_buffers():
+                golden["buffer." + n] = (b.float() if b.is_floating_point() else b).cpu()
+        save_file({k: v.contiguous() for k, v in golden.items()}, f"{prefix}golden_{mode}_amp.safetensors")
+
+
 # ---- comparing frugal's outputs --------------------------------------------------------------
 
 def rel_error(a, b, floor=1e-30):
@@ -209,11 +246,11 @@ def compare(prefix, mode, result_file, bounds):
     worst = {}
     # A gradient that is zero in exact arithmetic (BERT's key bias: softmax ignores a shift
     # shared by every key) is measured against the model's gradient scale, not its own
-    # rounding noise: the denominator is at least 1e-3 x the largest gradient.
+    # rounding noise: the denominator is at least the gradient bound x the largest gradient.
     grad_scale = max((ref.double().abs().max().item() for k, ref in want.items() if k.startswith("grad.")), default=0)
     for key, ref in want.items():
         kind = key.split(".")[0] if "." in key else key
-        floor = 1e-3 * grad_scale if kind == "grad" else 1e-30
+        floor = bounds["grad"] * grad_scale if kind == "grad" else 1e-30
         err = rel_error(got[key], ref, floor) if key in got else float("inf")
         if err > worst.get(kind, (-1, ""))[0]:
             worst[kind] = (err, key)
@@ -254,6 +291,8 @@ def main():
             continue
         prefix = write_case(args.out, case, builder, inputs_builder, modes, args.device, args.seed,
                             all_grads=not case.endswith("_full"))
+        if args.device == "cuda":
+            write_amp_golden(prefix, builder, modes, all_grads=not case.endswith("_full"))
         for mode in modes:
             precisions = ["fp32"] + (["amp"] if args.device == "cuda" else [])
             for precision in precisions:
@@ -273,9 +312,14 @@ def main():
                     table.append((case, mode, precision, "run_model", float("inf"), 0.0, proc.stderr.strip()[-200:]))
                     failed = True
                     continue
-                for kind, err, bound, key in compare(prefix, mode, result, BOUNDS[precision]):
+                golden_mode = mode if precision == "fp32" else mode + "_amp"
+                for kind, err, bound, key in compare(prefix, golden_mode, result, BOUNDS[precision]):
                     table.append((case, mode, precision, kind, err, bound, key))
                     failed |= not err <= bound
+                if precision == "amp":  # context: how far PyTorch's own AMP run is from float64
+                    for kind, err, _, key in compare(prefix, mode, f"{prefix}golden_{mode}_amp.safetensors",
+                                                     BOUNDS[precision]):
+                        table.append((case, mode, "torch-amp", kind, err, float("inf"), "vs float64: " + key))
 
     print(f"{'case':<16}{'mode':<7}{'prec':<6}{'output':<10}{'max rel err':>12}{'bound':>9}  worst tensor")
     for case, mode, precision, kind, err, bound, key in table:
