@@ -253,7 +253,10 @@ TEST_CASE("channels_last cuda: eval batch_norm_add_relu rounds bn(x) + residual 
       ++decided;
       const bool pass = z[i] > 0;
       positive += pass;
-      wrong_out += pass ? !(std::fabs(out[i] - z[i]) <= 2 * rtol_for(t) * std::fabs(z[i])) : out[i] != 0.0;
+      // z is a small difference: allow bn(x)'s own float32 error (a few ulps of y) and
+      // float16's subnormal spacing on top of one rounding of z.
+      const double slack = 1e-6 * (std::fabs(y[i]) + 1.0);
+      wrong_out += pass ? !(std::fabs(out[i] - z[i]) <= 2 * rtol_for(t) * std::fabs(z[i]) + slack) : out[i] != 0.0;
       wrong_grad += gres[i] != (pass ? vg[i] : 0.0);
     }
     CHECK(decided > int(z.size()) / 2);
