@@ -5,9 +5,9 @@
 //
 //   profile_memory [--device cpu|cuda] [--steps 2] [--batch 64] [--out .]
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "autograd/ops/all.h"
