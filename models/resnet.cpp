@@ -27,9 +27,16 @@ std::shared_ptr<nn::Sequential> shortcut(int64_t in, int64_t out, int64_t stride
       std::initializer_list<std::shared_ptr<nn::UnaryModule>>{conv1x1(in, out, stride), bn(out)});
 }
 
+/// relu(bn(x) + residual) (relu(bn(x)) without a residual): one fused op, or three.
+Tensor bn_relu(nn::BatchNorm2d& bn, const Tensor& x, bool fused, const Tensor& residual = Tensor()) {
+  if (fused) return bn.forward_relu(x, residual);
+  Tensor y = bn.forward(x);
+  return relu(residual.defined() ? y + residual : y);
+}
+
 }  // namespace
 
-BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) {
+BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool fused) : fused_bn_relu(fused) {
   conv1 = register_module("conv1", conv3x3(in_planes, planes, stride));
   bn1 = register_module("bn1", bn(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, 1));
@@ -38,12 +45,11 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) {
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = relu(bn1->forward(conv1->forward(x)));
-  out = bn2->forward(conv2->forward(out));
-  return relu(out + (downsample ? downsample->forward(x) : x));
+  Tensor out = bn_relu(*bn1, conv1->forward(x), fused_bn_relu);
+  return bn_relu(*bn2, conv2->forward(out), fused_bn_relu, downsample ? downsample->forward(x) : x);
 }
 
-Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
+Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool fused) : fused_bn_relu(fused) {
   conv1 = register_module("conv1", conv1x1(in_planes, planes));
   bn1 = register_module("bn1", bn(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, stride));  // v1.5: the stride is here
@@ -54,10 +60,9 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = relu(bn1->forward(conv1->forward(x)));
-  out = relu(bn2->forward(conv2->forward(out)));
-  out = bn3->forward(conv3->forward(out));
-  return relu(out + (downsample ? downsample->forward(x) : x));
+  Tensor out = bn_relu(*bn1, conv1->forward(x), fused_bn_relu);
+  out = bn_relu(*bn2, conv2->forward(out), fused_bn_relu);
+  return bn_relu(*bn3, conv3->forward(out), fused_bn_relu, downsample ? downsample->forward(x) : x);
 }
 
 ResNet::ResNet(BlockType block_, std::array<int64_t, 4> blocks, ResNetOptions o)
@@ -94,10 +99,10 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t p
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t s = i == 0 ? stride : 1;
     if (block == BlockType::Basic) {
-      layer->push_back(std::make_shared<BasicBlock>(in_planes, planes, s));
+      layer->push_back(std::make_shared<BasicBlock>(in_planes, planes, s, options.fused_bn_relu));
       in_planes = planes * BasicBlock::expansion;
     } else {
-      layer->push_back(std::make_shared<Bottleneck>(in_planes, planes, s));
+      layer->push_back(std::make_shared<Bottleneck>(in_planes, planes, s, options.fused_bn_relu));
       in_planes = planes * Bottleneck::expansion;
     }
   }
@@ -107,7 +112,7 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t p
 Tensor ResNet::forward(const Tensor& x) {
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "ResNet: expected input (N, ", options.in_channels,
                ", H, W), got ", x.describe());
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  Tensor h = bn_relu(*bn1, conv1->forward(x), options.fused_bn_relu);
   if (!options.small_input_stem) h = max_pool2d(h, 3, {.stride = 2, .padding = 1});
   for (const auto& layer : {layer1, layer2, layer3, layer4})
     for (size_t i = 0; i < layer->size(); ++i) {
@@ -135,7 +140,7 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
   constexpr const char* what = "ResNet";
   json_check_keys(c,
                   {"depth", "blocks_per_layer", "num_classes", "in_channels", "small_input_stem", "zero_init_residual",
-                   "checkpoint_blocks"},
+                   "checkpoint_blocks", "fused_bn_relu"},
                   what);
   ResNetOptions o;
   o.num_classes = json_int(c, "num_classes", o.num_classes, what);
@@ -143,6 +148,7 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
   o.small_input_stem = json_bool(c, "small_input_stem", o.small_input_stem, what);
   o.zero_init_residual = json_bool(c, "zero_init_residual", o.zero_init_residual, what);
   o.checkpoint_blocks = json_bool(c, "checkpoint_blocks", o.checkpoint_blocks, what);
+  o.fused_bn_relu = json_bool(c, "fused_bn_relu", o.fused_bn_relu, what);
   if (depth) *depth = json_int(c, "depth", *depth, what);
   return o;
 }

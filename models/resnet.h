@@ -34,6 +34,10 @@ struct ResNetOptions {
   /// backward instead of kept. In training mode the recompute updates the batch norm running
   /// statistics a second time (as torch.utils.checkpoint does); gradients are unchanged.
   bool checkpoint_blocks = false;
+  /// Compute each relu(bn(.)) and relu(bn(.) + shortcut) as one op (BatchNorm2d::forward_relu:
+  /// cuDNN's fused BN+ReLU / BN+add+ReLU for channels-last float16 training on CUDA). Same
+  /// parameters, state-dict keys and results as the unfused blocks.
+  bool fused_bn_relu = false;
 };
 
 enum class BlockType { Basic, Bottleneck };
@@ -42,13 +46,14 @@ enum class BlockType { Basic, Bottleneck };
 class BasicBlock : public nn::UnaryModule {
  public:
   static constexpr int64_t expansion = 1;
-  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride);
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn_relu = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BasicBlock"; }
 
   std::shared_ptr<nn::Conv2d> conv1, conv2;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
   std::shared_ptr<nn::Sequential> downsample;  // null when the shortcut is the identity
+  const bool fused_bn_relu;                    // ResNetOptions::fused_bn_relu
 };
 
 /// 1x1 (reduce), 3x3 (stride), 1x1 (expand by 4) (ResNet-50/101/152). Children: conv1,
@@ -56,13 +61,14 @@ class BasicBlock : public nn::UnaryModule {
 class Bottleneck : public nn::UnaryModule {
  public:
   static constexpr int64_t expansion = 4;
-  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride);
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn_relu = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Bottleneck"; }
 
   std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;
   std::shared_ptr<nn::Sequential> downsample;
+  const bool fused_bn_relu;  // ResNetOptions::fused_bn_relu
 };
 
 /// The network: stem (conv1, bn1, relu, maxpool), layer1..layer4 (nn::Sequential of
@@ -98,7 +104,7 @@ inline std::shared_ptr<ResNet> resnet152(ResNetOptions o = {}) { return resnet(1
 
 /// Reads frugal's ResNet config JSON (all keys optional): {"depth": 18, "num_classes": 10,
 /// "in_channels": 1, "small_input_stem": true, "zero_init_residual": false,
-/// "checkpoint_blocks": false}. When `depth` is given, *depth is read from "depth" (and
+/// "checkpoint_blocks": false, "fused_bn_relu": false}. When `depth` is given, *depth is read from "depth" (and
 /// keeps its value if the key is absent). Unknown keys throw, naming them.
 ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr);
 

@@ -29,7 +29,7 @@ void BatchNorm2d::reset_running_stats() {
   ops::zero_(num_batches_tracked);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+double BatchNorm2d::start_batch(const Tensor& x) {
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d: expected input (N, ", num_features,
                ", H, W), got ", x.describe());
   double momentum = options.momentum.value_or(0.0);
@@ -37,9 +37,19 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     ops::add_(num_batches_tracked, 1.0);
     if (!options.momentum) momentum = 1.0 / double(num_batches_tracked.item<int64_t>());
   }
+  return momentum;
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  const double momentum = start_batch(x);
   // Running statistics are used in eval and updated in training; without them, batch statistics always.
-  const bool batch_stats = is_training() || !options.track_running_stats;
-  return batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, options.eps);
+  return batch_norm(x, running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps);
+}
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+  const double momentum = start_batch(x);
+  return batch_norm_relu(x, running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps,
+                         residual);
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -25,6 +25,10 @@ class BatchNorm2d : public UnaryModule {
  public:
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
   Tensor forward(const Tensor& x) override;
+  /// relu(forward(x) + residual), or relu(forward(x)) without a residual, as one op
+  /// (batch_norm_relu: cuDNN's fused kernel for channels-last 16-bit training on CUDA).
+  /// Updates the running statistics exactly as forward does.
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   std::string type_name() const override { return "BatchNorm2d"; }
   /// "64, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true"
   std::string extra_repr() const override;
@@ -36,6 +40,12 @@ class BatchNorm2d : public UnaryModule {
   Tensor running_mean, running_var, num_batches_tracked;  // undefined unless track_running_stats
   const int64_t num_features;
   const BatchNormOptions options;
+
+ private:
+  /// Checks x, counts the batch in training, and gives the momentum to use.
+  double start_batch(const Tensor& x);
+  /// Whether this call normalizes with batch statistics (training, or no running ones).
+  bool uses_batch_stats() const { return is_training() || !options.track_running_stats; }
 };
 
 }  // namespace frugal::nn

@@ -327,6 +327,38 @@ TEST_CASE("models: checkpoint_blocks gives the same gradients") {
   }
 }
 
+TEST_CASE("models: ResNet fused_bn_relu equals the unfused blocks") {
+  // BasicBlock (ResNet-18) and Bottleneck (ResNet-50 blocks, one per layer), with and without
+  // the projection shortcut: logits, loss, gradients and running statistics after a train
+  // step, then eval logits (running statistics used). The CPU's batch_norm_relu rounds
+  // bn(x) + residual once where the unfused ops round twice: float32 differences only.
+  for (models::BlockType type : {models::BlockType::Basic, models::BlockType::Bottleneck}) {
+    CAPTURE(type == models::BlockType::Basic ? "Basic" : "Bottleneck");
+    models::ResNetOptions o{.num_classes = 4, .in_channels = 2, .small_input_stem = true};
+    manual_seed(11);
+    auto plain = std::make_shared<models::ResNet>(type, std::array<int64_t, 4>{2, 1, 1, 1}, o);
+    o.fused_bn_relu = true;
+    auto fused = std::make_shared<models::ResNet>(type, std::array<int64_t, 4>{2, 1, 1, 1}, o);
+    copy_weights(*plain, *fused);
+    const Tensor x = randn({3, 2, 8, 8}), y = from_vector<int64_t>({1, 3, 0}, {3});
+    const Tensor loss_plain = cross_entropy(plain->forward(x), y), loss_fused = cross_entropy(fused->forward(x), y);
+    CHECK(max_rel_error(loss_fused, loss_plain) <= 1e-6);
+    loss_plain.backward();
+    loss_fused.backward();
+    check_same_grads(*plain, *fused);
+    const auto buffers_plain = plain->named_buffers(), buffers_fused = fused->named_buffers();
+    REQUIRE(buffers_plain.size() == buffers_fused.size());
+    for (size_t i = 0; i < buffers_plain.size(); ++i) {
+      CAPTURE(buffers_plain[i].first);
+      CHECK(buffers_plain[i].first == buffers_fused[i].first);
+      CHECK(max_rel_error(buffers_fused[i].second, buffers_plain[i].second) <= 1e-6);
+    }
+    plain->eval(), fused->eval();
+    CHECK(max_rel_error(fused->forward(x), plain->forward(x)) <= 1e-5);
+  }
+  CHECK(models::resnet_options_from_json(json::parse(R"({"fused_bn_relu": true})")).fused_bn_relu);
+}
+
 TEST_CASE("models: config JSON") {
   const json::Value bert = json::parse(
       R"({"architectures": ["BertForMaskedLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -1,0 +1,266 @@
+// One full training step of ResNet-50, BERT-base (masked LM) or ViT-B/16 on a fixed
+// synthetic batch: forward (under float16 autocast with --amp), loss, backward through
+// GradScaler, optimizer step, zero_grad. Prints the median step time, throughput, peak
+// memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
+//
+//   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]
+//              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
+//              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
+//              [--image-size P] [--seq-len T]
+//
+// --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
+// kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
+// fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
+// runs (ResNet and ViT at 224, BERT at 128 tokens by default).
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "autograd/autocast.h"
+#include "autograd/ops/all.h"
+#include "bench/bench_util.h"
+#include "memory/allocator.h"
+#include "memory/stream.h"
+#include "models/bert.h"
+#include "models/resnet.h"
+#include "models/vit.h"
+#include "nn/channels_last.h"
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
+#include "tensor/factory.h"
+#include "tensor/memory_format.h"
+
+using namespace frugal;
+
+namespace {
+
+// The float16 dense GEMM throughput measured on the H200 (cuBLAS, large square matmuls):
+// the denominator of MFU. The datasheet's 989 TFLOPS (dense) is not reached in practice;
+// MFU against the measured peak says how close a step comes to what the GEMMs can do.
+constexpr double kPeakFlops = 755e12;
+
+// ResNet-50's forward at 224x224: 4.1 G multiply-adds per image (torchvision's "4.09
+// GFLOPS" counts multiply-adds), 2 FLOPs each. A training step is ~3x the forward
+// (backward computes gradients for both inputs and weights).
+constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
+
+struct Args {
+  std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto";
+  int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128;
+  bool amp = false, checkpoint = false;
+};
+
+const char* kUsage =
+    "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]\n"
+    "                  [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
+    "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
+    "                  [--image-size P] [--seq-len T]\n";
+
+std::optional<Args> parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto text = [&]() -> std::string {
+      FRUGAL_CHECK(i + 1 < argc, "train_step: ", flag, " needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() -> int64_t {
+      const std::string v = text();
+      try {
+        return std::stoll(v);
+      } catch (const std::exception&) { FRUGAL_FAIL("train_step: ", flag, " needs an integer, got '", v, "'"); }
+    };
+    if (flag == "--model") a.model = text();
+    else if (flag == "--batch") a.batch = number();
+    else if (flag == "--amp") a.amp = true;
+    else if (flag == "--checkpoint") a.checkpoint = true;
+    else if (flag == "--steps") a.steps = number();
+    else if (flag == "--warmup") a.warmup = number();
+    else if (flag == "--optim") a.optim = text();
+    else if (flag == "--device") a.device = text();
+    else if (flag == "--channels-last") a.channels_last = text();
+    else if (flag == "--fused-bn-relu") a.fused_bn_relu = text();
+    else if (flag == "--image-size") a.image_size = number();
+    else if (flag == "--seq-len") a.seq_len = number();
+    else if (flag == "-h" || flag == "--help") return std::nullopt;
+    else FRUGAL_FAIL("train_step: unknown option ", flag);
+  }
+  if (a.model.empty() || a.batch <= 0) return std::nullopt;
+  FRUGAL_CHECK(a.steps >= 1 && a.warmup >= 0, "train_step: --steps must be >= 1 and --warmup >= 0");
+  FRUGAL_CHECK(a.image_size > 0 && a.seq_len > 0, "train_step: --image-size and --seq-len must be positive");
+  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw", "train_step: --optim must be sgd or adamw, got ", a.optim);
+  for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu})
+    FRUGAL_CHECK(*mode == "auto" || *mode == "on" || *mode == "off",
+                 "train_step: --channels-last and --fused-bn-relu take auto, on or off, got ", *mode);
+  return a;
+}
+
+/// A model and the loss of its fixed synthetic batch.
+struct Workload {
+  std::shared_ptr<nn::Module> module;
+  std::function<Tensor()> loss;
+  double flops_per_step = 0;  // analytic model FLOPs of forward + backward
+  std::string layout = "NCHW";
+};
+
+/// Transformer training FLOPs: 6 x params x tokens (the matmuls of forward and backward)
+/// plus attention's score and context matmuls, 4 T^2 d per layer and sequence forward, x3.
+double transformer_flops(int64_t params, int64_t sequences, int64_t tokens, int64_t layers, int64_t hidden) {
+  const double t = double(tokens), n = double(sequences);
+  return 6.0 * double(params) * n * t + 3.0 * 4.0 * double(layers) * t * t * double(hidden) * n;
+}
+
+/// Labels (B, T) for masked LM: round(15%) of each sequence's positions (at least one) hold
+/// a random token, the others -100 (ignored), as a data collator with mlm_probability 0.15.
+Tensor mlm_labels(int64_t batch, int64_t tokens, int64_t vocab, Device device) {
+  std::mt19937_64 rng(1234);
+  std::vector<int64_t> labels(size_t(batch * tokens), -100);
+  std::vector<int64_t> positions(static_cast<size_t>(tokens));
+  const int64_t labelled = std::max<int64_t>(1, (tokens * 15 + 50) / 100);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = t;
+    std::shuffle(positions.begin(), positions.end(), rng);
+    for (int64_t k = 0; k < labelled; ++k)
+      labels[size_t(b * tokens + positions[size_t(k)])] = int64_t(rng() % uint64_t(vocab));
+  }
+  return from_vector<int64_t>(labels, {batch, tokens}).to(device);
+}
+
+Workload make_workload(const Args& a, Device device) {
+  Workload w;
+  const int64_t B = a.batch;
+  if (a.model == "resnet50") {
+    const bool channels_last = a.channels_last == "on" || (a.channels_last == "auto" && a.amp && device.is_cuda());
+    const bool fused = a.fused_bn_relu == "on" || (a.fused_bn_relu == "auto" && channels_last);
+    auto net = models::resnet50({.checkpoint_blocks = a.checkpoint, .fused_bn_relu = fused});
+    net->to(device);
+    Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
+    if (channels_last) {
+      nn::to_channels_last(*net);
+      x = to_channels_last(x);
+      w.layout = "NHWC";
+    }
+    if (fused) w.layout += "+fused_bn_relu";
+    const Tensor y = randint(0, 1000, {B}, TensorOptions(kInt64, device));
+    w.module = net;
+    w.loss = [net, x, y] { return cross_entropy(net->forward(x), y); };
+    const double scale = double(a.image_size * a.image_size) / (224.0 * 224.0);
+    w.flops_per_step = 3.0 * kResNet50ForwardFlops224 * scale * double(B);
+  } else if (a.model == "vit_b16") {
+    models::ViTConfig c = models::vit_b_16();
+    c.image_size = a.image_size;
+    c.checkpoint_blocks = a.checkpoint;
+    auto net = std::make_shared<models::VisionTransformer>(c);
+    net->to(device);
+    const Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
+    const Tensor y = randint(0, 1000, {B}, TensorOptions(kInt64, device));
+    w.module = net;
+    w.loss = [net, x, y] { return cross_entropy(net->forward(x), y); };
+    const int64_t patches = (a.image_size / c.patch_size) * (a.image_size / c.patch_size);
+    w.flops_per_step = transformer_flops(net->num_parameters(), B, patches + 1, c.num_layers, c.hidden_dim);
+  } else if (a.model == "bert_base") {
+    models::BertConfig c = models::bert_base();
+    c.checkpoint_blocks = a.checkpoint;
+    FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "train_step: --seq-len must be <= ", c.max_position_embeddings,
+                 ", got ", a.seq_len);
+    auto net = std::make_shared<models::BertForMaskedLM>(c);
+    net->to(device);
+    const Tensor ids = randint(0, c.vocab_size, {B, a.seq_len}, TensorOptions(kInt64, device));
+    const Tensor labels = mlm_labels(B, a.seq_len, c.vocab_size, device);
+    w.module = net;
+    w.loss = [net, ids, labels] { return net->forward(ids, Tensor(), Tensor(), labels).loss; };
+    w.flops_per_step = transformer_flops(net->num_parameters(), B, a.seq_len, c.num_hidden_layers, c.hidden_size);
+  } else {
+    FRUGAL_FAIL("train_step: unknown --model '", a.model, "' (resnet50, bert_base, vit_b16)");
+  }
+  w.module->train();
+  return w;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
+  if (a.optim == "adamw") return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-4});
+  return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+}
+
+double gib(int64_t bytes) { return double(bytes) / double(1ull << 30); }
+
+int run(const Args& a) {
+  const Device device(a.device);
+  manual_seed(0);
+  Workload w = make_workload(a, device);
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
+  optim::GradScaler scaler({.enabled = a.amp});
+
+  auto step = [&] {
+    opt->zero_grad(/*set_to_none=*/true);
+    Tensor loss;
+    {
+      AutocastGuard autocast(device, kFloat16, a.amp);
+      loss = w.loss();
+    }
+    scaler.scale(loss).backward();
+    scaler.step(*opt);
+    scaler.update();
+  };
+
+  for (int64_t i = 0; i < a.warmup; ++i) step();
+  synchronize(device);
+  memory::reset_peak(device);
+  std::vector<double> times;
+  for (int64_t i = 0; i < a.steps; ++i) {
+    const double t0 = bench::now_seconds();
+    step();
+    synchronize(device);  // each step timed to completion on the device
+    times.push_back(bench::now_seconds() - t0);
+  }
+  const memory::MemoryStats st = memory::stats(device);
+
+  const double step_s = bench::median(times);
+  const double samples_per_s = double(a.batch) / step_s;
+  const double mfu = w.flops_per_step / step_s / kPeakFlops;
+  const int64_t params = w.module->num_parameters();
+  const char* amp = a.amp ? "fp16 amp" : "fp32";
+
+  bench::Table table(bench::fmt("train_step on %s (%s, %s, median of %lld steps after %lld warm-up)", a.device.c_str(),
+                                a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),
+                     {"model", "batch", "precision", "ckpt", "step ms", "samples/s", "peak alloc GiB",
+                      "peak reserved GiB", "params", "MFU"});
+  table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? "yes" : "no", bench::fmt("%.2f", step_s * 1e3),
+             bench::fmt("%.1f", samples_per_s), bench::fmt("%.3f", gib(st.allocated_bytes.peak)),
+             bench::fmt("%.3f", gib(st.reserved_bytes.peak)), std::to_string(params), bench::fmt("%.3f", mfu)});
+  table.print();
+
+  std::printf("\nkey figures\n");
+  std::printf("model: %s\n", a.model.c_str());
+  std::printf("batch: %lld\n", (long long)a.batch);
+  std::printf("amp: %d\n", a.amp ? 1 : 0);
+  std::printf("checkpoint: %d\n", a.checkpoint ? 1 : 0);
+  std::printf("step_ms: %.3f\n", step_s * 1e3);
+  std::printf("samples_per_s: %.2f\n", samples_per_s);
+  std::printf("peak_allocated_gib: %.4f\n", gib(st.allocated_bytes.peak));
+  std::printf("peak_reserved_gib: %.4f\n", gib(st.reserved_bytes.peak));
+  std::printf("parameters: %lld\n", (long long)params);
+  std::printf("mfu: %.4f\n", mfu);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::optional<Args> args = parse(argc, argv);
+    if (!args) {
+      std::fputs(kUsage, stderr);
+      return 2;
+    }
+    return run(*args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
