@@ -5,8 +5,6 @@
 // takes. tools/bench_attention.py times torch's scaled_dot_product_attention at the same
 // shapes and prints the ratio (run it with --frugal <this binary>).
 //   bench_attention [--quick]
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,8 +12,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/gpu_timer.h"
 #include "memory/allocator.h"
-#include "memory/cuda_check.h"
 #include "memory/device.h"
 #include "memory/stream.h"
 #include "tensor/factory.h"
@@ -29,30 +27,6 @@ using namespace frugal::bench;
 namespace {
 
 const Device kGpu = cuda(0);
-
-cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle); }
-
-/// Median milliseconds of the GPU work `fn()` queues, by CUDA events, after warm-up.
-template <typename F>
-double median_ms(F&& fn, int warmup, int reps) {
-  cudaEvent_t start, stop;
-  FRUGAL_CUDA_CHECK(cudaEventCreate(&start));
-  FRUGAL_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t(static_cast<size_t>(reps));
-  for (auto& x : t) {
-    FRUGAL_CUDA_CHECK(cudaEventRecord(start, stream()));
-    fn();
-    FRUGAL_CUDA_CHECK(cudaEventRecord(stop, stream()));
-    FRUGAL_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    x = ms;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(std::move(t));
-}
 
 /// Peak bytes allocated beyond what was live before `fn()` ran.
 template <typename F>
@@ -130,9 +104,9 @@ int main(int argc, char** argv) {
               ops::masked_softmax(ops::matmul(q, k.transpose(-2, -1)), mask, s.causal, 1.0 / std::sqrt(double(s.E)));
           return ops::matmul(w, v);
         };
-        const double fwd_ms = median_ms([&] { fwd(); }, warmup, reps);
-        const double fb_ms = median_ms(fwd_bwd, warmup, reps);
-        const double comp_ms = median_ms([&] { composed(); }, warmup, reps);
+        const double fwd_ms = gpu_median_ms([&] { fwd(); }, warmup, reps);
+        const double fb_ms = gpu_median_ms(fwd_bwd, warmup, reps);
+        const double comp_ms = gpu_median_ms([&] { composed(); }, warmup, reps);
         const int64_t fb_mem = peak_extra(fwd_bwd), comp_mem = peak_extra([&] { composed(); });
         const double fwd_tf = flops / (fwd_ms * 1e-3) * 1e-12, fb_tf = 3.5 * flops / (fb_ms * 1e-3) * 1e-12;
         table.add({s.name, fmt("%.3f", fwd_ms), fmt("%.0f", fwd_tf), fmt("%.3f", fb_ms), fmt("%.0f", fb_tf),

@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 
+#include "bench/gpu_timer.h"
 #include "memory/allocator.h"
 #include "memory/cuda_check.h"
 #include "memory/stream.h"
@@ -27,41 +28,7 @@ namespace {
 
 const Device kGpu = cuda(0);
 
-cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle); }
-
-/// Median GPU milliseconds of the work `fn()` queues on the current stream.
-class GpuTimer {
- public:
-  GpuTimer() {
-    FRUGAL_CUDA_CHECK(cudaEventCreate(&start_));
-    FRUGAL_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~GpuTimer() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  GpuTimer(const GpuTimer&) = delete;
-  GpuTimer& operator=(const GpuTimer&) = delete;
-
-  template <typename F>
-  double median_ms(F&& fn, int warmup, int reps) {
-    for (int i = 0; i < warmup; ++i) fn();
-    std::vector<double> t(static_cast<size_t>(reps));
-    for (auto& x : t) {
-      FRUGAL_CUDA_CHECK(cudaEventRecord(start_, stream()));
-      fn();
-      FRUGAL_CUDA_CHECK(cudaEventRecord(stop_, stream()));
-      FRUGAL_CUDA_CHECK(cudaEventSynchronize(stop_));
-      float ms = 0;
-      FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-      x = ms;
-    }
-    return median(std::move(t));
-  }
-
- private:
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-};
+cudaStream_t stream() { return cuda_stream(kGpu); }
 
 // Note [Elementwise bandwidth]
 // An elementwise op on a large tensor is bound by memory traffic, so its figure is

@@ -29,10 +29,7 @@
 #include "tensor/ops/conv.h"
 
 #ifdef FRUGAL_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "memory/cuda_check.h"
-#include "memory/stream.h"
+#include "bench/gpu_timer.h"
 #endif
 
 namespace frugal::bench {
@@ -57,30 +54,6 @@ constexpr Layer kLayers[] = {
 
 #ifdef FRUGAL_WITH_CUDA
 const Device kGpu = cuda(0);
-
-cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle); }
-
-/// Median milliseconds of the GPU work `fn()` queues, after `warmup` untimed calls.
-template <typename F>
-double gpu_median_ms(F&& fn, int warmup, int reps) {
-  cudaEvent_t start, stop;
-  FRUGAL_CUDA_CHECK(cudaEventCreate(&start));
-  FRUGAL_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t(static_cast<size_t>(reps));
-  for (double& x : t) {
-    FRUGAL_CUDA_CHECK(cudaEventRecord(start, stream()));
-    fn();
-    FRUGAL_CUDA_CHECK(cudaEventRecord(stop, stream()));
-    FRUGAL_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    x = ms;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(std::move(t));
-}
 
 /// Milliseconds of one forward + backward step of `layer` in `channels_last` or NCHW.
 double time_layer(const Layer& l, int64_t batch, bool channels_last, int reps) {

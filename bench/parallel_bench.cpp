@@ -108,26 +108,9 @@ int run(int argc, char** argv) {
   auto loss_fn = [](const Tensor& o, const Tensor& t) { return mse_loss(o, t); };
   std::vector<Result> results;
 
-  {  // 1 GPU: rank 0 alone
-    Result res{.mode = "1 GPU", .gpus = 1};
-    if (r == 0) {
-      auto model = make_encoder(nullptr, dev);
-      optim::AdamW opt(model->parameters(), {.lr = 1e-4});
-      res.step_s = time_steps(
-          dev, iters,
-          [&] {
-            loss_fn(model->forward(x_full), y_full).backward();
-            opt.step();
-            opt.zero_grad();
-          },
-          &res.peak_gib);
-    }
-    world->barrier();
-    results.push_back(res);
-  }
-  {  // N-way tensor parallel
-    Result res{.mode = "TP", .gpus = N};
-    auto model = make_encoder(world, dev);
+  // Median seconds of an AdamW step of the encoder split across `tp` on the whole batch.
+  auto time_whole_batch = [&](const CommPtr& tp, Result& res) {
+    auto model = make_encoder(tp, dev);
     optim::AdamW opt(model->parameters(), {.lr = 1e-4});
     res.step_s = time_steps(
         dev, iters,
@@ -137,6 +120,16 @@ int run(int argc, char** argv) {
           opt.zero_grad();
         },
         &res.peak_gib);
+  };
+  {  // 1 GPU: rank 0 alone
+    Result res{.mode = "1 GPU", .gpus = 1};
+    if (r == 0) time_whole_batch(nullptr, res);
+    world->barrier();
+    results.push_back(res);
+  }
+  {  // N-way tensor parallel
+    Result res{.mode = "TP", .gpus = N};
+    time_whole_batch(world, res);
     results.push_back(res);
   }
   {  // N-stage pipeline, 8 micro-batches, 1F1B

@@ -15,6 +15,8 @@ import subprocess
 import torch
 import torch.nn.functional as F
 
+from cuda_timing import median_ms
+
 # name, key, B, H, T, E, causal, dropout (the rows of bench_attention.cpp)
 SHAPES = [
     ("BERT-base", "bert", 64, 12, 128, 64, False, 0.0),
@@ -26,22 +28,6 @@ SHAPES = [
     ("T=2048 E=128", "t2048_e128", 2, 16, 2048, 128, False, 0.0),
 ]
 DTYPES = [(torch.float16, "float16"), (torch.bfloat16, "bfloat16")]
-
-
-def median_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    n = len(times)
-    return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
 
 
 def torch_rows(quick):

@@ -12,9 +12,10 @@ frugal / PyTorch ratio per layer from its key figures.
 """
 import argparse
 import re
-import statistics
 import subprocess
 import sys
+
+from cuda_timing import median_ms
 
 # name, C, H, K, R, stride, tail: as kLayers in bench/bench_resnet_ops.cpp (same names)
 LAYERS = [
@@ -54,17 +55,7 @@ def time_layer(torch, layer, batch, channels_last, reps):
         for p in params:
             p.grad = None
 
-    for _ in range(5):
-        step()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        step()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+    return median_ms(step, 5, reps)
 
 
 def frugal_figures(path, batch, quick):

@@ -13,6 +13,7 @@
 
 #include "parallel/thread_communicator.h"
 #include "tensor/ops/fill.h"
+#include "tests/error_text.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -27,19 +28,6 @@ constexpr DType kCommDTypes[] = {kFloat32, kFloat64, kFloat16};
 
 // Tolerance for a reduction of n values in [-2, 2] stored in `t` (sums reach 2n).
 double reduce_atol(DType t, int n) { return default_rtol(t) * 2.0 * n; }
-
-// The message of the exception `fn` throws ("" when it does not).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) { return e.what(); }
-  return "";
-}
-
-void check_contains(const std::string& msg, const std::vector<std::string>& parts) {
-  REQUIRE_MESSAGE(!msg.empty(), "expected an error");
-  for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message '", msg, "' lacks '", p, "'");
-}
 
 // Every rank's result equals rank 0's, bit for bit (the backend reduces once, in rank order).
 void check_identical(const std::vector<Tensor>& results) {

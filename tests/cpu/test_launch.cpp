@@ -16,26 +16,17 @@
 
 #include "parallel/init.h"
 #include "parallel/tcp_store.h"
+#include "tests/error_text.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::parallel;
 using namespace std::chrono_literals;
 using frugal::detail::str_cat;
+using frugal::testing::check_contains;
+using frugal::testing::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) { return e.what(); }
-  return "";
-}
-
-void check_contains(const std::string& msg, const std::vector<std::string>& parts) {
-  REQUIRE_MESSAGE(!msg.empty(), "expected an error / output");
-  for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "'", msg, "' lacks '", p, "'");
-}
 
 // Runs a shell command; returns its exit code and stdout+stderr.
 std::pair<int, std::string> run_command(const std::string& cmd) {

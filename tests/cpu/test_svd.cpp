@@ -8,6 +8,7 @@
 
 #include "tensor/factory.h"
 #include "tensor/ops/svd.h"
+#include "tests/svd_check.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -53,13 +54,8 @@ void check_svd(const Tensor& a, double tol) {
       CHECK(ps[i] >= 0);
       if (i > 0) CHECK(ps[i] <= ps[i - 1]);
     }
-    double worst_rec = 0, worst_u = 0, worst_v = 0;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = 0;
-        for (int64_t l = 0; l < k; ++l) acc += pu[i * k + l] * ps[l] * pv[l * n + j];
-        worst_rec = std::max(worst_rec, std::fabs(acc - pa[i * n + j]) / scale);
-      }
+    const double worst_rec = svd_reconstruction_error(pa, pu, ps, pv, m, n, k, scale);
+    double worst_u = 0, worst_v = 0;
     for (int64_t p = 0; p < k; ++p)
       for (int64_t q = 0; q < k; ++q) {
         double uu = 0, vv = 0;

@@ -213,6 +213,20 @@ struct RefEncoder {
   }
 };
 
+/// Copies `ref`'s weights into `layer` (each rank takes its shard).
+void load_from(parallel::TensorParallelEncoderLayer& layer, RefEncoder& ref) {
+  layer.query->load_full(ref.q.weight, ref.q.bias);
+  layer.key->load_full(ref.k.weight, ref.k.bias);
+  layer.value->load_full(ref.v.weight, ref.v.bias);
+  layer.attention_output->load_full(ref.ao.weight, ref.ao.bias);
+  layer.intermediate->load_full(ref.fi.weight, ref.fi.bias);
+  layer.output->load_full(ref.fo.weight, ref.fo.bias);
+  layer.attention_norm->weight.detach().copy_(ref.ln1.weight);
+  layer.attention_norm->bias.detach().copy_(ref.ln1.bias);
+  layer.output_norm->weight.detach().copy_(ref.ln2.weight);
+  layer.output_norm->bias.detach().copy_(ref.ln2.bias);
+}
+
 }  // namespace
 
 TEST_CASE("tensor parallel: encoder layer (attention heads split) equals the single-process layer") {
@@ -236,16 +250,7 @@ TEST_CASE("tensor parallel: encoder layer (attention heads split) equals the sin
       run_ranks(p, [&](const CommPtr& comm) {
         Results& out = got[size_t(comm->rank())];
         parallel::TensorParallelEncoderLayer layer(E, H, F, comm, {.pre_norm = pre_norm});
-        layer.query->load_full(ref.q.weight, ref.q.bias);
-        layer.key->load_full(ref.k.weight, ref.k.bias);
-        layer.value->load_full(ref.v.weight, ref.v.bias);
-        layer.attention_output->load_full(ref.ao.weight, ref.ao.bias);
-        layer.intermediate->load_full(ref.fi.weight, ref.fi.bias);
-        layer.output->load_full(ref.fo.weight, ref.fo.bias);
-        layer.attention_norm->weight.detach().copy_(ref.ln1.weight);
-        layer.attention_norm->bias.detach().copy_(ref.ln1.bias);
-        layer.output_norm->weight.detach().copy_(ref.ln2.weight);
-        layer.output_norm->bias.detach().copy_(ref.ln2.bias);
+        load_from(layer, ref);
         Tensor xi = rank_input(x);
         const Tensor y = layer.forward(xi, mask);
         sum(mul(y, c)).backward();
@@ -347,19 +352,6 @@ struct EncoderBlock : nn::UnaryModule {
   Tensor forward(const Tensor& x) override { return layer->forward(x); }
   std::string type_name() const override { return "EncoderBlock"; }
 };
-
-void load_from(parallel::TensorParallelEncoderLayer& layer, RefEncoder& ref) {
-  layer.query->load_full(ref.q.weight, ref.q.bias);
-  layer.key->load_full(ref.k.weight, ref.k.bias);
-  layer.value->load_full(ref.v.weight, ref.v.bias);
-  layer.attention_output->load_full(ref.ao.weight, ref.ao.bias);
-  layer.intermediate->load_full(ref.fi.weight, ref.fi.bias);
-  layer.output->load_full(ref.fo.weight, ref.fo.bias);
-  layer.attention_norm->weight.detach().copy_(ref.ln1.weight);
-  layer.attention_norm->bias.detach().copy_(ref.ln1.bias);
-  layer.output_norm->weight.detach().copy_(ref.ln2.weight);
-  layer.output_norm->bias.detach().copy_(ref.ln2.bias);
-}
 
 }  // namespace
 

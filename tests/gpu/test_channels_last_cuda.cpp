@@ -19,6 +19,7 @@
 #include "tensor/ops/batch_norm.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/unary.h"
+#include "tests/norm_close.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -38,21 +39,6 @@ double rtol_for(DType t) {
     case DType::BFloat16: return 4e-2;
     default: return 1e-4;
   }
-}
-
-void check_norm_close(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
-  REQUIRE_MESSAGE(actual.defined(), what, ": undefined");
-  REQUIRE_MESSAGE(actual.sizes() == expected.sizes(), what, ": ", actual.describe(), " vs ", expected.describe());
-  const std::vector<double> a = values_of(actual), e = values_of(expected);
-  double emax = 0, dmax = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    emax = std::max(emax, std::fabs(e[i]));
-    const double d = std::fabs(a[i] - e[i]);
-    if (!(d <= dmax)) dmax = d, worst = i;  // NaN counts as the worst
-  }
-  CHECK_MESSAGE(dmax <= rtol * emax, what, ": max |diff| ", dmax, " at ", worst, " (got ", a.empty() ? 0.0 : a[worst],
-                ", expected ", e.empty() ? 0.0 : e[worst], ") over max |expected| ", emax, ", rtol ", rtol);
 }
 
 void check_nhwc(const Tensor& t, const std::string& what) {

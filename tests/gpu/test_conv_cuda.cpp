@@ -20,6 +20,7 @@
 #include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/pool.h"
+#include "tests/norm_close.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -43,19 +44,10 @@ double rtol_for(DType t) {
   }
 }
 
-void check_norm_close(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
-  REQUIRE_MESSAGE(actual.sizes() == expected.sizes(), what, ": ", actual.describe(), " vs ", expected.describe());
+/// check_norm_close, and the dtypes must match too.
+void check_dtype_norm_close(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
   CHECK_MESSAGE(actual.dtype() == expected.dtype(), what);
-  const std::vector<double> a = values_of(actual), e = values_of(expected);
-  double emax = 0, dmax = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    emax = std::max(emax, std::fabs(e[i]));
-    const double d = std::fabs(a[i] - e[i]);
-    if (!(d <= dmax)) dmax = d, worst = i;  // NaN counts as the worst
-  }
-  CHECK_MESSAGE(dmax <= rtol * emax, what, ": max |diff| ", dmax, " at ", worst, " (got ", a.empty() ? 0.0 : a[worst],
-                ", expected ", e.empty() ? 0.0 : e[worst], ") over max |expected| ", emax, ", rtol ", rtol);
+  check_norm_close(actual, expected, rtol, what);
 }
 
 /// Forward and backward of f on leaves made from `inputs` (on `device`, in dtype t) with
@@ -92,8 +84,8 @@ void compare_devices(F&& f, const std::vector<Tensor>& inputs, const Shape& out_
     if (!cpu[i].defined()) continue;
     REQUIRE_MESSAGE(gpu[i].defined(), what, " ", names[i]);
     CHECK(gpu[i].device() == kGpu);
-    check_norm_close(gpu[i], cpu[i], rtol_for(t) * rtol_scale,
-                     detail::str_cat(what, " ", dtype_name(t), " ", names[i]));
+    check_dtype_norm_close(gpu[i], cpu[i], rtol_for(t) * rtol_scale,
+                           detail::str_cat(what, " ", dtype_name(t), " ", names[i]));
   }
 }
 
@@ -148,21 +140,22 @@ TEST_CASE("cuda conv2d: float32 is accurate to float32 unless TF32 is allowed; b
   const Tensor x = random_tensor({4, 64, 28, 28}, kFloat32, 1), w = random_tensor({64, 64, 3, 3}, kFloat32, 2);
   const Tensor ref = ops::conv2d(x.to(kFloat64), w.to(kFloat64), Tensor(), {.padding = 1});
   const Tensor xg = x.to(kGpu), wg = w.to(kGpu);
-  check_norm_close(ops::conv2d(xg, wg, Tensor(), {.padding = 1}).to(kFloat64), ref, 2e-5, "float32 without TF32");
+  check_dtype_norm_close(ops::conv2d(xg, wg, Tensor(), {.padding = 1}).to(kFloat64), ref, 2e-5, "float32 without TF32");
   ops::set_allow_tf32(true);
-  check_norm_close(ops::conv2d(xg, wg, Tensor(), {.padding = 1}).to(kFloat64), ref, 5e-3, "float32 with TF32");
+  check_dtype_norm_close(ops::conv2d(xg, wg, Tensor(), {.padding = 1}).to(kFloat64), ref, 5e-3, "float32 with TF32");
   ops::set_allow_tf32(false);
   ops::set_cudnn_benchmark(true);
   for (DType t : {kFloat32, kFloat16}) {
     const Tensor y = ops::conv2d(xg.to(t), wg.to(t), Tensor(), {.padding = 1});
-    check_norm_close(y, ops::conv2d(x.to(t), w.to(t), Tensor(), {.padding = 1}), rtol_for(t), "benchmark forward");
+    check_dtype_norm_close(y, ops::conv2d(x.to(t), w.to(t), Tensor(), {.padding = 1}), rtol_for(t),
+                           "benchmark forward");
     const Tensor gy = random_tensor(y.sizes(), {t, kGpu}, 3);
-    check_norm_close(ops::conv2d_backward_input(gy, x.sizes(), wg.to(t), {.padding = 1}),
-                     ops::conv2d_backward_input(gy.cpu(), x.sizes(), w.to(t), {.padding = 1}), rtol_for(t),
-                     "benchmark backward input");
-    check_norm_close(ops::conv2d_backward_weight(gy, xg.to(t), w.sizes(), {.padding = 1}),
-                     ops::conv2d_backward_weight(gy.cpu(), x.to(t), w.sizes(), {.padding = 1}), rtol_for(t),
-                     "benchmark backward weight");
+    check_dtype_norm_close(ops::conv2d_backward_input(gy, x.sizes(), wg.to(t), {.padding = 1}),
+                           ops::conv2d_backward_input(gy.cpu(), x.sizes(), w.to(t), {.padding = 1}), rtol_for(t),
+                           "benchmark backward input");
+    check_dtype_norm_close(ops::conv2d_backward_weight(gy, xg.to(t), w.sizes(), {.padding = 1}),
+                           ops::conv2d_backward_weight(gy.cpu(), x.to(t), w.sizes(), {.padding = 1}), rtol_for(t),
+                           "benchmark backward weight");
   }
   ops::set_cudnn_benchmark(false);
 }
@@ -170,9 +163,9 @@ TEST_CASE("cuda conv2d: float32 is accurate to float32 unless TF32 is allowed; b
 TEST_CASE("cuda conv2d: non-contiguous inputs, empty batches, unbatched input, device errors") {
   const Tensor x = random_tensor({2, 3, 8, 9}, {kFloat32, kGpu}, 1, Layout::Transposed);
   const Tensor w = random_tensor({4, 3, 3, 3}, {kFloat32, kGpu}, 2, Layout::Strided);
-  check_norm_close(ops::conv2d(x, w), ops::conv2d(x.cpu(), w.cpu()), rtol_for(kFloat32), "non-contiguous");
+  check_dtype_norm_close(ops::conv2d(x, w), ops::conv2d(x.cpu(), w.cpu()), rtol_for(kFloat32), "non-contiguous");
   CHECK(ops::conv2d(zeros({0, 3, 8, 8}, {kFloat32, kGpu}), w).sizes() == Shape{0, 4, 6, 6});
-  check_norm_close(ops::conv2d(x[0], w), ops::conv2d(x[0].cpu(), w.cpu()), rtol_for(kFloat32), "unbatched");
+  check_dtype_norm_close(ops::conv2d(x[0], w), ops::conv2d(x[0].cpu(), w.cpu()), rtol_for(kFloat32), "unbatched");
   check_error([&] { ops::conv2d(x, w.cpu()); }, {"conv2d", "cuda", "cpu"});
   check_error([&] { ops::conv2d(x, w, zeros({4})); }, {"conv2d", "cuda", "cpu"});
   check_error([&] { ops::conv2d_backward_weight(zeros({2, 4, 6, 7}), x, w.sizes()); }, {"cuda", "cpu"});
@@ -232,7 +225,7 @@ TEST_CASE("cuda pooling: forward and backward match the CPU, ResNet's pools incl
                       ++seed, "adaptive_avg_pool2d " + shape_str(xs));
   }
   const Tensor xg = random_tensor({2, 3, 8, 8}, {kFloat32, kGpu}, 1, Layout::Transposed);
-  check_norm_close(ops::max_pool2d(xg, 2).out, ops::max_pool2d(xg.cpu(), 2).out, 0, "non-contiguous max");
+  check_dtype_norm_close(ops::max_pool2d(xg, 2).out, ops::max_pool2d(xg.cpu(), 2).out, 0, "non-contiguous max");
   const ops::MaxPool2dResult r = ops::max_pool2d(xg, 2);
   check_error([&] { ops::max_pool2d_backward(r.out, r.indices.cpu(), xg.sizes(), 2); },
               {"max_pool2d_backward", "cuda", "cpu"});
@@ -267,9 +260,9 @@ TEST_CASE("cuda batch_norm: training and eval match the CPU, with running statis
         const char* names[] = {"y", "grad_x", "grad_weight", "grad_bias"};
         // The parameters' leaves are in dtype t and converted to st inside f: their grads arrive in t.
         for (size_t i = 0; i < gpu.size(); ++i)
-          check_norm_close(gpu[i], cpu[i], rtol_for(t) * 2, detail::str_cat("batch_norm ", names[i]));
-        check_norm_close(rm_gpu, rm_cpu, rtol_for(st) * 2, "running_mean");
-        check_norm_close(rv_gpu, rv_cpu, rtol_for(st) * 2, "running_var");
+          check_dtype_norm_close(gpu[i], cpu[i], rtol_for(t) * 2, detail::str_cat("batch_norm ", names[i]));
+        check_dtype_norm_close(rm_gpu, rm_cpu, rtol_for(st) * 2, "running_mean");
+        check_dtype_norm_close(rv_gpu, rv_cpu, rtol_for(st) * 2, "running_var");
       }
   // Mixed precision: float16 x with float32 parameters held as leaves; their grads stay float32.
   Tensor xh = random_tensor({8, 16, 10, 10}, {kFloat16, kGpu}, 5);
@@ -297,8 +290,8 @@ TEST_CASE("cuda nn: Conv2d, BatchNorm2d and the pools run on the GPU like on the
   conv.to(kGpu);
   bn.to(kGpu);
   const Tensor y_gpu = gap(pool(bn(conv(x.to(kGpu)))));
-  check_norm_close(y_gpu.cpu(), y_cpu, 1e-4, "module stack");
-  check_norm_close(bn.running_mean.cpu(), rm_cpu, 1e-4, "running_mean");
+  check_dtype_norm_close(y_gpu.cpu(), y_cpu, 1e-4, "module stack");
+  check_dtype_norm_close(bn.running_mean.cpu(), rm_cpu, 1e-4, "running_mean");
   CHECK(bn.num_batches_tracked.device() == kGpu);
   CHECK(bn.num_batches_tracked.cpu().item<int64_t>() == 1);
 }
