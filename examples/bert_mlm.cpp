@@ -10,7 +10,9 @@
 //            [--layers 4] [--hidden 256] [--heads 4] [--intermediate 1024]
 //
 // --corpus takes files or directories (read recursively; symlinks to a file already read
-// are skipped); it may repeat.
+// and files with a NUL byte, i.e. not text, are skipped); it may repeat. The default is
+// /usr/share/common-licenses plus every /usr/share/doc/*/copyright (about 240 KB and 20 MB
+// on a Debian 13 development machine; both exist on Debian and Ubuntu).
 //
 // Note [bert_mlm tokenizer]
 // Word level, built from the corpus itself: text is lower-cased and split into runs of
@@ -87,14 +89,18 @@ std::string read_corpus(const std::vector<std::string>& paths) {
     }
   }
   std::string text;
+  size_t used = 0;
   for (const fs::path& f : files) {
     std::ifstream in(f, std::ios::binary);
     std::ostringstream s;
     s << in.rdbuf();
-    text += s.str();
+    const std::string content = s.str();
+    if (content.find('\0') != std::string::npos) continue;  // compressed or binary
+    text += content;
     text += '\n';
+    ++used;
   }
-  std::printf("corpus: %zu files, %zu bytes\n", files.size(), text.size());
+  std::printf("corpus: %zu text files, %zu bytes\n", used, text.size());
   return text;
 }
 
@@ -275,7 +281,13 @@ int main(int argc, char** argv) {
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "bert_mlm: --seq-len ", seq_len,
                  " must be in [3, ", config.max_position_embeddings, "]");
-    if (corpus.empty()) corpus.push_back("/usr/share/common-licenses");
+    if (corpus.empty()) {
+      corpus.push_back("/usr/share/common-licenses");
+      namespace fs = std::filesystem;
+      if (fs::is_directory("/usr/share/doc"))
+        for (const auto& entry : fs::directory_iterator("/usr/share/doc"))
+          if (fs::is_regular_file(entry.path() / "copyright")) corpus.push_back(entry.path() / "copyright");
+    }
     const Tokenized tok = tokenize(read_corpus(corpus), max_vocab);
     FRUGAL_CHECK(int64_t(tok.ids.size()) >= seq_len, "bert_mlm: the corpus has only ", tok.ids.size(),
                  " tokens, fewer than --seq-len ", seq_len);
