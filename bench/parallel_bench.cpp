@@ -59,6 +59,7 @@ std::shared_ptr<nn::Sequential> make_encoder(const CommPtr& tp, Device device, i
 struct Result {
   std::string mode;
   int gpus = 1;
+  int64_t samples = 0;  // per step over all GPUs; 0: the global batch
   double step_s = 0, samples_per_s = 0, peak_gib = 0, bubble_measured = -1, bubble_theory = -1;
 };
 
@@ -151,13 +152,15 @@ int run(int argc, char** argv) {
     res.bubble_theory = last.bubble_theoretical;
     results.push_back(res);
   }
-  {  // N-way data parallel
-    Result res{.mode = "DDP", .gpus = N};
+  // N-way data parallel: strong scaling (the global batch split over the ranks) and weak
+  // scaling (every rank a whole batch, as DDP is usually measured: what communication costs).
+  for (const bool weak : {false, true}) {
+    Result res{.mode = weak ? "DDP weak" : "DDP", .gpus = N, .samples = weak ? batch * N : batch};
     auto model = make_encoder(nullptr, dev);
     auto ddp = std::make_shared<DistributedDataParallel>(model, world);
     optim::AdamW opt(ddp->parameters(), {.lr = 1e-4});
-    const int64_t per = batch / N;
-    const Tensor x = x_full.narrow(0, r * per, per), y = y_full.narrow(0, r * per, per);
+    const int64_t per = weak ? batch : batch / N;
+    const Tensor x = weak ? x_full : x_full.narrow(0, r * per, per), y = weak ? y_full : y_full.narrow(0, r * per, per);
     res.step_s = time_steps(
         dev, iters,
         [&] {
@@ -173,7 +176,7 @@ int run(int argc, char** argv) {
   for (Result& res : results) {
     res.step_s = max_over_ranks(*world, res.step_s);  // the slowest rank sets the pace
     res.peak_gib = max_over_ranks(*world, res.peak_gib);
-    res.samples_per_s = double(batch) / res.step_s;
+    res.samples_per_s = double(res.samples ? res.samples : batch) / res.step_s;
   }
   if (r == 0) {
     const double base = results[0].samples_per_s;
@@ -192,6 +195,7 @@ int run(int argc, char** argv) {
     for (const Result& res : results) {
       std::string key = res.mode.substr(0, res.mode.find(' '));
       if (key == "1") key = "single";
+      if (res.mode == "DDP weak") key = "DDP_weak";
       std::printf("%s_samples_per_s: %.2f\n%s_efficiency: %.4f\n%s_peak_gib: %.3f\n", key.c_str(), res.samples_per_s,
                   key.c_str(), res.samples_per_s / (res.gpus * base), key.c_str(), res.peak_gib);
       if (res.bubble_theory >= 0)
