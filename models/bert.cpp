@@ -5,6 +5,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/ops/all.h"
+#include "memory/attribution.h"
 #include "models/config_json.h"
 #include "models/group.h"
 #include "nn/init.h"
@@ -97,13 +98,14 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c) {
 }
 
 Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const int64_t T = input_ids.size(1);
   const int64_t max_t = position_embeddings->weight.size(0);
   FRUGAL_CHECK(T <= max_t, "BertEmbeddings: sequence length ", T, " exceeds max_position_embeddings ", max_t);
   const Tensor positions = arange(T, {kInt64, input_ids.device()});  // (T)
-  Tensor h = word_embeddings->forward(input_ids) + token_type_embeddings->forward(token_type_ids);
-  h = h + position_embeddings->forward(positions);  // (B, T, C) + (T, C)
-  return dropout->forward(LayerNorm->forward(h));
+  Tensor h = (*word_embeddings)(input_ids) + (*token_type_embeddings)(token_type_ids);
+  h = h + (*position_embeddings)(positions);  // (B, T, C) + (T, C)
+  return (*dropout)((*LayerNorm)(h));
 }
 
 // ---- encoder layer ---------------------------------------------------------------------
@@ -116,9 +118,10 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 }
 
 Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const int64_t B = h.size(0), T = h.size(1), C = h.size(2), D = C / num_heads;
   auto heads = [&](const Tensor& x) { return x.view({B, T, num_heads, D}).transpose(1, 2); };  // (B, H, T, D)
-  const Tensor q = heads(query->forward(h)), k = heads(key->forward(h)), v = heads(value->forward(h));
+  const Tensor q = heads((*query)(h)), k = heads((*key)(h)), v = heads((*value)(h));
   // The mask is made in the scores' dtype (the projections' output: float16 under autocast).
   const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
   const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, is_training() ? dropout_p : 0.0,
@@ -133,7 +136,8 @@ BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c)
 }
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  return LayerNorm->forward(dropout->forward(dense->forward(h)) + residual);
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  return (*LayerNorm)((*dropout)((*dense)(h)) + residual);
 }
 
 BertLayer::BertLayer(const BertConfig& c) {
@@ -146,8 +150,9 @@ BertLayer::BertLayer(const BertConfig& c) {
 }
 
 Tensor BertLayer::forward(const Tensor& h, const Tensor& mask) {
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor a = attention_output->forward(self_attention->forward(h, mask), h);
-  return output->forward(gelu(intermediate_dense->forward(a)), a);
+  return output->forward(gelu((*intermediate_dense)(a)), a);
 }
 
 // ---- model -----------------------------------------------------------------------------
@@ -177,6 +182,7 @@ BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config(c) {
 
 BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                    const Tensor& token_type_ids) {
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   constexpr const char* op = "BertModel";
   FRUGAL_CHECK(input_ids.defined() && input_ids.dim() == 2 && !is_floating(input_ids.dtype()), op,
                ": input_ids must be (B, T) integers, got ", input_ids.defined() ? input_ids.describe() : "undefined");
@@ -193,7 +199,7 @@ BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attent
             : layer->forward(h, mask);
   }
   BertModelOutput out{h, Tensor()};
-  if (pooler_dense) out.pooler_output = tanh(pooler_dense->forward(h.select(1, 0)));
+  if (pooler_dense) out.pooler_output = tanh((*pooler_dense)(h.select(1, 0)));
   return out;
 }
 
@@ -220,8 +226,9 @@ TiedKeys BertForMaskedLM::tied_keys() const {
 
 BertMlmOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                        const Tensor& token_type_ids, const Tensor& labels) {
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor h = bert->forward(input_ids, attention_mask, token_type_ids).last_hidden_state;
-  const Tensor t = transform_LayerNorm->forward(gelu(transform_dense->forward(h)));
+  const Tensor t = (*transform_LayerNorm)(gelu((*transform_dense)(h)));
   BertMlmOutput out;
   out.logits = linear(t, bert->embeddings->word_embeddings->weight, decoder_bias);  // (B, T, V)
   if (labels.defined()) {
@@ -241,9 +248,10 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
 
 BertClassifierOutput BertForSequenceClassification::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                                             const Tensor& token_type_ids, const Tensor& labels) {
+  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor pooled = bert->forward(input_ids, attention_mask, token_type_ids).pooler_output;
   BertClassifierOutput out;
-  out.logits = classifier->forward(dropout->forward(pooled));  // (B, num_labels)
+  out.logits = (*classifier)((*dropout)(pooled));  // (B, num_labels)
   if (labels.defined()) {
     // As Hugging Face's problem_type inference: one label is regression, integer labels classes.
     if (out.logits.size(1) == 1) out.loss = mse_loss(out.logits.squeeze(1), labels.to(out.logits.dtype()));

@@ -45,8 +45,8 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool f
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = bn_relu(*bn1, conv1->forward(x), fused_bn_relu);
-  return bn_relu(*bn2, conv2->forward(out), fused_bn_relu, downsample ? downsample->forward(x) : x);
+  Tensor out = bn_relu(*bn1, (*conv1)(x), fused_bn_relu);
+  return bn_relu(*bn2, (*conv2)(out), fused_bn_relu, downsample ? (*downsample)(x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool fused) : fused_bn_relu(fused) {
@@ -60,9 +60,9 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool f
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = bn_relu(*bn1, conv1->forward(x), fused_bn_relu);
-  out = bn_relu(*bn2, conv2->forward(out), fused_bn_relu);
-  return bn_relu(*bn3, conv3->forward(out), fused_bn_relu, downsample ? downsample->forward(x) : x);
+  Tensor out = bn_relu(*bn1, (*conv1)(x), fused_bn_relu);
+  out = bn_relu(*bn2, (*conv2)(out), fused_bn_relu);
+  return bn_relu(*bn3, (*conv3)(out), fused_bn_relu, downsample ? (*downsample)(x) : x);
 }
 
 ResNet::ResNet(BlockType block_, std::array<int64_t, 4> blocks, ResNetOptions o)
@@ -112,17 +112,17 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t p
 Tensor ResNet::forward(const Tensor& x) {
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "ResNet: expected input (N, ", options.in_channels,
                ", H, W), got ", x.describe());
-  Tensor h = bn_relu(*bn1, conv1->forward(x), options.fused_bn_relu);
+  Tensor h = bn_relu(*bn1, (*conv1)(x), options.fused_bn_relu);
   if (!options.small_input_stem) h = max_pool2d(h, 3, {.stride = 2, .padding = 1});
   for (const auto& layer : {layer1, layer2, layer3, layer4})
     for (size_t i = 0; i < layer->size(); ++i) {
       std::shared_ptr<nn::UnaryModule> blk = (*layer)[i];
       // The closure owns the block: backward replays it after forward has returned.
-      h = options.checkpoint_blocks ? autograd::checkpoint([blk](const Tensor& in) { return blk->forward(in); }, h)
-                                    : blk->forward(h);
+      h = options.checkpoint_blocks ? autograd::checkpoint([blk](const Tensor& in) { return (*blk)(in); }, h)
+                                    : (*blk)(h);
     }
   h = adaptive_avg_pool2d(h, 1).flatten(1);  // (N, C)
-  return fc->forward(h);
+  return (*fc)(h);
 }
 
 std::shared_ptr<ResNet> resnet(int64_t depth, ResNetOptions o) {

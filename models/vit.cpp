@@ -74,9 +74,9 @@ EncoderBlock::EncoderBlock(const ViTConfig& c) {
 }
 
 Tensor EncoderBlock::forward(const Tensor& input) {
-  const Tensor h = ln_1->forward(input);
-  const Tensor x = dropout->forward(self_attention->forward(h, h, h).output) + input;
-  return x + mlp->forward(ln_2->forward(x));
+  const Tensor h = (*ln_1)(input);
+  const Tensor x = (*dropout)(self_attention->forward(h, h, h).output) + input;
+  return x + (*mlp)((*ln_2)(x));
 }
 
 VisionTransformer::VisionTransformer(const ViTConfig& c) : config(c) {
@@ -117,14 +117,13 @@ Tensor VisionTransformer::forward(const Tensor& x) {
                "), got ", x.describe());
   const int64_t N = x.size(0);
   // (N, C, H, W) -> (N, hidden, H/p, W/p) -> (N, patches, hidden)
-  Tensor h = conv_proj->forward(x).flatten(2).transpose(1, 2);
+  Tensor h = (*conv_proj)(x).flatten(2).transpose(1, 2);
   h = cat({class_token.expand({N, -1, -1}), h}, 1);  // (N, patches + 1, hidden)
-  h = encoder_dropout->forward(h + pos_embedding);
+  h = (*encoder_dropout)(h + pos_embedding);
   for (const auto& block : blocks)
-    h = c.checkpoint_blocks ? autograd::checkpoint([block](const Tensor& in) { return block->forward(in); }, h)
-                            : block->forward(h);
-  h = encoder_ln->forward(h);
-  return head->forward(h.select(1, 0));  // the class token
+    h = c.checkpoint_blocks ? autograd::checkpoint([block](const Tensor& in) { return (*block)(in); }, h) : (*block)(h);
+  h = (*encoder_ln)(h);
+  return (*head)(h.select(1, 0));  // the class token
 }
 
 }  // namespace frugal::models
