@@ -19,6 +19,7 @@
 #include "models/vit.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
+#include "profiler/session.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -357,6 +358,25 @@ TEST_CASE("models: ResNet fused_bn_relu equals the unfused blocks") {
     CHECK(max_rel_error(fused->forward(x), plain->forward(x)) <= 1e-5);
   }
   CHECK(models::resnet_options_from_json(json::parse(R"({"fused_bn_relu": true})")).fused_bn_relu);
+}
+
+TEST_CASE("models: the profiler names BERT's modules by their Hugging Face paths") {
+  manual_seed(4);
+  models::BertForMaskedLM mlm(tiny_bert());
+  const Tensor ids = from_vector<int64_t>({5, 7, 9, 11, 13, 2, 3, 4}, {2, 4});
+  const Tensor labels = from_vector<int64_t>({-100, 8, -100, -100, 1, -100, -100, 30}, {2, 4});
+  profiler::Session session({.device = kCPU});
+  session.attach(mlm);
+  session.start();
+  mlm.forward(ids, Tensor(), Tensor(), labels).loss.backward();
+  session.stop();
+  std::set<std::string> modules;
+  for (const memory::OpRecord& op : session.op_records()) modules.insert(session.module_name(op.module));
+  CHECK(modules.count("bert.embeddings.word_embeddings") == 1);
+  CHECK(modules.count("bert.encoder.layer.0.attention.self") == 1);
+  CHECK(modules.count("bert.encoder.layer.0.attention.self.query") == 1);
+  CHECK(modules.count("bert.encoder.layer.1.output.dense") == 1);
+  CHECK(modules.count("cls.predictions.transform.dense") == 1);
 }
 
 TEST_CASE("models: config JSON") {
