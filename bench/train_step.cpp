@@ -6,12 +6,14 @@
 //   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]
 //              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
-//              [--image-size P] [--seq-len T]
+//              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off]
 //
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
-// runs (ResNet and ViT at 224, BERT at 128 tokens by default).
+// runs (ResNet and ViT at 224, BERT at 128 tokens by default). --cudnn-benchmark on (the
+// default) picks convolution algorithms by timing them during warm-up, as the PyTorch rows
+// run with torch.backends.cudnn.benchmark = True.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -34,6 +36,7 @@
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
+#include "tensor/ops/conv.h"
 
 using namespace frugal;
 
@@ -50,7 +53,8 @@ constexpr double kPeakFlops = 755e12;
 constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 
 struct Args {
-  std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto";
+  std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
+                     cudnn_benchmark = "on";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128;
   bool amp = false, checkpoint = false;
 };
@@ -59,6 +63,7 @@ const char* kUsage =
     "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]\n"
     "                  [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
+    "                  [--cudnn-benchmark on|off]\n"
     "                  [--image-size P] [--seq-len T]\n";
 
 std::optional<Args> parse(int argc, char** argv) {
@@ -85,6 +90,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flag == "--device") a.device = text();
     else if (flag == "--channels-last") a.channels_last = text();
     else if (flag == "--fused-bn-relu") a.fused_bn_relu = text();
+    else if (flag == "--cudnn-benchmark") a.cudnn_benchmark = text();
     else if (flag == "--image-size") a.image_size = number();
     else if (flag == "--seq-len") a.seq_len = number();
     else if (flag == "-h" || flag == "--help") return std::nullopt;
@@ -94,6 +100,8 @@ std::optional<Args> parse(int argc, char** argv) {
   FRUGAL_CHECK(a.steps >= 1 && a.warmup >= 0, "train_step: --steps must be >= 1 and --warmup >= 0");
   FRUGAL_CHECK(a.image_size > 0 && a.seq_len > 0, "train_step: --image-size and --seq-len must be positive");
   FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw", "train_step: --optim must be sgd or adamw, got ", a.optim);
+  FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
+               "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
   for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu})
     FRUGAL_CHECK(*mode == "auto" || *mode == "on" || *mode == "off",
                  "train_step: --channels-last and --fused-bn-relu take auto, on or off, got ", *mode);
@@ -191,6 +199,7 @@ double gib(int64_t bytes) { return double(bytes) / double(1ull << 30); }
 
 int run(const Args& a) {
   const Device device(a.device);
+  ops::set_cudnn_benchmark(a.cudnn_benchmark == "on");
   manual_seed(0);
   Workload w = make_workload(a, device);
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
