@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "autograd/grad_mode.h"
+#include "nn/low_rank_conv.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/matmul.h"
@@ -182,16 +183,22 @@ int64_t CompressReport::params_after() const {
 std::string CompressReport::table() const {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%-32s %6s %6s %6s %12s %12s %10s\n", "layer", "in", "out", "rank", "params",
-                "params_lr", "rel_error");
+  std::snprintf(line, sizeof line, "%-32s %-6s %6s %6s %6s %6s %12s %12s %10s\n", "layer", "type", "in", "out",
+                "kernel", "rank", "params", "params_lr", "rel_error");
   os << line;
   for (const auto& l : layers) {
-    std::snprintf(line, sizeof line, "%-32s %6lld %6lld %6lld %12lld %12lld %10.4f%s\n", l.path.c_str(),
-                  (long long)l.in_features, (long long)l.out_features, (long long)l.rank, (long long)l.params_before,
-                  (long long)l.params_after, l.relative_error, l.replaced ? "" : "  (kept: no saving)");
+    const std::string kernel =
+        l.type == "Conv2d" ? std::to_string(l.kernel_h) + "x" + std::to_string(l.kernel_w) : std::string("-");
+    const std::string kept = l.replaced     ? ""
+                             : l.groups > 1 ? "  (kept: groups=" + std::to_string(l.groups) + ")"
+                                            : "  (kept: no saving)";
+    std::snprintf(line, sizeof line, "%-32s %-6s %6lld %6lld %6s %6lld %12lld %12lld %10.4f%s\n", l.path.c_str(),
+                  l.type.c_str(), (long long)l.in_features, (long long)l.out_features, kernel.c_str(),
+                  (long long)l.rank, (long long)l.params_before, (long long)l.params_after, l.relative_error,
+                  kept.c_str());
     os << line;
   }
-  std::snprintf(line, sizeof line, "%-32s %6s %6s %6s %12lld %12lld %9.1f%%\n", "total", "", "", "",
+  std::snprintf(line, sizeof line, "%-32s %-6s %6s %6s %6s %6s %12lld %12lld %9.1f%%\n", "total", "", "", "", "", "",
                 (long long)params_before(), (long long)params_after(),
                 params_before() ? 100.0 * double(params_after()) / double(params_before()) : 0.0);
   os << line;
@@ -199,6 +206,71 @@ std::string CompressReport::table() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const CompressReport& report) { return os << report.table(); }
+
+namespace {
+
+/// The row of one matched layer, and its replacement (null when the layer is kept).
+struct LayerPlan {
+  LayerCompression row;
+  std::shared_ptr<Module> replacement;
+};
+
+int64_t chosen_rank(const CompressPolicy& policy, const ops::SVDResult& f) {
+  return policy.rank > 0 ? policy.rank : std::max<int64_t>(1, rank_for_energy(f.S, policy.energy));
+}
+
+LayerPlan plan_linear(const std::string& path, const Linear& layer, const CompressPolicy& policy) {
+  LayerPlan plan{.row = {.path = path,
+                         .in_features = layer.in_features,
+                         .out_features = layer.out_features,
+                         .params_before = layer.num_parameters()},
+                 .replacement = nullptr};
+  LayerCompression& row = plan.row;
+  const ops::SVDResult f = weight_svd(layer);
+  const int64_t in = layer.in_features, out = layer.out_features;
+  row.rank = chosen_rank(policy, f);
+  if (row.rank > std::min(in, out) || row.rank * (in + out) >= in * out) {
+    row.rank = std::min(row.rank, std::min(in, out));
+    row.params_after = row.params_before;
+    return plan;
+  }
+  auto low_rank = build(layer, f, row.rank);
+  row.params_after = low_rank->num_parameters();
+  row.relative_error = relative_error(layer.weight, *low_rank);
+  row.replaced = true;
+  plan.replacement = low_rank;
+  return plan;
+}
+
+LayerPlan plan_conv(const std::string& path, const Conv2d& layer, const CompressPolicy& policy) {
+  LayerPlan plan{.row = {.path = path,
+                         .in_features = layer.in_channels,
+                         .out_features = layer.out_channels,
+                         .params_before = layer.num_parameters(),
+                         .type = "Conv2d",
+                         .kernel_h = layer.kernel_size.h,
+                         .kernel_w = layer.kernel_size.w,
+                         .groups = layer.options.groups},
+                 .replacement = nullptr};
+  LayerCompression& row = plan.row;
+  row.params_after = row.params_before;
+  if (layer.options.groups != 1) return plan;  // not one matrix: kept (reported as such)
+  const ops::SVDResult f = detail::conv_weight_svd(layer);
+  const int64_t patch = layer.in_channels * layer.kernel_size.h * layer.kernel_size.w, out = layer.out_channels;
+  row.rank = chosen_rank(policy, f);
+  if (row.rank > std::min(patch, out) || row.rank * (patch + out) >= patch * out) {
+    row.rank = std::min(row.rank, std::min(patch, out));
+    return plan;
+  }
+  auto low_rank = detail::build_low_rank_conv(layer, f, row.rank);
+  row.params_after = low_rank->num_parameters();
+  row.relative_error = relative_error(layer.weight, *low_rank);
+  row.replaced = true;
+  plan.replacement = low_rank;
+  return plan;
+}
+
+}  // namespace
 
 // Note [Replacing a layer in place]
 // compress() swaps a child in its parent's registry (Module::replace_module), which is
@@ -213,20 +285,23 @@ CompressReport compress(Module& model, const CompressPolicy& policy) {
   FRUGAL_CHECK(!policy.patterns.empty(), "compress: the policy has no patterns");
   FRUGAL_CHECK(policy.rank >= 0, "compress: rank must be positive (or 0 for the energy rule), got ", policy.rank);
   autograd::NoGradGuard no_grad;
+  const std::string kinds = policy.convs ? "Linear or Conv2d" : "Linear";
   // Paths first, then one swap at a time: holding no handles while swapping keeps the
   // reference count meaningful (Note [Replacing a layer in place]).
-  std::vector<std::string> paths, all_linear;
+  std::vector<std::string> paths, all_layers;
   for (const auto& [path, m] : model.named_modules()) {
-    if (!std::dynamic_pointer_cast<Linear>(m)) continue;
+    if (!std::dynamic_pointer_cast<Linear>(m) && !(policy.convs && std::dynamic_pointer_cast<Conv2d>(m))) continue;
     const size_t dot = path.rfind('.');
-    if (dot != std::string::npos) {  // the factors of an earlier LowRankLinear are not layers to compress
+    if (dot != std::string::npos) {  // the factors of an earlier low-rank layer are not layers to compress
       const std::string parent = path.substr(0, dot);
       bool inside_low_rank = false;
       for (const auto& [p, pm] : model.named_modules())
-        if (p == parent) inside_low_rank = std::dynamic_pointer_cast<LowRankLinear>(pm) != nullptr;
+        if (p == parent)
+          inside_low_rank =
+              std::dynamic_pointer_cast<LowRankLinear>(pm) || std::dynamic_pointer_cast<LowRankConv2d>(pm);
       if (inside_low_rank) continue;
     }
-    all_linear.push_back(path);
+    all_layers.push_back(path);
     for (const auto& pat : policy.patterns)
       if (path_matches(pat, path)) {
         paths.push_back(path);
@@ -235,9 +310,10 @@ CompressReport compress(Module& model, const CompressPolicy& policy) {
   }
   if (paths.empty()) {
     std::string known;
-    for (const auto& p : all_linear) known += "\n  " + p;
-    FRUGAL_FAIL("compress: no Linear layer of ", model.type_name(), " matches the patterns (", policy.patterns.size(),
-                ", first '", policy.patterns.front(), "'); its Linear layers are:", known.empty() ? " none" : known);
+    for (const auto& p : all_layers) known += "\n  " + p;
+    FRUGAL_FAIL("compress: no ", kinds, " layer of ", model.type_name(), " matches the patterns (",
+                policy.patterns.size(), ", first '", policy.patterns.front(), "'); its ", kinds,
+                " layers are:", known.empty() ? " none" : known);
   }
 
   CompressReport report;
@@ -247,35 +323,24 @@ CompressReport compress(Module& model, const CompressPolicy& policy) {
     Module* parent = &model;
     if (dot != std::string::npos)
       for (const auto& part : split_path(path.substr(0, dot))) parent = child_of(*parent, part).get();
-    auto layer = std::dynamic_pointer_cast<Linear>(child_of(*parent, name));
-    LayerCompression row{.path = path,
-                         .in_features = layer->in_features,
-                         .out_features = layer->out_features,
-                         .params_before = layer->num_parameters()};
-    const ops::SVDResult f = weight_svd(*layer);
-    const int64_t in = layer->in_features, out = layer->out_features;
-    row.rank = policy.rank > 0 ? policy.rank : std::max<int64_t>(1, rank_for_energy(f.S, policy.energy));
-    if (row.rank > std::min(in, out) || row.rank * (in + out) >= in * out) {
-      row.rank = std::min(row.rank, std::min(in, out));
-      row.params_after = row.params_before;
-      report.layers.push_back(row);
-      continue;
+    LayerPlan plan;
+    {
+      const std::shared_ptr<Module> child = child_of(*parent, name);
+      if (auto linear = std::dynamic_pointer_cast<Linear>(child)) plan = plan_linear(path, *linear, policy);
+      else plan = plan_conv(path, dynamic_cast<const Conv2d&>(*child), policy);
+    }  // no handle on the old layer survives this block
+    if (plan.replacement) {
+      std::shared_ptr<Module> old = parent->replace_module(name, plan.replacement);
+      if (old.use_count() > 1) {
+        parent->replace_module(name, old);
+        FRUGAL_FAIL("compress: '", path, "' is also held outside ", parent->type_name(),
+                    "'s registry (a typed member?), so a replacement would never run; keep it as a UnaryModule and "
+                    "re-point it in ",
+                    parent->type_name(),
+                    "::on_replace_module (see Note [Replacing a layer in place] in nn/low_rank.cpp)");
+      }
     }
-    auto low_rank = build(*layer, f, row.rank);
-    row.params_after = low_rank->num_parameters();
-    row.relative_error = relative_error(layer->weight, *low_rank);
-    row.replaced = true;
-    layer.reset();
-    std::shared_ptr<Module> old = parent->replace_module(name, low_rank);
-    if (old.use_count() > 1) {
-      parent->replace_module(name, old);
-      FRUGAL_FAIL("compress: '", path, "' is also held outside ", parent->type_name(),
-                  "'s registry (a typed member?), so a replacement would never run; keep it as a UnaryModule and "
-                  "re-point it in ",
-                  parent->type_name(),
-                  "::on_replace_module (see Note [Replacing a layer in place] in nn/low_rank.cpp)");
-    }
-    report.layers.push_back(row);
+    report.layers.push_back(plan.row);
   }
   return report;
 }

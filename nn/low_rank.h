@@ -10,7 +10,7 @@
 // norm (Eckart-Young): ||W - U_r S_r Vh_r||_F = sqrt(sum_{i>r} s_i^2). Conversion is a
 // no-grad, one-off step on trained weights (ops::svd is not differentiable); the
 // LowRankLinear it makes is an ordinary trainable module, to be fine-tuned.
-// Conv2d is not factorized here: only Linear layers are.
+// Conv2d layers are factorized along their channels by LowRankConv2d (nn/low_rank_conv.h).
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -75,15 +75,22 @@ struct CompressPolicy {
   Energy energy{};
   /// A fixed rank for every matched layer (0: use `energy`).
   int64_t rank = 0;
+  /// Also replace matching Conv2d layers by LowRankConv2d (nn/low_rank_conv.h). Off by
+  /// default, so that patterns written for Linear layers ("*") never touch a CNN's convs
+  /// unasked. A matched Conv2d with groups > 1 is kept and reported as such.
+  bool convs = false;
 };
 
 /// What compress() did to one layer.
 struct LayerCompression {
   std::string path;
-  int64_t in_features = 0, out_features = 0, rank = 0;
+  int64_t in_features = 0, out_features = 0, rank = 0;  ///< a Conv2d's in/out channels
   int64_t params_before = 0, params_after = 0;
-  double relative_error = 0;  ///< ||W - U_r S_r Vh_r||_F / ||W||_F (0 when kept)
-  bool replaced = false;      ///< false: the chosen rank saved nothing, the Linear was kept
+  double relative_error = 0;           ///< ||W - U_r S_r Vh_r||_F / ||W||_F (0 when kept)
+  bool replaced = false;               ///< false: the chosen rank saved nothing (or groups > 1), the layer was kept
+  std::string type = "Linear";         ///< "Linear" or "Conv2d"
+  int64_t kernel_h = 1, kernel_w = 1;  ///< a Conv2d's kernel; its matrix is (out, in * kernel_h * kernel_w)
+  int64_t groups = 1;                  ///< a Conv2d's groups (> 1: kept, not factorized)
 };
 
 struct CompressReport {
@@ -99,8 +106,9 @@ std::ostream& operator<<(std::ostream& os, const CompressReport& report);
 bool path_matches(const std::string& pattern, const std::string& path);
 
 /// Replaces every Linear of `model` whose dotted path matches one of policy.patterns by
-/// its LowRankLinear (Module::replace_module), under no grad. A layer whose chosen rank
-/// saves no parameters is kept and reported as such. Throws when no Linear matches, and
+/// its LowRankLinear (Module::replace_module), under no grad; with policy.convs, every
+/// matching Conv2d by its LowRankConv2d too. A layer whose chosen rank saves no
+/// parameters is kept and reported as such. Throws when no layer matches, and
 /// when a matched layer is also held outside its parent's registry (a typed member the
 /// parent does not re-point in on_replace_module), since the replacement would be unused.
 /// Parameters change: make the optimizer after compressing.
