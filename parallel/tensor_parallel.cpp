@@ -275,7 +275,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
     local = ops::where(not_mine, zeros_like(indices), ops::sub(indices, double(vocab_start)));
     return 0;
   });
-  Tensor out = embedding(weight, local);
+  const bool pad_is_mine = padding_idx >= vocab_start && padding_idx < vocab_end;
+  Tensor out = embedding(weight, local, pad_is_mine ? padding_idx - vocab_start : -1);
   if (!trivial(comm_)) out = masked_fill(out, not_mine.unsqueeze(-1), 0.0);
   return reduce_from_region(out, comm_);
 }

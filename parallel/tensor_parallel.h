@@ -119,6 +119,8 @@ class VocabParallelEmbedding : public nn::UnaryModule {
 
   Tensor weight;  // (num / size, dim)
   const int64_t num_embeddings, embedding_dim, vocab_start, vocab_end;
+  /// A full-vocabulary index whose row gets no gradient (nn::Embedding's padding_idx), or -1.
+  int64_t padding_idx = -1;
 
  private:
   CommPtr comm_;

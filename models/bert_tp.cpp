@@ -1,0 +1,269 @@
+#include "models/bert_tp.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/all.h"
+#include "models/group.h"
+#include "nn/container.h"
+#include "nn/init.h"
+#include "nn/safetensors.h"
+#include "tensor/factory.h"
+
+namespace frugal::models {
+
+using parallel::CommPtr;
+using parallel::tp_rank;
+using parallel::tp_size;
+
+namespace {
+
+constexpr const char* kModel = "TensorParallelBertForMaskedLM";
+
+std::shared_ptr<nn::LayerNorm> layer_norm_layer(const BertConfig& c) {
+  return std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, nn::LayerNormOptions{.eps = c.layer_norm_eps});
+}
+
+/// The full shape of a tensor split along `dim` (-1: not split) from its local shard.
+Shape full_shape(const Tensor& local, int64_t dim, int size) {
+  Shape s = local.sizes();
+  if (dim >= 0) s[size_t(dim)] *= size;
+  return s;
+}
+
+/// Rank r's values of `full` along `dim`, or all of it when dim is -1.
+Tensor shard_of(const Tensor& full, int64_t dim, const Tensor& local, int rank) {
+  if (dim < 0) return full;
+  const int64_t n = local.size(dim);
+  return full.narrow(dim, rank * n, n);
+}
+
+}  // namespace
+
+// ---- encoder layer ---------------------------------------------------------------------
+
+TensorParallelBertLayer::TensorParallelBertLayer(const BertConfig& c, CommPtr comm, Generator* gen)
+    : heads_per_rank(c.num_attention_heads / tp_size(comm)),
+      head_dim(c.hidden_size / c.num_attention_heads),
+      comm_(std::move(comm)) {
+  FRUGAL_CHECK(c.num_attention_heads % tp_size(comm_) == 0, kModel, ": num_attention_heads (", c.num_attention_heads,
+               ") must be divisible by the tensor-parallel size ", tp_size(comm_));
+  const parallel::ColumnParallelOptions column{.bias = true, .gather_output = false, .generator = gen};
+  const parallel::RowParallelOptions row{.bias = true, .input_is_parallel = true, .generator = gen};
+  const int64_t C = c.hidden_size;
+  auto column_layer = [&](int64_t in, int64_t out) {
+    return std::make_shared<parallel::ColumnParallelLinear>(in, out, comm_, column);
+  };
+  auto row_layer = [&](int64_t in, int64_t out) {
+    return std::make_shared<parallel::RowParallelLinear>(in, out, comm_, row);
+  };
+  auto attention = register_module("attention", std::make_shared<Group>("BertAttention"));
+  auto self = attention->add("self", std::make_shared<Group>("BertSelfAttention"));
+  query = self->add("query", column_layer(C, C));
+  key = self->add("key", column_layer(C, C));
+  value = self->add("value", column_layer(C, C));
+  auto attention_output = attention->add("output", std::make_shared<Group>("BertSelfOutput"));
+  attention_output_dense = attention_output->add("dense", row_layer(C, C));
+  attention_output_LayerNorm = attention_output->add("LayerNorm", layer_norm_layer(c));
+  auto intermediate = register_module("intermediate", std::make_shared<Group>("BertIntermediate"));
+  intermediate_dense = intermediate->add("dense", column_layer(C, c.intermediate_size));
+  auto output = register_module("output", std::make_shared<Group>("BertOutput"));
+  output_dense = output->add("dense", row_layer(c.intermediate_size, C));
+  output_LayerNorm = output->add("LayerNorm", layer_norm_layer(c));
+}
+
+Tensor TensorParallelBertLayer::forward(const Tensor& h, const Tensor& mask) {
+  const int64_t B = h.size(0), T = h.size(1);
+  // One copy_to_region for q, k and v: one backward all-reduce of dL/dh for the three.
+  const Tensor hp = parallel::copy_to_region(h, comm_);
+  auto heads = [&](const Tensor& y) { return y.view({B, T, heads_per_rank, head_dim}).transpose(1, 2); };
+  const Tensor q = heads(query->forward_local(hp)), k = heads(key->forward_local(hp));
+  const Tensor v = heads(value->forward_local(hp));
+  const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, 0.0, 1.0 / std::sqrt(double(head_dim)));
+  const Tensor merged = ctx.transpose(1, 2).reshape({B, T, heads_per_rank * head_dim});
+  const Tensor a = attention_output_LayerNorm->forward(attention_output_dense->forward(merged) + h);
+  const Tensor u = intermediate_dense->forward_local(parallel::copy_to_region(a, comm_));
+  return output_LayerNorm->forward(output_dense->forward(gelu(u)) + a);
+}
+
+// ---- model -----------------------------------------------------------------------------
+
+TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c, CommPtr comm, uint64_t seed)
+    : config(c), comm_(std::move(comm)) {
+  const int p = tp_size(comm_);
+  FRUGAL_CHECK(c.hidden_size > 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, kModel,
+               ": need hidden_size > 0 divisible by num_attention_heads > 0, got ", c.hidden_size, " and ",
+               c.num_attention_heads);
+  FRUGAL_CHECK(c.vocab_size % p == 0 && c.intermediate_size % p == 0, kModel, ": vocab_size (", c.vocab_size,
+               ") and intermediate_size (", c.intermediate_size, ") must be divisible by the tensor-parallel size ", p);
+  FRUGAL_CHECK(!c.checkpoint_blocks, kModel, ": checkpoint_blocks is not supported");
+  Generator gen(seed);  // the same on every rank: replicated tensors get the same values
+  const Device device = comm_ ? comm_->device() : kCPU;
+
+  auto bert = register_module("bert", std::make_shared<Group>("BertModel"));
+  auto embeddings = bert->add("embeddings", std::make_shared<Group>("BertEmbeddings"));
+  word_embeddings = embeddings->add(
+      "word_embeddings", std::make_shared<parallel::VocabParallelEmbedding>(c.vocab_size, c.hidden_size, comm_, &gen));
+  word_embeddings->padding_idx = c.pad_token_id;
+  position_embeddings =
+      embeddings->add("position_embeddings", std::make_shared<nn::Embedding>(c.max_position_embeddings, c.hidden_size));
+  token_type_embeddings =
+      embeddings->add("token_type_embeddings", std::make_shared<nn::Embedding>(c.type_vocab_size, c.hidden_size));
+  embeddings_LayerNorm = embeddings->add("LayerNorm", layer_norm_layer(c));
+  auto encoder = bert->add("encoder", std::make_shared<Group>("BertEncoder"));
+  layers = encoder->add("layer", std::make_shared<nn::ModuleList<TensorParallelBertLayer>>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers->push_back(std::make_shared<TensorParallelBertLayer>(c, comm_, &gen));
+
+  auto cls = register_module("cls", std::make_shared<Group>("BertOnlyMLMHead"));
+  auto predictions = cls->add("predictions", std::make_shared<Group>("BertLMPredictionHead"));
+  decoder_bias = predictions->add_parameter("bias", zeros({c.vocab_size / p}));
+  auto transform = predictions->add("transform", std::make_shared<Group>("BertPredictionHeadTransform"));
+  transform_dense = transform->add("dense", std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size));
+  transform_LayerNorm = transform->add("LayerNorm", layer_norm_layer(c));
+  // Note [Tied weights] in models/bert.h: the decoder's tensors are the word-embedding
+  // shard and the bias shard above, registered as buffers.
+  auto decoder = predictions->add("decoder", std::make_shared<Group>("VocabParallelLinear"));
+  decoder->add_buffer("weight", word_embeddings->weight);
+  decoder->add_buffer("bias", decoder_bias);
+
+  // Which keys are split, and along which dim.
+  for (const auto& [name, module] : named_modules()) {
+    if (std::dynamic_pointer_cast<parallel::ColumnParallelLinear>(module))
+      split_dims_[name + ".weight"] = 0, split_dims_[name + ".bias"] = 0;
+    else if (std::dynamic_pointer_cast<parallel::RowParallelLinear>(module)) split_dims_[name + ".weight"] = 1;
+    else if (std::dynamic_pointer_cast<parallel::VocabParallelEmbedding>(module)) split_dims_[name + ".weight"] = 0;
+  }
+  for (const char* key : {"cls.predictions.bias", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"})
+    split_dims_[key] = 0;
+
+  // Hugging Face's _init_weights on the full tensors (Linear / Embedding weights
+  // N(0, initializer_range), biases zero, the padding row zero; LayerNorm 1 and 0), drawn
+  // in registration order from `gen` on every rank; each rank keeps its shard.
+  to(device);  // in place: the decoder's buffers stay the same tensors
+  autograd::NoGradGuard no_grad;
+  for (const auto& [key, local] : named_parameters()) {
+    if (key.find("LayerNorm") != std::string::npos) continue;
+    const bool is_bias = key.size() >= 4 && key.compare(key.size() - 4, 4, "bias") == 0;
+    if (is_bias) {
+      nn::init::zeros_(local);
+      continue;
+    }
+    const int64_t dim = split_dim(key);
+    Tensor full = empty(full_shape(local, dim, p));
+    nn::init::normal_(full, 0.0, c.initializer_range, &gen);
+    if (key == "bert.embeddings.word_embeddings.weight" && c.pad_token_id >= 0)
+      nn::init::zeros_(full.select(0, c.pad_token_id));
+    local.detach().copy_(shard_of(full, dim, local, tp_rank(comm_)).to(local.device()));
+  }
+}
+
+int64_t TensorParallelBertForMaskedLM::split_dim(const std::string& key) const {
+  auto it = split_dims_.find(key);
+  return it == split_dims_.end() ? -1 : it->second;
+}
+
+TiedKeys TensorParallelBertForMaskedLM::tied_keys() const {
+  return {{"cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"},
+          {"cls.predictions.decoder.bias", "cls.predictions.bias"}};
+}
+
+TensorParallelMlmOutput TensorParallelBertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                                                               const Tensor& token_type_ids, const Tensor& labels) {
+  FRUGAL_CHECK(input_ids.defined() && input_ids.dim() == 2 && !is_floating(input_ids.dtype()), kModel,
+               ": input_ids must be (B, T) integers, got ", input_ids.defined() ? input_ids.describe() : "undefined");
+  for (const auto& [name, t] : {std::pair{"attention_mask", attention_mask},
+                                std::pair{"token_type_ids", token_type_ids}, std::pair{"labels", labels}}) {
+    FRUGAL_CHECK(!t.defined() || t.sizes() == input_ids.sizes(), kModel, ": ", name, " must have input_ids' shape ",
+                 shape_str(input_ids.sizes()), ", got ", t.describe());
+  }
+  const int64_t T = input_ids.size(1);
+  FRUGAL_CHECK(T <= config.max_position_embeddings, kModel, ": sequence length ", T,
+               " exceeds max_position_embeddings ", config.max_position_embeddings);
+  const Tensor types =
+      token_type_ids.defined() ? token_type_ids : zeros(input_ids.sizes(), {kInt64, input_ids.device()});
+  // As BertEmbeddings::forward, in the same order of additions.
+  Tensor h = word_embeddings->forward(input_ids) + token_type_embeddings->forward(types);
+  h = h + position_embeddings->forward(arange(T, {kInt64, input_ids.device()}));
+  h = embeddings_LayerNorm->forward(h);
+  const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
+  for (const auto& layer : *layers) h = layer->forward(h, mask);
+  const Tensor t = transform_LayerNorm->forward(gelu(transform_dense->forward(h)));
+  // The decoder is column-parallel over the vocabulary, its weight the word-embedding shard.
+  TensorParallelMlmOutput out;
+  out.local_logits = linear(parallel::copy_to_region(t, comm_), word_embeddings->weight, decoder_bias);
+  if (labels.defined()) out.loss = parallel::vocab_parallel_cross_entropy(out.local_logits, labels, comm_, -100);
+  return out;
+}
+
+Tensor TensorParallelBertForMaskedLM::gather_logits(const Tensor& local_logits) const {
+  return parallel::gather_from_region(local_logits, comm_);
+}
+
+Tensor TensorParallelBertForMaskedLM::gather_full(const std::string& key, const Tensor& local) const {
+  const int64_t dim = split_dim(key);
+  const int p = tp_size(comm_);
+  if (dim < 0 || p == 1) return local.detach().clone();
+  // all_gather stacks the ranks' shards on a new leading dim: (p, ...) -> move it next to
+  // `dim` and merge the two.
+  const Tensor in = local.detach().contiguous();
+  Shape stacked = in.sizes();
+  stacked.insert(stacked.begin(), p);
+  Tensor buf = empty(stacked, in.options());
+  comm_->all_gather(in, buf)->wait();
+  std::vector<int64_t> order;
+  for (int64_t d = 1; d <= in.dim(); ++d) {
+    if (d - 1 == dim) order.push_back(0);
+    order.push_back(d);
+  }
+  return buf.permute(order).reshape(full_shape(in, dim, p));
+}
+
+// ---- checkpoints ------------------------------------------------------------------------
+
+void load_full_state_dict(TensorParallelBertForMaskedLM& model, const std::map<std::string, Tensor>& full_in) {
+  std::map<std::string, Tensor> full = full_in;
+  for (const auto& [alias, source] : model.tied_keys()) {
+    if (!full.count(alias) && full.count(source)) full[alias] = full[source];
+    if (!full.count(source) && full.count(alias)) full[source] = full[alias];
+  }
+  const nn::NamedTensors state = model.state_dict();
+  std::string missing, unexpected, mismatched;
+  std::map<std::string, bool> known;
+  for (const auto& [key, local] : state) {
+    known[key] = true;
+    auto it = full.find(key);
+    if (it == full.end()) {
+      missing += " '" + key + "'";
+      continue;
+    }
+    const Shape want = full_shape(local, model.split_dim(key), tp_size(model.comm()));
+    if (it->second.sizes() != want)
+      mismatched += " '" + key + "' (" + it->second.describe() + ", expected " + shape_str(want) + ")";
+  }
+  for (const auto& [key, t] : full)
+    if (!known.count(key)) unexpected += " '" + key + "'";
+  FRUGAL_CHECK(missing.empty() && unexpected.empty() && mismatched.empty(), "load_full_state_dict: ", kModel,
+               " does not match the state dict.", missing.empty() ? "" : " Missing:", missing,
+               unexpected.empty() ? "" : " Unexpected:", unexpected,
+               mismatched.empty() ? "" : " Mismatched:", mismatched);
+  autograd::NoGradGuard no_grad;
+  const int rank = tp_rank(model.comm());
+  for (const auto& [key, local] : state) {
+    const Tensor src = shard_of(full.at(key), model.split_dim(key), local, rank);
+    local.detach().copy_(src.to(local.device(), local.dtype()));
+  }
+}
+
+void load_full_safetensors(TensorParallelBertForMaskedLM& model, const std::string& path) {
+  load_full_state_dict(model, nn::load_safetensors(path).tensors);
+}
+
+nn::NamedTensors gather_full_state_dict(const TensorParallelBertForMaskedLM& model) {
+  nn::NamedTensors out;
+  for (const auto& [key, local] : model.state_dict()) out.emplace_back(key, model.gather_full(key, local));
+  return out;
+}
+
+}  // namespace frugal::models

@@ -1,0 +1,190 @@
+// The tensor-parallel BertForMaskedLM (models/bert_tp.h) on the threads backend, 2 and 4
+// ranks, against models::BertForMaskedLM in one process: with the reference's weights
+// loaded (from its state dict or a safetensors file), the gathered logits, the loss and
+// the full gradients gathered from the shards equal the reference's (f32, 1e-5
+// relative); keys are Hugging Face's; split tensors hold 1 / size of the elements.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/all.h"
+#include "models/bert.h"
+#include "models/bert_tp.h"
+#include "nn/init.h"
+#include "nn/safetensors.h"
+#include "parallel/thread_communicator.h"
+#include "tensor/factory.h"
+#include "tests/cpu/parallel_test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using parallel::CommPtr;
+using parallel::run_ranks;
+
+namespace {
+
+models::BertConfig small_bert() {
+  models::BertConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 128;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = 0.0;
+  return c;
+}
+
+/// The reference with non-trivial LayerNorms and biases (HF's init leaves them 1 and 0).
+std::shared_ptr<models::BertForMaskedLM> reference_model() {
+  manual_seed(7);
+  auto ref = std::make_shared<models::BertForMaskedLM>(small_bert());
+  autograd::NoGradGuard no_grad;
+  for (const auto& [key, t] : ref->named_parameters()) {
+    if (key.find("LayerNorm.weight") != std::string::npos) nn::init::uniform_(t, 0.5, 1.5);
+    else if (key.find("bias") != std::string::npos) nn::init::uniform_(t, -0.1, 0.1);
+  }
+  return ref;
+}
+
+struct Batch {
+  Tensor ids, mask, types, labels;
+};
+
+/// B = 2, T = 8; the second sequence padded (pad id 0, mask 0) over its last 3 tokens.
+Batch make_batch() {
+  Batch b;
+  b.ids = from_vector<int64_t>({5, 17, 33, 50, 95, 64, 2, 81, 9, 48, 72, 30, 1, 0, 0, 0}, {2, 8});
+  b.mask = from_vector<int64_t>({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 8});
+  b.types = from_vector<int64_t>({0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1}, {2, 8});
+  b.labels =
+      from_vector<int64_t>({-100, 40, -100, 90, -100, -100, 3, 77, 12, -100, 60, -100, 95, -100, -100, -100}, {2, 8});
+  return b;
+}
+
+using Results = std::map<std::string, Tensor>;
+
+double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (double v : values_of(t)) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("tensor-parallel BERT: logits, loss and gradients equal BertForMaskedLM's at 2 and 4 ranks") {
+  auto ref = reference_model();
+  const Batch b = make_batch();
+  const models::BertMlmOutput want = ref->forward(b.ids, b.mask, b.types, b.labels);
+  want.loss.backward();
+  std::map<std::string, Tensor> full_state, ref_grads;
+  for (const auto& [k, t] : ref->named_parameters()) ref_grads[k] = t.grad();
+  for (const auto& [k, t] : ref->state_dict()) full_state[k] = t.detach();
+  // Round-trip the weights through a safetensors file as save_pretrained writes it (the
+  // tied aliases dropped): the TP model loads it with one rank's slice each.
+  nn::NamedTensors untied;
+  for (const auto& [k, t] : ref->state_dict())
+    if (k.rfind("cls.predictions.decoder.", 0) != 0) untied.emplace_back(k, t);
+  const std::string path = (std::filesystem::temp_directory_path() / "frugal_test_bert_tp.safetensors").string();
+  nn::save_safetensors(path, untied);
+
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    const size_t n = static_cast<size_t>(p);
+    PerRank<Results> grads(n), weights(n), outs(n);
+    PerRank<std::map<std::string, int64_t>> numels(n);
+    run_ranks(p, [&](const CommPtr& comm) {
+      const size_t r = size_t(comm->rank());
+      models::TensorParallelBertForMaskedLM tp(small_bert(), comm, /*seed=*/3);
+      if (p == 2) models::load_full_state_dict(tp, full_state);
+      else models::load_full_safetensors(tp, path);
+      const models::TensorParallelMlmOutput out = tp.forward(b.ids, b.mask, b.types, b.labels);
+      out.loss.backward();
+      outs[r]["logits"] = tp.gather_logits(out.local_logits).detach();
+      outs[r]["loss"] = out.loss.detach();
+      for (const auto& [k, t] : tp.named_parameters()) {
+        grads[r][k] = tp.gather_full(k, t.grad());
+        numels[r][k] = t.numel();
+      }
+      for (const auto& [k, t] : models::gather_full_state_dict(tp)) weights[r][k] = t;
+    });
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      check_equiv(outs[size_t(r)].at("logits"), want.logits.detach(), "logits");
+      check_equiv(outs[size_t(r)].at("loss"), want.loss.detach(), "loss");
+      // the same keys as the reference, the same full gradients
+      const nn::NamedTensors ref_params = ref->named_parameters();
+      REQUIRE(grads[size_t(r)].size() == ref_params.size());
+      for (const auto& [k, t] : ref_params) {
+        REQUIRE_MESSAGE(grads[size_t(r)].count(k), k);
+        if (k.find("attention.self.key.bias") != std::string::npos) {
+          // softmax ignores a shift shared by a query's scores, so this gradient is zero up
+          // to rounding (~1e-12 here) in both: compare it to the query bias's scale instead.
+          const std::string q = k.substr(0, k.find("key.bias")) + "query.bias";
+          CHECK(max_abs(grads[size_t(r)].at(k)) < 1e-6 * max_abs(ref_grads.at(q)));
+          CHECK(max_abs(t.grad()) < 1e-6 * max_abs(ref_grads.at(q)));
+          continue;
+        }
+        check_equiv(grads[size_t(r)].at(k), t.grad(), k + ".grad");
+      }
+      // gather_full_state_dict gives back the reference's state dict, every key
+      REQUIRE(weights[size_t(r)].size() == full_state.size());
+      for (const auto& [k, t] : full_state) {
+        REQUIRE_MESSAGE(weights[size_t(r)].count(k), k);
+        CHECK_MESSAGE(values_of(weights[size_t(r)].at(k)) == values_of(t), k);
+      }
+    }
+    // split tensors hold 1 / p of the elements, replicated ones all of them
+    int64_t split = 0;
+    for (const auto& [k, t] : ref->named_parameters()) {
+      const int64_t local = numels[0].at(k);
+      const bool is_split = k.find("word_embeddings") != std::string::npos || k == "cls.predictions.bias" ||
+                            k.find(".attention.self.") != std::string::npos ||
+                            k.find("intermediate.dense") != std::string::npos ||
+                            (k.find("output.dense.weight") != std::string::npos);
+      CAPTURE(k);
+      CHECK(local * (is_split ? p : 1) == t.numel());
+      if (is_split) split += t.numel();
+    }
+    CHECK(split > ref->num_parameters() / 2);  // most of the model is split
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("tensor-parallel BERT: init is replicated where it must be, and bad configs are rejected") {
+  const int p = 2;
+  PerRank<Results> got(static_cast<size_t>(p));
+  run_ranks(p, [&](const CommPtr& comm) {
+    models::TensorParallelBertForMaskedLM tp(small_bert(), comm, /*seed=*/11);
+    for (const auto& [k, t] : models::gather_full_state_dict(tp)) got[size_t(comm->rank())][k] = t;
+  });
+  for (const auto& [k, t] : got[0]) {
+    CAPTURE(k);
+    CHECK(values_of(got[1].at(k)) == values_of(t));  // every rank sees one full model
+  }
+  const std::vector<double> pad_row = values_of(got[0].at("bert.embeddings.word_embeddings.weight").select(0, 0));
+  CHECK(pad_row == std::vector<double>(64, 0.0));
+  CHECK(values_of(got[0].at("cls.predictions.bias")) == std::vector<double>(96, 0.0));
+
+  models::BertConfig odd = small_bert();
+  odd.vocab_size = 95;
+  CHECK_THROWS_WITH_AS(run_ranks(2, [&](const CommPtr& comm) { models::TensorParallelBertForMaskedLM tp(odd, comm); }),
+                       doctest::Contains("vocab_size (95)"), Error);
+  run_ranks(2, [&](const CommPtr& comm) {
+    models::TensorParallelBertForMaskedLM tp(small_bert(), comm);
+    std::map<std::string, Tensor> state;
+    for (const auto& [k, t] : models::gather_full_state_dict(tp)) state[k] = t;
+    state.erase("bert.encoder.layer.1.output.dense.weight");
+    state["bert.embeddings.position_embeddings.weight"] = zeros({8, 64});
+    CHECK_THROWS_WITH_AS(models::load_full_state_dict(tp, state),
+                         doctest::Contains("Missing: 'bert.encoder.layer.1.output.dense.weight'"), Error);
+    CHECK_THROWS_WITH_AS(models::load_full_state_dict(tp, state),
+                         doctest::Contains("'bert.embeddings.position_embeddings.weight' (float32[8, 64]"), Error);
+  });
+}
