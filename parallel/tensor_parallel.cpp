@@ -268,6 +268,16 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t num, int64_t dim, CommPtr
 Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   FRUGAL_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32,
                "VocabParallelEmbedding: indices must be int64 or int32, got ", indices.describe());
+  // An index no rank owns would embed as zeros on every rank: refuse it, as nn::Embedding
+  // does (one reduction and a host read per call).
+  if (indices.numel() > 0) {
+    const auto [lo, hi] = autograd::raw([&] {
+      return std::pair{ops::amin(indices).to(kCPU, kInt64).item<int64_t>(),
+                       ops::amax(indices).to(kCPU, kInt64).item<int64_t>()};
+    });
+    FRUGAL_CHECK(lo >= 0 && hi < num_embeddings, "VocabParallelEmbedding: index out of range [0, ", num_embeddings,
+                 "): indices span [", lo, ", ", hi, "] in ", indices.describe());
+  }
   // Indices this rank does not own look up row 0 and are zeroed before the all-reduce.
   Tensor not_mine, local;
   autograd::raw([&] {

@@ -307,6 +307,12 @@ TEST_CASE("tensor parallel: vocab-parallel embedding and cross entropy equal emb
       pemb.load_full(emb.weight);
       phead.load_full(head.weight);
       const Tensor h = pemb.forward(tokens);
+      // An index no rank owns is an error on every rank, not a silent zero row.
+      check_error(
+          [&] {
+            pemb.forward(from_vector(std::vector<int64_t>{2, V}, {2}));
+          },
+          {"VocabParallelEmbedding", "out of range", std::to_string(V)});
       const Tensor loss = parallel::vocab_parallel_cross_entropy(phead.forward(h), target, comm);
       loss.backward();
       out = {{"h", h.detach()}, {"loss", loss.detach()}, {"emb", pemb.weight.grad()}, {"head", phead.weight.grad()}};
