@@ -112,17 +112,21 @@ std::shared_ptr<LowRankLinear> to_low_rank(const Linear& layer, Energy energy, L
   return build(layer, f, rank);
 }
 
-double relative_error(const Tensor& weight, const LowRankLinear& low_rank) {
+double detail::relative_frobenius_error(const Tensor& weight, const Tensor& approx, const std::string& layer) {
   autograd::NoGradGuard no_grad;
   const Tensor w = weight.detach().to(kCPU, kFloat64);
-  const Tensor approx =
-      ops::matmul(low_rank.up->weight.detach().to(kCPU, kFloat64), low_rank.down->weight.detach().to(kCPU, kFloat64));
-  FRUGAL_CHECK(w.sizes() == approx.sizes(), "relative_error: weight ", w.describe(), " does not match ",
-               low_rank.repr());
+  FRUGAL_CHECK(w.sizes() == approx.sizes(), "relative_error: weight ", w.describe(), " does not match ", layer);
   const Tensor diff = ops::sub(w, approx);
   const double num = ops::sum(ops::mul(diff, diff)).item<double>();
   const double den = ops::sum(ops::mul(w, w)).item<double>();
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+double relative_error(const Tensor& weight, const LowRankLinear& low_rank) {
+  autograd::NoGradGuard no_grad;
+  const Tensor approx =
+      ops::matmul(low_rank.up->weight.detach().to(kCPU, kFloat64), low_rank.down->weight.detach().to(kCPU, kFloat64));
+  return detail::relative_frobenius_error(weight, approx, low_rank.repr());
 }
 
 // ---- compress ---------------------------------------------------------------------

@@ -63,6 +63,12 @@ std::shared_ptr<LowRankLinear> to_low_rank(const Linear& layer, Energy energy, L
 /// ||W - U_r S_r Vh_r||_F / ||W||_F, computed from the weights (in float64).
 double relative_error(const Tensor& weight, const LowRankLinear& low_rank);
 
+namespace detail {
+/// ||weight - approx||_F / ||weight||_F in float64 (||approx||_F when weight is 0); `layer`
+/// names the low-rank layer in the shape-mismatch message.
+double relative_frobenius_error(const Tensor& weight, const Tensor& approx, const std::string& layer);
+}  // namespace detail
+
 /// Which layers compress() replaces, and how.
 /// Note [Compress patterns]: a pattern is a dotted module path in which each component is
 /// matched on its own and '*' matches any run of characters within ONE component: "*"

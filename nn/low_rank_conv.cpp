@@ -122,19 +122,13 @@ std::shared_ptr<LowRankConv2d> to_low_rank(const Conv2d& layer, Energy energy, L
 
 double relative_error(const Tensor& weight, const LowRankConv2d& low_rank) {
   autograd::NoGradGuard no_grad;
-  const Tensor w = weight.detach().to(kCPU, kFloat64);
   const int64_t out = low_rank.out_channels, r = low_rank.rank;
   const Int2 k = low_rank.kernel_size;
   // The product in float64, so that float32 factors are not rounded again.
   const Tensor approx = ops::matmul(low_rank.up->weight.detach().to(kCPU, kFloat64).reshape({out, r}),
                                     low_rank.down->weight.detach().to(kCPU, kFloat64).reshape({r, -1}))
                             .reshape({out, low_rank.in_channels, k.h, k.w});
-  FRUGAL_CHECK(w.sizes() == approx.sizes(), "relative_error: weight ", w.describe(), " does not match ",
-               low_rank.repr());
-  const Tensor diff = ops::sub(w, approx);
-  const double num = ops::sum(ops::mul(diff, diff)).item<double>();
-  const double den = ops::sum(ops::mul(w, w)).item<double>();
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  return detail::relative_frobenius_error(weight, approx, low_rank.repr());
 }
 
 }  // namespace frugal::nn

@@ -59,6 +59,22 @@ Tensor run(nn::UnaryModule& m, const Tensor& x) {
   return m.forward(x);
 }
 
+// A (6, 8) matrix with singular values 4, 3, 2, 1, 0.5, 0.1: a scaled permutation with signs.
+const std::vector<double> kKnownSpectrum = {4, 3, 2, 1, 0.5, 0.1};
+std::vector<double> known_spectrum_matrix() {
+  const int64_t rows[] = {3, 0, 5, 1, 4, 2}, cols[] = {5, 0, 7, 2, 3, 6};
+  std::vector<double> w(6 * 8, 0.0);
+  for (int64_t i = 0; i < 6; ++i) w[size_t(rows[i] * 8 + cols[i])] = (i % 2 ? -1 : 1) * kKnownSpectrum[size_t(i)];
+  return w;
+}
+
+// Eckart-Young: truncating to rank r leaves sqrt(sum of the tail's s^2 / sum of all s^2).
+double truncation_error(const std::vector<double>& s, int64_t r) {
+  double tail = 0, total = 0;
+  for (size_t i = 0; i < s.size(); ++i) (i >= size_t(r) ? tail : total) += s[i] * s[i];
+  return std::sqrt(tail / (total + tail));
+}
+
 }  // namespace
 
 TEST_CASE("low_rank: LowRankLinear passes gradcheck and names its parameters") {
@@ -100,27 +116,19 @@ TEST_CASE("low_rank: full rank reproduces the layer, truncation errs by the tail
   CHECK(nn::relative_error(layer.weight, *full) < 1e-5);  // float32 factors
 
   const std::vector<double> s = singular_values(layer.weight);
-  double total = 0;
-  for (double v : s) total += v * v;
   for (int64_t r : {1, 3, 6, 9}) {
     CAPTURE(r);
     auto m = nn::to_low_rank(layer, r);
     CHECK(m->num_parameters() == r * (24 + 16) + 16);
-    double tail = 0;
-    for (size_t i = size_t(r); i < s.size(); ++i) tail += s[i] * s[i];
-    // Eckart-Young: the truncation error is exactly the tail of the spectrum.
-    CHECK(nn::relative_error(layer.weight, *m) == doctest::Approx(std::sqrt(tail / total)).epsilon(1e-4));
+    CHECK(nn::relative_error(layer.weight, *m) == doctest::Approx(truncation_error(s, r)).epsilon(1e-4));
     // And the factors reproduce the bias.
     check_close(m->up->bias, values_of(layer.bias), 0, 0, "bias");
   }
 }
 
 TEST_CASE("low_rank: the energy rule picks the rank of a known spectrum") {
-  // W (6, 8) with singular values 4, 3, 2, 1, 0.5, 0.1: a scaled permutation with signs.
-  const std::vector<double> s = {4, 3, 2, 1, 0.5, 0.1};
-  const int64_t rows[] = {3, 0, 5, 1, 4, 2}, cols[] = {5, 0, 7, 2, 3, 6};
-  std::vector<double> w(6 * 8, 0.0);
-  for (int64_t i = 0; i < 6; ++i) w[size_t(rows[i] * 8 + cols[i])] = (i % 2 ? -1 : 1) * s[size_t(i)];
+  const std::vector<double>& s = kKnownSpectrum;
+  const std::vector<double> w = known_spectrum_matrix();
   nn::Linear layer(8, 6);
   set_values(layer.weight, w);
   // Squared: 16, 25, 29, 30, 30.25, 30.26 (total 30.26).
@@ -370,25 +378,18 @@ TEST_CASE("low_rank: a truncated Conv2d errs by the tail singular values of its 
   nn::Conv2d conv(4, 12, 3, {.stride = 2, .padding = 1});
   const std::vector<double> s = singular_values(as_matrix(conv.weight));  // (12, 36): 12 values
   REQUIRE(s.size() == 12);
-  double total = 0;
-  for (double v : s) total += v * v;
   for (int64_t r : {1, 3, 6, 8}) {  // r * (36 + 12) < 432 up to r = 8
     CAPTURE(r);
     auto m = nn::to_low_rank(conv, r);
     CHECK(m->num_parameters() == r * (36 + 12) + 12);
-    double tail = 0;
-    for (size_t i = size_t(r); i < s.size(); ++i) tail += s[i] * s[i];
-    CHECK(nn::relative_error(conv.weight, *m) == doctest::Approx(std::sqrt(tail / total)).epsilon(1e-4));
+    CHECK(nn::relative_error(conv.weight, *m) == doctest::Approx(truncation_error(s, r)).epsilon(1e-4));
     check_close(m->up->bias, values_of(conv.bias), 0, 0, "bias");
   }
 }
 
 TEST_CASE("low_rank: the energy rule picks the rank of a known Conv2d spectrum") {
-  // W (6, 2, 2, 2) whose (6, 8) matrix has singular values 4, 3, 2, 1, 0.5, 0.1.
-  const std::vector<double> s = {4, 3, 2, 1, 0.5, 0.1};
-  const int64_t rows[] = {3, 0, 5, 1, 4, 2}, cols[] = {5, 0, 7, 2, 3, 6};
-  std::vector<double> w(6 * 8, 0.0);
-  for (int64_t i = 0; i < 6; ++i) w[size_t(rows[i] * 8 + cols[i])] = (i % 2 ? -1 : 1) * s[size_t(i)];
+  // W (6, 2, 2, 2) whose (6, 8) matrix has the known spectrum.
+  const std::vector<double> w = known_spectrum_matrix();
   nn::Conv2d conv(2, 6, 2);
   set_values(conv.weight, w);
   auto m = nn::to_low_rank(conv, nn::Energy{0.9});
