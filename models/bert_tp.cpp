@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "models/group.h"
+#include "models/tp_util.h"
 #include "nn/container.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
@@ -22,20 +23,6 @@ constexpr const char* kModel = "TensorParallelBertForMaskedLM";
 
 std::shared_ptr<nn::LayerNorm> layer_norm_layer(const BertConfig& c) {
   return std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, nn::LayerNormOptions{.eps = c.layer_norm_eps});
-}
-
-/// The full shape of a tensor split along `dim` (-1: not split) from its local shard.
-Shape full_shape(const Tensor& local, int64_t dim, int size) {
-  Shape s = local.sizes();
-  if (dim >= 0) s[size_t(dim)] *= size;
-  return s;
-}
-
-/// Rank r's values of `full` along `dim`, or all of it when dim is -1.
-Tensor shard_of(const Tensor& full, int64_t dim, const Tensor& local, int rank) {
-  if (dim < 0) return full;
-  const int64_t n = local.size(dim);
-  return full.narrow(dim, rank * n, n);
 }
 
 }  // namespace
@@ -129,12 +116,8 @@ TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c
   decoder->add_buffer("bias", decoder_bias);
 
   // Which keys are split, and along which dim.
-  for (const auto& [name, module] : named_modules()) {
-    if (std::dynamic_pointer_cast<parallel::ColumnParallelLinear>(module))
-      split_dims_[name + ".weight"] = 0, split_dims_[name + ".bias"] = 0;
-    else if (std::dynamic_pointer_cast<parallel::RowParallelLinear>(module)) split_dims_[name + ".weight"] = 1;
-    else if (std::dynamic_pointer_cast<parallel::VocabParallelEmbedding>(module)) split_dims_[name + ".weight"] = 0;
-  }
+  for (const auto& [key, split] : tp_linear_splits(*this)) split_dims_[key] = split.dim;
+  split_dims_["bert.embeddings.word_embeddings.weight"] = 0;
   for (const char* key : {"cls.predictions.bias", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"})
     split_dims_[key] = 0;
 
@@ -151,11 +134,11 @@ TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c
       continue;
     }
     const int64_t dim = split_dim(key);
-    Tensor full = empty(full_shape(local, dim, p));
+    Tensor full = empty(tp_full_shape(local, {dim}, p));
     nn::init::normal_(full, 0.0, c.initializer_range, &gen);
     if (key == "bert.embeddings.word_embeddings.weight" && c.pad_token_id >= 0)
       nn::init::zeros_(full.select(0, c.pad_token_id));
-    local.detach().copy_(shard_of(full, dim, local, tp_rank(comm_)).to(local.device()));
+    local.detach().copy_(tp_shard_of(full, {dim}, tp_rank(comm_), p).to(local.device()));
   }
 }
 
@@ -202,22 +185,7 @@ Tensor TensorParallelBertForMaskedLM::gather_logits(const Tensor& local_logits) 
 }
 
 Tensor TensorParallelBertForMaskedLM::gather_full(const std::string& key, const Tensor& local) const {
-  const int64_t dim = split_dim(key);
-  const int p = tp_size(comm_);
-  if (dim < 0 || p == 1) return local.detach().clone();
-  // all_gather stacks the ranks' shards on a new leading dim: (p, ...) -> move it next to
-  // `dim` and merge the two.
-  const Tensor in = local.detach().contiguous();
-  Shape stacked = in.sizes();
-  stacked.insert(stacked.begin(), p);
-  Tensor buf = empty(stacked, in.options());
-  comm_->all_gather(in, buf)->wait();
-  std::vector<int64_t> order;
-  for (int64_t d = 1; d <= in.dim(); ++d) {
-    if (d - 1 == dim) order.push_back(0);
-    order.push_back(d);
-  }
-  return buf.permute(order).reshape(full_shape(in, dim, p));
+  return tp_gather_full(local, {split_dim(key)}, comm_);
 }
 
 // ---- checkpoints ------------------------------------------------------------------------
@@ -228,32 +196,9 @@ void load_full_state_dict(TensorParallelBertForMaskedLM& model, const std::map<s
     if (!full.count(alias) && full.count(source)) full[alias] = full[source];
     if (!full.count(source) && full.count(alias)) full[source] = full[alias];
   }
-  const nn::NamedTensors state = model.state_dict();
-  std::string missing, unexpected, mismatched;
-  std::map<std::string, bool> known;
-  for (const auto& [key, local] : state) {
-    known[key] = true;
-    auto it = full.find(key);
-    if (it == full.end()) {
-      missing += " '" + key + "'";
-      continue;
-    }
-    const Shape want = full_shape(local, model.split_dim(key), tp_size(model.comm()));
-    if (it->second.sizes() != want)
-      mismatched += " '" + key + "' (" + it->second.describe() + ", expected " + shape_str(want) + ")";
-  }
-  for (const auto& [key, t] : full)
-    if (!known.count(key)) unexpected += " '" + key + "'";
-  FRUGAL_CHECK(missing.empty() && unexpected.empty() && mismatched.empty(), "load_full_state_dict: ", kModel,
-               " does not match the state dict.", missing.empty() ? "" : " Missing:", missing,
-               unexpected.empty() ? "" : " Unexpected:", unexpected,
-               mismatched.empty() ? "" : " Mismatched:", mismatched);
-  autograd::NoGradGuard no_grad;
-  const int rank = tp_rank(model.comm());
-  for (const auto& [key, local] : state) {
-    const Tensor src = shard_of(full.at(key), model.split_dim(key), local, rank);
-    local.detach().copy_(src.to(local.device(), local.dtype()));
-  }
+  tp_load_full(
+      model.state_dict(), full, [&](const std::string& key) { return TensorSplit{model.split_dim(key)}; }, model.comm(),
+      kModel);
 }
 
 void load_full_safetensors(TensorParallelBertForMaskedLM& model, const std::string& path) {
