@@ -85,6 +85,9 @@ TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c
   FRUGAL_CHECK(c.vocab_size % p == 0 && c.intermediate_size % p == 0, kModel, ": vocab_size (", c.vocab_size,
                ") and intermediate_size (", c.intermediate_size, ") must be divisible by the tensor-parallel size ", p);
   FRUGAL_CHECK(!c.checkpoint_blocks, kModel, ": checkpoint_blocks is not supported");
+  FRUGAL_CHECK(c.hidden_dropout_prob == 0.0 && c.attention_probs_dropout_prob == 0.0, kModel,
+               ": dropout is not supported (set hidden_dropout_prob and attention_probs_dropout_prob to 0), got ",
+               c.hidden_dropout_prob, " and ", c.attention_probs_dropout_prob);
   Generator gen(seed);  // the same on every rank: replicated tensors get the same values
   const Device device = comm_ ? comm_->device() : kCPU;
 

@@ -16,9 +16,9 @@
 //   auto out = tp.forward(ids, mask, {}, labels);           // out.local_logits: (B, T, V / size)
 //   out.loss.backward();
 //
-// Limitations: no dropout (the config's probabilities are ignored: every rank would need
-// the same generator state inside the replicated regions and different ones inside the
-// split regions), and no checkpoint_blocks.
+// Limitations: no dropout (a config asking for it is refused: every rank would need the
+// same generator state inside the replicated regions and different ones inside the split
+// regions), and no checkpoint_blocks.
 #include <map>
 #include <memory>
 #include <string>
