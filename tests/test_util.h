@@ -4,8 +4,11 @@
 // independent naive loops in double precision (DESIGN.md, Tests).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,12 @@
 #include "tensor/tensor.h"
 
 namespace frugal::testing {
+
+/// A file path in the temp directory unique to this process ("<stem>_<pid><ext>"), so that
+/// test runs in parallel (CI and a developer's run) never share a file.
+inline std::string temp_path(const std::string& stem, const std::string& ext = ".safetensors") {
+  return (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(::getpid()) + ext)).string();
+}
 
 /// How a test input is laid out in memory.
 enum class Layout {

@@ -91,7 +91,7 @@ TEST_CASE("tensor-parallel BERT: logits, loss and gradients equal BertForMaskedL
   nn::NamedTensors untied;
   for (const auto& [k, t] : ref->state_dict())
     if (k.rfind("cls.predictions.decoder.", 0) != 0) untied.emplace_back(k, t);
-  const std::string path = (std::filesystem::temp_directory_path() / "frugal_test_bert_tp.safetensors").string();
+  const std::string path = temp_path("frugal_test_bert_tp");
   nn::save_safetensors(path, untied);
 
   for (int p : {2, 4}) {

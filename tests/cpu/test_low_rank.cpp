@@ -272,7 +272,7 @@ TEST_CASE("low_rank: compress keeps layers that would not shrink and refuses typ
 
 TEST_CASE("low_rank: state_dict round trip through safetensors") {
   nn::LowRankLinear a(12, 10, 3), b(12, 10, 3);
-  const std::string path = "/tmp/frugal_test_low_rank.safetensors";
+  const std::string path = temp_path("frugal_test_low_rank");
   nn::save_safetensors(path, a.state_dict());
   const nn::SafetensorsFile file = nn::load_safetensors(path);
   std::remove(path.c_str());
@@ -552,7 +552,7 @@ TEST_CASE("low_rank: compress factorizes the Conv2d layers of a nested CNN only 
 
 TEST_CASE("low_rank: LowRankConv2d state_dict round trip through safetensors") {
   nn::LowRankConv2d a(3, 6, 3, 2, {.padding = 1}), b(3, 6, 3, 2, {.padding = 1});
-  const std::string path = "/tmp/frugal_test_low_rank_conv.safetensors";
+  const std::string path = temp_path("frugal_test_low_rank_conv");
   nn::save_safetensors(path, a.state_dict());
   const nn::SafetensorsFile file = nn::load_safetensors(path);
   std::remove(path.c_str());

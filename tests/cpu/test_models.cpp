@@ -268,7 +268,7 @@ TEST_CASE("models: load_safetensors_into fills a tied key the checkpoint omits")
   manual_seed(3);
   const models::BertConfig c = tiny_bert();
   models::BertForMaskedLM a(c), b(c);
-  const std::string path = (std::filesystem::temp_directory_path() / "frugal_test_bert_tied.safetensors").string();
+  const std::string path = temp_path("frugal_test_bert_tied");
   nn::NamedTensors sd;
   for (auto& [name, t] : a.state_dict())
     if (name.rfind("cls.predictions.decoder.", 0) != 0) sd.emplace_back(name, t);  // as save_pretrained writes

@@ -72,7 +72,7 @@ TEST_CASE("training: the MLP's loss falls and it classifies held-out images") {
 TEST_CASE("training: 1 epoch + checkpoint + resume + 1 epoch == 2 epochs, bit for bit") {
   auto [x, y] = images(1024, 0, false);
   data::TensorDataset ds(x, y);
-  const std::string path = "/tmp/frugal_resume_test.safetensors";
+  const std::string path = temp_path("frugal_resume_test");
 
   manual_seed(3);
   auto straight = examples::make_model("mlp");

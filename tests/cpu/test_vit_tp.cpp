@@ -72,7 +72,7 @@ TEST_CASE("tensor-parallel ViT: logits, loss and gradients equal VisionTransform
   want_loss.backward();
   std::map<std::string, Tensor> full_state;
   for (const auto& [k, t] : ref->state_dict()) full_state[k] = t.detach();
-  const std::string path = (std::filesystem::temp_directory_path() / "frugal_test_vit_tp.safetensors").string();
+  const std::string path = temp_path("frugal_test_vit_tp");
   nn::save_safetensors(path, ref->state_dict());
 
   for (int p : {2, 4}) {
