@@ -6,16 +6,20 @@
 //   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]
 //              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
-//              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off]
+//              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
 //
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
 // runs (ResNet and ViT at 224, BERT at 128 tokens by default). --cudnn-benchmark on (the
 // default) picks convolution algorithms by timing them during warm-up, as the PyTorch rows
-// run with torch.backends.cudnn.benchmark = True.
+// run with torch.backends.cudnn.benchmark = True. --profile DIR runs one more step under the
+// memory profiler after the timed ones and prints its per-op time table (host and device ms:
+// where a step's time goes) and what is live at the peak; DIR gets trace.json and
+// timeline.svg.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -34,6 +38,7 @@
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
+#include "profiler/session.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
@@ -54,7 +59,7 @@ constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 
 struct Args {
   std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
-                     cudnn_benchmark = "on";
+                     cudnn_benchmark = "on", profile_dir;
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128;
   bool amp = false, checkpoint = false;
 };
@@ -63,7 +68,7 @@ const char* kUsage =
     "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]\n"
     "                  [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
-    "                  [--cudnn-benchmark on|off]\n"
+    "                  [--cudnn-benchmark on|off] [--profile DIR]\n"
     "                  [--image-size P] [--seq-len T]\n";
 
 std::optional<Args> parse(int argc, char** argv) {
@@ -91,6 +96,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flag == "--channels-last") a.channels_last = text();
     else if (flag == "--fused-bn-relu") a.fused_bn_relu = text();
     else if (flag == "--cudnn-benchmark") a.cudnn_benchmark = text();
+    else if (flag == "--profile") a.profile_dir = text();
     else if (flag == "--image-size") a.image_size = number();
     else if (flag == "--seq-len") a.seq_len = number();
     else if (flag == "-h" || flag == "--help") return std::nullopt;
@@ -197,6 +203,23 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
 
 double gib(int64_t bytes) { return double(bytes) / double(1ull << 30); }
 
+// One step under the profiler: the per-op time table and the peak's contents, printed, and
+// the Chrome trace and SVG timeline written into a.profile_dir.
+void profile_one_step(const Args& a, Device device, nn::Module& model, optim::Optimizer& opt,
+                      const std::function<void()>& step) {
+  profiler::Session session({.device = device});
+  session.attach(model);
+  session.attach(opt);
+  session.start();
+  step();
+  session.stop();
+  std::filesystem::create_directories(a.profile_dir);
+  session.write_chrome_trace(a.profile_dir + "/trace.json");
+  session.write_timeline_svg(a.profile_dir + "/timeline.svg");
+  std::printf("%s\n%s\nwrote %s/trace.json and %s/timeline.svg\n\n", session.op_time_table(25).c_str(),
+              session.top_allocations_table(12).c_str(), a.profile_dir.c_str(), a.profile_dir.c_str());
+}
+
 int run(const Args& a) {
   const Device device(a.device);
   ops::set_cudnn_benchmark(a.cudnn_benchmark == "on");
@@ -228,6 +251,7 @@ int run(const Args& a) {
     times.push_back(bench::now_seconds() - t0);
   }
   const memory::MemoryStats st = memory::stats(device);
+  if (!a.profile_dir.empty()) profile_one_step(a, device, *w.module, *opt, step);
 
   const double step_s = bench::median(times);
   const double samples_per_s = double(a.batch) / step_s;
