@@ -4,7 +4,7 @@
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
 #   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
-#                                     parallel-bench resnet-ops attention train-step profile)
+#                                     parallel-bench resnet-ops attention train-step profile-resnet profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -28,6 +28,7 @@ for s in "$@"; do
       run python3 tools/bench_resnet_ops.py --frugal "$BUILD/bench/bench_resnet_ops" --quick ;;
     attention) run python3 tools/bench_attention.py --frugal "$BUILD/bench/bench_attention" ;;
     train-step) run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" ${TRAIN_STEP_ROWS:+--rows $TRAIN_STEP_ROWS} ;;
+    profile-resnet) run "$BUILD/bench/train_step" --model resnet50 --batch 128 --amp --profile /tmp/profile_resnet ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
