@@ -4,6 +4,20 @@
 // (count reaches zero); among ready nodes the most recently created runs first,
 // which is a valid reverse topological order and frees activations early. Each
 // node's incoming gradients are summed in its input buffer.
+//
+// Note [Backward callbacks]
+// queue_callback() lets code running inside backward (DDP's post-accumulate-grad hook)
+// schedule work for when the whole run is done. Each run_backward pushes a CallbackQueue
+// onto a thread-local stack (a linked list through `outer`): a checkpoint recompute runs
+// a nested backward inside CheckpointBackward::apply, and callbacks queued there belong to
+// that inner run (CallbackRun::Current) unless the caller asks for the outermost run, the
+// one the user called (CallbackRun::Outermost: DDP, whose sync must wait for every
+// parameter, also those reached after the recompute). Thread-local because every rank of
+// the threads backend runs its own backward on its own thread. After the last node the
+// callbacks run in FIFO order, still inside the run (a callback may queue more; they run
+// too). The queue is an RAII scope: if a node or a callback throws, the exception leaves
+// backward, the remaining callbacks are destroyed unrun and the stack pops back to the
+// outer run.
 #include "autograd/engine.h"
 
 #include <algorithm>
@@ -55,6 +69,33 @@ const char* op_name(const Node& node, bool profiling) {
   return profiling ? memory::detail::intern(node.name()) : "backward";
 }
 
+struct CallbackQueue {
+  std::vector<std::function<void()>> callbacks;
+  CallbackQueue* outer;
+};
+thread_local CallbackQueue* running_queue = nullptr;  // innermost run on this thread
+
+/// Makes a run's callback queue the innermost for its lifetime (Note [Backward callbacks]).
+class CallbackScope {
+ public:
+  CallbackScope() { running_queue = &queue_; }
+  ~CallbackScope() { running_queue = queue_.outer; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+  /// Runs the queued callbacks in order, including any queued by a callback.
+  void run_callbacks() {
+    for (size_t i = 0; i < queue_.callbacks.size(); ++i) {
+      std::function<void()> callback = std::move(queue_.callbacks[i]);  // the vector may grow under it
+      callback();
+    }
+    queue_.callbacks.clear();
+  }
+
+ private:
+  CallbackQueue queue_{{}, running_queue};
+};
+
 struct GraphRun {
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, TensorList> buffers;
@@ -98,6 +139,7 @@ namespace {
 void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph,
                   std::unordered_map<Node*, TensorList>* capture) {
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  CallbackScope callbacks;
   GraphRun run;
   run.discover(roots);
   std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
@@ -160,6 +202,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
       if (--run.dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
     }
   }
+  callbacks.run_callbacks();
 }
 
 std::vector<Edge> root_edges(const TensorList& roots) {
@@ -191,6 +234,19 @@ TensorList root_gradients(const TensorList& roots, const TensorList& grads) {
   return out;
 }
 }  // namespace
+
+void queue_callback(std::function<void()> callback, CallbackRun run) {
+  FRUGAL_CHECK(running_queue,
+               "queue_callback: called outside a backward pass; queue callbacks from a hook or a "
+               "node's apply while backward() or grad() runs");
+  FRUGAL_CHECK(callback, "queue_callback: the callback is empty");
+  CallbackQueue* queue = running_queue;
+  if (run == CallbackRun::Outermost)
+    while (queue->outer) queue = queue->outer;
+  queue->callbacks.push_back(std::move(callback));
+}
+
+bool in_backward() { return running_queue != nullptr; }
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   const std::vector<Edge> edges = root_edges(roots);  // first: its errors are the more telling

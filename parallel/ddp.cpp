@@ -16,10 +16,19 @@
 // finish_gradient_sync() fills what backward never reached with the parameter's .grad or
 // zeros (an unused parameter contributes nothing to the mean), launches the rest, waits,
 // and copies the averaged buffer back into each .grad.
-// no_sync(): the hooks do nothing, so .grad accumulates locally; the next synced backward
-// copies the accumulated .grad (all micro-batches' sum) into the bucket.
+// It runs by itself at the end of backward, as in PyTorch: the first hook that fires in a
+// backward queues it with autograd::queue_callback(CallbackRun::Outermost) (Note [Backward
+// callbacks] in autograd/engine.cpp), so it runs after the engine's last node, before
+// backward() returns. Outermost, not the current run: a hook firing inside a checkpoint's
+// recompute runs in a nested engine run, which ends before the outer run reaches the other
+// parameters. The queued lambda owns a token that clears callback_queued_ when the engine
+// destroys it, run or dropped (a node threw), so the next backward queues afresh. Calling
+// finish_gradient_sync() explicitly afterwards finds no round active: a no-op.
+// no_sync(): the hooks do nothing (no callback either), so .grad accumulates locally; the
+// next synced backward copies the accumulated .grad (all micro-batches' sum) into the bucket.
 #include "parallel/ddp.h"
 
+#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "tensor/factory.h"
@@ -94,8 +103,20 @@ Tensor slot_view(const Tensor& flat, int64_t offset, const Tensor& p) {
 }
 }  // namespace
 
+void DistributedDataParallel::queue_sync_at_end_of_backward() {
+  if (callback_queued_) return;
+  struct QueuedFlag {  // clears the flag when the engine destroys the callback, run or dropped
+    bool& queued;
+    ~QueuedFlag() { queued = false; }
+  };
+  auto token = std::make_shared<QueuedFlag>(QueuedFlag{callback_queued_});
+  callback_queued_ = true;
+  autograd::queue_callback([this, token] { finish_gradient_sync(); }, autograd::CallbackRun::Outermost);
+}
+
 void DistributedDataParallel::on_grad_ready(size_t k) {
   if (!sync_enabled_) return;
+  queue_sync_at_end_of_backward();
   round_active_ = true;
   Bucket& b = buckets_[bucket_of_[k]];
   FRUGAL_CHECK(!b.work, "DistributedDataParallel: the gradient of parameter ", k, " (", params_[k].describe(),

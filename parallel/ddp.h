@@ -6,8 +6,7 @@
 //   optim::AdamW opt(ddp->parameters());
 //   for (...) {
 //     Tensor loss = loss_fn(ddp->forward(x_shard), y_shard);
-//     loss.backward();                 // buckets all-reduce while backward runs
-//     ddp->finish_gradient_sync();     // waits; every .grad is now the mean over ranks
+//     loss.backward();  // buckets all-reduce while it runs; on return every .grad is the mean over ranks
 //     opt.step();
 //     opt.zero_grad();
 //   }
@@ -32,9 +31,10 @@ struct DistributedDataParallelOptions {
 };
 
 /// Wraps `module` (registered as child "module", so keys read "module.<name>" as in
-/// PyTorch). Gradient sync is explicit: call finish_gradient_sync() after backward and
-/// before optimizer.step() (a callback at the end of the engine's run would hide a
-/// collective inside backward; this way the user sees where ranks meet).
+/// PyTorch). Gradient sync finishes by itself at the end of backward, as PyTorch's DDP: the
+/// first gradient hook of a backward queues finish_gradient_sync() on the engine
+/// (autograd::queue_callback), so backward() returns with averaged gradients. Every rank
+/// must therefore run backward (the ranks meet inside it).
 class DistributedDataParallel : public nn::UnaryModule {
  public:
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<Communicator> comm,
@@ -48,8 +48,8 @@ class DistributedDataParallel : public nn::UnaryModule {
 
   /// Launches the buckets that backward did not complete (parameters that got no gradient
   /// contribute zeros), waits for every all-reduce and writes the averaged gradients into
-  /// the parameters' .grad. Call it once after each backward outside no_sync(), on every
-  /// rank. A no-op when no gradient arrived since the last call.
+  /// the parameters' .grad. Backward calls it at its end; calling it again is harmless: a
+  /// no-op when no gradient arrived since the last sync (kept for explicit-sync code).
   void finish_gradient_sync();
 
   /// While the returned guard lives, backward only accumulates .grad locally.
@@ -81,6 +81,7 @@ class DistributedDataParallel : public nn::UnaryModule {
     std::shared_ptr<Work> work;
   };
   void on_grad_ready(size_t param_index);
+  void queue_sync_at_end_of_backward();
   void launch_ready_buckets();
   void launch(Bucket& b);
 
@@ -94,6 +95,7 @@ class DistributedDataParallel : public nn::UnaryModule {
   std::vector<bool> ready_;    // this round: the param's gradient is in its bucket
   size_t next_to_launch_ = 0;  // buckets launch in order, so every rank issues the same sequence
   bool round_active_ = false;
+  bool callback_queued_ = false;  // finish_gradient_sync is queued on the running backward
   bool sync_enabled_ = true;
 };
 

@@ -1,13 +1,17 @@
 // Data parallelism (parallel/ddp.h, parallel/zero.h) on the threads backend, 2 and 4
 // ranks: each rank trains on its shard of the batch, and the synchronized gradients and
 // the parameters after AdamW steps equal the single-process model's on the whole batch
-// (f32, 1e-5 relative). Also: the post-accumulate-grad hook, rank 0's parameters
-// broadcast at construction, no_sync() gradient accumulation, small (uneven) buckets.
+// (f32, 1e-5 relative). The sync finishes by itself at the end of backward (an engine
+// callback); an explicit finish_gradient_sync() after it changes nothing. Also: the
+// post-accumulate-grad hook, rank 0's parameters broadcast at construction, no_sync()
+// gradient accumulation, small (uneven) buckets, a checkpointed block.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 
+#include "autograd/checkpoint.h"
 #include "autograd/meta.h"
 #include "autograd/ops/all.h"
 #include "nn/activation.h"
@@ -54,6 +58,38 @@ std::vector<std::shared_ptr<nn::Sequential>> rank_models(const nn::Sequential& r
 
 Tensor rows(const Tensor& t, int64_t i, int64_t n) { return t.narrow(0, i * n, n); }
 
+/// Forwards to `inner`, counting all-reduces: DDP must issue one per bucket per synced step.
+class CountingCommunicator : public parallel::Communicator {
+ public:
+  explicit CountingCommunicator(CommPtr inner) : inner_(std::move(inner)) {}
+  int all_reduces = 0;
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  Device device() const override { return inner_->device(); }
+  std::shared_ptr<parallel::Work> all_reduce(const Tensor& t, parallel::ReduceOp op) override {
+    ++all_reduces;
+    return inner_->all_reduce(t, op);
+  }
+  std::shared_ptr<parallel::Work> all_gather(const Tensor& in, const Tensor& out) override {
+    return inner_->all_gather(in, out);
+  }
+  std::shared_ptr<parallel::Work> reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
+    return inner_->reduce_scatter(in, out, op);
+  }
+  std::shared_ptr<parallel::Work> broadcast(const Tensor& t, int root) override { return inner_->broadcast(t, root); }
+  std::shared_ptr<parallel::Work> send(const Tensor& t, int peer) override { return inner_->send(t, peer); }
+  std::shared_ptr<parallel::Work> recv(const Tensor& t, int peer) override { return inner_->recv(t, peer); }
+  void barrier() override { inner_->barrier(); }
+  CommPtr split(int color, int key) override { return inner_->split(color, key); }
+  void set_timeout(std::chrono::milliseconds t) override { inner_->set_timeout(t); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+
+ private:
+  CommPtr inner_;
+};
+
 }  // namespace
 
 TEST_CASE("autograd: post-accumulate-grad hooks run after .grad is complete, once per backward, and can be removed") {
@@ -77,90 +113,151 @@ TEST_CASE("autograd: post-accumulate-grad hooks run after .grad is complete, onc
 }
 
 TEST_CASE("ddp: averaged gradients and AdamW steps equal the single-process model on the whole batch") {
-  for (int p : {2, 4}) {
-    for (int64_t cap : {int64_t(25) << 20, int64_t(256)}) {
-      CAPTURE(p);
-      CAPTURE(cap);
-      const int64_t per_rank = 3, B = per_rank * p;
-      auto ref = make_model(7);
-      auto models = rank_models(*ref, p);
-      optim::AdamW ref_opt(ref->parameters(), {.lr = 0.01});
-      const Tensor x = random_tensor({2, B, 6}, kFloat32, 71);  // two steps' batches
-      const Tensor y = random_tensor({2, B, 3}, kFloat32, 72);
-      std::vector<std::vector<Tensor>> ref_grads, ref_params;
-      for (int64_t s = 0; s < 2; ++s) {
-        mse_loss(ref->forward(x[s]), y[s]).backward();
-        std::vector<Tensor> g;
-        for (const Tensor& t : ref->parameters()) g.push_back(t.grad().clone());
-        ref_grads.push_back(g);
-        ref_opt.step();
-        ref_opt.zero_grad();
-        std::vector<Tensor> w;
-        for (const Tensor& t : ref->parameters()) w.push_back(t.detach().clone());
-        ref_params.push_back(w);
-      }
-      PerRank<std::vector<std::vector<Tensor>>> grads(static_cast<size_t>(p)), params(static_cast<size_t>(p));
-      PerRank<std::vector<std::vector<size_t>>> buckets(static_cast<size_t>(p));
-      run_ranks(p, [&](const CommPtr& comm) {
-        const int r = comm->rank();
-        parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = cap});
-        buckets[size_t(r)] = ddp.bucket_assignment();
-        optim::AdamW opt(ddp.parameters(), {.lr = 0.01});
+  // explicit_sync: also call finish_gradient_sync() after backward (already done: a no-op)
+  for (int p : {2, 4})
+    for (int64_t cap : {int64_t(25) << 20, int64_t(256)})
+      for (bool explicit_sync : {false, true}) {
+        CAPTURE(p);
+        CAPTURE(cap);
+        CAPTURE(explicit_sync);
+        const int64_t per_rank = 3, B = per_rank * p;
+        auto ref = make_model(7);
+        auto models = rank_models(*ref, p);
+        optim::AdamW ref_opt(ref->parameters(), {.lr = 0.01});
+        const Tensor x = random_tensor({2, B, 6}, kFloat32, 71);  // two steps' batches
+        const Tensor y = random_tensor({2, B, 3}, kFloat32, 72);
+        std::vector<std::vector<Tensor>> ref_grads, ref_params;
         for (int64_t s = 0; s < 2; ++s) {
-          mse_loss(ddp.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
-          ddp.finish_gradient_sync();
+          mse_loss(ref->forward(x[s]), y[s]).backward();
           std::vector<Tensor> g;
-          for (const Tensor& t : ddp.parameters()) g.push_back(t.grad().clone());
-          grads[size_t(r)].push_back(g);
-          opt.step();
-          opt.zero_grad();
+          for (const Tensor& t : ref->parameters()) g.push_back(t.grad().clone());
+          ref_grads.push_back(g);
+          ref_opt.step();
+          ref_opt.zero_grad();
           std::vector<Tensor> w;
-          for (const Tensor& t : ddp.parameters()) w.push_back(t.detach().clone());
-          params[size_t(r)].push_back(w);
+          for (const Tensor& t : ref->parameters()) w.push_back(t.detach().clone());
+          ref_params.push_back(w);
         }
-      });
-      // buckets: reverse parameter order; with a 256-byte cap {l3.b, l3.w, l2.b}, {l2.w}, {l1.b, l1.w}
-      const std::vector<std::vector<size_t>> expect_small{{5, 4, 3}, {2}, {1, 0}};
-      const std::vector<std::vector<size_t>> expect_one{{5, 4, 3, 2, 1, 0}};
-      for (int r = 0; r < p; ++r) {
-        CAPTURE(r);
-        CHECK(buckets[size_t(r)] == (cap == 256 ? expect_small : expect_one));
-        for (size_t s = 0; s < 2; ++s)
-          for (size_t i = 0; i < ref_grads[s].size(); ++i) {
-            check_equiv(grads[size_t(r)][s][i], ref_grads[s][i], "grad " + std::to_string(i));
-            check_equiv(params[size_t(r)][s][i], ref_params[s][i], "param " + std::to_string(i));
+        PerRank<std::vector<std::vector<Tensor>>> grads(static_cast<size_t>(p)), params(static_cast<size_t>(p));
+        PerRank<std::vector<std::vector<size_t>>> buckets(static_cast<size_t>(p));
+        run_ranks(p, [&](const CommPtr& comm) {
+          const int r = comm->rank();
+          parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = cap});
+          buckets[size_t(r)] = ddp.bucket_assignment();
+          optim::AdamW opt(ddp.parameters(), {.lr = 0.01});
+          for (int64_t s = 0; s < 2; ++s) {
+            mse_loss(ddp.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+            if (explicit_sync) ddp.finish_gradient_sync();
+            std::vector<Tensor> g;
+            for (const Tensor& t : ddp.parameters()) g.push_back(t.grad().clone());
+            grads[size_t(r)].push_back(g);
+            opt.step();
+            opt.zero_grad();
+            std::vector<Tensor> w;
+            for (const Tensor& t : ddp.parameters()) w.push_back(t.detach().clone());
+            params[size_t(r)].push_back(w);
           }
+        });
+        // buckets: reverse parameter order; with a 256-byte cap {l3.b, l3.w, l2.b}, {l2.w}, {l1.b, l1.w}
+        const std::vector<std::vector<size_t>> expect_small{{5, 4, 3}, {2}, {1, 0}};
+        const std::vector<std::vector<size_t>> expect_one{{5, 4, 3, 2, 1, 0}};
+        for (int r = 0; r < p; ++r) {
+          CAPTURE(r);
+          CHECK(buckets[size_t(r)] == (cap == 256 ? expect_small : expect_one));
+          for (size_t s = 0; s < 2; ++s)
+            for (size_t i = 0; i < ref_grads[s].size(); ++i) {
+              check_equiv(grads[size_t(r)][s][i], ref_grads[s][i], "grad " + std::to_string(i));
+              check_equiv(params[size_t(r)][s][i], ref_params[s][i], "param " + std::to_string(i));
+            }
+        }
       }
-    }
-  }
 }
 
 TEST_CASE("ddp: no_sync accumulation over micro-batches equals the whole batch") {
-  const int p = 2;
-  const int64_t micro = 2, per_mb = 2, B = p * micro * per_mb;
-  auto ref = make_model(8);
-  auto models = rank_models(*ref, p);
-  const Tensor x = random_tensor({B, 6}, kFloat32, 81), y = random_tensor({B, 3}, kFloat32, 82);
-  // Each rank sums `micro` micro-batch means; the mean over ranks is micro * the batch mean.
-  mul(mse_loss(ref->forward(x), y), double(micro)).backward();
-  PerRank<std::vector<Tensor>> grads(static_cast<size_t>(p));
-  run_ranks(p, [&](const CommPtr& comm) {
-    const int r = comm->rank();
-    parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = 200});
-    const Tensor xr = rows(x, r, micro * per_mb), yr = rows(y, r, micro * per_mb);
-    {
-      auto guard = ddp.no_sync();
-      mse_loss(ddp.forward(rows(xr, 0, per_mb)), rows(yr, 0, per_mb)).backward();
-      ddp.finish_gradient_sync();  // nothing to sync: a no-op, no collective
+  for (int p : {2, 4})
+    for (bool explicit_sync : {false, true}) {
+      CAPTURE(p);
+      CAPTURE(explicit_sync);
+      const int64_t micro = 3, per_mb = 2, B = p * micro * per_mb;
+      auto ref = make_model(8);
+      auto models = rank_models(*ref, p);
+      const Tensor x = random_tensor({B, 6}, kFloat32, 81), y = random_tensor({B, 3}, kFloat32, 82);
+      // Each rank sums `micro` micro-batch means; the mean over ranks is micro * the batch mean.
+      mul(mse_loss(ref->forward(x), y), double(micro)).backward();
+      PerRank<std::vector<Tensor>> local(static_cast<size_t>(p)), grads(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        const int r = comm->rank();
+        parallel::DistributedDataParallel ddp(models[size_t(r)], comm, {.bucket_cap_bytes = 200});
+        const Tensor xr = rows(x, r, micro * per_mb), yr = rows(y, r, micro * per_mb);
+        {
+          auto guard = ddp.no_sync();
+          for (int64_t m = 0; m + 1 < micro; ++m) {
+            mse_loss(ddp.forward(rows(xr, m, per_mb)), rows(yr, m, per_mb)).backward();
+            if (explicit_sync) ddp.finish_gradient_sync();  // nothing to sync: a no-op, no collective
+          }
+        }
+        for (const Tensor& t : ddp.parameters()) local[size_t(r)].push_back(t.grad().clone());
+        mse_loss(ddp.forward(rows(xr, micro - 1, per_mb)), rows(yr, micro - 1, per_mb)).backward();
+        if (explicit_sync) ddp.finish_gradient_sync();
+        for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
+      });
+      // under no_sync nothing was communicated: each rank holds its own micro-batches' sum
+      auto single = make_model(8);
+      for (int r = 0; r < p; ++r) {
+        single->zero_grad();
+        const Tensor xr = rows(x, r, micro * per_mb), yr = rows(y, r, micro * per_mb);
+        for (int64_t m = 0; m + 1 < micro; ++m)
+          mse_loss(single->forward(rows(xr, m, per_mb)), rows(yr, m, per_mb)).backward();
+        const std::vector<Tensor> ps = single->parameters();
+        for (size_t i = 0; i < ps.size(); ++i)
+          check_equiv(local[size_t(r)][i], ps[i].grad(), "local grad " + std::to_string(i));
+      }
+      const std::vector<Tensor> ref_params = ref->parameters();
+      for (int r = 0; r < p; ++r)
+        for (size_t i = 0; i < ref_params.size(); ++i)
+          check_equiv(grads[size_t(r)][i], ref_params[i].grad(), "grad " + std::to_string(i));
     }
-    mse_loss(ddp.forward(rows(xr, 1, per_mb)), rows(yr, 1, per_mb)).backward();
-    ddp.finish_gradient_sync();
-    for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
-  });
-  const std::vector<Tensor> ref_params = ref->parameters();
-  for (int r = 0; r < p; ++r)
-    for (size_t i = 0; i < ref_params.size(); ++i)
-      check_equiv(grads[size_t(r)][i], ref_params[i].grad(), "grad " + std::to_string(i));
+}
+
+TEST_CASE("ddp: the sync waits for the outer backward when the first hooks fire in a checkpoint's recompute") {
+  // The last two Linears run inside autograd::checkpoint: their hooks fire in the nested
+  // engine run, the first Linear's later, in the outer run; all must be averaged.
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    const int64_t per_rank = 2, B = per_rank * p;
+    auto ref = make_model(11);
+    auto models = rank_models(*ref, p);
+    const Tensor x = random_tensor({B, 6}, kFloat32, 111), y = random_tensor({B, 3}, kFloat32, 112);
+    mse_loss(ref->forward(x), y).backward();
+    PerRank<std::vector<Tensor>> grads(static_cast<size_t>(p));
+    PerRank<int> all_reduces(static_cast<size_t>(p)), after_finish(static_cast<size_t>(p));
+    PerRank<size_t> buckets(static_cast<size_t>(p));
+    run_ranks(p, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      const auto& seq = *models[size_t(r)];
+      auto counting = std::make_shared<CountingCommunicator>(comm);
+      parallel::DistributedDataParallel ddp(models[size_t(r)], counting, {.bucket_cap_bytes = 64});
+      buckets[size_t(r)] = ddp.bucket_assignment().size();
+      const Tensor h = seq[1]->forward(seq[0]->forward(rows(x, r, per_rank)));
+      const Tensor out = autograd::checkpoint(
+          [&](const Tensor& t) { return seq[4]->forward(seq[3]->forward(seq[2]->forward(t))); }, h);
+      mse_loss(out, rows(y, r, per_rank)).backward();
+      all_reduces[size_t(r)] = counting->all_reduces;
+      ddp.finish_gradient_sync();  // already done at the end of backward: no collective
+      after_finish[size_t(r)] = counting->all_reduces;
+      for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
+    });
+    const std::vector<Tensor> ps = ref->parameters();
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      // one sync, after the outer run (one at the end of the nested run too would launch every bucket twice)
+      CHECK(buckets[size_t(r)] == 6);
+      CHECK(all_reduces[size_t(r)] == 6);
+      CHECK(after_finish[size_t(r)] == 6);
+      for (size_t i = 0; i < ps.size(); ++i)
+        check_equiv(grads[size_t(r)][i], ps[i].grad(), "grad " + std::to_string(i));
+    }
+  }
 }
 
 TEST_CASE("ddp: a parameter unused on some ranks gets the mean over ranks (zeros from the others)") {
@@ -175,8 +272,7 @@ TEST_CASE("ddp: a parameter unused on some ranks gets the mean over ranks (zeros
     // rank 0 uses only the first Linear, rank 1 the whole model
     const auto& seq = *models[size_t(r)];
     const Tensor out = r == 0 ? seq[0]->forward(rows(x, r, 2)) : ddp.forward(rows(x, r, 2));
-    sum(out).backward();
-    ddp.finish_gradient_sync();
+    sum(out).backward();  // rank 0's sync fills the unreached parameters with zeros
     for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
   });
   // reference: the mean of the two ranks' gradients, computed separately
