@@ -10,15 +10,14 @@
 #include <map>
 #include <string>
 
-#include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "models/vit.h"
 #include "models/vit_tp.h"
-#include "nn/init.h"
 #include "nn/safetensors.h"
 #include "parallel/thread_communicator.h"
 #include "tensor/factory.h"
 #include "tests/cpu/parallel_test_util.h"
+#include "tests/tp_model_fixtures.h"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -26,33 +25,6 @@ using parallel::CommPtr;
 using parallel::run_ranks;
 
 namespace {
-
-models::ViTConfig small_vit() {
-  models::ViTConfig c;
-  c.image_size = 16;
-  c.patch_size = 4;
-  c.num_layers = 2;
-  c.hidden_dim = 32;
-  c.num_heads = 4;
-  c.mlp_dim = 64;
-  c.num_classes = 10;
-  return c;
-}
-
-/// The reference with non-trivial LayerNorms, biases, class token and head (torchvision's
-/// init leaves them 1, 0 or ~0, and a zero head would zero every other gradient).
-std::shared_ptr<models::VisionTransformer> reference_model() {
-  manual_seed(5);
-  auto ref = std::make_shared<models::VisionTransformer>(small_vit());
-  autograd::NoGradGuard no_grad;
-  for (const auto& [key, t] : ref->named_parameters()) {
-    const bool norm_weight = key.find("ln") != std::string::npos && key.find("weight") != std::string::npos;
-    if (norm_weight) nn::init::uniform_(t, 0.5, 1.5);
-    else if (key.find("bias") != std::string::npos || key == "class_token") nn::init::uniform_(t, -0.1, 0.1);
-    else if (key == "heads.head.weight") nn::init::normal_(t, 0.0, 0.3);
-  }
-  return ref;
-}
 
 using Results = std::map<std::string, Tensor>;
 
@@ -64,7 +36,7 @@ bool is_split_key(const std::string& k) {
 }  // namespace
 
 TEST_CASE("tensor-parallel ViT: logits, loss and gradients equal VisionTransformer's at 2 and 4 ranks") {
-  auto ref = reference_model();
+  auto ref = vit_reference_model();
   const Tensor images = randn({3, 3, 16, 16});
   const Tensor labels = from_vector<int64_t>({7, 0, 3}, {3});
   const Tensor want_logits = ref->forward(images);
