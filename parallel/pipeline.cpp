@@ -9,8 +9,10 @@
 // idle (p - 1) slots of forward+backward per stage, so the bubble is (p - 1) / (m + p - 1)
 // of the step when all stages cost the same; 1F1B's gain is memory, not time.
 //
-// Messages: an activation is a header (dtype, rank and shape, 8 int64s) then the tensor;
-// its gradient comes back with the shape the sender already knows. Each pair of adjacent
+// Messages: a step's first activation is a header (dtype, rank and shape, 8 int64s) then
+// the tensor, later ones the tensor alone (every micro-batch has the first one's shape;
+// the header costs the receiver a host round trip, so it is paid once per step); a
+// gradient comes back with the shape the sender already knows. Each pair of adjacent
 // stages must post its sends and receives in the same order (NCCL matches them in order
 // and a stream-ordered send waits for its receive). In 1F1B's steady state stage s
 // therefore computes F_{w+k}, receives the gradient of micro-batch k, and only then sends
@@ -28,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
@@ -162,9 +165,22 @@ struct StepRun {
 
   void send(const Tensor& t, int peer) { sends.emplace_back(comm.send(t, peer), t); }
 
+  // The first activation of a step carries a header; the others must match it (one
+  // host-blocking header round trip per step instead of per micro-batch).
+  std::optional<std::pair<Shape, DType>> sent_meta = std::nullopt, received_meta = std::nullopt;
+
   void send_activation(const Tensor& t) {
     FRUGAL_CHECK(t.dim() <= kHeaderLen - 2, "PipelineStage: activations of more than ", kHeaderLen - 2,
                  " dims are not supported, got ", t.describe());
+    if (sent_meta) {
+      FRUGAL_CHECK(sent_meta->first == t.sizes() && sent_meta->second == t.dtype(), "PipelineStage: stage ", rank,
+                   " produced ", t.describe(), " for a later micro-batch, but its first micro-batch's activation was ",
+                   dtype_name(sent_meta->second), shape_str(sent_meta->first),
+                   ": every micro-batch of a step must give the same shape");
+      send(t.detach().contiguous(), rank + 1);
+      return;
+    }
+    sent_meta = std::pair{t.sizes(), t.dtype()};
     std::vector<int64_t> header(kHeaderLen, 0);
     header[0] = t.dim();
     header[1] = int64_t(t.dtype());
@@ -174,13 +190,15 @@ struct StepRun {
   }
 
   Tensor recv_activation() {
-    Tensor header = empty({kHeaderLen}, {kInt64, device});
-    comm.recv(header, rank - 1)->wait();
-    const Tensor h = header.cpu();
-    const int64_t* v = static_cast<const int64_t*>(h.data());
-    FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1);
-    Shape sizes(v + 2, v + 2 + v[0]);
-    Tensor t = empty(sizes, {DType(v[1]), device});
+    if (!received_meta) {
+      Tensor header = empty({kHeaderLen}, {kInt64, device});
+      comm.recv(header, rank - 1)->wait();
+      const Tensor h = header.cpu();
+      const int64_t* v = static_cast<const int64_t*>(h.data());
+      FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1);
+      received_meta = std::pair{Shape(v + 2, v + 2 + v[0]), DType(v[1])};
+    }
+    Tensor t = empty(received_meta->first, {received_meta->second, device});
     comm.recv(t, rank - 1)->wait();
     if (t.is_floating_point()) t.requires_grad_();
     return t;
@@ -188,6 +206,7 @@ struct StepRun {
 
   template <typename F>
   void timed(F&& f) {
+    if (!options.measure_busy) return f();
     synchronize(device);
     const auto t0 = std::chrono::steady_clock::now();
     f();
@@ -309,8 +328,10 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
   if (run.last && loss.dtype() != kFloat32) loss = loss.to(kFloat32);
   comm_->broadcast(loss, comm_->size() - 1)->wait();
   stats.loss = double(loss.cpu().item<float>());
-  stats.busy_seconds = run.busy;
-  stats.bubble_measured = stats.step_seconds > 0 ? (stats.step_seconds - run.busy) / stats.step_seconds : 0.0;
+  stats.busy_seconds = options_.measure_busy ? run.busy : -1.0;
+  stats.bubble_measured = !options_.measure_busy   ? -1.0
+                          : stats.step_seconds > 0 ? (stats.step_seconds - run.busy) / stats.step_seconds
+                                                   : 0.0;
   const int p = comm_->size();
   stats.bubble_theoretical = double(p - 1) / double(m + p - 1);
   stats.peak_in_flight = run.peak_in_flight;

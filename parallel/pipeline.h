@@ -42,6 +42,10 @@ struct PipelineOptions {
   /// Recompute each micro-batch's stage forward in backward (autograd::checkpoint): the
   /// stage keeps only its input per micro-batch in flight.
   bool recompute = false;
+  /// Time each forward and backward to completion (a device synchronize around each) to
+  /// report busy time and the measured bubble. Off, a step runs without those host
+  /// synchronizations (use that for throughput) and busy_seconds / bubble_measured are -1.
+  bool measure_busy = true;
 };
 
 /// Loss of one micro-batch (its mean); the step's loss is the mean over micro-batches.
@@ -57,8 +61,9 @@ struct PipelineStats {
 };
 
 /// This rank's stage of a pipeline. Activations go forward and their gradients backward
-/// with comm send/recv; each activation message is preceded by a small header with its
-/// dtype and shape, so stages need not know each other's shapes.
+/// with comm send/recv; the first activation of each step is preceded by a small header
+/// with its dtype and shape, so stages need not know each other's shapes (every
+/// micro-batch of a step has the first one's shape: the sender checks it).
 class PipelineStage {
  public:
   PipelineStage(std::shared_ptr<nn::UnaryModule> module, std::shared_ptr<Communicator> comm,
