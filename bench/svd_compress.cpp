@@ -234,9 +234,7 @@ int main(int argc, char** argv) {
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
-    const double mean_px = 0.2860, std_px = 0.3530;
-    for (Tensor* images : {&ds.train_images, &ds.test_images})
-      *images = ops::affine(*images, 1.0 / std_px, -mean_px / std_px);
+    examples::standardize(ds);
     if (args.train_limit > 0 && args.train_limit < ds.train_images.size(0)) {
       ds.train_images = ds.train_images.narrow(0, 0, args.train_limit).contiguous();
       ds.train_labels = ds.train_labels.narrow(0, 0, args.train_limit).contiguous();

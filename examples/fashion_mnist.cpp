@@ -15,7 +15,6 @@
 #include "nn/data/idx.h"
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
-#include "tensor/ops/unary.h"
 #include "tensor/random.h"
 
 using namespace frugal;
@@ -79,9 +78,7 @@ int main(int argc, char** argv) {
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
-    // Standardise pixels with the training set's mean and std, as the usual recipes do.
-    const double mean = 0.2860, std = 0.3530;
-    for (Tensor* images : {&ds.train_images, &ds.test_images}) *images = ops::affine(*images, 1.0 / std, -mean / std);
+    examples::standardize(ds);
     auto model = examples::make_model(args.model);
     model->to(device);
     optim::Adam opt(model->parameters(), {.lr = args.lr});

@@ -12,6 +12,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
 
 namespace frugal::examples {
 
@@ -62,6 +63,11 @@ EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::Data
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.mean_loss = step ? loss_sum.item<double>() / double(step) : 0.0;
   return stats;
+}
+
+void standardize(data::FashionMnist& ds) {
+  const double mean = 0.2860, std = 0.3530;
+  for (Tensor* images : {&ds.train_images, &ds.test_images}) *images = ops::affine(*images, 1.0 / std, -mean / std);
 }
 
 double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labels, int64_t batch_size) {

@@ -8,6 +8,7 @@
 
 #include "nn/container.h"
 #include "nn/data/dataloader.h"
+#include "nn/data/idx.h"
 #include "optim/optimizer.h"
 
 namespace frugal::examples {
@@ -28,6 +29,10 @@ struct EpochStats {
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
                        const std::function<void(int64_t, int64_t, double, double)>& progress = {},
                        int64_t report_every = 50);
+
+/// Standardises both image sets of `ds` in place with the training set's pixel mean and
+/// std (0.2860, 0.3530), as the usual recipes do.
+void standardize(data::FashionMnist& ds);
 
 /// Classification accuracy of `model` on (images, labels), in batches, without grad.
 double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labels, int64_t batch_size = 1000);

@@ -45,11 +45,10 @@ int main(int argc, char** argv) {
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     manual_seed(0);
     data::FashionMnist ds = data::load_fashion_mnist(data_dir);
+    examples::standardize(ds);
     Tensor train_x = ds.train_images, train_y = ds.train_labels;
     if (limit > 0) train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
-    // Normalised with the training set's mean and std (0.286, 0.353).
-    auto normalize = [](const Tensor& x) { return (x - 0.286) / 0.353; };
-    data::TensorDataset train(normalize(train_x), train_y);
+    data::TensorDataset train(train_x, train_y);
     data::DataLoader loader(train, {.batch_size = batch, .shuffle = true, .drop_last = true, .device = device});
 
     auto net = models::resnet18({.num_classes = 10, .in_channels = 1, .small_input_stem = true});
@@ -88,7 +87,7 @@ int main(int argc, char** argv) {
         }
       }
       net->eval();
-      const double acc = examples::evaluate(*net, normalize(ds.test_images).to(device), ds.test_labels.to(device), 500);
+      const double acc = examples::evaluate(*net, ds.test_images, ds.test_labels, 500);
       std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);
     }
     return 0;

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     manual_seed(0);
     data::FashionMnist ds = data::load_fashion_mnist(data_dir);
+    examples::standardize(ds);
     Tensor train_x = ds.train_images, train_y = ds.train_labels;
     Tensor test_x = ds.test_images, test_y = ds.test_labels;
     if (limit > 0) train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
@@ -73,9 +74,7 @@ int main(int argc, char** argv) {
       test_limit = std::min(test_limit, test_x.size(0));
       test_x = test_x.narrow(0, 0, test_limit), test_y = test_y.narrow(0, 0, test_limit);
     }
-    // Normalised with the training set's mean and std (0.286, 0.353).
-    auto normalize = [](const Tensor& x) { return (x - 0.286) / 0.353; };
-    data::TensorDataset train(normalize(train_x), train_y);
+    data::TensorDataset train(train_x, train_y);
     data::DataLoader loader(train, {.batch_size = batch, .shuffle = true, .drop_last = true, .device = device});
 
     auto net = std::make_shared<models::VisionTransformer>(config);
@@ -120,11 +119,11 @@ int main(int argc, char** argv) {
         }
       }
       if (epoch + 1 < epochs) {
-        const double acc = examples::evaluate(*net, normalize(test_x), test_y, 500);
+        const double acc = examples::evaluate(*net, test_x, test_y, 500);
         std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);
       }
     }
-    const double acc = examples::evaluate(*net, normalize(test_x), test_y, 500);
+    const double acc = examples::evaluate(*net, test_x, test_y, 500);
     std::printf("train: %.1f s\ntest_accuracy: %.4f\n", std::chrono::duration<double>(clock::now() - start).count(),
                 acc);
     if (!save_path.empty()) {
