@@ -30,6 +30,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/index.h"
+#include "tensor/ops/join.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/unary.h"
 
@@ -269,11 +270,12 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   FRUGAL_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32,
                "VocabParallelEmbedding: indices must be int64 or int32, got ", indices.describe());
   // An index no rank owns would embed as zeros on every rank: refuse it, as nn::Embedding
-  // does (one reduction and a host read per call).
+  // does (the min and max in one host read per call).
   if (indices.numel() > 0) {
     const auto [lo, hi] = autograd::raw([&] {
-      return std::pair{ops::amin(indices).to(kCPU, kInt64).item<int64_t>(),
-                       ops::amax(indices).to(kCPU, kInt64).item<int64_t>()};
+      const std::vector<int64_t> range =
+          ops::stack({ops::amin(indices), ops::amax(indices)}).to(kCPU, kInt64).tolist<int64_t>();
+      return std::pair{range[0], range[1]};
     });
     FRUGAL_CHECK(lo >= 0 && hi < num_embeddings, "VocabParallelEmbedding: index out of range [0, ", num_embeddings,
                  "): indices span [", lo, ", ", hi, "] in ", indices.describe());
