@@ -19,7 +19,6 @@
 // timeline.svg.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -213,9 +212,7 @@ void profile_one_step(const Args& a, Device device, nn::Module& model, optim::Op
   session.start();
   step();
   session.stop();
-  std::filesystem::create_directories(a.profile_dir);
-  session.write_chrome_trace(a.profile_dir + "/trace.json");
-  session.write_timeline_svg(a.profile_dir + "/timeline.svg");
+  session.write_files(a.profile_dir);
   std::printf("%s\n%s\nwrote %s/trace.json and %s/timeline.svg\n\n", session.op_time_table(25).c_str(),
               session.top_allocations_table(12).c_str(), a.profile_dir.c_str(), a.profile_dir.c_str());
 }

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 
 #include "autograd/ops/all.h"
@@ -97,10 +96,8 @@ int main(int argc, char** argv) {
   session.stop();
 
   std::printf("%s\n%s\n", session.top_allocations_table(12).c_str(), session.op_time_table(25).c_str());
-  std::filesystem::create_directories(args.out);
+  session.write_files(args.out);
   const std::string trace = args.out + "/trace.json", svg = args.out + "/timeline.svg";
-  session.write_chrome_trace(trace);
-  session.write_timeline_svg(svg);
   std::printf("%d steps of SmallCnn (batch %lld) on %s: peak %s allocated\n", args.steps, (long long)args.batch,
               args.device.str().c_str(), memory::format_bytes(session.peak_allocated()).c_str());
   std::printf("wrote %s (open in https://ui.perfetto.dev or chrome://tracing)\nwrote %s\n", trace.c_str(), svg.c_str());

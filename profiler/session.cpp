@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <tuple>
@@ -251,5 +252,11 @@ std::string Session::report(size_t top_n) const {
 
 void Session::write_chrome_trace(const std::string& path) const { write_file(path, chrome_trace(), "Chrome trace"); }
 void Session::write_timeline_svg(const std::string& path) const { write_file(path, timeline_svg(), "timeline SVG"); }
+
+void Session::write_files(const std::string& dir) const {
+  std::filesystem::create_directories(dir);
+  write_chrome_trace(dir + "/trace.json");
+  write_timeline_svg(dir + "/timeline.svg");
+}
 
 }  // namespace frugal::profiler

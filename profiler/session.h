@@ -151,6 +151,8 @@ class Session {
   std::string report(size_t top_n = 15) const;
   void write_chrome_trace(const std::string& path) const;
   void write_timeline_svg(const std::string& path) const;
+  /// Both of the above into `dir` (created if missing): dir/trace.json and dir/timeline.svg.
+  void write_files(const std::string& dir) const;
 
  private:
   struct Live {
