@@ -16,7 +16,9 @@
 // run with torch.backends.cudnn.benchmark = True. --profile DIR runs one more step under the
 // memory profiler after the timed ones and prints its per-op time table (host and device ms:
 // where a step's time goes) and what is live at the peak; DIR gets trace.json and
-// timeline.svg.
+// timeline.svg. "fwd+bwd host ms" is how long the host took to queue forward and backward
+// (the step's one synchronization, GradScaler's inf check, comes after): near "step ms"
+// means the host, not the GPU, sets the pace.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -225,6 +227,7 @@ int run(const Args& a) {
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
   optim::GradScaler scaler({.enabled = a.amp});
 
+  double backward_queued = 0;  // host clock when backward() returned: before the step's one sync (GradScaler)
   auto step = [&] {
     opt->zero_grad(/*set_to_none=*/true);
     Tensor loss;
@@ -233,6 +236,7 @@ int run(const Args& a) {
       loss = w.loss();
     }
     scaler.scale(loss).backward();
+    backward_queued = bench::now_seconds();
     scaler.step(*opt);
     scaler.update();
   };
@@ -240,17 +244,18 @@ int run(const Args& a) {
   for (int64_t i = 0; i < a.warmup; ++i) step();
   synchronize(device);
   memory::reset_peak(device);
-  std::vector<double> times;
+  std::vector<double> times, host_times;
   for (int64_t i = 0; i < a.steps; ++i) {
     const double t0 = bench::now_seconds();
     step();
-    synchronize(device);  // each step timed to completion on the device
+    synchronize(device);                         // each step timed to completion on the device
+    host_times.push_back(backward_queued - t0);  // near the step time: the host is the bottleneck
     times.push_back(bench::now_seconds() - t0);
   }
   const memory::MemoryStats st = memory::stats(device);
   if (!a.profile_dir.empty()) profile_one_step(a, device, *w.module, *opt, step);
 
-  const double step_s = bench::median(times);
+  const double step_s = bench::median(times), host_s = bench::median(host_times);
   const double samples_per_s = double(a.batch) / step_s;
   const double mfu = w.flops_per_step / step_s / kPeakFlops;
   const int64_t params = w.module->num_parameters();
@@ -258,11 +263,12 @@ int run(const Args& a) {
 
   bench::Table table(bench::fmt("train_step on %s (%s, %s, median of %lld steps after %lld warm-up)", a.device.c_str(),
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),
-                     {"model", "batch", "precision", "ckpt", "step ms", "samples/s", "peak alloc GiB",
-                      "peak reserved GiB", "params", "MFU"});
+                     {"model", "batch", "precision", "ckpt", "step ms", "fwd+bwd host ms", "samples/s",
+                      "peak alloc GiB", "peak reserved GiB", "params", "MFU"});
   table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? "yes" : "no", bench::fmt("%.2f", step_s * 1e3),
-             bench::fmt("%.1f", samples_per_s), bench::fmt("%.3f", gib(st.allocated_bytes.peak)),
-             bench::fmt("%.3f", gib(st.reserved_bytes.peak)), std::to_string(params), bench::fmt("%.3f", mfu)});
+             bench::fmt("%.2f", host_s * 1e3), bench::fmt("%.1f", samples_per_s),
+             bench::fmt("%.3f", gib(st.allocated_bytes.peak)), bench::fmt("%.3f", gib(st.reserved_bytes.peak)),
+             std::to_string(params), bench::fmt("%.3f", mfu)});
   table.print();
 
   std::printf("\nkey figures\n");
@@ -271,6 +277,7 @@ int run(const Args& a) {
   std::printf("amp: %d\n", a.amp ? 1 : 0);
   std::printf("checkpoint: %d\n", a.checkpoint ? 1 : 0);
   std::printf("step_ms: %.3f\n", step_s * 1e3);
+  std::printf("host_ms: %.3f\n", host_s * 1e3);
   std::printf("samples_per_s: %.2f\n", samples_per_s);
   std::printf("peak_allocated_gib: %.4f\n", gib(st.allocated_bytes.peak));
   std::printf("peak_reserved_gib: %.4f\n", gib(st.reserved_bytes.peak));
