@@ -16,7 +16,8 @@
 // run with torch.backends.cudnn.benchmark = True. --profile DIR runs one more step under the
 // memory profiler after the timed ones and prints its per-op time table (host and device ms:
 // where a step's time goes) and what is live at the peak; DIR gets trace.json and
-// timeline.svg. "fwd+bwd host ms" is how long the host took to queue forward and backward
+// timeline.svg. --tf32 lets float32 convolutions and matmuls use TF32 tensor cores
+// (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is how long the host took to queue forward and backward
 // (the step's one synchronization, GradScaler's inf check, comes after): near "step ms"
 // means the host, not the GPU, sets the pace.
 #include <algorithm>
@@ -43,6 +44,7 @@
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
+#include "tensor/ops/matmul.h"
 
 using namespace frugal;
 
@@ -62,11 +64,11 @@ struct Args {
   std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
                      cudnn_benchmark = "on", profile_dir;
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128;
-  bool amp = false, checkpoint = false;
+  bool amp = false, checkpoint = false, tf32 = false;
 };
 
 const char* kUsage =
-    "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]\n"
+    "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint] [--tf32]\n"
     "                  [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR]\n"
@@ -90,6 +92,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flag == "--batch") a.batch = number();
     else if (flag == "--amp") a.amp = true;
     else if (flag == "--checkpoint") a.checkpoint = true;
+    else if (flag == "--tf32") a.tf32 = true;
     else if (flag == "--steps") a.steps = number();
     else if (flag == "--warmup") a.warmup = number();
     else if (flag == "--optim") a.optim = text();
@@ -222,6 +225,7 @@ void profile_one_step(const Args& a, Device device, nn::Module& model, optim::Op
 int run(const Args& a) {
   const Device device(a.device);
   ops::set_cudnn_benchmark(a.cudnn_benchmark == "on");
+  ops::set_allow_tf32(a.tf32);
   manual_seed(0);
   Workload w = make_workload(a, device);
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);

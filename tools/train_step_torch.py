@@ -23,7 +23,10 @@ fails (OOM, crash, timeout) shows the error and the table goes on.
     python3 tools/train_step_torch.py --frugal build/bench/train_step --skip-torch --device cpu \\
         --rows resnet50-b2-fp32 --image-size 64 --steps 1 --warmup 1             # CPU smoke run
 
-Columns: torch ms, frugal ms, throughput ratio = torch ms / frugal ms (>= 1: frugal at least as
+float32 rows run without TF32 on both sides unless --tf32 on (PyTorch's default allows it
+for cuDNN convolutions, so its fp32 ResNet figure in issue 5 used TF32 convolutions).
+
+Columns: torch ms, frugal ms, frugal's fwd+bwd host ms (near frugal ms: host-bound), throughput ratio = torch ms / frugal ms (>= 1: frugal at least as
 fast), torch and frugal peak allocated GiB, peak ratio = frugal / torch (<= 1: frugal uses less).
 """
 import argparse
@@ -184,6 +187,8 @@ def run_frugal(row, args):
         cmd.append("--amp")
     if row["ckpt"]:
         cmd.append("--checkpoint")
+    if args.tf32 == "on":
+        cmd.append("--tf32")
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout)
     except subprocess.TimeoutExpired:
@@ -192,12 +197,13 @@ def run_frugal(row, args):
         lines = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()
         raise RuntimeError(f"exit {p.returncode}: {lines[-1]}")
     figures = dict(re.findall(r"^(\w+): (\S+)$", p.stdout, re.M))
-    return {"ms": float(figures["step_ms"]), "peak_gib": float(figures["peak_allocated_gib"])}
+    return {"ms": float(figures["step_ms"]), "peak_gib": float(figures["peak_allocated_gib"]),
+            "host_ms": float(figures.get("host_ms", "nan"))}
 
 
 # ---- table ---------------------------------------------------------------------------------
 
-COLUMNS = [("row", 24), ("torch ms", 10), ("frugal ms", 10), ("thru ratio", 10), ("torch GiB", 10),
+COLUMNS = [("row", 24), ("torch ms", 10), ("frugal ms", 10), ("host ms", 9), ("thru ratio", 10), ("torch GiB", 10),
            ("frugal GiB", 10), ("peak ratio", 10)]
 
 
@@ -234,6 +240,9 @@ def main():
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--row-timeout", type=int, default=150, help="seconds per frugal row")
+    ap.add_argument("--tf32", choices=["on", "off"], default="off",
+                    help="TF32 for float32 convolutions and matmuls on both sides (torch's own default "
+                         "turns it on for cuDNN convolutions; off compares the same float32 math)")
     ap.add_argument("--skip-torch", action="store_true", help="frugal's column only (no torch needed)")
     args = ap.parse_args()
     if not args.frugal and args.skip_torch:
@@ -243,6 +252,8 @@ def main():
     if not args.skip_torch:
         import torch
         torch.backends.cudnn.benchmark = True  # as torchvision's reference training scripts
+        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
         print(f"torch {torch.__version__} on {args.device}", flush=True)
     print(f"{args.optim}, median of {args.steps} steps after {args.warmup} warm-up; "
           f"images {args.image_size}, BERT tokens {args.seq_len}", flush=True)
@@ -256,7 +267,7 @@ def main():
         thru = f"{t['ms'] / f['ms']:.2f}" if t and f else "-"
         peak = (f"{f['peak_gib'] / t['peak_gib']:.2f}" if t and f and t["peak_gib"] == t["peak_gib"]
                 and t["peak_gib"] > 0 else "-")
-        print_line([row["name"], fmt(t, "ms", ".1f"), fmt(f, "ms", ".1f"), thru, fmt(t, "peak_gib", ".2f"),
+        print_line([row["name"], fmt(t, "ms", ".1f"), fmt(f, "ms", ".1f"), fmt(f, "host_ms", ".1f"), thru, fmt(t, "peak_gib", ".2f"),
                     fmt(f, "peak_gib", ".2f"), peak])
         for who, err in (("torch", t_err), ("frugal", f_err)):
             if err and err not in ("skipped", "no --frugal"):

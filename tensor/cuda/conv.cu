@@ -1,6 +1,9 @@
 // CUDA convolution through cuDNN's convolution API (cudnnConvolutionForward,
 // BackwardData, BackwardFilter).
 //
+// The graph API path (tensor/cuda/conv_graph.cu) runs first; this file's legacy path runs
+// what it declines, float64 among them, and everything under set_cudnn_legacy_conv(true).
+//
 // Note [cuDNN convolution algorithms]
 // cuDNN offers several algorithms per direction (implicit GEMM, FFT, Winograd, ...),
 // and which is fastest depends on the shape. The first call of each (device, dtype,
@@ -30,6 +33,7 @@
 #include <vector>
 
 #include "memory/attribution.h"
+#include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/dispatch.h"
@@ -399,22 +403,32 @@ void add_bias(const Tensor& out, const Tensor& bias, const Conv2dGeometry& g) {
   });
 }
 
+/// Runs the problem through the graph API unless the legacy API was asked for; false when
+/// the legacy API must run it (Note [cuDNN graph API convolutions] in conv_graph.cu).
+bool run_graph_first(ConvDirection d, const Conv2dGeometry& g, const Tensor& data, void* x, void* w, void* y) {
+  return !cudnn_legacy_conv() && run_convolution_graph(d, g, data.dtype(), data.device(), x, w, y);
+}
+
 }  // namespace
 
 void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g) {
-  const ConvProblem p(g, x.dtype(), x.device(), x.data(), w.data(), out.data());
-  run_convolution<Direction::Forward>(p);
+  if (!run_graph_first(ConvDirection::Forward, g, x, x.data(), w.data(), out.data())) {
+    const ConvProblem p(g, x.dtype(), x.device(), x.data(), w.data(), out.data());
+    run_convolution<Direction::Forward>(p);
+  }
   if (bias.defined()) add_bias(out, bias, g);  // out += bias, broadcast over N, OH, OW
 }
 
 void conv2d_backward_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w,
                                   const Conv2dGeometry& g) {
+  if (run_graph_first(ConvDirection::BackwardData, g, grad_out, grad_x.data(), w.data(), grad_out.data())) return;
   const ConvProblem p(g, grad_out.dtype(), grad_out.device(), grad_x.data(), w.data(), grad_out.data());
   run_convolution<Direction::BackwardData>(p);
 }
 
 void conv2d_backward_weight_kernel(const Tensor& grad_w, const Tensor& grad_out, const Tensor& x,
                                    const Conv2dGeometry& g) {
+  if (run_graph_first(ConvDirection::BackwardFilter, g, x, x.data(), grad_w.data(), grad_out.data())) return;
   const ConvProblem p(g, x.dtype(), x.device(), x.data(), grad_w.data(), grad_out.data());
   run_convolution<Direction::BackwardFilter>(p);
 }

@@ -2,6 +2,8 @@
 #include "tensor/ops/conv.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
@@ -13,6 +15,12 @@ namespace frugal::ops {
 namespace {
 
 std::atomic<bool> g_cudnn_benchmark{false};
+
+bool legacy_conv_from_environment() {
+  const char* v = std::getenv("FRUGAL_CUDNN_LEGACY_CONV");
+  return v != nullptr && std::string(v) == "1";
+}
+std::atomic<bool> g_cudnn_legacy_conv{legacy_conv_from_environment()};
 
 std::string describe_or_undefined(const Tensor& t) { return t.defined() ? t.describe() : "undefined"; }
 
@@ -155,5 +163,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
 
 void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }
 bool cudnn_benchmark() { return g_cudnn_benchmark.load(std::memory_order_relaxed); }
+void set_cudnn_legacy_conv(bool on) { g_cudnn_legacy_conv.store(on, std::memory_order_relaxed); }
+bool cudnn_legacy_conv() { return g_cudnn_legacy_conv.load(std::memory_order_relaxed); }
 
 }  // namespace frugal::ops

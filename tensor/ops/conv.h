@@ -104,6 +104,16 @@ void set_cudnn_benchmark(bool on);
 /// The current setting of set_cudnn_benchmark.
 bool cudnn_benchmark();
 
+/// Which cuDNN API the CUDA backend runs convolutions with: the graph (backend) API with
+/// execution plans cached per shape (the default: its per-call host cost is a fraction of
+/// the legacy API's), or the legacy cudnnConvolution* calls (Note [cuDNN graph API
+/// convolutions] in tensor/cuda/conv_graph.cu). The legacy API also serves whatever the
+/// graph API has no plan for, and float64. Process-wide; the environment variable
+/// FRUGAL_CUDNN_LEGACY_CONV=1 sets the initial value to legacy.
+void set_cudnn_legacy_conv(bool on);
+/// The current setting of set_cudnn_legacy_conv.
+bool cudnn_legacy_conv();
+
 }  // namespace frugal::ops
 
 // Backend kernels. The front-end has validated the operands, made every tensor contiguous

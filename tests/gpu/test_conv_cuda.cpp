@@ -160,6 +160,33 @@ TEST_CASE("cuda conv2d: float32 is accurate to float32 unless TF32 is allowed; b
   ops::set_cudnn_benchmark(false);
 }
 
+TEST_CASE("cuda conv2d: the legacy cuDNN API path and operands off 16-byte alignment match the CPU") {
+  // The default path is cuDNN's graph API (Note [cuDNN graph API convolutions]); the legacy
+  // API serves what it declines and everything under set_cudnn_legacy_conv(true).
+  ops::set_cudnn_legacy_conv(true);
+  compare_conv({{2, 3, 11, 10}, {5, 3, 3, 3}, {.stride = {2, 1}, .padding = {1, 2}, .dilation = {1, 2}}, true}, 500);
+  compare_conv({{3, 4, 8, 8}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}, true}, 510);
+  ops::set_cudnn_legacy_conv(false);
+  // Views one element into their storage: 2-byte (float16) and 4-byte (float32) aligned
+  // pointers, a different plan from the aligned ones of the same shape.
+  for (DType t : {kFloat16, kFloat32}) {
+    const Shape xs = {2, 8, 9, 9}, ws = {8, 8, 3, 3};
+    const Tensor xb = random_tensor({1 + numel_of(xs)}, {t, kGpu}, 520),
+                 wb = random_tensor({1 + numel_of(ws)}, {t, kGpu}, 521);
+    const Tensor x = xb.narrow(0, 1, numel_of(xs)).view(xs), w = wb.narrow(0, 1, numel_of(ws)).view(ws);
+    const Conv2dOptions o{.padding = 1};
+    const Tensor y = ops::conv2d(x, w, Tensor(), o);
+    check_dtype_norm_close(y, ops::conv2d(x.cpu(), w.cpu(), Tensor(), o), rtol_for(t), "misaligned forward");
+    const Tensor gy = random_tensor(y.sizes(), {t, kGpu}, 522);
+    check_dtype_norm_close(ops::conv2d_backward_input(gy, xs, w, o),
+                           ops::conv2d_backward_input(gy.cpu(), xs, w.cpu(), o), rtol_for(t),
+                           "misaligned backward input");
+    check_dtype_norm_close(ops::conv2d_backward_weight(gy, x, ws, o),
+                           ops::conv2d_backward_weight(gy.cpu(), x.cpu(), ws, o), rtol_for(t),
+                           "misaligned backward weight");
+  }
+}
+
 TEST_CASE("cuda conv2d: non-contiguous inputs, empty batches, unbatched input, device errors") {
   const Tensor x = random_tensor({2, 3, 8, 9}, {kFloat32, kGpu}, 1, Layout::Transposed);
   const Tensor w = random_tensor({4, 3, 3, 3}, {kFloat32, kGpu}, 2, Layout::Strided);

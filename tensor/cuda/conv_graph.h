@@ -1,0 +1,21 @@
+#pragma once
+// Convolutions through cuDNN's graph (backend) API with cached execution plans
+// (Note [cuDNN graph API convolutions] in conv_graph.cu). Include only from CUDA
+// translation units.
+#include "memory/device.h"
+#include "tensor/dtype.h"
+#include "tensor/ops/conv.h"
+
+namespace frugal::ops::cuda {
+
+enum class ConvDirection { Forward, BackwardData, BackwardFilter };
+
+/// Runs direction `d` of the convolution `g` on `device` with the cached execution plan for
+/// its shape (searched on first use): x (or grad_x), w (or grad_w), y (or grad_y) are the
+/// device pointers of the three operands, in `dtype`, laid out as g.channels_last says.
+/// Returns false, having run nothing, when the graph API has no plan for the problem or
+/// none whose workspace the arena can provide: the caller then uses the legacy API.
+bool run_convolution_graph(ConvDirection d, const Conv2dGeometry& g, DType dtype, Device device, void* x, void* w,
+                           void* y);
+
+}  // namespace frugal::ops::cuda
