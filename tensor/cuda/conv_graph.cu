@@ -39,14 +39,16 @@ namespace frugal::ops::cuda {
 
 namespace {
 
-constexpr int kMaxTimedPlans = 12;                               // what benchmark mode times per problem
-constexpr int64_t kMaxBenchmarkWorkspace = int64_t(1) << 30;     // bytes a timed plan may ask for
-constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;               // the operands' ids in a variant pack
+constexpr int kMaxTimedPlans = 12;                            // what benchmark mode times per problem
+constexpr int64_t kMaxBenchmarkWorkspace = int64_t(1) << 30;  // bytes a timed plan may ask for
+constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;            // the operands' ids in a variant pack
 
 /// One cuDNN backend descriptor, destroyed with its owner.
 class Descriptor {
  public:
-  explicit Descriptor(cudnnBackendDescriptorType_t type) { FRUGAL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
+  explicit Descriptor(cudnnBackendDescriptorType_t type) {
+    FRUGAL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
+  }
   ~Descriptor() {
     if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
   }
@@ -140,9 +142,12 @@ struct OperationNames {
 OperationNames names_of(ConvDirection d) {
   switch (d) {
     case ConvDirection::Forward:
-      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
     case ConvDirection::BackwardData:
       return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
@@ -233,9 +238,7 @@ Tensor try_workspace(int64_t bytes, Device device) {
   try {
     memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
     return empty({bytes}, {kBool, device});
-  } catch (const OutOfMemoryError&) {
-    return {};
-  }
+  } catch (const OutOfMemoryError&) { return {}; }
 }
 
 /// Queues one execution of `plan` on x, w, y; cudnn's status on failure (nothing thrown).
