@@ -17,9 +17,9 @@
 // memory profiler after the timed ones and prints its per-op time table (host and device ms:
 // where a step's time goes) and what is live at the peak; DIR gets trace.json and
 // timeline.svg. --tf32 lets float32 convolutions and matmuls use TF32 tensor cores
-// (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is how long the host took to queue
-// forward and backward (the step's one synchronization, GradScaler's inf check, comes after): near "step ms" means the
-// host, not the GPU, sets the pace.
+// (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is
+// how long the host took to queue forward and backward (the step's one synchronization,
+// GradScaler's inf check, comes after): near "step ms" means the host sets the pace.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
