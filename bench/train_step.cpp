@@ -21,6 +21,7 @@
 // how long the host took to queue forward and backward (the step's one synchronization,
 // GradScaler's inf check, comes after): near "step ms" means the host sets the pace.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -32,6 +33,7 @@
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
 #include "memory/allocator.h"
+#include "memory/profile_recorder.h"
 #include "memory/stream.h"
 #include "models/bert.h"
 #include "models/resnet.h"
@@ -205,6 +207,28 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
   return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
 }
 
+/// CUDA events at a step's phase boundaries (0 start, 1 forward done, 2 backward queued,
+/// 3 optimizer done): the device's milliseconds per phase, gaps included: a phase whose
+/// device time far exceeds its kernels' time waited for the host.
+class PhaseEvents {
+ public:
+  ~PhaseEvents() {
+    for (void* e : events_)
+      if (e != nullptr) memory::detail::release_timing_event(e);
+  }
+  void mark(Device device, int i) {
+    if (!device.is_cuda()) return;
+    if (events_[size_t(i)] != nullptr) memory::detail::release_timing_event(events_[size_t(i)]);
+    events_[size_t(i)] = memory::detail::record_timing_event(device);
+  }
+  double elapsed_ms(int from, int to) const {
+    return memory::detail::timing_event_elapsed_ms(events_[size_t(from)], events_[size_t(to)]);
+  }
+
+ private:
+  std::array<void*, 4> events_{};
+};
+
 double gib(int64_t bytes) { return double(bytes) / double(1ull << 30); }
 
 // One step under the profiler: the per-op time table and the peak's contents, printed, and
@@ -232,34 +256,44 @@ int run(const Args& a) {
   optim::GradScaler scaler({.enabled = a.amp});
 
   double backward_queued = 0;  // host clock when backward() returned: before the step's one sync (GradScaler)
+  PhaseEvents phases;          // CUDA only: the device's time in forward, backward and optimizer
   auto step = [&] {
+    phases.mark(device, 0);
     opt->zero_grad(/*set_to_none=*/true);
     Tensor loss;
     {
       AutocastGuard autocast(device, kFloat16, a.amp);
       loss = w.loss();
     }
+    phases.mark(device, 1);
     scaler.scale(loss).backward();
     backward_queued = bench::now_seconds();
+    phases.mark(device, 2);
     scaler.step(*opt);
     scaler.update();
+    phases.mark(device, 3);
   };
 
   for (int64_t i = 0; i < a.warmup; ++i) step();
   synchronize(device);
   memory::reset_peak(device);
   std::vector<double> times, host_times;
+  std::array<std::vector<double>, 3> phase_ms;  // forward, backward, optimizer on the device
   for (int64_t i = 0; i < a.steps; ++i) {
     const double t0 = bench::now_seconds();
     step();
     synchronize(device);                         // each step timed to completion on the device
     host_times.push_back(backward_queued - t0);  // near the step time: the host is the bottleneck
     times.push_back(bench::now_seconds() - t0);
+    for (int p = 0; p < 3 && device.is_cuda(); ++p) phase_ms[size_t(p)].push_back(phases.elapsed_ms(p, p + 1));
   }
   const memory::MemoryStats st = memory::stats(device);
   if (!a.profile_dir.empty()) profile_one_step(a, device, *w.module, *opt, step);
 
   const double step_s = bench::median(times), host_s = bench::median(host_times);
+  if (device.is_cuda())
+    std::printf("device ms per phase (median): forward %.2f, backward %.2f, optimizer %.2f\n",
+                bench::median(phase_ms[0]), bench::median(phase_ms[1]), bench::median(phase_ms[2]));
   const double samples_per_s = double(a.batch) / step_s;
   const double mfu = w.flops_per_step / step_s / kPeakFlops;
   const int64_t params = w.module->num_parameters();

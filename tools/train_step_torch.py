@@ -144,27 +144,37 @@ def run_torch(row, args):
     scaler = torch.amp.GradScaler(device.type, enabled=row["amp"])
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    def step():
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(4)] if cuda else None
+    mark = (lambda i: marks[i].record()) if cuda else (lambda i: None)
+
+    def step():  # the phase marks as frugal's train_step: forward, backward, optimizer
+        mark(0)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.float16, enabled=row["amp"]):
             loss = loss_fn()
+        mark(1)
         scaler.scale(loss).backward()
+        mark(2)
         scaler.step(opt)
         scaler.update()
+        mark(3)
 
     for _ in range(args.warmup):
         step()
     sync()
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
+    times, phases = [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()
         step()
         sync()
         times.append(time.perf_counter() - t0)
+        if cuda:
+            phases.append([marks[i].elapsed_time(marks[i + 1]) for i in range(3)])
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")
-    return {"ms": statistics.median(times) * 1e3, "peak_gib": peak}
+    return {"ms": statistics.median(times) * 1e3, "peak_gib": peak,
+            "phases": [statistics.median(p[i] for p in phases) for i in range(3)] if phases else None}
 
 
 def free_torch_memory():
@@ -197,8 +207,10 @@ def run_frugal(row, args):
         lines = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()
         raise RuntimeError(f"exit {p.returncode}: {lines[-1]}")
     figures = dict(re.findall(r"^(\w+): (\S+)$", p.stdout, re.M))
+    m = re.search(r"device ms per phase \(median\): forward (\S+), backward (\S+), optimizer (\S+)", p.stdout)
     return {"ms": float(figures["step_ms"]), "peak_gib": float(figures["peak_allocated_gib"]),
-            "host_ms": float(figures.get("host_ms", "nan"))}
+            "host_ms": float(figures.get("host_ms", "nan")),
+            "phases": [float(m.group(i)) for i in (1, 2, 3)] if m else None}
 
 
 # ---- table ---------------------------------------------------------------------------------
@@ -269,6 +281,10 @@ def main():
                 and t["peak_gib"] > 0 else "-")
         print_line([row["name"], fmt(t, "ms", ".1f"), fmt(f, "ms", ".1f"), fmt(f, "host_ms", ".1f"), thru, fmt(t, "peak_gib", ".2f"),
                     fmt(f, "peak_gib", ".2f"), peak])
+        if t and f and t.get("phases") and f.get("phases"):
+            show = lambda ph: " / ".join(f"{v:.1f}" for v in ph)
+            print(f"    device ms forward / backward / optimizer: torch {show(t['phases'])}, "
+                  f"frugal {show(f['phases'])}", flush=True)
         for who, err in (("torch", t_err), ("frugal", f_err)):
             if err and err not in ("skipped", "no --frugal"):
                 print(f"    {who} error: {err}", flush=True)
