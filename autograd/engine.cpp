@@ -24,6 +24,7 @@
 #include <cmath>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
@@ -96,26 +97,37 @@ class CallbackScope {
   CallbackQueue queue_{{}, running_queue};
 };
 
+// One entry per node the run reaches. A single map (not one each for the counts, the
+// input buffers and the keep-alive references) is a third of the hash-node allocations
+// per node: backward runs once per step over every node of the graph.
+struct NodeTask {
+  std::shared_ptr<Node> keep_alive;  // the node stays alive while the run needs it
+  int dependencies = 0;              // edges still to deliver a gradient to it
+  TensorList buffer;                 // its incoming gradients, summed per output
+};
+
 struct GraphRun {
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, TensorList> buffers;
-  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;  // nodes stay alive while the run needs them
+  std::unordered_map<Node*, NodeTask> tasks;
 
   void discover(const std::vector<Edge>& roots) {
     std::vector<Node*> stack;
-    for (const Edge& e : roots)
-      if (e.fn && !keep_alive.count(e.fn.get())) {
-        keep_alive[e.fn.get()] = e.fn;
+    for (const Edge& e : roots) {
+      if (!e.fn) continue;
+      NodeTask& t = tasks[e.fn.get()];
+      if (!t.keep_alive) {
+        t.keep_alive = e.fn;
         stack.push_back(e.fn.get());
       }
+    }
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
       for (const Edge& e : n->next_edges) {
         if (!e.fn) continue;
-        ++dependencies[e.fn.get()];
-        if (!keep_alive.count(e.fn.get())) {
-          keep_alive[e.fn.get()] = e.fn;
+        NodeTask& t = tasks[e.fn.get()];
+        ++t.dependencies;
+        if (!t.keep_alive) {
+          t.keep_alive = e.fn;
           stack.push_back(e.fn.get());
         }
       }
@@ -124,7 +136,7 @@ struct GraphRun {
 
   void add_gradient(Node* n, size_t slot, Tensor g) {
     check_grad_shape(*n, slot, g);
-    TensorList& buf = buffers[n];
+    TensorList& buf = tasks[n].buffer;
     if (buf.empty()) buf.resize(n->outputs.size());
     if (!buf[slot].defined()) buf[slot] = std::move(g);
     else buf[slot] = ops::add(buf[slot], g);
@@ -147,15 +159,14 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     if (!roots[i].fn) continue;
     run.add_gradient(roots[i].fn.get(), roots[i].input_nr, root_grads[i]);
   }
-  for (auto& [node, _] : run.keep_alive)
-    if (run.dependencies[node] == 0) ready.push(node);
+  for (auto& [node, task] : run.tasks)
+    if (task.dependencies == 0) ready.push(node);
 
   const bool anomaly = is_anomaly_enabled();
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    TensorList grads = std::move(run.buffers[node]);
-    run.buffers.erase(node);
+    TensorList grads = std::exchange(run.tasks[node].buffer, {});
     grads.resize(node->outputs.size());
     if (capture && capture->count(node)) {
       (*capture)[node] = std::move(grads);
@@ -169,7 +180,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     const bool reached = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
     if (!reached) {
       for (const Edge& e : node->next_edges)
-        if (e.fn && --run.dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+        if (e.fn && --run.tasks[e.fn.get()].dependencies == 0) ready.push(e.fn.get());
       continue;
     }
     // Outputs that received no gradient get zeros, so every node sees a full list.
@@ -199,7 +210,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
       if (!e.fn) continue;
       if (i < input_grads.size() && input_grads[i].defined())
         run.add_gradient(e.fn.get(), e.input_nr, std::move(input_grads[i]));
-      if (--run.dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+      if (--run.tasks[e.fn.get()].dependencies == 0) ready.push(e.fn.get());
     }
   }
   callbacks.run_callbacks();

@@ -20,6 +20,7 @@ bool needs_grad(const TensorList& inputs) {
 
 void record(const std::shared_ptr<Node>& node, const TensorList& outputs) {
   node->outputs.clear();
+  node->outputs.reserve(outputs.size());
   for (uint32_t k = 0; k < outputs.size(); ++k) {
     const Tensor& out = outputs[k];
     node->outputs.push_back({out.sizes(), out.dtype(), out.device()});

@@ -29,15 +29,31 @@ auto raw(F&& f) {
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const TensorList& inputs);
 
-/// A new N wired to the inputs' gradient edges, or nullptr when nothing needs grad
-/// (then the op records nothing and costs nothing).
-template <typename N>
-std::shared_ptr<N> make_node(const TensorList& inputs) {
-  if (!needs_grad(inputs)) return nullptr;
+namespace detail {
+template <typename N, typename Inputs>
+std::shared_ptr<N> make_node_from(const Inputs& inputs) {
+  if (!is_grad_enabled()) return nullptr;
+  bool any = false;
+  for (const Tensor& x : inputs) any = any || requires_grad(x);
+  if (!any) return nullptr;
   auto node = std::make_shared<N>();
   node->next_edges.reserve(inputs.size());
   for (const Tensor& x : inputs) node->next_edges.push_back(x.defined() ? gradient_edge(x) : Edge{});
   return node;
+}
+}  // namespace detail
+
+/// A new N wired to the inputs' gradient edges, or nullptr when nothing needs grad
+/// (then the op records nothing and costs nothing).
+template <typename N>
+std::shared_ptr<N> make_node(const TensorList& inputs) {
+  return detail::make_node_from<N>(inputs);
+}
+/// The same for make_node<N>({a, b}): the braced list stays on the stack, where a
+/// TensorList would be a heap allocation on every op.
+template <typename N>
+std::shared_ptr<N> make_node(std::initializer_list<Tensor> inputs) {
+  return detail::make_node_from<N>(inputs);
 }
 
 /// Makes `outputs` the outputs of `node` (their grad_fn) and records their metadata.

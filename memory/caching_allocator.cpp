@@ -67,6 +67,28 @@ CachingAllocator::CachingAllocator(std::string name, Device device, std::unique_
 CachingAllocator::~CachingAllocator() {
   std::lock_guard lock(mutex_);
   release_cached_segments();
+  for (Block* b : spare_blocks_) delete b;
+}
+
+Block* CachingAllocator::new_block() {
+  if (spare_blocks_.empty()) return new Block();
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  return b;
+}
+
+void CachingAllocator::delete_block(Block* block) {
+  constexpr size_t kMaxSpareBlocks = 4096;  // bounds what a burst of frees leaves behind
+  if (spare_blocks_.size() >= kMaxSpareBlocks) {
+    delete block;
+    return;
+  }
+  *block = Block{};
+  try {
+    spare_blocks_.push_back(block);
+  } catch (...) {  // no memory to remember it: give it back instead
+    delete block;
+  }
 }
 
 // ---- Allocation ------------------------------------------------------------------
@@ -140,7 +162,7 @@ Block* CachingAllocator::allocate_segment(PoolKind kind, void* stream, size_t se
 
 // Cuts `block` (not in a pool) to `size`; the rest becomes a free block after it.
 void CachingAllocator::split(Block* block, size_t size) {
-  auto* rest = new Block();
+  Block* rest = new_block();
   rest->ptr = static_cast<char*>(block->ptr) + size;
   rest->size = block->size - size;
   rest->stream = block->stream;
@@ -195,7 +217,7 @@ void CachingAllocator::merge_into(Block* dst, Block* src) {
     if (dst->next) dst->next->prev = dst;
   }
   dst->size += src->size;
-  delete src;
+  delete_block(src);
 }
 
 // A pooled block's neighbours change only by merging it, which takes it out of
@@ -298,7 +320,7 @@ void CachingAllocator::free_segment(Block* block) {
   trace(TraceAction::SegmentFree, segment->base, segment->size, 0, segment->stream);
   segments_.erase(segment);
   delete segment;
-  delete block;
+  delete_block(block);
 }
 
 void CachingAllocator::empty_cache() {

@@ -174,6 +174,8 @@ class CachingAllocator {
   void wait_all_events();
   void release_cached_segments();
   void free_segment(Block* block);
+  Block* new_block();
+  void delete_block(Block* block);
   EventQueue& queue_for(Stream stream);
   [[noreturn]] void throw_out_of_memory(size_t nbytes, size_t seg_size);
   void update(StatCounter PoolStats::*stat, PoolKind kind, int64_t delta);
@@ -192,6 +194,10 @@ class CachingAllocator {
   size_t limit_ = 0;           // on reserved bytes; 0 = none
   MemoryStats stats_;
   std::unique_ptr<TraceRing> trace_;
+  // Block objects freed by merges, reused by splits: a small allocation splits its
+  // block and its free merges it back, so without these every tensor would cost a
+  // heap allocation and a free for the Block alone.
+  std::vector<Block*> spare_blocks_;
 };
 
 /// The allocator serving `device` (CPU or a checked CUDA device); `op` names the

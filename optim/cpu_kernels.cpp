@@ -4,6 +4,7 @@
 
 #include "optim/multi_tensor.h"
 #include "optim/update_math.h"
+#include "tensor/cpu/loops.h"  // parallel_for_if
 #include "tensor/dispatch.h"
 
 namespace frugal::optim {
@@ -36,8 +37,7 @@ void adam_step(DType dtype, const std::vector<detail::AdamEntry>& entries) {
       const bool fresh = (e.flags & detail::kAdamFreshMoments) != 0;
       const bool fresh_max = (e.flags & detail::kAdamFreshMax) != 0;
       const int64_t n = e.numel;
-#pragma omp parallel for schedule(static) if (n >= 2 * kGrain)
-      for (int64_t i = 0; i < n; ++i) {
+      ops::cpu::parallel_for_if(n >= 2 * kGrain, n, [&](int64_t i) {
         M pi = M(p[i]), mi = fresh ? M(0) : m[i], vi = fresh ? M(0) : v[i];
         M vmi = vmax ? (fresh_max ? M(0) : vmax[i]) : M(0);
         detail::adam_update<M>(pi, M(g[i]), mi, vi, vmi, c);
@@ -45,7 +45,7 @@ void adam_step(DType dtype, const std::vector<detail::AdamEntry>& entries) {
         m[i] = mi;
         v[i] = vi;
         if (vmax) vmax[i] = vmi;
-      }
+      });
     }
   });
 }
@@ -60,13 +60,12 @@ void sgd_step(DType dtype, const std::vector<detail::SgdEntry>& entries) {
       M* buf = static_cast<M*>(e.momentum_buffer);
       const detail::SgdCoeffs<M> c(e);
       const int64_t n = e.numel;
-#pragma omp parallel for schedule(static) if (n >= 2 * kGrain)
-      for (int64_t i = 0; i < n; ++i) {
+      ops::cpu::parallel_for_if(n >= 2 * kGrain, n, [&](int64_t i) {
         M pi = M(p[i]), bi = buf && !c.fresh ? buf[i] : M(0);
         detail::sgd_update<M>(pi, M(g[i]), bi, c);
         p[i] = T(pi);
         if (buf) buf[i] = bi;
-      }
+      });
     }
   });
 }

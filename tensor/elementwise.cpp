@@ -1,62 +1,78 @@
 #include "tensor/elementwise.h"
 
+#include <array>
+#include <vector>
+
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 
 namespace frugal {
 
-ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, const std::vector<Tensor>& inputs) {
+// Runs on every elementwise op, so it works in fixed arrays on the stack: the
+// vectors it used before were ~10 heap allocations per op (bench/op_overhead).
+ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs) {
   ElementwiseLayout L;
   L.noperands = int(inputs.size()) + 1;
   FRUGAL_CHECK(L.noperands <= kMaxOperands, op, ": too many operands (", L.noperands, ")");
   const Shape& shape = out.sizes();
   const int nd = int(shape.size());
   L.numel = numel_of(shape);
+  // More dims than kMaxDims can still coalesce to kMaxDims or fewer; only those
+  // rare shapes take the heap.
+  constexpr int kInline = 2 * kMaxDims;
+  std::array<std::array<int64_t, kInline>, kMaxOperands> st_inline;
+  std::vector<std::array<int64_t, kMaxOperands>> st_heap;
+  if (nd > kInline) st_heap.resize(size_t(nd));
+  auto st = [&](int k, int d) -> int64_t& { return nd > kInline ? st_heap[size_t(d)][size_t(k)] : st_inline[k][d]; };
 
   // Per-operand strides in the output's shape (0 where broadcast), outermost first.
-  std::vector<std::vector<int64_t>> st(L.noperands, std::vector<int64_t>(nd, 0));
-  for (int k = 0; k < L.noperands; ++k) {
-    const Tensor& t = k == 0 ? out : inputs[k - 1];
+  const Tensor* operands[kMaxOperands] = {&out};
+  int k = 1;
+  for (const Tensor& t : inputs) operands[k++] = &t;
+  for (k = 0; k < L.noperands; ++k) {
+    const Tensor& t = *operands[k];
     check_same_device(op, out, t);
     const int td = int(t.dim());
     FRUGAL_CHECK(td <= nd, op, ": input of shape ", shape_str(t.sizes()), " cannot broadcast to ", shape_str(shape));
+    for (int d = 0; d < nd - td; ++d) st(k, d) = 0;
     for (int d = 0; d < td; ++d) {
       const int od = nd - td + d;
       const int64_t s = t.sizes()[d];
       FRUGAL_CHECK(s == shape[od] || s == 1, op, ": input of shape ", shape_str(t.sizes()), " cannot broadcast to ",
                    shape_str(shape));
-      st[k][od] = (s == 1 && shape[od] != 1) ? 0 : t.strides()[d];
+      st(k, od) = (s == 1 && shape[od] != 1) ? 0 : t.strides()[d];
     }
     L.data[k] = static_cast<char*>(t.data());
     L.dtypes[k] = t.dtype();
   }
 
   // Coalesce, innermost first: drop size-1 dims; merge dim d into the dim inside
-  // it when every operand steps across both as one.
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> strides(L.noperands);
+  // it when every operand steps across both as one. `n` dims so far, innermost at 0.
+  int n = 0;
+  std::array<int64_t, kMaxDims> sizes;
+  std::array<std::array<int64_t, kMaxDims>, kMaxOperands> strides;
   for (int d = nd - 1; d >= 0; --d) {
     if (shape[d] == 1) continue;
-    bool merge = !sizes.empty();
-    for (int k = 0; merge && k < L.noperands; ++k) merge = st[k][d] == strides[k].back() * sizes.back();
+    bool merge = n > 0;
+    for (k = 0; merge && k < L.noperands; ++k) merge = st(k, d) == strides[k][n - 1] * sizes[n - 1];
     if (merge) {
-      sizes.back() *= shape[d];
+      sizes[n - 1] *= shape[d];
     } else {
-      sizes.push_back(shape[d]);
-      for (int k = 0; k < L.noperands; ++k) strides[k].push_back(st[k][d]);
+      FRUGAL_CHECK(n < kMaxDims, op, ": more than ", kMaxDims, " non-mergeable dims in ", shape_str(shape));
+      sizes[n] = shape[d];
+      for (k = 0; k < L.noperands; ++k) strides[k][n] = st(k, d);
+      ++n;
     }
   }
-  FRUGAL_CHECK(int(sizes.size()) <= kMaxDims, op, ": more than ", kMaxDims, " non-mergeable dims in ",
-               shape_str(shape));
-  L.ndim = int(sizes.size());
+  L.ndim = n;
   for (int i = 0; i < L.ndim; ++i) {
     L.sizes[i] = sizes[L.ndim - 1 - i];
-    for (int k = 0; k < L.noperands; ++k) L.strides[k][i] = strides[k][L.ndim - 1 - i];
+    for (k = 0; k < L.noperands; ++k) L.strides[k][i] = strides[k][L.ndim - 1 - i];
   }
   L.contiguous = L.ndim == 0;
   if (L.ndim == 1) {
     L.contiguous = true;
-    for (int k = 0; k < L.noperands; ++k) L.contiguous = L.contiguous && L.strides[k][0] == 1;
+    for (k = 0; k < L.noperands; ++k) L.contiguous = L.contiguous && L.strides[k][0] == 1;
   }
   return L;
 }

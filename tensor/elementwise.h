@@ -35,7 +35,7 @@ struct ElementwiseLayout {
 
 /// Builds the layout for `out` (operand 0, must have the broadcast shape) and `inputs`
 /// (each broadcastable to out's shape). Throws naming `op` on shape mismatch.
-ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, const std::vector<Tensor>& inputs);
+ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs);
 
 // Note [Elementwise output layout]
 // A new elementwise result takes the memory order its inputs suggest, as PyTorch's

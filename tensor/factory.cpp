@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "memory/allocator.h"
 #include "tensor/ops/copy.h"
@@ -12,7 +13,9 @@
 namespace frugal {
 
 namespace {
-Tensor make_tensor(const Shape& sizes, const Shape& strides, size_t capacity_elems, TensorOptions opts) {
+// `strides` by value: empty() hands over the strides it just computed (one Shape
+// allocation fewer per new tensor).
+Tensor make_tensor(const Shape& sizes, Shape strides, size_t capacity_elems, TensorOptions opts) {
   for (int64_t s : sizes) FRUGAL_CHECK(s >= 0, "empty: negative size in ", shape_str(sizes));
   auto storage = std::make_shared<Storage>();
   storage->nbytes = capacity_elems * element_size(opts.dtype);
@@ -20,7 +23,7 @@ Tensor make_tensor(const Shape& sizes, const Shape& strides, size_t capacity_ele
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->sizes = sizes;
-  impl->strides = strides;
+  impl->strides = std::move(strides);
   impl->dtype = opts.dtype;
   return Tensor(std::move(impl));
 }

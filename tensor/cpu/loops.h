@@ -22,6 +22,20 @@ namespace frugal::ops::cpu {
 
 constexpr int64_t kParallelGrain = 32768;  // elements per thread below which threads cost more than they save
 
+/// for (i = 0; i < n; ++i) body(i), across OpenMP threads only when `parallel`.
+/// `#pragma omp parallel for if (false)` still enters libgomp and builds a team of
+/// one (an allocation and a few hundred ns), which on small tensors costs more than
+/// the loop; a plain loop on that path costs nothing (bench/op_overhead).
+template <typename Body>
+void parallel_for_if(bool parallel, int64_t n, Body&& body) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) body(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) body(i);
+  }
+}
+
 /// Calls run(ptrs, strides_bytes, count) for runs of the innermost dim covering [begin, end).
 template <typename Run>
 void for_each_run(const ElementwiseLayout& L, int64_t begin, int64_t end, Run&& run) {

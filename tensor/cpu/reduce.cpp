@@ -62,8 +62,8 @@ void reduce_rows(const Red& red, const Geometry& g, const typename Red::in_t* x)
   using A = typename Red::acc_t;
   const int64_t threads = max_threads();
   if (g.outer >= threads || g.R < 2 * kParallelGrain) {
-#pragma omp parallel for schedule(static) if (g.outer * g.R >= kParallelGrain)
-    for (int64_t o = 0; o < g.outer; ++o) red.store(o, fold_row(red, x + o * g.so, g.sr, 0, g.R));
+    parallel_for_if(g.outer * g.R >= kParallelGrain, g.outer,
+                    [&](int64_t o) { red.store(o, fold_row(red, x + o * g.so, g.sr, 0, g.R)); });
     return;
   }
   // Fewer rows than threads and long rows: each thread folds a chunk of a row, then
@@ -119,14 +119,13 @@ void reduce_columns(const Red& red, const Geometry& g, const typename Red::in_t*
     n = std::min(kColumnBlock, g.inner - i0);
   };
   if (chunks == 1) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t t = 0; t < items; ++t) {
+    parallel_for_if(parallel, items, [&](int64_t t) {
       int64_t o, i0, n;
       item_span(t, o, i0, n);
       A acc[kColumnBlock];
       fold_columns(red, g, x, o, i0, n, 0, g.R, acc);
       for (int64_t j = 0; j < n; ++j) red.store(o * g.inner + i0 + j, acc[j]);
-    }
+    });
     return;
   }
   const std::unique_ptr<A[]> part(new A[size_t(items * chunks * kColumnBlock)]);
