@@ -1,5 +1,6 @@
 #include "tensor/elementwise.h"
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -46,12 +47,24 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std
     L.dtypes[k] = t.dtype();
   }
 
+  // Walk the dims in the output's memory order (Note [Elementwise dim order]).
+  std::array<int, kInline> order_inline;
+  std::vector<int> order_heap(nd > kInline ? size_t(nd) : 0);
+  int* order = nd > kInline ? order_heap.data() : order_inline.data();
+  bool writes_each_once = true;
+  for (int d = 0; d < nd; ++d) {
+    order[d] = d;
+    if (shape[d] != 1 && st(0, d) == 0) writes_each_once = false;  // an accumulator (scatter_add)
+  }
+  if (writes_each_once) std::stable_sort(order, order + nd, [&](int a, int b) { return st(0, a) > st(0, b); });
+
   // Coalesce, innermost first: drop size-1 dims; merge dim d into the dim inside
   // it when every operand steps across both as one. `n` dims so far, innermost at 0.
   int n = 0;
   std::array<int64_t, kMaxDims> sizes;
   std::array<std::array<int64_t, kMaxDims>, kMaxOperands> strides;
-  for (int d = nd - 1; d >= 0; --d) {
+  for (int j = nd - 1; j >= 0; --j) {
+    const int d = order[j];
     if (shape[d] == 1) continue;
     bool merge = n > 0;
     for (k = 0; merge && k < L.noperands; ++k) merge = st(k, d) == strides[k][n - 1] * sizes[n - 1];

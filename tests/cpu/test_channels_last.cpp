@@ -13,6 +13,8 @@
 #include "autograd/ops/reduce.h"
 #include "nn/channels_last.h"
 #include "nn/conv.h"
+#include "tensor/elementwise.h"
+#include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
 #include "tensor/ops/binary.h"
@@ -144,6 +146,24 @@ TEST_CASE("channels_last: elementwise outputs follow their inputs") {
     out.backward(ones_like(out));
     check_nhwc(x.grad(), "grad of x");
   }
+}
+
+TEST_CASE("channels_last: elementwise layouts walk NHWC operands as one contiguous run") {
+  // Note [Elementwise dim order]: dims in the output's memory order, then coalesced.
+  const Pair a = random_pair({2, 3, 4, 5}, kFloat32, 11), b = random_pair({2, 3, 4, 5}, kFloat32, 12);
+  const Tensor out = empty_channels_last({2, 3, 4, 5}, {kFloat32});
+  const ElementwiseLayout all_nhwc = make_elementwise_layout("add", out, {a.nhwc, b.nhwc});
+  CHECK(all_nhwc.contiguous);
+  CHECK(all_nhwc.ndim == 1);
+  // Mixed layouts: the output's order is walked (its stride 1 innermost), the other follows.
+  const ElementwiseLayout mixed = make_elementwise_layout("add", out, {a.nhwc, b.nchw});
+  CHECK_FALSE(mixed.contiguous);
+  CHECK(mixed.strides[0][mixed.ndim - 1] == 1);
+  CHECK(mixed.strides[2][mixed.ndim - 1] == 20);  // NCHW's C stride (H * W), innermost for the NHWC output
+  // An accumulator (stride 0 in the output) keeps the logical order.
+  const Tensor acc = zeros({2, 1, 4, 5}).expand({2, 3, 4, 5});
+  const ElementwiseLayout accumulating = make_elementwise_layout("scatter_add", acc, {a.nhwc});
+  CHECK(accumulating.strides[0][accumulating.ndim - 1] == 1);
 }
 
 TEST_CASE("channels_last: conv2d on NHWC inputs equals NCHW on the CPU") {
