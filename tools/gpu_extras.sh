@@ -4,7 +4,7 @@
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
 #   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
-#                                     parallel-bench resnet-ops attention train-step profile-resnet nsys-resnet
+#                                     parallel-bench resnet-ops attention train-step profile-resnet examples
 #                                     profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,16 +30,13 @@ for s in "$@"; do
     attention) run python3 tools/bench_attention.py --frugal "$BUILD/bench/bench_attention" ;;
     train-step) run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" ${TRAIN_STEP_ROWS:+--rows $TRAIN_STEP_ROWS} ;;
     profile-resnet) run "$BUILD/bench/train_step" --model resnet50 --batch 128 --amp --profile /tmp/profile_resnet ;;
-    nsys-resnet)  # where a ResNet-50 AMP step's host and device time go, if Nsight Systems is there
-      nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
-        /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-      if [ -z "$nsys" ]; then echo "nsys not found"; else
-        run "$nsys" profile -o /tmp/nsys_resnet --force-overwrite true --trace cuda,osrt \
-          "$BUILD/bench/train_step" --model resnet50 --batch 128 --amp --steps 5 --warmup 3 >/tmp/nsys.log 2>&1
-        tail -5 /tmp/nsys.log
-        "$nsys" stats -q -r cuda_api_sum,cuda_gpu_kern_sum,osrt_sum -f csv /tmp/nsys_resnet.nsys-rep >"${OUT:-/tmp}/nsys_stats.csv" 2>&1
-        awk -F, 'NR==1 || /^$/ || /Time/ {n=0} {if (n++ < 25) print}' "${OUT:-/tmp}/nsys_stats.csv"
-      fi ;;
+    examples)  # the models' training examples (issue 5's "training for real"), each under a time cap
+      for prog in "train_resnet --device cuda" "train_vit --device cuda"; do
+        run timeout ${EXAMPLE_TIMEOUT:-170} "$BUILD/examples/${prog%% *}" ${prog#* } --data-dir "$data" >/tmp/ex.log 2>&1
+        tr '\r' '\n' </tmp/ex.log | grep -vE "ETA|^\s*$" | tail -14
+      done
+      run timeout ${EXAMPLE_TIMEOUT:-170} "$BUILD/examples/bert_mlm" --device cuda --steps ${BERT_STEPS:-1000} >/tmp/ex.log 2>&1
+      tr '\r' '\n' </tmp/ex.log | grep -vE "ETA|^\s*$" | tail -12 ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
