@@ -24,7 +24,7 @@ for s in "$@"; do
     svd)
       run "$BUILD/bench/svd_compress" --device cuda --epochs ${SVD_EPOCHS:-3} --data-dir "$data" >/tmp/svd.log 2>&1
       tr '\r' '\n' </tmp/svd.log | grep -v "ETA" | tail -40 ;;
-    parallel-bench) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" ;;
+    parallel-bench) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" --batch ${PARALLEL_BATCH:-128} ;;
     resnet-ops)
       run python3 tools/bench_resnet_ops.py --frugal "$BUILD/bench/bench_resnet_ops" --quick ;;
     attention) run python3 tools/bench_attention.py --frugal "$BUILD/bench/bench_attention" ;;
