@@ -66,11 +66,27 @@ Shape with_plane(const Shape& in, int64_t oh, int64_t ow) {
   return s;
 }
 
-/// `t` in channels-last memory when `like` suggests it (Note [Channels-last layout]): the
-/// kernels compute NCHW, and a channels-last input gets its result back channels-last.
-Tensor in_layout_of(const Tensor& like, const Tensor& t) {
-  return suggests_channels_last(like) ? to_channels_last(t) : t;
-}
+/// One pooling's memory format: channels-last when `like` (the input, or grad_out for a
+/// backward) suggests it (Note [Channels-last layout]); the CUDA kernels run it natively
+/// (Note [NHWC pooling] in tensor/cuda/pool.cu), the CPU kernels on NCHW copies.
+struct PoolLayout {
+  bool channels_last = false, native = false;
+  explicit PoolLayout(const Tensor& like)
+      : channels_last(suggests_channels_last(like)), native(channels_last && like.device().is_cuda()) {}
+  /// t as the backend takes it: channels-last when native, else contiguous.
+  Tensor operand(const Tensor& t) const { return native ? to_channels_last(t) : t.contiguous(); }
+  /// An uninitialized result the backend writes.
+  Tensor result(const Shape& shape, TensorOptions opts) const {
+    return native ? empty_channels_last(shape, opts) : empty(shape, opts);
+  }
+  /// The backend's result in the op's format.
+  Tensor finish(const Tensor& t) const { return channels_last && !native ? to_channels_last(t) : t; }
+  /// Tells the kernels the layout; `in` is the (N, C, H, W) input shape.
+  void describe(Pool2dGeometry& g, const Shape& in) const {
+    g.channels_last = native;
+    if (native) g.C = in[1];
+  }
+};
 
 /// grad_out is floating, has the expected output shape, and lives on `device`.
 void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expected) {
@@ -84,50 +100,58 @@ void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expecte
 MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
   constexpr const char* op = "max_pool2d";
   check_floating(op, "input", x);
-  const Pool2dGeometry g = max_geometry(op, x.sizes(), kernel, options);
+  Pool2dGeometry g = max_geometry(op, x.sizes(), kernel, options);
+  const PoolLayout layout(x);
+  layout.describe(g, x.sizes());
   const Shape os = with_plane(x.sizes(), g.OH, g.OW);
-  MaxPool2dResult r{empty(os, x.options()), empty(os, {kInt64, x.device()})};
+  MaxPool2dResult r{layout.result(os, x.options()), layout.result(os, {kInt64, x.device()})};
   if (g.P == 0) return r;
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), max_pool2d_kernel, r.out, r.indices, x.contiguous(), g);
-  return {in_layout_of(x, r.out), in_layout_of(x, r.indices)};
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), max_pool2d_kernel, r.out, r.indices, layout.operand(x), g);
+  return {layout.finish(r.out), layout.finish(r.indices)};
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape, Int2 kernel,
                            const MaxPool2dOptions& options) {
   constexpr const char* op = "max_pool2d_backward";
-  const Pool2dGeometry g = max_geometry(op, input_shape, kernel, options);
+  Pool2dGeometry g = max_geometry(op, input_shape, kernel, options);
   const Shape os = with_plane(input_shape, g.OH, g.OW);
   check_grad_out(op, grad_out, os);
   FRUGAL_CHECK(indices.defined() && indices.dtype() == kInt64 && indices.sizes() == os, op, ": indices ",
                indices.defined() ? indices.describe() : "undefined", " must be int64 of the output shape ",
                shape_str(os));
   check_same_device(op, grad_out, indices);
-  Tensor grad_x = empty(input_shape, grad_out.options());
+  const PoolLayout layout(grad_out);
+  layout.describe(g, input_shape);
+  Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
-  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), max_pool2d_backward_kernel, grad_x, grad_out.contiguous(),
-                         indices.contiguous(), g);
-  return in_layout_of(grad_out, grad_x);
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), max_pool2d_backward_kernel, grad_x, layout.operand(grad_out),
+                         layout.operand(indices), g);
+  return layout.finish(grad_x);
 }
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options) {
   constexpr const char* op = "avg_pool2d";
   check_floating(op, "input", x);
-  const Pool2dGeometry g = avg_geometry(op, x.sizes(), kernel, options);
-  Tensor out = empty(with_plane(x.sizes(), g.OH, g.OW), x.options());
+  Pool2dGeometry g = avg_geometry(op, x.sizes(), kernel, options);
+  const PoolLayout layout(x);
+  layout.describe(g, x.sizes());
+  Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), avg_pool2d_kernel, out, x.contiguous(), g);
-  return in_layout_of(x, out);
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), avg_pool2d_kernel, out, layout.operand(x), g);
+  return layout.finish(out);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Int2 kernel,
                            const AvgPool2dOptions& options) {
   constexpr const char* op = "avg_pool2d_backward";
-  const Pool2dGeometry g = avg_geometry(op, input_shape, kernel, options);
+  Pool2dGeometry g = avg_geometry(op, input_shape, kernel, options);
   check_grad_out(op, grad_out, with_plane(input_shape, g.OH, g.OW));
-  Tensor grad_x = empty(input_shape, grad_out.options());
+  const PoolLayout layout(grad_out);
+  layout.describe(g, input_shape);
+  Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
-  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), avg_pool2d_backward_kernel, grad_x, grad_out.contiguous(), g);
-  return in_layout_of(grad_out, grad_x);
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), avg_pool2d_backward_kernel, grad_x, layout.operand(grad_out), g);
+  return layout.finish(grad_x);
 }
 
 namespace {
@@ -144,23 +168,28 @@ Pool2dGeometry adaptive_geometry(const char* op, const Shape& in, Int2 output_si
 Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   constexpr const char* op = "adaptive_avg_pool2d";
   check_floating(op, "input", x);
-  const Pool2dGeometry g = adaptive_geometry(op, x.sizes(), output_size);
-  Tensor out = empty(with_plane(x.sizes(), g.OH, g.OW), x.options());
+  Pool2dGeometry g = adaptive_geometry(op, x.sizes(), output_size);
+  const PoolLayout layout(x);
+  layout.describe(g, x.sizes());
+  Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
-  FRUGAL_DEVICE_DISPATCH(op, x.device(), adaptive_avg_pool2d_kernel, out, x.contiguous(), g);
-  return in_layout_of(x, out);
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), adaptive_avg_pool2d_kernel, out, layout.operand(x), g);
+  return layout.finish(out);
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape) {
   constexpr const char* op = "adaptive_avg_pool2d_backward";
   check_floating(op, "grad_out", grad_out);
   FRUGAL_CHECK(grad_out.dim() >= 2, op, ": grad_out ", grad_out.describe(), " must be at least 2-D");
-  const Pool2dGeometry g = adaptive_geometry(op, input_shape, {grad_out.size(-2), grad_out.size(-1)});
+  Pool2dGeometry g = adaptive_geometry(op, input_shape, {grad_out.size(-2), grad_out.size(-1)});
   check_grad_out(op, grad_out, with_plane(input_shape, g.OH, g.OW));
-  Tensor grad_x = empty(input_shape, grad_out.options());
+  const PoolLayout layout(grad_out);
+  layout.describe(g, input_shape);
+  Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
-  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), adaptive_avg_pool2d_backward_kernel, grad_x, grad_out.contiguous(), g);
-  return in_layout_of(grad_out, grad_x);
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), adaptive_avg_pool2d_backward_kernel, grad_x, layout.operand(grad_out),
+                         g);
+  return layout.finish(grad_x);
 }
 
 }  // namespace frugal::ops

@@ -18,10 +18,11 @@
 // The CUDA backward kernels gather (one thread per input element sums the outputs
 // whose window holds it) instead of scattering with atomics: deterministic, and
 // rounded once for float16/bfloat16.
-// Channels-last inputs (Note [Channels-last layout] in tensor/memory_format.h): the
-// kernels compute NCHW planes, so the front-end hands them a contiguous copy and returns
-// the results (and max pooling's indices) channels-last; a backward returns grad_x
-// channels-last when grad_out is.
+// Channels-last inputs (Note [Channels-last layout] in tensor/memory_format.h) give
+// channels-last results (and max pooling's indices); a backward returns grad_x
+// channels-last when grad_out is. The CUDA kernels read and write NHWC natively (Note
+// [NHWC pooling] in tensor/cuda/pool.cu); the CPU kernels compute NCHW planes, so the
+// front-end hands them contiguous copies and converts the results.
 #include "tensor/half.h"
 #include "tensor/ops/conv.h"  // Int2
 #include "tensor/tensor.h"
@@ -51,11 +52,14 @@ constexpr Int2 pool_stride(Int2 stride, Int2 kernel) { return stride == Int2(0) 
 
 namespace frugal::ops {
 
-/// The sizes of one pooling: P = N * C planes of (H, W) pooled to (OH, OW).
+/// The sizes of one pooling: P = N * C planes of (H, W) pooled to (OH, OW). channels_last
+/// (CUDA only): every operand is an (N, C, H, W) tensor in channels-last memory, and C is
+/// set (it stays 1 otherwise).
 struct Pool2dGeometry {
-  int64_t P = 0, H = 0, W = 0, OH = 0, OW = 0;
+  int64_t P = 0, C = 1, H = 0, W = 0, OH = 0, OW = 0;
   Int2 kernel, stride, padding, dilation = 1;
   bool count_include_pad = true;
+  bool channels_last = false;
 };
 
 /// The outputs of max_pool2d: the maxima and their int64 flat indices ih * W + iw in the
@@ -104,8 +108,9 @@ FRUGAL_HD int64_t adaptive_end(int64_t o, int64_t in_size, int64_t out_size) {
 
 }  // namespace frugal::ops
 
-// Backend kernels. Every tensor is contiguous and viewed as (P, H, W) / (P, OH, OW); the
-// front-end has handled empty tensors. indices: int64.
+// Backend kernels. Every tensor is contiguous and viewed as (P, H, W) / (P, OH, OW), or
+// channels-last when g.channels_last (CUDA only); the front-end has handled empty
+// tensors. indices: int64.
 namespace frugal::ops::cpu {
 void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dGeometry& g);
 void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,

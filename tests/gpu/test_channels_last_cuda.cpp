@@ -18,6 +18,7 @@
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/pool.h"
 #include "tensor/ops/unary.h"
 #include "tests/norm_close.h"
 #include "tests/test_util.h"
@@ -320,6 +321,99 @@ TEST_CASE("channels_last cuda: pools on NHWC inputs") {
     check_norm_close(x.grad(), xr.grad(), rtol_for(t), "pools grad_x");
     check_nhwc(x.grad(), "pools grad_x");
     check_nhwc(max_pool2d(x, 3, {.stride = 2, .padding = 1}), "max_pool2d output");
+  }
+}
+
+namespace {
+
+constexpr DType kPoolTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+
+/// A CUDA channels-last copy of the CPU tensor t (t itself stays NCHW).
+Tensor nhwc_gpu(const Tensor& t) { return to_channels_last(t.to(kGpu)); }
+
+/// A backward's grad_x: channels-last when its grad_out is (an ambiguous grad_out, such as
+/// global pooling's (N, C, 1, 1), decides nothing and leaves grad_x NCHW).
+void check_grad_layout(const Tensor& grad_x, const Tensor& grad_out, const std::string& what) {
+  if (suggests_channels_last(grad_out)) check_nhwc(grad_x, what);
+}
+
+}  // namespace
+
+TEST_CASE("channels_last cuda: native NHWC max_pool2d matches NCHW CPU: values, indices, backward, layout") {
+  struct Case {
+    Shape x;
+    Int2 k;
+    MaxPool2dOptions o;
+  };
+  const Case cases[] = {
+      {{2, 8, 17, 17}, 3, {.stride = 2, .padding = 1}},  // ResNet's stem pool
+      {{2, 8, 9, 13}, 2, {.stride = 1}},                 // overlapping windows, non-square, no padding
+      {{2, 5, 10, 7}, {3, 2}, {.stride = {2, 1}, .padding = 1, .dilation = {2, 1}, .ceil_mode = true}},
+  };
+  uint64_t seed = 60;
+  for (const Case& c : cases) {
+    CAPTURE(shape_str(c.x));
+    for (DType t : kPoolTypes) {
+      CAPTURE(dtype_name(t));
+      const Tensor x = random_tensor(c.x, kFloat64, ++seed).to(t);
+      const ops::MaxPool2dResult ref = ops::max_pool2d(x, c.k, c.o);
+      const ops::MaxPool2dResult got = ops::max_pool2d(nhwc_gpu(x), c.k, c.o);
+      check_nhwc(got.out, "max_pool2d out");
+      check_nhwc(got.indices, "max_pool2d indices");
+      CHECK(values_of(got.out) == values_of(ref.out));  // a selection: exact
+      CHECK(got.indices.cpu().contiguous().tolist<int64_t>() == ref.indices.tolist<int64_t>());
+
+      const Tensor go = random_tensor(ref.out.sizes(), kFloat64, ++seed).to(t);
+      const Tensor gx_ref = ops::max_pool2d_backward(go, ref.indices, c.x, c.k, c.o);
+      const Tensor go_gpu = nhwc_gpu(go);
+      const Tensor gx = ops::max_pool2d_backward(go_gpu, got.indices, c.x, c.k, c.o);
+      check_grad_layout(gx, go_gpu, "max_pool2d_backward grad_x");
+      check_close(gx, values_of(gx_ref), default_rtol(t), default_rtol(t), "max_pool2d_backward");
+    }
+  }
+}
+
+TEST_CASE("channels_last cuda: native NHWC avg_pool2d and adaptive_avg_pool2d match NCHW CPU, forward and backward") {
+  struct AvgCase {
+    Shape x;
+    Int2 k;
+    AvgPool2dOptions o;
+  };
+  const AvgCase avg_cases[] = {
+      {{2, 8, 17, 17}, 3, {.stride = 2, .padding = 1}},
+      {{2, 6, 9, 13}, {3, 2}, {.stride = {2, 1}, .padding = 1, .ceil_mode = true, .count_include_pad = false}},
+  };
+  const std::pair<Shape, Int2> adaptive_cases[] = {
+      {{2, 64, 7, 7}, 1},        // ResNet's global pool
+      {{2, 6, 13, 11}, {4, 5}},  // overlapping windows
+      {{2, 6, 3, 4}, {5, 7}},    // growing
+  };
+  uint64_t seed = 80;
+  for (DType t : kPoolTypes) {
+    CAPTURE(dtype_name(t));
+    const double tol = default_rtol(t);
+    for (const AvgCase& c : avg_cases) {
+      CAPTURE(shape_str(c.x));
+      const Tensor x = random_tensor(c.x, kFloat64, ++seed).to(t);
+      const Tensor ref = ops::avg_pool2d(x, c.k, c.o), y = ops::avg_pool2d(nhwc_gpu(x), c.k, c.o);
+      check_nhwc(y, "avg_pool2d out");
+      check_close(y, values_of(ref), tol, tol, "avg_pool2d");
+      const Tensor go = random_tensor(ref.sizes(), kFloat64, ++seed).to(t), go_gpu = nhwc_gpu(go);
+      const Tensor gx = ops::avg_pool2d_backward(go_gpu, c.x, c.k, c.o);
+      check_grad_layout(gx, go_gpu, "avg_pool2d_backward grad_x");
+      check_close(gx, values_of(ops::avg_pool2d_backward(go, c.x, c.k, c.o)), tol, tol, "avg_pool2d_backward");
+    }
+    for (const auto& [xs, os] : adaptive_cases) {
+      CAPTURE(shape_str(xs));
+      const Tensor x = random_tensor(xs, kFloat64, ++seed).to(t);
+      const Tensor ref = ops::adaptive_avg_pool2d(x, os), y = ops::adaptive_avg_pool2d(nhwc_gpu(x), os);
+      CHECK_MESSAGE(is_channels_last(y), "adaptive_avg_pool2d out: ", y.describe());  // (N, C, 1, 1) is both
+      check_close(y, values_of(ref), tol, tol, "adaptive_avg_pool2d");
+      const Tensor go = random_tensor(ref.sizes(), kFloat64, ++seed).to(t), go_gpu = nhwc_gpu(go);
+      const Tensor gx = ops::adaptive_avg_pool2d_backward(go_gpu, xs);
+      check_grad_layout(gx, go_gpu, "adaptive_avg_pool2d_backward grad_x");
+      check_close(gx, values_of(ops::adaptive_avg_pool2d_backward(go, xs)), tol, tol, "adaptive_avg_pool2d_backward");
+    }
   }
 }
 
