@@ -13,6 +13,7 @@
 // outputs: conv2d, batch_norm, the pools, elementwise ops (Note [Elementwise output
 // layout] in tensor/elementwise.h) and Tensor::to (a dtype or device change keeps the
 // layout, so autocast's casts do not undo it). Tensor::contiguous() still means NCHW.
+#include "tensor/factory.h"
 #include "tensor/tensor.h"
 
 namespace frugal {
@@ -33,5 +34,23 @@ Tensor empty_channels_last(const Shape& sizes, TensorOptions opts);
 /// Differentiable (a permute, contiguous() and a permute back); the gradient keeps the
 /// layout of the incoming one.
 Tensor to_channels_last(const Tensor& x);
+
+/// One op's memory format, for the ops that keep channels-last (conv2d, the pools):
+/// channels-last when an operand suggests it; `native` when the backend computes in it
+/// (CUDA), else the backend computes NCHW and the result is converted (CPU).
+struct OpLayout {
+  bool channels_last = false, native = false;
+  explicit OpLayout(const Tensor& data, const Tensor& other = Tensor())
+      : channels_last(suggests_channels_last(data) || (other.defined() && suggests_channels_last(other))),
+        native(channels_last && data.device().is_cuda()) {}
+  /// t as the backend takes it: channels-last when native, else contiguous.
+  Tensor operand(const Tensor& t) const { return native ? to_channels_last(t) : t.contiguous(); }
+  /// An uninitialized result the backend writes.
+  Tensor result(const Shape& shape, TensorOptions opts) const {
+    return native ? empty_channels_last(shape, opts) : empty(shape, opts);
+  }
+  /// The backend's result in the op's format.
+  Tensor finish(const Tensor& t) const { return channels_last && !native ? to_channels_last(t) : t; }
+};
 
 }  // namespace frugal

@@ -42,23 +42,6 @@ void fill_with_bias(const Tensor& out, const Tensor& bias) {
   }
 }
 
-/// One op's memory format (Note [Channels-last convolution]): whether it runs channels-last,
-/// and whether the backend does so natively (CUDA) or the result is converted (CPU).
-struct ConvLayout {
-  bool channels_last = false, native = false;
-  ConvLayout(const Tensor& data, const Tensor& other)
-      : channels_last(suggests_channels_last(data) || suggests_channels_last(other)),
-        native(channels_last && data.device().is_cuda()) {}
-  /// t as the backend takes it: channels-last when native, else contiguous.
-  Tensor operand(const Tensor& t) const { return native ? to_channels_last(t) : t.contiguous(); }
-  /// An uninitialized result the backend writes.
-  Tensor result(const Shape& shape, TensorOptions opts) const {
-    return native ? empty_channels_last(shape, opts) : empty(shape, opts);
-  }
-  /// The backend's result in the op's format.
-  Tensor finish(const Tensor& t) const { return channels_last && !native ? to_channels_last(t) : t; }
-};
-
 }  // namespace
 
 Conv2dGeometry conv2d_geometry(const char* op, const Shape& xs, const Shape& ws, const Conv2dOptions& o) {
@@ -102,7 +85,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                  " must have shape [out_channels] for weight ", weight.describe());
   }
   Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight.sizes(), options);
-  const ConvLayout layout(x, weight);
+  const OpLayout layout(x, weight);
   g.channels_last = layout.native;
   Tensor out = layout.result(g.output_shape(), x.options());
   if (out.numel() == 0) return layout.finish(out);
@@ -125,7 +108,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, c
   Conv2dGeometry g = conv2d_geometry(op, input_shape, weight.sizes(), options);
   FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
                " must have the convolution's output shape ", shape_str(g.output_shape()));
-  const ConvLayout layout(grad_out, weight);
+  const OpLayout layout(grad_out, weight);
   g.channels_last = layout.native;
   Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (grad_x.numel() == 0) return layout.finish(grad_x);
@@ -148,7 +131,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight_shape, options);
   FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
                " must have the convolution's output shape ", shape_str(g.output_shape()));
-  const ConvLayout layout(grad_out, x);
+  const OpLayout layout(grad_out, x);
   g.channels_last = layout.native;
   Tensor grad_w = layout.result(weight_shape, x.options());
   if (grad_w.numel() == 0) return layout.finish(grad_w);

@@ -66,27 +66,12 @@ Shape with_plane(const Shape& in, int64_t oh, int64_t ow) {
   return s;
 }
 
-/// One pooling's memory format: channels-last when `like` (the input, or grad_out for a
-/// backward) suggests it (Note [Channels-last layout]); the CUDA kernels run it natively
-/// (Note [NHWC pooling] in tensor/cuda/pool.cu), the CPU kernels on NCHW copies.
-struct PoolLayout {
-  bool channels_last = false, native = false;
-  explicit PoolLayout(const Tensor& like)
-      : channels_last(suggests_channels_last(like)), native(channels_last && like.device().is_cuda()) {}
-  /// t as the backend takes it: channels-last when native, else contiguous.
-  Tensor operand(const Tensor& t) const { return native ? to_channels_last(t) : t.contiguous(); }
-  /// An uninitialized result the backend writes.
-  Tensor result(const Shape& shape, TensorOptions opts) const {
-    return native ? empty_channels_last(shape, opts) : empty(shape, opts);
-  }
-  /// The backend's result in the op's format.
-  Tensor finish(const Tensor& t) const { return channels_last && !native ? to_channels_last(t) : t; }
-  /// Tells the kernels the layout; `in` is the (N, C, H, W) input shape.
-  void describe(Pool2dGeometry& g, const Shape& in) const {
-    g.channels_last = native;
-    if (native) g.C = in[1];
-  }
-};
+/// Tells the pooling kernels the layout: native channels-last on CUDA (Note [NHWC
+/// pooling] in tensor/cuda/pool.cu); `in` is the (N, C, H, W) input shape.
+void describe_layout(Pool2dGeometry& g, const OpLayout& layout, const Shape& in) {
+  g.channels_last = layout.native;
+  if (layout.native) g.C = in[1];
+}
 
 /// grad_out is floating, has the expected output shape, and lives on `device`.
 void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expected) {
@@ -101,8 +86,8 @@ MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions&
   constexpr const char* op = "max_pool2d";
   check_floating(op, "input", x);
   Pool2dGeometry g = max_geometry(op, x.sizes(), kernel, options);
-  const PoolLayout layout(x);
-  layout.describe(g, x.sizes());
+  const OpLayout layout(x);
+  describe_layout(g, layout, x.sizes());
   const Shape os = with_plane(x.sizes(), g.OH, g.OW);
   MaxPool2dResult r{layout.result(os, x.options()), layout.result(os, {kInt64, x.device()})};
   if (g.P == 0) return r;
@@ -120,8 +105,8 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
                indices.defined() ? indices.describe() : "undefined", " must be int64 of the output shape ",
                shape_str(os));
   check_same_device(op, grad_out, indices);
-  const PoolLayout layout(grad_out);
-  layout.describe(g, input_shape);
+  const OpLayout layout(grad_out);
+  describe_layout(g, layout, input_shape);
   Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), max_pool2d_backward_kernel, grad_x, layout.operand(grad_out),
@@ -133,8 +118,8 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options)
   constexpr const char* op = "avg_pool2d";
   check_floating(op, "input", x);
   Pool2dGeometry g = avg_geometry(op, x.sizes(), kernel, options);
-  const PoolLayout layout(x);
-  layout.describe(g, x.sizes());
+  const OpLayout layout(x);
+  describe_layout(g, layout, x.sizes());
   Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), avg_pool2d_kernel, out, layout.operand(x), g);
@@ -146,8 +131,8 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Int
   constexpr const char* op = "avg_pool2d_backward";
   Pool2dGeometry g = avg_geometry(op, input_shape, kernel, options);
   check_grad_out(op, grad_out, with_plane(input_shape, g.OH, g.OW));
-  const PoolLayout layout(grad_out);
-  layout.describe(g, input_shape);
+  const OpLayout layout(grad_out);
+  describe_layout(g, layout, input_shape);
   Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), avg_pool2d_backward_kernel, grad_x, layout.operand(grad_out), g);
@@ -169,8 +154,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   constexpr const char* op = "adaptive_avg_pool2d";
   check_floating(op, "input", x);
   Pool2dGeometry g = adaptive_geometry(op, x.sizes(), output_size);
-  const PoolLayout layout(x);
-  layout.describe(g, x.sizes());
+  const OpLayout layout(x);
+  describe_layout(g, layout, x.sizes());
   Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), adaptive_avg_pool2d_kernel, out, layout.operand(x), g);
@@ -183,8 +168,8 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
   FRUGAL_CHECK(grad_out.dim() >= 2, op, ": grad_out ", grad_out.describe(), " must be at least 2-D");
   Pool2dGeometry g = adaptive_geometry(op, input_shape, {grad_out.size(-2), grad_out.size(-1)});
   check_grad_out(op, grad_out, with_plane(input_shape, g.OH, g.OW));
-  const PoolLayout layout(grad_out);
-  layout.describe(g, input_shape);
+  const OpLayout layout(grad_out);
+  describe_layout(g, layout, input_shape);
   Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), adaptive_avg_pool2d_backward_kernel, grad_x, layout.operand(grad_out),
