@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "parallel_bench: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());  // the messages name parallel_bench
     return 1;
   }
 }

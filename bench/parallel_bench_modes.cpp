@@ -32,7 +32,6 @@ using namespace frugal::parallel;
 
 namespace {
 
-constexpr uint64_t kInitSeed = 1234, kDataSeed = 42;
 const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "grid"};
 
 struct EncoderBlock : nn::UnaryModule {
@@ -168,7 +167,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   // An AdamW step of the whole encoder, split across `tp`, on the whole batch.
   auto time_whole_batch = [&](const CommPtr& tp, ModeResult& res) {
     auto model = make_encoder(m, tp, dev, 0, m.layers);
-    optim::AdamW opt(model->parameters(), {.lr = 1e-4});
+    optim::AdamW opt(model->parameters(), {.lr = kLearningRate});
     time_steps(
         dev, opts.iters,
         [&](bool want_loss) {
@@ -189,7 +188,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     // forward and backward); then one timed step for the measured bubble.
     PipelineStage stage(stage_model, pp, {.schedule = Schedule::OneFOneB, .micro_batches = M, .measure_busy = false});
     PipelineStage timed_stage(stage_model, pp, {.schedule = Schedule::OneFOneB, .micro_batches = M});
-    optim::AdamW opt(stage_model->parameters(), {.lr = 1e-4});
+    optim::AdamW opt(stage_model->parameters(), {.lr = kLearningRate});
     const Tensor stage_x = stage.is_first() ? x_full : Tensor(), stage_y = stage.is_last() ? y_full : Tensor();
     time_steps(
         dev, opts.iters,
@@ -217,7 +216,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     // The global loss: the mean of the ranks' (equal-sized) shard losses.
     auto global = [&](const Tensor& loss) { return reduce_over(*world, loss.item<double>(), ReduceOp::Avg); };
     if (zero) {
-      ZeroAdamW opt(model->parameters(), world, {.lr = 1e-4});
+      ZeroAdamW opt(model->parameters(), world, {.lr = kLearningRate});
       time_steps(
           dev, opts.iters,
           [&](bool want_loss) {
@@ -231,7 +230,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       return;
     }
     auto ddp = std::make_shared<DistributedDataParallel>(model, world);
-    optim::AdamW opt(ddp->parameters(), {.lr = 1e-4});
+    optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
     time_steps(
         dev, opts.iters,
         [&](bool want_loss) {

@@ -16,6 +16,12 @@
 
 namespace frugal::bench {
 
+/// Layer i of the encoder is drawn from Generator(kInitSeed + i), the batch (input, then
+/// target) from Generator(kDataSeed), on every rank (Note [Same model in every mode]).
+inline constexpr uint64_t kInitSeed = 1234, kDataSeed = 42;
+/// AdamW's learning rate in every mode.
+inline constexpr double kLearningRate = 1e-4;
+
 /// The encoder's shape: `layers` post-norm encoder layers, no embeddings, f32.
 struct ModelConfig {
   std::string name;  // "BERT-base", "BERT-large", "tiny"
