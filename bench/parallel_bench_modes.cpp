@@ -60,6 +60,21 @@ std::shared_ptr<nn::Sequential> make_encoder(const ModelConfig& m, const CommPtr
 /// the untimed warm-up steps ask), else 0.
 using Step = std::function<double(bool want_loss)>;
 
+/// The step of a model whose forward runs whole on this rank: mean-squared error on (x, y),
+/// backward (under DDP it returns with the gradients averaged), `opt`'s step; `global`
+/// turns this rank's loss into the global batch's.
+template <typename Optimizer>
+Step whole_model_step(nn::UnaryModule& model, const Tensor& x, const Tensor& y, Optimizer& opt,
+                      std::function<double(const Tensor&)> global) {
+  return [&model, x, y, &opt, global](bool want_loss) {
+    Tensor loss = mse_loss(model.forward(x), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return want_loss ? global(loss) : 0.0;
+  };
+}
+
 /// Times `step` into res (median seconds, this rank's peak memory) after two warm-up steps,
 /// whose losses are res.loss_first and res.loss_second.
 void time_steps(Device device, int iters, const Step& step, ModeResult& res) {
@@ -168,16 +183,8 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   auto time_whole_batch = [&](const CommPtr& tp, ModeResult& res) {
     auto model = make_encoder(m, tp, dev, 0, m.layers);
     optim::AdamW opt(model->parameters(), {.lr = kLearningRate});
-    time_steps(
-        dev, opts.iters,
-        [&](bool want_loss) {
-          Tensor loss = loss_fn(model->forward(x_full), y_full);
-          loss.backward();
-          opt.step();
-          opt.zero_grad();
-          return want_loss ? loss.item<double>() : 0.0;
-        },
-        res);
+    time_steps(dev, opts.iters,
+               whole_model_step(*model, x_full, y_full, opt, [](const Tensor& l) { return l.item<double>(); }), res);
   };
   // `pp`'s stages of the encoder (each split across `tp`), 1F1B over M micro-batches.
   auto time_pipeline = [&](const CommPtr& tp, const CommPtr& pp, ModeResult& res) {
@@ -217,30 +224,12 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     auto global = [&](const Tensor& loss) { return reduce_over(*world, loss.item<double>(), ReduceOp::Avg); };
     if (zero) {
       ZeroAdamW opt(model->parameters(), world, {.lr = kLearningRate});
-      time_steps(
-          dev, opts.iters,
-          [&](bool want_loss) {
-            Tensor loss = loss_fn(model->forward(x), y);
-            loss.backward();
-            opt.step();
-            opt.zero_grad();
-            return want_loss ? global(loss) : 0.0;
-          },
-          res);
-      return;
+      time_steps(dev, opts.iters, whole_model_step(*model, x, y, opt, global), res);
+    } else {
+      auto ddp = std::make_shared<DistributedDataParallel>(model, world);
+      optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
+      time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
     }
-    auto ddp = std::make_shared<DistributedDataParallel>(model, world);
-    optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
-    time_steps(
-        dev, opts.iters,
-        [&](bool want_loss) {
-          Tensor loss = loss_fn(ddp->forward(x), y);
-          loss.backward();  // returns with the gradients averaged
-          opt.step();
-          opt.zero_grad();
-          return want_loss ? global(loss) : 0.0;
-        },
-        res);
   };
 
   const std::string mb = " m=" + std::to_string(M);
