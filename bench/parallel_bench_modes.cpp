@@ -236,7 +236,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   for (const std::string& mode : opts.modes) {
     ModeResult res{.mode = mode, .label = "", .key = "", .ranks = N, .samples = opts.batch};
     if (mode == "single") {  // rank 0 alone
-      res.label = N > 1 ? "1 rank" : "1 GPU";
+      res.label = dev.is_cpu() ? "1 rank" : "1 GPU";
       res.key = "single";
       res.ranks = 1;
       if (r == 0) time_whole_batch(nullptr, res);
