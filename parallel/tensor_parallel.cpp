@@ -17,6 +17,20 @@
 // identity), while a rank's gradient with respect to the replicated input of f is only
 // its own slice's contribution (f's backward sums them).
 // gather_from_region / scatter_to_region are the other pair: split along the last dim.
+//
+// Note [Tensor-parallel dropout]
+// Dropout masks come from a counter-based Philox stream (Note [Dropout mask from counters]):
+// a generator's (seed, offset) alone fixes the mask. Outside a region every rank holds the
+// same activation and must keep holding the same one, so its dropout draws from
+// TensorParallelRng::replicated, seeded alike on every rank and advanced alike because every
+// rank runs the same replicated dropouts in the same order: the masks are equal, the
+// outputs stay bitwise replicated, and the replicated parameters' gradients stay equal.
+// Inside a region each rank holds different data (its own heads' attention probabilities,
+// its columns of an MLP activation); one stream there would give head h on rank 0 the
+// mask of head h on rank 1, so each rank draws from its own stream, seeded
+// seed + 2718 + tp_rank as Megatron-LM's model_parallel_cuda_manual_seed does. The
+// process-wide default generator is no substitute: thread ranks share it, and the order
+// in which they would draw from it is a race. Eval mode and p = 0 draw nothing.
 #include "parallel/tensor_parallel.h"
 
 #include <cmath>
@@ -374,7 +388,10 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
   return loss;
 }
 
-// ---- encoder layer -------------------------------------------------------------------------
+// ---- dropout and the encoder layer ------------------------------------------------------------
+
+TensorParallelRng::TensorParallelRng(uint64_t seed, const CommPtr& comm)
+    : replicated(seed), split(seed + 2718 + uint64_t(tp_rank(comm))) {}
 
 TensorParallelEncoderLayer::TensorParallelEncoderLayer(int64_t hidden_, int64_t heads_, int64_t inter, CommPtr comm,
                                                        TensorParallelEncoderOptions o)
@@ -383,9 +400,15 @@ TensorParallelEncoderLayer::TensorParallelEncoderLayer(int64_t hidden_, int64_t 
       heads_per_rank(split_size(heads_, comm, "TensorParallelEncoderLayer", "heads")),
       pre_norm(o.pre_norm),
       gelu_tanh(o.gelu_tanh),
+      hidden_dropout(o.hidden_dropout),
+      attention_dropout(o.attention_dropout),
+      rng(o.rng ? o.rng : std::make_shared<TensorParallelRng>(o.dropout_seed, comm)),
       comm_(std::move(comm)) {
   FRUGAL_CHECK(hidden > 0 && hidden % heads == 0, "TensorParallelEncoderLayer: hidden (", hidden,
                ") must be a positive multiple of heads (", heads, ")");
+  for (double p : {hidden_dropout, attention_dropout})
+    FRUGAL_CHECK(p >= 0.0 && p < 1.0, "TensorParallelEncoderLayer: dropout probabilities must be in [0, 1), got ",
+                 "hidden_dropout = ", hidden_dropout, " and attention_dropout = ", attention_dropout);
   const ColumnParallelOptions column{.bias = true, .gather_output = false, .generator = o.generator};
   const RowParallelOptions row{.bias = true, .input_is_parallel = true, .generator = o.generator};
   const nn::LayerNormOptions norm{.eps = o.layer_norm_eps};
@@ -410,13 +433,18 @@ Tensor TensorParallelEncoderLayer::attention(const Tensor& h, const Tensor& attn
   const Tensor q = split_heads(query->forward_local(hp));  // (B, H / size, T, D)
   const Tensor k = split_heads(key->forward_local(hp));
   const Tensor v = split_heads(value->forward_local(hp));
-  const Tensor ctx = scaled_dot_product_attention(q, k, v, attn_mask);
-  return attention_output->forward(ctx.transpose(1, 2).reshape({B, T, heads_per_rank * D}));
+  // This rank's heads: the split stream (Note [Tensor-parallel dropout]).
+  const double p = is_training() ? attention_dropout : 0.0;
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, attn_mask, false, p, {}, &rng->split);
+  const Tensor out = attention_output->forward(ctx.transpose(1, 2).reshape({B, T, heads_per_rank * D}));
+  return dropout(out, hidden_dropout, is_training(), &rng->replicated);
 }
 
 Tensor TensorParallelEncoderLayer::mlp(const Tensor& h) {
   const Tensor u = intermediate->forward_local(copy_to_region(h, comm_));
-  return output->forward(gelu_tanh ? frugal::gelu_tanh(u) : frugal::gelu(u));
+  Tensor a = gelu_tanh ? frugal::gelu_tanh(u) : frugal::gelu(u);
+  if (pre_norm) a = dropout(a, hidden_dropout, is_training(), &rng->split);  // torchvision's mlp.2: split columns
+  return dropout(output->forward(a), hidden_dropout, is_training(), &rng->replicated);
 }
 
 Tensor TensorParallelEncoderLayer::forward(const Tensor& x, const Tensor& attn_mask) {

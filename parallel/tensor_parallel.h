@@ -134,6 +134,22 @@ class VocabParallelEmbedding : public nn::UnaryModule {
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target, const CommPtr& comm,
                                     int64_t ignore_index = -100);
 
+// ---- dropout ----------------------------------------------------------------------------
+/// The two dropout streams of one tensor-parallel rank (Megatron-LM's model-parallel RNG
+/// tracker; see Note [Tensor-parallel dropout] in parallel/tensor_parallel.cpp):
+///   replicated  Generator(seed) on every rank, for activations every rank holds whole
+///               (hidden states, embeddings): all ranks drop the same elements;
+///   split       Generator(seed + 2718 + tp_rank), for each rank's own slice (its heads'
+///               attention probabilities, its columns of the MLP): the ranks' masks differ.
+/// Every rank must run the same replicated dropouts, with the same shapes, in the same
+/// order, so the replicated streams stay in step. Share one between the layers of a model
+/// (one object per rank): layers with separate ones of the same seed would repeat masks.
+struct TensorParallelRng {
+  TensorParallelRng(uint64_t seed, const CommPtr& comm);
+  Generator replicated, split;
+};
+using RngPtr = std::shared_ptr<TensorParallelRng>;
+
 // ---- transformer encoder layer ------------------------------------------------------
 struct TensorParallelEncoderOptions {
   /// Pre-norm (ViT: x + attn(ln(x)), x + mlp(ln(x))) or post-norm (BERT: ln(x + attn(x)),
@@ -142,15 +158,25 @@ struct TensorParallelEncoderOptions {
   double layer_norm_eps = 1e-12;
   /// GELU (erf) or its tanh approximation in the MLP.
   bool gelu_tanh = false;
+  /// The generator the weights are drawn from (default: frugal::default_generator()).
   Generator* generator = nullptr;
+  /// Dropout probabilities, in training mode only: hidden_dropout on the attention's and
+  /// the MLP's outputs after their all-reduce (and, pre-norm, on the MLP's activation, as
+  /// torchvision's ViT), attention_dropout on the attention probabilities.
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+  /// The dropout streams; null makes the layer its own TensorParallelRng(dropout_seed, comm).
+  RngPtr rng = nullptr;
+  uint64_t dropout_seed = 1234;  // Megatron-LM's default --seed
 };
 
 /// A transformer encoder layer with its heads split across the tensor-parallel ranks:
 /// query/key/value column-parallel (heads / size per rank), the attention output
 /// row-parallel; the MLP column- then row-parallel. One all-reduce forward and one
-/// backward per half (see Note [Tensor-parallel regions]). No dropout (the layer is for
-/// pre-training equivalence tests and benchmarks; dropout would need a per-rank
-/// generator state shared within the region). With a null communicator it is the plain
+/// backward per half (see Note [Tensor-parallel regions]). Dropout as BERT's (post-norm)
+/// or torchvision ViT's (pre-norm) layer places it, Megatron-style: replicated activations
+/// from the replicated stream, each rank's heads (and pre-norm MLP columns) from its split
+/// stream (Note [Tensor-parallel dropout]). With a null communicator it is the plain
 /// (unsplit) layer. Linear weights initialised as nn::Linear, in registration order.
 class TensorParallelEncoderLayer : public nn::Module {
  public:
@@ -167,6 +193,8 @@ class TensorParallelEncoderLayer : public nn::Module {
   std::shared_ptr<nn::LayerNorm> attention_norm, output_norm;
   const int64_t hidden, heads, heads_per_rank;
   const bool pre_norm, gelu_tanh;
+  const double hidden_dropout, attention_dropout;
+  const RngPtr rng;
 
  private:
   Tensor attention(const Tensor& h, const Tensor& attn_mask);
