@@ -29,10 +29,14 @@ std::shared_ptr<nn::LayerNorm> layer_norm_layer(const BertConfig& c) {
 
 // ---- encoder layer ---------------------------------------------------------------------
 
-TensorParallelBertLayer::TensorParallelBertLayer(const BertConfig& c, CommPtr comm, Generator* gen)
+TensorParallelBertLayer::TensorParallelBertLayer(const BertConfig& c, CommPtr comm, Generator* gen,
+                                                 parallel::RngPtr rng)
     : heads_per_rank(c.num_attention_heads / tp_size(comm)),
       head_dim(c.hidden_size / c.num_attention_heads),
-      comm_(std::move(comm)) {
+      hidden_dropout(c.hidden_dropout_prob),
+      attention_dropout(c.attention_probs_dropout_prob),
+      comm_(std::move(comm)),
+      rng_(std::move(rng)) {
   FRUGAL_CHECK(c.num_attention_heads % tp_size(comm_) == 0, kModel, ": num_attention_heads (", c.num_attention_heads,
                ") must be divisible by the tensor-parallel size ", tp_size(comm_));
   const parallel::ColumnParallelOptions column{.bias = true, .gather_output = false, .generator = gen};
@@ -67,17 +71,24 @@ Tensor TensorParallelBertLayer::forward(const Tensor& h, const Tensor& mask) {
   const Tensor q = heads(query->forward_local(hp)), k = heads(key->forward_local(hp));
   const Tensor v = heads(value->forward_local(hp));
   const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
-  const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, 0.0, 1.0 / std::sqrt(double(head_dim)));
+  // Dropout as BertLayer's: this rank's heads from its split stream, the replicated hidden
+  // outputs (after the all-reduce) from the replicated one.
+  const bool train = is_training();
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, train ? attention_dropout : 0.0,
+                                                  1.0 / std::sqrt(double(head_dim)), &rng_->split);
   const Tensor merged = ctx.transpose(1, 2).reshape({B, T, heads_per_rank * head_dim});
-  const Tensor a = attention_output_LayerNorm->forward(attention_output_dense->forward(merged) + h);
+  const Tensor attended = dropout(attention_output_dense->forward(merged), hidden_dropout, train, &rng_->replicated);
+  const Tensor a = attention_output_LayerNorm->forward(attended + h);
   const Tensor u = intermediate_dense->forward_local(parallel::copy_to_region(a, comm_));
-  return output_LayerNorm->forward(output_dense->forward(gelu(u)) + a);
+  return output_LayerNorm->forward(dropout(output_dense->forward(gelu(u)), hidden_dropout, train, &rng_->replicated) +
+                                   a);
 }
 
 // ---- model -----------------------------------------------------------------------------
 
-TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c, CommPtr comm, uint64_t seed)
-    : config(c), comm_(std::move(comm)) {
+TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c, CommPtr comm, uint64_t seed,
+                                                             uint64_t dropout_seed)
+    : config(c), rng(std::make_shared<parallel::TensorParallelRng>(dropout_seed, comm)), comm_(std::move(comm)) {
   const int p = tp_size(comm_);
   FRUGAL_CHECK(c.hidden_size > 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, kModel,
                ": need hidden_size > 0 divisible by num_attention_heads > 0, got ", c.hidden_size, " and ",
@@ -85,8 +96,9 @@ TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c
   FRUGAL_CHECK(c.vocab_size % p == 0 && c.intermediate_size % p == 0, kModel, ": vocab_size (", c.vocab_size,
                ") and intermediate_size (", c.intermediate_size, ") must be divisible by the tensor-parallel size ", p);
   FRUGAL_CHECK(!c.checkpoint_blocks, kModel, ": checkpoint_blocks is not supported");
-  FRUGAL_CHECK(c.hidden_dropout_prob == 0.0 && c.attention_probs_dropout_prob == 0.0, kModel,
-               ": dropout is not supported (set hidden_dropout_prob and attention_probs_dropout_prob to 0), got ",
+  FRUGAL_CHECK(c.hidden_dropout_prob >= 0.0 && c.hidden_dropout_prob < 1.0 && c.attention_probs_dropout_prob >= 0.0 &&
+                   c.attention_probs_dropout_prob < 1.0,
+               kModel, ": hidden_dropout_prob and attention_probs_dropout_prob must be in [0, 1), got ",
                c.hidden_dropout_prob, " and ", c.attention_probs_dropout_prob);
   Generator gen(seed);  // the same on every rank: replicated tensors get the same values
   const Device device = comm_ ? comm_->device() : kCPU;
@@ -104,7 +116,7 @@ TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c
   auto encoder = bert->add("encoder", std::make_shared<Group>("BertEncoder"));
   layers = encoder->add("layer", std::make_shared<nn::ModuleList<TensorParallelBertLayer>>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers->push_back(std::make_shared<TensorParallelBertLayer>(c, comm_, &gen));
+    layers->push_back(std::make_shared<TensorParallelBertLayer>(c, comm_, &gen, rng));
 
   auto cls = register_module("cls", std::make_shared<Group>("BertOnlyMLMHead"));
   auto predictions = cls->add("predictions", std::make_shared<Group>("BertLMPredictionHead"));
@@ -172,7 +184,7 @@ TensorParallelMlmOutput TensorParallelBertForMaskedLM::forward(const Tensor& inp
   // As BertEmbeddings::forward, in the same order of additions.
   Tensor h = word_embeddings->forward(input_ids) + token_type_embeddings->forward(types);
   h = h + position_embeddings->forward(arange(T, {kInt64, input_ids.device()}));
-  h = embeddings_LayerNorm->forward(h);
+  h = dropout(embeddings_LayerNorm->forward(h), config.hidden_dropout_prob, is_training(), &rng->replicated);
   const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
   for (const auto& layer : *layers) h = layer->forward(h, mask);
   const Tensor t = transform_LayerNorm->forward(gelu(transform_dense->forward(h)));

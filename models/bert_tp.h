@@ -16,9 +16,11 @@
 //   auto out = tp.forward(ids, mask, {}, labels);           // out.local_logits: (B, T, V / size)
 //   out.loss.backward();
 //
-// Limitations: no dropout (a config asking for it is refused: every rank would need the
-// same generator state inside the replicated regions and different ones inside the split
-// regions), and no checkpoint_blocks.
+// Dropout where BertForMaskedLM has it (embeddings, attention probabilities, both hidden
+// outputs; training mode only), Megatron-style from the model's TensorParallelRng: the
+// replicated stream on the replicated activations, each rank's split stream on its heads'
+// attention probabilities (Note [Tensor-parallel dropout] in parallel/tensor_parallel.cpp).
+// Limitation: no checkpoint_blocks.
 #include <map>
 #include <memory>
 #include <string>
@@ -32,7 +34,8 @@ namespace frugal::models {
 /// (attention.self.query, attention.output.dense, intermediate.dense, output.LayerNorm, ...).
 class TensorParallelBertLayer : public nn::Module {
  public:
-  TensorParallelBertLayer(const BertConfig& c, parallel::CommPtr comm, Generator* gen);
+  /// Weights drawn from `gen`; dropout from `rng` (shared by the model's layers).
+  TensorParallelBertLayer(const BertConfig& c, parallel::CommPtr comm, Generator* gen, parallel::RngPtr rng);
   /// h (B, T, hidden) replicated, additive mask (B, 1, 1, T) or undefined -> (B, T, hidden).
   Tensor forward(const Tensor& h, const Tensor& mask);
   std::string type_name() const override { return "TensorParallelBertLayer"; }
@@ -41,9 +44,11 @@ class TensorParallelBertLayer : public nn::Module {
   std::shared_ptr<parallel::RowParallelLinear> attention_output_dense, output_dense;
   std::shared_ptr<nn::LayerNorm> attention_output_LayerNorm, output_LayerNorm;
   const int64_t heads_per_rank, head_dim;
+  const double hidden_dropout, attention_dropout;
 
  private:
   parallel::CommPtr comm_;
+  parallel::RngPtr rng_;
 };
 
 struct TensorParallelMlmOutput {
@@ -55,8 +60,10 @@ class TensorParallelBertForMaskedLM : public nn::Module {
  public:
   /// vocab_size, num_attention_heads and intermediate_size must divide by comm's size.
   /// Initialised as Hugging Face's _init_weights from a generator seeded with `seed` on
-  /// every rank (the full tensors are drawn and each rank keeps its shard).
-  TensorParallelBertForMaskedLM(const BertConfig& c, parallel::CommPtr comm, uint64_t seed = 0);
+  /// every rank (the full tensors are drawn and each rank keeps its shard). Dropout draws
+  /// from TensorParallelRng(dropout_seed, comm).
+  TensorParallelBertForMaskedLM(const BertConfig& c, parallel::CommPtr comm, uint64_t seed = 0,
+                                uint64_t dropout_seed = 1234);
   /// As BertForMaskedLM::forward; labels (B, T) int64 with -100 where nothing is predicted.
   TensorParallelMlmOutput forward(const Tensor& input_ids, const Tensor& attention_mask = Tensor(),
                                   const Tensor& token_type_ids = Tensor(), const Tensor& labels = Tensor());
@@ -83,6 +90,8 @@ class TensorParallelBertForMaskedLM : public nn::Module {
   std::shared_ptr<nn::LayerNorm> transform_LayerNorm;               // "cls.predictions.transform.LayerNorm"
   Tensor decoder_bias;                                              // "cls.predictions.bias", (vocab / size)
   const BertConfig config;
+  /// The dropout streams of this rank (reseed with rng->replicated / split.manual_seed).
+  const parallel::RngPtr rng;
 
  private:
   parallel::CommPtr comm_;

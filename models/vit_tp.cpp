@@ -60,8 +60,14 @@ void init_full(const std::string& key, const Tensor& full, const ViTConfig& c, G
 
 // ---- encoder block ---------------------------------------------------------------------
 
-TensorParallelEncoderBlock::TensorParallelEncoderBlock(const ViTConfig& c, CommPtr comm, Generator* gen)
-    : heads_per_rank(c.num_heads / tp_size(comm)), head_dim(c.hidden_dim / c.num_heads), comm_(std::move(comm)) {
+TensorParallelEncoderBlock::TensorParallelEncoderBlock(const ViTConfig& c, CommPtr comm, Generator* gen,
+                                                       parallel::RngPtr rng)
+    : heads_per_rank(c.num_heads / tp_size(comm)),
+      head_dim(c.hidden_dim / c.num_heads),
+      dropout_p(c.dropout),
+      attention_dropout(c.attention_dropout),
+      comm_(std::move(comm)),
+      rng_(std::move(rng)) {
   FRUGAL_CHECK(c.num_heads % tp_size(comm_) == 0, kModel, ": num_heads (", c.num_heads,
                ") must be divisible by the tensor-parallel size ", tp_size(comm_));
   const int64_t E = c.hidden_dim, local_qkv = 3 * heads_per_rank * head_dim;
@@ -90,17 +96,23 @@ Tensor TensorParallelEncoderBlock::forward(const Tensor& input) {
   const std::vector<Tensor> qkv =
       chunk(linear(parallel::copy_to_region(h, comm_), in_proj_weight, in_proj_bias), 3, -1);
   auto heads = [&](const Tensor& y) { return y.reshape({N, S, heads_per_rank, head_dim}).transpose(1, 2); };
-  const Tensor ctx = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), Tensor(), false, 0.0,
-                                                  1.0 / std::sqrt(double(head_dim)));
+  // Dropout as EncoderBlock's: this rank's heads and MLP columns from its split stream, the
+  // replicated outputs (after the all-reduce) from the replicated one.
+  const bool train = is_training();
+  const Tensor ctx =
+      scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), Tensor(), false,
+                                   train ? attention_dropout : 0.0, 1.0 / std::sqrt(double(head_dim)), &rng_->split);
   const Tensor merged = ctx.transpose(1, 2).reshape({N, S, heads_per_rank * head_dim});
-  const Tensor x = out_proj->forward(merged) + input;
-  return x + mlp_3->forward(gelu(mlp_0->forward((*ln_2)(x))));
+  const Tensor x = dropout(out_proj->forward(merged), dropout_p, train, &rng_->replicated) + input;
+  const Tensor a = dropout(gelu(mlp_0->forward((*ln_2)(x))), dropout_p, train, &rng_->split);  // mlp.2
+  return x + dropout(mlp_3->forward(a), dropout_p, train, &rng_->replicated);                  // mlp.4
 }
 
 // ---- model -----------------------------------------------------------------------------
 
-TensorParallelVisionTransformer::TensorParallelVisionTransformer(const ViTConfig& c, CommPtr comm, uint64_t seed)
-    : config(c), comm_(std::move(comm)) {
+TensorParallelVisionTransformer::TensorParallelVisionTransformer(const ViTConfig& c, CommPtr comm, uint64_t seed,
+                                                                 uint64_t dropout_seed)
+    : config(c), rng(std::make_shared<parallel::TensorParallelRng>(dropout_seed, comm)), comm_(std::move(comm)) {
   const int p = tp_size(comm_);
   FRUGAL_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0, kModel, ": image_size (",
                c.image_size, ") must be a positive multiple of patch_size (", c.patch_size, ")");
@@ -108,8 +120,8 @@ TensorParallelVisionTransformer::TensorParallelVisionTransformer(const ViTConfig
                c.hidden_dim, ") must be divisible by num_heads (", c.num_heads, ")");
   FRUGAL_CHECK(c.num_heads % p == 0 && c.mlp_dim % p == 0, kModel, ": num_heads (", c.num_heads, ") and mlp_dim (",
                c.mlp_dim, ") must be divisible by the tensor-parallel size ", p);
-  FRUGAL_CHECK(c.dropout == 0.0 && c.attention_dropout == 0.0, kModel,
-               ": dropout is not supported, got dropout = ", c.dropout,
+  FRUGAL_CHECK(c.dropout >= 0.0 && c.dropout < 1.0 && c.attention_dropout >= 0.0 && c.attention_dropout < 1.0, kModel,
+               ": dropout and attention_dropout must be in [0, 1), got dropout = ", c.dropout,
                " and attention_dropout = ", c.attention_dropout);
   FRUGAL_CHECK(!c.checkpoint_blocks, kModel, ": checkpoint_blocks is not supported");
   Generator gen(seed);  // the same on every rank: replicated tensors get the same values
@@ -125,7 +137,7 @@ TensorParallelVisionTransformer::TensorParallelVisionTransformer(const ViTConfig
   auto layers = encoder->add("layers", std::make_shared<Group>("Sequential"));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     blocks.push_back(layers->add("encoder_layer_" + std::to_string(i),
-                                 std::make_shared<TensorParallelEncoderBlock>(c, comm_, &gen)));
+                                 std::make_shared<TensorParallelEncoderBlock>(c, comm_, &gen, rng)));
     const std::string attention = "encoder.layers.encoder_layer_" + std::to_string(i) + ".self_attention.";
     splits_[attention + "in_proj_weight"] = {0, 3};
     splits_[attention + "in_proj_bias"] = {0, 3};
@@ -161,7 +173,7 @@ Tensor TensorParallelVisionTransformer::forward(const Tensor& x) {
   const int64_t N = x.size(0);
   // As VisionTransformer::forward: patches, class token, position embedding, blocks, head.
   Tensor h = (*conv_proj)(x).flatten(2).transpose(1, 2);
-  h = cat({class_token.expand({N, -1, -1}), h}, 1) + pos_embedding;
+  h = dropout(cat({class_token.expand({N, -1, -1}), h}, 1) + pos_embedding, c.dropout, is_training(), &rng->replicated);
   for (const auto& block : blocks) h = (*block)(h);
   h = (*encoder_ln)(h);
   return (*head)(h.select(1, 0));

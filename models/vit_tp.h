@@ -16,9 +16,12 @@
 //   Tensor logits = tp.forward(images);                  // (N, num_classes), replicated
 //   cross_entropy(logits, labels).backward();
 //
-// Limitations: no dropout (a config with dropout or attention_dropout > 0 is refused:
-// every rank would need the same generator state inside the replicated regions and
-// different ones inside the split regions), and no checkpoint_blocks.
+// Dropout where VisionTransformer has it (after the position embedding, on the attention
+// probabilities, after the attention, and mlp.2 / mlp.4; training mode only),
+// Megatron-style from the model's TensorParallelRng: the replicated stream on the
+// replicated activations, each rank's split stream on its heads' attention probabilities
+// and its columns of the MLP activation (Note [Tensor-parallel dropout] in
+// parallel/tensor_parallel.cpp). Limitation: no checkpoint_blocks.
 #include <map>
 #include <memory>
 #include <string>
@@ -34,7 +37,8 @@ namespace frugal::models {
 /// Children ln_1, self_attention (in_proj_weight, in_proj_bias, out_proj), ln_2, mlp (0, 3).
 class TensorParallelEncoderBlock : public nn::UnaryModule {
  public:
-  TensorParallelEncoderBlock(const ViTConfig& c, parallel::CommPtr comm, Generator* gen);
+  /// Weights drawn from `gen`; dropout from `rng` (shared by the model's blocks).
+  TensorParallelEncoderBlock(const ViTConfig& c, parallel::CommPtr comm, Generator* gen, parallel::RngPtr rng);
   /// x (N, S, hidden) replicated -> (N, S, hidden) replicated.
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "TensorParallelEncoderBlock"; }
@@ -45,17 +49,21 @@ class TensorParallelEncoderBlock : public nn::UnaryModule {
   std::shared_ptr<parallel::ColumnParallelLinear> mlp_0;  // "mlp.0"
   std::shared_ptr<parallel::RowParallelLinear> mlp_3;     // "mlp.3"
   const int64_t heads_per_rank, head_dim;
+  const double dropout_p, attention_dropout;
 
  private:
   parallel::CommPtr comm_;
+  parallel::RngPtr rng_;
 };
 
 class TensorParallelVisionTransformer : public nn::UnaryModule {
  public:
   /// num_heads and mlp_dim must divide by comm's size. Initialised as torchvision (see
   /// models::VisionTransformer) from a generator seeded with `seed` on every rank (the full
-  /// tensors are drawn and each rank keeps its shard).
-  TensorParallelVisionTransformer(const ViTConfig& c, parallel::CommPtr comm, uint64_t seed = 0);
+  /// tensors are drawn and each rank keeps its shard). Dropout draws from
+  /// TensorParallelRng(dropout_seed, comm).
+  TensorParallelVisionTransformer(const ViTConfig& c, parallel::CommPtr comm, uint64_t seed = 0,
+                                  uint64_t dropout_seed = 1234);
   /// x (N, in_channels, image_size, image_size) -> logits (N, num_classes), replicated.
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "TensorParallelVisionTransformer"; }
@@ -78,6 +86,8 @@ class TensorParallelVisionTransformer : public nn::UnaryModule {
   std::shared_ptr<nn::LayerNorm> encoder_ln;                        // "encoder.ln"
   std::shared_ptr<nn::Linear> head;                                 // "heads.head"
   const ViTConfig config;
+  /// The dropout streams of this rank (reseed with rng->replicated / split.manual_seed).
+  const parallel::RngPtr rng;
 
  private:
   parallel::CommPtr comm_;

@@ -13,7 +13,7 @@
 
 namespace frugal::testing {
 
-/// hidden 64, 4 heads, 2 layers, vocab 96, no dropout (the TP model refuses it).
+/// hidden 64, 4 heads, 2 layers, vocab 96, no dropout (the equivalence tests are deterministic).
 inline models::BertConfig small_bert() {
   models::BertConfig c;
   c.vocab_size = 96;

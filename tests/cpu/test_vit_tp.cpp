@@ -145,8 +145,8 @@ TEST_CASE("tensor-parallel ViT: init is replicated where it must be, and bad con
   bad.mlp_dim = 66;
   refused(bad, 4, "mlp_dim (66)");
   bad = small_vit();
-  bad.dropout = 0.1;
-  refused(bad, 2, "dropout is not supported");
+  bad.attention_dropout = -0.1;
+  refused(bad, 2, "dropout and attention_dropout must be in [0, 1), got dropout = 0 and attention_dropout = -0.1");
 
   run_ranks(2, [&](const CommPtr& comm) {
     models::TensorParallelVisionTransformer tp(small_vit(), comm);
