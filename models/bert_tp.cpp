@@ -31,14 +31,10 @@ std::shared_ptr<nn::LayerNorm> layer_norm_layer(const BertConfig& c) {
 
 TensorParallelBertLayer::TensorParallelBertLayer(const BertConfig& c, CommPtr comm, Generator* gen,
                                                  parallel::RngPtr rng)
-    : heads_per_rank(c.num_attention_heads / tp_size(comm)),
+    : heads_per_rank(tp_heads_per_rank(c.num_attention_heads, comm, kModel, "num_attention_heads")),
       head_dim(c.hidden_size / c.num_attention_heads),
-      hidden_dropout(c.hidden_dropout_prob),
-      attention_dropout(c.attention_probs_dropout_prob),
-      comm_(std::move(comm)),
-      rng_(std::move(rng)) {
-  FRUGAL_CHECK(c.num_attention_heads % tp_size(comm_) == 0, kModel, ": num_attention_heads (", c.num_attention_heads,
-               ") must be divisible by the tensor-parallel size ", tp_size(comm_));
+      dropout{c.hidden_dropout_prob, c.attention_probs_dropout_prob, std::move(rng)},
+      comm_(std::move(comm)) {
   const parallel::ColumnParallelOptions column{.bias = true, .gather_output = false, .generator = gen};
   const parallel::RowParallelOptions row{.bias = true, .input_is_parallel = true, .generator = gen};
   const int64_t C = c.hidden_size;
@@ -74,14 +70,12 @@ Tensor TensorParallelBertLayer::forward(const Tensor& h, const Tensor& mask) {
   // Dropout as BertLayer's: this rank's heads from its split stream, the replicated hidden
   // outputs (after the all-reduce) from the replicated one.
   const bool train = is_training();
-  const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, train ? attention_dropout : 0.0,
-                                                  1.0 / std::sqrt(double(head_dim)), &rng_->split);
+  const Tensor ctx = dropout.attention_over_heads(q, k, v, m, 1.0 / std::sqrt(double(head_dim)), train);
   const Tensor merged = ctx.transpose(1, 2).reshape({B, T, heads_per_rank * head_dim});
-  const Tensor attended = dropout(attention_output_dense->forward(merged), hidden_dropout, train, &rng_->replicated);
-  const Tensor a = attention_output_LayerNorm->forward(attended + h);
+  const Tensor a =
+      attention_output_LayerNorm->forward(dropout.replicated(attention_output_dense->forward(merged), train) + h);
   const Tensor u = intermediate_dense->forward_local(parallel::copy_to_region(a, comm_));
-  return output_LayerNorm->forward(dropout(output_dense->forward(gelu(u)), hidden_dropout, train, &rng_->replicated) +
-                                   a);
+  return output_LayerNorm->forward(dropout.replicated(output_dense->forward(gelu(u)), train) + a);
 }
 
 // ---- model -----------------------------------------------------------------------------

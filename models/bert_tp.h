@@ -44,11 +44,10 @@ class TensorParallelBertLayer : public nn::Module {
   std::shared_ptr<parallel::RowParallelLinear> attention_output_dense, output_dense;
   std::shared_ptr<nn::LayerNorm> attention_output_LayerNorm, output_LayerNorm;
   const int64_t heads_per_rank, head_dim;
-  const double hidden_dropout, attention_dropout;
+  const parallel::TensorParallelDropout dropout;
 
  private:
   parallel::CommPtr comm_;
-  parallel::RngPtr rng_;
 };
 
 struct TensorParallelMlmOutput {

@@ -26,6 +26,12 @@ Tensor tp_shard_of(const Tensor& full, TensorSplit split, int rank, int size) {
   return cat(pieces, split.dim);
 }
 
+int64_t tp_heads_per_rank(int64_t heads, const parallel::CommPtr& comm, const char* model, const char* what) {
+  const int p = parallel::tp_size(comm);
+  FRUGAL_CHECK(heads % p == 0, model, ": ", what, " (", heads, ") must be divisible by the tensor-parallel size ", p);
+  return heads / p;
+}
+
 Tensor tp_gather_full(const Tensor& local, TensorSplit split, const parallel::CommPtr& comm) {
   const int p = tp_size(comm);
   if (split.dim < 0 || p == 1) return local.detach().clone();

@@ -29,6 +29,9 @@ Tensor tp_shard_of(const Tensor& full, TensorSplit split, int rank, int size);
 /// The full tensor from this rank's `local` shard: an all-gather when split, a copy
 /// otherwise. Collective: every rank of `comm` calls it for the same tensor.
 Tensor tp_gather_full(const Tensor& local, TensorSplit split, const parallel::CommPtr& comm);
+/// heads / the tensor-parallel size, checking that it divides (`what` names the config
+/// field in the error, after `model`).
+int64_t tp_heads_per_rank(int64_t heads, const parallel::CommPtr& comm, const char* model, const char* what);
 /// The split of every ColumnParallelLinear (weight and bias along 0) and RowParallelLinear
 /// (weight along 1; its bias is replicated) under `model`, by state-dict key.
 std::map<std::string, TensorSplit> tp_linear_splits(const nn::Module& model);

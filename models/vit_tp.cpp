@@ -62,14 +62,10 @@ void init_full(const std::string& key, const Tensor& full, const ViTConfig& c, G
 
 TensorParallelEncoderBlock::TensorParallelEncoderBlock(const ViTConfig& c, CommPtr comm, Generator* gen,
                                                        parallel::RngPtr rng)
-    : heads_per_rank(c.num_heads / tp_size(comm)),
+    : heads_per_rank(tp_heads_per_rank(c.num_heads, comm, kModel, "num_heads")),
       head_dim(c.hidden_dim / c.num_heads),
-      dropout_p(c.dropout),
-      attention_dropout(c.attention_dropout),
-      comm_(std::move(comm)),
-      rng_(std::move(rng)) {
-  FRUGAL_CHECK(c.num_heads % tp_size(comm_) == 0, kModel, ": num_heads (", c.num_heads,
-               ") must be divisible by the tensor-parallel size ", tp_size(comm_));
+      dropout{c.dropout, c.attention_dropout, std::move(rng)},
+      comm_(std::move(comm)) {
   const int64_t E = c.hidden_dim, local_qkv = 3 * heads_per_rank * head_dim;
   // Registration order is torchvision's: ln_1, self_attention, (dropout), ln_2, mlp.
   ln_1 = register_module("ln_1", layer_norm_layer(E));
@@ -99,13 +95,12 @@ Tensor TensorParallelEncoderBlock::forward(const Tensor& input) {
   // Dropout as EncoderBlock's: this rank's heads and MLP columns from its split stream, the
   // replicated outputs (after the all-reduce) from the replicated one.
   const bool train = is_training();
-  const Tensor ctx =
-      scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), Tensor(), false,
-                                   train ? attention_dropout : 0.0, 1.0 / std::sqrt(double(head_dim)), &rng_->split);
+  const Tensor ctx = dropout.attention_over_heads(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), Tensor(),
+                                                  1.0 / std::sqrt(double(head_dim)), train);
   const Tensor merged = ctx.transpose(1, 2).reshape({N, S, heads_per_rank * head_dim});
-  const Tensor x = dropout(out_proj->forward(merged), dropout_p, train, &rng_->replicated) + input;
-  const Tensor a = dropout(gelu(mlp_0->forward((*ln_2)(x))), dropout_p, train, &rng_->split);  // mlp.2
-  return x + dropout(mlp_3->forward(a), dropout_p, train, &rng_->replicated);                  // mlp.4
+  const Tensor x = dropout.replicated(out_proj->forward(merged), train) + input;
+  const Tensor a = dropout.split(gelu(mlp_0->forward((*ln_2)(x))), train);  // mlp.2
+  return x + dropout.replicated(mlp_3->forward(a), train);                  // mlp.4
 }
 
 // ---- model -----------------------------------------------------------------------------

@@ -49,11 +49,10 @@ class TensorParallelEncoderBlock : public nn::UnaryModule {
   std::shared_ptr<parallel::ColumnParallelLinear> mlp_0;  // "mlp.0"
   std::shared_ptr<parallel::RowParallelLinear> mlp_3;     // "mlp.3"
   const int64_t heads_per_rank, head_dim;
-  const double dropout_p, attention_dropout;
+  const parallel::TensorParallelDropout dropout;
 
  private:
   parallel::CommPtr comm_;
-  parallel::RngPtr rng_;
 };
 
 class TensorParallelVisionTransformer : public nn::UnaryModule {

@@ -393,6 +393,20 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
 TensorParallelRng::TensorParallelRng(uint64_t seed, const CommPtr& comm)
     : replicated(seed), split(seed + 2718 + uint64_t(tp_rank(comm))) {}
 
+Tensor TensorParallelDropout::replicated(const Tensor& x, bool training) const {
+  return frugal::dropout(x, hidden, training, &rng->replicated);
+}
+
+Tensor TensorParallelDropout::split(const Tensor& x, bool training) const {
+  return frugal::dropout(x, hidden, training, &rng->split);
+}
+
+Tensor TensorParallelDropout::attention_over_heads(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const Tensor& attn_mask, std::optional<double> scale,
+                                                   bool training) const {
+  return scaled_dot_product_attention(q, k, v, attn_mask, false, training ? attention : 0.0, scale, &rng->split);
+}
+
 TensorParallelEncoderLayer::TensorParallelEncoderLayer(int64_t hidden_, int64_t heads_, int64_t inter, CommPtr comm,
                                                        TensorParallelEncoderOptions o)
     : hidden(hidden_),
@@ -400,15 +414,14 @@ TensorParallelEncoderLayer::TensorParallelEncoderLayer(int64_t hidden_, int64_t 
       heads_per_rank(split_size(heads_, comm, "TensorParallelEncoderLayer", "heads")),
       pre_norm(o.pre_norm),
       gelu_tanh(o.gelu_tanh),
-      hidden_dropout(o.hidden_dropout),
-      attention_dropout(o.attention_dropout),
-      rng(o.rng ? o.rng : std::make_shared<TensorParallelRng>(o.dropout_seed, comm)),
+      dropout{o.hidden_dropout, o.attention_dropout,
+              o.rng ? o.rng : std::make_shared<TensorParallelRng>(o.dropout_seed, comm)},
       comm_(std::move(comm)) {
   FRUGAL_CHECK(hidden > 0 && hidden % heads == 0, "TensorParallelEncoderLayer: hidden (", hidden,
                ") must be a positive multiple of heads (", heads, ")");
-  for (double p : {hidden_dropout, attention_dropout})
+  for (double p : {o.hidden_dropout, o.attention_dropout})
     FRUGAL_CHECK(p >= 0.0 && p < 1.0, "TensorParallelEncoderLayer: dropout probabilities must be in [0, 1), got ",
-                 "hidden_dropout = ", hidden_dropout, " and attention_dropout = ", attention_dropout);
+                 "hidden_dropout = ", o.hidden_dropout, " and attention_dropout = ", o.attention_dropout);
   const ColumnParallelOptions column{.bias = true, .gather_output = false, .generator = o.generator};
   const RowParallelOptions row{.bias = true, .input_is_parallel = true, .generator = o.generator};
   const nn::LayerNormOptions norm{.eps = o.layer_norm_eps};
@@ -433,18 +446,16 @@ Tensor TensorParallelEncoderLayer::attention(const Tensor& h, const Tensor& attn
   const Tensor q = split_heads(query->forward_local(hp));  // (B, H / size, T, D)
   const Tensor k = split_heads(key->forward_local(hp));
   const Tensor v = split_heads(value->forward_local(hp));
-  // This rank's heads: the split stream (Note [Tensor-parallel dropout]).
-  const double p = is_training() ? attention_dropout : 0.0;
-  const Tensor ctx = scaled_dot_product_attention(q, k, v, attn_mask, false, p, {}, &rng->split);
+  const Tensor ctx = dropout.attention_over_heads(q, k, v, attn_mask, {}, is_training());
   const Tensor out = attention_output->forward(ctx.transpose(1, 2).reshape({B, T, heads_per_rank * D}));
-  return dropout(out, hidden_dropout, is_training(), &rng->replicated);
+  return dropout.replicated(out, is_training());
 }
 
 Tensor TensorParallelEncoderLayer::mlp(const Tensor& h) {
   const Tensor u = intermediate->forward_local(copy_to_region(h, comm_));
   Tensor a = gelu_tanh ? frugal::gelu_tanh(u) : frugal::gelu(u);
-  if (pre_norm) a = dropout(a, hidden_dropout, is_training(), &rng->split);  // torchvision's mlp.2: split columns
-  return dropout(output->forward(a), hidden_dropout, is_training(), &rng->replicated);
+  if (pre_norm) a = dropout.split(a, is_training());  // torchvision's mlp.2, on this rank's columns
+  return dropout.replicated(output->forward(a), is_training());
 }
 
 Tensor TensorParallelEncoderLayer::forward(const Tensor& x, const Tensor& attn_mask) {

@@ -14,6 +14,7 @@
 // A null communicator (or one of size 1) makes every operator the identity, so the same
 // layers run unsplit on one device.
 #include <memory>
+#include <optional>
 
 #include "nn/layers.h"
 #include "nn/module.h"
@@ -150,6 +151,21 @@ struct TensorParallelRng {
 };
 using RngPtr = std::shared_ptr<TensorParallelRng>;
 
+/// A tensor-parallel layer's dropout: its probabilities and its rank's streams. Each
+/// applies in training mode only and draws nothing when its probability is 0.
+struct TensorParallelDropout {
+  double hidden = 0.0, attention = 0.0;
+  RngPtr rng;
+  /// dropout(x, hidden) of an activation every rank holds whole, from the replicated stream.
+  Tensor replicated(const Tensor& x, bool training) const;
+  /// dropout(x, hidden) of this rank's slice of an activation, from its split stream.
+  Tensor split(const Tensor& x, bool training) const;
+  /// Attention over this rank's heads, dropping attention probabilities from its split
+  /// stream (scaled_dot_product_attention's arguments otherwise).
+  Tensor attention_over_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                              std::optional<double> scale, bool training) const;
+};
+
 // ---- transformer encoder layer ------------------------------------------------------
 struct TensorParallelEncoderOptions {
   /// Pre-norm (ViT: x + attn(ln(x)), x + mlp(ln(x))) or post-norm (BERT: ln(x + attn(x)),
@@ -193,8 +209,7 @@ class TensorParallelEncoderLayer : public nn::Module {
   std::shared_ptr<nn::LayerNorm> attention_norm, output_norm;
   const int64_t hidden, heads, heads_per_rank;
   const bool pre_norm, gelu_tanh;
-  const double hidden_dropout, attention_dropout;
-  const RngPtr rng;
+  const TensorParallelDropout dropout;
 
  private:
   Tensor attention(const Tensor& h, const Tensor& attn_mask);

@@ -9,7 +9,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -25,17 +27,24 @@
 using namespace frugal;
 using namespace frugal::testing;
 using parallel::CommPtr;
-using parallel::run_ranks;
 
 namespace {
-
-using Results = std::map<std::string, Tensor>;
 
 /// Runs f on p thread ranks, or once with a null communicator when p == 1.
 template <typename F>
 void run_on(int p, F&& f) {
   if (p == 1) f(CommPtr());
-  else run_ranks(p, f);
+  else parallel::run_ranks(p, f);
+}
+
+using Results = std::map<std::string, Tensor>;
+
+/// Runs f(comm, this rank's results) on p thread ranks (once with a null communicator when
+/// p == 1) and returns every rank's results.
+PerRank<Results> each_rank(int p, const std::function<void(const CommPtr&, Results&)>& f) {
+  PerRank<Results> got(static_cast<size_t>(p));
+  run_on(p, [&](const CommPtr& comm) { f(comm, got[size_t(parallel::tp_rank(comm))]); });
+  return got;
 }
 
 /// Fraction of exact zeros in t.
@@ -116,6 +125,17 @@ struct FullEncoder {
   }
 };
 
+/// A TP model (BERT or ViT) from `config` and the same one from `config` without dropout,
+/// both holding this rank's shards of `full`.
+template <typename Model, typename Config>
+std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> with_and_without_dropout(
+    const Config& config, const Config& no_dropout, const CommPtr& comm, const std::map<std::string, Tensor>& full) {
+  auto with = std::make_unique<Model>(config, comm, /*seed=*/3), without = std::make_unique<Model>(no_dropout, comm, 3);
+  models::load_full_state_dict(*with, full);
+  models::load_full_state_dict(*without, full);
+  return {std::move(with), std::move(without)};
+}
+
 /// Keys of the encoder layer's parameters that every rank holds whole.
 bool replicated_param(const std::string& k) {
   return k.find("norm") != std::string::npos || k == "attention_output.bias" || k == "output.bias";
@@ -129,7 +149,7 @@ TEST_CASE("tensor parallel dropout: the replicated stream is shared by the ranks
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
     PerRank<Results> got(static_cast<size_t>(ranks));
-    run_ranks(ranks, [&](const CommPtr& comm) {
+    parallel::run_ranks(ranks, [&](const CommPtr& comm) {
       parallel::TensorParallelRng rng(77, comm);
       CHECK(rng.replicated.seed() == 77);
       CHECK(rng.split.seed() == 77 + 2718 + uint64_t(comm->rank()));
@@ -203,7 +223,7 @@ TEST_CASE("tensor parallel dropout: eval mode with dropout gives the p = 0 layer
   for (bool pre_norm : {false, true}) {
     CAPTURE(pre_norm);
     PerRank<Results> got(2);
-    run_ranks(2, [&](const CommPtr& comm) {
+    parallel::run_ranks(2, [&](const CommPtr& comm) {
       parallel::TensorParallelEncoderLayer with(
           E, H, F, comm, {.pre_norm = pre_norm, .hidden_dropout = 0.5, .attention_dropout = 0.5});
       parallel::TensorParallelEncoderLayer without(E, H, F, comm, {.pre_norm = pre_norm});
@@ -211,8 +231,8 @@ TEST_CASE("tensor parallel dropout: eval mode with dropout gives the p = 0 layer
       with.eval();
       got[size_t(comm->rank())]["with"] = with.forward(x).detach();
       got[size_t(comm->rank())]["without"] = without.forward(x).detach();
-      CHECK(with.rng->replicated.offset() == 0);  // nothing was drawn
-      CHECK(with.rng->split.offset() == 0);
+      CHECK(with.dropout.rng->replicated.offset() == 0);  // nothing was drawn
+      CHECK(with.dropout.rng->split.offset() == 0);
     });
     for (const Results& out : got) CHECK(values_of(out.at("with")) == values_of(out.at("without")));
   }
@@ -227,7 +247,7 @@ TEST_CASE("tensor parallel dropout: the hidden dropout drops a fraction p, the s
   for (int p : {2, 4}) {
     CAPTURE(p);
     PerRank<Tensor> got(static_cast<size_t>(p));
-    run_ranks(p, [&](const CommPtr& comm) {
+    parallel::run_ranks(p, [&](const CommPtr& comm) {
       parallel::TensorParallelEncoderLayer layer(E, H, F, comm, {.pre_norm = true, .hidden_dropout = ph});
       layer.attention_output->load_full(zeros({E, E}), ones({E}));
       layer.output->load_full(zeros({E, F}), zeros({E}));
@@ -265,7 +285,7 @@ TEST_CASE("tensor parallel dropout: each rank's heads and MLP columns get their 
     CAPTURE(cs.ph);
     CAPTURE(cs.pa);
     PerRank<Results> got(p);
-    run_ranks(p, [&](const CommPtr& comm) {
+    parallel::run_ranks(p, [&](const CommPtr& comm) {
       Generator init(9);  // the same full weights on every rank (the default generator is shared by the threads)
       parallel::TensorParallelEncoderLayer layer(
           E, H, F, comm,
@@ -290,13 +310,10 @@ TEST_CASE("tensor parallel dropout: the TP BERT trains with dropout; loss and re
   const BertBatch batch = bert_batch();
   for (int p : {2, 4}) {
     CAPTURE(p);
-    PerRank<Results> got(static_cast<size_t>(p));
-    run_ranks(p, [&](const CommPtr& comm) {
-      Results& out = got[size_t(comm->rank())];
-      models::TensorParallelBertForMaskedLM tp(c, comm, /*seed=*/3);
-      models::TensorParallelBertForMaskedLM plain(small_bert(), comm, /*seed=*/3);
-      models::load_full_state_dict(tp, full_state);
-      models::load_full_state_dict(plain, full_state);
+    const PerRank<Results> got = each_rank(p, [&](const CommPtr& comm, Results& out) {
+      auto [tp_model, plain_model] =
+          with_and_without_dropout<models::TensorParallelBertForMaskedLM>(c, small_bert(), comm, full_state);
+      models::TensorParallelBertForMaskedLM &tp = *tp_model, &plain = *plain_model;
       out["plain"] = plain.forward(batch.ids, batch.mask, batch.types, batch.labels).local_logits.detach();
       tp.eval();
       out["eval"] = tp.forward(batch.ids, batch.mask, batch.types, batch.labels).local_logits.detach();
@@ -340,13 +357,10 @@ TEST_CASE("tensor parallel dropout: the TP ViT trains with dropout; eval equals 
   const Tensor labels = from_vector<int64_t>({7, 0, 3}, {3});
   for (int p : {2, 4}) {
     CAPTURE(p);
-    PerRank<Results> got(static_cast<size_t>(p));
-    run_ranks(p, [&](const CommPtr& comm) {
-      Results& out = got[size_t(comm->rank())];
-      models::TensorParallelVisionTransformer tp(c, comm, /*seed=*/3);
-      models::TensorParallelVisionTransformer plain(small_vit(), comm, /*seed=*/3);
-      models::load_full_state_dict(tp, full_state);
-      models::load_full_state_dict(plain, full_state);
+    const PerRank<Results> got = each_rank(p, [&](const CommPtr& comm, Results& out) {
+      auto [tp_model, plain_model] =
+          with_and_without_dropout<models::TensorParallelVisionTransformer>(c, small_vit(), comm, full_state);
+      models::TensorParallelVisionTransformer &tp = *tp_model, &plain = *plain_model;
       tp.eval();
       out["eval"] = tp.forward(images).detach();
       out["plain"] = plain.forward(images).detach();
