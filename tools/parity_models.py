@@ -15,8 +15,9 @@ on the same files (float32, and --amp on cuda; resnet in train and eval mode) an
 largest relative error of every output, max|frugal - torch| / max|torch| per tensor (for gradients
 the denominator is at least the bound x the model's largest gradient), against the
 bounds: float32 logits, loss and buffers 1e-4, gradients 1e-3 (against the float64 goldens); AMP
-everything 1e-2 against PyTorch's own AMP run (write_amp_golden; the rows "torch-amp" show how far
-that run is from float64, for context). Exit 1 on a failure.
+everything 1e-2 against PyTorch's own AMP run (write_torch_run; the rows "torch-amp" show how far
+that run is from float64, for context; the rows "torch-fp32" do the same for PyTorch's own
+float32 run). Exit 1 on a failure.
 
     python3 tools/parity_models.py --build /tmp/b --device cuda            # small configs
     python3 tools/parity_models.py --build /tmp/b --device cuda --full     # + resnet50, bert-base, vit_b_16
@@ -195,23 +196,24 @@ def write_case(out_dir, case, builder, inputs_builder, modes, device, seed, all_
     return prefix
 
 
-def write_amp_golden(prefix, builder, modes, all_grads):
-    """PyTorch's own AMP run (float32 weights, autocast float16 on cuda, backward with
-    GradScaler's dynamic scale: start at 2^16, halve while a gradient overflows, unscale), the
-    reference frugal's --amp run is measured against: two float16 runs agree to 1e-2 where
-    either one's distance from the float64 answer can be larger (ReLU masks and batch
-    statistics of a tiny batch flip under float16 rounding)."""
+def write_torch_run(prefix, builder, modes, device, all_grads, amp):
+    """PyTorch's own run from the float32 weights: with amp, autocast float16 on cuda and
+    backward with GradScaler's dynamic scale (start at 2^16, halve while a gradient overflows,
+    unscale), the reference frugal's --amp run is measured against (two float16 runs agree to
+    1e-2 where either one's distance from the float64 answer can be larger: ReLU masks and
+    batch statistics of a tiny batch flip under float16 rounding); without, plain float32
+    (TF32 off), which only gives context: how far PyTorch's float32 is from float64."""
     from safetensors.torch import load_file
     state = load_file(prefix + "weights.safetensors")
     inputs = load_file(prefix + "inputs.safetensors")
     for mode in modes:
         m = builder()[0]
         m.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
-        m = m.cuda().train(mode == "train")
-        x = {k: v.cuda() for k, v in inputs.items()}
-        with torch.autocast("cuda", dtype=torch.float16):
+        m = m.to(device).train(mode == "train")
+        x = {k: v.to(device) for k, v in inputs.items()}
+        with torch.autocast(device, dtype=torch.float16, enabled=amp):
             logits, loss = forward_loss(m, x)
-        scale = 65536.0
+        scale = 65536.0 if amp else 1.0
         while True:
             m.zero_grad(set_to_none=True)
             (loss.float() * scale).backward(retain_graph=True)
@@ -227,7 +229,8 @@ def write_amp_golden(prefix, builder, modes, all_grads):
         if mode == "train":
             for n, b in m.named_buffers():
                 golden["buffer." + n] = (b.float() if b.is_floating_point() else b).cpu()
-        save_file({k: v.contiguous() for k, v in golden.items()}, f"{prefix}golden_{mode}_amp.safetensors")
+        suffix = "golden_{}_amp" if amp else "torch_{}_fp32"
+        save_file({k: v.contiguous() for k, v in golden.items()}, f"{prefix}{suffix.format(mode)}.safetensors")
 
 
 # ---- comparing frugal's outputs --------------------------------------------------------------
@@ -291,8 +294,9 @@ def main():
             continue
         prefix = write_case(args.out, case, builder, inputs_builder, modes, args.device, args.seed,
                             all_grads=not case.endswith("_full"))
+        write_torch_run(prefix, builder, modes, args.device, all_grads=not case.endswith("_full"), amp=False)
         if args.device == "cuda":
-            write_amp_golden(prefix, builder, modes, all_grads=not case.endswith("_full"))
+            write_torch_run(prefix, builder, modes, args.device, all_grads=not case.endswith("_full"), amp=True)
         for mode in modes:
             precisions = ["fp32"] + (["amp"] if args.device == "cuda" else [])
             for precision in precisions:
@@ -316,10 +320,11 @@ def main():
                 for kind, err, bound, key in compare(prefix, golden_mode, result, BOUNDS[precision]):
                     table.append((case, mode, precision, kind, err, bound, key))
                     failed |= not err <= bound
-                if precision == "amp":  # context: how far PyTorch's own AMP run is from float64
-                    for kind, err, _, key in compare(prefix, mode, f"{prefix}golden_{mode}_amp.safetensors",
-                                                     BOUNDS[precision]):
-                        table.append((case, mode, "torch-amp", kind, err, float("inf"), "vs float64: " + key))
+                # context: how far PyTorch's own run in this precision is from float64
+                torch_run = f"{prefix}golden_{mode}_amp.safetensors" if precision == "amp" else \
+                    f"{prefix}torch_{mode}_fp32.safetensors"
+                for kind, err, _, key in compare(prefix, mode, torch_run, BOUNDS[precision]):
+                    table.append((case, mode, "torch-" + precision, kind, err, float("inf"), "vs float64: " + key))
 
     print(f"{'case':<16}{'mode':<7}{'prec':<6}{'output':<10}{'max rel err':>12}{'bound':>9}  worst tensor")
     for case, mode, precision, kind, err, bound, key in table:
