@@ -24,6 +24,16 @@
 // those of the mean loss over the whole batch (micro-batches of equal size). With
 // recompute, each micro-batch's stage forward runs under autograd::checkpoint: only the
 // stage input is kept, the stage's activations are recomputed in its backward.
+//
+// Note [Pipeline busy time]
+// The measured bubble is 1 - busy / step: busy sums each forward's and backward's own time.
+// On CUDA that is GPU time between two events recorded on the compute stream around the
+// work, read once the step has synchronized, so measuring neither stalls the host nor
+// changes the schedule; a stream wait on a received activation or gradient falls outside
+// those intervals and counts as bubble, as it should. (Timing with a device synchronize
+// around each piece, as before, added a host round trip per micro-batch and serialized
+// the stages' queues, and so overstated the bubble it measured.) On the CPU an op has
+// finished when it returns, so the host clock measures the same thing.
 #include "parallel/pipeline.h"
 
 #include <algorithm>
@@ -37,6 +47,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
+#include "memory/profile_recorder.h"
 #include "memory/stream.h"
 #include "tensor/factory.h"
 
@@ -204,14 +215,31 @@ struct StepRun {
     return t;
   }
 
+  // Busy time (Note [Pipeline busy time]): CUDA events around each compute on the
+  // stream, read after the step's final synchronize; host clock on the CPU, whose ops
+  // finish before they return.
+  std::vector<std::pair<void*, void*>> busy_events;
   template <typename F>
   void timed(F&& f) {
     if (!options.measure_busy) return f();
-    synchronize(device);
+    if (device.is_cuda()) {
+      void* start = memory::detail::record_timing_event(device);
+      f();
+      busy_events.emplace_back(start, memory::detail::record_timing_event(device));
+      return;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    synchronize(device);
     busy += seconds_since(t0);
+  }
+  /// Adds the device's busy time to `busy` and returns the events (the stream has finished).
+  void collect_busy_events() {
+    for (auto& [start, end] : busy_events) {
+      busy += memory::detail::timing_event_elapsed_ms(start, end) * 1e-3;
+      memory::detail::release_timing_event(start);
+      memory::detail::release_timing_event(end);
+    }
+    busy_events.clear();
   }
 
   /// F_i: receive (or slice) the input, run the stage; the activation is sent by the caller.
@@ -320,6 +348,7 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
   else run.run_1f1b();
   for (auto& [work, tensor] : run.sends) work->wait();
   synchronize(comm_->device());
+  run.collect_busy_events();
 
   PipelineStats stats;
   stats.step_seconds = seconds_since(t0);

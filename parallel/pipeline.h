@@ -42,9 +42,9 @@ struct PipelineOptions {
   /// Recompute each micro-batch's stage forward in backward (autograd::checkpoint): the
   /// stage keeps only its input per micro-batch in flight.
   bool recompute = false;
-  /// Time each forward and backward to completion (a device synchronize around each) to
-  /// report busy time and the measured bubble. Off, a step runs without those host
-  /// synchronizations (use that for throughput) and busy_seconds / bubble_measured are -1.
+  /// Time each forward and backward (CUDA events on the stream, the host clock on the CPU:
+  /// Note [Pipeline busy time] in pipeline.cpp) to report busy time and the measured
+  /// bubble. Off, busy_seconds and bubble_measured are -1.
   bool measure_busy = true;
 };
 
