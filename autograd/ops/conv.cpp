@@ -45,17 +45,32 @@ struct Conv2dBackward final : Node {
   }
 };
 
-// out[p, oh, ow] = x[p, indices[p, oh, ow]]
+// out[p, oh, ow] = x[p, argmax[p, oh, ow]], argmax recomputed from x in backward
+// (Note [Max-pool backward from the input])
 // grad_x[p, i] = sum of g[p, oh, ow] over the outputs whose argmax is i
+//
+// Note [Max-pool backward from the input]
+// The node saves the pool's input x, not the forward's argmax indices, and recomputes
+// the indices in backward by pooling x again (as TensorFlow's MaxPoolGrad and JAX's
+// select_and_scatter work from the input). In a CNN x is a ReLU's (or a fused batch
+// norm + ReLU's) output, which that op keeps for its own backward anyway: saving it
+// again costs no bytes, while int64 indices cost 8 bytes per output element (196 MiB
+// at ResNet-50's stem at batch 128, more than the pooled float16 output itself).
+// The trade-off: the backward runs the forward pool once more and holds its output and
+// indices transiently; and saving x costs more than the indices only when no other op
+// keeps x and x has more than 8 bytes per output element: a float32 input at stride 2
+// (16 bytes against 8; float16 is even), or a stride above 2. The version check on x
+// catches an in-place write to the pool's input before backward.
 struct MaxPool2dBackward final : Node {
-  SavedTensor indices;
-  Shape x_shape;
+  SavedTensor x;
   Int2 kernel;
   MaxPool2dOptions options;
   std::string name() const override { return "MaxPool2dBackward"; }
-  void release_saved() override { indices.reset(); }
+  void release_saved() override { x.reset(); }
   TensorList apply(TensorList&& grads) override {
-    return {ops::max_pool2d_backward(grads[0], indices.unpack(name()), x_shape, kernel, options)};
+    const Tensor input = x.unpack(name());
+    const Tensor indices = ops::max_pool2d(input, kernel, options).indices;
+    return {ops::max_pool2d_backward(grads[0], indices, input.sizes(), kernel, options)};
   }
 };
 
@@ -154,8 +169,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options)
   memory::OpScope scope("max_pool2d");
   ops::MaxPool2dResult r = autograd::raw([&] { return ops::max_pool2d(x, kernel, options); });
   if (auto node = make_node<MaxPool2dBackward>({x})) {
-    node->indices = r.indices;
-    node->x_shape = x.sizes();
+    node->x = x;  // not r.indices (Note [Max-pool backward from the input])
     node->kernel = kernel;
     node->options = options;
     autograd::record(node, {r.out});
