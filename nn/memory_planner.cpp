@@ -12,9 +12,15 @@
 // previous probe and resets it. So each module's backward peak is measured in place,
 // and backward_extra is that peak above the forward's state after the module
 // (base + the activation_bytes up to it): it holds the incoming gradient, the input
-// gradient, temporaries and the parameter gradients allocated so far. A no-grad pass
-// gives forward_extra_no_grad and the forward times. By construction, predicting the
-// plan without checkpoints replays the measured step and gives its measured peak.
+// gradient, temporaries and the parameter gradients allocated so far. The probe also
+// reads the allocated bytes as the module's backward starts: backward_start_extra,
+// above the same state. Both can be below the true live set's share: a module's output
+// that its own graph does not keep (Conv2d's, MaxPool2d's) is dead by its backward,
+// freed in forward by the next module or in backward by the next module's node.
+// A no-grad pass gives forward_extra_no_grad and the forward times; one grad-mode
+// pass per module, its output dropped while its graph is held, gives output_released
+// (0 when the graph keeps the output). By construction, predicting the plan without
+// checkpoints replays the measured step and gives its measured peak.
 //
 // Predict. A plan is a list of contiguous segments. The forward state after a plain
 // segment grows by its modules' activation_bytes; after a checkpointed one it grows
@@ -24,11 +30,15 @@
 //   forward of module j, checkpointed:  segment start + current input + forward_extra_no_grad_j
 //   loss forward and backward:          end state + the loss's measured extras
 //   backward of a plain module j:       plan state after j + backward_extra_j
-//   recompute of a checkpointed [a, b): segment start + the incoming gradient + the
-//       parameter gradients of the modules after it + the recomputed activations so far
-//       + forward_extra_j; then its backward, module by module, plan state + recomputed
-//       activations up to j + backward_extra_j, plus for j < b-1 the recomputed output
-//       and its gradient, which CheckpointBackward holds through its nested backward.
+//   recompute of a checkpointed [a, b): segment start + backward_start_extra_{b-1}
+//       (the incoming gradient, the parameter gradients so far, the loss) + the
+//       recomputed activations so far + forward_extra_j; then its backward, module by
+//       module, plan state + recomputed activations up to j + backward_extra_j, plus
+//       for j < b-1 the recomputed output and its gradient, which CheckpointBackward
+//       holds through its nested backward. That recomputed output stays alive where the
+//       plain graph had freed it, so output_released_{b-1} is added to the recompute and
+//       to module b-1's backward. (Without it, a segment ending in a Conv2d was
+//       predicted one activation low: a 1 MiB input gradient + im2col peak was missed.)
 // One approximation remains: a segment ending in a module whose graph keeps its output
 // (ReLU) before a module that does not keep its input is predicted to keep that output,
 // where checkpointing actually frees it, so the prediction errs high (safe for a budget).
@@ -51,6 +61,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
+#include "autograd/meta.h"
 #include "autograd/ops/reduce.h"
 #include "memory/allocator.h"
 #include "memory/stream.h"
@@ -81,19 +92,22 @@ double seconds_now() {
 struct ProbeBackward final : autograd::Node {
   Device device = kCPU;
   int64_t* reading = nullptr;
+  int64_t* current = nullptr;  // allocated now: the state as the previous module's backward starts
   std::string name() const override { return "MemoryProbeBackward"; }
   autograd::TensorList apply(autograd::TensorList&& grads) override {
     *reading = allocated_peak(device);
+    *current = allocated_now(device);
     memory::reset_peak(device);
     return std::move(grads);
   }
 };
 
-Tensor probe(const Tensor& y, int64_t* reading) {
+Tensor probe(const Tensor& y, int64_t* reading, int64_t* current) {
   auto node = autograd::make_node<ProbeBackward>({y});
   if (!node) return y;  // nothing upstream needs a gradient: no backward runs here
   node->device = y.device();
   node->reading = reading;
+  node->current = current;
   Tensor out = y.detach();  // a new handle on the same storage: no bytes
   autograd::record(node, {out});
   return out;
@@ -170,6 +184,27 @@ void MemoryPlanner::profile() {
     }
   }
 
+  // Whether each module's graph keeps its output: run it alone in grad mode, copy its
+  // output for the next module, then drop the output while its graph is still held.
+  {
+    std::optional<AutocastGuard> amp;
+    enter_autocast(amp);
+    Tensor h = sample_;
+    for (int64_t j = 0; j < n; ++j) {
+      Tensor y = seq_[j]->forward(h);
+      autograd::Edge graph = autograd::gradient_edge(y);
+      const bool needs_grad = autograd::requires_grad(y);
+      Tensor next = autograd::raw([&] { return y.clone(); });
+      synchronize(dev);
+      const int64_t with_output = allocated_now(dev);
+      y = Tensor();
+      prof.modules[j].output_released = with_output - allocated_now(dev);
+      graph = {};
+      h = next;
+      if (needs_grad) h.requires_grad_(true);
+    }
+  }
+
   // Parameter gradients each module's backward will allocate (shared ones counted once).
   {
     std::set<const void*> seen;
@@ -183,6 +218,7 @@ void MemoryPlanner::profile() {
 
   // The instrumented training step (Note [Memory plan]).
   std::vector<int64_t> readings(size_t(n) + 1, -1);  // readings[j]: probe after module j (n: the loss's)
+  std::vector<int64_t> currents(size_t(n), -1);      // currents[j]: allocated as module j's backward starts
   int64_t step_peak = 0;
   {
     GradState grads(seq_);
@@ -203,7 +239,7 @@ void MemoryPlanner::profile() {
       const int64_t after = allocated_now(dev);
       m.input_released = with_input - after;
       m.activation_bytes = after - before;
-      h = probe(y, &readings[size_t(j)]);
+      h = probe(y, &readings[size_t(j)], &currents[size_t(j)]);
     }
     const int64_t end_state = allocated_now(dev);
     memory::reset_peak(dev);
@@ -230,6 +266,9 @@ void MemoryPlanner::profile() {
       int64_t reading = -1;
       for (int64_t k = j; reading < 0 && k >= 0; --k) reading = reading_of(k);
       prof.modules[j].backward_extra = reading - prof.base_bytes - prefix;
+      // A probe that never fired: its backward never starts; the peak bounds the start.
+      prof.modules[j].backward_start_extra =
+          currents[size_t(j)] >= 0 ? currents[size_t(j)] - prof.base_bytes - prefix : prof.modules[j].backward_extra;
       step_peak = std::max(step_peak, reading);
     }
   }
@@ -270,7 +309,6 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
   event(state + profile_.loss_forward_extra);
   event(state + profile_.loss_backward_extra);
 
-  int64_t grads_after = 0;  // parameter gradients allocated by the backward so far
   for (size_t s = segments.size(); s-- > 0;) {
     const Segment& seg = segments[s];
     if (!seg.checkpointed) {
@@ -278,22 +316,25 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
       for (int64_t j = seg.end - 1; j >= seg.begin; --j) {
         event(after + mods[j].backward_extra);
         after -= mods[j].activation_bytes;
-        grads_after += mods[j].grad_bytes;
       }
     } else {
       const ModuleMemory& last = mods[seg.end - 1];
       const int64_t kept_input = mods[seg.begin].input_released;  // CheckpointBackward keeps it
+      // When it starts: the plain backward's state at this point (incoming gradient, parameter
+      // gradients so far, the loss), plus the output that the plain graph has freed by then
+      // and CheckpointBackward holds recomputed through its nested backward.
+      const int64_t entry = last.backward_start_extra + last.output_released;
       int64_t recomputed = 0;
       for (int64_t j = seg.begin; j < seg.end; ++j) {
-        event(start[s] + last.output_bytes + grads_after + recomputed + (j > seg.begin ? kept_input : 0) +
-              mods[j].forward_extra);
+        event(start[s] + entry + recomputed + (j > seg.begin ? kept_input : 0) + mods[j].forward_extra);
         recomputed += mods[j].activation_bytes;
       }
       for (int64_t j = seg.end - 1; j >= seg.begin; --j) {
-        const int64_t held = j < seg.end - 1 ? 2 * last.output_bytes : 0;  // recomputed output and its gradient
+        // The recomputed output and its gradient; at the last module its gradient is in
+        // backward_extra and its output in `recomputed` unless the plain graph freed it.
+        const int64_t held = j < seg.end - 1 ? 2 * last.output_bytes : last.output_released;
         event(start[s] + recomputed + kept_input + mods[j].backward_extra + held);
         recomputed -= mods[j].activation_bytes;
-        grads_after += mods[j].grad_bytes;
       }
     }
     state = start[s];

@@ -156,12 +156,17 @@ TEST_CASE("memory planner: a small CNN's plans are predicted within 10% and fit 
   CHECK(planner.plan_none().predicted_peak == baseline);
   // The full-resolution convolutions' activations are needed again soon after the deep
   // layers' backward, and a checkpointed segment holds its recomputed output and that
-  // output's gradient through its nested backward: little is left to save here (~8%).
-  for (const nn::MemoryPlan& plan : {planner.plan_sqrt(), planner.plan(int64_t(0.95 * double(baseline)))}) {
+  // output's gradient through its nested backward: little is left to save here. The peak
+  // is in a full-resolution convolution's backward (its input gradient and im2col buffer),
+  // and the best plan found ([0-2] checkpointed) lowers it only to 97.8% of the baseline:
+  // 0.98 is the strongest budget that is feasible. (While max_pool2d saved int64 indices
+  // the baseline held 512 KiB more at its peak, and 0.95 was.)
+  for (const nn::MemoryPlan& plan : {planner.plan_sqrt(), planner.plan(int64_t(0.98 * double(baseline)))}) {
     CAPTURE(plan.method);
     const int64_t measured = planner.measure_step(plan);
     MESSAGE(planner.report(plan, measured));
     CHECK(std::abs(double(plan.predicted_peak - measured)) <= 0.10 * double(measured));
+    CHECK(plan.predicted_peak >= measured);  // exact or high, never low (Note [Memory plan])
     if (plan.budget > 0) CHECK(measured <= plan.budget);
   }
 }

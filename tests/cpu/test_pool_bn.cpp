@@ -10,10 +10,13 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops/conv.h"
+#include "autograd/ops/elementwise.h"
+#include "memory/allocator.h"
 #include "nn/batch_norm.h"
 #include "nn/container.h"
 #include "nn/pooling.h"
 #include "tensor/ops/batch_norm.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/pool.h"
 #include "tests/test_util.h"
 
@@ -322,6 +325,41 @@ TEST_CASE("pool: max_pool2d, avg_pool2d and adaptive_avg_pool2d pass gradcheck")
   CHECK_MESSAGE(r.ok, r.report);
   auto r2 = gradcheck([](const TensorList& in) { return avg_pool2d(in[0].transpose(2, 3), 3, {.padding = 1}); }, {x});
   CHECK_MESSAGE(r2.ok, r2.report);
+}
+
+TEST_CASE("pool: max_pool2d after relu saves no bytes of its own and recomputes its argmax in backward") {
+  // Note [Max-pool backward from the input]: the node keeps relu's output, which relu keeps anyway.
+  const MaxPool2dOptions opts{.stride = 2, .padding = 1};
+  Tensor x = random_tensor({4, 8, 16, 16}, kFloat32, 450);
+  x.requires_grad_();
+  auto allocated = [] { return memory::stats(kCPU).allocated_bytes.current; };
+  auto allocation = [&](const Tensor& t) {  // bytes the allocator takes for t's data (rounding included)
+    const int64_t before = allocated();
+    DataPtr p = memory::allocate(kCPU, size_t(t.numel()) * t.element_size());
+    return allocated() - before;
+  };
+  const int64_t before = allocated();
+  Tensor h = relu(x);
+  Tensor y = max_pool2d(h, 3, opts);
+  const int64_t grown = allocated() - before;
+  CHECK(grown == allocation(h) + allocation(y));  // no int64 indices (8 bytes per output element)
+
+  // grad_x = relu's mask * max_pool2d_backward(g) with the forward's argmax.
+  const Tensor g = random_tensor(y.sizes(), kFloat32, 451);
+  const ops::MaxPool2dResult fwd = ops::max_pool2d(h.detach(), 3, opts);
+  CHECK(values_of(fwd.out) == values_of(y));
+  const std::vector<double> routed = values_of(ops::max_pool2d_backward(g, fwd.indices, h.sizes(), 3, opts));
+  const std::vector<double> hv = values_of(h);
+  std::vector<double> expected(routed.size());
+  for (size_t i = 0; i < routed.size(); ++i) expected[i] = hv[i] > 0 ? routed[i] : 0.0;
+  y.backward(g);
+  check_close(x.grad(), expected, 0.0, 0.0, "grad_x");
+
+  // An in-place write to the pool's input before backward is caught by the saved input's version.
+  Tensor h2 = relu(x);
+  Tensor y2 = max_pool2d(h2, 3, opts);
+  ops::add_(h2.detach(), 1.0);  // the same storage, so the same version counter
+  check_error([&] { y2.backward(g); }, {"MaxPool2dBackward", "modified by an in-place", "version"});
 }
 
 TEST_CASE("pool: errors name the op, the shapes and the settings") {
