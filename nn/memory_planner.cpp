@@ -452,7 +452,13 @@ Tensor MemoryPlanner::forward(const MemoryPlan& plan, const Tensor& x) const {
       for (int64_t i = begin; i < end; ++i) y = (*seq)[size_t(i)]->forward(y);
       return y;
     };
-    h = s.checkpointed ? autograd::checkpoint(run, h) : run(h);
+    if (s.checkpointed) {
+      h = autograd::checkpoint(run, h);
+      continue;
+    }
+    // Not through `run`: its caller would hold the segment's input until the segment ends,
+    // where the profiled step (and a plain training loop) drops each module's input.
+    for (int64_t i = s.begin; i < s.end; ++i) h = (*seq)[size_t(i)]->forward(h);
   }
   return h;
 }

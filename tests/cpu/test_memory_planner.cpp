@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
@@ -48,6 +49,66 @@ std::vector<std::vector<double>> grads_of(const nn::Module& m) {
   std::vector<std::vector<double>> g;
   for (const Tensor& p : m.parameters()) g.push_back(values_of(p.grad()));
   return g;
+}
+
+// A small CNN: full-resolution convolutions, a max-pool, deeper convolutions, a global pool.
+nn::Sequential small_cnn(uint64_t seed) {
+  manual_seed(seed);
+  return nn::Sequential{std::make_shared<nn::Conv2d>(3, 16, 3, nn::Conv2dModuleOptions{.padding = 1}),
+                        std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Conv2d>(16, 16, 3, nn::Conv2dModuleOptions{.padding = 1}),
+                        std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Conv2d>(16, 16, 3, nn::Conv2dModuleOptions{.padding = 1}),
+                        std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::MaxPool2d>(2),
+                        std::make_shared<nn::Conv2d>(16, 32, 3, nn::Conv2dModuleOptions{.padding = 1}),
+                        std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Conv2d>(32, 32, 3, nn::Conv2dModuleOptions{.padding = 1}),
+                        std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::AdaptiveAvgPool2d>(1)};
+}
+
+// `count` random plans for an n-module chain (deterministic in `seed`): random cuts, each
+// segment checkpointed with probability 1/2.
+std::vector<std::vector<nn::Segment>> random_plans(int64_t n, int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<nn::Segment>> plans;
+  for (int i = 0; i < count; ++i) {
+    const double cut_p = std::uniform_real_distribution<double>(0.05, 0.6)(rng);
+    std::vector<nn::Segment> segs{{0, 0, false}};
+    for (int64_t j = 1; j <= n; ++j) {
+      if (j < n && std::bernoulli_distribution(cut_p)(rng)) {
+        segs.back().end = j;
+        segs.push_back({j, 0, false});
+      }
+    }
+    segs.back().end = n;
+    for (nn::Segment& s : segs) s.checkpointed = std::bernoulli_distribution(0.5)(rng);
+    plans.push_back(std::move(segs));
+  }
+  return plans;
+}
+
+// Every random plan's prediction is at least its measured peak (Note [Memory plan]: a plan
+// made for a budget must fit it). Returns the worst measured - predicted (<= 0 when all hold).
+int64_t check_sweep(const nn::MemoryPlanner& planner, int count, uint64_t seed) {
+  const auto n = int64_t(planner.memory_profile().modules.size());
+  int64_t worst = std::numeric_limits<int64_t>::min();
+  int low = 0;
+  for (const auto& segs : random_plans(n, count, seed)) {
+    nn::MemoryPlan plan;
+    plan.method = "random";
+    plan.segments = segs;
+    plan.predicted_peak = planner.predict_peak(segs);
+    const int64_t measured = planner.measure_step(plan);
+    worst = std::max(worst, measured - plan.predicted_peak);
+    if (plan.predicted_peak < measured) {
+      ++low;
+      if (low <= 3) MESSAGE("predicted low by ", measured - plan.predicted_peak, " bytes:\n", planner.report(plan, measured));
+    }
+  }
+  CHECK(low == 0);
+  return worst;
 }
 
 // The MLP of the memory tests: 64 layers, batch >> width so activations dominate.
@@ -212,4 +273,24 @@ TEST_CASE("memory planner: an infeasible budget and malformed plans throw clear 
   check_error([&] { planner.plan_uniform(9); }, {"plan_uniform", "[1, 8]", "got 9"});
   nn::Sequential empty;
   check_error([&] { nn::MemoryPlanner(empty, x); }, {"MemoryPlanner", "empty"});
+}
+
+TEST_CASE("memory planner: random plans are never predicted below their measured peak") {
+  constexpr int kPlans = 40;
+  const Tensor mlp_x = random_tensor({2 * kBatch, kWidth}, kFloat32, 21);
+  const Tensor cnn_x = random_tensor({16, 3, 32, 32}, kFloat32, 22);
+  for (std::optional<DType> amp : {std::optional<DType>(), std::optional<DType>(kBFloat16)}) {
+    const std::string mode = amp ? dtype_name(*amp) + std::string(" autocast") : "float32";
+    CAPTURE(mode);
+    {
+      auto seq = deep_mlp(16, kWidth, 23);
+      nn::MemoryPlanner planner(*seq, mlp_x, {}, amp);
+      MESSAGE(mode, " MLP: worst measured - predicted ", check_sweep(planner, kPlans, 24), " bytes");
+    }
+    {
+      nn::Sequential cnn = small_cnn(25);
+      nn::MemoryPlanner planner(cnn, cnn_x, {}, amp);
+      MESSAGE(mode, " CNN: worst measured - predicted ", check_sweep(planner, kPlans, 26), " bytes");
+    }
+  }
 }
