@@ -21,14 +21,25 @@
 // pass per module, its output dropped while its graph is held, gives output_released
 // (0 when the graph keeps the output). By construction, predicting the plan without
 // checkpoints replays the measured step and gives its measured peak.
+// Under autocast, the cast cache (Note [Autocast]) keeps each parameter cast until the
+// outermost AutocastGuard exits: the forward's guard before the backward, a checkpoint
+// replay's guard when its recompute ends, before its nested backward. Clearing the
+// cache right after a module in those two passes gives what only the cache holds:
+// cached_casts (grad mode: a Linear's bias cast; its graph saves the weight cast)
+// and cached_casts_no_grad (every cast). activation_bytes includes
+// cached_casts, so the backward's extras are taken above the states less them.
 //
 // Predict. A plan is a list of contiguous segments. The forward state after a plain
 // segment grows by its modules' activation_bytes; after a checkpointed one it grows
 // only by its output (its input stays, saved by CheckpointBackward). The peak is the
 // largest of these events:
-//   forward of module j, plain:         state before j + forward_extra_j
-//   forward of module j, checkpointed:  segment start + current input + forward_extra_no_grad_j
-//   loss forward and backward:          end state + the loss's measured extras
+//   forward of module j, plain:         state before j + cached + forward_extra_j
+//   forward of module j, checkpointed:  segment start + cached + current input + forward_extra_no_grad_j
+//   loss forward and backward:          end state (+ cached in forward) + the loss's measured extras
+// where the states count no cast the cache alone holds, and `cached` is those casts so
+// far: cached_casts of plain modules, cached_casts_no_grad of checkpointed ones.
+// (Without it: up to 650 KiB low for bf16 Linear(256)s whose .grad existed, so the
+// forward's end was the peak.)
 //   backward of a plain module j:       plan state after j + backward_extra_j
 //   recompute of a checkpointed [a, b): segment start + backward_start_extra_{b-1}
 //       (the incoming gradient, the parameter gradients so far, the loss) + the
@@ -39,6 +50,12 @@
 //       plain graph had freed it, so output_released_{b-1} is added to the recompute and
 //       to module b-1's backward. (Without it, a segment ending in a Conv2d was
 //       predicted one activation low: a 1 MiB input gradient + im2col peak was missed.)
+//       The recompute holds the segment's cached_casts; its backward no longer does.
+//       (Before, every bias cast of a module checkpointed so far was missed: 512 B each.)
+// Measure. measure_step runs forward(plan, sample): a plain segment module by module,
+// each input dropped once its module has run, as in the profile. (Run through a closure,
+// the segment's input stayed alive to the segment's end: up to one activation above
+// the prediction, with or without checkpoints.)
 // One approximation remains: a segment ending in a module whose graph keeps its output
 // (ReLU) before a module that does not keep its input is predicted to keep that output,
 // where checkpointing actually frees it, so the prediction errs high (safe for a budget).
@@ -58,6 +75,7 @@
 #include <limits>
 #include <set>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
@@ -180,6 +198,9 @@ void MemoryPlanner::profile() {
       m.forward_extra_no_grad = allocated_peak(dev) - before;
       m.input_bytes = allocation_of(h);
       m.output_bytes = allocation_of(y);
+      const int64_t with_casts = allocated_now(dev);
+      autocast::clear_cache();  // only the cache holds casts made without grad
+      m.cached_casts_no_grad = with_casts - allocated_now(dev);
       h = y;
     }
   }
@@ -199,6 +220,9 @@ void MemoryPlanner::profile() {
       const int64_t with_output = allocated_now(dev);
       y = Tensor();
       prof.modules[j].output_released = with_output - allocated_now(dev);
+      const int64_t with_casts = allocated_now(dev);
+      autocast::clear_cache();  // what the graph does not keep goes
+      prof.modules[j].cached_casts = with_casts - allocated_now(dev);
       graph = {};
       h = next;
       if (needs_grad) h.requires_grad_(true);
@@ -257,12 +281,16 @@ void MemoryPlanner::profile() {
     // module into the next reading, which then counts for both (an overestimate).
     FRUGAL_CHECK(readings[size_t(n) - 1] >= 0, "MemoryPlanner: the loss's backward never reached the chain's output; ",
                  "the loss must depend on the output and something in the chain must require grad");
-    prof.loss_backward_extra = readings[size_t(n) - 1] - end_state;
+    // The backward's extras are above the forward's states less the casts that the cast
+    // cache alone held: it was dropped when the forward's autocast ended.
+    int64_t prefix = 0;
+    for (const ModuleMemory& m : prof.modules) prefix += m.activation_bytes - m.cached_casts;
+    prof.loss_backward_extra = readings[size_t(n) - 1] - prof.base_bytes - prefix;
     step_peak = std::max(step_peak, readings[size_t(n) - 1]);
     auto reading_of = [&](int64_t j) { return j == 0 ? readings[size_t(n)] : readings[size_t(j - 1)]; };
-    int64_t prefix = 0;
+    prefix = 0;
     for (int64_t j = 0; j < n; ++j) {
-      prefix += prof.modules[j].activation_bytes;
+      prefix += prof.modules[j].activation_bytes - prof.modules[j].cached_casts;
       int64_t reading = -1;
       for (int64_t k = j; reading < 0 && k >= 0; --k) reading = reading_of(k);
       prof.modules[j].backward_extra = reading - prof.base_bytes - prefix;
@@ -292,21 +320,25 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
   auto event = [&peak](int64_t v) { peak = std::max(peak, v); };
   std::vector<int64_t> start(segments.size());  // plan state (above base) before each segment
   int64_t state = 0;
+  int64_t cached = 0;  // parameter casts only the autocast cache holds, until the forward's autocast ends
   for (size_t s = 0; s < segments.size(); ++s) {
     const Segment& seg = segments[s];
     start[s] = state;
     if (!seg.checkpointed) {
       for (int64_t j = seg.begin; j < seg.end; ++j) {
-        event(state + mods[j].forward_extra);
-        state += mods[j].activation_bytes;
+        event(state + cached + mods[j].forward_extra);
+        state += mods[j].activation_bytes - mods[j].cached_casts;
+        cached += mods[j].cached_casts;
       }
     } else {
-      for (int64_t j = seg.begin; j < seg.end; ++j)
-        event(start[s] + (j > seg.begin ? mods[j].input_bytes : 0) + mods[j].forward_extra_no_grad);
+      for (int64_t j = seg.begin; j < seg.end; ++j) {
+        event(start[s] + cached + (j > seg.begin ? mods[j].input_bytes : 0) + mods[j].forward_extra_no_grad);
+        cached += mods[j].cached_casts_no_grad;
+      }
       state = start[s] + mods[seg.end - 1].output_bytes;
     }
   }
-  event(state + profile_.loss_forward_extra);
+  event(state + cached + profile_.loss_forward_extra);
   event(state + profile_.loss_backward_extra);
 
   for (size_t s = segments.size(); s-- > 0;) {
@@ -315,7 +347,7 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
       int64_t after = state;
       for (int64_t j = seg.end - 1; j >= seg.begin; --j) {
         event(after + mods[j].backward_extra);
-        after -= mods[j].activation_bytes;
+        after -= mods[j].activation_bytes - mods[j].cached_casts;
       }
     } else {
       const ModuleMemory& last = mods[seg.end - 1];
@@ -324,17 +356,19 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
       // gradients so far, the loss), plus the output that the plain graph has freed by then
       // and CheckpointBackward holds recomputed through its nested backward.
       const int64_t entry = last.backward_start_extra + last.output_released;
+      // The replay's autocast cache holds its casts until the recompute ends.
       int64_t recomputed = 0;
       for (int64_t j = seg.begin; j < seg.end; ++j) {
         event(start[s] + entry + recomputed + (j > seg.begin ? kept_input : 0) + mods[j].forward_extra);
         recomputed += mods[j].activation_bytes;
       }
+      for (int64_t j = seg.begin; j < seg.end; ++j) recomputed -= mods[j].cached_casts;
       for (int64_t j = seg.end - 1; j >= seg.begin; --j) {
         // The recomputed output and its gradient; at the last module its gradient is in
         // backward_extra and its output in `recomputed` unless the plain graph freed it.
         const int64_t held = j < seg.end - 1 ? 2 * last.output_bytes : last.output_released;
         event(start[s] + recomputed + kept_input + mods[j].backward_extra + held);
-        recomputed -= mods[j].activation_bytes;
+        recomputed -= mods[j].activation_bytes - mods[j].cached_casts;
       }
     }
     state = start[s];

@@ -24,15 +24,19 @@ namespace frugal::nn {
 struct ModuleMemory {
   std::string name;               ///< "3 Linear"
   int64_t activation_bytes;       ///< change in allocated bytes across its forward, output kept, input dropped
+                                  ///< (cached_casts included: they live until the forward's autocast ends)
   int64_t input_bytes;            ///< the allocation its input occupies
   int64_t output_bytes;           ///< the allocation its output occupies
   int64_t input_released;         ///< bytes freed when the caller drops the input (0: the graph keeps it)
   int64_t output_released;        ///< bytes freed when the caller drops the output, its graph held (0: kept)
   int64_t forward_extra;          ///< peak during its forward above the state before it (with grad)
   int64_t forward_extra_no_grad;  ///< the same, under NoGradGuard (a checkpointed forward)
-  int64_t backward_extra;         ///< peak during its backward above the plain forward's state after it
+  int64_t backward_extra;         ///< peak during its backward above the plain forward's state after it,
+                                  ///< less the cached_casts (dropped as the forward's autocast ended)
   int64_t backward_start_extra;   ///< allocated as its backward starts, above that same state
   int64_t grad_bytes;             ///< parameter gradients its backward allocates (0 where .grad already exists)
+  int64_t cached_casts;           ///< parameter casts that only autocast's cast cache holds after its forward
+  int64_t cached_casts_no_grad;   ///< the same, under NoGradGuard (its graph keeps none of them)
   double forward_seconds;         ///< forward time (the recompute cost of checkpointing it)
 };
 
