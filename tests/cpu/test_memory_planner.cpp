@@ -199,19 +199,7 @@ TEST_CASE("memory planner: a plan for 50% of the baseline peak fits when measure
 }
 
 TEST_CASE("memory planner: a small CNN's plans are predicted within 10% and fit their budget") {
-  manual_seed(11);
-  nn::Sequential cnn{std::make_shared<nn::Conv2d>(3, 16, 3, nn::Conv2dModuleOptions{.padding = 1}),
-                     std::make_shared<nn::ReLU>(),
-                     std::make_shared<nn::Conv2d>(16, 16, 3, nn::Conv2dModuleOptions{.padding = 1}),
-                     std::make_shared<nn::ReLU>(),
-                     std::make_shared<nn::Conv2d>(16, 16, 3, nn::Conv2dModuleOptions{.padding = 1}),
-                     std::make_shared<nn::ReLU>(),
-                     std::make_shared<nn::MaxPool2d>(2),
-                     std::make_shared<nn::Conv2d>(16, 32, 3, nn::Conv2dModuleOptions{.padding = 1}),
-                     std::make_shared<nn::ReLU>(),
-                     std::make_shared<nn::Conv2d>(32, 32, 3, nn::Conv2dModuleOptions{.padding = 1}),
-                     std::make_shared<nn::ReLU>(),
-                     std::make_shared<nn::AdaptiveAvgPool2d>(1)};
+  nn::Sequential cnn = small_cnn(11);
   const Tensor x = random_tensor({16, 3, 32, 32}, kFloat32, 12);
   nn::MemoryPlanner planner(cnn, x);
   const int64_t baseline = planner.memory_profile().measured_plain_peak;
