@@ -1,7 +1,9 @@
 #include "examples/mnist_train.h"
 
 #include <chrono>
+#include <cstdio>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/nn_functional.h"
 #include "nn/activation.h"
@@ -63,6 +65,32 @@ EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::Data
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.mean_loss = step ? loss_sum.item<double>() / double(step) : 0.0;
   return stats;
+}
+
+void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
+                     optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
+                     data::DataLoader& loader, int64_t epoch, AmpRun& run) {
+  model.train();
+  for (data::Batch& b : loader) {
+    Tensor loss;
+    {
+      AutocastGuard autocast(run.device, kFloat16, run.amp);
+      loss = loss_fn(model.forward(b.inputs), b.targets);
+    }
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    schedule.step();
+    if (++run.step % run.report_every == 0 || run.step == run.total) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
+      const double rate = double(run.step * run.batch) / secs;
+      std::printf("epoch %lld step %lld/%lld loss %.4f lr %.2e | %.0f img/s, ETA %.0f s\n", (long long)epoch + 1,
+                  (long long)run.step, (long long)run.total, loss.to(kFloat64).item<double>(), schedule.last_lr()[0],
+                  rate, double(run.total - run.step) * double(run.batch) / rate);
+      std::fflush(stdout);
+    }
+  }
 }
 
 void standardize(data::FashionMnist& ds) {

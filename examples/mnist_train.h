@@ -1,7 +1,8 @@
 #pragma once
-// The pieces of the Fashion-MNIST example that tests reuse: the two models, one
-// training epoch, evaluation and checkpoints (model + optimizer + progress in one
-// safetensors file).
+// The pieces of the Fashion-MNIST examples that tests and the model examples reuse: the
+// two models, one training epoch (plain, or mixed precision with a schedule), evaluation
+// and checkpoints (model + optimizer + progress in one safetensors file).
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -9,6 +10,8 @@
 #include "nn/container.h"
 #include "nn/data/dataloader.h"
 #include "nn/data/idx.h"
+#include "optim/grad_scaler.h"
+#include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
 namespace frugal::examples {
@@ -29,6 +32,24 @@ struct EpochStats {
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
                        const std::function<void(int64_t, int64_t, double, double)>& progress = {},
                        int64_t report_every = 50);
+
+/// Where a run of train_amp_epoch calls stands: its settings and its step count so far.
+struct AmpRun {
+  Device device;
+  bool amp = false;  // float16 autocast and loss scaling (CUDA)
+  int64_t total = 0, batch = 0, report_every = 50;
+  int64_t step = 0;  // steps done, across epochs
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+/// One epoch (`epoch` counts from 0) as train_resnet and train_vit train: the forward and
+/// loss_fn(output, targets) under AutocastGuard(float16) when run.amp, backward, step and
+/// update through `scaler`, then schedule.step(). Every run.report_every steps (and at the
+/// last) prints "epoch E step S/T loss L lr X | R img/s, ETA N s"; reading the loss there
+/// is the loop's only host sync.
+void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
+                     optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
+                     data::DataLoader& loader, int64_t epoch, AmpRun& run);
 
 /// Standardises both image sets of `ds` in place with the training set's pixel mean and
 /// std (0.2860, 0.3530), as the usual recipes do.

@@ -5,11 +5,9 @@
 //
 //   train_resnet [--data-dir /usr/share/datasets/fashion-mnist] [--device cuda] [--epochs 10]
 //                [--batch-size 128] [--lr 0.1] [--no-amp] [--limit N (train samples, for a quick try)]
-#include <chrono>
 #include <cstdio>
 #include <string>
 
-#include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "examples/mnist_train.h"
 #include "models/resnet.h"
@@ -61,31 +59,10 @@ int main(int argc, char** argv) {
                 (long long)net->num_parameters(), (long long)train_x.size(0), (long long)total, device_name.c_str(),
                 amp ? ", amp float16" : "");
 
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    int64_t step = 0;
+    examples::AmpRun run{.device = device, .amp = amp, .total = total, .batch = batch};
+    const auto loss_fn = [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-      net->train();
-      for (data::Batch& b : loader) {
-        Tensor loss;
-        {
-          AutocastGuard autocast(device, kFloat16, amp);
-          loss = cross_entropy(net->forward(b.inputs), b.targets);
-        }
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        schedule.step();
-        if (++step % 50 == 0 || step == total) {
-          const double secs = std::chrono::duration<double>(clock::now() - start).count();
-          const double rate = double(step * batch) / secs;
-          std::printf("epoch %lld step %lld/%lld loss %.4f lr %.4f | %.0f img/s, ETA %.0f s\n", (long long)epoch + 1,
-                      (long long)step, (long long)total, loss.to(kFloat64).item<double>(), schedule.last_lr()[0], rate,
-                      double(total - step) * batch / rate);
-          std::fflush(stdout);
-        }
-      }
+      examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run);
       net->eval();
       const double acc = examples::evaluate(*net, ds.test_images, ds.test_labels, 500);
       std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);

@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <string>
 
-#include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "examples/mnist_train.h"
 #include "models/vit.h"
@@ -92,40 +91,24 @@ int main(int argc, char** argv) {
         (long long)config.mlp_dim, (long long)net->num_parameters(), (long long)train_x.size(0), (long long)total,
         (long long)warmup_steps, device_name.c_str(), amp ? ", amp float16" : "");
 
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    const int64_t report_every = std::max<int64_t>(1, std::min<int64_t>(50, total / 10));
-    int64_t step = 0;
+    examples::AmpRun run{.device = device,
+                         .amp = amp,
+                         .total = total,
+                         .batch = batch,
+                         .report_every = std::max<int64_t>(1, std::min<int64_t>(50, total / 10))};
+    const auto loss_fn = [](const Tensor& logits, const Tensor& targets) {
+      return cross_entropy(logits, targets, {.label_smoothing = 0.1});
+    };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-      net->train();
-      for (data::Batch& b : loader) {
-        Tensor loss;
-        {
-          AutocastGuard autocast(device, kFloat16, amp);
-          loss = cross_entropy(net->forward(b.inputs), b.targets, {.label_smoothing = 0.1});
-        }
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        schedule.step();
-        if (++step % report_every == 0 || step == total) {  // reading the loss is the only host sync
-          const double secs = std::chrono::duration<double>(clock::now() - start).count();
-          const double rate = double(step * batch) / secs;
-          std::printf("epoch %lld step %lld/%lld loss %.4f lr %.2e | %.0f img/s, ETA %.0f s\n", (long long)epoch + 1,
-                      (long long)step, (long long)total, loss.to(kFloat64).item<double>(), schedule.last_lr()[0], rate,
-                      double(total - step) * batch / rate);
-          std::fflush(stdout);
-        }
-      }
+      examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run);
       if (epoch + 1 < epochs) {
         const double acc = examples::evaluate(*net, test_x, test_y, 500);
         std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);
       }
     }
     const double acc = examples::evaluate(*net, test_x, test_y, 500);
-    std::printf("train: %.1f s\ntest_accuracy: %.4f\n", std::chrono::duration<double>(clock::now() - start).count(),
-                acc);
+    std::printf("train: %.1f s\ntest_accuracy: %.4f\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count(), acc);
     if (!save_path.empty()) {
       nn::save_safetensors(save_path, net->state_dict(), {{"format", "pt"}});
       std::printf("saved %s\n", save_path.c_str());
