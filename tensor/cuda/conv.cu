@@ -32,7 +32,6 @@
 #include <tuple>
 #include <vector>
 
-#include "memory/attribution.h"
 #include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_handle.h"
@@ -329,13 +328,8 @@ std::vector<Candidate> search(cudnnHandle_t h, const ConvProblem& p) {
     size_t bytes = 0;
     for (const Candidate& c : out)
       if (c.workspace <= kMaxBenchmarkWorkspace) bytes = std::max(bytes, c.workspace);
-    Tensor ws;
-    try {
-      memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
-      if (bytes > 0) ws = empty({int64_t(bytes)}, {kBool, p.device});
-    } catch (const OutOfMemoryError&) {
-      bytes = 0;  // time only what runs without a workspace
-    }
+    const Tensor ws = try_workspace(int64_t(bytes), p.device);
+    if (!ws.defined()) bytes = 0;  // none needed, or none to be had: time what runs without one
     n = 0;
     O::find(h, p, ws.defined() ? ws.data() : nullptr, bytes, &n, perf);
     out = usable<D>(h, p, perf, n);  // fastest first
@@ -360,16 +354,9 @@ void run_convolution(const ConvProblem& p) {
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    Tensor ws;
-    if (c.workspace > 0) {
-      try {
-        memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
-        ws = empty({int64_t(c.workspace)}, {kBool, p.device});        // bytes from the arena, on this stream
-      } catch (const OutOfMemoryError&) {
-        if (i + 1 == candidates.size()) throw;
-        continue;
-      }
-    }
+    const bool last = i + 1 == candidates.size();  // its out-of-memory error propagates
+    const Tensor ws = last ? workspace(int64_t(c.workspace), p.device) : try_workspace(int64_t(c.workspace), p.device);
+    if (c.workspace > 0 && !ws.defined()) continue;
     p.conv.set_math(c.math);
     O::run(h, p, typename O::Algo(c.algo), ws.defined() ? ws.data() : nullptr, c.workspace);
     return;

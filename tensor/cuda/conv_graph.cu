@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "memory/attribution.h"
+#include "memory/profile_recorder.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
@@ -90,14 +91,8 @@ cudnnDataType_t data_type(DType t) {
   }
 }
 
-/// The largest power of two (at most 16) dividing the address: cuDNN picks vectorized
-/// kernels by the operands' alignment, so it is part of a plan's identity.
-int64_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  int64_t align = 16;
-  while (align > 1 && a % uintptr_t(align) != 0) align /= 2;
-  return align;
-}
+/// cuDNN picks vectorized kernels by the operands' alignment (at most 16 bytes matter).
+int64_t alignment_of(const void* p) { return pointer_alignment(p, 16); }
 
 /// A packed 4-D tensor of logical dims (n, c, h, w), NCHW or NHWC in memory.
 Descriptor make_tensor(int64_t uid, DType t, std::array<int64_t, 4> dims, bool nhwc, int64_t alignment) {
@@ -231,16 +226,6 @@ std::vector<Descriptor> suggested_configs(const Descriptor& graph, cudnnBackendH
   return configs;
 }
 
-/// A bytes tensor from the arena on `device`'s current stream, or an undefined tensor when
-/// the arena cannot provide it.
-Tensor try_workspace(int64_t bytes, Device device) {
-  if (bytes <= 0) return {};
-  try {
-    memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
-    return empty({bytes}, {kBool, device});
-  } catch (const OutOfMemoryError&) { return {}; }
-}
-
 /// Queues one execution of `plan` on x, w, y; cudnn's status on failure (nothing thrown).
 cudnnStatus_t execute(cudnnHandle_t h, const Plan& plan, void* x, void* w, void* y, void* workspace) {
   void* pointers[3] = {x, w, y};
@@ -261,20 +246,15 @@ float time_plan(cudnnHandle_t h, const Plan& plan, Device device, void* x, void*
   if (plan.workspace > 0 && !ws.defined()) return -1;
   void* ws_ptr = ws.defined() ? ws.data() : nullptr;
   if (execute(h, plan, x, w, y, ws_ptr) != CUDNN_STATUS_SUCCESS) return -1;  // also the warm-up
-  cudaStream_t stream = stream_for(device);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  FRUGAL_CUDA_CHECK(cudaEventCreate(&start));
-  FRUGAL_CUDA_CHECK(cudaEventCreate(&stop));
   constexpr int kRuns = 3;
-  FRUGAL_CUDA_CHECK(cudaEventRecord(start, stream));
+  void* start = memory::detail::record_timing_event(device);
   for (int i = 0; i < kRuns; ++i) execute(h, plan, x, w, y, ws_ptr);
-  FRUGAL_CUDA_CHECK(cudaEventRecord(stop, stream));
-  FRUGAL_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / kRuns;
+  void* stop = memory::detail::record_timing_event(device);
+  FRUGAL_CUDA_CHECK(cudaStreamSynchronize(stream_for(device)));
+  const double ms = memory::detail::timing_event_elapsed_ms(start, stop);
+  memory::detail::release_timing_event(start);
+  memory::detail::release_timing_event(stop);
+  return float(ms / kRuns);
 }
 
 /// Builds the plans for one problem (see the Note); an empty set when cuDNN offers none.
@@ -369,6 +349,18 @@ PlanCache& plan_cache() {
 }
 
 }  // namespace
+
+Tensor workspace(int64_t bytes, Device device) {
+  if (bytes <= 0) return {};
+  memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
+  return empty({bytes}, {kBool, device});                       // from the arena, on this stream
+}
+
+Tensor try_workspace(int64_t bytes, Device device) {
+  try {
+    return workspace(bytes, device);
+  } catch (const OutOfMemoryError&) { return {}; }
+}
 
 bool run_convolution_graph(ConvDirection d, const Conv2dGeometry& g, DType dtype, Device device, void* x, void* w,
                            void* y) {

@@ -5,8 +5,16 @@
 #include "memory/device.h"
 #include "tensor/dtype.h"
 #include "tensor/ops/conv.h"
+#include "tensor/tensor.h"
 
 namespace frugal::ops::cuda {
+
+/// A convolution workspace of `bytes` from the arena on `device`'s current stream, counted
+/// as workspace by the memory profiler; an undefined tensor when bytes <= 0. Throws
+/// OutOfMemoryError when the arena cannot provide it.
+Tensor workspace(int64_t bytes, Device device);
+/// workspace(), but an undefined tensor where it would throw OutOfMemoryError.
+Tensor try_workspace(int64_t bytes, Device device);
 
 enum class ConvDirection { Forward, BackwardData, BackwardFilter };
 

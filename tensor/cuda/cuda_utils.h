@@ -30,6 +30,15 @@ class DeviceGuard {
 inline cudaStream_t stream_for(Device d) { return static_cast<cudaStream_t>(current_stream(d).handle); }
 inline cudaStream_t stream_for(const Tensor& t) { return stream_for(t.device()); }
 
+/// The largest power of two, at most `cap`, dividing the address: the alignment a library
+/// (cuBLASLt, cuDNN) may assume of an operand, and so part of a cached plan's identity.
+inline int64_t pointer_alignment(const void* p, int64_t cap) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t align = 1;
+  while (align < cap && a % uintptr_t(align * 2) == 0) align *= 2;
+  return align;
+}
+
 constexpr int kBlockSize = 256;
 
 /// Blocks for a grid-stride loop over `n` work items: enough to fill the GPU, no more.

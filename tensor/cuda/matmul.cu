@@ -137,13 +137,8 @@ MatrixLayout layout_of(cudaDataType_t type, const ColumnMajor& c, int64_t rows_a
   return MatrixLayout(l);
 }
 
-/// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 1;
-  while (al < 256 && a % (al * 2) == 0) al *= 2;
-  return al;
-}
+/// What cuBLASLt may assume of an operand's address.
+uint32_t alignment_of(const void* p) { return uint32_t(pointer_alignment(p, 256)); }
 
 // Note [Linear bias epilogue]
 // out = x @ wt + bias runs as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS: in the
