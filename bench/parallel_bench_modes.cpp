@@ -213,9 +213,8 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       opt.zero_grad();
       bubbles.push_back(measured.bubble_measured);
     }
-    std::nth_element(bubbles.begin(), bubbles.begin() + 1, bubbles.end());
     res.stages = pp->size();
-    res.bubble_measured = reduce_over(*world, bubbles[1], ReduceOp::Max);
+    res.bubble_measured = reduce_over(*world, median(std::move(bubbles)), ReduceOp::Max);
     res.bubble_theory = measured.bubble_theoretical;
   };
   // Data parallel over the world: strong scaling splits the global batch over the ranks,
