@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -74,6 +75,13 @@ inline Tensor random_tensor(const Shape& sizes, TensorOptions opts, uint64_t see
 
 /// Every element as double, row-major.
 inline std::vector<double> values_of(const Tensor& t) { return t.to(kCPU, kFloat64).contiguous().tolist<double>(); }
+
+/// The largest |element| of t (0 for an empty tensor), in float64.
+inline double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (double v : values_of(t)) m = std::max(m, std::fabs(v));
+  return m;
+}
 
 /// Relative tolerance for results stored in `t` (one or two roundings of the type).
 inline double default_rtol(DType t) {

@@ -29,12 +29,6 @@ namespace {
 
 using Results = std::map<std::string, Tensor>;
 
-double max_abs(const Tensor& t) {
-  double m = 0.0;
-  for (double v : values_of(t)) m = std::max(m, std::fabs(v));
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("tensor-parallel BERT: logits, loss and gradients equal BertForMaskedLM's at 2 and 4 ranks") {

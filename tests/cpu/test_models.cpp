@@ -55,12 +55,6 @@ double max_rel_error(const Tensor& a, const Tensor& b, double floor = 1e-30) {
   return diff / std::max(scale, floor);
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double v : values_of(t)) m = std::max(m, std::abs(v));
-  return m;
-}
-
 /// Every parameter's gradient, by name.
 std::map<std::string, Tensor> grads_of(const nn::Module& m) {
   std::map<std::string, Tensor> g;
