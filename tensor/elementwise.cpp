@@ -56,7 +56,10 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std
     order[d] = d;
     if (shape[d] != 1 && st(0, d) == 0) writes_each_once = false;  // an accumulator (scatter_add)
   }
-  if (writes_each_once) std::stable_sort(order, order + nd, [&](int a, int b) { return st(0, a) > st(0, b); });
+  // Insertion sort, stable and allocation-free (std::stable_sort takes a heap buffer, on
+  // every elementwise op); a handful of dims, usually already in order.
+  for (int i = 1; writes_each_once && i < nd; ++i)
+    for (int j = i; j > 0 && st(0, order[j - 1]) < st(0, order[j]); --j) std::swap(order[j - 1], order[j]);
 
   // Coalesce, innermost first: drop size-1 dims; merge dim d into the dim inside
   // it when every operand steps across both as one. `n` dims so far, innermost at 0.
