@@ -3,7 +3,8 @@
 // embedding lookup with its backward. Index tensors are int32 or int64; every index is
 // checked against the size it selects from (negative indices are errors, as in PyTorch's
 // versions of these ops), and a bad one throws frugal::Error naming the op, the value,
-// its position in the index tensor and the valid range (see Note [Index validation]).
+// its position in the index tensor and the valid range (see Note [Index validation]); on
+// CUDA at the next synchronization with the device (set_sync_index_checks below).
 #include <cstdint>
 
 #include "memory/deferred_checks.h"
