@@ -114,8 +114,8 @@ class PendingChecks {
   size_t slots_ = 0;
 };
 
-/// The CUDA transport of device `index` (memory/cuda_deferred_checks.cpp; a clear error
-/// in builds without CUDA).
+/// The CUDA transport of device `index` (memory/cuda_backend.cpp; a clear error in
+/// builds without CUDA).
 std::unique_ptr<CheckTransport> make_cuda_check_transport(int index);
 
 }  // namespace detail

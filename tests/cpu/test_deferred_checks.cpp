@@ -94,94 +94,98 @@ memory::CheckMessage message(const std::string& op) {
 
 const Stream kFakeStream{nullptr, kCPU};
 
+// A registry over a fake transport that the test lands copies on.
+struct FakeDevice {
+  explicit FakeDevice(const char* name) : checks(name, make_fake()) {}
+  std::unique_ptr<CheckTransport> make_fake() {
+    auto t = std::make_unique<FakeTransport>();
+    fake = t.get();
+    return t;
+  }
+  void add(bool bad, int64_t value, int64_t position, const std::string& op) {
+    checks.add(kFakeStream, rec.make(bad, value, position), message(op));
+  }
+  FakeTransport* fake = nullptr;
+  PendingChecks checks;
+  Records rec;
+};
+
 }  // namespace
 
 TEST_CASE("deferred checks: a failed check throws its message once its record has landed, then is gone") {
-  auto transport = std::make_unique<FakeTransport>();
-  FakeTransport& fake = *transport;
-  PendingChecks checks("fake:0", std::move(transport));
-  Records rec;
-  checks.add(kFakeStream, rec.make(true, 7, 2), message("gather"));
-  CHECK(checks.pending() == 1);
-  CHECK_NOTHROW(checks.resolve());  // not landed yet: resolving never waits
-  CHECK(checks.pending() == 1);
-  fake.land_all();
-  check_error([&] { checks.resolve(); },
+  FakeDevice dev("fake:0");
+  dev.add(true, 7, 2, "gather");
+  CHECK(dev.checks.pending() == 1);
+  CHECK_NOTHROW(dev.checks.resolve());  // not landed yet: resolving never waits
+  CHECK(dev.checks.pending() == 1);
+  dev.fake->land_all();
+  check_error([&] { dev.checks.resolve(); },
               {"gather: index 7 at position 2", "detected at a later synchronization with fake:0",
                "FRUGAL_SYNC_INDEX_CHECKS=1", "set_sync_index_checks(true)"});
-  CHECK(checks.pending() == 0);
-  CHECK_NOTHROW(checks.resolve());  // no sticky state
-  checks.add(kFakeStream, rec.make(false, 0, 0), message("gather"));
-  fake.land_all();
-  CHECK_NOTHROW(checks.resolve());
-  CHECK(checks.pending() == 0);
+  CHECK(dev.checks.pending() == 0);
+  CHECK_NOTHROW(dev.checks.resolve());  // no sticky state
+  dev.add(false, 0, 0, "gather");
+  dev.fake->land_all();
+  CHECK_NOTHROW(dev.checks.resolve());
+  CHECK(dev.checks.pending() == 0);
 }
 
 TEST_CASE("deferred checks: good records never throw and slots are recycled") {
-  auto transport = std::make_unique<FakeTransport>();
-  FakeTransport& fake = *transport;
-  PendingChecks checks("fake:0", std::move(transport));
-  Records rec;
+  FakeDevice dev("fake:0");
   for (int i = 0; i < 1000; ++i) {
-    checks.add(kFakeStream, rec.make(false, i, i), message("embedding"));
-    fake.land_all();
-    if (i % 10 == 9) CHECK_NOTHROW(checks.resolve());
+    dev.add(false, i, i, "embedding");
+    dev.fake->land_all();
+    if (i % 10 == 9) CHECK_NOTHROW(dev.checks.resolve());
   }
-  CHECK_NOTHROW(checks.resolve());
-  CHECK(checks.pending() == 0);
+  CHECK_NOTHROW(dev.checks.resolve());
+  CHECK(dev.checks.pending() == 0);
   // add() reaps the landed checks before it returns: one slot in flight plus the new one.
-  CHECK(checks.slots() <= 2);
+  CHECK(dev.checks.slots() <= 2);
 }
 
 TEST_CASE("deferred checks: a loop that never synchronizes stays bounded and meets its failure at a later op") {
-  auto transport = std::make_unique<FakeTransport>();
-  FakeTransport& fake = *transport;
-  PendingChecks checks("fake:0", std::move(transport));
-  Records rec;
+  FakeDevice dev("fake:0");
   for (int i = 0; i < 500; ++i) {
-    checks.add(kFakeStream, rec.make(false, 0, 0), message("embedding"));
-    fake.land_all();
+    dev.add(false, 0, 0, "embedding");
+    dev.fake->land_all();
   }
-  CHECK(checks.pending() <= 1);
-  CHECK(checks.slots() <= 2);
-  checks.add(kFakeStream, rec.make(true, 42, 3), message("cross_entropy"));
-  fake.land_all();
-  check_error([&] { checks.add(kFakeStream, rec.make(false, 0, 0), message("embedding")); },
+  CHECK(dev.checks.pending() <= 1);
+  CHECK(dev.checks.slots() <= 2);
+  dev.add(true, 42, 3, "cross_entropy");
+  dev.fake->land_all();
+  check_error([&] { dev.add(false, 0, 0, "embedding"); },
               {"cross_entropy: index 42 at position 3", "detected at a later index-checked op with fake:0"});
   // The check filed by the call that threw is kept, and is good.
-  CHECK(checks.pending() == 1);
-  fake.land_all();
-  CHECK_NOTHROW(checks.resolve());
-  CHECK(checks.pending() == 0);
+  CHECK(dev.checks.pending() == 1);
+  dev.fake->land_all();
+  CHECK_NOTHROW(dev.checks.resolve());
+  CHECK(dev.checks.pending() == 0);
 }
 
 TEST_CASE("deferred checks: only landed checks are resolved, in whatever order they land") {
-  auto transport = std::make_unique<FakeTransport>();
-  FakeTransport& fake = *transport;
-  PendingChecks checks("fake:1", std::move(transport));
-  Records rec;
-  checks.add(kFakeStream, rec.make(false, 0, 0), message("a"));  // copy 0
-  checks.add(kFakeStream, rec.make(true, 11, 1), message("b"));  // copy 1
-  checks.add(kFakeStream, rec.make(true, 12, 2), message("c"));  // copy 2 (another stream, say)
-  fake.land(2);
+  FakeDevice dev("fake:1");
+  dev.add(false, 0, 0, "a");  // copy 0
+  dev.add(true, 11, 1, "b");  // copy 1
+  dev.add(true, 12, 2, "c");  // copy 2 (another stream, say)
+  dev.fake->land(2);
   std::string msg;
   try {
-    checks.resolve();
+    dev.checks.resolve();
   } catch (const Error& e) { msg = e.what(); }
   CHECK(msg.find("c: index 12 at position 2") != std::string::npos);
   CHECK(msg.find("more failed") == std::string::npos);
-  CHECK(checks.pending() == 2);
-  fake.land(0);
-  fake.land(1);
-  check_error([&] { checks.resolve(); }, {"b: index 11 at position 1"});
-  CHECK(checks.pending() == 0);
+  CHECK(dev.checks.pending() == 2);
+  dev.fake->land(0);
+  dev.fake->land(1);
+  check_error([&] { dev.checks.resolve(); }, {"b: index 11 at position 1"});
+  CHECK(dev.checks.pending() == 0);
   // Several failures at once: the first filed is reported, the rest counted.
-  checks.add(kFakeStream, rec.make(true, 21, 0), message("d"));
-  checks.add(kFakeStream, rec.make(true, 22, 0), message("e"));
-  fake.land(3);
-  fake.land(4);
-  check_error([&] { checks.resolve(); }, {"d: index 21", "(and 1 more failed index checks)"});
-  CHECK(checks.pending() == 0);
+  dev.add(true, 21, 0, "d");
+  dev.add(true, 22, 0, "e");
+  dev.fake->land(3);
+  dev.fake->land(4);
+  check_error([&] { dev.checks.resolve(); }, {"d: index 21", "(and 1 more failed index checks)"});
+  CHECK(dev.checks.pending() == 0);
 }
 
 TEST_CASE("deferred checks: adds and resolves from several threads") {
