@@ -6,6 +6,7 @@
 
 #include "memory/backend.h"
 #include "memory/caching_allocator.h"
+#include "memory/deferred_checks.h"
 #include "memory/error.h"
 #include "memory/profile_recorder.h"
 
@@ -30,6 +31,10 @@ std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
 
 void cuda_synchronize(int index) {
   FRUGAL_FAIL("synchronize: frugal was built without CUDA (device cuda:", index, ")");
+}
+
+std::unique_ptr<CheckTransport> make_cuda_check_transport(int index) {
+  FRUGAL_FAIL("deferred checks: frugal was built without CUDA (device cuda:", index, ")");
 }
 
 void* record_timing_event(Device device) {

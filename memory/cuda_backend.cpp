@@ -1,6 +1,8 @@
 // CUDA memory for the caching allocator: cudaMalloc'd device segments, the pinned
 // host pool's cudaHostAlloc'd segments, and the events that make cross-stream
-// reuse safe (Note [Stream-aware reuse] in memory/caching_allocator.h). Compiled
+// reuse safe (Note [Stream-aware reuse] in memory/caching_allocator.h); and the
+// copies and events that bring deferred checks' records to the host (Note
+// [Deferred index checks] in memory/deferred_checks.h). Compiled
 // only in CUDA builds; cuda_absent.cpp stands in for it otherwise.
 #include <cuda_runtime.h>
 
@@ -9,6 +11,7 @@
 #include "memory/backend.h"
 #include "memory/caching_allocator.h"
 #include "memory/cuda_check.h"
+#include "memory/deferred_checks.h"
 
 namespace frugal {
 
@@ -57,6 +60,17 @@ void* null_if_out_of_memory(cudaError_t err, void* ptr, const char* expr) {
   return ptr;
 }
 
+// Whether all work before `e` is done; never waits.
+bool event_done(cudaEvent_t e) {
+  const cudaError_t err = cudaEventQuery(e);
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  FRUGAL_CUDA_CHECK(err);
+  return true;
+}
+
 // Events are created once and reused: cudaEventCreate costs microseconds, and a
 // multi-stream program records one for every cross-stream block it frees. An
 // event must be recorded on a stream of the device it was created on, so the pool
@@ -84,15 +98,7 @@ class EventPool {
     return e;
   }
 
-  static bool completed(void* event) {
-    cudaError_t err = cudaEventQuery(static_cast<Event*>(event)->event);
-    if (err == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    FRUGAL_CUDA_CHECK(err);
-    return true;
-  }
+  static bool completed(void* event) { return event_done(static_cast<Event*>(event)->event); }
 
   static void wait(void* event) { FRUGAL_CUDA_CHECK(cudaEventSynchronize(static_cast<Event*>(event)->event)); }
 
@@ -172,6 +178,33 @@ class PinnedHostBackend final : public RawBackend {
   EventPool events_;
 };
 
+// A deferred check's record: an asynchronous copy into its pinned slot, then an event.
+// Events belong to a device, and a null stream handle means the current device's legacy
+// stream: both calls run with the check's device current.
+class CudaCheckTransport final : public CheckTransport {
+ public:
+  explicit CudaCheckTransport(int index) : index_(index) {}
+
+  void* create_event() override {
+    DeviceGuard guard(index_);
+    cudaEvent_t e = nullptr;
+    FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
+  void copy_record(Stream stream, const void* record, int64_t* slot, void* event) override {
+    DeviceGuard guard(index_);
+    auto s = static_cast<cudaStream_t>(stream.handle);
+    FRUGAL_CUDA_CHECK(cudaMemcpyAsync(slot, record, 3 * sizeof(int64_t), cudaMemcpyDeviceToHost, s));
+    FRUGAL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), s));
+  }
+
+  bool completed(void* event) override { return event_done(static_cast<cudaEvent_t>(event)); }
+
+ private:
+  int index_;
+};
+
 }  // namespace
 
 void check_cuda_device(Device device, const char* op) {
@@ -203,6 +236,10 @@ std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
 void cuda_synchronize(int index) {
   DeviceGuard guard(index);
   FRUGAL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::unique_ptr<CheckTransport> make_cuda_check_transport(int index) {
+  return std::make_unique<CudaCheckTransport>(index);
 }
 
 }  // namespace memory::detail

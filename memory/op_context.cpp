@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "memory/attribution.h"
+#include "memory/backend.h"
 #include "memory/caching_allocator.h"
 #include "memory/error.h"
 #include "memory/op_context.h"
@@ -174,7 +175,9 @@ std::vector<OpRecord> end_recording() {
     rec.op = intern(rec.op);                // a copy: the reports outlive the scope's name
   }
   if (origin) {
-    synchronize(device);  // every recorded event has completed after this
+    // Every recorded event has completed after this. A raw device sync: stopping the
+    // profiler is no place for a deferred index error (Note [Deferred index checks]).
+    memory::detail::cuda_synchronize(device.index);
     for (size_t i = 0; i < records.size(); ++i) {
       auto [start, stop] = events[i];
       if (start) records[i].device_start_ms = timing_event_elapsed_ms(origin, start);

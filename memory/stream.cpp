@@ -4,6 +4,7 @@
 #include "memory/stream.h"
 
 #include "memory/backend.h"
+#include "memory/deferred_checks.h"
 #include "memory/error.h"
 
 namespace frugal {
@@ -38,6 +39,7 @@ void synchronize(Device device) {
   if (device.is_cpu()) return;  // host work is done when the call that issued it returns
   check_stream_device(device, "synchronize");
   memory::detail::cuda_synchronize(device.index);
+  memory::resolve_checks(device);  // all of them have completed now (Note [Deferred index checks])
 }
 
 }  // namespace frugal

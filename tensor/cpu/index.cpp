@@ -60,7 +60,7 @@ void gather_range(const ElementwiseLayout& L, int64_t begin, int64_t end, int64_
     for (int64_t j = 0; j < count; ++j) {
       const int64_t v = int64_t(*reinterpret_cast<const I*>(p[1] + j * s[1]));
       if (v < 0 || v >= dim_size) [[unlikely]] {
-        err = {true, v, pos + j};
+        err = {true, v, pos + j, {}};
         return;
       }
       *reinterpret_cast<T*>(p[0] + j * s[0]) = *reinterpret_cast<const T*>(p[2] + j * s[2] + v * step);
@@ -80,7 +80,7 @@ IndexError scatter_add_all(const ElementwiseLayout& L, int64_t dim_size, int64_t
       const int64_t v = int64_t(*reinterpret_cast<const I*>(p[1] + j * s[1]));
       if (v == skip) continue;
       if (v < 0 || v >= dim_size) [[unlikely]] {
-        err = {true, v, pos + j};
+        err = {true, v, pos + j, {}};
         return;
       }
       *reinterpret_cast<Acc*>(p[0] + j * s[0] + v * step) +=

@@ -90,7 +90,7 @@ void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& l
       const I* tp = target.data_ptr<I>();
       const int64_t bad = cross_entropy_rows<T, I>(loss.data_ptr<Acc>(), lse.data_ptr<Acc>(), logits.data_ptr<T>(), tp,
                                                    R, C, ignore_index, label_smoothing);
-      if (bad >= 0) err = IndexError{true, int64_t(tp[bad]), bad};
+      if (bad >= 0) err = IndexError{true, int64_t(tp[bad]), bad, {}};
     });
   });
 }

@@ -1,3 +1,4 @@
+#include "memory/deferred_checks.h"
 #include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/ops/copy.h"
@@ -40,7 +41,10 @@ void memcpy_across(void* dst, Device dst_dev, const void* src, Device src_dev, s
     FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
   }
   // A host destination must hold the data when we return; a device one is ordered by the stream.
-  if (dst_dev.is_cpu()) FRUGAL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (dst_dev.is_cpu()) {
+    FRUGAL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    memory::resolve_checks(gpu);  // the host waited anyway (Note [Deferred index checks])
+  }
 }
 
 }  // namespace frugal::ops::cuda

@@ -91,17 +91,15 @@ __global__ void scatter_add_kernel(ElementwiseLayout L, int64_t dim_size, int64_
   }
 }
 
-// The device record one kernel writes a bad index into; read() syncs the stream and returns it.
+// The device record one kernel writes a bad index into, zeroed in stream order. The kernels
+// hand it to the front-end, which reads it now or later (Note [Deferred index checks]).
 class BadIndexRecord {
  public:
   BadIndexRecord(Device device, cudaStream_t stream) : buf_(empty({3}, {kInt64, device})) {
     FRUGAL_CUDA_CHECK(cudaMemsetAsync(buf_.data(), 0, 3 * sizeof(int64_t), stream));
   }
   unsigned long long* ptr() const { return static_cast<unsigned long long*>(buf_.data()); }
-  IndexError read() const {
-    const std::vector<int64_t> h = buf_.tolist<int64_t>();  // device -> host copy on the current stream
-    return h[0] ? IndexError{true, h[1], h[2]} : IndexError{};
-  }
+  const Tensor& tensor() const { return buf_; }
 
  private:
   Tensor buf_;
@@ -131,7 +129,7 @@ void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& s
       FRUGAL_CUDA_CHECK_LAUNCH();
     });
   });
-  err = rec.read();
+  err.record = rec.tensor();
 }
 
 void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tensor& src, int64_t dim_size,
@@ -159,7 +157,7 @@ void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tens
       FRUGAL_CUDA_CHECK_LAUNCH();
     });
   });
-  err = rec.read();
+  err.record = rec.tensor();
 }
 
 }  // namespace frugal::ops::cuda

@@ -4,7 +4,8 @@
 // row when C <= 1024, a 512-thread block per row for vocabularies. The forward folds
 // the online (max, sum of exp) pair and sum(x) in one read of the row; lane 0 checks
 // the target, reads x_t and writes the row's loss and lse. A bad target is recorded in
-// a device flag (atomicCAS) and read back after the kernel (Note [Index validation]).
+// a device flag (atomicCAS) that the front-end reads back later (Note [Index validation],
+// Note [Deferred index checks]): the forward issues no host-device sync.
 // The backward is elementwise per row: exp(x - lse) minus the smoothed one-hot, scaled.
 #include <cmath>
 
@@ -143,8 +144,7 @@ void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& l
       });
     });
   });
-  const std::vector<int64_t> h = rec.tolist<int64_t>();  // device -> host on the current stream: the one sync
-  if (h[0]) err = IndexError{true, h[1], h[2]};
+  err.record = rec;  // read by the front-end, now or deferred (Note [Deferred index checks])
 }
 
 void cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& lse,

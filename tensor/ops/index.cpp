@@ -32,10 +32,12 @@ namespace frugal::ops {
 // and the lowest position wins; the front-end then throws a frugal::Error naming the op,
 // the value, its position in the user's index tensor and the valid range. The CUDA
 // kernels record a bad index in a small device buffer (atomicCAS on a flag, then value
-// and position); the host reads it back after the kernel. That read is one host-device
-// sync per call, which these ops accept in exchange for an error instead of a device-side
-// assert that poisons the CUDA context. Which bad index CUDA reports, if there are several,
-// is unspecified. Negative indices are errors, as in PyTorch's versions of these ops.
+// and position) and hand it back in IndexError::record; the front-end passes it, with a
+// closure that formats the same error, to finish_index_check, which files a deferred
+// check read at the next host-device synchronization (Note [Deferred index checks] in
+// memory/deferred_checks.h) - an error instead of a device-side assert that poisons the
+// CUDA context, without a sync per call. Which bad index CUDA reports, if there are
+// several, is unspecified. Negative indices are errors, as in PyTorch's versions of these ops.
 //
 // Note [Scatter accumulation]
 // Duplicate indices accumulate. Sums of 16-bit tensors are accumulated in a float32
@@ -69,10 +71,22 @@ void check_index_tensor(const char* op, const char* what, const Tensor& index, c
                what, " ", index.describe());
 }
 
-[[noreturn]] void throw_bad_index(const char* op, const IndexError& e, const std::string& range_of, int64_t dim_size,
-                                  const char* what, const Tensor& index, const Shape& position) {
-  FRUGAL_FAIL(op, ": index ", e.value, " is out of range for ", range_of, " (valid range [0, ", dim_size,
-              ")) at position ", shape_str(position), " of ", what, " ", index.describe());
+// The error for index value v at linear position p of the user's index tensor: a closure
+// over values only, so a deferred check holds no tensor (Note [Deferred index checks]).
+memory::CheckMessage bad_index_message(const char* op, std::string range_of, int64_t dim_size, const char* what,
+                                       const Tensor& index) {
+  return [op, range_of = std::move(range_of), dim_size, what, desc = index.describe(), sizes = index.sizes()](
+             int64_t value, int64_t position) {
+    return str_cat(op, ": index ", value, " is out of range for ", range_of, " (valid range [0, ", dim_size,
+                   ")) at position ", shape_str(unravel_index(position, sizes)), " of ", what, " ", desc);
+  };
+}
+
+// `message` for a kernel that iterates over `shape` with the index's position at `dim`.
+memory::CheckMessage along_dim(memory::CheckMessage message, Shape shape, int64_t dim) {
+  return [message = std::move(message), shape = std::move(shape), dim](int64_t value, int64_t position) {
+    return message(value, unravel_index(position, shape)[size_t(dim)]);
+  };
 }
 
 // The first index outside [0, dim_size) read on the host, position = linear position in
@@ -80,7 +94,7 @@ void check_index_tensor(const char* op, const char* what, const Tensor& index, c
 IndexError check_on_host(const Tensor& index, int64_t dim_size) {
   const std::vector<int64_t> v = index.tolist<int64_t>();
   for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] < 0 || v[i] >= dim_size) return {true, v[i], int64_t(i)};
+    if (v[i] < 0 || v[i] >= dim_size) return {true, v[i], int64_t(i), {}};
   return {};
 }
 
@@ -107,15 +121,15 @@ Tensor select_along(const char* op, const Tensor& x, int64_t dim, const Tensor& 
   shape[size_t(dim)] = index1d.numel();
   Tensor out = empty(shape, x.options());
   const int64_t n = x.size(dim);
-  IndexError e;
+  memory::CheckMessage message = bad_index_message(op, range_of, n, what, user_index);
   if (out.numel() == 0 || n == 0) {
-    if (index1d.numel() > 0) e = check_on_host(index1d, n);
+    if (index1d.numel() > 0) finish_index_check(check_on_host(index1d, n), std::move(message));
   } else {
+    IndexError e;
     FRUGAL_DEVICE_DISPATCH(op, x.device(), index_gather_kernel, out, index_along(index1d, shape, dim),
                            table_view(x, shape, dim), n, x.stride(dim), e);
-    if (e.found) e.position = unravel_index(e.position, shape)[size_t(dim)];
+    finish_index_check(e, along_dim(std::move(message), shape, dim));
   }
-  if (e.found) throw_bad_index(op, e, range_of, n, what, user_index, unravel_index(e.position, user_index.sizes()));
   return out;
 }
 
@@ -125,15 +139,15 @@ void add_along(const char* op, const Tensor& acc, int64_t dim, const Tensor& ind
                const std::string& range_of, const char* what, const Tensor& user_index) {
   const Shape& shape = src.sizes();
   const int64_t n = acc.size(dim);
-  IndexError e;
+  memory::CheckMessage message = bad_index_message(op, range_of, n, what, user_index);
   if (src.numel() == 0 || n == 0) {
-    if (index1d.numel() > 0) e = check_on_host(index1d, n);
+    if (index1d.numel() > 0) finish_index_check(check_on_host(index1d, n), std::move(message));
   } else {
+    IndexError e;
     FRUGAL_DEVICE_DISPATCH(op, acc.device(), index_scatter_add_kernel, table_view(acc, shape, dim),
                            index_along(index1d, shape, dim), src, n, acc.stride(dim), skip, e);
-    if (e.found) e.position = unravel_index(e.position, shape)[size_t(dim)];
+    finish_index_check(e, along_dim(std::move(message), shape, dim));
   }
-  if (e.found) throw_bad_index(op, e, range_of, n, what, user_index, unravel_index(e.position, user_index.sizes()));
 }
 
 // Checks scatter_add's operands (PyTorch's rules); returns the wrapped dim.
@@ -162,6 +176,8 @@ void scatter_into(const char* op, const Tensor& acc, int64_t dim, const Tensor& 
   if (index.numel() == 0) return;
   const Tensor a1 = at_least_1d(acc), i1 = at_least_1d(index), s1 = at_least_1d(src);
   const int64_t n = a1.size(dim);
+  memory::CheckMessage message =
+      bad_index_message(op, str_cat("dim ", dim, " of self ", self.describe()), n, "index", index);
   IndexError e;
   if (n == 0) {
     e = check_on_host(index, 0);
@@ -170,12 +186,24 @@ void scatter_into(const char* op, const Tensor& acc, int64_t dim, const Tensor& 
     FRUGAL_DEVICE_DISPATCH(op, acc.device(), index_scatter_add_kernel, table_view(a1, i1.sizes(), dim), i1, src_view, n,
                            a1.stride(dim), int64_t(-1), e);
   }
-  if (e.found)
-    throw_bad_index(op, e, str_cat("dim ", dim, " of self ", self.describe()), n, "index", index,
-                    unravel_index(e.position, index.sizes()));
+  finish_index_check(e, std::move(message));  // the iteration shape is index's: positions agree
 }
 
 }  // namespace
+
+void set_sync_index_checks(bool on) { memory::set_sync_checks(on); }
+bool sync_index_checks() { return memory::sync_checks(); }
+
+void finish_index_check(const IndexError& e, memory::CheckMessage message) {
+  if (e.found) FRUGAL_FAIL(message(e.value, e.position));
+  if (!e.record.defined()) return;
+  if (memory::sync_checks()) {
+    const std::vector<int64_t> h = e.record.tolist<int64_t>();  // waits for the kernel
+    if (h[0] != 0) FRUGAL_FAIL(message(h[1], h[2]));
+    return;
+  }
+  memory::defer_check(current_stream(e.record.device()), e.record.data(), std::move(message));
+}
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   constexpr const char* op = "index_select";
@@ -207,6 +235,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if (out.numel() == 0) return out;
   const Tensor x1 = at_least_1d(x), i1 = at_least_1d(index);
   const int64_t n = x1.size(dim);
+  memory::CheckMessage message =
+      bad_index_message(op, str_cat("dim ", dim, " of input ", x.describe()), n, "index", index);
   IndexError e;
   if (n == 0) {
     e = check_on_host(index, 0);
@@ -214,9 +244,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     FRUGAL_DEVICE_DISPATCH(op, x.device(), index_gather_kernel, at_least_1d(out), i1, table_view(x1, i1.sizes(), dim),
                            n, x1.stride(dim), e);
   }
-  if (e.found)
-    throw_bad_index(op, e, str_cat("dim ", dim, " of input ", x.describe()), n, "index", index,
-                    unravel_index(e.position, index.sizes()));
+  finish_index_check(e, std::move(message));  // the iteration shape is index's: positions agree
   return out;
 }
 
@@ -295,6 +323,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
   // Iterate over (*index.shape, 1): out[..., index[...]] += 1 (see Note [Index kernels as strided views]).
   Shape iter = index.sizes();
   iter.push_back(1);
+  memory::CheckMessage message = bad_index_message(op, str_cat(num_classes, " classes"), num_classes, "index", index);
   IndexError e;
   if (num_classes == 0) {
     e = check_on_host(index, 0);
@@ -303,9 +332,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
     FRUGAL_DEVICE_DISPATCH(op, index.device(), index_scatter_add_kernel, table_view(out, iter, out.dim() - 1),
                            index.unsqueeze(-1), ones, num_classes, int64_t(1), int64_t(-1), e);
   }
-  if (e.found)
-    throw_bad_index(op, e, str_cat(num_classes, " classes"), num_classes, "index", index,
-                    unravel_index(e.position, index.sizes()));
+  finish_index_check(e, std::move(message));  // iterating over (*index.shape, 1): positions agree
   return out;
 }
 

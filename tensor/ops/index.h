@@ -3,9 +3,11 @@
 // embedding lookup with its backward. Index tensors are int32 or int64; every index is
 // checked against the size it selects from (negative indices are errors, as in PyTorch's
 // versions of these ops), and a bad one throws frugal::Error naming the op, the value,
-// its position in the index tensor and the valid range (see Note [Index validation]).
+// its position in the index tensor and the valid range (see Note [Index validation]); on
+// CUDA at the next synchronization with the device (set_sync_index_checks below).
 #include <cstdint>
 
+#include "memory/deferred_checks.h"
 #include "tensor/tensor.h"
 
 namespace frugal::ops {
@@ -45,12 +47,27 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 /// (padding_idx = -1: none). Dtype of grad_out.
 Tensor embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t num_weights, int64_t padding_idx = -1);
 
-/// The first out-of-range index a kernel met (see Note [Index validation]).
+/// On CUDA, a bad index is reported at the next synchronization with the device (.item(),
+/// .cpu(), synchronize(device)) instead of at the op, so the host need not wait for the
+/// GPU (Note [Deferred index checks] in memory/deferred_checks.h). `true` makes the CUDA
+/// ops read their check right after the kernel and throw at the op, as the CPU ops do
+/// (for debugging; FRUGAL_SYNC_INDEX_CHECKS=1 in the environment sets it at startup).
+void set_sync_index_checks(bool on);
+bool sync_index_checks();
+
+/// What an index-checking kernel reports (see Note [Index validation]): the first
+/// out-of-range index, when the kernel knows it at once (the CPU kernels), or the device
+/// record {flag, value, position} it wrote (the CUDA kernels), not read yet.
 struct IndexError {
   bool found = false;
   int64_t value = 0;     // the bad index value
   int64_t position = 0;  // linear (row-major) position in the kernel's iteration shape
+  Tensor record;         // CUDA: int64 (3) on the device, written by the kernel in stream order
 };
+
+/// For op front-ends: throws message(value, position) for a bad index found at once; for
+/// a device record, reads it now and throws (sync_index_checks()) or files a deferred check.
+void finish_index_check(const IndexError& e, memory::CheckMessage message);
 
 }  // namespace frugal::ops
 

@@ -65,16 +65,18 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, con
     IndexError e;
     FRUGAL_DEVICE_DISPATCH(op, logits.device(), cross_entropy_kernel, loss_rows, lse, rows.logits2d, rows.target1d,
                            opts.ignore_index, opts.label_smoothing, e);
-    if (e.found) {
-      Shape pos(target.sizes().size());
-      for (size_t d = pos.size(), i = size_t(e.position); d-- > 0;) {
-        pos[d] = int64_t(i % size_t(target.sizes()[d]));
-        i /= size_t(target.sizes()[d]);
+    // Values only: on CUDA the message may be built later (Note [Deferred index checks]).
+    finish_index_check(e, [op, C = rows.C, ignore = opts.ignore_index, sizes = target.sizes(),
+                           tdesc = target.describe(), ldesc = logits.describe()](int64_t value, int64_t row) {
+      Shape pos(sizes.size());
+      for (size_t d = pos.size(), i = size_t(row); d-- > 0;) {
+        pos[d] = int64_t(i % size_t(sizes[d]));
+        i /= size_t(sizes[d]);
       }
-      FRUGAL_FAIL(op, ": target ", e.value, " is out of range for ", rows.C, " classes (valid range [0, ", rows.C,
-                  ") or ignore_index ", opts.ignore_index, ") at position ", shape_str(pos), " of target ",
-                  target.describe(), " (logits ", logits.describe(), ")");
-    }
+      return detail::str_cat(op, ": target ", value, " is out of range for ", C, " classes (valid range [0, ", C,
+                             ") or ignore_index ", ignore, ") at position ", shape_str(pos), " of target ", tdesc,
+                             " (logits ", ldesc, ")");
+    });
   }
   CrossEntropyResult r;
   r.lse = lse.reshape(target.sizes());

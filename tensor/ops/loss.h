@@ -18,8 +18,8 @@
 // ignored rows; one elementwise kernel writes it. Row losses, lse and the count are
 // kept in the compute type (float32; float64 for float64 logits) and the reduced
 // loss is rounded once to the logits' dtype. A target outside [0, C) other than
-// ignore_index throws frugal::Error (on CUDA through a device flag read after the
-// kernel, as the index ops do: Note [Index validation]).
+// ignore_index throws frugal::Error (on CUDA through a device flag read at the next
+// synchronization, as the index ops do: Note [Deferred index checks]).
 #include <cstdint>
 
 #include "tensor/ops/index.h"

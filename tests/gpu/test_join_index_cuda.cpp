@@ -181,36 +181,52 @@ TEST_CASE("cuda index: an out-of-range index is a frugal::Error, and the device 
     check_error(
         [&] {
           ops::index_select(x, 1, from_vector<int64_t>({0, 9, 1}, {3}, io));
+          synchronize(kGpu);  // deferred: raised at the next sync
         },
         {"index_select", "index 9", "[0, 5)", "position [1]"});
-    check_error([&] { ops::index_select(x, 0, from_vector<int64_t>({-1}, {1}, io)); }, {"index_select", "index -1"});
+    check_error(
+        [&] {
+          ops::index_select(x, 0, from_vector<int64_t>({-1}, {1}, io));
+          synchronize(kGpu);  // deferred: raised at the next sync
+        },
+        {"index_select", "index -1"});
     check_error(
         [&] {
           ops::gather(x, 0, from_vector<int64_t>({0, 1, 2, 3, 0}, {1, 5}, io));
+          synchronize(kGpu);  // deferred: raised at the next sync
         },
         {"gather", "index 3", "[0, 3)", "position [0, 3]"});
     check_error(
         [&] {
           ops::scatter_add_(x, 0, from_vector<int64_t>({4}, {1, 1}, io), ones({1, 1}, {kFloat32, kGpu}));
+          synchronize(kGpu);  // deferred: raised at the next sync
         },
         {"scatter_add_", "index 4", "[0, 3)"});
     check_error(
         [&] {
           ops::index_add(x, 1, from_vector<int64_t>({5}, {1}, io), ones({3, 1}, {kFloat32, kGpu}));
+          synchronize(kGpu);  // deferred: raised at the next sync
         },
         {"index_add", "index 5", "[0, 5)"});
     check_error(
         [&] {
           ops::embedding(x, from_vector<int64_t>({0, 2, 3}, {3}, io));
+          synchronize(kGpu);  // deferred: raised at the next sync
         },
         {"embedding", "index 3", "position [2]"});
     const Tensor grad = ones({2, 4}, {kFloat32, kGpu});
     check_error(
         [&] {
           ops::embedding_backward(grad, from_vector<int64_t>({1, 6}, {2}, io), 6);
+          synchronize(kGpu);  // deferred: raised at the next sync
         },
         {"embedding_backward", "index 6", "[0, 6)", "position [1]"});
-    check_error([&] { ops::one_hot(from_vector<int64_t>({0, 3}, {2}, io), 3); }, {"one_hot", "index 3"});
+    check_error(
+        [&] {
+          ops::one_hot(from_vector<int64_t>({0, 3}, {2}, io), 3);
+          synchronize(kGpu);  // deferred: raised at the next sync
+        },
+        {"one_hot", "index 3"});
   }
   // Nothing was written out of bounds and the context is healthy: a later op works.
   synchronize(kGpu);
