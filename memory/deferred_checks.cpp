@@ -86,8 +86,10 @@ void PendingChecks::add(Stream stream, const void* record, CheckMessage message)
       free_.push_back(s);
       throw;
     }
-    pending_.push_back(Pending{s, std::move(message)});
+    // Retire older checks first: the new one may already be complete (a tiny kernel), but
+    // raising it here would make where an error appears depend on timing.
     failure = retire(/*oldest_only=*/true, "at a later index-checked op");
+    pending_.push_back(Pending{s, std::move(message)});
   }
   if (!failure.empty()) throw Error(failure);
 }

@@ -188,6 +188,21 @@ TEST_CASE("deferred checks: only landed checks are resolved, in whatever order t
   CHECK(dev.checks.pending() == 0);
 }
 
+TEST_CASE("deferred checks: a bad record that lands before add() returns is raised later, never at its own op") {
+  // On a GPU a tiny kernel's copy can finish before the host leaves add(); where the
+  // error appears must not depend on that race.
+  PendingChecks checks("fake:0", std::make_unique<FakeTransport>(/*immediate=*/true));
+  Records rec;
+  CHECK_NOTHROW(checks.add(kFakeStream, rec.make(true, 7, 2), message("embedding")));
+  CHECK(checks.pending() == 1);
+  check_error([&] { checks.resolve(); }, {"embedding: index 7 at position 2", "detected at a later synchronization"});
+  CHECK_NOTHROW(checks.add(kFakeStream, rec.make(true, 8, 0), message("gather")));
+  check_error([&] { checks.add(kFakeStream, rec.make(false, 0, 0), message("embedding")); },
+              {"gather: index 8 at position 0", "detected at a later index-checked op"});
+  CHECK_NOTHROW(checks.resolve());
+  CHECK(checks.pending() == 0);
+}
+
 TEST_CASE("deferred checks: adds and resolves from several threads") {
   PendingChecks checks("fake:0", std::make_unique<FakeTransport>(/*immediate=*/true));
   constexpr int kThreads = 4, kPerThread = 300;

@@ -45,7 +45,7 @@ std::string error_of(const std::function<void()>& f) {
 std::string body_of(const std::string& msg) { return msg.substr(0, msg.rfind("  [")); }
 
 struct BadCall {
-  const char* name;
+  std::string name;
   std::function<void()> call;
   std::vector<std::string> parts;  // op name, bad value, valid range
 };
@@ -78,7 +78,7 @@ std::vector<BadCall> bad_calls() {
   };
 }
 
-void check_parts(const std::string& msg, const std::vector<std::string>& parts, const char* what) {
+void check_parts(const std::string& msg, const std::vector<std::string>& parts, const std::string& what) {
   REQUIRE_MESSAGE(!msg.empty(), what, ": expected an error");
   for (const std::string& p : parts)
     CHECK_MESSAGE(msg.find(p) != std::string::npos, what, ": '", msg, "' lacks '", p, "'");
