@@ -17,7 +17,9 @@ the denominator is at least the bound x the model's largest gradient), against t
 bounds: float32 logits, loss and buffers 1e-4, gradients 1e-3 (against the float64 goldens); AMP
 everything 1e-2 against PyTorch's own AMP run (write_torch_run; the rows "torch-amp" show how far
 that run is from float64, for context; the rows "torch-fp32" do the same for PyTorch's own
-float32 run). Exit 1 on a failure.
+float32 run). A tensor over its bound passes only if frugal is no further from float64 than
+twice PyTorch's own run in that precision (Note [Parity of ill-conditioned outputs]). Exit 1
+on a failure.
 
     python3 tools/parity_models.py --build /tmp/b --device cuda            # small configs
     python3 tools/parity_models.py --build /tmp/b --device cuda --full     # + resnet50, bert-base, vit_b_16
@@ -242,25 +244,68 @@ def rel_error(a, b, floor=1e-30):
     return ((a - b).abs().max() / b.abs().max().clamp_min(floor)).item()
 
 
-def compare(prefix, mode, result_file, bounds):
+def errors_by_key(prefix, mode, result_file, bounds):
+    """{key: max relative error of result_file's tensor against golden_<mode>'s}."""
     from safetensors.torch import load_file
     want = load_file(f"{prefix}golden_{mode}.safetensors")
     got = load_file(result_file)
-    worst = {}
     # A gradient that is zero in exact arithmetic (BERT's key bias: softmax ignores a shift
     # shared by every key) is measured against the model's gradient scale, not its own
     # rounding noise: the denominator is at least the gradient bound x the largest gradient.
     grad_scale = max((ref.double().abs().max().item() for k, ref in want.items() if k.startswith("grad.")), default=0)
+    errors = {}
     for key, ref in want.items():
-        kind = key.split(".")[0] if "." in key else key
-        floor = bounds["grad"] * grad_scale if kind == "grad" else 1e-30
-        err = rel_error(got[key], ref, floor) if key in got else float("inf")
-        if err > worst.get(kind, (-1, ""))[0]:
-            worst[kind] = (err, key)
+        floor = bounds["grad"] * grad_scale if kind_of(key) == "grad" else 1e-30
+        errors[key] = rel_error(got[key], ref, floor) if key in got else float("inf")
+    return errors
+
+
+def kind_of(key):
+    return key.split(".")[0] if "." in key else key
+
+
+def worst_by_kind(errors, judged=None):
+    """[(kind, err, key)] with the largest error of each kind (among `judged` keys if given)."""
+    worst = {}
+    for key, err in errors.items():
+        if judged is not None and key not in judged:
+            continue
+        if err > worst.get(kind_of(key), (-1, ""))[0]:
+            worst[kind_of(key)] = (err, key)
+    return [(kind, err, key) for kind, (err, key) in worst.items()]
+
+
+# Note [Parity of ill-conditioned outputs]
+# Some outputs are ill-conditioned at the test point: in train mode a convolution's weight
+# gradient behind a batch norm is a difference of nearly equal terms (the norm's backward
+# subtracts the batch mean and the projection on x-hat), so float32 rounding alone moves it
+# by percents. PyTorch's own float32 run is then as far from the float64 answer as frugal's
+# (ResNet-50 train mode: 5.2e-2 against frugal's 5.3e-2 on layer3.0.conv3.weight), and under
+# AMP two float16 runs disagree by more than either one's distance from float64 suggests
+# (ReLU masks flip). An output over its bound still passes when frugal's distance from the
+# float64 answer is at most twice PyTorch's own in the same precision, tensor by tensor: no
+# less accurate than the reference implementation. Such rows say "(<= 2x torch)" and give
+# both distances, so the table never hides the raw error.
+TORCH_ALLOWANCE = 2.0
+
+
+def judge(prefix, mode, precision, frugal_file, torch_file):
+    """Rows (kind, err, bound, note) for frugal's run, and whether all pass."""
+    bounds = BOUNDS[precision]
+    golden_mode = mode if precision == "fp32" else mode + "_amp"
+    against_ref = errors_by_key(prefix, golden_mode, frugal_file, bounds)
+    frugal_f64 = errors_by_key(prefix, mode, frugal_file, bounds)
+    torch_f64 = errors_by_key(prefix, mode, torch_file, bounds)
+    over = {k for k, e in against_ref.items() if not e <= bounds[kind_of(k)]}
+    excused = {k for k in over if frugal_f64[k] <= TORCH_ALLOWANCE * torch_f64[k]}
     rows = []
-    for kind, (err, key) in worst.items():
+    for kind, err, key in worst_by_kind(against_ref, set(against_ref) - excused):
         rows.append((kind, err, bounds[kind], key))
-    return rows
+    for kind, err, key in worst_by_kind(against_ref, excused):
+        note = (f"{key} (<= 2x torch: vs float64 frugal {frugal_f64[key]:.2e}, "
+                f"torch {torch_f64[key]:.2e})")
+        rows.append((kind, err, float("inf"), note))
+    return rows, not (over - excused)
 
 
 def main():
@@ -316,20 +361,22 @@ def main():
                     table.append((case, mode, precision, "run_model", float("inf"), 0.0, proc.stderr.strip()[-200:]))
                     failed = True
                     continue
-                golden_mode = mode if precision == "fp32" else mode + "_amp"
-                for kind, err, bound, key in compare(prefix, golden_mode, result, BOUNDS[precision]):
-                    table.append((case, mode, precision, kind, err, bound, key))
-                    failed |= not err <= bound
-                # context: how far PyTorch's own run in this precision is from float64
                 torch_run = f"{prefix}golden_{mode}_amp.safetensors" if precision == "amp" else \
                     f"{prefix}torch_{mode}_fp32.safetensors"
-                for kind, err, _, key in compare(prefix, mode, torch_run, BOUNDS[precision]):
+                rows, ok = judge(prefix, mode, precision, result, torch_run)
+                for kind, err, bound, key in rows:
+                    table.append((case, mode, precision, kind, err, bound, key))
+                failed |= not ok
+                # context: how far PyTorch's own run in this precision is from float64
+                torch_f64 = errors_by_key(prefix, mode, torch_run, BOUNDS[precision])
+                for kind, err, key in worst_by_kind(torch_f64):
                     table.append((case, mode, "torch-" + precision, kind, err, float("inf"), "vs float64: " + key))
 
     print(f"{'case':<16}{'mode':<7}{'prec':<6}{'output':<10}{'max rel err':>12}{'bound':>9}  worst tensor")
     for case, mode, precision, kind, err, bound, key in table:
         flag = "" if err <= bound else "  FAIL"
-        print(f"{case:<16}{mode:<7}{precision:<6}{kind:<10}{err:>12.3e}{bound:>9.0e}  {key}{flag}")
+        shown = "-" if bound == float("inf") else f"{bound:.0e}"
+        print(f"{case:<16}{mode:<7}{precision:<6}{kind:<10}{err:>12.3e}{shown:>9}  {key}{flag}")
     print("parity_models:", "FAILED" if failed else "all within bounds")
     return 1 if failed else 0
 
