@@ -77,6 +77,23 @@ Step whole_model_step(nn::UnaryModule& model, const Tensor& x, const Tensor& y, 
 
 /// Times `step` into res (median seconds, this rank's peak memory) after two warm-up steps,
 /// whose losses are res.loss_first and res.loss_second.
+/// Seconds for one send_recv of `t` between pipeline neighbours (ranks 2j and 2j + 1;
+/// an odd last rank idles), median of 20 after 3 warm-ups, device synchronized around each.
+double time_exchange(Communicator& pp, const Tensor& t) {
+  const int peer = pp.rank() ^ 1;
+  const Tensor in = empty_like(t);
+  std::vector<double> times;
+  for (int i = 0; i < 23; ++i) {
+    pp.barrier();
+    synchronize(t.device());
+    const auto t0 = std::chrono::steady_clock::now();
+    if (peer < pp.size()) pp.send_recv(t, peer, in, peer).second->wait();
+    synchronize(t.device());
+    if (i >= 3) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(std::move(times));
+}
+
 void time_steps(Device device, int iters, const Step& step, ModeResult& res) {
   res.loss_first = step(true);
   res.loss_second = step(true);
@@ -214,6 +231,9 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       bubbles.push_back(measured.bubble_measured);
     }
     res.stages = pp->size();
+    const Tensor act = zeros({opts.batch / M, m.seq, m.hidden}, {kFloat32, dev});
+    res.exchange_ms = 1e3 * reduce_over(*world, time_exchange(*pp, act), ReduceOp::Max);
+    res.exchange_mib = double(act.numel() * int64_t(element_size(act.dtype()))) / double(1 << 20);
     res.bubble_measured = reduce_over(*world, median(std::move(bubbles)), ReduceOp::Max);
     res.bubble_theory = measured.bubble_theoretical;
   };
@@ -304,6 +324,10 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
     std::printf("%-16s %5d %10.1f %11.1f %11s %14.2f %12s\n", res.label.c_str(), res.ranks, res.step_s * 1e3,
                 res.samples_per_s, eff, res.peak_gib, bubble);
   }
+  for (const ModeResult& res : results)
+    if (res.exchange_ms >= 0)
+      std::printf("%s: one micro-batch's activation (%.2f MiB) exchanged both ways between stages in %.3f ms\n",
+                  res.label.c_str(), res.exchange_mib, res.exchange_ms);
   for (const ModeResult& res : results) {
     const char* k = res.key.c_str();
     std::printf("%s_samples_per_s: %.2f\n", k, res.samples_per_s);
@@ -312,6 +336,7 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
     if (res.bubble_theory >= 0)
       std::printf("%s_bubble_measured: %.4f\n%s_bubble_theoretical: %.4f\n", k, res.bubble_measured, k,
                   res.bubble_theory);
+    if (res.exchange_ms >= 0) std::printf("%s_exchange_ms: %.4f\n", k, res.exchange_ms);
   }
 }
 

@@ -57,6 +57,9 @@ struct ModeResult {
   double efficiency = -1;                           // samples/s / (ranks * single's samples/s); -1 without single
   int stages = 0;                                   // pipeline modes: the number of stages
   double bubble_measured = -1, bubble_theory = -1;  // pipeline modes only
+  /// Pipeline modes: one micro-batch's activation exchanged both ways between adjacent
+  /// stages (a send_recv, as the 1F1B steady state does), ms, and its size in MiB.
+  double exchange_ms = -1, exchange_mib = 0;
   /// The global batch's loss at the first step and after one AdamW step (the second
   /// step's forward), identical on every rank: what makes the modes comparable.
   double loss_first = 0, loss_second = 0;

@@ -11,6 +11,13 @@ const char* to_string(ReduceOp op) {
   return "?";
 }
 
+// The threads backend's sends complete at once (buffered), so send-then-recv cannot block.
+std::pair<std::shared_ptr<Work>, std::shared_ptr<Work>> Communicator::send_recv(const Tensor& to_send, int send_peer,
+                                                                                const Tensor& to_recv, int recv_peer) {
+  auto sent = send(to_send, send_peer);
+  return {std::move(sent), recv(to_recv, recv_peer)};
+}
+
 ParallelGroups make_groups(const std::shared_ptr<Communicator>& world, int tp, int pp, int dp) {
   FRUGAL_CHECK(world != nullptr, "make_groups: null world communicator");
   FRUGAL_CHECK(tp >= 1 && pp >= 1 && dp >= 1 && tp * pp * dp == world->size(), "make_groups: tp ", tp, " x pp ", pp,

@@ -58,6 +58,12 @@ class Communicator {
   /// Point to point; matched in order per (sender, receiver) pair.
   virtual std::shared_ptr<Work> send(const Tensor& tensor, int peer) = 0;
   virtual std::shared_ptr<Work> recv(const Tensor& tensor, int peer) = 0;
+  /// Sends `to_send` to send_peer and receives into `to_recv` from recv_peer, the two
+  /// running concurrently: two ranks exchanging tensors this way cannot deadlock, and a
+  /// pipeline's activation and gradient cross at once (NCCL fuses them in one group).
+  /// Returns {send's Work, recv's Work}. The default issues send, then recv.
+  virtual std::pair<std::shared_ptr<Work>, std::shared_ptr<Work>> send_recv(const Tensor& to_send, int send_peer,
+                                                                            const Tensor& to_recv, int recv_peer);
   /// Blocks the calling host thread until every rank reached it.
   virtual void barrier() = 0;
 

@@ -431,6 +431,17 @@ std::shared_ptr<Work> NcclCommunicator::recv(const Tensor& tensor, int peer) {
   });
 }
 
+std::pair<std::shared_ptr<Work>, std::shared_ptr<Work>> NcclCommunicator::send_recv(const Tensor& to_send,
+                                                                                   int send_peer,
+                                                                                   const Tensor& to_recv,
+                                                                                   int recv_peer) {
+  CommGroup group;  // one fused launch: both transfers progress together
+  auto sent = send(to_send, send_peer);
+  auto received = recv(to_recv, recv_peer);
+  group.end();
+  return {std::move(sent), std::move(received)};
+}
+
 void NcclCommunicator::barrier() {
   FRUGAL_CHECK(t_group.depth == 0, describe("barrier", state_), ": not allowed inside a CommGroup");
   const Tensor token = zeros({1}, TensorOptions(kFloat32, state_->device));

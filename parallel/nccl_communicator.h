@@ -55,6 +55,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override;
   std::shared_ptr<Work> send(const Tensor& tensor, int peer) override;
   std::shared_ptr<Work> recv(const Tensor& tensor, int peer) override;
+  std::pair<std::shared_ptr<Work>, std::shared_ptr<Work>> send_recv(const Tensor& to_send, int send_peer,
+                                                                    const Tensor& to_recv, int recv_peer) override;
   /// An all_reduce of one element, then the host polls until it completes (or the
   /// communicator is aborted: then it throws).
   void barrier() override;

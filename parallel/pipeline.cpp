@@ -175,12 +175,20 @@ struct StepRun {
   int64_t in_flight = 0, peak_in_flight = 0;
 
   void send(const Tensor& t, int peer) { sends.emplace_back(comm.send(t, peer), t); }
+  /// Sends `t` to `peer` while receiving `into` from it (one fused exchange); returns `into`.
+  Tensor send_recv(const Tensor& t, const Tensor& into, int peer) {
+    auto [sent, received] = comm.send_recv(t, peer, into, peer);
+    sends.emplace_back(std::move(sent), t);
+    received->wait();
+    return into;
+  }
 
   // The first activation of a step carries a header; the others must match it (one
   // host-blocking header round trip per step instead of per micro-batch).
   std::optional<std::pair<Shape, DType>> sent_meta = std::nullopt, received_meta = std::nullopt;
 
-  void send_activation(const Tensor& t) {
+  /// The activation as sent: checked against the step's first, whose header goes out first.
+  Tensor activation_payload(const Tensor& t) {
     FRUGAL_CHECK(t.dim() <= kHeaderLen - 2, "PipelineStage: activations of more than ", kHeaderLen - 2,
                  " dims are not supported, got ", t.describe());
     if (sent_meta) {
@@ -188,8 +196,7 @@ struct StepRun {
                    " produced ", t.describe(), " for a later micro-batch, but its first micro-batch's activation was ",
                    dtype_name(sent_meta->second), shape_str(sent_meta->first),
                    ": every micro-batch of a step must give the same shape");
-      send(t.detach().contiguous(), rank + 1);
-      return;
+      return t.detach().contiguous();
     }
     sent_meta = std::pair{t.sizes(), t.dtype()};
     std::vector<int64_t> header(kHeaderLen, 0);
@@ -197,10 +204,12 @@ struct StepRun {
     header[1] = int64_t(t.dtype());
     for (int64_t d = 0; d < t.dim(); ++d) header[size_t(2 + d)] = t.size(d);
     send(from_vector(header, {kHeaderLen}).to(device), rank + 1);
-    send(t.detach().contiguous(), rank + 1);
+    return t.detach().contiguous();
   }
+  void send_activation(const Tensor& t) { send(activation_payload(t), rank + 1); }
 
-  Tensor recv_activation() {
+  /// An empty tensor for the next activation (its header is read on the step's first).
+  Tensor activation_buffer() {
     if (!received_meta) {
       Tensor header = empty({kHeaderLen}, {kInt64, device});
       comm.recv(header, rank - 1)->wait();
@@ -209,10 +218,16 @@ struct StepRun {
       FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1);
       received_meta = std::pair{Shape(v + 2, v + 2 + v[0]), DType(v[1])};
     }
-    Tensor t = empty(received_meta->first, {received_meta->second, device});
-    comm.recv(t, rank - 1)->wait();
+    return empty(received_meta->first, {received_meta->second, device});
+  }
+  static Tensor as_stage_input(Tensor t) {
     if (t.is_floating_point()) t.requires_grad_();
     return t;
+  }
+  Tensor recv_activation() {
+    Tensor t = activation_buffer();
+    comm.recv(t, rank - 1)->wait();
+    return as_stage_input(t);
   }
 
   // Busy time (Note [Pipeline busy time]): CUDA events around each compute on the
@@ -242,9 +257,11 @@ struct StepRun {
     busy_events.clear();
   }
 
-  /// F_i: receive (or slice) the input, run the stage; the activation is sent by the caller.
-  void forward(int i) {
-    Tensor x = first ? input.narrow(0, int64_t(i) * (input.size(0) / m), input.size(0) / m) : recv_activation();
+  /// F_i on `x` (the received activation; the first stage slices its input); the
+  /// activation is sent by the caller.
+  void forward(int i, Tensor x = Tensor()) {
+    if (first) x = input.narrow(0, int64_t(i) * (input.size(0) / m), input.size(0) / m);
+    else if (!x.defined()) x = recv_activation();
     timed([&] {
       if (options.recompute)
         outputs[size_t(i)] = autograd::checkpoint([this](const Tensor& h) { return module.forward(h); }, x);
@@ -254,9 +271,9 @@ struct StepRun {
     peak_in_flight = std::max(peak_in_flight, ++in_flight);
   }
 
-  /// B_i: the loss (last stage) or the received output gradient, backward, and the input
-  /// gradient sent upstream.
-  void backward(int i, Tensor grad_out = Tensor()) {
+  /// B_i: the loss (last stage) or the received output gradient, backward. Returns the
+  /// input gradient to send upstream (undefined on the first stage or for a non-float input).
+  Tensor backward(int i, Tensor grad_out = Tensor()) {
     Tensor& out = outputs[size_t(i)];
     timed([&] {
       if (last) {
@@ -271,18 +288,23 @@ struct StepRun {
         out.backward(grad_out);
       }
     });
+    Tensor upstream;
     if (!first && inputs[size_t(i)].is_floating_point()) {
-      Tensor g = inputs[size_t(i)].grad();
-      send(g.defined() ? g : zeros_like(inputs[size_t(i)]), rank - 1);
+      const Tensor g = inputs[size_t(i)].grad();
+      upstream = g.defined() ? g : zeros_like(inputs[size_t(i)]);
     }
     out = Tensor();
     inputs[size_t(i)] = Tensor();
     --in_flight;
+    return upstream;
+  }
+  void send_upstream(const Tensor& g) {
+    if (g.defined()) send(g, rank - 1);
   }
 
+  Tensor grad_buffer(int i) const { return empty(outputs[size_t(i)].sizes(), outputs[size_t(i)].options()); }
   Tensor recv_grad(int i) {
-    const Tensor& out = outputs[size_t(i)];
-    Tensor g = empty(out.sizes(), out.options());
+    Tensor g = grad_buffer(i);
     comm.recv(g, rank + 1)->wait();
     return g;
   }
@@ -294,24 +316,39 @@ struct StepRun {
       forward(i);
       if (!last) send_activation(outputs[size_t(i)]);
     }
-    for (int i = m - 1; i >= 0; --i) backward(i, has_grad_downstream(i) ? recv_grad(i) : Tensor());
+    for (int i = m - 1; i >= 0; --i) send_upstream(backward(i, has_grad_downstream(i) ? recv_grad(i) : Tensor()));
   }
 
+  // Steady state (Note [Pipeline schedules]): after F_i, F_i's activation goes down while
+  // B_k's output gradient comes up; after B_k, its input gradient goes up while F_{i+1}'s
+  // activation comes down. Each pair is one fused exchange with one neighbour.
   void run_1f1b() {
     const int warmup = std::min(size - rank - 1, m);
     for (int i = 0; i < warmup; ++i) {
       forward(i);
       if (!last) send_activation(outputs[size_t(i)]);
     }
-    for (int k = 0; k + warmup < m; ++k) {
+    const int steady = m - warmup;
+    Tensor next = steady > 0 && !first ? recv_activation() : Tensor();
+    for (int k = 0; k < steady; ++k) {
       const int i = warmup + k;
-      forward(i);
-      // Receive B_k's gradient before sending F_i's activation (Note [Pipeline schedules]).
-      Tensor g = has_grad_downstream(k) ? recv_grad(k) : Tensor();
-      if (!last) send_activation(outputs[size_t(i)]);
-      backward(k, g);
+      forward(i, next);
+      Tensor g;
+      if (!last) {
+        const Tensor a = activation_payload(outputs[size_t(i)]);
+        if (has_grad_downstream(k)) g = send_recv(a, grad_buffer(k), rank + 1);
+        else send(a, rank + 1);
+      }
+      const Tensor upstream = backward(k, g);
+      next = Tensor();
+      if (k + 1 < steady && !first) {
+        if (upstream.defined()) next = as_stage_input(send_recv(upstream, activation_buffer(), rank - 1));
+        else next = recv_activation();
+      } else {
+        send_upstream(upstream);
+      }
     }
-    for (int k = std::max(m - warmup, 0); k < m; ++k) backward(k, has_grad_downstream(k) ? recv_grad(k) : Tensor());
+    for (int k = steady; k < m; ++k) send_upstream(backward(k, has_grad_downstream(k) ? recv_grad(k) : Tensor()));
   }
 };
 

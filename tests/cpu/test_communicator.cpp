@@ -144,6 +144,28 @@ TEST_CASE("threads communicator: send/recv match in order per pair, recv may be 
   }
 }
 
+TEST_CASE("threads communicator: send_recv exchanges with both neighbours of a ring, in order with plain sends") {
+  for (int n : {2, 3}) {
+    std::vector<std::vector<double>> got{size_t(n)};
+    run_ranks(n, [&](Communicator& c) {
+      const int r = c.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+      c.send(full({2}, 100.0 + r, TensorOptions(kFloat64)), next);  // matched before the exchange's message
+      Tensor first = zeros({2}, TensorOptions(kFloat64)), second = zeros({3}, TensorOptions(kFloat64));
+      c.recv(first, prev)->wait();
+      auto [sent, received] = c.send_recv(full({3}, 10.0 * r, TensorOptions(kFloat64)), next, second, prev);
+      received->wait();
+      sent->wait();
+      std::vector<double> v = values_of(first), w = values_of(second);
+      v.insert(v.end(), w.begin(), w.end());
+      got[size_t(r)] = v;
+    });
+    for (int r = 0; r < n; ++r) {
+      const double p = double((r + n - 1) % n);
+      CHECK(got[size_t(r)] == std::vector<double>{100 + p, 100 + p, 10 * p, 10 * p, 10 * p});
+    }
+  }
+}
+
 TEST_CASE("threads communicator: barrier holds every rank until all reached it") {
   const int n = 4;
   std::atomic<int> arrived{0};

@@ -154,6 +154,15 @@ int main() {
       for (int64_t i = 0; i < 257; ++i) ref.push_back(input_value(prev, i, kFloat32));
       check(close(values(in), ref, 0), "send/recv in a CommGroup");
     }
+    {  // the same through Communicator::send_recv, with 4 MiB each way (past NCCL's eager sizes)
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      const int64_t len = int64_t(1) << 20;
+      Tensor out = input_tensor(r, len, kFloat32, dev), in = zeros({len}, TensorOptions(kFloat32, dev));
+      auto [sent, got] = world->send_recv(out, next, in, prev);
+      got->wait();
+      sent->wait();
+      check(close(values(in), values(input_tensor(prev, len, kFloat32, dev)), 0), "send_recv 4 MiB around the ring");
+    }
     section("CommGroup all_reduce");
     {  // several all_reduces fused into one launch
       std::vector<Tensor> ts;
