@@ -432,9 +432,9 @@ std::shared_ptr<Work> NcclCommunicator::recv(const Tensor& tensor, int peer) {
 }
 
 std::pair<std::shared_ptr<Work>, std::shared_ptr<Work>> NcclCommunicator::send_recv(const Tensor& to_send,
-                                                                                   int send_peer,
-                                                                                   const Tensor& to_recv,
-                                                                                   int recv_peer) {
+                                                                                    int send_peer,
+                                                                                    const Tensor& to_recv,
+                                                                                    int recv_peer) {
   CommGroup group;  // one fused launch: both transfers progress together
   auto sent = send(to_send, send_peer);
   auto received = recv(to_recv, recv_peer);
