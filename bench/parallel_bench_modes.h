@@ -56,7 +56,8 @@ struct ModeResult {
   double step_s = 0, samples_per_s = 0, peak_gib = 0;
   double efficiency = -1;                           // samples/s / (ranks * single's samples/s); -1 without single
   int stages = 0;                                   // pipeline modes: the number of stages
-  double bubble_measured = -1, bubble_theory = -1;  // pipeline modes only
+  double bubble_measured = -1, bubble_theory = -1;  // pipeline modes only (PipelineStats)
+  double worst_stage_bubble = -1;                   // the largest stage_bubble
   /// Pipeline modes: one micro-batch's activation exchanged both ways between adjacent
   /// stages (a send_recv, as the 1F1B steady state does), ms, and its size in MiB.
   double exchange_ms = -1, exchange_mib = 0;
