@@ -328,9 +328,10 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
   }
   for (const ModeResult& res : results)
     if (res.exchange_ms >= 0)
-      std::printf("%s: bubble of the worst stage %.3f; one micro-batch's activation (%.2f MiB) exchanged both "
-                  "ways between stages in %.3f ms\n",
-                  res.label.c_str(), res.worst_stage_bubble, res.exchange_mib, res.exchange_ms);
+      std::printf(
+          "%s: bubble of the worst stage %.3f; one micro-batch's activation (%.2f MiB) exchanged both "
+          "ways between stages in %.3f ms\n",
+          res.label.c_str(), res.worst_stage_bubble, res.exchange_mib, res.exchange_ms);
   for (const ModeResult& res : results) {
     const char* k = res.key.c_str();
     std::printf("%s_samples_per_s: %.2f\n", k, res.samples_per_s);
@@ -340,8 +341,7 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
       std::printf("%s_bubble_measured: %.4f\n%s_bubble_theoretical: %.4f\n", k, res.bubble_measured, k,
                   res.bubble_theory);
     if (res.exchange_ms >= 0)
-      std::printf("%s_worst_stage_bubble: %.4f\n%s_exchange_ms: %.4f\n", k, res.worst_stage_bubble, k,
-                  res.exchange_ms);
+      std::printf("%s_worst_stage_bubble: %.4f\n%s_exchange_ms: %.4f\n", k, res.worst_stage_bubble, k, res.exchange_ms);
   }
 }
 
