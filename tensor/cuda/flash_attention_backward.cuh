@@ -41,8 +41,8 @@ __global__ void flash_backward_dot_kernel(float* __restrict__ dot, const T* __re
 
 // dq: (B, H, L, E) strided as p.dq_stride, in T = scale * acc: (B, H, L, E) f32 contiguous.
 template <typename T>
-__global__ void flash_backward_dq_kernel(T* __restrict__ dq, const float* __restrict__ acc, const FlashAttentionParams p,
-                                         float scale) {
+__global__ void flash_backward_dq_kernel(T* __restrict__ dq, const float* __restrict__ acc,
+                                         const FlashAttentionParams p, float scale) {
   const int64_t n = p.B * p.H * p.L * p.E;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = i % p.E, row = i / p.E, l = row % p.L, bh = row / p.L;

@@ -82,11 +82,11 @@ bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, co
 struct FlashAttentionParams {
   int64_t B = 0, H = 0, L = 0, S = 0, E = 0;
   int64_t q_stride[3] = {}, k_stride[3] = {}, v_stride[3] = {};
-  int64_t o_stride[3] = {};     // out (forward) or dout (backward)
-  int64_t out_stride[3] = {};   // out (backward)
+  int64_t o_stride[3] = {};                                         // out (forward) or dout (backward)
+  int64_t out_stride[3] = {};                                       // out (backward)
   int64_t dq_stride[3] = {}, dk_stride[3] = {}, dv_stride[3] = {};  // backward's results
-  int mask_kind = 0;            // 0: none, 1: bool, 2: added (q's dtype)
-  int64_t mask_stride[4] = {};  // 0 where the mask broadcasts
+  int mask_kind = 0;                                                // 0: none, 1: bool, 2: added (q's dtype)
+  int64_t mask_stride[4] = {};                                      // 0 where the mask broadcasts
   bool causal = false;
   double scale = 1.0;
   double dropout_p = 0.0;
