@@ -15,6 +15,7 @@
 #include "autograd/ops/nn_functional.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "memory/allocator.h"
 #include "tensor/factory.h"
 #include "tensor/ops/flash_attention.h"
 #include "tensor/random.h"
@@ -399,4 +400,32 @@ TEST_CASE("flash_attention cpu: gradcheck through chunk + split heads (packed gr
     const Tensor copied = autograd::grad({sum(mul(attend(x, true, causal), w))}, {x})[0];
     check_close(packed, values_of(copied), 1e-12, 1e-12, "x's grad, packed vs copies");
   }
+}
+
+TEST_CASE("flash_attention cpu: the attention block's layout changes around the kernels are views") {
+  // nn::MultiheadAttention's graph: proj (B, T, 3D) -> chunk -> split heads -> flash ->
+  // merge heads. The merge is a view of out; in the backward, proj's grad is the buffer of
+  // dq, dk, dv itself: against contiguous copies of q, k, v (the old layout), the backward
+  // saves the (B, T, D) copies of the three head merges and the (B, T, 3D) cat.
+  const int64_t B = 2, T = 5, H = 2, E = 4, D = H * E;
+  const Tensor x = random_tensor({B, T, 3 * D}, {kFloat32}, 900).requires_grad_();
+  auto backward_bytes = [&](bool copies) {
+    std::vector<Tensor> qkv = chunk(mul(x, 1.0), 3, -1);  // mul: a non-leaf standing in for linear
+    for (Tensor& t : qkv) {
+      t = t.unflatten(-1, {H, E}).transpose(1, 2);
+      if (copies) t = t.contiguous();
+    }
+    const Tensor out = flash_attention(qkv[0], qkv[1], qkv[2], Tensor(), true);
+    const Tensor merged = out.transpose(1, 2).reshape({B, T, D});
+    CHECK(merged.shares_storage(out) == !copies);
+    const Tensor loss = sum(merged);
+    const int64_t before = memory::stats(kCPU).allocated_bytes.allocated;
+    const Tensor gx = autograd::grad({loss}, {x})[0];
+    return std::pair{memory::stats(kCPU).allocated_bytes.allocated - before, values_of(gx)};
+  };
+  const auto [packed_bytes, packed_grad] = backward_bytes(false);
+  const auto [copies_bytes, copies_grad] = backward_bytes(true);
+  MESSAGE("backward allocations: packed ", packed_bytes, " bytes, contiguous copies ", copies_bytes);
+  CHECK(copies_bytes - packed_bytes >= 2 * B * T * 3 * D * int64_t(sizeof(float)));
+  check_close(packed_grad, copies_grad, 0, 0, "x's grad");
 }
