@@ -43,6 +43,10 @@ namespace frugal::nn {
 //     dropout keeps the same weights the composed path's dropout() would from the same
 //     generator state. Everything else (float32, CPU, E > 128, a mask with a gradient) runs
 //     the composed matmul / masked_softmax / dropout / matmul steps.
+//     The fused op keeps the projections' (B, T, H, D) memory order (Note [Flash attention
+//     layouts]): merging the heads before out_proj is a view, and the packed self-attention
+//     q, k, v get their gradients as views of one buffer, which chunk's backward takes
+//     whole instead of concatenating (Note [Split backward without a copy]).
 
 namespace {
 

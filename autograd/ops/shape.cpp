@@ -1,6 +1,8 @@
 // Joining, splitting and indexing, forward and backward side by side.
 #include "autograd/ops/shape.h"
 
+#include <optional>
+
 #include "autograd/function.h"
 #include "memory/op_context.h"
 #include "tensor/factory.h"
@@ -60,15 +62,45 @@ struct StackBackward final : Node {
   }
 };
 
+// Note [Split backward without a copy]
+// The grads of a split's pieces often are already adjacent views of one buffer: flash
+// attention returns dq, dk, dv of chunk(linear(x), 3, -1) as views of one (B, T, 3, H, E)
+// buffer (Note [Flash attention layouts]). Then x's grad is that buffer viewed with x's sizes:
+// when every grad shares one storage and its strides, has its piece's sizes, and starts
+// where the previous one ends along dim (offset_i = offset_0 + (size_0 + ... + size_{i-1})
+// * stride(dim)), element j of x's grad along dim is element j - (earlier sizes) of the piece
+// holding it, exactly as in cat's result, so as_strided replaces the copy.
+
+/// The grads as one view of their storage with `sizes`, if they are adjacent along dim.
+std::optional<Tensor> adjacent_view(const TensorList& grads, const Shape& sizes, int64_t dim) {
+  const Tensor& first = grads[0];
+  int64_t along = 0;
+  for (const Tensor& g : grads) {
+    if (!g.defined() || !g.shares_storage(first) || g.dtype() != first.dtype() || g.strides() != first.strides() ||
+        g.dim() != int64_t(sizes.size()))
+      return std::nullopt;
+    for (int64_t d = 0; d < g.dim(); ++d)
+      if (d != dim && g.size(d) != sizes[size_t(d)]) return std::nullopt;
+    if (g.storage_offset() != first.storage_offset() + along * first.stride(dim)) return std::nullopt;
+    along += g.size(dim);
+  }
+  if (along != sizes[size_t(dim)]) return std::nullopt;
+  return first.as_strided(sizes, first.strides(), first.storage_offset());
+}
+
 // pieces = split(x, ..., dim), views of x
-// grad_x = cat(g_0, ..., g_n, dim) (the engine gives zeros to pieces that got no gradient)
+// grad_x = cat(g_0, ..., g_n, dim) (the engine gives zeros to pieces that got no gradient),
+// or a view when the grads are adjacent (Note [Split backward without a copy])
 struct SplitBackward final : Node {
   int64_t dim = 0;
   DType dtype = kFloat32;
+  Shape in_sizes;
   const char* label = "SplitBackward";
   std::string name() const override { return label; }
   TensorList apply(TensorList&& grads) override {
     for (Tensor& g : grads) g = in_dtype(g, dtype);
+    if (!grads.empty())
+      if (std::optional<Tensor> joined = adjacent_view(grads, in_sizes, dim)) return {std::move(*joined)};
     return {ops::cat(grads, dim)};
   }
 };
@@ -77,6 +109,7 @@ std::vector<Tensor> record_split(const char* label, const Tensor& x, int64_t dim
   if (auto node = make_node<SplitBackward>({x})) {
     node->dim = wrap_dim(dim, x.dim(), label);
     node->dtype = x.dtype();
+    node->in_sizes = x.sizes();
     node->label = label;
     autograd::record(node, pieces);
   }

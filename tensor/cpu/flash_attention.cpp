@@ -108,15 +108,13 @@ void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const T
     using Acc = opmath_t<T>;
     using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const Stat* lse_p = lse.data_ptr<Stat>();
-    const int64_t contiguous[3] = {p.H * p.L * p.E, p.L * p.E, p.E};
-    const int64_t contiguous_kv[3] = {p.H * p.S * p.E, p.S * p.E, p.E};
 #pragma omp parallel for schedule(dynamic)
     for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
       const int64_t b = bh / p.H, h = bh % p.H;
       const Rows<T> qs = slice<T>(q, p.q_stride, b, h), ks = slice<T>(k, p.k_stride, b, h),
                     vs = slice<T>(v, p.v_stride, b, h), dos = slice<T>(dout, p.o_stride, b, h),
-                    os = slice<T>(out, contiguous, b, h), dqs = slice<T>(dq, contiguous, b, h),
-                    dks = slice<T>(dk, contiguous_kv, b, h), dvs = slice<T>(dv, contiguous_kv, b, h);
+                    os = slice<T>(out, p.out_stride, b, h), dqs = slice<T>(dq, p.dq_stride, b, h),
+                    dks = slice<T>(dk, p.dk_stride, b, h), dvs = slice<T>(dv, p.dv_stride, b, h);
       std::vector<Acc> row(size_t(p.S)), dq_acc(size_t(p.E));
       std::vector<Acc> dk_acc(size_t(p.S * p.E), Acc(0)), dv_acc(size_t(p.S * p.E), Acc(0));
       for (int64_t l = 0; l < p.L; ++l) {

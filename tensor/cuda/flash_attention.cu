@@ -32,6 +32,15 @@ void allow_smem(K kernel, size_t bytes) {
     FRUGAL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+/// The kernels store results in pairs (4-byte stores): rows must start 4-byte aligned. The
+/// op allocates them so (E % 8 == 0, Note [Flash attention layouts]); this guards the claim.
+void check_pair_stores(const char* op, const Tensor& t, const int64_t (&stride)[3]) {
+  bool ok = reinterpret_cast<uintptr_t>(t.data()) % 4 == 0;
+  for (int d = 0; d < 3; ++d) ok = ok && stride[d] % 2 == 0;
+  FRUGAL_CHECK(ok, op, ": result ", t.describe(),
+               " has rows the kernels cannot store in pairs (odd stride or address)");
+}
+
 struct DropoutConsts {
   float keep_below, scale;
 };
@@ -50,6 +59,7 @@ void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const 
   const void* mask_ptr = mask.defined() ? mask.data() : nullptr;
   const int64_t blocks = p.B * p.H * ((p.L + kBlockRows - 1) / kBlockRows);
   FRUGAL_CHECK(blocks <= int64_t(INT32_MAX), "flash_attention_forward: too many blocks for ", q.describe());
+  check_pair_stores("flash_attention_forward", out, p.o_stride);
   dispatch_flash("flash_attention_forward", q, p.E, [&]<typename T, int kD>() {
     const size_t smem = forward_smem_bytes<T, kD>();
     allow_smem(flash_forward_kernel<T, kD>, smem);
@@ -71,6 +81,8 @@ void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const T
   const int64_t rows = p.B * p.H * p.L;
   const int64_t blocks = p.B * p.H * ((p.S + kBlockCols - 1) / kBlockCols);
   FRUGAL_CHECK(blocks <= int64_t(INT32_MAX), "flash_attention_backward: too many blocks for ", q.describe());
+  check_pair_stores("flash_attention_backward", dk, p.dk_stride);
+  check_pair_stores("flash_attention_backward", dv, p.dv_stride);
   // O(B H L E) temporaries: the rows' dout . out and dq in f32 (atomics add into it).
   const Tensor dot = empty({rows}, {kFloat32, q.device()});
   const Tensor dq_acc = zeros({rows * p.E}, {kFloat32, q.device()});
@@ -88,7 +100,7 @@ void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const T
         drop.keep_below, drop.scale);
     FRUGAL_CUDA_CHECK_LAUNCH();
     flash_backward_dq_kernel<T><<<grid_for(rows * p.E), kBlockSize, 0, stream>>>(
-        dq.data_ptr<T>(), dq_acc.data_ptr<float>(), rows * p.E, float(p.scale));
+        dq.data_ptr<T>(), dq_acc.data_ptr<float>(), p, float(p.scale));
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

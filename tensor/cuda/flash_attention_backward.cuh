@@ -21,8 +21,8 @@ constexpr size_t backward_smem_bytes() {
          size_t(kBlockRows) * (kBlockCols + 8) * sizeof(T) + 2 * kBlockRows * sizeof(float);
 }
 
-// dot: (B, H, L) f32; dout: (B, H, L, E) strided as p.o_stride; out: (B, H, L, E) contiguous.
-// One warp per row.
+// dot: (B, H, L) f32; dout: (B, H, L, E) strided as p.o_stride; out: (B, H, L, E) strided as
+// p.out_stride. One warp per row.
 template <typename T>
 __global__ void flash_backward_dot_kernel(float* __restrict__ dot, const T* __restrict__ dout,
                                           const T* __restrict__ out, const FlashAttentionParams p) {
@@ -31,7 +31,7 @@ __global__ void flash_backward_dot_kernel(float* __restrict__ dot, const T* __re
   const int lane = int(threadIdx.x) % 32;
   const int64_t l = row % p.L, bh = row / p.L, b = bh / p.H, h = bh % p.H;
   const T* g = dout + b * p.o_stride[0] + h * p.o_stride[1] + l * p.o_stride[2];
-  const T* o = out + row * p.E;
+  const T* o = out + b * p.out_stride[0] + h * p.out_stride[1] + l * p.out_stride[2];
   float acc = 0.f;
   for (int64_t e = lane; e < p.E; e += 32) acc += float(g[e]) * float(o[e]);
 #pragma unroll
@@ -39,14 +39,19 @@ __global__ void flash_backward_dot_kernel(float* __restrict__ dot, const T* __re
   if (lane == 0) dot[row] = acc;
 }
 
-// dq: (n) in T = scale * acc (n) f32.
+// dq: (B, H, L, E) strided as p.dq_stride, in T = scale * acc: (B, H, L, E) f32 contiguous.
 template <typename T>
-__global__ void flash_backward_dq_kernel(T* __restrict__ dq, const float* __restrict__ acc, int64_t n, float scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dq[i] = T(acc[i] * scale);
+__global__ void flash_backward_dq_kernel(T* __restrict__ dq, const float* __restrict__ acc,
+                                         const FlashAttentionParams p, float scale) {
+  const int64_t n = p.B * p.H * p.L * p.E;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i % p.E, row = i / p.E, l = row % p.L, bh = row / p.L;
+    dq[(bh / p.H) * p.dq_stride[0] + (bh % p.H) * p.dq_stride[1] + l * p.dq_stride[2] + e] = T(acc[i] * scale);
+  }
 }
 
-// dq_acc: (B, H, L, E) f32, zeroed; dk, dv: (B, H, S, E) contiguous; dout, q: (B, H, L, E),
+// dq_acc: (B, H, L, E) f32, zeroed; dk, dv: (B, H, S, E) strided as p.dk_stride, p.dv_stride
+// (even strides and 4-byte aligned rows: the stores below write pairs); dout, q: (B, H, L, E),
 // k, v: (B, H, S, E) strided as in p; lse, dot: (B, H, L) f32. Grid: one block per
 // (key tile, batch * head), key tiles of a head adjacent.
 template <typename T, int kD>
@@ -255,8 +260,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int hf = 0; hf < 2; ++hf) {
     const int64_t s = keys[hf];
     if (s >= p.S) continue;
-    T* dkr = dk + (bh * p.S + s) * p.E;
-    T* dvr = dv + (bh * p.S + s) * p.E;
+    T* dkr = dk + b * p.dk_stride[0] + h * p.dk_stride[1] + s * p.dk_stride[2];
+    T* dvr = dv + b * p.dv_stride[0] + h * p.dv_stride[1] + s * p.dv_stride[2];
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {
       const int col = 8 * dt + 2 * t;

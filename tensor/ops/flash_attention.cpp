@@ -39,6 +39,45 @@ void strides_of(const Tensor& t, int64_t (&s)[3]) {
   for (int d = 0; d < 3; ++d) s[d] = t.stride(d);
 }
 
+/// Whether a (B, H, N, E) operand lays out heads inside a token: (B, N, H, E) in memory.
+bool sequence_major(const Tensor& t) { return t.stride(2) > t.stride(1); }
+
+/// A fresh tensor of t's sizes in t's memory order (Note [Flash attention layouts]).
+Tensor empty_in_order_of(const Tensor& t) {
+  if (!sequence_major(t)) return empty(t.sizes(), t.options());
+  return empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
+}
+
+/// Whether q, k, v are exactly chunk(x, 3, -1) of one (B, T, 3 H E) tensor x split into
+/// heads: one storage, equal sizes and strides, k and v H E elements after q and k, and
+/// the strides of that split (those of dims of size 1 do not matter).
+bool packed_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!q.shares_storage(k) || !q.shares_storage(v) || k.sizes() != q.sizes() || v.sizes() != q.sizes() ||
+      k.strides() != q.strides() || v.strides() != q.strides())
+    return false;
+  const int64_t T = q.size(2), D = q.size(1) * q.size(3);
+  const int64_t packed[4] = {T * 3 * D, q.size(3), 3 * D, 1};
+  for (int d = 0; d < 4; ++d)
+    if (q.size(d) != 1 && q.stride(d) != packed[d]) return false;
+  return k.storage_offset() - q.storage_offset() == D && v.storage_offset() - k.storage_offset() == D;
+}
+
+/// Fresh gradients for q, k, v in their memory order: for packed q, k, v, views of one
+/// (B, T, 3, H, E) buffer with exactly their strides (Note [Flash attention layouts]).
+FlashAttentionGrads empty_grads(const Tensor& q, const Tensor& k, const Tensor& v) {
+  FlashAttentionGrads g;
+  if (packed_qkv(q, k, v)) {
+    const Tensor buffer = empty({q.size(0), q.size(2), 3, q.size(1), q.size(3)}, q.options());
+    const int64_t D = q.size(1) * q.size(3), at = buffer.storage_offset();
+    g.dq = buffer.as_strided(q.sizes(), q.strides(), at);
+    g.dk = buffer.as_strided(k.sizes(), k.strides(), at + D);
+    g.dv = buffer.as_strided(v.sizes(), v.strides(), at + 2 * D);
+    return g;
+  }
+  g.dq = empty_in_order_of(q), g.dk = empty_in_order_of(k), g.dv = empty_in_order_of(v);
+  return g;
+}
+
 /// Checks q, k, v (and the mask) and fills the parameters both directions share.
 FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const FlashAttentionOptions& o, Tensor& mask_view) {
@@ -104,7 +143,7 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   Tensor mask_view;
   FlashAttentionParams p = make_params(op, q, k, v, options, mask_view);
   FlashAttentionForward r;
-  r.out = empty(q.sizes(), q.options());
+  r.out = empty_in_order_of(q);
   r.lse = empty({p.B, p.H, p.L}, {lse_dtype(q.dtype()), q.device()});
   r.range = {0, 0};
   if (r.out.numel() == 0) return r;
@@ -140,20 +179,20 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   check_same_device(op, q, dout);
   check_same_device(op, q, out);
   check_same_device(op, q, lse);
-  FlashAttentionGrads g;
-  g.dq = empty(q.sizes(), q.options());
-  g.dk = empty(k.sizes(), k.options());
-  g.dv = empty(v.sizes(), v.options());
+  FlashAttentionGrads g = empty_grads(q, k, v);
   if (p.B * p.H * p.E == 0 || (p.L == 0 && p.S == 0)) return g;
   if (p.L == 0 || p.S == 0) {  // nothing attends: every gradient is zero
     fill_(g.dq, 0.0), fill_(g.dk, 0.0), fill_(g.dv, 0.0);
     return g;
   }
   p.range = range;
-  const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v), dov = kernel_view(dout);
+  const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v), dov = kernel_view(dout),
+               ov = kernel_view(out);
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(dov, p.o_stride);
-  FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv,
-                         out.contiguous(), lse.contiguous(), mask_view, p);
+  strides_of(ov, p.out_stride);
+  strides_of(g.dq, p.dq_stride), strides_of(g.dk, p.dk_stride), strides_of(g.dv, p.dv_stride);
+  FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov,
+                         lse.contiguous(), mask_view, p);
   return g;
 }
 

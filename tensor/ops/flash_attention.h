@@ -38,15 +38,27 @@ struct FlashAttentionOptions {
 
 /// Forward result: the output, the row statistics the backward needs, and the dropout range.
 struct FlashAttentionForward {
-  Tensor out;              ///< (B, H, L, E), q's dtype
+  Tensor out;              ///< (B, H, L, E), q's dtype, in q's memory order (Note [Flash attention layouts])
   Tensor lse;              ///< (B, H, L) float32 (float64 for float64 q): logsumexp of each row
   Generator::Range range;  ///< Philox counters of the dropout mask ({0, 0} without dropout)
 };
 
 /// Input gradients of flash_attention_forward.
 struct FlashAttentionGrads {
-  Tensor dq, dk, dv;  ///< q's, k's and v's shapes, q's dtype
+  Tensor dq, dk, dv;  ///< q's, k's and v's shapes and memory order, q's dtype (Note [Flash attention layouts])
 };
+
+// Note [Flash attention layouts]
+// Attention's inputs are usually views of a projection laid out (B, T, H, E) in memory
+// (sequence-major: heads inside a token), e.g. chunk(linear(x), 3, -1) + split_heads in
+// nn/attention.cpp. Results follow that order so that undoing the head split costs no copy:
+// - out is allocated (B, L, H, E).transpose(1, 2) when q is sequence-major (q.stride(2) >
+//   q.stride(1)), so heads.transpose(1, 2).reshape({B, L, H * E}) before out_proj is a view;
+// - dq, dk, dv take their input's order; when q, k, v are exactly chunk(x, 3, -1) of one
+//   (B, T, 3 H E) buffer split into heads, they are views of ONE (B, T, 3, H, E) buffer with
+//   q, k, v's strides, so the split's backward finds them adjacent and joins them without a
+//   cat (SplitBackward in autograd/ops/shape.cpp). This is what PyTorch does too.
+// The kernels read and write every operand through its strides (the last dim contiguous).
 
 /// Attention of q (B, H, L, E) over k (B, H, S, E), v (B, H, S, E) (see Note [Flash attention]).
 /// float32/float64/float16/bfloat16 on the CPU; float16/bfloat16 with E <= 128, E % 8 == 0 on
@@ -70,9 +82,11 @@ bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, co
 struct FlashAttentionParams {
   int64_t B = 0, H = 0, L = 0, S = 0, E = 0;
   int64_t q_stride[3] = {}, k_stride[3] = {}, v_stride[3] = {};
-  int64_t o_stride[3] = {};     // out (forward) or dout (backward)
-  int mask_kind = 0;            // 0: none, 1: bool, 2: added (q's dtype)
-  int64_t mask_stride[4] = {};  // 0 where the mask broadcasts
+  int64_t o_stride[3] = {};                                         // out (forward) or dout (backward)
+  int64_t out_stride[3] = {};                                       // out (backward)
+  int64_t dq_stride[3] = {}, dk_stride[3] = {}, dv_stride[3] = {};  // backward's results
+  int mask_kind = 0;                                                // 0: none, 1: bool, 2: added (q's dtype)
+  int64_t mask_stride[4] = {};                                      // 0 where the mask broadcasts
   bool causal = false;
   double scale = 1.0;
   double dropout_p = 0.0;
@@ -88,8 +102,9 @@ FRUGAL_HD bool flash_dropout_keep(Generator::Range range, uint64_t index, float 
 
 }  // namespace frugal::ops
 
-// Backend kernels. out, lse, dq, dk, dv are fresh contiguous; q, k, v, dout views with the
-// strides in params; mask a (B, H, L, S) broadcast view or undefined; B H L S E > 0.
+// Backend kernels. lse is fresh contiguous; out, dq, dk, dv fresh with the strides in params
+// (Note [Flash attention layouts]); q, k, v, dout views with the strides in params; every
+// operand has a contiguous last dim; mask a (B, H, L, S) broadcast view or undefined; B H L S E > 0.
 namespace frugal::ops::cpu {
 /// q: (B, H, L, E); k, v: (B, H, S, E); out: (B, H, L, E); lse: (B, H, L) f32 (f64 for f64)
 void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,

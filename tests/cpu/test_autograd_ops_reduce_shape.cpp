@@ -193,6 +193,58 @@ TEST_CASE("autograd shape: split, split_with_sizes and chunk with outputs used p
   CHECK(values_of(x.grad()) == std::vector<double>{0, 0, 0, 0, 1, 1, 1, 1});
 }
 
+TEST_CASE("autograd shape: split's backward views adjacent piece grads instead of concatenating") {
+  // Note [Split backward without a copy]. cat's backward hands the pieces narrow views of
+  // one gradient: in order they are adjacent, so x's grad is that gradient's storage.
+  const Tensor x = leaf({2, 3, 6}, 70);
+  const Tensor g = random_tensor({2, 3, 6}, kFloat64, 71);
+  for (int64_t dim : {2, 1}) {
+    CAPTURE(dim);
+    const std::vector<Tensor> pieces = dim == 2 ? chunk(x, 3, dim) : split_with_sizes(x, {1, 2}, dim);
+    const Tensor gx = autograd::grad({cat(pieces, dim)}, {x}, {g})[0];
+    CHECK(gx.shares_storage(g));  // the zero-copy path was taken
+    CHECK(gx.sizes() == x.sizes());
+    CHECK(values_of(gx) == values_of(g));
+  }
+  // Non-contiguous adjacent grads: dim 1's pieces of a transposed gradient.
+  const Tensor gt = random_tensor({2, 6, 3}, kFloat64, 72).transpose(1, 2);
+  const Tensor gx = autograd::grad({cat(chunk(x, 2, 2), 2)}, {x}, {gt})[0];
+  CHECK(gx.shares_storage(gt));
+  CHECK(values_of(gx) == values_of(gt));
+}
+
+TEST_CASE("autograd shape: split's backward concatenates grads that are not adjacent views") {
+  const Tensor x = leaf({2, 3, 6}, 73);
+  const Tensor g = random_tensor({2, 3, 6}, kFloat64, 74);
+  const Tensor g4 = random_tensor({2, 3, 4}, kFloat64, 75);
+  const std::vector<double> gv = values_of(g);
+  auto part = [](const Tensor& t, int64_t from, int64_t n) { return values_of(t.narrow(2, from, n).contiguous()); };
+  auto zeros_of = [](size_t n) { return std::vector<double>(n, 0.0); };
+  {  // out of order: piece i's grad lies elsewhere in g
+    const std::vector<Tensor> p = chunk(x, 3, 2);
+    const Tensor gx = autograd::grad({cat({p[1], p[0], p[2]}, 2)}, {x}, {g})[0];
+    CHECK(!gx.shares_storage(g));
+    check_close(gx.narrow(2, 0, 2), part(g, 2, 2), 0, 0, "piece 0");
+    check_close(gx.narrow(2, 2, 2), part(g, 0, 2), 0, 0, "piece 1");
+    check_close(gx.narrow(2, 4, 2), part(g, 4, 2), 0, 0, "piece 2");
+  }
+  {  // separately allocated grads (mul's backward makes each)
+    const std::vector<Tensor> p = chunk(x, 3, 2);
+    const Tensor gx = autograd::grad({cat({mul(p[0], 2.0), mul(p[1], 2.0), mul(p[2], 2.0)}, 2)}, {x}, {g})[0];
+    CHECK(!gx.shares_storage(g));
+    std::vector<double> want = gv;
+    for (double& w : want) w *= 2.0;
+    check_close(gx, want, 0, 0, "doubled");
+  }
+  {  // one piece unused: the engine gives it zeros, a separate tensor
+    const std::vector<Tensor> p = chunk(x, 3, 2);
+    const Tensor gx = autograd::grad({cat({p[0], p[1]}, 2)}, {x}, {g4})[0];
+    CHECK(!gx.shares_storage(g4));
+    check_close(gx.narrow(2, 0, 4), values_of(g4), 0, 0, "used pieces");
+    check_close(gx.narrow(2, 4, 2), zeros_of(12), 0, 0, "unused piece");
+  }
+}
+
 TEST_CASE("autograd shape: index_select, gather, scatter_add and index_add with duplicate indices") {
   const Tensor idx = index_tensor({2, 0, 2, 1}, {4});
   expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 1, idx); }, {leaf({2, 3}, 70)});

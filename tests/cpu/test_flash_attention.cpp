@@ -14,6 +14,8 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/nn_functional.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "memory/allocator.h"
 #include "tensor/factory.h"
 #include "tensor/ops/flash_attention.h"
 #include "tensor/random.h"
@@ -253,4 +255,177 @@ TEST_CASE("flash_attention cpu: errors") {
   const Tensor m = zeros({3, 5}, {kFloat32}).requires_grad_();
   check_error([&] { flash_attention(q, k, k, m); }, {"flash_attention", "requires grad"});
   CHECK_FALSE(ops::flash_attention_fused(q, k, k, Tensor()));  // CPU: the composed path
+}
+
+// ---- Note [Flash attention layouts]: results in the inputs' memory order -------------------
+
+namespace {
+
+/// q, k, v as nn::MultiheadAttention makes them: chunk(x, 3, -1) of x (B, T, 3 H E), each
+/// split into heads, (B, H, T, E) views with strides (T 3 H E, E, 3 H E, 1).
+struct Packed {
+  Tensor q, k, v;
+};
+Packed packed_heads(const Tensor& x, int64_t H) {
+  const int64_t D = x.size(2) / 3;
+  auto piece = [&](int64_t i) { return x.narrow(2, i * D, D).unflatten(-1, {H, D / H}).transpose(1, 2); };
+  return {piece(0), piece(1), piece(2)};
+}
+
+Shape sequence_major_strides(const Tensor& t) {  // (B, N, H, E) memory viewed as (B, H, N, E)
+  const int64_t N = t.size(2), H = t.size(1), E = t.size(3);
+  return {N * H * E, E, H * E, 1};
+}
+
+}  // namespace
+
+TEST_CASE("flash_attention cpu: packed qkv views give sequence-major out and one packed grad buffer") {
+  const int64_t B = 2, T = 6, H = 3, E = 4, D = H * E;
+  uint64_t seed = 500;
+  for (DType dt : {kFloat64, kFloat32, kBFloat16})
+    for (bool causal : {false, true})
+      for (bool masked : {false, true}) {
+        INFO(dtype_name(dt), " causal=", causal, " masked=", masked);
+        const Tensor x = random_tensor({B, T, 3 * D}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
+        const Tensor g = random_tensor({B, H, T, E}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
+        const Tensor mask = masked ? make_mask(MaskKind::FullFloat, {B, H, T, T, E}, dt, seed++) : Tensor();
+        const Packed p = packed_heads(x, H);
+        const ops::FlashAttentionOptions o{mask, causal, 0.6, 0.0};
+        const auto f = ops::flash_attention_forward(p.q, p.k, p.v, o);
+        CHECK(f.out.strides() == sequence_major_strides(f.out));
+        const auto gr = ops::flash_attention_backward(g, p.q, p.k, p.v, f.out, f.lse, o, f.range);
+        // One buffer (B, T, 3, H, E): dq, dk, dv with exactly q, k, v's strides, D apart.
+        CHECK(gr.dq.shares_storage(gr.dk));
+        CHECK(gr.dq.shares_storage(gr.dv));
+        CHECK(gr.dq.strides() == p.q.strides());
+        CHECK(gr.dk.strides() == p.k.strides());
+        CHECK(gr.dv.strides() == p.v.strides());
+        CHECK(gr.dk.storage_offset() - gr.dq.storage_offset() == D);
+        CHECK(gr.dv.storage_offset() - gr.dk.storage_offset() == D);
+        // The same values as contiguous copies of the same inputs, and as the float64 formula.
+        const Tensor qc = p.q.contiguous(), kc = p.k.contiguous(), vc = p.v.contiguous();
+        const auto fc = ops::flash_attention_forward(qc, kc, vc, o);
+        CHECK(fc.out.is_contiguous());
+        const auto gc = ops::flash_attention_backward(g, qc, kc, vc, fc.out, fc.lse, o, fc.range);
+        CHECK((gc.dq.is_contiguous() && gc.dk.is_contiguous() && gc.dv.is_contiguous()));
+        const double same = dt == kFloat64 ? 1e-12 : 0.0;  // identical arithmetic, identical roundings
+        check_close(f.out, values_of(fc.out), same, same, "out packed vs contiguous");
+        check_close(gr.dq, values_of(gc.dq), same, same, "dq packed vs contiguous");
+        check_close(gr.dk, values_of(gc.dk), same, same, "dk packed vs contiguous");
+        check_close(gr.dv, values_of(gc.dv), same, same, "dv packed vs contiguous");
+        const AttentionReference ref = attention_reference(p.q, p.k, p.v, mask, causal, 0.6, {}, g);
+        const double tol = tolerance(dt);
+        check_close(f.out, ref.out, tol, tol, "out");
+        check_close(gr.dq, ref.dq, tol, tol, "dq");
+        check_close(gr.dk, ref.dk, tol, tol, "dk");
+        check_close(gr.dv, ref.dv, tol, tol, "dv");
+      }
+}
+
+TEST_CASE("flash_attention cpu: mixed layouts keep their own order and values") {
+  const int64_t B = 2, T = 5, S = 7, H = 2, E = 3, D = H * E;
+  const Tensor x = random_tensor({B, T, 3 * D}, {kFloat64}, 600, Layout::Contiguous, -1.0, 1.0);
+  const Tensor y = random_tensor({B, S, 2 * D}, {kFloat64}, 601, Layout::Contiguous, -1.0, 1.0);
+  const Tensor kc = random_tensor({B, H, S, E}, {kFloat64}, 602, Layout::Contiguous, -1.0, 1.0);
+  const Tensor vc = random_tensor({B, H, S, E}, {kFloat64}, 603, Layout::Contiguous, -1.0, 1.0);
+  const Tensor g = random_tensor({B, H, T, E}, {kFloat64}, 604, Layout::Contiguous, -1.0, 1.0);
+  const Packed p = packed_heads(x, H);
+  const Tensor ks = y.narrow(2, 0, D).unflatten(-1, {H, E}).transpose(1, 2);
+  const Tensor vs = y.narrow(2, D, D).unflatten(-1, {H, E}).transpose(1, 2);
+  struct Variant {
+    const char* name;
+    Tensor q, k, v;
+    bool q_seq, k_seq, v_seq;
+  };
+  const Variant variants[] = {
+      {"only q packed-looking, contiguous k v", p.q, kc, vc, true, false, false},
+      {"q from one buffer, k v from another (L != S)", p.q, ks, vs, true, true, true},
+      {"chunks out of order (k, q, v)", p.k, p.q, p.v, true, true, true},
+      {"one tensor as q, k and v", p.q, p.q, p.q, true, true, true},
+      {"contiguous q, sequence-major k v", p.q.contiguous(), ks, vs, false, true, true},
+  };
+  for (const Variant& var : variants) {
+    CAPTURE(var.name);
+    const Tensor gq = g.narrow(2, 0, var.q.size(2));
+    const ops::FlashAttentionOptions o{Tensor(), false, {}, 0.0};
+    const auto f = ops::flash_attention_forward(var.q, var.k, var.v, o);
+    CHECK(f.out.strides() == (var.q_seq ? sequence_major_strides(f.out) : contiguous_strides(f.out.sizes())));
+    const auto gr = ops::flash_attention_backward(gq, var.q, var.k, var.v, f.out, f.lse, o, f.range);
+    CHECK(!(gr.dq.shares_storage(gr.dk) || gr.dk.shares_storage(gr.dv)));
+    CHECK(gr.dq.strides() == (var.q_seq ? sequence_major_strides(gr.dq) : contiguous_strides(gr.dq.sizes())));
+    CHECK(gr.dk.strides() == (var.k_seq ? sequence_major_strides(gr.dk) : contiguous_strides(gr.dk.sizes())));
+    CHECK(gr.dv.strides() == (var.v_seq ? sequence_major_strides(gr.dv) : contiguous_strides(gr.dv.sizes())));
+    const AttentionReference ref =
+        attention_reference(var.q, var.k, var.v, Tensor(), false, 1.0 / std::sqrt(double(E)), {}, gq);
+    check_close(f.out, ref.out, 1e-10, 1e-10, "out");
+    check_close(gr.dq, ref.dq, 1e-10, 1e-10, "dq");
+    check_close(gr.dk, ref.dk, 1e-10, 1e-10, "dk");
+    check_close(gr.dv, ref.dv, 1e-10, 1e-10, "dv");
+  }
+}
+
+TEST_CASE("flash_attention cpu: a backward given a contiguous out reads it through its strides") {
+  // The forward's out is sequence-major for packed inputs; the backward takes any layout of it.
+  const Tensor x = random_tensor({1, 4, 3 * 8}, {kFloat64}, 700, Layout::Contiguous, -1.0, 1.0);
+  const Tensor g = random_tensor({1, 2, 4, 4}, {kFloat64}, 701, Layout::Contiguous, -1.0, 1.0);
+  const Packed p = packed_heads(x, 2);
+  const auto f = ops::flash_attention_forward(p.q, p.k, p.v, {});
+  const auto a = ops::flash_attention_backward(g, p.q, p.k, p.v, f.out, f.lse, {}, f.range);
+  const auto b = ops::flash_attention_backward(g.transpose(1, 2).contiguous().transpose(1, 2), p.q, p.k, p.v,
+                                               f.out.contiguous(), f.lse, {}, f.range);
+  check_close(b.dq, values_of(a.dq), 1e-14, 1e-14, "dq");
+  check_close(b.dk, values_of(a.dk), 1e-14, 1e-14, "dk");
+  check_close(b.dv, values_of(a.dv), 1e-14, 1e-14, "dv");
+}
+
+TEST_CASE("flash_attention cpu: gradcheck through chunk + split heads (packed grads, split without cat)") {
+  const int64_t B = 2, T = 4, H = 2, E = 3, D = H * E;
+  const Tensor x = random_tensor({B, T, 3 * D}, {kFloat64}, 800, Layout::Contiguous, -1.0, 1.0).requires_grad_();
+  const Tensor pad = make_tensor({1, 1, 1, 0, 1, 1, 1, 1}, {B, 1, 1, T}, {kBool});
+  auto attend = [&](const Tensor& in, bool copies, bool causal) {
+    std::vector<Tensor> qkv = chunk(in, 3, -1);
+    for (Tensor& t : qkv) {
+      t = t.unflatten(-1, {H, E}).transpose(1, 2);
+      if (copies) t = t.contiguous();
+    }
+    return flash_attention(qkv[0], qkv[1], qkv[2], pad, causal).transpose(1, 2).reshape({B, T, D});
+  };
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const auto r = autograd::gradcheck([&](const TensorList& in) { return attend(in[0], false, causal); }, {x});
+    CHECK_MESSAGE(r.ok, r.report);
+    // The same gradient as with contiguous copies of q, k, v (the cat path).
+    const Tensor w = random_tensor({B, T, D}, {kFloat64}, 801);
+    const Tensor packed = autograd::grad({sum(mul(attend(x, false, causal), w))}, {x})[0];
+    const Tensor copied = autograd::grad({sum(mul(attend(x, true, causal), w))}, {x})[0];
+    check_close(packed, values_of(copied), 1e-12, 1e-12, "x's grad, packed vs copies");
+  }
+}
+
+TEST_CASE("flash_attention cpu: the attention block's layout changes around the kernels are views") {
+  // nn::MultiheadAttention's graph: proj (B, T, 3D) -> chunk -> split heads -> flash ->
+  // merge heads. The merge is a view of out; in the backward, proj's grad is the buffer of
+  // dq, dk, dv itself: against contiguous copies of q, k, v (the old layout), the backward
+  // saves the (B, T, D) copies of the three head merges and the (B, T, 3D) cat.
+  const int64_t B = 2, T = 5, H = 2, E = 4, D = H * E;
+  const Tensor x = random_tensor({B, T, 3 * D}, {kFloat32}, 900).requires_grad_();
+  auto backward_bytes = [&](bool copies) {
+    std::vector<Tensor> qkv = chunk(mul(x, 1.0), 3, -1);  // mul: a non-leaf standing in for linear
+    for (Tensor& t : qkv) {
+      t = t.unflatten(-1, {H, E}).transpose(1, 2);
+      if (copies) t = t.contiguous();
+    }
+    const Tensor out = flash_attention(qkv[0], qkv[1], qkv[2], Tensor(), true);
+    const Tensor merged = out.transpose(1, 2).reshape({B, T, D});
+    CHECK(merged.shares_storage(out) == !copies);
+    const Tensor loss = sum(merged);
+    const int64_t before = memory::stats(kCPU).allocated_bytes.allocated;
+    const Tensor gx = autograd::grad({loss}, {x})[0];
+    return std::pair{memory::stats(kCPU).allocated_bytes.allocated - before, values_of(gx)};
+  };
+  const auto [packed_bytes, packed_grad] = backward_bytes(false);
+  const auto [copies_bytes, copies_grad] = backward_bytes(true);
+  MESSAGE("backward allocations: packed ", packed_bytes, " bytes, contiguous copies ", copies_bytes);
+  CHECK(copies_bytes - packed_bytes >= 2 * B * T * 3 * D * int64_t(sizeof(float)));
+  check_close(packed_grad, copies_grad, 0, 0, "x's grad");
 }

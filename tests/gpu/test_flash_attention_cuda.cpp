@@ -2,9 +2,10 @@
 // on the same float16/bfloat16 inputs: forward (out, lse) and backward (dq, dk, dv) over
 // B=2, H=3, L=S in {1, 7, 64, 128, 200, 513} and head dims 32, 64, 80, 128; L != S; masks
 // (bool key padding, bool and float full, float (L, S)); causal; dropout (the mask dropout()
-// draws over the same range); strided (B, L, H, E) inputs; scaled_dot_product_attention's
-// routing with and without autocast; and the memory bound: forward + backward at T = 2048
-// allocate O(T), far below one (B, H, T, T) tensor.
+// draws over the same range); strided (B, L, H, E) inputs; packed qkv views, sequence-major
+// and contiguous inputs against the CPU kernels, with the results' layouts (Note [Flash
+// attention layouts]); scaled_dot_product_attention's routing with and without autocast; and
+// the memory bound: forward + backward at T = 2048 allocate O(T), far below one (B, H, T, T) tensor.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -161,6 +162,58 @@ TEST_CASE("flash_attention cuda: strided (B, L, H, E) inputs") {
   // The same values stored as (B, L, H, E) on the GPU and viewed as (B, H, L, E).
   check_cuda(c, in, Tensor(), false, 0.0,
              [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); });
+}
+
+TEST_CASE("flash_attention cuda: packed, sequence-major and contiguous inputs vs the CPU, and result layouts") {
+  // Note [Flash attention layouts]: q, k, v as chunk(x, 3, -1) + split heads of one (B, T, 3 H E)
+  // projection (packed), as separate (B, T, H, E) buffers (sequence-major) or contiguous.
+  const int64_t B = 2, H = 3, T = 150;
+  enum class Kind { Packed, SequenceMajor, Contiguous };
+  uint64_t seed = 1200;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (int64_t E : {64, 128}) {
+      const int64_t D = H * E;
+      const Tensor x = random_tensor({B, T, 3 * D}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
+      // dout as out_proj's backward hands it over: (B, T, H, E) memory viewed as (B, H, T, E).
+      const Tensor g = random_tensor({B, T, H, E}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0).transpose(1, 2);
+      const Tensor gpu_x = x.to(kGpu), gpu_g = g.transpose(1, 2).to(kGpu).transpose(1, 2);
+      const Shape seq_strides{T * H * E, E, H * E, 1};
+      for (Kind kind : {Kind::Packed, Kind::SequenceMajor, Kind::Contiguous})
+        for (bool causal : {false, true}) {
+          INFO(dtype_name(dt), " E=", E, " kind=", int(kind), " causal=", causal);
+          auto heads = [&](const Tensor& from, int64_t i) {
+            const Tensor t = from.narrow(2, i * D, D).unflatten(-1, {H, E}).transpose(1, 2);
+            if (kind == Kind::SequenceMajor) return t.transpose(1, 2).contiguous().transpose(1, 2);
+            return kind == Kind::Contiguous ? t.contiguous() : t;
+          };
+          const Tensor mask = key_padding(B, T);
+          const ops::FlashAttentionOptions cpu_o{mask, causal, {}, 0.0}, gpu_o{mask.to(kGpu), causal, {}, 0.0};
+          const auto cf = ops::flash_attention_forward(heads(x, 0), heads(x, 1), heads(x, 2), cpu_o);
+          const auto cg =
+              ops::flash_attention_backward(g, heads(x, 0), heads(x, 1), heads(x, 2), cf.out, cf.lse, cpu_o, cf.range);
+          const Tensor q = heads(gpu_x, 0), k = heads(gpu_x, 1), v = heads(gpu_x, 2);
+          const auto f = ops::flash_attention_forward(q, k, v, gpu_o);
+          const auto gr = ops::flash_attention_backward(gpu_g, q, k, v, f.out, f.lse, gpu_o, f.range);
+          const Shape want = kind == Kind::Contiguous ? contiguous_strides(q.sizes()) : seq_strides;
+          CHECK(f.out.strides() == want);
+          CHECK(gr.dq.strides() == q.strides());
+          CHECK(gr.dk.strides() == k.strides());
+          CHECK(gr.dv.strides() == v.strides());
+          CHECK(gr.dq.strides() == want);
+          const bool one_buffer = gr.dq.shares_storage(gr.dk) && gr.dq.shares_storage(gr.dv);
+          CHECK(one_buffer == (kind == Kind::Packed));
+          if (kind == Kind::Packed) {
+            CHECK(gr.dk.storage_offset() - gr.dq.storage_offset() == D);
+            CHECK(gr.dv.storage_offset() - gr.dk.storage_offset() == D);
+          }
+          // The CPU kernels round once on store; the CUDA ones round P and dS as well.
+          CHECK(relative_error(f.out, values_of(cf.out), "out") <= 1.5 * out_tol(dt));
+          CHECK(relative_error(f.lse, values_of(cf.lse), "lse") <= 1e-4);
+          CHECK(relative_error(gr.dq, values_of(cg.dq), "dq") <= 1.5 * grad_tol(dt));
+          CHECK(relative_error(gr.dk, values_of(cg.dk), "dk") <= 1.5 * grad_tol(dt));
+          CHECK(relative_error(gr.dv, values_of(cg.dv), "dv") <= 1.5 * grad_tol(dt));
+        }
+    }
 }
 
 TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fused kernels") {
