@@ -300,6 +300,8 @@ def judge(prefix, mode, precision, frugal_file, torch_file):
     excused = {k for k in over if frugal_f64[k] <= TORCH_ALLOWANCE * torch_f64[k]}
     rows = []
     for kind, err, key in worst_by_kind(against_ref, set(against_ref) - excused):
+        if key in over:  # say how far each one is from float64, as for the excused rows
+            key = f"{key} (vs float64: frugal {frugal_f64[key]:.2e}, torch {torch_f64[key]:.2e})"
         rows.append((kind, err, bounds[kind], key))
     for kind, err, key in worst_by_kind(against_ref, excused):
         note = (f"{key} (<= 2x torch: vs float64 frugal {frugal_f64[key]:.2e}, "
