@@ -264,6 +264,13 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   run_backward(edges, root_gradients(roots, grad_roots), retain_graph, nullptr);
 }
 
+void backward_releasing_roots(TensorList&& roots, const TensorList& grad_roots) {
+  const std::vector<Edge> edges = root_edges(roots);
+  const TensorList grads = root_gradients(roots, grad_roots);
+  roots.clear();  // the edges keep the graph; the outputs' storage is free for the backward
+  run_backward(edges, grads, /*retain_graph=*/false, nullptr);
+}
+
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
                 bool retain_graph) {
   std::unordered_map<Node*, TensorList> capture;

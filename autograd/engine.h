@@ -11,6 +11,11 @@ namespace frugal::autograd {
 /// Without retain_graph the saved tensors of the graph are freed as it runs.
 void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false);
 
+/// backward() that lets the roots' data go before the graph runs: the engine needs only
+/// their edges, so a checkpoint's recomputed outputs are not held through its backward
+/// (Note [Checkpoint recompute]). `roots` is emptied.
+void backward_releasing_roots(TensorList&& roots, const TensorList& grad_roots);
+
 /// Returns d(outputs)/d(inputs) * grad_outputs without touching any .grad.
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false);

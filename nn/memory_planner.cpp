@@ -45,11 +45,12 @@
 //       (the incoming gradient, the parameter gradients so far, the loss) + the
 //       recomputed activations so far + forward_extra_j; then its backward, module by
 //       module, plan state + recomputed activations up to j + backward_extra_j, plus
-//       for j < b-1 the recomputed output and its gradient, which CheckpointBackward
-//       holds through its nested backward. That recomputed output stays alive where the
-//       plain graph had freed it, so output_released_{b-1} is added to the recompute and
-//       to module b-1's backward. (Without it, a segment ending in a Conv2d was
-//       predicted one activation low: a 1 MiB input gradient + im2col peak was missed.)
+//       for j < b-1 the segment's incoming gradient, which CheckpointBackward holds
+//       through its nested backward. The recomputed output exists where the plain graph
+//       had freed it, so output_released_{b-1} is added to the recompute; it is let go
+//       before the nested backward (autograd::backward_releasing_roots). (Without the
+//       first, a segment ending in a Conv2d was predicted one activation low: a 1 MiB
+//       input gradient + im2col peak was missed.)
 //       The recompute holds the segment's cached_casts; its backward no longer does.
 //       (Before, every bias cast of a module checkpointed so far was missed: 512 B each.)
 // Measure. measure_step runs forward(plan, sample): a plain segment module by module,
@@ -364,9 +365,10 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
       }
       for (int64_t j = seg.begin; j < seg.end; ++j) recomputed -= mods[j].cached_casts;
       for (int64_t j = seg.end - 1; j >= seg.begin; --j) {
-        // The recomputed output and its gradient; at the last module its gradient is in
-        // backward_extra and its output in `recomputed` unless the plain graph freed it.
-        const int64_t held = j < seg.end - 1 ? 2 * last.output_bytes : last.output_released;
+        // The segment's incoming gradient, held through the nested backward (at the last
+        // module it is in backward_extra). The recomputed output is let go before that
+        // backward starts (autograd::backward_releasing_roots), unless its graph keeps it.
+        const int64_t held = j < seg.end - 1 ? last.output_bytes : 0;
         event(start[s] + recomputed + kept_input + mods[j].backward_extra + held);
         recomputed -= mods[j].activation_bytes - mods[j].cached_casts;
       }
