@@ -27,11 +27,13 @@
 //
 // Note [Pipeline busy time]
 // A stage's bubble is 1 - busy / step: busy sums each forward's and backward's own time.
-// The pipeline's bubble is the idle share of all stages' time, 1 - sum(busy) / sum(step):
-// the per-stage figure of the theory, (p - 1) / (m + p - 1), assumes stages of equal cost,
-// and with unequal ones the cheaper stage idles more while the dearer one idles less (with
-// 2 stages of 6 BERT layers, the second also computes its input's gradient: ~2% more work,
-// which lifts the first stage's own bubble from 0.111 to ~0.13 at m = 8).
+// The pipeline's bubble is the idle share of all stages' time over the pipeline's span,
+// 1 - sum(busy) / (p * longest step). (Each stage's own step ends when its own work does:
+// the last stage's ends before the first stage's final backward, so summing the stages' own
+// steps would leave that drain out.) The theory's (p - 1) / (m + p - 1) assumes stages of
+// equal cost; with unequal ones the cheaper stage idles more and the dearer one less (with
+// 2 stages of 6 BERT layers the second also computes its input's gradient, ~2% more work,
+// and the first stage's own bubble was 0.125 at m = 8 on 2 H200s).
 // On CUDA that is GPU time between two events recorded on the compute stream around the
 // work, read once the step has synchronized, so measuring neither stalls the host nor
 // changes the schedule; a stream wait on a received activation or gradient falls outside
@@ -400,14 +402,21 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
   comm_->broadcast(loss, comm_->size() - 1)->wait();
   stats.loss = double(loss.cpu().item<float>());
   stats.busy_seconds = stats.bubble_measured = stats.stage_bubble = -1.0;
-  if (options_.measure_busy) {  // the pipeline's bubble: every stage's step and busy time, summed
+  if (options_.measure_busy) {  // Note [Pipeline busy time]: this stage's, and the pipeline's
     stats.busy_seconds = run.busy;
-    const auto idle_share = [](double step, double busy) { return step > 0 ? (step - busy) / step : 0.0; };
+    const auto idle_share = [](double span, double busy) { return span > 0 ? 1.0 - busy / span : 0.0; };
     stats.stage_bubble = idle_share(stats.step_seconds, run.busy);
-    Tensor sums = from_vector<double>({stats.step_seconds, run.busy}, {2}).to(comm_->device());
-    comm_->all_reduce(sums)->wait();
-    const std::vector<double> total = sums.tolist<double>();
-    stats.bubble_measured = idle_share(total[0], total[1]);
+    // One max-reduction gives the longest step (slot 0) and every stage's busy time (its slot).
+    const int p = comm_->size();
+    std::vector<double> slots(size_t(p) + 1, 0.0);
+    slots[0] = stats.step_seconds;
+    slots[size_t(comm_->rank()) + 1] = run.busy;
+    Tensor all = from_vector(slots, {p + 1}).to(comm_->device());
+    comm_->all_reduce(all, ReduceOp::Max)->wait();
+    const std::vector<double> got = all.tolist<double>();
+    double busy_sum = 0.0;
+    for (int r = 1; r <= p; ++r) busy_sum += got[size_t(r)];
+    stats.bubble_measured = idle_share(double(p) * got[0], busy_sum);
   }
   const int p = comm_->size();
   stats.bubble_theoretical = double(p - 1) / double(m + p - 1);

@@ -55,7 +55,7 @@ struct PipelineStats {
   double loss = 0.0;                // the step's mean loss (every stage gets the last stage's)
   double step_seconds = 0.0;        // wall time of train_step on this stage
   double busy_seconds = 0.0;        // forward + backward compute of this stage
-  double bubble_measured = 0.0;     // idle share of all stages' time: 1 - sum(busy) / sum(step)
+  double bubble_measured = 0.0;     // idle share of all stages' time: 1 - sum(busy) / (p * longest step)
   double stage_bubble = 0.0;        // (step - busy) / step on this stage
   double bubble_theoretical = 0.0;  // (p - 1) / (m + p - 1)
   int64_t peak_in_flight = 0;       // most micro-batches whose activations this stage held at once
