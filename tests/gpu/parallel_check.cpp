@@ -304,6 +304,67 @@ void check_data_parallel(const CommPtr& world) {
   }
 }
 
+/// Bitwise: every element of got equals want's.
+void check_equal(const Tensor& got, const Tensor& want, const std::string& what) {
+  ++g_checks;
+  if (!got.defined() || got.sizes() != want.sizes() || values(got) != values(want)) {
+    ++g_failures;
+    std::printf("FAIL (rank %d): %s: not bitwise equal\n", g_rank, what.c_str());
+  }
+}
+
+// Dropout over NCCL on the GPU (Note [Tensor-parallel dropout]; the cpu suite checks the
+// layer against one process with the same streams): the replicated output, input gradient
+// and replicated parameters' gradients stay bitwise equal across ranks, dropout acts in
+// training at about its rate, and eval mode gives the dropout-free layer's output exactly.
+void check_tensor_parallel_dropout(const CommPtr& world) {
+  const Device dev = world->device();
+  auto rank0s = [&](const Tensor& t) {
+    Tensor copy = t.detach().contiguous().clone();
+    world->broadcast(copy, 0)->wait();
+    return copy;
+  };
+  for (bool pre_norm : {false, true}) {
+    const std::string tag = pre_norm ? " (pre-norm)" : " (post-norm)";
+    Generator g1(4), g2(4);
+    TensorParallelEncoderLayer with(
+        64, 4, 128, world,
+        {.pre_norm = pre_norm, .generator = &g1, .hidden_dropout = 0.2, .attention_dropout = 0.3, .dropout_seed = 91});
+    TensorParallelEncoderLayer without(64, 4, 128, world, {.pre_norm = pre_norm, .generator = &g2});
+    const Tensor x = randn_cpu({2, 8, 64}, 5).to(dev), c = randn_cpu({2, 8, 64}, 6).to(dev);
+    Tensor xg = leaf_on(x, dev);
+    const Tensor y = with.forward(xg);
+    sum(mul(y, c)).backward();
+    check_equal(y, rank0s(y), "TP dropout output equals rank 0's" + tag);
+    check_equal(xg.grad(), rank0s(xg.grad()), "TP dropout input grad equals rank 0's" + tag);
+    check_equal(with.output_norm->weight.grad(), rank0s(with.output_norm->weight.grad()),
+                "TP dropout norm grad equals rank 0's" + tag);
+    with.eval();
+    const Tensor y_eval = with.forward(x);
+    check_equal(y_eval, without.forward(x), "TP dropout eval output equals the p = 0 layer's" + tag);
+    ++g_checks;
+    if (values(y) == values(y_eval)) {
+      ++g_failures;
+      std::printf("FAIL (rank %d): TP dropout%s: training output equals eval output\n", g_rank, tag.c_str());
+    }
+  }
+  {  // the replicated stream drops the same elements on every rank, at rate p
+    TensorParallelRng rng(77, world);
+    const double p = 0.3;
+    const int64_t n = 1 << 20;
+    const Tensor kept = dropout(ones({n}, {kFloat32, dev}), p, true, &rng.replicated);
+    check_equal(kept, rank0s(kept), "replicated dropout mask equals rank 0's");
+    double zeros = 0;
+    for (double v : values(kept)) zeros += v == 0.0 ? 1.0 : 0.0;
+    const double dropped = zeros / double(n);
+    ++g_checks;
+    if (std::fabs(dropped - p) > 5.0 * std::sqrt(p * (1.0 - p) / double(n))) {
+      ++g_failures;
+      std::printf("FAIL (rank %d): replicated dropout dropped %g, expected %g\n", g_rank, dropped, p);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -318,6 +379,7 @@ int main() {
     g_rank = world->rank();
     ops::set_allow_tf32(false);  // the default; stated because TF32 (~1e-3) would fail every check
     check_tensor_parallel(world);
+    check_tensor_parallel_dropout(world);
     check_tensor_parallel_bert(world);
     check_tensor_parallel_vit(world);
     check_pipeline(world);
