@@ -7,6 +7,7 @@
 //              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
+//              [--profile-rows N]
 //
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
@@ -15,7 +16,8 @@
 // default) picks convolution algorithms by timing them during warm-up, as the PyTorch rows
 // run with torch.backends.cudnn.benchmark = True. --profile DIR runs one more step under the
 // memory profiler after the timed ones and prints its per-op time table (host and device ms:
-// where a step's time goes) and what is live at the peak; DIR gets trace.json and
+// where a step's time goes) and what is live at the peak (its N largest groups,
+// --profile-rows, 12 by default); DIR gets trace.json and
 // timeline.svg. --tf32 lets float32 convolutions and matmuls use TF32 tensor cores
 // (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is
 // how long the host took to queue forward and backward (the step's one synchronization,
@@ -65,7 +67,7 @@ constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 struct Args {
   std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
                      cudnn_benchmark = "on", profile_dir;
-  int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128;
+  int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12;
   bool amp = false, checkpoint = false, tf32 = false;
 };
 
@@ -73,7 +75,7 @@ const char* kUsage =
     "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint] [--tf32]\n"
     "                  [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
-    "                  [--cudnn-benchmark on|off] [--profile DIR]\n"
+    "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T]\n";
 
 std::optional<Args> parse(int argc, char** argv) {
@@ -103,6 +105,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flag == "--fused-bn-relu") a.fused_bn_relu = text();
     else if (flag == "--cudnn-benchmark") a.cudnn_benchmark = text();
     else if (flag == "--profile") a.profile_dir = text();
+    else if (flag == "--profile-rows") a.profile_rows = number();
     else if (flag == "--image-size") a.image_size = number();
     else if (flag == "--seq-len") a.seq_len = number();
     else if (flag == "-h" || flag == "--help") return std::nullopt;
@@ -243,7 +246,7 @@ void profile_one_step(const Args& a, Device device, nn::Module& model, optim::Op
   session.stop();
   session.write_files(a.profile_dir);
   std::printf("%s\n%s\nwrote %s/trace.json and %s/timeline.svg\n\n", session.op_time_table(25).c_str(),
-              session.top_allocations_table(12).c_str(), a.profile_dir.c_str(), a.profile_dir.c_str());
+              session.top_allocations_table(size_t(a.profile_rows)).c_str(), a.profile_dir.c_str(), a.profile_dir.c_str());
 }
 
 int run(const Args& a) {

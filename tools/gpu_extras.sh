@@ -4,7 +4,8 @@
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
 #   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
-#                                     parallel-bench resnet-ops attention train-step profile-resnet examples
+#                                     parallel-bench resnet-ops attention train-step profile-resnet
+#                                     profile-vit-ckpt examples
 #                                     profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,9 @@ for s in "$@"; do
     attention) run python3 tools/bench_attention.py --frugal "$BUILD/bench/bench_attention" ;;
     train-step) run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" ${TRAIN_STEP_ROWS:+--rows $TRAIN_STEP_ROWS} ;;
     profile-resnet) run "$BUILD/bench/train_step" --model resnet50 --batch 128 --amp --profile /tmp/profile_resnet ;;
+    profile-vit-ckpt)  # what is live at ViT-B/16 + checkpointing's peak, with its trace in $OUT
+      run "$BUILD/bench/train_step" --model vit_b16 --batch 128 --amp --checkpoint --profile /tmp/profile_vit_ckpt \
+        --profile-rows 40 && cp /tmp/profile_vit_ckpt/trace.json "${OUT:-/tmp}/vit_ckpt_trace.json" ;;
     examples)  # the models' training examples (issue 5's "training for real"), each under a time cap
       for prog in "train_resnet --device cuda" "train_vit --device cuda"; do
         run timeout ${EXAMPLE_TIMEOUT:-170} "$BUILD/examples/${prog%% *}" ${prog#* } --data-dir "$data" >/tmp/ex.log 2>&1
