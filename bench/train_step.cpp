@@ -246,7 +246,8 @@ void profile_one_step(const Args& a, Device device, nn::Module& model, optim::Op
   session.stop();
   session.write_files(a.profile_dir);
   std::printf("%s\n%s\nwrote %s/trace.json and %s/timeline.svg\n\n", session.op_time_table(25).c_str(),
-              session.top_allocations_table(size_t(a.profile_rows)).c_str(), a.profile_dir.c_str(), a.profile_dir.c_str());
+              session.top_allocations_table(size_t(a.profile_rows)).c_str(), a.profile_dir.c_str(),
+              a.profile_dir.c_str());
 }
 
 int run(const Args& a) {
