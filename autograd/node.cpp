@@ -56,7 +56,12 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     // for a channels-last leaf (the parameter's layout, as PyTorch; Note [Channels-last layout]).
     const bool channels_last = suggests_channels_last(leaf);
     const bool in_layout = channels_last ? is_channels_last(g) : g.is_contiguous();
-    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && in_layout;
+    // Stolen only when the gradient is its whole storage: a view of part of a buffer (a
+    // split's adjacent grads joined, Note [Split backward without a copy]) would keep the
+    // rest alive as long as .grad, labelled a gradient.
+    const bool whole =
+        g.storage_offset() == 0 && size_t(g.numel()) * element_size(g.dtype()) == g.impl().storage->nbytes;
+    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && in_layout && whole;
     if (sole_owner) {
       m.grad = g;
       // A stolen buffer was allocated as a backward temporary; it is a gradient now.

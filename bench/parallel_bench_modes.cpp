@@ -75,8 +75,6 @@ Step whole_model_step(nn::UnaryModule& model, const Tensor& x, const Tensor& y, 
   };
 }
 
-/// Times `step` into res (median seconds, this rank's peak memory) after two warm-up steps,
-/// whose losses are res.loss_first and res.loss_second.
 /// Seconds for one send_recv of `t` between pipeline neighbours (ranks 2j and 2j + 1;
 /// an odd last rank idles), median of 20 after 3 warm-ups, device synchronized around each.
 double time_exchange(Communicator& pp, const Tensor& t) {
@@ -94,6 +92,8 @@ double time_exchange(Communicator& pp, const Tensor& t) {
   return median(std::move(times));
 }
 
+/// Times `step` into res (median seconds, this rank's peak memory) after two warm-up steps,
+/// whose losses are res.loss_first and res.loss_second.
 void time_steps(Device device, int iters, const Step& step, ModeResult& res) {
   res.loss_first = step(true);
   res.loss_second = step(true);

@@ -86,10 +86,10 @@ void PendingChecks::add(Stream stream, const void* record, CheckMessage message)
       free_.push_back(s);
       throw;
     }
-    // Retire older checks first: the new one may already be complete (a tiny kernel), but
-    // raising it here would make where an error appears depend on timing.
-    failure = retire(/*oldest_only=*/true, "at a later index-checked op");
-    pending_.push_back(Pending{s, std::move(message)});
+    pending_.push_back(Pending{s, std::move(message)});  // filed first: a throw below cannot lose it
+    // Only older checks are retired here: the new one may already be complete (a tiny
+    // kernel), but raising it at its own op would make where an error appears depend on timing.
+    failure = retire(/*oldest_only=*/true, "at a later index-checked op", /*keep_newest=*/true);
   }
   if (!failure.empty()) throw Error(failure);
 }
@@ -99,15 +99,17 @@ void PendingChecks::resolve() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.empty()) return;
-    failure = retire(/*oldest_only=*/false, "at a later synchronization");
+    failure = retire(/*oldest_only=*/false, "at a later synchronization", /*keep_newest=*/false);
   }
   if (!failure.empty()) throw Error(failure);
 }
 
-std::string PendingChecks::retire(bool oldest_only, const char* where) {
+std::string PendingChecks::retire(bool oldest_only, const char* where, bool keep_newest) {
   std::string first;
   size_t failed = 0;
-  for (auto it = pending_.begin(); it != pending_.end();) {
+  // A count, not an end iterator: erasing from a deque's middle invalidates iterators.
+  size_t to_examine = pending_.size() - (keep_newest && !pending_.empty() ? 1 : 0);
+  for (auto it = pending_.begin(); to_examine > 0; --to_examine) {
     if (!transport_->completed(it->slot.event)) {
       if (oldest_only) break;
       ++it;

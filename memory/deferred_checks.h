@@ -103,7 +103,7 @@ class PendingChecks {
   Slot take_slot();
   // Retires completed checks (only the oldest run of them when `oldest_only`), freeing
   // their slots; returns the error text of the first failed one, or "".
-  std::string retire(bool oldest_only, const char* where);
+  std::string retire(bool oldest_only, const char* where, bool keep_newest);
 
   std::string device_name_;
   std::unique_ptr<CheckTransport> transport_;

@@ -245,6 +245,19 @@ TEST_CASE("autograd shape: split's backward concatenates grads that are not adja
   }
 }
 
+TEST_CASE("autograd shape: a leaf's .grad never keeps a larger buffer alive through a split's view") {
+  // The joined view covers only part of cat's gradient (the third piece is another input's):
+  // AccumulateGrad copies it rather than adopting the whole buffer.
+  const Tensor x = leaf({4, 3}, 76);
+  const std::vector<Tensor> p = chunk(x, 2, 0);
+  const Tensor c = random_tensor({2, 3}, kFloat64, 77), w = random_tensor({6, 3}, kFloat64, 78);
+  sum(mul(cat({p[0], p[1], mul(c, 2.0)}, 0), w)).backward();
+  const Tensor gx = x.grad();
+  CHECK(gx.storage_offset() == 0);
+  CHECK(gx.impl().storage->nbytes == size_t(gx.numel()) * sizeof(double));
+  check_close(gx, values_of(w.narrow(0, 0, 4).contiguous()), 0, 0, "x.grad");
+}
+
 TEST_CASE("autograd shape: index_select, gather, scatter_add and index_add with duplicate indices") {
   const Tensor idx = index_tensor({2, 0, 2, 1}, {4});
   expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 1, idx); }, {leaf({2, 3}, 70)});

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,6 +202,15 @@ TEST_CASE("deferred checks: a bad record that lands before add() returns is rais
               {"gather: index 8 at position 0", "detected at a later index-checked op"});
   CHECK_NOTHROW(checks.resolve());
   CHECK(checks.pending() == 0);
+}
+
+TEST_CASE("deferred checks: a message that throws while older checks retire loses no check") {
+  PendingChecks checks("fake:0", std::make_unique<FakeTransport>(/*immediate=*/true));
+  Records rec;
+  const memory::CheckMessage throwing = [](int64_t, int64_t) -> std::string { throw std::runtime_error("no memory"); };
+  CHECK_NOTHROW(checks.add(kFakeStream, rec.make(true, 1, 0), throwing));
+  CHECK_THROWS_AS(checks.add(kFakeStream, rec.make(false, 0, 0), message("embedding")), std::runtime_error);
+  CHECK(checks.pending() == 2);  // the failing one stays, and the new one was filed
 }
 
 TEST_CASE("deferred checks: adds and resolves from several threads") {

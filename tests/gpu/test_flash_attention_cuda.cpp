@@ -216,6 +216,29 @@ TEST_CASE("flash_attention cuda: packed, sequence-major and contiguous inputs vs
     }
 }
 
+TEST_CASE("flash_attention cuda: packed q, k, v with an odd stride on a size-1 dim") {
+  // One head (H = 1): its stride never addresses anything, so it may be odd; the packed
+  // gradients copy it, and the pair stores must not refuse them.
+  const int64_t B = 2, T = 40, E = 64;
+  const Tensor x = random_tensor({B, T, 3 * E}, {kFloat16}, 1300, Layout::Contiguous, -1.0, 1.0);
+  const Tensor g = random_tensor({B, 1, T, E}, {kFloat16}, 1301, Layout::Contiguous, -1.0, 1.0);
+  auto heads = [&](const Tensor& from, int64_t i) {
+    return from.as_strided({B, 1, T, E}, {T * 3 * E, 1, 3 * E, 1}, from.storage_offset() + i * E);
+  };
+  const ops::FlashAttentionOptions o{};
+  const auto cf = ops::flash_attention_forward(heads(x, 0), heads(x, 1), heads(x, 2), o);
+  const auto cg = ops::flash_attention_backward(g, heads(x, 0), heads(x, 1), heads(x, 2), cf.out, cf.lse, o, cf.range);
+  const Tensor gx = x.to(kGpu);
+  const Tensor q = heads(gx, 0), k = heads(gx, 1), v = heads(gx, 2);
+  const auto f = ops::flash_attention_forward(q, k, v, o);
+  ops::FlashAttentionGrads gr;
+  REQUIRE_NOTHROW(gr = ops::flash_attention_backward(g.to(kGpu), q, k, v, f.out, f.lse, o, f.range));
+  CHECK(relative_error(f.out, values_of(cf.out), "out") <= 1.5 * out_tol(kFloat16));
+  CHECK(relative_error(gr.dq, values_of(cg.dq), "dq") <= 1.5 * grad_tol(kFloat16));
+  CHECK(relative_error(gr.dk, values_of(cg.dk), "dk") <= 1.5 * grad_tol(kFloat16));
+  CHECK(relative_error(gr.dv, values_of(cg.dv), "dv") <= 1.5 * grad_tol(kFloat16));
+}
+
 TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fused kernels") {
   const Case c{2, 4, 96, 96, 64};
   const Inputs in = make_inputs(c, kFloat32, 1100);
