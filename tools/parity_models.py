@@ -310,6 +310,20 @@ def judge(prefix, mode, precision, frugal_file, torch_file):
     return rows, not (over - excused)
 
 
+def explain(prefix, mode, frugal_file, torch_file, key, label, count=8):
+    """The `count` elements of `key` where frugal and PyTorch differ most, beside float64."""
+    from safetensors.torch import load_file
+    exact = load_file(f"{prefix}golden_{mode}.safetensors")
+    ours, theirs = load_file(frugal_file), load_file(torch_file)
+    if key not in exact or key not in ours or key not in theirs:
+        return
+    x, a, b = (t[key].double().flatten() for t in (exact, ours, theirs))
+    print(f"{label}: {key} {tuple(exact[key].shape)}, max |float64| {x.abs().max().item():.3e}")
+    print(f"  {'index':>8} {'float64':>12} {'torch':>12} {'frugal':>12} {'frugal-torch':>13}")
+    for i in (a - b).abs().argsort(descending=True)[:count].tolist():
+        print(f"  {i:>8} {x[i].item():>12.4e} {b[i].item():>12.4e} {a[i].item():>12.4e} {(a[i] - b[i]).item():>13.3e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
@@ -319,6 +333,8 @@ def main():
     ap.add_argument("--golden", action="store_true", help="only write the small goldens into tests/golden/")
     ap.add_argument("--only", default="", help="comma-separated cases to run (default: all)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--explain", default="", help="a tensor name (e.g. grad.layer3.1.bn2.bias): print its elements "
+                                                  "where frugal and PyTorch differ most, with the float64 answer")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -365,6 +381,8 @@ def main():
                     continue
                 torch_run = f"{prefix}golden_{mode}_amp.safetensors" if precision == "amp" else \
                     f"{prefix}torch_{mode}_fp32.safetensors"
+                if args.explain:
+                    explain(prefix, mode, result, torch_run, args.explain, f"{case} {mode} {precision}")
                 rows, ok = judge(prefix, mode, precision, result, torch_run)
                 for kind, err, bound, key in rows:
                     table.append((case, mode, precision, kind, err, bound, key))
