@@ -290,7 +290,8 @@ TORCH_ALLOWANCE = 2.0
 
 
 def judge(prefix, mode, precision, frugal_file, torch_file):
-    """Rows (kind, err, bound, note) for frugal's run, and whether all pass."""
+    """Rows (kind, err, bound, note) for frugal's run, whether all pass, and PyTorch's run's
+    errors against float64 ({key: err}, the table's context rows)."""
     bounds = BOUNDS[precision]
     golden_mode = mode if precision == "fp32" else mode + "_amp"
     against_ref = errors_by_key(prefix, golden_mode, frugal_file, bounds)
@@ -307,7 +308,7 @@ def judge(prefix, mode, precision, frugal_file, torch_file):
         note = (f"{key} (<= 2x torch: vs float64 frugal {frugal_f64[key]:.2e}, "
                 f"torch {torch_f64[key]:.2e})")
         rows.append((kind, err, float("inf"), note))
-    return rows, not (over - excused)
+    return rows, not (over - excused), torch_f64
 
 
 def explain(prefix, mode, frugal_file, torch_file, key, label, count=8):
@@ -383,12 +384,11 @@ def main():
                     f"{prefix}torch_{mode}_fp32.safetensors"
                 if args.explain:
                     explain(prefix, mode, result, torch_run, args.explain, f"{case} {mode} {precision}")
-                rows, ok = judge(prefix, mode, precision, result, torch_run)
+                rows, ok, torch_f64 = judge(prefix, mode, precision, result, torch_run)
                 for kind, err, bound, key in rows:
                     table.append((case, mode, precision, kind, err, bound, key))
                 failed |= not ok
                 # context: how far PyTorch's own run in this precision is from float64
-                torch_f64 = errors_by_key(prefix, mode, torch_run, BOUNDS[precision])
                 for kind, err, key in worst_by_kind(torch_f64):
                     table.append((case, mode, "torch-" + precision, kind, err, float("inf"), "vs float64: " + key))
 
