@@ -4,6 +4,7 @@
 // slot of its own, and the main thread compares it with the single-process reference.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,8 @@ inline void check_equiv(const Tensor& actual, const Tensor& expected, const std:
 /// One slot per rank, written by that rank's thread only.
 template <typename T>
 using PerRank = std::vector<T>;
+
+/// A rank's named results, compared after the ranks have joined.
+using Results = std::map<std::string, Tensor>;
 
 }  // namespace frugal::testing

@@ -25,11 +25,7 @@ using namespace frugal::testing;
 using parallel::CommPtr;
 using parallel::run_ranks;
 
-namespace {
-
-using Results = std::map<std::string, Tensor>;
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("tensor-parallel BERT: logits, loss and gradients equal BertForMaskedLM's at 2 and 4 ranks") {
   auto ref = bert_reference_model();

@@ -24,8 +24,6 @@ using parallel::run_ranks;
 
 namespace {
 
-using Results = std::map<std::string, Tensor>;
-
 /// A replicated input leaf for one rank (its own handle, so each rank has its own .grad).
 Tensor rank_input(const Tensor& x) {
   Tensor t = x.detach().clone();

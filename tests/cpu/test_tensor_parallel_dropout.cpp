@@ -37,8 +37,6 @@ void run_on(int p, F&& f) {
   else parallel::run_ranks(p, f);
 }
 
-using Results = std::map<std::string, Tensor>;
-
 /// Runs f(comm, this rank's results) on p thread ranks (once with a null communicator when
 /// p == 1) and returns every rank's results.
 PerRank<Results> each_rank(int p, const std::function<void(const CommPtr&, Results&)>& f) {

@@ -26,8 +26,6 @@ using parallel::run_ranks;
 
 namespace {
 
-using Results = std::map<std::string, Tensor>;
-
 bool is_split_key(const std::string& k) {
   return k.find("in_proj") != std::string::npos || k.find("out_proj.weight") != std::string::npos ||
          k.find("mlp.0.") != std::string::npos || k.find("mlp.3.weight") != std::string::npos;
