@@ -11,8 +11,14 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> module) {
   modules_.push_back(std::move(module));
 }
 
-Tensor Sequential::forward(const Tensor& x) {
-  Tensor h = x;
+Tensor Sequential::forward(const Tensor& x) { return run(x); }
+
+Tensor Sequential::consume(Tensor x) {
+  memory::ModuleScope scope(this);  // what operator() would have done
+  return run(std::move(x));
+}
+
+Tensor Sequential::run(Tensor h) {
   for (const auto& m : modules_) h = (*m)(h);  // through operator(): the profiler sees each module
   return h;
 }

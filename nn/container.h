@@ -14,6 +14,11 @@ class Sequential : public UnaryModule {
   Sequential(std::initializer_list<std::shared_ptr<UnaryModule>> modules);
   void push_back(std::shared_ptr<UnaryModule> module);
   Tensor forward(const Tensor& x) override;
+  /// forward() for an input the caller hands over (a temporary, or std::move(x)): each
+  /// intermediate, the input included, is let go as soon as the next module has run,
+  /// where forward(const Tensor&) leaves the caller's input alive until the call returns.
+  /// For inputs computed just for this call, e.g. mlp.consume(ln(x)) in a transformer block.
+  Tensor consume(Tensor x);
   std::string type_name() const override { return "Sequential"; }
   size_t size() const { return modules_.size(); }
   const std::shared_ptr<UnaryModule>& operator[](size_t i) const { return modules_.at(i); }
@@ -22,6 +27,7 @@ class Sequential : public UnaryModule {
   void on_replace_module(const std::string& name, const std::shared_ptr<Module>& module) override;
 
  private:
+  Tensor run(Tensor h);
   std::vector<std::shared_ptr<UnaryModule>> modules_;
 };
 

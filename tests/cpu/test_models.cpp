@@ -11,7 +11,9 @@
 #include <functional>
 #include <set>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
+#include "memory/allocator.h"
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
@@ -320,6 +322,28 @@ TEST_CASE("models: checkpoint_blocks gives the same gradients") {
     cross_entropy(ckpt.forward(x), y).backward();
     check_same_grads(plain, ckpt);
   }
+}
+
+TEST_CASE("models: a ViT block lets each layer norm's output go once the next projection has run") {
+  // Forward without grad (a checkpoint's first pass) of one block, MLP 8x wide, so the MLP
+  // phase is the peak: x (1 unit = B*T*hidden floats), mlp.0's output and GELU's output
+  // (8 units each). A layer norm output held to the block's end would add a unit each.
+  models::ViTConfig c = tiny_vit();
+  c.hidden_dim = 64, c.mlp_dim = 512, c.num_heads = 2;
+  manual_seed(8);
+  models::EncoderBlock block(c);
+  const Tensor input = randn({4, 8, c.hidden_dim});
+  const int64_t unit = input.numel() * int64_t(sizeof(float));
+  NoGradGuard no_grad;
+  memory::empty_cache(kCPU);
+  const int64_t before = memory::stats(kCPU).allocated_bytes.current;
+  memory::reset_peak(kCPU);
+  const Tensor y = block.forward(input);
+  const int64_t peak = memory::stats(kCPU).allocated_bytes.peak - before;
+  MESSAGE("block forward peak above its input: ", double(peak) / double(unit), " units");
+  CHECK(peak >= 17 * unit);
+  CHECK(peak < 17 * unit + unit / 2);
+  CHECK(y.sizes() == input.sizes());
 }
 
 TEST_CASE("models: ResNet fused_bn_relu equals the unfused blocks") {
