@@ -111,6 +111,13 @@ void time_steps(Device device, int iters, const Step& step, ModeResult& res) {
   res.peak_gib = double(memory::stats(device).allocated_bytes.peak) / double(1 << 30);
 }
 
+/// MiB of `model`'s parameters: what tensor parallelism and pipeline stages divide.
+double parameter_mib(nn::Module& model) {
+  int64_t bytes = 0;
+  for (const Tensor& p : model.parameters()) bytes += p.numel() * int64_t(element_size(p.dtype()));
+  return double(bytes) / double(1 << 20);
+}
+
 /// x reduced over the ranks of `comm`.
 double reduce_over(Communicator& comm, double x, ReduceOp op) {
   Tensor t = full({1}, x, {kFloat64, comm.device()});
@@ -199,6 +206,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   // An AdamW step of the whole encoder, split across `tp`, on the whole batch.
   auto time_whole_batch = [&](const CommPtr& tp, ModeResult& res) {
     auto model = make_encoder(m, tp, dev, 0, m.layers);
+    res.param_mib = parameter_mib(*model);
     optim::AdamW opt(model->parameters(), {.lr = kLearningRate});
     time_steps(dev, opts.iters,
                whole_model_step(*model, x_full, y_full, opt, [](const Tensor& l) { return l.item<double>(); }), res);
@@ -208,6 +216,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     const StageBounds bounds = split_by_index(size_t(m.layers), pp->size());
     const auto [first, last] = bounds[size_t(pp->rank())];
     auto stage_model = make_encoder(m, tp, dev, int64_t(first), int64_t(last));
+    res.param_mib = parameter_mib(*stage_model);
     // Throughput without the busy-time timers; then the measured bubble, the median of three
     // timed steps (Note [Pipeline busy time]: events on the stream, the same schedule).
     PipelineStage stage(stage_model, pp, {.schedule = Schedule::OneFOneB, .micro_batches = M, .measure_busy = false});
@@ -244,6 +253,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   // the model in DDP (its step reduce-scatters the gradients).
   auto time_data_parallel = [&](bool weak, bool zero, ModeResult& res) {
     auto model = make_encoder(m, nullptr, dev, 0, m.layers);
+    res.param_mib = parameter_mib(*model);
     const int64_t per = weak ? opts.batch : opts.batch / N;
     const Tensor x = weak ? x_full : x_full.narrow(0, r * per, per);
     const Tensor y = weak ? y_full : y_full.narrow(0, r * per, per);
@@ -299,6 +309,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   for (ModeResult& res : results) {
     res.step_s = reduce_over(*world, res.step_s, ReduceOp::Max);  // the slowest rank sets the pace
     res.peak_gib = reduce_over(*world, res.peak_gib, ReduceOp::Max);
+    res.param_mib = reduce_over(*world, res.param_mib, ReduceOp::Max);
     res.loss_first = broadcast_from_0(*world, res.loss_first);  // rank 0 holds every mode's global loss
     res.loss_second = broadcast_from_0(*world, res.loss_second);
     res.samples_per_s = double(res.samples) / res.step_s;
@@ -316,15 +327,15 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
               (long long)m.layers, (long long)m.hidden, (long long)m.heads, (long long)m.ffn, (long long)m.seq,
               (long long)opts.batch, world.size(),
               cpu ? "thread rank(s) on the CPU (memory: the process's)" : "GPU(s)");
-  std::printf("%-16s %5s %10s %11s %11s %14s %12s\n", "mode", "ranks", "step ms", "samples/s", "efficiency",
-              "peak GiB/rank", "bubble m/t");
+  std::printf("%-16s %5s %10s %11s %11s %14s %15s %12s\n", "mode", "ranks", "step ms", "samples/s", "efficiency",
+              "peak GiB/rank", "param MiB/rank", "bubble m/t");
   for (const ModeResult& res : results) {
     char eff[32] = "-", bubble[32] = "-";
     if (res.efficiency >= 0) std::snprintf(eff, sizeof eff, "%.1f%%", 100 * res.efficiency);
     if (res.bubble_theory >= 0)
       std::snprintf(bubble, sizeof bubble, "%.3f/%.3f", res.bubble_measured, res.bubble_theory);
-    std::printf("%-16s %5d %10.1f %11.1f %11s %14.2f %12s\n", res.label.c_str(), res.ranks, res.step_s * 1e3,
-                res.samples_per_s, eff, res.peak_gib, bubble);
+    std::printf("%-16s %5d %10.1f %11.1f %11s %14.2f %15.1f %12s\n", res.label.c_str(), res.ranks, res.step_s * 1e3,
+                res.samples_per_s, eff, res.peak_gib, res.param_mib, bubble);
   }
   for (const ModeResult& res : results)
     if (res.exchange_ms >= 0)
@@ -336,7 +347,8 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
     const char* k = res.key.c_str();
     std::printf("%s_samples_per_s: %.2f\n", k, res.samples_per_s);
     if (res.efficiency >= 0) std::printf("%s_efficiency: %.4f\n", k, res.efficiency);
-    std::printf("%s_peak_gib: %.3f\n%s_loss_after_step: %.6f\n", k, res.peak_gib, k, res.loss_second);
+    std::printf("%s_peak_gib: %.3f\n%s_param_mib: %.2f\n%s_loss_after_step: %.6f\n", k, res.peak_gib, k,
+                res.param_mib, k, res.loss_second);
     if (res.bubble_theory >= 0)
       std::printf("%s_bubble_measured: %.4f\n%s_bubble_theoretical: %.4f\n", k, res.bubble_measured, k,
                   res.bubble_theory);

@@ -28,6 +28,13 @@ namespace {
 /// The tiny encoder's mean-squared-error loss on the bench's batch, before and after one
 /// AdamW step, with plain layers drawn from the bench's seeds: the reference every mode
 /// must reproduce.
+/// One encoder layer's parameters: q, k, v and output projections with biases, the MLP's two
+/// linears with biases, two layer norms (BERT-base: 7,087,872).
+int64_t layer_parameters(const bench::ModelConfig& m) {
+  const int64_t h = m.hidden, f = m.ffn;
+  return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
+}
+
 std::pair<double, double> reference_losses(const bench::ModelConfig& m, int64_t batch) {
   std::vector<std::shared_ptr<parallel::TensorParallelEncoderLayer>> layers;
   std::vector<Tensor> params;
@@ -55,6 +62,7 @@ std::pair<double, double> reference_losses(const bench::ModelConfig& m, int64_t 
 
 TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-process model") {
   const bench::ModelConfig tiny = bench::model_config("tiny");
+  REQUIRE(layer_parameters(bench::model_config("base")) == 7087872);
   const int64_t batch = 8;
   const int micro = 4;
   const auto [ref_first, ref_second] = reference_losses(tiny, batch);
@@ -81,6 +89,13 @@ TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-
       CHECK((std::isfinite(res.samples_per_s) && res.samples_per_s > 0));
       CHECK((std::isfinite(res.efficiency) && res.efficiency > 0));
       CHECK((std::isfinite(res.peak_gib) && res.peak_gib > 0));
+      // Parameters per rank: tensor parallelism splits all but 6 h per layer (the row-parallel
+      // layers' biases and both layer norms), stages split the layers.
+      const int tp_ways = res.mode == "tp" ? n : res.mode == "grid" ? 2 : 1;
+      const int stages = res.mode == "pp" ? n : res.mode == "grid" ? n / 2 : 1;
+      const int64_t replicated = 6 * tiny.hidden, per_layer = layer_parameters(tiny);
+      const int64_t per_rank = (tiny.layers / stages) * ((per_layer - replicated) / tp_ways + replicated);
+      CHECK(res.param_mib == doctest::Approx(double(per_rank * 4) / double(1 << 20)));
       const bool pipeline = res.mode == "pp" || res.mode == "grid";
       if (pipeline) {
         const int p = res.mode == "pp" ? n : n / 2;
