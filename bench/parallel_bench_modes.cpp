@@ -347,8 +347,8 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
     const char* k = res.key.c_str();
     std::printf("%s_samples_per_s: %.2f\n", k, res.samples_per_s);
     if (res.efficiency >= 0) std::printf("%s_efficiency: %.4f\n", k, res.efficiency);
-    std::printf("%s_peak_gib: %.3f\n%s_param_mib: %.2f\n%s_loss_after_step: %.6f\n", k, res.peak_gib, k,
-                res.param_mib, k, res.loss_second);
+    std::printf("%s_peak_gib: %.3f\n%s_param_mib: %.2f\n%s_loss_after_step: %.6f\n", k, res.peak_gib, k, res.param_mib,
+                k, res.loss_second);
     if (res.bubble_theory >= 0)
       std::printf("%s_bubble_measured: %.4f\n%s_bubble_theoretical: %.4f\n", k, res.bubble_measured, k,
                   res.bubble_theory);

@@ -54,7 +54,7 @@ struct ModeResult {
   int ranks = 1;
   int64_t samples = 0;  // per step over all ranks
   double step_s = 0, samples_per_s = 0, peak_gib = 0;
-  double param_mib = 0;  // the parameters one rank holds (the most over the ranks), MiB
+  double param_mib = 0;                             // the parameters one rank holds (the most over the ranks), MiB
   double efficiency = -1;                           // samples/s / (ranks * single's samples/s); -1 without single
   int stages = 0;                                   // pipeline modes: the number of stages
   double bubble_measured = -1, bubble_theory = -1;  // pipeline modes only (PipelineStats)
