@@ -3,7 +3,7 @@
 # log (the GPU machine returns few files). Called by tools/gpu_check.sh --cmd with $BUILD
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
-#   tools/gpu_extras.sh SECTION...   (nccl parallel golden parity parity-full memory svd
+#   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
 #                                     profile)
@@ -18,6 +18,11 @@ for s in "$@"; do
   case "$s" in
     nccl) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/tests/nccl_check" ;;
     parallel) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/tests/parallel_check" ;;
+    mpi)  # the same checks started by Open MPI instead of frugal-run (OMPI_COMM_WORLD_* variables)
+      for prog in nccl_check parallel_check; do
+        run env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root -np 2 \
+          -x MASTER_PORT=${MPI_MASTER_PORT:-29533} "$BUILD/tests/$prog"
+      done ;;
     golden) run python3 tools/parity_models.py --golden && tar -cf "${OUT:-/tmp}/goldens.tar" tests/golden && ls -la tests/golden ;;
     parity) run python3 tools/parity_models.py --build "$BUILD" --device cuda ;;
     parity-full) run python3 tools/parity_models.py --build "$BUILD" --device cuda --full ;;
