@@ -13,6 +13,7 @@
 // overflow the stack.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ class Node {
   /// those may run again after a backward without retain_graph, as in PyTorch. Autocast's
   /// cached weight casts rely on it: one cast serves every backward in its scope.
   virtual bool saves_tensors() const { return true; }
+  /// The dtype this node turns an incoming gradient into before passing it on, if it only
+  /// converts (a cast's backward: its source's dtype). A producer may then compute the
+  /// gradient in that dtype directly (Note [Weight gradients in the master dtype]).
+  virtual std::optional<DType> converts_gradient_to() const { return std::nullopt; }
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;

@@ -30,6 +30,9 @@ class DerivedBackward final : public Node {
     return "DerivedBackward";
   }
   bool saves_tensors() const override { return false; }  // sizes, dtype and device only
+  std::optional<DType> converts_gradient_to() const override {
+    return info.kind == DerivedInfo::Kind::Convert ? std::optional<DType>(in_dtype) : std::nullopt;
+  }
 
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];

@@ -79,29 +79,32 @@ int as_int(const char* op, int64_t v, const char* what) {
 constexpr int64_t kMaxBatchPerCall = 65535;  // stay within the grid's y/z limits of every cuBLAS kernel
 
 // out: (B, M, N) contiguous; a: (B, M, K); b: (B, K, N). out = a @ b, or out += a @ b when `accumulate`.
+// out is in a's dtype, or float32 for float16/bfloat16 operands (the accumulator unrounded).
 void gemm(const char* op, const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
   const int64_t batch = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
-  const BlasTypes types = blas_types(op, out.dtype(), out.device());
+  const BlasTypes types = blas_types(op, a.dtype(), out.device());
+  const cudaDataType_t out_type =
+      out.dtype() == a.dtype() ? types.data : blas_types(op, out.dtype(), out.device()).data;
   const ColumnMajor A = column_major(b), B = column_major(a);  // out^T = b^T a^T
   const int m = as_int(op, N, "N"), n = as_int(op, M, "M"), k = as_int(op, K, "K");
   const int lda = as_int(op, A.ld, "leading dimension"), ldb = as_int(op, B.ld, "leading dimension");
   const Scalars s(1.0, accumulate ? 1.0 : 0.0);
-  const int64_t es = int64_t(out.element_size());
+  const int64_t es = int64_t(a.element_size()), out_es = int64_t(out.element_size());
   DeviceGuard guard(out.device());
   cublasHandle_t h = cublas_handle(out.device());
   for (int64_t first = 0; first < batch; first += kMaxBatchPerCall) {
     const int count = int(std::min(kMaxBatchPerCall, batch - first));
     const char* pa = A.ptr + first * A.batch_stride * es;
     const char* pb = B.ptr + first * B.batch_stride * es;
-    char* pc = static_cast<char*>(out.data()) + first * M * N * es;
+    char* pc = static_cast<char*>(out.data()) + first * M * N * out_es;
     if (count == 1) {
       FRUGAL_CUBLAS_CHECK(cublasGemmEx(h, A.op, B.op, m, n, k, s.alpha(types.scale), pa, types.data, lda, pb,
-                                       types.data, ldb, s.beta(types.scale), pc, types.data, m, types.compute,
+                                       types.data, ldb, s.beta(types.scale), pc, out_type, m, types.compute,
                                        CUBLAS_GEMM_DEFAULT));
     } else {
       FRUGAL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           h, A.op, B.op, m, n, k, s.alpha(types.scale), pa, types.data, lda, A.batch_stride, pb, types.data, ldb,
-          B.batch_stride, s.beta(types.scale), pc, types.data, m, M * N, count, types.compute, CUBLAS_GEMM_DEFAULT));
+          B.batch_stride, s.beta(types.scale), pc, out_type, m, M * N, count, types.compute, CUBLAS_GEMM_DEFAULT));
     }
   }
 }

@@ -22,6 +22,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 
 /// 2-D matrix product: a (M, K) @ b (K, N) -> (M, N).
 Tensor mm(const Tensor& a, const Tensor& b);
+/// mm with the result in `out_dtype`: a's dtype (plain mm), or float32 for float16/bfloat16
+/// operands, where the GEMM's float32 accumulator is written without rounding to 16 bits
+/// (on the CPU, the operands are widened first). For float32 weight gradients of float16
+/// products (Note [Weight gradients in the master dtype]).
+Tensor mm(const Tensor& a, const Tensor& b, DType out_dtype);
 
 /// Batched matrix product without broadcasting: a (B, M, K) @ b (B, K, N) -> (B, M, N).
 Tensor bmm(const Tensor& a, const Tensor& b);
@@ -52,7 +57,8 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const T
 }  // namespace frugal::ops::cpu
 
 namespace frugal::ops::cuda {
-// out: (B, M, N) contiguous; a: (B, M, K); b: (B, K, N); batch strides may be 0
+// out: (B, M, N) contiguous, in a's dtype or float32 (a, b float16/bfloat16); a: (B, M, K);
+// b: (B, K, N); batch strides may be 0
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b);
 // out: (M, N) contiguous; x: (M, K); wt: (K, N) (the transposed weight); bias: (N) contiguous or undefined
 void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias);

@@ -19,6 +19,7 @@
 #include "nn/layers.h"
 #include "nn/linear.h"
 #include "tensor/factory.h"
+#include "tensor/ops/matmul.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -310,6 +311,49 @@ TEST_CASE("autocast: a parameter used twice is cast once, and its gradient sums 
   w.set_grad(Tensor());
   sum(linear(x1, v)).backward();
   CHECK(v.grad().defined());
+}
+
+TEST_CASE("autocast: a linear weight's gradient is computed in float32, not rounded to the low dtype") {
+  // Note [Weight gradients in the master dtype]: g^T x with g and x in the low dtype, summed
+  // in float32 and never rounded to 16 bits. The reference is the float64 product of the
+  // same low-dtype operands; a 16-bit result would be ~2^-9 (float16) or ~2^-6 (bfloat16)
+  // of the largest entry away, a float32 one ~1e-6.
+  const Tensor x = random_tensor({64, 32}, kFloat32, 11);
+  for (DType low : kLowDtypes) {
+    CAPTURE(dtype_name(low));
+    Tensor w = leaf({16, 32}, 12, 0.5);
+    Tensor y;
+    {
+      AutocastGuard amp(kCPU, low);
+      y = linear(x, w);
+    }
+    REQUIRE(y.dtype() == low);
+    const Tensor g = random_tensor({64, 16}, kFloat32, 13).to(low);
+    y.backward(g);
+    REQUIRE(w.grad().dtype() == kFloat32);
+    const Tensor want = ops::mm(g.to(kFloat64).t(), x.to(low).to(kFloat64));
+    check_close_scaled(w.grad(), want, 1e-5, "w.grad vs float64 g^T x");
+    // Used twice through the one cached cast, the float32 gradients of both uses add.
+    w.set_grad(Tensor());
+    {
+      AutocastGuard amp(kCPU, low);
+      y = linear(x, w) + linear(x, w) * 2.0;
+    }
+    y.backward(g);
+    check_close_scaled(w.grad(), mul(want, 3.0), 1e-5, "w.grad of two uses");
+  }
+}
+
+TEST_CASE("mm with a float32 result: float16/bfloat16 operands only, clear errors otherwise") {
+  const Tensor a = random_tensor({5, 7}, kFloat32, 21), b = random_tensor({7, 3}, kFloat32, 22);
+  for (DType low : kLowDtypes) {
+    const Tensor out = ops::mm(a.to(low), b.to(low), kFloat32);
+    CHECK(out.dtype() == kFloat32);
+    CHECK(values_of(out) == values_of(ops::mm(a.to(low).to(kFloat32), b.to(low).to(kFloat32))));
+  }
+  CHECK(ops::mm(a, b, kFloat32).dtype() == kFloat32);  // the plain product
+  check_error([&] { (void)ops::mm(a, b, kFloat16); }, {"mm", "float16", "float32"});
+  check_error([&] { (void)ops::mm(a.to(kFloat16), b.to(kBFloat16), kFloat32); }, {"mm", "same dtype"});
 }
 
 TEST_CASE("autocast: checkpoint replays the forward's autocast state in the recompute") {

@@ -10,6 +10,7 @@
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "tensor/factory.h"
+#include "tensor/ops/matmul.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -121,5 +122,31 @@ TEST_CASE("autocast cuda: a small model's forward and backward match CPU autocas
       CHECK(pg[i].grad().dtype() == kFloat32);
       check_same(pg[i].grad(), pc[i].grad(), tol, "grad of param " + std::to_string(i));
     }
+  }
+}
+
+TEST_CASE("autocast cuda: a linear weight's gradient comes out of the GEMM in float32") {
+  // Note [Weight gradients in the master dtype]: cuBLAS's 16-bit-in, float32-out GEMM. The
+  // reference is the float64 product of the same low-dtype operands; a result rounded to
+  // 16 bits would be ~2^-9 (float16) or ~2^-6 (bfloat16) of the largest entry away.
+  const Tensor x = random_tensor({512, 256}, kFloat32, 31);
+  const Tensor g_cpu = random_tensor({512, 128}, kFloat32, 32);
+  for (DType low : kLowDtypes) {
+    CAPTURE(dtype_name(low));
+    Tensor w = gpu_leaf(random_tensor({128, 256}, kFloat32, 33, Layout::Contiguous, -0.5, 0.5));
+    Tensor y;
+    {
+      AutocastGuard amp(cuda(), low);
+      y = linear(x.to(cuda()), w) + linear(x.to(cuda()), w) * 2.0;  // two uses, one cached cast
+    }
+    REQUIRE(y.dtype() == low);
+    const Tensor g = g_cpu.to(low);
+    y.backward(g.to(cuda()));
+    REQUIRE(w.grad().dtype() == kFloat32);
+    const Tensor want = mul(ops::mm(g.to(kFloat64).t(), x.to(low).to(kFloat64)), 3.0).to(kFloat32);
+    check_same(w.grad(), want, 1e-5, "w.grad vs float64 3 g^T x");
+    // ops::mm itself, against the CPU's widened product.
+    const Tensor a = x.to(low), b = g.t().contiguous();
+    check_same(ops::mm(b.to(cuda()), a.to(cuda()), kFloat32), ops::mm(b, a, kFloat32), 1e-5, "mm float32 result");
   }
 }
