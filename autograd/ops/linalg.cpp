@@ -46,25 +46,33 @@ struct MatmulBackward final : Node {
 // instead (ops::mm with a float32 result: cuBLAS's float16-in, float32-out GEMM), the cast
 // passes the float32 gradient through untouched, and the weight gradient keeps the bits
 // the float16 rounding would have dropped. A weight used by several ops still meets at its
-// one cached cast (Note [Autocast]); gradients of mixed dtypes add up in float32.
+// one cached cast (Note [Autocast]); gradients of mixed dtypes add up in float32. The input
+// gradient gets the same treatment when the input is a cast of a float32 activation (a
+// layer norm's output, run in float32 under autocast, feeding a projection).
 struct LinearBackward final : Node {
   SavedTensor x, w;
   bool has_bias = false;
   std::string name() const override { return "LinearBackward"; }
   void release_saved() override { x.reset(), w.reset(); }
+  /// Whether input `i` (a 16-bit `value`) sends its gradient straight into a cast from
+  /// float32, which then gets it in float32 from the GEMM.
+  bool widens(size_t i, const Tensor& value) const {
+    const Node* consumer = next_edges[i].fn.get();
+    return consumer && consumer->converts_gradient_to() == kFloat32 &&
+           (value.dtype() == kFloat16 || value.dtype() == kBFloat16);
+  }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     Tensor xv = x.unpack(name()), wv = w.unpack(name());
     const int64_t out_features = wv.size(0), in_features = wv.size(1);
     Tensor g2 = g.reshape({-1, out_features});  // (M, out)
     TensorList result(3);
-    if (wants_grad(*this, 0)) result[0] = ops::matmul(g, wv);
-    if (wants_grad(*this, 1)) {
-      const Node* consumer = next_edges[1].fn.get();
-      const std::optional<DType> master = consumer ? consumer->converts_gradient_to() : std::nullopt;
-      const bool widen = master == kFloat32 && (wv.dtype() == kFloat16 || wv.dtype() == kBFloat16);
-      result[1] = ops::mm(g2.t(), xv.reshape({-1, in_features}), widen ? kFloat32 : wv.dtype());
+    if (wants_grad(*this, 0)) {
+      if (widens(0, xv)) result[0] = ops::mm(g2, wv, kFloat32).view(xv.sizes());
+      else result[0] = ops::matmul(g, wv);
     }
+    if (wants_grad(*this, 1))
+      result[1] = ops::mm(g2.t(), xv.reshape({-1, in_features}), widens(1, wv) ? kFloat32 : wv.dtype());
     if (has_bias && wants_grad(*this, 2)) result[2] = ops::sum(g2, {0});
     return result;
   }

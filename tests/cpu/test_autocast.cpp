@@ -313,26 +313,30 @@ TEST_CASE("autocast: a parameter used twice is cast once, and its gradient sums 
   CHECK(v.grad().defined());
 }
 
-TEST_CASE("autocast: a linear weight's gradient is computed in float32, not rounded to the low dtype") {
+TEST_CASE("autocast: a linear's weight and input gradients are computed in float32, not rounded to the low dtype") {
   // Note [Weight gradients in the master dtype]: g^T x with g and x in the low dtype, summed
   // in float32 and never rounded to 16 bits. The reference is the float64 product of the
   // same low-dtype operands; a 16-bit result would be ~2^-9 (float16) or ~2^-6 (bfloat16)
   // of the largest entry away, a float32 one ~1e-6.
-  const Tensor x = random_tensor({64, 32}, kFloat32, 11);
+  // The input's gradient likewise (x is a float32 activation cast for the product).
   for (DType low : kLowDtypes) {
     CAPTURE(dtype_name(low));
-    Tensor w = leaf({16, 32}, 12, 0.5);
+    Tensor x = leaf({2, 32, 32}, 11), w = leaf({16, 32}, 12, 0.5);
     Tensor y;
     {
       AutocastGuard amp(kCPU, low);
       y = linear(x, w);
     }
     REQUIRE(y.dtype() == low);
-    const Tensor g = random_tensor({64, 16}, kFloat32, 13).to(low);
+    const Tensor g = random_tensor({2, 32, 16}, kFloat32, 13).to(low);
     y.backward(g);
     REQUIRE(w.grad().dtype() == kFloat32);
-    const Tensor want = ops::mm(g.to(kFloat64).t(), x.to(low).to(kFloat64));
+    REQUIRE(x.grad().dtype() == kFloat32);
+    const Tensor g64 = g.to(kFloat64).reshape({64, 16}), x64 = x.to(low).to(kFloat64).reshape({64, 32});
+    const Tensor want = ops::mm(g64.t(), x64);
     check_close_scaled(w.grad(), want, 1e-5, "w.grad vs float64 g^T x");
+    check_close_scaled(x.grad(), ops::mm(g64, w.to(low).to(kFloat64)).reshape({2, 32, 32}), 1e-5,
+                       "x.grad vs float64 g w");
     // Used twice through the one cached cast, the float32 gradients of both uses add.
     w.set_grad(Tensor());
     {

@@ -125,7 +125,7 @@ TEST_CASE("autocast cuda: a small model's forward and backward match CPU autocas
   }
 }
 
-TEST_CASE("autocast cuda: a linear weight's gradient comes out of the GEMM in float32") {
+TEST_CASE("autocast cuda: a linear's weight and input gradients come out of the GEMM in float32") {
   // Note [Weight gradients in the master dtype]: cuBLAS's 16-bit-in, float32-out GEMM. The
   // reference is the float64 product of the same low-dtype operands; a result rounded to
   // 16 bits would be ~2^-9 (float16) or ~2^-6 (bfloat16) of the largest entry away.
@@ -145,6 +145,16 @@ TEST_CASE("autocast cuda: a linear weight's gradient comes out of the GEMM in fl
     REQUIRE(w.grad().dtype() == kFloat32);
     const Tensor want = mul(ops::mm(g.to(kFloat64).t(), x.to(low).to(kFloat64)), 3.0).to(kFloat32);
     check_same(w.grad(), want, 1e-5, "w.grad vs float64 3 g^T x");
+    // The input's gradient, when the input is a float32 activation cast for the product.
+    Tensor xg = gpu_leaf(x);
+    {
+      AutocastGuard amp(cuda(), low);
+      y = linear(xg, w);
+    }
+    y.backward(g.to(cuda()));
+    REQUIRE(xg.grad().dtype() == kFloat32);
+    check_same(xg.grad(), ops::mm(g.to(kFloat64), w.detach().cpu().to(low).to(kFloat64)).to(kFloat32), 1e-5,
+               "x.grad vs float64 g w");
     // ops::mm itself, against the CPU's widened product.
     const Tensor a = x.to(low), b = g.t().contiguous();
     check_same(ops::mm(b.to(cuda()), a.to(cuda()), kFloat32), ops::mm(b, a, kFloat32), 1e-5, "mm float32 result");
