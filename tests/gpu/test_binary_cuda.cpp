@@ -188,6 +188,31 @@ TEST_CASE("cuda binary: large contiguous tensors (vectorized path with a tail), 
   }
 }
 
+TEST_CASE("cuda binary: float32 with float16/bfloat16, dense and strided (the typed mixed kernels)") {
+  // Note [Mixed float32 and 16-bit operands]: a residual stream plus a 16-bit branch, in
+  // both orders, with a tail, one operand misaligned, broadcast, and in place.
+  for (DType low : {kFloat16, kBFloat16}) {
+    const std::string name = dtype_name(low);
+    const Shape big{1'000'003};
+    const Tensor x_cpu = random_tensor(big, {kFloat32}, 11), h_cpu = random_tensor(big, {low}, 12);
+    const Tensor x_gpu = x_cpu.to(cuda()), h_gpu = h_cpu.to(cuda());
+    check_matches_cpu(ops::add(x_gpu, h_gpu), ops::add(x_cpu, h_cpu), 1e-6, 1e-6, "f32 + " + name);
+    check_matches_cpu(ops::add(h_gpu, x_gpu, -0.5), ops::add(h_cpu, x_cpu, -0.5), 1e-6, 1e-6, name + " - 0.5 f32");
+    check_matches_cpu(ops::mul(h_gpu, x_gpu), ops::mul(h_cpu, x_cpu), 1e-6, 1e-6, name + " * f32");
+    check_matches_cpu(ops::div(x_gpu, h_gpu), ops::div(x_cpu, h_cpu), 1e-6, 1e-6, "f32 / " + name);
+    const int64_t n = 4097;
+    check_matches_cpu(ops::add(x_gpu.slice(0, 1, n + 1), h_gpu.slice(0, 0, n)),
+                      ops::add(x_cpu.slice(0, 1, n + 1), h_cpu.slice(0, 0, n)), 1e-6, 1e-6, "misaligned " + name);
+    const Tensor row_cpu = random_tensor({1, 257}, {low}, 13), grid_cpu = random_tensor({33, 257}, {kFloat32}, 14);
+    check_matches_cpu(ops::add(grid_cpu.to(cuda()), row_cpu.to(cuda())), ops::add(grid_cpu, row_cpu), 1e-6, 1e-6,
+                      "broadcast " + name);
+    Tensor acc_gpu = x_gpu.clone(), acc_cpu = x_cpu.clone();
+    ops::add_(acc_gpu, h_gpu);
+    ops::add_(acc_cpu, h_cpu);
+    check_matches_cpu(acc_gpu, acc_cpu, 1e-6, 1e-6, "in place f32 += " + name);
+  }
+}
+
 TEST_CASE("cuda binary: where and masked_fill") {
   uint64_t seed = 50;
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kBool}) {
