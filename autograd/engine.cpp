@@ -168,7 +168,12 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     ready.pop();
     TensorList grads = std::exchange(run.tasks[node].buffer, {});
     grads.resize(node->outputs.size());
+    // A gradient may arrive in a wider dtype than its tensor's when a cast consumes it
+    // (Note [Weight gradients in the master dtype]); what the user sees has the tensor's.
+    auto in_output_dtype = [node](const Tensor& g, size_t k) { return g.to(node->outputs[k].dtype); };
     if (capture && capture->count(node)) {
+      for (size_t k = 0; k < grads.size(); ++k)
+        if (grads[k].defined()) grads[k] = in_output_dtype(grads[k], k);
       (*capture)[node] = std::move(grads);
       continue;  // do not run past a requested input
     }
@@ -191,7 +196,8 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
       if (auto impl = weak.lock()) {
         memory::CategoryScope category(memory::Category::Gradients);
         AutogradMeta& m = ensure_meta(Tensor(impl));
-        m.grad = m.grad.defined() ? ops::add(m.grad, grads[nr]) : grads[nr].clone();
+        const Tensor g = in_output_dtype(grads[nr], nr);
+        m.grad = m.grad.defined() ? ops::add(m.grad, g) : g.impl_ptr() == grads[nr].impl_ptr() ? g.clone() : g;
       }
     TensorList input_grads;
     {  // attribute the node's allocations and time to it and to the module that made it

@@ -18,6 +18,7 @@ class Sequential : public UnaryModule {
   /// intermediate, the input included, is let go as soon as the next module has run,
   /// where forward(const Tensor&) leaves the caller's input alive until the call returns.
   /// For inputs computed just for this call, e.g. mlp.consume(ln(x)) in a transformer block.
+  /// It runs the modules as Sequential::forward does; a subclass's own forward is not called.
   Tensor consume(Tensor x);
   std::string type_name() const override { return "Sequential"; }
   size_t size() const { return modules_.size(); }

@@ -48,7 +48,12 @@ struct MatmulBackward final : Node {
 // the float16 rounding would have dropped. A weight used by several ops still meets at its
 // one cached cast (Note [Autocast]); gradients of mixed dtypes add up in float32. The input
 // gradient gets the same treatment when the input is a cast of a float32 activation (a
-// layer norm's output, run in float32 under autocast, feeding a projection).
+// layer norm's output, run in float32 under autocast, feeding a projection). The engine
+// hands a float16 tensor's retained or requested gradient back in float16 all the same.
+// Two differences from PyTorch follow: a scaled weight gradient above float16's range is a
+// finite float32 value, not an inf that makes GradScaler skip the step (unscaled, it is the
+// right update; overflowing activation gradients, still float16, are caught as before);
+// and the bias gradient, a float16 sum, still takes the cast's round trip.
 struct LinearBackward final : Node {
   SavedTensor x, w;
   bool has_bias = false;

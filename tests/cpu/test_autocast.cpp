@@ -10,6 +10,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
+#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "memory/allocator.h"
@@ -348,12 +349,39 @@ TEST_CASE("autocast: a linear's weight and input gradients are computed in float
   }
 }
 
+TEST_CASE("autocast: a cast's float32 gradient reaches the user in the cast's dtype; mixed uses add up") {
+  // Note [Weight gradients in the master dtype]: the gradient flowing into a cast may be
+  // float32, but a retained or requested gradient of the float16 tensor is float16.
+  const Tensor x = random_tensor({6, 8}, kFloat32, 41);
+  Tensor w = leaf({4, 8}, 42);
+  const Tensor h = w.to(kFloat16);
+  h.retain_grad();
+  Tensor y = linear(x.to(kFloat16), h);
+  const Tensor g = random_tensor({6, 4}, kFloat32, 43).to(kFloat16);
+  const TensorList requested = autograd::grad({y}, {h}, {g}, /*retain_graph=*/true);
+  REQUIRE(requested[0].dtype() == kFloat16);
+  y.backward(g);
+  REQUIRE(h.grad().dtype() == kFloat16);
+  CHECK(values_of(h.grad()) == values_of(requested[0]));
+  CHECK(w.grad().dtype() == kFloat32);
+  // One cached cast used by a linear (float32 gradient) and a matmul (float16 gradient).
+  w.set_grad(Tensor());
+  {
+    AutocastGuard amp(kCPU, kFloat16);
+    y = linear(x, w) + matmul(x, w.t());
+  }
+  y.backward(g);
+  REQUIRE(w.grad().dtype() == kFloat32);
+  const Tensor g64 = g.to(kFloat64), x64 = x.to(kFloat16).to(kFloat64);
+  check_close_scaled(w.grad(), mul(ops::mm(g64.t(), x64), 2.0), 2e-3, "w.grad of a linear and a matmul");
+}
+
 TEST_CASE("mm with a float32 result: float16/bfloat16 operands only, clear errors otherwise") {
   const Tensor a = random_tensor({5, 7}, kFloat32, 21), b = random_tensor({7, 3}, kFloat32, 22);
   for (DType low : kLowDtypes) {
     const Tensor out = ops::mm(a.to(low), b.to(low), kFloat32);
     CHECK(out.dtype() == kFloat32);
-    CHECK(values_of(out) == values_of(ops::mm(a.to(low).to(kFloat32), b.to(low).to(kFloat32))));
+    check_close_scaled(out, ops::mm(a.to(low).to(kFloat64), b.to(low).to(kFloat64)), 1e-6, "mm vs float64");
   }
   CHECK(ops::mm(a, b, kFloat32).dtype() == kFloat32);  // the plain product
   check_error([&] { (void)ops::mm(a, b, kFloat16); }, {"mm", "float16", "float32"});
