@@ -196,8 +196,9 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
       if (auto impl = weak.lock()) {
         memory::CategoryScope category(memory::Category::Gradients);
         AutogradMeta& m = ensure_meta(Tensor(impl));
-        const Tensor g = in_output_dtype(grads[nr], nr);
-        m.grad = m.grad.defined() ? ops::add(m.grad, g) : g.impl_ptr() == grads[nr].impl_ptr() ? g.clone() : g;
+        const Tensor g =
+            grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
+        m.grad = m.grad.defined() ? ops::add(m.grad, g) : g;
       }
     TensorList input_grads;
     {  // attribute the node's allocations and time to it and to the module that made it

@@ -82,10 +82,6 @@ constexpr int64_t kMaxBatchPerCall = 65535;  // stay within the grid's y/z limit
 // out is in a's dtype, or float32 for float16/bfloat16 operands (the accumulator unrounded).
 void gemm(const char* op, const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
   const int64_t batch = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
-  FRUGAL_CHECK(
-      out.dtype() == a.dtype() || ((a.dtype() == kFloat16 || a.dtype() == kBFloat16) && out.dtype() == kFloat32), op,
-      ": a ", dtype_name(out.dtype()), " result of ", a.describe(), " @ ", b.describe(),
-      " is not supported (the operands' dtype, or float32 for float16/bfloat16 operands)");
   const BlasTypes types = blas_types(op, a.dtype(), out.device());
   const cudaDataType_t out_type =
       out.dtype() == a.dtype() ? types.data : blas_types(op, out.dtype(), out.device()).data;

@@ -180,20 +180,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_pair("mm", a, b);
-  FRUGAL_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got ", a.describe(), " and ", b.describe());
-  FRUGAL_CHECK(a.size(1) == b.size(0), inner_mismatch("mm", a, b, a.size(1), b.size(0)));
-  Tensor out = empty({a.size(0), b.size(1)}, a.options());
-  run_bmm("mm", out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
-  return out;
+  return mm(a, b, a.dtype());
 }
 
 Tensor mm(const Tensor& a, const Tensor& b, DType out_dtype) {
-  if (!a.defined() || out_dtype == a.dtype()) return mm(a, b);
   check_pair("mm", a, b);
-  FRUGAL_CHECK((a.dtype() == kFloat16 || a.dtype() == kBFloat16) && out_dtype == kFloat32, "mm: a result in ",
-               dtype_name(out_dtype), " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(),
-               " and ", b.describe());
-  if (!a.is_cuda()) return mm(a.to(out_dtype), b.to(out_dtype));
+  if (out_dtype != a.dtype()) {
+    FRUGAL_CHECK((a.dtype() == kFloat16 || a.dtype() == kBFloat16) && out_dtype == kFloat32, "mm: a result in ",
+                 dtype_name(out_dtype), " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(),
+                 " and ", b.describe());
+    if (!a.is_cuda()) return mm(a.to(out_dtype), b.to(out_dtype));
+  }
   FRUGAL_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got ", a.describe(), " and ", b.describe());
   FRUGAL_CHECK(a.size(1) == b.size(0), inner_mismatch("mm", a, b, a.size(1), b.size(0)));
   Tensor out = empty({a.size(0), b.size(1)}, {out_dtype, a.device()});
