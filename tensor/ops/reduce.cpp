@@ -45,15 +45,16 @@ int64_t reduced_count(const Tensor& x, const std::vector<bool>& mask) {
 }
 
 /// Merges dims `ds` of x (in that order) into one (size, stride); false when their
-/// strides do not chain. An empty list merges to (1, 0).
+/// strides do not chain, and then `size` and `stride` are left as they were (the
+/// callers try one layout after another). An empty list merges to (1, 0).
 bool merge_dims(const Tensor& x, const std::vector<int64_t>& ds, int64_t& size, int64_t& stride) {
-  size = 1;
-  stride = 0;
+  int64_t merged = 1;
   for (size_t k = 0; k < ds.size(); ++k) {
     if (k + 1 < ds.size() && x.stride(ds[k]) != x.stride(ds[k + 1]) * x.size(ds[k + 1])) return false;
-    size *= x.size(ds[k]);
+    merged *= x.size(ds[k]);
   }
-  if (!ds.empty()) stride = x.stride(ds.back());
+  size = merged;
+  stride = ds.empty() ? 0 : x.stride(ds.back());
   return true;
 }
 
@@ -73,13 +74,25 @@ Tensor reduction_view(const Tensor& x, const std::vector<bool>& mask) {
       (reduced.empty() ? before : after).push_back(d);
     }
   }
-  int64_t outer, so, R, sr, inner = 1, si = 0;
+  int64_t outer = 1, so = 0, R = 1, sr = 0, inner = 1, si = 0;
   Tensor base = x;
-  if (one_run && merge_dims(x, before, outer, so) && merge_dims(x, reduced, R, sr) && merge_dims(x, after, inner, si)) {
+  // Each layout is tried from a clean (outer, R, inner): a failed attempt may have
+  // set some of them, and a stale `inner` makes the kernel write outer * inner
+  // results into an output of `outer` elements.
+  const auto layout_as_is = [&] {
+    return one_run && merge_dims(x, before, outer, so) && merge_dims(x, reduced, R, sr) &&
+           merge_dims(x, after, inner, si);
+  };
+  const auto layout_reduced_last = [&] {
+    inner = 1, si = 0;
+    return merge_dims(x, kept, outer, so) && merge_dims(x, reduced, R, sr);
+  };
+  if (layout_as_is()) {
     // (before, reduced, after) as is: no copy.
-  } else if (merge_dims(x, kept, outer, so) && merge_dims(x, reduced, R, sr)) {
+  } else if (layout_reduced_last()) {
     // (kept, reduced): the reduced dims permuted to the end, still no copy.
   } else {
+    inner = 1, si = 0;
     std::vector<int64_t> order;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (!mask[size_t(d)]) order.push_back(d);
