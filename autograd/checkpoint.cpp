@@ -28,7 +28,7 @@
 // The recomputed graph lives only for that nested run, so the peak memory of
 // a checkpointed network is the saved inputs of every block plus the
 // activations of one block at a time. The recomputed outputs themselves are let
-// go before that run starts (autograd::backward_releasing_roots): the run needs
+// go before that run starts (autograd::nested_gradients): the run needs
 // their graph edges, not their values (a ViT block's fp32 output: 74 MiB at batch 128).
 //
 // Which outputs require grad: the forward cannot see the leaves fn captures
@@ -41,9 +41,10 @@
 // Limits (documented in the header): only frugal::default_generator() is
 // replayed (random ops given an explicit Generator see it advance twice); fn
 // must be deterministic otherwise; the generator is process-wide, so two
-// threads replaying checkpoints at once race on it; under autograd::grad the
-// captured leaves still accumulate .grad, as with PyTorch's reentrant
-// checkpoint.
+// threads replaying checkpoints at once race on it. Under autograd::grad the
+// replay's run touches no .grad either (autograd::nested_gradients, Note
+// [Gradients without .grad]): a requested parameter used inside the region gets its
+// gradient, unlike PyTorch's reentrant checkpoint.
 #include "autograd/checkpoint.h"
 
 #include "autograd/autocast.h"
@@ -93,6 +94,7 @@ struct CheckpointBackward final : Node {
   autocast::State amp_cpu, amp_cuda;      // the autocast state when fn started
 
   std::string name() const override { return "CheckpointBackward"; }
+  bool runs_nested_backward() const override { return true; }
 
   void release_saved() override {
     for (SavedTensor& s : inputs) s.reset();
@@ -140,11 +142,11 @@ struct CheckpointBackward final : Node {
     recomputed.clear();  // outputs not taking part release their graphs now
     // The recomputed outputs' values are not needed, only their graph: their storage is
     // free for the region's backward (see Note [Checkpoint recompute]).
-    if (!roots.empty()) backward_releasing_roots(std::move(roots), root_grads);
-
     TensorList grad_inputs(leaves.size());
+    if (roots.empty()) return grad_inputs;
+    const TensorList got = nested_gradients(std::move(roots), root_grads, leaves);
     for (size_t i = 0; i < leaves.size(); ++i)
-      if (input_requires_grad[i] && wants_grad(*this, i)) grad_inputs[i] = leaves[i].grad();
+      if (input_requires_grad[i] && wants_grad(*this, i)) grad_inputs[i] = got[i];
     return grad_inputs;
   }
 };

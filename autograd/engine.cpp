@@ -18,6 +18,20 @@
 // too). The queue is an RAII scope: if a node or a callback throws, the exception leaves
 // backward, the remaining callbacks are destroyed unrun and the stack pops back to the
 // outer run.
+//
+// Note [Gradients without .grad]
+// autograd::grad(outputs, inputs) runs only the nodes with a requested input below
+// them (PyTorch's exec_info): after discovery, a post-order walk marks a node `runs`
+// when one of its next nodes is requested or runs, or when it stands for a graph the
+// walk cannot see (Node::runs_nested_backward: a checkpoint replays its region there).
+// Other nodes are skipped like nodes no gradient reached, so no AccumulateGrad runs, no
+// leaf's .grad and no retained .grad changes, and no hook fires. A requested node's
+// incoming gradients are captured (summed), and the node runs on only if it `runs`
+// (another requested input lies below it). A node that runs a nested backward inside
+// a grad() run asks nested_gradients(), which captures the nested run's gradients for
+// the node's own inputs and adds those for the outer run's requested inputs to the
+// outer capture (a parameter used only inside a checkpoint). An input that no gradient
+// reached is an error unless allow_unused (then its result is undefined, PyTorch's None).
 #include "autograd/engine.h"
 
 #include <algorithm>
@@ -104,7 +118,22 @@ struct NodeTask {
   std::shared_ptr<Node> keep_alive;  // the node stays alive while the run needs it
   int dependencies = 0;              // edges still to deliver a gradient to it
   TensorList buffer;                 // its incoming gradients, summed per output
+  bool runs = true;                  // grad() runs: has a requested input below it
+  bool visited = false;              // mark_needed's walk has been here
 };
+
+/// A grad() run's requested nodes and, per node, its incoming gradients summed per output.
+using Capture = std::unordered_map<Node*, TensorList>;
+thread_local Capture* running_capture = nullptr;  // the innermost grad() run on this thread
+
+/// Adds `grads` (per output of a node) into `into` (Note [Gradients without .grad]).
+void add_into(TensorList& into, TensorList&& grads) {
+  if (into.size() < grads.size()) into.resize(grads.size());
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (!grads[k].defined()) continue;
+    into[k] = into[k].defined() ? ops::add(into[k], grads[k]) : std::move(grads[k]);
+  }
+}
 
 struct GraphRun {
   std::unordered_map<Node*, NodeTask> tasks;
@@ -134,6 +163,33 @@ struct GraphRun {
     }
   }
 
+  /// Marks the nodes with a captured node below them (Note [Gradients without .grad]),
+  /// by an iterative post-order walk: graphs are deep.
+  void mark_needed(const std::vector<Edge>& roots, const Capture& capture) {
+    std::vector<std::pair<Node*, size_t>> stack;  // a node and its next edge to visit
+    auto visit = [&](Node* n) {
+      NodeTask& t = tasks[n];
+      if (t.visited) return;
+      t.visited = true;
+      stack.emplace_back(n, 0);
+    };
+    for (const Edge& e : roots)
+      if (e.fn) visit(e.fn.get());
+    while (!stack.empty()) {
+      const auto [n, i] = stack.back();
+      if (i < n->next_edges.size()) {
+        ++stack.back().second;
+        if (Node* child = n->next_edges[i].fn.get()) visit(child);
+        continue;
+      }
+      stack.pop_back();
+      bool runs = n->runs_nested_backward();
+      for (const Edge& e : n->next_edges)
+        runs = runs || (e.fn && (tasks[e.fn.get()].runs || capture.count(e.fn.get())));
+      tasks[n].runs = runs;
+    }
+  }
+
   void add_gradient(Node* n, size_t slot, Tensor g) {
     check_grad_shape(*n, slot, g);
     TensorList& buf = tasks[n].buffer;
@@ -146,14 +202,28 @@ struct GraphRun {
 }  // namespace
 
 namespace {
+/// Makes a grad() run's capture the innermost for its lifetime.
+class CaptureScope {
+ public:
+  explicit CaptureScope(Capture* capture) : outer_(running_capture) { running_capture = capture; }
+  ~CaptureScope() { running_capture = outer_; }
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+ private:
+  Capture* outer_;
+};
+
 // Runs the graph; `capture` (optional) holds nodes whose incoming gradients are
-// returned instead of passed on (autograd::grad's inputs).
-void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph,
-                  std::unordered_map<Node*, TensorList>* capture) {
+// returned instead of passed on (autograd::grad's inputs), and then only the nodes
+// that lead to them run (Note [Gradients without .grad]).
+void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph, Capture* capture) {
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
   CallbackScope callbacks;
+  CaptureScope capture_scope(capture);
   GraphRun run;
   run.discover(roots);
+  if (capture) run.mark_needed(roots, *capture);
   std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
   for (size_t i = 0; i < roots.size(); ++i) {
     if (!roots[i].fn) continue;
@@ -166,40 +236,43 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    TensorList grads = std::exchange(run.tasks[node].buffer, {});
+    NodeTask& task = run.tasks[node];
+    TensorList grads = std::exchange(task.buffer, {});
     grads.resize(node->outputs.size());
     // A gradient may arrive in a wider dtype than its tensor's when a cast consumes it
     // (Note [Weight gradients in the master dtype]); what the user sees has the tensor's.
     auto in_output_dtype = [node](const Tensor& g, size_t k) { return g.to(node->outputs[k].dtype); };
     if (capture && capture->count(node)) {
+      TensorList got(grads.size());
       for (size_t k = 0; k < grads.size(); ++k)
-        if (grads[k].defined()) grads[k] = in_output_dtype(grads[k], k);
-      (*capture)[node] = std::move(grads);
-      continue;  // do not run past a requested input
+        if (grads[k].defined()) got[k] = in_output_dtype(grads[k], k);
+      add_into((*capture)[node], std::move(got));
     }
-    FRUGAL_CHECK(!node->released, node->name(),
-                 ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) the "
-                 "first time to backward through the graph twice");
     // A node no gradient reached contributes nothing: skip it (its inputs then get no
-    // gradient from it, and a leaf's .grad stays undefined, as in PyTorch).
+    // gradient from it, and a leaf's .grad stays undefined, as in PyTorch). In a grad()
+    // run, so is a node with no requested input below it (one that was captured above).
     const bool reached = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
-    if (!reached) {
+    if (!reached || !task.runs) {
       for (const Edge& e : node->next_edges)
         if (e.fn && --run.tasks[e.fn.get()].dependencies == 0) ready.push(e.fn.get());
       continue;
     }
+    FRUGAL_CHECK(!node->released, node->name(),
+                 ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) the "
+                 "first time to backward through the graph twice");
     // Outputs that received no gradient get zeros, so every node sees a full list.
     for (size_t k = 0; k < grads.size(); ++k)
       if (!grads[k].defined())
         grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
-    for (const auto& [nr, weak] : node->retained_outputs)
-      if (auto impl = weak.lock()) {
-        memory::CategoryScope category(memory::Category::Gradients);
-        AutogradMeta& m = ensure_meta(Tensor(impl));
-        const Tensor g =
-            grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
-        m.grad = m.grad.defined() ? ops::add(m.grad, g) : g;
-      }
+    if (!capture)  // grad() touches no .grad, retained ones included
+      for (const auto& [nr, weak] : node->retained_outputs)
+        if (auto impl = weak.lock()) {
+          memory::CategoryScope category(memory::Category::Gradients);
+          AutogradMeta& m = ensure_meta(Tensor(impl));
+          const Tensor g =
+              grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
+          m.grad = m.grad.defined() ? ops::add(m.grad, g) : g;
+        }
     TensorList input_grads;
     {  // attribute the node's allocations and time to it and to the module that made it
       const bool profiling = memory::profiling();
@@ -271,16 +344,21 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   run_backward(edges, root_gradients(roots, grad_roots), retain_graph, nullptr);
 }
 
+namespace {
+/// backward() that lets the roots' data go before the graph runs: the engine needs only
+/// their edges, so a checkpoint's recomputed outputs are not held through its backward
+/// (Note [Checkpoint recompute]). `roots` is emptied.
 void backward_releasing_roots(TensorList&& roots, const TensorList& grad_roots) {
   const std::vector<Edge> edges = root_edges(roots);
   const TensorList grads = root_gradients(roots, grad_roots);
   roots.clear();  // the edges keep the graph; the outputs' storage is free for the backward
   run_backward(edges, grads, /*retain_graph=*/false, nullptr);
 }
+}  // namespace
 
-TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
-                bool retain_graph) {
-  std::unordered_map<Node*, TensorList> capture;
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,
+                bool allow_unused) {
+  Capture capture;
   std::vector<Edge> input_edges;
   for (const Tensor& x : inputs) {
     FRUGAL_CHECK(requires_grad(x), "grad: input ", x.describe(), " does not require grad");
@@ -294,7 +372,39 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
     const TensorList& got = capture[input_edges[i].fn.get()];
     const uint32_t nr = input_edges[i].input_nr;
     Tensor g = nr < got.size() ? got[nr] : Tensor();
-    result.push_back(g.defined() ? g : zeros(inputs[i].sizes(), inputs[i].options()));
+    FRUGAL_CHECK(g.defined() || allow_unused, "grad: input ", i, " (", inputs[i].describe(),
+                 ") was not used to compute the outputs (no gradient reaches it); pass allow_unused = true to get an "
+                 "undefined tensor for it instead");
+    result.push_back(std::move(g));
+  }
+  return result;
+}
+
+TensorList nested_gradients(TensorList&& roots, const TensorList& grad_roots, const TensorList& leaves) {
+  if (!running_capture) {  // a backward() run: accumulate into .grad, as it does
+    backward_releasing_roots(std::move(roots), grad_roots);
+    TensorList grads;
+    for (const Tensor& x : leaves) grads.push_back(x.defined() ? x.grad() : Tensor());
+    return grads;
+  }
+  // A grad() run: capture the leaves' gradients and the outer run's requested inputs.
+  Capture* outer = running_capture;
+  Capture capture;
+  for (const auto& [node, grads] : *outer) capture[node] = {};
+  std::vector<Edge> leaf_edges;
+  for (const Tensor& x : leaves) {
+    leaf_edges.push_back(x.defined() ? gradient_edge(x) : Edge{});
+    if (leaf_edges.back().fn) capture[leaf_edges.back().fn.get()] = {};
+  }
+  const std::vector<Edge> edges = root_edges(roots);
+  const TensorList grads = root_gradients(roots, grad_roots);
+  roots.clear();
+  run_backward(edges, grads, /*retain_graph=*/false, &capture);
+  for (auto& [node, requested] : *outer) add_into(requested, std::move(capture[node]));
+  TensorList result;
+  for (const Edge& e : leaf_edges) {
+    const TensorList* got = e.fn && !outer->count(e.fn.get()) ? &capture[e.fn.get()] : nullptr;
+    result.push_back(got && e.input_nr < got->size() ? (*got)[e.input_nr] : Tensor());
   }
   return result;
 }

@@ -11,14 +11,20 @@ namespace frugal::autograd {
 /// Without retain_graph the saved tensors of the graph are freed as it runs.
 void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false);
 
-/// backward() that lets the roots' data go before the graph runs: the engine needs only
-/// their edges, so a checkpoint's recomputed outputs are not held through its backward
-/// (Note [Checkpoint recompute]). `roots` is emptied.
-void backward_releasing_roots(TensorList&& roots, const TensorList& grad_roots);
-
-/// Returns d(outputs)/d(inputs) * grad_outputs without touching any .grad.
+/// Returns d(outputs)/d(inputs) * grad_outputs without touching any .grad (leaves' and
+/// retained ones alike): only the nodes on a path to an input run (Note [Gradients
+/// without .grad]). An input the outputs do not depend on throws, unless allow_unused:
+/// then its entry is an undefined tensor (PyTorch's None).
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
-                bool retain_graph = false);
+                bool retain_graph = false, bool allow_unused = false);
+
+/// For a node whose apply runs a nested backward over a graph of its own (a checkpoint's
+/// replay, Node::runs_nested_backward): the gradients of `roots` w.r.t. `leaves` (undefined
+/// where none arrives). Inside a backward() run the nested run accumulates into .grad as
+/// backward() does (the leaves' .grad included, read back); inside a grad() run it touches
+/// no .grad and hands the outer run's requested inputs their share. `roots` is emptied
+/// before the run, so their data can go (Note [Checkpoint recompute]).
+TensorList nested_gradients(TensorList&& roots, const TensorList& grad_roots, const TensorList& leaves);
 
 /// Which engine run a queued callback belongs to (Note [Backward callbacks] in engine.cpp).
 enum class CallbackRun {

@@ -14,7 +14,10 @@ AutogradMeta* meta_of(const Tensor& t) {
 AutogradMeta& ensure_meta(const Tensor& t) {
   auto& slot = t.impl().autograd_meta;
   if (!slot) {
-    install_derived_hook();
+    // Once per process, before the first tensor with metadata can be viewed: a magic
+    // static, so rank threads creating metadata at once do not race on the hook.
+    static const bool hook_installed = (install_derived_hook(), true);
+    (void)hook_installed;
     slot = std::make_shared<AutogradMeta>();
   }
   return *static_cast<AutogradMeta*>(slot.get());

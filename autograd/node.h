@@ -61,6 +61,10 @@ class Node {
   /// converts (a cast's backward: its source's dtype). A producer may then compute the
   /// gradient in that dtype directly (Note [Weight gradients in the master dtype]).
   virtual std::optional<DType> converts_gradient_to() const { return std::nullopt; }
+  /// True when apply runs a nested backward over a graph the edges do not show (a
+  /// checkpoint's replay reaches the leaves its region captured): a grad() run cannot
+  /// tell whether it leads to a requested input, so it always runs it.
+  virtual bool runs_nested_backward() const { return false; }
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;

@@ -48,7 +48,7 @@
 //       for j < b-1 the segment's incoming gradient, which CheckpointBackward holds
 //       through its nested backward. The recomputed output exists where the plain graph
 //       had freed it, so output_released_{b-1} is added to the recompute; it is let go
-//       before the nested backward (autograd::backward_releasing_roots). (Without the
+//       before the nested backward (autograd::nested_gradients). (Without the
 //       first, a segment ending in a Conv2d was predicted one activation low: a 1 MiB
 //       input gradient + im2col peak was missed.)
 //       The recompute holds the segment's cached_casts; its backward no longer does.
@@ -367,7 +367,7 @@ int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const 
       for (int64_t j = seg.end - 1; j >= seg.begin; --j) {
         // The segment's incoming gradient, held through the nested backward (at the last
         // module it is in backward_extra). The recomputed output is let go before that
-        // backward starts (autograd::backward_releasing_roots), unless its graph keeps it.
+        // backward starts (autograd::nested_gradients), unless its graph keeps it.
         const int64_t held = j < seg.end - 1 ? last.output_bytes : 0;
         event(start[s] + recomputed + kept_input + mods[j].backward_extra + held);
         recomputed -= mods[j].activation_bytes - mods[j].cached_casts;

@@ -2,6 +2,7 @@
 #include "tensor/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
@@ -10,13 +11,16 @@
 namespace frugal {
 
 namespace {
-DerivedHook derived_hook = nullptr;
-}
+// Read by every view on every thread (the threads backend's ranks included), so it is
+// atomic; the autograd layer sets it once (Note [Derived tensors]).
+std::atomic<DerivedHook> derived_hook{nullptr};
+}  // namespace
 
-void set_derived_hook(DerivedHook hook) { derived_hook = hook; }
+void set_derived_hook(DerivedHook hook) { derived_hook.store(hook, std::memory_order_release); }
 
 Tensor Tensor::derived(Tensor out, DerivedInfo info) const {
-  if (impl().autograd_meta && derived_hook) derived_hook(*this, out, info);
+  if (!impl().autograd_meta) return out;
+  if (const DerivedHook hook = derived_hook.load(std::memory_order_acquire)) hook(*this, out, info);
   return out;
 }
 
@@ -312,12 +316,6 @@ Tensor Tensor::to(Device d, DType t) const {
   Tensor out = suggests_channels_last(*this) ? empty_channels_last(sizes(), {t, d}) : empty(sizes(), {t, d});
   ops::copy_into(out, *this);
   return derived(std::move(out), {DerivedInfo::Kind::Convert});
-}
-
-const Tensor& Tensor::copy_(const Tensor& src) const {
-  ops::copy_into(*this, src);
-  bump_version();
-  return *this;
 }
 
 template <typename T>

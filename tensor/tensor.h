@@ -131,6 +131,8 @@ class Tensor {
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(kCPU); }
   /// Copies src into self (broadcasting src, converting dtype, across devices). Bumps the version.
+  /// Differentiable (defined in autograd/ops/copy.cpp): src gets the gradient, self's old
+  /// history none; tensor-layer code uses ops::copy_into instead.
   const Tensor& copy_(const Tensor& src) const;
 
   template <typename T>

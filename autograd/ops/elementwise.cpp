@@ -9,6 +9,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/ops/inplace.h"
 #include "memory/op_context.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -18,7 +19,9 @@ namespace frugal {
 
 using autocast::Policy;
 using autograd::make_node;
+using autograd::must_record_inplace;
 using autograd::Node;
+using autograd::rebase_history;
 using autograd::SavedTensor;
 using autograd::TensorList;
 using autograd::wants_grad;
@@ -286,63 +289,7 @@ Tensor max_min(bool is_max, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// ---- in place ---------------------------------------------------------------------
-//
-// Note [In-place ops and autograd]
-// An in-place op on a tensor that takes part in autograd is recorded as in PyTorch:
-// - A leaf that requires grad may not be written in place while grad mode is on (its
-//   .grad would describe values it no longer holds): the op throws. Under NoGradGuard
-//   (optimizer steps, initialization) it is allowed and records nothing.
-// - Any other tensor `self` gets its history rebased: a new node, whose first input
-//   edge is self's previous grad_fn (or nothing), takes the gradient of the new value,
-//   and self becomes that node's output (set_history on the same TensorImpl, so every
-//   handle to it sees the new history). The raw op bumps the version, so a node that
-//   saved self's old value throws in backward instead of using the new one (Note
-//   [Saved tensor versions]). A retained .grad (retain_grad) moves to the new node.
-// - frugal does not track views (PyTorch's CopySlices): a write through a view would
-//   change its base behind the base's history. So a recorded in-place op throws when
-//   self is the output of a view node (view, permute, slice, select, expand, split) or
-//   does not span its storage (a slice or piece of something larger); clone() first.
-//   Aliases frugal cannot see (a detach()ed handle, a view taken of self before the
-//   op) keep their old history: avoid reading them after an in-place op that records.
-// - Backward of mul_ and div_ needs self's old value for other's gradient, so they save
-//   a copy of it, and only when other requires grad. An `other` that shares self's
-//   storage is copied before the write too, since the write changes it.
-
-bool is_view_node(const std::string& name) {
-  static constexpr std::array<std::string_view, 8> kViews = {
-      "ViewBackward",   "PermuteBackward",   "SliceBackward", "SelectBackward",
-      "ExpandBackward", "AsStridedBackward", "SplitBackward", "SplitWithSizesBackward"};
-  return std::find(kViews.begin(), kViews.end(), name) != kViews.end();
-}
-
-/// Checks that `self` may be written in place (Note [In-place ops and autograd]);
-/// true when the op must be recorded.
-bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other) {
-  FRUGAL_CHECK(self.defined(), op, ": undefined input tensor");
-  if (!autograd::needs_grad({&self, other})) return false;
-  FRUGAL_CHECK(!(self.is_leaf() && self.requires_grad()), op,
-               ": a leaf tensor that requires grad is used in an in-place operation (", self.describe(),
-               "); run it under NoGradGuard (as an optimizer step does) or use the out-of-place op");
-  const std::string fn = self.grad_fn_name();
-  const bool spans_storage =
-      self.storage_offset() == 0 && size_t(self.numel()) * self.element_size() == self.impl().storage->nbytes;
-  FRUGAL_CHECK(spans_storage && !is_view_node(fn), op, ": in-place operation on a view (",
-               fn.empty() ? "part of a larger tensor" : fn, ") of ", self.describe(),
-               " while autograd records it; frugal does not track views, so the base tensor would miss the "
-               "change: clone() it first or use the out-of-place op");
-  return true;
-}
-
-/// Makes the node the new grad_fn of self (Note [In-place ops and autograd]).
-void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node) {
-  autograd::AutogradMeta* m = autograd::meta_of(self);
-  const bool retained = m && m->retains_grad && m->grad_fn;
-  if (retained)
-    std::erase_if(m->grad_fn->retained_outputs, [&](const auto& r) { return r.second.lock() == self.impl_ptr(); });
-  autograd::record(node, {self});
-  if (retained) node->retained_outputs.emplace_back(0, self.impl_ptr());
-}
+// ---- in place (Note [In-place ops and autograd] in autograd/ops/inplace.h) ---------
 
 /// A copy of t's current values, taken below autograd.
 Tensor snapshot(const Tensor& t) {

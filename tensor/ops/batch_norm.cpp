@@ -8,6 +8,7 @@
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 #include "tensor/ops/unary.h"
 
@@ -77,13 +78,12 @@ struct RunningStats {
   }
   void finish(const Tensor& running_mean, const Tensor& running_var) const {
     if (!running_mean.defined()) return;
-    if (in_place) {
-      running_mean.bump_version();
-      running_var.bump_version();
-    } else {
-      running_mean.copy_(mean);
-      running_var.copy_(var);
+    if (!in_place) {
+      copy_into(running_mean, mean);
+      copy_into(running_var, var);
     }
+    running_mean.bump_version();
+    running_var.bump_version();
   }
 };
 
@@ -168,7 +168,7 @@ BatchNormResult own_forward(const char* op, const Dims& d, const Tensor& x, cons
     stats.finish(running_mean, running_var);
   } else {
     r.mean = empty({d.C}, {compute, x.device()});
-    r.mean.copy_(running_mean);
+    copy_into(r.mean, running_mean);
     r.invstd = rsqrt(add(running_var.to(compute), eps));
   }
   if (r.out.numel() > 0)

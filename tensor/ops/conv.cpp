@@ -8,6 +8,7 @@
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
+#include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 
 namespace frugal::ops {
@@ -36,7 +37,7 @@ void check_like(const char* op, const char* what, const Tensor& t, const Tensor&
 /// The output of a convolution whose every element is the bias (or zero): no input channels.
 void fill_with_bias(const Tensor& out, const Tensor& bias) {
   if (bias.defined()) {
-    out.copy_(bias.reshape({1, bias.numel(), 1, 1}));
+    copy_into(out, bias.reshape({1, bias.numel(), 1, 1}));
   } else {
     zero_(out);
   }

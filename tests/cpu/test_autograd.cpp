@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
-#include "autograd/ops/linalg.h"
+#include "autograd/ops/all.h"
 #include "tensor/ops/binary.h"
 #include "tests/test_util.h"
 
@@ -127,12 +130,96 @@ TEST_CASE("autograd: NoGradGuard, detach and retain_grad") {
 TEST_CASE("autograd: autograd::grad returns gradients without touching .grad") {
   Tensor a = leaf({3, 3}, 1), b = leaf({3, 3}, 2);
   Tensor h = matmul(a, b);
+  h.retain_grad();
   TensorList g = autograd::grad({matmul(h, b)}, {a, h}, {ones({3, 3}, kFloat64)});
+  // Only the nodes on a path to a or h ran: b's AccumulateGrad did not (it used to set
+  // b.grad), nor did h's retain_grad.
   CHECK_FALSE(a.grad().defined());
+  CHECK_FALSE(b.grad().defined());
+  CHECK_FALSE(h.grad().defined());
   const std::vector<double> gh = values_of(g[1]), bv = values_of(b);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j) CHECK(gh[i * 3 + j] == doctest::Approx(bv[j * 3] + bv[j * 3 + 1] + bv[j * 3 + 2]));
-  CHECK(g[0].sizes() == Shape{3, 3});
+  // d/da of sum((a b) b) = ones (b b)^T.
+  const std::vector<double> ga = values_of(g[0]), bb = values_of(matmul(b, b).detach());
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) CHECK(ga[i * 3 + j] == doctest::Approx(bb[j * 3] + bb[j * 3 + 1] + bb[j * 3 + 2]));
+}
+
+TEST_CASE("autograd: autograd::grad of an input the outputs do not use throws unless allow_unused") {
+  Tensor x = leaf({3}, 1), w = leaf({3}, 2), unused = leaf({2}, 3);
+  const Tensor y = sum(x * w);
+  check_error(
+      [&] {
+        autograd::grad({y}, {x, unused}, {}, /*retain_graph=*/true);
+      },
+      {"grad", "input 1", "float64[2]", "allow_unused"});
+  const TensorList g = autograd::grad({y}, {x, unused}, {}, /*retain_graph=*/false, /*allow_unused=*/true);
+  CHECK(values_of(g[0]) == values_of(w));
+  CHECK_FALSE(g[1].defined());
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(w.grad().defined());
+}
+
+TEST_CASE("autograd: autograd::grad through a checkpoint reaches the region's parameters, touching no .grad") {
+  Tensor x = leaf({2, 3}, 1), w = leaf({3, 3}, 2);
+  auto block = [&](const TensorList& in) { return TensorList{tanh(matmul(in[0], w))}; };
+  const Tensor g = random_tensor({2, 3}, kFloat64, 3);
+  const TensorList got = autograd::grad({autograd::checkpoint(block, {x})[0]}, {x, w}, {g});
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(w.grad().defined());
+  autograd::backward({block({x})[0]}, {g});  // the plain graph, into .grad
+  check_close(values_of(got[0]), values_of(x.grad()), 1e-12, 1e-12);
+  check_close(values_of(got[1]), values_of(w.grad()), 1e-12, 1e-12);
+}
+
+TEST_CASE("autograd: copy_ is differentiable (the destination's old history gets zeros, the source the gradient)") {
+  // The case: h no longer depends on w once overwritten, so w's gradient is 0 (it
+  // was 20: the copy was invisible to autograd).
+  Tensor w = leaf({3}, 1);
+  {
+    Tensor h = w * 2.0;
+    h.copy_(full({3}, 5.0, kFloat64));
+    sum(h * h).backward();
+    CHECK(values_of(w.grad()) == std::vector<double>(3, 0.0));
+  }
+  // The source gets d/dsrc: broadcast back to its shape, in its own dtype.
+  Tensor src = random_tensor({3}, kFloat32, 2);
+  src.requires_grad_();
+  Tensor h = zeros({2, 3}, kFloat64);
+  h.copy_(src);
+  CHECK(h.grad_fn_name() == "CopyBackward");
+  const Tensor g = random_tensor({2, 3}, kFloat64, 3);
+  (h * 1.0).backward(g);
+  REQUIRE(src.grad().dtype() == kFloat32);
+  const std::vector<double> gv = values_of(g);
+  check_close(values_of(src.grad()), {gv[0] + gv[3], gv[1] + gv[4], gv[2] + gv[5]}, 1e-6, 1e-6);
+  // gradcheck: y = (x * 3) with its values replaced by a's, then multiplied by x.
+  auto r = gradcheck(
+      [](const TensorList& in) {
+        Tensor t = in[0] * 3.0;
+        t.copy_(in[1]);
+        return t * in[0];
+      },
+      {leaf({2, 3}, 4), leaf({2, 3}, 5)});
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+TEST_CASE("autograd: copy_ into a leaf that requires grad, or into a view, throws while autograd records") {
+  Tensor w = leaf({3}, 1);
+  check_error([&] { w.copy_(zeros({3}, kFloat64)); }, {"copy_", "leaf", "float64[3]"});
+  {
+    autograd::NoGradGuard no_grad;  // an optimizer step or an initialisation may
+    w.copy_(full({3}, 2.0, kFloat64));
+  }
+  CHECK(values_of(w) == std::vector<double>(3, 2.0));
+  Tensor buffer = zeros({2, 3}, kFloat64);
+  check_error([&] { buffer.narrow(0, 0, 1).copy_(w.unsqueeze(0)); }, {"copy_", "view"});
+  // Nothing requires grad: a plain copy, no history.
+  Tensor plain = zeros({3}, kFloat64);
+  plain.copy_(w.detach());
+  CHECK(plain.grad_fn_name().empty());
+  CHECK(values_of(plain) == std::vector<double>(3, 2.0));
 }
 
 TEST_CASE("autograd: deep graphs run and tear down without recursion") {
@@ -172,4 +259,22 @@ TEST_CASE("autograd: gradcheck catches a wrong backward") {
   auto r = gradcheck(broken, {x});
   CHECK_FALSE(r.ok);
   CHECK(r.report.find("analytic") != std::string::npos);
+}
+
+TEST_CASE("autograd: threads that create autograd tensors and views at once each get their own right gradients") {
+  // Every first autograd tensor of a thread used to rewrite the process-wide view hook
+  // (a data race, as TSan reports; tools/sanitize.sh tsan runs this case).
+  constexpr int kThreads = 4;
+  std::vector<std::vector<double>> grads(kThreads);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kThreads; ++r)
+    threads.emplace_back([r, &grads] {
+      for (int i = 0; i < 50; ++i) {
+        Tensor x = leaf({2, 3}, uint64_t(r * 100 + i));
+        sum(x.t().reshape({6}) * double(r + 1)).backward();
+        grads[size_t(r)] = values_of(x.grad());
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kThreads; ++r) CHECK(grads[size_t(r)] == std::vector<double>(6, double(r + 1)));
 }

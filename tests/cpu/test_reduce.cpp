@@ -363,3 +363,58 @@ TEST_CASE("reduce: errors name the op, the dim and the shape") {
   check_error([&] { ops::argmin(e, 0); }, {"argmin", "size 0"});
   check_error([&] { ops::sum(Tensor()); }, {"sum", "undefined"});
 }
+
+namespace {
+
+/// x's elements in logical row-major order, read through its raw data and strides (no
+/// frugal op: contiguous() is a kernel of its own). x: float64 on the CPU.
+std::vector<double> raw_values(const Tensor& x) {
+  const double* base = x.data_ptr<double>();
+  std::vector<double> out;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const std::vector<int64_t> idx = unravel(i, x.sizes());
+    int64_t at = 0;
+    for (int64_t d = 0; d < x.dim(); ++d) at += idx[size_t(d)] * x.stride(d);
+    out.push_back(base[at]);
+  }
+  return out;
+}
+
+/// Checks sum, mean, amax and amin of `x` over `dims` against loops over its raw data.
+void check_against_raw(const Tensor& x, const std::vector<int64_t>& dims) {
+  const std::vector<bool> mask = mask_of(x.dim(), dims);
+  const auto gs = groups(raw_values(x), x.sizes(), mask);
+  const std::pair<Stat, Tensor> results[] = {{Stat::Sum, ops::sum(x, dims)},
+                                             {Stat::Mean, ops::mean(x, dims)},
+                                             {Stat::Max, ops::amax(x, dims)},
+                                             {Stat::Min, ops::amin(x, dims)}};
+  for (const auto& [stat, out] : results) {
+    INFO("shape ", shape_str(x.sizes()), " strides ", shape_str(x.strides()), " dims ", dims_str(dims));
+    REQUIRE(out.numel() == int64_t(gs.size()));
+    std::vector<double> expected;
+    for (const auto& g : gs) expected.push_back(stat_of(g, stat));
+    check_close(raw_values(out), expected, 1e-12, 1e-12);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reduce: views no single layout merges (regression: a stale inner size wrote past the output)") {
+  // The inputs of the issue that found it: a narrow of the last dim, a 5-d transpose of
+  // the two last dims, and a sum over dim 1 of a transposed tensor of 5..12 dims (which
+  // wrote outer * inner results into an output of outer elements, and crashed from 12).
+  const Tensor x4 = random_tensor({2, 3, 4, 5}, kFloat64, 1);
+  check_against_raw(x4.narrow(3, 0, 3), {0});
+  check_against_raw(x4.narrow(3, 1, 3), {0, 2});
+  check_against_raw(x4.narrow(1, 1, 2), {3});
+  const Tensor x5 = random_tensor({2, 3, 2, 4, 3}, kFloat64, 2).transpose(3, 4);
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, {1}, {2}, {3}, {4}, {1, 3}, {0, 4}})
+    check_against_raw(x5, dims);
+  for (int64_t nd = 5; nd <= 12; ++nd) {
+    Shape shape(size_t(nd), 2);
+    shape[1] = 3;
+    const Tensor t = random_tensor(shape, kFloat64, uint64_t(nd)).transpose(0, nd - 1);
+    check_against_raw(t, {1});
+    check_against_raw(t, {0, 2});
+  }
+}

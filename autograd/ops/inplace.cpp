@@ -1,0 +1,51 @@
+// The in-place rules of Note [In-place ops and autograd] (autograd/ops/inplace.h).
+#include "autograd/ops/inplace.h"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "autograd/function.h"
+
+namespace frugal::autograd {
+
+namespace {
+
+bool is_view_node(const std::string& name) {
+  static constexpr std::array<std::string_view, 8> kViews = {
+      "ViewBackward",   "PermuteBackward",   "SliceBackward", "SelectBackward",
+      "ExpandBackward", "AsStridedBackward", "SplitBackward", "SplitWithSizesBackward"};
+  return std::find(kViews.begin(), kViews.end(), name) != kViews.end();
+}
+
+}  // namespace
+
+/// Checks that `self` may be written in place (Note [In-place ops and autograd]);
+/// true when the op must be recorded.
+bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other) {
+  FRUGAL_CHECK(self.defined(), op, ": undefined input tensor");
+  if (!needs_grad({&self, other})) return false;
+  FRUGAL_CHECK(!(self.is_leaf() && self.requires_grad()), op,
+               ": a leaf tensor that requires grad is used in an in-place operation (", self.describe(),
+               "); run it under NoGradGuard (as an optimizer step does) or use the out-of-place op");
+  const std::string fn = self.grad_fn_name();
+  const bool spans_storage =
+      self.storage_offset() == 0 && size_t(self.numel()) * self.element_size() == self.impl().storage->nbytes;
+  FRUGAL_CHECK(spans_storage && !is_view_node(fn), op, ": in-place operation on a view (",
+               fn.empty() ? "part of a larger tensor" : fn, ") of ", self.describe(),
+               " while autograd records it; frugal does not track views, so the base tensor would miss the "
+               "change: clone() it first or use the out-of-place op");
+  return true;
+}
+
+/// Makes the node the new grad_fn of self (Note [In-place ops and autograd]).
+void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node) {
+  AutogradMeta* m = meta_of(self);
+  const bool retained = m && m->retains_grad && m->grad_fn;
+  if (retained)
+    std::erase_if(m->grad_fn->retained_outputs, [&](const auto& r) { return r.second.lock() == self.impl_ptr(); });
+  record(node, {self});
+  if (retained) node->retained_outputs.emplace_back(0, self.impl_ptr());
+}
+
+}  // namespace frugal::autograd

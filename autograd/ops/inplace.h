@@ -1,0 +1,42 @@
+#pragma once
+// The rules every recorded in-place op follows: who may be written, and how the
+// written tensor's history is rebased onto the op's node.
+//
+// Note [In-place ops and autograd]
+// An in-place op on a tensor that takes part in autograd is recorded as in PyTorch:
+// - A leaf that requires grad may not be written in place while grad mode is on (its
+//   .grad would describe values it no longer holds): the op throws. Under NoGradGuard
+//   (optimizer steps, initialization) it is allowed and records nothing.
+// - Any other tensor `self` gets its history rebased: a new node, whose first input
+//   edge is self's previous grad_fn (or nothing), takes the gradient of the new value,
+//   and self becomes that node's output (set_history on the same TensorImpl, so every
+//   handle to it sees the new history). The raw op bumps the version, so a node that
+//   saved self's old value throws in backward instead of using the new one (Note
+//   [Saved tensor versions]). A retained .grad (retain_grad) moves to the new node.
+// - frugal does not track views (PyTorch's CopySlices): a write through a view would
+//   change its base behind the base's history. So a recorded in-place op throws when
+//   self is the output of a view node (view, permute, slice, select, expand, split) or
+//   does not span its storage (a slice or piece of something larger); clone() first.
+//   Aliases frugal cannot see (a detach()ed handle, a view taken of self before the
+//   op) keep their old history: avoid reading them after an in-place op that records.
+// - copy_ is recorded by the same rules (autograd/ops/copy.cpp): the new value is src's,
+//   so self's old history gets zeros and src gets the gradient (PyTorch's CopyBackwards).
+// - Backward of mul_ and div_ needs self's old value for other's gradient, so they save
+//   a copy of it, and only when other requires grad. An `other` that shares self's
+//   storage is copied before the write too, since the write changes it.
+
+#include <memory>
+
+#include "autograd/node.h"
+
+namespace frugal::autograd {
+
+/// Checks that `self` may be written in place while autograd is on (a leaf that
+/// requires grad may not; neither may a view); true when the op must be recorded
+/// because grad mode is on and self or `other` (may be null) requires grad.
+bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other);
+
+/// Makes `node` the new grad_fn of self, moving a retained .grad along.
+void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node);
+
+}  // namespace frugal::autograd
