@@ -297,3 +297,17 @@ TEST_CASE("cuda unary_backward: every fused kernel matches the CPU in every dtyp
       },
       {"gelu_backward", "cuda:0", "cpu"});
 }
+
+TEST_CASE("cuda autograd: copy_ across devices and dtypes sends the gradient back to the source's device") {
+  Tensor src = random_tensor({3}, kFloat32, 7);  // on the CPU
+  src.requires_grad_();
+  Tensor h = zeros({2, 3}, {kFloat16, cuda()});
+  h.copy_(src);  // broadcast, converted to float16, moved to the GPU
+  const Tensor g = random_tensor({2, 3}, {kFloat16, cuda()}, 8);
+  (h * 1.0).backward(g);
+  REQUIRE(src.grad().device() == kCPU);
+  REQUIRE(src.grad().dtype() == kFloat32);
+  const std::vector<double> gv = values_of(g);
+  check_close(values_of(src.grad()), {gv[0] + gv[3], gv[1] + gv[4], gv[2] + gv[5]}, 1e-3, 1e-3);
+  check_close(values_of(h.detach()), values_of(src.detach().to(kFloat16).unsqueeze(0).expand({2, 3})), 0, 0);
+}
