@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/ops/all.h"
+#include "examples/flags.h"
 #include "examples/mnist_train.h"
 #include "models/resnet.h"
 #include "nn/data/idx.h"
@@ -18,26 +19,30 @@
 
 using namespace frugal;
 
+namespace {
+const char* kUsage =
+    "usage: train_resnet [--data-dir DIR] [--device cpu|cuda[:N]] [--epochs N] [--batch-size N] [--lr X]\n"
+    "                    [--no-amp] [--limit N]\n";
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist", device_name = "cpu";
-  int64_t epochs = 10, batch = 128, limit = 0;
+  int64_t epochs = 10, batch = 128, limit = 0;  // limit 0: every training sample
   double lr = 0.1;
   bool amp = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--no-amp") amp = false;
-    else if (flag == "--data-dir" && has_value) data_dir = argv[++i];
-    else if (flag == "--device" && has_value) device_name = argv[++i];
-    else if (flag == "--epochs" && has_value) epochs = std::stoll(argv[++i]);
-    else if (flag == "--batch-size" && has_value) batch = std::stoll(argv[++i]);
-    else if (flag == "--lr" && has_value) lr = std::stod(argv[++i]);
-    else if (flag == "--limit" && has_value) limit = std::stoll(argv[++i]);
-    else {
-      std::fprintf(stderr, "train_resnet: unknown option %s\n", flag.c_str());
-      return 2;
+  cli::parse_or_exit("train_resnet", kUsage, [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--data-dir")) data_dir = flags.text();
+      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--epochs")) epochs = flags.positive();
+      else if (flags.is("--batch-size")) batch = flags.positive();
+      else if (flags.is("--lr")) lr = flags.positive_real();
+      else if (flags.is("--limit")) limit = flags.positive();
+      else flags.unknown();
     }
-  }
+  });
   try {
     const Device device(device_name);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
