@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
     int64_t first_epoch = 0;
     if (!args.resume.empty()) {
       first_epoch = examples::load_checkpoint(args.resume, *model, opt, args.model);
+      FRUGAL_CHECK(first_epoch <= epochs, "--resume ", args.resume, ": the checkpoint has finished ", first_epoch,
+                   " epochs, more than --epochs ", epochs);
       std::printf("resumed %s after epoch %lld\n", args.resume.c_str(), (long long)first_epoch);
     }
     // Per-epoch cosine decay; its position follows from the epoch, so resuming needs no extra state.

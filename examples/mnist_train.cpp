@@ -6,6 +6,7 @@
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/nn_functional.h"
+#include "examples/flags.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
 #include "nn/linear.h"
@@ -133,6 +134,10 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
   };
   FRUGAL_CHECK(meta("model") == model_kind, "load_checkpoint: ", path, " holds a '", meta("model"), "' model, not '",
                model_kind, "'");
+  const std::string epoch_text = meta("epoch");
+  const std::optional<int64_t> epoch = cli::parse_int(epoch_text, 0);
+  FRUGAL_CHECK(epoch, "load_checkpoint: ", path, ": metadata 'epoch' must be a non-negative integer, got \"",
+               epoch_text, "\"");
   std::map<std::string, Tensor> model_state;
   optim::StateDict optim_state;
   for (auto& [name, t] : file.tensors) {
@@ -141,7 +146,7 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
   }
   model.load_state_dict(model_state);
   opt.load_state_dict(optim_state);
-  return std::stoll(meta("epoch"));
+  return *epoch;
 }
 
 }  // namespace frugal::examples

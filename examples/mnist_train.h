@@ -63,7 +63,8 @@ double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labe
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt, int64_t epoch,
                      const std::string& model_kind);
 /// Restores what save_checkpoint wrote; returns the epochs finished. Throws if the
-/// file was written for another model kind.
+/// file was written for another model kind or its 'epoch' is not a whole non-negative
+/// integer (checked before anything is loaded).
 int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                         const std::string& model_kind);
 

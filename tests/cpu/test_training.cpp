@@ -8,6 +8,7 @@
 
 #include "examples/mnist_train.h"
 #include "nn/data/idx.h"
+#include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "tests/test_util.h"
 
@@ -44,6 +45,15 @@ std::vector<double> weights_of(const nn::Module& m) {
     all.insert(all.end(), v.begin(), v.end());
   }
   return all;
+}
+
+// What save_checkpoint writes, with the metadata given instead of its own.
+void write_checkpoint_with(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
+                           const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt.state_dict()) tensors.emplace_back("optim." + name, t);
+  nn::save_safetensors(path, tensors, metadata);
 }
 }  // namespace
 
@@ -101,5 +111,28 @@ TEST_CASE("training: 1 epoch + checkpoint + resume + 1 epoch == 2 epochs, bit fo
 
   CHECK(weights_of(*resumed) == weights_of(*straight));
   check_error([&] { examples::load_checkpoint(path, *resumed, opt_c, "cnn"); }, {"load_checkpoint", "'mlp'"});
+  std::remove(path.c_str());
+}
+
+TEST_CASE("training: load_checkpoint reads 'epoch' strictly and names the file and the key") {
+  const std::string path = temp_path("frugal_bad_epoch");
+  manual_seed(6);
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  manual_seed(7);
+  auto other = examples::make_model("mlp");
+  optim::Adam other_opt(other->parameters(), {.lr = 1e-3});
+  const std::vector<double> other_weights = weights_of(*other);
+  // std::stoll threw std::invalid_argument / std::out_of_range on the first and third, read "1x" as 1.
+  for (const char* bad : {"abc", "1x", "99999999999999999999", "-1", "", " 1"}) {
+    write_checkpoint_with(path, *model, opt, {{"epoch", bad}, {"model", "mlp"}});
+    check_error([&] { examples::load_checkpoint(path, *other, other_opt, "mlp"); },
+                {"load_checkpoint: " + path + ": metadata 'epoch' must be a non-negative integer",
+                 "got \"" + std::string(bad) + "\""});
+    CHECK(weights_of(*other) == other_weights);  // checked before anything was loaded
+  }
+  write_checkpoint_with(path, *model, opt, {{"epoch", "12"}, {"model", "mlp"}});
+  CHECK(examples::load_checkpoint(path, *other, other_opt, "mlp") == 12);
+  CHECK(weights_of(*other) == weights_of(*model));
   std::remove(path.c_str());
 }
