@@ -60,6 +60,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "examples/flags.h"
+#include "examples/train_checks.h"
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
@@ -321,7 +322,7 @@ int main(int argc, char** argv) {
     const auto start = clock::now();
     const int64_t report_every = std::max<int64_t>(1, std::min<int64_t>(50, steps / 10));
     const std::vector<Tensor> params = model.parameters();
-    Tensor window_sum = zeros({}, {kFloat32, device});  // the loss summed on the device: no sync per step
+    examples::LossWatch watch(opt, &scaler);  // each window's losses summed on the device (Note [Non-finite loss])
     double first = NAN, last = NAN;
     model.train();
     for (int64_t step = 1; step <= steps; ++step) {
@@ -338,15 +339,11 @@ int main(int argc, char** argv) {
       scaler.step(opt);
       scaler.update();
       schedule.step();
-      {
-        autograd::NoGradGuard no_grad;
-        window_sum = window_sum + loss.detach().to(kFloat32);
-      }
+      watch.add(loss, 0, step);
       if (step == 1) first = loss.to(kFloat64).item<double>();
-      const int64_t in_window = (step - 1) % report_every + 1;
+      const int64_t in_window = watch.pending();
       if (in_window == report_every || step == steps) {
-        last = window_sum.to(kFloat64).item<double>() / double(in_window);
-        window_sum = zeros({}, {kFloat32, device});
+        last = watch.check() / double(in_window);
         const double secs = std::chrono::duration<double>(clock::now() - start).count();
         const double rate = double(step * batch * seq_len) / secs;
         std::printf("step %lld/%lld mlm loss %.4f (mean of %lld) lr %.2e | %.0f tokens/s, ETA %.0f s\n",

@@ -62,6 +62,7 @@ std::string clock(double secs) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool mid_line = false;  // a progress line without its newline is on stdout
   Args args = cli::parse_or_exit("fashion_mnist", kUsage, [&] { return parse(argc, argv); });
   try {
     const Device device = args.device.empty() ? (cuda_device_count() > 0 ? cuda() : kCPU) : Device(args.device);
@@ -98,11 +99,13 @@ int main(int argc, char** argv) {
         std::printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
                     (long long)epochs, (long long)step, (long long)steps, loss, rate, clock(eta).c_str());
         std::fflush(stdout);
+        mid_line = true;
       };
       const examples::EpochStats stats = examples::train_epoch(*model, opt, loader, progress);
       std::printf("\repoch %lld/%lld  mean loss %.4f  %.0f samples/s  %s%20s\n", (long long)epoch + 1,
                   (long long)epochs, stats.mean_loss, double(stats.samples) / stats.seconds,
                   clock(stats.seconds).c_str(), "");
+      mid_line = false;
       schedule.step();
       examples::save_checkpoint(args.save, *model, opt, epoch + 1, args.model);
     }
@@ -112,6 +115,8 @@ int main(int argc, char** argv) {
     std::printf("test_accuracy: %.4f\n", accuracy);
     return 0;
   } catch (const Error& e) {
+    if (mid_line) std::printf("\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;
   }

@@ -28,7 +28,9 @@ struct EpochStats {
 
 /// One pass over `loader`: forward, cross-entropy, backward, optimizer step. Calls
 /// `progress(step, steps, loss, samples_per_s)` every `report_every` steps (reading
-/// the loss then is the only host sync in the loop).
+/// the loss then is the only host sync in the loop). Throws once a loss is inf or NaN,
+/// naming the epoch (loader.epoch() + 1) and the step (see Note [Non-finite loss] in
+/// examples/train_checks.h).
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
                        const std::function<void(int64_t, int64_t, double, double)>& progress = {},
                        int64_t report_every = 50);
@@ -46,7 +48,9 @@ struct AmpRun {
 /// loss_fn(output, targets) under AutocastGuard(float16) when run.amp, backward, step and
 /// update through `scaler`, then schedule.step(). Every run.report_every steps (and at the
 /// last) prints "epoch E step S/T loss L lr X | R img/s, ETA N s"; reading the loss there
-/// is the loop's only host sync.
+/// is the loop's only host sync besides the scaler's. Throws when the run diverges: a loss
+/// that is inf or NaN without an enabled scaler, or a collapsed scale with one (Note
+/// [Non-finite loss] in examples/train_checks.h).
 void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
                      optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
                      data::DataLoader& loader, int64_t epoch, AmpRun& run);
@@ -59,7 +63,8 @@ void standardize(data::FashionMnist& ds);
 double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labels, int64_t batch_size = 1000);
 
 /// Saves model and optimizer state with `epoch` (epochs finished) and `model_kind` as
-/// metadata; atomic (see nn::save_safetensors).
+/// metadata; atomic (see nn::save_safetensors). Throws, leaving `path` as it was, if a
+/// tensor holds inf or NaN.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt, int64_t epoch,
                      const std::string& model_kind);
 /// Restores what save_checkpoint wrote; returns the epochs finished. Throws if the

@@ -17,6 +17,7 @@
 #include "autograd/ops/all.h"
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "models/vit.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
@@ -116,7 +117,9 @@ int main(int argc, char** argv) {
     std::printf("train: %.1f s\ntest_accuracy: %.4f\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count(), acc);
     if (!save_path.empty()) {
-      nn::save_safetensors(save_path, net->state_dict(), {{"format", "pt"}});
+      const nn::NamedTensors state = net->state_dict();
+      examples::require_finite(state, save_path);
+      nn::save_safetensors(save_path, state, {{"format", "pt"}});
       std::printf("saved %s\n", save_path.c_str());
     }
     return 0;

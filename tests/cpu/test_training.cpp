@@ -3,13 +3,20 @@
 // checkpoint resumes to bit-identical weights.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "autograd/ops/all.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -45,6 +52,13 @@ std::vector<double> weights_of(const nn::Module& m) {
     all.insert(all.end(), v.begin(), v.end());
   }
   return all;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // What save_checkpoint writes, with the metadata given instead of its own.
@@ -112,6 +126,134 @@ TEST_CASE("training: 1 epoch + checkpoint + resume + 1 epoch == 2 epochs, bit fo
   CHECK(weights_of(*resumed) == weights_of(*straight));
   check_error([&] { examples::load_checkpoint(path, *resumed, opt_c, "cnn"); }, {"load_checkpoint", "'mlp'"});
   std::remove(path.c_str());
+}
+
+TEST_CASE("training: a diverging run stops at the first non-finite loss, naming epoch, step, loss and lr") {
+  auto [x, y] = images(512, 0, false);
+  data::TensorDataset ds(x, y);
+  const double lr = 1e38;  // the reported run: --lr 1e38
+
+  // The reference: the same run by hand, reading every loss, up to the first inf or NaN.
+  manual_seed(4);
+  auto by_hand = examples::make_model("mlp");
+  optim::Adam opt_a(by_hand->parameters(), {.lr = lr});
+  data::DataLoader loader_a(ds, {.batch_size = 64, .shuffle = true, .seed = 2});
+  loader_a.set_epoch(2);
+  int64_t first_bad = 0;
+  double bad_loss = 0;
+  int64_t step = 0;
+  for (data::Batch& b : loader_a) {
+    Tensor loss = cross_entropy(by_hand->forward(b.inputs), b.targets);
+    opt_a.zero_grad();
+    loss.backward();
+    opt_a.step();
+    ++step;
+    if (!std::isfinite(loss.item<double>())) {
+      first_bad = step, bad_loss = loss.item<double>();
+      break;
+    }
+  }
+  REQUIRE(first_bad > 0);  // lr 1e38 overflows the weights within an epoch
+
+  manual_seed(4);
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = lr});
+  data::DataLoader loader(ds, {.batch_size = 64, .shuffle = true, .seed = 2});
+  loader.set_epoch(2);
+  int64_t progress_calls = 0;
+  check_error(
+      [&] {
+        examples::train_epoch(
+            *model, opt, loader, [&](auto...) { ++progress_calls; }, 1);
+      },
+      {"training diverged at epoch 3, step " + std::to_string(first_bad) + ":",
+       std::string("the loss is ") + (std::isnan(bad_loss) ? "nan"
+                                      : bad_loss > 0       ? "inf"
+                                                           : "-inf"),
+       "the base learning rate is 1e+38", "lower --lr"});
+  CHECK(progress_calls == first_bad - 1);  // no progress line shows the bad loss
+}
+
+TEST_CASE("training: save_checkpoint refuses inf or NaN and leaves the last good checkpoint as it was") {
+  const std::string path = temp_path("frugal_nan_checkpoint");
+  manual_seed(5);
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  examples::save_checkpoint(path, *model, opt, 1, "mlp");
+  const std::string good = bytes_of(path);
+  REQUIRE(!good.empty());
+
+  std::map<std::string, Tensor> state;
+  for (auto& [name, t] : model->state_dict()) state[name] = t;
+  std::vector<float> bias(10, 0.5f);
+  bias[3] = NAN;
+  state["5.bias"] = from_vector(bias, {10});
+  model->load_state_dict(state);
+  check_error([&] { examples::save_checkpoint(path, *model, opt, 2, "mlp"); },
+              {"not saving " + path, "'model.5.bias' holds inf or NaN"});
+  CHECK(bytes_of(path) == good);
+
+  bias[3] = -INFINITY;
+  state["5.bias"] = from_vector(bias, {10});
+  model->load_state_dict(state);
+  check_error([&] { examples::save_checkpoint(path, *model, opt, 2, "mlp"); }, {"'model.5.bias' holds inf or NaN"});
+  CHECK(bytes_of(path) == good);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("training: LossWatch sums each window of losses and checks every one of them") {
+  Tensor w = zeros({1});
+  optim::SGD opt({w}, {.lr = 0.25});
+  examples::LossWatch watch(opt);
+  const std::vector<double> losses = {2.5, 1.25, 0.75, 1e30, 3.0};
+  for (int i = 0; i < 3; ++i) watch.add(from_vector<double>({losses[i]}, {}), 1, i + 1);
+  CHECK(watch.pending() == 3);
+  CHECK(watch.check() == 2.5 + 1.25 + 0.75);
+  CHECK(watch.pending() == 0);
+  watch.add(from_vector<float>({1e30f}, {}), 1, 4);  // large but finite
+  watch.add(from_vector<double>({losses[4]}, {}), 1, 5);
+  CHECK(watch.check() == doctest::Approx(double(1e30f) + 3.0));
+  CHECK(watch.check() == 0.0);  // an empty window
+
+  check_error([&] { watch.add(from_vector<float>({INFINITY}, {}), 2, 6); },
+              {"training diverged at epoch 2, step 6: the loss is inf", "the base learning rate is 0.25"});
+  examples::LossWatch no_epochs(opt);
+  check_error([&] { no_epochs.add(from_vector<double>({NAN}, {}), 0, 9); },
+              {"training diverged at step 9: the loss is nan"});
+
+  // A schedule that has decayed the lr to 0 by then: the hint names the lr --lr set.
+  optim::CosineAnnealingLR schedule(opt, {.T_max = 1});
+  schedule.step();
+  REQUIRE(opt.param_groups()[0].lr < 1e-12);
+  check_error([&] { no_epochs.add(from_vector<double>({NAN}, {}), 0, 10); }, {"the base learning rate is 0.25"});
+}
+
+TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped steps, until the scale collapses") {
+  // Every gradient is inf, so every step is skipped and the scale halves: 8, 4, 2, 1, 0.5.
+  // The run counts as diverged at the step that takes it below kMinLossScale = 1: step 4.
+  Tensor w = from_vector<float>({1.0f, 2.0f}, {2}).requires_grad_();
+  const Tensor x = from_vector<float>({INFINITY, 1.0f}, {2});
+  const std::vector<double> before = values_of(w);
+  optim::SGD opt({w}, {.lr = 0.1});
+  optim::GradScaler scaler({.init_scale = 8.0});
+  examples::LossWatch watch(opt, &scaler);
+  int64_t steps_taken = 0;
+  check_error(
+      [&] {
+        for (int64_t step = 1; step <= 10; ++step) {
+          Tensor loss = sum(w * x);  // inf
+          opt.zero_grad();
+          scaler.scale(loss).backward();
+          scaler.step(opt);
+          scaler.update();
+          watch.add(loss, 1, step);
+          steps_taken = step;
+        }
+      },
+      {"training diverged at epoch 1, step 4", "GradScaler", "scale fell to 0.5"});
+  CHECK(steps_taken == 3);
+  CHECK(scaler.get_scale() == 0.5);
+  CHECK(values_of(w) == before);  // every step was skipped
 }
 
 TEST_CASE("training: load_checkpoint reads 'epoch' strictly and names the file and the key") {
