@@ -30,6 +30,7 @@ int main(int argc, char** argv) try {
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   data::TensorDataset train(ds.train_images, ds.train_labels);
   data::DataLoader loader(train, {.batch_size = 64, .shuffle = true, .device = device});
+  examples::require_batches(loader, train.size());
   examples::LossWatch watch(opt);  // stops on an inf or NaN loss, without a sync per step
   int64_t step = 0;
   for (data::Batch& b : loader) {

@@ -11,6 +11,7 @@
 
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "memory/allocator.h"
 #include "nn/data/idx.h"
 #include "optim/adam.h"
@@ -68,9 +69,11 @@ int main(int argc, char** argv) {
     const Device device = args.device.empty() ? (cuda_device_count() > 0 ? cuda() : kCPU) : Device(args.device);
     if (args.model.empty()) args.model = device.is_cuda() ? "cnn" : "mlp";
     const int64_t epochs = args.epochs.value_or(args.model == "cnn" ? 10 : 1);
+    examples::require_writable(args.save, "--save");  // now, not after the first epoch
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
+    examples::require_nonempty(ds, args.data_dir);
     examples::standardize(ds);
     auto model = examples::make_model(args.model);
     model->to(device);
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
     data::TensorDataset train(ds.train_images, ds.train_labels);
     data::DataLoader loader(train,
                             {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
+    examples::require_batches(loader, train.size());
     for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
       loader.set_epoch(epoch);
       auto progress = [&](int64_t step, int64_t steps, double loss, double rate) {

@@ -48,6 +48,7 @@ EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::Data
   const auto start = std::chrono::steady_clock::now();
   const int64_t epoch = loader.epoch() + 1;  // the pass about to start, counted from 1 as printed
   const int64_t steps = loader.size();
+  FRUGAL_CHECK(steps > 0, "train_epoch: the loader yields no batch (is the training set empty?)");
   LossWatch watch(opt);  // sums the losses on the device: no host sync per step (Note [Non-finite loss])
   double loss_sum = 0;
   int64_t step = 0;
@@ -67,7 +68,7 @@ EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::Data
   }
   loss_sum += watch.check();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats.mean_loss = step ? loss_sum / double(step) : 0.0;
+  stats.mean_loss = loss_sum / double(step);
   return stats;
 }
 
@@ -101,6 +102,12 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
   watch.check();
 }
 
+void require_nonempty(const data::FashionMnist& ds, const std::string& dir) {
+  const int64_t train = ds.train_images.size(0), test = ds.test_images.size(0);
+  FRUGAL_CHECK(train > 0 && test > 0, dir, ": the training set has ", train, " images and the test set ", test,
+               "; both need some");
+}
+
 void standardize(data::FashionMnist& ds) {
   const double mean = 0.2860, std = 0.3530;
   for (Tensor* images : {&ds.train_images, &ds.test_images}) *images = ops::affine(*images, 1.0 / std, -mean / std);
@@ -112,6 +119,7 @@ double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labe
   const Device device = model.parameters().at(0).device();
   Tensor correct = zeros({}, {kInt64, device});
   const int64_t n = images.size(0);
+  FRUGAL_CHECK(n > 0, "evaluate: the test set is empty (0 images)");
   for (int64_t i = 0; i < n; i += batch_size) {
     const int64_t len = std::min(batch_size, n - i);
     Tensor x = images.narrow(0, i, len).to(device);

@@ -28,9 +28,9 @@ struct EpochStats {
 
 /// One pass over `loader`: forward, cross-entropy, backward, optimizer step. Calls
 /// `progress(step, steps, loss, samples_per_s)` every `report_every` steps (reading
-/// the loss then is the only host sync in the loop). Throws once a loss is inf or NaN,
-/// naming the epoch (loader.epoch() + 1) and the step (see Note [Non-finite loss] in
-/// examples/train_checks.h).
+/// the loss then is the only host sync in the loop). Throws if the loader yields no batch,
+/// or once a loss is inf or NaN, naming the epoch (loader.epoch() + 1) and the step (see
+/// Note [Non-finite loss] in examples/train_checks.h).
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
                        const std::function<void(int64_t, int64_t, double, double)>& progress = {},
                        int64_t report_every = 50);
@@ -55,11 +55,16 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
                      optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
                      data::DataLoader& loader, int64_t epoch, AmpRun& run);
 
+/// Throws unless both splits of `ds` hold images, naming `dir` (where it was loaded from):
+/// an empty training set would train no step, an empty test set score 0 of 0.
+void require_nonempty(const data::FashionMnist& ds, const std::string& dir);
+
 /// Standardises both image sets of `ds` in place with the training set's pixel mean and
 /// std (0.2860, 0.3530), as the usual recipes do.
 void standardize(data::FashionMnist& ds);
 
 /// Classification accuracy of `model` on (images, labels), in batches, without grad.
+/// Throws if there are no images.
 double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labels, int64_t batch_size = 1000);
 
 /// Saves model and optimizer state with `epoch` (epochs finished) and `model_kind` as

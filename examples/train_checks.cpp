@@ -1,6 +1,11 @@
 #include "examples/train_checks.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "tensor/ops/binary.h"
@@ -71,6 +76,27 @@ void require_finite(const std::vector<std::pair<std::string, Tensor>>& tensors, 
     FRUGAL_CHECK(std::isfinite(probe), "not saving ", path, ": '", name,
                  "' holds inf or NaN (the run diverged; the file is left as it was)");
   }
+}
+
+void require_writable(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  FRUGAL_CHECK(!path.empty(), flag, ": the path is empty");
+  std::error_code ec;
+  FRUGAL_CHECK(!fs::is_directory(path, ec), flag, ": '", path, "' is a directory, not a file");
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  FRUGAL_CHECK(fs::is_directory(dir, ec), flag, ": cannot write '", path, "': directory '", dir,
+               fs::exists(dir, ec) ? "' is not a directory" : "' does not exist");
+  FRUGAL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, ": cannot write '", path, "': directory '", dir,
+               "' is not writable (", std::strerror(errno), ")");
+}
+
+int64_t require_batches(const data::DataLoader& loader, int64_t samples) {
+  const int64_t batches = loader.size();
+  const data::DataLoaderOptions& o = loader.options();
+  FRUGAL_CHECK(batches > 0, "the training set yields no batch: ", samples, " samples, batch size ", o.batch_size,
+               o.drop_last && samples > 0 ? " (a last partial batch is dropped)" : "");
+  return batches;
 }
 
 }  // namespace frugal::examples

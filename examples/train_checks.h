@@ -1,12 +1,13 @@
 #pragma once
 // Checks that make an example's training run stop early and say why, instead of finishing
 // "successfully" with garbage: a loss that is no longer finite, a checkpoint that would
-// hold NaNs.
+// hold NaNs, a path that cannot be written, a data split with nothing in it.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "nn/data/dataloader.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "tensor/tensor.h"
@@ -68,5 +69,15 @@ class LossWatch {
 /// Throws if a floating tensor of `tensors` holds inf or NaN, naming it and `path` (the
 /// file it was about to be saved to, which is then left as it is).
 void require_finite(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path);
+
+/// Throws unless a file can be written at `path` now: its directory exists and is
+/// writable, and `path` is not a directory. The error names `flag` and `path`. Creates
+/// and removes nothing (an atomic save writes a temporary file beside `path` and renames
+/// it, so the directory is what must be writable).
+void require_writable(const std::string& path, const std::string& flag);
+
+/// loader.size(), or throws when that is 0, naming `samples` (the dataset's size), the
+/// batch size and drop_last: an empty split would "train" without a single step.
+int64_t require_batches(const data::DataLoader& loader, int64_t samples);
 
 }  // namespace frugal::examples

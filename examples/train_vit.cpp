@@ -68,14 +68,19 @@ int main(int argc, char** argv) {
     }
   });
   try {
+    if (!save_path.empty()) examples::require_writable(save_path, "--save");  // now, not after training
     const Device device(device_name);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     manual_seed(0);
     data::FashionMnist ds = data::load_fashion_mnist(data_dir);
+    examples::require_nonempty(ds, data_dir);
     examples::standardize(ds);
     Tensor train_x = ds.train_images, train_y = ds.train_labels;
     Tensor test_x = ds.test_images, test_y = ds.test_labels;
-    if (limit > 0) train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
+    if (limit > 0) {
+      limit = std::min(limit, train_x.size(0));
+      train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
+    }
     if (test_limit > 0) {
       test_limit = std::min(test_limit, test_x.size(0));
       test_x = test_x.narrow(0, 0, test_limit), test_y = test_y.narrow(0, 0, test_limit);
@@ -86,8 +91,7 @@ int main(int argc, char** argv) {
     auto net = std::make_shared<models::VisionTransformer>(config);
     net->to(device);
     optim::AdamW opt(net->parameters(), {.lr = lr, .weight_decay = 0.05});
-    const int64_t steps_per_epoch = loader.size(), total = epochs * steps_per_epoch;
-    FRUGAL_CHECK(total > 0, "train_vit: no training step (", train_x.size(0), " samples, batch ", batch, ")");
+    const int64_t total = epochs * examples::require_batches(loader, train.size());
     const int64_t warmup_steps = std::min<int64_t>(int64_t(warmup * double(total)), total - 1);
     optim::WarmupCosineLR schedule(opt, {.warmup_steps = warmup_steps, .total_steps = total, .start_factor = 0.01});
     optim::GradScaler scaler({.enabled = amp});

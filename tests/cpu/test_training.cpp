@@ -3,6 +3,8 @@
 // checkpoint resumes to bit-identical weights.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -277,4 +279,57 @@ TEST_CASE("training: load_checkpoint reads 'epoch' strictly and names the file a
   CHECK(examples::load_checkpoint(path, *other, other_opt, "mlp") == 12);
   CHECK(weights_of(*other) == weights_of(*model));
   std::remove(path.c_str());
+}
+
+TEST_CASE("training: empty training and test sets are errors, not 0 samples and accuracy nan") {
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  const Tensor no_images = zeros({0, 1, 28, 28}), no_labels = zeros({0}, {kInt64});
+  check_error([&] { examples::evaluate(*model, no_images, no_labels); }, {"evaluate: the test set is empty"});
+
+  data::TensorDataset empty(no_images, no_labels);
+  data::DataLoader empty_loader(empty, {.batch_size = 64});
+  check_error([&] { examples::train_epoch(*model, opt, empty_loader); }, {"train_epoch", "no batch"});
+  check_error([&] { examples::require_batches(empty_loader, empty.size()); },
+              {"the training set yields no batch: 0 samples, batch size 64"});
+
+  auto [x, y] = images(100, 0, false);
+  data::TensorDataset small(x, y);
+  data::DataLoader dropping(small, {.batch_size = 128, .drop_last = true});
+  check_error([&] { examples::require_batches(dropping, small.size()); },
+              {"100 samples, batch size 128 (a last partial batch is dropped)"});
+  data::DataLoader keeping(small, {.batch_size = 128});
+  CHECK(examples::require_batches(keeping, small.size()) == 1);
+
+  data::FashionMnist ds{x, y, no_images, no_labels};
+  check_error([&] { examples::require_nonempty(ds, "/some/dir"); },
+              {"/some/dir: the training set has 100 images and the test set 0"});
+  ds = {no_images, no_labels, x, y};
+  check_error([&] { examples::require_nonempty(ds, "/some/dir"); }, {"the training set has 0 images"});
+}
+
+TEST_CASE("training: require_writable finds an unwritable --save path before training, and touches nothing") {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_path("frugal_save_dir", "");
+  fs::create_directories(dir);
+  const std::string target = (dir / "model.safetensors").string();
+
+  examples::require_writable(target, "--save");  // a new file in a writable directory
+  CHECK(fs::is_empty(dir));                      // nothing created
+  std::ofstream(target) << "old";
+  examples::require_writable(target, "--save");  // replacing a file
+  CHECK(bytes_of(target) == "old");              // nothing changed
+
+  check_error([&] { examples::require_writable((dir / "missing" / "m.safetensors").string(), "--save"); },
+              {"--save: cannot write", "directory '" + (dir / "missing").string() + "' does not exist"});
+  check_error([&] { examples::require_writable(dir.string(), "--save"); }, {"--save: '", "' is a directory"});
+  check_error([&] { examples::require_writable(target + "/m.safetensors", "--save"); },
+              {"directory '" + target + "' is not a directory"});
+  check_error([&] { examples::require_writable("", "--save"); }, {"--save: the path is empty"});
+  if (::geteuid() != 0) {  // root writes anywhere, so this part means something only for other users
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+    check_error([&] { examples::require_writable(target, "--save"); }, {"is not writable"});
+    fs::permissions(dir, fs::perms::owner_all);
+  }
+  fs::remove_all(dir);
 }
