@@ -23,6 +23,7 @@
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
+#include "examples/flags.h"
 #include "memory/allocator.h"
 #include "memory/error.h"
 #include "memory/stream.h"
@@ -270,32 +271,33 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
   if (results[6].note.empty()) figures.add(prefix + "planner_time_ratio", results[6].step_seconds / base.step_seconds);
 }
 
-int usage(const char* argv0) {
-  std::printf("usage: %s [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]\n", argv0);
-  return 2;
+const char* kUsage = "usage: memory_matrix [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]\n";
+
+Options parse(int argc, char** argv) {
+  Options o;
+  cli::Flags flags(argc, argv);
+  while (flags.next()) {
+    if (flags.is("--device")) {
+      const std::string d = flags.text();
+      if (d != "cpu" && d != "cuda") throw cli::UsageError("--device: expected cpu or cuda, got \"" + d + "\"");
+      if (d == "cuda") o.device = Device{DeviceType::CUDA, 0};
+    } else if (flags.is("--model")) {
+      o.model = flags.text();
+      if (o.model != "mlp" && o.model != "cnn" && o.model != "all")
+        throw cli::UsageError("--model: expected mlp, cnn or all, got \"" + o.model + "\"");
+    } else if (flags.is("--steps")) {
+      o.steps = int(flags.integer(1, 1 << 20));
+    } else {
+      flags.unknown();
+    }
+  }
+  return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--device" && has_value) {
-      const std::string d = argv[++i];
-      if (d == "cuda") o.device = Device{DeviceType::CUDA, 0};
-      else if (d != "cpu") return usage(argv[0]);
-    } else if (arg == "--model" && has_value) {
-      o.model = argv[++i];
-      if (o.model != "mlp" && o.model != "cnn" && o.model != "all") return usage(argv[0]);
-    } else if (arg == "--steps" && has_value) {
-      o.steps = std::atoi(argv[++i]);
-      if (o.steps < 1) return usage(argv[0]);
-    } else {
-      return usage(argv[0]);
-    }
-  }
+  const Options o = cli::parse_or_exit("memory_matrix", kUsage, [&] { return parse(argc, argv); });
   if (o.device.is_cuda() && cuda_device_count() == 0) {
     std::printf("memory_matrix: --device cuda, but no CUDA device is available in this build or machine\n");
     return 1;

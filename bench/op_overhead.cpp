@@ -9,8 +9,6 @@
 // Each row is the median over R runs of the mean time of N back-to-back calls, after
 // N warm-up calls.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
+#include "examples/flags.h"
 #include "nn/linear.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
@@ -37,14 +36,14 @@ struct Row {
 
 int main(int argc, char** argv) {
   int calls = 20000, runs = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--calls")) calls = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: op_overhead [--calls N] [--runs R]\n");
-      return 2;
+  cli::parse_or_exit("op_overhead", "usage: op_overhead [--calls N] [--runs R]\n", [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--calls")) calls = int(flags.integer(1, 1 << 30));
+      else if (flags.is("--runs")) runs = int(flags.integer(1, 1 << 20));
+      else flags.unknown();
     }
-  }
+  });
   std::vector<Row> rows;
   auto measure = [&](const char* name, const char* label, auto&& fn) {
     const double ns = bench::ns_per_call(fn, runs, calls);

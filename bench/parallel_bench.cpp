@@ -23,29 +23,35 @@
 #include <string>
 
 #include "bench/parallel_bench_modes.h"
+#include "examples/flags.h"
 #include "memory/error.h"
 #include "parallel/init.h"
 #include "parallel/thread_communicator.h"
 
 using namespace frugal;
 
+namespace {
+const char* kUsage =
+    "usage: parallel_bench [--model base|large|tiny] [--batch N] [--iters N] [--micro-batches N]\n"
+    "                      [--modes single,tp,pp,ddp,ddp-weak,zero1,grid] [--threads N]\n";
+}  // namespace
+
 int run(int argc, char** argv) {
   bench::BenchOptions opts;
   std::string modes;
   int threads = 0;
-  for (int i = 1; i < argc; i += 2) {
-    FRUGAL_CHECK(i + 1 < argc, "parallel_bench: ", argv[i], " needs a value");
-    const char* a = argv[i];
-    const char* v = argv[i + 1];
-    if (!std::strcmp(a, "--batch")) opts.batch = std::atoll(v);
-    else if (!std::strcmp(a, "--iters")) opts.iters = std::atoi(v);
-    else if (!std::strcmp(a, "--model")) opts.model = bench::model_config(v);
-    else if (!std::strcmp(a, "--micro-batches")) opts.micro_batches = std::atoi(v);
-    else if (!std::strcmp(a, "--modes")) modes = v;
-    else if (!std::strcmp(a, "--threads")) threads = std::atoi(v);
-    else FRUGAL_CHECK(false, "parallel_bench: unknown option ", a);
-  }
-  FRUGAL_CHECK(opts.batch >= 1 && opts.iters >= 1, "parallel_bench: --batch and --iters must be positive");
+  cli::parse_or_exit("parallel_bench", kUsage, [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--batch")) opts.batch = flags.positive();
+      else if (flags.is("--iters")) opts.iters = int(flags.integer(1, 1 << 20));
+      else if (flags.is("--model")) opts.model = bench::model_config(flags.text());
+      else if (flags.is("--micro-batches")) opts.micro_batches = int(flags.integer(1, 1 << 20));
+      else if (flags.is("--modes")) modes = flags.text();
+      else if (flags.is("--threads")) threads = int(flags.integer(0, 1 << 10));
+      else flags.unknown();
+    }
+  });
   auto choose_modes = [&](int ranks) {
     opts.modes = modes.empty() ? bench::default_modes(opts.model, ranks) : bench::parse_modes(modes);
   };

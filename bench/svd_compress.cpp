@@ -25,6 +25,7 @@
 #include "autograd/ops/nn_functional.h"
 #include "autograd/ops/reduce.h"
 #include "bench/bench_util.h"
+#include "examples/flags.h"
 #include "examples/mnist_train.h"
 #include "memory/allocator.h"
 #include "nn/activation.h"
@@ -45,42 +46,33 @@ namespace {
 
 struct Args {
   std::string device = "cpu", data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = -1, finetune_steps = -1, train_limit = -1, batch_size = 128;
+  int64_t epochs = -1, finetune_steps = -1, train_limit = -1, batch_size = 128;  // -1: the device's default
   int64_t dim = 64, depth = 2, heads = 4;
   double lr = 2e-3;
   uint64_t seed = 0;
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "svd_compress: %s\nusage: svd_compress [--device cpu|cuda[:N]] [--epochs N] [--finetune-steps N]\n"
-               "       [--train-limit N (0 = all 60000)] [--batch-size N] [--dim D] [--depth N] [--heads H]\n"
-               "       [--lr X] [--seed N] [--data-dir DIR]\n",
-               why);
-  std::exit(2);
-}
+const char* kUsage =
+    "usage: svd_compress [--device cpu|cuda[:N]] [--epochs N] [--finetune-steps N]\n"
+    "       [--train-limit N (0 = all 60000)] [--batch-size N] [--dim D] [--depth N] [--heads H]\n"
+    "       [--lr X] [--seed N] [--data-dir DIR]\n";
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("SVD compression of a trained ViT-like model");
-    if (i + 1 >= argc) usage(("missing value for " + flag).c_str());
-    const std::string v = argv[++i];
-    try {
-      if (flag == "--device") a.device = v;
-      else if (flag == "--epochs") a.epochs = std::stoll(v);
-      else if (flag == "--finetune-steps") a.finetune_steps = std::stoll(v);
-      else if (flag == "--train-limit") a.train_limit = std::stoll(v);
-      else if (flag == "--batch-size") a.batch_size = std::stoll(v);
-      else if (flag == "--dim") a.dim = std::stoll(v);
-      else if (flag == "--depth") a.depth = std::stoll(v);
-      else if (flag == "--heads") a.heads = std::stoll(v);
-      else if (flag == "--lr") a.lr = std::stod(v);
-      else if (flag == "--seed") a.seed = std::stoull(v);
-      else if (flag == "--data-dir") a.data_dir = v;
-      else usage(("unknown option " + flag).c_str());
-    } catch (const std::logic_error&) { usage(("bad value '" + v + "' for " + flag).c_str()); }
+  cli::Flags flags(argc, argv);
+  while (flags.next()) {
+    if (flags.is("--device")) a.device = flags.text();
+    else if (flags.is("--epochs")) a.epochs = flags.positive();
+    else if (flags.is("--finetune-steps")) a.finetune_steps = flags.positive();
+    else if (flags.is("--train-limit")) a.train_limit = flags.non_negative();
+    else if (flags.is("--batch-size")) a.batch_size = flags.positive();
+    else if (flags.is("--dim")) a.dim = flags.positive();
+    else if (flags.is("--depth")) a.depth = flags.positive();
+    else if (flags.is("--heads")) a.heads = flags.positive();
+    else if (flags.is("--lr")) a.lr = flags.positive_real();
+    else if (flags.is("--seed")) a.seed = flags.seed();
+    else if (flags.is("--data-dir")) a.data_dir = flags.text();
+    else flags.unknown();
   }
   return a;
 }
@@ -224,7 +216,7 @@ double finetune(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader&
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args = parse(argc, argv);
+  Args args = cli::parse_or_exit("svd_compress", kUsage, [&] { return parse(argc, argv); });
   try {
     const Device device(args.device);
     const bool gpu = device.is_cuda();

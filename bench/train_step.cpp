@@ -34,6 +34,7 @@
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
+#include "examples/flags.h"
 #include "memory/allocator.h"
 #include "memory/profile_recorder.h"
 #include "memory/stream.h"
@@ -80,40 +81,27 @@ const char* kUsage =
 
 std::optional<Args> parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto text = [&]() -> std::string {
-      FRUGAL_CHECK(i + 1 < argc, "train_step: ", flag, " needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() -> int64_t {
-      const std::string v = text();
-      try {
-        return std::stoll(v);
-      } catch (const std::exception&) { FRUGAL_FAIL("train_step: ", flag, " needs an integer, got '", v, "'"); }
-    };
-    if (flag == "--model") a.model = text();
-    else if (flag == "--batch") a.batch = number();
-    else if (flag == "--amp") a.amp = true;
-    else if (flag == "--checkpoint") a.checkpoint = true;
-    else if (flag == "--tf32") a.tf32 = true;
-    else if (flag == "--steps") a.steps = number();
-    else if (flag == "--warmup") a.warmup = number();
-    else if (flag == "--optim") a.optim = text();
-    else if (flag == "--device") a.device = text();
-    else if (flag == "--channels-last") a.channels_last = text();
-    else if (flag == "--fused-bn-relu") a.fused_bn_relu = text();
-    else if (flag == "--cudnn-benchmark") a.cudnn_benchmark = text();
-    else if (flag == "--profile") a.profile_dir = text();
-    else if (flag == "--profile-rows") a.profile_rows = number();
-    else if (flag == "--image-size") a.image_size = number();
-    else if (flag == "--seq-len") a.seq_len = number();
-    else if (flag == "-h" || flag == "--help") return std::nullopt;
-    else FRUGAL_FAIL("train_step: unknown option ", flag);
+  cli::Flags flags(argc, argv);
+  while (flags.next()) {
+    if (flags.is("--model")) a.model = flags.text();
+    else if (flags.is("--batch")) a.batch = flags.positive();
+    else if (flags.is("--amp")) a.amp = true;
+    else if (flags.is("--checkpoint")) a.checkpoint = true;
+    else if (flags.is("--tf32")) a.tf32 = true;
+    else if (flags.is("--steps")) a.steps = flags.positive();
+    else if (flags.is("--warmup")) a.warmup = flags.non_negative();
+    else if (flags.is("--optim")) a.optim = flags.text();
+    else if (flags.is("--device")) a.device = flags.text();
+    else if (flags.is("--channels-last")) a.channels_last = flags.text();
+    else if (flags.is("--fused-bn-relu")) a.fused_bn_relu = flags.text();
+    else if (flags.is("--cudnn-benchmark")) a.cudnn_benchmark = flags.text();
+    else if (flags.is("--profile")) a.profile_dir = flags.text();
+    else if (flags.is("--profile-rows")) a.profile_rows = flags.positive();
+    else if (flags.is("--image-size")) a.image_size = flags.positive();
+    else if (flags.is("--seq-len")) a.seq_len = flags.positive();
+    else flags.unknown();
   }
   if (a.model.empty() || a.batch <= 0) return std::nullopt;
-  FRUGAL_CHECK(a.steps >= 1 && a.warmup >= 0, "train_step: --steps must be >= 1 and --warmup >= 0");
-  FRUGAL_CHECK(a.image_size > 0 && a.seq_len > 0, "train_step: --image-size and --seq-len must be positive");
   FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw", "train_step: --optim must be sgd or adamw, got ", a.optim);
   FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
                "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
@@ -332,7 +320,7 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    const std::optional<Args> args = parse(argc, argv);
+    const std::optional<Args> args = cli::parse_or_exit("train_step", kUsage, [&] { return parse(argc, argv); });
     if (!args) {
       std::fputs(kUsage, stderr);
       return 2;

@@ -59,6 +59,8 @@
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
+#include "examples/flags.h"
+#include "examples/train_checks.h"
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
@@ -80,7 +82,7 @@ std::string read_corpus(const std::vector<std::string>& paths) {
   namespace fs = std::filesystem;
   std::set<fs::path> files;
   for (const std::string& p : paths) {
-    FRUGAL_CHECK(fs::exists(p), "bert_mlm: corpus path '", p, "' does not exist");
+    FRUGAL_CHECK(fs::exists(p), "--corpus: path '", p, "' does not exist");
     if (fs::is_directory(p)) {
       for (const auto& entry : fs::recursive_directory_iterator(p))
         if (fs::is_regular_file(entry.path())) files.insert(fs::canonical(entry.path()));
@@ -237,6 +239,13 @@ int write_checkpoint(const std::string& path, const std::string& config_json, De
   return 0;
 }
 
+const char* kUsage =
+    "usage: bert_mlm [--corpus PATH]... [--device cpu|cuda[:N]] [--steps N] [--batch N] [--seq-len N]\n"
+    "                [--lr X] [--warmup F (fraction of the steps, in [0, 1])] [--vocab N] [--no-amp]\n"
+    "                [--layers N] [--hidden N] [--heads N] [--intermediate N]\n"
+    "       bert_mlm --load-hf-checkpoint W.safetensors [--config-json config.json] [--device cuda]\n"
+    "       bert_mlm --write-hf-checkpoint W.safetensors [--config-json config.json]\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,37 +259,37 @@ int main(int argc, char** argv) {
                             .num_attention_heads = 4,
                             .intermediate_size = 1024,
                             .max_position_embeddings = 128};
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--no-amp") amp = false;
-    else if (flag == "--corpus" && has_value) corpus.push_back(argv[++i]);
-    else if (flag == "--device" && has_value) device_name = argv[++i];
-    else if (flag == "--steps" && has_value) steps = std::stoll(argv[++i]);
-    else if (flag == "--batch" && has_value) batch = std::stoll(argv[++i]);
-    else if (flag == "--seq-len" && has_value) seq_len = std::stoll(argv[++i]);
-    else if (flag == "--lr" && has_value) lr = std::stod(argv[++i]);
-    else if (flag == "--warmup" && has_value) warmup = std::stod(argv[++i]);
-    else if (flag == "--vocab" && has_value) max_vocab = std::stoll(argv[++i]);
-    else if (flag == "--layers" && has_value) config.num_hidden_layers = std::stoll(argv[++i]);
-    else if (flag == "--hidden" && has_value) config.hidden_size = std::stoll(argv[++i]);
-    else if (flag == "--heads" && has_value) config.num_attention_heads = std::stoll(argv[++i]);
-    else if (flag == "--intermediate" && has_value) config.intermediate_size = std::stoll(argv[++i]);
-    else if (flag == "--load-hf-checkpoint" && has_value) load_path = argv[++i];
-    else if (flag == "--write-hf-checkpoint" && has_value) write_path = argv[++i];
-    else if (flag == "--config-json" && has_value) config_json = argv[++i];
-    else {
-      std::fprintf(stderr, "bert_mlm: unknown option or missing value: %s\n", flag.c_str());
-      return 2;
+  cli::parse_or_exit("bert_mlm", kUsage, [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--corpus")) corpus.push_back(flags.text());
+      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--steps")) steps = flags.positive();
+      else if (flags.is("--batch")) batch = flags.positive();
+      else if (flags.is("--seq-len")) seq_len = flags.positive();
+      else if (flags.is("--lr")) lr = flags.positive_real();
+      else if (flags.is("--warmup")) warmup = flags.real(0, 1);
+      else if (flags.is("--vocab")) max_vocab = flags.positive();
+      else if (flags.is("--layers")) config.num_hidden_layers = flags.positive();
+      else if (flags.is("--hidden")) config.hidden_size = flags.positive();
+      else if (flags.is("--heads")) config.num_attention_heads = flags.positive();
+      else if (flags.is("--intermediate")) config.intermediate_size = flags.positive();
+      else if (flags.is("--load-hf-checkpoint")) load_path = flags.text();
+      else if (flags.is("--write-hf-checkpoint")) write_path = flags.text();
+      else if (flags.is("--config-json")) config_json = flags.text();
+      else flags.unknown();
     }
-  }
+  });
   try {
     const Device device(device_name);
     if (!write_path.empty()) return write_checkpoint(write_path, config_json, device);
     if (!load_path.empty()) return load_checkpoint(load_path, config_json, device);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
-    FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "bert_mlm: --seq-len ", seq_len,
-                 " must be in [3, ", config.max_position_embeddings, "]");
+    FRUGAL_CHECK(max_vocab > kFirstWord, "--vocab ", max_vocab, " must be at least ", kFirstWord + 1,
+                 " (the special tokens and one word)");
+    FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "--seq-len ", seq_len, " must be in [3, ",
+                 config.max_position_embeddings, "]");
     if (corpus.empty()) {
       corpus.push_back("/usr/share/common-licenses");
       namespace fs = std::filesystem;
@@ -289,7 +298,7 @@ int main(int argc, char** argv) {
           if (fs::is_regular_file(entry.path() / "copyright")) corpus.push_back(entry.path() / "copyright");
     }
     const Tokenized tok = tokenize(read_corpus(corpus), max_vocab);
-    FRUGAL_CHECK(int64_t(tok.ids.size()) >= seq_len, "bert_mlm: the corpus has only ", tok.ids.size(),
+    FRUGAL_CHECK(int64_t(tok.ids.size()) >= seq_len, "the corpus has only ", tok.ids.size(),
                  " tokens, fewer than --seq-len ", seq_len);
     config.vocab_size = int64_t(tok.vocab.size());
 
@@ -313,7 +322,7 @@ int main(int argc, char** argv) {
     const auto start = clock::now();
     const int64_t report_every = std::max<int64_t>(1, std::min<int64_t>(50, steps / 10));
     const std::vector<Tensor> params = model.parameters();
-    Tensor window_sum = zeros({}, {kFloat32, device});  // the loss summed on the device: no sync per step
+    examples::LossWatch watch(opt, &scaler);  // each window's losses summed on the device (Note [Non-finite loss])
     double first = NAN, last = NAN;
     model.train();
     for (int64_t step = 1; step <= steps; ++step) {
@@ -330,15 +339,11 @@ int main(int argc, char** argv) {
       scaler.step(opt);
       scaler.update();
       schedule.step();
-      {
-        autograd::NoGradGuard no_grad;
-        window_sum = window_sum + loss.detach().to(kFloat32);
-      }
+      watch.add(loss, 0, step);
       if (step == 1) first = loss.to(kFloat64).item<double>();
-      const int64_t in_window = (step - 1) % report_every + 1;
+      const int64_t in_window = watch.pending();
       if (in_window == report_every || step == steps) {
-        last = window_sum.to(kFloat64).item<double>() / double(in_window);
-        window_sum = zeros({}, {kFloat32, device});
+        last = watch.check() / double(in_window);
         const double secs = std::chrono::duration<double>(clock::now() - start).count();
         const double rate = double(step * batch * seq_len) / secs;
         std::printf("step %lld/%lld mlm loss %.4f (mean of %lld) lr %.2e | %.0f tokens/s, ETA %.0f s\n",

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "autograd/ops/all.h"
+#include "examples/train_checks.h"
 #include "nn/conv.h"
 #include "nn/data/dataloader.h"
 #include "nn/data/idx.h"
@@ -20,7 +21,7 @@ struct Net : nn::UnaryModule {
   std::string type_name() const override { return "Net"; }
 };
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   const Device device = cuda_device_count() > 0 ? cuda() : kCPU;
   data::FashionMnist ds = data::load_fashion_mnist(dir);
@@ -29,13 +30,24 @@ int main(int argc, char** argv) {
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   data::TensorDataset train(ds.train_images, ds.train_labels);
   data::DataLoader loader(train, {.batch_size = 64, .shuffle = true, .device = device});
+  examples::require_batches(loader, train.size());
+  examples::LossWatch watch(opt);  // stops on an inf or NaN loss, without a sync per step
+  int64_t step = 0;
   for (data::Batch& b : loader) {
     Tensor loss = cross_entropy(net.forward(b.inputs), b.targets);
     opt.zero_grad();
     loss.backward();
     opt.step();
+    watch.add(loss, 1, ++step);
   }
-  nn::save_safetensors("net.safetensors", net.state_dict());  // loads in PyTorch with safetensors.torch
+  watch.check();
+  const nn::NamedTensors state = net.state_dict();
+  examples::require_finite(state, "net.safetensors");
+  nn::save_safetensors("net.safetensors", state);  // loads in PyTorch with safetensors.torch
   std::printf("trained one epoch on %s; wrote net.safetensors (%lld parameters)\n", device.str().c_str(),
               (long long)net.num_parameters());
+  return 0;
+} catch (const Error& e) {
+  std::fprintf(stderr, "custom_model: %s\n", e.what());
+  return 1;
 }

@@ -6,11 +6,12 @@
 //   build/examples/fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]
 //       [--device cpu|cuda[:N]] [--seed N] [--resume PATH] [--save PATH] [--data-dir DIR]
 #include <cstdio>
-#include <cstring>
-#include <iostream>
+#include <optional>
 #include <string>
 
+#include "examples/flags.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "memory/allocator.h"
 #include "nn/data/idx.h"
 #include "optim/adam.h"
@@ -24,38 +25,30 @@ namespace {
 struct Args {
   std::string model, device, resume, save = "fashion_mnist.safetensors";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = -1, batch_size = 64;
+  std::optional<int64_t> epochs;  // default: 10 for the cnn, 1 for the mlp
+  int64_t batch_size = 64;
   double lr = 1e-3;
   uint64_t seed = 0;
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "fashion_mnist: %s\nusage: fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]\n"
-               "       [--device cpu|cuda[:N]] [--seed N] [--resume PATH] [--save PATH] [--data-dir DIR]\n",
-               why);
-  std::exit(2);
-}
+const char* kUsage =
+    "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]\n"
+    "       [--device cpu|cuda[:N]] [--seed N] [--resume PATH] [--save PATH] [--data-dir DIR]\n";
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("trains a Fashion-MNIST classifier");
-    if (i + 1 >= argc) usage(("missing value for " + flag).c_str());
-    const std::string v = argv[++i];
-    try {
-      if (flag == "--model") a.model = v;
-      else if (flag == "--epochs") a.epochs = std::stoll(v);
-      else if (flag == "--batch-size") a.batch_size = std::stoll(v);
-      else if (flag == "--lr") a.lr = std::stod(v);
-      else if (flag == "--device") a.device = v;
-      else if (flag == "--seed") a.seed = std::stoull(v);
-      else if (flag == "--resume") a.resume = v;
-      else if (flag == "--save") a.save = v;
-      else if (flag == "--data-dir") a.data_dir = v;
-      else usage(("unknown option " + flag).c_str());
-    } catch (const std::logic_error&) { usage(("bad value '" + v + "' for " + flag).c_str()); }
+  cli::Flags flags(argc, argv);
+  while (flags.next()) {
+    if (flags.is("--model")) a.model = flags.text();
+    else if (flags.is("--epochs")) a.epochs = flags.positive();
+    else if (flags.is("--batch-size")) a.batch_size = flags.positive();
+    else if (flags.is("--lr")) a.lr = flags.positive_real();
+    else if (flags.is("--device")) a.device = flags.text();
+    else if (flags.is("--seed")) a.seed = flags.seed();
+    else if (flags.is("--resume")) a.resume = flags.text();
+    else if (flags.is("--save")) a.save = flags.text();
+    else if (flags.is("--data-dir")) a.data_dir = flags.text();
+    else flags.unknown();
   }
   return a;
 }
@@ -70,14 +63,17 @@ std::string clock(double secs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args = parse(argc, argv);
+  bool mid_line = false;  // a progress line without its newline is on stdout
+  Args args = cli::parse_or_exit("fashion_mnist", kUsage, [&] { return parse(argc, argv); });
   try {
     const Device device = args.device.empty() ? (cuda_device_count() > 0 ? cuda() : kCPU) : Device(args.device);
     if (args.model.empty()) args.model = device.is_cuda() ? "cnn" : "mlp";
-    if (args.epochs < 0) args.epochs = args.model == "cnn" ? 10 : 1;
+    const int64_t epochs = args.epochs.value_or(args.model == "cnn" ? 10 : 1);
+    examples::require_writable(args.save, "--save");  // now, not after the first epoch
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
+    examples::require_nonempty(ds, args.data_dir);
     examples::standardize(ds);
     auto model = examples::make_model(args.model);
     model->to(device);
@@ -85,30 +81,35 @@ int main(int argc, char** argv) {
     int64_t first_epoch = 0;
     if (!args.resume.empty()) {
       first_epoch = examples::load_checkpoint(args.resume, *model, opt, args.model);
+      FRUGAL_CHECK(first_epoch <= epochs, "--resume ", args.resume, ": the checkpoint has finished ", first_epoch,
+                   " epochs, more than --epochs ", epochs);
       std::printf("resumed %s after epoch %lld\n", args.resume.c_str(), (long long)first_epoch);
     }
     // Per-epoch cosine decay; its position follows from the epoch, so resuming needs no extra state.
-    optim::CosineAnnealingLR schedule(opt, {.T_max = args.epochs});
+    optim::CosineAnnealingLR schedule(opt, {.T_max = epochs});
     for (int64_t e = 0; e < first_epoch; ++e) schedule.step();
     std::printf("fashion_mnist: %s with %lld parameters on %s, %lld epochs, batch %lld, Adam lr %g, cosine decay\n",
-                args.model.c_str(), (long long)model->num_parameters(), device.str().c_str(), (long long)args.epochs,
+                args.model.c_str(), (long long)model->num_parameters(), device.str().c_str(), (long long)epochs,
                 (long long)args.batch_size, args.lr);
 
     data::TensorDataset train(ds.train_images, ds.train_labels);
     data::DataLoader loader(train,
                             {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
-    for (int64_t epoch = first_epoch; epoch < args.epochs; ++epoch) {
+    examples::require_batches(loader, train.size());
+    for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
       loader.set_epoch(epoch);
       auto progress = [&](int64_t step, int64_t steps, double loss, double rate) {
         const double eta = double(steps - step) * double(args.batch_size) / rate;
         std::printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
-                    (long long)args.epochs, (long long)step, (long long)steps, loss, rate, clock(eta).c_str());
+                    (long long)epochs, (long long)step, (long long)steps, loss, rate, clock(eta).c_str());
         std::fflush(stdout);
+        mid_line = true;
       };
       const examples::EpochStats stats = examples::train_epoch(*model, opt, loader, progress);
       std::printf("\repoch %lld/%lld  mean loss %.4f  %.0f samples/s  %s%20s\n", (long long)epoch + 1,
-                  (long long)args.epochs, stats.mean_loss, double(stats.samples) / stats.seconds,
+                  (long long)epochs, stats.mean_loss, double(stats.samples) / stats.seconds,
                   clock(stats.seconds).c_str(), "");
+      mid_line = false;
       schedule.step();
       examples::save_checkpoint(args.save, *model, opt, epoch + 1, args.model);
     }
@@ -118,6 +119,8 @@ int main(int argc, char** argv) {
     std::printf("test_accuracy: %.4f\n", accuracy);
     return 0;
   } catch (const Error& e) {
+    if (mid_line) std::printf("\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;
   }

@@ -6,6 +6,8 @@
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/nn_functional.h"
+#include "examples/flags.h"
+#include "examples/train_checks.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
 #include "nn/linear.h"
@@ -44,26 +46,29 @@ EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::Data
   model.train();
   EpochStats stats;
   const auto start = std::chrono::steady_clock::now();
-  Tensor loss_sum;  // on the device: summing there keeps the loop free of host syncs
-  int64_t step = 0;
+  const int64_t epoch = loader.epoch() + 1;  // the pass about to start, counted from 1 as printed
   const int64_t steps = loader.size();
+  FRUGAL_CHECK(steps > 0, "train_epoch: the loader yields no batch (is the training set empty?)");
+  LossWatch watch(opt);  // sums the losses on the device: no host sync per step (Note [Non-finite loss])
+  double loss_sum = 0;
+  int64_t step = 0;
   data::Batch batch;
   while (loader.next(batch)) {
     Tensor loss = cross_entropy(model.forward(batch.inputs), batch.targets);
     opt.zero_grad();
     loss.backward();
     opt.step();
-    const Tensor detached = loss.detach();
-    loss_sum = loss_sum.defined() ? ops::add(loss_sum, detached) : detached.clone();
+    watch.add(loss, epoch, ++step);
     stats.samples += batch.inputs.size(0);
-    ++step;
     if (progress && (step % report_every == 0 || step == steps)) {
+      loss_sum += watch.check();
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       progress(step, steps, loss.item<double>(), double(stats.samples) / secs);
     }
   }
+  loss_sum += watch.check();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats.mean_loss = step ? loss_sum.item<double>() / double(step) : 0.0;
+  stats.mean_loss = loss_sum / double(step);
   return stats;
 }
 
@@ -71,6 +76,7 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
                      optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
                      data::DataLoader& loader, int64_t epoch, AmpRun& run) {
   model.train();
+  LossWatch watch(opt, &scaler);  // Note [Non-finite loss]
   for (data::Batch& b : loader) {
     Tensor loss;
     {
@@ -82,7 +88,9 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
     scaler.step(opt);
     scaler.update();
     schedule.step();
-    if (++run.step % run.report_every == 0 || run.step == run.total) {
+    watch.add(loss, epoch + 1, ++run.step);
+    if (run.step % run.report_every == 0 || run.step == run.total) {
+      watch.check();
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
       const double rate = double(run.step * run.batch) / secs;
       std::printf("epoch %lld step %lld/%lld loss %.4f lr %.2e | %.0f img/s, ETA %.0f s\n", (long long)epoch + 1,
@@ -91,6 +99,13 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
       std::fflush(stdout);
     }
   }
+  watch.check();
+}
+
+void require_nonempty(const data::FashionMnist& ds, const std::string& dir) {
+  const int64_t train = ds.train_images.size(0), test = ds.test_images.size(0);
+  FRUGAL_CHECK(train > 0 && test > 0, dir, ": the training set has ", train, " images and the test set ", test,
+               "; both need some");
 }
 
 void standardize(data::FashionMnist& ds) {
@@ -104,6 +119,7 @@ double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labe
   const Device device = model.parameters().at(0).device();
   Tensor correct = zeros({}, {kInt64, device});
   const int64_t n = images.size(0);
+  FRUGAL_CHECK(n > 0, "evaluate: the test set is empty (0 images)");
   for (int64_t i = 0; i < n; i += batch_size) {
     const int64_t len = std::min(batch_size, n - i);
     Tensor x = images.narrow(0, i, len).to(device);
@@ -120,6 +136,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
   for (auto& [name, t] : opt.state_dict()) tensors.emplace_back("optim." + name, t);
+  require_finite(tensors, path);  // a diverged run must not replace a good checkpoint
   nn::save_safetensors(path, tensors, {{"epoch", std::to_string(epoch)}, {"model", model_kind}});
 }
 
@@ -133,6 +150,10 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
   };
   FRUGAL_CHECK(meta("model") == model_kind, "load_checkpoint: ", path, " holds a '", meta("model"), "' model, not '",
                model_kind, "'");
+  const std::string epoch_text = meta("epoch");
+  const std::optional<int64_t> epoch = cli::parse_int(epoch_text, 0);
+  FRUGAL_CHECK(epoch, "load_checkpoint: ", path, ": metadata 'epoch' must be a non-negative integer, got \"",
+               epoch_text, "\"");
   std::map<std::string, Tensor> model_state;
   optim::StateDict optim_state;
   for (auto& [name, t] : file.tensors) {
@@ -141,7 +162,7 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optim
   }
   model.load_state_dict(model_state);
   opt.load_state_dict(optim_state);
-  return std::stoll(meta("epoch"));
+  return *epoch;
 }
 
 }  // namespace frugal::examples

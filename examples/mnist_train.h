@@ -28,7 +28,9 @@ struct EpochStats {
 
 /// One pass over `loader`: forward, cross-entropy, backward, optimizer step. Calls
 /// `progress(step, steps, loss, samples_per_s)` every `report_every` steps (reading
-/// the loss then is the only host sync in the loop).
+/// the loss then is the only host sync in the loop). Throws if the loader yields no batch,
+/// or once a loss is inf or NaN, naming the epoch (loader.epoch() + 1) and the step (see
+/// Note [Non-finite loss] in examples/train_checks.h).
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
                        const std::function<void(int64_t, int64_t, double, double)>& progress = {},
                        int64_t report_every = 50);
@@ -46,24 +48,33 @@ struct AmpRun {
 /// loss_fn(output, targets) under AutocastGuard(float16) when run.amp, backward, step and
 /// update through `scaler`, then schedule.step(). Every run.report_every steps (and at the
 /// last) prints "epoch E step S/T loss L lr X | R img/s, ETA N s"; reading the loss there
-/// is the loop's only host sync.
+/// is the loop's only host sync besides the scaler's. Throws when the run diverges: a loss
+/// that is inf or NaN without an enabled scaler, or a collapsed scale with one (Note
+/// [Non-finite loss] in examples/train_checks.h).
 void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
                      optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
                      data::DataLoader& loader, int64_t epoch, AmpRun& run);
+
+/// Throws unless both splits of `ds` hold images, naming `dir` (where it was loaded from):
+/// an empty training set would train no step, an empty test set score 0 of 0.
+void require_nonempty(const data::FashionMnist& ds, const std::string& dir);
 
 /// Standardises both image sets of `ds` in place with the training set's pixel mean and
 /// std (0.2860, 0.3530), as the usual recipes do.
 void standardize(data::FashionMnist& ds);
 
 /// Classification accuracy of `model` on (images, labels), in batches, without grad.
+/// Throws if there are no images.
 double evaluate(nn::UnaryModule& model, const Tensor& images, const Tensor& labels, int64_t batch_size = 1000);
 
 /// Saves model and optimizer state with `epoch` (epochs finished) and `model_kind` as
-/// metadata; atomic (see nn::save_safetensors).
+/// metadata; atomic (see nn::save_safetensors). Throws, leaving `path` as it was, if a
+/// tensor holds inf or NaN.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt, int64_t epoch,
                      const std::string& model_kind);
 /// Restores what save_checkpoint wrote; returns the epochs finished. Throws if the
-/// file was written for another model kind.
+/// file was written for another model kind or its 'epoch' is not a whole non-negative
+/// integer (checked before anything is loaded).
 int64_t load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                         const std::string& model_kind);
 

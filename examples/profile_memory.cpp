@@ -5,11 +5,10 @@
 //
 //   profile_memory [--device cpu|cuda] [--steps 2] [--batch 64] [--out .]
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "autograd/ops/all.h"
+#include "examples/flags.h"
 #include "memory/allocator.h"
 #include "nn/activation.h"
 #include "nn/container.h"
@@ -43,51 +42,43 @@ struct SmallCnn : nn::UnaryModule {
 };
 
 struct Args {
-  Device device = kCPU;
-  int steps = 2;
-  int64_t batch = 64;
+  std::string device = "cpu";
+  int64_t steps = 2, batch = 64;
   std::string out = ".";
 };
 
+const char* kUsage = "usage: profile_memory [--device cpu|cuda[:N]] [--steps 2] [--batch 64] [--out DIR]\n";
+
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--device")) a.device = Device(std::string(v));
-    else if (const char* v = value("--steps")) a.steps = std::atoi(v);
-    else if (const char* v = value("--batch")) a.batch = std::atoll(v);
-    else if (const char* v = value("--out")) a.out = v;
-    else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--steps 2] [--batch 64] [--out DIR]\n", argv[0]);
-      std::exit(2);
-    }
+  cli::Flags flags(argc, argv);
+  while (flags.next()) {
+    if (flags.is("--device")) a.device = flags.text();
+    else if (flags.is("--steps")) a.steps = flags.positive();
+    else if (flags.is("--batch")) a.batch = flags.positive();
+    else if (flags.is("--out")) a.out = flags.text();
+    else flags.unknown();
   }
   return a;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+int main(int argc, char** argv) try {
+  const Args args = cli::parse_or_exit("profile_memory", kUsage, [&] { return parse(argc, argv); });
+  const Device device(args.device);
   manual_seed(0);
   SmallCnn net;
-  net.to(args.device);
+  net.to(device);
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   // Synthetic data: the profile is about memory and time, not accuracy.
-  const Tensor images = randn({args.batch, 1, 28, 28}).to(args.device);
-  const Tensor labels = randint(0, 10, {args.batch}).to(args.device);
+  const Tensor images = randn({args.batch, 1, 28, 28}).to(device);
+  const Tensor labels = randint(0, 10, {args.batch}).to(device);
 
-  profiler::Session session({.device = args.device});
+  profiler::Session session({.device = device});
   session.attach(net);  // after net.to(): names modules and marks the parameters' bytes
   session.start();
-  for (int step = 0; step < args.steps; ++step) {
+  for (int64_t step = 0; step < args.steps; ++step) {
     opt.zero_grad();
     Tensor loss = cross_entropy(net(images), labels);
     loss.backward();
@@ -98,7 +89,11 @@ int main(int argc, char** argv) {
   std::printf("%s\n%s\n", session.top_allocations_table(12).c_str(), session.op_time_table(25).c_str());
   session.write_files(args.out);
   const std::string trace = args.out + "/trace.json", svg = args.out + "/timeline.svg";
-  std::printf("%d steps of SmallCnn (batch %lld) on %s: peak %s allocated\n", args.steps, (long long)args.batch,
-              args.device.str().c_str(), memory::format_bytes(session.peak_allocated()).c_str());
+  std::printf("%lld steps of SmallCnn (batch %lld) on %s: peak %s allocated\n", (long long)args.steps,
+              (long long)args.batch, device.str().c_str(), memory::format_bytes(session.peak_allocated()).c_str());
   std::printf("wrote %s (open in https://ui.perfetto.dev or chrome://tracing)\nwrote %s\n", trace.c_str(), svg.c_str());
+  return 0;
+} catch (const Error& e) {
+  std::fprintf(stderr, "profile_memory: %s\n", e.what());
+  return 1;
 }

@@ -5,11 +5,14 @@
 //
 //   train_resnet [--data-dir /usr/share/datasets/fashion-mnist] [--device cuda] [--epochs 10]
 //                [--batch-size 128] [--lr 0.1] [--no-amp] [--limit N (train samples, for a quick try)]
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "autograd/ops/all.h"
+#include "examples/flags.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "models/resnet.h"
 #include "nn/data/idx.h"
 #include "optim/grad_scaler.h"
@@ -18,41 +21,50 @@
 
 using namespace frugal;
 
+namespace {
+const char* kUsage =
+    "usage: train_resnet [--data-dir DIR] [--device cpu|cuda[:N]] [--epochs N] [--batch-size N] [--lr X]\n"
+    "                    [--no-amp] [--limit N]\n";
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist", device_name = "cpu";
-  int64_t epochs = 10, batch = 128, limit = 0;
+  int64_t epochs = 10, batch = 128, limit = 0;  // limit 0: every training sample
   double lr = 0.1;
   bool amp = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--no-amp") amp = false;
-    else if (flag == "--data-dir" && has_value) data_dir = argv[++i];
-    else if (flag == "--device" && has_value) device_name = argv[++i];
-    else if (flag == "--epochs" && has_value) epochs = std::stoll(argv[++i]);
-    else if (flag == "--batch-size" && has_value) batch = std::stoll(argv[++i]);
-    else if (flag == "--lr" && has_value) lr = std::stod(argv[++i]);
-    else if (flag == "--limit" && has_value) limit = std::stoll(argv[++i]);
-    else {
-      std::fprintf(stderr, "train_resnet: unknown option %s\n", flag.c_str());
-      return 2;
+  cli::parse_or_exit("train_resnet", kUsage, [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--data-dir")) data_dir = flags.text();
+      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--epochs")) epochs = flags.positive();
+      else if (flags.is("--batch-size")) batch = flags.positive();
+      else if (flags.is("--lr")) lr = flags.positive_real();
+      else if (flags.is("--limit")) limit = flags.positive();
+      else flags.unknown();
     }
-  }
+  });
   try {
     const Device device(device_name);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     manual_seed(0);
     data::FashionMnist ds = data::load_fashion_mnist(data_dir);
+    examples::require_nonempty(ds, data_dir);
     examples::standardize(ds);
     Tensor train_x = ds.train_images, train_y = ds.train_labels;
-    if (limit > 0) train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
+    if (limit > 0) {
+      limit = std::min(limit, train_x.size(0));
+      train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
+    }
     data::TensorDataset train(train_x, train_y);
     data::DataLoader loader(train, {.batch_size = batch, .shuffle = true, .drop_last = true, .device = device});
+    const int64_t steps_per_epoch = examples::require_batches(loader, train.size());
 
     auto net = models::resnet18({.num_classes = 10, .in_channels = 1, .small_input_stem = true});
     net->to(device);
     optim::SGD opt(net->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
-    const int64_t steps_per_epoch = loader.size(), total = epochs * steps_per_epoch;
+    const int64_t total = epochs * steps_per_epoch;
     optim::CosineAnnealingLR schedule(opt, {.T_max = total});
     optim::GradScaler scaler({.enabled = amp});
     std::printf("train_resnet: ResNet-18 (%lld parameters), %lld samples, %lld steps, %s%s\n",

@@ -15,7 +15,9 @@
 #include <string>
 
 #include "autograd/ops/all.h"
+#include "examples/flags.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "models/vit.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
@@ -25,9 +27,16 @@
 
 using namespace frugal;
 
+namespace {
+const char* kUsage =
+    "usage: train_vit [--data-dir DIR] [--device cpu|cuda[:N]] [--epochs N] [--batch N] [--lr X]\n"
+    "                 [--warmup F (fraction of the steps, in [0, 1])] [--no-amp] [--save W.safetensors]\n"
+    "                 [--layers N] [--hidden N] [--heads N] [--mlp N] [--limit N] [--test-limit N]\n";
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist", device_name = "cpu", save_path;
-  int64_t epochs = 10, batch = 128, limit = 0, test_limit = 0;
+  int64_t epochs = 10, batch = 128, limit = 0, test_limit = 0;  // limits 0: every sample
   double lr = 1e-3, warmup = 0.05;
   bool amp = true;
   models::ViTConfig config{.image_size = 28,
@@ -38,37 +47,40 @@ int main(int argc, char** argv) {
                            .hidden_dim = 192,
                            .mlp_dim = 768,
                            .num_classes = 10};
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--no-amp") amp = false;
-    else if (flag == "--data-dir" && has_value) data_dir = argv[++i];
-    else if (flag == "--device" && has_value) device_name = argv[++i];
-    else if (flag == "--epochs" && has_value) epochs = std::stoll(argv[++i]);
-    else if (flag == "--batch" && has_value) batch = std::stoll(argv[++i]);
-    else if (flag == "--lr" && has_value) lr = std::stod(argv[++i]);
-    else if (flag == "--warmup" && has_value) warmup = std::stod(argv[++i]);
-    else if (flag == "--limit" && has_value) limit = std::stoll(argv[++i]);
-    else if (flag == "--test-limit" && has_value) test_limit = std::stoll(argv[++i]);
-    else if (flag == "--save" && has_value) save_path = argv[++i];
-    else if (flag == "--layers" && has_value) config.num_layers = std::stoll(argv[++i]);
-    else if (flag == "--hidden" && has_value) config.hidden_dim = std::stoll(argv[++i]);
-    else if (flag == "--heads" && has_value) config.num_heads = std::stoll(argv[++i]);
-    else if (flag == "--mlp" && has_value) config.mlp_dim = std::stoll(argv[++i]);
-    else {
-      std::fprintf(stderr, "train_vit: unknown option or missing value: %s\n", flag.c_str());
-      return 2;
+  cli::parse_or_exit("train_vit", kUsage, [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--data-dir")) data_dir = flags.text();
+      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--epochs")) epochs = flags.positive();
+      else if (flags.is("--batch")) batch = flags.positive();
+      else if (flags.is("--lr")) lr = flags.positive_real();
+      else if (flags.is("--warmup")) warmup = flags.real(0, 1);
+      else if (flags.is("--limit")) limit = flags.positive();
+      else if (flags.is("--test-limit")) test_limit = flags.positive();
+      else if (flags.is("--save")) save_path = flags.text();
+      else if (flags.is("--layers")) config.num_layers = flags.positive();
+      else if (flags.is("--hidden")) config.hidden_dim = flags.positive();
+      else if (flags.is("--heads")) config.num_heads = flags.positive();
+      else if (flags.is("--mlp")) config.mlp_dim = flags.positive();
+      else flags.unknown();
     }
-  }
+  });
   try {
+    if (!save_path.empty()) examples::require_writable(save_path, "--save");  // now, not after training
     const Device device(device_name);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     manual_seed(0);
     data::FashionMnist ds = data::load_fashion_mnist(data_dir);
+    examples::require_nonempty(ds, data_dir);
     examples::standardize(ds);
     Tensor train_x = ds.train_images, train_y = ds.train_labels;
     Tensor test_x = ds.test_images, test_y = ds.test_labels;
-    if (limit > 0) train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
+    if (limit > 0) {
+      limit = std::min(limit, train_x.size(0));
+      train_x = train_x.narrow(0, 0, limit), train_y = train_y.narrow(0, 0, limit);
+    }
     if (test_limit > 0) {
       test_limit = std::min(test_limit, test_x.size(0));
       test_x = test_x.narrow(0, 0, test_limit), test_y = test_y.narrow(0, 0, test_limit);
@@ -79,8 +91,7 @@ int main(int argc, char** argv) {
     auto net = std::make_shared<models::VisionTransformer>(config);
     net->to(device);
     optim::AdamW opt(net->parameters(), {.lr = lr, .weight_decay = 0.05});
-    const int64_t steps_per_epoch = loader.size(), total = epochs * steps_per_epoch;
-    FRUGAL_CHECK(total > 0, "train_vit: no training step (", train_x.size(0), " samples, batch ", batch, ")");
+    const int64_t total = epochs * examples::require_batches(loader, train.size());
     const int64_t warmup_steps = std::min<int64_t>(int64_t(warmup * double(total)), total - 1);
     optim::WarmupCosineLR schedule(opt, {.warmup_steps = warmup_steps, .total_steps = total, .start_factor = 0.01});
     optim::GradScaler scaler({.enabled = amp});
@@ -110,7 +121,9 @@ int main(int argc, char** argv) {
     std::printf("train: %.1f s\ntest_accuracy: %.4f\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count(), acc);
     if (!save_path.empty()) {
-      nn::save_safetensors(save_path, net->state_dict(), {{"format", "pt"}});
+      const nn::NamedTensors state = net->state_dict();
+      examples::require_finite(state, save_path);
+      nn::save_safetensors(save_path, state, {{"format", "pt"}});
       std::printf("saved %s\n", save_path.c_str());
     }
     return 0;

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "examples/flags.h"
+
 namespace {
 
 struct Rank {
@@ -109,10 +111,18 @@ int main(int argc, char** argv) {
       break;
     }
     if (i + 1 >= argc) return usage();
-    if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node") nproc = std::atoi(argv[++i]);
-    else if (a == "--master-port" || a == "--master_port") port = std::atoi(argv[++i]);
-    else if (a == "--log-dir") log_dir = argv[++i];
-    else return usage();
+    const std::string v = argv[++i];
+    try {
+      if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node")
+        nproc = int(frugal::cli::expect(frugal::cli::parse_int(v, 1, 4096), a, v, "an integer in [1, 4096]"));
+      else if (a == "--master-port" || a == "--master_port")
+        port = int(frugal::cli::expect(frugal::cli::parse_int(v, 1, 65535), a, v, "a port in [1, 65535]"));
+      else if (a == "--log-dir") log_dir = v;
+      else return usage();
+    } catch (const frugal::cli::UsageError& e) {
+      std::fprintf(stderr, "frugal-run: %s\n", e.what());
+      return usage();
+    }
   }
   if (nproc < 1 || i >= argc) return usage();
   if (port == 0) port = free_port();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "autograd/ops/nn_functional.h"
+#include "examples/flags.h"
 #include "examples/mnist_train.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
@@ -21,19 +22,21 @@ using namespace frugal;
 int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist", out = ".", device_name = "cpu", optimizer = "adam";
   int64_t steps = 50, batch = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], v = argv[i + 1];
-    if (flag == "--data-dir") data_dir = v;
-    else if (flag == "--out") out = v;
-    else if (flag == "--steps") steps = std::stoll(v);
-    else if (flag == "--batch-size") batch = std::stoll(v);
-    else if (flag == "--device") device_name = v;
-    else if (flag == "--optimizer") optimizer = v;
-    else {
-      std::fprintf(stderr, "mlp_parity: unknown option %s\n", flag.c_str());
-      return 2;
+  const char* usage =
+      "usage: mlp_parity --data-dir DIR --out DIR [--steps 50] [--batch-size 64] [--device cuda]\n"
+      "                  [--optimizer adam|sgd]\n";
+  cli::parse_or_exit("mlp_parity", usage, [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--data-dir")) data_dir = flags.text();
+      else if (flags.is("--out")) out = flags.text();
+      else if (flags.is("--steps")) steps = flags.positive();
+      else if (flags.is("--batch-size")) batch = flags.positive();
+      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--optimizer")) optimizer = flags.text();
+      else flags.unknown();
     }
-  }
+  });
   try {
     const Device device(device_name);
     manual_seed(0);

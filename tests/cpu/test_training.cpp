@@ -3,12 +3,22 @@
 // checkpoint resumes to bit-identical weights.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "autograd/ops/all.h"
 #include "examples/mnist_train.h"
+#include "examples/train_checks.h"
 #include "nn/data/idx.h"
+#include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -44,6 +54,22 @@ std::vector<double> weights_of(const nn::Module& m) {
     all.insert(all.end(), v.begin(), v.end());
   }
   return all;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// What save_checkpoint writes, with the metadata given instead of its own.
+void write_checkpoint_with(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
+                           const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
+  for (auto& [name, t] : opt.state_dict()) tensors.emplace_back("optim." + name, t);
+  nn::save_safetensors(path, tensors, metadata);
 }
 }  // namespace
 
@@ -102,4 +128,208 @@ TEST_CASE("training: 1 epoch + checkpoint + resume + 1 epoch == 2 epochs, bit fo
   CHECK(weights_of(*resumed) == weights_of(*straight));
   check_error([&] { examples::load_checkpoint(path, *resumed, opt_c, "cnn"); }, {"load_checkpoint", "'mlp'"});
   std::remove(path.c_str());
+}
+
+TEST_CASE("training: a diverging run stops at the first non-finite loss, naming epoch, step, loss and lr") {
+  auto [x, y] = images(512, 0, false);
+  data::TensorDataset ds(x, y);
+  const double lr = 1e38;  // the reported run: --lr 1e38
+
+  // The reference: the same run by hand, reading every loss, up to the first inf or NaN.
+  manual_seed(4);
+  auto by_hand = examples::make_model("mlp");
+  optim::Adam opt_a(by_hand->parameters(), {.lr = lr});
+  data::DataLoader loader_a(ds, {.batch_size = 64, .shuffle = true, .seed = 2});
+  loader_a.set_epoch(2);
+  int64_t first_bad = 0;
+  double bad_loss = 0;
+  int64_t step = 0;
+  for (data::Batch& b : loader_a) {
+    Tensor loss = cross_entropy(by_hand->forward(b.inputs), b.targets);
+    opt_a.zero_grad();
+    loss.backward();
+    opt_a.step();
+    ++step;
+    if (!std::isfinite(loss.item<double>())) {
+      first_bad = step, bad_loss = loss.item<double>();
+      break;
+    }
+  }
+  REQUIRE(first_bad > 0);  // lr 1e38 overflows the weights within an epoch
+
+  manual_seed(4);
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = lr});
+  data::DataLoader loader(ds, {.batch_size = 64, .shuffle = true, .seed = 2});
+  loader.set_epoch(2);
+  int64_t progress_calls = 0;
+  check_error(
+      [&] {
+        examples::train_epoch(
+            *model, opt, loader, [&](auto...) { ++progress_calls; }, 1);
+      },
+      {"training diverged at epoch 3, step " + std::to_string(first_bad) + ":",
+       std::string("the loss is ") + (std::isnan(bad_loss) ? "nan"
+                                      : bad_loss > 0       ? "inf"
+                                                           : "-inf"),
+       "the base learning rate is 1e+38", "lower --lr"});
+  CHECK(progress_calls == first_bad - 1);  // no progress line shows the bad loss
+}
+
+TEST_CASE("training: save_checkpoint refuses inf or NaN and leaves the last good checkpoint as it was") {
+  const std::string path = temp_path("frugal_nan_checkpoint");
+  manual_seed(5);
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  examples::save_checkpoint(path, *model, opt, 1, "mlp");
+  const std::string good = bytes_of(path);
+  REQUIRE(!good.empty());
+
+  std::map<std::string, Tensor> state;
+  for (auto& [name, t] : model->state_dict()) state[name] = t;
+  std::vector<float> bias(10, 0.5f);
+  bias[3] = NAN;
+  state["5.bias"] = from_vector(bias, {10});
+  model->load_state_dict(state);
+  check_error([&] { examples::save_checkpoint(path, *model, opt, 2, "mlp"); },
+              {"not saving " + path, "'model.5.bias' holds inf or NaN"});
+  CHECK(bytes_of(path) == good);
+
+  bias[3] = -INFINITY;
+  state["5.bias"] = from_vector(bias, {10});
+  model->load_state_dict(state);
+  check_error([&] { examples::save_checkpoint(path, *model, opt, 2, "mlp"); }, {"'model.5.bias' holds inf or NaN"});
+  CHECK(bytes_of(path) == good);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("training: LossWatch sums each window of losses and checks every one of them") {
+  Tensor w = zeros({1});
+  optim::SGD opt({w}, {.lr = 0.25});
+  examples::LossWatch watch(opt);
+  const std::vector<double> losses = {2.5, 1.25, 0.75, 1e30, 3.0};
+  for (int i = 0; i < 3; ++i) watch.add(from_vector<double>({losses[i]}, {}), 1, i + 1);
+  CHECK(watch.pending() == 3);
+  CHECK(watch.check() == 2.5 + 1.25 + 0.75);
+  CHECK(watch.pending() == 0);
+  watch.add(from_vector<float>({1e30f}, {}), 1, 4);  // large but finite
+  watch.add(from_vector<double>({losses[4]}, {}), 1, 5);
+  CHECK(watch.check() == doctest::Approx(double(1e30f) + 3.0));
+  CHECK(watch.check() == 0.0);  // an empty window
+
+  check_error([&] { watch.add(from_vector<float>({INFINITY}, {}), 2, 6); },
+              {"training diverged at epoch 2, step 6: the loss is inf", "the base learning rate is 0.25"});
+  examples::LossWatch no_epochs(opt);
+  check_error([&] { no_epochs.add(from_vector<double>({NAN}, {}), 0, 9); },
+              {"training diverged at step 9: the loss is nan"});
+
+  // A schedule that has decayed the lr to 0 by then: the hint names the lr --lr set.
+  optim::CosineAnnealingLR schedule(opt, {.T_max = 1});
+  schedule.step();
+  REQUIRE(opt.param_groups()[0].lr < 1e-12);
+  check_error([&] { no_epochs.add(from_vector<double>({NAN}, {}), 0, 10); }, {"the base learning rate is 0.25"});
+}
+
+TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped steps, until the scale collapses") {
+  // Every gradient is inf, so every step is skipped and the scale halves: 8, 4, 2, 1, 0.5.
+  // The run counts as diverged at the step that takes it below kMinLossScale = 1: step 4.
+  Tensor w = from_vector<float>({1.0f, 2.0f}, {2}).requires_grad_();
+  const Tensor x = from_vector<float>({INFINITY, 1.0f}, {2});
+  const std::vector<double> before = values_of(w);
+  optim::SGD opt({w}, {.lr = 0.1});
+  optim::GradScaler scaler({.init_scale = 8.0});
+  examples::LossWatch watch(opt, &scaler);
+  int64_t steps_taken = 0;
+  check_error(
+      [&] {
+        for (int64_t step = 1; step <= 10; ++step) {
+          Tensor loss = sum(w * x);  // inf
+          opt.zero_grad();
+          scaler.scale(loss).backward();
+          scaler.step(opt);
+          scaler.update();
+          watch.add(loss, 1, step);
+          steps_taken = step;
+        }
+      },
+      {"training diverged at epoch 1, step 4", "GradScaler", "scale fell to 0.5"});
+  CHECK(steps_taken == 3);
+  CHECK(scaler.get_scale() == 0.5);
+  CHECK(values_of(w) == before);  // every step was skipped
+}
+
+TEST_CASE("training: load_checkpoint reads 'epoch' strictly and names the file and the key") {
+  const std::string path = temp_path("frugal_bad_epoch");
+  manual_seed(6);
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  manual_seed(7);
+  auto other = examples::make_model("mlp");
+  optim::Adam other_opt(other->parameters(), {.lr = 1e-3});
+  const std::vector<double> other_weights = weights_of(*other);
+  // std::stoll threw std::invalid_argument / std::out_of_range on the first and third, read "1x" as 1.
+  for (const char* bad : {"abc", "1x", "99999999999999999999", "-1", "", " 1"}) {
+    write_checkpoint_with(path, *model, opt, {{"epoch", bad}, {"model", "mlp"}});
+    check_error([&] { examples::load_checkpoint(path, *other, other_opt, "mlp"); },
+                {"load_checkpoint: " + path + ": metadata 'epoch' must be a non-negative integer",
+                 "got \"" + std::string(bad) + "\""});
+    CHECK(weights_of(*other) == other_weights);  // checked before anything was loaded
+  }
+  write_checkpoint_with(path, *model, opt, {{"epoch", "12"}, {"model", "mlp"}});
+  CHECK(examples::load_checkpoint(path, *other, other_opt, "mlp") == 12);
+  CHECK(weights_of(*other) == weights_of(*model));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("training: empty training and test sets are errors, not 0 samples and accuracy nan") {
+  auto model = examples::make_model("mlp");
+  optim::Adam opt(model->parameters(), {.lr = 1e-3});
+  const Tensor no_images = zeros({0, 1, 28, 28}), no_labels = zeros({0}, {kInt64});
+  check_error([&] { examples::evaluate(*model, no_images, no_labels); }, {"evaluate: the test set is empty"});
+
+  data::TensorDataset empty(no_images, no_labels);
+  data::DataLoader empty_loader(empty, {.batch_size = 64});
+  check_error([&] { examples::train_epoch(*model, opt, empty_loader); }, {"train_epoch", "no batch"});
+  check_error([&] { examples::require_batches(empty_loader, empty.size()); },
+              {"the training set yields no batch: 0 samples, batch size 64"});
+
+  auto [x, y] = images(100, 0, false);
+  data::TensorDataset small(x, y);
+  data::DataLoader dropping(small, {.batch_size = 128, .drop_last = true});
+  check_error([&] { examples::require_batches(dropping, small.size()); },
+              {"100 samples, batch size 128 (a last partial batch is dropped)"});
+  data::DataLoader keeping(small, {.batch_size = 128});
+  CHECK(examples::require_batches(keeping, small.size()) == 1);
+
+  data::FashionMnist ds{x, y, no_images, no_labels};
+  check_error([&] { examples::require_nonempty(ds, "/some/dir"); },
+              {"/some/dir: the training set has 100 images and the test set 0"});
+  ds = {no_images, no_labels, x, y};
+  check_error([&] { examples::require_nonempty(ds, "/some/dir"); }, {"the training set has 0 images"});
+}
+
+TEST_CASE("training: require_writable finds an unwritable --save path before training, and touches nothing") {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_path("frugal_save_dir", "");
+  fs::create_directories(dir);
+  const std::string target = (dir / "model.safetensors").string();
+
+  examples::require_writable(target, "--save");  // a new file in a writable directory
+  CHECK(fs::is_empty(dir));                      // nothing created
+  std::ofstream(target) << "old";
+  examples::require_writable(target, "--save");  // replacing a file
+  CHECK(bytes_of(target) == "old");              // nothing changed
+
+  check_error([&] { examples::require_writable((dir / "missing" / "m.safetensors").string(), "--save"); },
+              {"--save: cannot write", "directory '" + (dir / "missing").string() + "' does not exist"});
+  check_error([&] { examples::require_writable(dir.string(), "--save"); }, {"--save: '", "' is a directory"});
+  check_error([&] { examples::require_writable(target + "/m.safetensors", "--save"); },
+              {"directory '" + target + "' is not a directory"});
+  check_error([&] { examples::require_writable("", "--save"); }, {"--save: the path is empty"});
+  if (::geteuid() != 0) {  // root writes anywhere, so this part means something only for other users
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+    check_error([&] { examples::require_writable(target, "--save"); }, {"is not writable"});
+    fs::permissions(dir, fs::perms::owner_all);
+  }
+  fs::remove_all(dir);
 }

@@ -1,0 +1,102 @@
+#include "examples/train_checks.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+
+namespace frugal::examples {
+
+namespace {
+
+// "nan" whatever its sign bit (printf and iostreams may write "-nan"), else as %g.
+std::string number(double v) {
+  if (std::isnan(v)) return "nan";
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+void LossWatch::add(const Tensor& loss, int64_t epoch, int64_t step) {
+  const Tensor l = loss.detach();
+  if (count_++ == 0) epoch_ = epoch, first_step_ = step;
+  last_step_ = step;
+  if (l.device().is_cpu()) {
+    const double v = l.item<double>();
+    host_sum_ += v;
+    if (!std::isfinite(v) && !scaler_skips()) {
+      first_step_ = step;  // the exact step: every earlier one was checked as it came
+      diverged("the loss is " + number(v));
+    }
+  } else {
+    device_sum_ = device_sum_.defined() ? ops::add(device_sum_, l) : l.to(kFloat64);
+  }
+  if (scaler_skips() && scaler_->get_scale() < kMinLossScale) {
+    first_step_ = step;
+    diverged("the GradScaler has skipped so many steps for inf/NaN gradients that its scale fell to " +
+             number(scaler_->get_scale()) + " (below " + number(kMinLossScale) + ")");
+  }
+}
+
+double LossWatch::check() {
+  const double sum = host_sum_ + (device_sum_.defined() ? device_sum_.item<double>() : 0.0);
+  if (!std::isfinite(sum) && !scaler_skips()) {
+    const std::string summed = device_sum_.defined() ? " (summed on " + device_sum_.device().str() + ")" : "";
+    diverged("a loss was not finite: the sum of these steps' losses" + summed + " is " + number(sum));
+  }
+  host_sum_ = 0, device_sum_ = Tensor(), count_ = 0;
+  return sum;
+}
+
+void LossWatch::diverged(const std::string& what) const {
+  std::ostringstream where;
+  if (epoch_ > 0) where << "epoch " << epoch_ << ", ";
+  if (first_step_ == last_step_) where << "step " << last_step_;
+  else where << "steps " << first_step_ << "-" << last_step_;
+  // The lr before any schedule (which may have decayed it to 0 by now): what --lr set.
+  const auto& groups = opt_.param_groups();
+  const std::string lr =
+      groups.empty() ? "" : "the base learning rate is " + number(groups[0].initial_lr.value_or(groups[0].lr)) + ": ";
+  FRUGAL_FAIL("training diverged at ", where.str(), ": ", what, "; ", lr, "try a lower --lr");
+}
+
+void require_finite(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) continue;
+    // t - t is 0 where t is finite and NaN where it is inf or NaN; its sum cannot overflow.
+    const double probe = ops::sum(ops::sub(t, t)).item<double>();
+    FRUGAL_CHECK(std::isfinite(probe), "not saving ", path, ": '", name,
+                 "' holds inf or NaN (the run diverged; the file is left as it was)");
+  }
+}
+
+void require_writable(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  FRUGAL_CHECK(!path.empty(), flag, ": the path is empty");
+  std::error_code ec;
+  FRUGAL_CHECK(!fs::is_directory(path, ec), flag, ": '", path, "' is a directory, not a file");
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  FRUGAL_CHECK(fs::is_directory(dir, ec), flag, ": cannot write '", path, "': directory '", dir,
+               fs::exists(dir, ec) ? "' is not a directory" : "' does not exist");
+  FRUGAL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, ": cannot write '", path, "': directory '", dir,
+               "' is not writable (", std::strerror(errno), ")");
+}
+
+int64_t require_batches(const data::DataLoader& loader, int64_t samples) {
+  const int64_t batches = loader.size();
+  const data::DataLoaderOptions& o = loader.options();
+  FRUGAL_CHECK(batches > 0, "the training set yields no batch: ", samples, " samples, batch size ", o.batch_size,
+               o.drop_last && samples > 0 ? " (a last partial batch is dropped)" : "");
+  return batches;
+}
+
+}  // namespace frugal::examples
