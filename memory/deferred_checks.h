@@ -40,8 +40,8 @@ namespace frugal::memory {
 //     a failure already visible on the host is thrown by the next checked op.
 // The CPU kernels know the answer at once and still throw at the op. So does CUDA under
 // set_sync_checks(true) (ops::set_sync_index_checks, or FRUGAL_SYNC_INDEX_CHECKS=1 in
-// the environment): the front-end then reads the record right after the kernel, as
-// before, for debugging. Event waits inside the allocator and cuDNN's autotuning timers
+// the environment): the front-end then reads the record right after the kernel, for
+// debugging. Event waits inside the allocator and cuDNN's autotuning timers
 // do not resolve checks: they run under locks or inside other ops, where an unrelated
 // error would be a surprise; a profiler stop syncs without resolving for the same reason.
 

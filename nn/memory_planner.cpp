@@ -38,8 +38,8 @@
 //   loss forward and backward:          end state (+ cached in forward) + the loss's measured extras
 // where the states count no cast the cache alone holds, and `cached` is those casts so
 // far: cached_casts of plain modules, cached_casts_no_grad of checkpointed ones.
-// (Without it: up to 650 KiB low for bf16 Linear(256)s whose .grad existed, so the
-// forward's end was the peak.)
+// (Without it the prediction is low: by up to 650 KiB for bf16 Linear(256)s whose .grad
+// exists, where the forward's end is the peak.)
 //   backward of a plain module j:       plan state after j + backward_extra_j
 //   recompute of a checkpointed [a, b): segment start + backward_start_extra_{b-1}
 //       (the incoming gradient, the parameter gradients so far, the loss) + the
@@ -49,13 +49,12 @@
 //       through its nested backward. The recomputed output exists where the plain graph
 //       had freed it, so output_released_{b-1} is added to the recompute; it is let go
 //       before the nested backward (autograd::nested_gradients). (Without the
-//       first, a segment ending in a Conv2d was predicted one activation low: a 1 MiB
-//       input gradient + im2col peak was missed.)
+//       first, a segment ending in a Conv2d is predicted one activation low: its input
+//       gradient + im2col peak.)
 //       The recompute holds the segment's cached_casts; its backward no longer does.
-//       (Before, every bias cast of a module checkpointed so far was missed: 512 B each.)
 // Measure. measure_step runs forward(plan, sample): a plain segment module by module,
 // each input dropped once its module has run, as in the profile. (Run through a closure,
-// the segment's input stayed alive to the segment's end: up to one activation above
+// the segment's input would stay alive to the segment's end: up to one activation above
 // the prediction, with or without checkpoints.)
 // One approximation remains: a segment ending in a module whose graph keeps its output
 // (ReLU) before a module that does not keep its input is predicted to keep that output,

@@ -20,8 +20,8 @@
 // input gradient while receiving F_{w+k+1}'s activation: each pair is one
 // Communicator::send_recv with one neighbour, which NCCL runs as one fused group, so the
 // two transfers overlap instead of queueing one behind the other on the communication
-// stream (the first stage's bubble at m = 8 on 2 H200s: 0.131 -> 0.125). Stage s+1 (one
-// fewer warm-up forward) posts the mirror pairs at the same points of its own schedule.
+// stream. Stage s+1 (one fewer warm-up forward) posts the mirror pairs at the same points
+// of its own schedule.
 // Sends are asynchronous; their Works (and the tensors they read) are kept until the end of
 // the step.
 //
@@ -37,14 +37,13 @@
 // the last stage's ends before the first stage's final backward, so summing the stages' own
 // steps would leave that drain out.) The theory's (p - 1) / (m + p - 1) assumes stages of
 // equal cost; with unequal ones the cheaper stage idles more and the dearer one less (with
-// 2 stages of 6 BERT layers the second also computes its input's gradient, ~2% more work,
-// and the first stage's own bubble was 0.125 at m = 8 on 2 H200s).
+// 2 stages of 6 BERT layers the second also computes its input's gradient, ~2% more work).
 // On CUDA that is GPU time between two events recorded on the compute stream around the
 // work, read once the step has synchronized, so measuring neither stalls the host nor
 // changes the schedule; a stream wait on a received activation or gradient falls outside
 // those intervals and counts as bubble, as it should. (Timing with a device synchronize
-// around each piece, as before, added a host round trip per micro-batch and serialized
-// the stages' queues, and so overstated the bubble it measured.) On the CPU an op has
+// around each piece would add a host round trip per micro-batch and serialize the
+// stages' queues, and so overstate the bubble it measures.) On the CPU an op has
 // finished when it returns, so the host clock measures the same thing.
 #include "parallel/pipeline.h"
 

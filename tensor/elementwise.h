@@ -14,10 +14,10 @@
 // Before coalescing, the dims are put in the output's memory order (largest stride
 // outermost), as TensorIterator does: element order does not matter to an elementwise
 // op, and a channels-last (NHWC) output and inputs then coalesce to one contiguous dim
-// and take the flat path. Walked in logical (N, C, H, W) order they stayed 3-D with
-// the innermost step C elements apart, so neighbouring GPU threads touched memory C
-// elements apart: the residual-gradient sums of a ResNet-50 backward ran at a
-// fraction of memory bandwidth. An output with a stride-0 dim (an accumulator, as in
+// and take the flat path. Walked in logical (N, C, H, W) order they would stay 3-D
+// with the innermost step C elements apart, so neighbouring GPU threads would touch
+// memory C elements apart: the residual-gradient sums of a ResNet-50 backward would
+// run at a fraction of memory bandwidth. An output with a stride-0 dim (an accumulator, as in
 // scatter_add) keeps the logical order, which its summation order depends on.
 #include <array>
 #include <cstdint>

@@ -52,7 +52,7 @@ struct MatmulBackward final : Node {
 // hands a float16 tensor's retained or requested gradient back in float16 all the same.
 // Two differences from PyTorch follow: a scaled weight gradient above float16's range is a
 // finite float32 value, not an inf that makes GradScaler skip the step (unscaled, it is the
-// right update; overflowing activation gradients, still float16, are caught as before);
+// right update; overflowing activation gradients stay float16 and are caught);
 // and the bias gradient, a float16 sum, still takes the cast's round trip.
 struct LinearBackward final : Node {
   SavedTensor x, w;
