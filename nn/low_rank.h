@@ -69,12 +69,13 @@ namespace detail {
 double relative_frobenius_error(const Tensor& weight, const Tensor& approx, const std::string& layer);
 }  // namespace detail
 
-/// Which layers compress() replaces, and how.
-/// Note [Compress patterns]: a pattern is a dotted module path in which each component is
-/// matched on its own and '*' matches any run of characters within ONE component: "*"
-/// matches "fc1" but not "mlp.fc1"; "blocks.*.mlp.*" matches "blocks.0.mlp.fc1";
-/// "blocks.*.attn.*_proj" matches "blocks.3.attn.q_proj". A path must have as many
-/// components as the pattern.
+// Note [Compress patterns]
+// A pattern is a dotted module path in which each component is matched on its own and
+// '*' matches any run of characters within ONE component: "*" matches "fc1" but not
+// "mlp.fc1"; "blocks.*.mlp.*" matches "blocks.0.mlp.fc1"; "blocks.*.attn.*_proj" matches
+// "blocks.3.attn.q_proj". A path must have as many components as the pattern.
+
+/// Which layers compress() replaces, and how (patterns: Note [Compress patterns]).
 struct CompressPolicy {
   std::vector<std::string> patterns;
   /// The rank rule, unless `rank` > 0.

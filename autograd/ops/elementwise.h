@@ -7,7 +7,7 @@
 // needs only `frugal::`.
 //
 // In-place ops follow PyTorch's rules: see Note [In-place ops and autograd] in
-// autograd/ops/elementwise.cpp.
+// autograd/ops/inplace.h.
 #include "tensor/tensor.h"
 
 namespace frugal {
