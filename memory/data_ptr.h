@@ -1,5 +1,5 @@
 #pragma once
-// DataPtr: the one owner of a block of bytes. Move-only (DESIGN.md, example 6):
+// DataPtr: the one owner of a block of bytes. Move-only (docs/design.md, "Ownership"):
 // when it dies the block goes back to whatever allocator produced it.
 #include <cstddef>
 #include <utility>

@@ -1,6 +1,6 @@
 #pragma once
 // Errors. Every failure in frugal throws frugal::Error with a message that names
-// the op, the shapes, the dtypes and the devices involved (DESIGN.md, example 2).
+// the op, the shapes, the dtypes and the devices involved (docs/design.md, "Errors").
 #include <sstream>
 #include <stdexcept>
 #include <string>

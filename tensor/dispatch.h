@@ -1,7 +1,7 @@
 #pragma once
 // Dtype dispatch: one visitor per set of types, calling a templated lambda with
 // the C++ element type. The default case throws, naming the op, the dtype and
-// the device (DESIGN.md, example 2), so no op ever falls through silently.
+// the device (docs/design.md, "Errors"), so no op ever falls through silently.
 //
 //   dispatch_floating(x.dtype(), "exp", x.device(), [&]<typename T>() { exp_kernel<T>(...); });
 #include "memory/device.h"

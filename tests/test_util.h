@@ -1,7 +1,7 @@
 #pragma once
 // Shared test helpers: random inputs in every layout, float64 reference values,
 // and closeness checks with per-dtype tolerances. Tests compare frugal's ops with
-// independent naive loops in double precision (DESIGN.md, Tests).
+// independent naive loops in double precision (docs/design.md, "Tests").
 #include <doctest/doctest.h>
 
 #include <unistd.h>
