@@ -309,3 +309,15 @@ TEST_CASE("errors name the op, the shapes and the devices") {
   CHECK(Device("cuda:1") == cuda(1));
   CHECK(Device("cpu").is_cpu());
 }
+
+TEST_CASE("an empty tensor is contiguous whatever its strides, and contiguous() and clone() of one are too") {
+  // A size-0 dim used to make every dim outside it "out of place" (the running element
+  // count became 0), so even a fresh empty({2, 4, 0, 3}) was not contiguous, nor was
+  // contiguous() of an empty view: its copy was not contiguous either.
+  CHECK(empty({2, 4, 0, 3}).is_contiguous());
+  const Tensor t = zeros({2, 0, 3}).transpose(0, 2);  // (3, 0, 2), strides (1, 3, 3)
+  CHECK(t.is_contiguous());
+  CHECK(t.contiguous().is_contiguous());
+  CHECK(t.clone().is_contiguous());
+  CHECK_FALSE(zeros({2, 1, 3}).transpose(0, 2).is_contiguous());  // non-empty: the strides still decide
+}
