@@ -38,6 +38,7 @@ int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size"
 int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as in PyTorch: no element is out of place (and contiguous() of it must be)
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (sizes()[d] == 1) continue;

@@ -78,11 +78,11 @@ IndexError scatter_add_all(const ElementwiseLayout& L, int64_t dim_size, int64_t
     if (err.found) return;
     for (int64_t j = 0; j < count; ++j) {
       const int64_t v = int64_t(*reinterpret_cast<const I*>(p[1] + j * s[1]));
-      if (v == skip) continue;
-      if (v < 0 || v >= dim_size) [[unlikely]] {
+      if (v < 0 || v >= dim_size) [[unlikely]] {  // before the skip test: skip = -1 means "none", not "index -1"
         err = {true, v, pos + j, {}};
         return;
       }
+      if (v == skip) continue;
       *reinterpret_cast<Acc*>(p[0] + j * s[0] + v * step) +=
           Acc(static_cast<opmath_t<S>>(*reinterpret_cast<const S*>(p[2] + j * s[2])));
     }

@@ -4,6 +4,7 @@
 // per-plane accumulator in opmath_t (float for float16/bfloat16) and store the plane
 // once, so a pixel shared by several windows is rounded once, as on the GPU.
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tensor/cpu/loops.h"
@@ -43,19 +44,20 @@ void max_pool_forward(T* out, int64_t* idx, const T* x, const Pool2dGeometry& g)
           }
         }
         const int64_t o = (p * g.OH + oh) * g.OW + ow;
-        out[o] = T(best);
+        out[o] = arg < 0 ? T(-std::numeric_limits<Acc>::infinity()) : T(best);  // all padding: -inf, index -1
         idx[o] = arg;
       }
   });
 }
 
-// gx: (P, H, W); gy, idx: (P, OH, OW)
+// gx: (P, H, W); gy, idx: (P, OH, OW); index -1 (a window with no input pixel) routes nothing.
 template <typename T>
 void max_pool_backward(T* gx, const T* gy, const int64_t* idx, const Pool2dGeometry& g) {
   using Acc = opmath_t<T>;
   for_each_plane(g, g.H * g.W, [&](int64_t p) {
     std::vector<Acc> acc(size_t(g.H * g.W), Acc(0));
-    for (int64_t o = p * g.OH * g.OW; o < (p + 1) * g.OH * g.OW; ++o) acc[size_t(idx[o])] += Acc(gy[o]);
+    for (int64_t o = p * g.OH * g.OW; o < (p + 1) * g.OH * g.OW; ++o)
+      if (idx[o] >= 0) acc[size_t(idx[o])] += Acc(gy[o]);
     for (int64_t i = 0; i < g.H * g.W; ++i) gx[p * g.H * g.W + i] = T(acc[size_t(i)]);
   });
 }
@@ -157,8 +159,8 @@ void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
   dispatch_floating(grad_x.dtype(), "max_pool2d_backward", grad_x.device(), [&]<typename T>() {
     const int64_t* idx = indices.data_ptr<int64_t>();
     for (int64_t i = 0; i < indices.numel(); ++i)
-      FRUGAL_CHECK(idx[i] >= 0 && idx[i] < g.H * g.W, "max_pool2d_backward: index ", idx[i], " at ", i,
-                   " is outside the ", g.H, "x", g.W, " input plane");
+      FRUGAL_CHECK(idx[i] >= -1 && idx[i] < g.H * g.W, "max_pool2d_backward: index ", idx[i], " at ", i,
+                   " is outside the ", g.H, "x", g.W, " input plane (-1: a window with no input pixel)");
     max_pool_backward<T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), idx, g);
   });
 }

@@ -82,11 +82,11 @@ __global__ void scatter_add_kernel(ElementwiseLayout L, int64_t dim_size, int64_
     Index off[3];
     offsets3(L, i, off);
     const int64_t v = int64_t(index[off[1]]);
-    if (v == skip) continue;
-    if (v < 0 || v >= dim_size) {
+    if (v < 0 || v >= dim_size) {  // before the skip test: skip = -1 means "none", not "index -1"
       record_bad_index(rec, v, int64_t(i));
       continue;
     }
+    if (v == skip) continue;
     atomic_add(acc + int64_t(off[0]) + v * dim_stride, Acc(static_cast<opmath_t<S>>(src[off[2]])));
   }
 }

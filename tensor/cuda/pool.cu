@@ -75,7 +75,7 @@ __global__ void max_pool_forward_kernel(T* __restrict__ out, int64_t* __restrict
         if (arg < 0 || v > best || isnan(v)) best = v, arg = ih * g.W + iw;
       }
     }
-    out[o] = T(best);
+    out[o] = arg < 0 ? T(Acc(-INFINITY)) : T(best);  // a window entirely in the padding: -inf, index -1
     idx[o] = arg;  // the flat index in the plane whatever the layout (Note [Pooling windows])
   }
 }

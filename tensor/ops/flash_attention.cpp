@@ -103,8 +103,8 @@ FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& 
   if (q.device().is_cuda()) {
     FRUGAL_CHECK(q.dtype() == kFloat16 || q.dtype() == kBFloat16, op,
                  ": the CUDA kernels take float16 or bfloat16, got ", q.describe());
-    FRUGAL_CHECK(p.E % 8 == 0 && p.E <= kMaxFusedE, op,
-                 ": the CUDA kernels take head dims E % 8 == 0, E <= ", kMaxFusedE, ", got ", q.describe());
+    FRUGAL_CHECK(p.E > 0 && p.E % 8 == 0 && p.E <= kMaxFusedE, op,
+                 ": the CUDA kernels take head dims E > 0, E % 8 == 0, E <= ", kMaxFusedE, ", got ", q.describe());
   }
   if (o.mask.defined()) {
     const Tensor& m = o.mask;
@@ -146,7 +146,9 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   r.out = empty_in_order_of(q);
   r.lse = empty({p.B, p.H, p.L}, {lse_dtype(q.dtype()), q.device()});
   r.range = {0, 0};
-  if (r.out.numel() == 0) return r;
+  // Not out.numel(): with E == 0 the output is empty but every row still has an lse
+  // (of its masked zero scores), which the kernel computes.
+  if (p.B * p.H * p.L == 0) return r;
   if (p.S == 0) {  // no key at all: every row is empty, so zeros and lse = -inf
     fill_(r.out, 0.0);
     fill_(r.lse, -INFINITY);

@@ -11,7 +11,9 @@
 // where ceil_mode rounds up but drops a last window that would start in the right
 // padding. Max pooling ignores the padding (as if -inf), takes the first largest
 // value, lets NaN win, and records the argmax as the flat index ih * W + iw in its
-// plane (PyTorch's convention); its backward routes each gradient to that index.
+// plane (PyTorch's convention); its backward routes each gradient to that index. A
+// window that holds no input pixel at all (only dilation can leave one entirely in the
+// padding) gives -inf and index -1, whose gradient goes nowhere.
 // Average pooling divides by the window's size counted with the padding
 // (count_include_pad, clipped to the padded input) or without it. Adaptive average
 // pooling splits H into OH windows [floor(o H / OH), ceil((o + 1) H / OH)).

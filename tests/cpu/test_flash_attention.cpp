@@ -429,3 +429,15 @@ TEST_CASE("flash_attention cpu: the attention block's layout changes around the 
   CHECK(copies_bytes - packed_bytes >= 2 * B * T * 3 * D * int64_t(sizeof(float)));
   check_close(packed_grad, copies_grad, 0, 0, "x's grad");
 }
+
+TEST_CASE("flash_attention cpu: an empty head dim still gives every row's lse") {
+  // E = 0: out is empty, but every score is 0 (plus the mask), so row l's lse is the log
+  // of its number of visible keys. The forward returned before the kernel whenever out
+  // was empty, leaving lse uninitialized.
+  const Tensor q = empty({1, 2, 3, 0}), k = empty({1, 2, 4, 0});
+  const auto f = ops::flash_attention_forward(q, k, k, {.is_causal = true, .scale = 1.0});
+  CHECK(f.out.numel() == 0);
+  const std::vector<double> lse = values_of(f.lse);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t l = 0; l < 3; ++l) CHECK(lse[size_t(h * 3 + l)] == doctest::Approx(std::log(double(l + 1))));
+}

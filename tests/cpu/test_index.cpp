@@ -425,3 +425,30 @@ TEST_CASE("index: argument errors name the op, shapes and dtypes") {
   check_error([] { ops::one_hot(zeros({2}, kInt64), -2); }, {"one_hot", "num_classes", "-2"});
   check_error([&] { ops::index_select(scalar_tensor(1.0), 0, zeros({2}, kInt64)); }, {"index_select", "0-d", "one"});
 }
+
+TEST_CASE("index: index -1 is an error for the accumulating ops, not the skipped padding row") {
+  // The scatter-add kernel skips padding_idx's rows, with -1 meaning "no padding"; it
+  // compared before it validated, so an index of -1 was skipped silently (a missing row
+  // in index_add, scatter_add and embedding_backward, a zero row in one_hot).
+  for (DType it : kIndexTypes) {
+    const Tensor idx = from_vector<int64_t>({0, -1}, {2}, it);
+    check_error([&] { ops::index_add(zeros({3, 2}), 0, idx, ones({2, 2})); }, {"index_add", "index -1", "[0, 3)"});
+    check_error([&] { ops::scatter_add(zeros({3}), 0, idx, ones({2})); }, {"scatter_add", "index -1", "[0, 3)"});
+    check_error([&] { ops::embedding_backward(ones({2, 4}), idx, 3); }, {"embedding_backward", "index -1"});
+    check_error([&] { ops::one_hot(idx, 3); }, {"one_hot", "index -1"});
+  }
+  // padding_idx itself is still skipped, and only it.
+  const Tensor g = ops::embedding_backward(ones({3, 2}), from_vector<int64_t>({1, 0, 1}, {3}), 3, 1);
+  CHECK(values_of(g) == std::vector<double>{1, 1, 0, 0, 0, 0});
+}
+
+TEST_CASE("index: scatter_add_ reads a src or index that overlaps self as it was") {
+  // self[index[i]] += src[i] with src = self: the serial kernel read entries it had
+  // already added into (1 2 3 4 gave 11 3 6 10, not 5 3 5 7).
+  const Tensor s = from_vector<float>({1, 2, 3, 4}, {4});
+  ops::scatter_add_(s, 0, from_vector<int64_t>({1, 2, 3, 0}, {4}), s);
+  CHECK(s.tolist<float>() == std::vector<float>{5, 3, 5, 7});
+  const Tensor t = from_vector<int64_t>({0, 1, 0, 2}, {4});  // the index is self too
+  ops::scatter_add_(t, 0, t, from_vector<int64_t>({1, 1, 1, 1}, {4}));
+  CHECK(t.tolist<int64_t>() == std::vector<int64_t>{2, 2, 1, 2});
+}

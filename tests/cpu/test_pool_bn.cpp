@@ -679,3 +679,23 @@ TEST_CASE("nn: BatchNorm2d has torchvision's names, tracks batches, and switches
   CHECK(seq.state_dict().back().second.item<int64_t>() == 7);
   check_error([&] { bn(zeros({4, 2, 5, 5})); }, {"BatchNorm2d", "[4, 2, 5, 5]"});
 }
+
+TEST_CASE("pool: a max_pool2d window entirely in the padding gives -inf and index -1, and routes no gradient") {
+  // Only dilation can leave a window with no input pixel: on H = 2 a kernel of 2 rows
+  // dilated by 3 with padding 2 reads rows (-2, 1), (-1, 2), (0, 3). The middle window
+  // used to give 0 (padding counts as -inf) and index -1, which the backward rejected.
+  const Tensor x = make_tensor({1, 2}, {1, 1, 2, 1}, kFloat32);
+  const MaxPool2dOptions o{.stride = 1, .padding = {2, 0}, .dilation = {3, 1}};
+  const ops::MaxPool2dResult r = ops::max_pool2d(x, {2, 1}, o);
+  const std::vector<double> v = values_of(r.out);
+  REQUIRE(v.size() == 3);
+  CHECK(v[0] == 2);
+  CHECK((std::isinf(v[1]) && v[1] < 0));
+  CHECK(v[2] == 1);
+  CHECK(r.indices.tolist<int64_t>() == std::vector<int64_t>{1, -1, 0});
+  const Tensor gx = ops::max_pool2d_backward(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), r.indices,
+                                             x.sizes(), {2, 1}, o);
+  CHECK(values_of(gx) == std::vector<double>{30, 10});
+  check_error([&] { ops::max_pool2d_backward(ones({1, 1, 3, 1}), full({1, 1, 3, 1}, -2, kInt64), x.sizes(), {2, 1}, o); },
+              {"max_pool2d_backward", "index -2"});
+}
