@@ -1,0 +1,166 @@
+// Unary elementwise ops (tensor/ops/unary.h) and their backward, against std:: math in double.
+#include <cmath>
+
+#include "tensor/ops/unary.h"
+#include "tests/op_table/entry_util.h"
+
+namespace frugal::optest {
+
+namespace {
+
+using ops::UnaryOp;
+
+double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+/// What a, b mean for an op: nothing, pow's exponent, affine's (scale, shift), clamp's (lo, hi).
+enum class Params { None, Exponent, Affine, Clamp };
+
+void draw_params(Rng& rng, Params p, double& a, double& b) {
+  a = b = 0.0;
+  if (p == Params::Exponent) a = rng.pick(std::vector<double>{0.0, 0.5, 1.5, 2.0, 3.0, -1.0, -0.5});
+  if (p == Params::Affine) a = rng.uniform(-3, 3), b = rng.uniform(-3, 3);
+  if (p == Params::Clamp) a = 0.25 * double(rng.range(-8, 6)), b = 0.25 * double(rng.range(-6, 8));  // lo > hi too
+}
+
+struct UnarySpec {
+  const char* name;
+  UnaryOp op;
+  bool ints;
+  Values values;
+  Params params;
+  double (*f)(double x, double a, double b);
+};
+
+// clang-format off
+const UnarySpec kUnary[] = {
+  {"neg", UnaryOp::Neg, true, {}, Params::None, [](double x, double, double) { return -x; }},
+  {"exp", UnaryOp::Exp, false, {-3, 3}, Params::None, [](double x, double, double) { return std::exp(x); }},
+  {"log", UnaryOp::Log, false, {0.05, 4}, Params::None, [](double x, double, double) { return std::log(x); }},
+  {"sqrt", UnaryOp::Sqrt, false, {0, 4}, Params::None, [](double x, double, double) { return std::sqrt(x); }},
+  {"rsqrt", UnaryOp::Rsqrt, false, {0.05, 4}, Params::None, [](double x, double, double) { return 1 / std::sqrt(x); }},
+  {"tanh", UnaryOp::Tanh, false, {-4, 4}, Params::None, [](double x, double, double) { return std::tanh(x); }},
+  {"sigmoid", UnaryOp::Sigmoid, false, {-6, 6}, Params::None, [](double x, double, double) { return sigmoid(x); }},
+  {"relu", UnaryOp::Relu, true, {}, Params::None, [](double x, double, double) { return x < 0 ? 0.0 : x; }},
+  {"gelu", UnaryOp::Gelu, false, {-4, 4}, Params::None, [](double x, double, double) { return gelu(x); }},
+  {"gelu_tanh", UnaryOp::GeluTanh, false, {-4, 4}, Params::None, [](double x, double, double) { return gelu_tanh(x); }},
+  {"silu", UnaryOp::Silu, false, {-4, 4}, Params::None, [](double x, double, double) { return x * sigmoid(x); }},
+  {"abs", UnaryOp::Abs, true, {}, Params::None, [](double x, double, double) { return std::fabs(x); }},
+  {"square", UnaryOp::Square, true, {}, Params::None, [](double x, double, double) { return x * x; }},
+  {"reciprocal", UnaryOp::Reciprocal, false, {-3, 3, 0, 0.1}, Params::None, [](double x, double, double) { return 1 / x; }},
+  {"sin", UnaryOp::Sin, false, {-4, 4}, Params::None, [](double x, double, double) { return std::sin(x); }},
+  {"cos", UnaryOp::Cos, false, {-4, 4}, Params::None, [](double x, double, double) { return std::cos(x); }},
+  {"pow_scalar", UnaryOp::Pow, false, {0.1, 3}, Params::Exponent, [](double x, double a, double) { return std::pow(x, a); }},
+  {"affine", UnaryOp::Affine, false, {}, Params::Affine, [](double x, double a, double b) { return x * a + b; }},
+  {"clamp", UnaryOp::Clamp, false, {}, Params::Clamp, [](double x, double a, double b) { return std::min(std::max(x, a), b); }},
+};
+// clang-format on
+
+/// The public function of each op (pow(x, 2) takes the square path, which is worth covering).
+Tensor call_unary(UnaryOp op, const Tensor& x, double a, double b) {
+  switch (op) {
+    case UnaryOp::Pow: return ops::pow(x, a);
+    case UnaryOp::Affine: return ops::affine(x, a, b);
+    case UnaryOp::Clamp: return ops::clamp(x, a, b);
+    case UnaryOp::Relu: return ops::relu(x);
+    case UnaryOp::Neg: return ops::neg(x);
+    default: return ops::unary(op, x);
+  }
+}
+
+struct GradSpec {
+  UnaryOp op;
+  Values values;  // of x, or of y where the derivative is taken from the output
+  double (*df)(double g, double v, double a, double b);
+};
+
+// clang-format off
+const GradSpec kGrads[] = {
+  {UnaryOp::Neg, {}, [](double g, double, double, double) { return -g; }},
+  {UnaryOp::Affine, {}, [](double g, double, double a, double) { return g * a; }},
+  {UnaryOp::Exp, {0.1, 3}, [](double g, double y, double, double) { return g * y; }},
+  {UnaryOp::Log, {0.2, 3}, [](double g, double x, double, double) { return g / x; }},
+  {UnaryOp::Sqrt, {0.2, 2}, [](double g, double y, double, double) { return g / (2 * y); }},
+  {UnaryOp::Rsqrt, {0.2, 2}, [](double g, double y, double, double) { return -0.5 * g * y * y * y; }},
+  {UnaryOp::Tanh, {-0.99, 0.99}, [](double g, double y, double, double) { return g * (1 - y * y); }},
+  {UnaryOp::Sigmoid, {0.01, 0.99}, [](double g, double y, double, double) { return g * y * (1 - y); }},
+  {UnaryOp::Relu, {}, [](double g, double y, double, double) { return y <= 0 ? 0.0 : g; }},
+  {UnaryOp::Gelu, {-4, 4}, [](double g, double x, double, double) {
+     return g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI)); }},
+  {UnaryOp::GeluTanh, {-4, 4}, [](double g, double x, double, double) {
+     const double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+     return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)); }},
+  {UnaryOp::Silu, {-4, 4}, [](double g, double x, double, double) { const double s = sigmoid(x); return g * s * (1 + x * (1 - s)); }},
+  {UnaryOp::Abs, {}, [](double g, double x, double, double) { return x > 0 ? g : x < 0 ? -g : 0.0; }},
+  {UnaryOp::Square, {}, [](double g, double x, double, double) { return 2 * x * g; }},
+  {UnaryOp::Reciprocal, {-3, 3, 0, 0.1}, [](double g, double y, double, double) { return -g * y * y; }},
+  {UnaryOp::Sin, {-4, 4}, [](double g, double x, double, double) { return g * std::cos(x); }},
+  {UnaryOp::Cos, {-4, 4}, [](double g, double x, double, double) { return -g * std::sin(x); }},
+  {UnaryOp::Pow, {0.2, 3}, [](double g, double x, double a, double) { return a == 0 ? 0.0 : g * a * std::pow(x, a - 1); }},
+  {UnaryOp::Clamp, {}, [](double g, double x, double a, double b) { return x >= a && x <= b ? g : 0.0; }},
+};
+// clang-format on
+
+Params params_of(UnaryOp op) {
+  return op == UnaryOp::Pow      ? Params::Exponent
+         : op == UnaryOp::Affine ? Params::Affine
+         : op == UnaryOp::Clamp  ? Params::Clamp
+                                 : Params::None;
+}
+
+Shape elementwise_shape(Rng& rng) {
+  if (rng.chance(0.015)) return big_shape(rng);
+  return random_shape(rng, {.min_dims = 0, .max_dims = 8, .max_size = 9, .max_numel = 700});
+}
+
+}  // namespace
+
+void add_unary_ops(std::vector<OpEntry>& t) {
+  for (const UnarySpec& u : kUnary) {
+    t.push_back({u.name, u.ints ? kNumeric : kFloats, [u](Rng& rng, DType dt) {
+                   Sample s;
+                   Values v = is_floating(dt) ? u.values : values_for(dt, -2, 2);
+                   const UnaryOp op = u.op;  // the ops whose NaN / inf handling the header defines
+                   if (op == UnaryOp::Relu || op == UnaryOp::Clamp || op == UnaryOp::Abs || op == UnaryOp::Neg ||
+                       op == UnaryOp::Square || op == UnaryOp::Exp)
+                     v = with_specials(rng, v);
+                   s.inputs = {random_input(rng, elementwise_shape(rng), dt, v)};
+                   double a, b;
+                   draw_params(rng, u.params, a, b);
+                   if (u.params != Params::None) s.params = cat_str("a=", a, " b=", b);
+                   s.run = [op = u.op, a, b](const std::vector<Tensor>& in) {
+                     return std::vector<Tensor>{call_unary(op, in[0], a, b)};
+                   };
+                   s.reference = [u, a, b, dt](const std::vector<Host>& in) {
+                     return std::vector<Expected>{make_expected(
+                         in[0].sizes, dt, tol_for(dt), [&](const auto& idx) { return u.f(in[0].at(idx), a, b); })};
+                   };
+                   return s;
+                 }});
+  }
+  for (const GradSpec& g : kGrads) {
+    const std::string name = std::string(ops::unary_op_name(g.op)) + "_backward";
+    t.push_back(
+        {name, kFloats, [g](Rng& rng, DType dt) {
+           Sample s;
+           const Shape shape = elementwise_shape(rng);
+           const bool needs_v = ops::unary_grad_from(g.op) != ops::UnaryGradFrom::Nothing;
+           s.inputs = {random_input(rng, shape, dt), needs_v ? random_input(rng, shape, dt, g.values) : Tensor()};
+           double a, b;
+           draw_params(rng, params_of(g.op), a, b);
+           s.params = cat_str("a=", a, " b=", b);
+           s.run = [op = g.op, a, b](const std::vector<Tensor>& in) {
+             return std::vector<Tensor>{ops::unary_backward(op, in[0], in[1], a, b)};
+           };
+           s.reference = [g, a, b, dt, needs_v](const std::vector<Host>& in) {
+             return std::vector<Expected>{make_expected(in[0].sizes, dt, tol_for(dt), [&](const auto& idx) {
+               return g.df(in[0].at(idx), needs_v ? in[1].at(idx) : 0.0, a, b);
+             })};
+           };
+           return s;
+         }});
+  }
+}
+
+}  // namespace frugal::optest

@@ -1,0 +1,123 @@
+// op_fuzz: runs the differential op table (tests/op_table/op_table.h) for as long as one
+// likes. Cases go round-robin over the chosen ops, so every op gets its share; the same
+// (--seed, op, case index) always makes the same case, so a failure printed here is
+// reproduced by `--op NAME --seed S` with enough --cases to reach its index.
+//
+//   op_fuzz --cases 20000 --seed 7 [--device cuda] [--op softmax] [--dtype f16] [--first 0] [--all-failures]
+//           [--trace: print each case before running it, to find one that crashes]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/op_table/op_table.h"
+
+using namespace frugal;
+using namespace frugal::optest;
+
+namespace {
+
+struct Args {
+  int64_t cases = 1000, first = 0;
+  uint64_t seed = 1;
+  std::string device = "cpu";
+  std::vector<std::string> ops;
+  std::vector<DType> dtypes;
+  bool all_failures = false;
+  bool trace = false;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "op_fuzz: %s\nusage: op_fuzz [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... "
+               "[--dtype T]... [--first I] [--all-failures] [--trace] [--list]\n",
+               why);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
+      return argv[++i];
+    };
+    if (k == "--cases") a.cases = std::stoll(value());
+    else if (k == "--seed") a.seed = std::stoull(value());
+    else if (k == "--device") a.device = value();
+    else if (k == "--op") a.ops.push_back(value());
+    else if (k == "--dtype") a.dtypes.push_back(parse_dtype(value()));
+    else if (k == "--first") a.first = std::stoll(value());
+    else if (k == "--all-failures") a.all_failures = true;
+    else if (k == "--trace") a.trace = true;
+    else if (k == "--list") {
+      for (const OpEntry& e : op_table()) std::printf("%s\n", e.name.c_str());
+      std::exit(0);
+    } else usage(("unknown argument " + k).c_str());
+  }
+  return a;
+}
+
+struct Tally {
+  const OpEntry* op;
+  int64_t next = 0, run = 0, failed = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  RunOptions options;
+  if (args.device == "cuda") {
+    if (cuda_device_count() == 0) usage("--device cuda, but no GPU is visible");
+    options.device = cuda();
+    options.dtypes = {kFloat32, kFloat16, kBFloat16};
+  } else if (args.device != "cpu") {
+    usage("--device must be cpu or cuda");
+  }
+  if (!args.dtypes.empty()) options.dtypes = args.dtypes;
+  options.trace = args.trace;
+  std::vector<Tally> tallies;
+  for (const OpEntry& e : op_table())
+    if (args.ops.empty() || std::find(args.ops.begin(), args.ops.end(), e.name) != args.ops.end())
+      tallies.push_back({&e, args.first});
+  if (tallies.empty()) usage("no op of that name (see --list)");
+
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last_report = start;
+  int64_t done = 0, failed = 0, idle = 0;
+  for (size_t k = 0; done < args.cases && idle < int64_t(tallies.size()); k = (k + 1) % tallies.size()) {
+    Tally& t = tallies[k];
+    const CaseResult r = run_case(*t.op, args.seed, t.next++, options);
+    if (!r.ran) {  // the op has no case for these dtypes / this device
+      ++idle;
+      continue;
+    }
+    idle = 0;
+    ++done, ++t.run;
+    if (!r.ok) {
+      ++failed;
+      if (t.failed++ == 0 || args.all_failures) std::printf("\rFAILED %s\n", r.message.c_str());
+    }
+    const Clock::time_point now = Clock::now();
+    if (now - last_report > std::chrono::seconds(1) || done == args.cases) {
+      last_report = now;
+      const double secs = std::chrono::duration<double>(now - start).count(), rate = double(done) / secs;
+      std::printf("\r%lld/%lld cases  %.0f/s  ETA %.0fs  %lld failed   ", (long long)done, (long long)args.cases, rate,
+                  double(args.cases - done) / rate, (long long)failed);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\n\n%-32s %8s %8s\n", "op", "cases", "failed");
+  for (const Tally& t : tallies)
+    if (t.run > 0) std::printf("%-32s %8lld %8lld\n", t.op->name.c_str(), (long long)t.run, (long long)t.failed);
+  std::printf("%-32s %8lld %8lld\n", "total", (long long)done, (long long)failed);
+  std::printf("seed %llu, device %s, %.1f s\n", (unsigned long long)args.seed, args.device.c_str(),
+              std::chrono::duration<double>(Clock::now() - start).count());
+  return failed == 0 ? 0 : 1;
+}
