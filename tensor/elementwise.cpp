@@ -93,6 +93,16 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std
   return L;
 }
 
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (!a.shares_storage(b) || a.numel() == 0 || b.numel() == 0) return false;
+  auto last = [](const Tensor& t) {  // the highest element offset t touches
+    int64_t off = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) off += (t.sizes()[size_t(d)] - 1) * t.strides()[size_t(d)];
+    return off;
+  };
+  return a.storage_offset() <= last(b) && b.storage_offset() <= last(a);
+}
+
 Tensor empty_elementwise_output(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs) {
   if (shape.size() == 4) {
     for (const Tensor* t : inputs) {

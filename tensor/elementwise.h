@@ -56,6 +56,12 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std
 // with no decision the result is contiguous. So relu(x) and x + residual on NHWC
 // activations stay NHWC, and a kernel's loads and stores both run along C.
 
+/// Whether `a` and `b` may share an element: the same storage and intersecting spans of
+/// element offsets (conservative: two interleaved views count as overlapping). An op that
+/// writes `a` while it reads `b` copies `b` first when this holds, unless both are the
+/// same view (each element is then read before it is written).
+bool may_overlap(const Tensor& a, const Tensor& b);
+
 /// The uninitialized result of an elementwise op of `shape`: channels-last when `inputs`
 /// suggest it (Note [Elementwise output layout]), else contiguous.
 Tensor empty_elementwise_output(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs);

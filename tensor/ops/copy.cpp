@@ -1,6 +1,7 @@
 #include "tensor/ops/copy.h"
 
 #include "tensor/device_dispatch.h"
+#include "tensor/elementwise.h"
 #include "tensor/factory.h"
 
 namespace frugal::ops {
@@ -13,6 +14,17 @@ void copy_into(const Tensor& dst, const Tensor& src) {
                dst.describe());
   if (dst.numel() == 0) return;
   if (dst.device() == src.device()) {
+    // A source overlapping dst in another layout (dst.copy_(dst.t()), a shifted view) would
+    // be read where it was already written: copy it first, as the in-place binary ops do.
+    const bool same_view = src.sizes() == dst.sizes() && src.strides() == dst.strides() &&
+                           src.storage_offset() == dst.storage_offset() && src.dtype() == dst.dtype();
+    if (same_view && src.shares_storage(dst)) return;  // x.copy_(x)
+    if (may_overlap(dst, src)) {
+      Tensor staged = empty(src.sizes(), src.options());
+      FRUGAL_DEVICE_DISPATCH("copy_", src.device(), copy_kernel, staged, src);
+      FRUGAL_DEVICE_DISPATCH("copy_", dst.device(), copy_kernel, dst, staged);
+      return;
+    }
     FRUGAL_DEVICE_DISPATCH("copy_", dst.device(), copy_kernel, dst, src);
     return;
   }

@@ -5,7 +5,8 @@
 namespace frugal::ops {
 
 /// dst[...] = src[...] converted to dst's dtype; src broadcasts to dst's shape; any
-/// strides; across devices (through a contiguous staging copy). Does not bump dst's version.
+/// strides; across devices (through a contiguous staging copy). src may overlap dst: it is
+/// read as it was before the copy (through a staging copy). Does not bump dst's version.
 void copy_into(const Tensor& dst, const Tensor& src);
 
 }  // namespace frugal::ops

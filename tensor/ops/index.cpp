@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tensor/device_dispatch.h"
+#include "tensor/elementwise.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 
@@ -113,6 +114,13 @@ Tensor index_along(const Tensor& index1d, const Shape& shape, int64_t dim) {
 }
 
 Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; }
+
+// A contiguous copy through copy_into (never Tensor::clone: nothing here is seen by autograd).
+Tensor dense_copy(const Tensor& t) {
+  Tensor out = empty(t.sizes(), t.options());
+  copy_into(out, t);
+  return out;
+}
 
 // Slices of x (>= 1-D) along dim at index1d = user_index.reshape(-1): index_select and embedding.
 Tensor select_along(const char* op, const Tensor& x, int64_t dim, const Tensor& index1d, const std::string& range_of,
@@ -261,7 +269,10 @@ void scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Te
     scatter_into(op, acc, dim, index, src, self);
     copy_into(self, acc);
   } else {
-    scatter_into(op, self, dim, index, src, self);
+    // An operand that overlaps self would be read after the kernel added into it
+    // (scatter_add_(x, 0, i, x)): read a copy, as the in-place binary ops do.
+    const auto unaliased = [&](const Tensor& t) { return may_overlap(self, t) ? dense_copy(t) : t; };
+    scatter_into(op, self, dim, unaliased(index), unaliased(src), self);
   }
 }
 

@@ -24,8 +24,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// self[index[i][j][k]][j][k] += src[i][j][k] for dim 0 (and likewise for other dims),
 /// accumulating duplicates, as torch.Tensor.scatter_add_. index, self and src have the
 /// same number of dims; index.size(d) <= src.size(d) for every d and <= self.size(d) for
-/// d != dim; self and src share a dtype. Bumps self's version. If an index is out of range
-/// the op throws and self may hold part of the update.
+/// d != dim; self and src share a dtype; src (or index) may overlap self: it is read as it
+/// was before the op. Bumps self's version. If an index is out of range the op throws and
+/// self may hold part of the update.
 void scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 /// Out-of-place scatter_add_: a fresh tensor, self unchanged.
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);

@@ -441,3 +441,14 @@ TEST_CASE("index: index -1 is an error for the accumulating ops, not the skipped
   const Tensor g = ops::embedding_backward(ones({3, 2}), from_vector<int64_t>({1, 0, 1}, {3}), 3, 1);
   CHECK(values_of(g) == std::vector<double>{1, 1, 0, 0, 0, 0});
 }
+
+TEST_CASE("index: scatter_add_ reads a src or index that overlaps self as it was") {
+  // self[index[i]] += src[i] with src = self: the serial kernel read entries it had
+  // already added into (1 2 3 4 gave 11 3 6 10, not 5 3 5 7).
+  const Tensor s = from_vector<float>({1, 2, 3, 4}, {4});
+  ops::scatter_add_(s, 0, from_vector<int64_t>({1, 2, 3, 0}, {4}), s);
+  CHECK(s.tolist<float>() == std::vector<float>{5, 3, 5, 7});
+  const Tensor t = from_vector<int64_t>({0, 1, 0, 2}, {4});  // the index is self too
+  ops::scatter_add_(t, 0, t, from_vector<int64_t>({1, 1, 1, 1}, {4}));
+  CHECK(t.tolist<int64_t>() == std::vector<int64_t>{2, 2, 1, 2});
+}

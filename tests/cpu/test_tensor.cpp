@@ -321,3 +321,26 @@ TEST_CASE("an empty tensor is contiguous whatever its strides, and contiguous() 
   CHECK(t.clone().is_contiguous());
   CHECK_FALSE(zeros({2, 1, 3}).transpose(0, 2).is_contiguous());  // non-empty: the strides still decide
 }
+
+TEST_CASE("copy_ from a view overlapping the destination reads the source as it was") {
+  // m.copy_(m.t()) used to read elements it had already overwritten (6 of 16 wrong for a
+  // 4x4), and a shifted same-dtype view went through memcpy on overlapping ranges.
+  const Tensor m = arange(0, 16, 1.0, {kFloat32}).view({4, 4});
+  m.copy_(m.t());
+  std::vector<float> want;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) want.push_back(float(j * 4 + i));
+  CHECK(m.tolist<float>() == want);
+  for (int64_t n : {5, 4000}) {  // small and large rows, shifted either way
+    const Tensor right = arange(0, double(n), 1.0, {kFloat64});
+    right.narrow(0, 1, n - 1).copy_(right.narrow(0, 0, n - 1));
+    const Tensor left = arange(0, double(n), 1.0, {kFloat64});
+    left.narrow(0, 0, n - 1).copy_(left.narrow(0, 1, n - 1));
+    const std::vector<double> r = right.tolist<double>(), l = left.tolist<double>();
+    for (int64_t i = 1; i < n; ++i) CHECK(r[size_t(i)] == double(i - 1));
+    for (int64_t i = 0; i + 1 < n; ++i) CHECK(l[size_t(i)] == double(i + 1));
+  }
+  const Tensor x = arange(0, 6, 1.0, {kFloat32});
+  x.copy_(x);  // the same view: nothing to do
+  CHECK(x.tolist<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+}
