@@ -56,7 +56,7 @@ struct Sample {
   /// The float64 reference from the inputs' values (read before the run).
   std::function<std::vector<Expected>(const std::vector<Host>& in)> reference;
   /// Inputs the op writes in place: storage elements outside their views must stay as
-  /// they were (every other input's storage must stay untouched entirely).
+  /// they were (every other storage must stay untouched entirely).
   std::vector<int> mutates;
 };
 

@@ -335,6 +335,10 @@ void add_binary_ops(std::vector<OpEntry>& t) {
                                             fill_values(dt), {.expand = !inplace}),
                                random_input(rng, broadcast_operand(rng, shape), kBool)};
                    if (inplace) s.mutates = {0};
+                   if (inplace && dt == kBool && rng.chance(0.3)) {  // the mask is x itself, or x.t()
+                     const bool square = shape.size() == 2 && shape[0] == shape[1];
+                     s.inputs[1] = square && rng.chance(0.5) ? s.inputs[0].t() : s.inputs[0];
+                   }
                    const double value = draw_fill(rng, dt);
                    s.params = cat_str("value=", value);
                    s.run = [inplace, value](const std::vector<Tensor>& in) {

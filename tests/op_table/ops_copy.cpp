@@ -87,6 +87,36 @@ void add_copy_ops(std::vector<OpEntry>& t) {
                  };
                  return s;
                }});
+  // copy_ between two views of one storage: the source must be read as it was.
+  t.push_back(
+      {"copy_overlapping", kAll, [](Rng& rng, DType dt) {
+         Sample s;
+         const int kind = int(rng.range(0, 3));
+         const int64_t n = rng.range(1, 9), k = rng.range(1, 3);
+         Tensor dst, src;
+         if (kind == 0) {  // a square matrix and its transpose
+           dst = random_input(rng, {n, n}, dt, copy_values(dt), {.expand = false});
+           src = dst.t();
+         } else if (kind == 1) {  // rows shifted by k, either way
+           const Tensor base = random_input(rng, {n + k, rng.range(1, 5)}, dt, copy_values(dt), {.expand = false});
+           dst = base.narrow(0, rng.chance(0.5) ? k : 0, n);
+           src = base.narrow(0, dst.storage_offset() == base.storage_offset() ? k : 0, n);
+         } else if (kind == 2) {  // the same view
+           dst = src = random_input(rng, any_shape(rng), dt, copy_values(dt), {.expand = false});
+         } else {  // interleaved, disjoint: even and odd elements
+           const Tensor base = random_input(rng, {2 * n}, dt, copy_values(dt), {.expand = false});
+           dst = base.slice(0, 0, 2 * n, 2), src = base.slice(0, 1, 2 * n, 2);
+         }
+         s.inputs = {dst, src};
+         s.mutates = {0};
+         s.params = cat_str("overlap=", kind == 0   ? "transpose"
+                                        : kind == 1 ? "shift"
+                                        : kind == 2 ? "same"
+                                                    : "interleaved");
+         s.run = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].copy_(in[1])}; };
+         s.reference = [dt](const std::vector<Host>& in) { return std::vector<Expected>{{in[1], dt, {}}}; };
+         return s;
+       }});
   for (const char* name : {"contiguous", "clone"}) {
     const bool clone = std::string(name) == "clone";
     t.push_back({name, kAll, [clone](Rng& rng, DType dt) {

@@ -137,25 +137,28 @@ std::string compare(const Tensor& got, const Expected& want, double tol_scale) {
   return os.str();
 }
 
-/// Storage elements of `t` outside its view that changed since `before`.
-std::string untouched_check(const Tensor& t, const std::vector<char>& before, bool view_may_change) {
+/// Storage elements of `t` that changed since `before` although no view in `written` (the
+/// mutated inputs) covers them.
+std::string untouched_check(const Tensor& t, const std::vector<char>& before, const std::vector<Tensor>& written) {
   const std::vector<char> after = storage_bytes(t);
   const int64_t es = int64_t(t.element_size()), n = int64_t(before.size()) / es;
-  std::vector<bool> in_view(size_t(n), false);
-  if (view_may_change)
-    for_each_index(t.sizes(), [&](const std::vector<int64_t>& idx) {
-      int64_t off = t.storage_offset();
-      for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
-      in_view[size_t(off)] = true;
+  std::vector<bool> may_change(size_t(n), false);
+  for (const Tensor& w : written) {
+    if (!w.shares_storage(t)) continue;
+    for_each_index(w.sizes(), [&](const std::vector<int64_t>& idx) {
+      int64_t off = w.storage_offset();
+      for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * w.strides()[d];
+      may_change[size_t(off)] = true;
     });
+  }
   int64_t changed = 0, first = -1;
   for (int64_t e = 0; e < n; ++e)
-    if (!in_view[size_t(e)] && std::memcmp(&before[size_t(e * es)], &after[size_t(e * es)], size_t(es)) != 0) {
+    if (!may_change[size_t(e)] && std::memcmp(&before[size_t(e * es)], &after[size_t(e * es)], size_t(es)) != 0) {
       if (first < 0) first = e;
       ++changed;
     }
   if (changed == 0) return "";
-  return std::to_string(changed) + " storage elements " + (view_may_change ? "outside the view " : "") +
+  return std::to_string(changed) + " storage elements " + (written.empty() ? "" : "outside the written views ") +
          "were written (first at storage element " + std::to_string(first) + ")";
 }
 
@@ -193,10 +196,11 @@ void run_on(const Sample& s, const std::vector<Tensor>& inputs, const std::vecto
     const std::string why = compare(outs[k], (*expected)[k], tol_scale);
     if (!why.empty()) throw Failure{"output " + std::to_string(k) + ": " + why};
   }
+  std::vector<Tensor> written;
+  for (int k : s.mutates) written.push_back(inputs[size_t(k)]);
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined()) continue;
-    const bool mutated = std::find(s.mutates.begin(), s.mutates.end(), int(k)) != s.mutates.end();
-    const std::string why = untouched_check(inputs[k], before[k], mutated);
+    const std::string why = untouched_check(inputs[k], before[k], written);
     if (!why.empty()) throw Failure{"input " + std::to_string(k) + ": " + why};
   }
 }
