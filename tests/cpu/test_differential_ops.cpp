@@ -1,6 +1,6 @@
 // The differential op test (tests/op_table/op_table.h): a fixed-seed sample of cases of
 // every op-table entry, run on the CPU and checked against the entry's float64
-// reference. tools/op_fuzz runs as many more cases as one likes, with other seeds.
+// reference. build/tests/op_fuzz runs as many more cases as one likes, with other seeds.
 #include <doctest/doctest.h>
 
 #include "tests/op_table/op_table.h"

@@ -1,11 +1,11 @@
 #pragma once
-// The op table behind the differential op tests (DESIGN.md, Tests; after ggml's
+// The op table behind the differential op tests (docs/design.md, "Tests"; after ggml's
 // test-backend-ops and PyTorch's OpInfo). Each entry samples random inputs for one raw
 // op (tensor/ops/*.h) - shapes of 0 to 8 dims with size-0 and size-1 dims, random
 // layouts (tests/op_table/sample.h), every dtype the op takes - runs it, and compares
 // every output with a naive float64 reference computed from the inputs' values by
 // plain loops over logical indices. The cpu suite, the gpu suite (the same cases on
-// CUDA) and tools/op_fuzz all run this one table.
+// CUDA) and build/tests/op_fuzz all run this one table.
 //
 // A case is reproducible from (seed, op name, case index) and the dtypes allowed (the gpu
 // suite and `op_fuzz --device cuda` allow float32, float16, bfloat16): run_case derives
