@@ -98,15 +98,12 @@ DType compute_of(Kind kind, DType promoted) {
 /// The value of `spec` on (a, b), as the compute dtype defines it.
 double apply(const BinarySpec& spec, DType compute, double a, double b, double alpha) {
   if (spec.kind == Kind::Pow && !is_floating(compute)) return int_pow(a, b);
-<<<<<<< HEAD
-=======
   if (compute == kInt32 && spec.kind == Kind::Arith) {  // exact in int64, then two's-complement wrap
     const int64_t x = int64_t(a), y = int64_t(b), k = int64_t(alpha);
     const std::string name = spec.name;
     const int64_t r = name == "mul" ? x * y : name == "sub" ? x - k * y : x + k * y;
     return double(int32_t(uint32_t(uint64_t(r))));
   }
->>>>>>> diffops
   return spec.f(a, b, alpha);
 }
 
@@ -132,17 +129,12 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                  // NaN and infinities where the op defines them (max/min, comparisons, sums).
                  const bool specials = spec.kind == Kind::MinMax || spec.kind == Kind::Compare ||
                                        spec.kind == Kind::Logical || std::string(spec.name) == "add";
-<<<<<<< HEAD
-                 auto values = [&](int which, DType t) {
-                   const Values v = operand_values(spec.kind, which, t);
-=======
                  const bool wrap = spec.kind == Kind::Arith && ta == kInt32 && tb == kInt32 && rng.chance(0.15);
                  const bool zeros = spec.kind == Kind::Div && rng.chance(0.2);  // x / 0: inf, NaN
                  auto values = [&](int which, DType t) {
                    Values v = operand_values(spec.kind, which, t);
                    if (wrap) v = {-2147483648.0, 2147483647.0, 1.0};  // int32 overflow wraps around
                    if (zeros) v.min_abs = 0;
->>>>>>> diffops
                    return specials ? with_specials(rng, v) : v;
                  };
                  s.inputs = {random_input(rng, broadcast_operand(rng, shape), ta, values(0, ta)),

@@ -125,10 +125,7 @@ void add_unary_ops(std::vector<OpEntry>& t) {
                    if (op == UnaryOp::Relu || op == UnaryOp::Clamp || op == UnaryOp::Abs || op == UnaryOp::Neg ||
                        op == UnaryOp::Square || op == UnaryOp::Exp)
                      v = with_specials(rng, v);
-<<<<<<< HEAD
-=======
                    if (dt == kInt32 && rng.chance(0.15)) v = {-2147483648.0, 2147483647.0, 1.0};  // wraps around
->>>>>>> diffops
                    s.inputs = {random_input(rng, elementwise_shape(rng), dt, v)};
                    double a, b;
                    draw_params(rng, u.params, a, b);
@@ -137,17 +134,12 @@ void add_unary_ops(std::vector<OpEntry>& t) {
                      return std::vector<Tensor>{call_unary(op, in[0], a, b)};
                    };
                    s.reference = [u, a, b, dt](const std::vector<Host>& in) {
-<<<<<<< HEAD
-                     return std::vector<Expected>{make_expected(
-                         in[0].sizes, dt, tol_for(dt), [&](const auto& idx) { return u.f(in[0].at(idx), a, b); })};
-=======
                      return std::vector<Expected>{make_expected(in[0].sizes, dt, tol_for(dt), [&](const auto& idx) {
                        const double x = in[0].at(idx);
                        if (dt != kInt32) return u.f(x, a, b);
                        const int64_t i = int64_t(x), r = u.op == UnaryOp::Square ? i * i : int64_t(u.f(x, a, b));
                        return double(int32_t(uint32_t(uint64_t(r))));  // exact in int64, then wrapped
                      })};
->>>>>>> diffops
                    };
                    return s;
                  }});
