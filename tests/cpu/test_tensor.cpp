@@ -309,3 +309,32 @@ TEST_CASE("errors name the op, the shapes and the devices") {
   CHECK(Device("cuda:1") == cuda(1));
   CHECK(Device("cpu").is_cpu());
 }
+
+TEST_CASE("errors: the location names the failing check; added context keeps it and the error's type") {
+  const int line = __LINE__ + 1;
+  auto fail_here = [] { FRUGAL_FAIL("op: went wrong"); };
+  try {
+    fail_here();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.message()) == "op: went wrong");
+    CHECK(std::string(e.location()) == "test_tensor.cpp:" + std::to_string(line));
+    CHECK(std::string(e.what()) == "op: went wrong  [test_tensor.cpp:" + std::to_string(line) + "]");
+  }
+  // A helper that throws for its callers reports the caller's line (ErrorSite).
+  auto helper = [](ErrorSite first) { detail::throw_error(first, std::string(first.text) + "!"); };
+  const int caller_line = __LINE__ + 2;
+  try {
+    helper("from the caller");
+  } catch (const Error& e) {
+    CHECK(std::string(e.message()) == "from the caller!");
+    CHECK(std::string(e.location()) == "test_tensor.cpp:" + std::to_string(caller_line));
+  }
+  try {
+    rethrow_with_context(OutOfMemoryError("cpu out of memory", "alloc.cpp:7"), "load: f.st: ");
+  } catch (const OutOfMemoryError& e) {
+    CHECK(std::string(e.what()) == "load: f.st: cpu out of memory  [alloc.cpp:7]");
+  }
+  CHECK_THROWS_AS(rethrow_with_context(Error("plain"), "ctx: "), Error);
+  CHECK(std::string(Error("no location").location()).empty());
+}
