@@ -464,4 +464,11 @@ TEST_CASE("dataloader and dataset: invalid arguments") {
         from_data_ptr(memory::allocate(kCPU, 8), {2, 2}, kFloat32);
       },
       {"from_data_ptr: 8 bytes cannot hold float32[2, 2] (16 bytes)"});
+  // 2^62 x 4 bytes once wrapped to 0, which 16 bytes "held".
+  check_error(
+      [&] {
+        from_data_ptr(memory::allocate(kCPU, 16), {int64_t(1) << 62, 1}, kFloat32);
+      },
+      {"from_data_ptr", "float32[4611686018427387904, 1]", "more than 2^63 - 1 bytes"});
+  check_error([&] { from_data_ptr(memory::allocate(kCPU, 16), {2, -2}, kFloat32); }, {"from_data_ptr", "negative"});
 }
