@@ -1,18 +1,24 @@
 #include "nn/safetensors.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <random>
 #include <tuple>
 
+#include "nn/file.h"
 #include "nn/json.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -30,7 +36,9 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 //   - the header is strict JSON (nn/json.h: UTF-8, no duplicate keys), an object whose
 //     "__metadata__" member, if any, maps strings to strings, and whose other members
 //     are {"dtype": string, "shape": [uint...], "data_offsets": [begin, end]}, no more;
-//   - numel * element_size neither overflows nor differs from end - begin;
+//   - the product of the sizes (zeros counted as 1, so that strides fit too; see Note
+//     [Size overflow]) and numel * element_size fit in int64, and the latter equals
+//     end - begin;
 //   - every range lies inside the data, and sorted by offset the ranges tile the data
 //     exactly: no overlap, no hole between tensors, nothing unused at the end.
 // All arithmetic is done in uint64 with overflow checks, so the checks themselves
@@ -77,10 +85,10 @@ struct TensorEntry {
   uint64_t begin, end;
 };
 
-// Throws "safetensors: <source>: <what>".
+// Throws "safetensors: <source>: <what>", located at the caller's check (Note [Error locations]).
 template <typename... Args>
-[[noreturn]] void bad_file(const std::string& source, const Args&... what) {
-  FRUGAL_FAIL("safetensors: ", source, ": ", what...);
+[[noreturn]] void bad_file(ErrorSite source, const Args&... what) {
+  detail::throw_error(source, detail::str_cat("safetensors: ", source.text, ": ", what...));
 }
 
 std::string describe_value(const json::Value& v) {
@@ -115,9 +123,10 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
   }
   e.dtype = found->dtype;
 
-  // shape
+  // shape: the sizes, then the checks of Note [Size overflow], so that creating the tensor
+  // cannot overflow. The product of max(size, 1) must fit: [2^62, 2^62, 0] holds no bytes,
+  // but its strides do not fit in int64 (the reference reader rejects it too).
   if (!shape->is_array()) bad_file(source, tensor, ": shape is ", describe_value(*shape), ", expected an array");
-  uint64_t nbytes = element_size(e.dtype);
   for (size_t i = 0; i < shape->items.size(); ++i) {
     const std::optional<uint64_t> d = shape->items[i].as_uint64();
     if (!d || *d > uint64_t(std::numeric_limits<int64_t>::max()))
@@ -125,15 +134,18 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
                ", expected a non-negative integer");
     e.shape.push_back(int64_t(*d));
   }
-  // numel * element_size: a zero anywhere makes it 0, even if the others would overflow.
-  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) {
-    nbytes = 0;
-  } else {
-    for (int64_t d : e.shape)
-      if (__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) ||
-          nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
-        bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name, " overflows 64-bit byte counts");
+  int64_t extent = 1;
+  bool empty = false;
+  for (int64_t d : e.shape) {
+    empty |= d == 0;
+    if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent))
+      bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name,
+               " overflows: its sizes multiply past 2^63 - 1 (zeros counted as 1, as strides need)");
   }
+  int64_t nbytes = 0;
+  if (!empty && __builtin_mul_overflow(extent, int64_t(element_size(e.dtype)), &nbytes))
+    bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name,
+             " overflows: it needs more than 2^63 - 1 bytes");
 
   // data_offsets
   std::optional<uint64_t> begin, end;
@@ -146,7 +158,7 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
   e.begin = *begin;
   e.end = *end;
   if (e.begin > e.end) bad_file(source, tensor, ": data_offsets [", e.begin, ", ", e.end, "] are not ordered");
-  if (e.end - e.begin != nbytes)
+  if (e.end - e.begin != uint64_t(nbytes))
     bad_file(source, tensor, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes but ",
              found->name, " ", json_shape(e.shape), " needs ", nbytes);
   return e;
@@ -163,12 +175,8 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
   const std::string_view text(reinterpret_cast<const char*>(data + 8), size_t(n));
   json::Value header;
   try {
-    header = json::parse(text);
-  } catch (const Error& e) {
-    std::string what = e.what();  // "JSON: ... at byte N  [json.cpp:L]": drop the source location
-    what = what.substr(0, std::min(what.size(), what.rfind("  [")));
-    bad_file(source, "header is not valid JSON: ", what);
-  }
+    header = json::parse(text, json::kDefaultMaxDepth, /*first_byte=*/8);  // error offsets count from the file's start
+  } catch (const Error& e) { rethrow_with_context(e, "safetensors: " + source + ": header is not valid JSON: "); }
   if (!header.is_object()) bad_file(source, "header is ", describe_value(header), ", expected a JSON object");
 
   const uint64_t data_size = size - 8 - n;
@@ -220,7 +228,12 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
              data_size - covered, " unused bytes at the end of the file)");
 
   for (const TensorEntry& e : entries) {
-    Tensor t = empty(e.shape, {e.dtype, kCPU});
+    Tensor t;
+    try {
+      t = empty(e.shape, {e.dtype, kCPU});  // the shape is checked: only memory can run out
+    } catch (const Error& err) {
+      rethrow_with_context(err, "safetensors: " + source + ": tensor " + json::quote(*e.name) + ": ");
+    }
     const size_t nbytes = size_t(e.end - e.begin);
     if (e.dtype == kBool) {  // any nonzero byte is true; a C++ bool must hold exactly 0 or 1
       auto* dst = static_cast<uint8_t*>(t.data());
@@ -316,34 +329,19 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, Device devic
 }
 
 SafetensorsFile load_safetensors(const std::string& path, Device device) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    FRUGAL_FAIL("load_safetensors: cannot open ", path, ": ", std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    FRUGAL_FAIL("load_safetensors: cannot stat ", path, ": ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    FRUGAL_FAIL("load_safetensors: ", path, " is not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : "");
-  }
+  const ReadOnlyFile file(path, "load_safetensors");  // see Note [Opening untrusted paths]
   // Mapped, not read: a multi-GB checkpoint is not held twice (file bytes + tensors).
-  const size_t size = size_t(st.st_size);
+  FRUGAL_CHECK(file.size() <= std::numeric_limits<size_t>::max(), "load_safetensors: ", path, " is too large");
+  const size_t size = size_t(file.size());
   void* map = nullptr;
   if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
     if (map == MAP_FAILED) {
       const int err = errno;
-      ::close(fd);
       FRUGAL_FAIL("load_safetensors: cannot map ", path, ": ", std::strerror(err));
     }
     ::madvise(map, size, MADV_SEQUENTIAL);
   }
-  ::close(fd);  // the mapping stays valid
   struct Unmap {
     void* p;
     size_t n;

@@ -3,21 +3,32 @@
 // reject (with the message it must give), crash-safe saving, metadata; and the JSON
 // parser underneath.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nn/json.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
+#include "tests/fifo_guard.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -314,6 +325,9 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
                 {"header length 100", "exceeds the 20 bytes that follow it", "file is 28 bytes"});
   }
   SUBCASE("header is not valid JSON") {
+    // The byte counts from the start of the file: the header starts at byte 8.
+    expect_rejected(R"({"w":})", {}, {"header is not valid JSON: JSON: unexpected '}' at byte 13 (line 1, column 6)"});
+    expect_rejected("{\n\"w\": 1,\n x}", {}, {"expected a string key at byte 19 (line 3, column 2)"});
     expect_rejected("", {}, {"header is not valid JSON", "text ended"});
     expect_rejected(R"({"w":)", {}, {"header is not valid JSON", "ended"});
     expect_rejected(R"({"w":{}} x)", {}, {"header is not valid JSON", "after the value"});
@@ -369,10 +383,17 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
                     {"tensor \"w\"", "shape [4294967296,4294967296] of F32 overflows"});
     expect_rejected(R"({"w":{"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]}})", {},
                     {"tensor \"w\"", "overflows"});
-    // A zero dimension makes the tensor empty whatever the others are.
+    // A zero dimension makes the tensor empty, but the other sizes must still multiply
+    // within int64 (its strides need that): [2^62, 2^62, 0] once passed as 0 bytes and
+    // then overflowed in numel_of and contiguous_strides.
     const SafetensorsFile f =
         parse(make_file(R"({"w":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})", {}));
     CHECK(f.tensors.at("w").numel() == 0);
+    CHECK(f.tensors.at("w").strides() == Shape{9223372036854775807, 1});
+    expect_rejected(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904,0],"data_offsets":[0,0]}})",
+                    {}, {"tensor \"w\"", "shape [4611686018427387904,4611686018427387904,0] of F32 overflows"});
+    expect_rejected(R"({"w":{"dtype":"BOOL","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", {},
+                    {"tensor \"w\"", "overflows"});
   }
   SUBCASE("bad data_offsets") {
     for (const char* offsets : {"[0]", "[0,4,8]", "[0,\"4\"]", "[-1,3]", "[0,4.0]", "{}", "[0,18446744073709551616]"})
@@ -437,6 +458,51 @@ TEST_CASE("safetensors: load and save errors name the file") {
       {"save_safetensors", dir.file("x"), "tensor \"w\" appears twice"});
   check_error([&] { nn::save_safetensors(dir.file("x"), {{"__metadata__", w}}); }, {"\"__metadata__\" is reserved"});
   CHECK(dir.listing().empty());
+}
+
+TEST_CASE("safetensors: each reader error is located at its own check, not at a shared helper") {
+  // Every error once ended in the same "[safetensors.cpp:83]", the line of the helper
+  // that threw; now the location names the check that failed.
+  const std::vector<std::string> headers = {
+      R"({"w":3})",                                                                     // entry type
+      R"({"w":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})",                      // unknown dtype
+      R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",                       // unsupported dtype
+      R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",                     // shape entry
+      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",                      // offsets order
+      R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",                      // byte count
+      R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",  // overflow
+  };
+  std::set<std::string> locations;
+  for (const std::string& header : headers) {
+    const std::vector<uint8_t> bytes = make_file(header, {0, 0, 0, 0});
+    try {
+      parse(bytes);
+      FAIL("accepted " << header);
+    } catch (const Error& e) {
+      const std::string location(e.location());
+      CAPTURE(e.what());
+      CHECK(location.rfind("safetensors.cpp:", 0) == 0);
+      locations.insert(location);
+    }
+  }
+  CHECK(locations.size() == headers.size());
+  try {
+    parse(make_file("{", {}));
+  } catch (const Error& e) {
+    CHECK(std::string(e.location()).rfind("json.cpp:", 0) == 0);  // the parser's check, kept through the context
+    CHECK(std::string(e.message()).find("safetensors: <memory buffer>: header is not valid JSON: JSON: ") == 0);
+  }
+}
+
+TEST_CASE("safetensors: a FIFO, a directory or a device is refused without blocking") {
+  TempDir dir;
+  const std::string fifo = dir.file("weights.safetensors");
+  // open() on a FIFO blocked until a writer came: run_model --weights FIFO hung.
+  CHECK(returns_without_blocking_on_fifo(fifo, [&] {
+    check_error([&] { nn::load_safetensors(fifo); }, {"load_safetensors", fifo, "not a regular file (a FIFO)"});
+  }));
+  check_error([&] { nn::load_safetensors(dir.path.string()); }, {"not a regular file (a directory)"});
+  check_error([] { nn::load_safetensors("/dev/null"); }, {"/dev/null", "not a regular file (a character device)"});
 }
 
 // ---- crash-safe saving ------------------------------------------------------------------
