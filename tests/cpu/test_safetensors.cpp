@@ -562,6 +562,138 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
   CHECK(dir.listing() == std::vector<std::string>{"model.safetensors"});
 }
 
+namespace {
+
+// The names in `dir` that look like a save's temporary of `file` ("file.tmp.*").
+std::vector<std::string> temporaries(const TempDir& dir, const std::string& file) {
+  std::vector<std::string> out;
+  for (const std::string& name : dir.listing())
+    if (name.rfind(file + ".tmp.", 0) == 0) out.push_back(name);
+  return out;
+}
+
+// A pid that no process has now: a child that exited and was reaped (the kernel hands
+// pids out in increasing order, so it is not reused within a test).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: concurrent saves of one path all succeed and leave a whole file") {
+  // Two threads once shared the temporary path.tmp.<pid>: 199 of 200 rounds failed a rename.
+  TempDir dir;
+  const std::string path = dir.file("shared.safetensors");
+  const Tensor a = random_tensor({64, 33}, {kFloat32, kCPU}, 1), b = random_tensor({7, 5}, {kFloat64, kCPU}, 2);
+  constexpr int kRounds = 100;
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::mutex mu;
+  auto saver = [&](const Tensor& t, const std::string& tag) {
+    for (int round = 0; round < kRounds; ++round) {
+      try {
+        nn::save_safetensors(path, {{"t", t}}, {{"by", tag}});
+      } catch (const Error& e) {
+        std::lock_guard lock(mu);
+        if (failures++ == 0) first_failure = e.what();
+      }
+    }
+  };
+  nn::save_safetensors(path, {{"t", a}}, {{"by", "a"}});
+  std::thread ta(saver, a, "a"), tb(saver, b, "b");
+  // Meanwhile the file is always complete: one writer's or the other's, never a mix.
+  int reads = 0;
+  while (reads < 50) {
+    const SafetensorsFile f = nn::load_safetensors(path);
+    ++reads;
+    const std::string by = f.metadata.at("by");
+    REQUIRE((by == "a" || by == "b"));
+    check_same_tensor(f.tensors.at("t"), by == "a" ? a : b, "saved by " + by);
+  }
+  ta.join();
+  tb.join();
+  CHECK_MESSAGE(failures == 0, first_failure);
+  const SafetensorsFile last = nn::load_safetensors(path);
+  check_same_tensor(last.tensors.at("t"), last.metadata.at("by") == "a" ? a : b, "last save");
+  CHECK(temporaries(dir, "shared.safetensors").empty());
+}
+
+TEST_CASE("safetensors: a save removes the temporaries of killed saves, and nothing else") {
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const pid_t gone = dead_pid();
+  const std::string stale = "model.safetensors.tmp." + std::to_string(gone) + ".0123456789abcdef";
+  const std::string live = "model.safetensors.tmp." + std::to_string(::getpid()) + ".0123456789abcdef";
+  const std::string locked = "model.safetensors.tmp." + std::to_string(gone) + ".fedcba9876543210";
+  const std::string fifo = "model.safetensors.tmp." + std::to_string(gone) + ".aaaaaaaaaaaaaaaa";
+  const std::string other = "other.safetensors.tmp." + std::to_string(gone) + ".0123456789abcdef";
+  const std::string odd = "model.safetensors.tmp." + std::to_string(gone) + ".notes";
+  for (const std::string& name : {stale, live, locked, other, odd}) write_bytes(dir.file(name), {1, 2, 3});
+  REQUIRE(::mkfifo(dir.file(fifo).c_str(), 0600) == 0);
+  // A writer in another pid namespace has a pid that looks gone from here, but holds its lock.
+  const int held = ::open(dir.file(locked).c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+
+  nn::save_safetensors(path, {{"w", ones({2})}});
+  ::close(held);
+  const std::vector<std::string> left = dir.listing();
+  CHECK(std::count(left.begin(), left.end(), stale) == 0);  // the one leftover of a dead writer
+  for (const std::string& kept : {live, locked, fifo, other, odd}) {
+    CAPTURE(kept);
+    CHECK(std::count(left.begin(), left.end(), kept) == 1);
+  }
+  CHECK(values_of(nn::load_safetensors(path).tensors.at("w")) == std::vector<double>{1, 1});
+}
+
+TEST_CASE("safetensors: a save killed half-way leaves a whole file, and the next save cleans up") {
+  // 25 random kills once left 14 path.tmp.<pid> files behind for good.
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const Tensor v1 = random_tensor({8}, {kFloat32, kCPU}, 5);
+  nn::save_safetensors(path, {{"w", v1}}, {{"step", "1"}});
+  const Tensor big = full({1 << 22}, 3.0, {kFloat32, kCPU});  // 16 MiB per save: a kill lands mid-save
+  int kills_mid_save = 0;
+  for (int attempt = 0; attempt < 40 && kills_mid_save < 3; ++attempt) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // saves until killed
+      try {
+        for (;;) nn::save_safetensors(path, {{"w", big}}, {{"step", "2"}});
+      } catch (...) {}
+      ::_exit(1);
+    }
+    auto child_temporary = [&] {  // model.safetensors.tmp.<child>.<random>
+      for (const std::string& name : temporaries(dir, "model.safetensors"))
+        if (name.find(".tmp." + std::to_string(child) + ".") != std::string::npos) return true;
+      return false;
+    };
+    int status = 0;
+    bool exited = false;
+    while (!child_temporary() && !exited) {
+      exited = ::waitpid(child, &status, WNOHANG) == child;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    REQUIRE_FALSE(exited);
+    ::kill(child, SIGKILL);
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    kills_mid_save += child_temporary();
+    // Whatever the child got to, the file is whole: the first version or one full save.
+    const SafetensorsFile f = nn::load_safetensors(path);
+    check_same_tensor(f.tensors.at("w"), f.metadata.at("step") == "1" ? v1 : big, "after a kill");
+  }
+  REQUIRE(kills_mid_save > 0);
+  nn::save_safetensors(path, {{"w", v1}}, {{"step", "3"}});  // removes the dead children's temporaries
+  CHECK(temporaries(dir, "model.safetensors").empty());
+  CHECK(dir.listing() == std::vector<std::string>{"model.safetensors"});
+  CHECK(nn::load_safetensors(path).metadata.at("step") == "3");
+}
+
 // ---- the JSON parser ------------------------------------------------------------------------
 
 TEST_CASE("json: strict parsing, escapes, integers") {
