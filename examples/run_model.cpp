@@ -124,7 +124,7 @@ Runner make_runner(const Args& a) {
   Runner r;
   if (a.model == "resnet18" || a.model == "resnet50") {
     const int64_t depth = a.model == "resnet18" ? 18 : 50;
-    auto net = config ? models::resnet_from_json(*config, depth) : models::resnet(depth);
+    auto net = config ? models::resnet_from_json(*config, depth, a.config_json) : models::resnet(depth);
     r.module = net;
     r.forward = [net](const std::map<std::string, Tensor>& in) {
       Outputs o{net->forward(input(in, "pixel_values", true)), Tensor()};
@@ -132,7 +132,7 @@ Runner make_runner(const Args& a) {
       return o;
     };
   } else if (a.model == "vit" || a.model == "vit_b16") {
-    auto net = std::make_shared<models::VisionTransformer>(config ? models::ViTConfig::from_json(*config)
+    auto net = std::make_shared<models::VisionTransformer>(config ? models::ViTConfig::from_json(*config, a.config_json)
                                                                   : models::vit_b_16());
     r.module = net;
     r.forward = [net](const std::map<std::string, Tensor>& in) {
@@ -142,7 +142,7 @@ Runner make_runner(const Args& a) {
     };
   } else if (a.model == "bert" || a.model == "bert_base") {
     FRUGAL_CHECK(a.model == "bert_base" || config, "run_model: --model bert needs --config-json");
-    const models::BertConfig c = config ? models::BertConfig::from_json(*config) : models::bert_base();
+    const models::BertConfig c = config ? models::BertConfig::from_json(*config, a.config_json) : models::bert_base();
     std::string arch = "BertForMaskedLM";
     if (config)
       if (const json::Value* archs = config->find("architectures"); archs && archs->is_array() && !archs->items.empty())

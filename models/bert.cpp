@@ -58,32 +58,32 @@ void check_ids(const char* op, const char* name, const Tensor& ids, const Tensor
 
 BertConfig bert_base() { return BertConfig{}; }
 
-BertConfig BertConfig::from_json(const json::Value& j) {
-  constexpr const char* what = "BERT";
+BertConfig BertConfig::from_json(const json::Value& j, const std::string& file) {
+  const std::string what = config_name("BERT", file);
   BertConfig c;
-  c.vocab_size = json_int(j, "vocab_size", c.vocab_size, what);
-  c.hidden_size = json_int(j, "hidden_size", c.hidden_size, what);
-  c.num_hidden_layers = json_int(j, "num_hidden_layers", c.num_hidden_layers, what);
-  c.num_attention_heads = json_int(j, "num_attention_heads", c.num_attention_heads, what);
-  c.intermediate_size = json_int(j, "intermediate_size", c.intermediate_size, what);
-  c.max_position_embeddings = json_int(j, "max_position_embeddings", c.max_position_embeddings, what);
-  c.type_vocab_size = json_int(j, "type_vocab_size", c.type_vocab_size, what);
-  c.pad_token_id = json_int(j, "pad_token_id", c.pad_token_id, what);
-  c.hidden_dropout_prob = json_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, what);
-  c.attention_probs_dropout_prob = json_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, what);
-  c.layer_norm_eps = json_double(j, "layer_norm_eps", c.layer_norm_eps, what);
-  c.initializer_range = json_double(j, "initializer_range", c.initializer_range, what);
+  c.vocab_size = json_int(j, "vocab_size", c.vocab_size, what, 1, kMaxConfigDim);
+  c.hidden_size = json_int(j, "hidden_size", c.hidden_size, what, 1, kMaxConfigDim);
+  c.num_hidden_layers = json_int(j, "num_hidden_layers", c.num_hidden_layers, what, 1, kMaxConfigLayers);
+  c.num_attention_heads = json_int(j, "num_attention_heads", c.num_attention_heads, what, 1, kMaxConfigDim);
+  c.intermediate_size = json_int(j, "intermediate_size", c.intermediate_size, what, 1, kMaxConfigDim);
+  c.max_position_embeddings = json_int(j, "max_position_embeddings", c.max_position_embeddings, what, 1, kMaxConfigDim);
+  c.type_vocab_size = json_int(j, "type_vocab_size", c.type_vocab_size, what, 1, kMaxConfigDim);
+  c.pad_token_id = json_int(j, "pad_token_id", c.pad_token_id, what, 0, c.vocab_size - 1);  // a row of the embedding
+  c.hidden_dropout_prob = json_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, what, 0.0, 1.0);
+  c.attention_probs_dropout_prob =
+      json_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, what, 0.0, 1.0);
+  c.layer_norm_eps = json_double(j, "layer_norm_eps", c.layer_norm_eps, what, std::numeric_limits<double>::min(), 1.0);
+  c.initializer_range = json_double(j, "initializer_range", c.initializer_range, what, 0.0, 1e6);
   if (const json::Value* labels = j.find("id2label"); labels && labels->is_object())
     c.num_labels = int64_t(labels->members.size());
-  c.num_labels = json_int(j, "num_labels", c.num_labels, what);
+  c.num_labels = json_int(j, "num_labels", c.num_labels, what, 1, kMaxConfigDim);
   c.checkpoint_blocks = json_bool(j, "checkpoint_blocks", c.checkpoint_blocks, what);
   const std::string act = json_string(j, "hidden_act", "gelu", what);
-  FRUGAL_CHECK(act == "gelu", "BERT config: hidden_act '", act, "' is not supported (only exact 'gelu')");
+  FRUGAL_CHECK(act == "gelu", what, ": hidden_act '", act, "' is not supported (only exact 'gelu')");
   const std::string pos = json_string(j, "position_embedding_type", "absolute", what);
-  FRUGAL_CHECK(pos == "absolute", "BERT config: position_embedding_type '", pos,
-               "' is not supported (only 'absolute')");
-  FRUGAL_CHECK(c.hidden_size % c.num_attention_heads == 0, "BERT config: hidden_size (", c.hidden_size,
-               ") must be divisible by num_attention_heads (", c.num_attention_heads, ")");
+  FRUGAL_CHECK(pos == "absolute", what, ": position_embedding_type '", pos, "' is not supported (only 'absolute')");
+  FRUGAL_CHECK(c.hidden_size % c.num_attention_heads == 0, what, ": 'hidden_size' (", c.hidden_size,
+               ") must be divisible by 'num_attention_heads' (", c.num_attention_heads, ")");
   return c;
 }
 

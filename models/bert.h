@@ -51,7 +51,9 @@ struct BertConfig {
   /// Reads a Hugging Face config.json (keys above; "id2label" also sets num_labels; keys
   /// frugal does not use are ignored; hidden_act must be "gelu" and
   /// position_embedding_type "absolute" when present) plus frugal's "checkpoint_blocks".
-  static BertConfig from_json(const json::Value& config);
+  /// Values out of range (Note [Config ranges]) and a hidden_size that num_attention_heads
+  /// does not divide throw, naming the key and `file`, the config's path (if it came from one).
+  static BertConfig from_json(const json::Value& config, const std::string& file = "");
 };
 
 /// bert-base: 12 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522.

@@ -136,15 +136,15 @@ std::shared_ptr<ResNet> resnet(int64_t depth, ResNetOptions o) {
   }
 }
 
-ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
-  constexpr const char* what = "ResNet";
+ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth, const std::string& file) {
+  const std::string what = config_name("ResNet", file);
   json_check_keys(c,
                   {"depth", "blocks_per_layer", "num_classes", "in_channels", "small_input_stem", "zero_init_residual",
                    "checkpoint_blocks", "fused_bn_relu"},
                   what);
   ResNetOptions o;
-  o.num_classes = json_int(c, "num_classes", o.num_classes, what);
-  o.in_channels = json_int(c, "in_channels", o.in_channels, what);
+  o.num_classes = json_int(c, "num_classes", o.num_classes, what, 1, kMaxConfigDim);
+  o.in_channels = json_int(c, "in_channels", o.in_channels, what, 1, kMaxConfigDim);
   o.small_input_stem = json_bool(c, "small_input_stem", o.small_input_stem, what);
   o.zero_init_residual = json_bool(c, "zero_init_residual", o.zero_init_residual, what);
   o.checkpoint_blocks = json_bool(c, "checkpoint_blocks", o.checkpoint_blocks, what);
@@ -153,20 +153,26 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth) {
   return o;
 }
 
-std::shared_ptr<ResNet> resnet_from_json(const json::Value& c, int64_t depth) {
-  const ResNetOptions o = resnet_options_from_json(c, &depth);
-  std::shared_ptr<ResNet> standard = resnet(depth, o);  // checks the depth
+std::shared_ptr<ResNet> resnet_from_json(const json::Value& c, int64_t depth, const std::string& file) {
+  const std::string what = config_name("ResNet", file);
+  const ResNetOptions o = resnet_options_from_json(c, &depth, file);
+  FRUGAL_CHECK(depth == 18 || depth == 34 || depth == 50 || depth == 101 || depth == 152, what,
+               ": 'depth' must be 18, 34, 50, 101 or 152, got ", depth);
+  const BlockType block = depth < 50 ? BlockType::Basic : BlockType::Bottleneck;
   const json::Value* blocks = c.find("blocks_per_layer");
-  if (!blocks) return standard;
-  FRUGAL_CHECK(blocks->is_array() && blocks->items.size() == 4,
-               "ResNet config: 'blocks_per_layer' must be an array of 4 integers");
+  if (!blocks) return resnet(depth, o);
+  FRUGAL_CHECK(blocks->is_array() && blocks->items.size() == 4, what,
+               ": 'blocks_per_layer' must be an array of 4 integers");
   std::array<int64_t, 4> counts{};
   for (size_t i = 0; i < 4; ++i) {
-    const auto n = blocks->items[i].as_uint64();
-    FRUGAL_CHECK(n && *n > 0, "ResNet config: 'blocks_per_layer' must hold 4 positive integers");
+    const json::Value& item = blocks->items[i];
+    const std::optional<uint64_t> n = item.as_uint64();
+    FRUGAL_CHECK(n && *n > 0 && *n <= uint64_t(kMaxConfigLayers), what,
+                 ": 'blocks_per_layer' must hold 4 integers in [1, ", kMaxConfigLayers, "], got ",
+                 item.type == json::Value::Type::Number ? item.text : json::type_name(item.type), " at index ", i);
     counts[i] = int64_t(*n);
   }
-  return std::make_shared<ResNet>(standard->block, counts, o);
+  return std::make_shared<ResNet>(block, counts, o);
 }
 
 }  // namespace frugal::models

@@ -105,12 +105,15 @@ inline std::shared_ptr<ResNet> resnet152(ResNetOptions o = {}) { return resnet(1
 /// Reads frugal's ResNet config JSON (all keys optional): {"depth": 18, "num_classes": 10,
 /// "in_channels": 1, "small_input_stem": true, "zero_init_residual": false,
 /// "checkpoint_blocks": false, "fused_bn_relu": false}. When `depth` is given, *depth is read from "depth" (and
-/// keeps its value if the key is absent). Unknown keys throw, naming them.
-ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr);
+/// keeps its value if the key is absent). Unknown keys and values out of range (Note [Config
+/// ranges]) throw, naming the key and `file`, the config's path (if it came from one).
+ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr,
+                                       const std::string& file = "");
 
 /// The model a ResNet config JSON describes: resnet_options_from_json's keys plus
 /// "blocks_per_layer": [n1, n2, n3, n4], which replaces the depth's block counts and keeps
 /// its block type (depth 18 with [1, 1, 1, 1] is torchvision's ResNet(BasicBlock, [1, 1, 1, 1])).
-std::shared_ptr<ResNet> resnet_from_json(const json::Value& config, int64_t default_depth);
+std::shared_ptr<ResNet> resnet_from_json(const json::Value& config, int64_t default_depth,
+                                         const std::string& file = "");
 
 }  // namespace frugal::models

@@ -38,24 +38,28 @@ ViTConfig vit_l_16() {
   return c;
 }
 
-ViTConfig ViTConfig::from_json(const json::Value& j) {
-  constexpr const char* what = "ViT";
+ViTConfig ViTConfig::from_json(const json::Value& j, const std::string& file) {
+  const std::string what = config_name("ViT", file);
   json_check_keys(j,
                   {"image_size", "patch_size", "in_channels", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
                    "num_classes", "dropout", "attention_dropout", "checkpoint_blocks"},
                   what);
   ViTConfig c;
-  c.image_size = json_int(j, "image_size", c.image_size, what);
-  c.patch_size = json_int(j, "patch_size", c.patch_size, what);
-  c.in_channels = json_int(j, "in_channels", c.in_channels, what);
-  c.num_layers = json_int(j, "num_layers", c.num_layers, what);
-  c.num_heads = json_int(j, "num_heads", c.num_heads, what);
-  c.hidden_dim = json_int(j, "hidden_dim", c.hidden_dim, what);
-  c.mlp_dim = json_int(j, "mlp_dim", c.mlp_dim, what);
-  c.num_classes = json_int(j, "num_classes", c.num_classes, what);
-  c.dropout = json_double(j, "dropout", c.dropout, what);
-  c.attention_dropout = json_double(j, "attention_dropout", c.attention_dropout, what);
+  c.image_size = json_int(j, "image_size", c.image_size, what, 1, kMaxConfigDim);
+  c.patch_size = json_int(j, "patch_size", c.patch_size, what, 1, kMaxConfigDim);
+  c.in_channels = json_int(j, "in_channels", c.in_channels, what, 1, kMaxConfigDim);
+  c.num_layers = json_int(j, "num_layers", c.num_layers, what, 1, kMaxConfigLayers);
+  c.num_heads = json_int(j, "num_heads", c.num_heads, what, 1, kMaxConfigDim);
+  c.hidden_dim = json_int(j, "hidden_dim", c.hidden_dim, what, 1, kMaxConfigDim);
+  c.mlp_dim = json_int(j, "mlp_dim", c.mlp_dim, what, 1, kMaxConfigDim);
+  c.num_classes = json_int(j, "num_classes", c.num_classes, what, 1, kMaxConfigDim);
+  c.dropout = json_double(j, "dropout", c.dropout, what, 0.0, 1.0);
+  c.attention_dropout = json_double(j, "attention_dropout", c.attention_dropout, what, 0.0, 1.0);
   c.checkpoint_blocks = json_bool(j, "checkpoint_blocks", c.checkpoint_blocks, what);
+  FRUGAL_CHECK(c.image_size % c.patch_size == 0, what, ": 'image_size' (", c.image_size,
+               ") must be a multiple of 'patch_size' (", c.patch_size, ")");
+  FRUGAL_CHECK(c.hidden_dim % c.num_heads == 0, what, ": 'hidden_dim' (", c.hidden_dim,
+               ") must be divisible by 'num_heads' (", c.num_heads, ")");
   return c;
 }
 
@@ -91,12 +95,15 @@ VisionTransformer::VisionTransformer(const ViTConfig& c) : config(c) {
                c.patch_size, ")");
   FRUGAL_CHECK(c.hidden_dim > 0 && c.num_heads > 0 && c.hidden_dim % c.num_heads == 0,
                "VisionTransformer: hidden_dim (", c.hidden_dim, ") must be divisible by num_heads (", c.num_heads, ")");
-  const int64_t patches = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
+  const int64_t side = c.image_size / c.patch_size;
+  int64_t patches;
+  FRUGAL_CHECK(!__builtin_mul_overflow(side, side, &patches) && patches < INT64_MAX, "VisionTransformer: ", side, " x ",
+               side, " patches overflow int64");
   // Registration order is torchvision's: conv_proj, class_token, encoder, heads.
   conv_proj =
       register_module("conv_proj", std::make_shared<nn::Conv2d>(c.in_channels, c.hidden_dim, c.patch_size,
                                                                 nn::Conv2dModuleOptions{.stride = c.patch_size}));
-  const double fan_in = double(c.in_channels * c.patch_size * c.patch_size);
+  const double fan_in = double(c.in_channels) * double(c.patch_size) * double(c.patch_size);
   nn::init::trunc_normal_(conv_proj->weight, 0.0, std::sqrt(1.0 / fan_in));
   nn::init::zeros_(conv_proj->bias);
   class_token = register_parameter("class_token", zeros({1, 1, c.hidden_dim}));

@@ -35,8 +35,10 @@ struct ViTConfig {
   bool checkpoint_blocks = false;
 
   /// Reads frugal's ViT config JSON: the field names above as keys, all optional (defaults:
-  /// vit_b_16). Unknown keys throw, naming them.
-  static ViTConfig from_json(const json::Value& config);
+  /// vit_b_16). Unknown keys, values out of range (Note [Config ranges]) and sizes that do
+  /// not divide (image_size % patch_size, hidden_dim % num_heads) throw, naming the key and
+  /// `file`, the config's path (if it came from one).
+  static ViTConfig from_json(const json::Value& config, const std::string& file = "");
 };
 
 ViTConfig vit_b_16();  // 12 layers, 12 heads, hidden 768, mlp 3072, 16x16 patches of 224x224

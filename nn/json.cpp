@@ -13,7 +13,8 @@ namespace {
 // check the position against the end first: no input can make it read out of bounds.
 class Parser {
  public:
-  Parser(std::string_view text, int max_depth) : text_(text), max_depth_(max_depth) {}
+  Parser(std::string_view text, int max_depth, uint64_t first_byte)
+      : text_(text), max_depth_(max_depth), first_byte_(first_byte) {}
 
   Value document() {
     skip_space();
@@ -24,9 +25,15 @@ class Parser {
   }
 
  private:
+  // Located at the failing check, not here (Note [Error locations]).
   template <typename... Args>
-  [[noreturn]] void fail(const Args&... what) const {
-    FRUGAL_FAIL("JSON: ", what..., " at byte ", pos_);
+  [[noreturn]] void fail(ErrorSite first, const Args&... rest) const {
+    const std::string_view before = text_.substr(0, std::min(pos_, text_.size()));
+    const size_t line = 1 + size_t(std::count(before.begin(), before.end(), '\n'));
+    const size_t newline = before.rfind('\n');
+    const size_t line_start = newline == std::string_view::npos ? 0 : newline + 1;
+    detail::throw_error(first, detail::str_cat("JSON: ", first.text, rest..., " at byte ", first_byte_ + pos_,
+                                               " (line ", line, ", column ", pos_ - line_start + 1, ")"));
   }
 
   static std::string printable(char c) {
@@ -281,6 +288,7 @@ class Parser {
 
   std::string_view text_;
   int max_depth_;
+  uint64_t first_byte_;
   size_t pos_ = 0;
 };
 
@@ -315,7 +323,9 @@ const char* type_name(Value::Type type) {
   return "?";
 }
 
-Value parse(std::string_view text, int max_depth) { return Parser(text, max_depth).document(); }
+Value parse(std::string_view text, int max_depth, uint64_t first_byte) {
+  return Parser(text, max_depth, first_byte).document();
+}
 
 std::string quote(std::string_view s) {
   static const char* hex = "0123456789abcdef";

@@ -44,10 +44,14 @@ struct Member {
 /// "null", "boolean", "number", "string", "array" or "object", for error messages.
 const char* type_name(Value::Type type);
 
+inline constexpr int kDefaultMaxDepth = 64;
+
 /// Parses one JSON document. Whitespace may surround it; anything else after it is an
 /// error. Nesting deeper than `max_depth` arrays/objects is rejected (the parser is
-/// recursive). Throws frugal::Error "JSON: <what> at byte <offset>".
-Value parse(std::string_view text, int max_depth = 64);
+/// recursive). Throws frugal::Error "JSON: <what> at byte <offset> (line L, column C)";
+/// offsets count from `first_byte`, where the text starts in its file (lines and columns
+/// count within the text). The caller that read a file adds its path.
+Value parse(std::string_view text, int max_depth = kDefaultMaxDepth, uint64_t first_byte = 0);
 
 /// `s` as a JSON string literal, escaped exactly as serde_json (the writer behind the
 /// Python safetensors library) escapes: `"` and `\`, \b \t \n \f \r, other control

@@ -1,18 +1,24 @@
 #include "nn/safetensors.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <random>
 #include <tuple>
 
+#include "nn/file.h"
 #include "nn/json.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -30,7 +36,9 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 //   - the header is strict JSON (nn/json.h: UTF-8, no duplicate keys), an object whose
 //     "__metadata__" member, if any, maps strings to strings, and whose other members
 //     are {"dtype": string, "shape": [uint...], "data_offsets": [begin, end]}, no more;
-//   - numel * element_size neither overflows nor differs from end - begin;
+//   - the product of the sizes (zeros counted as 1, so that strides fit too; see Note
+//     [Size overflow]) and numel * element_size fit in int64, and the latter equals
+//     end - begin;
 //   - every range lies inside the data, and sorted by offset the ranges tile the data
 //     exactly: no overlap, no hole between tensors, nothing unused at the end.
 // All arithmetic is done in uint64 with overflow checks, so the checks themselves
@@ -77,10 +85,10 @@ struct TensorEntry {
   uint64_t begin, end;
 };
 
-// Throws "safetensors: <source>: <what>".
+// Throws "safetensors: <source>: <what>", located at the caller's check (Note [Error locations]).
 template <typename... Args>
-[[noreturn]] void bad_file(const std::string& source, const Args&... what) {
-  FRUGAL_FAIL("safetensors: ", source, ": ", what...);
+[[noreturn]] void bad_file(ErrorSite source, const Args&... what) {
+  detail::throw_error(source, detail::str_cat("safetensors: ", source.text, ": ", what...));
 }
 
 std::string describe_value(const json::Value& v) {
@@ -115,9 +123,10 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
   }
   e.dtype = found->dtype;
 
-  // shape
+  // shape: the sizes, then the checks of Note [Size overflow], so that creating the tensor
+  // cannot overflow. The product of max(size, 1) must fit: [2^62, 2^62, 0] holds no bytes,
+  // but its strides do not fit in int64 (the reference reader rejects it too).
   if (!shape->is_array()) bad_file(source, tensor, ": shape is ", describe_value(*shape), ", expected an array");
-  uint64_t nbytes = element_size(e.dtype);
   for (size_t i = 0; i < shape->items.size(); ++i) {
     const std::optional<uint64_t> d = shape->items[i].as_uint64();
     if (!d || *d > uint64_t(std::numeric_limits<int64_t>::max()))
@@ -125,15 +134,18 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
                ", expected a non-negative integer");
     e.shape.push_back(int64_t(*d));
   }
-  // numel * element_size: a zero anywhere makes it 0, even if the others would overflow.
-  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) {
-    nbytes = 0;
-  } else {
-    for (int64_t d : e.shape)
-      if (__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) ||
-          nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
-        bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name, " overflows 64-bit byte counts");
+  int64_t extent = 1;
+  bool empty = false;
+  for (int64_t d : e.shape) {
+    empty |= d == 0;
+    if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent))
+      bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name,
+               " overflows: its sizes multiply past 2^63 - 1 (zeros counted as 1, as strides need)");
   }
+  int64_t nbytes = 0;
+  if (!empty && __builtin_mul_overflow(extent, int64_t(element_size(e.dtype)), &nbytes))
+    bad_file(source, tensor, ": shape ", json_shape(e.shape), " of ", found->name,
+             " overflows: it needs more than 2^63 - 1 bytes");
 
   // data_offsets
   std::optional<uint64_t> begin, end;
@@ -146,7 +158,7 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
   e.begin = *begin;
   e.end = *end;
   if (e.begin > e.end) bad_file(source, tensor, ": data_offsets [", e.begin, ", ", e.end, "] are not ordered");
-  if (e.end - e.begin != nbytes)
+  if (e.end - e.begin != uint64_t(nbytes))
     bad_file(source, tensor, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes but ",
              found->name, " ", json_shape(e.shape), " needs ", nbytes);
   return e;
@@ -163,12 +175,8 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
   const std::string_view text(reinterpret_cast<const char*>(data + 8), size_t(n));
   json::Value header;
   try {
-    header = json::parse(text);
-  } catch (const Error& e) {
-    std::string what = e.what();  // "JSON: ... at byte N  [json.cpp:L]": drop the source location
-    what = what.substr(0, std::min(what.size(), what.rfind("  [")));
-    bad_file(source, "header is not valid JSON: ", what);
-  }
+    header = json::parse(text, json::kDefaultMaxDepth, /*first_byte=*/8);  // error offsets count from the file's start
+  } catch (const Error& e) { rethrow_with_context(e, "safetensors: " + source + ": header is not valid JSON: "); }
   if (!header.is_object()) bad_file(source, "header is ", describe_value(header), ", expected a JSON object");
 
   const uint64_t data_size = size - 8 - n;
@@ -220,7 +228,12 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
              data_size - covered, " unused bytes at the end of the file)");
 
   for (const TensorEntry& e : entries) {
-    Tensor t = empty(e.shape, {e.dtype, kCPU});
+    Tensor t;
+    try {
+      t = empty(e.shape, {e.dtype, kCPU});  // the shape is checked: only memory can run out
+    } catch (const Error& err) {
+      rethrow_with_context(err, "safetensors: " + source + ": tensor " + json::quote(*e.name) + ": ");
+    }
     const size_t nbytes = size_t(e.end - e.begin);
     if (e.dtype == kBool) {  // any nonzero byte is true; a C++ bool must hold exactly 0 or 1
       auto* dst = static_cast<uint8_t*>(t.data());
@@ -235,24 +248,118 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
 
 // ---- writing ------------------------------------------------------------------------
 
+// Note [Temporary files of a save]
+// save_safetensors writes `path.tmp.<pid>.<random>` in path's directory, fsyncs it and
+// renames it over `path`: rename is atomic, so readers see the old file or the new one,
+// and a failed save never touches the old one. The name is unique per save (pid and 64
+// random bits, created with O_EXCL), so two threads or processes saving the same path
+// never share a temporary: each rename installs a complete file and the last one wins.
+//
+// A save that is killed leaves its temporary behind; the next save of the same path
+// removes such leftovers. A leftover is only removed when two independent signs say
+// its writer is gone, so a live save can never lose its file:
+//   1. the pid in its name is not alive here (kill(pid, 0) fails with ESRCH). A live
+//      writer's pid always is, unless it runs in another pid namespace (a container
+//      sharing the directory); a recycled pid only keeps a leftover longer;
+//   2. flock(LOCK_EX | LOCK_NB) on it succeeds. Every writer holds an exclusive flock on
+//      its temporary from creation until after the rename, and the kernel drops it when
+//      the writer dies, however it dies. Where flock is unsupported the lock attempt
+//      fails, and nothing is removed.
+// Only regular files whose name is exactly `<name of path>.tmp.<digits>.<16 hex digits>`
+// are considered, and the name must still be the file that was locked when it is
+// unlinked. Cleaning is best effort: it never fails a save.
+
+constexpr const char* kTempInfix = ".tmp.";
+constexpr size_t kRandomDigits = 16;
+
 // Call right after the failing system call, while errno still describes it.
-[[noreturn]] void io_error(const char* what, const std::string& path, const std::string& to = "") {
+[[noreturn]] void io_error(ErrorSite what, const std::string& path, const std::string& to = "") {
   const int err = errno;
-  FRUGAL_FAIL("save_safetensors: cannot ", what, " ", path, to.empty() ? "" : " to ", to, ": ", std::strerror(err));
+  detail::throw_error(what, detail::str_cat("save_safetensors: cannot ", what.text, " ", path, to.empty() ? "" : " to ",
+                                            to, ": ", std::strerror(err)));
 }
 
-// The temporary file of one save: removed unless commit() renamed it into place.
+// path's directory ("." for a bare name) and the file's name in it.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+uint64_t random_u64() {
+  static thread_local std::mt19937_64 gen{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}() ^
+                                          uint64_t(::getpid())};
+  return gen();
+}
+
+std::string hex(uint64_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(kRandomDigits, '0');
+  for (size_t i = kRandomDigits; i-- > 0; v >>= 4) s[i] = digits[v & 15];
+  return s;
+}
+
+// The pid in `name` when it is `<base>.tmp.<pid>.<16 hex>`, else 0.
+pid_t temp_owner(const std::string& name, const std::string& base) {
+  const std::string prefix = base + kTempInfix;
+  if (name.size() <= prefix.size() + kRandomDigits + 1 || name.compare(0, prefix.size(), prefix) != 0) return 0;
+  const size_t dot = name.size() - kRandomDigits - 1;
+  if (name[dot] != '.' || dot == prefix.size()) return 0;
+  for (size_t i = dot + 1; i < name.size(); ++i)
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return 0;
+  int64_t pid = 0;
+  for (size_t i = prefix.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || pid > (int64_t(1) << 40)) return 0;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  return pid > 0 && pid <= std::numeric_limits<pid_t>::max() ? pid_t(pid) : 0;
+}
+
+bool process_is_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Removes the temporaries of earlier saves of `path` whose writers are gone (Note
+// [Temporary files of a save]).
+void remove_stale_temporaries(const std::string& path) {
+  const auto [dir, base] = split_path(path);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  const int dfd = ::dirfd(d);
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    const pid_t owner = temp_owner(name, base);
+    if (owner == 0 || !process_is_gone(owner)) continue;
+    // O_NONBLOCK: a FIFO of that name must not hang the save; O_NOFOLLOW: never a link's target.
+    const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat locked {};
+    struct stat named {};
+    if (::fstat(fd, &locked) == 0 && S_ISREG(locked.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        ::fstatat(dfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == locked.st_dev &&
+        named.st_ino == locked.st_ino)
+      ::unlinkat(dfd, name.c_str(), 0);
+    ::close(fd);  // drops the lock
+  }
+  ::closedir(d);
+}
+
+// The temporary file of one save, locked for its whole life: removed unless commit()
+// renamed it into place (Note [Temporary files of a save]).
 class TempFile {
  public:
-  explicit TempFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) io_error("create", path_);
+  explicit TempFile(const std::string& target) {
+    for (int attempt = 0; fd_ < 0; ++attempt) {
+      path_ = target + kTempInfix + std::to_string(::getpid()) + "." + hex(random_u64());
+      // Mode 0644 as any new file (umask applies); mkstemp's 0600 would change what saves make.
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd_ < 0 && (errno != EEXIST || attempt == 100)) io_error("create", path_);
+    }
+    ::flock(fd_, LOCK_EX);  // uncontended: the file is new. Unsupported (ENOLCK): cleaners skip it
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
   ~TempFile() {
+    if (!committed_) ::unlink(path_.c_str());  // still locked: no cleaner can be looking at it
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
   }
 
   // Buffers small pieces (the header, small tensors) into few large writes.
@@ -269,16 +376,16 @@ class TempFile {
   void commit(const std::string& target) {
     flush();
     if (::fsync(fd_) != 0) io_error("fsync", path_);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) io_error("close", path_);
+    // Renamed while still open, so still locked: see Note [Temporary files of a save].
     if (::rename(path_.c_str(), target.c_str()) != 0) io_error("rename", path_, target);
     committed_ = true;
-    // Make the rename itself durable. The file is complete and in place already, so a
-    // directory that cannot be opened or synced (some filesystems) is not an error.
-    const size_t slash = target.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    // The data is fsynced; a close error now (NFS reports deferred write errors at
+    // close) cannot mean lost bytes, and the file is in place already.
+    ::close(fd_);
+    fd_ = -1;
+    // Make the rename itself durable. A directory that cannot be opened or synced (some
+    // filesystems) is not an error.
+    const int dfd = ::open(split_path(target).first.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
       ::fsync(dfd);
       ::close(dfd);
@@ -316,34 +423,19 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, Device devic
 }
 
 SafetensorsFile load_safetensors(const std::string& path, Device device) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    FRUGAL_FAIL("load_safetensors: cannot open ", path, ": ", std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    FRUGAL_FAIL("load_safetensors: cannot stat ", path, ": ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    FRUGAL_FAIL("load_safetensors: ", path, " is not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : "");
-  }
+  const ReadOnlyFile file(path, "load_safetensors");  // see Note [Opening untrusted paths]
   // Mapped, not read: a multi-GB checkpoint is not held twice (file bytes + tensors).
-  const size_t size = size_t(st.st_size);
+  FRUGAL_CHECK(file.size() <= std::numeric_limits<size_t>::max(), "load_safetensors: ", path, " is too large");
+  const size_t size = size_t(file.size());
   void* map = nullptr;
   if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
     if (map == MAP_FAILED) {
       const int err = errno;
-      ::close(fd);
       FRUGAL_FAIL("load_safetensors: cannot map ", path, ": ", std::strerror(err));
     }
     ::madvise(map, size, MADV_SEQUENTIAL);
   }
-  ::close(fd);  // the mapping stays valid
   struct Unmap {
     void* p;
     size_t n;
@@ -389,17 +481,21 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   uint64_t offset = 0;
   for (const auto* item : order) {
     const Tensor& t = item->second;
-    const uint64_t nbytes = uint64_t(t.numel()) * t.element_size();
+    const uint64_t nbytes = uint64_t(t.numel()) * t.element_size();  // exact: Note [Size overflow]
+    uint64_t end;
+    FRUGAL_CHECK(!__builtin_add_overflow(offset, nbytes, &end), "save_safetensors: ", path, ": tensor ",
+                 json::quote(item->first), " ", t.describe(), " ends past 2^64 bytes of data");
     if (header.size() > 1) header += ",";
     header += json::quote(item->first) + ":{\"dtype\":\"" + entry_for(t.dtype()).name +
               "\",\"shape\":" + json_shape(t.sizes()) + ",\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + nbytes) + "]}";
-    offset += nbytes;
+              std::to_string(end) + "]}";
+    offset = end;
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
 
-  TempFile file(path + ".tmp." + std::to_string(::getpid()));
+  remove_stale_temporaries(path);
+  TempFile file(path);
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
   file.write(length, 8);

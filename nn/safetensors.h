@@ -26,13 +26,17 @@ struct SafetensorsFile {
 /// Writes `tensors` (any device, any layout; copied to contiguous host bytes) to `path`.
 /// Tensors are ordered as the Python library orders them (widest dtype first, then by
 /// name) and packed without gaps; `metadata`, when not empty, becomes "__metadata__".
-/// Crash-safe: the bytes go to `path + ".tmp.<pid>"`, which is fsynced and then renamed
-/// over `path`, so a failed or interrupted save leaves any previous file untouched and no
-/// temporary behind. Throws frugal::Error naming the file (and the tensor, if one is at fault).
+/// Crash-safe: the bytes go to a temporary `path + ".tmp.<pid>.<random>"` in the same
+/// directory, which is fsynced and then renamed over `path`, so a failed or interrupted save
+/// leaves any previous file untouched, and concurrent saves of one path never collide. A
+/// temporary left by a killed save is removed by the next save of `path` (see Note
+/// [Temporary files of a save] in safetensors.cpp). Throws frugal::Error naming the file
+/// (and the tensor, if one is at fault).
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 /// Reads `path` (memory-mapped) and parses it with parse_safetensors; tensors land on `device`.
+/// Anything but a regular file (a FIFO, a directory) is refused without blocking.
 SafetensorsFile load_safetensors(const std::string& path, Device device = kCPU);
 
 /// Parses a whole safetensors file held in memory. Every field is validated before it is

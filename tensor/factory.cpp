@@ -14,11 +14,11 @@ namespace frugal {
 
 namespace {
 // `strides` by value: empty() hands over the strides it just computed (one Shape
-// allocation fewer per new tensor).
-Tensor make_tensor(const Shape& sizes, Shape strides, size_t capacity_elems, TensorOptions opts) {
-  for (int64_t s : sizes) FRUGAL_CHECK(s >= 0, "empty: negative size in ", shape_str(sizes));
+// allocation fewer per new tensor). The caller has checked `sizes` and `strides`
+// (Note [Size overflow]); `capacity_elems` is their span.
+Tensor make_tensor(const Shape& sizes, Shape strides, int64_t capacity_elems, TensorOptions opts, const char* op) {
   auto storage = std::make_shared<Storage>();
-  storage->nbytes = capacity_elems * element_size(opts.dtype);
+  storage->nbytes = checked_nbytes(capacity_elems, opts.dtype, op, sizes);
   storage->data = memory::allocate(opts.device, storage->nbytes);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
@@ -30,18 +30,13 @@ Tensor make_tensor(const Shape& sizes, Shape strides, size_t capacity_elems, Ten
 }  // namespace
 
 Tensor empty(const Shape& sizes, TensorOptions opts) {
-  return make_tensor(sizes, contiguous_strides(sizes), size_t(numel_of(sizes)), opts);
+  Shape strides = contiguous_strides(sizes, "empty");  // checks the sizes
+  return make_tensor(sizes, std::move(strides), numel_of(sizes), opts, "empty");
 }
 
 Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opts) {
-  FRUGAL_CHECK(sizes.size() == strides.size(), "empty_strided: ", sizes.size(), " sizes but ", strides.size(),
-               " strides");
-  int64_t span = 1;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) span = 0;
-    if (span) span += (sizes[i] - 1) * strides[i];
-  }
-  return make_tensor(sizes, strides, size_t(span), opts);
+  numel_of(sizes, "empty_strided");
+  return make_tensor(sizes, strides, strided_span(sizes, strides, "empty_strided"), opts, "empty_strided");
 }
 
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
@@ -63,10 +58,16 @@ Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, 
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   FRUGAL_CHECK(step != 0.0, "arange: step must be nonzero");
   FRUGAL_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start and end must be finite");
-  const int64_t n = std::max<int64_t>(0, int64_t(std::ceil((end - start) / step)));
-  std::vector<double> values(n);
+  FRUGAL_CHECK(std::isfinite(step), "arange: step must be finite, got ", step);
+  const double count = std::ceil((end - start) / step);
+  // 2^63 is exactly representable; converting a double at or above it to int64 is undefined.
+  FRUGAL_CHECK(count < 9223372036854775808.0, "arange: [", start, ", ", end, ") in steps of ", step,
+               " has too many elements (", count, ")");
+  const int64_t n = std::max<int64_t>(0, int64_t(count));
+  Tensor host = empty({n}, {kFloat64, kCPU});  // from the arena: an absurd n fails with its OOM message
+  double* values = host.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) values[i] = start + double(i) * step;
-  return from_vector(values, {n}, opts);
+  return host.to(opts.device, opts.dtype);
 }
 
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, double(end), 1.0, opts); }
@@ -74,9 +75,11 @@ Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, double(end),
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   if (m < 0) m = n;
   FRUGAL_CHECK(n >= 0, "eye: n must be >= 0, got ", n);
-  std::vector<double> values(size_t(n * m), 0.0);
+  numel_of({n, m}, "eye");  // n * m must fit
+  Tensor host = zeros({n, m}, {kFloat64, kCPU});
+  double* values = host.data_ptr<double>();
   for (int64_t i = 0; i < std::min(n, m); ++i) values[i * m + i] = 1.0;
-  return from_vector(values, {n, m}, opts);
+  return host.to(opts.device, opts.dtype);
 }
 
 Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) {
@@ -100,8 +103,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& sizes_in, TensorOptions opts) {
   const Shape sizes = sizes_in.empty() && values.size() != 1 ? Shape{int64_t(values.size())} : sizes_in;
-  FRUGAL_CHECK(numel_of(sizes) == int64_t(values.size()), "from_vector: ", values.size(), " values do not fill shape ",
-               shape_str(sizes));
+  FRUGAL_CHECK(numel_of(sizes, "from_vector") == int64_t(values.size()), "from_vector: ", values.size(),
+               " values do not fill shape ", shape_str(sizes));
   Tensor host = empty(sizes, {dtype_of<T>(), kCPU});
   if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed
     bool* p = host.data_ptr<bool>();

@@ -7,6 +7,7 @@ namespace frugal {
 
 Shape channels_last_strides(const Shape& s) {
   FRUGAL_CHECK(s.size() == 4, "channels_last: expected a 4-D shape (N, C, H, W), got ", shape_str(s));
+  numel_of(s, "channels_last");  // the products below are partial products of a checked shape
   const int64_t C = s[1], H = s[2], W = s[3];
   return {H * W * C, 1, W * C, C};
 }

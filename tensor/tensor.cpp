@@ -24,6 +24,14 @@ Tensor Tensor::derived(Tensor out, DerivedInfo info) const {
   return out;
 }
 
+size_t checked_nbytes(int64_t elements, DType dtype, const char* op, const Shape& sizes) {
+  int64_t nbytes;
+  FRUGAL_CHECK(elements >= 0 && !__builtin_mul_overflow(elements, int64_t(element_size(dtype)), &nbytes), op, ": ",
+               dtype_name(dtype), shape_str(sizes), " needs more than 2^63 - 1 bytes (", elements, " elements of ",
+               element_size(dtype), " bytes)");
+  return size_t(nbytes);
+}
+
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   FRUGAL_CHECK(a.device() == b.device(), op, ": expected all tensors on one device, got ", a.describe(), " and ",
                b.describe());
@@ -62,21 +70,22 @@ T* Tensor::data_ptr() const {
 // ---- views ---------------------------------------------------------------------
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const {
-  return derived(make_view(sizes, strides, offset), {DerivedInfo::Kind::AsStrided});
+  return derived(make_view(sizes, strides, offset, "as_strided"), {DerivedInfo::Kind::AsStrided});
 }
 
-Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offset) const {
-  FRUGAL_CHECK(sizes.size() == strides.size(), "as_strided: ", sizes.size(), " sizes but ", strides.size(), " strides");
-  int64_t last = offset;  // highest element index touched must stay inside storage
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    FRUGAL_CHECK(sizes[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride in ", shape_str(sizes), " / ",
-                 shape_str(strides));
-    last += (std::max<int64_t>(sizes[i], 1) - 1) * strides[i];
-  }
-  if (numel_of(sizes) == 0) last = offset - 1;  // an empty view touches nothing
+Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offset, const char* op) const {
+  // sizes >= 0 and their product fits; numel * element_size fits even for an expanded
+  // view, so every size_t(numel()) * element_size() in frugal is exact (Note [Size overflow]).
+  checked_nbytes(numel_of(sizes, op), dtype(), op, sizes);
+  const int64_t span = strided_span(sizes, strides, op);
   const int64_t capacity = int64_t(impl().storage->nbytes / element_size());
-  FRUGAL_CHECK(offset >= 0 && last < std::max<int64_t>(capacity, offset), "as_strided: view ", shape_str(sizes),
-               " strides ", shape_str(strides), " offset ", offset, " runs past a storage of ", capacity, " elements");
+  // The elements touched, [offset, offset + span), must lie inside the storage; an empty
+  // view touches none, but its offset must still make a valid pointer (data()).
+  int64_t end;
+  FRUGAL_CHECK(offset >= 0 && !__builtin_add_overflow(offset, span, &end) &&
+                   (span == 0 ? offset <= INT64_MAX / int64_t(element_size()) : end <= capacity),
+               op, ": view ", shape_str(sizes), " strides ", shape_str(strides), " offset ", offset,
+               " runs past a storage of ", capacity, " elements");
   auto v = std::make_shared<TensorImpl>();
   v->storage = impl().storage;
   v->offset = offset;
@@ -89,22 +98,24 @@ Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offse
 namespace {
 // Resolves one -1 entry so the element count matches; checks the rest.
 Shape infer_size(Shape sizes, int64_t numel, const char* op, const Shape& from) {
-  int64_t known = 1, infer = -1;
+  int64_t infer = -1;
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] == -1) {
       FRUGAL_CHECK(infer < 0, op, ": only one dimension can be -1, got ", shape_str(sizes));
       infer = int64_t(i);
     } else {
       FRUGAL_CHECK(sizes[i] >= 0, op, ": invalid size ", sizes[i], " in ", shape_str(sizes));
-      known *= sizes[i];
     }
   }
   if (infer >= 0) {
+    Shape known_sizes = sizes;
+    known_sizes[size_t(infer)] = 1;
+    const int64_t known = numel_of(known_sizes, op);  // checked: the known sizes may overflow
     FRUGAL_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(sizes), " is invalid for input of shape ",
                  shape_str(from));
     sizes[infer] = numel / known;
   }
-  FRUGAL_CHECK(numel_of(sizes) == numel, op, ": shape ", shape_str(sizes), " is invalid for input of shape ",
+  FRUGAL_CHECK(numel_of(sizes, op) == numel, op, ": shape ", shape_str(sizes), " is invalid for input of shape ",
                shape_str(from), " (", numel, " elements)");
   return sizes;
 }
@@ -147,14 +158,14 @@ Tensor Tensor::view(Shape target) const {
   FRUGAL_CHECK(view_strides(sizes(), strides(), target, st), "view: size ", shape_str(target),
                " is not compatible with the strides ", shape_str(strides()), " of a ", describe(),
                " tensor (use reshape, which copies when needed)");
-  return derived(make_view(target, st, storage_offset()), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(target, st, storage_offset(), "view"), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::reshape(Shape target) const {
   target = infer_size(std::move(target), numel(), "reshape", sizes());
   Shape st;
   if (view_strides(sizes(), strides(), target, st))
-    return derived(make_view(target, st, storage_offset()), {DerivedInfo::Kind::Reshape});
+    return derived(make_view(target, st, storage_offset(), "reshape"), {DerivedInfo::Kind::Reshape});
   return contiguous().view(target);
 }
 
@@ -171,7 +182,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   }
   DerivedInfo info{DerivedInfo::Kind::Permute};
   for (int64_t d : dims) info.dims.push_back(wrap_dim(d, dim(), "permute"));
-  return derived(make_view(s, st, storage_offset()), std::move(info));
+  return derived(make_view(s, st, storage_offset(), "permute"), std::move(info));
 }
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
@@ -191,8 +202,8 @@ Tensor Tensor::t() const {
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   if (start < 0) start += sizes()[d];
-  FRUGAL_CHECK(start >= 0 && length >= 0 && start + length <= sizes()[d], "narrow: start ", start, " length ", length,
-               " out of range for dim ", d, " of size ", sizes()[d], " (", describe(), ")");
+  FRUGAL_CHECK(start >= 0 && length >= 0 && start <= sizes()[d] && length <= sizes()[d] - start, "narrow: start ",
+               start, " length ", length, " out of range for dim ", d, " of size ", sizes()[d], " (", describe(), ")");
   return slice(d, start, start + length);
 }
 
@@ -204,11 +215,17 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = clamp(start);
   end = std::max(clamp(end), start);
   Shape s = sizes(), st = strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] *= step;
+  s[d] = end > start ? (end - start - 1) / step + 1 : 0;  // not (end - start + step - 1) / step: a huge step overflows
+  // step * stride fits whenever s[d] >= 2 (then step < n); for s[d] <= 1 the stride is
+  // never used, and is left as it was when the product would overflow.
+  if (__builtin_mul_overflow(st[d], step, &st[d])) st[d] = strides()[d];
+  int64_t offset;
+  FRUGAL_CHECK(!__builtin_mul_overflow(start, strides()[d], &offset) &&
+                   !__builtin_add_overflow(offset, storage_offset(), &offset),
+               "slice: the offset of start ", start, " at dim ", d, " of ", describe(), " overflows int64");
   DerivedInfo info{DerivedInfo::Kind::Slice};
   info.dim = d, info.start = start, info.end = end, info.step = step;
-  return derived(make_view(s, st, storage_offset() + start * strides()[d]), std::move(info));
+  return derived(make_view(s, st, offset, "slice"), std::move(info));
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -223,7 +240,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   st.erase(st.begin() + d);
   DerivedInfo info{DerivedInfo::Kind::Select};
   info.dim = d, info.start = index;
-  return derived(make_view(s, st, storage_offset() + index * strides()[d]), std::move(info));
+  return derived(make_view(s, st, storage_offset() + index * strides()[d], "select"), std::move(info));
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -245,7 +262,7 @@ Tensor Tensor::expand(const Shape& target) const {
     s[i] = want;
     st[i] = want == have ? strides()[i - lead] : 0;
   }
-  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Expand});
+  return derived(make_view(s, st, storage_offset(), "expand"), {DerivedInfo::Kind::Expand});
 }
 
 Tensor Tensor::squeeze() const {
@@ -255,7 +272,7 @@ Tensor Tensor::squeeze() const {
       s.push_back(sizes()[d]);
       st.push_back(strides()[d]);
     }
-  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(s, st, storage_offset(), "squeeze"), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -265,7 +282,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(s, st, storage_offset(), "squeeze"), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -274,7 +291,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   const int64_t stride = d < dim() ? sizes()[d] * strides()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, stride);
-  return derived(make_view(s, st, storage_offset()), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(s, st, storage_offset(), "unsqueeze"), {DerivedInfo::Kind::Reshape});
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {

@@ -39,6 +39,10 @@ struct Storage {
   Device device() const { return data.device(); }
 };
 
+/// The bytes of `elements` elements of `dtype` (a tensor of `sizes`), checked: throws
+/// naming `op`, the shape and the dtype when they exceed 2^63 - 1 (Note [Size overflow]).
+size_t checked_nbytes(int64_t elements, DType dtype, const char* op, const Shape& sizes);
+
 /// dtype + device for factories: zeros({2, 3}, {.dtype = kFloat16, .device = cuda()}).
 struct TensorOptions {
   DType dtype = kFloat32;
@@ -169,7 +173,8 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
-  Tensor make_view(const Shape& sizes, const Shape& strides, int64_t offset) const;
+  // A view of this storage; `op` names the view in errors.
+  Tensor make_view(const Shape& sizes, const Shape& strides, int64_t offset, const char* op) const;
   Tensor derived(Tensor out, DerivedInfo info) const;
 
   std::shared_ptr<TensorImpl> impl_;

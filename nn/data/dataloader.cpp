@@ -88,8 +88,7 @@ Tensor deliver(const Tensor& host, Device device) {
 }  // namespace
 
 Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype) {
-  for (int64_t s : sizes) FRUGAL_CHECK(s >= 0, "from_data_ptr: negative size in ", shape_str(sizes));
-  const size_t nbytes = size_t(numel_of(sizes)) * element_size(dtype);
+  const size_t nbytes = checked_nbytes(numel_of(sizes, "from_data_ptr"), dtype, "from_data_ptr", sizes);
   FRUGAL_CHECK(data.size() >= nbytes, "from_data_ptr: ", data.size(), " bytes cannot hold ", dtype_name(dtype),
                shape_str(sizes), " (", nbytes, " bytes)");
   auto storage = std::make_shared<Storage>();
@@ -98,7 +97,7 @@ Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
+  impl->strides = contiguous_strides(sizes, "from_data_ptr");
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }

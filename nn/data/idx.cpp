@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "memory/error.h"
+#include "nn/file.h"
 #include "tensor/factory.h"
 
 namespace frugal::data {
@@ -23,16 +24,14 @@ std::string hex32(uint32_t v) {
   return s;
 }
 
-// gzFile with RAII. gzopen/gzread read gzip streams and, transparently, plain files.
+// gzFile with RAII. gzread reads gzip streams and, transparently, plain files.
 class GzReader {
  public:
   explicit GzReader(const std::string& path) : path_(path) {
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (!file_) {
-      const int err = errno;
-      FRUGAL_FAIL("read_idx: cannot open ", path, ": ", err ? std::strerror(err) : "out of memory");
-    }
+    nn::ReadOnlyFile file(path, "read_idx");  // a FIFO must not hang gzopen (Note [Opening untrusted paths])
+    file_ = gzdopen(file.fd(), "rb");
+    FRUGAL_CHECK(file_ != nullptr, "read_idx: cannot open ", path, ": out of memory");
+    file.release();  // gzclose closes it now
     gzbuffer(file_, 1 << 17);
   }
   ~GzReader() { gzclose(file_); }

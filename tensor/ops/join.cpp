@@ -63,7 +63,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                    ", got ", first.describe(), " at position ", ref, " and ", t.describe(), " at position ", i,
                    " (dim ", d, ": ", first.size(d), " vs ", t.size(d), ")");
     }
-    out_shape[size_t(dim)] += t.size(dim);
+    FRUGAL_CHECK(!__builtin_add_overflow(out_shape[size_t(dim)], t.size(dim), &out_shape[size_t(dim)]),
+                 "cat: the sizes in dim ", dim, " add up past 2^63 - 1 (at ", t.describe(), ", position ", i, ")");
   }
 
   Tensor out = empty(out_shape, {dtype, device});
@@ -109,7 +110,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   const int64_t n = x.size(dim);
   FRUGAL_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive (or 0 for an ",
                "empty dim), got ", split_size, " for dim ", dim, " of ", x.describe());
-  const int64_t pieces = split_size == 0 ? 1 : std::max<int64_t>((n + split_size - 1) / split_size, 1);
+  const int64_t pieces = split_size == 0 || n == 0 ? 1 : (n - 1) / split_size + 1;  // n + split_size may overflow
   std::vector<Tensor> out;
   out.reserve(size_t(pieces));
   for (int64_t i = 0; i < pieces; ++i) {
@@ -124,8 +125,8 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>
   dim = wrap_dim(dim, x.dim(), "split_with_sizes");
   int64_t total = 0;
   for (int64_t s : sizes) {
-    FRUGAL_CHECK(s >= 0, "split_with_sizes: sizes must be non-negative, got ", shape_str(sizes));
-    total += s;
+    FRUGAL_CHECK(s >= 0 && !__builtin_add_overflow(total, s, &total), "split_with_sizes: sizes ", shape_str(sizes),
+                 " must be non-negative and add up to at most 2^63 - 1");
   }
   FRUGAL_CHECK(total == x.size(dim), "split_with_sizes: sizes ", shape_str(sizes), " sum to ", total, " but dim ", dim,
                " of ", x.describe(), " has size ", x.size(dim));

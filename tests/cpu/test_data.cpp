@@ -19,6 +19,7 @@
 #include "nn/data/dataset.h"
 #include "nn/data/idx.h"
 #include "tensor/factory.h"
+#include "tests/fifo_guard.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -168,6 +169,11 @@ TEST_CASE("idx: malformed files are rejected with the file named") {
     check_error([&] { read_idx(p); }, parts);
   };
   check_error([&] { read_idx(dir.file("missing")); }, {"read_idx: cannot open", dir.file("missing"), "No such file"});
+  // gzopen on a FIFO blocked in open() until a writer came.
+  CHECK(returns_without_blocking_on_fifo(dir.file("fifo"), [&] {
+    check_error([&] { read_idx(dir.file("fifo")); }, {"read_idx", dir.file("fifo"), "not a regular file (a FIFO)"});
+  }));
+  check_error([&] { read_idx(dir.path.string()); }, {"read_idx", "not a regular file (a directory)"});
   expect({0, 0}, {"file is 2 bytes, too short for the 4-byte magic number"});
   expect({0x1f, 0x9c, 0x08, 0x01, 0, 0, 0, 0}, {"not an IDX file", "0x1f9c0801"});
   expect({0, 0, 0x0D, 0x01, 0, 0, 0, 1, 0, 0, 0, 0}, {"element type 0x0d", "0x00000d01", "only 0x08"});
@@ -464,4 +470,11 @@ TEST_CASE("dataloader and dataset: invalid arguments") {
         from_data_ptr(memory::allocate(kCPU, 8), {2, 2}, kFloat32);
       },
       {"from_data_ptr: 8 bytes cannot hold float32[2, 2] (16 bytes)"});
+  // 2^62 x 4 bytes once wrapped to 0, which 16 bytes "held".
+  check_error(
+      [&] {
+        from_data_ptr(memory::allocate(kCPU, 16), {int64_t(1) << 62, 1}, kFloat32);
+      },
+      {"from_data_ptr", "float32[4611686018427387904, 1]", "more than 2^63 - 1 bytes"});
+  check_error([&] { from_data_ptr(memory::allocate(kCPU, 16), {2, -2}, kFloat32); }, {"from_data_ptr", "negative"});
 }

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -248,4 +249,21 @@ TEST_CASE("join: errors name the op, shapes and positions") {
   check_error([&] { ops::split_with_sizes(a, {4, -1}, 1); }, {"split_with_sizes", "non-negative"});
   check_error([&] { ops::chunk(a, 0, 0); }, {"chunk", "positive", "0"});
   check_error([&] { ops::chunk(s, 2, 0); }, {"chunk", "at least one dim"});
+}
+
+TEST_CASE("join: sizes that add up past int64 are rejected, huge split sizes do not overflow") {
+  const int64_t k62 = int64_t(1) << 62, kMax = std::numeric_limits<int64_t>::max();
+  const Tensor big = ones({1}, kBool).expand({k62});  // a view: no memory behind its 2^62 bytes
+  check_error([&] { ops::cat({big, big}, 0); }, {"cat", "add up past 2^63 - 1"});
+  const Tensor x = from_vector(std::vector<float>{1, 2, 3});
+  // (n + split_size - 1) / split_size once overflowed: one piece holding everything.
+  const std::vector<Tensor> pieces = ops::split(x, kMax, 0);
+  REQUIRE(pieces.size() == 1);
+  CHECK(values_of(pieces[0]) == std::vector<double>{1, 2, 3});
+  CHECK(ops::split(x, 2, 0).size() == 2);
+  check_error(
+      [&] {
+        ops::split_with_sizes(x, {kMax, kMax, 5}, 0);
+      },
+      {"split_with_sizes", "add up to at most 2^63 - 1"});
 }

@@ -4,10 +4,12 @@
 // when tools/parity_models.py --golden has written tests/golden/, logits, loss, gradients
 // and running statistics against PyTorch's on the same weights and inputs.
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 
@@ -22,6 +24,7 @@
 #include "nn/init.h"
 #include "nn/safetensors.h"
 #include "profiler/session.h"
+#include "tests/fifo_guard.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -423,6 +426,81 @@ TEST_CASE("models: config JSON") {
   const models::ViTConfig v = models::ViTConfig::from_json(json::parse(R"({"image_size": 32, "patch_size": 8})"));
   CHECK(v.image_size == 32);
   CHECK(v.hidden_dim == 768);
+}
+
+TEST_CASE("models: config values out of range are rejected, naming the key and the file") {
+  auto parse = [](const char* text) { return json::parse(text); };
+  // {"num_classes": 2^62} once built a Linear whose weight wrapped to 0 bytes: exit 139.
+  check_error([&] { models::resnet_from_json(parse(R"({"num_classes": 4611686018427387904})"), 18, "r.json"); },
+              {"ResNet config r.json", "'num_classes' must be an integer in [1, 2147483647], got 4611686018427387904"});
+  check_error([&] { models::resnet_from_json(parse(R"({"in_channels": 0})"), 18, "r.json"); },
+              {"ResNet config r.json", "'in_channels'"});
+  check_error([&] { models::resnet_from_json(parse(R"({"depth": 19})"), 18, "r.json"); },
+              {"ResNet config r.json", "'depth' must be 18, 34, 50, 101 or 152, got 19"});
+  check_error([&] { models::resnet_from_json(parse(R"({"blocks_per_layer": [1, 100000, 1, 1]})"), 18, "r.json"); },
+              {"ResNet config r.json", "'blocks_per_layer' must hold 4 integers in [1, 10000], got 100000 at index 1"});
+  check_error([&] { models::resnet_from_json(parse(R"({"blocks_per_layer": [1, 1, 1, "2"]})"), 18); },
+              {"ResNet config:", "got string at index 3"});
+
+  check_error([&] { models::ViTConfig::from_json(parse(R"({"hidden_dim": 4611686018427387904})"), "v.json"); },
+              {"ViT config v.json", "'hidden_dim' must be an integer in [1, 2147483647]"});
+  check_error([&] { models::ViTConfig::from_json(parse(R"({"hidden_dim": 100, "num_heads": 12})"), "v.json"); },
+              {"ViT config v.json", "'hidden_dim' (100) must be divisible by 'num_heads' (12)"});
+  check_error([&] { models::ViTConfig::from_json(parse(R"({"image_size": 30, "patch_size": 8})"), "v.json"); },
+              {"ViT config v.json", "'image_size' (30) must be a multiple of 'patch_size' (8)"});
+  check_error([&] { models::ViTConfig::from_json(parse(R"({"num_layers": 0})"), "v.json"); }, {"'num_layers'"});
+  check_error([&] { models::ViTConfig::from_json(parse(R"({"dropout": 1.5})"), "v.json"); },
+              {"ViT config v.json", "'dropout' must be a finite number in [0, 1], got 1.5"});
+  check_error([&] { models::ViTConfig::from_json(parse(R"({"attention_dropout": 1e999})"), "v.json"); },
+              {"'attention_dropout' must be a finite number"});
+
+  // num_attention_heads 0 once reached hidden_size % 0 (SIGFPE).
+  check_error([&] { models::BertConfig::from_json(parse(R"({"num_attention_heads": 0})"), "b.json"); },
+              {"BERT config b.json", "'num_attention_heads' must be an integer in [1, 2147483647], got 0"});
+  // 10^20 does not fit int64: strtoll once saturated it to 2^63 - 1 silently.
+  check_error([&] { models::BertConfig::from_json(parse(R"({"vocab_size": 100000000000000000000})"), "b.json"); },
+              {"'vocab_size' must be an integer", "got 100000000000000000000"});
+  check_error([&] { models::BertConfig::from_json(parse(R"({"hidden_size": 2.5})"), "b.json"); },
+              {"'hidden_size' must be an integer"});
+  check_error([&] { models::BertConfig::from_json(parse(R"({"vocab_size": 100, "pad_token_id": 100})"), "b.json"); },
+              {"'pad_token_id' must be an integer in [0, 99], got 100"});
+  check_error([&] { models::BertConfig::from_json(parse(R"({"hidden_size": 100, "num_attention_heads": 12})")); },
+              {"BERT config:", "'hidden_size' (100) must be divisible by 'num_attention_heads' (12)"});
+  check_error([&] { models::BertConfig::from_json(parse(R"({"layer_norm_eps": 0})"), "b.json"); },
+              {"'layer_norm_eps' must be a finite number"});
+
+  // Sizes each in range whose product is not: the tensor factories' checks catch it
+  // before any memory is touched (the embedding is (2^31 - 1)^2 x 4 bytes > 2^63).
+  const models::BertConfig huge = models::BertConfig::from_json(
+      parse(R"({"vocab_size": 2147483647, "hidden_size": 2147483647, "num_attention_heads": 1})"));
+  check_error([&] { models::BertForMaskedLM mlm(huge); },
+              {"float32[2147483647, 2147483647]", "more than 2^63 - 1 bytes"});
+}
+
+TEST_CASE("models: read_json_file names the file in every error, and refuses a FIFO without blocking") {
+  namespace fs = std::filesystem;
+  std::string pattern = (fs::temp_directory_path() / "frugal_config_XXXXXX").string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  const fs::path dir = pattern;
+  auto write = [&](const char* name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string bad = write("bad.json", "{\n  \"depth\": 18,\n  \"num_classes\": 10,,\n}");
+  check_error([&] { models::read_json_file(bad); },
+              {"read_json_file: " + bad + ": JSON: expected a string key at byte 37 (line 3, column 21)"});
+  const std::string array = write("array.json", "[1]");
+  check_error([&] { models::read_json_file(array); }, {array, "holds a JSON array, expected an object"});
+  check_error([&] { models::read_json_file((dir / "missing.json").string()); },
+              {"read_json_file: cannot open", "missing.json", "No such file"});
+  check_error([&] { models::read_json_file(dir.string()); }, {dir.string(), "not a regular file (a directory)"});
+  const std::string fifo = (dir / "config.json").string();
+  CHECK(returns_without_blocking_on_fifo(fifo, [&] {
+    check_error([&] { models::read_json_file(fifo); }, {"read_json_file", fifo, "not a regular file (a FIFO)"});
+  }));
+  const std::string good = write("good.json", R"({"num_classes": 10, "blocks_per_layer": [1, 1, 1, 1]})");
+  CHECK(models::resnet_from_json(models::read_json_file(good), 18, good)->options.num_classes == 10);
+  fs::remove_all(dir);
 }
 
 // ---- PyTorch goldens (tools/parity_models.py --golden writes them) -------------------------

@@ -3,21 +3,32 @@
 // reject (with the message it must give), crash-safe saving, metadata; and the JSON
 // parser underneath.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nn/json.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
+#include "tests/fifo_guard.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -314,6 +325,9 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
                 {"header length 100", "exceeds the 20 bytes that follow it", "file is 28 bytes"});
   }
   SUBCASE("header is not valid JSON") {
+    // The byte counts from the start of the file: the header starts at byte 8.
+    expect_rejected(R"({"w":})", {}, {"header is not valid JSON: JSON: unexpected '}' at byte 13 (line 1, column 6)"});
+    expect_rejected("{\n\"w\": 1,\n x}", {}, {"expected a string key at byte 19 (line 3, column 2)"});
     expect_rejected("", {}, {"header is not valid JSON", "text ended"});
     expect_rejected(R"({"w":)", {}, {"header is not valid JSON", "ended"});
     expect_rejected(R"({"w":{}} x)", {}, {"header is not valid JSON", "after the value"});
@@ -369,10 +383,17 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
                     {"tensor \"w\"", "shape [4294967296,4294967296] of F32 overflows"});
     expect_rejected(R"({"w":{"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]}})", {},
                     {"tensor \"w\"", "overflows"});
-    // A zero dimension makes the tensor empty whatever the others are.
+    // A zero dimension makes the tensor empty, but the other sizes must still multiply
+    // within int64 (its strides need that): [2^62, 2^62, 0] once passed as 0 bytes and
+    // then overflowed in numel_of and contiguous_strides.
     const SafetensorsFile f =
         parse(make_file(R"({"w":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})", {}));
     CHECK(f.tensors.at("w").numel() == 0);
+    CHECK(f.tensors.at("w").strides() == Shape{9223372036854775807, 1});
+    expect_rejected(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904,0],"data_offsets":[0,0]}})",
+                    {}, {"tensor \"w\"", "shape [4611686018427387904,4611686018427387904,0] of F32 overflows"});
+    expect_rejected(R"({"w":{"dtype":"BOOL","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", {},
+                    {"tensor \"w\"", "overflows"});
   }
   SUBCASE("bad data_offsets") {
     for (const char* offsets : {"[0]", "[0,4,8]", "[0,\"4\"]", "[-1,3]", "[0,4.0]", "{}", "[0,18446744073709551616]"})
@@ -439,6 +460,51 @@ TEST_CASE("safetensors: load and save errors name the file") {
   CHECK(dir.listing().empty());
 }
 
+TEST_CASE("safetensors: each reader error is located at its own check, not at a shared helper") {
+  // Every error once ended in the same "[safetensors.cpp:83]", the line of the helper
+  // that threw; now the location names the check that failed.
+  const std::vector<std::string> headers = {
+      R"({"w":3})",                                                                     // entry type
+      R"({"w":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})",                      // unknown dtype
+      R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",                       // unsupported dtype
+      R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",                     // shape entry
+      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",                      // offsets order
+      R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",                      // byte count
+      R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",  // overflow
+  };
+  std::set<std::string> locations;
+  for (const std::string& header : headers) {
+    const std::vector<uint8_t> bytes = make_file(header, {0, 0, 0, 0});
+    try {
+      parse(bytes);
+      FAIL("accepted " << header);
+    } catch (const Error& e) {
+      const std::string location(e.location());
+      CAPTURE(e.what());
+      CHECK(location.rfind("safetensors.cpp:", 0) == 0);
+      locations.insert(location);
+    }
+  }
+  CHECK(locations.size() == headers.size());
+  try {
+    parse(make_file("{", {}));
+  } catch (const Error& e) {
+    CHECK(std::string(e.location()).rfind("json.cpp:", 0) == 0);  // the parser's check, kept through the context
+    CHECK(std::string(e.message()).find("safetensors: <memory buffer>: header is not valid JSON: JSON: ") == 0);
+  }
+}
+
+TEST_CASE("safetensors: a FIFO, a directory or a device is refused without blocking") {
+  TempDir dir;
+  const std::string fifo = dir.file("weights.safetensors");
+  // open() on a FIFO blocked until a writer came: run_model --weights FIFO hung.
+  CHECK(returns_without_blocking_on_fifo(fifo, [&] {
+    check_error([&] { nn::load_safetensors(fifo); }, {"load_safetensors", fifo, "not a regular file (a FIFO)"});
+  }));
+  check_error([&] { nn::load_safetensors(dir.path.string()); }, {"not a regular file (a directory)"});
+  check_error([] { nn::load_safetensors("/dev/null"); }, {"/dev/null", "not a regular file (a character device)"});
+}
+
 // ---- crash-safe saving ------------------------------------------------------------------
 
 TEST_CASE("safetensors: a failed save leaves the previous file intact and no temporary") {
@@ -494,6 +560,138 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
   nn::save_safetensors(path, {{"w", big}}, {{"step", "2"}});
   CHECK(nn::load_safetensors(path).metadata.at("step") == "2");
   CHECK(dir.listing() == std::vector<std::string>{"model.safetensors"});
+}
+
+namespace {
+
+// The names in `dir` that look like a save's temporary of `file` ("file.tmp.*").
+std::vector<std::string> temporaries(const TempDir& dir, const std::string& file) {
+  std::vector<std::string> out;
+  for (const std::string& name : dir.listing())
+    if (name.rfind(file + ".tmp.", 0) == 0) out.push_back(name);
+  return out;
+}
+
+// A pid that no process has now: a child that exited and was reaped (the kernel hands
+// pids out in increasing order, so it is not reused within a test).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: concurrent saves of one path all succeed and leave a whole file") {
+  // Two threads once shared the temporary path.tmp.<pid>: 199 of 200 rounds failed a rename.
+  TempDir dir;
+  const std::string path = dir.file("shared.safetensors");
+  const Tensor a = random_tensor({64, 33}, {kFloat32, kCPU}, 1), b = random_tensor({7, 5}, {kFloat64, kCPU}, 2);
+  constexpr int kRounds = 100;
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::mutex mu;
+  auto saver = [&](const Tensor& t, const std::string& tag) {
+    for (int round = 0; round < kRounds; ++round) {
+      try {
+        nn::save_safetensors(path, {{"t", t}}, {{"by", tag}});
+      } catch (const Error& e) {
+        std::lock_guard lock(mu);
+        if (failures++ == 0) first_failure = e.what();
+      }
+    }
+  };
+  nn::save_safetensors(path, {{"t", a}}, {{"by", "a"}});
+  std::thread ta(saver, a, "a"), tb(saver, b, "b");
+  // Meanwhile the file is always complete: one writer's or the other's, never a mix.
+  int reads = 0;
+  while (reads < 50) {
+    const SafetensorsFile f = nn::load_safetensors(path);
+    ++reads;
+    const std::string by = f.metadata.at("by");
+    REQUIRE((by == "a" || by == "b"));
+    check_same_tensor(f.tensors.at("t"), by == "a" ? a : b, "saved by " + by);
+  }
+  ta.join();
+  tb.join();
+  CHECK_MESSAGE(failures == 0, first_failure);
+  const SafetensorsFile last = nn::load_safetensors(path);
+  check_same_tensor(last.tensors.at("t"), last.metadata.at("by") == "a" ? a : b, "last save");
+  CHECK(temporaries(dir, "shared.safetensors").empty());
+}
+
+TEST_CASE("safetensors: a save removes the temporaries of killed saves, and nothing else") {
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const pid_t gone = dead_pid();
+  const std::string stale = "model.safetensors.tmp." + std::to_string(gone) + ".0123456789abcdef";
+  const std::string live = "model.safetensors.tmp." + std::to_string(::getpid()) + ".0123456789abcdef";
+  const std::string locked = "model.safetensors.tmp." + std::to_string(gone) + ".fedcba9876543210";
+  const std::string fifo = "model.safetensors.tmp." + std::to_string(gone) + ".aaaaaaaaaaaaaaaa";
+  const std::string other = "other.safetensors.tmp." + std::to_string(gone) + ".0123456789abcdef";
+  const std::string odd = "model.safetensors.tmp." + std::to_string(gone) + ".notes";
+  for (const std::string& name : {stale, live, locked, other, odd}) write_bytes(dir.file(name), {1, 2, 3});
+  REQUIRE(::mkfifo(dir.file(fifo).c_str(), 0600) == 0);
+  // A writer in another pid namespace has a pid that looks gone from here, but holds its lock.
+  const int held = ::open(dir.file(locked).c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+
+  nn::save_safetensors(path, {{"w", ones({2})}});
+  ::close(held);
+  const std::vector<std::string> left = dir.listing();
+  CHECK(std::count(left.begin(), left.end(), stale) == 0);  // the one leftover of a dead writer
+  for (const std::string& kept : {live, locked, fifo, other, odd}) {
+    CAPTURE(kept);
+    CHECK(std::count(left.begin(), left.end(), kept) == 1);
+  }
+  CHECK(values_of(nn::load_safetensors(path).tensors.at("w")) == std::vector<double>{1, 1});
+}
+
+TEST_CASE("safetensors: a save killed half-way leaves a whole file, and the next save cleans up") {
+  // 25 random kills once left 14 path.tmp.<pid> files behind for good.
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const Tensor v1 = random_tensor({8}, {kFloat32, kCPU}, 5);
+  nn::save_safetensors(path, {{"w", v1}}, {{"step", "1"}});
+  const Tensor big = full({1 << 22}, 3.0, {kFloat32, kCPU});  // 16 MiB per save: a kill lands mid-save
+  int kills_mid_save = 0;
+  for (int attempt = 0; attempt < 40 && kills_mid_save < 3; ++attempt) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // saves until killed
+      try {
+        for (;;) nn::save_safetensors(path, {{"w", big}}, {{"step", "2"}});
+      } catch (...) {}
+      ::_exit(1);
+    }
+    auto child_temporary = [&] {  // model.safetensors.tmp.<child>.<random>
+      for (const std::string& name : temporaries(dir, "model.safetensors"))
+        if (name.find(".tmp." + std::to_string(child) + ".") != std::string::npos) return true;
+      return false;
+    };
+    int status = 0;
+    bool exited = false;
+    while (!child_temporary() && !exited) {
+      exited = ::waitpid(child, &status, WNOHANG) == child;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    REQUIRE_FALSE(exited);
+    ::kill(child, SIGKILL);
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    kills_mid_save += child_temporary();
+    // Whatever the child got to, the file is whole: the first version or one full save.
+    const SafetensorsFile f = nn::load_safetensors(path);
+    check_same_tensor(f.tensors.at("w"), f.metadata.at("step") == "1" ? v1 : big, "after a kill");
+  }
+  REQUIRE(kills_mid_save > 0);
+  nn::save_safetensors(path, {{"w", v1}}, {{"step", "3"}});  // removes the dead children's temporaries
+  CHECK(temporaries(dir, "model.safetensors").empty());
+  CHECK(dir.listing() == std::vector<std::string>{"model.safetensors"});
+  CHECK(nn::load_safetensors(path).metadata.at("step") == "3");
 }
 
 // ---- the JSON parser ------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 #include "tensor/ops/random.h"
@@ -343,4 +344,116 @@ TEST_CASE("copy_ from a view overlapping the destination reads the source as it 
   const Tensor x = arange(0, 6, 1.0, {kFloat32});
   x.copy_(x);  // the same view: nothing to do
   CHECK(x.tolist<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+}
+
+// ---- sizes that overflow (Note [Size overflow]) ------------------------------------------
+
+namespace {
+constexpr int64_t k62 = int64_t(1) << 62, k31 = int64_t(1) << 31, kMax = std::numeric_limits<int64_t>::max();
+}
+
+TEST_CASE("sizes: element counts and strides that overflow int64 are rejected, naming the op and shape") {
+  // Independent expectations: counts worked out by hand.
+  CHECK(numel_of({}) == 1);
+  CHECK(numel_of({3, 0, 5}) == 0);
+  CHECK(numel_of({0, kMax}) == 0);  // empty, and its strides [kMax, 1] fit
+  CHECK(numel_of({k31, k31}) == k62);
+  CHECK(contiguous_strides({2, 3, 4}) == Shape{12, 4, 1});
+  CHECK(contiguous_strides({2, 0, 4}) == Shape{4, 4, 1});
+  check_error([] { numel_of({k31, k31, 8}, "myop"); }, {"myop", "[2147483648, 2147483648, 8]", "too many elements"});
+  check_error([] { numel_of({k62, k62, 0}, "myop"); }, {"myop", "too many elements"});  // its strides overflow
+  check_error([] { numel_of({2, -3}, "myop"); }, {"myop", "size -3 at dim 1", "[2, -3]", "negative"});
+  check_error([] { contiguous_strides({k62, 4}, "myop"); }, {"myop", "[4611686018427387904, 4]"});
+  check_error(
+      [] {
+        broadcast_shapes({int64_t(1) << 40, 1}, {1, int64_t(1) << 40}, "add");
+      },
+      {"add", "[1099511627776, 1099511627776]", "too many elements"});
+
+  // empty({2^62}) once got a storage of 2^62 * 4 = 2^64 = 0 bytes; [2^31, 2^31, 8] once had 0 elements.
+  check_error([] { empty({k62}); }, {"empty", "float32[4611686018427387904]", "more than 2^63 - 1 bytes"});
+  CHECK_THROWS_AS(empty({k62}, kBool), OutOfMemoryError);  // 2^62 bytes fit int64: the allocator refuses them
+  check_error([] { empty({k31, k31, 8}); }, {"empty", "[2147483648, 2147483648, 8]", "too many elements"});
+  check_error([] { empty({k62, k62, 0}); }, {"empty", "too many elements"});
+  check_error([] { empty({3, -1}); }, {"empty", "negative", "[3, -1]"});
+  check_error([] { zeros({kMax, 2}); }, {"empty", "too many elements"});
+  CHECK(empty({0, kMax}).numel() == 0);
+
+  check_error([] { empty_strided({2, 2}, {kMax, 1}); }, {"empty_strided", "span more than 2^63 - 1 elements"});
+  check_error([] { empty_strided({2}, {-1}); }, {"empty_strided", "negative size or stride"});
+  check_error([] { empty_strided({2}, {1, 1}); }, {"empty_strided", "1 sizes but 2 strides"});
+  CHECK(empty_strided({0, 2}, {kMax, kMax}).numel() == 0);
+
+  check_error([] { arange(0.0, 1e300); }, {"arange", "too many elements"});  // once an undefined double -> int64
+  check_error([] { arange(0.0, 1.0, std::nan("")); }, {"arange", "step must be finite"});
+  check_error([] { eye(k31 * 2); }, {"eye", "too many elements"});
+  check_error([] { empty_channels_last({k31, k31, k31, 1}, {}); }, {"channels_last", "too many elements"});
+}
+
+TEST_CASE("sizes: views check their span, offset and element count without overflowing") {
+  Tensor x = from_vector(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  // (3 - 1) * 2^62 wraps to a negative `last` that once passed the bounds check.
+  check_error([&] { x.as_strided({3}, {k62}, 0); }, {"as_strided", "span more than 2^63 - 1 elements"});
+  check_error([&] { x.as_strided({3}, {k62 / 2}, 0); }, {"as_strided", "runs past a storage of 10 elements"});
+  check_error([&] { x.as_strided({2}, {1}, kMax); }, {"as_strided", "offset 9223372036854775807"});
+  check_error([&] { x.as_strided({2}, {1}, -1); }, {"as_strided", "offset -1"});
+  check_error([&] { x.as_strided({2, 2}, {kMax, kMax}, 0); }, {"as_strided", "span more than"});
+  CHECK(values_of(x.as_strided({2, 2}, {5, 1}, 3)) == std::vector<double>{3, 4, 8, 9});  // the last element fits
+  check_error([&] { x.as_strided({2, 2}, {5, 1}, 4); }, {"as_strided", "runs past"});    // one past the end
+
+  // expand: stride-0 views whose element (or byte) count overflows.
+  const Tensor one = ones({1});
+  check_error([&] { one.expand({k62, k62}); }, {"expand", "[4611686018427387904, 4611686018427387904]"});
+  check_error([&] { one.expand({k62}); }, {"expand", "more than 2^63 - 1 bytes"});
+  check_error([&] { one.expand({-2}); }, {"expand", "size -2 at dim 0 of shape [-2] is negative"});
+  check_error([&] { one.expand({-2, 1}); }, {"expand", "new leading dim 0 must have a size >= 0"});
+  const Tensor big = one.expand({int64_t(1) << 40});  // 2^42 bytes as a view: representable, so allowed
+  CHECK(big.numel() == int64_t(1) << 40);
+  CHECK(big.strides() == Shape{0});
+
+  // view/reshape: sizes whose product wraps to the input's count once passed.
+  const Tensor none = zeros({0});
+  check_error([&] { none.view({k62, k62, 0}); }, {"view", "too many elements"});
+  check_error([&] { none.reshape({-1, k62, k62}); }, {"reshape", "too many elements"});
+  check_error([&] { x.view({k62, 4, -1}); }, {"view", "too many elements"});
+
+  // narrow: start + length once overflowed past the range check.
+  check_error([&] { x.narrow(0, 1, kMax); }, {"narrow", "start 1 length 9223372036854775807"});
+  // slice: (end - start + step - 1) / step once overflowed for a huge step.
+  const Tensor s = x.slice(0, 2, 10, kMax);
+  CHECK(s.sizes() == Shape{1});
+  CHECK(s.storage_offset() == 2);
+  CHECK(values_of(s) == std::vector<double>{2});
+  CHECK(x.slice(0, 0, 10, k62).sizes() == Shape{1});
+  CHECK(values_of(x.slice(0, 1, 10, 4)) == std::vector<double>{1, 5, 9});
+  CHECK(x.slice(0, 10, 10, kMax).sizes() == Shape{0});
+}
+
+TEST_CASE("errors: the location names the failing check; added context keeps it and the error's type") {
+  const int line = __LINE__ + 1;
+  auto fail_here = [] { FRUGAL_FAIL("op: went wrong"); };
+  try {
+    fail_here();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.message()) == "op: went wrong");
+    CHECK(std::string(e.location()) == "test_tensor.cpp:" + std::to_string(line));
+    CHECK(std::string(e.what()) == "op: went wrong  [test_tensor.cpp:" + std::to_string(line) + "]");
+  }
+  // A helper that throws for its callers reports the caller's line (ErrorSite).
+  auto helper = [](ErrorSite first) { detail::throw_error(first, std::string(first.text) + "!"); };
+  const int caller_line = __LINE__ + 2;
+  try {
+    helper("from the caller");
+  } catch (const Error& e) {
+    CHECK(std::string(e.message()) == "from the caller!");
+    CHECK(std::string(e.location()) == "test_tensor.cpp:" + std::to_string(caller_line));
+  }
+  try {
+    rethrow_with_context(OutOfMemoryError("cpu out of memory", "alloc.cpp:7"), "load: f.st: ");
+  } catch (const OutOfMemoryError& e) {
+    CHECK(std::string(e.what()) == "load: f.st: cpu out of memory  [alloc.cpp:7]");
+  }
+  CHECK_THROWS_AS(rethrow_with_context(Error("plain"), "ctx: "), Error);
+  CHECK(std::string(Error("no location").location()).empty());
 }

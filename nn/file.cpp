@@ -1,0 +1,74 @@
+#include "nn/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "memory/error.h"
+
+namespace frugal::nn {
+
+namespace {
+
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+[[noreturn]] void system_error(ErrorSite what, const std::string& path, int err) {
+  detail::throw_error(what, detail::str_cat(what.text, " ", path, ": ", std::strerror(err)));
+}
+
+}  // namespace
+
+ReadOnlyFile::ReadOnlyFile(const std::string& path, const char* op) : path_(path), op_(op) {
+  const std::string cannot = std::string(op) + ": cannot open";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) system_error(cannot, path, errno);
+  FRUGAL_CHECK(S_ISREG(st.st_mode), op, ": ", path, " is not a regular file (", kind_of(st.st_mode), ")");
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) system_error(cannot, path, errno);
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {  // replaced between the stat and the open
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    FRUGAL_CHECK(S_ISREG(st.st_mode), op, ": ", path, " is not a regular file (", kind_of(st.st_mode), ")");
+    system_error(std::string(op) + ": cannot stat", path, err);
+  }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);  // plain blocking reads from here on
+  size_ = uint64_t(st.st_size);
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
+    : path_(std::move(other.path_)), op_(other.op_), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+int ReadOnlyFile::release() { return std::exchange(fd_, -1); }
+
+std::string ReadOnlyFile::read_all(uint64_t max_bytes) const {
+  FRUGAL_CHECK(size_ <= max_bytes, op_, ": ", path_, " is ", size_, " bytes, more than the limit of ", max_bytes);
+  std::string out(size_t(size_), '\0');
+  size_t have = 0;
+  while (have < out.size()) {
+    const ssize_t n = ::pread(fd_, out.data() + have, out.size() - have, off_t(have));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) system_error(std::string(op_) + ": cannot read", path_, errno);
+    if (n == 0) break;  // shrank since the fstat
+    have += size_t(n);
+  }
+  out.resize(have);
+  return out;
+}
+
+}  // namespace frugal::nn
