@@ -119,6 +119,7 @@ DataPtr CachingAllocator::allocate(size_t nbytes, Stream stream) {
 
   block->state = BlockState::Allocated;
   block->requested = nbytes;
+  unpoison(block->ptr, nbytes);  // the rounding tail stays poisoned
   ++stats_.num_allocs;
   update(&PoolStats::allocated_bytes, kind, static_cast<int64_t>(block->size));
   update(&PoolStats::requested_bytes, kind, static_cast<int64_t>(nbytes));
@@ -153,6 +154,7 @@ Block* CachingAllocator::allocate_segment(PoolKind kind, void* stream, size_t se
   block->stream = stream;
   block->segment = segment.get();
   segments_.insert(segment.release());
+  poison(base, seg_size);  // see Note [Poisoning host blocks]
   ++stats_.num_segment_allocs;
   update(&PoolStats::reserved_bytes, kind, static_cast<int64_t>(seg_size));
   update(&PoolStats::segments, kind, 1);
@@ -190,6 +192,7 @@ void CachingAllocator::free_block(Block* block) {
   update(&PoolStats::requested_bytes, kind, -static_cast<int64_t>(block->requested));
   trace(TraceAction::Free, block->ptr, block->size, block->requested, block->stream);
   block->requested = 0;
+  poison(block->ptr, block->size);
   if (block->stream_uses.empty()) return_to_pool(block);
   else park_until_events(block);
 }
@@ -313,6 +316,7 @@ void CachingAllocator::release_cached_segments() {
 void CachingAllocator::free_segment(Block* block) {
   Segment* segment = block->segment;
   erase_free(block);
+  unpoison(segment->base, segment->size);  // the system's next mapping here starts addressable
   backend_->free_segment(segment->base, segment->size);
   ++stats_.num_segment_frees;
   update(&PoolStats::reserved_bytes, segment->pool, -static_cast<int64_t>(segment->size));

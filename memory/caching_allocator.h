@@ -49,6 +49,36 @@
 // throw OutOfMemoryError saying what was asked and what is allocated, reserved,
 // cached and free. Nothing is half-done at the throw, so the caller can free
 // tensors and allocate again.
+//
+// Note [Poisoning host blocks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Host segments come from mmap (or cudaHostAlloc) and are carved up here, so to
+// AddressSanitizer a segment is one addressable mapping: a kernel that writes past
+// a tensor's end lands in the rounding tail or a neighbouring block, and nothing is
+// reported. Under ASan (memory/asan.h; the calls compile to nothing otherwise) an
+// allocator of host memory (device kCPU: the CPU allocator and the pinned pool;
+// device memory has no host shadow) keeps ASan's shadow in step with block states:
+//  * a new segment is poisoned whole, so every free block is unaddressable;
+//  * allocate unpoisons exactly the requested [ptr, ptr + nbytes); the rounding
+//    tail up to the block's size stays poisoned;
+//  * free poisons the whole block, so a use after free is reported while the block
+//    sits in the cache or is parked on events (until it is handed out again: there
+//    is no quarantine);
+//  * a segment is unpoisoned before it goes back to the system, whose next mapping
+//    at that address must start addressable (not every ASan runtime's munmap
+//    interceptor clears the shadow).
+// We poison rather than bypass the cache with a malloc per tensor (which would get
+// ASan's redzones and quarantine) so that the rounding, split, merge and best-fit
+// code stays the code under test, with the same sizes and pointers as in a normal
+// build: the allocator's tests keep their hand-computed layouts under ASan.
+// Granularity: ASan keeps one shadow byte per 8-byte granule, saying "the first k
+// bytes are addressable", so a region can end mid-granule but not start there.
+// Every block starts 512-aligned (page-aligned segments, sizes in multiples of
+// 512), hence on a granule boundary, and the end of the request is exact to the
+// byte: for nbytes = 1001, byte 1000 is addressable and byte 1001 is not. The slack
+// that remains is the missing redzone: a request that fills its block exactly
+// (nbytes a multiple of 512) has no tail, so its overrun is reported when the next
+// block is free or cached, but not when that block is live.
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -57,6 +87,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/asan.h"
 #include "memory/backend.h"
 #include "memory/data_ptr.h"
 #include "memory/stats.h"
@@ -180,6 +211,13 @@ class CachingAllocator {
   [[noreturn]] void throw_out_of_memory(size_t nbytes, size_t seg_size);
   void update(StatCounter PoolStats::*stat, PoolKind kind, int64_t delta);
   void trace(TraceAction action, void* ptr, size_t size, size_t requested, void* stream);
+  // ASan shadow of host memory; nothing without ASan (see Note [Poisoning host blocks]).
+  void poison(const void* ptr, size_t size) const {
+    if (kAsan && device_.is_cpu()) asan_poison(ptr, size);
+  }
+  void unpoison(const void* ptr, size_t size) const {
+    if (kAsan && device_.is_cpu()) asan_unpoison(ptr, size);
+  }
 
   const std::string name_;
   const Device device_;

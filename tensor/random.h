@@ -24,8 +24,16 @@ class Generator {
     offset_ += n;
     return r;
   }
-  uint64_t seed() const { return seed_; }
-  uint64_t offset() const { return offset_; }
+  // Read under the lock too: rank threads draw (reserve) while a checkpoint reads or
+  // replays the state (TSan: a data race otherwise; Note [Checkpoint recompute]).
+  uint64_t seed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seed_;
+  }
+  uint64_t offset() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return offset_;
+  }
   /// Restores a state saved with seed()/offset() (checkpoint recompute, resumed training).
   void set_state(uint64_t seed, uint64_t offset) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -34,7 +42,7 @@ class Generator {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   uint64_t seed_;
   uint64_t offset_ = 0;
 };

@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "memory/allocator.h"
+#include "memory/asan.h"
 #include "memory/caching_allocator.h"
 #include "memory/error.h"
 #include "memory/trace.h"
+#include "tensor/factory.h"
 
 using namespace frugal;
 using namespace frugal::memory;
@@ -40,6 +42,9 @@ class FakeBackend final : public memory::detail::RawBackend {
   }
   void free_segment(void* base, size_t nbytes) override {
     used_ -= nbytes;
+#if FRUGAL_ASAN  // a segment must go back unpoisoned (Note [Poisoning host blocks])
+    if (__asan_region_is_poisoned(base, nbytes)) ++poisoned_at_release;
+#endif
     host_->free_segment(base, nbytes);
   }
   size_t total_memory() const override { return capacity_; }
@@ -66,6 +71,7 @@ class FakeBackend final : public memory::detail::RawBackend {
   }
   size_t used() const { return used_; }
   int waits = 0;
+  int poisoned_at_release = 0;  // segments given back with ASan poison left on them
 
  private:
   size_t capacity_;
@@ -504,6 +510,75 @@ TEST_CASE_FIXTURE(CpuAllocatorFixture, "allocator: pinned pool has its own stats
   p = DataPtr();
   CHECK(pinned_stats().allocated_bytes.current == before.allocated_bytes.current);
   CHECK(allocate_pinned(0).get() == nullptr);
+}
+
+// Compiled in every build, run only under ASan: elsewhere doctest reports it skipped.
+TEST_CASE_FIXTURE(CpuAllocatorFixture,
+                  "allocator: under ASan, bytes past the request and cached blocks are poisoned "
+                  "(Note [Poisoning host blocks])" *
+                      doctest::skip(!memory::detail::kAsan)) {
+#if FRUGAL_ASAN
+  auto poisoned = [](const void* p) { return __asan_address_is_poisoned(p) != 0; };
+  auto addressable = [](const void* p, size_t n) {
+    return __asan_region_is_poisoned(const_cast<void*>(p), n) == nullptr;
+  };
+
+  SUBCASE("a tensor: its requested bytes, not its rounding tail, not once freed") {
+    Tensor t = empty({250});  // 1000 bytes in a 1024-byte block
+    const char* p = static_cast<const char*>(t.data());
+    CHECK(addressable(p, 1000));
+    CHECK(poisoned(p + 1000));  // the byte just past the request
+    CHECK(poisoned(p + 1023));
+    t = Tensor();
+    CHECK(state_of(snapshot(kCPU), const_cast<char*>(p)) == BlockState::Free);  // cached, still mapped
+    CHECK(poisoned(p));
+    CHECK(poisoned(p + 999));
+  }
+  SUBCASE("the end is exact within an 8-byte granule; the free rest of the segment is poisoned") {
+    PrivateAllocator a;
+    DataPtr d = a.allocator.allocate(1001, kHostStream);
+    CHECK(addressable(at(d), 1001));
+    CHECK(poisoned(at(d, 1001)));
+    CHECK(poisoned(at(d, 1024)));         // the split-off free block
+    CHECK(poisoned(at(d, 2 * MiB - 1)));  // the segment's last byte
+  }
+  SUBCASE("a cached block is unpoisoned exactly on reuse; merged neighbours stay poisoned") {
+    PrivateAllocator a;
+    DataPtr d = a.allocator.allocate(4096, kHostStream);
+    DataPtr e = a.allocator.allocate(512, kHostStream);
+    char* p = at(d);
+    d = DataPtr();
+    CHECK(state_of(a.allocator.snapshot(), p) == BlockState::Free);
+    CHECK(poisoned(p));
+    CHECK(poisoned(p + 4095));
+    CHECK(addressable(at(e), 512));                      // the live neighbour is untouched
+    DataPtr f = a.allocator.allocate(100, kHostStream);  // best fit: the freed 4096-byte block
+    REQUIRE(at(f) == p);
+    CHECK(addressable(p, 100));
+    CHECK(poisoned(p + 100));
+    f = DataPtr();
+    e = DataPtr();  // merges the segment back into one free block
+    CHECK(poisoned(p));
+    CHECK(poisoned(p + 4096));
+  }
+  SUBCASE("segments go back to the system unpoisoned") {
+    PrivateAllocator a;
+    {
+      DataPtr small = a.allocator.allocate(300, kHostStream);
+      DataPtr large = a.allocator.allocate(3 * MiB + 5, kHostStream);
+    }
+    a.allocator.empty_cache();
+    CHECK(a.backend->used() == 0);
+    CHECK(a.backend->poisoned_at_release == 0);
+  }
+  SUBCASE("the pinned pool") {
+    DataPtr p = allocate_pinned(100);
+    CHECK(addressable(at(p), 100));
+    CHECK(poisoned(at(p, 100)));
+  }
+#else
+  FAIL("not an ASan build: nothing to check (run tools/sanitize.sh asan)");
+#endif
 }
 
 TEST_CASE_FIXTURE(CpuAllocatorFixture, "allocator: concurrent alloc/free keeps blocks disjoint and stats consistent") {
