@@ -1,7 +1,7 @@
 #pragma once
 // Internal: AddressSanitizer's manual poisoning, compiled out unless ASan is on.
 // The caching allocator marks what it caches as unaddressable so that ASan sees
-// tensor memory; see Note [Poisoning host blocks] in memory/caching_allocator.cpp.
+// tensor memory; see Note [Poisoning host blocks] in memory/caching_allocator.h.
 #include <cstddef>
 
 #if defined(__SANITIZE_ADDRESS__)  // g++

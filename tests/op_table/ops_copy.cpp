@@ -156,8 +156,11 @@ void add_copy_ops(std::vector<OpEntry>& t) {
                  s.run = [to](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].reshape(to)}; };
                  s.reference = [to, dt](const std::vector<Host>& in) {
                    Shape out = to;
+                   int64_t known = 1;  // the product of the sizes other than -1
+                   for (int64_t n : to)
+                     if (n != -1) known *= n;
                    for (int64_t& n : out)
-                     if (n == -1) n = in[0].numel() / std::max<int64_t>(1, -numel_of(to));
+                     if (n == -1) n = known == 0 ? 0 : in[0].numel() / known;
                    return std::vector<Expected>{Expected{Host{true, out, in[0].v}, dt, {}}};
                  };
                  return s;
