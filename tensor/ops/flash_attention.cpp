@@ -22,6 +22,8 @@ bool mask_broadcasts(const Tensor& mask, const Shape& to) {
 }
 
 /// t with a contiguous last dim, and on CUDA rows the 16-byte copies can read (cp.async).
+/// Otherwise a fresh copy: not contiguous(), which returns a contiguous view as it is,
+/// however its storage offset aligns it (a view at offset 3 once faulted the kernels).
 Tensor kernel_view(const Tensor& t) {
   bool ok = t.stride(-1) == 1 || t.size(-1) == 1;
   if (ok && t.device().is_cuda()) {
@@ -29,7 +31,7 @@ Tensor kernel_view(const Tensor& t) {
     ok = reinterpret_cast<uintptr_t>(t.data()) % 16 == 0 && t.stride(-1) == 1;
     for (int d = 0; d < 3; ++d) ok = ok && (t.stride(d) % per16 == 0 || t.size(d) == 1);
   }
-  return ok ? t : t.contiguous();
+  return ok ? t : t.clone();
 }
 
 /// float32 statistics, float64 for float64 inputs (gradcheck needs them exact).

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "memory/error.h"
+#include "memory/stream.h"
 #include "tests/op_table/op_table.h"
 
 namespace frugal::optest {
@@ -184,6 +185,13 @@ void run_on(const Sample& s, const std::vector<Tensor>& inputs, const std::vecto
   std::vector<Tensor> outs;
   try {
     outs = s.run(inputs);
+    // CUDA raises a bad index at the next synchronization, not at the op (Note [Deferred
+    // index checks]): sync here so the error belongs to this case, as a user's .item() would.
+    for (const Tensor& t : inputs)
+      if (t.defined() && t.device().is_cuda()) {
+        synchronize(t.device());
+        break;
+      }
   } catch (const Error& e) {
     if (!must_throw.empty()) return;
     throw Failure{std::string("threw frugal::Error: ") + e.what()};
