@@ -239,6 +239,32 @@ TEST_CASE("flash_attention cuda: packed q, k, v with an odd stride on a size-1 d
   CHECK(relative_error(gr.dv, values_of(cg.dv), "dv") <= 1.5 * grad_tol(kFloat16));
 }
 
+TEST_CASE("flash_attention cuda: contiguous views at an odd storage offset") {
+  // A contiguous view whose data is not 16-byte aligned (narrow of a flat buffer at element 3)
+  // once reached the kernels' 16-byte cp.async loads as it was, because contiguous() returns
+  // a contiguous view unchanged: a misaligned-address fault that broke the CUDA context
+  // (found by the differential op table). The op must copy such views first.
+  const int64_t B = 2, H = 1, T = 7, E = 32, n = B * H * T * E;
+  const Tensor flat = random_tensor({4 * n + 3}, {kFloat16}, 1400, Layout::Contiguous, -1.0, 1.0);
+  auto at = [&](const Tensor& from, int64_t i) { return from.narrow(0, 3 + i * n, n).view({B, H, T, E}); };
+  const ops::FlashAttentionOptions o{};
+  const auto cf = ops::flash_attention_forward(at(flat, 0), at(flat, 1), at(flat, 2), o);
+  const auto cg = ops::flash_attention_backward(at(flat, 3), at(flat, 0), at(flat, 1), at(flat, 2), cf.out, cf.lse,
+                                                o, cf.range);
+  const Tensor gflat = flat.to(kGpu);
+  REQUIRE(at(gflat, 1).is_contiguous());
+  ops::FlashAttentionForward f;
+  REQUIRE_NOTHROW(f = ops::flash_attention_forward(at(gflat, 0), at(gflat, 1), at(gflat, 2), o));
+  ops::FlashAttentionGrads gr;
+  REQUIRE_NOTHROW(gr = ops::flash_attention_backward(at(gflat, 3), at(gflat, 0), at(gflat, 1), at(gflat, 2), f.out,
+                                                     f.lse, o, f.range));
+  REQUIRE_NOTHROW(synchronize(kGpu));
+  CHECK(relative_error(f.out, values_of(cf.out), "out") <= 1.5 * out_tol(kFloat16));
+  CHECK(relative_error(gr.dq, values_of(cg.dq), "dq") <= 1.5 * grad_tol(kFloat16));
+  CHECK(relative_error(gr.dk, values_of(cg.dk), "dk") <= 1.5 * grad_tol(kFloat16));
+  CHECK(relative_error(gr.dv, values_of(cg.dv), "dv") <= 1.5 * grad_tol(kFloat16));
+}
+
 TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fused kernels") {
   const Case c{2, 4, 96, 96, 64};
   const Inputs in = make_inputs(c, kFloat32, 1100);
