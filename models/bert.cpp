@@ -8,6 +8,7 @@
 #include "memory/attribution.h"
 #include "models/config_json.h"
 #include "models/group.h"
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "tensor/factory.h"
 
@@ -119,14 +120,14 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 
 Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
   memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
-  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), D = C / num_heads;
-  auto heads = [&](const Tensor& x) { return x.view({B, T, num_heads, D}).transpose(1, 2); };  // (B, H, T, D)
-  const Tensor q = heads((*query)(h)), k = heads((*key)(h)), v = heads((*value)(h));
+  const int64_t D = h.size(2) / num_heads;
+  const Tensor q = nn::split_heads((*query)(h), num_heads), k = nn::split_heads((*key)(h), num_heads),
+               v = nn::split_heads((*value)(h), num_heads);  // (B, H, T, D)
   // The mask is made in the scores' dtype (the projections' output: float16 under autocast).
   const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
   const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, is_training() ? dropout_p : 0.0,
                                                   1.0 / std::sqrt(double(D)));  // (B, H, T, D)
-  return ctx.transpose(1, 2).reshape({B, T, C});
+  return nn::merge_heads(ctx);  // (B, T, C)
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c) {

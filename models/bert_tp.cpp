@@ -6,6 +6,7 @@
 #include "autograd/ops/all.h"
 #include "models/group.h"
 #include "models/tp_util.h"
+#include "nn/attention.h"
 #include "nn/container.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
@@ -60,18 +61,17 @@ TensorParallelBertLayer::TensorParallelBertLayer(const BertConfig& c, CommPtr co
 }
 
 Tensor TensorParallelBertLayer::forward(const Tensor& h, const Tensor& mask) {
-  const int64_t B = h.size(0), T = h.size(1);
   // One copy_to_region for q, k and v: one backward all-reduce of dL/dh for the three.
   const Tensor hp = parallel::copy_to_region(h, comm_);
-  auto heads = [&](const Tensor& y) { return y.view({B, T, heads_per_rank, head_dim}).transpose(1, 2); };
-  const Tensor q = heads(query->forward_local(hp)), k = heads(key->forward_local(hp));
-  const Tensor v = heads(value->forward_local(hp));
+  const Tensor q = nn::split_heads(query->forward_local(hp), heads_per_rank);
+  const Tensor k = nn::split_heads(key->forward_local(hp), heads_per_rank);
+  const Tensor v = nn::split_heads(value->forward_local(hp), heads_per_rank);
   const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
   // Dropout as BertLayer's: this rank's heads from its split stream, the replicated hidden
   // outputs (after the all-reduce) from the replicated one.
   const bool train = is_training();
   const Tensor ctx = dropout.attention_over_heads(q, k, v, m, 1.0 / std::sqrt(double(head_dim)), train);
-  const Tensor merged = ctx.transpose(1, 2).reshape({B, T, heads_per_rank * head_dim});
+  const Tensor merged = nn::merge_heads(ctx);
   const Tensor a =
       attention_output_LayerNorm->forward(dropout.replicated(attention_output_dense->forward(merged), train) + h);
   const Tensor u = intermediate_dense->forward_local(parallel::copy_to_region(a, comm_));

@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "models/group.h"
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
@@ -86,18 +87,18 @@ TensorParallelEncoderBlock::TensorParallelEncoderBlock(const ViTConfig& c, CommP
 }
 
 Tensor TensorParallelEncoderBlock::forward(const Tensor& input) {
-  const int64_t N = input.size(0), S = input.size(1);
   const Tensor h = (*ln_1)(input);
   // This rank's heads of q, k and v from one local product (the shard is [q; k; v]).
   const std::vector<Tensor> qkv =
       chunk(linear(parallel::copy_to_region(h, comm_), in_proj_weight, in_proj_bias), 3, -1);
-  auto heads = [&](const Tensor& y) { return y.reshape({N, S, heads_per_rank, head_dim}).transpose(1, 2); };
   // Dropout as EncoderBlock's: this rank's heads and MLP columns from its split stream, the
   // replicated outputs (after the all-reduce) from the replicated one.
   const bool train = is_training();
-  const Tensor ctx = dropout.attention_over_heads(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), Tensor(),
+  const Tensor ctx = dropout.attention_over_heads(nn::split_heads(qkv[0], heads_per_rank),
+                                                  nn::split_heads(qkv[1], heads_per_rank),
+                                                  nn::split_heads(qkv[2], heads_per_rank), Tensor(),
                                                   1.0 / std::sqrt(double(head_dim)), train);
-  const Tensor merged = ctx.transpose(1, 2).reshape({N, S, heads_per_rank * head_dim});
+  const Tensor merged = nn::merge_heads(ctx);
   const Tensor x = dropout.replicated(out_proj->forward(merged), train) + input;
   const Tensor a = dropout.split(gelu(mlp_0->forward((*ln_2)(x))), train);  // mlp.2
   return x + dropout.replicated(mlp_3->forward(a), train);                  // mlp.4

@@ -56,11 +56,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// Rows [i * n, (i + 1) * n) of a stacked projection parameter (a view), or undefined.
 Tensor rows(const Tensor& t, int64_t i, int64_t n) { return t.defined() ? t.narrow(0, i * n, n) : Tensor(); }
 
-/// x: (B, T, H * D) -> (B, H, T, D), a view.
-Tensor split_heads(const Tensor& x, int64_t heads) {
-  return x.unflatten(-1, {heads, x.size(-1) / heads}).transpose(1, 2);
-}
-
 /// A mask as scores to add: floating masks converted to `dtype`, bool ones (true = masked)
 /// to -inf where true and 0 elsewhere.
 Tensor additive(const Tensor& mask, DType dtype) {
@@ -75,6 +70,17 @@ void check_mask_kind(const char* name, const Tensor& mask, const Tensor& query) 
 }
 
 }  // namespace
+
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  FRUGAL_CHECK(x.dim() == 3 && heads > 0 && x.size(2) % heads == 0, "split_heads: expected (B, T, H * D) with H = ",
+               heads, " dividing the last dim, got ", x.describe());
+  return x.unflatten(-1, {heads, x.size(-1) / heads}).transpose(1, 2);
+}
+
+Tensor merge_heads(const Tensor& ctx) {
+  FRUGAL_CHECK(ctx.dim() == 4, "merge_heads: expected (B, H, T, D), got ", ctx.describe());
+  return ctx.transpose(1, 2).reshape({ctx.size(0), ctx.size(2), ctx.size(1) * ctx.size(3)});
+}
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, MultiheadAttentionOptions options)
     : embed_dim(embed_dim_),
@@ -207,7 +213,7 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
   }
 
   AttentionOutput result;
-  Tensor out = (*out_proj)(heads.transpose(1, 2).reshape({B, L, E}));  // (B, L, E)
+  Tensor out = (*out_proj)(merge_heads(heads));  // (B, L, E)
   result.output = !batched ? out.squeeze(0) : batch_first ? out : out.transpose(0, 1);
   if (o.need_weights) {
     if (o.average_attn_weights) weights = mean(weights, {1});  // (B, L, S)

@@ -11,6 +11,11 @@
 
 namespace frugal::nn {
 
+/// x: (B, T, H * D) -> (B, H, T, D), a view: the layout the attention ops take.
+Tensor split_heads(const Tensor& x, int64_t heads);
+/// ctx: (B, H, T, D) -> (B, T, H * D), split_heads undone (a copy: the heads interleave).
+Tensor merge_heads(const Tensor& ctx);
+
 struct MultiheadAttentionOptions {
   /// Dropout on the attention weights, in training mode only.
   double dropout = 0.0;

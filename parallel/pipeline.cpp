@@ -226,8 +226,15 @@ struct StepRun {
       comm.recv(header, rank - 1)->wait();
       const Tensor h = header.cpu();
       const int64_t* v = static_cast<const int64_t*>(h.data());
-      FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1);
-      received_meta = std::pair{Shape(v + 2, v + 2 + v[0]), DType(v[1])};
+      // A header is read from another process: check each field before it makes a tensor.
+      FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1,
+                   ": ", v[0], " dims (at most ", kHeaderLen - 2, ")");
+      FRUGAL_CHECK(v[1] >= 0 && v[1] <= int64_t(DType::Bool), "PipelineStage: bad activation header from stage ",
+                   rank - 1, ": dtype code ", v[1], " names no dtype");
+      const Shape sizes(v + 2, v + 2 + v[0]);
+      for (int64_t s : sizes)
+        FRUGAL_CHECK(s >= 0, "PipelineStage: bad activation header from stage ", rank - 1, ": shape ", shape_str(sizes));
+      received_meta = std::pair{sizes, DType(v[1])};
     }
     return empty(received_meta->first, {received_meta->second, device});
   }
@@ -406,12 +413,12 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
   comm_->broadcast(loss, comm_->size() - 1)->wait();
   stats.loss = double(loss.cpu().item<float>());
   stats.busy_seconds = stats.bubble_measured = stats.stage_bubble = -1.0;
+  const int p = comm_->size();
   if (options_.measure_busy) {  // Note [Pipeline busy time]: this stage's, and the pipeline's
     stats.busy_seconds = run.busy;
     const auto idle_share = [](double span, double busy) { return span > 0 ? 1.0 - busy / span : 0.0; };
     stats.stage_bubble = idle_share(stats.step_seconds, run.busy);
     // One max-reduction gives the longest step (slot 0) and every stage's busy time (its slot).
-    const int p = comm_->size();
     std::vector<double> slots(size_t(p) + 1, 0.0);
     slots[0] = stats.step_seconds;
     slots[size_t(comm_->rank()) + 1] = run.busy;
@@ -422,7 +429,6 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
     for (int r = 1; r <= p; ++r) busy_sum += got[size_t(r)];
     stats.bubble_measured = idle_share(double(p) * got[0], busy_sum);
   }
-  const int p = comm_->size();
   stats.bubble_theoretical = double(p - 1) / double(m + p - 1);
   stats.peak_in_flight = run.peak_in_flight;
   return stats;

@@ -40,6 +40,7 @@
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn_functional.h"
 #include "autograd/ops/shape.h"
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -440,14 +441,12 @@ TensorParallelEncoderLayer::TensorParallelEncoderLayer(int64_t hidden_, int64_t 
 }
 
 Tensor TensorParallelEncoderLayer::attention(const Tensor& h, const Tensor& attn_mask) {
-  const int64_t B = h.size(0), T = h.size(1), D = hidden / heads;
   const Tensor hp = copy_to_region(h, comm_);  // one backward all-reduce for q, k and v together
-  auto split_heads = [&](const Tensor& y) { return y.unflatten(-1, {heads_per_rank, D}).transpose(1, 2); };
-  const Tensor q = split_heads(query->forward_local(hp));  // (B, H / size, T, D)
-  const Tensor k = split_heads(key->forward_local(hp));
-  const Tensor v = split_heads(value->forward_local(hp));
+  const Tensor q = nn::split_heads(query->forward_local(hp), heads_per_rank);  // (B, H / size, T, D)
+  const Tensor k = nn::split_heads(key->forward_local(hp), heads_per_rank);
+  const Tensor v = nn::split_heads(value->forward_local(hp), heads_per_rank);
   const Tensor ctx = dropout.attention_over_heads(q, k, v, attn_mask, {}, is_training());
-  const Tensor out = attention_output->forward(ctx.transpose(1, 2).reshape({B, T, heads_per_rank * D}));
+  const Tensor out = attention_output->forward(nn::merge_heads(ctx));
   return dropout.replicated(out, is_training());
 }
 

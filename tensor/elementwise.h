@@ -66,19 +66,4 @@ bool may_overlap(const Tensor& a, const Tensor& b);
 /// suggest it (Note [Elementwise output layout]), else contiguous.
 Tensor empty_elementwise_output(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs);
 
-/// Offset (in elements) of linear output index `i` for operand `k`.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-    inline int64_t
-    element_offset(const ElementwiseLayout& L, int k, int64_t i) {
-  int64_t off = 0;
-  for (int d = L.ndim - 1; d >= 0; --d) {
-    const int64_t s = L.sizes[d];
-    off += (i % s) * L.strides[k][d];
-    i /= s;
-  }
-  return off;
-}
-
 }  // namespace frugal
