@@ -13,7 +13,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/join.h"
 #include "nn/attention.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"

@@ -13,8 +13,11 @@
 #include <vector>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/linalg.h"
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/loss.h"
+#include "autograd/ops/masked_softmax.h"
+#include "autograd/ops/norm.h"
 #include "tensor/factory.h"
 #include "tensor/ops/dropout.h"
 #include "tensor/ops/loss.h"

@@ -9,8 +9,9 @@
 #include <string>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/conv.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/batch_norm.h"
+#include "autograd/ops/pool.h"
+#include "autograd/ops/unary.h"
 #include "memory/allocator.h"
 #include "nn/batch_norm.h"
 #include "nn/container.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "nn/attention.h"
 #include "tensor/factory.h"

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/batch_norm.h"
 #include "autograd/ops/conv.h"
+#include "autograd/ops/pool.h"
 #include "nn/batch_norm.h"
 #include "nn/conv.h"
 #include "nn/pooling.h"

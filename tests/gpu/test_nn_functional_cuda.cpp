@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/loss.h"
+#include "autograd/ops/norm.h"
 #include "memory/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/dropout.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "nn/low_rank.h"
 #include "tensor/factory.h"
