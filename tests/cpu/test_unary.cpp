@@ -23,9 +23,9 @@
 
 using namespace frugal;
 using namespace frugal::testing;
-using ops::UnaryOp;
 using autograd::gradcheck;
 using autograd::GradcheckOptions;
+using ops::UnaryOp;
 
 namespace {
 
