@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "autograd/ops/batch_norm.h"
 #include "autograd/ops/conv.h"
-#include "autograd/ops/elementwise.h"
 #include "bench/bench_util.h"
 #include "memory/device.h"
 #include "memory/error.h"

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "autograd/ops/elementwise.h"
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/loss.h"
 #include "autograd/ops/reduce.h"
 #include "bench/bench_util.h"
 #include "examples/flags.h"

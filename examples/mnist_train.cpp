@@ -5,7 +5,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/loss.h"
 #include "examples/flags.h"
 #include "examples/train_checks.h"
 #include "nn/activation.h"

@@ -1,6 +1,6 @@
 #include "nn/activation.h"
 
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/unary.h"
 
 namespace frugal::nn {
 

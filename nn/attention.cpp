@@ -3,11 +3,13 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/ops/elementwise.h"
-#include "autograd/ops/linalg.h"
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/join.h"
+#include "autograd/ops/masked_softmax.h"
+#include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
-#include "autograd/ops/shape.h"
 #include "nn/init.h"
 #include "tensor/factory.h"
 

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "autograd/ops/conv.h"
+#include "autograd/ops/batch_norm.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/fill.h"

@@ -1,7 +1,8 @@
 #include "nn/layers.h"
 
-#include "autograd/ops/nn_functional.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/norm.h"
 #include "nn/init.h"
 #include "tensor/factory.h"
 

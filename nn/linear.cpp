@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "autograd/ops/linalg.h"
+#include "autograd/ops/matmul.h"
 #include "nn/init.h"
 #include "tensor/factory.h"
 

@@ -1,6 +1,6 @@
 #include "nn/pooling.h"
 
-#include "autograd/ops/conv.h"
+#include "autograd/ops/pool.h"
 
 namespace frugal::nn {
 

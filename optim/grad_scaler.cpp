@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/binary.h"
 #include "optim/step_util.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"

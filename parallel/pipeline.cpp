@@ -56,7 +56,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "memory/profile_recorder.h"
 #include "memory/stream.h"

@@ -36,10 +36,13 @@
 #include <cmath>
 
 #include "autograd/function.h"
-#include "autograd/ops/elementwise.h"
-#include "autograd/ops/linalg.h"
-#include "autograd/ops/nn_functional.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/join.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/unary.h"
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "tensor/factory.h"

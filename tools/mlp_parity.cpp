@@ -9,13 +9,14 @@
 #include <fstream>
 #include <string>
 
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/loss.h"
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "tensor/random.h"
 
 using namespace frugal;
 

@@ -1,8 +1,9 @@
 // dropout, forward and backward side by side (Note [Dropout mask from counters]).
-#include "tensor/ops/dropout.h"
+#include "autograd/ops/dropout.h"
+
 #include "autograd/function.h"
-#include "autograd/ops/nn_functional.h"
 #include "memory/op_context.h"
+#include "tensor/ops/dropout.h"
 
 namespace frugal {
 

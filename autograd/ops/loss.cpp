@@ -1,10 +1,11 @@
 // cross_entropy and mse_loss, forward and backward side by side.
-#include "tensor/ops/loss.h"
+#include "autograd/ops/loss.h"
+
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "autograd/ops/nn_functional.h"
 #include "memory/op_context.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/loss.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal {

@@ -1,9 +1,10 @@
 // layer_norm, forward and backward side by side (Note [Layer norm statistics]).
-#include "tensor/ops/norm.h"
+#include "autograd/ops/norm.h"
+
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "autograd/ops/nn_functional.h"
 #include "memory/op_context.h"
+#include "tensor/ops/norm.h"
 
 namespace frugal {
 

@@ -1,9 +1,10 @@
 #pragma once
 // Arithmetic operators on Tensor: spelled-out calls of the differentiable ops in
-// autograd/ops/elementwise.h, so `y = (x - mean) / std * w + b` records the same graph
-// as add/sub/mul/div would. Compound assignments (+= -= *= /=) write in place, with
-// the rules of Note [In-place ops and autograd] (autograd/ops/elementwise.cpp).
-#include "autograd/ops/elementwise.h"
+// autograd/ops/binary.h (and neg in autograd/ops/unary.h), so `y = (x - mean) / std * w + b`
+// records the same graph as add/sub/mul/div would. Compound assignments (+= -= *= /=) write
+// in place, with the rules of Note [In-place ops and autograd] (autograd/ops/binary.cpp).
+#include "autograd/ops/binary.h"
+#include "autograd/ops/unary.h"
 
 namespace frugal {
 

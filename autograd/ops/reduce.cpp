@@ -1,4 +1,4 @@
-// Reductions and softmax, forward and backward side by side.
+// Reductions, forward and backward side by side.
 //
 // Note [Reduction gradients]
 // The gradient of a reduction has the reduced shape; backward first puts 1s back at the
@@ -13,7 +13,6 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/index.h"
-#include "tensor/ops/softmax.h"
 
 namespace frugal {
 
@@ -169,35 +168,6 @@ ValuesIndices max_min(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
   return r;
 }
 
-// y = softmax(x, dim):     grad_x = y (g - sum(g y, dim))
-// y = log_softmax(x, dim): grad_x = g - exp(y) sum(g, dim)
-// (one fused kernel each: ops::softmax_backward / ops::log_softmax_backward)
-struct SoftmaxBackward final : Node {
-  SavedTensor out;
-  int64_t dim = 0;
-  bool log = false;
-  std::string name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
-  void release_saved() override { out.reset(); }
-  TensorList apply(TensorList&& grads) override {
-    const Tensor y = out.unpack(name());
-    const Tensor g = in_dtype(grads[0], y.dtype());
-    return {log ? ops::log_softmax_backward(g, y, dim) : ops::softmax_backward(g, y, dim)};
-  }
-};
-
-Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
-  memory::OpScope scope(log ? "log_softmax" : "softmax");
-  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return softmax_op(log, (*c)[0], dim);
-  Tensor y = autograd::raw([&] { return log ? ops::log_softmax(x, dim) : ops::softmax(x, dim); });
-  if (auto node = make_node<SoftmaxBackward>({x})) {
-    node->out = y;
-    node->dim = dim;
-    node->log = log;
-    autograd::record(node, {y});
-  }
-  return y;
-}
-
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -234,9 +204,6 @@ Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return max_min(true, x, dim, keepdim); }
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return max_min(false, x, dim, keepdim); }
-
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(false, x, dim); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(true, x, dim); }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   memory::OpScope scope("argmax");

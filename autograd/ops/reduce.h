@@ -1,7 +1,7 @@
 #pragma once
-// Differentiable reductions and softmax. Same names, arguments and semantics as the raw
-// ops in tensor/ops/reduce.h and tensor/ops/softmax.h; argmax/argmin are not
-// differentiable and are forwarded to the raw ops.
+// Differentiable reductions. Same names, arguments and semantics as the raw ops in
+// tensor/ops/reduce.h; argmax/argmin are not differentiable and are forwarded to the raw
+// ops.
 #include <cstdint>
 #include <vector>
 
@@ -27,11 +27,6 @@ Tensor amin(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Smallest value along `dim` and its index (gradient to that index only).
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
-
-/// softmax along `dim`; backward y (g - sum(g y)) from the saved output.
-Tensor softmax(const Tensor& x, int64_t dim);
-/// log_softmax along `dim`; backward g - exp(y) sum(g) from the saved output.
-Tensor log_softmax(const Tensor& x, int64_t dim);
 
 // Not differentiable: forwarded to the raw ops (run below autograd, nothing recorded).
 

@@ -1,6 +1,6 @@
 #pragma once
 // Batch normalization over (N, C, *) inputs, per channel, forward and backward (raw ops;
-// the differentiable form is frugal::batch_norm in autograd/ops/conv.h).
+// the differentiable form is frugal::batch_norm in autograd/ops/batch_norm.h).
 //
 // Note [Batch norm statistics]
 // Channel c normalizes its M = N * prod(*) values. In training the forward computes the

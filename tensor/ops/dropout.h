@@ -1,6 +1,6 @@
 #pragma once
 // Dropout as a raw op over the Philox stream (the differentiable form is
-// frugal::dropout in autograd/ops/nn_functional.h).
+// frugal::dropout in autograd/ops/dropout.h).
 //
 // Note [Dropout mask from counters]
 // Element i (row-major in x's shape) of a dropout over the counter range

@@ -1,6 +1,6 @@
 #pragma once
 // Fused attention that never materializes the (B, H, L, S) scores (the differentiable
-// form is frugal::flash_attention in autograd/ops/nn_functional.h; scaled_dot_product_attention
+// form is frugal::flash_attention in autograd/ops/flash_attention.h; scaled_dot_product_attention
 // routes to it on CUDA, see Note [Attention paths] in nn/attention.cpp).
 //
 // Note [Flash attention]
@@ -57,7 +57,7 @@ struct FlashAttentionGrads {
 // - dq, dk, dv take their input's order; when q, k, v are exactly chunk(x, 3, -1) of one
 //   (B, T, 3 H E) buffer split into heads, they are views of ONE (B, T, 3, H, E) buffer with
 //   q, k, v's strides, so the split's backward finds them adjacent and joins them without a
-//   cat (SplitBackward in autograd/ops/shape.cpp). This is what PyTorch does too.
+//   cat (SplitBackward in autograd/ops/join.cpp). This is what PyTorch does too.
 // The kernels read and write every operand through its strides (the last dim contiguous).
 
 /// Attention of q (B, H, L, E) over k (B, H, S, E), v (B, H, S, E) (see Note [Flash attention]).

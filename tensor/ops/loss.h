@@ -1,7 +1,7 @@
 #pragma once
 // Losses as raw ops: cross_entropy (fused log-softmax + NLL, with label smoothing and
 // ignore_index) and its backward, and mse_loss. The differentiable forms are
-// frugal::cross_entropy / frugal::mse_loss in autograd/ops/nn_functional.h.
+// frugal::cross_entropy / frugal::mse_loss in autograd/ops/loss.h.
 //
 // Note [Fused cross entropy]
 // For a row x of C logits with target t, smoothing e and lse = log(sum_c exp(x_c)),

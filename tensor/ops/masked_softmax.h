@@ -1,6 +1,6 @@
 #pragma once
 // Attention's softmax with its scale and mask fused in (the differentiable form is
-// frugal::masked_softmax in autograd/ops/nn_functional.h, the building block of
+// frugal::masked_softmax in autograd/ops/masked_softmax.h, the building block of
 // scaled_dot_product_attention).
 //
 // Note [Masked softmax]

@@ -1,6 +1,6 @@
 #pragma once
 // Layer normalization over the trailing dims, forward and backward (raw ops; the
-// differentiable form is frugal::layer_norm in autograd/ops/nn_functional.h).
+// differentiable form is frugal::layer_norm in autograd/ops/norm.h).
 //
 // Note [Layer norm statistics]
 // x is seen as (M, N): M rows (the leading dims) of N = numel(normalized_shape)

@@ -1,7 +1,7 @@
 #pragma once
 // 2-D pooling on (N, C, H, W) or unbatched (C, H, W) tensors, as torch.nn.functional's
 // max_pool2d, avg_pool2d and adaptive_avg_pool2d, forward and backward (raw ops; the
-// differentiable forms are in autograd/ops/conv.h).
+// differentiable forms are in autograd/ops/pool.h).
 //
 // Note [Pooling windows]
 // Every plane (one sample, one channel) pools on its own. Output (oh, ow) of a window

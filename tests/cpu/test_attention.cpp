@@ -6,14 +6,17 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
-#include "autograd/ops/shape.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/join.h"
 #include "nn/attention.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
@@ -591,4 +594,84 @@ TEST_CASE("attention: error paths name the numbers and shapes") {
   check_error([&] { m(zeros({8}), zeros({8}), zeros({8})); }, {"MultiheadAttention", "float32[8]"});
   check_error([&] { m(q, kv, zeros({2, 4, 8}, kFloat64)); }, {"share a dtype", "float64[2, 4, 8]"});
   check_error([&] { m(q, kv, kv, {.key_padding_mask = zeros({2, 4}, kInt32)}); }, {"key_padding_mask", "int32"});
+}
+
+// ========================== scaled_dot_product_attention ==========================
+
+TEST_CASE("nn_functional: scaled_dot_product_attention matches loops and passes gradcheck") {
+  const int64_t B = 2, H = 2, L = 3, S = 4, E = 5, Ev = 3;
+  const Tensor q = random_tensor({B, H, L, E}, kFloat64, 800), k = random_tensor({B, H, S, E}, kFloat64, 801),
+               v = random_tensor({B, H, S, Ev}, kFloat64, 802);
+  const std::vector<double> qv = values_of(q), kv = values_of(k), vv = values_of(v);
+  const Tensor pad = from_vector<double>({1, 1, 1, 0, 1, 0, 1, 1}, {B, 1, 1, S}).to(kBool);
+  const std::vector<double> padv = values_of(pad);
+  for (int mode = 0; mode < 3; ++mode) {  // plain, bool padding mask, causal
+    CAPTURE(mode);
+    const double scale = mode == 1 ? 1.0 / std::sqrt(double(E)) : 0.25;
+    std::vector<double> want(size_t(B * H * L * Ev), 0.0);
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t l = 0; l < L; ++l) {
+        std::vector<double> z(static_cast<size_t>(S));
+        double m = -kInf, sum = 0;
+        for (int64_t s = 0; s < S; ++s) {
+          double d = 0;
+          for (int64_t e = 0; e < E; ++e) d += qv[size_t((bh * L + l) * E + e)] * kv[size_t((bh * S + s) * E + e)];
+          const bool keep = mode == 1 ? padv[size_t(bh / H * S + s)] != 0 : mode == 2 ? s <= l : true;
+          z[size_t(s)] = keep ? d * scale : -kInf;
+          m = std::max(m, z[size_t(s)]);
+        }
+        for (int64_t s = 0; s < S; ++s) sum += std::exp(z[size_t(s)] - m);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < Ev; ++j)
+            want[size_t((bh * L + l) * Ev + j)] += std::exp(z[size_t(s)] - m) / sum * vv[size_t((bh * S + s) * Ev + j)];
+      }
+    const Tensor mask = mode == 1 ? pad : Tensor();
+    const std::optional<double> sc = mode == 1 ? std::optional<double>() : std::optional<double>(scale);
+    const Tensor out = scaled_dot_product_attention(q, k, v, mask, mode == 2, 0.0, sc);
+    CHECK(out.sizes() == Shape{B, H, L, Ev});
+    check_close(out, want, 1e-12, 1e-12, "sdpa");
+    check_gradcheck(
+        [&](const TensorList& in) {
+          return scaled_dot_product_attention(in[0], in[1], in[2], mask, mode == 2, 0.0, sc);
+        },
+        {leaf({B, H, L, E}, 810), leaf({B, H, S, E}, 811), leaf({B, H, S, Ev}, 812)});
+  }
+  // A float mask that requires grad, broadcast batch dims (k, v shared across heads), and dropout
+  // with a fixed generator state.
+  Generator gen(5);
+  check_gradcheck(
+      [&](const TensorList& in) {
+        gen.set_state(5, 0);
+        return scaled_dot_product_attention(in[0], in[1], in[2], in[3], false, 0.3, {}, &gen);
+      },
+      {leaf({B, H, L, E}, 820), leaf({B, 1, S, E}, 821), leaf({B, 1, S, Ev}, 822), leaf({L, S}, 823)});
+  // 2-D (unbatched) inputs.
+  check_gradcheck([](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); },
+                  {leaf({L, E}, 830), leaf({S, E}, 831), leaf({S, Ev}, 832)});
+}
+
+TEST_CASE("nn_functional: scaled_dot_product_attention errors") {
+  const Tensor q = zeros({2, 3, 4}), k = zeros({2, 5, 4}), v = zeros({2, 5, 6});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, zeros({2, 5, 3}), v);
+      },
+      {"scaled_dot_product_attention", "float32[2, 3, 4] cpu", "float32[2, 5, 3] cpu", "embedding"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, k, zeros({2, 4, 6}));
+      },
+      {"scaled_dot_product_attention", "sequence length"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, k, v, zeros({3, 5}, kBool), true);
+      },
+      {"scaled_dot_product_attention", "is_causal"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, k, v, zeros({4, 5}, kBool));
+      },
+      {"masked_softmax", "bool[4, 5] cpu", "float32[2, 3, 5] cpu"});
+  check_error([&] { scaled_dot_product_attention(q, k, v.to(kFloat64)); }, {"scaled_dot_product_attention", "dtype"});
+  check_error([&] { scaled_dot_product_attention(zeros({4}), k, v); }, {"scaled_dot_product_attention", "2-D"});
 }

@@ -1,6 +1,8 @@
 // Binary elementwise ops on the CPU against naive float64 loops written here:
 // broadcasting, non-contiguous operands, type promotion, comparisons, where,
-// masked_fill, in-place ops (results, version bumps, aliasing) and every error path.
+// masked_fill, in-place ops (results, version bumps, aliasing) and every error path; the
+// differentiable ops (autograd/ops/binary.h) and the Tensor operators through gradcheck in
+// float64 (broadcast and non-contiguous inputs), ties, and gradients of mixed dtypes.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "autograd/gradcheck.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/operators.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tests/test_util.h"
@@ -23,6 +30,8 @@ constexpr DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 double small_atol(DType t) { return t == kFloat64 ? 1e-13 : t == kFloat32 ? 1e-6 : default_rtol(t) * 0.05; }
 
 using RefFn = std::function<double(double, double)>;
+using autograd::gradcheck;
+using autograd::GradcheckOptions;
 
 /// out[i] = f(a[bcast(i)], b[bcast(i)]) in double, a naive loop over the broadcast shape.
 std::vector<double> reference(const Tensor& a, const Tensor& b, const Shape& out_shape, const RefFn& f) {
@@ -489,4 +498,189 @@ TEST_CASE("binary: errors name the op, the shapes and the dtypes") {
   check_error([&] { ops::where(zeros({2}), zeros({2}), zeros({2})); }, {"where", "bool", "float32[2] cpu"});
   check_error([&] { ops::masked_fill(zeros({2}), zeros({2}), 1.0); }, {"masked_fill", "mask", "bool"});
   check_error([&] { ops::add(Tensor(), zeros({2})); }, {"add", "undefined"});
+}
+
+// ---- the differentiable ops: autograd/ops/binary.h and the operators -------------------
+
+namespace {
+
+/// A contiguous float64 leaf that requires grad, values in [lo, hi).
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                      const GradcheckOptions& options = {}) {
+  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+}  // namespace
+
+TEST_CASE("autograd ops: binary ops pass gradcheck with broadcasting and non-contiguous inputs") {
+  struct BinaryCase {
+    std::string name;
+    std::function<Tensor(const Tensor&, const Tensor&)> f;
+    double lo_b = -2.0;  // the second operand's range (div and pow need it away from 0 / positive)
+  };
+  const std::vector<BinaryCase> cases = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"add alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, -2.5); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"sub alpha", [](const Tensor& a, const Tensor& b) { return sub(a, b, 0.5); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, 0.5},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return frugal::pow(frugal::abs(a) + 0.5, b); }},
+  };
+  struct Shapes {
+    Shape a, b;
+  };
+  for (const BinaryCase& c : cases) {
+    for (const Shapes& s : {Shapes{{3, 4}, {3, 4}}, Shapes{{3, 1}, {1, 4}}, Shapes{{2, 3, 4}, {4}},
+                            Shapes{{2, 1, 4}, {3, 1}}, Shapes{{}, {2, 3}}, Shapes{{2, 3}, {}}}) {
+      CAPTURE(c.name);
+      CAPTURE(shape_str(s.a));
+      CAPTURE(shape_str(s.b));
+      Tensor a = leaf(s.a, 10), b = leaf(s.b, 20, c.lo_b, 2.0);
+      expect_gradcheck([&](const TensorList& in) { return c.f(in[0], in[1]); }, {a, b});
+    }
+    // Non-contiguous: both operands transposed views.
+    CAPTURE(c.name);
+    Tensor a = leaf({4, 3}, 30), b = leaf({4, 3}, 31, c.lo_b, 2.0);
+    expect_gradcheck([&](const TensorList& in) { return c.f(in[0].t(), in[1].t()); }, {a, b});
+    // Only one operand requires grad.
+    Tensor frozen = random_tensor({3, 4}, kFloat64, 32, Layout::Contiguous, c.lo_b, 2.0);
+    expect_gradcheck([&](const TensorList& in) { return c.f(in[0], frozen); }, {leaf({3, 4}, 33)});
+    expect_gradcheck([&](const TensorList& in) { return c.f(frozen, in[0]); }, {leaf({3, 4}, 34, c.lo_b, 2.0)});
+  }
+}
+
+TEST_CASE("autograd ops: scalar forms, rsub, rdiv, where and masked_fill pass gradcheck") {
+  Tensor x = leaf({3, 4}, 40), p = leaf({3, 4}, 41, 0.5, 2.0);
+  expect_gradcheck([](const TensorList& in) { return add(in[0], 1.5); }, {x});
+  expect_gradcheck([](const TensorList& in) { return sub(in[0], -0.5); }, {x});
+  expect_gradcheck([](const TensorList& in) { return mul(in[0], -3.0); }, {x});
+  expect_gradcheck([](const TensorList& in) { return div(in[0], 4.0); }, {x});
+  expect_gradcheck([](const TensorList& in) { return rsub(in[0], 2.0); }, {x});
+  expect_gradcheck([](const TensorList& in) { return rdiv(in[0], 3.0); }, {p});
+  expect_gradcheck([](const TensorList& in) { return rdiv(in[0], 1.0); }, {p});
+  const Tensor cond = ops::gt(random_tensor({3, 1}, kFloat64, 42), 0.0);  // broadcasts against (3, 4)
+  expect_gradcheck([&](const TensorList& in) { return where(cond, in[0], in[1]); },
+                   {leaf({1, 4}, 43), leaf({3, 4}, 44)});
+  expect_gradcheck([&](const TensorList& in) { return where(cond, in[0].t(), 2.0 * in[1]); },
+                   {leaf({4, 3}, 45), leaf({3, 4}, 46)});
+  const Tensor mask = ops::gt(random_tensor({3, 4}, kFloat64, 47), 0.5);
+  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, -7.0); }, {x});
+  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 0.0); },
+                   {leaf({4}, 48)});  // x broadcast
+  // Values: where picks, masked_fill fills.
+  Tensor w = where(cond, x, p);
+  const std::vector<double> wv = values_of(w), xv = values_of(x), pv = values_of(p), cv = values_of(cond);
+  for (int i = 0; i < 12; ++i) CHECK(wv[size_t(i)] == (cv[size_t(i / 4)] ? xv[size_t(i)] : pv[size_t(i)]));
+}
+
+TEST_CASE("autograd ops: maximum and minimum split the gradient on ties, as PyTorch") {
+  Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3}), b = from_vector(std::vector<double>{1, 0, 5}, {3});
+  a.requires_grad_();
+  b.requires_grad_();
+  sum(maximum(a, b)).backward();
+  CHECK(values_of(a.grad()) == std::vector<double>{0.5, 1, 0});
+  CHECK(values_of(b.grad()) == std::vector<double>{0.5, 0, 1});
+  a.set_grad(Tensor());
+  b.set_grad(Tensor());
+  sum(minimum(a, b)).backward();
+  CHECK(values_of(a.grad()) == std::vector<double>{0.5, 0, 1});
+  CHECK(values_of(b.grad()) == std::vector<double>{0.5, 1, 0});
+}
+
+TEST_CASE("autograd ops: mixed dtypes give each input its gradient in its own dtype") {
+  // f32 (4) + f16 (3, 1) -> f32 (3, 4); g = ones.
+  Tensor a = random_tensor({4}, kFloat32, 50), b = random_tensor({3, 1}, kFloat16, 51);
+  a.requires_grad_();
+  b.requires_grad_();
+  Tensor y = add(a, b, 2.0);
+  REQUIRE(y.dtype() == kFloat32);
+  y.backward(ones({3, 4}));
+  REQUIRE(a.grad().dtype() == kFloat32);
+  REQUIRE(b.grad().dtype() == kFloat16);
+  CHECK(values_of(a.grad()) == std::vector<double>(4, 3.0));
+  CHECK(values_of(b.grad()) == std::vector<double>(3, 8.0));
+  // mul: grad_a = sum over rows of b, grad_b = sum over columns of a (in f16).
+  a.set_grad(Tensor());
+  b.set_grad(Tensor());
+  mul(a, b).backward(ones({3, 4}));
+  REQUIRE(a.grad().dtype() == kFloat32);
+  REQUIRE(b.grad().dtype() == kFloat16);
+  const std::vector<double> av = values_of(a), bv = values_of(b);
+  check_close(a.grad(), std::vector<double>(4, bv[0] + bv[1] + bv[2]), 1e-6, 1e-6, "mul grad a");
+  check_close(b.grad(), std::vector<double>(3, av[0] + av[1] + av[2] + av[3]), 2e-3, 2e-3, "mul grad b");
+  // div with an f64 numerator that does not require grad and an f32 denominator that does.
+  Tensor d = random_tensor({3}, kFloat32, 52, Layout::Contiguous, 1.0, 2.0);
+  d.requires_grad_();
+  Tensor n = random_tensor({3}, kFloat64, 53);
+  Tensor q = div(n, d);
+  REQUIRE(q.dtype() == kFloat64);
+  sum(q).backward();
+  REQUIRE(d.grad().dtype() == kFloat32);
+  const std::vector<double> dv = values_of(d), nv = values_of(n);
+  check_close(d.grad(), {-nv[0] / (dv[0] * dv[0]), -nv[1] / (dv[1] * dv[1]), -nv[2] / (dv[2] * dv[2])}, 1e-6, 1e-6,
+              "div grad");
+  // A root gradient in another dtype than its tensor is converted on the way.
+  Tensor h = random_tensor({2}, kFloat16, 54);
+  h.requires_grad_();
+  gelu(h).backward(ones({2}, kFloat32));
+  CHECK(h.grad().dtype() == kFloat16);
+}
+
+TEST_CASE("autograd ops: operators equal the named functions, values and gradients") {
+  Tensor a = leaf({3, 4}, 60), b = leaf({4}, 61, 0.5, 2.0);
+  auto same = [](const Tensor& x, const Tensor& y) { CHECK(values_of(x) == values_of(y)); };
+  same(a + b, add(a, b));
+  same(a - b, sub(a, b));
+  same(a * b, mul(a, b));
+  same(a / b, div(a, b));
+  same(-a, neg(a));
+  same(a + 2.0, add(a, 2.0));
+  same(2.0 + a, add(a, 2.0));
+  same(a - 2.0, sub(a, 2.0));
+  same(a * 3.0, mul(a, 3.0));
+  same(3.0 * a, mul(a, 3.0));
+  same(a / 4.0, div(a, 4.0));
+  same(2.0 - a, rsub(a, 2.0));
+  same(3.0 / b, rdiv(b, 3.0));
+  CHECK((a + b).grad_fn_name() == "AddBackward");
+  CHECK((a - 1.0).grad_fn_name() == "SubBackward");
+  CHECK((2.0 * a).grad_fn_name() == "MulBackward");
+  CHECK((1.0 / b).grad_fn_name() == "ReciprocalBackward");
+  // Values against a naive loop.
+  const std::vector<double> av = values_of(a), bv = values_of(b), rv = values_of(2.0 - a), qv = values_of(3.0 / b);
+  for (size_t i = 0; i < av.size(); ++i) CHECK(rv[i] == doctest::Approx(2.0 - av[i]));
+  for (size_t i = 0; i < bv.size(); ++i) CHECK(qv[i] == doctest::Approx(3.0 / bv[i]));
+  // A whole expression through the operators.
+  expect_gradcheck(
+      [](const TensorList& in) {
+        const Tensor& x = in[0];
+        const Tensor& y = in[1];
+        return (x - 1.5) * y / (2.0 + x * x) - 0.5 * y + 1.0 / y - (-x) / 3.0 + (1.0 - y) * 2.0;
+      },
+      {a, b});
+  // Integer operands keep PyTorch's promotion: int - 0.5 is float, 2 / int is float.
+  const Tensor i = from_vector(std::vector<int32_t>{1, 2}, {2});
+  CHECK((0.5 - i).dtype() == kFloat32);
+  CHECK(values_of(2.0 / i) == std::vector<double>{2.0, 1.0});
+  CHECK((3.0 - i).dtype() == kInt32);
+}
+
+TEST_CASE("autograd ops: comparisons and logical ops are re-exported, not differentiable") {
+  Tensor a = leaf({4}, 70), b = leaf({4}, 71);
+  Tensor m = gt(a, b);
+  CHECK(m.dtype() == kBool);
+  CHECK_FALSE(m.requires_grad());
+  CHECK(values_of(logical_or(eq(a, a), lt(a, 0.0))) == std::vector<double>(4, 1.0));
+  CHECK(values_of(logical_not(ne(a, a))) == std::vector<double>(4, 1.0));
+  CHECK(values_of(logical_and(ge(a, b), le(a, b))) == values_of(eq(a, b)));
 }

@@ -8,9 +8,12 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "autograd/ops/batch_norm.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/conv.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/pool.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "nn/channels_last.h"
 #include "nn/conv.h"
 #include "tensor/elementwise.h"

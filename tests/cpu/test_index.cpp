@@ -1,17 +1,25 @@
 // index_select, gather, scatter_add(_), index_add, one_hot, embedding and embedding_backward
-// against naive loops in double, for every float dtype and both index dtypes.
+// against naive loops in double, for every float dtype and both index dtypes; the
+// differentiable ops (autograd/ops/index.h) through gradcheck in float64, duplicate indices
+// and embedding's padding row.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "autograd/gradcheck.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
+using autograd::gradcheck;
+using autograd::GradcheckOptions;
 
 namespace {
 
@@ -451,4 +459,77 @@ TEST_CASE("index: scatter_add_ reads a src or index that overlaps self as it was
   const Tensor t = from_vector<int64_t>({0, 1, 0, 2}, {4});  // the index is self too
   ops::scatter_add_(t, 0, t, from_vector<int64_t>({1, 1, 1, 1}, {4}));
   CHECK(t.tolist<int64_t>() == std::vector<int64_t>{2, 2, 1, 2});
+}
+
+// ---- the differentiable ops: autograd/ops/index.h ---------------------------------------
+
+namespace {
+
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                      const GradcheckOptions& options = {}) {
+  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+Tensor index_tensor(const std::vector<int64_t>& v, const Shape& shape) { return from_vector(v, shape); }
+
+}  // namespace
+
+TEST_CASE("autograd shape: index_select, gather, scatter_add and index_add with duplicate indices") {
+  const Tensor idx = index_tensor({2, 0, 2, 1}, {4});
+  expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 1, idx); }, {leaf({2, 3}, 70)});
+  expect_gradcheck([&](const TensorList& in) { return index_select(in[0].t(), 0, idx); }, {leaf({2, 3}, 71)});
+  expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 0, index_tensor({1}, {})); },
+                   {leaf({3}, 72)});
+  expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 0, index_tensor({0}, {})); },
+                   {leaf({}, 72)});  // 0-d input and index
+  const Tensor gidx = index_tensor({0, 0, 1, 2, 2, 2}, {2, 3});
+  expect_gradcheck([&](const TensorList& in) { return gather(in[0], 0, gidx); }, {leaf({3, 3}, 73)});
+  expect_gradcheck([&](const TensorList& in) { return gather(in[0], -1, gidx); }, {leaf({2, 4}, 74)});
+  // scatter_add: both self and src; src larger than the index (its extra part gets zeros).
+  expect_gradcheck([&](const TensorList& in) { return scatter_add(in[0], 0, gidx, in[1]); },
+                   {leaf({3, 4}, 75), leaf({3, 3}, 76)});
+  expect_gradcheck([&](const TensorList& in) { return scatter_add(in[0], 1, gidx, in[1].t()); },
+                   {leaf({2, 3}, 77), leaf({3, 2}, 78)});
+  const Tensor aidx = index_tensor({1, 1, 0}, {3});
+  expect_gradcheck([&](const TensorList& in) { return index_add(in[0], 0, aidx, in[1]); },
+                   {leaf({2, 4}, 79), leaf({3, 4}, 80)});
+  // Index gradients in numbers: index_select with duplicates accumulates.
+  Tensor x = leaf({3}, 81);
+  sum(index_select(x, 0, idx)).backward();
+  CHECK(values_of(x.grad()) == std::vector<double>{1, 1, 2});
+}
+
+TEST_CASE("autograd shape: embedding accumulates duplicates and leaves the padding row at zero") {
+  const Tensor ids = index_tensor({3, 1, 3, 0, 1, 3}, {2, 3});
+  expect_gradcheck([&](const TensorList& in) { return embedding(in[0], ids); }, {leaf({5, 4}, 90)});
+  Tensor w = leaf({5, 2}, 91);
+  Tensor out = embedding(w, ids, /*padding_idx=*/1);
+  CHECK(out.sizes() == Shape{2, 3, 2});
+  // Forward still reads the padding row (PyTorch: padding_idx only affects the gradient).
+  const std::vector<double> wv = values_of(w), ov = values_of(out);
+  CHECK(ov[2] == wv[2]);
+  CHECK(ov[3] == wv[3]);
+  const Tensor g = random_tensor({2, 3, 2}, kFloat64, 92);
+  out.backward(g);
+  const std::vector<double> gv = values_of(g), gw = values_of(w.grad());
+  // Row 3 appears at positions 0, 2, 5; row 0 at 3; row 1 (padding) at 1 and 4; rows 2, 4 never.
+  for (int c = 0; c < 2; ++c) {
+    CHECK(gw[size_t(3 * 2 + c)] ==
+          doctest::Approx(gv[size_t(0 * 2 + c)] + gv[size_t(2 * 2 + c)] + gv[size_t(5 * 2 + c)]));
+    CHECK(gw[size_t(0 * 2 + c)] == doctest::Approx(gv[size_t(3 * 2 + c)]));
+    CHECK(gw[size_t(1 * 2 + c)] == 0.0);
+    CHECK(gw[size_t(2 * 2 + c)] == 0.0);
+    CHECK(gw[size_t(4 * 2 + c)] == 0.0);
+  }
+  check_error([&] { embedding(w, ids, 5); }, {"embedding", "padding_idx", "5"});
+  check_error([&] { embedding(w, ids, -2); }, {"embedding", "padding_idx"});
+  // one_hot is re-exported (not differentiable).
+  CHECK(values_of(one_hot(index_tensor({1, 0}, {2}), 2)) == std::vector<double>{0, 1, 1, 0});
 }

@@ -1,17 +1,28 @@
-// cat, stack, split, split_with_sizes, chunk against naive index loops in double.
+// cat, stack, split, split_with_sizes, chunk against naive index loops in double; the
+// differentiable ops (autograd/ops/join.h) through gradcheck in float64, split outputs used
+// partially, and split's backward without a copy.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/join.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/ops/join.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
+using autograd::gradcheck;
+using autograd::GradcheckOptions;
 
 namespace {
 
@@ -266,4 +277,145 @@ TEST_CASE("join: sizes that add up past int64 are rejected, huge split sizes do 
         ops::split_with_sizes(x, {kMax, kMax, 5}, 0);
       },
       {"split_with_sizes", "add up to at most 2^63 - 1"});
+}
+
+// ---- the differentiable ops: autograd/ops/join.h ----------------------------------------
+
+namespace {
+
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                      const GradcheckOptions& options = {}) {
+  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+}  // namespace
+
+TEST_CASE("autograd shape: cat and stack pass gradcheck, with inputs that need no grad") {
+  const Tensor frozen = random_tensor({2, 3}, kFloat64, 40);
+  expect_gradcheck(
+      [&](const TensorList& in) {
+        return cat({in[0], frozen, in[1].t()}, 0);
+      },
+      {leaf({1, 3}, 41), leaf({3, 4}, 42)});
+  expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, -1); }, {leaf({2, 3}, 43), leaf({2, 1}, 44)});
+  // A (0,) input is skipped by cat and gets an empty gradient.
+  expect_gradcheck(
+      [&](const TensorList& in) {
+        return cat({in[0], in[1], frozen}, 1);
+      },
+      {leaf({0}, 45), leaf({2, 2}, 46)});
+  expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, 0); }, {leaf({0}, 47), leaf({3}, 48)});
+  for (int64_t dim : {0, 1, 2, -1}) {
+    CAPTURE(dim);
+    expect_gradcheck(
+        [&](const TensorList& in) {
+          return stack({in[0], frozen, in[1].t()}, dim);
+        },
+        {leaf({2, 3}, 49), leaf({3, 2}, 50)});
+  }
+  // Mixed dtypes: the gradient of each input in its dtype.
+  Tensor a = random_tensor({2}, kFloat32, 51), b = random_tensor({3}, kFloat16, 52);
+  a.requires_grad_();
+  b.requires_grad_();
+  cat({a, b}).backward(from_vector(std::vector<double>{1, 2, 3, 4, 5}, {5}, kFloat32));
+  CHECK(a.grad().dtype() == kFloat32);
+  CHECK(b.grad().dtype() == kFloat16);
+  CHECK(values_of(b.grad()) == std::vector<double>{3, 4, 5});
+}
+
+TEST_CASE("autograd shape: split, split_with_sizes and chunk with outputs used partially") {
+  // The engine hands zeros to the pieces that got no gradient.
+  expect_gradcheck([](const TensorList& in) { return mul(split(in[0], 2, 1)[1], 3.0); }, {leaf({3, 5}, 60)});
+  expect_gradcheck([](const TensorList& in) { return split(in[0], 2, -1).back(); }, {leaf({3, 5}, 61)});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        std::vector<Tensor> p = split_with_sizes(in[0], {1, 2, 1}, 0);
+        return add(p[0], p[2]);  // p[1] unused
+      },
+      {leaf({4, 3}, 62)});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        std::vector<Tensor> c = chunk(in[0].t(), 3, 1);
+        return cat({square(c[2]), c[0]}, 1);
+      },
+      {leaf({5, 2}, 63)});
+  Tensor x = leaf({4, 2}, 64);
+  std::vector<Tensor> pieces = chunk(x, 2);
+  CHECK(pieces[0].grad_fn_name() == "SplitBackward");
+  CHECK(split_with_sizes(x, {3, 1}).front().grad_fn_name() == "SplitWithSizesBackward");
+  CHECK(pieces[1].shares_storage(x));  // still views: no copies
+  sum(pieces[1]).backward();
+  CHECK(values_of(x.grad()) == std::vector<double>{0, 0, 0, 0, 1, 1, 1, 1});
+}
+
+TEST_CASE("autograd shape: split's backward views adjacent piece grads instead of concatenating") {
+  // Note [Split backward without a copy]. cat's backward hands the pieces narrow views of
+  // one gradient: in order they are adjacent, so x's grad is that gradient's storage.
+  const Tensor x = leaf({2, 3, 6}, 70);
+  const Tensor g = random_tensor({2, 3, 6}, kFloat64, 71);
+  for (int64_t dim : {2, 1}) {
+    CAPTURE(dim);
+    const std::vector<Tensor> pieces = dim == 2 ? chunk(x, 3, dim) : split_with_sizes(x, {1, 2}, dim);
+    const Tensor gx = autograd::grad({cat(pieces, dim)}, {x}, {g})[0];
+    CHECK(gx.shares_storage(g));  // the zero-copy path was taken
+    CHECK(gx.sizes() == x.sizes());
+    CHECK(values_of(gx) == values_of(g));
+  }
+  // Non-contiguous adjacent grads: dim 1's pieces of a transposed gradient.
+  const Tensor gt = random_tensor({2, 6, 3}, kFloat64, 72).transpose(1, 2);
+  const Tensor gx = autograd::grad({cat(chunk(x, 2, 2), 2)}, {x}, {gt})[0];
+  CHECK(gx.shares_storage(gt));
+  CHECK(values_of(gx) == values_of(gt));
+}
+
+TEST_CASE("autograd shape: split's backward concatenates grads that are not adjacent views") {
+  const Tensor x = leaf({2, 3, 6}, 73);
+  const Tensor g = random_tensor({2, 3, 6}, kFloat64, 74);
+  const Tensor g4 = random_tensor({2, 3, 4}, kFloat64, 75);
+  const std::vector<double> gv = values_of(g);
+  auto part = [](const Tensor& t, int64_t from, int64_t n) { return values_of(t.narrow(2, from, n).contiguous()); };
+  auto zeros_of = [](size_t n) { return std::vector<double>(n, 0.0); };
+  {  // out of order: piece i's grad lies elsewhere in g
+    const std::vector<Tensor> p = chunk(x, 3, 2);
+    const Tensor gx = autograd::grad({cat({p[1], p[0], p[2]}, 2)}, {x}, {g})[0];
+    CHECK(!gx.shares_storage(g));
+    check_close(gx.narrow(2, 0, 2), part(g, 2, 2), 0, 0, "piece 0");
+    check_close(gx.narrow(2, 2, 2), part(g, 0, 2), 0, 0, "piece 1");
+    check_close(gx.narrow(2, 4, 2), part(g, 4, 2), 0, 0, "piece 2");
+  }
+  {  // separately allocated grads (mul's backward makes each)
+    const std::vector<Tensor> p = chunk(x, 3, 2);
+    const Tensor gx = autograd::grad({cat({mul(p[0], 2.0), mul(p[1], 2.0), mul(p[2], 2.0)}, 2)}, {x}, {g})[0];
+    CHECK(!gx.shares_storage(g));
+    std::vector<double> want = gv;
+    for (double& w : want) w *= 2.0;
+    check_close(gx, want, 0, 0, "doubled");
+  }
+  {  // one piece unused: the engine gives it zeros, a separate tensor
+    const std::vector<Tensor> p = chunk(x, 3, 2);
+    const Tensor gx = autograd::grad({cat({p[0], p[1]}, 2)}, {x}, {g4})[0];
+    CHECK(!gx.shares_storage(g4));
+    check_close(gx.narrow(2, 0, 4), values_of(g4), 0, 0, "used pieces");
+    check_close(gx.narrow(2, 4, 2), zeros_of(12), 0, 0, "unused piece");
+  }
+}
+
+TEST_CASE("autograd shape: a leaf's .grad never keeps a larger buffer alive through a split's view") {
+  // The joined view covers only part of cat's gradient (the third piece is another input's):
+  // AccumulateGrad copies it rather than adopting the whole buffer.
+  const Tensor x = leaf({4, 3}, 76);
+  const std::vector<Tensor> p = chunk(x, 2, 0);
+  const Tensor c = random_tensor({2, 3}, kFloat64, 77), w = random_tensor({6, 3}, kFloat64, 78);
+  sum(mul(cat({p[0], p[1], mul(c, 2.0)}, 0), w)).backward();
+  const Tensor gx = x.grad();
+  CHECK(gx.storage_offset() == 0);
+  CHECK(gx.impl().storage->nbytes == size_t(gx.numel()) * sizeof(double));
+  check_close(gx, values_of(w.narrow(0, 0, 4).contiguous()), 0, 0, "x.grad");
 }

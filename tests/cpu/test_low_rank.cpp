@@ -10,8 +10,9 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/conv.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/pool.h"
 #include "autograd/ops/reduce.h"
 #include "nn/activation.h"
 #include "nn/attention.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops/linalg.h"
+#include "autograd/ops/matmul.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"

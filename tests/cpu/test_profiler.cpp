@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/loss.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
 #include "memory/error.h"

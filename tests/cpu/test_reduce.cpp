@@ -1,19 +1,25 @@
 // Reductions (sum, mean, amax, amin, var, max/min/argmax/argmin) against naive float64
-// loops written here, over dtypes, layouts, dim sets and keepdim.
+// loops written here, over dtypes, layouts, dim sets and keepdim; the differentiable
+// reductions (autograd/ops/reduce.h) through gradcheck in float64, and their ties.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "autograd/gradcheck.h"
+#include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 #include "tensor/ops/reduce.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
+using autograd::gradcheck;
+using autograd::GradcheckOptions;
 
 namespace {
 
@@ -417,4 +423,98 @@ TEST_CASE("reduce: views no single layout merges (regression: a stale inner size
     check_against_raw(t, {1});
     check_against_raw(t, {0, 2});
   }
+}
+
+// ---- the differentiable ops: autograd/ops/reduce.h --------------------------------------
+
+namespace {
+
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                      const GradcheckOptions& options = {}) {
+  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+}  // namespace
+
+TEST_CASE("autograd reduce: sum, mean, var, amax, amin pass gradcheck over dims and keepdim") {
+  using Fn = std::function<Tensor(const Tensor&, const std::vector<int64_t>&, bool)>;
+  const std::vector<std::pair<std::string, Fn>> ops_ = {
+      {"sum", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return sum(x, d, k); }},
+      {"mean", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return mean(x, d, k); }},
+      {"var", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return var(x, d, 1, k); }},
+      {"var(correction 0)", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return var(x, d, 0, k); }},
+      {"amax", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amax(x, d, k); }},
+      {"amin", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amin(x, d, k); }},
+  };
+  const std::vector<std::vector<int64_t>> dim_sets = {{}, {0}, {-1}, {1}, {0, 2}, {2, 0, 1}};
+  for (const auto& [name, f] : ops_) {
+    for (const auto& dims : dim_sets) {
+      for (bool keepdim : {false, true}) {
+        CAPTURE(name);
+        CAPTURE(shape_str(dims));
+        CAPTURE(keepdim);
+        expect_gradcheck([&](const TensorList& in) { return f(in[0], dims, keepdim); }, {leaf({2, 3, 4}, 1)});
+        // Non-contiguous input: a permuted view of a (4, 2, 3) leaf.
+        expect_gradcheck(
+            [&](const TensorList& in) {
+              return f(in[0].permute({1, 2, 0}), dims, keepdim);
+            },
+            {leaf({4, 2, 3}, 2)});
+      }
+    }
+  }
+  // 0-d inputs.
+  expect_gradcheck([](const TensorList& in) { return sum(in[0]); }, {leaf({}, 3)});
+  expect_gradcheck([](const TensorList& in) { return mean(in[0], {0}, true); }, {leaf({}, 4)});
+  CHECK(sum(leaf({2}, 5)).grad_fn_name() == "SumBackward");
+}
+
+TEST_CASE("autograd reduce: sum's gradient is a broadcast, mean's is g / N, amax shares ties") {
+  Tensor x = leaf({2, 3}, 10);
+  Tensor g = from_vector(std::vector<double>{1, 2}, {2});
+  sum(x, {1}).backward(g);
+  CHECK(values_of(x.grad()) == std::vector<double>{1, 1, 1, 2, 2, 2});
+  x.set_grad(Tensor());
+  mean(x, {1}).backward(g);
+  check_close(x.grad(), {1.0 / 3, 1.0 / 3, 1.0 / 3, 2.0 / 3, 2.0 / 3, 2.0 / 3}, 1e-15, 0, "mean");
+  // Ties: amax/amin share evenly (PyTorch), max/min give it to the first index only.
+  Tensor t = from_vector(std::vector<double>{1, 3, 3, 2, 0, 0, -1, 0}, {2, 4});
+  t.requires_grad_();
+  amax(t, {1}).backward(ones({2}, kFloat64));
+  CHECK(values_of(t.grad()) == std::vector<double>{0, 0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 0, 1.0 / 3});
+  t.set_grad(Tensor());
+  amin(t, {}).backward();
+  CHECK(values_of(t.grad()) == std::vector<double>{0, 0, 0, 0, 0, 0, 1, 0});
+  t.set_grad(Tensor());
+  ValuesIndices m = max(t, 1);
+  CHECK(values_of(m.indices) == std::vector<double>{1, 0});
+  CHECK_FALSE(m.indices.requires_grad());
+  m.values.backward(ones({2}, kFloat64));
+  CHECK(values_of(t.grad()) == std::vector<double>{0, 1, 0, 0, 1, 0, 0, 0});
+  t.set_grad(Tensor());
+  min(t, 0, /*keepdim=*/true).values.backward(ones({1, 4}, kFloat64));
+  CHECK(values_of(t.grad()) == std::vector<double>{0, 0, 0, 0, 1, 1, 1, 1});
+  // argmax/argmin are re-exported.
+  CHECK(values_of(argmax(t, 1)) == std::vector<double>{1, 0});
+  CHECK(values_of(argmin(t, 1)) == std::vector<double>{0, 2});
+}
+
+TEST_CASE("autograd reduce: max and min values pass gradcheck along every dim") {
+  for (int64_t dim : {0, 1, 2, -1}) {
+    for (bool keepdim : {false, true}) {
+      CAPTURE(dim);
+      CAPTURE(keepdim);
+      expect_gradcheck([&](const TensorList& in) { return max(in[0], dim, keepdim).values; }, {leaf({2, 3, 4}, 20)});
+      expect_gradcheck([&](const TensorList& in) { return min(in[0].transpose(0, 2), dim, keepdim).values; },
+                       {leaf({4, 3, 2}, 21)});
+    }
+  }
+  expect_gradcheck([](const TensorList& in) { return max(in[0], 0).values; }, {leaf({}, 22)});
 }

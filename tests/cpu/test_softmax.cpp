@@ -1,18 +1,24 @@
 // softmax / log_softmax against float64 loops on every dim, dtype and layout; their
-// backward helpers against central finite differences of the forward op in float64.
+// backward helpers against central finite differences of the forward op in float64; the
+// differentiable ops (autograd/ops/softmax.h) through gradcheck.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "autograd/gradcheck.h"
+#include "autograd/ops/softmax.h"
 #include "tensor/factory.h"
 #include "tensor/ops/softmax.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
+using autograd::gradcheck;
+using autograd::GradcheckOptions;
 
 namespace {
 
@@ -220,4 +226,45 @@ TEST_CASE("softmax: errors name the op, the dim, the shapes and the dtypes") {
       {"log_softmax_backward", "float64[2, 3]", "float32[2, 3]"});
   check_error([&] { ops::softmax_backward(x, x, 5); }, {"softmax_backward", "dim 5"});
   check_error([&] { ops::softmax(Tensor(), 0); }, {"softmax", "undefined"});
+}
+
+// ---- the differentiable ops: autograd/ops/softmax.h -------------------------------------
+
+namespace {
+
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                      const GradcheckOptions& options = {}) {
+  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+}  // namespace
+
+TEST_CASE("autograd reduce: softmax and log_softmax pass gradcheck along every dim") {
+  for (int64_t dim : {0, 1, 2, -1, -3}) {
+    CAPTURE(dim);
+    expect_gradcheck([&](const TensorList& in) { return softmax(in[0], dim); }, {leaf({2, 3, 4}, 30)});
+    expect_gradcheck([&](const TensorList& in) { return log_softmax(in[0], dim); }, {leaf({2, 3, 4}, 31)});
+    expect_gradcheck(
+        [&](const TensorList& in) {
+          return softmax(in[0].permute({2, 0, 1}), dim);
+        },
+        {leaf({4, 2, 3}, 32)});
+    expect_gradcheck(
+        [&](const TensorList& in) {
+          return log_softmax(in[0].permute({1, 2, 0}), dim);
+        },
+        {leaf({4, 2, 3}, 33)});
+  }
+  // Rows sum to 1, so a constant upstream gradient gives a zero input gradient.
+  Tensor x = leaf({3, 5}, 34);
+  softmax(x, 1).backward(ones({3, 5}, kFloat64));
+  for (double v : values_of(x.grad())) CHECK(std::fabs(v) < 1e-14);
+  CHECK(log_softmax(x, 0).grad_fn_name() == "LogSoftmaxBackward");
 }

@@ -1,5 +1,8 @@
 // Unary elementwise ops on the CPU against float64 formulas written here, for every
-// floating dtype and layout, plus the integer ops, empty and 0-d tensors and errors.
+// floating dtype and layout, plus the integer ops, empty and 0-d tensors and errors;
+// their derivative kernels (ops::unary_backward) against analytic derivatives, the
+// conventions at the kinks; the differentiable ops (autograd/ops/unary.h) through
+// gradcheck in float64, their nodes and what they save.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,12 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/unary.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
+using autograd::gradcheck;
+using autograd::GradcheckOptions;
+using ops::UnaryOp;
 
 namespace {
 
@@ -172,4 +183,246 @@ TEST_CASE("unary: errors name the op and the tensor") {
   check_error([&] { ops::neg(b); }, {"neg", "floating or integer", "bool[2] cpu"});
   check_error([&] { ops::abs(b); }, {"abs", "bool"});
   check_error([&] { ops::sqrt(Tensor()); }, {"sqrt", "undefined"});
+}
+
+// ---- the derivative kernels: ops::unary_backward ------------------------------------
+
+namespace {
+
+struct DerivCase {
+  std::string name;
+  UnaryOp op;
+  double a = 0, b = 0;
+  std::function<double(double)> deriv;  // f'(x), written independently of unary_math.h
+  double lo = -3.0, hi = 3.0;
+};
+
+std::vector<DerivCase> deriv_cases() {
+  const double pi = std::acos(-1.0);
+  return {
+      {"neg", UnaryOp::Neg, 0, 0, [](double) { return -1.0; }},
+      {"exp", UnaryOp::Exp, 0, 0, [](double x) { return std::exp(x); }},
+      {"log", UnaryOp::Log, 0, 0, [](double x) { return 1.0 / x; }, 0.1, 4.0},
+      {"sqrt", UnaryOp::Sqrt, 0, 0, [](double x) { return 0.5 / std::sqrt(x); }, 0.1, 4.0},
+      {"rsqrt", UnaryOp::Rsqrt, 0, 0, [](double x) { return -0.5 * std::pow(x, -1.5); }, 0.2, 4.0},
+      {"tanh", UnaryOp::Tanh, 0, 0, [](double x) { return 1.0 / (std::cosh(x) * std::cosh(x)); }, -2.0, 2.0},
+      {"sigmoid", UnaryOp::Sigmoid, 0, 0,
+       [](double x) { return std::exp(-x) / ((1 + std::exp(-x)) * (1 + std::exp(-x))); }},
+      {"relu", UnaryOp::Relu, 0, 0, [](double x) { return x > 0 ? 1.0 : 0.0; }},
+      {"gelu", UnaryOp::Gelu, 0, 0,
+       [pi](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-x * x / 2) / std::sqrt(2 * pi); }},
+      {"gelu_tanh", UnaryOp::GeluTanh, 0, 0,
+       [pi](double x) {
+         const double k = std::sqrt(2 / pi), u = k * (x + 0.044715 * x * x * x);
+         const double sech = 1.0 / std::cosh(u);
+         return 0.5 * (1 + std::tanh(u)) + 0.5 * x * sech * sech * k * (1 + 3 * 0.044715 * x * x);
+       }},
+      {"silu", UnaryOp::Silu, 0, 0,
+       [](double x) { return sigmoid_ref(x) + x * sigmoid_ref(x) * (1 - sigmoid_ref(x)); }},
+      {"abs", UnaryOp::Abs, 0, 0, [](double x) { return x > 0 ? 1.0 : -1.0; }},
+      {"square", UnaryOp::Square, 0, 0, [](double x) { return 2 * x; }},
+      {"reciprocal", UnaryOp::Reciprocal, 0, 0, [](double x) { return -1.0 / (x * x); }, 0.2, 4.0},
+      {"sin", UnaryOp::Sin, 0, 0, [](double x) { return std::cos(x); }, -6.0, 6.0},
+      {"cos", UnaryOp::Cos, 0, 0, [](double x) { return -std::sin(x); }, -6.0, 6.0},
+      {"pow(3)", UnaryOp::Pow, 3.0, 0, [](double x) { return 3 * x * x; }},
+      {"pow(-1.5)", UnaryOp::Pow, -1.5, 0, [](double x) { return -1.5 * std::pow(x, -2.5); }, 0.3, 4.0},
+      {"pow(0.5)", UnaryOp::Pow, 0.5, 0, [](double x) { return 0.5 / std::sqrt(x); }, 0.1, 4.0},
+      {"affine", UnaryOp::Affine, 1.5, -0.25, [](double) { return 1.5; }},
+      {"clamp", UnaryOp::Clamp, -0.5, 0.75, [](double x) { return (x >= -0.5 && x <= 0.75) ? 1.0 : 0.0; }},
+  };
+}
+
+/// x or y = f(x) in `x`'s dtype and layout, as unary_backward wants it for `op`.
+Tensor saved_value(UnaryOp op, const Tensor& x, double a, double b) {
+  if (ops::unary_grad_from(op) != ops::UnaryGradFrom::Output) return x;
+  return ops::unary(op, x, a, b);
+}
+
+}  // namespace
+
+TEST_CASE("unary_backward: every op matches its analytic derivative in every dtype and layout") {
+  for (const DerivCase& c : deriv_cases()) {
+    for (DType dt : kFloatTypes) {
+      for (Layout lg : kAllLayouts) {
+        const Layout lx = lg == Layout::Contiguous ? Layout::Strided : Layout::Transposed;  // mix layouts
+        CAPTURE(c.name);
+        CAPTURE(dtype_name(dt));
+        CAPTURE(layout_name(lg));
+        const Shape shape{5, 7};
+        const Tensor x = random_tensor(shape, dt, 11, lx, c.lo, c.hi);
+        const Tensor g = random_tensor(shape, dt, 12, lg);
+        const Tensor got = ops::unary_backward(c.op, g, saved_value(c.op, x, c.a, c.b), c.a, c.b);
+        REQUIRE(got.dtype() == dt);
+        REQUIRE(got.sizes() == shape);
+        CHECK(got.is_contiguous());
+        // The reference sees x and g exactly as stored (already rounded to dt).
+        const std::vector<double> xv = values_of(x), gv = values_of(g);
+        std::vector<double> expected(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) expected[i] = gv[i] * c.deriv(xv[i]);
+        // f32 and half types see y rounded (Output ops) and compute in float.
+        const double tol = dt == kFloat64 ? 1e-12 : 6 * default_rtol(dt);
+        check_close(got, expected, tol, tol, c.name);
+      }
+    }
+  }
+}
+
+TEST_CASE("unary_backward: conventions at the kinks and edges follow PyTorch") {
+  const Tensor g = from_vector(std::vector<double>{2.0, 2.0, 2.0}, {3});
+  auto run = [&](UnaryOp op, std::vector<double> v, double a = 0, double b = 0) {
+    return values_of(ops::unary_backward(op, g, from_vector(v, {3}), a, b));
+  };
+  CHECK(run(UnaryOp::Relu, {0.0, 1.0, -1.0}) == std::vector<double>{0, 2, 0});  // relu'(0) = 0
+  CHECK(run(UnaryOp::Abs, {0.0, 3.0, -3.0}) == std::vector<double>{0, 2, -2});  // abs'(0) = 0
+  // clamp: the gradient passes at both bounds (inclusive), not outside, nor when lo > hi.
+  CHECK(run(UnaryOp::Clamp, {-1.0, 1.0, 1.5}, -1.0, 1.0) == std::vector<double>{2, 2, 0});
+  CHECK(run(UnaryOp::Clamp, {0.0, 1.0, 2.0}, 1.5, 0.5) == std::vector<double>{0, 0, 0});
+  // pow(x, 0)' is exactly 0, also at x = 0 (no 0 * inf).
+  CHECK(run(UnaryOp::Pow, {0.0, 2.0, -1.0}, 0.0) == std::vector<double>{0, 0, 0});
+  // pow(x, 2)' = 2x, also for negative x.
+  CHECK(run(UnaryOp::Pow, {-3.0, 0.0, 1.5}, 2.0) == std::vector<double>{-12, 0, 6});
+  // NaN: relu passes the gradient (PyTorch's threshold_backward), abs propagates NaN.
+  const double nan = std::nan("");
+  CHECK(run(UnaryOp::Relu, {nan, 1, 1})[0] == 2.0);
+  CHECK(std::isnan(run(UnaryOp::Abs, {nan, 1, 1})[0]));
+  // Saturated sigmoid/tanh: exactly 0, no NaN.
+  CHECK(run(UnaryOp::Sigmoid, {1.0, 0.0, 0.5}) == std::vector<double>{0, 0, 2 * 0.25});
+  CHECK(run(UnaryOp::Tanh, {1.0, -1.0, 0.0}) == std::vector<double>{0, 0, 2});
+  // silu and gelu far out: finite.
+  for (double v : run(UnaryOp::Silu, {-200.0, 200.0, 0.0})) CHECK(std::isfinite(v));
+  for (double v : run(UnaryOp::GeluTanh, {-200.0, 200.0, 0.0})) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("unary_backward: neg and affine need no saved value; empty and 0-d tensors") {
+  const Tensor g = random_tensor({4}, kFloat32, 3);
+  check_close(
+      ops::unary_backward(UnaryOp::Neg, g, Tensor()),
+      [&] {
+        std::vector<double> e = values_of(g);
+        for (double& v : e) v = -v;
+        return e;
+      }(),
+      0, 0, "neg");
+  check_close(
+      ops::unary_backward(UnaryOp::Affine, g, Tensor(), 2.5, 7.0),
+      [&] {
+        std::vector<double> e = values_of(g);
+        for (double& v : e) v *= 2.5;
+        return e;
+      }(),
+      1e-7, 0, "affine");
+  const Tensor e = empty({0, 3}, kFloat16);
+  CHECK(ops::unary_backward(UnaryOp::Gelu, e, e).sizes() == Shape{0, 3});
+  const Tensor s = scalar_tensor(0.5, kFloat64);
+  CHECK(ops::unary_backward(UnaryOp::Square, scalar_tensor(3.0, kFloat64), s).item<double>() == 3.0);
+}
+
+TEST_CASE("unary_backward: errors name the op, the shapes and the dtypes") {
+  const Tensor g = random_tensor({2, 3}, kFloat32, 1);
+  check_error(
+      [&] {
+        ops::unary_backward(UnaryOp::Gelu, g, random_tensor({3, 2}, kFloat32, 2));
+      },
+      {"gelu_backward", "[2, 3]", "[3, 2]"});
+  check_error(
+      [&] {
+        ops::unary_backward(UnaryOp::Exp, g, random_tensor({2, 3}, kFloat64, 2));
+      },
+      {"exp_backward", "float32", "float64", "output"});
+  check_error([&] { ops::unary_backward(UnaryOp::Log, g, Tensor()); }, {"log_backward", "input", "undefined"});
+  check_error([&] { ops::unary_backward(UnaryOp::Relu, zeros({2}, kInt32), zeros({2}, kInt32)); },
+              {"relu_backward", "floating", "int32"});
+  check_error([&] { ops::unary_backward(UnaryOp::Sin, Tensor(), g); }, {"sin_backward", "undefined"});
+}
+
+// ---- the differentiable ops: autograd/ops/unary.h --------------------------------------
+
+namespace {
+
+/// A contiguous float64 leaf that requires grad, values in [lo, hi).
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                      const GradcheckOptions& options = {}) {
+  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+struct UnaryGradCase {
+  std::string name;
+  std::function<Tensor(const Tensor&)> f;
+  double lo = -2.0, hi = 2.0;
+};
+
+std::vector<UnaryGradCase> unary_grad_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"exp", [](const Tensor& x) { return frugal::exp(x); }},
+      {"log", [](const Tensor& x) { return frugal::log(x); }, 0.2, 3.0},
+      {"sqrt", [](const Tensor& x) { return frugal::sqrt(x); }, 0.2, 3.0},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.2, 3.0},
+      {"tanh", [](const Tensor& x) { return frugal::tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu_tanh(x); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"abs", [](const Tensor& x) { return frugal::abs(x); }},
+      {"square", [](const Tensor& x) { return square(x); }},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.3, 3.0},
+      {"sin", [](const Tensor& x) { return frugal::sin(x); }},
+      {"cos", [](const Tensor& x) { return frugal::cos(x); }},
+      {"pow(3)", [](const Tensor& x) { return frugal::pow(x, 3.0); }},
+      {"pow(2)", [](const Tensor& x) { return frugal::pow(x, 2.0); }},
+      {"pow(-1.5)", [](const Tensor& x) { return frugal::pow(x, -1.5); }, 0.3, 3.0},
+      {"affine", [](const Tensor& x) { return affine(x, -1.5, 0.25); }},
+      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.75); }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("autograd ops: every unary op passes gradcheck, contiguous and through a transposed view") {
+  for (const UnaryGradCase& c : unary_grad_cases()) {
+    CAPTURE(c.name);
+    expect_gradcheck([&](const TensorList& in) { return c.f(in[0]); }, {leaf({3, 4}, 1, c.lo, c.hi)});
+    expect_gradcheck([&](const TensorList& in) { return c.f(in[0].t()); }, {leaf({4, 3}, 2, c.lo, c.hi)});
+    expect_gradcheck([&](const TensorList& in) { return c.f(in[0].slice(1, 0, 6, 2)); }, {leaf({2, 6}, 3, c.lo, c.hi)});
+  }
+}
+
+TEST_CASE("autograd ops: unary nodes are named, keep x or y, and work on 0-d and empty tensors") {
+  Tensor x = leaf({3}, 4);
+  CHECK(gelu(x).grad_fn_name() == "GeluBackward");
+  CHECK(gelu_tanh(x).grad_fn_name() == "GeluTanhBackward");
+  CHECK(frugal::pow(x, 2.0).grad_fn_name() == "PowBackward");
+  CHECK(relu(x).grad_fn_name() == "ReluBackward");
+  // exp keeps its output: changing it in place is caught in backward.
+  Tensor y = frugal::exp(x);
+  ops::mul_(y, 2.0);
+  check_error([&] { sum(y).backward(); }, {"ExpBackward", "modified by an in-place"});
+  // ... while gelu keeps its input, so its output may change.
+  Tensor z = gelu(x);
+  ops::mul_(z, 2.0);
+  sum(z).backward();
+  CHECK(x.grad().defined());
+  Tensor s = leaf({}, 5);
+  expect_gradcheck([](const TensorList& in) { return silu(in[0]); }, {s});
+  Tensor e = zeros({0, 2}, kFloat64);
+  e.requires_grad_();
+  Tensor ye = sigmoid(e);
+  ye.backward(zeros({0, 2}, kFloat64));
+  CHECK(e.grad().sizes() == Shape{0, 2});
+  // Without grad mode or inputs that require grad nothing is recorded.
+  CHECK_FALSE(relu(x.detach()).requires_grad());
+  {
+    NoGradGuard no_grad;
+    CHECK_FALSE(relu(x).requires_grad());
+  }
+  // Integer tensors pass through the ops that take them.
+  CHECK(values_of(frugal::abs(from_vector(std::vector<int64_t>{-3, 2}, {2}))) == std::vector<double>{3, 2});
 }

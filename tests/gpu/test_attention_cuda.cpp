@@ -3,7 +3,8 @@
 // parameter and float-mask gradient) in float32, float16 and bfloat16 (the 16-bit types
 // compute in float on both sides), over the fused self-attention path, cross-attention,
 // kdim/vdim projections, masks, causal, sequence-first layout and dropout (the same
-// Philox mask on both devices for the same seed); plus a mismatched-device error.
+// Philox mask on both devices for the same seed); plus a mismatched-device error. And
+// scaled_dot_product_attention (autograd/ops/attention.h), forward and backward, likewise.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "nn/attention.h"
 #include "tensor/factory.h"
@@ -186,4 +188,74 @@ TEST_CASE("cuda attention: inputs or masks on another device than the module thr
       },
       {"MultiheadAttention", "cpu", "cuda"});
   check_error([&] { m.cpu->forward(xg, xg, xg); }, {"cuda", "cpu"});
+}
+
+// ---- scaled_dot_product_attention (autograd/ops/attention.h) ----------------------------
+
+namespace {
+
+struct Pair {
+  Tensor cpu, gpu;
+};
+
+Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
+                 double hi = 2) {
+  return {random_tensor(s, {t, kCPU}, seed, layout, lo, hi), random_tensor(s, {t, kGpu}, seed, layout, lo, hi)};
+}
+
+Pair pair_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
+
+/// Results computed in float on both sides (the CPU sums in double) agree within a few
+/// roundings of the stored type; `scale` widens it for long sums.
+double sdpa_tol(DType t, double scale = 1.0) {
+  return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
+}
+
+void check_same_tol(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
+  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
+  if (!gpu.defined()) return;
+  CHECK_MESSAGE(gpu.device() == kGpu, what);
+  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
+  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
+  check_close(gpu, values_of(cpu), rtol, atol, what);
+}
+
+}  // namespace
+
+TEST_CASE("cuda nn_functional: scaled_dot_product_attention forward and backward match the CPU") {
+  const int64_t B = 2, H = 4, L = 16, S = 24, E = 32;
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    for (int mode = 0; mode < 3; ++mode) {  // plain, bool padding mask, causal
+      const std::string what = std::string(dtype_name(dt)) + " mode " + std::to_string(mode);
+      const Pair q = random_pair({B, H, L, E}, dt, 400), k = random_pair({B, H, S, E}, dt, 401),
+                 v = random_pair({B, H, S, E}, dt, 402), g = random_pair({B, H, L, E}, dt, 403);
+      std::vector<double> pad(size_t(B * S), 1.0);
+      for (int64_t s = 20; s < S; ++s) pad[size_t(S + s)] = 0;
+      const Pair mask = mode == 1 ? pair_of(from_vector(pad, {B, 1, 1, S}).to(kBool)) : Pair{};
+      Tensor out[2];
+      TensorList grads[2];
+      for (int side = 0; side < 2; ++side) {
+        const Tensor qs = (side ? q.gpu : q.cpu).detach().requires_grad_();
+        const Tensor ks = (side ? k.gpu : k.cpu).detach().requires_grad_();
+        const Tensor vs = (side ? v.gpu : v.cpu).detach().requires_grad_();
+        out[side] = scaled_dot_product_attention(qs, ks, vs, side ? mask.gpu : mask.cpu, mode == 2);
+        out[side].backward(side ? g.gpu : g.cpu);
+        grads[side] = {qs.grad(), ks.grad(), vs.grad()};
+      }
+      const double t = sdpa_tol(dt, 8);
+      check_same_tol(out[1], out[0], t, t, "out " + what);
+      check_same_tol(grads[1][0], grads[0][0], t, t, "dq " + what);
+      check_same_tol(grads[1][1], grads[0][1], t, t, "dk " + what);
+      check_same_tol(grads[1][2], grads[0][2], t, t, "dv " + what);
+    }
+  }
+}
+
+TEST_CASE("cuda nn_functional: scaled_dot_product_attention on mismatched devices is an error") {
+  const Tensor xg = zeros({2, 3}, {kFloat32, kGpu});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(xg, zeros({2, 3}), xg);
+      },
+      {"scaled_dot_product_attention", "one device"});
 }

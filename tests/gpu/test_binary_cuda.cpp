@@ -1,7 +1,8 @@
 // CUDA binary ops against the CPU ops on the same inputs: arithmetic, comparisons,
 // logical ops, where, masked_fill and in-place ops, in f32/f16/bf16/f64 (and the
 // integer dtypes where they apply), contiguous, non-contiguous, broadcast and mixed
-// dtypes; plus the device-mismatch errors.
+// dtypes; plus the device-mismatch errors. The differentiable ops and the operators,
+// forward values and gradients (tests/gpu/autograd_check.h), and mixed-dtype gradients.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/binary.h"
+#include "autograd/ops/operators.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tests/gpu/autograd_check.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -309,4 +313,64 @@ TEST_CASE("cuda binary: operands on different devices are an error") {
   check_error([&] { ops::where(zeros({2, 3}, {kBool, cuda()}), g, c); }, {"where", "cuda:0", "cpu"});
   check_error([&] { ops::masked_fill(g, zeros({3}, {kBool}), 0.0); }, {"masked_fill", "cuda:0", "cpu"});
   check_error([&] { ops::masked_fill_(g, zeros({3}, {kBool}), 0.0); }, {"masked_fill_", "cuda:0", "cpu"});
+}
+
+// ---- the differentiable ops on CUDA: autograd/ops/binary.h ------------------------------
+
+namespace {
+
+std::vector<AutogradCase> autograd_binary_cases() {
+  using L = const TensorList&;
+  const Shape s{33, 65};
+  std::vector<AutogradCase> cases = {
+      // Binary, broadcast (33, 1) with (1, 65), and same-shape.
+      {"add alpha", {grad_input({33, 1}), grad_input({1, 65})}, [](L in) { return add(in[0], in[1], -2.0); }},
+      {"sub", {grad_input(s), grad_input({65})}, [](L in) { return sub(in[0], in[1]); }},
+      {"mul", {grad_input({33, 1}), grad_input(s)}, [](L in) { return mul(in[0], in[1]); }},
+      {"div", {grad_input(s), grad_input({1, 65}, 0.5, 2.0)}, [](L in) { return div(in[0], in[1]); }},
+      {"maximum", {grad_input(s), grad_input({33, 1})}, [](L in) { return maximum(in[0], in[1]); }},
+      {"minimum", {grad_input(s), grad_input(s)}, [](L in) { return minimum(in[0], in[1]); }},
+      {"pow", {grad_input(s, 0.5, 2.0), grad_input({65}, -1.5, 1.5)}, [](L in) { return frugal::pow(in[0], in[1]); }},
+      {"scalar ops and operators",
+       {grad_input(s), grad_input(s, 0.5, 2.0)},
+       [](L in) { return (in[0] + 1.5) * 2.0 - in[1] / 4.0 + (2.0 - in[0]) + 3.0 / in[1] - (-in[1]); }},
+      {"where",
+       {grad_input({33, 1}), grad_input(s), const_input(s)},
+       [](L in) { return where(gt(in[2], 0.0), in[0], in[1]); }},
+      {"masked_fill", {grad_input({65}), const_input(s)}, [](L in) { return masked_fill(in[0], lt(in[1], 0.0), 3.0); }},
+      {"in place on a non-leaf",
+       {grad_input(s), grad_input({65}), grad_input(s), grad_input({33, 1}, 0.5, 2.0), const_input(s)},
+       [](L in) {
+         Tensor y = mul(in[0], 2.0);
+         y += in[1];
+         y *= in[2];
+         y /= in[3];
+         y -= 0.5;
+         masked_fill_(y, gt(in[4], 1.0), 0.0);
+         return y;
+       }},
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("cuda autograd ops: binary, where, masked_fill, the operators and in-place forms match the CPU") {
+  run_autograd_cases(autograd_binary_cases());
+}
+
+TEST_CASE("cuda autograd ops: mixed dtypes give gradients in each input's dtype") {
+  Tensor a = random_tensor({4}, {kFloat32, cuda()}, 1), b = random_tensor({3, 1}, {kFloat16, cuda()}, 2);
+  a.requires_grad_();
+  b.requires_grad_();
+  Tensor y = mul(a, b);
+  REQUIRE(y.dtype() == kFloat32);
+  y.backward(ones({3, 4}, {kFloat32, cuda()}));
+  CHECK(a.grad().dtype() == kFloat32);
+  CHECK(b.grad().dtype() == kFloat16);
+  CHECK(a.grad().device().is_cuda());
+  const std::vector<double> av = values_of(a), bv = values_of(b);
+  check_close(a.grad(), std::vector<double>(4, bv[0] + bv[1] + bv[2]), 1e-6, 1e-6, "grad a");
+  check_close(b.grad(), std::vector<double>(3, av[0] + av[1] + av[2] + av[3]), 2e-3, 2e-3, "grad b");
+  check_error([&] { add(a, random_tensor({4}, kFloat32, 3)); }, {"add", "cuda:0", "cpu"});
 }

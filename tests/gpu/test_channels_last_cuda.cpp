@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/batch_norm.h"
 #include "autograd/ops/conv.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/pool.h"
+#include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"

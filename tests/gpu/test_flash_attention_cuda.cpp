@@ -16,8 +16,9 @@
 
 #include "autograd/autocast.h"
 #include "autograd/engine.h"
-#include "autograd/ops/elementwise.h"
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/dropout.h"
 #include "autograd/ops/reduce.h"
 #include "memory/allocator.h"
 #include "memory/stream.h"

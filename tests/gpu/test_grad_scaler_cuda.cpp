@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops/elementwise.h"
-#include "autograd/ops/linalg.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"

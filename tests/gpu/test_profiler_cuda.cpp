@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "autograd/ops/nn_functional.h"
+#include "autograd/ops/loss.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
 #include "nn/activation.h"

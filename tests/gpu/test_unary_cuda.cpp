@@ -1,17 +1,22 @@
 // CUDA unary ops against the CPU ops on the same inputs: every op, f32/f16/bf16/f64,
-// contiguous (aligned, misaligned, large with a vector tail) and non-contiguous.
+// contiguous (aligned, misaligned, large with a vector tail) and non-contiguous; the fused
+// derivative kernels (ops::unary_backward) likewise; and the differentiable ops, forward
+// values and gradients (tests/gpu/autograd_check.h).
 #include <doctest/doctest.h>
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/ops/unary.h"
+#include "tests/gpu/autograd_check.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
+using ops::UnaryOp;
 
 namespace {
 
@@ -122,4 +127,121 @@ TEST_CASE("cuda unary: integer ops, empty and 0-d tensors") {
 TEST_CASE("cuda unary: errors") {
   check_error([] { ops::exp(zeros({2}, {kInt32, cuda()})); }, {"exp", "int32[2] cuda:0"});
   check_error([] { ops::neg(zeros({2}, {kBool, cuda()})); }, {"neg", "bool[2] cuda:0"});
+}
+
+// ---- the derivative kernels: ops::unary_backward ----------------------------------------
+
+namespace {
+
+struct BackwardKernelCase {
+  std::string name;
+  UnaryOp op;
+  double a = 0, b = 0, lo = -3.0, hi = 3.0;
+};
+
+std::vector<BackwardKernelCase> backward_kernel_cases() {
+  return {{"neg", UnaryOp::Neg},
+          {"exp", UnaryOp::Exp},
+          {"log", UnaryOp::Log, 0, 0, 0.1, 4.0},
+          {"sqrt", UnaryOp::Sqrt, 0, 0, 0.1, 4.0},
+          {"rsqrt", UnaryOp::Rsqrt, 0, 0, 0.2, 4.0},
+          {"tanh", UnaryOp::Tanh},
+          {"sigmoid", UnaryOp::Sigmoid},
+          {"relu", UnaryOp::Relu},
+          {"gelu", UnaryOp::Gelu},
+          {"gelu_tanh", UnaryOp::GeluTanh},
+          {"silu", UnaryOp::Silu},
+          {"abs", UnaryOp::Abs},
+          {"square", UnaryOp::Square},
+          {"reciprocal", UnaryOp::Reciprocal, 0, 0, 0.2, 4.0},
+          {"sin", UnaryOp::Sin, 0, 0, -6.0, 6.0},
+          {"cos", UnaryOp::Cos, 0, 0, -6.0, 6.0},
+          {"pow(3)", UnaryOp::Pow, 3.0},
+          {"pow(-1.5)", UnaryOp::Pow, -1.5, 0, 0.3, 4.0},
+          {"affine", UnaryOp::Affine, 1.5, -0.25},
+          {"clamp", UnaryOp::Clamp, -0.5, 0.75}};
+}
+
+}  // namespace
+
+TEST_CASE("cuda unary_backward: every fused kernel matches the CPU in every dtype and layout") {
+  const DType dtypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+  uint64_t seed = 1;
+  for (const BackwardKernelCase& c : backward_kernel_cases()) {
+    for (DType dt : dtypes) {
+      for (Layout layout : kAllLayouts) {
+        for (const Shape& shape : {Shape{7, 9}, Shape{129, 67}}) {
+          const std::string what = c.name + " " + dtype_name(dt) + " " + layout_name(layout) + " " + shape_str(shape);
+          CAPTURE(what);
+          const Tensor x_cpu = random_tensor(shape, {dt}, seed, layout, c.lo, c.hi);
+          const Tensor x_gpu = random_tensor(shape, {dt, cuda()}, seed, layout, c.lo, c.hi);
+          const Tensor g_cpu = random_tensor(shape, {dt}, seed + 1000);
+          const Tensor g_gpu = random_tensor(shape, {dt, cuda()}, seed + 1000);
+          ++seed;
+          // The saved value: y for the ops whose derivative reads the output, from the CPU
+          // forward on both sides so only the backward kernels are compared.
+          const bool from_out = ops::unary_grad_from(c.op) == ops::UnaryGradFrom::Output;
+          const Tensor v_cpu = from_out ? ops::unary(c.op, x_cpu, c.a, c.b) : x_cpu;
+          const Tensor v_gpu = from_out ? v_cpu.to(cuda()) : x_gpu;
+          const Tensor got = ops::unary_backward(c.op, g_gpu, v_gpu, c.a, c.b);
+          const Tensor expected = ops::unary_backward(c.op, g_cpu, v_cpu, c.a, c.b);
+          REQUIRE(got.device().is_cuda());
+          REQUIRE(got.dtype() == dt);
+          const double rtol = dt == kFloat64 ? 1e-12 : default_rtol(dt);
+          check_close(values_of(got), values_of(expected), rtol, dt == kFloat64 ? 1e-13 : rtol * 0.1, what);
+        }
+      }
+    }
+  }
+  // Large and dense (vectorized path with a tail).
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    const Tensor x = random_tensor({1'000'003}, {dt}, 5), g = random_tensor({1'000'003}, {dt}, 6);
+    const Tensor got = ops::unary_backward(UnaryOp::Gelu, g.to(cuda()), x.to(cuda()));
+    check_close(values_of(got), values_of(ops::unary_backward(UnaryOp::Gelu, g, x)), default_rtol(dt),
+                default_rtol(dt) * 0.1, std::string("gelu large ") + dtype_name(dt));
+  }
+  check_error(
+      [] {
+        ops::unary_backward(UnaryOp::Gelu, zeros({2}, {kFloat32, cuda()}), zeros({2}));
+      },
+      {"gelu_backward", "cuda:0", "cpu"});
+}
+
+// ---- the differentiable ops on CUDA: autograd/ops/unary.h -------------------------------
+
+namespace {
+
+std::vector<AutogradCase> autograd_unary_cases() {
+  using L = const TensorList&;
+  const Shape s{33, 65};
+  std::vector<AutogradCase> cases = {
+      {"neg", {grad_input(s)}, [](L in) { return neg(in[0]); }},
+      {"exp", {grad_input(s)}, [](L in) { return frugal::exp(in[0]); }},
+      {"log", {grad_input(s, 0.1, 4.0)}, [](L in) { return frugal::log(in[0]); }},
+      {"sqrt", {grad_input(s, 0.1, 4.0)}, [](L in) { return frugal::sqrt(in[0]); }},
+      {"rsqrt", {grad_input(s, 0.2, 4.0)}, [](L in) { return rsqrt(in[0]); }},
+      {"tanh", {grad_input(s)}, [](L in) { return frugal::tanh(in[0]); }},
+      {"sigmoid", {grad_input(s, -6.0, 6.0)}, [](L in) { return sigmoid(in[0]); }},
+      {"relu", {grad_input(s)}, [](L in) { return relu(in[0]); }},
+      {"gelu", {grad_input(s, -4.0, 4.0)}, [](L in) { return gelu(in[0]); }},
+      {"gelu_tanh", {grad_input(s, -4.0, 4.0)}, [](L in) { return gelu_tanh(in[0]); }},
+      {"silu", {grad_input(s, -6.0, 6.0)}, [](L in) { return silu(in[0]); }},
+      {"abs", {grad_input(s)}, [](L in) { return frugal::abs(in[0]); }},
+      {"square", {grad_input(s)}, [](L in) { return square(in[0]); }},
+      {"reciprocal", {grad_input(s, 0.2, 4.0)}, [](L in) { return reciprocal(in[0]); }},
+      {"sin", {grad_input(s, -6.0, 6.0)}, [](L in) { return frugal::sin(in[0]); }},
+      {"cos", {grad_input(s, -6.0, 6.0)}, [](L in) { return frugal::cos(in[0]); }},
+      {"pow(3)", {grad_input(s)}, [](L in) { return frugal::pow(in[0], 3.0); }},
+      {"pow(-1.5)", {grad_input(s, 0.3, 4.0)}, [](L in) { return frugal::pow(in[0], -1.5); }},
+      {"affine", {grad_input(s)}, [](L in) { return affine(in[0], 1.5, -0.25); }},
+      {"clamp", {grad_input(s)}, [](L in) { return clamp(in[0], -0.5, 0.75); }},
+      {"gelu of a transposed view", {grad_input({65, 33})}, [](L in) { return gelu(in[0].t()); }},
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("cuda autograd ops: unary forward and gradients match the CPU") {
+  run_autograd_cases(autograd_unary_cases());
 }

@@ -1,57 +1,15 @@
 #pragma once
-// Differentiable elementwise ops: the unary ops, the broadcasting binary ops, where,
-// masked_fill, and their in-place forms. Same names, arguments and semantics (shapes,
-// type promotion, errors) as the raw ops in tensor/ops/unary.h and tensor/ops/binary.h;
-// gradients come back in each input's own dtype. Comparisons and logical ops are not
-// differentiable; they are forwarded to the raw ops (run below autograd), so user code
-// needs only `frugal::`.
+// Differentiable binary ops: the broadcasting arithmetic ops, where, masked_fill, and their
+// in-place forms. Same names, arguments and semantics (shapes, type promotion, errors) as
+// the raw ops in tensor/ops/binary.h; gradients come back in each input's own dtype.
+// Comparisons and logical ops are not differentiable; they are forwarded to the raw ops
+// (run below autograd), so user code needs only `frugal::`.
 //
 // In-place ops follow PyTorch's rules: see Note [In-place ops and autograd] in
 // autograd/ops/inplace.h.
 #include "tensor/tensor.h"
 
 namespace frugal {
-
-// ---- unary -------------------------------------------------------------------
-
-/// -x
-Tensor neg(const Tensor& x);
-/// e^x
-Tensor exp(const Tensor& x);
-/// Natural logarithm.
-Tensor log(const Tensor& x);
-/// Square root.
-Tensor sqrt(const Tensor& x);
-/// 1 / sqrt(x)
-Tensor rsqrt(const Tensor& x);
-/// Hyperbolic tangent.
-Tensor tanh(const Tensor& x);
-/// 1 / (1 + e^-x)
-Tensor sigmoid(const Tensor& x);
-/// max(x, 0); the gradient is 0 at 0.
-Tensor relu(const Tensor& x);
-/// Exact GELU, x * Phi(x).
-Tensor gelu(const Tensor& x);
-/// GELU with the tanh approximation (PyTorch's approximate='tanh').
-Tensor gelu_tanh(const Tensor& x);
-/// x * sigmoid(x)
-Tensor silu(const Tensor& x);
-/// |x|; the gradient is 0 at 0.
-Tensor abs(const Tensor& x);
-/// x * x
-Tensor square(const Tensor& x);
-/// 1 / x
-Tensor reciprocal(const Tensor& x);
-/// Sine.
-Tensor sin(const Tensor& x);
-/// Cosine.
-Tensor cos(const Tensor& x);
-/// x ^ exponent
-Tensor pow(const Tensor& x, double exponent);
-/// x * scale + shift in one pass.
-Tensor affine(const Tensor& x, double scale, double shift);
-/// min(max(x, lo), hi); the gradient passes where lo <= x <= hi.
-Tensor clamp(const Tensor& x, double lo, double hi);
 
 // ---- binary (broadcasting) ----------------------------------------------------
 

@@ -1,7 +1,6 @@
-// Pooling and batch norm: max/avg/adaptive pooling against naive float64 loops
-// (padding, dilation, ceil_mode, count_include_pad), their backward and gradcheck;
-// batch_norm in training and eval against its formulas, running statistics, gradcheck;
-// errors; the MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and BatchNorm2d modules.
+// Pooling: max/avg/adaptive pooling against naive float64 loops (padding, dilation,
+// ceil_mode, count_include_pad), their backward and gradcheck; max_pool2d's saved input;
+// errors; the MaxPool2d, AvgPool2d and AdaptiveAvgPool2d modules.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,13 +8,10 @@
 #include <string>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/conv.h"
-#include "autograd/ops/elementwise.h"
+#include "autograd/ops/pool.h"
+#include "autograd/ops/unary.h"
 #include "memory/allocator.h"
-#include "nn/batch_norm.h"
-#include "nn/container.h"
 #include "nn/pooling.h"
-#include "tensor/ops/batch_norm.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/pool.h"
 #include "tests/test_util.h"
@@ -175,8 +171,6 @@ const AvgCase kAvgCases[] = {
 };
 
 }  // namespace
-
-// ---- pooling -------------------------------------------------------------------------------
 
 TEST_CASE("pool: output sizes follow PyTorch's rule, ceil_mode included") {
   CHECK(out_size(5, 3, 3, 1, 1, true) == 2);  // a third window would start in the right padding
@@ -407,277 +401,6 @@ TEST_CASE("nn: pooling modules forward the functional ops and print like torch")
   CHECK(gap(x).sizes() == Shape{2, 3, 1, 1});
   CHECK(gap.extra_repr() == "output_size=(1, 1)");
   check_error([] { nn::MaxPool2d(0); }, {"MaxPool2d", "kernel_size"});
-}
-
-// ---- batch norm --------------------------------------------------------------------------------
-
-namespace {
-
-struct BnRef {
-  std::vector<double> y, mean, invstd, rm, rv;
-};
-
-/// Batch norm by its definition in float64: x (N, C, *), optional weight/bias, running stats.
-BnRef naive_bn(const std::vector<double>& x, const Shape& xs, const std::vector<double>* w,
-               const std::vector<double>* b, std::vector<double> rm, std::vector<double> rv, bool training,
-               double momentum, double eps) {
-  const int64_t N = xs[0], C = xs[1], L = numel_of(xs) / (N * C);
-  BnRef r;
-  r.y.resize(x.size());
-  for (int64_t c = 0; c < C; ++c) {
-    double mean, var;
-    if (training) {
-      double s = 0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < L; ++j) s += x[size_t((n * C + c) * L + j)];
-      mean = s / double(N * L);
-      double ss = 0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < L; ++j) ss += std::pow(x[size_t((n * C + c) * L + j)] - mean, 2);
-      var = ss / double(N * L);
-      if (!rm.empty()) {
-        rm[size_t(c)] = (1 - momentum) * rm[size_t(c)] + momentum * mean;
-        rv[size_t(c)] = (1 - momentum) * rv[size_t(c)] + momentum * ss / double(N * L - 1);
-      }
-    } else {
-      mean = rm[size_t(c)], var = rv[size_t(c)];
-    }
-    r.mean.push_back(mean);
-    r.invstd.push_back(1.0 / std::sqrt(var + eps));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < L; ++j) {
-        const size_t i = size_t((n * C + c) * L + j);
-        r.y[i] = (x[i] - mean) / std::sqrt(var + eps) * (w ? (*w)[size_t(c)] : 1.0) + (b ? (*b)[size_t(c)] : 0.0);
-      }
-  }
-  r.rm = rm, r.rv = rv;
-  return r;
-}
-
-}  // namespace
-
-TEST_CASE("batch_norm: training normalizes with batch statistics and updates the running ones") {
-  uint64_t seed = 500;
-  for (const Shape& xs : {Shape{4, 3, 5, 6}, Shape{8, 5}, Shape{3, 4, 7}, Shape{2, 2, 3, 3}})
-    for (DType t : kAllFloat)
-      for (bool float_params : {false, true})
-        for (bool affine : {true, false}) {
-          if (float_params && (t == kFloat32 || t == kFloat64)) continue;
-          CAPTURE(shape_str(xs));
-          CAPTURE(dtype_name(t));
-          CAPTURE(float_params);
-          CAPTURE(affine);
-          const int64_t C = xs[1];
-          const DType pt = float_params ? kFloat32 : t;
-          const Tensor x = random_tensor(xs, t, ++seed, Layout::Transposed, -1.0, 3.0);
-          const Tensor w = affine ? random_tensor({C}, pt, ++seed) : Tensor();
-          const Tensor b = affine ? random_tensor({C}, pt, ++seed) : Tensor();
-          Tensor rm = random_tensor({C}, pt, ++seed), rv = random_tensor({C}, pt, ++seed, Layout::Strided, 0.5, 2.0);
-          const std::vector<double> wv = affine ? values_of(w) : std::vector<double>(), bv = affine ? values_of(b) : wv;
-          const BnRef ref = naive_bn(values_of(x), xs, affine ? &wv : nullptr, affine ? &bv : nullptr, values_of(rm),
-                                     values_of(rv), true, 0.2, 1e-3);
-          const uint64_t version = rm.version();
-          const ops::BatchNormResult r = ops::batch_norm(x, rm, rv, w, b, true, 0.2, 1e-3);
-          CHECK(r.out.dtype() == t);
-          CHECK(r.mean.dtype() == (t == kFloat64 ? kFloat64 : kFloat32));
-          const double tol = default_rtol(t) * 4;
-          check_close(r.out, ref.y, tol, tol, "y");
-          check_close(r.mean, ref.mean, 1e-5, 1e-6, "mean");
-          check_close(r.invstd, ref.invstd, 1e-5, 1e-6, "invstd");
-          check_close(rm, ref.rm, default_rtol(pt), 1e-6, "running_mean");
-          check_close(rv, ref.rv, default_rtol(pt), 1e-6, "running_var");
-          CHECK(rm.version() > version);
-        }
-}
-
-TEST_CASE("batch_norm: eval normalizes with the running statistics and leaves them alone") {
-  uint64_t seed = 600;
-  for (DType t : kAllFloat) {
-    CAPTURE(dtype_name(t));
-    const Shape xs{3, 4, 5, 5};
-    const Tensor x = random_tensor(xs, t, ++seed);
-    const Tensor w = random_tensor({4}, t, ++seed), b = random_tensor({4}, t, ++seed);
-    const DType st = t == kFloat64 ? kFloat64 : kFloat32;  // running statistics in the compute dtype
-    const Tensor rm = random_tensor({4}, st, ++seed), rv = random_tensor({4}, st, ++seed, {}, 0.5, 2.0);
-    const std::vector<double> wv = values_of(w), bv = values_of(b), rmv = values_of(rm), rvv = values_of(rv);
-    const BnRef ref = naive_bn(values_of(x), xs, &wv, &bv, rmv, rvv, false, 0.1, 1e-5);
-    const ops::BatchNormResult r = ops::batch_norm(x, rm, rv, w, b, false);
-    check_close(r.out, ref.y, 4 * default_rtol(t), 4 * default_rtol(t), "eval y");
-    check_close(r.mean, rmv, 0, 0, "eval mean is running_mean");
-    check_close(r.invstd, ref.invstd, 1e-6, 0, "eval invstd");
-    check_close(rm, rmv, 0, 0, "running_mean untouched");
-    check_close(rv, rvv, 0, 0, "running_var untouched");
-    CHECK_FALSE(r.mean.shares_storage(rm));  // a copy: see Note [Batch norm statistics]
-  }
-}
-
-TEST_CASE("batch_norm: backward matches the formula, and passes gradcheck in training and eval") {
-  // The raw backward against its formula written out in float64.
-  const Shape xs{3, 2, 4};
-  const Tensor x = random_tensor(xs, kFloat64, 1), g = random_tensor(xs, kFloat64, 2),
-               w = random_tensor({2}, kFloat64, 3);
-  const ops::BatchNormResult r = ops::batch_norm(x, Tensor(), Tensor(), w, Tensor(), true);
-  const ops::BatchNormGrads gr = ops::batch_norm_backward(g, x, w, r.mean, r.invstd, true);
-  const std::vector<double> xv = values_of(x), gv = values_of(g), wv = values_of(w), mv = values_of(r.mean),
-                            iv = values_of(r.invstd);
-  std::vector<double> gx(xv.size()), gw(2, 0.0), gb(2, 0.0);
-  for (int c = 0; c < 2; ++c) {
-    for (int n = 0; n < 3; ++n)
-      for (int j = 0; j < 4; ++j) {
-        const size_t i = size_t((n * 2 + c) * 4 + j);
-        gb[size_t(c)] += gv[i];
-        gw[size_t(c)] += gv[i] * (xv[i] - mv[size_t(c)]) * iv[size_t(c)];
-      }
-    for (int n = 0; n < 3; ++n)
-      for (int j = 0; j < 4; ++j) {
-        const size_t i = size_t((n * 2 + c) * 4 + j);
-        const double xhat = (xv[i] - mv[size_t(c)]) * iv[size_t(c)];
-        gx[i] = wv[size_t(c)] * iv[size_t(c)] * (gv[i] - gb[size_t(c)] / 12 - xhat * gw[size_t(c)] / 12);
-      }
-  }
-  check_close(gr.x, gx, 1e-12, 1e-12, "grad_x");
-  check_close(gr.weight, gw, 1e-12, 1e-12, "grad_weight");
-  check_close(gr.bias, gb, 1e-12, 1e-12, "grad_bias");
-
-  Tensor xl = leaf({4, 3, 3, 2}, 10), wl = leaf({3}, 11), bl = leaf({3}, 12);
-  const Tensor rm = random_tensor({3}, kFloat64, 13), rv = random_tensor({3}, kFloat64, 14, {}, 0.5, 2.0);
-  for (bool training : {true, false}) {
-    CAPTURE(training);
-    auto r1 = gradcheck(
-        [&](const TensorList& in) { return batch_norm(in[0], rm.clone(), rv.clone(), in[1], in[2], training); },
-        {xl, wl, bl});
-    CHECK_MESSAGE(r1.ok, r1.report);
-    auto r2 =
-        gradcheck([&](const TensorList& in) { return batch_norm(in[0], rm, rv, Tensor(), Tensor(), training); }, {xl});
-    CHECK_MESSAGE(r2.ok, r2.report);
-  }
-  // (N, C) input without running statistics, and a non-contiguous one.
-  Tensor x2 = leaf({6, 3}, 15);
-  auto r3 = gradcheck([&](const TensorList& in) { return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
-                      {x2, wl, bl});
-  CHECK_MESSAGE(r3.ok, r3.report);
-  Tensor x3 = leaf({3, 2, 3, 4}, 16);
-  auto r4 = gradcheck(
-      [&](const TensorList& in) {
-        return batch_norm(in[0].transpose(0, 1), Tensor(), Tensor(), Tensor(), in[1], true);
-      },
-      {x3, leaf({3}, 17)});
-  CHECK_MESSAGE(r4.ok, r4.report);
-}
-
-TEST_CASE("batch_norm: parameter gradients come back in the parameters' dtype") {
-  Tensor x = random_tensor({4, 3, 2, 2}, kFloat16, 1);
-  x.requires_grad_();
-  Tensor w = random_tensor({3}, kFloat32, 2), b = random_tensor({3}, kFloat32, 3);
-  w.requires_grad_();
-  b.requires_grad_();
-  Tensor y = batch_norm(x, Tensor(), Tensor(), w, b, true);
-  CHECK(y.dtype() == kFloat16);
-  CHECK(y.grad_fn_name() == "BatchNormBackward");
-  y.backward(ones_like(y));
-  CHECK(x.grad().dtype() == kFloat16);
-  CHECK(w.grad().dtype() == kFloat32);
-  CHECK(b.grad().dtype() == kFloat32);
-  check_close(b.grad(), {16, 16, 16}, 1e-3, 0, "grad_bias = sum of ones");
-}
-
-TEST_CASE("batch_norm: errors") {
-  const Tensor x = zeros({4, 3, 2, 2});
-  check_error(
-      [&] {
-        ops::batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true);
-      },
-      {"batch_norm", "more than 1 value per channel", "[1, 3]"});
-  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); }, {"batch_norm", "eval mode"});
-  check_error([&] { ops::batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), true); }, {"batch_norm", "both"});
-  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), zeros({4}), Tensor(), true); },
-              {"batch_norm", "weight", "[4]", "[3]"});
-  check_error([&] { ops::batch_norm(x, Tensor(), Tensor(), zeros({3}, kFloat64), Tensor(), true); },
-              {"batch_norm", "weight", "float64", "float32"});
-  check_error([&] { ops::batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-              {"batch_norm", "at least 2 dims"});
-  check_error(
-      [&] {
-        ops::batch_norm(zeros({4, 3}, kInt64), Tensor(), Tensor(), Tensor(), Tensor(), true);
-      },
-      {"batch_norm", "floating-point"});
-  const ops::BatchNormResult r = ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
-  check_error(
-      [&] {
-        ops::batch_norm_backward(zeros({4, 3}), x, Tensor(), r.mean, r.invstd, true);
-      },
-      {"batch_norm_backward", "grad_out"});
-  check_error([&] { ops::batch_norm_backward(x, x, Tensor(), r.mean.to(kFloat64), r.invstd, true); },
-              {"batch_norm_backward", "mean and invstd"});
-  // An empty batch in eval normalizes nothing; its parameter gradients are zeros.
-  const ops::BatchNormResult e = ops::batch_norm(zeros({0, 3, 2}), zeros({3}), ones({3}), ones({3}), zeros({3}), false);
-  CHECK(e.out.sizes() == Shape{0, 3, 2});
-  const ops::BatchNormGrads eg =
-      ops::batch_norm_backward(zeros({0, 3, 2}), zeros({0, 3, 2}), ones({3}), e.mean, e.invstd, false);
-  check_close(eg.weight, {0, 0, 0}, 0, 0, "empty grad_weight");
-}
-
-TEST_CASE("nn: BatchNorm2d has torchvision's names, tracks batches, and switches statistics with the mode") {
-  nn::BatchNorm2d bn(3);
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : bn.state_dict()) keys.push_back(k);
-  CHECK(keys == std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"});
-  CHECK(bn.named_parameters().size() == 2);
-  CHECK(bn.num_batches_tracked.dtype() == kInt64);
-  CHECK(bn.num_batches_tracked.dim() == 0);
-  check_close(bn.weight, {1, 1, 1}, 0, 0, "weight starts at one");
-  check_close(bn.running_var, {1, 1, 1}, 0, 0, "running_var starts at one");
-  CHECK(bn.extra_repr() == "3, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true");
-
-  const Tensor x = random_tensor({4, 3, 5, 5}, kFloat32, 1, Layout::Contiguous, 0.0, 4.0);
-  const std::vector<double> xv = values_of(x);
-  const Tensor y = bn(x);  // training
-  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
-  const BnRef ref = naive_bn(xv, x.sizes(), nullptr, nullptr, {0, 0, 0}, {1, 1, 1}, true, 0.1, 1e-5);
-  check_close(y, ref.y, 1e-4, 1e-5, "training forward");
-  check_close(bn.running_mean, ref.rm, 1e-5, 1e-6, "running_mean");
-  check_close(bn.running_var, ref.rv, 1e-5, 1e-6, "running_var");
-  y.backward(ones_like(y));
-  CHECK(bn.weight.grad().defined());
-
-  bn.eval();
-  const Tensor ye = bn(x);
-  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
-  const BnRef refe = naive_bn(xv, x.sizes(), nullptr, nullptr, ref.rm, ref.rv, false, 0.1, 1e-5);
-  check_close(ye, refe.y, 1e-4, 1e-5, "eval forward");
-
-  // momentum = None: a cumulative average of the batch statistics.
-  nn::BatchNorm2d cum(3, {.momentum = std::nullopt});
-  const Tensor x2 = random_tensor({4, 3, 5, 5}, kFloat32, 2);
-  cum(x);
-  cum(x2);
-  const BnRef r1 = naive_bn(xv, x.sizes(), nullptr, nullptr, {0, 0, 0}, {1, 1, 1}, true, 1.0, 1e-5);
-  const BnRef r2 = naive_bn(values_of(x2), x.sizes(), nullptr, nullptr, r1.rm, r1.rv, true, 0.5, 1e-5);
-  check_close(cum.running_mean, r2.rm, 1e-5, 1e-6, "cumulative running_mean");
-  CHECK(cum.num_batches_tracked.item<int64_t>() == 2);
-  CHECK(cum.extra_repr().find("momentum=None") != std::string::npos);
-
-  // Without running statistics: no buffers, batch statistics in eval too; without affine: no parameters.
-  nn::BatchNorm2d plain(3, {.affine = false, .track_running_stats = false});
-  CHECK(plain.state_dict().empty());
-  plain.eval();
-  check_close(plain(x), ref.y, 1e-4, 1e-5, "batch statistics in eval");
-
-  // torchvision-style checkpoint keys load; half conversion keeps the counter int64.
-  nn::Sequential seq({std::make_shared<nn::BatchNorm2d>(3)});
-  std::map<std::string, Tensor> state = {{"0.weight", full({3}, 2.0)},
-                                         {"0.bias", full({3}, 0.5)},
-                                         {"0.running_mean", full({3}, 1.0)},
-                                         {"0.running_var", full({3}, 4.0)},
-                                         {"0.num_batches_tracked", full({}, 7.0, kInt64)}};
-  seq.load_state_dict(state);
-  seq.eval();
-  const Tensor ys = seq.forward(full({2, 3, 1, 1}, 3.0));
-  check_close(ys, std::vector<double>(6, 2.0 * (3.0 - 1.0) / std::sqrt(4.0 + 1e-5) + 0.5), 1e-6, 0, "loaded");
-  seq.to(kFloat16);
-  CHECK(seq.state_dict().back().second.dtype() == kInt64);
-  CHECK(seq.state_dict().back().second.item<int64_t>() == 7);
-  check_error([&] { bn(zeros({4, 2, 5, 5})); }, {"BatchNorm2d", "[4, 2, 5, 5]"});
 }
 
 TEST_CASE("pool: a max_pool2d window entirely in the padding gives -inf and index -1, and routes no gradient") {

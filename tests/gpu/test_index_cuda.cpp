@@ -1,15 +1,19 @@
-// cat/stack/split/chunk and the index ops (index_select, gather, scatter_add, index_add,
-// one_hot, embedding, embedding_backward) on CUDA against the CPU ops on the same inputs.
+// The index ops (index_select, gather, scatter_add, index_add, one_hot, embedding,
+// embedding_backward) on CUDA against the CPU ops on the same inputs; out-of-range indices
+// through the device flag; mismatched devices; the differentiable ops, forward values and
+// gradients (tests/gpu/autograd_check.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/index.h"
 #include "memory/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
-#include "tensor/ops/join.h"
+#include "tests/gpu/autograd_check.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -19,16 +23,20 @@ using frugal::detail::str_cat;
 namespace {
 
 constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+
 constexpr DType kIndexTypes[] = {kInt32, kInt64};
+
 const Device kGpu = cuda(0);
 
 // The same values on the CPU and on the GPU, in the same layout.
 struct Pair {
   Tensor cpu, gpu;
 };
+
 Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
   return {random_tensor(s, {t, kCPU}, seed, layout), random_tensor(s, {t, kGpu}, seed, layout)};
 }
+
 Pair index_pair(const Shape& s, int64_t hi, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
   std::vector<double> v = random_values(numel_of(s), seed, 0.0, double(hi));
   for (double& x : v) x = std::floor(x);
@@ -42,66 +50,10 @@ void check_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::str
   REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
   check_close(gpu, values_of(cpu), tol, tol, what);
 }
+
 double sum_tol(DType t) { return t == kFloat32 ? 1e-5 : t == kFloat64 ? 1e-12 : default_rtol(t); }
 
 }  // namespace
-
-TEST_CASE("cuda join: cat on every dim and layout, each copy width") {
-  for (DType dt : kFloatTypes) {
-    for (int64_t dim : {0, 1, 2, -1}) {
-      // Odd and even inner sizes give rows of 2 to 64 bytes: copy widths of 2, 4, 8 and 16 bytes.
-      for (int64_t inner : {1, 3, 4, 7, 8}) {
-        std::vector<Tensor> cpu, gpu;
-        uint64_t seed = 0;
-        for (Layout layout : kAllLayouts) {
-          for (int64_t len : {2, 1, 3}) {
-            Shape s = {3, 4, inner};
-            s[size_t(dim < 0 ? dim + 3 : dim)] = len;
-            const Pair p = random_pair(s, dt, ++seed, layout);
-            cpu.push_back(p.cpu);
-            gpu.push_back(p.gpu);
-          }
-        }
-        check_same(ops::cat(gpu, dim), ops::cat(cpu, dim), 0.0,
-                   str_cat("cat ", dtype_name(dt), " dim ", dim, " inner ", inner));
-      }
-    }
-  }
-}
-
-TEST_CASE("cuda join: cat of many inputs, mixed dtypes, empties; stack; split and chunk") {
-  std::vector<Tensor> cpu, gpu;
-  for (int i = 0; i < 150; ++i) {  // three launches of the batched kernel
-    const Pair p = random_pair({5, i % 5, 3}, i % 7 == 0 ? kFloat16 : kFloat32, uint64_t(i),
-                               i % 3 == 0 ? Layout::Strided : Layout::Contiguous);
-    cpu.push_back(p.cpu);
-    gpu.push_back(p.gpu);
-  }
-  cpu.push_back(empty({0}, {kBFloat16, kCPU}));  // skipped, promotes f16 + f32 + bf16 -> f32
-  gpu.push_back(empty({0}, {kBFloat16, kGpu}));
-  check_same(ops::cat(gpu, 1), ops::cat(cpu, 1), 0.0, "cat 150");
-  const Pair a = random_pair({1000, 333}, kFloat16, 1), b = random_pair({1000, 1}, kFloat16, 2);
-  check_same(ops::cat({a.gpu, b.gpu}, 1), ops::cat({a.cpu, b.cpu}, 1), 0.0, "cat large odd");
-  check_same(ops::cat({a.gpu, a.gpu}, 0), ops::cat({a.cpu, a.cpu}, 0), 0.0, "cat large dim 0");
-
-  for (DType dt : kFloatTypes) {
-    for (int64_t dim : {0, 1, 2, -1}) {
-      const Pair x = random_pair({3, 4}, dt, 3, Layout::Transposed), y = random_pair({3, 4}, dt, 4);
-      check_same(ops::stack({x.gpu, y.gpu, x.gpu}, dim), ops::stack({x.cpu, y.cpu, x.cpu}, dim), 0.0,
-                 str_cat("stack ", dtype_name(dt), " dim ", dim));
-    }
-  }
-  const Pair x = random_pair({4, 10}, kFloat32, 5, Layout::Strided);
-  const auto pg = ops::split(x.gpu, 4, 1), pc = ops::split(x.cpu, 4, 1);
-  REQUIRE(pg.size() == 3);
-  for (size_t i = 0; i < pg.size(); ++i) {
-    CHECK(pg[i].shares_storage(x.gpu));
-    check_same(pg[i], pc[i], 0.0, "split");
-  }
-  const auto cg = ops::chunk(x.gpu, 4, 1), cc = ops::chunk(x.cpu, 4, 1);
-  REQUIRE(cg.size() == cc.size());
-  for (size_t i = 0; i < cg.size(); ++i) check_same(cg[i], cc[i], 0.0, "chunk");
-}
 
 TEST_CASE("cuda index: index_select, gather and embedding match the CPU") {
   const Shape shape = {4, 5, 6};
@@ -234,11 +186,9 @@ TEST_CASE("cuda index: an out-of-range index is a frugal::Error, and the device 
   check_close(ok, std::vector<double>(6, 0.0), 0.0, 0.0, "after errors");
 }
 
-TEST_CASE("cuda join/index: mismatched devices are errors naming both tensors") {
+TEST_CASE("cuda index: mismatched devices are errors naming both tensors") {
   const Tensor g = zeros({2, 3}, {kFloat32, kGpu}), c = zeros({2, 3});
   const Tensor gi = zeros({2}, {kInt64, kGpu}), ci = zeros({2}, kInt64);
-  check_error([&] { ops::cat({g, c}); }, {"cat", "one device", "cuda:0", "cpu"});
-  check_error([&] { ops::stack({g, c}); }, {"stack", "one device"});
   check_error([&] { ops::index_select(g, 0, ci); }, {"index_select", "one device", "int64[2] cpu"});
   check_error([&] { ops::gather(c, 0, zeros({1, 1}, {kInt64, kGpu})); }, {"gather", "one device"});
   check_error([&] { ops::scatter_add(g, 0, zeros({1, 1}, {kInt64, kGpu}), c); }, {"scatter_add", "cpu", "cuda:0"});
@@ -249,4 +199,34 @@ TEST_CASE("cuda join/index: mismatched devices are errors naming both tensors") 
         ops::embedding_backward(zeros({2, 3}, {kFloat32, kGpu}), ci, 4);
       },
       {"embedding_backward", "one device"});
+}
+
+// ---- the differentiable ops on CUDA: autograd/ops/index.h -------------------------------
+
+namespace {
+
+std::vector<AutogradCase> autograd_index_cases() {
+  using L = const TensorList&;
+  std::vector<AutogradCase> cases;
+  cases.push_back({"index_select", {grad_input({40, 7}), index_input({64}, 40)}, [](L in) {
+                     return index_select(in[0], 0, in[1]);
+                   }});
+  cases.push_back(
+      {"gather", {grad_input({30, 20}), index_input({30, 12}, 20)}, [](L in) { return gather(in[0], 1, in[1]); }});
+  cases.push_back({"scatter_add", {grad_input({10, 20}), index_input({25, 20}, 10), grad_input({25, 20})}, [](L in) {
+                     return scatter_add(in[0], 0, in[1], in[2]);
+                   }});
+  cases.push_back({"index_add", {grad_input({10, 6}), index_input({30}, 10), grad_input({30, 6})}, [](L in) {
+                     return index_add(in[0], 0, in[1], in[2]);
+                   }});
+  cases.push_back({"embedding with padding", {grad_input({50, 16}), index_input({4, 33}, 50)}, [](L in) {
+                     return embedding(in[0], in[1], /*padding_idx=*/3);
+                   }});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("cuda autograd ops: the index ops and embedding forward and gradients match the CPU") {
+  run_autograd_cases(autograd_index_cases());
 }

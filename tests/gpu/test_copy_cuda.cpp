@@ -1,11 +1,11 @@
-// CUDA tensor core: transfers, copies between layouts and dtypes, fill, and the
-// Philox stream (same numbers as the CPU), each checked against the CPU path.
+// Copies on CUDA: transfers, copies between layouts and dtypes, broadcast and strided
+// copies, each checked against the CPU path; copy_ recorded by autograd across devices;
+// mismatched and bad devices.
 #include <doctest/doctest.h>
 
+#include "autograd/ops/operators.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
-#include "tensor/ops/fill.h"
-#include "tensor/ops/random.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -63,34 +63,23 @@ TEST_CASE("cuda: strided and broadcast copies, large tensors use the vectorized 
   check_close(odd.clone(), values_of(odd), 0, 0, "misaligned clone");
 }
 
-TEST_CASE("cuda: fill and factories") {
-  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool}) {
-    Tensor x = full({3, 5}, 1.0, {t, cuda()});
-    check_close(x, std::vector<double>(15, 1.0), 0, 0, dtype_name(t));
-    ops::fill_(x.slice(1, 0, 5, 2), 0.0);
-    const std::vector<double> v = values_of(x);
-    for (int i = 0; i < 15; ++i) REQUIRE(v[i] == ((i % 5) % 2 == 0 ? 0.0 : 1.0));
-  }
-  check_close(eye(3, 3, {kFloat16, cuda()}), values_of(eye(3)), 0, 0, "eye");
-  check_close(arange(0.0, 10.0, 0.5, {kBFloat16, cuda()}), values_of(arange(0.0, 10.0, 0.5)), 0, 0, "arange");
-}
-
-TEST_CASE("cuda: Philox stream is the same on CPU and GPU") {
-  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
-    CAPTURE(dtype_name(t));
-    Generator gc(99), gg(99);
-    check_close(rand({1000, 3}, {t, cuda()}, &gg), values_of(rand({1000, 3}, t, &gc)), 0, 0, "rand");
-    // randn uses logf/sinf/cosf whose last bits may differ between libm and CUDA.
-    check_close(randn({5001}, {t, cuda()}, &gg), values_of(randn({5001}, t, &gc)), default_rtol(t), 1e-5, "randn");
-  }
-  Generator gc(3), gg(3);
-  check_close(randint(0, 1000, {4096}, {kInt64, cuda()}, &gg), values_of(randint(0, 1000, {4096}, kInt64, &gc)), 0, 0,
-              "randint");
-}
-
 TEST_CASE("cuda: device mismatch and bad devices are clear errors") {
   Tensor a = zeros({2}, cuda());
   Tensor b = zeros({2});
   check_error([&] { ops::cpu::copy_kernel(a, b); }, {"copy_", "cuda:0", "cpu"});
   check_error([] { zeros({2}, cuda(64)); }, {"cuda:64"});
+}
+
+TEST_CASE("cuda autograd: copy_ across devices and dtypes sends the gradient back to the source's device") {
+  Tensor src = random_tensor({3}, kFloat32, 7);  // on the CPU
+  src.requires_grad_();
+  Tensor h = zeros({2, 3}, {kFloat16, cuda()});
+  h.copy_(src);  // broadcast, converted to float16, moved to the GPU
+  const Tensor g = random_tensor({2, 3}, {kFloat16, cuda()}, 8);
+  (h * 1.0).backward(g);
+  REQUIRE(src.grad().device() == kCPU);
+  REQUIRE(src.grad().dtype() == kFloat32);
+  const std::vector<double> gv = values_of(g);
+  check_close(values_of(src.grad()), {gv[0] + gv[3], gv[1] + gv[4], gv[2] + gv[5]}, 1e-3, 1e-3);
+  check_close(values_of(h.detach()), values_of(src.detach().to(kFloat16).unsqueeze(0).expand({2, 3})), 0, 0);
 }

@@ -1,26 +1,12 @@
 #pragma once
-// Differentiable joining, splitting and indexing: cat, stack, split, split_with_sizes,
-// chunk, index_select, gather, scatter_add, index_add and embedding. Same names,
-// arguments and semantics as the raw ops in tensor/ops/join.h and tensor/ops/index.h.
-// Index tensors are never differentiable; one_hot is forwarded to the raw op.
+// Differentiable indexing: index_select, gather, scatter_add, index_add and embedding.
+// Same names, arguments and semantics as the raw ops in tensor/ops/index.h. Index tensors
+// are never differentiable; one_hot is forwarded to the raw op.
 #include <cstdint>
-#include <vector>
 
 #include "tensor/tensor.h"
 
 namespace frugal {
-
-/// Concatenates along `dim`; each input's gradient is its slice of g (a view).
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
-/// Stacks same-shaped tensors along a new dim `dim`.
-Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
-/// Views of consecutive `split_size`-long pieces along `dim`. One node owns all pieces:
-/// its backward concatenates their gradients, zeros for the pieces that got none.
-std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
-/// Views of pieces of the given lengths along `dim`.
-std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
-/// torch.chunk: split into at most `chunks` pieces.
-std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
 /// Entries of x at `index` (1-D or 0-d) along `dim`; backward adds g into those rows.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);

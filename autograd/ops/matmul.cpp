@@ -1,5 +1,5 @@
 // matmul and linear, forward and backward side by side.
-#include "autograd/ops/linalg.h"
+#include "autograd/ops/matmul.h"
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"

@@ -1,7 +1,6 @@
-// Elementwise ops, forward and backward side by side: one node for all unary ops
-// (each derivative is one fused kernel, ops::unary_backward), one per binary op, and the
-// in-place forms (Note [In-place ops and autograd]).
-#include "autograd/ops/elementwise.h"
+// Binary ops, forward and backward side by side: one node per op, and the in-place
+// forms (Note [In-place ops and autograd]).
+#include "autograd/ops/binary.h"
 
 #include <algorithm>
 #include <array>
@@ -10,10 +9,11 @@
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/inplace.h"
+#include "autograd/ops/unary.h"  // affine, reciprocal: rsub and rdiv
 #include "memory/op_context.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
-#include "tensor/ops/unary.h"
+#include "tensor/ops/unary.h"  // ops::neg, ops::log
 
 namespace frugal {
 
@@ -25,7 +25,6 @@ using autograd::rebase_history;
 using autograd::SavedTensor;
 using autograd::TensorList;
 using autograd::wants_grad;
-using ops::UnaryOp;
 
 namespace {
 
@@ -45,62 +44,6 @@ struct InputMeta {
   InputMeta() = default;
   InputMeta(const Tensor& t) : sizes(t.sizes()), dtype(t.dtype()) {}  // NOLINT: `node->a = a;`
 };
-
-// ---- unary: y = f(x) ------------------------------------------------------------
-// grad_x = g * f'(x) in one fused kernel, ops::unary_backward; the formulas are
-// unary_grad in tensor/ops/unary_math.h (x or y as ops::unary_grad_from says):
-//   neg: -g                exp: g y               log: g / x             sqrt: g / 2y
-//   rsqrt: -g y^3 / 2      tanh: g (1 - y^2)      sigmoid: g y (1 - y)   relu: y > 0 ? g : 0
-//   gelu: g (Phi(x) + x phi(x))                   gelu_tanh: llm.c's gelu_backward
-//   silu: g s (1 + x (1 - s)), s = sigmoid(x)     abs: g sign(x)         square: 2 g x
-//   reciprocal: -g y^2     sin: g cos x           cos: -g sin x          pow: g p x^(p - 1)
-//   affine: g scale        clamp: lo <= x <= hi ? g : 0
-
-const char* unary_node_name(UnaryOp op) {
-  switch (op) {
-#define FRUGAL_UNARY_NODE_NAME(E, name, ints) \
-  case UnaryOp::E: return #E "Backward";
-    FRUGAL_UNARY_OPS(FRUGAL_UNARY_NODE_NAME)
-#undef FRUGAL_UNARY_NODE_NAME
-  }
-  return "UnaryBackward";
-}
-
-struct UnaryBackward final : Node {
-  UnaryOp op = UnaryOp::Neg;
-  double a = 0, b = 0;     // the op's parameters (see ops::UnaryOp)
-  DType dtype = kFloat32;  // of x and y
-  SavedTensor saved;       // x or y; nothing for neg and affine
-  std::string name() const override { return unary_node_name(op); }
-  void release_saved() override { saved.reset(); }
-  TensorList apply(TensorList&& grads) override {
-    return {ops::unary_backward(op, in_dtype(grads[0], dtype), saved.unpack(name()), a, b)};
-  }
-};
-
-/// The unary ops autocast runs in float32 (PyTorch's list; Note [Autocast]).
-bool float32_under_autocast(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Log || op == UnaryOp::Pow || op == UnaryOp::Rsqrt ||
-         op == UnaryOp::Reciprocal;
-}
-
-Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
-  memory::OpScope scope(ops::unary_op_name(op));
-  if (float32_under_autocast(op))
-    if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return unary_op(op, (*c)[0], a, b);
-  Tensor y = autograd::raw([&] { return op == UnaryOp::Pow ? ops::pow(x, a) : ops::unary(op, x, a, b); });
-  if (auto node = make_node<UnaryBackward>({x})) {
-    node->op = op;
-    node->a = a;
-    node->b = b;
-    node->dtype = x.dtype();
-    const ops::UnaryGradFrom from = ops::unary_grad_from(op);
-    if (from == ops::UnaryGradFrom::Input) node->saved = x;
-    if (from == ops::UnaryGradFrom::Output) node->saved = y;
-    autograd::record(node, {y});
-  }
-  return y;
-}
 
 // ---- binary: out = f(a, b), broadcast --------------------------------------------
 // Every gradient is summed back over the dims broadcasting stretched (reduce_grad) and
@@ -175,7 +118,7 @@ struct DivBackward final : Node {
 
 // out = maximum(a, b) (minimum: the comparisons swapped)
 // grad_a = a > b ? g : a == b ? g / 2 : 0, grad_b = b > a ? g : a == b ? g / 2 : 0
-struct MaxMinBackward final : Node {
+struct MaximumMinimumBackward final : Node {
   SavedTensor a, b;
   InputMeta ma, mb;
   bool is_max = true;
@@ -278,7 +221,7 @@ Tensor add_op(const char* op, const char* label, const Tensor& a, const Tensor& 
 Tensor max_min(bool is_max, const Tensor& a, const Tensor& b) {
   memory::OpScope scope(is_max ? "maximum" : "minimum");
   Tensor out = autograd::raw([&] { return is_max ? ops::maximum(a, b) : ops::minimum(a, b); });
-  if (auto node = make_node<MaxMinBackward>({a, b})) {
+  if (auto node = make_node<MaximumMinimumBackward>({a, b})) {
     node->a = a;
     node->b = b;
     node->ma = a;
@@ -329,28 +272,6 @@ const Tensor& scalar_inplace(const char* op, const char* label, const Tensor& se
 }
 
 }  // namespace
-
-// ---- unary -------------------------------------------------------------------------
-
-Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x); }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x); }
-Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x); }
-Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x); }
-Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x); }
-Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }
-Tensor gelu(const Tensor& x) { return unary_op(UnaryOp::Gelu, x); }
-Tensor gelu_tanh(const Tensor& x) { return unary_op(UnaryOp::GeluTanh, x); }
-Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x); }
-Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
-Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
-Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }
-Tensor sin(const Tensor& x) { return unary_op(UnaryOp::Sin, x); }
-Tensor cos(const Tensor& x) { return unary_op(UnaryOp::Cos, x); }
-Tensor pow(const Tensor& x, double exponent) { return unary_op(UnaryOp::Pow, x, exponent); }
-Tensor affine(const Tensor& x, double scale, double shift) { return unary_op(UnaryOp::Affine, x, scale, shift); }
-Tensor clamp(const Tensor& x, double lo, double hi) { return unary_op(UnaryOp::Clamp, x, lo, hi); }
 
 // ---- binary ------------------------------------------------------------------------
 

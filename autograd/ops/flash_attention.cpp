@@ -1,0 +1,65 @@
+// flash_attention, the fused kernels of tensor/ops/flash_attention.h with their backward
+// (Note [Flash attention]).
+#include "autograd/ops/flash_attention.h"
+
+#include "autograd/autocast.h"
+#include "autograd/function.h"
+#include "memory/op_context.h"
+#include "tensor/ops/flash_attention.h"
+
+namespace frugal {
+
+using autocast::Policy;
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+using autograd::wants_grad;
+
+namespace {
+
+// out = dropout(softmax(scale q k^T + mask)) v; with P recomputed from q, k, lse (Note [Flash attention]):
+// grad_v = P'^T g, dS = P (f (g v^T) - rowsum(g * out)), grad_q = scale dS k, grad_k = scale dS^T q
+struct FlashAttentionBackward final : Node {
+  SavedTensor q, k, v, out, lse, mask;  // no (B, H, L, S) tensor: the weights are recomputed
+  ops::FlashAttentionOptions options;   // its mask stays undefined: `mask` holds it, version-checked
+  Generator::Range range{0, 0};
+  std::string name() const override { return "FlashAttentionBackward"; }
+  void release_saved() override { q.reset(), k.reset(), v.reset(), out.reset(), lse.reset(), mask.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    ops::FlashAttentionOptions o = options;
+    if (mask.defined()) o.mask = mask.unpack(name());
+    ops::FlashAttentionGrads g =
+        ops::flash_attention_backward(grads[0], q.unpack(name()), k.unpack(name()), v.unpack(name()),
+                                      out.unpack(name()), lse.unpack(name()), o, range);
+    TensorList result(3);
+    if (wants_grad(*this, 0)) result[0] = std::move(g.dq);
+    if (wants_grad(*this, 1)) result[1] = std::move(g.dk);
+    if (wants_grad(*this, 2)) result[2] = std::move(g.dv);
+    return result;
+  }
+};
+
+}  // namespace
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, bool is_causal,
+                       double dropout_p, std::optional<double> scale, Generator* gen) {
+  constexpr const char* op = "flash_attention";
+  memory::OpScope scope(op);
+  if (auto c = autocast::cast_inputs(Policy::Lower, {&q, &k, &v, &attn_mask}))
+    return flash_attention((*c)[0], (*c)[1], (*c)[2], (*c)[3], is_causal, dropout_p, scale, gen);
+  FRUGAL_CHECK(!attn_mask.defined() || !attn_mask.requires_grad(), op, ": attn_mask ", attn_mask.describe(),
+               " requires grad, but the fused kernels give it none (use scaled_dot_product_attention)");
+  const ops::FlashAttentionOptions options{attn_mask, is_causal, scale, dropout_p};
+  ops::FlashAttentionForward r = autograd::raw([&] { return ops::flash_attention_forward(q, k, v, options, gen); });
+  if (auto node = make_node<FlashAttentionBackward>({q, k, v})) {
+    node->q = q, node->k = k, node->v = v, node->out = r.out, node->lse = r.lse;
+    if (attn_mask.defined()) node->mask = attn_mask;
+    node->options = {Tensor(), is_causal, scale, dropout_p};
+    node->range = r.range;
+    autograd::record(node, {r.out});
+  }
+  return r.out;
+}
+
+}  // namespace frugal

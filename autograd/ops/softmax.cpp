@@ -1,0 +1,55 @@
+// softmax and log_softmax, forward and backward side by side.
+#include "autograd/ops/softmax.h"
+
+#include "autograd/autocast.h"
+#include "autograd/function.h"
+#include "memory/op_context.h"
+#include "tensor/ops/softmax.h"
+
+namespace frugal {
+
+using autocast::Policy;
+using autograd::make_node;
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
+// y = softmax(x, dim):     grad_x = y (g - sum(g y, dim))
+// y = log_softmax(x, dim): grad_x = g - exp(y) sum(g, dim)
+// (one fused kernel each: ops::softmax_backward / ops::log_softmax_backward)
+struct SoftmaxBackward final : Node {
+  SavedTensor out;
+  int64_t dim = 0;
+  bool log = false;
+  std::string name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  void release_saved() override { out.reset(); }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor y = out.unpack(name());
+    const Tensor g = in_dtype(grads[0], y.dtype());
+    return {log ? ops::log_softmax_backward(g, y, dim) : ops::softmax_backward(g, y, dim)};
+  }
+};
+
+Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
+  memory::OpScope scope(log ? "log_softmax" : "softmax");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return softmax_op(log, (*c)[0], dim);
+  Tensor y = autograd::raw([&] { return log ? ops::log_softmax(x, dim) : ops::softmax(x, dim); });
+  if (auto node = make_node<SoftmaxBackward>({x})) {
+    node->out = y;
+    node->dim = dim;
+    node->log = log;
+    autograd::record(node, {y});
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(false, x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(true, x, dim); }
+
+}  // namespace frugal

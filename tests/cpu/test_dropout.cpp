@@ -1,0 +1,124 @@
+// dropout: the mask against Philox's formula, scaled, Bernoulli(1 - p) and replayable; every
+// dtype, non-contiguous inputs, p = 0 and 1, eval; the differentiable op
+// (autograd/ops/dropout.h) through gradcheck with a fixed generator state.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops/dropout.h"
+#include "tensor/factory.h"
+#include "tensor/ops/dropout.h"
+#include "tensor/philox.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using autograd::gradcheck;
+
+namespace {
+
+const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
+
+std::string name_of(DType dt, Layout l = Layout::Contiguous) {
+  return std::string(dtype_name(dt)) + " " + layout_name(l);
+}
+
+Tensor leaf(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
+  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+
+void check_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& in) {
+  const auto r = gradcheck(f, in);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+}  // namespace
+
+TEST_CASE("nn_functional: dropout mask is Philox's formula, scaled, Bernoulli(1 - p), replayable") {
+  const double p = 0.3;
+  const int64_t n = 20000;
+  Generator gen(1234);
+  gen.set_state(1234, 77);
+  const ops::DropoutResult r = ops::dropout(ones({n}, kFloat64), p, &gen);
+  CHECK(r.range.seed == 1234);
+  CHECK(r.range.counter == 77);
+  CHECK(gen.offset() == 77 + uint64_t(n + 3) / 4);
+  const std::vector<double> y = values_of(r.out);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const PhiloxResult w = philox4x32(1234, 77 + uint64_t(i) / 4);
+    const bool keep = philox_uniform(w.x[i % 4]) < float(1.0 - p);
+    REQUIRE_MESSAGE(y[size_t(i)] == (keep ? 1.0 / (1.0 - p) : 0.0), "element ", i);
+    kept += keep;
+  }
+  // Kept fraction within 5 standard deviations of 1 - p.
+  const double frac = double(kept) / double(n), sd = std::sqrt(p * (1 - p) / double(n));
+  CHECK(std::fabs(frac - (1 - p)) < 5 * sd);
+  // Same generator state: the same mask; the next state: a different one.
+  gen.set_state(1234, 77);
+  CHECK(values_of(ops::dropout(ones({n}, kFloat64), p, &gen).out) == y);
+  CHECK(values_of(ops::dropout(ones({n}, kFloat64), p, &gen).out) != y);
+  // dropout_with_range re-creates it on other values.
+  const Tensor x = random_tensor({n}, kFloat32, 400);
+  const std::vector<double> xv = values_of(x), yr = values_of(ops::dropout_with_range(x, p, r.range));
+  for (int64_t i = 0; i < n; ++i)
+    REQUIRE(yr[size_t(i)] == (y[size_t(i)] == 0 ? 0.0 : double(float(float(xv[size_t(i)]) * float(1.0 / (1.0 - p))))));
+}
+
+TEST_CASE("nn_functional: dropout in every dtype, non-contiguous, p = 0 and 1, eval, errors") {
+  const double p = 0.5;
+  for (DType dt : kFloatTypes) {
+    for (Layout layout : kAllLayouts) {
+      const Tensor x = random_tensor({6, 9}, dt, 410, layout);
+      Generator gen(9);
+      const ops::DropoutResult r = ops::dropout(x, p, &gen);
+      CHECK(r.out.is_contiguous());
+      const std::vector<double> xv = values_of(x), y = values_of(r.out);
+      for (int64_t i = 0; i < x.numel(); ++i) {  // element i is row-major in x's shape
+        const PhiloxResult w = philox4x32(9, uint64_t(i) / 4);
+        const bool keep = philox_uniform(w.x[i % 4]) < 0.5f;
+        CHECK_MESSAGE(y[size_t(i)] == (keep ? 2.0 * xv[size_t(i)] : 0.0), name_of(dt, layout), " element ", i);
+      }
+    }
+  }
+  Generator gen(3);
+  const Tensor x = random_tensor({4, 5}, kFloat32, 420);
+  check_close(ops::dropout(x, 0.0, &gen).out, values_of(x), 0, 0, "p = 0");
+  check_close(ops::dropout(x, 1.0, &gen).out, std::vector<double>(20, 0.0), 0, 0, "p = 1");
+  CHECK(gen.offset() == 0);  // neither drew counters
+  CHECK(dropout(x, 0.5, /*training=*/false).shares_storage(x));
+  CHECK(dropout(x, 0.0).shares_storage(x));
+  CHECK(ops::dropout(zeros({0, 3}), 0.5, &gen).out.sizes() == Shape{0, 3});
+  check_error([&] { ops::dropout(x, 1.5); }, {"dropout", "[0, 1]", "1.5", "float32[4, 5] cpu"});
+  check_error([&] { dropout(x, -0.1); }, {"dropout", "[0, 1]"});
+  check_error([&] { ops::dropout(zeros({3}, kInt32), 0.5); }, {"dropout", "floating", "int32"});
+}
+
+TEST_CASE("nn_functional: dropout passes gradcheck with a fixed generator state; backward replays the mask") {
+  Generator gen(55);
+  for (double p : {0.2, 0.6, 1.0}) {
+    CAPTURE(p);
+    check_gradcheck(
+        [&](const TensorList& in) {
+          gen.set_state(55, 10);  // the same mask at every evaluation of f
+          return dropout(in[0], p, true, &gen);
+        },
+        {leaf({5, 7}, 430)});
+  }
+  // The backward uses the forward's range even after the generator moved on.
+  const Tensor x = leaf({300}, 431);
+  gen.set_state(8, 0);
+  const Tensor y = dropout(x, 0.4, true, &gen);
+  CHECK(y.grad_fn_name() == "DropoutBackward");
+  ops::dropout(ones({1000}), 0.4, &gen);  // advance
+  y.backward(ones({300}, kFloat64));
+  const std::vector<double> yv = values_of(y), xv = values_of(x), gx = values_of(x.grad());
+  for (size_t i = 0; i < yv.size(); ++i) CHECK(gx[i] == (yv[i] == 0.0 && xv[i] != 0.0 ? 0.0 : 1.0 / (1.0 - 0.4)));
+}
