@@ -75,7 +75,7 @@ void read_configs(const std::string& path) {
     if (small(c)) {
       models::BertForMaskedLM mlm(c);
       const int64_t T = std::min<int64_t>(4, c.max_position_embeddings);
-      std::vector<int64_t> ids(size_t(T));
+      std::vector<int64_t> ids(static_cast<size_t>(T));
       for (int64_t i = 0; i < T; ++i) ids[size_t(i)] = i % c.vocab_size;
       const Tensor logits = mlm.forward(from_vector(ids, {1, T})).logits;
       if (logits.sizes() != Shape{1, T, c.vocab_size}) std::abort();
