@@ -1,5 +1,6 @@
 #include "nn/attention.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -69,6 +70,71 @@ void check_mask_kind(const char* name, const Tensor& mask, const Tensor& query) 
   FRUGAL_CHECK(mask.dtype() == kBool || is_floating(mask.dtype()), kOp, ": ", name, " must be bool or floating, got ",
                mask.describe());
   check_same_device(kOp, query, mask);
+}
+
+/// The masks of one call, checked: key padding as (B, 1, 1, S), attn as (L, S) or
+/// (B, H, L, S); undefined where not given.
+struct CallMasks {
+  Tensor padding, attn;
+};
+CallMasks checked_masks(const AttentionForwardOptions& o, const Tensor& query, bool batched, int64_t B, int64_t H,
+                        int64_t L, int64_t S) {
+  CallMasks r;
+  if (o.key_padding_mask.defined()) {
+    const Tensor& m = o.key_padding_mask;
+    check_mask_kind("key_padding_mask", m, query);
+    const Shape want = batched ? Shape{B, S} : Shape{S};
+    FRUGAL_CHECK(m.sizes() == want, kOp, ": key_padding_mask must be ", batched ? "(B, S) = " : "(S) = ",
+                 shape_str(want), ", got ", m.describe());
+    r.padding = m.reshape({B, 1, 1, S});
+  }
+  if (o.attn_mask.defined()) {
+    const Tensor& m = o.attn_mask;
+    check_mask_kind("attn_mask", m, query);
+    const Shape want2{L, S}, want3{B * H, L, S};
+    FRUGAL_CHECK(m.sizes() == want2 || m.sizes() == want3, kOp, ": attn_mask must be (L, S) = ", shape_str(want2),
+                 batched ? " or (B*H, L, S) = " : " or (H, L, S) = ", shape_str(want3), ", got ", m.describe());
+    r.attn = m.dim() == 2 ? m : m.reshape({B, H, L, S});
+  }
+  return r;
+}
+
+/// One mask for masked_softmax, (.., L, S): bool (true = attend) when every given mask is
+/// bool, else additive in `dtype`; undefined without masks.
+Tensor merged_mask(const CallMasks& m, DType dtype) {
+  const Tensor &padding = m.padding, &attn = m.attn;
+  if (!padding.defined() && !attn.defined()) return Tensor();
+  if ((!padding.defined() || padding.dtype() == kBool) && (!attn.defined() || attn.dtype() == kBool))
+    return logical_not(padding.defined() && attn.defined() ? logical_or(attn, padding)
+                                                           : (attn.defined() ? attn : padding));
+  Tensor mask;
+  if (attn.defined()) mask = additive(attn, dtype);
+  if (padding.defined()) mask = mask.defined() ? add(mask, additive(padding, dtype)) : additive(padding, dtype);
+  return mask;
+}
+
+/// The input projections q (B, L, E), k and v (B, S, E): one GEMM for self-attention, two
+/// when key is value (Note [Attention paths]), else three.
+std::array<Tensor, 3> in_projections(const MultiheadAttention& a, const Tensor& qx, const Tensor& kx,
+                                     const Tensor& vx, bool self_attn, bool kv_same) {
+  const int64_t E = a.embed_dim;
+  if (!a.in_proj_weight.defined())
+    return {linear(qx, a.q_proj_weight, rows(a.in_proj_bias, 0, E)),
+            linear(kx, a.k_proj_weight, rows(a.in_proj_bias, 1, E)),
+            linear(vx, a.v_proj_weight, rows(a.in_proj_bias, 2, E))};
+  if (self_attn) {
+    const std::vector<Tensor> qkv = chunk(linear(qx, a.in_proj_weight, a.in_proj_bias), 3, -1);
+    return {qkv[0], qkv[1], qkv[2]};
+  }
+  const Tensor q = linear(qx, rows(a.in_proj_weight, 0, E), rows(a.in_proj_bias, 0, E));
+  if (kv_same) {
+    const Tensor w_kv = a.in_proj_weight.narrow(0, E, 2 * E);
+    const Tensor b_kv = a.in_proj_bias.defined() ? a.in_proj_bias.narrow(0, E, 2 * E) : Tensor();
+    const std::vector<Tensor> kv = chunk(linear(kx, w_kv, b_kv), 2, -1);
+    return {q, kv[0], kv[1]};
+  }
+  return {q, linear(kx, rows(a.in_proj_weight, 1, E), rows(a.in_proj_bias, 1, E)),
+          linear(vx, rows(a.in_proj_weight, 2, E), rows(a.in_proj_bias, 2, E))};
 }
 
 }  // namespace
@@ -144,63 +210,11 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
                batch_first ? "true" : "false", "), got query ", query.describe(), ", key ", key.describe(), ", value ",
                value.describe());
 
-  // ---- masks, checked here, merged after the projections ----
-  Tensor padding, attn;  // (B, 1, 1, S); (L, S) or (B, H, L, S)
-  if (o.key_padding_mask.defined()) {
-    const Tensor& m = o.key_padding_mask;
-    check_mask_kind("key_padding_mask", m, query);
-    const Shape want = batched ? Shape{B, S} : Shape{S};
-    FRUGAL_CHECK(m.sizes() == want, kOp, ": key_padding_mask must be ",
-                 batched ? "(B, S) = " : "(S) = ", shape_str(want), ", got ", m.describe());
-    padding = m.reshape({B, 1, 1, S});
-  }
-  if (o.attn_mask.defined()) {
-    const Tensor& m = o.attn_mask;
-    check_mask_kind("attn_mask", m, query);
-    const Shape want2{L, S}, want3{B * H, L, S};
-    FRUGAL_CHECK(m.sizes() == want2 || m.sizes() == want3, kOp, ": attn_mask must be (L, S) = ", shape_str(want2),
-                 batched ? " or (B*H, L, S) = " : " or (H, L, S) = ", shape_str(want3), ", got ", m.describe());
-    attn = m.dim() == 2 ? m : m.reshape({B, H, L, S});
-  }
-
-  // ---- projections: q (B, L, E), k and v (B, S, E) ----
-  Tensor q, k, v;
-  if (in_proj_weight.defined()) {
-    if (self_attn) {
-      const std::vector<Tensor> qkv = chunk(linear(qx, in_proj_weight, in_proj_bias), 3, -1);
-      q = qkv[0], k = qkv[1], v = qkv[2];
-    } else if (kv_same) {
-      q = linear(qx, rows(in_proj_weight, 0, E), rows(in_proj_bias, 0, E));
-      const Tensor w_kv = in_proj_weight.narrow(0, E, 2 * E);
-      const Tensor b_kv = in_proj_bias.defined() ? in_proj_bias.narrow(0, E, 2 * E) : Tensor();
-      const std::vector<Tensor> kv = chunk(linear(kx, w_kv, b_kv), 2, -1);
-      k = kv[0], v = kv[1];
-    } else {
-      q = linear(qx, rows(in_proj_weight, 0, E), rows(in_proj_bias, 0, E));
-      k = linear(kx, rows(in_proj_weight, 1, E), rows(in_proj_bias, 1, E));
-      v = linear(vx, rows(in_proj_weight, 2, E), rows(in_proj_bias, 2, E));
-    }
-  } else {
-    q = linear(qx, q_proj_weight, rows(in_proj_bias, 0, E));
-    k = linear(kx, k_proj_weight, rows(in_proj_bias, 1, E));
-    v = linear(vx, v_proj_weight, rows(in_proj_bias, 2, E));
-  }
+  const CallMasks masks = checked_masks(o, query, batched, B, H, L, S);  // merged after the projections
+  auto [q, k, v] = in_projections(*this, qx, kx, vx, self_attn, kv_same);  // q (B, L, E), k, v (B, S, E)
   q = split_heads(q, H), k = split_heads(k, H), v = split_heads(v, H);  // (B, H, T, D)
 
-  // ---- one mask for masked_softmax: bool (true = attend) or additive, (.., L, S) ----
-  Tensor mask;
-  if (padding.defined() || attn.defined()) {
-    const bool all_bool =
-        (!padding.defined() || padding.dtype() == kBool) && (!attn.defined() || attn.dtype() == kBool);
-    if (all_bool) {
-      mask = logical_not(padding.defined() && attn.defined() ? logical_or(attn, padding)
-                                                             : (attn.defined() ? attn : padding));
-    } else {
-      const DType dt = q.dtype();  // the scores' dtype (the projections' output)
-      if (attn.defined()) mask = additive(attn, dt);
-      if (padding.defined()) mask = mask.defined() ? add(mask, additive(padding, dt)) : additive(padding, dt);
-    }
-  }
+  const Tensor mask = merged_mask(masks, q.dtype());  // in the scores' dtype (the projections' output)
 
   // ---- attention: heads (B, H, L, D), weights (B, H, L, S) ----
   const double p = is_training() ? dropout_p : 0.0;

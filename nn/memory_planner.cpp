@@ -173,13 +173,20 @@ void MemoryPlanner::enter_autocast(std::optional<AutocastGuard>& guard) const {
 }
 
 void MemoryPlanner::profile() {
-  const Device dev = sample_.device();
   const auto n = int64_t(seq_.size());
   MemoryProfile prof;
   prof.modules.resize(size_t(n));
   for (int64_t j = 0; j < n; ++j) prof.modules[j].name = std::to_string(j) + " " + seq_[j]->type_name();
+  profile_forward(prof);
+  profile_output_release(prof);
+  profile_grad_bytes(prof);
+  prof.measured_plain_peak = profile_step(prof);
+  profile_ = std::move(prof);
+}
 
-  // No-grad passes: forward times (the best of three) and checkpointed-forward peaks.
+void MemoryPlanner::profile_forward(MemoryProfile& prof) const {
+  const Device dev = sample_.device();
+  const auto n = int64_t(seq_.size());
   for (auto& m : prof.modules) m.forward_seconds = std::numeric_limits<double>::infinity();
   for (int rep = 0; rep < 3; ++rep) {
     NoGradGuard no_grad;
@@ -204,43 +211,46 @@ void MemoryPlanner::profile() {
       h = y;
     }
   }
+}
 
-  // Whether each module's graph keeps its output: run it alone in grad mode, copy its
-  // output for the next module, then drop the output while its graph is still held.
-  {
-    std::optional<AutocastGuard> amp;
-    enter_autocast(amp);
-    Tensor h = sample_;
-    for (int64_t j = 0; j < n; ++j) {
-      Tensor y = seq_[j]->forward(h);
-      autograd::Edge graph = autograd::gradient_edge(y);
-      const bool needs_grad = autograd::requires_grad(y);
-      Tensor next = autograd::raw([&] { return y.clone(); });
-      synchronize(dev);
-      const int64_t with_output = allocated_now(dev);
-      y = Tensor();
-      prof.modules[j].output_released = with_output - allocated_now(dev);
-      const int64_t with_casts = allocated_now(dev);
-      autocast::clear_cache();  // what the graph does not keep goes
-      prof.modules[j].cached_casts = with_casts - allocated_now(dev);
-      graph = {};
-      h = next;
-      if (needs_grad) h.requires_grad_(true);
-    }
+void MemoryPlanner::profile_output_release(MemoryProfile& prof) const {
+  const Device dev = sample_.device();
+  const auto n = int64_t(seq_.size());
+  std::optional<AutocastGuard> amp;
+  enter_autocast(amp);
+  Tensor h = sample_;
+  for (int64_t j = 0; j < n; ++j) {
+    Tensor y = seq_[j]->forward(h);
+    autograd::Edge graph = autograd::gradient_edge(y);
+    const bool needs_grad = autograd::requires_grad(y);
+    Tensor next = autograd::raw([&] { return y.clone(); });
+    synchronize(dev);
+    const int64_t with_output = allocated_now(dev);
+    y = Tensor();
+    prof.modules[j].output_released = with_output - allocated_now(dev);
+    const int64_t with_casts = allocated_now(dev);
+    autocast::clear_cache();  // what the graph does not keep goes
+    prof.modules[j].cached_casts = with_casts - allocated_now(dev);
+    graph = {};
+    h = next;
+    if (needs_grad) h.requires_grad_(true);
   }
+}
 
-  // Parameter gradients each module's backward will allocate (shared ones counted once).
-  {
-    std::set<const void*> seen;
-    for (int64_t j = 0; j < n; ++j) {
-      ModuleMemory& m = prof.modules[j];
-      m.grad_bytes = 0;
-      for (const Tensor& p : seq_[j]->parameters())
-        if (p.requires_grad() && !p.grad().defined() && seen.insert(p.data()).second) m.grad_bytes += allocation_of(p);
-    }
+void MemoryPlanner::profile_grad_bytes(MemoryProfile& prof) const {
+  const auto n = int64_t(seq_.size());
+  std::set<const void*> seen;
+  for (int64_t j = 0; j < n; ++j) {
+    ModuleMemory& m = prof.modules[j];
+    m.grad_bytes = 0;
+    for (const Tensor& p : seq_[j]->parameters())
+      if (p.requires_grad() && !p.grad().defined() && seen.insert(p.data()).second) m.grad_bytes += allocation_of(p);
   }
+}
 
-  // The instrumented training step (Note [Memory plan]).
+int64_t MemoryPlanner::profile_step(MemoryProfile& prof) const {
+  const Device dev = sample_.device();
+  const auto n = int64_t(seq_.size());
   std::vector<int64_t> readings(size_t(n) + 1, -1);  // readings[j]: probe after module j (n: the loss's)
   std::vector<int64_t> currents(size_t(n), -1);      // currents[j]: allocated as module j's backward starts
   int64_t step_peak = 0;
@@ -300,8 +310,7 @@ void MemoryPlanner::profile() {
       step_peak = std::max(step_peak, reading);
     }
   }
-  prof.measured_plain_peak = step_peak;
-  profile_ = std::move(prof);
+  return step_peak;
 }
 
 int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const {

@@ -114,6 +114,15 @@ class MemoryPlanner {
   Tensor loss_of(const Tensor& y) const;
   /// Starts an AutocastGuard in `guard` for a profiled forward when autocast_ is set.
   void enter_autocast(std::optional<AutocastGuard>& guard) const;
+  // The passes of profile(), each filling its fields of `prof`.
+  /// No-grad passes: forward times (best of three), checkpointed-forward peaks, sizes.
+  void profile_forward(MemoryProfile& prof) const;
+  /// Grad mode, one module at a time: what dropping each output frees while its graph lives.
+  void profile_output_release(MemoryProfile& prof) const;
+  /// The parameter gradients each module's backward allocates (shared ones counted once).
+  void profile_grad_bytes(MemoryProfile& prof) const;
+  /// The instrumented training step (Note [Memory plan]); returns its peak allocated bytes.
+  int64_t profile_step(MemoryProfile& prof) const;
   MemoryPlan make_plan(std::string method, std::vector<Segment> segments, int64_t budget) const;
 
   Sequential& seq_;

@@ -150,14 +150,12 @@ StateDict Optimizer::state_dict() const {
 
 void Optimizer::load_state_dict(const StateDict& dict) {
   const char* op = name_;
-  const std::vector<const char*> names = state_names();
-  const std::vector<HyperParam> hypers = hyperparams();
   std::vector<const Tensor*> params;  // every parameter, numbered across groups
   for (const ParamGroup& group : groups_)
     for (const Tensor& p : group.params) params.push_back(&p);
 
-  // ---- 1. sort the keys into groups and per-parameter state, rejecting strangers ----
-  std::map<size_t, std::map<std::string, const Tensor*>> group_keys, state_keys;
+  // Sort the keys into groups and per-parameter state, rejecting strangers.
+  std::map<size_t, KeysByName> group_keys, state_keys;
   for (const auto& [key, t] : dict) {
     const std::string_view k = key;
     const bool is_group = k.starts_with("param_groups."), is_state = k.starts_with("state.");
@@ -171,83 +169,92 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     slot = &t;
   }
 
-  // ---- 2. groups: count, sizes, every hyperparameter ----
   FRUGAL_CHECK(
       group_keys.size() == groups_.size() && (group_keys.empty() || group_keys.rbegin()->first + 1 == groups_.size()),
       op, ".load_state_dict: the state dict has ", group_keys.size(), " param groups, the optimizer has ",
       groups_.size());
-  std::vector<ParamGroup> loaded = groups_;
+  std::vector<ParamGroup> loaded;
   size_t first = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    auto& keys = group_keys[g];
-    const std::string prefix = "param_groups." + std::to_string(g) + ".";
-    auto take = [&](const std::string& n) -> const Tensor& {
-      auto it = keys.find(n);
-      FRUGAL_CHECK(it != keys.end(), op, ".load_state_dict: missing key '", prefix, n, "'");
-      const Tensor& t = *it->second;
-      keys.erase(it);
-      return t;
-    };
-    const Tensor& idx = take("params");
-    const size_t n = groups_[g].params.size();
-    FRUGAL_CHECK(idx.defined() && idx.dim() == 1 && (idx.dtype() == kInt64 || idx.dtype() == kInt32), op,
-                 ".load_state_dict: ", prefix, "params must be a 1-d integer tensor, got ",
-                 idx.defined() ? idx.describe() : std::string("an undefined tensor"));
-    FRUGAL_CHECK(size_t(idx.numel()) == n, op, ".load_state_dict: param group ", g, " has ", idx.numel(),
-                 " parameters in the state dict and ", n, " in the optimizer");
-    const std::vector<int64_t> ids = idx.to(kCPU, kInt64).tolist<int64_t>();
-    for (size_t k = 0; k < n; ++k)
-      FRUGAL_CHECK(ids[k] == int64_t(first + k), op, ".load_state_dict: ", prefix, "params[", k, "] is ", ids[k],
-                   ", expected ", first + k, " (parameters are numbered across groups in order)");
-    first += n;
-    ParamGroup& group = loaded[g];
-    group.lr = scalar_of(prefix + "lr", take("lr"), op);
-    for (const HyperParam& h : hypers) {
-      const double v = scalar_of(prefix + h.name, take(h.name), op);
-      if (h.real) group.*h.real = v;
-      else group.*h.flag = v != 0.0;
-    }
-    if (keys.count("initial_lr")) group.initial_lr = scalar_of(prefix + "initial_lr", take("initial_lr"), op);
-    else group.initial_lr.reset();
-    FRUGAL_CHECK(keys.empty(), op, ".load_state_dict: unexpected key '", prefix, keys.begin()->first, "'");
-    check_group(group, g);
+    loaded.push_back(load_group(g, group_keys[g], first));
+    first += groups_[g].params.size();
   }
 
-  // ---- 3. state: indices, names, shapes; copies made on each parameter's device ----
   std::unordered_map<const TensorImpl*, ParamState> state;
-  for (auto& [i, keys] : state_keys) {
-    const std::string prefix = "state." + std::to_string(i) + ".";
-    FRUGAL_CHECK(i < params.size(), op, ".load_state_dict: ", prefix, "* refers to parameter ", i,
+  for (const auto& [i, keys] : state_keys) {
+    FRUGAL_CHECK(i < params.size(), op, ".load_state_dict: state.", i, ".* refers to parameter ", i,
                  ", but the optimizer has ", params.size(), " parameters");
-    const Tensor& p = *params[i];
-    ParamState st;
-    bool has_step = false;
-    for (const auto& [n, t] : keys) {
-      if (n == "step" && counts_steps()) {
-        const double s = scalar_of(prefix + n, *t, op);
-        FRUGAL_CHECK(s >= 0 && s == std::floor(s) && s < 9.007199254740992e15, op, ".load_state_dict: ", prefix,
-                     "step must be a non-negative integer, got ", s);
-        st.step = int64_t(s);
-        has_step = true;
-        continue;
-      }
-      size_t b = 0;
-      while (b < names.size() && n != names[b]) ++b;
-      FRUGAL_CHECK(b < names.size(), op, ".load_state_dict: unexpected key '", prefix, n, "'");
-      FRUGAL_CHECK(t->defined() && t->sizes() == p.sizes() && t->is_floating_point(), op, ".load_state_dict: ", prefix,
-                   n, " is ", t->defined() ? t->describe() : std::string("undefined"), ", but parameter ", i, " is ",
-                   p.describe());
-      Tensor copy = t->to(p.device(), state_dtype(p.dtype()));
-      if (copy.shares_storage(*t) || !copy.is_contiguous()) copy = copy.clone();
-      st.buffers[b] = copy;
-    }
-    FRUGAL_CHECK(has_step || !counts_steps(), op, ".load_state_dict: ", prefix, "step is missing");
-    check_state(st, prefix);
-    state[p.impl_ptr().get()] = std::move(st);
+    state[params[i]->impl_ptr().get()] = load_param_state(i, keys, *params[i]);
   }
 
+  // Nothing has changed up to here: a throw above leaves the optimizer as it was.
   groups_ = std::move(loaded);
   state_ = std::move(state);
+}
+
+ParamGroup Optimizer::load_group(size_t g, KeysByName keys, size_t first) const {
+  const char* op = name_;
+  const std::string prefix = "param_groups." + std::to_string(g) + ".";
+  auto take = [&](const std::string& n) -> const Tensor& {
+    auto it = keys.find(n);
+    FRUGAL_CHECK(it != keys.end(), op, ".load_state_dict: missing key '", prefix, n, "'");
+    const Tensor& t = *it->second;
+    keys.erase(it);
+    return t;
+  };
+  const Tensor& idx = take("params");
+  const size_t n = groups_[g].params.size();
+  FRUGAL_CHECK(idx.defined() && idx.dim() == 1 && (idx.dtype() == kInt64 || idx.dtype() == kInt32), op,
+               ".load_state_dict: ", prefix, "params must be a 1-d integer tensor, got ",
+               idx.defined() ? idx.describe() : std::string("an undefined tensor"));
+  FRUGAL_CHECK(size_t(idx.numel()) == n, op, ".load_state_dict: param group ", g, " has ", idx.numel(),
+               " parameters in the state dict and ", n, " in the optimizer");
+  const std::vector<int64_t> ids = idx.to(kCPU, kInt64).tolist<int64_t>();
+  for (size_t k = 0; k < n; ++k)
+    FRUGAL_CHECK(ids[k] == int64_t(first + k), op, ".load_state_dict: ", prefix, "params[", k, "] is ", ids[k],
+                 ", expected ", first + k, " (parameters are numbered across groups in order)");
+  ParamGroup group = groups_[g];
+  group.lr = scalar_of(prefix + "lr", take("lr"), op);
+  for (const HyperParam& h : hyperparams()) {
+    const double v = scalar_of(prefix + h.name, take(h.name), op);
+    if (h.real) group.*h.real = v;
+    else group.*h.flag = v != 0.0;
+  }
+  if (keys.count("initial_lr")) group.initial_lr = scalar_of(prefix + "initial_lr", take("initial_lr"), op);
+  else group.initial_lr.reset();
+  FRUGAL_CHECK(keys.empty(), op, ".load_state_dict: unexpected key '", prefix, keys.begin()->first, "'");
+  check_group(group, g);
+  return group;
+}
+
+ParamState Optimizer::load_param_state(size_t i, const KeysByName& keys, const Tensor& param) const {
+  const char* op = name_;
+  const std::string prefix = "state." + std::to_string(i) + ".";
+  const std::vector<const char*> names = state_names();
+  ParamState st;
+  bool has_step = false;
+  for (const auto& [n, t] : keys) {
+    if (n == "step" && counts_steps()) {
+      const double s = scalar_of(prefix + n, *t, op);
+      FRUGAL_CHECK(s >= 0 && s == std::floor(s) && s < 9.007199254740992e15, op, ".load_state_dict: ", prefix,
+                   "step must be a non-negative integer, got ", s);
+      st.step = int64_t(s);
+      has_step = true;
+      continue;
+    }
+    size_t b = 0;
+    while (b < names.size() && n != names[b]) ++b;
+    FRUGAL_CHECK(b < names.size(), op, ".load_state_dict: unexpected key '", prefix, n, "'");
+    FRUGAL_CHECK(t->defined() && t->sizes() == param.sizes() && t->is_floating_point(), op, ".load_state_dict: ",
+                 prefix, n, " is ", t->defined() ? t->describe() : std::string("undefined"), ", but parameter ", i,
+                 " is ", param.describe());
+    Tensor copy = t->to(param.device(), state_dtype(param.dtype()));  // on the parameter's device
+    if (copy.shares_storage(*t) || !copy.is_contiguous()) copy = copy.clone();
+    st.buffers[b] = copy;
+  }
+  FRUGAL_CHECK(has_step || !counts_steps(), op, ".load_state_dict: ", prefix, "step is missing");
+  check_state(st, prefix);
+  return st;
 }
 
 }  // namespace frugal::optim

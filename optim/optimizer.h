@@ -26,6 +26,7 @@
 // parameter's dtype.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -144,6 +145,14 @@ class Optimizer {
   std::vector<Tensor> checked_grads() const;
 
  private:
+  /// A state dict's keys below one "param_groups.<g>." or "state.<i>." prefix, by the rest.
+  using KeysByName = std::map<std::string, const Tensor*>;
+  /// The phases of load_state_dict; each checks what it reads and changes nothing.
+  /// Group `g` from its keys (consumed), its parameters numbered from `first`.
+  ParamGroup load_group(size_t g, KeysByName keys, size_t first) const;
+  /// The state of parameter `i` (`param`) from its keys.
+  ParamState load_param_state(size_t i, const KeysByName& keys, const Tensor& param) const;
+
   const char* name_;
   std::vector<ParamGroup> groups_;
   std::unordered_map<const TensorImpl*, ParamState> state_;

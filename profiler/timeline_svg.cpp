@@ -3,8 +3,11 @@
 // at events and holds between them), reserved bytes a dashed line on top, the
 // peak a marked and labelled point; axes in ms and MiB, a legend on the right.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "profiler/session.h"
 
@@ -56,124 +59,116 @@ Sample sample_of(const TimelinePoint& p, int64_t origin_ns) {
   return s;
 }
 
-}  // namespace
-
-std::string Session::timeline_svg(int width, int height) const {
-  const double left = 80, right = 190, top = 44, bottom = 56;
-  const double plot_w = std::max(100.0, width - left - right), plot_h = std::max(100.0, height - top - bottom);
-
-  // Samples, thinned to one per pixel column: each column shows the point with the most
-  // allocated bytes in it, so a spike (the peak above all) stays at least a pixel wide.
+// Samples of `timeline`, thinned to one per pixel column: each column shows the point with
+// the most allocated bytes in it, so a spike (the peak above all) stays at least a pixel wide.
+std::vector<Sample> thinned(const std::vector<TimelinePoint>& timeline, int64_t start_ns, double span_ms,
+                            size_t columns) {
   std::vector<Sample> samples;
-  const double end_ms =
-      std::max(static_cast<double>(stop_ns_ - start_ns_) / 1e6,
-               timeline_.empty() ? 0.0 : static_cast<double>(timeline_.back().time_ns - start_ns_) / 1e6);
-  const double span_ms = end_ms > 0 ? end_ms : 1.0;
-  const size_t columns = static_cast<size_t>(plot_w);
-  for (size_t i = 0; i < timeline_.size();) {
-    const size_t column = static_cast<size_t>(
-        std::clamp(static_cast<double>(timeline_[i].time_ns - start_ns_) / 1e6 / span_ms, 0.0, 1.0) * columns);
+  auto column_of = [&](const TimelinePoint& p) {
+    return static_cast<size_t>(std::clamp(static_cast<double>(p.time_ns - start_ns) / 1e6 / span_ms, 0.0, 1.0) *
+                               columns);
+  };
+  for (size_t i = 0; i < timeline.size();) {
+    const size_t column = column_of(timeline[i]);
     size_t best = i, j = i;
-    for (; j < timeline_.size(); ++j) {
-      const size_t c = static_cast<size_t>(
-          std::clamp(static_cast<double>(timeline_[j].time_ns - start_ns_) / 1e6 / span_ms, 0.0, 1.0) * columns);
-      if (c != column) break;
-      if (timeline_[j].allocated > timeline_[best].allocated) best = j;
-    }
-    samples.push_back(sample_of(timeline_[best], start_ns_));
+    for (; j < timeline.size() && column_of(timeline[j]) == column; ++j)
+      if (timeline[j].allocated > timeline[best].allocated) best = j;
+    samples.push_back(sample_of(timeline[best], start_ns));
     samples.back().ms = static_cast<double>(column) * span_ms / static_cast<double>(columns);  // its left edge
     i = j;
   }
-  if (samples.empty()) samples.push_back(Sample{0.0, static_cast<double>(start_reserved_) / kMiB, {}});
+  return samples;
+}
 
-  double y_max = static_cast<double>(peak_allocated_) / kMiB;
-  for (const Sample& s : samples) y_max = std::max({y_max, s.reserved, s.stacked[5]});
-  if (y_max <= 0) y_max = 1.0;
-  const double y_step = nice_step(y_max, 5);
-  y_max = std::ceil(y_max / y_step) * y_step;
-  const double x_step = nice_step(span_ms, 6);
+// The plot area and its scales: milliseconds to x, MiB to y.
+struct Plot {
+  double left, top, w, h, span_ms, y_max;
+  double X(double ms) const { return left + std::clamp(ms / span_ms, 0.0, 1.0) * w; }
+  double Y(double mib) const { return top + h - mib / y_max * h; }
+};
 
-  auto X = [&](double ms) { return left + std::clamp(ms / span_ms, 0.0, 1.0) * plot_w; };
-  auto Y = [&](double mib) { return top + plot_h - mib / y_max * plot_h; };
-
-  std::string svg = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\"", width, height);
-  svg += fmt(" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", width, height);
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + fmt("%.1f", left) + "\" y=\"24\" font-size=\"15\">Memory on " + options_.device.str() +
-         " by category (" + fmt("%.2f", static_cast<double>(peak_allocated_) / kMiB) + " MiB peak)</text>\n";
-
-  // Grid and axes.
-  for (double v = 0; v <= y_max + 1e-9; v += y_step) {
-    const std::string y = fmt("%.1f", Y(v));
-    svg += "<line x1=\"" + fmt("%.1f", left) + "\" y1=\"" + y + "\" x2=\"" + fmt("%.1f", left + plot_w) + "\" y2=\"" +
+std::string grid_and_labels(const Plot& p, double y_step, double x_step) {
+  std::string svg;
+  for (double v = 0; v <= p.y_max + 1e-9; v += y_step) {
+    const std::string y = fmt("%.1f", p.Y(v));
+    svg += "<line x1=\"" + fmt("%.1f", p.left) + "\" y1=\"" + y + "\" x2=\"" + fmt("%.1f", p.left + p.w) + "\" y2=\"" +
            y + "\" stroke=\"#e6e6e6\"/>\n";
-    svg += "<text x=\"" + fmt("%.1f", left - 6) + "\" y=\"" + fmt("%.1f", Y(v) + 4) + "\" text-anchor=\"end\">" +
+    svg += "<text x=\"" + fmt("%.1f", p.left - 6) + "\" y=\"" + fmt("%.1f", p.Y(v) + 4) + "\" text-anchor=\"end\">" +
            tick_label(v) + "</text>\n";
   }
-  for (double t = 0; t <= span_ms + 1e-9; t += x_step) {
-    const std::string x = fmt("%.1f", X(t));
-    svg += "<line x1=\"" + x + "\" y1=\"" + fmt("%.1f", top + plot_h) + "\" x2=\"" + x + "\" y2=\"" +
-           fmt("%.1f", top + plot_h + 5) + "\" stroke=\"black\"/>\n";
-    svg += "<text x=\"" + x + "\" y=\"" + fmt("%.1f", top + plot_h + 19) + "\" text-anchor=\"middle\">" +
+  for (double t = 0; t <= p.span_ms + 1e-9; t += x_step) {
+    const std::string x = fmt("%.1f", p.X(t));
+    svg += "<line x1=\"" + x + "\" y1=\"" + fmt("%.1f", p.top + p.h) + "\" x2=\"" + x + "\" y2=\"" +
+           fmt("%.1f", p.top + p.h + 5) + "\" stroke=\"black\"/>\n";
+    svg += "<text x=\"" + x + "\" y=\"" + fmt("%.1f", p.top + p.h + 19) + "\" text-anchor=\"middle\">" +
            tick_label(t) + "</text>\n";
   }
-  svg += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">time (ms)</text>\n", left + plot_w / 2,
-             top + plot_h + 42);
+  svg += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">time (ms)</text>\n", p.left + p.w / 2,
+             p.top + p.h + 42);
   svg += fmt("<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\">memory (MiB)</text>\n", 22,
-             top + plot_h / 2);
+             p.top + p.h / 2);
+  return svg;
+}
 
-  // Stacked areas: band k lies between stacked[k-1] and stacked[k], as steps.
+// Stacked areas: band k lies between stacked[k-1] and stacked[k], as steps; then the
+// reserved bytes as a dashed step line.
+std::string areas_and_reserved(const Plot& p, const std::vector<Sample>& samples, double end_ms) {
+  std::string svg;
+  auto next_ms = [&](size_t i) { return i + 1 < samples.size() ? samples[i + 1].ms : end_ms; };
   for (size_t k = 0; k < 6; ++k) {
     std::string d;
     auto at = [&](size_t i, bool upper) {
       return upper ? samples[i].stacked[k] : (k ? samples[i].stacked[k - 1] : 0.0);
     };
-    auto next_ms = [&](size_t i) { return i + 1 < samples.size() ? samples[i + 1].ms : end_ms; };
     for (size_t i = 0; i < samples.size(); ++i) {
-      d += (i ? " L" : "M") + fmt("%.2f,%.2f", X(samples[i].ms), Y(at(i, true)));
-      d += " L" + fmt("%.2f,%.2f", X(next_ms(i)), Y(at(i, true)));
+      d += (i ? " L" : "M") + fmt("%.2f,%.2f", p.X(samples[i].ms), p.Y(at(i, true)));
+      d += " L" + fmt("%.2f,%.2f", p.X(next_ms(i)), p.Y(at(i, true)));
     }
     for (size_t i = samples.size(); i-- > 0;) {
-      d += " L" + fmt("%.2f,%.2f", X(next_ms(i)), Y(at(i, false)));
-      d += " L" + fmt("%.2f,%.2f", X(samples[i].ms), Y(at(i, false)));
+      d += " L" + fmt("%.2f,%.2f", p.X(next_ms(i)), p.Y(at(i, false)));
+      d += " L" + fmt("%.2f,%.2f", p.X(samples[i].ms), p.Y(at(i, false)));
     }
     svg += std::string("<path class=\"category\" data-category=\"") + memory::to_string(kDrawn[k]) + "\" fill=\"" +
            kColour[k] + "\" fill-opacity=\"0.85\" stroke=\"none\" d=\"" + d + " Z\"/>\n";
   }
-
-  // Reserved bytes.
   std::string points;
   for (size_t i = 0; i < samples.size(); ++i) {
-    const double next = i + 1 < samples.size() ? samples[i + 1].ms : end_ms;
-    points += fmt("%.2f,%.2f ", X(samples[i].ms), Y(samples[i].reserved));
-    points += fmt("%.2f,%.2f ", X(next), Y(samples[i].reserved));
+    points += fmt("%.2f,%.2f ", p.X(samples[i].ms), p.Y(samples[i].reserved));
+    points += fmt("%.2f,%.2f ", p.X(next_ms(i)), p.Y(samples[i].reserved));
   }
   svg +=
       "<polyline class=\"reserved\" fill=\"none\" stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6,3\" "
       "points=\"" +
       points + "\"/>\n";
+  return svg;
+}
 
-  // Axes on top of the areas.
-  svg += fmt("<line x1=\"%.1f\" y1=\"%.1f\"", left, top);
-  svg += fmt(" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", left, top + plot_h);
-  svg += fmt("<line x1=\"%.1f\" y1=\"%.1f\"", left, top + plot_h);
-  svg += fmt(" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", left + plot_w, top + plot_h);
+std::string axes(const Plot& p) {
+  std::string svg = fmt("<line x1=\"%.1f\" y1=\"%.1f\"", p.left, p.top);
+  svg += fmt(" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", p.left, p.top + p.h);
+  svg += fmt("<line x1=\"%.1f\" y1=\"%.1f\"", p.left, p.top + p.h);
+  svg += fmt(" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", p.left + p.w, p.top + p.h);
+  return svg;
+}
 
-  // The peak.
-  const double peak_ms = static_cast<double>(peak_time_ns_ - start_ns_) / 1e6;
-  const double peak_mib = static_cast<double>(peak_allocated_) / kMiB;
-  const double px = X(peak_ms), py = Y(peak_mib);
-  svg += fmt("<line class=\"peak\" x1=\"%.2f\" y1=\"%.2f\"", px, top);
-  svg += fmt(" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#d62728\" stroke-dasharray=\"3,3\"/>\n", px, top + plot_h);
+// The peak: a dashed vertical line, a dot and its label (left of it near the right edge).
+std::string peak_mark(const Plot& p, double peak_ms, double peak_mib) {
+  const double px = p.X(peak_ms), py = p.Y(peak_mib);
+  std::string svg = fmt("<line class=\"peak\" x1=\"%.2f\" y1=\"%.2f\"", px, p.top);
+  svg += fmt(" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#d62728\" stroke-dasharray=\"3,3\"/>\n", px, p.top + p.h);
   svg += fmt("<circle cx=\"%.2f\" cy=\"%.2f\" r=\"4\" fill=\"#d62728\"/>\n", px, py);
-  const bool label_left = px > left + plot_w * 0.7;
-  svg += fmt("<text x=\"%.2f\" y=\"%.2f\"", px + (label_left ? -8 : 8), std::max(top + 12, py - 8));
+  const bool label_left = px > p.left + p.w * 0.7;
+  svg += fmt("<text x=\"%.2f\" y=\"%.2f\"", px + (label_left ? -8 : 8), std::max(p.top + 12, py - 8));
   svg += std::string(" fill=\"#d62728\" text-anchor=\"") + (label_left ? "end" : "start") + "\">peak " +
          fmt("%.2f MiB at %.3f ms", peak_mib, peak_ms) + "</text>\n";
+  return svg;
+}
 
-  // Legend, top category first as in the stack.
-  const double lx = left + plot_w + 20;
-  double ly = top + 4;
+// The legend right of the plot, top category first as in the stack, then "reserved".
+std::string legend(const Plot& p) {
+  const double lx = p.left + p.w + 20;
+  double ly = p.top + 4;
+  std::string svg;
   for (size_t k = 6; k-- > 0; ly += 20) {
     svg += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\"", lx, ly);
     svg += std::string(" fill=\"") + kColour[k] + "\"/>\n";
@@ -183,6 +178,39 @@ std::string Session::timeline_svg(int width, int height) const {
   svg += fmt(" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6,3\"/>\n", lx + 14,
              ly + 7);
   svg += fmt("<text x=\"%.1f\" y=\"%.1f\">reserved</text>\n", lx + 20, ly + 11);
+  return svg;
+}
+
+}  // namespace
+
+std::string Session::timeline_svg(int width, int height) const {
+  const double left = 80, right = 190, top = 44, bottom = 56;
+  const double plot_w = std::max(100.0, width - left - right), plot_h = std::max(100.0, height - top - bottom);
+  const double end_ms =
+      std::max(static_cast<double>(stop_ns_ - start_ns_) / 1e6,
+               timeline_.empty() ? 0.0 : static_cast<double>(timeline_.back().time_ns - start_ns_) / 1e6);
+  const double span_ms = end_ms > 0 ? end_ms : 1.0;
+  std::vector<Sample> samples = thinned(timeline_, start_ns_, span_ms, static_cast<size_t>(plot_w));
+  if (samples.empty()) samples.push_back(Sample{0.0, static_cast<double>(start_reserved_) / kMiB, {}});
+
+  double y_max = static_cast<double>(peak_allocated_) / kMiB;
+  for (const Sample& s : samples) y_max = std::max({y_max, s.reserved, s.stacked[5]});
+  if (y_max <= 0) y_max = 1.0;
+  const double y_step = nice_step(y_max, 5);
+  y_max = std::ceil(y_max / y_step) * y_step;
+  const Plot plot{left, top, plot_w, plot_h, span_ms, y_max};
+
+  std::string svg = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\"", width, height);
+  svg += fmt(" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", width, height);
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + fmt("%.1f", left) + "\" y=\"24\" font-size=\"15\">Memory on " + options_.device.str() +
+         " by category (" + fmt("%.2f", static_cast<double>(peak_allocated_) / kMiB) + " MiB peak)</text>\n";
+  svg += grid_and_labels(plot, y_step, nice_step(span_ms, 6));
+  svg += areas_and_reserved(plot, samples, end_ms);
+  svg += axes(plot);  // on top of the areas
+  svg += peak_mark(plot, static_cast<double>(peak_time_ns_ - start_ns_) / 1e6,
+                   static_cast<double>(peak_allocated_) / kMiB);
+  svg += legend(plot);
   svg += "</svg>\n";
   return svg;
 }
