@@ -14,6 +14,7 @@
 #include "nn/pooling.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/pool.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -23,12 +24,6 @@ using autograd::gradcheck;
 namespace {
 
 constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 
 // ---- naive pooling references (independent of Note [Pooling windows]'s code) ----------
 
@@ -416,9 +411,12 @@ TEST_CASE("pool: a max_pool2d window entirely in the padding gives -inf and inde
   CHECK((std::isinf(v[1]) && v[1] < 0));
   CHECK(v[2] == 1);
   CHECK(r.indices.tolist<int64_t>() == std::vector<int64_t>{1, -1, 0});
-  const Tensor gx = ops::max_pool2d_backward(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), r.indices,
-                                             x.sizes(), {2, 1}, o);
+  const Tensor gx =
+      ops::max_pool2d_backward(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), r.indices, x.sizes(), {2, 1}, o);
   CHECK(values_of(gx) == std::vector<double>{30, 10});
-  check_error([&] { ops::max_pool2d_backward(ones({1, 1, 3, 1}), full({1, 1, 3, 1}, -2, kInt64), x.sizes(), {2, 1}, o); },
-              {"max_pool2d_backward", "index -2"});
+  check_error(
+      [&] {
+        ops::max_pool2d_backward(ones({1, 1, 3, 1}), full({1, 1, 3, 1}, -2, kInt64), x.sizes(), {2, 1}, o);
+      },
+      {"max_pool2d_backward", "index -2"});
 }
