@@ -17,14 +17,17 @@
 
 namespace frugal::testing {
 
-/// The same values on the CPU and on the GPU (cuda(0)), in the same layout.
+inline constexpr Device kGpu = cuda(0);
+inline constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+
+/// The same values on the CPU and on the GPU (kGpu), in the same layout.
 struct DevicePair {
   Tensor cpu, gpu;
 };
 
 inline DevicePair on_both(const std::vector<double>& v, const Shape& shape, DType dt,
                           Layout layout = Layout::Contiguous) {
-  return {make_tensor(v, shape, dt, layout), make_tensor(v, shape, {dt, cuda(0)}, layout)};
+  return {make_tensor(v, shape, dt, layout), make_tensor(v, shape, {dt, kGpu}, layout)};
 }
 
 inline DevicePair random_pair(const Shape& shape, DType dt, uint64_t seed, Layout layout = Layout::Contiguous,
@@ -32,7 +35,7 @@ inline DevicePair random_pair(const Shape& shape, DType dt, uint64_t seed, Layou
   return on_both(random_values(numel_of(shape), seed, lo, hi), shape, dt, layout);
 }
 
-inline DevicePair pair_of(const Tensor& cpu) { return {cpu, cpu.to(cuda(0))}; }
+inline DevicePair pair_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
 
 /// Results computed in float on both sides (the CPU sums in double) agree within a few
 /// roundings of the stored type; `scale` widens it for long sums.
@@ -40,12 +43,12 @@ inline double tol(DType t, double scale = 1.0) {
   return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
 }
 
-/// A CUDA result against the CPU's: both defined or both not, on cuda(0), the same dtype and
+/// A CUDA result against the CPU's: both defined or both not, on kGpu, the same dtype and
 /// sizes, and values within atol + rtol * |cpu| (check_close).
 inline void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
   REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
   if (!gpu.defined()) return;
-  CHECK_MESSAGE(gpu.device() == cuda(0), what);
+  CHECK_MESSAGE(gpu.device() == kGpu, what);
   CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
   REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
   check_close(gpu, values_of(cpu), rtol, atol, what);

@@ -27,7 +27,6 @@ using namespace frugal::testing;
 
 namespace {
 
-const Device kGpu = cuda(0);
 constexpr DType kTypes[] = {kFloat32, kFloat16, kBFloat16};
 
 /// The CPU and CUDA modules share their (random, f32-drawn) parameters, both then in dt.

@@ -16,14 +16,6 @@
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda nn_functional: dropout masks are identical on CPU and CUDA for the same generator state") {
   for (DType dt : kFloatTypes) {
     for (int64_t n : {1, 3, 4, 1001, 262147}) {

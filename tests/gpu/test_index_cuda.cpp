@@ -23,11 +23,7 @@ using frugal::detail::str_cat;
 
 namespace {
 
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
 constexpr DType kIndexTypes[] = {kInt32, kInt64};
-
-const Device kGpu = cuda(0);
 
 DevicePair index_pair(const Shape& s, int64_t hi, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
   std::vector<double> v = random_values(numel_of(s), seed, 0.0, double(hi));

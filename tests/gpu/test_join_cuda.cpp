@@ -22,14 +22,6 @@ using namespace frugal;
 using namespace frugal::testing;
 using frugal::detail::str_cat;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda join: cat on every dim and layout, each copy width") {
   for (DType dt : kFloatTypes) {
     for (int64_t dim : {0, 1, 2, -1}) {

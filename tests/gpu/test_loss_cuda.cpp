@@ -17,14 +17,6 @@
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda nn_functional: differentiable cross_entropy and mse_loss: CUDA gradients match the CPU") {
   for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
     CAPTURE(dtype_name(dt));

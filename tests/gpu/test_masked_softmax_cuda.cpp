@@ -14,14 +14,6 @@
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda nn_functional: masked_softmax matches the CPU for every mask kind and row length") {
   uint64_t seed = 300;
   for (int64_t S : {5, 77, 1500}) {

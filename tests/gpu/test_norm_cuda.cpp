@@ -17,14 +17,6 @@
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda nn_functional: layer_norm forward and backward match the CPU (warp and block rows)") {
   struct Case {
     Shape x, normalized;
