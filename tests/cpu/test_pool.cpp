@@ -165,6 +165,21 @@ const AvgCase kAvgCases[] = {
     {{3, 5, 5}, 2, {.stride = 1}},
 };
 
+/// body(c, t, x) for every case c in every dtype t and layout, x a random input of c.x in that
+/// dtype and layout from the next seed; the case, dtype and layout are captured for failures.
+template <typename Case, size_t N, typename Body>
+void for_each_input(const Case (&cases)[N], uint64_t& seed, Body&& body) {
+  for (const Case& c : cases)
+    for (DType t : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(shape_str(c.x));
+        CAPTURE(c.k.str());
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout_name(layout));
+        body(c, t, random_tensor(c.x, t, ++seed, layout));
+      }
+}
+
 }  // namespace
 
 TEST_CASE("pool: output sizes follow PyTorch's rule, ceil_mode included") {
@@ -181,23 +196,16 @@ TEST_CASE("pool: output sizes follow PyTorch's rule, ceil_mode included") {
 
 TEST_CASE("pool: max_pool2d values and argmax indices match a naive scan in every dtype and layout") {
   uint64_t seed = 1;
-  for (const MaxCase& c : kMaxCases)
-    for (DType t : kAllFloat)
-      for (Layout layout : kAllLayouts) {
-        CAPTURE(shape_str(c.x));
-        CAPTURE(c.k.str());
-        CAPTURE(dtype_name(t));
-        CAPTURE(layout_name(layout));
-        const Tensor x = random_tensor(c.x, t, ++seed, layout);
-        const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
-        const PoolRef ref =
-            naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation, c.o.ceil_mode);
-        REQUIRE(r.out.sizes() == ref.shape);
-        CHECK(r.out.dtype() == t);
-        CHECK(r.indices.dtype() == kInt64);
-        check_close(r.out, ref.y, 0, 0, "max values");  // a max is exact
-        CHECK(r.indices.tolist<int64_t>() == ref.idx);
-      }
+  for_each_input(kMaxCases, seed, [](const MaxCase& c, DType t, const Tensor& x) {
+    const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
+    const PoolRef ref =
+        naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation, c.o.ceil_mode);
+    REQUIRE(r.out.sizes() == ref.shape);
+    CHECK(r.out.dtype() == t);
+    CHECK(r.indices.dtype() == kInt64);
+    check_close(r.out, ref.y, 0, 0, "max values");  // a max is exact
+    CHECK(r.indices.tolist<int64_t>() == ref.idx);
+  });
 }
 
 TEST_CASE("pool: max_pool2d lets NaN win, takes the first of equal maxima, ignores -inf padding") {
@@ -216,20 +224,13 @@ TEST_CASE("pool: max_pool2d lets NaN win, takes the first of equal maxima, ignor
 
 TEST_CASE("pool: avg_pool2d matches a naive mean with either divisor, in every dtype and layout") {
   uint64_t seed = 100;
-  for (const AvgCase& c : kAvgCases)
-    for (DType t : kAllFloat)
-      for (Layout layout : kAllLayouts) {
-        CAPTURE(shape_str(c.x));
-        CAPTURE(c.k.str());
-        CAPTURE(dtype_name(t));
-        CAPTURE(layout_name(layout));
-        const Tensor x = random_tensor(c.x, t, ++seed, layout);
-        const Tensor y = ops::avg_pool2d(x, c.k, c.o);
-        const PoolRef ref = naive_avg(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.ceil_mode,
-                                      c.o.count_include_pad);
-        REQUIRE(y.sizes() == ref.shape);
-        check_close(y, ref.y, default_rtol(t), default_rtol(t), "avg");
-      }
+  for_each_input(kAvgCases, seed, [](const AvgCase& c, DType t, const Tensor& x) {
+    const Tensor y = ops::avg_pool2d(x, c.k, c.o);
+    const PoolRef ref = naive_avg(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.ceil_mode,
+                                  c.o.count_include_pad);
+    REQUIRE(y.sizes() == ref.shape);
+    check_close(y, ref.y, default_rtol(t), default_rtol(t), "avg");
+  });
 }
 
 TEST_CASE("pool: adaptive_avg_pool2d matches naive windows, shrinking and growing") {
