@@ -42,15 +42,21 @@ struct PoolRef {
   std::vector<int64_t> idx;
 };
 
+/// No outputs yet: the output shape (xs with its last two sizes OH, OW) and gx zero, of xs's size.
+PoolRef empty_ref(const Shape& xs, int64_t OH, int64_t OW) {
+  PoolRef r;
+  r.shape = xs;
+  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
+  r.gx.assign(size_t(numel_of(xs)), 0.0);
+  return r;
+}
+
 /// Max pooling of x (P planes of H x W) by scanning each window; gx from gy if given.
 PoolRef naive_max(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s, Int2 p, Int2 d, bool ceil_mode,
                   const std::vector<double>* gy = nullptr) {
   const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
   const int64_t OH = out_size(H, k.h, s.h, p.h, d.h, ceil_mode), OW = out_size(W, k.w, s.w, p.w, d.w, ceil_mode);
-  PoolRef r;
-  r.shape = xs;
-  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = empty_ref(xs, OH, OW);
   for (int64_t pl = 0; pl < P; ++pl)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
@@ -78,10 +84,7 @@ PoolRef naive_avg(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s,
                   bool include_pad, const std::vector<double>* gy = nullptr) {
   const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
   const int64_t OH = out_size(H, k.h, s.h, p.h, 1, ceil_mode), OW = out_size(W, k.w, s.w, p.w, 1, ceil_mode);
-  PoolRef r;
-  r.shape = xs;
-  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = empty_ref(xs, OH, OW);
   for (int64_t pl = 0; pl < P; ++pl)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
@@ -112,10 +115,7 @@ PoolRef naive_avg(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s,
 PoolRef naive_adaptive(const std::vector<double>& x, const Shape& xs, Int2 out,
                        const std::vector<double>* gy = nullptr) {
   const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
-  PoolRef r;
-  r.shape = xs;
-  r.shape[xs.size() - 2] = out.h, r.shape.back() = out.w;
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = empty_ref(xs, out.h, out.w);
   auto lo = [](int64_t o, int64_t L, int64_t O) { return int64_t(std::floor(double(o) * double(L) / double(O))); };
   auto hi = [](int64_t o, int64_t L, int64_t O) { return int64_t(std::ceil(double(o + 1) * double(L) / double(O))); };
   for (int64_t pl = 0; pl < P; ++pl)
