@@ -35,6 +35,12 @@ inline const char* layout_name(Layout l) {
 }
 inline constexpr Layout kAllLayouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Strided};
 
+/// "float32 transposed", "bfloat16 [2, 3]": a dtype and a layout or a shape, for test messages.
+inline std::string name_of(DType dt, Layout l = Layout::Contiguous) {
+  return std::string(dtype_name(dt)) + " " + layout_name(l);
+}
+inline std::string name_of(DType dt, const Shape& s) { return std::string(dtype_name(dt)) + " " + shape_str(s); }
+
 /// Deterministic values in [lo, hi) on the host, independent of frugal's RNG.
 inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -2.0, double hi = 2.0) {
   std::vector<double> v(size_t(std::max<int64_t>(n, 0)));

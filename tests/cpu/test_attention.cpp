@@ -20,11 +20,11 @@
 #include "nn/attention.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
 
 namespace {
 
@@ -224,13 +224,6 @@ void check_against_reference(nn::MultiheadAttention& m, const Problem& pr, const
     }
   }
 }
-
-void check_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& in) {
-  const auto r = gradcheck(f, in);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
-Tensor leaf(const Shape& s, uint64_t seed) { return random_tensor(s, TensorOptions(kFloat64), seed).requires_grad_(); }
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "nn/batch_norm.h"
 #include "nn/container.h"
 #include "tensor/ops/batch_norm.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -20,12 +21,6 @@ using autograd::gradcheck;
 namespace {
 
 constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 
 struct BnRef {
   std::vector<double> y, mean, invstd, rm, rv;

@@ -18,6 +18,7 @@
 #include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -30,8 +31,6 @@ constexpr DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 double small_atol(DType t) { return t == kFloat64 ? 1e-13 : t == kFloat32 ? 1e-6 : default_rtol(t) * 0.05; }
 
 using RefFn = std::function<double(double, double)>;
-using autograd::gradcheck;
-using autograd::GradcheckOptions;
 
 /// out[i] = f(a[bcast(i)], b[bcast(i)]) in double, a naive loop over the broadcast shape.
 std::vector<double> reference(const Tensor& a, const Tensor& b, const Shape& out_shape, const RefFn& f) {
@@ -502,23 +501,6 @@ TEST_CASE("binary: errors name the op, the shapes and the dtypes") {
 
 // ---- the differentiable ops: autograd/ops/binary.h and the operators -------------------
 
-namespace {
-
-/// A contiguous float64 leaf that requires grad, values in [lo, hi).
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
-                      const GradcheckOptions& options = {}) {
-  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
-}  // namespace
-
 TEST_CASE("autograd ops: binary ops pass gradcheck with broadcasting and non-contiguous inputs") {
   struct BinaryCase {
     std::string name;
@@ -546,37 +528,36 @@ TEST_CASE("autograd ops: binary ops pass gradcheck with broadcasting and non-con
       CAPTURE(shape_str(s.a));
       CAPTURE(shape_str(s.b));
       Tensor a = leaf(s.a, 10), b = leaf(s.b, 20, c.lo_b, 2.0);
-      expect_gradcheck([&](const TensorList& in) { return c.f(in[0], in[1]); }, {a, b});
+      check_gradcheck([&](const TensorList& in) { return c.f(in[0], in[1]); }, {a, b});
     }
     // Non-contiguous: both operands transposed views.
     CAPTURE(c.name);
     Tensor a = leaf({4, 3}, 30), b = leaf({4, 3}, 31, c.lo_b, 2.0);
-    expect_gradcheck([&](const TensorList& in) { return c.f(in[0].t(), in[1].t()); }, {a, b});
+    check_gradcheck([&](const TensorList& in) { return c.f(in[0].t(), in[1].t()); }, {a, b});
     // Only one operand requires grad.
     Tensor frozen = random_tensor({3, 4}, kFloat64, 32, Layout::Contiguous, c.lo_b, 2.0);
-    expect_gradcheck([&](const TensorList& in) { return c.f(in[0], frozen); }, {leaf({3, 4}, 33)});
-    expect_gradcheck([&](const TensorList& in) { return c.f(frozen, in[0]); }, {leaf({3, 4}, 34, c.lo_b, 2.0)});
+    check_gradcheck([&](const TensorList& in) { return c.f(in[0], frozen); }, {leaf({3, 4}, 33)});
+    check_gradcheck([&](const TensorList& in) { return c.f(frozen, in[0]); }, {leaf({3, 4}, 34, c.lo_b, 2.0)});
   }
 }
 
 TEST_CASE("autograd ops: scalar forms, rsub, rdiv, where and masked_fill pass gradcheck") {
   Tensor x = leaf({3, 4}, 40), p = leaf({3, 4}, 41, 0.5, 2.0);
-  expect_gradcheck([](const TensorList& in) { return add(in[0], 1.5); }, {x});
-  expect_gradcheck([](const TensorList& in) { return sub(in[0], -0.5); }, {x});
-  expect_gradcheck([](const TensorList& in) { return mul(in[0], -3.0); }, {x});
-  expect_gradcheck([](const TensorList& in) { return div(in[0], 4.0); }, {x});
-  expect_gradcheck([](const TensorList& in) { return rsub(in[0], 2.0); }, {x});
-  expect_gradcheck([](const TensorList& in) { return rdiv(in[0], 3.0); }, {p});
-  expect_gradcheck([](const TensorList& in) { return rdiv(in[0], 1.0); }, {p});
+  check_gradcheck([](const TensorList& in) { return add(in[0], 1.5); }, {x});
+  check_gradcheck([](const TensorList& in) { return sub(in[0], -0.5); }, {x});
+  check_gradcheck([](const TensorList& in) { return mul(in[0], -3.0); }, {x});
+  check_gradcheck([](const TensorList& in) { return div(in[0], 4.0); }, {x});
+  check_gradcheck([](const TensorList& in) { return rsub(in[0], 2.0); }, {x});
+  check_gradcheck([](const TensorList& in) { return rdiv(in[0], 3.0); }, {p});
+  check_gradcheck([](const TensorList& in) { return rdiv(in[0], 1.0); }, {p});
   const Tensor cond = ops::gt(random_tensor({3, 1}, kFloat64, 42), 0.0);  // broadcasts against (3, 4)
-  expect_gradcheck([&](const TensorList& in) { return where(cond, in[0], in[1]); },
-                   {leaf({1, 4}, 43), leaf({3, 4}, 44)});
-  expect_gradcheck([&](const TensorList& in) { return where(cond, in[0].t(), 2.0 * in[1]); },
-                   {leaf({4, 3}, 45), leaf({3, 4}, 46)});
+  check_gradcheck([&](const TensorList& in) { return where(cond, in[0], in[1]); },
+                  {leaf({1, 4}, 43), leaf({3, 4}, 44)});
+  check_gradcheck([&](const TensorList& in) { return where(cond, in[0].t(), 2.0 * in[1]); },
+                  {leaf({4, 3}, 45), leaf({3, 4}, 46)});
   const Tensor mask = ops::gt(random_tensor({3, 4}, kFloat64, 47), 0.5);
-  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, -7.0); }, {x});
-  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 0.0); },
-                   {leaf({4}, 48)});  // x broadcast
+  check_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, -7.0); }, {x});
+  check_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 0.0); }, {leaf({4}, 48)});  // x broadcast
   // Values: where picks, masked_fill fills.
   Tensor w = where(cond, x, p);
   const std::vector<double> wv = values_of(w), xv = values_of(x), pv = values_of(p), cv = values_of(cond);
@@ -661,7 +642,7 @@ TEST_CASE("autograd ops: operators equal the named functions, values and gradien
   for (size_t i = 0; i < av.size(); ++i) CHECK(rv[i] == doctest::Approx(2.0 - av[i]));
   for (size_t i = 0; i < bv.size(); ++i) CHECK(qv[i] == doctest::Approx(3.0 / bv[i]));
   // A whole expression through the operators.
-  expect_gradcheck(
+  check_gradcheck(
       [](const TensorList& in) {
         const Tensor& x = in[0];
         const Tensor& y = in[1];

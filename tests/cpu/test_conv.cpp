@@ -12,6 +12,7 @@
 #include "nn/conv.h"
 #include "tensor/ops/conv.h"
 #include "tensor/ops/reduce.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -117,12 +118,6 @@ std::pair<std::vector<double>, std::vector<double>> grad_scales(const std::vecto
 }
 
 constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
-
-Tensor leaf(const Shape& s, uint64_t seed) {
-  Tensor t = random_tensor(s, kFloat64, seed);
-  t.requires_grad_();
-  return t;
-}
 
 }  // namespace
 

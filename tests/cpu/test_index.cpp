@@ -14,12 +14,11 @@
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
-using autograd::GradcheckOptions;
 
 namespace {
 
@@ -465,41 +464,28 @@ TEST_CASE("index: scatter_add_ reads a src or index that overlaps self as it was
 
 namespace {
 
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
-                      const GradcheckOptions& options = {}) {
-  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
 Tensor index_tensor(const std::vector<int64_t>& v, const Shape& shape) { return from_vector(v, shape); }
 
 }  // namespace
 
 TEST_CASE("autograd shape: index_select, gather, scatter_add and index_add with duplicate indices") {
   const Tensor idx = index_tensor({2, 0, 2, 1}, {4});
-  expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 1, idx); }, {leaf({2, 3}, 70)});
-  expect_gradcheck([&](const TensorList& in) { return index_select(in[0].t(), 0, idx); }, {leaf({2, 3}, 71)});
-  expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 0, index_tensor({1}, {})); },
-                   {leaf({3}, 72)});
-  expect_gradcheck([&](const TensorList& in) { return index_select(in[0], 0, index_tensor({0}, {})); },
-                   {leaf({}, 72)});  // 0-d input and index
+  check_gradcheck([&](const TensorList& in) { return index_select(in[0], 1, idx); }, {leaf({2, 3}, 70)});
+  check_gradcheck([&](const TensorList& in) { return index_select(in[0].t(), 0, idx); }, {leaf({2, 3}, 71)});
+  check_gradcheck([&](const TensorList& in) { return index_select(in[0], 0, index_tensor({1}, {})); }, {leaf({3}, 72)});
+  check_gradcheck([&](const TensorList& in) { return index_select(in[0], 0, index_tensor({0}, {})); },
+                  {leaf({}, 72)});  // 0-d input and index
   const Tensor gidx = index_tensor({0, 0, 1, 2, 2, 2}, {2, 3});
-  expect_gradcheck([&](const TensorList& in) { return gather(in[0], 0, gidx); }, {leaf({3, 3}, 73)});
-  expect_gradcheck([&](const TensorList& in) { return gather(in[0], -1, gidx); }, {leaf({2, 4}, 74)});
+  check_gradcheck([&](const TensorList& in) { return gather(in[0], 0, gidx); }, {leaf({3, 3}, 73)});
+  check_gradcheck([&](const TensorList& in) { return gather(in[0], -1, gidx); }, {leaf({2, 4}, 74)});
   // scatter_add: both self and src; src larger than the index (its extra part gets zeros).
-  expect_gradcheck([&](const TensorList& in) { return scatter_add(in[0], 0, gidx, in[1]); },
-                   {leaf({3, 4}, 75), leaf({3, 3}, 76)});
-  expect_gradcheck([&](const TensorList& in) { return scatter_add(in[0], 1, gidx, in[1].t()); },
-                   {leaf({2, 3}, 77), leaf({3, 2}, 78)});
+  check_gradcheck([&](const TensorList& in) { return scatter_add(in[0], 0, gidx, in[1]); },
+                  {leaf({3, 4}, 75), leaf({3, 3}, 76)});
+  check_gradcheck([&](const TensorList& in) { return scatter_add(in[0], 1, gidx, in[1].t()); },
+                  {leaf({2, 3}, 77), leaf({3, 2}, 78)});
   const Tensor aidx = index_tensor({1, 1, 0}, {3});
-  expect_gradcheck([&](const TensorList& in) { return index_add(in[0], 0, aidx, in[1]); },
-                   {leaf({2, 4}, 79), leaf({3, 4}, 80)});
+  check_gradcheck([&](const TensorList& in) { return index_add(in[0], 0, aidx, in[1]); },
+                  {leaf({2, 4}, 79), leaf({3, 4}, 80)});
   // Index gradients in numbers: index_select with duplicates accumulates.
   Tensor x = leaf({3}, 81);
   sum(index_select(x, 0, idx)).backward();
@@ -508,7 +494,7 @@ TEST_CASE("autograd shape: index_select, gather, scatter_add and index_add with 
 
 TEST_CASE("autograd shape: embedding accumulates duplicates and leaves the padding row at zero") {
   const Tensor ids = index_tensor({3, 1, 3, 0, 1, 3}, {2, 3});
-  expect_gradcheck([&](const TensorList& in) { return embedding(in[0], ids); }, {leaf({5, 4}, 90)});
+  check_gradcheck([&](const TensorList& in) { return embedding(in[0], ids); }, {leaf({5, 4}, 90)});
   Tensor w = leaf({5, 2}, 91);
   Tensor out = embedding(w, ids, /*padding_idx=*/1);
   CHECK(out.sizes() == Shape{2, 3, 2});

@@ -17,12 +17,11 @@
 #include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/ops/join.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
-using autograd::GradcheckOptions;
 
 namespace {
 
@@ -281,40 +280,24 @@ TEST_CASE("join: sizes that add up past int64 are rejected, huge split sizes do 
 
 // ---- the differentiable ops: autograd/ops/join.h ----------------------------------------
 
-namespace {
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
-                      const GradcheckOptions& options = {}) {
-  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
-}  // namespace
-
 TEST_CASE("autograd shape: cat and stack pass gradcheck, with inputs that need no grad") {
   const Tensor frozen = random_tensor({2, 3}, kFloat64, 40);
-  expect_gradcheck(
+  check_gradcheck(
       [&](const TensorList& in) {
         return cat({in[0], frozen, in[1].t()}, 0);
       },
       {leaf({1, 3}, 41), leaf({3, 4}, 42)});
-  expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, -1); }, {leaf({2, 3}, 43), leaf({2, 1}, 44)});
+  check_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, -1); }, {leaf({2, 3}, 43), leaf({2, 1}, 44)});
   // A (0,) input is skipped by cat and gets an empty gradient.
-  expect_gradcheck(
+  check_gradcheck(
       [&](const TensorList& in) {
         return cat({in[0], in[1], frozen}, 1);
       },
       {leaf({0}, 45), leaf({2, 2}, 46)});
-  expect_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, 0); }, {leaf({0}, 47), leaf({3}, 48)});
+  check_gradcheck([&](const TensorList& in) { return cat({in[0], in[1]}, 0); }, {leaf({0}, 47), leaf({3}, 48)});
   for (int64_t dim : {0, 1, 2, -1}) {
     CAPTURE(dim);
-    expect_gradcheck(
+    check_gradcheck(
         [&](const TensorList& in) {
           return stack({in[0], frozen, in[1].t()}, dim);
         },
@@ -332,15 +315,15 @@ TEST_CASE("autograd shape: cat and stack pass gradcheck, with inputs that need n
 
 TEST_CASE("autograd shape: split, split_with_sizes and chunk with outputs used partially") {
   // The engine hands zeros to the pieces that got no gradient.
-  expect_gradcheck([](const TensorList& in) { return mul(split(in[0], 2, 1)[1], 3.0); }, {leaf({3, 5}, 60)});
-  expect_gradcheck([](const TensorList& in) { return split(in[0], 2, -1).back(); }, {leaf({3, 5}, 61)});
-  expect_gradcheck(
+  check_gradcheck([](const TensorList& in) { return mul(split(in[0], 2, 1)[1], 3.0); }, {leaf({3, 5}, 60)});
+  check_gradcheck([](const TensorList& in) { return split(in[0], 2, -1).back(); }, {leaf({3, 5}, 61)});
+  check_gradcheck(
       [](const TensorList& in) {
         std::vector<Tensor> p = split_with_sizes(in[0], {1, 2, 1}, 0);
         return add(p[0], p[2]);  // p[1] unused
       },
       {leaf({4, 3}, 62)});
-  expect_gradcheck(
+  check_gradcheck(
       [](const TensorList& in) {
         std::vector<Tensor> c = chunk(in[0].t(), 3, 1);
         return cat({square(c[2]), c[0]}, 1);

@@ -13,34 +13,19 @@
 #include "autograd/ops/loss.h"
 #include "tensor/factory.h"
 #include "tensor/ops/loss.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
 
 namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
 const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
-std::string name_of(DType dt, Layout l = Layout::Contiguous) {
-  return std::string(dtype_name(dt)) + " " + layout_name(l);
-}
-
 /// Absolute tolerance for O(1) results stored in dt.
 double atol_for(DType dt) { return dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : default_rtol(dt); }
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void check_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& in) {
-  const auto r = gradcheck(f, in);
-  CHECK_MESSAGE(r.ok, r.report);
-}
 
 // ---- cross entropy reference --------------------------------------------------
 

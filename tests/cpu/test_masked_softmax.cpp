@@ -13,31 +13,16 @@
 #include "autograd/ops/masked_softmax.h"
 #include "tensor/factory.h"
 #include "tensor/ops/masked_softmax.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
 
 namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
 const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
-
-std::string name_of(DType dt, Layout l = Layout::Contiguous) {
-  return std::string(dtype_name(dt)) + " " + layout_name(l);
-}
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void check_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& in) {
-  const auto r = gradcheck(f, in);
-  CHECK_MESSAGE(r.ok, r.report);
-}
 
 // ---- masked softmax reference -------------------------------------------------
 

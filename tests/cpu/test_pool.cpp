@@ -14,6 +14,7 @@
 #include "nn/pooling.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/pool.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -23,12 +24,6 @@ using autograd::gradcheck;
 namespace {
 
 constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 
 // ---- naive pooling references (independent of Note [Pooling windows]'s code) ----------
 
@@ -47,15 +42,21 @@ struct PoolRef {
   std::vector<int64_t> idx;
 };
 
+/// No outputs yet: the output shape (xs with its last two sizes OH, OW) and gx zero, of xs's size.
+PoolRef empty_ref(const Shape& xs, int64_t OH, int64_t OW) {
+  PoolRef r;
+  r.shape = xs;
+  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
+  r.gx.assign(size_t(numel_of(xs)), 0.0);
+  return r;
+}
+
 /// Max pooling of x (P planes of H x W) by scanning each window; gx from gy if given.
 PoolRef naive_max(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s, Int2 p, Int2 d, bool ceil_mode,
                   const std::vector<double>* gy = nullptr) {
   const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
   const int64_t OH = out_size(H, k.h, s.h, p.h, d.h, ceil_mode), OW = out_size(W, k.w, s.w, p.w, d.w, ceil_mode);
-  PoolRef r;
-  r.shape = xs;
-  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = empty_ref(xs, OH, OW);
   for (int64_t pl = 0; pl < P; ++pl)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
@@ -83,10 +84,7 @@ PoolRef naive_avg(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s,
                   bool include_pad, const std::vector<double>* gy = nullptr) {
   const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
   const int64_t OH = out_size(H, k.h, s.h, p.h, 1, ceil_mode), OW = out_size(W, k.w, s.w, p.w, 1, ceil_mode);
-  PoolRef r;
-  r.shape = xs;
-  r.shape[xs.size() - 2] = OH, r.shape.back() = OW;
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = empty_ref(xs, OH, OW);
   for (int64_t pl = 0; pl < P; ++pl)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
@@ -117,10 +115,7 @@ PoolRef naive_avg(const std::vector<double>& x, const Shape& xs, Int2 k, Int2 s,
 PoolRef naive_adaptive(const std::vector<double>& x, const Shape& xs, Int2 out,
                        const std::vector<double>* gy = nullptr) {
   const int64_t H = xs[xs.size() - 2], W = xs.back(), P = numel_of(xs) / (H * W);
-  PoolRef r;
-  r.shape = xs;
-  r.shape[xs.size() - 2] = out.h, r.shape.back() = out.w;
-  r.gx.assign(x.size(), 0.0);
+  PoolRef r = empty_ref(xs, out.h, out.w);
   auto lo = [](int64_t o, int64_t L, int64_t O) { return int64_t(std::floor(double(o) * double(L) / double(O))); };
   auto hi = [](int64_t o, int64_t L, int64_t O) { return int64_t(std::ceil(double(o + 1) * double(L) / double(O))); };
   for (int64_t pl = 0; pl < P; ++pl)
@@ -170,6 +165,21 @@ const AvgCase kAvgCases[] = {
     {{3, 5, 5}, 2, {.stride = 1}},
 };
 
+/// body(c, t, x) for every case c in every dtype t and layout, x a random input of c.x in that
+/// dtype and layout from the next seed; the case, dtype and layout are captured for failures.
+template <typename Case, size_t N, typename Body>
+void for_each_input(const Case (&cases)[N], uint64_t& seed, Body&& body) {
+  for (const Case& c : cases)
+    for (DType t : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(shape_str(c.x));
+        CAPTURE(c.k.str());
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout_name(layout));
+        body(c, t, random_tensor(c.x, t, ++seed, layout));
+      }
+}
+
 }  // namespace
 
 TEST_CASE("pool: output sizes follow PyTorch's rule, ceil_mode included") {
@@ -186,23 +196,16 @@ TEST_CASE("pool: output sizes follow PyTorch's rule, ceil_mode included") {
 
 TEST_CASE("pool: max_pool2d values and argmax indices match a naive scan in every dtype and layout") {
   uint64_t seed = 1;
-  for (const MaxCase& c : kMaxCases)
-    for (DType t : kAllFloat)
-      for (Layout layout : kAllLayouts) {
-        CAPTURE(shape_str(c.x));
-        CAPTURE(c.k.str());
-        CAPTURE(dtype_name(t));
-        CAPTURE(layout_name(layout));
-        const Tensor x = random_tensor(c.x, t, ++seed, layout);
-        const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
-        const PoolRef ref =
-            naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation, c.o.ceil_mode);
-        REQUIRE(r.out.sizes() == ref.shape);
-        CHECK(r.out.dtype() == t);
-        CHECK(r.indices.dtype() == kInt64);
-        check_close(r.out, ref.y, 0, 0, "max values");  // a max is exact
-        CHECK(r.indices.tolist<int64_t>() == ref.idx);
-      }
+  for_each_input(kMaxCases, seed, [](const MaxCase& c, DType t, const Tensor& x) {
+    const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
+    const PoolRef ref =
+        naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation, c.o.ceil_mode);
+    REQUIRE(r.out.sizes() == ref.shape);
+    CHECK(r.out.dtype() == t);
+    CHECK(r.indices.dtype() == kInt64);
+    check_close(r.out, ref.y, 0, 0, "max values");  // a max is exact
+    CHECK(r.indices.tolist<int64_t>() == ref.idx);
+  });
 }
 
 TEST_CASE("pool: max_pool2d lets NaN win, takes the first of equal maxima, ignores -inf padding") {
@@ -221,20 +224,13 @@ TEST_CASE("pool: max_pool2d lets NaN win, takes the first of equal maxima, ignor
 
 TEST_CASE("pool: avg_pool2d matches a naive mean with either divisor, in every dtype and layout") {
   uint64_t seed = 100;
-  for (const AvgCase& c : kAvgCases)
-    for (DType t : kAllFloat)
-      for (Layout layout : kAllLayouts) {
-        CAPTURE(shape_str(c.x));
-        CAPTURE(c.k.str());
-        CAPTURE(dtype_name(t));
-        CAPTURE(layout_name(layout));
-        const Tensor x = random_tensor(c.x, t, ++seed, layout);
-        const Tensor y = ops::avg_pool2d(x, c.k, c.o);
-        const PoolRef ref = naive_avg(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.ceil_mode,
-                                      c.o.count_include_pad);
-        REQUIRE(y.sizes() == ref.shape);
-        check_close(y, ref.y, default_rtol(t), default_rtol(t), "avg");
-      }
+  for_each_input(kAvgCases, seed, [](const AvgCase& c, DType t, const Tensor& x) {
+    const Tensor y = ops::avg_pool2d(x, c.k, c.o);
+    const PoolRef ref = naive_avg(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.ceil_mode,
+                                  c.o.count_include_pad);
+    REQUIRE(y.sizes() == ref.shape);
+    check_close(y, ref.y, default_rtol(t), default_rtol(t), "avg");
+  });
 }
 
 TEST_CASE("pool: adaptive_avg_pool2d matches naive windows, shrinking and growing") {
@@ -416,9 +412,12 @@ TEST_CASE("pool: a max_pool2d window entirely in the padding gives -inf and inde
   CHECK((std::isinf(v[1]) && v[1] < 0));
   CHECK(v[2] == 1);
   CHECK(r.indices.tolist<int64_t>() == std::vector<int64_t>{1, -1, 0});
-  const Tensor gx = ops::max_pool2d_backward(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), r.indices,
-                                             x.sizes(), {2, 1}, o);
+  const Tensor gx =
+      ops::max_pool2d_backward(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), r.indices, x.sizes(), {2, 1}, o);
   CHECK(values_of(gx) == std::vector<double>{30, 10});
-  check_error([&] { ops::max_pool2d_backward(ones({1, 1, 3, 1}), full({1, 1, 3, 1}, -2, kInt64), x.sizes(), {2, 1}, o); },
-              {"max_pool2d_backward", "index -2"});
+  check_error(
+      [&] {
+        ops::max_pool2d_backward(ones({1, 1, 3, 1}), full({1, 1, 3, 1}, -2, kInt64), x.sizes(), {2, 1}, o);
+      },
+      {"max_pool2d_backward", "index -2"});
 }

@@ -14,12 +14,11 @@
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 #include "tensor/ops/reduce.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
-using autograd::GradcheckOptions;
 
 namespace {
 
@@ -427,22 +426,6 @@ TEST_CASE("reduce: views no single layout merges (regression: a stale inner size
 
 // ---- the differentiable ops: autograd/ops/reduce.h --------------------------------------
 
-namespace {
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
-                      const GradcheckOptions& options = {}) {
-  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
-}  // namespace
-
 TEST_CASE("autograd reduce: sum, mean, var, amax, amin pass gradcheck over dims and keepdim") {
   using Fn = std::function<Tensor(const Tensor&, const std::vector<int64_t>&, bool)>;
   const std::vector<std::pair<std::string, Fn>> ops_ = {
@@ -460,9 +443,9 @@ TEST_CASE("autograd reduce: sum, mean, var, amax, amin pass gradcheck over dims 
         CAPTURE(name);
         CAPTURE(shape_str(dims));
         CAPTURE(keepdim);
-        expect_gradcheck([&](const TensorList& in) { return f(in[0], dims, keepdim); }, {leaf({2, 3, 4}, 1)});
+        check_gradcheck([&](const TensorList& in) { return f(in[0], dims, keepdim); }, {leaf({2, 3, 4}, 1)});
         // Non-contiguous input: a permuted view of a (4, 2, 3) leaf.
-        expect_gradcheck(
+        check_gradcheck(
             [&](const TensorList& in) {
               return f(in[0].permute({1, 2, 0}), dims, keepdim);
             },
@@ -471,8 +454,8 @@ TEST_CASE("autograd reduce: sum, mean, var, amax, amin pass gradcheck over dims 
     }
   }
   // 0-d inputs.
-  expect_gradcheck([](const TensorList& in) { return sum(in[0]); }, {leaf({}, 3)});
-  expect_gradcheck([](const TensorList& in) { return mean(in[0], {0}, true); }, {leaf({}, 4)});
+  check_gradcheck([](const TensorList& in) { return sum(in[0]); }, {leaf({}, 3)});
+  check_gradcheck([](const TensorList& in) { return mean(in[0], {0}, true); }, {leaf({}, 4)});
   CHECK(sum(leaf({2}, 5)).grad_fn_name() == "SumBackward");
 }
 
@@ -511,10 +494,10 @@ TEST_CASE("autograd reduce: max and min values pass gradcheck along every dim") 
     for (bool keepdim : {false, true}) {
       CAPTURE(dim);
       CAPTURE(keepdim);
-      expect_gradcheck([&](const TensorList& in) { return max(in[0], dim, keepdim).values; }, {leaf({2, 3, 4}, 20)});
-      expect_gradcheck([&](const TensorList& in) { return min(in[0].transpose(0, 2), dim, keepdim).values; },
-                       {leaf({4, 3, 2}, 21)});
+      check_gradcheck([&](const TensorList& in) { return max(in[0], dim, keepdim).values; }, {leaf({2, 3, 4}, 20)});
+      check_gradcheck([&](const TensorList& in) { return min(in[0].transpose(0, 2), dim, keepdim).values; },
+                      {leaf({4, 3, 2}, 21)});
     }
   }
-  expect_gradcheck([](const TensorList& in) { return max(in[0], 0).values; }, {leaf({}, 22)});
+  check_gradcheck([](const TensorList& in) { return max(in[0], 0).values; }, {leaf({}, 22)});
 }

@@ -13,12 +13,11 @@
 #include "autograd/ops/softmax.h"
 #include "tensor/factory.h"
 #include "tensor/ops/softmax.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
-using autograd::GradcheckOptions;
 
 namespace {
 
@@ -230,33 +229,17 @@ TEST_CASE("softmax: errors name the op, the dim, the shapes and the dtypes") {
 
 // ---- the differentiable ops: autograd/ops/softmax.h -------------------------------------
 
-namespace {
-
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
-                      const GradcheckOptions& options = {}) {
-  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
-}  // namespace
-
 TEST_CASE("autograd reduce: softmax and log_softmax pass gradcheck along every dim") {
   for (int64_t dim : {0, 1, 2, -1, -3}) {
     CAPTURE(dim);
-    expect_gradcheck([&](const TensorList& in) { return softmax(in[0], dim); }, {leaf({2, 3, 4}, 30)});
-    expect_gradcheck([&](const TensorList& in) { return log_softmax(in[0], dim); }, {leaf({2, 3, 4}, 31)});
-    expect_gradcheck(
+    check_gradcheck([&](const TensorList& in) { return softmax(in[0], dim); }, {leaf({2, 3, 4}, 30)});
+    check_gradcheck([&](const TensorList& in) { return log_softmax(in[0], dim); }, {leaf({2, 3, 4}, 31)});
+    check_gradcheck(
         [&](const TensorList& in) {
           return softmax(in[0].permute({2, 0, 1}), dim);
         },
         {leaf({4, 2, 3}, 32)});
-    expect_gradcheck(
+    check_gradcheck(
         [&](const TensorList& in) {
           return log_softmax(in[0].permute({1, 2, 0}), dim);
         },

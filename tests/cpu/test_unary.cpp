@@ -19,12 +19,11 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/unary.h"
+#include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-using autograd::gradcheck;
-using autograd::GradcheckOptions;
 using ops::UnaryOp;
 
 namespace {
@@ -339,19 +338,6 @@ TEST_CASE("unary_backward: errors name the op, the shapes and the dtypes") {
 
 namespace {
 
-/// A contiguous float64 leaf that requires grad, values in [lo, hi).
-Tensor leaf(const Shape& s, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Tensor t = random_tensor(s, kFloat64, seed, Layout::Contiguous, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-
-void expect_gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
-                      const GradcheckOptions& options = {}) {
-  const autograd::GradcheckResult r = gradcheck(f, inputs, options);
-  CHECK_MESSAGE(r.ok, r.report);
-}
-
 struct UnaryGradCase {
   std::string name;
   std::function<Tensor(const Tensor&)> f;
@@ -389,9 +375,9 @@ std::vector<UnaryGradCase> unary_grad_cases() {
 TEST_CASE("autograd ops: every unary op passes gradcheck, contiguous and through a transposed view") {
   for (const UnaryGradCase& c : unary_grad_cases()) {
     CAPTURE(c.name);
-    expect_gradcheck([&](const TensorList& in) { return c.f(in[0]); }, {leaf({3, 4}, 1, c.lo, c.hi)});
-    expect_gradcheck([&](const TensorList& in) { return c.f(in[0].t()); }, {leaf({4, 3}, 2, c.lo, c.hi)});
-    expect_gradcheck([&](const TensorList& in) { return c.f(in[0].slice(1, 0, 6, 2)); }, {leaf({2, 6}, 3, c.lo, c.hi)});
+    check_gradcheck([&](const TensorList& in) { return c.f(in[0]); }, {leaf({3, 4}, 1, c.lo, c.hi)});
+    check_gradcheck([&](const TensorList& in) { return c.f(in[0].t()); }, {leaf({4, 3}, 2, c.lo, c.hi)});
+    check_gradcheck([&](const TensorList& in) { return c.f(in[0].slice(1, 0, 6, 2)); }, {leaf({2, 6}, 3, c.lo, c.hi)});
   }
 }
 
@@ -411,7 +397,7 @@ TEST_CASE("autograd ops: unary nodes are named, keep x or y, and work on 0-d and
   sum(z).backward();
   CHECK(x.grad().defined());
   Tensor s = leaf({}, 5);
-  expect_gradcheck([](const TensorList& in) { return silu(in[0]); }, {s});
+  check_gradcheck([](const TensorList& in) { return silu(in[0]); }, {s});
   Tensor e = zeros({0, 2}, kFloat64);
   e.requires_grad_();
   Tensor ye = sigmoid(e);

@@ -1,8 +1,10 @@
 #pragma once
-// Ops on CUDA against the CPU through autograd: forward_backward runs an op on fresh leaves
-// in one dtype and device, compare_devices runs it on both devices from the same float64
-// values and compares the output and every input gradient by max-norm. The conv, pool and
-// batch_norm tests (tests/gpu/test_{conv,pool,batch_norm}_cuda.cpp) share them.
+// Ops on CUDA against the CPU. A DevicePair holds the same values on both devices and
+// check_same compares a CUDA result with the CPU op's elementwise, with the tolerance `tol`
+// (the raw ops' tests: tests/gpu/test_{loss,norm,softmax,reduce,...}_cuda.cpp). Through autograd:
+// forward_backward runs an op on fresh leaves in one dtype and device, compare_devices runs it
+// on both devices from the same float64 values and compares the output and every input gradient
+// by max-norm (tests/gpu/test_{conv,pool,batch_norm}_cuda.cpp).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -14,6 +16,48 @@
 #include "tests/test_util.h"
 
 namespace frugal::testing {
+
+inline constexpr Device kGpu = cuda(0);
+inline constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
+
+/// The same values on the CPU and on the GPU (kGpu), in the same layout.
+struct DevicePair {
+  Tensor cpu, gpu;
+};
+
+inline DevicePair on_both(const std::vector<double>& v, const Shape& shape, DType dt,
+                          Layout layout = Layout::Contiguous) {
+  return {make_tensor(v, shape, dt, layout), make_tensor(v, shape, {dt, kGpu}, layout)};
+}
+
+inline DevicePair random_pair(const Shape& shape, DType dt, uint64_t seed, Layout layout = Layout::Contiguous,
+                              double lo = -2, double hi = 2) {
+  return on_both(random_values(numel_of(shape), seed, lo, hi), shape, dt, layout);
+}
+
+inline DevicePair pair_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
+
+/// Results computed in float on both sides (the CPU sums in double) agree within a few
+/// roundings of the stored type; `scale` widens it for long sums.
+inline double tol(DType t, double scale = 1.0) {
+  return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
+}
+
+/// A CUDA result against the CPU's: both defined or both not, on kGpu, the same dtype and
+/// sizes, and values within atol + rtol * |cpu| (check_close).
+inline void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
+  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
+  if (!gpu.defined()) return;
+  CHECK_MESSAGE(gpu.device() == kGpu, what);
+  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
+  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
+  check_close(gpu, values_of(cpu), rtol, atol, what);
+}
+
+/// check_same with rtol = atol = tolerance (copies: 0; sums in another order: a rounding).
+inline void check_same(const Tensor& gpu, const Tensor& cpu, double tolerance, const std::string& what) {
+  check_same(gpu, cpu, tolerance, tolerance, what);
+}
 
 /// Max-norm agreement: max |a - e| <= rtol * max |e|. Both backends accumulate in float32
 /// (float64 for float64) in different orders and round once, so they differ by about one

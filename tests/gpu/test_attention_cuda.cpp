@@ -19,6 +19,7 @@
 #include "nn/attention.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -26,7 +27,6 @@ using namespace frugal::testing;
 
 namespace {
 
-const Device kGpu = cuda(0);
 constexpr DType kTypes[] = {kFloat32, kFloat16, kBFloat16};
 
 /// The CPU and CUDA modules share their (random, f32-drawn) parameters, both then in dt.
@@ -59,7 +59,7 @@ Leaf mask_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
 
 /// Relative to the largest |expected|: sums of many rounded products differ by a few
 /// roundings of the stored type between the two devices.
-double tol(DType dt) { return dt == kFloat32 ? 5e-5 : dt == kFloat16 ? 8e-3 : 4e-2; }
+double module_tol(DType dt) { return dt == kFloat32 ? 5e-5 : dt == kFloat16 ? 8e-3 : 4e-2; }
 
 void check_same(const Tensor& gpu, const Tensor& cpu, DType dt, const std::string& what) {
   REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
@@ -70,7 +70,7 @@ void check_same(const Tensor& gpu, const Tensor& cpu, DType dt, const std::strin
   const std::vector<double> expect = values_of(cpu);
   double scale = 1.0;
   for (double e : expect) scale = std::max(scale, std::fabs(e));
-  check_close(gpu, expect, tol(dt), tol(dt) * scale, what);
+  check_close(gpu, expect, module_tol(dt), module_tol(dt) * scale, what);
 }
 
 struct Inputs {
@@ -192,46 +192,16 @@ TEST_CASE("cuda attention: inputs or masks on another device than the module thr
 
 // ---- scaled_dot_product_attention (autograd/ops/attention.h) ----------------------------
 
-namespace {
-
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return {random_tensor(s, {t, kCPU}, seed, layout, lo, hi), random_tensor(s, {t, kGpu}, seed, layout, lo, hi)};
-}
-
-Pair pair_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
-
-/// Results computed in float on both sides (the CPU sums in double) agree within a few
-/// roundings of the stored type; `scale` widens it for long sums.
-double sdpa_tol(DType t, double scale = 1.0) {
-  return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
-}
-
-void check_same_tol(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
-  if (!gpu.defined()) return;
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), rtol, atol, what);
-}
-
-}  // namespace
-
 TEST_CASE("cuda nn_functional: scaled_dot_product_attention forward and backward match the CPU") {
   const int64_t B = 2, H = 4, L = 16, S = 24, E = 32;
   for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
     for (int mode = 0; mode < 3; ++mode) {  // plain, bool padding mask, causal
       const std::string what = std::string(dtype_name(dt)) + " mode " + std::to_string(mode);
-      const Pair q = random_pair({B, H, L, E}, dt, 400), k = random_pair({B, H, S, E}, dt, 401),
-                 v = random_pair({B, H, S, E}, dt, 402), g = random_pair({B, H, L, E}, dt, 403);
+      const DevicePair q = random_pair({B, H, L, E}, dt, 400), k = random_pair({B, H, S, E}, dt, 401),
+                       v = random_pair({B, H, S, E}, dt, 402), g = random_pair({B, H, L, E}, dt, 403);
       std::vector<double> pad(size_t(B * S), 1.0);
       for (int64_t s = 20; s < S; ++s) pad[size_t(S + s)] = 0;
-      const Pair mask = mode == 1 ? pair_of(from_vector(pad, {B, 1, 1, S}).to(kBool)) : Pair{};
+      const DevicePair mask = mode == 1 ? pair_of(from_vector(pad, {B, 1, 1, S}).to(kBool)) : DevicePair{};
       Tensor out[2];
       TensorList grads[2];
       for (int side = 0; side < 2; ++side) {
@@ -242,11 +212,11 @@ TEST_CASE("cuda nn_functional: scaled_dot_product_attention forward and backward
         out[side].backward(side ? g.gpu : g.cpu);
         grads[side] = {qs.grad(), ks.grad(), vs.grad()};
       }
-      const double t = sdpa_tol(dt, 8);
-      check_same_tol(out[1], out[0], t, t, "out " + what);
-      check_same_tol(grads[1][0], grads[0][0], t, t, "dq " + what);
-      check_same_tol(grads[1][1], grads[0][1], t, t, "dk " + what);
-      check_same_tol(grads[1][2], grads[0][2], t, t, "dv " + what);
+      const double t = tol(dt, 8);
+      check_same(out[1], out[0], t, t, "out " + what);
+      check_same(grads[1][0], grads[0][0], t, t, "dq " + what);
+      check_same(grads[1][1], grads[0][1], t, t, "dk " + what);
+      check_same(grads[1][2], grads[0][2], t, t, "dv " + what);
     }
   }
 }

@@ -16,14 +16,6 @@
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda batch_norm: training and eval match the CPU, with running statistics and every gradient") {
   const Shape shapes[] = {{4, 3, 5, 6}, {16, 5}, {8, 64, 56, 56}, {32, 4, 64, 64}, {2, 2048, 7, 7}};
   uint64_t seed = 1;

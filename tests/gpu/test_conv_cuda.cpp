@@ -26,9 +26,6 @@ using namespace frugal::testing;
 
 namespace {
 
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-const Device kGpu = cuda(0);
-
 struct ConvCase {
   Shape x, w;
   Conv2dOptions o;

@@ -10,45 +10,18 @@
 #include "autograd/ops/dropout.h"
 #include "tensor/factory.h"
 #include "tensor/ops/dropout.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return {random_tensor(s, {t, kCPU}, seed, layout, lo, hi), random_tensor(s, {t, kGpu}, seed, layout, lo, hi)};
-}
-
-void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
-  if (!gpu.defined()) return;
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), rtol, atol, what);
-}
-
-std::string name_of(DType dt, const Shape& s) { return std::string(dtype_name(dt)) + " " + shape_str(s); }
-
-}  // namespace
 
 TEST_CASE("cuda nn_functional: dropout masks are identical on CPU and CUDA for the same generator state") {
   for (DType dt : kFloatTypes) {
     for (int64_t n : {1, 3, 4, 1001, 262147}) {
       for (double p : {0.1, 0.5, 0.9}) {
         const std::string what = name_of(dt, {n}) + " p " + std::to_string(p);
-        const Pair x = random_pair({n}, dt, uint64_t(n));
+        const DevicePair x = random_pair({n}, dt, uint64_t(n));
         Generator gc(42), gg(42);
         gc.set_state(42, 1000);
         gg.set_state(42, 1000);
@@ -62,7 +35,7 @@ TEST_CASE("cuda nn_functional: dropout masks are identical on CPU and CUDA for t
     }
   }
   // Non-contiguous input: element i is row-major in x's shape on both devices.
-  const Pair x = random_pair({40, 30}, kFloat32, 7, Layout::Transposed);
+  const DevicePair x = random_pair({40, 30}, kFloat32, 7, Layout::Transposed);
   Generator gc(3), gg(3);
   check_same(ops::dropout(x.gpu, 0.3, &gg).out, ops::dropout(x.cpu, 0.3, &gc).out, 0, 0, "transposed");
   // Autograd: the backward on CUDA re-creates the forward's mask.

@@ -14,6 +14,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
 #include "tests/gpu/autograd_check.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -22,33 +23,12 @@ using frugal::detail::str_cat;
 
 namespace {
 
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
 constexpr DType kIndexTypes[] = {kInt32, kInt64};
 
-const Device kGpu = cuda(0);
-
-// The same values on the CPU and on the GPU, in the same layout.
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
-  return {random_tensor(s, {t, kCPU}, seed, layout), random_tensor(s, {t, kGpu}, seed, layout)};
-}
-
-Pair index_pair(const Shape& s, int64_t hi, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
+DevicePair index_pair(const Shape& s, int64_t hi, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
   std::vector<double> v = random_values(numel_of(s), seed, 0.0, double(hi));
   for (double& x : v) x = std::floor(x);
   return {make_tensor(v, s, {t, kCPU}, layout), make_tensor(v, s, {t, kGpu}, layout)};
-}
-
-// Copies must match exactly; sums (accumulated in f32 or f64 in another order) within a rounding.
-void check_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), tol, tol, what);
 }
 
 double sum_tol(DType t) { return t == kFloat32 ? 1e-5 : t == kFloat64 ? 1e-12 : default_rtol(t); }
@@ -60,19 +40,19 @@ TEST_CASE("cuda index: index_select, gather and embedding match the CPU") {
   for (DType dt : kFloatTypes) {
     for (DType it : kIndexTypes) {
       for (Layout layout : kAllLayouts) {
-        const Pair x = random_pair(shape, dt, 11, layout);
+        const DevicePair x = random_pair(shape, dt, 11, layout);
         for (int64_t dim = 0; dim < 3; ++dim) {
           const std::string what = str_cat(dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout), " dim ", dim);
-          const Pair i1 = index_pair({9}, shape[size_t(dim)], it, uint64_t(dim) + 1, layout);
+          const DevicePair i1 = index_pair({9}, shape[size_t(dim)], it, uint64_t(dim) + 1, layout);
           check_same(ops::index_select(x.gpu, dim, i1.gpu), ops::index_select(x.cpu, dim, i1.cpu), 0.0,
                      "index_select " + what);
           Shape ishape = {3, 4, 5};
           ishape[size_t(dim)] = 8;
-          const Pair ig = index_pair(ishape, shape[size_t(dim)], it, uint64_t(dim) + 7, layout);
+          const DevicePair ig = index_pair(ishape, shape[size_t(dim)], it, uint64_t(dim) + 7, layout);
           check_same(ops::gather(x.gpu, dim, ig.gpu), ops::gather(x.cpu, dim, ig.cpu), 0.0, "gather " + what);
         }
-        const Pair w = random_pair({50, 96}, dt, 12, layout);
-        const Pair ids = index_pair({16, 33}, 50, it, 13, layout);
+        const DevicePair w = random_pair({50, 96}, dt, 12, layout);
+        const DevicePair ids = index_pair({16, 33}, 50, it, 13, layout);
         check_same(ops::embedding(w.gpu, ids.gpu), ops::embedding(w.cpu, ids.cpu), 0.0,
                    str_cat("embedding ", dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout)));
       }
@@ -88,12 +68,12 @@ TEST_CASE("cuda index: scatter_add, index_add, embedding_backward and one_hot ma
       for (Layout layout : kAllLayouts) {
         for (int64_t dim = 0; dim < 3; ++dim) {
           const std::string what = str_cat(dtype_name(dt), " ", dtype_name(it), " ", layout_name(layout), " dim ", dim);
-          const Pair self = random_pair(shape, dt, 21, layout);
+          const DevicePair self = random_pair(shape, dt, 21, layout);
           Shape sshape = {4, 6, 6}, ishape = {3, 4, 6};
           sshape[size_t(dim)] = 12;
           ishape[size_t(dim)] = 11;  // twice self's size along dim: duplicates certain
-          const Pair src = random_pair(sshape, dt, 22, layout);
-          const Pair idx = index_pair(ishape, shape[size_t(dim)], it, uint64_t(dim) + 23, layout);
+          const DevicePair src = random_pair(sshape, dt, 22, layout);
+          const DevicePair idx = index_pair(ishape, shape[size_t(dim)], it, uint64_t(dim) + 23, layout);
           check_same(ops::scatter_add(self.gpu, dim, idx.gpu, src.gpu),
                      ops::scatter_add(self.cpu, dim, idx.cpu, src.cpu), tol, "scatter_add " + what);
           ops::scatter_add_(self.gpu, dim, idx.gpu, src.gpu);
@@ -102,14 +82,14 @@ TEST_CASE("cuda index: scatter_add, index_add, embedding_backward and one_hot ma
 
           Shape ashape = shape;
           ashape[size_t(dim)] = 10;
-          const Pair asrc = random_pair(ashape, dt, 24, layout);
-          const Pair aidx = index_pair({10}, shape[size_t(dim)], it, uint64_t(dim) + 25);
+          const DevicePair asrc = random_pair(ashape, dt, 24, layout);
+          const DevicePair aidx = index_pair({10}, shape[size_t(dim)], it, uint64_t(dim) + 25);
           check_same(ops::index_add(self.gpu, dim, aidx.gpu, asrc.gpu),
                      ops::index_add(self.cpu, dim, aidx.cpu, asrc.cpu), tol, "index_add " + what);
         }
         // Many lookups of few rows: heavy atomic contention on CUDA.
-        const Pair ids = index_pair({64, 40}, 9, it, 26, layout);
-        const Pair grad = random_pair({64, 40, 32}, dt, 27, layout);
+        const DevicePair ids = index_pair({64, 40}, 9, it, 26, layout);
+        const DevicePair grad = random_pair({64, 40, 32}, dt, 27, layout);
         for (int64_t padding : {int64_t(-1), int64_t(4)}) {
           check_same(ops::embedding_backward(grad.gpu, ids.gpu, 9, padding),
                      ops::embedding_backward(grad.cpu, ids.cpu, 9, padding), tol * 8,
@@ -120,7 +100,7 @@ TEST_CASE("cuda index: scatter_add, index_add, embedding_backward and one_hot ma
     }
   }
   for (DType it : kIndexTypes) {
-    const Pair idx = index_pair({7, 5}, 6, it, 31, Layout::Transposed);
+    const DevicePair idx = index_pair({7, 5}, 6, it, 31, Layout::Transposed);
     check_same(ops::one_hot(idx.gpu), ops::one_hot(idx.cpu), 0.0, "one_hot inferred");
     check_same(ops::one_hot(idx.gpu, 9), ops::one_hot(idx.cpu, 9), 0.0, "one_hot 9");
   }

@@ -15,36 +15,12 @@
 #include "tensor/factory.h"
 #include "tensor/ops/join.h"
 #include "tests/gpu/autograd_check.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
 using frugal::detail::str_cat;
-
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-// The same values on the CPU and on the GPU, in the same layout.
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous) {
-  return {random_tensor(s, {t, kCPU}, seed, layout), random_tensor(s, {t, kGpu}, seed, layout)};
-}
-
-// Copies must match exactly; sums (accumulated in f32 or f64 in another order) within a rounding.
-void check_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), tol, tol, what);
-}
-
-}  // namespace
 
 TEST_CASE("cuda join: cat on every dim and layout, each copy width") {
   for (DType dt : kFloatTypes) {
@@ -57,7 +33,7 @@ TEST_CASE("cuda join: cat on every dim and layout, each copy width") {
           for (int64_t len : {2, 1, 3}) {
             Shape s = {3, 4, inner};
             s[size_t(dim < 0 ? dim + 3 : dim)] = len;
-            const Pair p = random_pair(s, dt, ++seed, layout);
+            const DevicePair p = random_pair(s, dt, ++seed, layout);
             cpu.push_back(p.cpu);
             gpu.push_back(p.gpu);
           }
@@ -72,26 +48,26 @@ TEST_CASE("cuda join: cat on every dim and layout, each copy width") {
 TEST_CASE("cuda join: cat of many inputs, mixed dtypes, empties; stack; split and chunk") {
   std::vector<Tensor> cpu, gpu;
   for (int i = 0; i < 150; ++i) {  // three launches of the batched kernel
-    const Pair p = random_pair({5, i % 5, 3}, i % 7 == 0 ? kFloat16 : kFloat32, uint64_t(i),
-                               i % 3 == 0 ? Layout::Strided : Layout::Contiguous);
+    const DevicePair p = random_pair({5, i % 5, 3}, i % 7 == 0 ? kFloat16 : kFloat32, uint64_t(i),
+                                     i % 3 == 0 ? Layout::Strided : Layout::Contiguous);
     cpu.push_back(p.cpu);
     gpu.push_back(p.gpu);
   }
   cpu.push_back(empty({0}, {kBFloat16, kCPU}));  // skipped, promotes f16 + f32 + bf16 -> f32
   gpu.push_back(empty({0}, {kBFloat16, kGpu}));
   check_same(ops::cat(gpu, 1), ops::cat(cpu, 1), 0.0, "cat 150");
-  const Pair a = random_pair({1000, 333}, kFloat16, 1), b = random_pair({1000, 1}, kFloat16, 2);
+  const DevicePair a = random_pair({1000, 333}, kFloat16, 1), b = random_pair({1000, 1}, kFloat16, 2);
   check_same(ops::cat({a.gpu, b.gpu}, 1), ops::cat({a.cpu, b.cpu}, 1), 0.0, "cat large odd");
   check_same(ops::cat({a.gpu, a.gpu}, 0), ops::cat({a.cpu, a.cpu}, 0), 0.0, "cat large dim 0");
 
   for (DType dt : kFloatTypes) {
     for (int64_t dim : {0, 1, 2, -1}) {
-      const Pair x = random_pair({3, 4}, dt, 3, Layout::Transposed), y = random_pair({3, 4}, dt, 4);
+      const DevicePair x = random_pair({3, 4}, dt, 3, Layout::Transposed), y = random_pair({3, 4}, dt, 4);
       check_same(ops::stack({x.gpu, y.gpu, x.gpu}, dim), ops::stack({x.cpu, y.cpu, x.cpu}, dim), 0.0,
                  str_cat("stack ", dtype_name(dt), " dim ", dim));
     }
   }
-  const Pair x = random_pair({4, 10}, kFloat32, 5, Layout::Strided);
+  const DevicePair x = random_pair({4, 10}, kFloat32, 5, Layout::Strided);
   const auto pg = ops::split(x.gpu, 4, 1), pc = ops::split(x.cpu, 4, 1);
   REQUIRE(pg.size() == 3);
   for (size_t i = 0; i < pg.size(); ++i) {

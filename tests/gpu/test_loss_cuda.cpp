@@ -11,51 +11,16 @@
 #include "memory/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/loss.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return {random_tensor(s, {t, kCPU}, seed, layout, lo, hi), random_tensor(s, {t, kGpu}, seed, layout, lo, hi)};
-}
-
-Pair pair_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
-
-/// Results computed in float on both sides (the CPU sums in double) agree within a few
-/// roundings of the stored type; `scale` widens it for long sums.
-double tol(DType t, double scale = 1.0) {
-  return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
-}
-
-void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
-  if (!gpu.defined()) return;
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), rtol, atol, what);
-}
-
-std::string name_of(DType dt, const Shape& s) { return std::string(dtype_name(dt)) + " " + shape_str(s); }
-
-}  // namespace
-
 TEST_CASE("cuda nn_functional: differentiable cross_entropy and mse_loss: CUDA gradients match the CPU") {
   for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
     CAPTURE(dtype_name(dt));
-    const Pair logits = random_pair({8, 37}, dt, 14, Layout::Contiguous, -4, 4);
+    const DevicePair logits = random_pair({8, 37}, dt, 14, Layout::Contiguous, -4, 4);
     const Tensor t = from_vector<int64_t>({0, 36, -100, 5, 5, 12, 3, -100}, {8});
     Tensor ce_grad[2], ce_loss[2];
     for (int side = 0; side < 2; ++side) {
@@ -67,7 +32,7 @@ TEST_CASE("cuda nn_functional: differentiable cross_entropy and mse_loss: CUDA g
     check_same(ce_loss[1], ce_loss[0], tol(dt), tol(dt), "cross_entropy loss");
     check_same(ce_grad[1], ce_grad[0], tol(dt, 2), tol(dt, 2) * 0.1, "cross_entropy grad");
 
-    const Pair a = random_pair({5, 9}, dt, 15), c = random_pair({9}, dt, 16);
+    const DevicePair a = random_pair({5, 9}, dt, 15), c = random_pair({9}, dt, 16);
     Tensor mse_grad[2][2], mse[2];
     for (int side = 0; side < 2; ++side) {
       const Tensor as = (side ? a.gpu : a.cpu).detach().requires_grad_();
@@ -97,13 +62,13 @@ TEST_CASE("cuda nn_functional: cross_entropy forward and backward match the CPU 
     for (double& v : tv) v = std::floor(v);
     if (tv.size() > 2) tv[1] = -100;  // one ignored target
     const Tensor t = make_tensor(tv, tshape, kInt64);
-    const Pair tp = pair_of(t);
+    const DevicePair tp = pair_of(t);
     for (DType dt : kFloatTypes) {
       for (double e : {0.0, 0.2}) {
         for (Reduction red : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
           const std::string what =
               name_of(dt, c.logits) + " smoothing " + std::to_string(e) + " reduction " + std::to_string(int(red));
-          const Pair x = random_pair(c.logits, dt, seed++, Layout::Contiguous, -6, 6);
+          const DevicePair x = random_pair(c.logits, dt, seed++, Layout::Contiguous, -6, 6);
           const CrossEntropyOptions o{.label_smoothing = e, .reduction = red};
           const auto fc = ops::cross_entropy(x.cpu, tp.cpu, o);
           const auto fg = ops::cross_entropy(x.gpu, tp.gpu, o);
@@ -111,7 +76,7 @@ TEST_CASE("cuda nn_functional: cross_entropy forward and backward match the CPU 
           check_same(fg.loss, fc.loss, tol(dt, long_row), tol(dt, long_row), "loss " + what);
           check_same(fg.lse, fc.lse, tol(kFloat32, long_row), tol(kFloat32, long_row), "lse " + what);
           check_same(fg.count, fc.count, 0, 0, "count " + what);
-          const Pair g = random_pair(fc.loss.sizes(), dt, seed++);
+          const DevicePair g = random_pair(fc.loss.sizes(), dt, seed++);
           check_same(ops::cross_entropy_backward(g.gpu, x.gpu, tp.gpu, fg.lse, fg.count, o),
                      ops::cross_entropy_backward(g.cpu, x.cpu, tp.cpu, fc.lse, fc.count, o), tol(dt, 2),
                      tol(dt, 2) * 1e-2, "grad " + what);

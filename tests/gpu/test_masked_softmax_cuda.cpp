@@ -8,46 +8,11 @@
 
 #include "tensor/factory.h"
 #include "tensor/ops/masked_softmax.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return {random_tensor(s, {t, kCPU}, seed, layout, lo, hi), random_tensor(s, {t, kGpu}, seed, layout, lo, hi)};
-}
-
-Pair pair_of(const Tensor& cpu) { return {cpu, cpu.to(kGpu)}; }
-
-/// Results computed in float on both sides (the CPU sums in double) agree within a few
-/// roundings of the stored type; `scale` widens it for long sums.
-double tol(DType t, double scale = 1.0) {
-  return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
-}
-
-void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
-  if (!gpu.defined()) return;
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), rtol, atol, what);
-}
-
-std::string name_of(DType dt, const Shape& s) { return std::string(dtype_name(dt)) + " " + shape_str(s); }
-
-}  // namespace
 
 TEST_CASE("cuda nn_functional: masked_softmax matches the CPU for every mask kind and row length") {
   uint64_t seed = 300;
@@ -55,13 +20,13 @@ TEST_CASE("cuda nn_functional: masked_softmax matches the CPU for every mask kin
     const int64_t B = 2, H = 3, L = 6;
     for (DType dt : kFloatTypes) {
       const std::string what = name_of(dt, {B, H, L, S});
-      const Pair x = random_pair({B, H, L, S}, dt, seed++, Layout::Contiguous, -4, 4);
+      const DevicePair x = random_pair({B, H, L, S}, dt, seed++, Layout::Contiguous, -4, 4);
       std::vector<double> pad(size_t(B * S), 1.0);
       for (int64_t s = S / 2; s < S; ++s) pad[size_t(S + s)] = 0;  // batch 1 pads its second half
-      const Pair bmask = pair_of(from_vector(pad, {B, 1, 1, S}).to(kBool));
+      const DevicePair bmask = pair_of(from_vector(pad, {B, 1, 1, S}).to(kBool));
       std::vector<double> add = random_values(L * S, seed++, -2, 2);
       for (int64_t s = 0; s < S; ++s) add[size_t(S + s)] = -INFINITY;  // row 1 fully masked: zeros
-      const Pair fmask = pair_of(make_tensor(add, {L, S}, dt));
+      const DevicePair fmask = pair_of(make_tensor(add, {L, S}, dt));
       const double t = tol(dt, std::sqrt(double(S) / 5.0));
       check_same(ops::masked_softmax(x.gpu, bmask.gpu, false, 0.125),
                  ops::masked_softmax(x.cpu, bmask.cpu, false, 0.125), t, t * 0.01, "bool " + what);

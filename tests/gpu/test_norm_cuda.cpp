@@ -11,44 +11,11 @@
 #include "autograd/ops/norm.h"
 #include "tensor/factory.h"
 #include "tensor/ops/norm.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
 using namespace frugal::testing;
-
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair random_pair(const Shape& s, DType t, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return {random_tensor(s, {t, kCPU}, seed, layout, lo, hi), random_tensor(s, {t, kGpu}, seed, layout, lo, hi)};
-}
-
-/// Results computed in float on both sides (the CPU sums in double) agree within a few
-/// roundings of the stored type; `scale` widens it for long sums.
-double tol(DType t, double scale = 1.0) {
-  return scale * (t == kFloat32 ? 2e-5 : t == kFloat64 ? 1e-12 : 2 * default_rtol(t));
-}
-
-void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE_MESSAGE(gpu.defined() == cpu.defined(), what);
-  if (!gpu.defined()) return;
-  CHECK_MESSAGE(gpu.device() == kGpu, what);
-  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what);
-  REQUIRE_MESSAGE(gpu.sizes() == cpu.sizes(), what, ": ", shape_str(gpu.sizes()), " vs ", shape_str(cpu.sizes()));
-  check_close(gpu, values_of(cpu), rtol, atol, what);
-}
-
-std::string name_of(DType dt, const Shape& s) { return std::string(dtype_name(dt)) + " " + shape_str(s); }
-
-}  // namespace
 
 TEST_CASE("cuda nn_functional: layer_norm forward and backward match the CPU (warp and block rows)") {
   struct Case {
@@ -61,15 +28,15 @@ TEST_CASE("cuda nn_functional: layer_norm forward and backward match the CPU (wa
       for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
         for (bool affine : {false, true}) {
           const std::string what = name_of(dt, c.x) + " " + layout_name(layout) + (affine ? " affine" : "");
-          const Pair x = random_pair(c.x, dt, seed++, layout, -3, 5);
-          const Pair w = affine ? random_pair(c.normalized, dt, seed++) : Pair{};
-          const Pair b = affine ? random_pair(c.normalized, dt, seed++) : Pair{};
+          const DevicePair x = random_pair(c.x, dt, seed++, layout, -3, 5);
+          const DevicePair w = affine ? random_pair(c.normalized, dt, seed++) : DevicePair{};
+          const DevicePair b = affine ? random_pair(c.normalized, dt, seed++) : DevicePair{};
           const auto rc = ops::layer_norm(x.cpu, c.normalized, w.cpu, b.cpu);
           const auto rg = ops::layer_norm(x.gpu, c.normalized, w.gpu, b.gpu);
           check_same(rg.out, rc.out, tol(dt), tol(dt), "y " + what);
           check_same(rg.mean, rc.mean, tol(kFloat32), tol(kFloat32), "mean " + what);
           check_same(rg.rstd, rc.rstd, tol(kFloat32), 0, "rstd " + what);
-          const Pair g = random_pair(c.x, dt, seed++);
+          const DevicePair g = random_pair(c.x, dt, seed++);
           const auto gc = ops::layer_norm_backward(g.cpu, x.cpu, c.normalized, rc.mean, rc.rstd, w.cpu, affine);
           const auto gg = ops::layer_norm_backward(g.gpu, x.gpu, c.normalized, rg.mean, rg.rstd, w.gpu, affine);
           const int64_t M = x.cpu.numel() / numel_of(c.normalized);
@@ -87,8 +54,8 @@ TEST_CASE("cuda nn_functional: layer_norm forward and backward match the CPU (wa
 TEST_CASE("cuda nn_functional: differentiable layer_norm: CUDA gradients match the CPU") {
   for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
     CAPTURE(dtype_name(dt));
-    const Pair x = random_pair({6, 64}, dt, 10), w = random_pair({64}, dt, 11), b = random_pair({64}, dt, 12);
-    const Pair g = random_pair({6, 64}, dt, 13);
+    const DevicePair x = random_pair({6, 64}, dt, 10), w = random_pair({64}, dt, 11), b = random_pair({64}, dt, 12);
+    const DevicePair g = random_pair({6, 64}, dt, 13);
     TensorList grads[2];
     for (int side = 0; side < 2; ++side) {
       const Tensor xs = (side ? x.gpu : x.cpu).detach().requires_grad_();

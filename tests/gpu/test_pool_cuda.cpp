@@ -16,14 +16,6 @@
 using namespace frugal;
 using namespace frugal::testing;
 
-namespace {
-
-constexpr DType kFloatTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64};
-
-const Device kGpu = cuda(0);
-
-}  // namespace
-
 TEST_CASE("cuda pooling: forward and backward match the CPU, ResNet's pools included") {
   struct MaxCase {
     Shape x;

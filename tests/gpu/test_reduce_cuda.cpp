@@ -14,6 +14,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/reduce.h"
 #include "tests/gpu/autograd_check.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -21,30 +22,12 @@ using namespace frugal::testing;
 
 namespace {
 
-const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
-
-/// The same values on the CPU and on the GPU, in `layout`.
-struct Pair {
-  Tensor cpu, gpu;
-};
-Pair on_both(const std::vector<double>& v, const Shape& shape, DType dt, Layout layout = Layout::Contiguous) {
-  return {make_tensor(v, shape, dt, layout), make_tensor(v, shape, {dt, cuda()}, layout)};
-}
-Pair random_pair(const Shape& shape, DType dt, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return on_both(random_values(numel_of(shape), seed, lo, hi), shape, dt, layout);
-}
+/// kFloatTypes in the order this file's seeds are drawn in.
+const DType kTypesInSeedOrder[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
 /// GPU sums accumulate in float (CPU: double); allow for R roundings of the accumulator
 /// on top of the output's own rounding.
 double sum_atol(DType dt, int64_t R) { return (dt == kFloat64 ? 1e-15 : 2.4e-7) * double(R); }
-
-void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE(gpu.device() == cuda());
-  CHECK(gpu.sizes() == cpu.sizes());
-  CHECK(gpu.dtype() == cpu.dtype());
-  check_close(values_of(gpu), values_of(cpu), rtol, atol, what);
-}
 
 int64_t reduced_count(const Shape& s, const std::vector<int64_t>& dims) {
   if (dims.empty()) return numel_of(s);
@@ -53,7 +36,8 @@ int64_t reduced_count(const Shape& s, const std::vector<int64_t>& dims) {
   return r;
 }
 
-void check_all_reductions(const Pair& x, const std::vector<int64_t>& dims, bool keepdim, const std::string& what) {
+void check_all_reductions(const DevicePair& x, const std::vector<int64_t>& dims, bool keepdim,
+                          const std::string& what) {
   const DType dt = x.cpu.dtype();
   const int64_t R = reduced_count(x.cpu.sizes(), dims);
   const double rtol = std::max(default_rtol(dt), 1e-5);
@@ -66,7 +50,7 @@ void check_all_reductions(const Pair& x, const std::vector<int64_t>& dims, bool 
              "var " + what);
 }
 
-void check_arg_reductions(const Pair& x, int64_t dim, bool keepdim, const std::string& what) {
+void check_arg_reductions(const DevicePair& x, int64_t dim, bool keepdim, const std::string& what) {
   const ops::ValuesIndices g = ops::max(x.gpu, dim, keepdim), c = ops::max(x.cpu, dim, keepdim);
   check_same(g.values, c.values, 0, 0, "max values " + what);
   check_same(g.indices, c.indices, 0, 0, "max indices " + what);
@@ -89,11 +73,11 @@ std::vector<double> tied_values(int64_t n, uint64_t seed) {
 TEST_CASE("cuda reduce: sum/mean/amax/amin/var match the CPU (dtypes x layouts x dims x keepdim)") {
   const std::vector<std::vector<int64_t>> dim_sets = {{}, {0}, {-1}, {1}, {0, 2}, {0, 1}, {0, 1, 2}};
   uint64_t seed = 1;
-  for (DType dt : kFloatTypes) {
+  for (DType dt : kTypesInSeedOrder) {
     for (Layout layout : kAllLayouts) {
       for (const auto& dims : dim_sets) {
         for (bool keepdim : {false, true}) {
-          const Pair x = random_pair({4, 5, 6}, dt, seed++, layout);
+          const DevicePair x = random_pair({4, 5, 6}, dt, seed++, layout);
           check_all_reductions(x, dims, keepdim,
                                std::string(dtype_name(dt)) + " " + layout_name(layout) + " dims " + shape_str(dims));
         }
@@ -122,13 +106,13 @@ TEST_CASE("cuda reduce: long rows, many short rows, split rows and split columns
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
-    for (DType dt : kFloatTypes) {
-      const Pair x = random_pair(c.shape, dt, seed++);
+    for (DType dt : kTypesInSeedOrder) {
+      const DevicePair x = random_pair(c.shape, dt, seed++);
       check_all_reductions(x, c.dims, false, std::string(dtype_name(dt)) + " " + c.name);
     }
     // Transposed storage of the same shape (a 2-d case flips rows and columns).
     if (c.shape.size() >= 2) {
-      const Pair xt = random_pair(c.shape, kFloat32, seed++, Layout::Transposed);
+      const DevicePair xt = random_pair(c.shape, kFloat32, seed++, Layout::Transposed);
       check_all_reductions(xt, c.dims, true, std::string("transposed float32 ") + c.name);
     }
   }
@@ -136,7 +120,7 @@ TEST_CASE("cuda reduce: long rows, many short rows, split rows and split columns
 
 TEST_CASE("cuda reduce: sum of 2^20 floats is accurate against float64") {
   const int64_t n = int64_t(1) << 20;
-  const Pair x = random_pair({n}, kFloat32, 42, Layout::Contiguous, 0, 1);
+  const DevicePair x = random_pair({n}, kFloat32, 42, Layout::Contiguous, 0, 1);
   double exact = 0;
   for (double e : values_of(x.cpu)) exact += e;
   CHECK(std::fabs(ops::sum(x.gpu).item<double>() - exact) <= 1e-6 * exact);
@@ -149,7 +133,7 @@ TEST_CASE("cuda reduce: integer and bool dtypes are exact") {
   for (DType dt : {kInt32, kInt64}) {
     for (const auto& [shape, dim] :
          std::vector<std::pair<Shape, int64_t>>{{{6, 7, 8}, 1}, {{5, 40000}, 1}, {{40000, 5}, 0}}) {
-      const Pair x = on_both(tied_values(numel_of(shape), 7), shape, dt, Layout::Transposed);
+      const DevicePair x = on_both(tied_values(numel_of(shape), 7), shape, dt, Layout::Transposed);
       const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape);
       const Tensor s = ops::sum(x.gpu, {dim});
       CHECK(s.dtype() == kInt64);
@@ -161,7 +145,7 @@ TEST_CASE("cuda reduce: integer and bool dtypes are exact") {
   }
   std::vector<double> bits = random_values(3 * 70000, 5, 0, 1);
   for (double& b : bits) b = b > 0.7;
-  const Pair m = on_both(bits, {3, 70000}, kBool);
+  const DevicePair m = on_both(bits, {3, 70000}, kBool);
   check_same(ops::sum(m.gpu, {1}), ops::sum(m.cpu, {1}), 0, 0, "bool count");
   check_same(ops::amax(m.gpu, {0}), ops::amax(m.cpu, {0}), 0, 0, "bool amax");
   check_same(ops::argmax(m.gpu, 1), ops::argmax(m.cpu, 1), 0, 0, "bool argmax");
@@ -169,10 +153,10 @@ TEST_CASE("cuda reduce: integer and bool dtypes are exact") {
 
 TEST_CASE("cuda reduce: max/min/argmax/argmin with ties agree with the CPU exactly (first occurrence)") {
   uint64_t seed = 300;
-  for (DType dt : kFloatTypes) {
+  for (DType dt : kTypesInSeedOrder) {
     for (Layout layout : kAllLayouts) {
       for (int64_t dim : {0, 1, -1}) {
-        const Pair x = on_both(tied_values(4 * 5 * 13, seed++), {4, 5, 13}, dt, layout);
+        const DevicePair x = on_both(tied_values(4 * 5 * 13, seed++), {4, 5, 13}, dt, layout);
         check_arg_reductions(x, dim, dim == 1, std::string(dtype_name(dt)) + " " + layout_name(layout));
       }
     }
@@ -185,11 +169,11 @@ TEST_CASE("cuda reduce: max/min/argmax/argmin with ties agree with the CPU exact
 
 TEST_CASE("cuda reduce: NaN propagates and argmax finds the first NaN") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (DType dt : kFloatTypes) {
+  for (DType dt : kTypesInSeedOrder) {
     std::vector<double> v = random_values(6 * 3000, 9);
     v[5] = v[1700] = v[3000 + 2999] = nan;        // rows 0 and 1
     v[4 * 3000 + 10] = v[4 * 3000 + 2000] = nan;  // row 4
-    const Pair x = on_both(v, {6, 3000}, dt);
+    const DevicePair x = on_both(v, {6, 3000}, dt);
     check_arg_reductions(x, 1, false, std::string("NaN rows ") + dtype_name(dt));
     check_arg_reductions(x, 0, false, std::string("NaN columns ") + dtype_name(dt));
     check_same(ops::amax(x.gpu, {1}), ops::amax(x.cpu, {1}), 0, 0, "amax NaN");
@@ -215,17 +199,17 @@ TEST_CASE("cuda reduce: empty and 0-d tensors, errors") {
 TEST_CASE("cuda reduce: views no single layout merges match the CPU (the layouts that wrote past the output)") {
   // The CPU side is checked against loops over the raw data in the cpu suite; the layout
   // is built by the shared front end, so the same views go through the CUDA kernels here.
-  const Pair x4 = random_pair({2, 3, 4, 5}, kFloat32, 1);
+  const DevicePair x4 = random_pair({2, 3, 4, 5}, kFloat32, 1);
   check_all_reductions({x4.cpu.narrow(3, 0, 3), x4.gpu.narrow(3, 0, 3)}, {0}, false, "narrow(3, 0, 3) over 0");
   check_all_reductions({x4.cpu.narrow(1, 1, 2), x4.gpu.narrow(1, 1, 2)}, {3}, true, "narrow(1, 1, 2) over 3");
-  const Pair x5 = random_pair({2, 3, 2, 4, 3}, kFloat32, 2);
+  const DevicePair x5 = random_pair({2, 3, 2, 4, 3}, kFloat32, 2);
   for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, {1}, {2}, {3}, {4}, {1, 3}, {0, 4}})
     check_all_reductions({x5.cpu.transpose(3, 4), x5.gpu.transpose(3, 4)}, dims, false,
                          "5-d transpose(3, 4) over " + shape_str(dims));
   for (int64_t nd = 5; nd <= 12; ++nd) {
     Shape shape(size_t(nd), 2);
     shape[1] = 3;
-    const Pair t = random_pair(shape, kFloat32, uint64_t(nd));
+    const DevicePair t = random_pair(shape, kFloat32, uint64_t(nd));
     check_all_reductions({t.cpu.transpose(0, nd - 1), t.gpu.transpose(0, nd - 1)}, {1}, false,
                          std::to_string(nd) + "-d transpose(0, -1) over 1");
   }

@@ -14,6 +14,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/softmax.h"
 #include "tests/gpu/autograd_check.h"
+#include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -21,30 +22,10 @@ using namespace frugal::testing;
 
 namespace {
 
-const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
+/// kFloatTypes in the order this file's seeds are drawn in.
+const DType kTypesInSeedOrder[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
-/// The same values on the CPU and on the GPU, in `layout`.
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-Pair on_both(const std::vector<double>& v, const Shape& shape, DType dt, Layout layout = Layout::Contiguous) {
-  return {make_tensor(v, shape, dt, layout), make_tensor(v, shape, {dt, cuda()}, layout)};
-}
-
-Pair random_pair(const Shape& shape, DType dt, uint64_t seed, Layout layout = Layout::Contiguous, double lo = -2,
-                 double hi = 2) {
-  return on_both(random_values(numel_of(shape), seed, lo, hi), shape, dt, layout);
-}
-
-void check_same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE(gpu.device() == cuda());
-  CHECK(gpu.sizes() == cpu.sizes());
-  CHECK(gpu.dtype() == cpu.dtype());
-  check_close(values_of(gpu), values_of(cpu), rtol, atol, what);
-}
-
-void check_softmax(const Pair& x, int64_t dim, const std::string& what) {
+void check_softmax(const DevicePair& x, int64_t dim, const std::string& what) {
   const DType dt = x.cpu.dtype();
   const double rtol = std::max(default_rtol(dt), 1e-5);
   const double atol = dt == kFloat64 ? 1e-14 : dt == kFloat32 ? 1e-7 : rtol * 0.1;
@@ -64,7 +45,7 @@ void check_softmax(const Pair& x, int64_t dim, const std::string& what) {
 
 TEST_CASE("cuda softmax: every dim, dtype and layout matches the CPU") {
   uint64_t seed = 1;
-  for (DType dt : kFloatTypes) {
+  for (DType dt : kTypesInSeedOrder) {
     for (Layout layout : kAllLayouts) {
       for (int64_t dim : {0, 1, 2, -1}) {
         check_softmax(random_pair({3, 4, 5}, dt, seed++, layout, -3, 3), dim,
@@ -88,7 +69,7 @@ TEST_CASE("cuda softmax: long rows, many short rows, long columns") {
   };
   uint64_t seed = 50;
   for (const Case& c : cases) {
-    for (DType dt : kFloatTypes) {
+    for (DType dt : kTypesInSeedOrder) {
       check_softmax(random_pair(c.shape, dt, seed++, Layout::Contiguous, -10, 10), c.dim,
                     std::string(dtype_name(dt)) + " " + c.name);
     }
@@ -97,12 +78,12 @@ TEST_CASE("cuda softmax: long rows, many short rows, long columns") {
 
 TEST_CASE("cuda softmax: large magnitudes, -inf masks and NaN") {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-  for (DType dt : kFloatTypes) {
+  for (DType dt : kTypesInSeedOrder) {
     const double scale = dt == kFloat16 ? 100.0 : 1000.0;
     std::vector<double> v = random_values(40 * 300, 3, -2, 2);
     for (double& e : v) e *= scale;
     for (int64_t dim : {0, 1}) {
-      const Pair x = on_both(v, {40, 300}, dt);
+      const DevicePair x = on_both(v, {40, 300}, dt);
       const Tensor y = ops::softmax(x.gpu, dim);
       for (double e : values_of(y)) REQUIRE(std::isfinite(e));
       check_softmax(x, dim, std::string("x1000 ") + dtype_name(dt));
@@ -113,11 +94,11 @@ TEST_CASE("cuda softmax: large magnitudes, -inf masks and NaN") {
       for (int64_t j = 0; j < D; j += 2) m[size_t(j)] = -inf;
       for (int64_t j = 0; j < D; ++j) m[size_t(D + j)] = -inf;
       m[size_t(2 * D + D / 2)] = nan;
-      const Pair x = on_both(m, {6, D}, dt);
+      const DevicePair x = on_both(m, {6, D}, dt);
       check_same(ops::softmax(x.gpu, 1), ops::softmax(x.cpu, 1), std::max(default_rtol(dt), 1e-5), 1e-6, "masked");
       check_same(ops::log_softmax(x.gpu, 1), ops::log_softmax(x.cpu, 1), std::max(default_rtol(dt), 1e-5), 1e-4,
                  "masked log");
-      const Pair xt = on_both(m, {6, D}, dt, Layout::Transposed);
+      const DevicePair xt = on_both(m, {6, D}, dt, Layout::Transposed);
       check_same(ops::softmax(xt.gpu.t(), 0), ops::softmax(xt.cpu.t(), 0), std::max(default_rtol(dt), 1e-5), 1e-6,
                  "masked columns");
     }
