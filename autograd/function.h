@@ -63,6 +63,9 @@ void record(const std::shared_ptr<Node>& node, const TensorList& outputs);
 /// (the backward of every broadcasting op).
 Tensor sum_to(const Tensor& grad, const Shape& shape);
 
+/// `g` in `dtype`, itself when it already is: a gradient goes back in its input's dtype.
+inline Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
 /// True when input i of node needs a gradient (skip computing it otherwise).
 inline bool wants_grad(const Node& node, size_t i) { return i < node.next_edges.size() && node.next_edges[i].valid(); }
 

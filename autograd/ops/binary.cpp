@@ -18,6 +18,7 @@
 namespace frugal {
 
 using autocast::Policy;
+using autograd::in_dtype;
 using autograd::make_node;
 using autograd::must_record_inplace;
 using autograd::Node;
@@ -29,8 +30,6 @@ using autograd::wants_grad;
 namespace {
 
 /// g in `dtype` (a gradient handed to backward by the user may come in another dtype).
-Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
-
 /// The gradient of an input of `sizes` and `dtype` from the gradient of the broadcast
 /// output: summed over the dims broadcasting stretched, then in the input's own dtype.
 Tensor reduce_grad(const Tensor& g, const Shape& sizes, DType dtype) {

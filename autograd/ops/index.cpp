@@ -9,6 +9,7 @@
 
 namespace frugal {
 
+using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -16,8 +17,6 @@ using autograd::TensorList;
 using autograd::wants_grad;
 
 namespace {
-
-Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
 // out = index_select(x, dim, index)
 // grad_x = zeros with g's slices added at index along dim (duplicates accumulate)

@@ -10,14 +10,13 @@
 
 namespace frugal {
 
+using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
 using autograd::TensorList;
 using autograd::wants_grad;
 
 namespace {
-
-Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
 /// cat's (0,)-shaped inputs take no part in the result (Note [cat skips 1-D empty tensors]).
 bool legacy_empty(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }

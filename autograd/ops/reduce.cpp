@@ -17,6 +17,7 @@
 namespace frugal {
 
 using autocast::Policy;
+using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -24,8 +25,6 @@ using autograd::TensorList;
 using autograd::wants_grad;
 
 namespace {
-
-Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
 /// x's shape with 1 at each reduced dim (empty `dims`: every dim), as keepdim gives.
 Shape kept_shape(const Shape& in, const std::vector<int64_t>& dims) {

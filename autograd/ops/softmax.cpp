@@ -9,14 +9,13 @@
 namespace frugal {
 
 using autocast::Policy;
+using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
 using autograd::TensorList;
 
 namespace {
-
-Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
 // y = softmax(x, dim):     grad_x = y (g - sum(g y, dim))
 // y = log_softmax(x, dim): grad_x = g - exp(y) sum(g, dim)

@@ -10,6 +10,7 @@
 namespace frugal {
 
 using autocast::Policy;
+using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
 using autograd::SavedTensor;
@@ -19,8 +20,6 @@ using ops::UnaryOp;
 namespace {
 
 /// g in `dtype` (a gradient handed to backward by the user may come in another dtype).
-Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
-
 // ---- unary: y = f(x) ------------------------------------------------------------
 // grad_x = g * f'(x) in one fused kernel, ops::unary_backward; the formulas are
 // unary_grad in tensor/ops/unary_math.h (x or y as ops::unary_grad_from says):
