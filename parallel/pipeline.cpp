@@ -226,15 +226,13 @@ struct StepRun {
       comm.recv(header, rank - 1)->wait();
       const Tensor h = header.cpu();
       const int64_t* v = static_cast<const int64_t*>(h.data());
-      // A header is read from another process: check each field before it makes a tensor.
+      // A header is read from another process: check each field before it makes a tensor
+      // (its sizes are checked by empty() below, Note [Size overflow]).
       FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1,
                    ": ", v[0], " dims (at most ", kHeaderLen - 2, ")");
       FRUGAL_CHECK(v[1] >= 0 && v[1] <= int64_t(DType::Bool), "PipelineStage: bad activation header from stage ",
                    rank - 1, ": dtype code ", v[1], " names no dtype");
-      const Shape sizes(v + 2, v + 2 + v[0]);
-      for (int64_t s : sizes)
-        FRUGAL_CHECK(s >= 0, "PipelineStage: bad activation header from stage ", rank - 1, ": shape ", shape_str(sizes));
-      received_meta = std::pair{sizes, DType(v[1])};
+      received_meta = std::pair{Shape(v + 2, v + 2 + v[0]), DType(v[1])};
     }
     return empty(received_meta->first, {received_meta->second, device});
   }
