@@ -152,6 +152,12 @@ uint32_t alignment_of(const void* p) { return uint32_t(pointer_alignment(p, 256)
 // bugs). When it does not apply, or cuBLASLt finds no algorithm for the pointers'
 // alignment, linear copies the bias into out and runs the GEMM with beta = 1: the
 // bias is still added by the GEMM, not by another pass over out.
+// Either way the bias joins the float32 sum before its one rounding. With a bfloat16
+// bias the epilogue did not: it added the bias to the product already rounded to
+// bfloat16, so an output that cancels to near 0 was off by half an ulp of the product
+// (found by op_fuzz; "the bias is added before the one rounding" in
+// tests/gpu/test_matmul_cuda.cpp). A bfloat16 bias is therefore given to the epilogue
+// as float32 (N values, converted on the stream).
 bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias) {
   const DType dt = out.dtype();
   if (dt != kFloat16 && dt != kBFloat16 && dt != kFloat32) return false;
@@ -168,7 +174,10 @@ bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tenso
   set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(A.op));
   set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(B.op));
   set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS));
-  set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data());
+  // A bfloat16 bias goes in as float32, or it is added after the rounding (see the Note).
+  const Tensor epilogue_bias = dt == kBFloat16 ? bias.to(kFloat32) : bias;
+  if (dt == kBFloat16) set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
+  set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue_bias.data());
   const MatrixLayout la = layout_of(types.data, A, N, K), lb = layout_of(types.data, B, K, M);
   const MatrixLayout lc = layout_of(types.data, {nullptr, CUBLAS_OP_N, N, 0}, N, M);
 

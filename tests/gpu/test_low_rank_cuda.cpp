@@ -44,5 +44,9 @@ TEST_CASE("low_rank cuda: LowRankLinear forward, backward and to_low_rank match 
   CHECK(nn::relative_error(layer.weight, *lr_gpu) ==
         doctest::Approx(nn::relative_error(layer.weight, *lr_cpu)).epsilon(1e-4));
   const Tensor xl = random_tensor({6, 48}, kFloat32, 4);
-  check_close(lr_gpu->forward(xl.to(cuda())), values_of(lr_cpu->forward(xl)), 1e-4, 1e-5, "converted forward");
+  // The two SVDs agree to float32 accuracy relative to |W|, not to each output: an output
+  // that cancels to near 0 carries the error of the outputs' scale.
+  const Tensor expected = lr_cpu->forward(xl);
+  check_close(lr_gpu->forward(xl.to(cuda())), values_of(expected), 1e-4, 1e-4 * max_abs(expected),
+              "converted forward");
 }

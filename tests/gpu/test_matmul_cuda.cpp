@@ -142,6 +142,55 @@ TEST_CASE("cuda linear: with and without bias, cuBLASLt epilogue and beta = 1 pa
               atol_for(kFloat16, 64), "misaligned bias");
 }
 
+// One unit in the last place of |v| in a 16-bit type (the subnormal spacing below its range).
+double ulp_of(double v, DType t) {
+  const int mantissa = t == kBFloat16 ? 7 : 10, min_exp = t == kBFloat16 ? -126 : -14;
+  const int e = v == 0.0 ? min_exp : std::max(int(std::floor(std::log2(std::fabs(v)))), min_exp);
+  return std::ldexp(1.0, e - mantissa);
+}
+
+TEST_CASE("cuda linear: the bias is added before the one rounding to 16 bits, at any bias address") {
+  // bias ~ -(x @ w^T): outputs are small while the products are O(1), so a bias added
+  // after x @ w^T was rounded (an error of half an ulp of the product) is far outside
+  // one ulp of the output. The bias at element offsets 0..3 covers every alignment.
+  const int64_t M = 36, K = 56, N = 55;
+  for (DType t : {kFloat16, kBFloat16})
+    for (int64_t offset : {0, 1, 2, 3})
+      for (int64_t rows : {M, int64_t(1)}) {  // M == 1 takes the beta = 1 path
+        const Tensor x = random_tensor({rows, K}, {t, cuda()}, 50), w = random_tensor({N, K}, {t, cuda()}, 51);
+        const std::vector<double> xv = values_of(x), wv = values_of(w), noise = random_values(N, 52, -0.01, 0.01);
+        std::vector<double> bias_values(size_t(N + offset), 0.0), bound(size_t(rows * N));
+        for (int64_t j = 0; j < N; ++j) {
+          double product = 0.0;
+          for (int64_t k = 0; k < K; ++k) product += xv[size_t(k)] * wv[size_t(j * K + k)];
+          bias_values[size_t(offset + j)] = noise[size_t(j)] - product;
+        }
+        const Tensor bias = make_tensor(bias_values, {N + offset}, {t, cuda()}).narrow(0, offset, N);
+        const std::vector<double> bv = values_of(bias);
+        std::vector<double> expected(size_t(rows * N));
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double sum = bv[size_t(j)], magnitude = std::fabs(bv[size_t(j)]);
+            for (int64_t k = 0; k < K; ++k) {
+              sum += xv[size_t(i * K + k)] * wv[size_t(j * K + k)];
+              magnitude += std::fabs(xv[size_t(i * K + k)] * wv[size_t(j * K + k)]);
+            }
+            expected[size_t(i * N + j)] = sum;  // float32 sums, then one rounding
+            bound[size_t(i * N + j)] = ulp_of(sum, t) + double(K + 1) * 0x1p-24 * magnitude;
+          }
+        const std::vector<double> got = values_of(ops::linear(x, w, bias));
+        int64_t bad = 0;
+        double worst = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double err = std::fabs(got[i] - expected[i]);
+          bad += err > bound[i];
+          worst = std::max(worst, err / bound[i]);
+        }
+        CHECK_MESSAGE(bad == 0, std::string(dtype_name(t)), " rows ", rows, " bias offset ", offset, ": ", bad, " of ",
+                      got.size(), " outputs off; worst error ", worst, " x the bound");
+      }
+}
+
 TEST_CASE("cuda matmul: float32 is float32-accurate unless TF32 is allowed") {
   const Tensor a = random_tensor({256, 2048}, {kFloat32, cuda()}, 50),
                b = random_tensor({2048, 256}, {kFloat32, cuda()}, 51);
