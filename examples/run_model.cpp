@@ -163,7 +163,7 @@ Runner make_runner(const Args& a) {
       r.tied = net->tied_keys();
       r.forward = [net](const std::map<std::string, Tensor>& in) {
         auto o = net->forward(input(in, "input_ids", true), input(in, "attention_mask", false),
-                              input(in, "token_type_ids", false), input(in, "labels", false));
+                              input(in, "token_type_ids", false), input(in, "labels", false), {.logits = true});
         return Outputs{o.logits, o.loss};
       };
     }

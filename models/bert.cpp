@@ -226,17 +226,22 @@ TiedKeys BertForMaskedLM::tied_keys() const {
 }
 
 BertMlmOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
-                                       const Tensor& token_type_ids, const Tensor& labels) {
+                                       const Tensor& token_type_ids, const Tensor& labels,
+                                       const MlmForwardOptions& options) {
   memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor h = bert->forward(input_ids, attention_mask, token_type_ids).last_hidden_state;
   const Tensor t = (*transform_LayerNorm)(gelu((*transform_dense)(h)));
+  const Tensor& decoder_weight = bert->embeddings->word_embeddings->weight;
   BertMlmOutput out;
-  out.logits = linear(t, bert->embeddings->word_embeddings->weight, decoder_bias);  // (B, T, V)
-  if (labels.defined()) {
+  if (labels.defined())
     FRUGAL_CHECK(labels.sizes() == input_ids.sizes(), "BertForMaskedLM: labels must have input_ids' shape ",
                  shape_str(input_ids.sizes()), ", got ", labels.describe());
-    out.loss = cross_entropy(out.logits.reshape({-1, out.logits.size(-1)}), labels.reshape({-1}));
+  if (labels.defined() && !options.logits) {
+    out.loss = linear_cross_entropy(t, decoder_weight, decoder_bias, labels);
+    return out;
   }
+  out.logits = linear(t, decoder_weight, decoder_bias);  // (B, T, V)
+  if (labels.defined()) out.loss = cross_entropy(out.logits.reshape({-1, out.logits.size(-1)}), labels.reshape({-1}));
   return out;
 }
 

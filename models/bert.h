@@ -137,8 +137,16 @@ class BertModel : public nn::Module {
 Tensor bert_additive_mask(const Tensor& attention_mask, DType dtype);
 
 struct BertMlmOutput {
-  Tensor logits;  // (B, T, vocab_size)
+  Tensor logits;  // (B, T, vocab_size); with labels only when asked (MlmForwardOptions::logits)
   Tensor loss;    // cross entropy over the labels != -100; undefined without labels
+};
+
+struct MlmForwardOptions {
+  /// With labels, also return the logits and take the loss from them (cross_entropy of the
+  /// logits). By default a forward with labels returns only the loss, from
+  /// linear_cross_entropy, which never holds the (B, T, vocab) logits or their gradient
+  /// (Note [Fused linear cross entropy]): the largest tensors of a BERT step.
+  bool logits = false;
 };
 
 /// BertModel without pooler ("bert.*") and the masked-LM head "cls.predictions": transform
@@ -149,7 +157,8 @@ class BertForMaskedLM : public nn::Module {
   explicit BertForMaskedLM(const BertConfig& c);
   /// labels (B, T) int64: the token to predict, or -100 where nothing is predicted.
   BertMlmOutput forward(const Tensor& input_ids, const Tensor& attention_mask = Tensor(),
-                        const Tensor& token_type_ids = Tensor(), const Tensor& labels = Tensor());
+                        const Tensor& token_type_ids = Tensor(), const Tensor& labels = Tensor(),
+                        const MlmForwardOptions& options = {});
   std::string type_name() const override { return "BertForMaskedLM"; }
   /// The state-dict keys that alias another (for load_safetensors_into).
   TiedKeys tied_keys() const;

@@ -168,22 +168,15 @@ namespace {
 
 constexpr int64_t kHeaderLen = 8;  // ndim, dtype, up to 6 sizes
 
-// One train_step's state (Note [Pipeline schedules]).
-struct StepRun {
-  nn::UnaryModule& module;
+// A step's traffic with the neighbouring stages: activations down, gradients up. The
+// first activation of a step carries a header; the others must match it (one
+// host-blocking header round trip per step instead of per micro-batch).
+struct StageLink {
   Communicator& comm;
-  const PipelineOptions& options;
-  const PipelineLoss& loss_fn;
-  Tensor input, target;
-  int rank, size, m;
-  bool first, last;
+  int rank;
   Device device;
-
-  std::vector<Tensor> inputs, outputs;  // per micro-batch, until its backward
-  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;
-  Tensor loss_sum;  // (1) on the last stage
-  double busy = 0.0;
-  int64_t in_flight = 0, peak_in_flight = 0;
+  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;  // kept alive until waited on
+  std::optional<std::pair<Shape, DType>> sent_meta = std::nullopt, received_meta = std::nullopt;
 
   void send(const Tensor& t, int peer) { sends.emplace_back(comm.send(t, peer), t); }
   /// Sends `t` to `peer` while receiving `into` from it (one fused exchange); returns `into`.
@@ -193,10 +186,13 @@ struct StepRun {
     received->wait();
     return into;
   }
-
-  // The first activation of a step carries a header; the others must match it (one
-  // host-blocking header round trip per step instead of per micro-batch).
-  std::optional<std::pair<Shape, DType>> sent_meta = std::nullopt, received_meta = std::nullopt;
+  Tensor recv(const Tensor& into, int peer) {
+    comm.recv(into, peer)->wait();
+    return into;
+  }
+  void wait_sends() {
+    for (auto& [work, tensor] : sends) work->wait();
+  }
 
   /// The activation as sent: checked against the step's first, whose header goes out first.
   Tensor activation_payload(const Tensor& t) {
@@ -230,7 +226,7 @@ struct StepRun {
       // (its sizes are checked by empty() below, Note [Size overflow]).
       FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1,
                    ": ", v[0], " dims (at most ", kHeaderLen - 2, ")");
-      FRUGAL_CHECK(v[1] >= 0 && v[1] <= int64_t(DType::Bool), "PipelineStage: bad activation header from stage ",
+      FRUGAL_CHECK(v[1] >= 0 && v[1] < kNumDTypes, "PipelineStage: bad activation header from stage ",
                    rank - 1, ": dtype code ", v[1], " names no dtype");
       received_meta = std::pair{Shape(v + 2, v + 2 + v[0]), DType(v[1])};
     }
@@ -241,22 +237,26 @@ struct StepRun {
     return t;
   }
   Tensor recv_activation() {
-    Tensor t = activation_buffer();
-    comm.recv(t, rank - 1)->wait();
-    return as_stage_input(t);
+    return as_stage_input(recv(activation_buffer(), rank - 1));
   }
+};
 
-  // Busy time (Note [Pipeline busy time]): CUDA events around each compute on the
-  // stream, read after the step's final synchronize; host clock on the CPU, whose ops
-  // finish before they return.
-  std::vector<std::pair<void*, void*>> busy_events;
+// Busy time (Note [Pipeline busy time]): CUDA events around each compute on the
+// stream, read after the step's final synchronize; host clock on the CPU, whose ops
+// finish before they return.
+struct BusyClock {
+  bool enabled;
+  Device device;
+  double busy = 0.0;  // seconds
+  std::vector<std::pair<void*, void*>> events;
+
   template <typename F>
   void timed(F&& f) {
-    if (!options.measure_busy) return f();
+    if (!enabled) return f();
     if (device.is_cuda()) {
       void* start = memory::detail::record_timing_event(device);
       f();
-      busy_events.emplace_back(start, memory::detail::record_timing_event(device));
+      events.emplace_back(start, memory::detail::record_timing_event(device));
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -264,21 +264,37 @@ struct StepRun {
     busy += seconds_since(t0);
   }
   /// Adds the device's busy time to `busy` and returns the events (the stream has finished).
-  void collect_busy_events() {
-    for (auto& [start, end] : busy_events) {
+  void collect() {
+    for (auto& [start, end] : events) {
       busy += memory::detail::timing_event_elapsed_ms(start, end) * 1e-3;
       memory::detail::release_timing_event(start);
       memory::detail::release_timing_event(end);
     }
-    busy_events.clear();
+    events.clear();
   }
+};
+
+// One train_step's state and its schedules (Note [Pipeline schedules]).
+struct StepRun {
+  nn::UnaryModule& module;
+  const PipelineOptions& options;
+  const PipelineLoss& loss_fn;
+  Tensor input, target;
+  int rank, size, m;
+  bool first, last;
+  StageLink link;
+  BusyClock clock;
+
+  std::vector<Tensor> inputs, outputs;  // per micro-batch, until its backward
+  Tensor loss_sum;                      // (1) on the last stage
+  int64_t in_flight = 0, peak_in_flight = 0;
 
   /// F_i on `x` (the received activation; the first stage slices its input); the
   /// activation is sent by the caller.
   void forward(int i, Tensor x = Tensor()) {
     if (first) x = input.narrow(0, int64_t(i) * (input.size(0) / m), input.size(0) / m);
-    else if (!x.defined()) x = recv_activation();
-    timed([&] {
+    else if (!x.defined()) x = link.recv_activation();
+    clock.timed([&] {
       if (options.recompute)
         outputs[size_t(i)] = autograd::checkpoint([this](const Tensor& h) { return module.forward(h); }, x);
       else outputs[size_t(i)] = module.forward(x);
@@ -291,7 +307,7 @@ struct StepRun {
   /// input gradient to send upstream (undefined on the first stage or for a non-float input).
   Tensor backward(int i, Tensor grad_out = Tensor()) {
     Tensor& out = outputs[size_t(i)];
-    timed([&] {
+    clock.timed([&] {
       if (last) {
         const int64_t mb = target.size(0) / m;
         const Tensor loss = div(loss_fn(out, target.narrow(0, int64_t(i) * mb, mb)), double(m));
@@ -315,22 +331,18 @@ struct StepRun {
     return upstream;
   }
   void send_upstream(const Tensor& g) {
-    if (g.defined()) send(g, rank - 1);
+    if (g.defined()) link.send(g, rank - 1);
   }
 
   Tensor grad_buffer(int i) const { return empty(outputs[size_t(i)].sizes(), outputs[size_t(i)].options()); }
-  Tensor recv_grad(int i) {
-    Tensor g = grad_buffer(i);
-    comm.recv(g, rank + 1)->wait();
-    return g;
-  }
+  Tensor recv_grad(int i) { return link.recv(grad_buffer(i), rank + 1); }
 
   bool has_grad_downstream(int i) const { return !last && outputs[size_t(i)].is_floating_point(); }
 
   void run_gpipe() {
     for (int i = 0; i < m; ++i) {
       forward(i);
-      if (!last) send_activation(outputs[size_t(i)]);
+      if (!last) link.send_activation(outputs[size_t(i)]);
     }
     for (int i = m - 1; i >= 0; --i) send_upstream(backward(i, has_grad_downstream(i) ? recv_grad(i) : Tensor()));
   }
@@ -342,24 +354,24 @@ struct StepRun {
     const int warmup = std::min(size - rank - 1, m);
     for (int i = 0; i < warmup; ++i) {
       forward(i);
-      if (!last) send_activation(outputs[size_t(i)]);
+      if (!last) link.send_activation(outputs[size_t(i)]);
     }
     const int steady = m - warmup;
-    Tensor next = steady > 0 && !first ? recv_activation() : Tensor();
+    Tensor next = steady > 0 && !first ? link.recv_activation() : Tensor();
     for (int k = 0; k < steady; ++k) {
       const int i = warmup + k;
       forward(i, next);
       Tensor g;
       if (!last) {
-        const Tensor a = activation_payload(outputs[size_t(i)]);
-        if (has_grad_downstream(k)) g = send_recv(a, grad_buffer(k), rank + 1);
-        else send(a, rank + 1);
+        const Tensor a = link.activation_payload(outputs[size_t(i)]);
+        if (has_grad_downstream(k)) g = link.send_recv(a, grad_buffer(k), rank + 1);
+        else link.send(a, rank + 1);
       }
       const Tensor upstream = backward(k, g);
       next = Tensor();
       if (k + 1 < steady && !first) {
-        if (upstream.defined()) next = as_stage_input(send_recv(upstream, activation_buffer(), rank - 1));
-        else next = recv_activation();
+        if (upstream.defined()) next = link.as_stage_input(link.send_recv(upstream, link.activation_buffer(), rank - 1));
+        else next = link.recv_activation();
       } else {
         send_upstream(upstream);
       }
@@ -382,7 +394,6 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
                  "into ", m, " micro-batches, got ", target.defined() ? target.describe() : std::string("none"));
   const auto t0 = std::chrono::steady_clock::now();
   StepRun run{.module = *module_,
-              .comm = *comm_,
               .options = options_,
               .loss_fn = loss_fn,
               .input = input,
@@ -392,16 +403,16 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
               .m = m,
               .first = is_first(),
               .last = is_last(),
-              .device = comm_->device(),
+              .link = {.comm = *comm_, .rank = comm_->rank(), .device = comm_->device()},
+              .clock = {.enabled = options_.measure_busy, .device = comm_->device()},
               .inputs = std::vector<Tensor>(size_t(m)),
               .outputs = std::vector<Tensor>(size_t(m)),
-              .sends = {},
               .loss_sum = {}};
   if (options_.schedule == Schedule::GPipe) run.run_gpipe();
   else run.run_1f1b();
-  for (auto& [work, tensor] : run.sends) work->wait();
+  run.link.wait_sends();
   synchronize(comm_->device());
-  run.collect_busy_events();
+  run.clock.collect();
 
   PipelineStats stats;
   stats.step_seconds = seconds_since(t0);
@@ -413,13 +424,13 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
   stats.busy_seconds = stats.bubble_measured = stats.stage_bubble = -1.0;
   const int p = comm_->size();
   if (options_.measure_busy) {  // Note [Pipeline busy time]: this stage's, and the pipeline's
-    stats.busy_seconds = run.busy;
+    stats.busy_seconds = run.clock.busy;
     const auto idle_share = [](double span, double busy) { return span > 0 ? 1.0 - busy / span : 0.0; };
-    stats.stage_bubble = idle_share(stats.step_seconds, run.busy);
+    stats.stage_bubble = idle_share(stats.step_seconds, run.clock.busy);
     // One max-reduction gives the longest step (slot 0) and every stage's busy time (its slot).
     std::vector<double> slots(size_t(p) + 1, 0.0);
     slots[0] = stats.step_seconds;
-    slots[size_t(comm_->rank()) + 1] = run.busy;
+    slots[size_t(comm_->rank()) + 1] = run.clock.busy;
     Tensor all = from_vector(slots, {p + 1}).to(comm_->device());
     comm_->all_reduce(all, ReduceOp::Max)->wait();
     const std::vector<double> got = all.tolist<double>();

@@ -9,6 +9,9 @@
 namespace frugal {
 
 enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int32, Int64, Bool };
+/// How many dtypes there are: the codes 0 .. kNumDTypes - 1 (a dtype read from a file or
+/// a message is checked against it).
+inline constexpr int kNumDTypes = int(DType::Bool) + 1;  // Bool stays last
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat16 = DType::Float16;

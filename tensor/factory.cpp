@@ -30,8 +30,8 @@ Tensor make_tensor(const Shape& sizes, Shape strides, int64_t capacity_elems, Te
 }  // namespace
 
 Tensor empty(const Shape& sizes, TensorOptions opts) {
-  Shape strides = contiguous_strides(sizes, "empty");  // checks the sizes
-  return make_tensor(sizes, std::move(strides), numel_of(sizes), opts, "empty");
+  ContiguousLayout layout = contiguous_layout(sizes, "empty");  // checks the sizes
+  return make_tensor(sizes, std::move(layout.strides), layout.numel, opts, "empty");
 }
 
 Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opts) {

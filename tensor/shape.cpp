@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "memory/error.h"
 
@@ -39,7 +40,7 @@ int64_t numel_of(const Shape& sizes, const char* op) {
   return has_zero ? 0 : n;
 }
 
-Shape contiguous_strides(const Shape& sizes, const char* op) {
+ContiguousLayout contiguous_layout(const Shape& sizes, const char* op) {
   int64_t n;
   bool has_zero;
   if (!extent_of(sizes, n, has_zero)) [[unlikely]]
@@ -51,8 +52,10 @@ Shape contiguous_strides(const Shape& sizes, const char* op) {
     strides[i] = s;
     s *= std::max<int64_t>(sizes[i], 1);
   }
-  return strides;
+  return {std::move(strides), has_zero ? 0 : n};
 }
+
+Shape contiguous_strides(const Shape& sizes, const char* op) { return contiguous_layout(sizes, op).strides; }
 
 int64_t strided_span(const Shape& sizes, const Shape& strides, const char* op) {
   FRUGAL_CHECK(sizes.size() == strides.size(), op, ": ", sizes.size(), " sizes but ", strides.size(), " strides");

@@ -31,6 +31,12 @@ using Shape = std::vector<int64_t>;
 int64_t numel_of(const Shape& sizes, const char* op = "numel");
 /// Row-major (C-contiguous) strides for `sizes`, in elements; checks as numel_of.
 Shape contiguous_strides(const Shape& sizes, const char* op = "contiguous_strides");
+/// Both at once, for a new tensor (one check of the sizes).
+struct ContiguousLayout {
+  Shape strides;
+  int64_t numel;
+};
+ContiguousLayout contiguous_layout(const Shape& sizes, const char* op);
 /// How many elements a strided layout spans: 1 + sum (size - 1) * stride, or 0 when a
 /// size is 0. Throws naming `op` when a size or stride is negative or the span overflows.
 int64_t strided_span(const Shape& sizes, const Shape& strides, const char* op);

@@ -14,6 +14,7 @@
 #include "autograd/ops/flash_attention.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/join.h"
+#include "autograd/ops/linear_cross_entropy.h"
 #include "autograd/ops/loss.h"
 #include "autograd/ops/masked_softmax.h"
 #include "autograd/ops/matmul.h"

@@ -29,12 +29,11 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int64_t kMinPerBlock = int64_t(kBlock) * 16;  // values per block below which splitting costs more
-constexpr int64_t kTargetBlocks = 132 * 8;              // enough blocks to fill an H100/H200
 
 /// Splits per channel for the reductions (see Note [CUDA batch norm kernels]).
 int64_t splits_for(int64_t C, int64_t M) {
   const int64_t by_work = (M + kMinPerBlock - 1) / kMinPerBlock;
-  const int64_t by_fill = (kTargetBlocks + C - 1) / C;
+  const int64_t by_fill = (max_blocks(8) + C - 1) / C;  // enough blocks to fill the GPU
   return std::max<int64_t>(1, std::min(by_work, by_fill));
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "memory/cuda_check.h"
@@ -39,12 +40,30 @@ inline int64_t pointer_alignment(const void* p, int64_t cap) {
   return align;
 }
 
+/// The current device's SM count (132 on an H200), asked once per device.
+inline int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> counts[kMaxDevices] = {};
+  int device = 0;
+  FRUGAL_CUDA_CHECK(cudaGetDevice(&device));
+  int n = device < kMaxDevices ? counts[device].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    FRUGAL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    if (device < kMaxDevices) counts[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+/// The most blocks worth launching for a grid-stride loop: `per_sm` on every SM of the
+/// current device (more only queue behind those).
+inline int64_t max_blocks(int per_sm) { return int64_t(sm_count()) * per_sm; }
+
 constexpr int kBlockSize = 256;
 
 /// Blocks for a grid-stride loop over `n` work items: enough to fill the GPU, no more.
 inline unsigned grid_for(int64_t n, int block = kBlockSize) {
   const int64_t blocks = (n + block - 1) / block;
-  return unsigned(std::clamp<int64_t>(blocks, 1, 132 * 32));  // 132 SMs (H100/H200) x 32 resident blocks
+  return unsigned(std::clamp<int64_t>(blocks, 1, max_blocks(32)));  // 32 resident blocks per SM
 }
 
 }  // namespace frugal::ops::cuda

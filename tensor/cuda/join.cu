@@ -52,7 +52,7 @@ void launch_cat(const Tensor& out, const std::vector<Tensor>& inputs, const std:
       max_total = std::max(max_total, outer * b.row[j]);
     }
     // Enough blocks per input to fill the GPU once across the batch, at least one each.
-    const unsigned gx = std::max(1u, std::min(grid_for(max_total), unsigned(2 * 132 * 32 / nb)));
+    const unsigned gx = std::max(1u, std::min(grid_for(max_total), unsigned(2 * max_blocks(32) / nb)));
     const dim3 grid(gx, unsigned(nb));
     U* dst = static_cast<U*>(out.data());
     if (small) {

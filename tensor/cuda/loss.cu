@@ -23,7 +23,6 @@ namespace {
 constexpr int kWarpRowsBlock = 128;
 constexpr int kLongRowBlock = 512;
 constexpr int64_t kWarpRowMax = 1024;
-constexpr int64_t kMaxBlocks = 132 * 16;
 
 /// Online softmax state (running max m, sum of exp(x - m)) plus the plain sum of x.
 template <typename Acc>
@@ -120,7 +119,7 @@ void with_row_shape(int64_t C, F&& f) {
 template <int kThreads, int kBlock>
 unsigned row_grid(int64_t R) {
   constexpr int64_t rows_per_block = kBlock / kThreads;
-  return unsigned(std::clamp<int64_t>((R + rows_per_block - 1) / rows_per_block, 1, kMaxBlocks));
+  return unsigned(std::clamp<int64_t>((R + rows_per_block - 1) / rows_per_block, 1, max_blocks(16)));
 }
 
 }  // namespace

@@ -18,7 +18,6 @@ namespace {
 constexpr int kWarpRowsBlock = 128;
 constexpr int kLongRowBlock = 512;
 constexpr int64_t kWarpRowMax = 1024;
-constexpr int64_t kMaxBlocks = 132 * 16;
 
 /// Entry s of one row: scale * x plus the mask (-inf where masked out).
 template <typename T, typename M>
@@ -80,11 +79,11 @@ void launch(const Tensor& out, const Tensor& scores, const M* mask, const Masked
   cudaStream_t stream = stream_for(scores);
   if (D <= kWarpRowMax) {
     constexpr int kRowsPerBlock = kWarpRowsBlock / 32;
-    const unsigned grid = unsigned(std::clamp<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks));
+    const unsigned grid = unsigned(std::clamp<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1, max_blocks(16)));
     masked_softmax_forward_kernel<T, M, 32, kWarpRowsBlock>
         <<<grid, kWarpRowsBlock, 0, stream>>>(out.data_ptr<T>(), scores.data_ptr<T>(), mask, p, rows);
   } else {
-    const unsigned grid = unsigned(std::clamp<int64_t>(rows, 1, kMaxBlocks));
+    const unsigned grid = unsigned(std::clamp<int64_t>(rows, 1, max_blocks(16)));
     masked_softmax_forward_kernel<T, M, kLongRowBlock, kLongRowBlock>
         <<<grid, kLongRowBlock, 0, stream>>>(out.data_ptr<T>(), scores.data_ptr<T>(), mask, p, rows);
   }

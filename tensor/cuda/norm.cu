@@ -27,7 +27,6 @@ constexpr int kWarpRowsBlock = 128;  // warp per row: 4 rows per block
 constexpr int kLongRowBlock = 512;   // block per row
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int kColX = 32, kColY = 8;  // parameter-gradient column reduction
-constexpr int64_t kMaxBlocks = 132 * 16;
 
 template <typename Acc>
 __device__ __forceinline__ Acc rsqrt_acc(Acc v) {
@@ -180,7 +179,7 @@ void with_row_shape(int64_t N, F&& f) {
 template <int kThreads, int kBlock>
 unsigned row_grid(int64_t M) {
   constexpr int64_t rows_per_block = kBlock / kThreads;
-  return unsigned(std::clamp<int64_t>((M + rows_per_block - 1) / rows_per_block, 1, kMaxBlocks));
+  return unsigned(std::clamp<int64_t>((M + rows_per_block - 1) / rows_per_block, 1, max_blocks(16)));
 }
 
 }  // namespace
@@ -219,7 +218,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
     // Row slices: enough blocks to fill the GPU, each thread summing at least ~8 rows.
     const int64_t col_blocks = (N + kColX - 1) / kColX;
     const int64_t slices = std::clamp<int64_t>(
-        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * kMaxBlocks + col_blocks - 1) / col_blocks), 1, 65535);
+        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * max_blocks(16) + col_blocks - 1) / col_blocks), 1, 65535);
     const Tensor partial = empty({slices, 2, N}, {dtype_of<Acc>(), x.device()});
     layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0, stream>>>(
         partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M,

@@ -29,7 +29,6 @@ namespace {
 
 constexpr int kRowBlock = 256;              // threads per block of the row kernel
 constexpr int kColX = 32, kColY = 16;       // column kernel block: inner x R-split
-constexpr int64_t kTargetBlocks = 2 * 132;  // two blocks per SM of an H100/H200
 constexpr int64_t kMinRowChunk = 4096;      // elements of R per block worth a split (rows)
 constexpr int64_t kMinColChunk = 256;       // rows of R per block worth a split (columns)
 
@@ -114,11 +113,11 @@ template <typename Red>
 void launch_rows(const Red& red, const typename Red::in_t* x, const Geometry& g, int64_t splits, cudaStream_t stream) {
   const int64_t items = g.outer * splits, chunk = (g.R + splits - 1) / splits;
   if (chunk > 256) {
-    const unsigned grid = unsigned(std::min<int64_t>(items, 132 * 16));
+    const unsigned grid = unsigned(std::min<int64_t>(items, max_blocks(16)));
     reduce_rows_kernel<Red, kRowBlock><<<grid, kRowBlock, 0, stream>>>(red, x, g, splits);
   } else {
     constexpr int kPerBlock = kRowBlock / 32;
-    const unsigned grid = unsigned(std::min<int64_t>((items + kPerBlock - 1) / kPerBlock, 132 * 16));
+    const unsigned grid = unsigned(std::min<int64_t>((items + kPerBlock - 1) / kPerBlock, max_blocks(16)));
     reduce_rows_kernel<Red, 32><<<grid, kRowBlock, 0, stream>>>(red, x, g, splits);
   }
   FRUGAL_CUDA_CHECK_LAUNCH();
@@ -128,7 +127,7 @@ template <typename Red>
 void launch_columns(const Red& red, const typename Red::in_t* x, const Geometry& g, int64_t splits,
                     cudaStream_t stream) {
   const int64_t tiles = g.outer * ((g.inner + kColX - 1) / kColX) * splits;
-  const unsigned grid = unsigned(std::min<int64_t>(tiles, 132 * 8));
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, max_blocks(8)));
   reduce_columns_kernel<Red><<<grid, dim3(kColX, kColY), 0, stream>>>(red, x, g, splits);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
@@ -146,8 +145,9 @@ void run(const Red& red, const Tensor& in) {
   const int64_t blocks = rows ? g.outer : g.outer * ((g.inner + kColX - 1) / kColX);
   const int64_t min_chunk = rows ? kMinRowChunk : kMinColChunk;
   int64_t splits = 1;
-  if (blocks < kTargetBlocks && g.R >= 2 * min_chunk)
-    splits = std::min((kTargetBlocks + blocks - 1) / blocks, g.R / min_chunk);
+  const int64_t target_blocks = max_blocks(2);  // two blocks per SM
+  if (blocks < target_blocks && g.R >= 2 * min_chunk)
+    splits = std::min((target_blocks + blocks - 1) / blocks, g.R / min_chunk);
   if (splits == 1) {
     rows ? launch_rows(red, x, g, 1, stream) : launch_columns(red, x, g, 1, stream);
     return;

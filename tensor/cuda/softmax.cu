@@ -113,16 +113,15 @@ template <typename Op>
 void launch(const Op& op, const SoftmaxShape& s, Device device) {
   DeviceGuard guard(device);
   cudaStream_t stream = stream_for(device);
-  constexpr int64_t kMaxBlocks = 132 * 16;
   if (s.inner == 1 && s.D <= kWarpRowMax) {
     constexpr int kRowsPerBlock = kWarpRowsBlock / 32;
-    const unsigned grid = unsigned(std::min<int64_t>((s.outer + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks));
+    const unsigned grid = unsigned(std::min<int64_t>((s.outer + kRowsPerBlock - 1) / kRowsPerBlock, max_blocks(16)));
     softmax_rows_kernel<Op, 32, kWarpRowsBlock><<<grid, kWarpRowsBlock, 0, stream>>>(op, s.outer, s.D);
   } else if (s.inner == 1) {
-    const unsigned grid = unsigned(std::min<int64_t>(s.outer, kMaxBlocks));
+    const unsigned grid = unsigned(std::min<int64_t>(s.outer, max_blocks(16)));
     softmax_rows_kernel<Op, kLongRowBlock, kLongRowBlock><<<grid, kLongRowBlock, 0, stream>>>(op, s.outer, s.D);
   } else {
-    const unsigned grid = unsigned(std::min<int64_t>(s.outer * ((s.inner + kColX - 1) / kColX), kMaxBlocks));
+    const unsigned grid = unsigned(std::min<int64_t>(s.outer * ((s.inner + kColX - 1) / kColX), max_blocks(16)));
     softmax_columns_kernel<Op><<<grid, dim3(kColX, kColY), 0, stream>>>(op, s);
   }
   FRUGAL_CUDA_CHECK_LAUNCH();

@@ -236,11 +236,15 @@ TEST_CASE("models: BERT mask hides padded keys; MLM ignores label -100; decoder 
   // Loss over labels != -100 only, against cross entropy of the picked rows.
   const Tensor labels = from_vector<int64_t>({-100, 8, -100, -100, 1, -100, -100, 30}, {2, 4});
   mlm.train();
-  const models::BertMlmOutput out = mlm.forward(ids, mask, Tensor(), labels);
+  const models::BertMlmOutput out = mlm.forward(ids, mask, Tensor(), labels, {.logits = true});
   const Tensor rows = cat({out.logits.select(0, 0).narrow(0, 1, 1), out.logits.select(0, 1).narrow(0, 0, 1),
                            out.logits.select(0, 1).narrow(0, 3, 1)});
   const double want = cross_entropy(rows, from_vector<int64_t>({8, 1, 30}, {3})).item<double>();
   CHECK(out.loss.item<double>() == doctest::Approx(want).epsilon(1e-6));
+  // Without {.logits = true} the loss comes from linear_cross_entropy, and no logits.
+  const models::BertMlmOutput fused = mlm.forward(ids, mask, Tensor(), labels);
+  CHECK_FALSE(fused.logits.defined());
+  CHECK(fused.loss.item<double>() == doctest::Approx(want).epsilon(1e-6));
 
   // Tied: the decoder's weight is the embedding; its gradient is the sum of both uses.
   const auto sd = mlm.state_dict();
@@ -544,8 +548,12 @@ void check_against_golden(const std::string& model, const std::string& mode) {
     auto net = std::make_shared<models::BertForMaskedLM>(models::BertConfig::from_json(config));
     module = net;
     run = [&, net] {
-      auto o = net->forward(in.at("input_ids"), opt("attention_mask"), opt("token_type_ids"), in.at("labels"));
-      return std::pair{o.logits, o.loss};
+      // The loss and the gradients through linear_cross_entropy (the default with labels);
+      // the logits from a second forward without labels (eval mode: the same values).
+      const Tensor loss =
+          net->forward(in.at("input_ids"), opt("attention_mask"), opt("token_type_ids"), in.at("labels")).loss;
+      NoGradGuard no_grad;
+      return std::pair{net->forward(in.at("input_ids"), opt("attention_mask"), opt("token_type_ids")).logits, loss};
     };
   }
   models::TiedKeys tied;

@@ -181,7 +181,7 @@ void check_tensor_parallel_bert(const CommPtr& world) {
   for (const auto& [k, t] : ref->state_dict()) full_state[k] = t.detach();
   testing::BertBatch b = testing::bert_batch();
   for (Tensor* t : {&b.ids, &b.mask, &b.types, &b.labels}) *t = t->to(dev);
-  const models::BertMlmOutput want = ref->forward(b.ids, b.mask, b.types, b.labels);
+  const models::BertMlmOutput want = ref->forward(b.ids, b.mask, b.types, b.labels, {.logits = true});
   want.loss.backward();
   models::TensorParallelBertForMaskedLM tp(testing::small_bert(), world, /*seed=*/3);
   models::load_full_state_dict(tp, full_state);
