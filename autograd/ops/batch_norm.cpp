@@ -41,8 +41,8 @@ struct BatchNormBackward final : Node {
 // out = relu(batch_norm(x) + residual), or relu(batch_norm(x))  (Note [Batch norm add ReLU])
 // gz = g (out > 0), grad_residual = gz, grad_x/weight/bias = BatchNormBackward's formulas on gz
 struct BatchNormAddReluBackward final : Node {
-  SavedTensor x{this}, out{this}, weight{this}, bias{this}, mean{this},
-      invstd{this};  // out: ReLU's mask; bias: cuDNN's
+  // out for ReLU's mask; bias for cuDNN's fused backward
+  SavedTensor x{this}, out{this}, weight{this}, bias{this}, mean{this}, invstd{this};
   SavedTensor reserve{this};
   double eps = 1e-5;
   bool residual = true;
