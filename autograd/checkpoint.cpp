@@ -87,8 +87,8 @@ class AutocastReplay {
 // grad_inputs = d(fn(inputs))/d(inputs) * grads, from a replay of fn with grad enabled;
 // leaves captured by fn accumulate their .grad during the replay.
 struct CheckpointBackward final : Node {
-  std::function<TensorList(const TensorList&)> fn;
-  std::vector<SavedTensor> inputs;
+  SavedState<std::function<TensorList(const TensorList&)>> fn{this};  // freed too: the closure may hold tensors
+  SavedTensorList inputs{this};
   std::vector<bool> input_requires_grad;
   uint64_t rng_seed = 0, rng_offset = 0;  // the default generator when fn started
   autocast::State amp_cpu, amp_cuda;      // the autocast state when fn started
@@ -96,13 +96,8 @@ struct CheckpointBackward final : Node {
   std::string name() const override { return "CheckpointBackward"; }
   bool runs_nested_backward() const override { return true; }
 
-  void release_saved() override {
-    for (SavedTensor& s : inputs) s.reset();
-    fn = nullptr;  // the closure may hold tensors too
-  }
-
   TensorList apply(TensorList&& grads) override {
-    FRUGAL_CHECK(fn != nullptr, name(),
+    FRUGAL_CHECK(*fn != nullptr, name(),
                  ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
                  "the first time to backward through the graph twice");
     // Fresh leaves over the saved values: the replay's graph ends at them.
@@ -122,7 +117,7 @@ struct CheckpointBackward final : Node {
       GeneratorReplay replay(rng_seed, rng_offset);
       AutocastReplay amp(amp_cpu, amp_cuda);
       EnableGradGuard grad_on;
-      recomputed = fn(leaves);
+      recomputed = (*fn)(leaves);
     }
     FRUGAL_CHECK(recomputed.size() == outputs.size(), name(), ": the recomputed function returned ", recomputed.size(),
                  " tensors but the forward returned ", outputs.size(),
@@ -175,7 +170,7 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     const bool rg = x.defined() && requires_grad(x);
     node->next_edges.push_back(rg ? gradient_edge(x) : Edge{});
     node->input_requires_grad.push_back(rg);
-    node->inputs.emplace_back(x);
+    node->inputs.push_back(x);
   }
   for (uint32_t k = 0; k < outputs.size(); ++k) {
     Tensor& out = outputs[k];

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "autograd/meta.h"
+#include "autograd/saved_tensor.h"
 #include "memory/attribution.h"
 #include "memory/profile_recorder.h"
 #include "tensor/memory_format.h"
@@ -18,6 +19,14 @@ std::atomic<uint64_t> next_sequence_nr{0};
 Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {
   // Backward ops are attributed to the module whose forward created them.
   if (memory::profiling()) memory::detail::note_node_module(sequence_nr);
+}
+
+void Node::release_saved() {
+  for (SavedSlot* s = saved_; s != nullptr; s = s->next_) s->reset();
+}
+
+void Node::for_each_saved(const std::function<void(const SavedValue&)>& f) const {
+  for (const SavedSlot* s = saved_; s != nullptr; s = s->next_) s->for_each(f);
 }
 
 // Iterative teardown (Note [Backward graph]): before this node dies, take every

@@ -12,6 +12,7 @@
 // output does; teardown is iterative (see ~Node) so a 100k-long chain cannot
 // overflow the stack.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,8 @@
 namespace frugal::autograd {
 
 class Node;
+class SavedSlot;
+class SavedValue;
 
 struct Edge {
   std::shared_ptr<Node> fn;  // null: this input needs no gradient
@@ -43,16 +46,23 @@ class Node {
  public:
   Node();
   virtual ~Node();
+  // Never copied or moved: it lives in a shared_ptr, and its saved slots link to each
+  // other by address (Note [Saved tensor registry]).
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
+  Node(Node&&) = delete;
+  Node& operator=(Node&&) = delete;
 
   /// Gradients w.r.t. this node's outputs in, gradients w.r.t. its inputs out (one per
   /// next edge; an undefined Tensor where the input needs none).
   virtual TensorList apply(TensorList&& grad_outputs) = 0;
   /// The forward op's name, e.g. "MatmulBackward".
   virtual std::string name() const = 0;
-  /// Frees saved tensors after a backward without retain_graph.
-  virtual void release_saved() {}
+  /// Frees every saved tensor (and SavedState) the node registered, after a backward
+  /// without retain_graph (Note [Saved tensor registry]).
+  void release_saved();
+  /// Calls f on each tensor the node saved (freed ones included: then !defined()).
+  void for_each_saved(const std::function<void(const SavedValue&)>& f) const;
   /// False for nodes whose backward needs no saved tensor (views, casts, AccumulateGrad):
   /// those may run again after a backward without retain_graph, as in PyTorch. Autocast's
   /// cached weight casts rely on it: one cast serves every backward in its scope.
@@ -72,6 +82,10 @@ class Node {
   /// Non-leaf outputs whose .grad the user asked to keep (Tensor::retain_grad).
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_outputs;
   bool released = false;  // saved tensors freed: a second backward must throw
+
+ private:
+  friend class SavedSlot;
+  SavedSlot* saved_ = nullptr;  // the last-constructed slot; each links to the one before
 };
 
 /// Accumulates the incoming gradient into a leaf tensor's .grad (the leaf is held weakly:

@@ -1,5 +1,10 @@
 #include "autograd/saved_tensor.h"
 
+#include <thread>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+
 namespace frugal::autograd {
 
 namespace {
@@ -9,25 +14,110 @@ Tensor detached_alias(const Tensor& t) {
   impl->autograd_meta.reset();
   return Tensor(std::move(impl));
 }
+
+thread_local SavedTensorHooks* innermost_hooks = nullptr;
+
+const char* const kFreedMessage =
+    ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
+    "the first time to backward through the graph twice";
 }  // namespace
 
-SavedTensor::SavedTensor(const Tensor& t) : was_defined_(t.defined()) {
+// ---- hooks (Note [Saved tensor hooks]) ----------------------------------------
+
+SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack)
+    : hooks_(std::make_shared<const Pair>(Pair{std::move(pack), std::move(unpack)})), outer_(innermost_hooks) {
+  FRUGAL_CHECK(hooks_->pack && hooks_->unpack, "SavedTensorHooks: both pack and unpack must be set");
+  innermost_hooks = this;
+}
+
+SavedTensorHooks::~SavedTensorHooks() { innermost_hooks = outer_; }
+
+const std::shared_ptr<const SavedTensorHooks::Pair>* SavedTensorHooks::current() {
+  return innermost_hooks ? &innermost_hooks->hooks_ : nullptr;
+}
+
+// ---- one saved value ----------------------------------------------------------
+
+// The hooked form: what pack returned, the hooks to restore it with, what the restored
+// tensor must look like, and the original storage's version, read without owning it.
+struct SavedValue::Packed {
+  PackedTensor value;
+  std::shared_ptr<const SavedTensorHooks::Pair> hooks;
+  Shape sizes;
+  DType dtype;
+  Device device;
+  std::weak_ptr<Storage> storage;
+  std::shared_ptr<const std::atomic<uint64_t>> final_version;
+
+  std::string describe() const { return std::string(dtype_name(dtype)) + shape_str(sizes) + " " + device.str(); }
+};
+
+SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
   if (!t.defined()) return;
-  data_ = detached_alias(t);
   version_ = t.version();
+  const std::shared_ptr<const SavedTensorHooks::Pair>* hooks = SavedTensorHooks::current();
+  if (!hooks) {
+    data_ = detached_alias(t);
+    return;
+  }
+  auto packed = std::make_unique<Packed>();
+  packed->hooks = *hooks;
+  packed->sizes = t.sizes();
+  packed->dtype = t.dtype();
+  packed->device = t.device();
+  packed->storage = t.impl().storage;
+  packed->final_version = t.impl().storage->final_version();
+  {
+    NoGradGuard no_grad;
+    packed->value = packed->hooks->pack(detached_alias(t));
+  }
+  packed_ = std::move(packed);
 }
 
-Tensor SavedTensor::unpack(const std::string& node_name) const {
+SavedValue::SavedValue() = default;
+SavedValue::SavedValue(SavedValue&&) noexcept = default;
+SavedValue& SavedValue::operator=(SavedValue&&) noexcept = default;
+SavedValue::~SavedValue() = default;
+
+// A storage that died may have been freed on another thread just now: weak_ptr::lock
+// fails before its destructor publishes the last version, so wait for that store.
+uint64_t SavedValue::current_version() const {
+  if (!packed_) return data_.version();
+  if (const std::shared_ptr<Storage> storage = packed_->storage.lock())
+    return storage->version.load(std::memory_order_relaxed);
+  uint64_t v;
+  while ((v = packed_->final_version->load(std::memory_order_acquire)) == Storage::kLive) std::this_thread::yield();
+  return v;
+}
+
+Tensor SavedValue::unpack(const std::string& node_name) const {
   if (!was_defined_) return Tensor();
-  FRUGAL_CHECK(data_.defined(), node_name,
-               ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
-               "the first time to backward through the graph twice");
-  FRUGAL_CHECK(data_.version() == version_, node_name, ": a tensor it saved for backward (", data_.describe(),
-               ") was modified by an in-place operation (version ", data_.version(), ", saved at version ", version_,
+  FRUGAL_CHECK(defined(), node_name, kFreedMessage);
+  const uint64_t version = current_version();
+  FRUGAL_CHECK(version == version_, node_name, ": a tensor it saved for backward (",
+               packed_ ? packed_->describe() : data_.describe(), ") was modified by an in-place operation (version ",
+               version, ", saved at version ", version_,
                "); clone it before the in-place op, or make that op out-of-place");
-  return data_;
+  if (!packed_) return data_;
+  Tensor t;
+  {
+    NoGradGuard no_grad;
+    t = packed_->hooks->unpack(packed_->value);
+  }
+  FRUGAL_CHECK(
+      t.defined() && t.sizes() == packed_->sizes && t.dtype() == packed_->dtype && t.device() == packed_->device,
+      node_name, ": the unpack hook returned ", t.describe(), " for a saved tensor that was ", packed_->describe(),
+      " (Note [Saved tensor hooks])");
+  return t;
 }
 
-void SavedTensor::reset() { data_ = Tensor(); }
+void SavedValue::reset() {
+  data_ = Tensor();
+  packed_.reset();
+}
+
+// ---- registration (Note [Saved tensor registry]) -------------------------------
+
+SavedSlot::SavedSlot(Node* owner) : next_(owner->saved_) { owner->saved_ = this; }
 
 }  // namespace frugal::autograd

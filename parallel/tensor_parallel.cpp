@@ -328,10 +328,9 @@ namespace {
 // over j and the target logit gathered from all ranks' slices.
 // grad_z (this rank's slice) = (softmax(z) - onehot(t)) * valid / count * g.
 struct VocabParallelCrossEntropyBackward final : Node {
-  SavedTensor softmax, local_target, hit, weight;  // (N, Vl), (N, 1) int64, (N, 1), (N, 1)
+  SavedTensor softmax{this}, local_target{this}, hit{this}, weight{this};  // (N, Vl), (N, 1) int64, (N, 1), (N, 1)
   Shape logits_sizes;
   std::string name() const override { return "VocabParallelCrossEntropyBackward"; }
-  void release_saved() override { softmax.reset(), local_target.reset(), hit.reset(), weight.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor w = ops::mul(weight.unpack(name()), grads[0]);  // (N, 1): valid / count * g
     Tensor g = ops::mul(softmax.unpack(name()), w);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
@@ -17,6 +18,21 @@ std::atomic<DerivedHook> derived_hook{nullptr};
 }  // namespace
 
 void set_derived_hook(DerivedHook hook) { derived_hook.store(hook, std::memory_order_release); }
+
+namespace {
+std::mutex final_version_mutex;  // two threads may save the same storage under hooks at once
+}  // namespace
+
+std::shared_ptr<const std::atomic<uint64_t>> Storage::final_version() {
+  std::lock_guard<std::mutex> lock(final_version_mutex);
+  if (!final_version_) final_version_ = std::make_shared<std::atomic<uint64_t>>(kLive);
+  return final_version_;
+}
+
+// No lock: nothing else can reach a storage that is being destroyed.
+Storage::~Storage() {
+  if (final_version_) final_version_->store(version.load(std::memory_order_relaxed), std::memory_order_release);
+}
 
 Tensor Tensor::derived(Tensor out, DerivedInfo info) const {
   if (!impl().autograd_meta) return out;

@@ -37,6 +37,20 @@ struct Storage {
   size_t nbytes = 0;
   std::atomic<uint64_t> version{0};  // shared by every view of this storage
   Device device() const { return data.device(); }
+
+  /// Where this storage's last `version` is published when it is freed, for a reader
+  /// that holds it only weakly (a saved tensor a hook packed, Note [Saved tensor hooks]);
+  /// kLive until then. Made on the first call, one per storage.
+  std::shared_ptr<const std::atomic<uint64_t>> final_version();
+  static constexpr uint64_t kLive = UINT64_MAX;
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+
+ private:
+  std::shared_ptr<std::atomic<uint64_t>> final_version_;
 };
 
 /// The bytes of `elements` elements of `dtype` (a tensor of `sizes`), checked: throws

@@ -20,17 +20,18 @@ namespace {
 // grad_x = weight * invstd * (g - mean_M(g) - xhat * mean_M(g * xhat))  (training; eval: weight * invstd * g)
 // grad_weight = sum_M(g * xhat), grad_bias = sum_M(g)
 struct BatchNormBackward final : Node {
-  SavedTensor x, weight, mean, invstd;  // mean, invstd: (C) in the compute dtype
-  ops::BatchNormSaved saved;            // cuDNN's reserve space (Note [Channels-last batch norm]) and eps
+  SavedTensor x{this}, weight{this}, mean{this}, invstd{this};  // mean, invstd: (C) in the compute dtype
+  SavedTensor reserve{this};  // cuDNN's reserve space (Note [Channels-last batch norm]); undefined elsewhere
+  double eps = 1e-5;
   bool training = false;
   DType weight_dtype = kFloat32, bias_dtype = kFloat32;
   std::string name() const override { return "BatchNormBackward"; }
-  void release_saved() override { x.reset(), weight.reset(), mean.reset(), invstd.reset(), saved.reserve = Tensor(); }
+  ops::BatchNormSaved with_reserve() const { return {reserve.unpack(name()), eps}; }
   TensorList apply(TensorList&& grads) override {
     const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();
     ops::BatchNormGrads g = ops::batch_norm_backward(
         grads[0], x.unpack(name()), wv, mean.unpack(name()), invstd.unpack(name()), training,
-        {.x = wants_grad(*this, 0), .weight = wants_grad(*this, 1), .bias = wants_grad(*this, 2)}, saved);
+        {.x = wants_grad(*this, 0), .weight = wants_grad(*this, 1), .bias = wants_grad(*this, 2)}, with_reserve());
     if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);  // the compute dtype -> the parameter's
     if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
     return {g.x, g.weight, g.bias};
@@ -40,14 +41,15 @@ struct BatchNormBackward final : Node {
 // out = relu(batch_norm(x) + residual), or relu(batch_norm(x))  (Note [Batch norm add ReLU])
 // gz = g (out > 0), grad_residual = gz, grad_x/weight/bias = BatchNormBackward's formulas on gz
 struct BatchNormAddReluBackward final : Node {
-  SavedTensor x, out, weight, bias, mean, invstd;  // out for ReLU's mask; bias for cuDNN's fused backward
-  ops::BatchNormSaved saved;
+  // out for ReLU's mask; bias for cuDNN's fused backward
+  SavedTensor x{this}, out{this}, weight{this}, bias{this}, mean{this}, invstd{this};
+  SavedTensor reserve{this};
+  double eps = 1e-5;
+  bool residual = true;
   bool training = false;
   DType weight_dtype = kFloat32, bias_dtype = kFloat32;
   std::string name() const override { return "BatchNormAddReluBackward"; }
-  void release_saved() override {
-    x.reset(), out.reset(), weight.reset(), bias.reset(), mean.reset(), invstd.reset(), saved.reserve = Tensor();
-  }
+  ops::BatchNormSaved with_reserve() const { return {reserve.unpack(name()), eps, residual}; }
   TensorList apply(TensorList&& grads) override {
     const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();
     const Tensor bv = bias.defined() ? bias.unpack(name()) : Tensor();
@@ -57,7 +59,7 @@ struct BatchNormAddReluBackward final : Node {
                                                                .weight = wants_grad(*this, 2),
                                                                .bias = wants_grad(*this, 3),
                                                                .residual = wants_grad(*this, 1)},
-                                                              saved);
+                                                              with_reserve());
     if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);
     if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
     return {g.x, g.residual, g.weight, g.bias};
@@ -80,7 +82,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     if (bias.defined()) node->bias_dtype = bias.dtype();
     node->mean = r.mean;
     node->invstd = r.invstd;
-    node->saved = {r.reserve, eps};
+    node->reserve = r.reserve;
+    node->eps = eps;
     node->training = training;
     autograd::record(node, {r.out});
   }
@@ -114,7 +117,9 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
     }
     node->mean = r.mean;
     node->invstd = r.invstd;
-    node->saved = {r.reserve, eps, residual.defined()};
+    node->reserve = r.reserve;
+    node->eps = eps;
+    node->residual = residual.defined();
     node->training = training;
     autograd::record(node, {r.out});
   }

@@ -83,10 +83,9 @@ struct ScalarBackward final : Node {
 // out = a * b
 // grad_a = g * b, grad_b = g * a
 struct MulBackward final : Node {
-  SavedTensor a, b;  // a only when b needs grad, b only when a does
+  SavedTensor a{this}, b{this};  // a only when b needs grad, b only when a does
   InputMeta ma, mb;
   std::string name() const override { return "MulBackward"; }
-  void release_saved() override { a.reset(), b.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     TensorList out(2);
@@ -100,10 +99,9 @@ struct MulBackward final : Node {
 // grad_a = g / b, grad_b = -g a / b^2 = -(g / b) (a / b)
 // (a, not out, is saved, as PyTorch does: out may then be changed in place)
 struct DivBackward final : Node {
-  SavedTensor a, b;  // a only when b needs grad
+  SavedTensor a{this}, b{this};  // a only when b needs grad
   InputMeta ma, mb;
   std::string name() const override { return "DivBackward"; }
-  void release_saved() override { a.reset(), b.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor bv = b.unpack(name());
     const Tensor g_over_b = ops::div(grads[0], bv);
@@ -118,11 +116,10 @@ struct DivBackward final : Node {
 // out = maximum(a, b) (minimum: the comparisons swapped)
 // grad_a = a > b ? g : a == b ? g / 2 : 0, grad_b = b > a ? g : a == b ? g / 2 : 0
 struct MaximumMinimumBackward final : Node {
-  SavedTensor a, b;
+  SavedTensor a{this}, b{this};
   InputMeta ma, mb;
   bool is_max = true;
   std::string name() const override { return is_max ? "MaximumBackward" : "MinimumBackward"; }
-  void release_saved() override { a.reset(), b.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     const Tensor av = a.unpack(name()), bv = b.unpack(name());
@@ -141,10 +138,9 @@ struct MaximumMinimumBackward final : Node {
 // out = a ^ b
 // grad_a = g b a^(b - 1) (0 where b == 0), grad_b = g out log(a) (0 where a == 0 and b >= 0)
 struct PowBackward final : Node {
-  SavedTensor a, b, out;  // out only when b needs grad
+  SavedTensor a{this}, b{this}, out{this};  // out only when b needs grad
   InputMeta ma, mb;
   std::string name() const override { return "PowBackward"; }
-  void release_saved() override { a.reset(), b.reset(), out.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     const Tensor av = a.unpack(name()), bv = b.unpack(name());
@@ -166,10 +162,9 @@ struct PowBackward final : Node {
 // out = cond ? a : b
 // grad_a = cond ? g : 0, grad_b = cond ? 0 : g
 struct WhereBackward final : Node {
-  SavedTensor cond;
+  SavedTensor cond{this};
   InputMeta a, b;
   std::string name() const override { return "WhereBackward"; }
-  void release_saved() override { cond.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     const Tensor c = cond.unpack(name());
@@ -184,10 +179,9 @@ struct WhereBackward final : Node {
 // out = mask ? value : x
 // grad_x = mask ? 0 : g
 struct MaskedFillBackward final : Node {
-  SavedTensor mask;
+  SavedTensor mask{this};
   InputMeta x;
   std::string name() const override { return "MaskedFillBackward"; }
-  void release_saved() override { mask.reset(); }
   TensorList apply(TensorList&& grads) override {
     return {reduce_grad(ops::masked_fill(grads[0], mask.unpack(name()), 0.0), x.sizes, x.dtype)};
   }

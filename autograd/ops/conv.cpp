@@ -23,14 +23,13 @@ namespace {
 // A channels-last forward runs its backward channels-last too (g converted if it comes
 // in NCHW), and grad_w comes back in the weight's own layout (Note [Channels-last convolution]).
 struct Conv2dBackward final : Node {
-  SavedTensor x, w;  // x only when w needs a gradient, w only when x does
+  SavedTensor x{this}, w{this};  // x only when w needs a gradient, w only when x does
   Shape x_shape, w_shape;
   Conv2dOptions options;
   bool has_bias = false;
   bool channels_last = false;         // the forward's layout
   bool weight_channels_last = false;  // the weight's own layout
   std::string name() const override { return "Conv2dBackward"; }
-  void release_saved() override { x.reset(), w.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor g = channels_last ? to_channels_last(grads[0]) : grads[0];
     TensorList out(3);

@@ -21,11 +21,11 @@ namespace {
 // out = dropout(softmax(scale q k^T + mask)) v; with P recomputed from q, k, lse (Note [Flash attention]):
 // grad_v = P'^T g, dS = P (f (g v^T) - rowsum(g * out)), grad_q = scale dS k, grad_k = scale dS^T q
 struct FlashAttentionBackward final : Node {
-  SavedTensor q, k, v, out, lse, mask;  // no (B, H, L, S) tensor: the weights are recomputed
-  ops::FlashAttentionOptions options;   // its mask stays undefined: `mask` holds it, version-checked
+  // No (B, H, L, S) tensor: the weights are recomputed.
+  SavedTensor q{this}, k{this}, v{this}, out{this}, lse{this}, mask{this};
+  ops::FlashAttentionOptions options;  // its mask stays undefined: `mask` holds it, version-checked
   Generator::Range range{0, 0};
   std::string name() const override { return "FlashAttentionBackward"; }
-  void release_saved() override { q.reset(), k.reset(), v.reset(), out.reset(), lse.reset(), mask.reset(); }
   TensorList apply(TensorList&& grads) override {
     ops::FlashAttentionOptions o = options;
     if (mask.defined()) o.mask = mask.unpack(name());

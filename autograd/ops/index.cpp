@@ -21,12 +21,11 @@ namespace {
 // out = index_select(x, dim, index)
 // grad_x = zeros with g's slices added at index along dim (duplicates accumulate)
 struct IndexSelectBackward final : Node {
-  SavedTensor index;
+  SavedTensor index{this};
   Shape in_sizes;
   DType dtype = kFloat32;
   int64_t dim = 0;
   std::string name() const override { return "IndexSelectBackward"; }
-  void release_saved() override { index.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor g = in_dtype(grads[0], dtype);
     return {ops::index_add(zeros(in_sizes, g.options()), dim, index.unpack(name()), g)};
@@ -36,12 +35,11 @@ struct IndexSelectBackward final : Node {
 // out = gather(x, dim, index)
 // grad_x = zeros with g scatter-added at index along dim
 struct GatherBackward final : Node {
-  SavedTensor index;
+  SavedTensor index{this};
   Shape in_sizes;
   DType dtype = kFloat32;
   int64_t dim = 0;
   std::string name() const override { return "GatherBackward"; }
-  void release_saved() override { index.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor g = in_dtype(grads[0], dtype);
     Tensor grad = zeros(in_sizes, g.options());
@@ -53,12 +51,11 @@ struct GatherBackward final : Node {
 // out = scatter_add(self, dim, index, src)
 // grad_self = g, grad_src = gather(g, dim, index), zeros where index is shorter than src
 struct ScatterAddBackward final : Node {
-  SavedTensor index;
+  SavedTensor index{this};
   Shape src_sizes;
   DType self_dtype = kFloat32, src_dtype = kFloat32;
   int64_t dim = 0;
   std::string name() const override { return "ScatterAddBackward"; }
-  void release_saved() override { index.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     TensorList out(2);
@@ -82,12 +79,11 @@ struct ScatterAddBackward final : Node {
 // out = index_add(self, dim, index, src)
 // grad_self = g, grad_src = index_select(g, dim, index)
 struct IndexAddBackward final : Node {
-  SavedTensor index;
+  SavedTensor index{this};
   Shape src_sizes;
   DType self_dtype = kFloat32, src_dtype = kFloat32;
   int64_t dim = 0;
   std::string name() const override { return "IndexAddBackward"; }
-  void release_saved() override { index.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     TensorList out(2);
@@ -102,11 +98,10 @@ struct IndexAddBackward final : Node {
 // grad_weight = rows of g summed into the rows `indices` name (ops::embedding_backward),
 // the padding row left zero
 struct EmbeddingBackward final : Node {
-  SavedTensor indices;
+  SavedTensor indices{this};
   int64_t num_weights = 0, padding_idx = -1;
   DType dtype = kFloat32;
   std::string name() const override { return "EmbeddingBackward"; }
-  void release_saved() override { indices.reset(); }
   TensorList apply(TensorList&& grads) override {
     return {ops::embedding_backward(in_dtype(grads[0], dtype), indices.unpack(name()), num_weights, padding_idx)};
   }

@@ -22,10 +22,9 @@ namespace {
 // loss_row = (1 - e) * (lse - x_t) + e * (lse - mean(x)), reduced (Note [Fused cross entropy])
 // grad_logits = scale_row * (softmax(x) - (1 - e) * onehot(t) - e / C), softmax = exp(x - lse)
 struct CrossEntropyBackward final : Node {
-  SavedTensor logits, target, lse, count;  // lse: one value per row; count: 0-d (Mean only)
+  SavedTensor logits{this}, target{this}, lse{this}, count{this};  // lse: one value per row; count: 0-d (Mean only)
   CrossEntropyOptions options;
   std::string name() const override { return "CrossEntropyBackward"; }
-  void release_saved() override { logits.reset(), target.reset(), lse.reset(), count.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor cv = count.defined() ? count.unpack(name()) : Tensor();
     return {ops::cross_entropy_backward(grads[0], logits.unpack(name()), target.unpack(name()), lse.unpack(name()), cv,
@@ -36,10 +35,9 @@ struct CrossEntropyBackward final : Node {
 // out = reduce((a - b)^2), N = number of elements averaged (Mean)
 // grad_a = sum_to(2 (a - b) g / N, a), grad_b = -sum_to(2 (a - b) g / N, b)
 struct MseLossBackward final : Node {
-  SavedTensor input, target;  // the inputs themselves: a - b is recomputed, not kept
+  SavedTensor input{this}, target{this};  // the inputs themselves: a - b is recomputed, not kept
   Reduction reduction = Reduction::Mean;
   std::string name() const override { return "MseLossBackward"; }
-  void release_saved() override { input.reset(), target.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor a = input.unpack(name()), b = target.unpack(name());
     const Tensor diff = ops::sub(a, b);

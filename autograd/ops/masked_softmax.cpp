@@ -22,11 +22,10 @@ namespace {
 // y = softmax(scale * scores + mask), dz = softmax_backward(g, y) = y * (g - sum(g * y))
 // grad_scores = scale * dz, grad_mask = sum_to(dz, mask) (a float mask; a bool mask has none)
 struct MaskedSoftmaxBackward final : Node {
-  SavedTensor out;  // y only: the softmax gradient needs nothing else (Note [Masked softmax])
+  SavedTensor out{this};  // y only: the softmax gradient needs nothing else (Note [Masked softmax])
   double scale = 1.0;
   Shape mask_sizes;
   std::string name() const override { return "MaskedSoftmaxBackward"; }
-  void release_saved() override { out.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor dz = ops::softmax_backward(grads[0], out.unpack(name()), -1);
     TensorList result(2);

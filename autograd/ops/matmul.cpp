@@ -21,9 +21,8 @@ namespace {
 // out = a @ b  (both >= 2-D, batch dims broadcast)
 // grad_a = g @ b^T, grad_b = a^T @ g, each summed back over broadcast batch dims.
 struct MatmulBackward final : Node {
-  SavedTensor a, b;
+  SavedTensor a{this}, b{this};
   std::string name() const override { return "MatmulBackward"; }
-  void release_saved() override { a.reset(), b.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     Tensor av = a.unpack(name()), bv = b.unpack(name());
@@ -55,10 +54,9 @@ struct MatmulBackward final : Node {
 // right update; overflowing activation gradients stay float16 and are caught);
 // and the bias gradient, a float16 sum, still takes the cast's round trip.
 struct LinearBackward final : Node {
-  SavedTensor x, w;
+  SavedTensor x{this}, w{this};
   bool has_bias = false;
   std::string name() const override { return "LinearBackward"; }
-  void release_saved() override { x.reset(), w.reset(); }
   /// Whether input `i` (a 16-bit `value`) sends its gradient straight into a cast from
   /// float32, which then gets it in float32 from the GEMM.
   bool widens(size_t i, const Tensor& value) const {

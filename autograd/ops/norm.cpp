@@ -21,11 +21,10 @@ namespace {
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * weight
 // grad_weight = sum_rows(g * xhat), grad_bias = sum_rows(g)
 struct LayerNormBackward final : Node {
-  SavedTensor x, weight, mean, rstd;  // mean, rstd: one float per row
+  SavedTensor x{this}, weight{this}, mean{this}, rstd{this};  // mean, rstd: one float per row
   Shape normalized_shape;
   bool has_bias = false;
   std::string name() const override { return "LayerNormBackward"; }
-  void release_saved() override { x.reset(), weight.reset(), mean.reset(), rstd.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor xv = x.unpack(name());
     const Tensor wv = weight.defined() ? weight.unpack(name()) : Tensor();

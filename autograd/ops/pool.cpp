@@ -31,11 +31,10 @@ namespace {
 // (16 bytes against 8; float16 is even), or a stride above 2. The version check on x
 // catches an in-place write to the pool's input before backward.
 struct MaxPool2dBackward final : Node {
-  SavedTensor x;
+  SavedTensor x{this};
   Int2 kernel;
   MaxPool2dOptions options;
   std::string name() const override { return "MaxPool2dBackward"; }
-  void release_saved() override { x.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor input = x.unpack(name());
     const Tensor indices = ops::max_pool2d(input, kernel, options).indices;
@@ -50,7 +49,6 @@ struct AvgPool2dBackward final : Node {
   Int2 kernel;
   AvgPool2dOptions options;
   std::string name() const override { return "AvgPool2dBackward"; }
-  void release_saved() override {}
   TensorList apply(TensorList&& grads) override {
     return {ops::avg_pool2d_backward(grads[0], x_shape, kernel, options)};
   }
@@ -60,7 +58,6 @@ struct AvgPool2dBackward final : Node {
 struct AdaptiveAvgPool2dBackward final : Node {
   Shape x_shape;
   std::string name() const override { return "AdaptiveAvgPool2dBackward"; }
-  void release_saved() override {}
   TensorList apply(TensorList&& grads) override { return {ops::adaptive_avg_pool2d_backward(grads[0], x_shape)}; }
 };
 

@@ -77,12 +77,11 @@ struct MeanBackward final : Node {
 // out = var(x, dims, correction) over N elements each
 // grad_x = g * 2 (x - mean(x)) / (N - correction)
 struct VarBackward final : Node {
-  SavedTensor x;
+  SavedTensor x{this};
   ReduceGeometry geo;
   std::vector<int64_t> dims;
   int64_t correction = 1;
   std::string name() const override { return "VarBackward"; }
-  void release_saved() override { x.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor xv = x.unpack(name());
     const double n = double(reduced_count(geo.in, geo.kept));
@@ -94,12 +93,11 @@ struct VarBackward final : Node {
 // out = amax(x, dims) (amin alike)
 // grad_x = x == out ? g / count(x == out) : 0 (ties share the gradient evenly)
 struct AmaxAminBackward final : Node {
-  SavedTensor x, out;
+  SavedTensor x{this}, out{this};
   ReduceGeometry geo;
   std::vector<int64_t> dims;
   bool is_max = true;
   std::string name() const override { return is_max ? "AmaxBackward" : "AminBackward"; }
-  void release_saved() override { x.reset(), out.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor hit = ops::eq(x.unpack(name()), out.unpack(name()).reshape(geo.kept));
     const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);   // int64, reduced shape
@@ -139,12 +137,11 @@ Tensor amax_amin(bool is_max, const Tensor& x, const std::vector<int64_t>& dims,
 // values, indices = max(x, dim) (min alike)
 // grad_x = zeros with g scattered to the indices along dim
 struct MaxMinBackward final : Node {
-  SavedTensor indices;
+  SavedTensor indices{this};
   ReduceGeometry geo;
   int64_t dim = 0;
   bool is_max = true;
   std::string name() const override { return is_max ? "MaxBackward" : "MinBackward"; }
-  void release_saved() override { indices.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor g = geo.restore(grads[0]);
     if (geo.in.empty()) return {g};  // a 0-d input is its own max

@@ -21,11 +21,10 @@ namespace {
 // y = log_softmax(x, dim): grad_x = g - exp(y) sum(g, dim)
 // (one fused kernel each: ops::softmax_backward / ops::log_softmax_backward)
 struct SoftmaxBackward final : Node {
-  SavedTensor out;
+  SavedTensor out{this};
   int64_t dim = 0;
   bool log = false;
   std::string name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
-  void release_saved() override { out.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor y = out.unpack(name());
     const Tensor g = in_dtype(grads[0], y.dtype());

@@ -42,11 +42,10 @@ const char* unary_node_name(UnaryOp op) {
 
 struct UnaryBackward final : Node {
   UnaryOp op = UnaryOp::Neg;
-  double a = 0, b = 0;     // the op's parameters (see ops::UnaryOp)
-  DType dtype = kFloat32;  // of x and y
-  SavedTensor saved;       // x or y; nothing for neg and affine
+  double a = 0, b = 0;      // the op's parameters (see ops::UnaryOp)
+  DType dtype = kFloat32;   // of x and y
+  SavedTensor saved{this};  // x or y; nothing for neg and affine
   std::string name() const override { return unary_node_name(op); }
-  void release_saved() override { saved.reset(); }
   TensorList apply(TensorList&& grads) override {
     return {ops::unary_backward(op, in_dtype(grads[0], dtype), saved.unpack(name()), a, b)};
   }
