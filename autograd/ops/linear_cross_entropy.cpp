@@ -47,13 +47,12 @@ constexpr double kLowPrecisionGradScale = 1024.0;
 constexpr int64_t kChunkLogitBytes = int64_t(64) << 20;
 
 struct LinearCrossEntropyBackward final : Node {
-  SavedTensor grad_x, grad_weight, grad_bias;  // for a loss gradient of `unit`, float32 for 16-bit products
-  SavedTensor rows;                            // int64 indices of the kept rows; undefined: every row
+  SavedTensor grad_x{this}, grad_weight{this}, grad_bias{this};  // for a loss gradient of `unit`
+  SavedTensor rows{this};  // int64 indices of the kept rows; undefined: every row
   Shape x_shape;
   DType x_dtype = kFloat32, weight_dtype = kFloat32, bias_dtype = kFloat32;
   double unit = 1.0;  // what the kept gradients are for: 1 / (scale * count) (Mean) or 1 / scale (Sum)
   std::string name() const override { return "LinearCrossEntropyBackward"; }
-  void release_saved() override { grad_x.reset(), grad_weight.reset(), grad_bias.reset(), rows.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor g = grads[0];  // 0-d
     const auto scaled = [&](const SavedTensor& kept, DType dtype) {

@@ -121,6 +121,9 @@ std::vector<Program> programs() {
     return sum(mul(layer_norm(leaf({3, 4}, 1), {4}, leaf({4}, 2), leaf({4}, 3)), c));
   });
   program("CrossEntropyBackward", [] { return cross_entropy(leaf({3, 4}, 1), index_tensor({0, 3, 1}, {3})); });
+  program("LinearCrossEntropyBackward", [] {
+    return linear_cross_entropy(leaf({3, 4}, 1), leaf({5, 4}, 2), leaf({5}, 3), index_tensor({0, -100, 4}, {3}));
+  });
   program("MseLossBackward", [] { return mse_loss(leaf({3, 4}, 1), leaf({3, 4}, 2)); });
   program("IndexSelectBackward", [] { return sum(index_select(leaf({3, 4}, 1), 1, index_tensor({0, 2, 2}, {3}))); });
   program("GatherBackward", [] { return sum(gather(leaf({3, 4}, 1), 1, index_tensor({0, 1, 2}, {3, 1}))); });
