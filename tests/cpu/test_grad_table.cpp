@@ -33,20 +33,20 @@ int64_t run_table(int64_t cases, Run&& run) {
 }  // namespace
 
 TEST_CASE("grad table: every differentiable op's backward against float64 central differences") {
-  const int64_t n = run_table(8, [](const GradEntry& e, int64_t i) { return run_gradcheck(e, kSeed, i); });
+  const int64_t n = run_table(40, [](const GradEntry& e, int64_t i) { return run_gradcheck(e, kSeed, i); });
   MESSAGE(n, " gradchecks of ", grad_table().size(), " ops");
 }
 
 TEST_CASE("grad table: every differentiable op's output dtype under CPU autocast is its policy's") {
   int64_t n = 0;
   for (DType low : {kFloat16, kBFloat16})
-    n += run_table(2, [low](const GradEntry& e, int64_t i) { return run_autocast(e, kSeed, i, kCPU, low); });
+    n += run_table(8, [low](const GradEntry& e, int64_t i) { return run_autocast(e, kSeed, i, kCPU, low); });
   MESSAGE(n, " autocast cases of ", grad_table().size(), " ops");
 }
 
 TEST_CASE("grad table: every differentiable op in float32, float16 and bfloat16 against float64 on the CPU") {
   int64_t n = 0;
   for (DType dt : {kFloat32, kFloat16, kBFloat16})
-    n += run_table(3, [dt](const GradEntry& e, int64_t i) { return run_dtype(e, kSeed, i, kCPU, dt); });
+    n += run_table(12, [dt](const GradEntry& e, int64_t i) { return run_dtype(e, kSeed, i, kCPU, dt); });
   MESSAGE(n, " cases of ", grad_table().size(), " ops");
 }

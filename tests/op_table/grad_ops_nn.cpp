@@ -56,7 +56,7 @@ void add_conv_pool(std::vector<GradEntry>& t) {
   t.push_back({"conv2d",
                [](Rng& rng) {
                  Conv2dOptions o;
-                 o.groups = rng.chance(0.3) ? 2 : 1;
+                 o.groups = rng.pick(std::vector<int64_t>{1, 1, 2, 3});
                  const int64_t C = o.groups * rng.range(1, 2), K = o.groups * rng.range(1, 2);
                  const Int2 k{rng.range(1, 3), rng.range(1, 3)};
                  o.stride = {rng.range(1, 2), rng.range(1, 2)};
@@ -269,26 +269,28 @@ void add_attention(std::vector<GradEntry>& t) {
     return [flash](Rng& rng) {
       const int64_t B = rng.range(1, 2), H = rng.range(1, 2), L = rng.range(1, 3), S = rng.range(1, 3);
       const int64_t E = rng.pick(std::vector<int64_t>{1, 2, 3, 8}), Ev = flash ? E : rng.range(1, 3);
-      const int kind = int(rng.range(0, 3));  // none, bool, float, causal
+      // none, bool, float, causal; flash_attention also takes a bool mask with is_causal.
+      const int kind = int(rng.range(0, flash ? 4 : 3));
       const double dropout_p = rng.chance(0.25) ? 0.3 : 0.0;
       const std::optional<double> scale = rng.chance(0.3) ? std::optional<double>(0.7) : std::nullopt;
       const uint64_t seed = rng.next();
+      // Masks broadcast to (B, H, L, S) from (L, S), (B, 1, L, S) or (B, 1, 1, S) (padding).
+      const Shape mask_shape = rng.pick(std::vector<Shape>{{L, S}, {B, 1, L, S}, {B, 1, 1, S}});
       GradSample s;
       s.inputs = {grad_in(values(rng, {B, H, L, E})), grad_in(values(rng, {B, H, S, E})),
                   grad_in(values(rng, {B, H, S, Ev})), GradInput{Tensor(), false, true}};
-      if (kind == 1) {
-        Tensor m = mask_of(rng, {L, S}, 0.7);
-        std::vector<double> v = m.tolist<double>();
-        for (int64_t l = 0; l < L; ++l) v[size_t(l * S)] = 1.0;
-        s.inputs[3] = const_in(tensor_of(v, {L, S}, kBool));
+      if (kind == 1 || kind == 4) {  // key 0 always attended, so no row is fully masked
+        std::vector<double> v = mask_of(rng, mask_shape, 0.7).tolist<double>();
+        for (size_t i = 0; i < v.size(); i += size_t(S)) v[i] = 1.0;
+        s.inputs[3] = const_in(tensor_of(v, mask_shape, kBool));
       }
       // flash_attention gives a float mask no gradient; the composed path does.
-      if (kind == 2) s.inputs[3] = {values(rng, {L, S}), !flash, true};
-      s.params = cat_str("mask=", kind == 1 ? "bool" : kind == 2 ? "float" : "none", " is_causal=", kind == 3,
-                         " dropout_p=", dropout_p, " scale=", scale ? *scale : -1.0, " generator seed=", seed);
+      if (kind == 2) s.inputs[3] = {values(rng, mask_shape), !flash, true};
+      s.params = cat_str("mask=", kind == 1 || kind == 4 ? "bool" : kind == 2 ? "float" : "none", " is_causal=",
+                         kind >= 3, " dropout_p=", dropout_p, " scale=", scale ? *scale : -1.0, " generator seed=", seed);
       s.f = [=](const TensorList& in) {
         Generator gen(seed);
-        return flash ? flash_attention(in[0], in[1], in[2], in[3], kind == 3, dropout_p, scale, &gen)
+        return flash ? flash_attention(in[0], in[1], in[2], in[3], kind >= 3, dropout_p, scale, &gen)
                      : scaled_dot_product_attention(in[0], in[1], in[2], in[3], kind == 3, dropout_p, scale, &gen);
       };
       s.grad_tol = 10.0;
