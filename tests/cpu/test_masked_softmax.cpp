@@ -106,4 +106,3 @@ TEST_CASE("nn_functional: masked_softmax gives fully masked rows zero gradients"
   masked_softmax(x, from_vector<double>({0, 0, 0}, {3}).to(kBool)).backward(ones({2, 3}, kFloat64));
   check_close(x.grad(), std::vector<double>(6, 0.0), 0, 0, "masked grad");
 }
-

@@ -160,4 +160,3 @@ TEST_CASE("nn_functional: layer_norm on empty inputs and its errors") {
   check_error([&] { ops::layer_norm_backward(x, x, {3}, zeros({3}), f.rstd, Tensor(), false); },
               {"layer_norm_backward", "mean and rstd"});
 }
-

@@ -455,4 +455,3 @@ TEST_CASE("autograd reduce: sum's gradient is a broadcast, mean's is g / N, amax
   CHECK(values_of(argmax(t, 1)) == std::vector<double>{1, 0});
   CHECK(values_of(argmin(t, 1)) == std::vector<double>{0, 2});
 }
-

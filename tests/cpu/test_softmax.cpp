@@ -236,4 +236,3 @@ TEST_CASE("autograd reduce: softmax rows sum to 1, so a constant upstream gradie
   for (double v : values_of(x.grad())) CHECK(std::fabs(v) < 1e-14);
   CHECK(log_softmax(x, 0).grad_fn_name() == "LogSoftmaxBackward");
 }
-

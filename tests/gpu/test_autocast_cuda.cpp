@@ -1,5 +1,6 @@
-// Autocast on CUDA (Note [Autocast]): the independence of the CPU and CUDA states, and a small model's forward and backward under
-// CUDA autocast against the same model under CPU autocast (same inputs and weights).
+// Autocast on CUDA (Note [Autocast]): the independence of the CPU and CUDA states, and a
+// small model's forward and backward under CUDA autocast against the same model under CPU
+// autocast (same inputs and weights).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -215,20 +215,21 @@ void add_inplace(std::vector<GradEntry>& t) {
       {"div_", [](const Tensor& a, const Tensor& b) -> const Tensor& { return div_(a, b); }},
   };
   for (const auto& [name, fn] : binary)
-    t.push_back({name,
-                 [fn](Rng& rng) {
-                   const Shape out = small_shape(rng, 0, 4);
-                   GradSample s;
-                   s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out), -2, 2, 0.5))};
-                   if (rng.chance(0.2)) s.inputs[size_t(rng.range(0, 1))].grad = false;
-                   s.f = [fn](const TensorList& in) {
-                     Tensor self = in[0].clone();
-                     fn(self, in[1]);
-                     return self;
-                   };
-                   return s;
-                 },
-                 A::Keep});
+    t.push_back(
+        {name,
+         [fn](Rng& rng) {
+           const Shape out = small_shape(rng, 0, 4);
+           GradSample s;
+           s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out), -2, 2, 0.5))};
+           if (rng.chance(0.2)) s.inputs[size_t(rng.range(0, 1))].grad = false;
+           s.f = [fn](const TensorList& in) {
+             Tensor self = in[0].clone();
+             fn(self, in[1]);
+             return self;
+           };
+           return s;
+         },
+         A::Keep});
   using Scalar_ = const Tensor& (*)(const Tensor&, double);
   const std::pair<const char*, Scalar_> scalars[] = {
       {"add_(x, s)", [](const Tensor& x, double s) -> const Tensor& { return add_(x, s); }},

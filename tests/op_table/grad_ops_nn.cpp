@@ -39,17 +39,18 @@ void add_matmul(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Lower});
-  t.push_back({"linear",
-               [](Rng& rng) {
-                 const int64_t in_f = rng.range(1, 4), out_f = rng.range(1, 4);
-                 Shape x = small_shape(rng, 0, 2, 6);
-                 x.push_back(in_f);
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {out_f, in_f})), maybe(rng, values(rng, {out_f}))};
-                 s.f = [](const TensorList& in) { return linear(in[0], in[1], in[2]); };
-                 return s;
-               },
-               A::Lower});
+  t.push_back(
+      {"linear",
+       [](Rng& rng) {
+         const int64_t in_f = rng.range(1, 4), out_f = rng.range(1, 4);
+         Shape x = small_shape(rng, 0, 2, 6);
+         x.push_back(in_f);
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {out_f, in_f})), maybe(rng, values(rng, {out_f}))};
+         s.f = [](const TensorList& in) { return linear(in[0], in[1], in[2]); };
+         return s;
+       },
+       A::Lower});
 }
 
 void add_conv_pool(std::vector<GradEntry>& t) {
@@ -62,15 +63,16 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  o.stride = {rng.range(1, 2), rng.range(1, 2)};
                  o.padding = {rng.range(0, 1), rng.range(0, 1)};
                  o.dilation = {rng.range(1, 2), 1};
-                 const int64_t H = std::max<int64_t>(o.dilation.h * (k.h - 1) + 1 - 2 * o.padding.h, 1) + rng.range(0, 2);
+                 const int64_t H =
+                     std::max<int64_t>(o.dilation.h * (k.h - 1) + 1 - 2 * o.padding.h, 1) + rng.range(0, 2);
                  const int64_t W = std::max<int64_t>(k.w - 2 * o.padding.w, 1) + rng.range(0, 2);
                  Shape x = {rng.range(1, 2), C, H, W};
                  if (rng.chance(0.2)) x.erase(x.begin());
                  GradSample s;
                  s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {K, C / o.groups, k.h, k.w})),
                              maybe(rng, values(rng, {K}))};
-                 s.params = cat_str("stride=", o.stride.str(), " padding=", o.padding.str(), " dilation=",
-                                    o.dilation.str(), " groups=", o.groups);
+                 s.params = cat_str("stride=", o.stride.str(), " padding=", o.padding.str(),
+                                    " dilation=", o.dilation.str(), " groups=", o.groups);
                  s.f = [o](const TensorList& in) { return conv2d(in[0], in[1], in[2], o); };
                  return s;
                },
@@ -139,20 +141,20 @@ GradEntry batch_norm_entry(const char* name, BnKind kind) {
             if (training && numel_of(x) / C < 2) x[0] = 2;
             const double momentum = rng.uniform(0.05, 0.5), eps = rng.pick(std::vector<double>{1e-5, 1e-3});
             GradSample s;
-            s.inputs = {grad_in(values(rng, x)),
-                        kind == BnKind::AddRelu || (kind == BnKind::Relu && rng.chance(0.3))
-                            ? grad_in(values(rng, x))
-                            : GradInput{Tensor(), false, true},
-                        rng.chance(training ? 0.3 : 0.0) ? GradInput{Tensor(), false, true}
-                                                         : const_in(values(rng, {C}, -1, 1)),
-                        GradInput{},
-                        maybe(rng, values(rng, {C}, 0.5, 2)),
-                        maybe(rng, values(rng, {C}))};
-            s.inputs[3] = s.inputs[2].value.defined() ? const_in(values(rng, {C}, 0.5, 2))
-                                                      : GradInput{Tensor(), false, true};
+            s.inputs = {
+                grad_in(values(rng, x)),
+                kind == BnKind::AddRelu || (kind == BnKind::Relu && rng.chance(0.3)) ? grad_in(values(rng, x))
+                                                                                     : GradInput{Tensor(), false, true},
+                rng.chance(training ? 0.3 : 0.0) ? GradInput{Tensor(), false, true} : const_in(values(rng, {C}, -1, 1)),
+                GradInput{},
+                maybe(rng, values(rng, {C}, 0.5, 2)),
+                maybe(rng, values(rng, {C}))};
+            s.inputs[3] =
+                s.inputs[2].value.defined() ? const_in(values(rng, {C}, 0.5, 2)) : GradInput{Tensor(), false, true};
             s.params = cat_str("training=", training, " momentum=", momentum, " eps=", eps);
             s.f = [=](const TensorList& in) {
-              const Tensor rm = in[2].defined() ? in[2].clone() : Tensor(), rv = in[3].defined() ? in[3].clone() : Tensor();
+              const Tensor rm = in[2].defined() ? in[2].clone() : Tensor(),
+                           rv = in[3].defined() ? in[3].clone() : Tensor();
               if (kind == BnKind::Plain) return batch_norm(in[0], rm, rv, in[4], in[5], training, momentum, eps);
               if (kind == BnKind::AddRelu)
                 return batch_norm_add_relu(in[0], in[1], rm, rv, in[4], in[5], training, momentum, eps);
@@ -161,30 +163,33 @@ GradEntry batch_norm_entry(const char* name, BnKind kind) {
             s.grad_tol = 10.0;
             return s;
           },
-          A::Keep, true, /*amp_mixed=*/2, 2.0};
+          A::Keep,
+          true,
+          /*amp_mixed=*/2,
+          2.0};
 }
 
 void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back(batch_norm_entry("batch_norm", BnKind::Plain));
   t.push_back(batch_norm_entry("batch_norm_add_relu", BnKind::AddRelu));
   t.push_back(batch_norm_entry("batch_norm_relu", BnKind::Relu));
-  t.push_back({"layer_norm",
-               [](Rng& rng) {
-                 Shape x = small_shape(rng, 0, 2, 6, 0.0);
-                 const int64_t nd = rng.range(1, 2);
-                 Shape normalized;
-                 for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
-                 if (numel_of(normalized) == 1) normalized.back() = 2;
-                 x.insert(x.end(), normalized.begin(), normalized.end());
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, normalized)),
-                             maybe(rng, values(rng, normalized))};
-                 s.params = "normalized_shape=" + shape_str(normalized);
-                 s.f = [normalized](const TensorList& in) { return layer_norm(in[0], normalized, in[1], in[2]); };
-                 s.grad_tol = 10.0;
-                 return s;
-               },
-               A::Float32, true, 1, 2.0});
+  t.push_back(
+      {"layer_norm",
+       [](Rng& rng) {
+         Shape x = small_shape(rng, 0, 2, 6, 0.0);
+         const int64_t nd = rng.range(1, 2);
+         Shape normalized;
+         for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
+         if (numel_of(normalized) == 1) normalized.back() = 2;
+         x.insert(x.end(), normalized.begin(), normalized.end());
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, normalized)), maybe(rng, values(rng, normalized))};
+         s.params = "normalized_shape=" + shape_str(normalized);
+         s.f = [normalized](const TensorList& in) { return layer_norm(in[0], normalized, in[1], in[2]); };
+         s.grad_tol = 10.0;
+         return s;
+       },
+       A::Float32, true, 1, 2.0});
   t.push_back({"cross_entropy",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
@@ -258,7 +263,10 @@ void add_attention(std::vector<GradEntry>& t) {
                    s.inputs[1] = const_in(tensor_of(v, {L, S}, kBool));
                  }
                  if (kind == 2) s.inputs[1] = grad_in(values(rng, {L, S}));
-                 s.params = cat_str("mask=", kind == 1 ? "bool" : kind == 2 ? "float" : "none",
+                 s.params = cat_str("mask=",
+                                    kind == 1   ? "bool"
+                                    : kind == 2 ? "float"
+                                                : "none",
                                     " is_causal=", kind == 3, " scale=", scale);
                  s.f = [=](const TensorList& in) { return masked_softmax(in[0], in[1], kind == 3, scale); };
                  return s;
@@ -286,8 +294,12 @@ void add_attention(std::vector<GradEntry>& t) {
       }
       // flash_attention gives a float mask no gradient; the composed path does.
       if (kind == 2) s.inputs[3] = {values(rng, mask_shape), !flash, true};
-      s.params = cat_str("mask=", kind == 1 || kind == 4 ? "bool" : kind == 2 ? "float" : "none", " is_causal=",
-                         kind >= 3, " dropout_p=", dropout_p, " scale=", scale ? *scale : -1.0, " generator seed=", seed);
+      s.params = cat_str("mask=",
+                         kind == 1 || kind == 4 ? "bool"
+                         : kind == 2            ? "float"
+                                                : "none",
+                         " is_causal=", kind >= 3, " dropout_p=", dropout_p, " scale=", scale ? *scale : -1.0,
+                         " generator seed=", seed);
       s.f = [=](const TensorList& in) {
         Generator gen(seed);
         return flash ? flash_attention(in[0], in[1], in[2], in[3], kind >= 3, dropout_p, scale, &gen)

@@ -105,7 +105,8 @@ void add_index(std::vector<GradEntry>& t) {
                  const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
                  const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
                  Shape is = sh;
-                 for (size_t d = 0; d < is.size(); ++d) is[d] = int64_t(d) == dim ? rng.range(0, 4) : rng.range(1, sh[d]);
+                 for (size_t d = 0; d < is.size(); ++d)
+                   is[d] = int64_t(d) == dim ? rng.range(0, 4) : rng.range(1, sh[d]);
                  GradSample s;
                  s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, is, sh[size_t(dim)]))};
                  s.params = cat_str("dim=", dim);
@@ -113,20 +114,20 @@ void add_index(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
-  t.push_back({"scatter_add",
-               [](Rng& rng) {
-                 const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
-                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
-                 Shape is = sh;
-                 for (size_t d = 0; d < is.size(); ++d) is[d] = int64_t(d) == dim ? rng.range(0, 4) : rng.range(1, sh[d]);
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, is, sh[size_t(dim)])),
-                             grad_in(values(rng, is))};
-                 s.params = cat_str("dim=", dim);
-                 s.f = [dim](const TensorList& in) { return scatter_add(in[0], dim, in[1], in[2]); };
-                 return s;
-               },
-               A::Keep, true, /*amp_mixed=*/0});
+  t.push_back(
+      {"scatter_add",
+       [](Rng& rng) {
+         const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+         const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
+         Shape is = sh;
+         for (size_t d = 0; d < is.size(); ++d) is[d] = int64_t(d) == dim ? rng.range(0, 4) : rng.range(1, sh[d]);
+         GradSample s;
+         s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, is, sh[size_t(dim)])), grad_in(values(rng, is))};
+         s.params = cat_str("dim=", dim);
+         s.f = [dim](const TensorList& in) { return scatter_add(in[0], dim, in[1], in[2]); };
+         return s;
+       },
+       A::Keep, true, /*amp_mixed=*/0});
   t.push_back({"index_add",
                [](Rng& rng) {
                  const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
@@ -161,9 +162,10 @@ void add_index(std::vector<GradEntry>& t) {
 
 /// A Tensor method of one input; make_f draws its parameters from `r` (the same seed on
 /// every call, so every call makes the same view) and names them in `p`.
-GradEntry method(const char* name, std::function<Tensor(const Tensor&, Rng& r, std::string& p)> make_f,
-                 int min_dims, bool relayout = true) {
-  return {name, [=](Rng& rng) {
+GradEntry method(const char* name, std::function<Tensor(const Tensor&, Rng& r, std::string& p)> make_f, int min_dims,
+                 bool relayout = true) {
+  return {name,
+          [=](Rng& rng) {
             GradSample s;
             const Tensor x = values(rng, small_shape(rng, min_dims, 4));
             s.inputs = {{x, true, relayout}};

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "autograd/autocast.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops/all.h"
 #include "tensor/factory.h"
 #include "tests/op_table/entry_util.h"
@@ -129,8 +129,7 @@ Case make_case(const GradEntry& e, uint64_t seed, int64_t index, const std::stri
     Layout l;
     if (in.value.defined() && in.value.is_floating_point() && in.relayout) l = draw_layout(rng, in.value.dim());
     c.layouts.push_back(l);
-    head << "\n  input " << k << ": " << describe(in.value) << (in.grad ? " (differentiable)" : "") << ", "
-         << l.str();
+    head << "\n  input " << k << ": " << describe(in.value) << (in.grad ? " (differentiable)" : "") << ", " << l.str();
   }
   if (!c.s.params.empty()) head << "\n  params: " << c.s.params;
   head << "\n  reproduce: op_fuzz --grad --op '" << e.name << "' --seed " << seed << " --first " << index
@@ -299,8 +298,8 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
       y.backward(upstream(rng, y));
       for (size_t k = 0; k < in.size(); ++k)
         if (c.s.inputs[k].grad && in[k].grad().defined() && in[k].grad().dtype() != in[k].dtype())
-          throw Failure{cat_str(which, ": the gradient of input ", k, " is ", describe(in[k].grad()), " for ",
-                                describe(in[k]))};
+          throw Failure{
+              cat_str(which, ": the gradient of input ", k, " is ", describe(in[k].grad()), " for ", describe(in[k]))};
     }
   });
 }
@@ -342,7 +341,8 @@ GradResult run_dtype(const GradEntry& e, uint64_t seed, int64_t index, Device de
       if (!c.s.inputs[k].grad) continue;
       const Tensor g = dev[k].grad(), g_ref = ref[k].grad();
       if (g.defined() && g.dtype() != dtype)
-        throw Failure{cat_str("the gradient of input ", k, " is ", describe(g), " for a ", dtype_name(dtype), " input")};
+        throw Failure{
+            cat_str("the gradient of input ", k, " is ", describe(g), " for a ", dtype_name(dtype), " input")};
       why = compare(g.defined() ? g : zeros_like(dev[k]), g_ref.defined() ? g_ref : zeros_like(ref[k]), tol);
       if (!why.empty()) throw Failure{cat_str("gradient of input ", k, ": ", why)};
     }

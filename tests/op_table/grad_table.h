@@ -34,9 +34,9 @@ const char* amp_policy_name(AmpPolicy p);
 
 /// One input of a case.
 struct GradInput {
-  Tensor value;           // a contiguous CPU tensor: float64 when floating, else indices or a mask
-  bool grad = true;       // differentiable: gradchecked and compared (floating inputs only)
-  bool relayout = true;   // a floating input reaches the op in a random layout (permuted, strided)
+  Tensor value;          // a contiguous CPU tensor: float64 when floating, else indices or a mask
+  bool grad = true;      // differentiable: gradchecked and compared (floating inputs only)
+  bool relayout = true;  // a floating input reaches the op in a random layout (permuted, strided)
 };
 
 /// One sampled case of an entry.
@@ -54,11 +54,11 @@ struct GradEntry {
   std::string name;
   std::function<GradSample(Rng& rng)> sample;
   AmpPolicy amp = AmpPolicy::Keep;
-  bool on_cuda = true;        // the CUDA backend implements it (the gpu suite skips the others)
+  bool on_cuda = true;  // the CUDA backend implements it (the gpu suite skips the others)
   /// The autocast check's mixed variant: inputs before this position low-precision, the rest
   /// float32 (0: no mixed variant, for ops that want one dtype).
   int amp_mixed = 1;
-  double low_tol = 1.0;       // scales run_dtype's tolerance (ill-conditioned ops)
+  double low_tol = 1.0;  // scales run_dtype's tolerance (ill-conditioned ops)
 };
 
 /// Every entry, in a fixed order.
