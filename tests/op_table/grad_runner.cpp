@@ -234,8 +234,11 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
   return guarded(c.head, [&] {
     int64_t floating = 0;
     for (const GradInput& gi : c.s.inputs) floating += gi.value.defined() && gi.value.is_floating_point();
-    // float32 inputs; low-precision inputs; the first e.amp_mixed low and the rest float32.
-    const int variants = e.amp_mixed > 0 && floating >= 2 ? 3 : 2;
+    // float32 inputs; low-precision inputs; the first e.amp_mixed low and the rest float32;
+    // the same with the other low dtype for the rest (float16 + bfloat16 promote to float32),
+    // except for the ops that keep their input dtype (they may want one dtype).
+    const DType other_low = low == kFloat16 ? kBFloat16 : kFloat16;
+    const int variants = e.amp_mixed > 0 && floating >= 2 ? (e.amp == AmpPolicy::Keep ? 3 : 4) : 2;
     for (int variant = 0; variant < variants; ++variant) {
       TensorList in;
       std::vector<DType> floating_dtypes;
@@ -243,7 +246,8 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
         const GradInput& gi = c.s.inputs[k];
         Tensor t = gi.value;
         if (t.defined() && t.is_floating_point()) {
-          const DType dt = variant == 0 ? kFloat32 : variant == 1 || int(k) < e.amp_mixed ? low : kFloat32;
+          const DType rest = variant == 3 ? other_low : kFloat32;
+          const DType dt = variant == 0 ? kFloat32 : variant == 1 || int(k) < e.amp_mixed ? low : rest;
           floating_dtypes.push_back(dt);
           t = t.to(device, dt);
           if (gi.grad) t.requires_grad_();
@@ -252,11 +256,8 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
         }
         in.push_back(t);
       }
-      const std::string which = cat_str("variant ", variant, " (inputs ",
-                                        variant == 0   ? "float32"
-                                        : variant == 1 ? dtype_name(low)
-                                                       : "mixed",
-                                        ")");
+      const char* kinds[] = {"float32", dtype_name(low), "mixed with float32", "mixed float16 and bfloat16"};
+      const std::string which = cat_str("variant ", variant, " (inputs ", kinds[variant], ")");
       Tensor y;
       {
         AutocastGuard amp(device, low);
