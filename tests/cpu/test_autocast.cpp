@@ -1,5 +1,6 @@
 // Automatic mixed precision (autograd/autocast.h, Note [Autocast]): the guard's state,
-// the dtype every op gives under each policy, gradients of float32 parameters against a
+// the tensors autocast never casts (each op's dtype under its policy is checked by the
+// differentiable op table, tests/op_table/grad_table.h), gradients of float32 parameters against a
 // float32 reference, the cast cache, checkpoint replay, pure-half inference, mixed-dtype
 // errors outside autocast, and the activation memory AMP saves (the CPU arena's stats).
 #include <doctest/doctest.h>
@@ -98,123 +99,24 @@ TEST_CASE("autocast: a dtype other than float16/bfloat16 is a clear error") {
   CHECK_FALSE(autocast::is_enabled(DeviceType::CPU));
 }
 
-TEST_CASE("autocast: lower-precision ops (matmul, linear, conv2d, attention) run in the autocast dtype") {
+TEST_CASE("autocast: float64 and integer tensors are never cast; a CUDA guard leaves CPU tensors alone") {
+  // Each differentiable op's dtype under autocast, and its values against the op on inputs
+  // cast by hand: the differentiable op table (tests/cpu/test_grad_table.cpp).
   const Tensor a = random_tensor({3, 4}, kFloat32, 1), b = random_tensor({4, 5}, kFloat32, 2);
-  const Tensor v4 = random_tensor({4}, kFloat32, 3), w = random_tensor({6, 4}, kFloat32, 4);
-  const Tensor bias = random_tensor({6}, kFloat32, 5);
-  const Tensor img = random_tensor({2, 3, 6, 6}, kFloat32, 6), kw = random_tensor({4, 3, 3, 3}, kFloat32, 7);
-  const Tensor kb = random_tensor({4}, kFloat32, 8);
-  const Tensor q = random_tensor({2, 5, 8}, kFloat32, 9), k = random_tensor({2, 7, 8}, kFloat32, 10);
-  const Tensor v = random_tensor({2, 7, 8}, kFloat32, 11), fmask = random_tensor({5, 7}, kFloat32, 12);
-  const Tensor bmask = gt(random_tensor({5, 7}, kFloat32, 13), -1.5);
+  const Tensor w = random_tensor({6, 4}, kFloat32, 4), bias = random_tensor({6}, kFloat32, 5);
+  const Tensor target = from_vector<int64_t>({0, 3, 1, 2}, {4}, kInt64);
   for (DType low : kLowDtypes) {
     CAPTURE(dtype_name(low));
     AutocastGuard amp(kCPU, low);
-    const Tensor mm = matmul(a, b);
-    CHECK(mm.dtype() == low);
-    CHECK(matmul(a, v4).dtype() == low);  // matrix-vector, through the 1-D path
-    const Tensor lin = linear(a, w, bias);
-    CHECK(lin.dtype() == low);
-    const Tensor conv = conv2d(img, kw, kb, {.padding = 1});
-    CHECK(conv.dtype() == low);
-    CHECK(conv2d(img[0], kw).dtype() == low);  // unbatched (C, H, W)
-    const Tensor att = scaled_dot_product_attention(q, k, v, fmask);
-    CHECK(att.dtype() == low);
-    CHECK(scaled_dot_product_attention(q, k, v, bmask).dtype() == low);
-    CHECK(scaled_dot_product_attention(q, k, v, Tensor(), /*is_causal=*/true).dtype() == low);
-    CHECK(matmul(a.to(kFloat64), b.to(kFloat64)).dtype() == kFloat64);  // float64 is never cast
-
-    // The values are exactly those of the op on inputs cast by hand, outside autocast.
-    AutocastGuard off(kCPU, low, /*enabled=*/false);
-    CHECK(values_of(mm) == values_of(matmul(a.to(low), b.to(low))));
-    CHECK(values_of(lin) == values_of(linear(a.to(low), w.to(low), bias.to(low))));
-    CHECK(values_of(conv) == values_of(conv2d(img.to(low), kw.to(low), kb.to(low), {.padding = 1})));
-    CHECK(values_of(att) == values_of(scaled_dot_product_attention(q.to(low), k.to(low), v.to(low), fmask.to(low))));
+    CHECK(matmul(a.to(kFloat64), b.to(kFloat64)).dtype() == kFloat64);
+    CHECK(softmax(a.to(kFloat64), -1).dtype() == kFloat64);
+    CHECK(sum(target).dtype() == kInt64);
+    const DType other = low == kFloat16 ? kBFloat16 : kFloat16;
+    CHECK((a.to(low) + a.to(other)).dtype() == kFloat32);  // float16 + bfloat16 -> float32, as PyTorch
   }
-  // CUDA autocast leaves CPU tensors alone.
   AutocastGuard gpu_only(cuda(), kFloat16);
   CHECK(linear(a, w, bias).dtype() == kFloat32);
   CHECK(softmax(a.to(kFloat16), -1).dtype() == kFloat16);
-}
-
-TEST_CASE("autocast: float32 ops (softmax, norms, losses, reductions, exp/log/pow) run in float32") {
-  const Tensor target = from_vector<int64_t>({0, 3, 1, 2}, {4}, kInt64);
-  const Tensor lnw = random_tensor({5}, kFloat32, 3), lnb = random_tensor({5}, kFloat32, 4);
-  for (DType low : kLowDtypes) {
-    CAPTURE(dtype_name(low));
-    const Tensor x = random_tensor({4, 5}, low, 1);
-    const Tensor pos = random_tensor({4, 5}, low, 2, Layout::Contiguous, 0.5, 2.0);
-    const Tensor t32 = random_tensor({4, 5}, kFloat32, 5);
-    AutocastGuard amp(kCPU, low);
-    const std::vector<std::pair<const char*, Tensor>> outs = {
-        {"softmax", softmax(x, -1)},
-        {"log_softmax", log_softmax(x, 1)},
-        {"masked_softmax", masked_softmax(x, x, false, 0.5)},
-        {"layer_norm", layer_norm(x, {5}, lnw, lnb)},
-        {"cross_entropy", cross_entropy(x, target)},
-        {"mse_loss", mse_loss(x, t32)},
-        {"sum", sum(x)},
-        {"mean", mean(x, {1})},
-        {"var", var(x, {0})},
-        {"exp", exp(x)},
-        {"log", log(pos)},
-        {"pow", pow(pos, 1.5)},
-        {"pow(tensor)", pow(pos, x)},
-        {"rsqrt", rsqrt(pos)},
-        {"reciprocal", reciprocal(pos)},
-        {"1 / x", 1.0 / pos},
-    };
-    for (const auto& [name, out] : outs) {
-      CAPTURE(name);
-      CHECK(out.dtype() == kFloat32);
-    }
-    // Values: the op on the input upcast by hand.
-    AutocastGuard off(kCPU, low, /*enabled=*/false);
-    CHECK(values_of(outs[0].second) == values_of(softmax(x.to(kFloat32), -1)));
-    CHECK(values_of(outs[3].second) == values_of(layer_norm(x.to(kFloat32), {5}, lnw, lnb)));
-    CHECK(values_of(outs[6].second) == values_of(sum(x.to(kFloat32))));
-  }
-  // Integer tensors are never cast.
-  AutocastGuard amp(kCPU, kFloat16);
-  CHECK(sum(target).dtype() == kInt64);
-}
-
-TEST_CASE("autocast: binary ops, where, cat and stack promote to the widest input; others keep their dtype") {
-  for (DType low : kLowDtypes) {
-    CAPTURE(dtype_name(low));
-    const Tensor h = random_tensor({3, 4}, low, 1), h2 = random_tensor({3, 4}, low, 2);
-    const Tensor f = random_tensor({3, 4}, kFloat32, 3), row = random_tensor({4}, kFloat32, 4);
-    const Tensor cond = gt(f, 0.0);
-    const Tensor img = random_tensor({2, 3, 4, 4}, low, 5), c32 = random_tensor({3}, kFloat32, 6);
-    AutocastGuard amp(kCPU, low);
-    CHECK((h + f).dtype() == kFloat32);
-    CHECK((h - row).dtype() == kFloat32);
-    CHECK((f * h).dtype() == kFloat32);
-    CHECK((h / f).dtype() == kFloat32);
-    CHECK(maximum(h, f).dtype() == kFloat32);
-    CHECK(minimum(f, h).dtype() == kFloat32);
-    CHECK((h * h2).dtype() == low);  // same dtype: nothing to promote
-    CHECK((h + 1.0).dtype() == low);
-    CHECK(where(cond, h, f).dtype() == kFloat32);
-    CHECK(where(cond, h, h2).dtype() == low);
-    CHECK(cat({h, f}, 0).dtype() == kFloat32);
-    CHECK(stack({f, h}, 1).dtype() == kFloat32);
-    CHECK(cat({h, h2}, 1).dtype() == low);
-    const DType other = low == kFloat16 ? kBFloat16 : kFloat16;
-    CHECK((h + h2.to(other)).dtype() == kFloat32);  // float16 + bfloat16 -> float32, as PyTorch
-    // Neither list: keep the input's dtype.
-    CHECK(relu(h).dtype() == low);
-    CHECK(gelu(h).dtype() == low);
-    CHECK(tanh(h).dtype() == low);
-    CHECK(dropout(h, 0.5).dtype() == low);
-    CHECK(amax(h, {1}).dtype() == low);
-    CHECK(max_pool2d(img, {2, 2}).dtype() == low);
-    // batch_norm keeps a low-precision input with float32 weight and statistics (Note [Autocast]).
-    Tensor rm = zeros({3}, kFloat32), rv = ones({3}, kFloat32);
-    CHECK(batch_norm(img, rm, rv, c32, c32, /*training=*/true).dtype() == low);
-    // The promoted values equal the float32 op on the input upcast by hand.
-    CHECK(values_of(h * f) == values_of(h.to(kFloat32) * f));
-  }
 }
 
 TEST_CASE("autocast: gradients of float32 parameters arrive in float32 and match a float32 reference") {

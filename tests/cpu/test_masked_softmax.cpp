@@ -100,15 +100,8 @@ TEST_CASE("nn_functional: masked_softmax matches loops: bool, float, causal mask
   check_error([&] { ops::masked_softmax(zeros({3}), Tensor(), true); }, {"masked_softmax", "is_causal"});
 }
 
-TEST_CASE("nn_functional: masked_softmax passes gradcheck (scores and a float mask), bool and causal masks") {
-  const Tensor bmask = from_vector<double>({1, 1, 0, 1, 0, 1, 1, 1}, {2, 1, 4}).to(kBool);
-  check_gradcheck([&](const TensorList& in) { return masked_softmax(in[0], bmask, false, 0.3); },
-                  {leaf({2, 3, 4}, 700)});
-  check_gradcheck([](const TensorList& in) { return masked_softmax(in[0], in[1], false, 1.5); },
-                  {leaf({2, 3, 4}, 701), leaf({3, 4}, 702)});
-  check_gradcheck([](const TensorList& in) { return masked_softmax(in[0].transpose(-1, -2), Tensor(), true); },
-                  {leaf({2, 5, 3}, 703)});
-  // Fully masked rows have zero gradients.
+TEST_CASE("nn_functional: masked_softmax gives fully masked rows zero gradients") {
+  // Gradchecks with bool, float and causal masks: the differentiable op table.
   const Tensor x = leaf({2, 3}, 704);
   masked_softmax(x, from_vector<double>({0, 0, 0}, {3}).to(kBool)).backward(ones({2, 3}, kFloat64));
   check_close(x.grad(), std::vector<double>(6, 0.0), 0, 0, "masked grad");

@@ -288,35 +288,6 @@ TEST_CASE("pool: backward kernels match the naive routing of each gradient") {
   }
 }
 
-TEST_CASE("pool: max_pool2d, avg_pool2d and adaptive_avg_pool2d pass gradcheck") {
-  uint64_t seed = 400;
-  for (const MaxCase& c : kMaxCases) {
-    CAPTURE(shape_str(c.x));
-    Tensor x = leaf(c.x, ++seed);  // distinct random values: no ties within 1e-6
-    const MaxCase cc = c;
-    auto r = gradcheck([&](const TensorList& in) { return max_pool2d(in[0], cc.k, cc.o); }, {x});
-    CHECK_MESSAGE(r.ok, r.report);
-  }
-  for (const AvgCase& c : kAvgCases) {
-    CAPTURE(shape_str(c.x));
-    Tensor x = leaf(c.x, ++seed);
-    const AvgCase cc = c;
-    auto r = gradcheck([&](const TensorList& in) { return avg_pool2d(in[0], cc.k, cc.o); }, {x});
-    CHECK_MESSAGE(r.ok, r.report);
-  }
-  for (Int2 out : {Int2(1), Int2(3, 2), Int2(5, 7)}) {
-    Tensor x = leaf({2, 2, 4, 5}, ++seed);
-    auto r = gradcheck([&](const TensorList& in) { return adaptive_avg_pool2d(in[0], out); }, {x});
-    CHECK_MESSAGE(r.ok, r.report);
-  }
-  // A non-contiguous input, made inside f.
-  Tensor x = leaf({2, 2, 6, 5}, ++seed);
-  auto r = gradcheck([](const TensorList& in) { return max_pool2d(in[0].transpose(2, 3), 2, {.stride = 1}); }, {x});
-  CHECK_MESSAGE(r.ok, r.report);
-  auto r2 = gradcheck([](const TensorList& in) { return avg_pool2d(in[0].transpose(2, 3), 3, {.padding = 1}); }, {x});
-  CHECK_MESSAGE(r2.ok, r2.report);
-}
-
 TEST_CASE("pool: max_pool2d after relu saves no bytes of its own and recomputes its argmax in backward") {
   // Note [Max-pool backward from the input]: the node keeps relu's output, which relu keeps anyway.
   const MaxPool2dOptions opts{.stride = 2, .padding = 1};

@@ -336,50 +336,7 @@ TEST_CASE("unary_backward: errors name the op, the shapes and the dtypes") {
 
 // ---- the differentiable ops: autograd/ops/unary.h --------------------------------------
 
-namespace {
-
-struct UnaryGradCase {
-  std::string name;
-  std::function<Tensor(const Tensor&)> f;
-  double lo = -2.0, hi = 2.0;
-};
-
-std::vector<UnaryGradCase> unary_grad_cases() {
-  return {
-      {"neg", [](const Tensor& x) { return neg(x); }},
-      {"exp", [](const Tensor& x) { return frugal::exp(x); }},
-      {"log", [](const Tensor& x) { return frugal::log(x); }, 0.2, 3.0},
-      {"sqrt", [](const Tensor& x) { return frugal::sqrt(x); }, 0.2, 3.0},
-      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.2, 3.0},
-      {"tanh", [](const Tensor& x) { return frugal::tanh(x); }},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
-      {"relu", [](const Tensor& x) { return relu(x); }},
-      {"gelu", [](const Tensor& x) { return gelu(x); }},
-      {"gelu_tanh", [](const Tensor& x) { return gelu_tanh(x); }},
-      {"silu", [](const Tensor& x) { return silu(x); }},
-      {"abs", [](const Tensor& x) { return frugal::abs(x); }},
-      {"square", [](const Tensor& x) { return square(x); }},
-      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.3, 3.0},
-      {"sin", [](const Tensor& x) { return frugal::sin(x); }},
-      {"cos", [](const Tensor& x) { return frugal::cos(x); }},
-      {"pow(3)", [](const Tensor& x) { return frugal::pow(x, 3.0); }},
-      {"pow(2)", [](const Tensor& x) { return frugal::pow(x, 2.0); }},
-      {"pow(-1.5)", [](const Tensor& x) { return frugal::pow(x, -1.5); }, 0.3, 3.0},
-      {"affine", [](const Tensor& x) { return affine(x, -1.5, 0.25); }},
-      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.75); }},
-  };
-}
-
-}  // namespace
-
-TEST_CASE("autograd ops: every unary op passes gradcheck, contiguous and through a transposed view") {
-  for (const UnaryGradCase& c : unary_grad_cases()) {
-    CAPTURE(c.name);
-    check_gradcheck([&](const TensorList& in) { return c.f(in[0]); }, {leaf({3, 4}, 1, c.lo, c.hi)});
-    check_gradcheck([&](const TensorList& in) { return c.f(in[0].t()); }, {leaf({4, 3}, 2, c.lo, c.hi)});
-    check_gradcheck([&](const TensorList& in) { return c.f(in[0].slice(1, 0, 6, 2)); }, {leaf({2, 6}, 3, c.lo, c.hi)});
-  }
-}
+// Their gradchecks: the differentiable op table (tests/cpu/test_grad_table.cpp).
 
 TEST_CASE("autograd ops: unary nodes are named, keep x or y, and work on 0-d and empty tensors") {
   Tensor x = leaf({3}, 4);

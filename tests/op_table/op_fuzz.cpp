@@ -5,6 +5,10 @@
 //
 //   op_fuzz --cases 20000 --seed 7 [--device cuda] [--op softmax] [--dtype f16] [--first 0] [--all-failures]
 //           [--trace: print each case before running it, to find one that crashes]
+//   op_fuzz --grad [--cases N] [--seed S] [--device cuda] [--op NAME] [--dtype f16 | --amp f16] [--first I]
+//           the differentiable op table (tests/op_table/grad_table.h): on the CPU each case is a
+//           gradcheck, an autocast check and a float32/float16/bfloat16 check; with --dtype only
+//           the last in those dtypes, with --amp only the autocast check; on CUDA the last two.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/op_table/grad_table.h"
 #include "tests/op_table/op_table.h"
 
 using namespace frugal;
@@ -25,7 +30,8 @@ struct Args {
   uint64_t seed = 1;
   std::string device = "cpu";
   std::vector<std::string> ops;
-  std::vector<DType> dtypes;
+  std::vector<DType> dtypes, amp;
+  bool grad = false;
   bool all_failures = false;
   bool trace = false;
 };
@@ -33,7 +39,9 @@ struct Args {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "op_fuzz: %s\nusage: op_fuzz [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... "
-               "[--dtype T]... [--first I] [--all-failures] [--trace] [--list]\n",
+               "[--dtype T]... [--first I] [--all-failures] [--trace] [--list]\n"
+               "       op_fuzz --grad [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... [--dtype T]... "
+               "[--amp T]... [--first I] [--list]\n",
                why);
   std::exit(2);
 }
@@ -51,11 +59,16 @@ Args parse(int argc, char** argv) {
     else if (k == "--device") a.device = value();
     else if (k == "--op") a.ops.push_back(value());
     else if (k == "--dtype") a.dtypes.push_back(parse_dtype(value()));
+    else if (k == "--amp") a.amp.push_back(parse_dtype(value()));
+    else if (k == "--grad") a.grad = true;
     else if (k == "--first") a.first = std::stoll(value());
     else if (k == "--all-failures") a.all_failures = true;
     else if (k == "--trace") a.trace = true;
     else if (k == "--list") {
-      for (const OpEntry& e : op_table()) std::printf("%s\n", e.name.c_str());
+      if (a.grad)
+        for (const GradEntry& e : grad_table()) std::printf("%s\n", e.name.c_str());
+      else
+        for (const OpEntry& e : op_table()) std::printf("%s\n", e.name.c_str());
       std::exit(0);
     } else usage(("unknown argument " + k).c_str());
   }
@@ -67,10 +80,62 @@ struct Tally {
   int64_t next = 0, run = 0, failed = 0;
 };
 
+/// One case of the differentiable table: every check the arguments select.
+GradResult grad_case(const GradEntry& e, const Args& a, Device device, int64_t index) {
+  GradResult r;
+  const auto take = [&](const GradResult& one) {
+    r.ran = r.ran || one.ran;
+    if (!one.ok && r.ok) r = one;
+  };
+  const bool only_amp = !a.amp.empty() && a.dtypes.empty(), only_dtype = !a.dtypes.empty() && a.amp.empty();
+  if (device.is_cpu() && !only_amp && !only_dtype) take(run_gradcheck(e, a.seed, index));
+  if (!only_dtype)
+    for (DType low : a.amp.empty() ? std::vector<DType>{kFloat16, kBFloat16} : a.amp)
+      take(run_autocast(e, a.seed, index, device, low));
+  if (!only_amp)
+    for (DType dt : a.dtypes.empty() ? std::vector<DType>{kFloat32, kFloat16, kBFloat16} : a.dtypes)
+      take(run_dtype(e, a.seed, index, device, dt));
+  return r;
+}
+
+/// op_fuzz --grad: round-robin over the differentiable table's entries.
+int grad_main(const Args& args) {
+  Device device = kCPU;
+  if (args.device == "cuda") {
+    if (cuda_device_count() == 0) usage("--device cuda, but no GPU is visible");
+    device = cuda();
+  } else if (args.device != "cpu") {
+    usage("--device must be cpu or cuda");
+  }
+  std::vector<const GradEntry*> entries;
+  for (const GradEntry& e : grad_table())
+    if (args.ops.empty() || std::find(args.ops.begin(), args.ops.end(), e.name) != args.ops.end())
+      entries.push_back(&e);
+  if (entries.empty()) usage("no differentiable op of that name (see --grad --list)");
+  const auto start = std::chrono::steady_clock::now();
+  int64_t done = 0, failed = 0;
+  std::vector<int64_t> fails(entries.size(), 0);
+  for (int64_t i = args.first; done < args.cases; ++i)
+    for (size_t k = 0; k < entries.size() && done < args.cases; ++k) {
+      const GradResult r = grad_case(*entries[k], args, device, i);
+      if (!r.ran) continue;
+      ++done;
+      if (!r.ok) {
+        ++failed;
+        if (fails[k]++ == 0 || args.all_failures) std::printf("FAILED %s\n", r.message.c_str());
+      }
+    }
+  std::printf("%lld cases of %zu differentiable ops, %lld failed; seed %llu, device %s, %.1f s\n", (long long)done,
+              entries.size(), (long long)failed, (unsigned long long)args.seed, args.device.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
+  if (args.grad) return grad_main(args);
   RunOptions options;
   if (args.device == "cuda") {
     if (cuda_device_count() == 0) usage("--device cuda, but no GPU is visible");

@@ -1,0 +1,380 @@
+// Differentiable unary, binary, in-place, reduction and softmax ops (autograd/ops/unary.h,
+// binary.h, reduce.h, softmax.h) in the differentiable op table.
+#include <cmath>
+
+#include "autograd/ops/all.h"
+#include "tests/op_table/grad_util.h"
+
+namespace frugal::optest {
+
+namespace {
+
+using A = AmpPolicy;
+using Fn1 = Tensor (*)(const Tensor&);
+
+struct Unary {
+  const char* name;
+  Fn1 fn;
+  double lo, hi, min_abs;
+  A amp;
+};
+
+void add_unary(std::vector<GradEntry>& t) {
+  const Unary ops[] = {
+      {"neg", [](const Tensor& x) { return neg(x); }, -2, 2, 0, A::Keep},
+      {"exp", [](const Tensor& x) { return exp(x); }, -2, 2, 0, A::Float32},
+      {"log", [](const Tensor& x) { return log(x); }, 0.3, 2, 0, A::Float32},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, 0.3, 2, 0, A::Keep},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.3, 2, 0, A::Float32},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, -2, 2, 0, A::Keep},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, -3, 3, 0, A::Keep},
+      {"relu", [](const Tensor& x) { return relu(x); }, -2, 2, 0.05, A::Keep},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, -3, 3, 0, A::Keep},
+      {"gelu_tanh", [](const Tensor& x) { return gelu_tanh(x); }, -3, 3, 0, A::Keep},
+      {"silu", [](const Tensor& x) { return silu(x); }, -3, 3, 0, A::Keep},
+      {"abs", [](const Tensor& x) { return abs(x); }, -2, 2, 0.05, A::Keep},
+      {"square", [](const Tensor& x) { return square(x); }, -2, 2, 0, A::Keep},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, -2, 2, 0.4, A::Float32},
+      {"sin", [](const Tensor& x) { return sin(x); }, -3, 3, 0, A::Keep},
+      {"cos", [](const Tensor& x) { return cos(x); }, -3, 3, 0, A::Keep},
+  };
+  for (const Unary& u : ops)
+    t.push_back({u.name,
+                 [u](Rng& rng) {
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4), u.lo, u.hi, u.min_abs))};
+                   s.f = [fn = u.fn](const TensorList& in) { return fn(in[0]); };
+                   return s;
+                 },
+                 u.amp});
+  t.push_back({"pow(x, e)",
+               [](Rng& rng) {
+                 const double e = rng.pick(std::vector<double>{2.0, 3.0, -1.0, 0.5, 1.7, -1.5});
+                 const bool integral = e == std::floor(e);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4), integral ? -2 : 0.3, 2, integral ? 0.3 : 0))};
+                 s.params = cat_str("exponent=", e);
+                 s.f = [e](const TensorList& in) { return pow(in[0], e); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"affine",
+               [](Rng& rng) {
+                 const double scale = rng.uniform(-2, 2), shift = rng.uniform(-1, 1);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4)))};
+                 s.params = cat_str("scale=", scale, " shift=", shift);
+                 s.f = [=](const TensorList& in) { return affine(in[0], scale, shift); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"clamp",
+               [](Rng& rng) {
+                 const double lo = rng.uniform(-1.5, 0.0), hi = lo + rng.uniform(0.5, 2.0);
+                 GradSample s;
+                 // Values at least 0.05 from the bounds, where the gradient jumps.
+                 Tensor x = values(rng, small_shape(rng, 0, 4));
+                 std::vector<double> v = x.tolist<double>();
+                 for (double& e : v)
+                   while (std::fabs(e - lo) < 0.05 || std::fabs(e - hi) < 0.05) e = rng.uniform(-2, 2);
+                 s.inputs = {grad_in(tensor_of(v, x.sizes(), kFloat64))};
+                 s.params = cat_str("lo=", lo, " hi=", hi);
+                 s.f = [=](const TensorList& in) { return clamp(in[0], lo, hi); };
+                 return s;
+               },
+               A::Keep});
+}
+
+/// Two operands that broadcast to a random shape; b nonzero when divisor, a positive when base.
+GradSample two_operands(Rng& rng, double b_min_abs = 0.0, bool positive_a = false) {
+  const Shape out = small_shape(rng, 0, 4);
+  Shape sa = broadcast_operand(rng, out), sb = broadcast_operand(rng, out);
+  if (rng.chance(0.5)) sa = out;
+  GradSample s;
+  s.inputs = {grad_in(values(rng, sa, positive_a ? 0.3 : -2.0, 2.0)), grad_in(values(rng, sb, -2, 2, b_min_abs))};
+  if (rng.chance(0.2)) s.inputs[size_t(rng.range(0, 1))].grad = false;
+  return s;
+}
+
+void add_binary(std::vector<GradEntry>& t) {
+  t.push_back({"add",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng);
+                 const double alpha = rng.chance(0.5) ? 1.0 : rng.uniform(-2, 2);
+                 s.params = cat_str("alpha=", alpha);
+                 s.f = [alpha](const TensorList& in) { return add(in[0], in[1], alpha); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"sub",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng);
+                 const double alpha = rng.chance(0.5) ? 1.0 : rng.uniform(-2, 2);
+                 s.params = cat_str("alpha=", alpha);
+                 s.f = [alpha](const TensorList& in) { return sub(in[0], in[1], alpha); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"mul",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng);
+                 s.f = [](const TensorList& in) { return mul(in[0], in[1]); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"div",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng, 0.5);
+                 s.f = [](const TensorList& in) { return div(in[0], in[1]); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"maximum",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng);
+                 s.f = [](const TensorList& in) { return maximum(in[0], in[1]); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"minimum",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng);
+                 s.f = [](const TensorList& in) { return minimum(in[0], in[1]); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"pow",
+               [](Rng& rng) {
+                 GradSample s = two_operands(rng, 0.0, /*positive_a=*/true);
+                 s.f = [](const TensorList& in) { return pow(in[0], in[1]); };
+                 return s;
+               },
+               A::Float32});
+  using Scalar = Tensor (*)(const Tensor&, double);
+  const std::pair<const char*, Scalar> scalars[] = {
+      {"add(x, s)", [](const Tensor& x, double s) { return add(x, s); }},
+      {"sub(x, s)", [](const Tensor& x, double s) { return sub(x, s); }},
+      {"mul(x, s)", [](const Tensor& x, double s) { return mul(x, s); }},
+      {"div(x, s)", [](const Tensor& x, double s) { return div(x, s); }},
+      {"rsub", [](const Tensor& x, double s) { return rsub(x, s); }},
+      {"rdiv(s != 1)", [](const Tensor& x, double s) { return rdiv(x, s); }},
+  };
+  for (const auto& [name, fn] : scalars)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const double c = rng.pick(std::vector<double>{-1.5, 0.5, 2.0, 3.25});
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4), -2, 2, 0.4))};
+                   s.params = cat_str("s=", c);
+                   s.f = [fn, c](const TensorList& in) { return fn(in[0], c); };
+                   return s;
+                 },
+                 A::Keep});
+  // rdiv(x, 1) is reciprocal, of autocast's float32 list.
+  t.push_back({"rdiv",
+               [](Rng& rng) {
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4), -2, 2, 0.4))};
+                 s.params = "s=1";
+                 s.f = [](const TensorList& in) { return rdiv(in[0], 1.0); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"where",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 GradSample s;
+                 s.inputs = {const_in(mask_of(rng, broadcast_operand(rng, out), 0.5)),
+                             grad_in(values(rng, rng.chance(0.5) ? out : broadcast_operand(rng, out))),
+                             grad_in(values(rng, broadcast_operand(rng, out)))};
+                 s.f = [](const TensorList& in) { return where(in[0], in[1], in[2]); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"masked_fill",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 const double v = rng.uniform(-3, 3);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), const_in(mask_of(rng, broadcast_operand(rng, out), 0.4))};
+                 s.params = cat_str("value=", v);
+                 s.f = [v](const TensorList& in) { return masked_fill(in[0], in[1], v); };
+                 return s;
+               },
+               A::Keep});
+}
+
+/// In-place ops write into a clone of input 0 (a leaf may not be written), whose history
+/// they rebase (Note [In-place ops and autograd]).
+void add_inplace(std::vector<GradEntry>& t) {
+  using Binary_ = const Tensor& (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, Binary_> binary[] = {
+      {"add_", [](const Tensor& a, const Tensor& b) -> const Tensor& { return add_(a, b, 1.5); }},
+      {"sub_", [](const Tensor& a, const Tensor& b) -> const Tensor& { return sub_(a, b); }},
+      {"mul_", [](const Tensor& a, const Tensor& b) -> const Tensor& { return mul_(a, b); }},
+      {"div_", [](const Tensor& a, const Tensor& b) -> const Tensor& { return div_(a, b); }},
+  };
+  for (const auto& [name, fn] : binary)
+    t.push_back(
+        {name,
+         [fn](Rng& rng) {
+           const Shape out = small_shape(rng, 0, 4);
+           GradSample s;
+           s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out), -2, 2, 0.5))};
+           if (rng.chance(0.2)) s.inputs[size_t(rng.range(0, 1))].grad = false;
+           s.f = [fn](const TensorList& in) {
+             Tensor self = in[0].clone();
+             fn(self, in[1]);
+             return self;
+           };
+           return s;
+         },
+         A::Keep});
+  using Scalar_ = const Tensor& (*)(const Tensor&, double);
+  const std::pair<const char*, Scalar_> scalars[] = {
+      {"add_(x, s)", [](const Tensor& x, double s) -> const Tensor& { return add_(x, s); }},
+      {"sub_(x, s)", [](const Tensor& x, double s) -> const Tensor& { return sub_(x, s); }},
+      {"mul_(x, s)", [](const Tensor& x, double s) -> const Tensor& { return mul_(x, s); }},
+      {"div_(x, s)", [](const Tensor& x, double s) -> const Tensor& { return div_(x, s); }},
+  };
+  for (const auto& [name, fn] : scalars)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const double c = rng.pick(std::vector<double>{-1.5, 0.5, 2.0});
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4)))};
+                   s.params = cat_str("s=", c);
+                   s.f = [fn, c](const TensorList& in) {
+                     Tensor self = in[0].clone();
+                     fn(self, c);
+                     return self;
+                   };
+                   return s;
+                 },
+                 A::Keep});
+  t.push_back({"masked_fill_",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), const_in(mask_of(rng, broadcast_operand(rng, out), 0.4))};
+                 s.f = [](const TensorList& in) {
+                   Tensor self = in[0].clone();
+                   masked_fill_(self, in[1], -0.75);
+                   return self;
+                 };
+                 return s;
+               },
+               A::Keep});
+}
+
+void add_reduce(std::vector<GradEntry>& t) {
+  t.push_back({"sum",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 4);
+                 const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                 const bool keep = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dims=", str(dims), " keepdim=", keep);
+                 s.f = [=](const TensorList& in) { return sum(in[0], dims, keep); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"mean",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 4, 24, 0.0);
+                 const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                 const bool keep = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dims=", str(dims), " keepdim=", keep);
+                 s.f = [=](const TensorList& in) { return mean(in[0], dims, keep); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"var",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
+                 std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                 int64_t n = 1;
+                 for (int64_t d : wrap_dims(dims, int64_t(sh.size()))) n *= sh[size_t(d)];
+                 if (dims.empty()) n = numel_of(sh);
+                 const int64_t correction = n > 1 ? rng.range(0, 1) : 0;
+                 const bool keep = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dims=", str(dims), " correction=", correction, " keepdim=", keep);
+                 s.f = [=](const TensorList& in) { return var(in[0], dims, correction, keep); };
+                 s.grad_tol = 10.0;
+                 return s;
+               },
+               A::Float32, true, 1, 2.0});
+  using Extreme = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
+  const std::pair<const char*, Extreme> extremes[] = {
+      {"amax", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amax(x, d, k); }},
+      {"amin", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amin(x, d, k); }},
+  };
+  for (const auto& [name, fn] : extremes)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const Shape sh = small_shape(rng, 0, 4, 24, 0.0);
+                   const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                   const bool keep = rng.chance(0.5);
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("dims=", str(dims), " keepdim=", keep);
+                   s.f = [=](const TensorList& in) { return fn(in[0], dims, keep); };
+                   return s;
+                 },
+                 A::Keep});
+  using Along = ValuesIndices (*)(const Tensor&, int64_t, bool);
+  const std::pair<const char*, Along> along[] = {
+      {"max", [](const Tensor& x, int64_t d, bool k) { return max(x, d, k); }},
+      {"min", [](const Tensor& x, int64_t d, bool k) { return min(x, d, k); }},
+  };
+  for (const auto& [name, fn] : along)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
+                   const int64_t dim = rng.range(-int64_t(sh.size()), int64_t(sh.size()) - 1);
+                   const bool keep = rng.chance(0.5);
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("dim=", dim, " keepdim=", keep);
+                   s.f = [=](const TensorList& in) { return fn(in[0], dim, keep).values; };
+                   return s;
+                 },
+                 A::Keep});
+}
+
+void add_softmax(std::vector<GradEntry>& t) {
+  using Soft = Tensor (*)(const Tensor&, int64_t);
+  const std::pair<const char*, Soft> ops[] = {
+      {"softmax", [](const Tensor& x, int64_t d) { return softmax(x, d); }},
+      {"log_softmax", [](const Tensor& x, int64_t d) { return log_softmax(x, d); }},
+  };
+  for (const auto& [name, fn] : ops)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const Shape sh = small_shape(rng, 1, 4);
+                   const int64_t dim = rng.range(-int64_t(sh.size()), int64_t(sh.size()) - 1);
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh, -3, 3))};
+                   s.params = cat_str("dim=", dim);
+                   s.f = [=](const TensorList& in) { return fn(in[0], dim); };
+                   return s;
+                 },
+                 A::Float32});
+}
+
+}  // namespace
+
+void add_grad_elementwise(std::vector<GradEntry>& t) {
+  add_unary(t);
+  add_binary(t);
+  add_inplace(t);
+  add_reduce(t);
+  add_softmax(t);
+}
+
+}  // namespace frugal::optest

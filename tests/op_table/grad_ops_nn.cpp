@@ -1,0 +1,350 @@
+// Differentiable matmul and linear, conv2d, pooling, batch and layer norm, losses, dropout,
+// masked softmax and attention (autograd/ops/matmul.h, conv.h, pool.h, batch_norm.h, norm.h,
+// loss.h, dropout.h, masked_softmax.h, flash_attention.h, attention.h) in the differentiable
+// op table.
+#include <cmath>
+#include <optional>
+
+#include "autograd/ops/all.h"
+#include "tests/op_table/grad_util.h"
+
+namespace frugal::optest {
+
+namespace {
+
+using A = AmpPolicy;
+
+/// An optional input: undefined (absent) with probability p_absent.
+GradInput maybe(Rng& rng, Tensor t, double p_absent = 0.3) {
+  if (rng.chance(p_absent)) return {Tensor(), false, true};
+  return grad_in(std::move(t));
+}
+
+void add_matmul(std::vector<GradEntry>& t) {
+  t.push_back({"matmul",
+               [](Rng& rng) {
+                 const int64_t m = rng.range(1, 4), n = rng.range(1, 4), p = rng.range(1, 4);
+                 Shape a, b;
+                 switch (rng.range(0, 5)) {
+                   case 0: a = {n}, b = {n}; break;
+                   case 1: a = {m, n}, b = {n}; break;
+                   case 2: a = {n}, b = {n, p}; break;
+                   case 3: a = {m, n}, b = {n, p}; break;
+                   case 4: a = {2, m, n}, b = {n, p}; break;
+                   default: a = {2, 1, m, n}, b = {rng.range(1, 2), n, p}; break;
+                 }
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, a)), grad_in(values(rng, b))};
+                 s.f = [](const TensorList& in) { return matmul(in[0], in[1]); };
+                 return s;
+               },
+               A::Lower});
+  t.push_back(
+      {"linear",
+       [](Rng& rng) {
+         const int64_t in_f = rng.range(1, 4), out_f = rng.range(1, 4);
+         Shape x = small_shape(rng, 0, 2, 6);
+         x.push_back(in_f);
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {out_f, in_f})), maybe(rng, values(rng, {out_f}))};
+         s.f = [](const TensorList& in) { return linear(in[0], in[1], in[2]); };
+         return s;
+       },
+       A::Lower});
+}
+
+void add_conv_pool(std::vector<GradEntry>& t) {
+  t.push_back({"conv2d",
+               [](Rng& rng) {
+                 Conv2dOptions o;
+                 o.groups = rng.pick(std::vector<int64_t>{1, 1, 2, 3});
+                 const int64_t C = o.groups * rng.range(1, 2), K = o.groups * rng.range(1, 2);
+                 const Int2 k{rng.range(1, 3), rng.range(1, 3)};
+                 o.stride = {rng.range(1, 2), rng.range(1, 2)};
+                 o.padding = {rng.range(0, 1), rng.range(0, 1)};
+                 o.dilation = {rng.range(1, 2), 1};
+                 const int64_t H =
+                     std::max<int64_t>(o.dilation.h * (k.h - 1) + 1 - 2 * o.padding.h, 1) + rng.range(0, 2);
+                 const int64_t W = std::max<int64_t>(k.w - 2 * o.padding.w, 1) + rng.range(0, 2);
+                 Shape x = {rng.range(1, 2), C, H, W};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {K, C / o.groups, k.h, k.w})),
+                             maybe(rng, values(rng, {K}))};
+                 s.params = cat_str("stride=", o.stride.str(), " padding=", o.padding.str(),
+                                    " dilation=", o.dilation.str(), " groups=", o.groups);
+                 s.f = [o](const TensorList& in) { return conv2d(in[0], in[1], in[2], o); };
+                 return s;
+               },
+               A::Lower});
+  t.push_back({"max_pool2d",
+               [](Rng& rng) {
+                 const Int2 k{rng.range(1, 3), rng.range(1, 3)};
+                 MaxPool2dOptions o;
+                 o.stride = rng.chance(0.3) ? Int2(0) : Int2(rng.range(1, 2), rng.range(1, 2));
+                 o.padding = {rng.range(0, k.h / 2), rng.range(0, k.w / 2)};
+                 o.ceil_mode = rng.chance(0.3);
+                 Shape x = {rng.range(1, 2), rng.range(1, 2), k.h + rng.range(0, 3), k.w + rng.range(0, 3)};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("kernel=", k.str(), " stride=", o.stride.str(), " padding=", o.padding.str(),
+                                    " ceil_mode=", o.ceil_mode);
+                 s.f = [=](const TensorList& in) { return max_pool2d(in[0], k, o); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"avg_pool2d",
+               [](Rng& rng) {
+                 const Int2 k{rng.range(1, 3), rng.range(1, 3)};
+                 AvgPool2dOptions o;
+                 o.stride = rng.chance(0.3) ? Int2(0) : Int2(rng.range(1, 2), rng.range(1, 2));
+                 o.padding = {rng.range(0, k.h / 2), rng.range(0, k.w / 2)};
+                 o.ceil_mode = rng.chance(0.3);
+                 o.count_include_pad = rng.chance(0.5);
+                 Shape x = {rng.range(1, 2), rng.range(1, 2), k.h + rng.range(0, 3), k.w + rng.range(0, 3)};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("kernel=", k.str(), " stride=", o.stride.str(), " padding=", o.padding.str(),
+                                    " ceil_mode=", o.ceil_mode, " count_include_pad=", o.count_include_pad);
+                 s.f = [=](const TensorList& in) { return avg_pool2d(in[0], k, o); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"adaptive_avg_pool2d",
+               [](Rng& rng) {
+                 const Int2 out{rng.range(1, 3), rng.range(1, 3)};
+                 Shape x = {rng.range(1, 2), rng.range(1, 2), rng.range(1, 5), rng.range(1, 5)};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("output_size=", out.str());
+                 s.f = [=](const TensorList& in) { return adaptive_avg_pool2d(in[0], out); };
+                 return s;
+               },
+               A::Keep});
+}
+
+enum class BnKind { Plain, AddRelu, Relu };
+
+/// batch_norm and its fused forms: x (N, C, *), and for AddRelu (or Relu, sometimes) a
+/// residual; running statistics are cloned by the call (training updates them in place).
+GradEntry batch_norm_entry(const char* name, BnKind kind) {
+  // Under autocast's mixed variant x and the residual are low-precision, the (C) tensors float32.
+  return {name,
+          [kind](Rng& rng) {
+            const bool training = rng.chance(0.7);
+            const int64_t C = rng.range(1, 3);
+            Shape x = {rng.range(1, 3), C};
+            for (int64_t d = rng.range(0, 2); d > 0; --d) x.push_back(rng.range(1, 3));
+            if (training && numel_of(x) / C < 2) x[0] = 2;
+            const double momentum = rng.uniform(0.05, 0.5), eps = rng.pick(std::vector<double>{1e-5, 1e-3});
+            GradSample s;
+            s.inputs = {
+                grad_in(values(rng, x)),
+                kind == BnKind::AddRelu || (kind == BnKind::Relu && rng.chance(0.3)) ? grad_in(values(rng, x))
+                                                                                     : GradInput{Tensor(), false, true},
+                rng.chance(training ? 0.3 : 0.0) ? GradInput{Tensor(), false, true} : const_in(values(rng, {C}, -1, 1)),
+                GradInput{},
+                maybe(rng, values(rng, {C}, 0.5, 2)),
+                maybe(rng, values(rng, {C}))};
+            s.inputs[3] =
+                s.inputs[2].value.defined() ? const_in(values(rng, {C}, 0.5, 2)) : GradInput{Tensor(), false, true};
+            s.params = cat_str("training=", training, " momentum=", momentum, " eps=", eps);
+            s.f = [=](const TensorList& in) {
+              const Tensor rm = in[2].defined() ? in[2].clone() : Tensor(),
+                           rv = in[3].defined() ? in[3].clone() : Tensor();
+              if (kind == BnKind::Plain) return batch_norm(in[0], rm, rv, in[4], in[5], training, momentum, eps);
+              if (kind == BnKind::AddRelu)
+                return batch_norm_add_relu(in[0], in[1], rm, rv, in[4], in[5], training, momentum, eps);
+              return batch_norm_relu(in[0], rm, rv, in[4], in[5], training, momentum, eps, in[1]);
+            };
+            s.grad_tol = 10.0;
+            return s;
+          },
+          A::Keep,
+          true,
+          /*amp_mixed=*/2,
+          2.0};
+}
+
+void add_norm_loss(std::vector<GradEntry>& t) {
+  t.push_back(batch_norm_entry("batch_norm", BnKind::Plain));
+  t.push_back(batch_norm_entry("batch_norm_add_relu", BnKind::AddRelu));
+  t.push_back(batch_norm_entry("batch_norm_relu", BnKind::Relu));
+  t.push_back(
+      {"layer_norm",
+       [](Rng& rng) {
+         Shape x = small_shape(rng, 0, 2, 6, 0.0);
+         const int64_t nd = rng.range(1, 2);
+         Shape normalized;
+         for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
+         if (numel_of(normalized) == 1) normalized.back() = 2;
+         x.insert(x.end(), normalized.begin(), normalized.end());
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, normalized)), maybe(rng, values(rng, normalized))};
+         s.params = "normalized_shape=" + shape_str(normalized);
+         s.f = [normalized](const TensorList& in) { return layer_norm(in[0], normalized, in[1], in[2]); };
+         s.grad_tol = 10.0;
+         return s;
+       },
+       A::Float32, true, 1, 2.0});
+  t.push_back({"cross_entropy",
+               [](Rng& rng) {
+                 const int64_t C = rng.range(1, 4);
+                 Shape logits, target;
+                 switch (rng.range(0, 2)) {
+                   case 0: logits = {C}, target = {}; break;
+                   case 1: logits = {rng.range(1, 4), C}, target = {logits[0]}; break;
+                   default: logits = {rng.range(1, 2), C, rng.range(1, 3)}, target = {logits[0], logits[2]}; break;
+                 }
+                 CrossEntropyOptions o;
+                 o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                 o.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
+                 Tensor tg = indices(rng, target, C);
+                 if (numel_of(target) > 1 && rng.chance(0.4)) {  // ignore one target, never all of them
+                   o.ignore_index = rng.chance(0.5) ? -100 : C;
+                   std::vector<double> v = tg.tolist<double>();
+                   v[0] = double(o.ignore_index);
+                   tg = tensor_of(v, target, kInt64);
+                 }
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, logits, -3, 3)), const_in(tg)};
+                 s.params = cat_str("reduction=", int(o.reduction), " label_smoothing=", o.label_smoothing,
+                                    " ignore_index=", o.ignore_index);
+                 s.f = [o](const TensorList& in) { return cross_entropy(in[0], in[1], o); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"linear_cross_entropy",
+               [](Rng& rng) {
+                 const int64_t H = rng.range(1, 4), C = rng.range(1, 5);
+                 Shape x = small_shape(rng, 1, 2, 4, 0.0);
+                 const Shape rows = x;
+                 x.push_back(H);
+                 LinearCrossEntropyOptions o;
+                 o.loss.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum});
+                 o.loss.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
+                 o.chunk_rows = rng.range(0, 3);
+                 Tensor tg = indices(rng, rows, C);
+                 if (numel_of(rows) > 1 && rng.chance(0.5)) {  // ignore one target, never all of them
+                   std::vector<double> v = tg.tolist<double>();
+                   v[0] = double(o.loss.ignore_index);
+                   tg = tensor_of(v, rows, kInt64);
+                 }
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {C, H})), maybe(rng, values(rng, {C})),
+                             const_in(tg)};
+                 s.params = cat_str("reduction=", int(o.loss.reduction), " label_smoothing=", o.loss.label_smoothing,
+                                    " chunk_rows=", o.chunk_rows);
+                 s.f = [o](const TensorList& in) { return linear_cross_entropy(in[0], in[1], in[2], in[3], o); };
+                 return s;
+               },
+               A::LowerToFloat32, true, /*amp_mixed=*/0});
+  t.push_back({"mse_loss",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 3);
+                 const Reduction r = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out)))};
+                 if (rng.chance(0.3)) s.inputs[1].grad = false;
+                 s.params = cat_str("reduction=", int(r));
+                 s.f = [r](const TensorList& in) { return mse_loss(in[0], in[1], r); };
+                 return s;
+               },
+               A::Float32});
+}
+
+void add_attention(std::vector<GradEntry>& t) {
+  t.push_back({"dropout",
+               [](Rng& rng) {
+                 const double p = rng.pick(std::vector<double>{0.0, 0.2, 0.5});
+                 const bool training = rng.chance(0.8);
+                 const uint64_t seed = rng.next();
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4)))};
+                 s.params = cat_str("p=", p, " training=", training, " generator seed=", seed);
+                 s.f = [=](const TensorList& in) {
+                   Generator gen(seed);  // the same mask on every call and device
+                   return dropout(in[0], p, training, &gen);
+                 };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"masked_softmax",
+               [](Rng& rng) {
+                 Shape sh = small_shape(rng, 0, 2, 4, 0.0);
+                 const int64_t L = rng.range(1, 4), S = rng.range(1, 4);
+                 sh.push_back(L), sh.push_back(S);
+                 const int kind = int(rng.range(0, 3));  // none, bool, float, causal
+                 const double scale = rng.chance(0.5) ? 1.0 : rng.uniform(0.2, 2.0);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh, -3, 3)), GradInput{Tensor(), false, true}};
+                 if (kind == 1) {  // key 0 always attended, so no row is fully masked
+                   Tensor m = mask_of(rng, {L, S}, 0.7);
+                   std::vector<double> v = m.tolist<double>();
+                   for (int64_t l = 0; l < L; ++l) v[size_t(l * S)] = 1.0;
+                   s.inputs[1] = const_in(tensor_of(v, {L, S}, kBool));
+                 }
+                 if (kind == 2) s.inputs[1] = grad_in(values(rng, {L, S}));
+                 s.params = cat_str("mask=",
+                                    kind == 1   ? "bool"
+                                    : kind == 2 ? "float"
+                                                : "none",
+                                    " is_causal=", kind == 3, " scale=", scale);
+                 s.f = [=](const TensorList& in) { return masked_softmax(in[0], in[1], kind == 3, scale); };
+                 return s;
+               },
+               A::Float32});
+  // flash_attention and scaled_dot_product_attention: q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev).
+  auto attention = [](bool flash) {
+    return [flash](Rng& rng) {
+      const int64_t B = rng.range(1, 2), H = rng.range(1, 2), L = rng.range(1, 3), S = rng.range(1, 3);
+      const int64_t E = rng.pick(std::vector<int64_t>{1, 2, 3, 8}), Ev = flash ? E : rng.range(1, 3);
+      // none, bool, float, causal; flash_attention also takes a bool mask with is_causal.
+      const int kind = int(rng.range(0, flash ? 4 : 3));
+      const double dropout_p = rng.chance(0.25) ? 0.3 : 0.0;
+      const std::optional<double> scale = rng.chance(0.3) ? std::optional<double>(0.7) : std::nullopt;
+      const uint64_t seed = rng.next();
+      // Masks broadcast to (B, H, L, S) from (L, S), (B, 1, L, S) or (B, 1, 1, S) (padding).
+      const Shape mask_shape = rng.pick(std::vector<Shape>{{L, S}, {B, 1, L, S}, {B, 1, 1, S}});
+      GradSample s;
+      s.inputs = {grad_in(values(rng, {B, H, L, E})), grad_in(values(rng, {B, H, S, E})),
+                  grad_in(values(rng, {B, H, S, Ev})), GradInput{Tensor(), false, true}};
+      if (kind == 1 || kind == 4) {  // key 0 always attended, so no row is fully masked
+        std::vector<double> v = mask_of(rng, mask_shape, 0.7).tolist<double>();
+        for (size_t i = 0; i < v.size(); i += size_t(S)) v[i] = 1.0;
+        s.inputs[3] = const_in(tensor_of(v, mask_shape, kBool));
+      }
+      // flash_attention gives a float mask no gradient; the composed path does.
+      if (kind == 2) s.inputs[3] = {values(rng, mask_shape), !flash, true};
+      s.params = cat_str("mask=",
+                         kind == 1 || kind == 4 ? "bool"
+                         : kind == 2            ? "float"
+                                                : "none",
+                         " is_causal=", kind >= 3, " dropout_p=", dropout_p, " scale=", scale ? *scale : -1.0,
+                         " generator seed=", seed);
+      s.f = [=](const TensorList& in) {
+        Generator gen(seed);
+        return flash ? flash_attention(in[0], in[1], in[2], in[3], kind >= 3, dropout_p, scale, &gen)
+                     : scaled_dot_product_attention(in[0], in[1], in[2], in[3], kind == 3, dropout_p, scale, &gen);
+      };
+      s.grad_tol = 10.0;
+      return s;
+    };
+  };
+  t.push_back({"flash_attention", attention(true), A::Lower, true, 1, 2.0});
+  t.push_back({"scaled_dot_product_attention", attention(false), A::Lower, true, 1, 2.0});
+}
+
+}  // namespace
+
+void add_grad_nn(std::vector<GradEntry>& t) {
+  add_matmul(t);
+  add_conv_pool(t);
+  add_norm_loss(t);
+  add_attention(t);
+}
+
+}  // namespace frugal::optest

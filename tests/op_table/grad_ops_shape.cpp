@@ -1,0 +1,357 @@
+// Differentiable joins, splits and indexing (autograd/ops/join.h, index.h) and Tensor's
+// recorded views and copies (Note [Derived tensors]; autograd/ops/view.cpp, copy.cpp) in the
+// differentiable op table.
+#include "autograd/ops/all.h"
+#include "tests/op_table/grad_util.h"
+
+namespace frugal::optest {
+
+namespace {
+
+using A = AmpPolicy;
+
+/// Pieces of a split, some left unused (their gradient must be zeros), joined again.
+Tensor join_some(const std::vector<Tensor>& pieces, int64_t dim) {
+  std::vector<Tensor> used;
+  for (size_t k = 0; k < pieces.size(); ++k)
+    if (k % 3 != 1) used.push_back(pieces[k]);
+  return cat(used, dim);
+}
+
+void add_join(std::vector<GradEntry>& t) {
+  t.push_back({"cat",
+               [](Rng& rng) {
+                 Shape sh = small_shape(rng, 1, 3, 12);
+                 const int64_t dim = rng.range(-int64_t(sh.size()), int64_t(sh.size()) - 1);
+                 const int64_t n = rng.range(1, 3);
+                 GradSample s;
+                 for (int64_t k = 0; k < n; ++k) {
+                   sh[size_t(wrap_dims({dim}, int64_t(sh.size()))[0])] = rng.range(0, 3);
+                   s.inputs.push_back(grad_in(values(rng, sh)));
+                 }
+                 if (n > 1 && rng.chance(0.3)) s.inputs[0].grad = false;
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return cat(in, dim); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"stack",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 3, 12);
+                 const int64_t dim = rng.range(-int64_t(sh.size()) - 1, int64_t(sh.size()));
+                 const int64_t n = rng.range(1, 3);
+                 GradSample s;
+                 for (int64_t k = 0; k < n; ++k) s.inputs.push_back(grad_in(values(rng, sh)));
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return stack(in, dim); };
+                 return s;
+               },
+               A::Promote});
+  t.push_back({"split",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3);
+                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1), size = rng.range(1, 3);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("split_size=", size, " dim=", dim);
+                 s.f = [=](const TensorList& in) { return join_some(split(in[0], size, dim), dim); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"split_with_sizes",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3);
+                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
+                 std::vector<int64_t> sizes;
+                 for (int64_t left = sh[size_t(dim)]; left > 0 || sizes.empty();) {
+                   const int64_t n = rng.range(0, left);
+                   sizes.push_back(n), left -= n;
+                   if (sizes.size() > 4) sizes.back() += left, left = 0;
+                 }
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("sizes=", str(sizes), " dim=", dim);
+                 s.f = [=](const TensorList& in) { return join_some(split_with_sizes(in[0], sizes, dim), dim); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"chunk",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1), chunks = rng.range(1, 4);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("chunks=", chunks, " dim=", dim);
+                 s.f = [=](const TensorList& in) { return join_some(chunk(in[0], chunks, dim), dim); };
+                 return s;
+               },
+               A::Keep});
+}
+
+void add_index(std::vector<GradEntry>& t) {
+  t.push_back({"index_select",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, {rng.range(0, 5)}, sh[size_t(dim)]))};
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return index_select(in[0], dim, in[1]); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"gather",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
+                 Shape is = sh;
+                 for (size_t d = 0; d < is.size(); ++d)
+                   is[d] = int64_t(d) == dim ? rng.range(0, 4) : rng.range(1, sh[d]);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, is, sh[size_t(dim)]))};
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return gather(in[0], dim, in[1]); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back(
+      {"scatter_add",
+       [](Rng& rng) {
+         const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+         const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
+         Shape is = sh;
+         for (size_t d = 0; d < is.size(); ++d) is[d] = int64_t(d) == dim ? rng.range(0, 4) : rng.range(1, sh[d]);
+         GradSample s;
+         s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, is, sh[size_t(dim)])), grad_in(values(rng, is))};
+         s.params = cat_str("dim=", dim);
+         s.f = [dim](const TensorList& in) { return scatter_add(in[0], dim, in[1], in[2]); };
+         return s;
+       },
+       A::Keep, true, /*amp_mixed=*/0});
+  t.push_back({"index_add",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+                 const int64_t dim = rng.range(0, int64_t(sh.size()) - 1);
+                 Shape ss = sh;
+                 ss[size_t(dim)] = rng.range(0, 4);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh)), const_in(indices(rng, {ss[size_t(dim)]}, sh[size_t(dim)])),
+                             grad_in(values(rng, ss))};
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return index_add(in[0], dim, in[1], in[2]); };
+                 return s;
+               },
+               A::Keep, true, /*amp_mixed=*/0});
+  t.push_back({"embedding",
+               [](Rng& rng) {
+                 const int64_t V = rng.range(1, 5), D = rng.range(1, 4);
+                 const int64_t padding_idx = V > 1 && rng.chance(0.4) ? rng.range(0, V - 1) : -1;
+                 // The padding row gets no gradient although it is read: a gradcheck can only
+                 // check that the other rows get theirs, so no index picks it here.
+                 Tensor idx = indices(rng, small_shape(rng, 0, 2, 6), padding_idx < 0 ? V : V - 1);
+                 std::vector<double> v = idx.tolist<double>();
+                 for (double& i : v) i += padding_idx >= 0 && i >= double(padding_idx);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, {V, D})), const_in(tensor_of(v, idx.sizes(), kInt64))};
+                 s.params = cat_str("padding_idx=", padding_idx);
+                 s.f = [=](const TensorList& in) { return embedding(in[0], in[1], padding_idx); };
+                 return s;
+               },
+               A::Keep});
+}
+
+/// A Tensor method of one input; make_f draws its parameters from `r` (the same seed on
+/// every call, so every call makes the same view) and names them in `p`.
+GradEntry method(const char* name, std::function<Tensor(const Tensor&, Rng& r, std::string& p)> make_f, int min_dims,
+                 bool relayout = true) {
+  return {name,
+          [=](Rng& rng) {
+            GradSample s;
+            const Tensor x = values(rng, small_shape(rng, min_dims, 4));
+            s.inputs = {{x, true, relayout}};
+            const uint64_t seed = rng.next();
+            Rng r(seed);
+            make_f(x, r, s.params);
+            s.f = [make_f, seed](const TensorList& in) {
+              Rng r2(seed);
+              std::string ignored;
+              return make_f(in[0], r2, ignored);
+            };
+            return s;
+          },
+          A::Keep};
+}
+
+int64_t pick_dim(Rng& r, const Tensor& x) { return r.range(-x.dim(), x.dim() - 1); }
+
+void add_views(std::vector<GradEntry>& t) {
+  t.push_back(method(
+      "Tensor::view",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const Shape to = r.chance(0.5) ? Shape{x.numel()} : Shape{-1, x.dim() > 0 ? x.size(-1) : 1};
+        p = "view " + shape_str(to);
+        return x.dim() > 0 && x.size(-1) == 0 ? x.view({x.numel()}) : x.view(to);
+      },
+      0, /*relayout=*/false));
+  t.push_back(method(
+      "Tensor::reshape",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const Shape to = r.chance(0.5) ? Shape{x.numel()} : Shape{x.numel(), 1};
+        p = "reshape " + shape_str(to);
+        return x.reshape(to);
+      },
+      0));
+  t.push_back(method(
+      "Tensor::permute",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        std::vector<int64_t> perm(size_t(x.dim()));
+        for (size_t i = 0; i < perm.size(); ++i) perm[i] = int64_t(i);
+        for (size_t i = perm.size(); i-- > 1;) std::swap(perm[i], perm[size_t(r.range(0, int64_t(i)))]);
+        p = "permute " + str(perm);
+        return x.permute(perm);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::transpose",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t a = pick_dim(r, x), b = pick_dim(r, x);
+        p = cat_str("transpose ", a, ", ", b);
+        return x.transpose(a, b);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::t",
+      [](const Tensor& x, Rng&, std::string& p) {
+        p = "t()";
+        return x.flatten(1).t();
+      },
+      2));
+  t.push_back(method(
+      "Tensor::narrow",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t d = pick_dim(r, x), n = x.size(d), start = r.range(0, n), len = r.range(0, n - start);
+        p = cat_str("narrow dim=", d, " start=", start, " length=", len);
+        return x.narrow(d, start, len);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::slice",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t d = pick_dim(r, x), n = x.size(d);
+        const int64_t start = r.range(-n, n), end = r.range(-n, n + 1), step = r.range(1, 3);
+        p = cat_str("slice dim=", d, " start=", start, " end=", end, " step=", step);
+        return x.slice(d, start, end, step);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::select",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t d = pick_dim(r, x), n = x.size(d);
+        if (n == 0) return x.narrow(d, 0, 0);  // nothing to select
+        const int64_t i = r.range(-n, n - 1);
+        p = cat_str("select dim=", d, " index=", i);
+        return x.select(d, i);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::expand",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        Shape to = x.sizes();
+        for (int64_t& n : to)
+          if (n == 1 && r.chance(0.6)) n = r.range(2, 3);
+        if (r.chance(0.5)) to.insert(to.begin(), r.range(1, 2));
+        p = "expand " + shape_str(to);
+        return x.expand(to);
+      },
+      0));
+  t.push_back(method(
+      "Tensor::squeeze",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        if (x.dim() == 0 || r.chance(0.5)) {
+          p = "squeeze()";
+          return x.squeeze();
+        }
+        const int64_t d = pick_dim(r, x);
+        p = cat_str("squeeze ", d);
+        return x.squeeze(d);
+      },
+      0));
+  t.push_back(method(
+      "Tensor::unsqueeze",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t d = r.range(-x.dim() - 1, x.dim());
+        p = cat_str("unsqueeze ", d);
+        return x.unsqueeze(d);
+      },
+      0));
+  t.push_back(method(
+      "Tensor::flatten",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t a = r.range(0, x.dim() - 1), b = r.range(a, x.dim() - 1);
+        p = cat_str("flatten ", a, ", ", b);
+        return x.flatten(a, b);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::unflatten",
+      [](const Tensor& x, Rng& r, std::string& p) {
+        const int64_t d = r.range(0, x.dim() - 1);
+        const Shape to = {1, x.size(d), 1};
+        p = cat_str("unflatten ", d, " ", shape_str(to));
+        return x.unflatten(d, to);
+      },
+      1));
+  t.push_back(method(
+      "Tensor::contiguous",
+      [](const Tensor& x, Rng&, std::string& p) {
+        p = "contiguous()";
+        return x.contiguous();
+      },
+      0));
+  t.push_back(method(
+      "Tensor::clone",
+      [](const Tensor& x, Rng&, std::string& p) {
+        p = "clone()";
+        return x.clone();
+      },
+      0));
+  t.push_back(method(
+      "Tensor::to",
+      [](const Tensor& x, Rng&, std::string& p) {
+        p = "to(float32).to(the input's dtype)";
+        return x.to(kFloat32).to(x.dtype());
+      },
+      0));
+  t.push_back({"Tensor::copy_",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out)))};
+                 s.f = [](const TensorList& in) {
+                   Tensor self = in[0].clone();  // its old history gets zeros
+                   self.copy_(in[1]);
+                   return self;
+                 };
+                 return s;
+               },
+               A::Keep});
+}
+
+}  // namespace
+
+void add_grad_shape(std::vector<GradEntry>& t) {
+  add_join(t);
+  add_index(t);
+  add_views(t);
+  // Tensor::to rounds through float32: finite differences need a larger step there.
+  for (GradEntry& e : t)
+    if (e.name == "Tensor::to")
+      e.sample = [sample = e.sample](Rng& rng) {
+        GradSample s = sample(rng);
+        s.eps = 1e-3;
+        s.grad_tol = 100.0;
+        return s;
+      };
+}
+
+}  // namespace frugal::optest
