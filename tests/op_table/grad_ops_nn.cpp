@@ -301,7 +301,9 @@ void add_attention(std::vector<GradEntry>& t) {
   auto attention = [](bool flash) {
     return [flash](Rng& rng) {
       const int64_t B = rng.range(1, 2), H = rng.range(1, 2), L = rng.range(1, 3), S = rng.range(1, 3);
-      const int64_t E = rng.pick(std::vector<int64_t>{1, 2, 3, 8}), Ev = flash ? E : rng.range(1, 3);
+      // flash_attention's CUDA kernels take head dims that are multiples of 8.
+      const int64_t E = flash ? rng.pick(std::vector<int64_t>{8, 16}) : rng.pick(std::vector<int64_t>{1, 2, 3, 8});
+      const int64_t Ev = flash ? E : rng.range(1, 3);
       // none, bool, float, causal; flash_attention also takes a bool mask with is_causal.
       const int kind = int(rng.range(0, flash ? 4 : 3));
       const double dropout_p = rng.chance(0.25) ? 0.3 : 0.0;
@@ -334,7 +336,7 @@ void add_attention(std::vector<GradEntry>& t) {
       return s;
     };
   };
-  t.push_back({"flash_attention", attention(true), A::Lower, true, 1, 2.0});
+  t.push_back({"flash_attention", attention(true), A::Lower, true, 1, 2.0, /*cuda_16bit_only=*/true});
   t.push_back({"scaled_dot_product_attention", attention(false), A::Lower, true, 1, 2.0});
 }
 

@@ -60,6 +60,7 @@ struct GradEntry {
   /// float32 (0: no mixed variant, for ops that want one dtype).
   int amp_mixed = 1;
   double low_tol = 1.0;  // scales run_dtype's tolerance (ill-conditioned ops)
+  bool cuda_16bit_only = false;  // CUDA takes only float16/bfloat16 (flash attention's kernels)
 };
 
 /// Every entry, in a fixed order.
