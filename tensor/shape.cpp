@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "memory/cuda_check.h"
-#include "memory/stream.h"
+#include "core/cuda_check.h"
+#include "core/stream.h"
 #include "tensor/tensor.h"
 
 namespace frugal::ops::cuda {
