@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "memory/device.h"
+#include "core/device.h"
 #include "tensor/tensor.h"
 
 namespace frugal::autocast {

@@ -42,9 +42,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
-#include "memory/attribution.h"
-#include "memory/op_context.h"
-#include "memory/profile_recorder.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/reduce.h"
@@ -79,10 +77,8 @@ void check_grad_shape(const Node& node, size_t slot, const Tensor& g) {
 
 // The OpScope name of a node's apply. Computed only while a profiler records (a
 // virtual call and a string per node otherwise), then interned so it outlives the
-// node (see Note [Zero-cost attribution] in memory/attribution.h).
-const char* op_name(const Node& node, bool profiling) {
-  return profiling ? memory::detail::intern(node.name()) : "backward";
-}
+// node (see Note [Zero-cost attribution] in core/instrument.h).
+const char* op_name(const Node& node, bool profiling) { return profiling ? core::intern(node.name()) : "backward"; }
 
 struct CallbackQueue {
   std::vector<std::function<void()>> callbacks;
@@ -267,7 +263,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     if (!capture)  // grad() touches no .grad, retained ones included
       for (const auto& [nr, weak] : node->retained_outputs)
         if (auto impl = weak.lock()) {
-          memory::CategoryScope category(memory::Category::Gradients);
+          core::CategoryScope category(core::Category::Gradients);
           AutogradMeta& m = ensure_meta(Tensor(impl));
           const Tensor g =
               grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
@@ -275,9 +271,9 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
         }
     TensorList input_grads;
     {  // attribute the node's allocations and time to it and to the module that made it
-      const bool profiling = memory::profiling();
-      memory::ModuleScope module(profiling ? memory::detail::node_module(node->sequence_nr) : nullptr);
-      memory::OpScope op(op_name(*node, profiling));
+      const bool profiling = core::profiling();
+      core::ModuleScope module(profiling ? core::node_module(node->sequence_nr) : nullptr);
+      core::OpScope op(op_name(*node, profiling));
       input_grads = node->apply(std::move(grads));
     }
     if (anomaly) check_finite(*node, input_grads);

@@ -4,8 +4,8 @@
 
 #include "autograd/meta.h"
 #include "autograd/saved_tensor.h"
-#include "memory/attribution.h"
-#include "memory/profile_recorder.h"
+#include "core/instrument.h"
+#include "memory/trace.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
@@ -18,7 +18,7 @@ std::atomic<uint64_t> next_sequence_nr{0};
 
 Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {
   // Backward ops are attributed to the module whose forward created them.
-  if (memory::profiling()) memory::detail::note_node_module(sequence_nr);
+  if (core::profiling()) core::note_node_module(sequence_nr);
 }
 
 void Node::release_saved() {
@@ -56,7 +56,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (!impl || !grads[0].defined()) return {};
   Tensor leaf(impl);
   AutogradMeta& m = ensure_meta(leaf);
-  memory::CategoryScope category(memory::Category::Gradients);  // the copies below are .grad
+  core::CategoryScope category(core::Category::Gradients);  // the copies below are .grad
   Tensor g = std::move(grads[0]);
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
   if (!m.grad.defined()) {
@@ -74,7 +74,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     if (sole_owner) {
       m.grad = g;
       // A stolen buffer was allocated as a backward temporary; it is a gradient now.
-      memory::relabel(g.device(), g.impl().storage->data.get(), memory::Category::Gradients);
+      memory::relabel(g.device(), g.impl().storage->data.get(), core::Category::Gradients);
     } else if (channels_last) {
       m.grad = empty_channels_last(g.sizes(), g.options());
       ops::copy_into(m.grad, g);

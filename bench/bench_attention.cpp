@@ -13,9 +13,9 @@
 
 #include "bench/bench_util.h"
 #include "bench/gpu_timer.h"
+#include "core/device.h"
+#include "core/stream.h"
 #include "memory/allocator.h"
-#include "memory/device.h"
-#include "memory/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/flash_attention.h"
 #include "tensor/ops/masked_softmax.h"

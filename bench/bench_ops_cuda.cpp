@@ -2,7 +2,7 @@
 // cublasGemmEx, the caching allocator vs cudaMalloc. GPU time comes from
 // cudaEvents on the current stream, the median of repeated runs after warm-up.
 #include "bench/bench_ops.h"
-#include "memory/error.h"
+#include "core/error.h"
 
 #ifdef FRUGAL_WITH_CUDA
 #include <cublas_v2.h>
@@ -13,9 +13,9 @@
 #include <string>
 
 #include "bench/gpu_timer.h"
+#include "core/cuda_check.h"
+#include "core/stream.h"
 #include "memory/allocator.h"
-#include "memory/cuda_check.h"
-#include "memory/stream.h"
 #include "tensor/cuda/cublas_handle.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "memory/cuda_check.h"
-#include "memory/device.h"
-#include "memory/stream.h"
+#include "core/cuda_check.h"
+#include "core/device.h"
+#include "core/stream.h"
 
 namespace frugal::bench {
 

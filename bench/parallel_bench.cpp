@@ -23,8 +23,8 @@
 #include <string>
 
 #include "bench/parallel_bench_modes.h"
+#include "core/error.h"
 #include "examples/flags.h"
-#include "memory/error.h"
 #include "parallel/init.h"
 #include "parallel/thread_communicator.h"
 

@@ -15,9 +15,9 @@
 
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
+#include "core/error.h"
+#include "core/stream.h"
 #include "memory/allocator.h"
-#include "memory/error.h"
-#include "memory/stream.h"
 #include "nn/container.h"
 #include "optim/adam.h"
 #include "parallel/ddp.h"

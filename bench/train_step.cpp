@@ -34,10 +34,10 @@
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
+#include "core/instrument.h"
+#include "core/stream.h"
 #include "examples/flags.h"
 #include "memory/allocator.h"
-#include "memory/profile_recorder.h"
-#include "memory/stream.h"
 #include "models/bert.h"
 #include "models/resnet.h"
 #include "models/vit.h"
@@ -205,15 +205,15 @@ class PhaseEvents {
  public:
   ~PhaseEvents() {
     for (void* e : events_)
-      if (e != nullptr) memory::detail::release_timing_event(e);
+      if (e != nullptr) core::release_timing_event(e);
   }
   void mark(Device device, int i) {
     if (!device.is_cuda()) return;
-    if (events_[size_t(i)] != nullptr) memory::detail::release_timing_event(events_[size_t(i)]);
-    events_[size_t(i)] = memory::detail::record_timing_event(device);
+    if (events_[size_t(i)] != nullptr) core::release_timing_event(events_[size_t(i)]);
+    events_[size_t(i)] = core::record_timing_event(device);
   }
   double elapsed_ms(int from, int to) const {
-    return memory::detail::timing_event_elapsed_ms(events_[size_t(from)], events_[size_t(to)]);
+    return core::timing_event_elapsed_ms(events_[size_t(from)], events_[size_t(to)]);
   }
 
  private:

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "memory/error.h"
+#include "core/error.h"
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/resnet.h"

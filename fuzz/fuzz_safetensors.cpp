@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
 

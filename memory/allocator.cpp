@@ -1,8 +1,8 @@
 // The public allocator API: find the device's CachingAllocator and forward.
 #include "memory/allocator.h"
 
+#include "core/error.h"
 #include "memory/caching_allocator.h"
-#include "memory/error.h"
 
 namespace frugal::memory {
 
@@ -14,7 +14,7 @@ CachingAllocator& allocator_for(Device device, const char* op) {
     static auto* cpu = new CachingAllocator("cpu", kCPU, make_cpu_backend());
     return *cpu;
   }
-  check_cuda_device(device, op);
+  core::check_cuda_device(device, op);
   return cuda_allocator(device.index);
 }
 
@@ -38,7 +38,7 @@ void record_stream(const DataPtr& p, Stream stream) {
   if (!p) return;  // empty (zero-byte) allocations own no memory
   FRUGAL_CHECK(stream.device.is_cuda() || stream.handle == nullptr,
                "record_stream: the CPU has one stream, got a non-null handle for it");
-  if (stream.device.is_cuda()) detail::check_cuda_device(stream.device, "record_stream");
+  if (stream.device.is_cuda()) core::check_cuda_device(stream.device, "record_stream");
 
   const Device device = p.device();
   if (device.is_cpu() && stream.device.is_cuda()) {

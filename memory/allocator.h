@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "memory/data_ptr.h"
-#include "memory/device.h"
+#include "core/data_ptr.h"
+#include "core/device.h"
+#include "core/stream.h"
 #include "memory/pinned.h"
 #include "memory/stats.h"
-#include "memory/stream.h"
 
 namespace frugal::memory {
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "memory/device.h"
-#include "memory/stream.h"
+#include "core/device.h"
+#include "core/stream.h"
 
 namespace frugal::memory::detail {
 
@@ -49,14 +49,10 @@ std::string host_memory_info();
 
 // ---- Provided by cuda_backend.cpp (CUDA builds) or cuda_absent.cpp -------------------
 
-/// Throws frugal::Error naming `op` unless `device` is a CUDA device this process can use.
-void check_cuda_device(Device device, const char* op);
 /// The caching allocator of CUDA device `index` (already checked), created on first use.
 CachingAllocator& cuda_allocator(int index);
 /// The pinned pool's backend: cudaHostAlloc with a GPU present, else host memory.
 std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked);
-/// cudaDeviceSynchronize on device `index` (already checked).
-void cuda_synchronize(int index);
 /// cudaMalloc'd segments and pooled events on device `index` (CUDA builds only:
 /// for tests that want a private allocator over a real device).
 std::unique_ptr<RawBackend> make_cuda_device_backend(int index);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal::memory::detail {
 
@@ -414,7 +414,7 @@ void CachingAllocator::enable_trace(size_t capacity) {
   trace_ = capacity ? std::make_unique<TraceRing>(capacity) : nullptr;
 }
 
-void CachingAllocator::trace_relabel(const void* ptr, Category category) {
+void CachingAllocator::trace_relabel(const void* ptr, core::Category category) {
   std::lock_guard lock(mutex_);
   if (!trace_) return;
   TraceEvent event{};

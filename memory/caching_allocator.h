@@ -87,11 +87,11 @@
 #include <string>
 #include <vector>
 
+#include "core/data_ptr.h"
+#include "core/stream.h"
 #include "memory/asan.h"
 #include "memory/backend.h"
-#include "memory/data_ptr.h"
 #include "memory/stats.h"
-#include "memory/stream.h"
 #include "memory/trace.h"
 
 namespace frugal::memory::detail {
@@ -174,7 +174,7 @@ class CachingAllocator {
   void enable_trace(size_t capacity);
   std::vector<TraceEvent> trace_events() const;
   /// Records that the block at `ptr` now holds `category` (when tracing; see memory::relabel).
-  void trace_relabel(const void* ptr, Category category);
+  void trace_relabel(const void* ptr, core::Category category);
 
   const std::string& name() const { return name_; }
   Device device() const { return device_; }

@@ -10,8 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "memory/backend.h"
-#include "memory/error.h"
 #include "memory/stats.h"
 
 namespace frugal::memory::detail {

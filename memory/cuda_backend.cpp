@@ -8,26 +8,12 @@
 
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "memory/backend.h"
 #include "memory/caching_allocator.h"
-#include "memory/cuda_check.h"
 #include "memory/deferred_checks.h"
 
-namespace frugal {
-
-int cuda_device_count() {
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {  // no driver or no GPU: a CPU-only run
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return count;
-}
-
-namespace memory::detail {
+namespace frugal::memory::detail {
 
 namespace {
 
@@ -207,12 +193,6 @@ class CudaCheckTransport final : public CheckTransport {
 
 }  // namespace
 
-void check_cuda_device(Device device, const char* op) {
-  const int count = cuda_device_count();
-  FRUGAL_CHECK(device.is_cuda() && device.index >= 0 && device.index < count, op, ": ", device.str(),
-               " does not exist; this process sees ", count, " CUDA device(s)");
-}
-
 CachingAllocator& cuda_allocator(int index) {
   // One per device, created together on first use (creating one touches no GPU)
   // and never destroyed: DataPtrs in static objects may be freed during exit.
@@ -233,14 +213,8 @@ std::unique_ptr<RawBackend> make_pinned_backend(bool* page_locked) {
   return std::make_unique<PinnedHostBackend>();
 }
 
-void cuda_synchronize(int index) {
-  DeviceGuard guard(index);
-  FRUGAL_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 std::unique_ptr<CheckTransport> make_cuda_check_transport(int index) {
   return std::make_unique<CudaCheckTransport>(index);
 }
 
-}  // namespace memory::detail
-}  // namespace frugal
+}  // namespace frugal::memory::detail

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "memory/pinned.h"
 
 namespace frugal::memory {
@@ -24,12 +24,14 @@ std::atomic<bool>& sync_flag() {
 }
 
 // One registry per CUDA device, created together on first use and never destroyed
-// (pending checks may be resolved during exit).
+// (pending checks may be resolved during exit). Creating them installs resolve_checks
+// as synchronize's hook (core/stream.h): before that no check can be pending.
 detail::PendingChecks& registry(Device device) {
   static const std::vector<detail::PendingChecks*> all = [] {
     std::vector<detail::PendingChecks*> v;
     for (int i = 0; i < cuda_device_count(); ++i)
       v.push_back(new detail::PendingChecks(cuda(i).str(), detail::make_cuda_check_transport(i)));
+    core::set_synchronize_hook(&resolve_checks);
     return v;
   }();
   FRUGAL_CHECK(device.is_cuda() && device.index >= 0 && size_t(device.index) < all.size(),

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "memory/data_ptr.h"
-#include "memory/stream.h"
+#include "core/data_ptr.h"
+#include "core/stream.h"
 
 namespace frugal::memory {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include "memory/data_ptr.h"
+#include "core/data_ptr.h"
 #include "memory/stats.h"
 
 namespace frugal::memory {

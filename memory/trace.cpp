@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/instrument.h"
 #include "memory/caching_allocator.h"
-#include "memory/op_context.h"
 
 namespace frugal::memory {
 
@@ -69,9 +69,9 @@ void detail::TraceRing::record(TraceEvent event) {
   event.time_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::memcpy(event.tag, current_tag, kTraceTagCapacity);
-  event.op = OpScope::current();
-  event.module = ModuleScope::current();
-  if (event.action != TraceAction::Relabel) event.category = effective_category();
+  event.op = core::OpScope::current();
+  event.module = core::ModuleScope::current();
+  if (event.action != TraceAction::Relabel) event.category = core::effective_category();
   events_[next_seq_ % events_.size()] = event;
   ++next_seq_;
 }
@@ -89,6 +89,11 @@ void enable_trace(Device device, size_t capacity) {
 }
 
 void disable_trace(Device device) { detail::allocator_for(device, "disable_trace").enable_trace(0); }
+
+void relabel(Device device, const void* data, core::Category category) {
+  if (!core::profiling() || data == nullptr) return;
+  detail::allocator_for(device, "relabel").trace_relabel(data, category);
+}
 
 std::vector<TraceEvent> trace_events(Device device) {
   return detail::allocator_for(device, "trace_events").trace_events();

@@ -5,7 +5,7 @@
 // (TraceTag). Off by default; when on, recording an event costs a clock read and
 // a copy into a preallocated slot, under the allocator lock it already holds.
 // Each event also names the op, module and category that caused it (see
-// memory/attribution.h); Relabel events change the category of a live block.
+// core/instrument.h); Relabel events (relabel()) change the category of a live block.
 // A memory profiler replays it: match Alloc/Free by ptr for live blocks, plot
 // allocated_bytes over seq for the timeline (profiler/session.h does).
 #include <cstddef>
@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "memory/attribution.h"
-#include "memory/device.h"
+#include "core/device.h"
+#include "core/instrument.h"
 
 namespace frugal::memory {
 
@@ -37,9 +37,9 @@ struct TraceEvent {
   int64_t allocated_bytes;  ///< device totals after the event
   int64_t reserved_bytes;
   char tag[kTraceTagCapacity];  ///< the TraceTag active on the thread that caused it ("" if none)
-  const char* op;               ///< OpScope::current() on that thread ("" outside ops)
-  const void* module;           ///< ModuleScope::current() on that thread (nullptr outside modules)
-  Category category;            ///< effective_category() there; for Relabel, the block's new category
+  const char* op;               ///< core::OpScope::current() on that thread ("" outside ops)
+  const void* module;           ///< core::ModuleScope::current() on that thread (nullptr outside modules)
+  core::Category category;      ///< core::effective_category() there; for Relabel, the block's new category
 };
 
 /// Starts recording `device`'s allocator events into a fresh ring of `capacity`
@@ -53,6 +53,12 @@ std::vector<TraceEvent> trace_events(Device device);
 std::string trace_to_text(const std::vector<TraceEvent>& events);
 /// A JSON array of objects with the fields of TraceEvent (ptr and stream as hex strings).
 std::string trace_to_json(const std::vector<TraceEvent>& events);
+
+/// Declares that the live block at `data` (the start of an allocation made by
+/// `device`'s allocator, e.g. a Storage's DataPtr) now holds `category`: a
+/// gradient buffer that began as a backward temporary, a tensor that became a
+/// parameter. Recorded in the trace; does nothing when no profiler runs.
+void relabel(Device device, const void* data, core::Category category);
 
 /// Tags the allocator events this thread causes while it lives ("forward",
 /// "layer3.attention"); nests, restoring the outer tag on destruction. Tags longer

@@ -5,7 +5,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/ops/all.h"
-#include "memory/attribution.h"
+#include "core/instrument.h"
 #include "models/config_json.h"
 #include "models/group.h"
 #include "nn/attention.h"
@@ -99,7 +99,7 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c) {
 }
 
 Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const int64_t T = input_ids.size(1);
   const int64_t max_t = position_embeddings->weight.size(0);
   FRUGAL_CHECK(T <= max_t, "BertEmbeddings: sequence length ", T, " exceeds max_position_embeddings ", max_t);
@@ -119,7 +119,7 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 }
 
 Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const int64_t D = h.size(2) / num_heads;
   const Tensor q = nn::split_heads((*query)(h), num_heads), k = nn::split_heads((*key)(h), num_heads),
                v = nn::split_heads((*value)(h), num_heads);  // (B, H, T, D)
@@ -137,7 +137,7 @@ BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c)
 }
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   return (*LayerNorm)((*dropout)((*dense)(h)) + residual);
 }
 
@@ -151,7 +151,7 @@ BertLayer::BertLayer(const BertConfig& c) {
 }
 
 Tensor BertLayer::forward(const Tensor& h, const Tensor& mask) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor a = attention_output->forward(self_attention->forward(h, mask), h);
   return output->forward(gelu((*intermediate_dense)(a)), a);
 }
@@ -183,7 +183,7 @@ BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config(c) {
 
 BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                    const Tensor& token_type_ids) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   constexpr const char* op = "BertModel";
   FRUGAL_CHECK(input_ids.defined() && input_ids.dim() == 2 && !is_floating(input_ids.dtype()), op,
                ": input_ids must be (B, T) integers, got ", input_ids.defined() ? input_ids.describe() : "undefined");
@@ -228,7 +228,7 @@ TiedKeys BertForMaskedLM::tied_keys() const {
 BertMlmOutput BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                        const Tensor& token_type_ids, const Tensor& labels,
                                        const MlmForwardOptions& options) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor h = bert->forward(input_ids, attention_mask, token_type_ids).last_hidden_state;
   const Tensor t = (*transform_LayerNorm)(gelu((*transform_dense)(h)));
   const Tensor& decoder_weight = bert->embeddings->word_embeddings->weight;
@@ -254,7 +254,7 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
 
 BertClassifierOutput BertForSequenceClassification::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                                             const Tensor& token_type_ids, const Tensor& labels) {
-  memory::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
+  core::ModuleScope scope(this);  // multi-input forwards name themselves for the profiler
   const Tensor pooled = bert->forward(input_ids, attention_mask, token_type_ids).pooler_output;
   BertClassifierOutput out;
   out.logits = (*classifier)((*dropout)(pooled));  // (B, num_labels)

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "nn/file.h"
 
 namespace frugal::models {

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "nn/json.h"
+#include "core/json.h"
 
 namespace frugal::models {
 

@@ -183,7 +183,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, M
 
 AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                             const AttentionForwardOptions& o) {
-  memory::ModuleScope scope(this);  // a multi-input forward names itself for the profiler
+  core::ModuleScope scope(this);  // a multi-input forward names itself for the profiler
   FRUGAL_CHECK(query.defined() && key.defined() && value.defined(), kOp, ": undefined query, key or value");
   const bool batched = query.dim() == 3;
   FRUGAL_CHECK((query.dim() == 3 || query.dim() == 2) && key.dim() == query.dim() && value.dim() == query.dim(), kOp,

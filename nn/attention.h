@@ -80,7 +80,7 @@ class MultiheadAttention : public Module {
                           const AttentionForwardOptions& options = {});
   AttentionOutput operator()(const Tensor& query, const Tensor& key, const Tensor& value,
                              const AttentionForwardOptions& options = {}) {
-    memory::ModuleScope scope(this);  // for the memory profiler, as UnaryModule::operator()
+    core::ModuleScope scope(this);  // for the memory profiler, as UnaryModule::operator()
     return forward(query, key, value, options);
   }
 

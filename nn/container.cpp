@@ -14,7 +14,7 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> module) {
 Tensor Sequential::forward(const Tensor& x) { return run(x); }
 
 Tensor Sequential::consume(Tensor x) {
-  memory::ModuleScope scope(this);  // what operator() would have done
+  core::ModuleScope scope(this);  // what operator() would have done
   return run(std::move(x));
 }
 

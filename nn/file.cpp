@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal::nn {
 

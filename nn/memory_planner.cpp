@@ -81,8 +81,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "autograd/ops/reduce.h"
+#include "core/stream.h"
 #include "memory/allocator.h"
-#include "memory/stream.h"
 #include "tensor/ops/fill.h"
 
 namespace frugal::nn {

@@ -6,7 +6,8 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
-#include "memory/attribution.h"
+#include "core/instrument.h"
+#include "memory/trace.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 
@@ -28,14 +29,14 @@ Tensor Module::register_parameter(const std::string& name, Tensor value, bool re
   value = value.detach();  // a parameter is always a leaf
   if (requires_grad) value.requires_grad_();
   // Made before it was a parameter (by init, a factory, a load): it is one from now on.
-  memory::relabel(value.device(), value.impl().storage->data.get(), memory::Category::Parameters);
+  memory::relabel(value.device(), value.impl().storage->data.get(), core::Category::Parameters);
   params_.emplace_back(name, value);
   return value;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor value) {
   check_new_name(name);
-  if (value.defined()) memory::relabel(value.device(), value.impl().storage->data.get(), memory::Category::Parameters);
+  if (value.defined()) memory::relabel(value.device(), value.impl().storage->data.get(), core::Category::Parameters);
   buffers_.emplace_back(name, value);
   return value;
 }
@@ -128,16 +129,16 @@ void convert_in_place(const Tensor& t, Device device, DType dtype) {
 
 // Missing device or dtype: each tensor keeps its own. Only floating tensors change dtype.
 void convert_all(Module& m, std::optional<Device> device, std::optional<DType> dtype) {
-  auto convert = [&](const Tensor& t, DType own, memory::Category category) {
-    memory::CategoryScope scope(category);  // for the memory profiler
+  auto convert = [&](const Tensor& t, DType own, core::Category category) {
+    core::CategoryScope scope(category);  // for the memory profiler
     convert_in_place(t, device.value_or(t.device()), dtype && is_floating(own) ? *dtype : own);
   };
   for (auto& [name, p] : m.named_parameters()) {
     const DType own = p.dtype();
-    convert(p, own, memory::Category::Parameters);
-    if (p.grad().defined()) convert(p.grad(), own, memory::Category::Gradients);
+    convert(p, own, core::Category::Parameters);
+    if (p.grad().defined()) convert(p.grad(), own, core::Category::Gradients);
   }
-  for (auto& [name, b] : m.named_buffers()) convert(b, b.dtype(), memory::Category::Parameters);
+  for (auto& [name, b] : m.named_buffers()) convert(b, b.dtype(), core::Category::Parameters);
 }
 }  // namespace
 

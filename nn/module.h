@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/attribution.h"
+#include "core/instrument.h"
 #include "tensor/tensor.h"
 
 namespace frugal::nn {
@@ -103,7 +103,7 @@ class UnaryModule : public Module {
   /// Runs forward under this module's name for the memory profiler (a thread-local
   /// pointer write): call modules as m(x), not m.forward(x), to attribute their ops.
   Tensor operator()(const Tensor& x) {
-    memory::ModuleScope scope(this);
+    core::ModuleScope scope(this);
     return forward(x);
   }
 };

@@ -18,8 +18,8 @@
 #include <random>
 #include <tuple>
 
+#include "core/json.h"
 #include "nn/file.h"
-#include "nn/json.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 
@@ -33,7 +33,7 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 // byte of data, with the rules of the reference implementation (safetensors'
 // tensor.rs, Metadata::validate):
 //   - at least 8 bytes; the header length N at most 100 MB and at most what follows it;
-//   - the header is strict JSON (nn/json.h: UTF-8, no duplicate keys), an object whose
+//   - the header is strict JSON (core/json.h: UTF-8, no duplicate keys), an object whose
 //     "__metadata__" member, if any, maps strings to strings, and whose other members
 //     are {"dtype": string, "shape": [uint...], "data_offsets": [begin, end]}, no more;
 //   - the product of the sizes (zeros counted as 1, so that strides fit too; see Note

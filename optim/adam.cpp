@@ -3,8 +3,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
-#include "memory/attribution.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "optim/step_util.h"
 #include "tensor/factory.h"
 
@@ -69,8 +68,8 @@ void Adam::check_state(const ParamState& st, const std::string& prefix) const {
 
 void Adam::step() {
   autograd::NoGradGuard no_grad;
-  memory::CategoryScope category(memory::Category::OptimizerState);  // for the profiler: its state and buffers
-  memory::OpScope op(name());                                        // and its time
+  core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
+  core::OpScope op(name());                                      // and its time
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::AdamEntry> batches;
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "memory/device.h"
+#include "core/device.h"
 #include "tensor/dtype.h"
 
 namespace frugal::optim::detail {

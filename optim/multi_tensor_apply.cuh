@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "memory/allocator.h"
-#include "memory/cuda_check.h"
 #include "optim/multi_tensor.h"
 #include "tensor/cuda/cuda_utils.h"
 

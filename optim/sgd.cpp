@@ -1,8 +1,7 @@
 #include "optim/sgd.h"
 
 #include "autograd/grad_mode.h"
-#include "memory/attribution.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "optim/step_util.h"
 #include "tensor/factory.h"
 
@@ -34,8 +33,8 @@ void SGD::check_group(const ParamGroup& group, size_t g) const {
 
 void SGD::step() {
   autograd::NoGradGuard no_grad;
-  memory::CategoryScope category(memory::Category::OptimizerState);  // for the profiler: its state and buffers
-  memory::OpScope op(name());                                        // and its time
+  core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
+  core::OpScope op(name());                                      // and its time
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::SgdEntry> batches;
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.

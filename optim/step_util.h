@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/device.h"
+#include "core/device.h"
 #include "optim/multi_tensor.h"
 #include "optim/optimizer.h"
 #include "tensor/device_dispatch.h"

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <vector>
 
-#include "memory/error.h"
+#include "core/error.h"
 #ifdef FRUGAL_WITH_CUDA
 #include "parallel/nccl_communicator.h"
 #endif

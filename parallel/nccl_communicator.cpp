@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "memory/allocator.h"
-#include "memory/cuda_check.h"
 #include "tensor/factory.h"
 
 namespace frugal::parallel {

@@ -22,7 +22,7 @@
 #include <array>
 #include <memory>
 
-#include "memory/stream.h"
+#include "core/stream.h"
 #include "parallel/communicator.h"
 
 namespace frugal::parallel {

@@ -58,8 +58,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
-#include "memory/profile_recorder.h"
-#include "memory/stream.h"
+#include "core/instrument.h"
+#include "core/stream.h"
 #include "tensor/factory.h"
 
 namespace frugal::parallel {
@@ -254,9 +254,9 @@ struct BusyClock {
   void timed(F&& f) {
     if (!enabled) return f();
     if (device.is_cuda()) {
-      void* start = memory::detail::record_timing_event(device);
+      void* start = core::record_timing_event(device);
       f();
-      events.emplace_back(start, memory::detail::record_timing_event(device));
+      events.emplace_back(start, core::record_timing_event(device));
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -266,9 +266,9 @@ struct BusyClock {
   /// Adds the device's busy time to `busy` and returns the events (the stream has finished).
   void collect() {
     for (auto& [start, end] : events) {
-      busy += memory::detail::timing_event_elapsed_ms(start, end) * 1e-3;
-      memory::detail::release_timing_event(start);
-      memory::detail::release_timing_event(end);
+      busy += core::timing_event_elapsed_ms(start, end) * 1e-3;
+      core::release_timing_event(start);
+      core::release_timing_event(end);
     }
     events.clear();
   }

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal::parallel {
 

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "nn/json.h"
+#include "core/json.h"
 #include "profiler/session.h"
 
 namespace frugal::profiler {
@@ -19,8 +19,8 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 
 // "forward", "backward" or "optimizer": Perfetto colours and filters by it.
-const char* phase_of(const memory::OpRecord& r) {
-  if (r.category == memory::Category::OptimizerState) return "optimizer";
+const char* phase_of(const core::OpRecord& r) {
+  if (r.category == core::Category::OptimizerState) return "optimizer";
   const std::string_view op = r.op;
   if (ends_with(op, "Backward") || op == "AccumulateGrad" || op == "backward") return "backward";
   return "forward";
@@ -79,7 +79,7 @@ std::string Session::chrome_trace() const {
     w.end();
   }
 
-  for (const memory::OpRecord& r : ops_) {
+  for (const core::OpRecord& r : ops_) {
     const std::string module = module_name(r.module);
     auto args = [&](double device_ms) {
       w.raw(", \"cat\": \"");
@@ -116,8 +116,8 @@ std::string Session::chrome_trace() const {
     w.end();
     w.begin("bytes by category", "C", w.us(p.time_ns), 0, 0);
     w.raw(", \"args\": {");
-    for (int c = 1; c < memory::kNumCategories; ++c)
-      append_int(w, memory::to_string(static_cast<memory::Category>(c)), p.by_category[static_cast<size_t>(c)], c == 1);
+    for (int c = 1; c < core::kNumCategories; ++c)
+      append_int(w, core::to_string(static_cast<core::Category>(c)), p.by_category[static_cast<size_t>(c)], c == 1);
     w.raw("}");
     w.end();
   };

@@ -49,7 +49,7 @@ std::string Session::top_allocations_table(size_t n) const {
     const AllocationGroup& g = at_peak_[i];
     if (i < n) {
       out += line("%-24s %-28s %-16s %8" PRId64 " %12s %7s", fit(g.op, 24).c_str(), fit(g.module, 28).c_str(),
-                  memory::to_string(g.category), g.blocks, format_bytes(g.bytes).c_str(),
+                  core::to_string(g.category), g.blocks, format_bytes(g.bytes).c_str(),
                   percent(g.bytes, peak_allocated_).c_str());
     } else {
       rest_bytes += g.bytes;
@@ -65,9 +65,9 @@ std::string Session::top_allocations_table(size_t n) const {
   out += line("%-24s %-28s %-16s %8s %12s", "total at peak", "", "", "", format_bytes(peak_allocated_).c_str());
   out += "By category at the peak:";
   const auto by_category = category_bytes_at_peak();
-  for (int c = 1; c < memory::kNumCategories; ++c)
+  for (int c = 1; c < core::kNumCategories; ++c)
     if (by_category[static_cast<size_t>(c)])
-      out += std::string(" ") + memory::to_string(static_cast<memory::Category>(c)) + " " +
+      out += std::string(" ") + core::to_string(static_cast<core::Category>(c)) + " " +
              format_bytes(by_category[static_cast<size_t>(c)]) + " (" +
              percent(by_category[static_cast<size_t>(c)], peak_allocated_) + ")";
   return out + "\n";
@@ -134,7 +134,7 @@ std::string Session::snapshot_text(size_t max_blocks) const {
         auto it = owners_at_stop_.find(b.ptr);
         owner = it == owners_at_stop_.end()
                     ? "  (not seen by the trace)"
-                    : "  " + std::string(memory::to_string(it->second.category)) + "  " + it->second.op +
+                    : "  " + std::string(core::to_string(it->second.category)) + "  " + it->second.op +
                           (it->second.module.empty() ? "" : " in " + it->second.module);
       }
       out += line("  +%-10zu %12s  %-15s%s", offset, format_bytes(static_cast<int64_t>(b.size)).c_str(), state,

@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -59,17 +59,17 @@ void Session::attach(const nn::Module& model, const std::string& name) {
   };
   for (const auto& [key, p] : model.named_parameters()) {
     const void* owner = owner_of(key);
-    if (const void* d = storage_data(p)) known_blocks_[d] = {memory::Category::Parameters, owner};
-    if (const void* g = storage_data(p.grad())) known_blocks_[g] = {memory::Category::Gradients, owner};
+    if (const void* d = storage_data(p)) known_blocks_[d] = {core::Category::Parameters, owner};
+    if (const void* g = storage_data(p.grad())) known_blocks_[g] = {core::Category::Gradients, owner};
   }
   for (const auto& [key, b] : model.named_buffers())
-    if (const void* d = storage_data(b)) known_blocks_[d] = {memory::Category::Parameters, owner_of(key)};
+    if (const void* d = storage_data(b)) known_blocks_[d] = {core::Category::Parameters, owner_of(key)};
 }
 
 void Session::attach(const optim::Optimizer& optimizer) {
   for (const auto& [key, t] : optimizer.state_dict())
     if (key.rfind("state.", 0) == 0)
-      if (const void* d = storage_data(t)) known_blocks_[d] = {memory::Category::OptimizerState, nullptr};
+      if (const void* d = storage_data(t)) known_blocks_[d] = {core::Category::OptimizerState, nullptr};
 }
 
 void Session::start() {
@@ -80,13 +80,13 @@ void Session::start() {
   at_peak_.clear();
   owners_at_stop_.clear();
   lost_events_ = 0;
-  memory::detail::begin_recording(options_.device, options_.time_ops);  // first: it refuses a second session
+  core::begin_recording(options_.device, options_.time_ops);  // first: it refuses a second session
   // Trace on before the snapshot: a block another thread allocates in between is then
   // in both, which the replay tolerates, rather than in neither.
   try {
     memory::enable_trace(options_.device, options_.trace_capacity);
   } catch (...) {
-    memory::detail::end_recording();
+    core::end_recording();
     throw;
   }
   start_snapshot_ = memory::snapshot(options_.device);
@@ -100,12 +100,12 @@ void Session::start() {
 void Session::stop() {
   FRUGAL_CHECK(running_, "profiler: stop() without start()");
   running_ = false;
-  ops_ = memory::detail::end_recording();  // synchronizes the device first
+  ops_ = core::end_recording();  // synchronizes the device first
   stop_ns_ = now_ns();
   events_ = memory::trace_events(options_.device);
   memory::disable_trace(options_.device);
   for (memory::TraceEvent& e : events_)  // copies of the op names, so the reports outlive them
-    if (e.op && *e.op) e.op = memory::detail::intern(e.op);
+    if (e.op && *e.op) e.op = core::intern(e.op);
   final_snapshot_ = memory::snapshot(options_.device);
   analyse();
 }
@@ -129,7 +129,7 @@ Session::LiveMap Session::initial_live() const {
   for (const memory::SegmentInfo& seg : start_snapshot_)
     for (const memory::BlockInfo& b : seg.blocks) {
       if (b.state != memory::BlockState::Allocated) continue;
-      Live l{static_cast<int64_t>(b.size), memory::Category::Other, kBeforeStart, nullptr};
+      Live l{static_cast<int64_t>(b.size), core::Category::Other, kBeforeStart, nullptr};
       if (auto it = known_blocks_.find(b.ptr); it != known_blocks_.end()) {
         l.category = it->second.first;
         l.module = it->second.second;
@@ -142,7 +142,7 @@ Session::LiveMap Session::initial_live() const {
 // See Note [Replaying the trace]. Replays events [0, until) over `live`.
 void Session::replay(const LiveMap& initial, size_t until, LiveMap& live, std::vector<TimelinePoint>* timeline) const {
   live = initial;
-  std::array<int64_t, memory::kNumCategories> by_category{};
+  std::array<int64_t, core::kNumCategories> by_category{};
   for (const auto& [ptr, l] : live) by_category[static_cast<size_t>(l.category)] += l.size;
   if (timeline) timeline->push_back({start_ns_, start_allocated_, start_reserved_, by_category});
   for (size_t i = 0; i < until && i < events_.size(); ++i) {
@@ -194,7 +194,7 @@ void Session::analyse() {
     owners_at_stop_[ptr] = BlockOwner{op_label(l.op), module_name(l.module), l.category};
 
   replay(initial, peak_until, live, nullptr);
-  std::map<std::tuple<std::string, std::string, memory::Category>, AllocationGroup> groups;
+  std::map<std::tuple<std::string, std::string, core::Category>, AllocationGroup> groups;
   int64_t sum = 0;
   for (const auto& [ptr, l] : live) {
     std::string op = op_label(l.op), module = module_name(l.module);
@@ -206,13 +206,13 @@ void Session::analyse() {
   }
   for (auto& [key, g] : groups) at_peak_.push_back(std::move(g));
   if (sum != peak_allocated_)  // only after an overflow (or blocks allocated during start())
-    at_peak_.push_back(AllocationGroup{"(trace overflow)", "", memory::Category::Other, peak_allocated_ - sum, 0});
+    at_peak_.push_back(AllocationGroup{"(trace overflow)", "", core::Category::Other, peak_allocated_ - sum, 0});
   std::stable_sort(at_peak_.begin(), at_peak_.end(),
                    [](const AllocationGroup& a, const AllocationGroup& b) { return a.bytes > b.bytes; });
 }
 
-std::array<int64_t, memory::kNumCategories> Session::category_bytes_at_peak() const {
-  std::array<int64_t, memory::kNumCategories> out{};
+std::array<int64_t, core::kNumCategories> Session::category_bytes_at_peak() const {
+  std::array<int64_t, core::kNumCategories> out{};
   for (const AllocationGroup& g : at_peak_) out[static_cast<size_t>(g.category)] += g.bytes;
   return out;
 }
@@ -223,7 +223,7 @@ std::vector<OpTime> Session::op_times() const {
   std::vector<double> self_ms(ops_.size());
   std::map<uint32_t, std::vector<size_t>> open;  // by thread
   for (size_t i = 0; i < ops_.size(); ++i) {
-    const memory::OpRecord& r = ops_[i];
+    const core::OpRecord& r = ops_[i];
     self_ms[i] = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
     std::vector<size_t>& stack = open[r.thread];
     while (!stack.empty() && ops_[stack.back()].end_ns <= r.start_ns) stack.pop_back();
@@ -232,7 +232,7 @@ std::vector<OpTime> Session::op_times() const {
   }
   std::map<std::string, OpTime> by_op;
   for (size_t i = 0; i < ops_.size(); ++i) {
-    const memory::OpRecord& r = ops_[i];
+    const core::OpRecord& r = ops_[i];
     OpTime& t = by_op[r.op];
     if (t.calls == 0) t = OpTime{r.op, 0, 0.0, 0.0, -1.0};
     ++t.calls;

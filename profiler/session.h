@@ -1,6 +1,6 @@
 #pragma once
 // The memory profiler: records one device's allocator events (each naming its op,
-// module and category, see memory/attribution.h) and every op's host and device
+// module and category, see core/instrument.h) and every op's host and device
 // times between start() and stop(), then answers "what filled my memory" and
 // "where did the time go":
 //
@@ -32,9 +32,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/instrument.h"
 #include "memory/allocator.h"
-#include "memory/attribution.h"
-#include "memory/profile_recorder.h"
 #include "memory/trace.h"
 
 namespace frugal::nn {
@@ -56,7 +55,7 @@ struct Options {
 struct AllocationGroup {
   std::string op;      ///< the op that allocated them; "(outside ops)", "(before start)"
   std::string module;  ///< dotted module path, "" outside every module
-  memory::Category category;
+  core::Category category;
   int64_t bytes;  ///< rounded block sizes, as allocated_bytes counts them
   int64_t blocks;
 };
@@ -75,13 +74,13 @@ struct TimelinePoint {
   int64_t time_ns;  ///< steady clock
   int64_t allocated;
   int64_t reserved;
-  std::array<int64_t, memory::kNumCategories> by_category;  ///< indexed by Category
+  std::array<int64_t, core::kNumCategories> by_category;  ///< indexed by Category
 };
 
 /// A live block at the end of the session, for the snapshot dump.
 struct BlockOwner {
   std::string op, module;
-  memory::Category category;
+  core::Category category;
 };
 
 class Session {
@@ -109,7 +108,7 @@ class Session {
   // ---- results, after stop() ----------------------------------------------------------
   const Options& options() const { return options_; }
   const std::vector<memory::TraceEvent>& events() const { return events_; }
-  const std::vector<memory::OpRecord>& op_records() const { return ops_; }
+  const std::vector<core::OpRecord>& op_records() const { return ops_; }
   /// The dotted name `attach` gave a module; "" for none, "module@0x..." for one not attached.
   std::string module_name(const void* module) const;
   /// Allocated bytes at the start and at the peak (the highest point of the session).
@@ -122,7 +121,7 @@ class Session {
   /// Every group live at the peak, largest first; their bytes add up to peak_allocated().
   const std::vector<AllocationGroup>& live_at_peak() const { return at_peak_; }
   /// Bytes per category at the peak (indexed by Category).
-  std::array<int64_t, memory::kNumCategories> category_bytes_at_peak() const;
+  std::array<int64_t, core::kNumCategories> category_bytes_at_peak() const;
   /// One point per trace event, after the start point.
   const std::vector<TimelinePoint>& timeline() const { return timeline_; }
   /// Per op name, by self time, largest first.
@@ -157,7 +156,7 @@ class Session {
  private:
   struct Live {
     int64_t size;
-    memory::Category category;
+    core::Category category;
     const char* op;
     const void* module;
   };
@@ -171,14 +170,14 @@ class Session {
   Options options_;
   bool running_ = false;
   std::unordered_map<const void*, std::string> module_names_;
-  std::unordered_map<const void*, std::pair<memory::Category, const void*>> known_blocks_;  // from attach
+  std::unordered_map<const void*, std::pair<core::Category, const void*>> known_blocks_;  // from attach
 
   // Recorded
   int64_t start_ns_ = 0, stop_ns_ = 0;
   int64_t start_allocated_ = 0, start_reserved_ = 0;
   std::vector<memory::SegmentInfo> start_snapshot_, final_snapshot_;
   std::vector<memory::TraceEvent> events_;
-  std::vector<memory::OpRecord> ops_;
+  std::vector<core::OpRecord> ops_;
 
   // Analysed
   uint64_t lost_events_ = 0;

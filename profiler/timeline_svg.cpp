@@ -15,7 +15,7 @@ namespace frugal::profiler {
 
 namespace {
 
-using memory::Category;
+using core::Category;
 
 constexpr Category kDrawn[] = {Category::Parameters,  Category::Gradients, Category::OptimizerState,
                                Category::Activations, Category::Workspace, Category::Other};
@@ -128,7 +128,7 @@ std::string areas_and_reserved(const Plot& p, const std::vector<Sample>& samples
       d += " L" + fmt("%.2f,%.2f", p.X(next_ms(i)), p.Y(at(i, false)));
       d += " L" + fmt("%.2f,%.2f", p.X(samples[i].ms), p.Y(at(i, false)));
     }
-    svg += std::string("<path class=\"category\" data-category=\"") + memory::to_string(kDrawn[k]) + "\" fill=\"" +
+    svg += std::string("<path class=\"category\" data-category=\"") + core::to_string(kDrawn[k]) + "\" fill=\"" +
            kColour[k] + "\" fill-opacity=\"0.85\" stroke=\"none\" d=\"" + d + " Z\"/>\n";
   }
   std::string points;
@@ -172,7 +172,7 @@ std::string legend(const Plot& p) {
   for (size_t k = 6; k-- > 0; ly += 20) {
     svg += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\"", lx, ly);
     svg += std::string(" fill=\"") + kColour[k] + "\"/>\n";
-    svg += fmt("<text x=\"%.1f\" y=\"%.1f\">", lx + 20, ly + 11) + memory::to_string(kDrawn[k]) + "</text>\n";
+    svg += fmt("<text x=\"%.1f\" y=\"%.1f\">", lx + 20, ly + 11) + core::to_string(kDrawn[k]) + "</text>\n";
   }
   svg += fmt("<line x1=\"%.1f\" y1=\"%.1f\"", lx, ly + 7);
   svg += fmt(" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-width=\"1.5\" stroke-dasharray=\"6,3\"/>\n", lx + 14,

@@ -2,8 +2,8 @@
 // Device dispatch for raw ops: the front-end (tensor/ops/<op>.cpp) validates,
 // allocates the output and calls ops::cpu::<kernel> or ops::cuda::<kernel>.
 // In a CPU-only build the CUDA branch becomes a clear error, never a link failure.
-#include "memory/device.h"
-#include "memory/error.h"
+#include "core/device.h"
+#include "core/error.h"
 
 namespace frugal {
 [[noreturn]] void throw_no_cuda(const char* op, Device d);

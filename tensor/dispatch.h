@@ -4,8 +4,8 @@
 // the device (docs/design.md, "Errors"), so no op ever falls through silently.
 //
 //   dispatch_floating(x.dtype(), "exp", x.device(), [&]<typename T>() { exp_kernel<T>(...); });
-#include "memory/device.h"
-#include "memory/error.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "tensor/dtype.h"
 
 namespace frugal {

@@ -1,6 +1,6 @@
 #include "tensor/dtype.h"
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal {
 

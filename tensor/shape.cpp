@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal {
 

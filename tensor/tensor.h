@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "memory/data_ptr.h"
-#include "memory/device.h"
-#include "memory/error.h"
+#include "core/data_ptr.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "tensor/dtype.h"
 #include "tensor/shape.h"
 

@@ -10,7 +10,7 @@
 #include "autograd/ops/flash_attention.h"
 #include "autograd/ops/masked_softmax.h"
 #include "autograd/ops/matmul.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/flash_attention.h"
 
 namespace frugal {
@@ -20,7 +20,7 @@ using autocast::Policy;
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     bool is_causal, double dropout_p, std::optional<double> scale, Generator* gen) {
   constexpr const char* op = "scaled_dot_product_attention";
-  memory::OpScope scope(op);
+  core::OpScope scope(op);
   FRUGAL_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined query, key or value");
   if (autocast::is_enabled(q.device().type)) {  // one op to autocast: cast once, no policy inside (Note [Autocast])
     const auto c = autocast::cast_inputs(Policy::Lower, {&q, &k, &v, &attn_mask});

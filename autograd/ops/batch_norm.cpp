@@ -3,7 +3,7 @@
 #include "autograd/ops/batch_norm.h"
 
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/batch_norm.h"
 
 namespace frugal {
@@ -70,7 +70,7 @@ struct BatchNormAddReluBackward final : Node {
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  memory::OpScope scope("batch_norm");  // keeps a low-precision input (Note [Autocast])
+  core::OpScope scope("batch_norm");  // keeps a low-precision input (Note [Autocast])
   ops::BatchNormResult r = autograd::raw(
       [&] { return ops::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps); });
   if (auto node = make_node<BatchNormBackward>({x, weight, bias})) {
@@ -100,7 +100,7 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual) {
   // Keeps low-precision inputs, as batch_norm (Note [Autocast]).
-  memory::OpScope scope(residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu");
+  core::OpScope scope(residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu");
   ops::BatchNormResult r = autograd::raw([&] {
     return ops::batch_norm_add_relu(x, residual, running_mean, running_var, weight, bias, training, momentum, eps);
   });

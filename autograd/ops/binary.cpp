@@ -10,7 +10,7 @@
 #include "autograd/function.h"
 #include "autograd/ops/inplace.h"
 #include "autograd/ops/unary.h"  // affine, reciprocal: rsub and rdiv
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/unary.h"  // ops::neg, ops::log
@@ -198,7 +198,7 @@ Tensor scalar_op(const char* label, const Tensor& out, const Tensor& x, double f
 }
 
 Tensor add_op(const char* op, const char* label, const Tensor& a, const Tensor& b, double alpha) {
-  memory::OpScope scope(op);
+  core::OpScope scope(op);
   // sub(a, b, alpha) is add(a, b, -alpha) exactly (negation is exact).
   Tensor out = autograd::raw([&] { return ops::add(a, b, alpha); });
   if (auto node = make_node<AddBackward>({a, b})) {
@@ -212,7 +212,7 @@ Tensor add_op(const char* op, const char* label, const Tensor& a, const Tensor& 
 }
 
 Tensor max_min(bool is_max, const Tensor& a, const Tensor& b) {
-  memory::OpScope scope(is_max ? "maximum" : "minimum");
+  core::OpScope scope(is_max ? "maximum" : "minimum");
   Tensor out = autograd::raw([&] { return is_max ? ops::maximum(a, b) : ops::minimum(a, b); });
   if (auto node = make_node<MaximumMinimumBackward>({a, b})) {
     node->a = a;
@@ -233,7 +233,7 @@ Tensor snapshot(const Tensor& t) {
 }
 
 const Tensor& add_inplace(const char* op, const char* label, const Tensor& self, const Tensor& other, double alpha) {
-  memory::OpScope scope(op);
+  core::OpScope scope(op);
   if (!must_record_inplace(op, self, &other)) {
     autograd::raw([&] { ops::add_(self, other, alpha); });
     return self;
@@ -250,7 +250,7 @@ const Tensor& add_inplace(const char* op, const char* label, const Tensor& self,
 
 const Tensor& scalar_inplace(const char* op, const char* label, const Tensor& self, double factor,
                              const Tensor& (*raw_op)(const Tensor&, double), double s) {
-  memory::OpScope scope(op);
+  core::OpScope scope(op);
   if (!must_record_inplace(op, self, nullptr)) {
     autograd::raw([&] { raw_op(self, s); });
     return self;
@@ -273,7 +273,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_op("add"
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_op("sub", "SubBackward", a, b, -alpha); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("mul");
+  core::OpScope scope("mul");
   Tensor out = autograd::raw([&] { return ops::mul(a, b); });
   if (auto node = make_node<MulBackward>({a, b})) {
     if (wants_grad(*node, 1)) node->a = a;
@@ -286,7 +286,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("div");
+  core::OpScope scope("div");
   Tensor out = autograd::raw([&] { return ops::div(a, b); });
   if (auto node = make_node<DivBackward>({a, b})) {
     if (wants_grad(*node, 1)) node->a = a;
@@ -302,7 +302,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(true, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(false, a, b); }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("pow");
+  core::OpScope scope("pow");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&a, &b})) return pow((*c)[0], (*c)[1]);
   Tensor out = autograd::raw([&] { return ops::pow(a, b); });
   if (auto node = make_node<PowBackward>({a, b})) {
@@ -317,31 +317,31 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(const Tensor& x, double s) {
-  memory::OpScope scope("add");
+  core::OpScope scope("add");
   return scalar_op("AddBackward", autograd::raw([&] { return ops::add(x, s); }), x, 1.0);
 }
 Tensor sub(const Tensor& x, double s) {
-  memory::OpScope scope("sub");
+  core::OpScope scope("sub");
   return scalar_op("SubBackward", autograd::raw([&] { return ops::sub(x, s); }), x, 1.0);
 }
 Tensor mul(const Tensor& x, double s) {
-  memory::OpScope scope("mul");
+  core::OpScope scope("mul");
   return scalar_op("MulBackward", autograd::raw([&] { return ops::mul(x, s); }), x, s);
 }
 Tensor div(const Tensor& x, double s) {
-  memory::OpScope scope("div");
+  core::OpScope scope("div");
   return scalar_op("DivBackward", autograd::raw([&] { return ops::div(x, s); }), x, 1.0 / s);
 }
 
 Tensor rsub(const Tensor& x, double s) {
-  memory::OpScope scope("rsub");
+  core::OpScope scope("rsub");
   FRUGAL_CHECK(x.defined(), "rsub: undefined input tensor");
   if (is_floating(x.dtype())) return affine(x, -1.0, s);  // one pass, one rounding
   return ops::add(ops::neg(x), s);                        // integers: no gradient, PyTorch's promotion
 }
 
 Tensor rdiv(const Tensor& x, double s) {
-  memory::OpScope scope("rdiv");
+  core::OpScope scope("rdiv");
   FRUGAL_CHECK(x.defined(), "rdiv: undefined input tensor");
   if (s == 1.0 && is_floating(x.dtype())) return reciprocal(x);
   // A 0-d numerator broadcast by div: one pass. Integer x divides as float32 (true division).
@@ -350,7 +350,7 @@ Tensor rdiv(const Tensor& x, double s) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("where");  // promotes natively (Note [Autocast])
+  core::OpScope scope("where");  // promotes natively (Note [Autocast])
   Tensor out = autograd::raw([&] { return ops::where(cond, a, b); });
   if (auto node = make_node<WhereBackward>({cond, a, b})) {
     node->cond = cond;
@@ -362,7 +362,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  memory::OpScope scope("masked_fill");
+  core::OpScope scope("masked_fill");
   Tensor out = autograd::raw([&] { return ops::masked_fill(x, mask, value); });
   if (auto node = make_node<MaskedFillBackward>({x})) {
     node->mask = mask;
@@ -382,7 +382,7 @@ const Tensor& sub_(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 const Tensor& mul_(const Tensor& self, const Tensor& other) {
-  memory::OpScope scope("mul_");
+  core::OpScope scope("mul_");
   if (!must_record_inplace("mul_", self, &other)) {
     autograd::raw([&] { ops::mul_(self, other); });
     return self;
@@ -398,7 +398,7 @@ const Tensor& mul_(const Tensor& self, const Tensor& other) {
 }
 
 const Tensor& div_(const Tensor& self, const Tensor& other) {
-  memory::OpScope scope("div_");
+  core::OpScope scope("div_");
   if (!must_record_inplace("div_", self, &other)) {
     autograd::raw([&] { ops::div_(self, other); });
     return self;
@@ -421,7 +421,7 @@ const Tensor& div_(const Tensor& x, double s) {
 }
 
 const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
-  memory::OpScope scope("masked_fill_");
+  core::OpScope scope("masked_fill_");
   if (!must_record_inplace("masked_fill_", x, nullptr)) {
     autograd::raw([&] { ops::masked_fill_(x, mask, value); });
     return x;
@@ -438,11 +438,11 @@ const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
 
 #define FRUGAL_FORWARD_COMPARISON(op)                    \
   Tensor op(const Tensor& a, const Tensor& b) {          \
-    memory::OpScope scope(#op);                          \
+    core::OpScope scope(#op);                            \
     return autograd::raw([&] { return ops::op(a, b); }); \
   }                                                      \
   Tensor op(const Tensor& x, double s) {                 \
-    memory::OpScope scope(#op);                          \
+    core::OpScope scope(#op);                            \
     return autograd::raw([&] { return ops::op(x, s); }); \
   }
 FRUGAL_FORWARD_COMPARISON(eq)
@@ -454,15 +454,15 @@ FRUGAL_FORWARD_COMPARISON(ge)
 #undef FRUGAL_FORWARD_COMPARISON
 
 Tensor logical_not(const Tensor& x) {
-  memory::OpScope scope("logical_not");
+  core::OpScope scope("logical_not");
   return autograd::raw([&] { return ops::logical_not(x); });
 }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("logical_and");
+  core::OpScope scope("logical_and");
   return autograd::raw([&] { return ops::logical_and(a, b); });
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("logical_or");
+  core::OpScope scope("logical_or");
   return autograd::raw([&] { return ops::logical_or(a, b); });
 }
 

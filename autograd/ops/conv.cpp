@@ -3,7 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/reduce.h"
 
@@ -46,7 +46,7 @@ struct Conv2dBackward final : Node {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
-  memory::OpScope scope("conv2d");
+  core::OpScope scope("conv2d");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias}))
     return conv2d((*c)[0], (*c)[1], (*c)[2], options);
   if (x.defined() && x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // (C, H, W)

@@ -3,7 +3,7 @@
 #include "tensor/ops/copy.h"
 #include "autograd/function.h"
 #include "autograd/ops/inplace.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 
 namespace frugal {
@@ -35,7 +35,7 @@ class CopyBackward final : public autograd::Node {
 }  // namespace
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
-  memory::OpScope scope("copy_");
+  core::OpScope scope("copy_");
   FRUGAL_CHECK(src.defined(), "copy_: undefined source tensor (destination ", describe(), ")");
   const bool record = autograd::must_record_inplace("copy_", *this, &src);
   std::shared_ptr<CopyBackward> node;

@@ -2,7 +2,7 @@
 #include "autograd/ops/dropout.h"
 
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/dropout.h"
 
 namespace frugal {
@@ -25,7 +25,7 @@ struct DropoutBackward final : Node {
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
-  memory::OpScope scope("dropout");
+  core::OpScope scope("dropout");
   FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p,
                x.defined() ? " (input " + x.describe() + ")" : std::string());
   if (!training || p == 0.0) return x;

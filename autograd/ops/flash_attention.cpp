@@ -4,7 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/flash_attention.h"
 
 namespace frugal {
@@ -45,7 +45,7 @@ struct FlashAttentionBackward final : Node {
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, bool is_causal,
                        double dropout_p, std::optional<double> scale, Generator* gen) {
   constexpr const char* op = "flash_attention";
-  memory::OpScope scope(op);
+  core::OpScope scope(op);
   if (auto c = autocast::cast_inputs(Policy::Lower, {&q, &k, &v, &attn_mask}))
     return flash_attention((*c)[0], (*c)[1], (*c)[2], (*c)[3], is_causal, dropout_p, scale, gen);
   FRUGAL_CHECK(!attn_mask.defined() || !attn_mask.requires_grad(), op, ": attn_mask ", attn_mask.describe(),

@@ -2,7 +2,7 @@
 #include "autograd/ops/index.h"
 
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/index.h"
@@ -124,7 +124,7 @@ void record_add_at_index(const Tensor& out, const Tensor& self, int64_t dim, con
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  memory::OpScope scope("index_select");
+  core::OpScope scope("index_select");
   Tensor out = autograd::raw([&] { return ops::index_select(x, dim, index); });
   if (auto node = make_node<IndexSelectBackward>({x})) {
     node->index = index;
@@ -137,7 +137,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  memory::OpScope scope("gather");
+  core::OpScope scope("gather");
   Tensor out = autograd::raw([&] { return ops::gather(x, dim, index); });
   if (auto node = make_node<GatherBackward>({x})) {
     node->index = index;
@@ -150,21 +150,21 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  memory::OpScope scope("scatter_add");
+  core::OpScope scope("scatter_add");
   Tensor out = autograd::raw([&] { return ops::scatter_add(self, dim, index, src); });
   record_add_at_index<ScatterAddBackward>(out, self, dim, index, src);
   return out;
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  memory::OpScope scope("index_add");
+  core::OpScope scope("index_add");
   Tensor out = autograd::raw([&] { return ops::index_add(self, dim, index, src); });
   record_add_at_index<IndexAddBackward>(out, self, dim, index, src);
   return out;
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
-  memory::OpScope scope("embedding");
+  core::OpScope scope("embedding");
   Tensor out = autograd::raw([&] { return ops::embedding(weight, indices); });  // checks weight and indices
   const int64_t num_weights = weight.size(0);
   FRUGAL_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < num_weights), "embedding: padding_idx ",
@@ -180,7 +180,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
-  memory::OpScope scope("one_hot");
+  core::OpScope scope("one_hot");
   return autograd::raw([&] { return ops::one_hot(index, num_classes); });
 }
 

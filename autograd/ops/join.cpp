@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/join.h"
 
@@ -116,7 +116,7 @@ std::vector<Tensor> record_split(const char* label, const Tensor& x, int64_t dim
 
 // cat and stack promote natively under autocast (Note [Autocast]).
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  memory::OpScope scope("cat");
+  core::OpScope scope("cat");
   Tensor out = autograd::raw([&] { return ops::cat(tensors, dim); });
   if (auto node = make_node<CatBackward>(tensors)) {
     // The raw op has validated everything; the first non-skipped input sets the rank.
@@ -142,7 +142,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  memory::OpScope scope("stack");
+  core::OpScope scope("stack");
   Tensor out = autograd::raw([&] { return ops::stack(tensors, dim); });
   if (auto node = make_node<StackBackward>(tensors)) {
     node->dim = wrap_dim(dim, out.dim(), "stack");
@@ -153,18 +153,18 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  memory::OpScope scope("split");
+  core::OpScope scope("split");
   return record_split("SplitBackward", x, dim, autograd::raw([&] { return ops::split(x, split_size, dim); }));
 }
 
 std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  memory::OpScope scope("split_with_sizes");
+  core::OpScope scope("split_with_sizes");
   return record_split("SplitWithSizesBackward", x, dim,
                       autograd::raw([&] { return ops::split_with_sizes(x, sizes, dim); }));
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  memory::OpScope scope("chunk");
+  core::OpScope scope("chunk");
   return record_split("SplitBackward", x, dim, autograd::raw([&] { return ops::chunk(x, chunks, dim); }));
 }
 

@@ -6,7 +6,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/index.h"
@@ -121,7 +121,7 @@ std::vector<int64_t> kept_rows(const Tensor& target, int64_t ignore_index) {
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
                             const LinearCrossEntropyOptions& options) {
-  memory::OpScope scope("linear_cross_entropy");
+  core::OpScope scope("linear_cross_entropy");
   check_inputs(x, weight, bias, target, options);
   const DType dtype = product_dtype(x, weight, bias);
   const bool low = dtype == kFloat16 || dtype == kBFloat16;

@@ -3,7 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/loss.h"
 #include "tensor/ops/unary.h"
@@ -53,7 +53,7 @@ struct MseLossBackward final : Node {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
-  memory::OpScope scope("cross_entropy");
+  core::OpScope scope("cross_entropy");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&logits})) return cross_entropy((*c)[0], target, options);
   ops::CrossEntropyResult r = autograd::raw([&] { return ops::cross_entropy(logits, target, options); });
   if (auto node = make_node<CrossEntropyBackward>({logits})) {
@@ -68,7 +68,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  memory::OpScope scope("mse_loss");
+  core::OpScope scope("mse_loss");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&input, &target})) return mse_loss((*c)[0], (*c)[1], reduction);
   Tensor out = autograd::raw([&] { return ops::mse_loss(input, target, reduction); });
   if (auto node = make_node<MseLossBackward>({input, target})) {

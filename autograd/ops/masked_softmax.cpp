@@ -3,7 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/masked_softmax.h"
 #include "tensor/ops/softmax.h"
@@ -38,7 +38,7 @@ struct MaskedSoftmaxBackward final : Node {
 }  // namespace
 
 Tensor masked_softmax(const Tensor& scores, const Tensor& mask, bool is_causal, double scale) {
-  memory::OpScope scope("masked_softmax");
+  core::OpScope scope("masked_softmax");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&scores, &mask}))
     return masked_softmax((*c)[0], (*c)[1], is_causal, scale);
   Tensor out = autograd::raw([&] { return ops::masked_softmax(scores, mask, is_causal, scale); });

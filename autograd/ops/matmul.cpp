@@ -3,7 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
 
@@ -84,7 +84,7 @@ struct LinearBackward final : Node {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  memory::OpScope scope("matmul");
+  core::OpScope scope("matmul");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&a, &b})) return matmul((*c)[0], (*c)[1]);
   // Vectors become matrices through (differentiable) views, so one backward covers all cases.
   if (a.dim() == 1 || b.dim() == 1) {
@@ -106,7 +106,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  memory::OpScope scope("linear");
+  core::OpScope scope("linear");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias})) return linear((*c)[0], (*c)[1], (*c)[2]);
   Tensor out = autograd::raw([&] { return ops::linear(x, weight, bias); });
   if (auto node = make_node<LinearBackward>({x, weight, bias})) {

@@ -3,7 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/norm.h"
 
 namespace frugal {
@@ -39,7 +39,7 @@ struct LayerNormBackward final : Node {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  memory::OpScope scope("layer_norm");
+  core::OpScope scope("layer_norm");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x, &weight, &bias}))
     return layer_norm((*c)[0], normalized_shape, (*c)[1], (*c)[2], eps);
   ops::LayerNormResult r = autograd::raw([&] { return ops::layer_norm(x, normalized_shape, weight, bias, eps); });

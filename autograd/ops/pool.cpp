@@ -2,7 +2,7 @@
 #include "autograd/ops/pool.h"
 
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/pool.h"
 
 namespace frugal {
@@ -64,7 +64,7 @@ struct AdaptiveAvgPool2dBackward final : Node {
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
-  memory::OpScope scope("max_pool2d");
+  core::OpScope scope("max_pool2d");
   ops::MaxPool2dResult r = autograd::raw([&] { return ops::max_pool2d(x, kernel, options); });
   if (auto node = make_node<MaxPool2dBackward>({x})) {
     node->x = x;  // not r.indices (Note [Max-pool backward from the input])
@@ -76,7 +76,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options)
 }
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options) {
-  memory::OpScope scope("avg_pool2d");
+  core::OpScope scope("avg_pool2d");
   Tensor out = autograd::raw([&] { return ops::avg_pool2d(x, kernel, options); });
   if (auto node = make_node<AvgPool2dBackward>({x})) {
     node->x_shape = x.sizes();
@@ -88,7 +88,7 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options)
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
-  memory::OpScope scope("adaptive_avg_pool2d");
+  core::OpScope scope("adaptive_avg_pool2d");
   Tensor out = autograd::raw([&] { return ops::adaptive_avg_pool2d(x, output_size); });
   if (auto node = make_node<AdaptiveAvgPool2dBackward>({x})) {
     node->x_shape = x.sizes();

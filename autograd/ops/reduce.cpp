@@ -9,7 +9,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/index.h"
@@ -121,7 +121,7 @@ Tensor reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 }
 
 Tensor amax_amin(bool is_max, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  memory::OpScope scope(is_max ? "amax" : "amin");
+  core::OpScope scope(is_max ? "amax" : "amin");
   Tensor out = autograd::raw([&] { return is_max ? ops::amax(x, dims, keepdim) : ops::amin(x, dims, keepdim); });
   if (auto node = make_node<AmaxAminBackward>({x})) {
     node->x = x;
@@ -152,7 +152,7 @@ struct MaxMinBackward final : Node {
 };
 
 ValuesIndices max_min(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
-  memory::OpScope scope(is_max ? "max" : "min");
+  core::OpScope scope(is_max ? "max" : "min");
   ValuesIndices r = autograd::raw([&] { return is_max ? ops::max(x, dim, keepdim) : ops::min(x, dim, keepdim); });
   if (auto node = make_node<MaxMinBackward>({x})) {
     node->indices = r.indices;
@@ -167,18 +167,18 @@ ValuesIndices max_min(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  memory::OpScope scope("sum");
+  core::OpScope scope("sum");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return sum((*c)[0], dims, keepdim);
   return reduction(x, dims, keepdim, true);
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  memory::OpScope scope("mean");
+  core::OpScope scope("mean");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return mean((*c)[0], dims, keepdim);
   return reduction(x, dims, keepdim, false);
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  memory::OpScope scope("var");
+  core::OpScope scope("var");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return var((*c)[0], dims, correction, keepdim);
   Tensor out = autograd::raw([&] { return ops::var(x, dims, correction, keepdim); });
   if (auto node = make_node<VarBackward>({x})) {
@@ -202,11 +202,11 @@ ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return max_min(t
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return max_min(false, x, dim, keepdim); }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  memory::OpScope scope("argmax");
+  core::OpScope scope("argmax");
   return autograd::raw([&] { return ops::argmax(x, dim, keepdim); });
 }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
-  memory::OpScope scope("argmin");
+  core::OpScope scope("argmin");
   return autograd::raw([&] { return ops::argmin(x, dim, keepdim); });
 }
 

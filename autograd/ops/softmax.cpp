@@ -3,7 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/softmax.h"
 
 namespace frugal {
@@ -33,7 +33,7 @@ struct SoftmaxBackward final : Node {
 };
 
 Tensor softmax_op(bool log, const Tensor& x, int64_t dim) {
-  memory::OpScope scope(log ? "log_softmax" : "softmax");
+  core::OpScope scope(log ? "log_softmax" : "softmax");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return softmax_op(log, (*c)[0], dim);
   Tensor y = autograd::raw([&] { return log ? ops::log_softmax(x, dim) : ops::softmax(x, dim); });
   if (auto node = make_node<SoftmaxBackward>({x})) {

@@ -4,7 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "memory/op_context.h"
+#include "core/instrument.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal {
@@ -58,7 +58,7 @@ bool float32_under_autocast(UnaryOp op) {
 }
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
-  memory::OpScope scope(ops::unary_op_name(op));
+  core::OpScope scope(ops::unary_op_name(op));
   if (float32_under_autocast(op))
     if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return unary_op(op, (*c)[0], a, b);
   Tensor y = autograd::raw([&] { return op == UnaryOp::Pow ? ops::pow(x, a) : ops::unary(op, x, a, b); });

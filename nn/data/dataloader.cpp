@@ -9,9 +9,9 @@
 #include <numeric>
 #include <thread>
 
+#include "core/stream.h"
 #include "memory/allocator.h"
 #include "memory/pinned.h"
-#include "memory/stream.h"
 #include "tensor/philox.h"
 
 namespace frugal::data {

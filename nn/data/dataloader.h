@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "memory/data_ptr.h"
-#include "memory/device.h"
+#include "core/data_ptr.h"
+#include "core/device.h"
 #include "nn/data/dataset.h"
 #include "tensor/tensor.h"
 

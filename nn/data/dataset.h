@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "tensor/tensor.h"
 
 namespace frugal::data {

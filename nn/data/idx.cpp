@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "nn/file.h"
 #include "tensor/factory.h"
 

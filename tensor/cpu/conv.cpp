@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "memory/attribution.h"
+#include "core/instrument.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
@@ -116,8 +116,8 @@ void for_each_sample(const Conv2dGeometry& g, bool need_col, Body&& body) {
   const int64_t col_size = need_col ? (g.C / g.groups) * g.R * g.S * g.OH * g.OW : 0;
   const bool parallel = g.N > 1 && max_threads() > 1;
   const int64_t slots = parallel ? std::min<int64_t>(max_threads(), g.N) : 1;
-  Tensor buffer = [&] {                                           // the arena's bytes
-    memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
+  Tensor buffer = [&] {                                       // the arena's bytes
+    core::CategoryScope category(core::Category::Workspace);  // for the memory profiler
     return empty({std::max<int64_t>(slots * col_size, 1)}, {dtype_of<T>(), kCPU});
   }();
   T* cols = buffer.data_ptr<T>();
@@ -186,7 +186,7 @@ void conv2d_backward_weight(T* gw, const T* gy, const T* x, const Conv2dGeometry
   const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, CRS = Cg * g.R * g.S, L = g.OH * g.OW;
   const bool is_direct = direct(g);
   Tensor buffer = [&] {
-    memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
+    core::CategoryScope category(core::Category::Workspace);  // for the memory profiler
     return empty({is_direct ? 1 : CRS * L}, {dtype_of<T>(), kCPU});
   }();
   T* col = buffer.data_ptr<T>();

@@ -29,8 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/attribution.h"
-#include "memory/profile_recorder.h"
+#include "core/instrument.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
@@ -247,13 +246,13 @@ float time_plan(cudnnHandle_t h, const Plan& plan, Device device, void* x, void*
   void* ws_ptr = ws.defined() ? ws.data() : nullptr;
   if (execute(h, plan, x, w, y, ws_ptr) != CUDNN_STATUS_SUCCESS) return -1;  // also the warm-up
   constexpr int kRuns = 3;
-  void* start = memory::detail::record_timing_event(device);
+  void* start = core::record_timing_event(device);
   for (int i = 0; i < kRuns; ++i) execute(h, plan, x, w, y, ws_ptr);
-  void* stop = memory::detail::record_timing_event(device);
+  void* stop = core::record_timing_event(device);
   FRUGAL_CUDA_CHECK(cudaStreamSynchronize(stream_for(device)));
-  const double ms = memory::detail::timing_event_elapsed_ms(start, stop);
-  memory::detail::release_timing_event(start);
-  memory::detail::release_timing_event(stop);
+  const double ms = core::timing_event_elapsed_ms(start, stop);
+  core::release_timing_event(start);
+  core::release_timing_event(stop);
   return float(ms / kRuns);
 }
 
@@ -352,8 +351,8 @@ PlanCache& plan_cache() {
 
 Tensor workspace(int64_t bytes, Device device) {
   if (bytes <= 0) return {};
-  memory::CategoryScope category(memory::Category::Workspace);  // for the memory profiler
-  return empty({bytes}, {kBool, device});                       // from the arena, on this stream
+  core::CategoryScope category(core::Category::Workspace);  // for the memory profiler
+  return empty({bytes}, {kBool, device});                   // from the arena, on this stream
 }
 
 Tensor try_workspace(int64_t bytes, Device device) {

@@ -2,7 +2,7 @@
 // Convolutions through cuDNN's graph (backend) API with cached execution plans
 // (Note [cuDNN graph API convolutions] in conv_graph.cu). Include only from CUDA
 // translation units.
-#include "memory/device.h"
+#include "core/device.h"
 #include "tensor/dtype.h"
 #include "tensor/ops/conv.h"
 #include "tensor/tensor.h"

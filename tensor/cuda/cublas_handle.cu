@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/attribution.h"
+#include "core/instrument.h"
 #include "tensor/cuda/cublas_handle.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/factory.h"
@@ -126,7 +126,7 @@ CublasWorkspace cublas_workspace(Device device) {
   const Stream stream = current_stream(device);
   Tensor& ws = thread_handles().workspaces[{index, stream.handle}];
   if (!ws.defined()) {
-    memory::CategoryScope category(memory::Category::Workspace);     // for the memory profiler
+    core::CategoryScope category(core::Category::Workspace);         // for the memory profiler
     ws = empty({int64_t(workspace_bytes(index))}, {kBool, device});  // bytes; see factory.h
   }
   return {ws.data(), size_t(ws.numel())};

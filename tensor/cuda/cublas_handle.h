@@ -6,8 +6,8 @@
 
 #include <cstddef>
 
-#include "memory/device.h"
-#include "memory/error.h"
+#include "core/device.h"
+#include "core/error.h"
 
 namespace frugal::ops::cuda {
 

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "memory/cuda_check.h"
-#include "memory/stream.h"
+#include "core/cuda_check.h"
+#include "core/stream.h"
 #include "tensor/tensor.h"
 
 namespace frugal::ops::cuda {

@@ -3,8 +3,8 @@
 // Include only from CUDA translation units (see Note [cuDNN handles] in cudnn_handle.cu).
 #include <cudnn.h>
 
-#include "memory/device.h"
-#include "memory/error.h"
+#include "core/device.h"
+#include "core/error.h"
 
 namespace frugal::ops::cuda {
 

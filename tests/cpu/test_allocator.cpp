@@ -13,10 +13,10 @@
 #include <sstream>
 #include <thread>
 
+#include "core/error.h"
 #include "memory/allocator.h"
 #include "memory/asan.h"
 #include "memory/caching_allocator.h"
-#include "memory/error.h"
 #include "memory/trace.h"
 #include "tensor/factory.h"
 

@@ -396,7 +396,7 @@ TEST_CASE("models: the profiler names BERT's modules by their Hugging Face paths
   mlm.forward(ids, Tensor(), Tensor(), labels).loss.backward();
   session.stop();
   std::set<std::string> modules;
-  for (const memory::OpRecord& op : session.op_records()) modules.insert(session.module_name(op.module));
+  for (const core::OpRecord& op : session.op_records()) modules.insert(session.module_name(op.module));
   CHECK(modules.count("bert.embeddings.word_embeddings") == 1);
   CHECK(modules.count("bert.encoder.layer.0.attention.self") == 1);
   CHECK(modules.count("bert.encoder.layer.0.attention.self.query") == 1);

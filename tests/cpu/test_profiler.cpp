@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "autograd/ops/loss.h"
+#include "core/error.h"
+#include "core/instrument.h"
+#include "core/json.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
-#include "memory/error.h"
-#include "memory/op_context.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/conv.h"
-#include "nn/json.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
 #include "profiler/session.h"
@@ -28,7 +28,7 @@
 #include "tensor/random.h"
 
 using namespace frugal;
-using memory::Category;
+using core::Category;
 using memory::TraceAction;
 
 namespace {
@@ -63,9 +63,9 @@ double train_step(Net& net, optim::Adam& opt) {
 }
 
 // The recorded OpRecords named `op`.
-std::vector<memory::OpRecord> records_of(const profiler::Session& s, const std::string& op) {
-  std::vector<memory::OpRecord> out;
-  for (const memory::OpRecord& r : s.op_records())
+std::vector<core::OpRecord> records_of(const profiler::Session& s, const std::string& op) {
+  std::vector<core::OpRecord> out;
+  for (const core::OpRecord& r : s.op_records())
     if (op == r.op) out.push_back(r);
   return out;
 }
@@ -107,7 +107,7 @@ TEST_CASE("profiler: ops, backward nodes and modules are attributed") {
   session.start();
   Tensor out;
   {
-    memory::OpScope op("custom_op");  // as every public op opens one
+    core::OpScope op("custom_op");  // as every public op opens one
     out = ops::add(randn({4, 4}), 1.0);
   }
   Tensor loss = cross_entropy(net(randn({32, 8})), randint(0, 4, {32}));
@@ -141,7 +141,7 @@ TEST_CASE("profiler: ops, backward nodes and modules are attributed") {
   CHECK(backward_modules == std::set<std::string>{"encoder.0", "head"});
   CHECK(records_of(session, "CrossEntropyBackward").size() == 1);
   CHECK(records_of(session, "AccumulateGrad").size() == 4);  // 2 weights, 2 biases
-  for (const memory::OpRecord& r : session.op_records()) {
+  for (const core::OpRecord& r : session.op_records()) {
     CHECK(r.end_ns >= r.start_ns);
     CHECK(r.device_ms == -1.0);  // no CUDA events on the CPU
   }
@@ -328,10 +328,10 @@ TEST_CASE("profiler: op times nest; self time excludes nested ops") {
   profiler::Session session;
   session.start();
   {
-    memory::OpScope outer("outer_op");
+    core::OpScope outer("outer_op");
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     for (int i = 0; i < 2; ++i) {
-      memory::OpScope inner("inner_op");
+      core::OpScope inner("inner_op");
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
   }
@@ -382,12 +382,12 @@ TEST_CASE("profiler: without a session nothing is recorded and results are the s
     return std::make_pair(losses, weights);
   };
   const auto plain = run(false);
-  CHECK_FALSE(memory::profiling());
+  CHECK_FALSE(core::profiling());
   CHECK(memory::trace_events(kCPU).empty());
   const auto profiled = run(true);
   CHECK(plain.first == profiled.first);  // bit for bit: profiling changes no numerics
   CHECK(plain.second == profiled.second);
-  CHECK_FALSE(memory::profiling());
+  CHECK_FALSE(core::profiling());
   CHECK(memory::trace_events(kCPU).empty());  // stop() turned the trace off
 
   // Two sessions at once are refused, and a stopped one can start again.

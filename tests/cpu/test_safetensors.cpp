@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "nn/json.h"
+#include "core/json.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
 #include "tests/fifo_guard.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/error.h"
+#include "core/error.h"
 #include "tensor/factory.h"
 #include "tests/norm_close.h"
 #include "tests/test_util.h"

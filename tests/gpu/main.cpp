@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "memory/device.h"
+#include "core/device.h"
 
 int main(int argc, char** argv) {
   const char* require = std::getenv("FRUGAL_REQUIRE_GPU");

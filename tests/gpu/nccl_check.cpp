@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/device.h"
+#include "core/device.h"
 #include "parallel/init.h"
 #include "parallel/nccl_communicator.h"
 #include "tensor/factory.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "autograd/ops/all.h"
-#include "memory/device.h"
+#include "core/device.h"
 #include "models/bert_tp.h"
 #include "models/vit_tp.h"
 #include "nn/activation.h"

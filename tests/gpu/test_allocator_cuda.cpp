@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda_check.h"
+#include "core/error.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
-#include "memory/cuda_check.h"
-#include "memory/error.h"
 
 using namespace frugal;
 using namespace frugal::memory;

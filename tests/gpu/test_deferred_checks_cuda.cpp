@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "core/stream.h"
 #include "memory/allocator.h"
 #include "memory/deferred_checks.h"
-#include "memory/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
 #include "tensor/ops/loss.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "autograd/ops/index.h"
-#include "memory/stream.h"
+#include "core/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
 #include "tests/gpu/autograd_check.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "autograd/ops/loss.h"
-#include "memory/stream.h"
+#include "core/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/loss.h"
 #include "tests/gpu/compare_devices.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "memory/stream.h"
+#include "core/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
 #include "tests/test_util.h"

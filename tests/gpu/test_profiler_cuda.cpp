@@ -8,11 +8,11 @@
 #include <thread>
 
 #include "autograd/ops/loss.h"
+#include "core/json.h"
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
 #include "nn/activation.h"
 #include "nn/container.h"
-#include "nn/json.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
 #include "profiler/session.h"
@@ -21,7 +21,7 @@
 #include "tensor/random.h"
 
 using namespace frugal;
-using memory::Category;
+using core::Category;
 using memory::TraceAction;
 
 namespace {
@@ -64,7 +64,7 @@ TEST_CASE("profiler cuda: device times from CUDA events, categories and the peak
 
   // Every op recorded on the GPU has a device time; ops that launch kernels take some.
   std::map<std::string, double> device_ms;
-  for (const memory::OpRecord& r : session.op_records()) {
+  for (const core::OpRecord& r : session.op_records()) {
     CHECK(r.device_start_ms >= 0.0);
     CHECK(r.device_ms >= 0.0);
     device_ms[r.op] += r.device_ms;

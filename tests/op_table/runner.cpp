@@ -6,8 +6,8 @@
 #include <map>
 #include <sstream>
 
-#include "memory/error.h"
-#include "memory/stream.h"
+#include "core/error.h"
+#include "core/stream.h"
 #include "tests/op_table/op_table.h"
 
 namespace frugal::optest {

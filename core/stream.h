@@ -2,7 +2,7 @@
 // Streams. A Stream is an opaque cudaStream_t plus its device, so headers that
 // CPU-only code includes stay free of CUDA. Every device has a thread-local
 // "current stream" (the legacy default stream unless set), as in PyTorch.
-#include "memory/device.h"
+#include "core/device.h"
 
 namespace frugal {
 
@@ -29,7 +29,20 @@ class StreamGuard {
   Stream prev_;
 };
 
-/// Blocks the host until all work on `device` is done (no-op on the CPU).
+/// Blocks the host until all work on `device` is done (no-op on the CPU), then runs
+/// the synchronize hook: memory/ resolves its deferred checks there (Note [Deferred
+/// index checks] in memory/deferred_checks.h).
 void synchronize(Device device);
+
+namespace core {
+/// cudaDeviceSynchronize on device `index` (already checked), without the hook: for
+/// waits where an unrelated deferred error would be a surprise (a profiler stop).
+void cuda_synchronize(int index);
+
+/// What synchronize(device) calls once the device is idle. One hook per process;
+/// installing another replaces it (nullptr removes it).
+using SynchronizeHook = void (*)(Device device);
+void set_synchronize_hook(SynchronizeHook hook);
+}  // namespace core
 
 }  // namespace frugal

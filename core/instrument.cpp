@@ -1,5 +1,5 @@
 // The thread-local attribution state (op, module, category) and the op recorder
-// behind profiler sessions. See Note [Zero-cost attribution] in memory/attribution.h.
+// behind profiler sessions. See Note [Zero-cost attribution] in core/instrument.h.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -8,15 +8,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "memory/attribution.h"
-#include "memory/backend.h"
-#include "memory/caching_allocator.h"
-#include "memory/error.h"
-#include "memory/op_context.h"
-#include "memory/profile_recorder.h"
-#include "memory/stream.h"
+#include "core/error.h"
+#include "core/instrument.h"
+#include "core/stream.h"
 
-namespace frugal::memory {
+namespace frugal::core {
 namespace {
 
 thread_local const char* current_op = "";
@@ -72,7 +68,7 @@ OpScope::OpScope(const char* name) noexcept : outer_(current_op) {
       r.records.reserve(2 * r.records.size() + 256);
       r.events.reserve(r.records.capacity());
     }
-    if (r.time_on_device) start_event = detail::record_timing_event(r.device);
+    if (r.time_on_device) start_event = record_timing_event(r.device);
   } catch (...) { return; }
   record_ = static_cast<int64_t>(r.records.size());
   recording_ = r.id;
@@ -93,7 +89,7 @@ OpScope::~OpScope() {
   r.records[i].end_ns = now_ns();
   if (r.events[i].first) {
     try {
-      r.events[i].second = detail::record_timing_event(r.device);
+      r.events[i].second = record_timing_event(r.device);
     } catch (...) {  // leaves this op without a device time
     }
   }
@@ -131,14 +127,7 @@ const void* ModuleScope::current() noexcept { return current_module; }
 
 bool profiling() noexcept { return recording_on.load(std::memory_order_relaxed); }
 
-void relabel(Device device, const void* data, Category category) {
-  if (!profiling() || data == nullptr) return;
-  detail::allocator_for(device, "relabel").trace_relabel(data, category);
-}
-
 // ---- Recording ----------------------------------------------------------------------
-
-namespace detail {
 
 void begin_recording(Device device, bool time_ops) {
   Recorder& r = recorder();
@@ -177,7 +166,7 @@ std::vector<OpRecord> end_recording() {
   if (origin) {
     // Every recorded event has completed after this. A raw device sync: stopping the
     // profiler is no place for a deferred index error (Note [Deferred index checks]).
-    memory::detail::cuda_synchronize(device.index);
+    cuda_synchronize(device.index);
     for (size_t i = 0; i < records.size(); ++i) {
       auto [start, stop] = events[i];
       if (start) records[i].device_start_ms = timing_event_elapsed_ms(origin, start);
@@ -211,5 +200,4 @@ const char* intern(std::string_view name) {
   return names->emplace(name).first->c_str();
 }
 
-}  // namespace detail
-}  // namespace frugal::memory
+}  // namespace frugal::core

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <utility>
 
-#include "memory/device.h"
+#include "core/device.h"
 
 namespace frugal {
 

@@ -1,4 +1,4 @@
-// Timing events for the profiler's op records (memory/profile_recorder.h): unlike
+// Timing events for the profiler's op records (core/instrument.h): unlike
 // the allocator's events (cudaEventDisableTiming, cheaper to record) these keep
 // timestamps. Pooled per device, since a training step records two per op.
 #include <cuda_runtime.h>
@@ -6,11 +6,11 @@
 #include <mutex>
 #include <vector>
 
-#include "memory/cuda_check.h"
-#include "memory/profile_recorder.h"
-#include "memory/stream.h"
+#include "core/cuda_check.h"
+#include "core/instrument.h"
+#include "core/stream.h"
 
-namespace frugal::memory::detail {
+namespace frugal::core {
 namespace {
 
 struct TimingEvent {
@@ -75,4 +75,4 @@ double timing_event_elapsed_ms(void* start, void* end) {
 
 void release_timing_event(void* event) { pool().release(static_cast<TimingEvent*>(event)); }
 
-}  // namespace frugal::memory::detail
+}  // namespace frugal::core

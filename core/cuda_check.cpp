@@ -1,5 +1,5 @@
-// The slow path of FRUGAL_CUDA_CHECK (memory/cuda_check.h).
-#include "memory/cuda_check.h"
+// The slow path of FRUGAL_CUDA_CHECK (core/cuda_check.h).
+#include "core/cuda_check.h"
 
 namespace frugal::detail {
 

@@ -3,7 +3,7 @@
 // (files built when FRUGAL_WITH_CUDA is defined).
 #include <cuda_runtime.h>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);

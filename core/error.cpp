@@ -1,4 +1,4 @@
-#include "memory/error.h"
+#include "core/error.h"
 
 #include <cstring>
 

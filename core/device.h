@@ -1,6 +1,6 @@
 #pragma once
-// Device identity: where a tensor's bytes live. The base layer (memory/) owns it
-// because the allocator is the first thing that must know about devices.
+// Device identity: where a tensor's bytes live. In the base layer (core/): the
+// allocator above it is the first thing that must know about devices.
 #include <cstdint>
 #include <string>
 
@@ -29,5 +29,10 @@ constexpr Device cuda(int index = 0) { return Device{DeviceType::CUDA, index}; }
 
 /// Number of CUDA devices visible to this process (0 in a CPU-only build or without a GPU).
 int cuda_device_count();
+
+namespace core {
+/// Throws frugal::Error naming `op` unless `device` is a CUDA device this process can use.
+void check_cuda_device(Device device, const char* op);
+}  // namespace core
 
 }  // namespace frugal

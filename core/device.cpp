@@ -1,6 +1,6 @@
-#include "memory/device.h"
+#include "core/device.h"
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal {
 

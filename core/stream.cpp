@@ -1,20 +1,21 @@
 // Current streams. Each thread keeps one current stream per CUDA device, as an
 // opaque handle, so this file needs no CUDA header; a null handle means the legacy
 // default stream. The host has a single stream, {nullptr, kCPU}.
-#include "memory/stream.h"
+#include "core/stream.h"
 
-#include "memory/backend.h"
-#include "memory/deferred_checks.h"
-#include "memory/error.h"
+#include <atomic>
+
+#include "core/error.h"
 
 namespace frugal {
 
 namespace {
 constexpr int kMaxCudaDevices = 64;
 thread_local void* current_handles[kMaxCudaDevices] = {};
+std::atomic<core::SynchronizeHook> synchronize_hook{nullptr};
 
 void check_stream_device(Device device, const char* op) {
-  memory::detail::check_cuda_device(device, op);
+  core::check_cuda_device(device, op);
   FRUGAL_CHECK(device.index < kMaxCudaDevices, op, ": ", device.str(), " is beyond the ", kMaxCudaDevices,
                " CUDA devices frugal supports");
 }
@@ -38,8 +39,12 @@ void set_current_stream(Stream s) {
 void synchronize(Device device) {
   if (device.is_cpu()) return;  // host work is done when the call that issued it returns
   check_stream_device(device, "synchronize");
-  memory::detail::cuda_synchronize(device.index);
-  memory::resolve_checks(device);  // all of them have completed now (Note [Deferred index checks])
+  core::cuda_synchronize(device.index);
+  // memory/ resolves its deferred checks here: all of them have completed now
+  // (Note [Deferred index checks] in memory/deferred_checks.h).
+  if (const core::SynchronizeHook hook = synchronize_hook.load(std::memory_order_acquire)) hook(device);
 }
+
+void core::set_synchronize_hook(SynchronizeHook hook) { synchronize_hook.store(hook, std::memory_order_release); }
 
 }  // namespace frugal

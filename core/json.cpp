@@ -1,9 +1,9 @@
-#include "nn/json.h"
+#include "core/json.h"
 
 #include <algorithm>
 #include <numeric>
 
-#include "memory/error.h"
+#include "core/error.h"
 
 namespace frugal::json {
 
