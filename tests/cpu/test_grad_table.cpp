@@ -4,32 +4,13 @@
 // runs more cases.
 #include <doctest/doctest.h>
 
-#include "tests/op_table/grad_table.h"
+#include "tests/op_table/grad_table_check.h"
 
 using namespace frugal;
 using namespace frugal::optest;
 
 namespace {
-
 constexpr uint64_t kSeed = 1;
-constexpr int kReportedPerOp = 2;  // the first failures of an op say enough
-
-/// Runs `cases` cases of every entry through `run`, reporting each failure.
-template <typename Run>
-int64_t run_table(int64_t cases, Run&& run) {
-  int64_t ran = 0;
-  for (const GradEntry& e : grad_table()) {
-    int failed = 0;
-    for (int64_t i = 0; i < cases && failed < kReportedPerOp; ++i) {
-      const GradResult r = run(e, i);
-      ran += r.ran;
-      if (!r.ok) ++failed;
-      CHECK_MESSAGE(r.ok, r.message);
-    }
-  }
-  return ran;
-}
-
 }  // namespace
 
 TEST_CASE("grad table: every differentiable op's backward against float64 central differences") {

@@ -3,30 +3,13 @@
 // same rounded values (2x the CPU's tolerance), and its output dtype under CUDA autocast.
 #include <doctest/doctest.h>
 
-#include "tests/op_table/grad_table.h"
+#include "tests/op_table/grad_table_check.h"
 
 using namespace frugal;
 using namespace frugal::optest;
 
 namespace {
-
 constexpr uint64_t kSeed = 1;
-
-template <typename Run>
-int64_t run_table(int64_t cases, Run&& run) {
-  int64_t ran = 0;
-  for (const GradEntry& e : grad_table()) {
-    int failed = 0;
-    for (int64_t i = 0; i < cases && failed < 2; ++i) {
-      const GradResult r = run(e, i);
-      ran += r.ran;
-      if (!r.ok) ++failed;
-      CHECK_MESSAGE(r.ok, r.message);
-    }
-  }
-  return ran;
-}
-
 }  // namespace
 
 TEST_CASE("grad table cuda: every differentiable op in float32, float16 and bfloat16 against the CPU's float64") {

@@ -1,6 +1,7 @@
 // Differentiable unary, binary, in-place, reduction and softmax ops (autograd/ops/unary.h,
 // binary.h, reduce.h, softmax.h) in the differentiable op table.
 #include <cmath>
+#include <tuple>
 
 #include "autograd/ops/all.h"
 #include "tests/op_table/grad_util.h"
@@ -115,34 +116,22 @@ void add_binary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Promote});
-  t.push_back({"mul",
-               [](Rng& rng) {
-                 GradSample s = two_operands(rng);
-                 s.f = [](const TensorList& in) { return mul(in[0], in[1]); };
-                 return s;
-               },
-               A::Promote});
-  t.push_back({"div",
-               [](Rng& rng) {
-                 GradSample s = two_operands(rng, 0.5);
-                 s.f = [](const TensorList& in) { return div(in[0], in[1]); };
-                 return s;
-               },
-               A::Promote});
-  t.push_back({"maximum",
-               [](Rng& rng) {
-                 GradSample s = two_operands(rng);
-                 s.f = [](const TensorList& in) { return maximum(in[0], in[1]); };
-                 return s;
-               },
-               A::Promote});
-  t.push_back({"minimum",
-               [](Rng& rng) {
-                 GradSample s = two_operands(rng);
-                 s.f = [](const TensorList& in) { return minimum(in[0], in[1]); };
-                 return s;
-               },
-               A::Promote});
+  // Plain binary ops: two broadcasting operands, the second kept away from 0 for div.
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
+  const std::tuple<const char*, Binary, double> plain[] = {
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }, 0.0},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, 0.5},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }, 0.0},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, 0.0},
+  };
+  for (const auto& [name, op, b_min_abs] : plain)
+    t.push_back({name,
+                 [op, b_min_abs](Rng& rng) {
+                   GradSample s = two_operands(rng, b_min_abs);
+                   s.f = [op](const TensorList& in) { return op(in[0], in[1]); };
+                   return s;
+                 },
+                 A::Promote});
   t.push_back({"pow",
                [](Rng& rng) {
                  GradSample s = two_operands(rng, 0.0, /*positive_a=*/true);
