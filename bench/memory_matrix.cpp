@@ -1,16 +1,19 @@
 // memory_matrix: what each memory technique saves, and what it costs, on one training loop.
 //
-//   build/bench/memory_matrix [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]
+//   build/bench/memory_matrix [--device cpu|cuda] [--model mlp|cnn|lm|all] [--steps N]
 //
 // For each model, every technique trains a fresh copy (same seed, SGD) for 1 warm-up step
 // and N measured ones; the table gives the peak allocated and reserved bytes over the
 // measured steps (absolute: weights, data and gradients included), the median step time,
 // and each against the fp32 row. Rows: fp32; AMP fp16 (with GradScaler); AMP bf16;
 // checkpoint_sequential with round(sqrt(n)) segments; AMP fp16 + that checkpointing;
-// gradient accumulation (the same batch as 4 micro-batches); and the MemoryPlanner's greedy
-// plan for a budget of 50% of the fp32 peak (its report is printed first).
-// Models: a deep MLP (64 x Linear + ReLU) and a small CNN. The batch is large against the
-// width so that activations, the target of every technique here, dominate the weights.
+// gradient accumulation (the same batch as 4 micro-batches); the MemoryPlanner's greedy
+// plan for a budget of 50% of the fp32 peak (its report is printed first); and AMP fp16 with
+// the last Linear and the loss fused (linear_cross_entropy, Note [Fused linear cross
+// entropy]; for models whose last module is a Linear).
+// Models: a deep MLP (64 x Linear + ReLU), a small CNN, and a language-model-like stack
+// (tokens through 2 x (Linear + GELU) into a vocabulary-sized head). The batch is large
+// against the width so that activations, the target of every technique here, dominate.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -119,6 +122,28 @@ Workload cnn_workload(const Options& o) {
               (long long)c, (long long)(4 * c), (long long)batch, (long long)hw, (long long)hw)};
 }
 
+Workload lm_workload(const Options& o) {
+  const bool cuda = o.device.is_cuda();
+  const int64_t width = cuda ? 768 : 64, vocab = cuda ? 32768 : 4096, tokens = cuda ? 8192 : 512;
+  Device dev = o.device;
+  return {"lm",
+          [=] {
+            manual_seed(3);
+            auto seq = std::make_shared<nn::Sequential>();
+            for (int i = 0; i < 2; ++i) {
+              seq->push_back(std::make_shared<nn::Linear>(width, width));
+              seq->push_back(std::make_shared<nn::GELU>());
+            }
+            seq->push_back(std::make_shared<nn::Linear>(width, vocab));
+            seq->to(dev);
+            return seq;
+          },
+          {tokens, width},
+          vocab,
+          fmt("LM-like: %lld tokens x 2 x (Linear(%lld, %lld) + GELU), then a Linear(%lld, %lld) head", (long long)tokens,
+              (long long)width, (long long)width, (long long)width, (long long)vocab)};
+}
+
 enum class Amp { Off, Fp16, Bf16 };
 
 struct Technique {
@@ -127,6 +152,7 @@ struct Technique {
   bool checkpoint = false;
   int64_t micro_batches = 1;
   bool planner = false;
+  bool fused_head = false;  // the last Linear and the loss as one linear_cross_entropy
 };
 
 struct Result {
@@ -160,12 +186,21 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
   std::unique_ptr<nn::MemoryPlanner> planner;
   std::optional<nn::MemoryPlan> plan;
 
+  std::shared_ptr<nn::Linear> head;
+  auto body = std::make_shared<nn::Sequential>();
+  if (t.fused_head) {
+    head = std::dynamic_pointer_cast<nn::Linear>((*model)[model->size() - 1]);
+    if (!head) return {"no Linear head"};
+    for (size_t i = 0; i + 1 < model->size(); ++i) body->push_back((*model)[i]);
+  }
+
   auto forward = [&](const Tensor& x) {
     if (plan) return planner->forward(*plan, x);
     return t.checkpoint ? nn::checkpoint_sequential(*model, segments, x) : model->forward(x);
   };
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
     AutocastGuard amp(dev, t.amp == Amp::Fp16 ? kFloat16 : kBFloat16, /*enabled=*/t.amp != Amp::Off);
+    if (head) return linear_cross_entropy(body->forward(x), head->weight, head->bias, y);
     return cross_entropy(forward(x), y);
   };
   auto step = [&] {
@@ -230,6 +265,7 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
       {"AMP fp16 + checkpointing", Amp::Fp16, true},
       {"grad accumulation x4", Amp::Off, false, 4},
       {"planner (50% of fp32 peak)", Amp::Off, false, 1, true},
+      {"AMP fp16 + fused linear head and loss", Amp::Fp16, false, 1, false, true},
   };
   std::vector<Result> results;
   for (const Technique& t : techniques) {
@@ -260,7 +296,8 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
                         "checkpoint_peak_ratio",
                         "amp_checkpoint_peak_ratio",
                         "accum_peak_ratio",
-                        "planner_peak_ratio"};
+                        "planner_peak_ratio",
+                        "fused_head_peak_ratio"};
   for (size_t i = 1; i < techniques.size(); ++i) {
     if (!results[i].note.empty()) continue;
     figures.add(prefix + keys[i], double(results[i].peak_allocated) / double(base.peak_allocated));
@@ -269,9 +306,11 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
     figures.add(prefix + "checkpoint_time_ratio", results[3].step_seconds / base.step_seconds);
   if (results[1].note.empty()) figures.add(prefix + "amp_time_ratio", results[1].step_seconds / base.step_seconds);
   if (results[6].note.empty()) figures.add(prefix + "planner_time_ratio", results[6].step_seconds / base.step_seconds);
+  if (results[7].note.empty())  // against AMP fp16 alone: what fusing the head adds to AMP
+    figures.add(prefix + "fused_head_over_amp_peak", double(results[7].peak_allocated) / double(results[1].peak_allocated));
 }
 
-const char* kUsage = "usage: memory_matrix [--device cpu|cuda] [--model mlp|cnn|all] [--steps N]\n";
+const char* kUsage = "usage: memory_matrix [--device cpu|cuda] [--model mlp|cnn|lm|all] [--steps N]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -283,8 +322,8 @@ Options parse(int argc, char** argv) {
       if (d == "cuda") o.device = Device{DeviceType::CUDA, 0};
     } else if (flags.is("--model")) {
       o.model = flags.text();
-      if (o.model != "mlp" && o.model != "cnn" && o.model != "all")
-        throw cli::UsageError("--model: expected mlp, cnn or all, got \"" + o.model + "\"");
+      if (o.model != "mlp" && o.model != "cnn" && o.model != "lm" && o.model != "all")
+        throw cli::UsageError("--model: expected mlp, cnn, lm or all, got \"" + o.model + "\"");
     } else if (flags.is("--steps")) {
       o.steps = int(flags.integer(1, 1 << 20));
     } else {
@@ -303,8 +342,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   bench::KeyFigures figures;
-  if (o.model != "cnn") run_workload(mlp_workload(o), o, figures);
-  if (o.model != "mlp") run_workload(cnn_workload(o), o, figures);
+  if (o.model == "mlp" || o.model == "all") run_workload(mlp_workload(o), o, figures);
+  if (o.model == "cnn" || o.model == "all") run_workload(cnn_workload(o), o, figures);
+  if (o.model == "lm" || o.model == "all") run_workload(lm_workload(o), o, figures);
   figures.print();
   return 0;
 }

@@ -44,7 +44,14 @@ namespace {
 // float32 and the scale is divided back out), weight gradients accumulated in float32
 // (Note [Weight gradients in the master dtype]).
 constexpr double kLowPrecisionGradScale = 1024.0;
-constexpr int64_t kChunkLogitBytes = int64_t(64) << 20;
+
+/// Rows per chunk: a quarter of the rows, so that a chunk's logits (and their float32
+/// copy and gradient) are a quarter of the unfused ones, but at least 256 rows (smaller
+/// GEMMs waste the GPU) and at most 64 MiB of float32 logits.
+int64_t default_chunk_rows(int64_t rows, int64_t classes) {
+  const int64_t most = std::max<int64_t>(1, (int64_t(64) << 20) / (4 * std::max<int64_t>(classes, 1)));
+  return std::min(most, std::max<int64_t>(256, (rows + 3) / 4));
+}
 
 struct LinearCrossEntropyBackward final : Node {
   SavedTensor grad_x{this}, grad_weight{this}, grad_bias{this};  // for a loss gradient of `unit`
@@ -151,8 +158,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     loss = zeros({}, acc);
     if (want_x) grad_x = empty({kept, H}, acc);
     const Tensor one = scalar_tensor(1.0, acc);
-    const int64_t chunk =
-        options.chunk_rows > 0 ? options.chunk_rows : std::max<int64_t>(1, kChunkLogitBytes / (4 * std::max<int64_t>(C, 1)));
+    const int64_t chunk = options.chunk_rows > 0 ? options.chunk_rows : default_chunk_rows(kept, C);
     for (int64_t first = 0; first < kept; first += chunk) {
       const int64_t n = std::min(chunk, kept - first);
       const Tensor xc = xs.narrow(0, first, n), tc = ts.narrow(0, first, n);

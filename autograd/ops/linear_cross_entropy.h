@@ -10,7 +10,8 @@ namespace frugal {
 
 struct LinearCrossEntropyOptions {
   CrossEntropyOptions loss;  // reduction Mean or Sum (None needs the per-row logits)
-  /// Rows per chunk; 0 picks about 64 MiB of float32 logits per chunk.
+  /// Rows per chunk; 0 picks a quarter of the rows, at least 256 and at most 64 MiB of
+  /// float32 logits.
   int64_t chunk_rows = 0;
 };
 
