@@ -131,12 +131,21 @@ def torch_workload(torch, row, args, device):
 
 
 def run_torch(row, args):
-    """{'ms', 'peak_gib'} for one row in PyTorch eager."""
+    """{'ms', 'peak_gib'} for one row in PyTorch eager, or under torch.compile when the row has
+    'compile_budget' (torch._functorch.config.activation_memory_budget: 1.0 is compile's
+    default, lower values let its partitioner recompute activations to fit that fraction)."""
     import torch
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     torch.manual_seed(0)
     model, loss_fn = torch_workload(torch, row, args, device)
+    budget = row.get("compile_budget")
+    if budget is not None:
+        import torch._dynamo
+        import torch._functorch.config as functorch_config
+        torch._dynamo.reset()  # a fresh compile per row: the budget is read when the graph is partitioned
+        functorch_config.activation_memory_budget = budget
+        model.compile()  # in place: loss_fn keeps calling model(...)
     if args.optim == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
