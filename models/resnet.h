@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 
+#include "autograd/checkpoint.h"
 #include "nn/batch_norm.h"
 #include "nn/container.h"
 #include "nn/conv.h"
@@ -34,6 +35,9 @@ struct ResNetOptions {
   /// backward instead of kept. In training mode the recompute updates the batch norm running
   /// statistics a second time (as torch.utils.checkpoint does); gradients are unchanged.
   bool checkpoint_blocks = false;
+  /// What a checkpointed block keeps: Full (its input only) or Selective (also its
+  /// convolutions' outputs, so only batch norm and ReLU run again: Note [Selective checkpoint]).
+  autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;
   /// Compute each relu(bn(.)) and relu(bn(.) + shortcut) as one op (BatchNorm2d::forward_relu:
   /// cuDNN's fused BN+ReLU / BN+add+ReLU for channels-last float16 training on CUDA). Same
   /// parameters, state-dict keys and results as the unfused blocks.
