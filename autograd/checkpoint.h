@@ -63,4 +63,4 @@ KeepPredicate keep_predicate(CheckpointPolicy policy);
 namespace frugal {
 using autograd::checkpoint;
 using autograd::CheckpointPolicy;
-}
+}  // namespace frugal

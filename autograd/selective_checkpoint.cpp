@@ -123,8 +123,8 @@ ReplayScope::ReplayScope(KeptOutputs& kept) : kept_(kept) {
 ReplayScope::~ReplayScope() { t_frames.pop_back(); }
 
 void ReplayScope::finish() const {
-  FRUGAL_CHECK(kept_.next == kept_.calls.size(), "CheckpointBackward: the recompute called ", kept_.next,
-               " of the ", kept_.calls.size(), " kept ops of the forward (the next one was ",
+  FRUGAL_CHECK(kept_.next == kept_.calls.size(), "CheckpointBackward: the recompute called ", kept_.next, " of the ",
+               kept_.calls.size(), " kept ops of the forward (the next one was ",
                call_str(kept_.calls[kept_.next].op, kept_.calls[kept_.next].inputs),
                "); a checkpointed function must be deterministic");
 }
@@ -151,8 +151,8 @@ Kept run(const char* op, std::initializer_list<Tensor> inputs, const std::functi
                  " after the ", source->calls.size(),
                  " kept ops of the forward; a checkpointed function must be deterministic");
     KeptCall call = std::move(source->calls[source->next++]);  // consumed: see Note [Selective checkpoint]
-    FRUGAL_CHECK(std::strcmp(call.op, op) == 0 && call.inputs == sig, "CheckpointBackward: kept op ",
-                 source->next, " of ", source->calls.size(), " was ", call_str(call.op, call.inputs),
+    FRUGAL_CHECK(std::strcmp(call.op, op) == 0 && call.inputs == sig, "CheckpointBackward: kept op ", source->next,
+                 " of ", source->calls.size(), " was ", call_str(call.op, call.inputs),
                  " in the forward but the recompute called ", call_str(op, sig),
                  "; a checkpointed function must be deterministic");
     rng_advance = call.rng_advance;

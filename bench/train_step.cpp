@@ -98,8 +98,7 @@ std::optional<Args> parse(int argc, char** argv) {
         FRUGAL_CHECK(parsed, "train_step: --checkpoint takes full or selective, got ", *policy);
         a.checkpoint_policy = *parsed;
       }
-    }
-    else if (flags.is("--tf32")) a.tf32 = true;
+    } else if (flags.is("--tf32")) a.tf32 = true;
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--warmup")) a.warmup = flags.non_negative();
     else if (flags.is("--optim")) a.optim = flags.text();
@@ -160,7 +159,8 @@ Workload make_workload(const Args& a, Device device) {
   if (a.model == "resnet50") {
     const bool channels_last = a.channels_last == "on" || (a.channels_last == "auto" && a.amp && device.is_cuda());
     const bool fused = a.fused_bn_relu == "on" || (a.fused_bn_relu == "auto" && channels_last);
-    auto net = models::resnet50({.checkpoint_blocks = a.checkpoint, .checkpoint_policy = a.checkpoint_policy, .fused_bn_relu = fused});
+    auto net = models::resnet50(
+        {.checkpoint_blocks = a.checkpoint, .checkpoint_policy = a.checkpoint_policy, .fused_bn_relu = fused});
     net->to(device);
     Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
     if (channels_last) {
@@ -309,8 +309,8 @@ int run(const Args& a) {
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),
                      {"model", "batch", "precision", "ckpt", "step ms", "fwd+bwd host ms", "samples/s",
                       "peak alloc GiB", "peak reserved GiB", "params", "MFU"});
-  table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? autograd::to_string(a.checkpoint_policy) : "no", bench::fmt("%.2f", step_s * 1e3),
-             bench::fmt("%.2f", host_s * 1e3), bench::fmt("%.1f", samples_per_s),
+  table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? autograd::to_string(a.checkpoint_policy) : "no",
+             bench::fmt("%.2f", step_s * 1e3), bench::fmt("%.2f", host_s * 1e3), bench::fmt("%.1f", samples_per_s),
              bench::fmt("%.3f", gib(st.allocated_bytes.peak)), bench::fmt("%.3f", gib(st.reserved_bytes.peak)),
              std::to_string(params), bench::fmt("%.3f", mfu)});
   table.print();
@@ -320,7 +320,8 @@ int run(const Args& a) {
   std::printf("batch: %lld\n", (long long)a.batch);
   std::printf("amp: %d\n", a.amp ? 1 : 0);
   std::printf("checkpoint: %d\n", a.checkpoint ? 1 : 0);
-  std::printf("checkpoint_selective: %d\n", a.checkpoint && a.checkpoint_policy == autograd::CheckpointPolicy::Selective ? 1 : 0);
+  std::printf("checkpoint_selective: %d\n",
+              a.checkpoint && a.checkpoint_policy == autograd::CheckpointPolicy::Selective ? 1 : 0);
   std::printf("step_ms: %.3f\n", step_s * 1e3);
   std::printf("host_ms: %.3f\n", host_s * 1e3);
   std::printf("samples_per_s: %.2f\n", samples_per_s);

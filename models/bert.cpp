@@ -128,7 +128,7 @@ Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
   const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
   const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, is_training() ? dropout_p : 0.0,
                                                   1.0 / std::sqrt(double(D)));  // (B, H, T, D)
-  return nn::merge_heads(ctx);  // (B, T, C)
+  return nn::merge_heads(ctx);                                                  // (B, T, C)
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c) {

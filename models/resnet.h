@@ -108,8 +108,8 @@ inline std::shared_ptr<ResNet> resnet152(ResNetOptions o = {}) { return resnet(1
 
 /// Reads frugal's ResNet config JSON (all keys optional): {"depth": 18, "num_classes": 10,
 /// "in_channels": 1, "small_input_stem": true, "zero_init_residual": false,
-/// "checkpoint_blocks": false, "checkpoint_policy": "full", "fused_bn_relu": false}. When `depth` is given, *depth is read from "depth" (and
-/// keeps its value if the key is absent). Unknown keys and values out of range (Note [Config
+/// "checkpoint_blocks": false, "checkpoint_policy": "full", "fused_bn_relu": false}. When `depth` is given, *depth is
+/// read from "depth" (and keeps its value if the key is absent). Unknown keys and values out of range (Note [Config
 /// ranges]) throw, naming the key and `file`, the config's path (if it came from one).
 ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr,
                                        const std::string& file = "");

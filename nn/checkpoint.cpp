@@ -19,7 +19,8 @@ Tensor checkpoint_sequential(Sequential& seq, int64_t segments, const Tensor& x,
   const int64_t chunk = n / segments;
   Tensor h = x;
   int64_t begin = 0;
-  for (int64_t s = 0; s + 1 < segments; ++s, begin += chunk) h = autograd::checkpoint(run(begin, begin + chunk), h, policy);
+  for (int64_t s = 0; s + 1 < segments; ++s, begin += chunk)
+    h = autograd::checkpoint(run(begin, begin + chunk), h, policy);
   return run(begin, n)(h);  // the last chunk runs normally
 }
 

@@ -97,7 +97,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     if (b.dim() == 1) out = out.squeeze(-1);
     return out;
   }
-  Tensor out = autograd::kept_or_run("matmul", {a, b}, [&] { return ops::matmul(a, b); });  // Note [Selective checkpoint]
+  // A selective checkpoint may keep this output (Note [Selective checkpoint]), as linear's.
+  Tensor out = autograd::kept_or_run("matmul", {a, b}, [&] { return ops::matmul(a, b); });
   if (auto node = make_node<MatmulBackward>({a, b})) {
     node->a = a;
     node->b = b;

@@ -75,7 +75,8 @@ Run run_stack(const std::vector<std::function<Tensor(const Tensor&)>>& blocks, c
   for (const auto& block : blocks) h = policy ? checkpoint(block, h, *policy) : block(h);
   sum(h * c).backward();
   Run r{values_of(h), values_of(x.grad()), {}};
-  for (const Tensor& p : params) r.param_grads.push_back(p.grad().defined() ? values_of(p.grad()) : std::vector<double>{});
+  for (const Tensor& p : params)
+    r.param_grads.push_back(p.grad().defined() ? values_of(p.grad()) : std::vector<double>{});
   return r;
 }
 
@@ -349,8 +350,8 @@ TEST_CASE("selective checkpoint: a recompute that does not match its forward is 
   const Tensor x = random_tensor({2, 4}, dt, 72);
   int calls = 0;
   // linear in the forward, matmul in the recompute.
-  Tensor y = checkpoint([&](const Tensor& h) { return ++calls == 1 ? tanh(linear(h, w)) : tanh(matmul(h, w.t())); },
-                        x, kSelective);
+  Tensor y = checkpoint([&](const Tensor& h) { return ++calls == 1 ? tanh(linear(h, w)) : tanh(matmul(h, w.t())); }, x,
+                        kSelective);
   check_error([&] { sum(y).backward(); },
               {"CheckpointBackward: kept op 1 of 1 was linear(float64[2, 4] cpu, float64[4, 4] cpu, undefined)",
                "the recompute called matmul(float64[2, 4] cpu, float64[4, 4] cpu)", "deterministic"});
@@ -362,10 +363,10 @@ TEST_CASE("selective checkpoint: a recompute that does not match its forward is 
   calls = 0;
   y = checkpoint([&](const Tensor& h) { return ++calls == 1 ? linear(linear(h, w), w) : linear(h, w) * 1.0; }, x,
                  kSelective);
-  check_error([&] { sum(y).backward(); }, {"CheckpointBackward: the recompute called 1 of the 2 kept ops", "deterministic"});
+  check_error([&] { sum(y).backward(); },
+              {"CheckpointBackward: the recompute called 1 of the 2 kept ops", "deterministic"});
   calls = 0;
-  y = checkpoint([&](const Tensor& h) { return ++calls == 1 ? linear(h, w) : linear(linear(h, w), w); }, x,
-                 kSelective);
+  y = checkpoint([&](const Tensor& h) { return ++calls == 1 ? linear(h, w) : linear(linear(h, w), w); }, x, kSelective);
   check_error([&] { sum(y).backward(); }, {"CheckpointBackward: the recompute called linear(", "after the 1 kept ops"});
   // Policy names.
   CHECK(autograd::parse_checkpoint_policy("selective") == kSelective);
