@@ -8,7 +8,9 @@
 
 #include <cstring>
 #include <optional>
+#include <tuple>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
@@ -397,4 +399,49 @@ TEST_CASE("selective checkpoint: checkpoint_sequential takes the policy") {
   const auto plain = run(0, kFull);
   CHECK(run(4, kSelective) == plain);
   CHECK(run(2, kSelective) == plain);
+}
+
+TEST_CASE("selective checkpoint: an op that calls itself (1-D matmul, 3-D conv2d, autocast) is kept once") {
+  // Each wrapper's own recursion (vector operands become matrices, a (C, H, W) input gets a
+  // batch dim, autocast casts and calls again) reaches the hook once per call: a second
+  // keep would be a replay mismatch, a missing one a recompute of the kernel.
+  const DType dt = kFloat32;
+  Tensor v = leaf({6}, dt, 91), m = leaf({6, 6}, dt, 92), w = leaf({2, 3, 3, 3}, dt, 93);
+  const Tensor image = random_tensor({3, 5, 5}, dt, 94);
+  auto block = [&](const Tensor& h) {
+    const Tensor a = matmul(tanh(matmul(h, m)), v);        // (6) @ (6, 6) -> (6); then (6) @ (6) -> ()
+    const Tensor b = conv2d(image * sum(h), w, Tensor());  // (3, 5, 5) -> (2, 3, 3)
+    Tensor lowered;
+    {
+      AutocastGuard amp(kCPU, kBFloat16);
+      lowered = linear(h.unsqueeze(0), m).to(dt);  // cast to bfloat16, then the kept linear
+    }
+    return a * sum(b) + sum(lowered);
+  };
+  const Tensor x0 = random_tensor({6}, dt, 95), c = ones({}, dt);
+  auto run = [&](Policy policy) {
+    for (Tensor p : {v, m, w}) p.set_grad(Tensor());
+    Tensor x = x0.detach();
+    x.requires_grad_();
+    memory::enable_trace(kCPU);
+    Tensor y = policy ? checkpoint(block, x, *policy) : block(x);
+    memory::enable_trace(kCPU);
+    sum(y * c).backward();
+    const auto backward = memory::trace_events(kCPU);
+    memory::disable_trace(kCPU);
+    return std::tuple{
+        Run{values_of(y), values_of(x.grad()), {values_of(v.grad()), values_of(m.grad()), values_of(w.grad())}},
+        allocations_by(backward, "matmul") + allocations_by(backward, "conv2d"), allocations_by(backward, "linear")};
+  };
+  const auto [plain, plain_gemms, plain_linear] = run(std::nullopt);
+  CHECK(plain_gemms == 0);
+  const auto [selective, selective_gemms, selective_linear] = run(kSelective);
+  const auto [full, full_gemms, full_linear] = run(kFull);
+  check_runs_equal(selective, plain, 1e-6);
+  CHECK(selective_gemms == 0);
+  CHECK(full_gemms >= 3);  // two matmuls and a convolution
+  // Under linear's OpScope the recompute casts its two inputs to bfloat16 again (casts are
+  // cheap ops); the full recompute also runs the kernel (its output and workspace).
+  CHECK(selective_linear == 2);
+  CHECK(full_linear > selective_linear);
 }
