@@ -36,8 +36,14 @@
 //    inner checkpoint's forward takes them from the outer list and keeps them in its own.
 // Memory: the block keeps its GEMM, convolution and attention outputs (and flash
 // attention's row statistics), none of its norm or activation outputs and none of the
-// tensors the cheap ops save; the recompute costs only the cheap ops. Kept outputs are not
-// passed through saved-tensor hooks (Note [Saved tensor hooks]).
+// tensors the cheap ops save; the recompute costs only the cheap ops. Where attention
+// cannot take the fused kernels, scaled_dot_product_attention is matmul, masked_softmax and
+// dropout, and Selective keeps both matmuls, the (B, H, L, S) scores among them; the
+// predicate {linear, conv2d, flash_attention} keeps the projections and recomputes that
+// attention core instead (what Korthikanti et al. recompute). Limits: kept outputs are not
+// passed through saved-tensor hooks (Note [Saved tensor hooks]), and the generator count of
+// a kept call, like the generator replay itself, assumes that no other thread draws from
+// the default generator meanwhile (Note [Checkpoint recompute]).
 #include "autograd/selective_checkpoint.h"
 
 #include <cstring>
