@@ -205,7 +205,7 @@ TEST_CASE("selective checkpoint: keeps the GEMM outputs, peaks between full chec
   const int64_t gemm_bytes = depth * rows * (4 * width + width) * int64_t(sizeof(float));
   for (Tensor p : stack.params) p.set_grad(zeros_like(p));  // preallocated, as after a first step
   struct Measured {
-    int64_t kept, peak;
+    int64_t kept, peak, after_backward;
     Run run;
   };
   auto measure = [&](Policy policy) {
@@ -220,9 +220,10 @@ TEST_CASE("selective checkpoint: keeps the GEMM outputs, peaks between full chec
     const int64_t kept = memory::stats(kCPU).allocated_bytes.current - before;
     sum(h * c).backward();
     const int64_t peak = memory::stats(kCPU).allocated_bytes.peak - before;
+    const int64_t after_backward = memory::stats(kCPU).allocated_bytes.current - before;
     Run r{values_of(h), values_of(x.grad()), {}};
     for (const Tensor& p : stack.params) r.param_grads.push_back(values_of(p.grad()));
-    return Measured{kept, peak, r};
+    return Measured{kept, peak, after_backward, r};
   };
   const Measured plain = measure(std::nullopt), full = measure(kFull), selective = measure(kSelective);
   MESSAGE("after forward: plain ", memory::format_bytes(plain.kept), ", full ", memory::format_bytes(full.kept),
@@ -234,6 +235,9 @@ TEST_CASE("selective checkpoint: keeps the GEMM outputs, peaks between full chec
   CHECK(extra >= gemm_bytes);
   CHECK(extra <= gemm_bytes + gemm_bytes / 10);
   CHECK(selective.kept < plain.kept - gemm_bytes / 2);  // the norm and activation outputs are gone
+  // The backward lets every kept output go: what is left (the output, the input's gradient)
+  // is what a full checkpoint leaves.
+  CHECK(selective.after_backward == full.after_backward);
   CHECK(full.peak < selective.peak);
   CHECK(selective.peak < plain.peak);
   check_runs_equal(selective.run, plain.run, 1e-6);
