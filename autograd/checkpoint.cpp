@@ -31,6 +31,9 @@
 // go before that run starts (autograd::nested_gradients): the run needs
 // their graph edges, not their values (a ViT block's fp32 output: 74 MiB at batch 128).
 //
+// A selective policy keeps the expensive ops' outputs through the forward and hands them to
+// the replay, which then runs only the cheap ops (Note [Selective checkpoint]).
+//
 // Which outputs require grad: the forward cannot see the leaves fn captures
 // (it records nothing), so whenever grad mode is on, every floating output is
 // recorded as an output of the node, even when no input requires grad. This is
@@ -92,6 +95,8 @@ struct CheckpointBackward final : Node {
   std::vector<bool> input_requires_grad;
   uint64_t rng_seed = 0, rng_offset = 0;  // the default generator when fn started
   autocast::State amp_cpu, amp_cuda;      // the autocast state when fn started
+  // A selective policy's kept outputs (null for a full checkpoint): Note [Selective checkpoint].
+  SavedState<std::shared_ptr<selective::KeptOutputs>> kept{this};
 
   std::string name() const override { return "CheckpointBackward"; }
   bool runs_nested_backward() const override { return true; }
@@ -117,7 +122,13 @@ struct CheckpointBackward final : Node {
       GeneratorReplay replay(rng_seed, rng_offset);
       AutocastReplay amp(amp_cpu, amp_cuda);
       EnableGradGuard grad_on;
-      recomputed = (*fn)(leaves);
+      if (*kept && !(*kept)->replayed) {
+        selective::ReplayScope take_kept(**kept);
+        recomputed = (*fn)(leaves);
+        take_kept.finish();
+      } else {
+        recomputed = (*fn)(leaves);
+      }
     }
     FRUGAL_CHECK(recomputed.size() == outputs.size(), name(), ": the recomputed function returned ", recomputed.size(),
                  " tensors but the forward returned ", outputs.size(),
@@ -148,19 +159,52 @@ struct CheckpointBackward final : Node {
 
 }  // namespace
 
-TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs) {
+const char* to_string(CheckpointPolicy policy) { return policy == CheckpointPolicy::Selective ? "selective" : "full"; }
+
+std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name) {
+  if (name == "full") return CheckpointPolicy::Full;
+  if (name == "selective") return CheckpointPolicy::Selective;
+  return std::nullopt;
+}
+
+KeepPredicate keep_predicate(CheckpointPolicy policy) {
+  if (policy == CheckpointPolicy::Selective) return is_expensive_op;
+  return {};
+}
+
+TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
+                      CheckpointPolicy policy) {
+  return checkpoint(fn, inputs, keep_predicate(policy));
+}
+
+TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
+                      KeepPredicate keep) {
   FRUGAL_CHECK(fn != nullptr, "checkpoint: the function to checkpoint is empty");
   const Generator& gen = default_generator();
   const uint64_t seed = gen.seed(), offset = gen.offset();
+  const bool records = is_grad_enabled();
+  // Without grad nothing is recorded and nothing kept: the ops inside fn are seen by an
+  // outer checkpoint's scope, if any (Note [Selective checkpoint], nesting).
+  std::shared_ptr<selective::KeptOutputs> kept;
+  if (records && keep) {
+    kept = std::make_shared<selective::KeptOutputs>();
+    kept->keep = std::move(keep);
+  }
   TensorList outputs;
   {
     NoGradGuard no_grad;  // the point: nothing inside fn is recorded or saved
-    outputs = fn(inputs);
+    if (kept) {
+      selective::RecordScope keep_outputs(*kept);
+      outputs = fn(inputs);
+    } else {
+      outputs = fn(inputs);
+    }
   }
-  if (!is_grad_enabled()) return outputs;
+  if (!records) return outputs;
 
   auto node = std::make_shared<CheckpointBackward>();
   node->fn = fn;
+  node->kept = std::move(kept);
   node->rng_seed = seed;
   node->rng_offset = offset;
   node->amp_cpu = autocast::state(DeviceType::CPU);
@@ -187,9 +231,13 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   return outputs;
 }
 
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, CheckpointPolicy policy) {
+  return checkpoint(fn, x, keep_predicate(policy));
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, KeepPredicate keep) {
   FRUGAL_CHECK(fn != nullptr, "checkpoint: the function to checkpoint is empty");
-  return checkpoint([fn](const TensorList& in) { return TensorList{fn(in[0])}; }, TensorList{x})[0];
+  return checkpoint([fn](const TensorList& in) { return TensorList{fn(in[0])}; }, TensorList{x}, std::move(keep))[0];
 }
 
 }  // namespace frugal::autograd

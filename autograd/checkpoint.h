@@ -5,12 +5,31 @@
 //   // Activations inside `block` are not kept; they are recomputed in backward.
 //   Tensor y = autograd::checkpoint([&](const Tensor& h) { return block->forward(h); }, x);
 //
+//   // Selective: the block's GEMM/conv/attention outputs are kept, the rest is recomputed.
+//   Tensor z = autograd::checkpoint(block_fn, x, autograd::CheckpointPolicy::Selective);
+//
 // nn/checkpoint.h builds checkpoint_sequential on top of this.
 #include <functional>
+#include <optional>
+#include <string_view>
 
 #include "autograd/node.h"
+#include "autograd/selective_checkpoint.h"
 
 namespace frugal::autograd {
+
+/// What a checkpointed block keeps from its forward (Note [Selective checkpoint] in
+/// autograd/selective_checkpoint.cpp).
+enum class CheckpointPolicy : uint8_t {
+  Full,       ///< only its inputs: every op runs again in backward
+  Selective,  ///< also the outputs of matmul, linear, conv2d and flash_attention (is_expensive_op):
+              ///< only the cheap ops run again
+};
+
+/// "full" or "selective".
+const char* to_string(CheckpointPolicy policy);
+/// The policy named "full" or "selective"; nullopt for anything else.
+std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 
 /// Runs fn(inputs) without recording a graph (no activations are saved) and records one
 /// CheckpointBackward node instead, which saves only `inputs` (with version checks) and the
@@ -22,13 +41,26 @@ namespace frugal::autograd {
 /// fn must be deterministic given its inputs and the default generator: random ops that are
 /// given an explicit Generator are not replayed. Inside an autograd::grad call, captured
 /// leaves still accumulate .grad (as PyTorch's reentrant checkpoint).
-TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs);
+///
+/// With CheckpointPolicy::Selective, or a KeepPredicate over op names, the outputs of the
+/// selected ops are kept from the forward and taken again by the recompute, which skips
+/// their kernels (Note [Selective checkpoint]); the gradients are those of a full checkpoint.
+TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
+                      CheckpointPolicy policy = CheckpointPolicy::Full);
+TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
+                      KeepPredicate keep);
 
 /// The single-input, single-output form of checkpoint.
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x);
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
+                  CheckpointPolicy policy = CheckpointPolicy::Full);
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, KeepPredicate keep);
+
+/// The KeepPredicate of a policy: empty for Full, is_expensive_op for Selective.
+KeepPredicate keep_predicate(CheckpointPolicy policy);
 
 }  // namespace frugal::autograd
 
 namespace frugal {
 using autograd::checkpoint;
-}
+using autograd::CheckpointPolicy;
+}  // namespace frugal

@@ -3,7 +3,7 @@
 // GradScaler, optimizer step, zero_grad. Prints the median step time, throughput, peak
 // memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
 //
-//   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint]
+//   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
 //              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
@@ -14,7 +14,10 @@
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
 // runs (ResNet and ViT at 224, BERT at 128 tokens by default). --cudnn-benchmark on (the
 // default) picks convolution algorithms by timing them during warm-up, as the PyTorch rows
-// run with torch.backends.cudnn.benchmark = True. --profile DIR runs one more step under the
+// run with torch.backends.cudnn.benchmark = True. --checkpoint (or --checkpoint full)
+// recomputes each block in backward; --checkpoint selective keeps the blocks' GEMM,
+// convolution and attention outputs and recomputes only the cheap ops (Note [Selective
+// checkpoint]). --profile DIR runs one more step under the
 // memory profiler after the timed ones and prints its per-op time table (host and device ms:
 // where a step's time goes) and what is live at the peak (its N largest groups,
 // --profile-rows, 12 by default); DIR gets trace.json and
@@ -32,6 +35,7 @@
 #include <string>
 
 #include "autograd/autocast.h"
+#include "autograd/checkpoint.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
 #include "core/instrument.h"
@@ -70,11 +74,12 @@ struct Args {
                      cudnn_benchmark = "on", profile_dir;
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12;
   bool amp = false, checkpoint = false, tf32 = false;
+  autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
 };
 
 const char* kUsage =
-    "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint] [--tf32]\n"
-    "                  [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
+    "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]\n"
+    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T]\n";
@@ -86,8 +91,14 @@ std::optional<Args> parse(int argc, char** argv) {
     if (flags.is("--model")) a.model = flags.text();
     else if (flags.is("--batch")) a.batch = flags.positive();
     else if (flags.is("--amp")) a.amp = true;
-    else if (flags.is("--checkpoint")) a.checkpoint = true;
-    else if (flags.is("--tf32")) a.tf32 = true;
+    else if (flags.is("--checkpoint")) {
+      a.checkpoint = true;
+      if (const std::optional<std::string> policy = flags.optional_text()) {
+        const auto parsed = autograd::parse_checkpoint_policy(*policy);
+        FRUGAL_CHECK(parsed, "train_step: --checkpoint takes full or selective, got ", *policy);
+        a.checkpoint_policy = *parsed;
+      }
+    } else if (flags.is("--tf32")) a.tf32 = true;
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--warmup")) a.warmup = flags.non_negative();
     else if (flags.is("--optim")) a.optim = flags.text();
@@ -148,7 +159,8 @@ Workload make_workload(const Args& a, Device device) {
   if (a.model == "resnet50") {
     const bool channels_last = a.channels_last == "on" || (a.channels_last == "auto" && a.amp && device.is_cuda());
     const bool fused = a.fused_bn_relu == "on" || (a.fused_bn_relu == "auto" && channels_last);
-    auto net = models::resnet50({.checkpoint_blocks = a.checkpoint, .fused_bn_relu = fused});
+    auto net = models::resnet50(
+        {.checkpoint_blocks = a.checkpoint, .checkpoint_policy = a.checkpoint_policy, .fused_bn_relu = fused});
     net->to(device);
     Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
     if (channels_last) {
@@ -166,6 +178,7 @@ Workload make_workload(const Args& a, Device device) {
     models::ViTConfig c = models::vit_b_16();
     c.image_size = a.image_size;
     c.checkpoint_blocks = a.checkpoint;
+    c.checkpoint_policy = a.checkpoint_policy;
     auto net = std::make_shared<models::VisionTransformer>(c);
     net->to(device);
     const Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
@@ -177,6 +190,7 @@ Workload make_workload(const Args& a, Device device) {
   } else if (a.model == "bert_base") {
     models::BertConfig c = models::bert_base();
     c.checkpoint_blocks = a.checkpoint;
+    c.checkpoint_policy = a.checkpoint_policy;
     FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "train_step: --seq-len must be <= ", c.max_position_embeddings,
                  ", got ", a.seq_len);
     auto net = std::make_shared<models::BertForMaskedLM>(c);
@@ -295,8 +309,8 @@ int run(const Args& a) {
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),
                      {"model", "batch", "precision", "ckpt", "step ms", "fwd+bwd host ms", "samples/s",
                       "peak alloc GiB", "peak reserved GiB", "params", "MFU"});
-  table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? "yes" : "no", bench::fmt("%.2f", step_s * 1e3),
-             bench::fmt("%.2f", host_s * 1e3), bench::fmt("%.1f", samples_per_s),
+  table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? autograd::to_string(a.checkpoint_policy) : "no",
+             bench::fmt("%.2f", step_s * 1e3), bench::fmt("%.2f", host_s * 1e3), bench::fmt("%.1f", samples_per_s),
              bench::fmt("%.3f", gib(st.allocated_bytes.peak)), bench::fmt("%.3f", gib(st.reserved_bytes.peak)),
              std::to_string(params), bench::fmt("%.3f", mfu)});
   table.print();
@@ -306,6 +320,8 @@ int run(const Args& a) {
   std::printf("batch: %lld\n", (long long)a.batch);
   std::printf("amp: %d\n", a.amp ? 1 : 0);
   std::printf("checkpoint: %d\n", a.checkpoint ? 1 : 0);
+  std::printf("checkpoint_selective: %d\n",
+              a.checkpoint && a.checkpoint_policy == autograd::CheckpointPolicy::Selective ? 1 : 0);
   std::printf("step_ms: %.3f\n", step_s * 1e3);
   std::printf("host_ms: %.3f\n", host_s * 1e3);
   std::printf("samples_per_s: %.2f\n", samples_per_s);

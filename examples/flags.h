@@ -101,6 +101,12 @@ class Flags {
     if (next_ >= args_.size() || args_[next_].rfind("--", 0) == 0) throw UsageError(flag_ + ": missing value");
     return args_[next_++];
   }
+  /// The flag's optional value: the next argument, unless there is none or it is a flag
+  /// (`--checkpoint` and `--checkpoint selective` both parse).
+  std::optional<std::string> optional_text() {
+    if (next_ >= args_.size() || args_[next_].rfind("--", 0) == 0) return std::nullopt;
+    return args_[next_++];
+  }
   /// An integer >= 1.
   int64_t positive() { return integer(1, std::numeric_limits<int64_t>::max(), "a positive integer"); }
   /// An integer >= 0.

@@ -79,6 +79,7 @@ BertConfig BertConfig::from_json(const json::Value& j, const std::string& file) 
     c.num_labels = int64_t(labels->members.size());
   c.num_labels = json_int(j, "num_labels", c.num_labels, what, 1, kMaxConfigDim);
   c.checkpoint_blocks = json_bool(j, "checkpoint_blocks", c.checkpoint_blocks, what);
+  c.checkpoint_policy = json_checkpoint_policy(j, c.checkpoint_policy, what);
   const std::string act = json_string(j, "hidden_act", "gelu", what);
   FRUGAL_CHECK(act == "gelu", what, ": hidden_act '", act, "' is not supported (only exact 'gelu')");
   const std::string pos = json_string(j, "position_embedding_type", "absolute", what);
@@ -127,7 +128,7 @@ Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
   const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
   const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, is_training() ? dropout_p : 0.0,
                                                   1.0 / std::sqrt(double(D)));  // (B, H, T, D)
-  return nn::merge_heads(ctx);  // (B, T, C)
+  return nn::merge_heads(ctx);                                                  // (B, T, C)
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c) {
@@ -196,7 +197,8 @@ BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attent
   const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
   for (const auto& layer : *layers) {
     h = config.checkpoint_blocks
-            ? autograd::checkpoint([layer, mask](const Tensor& x) { return layer->forward(x, mask); }, h)
+            ? autograd::checkpoint([layer, mask](const Tensor& x) { return layer->forward(x, mask); }, h,
+                                   config.checkpoint_policy)
             : layer->forward(h, mask);
   }
   BertModelOutput out{h, Tensor()};

@@ -19,6 +19,7 @@
 // tensor once, so an optimizer steps it once and its gradient is the sum of both uses.
 #include <memory>
 
+#include "autograd/checkpoint.h"
 #include "models/pretrained.h"
 #include "nn/container.h"
 #include "nn/layers.h"
@@ -47,10 +48,13 @@ struct BertConfig {
   int64_t num_labels = 2;           // BertForSequenceClassification's classes (1: regression)
   /// Run each encoder layer under autograd::checkpoint (recomputed in backward).
   bool checkpoint_blocks = false;
+  /// What a checkpointed layer keeps: Full (its input only) or Selective (also the outputs
+  /// of its projections and attention: Note [Selective checkpoint]).
+  autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;
 
   /// Reads a Hugging Face config.json (keys above; "id2label" also sets num_labels; keys
   /// frugal does not use are ignored; hidden_act must be "gelu" and
-  /// position_embedding_type "absolute" when present) plus frugal's "checkpoint_blocks".
+  /// position_embedding_type "absolute" when present) plus frugal's "checkpoint_blocks" and "checkpoint_policy".
   /// Values out of range (Note [Config ranges]) and a hidden_size that num_attention_heads
   /// does not divide throw, naming the key and `file`, the config's path (if it came from one).
   static BertConfig from_json(const json::Value& config, const std::string& file = "");

@@ -76,6 +76,14 @@ std::string json_string(const json::Value& config, std::string_view key, const s
   return v ? v->text : fallback;
 }
 
+autograd::CheckpointPolicy json_checkpoint_policy(const json::Value& config, autograd::CheckpointPolicy fallback,
+                                                  const std::string& what) {
+  const std::string name = json_string(config, "checkpoint_policy", autograd::to_string(fallback), what);
+  const auto policy = autograd::parse_checkpoint_policy(name);
+  FRUGAL_CHECK(policy, what, ": 'checkpoint_policy' must be \"full\" or \"selective\", got \"", name, "\"");
+  return *policy;
+}
+
 void json_check_keys(const json::Value& config, std::initializer_list<std::string_view> known,
                      const std::string& what) {
   std::string unknown;

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "autograd/checkpoint.h"
 #include "core/json.h"
 
 namespace frugal::models {
@@ -41,6 +42,11 @@ double json_double(const json::Value& config, std::string_view key, double fallb
 bool json_bool(const json::Value& config, std::string_view key, bool fallback, const std::string& what);
 std::string json_string(const json::Value& config, std::string_view key, const std::string& fallback,
                         const std::string& what);
+
+/// config["checkpoint_policy"]: "full" or "selective" (Note [Selective checkpoint]), or
+/// `fallback` when absent.
+autograd::CheckpointPolicy json_checkpoint_policy(const json::Value& config, autograd::CheckpointPolicy fallback,
+                                                  const std::string& what);
 
 /// Throws listing every key of `config` not in `known` (for configs that frugal defines,
 /// where a misspelt key should not pass silently).

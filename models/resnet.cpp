@@ -118,8 +118,9 @@ Tensor ResNet::forward(const Tensor& x) {
     for (size_t i = 0; i < layer->size(); ++i) {
       std::shared_ptr<nn::UnaryModule> blk = (*layer)[i];
       // The closure owns the block: backward replays it after forward has returned.
-      h = options.checkpoint_blocks ? autograd::checkpoint([blk](const Tensor& in) { return (*blk)(in); }, h)
-                                    : (*blk)(h);
+      h = options.checkpoint_blocks
+              ? autograd::checkpoint([blk](const Tensor& in) { return (*blk)(in); }, h, options.checkpoint_policy)
+              : (*blk)(h);
     }
   h = adaptive_avg_pool2d(h, 1).flatten(1);  // (N, C)
   return (*fc)(h);
@@ -140,7 +141,7 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth, con
   const std::string what = config_name("ResNet", file);
   json_check_keys(c,
                   {"depth", "blocks_per_layer", "num_classes", "in_channels", "small_input_stem", "zero_init_residual",
-                   "checkpoint_blocks", "fused_bn_relu"},
+                   "checkpoint_blocks", "checkpoint_policy", "fused_bn_relu"},
                   what);
   ResNetOptions o;
   o.num_classes = json_int(c, "num_classes", o.num_classes, what, 1, kMaxConfigDim);
@@ -148,6 +149,7 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth, con
   o.small_input_stem = json_bool(c, "small_input_stem", o.small_input_stem, what);
   o.zero_init_residual = json_bool(c, "zero_init_residual", o.zero_init_residual, what);
   o.checkpoint_blocks = json_bool(c, "checkpoint_blocks", o.checkpoint_blocks, what);
+  o.checkpoint_policy = json_checkpoint_policy(c, o.checkpoint_policy, what);
   o.fused_bn_relu = json_bool(c, "fused_bn_relu", o.fused_bn_relu, what);
   if (depth) *depth = json_int(c, "depth", *depth, what);
   return o;

@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 
+#include "autograd/checkpoint.h"
 #include "nn/batch_norm.h"
 #include "nn/container.h"
 #include "nn/conv.h"
@@ -34,6 +35,9 @@ struct ResNetOptions {
   /// backward instead of kept. In training mode the recompute updates the batch norm running
   /// statistics a second time (as torch.utils.checkpoint does); gradients are unchanged.
   bool checkpoint_blocks = false;
+  /// What a checkpointed block keeps: Full (its input only) or Selective (also its
+  /// convolutions' outputs, so only batch norm and ReLU run again: Note [Selective checkpoint]).
+  autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;
   /// Compute each relu(bn(.)) and relu(bn(.) + shortcut) as one op (BatchNorm2d::forward_relu:
   /// cuDNN's fused BN+ReLU / BN+add+ReLU for channels-last float16 training on CUDA). Same
   /// parameters, state-dict keys and results as the unfused blocks.
@@ -104,8 +108,8 @@ inline std::shared_ptr<ResNet> resnet152(ResNetOptions o = {}) { return resnet(1
 
 /// Reads frugal's ResNet config JSON (all keys optional): {"depth": 18, "num_classes": 10,
 /// "in_channels": 1, "small_input_stem": true, "zero_init_residual": false,
-/// "checkpoint_blocks": false, "fused_bn_relu": false}. When `depth` is given, *depth is read from "depth" (and
-/// keeps its value if the key is absent). Unknown keys and values out of range (Note [Config
+/// "checkpoint_blocks": false, "checkpoint_policy": "full", "fused_bn_relu": false}. When `depth` is given, *depth is
+/// read from "depth" (and keeps its value if the key is absent). Unknown keys and values out of range (Note [Config
 /// ranges]) throw, naming the key and `file`, the config's path (if it came from one).
 ResNetOptions resnet_options_from_json(const json::Value& config, int64_t* depth = nullptr,
                                        const std::string& file = "");

@@ -42,7 +42,7 @@ ViTConfig ViTConfig::from_json(const json::Value& j, const std::string& file) {
   const std::string what = config_name("ViT", file);
   json_check_keys(j,
                   {"image_size", "patch_size", "in_channels", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
-                   "num_classes", "dropout", "attention_dropout", "checkpoint_blocks"},
+                   "num_classes", "dropout", "attention_dropout", "checkpoint_blocks", "checkpoint_policy"},
                   what);
   ViTConfig c;
   c.image_size = json_int(j, "image_size", c.image_size, what, 1, kMaxConfigDim);
@@ -56,6 +56,7 @@ ViTConfig ViTConfig::from_json(const json::Value& j, const std::string& file) {
   c.dropout = json_double(j, "dropout", c.dropout, what, 0.0, 1.0);
   c.attention_dropout = json_double(j, "attention_dropout", c.attention_dropout, what, 0.0, 1.0);
   c.checkpoint_blocks = json_bool(j, "checkpoint_blocks", c.checkpoint_blocks, what);
+  c.checkpoint_policy = json_checkpoint_policy(j, c.checkpoint_policy, what);
   FRUGAL_CHECK(c.image_size % c.patch_size == 0, what, ": 'image_size' (", c.image_size,
                ") must be a multiple of 'patch_size' (", c.patch_size, ")");
   FRUGAL_CHECK(c.hidden_dim % c.num_heads == 0, what, ": 'hidden_dim' (", c.hidden_dim,
@@ -134,7 +135,9 @@ Tensor VisionTransformer::forward(const Tensor& x) {
   h = cat({class_token.expand({N, -1, -1}), h}, 1);  // (N, patches + 1, hidden)
   h = (*encoder_dropout)(h + pos_embedding);
   for (const auto& block : blocks)
-    h = c.checkpoint_blocks ? autograd::checkpoint([block](const Tensor& in) { return (*block)(in); }, h) : (*block)(h);
+    h = c.checkpoint_blocks
+            ? autograd::checkpoint([block](const Tensor& in) { return (*block)(in); }, h, c.checkpoint_policy)
+            : (*block)(h);
   h = (*encoder_ln)(h);
   return (*head)(h.select(1, 0));  // the class token
 }

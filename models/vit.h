@@ -8,6 +8,7 @@
 //   Tensor logits = vit->forward(images);  // (N, 3, 224, 224) -> (N, 1000)
 #include <memory>
 
+#include "autograd/checkpoint.h"
 #include "nn/attention.h"
 #include "nn/container.h"
 #include "nn/conv.h"
@@ -33,6 +34,9 @@ struct ViTConfig {
   double attention_dropout = 0.0;
   /// Run each encoder block under autograd::checkpoint (recomputed in backward).
   bool checkpoint_blocks = false;
+  /// What a checkpointed block keeps: Full (its input only) or Selective (also the outputs
+  /// of its projections and attention: Note [Selective checkpoint]).
+  autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;
 
   /// Reads frugal's ViT config JSON: the field names above as keys, all optional (defaults:
   /// vit_b_16). Unknown keys, values out of range (Note [Config ranges]) and sizes that do

@@ -3,7 +3,7 @@
 
 namespace frugal::nn {
 
-Tensor checkpoint_sequential(Sequential& seq, int64_t segments, const Tensor& x) {
+Tensor checkpoint_sequential(Sequential& seq, int64_t segments, const Tensor& x, autograd::CheckpointPolicy policy) {
   const auto n = int64_t(seq.size());
   if (n == 0) return x;
   FRUGAL_CHECK(segments >= 1 && segments <= n, "checkpoint_sequential: segments must be in [1, ", n,
@@ -19,7 +19,8 @@ Tensor checkpoint_sequential(Sequential& seq, int64_t segments, const Tensor& x)
   const int64_t chunk = n / segments;
   Tensor h = x;
   int64_t begin = 0;
-  for (int64_t s = 0; s + 1 < segments; ++s, begin += chunk) h = autograd::checkpoint(run(begin, begin + chunk), h);
+  for (int64_t s = 0; s + 1 < segments; ++s, begin += chunk)
+    h = autograd::checkpoint(run(begin, begin + chunk), h, policy);
   return run(begin, n)(h);  // the last chunk runs normally
 }
 

@@ -3,6 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/reduce.h"
@@ -50,7 +51,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias}))
     return conv2d((*c)[0], (*c)[1], (*c)[2], options);
   if (x.defined() && x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // (C, H, W)
-  Tensor out = autograd::raw([&] { return ops::conv2d(x, weight, bias, options); });
+  Tensor out =  // Note [Selective checkpoint]
+      autograd::kept_or_run("conv2d", {x, weight, bias}, [&] { return ops::conv2d(x, weight, bias, options); });
   if (auto node = make_node<Conv2dBackward>({x, weight, bias})) {
     if (wants_grad(*node, 1)) node->x = x;
     if (wants_grad(*node, 0)) node->w = weight;

@@ -4,6 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/ops/flash_attention.h"
 
@@ -51,7 +52,17 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   FRUGAL_CHECK(!attn_mask.defined() || !attn_mask.requires_grad(), op, ": attn_mask ", attn_mask.describe(),
                " requires grad, but the fused kernels give it none (use scaled_dot_product_attention)");
   const ops::FlashAttentionOptions options{attn_mask, is_causal, scale, dropout_p};
-  ops::FlashAttentionForward r = autograd::raw([&] { return ops::flash_attention_forward(q, k, v, options, gen); });
+  auto forward = [&] { return autograd::raw([&] { return ops::flash_attention_forward(q, k, v, options, gen); }); };
+  ops::FlashAttentionForward r;
+  if (!autograd::selective::active()) {
+    r = forward();
+  } else {  // out, lse and the dropout range may be kept (Note [Selective checkpoint])
+    autograd::selective::Kept kept = autograd::selective::run(op, {q, k, v, attn_mask}, [&] {
+      ops::FlashAttentionForward f = forward();
+      return autograd::selective::Kept{{f.out, f.lse}, f.range};
+    });
+    r = {kept.tensors[0], kept.tensors[1], kept.range};
+  }
   if (auto node = make_node<FlashAttentionBackward>({q, k, v})) {
     node->q = q, node->k = k, node->v = v, node->out = r.out, node->lse = r.lse;
     if (attn_mask.defined()) node->mask = attn_mask;

@@ -3,6 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
@@ -96,7 +97,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     if (b.dim() == 1) out = out.squeeze(-1);
     return out;
   }
-  Tensor out = autograd::raw([&] { return ops::matmul(a, b); });
+  // A selective checkpoint may keep this output (Note [Selective checkpoint]), as linear's.
+  Tensor out = autograd::kept_or_run("matmul", {a, b}, [&] { return ops::matmul(a, b); });
   if (auto node = make_node<MatmulBackward>({a, b})) {
     node->a = a;
     node->b = b;
@@ -108,7 +110,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   core::OpScope scope("linear");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias})) return linear((*c)[0], (*c)[1], (*c)[2]);
-  Tensor out = autograd::raw([&] { return ops::linear(x, weight, bias); });
+  Tensor out = autograd::kept_or_run("linear", {x, weight, bias}, [&] { return ops::linear(x, weight, bias); });
   if (auto node = make_node<LinearBackward>({x, weight, bias})) {
     node->x = x;
     node->w = weight;

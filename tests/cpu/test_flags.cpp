@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,14 @@ using frugal::testing::error_of;
 namespace {
 
 // Runs a program's flag loop over `args` (argv[0] added): --epochs, --batch-size, --seed,
-// --lr, --warmup, --save and --no-amp, as the examples declare them.
+// --lr, --warmup, --save, --no-amp and --checkpoint [POLICY], as the programs declare them.
 struct Parsed {
   int64_t epochs = 0, batch_size = 0;
   uint64_t seed = 0;
   double lr = 0, warmup = 0;
   std::string save;
   bool amp = true;
+  std::optional<std::string> checkpoint;  // --checkpoint [POLICY]: "" without a value
 };
 Parsed parse(std::vector<std::string> args) {
   args.insert(args.begin(), "prog");
@@ -38,6 +40,7 @@ Parsed parse(std::vector<std::string> args) {
     else if (flags.is("--warmup")) p.warmup = flags.real(0, 1);
     else if (flags.is("--save")) p.save = flags.text();
     else if (flags.is("--no-amp")) p.amp = false;
+    else if (flags.is("--checkpoint")) p.checkpoint = flags.optional_text().value_or("");
     else flags.unknown();
   }
   return p;
@@ -109,4 +112,13 @@ TEST_CASE("flags: well-formed values arrive as given") {
   CHECK(!p.amp);
   CHECK(p.save == "out/w.safetensors");
   CHECK(parse({}).epochs == 0);  // nothing given: the program's defaults stand
+}
+
+TEST_CASE("flags: an optional value is taken when the next argument is not a flag") {
+  CHECK(parse({"--checkpoint"}).checkpoint == "");
+  CHECK(parse({"--checkpoint", "selective"}).checkpoint == "selective");
+  const Parsed p = parse({"--checkpoint", "--epochs", "2"});
+  CHECK(p.checkpoint == "");
+  CHECK(p.epochs == 2);
+  CHECK(!parse({"--epochs", "2"}).checkpoint);
 }

@@ -285,49 +285,67 @@ TEST_CASE("models: load_safetensors_into fills a tied key the checkpoint omits")
                        Error);
 }
 
-TEST_CASE("models: checkpoint_blocks gives the same gradients") {
+TEST_CASE("models: checkpoint_blocks gives the same gradients, with either checkpoint_policy") {
+  // Selective keeps the convolutions', projections' and attention's outputs and recomputes
+  // the rest (Note [Selective checkpoint]); both policies must leave the gradients alone.
+  const std::array<autograd::CheckpointPolicy, 2> policies{autograd::CheckpointPolicy::Full,
+                                                           autograd::CheckpointPolicy::Selective};
   SUBCASE("ResNet-18, train mode") {
     models::ResNetOptions o{.num_classes = 4, .in_channels = 1, .small_input_stem = true};
     manual_seed(4);
     auto plain = models::resnet18(o);
-    o.checkpoint_blocks = true;
-    manual_seed(4);
-    auto ckpt = models::resnet18(o);
     const Tensor x = randn({2, 1, 8, 8}), y = from_vector<int64_t>({1, 3}, {2});
     cross_entropy(plain->forward(x), y).backward();
-    cross_entropy(ckpt->forward(x), y).backward();
-    check_same_grads(*plain, *ckpt);
+    for (autograd::CheckpointPolicy policy : policies) {
+      CAPTURE(autograd::to_string(policy));
+      o.checkpoint_blocks = true;
+      o.checkpoint_policy = policy;
+      manual_seed(4);
+      auto ckpt = models::resnet18(o);
+      cross_entropy(ckpt->forward(x), y).backward();
+      check_same_grads(*plain, *ckpt);
+    }
   }
   SUBCASE("BERT, with dropout (replayed)") {
     models::BertConfig c = tiny_bert();
     c.hidden_dropout_prob = 0.1, c.attention_probs_dropout_prob = 0.1;
     manual_seed(5);
     models::BertForSequenceClassification plain(c);
-    c.checkpoint_blocks = true;
-    manual_seed(5);
-    models::BertForSequenceClassification ckpt(c);
     const Tensor ids = randint(0, 50, {2, 6}),
                  mask = from_vector<int64_t>({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 6});
     const Tensor y = from_vector<int64_t>({2, 0}, {2});
     manual_seed(6);
     plain.forward(ids, mask, Tensor(), y).loss.backward();
-    manual_seed(6);
-    ckpt.forward(ids, mask, Tensor(), y).loss.backward();
-    check_same_grads(plain, ckpt);
+    for (autograd::CheckpointPolicy policy : policies) {
+      CAPTURE(autograd::to_string(policy));
+      c.checkpoint_blocks = true;
+      c.checkpoint_policy = policy;
+      manual_seed(5);
+      models::BertForSequenceClassification ckpt(c);
+      manual_seed(6);
+      ckpt.forward(ids, mask, Tensor(), y).loss.backward();
+      check_same_grads(plain, ckpt);
+    }
   }
-  SUBCASE("ViT") {
+  SUBCASE("ViT, with dropout (replayed)") {
     models::ViTConfig c = tiny_vit();
+    c.dropout = 0.1, c.attention_dropout = 0.1;
     manual_seed(7);
     models::VisionTransformer plain(c);
-    c.checkpoint_blocks = true;
-    manual_seed(7);
-    models::VisionTransformer ckpt(c);
     nn::init::normal_(plain.head->weight, 0.0, 0.5);  // torchvision's zero head would stop every gradient
-    copy_weights(plain, ckpt);
     const Tensor x = randn({2, 3, 8, 8}), y = from_vector<int64_t>({4, 1}, {2});
+    manual_seed(8);
     cross_entropy(plain.forward(x), y).backward();
-    cross_entropy(ckpt.forward(x), y).backward();
-    check_same_grads(plain, ckpt);
+    for (autograd::CheckpointPolicy policy : policies) {
+      CAPTURE(autograd::to_string(policy));
+      c.checkpoint_blocks = true;
+      c.checkpoint_policy = policy;
+      models::VisionTransformer ckpt(c);
+      copy_weights(plain, ckpt);
+      manual_seed(8);
+      cross_entropy(ckpt.forward(x), y).backward();
+      check_same_grads(plain, ckpt);
+    }
   }
 }
 
@@ -430,6 +448,16 @@ TEST_CASE("models: config JSON") {
   const models::ViTConfig v = models::ViTConfig::from_json(json::parse(R"({"image_size": 32, "patch_size": 8})"));
   CHECK(v.image_size == 32);
   CHECK(v.hidden_dim == 768);
+  // checkpoint_policy: "full" (the default, so older configs read as before) or "selective".
+  CHECK(v.checkpoint_policy == autograd::CheckpointPolicy::Full);
+  CHECK(models::ViTConfig::from_json(json::parse(R"({"checkpoint_blocks": true, "checkpoint_policy": "selective"})"))
+            .checkpoint_policy == autograd::CheckpointPolicy::Selective);
+  CHECK(models::BertConfig::from_json(json::parse(R"({"checkpoint_policy": "selective"})")).checkpoint_policy ==
+        autograd::CheckpointPolicy::Selective);
+  CHECK(models::resnet_options_from_json(json::parse(R"({"checkpoint_policy": "full"})")).checkpoint_policy ==
+        autograd::CheckpointPolicy::Full);
+  check_error([] { models::ViTConfig::from_json(json::parse(R"({"checkpoint_policy": "some"})"), "v.json"); },
+              {"ViT config v.json", "'checkpoint_policy' must be \"full\" or \"selective\", got \"some\""});
 }
 
 TEST_CASE("models: config values out of range are rejected, naming the key and the file") {
