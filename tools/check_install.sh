@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What a user of the installed frugal gets: installs the build BUILD_DIR (already built)
+# into a temporary folder, checks that every public header was installed, builds
+# examples/external against it through pkg-config, and runs it on the CPU.
+#   tools/check_install.sh [BUILD_DIR]   (default: build; the cpu suite runs it as `install`)
+# Needs no root: `meson install --destdir` writes under the temporary folder, and the
+# installed frugal.pc is pointed there by its prefix= line (every other path in it is
+# relative to ${prefix}).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "${1:-$root/build}" && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/dest" >/dev/null
+pc="$(find "$tmp/dest" -name frugal.pc -path '*/pkgconfig/*' | head -n 1)"
+[ -n "$pc" ] || { echo "check_install: no frugal.pc installed" >&2; exit 1; }
+prefix="$(sed -n 's/^prefix=//p' "$pc")"
+sed -i "s|^prefix=.*|prefix=$tmp/dest$prefix|" "$pc"
+inc="$tmp/dest$prefix/include/frugal"
+
+# Every header of the layers, except the kernels' own (tensor/cpu/, tensor/cuda/).
+missing=0
+cd "$root"
+for h in $(git ls-files -- 'core/*.h' 'memory/*.h' 'tensor/*.h' 'autograd/*.h' 'optim/*.h' 'nn/*.h' \
+             'parallel/*.h' 'profiler/*.h' 'models/*.h' ':!tensor/cpu/*' ':!tensor/cuda/*' 2>/dev/null); do
+  [ -f "$inc/$h" ] || { echo "check_install: $h is not installed (add it to its install_headers)" >&2; missing=1; }
+done
+[ -f "$inc/frugal.h" ] || { echo "check_install: frugal/frugal.h is not installed" >&2; missing=1; }
+for lib in libfrugal.a bin/frugal-run; do
+  [ -n "$(find "$tmp/dest" -path "*$lib")" ] || { echo "check_install: $lib is not installed" >&2; missing=1; }
+done
+[ "$missing" = 0 ] || exit 1
+
+# The user's project: its own meson setup, compiler cache if there is one.
+export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+if command -v ccache >/dev/null 2>&1; then export CXX="${CXX:-ccache c++}"; fi
+meson setup "$tmp/ext" "$root/examples/external" >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log" >&2; exit 1; }
+ninja -C "$tmp/ext" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; exit 1; }
+"$tmp/ext/tiny_mlp" cpu
