@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a user of the installed frugal gets: installs the build BUILD_DIR (already built)
 # into a temporary folder, checks that every public header was installed, builds
-# examples/external against it through pkg-config, and runs it on the CPU.
+# examples/external against it through pkg-config and runs it on the CPU, and compiles and
+# links the README's "Writing a model" program with the plain compiler line it gives.
 #   tools/check_install.sh [BUILD_DIR]   (default: build; the cpu suite runs it as `install`)
 # Needs no root: `meson install --destdir` writes under the temporary folder, and the
 # installed frugal.pc is pointed there by its prefix= line (every other path in it is
@@ -38,3 +39,14 @@ if command -v ccache >/dev/null 2>&1; then export CXX="${CXX:-ccache c++}"; fi
 meson setup "$tmp/ext" "$root/examples/external" >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log" >&2; exit 1; }
 ninja -C "$tmp/ext" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; exit 1; }
 "$tmp/ext/tiny_mlp" cpu
+
+# The README's program, as a user would build it without Meson (not run: it wants CUDA and
+# the Fashion-MNIST files).
+python3 - "$root/README.md" >"$tmp/net.cpp" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+section = text[text.index("## Writing a model"):]
+print(re.search(r"<!-- example -->\n```cpp\n(.*?)```", section, re.S).group(1))
+PY
+${CXX:-c++} -std=c++20 -O1 "$tmp/net.cpp" -o "$tmp/net" $(pkg-config --cflags --libs frugal) \
+  || { echo "check_install: the README's \"Writing a model\" program does not build" >&2; exit 1; }
