@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a user of the installed frugal gets: installs the build BUILD_DIR (already built)
-# into a temporary folder, checks that every public header was installed, builds
-# examples/external against it through pkg-config and runs it on the CPU, and compiles and
-# links the README's "Writing a model" program with the plain compiler line it gives.
+# into a temporary folder, checks that every public header was installed and compiles
+# from there, builds examples/external against it through pkg-config and runs it on the
+# CPU, and compiles and links the README's "Writing a model" program with the plain
+# compiler line the README gives.
 #   tools/check_install.sh [BUILD_DIR]   (default: build; the cpu suite runs it as `install`)
 # Needs no root: `meson install --destdir` writes under the temporary folder, and the
 # installed frugal.pc is pointed there by its prefix= line (every other path in it is
@@ -33,9 +34,18 @@ for lib in libfrugal.a bin/frugal-run; do
 done
 [ "$missing" = 0 ] || exit 1
 
-# The user's project: its own meson setup, compiler cache if there is one.
 export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 if command -v ccache >/dev/null 2>&1; then export CXX="${CXX:-ccache c++}"; fi
+
+# Every installed header compiles from the install alone, with frugal.pc's Cflags (one
+# file, so it takes a second); core/cuda_check.h needs the CUDA headers.
+cflags="$(pkg-config --cflags frugal)"
+(cd "$inc/.." && find frugal -name '*.h' | sort | sed 's|.*|#include <&>|') >"$tmp/all_headers.cpp"
+case "$cflags" in *FRUGAL_WITH_CUDA*) ;; *) sed -i '/core\/cuda_check.h/d' "$tmp/all_headers.cpp" ;; esac
+${CXX:-c++} -std=c++20 -fsyntax-only $cflags "$tmp/all_headers.cpp" \
+  || { echo "check_install: the installed headers do not compile on their own" >&2; exit 1; }
+
+# The user's project: its own meson setup.
 meson setup "$tmp/ext" "$root/examples/external" >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log" >&2; exit 1; }
 ninja -C "$tmp/ext" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; exit 1; }
 "$tmp/ext/tiny_mlp" cpu
