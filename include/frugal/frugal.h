@@ -31,8 +31,8 @@
 // autograd/
 #include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops/all.h"
 
 // nn/
