@@ -29,7 +29,9 @@ for h in $(find core memory tensor autograd optim nn parallel profiler models -n
   [ -f "$inc/$h" ] || { echo "check_install: $h is not installed (add it to its install_headers)" >&2; missing=1; }
 done
 [ -f "$inc/frugal.h" ] || { echo "check_install: frugal/frugal.h is not installed" >&2; missing=1; }
-for lib in libfrugal.a bin/frugal-run; do
+cuda_lib=""
+grep -q FRUGAL_WITH_CUDA "$pc" && cuda_lib=libfrugal_cuda.a
+for lib in libfrugal.a $cuda_lib bin/frugal-run; do
   [ -n "$(find "$tmp/dest" -path "*$lib")" ] || { echo "check_install: $lib is not installed" >&2; missing=1; }
 done
 [ "$missing" = 0 ] || exit 1
@@ -49,6 +51,7 @@ ${CXX:-c++} -std=c++20 -fsyntax-only $cflags "$tmp/all_headers.cpp" \
 meson setup "$tmp/ext" "$root/examples/external" >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log" >&2; exit 1; }
 ninja -C "$tmp/ext" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; exit 1; }
 "$tmp/ext/tiny_mlp" cpu
+"$tmp/ext/tiny_mlp"  # on the GPU where the build and the machine have one
 
 # The README's program, as a user would build it without Meson (not run: it wants CUDA and
 # the Fashion-MNIST files).
