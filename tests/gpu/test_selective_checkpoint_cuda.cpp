@@ -84,10 +84,13 @@ TEST_CASE("cuda selective checkpoint: ViT under float16 autocast with fused atte
   plain.to(kGpu);
   const Tensor x = randn({4, 3, 16, 16}).to(kGpu);
   const Tensor y = from_vector<int64_t>({4, 1, 0, 2}, {4}).to(kGpu);
+  // The guard spans the backward too, so the recompute finds the weights' float16 casts in
+  // autocast's cache: otherwise it casts them again inside linear's scope, and the trace
+  // could not tell those allocations from a rerun GEMM (the H200 run showed them).
   auto step = [&](models::VisionTransformer& net) {
+    AutocastGuard amp(kGpu, kFloat16);
     return traced_step([&] {
       manual_seed(9);
-      AutocastGuard amp(kGpu, kFloat16);
       return cross_entropy(net.forward(x), y);
     });
   };
@@ -125,10 +128,8 @@ TEST_CASE("cuda selective checkpoint: ResNet-18 channels-last float16 with fused
   const Tensor x = to_channels_last(randn({4, 3, 16, 16}).to(kGpu));
   const Tensor y = from_vector<int64_t>({1, 3, 0, 2}, {4}).to(kGpu);
   auto step = [&](models::ResNet& net) {
-    return traced_step([&] {
-      AutocastGuard amp(kGpu, kFloat16);
-      return cross_entropy(net.forward(x), y);
-    });
+    AutocastGuard amp(kGpu, kFloat16);  // spans the backward: see the ViT case
+    return traced_step([&] { return cross_entropy(net.forward(x), y); });
   };
   step(*plain);
   for (autograd::CheckpointPolicy policy : {autograd::CheckpointPolicy::Full, autograd::CheckpointPolicy::Selective}) {
