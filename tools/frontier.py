@@ -7,14 +7,14 @@ reuses) it measures
   PyTorch: eager, eager + checkpointing, torch.compile (default), and torch.compile with
            torch._functorch.config.activation_memory_budget 0.5 and 0.2;
   frugal:  each --frugal-point NAME=ARGS, bench/train_step's flags for one point (default:
-           "default=" and "checkpoint=--checkpoint"; add e.g. "selective=--checkpoint selective"
-           or "budget 0.5x=--memory-budget 0.5x" as frugal grows them).
+           "default=", "selective=--checkpoint selective" and "checkpoint=--checkpoint"; add
+           others as frugal grows them).
 It prints one table (step ms, samples/s, peak allocated GiB, peak / eager's) and writes the
 frontier as an SVG (--svg, default frontier.svg): one panel per model, x = peak GiB,
 y = step ms, one curve per system (lower left is better).
 
     python3 tools/frontier.py --frugal build/bench/train_step
-    python3 tools/frontier.py --frugal build/bench/train_step --frugal-point 'selective=--checkpoint selective'
+    python3 tools/frontier.py --frugal build/bench/train_step --models bert_base --frugal-point 'selective=--checkpoint selective'
     python3 tools/frontier.py --frugal build/bench/train_step --skip-torch --device cpu \\
         --models resnet50 --batch 2 --image-size 64 --steps 1 --warmup 1      # CPU smoke run
 """
@@ -31,7 +31,7 @@ import train_step_torch as tst  # noqa: E402
 MODELS = {"resnet50": 128, "vit_b16": 128, "bert_base": 64}  # batch per model
 TORCH_POINTS = [("eager", {}), ("eager + checkpointing", {"ckpt": True}), ("compile", {"compile_budget": 1.0}),
                 ("compile, budget 0.5", {"compile_budget": 0.5}), ("compile, budget 0.2", {"compile_budget": 0.2})]
-DEFAULT_FRUGAL_POINTS = ["default=", "checkpoint=--checkpoint"]
+DEFAULT_FRUGAL_POINTS = ["default=", "selective=--checkpoint selective", "checkpoint=--checkpoint"]
 
 
 def frugal_point(spec):
