@@ -1,8 +1,12 @@
 #include "nn/module.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <typeinfo>
 #include <utility>
 
 #include "autograd/grad_mode.h"
@@ -159,6 +163,23 @@ NamedTensors Module::state_dict() const {
   NamedTensors bufs = named_buffers();
   out.insert(out.end(), bufs.begin(), bufs.end());
   return out;
+}
+
+std::string Module::type_name() const {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : mangled;
+  std::free(demangled);
+  if (const size_t colon = name.rfind("::"); colon != std::string::npos) name = name.substr(colon + 2);
+  return name;
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  std::map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : state)
+    FRUGAL_CHECK(by_name.emplace(name, t).second, "load_state_dict: key '", name, "' is given twice");
+  load_state_dict(by_name, strict);
 }
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {

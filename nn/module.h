@@ -27,8 +27,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  /// The class name shown in printouts ("Linear").
-  virtual std::string type_name() const = 0;
+  /// The class name shown in printouts ("Linear"); by default the class's own name,
+  /// demangled and without namespaces.
+  virtual std::string type_name() const;
   /// Layer settings shown in printouts ("in_features=784, out_features=10").
   virtual std::string extra_repr() const { return ""; }
 
@@ -66,6 +67,9 @@ class Module {
   /// Copies values in. strict: every key must match both ways; any problem throws one
   /// frugal::Error listing missing, unexpected and mismatched keys.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  /// The same from a state_dict() (`b.load_state_dict(a.state_dict())`); a key given twice
+  /// is an error.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
 
   /// PyTorch-style tree printout.
   std::string repr(int indent = 0) const;

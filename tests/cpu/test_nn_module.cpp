@@ -96,6 +96,26 @@ TEST_CASE("nn: state_dict round trip and strict loading errors") {
   b.load_state_dict(partial, /*strict=*/false);  // missing keys allowed when not strict
 }
 
+TEST_CASE("nn: load_state_dict takes another module's state_dict(); a key given twice is an error") {
+  Net a, b;
+  for (auto& [name, t] : a.state_dict()) t.detach().copy_(full(t.sizes(), 0.25));
+  b.load_state_dict(a.state_dict());
+  for (auto& [name, t] : b.state_dict())
+    for (double v : values_of(t)) CHECK_MESSAGE(v == 0.25, name);
+  nn::NamedTensors twice = a.state_dict();
+  twice.push_back(twice.front());
+  check_error([&] { b.load_state_dict(twice); }, {"load_state_dict", twice.front().first, "twice"});
+}
+
+namespace unnamed_modules {
+struct PlainBlock : nn::Module {};  // no type_name override
+}  // namespace unnamed_modules
+
+TEST_CASE("nn: type_name defaults to the class's own name") {
+  CHECK(unnamed_modules::PlainBlock().type_name() == "PlainBlock");
+  CHECK(Net().type_name() == "Net");  // an override still wins
+}
+
 TEST_CASE("nn: to(dtype) converts in place, zero_grad, train/eval") {
   Net net;
   Tensor held = net.head->fc->weight;  // e.g. an optimizer's handle
