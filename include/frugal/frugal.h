@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/stream.h"
+#include "core/threads.h"
 #include "memory/allocator.h"
 
 // tensor/

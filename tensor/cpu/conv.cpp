@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/instrument.h"
+#include "core/threads.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
@@ -40,14 +41,6 @@ using ConstVectorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
 
 template <typename T>
 constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 /// A 1x1 kernel with stride 1 and no padding reads the input as it lies: col = x.
 bool direct(const Conv2dGeometry& g) { return g.R == 1 && g.S == 1 && g.stride == Int2(1) && g.padding == Int2(0); }
@@ -114,8 +107,8 @@ void col2im_add(T* x, const T* col, int64_t Cg, const Conv2dGeometry& g, bool pa
 template <typename T, typename Body>
 void for_each_sample(const Conv2dGeometry& g, bool need_col, Body&& body) {
   const int64_t col_size = need_col ? (g.C / g.groups) * g.R * g.S * g.OH * g.OW : 0;
-  const bool parallel = g.N > 1 && max_threads() > 1;
-  const int64_t slots = parallel ? std::min<int64_t>(max_threads(), g.N) : 1;
+  const bool parallel = g.N > 1 && get_num_threads() > 1;
+  const int64_t slots = parallel ? std::min<int64_t>(get_num_threads(), g.N) : 1;
   Tensor buffer = [&] {                                       // the arena's bytes
     core::CategoryScope category(core::Category::Workspace);  // for the memory profiler
     return empty({std::max<int64_t>(slots * col_size, 1)}, {dtype_of<T>(), kCPU});

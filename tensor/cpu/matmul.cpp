@@ -14,14 +14,11 @@
 
 #include <type_traits>
 
+#include "core/threads.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/matmul.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace frugal::ops::cpu {
 
@@ -54,14 +51,6 @@ struct MatrixOperand {
   }
 };
 
-int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 // out: (B, M, N) contiguous, = a @ b, or += a @ b when `accumulate`
 template <typename T, int OrderA, int OrderB>
 void gemm_batch(T* out, int64_t batch, const MatrixOperand<T>& a, const MatrixOperand<T>& b, bool accumulate) {
@@ -71,7 +60,7 @@ void gemm_batch(T* out, int64_t batch, const MatrixOperand<T>& a, const MatrixOp
     if (accumulate) C.noalias() += a.template map<OrderA>(i) * b.template map<OrderB>(i);
     else C.noalias() = a.template map<OrderA>(i) * b.template map<OrderB>(i);
   };
-  if (batch > 1 && max_threads() > 1) {
+  if (batch > 1 && get_num_threads() > 1) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < batch; ++i) one(i);
   } else {

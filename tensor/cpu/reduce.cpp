@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 
+#include "core/threads.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/reduction.h"
@@ -27,14 +28,6 @@ namespace {
 
 constexpr int kLanes = 8;
 constexpr int64_t kColumnBlock = 1024;  // outputs per work item of a column reduction (4 KiB of f32 per row)
-
-int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 /// Folds elements [r0, r1) of one row; x points at the row's element 0, `stride` apart.
 template <typename Red>
@@ -60,7 +53,7 @@ typename Red::acc_t fold_row(const Red& red, const typename Red::in_t* x, int64_
 template <typename Red>
 void reduce_rows(const Red& red, const Geometry& g, const typename Red::in_t* x) {
   using A = typename Red::acc_t;
-  const int64_t threads = max_threads();
+  const int64_t threads = get_num_threads();
   if (g.outer >= threads || g.R < 2 * kParallelGrain) {
     parallel_for_if(g.outer * g.R >= kParallelGrain, g.outer,
                     [&](int64_t o) { red.store(o, fold_row(red, x + o * g.so, g.sr, 0, g.R)); });
@@ -109,7 +102,7 @@ template <typename Red>
 void reduce_columns(const Red& red, const Geometry& g, const typename Red::in_t* x) {
   using A = typename Red::acc_t;
   const int64_t blocks = (g.inner + kColumnBlock - 1) / kColumnBlock, items = g.outer * blocks;
-  const int64_t threads = max_threads();
+  const int64_t threads = get_num_threads();
   const bool parallel = g.outer * g.R * g.inner >= kParallelGrain;
   const int64_t chunks =
       parallel && items < threads ? std::max<int64_t>(1, std::min((threads + items - 1) / items, g.R / 64)) : 1;

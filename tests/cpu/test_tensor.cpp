@@ -7,9 +7,11 @@
 #include <limits>
 #include <vector>
 
+#include "core/threads.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/fill.h"
+#include "tensor/ops/matmul.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -342,4 +344,17 @@ TEST_CASE("errors: the location names the failing check; added context keeps it 
   }
   CHECK_THROWS_AS(rethrow_with_context(Error("plain"), "ctx: "), Error);
   CHECK(std::string(Error("no location").location()).empty());
+}
+
+TEST_CASE("threads: set_num_threads / get_num_threads, as torch's; products do not depend on them") {
+  const int before = get_num_threads();
+  CHECK(before >= 1);
+  const Tensor a = random_tensor({3, 64, 48}, kFloat32, 1), b = random_tensor({3, 48, 32}, kFloat32, 2);
+  const std::vector<double> many = values_of(ops::matmul(a, b));
+  set_num_threads(1);
+  CHECK(get_num_threads() == 1);
+  CHECK(values_of(ops::matmul(a, b)) == many);  // each product sums over K in the same order
+  set_num_threads(before);
+  CHECK(get_num_threads() == before);
+  check_error([] { set_num_threads(0); }, {"set_num_threads", ">= 1", "0"});
 }
