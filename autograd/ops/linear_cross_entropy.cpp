@@ -58,13 +58,15 @@ struct LinearCrossEntropyBackward final : Node {
   SavedTensor rows{this};  // int64 indices of the kept rows; undefined: every row
   Shape x_shape;
   DType x_dtype = kFloat32, weight_dtype = kFloat32, bias_dtype = kFloat32;
+  DType accumulation_dtype = kFloat32;  // of the kept gradients
   double unit = 1.0;  // what the kept gradients are for: 1 / (scale * count) (Mean) or 1 / scale (Sum)
   std::string name() const override { return "LinearCrossEntropyBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor g = grads[0];  // 0-d
+    // One 0-d factor, so each kept gradient is scaled in one pass. The kept gradients
+    // share a dtype: the forward's accumulation dtype.
+    const Tensor factor = ops::mul(grads[0].to(accumulation_dtype), unit);
     const auto scaled = [&](const SavedTensor& kept, DType dtype) {
-      const Tensor k = kept.unpack(name());
-      return autograd::in_dtype(ops::mul(ops::mul(k, g.to(k.dtype())), unit), dtype);
+      return autograd::in_dtype(ops::mul(kept.unpack(name()), factor), dtype);
     };
     TensorList out(3);
     if (wants_grad(*this, 0)) {
@@ -132,7 +134,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   check_inputs(x, weight, bias, target, options);
   const DType dtype = product_dtype(x, weight, bias);
   const bool low = dtype == kFloat16 || dtype == kBFloat16;
-  const DType loss_dtype = low ? kFloat32 : dtype;
+  const DType loss_dtype = low ? kFloat32 : dtype;  // of the loss and of every accumulation
   const double grad_scale = low ? kLowPrecisionGradScale : 1.0;
   const int64_t H = x.size(-1), C = weight.size(0);
   auto node = make_node<LinearCrossEntropyBackward>({x, weight, bias});
@@ -154,7 +156,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     }
     xs = xs.to(dtype);
     const Tensor w = weight.to(dtype), b = bias.defined() ? bias.to(dtype) : Tensor();
-    const TensorOptions acc(low ? kFloat32 : dtype, x.device());
+    const TensorOptions acc(loss_dtype, x.device());
     loss = zeros({}, acc);
     if (want_x) grad_x = empty({kept, H}, acc);
     const Tensor one = scalar_tensor(1.0, acc);
@@ -189,6 +191,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   if (node) {
     const double count = options.loss.reduction == Reduction::Mean ? double(kept) : 1.0;
     node->unit = 1.0 / (grad_scale * count);
+    node->accumulation_dtype = loss_dtype;
     if (want_x) node->grad_x = grad_x;
     if (want_w) node->grad_weight = grad_w;
     if (want_b) node->grad_bias = grad_b;

@@ -118,7 +118,7 @@ TEST_CASE("linear_cross_entropy: under autocast it matches the unfused pair, in 
     Grads g[2];
     for (int fused = 0; fused < 2; ++fused) {
       AutocastGuard amp(kCPU, low);
-      g[fused] = run(fused == 1, x, w, b, t, {.chunk_rows = 5});
+      g[fused] = run(fused == 1, x, w, b, t, {.loss = {}, .chunk_rows = 5});
     }
     CHECK(g[1].loss.dtype() == kFloat32);
     // Both round the logits to `low` and the logits' gradient to `low` for its GEMMs; the
@@ -149,7 +149,7 @@ TEST_CASE("linear_cross_entropy: the (N, C) logits never exist at once") {
   for (int fused = 0; fused < 2; ++fused) {
     memory::reset_peak(kCPU);
     const int64_t base = memory::stats(kCPU).allocated_bytes.current;
-    run(fused == 1, x, w, Tensor(), t, {.chunk_rows = 32});
+    run(fused == 1, x, w, Tensor(), t, {.loss = {}, .chunk_rows = 32});
     added[fused] = memory::stats(kCPU).allocated_bytes.peak - base;
   }
   MESSAGE("peak added: unfused ", added[0], " bytes, fused ", added[1], " bytes");

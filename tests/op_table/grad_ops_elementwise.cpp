@@ -257,30 +257,27 @@ void add_inplace(std::vector<GradEntry>& t) {
 }
 
 void add_reduce(std::vector<GradEntry>& t) {
-  t.push_back({"sum",
-               [](Rng& rng) {
-                 const Shape sh = small_shape(rng, 0, 4);
-                 const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
-                 const bool keep = rng.chance(0.5);
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, sh))};
-                 s.params = cat_str("dims=", str(dims), " keepdim=", keep);
-                 s.f = [=](const TensorList& in) { return sum(in[0], dims, keep); };
-                 return s;
-               },
-               A::Float32});
-  t.push_back({"mean",
-               [](Rng& rng) {
-                 const Shape sh = small_shape(rng, 0, 4, 24, 0.0);
-                 const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
-                 const bool keep = rng.chance(0.5);
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, sh))};
-                 s.params = cat_str("dims=", str(dims), " keepdim=", keep);
-                 s.f = [=](const TensorList& in) { return mean(in[0], dims, keep); };
-                 return s;
-               },
-               A::Float32});
+  // Reductions over a list of dims (only sum's samples include size-0 dims).
+  using OverDims = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
+  const std::tuple<const char*, OverDims, double, A> over_dims[] = {
+      {"sum", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return sum(x, d, k); }, 0.03, A::Float32},
+      {"mean", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return mean(x, d, k); }, 0.0, A::Float32},
+      {"amax", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amax(x, d, k); }, 0.0, A::Keep},
+      {"amin", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amin(x, d, k); }, 0.0, A::Keep},
+  };
+  for (const auto& [name, fn, p_zero, amp] : over_dims)
+    t.push_back({name,
+                 [fn, p_zero](Rng& rng) {
+                   const Shape sh = small_shape(rng, 0, 4, 24, p_zero);
+                   const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                   const bool keep = rng.chance(0.5);
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("dims=", str(dims), " keepdim=", keep);
+                   s.f = [=](const TensorList& in) { return fn(in[0], dims, keep); };
+                   return s;
+                 },
+                 amp});
   t.push_back({"var",
                [](Rng& rng) {
                  const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
@@ -298,24 +295,6 @@ void add_reduce(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32, true, 1, 2.0});
-  using Extreme = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
-  const std::pair<const char*, Extreme> extremes[] = {
-      {"amax", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amax(x, d, k); }},
-      {"amin", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amin(x, d, k); }},
-  };
-  for (const auto& [name, fn] : extremes)
-    t.push_back({name,
-                 [fn](Rng& rng) {
-                   const Shape sh = small_shape(rng, 0, 4, 24, 0.0);
-                   const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
-                   const bool keep = rng.chance(0.5);
-                   GradSample s;
-                   s.inputs = {grad_in(values(rng, sh))};
-                   s.params = cat_str("dims=", str(dims), " keepdim=", keep);
-                   s.f = [=](const TensorList& in) { return fn(in[0], dims, keep); };
-                   return s;
-                 },
-                 A::Keep});
   using Along = ValuesIndices (*)(const Tensor&, int64_t, bool);
   const std::pair<const char*, Along> along[] = {
       {"max", [](const Tensor& x, int64_t d, bool k) { return max(x, d, k); }},

@@ -20,6 +20,23 @@ GradInput maybe(Rng& rng, Tensor t, double p_absent = 0.3) {
   return grad_in(std::move(t));
 }
 
+// A pooling window k and its stride, padding and ceil_mode, drawn into `o`.
+template <typename PoolOptions>
+Int2 pool_window(Rng& rng, PoolOptions& o) {
+  const Int2 k{rng.range(1, 3), rng.range(1, 3)};
+  o.stride = rng.chance(0.3) ? Int2(0) : Int2(rng.range(1, 2), rng.range(1, 2));
+  o.padding = {rng.range(0, k.h / 2), rng.range(0, k.w / 2)};
+  o.ceil_mode = rng.chance(0.3);
+  return k;
+}
+
+// A pooling input (N, C, H, W) or (C, H, W) at least as large as the window.
+Shape pool_input(Rng& rng, Int2 k) {
+  Shape x = {rng.range(1, 2), rng.range(1, 2), k.h + rng.range(0, 3), k.w + rng.range(0, 3)};
+  if (rng.chance(0.2)) x.erase(x.begin());
+  return x;
+}
+
 void add_matmul(std::vector<GradEntry>& t) {
   t.push_back({"matmul",
                [](Rng& rng) {
@@ -79,15 +96,10 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                A::Lower});
   t.push_back({"max_pool2d",
                [](Rng& rng) {
-                 const Int2 k{rng.range(1, 3), rng.range(1, 3)};
                  MaxPool2dOptions o;
-                 o.stride = rng.chance(0.3) ? Int2(0) : Int2(rng.range(1, 2), rng.range(1, 2));
-                 o.padding = {rng.range(0, k.h / 2), rng.range(0, k.w / 2)};
-                 o.ceil_mode = rng.chance(0.3);
-                 Shape x = {rng.range(1, 2), rng.range(1, 2), k.h + rng.range(0, 3), k.w + rng.range(0, 3)};
-                 if (rng.chance(0.2)) x.erase(x.begin());
+                 const Int2 k = pool_window(rng, o);
                  GradSample s;
-                 s.inputs = {grad_in(values(rng, x))};
+                 s.inputs = {grad_in(values(rng, pool_input(rng, k)))};
                  s.params = cat_str("kernel=", k.str(), " stride=", o.stride.str(), " padding=", o.padding.str(),
                                     " ceil_mode=", o.ceil_mode);
                  s.f = [=](const TensorList& in) { return max_pool2d(in[0], k, o); };
@@ -96,16 +108,11 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                A::Keep});
   t.push_back({"avg_pool2d",
                [](Rng& rng) {
-                 const Int2 k{rng.range(1, 3), rng.range(1, 3)};
                  AvgPool2dOptions o;
-                 o.stride = rng.chance(0.3) ? Int2(0) : Int2(rng.range(1, 2), rng.range(1, 2));
-                 o.padding = {rng.range(0, k.h / 2), rng.range(0, k.w / 2)};
-                 o.ceil_mode = rng.chance(0.3);
+                 const Int2 k = pool_window(rng, o);
                  o.count_include_pad = rng.chance(0.5);
-                 Shape x = {rng.range(1, 2), rng.range(1, 2), k.h + rng.range(0, 3), k.w + rng.range(0, 3)};
-                 if (rng.chance(0.2)) x.erase(x.begin());
                  GradSample s;
-                 s.inputs = {grad_in(values(rng, x))};
+                 s.inputs = {grad_in(values(rng, pool_input(rng, k)))};
                  s.params = cat_str("kernel=", k.str(), " stride=", o.stride.str(), " padding=", o.padding.str(),
                                     " ceil_mode=", o.ceil_mode, " count_include_pad=", o.count_include_pad);
                  s.f = [=](const TensorList& in) { return avg_pool2d(in[0], k, o); };
