@@ -19,6 +19,7 @@ y = step ms, one curve per system (lower left is better).
         --models resnet50 --batch 2 --image-size 64 --steps 1 --warmup 1      # CPU smoke run
 """
 import argparse
+import json
 import os
 import re
 import shlex
@@ -120,6 +121,8 @@ def main():
     ap.add_argument("--row-timeout", type=int, default=300, help="seconds per frugal point")
     ap.add_argument("--skip-torch", action="store_true", help="frugal's points only (no torch needed)")
     ap.add_argument("--svg", default="frontier.svg", help="where the picture goes")
+    ap.add_argument("--torch-cache", help="JSON file of PyTorch points: read where it has a point, written with "
+                    "each point measured (the torch.compile points take minutes; measure them once per machine)")
     args = ap.parse_args()
     # What train_step_torch's workloads read from args.
     args.optim, args.channels_last, args.tf32 = "sgd", "auto", "off"
@@ -133,6 +136,22 @@ def main():
         torch.backends.cudnn.benchmark = True
         print(f"torch {torch.__version__} on {args.device}", flush=True)
 
+    cache = {}
+    if args.torch_cache and os.path.exists(args.torch_cache):
+        with open(args.torch_cache) as f:
+            cache = json.load(f)
+
+    def torch_point(key, fn):
+        """The cached result of `key` (model/point), else fn()'s, then cached."""
+        if key in cache:
+            return cache[key]
+        r = fn()
+        if args.torch_cache:
+            cache[key] = {"ms": r["ms"], "peak_gib": r["peak_gib"]}
+            with open(args.torch_cache, "w") as f:
+                json.dump(cache, f, indent=1)
+        return r
+
     results, failures = [], 0
     header = f"{'model':<10} {'system':<16} {'point':<24} {'step ms':>8} {'samples/s':>10} {'peak GiB':>9} {'x eager':>8}"
     print(header + "\n" + "-" * len(header), flush=True)
@@ -141,7 +160,8 @@ def main():
         base = {"name": model, "model": model, "batch": batch, "amp": True, "ckpt": False}
         eager_peak = None
         runs = [] if args.skip_torch else [("PyTorch " + ("compile" if "compile_budget" in extra else "eager"), name,
-                                            lambda extra=extra: tst.run_torch({**base, **extra}, args))
+                                            lambda extra=extra, name=name: torch_point(
+                                                f"{model}/{batch}/{name}", lambda: tst.run_torch({**base, **extra}, args)))
                                            for name, extra in TORCH_POINTS]
         runs += [("frugal", name, lambda flags=flags: run_frugal(base, flags, args)) for name, flags in points]
         for system, name, fn in runs:
