@@ -7,7 +7,7 @@
 //              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
-//              [--profile-rows N]
+//              [--profile-rows N] [--memory-budget SIZE] [--memory-plan CHOICES] [--plan-choices CHOICES]
 //
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
@@ -21,10 +21,14 @@
 // memory profiler after the timed ones and prints its per-op time table (host and device ms:
 // where a step's time goes) and what is live at the peak (its N largest groups,
 // --profile-rows, 12 by default); DIR gets trace.json and
-// timeline.svg. --tf32 lets float32 convolutions and matmuls use TF32 tensor cores
-// (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is
-// how long the host took to queue forward and backward (the step's one synchronization,
-// GradScaler's inf check, comes after): near "step ms" means the host sets the pace.
+// timeline.svg. --memory-budget SIZE (3GiB, 512MiB, or 0.5x: that fraction of the default
+// plan's peak) profiles each block choice (Note [Block planner]), picks the fastest per-block
+// plan predicted to fit, prints it and then times it; --plan-choices keep,selective,checkpoint
+// (the default) names what it may choose from. --memory-plan CHOICES runs a given plan: one
+// choice for every block, or one per block separated by commas. --tf32 lets float32 convolutions and matmuls use TF32
+// tensor cores (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is how long the host
+// took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes after): near "step
+// ms" means the host sets the pace.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -45,6 +49,7 @@
 #include "models/bert.h"
 #include "models/resnet.h"
 #include "models/vit.h"
+#include "nn/block_planner.h"
 #include "nn/channels_last.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
@@ -71,7 +76,8 @@ constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 
 struct Args {
   std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
-                     cudnn_benchmark = "on", profile_dir;
+                     cudnn_benchmark = "on", profile_dir, memory_budget, memory_plan,
+                     plan_choices = "keep,selective,checkpoint";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12;
   bool amp = false, checkpoint = false, tf32 = false;
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
@@ -82,7 +88,8 @@ const char* kUsage =
     "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
-    "                  [--image-size P] [--seq-len T]\n";
+    "                  [--image-size P] [--seq-len T] [--memory-budget SIZE|FRACTIONx]\n"
+    "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...]\n";
 
 std::optional<Args> parse(int argc, char** argv) {
   Args a;
@@ -110,6 +117,9 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flags.is("--profile-rows")) a.profile_rows = flags.positive();
     else if (flags.is("--image-size")) a.image_size = flags.positive();
     else if (flags.is("--seq-len")) a.seq_len = flags.positive();
+    else if (flags.is("--memory-budget")) a.memory_budget = flags.text();
+    else if (flags.is("--memory-plan")) a.memory_plan = flags.text();
+    else if (flags.is("--plan-choices")) a.plan_choices = flags.text();
     else flags.unknown();
   }
   if (a.model.empty() || a.batch <= 0) return std::nullopt;
@@ -125,6 +135,8 @@ std::optional<Args> parse(int argc, char** argv) {
 /// A model and the loss of its fixed synthetic batch.
 struct Workload {
   std::shared_ptr<nn::Module> module;
+  int64_t num_blocks = 0;                                    // residual blocks or encoder layers
+  std::function<void(const nn::BlockMemoryPlan&)> set_plan;  // what each block keeps (Note [Block memory plan])
   std::function<Tensor()> loss;
   double flops_per_step = 0;  // analytic model FLOPs of forward + backward
   std::string layout = "NCHW";
@@ -171,6 +183,8 @@ Workload make_workload(const Args& a, Device device) {
     if (fused) w.layout += "+fused_bn_relu";
     const Tensor y = randint(0, 1000, {B}, TensorOptions(kInt64, device));
     w.module = net;
+    w.num_blocks = net->num_blocks();
+    w.set_plan = [net](const nn::BlockMemoryPlan& p) { net->memory_plan = p; };
     w.loss = [net, x, y] { return cross_entropy(net->forward(x), y); };
     const double scale = double(a.image_size * a.image_size) / (224.0 * 224.0);
     w.flops_per_step = 3.0 * kResNet50ForwardFlops224 * scale * double(B);
@@ -184,6 +198,8 @@ Workload make_workload(const Args& a, Device device) {
     const Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
     const Tensor y = randint(0, 1000, {B}, TensorOptions(kInt64, device));
     w.module = net;
+    w.num_blocks = net->num_blocks();
+    w.set_plan = [net](const nn::BlockMemoryPlan& p) { net->memory_plan = p; };
     w.loss = [net, x, y] { return cross_entropy(net->forward(x), y); };
     const int64_t patches = (a.image_size / c.patch_size) * (a.image_size / c.patch_size);
     w.flops_per_step = transformer_flops(net->num_parameters(), B, patches + 1, c.num_layers, c.hidden_dim);
@@ -198,6 +214,8 @@ Workload make_workload(const Args& a, Device device) {
     const Tensor ids = randint(0, c.vocab_size, {B, a.seq_len}, TensorOptions(kInt64, device));
     const Tensor labels = mlm_labels(B, a.seq_len, c.vocab_size, device);
     w.module = net;
+    w.num_blocks = net->bert->num_blocks();
+    w.set_plan = [net](const nn::BlockMemoryPlan& p) { net->bert->memory_plan = p; };
     w.loss = [net, ids, labels] { return net->forward(ids, Tensor(), Tensor(), labels).loss; };
     w.flops_per_step = transformer_flops(net->num_parameters(), B, a.seq_len, c.num_hidden_layers, c.hidden_size);
   } else {
@@ -235,6 +253,37 @@ class PhaseEvents {
 };
 
 double gib(int64_t bytes) { return double(bytes) / double(1ull << 30); }
+
+/// "keep,selective" -> the choices; each name as nn::to_string(BlockMemory) spells it.
+std::vector<nn::BlockMemory> parse_choices(const std::string& text, const char* flag) {
+  std::vector<nn::BlockMemory> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    const std::optional<nn::BlockMemory> c = nn::parse_block_memory(name);
+    FRUGAL_CHECK(c, "train_step: ", flag, " takes keep, selective or checkpoint (comma-separated), got '", name,
+                 "' in '", text, "'");
+    out.push_back(*c);
+    start = comma + 1;
+  }
+  return out;
+}
+
+/// The plan --memory-plan names: one choice for every block, or one per block.
+nn::BlockMemoryPlan plan_from_flag(const std::string& text, int64_t num_blocks) {
+  std::vector<nn::BlockMemory> c = parse_choices(text, "--memory-plan");
+  if (c.size() == 1) return nn::BlockMemoryPlan::uniform(c[0]);
+  FRUGAL_CHECK(int64_t(c.size()) == num_blocks, "train_step: --memory-plan names ", c.size(),
+               " choices, but the model has ", num_blocks, " blocks (give one, or one per block)");
+  return {std::move(c), nn::BlockMemory::Keep};
+}
+
+std::string plan_text(const nn::BlockMemoryPlan& plan, int64_t num_blocks) {
+  std::string s;
+  for (int64_t i = 0; i < num_blocks; ++i) s += std::string(i ? "," : "") + nn::to_string(plan.at(size_t(i)));
+  return s;
+}
 
 // One step under the profiler: the per-op time table and the peak's contents, printed, and
 // the Chrome trace and SVG timeline written into a.profile_dir.
@@ -282,6 +331,33 @@ int run(const Args& a) {
 
   for (int64_t i = 0; i < a.warmup; ++i) step();
   synchronize(device);
+
+  // The memory plan: given, or chosen for a budget (Note [Block planner]).
+  std::optional<nn::BlockPlanner> planner;
+  std::optional<nn::BlockMemoryPlan> plan;
+  int64_t budget = 0;
+  if (!a.memory_plan.empty()) plan = plan_from_flag(a.memory_plan, w.num_blocks);
+  if (!a.memory_budget.empty()) {
+    FRUGAL_CHECK(!plan, "train_step: give --memory-budget or --memory-plan, not both");
+    planner.emplace(
+        device, w.num_blocks,
+        [&](const nn::BlockMemoryPlan& p) {
+          w.set_plan(p);
+          step();
+        },
+        parse_choices(a.plan_choices, "--plan-choices"));
+    const double t0 = bench::now_seconds();
+    planner->profile();
+    budget = nn::parse_memory_budget(a.memory_budget, planner->default_peak());
+    plan = planner->plan(budget);
+    std::printf("memory planner: profiled %zu choices in %.1f s; budget %.3f GiB\n", planner->profiles().size(),
+                bench::now_seconds() - t0, gib(budget));
+  }
+  if (plan) {
+    w.set_plan(*plan);
+    step();  // the plan's own first step (its recompute's algorithm searches) stays out of the figures
+    synchronize(device);
+  }
   memory::reset_peak(device);
   std::vector<double> times, host_times;
   std::array<std::vector<double>, 3> phase_ms;  // forward, backward, optimizer on the device
@@ -295,6 +371,7 @@ int run(const Args& a) {
   }
   const memory::MemoryStats st = memory::stats(device);
   if (!a.profile_dir.empty()) profile_one_step(a, device, *w.module, *opt, step);
+  if (planner) std::printf("%s\n", planner->report(*plan, st.allocated_bytes.peak, bench::median(times) * 1e3).c_str());
 
   const double step_s = bench::median(times), host_s = bench::median(host_times);
   if (device.is_cuda())
@@ -309,7 +386,10 @@ int run(const Args& a) {
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),
                      {"model", "batch", "precision", "ckpt", "step ms", "fwd+bwd host ms", "samples/s",
                       "peak alloc GiB", "peak reserved GiB", "params", "MFU"});
-  table.add({a.model, std::to_string(a.batch), amp, a.checkpoint ? autograd::to_string(a.checkpoint_policy) : "no",
+  table.add({a.model, std::to_string(a.batch), amp,
+             plan           ? "plan"
+             : a.checkpoint ? autograd::to_string(a.checkpoint_policy)
+                            : "no",
              bench::fmt("%.2f", step_s * 1e3), bench::fmt("%.2f", host_s * 1e3), bench::fmt("%.1f", samples_per_s),
              bench::fmt("%.3f", gib(st.allocated_bytes.peak)), bench::fmt("%.3f", gib(st.reserved_bytes.peak)),
              std::to_string(params), bench::fmt("%.3f", mfu)});
@@ -329,6 +409,13 @@ int run(const Args& a) {
   std::printf("peak_reserved_gib: %.4f\n", gib(st.reserved_bytes.peak));
   std::printf("parameters: %lld\n", (long long)params);
   std::printf("mfu: %.4f\n", mfu);
+  if (plan) std::printf("memory_plan: %s\n", plan_text(*plan, w.num_blocks).c_str());
+  if (planner) {
+    std::printf("memory_budget_gib: %.4f\n", gib(budget));
+    std::printf("predicted_peak_gib: %.4f\n", gib(planner->predict_peak(*plan)));
+    std::printf("predicted_step_ms: %.3f\n", planner->predict_ms(*plan));
+    std::printf("default_peak_gib: %.4f\n", gib(planner->default_peak()));
+  }
   return 0;
 }
 

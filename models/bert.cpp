@@ -167,7 +167,8 @@ Tensor bert_additive_mask(const Tensor& attention_mask, DType dtype) {
   return ((1.0 - keep) * lowest).view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
 }
 
-BertModel::BertModel(const BertConfig& c, bool add_pooling_layer) : config(c) {
+BertModel::BertModel(const BertConfig& c, bool add_pooling_layer)
+    : config(c), memory_plan(nn::BlockMemoryPlan::from_checkpoint(c.checkpoint_blocks, c.checkpoint_policy)) {
   FRUGAL_CHECK(c.num_hidden_layers >= 0 && c.hidden_size > 0 && c.num_attention_heads > 0 &&
                    c.hidden_size % c.num_attention_heads == 0,
                "BertModel: need hidden_size > 0 divisible by num_attention_heads > 0, got ", c.hidden_size, " and ",
@@ -195,12 +196,10 @@ BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attent
   Tensor h = embeddings->forward(input_ids, types);
   // float32 here; each layer converts it to its scores' dtype.
   const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
-  for (const auto& layer : *layers) {
-    h = config.checkpoint_blocks
-            ? autograd::checkpoint([layer, mask](const Tensor& x) { return layer->forward(x, mask); }, h,
-                                   config.checkpoint_policy)
-            : layer->forward(h, mask);
-  }
+  size_t index = 0;
+  for (const auto& layer : *layers)
+    h = nn::run_block(
+        memory_plan, index++, [layer, mask](const Tensor& x) { return layer->forward(x, mask); }, h);
   BertModelOutput out{h, Tensor()};
   if (pooler_dense) out.pooler_output = tanh((*pooler_dense)(h.select(1, 0)));
   return out;

@@ -21,6 +21,7 @@
 
 #include "autograd/checkpoint.h"
 #include "models/pretrained.h"
+#include "nn/block_memory.h"
 #include "nn/container.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
@@ -134,6 +135,10 @@ class BertModel : public nn::Module {
   std::shared_ptr<nn::ModuleList<BertLayer>> layers;  // "encoder.layer"
   std::shared_ptr<nn::Linear> pooler_dense;           // "pooler.dense"; null without a pooler
   const BertConfig config;
+  /// What each encoder layer keeps for backward (Note [Block memory plan]); starts as
+  /// config.checkpoint_blocks and checkpoint_policy say. nn::BlockPlanner sets it.
+  nn::BlockMemoryPlan memory_plan;
+  int64_t num_blocks() const { return static_cast<int64_t>(layers->size()); }
 };
 
 /// The additive attention mask: (B, T) of 0/1 -> (B, 1, 1, T) holding 0 where 1 and the

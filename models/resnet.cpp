@@ -66,7 +66,7 @@ Tensor Bottleneck::forward(const Tensor& x) {
 }
 
 ResNet::ResNet(BlockType block_, std::array<int64_t, 4> blocks, ResNetOptions o)
-    : block(block_), blocks_per_layer(blocks), options(o) {
+    : block(block_), blocks_per_layer(blocks), options(o), memory_plan(plan_of(o)) {
   FRUGAL_CHECK(o.num_classes > 0 && o.in_channels > 0, "ResNet: num_classes and in_channels must be positive, got ",
                o.num_classes, " and ", o.in_channels);
   for (int64_t n : blocks) FRUGAL_CHECK(n > 0, "ResNet: every layer needs at least one block, got ", n);
@@ -112,18 +112,36 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t p
 Tensor ResNet::forward(const Tensor& x) {
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "ResNet: expected input (N, ", options.in_channels,
                ", H, W), got ", x.describe());
-  Tensor h = bn_relu(*bn1, (*conv1)(x), options.fused_bn_relu);
-  if (!options.small_input_stem) h = max_pool2d(h, 3, {.stride = 2, .padding = 1});
+  // The stem is block 0 of the memory plan: its feature maps, at the highest resolution, are
+  // among the step's largest, for ~3% of the FLOPs.
+  Tensor h = nn::run_block(
+      memory_plan, 0, [this](const Tensor& in) { return stem(in); }, x);
+  size_t index = 1;
   for (const auto& layer : {layer1, layer2, layer3, layer4})
     for (size_t i = 0; i < layer->size(); ++i) {
       std::shared_ptr<nn::UnaryModule> blk = (*layer)[i];
-      // The closure owns the block: backward replays it after forward has returned.
-      h = options.checkpoint_blocks
-              ? autograd::checkpoint([blk](const Tensor& in) { return (*blk)(in); }, h, options.checkpoint_policy)
-              : (*blk)(h);
+      // The closure owns the block: backward may replay it after forward has returned.
+      h = nn::run_block(
+          memory_plan, index++, [blk](const Tensor& in) { return (*blk)(in); }, h);
     }
   h = adaptive_avg_pool2d(h, 1).flatten(1);  // (N, C)
   return (*fc)(h);
+}
+
+Tensor ResNet::stem(const Tensor& x) {
+  Tensor h = bn_relu(*bn1, (*conv1)(x), options.fused_bn_relu);
+  return options.small_input_stem ? h : max_pool2d(h, 3, {.stride = 2, .padding = 1});
+}
+
+int64_t ResNet::num_blocks() const {
+  return static_cast<int64_t>(1 + layer1->size() + layer2->size() + layer3->size() + layer4->size());
+}
+
+nn::BlockMemoryPlan ResNet::plan_of(const ResNetOptions& o) {
+  nn::BlockMemoryPlan p = nn::BlockMemoryPlan::from_checkpoint(o.checkpoint_blocks, o.checkpoint_policy);
+  if (p.fallback != nn::BlockMemory::Keep)
+    p.blocks = {nn::BlockMemory::Keep};  // checkpoint_blocks: the residual blocks
+  return p;
 }
 
 std::shared_ptr<ResNet> resnet(int64_t depth, ResNetOptions o) {

@@ -11,6 +11,7 @@
 
 #include "autograd/checkpoint.h"
 #include "nn/batch_norm.h"
+#include "nn/block_memory.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/linear.h"
@@ -93,8 +94,18 @@ class ResNet : public nn::UnaryModule {
   const BlockType block;
   const std::array<int64_t, 4> blocks_per_layer;
   const ResNetOptions options;
+  /// What each block keeps for backward (Note [Block memory plan]): block 0 is the stem
+  /// (conv1, bn1, ReLU, max pool), then the residual blocks from layer1.0 on. Starts as
+  /// options.checkpoint_blocks and checkpoint_policy say (they leave the stem as it is).
+  /// nn::BlockPlanner sets it.
+  nn::BlockMemoryPlan memory_plan;
+  /// The stem and the residual blocks over all four layers (17 for ResNet-50).
+  int64_t num_blocks() const;
+  /// x (N, in_channels, H, W) -> the first residual block's input.
+  Tensor stem(const Tensor& x);
 
  private:
+  static nn::BlockMemoryPlan plan_of(const ResNetOptions& o);
   std::shared_ptr<nn::Sequential> make_layer(int64_t& in_planes, int64_t planes, int64_t blocks, int64_t stride);
 };
 

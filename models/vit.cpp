@@ -90,7 +90,8 @@ Tensor EncoderBlock::forward(const Tensor& input) {
   return x + mlp->consume((*ln_2)(x));
 }
 
-VisionTransformer::VisionTransformer(const ViTConfig& c) : config(c) {
+VisionTransformer::VisionTransformer(const ViTConfig& c)
+    : config(c), memory_plan(nn::BlockMemoryPlan::from_checkpoint(c.checkpoint_blocks, c.checkpoint_policy)) {
   FRUGAL_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0,
                "VisionTransformer: image_size (", c.image_size, ") must be a positive multiple of patch_size (",
                c.patch_size, ")");
@@ -134,10 +135,11 @@ Tensor VisionTransformer::forward(const Tensor& x) {
   Tensor h = (*conv_proj)(x).flatten(2).transpose(1, 2);
   h = cat({class_token.expand({N, -1, -1}), h}, 1);  // (N, patches + 1, hidden)
   h = (*encoder_dropout)(h + pos_embedding);
-  for (const auto& block : blocks)
-    h = c.checkpoint_blocks
-            ? autograd::checkpoint([block](const Tensor& in) { return (*block)(in); }, h, c.checkpoint_policy)
-            : (*block)(h);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::shared_ptr<EncoderBlock> block = blocks[i];  // owned by the closure: backward may replay it
+    h = nn::run_block(
+        memory_plan, i, [block](const Tensor& in) { return (*block)(in); }, h);
+  }
   h = (*encoder_ln)(h);
   return (*head)(h.select(1, 0));  // the class token
 }

@@ -10,6 +10,7 @@
 
 #include "autograd/checkpoint.h"
 #include "nn/attention.h"
+#include "nn/block_memory.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/layers.h"
@@ -84,6 +85,10 @@ class VisionTransformer : public nn::UnaryModule {
   std::shared_ptr<nn::LayerNorm> encoder_ln;  // "encoder.ln"
   std::shared_ptr<nn::Linear> head;           // "heads.head"
   const ViTConfig config;
+  /// What each encoder block keeps for backward (Note [Block memory plan]); starts as
+  /// config.checkpoint_blocks and checkpoint_policy say. nn::BlockPlanner sets it.
+  nn::BlockMemoryPlan memory_plan;
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks.size()); }
 };
 
 }  // namespace frugal::models

@@ -7,8 +7,9 @@ reuses) it measures
   PyTorch: eager, eager + checkpointing, torch.compile (default), and torch.compile with
            torch._functorch.config.activation_memory_budget 0.5 and 0.2;
   frugal:  each --frugal-point NAME=ARGS, bench/train_step's flags for one point (default:
-           "default=", "selective=--checkpoint selective" and "checkpoint=--checkpoint"; add
-           others as frugal grows them).
+           "default=", "selective=--checkpoint selective" and "checkpoint=--checkpoint"), then
+           one point per --budget F: the memory planner's plan for F x PyTorch eager's peak
+           (train_step --memory-budget; F x frugal's default peak with --skip-torch).
 It prints one table (step ms, samples/s, peak allocated GiB, peak / eager's) and writes the
 frontier as an SVG (--svg, default frontier.svg): one panel per model, x = peak GiB,
 y = step ms, one curve per system (lower left is better).
@@ -33,6 +34,7 @@ MODELS = {"resnet50": 128, "vit_b16": 128, "bert_base": 64}  # batch per model
 TORCH_POINTS = [("eager", {}), ("eager + checkpointing", {"ckpt": True}), ("compile", {"compile_budget": 1.0}),
                 ("compile, budget 0.5", {"compile_budget": 0.5}), ("compile, budget 0.2", {"compile_budget": 0.2})]
 DEFAULT_FRUGAL_POINTS = ["default=", "selective=--checkpoint selective", "checkpoint=--checkpoint"]
+DEFAULT_BUDGETS = "0.7,0.5,0.33,0.25"
 
 
 def frugal_point(spec):
@@ -121,12 +123,16 @@ def main():
     ap.add_argument("--row-timeout", type=int, default=300, help="seconds per frugal point")
     ap.add_argument("--skip-torch", action="store_true", help="frugal's points only (no torch needed)")
     ap.add_argument("--svg", default="frontier.svg", help="where the picture goes")
+    ap.add_argument("--budgets", default=DEFAULT_BUDGETS,
+                    help="comma-separated fractions of PyTorch eager's peak, one planned frugal point each ('' for none)")
+    ap.add_argument("--plan-choices", help="train_step --plan-choices for the budget points")
     ap.add_argument("--torch-cache", help="JSON file of PyTorch points: read where it has a point, written with "
                     "each point measured (the torch.compile points take minutes; measure them once per machine)")
     args = ap.parse_args()
     # What train_step_torch's workloads read from args.
     args.optim, args.channels_last, args.tf32 = "sgd", "auto", "off"
     points = [frugal_point(p) for p in (args.frugal_point or DEFAULT_FRUGAL_POINTS)]
+    budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
         if m not in MODELS:
@@ -164,6 +170,13 @@ def main():
                                                 f"{model}/{batch}/{name}", lambda: tst.run_torch({**base, **extra}, args)))
                                            for name, extra in TORCH_POINTS]
         runs += [("frugal", name, lambda flags=flags: run_frugal(base, flags, args)) for name, flags in points]
+        for f in budgets:
+            def planned(f=f):
+                # Relative to PyTorch eager's peak when it ran (it runs first), else to frugal's default.
+                budget = f"{f * eager_peak:.4f}GiB" if eager_peak else f"{f}x"
+                flags = ["--memory-budget", budget] + (["--plan-choices", args.plan_choices] if args.plan_choices else [])
+                return run_frugal(base, flags, args)
+            runs.append(("frugal", f"budget {f}x eager" if not args.skip_torch else f"budget {f}x", planned))
         for system, name, fn in runs:
             r, err = attempt(fn)
             entry = {"model": model, "system": system, "point": name, "ms": r["ms"] if r else None,

@@ -53,6 +53,8 @@
 #include "nn/low_rank.h"
 #include "nn/low_rank_conv.h"
 #include "nn/memory_planner.h"
+#include "nn/block_memory.h"
+#include "nn/block_planner.h"
 #include "nn/module.h"
 #include "nn/pooling.h"
 #include "nn/safetensors.h"
