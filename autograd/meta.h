@@ -11,6 +11,10 @@
 
 namespace frugal::autograd {
 
+namespace recompute {
+struct Recipe;
+}  // namespace recompute
+
 struct AutogradMeta {
   bool requires_grad = false;       // leaves: set by the user; non-leaves: true when grad_fn is set
   Tensor grad;                      // accumulated gradient (leaves, or non-leaves with retain_grad)
@@ -21,6 +25,9 @@ struct AutogradMeta {
   /// Run by AccumulateGrad after each accumulation into `grad` (leaves only), with an id
   /// for removal. See register_post_accumulate_grad_hook.
   std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
+  /// How to regenerate this op output from its node's saved tensors, when it was made under a
+  /// RecomputeCheapOutputs guard (Note [Recomputable outputs] in autograd/recompute_cheap.cpp).
+  std::shared_ptr<const recompute::Recipe> recipe;
 };
 
 /// The meta of t, or nullptr when t has none (never required grad).

@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/recompute_cheap.h"
 
 namespace frugal::autograd {
 
@@ -43,6 +44,7 @@ const std::shared_ptr<const SavedTensorHooks::Pair>* SavedTensorHooks::current()
 struct SavedValue::Packed {
   PackedTensor value;
   std::shared_ptr<const SavedTensorHooks::Pair> hooks;
+  std::shared_ptr<const recompute::Recipe> recipe;  // instead of value and hooks (Note [Recomputable outputs])
   Shape sizes;
   DType dtype;
   Device device;
@@ -55,19 +57,22 @@ struct SavedValue::Packed {
 SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
   if (!t.defined()) return;
   version_ = t.version();
-  const std::shared_ptr<const SavedTensorHooks::Pair>* hooks = SavedTensorHooks::current();
-  if (!hooks) {
+  std::shared_ptr<const recompute::Recipe> recipe = recompute::recipe_for_saving(t);
+  const std::shared_ptr<const SavedTensorHooks::Pair>* hooks = recipe ? nullptr : SavedTensorHooks::current();
+  if (!recipe && !hooks) {
     data_ = detached_alias(t);
     return;
   }
   auto packed = std::make_unique<Packed>();
-  packed->hooks = *hooks;
   packed->sizes = t.sizes();
   packed->dtype = t.dtype();
   packed->device = t.device();
   packed->storage = t.impl().storage;
   packed->final_version = t.impl().storage->final_version();
-  {
+  if (recipe) {
+    packed->recipe = std::move(recipe);
+  } else {
+    packed->hooks = *hooks;
     NoGradGuard no_grad;
     packed->value = packed->hooks->pack(detached_alias(t));
   }
@@ -100,16 +105,21 @@ Tensor SavedValue::unpack(const std::string& node_name) const {
                "); clone it before the in-place op, or make that op out-of-place");
   if (!packed_) return data_;
   Tensor t;
-  {
+  if (packed_->recipe) {
+    t = recompute::run(*packed_->recipe, node_name);
+  } else {
     NoGradGuard no_grad;
     t = packed_->hooks->unpack(packed_->value);
   }
   FRUGAL_CHECK(
       t.defined() && t.sizes() == packed_->sizes && t.dtype() == packed_->dtype && t.device() == packed_->device,
-      node_name, ": the unpack hook returned ", t.describe(), " for a saved tensor that was ", packed_->describe(),
-      " (Note [Saved tensor hooks])");
+      node_name, ": the ", packed_->recipe ? "recipe" : "unpack hook", " returned ", t.describe(),
+      " for a saved tensor that was ", packed_->describe(),
+      packed_->recipe ? " (Note [Recomputable outputs])" : " (Note [Saved tensor hooks])");
   return t;
 }
+
+std::shared_ptr<const recompute::Recipe> SavedValue::recipe() const { return packed_ ? packed_->recipe : nullptr; }
 
 void SavedValue::reset() {
   data_ = Tensor();

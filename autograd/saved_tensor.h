@@ -39,6 +39,9 @@
 // tensor holds its storage weakly and reads the live version, or, once the storage is
 // freed, the last version it published (Storage::final_version), so an in-place write
 // after the save is caught even when the written tensor has died since.
+// A tensor registered as a recomputable output is saved as its recipe while a
+// RecomputeCheapOutputs guard is alive, ahead of any hook (Note [Recomputable outputs] in
+// autograd/recompute_cheap.cpp).
 #include <any>
 #include <cstdint>
 #include <functional>
@@ -52,6 +55,9 @@
 namespace frugal::autograd {
 
 class Node;
+namespace recompute {
+struct Recipe;
+}  // namespace recompute
 
 /// What a pack hook made of a saved tensor (Note [Saved tensor hooks]).
 using PackedTensor = std::any;
@@ -96,8 +102,10 @@ class SavedValue {
   Tensor unpack(const std::string& node_name) const;
   /// Holds values: a defined tensor was saved and not yet freed.
   bool defined() const { return data_.defined() || packed_ != nullptr; }
-  /// Was packed by a hook (Note [Saved tensor hooks]).
+  /// Was packed by a hook (Note [Saved tensor hooks]) or saved as a recipe.
   bool is_packed() const { return packed_ != nullptr; }
+  /// The recipe it was saved as (Note [Recomputable outputs]), or null.
+  std::shared_ptr<const recompute::Recipe> recipe() const;
   void reset();
 
  private:
@@ -142,6 +150,8 @@ class SavedTensor final : public SavedSlot {
   /// See SavedValue::unpack.
   Tensor unpack(const std::string& node_name) const { return value_.unpack(node_name); }
   bool defined() const { return value_.defined(); }
+  /// See SavedValue::recipe.
+  std::shared_ptr<const recompute::Recipe> recipe() const { return value_.recipe(); }
   void reset() override { value_.reset(); }
   void for_each(const std::function<void(const SavedValue&)>& f) const override { f(value_); }
 

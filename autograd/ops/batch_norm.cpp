@@ -3,6 +3,7 @@
 #include "autograd/ops/batch_norm.h"
 
 #include "autograd/function.h"
+#include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
 #include "tensor/ops/batch_norm.h"
 
@@ -22,6 +23,7 @@ namespace {
 struct BatchNormBackward final : Node {
   SavedTensor x{this}, weight{this}, mean{this}, invstd{this};  // mean, invstd: (C) in the compute dtype
   SavedTensor reserve{this};  // cuDNN's reserve space (Note [Channels-last batch norm]); undefined elsewhere
+  SavedTensor bias{this};     // only for the output's recipe (Note [Recomputable outputs])
   double eps = 1e-5;
   bool training = false;
   DType weight_dtype = kFloat32, bias_dtype = kFloat32;
@@ -44,6 +46,7 @@ struct BatchNormAddReluBackward final : Node {
   // out for ReLU's mask; bias for cuDNN's fused backward
   SavedTensor x{this}, out{this}, weight{this}, bias{this}, mean{this}, invstd{this};
   SavedTensor reserve{this};
+  SavedTensor residual_value{this};  // only for the output's recipe (Note [Recomputable outputs])
   double eps = 1e-5;
   bool residual = true;
   bool training = false;
@@ -66,6 +69,47 @@ struct BatchNormAddReluBackward final : Node {
   }
 };
 
+/// The saved tensor, or undefined when it was not saved.
+Tensor unpack_if(const SavedTensor& t, const std::string& node) { return t.defined() ? t.unpack(node) : Tensor(); }
+
+/// Under a RecomputeCheapOutputs guard, registers out = batch_norm(x) as a recipe over the
+/// node's saved tensors (Note [Recomputable outputs]); the node saves bias for it.
+void register_batch_norm_recipe(const std::shared_ptr<BatchNormBackward>& node, const Tensor& out, const Tensor& bias) {
+  if (!autograd::RecomputeCheapOutputs::active()) return;
+  if (bias.defined()) node->bias = bias;
+  autograd::recompute::register_output(out, node, "batch_norm", 1, [](const BatchNormBackward& n) {
+    const std::string name = n.name();
+    return ops::batch_norm_apply(n.x.unpack(name), Tensor(), false, n.mean.unpack(name), n.invstd.unpack(name),
+                                 unpack_if(n.weight, name), unpack_if(n.bias, name));
+  });
+}
+
+/// The same for out = relu(batch_norm(x) + residual): the node saves bias and the residual
+/// (as a recipe when it is one); a recipe longer than the guard allows is not registered, and
+/// the residual not saved (Note [Recomputable outputs], residuals). Returns whether it registered.
+bool register_batch_norm_relu_recipe(const std::shared_ptr<BatchNormAddReluBackward>& node, const Tensor& out,
+                                     const Tensor& bias, const Tensor& residual) {
+  if (!autograd::RecomputeCheapOutputs::active()) return false;
+  int length = 1;
+  if (residual.defined()) {
+    node->residual_value = residual;
+    if (const auto r = node->residual_value.recipe()) length += r->length;
+    if (length > autograd::RecomputeCheapOutputs::max_recipe_length()) {
+      node->residual_value.reset();
+      return false;
+    }
+  }
+  if (bias.defined()) node->bias = bias;
+  autograd::recompute::register_output(
+      out, node, residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu", length,
+      [](const BatchNormAddReluBackward& n) {
+        const std::string name = n.name();
+        return ops::batch_norm_apply(n.x.unpack(name), unpack_if(n.residual_value, name), true, n.mean.unpack(name),
+                                     n.invstd.unpack(name), unpack_if(n.weight, name), unpack_if(n.bias, name));
+      });
+  return true;
+}
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
@@ -86,6 +130,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     node->eps = eps;
     node->training = training;
     autograd::record(node, {r.out});
+    register_batch_norm_recipe(node, r.out, bias);
   }
   return r.out;
 }
@@ -106,7 +151,6 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   });
   if (auto node = make_node<BatchNormAddReluBackward>({x, residual, weight, bias})) {
     node->x = x;
-    node->out = r.out;
     if (weight.defined()) {
       node->weight = weight;
       node->weight_dtype = weight.dtype();
@@ -122,6 +166,9 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
     node->residual = residual.defined();
     node->training = training;
     autograd::record(node, {r.out});
+    // Saved after the recipe is registered, so that it is saved as one (Note [Recomputable outputs]).
+    register_batch_norm_relu_recipe(node, r.out, bias, residual);
+    node->out = r.out;
   }
   return r.out;
 }

@@ -3,6 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
 #include "tensor/ops/norm.h"
 
@@ -22,6 +23,7 @@ namespace {
 // grad_weight = sum_rows(g * xhat), grad_bias = sum_rows(g)
 struct LayerNormBackward final : Node {
   SavedTensor x{this}, weight{this}, mean{this}, rstd{this};  // mean, rstd: one float per row
+  SavedTensor bias{this};  // only for the output's recipe (Note [Recomputable outputs])
   Shape normalized_shape;
   bool has_bias = false;
   std::string name() const override { return "LayerNormBackward"; }
@@ -51,6 +53,15 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     node->normalized_shape = normalized_shape;
     node->has_bias = bias.defined();
     autograd::record(node, {r.out});
+    if (autograd::RecomputeCheapOutputs::active()) {  // out = layer_norm_apply from what backward keeps
+      if (bias.defined()) node->bias = bias;
+      autograd::recompute::register_output(r.out, node, "layer_norm", 1, [](const LayerNormBackward& n) {
+        const std::string name = n.name();
+        return ops::layer_norm_apply(n.x.unpack(name), n.normalized_shape, n.mean.unpack(name), n.rstd.unpack(name),
+                                     n.weight.defined() ? n.weight.unpack(name) : Tensor(),
+                                     n.bias.defined() ? n.bias.unpack(name) : Tensor());
+      });
+    }
   }
   return r.out;
 }

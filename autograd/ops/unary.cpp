@@ -4,6 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
 #include "tensor/ops/unary.h"
 
@@ -71,6 +72,12 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
     if (from == ops::UnaryGradFrom::Input) node->saved = x;
     if (from == ops::UnaryGradFrom::Output) node->saved = y;
     autograd::record(node, {y});
+    // y = f(x) again from the saved x (Note [Recomputable outputs]); an op that saves y keeps it anyway.
+    if (from == ops::UnaryGradFrom::Input && autograd::RecomputeCheapOutputs::active())
+      autograd::recompute::register_output(y, node, ops::unary_op_name(op), 1, [](const UnaryBackward& n) {
+        const Tensor xv = n.saved.unpack(n.name());
+        return n.op == UnaryOp::Pow ? ops::pow(xv, n.a) : ops::unary(n.op, xv, n.a, n.b);
+      });
   }
   return y;
 }

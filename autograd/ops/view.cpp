@@ -3,6 +3,7 @@
 // formula per kind of derivation.
 #include "autograd/ops/view.h"
 #include "autograd/function.h"
+#include "autograd/recompute_cheap.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 
@@ -73,6 +74,8 @@ void record_derived(const Tensor& in, const Tensor& out, const DerivedInfo& info
   node->in_dtype = in.dtype();
   node->in_device = in.device();
   record(node, {out});
+  // A cast of a recomputable output is one too (Note [Recomputable outputs], casts).
+  if (info.kind == DerivedInfo::Kind::Convert) recompute::register_conversion(in, out);
 }
 
 }  // namespace

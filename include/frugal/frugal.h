@@ -35,6 +35,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops/all.h"
+#include "autograd/recompute_cheap.h"
 
 // nn/
 #include "nn/activation.h"

@@ -47,6 +47,25 @@ void layer_norm_rows(T* y, opmath_t<T>* mean, opmath_t<T>* rstd, const T* x, con
   }
 }
 
+// y, x: (M, N); mean, rstd: (M); w, b: (N) or null. layer_norm_rows' write, from given statistics.
+template <typename T>
+void layer_norm_apply_rows(T* y, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd, const T* w, const T* b,
+                           int64_t M, int64_t N) {
+  using Acc = opmath_t<T>;
+#pragma omp parallel for schedule(static) if (M * N >= kParallelGrain && M > 1)
+  for (int64_t r = 0; r < M; ++r) {
+    const T* xr = x + r * N;
+    T* yr = y + r * N;
+    const Acc m = mean[r], rs = rstd[r];
+    for (int64_t j = 0; j < N; ++j) {
+      Acc v = (Acc(xr[j]) - m) * rs;
+      if (w) v *= Acc(w[j]);
+      if (b) v += Acc(b[j]);
+      yr[j] = T(v);
+    }
+  }
+}
+
 // gx (or null), g, x: (M, N); mean, rstd: (M); w: (N) or null; gw, gb: (N) or null
 template <typename T>
 void layer_norm_backward_rows(T* gx, T* gw, T* gb, const T* g, const T* x, const opmath_t<T>* mean,
@@ -116,6 +135,15 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
     using Acc = opmath_t<T>;
     layer_norm_rows<T>(out.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), x.data_ptr<T>(),
                        ptr_or_null<T>(weight), ptr_or_null<T>(bias), M, N, eps);
+  });
+}
+
+void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& weight, const Tensor& bias, int64_t M, int64_t N) {
+  dispatch_floating(x.dtype(), "layer_norm_apply", x.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    layer_norm_apply_rows<T>(out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(),
+                             ptr_or_null<T>(weight), ptr_or_null<T>(bias), M, N);
   });
 }
 

@@ -85,6 +85,23 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// y, x: (M, N); mean, rstd: (M); w, b: (N) or null. The forward's write, from given
+// statistics: one thread per element, grid-stride.
+template <typename T>
+__global__ void layer_norm_apply_elementwise_kernel(T* __restrict__ y, const T* __restrict__ x,
+                                                    const opmath_t<T>* __restrict__ mean,
+                                                    const opmath_t<T>* __restrict__ rstd, const T* __restrict__ w,
+                                                    const T* __restrict__ b, int64_t N, int64_t numel) {
+  using Acc = opmath_t<T>;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / N, j = i - row * N;
+    Acc v = (Acc(x[i]) - mean[row]) * rstd[row];
+    if (w) v *= Acc(w[j]);
+    if (b) v += Acc(b[j]);
+    y[i] = T(v);
+  }
+}
+
 // gx, g, x: (M, N); mean, rstd: (M); w: (N) or null
 template <typename T, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
@@ -199,6 +216,19 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
   });
 }
 
+void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& weight, const Tensor& bias, int64_t M, int64_t N) {
+  DeviceGuard guard(x.device());
+  dispatch_floating(x.dtype(), "layer_norm_apply", x.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    const int64_t numel = M * N;
+    layer_norm_apply_elementwise_kernel<T><<<grid_for(numel), kBlockSize, 0, stream_for(x)>>>(
+        out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), ptr_or_null<T>(weight),
+        ptr_or_null<T>(bias), N, numel);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& weight, int64_t M, int64_t N) {
@@ -218,7 +248,8 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
     // Row slices: enough blocks to fill the GPU, each thread summing at least ~8 rows.
     const int64_t col_blocks = (N + kColX - 1) / kColX;
     const int64_t slices = std::clamp<int64_t>(
-        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * max_blocks(16) + col_blocks - 1) / col_blocks), 1, 65535);
+        std::min<int64_t>((M + 8 * kColY - 1) / (8 * kColY), (2 * max_blocks(16) + col_blocks - 1) / col_blocks), 1,
+        65535);
     const Tensor partial = empty({slices, 2, N}, {dtype_of<Acc>(), x.device()});
     layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0, stream>>>(
         partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M,

@@ -261,4 +261,35 @@ BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor
   return g;
 }
 
+Tensor batch_norm_apply(const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean, const Tensor& invstd,
+                        const Tensor& weight, const Tensor& bias) {
+  constexpr const char* op = "batch_norm_apply";
+  const Dims d = check_input(op, x);
+  check_channel_tensor(op, "weight", weight, x, d.C);
+  check_channel_tensor(op, "bias", bias, x, d.C);
+  const DType compute = compute_dtype(x.dtype());
+  for (const Tensor* s : {&mean, &invstd}) {
+    FRUGAL_CHECK(s->defined() && s->dim() == 1 && s->size(0) == d.C && s->dtype() == compute, op,
+                 ": mean and invstd must be statistics of shape [", d.C, "] and dtype ", dtype_name(compute),
+                 " for input ", x.describe(), ", got ", s->defined() ? s->describe() : "undefined");
+    check_same_device(op, x, *s);
+  }
+  if (residual.defined()) {
+    FRUGAL_CHECK(residual.sizes() == x.sizes() && residual.dtype() == x.dtype(), op, ": residual ", residual.describe(),
+                 " must have the shape and dtype of the input ", x.describe());
+    check_same_device(op, x, residual);
+  }
+  // A channels-last x is dense (N, H, W, C) memory: the kernel's (N, C, HW) with N*H*W rows
+  // of C channels and HW = 1, read and written in place (no NCHW copy, unlike own_forward).
+  const bool channels_last = suggests_channels_last(x);
+  const Tensor xs = channels_last ? to_channels_last(x) : x.contiguous();
+  const Tensor rs = !residual.defined() ? residual : channels_last ? to_channels_last(residual) : residual.contiguous();
+  Tensor out = channels_last ? empty_channels_last(x.sizes(), x.options()) : empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out;
+  const int64_t rows = channels_last ? d.N * d.HW : d.N, hw = channels_last ? 1 : d.HW;
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_apply_kernel, out, xs, rs, relu, mean.contiguous(),
+                         invstd.contiguous(), in_compute(weight, compute), in_compute(bias, compute), rows, d.C, hw);
+  return out;
+}
+
 }  // namespace frugal::ops

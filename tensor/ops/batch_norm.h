@@ -109,6 +109,17 @@ BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor
                                             const Tensor& invstd, bool training, BatchNormGradMask mask = {},
                                             const BatchNormSaved& saved = {});
 
+/// The elementwise pass of batch_norm / batch_norm_add_relu alone, from given statistics:
+/// out = (x - mean) invstd weight + bias (+ residual when defined, then ReLU when `relu`),
+/// formed in the compute dtype and rounded once, as the forward's own kernels do. Updates
+/// nothing. x (N, C, *) floating; mean and invstd (C) in the compute dtype (a forward's
+/// BatchNormResult::mean and invstd); weight, bias as in batch_norm; residual (or undefined)
+/// of x's shape, dtype and device. out has x's memory format: a channels-last x is read in
+/// place as (N*H*W, C) rows. It regenerates a forward's output from what its backward keeps
+/// (Note [Recomputable outputs] in autograd/recompute_cheap.cpp).
+Tensor batch_norm_apply(const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean, const Tensor& invstd,
+                        const Tensor& weight, const Tensor& bias);
+
 }  // namespace frugal::ops
 
 // Backend kernels. x, out, grad_out, grad_x: contiguous (N, C, HW) with N * C * HW > 0;

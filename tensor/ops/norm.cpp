@@ -57,6 +57,28 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
   return r;
 }
 
+Tensor layer_norm_apply(const Tensor& x, const Shape& normalized_shape, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& weight, const Tensor& bias) {
+  constexpr const char* op = "layer_norm_apply";
+  const Shape rows = check_layer_norm_input(op, x, normalized_shape);
+  check_affine(op, "weight", weight, x, normalized_shape);
+  check_affine(op, "bias", bias, x, normalized_shape);
+  for (const Tensor* s : {&mean, &rstd}) {
+    FRUGAL_CHECK(s->defined() && s->sizes() == rows && s->dtype() == stats_dtype(x.dtype()), op,
+                 ": mean and rstd must be statistics of shape ", shape_str(rows), " and dtype ",
+                 dtype_name(stats_dtype(x.dtype())), " for input ", x.describe(), ", got ",
+                 s->defined() ? s->describe() : "undefined");
+    check_same_device(op, x, *s);
+  }
+  Tensor out = empty(x.sizes(), x.options());
+  const int64_t M = numel_of(rows), N = numel_of(normalized_shape);
+  if (M * N == 0) return out;
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), layer_norm_apply_kernel, out, x.contiguous(), mean.contiguous(),
+                         rstd.contiguous(), weight.defined() ? weight.contiguous() : weight,
+                         bias.defined() ? bias.contiguous() : bias, M, N);
+  return out;
+}
+
 LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Shape& normalized_shape,
                                    const Tensor& mean, const Tensor& rstd, const Tensor& weight, bool has_bias,
                                    LayerNormGradMask mask) {

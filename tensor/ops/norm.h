@@ -49,6 +49,14 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                                    const Tensor& mean, const Tensor& rstd, const Tensor& weight, bool has_bias,
                                    LayerNormGradMask mask = {});
 
+/// The elementwise pass of layer_norm alone, from given statistics: out = (x - mean) * rstd
+/// * weight + bias per row, in the compute dtype and rounded once, exactly as layer_norm's
+/// kernels write it. x, weight and bias as in layer_norm; mean and rstd a forward's
+/// LayerNormResult::mean and rstd. It regenerates a forward's output from what its backward
+/// keeps (Note [Recomputable outputs] in autograd/recompute_cheap.cpp).
+Tensor layer_norm_apply(const Tensor& x, const Shape& normalized_shape, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& weight = Tensor(), const Tensor& bias = Tensor());
+
 }  // namespace frugal::ops
 
 // Backend kernels: every tensor contiguous, M * N > 0. weight/bias (N) may be undefined;
@@ -57,6 +65,9 @@ namespace frugal::ops::cpu {
 /// out, x: (M, N); weight, bias: (N) or undefined; mean, rstd: (M)
 void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                        const Tensor& bias, int64_t M, int64_t N, double eps);
+/// out, x: (M, N); weight, bias: (N) or undefined; mean, rstd: (M)
+void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& weight, const Tensor& bias, int64_t M, int64_t N);
 /// grad_x (or undefined), grad_out, x: (M, N); mean, rstd: (M); weight: (N) or undefined;
 /// grad_weight, grad_bias: (N) or undefined.
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
@@ -66,6 +77,8 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
 namespace frugal::ops::cuda {
 void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                        const Tensor& bias, int64_t M, int64_t N, double eps);
+void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& weight, const Tensor& bias, int64_t M, int64_t N);
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& weight, int64_t M, int64_t N);

@@ -10,6 +10,7 @@
 #include "autograd/ops/batch_norm.h"
 #include "nn/batch_norm.h"
 #include "nn/container.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
@@ -188,6 +189,45 @@ TEST_CASE("batch_norm: parameter gradients come back in the parameters' dtype") 
   CHECK(w.grad().dtype() == kFloat32);
   CHECK(b.grad().dtype() == kFloat32);
   check_close(b.grad(), {16, 16, 16}, 1e-3, 0, "grad_bias = sum of ones");
+}
+
+TEST_CASE("batch_norm_apply: the forward's output from its statistics, NCHW and channels-last, every dtype") {
+  // Bitwise the forward's (the same arithmetic; a channels-last x is read in place as rows of
+  // C), and close to the definition in float64 on the rounded inputs.
+  for (DType dt : kAllFloat)
+    for (bool channels_last : {false, true})
+      for (bool residual : {false, true})
+        for (bool relu : {false, true}) {
+          CAPTURE(dtype_name(dt));
+          CAPTURE(channels_last);
+          CAPTURE(residual);
+          CAPTURE(relu);
+          const DType compute = dt == kFloat64 ? kFloat64 : kFloat32;
+          Tensor x = random_tensor({2, 3, 4, 5}, dt, 1), r = random_tensor({2, 3, 4, 5}, dt, 2);
+          if (channels_last) x = to_channels_last(x), r = to_channels_last(r);
+          const Tensor w = random_tensor({3}, compute, 3), b = random_tensor({3}, compute, 4);
+          const Tensor res = residual ? r : Tensor();
+          const ops::BatchNormResult f = relu ? ops::batch_norm_add_relu(x, res, Tensor(), Tensor(), w, b, true)
+                                              : ops::batch_norm(x, Tensor(), Tensor(), w, b, true);
+          const Tensor y = ops::batch_norm_apply(x, res, relu, f.mean, f.invstd, w, b);
+          CHECK(suggests_channels_last(y) == channels_last);
+          if (!residual || relu) CHECK(values_of(y) == values_of(f.out));
+          const std::vector<double> xv = values_of(x), rv = values_of(r), m = values_of(f.mean),
+                                    is = values_of(f.invstd), wv = values_of(w), bv = values_of(b);
+          std::vector<double> want(xv.size());
+          for (size_t i = 0; i < xv.size(); ++i) {
+            const size_t c = (i / 20) % 3;
+            double v = (xv[i] - m[c]) * is[c] * wv[c] + bv[c] + (residual ? rv[i] : 0.0);
+            want[i] = relu && v < 0 ? 0.0 : v;
+          }
+          check_close(values_of(y), want, default_rtol(dt), 8 * default_rtol(dt), "batch_norm_apply");
+        }
+  check_error(
+      [] {
+        const Tensor x = zeros({2, 3, 4});
+        ops::batch_norm_apply(x, Tensor(), false, zeros({3}, kFloat64), ones({3}), Tensor(), Tensor());
+      },
+      {"batch_norm_apply: mean and invstd must be statistics of shape [3] and dtype float32"});
 }
 
 TEST_CASE("batch_norm: errors") {

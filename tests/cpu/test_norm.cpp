@@ -135,6 +135,27 @@ TEST_CASE("nn_functional: layer_norm_backward matches the Jacobian by hand") {
   }
 }
 
+TEST_CASE("nn_functional: layer_norm_apply writes layer_norm's output from its statistics") {
+  // Bitwise the forward's (Note [Recomputable outputs] regenerates outputs with it), in every
+  // dtype, affine or not, over one or two normalized dims, from a strided input.
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16})
+    for (bool affine : {false, true})
+      for (const Shape& ns : std::vector<Shape>{{6}, {4, 6}}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(affine);
+        const Tensor x = random_tensor({3, 4, 6}, dt, 1, Layout::Strided);
+        const Tensor w = affine ? random_tensor(ns, dt, 2) : Tensor(), b = affine ? random_tensor(ns, dt, 3) : Tensor();
+        const ops::LayerNormResult r = ops::layer_norm(x, ns, w, b);
+        CHECK(values_of(ops::layer_norm_apply(x, ns, r.mean, r.rstd, w, b)) == values_of(r.out));
+      }
+  check_error(
+      [] {
+        const Tensor x = zeros({3, 4});
+        ops::layer_norm_apply(x, {4}, zeros({4}), zeros({3}));
+      },
+      {"layer_norm_apply: mean and rstd must be statistics of shape [3] and dtype float32", "float32[4] cpu"});
+}
+
 TEST_CASE("nn_functional: layer_norm on empty inputs and its errors") {
   const ops::LayerNormResult e = ops::layer_norm(zeros({0, 4}), {4}, ones({4}), zeros({4}));
   CHECK(e.out.sizes() == Shape{0, 4});
