@@ -56,6 +56,8 @@ std::vector<int64_t> memory_order(const Tensor& t) {
 // The options and the dedupe table of one scope, shared with its hooks (which outlive the
 // scope inside the saved tensors they packed).
 struct CompressSavedTensors::State {
+  explicit State(CompressOptions o) : options(std::move(o)) {}
+
   CompressOptions options;
   const SavedTensorHooks::Pair* hooks = nullptr;  // this scope's, to recognise it as the innermost
   State* outer = nullptr;
@@ -145,7 +147,7 @@ void reset_compress_stats() {
 }
 
 CompressSavedTensors::CompressSavedTensors(CompressOptions options)
-    : state_(std::make_shared<State>(State{checked(std::move(options))})),
+    : state_(std::make_shared<State>(checked(std::move(options)))),
       hooks_([s = state_](const Tensor& t) { return s->pack(t); }, &State::unpack) {
   state_->hooks = SavedTensorHooks::current()->get();
   state_->outer = innermost_state;

@@ -72,7 +72,7 @@ struct CompressOptions {
   int64_t min_bytes = 64 << 10;  ///< smaller saved tensors stay as they are
   /// Which saved tensors to compress, by the op (OpScope name) that saves them; empty = every
   /// floating activation. Parameters (leaf tensors requiring grad) are never compressed.
-  std::function<bool(std::string_view op)> select;
+  std::function<bool(std::string_view op)> select = {};
 };
 
 /// What the scopes compressed on every thread since the last reset: tensors (each counted

@@ -69,7 +69,9 @@ TEST_CASE("compress: one linear's weight gradient within the per-element bound, 
     INFO(autograd::to_string(format));
     const Tensor x = random_tensor({N, K}, kFloat32, 1, Layout::Contiguous, -2.0, 2.0).requires_grad_();
     const Tensor w = param({M, K}, 2);
-    auto f = [&](const Tensor& h) { return linear(h, w); };
+    // h * 1.0 saves nothing and is no leaf: linear's saved input is compressed (x itself, a
+    // leaf that requires grad, would be left alone as a parameter is).
+    auto f = [&](const Tensor& h) { return linear(h * 1.0, w); };
     const CompressOptions o{.format = format, .block = block, .min_bytes = 0};
     autograd::reset_compress_stats();
     const auto plain = grads_of(f, x, {w}, nullptr);
@@ -153,7 +155,7 @@ TEST_CASE("compress: an MLP, a conv-bn-relu block and a transformer block train 
       const auto packed = grads_of(c.f, c.x, c.params, &o);
       CHECK(autograd::compress_stats().tensors >= 3);
       const double err = relative_error(packed, plain);
-      MESSAGE(c.name, " ", autograd::to_string(format), ": relative gradient error ", err);
+      MESSAGE(std::string(c.name), " ", std::string(autograd::to_string(format)), ": relative gradient error ", err);
       CHECK(err > 0.0);
       CHECK(err < (format == CompressFormat::Fp8E4M3 ? 0.0625 : 0.03));
     }
@@ -167,7 +169,7 @@ TEST_CASE("compress: bytes out are a quarter of float32 bytes in, plus the scale
     const Tensor x = random_tensor({32, 128}, dt, 42);
     autograd::reset_compress_stats();
     {
-      autograd::AutocastGuard autocast(kCPU, kBFloat16, dt == kBFloat16);
+      AutocastGuard autocast(kCPU, kBFloat16, dt == kBFloat16);
       Tensor y = autograd::compress(f, x, {.block = 256, .min_bytes = 0});
       sum(y).backward();
     }
@@ -207,13 +209,23 @@ TEST_CASE("compress: select by the op that saves, min_bytes, parameters, dedupe,
   sum(autograd::compress(f, x, {.min_bytes = 20 * 32 * 4 + 1})).backward();
   CHECK(autograd::compress_stats().tensors == 1);  // x is below min_bytes, tanh's output is not
 
-  // mul(x, x) saves x twice: compressed once, both saves share the codes.
+  // u * u saves u twice: compressed once, both saves share the codes.
   autograd::reset_compress_stats();
   const Tensor a = random_tensor({300}, kFloat32, 53).requires_grad_();
-  Tensor y = autograd::compress([](const Tensor& t) { return t * t; }, a, {.min_bytes = 0});
+  Tensor y = autograd::compress(
+      [](const Tensor& t) {
+        const Tensor u = t * 1.0;
+        return u * u;
+      },
+      a, {.min_bytes = 0});
   CHECK(autograd::compress_stats().tensors == 1);
   CHECK(autograd::compress_stats().bytes_in == 300 * 4);
   y.backward(ones({300}));
+
+  // A leaf that requires grad is a parameter: never compressed, whatever saves it.
+  autograd::reset_compress_stats();
+  sum(autograd::compress([](const Tensor& t) { return t * t; }, a, {.min_bytes = 0})).backward();
+  CHECK(autograd::compress_stats().tensors == 0);
 
   // float64, and the int64 indices a gather saves, stay as they are.
   autograd::reset_compress_stats();
@@ -227,7 +239,7 @@ TEST_CASE("compress: an in-place write after the save still throws, retain_graph
   const Tensor w = param({300}, 60);
   Tensor x = random_tensor({300}, kFloat32, 61);
   Tensor y = autograd::compress([&](const Tensor& t) { return t * w; }, x, {.min_bytes = 0});
-  x.add_(1.0);
+  add_(x, 1.0);
   check_error([&] { sum(y).backward(); }, {"MulBackward", "modified by an in-place operation"});
 
   Tensor x2 = random_tensor({300}, kFloat32, 62);

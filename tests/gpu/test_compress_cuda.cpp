@@ -14,6 +14,7 @@
 #include "autograd/autocast.h"
 #include "autograd/compress.h"
 #include "autograd/ops/all.h"
+#include "core/stream.h"
 #include "memory/allocator.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
@@ -65,7 +66,7 @@ Run run_blocks(const std::vector<Block>& blocks, const Tensor& x, Device device,
   const int64_t before = memory::stats(device).allocated_bytes.current;
   Tensor y;
   {
-    autograd::AutocastGuard autocast(device, kFloat16, device.is_cuda());
+    AutocastGuard autocast(device, kFloat16, device.is_cuda());
     std::function<Tensor(const Tensor&)> all = [&](const Tensor& h) {
       Tensor t = h;
       for (const Block& b : blocks) t = b.forward(t);
@@ -109,7 +110,7 @@ TEST_CASE("cuda compress: a ResNet block under float16 autocast keeps about half
       autograd::reset_compress_stats();
       const Run packed = run_blocks(blocks, x, kGpu, &format);
       const autograd::CompressStats s = autograd::compress_stats();
-      MESSAGE(autograd::to_string(format), channels_last ? " channels-last" : " contiguous", ": held ",
+      MESSAGE(std::string(autograd::to_string(format)), channels_last ? " channels-last" : " contiguous", ": held ",
               packed.held_bytes, " bytes vs ", plain.held_bytes, " plain (",
               double(packed.held_bytes) / double(plain.held_bytes), "); compressed ", s.tensors, " tensors, ",
               s.bytes_in, " -> ", s.bytes_out, " bytes");
