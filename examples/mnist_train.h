@@ -44,7 +44,7 @@ struct AmpRun {
   int64_t total = 0, batch = 0, report_every = 50;
   int64_t step = 0;  // steps done, across epochs
   /// Saved tensors of the forward and loss compressed (autograd::CompressSavedTensors) when set.
-  std::optional<autograd::CompressOptions> compress_saved;
+  std::optional<autograd::CompressOptions> compress_saved = {};
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 

@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
                 amp ? ", amp float16" : "", compress_saved ? ", saved tensors in " : "",
                 compress_saved ? autograd::to_string(compress_saved->format) : "");
 
-    examples::AmpRun run{.device = device, .amp = amp, .total = total, .batch = batch};
-    run.compress_saved = compress_saved;
+    examples::AmpRun run{
+        .device = device, .amp = amp, .total = total, .batch = batch, .compress_saved = compress_saved};
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
       examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run);
