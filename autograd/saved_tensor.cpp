@@ -17,6 +17,7 @@ Tensor detached_alias(const Tensor& t) {
 }
 
 thread_local SavedTensorHooks* innermost_hooks = nullptr;
+thread_local bool packing_leaf_now = false;  // SavedTensorHooks::packing_leaf
 
 const char* const kFreedMessage =
     ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
@@ -36,6 +37,8 @@ SavedTensorHooks::~SavedTensorHooks() { innermost_hooks = outer_; }
 const std::shared_ptr<const SavedTensorHooks::Pair>* SavedTensorHooks::current() {
   return innermost_hooks ? &innermost_hooks->hooks_ : nullptr;
 }
+
+bool SavedTensorHooks::packing_leaf() { return packing_leaf_now; }
 
 // ---- one saved value ----------------------------------------------------------
 
@@ -74,6 +77,11 @@ SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
   } else {
     packed->hooks = *hooks;
     NoGradGuard no_grad;
+    struct LeafFlag {  // restored on exit, also when pack throws
+      bool outer = packing_leaf_now;
+      ~LeafFlag() { packing_leaf_now = outer; }
+    } flag;
+    packing_leaf_now = t.is_leaf() && t.requires_grad();
     packed->value = packed->hooks->pack(detached_alias(t));
   }
   packed_ = std::move(packed);

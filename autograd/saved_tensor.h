@@ -81,6 +81,9 @@ class SavedTensorHooks {
 
   /// The innermost guard's hooks on this thread, or null when no guard is alive.
   static const std::shared_ptr<const Pair>* current();
+  /// While a pack hook runs on this thread: whether the tensor being saved is a leaf that
+  /// requires grad (a parameter), which the detached alias the hook is given no longer says.
+  static bool packing_leaf();
 
  private:
   std::shared_ptr<const Pair> hooks_;

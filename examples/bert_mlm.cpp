@@ -7,6 +7,7 @@
 //
 //   bert_mlm [--corpus PATH]... [--device cpu|cuda] [--steps 1000] [--batch 32] [--seq-len 128]
 //            [--lr 5e-4] [--warmup 0.1] [--vocab 8000] [--no-amp]
+//            [--compress-saved fp8|int8 (saved activations in 8 bits: autograd/compress.h)]
 //            [--layers 4] [--hidden 256] [--heads 4] [--intermediate 1024]
 //
 // --corpus takes files or directories (read recursively; symlinks to a file already read
@@ -49,6 +50,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -60,6 +62,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "examples/flags.h"
+#include "examples/mnist_train.h"  // compress_saved_option
 #include "examples/train_checks.h"
 #include "models/bert.h"
 #include "models/config_json.h"
@@ -242,7 +245,7 @@ int write_checkpoint(const std::string& path, const std::string& config_json, De
 const char* kUsage =
     "usage: bert_mlm [--corpus PATH]... [--device cpu|cuda[:N]] [--steps N] [--batch N] [--seq-len N]\n"
     "                [--lr X] [--warmup F (fraction of the steps, in [0, 1])] [--vocab N] [--no-amp]\n"
-    "                [--layers N] [--hidden N] [--heads N] [--intermediate N]\n"
+    "                [--layers N] [--hidden N] [--heads N] [--intermediate N] [--compress-saved fp8|int8]\n"
     "       bert_mlm --load-hf-checkpoint W.safetensors [--config-json config.json] [--device cuda]\n"
     "       bert_mlm --write-hf-checkpoint W.safetensors [--config-json config.json]\n";
 
@@ -254,6 +257,7 @@ int main(int argc, char** argv) {
   int64_t steps = 1000, batch = 32, seq_len = 128, max_vocab = 8000;
   double lr = 5e-4, warmup = 0.1;
   bool amp = true;
+  std::optional<autograd::CompressOptions> compress_saved;  // --compress-saved fp8|int8
   models::BertConfig config{.hidden_size = 256,
                             .num_hidden_layers = 4,
                             .num_attention_heads = 4,
@@ -263,6 +267,7 @@ int main(int argc, char** argv) {
     cli::Flags flags(argc, argv);
     while (flags.next()) {
       if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--compress-saved")) compress_saved = examples::compress_saved_option(flags.text());
       else if (flags.is("--corpus")) corpus.push_back(flags.text());
       else if (flags.is("--device")) device_name = flags.text();
       else if (flags.is("--steps")) steps = flags.positive();
@@ -312,11 +317,12 @@ int main(int argc, char** argv) {
     optim::GradScaler scaler({.enabled = amp});
     std::printf(
         "bert_mlm: BERT %lld layers, hidden %lld, %lld heads, intermediate %lld, vocab %lld (%lld parameters), "
-        "batch %lld x %lld tokens, %lld steps (%lld warm-up), %s%s\n",
+        "batch %lld x %lld tokens, %lld steps (%lld warm-up), %s%s%s%s\n",
         (long long)config.num_hidden_layers, (long long)config.hidden_size, (long long)config.num_attention_heads,
         (long long)config.intermediate_size, (long long)config.vocab_size, (long long)model.num_parameters(),
         (long long)batch, (long long)seq_len, (long long)steps, (long long)warmup_steps, device_name.c_str(),
-        amp ? ", amp float16" : "");
+        amp ? ", amp float16" : "", compress_saved ? ", saved tensors in " : "",
+        compress_saved ? autograd::to_string(compress_saved->format) : "");
 
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
@@ -330,6 +336,8 @@ int main(int argc, char** argv) {
       Tensor loss;
       {
         AutocastGuard autocast(device, kFloat16, amp);
+        std::optional<autograd::CompressSavedTensors> compress;
+        if (compress_saved) compress.emplace(*compress_saved);
         loss = model.forward(b.input_ids, Tensor(), Tensor(), b.labels).loss;
       }
       opt.zero_grad();

@@ -81,6 +81,8 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
     Tensor loss;
     {
       AutocastGuard autocast(run.device, kFloat16, run.amp);
+      std::optional<autograd::CompressSavedTensors> compress;
+      if (run.compress_saved) compress.emplace(*run.compress_saved);
       loss = loss_fn(model.forward(b.inputs), b.targets);
     }
     opt.zero_grad();
@@ -100,6 +102,12 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
     }
   }
   watch.check();
+}
+
+autograd::CompressOptions compress_saved_option(const std::string& text) {
+  if (text == "fp8") return {.format = autograd::CompressFormat::Fp8E4M3};
+  if (text == "int8") return {.format = autograd::CompressFormat::Int8};
+  throw cli::UsageError("--compress-saved: expected fp8 or int8, got \"" + text + "\"");
 }
 
 void require_nonempty(const data::FashionMnist& ds, const std::string& dir) {

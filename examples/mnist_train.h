@@ -5,8 +5,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "autograd/compress.h"
 #include "nn/container.h"
 #include "nn/data/dataloader.h"
 #include "nn/data/idx.h"
@@ -41,11 +43,14 @@ struct AmpRun {
   bool amp = false;  // float16 autocast and loss scaling (CUDA)
   int64_t total = 0, batch = 0, report_every = 50;
   int64_t step = 0;  // steps done, across epochs
+  /// Saved tensors of the forward and loss compressed (autograd::CompressSavedTensors) when set.
+  std::optional<autograd::CompressOptions> compress_saved = {};
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
 /// One epoch (`epoch` counts from 0) as train_resnet and train_vit train: the forward and
-/// loss_fn(output, targets) under AutocastGuard(float16) when run.amp, backward, step and
+/// loss_fn(output, targets) under AutocastGuard(float16) when run.amp (and a
+/// CompressSavedTensors scope when run.compress_saved), backward, step and
 /// update through `scaler`, then schedule.step(). Every run.report_every steps (and at the
 /// last) prints "epoch E step S/T loss L lr X | R img/s, ETA N s"; reading the loss there
 /// is the loop's only host sync besides the scaler's. Throws when the run diverges: a loss
@@ -54,6 +59,11 @@ struct AmpRun {
 void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
                      optim::Optimizer& opt, optim::GradScaler& scaler, optim::LRScheduler& schedule,
                      data::DataLoader& loader, int64_t epoch, AmpRun& run);
+
+/// The options of `--compress-saved fp8|int8` (every saved activation in that format, Note
+/// [Compressed saved tensors] in autograd/compress.h); throws cli::UsageError naming the flag
+/// for any other text.
+autograd::CompressOptions compress_saved_option(const std::string& text);
 
 /// Throws unless both splits of `ds` hold images, naming `dir` (where it was loaded from):
 /// an empty training set would train no step, an empty test set score 0 of 0.

@@ -5,8 +5,10 @@
 //
 //   train_resnet [--data-dir /usr/share/datasets/fashion-mnist] [--device cuda] [--epochs 10]
 //                [--batch-size 128] [--lr 0.1] [--no-amp] [--limit N (train samples, for a quick try)]
+//                [--compress-saved fp8|int8 (saved activations in 8 bits: autograd/compress.h)]
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "autograd/ops/all.h"
@@ -24,7 +26,7 @@ using namespace frugal;
 namespace {
 const char* kUsage =
     "usage: train_resnet [--data-dir DIR] [--device cpu|cuda[:N]] [--epochs N] [--batch-size N] [--lr X]\n"
-    "                    [--no-amp] [--limit N]\n";
+    "                    [--no-amp] [--limit N] [--compress-saved fp8|int8]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -32,10 +34,12 @@ int main(int argc, char** argv) {
   int64_t epochs = 10, batch = 128, limit = 0;  // limit 0: every training sample
   double lr = 0.1;
   bool amp = true;
+  std::optional<autograd::CompressOptions> compress_saved;  // --compress-saved fp8|int8
   cli::parse_or_exit("train_resnet", kUsage, [&] {
     cli::Flags flags(argc, argv);
     while (flags.next()) {
       if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--compress-saved")) compress_saved = examples::compress_saved_option(flags.text());
       else if (flags.is("--data-dir")) data_dir = flags.text();
       else if (flags.is("--device")) device_name = flags.text();
       else if (flags.is("--epochs")) epochs = flags.positive();
@@ -67,11 +71,13 @@ int main(int argc, char** argv) {
     const int64_t total = epochs * steps_per_epoch;
     optim::CosineAnnealingLR schedule(opt, {.T_max = total});
     optim::GradScaler scaler({.enabled = amp});
-    std::printf("train_resnet: ResNet-18 (%lld parameters), %lld samples, %lld steps, %s%s\n",
+    std::printf("train_resnet: ResNet-18 (%lld parameters), %lld samples, %lld steps, %s%s%s%s\n",
                 (long long)net->num_parameters(), (long long)train_x.size(0), (long long)total, device_name.c_str(),
-                amp ? ", amp float16" : "");
+                amp ? ", amp float16" : "", compress_saved ? ", saved tensors in " : "",
+                compress_saved ? autograd::to_string(compress_saved->format) : "");
 
-    examples::AmpRun run{.device = device, .amp = amp, .total = total, .batch = batch};
+    examples::AmpRun run{
+        .device = device, .amp = amp, .total = total, .batch = batch, .compress_saved = compress_saved};
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
       examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run);

@@ -9,9 +9,11 @@
 //             [--batch 128] [--lr 1e-3] [--warmup 0.05 (fraction of the steps)] [--no-amp] [--save W.safetensors]
 //             [--layers 6] [--hidden 192] [--heads 6] [--mlp 768]
 //             [--limit N (train samples)] [--test-limit N (test samples)]
+//             [--compress-saved fp8|int8 (saved activations in 8 bits: autograd/compress.h)]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "autograd/ops/all.h"
@@ -31,7 +33,8 @@ namespace {
 const char* kUsage =
     "usage: train_vit [--data-dir DIR] [--device cpu|cuda[:N]] [--epochs N] [--batch N] [--lr X]\n"
     "                 [--warmup F (fraction of the steps, in [0, 1])] [--no-amp] [--save W.safetensors]\n"
-    "                 [--layers N] [--hidden N] [--heads N] [--mlp N] [--limit N] [--test-limit N]\n";
+    "                 [--layers N] [--hidden N] [--heads N] [--mlp N] [--limit N] [--test-limit N]\n"
+    "                 [--compress-saved fp8|int8]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   int64_t epochs = 10, batch = 128, limit = 0, test_limit = 0;  // limits 0: every sample
   double lr = 1e-3, warmup = 0.05;
   bool amp = true;
+  std::optional<autograd::CompressOptions> compress_saved;  // --compress-saved fp8|int8
   models::ViTConfig config{.image_size = 28,
                            .patch_size = 4,
                            .in_channels = 1,
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
     cli::Flags flags(argc, argv);
     while (flags.next()) {
       if (flags.is("--no-amp")) amp = false;
+      else if (flags.is("--compress-saved")) compress_saved = examples::compress_saved_option(flags.text());
       else if (flags.is("--data-dir")) data_dir = flags.text();
       else if (flags.is("--device")) device_name = flags.text();
       else if (flags.is("--epochs")) epochs = flags.positive();
@@ -97,16 +102,18 @@ int main(int argc, char** argv) {
     optim::GradScaler scaler({.enabled = amp});
     std::printf(
         "train_vit: ViT %lld layers, hidden %lld, %lld heads, mlp %lld (%lld parameters), %lld samples, "
-        "%lld steps (%lld warm-up), %s%s\n",
+        "%lld steps (%lld warm-up), %s%s%s%s\n",
         (long long)config.num_layers, (long long)config.hidden_dim, (long long)config.num_heads,
         (long long)config.mlp_dim, (long long)net->num_parameters(), (long long)train_x.size(0), (long long)total,
-        (long long)warmup_steps, device_name.c_str(), amp ? ", amp float16" : "");
+        (long long)warmup_steps, device_name.c_str(), amp ? ", amp float16" : "",
+        compress_saved ? ", saved tensors in " : "", compress_saved ? autograd::to_string(compress_saved->format) : "");
 
     examples::AmpRun run{.device = device,
                          .amp = amp,
                          .total = total,
                          .batch = batch,
-                         .report_every = std::max<int64_t>(1, std::min<int64_t>(50, total / 10))};
+                         .report_every = std::max<int64_t>(1, std::min<int64_t>(50, total / 10)),
+                         .compress_saved = compress_saved};
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) {
       return cross_entropy(logits, targets, {.label_smoothing = 0.1});
     };

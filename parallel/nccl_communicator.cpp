@@ -57,6 +57,9 @@ ncclDataType_t nccl_type(DType t, const std::string& what, bool reduces) {
     case DType::Bool:
       FRUGAL_CHECK(!reduces, what, ": cannot reduce bool tensors (NCCL would add their bytes)");
       return ncclUint8;
+    case DType::UInt8:
+      FRUGAL_CHECK(!reduces, what, ": cannot reduce uint8 tensors (codes or masks: Note [Storage-only uint8])");
+      return ncclUint8;
   }
   FRUGAL_FAIL(what, ": no NCCL type for ", dtype_name(t));
 }

@@ -52,6 +52,7 @@ decltype(auto) dispatch_all(DType t, const char* op, Device d, F&& f) {
     FRUGAL_DTYPE_CASE(Int32, int32_t)
     FRUGAL_DTYPE_CASE(Int64, int64_t)
     FRUGAL_DTYPE_CASE(Bool, bool)
+    case DType::UInt8: break;  // storage only: Note [Storage-only uint8] in tensor/dtype.h
   }
   throw_unsupported_dtype(op, t, d);
 }

@@ -13,6 +13,7 @@ const char* dtype_name(DType t) {
     case DType::Int32: return "int32";
     case DType::Int64: return "int64";
     case DType::Bool: return "bool";
+    case DType::UInt8: return "uint8";
   }
   return "?";
 }
@@ -25,8 +26,9 @@ DType parse_dtype(const std::string& s) {
   if (s == "int32" || s == "i32" || s == "int") return kInt32;
   if (s == "int64" || s == "i64" || s == "long") return kInt64;
   if (s == "bool") return kBool;
+  if (s == "uint8" || s == "u8") return kUInt8;
   FRUGAL_FAIL("parse_dtype: unknown dtype '", s,
-              "' (expected float32, float16, bfloat16, float64, int32, int64, bool)");
+              "' (expected float32, float16, bfloat16, float64, int32, int64, bool, uint8)");
 }
 
 namespace {
@@ -35,6 +37,9 @@ int category(DType t) { return t == DType::Bool ? 0 : is_integral(t) ? 1 : 2; }
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  FRUGAL_CHECK(a != DType::UInt8 && b != DType::UInt8, "promote_types: uint8 is a storage-only dtype (codes, masks) ",
+               "and does not promote with ", dtype_name(a == DType::UInt8 ? b : a),
+               " (Note [Storage-only uint8] in tensor/dtype.h)");
   const int ca = category(a), cb = category(b);
   if (ca != cb) return ca > cb ? a : b;
   if (ca == 1) return DType::Int64;  // int32 with int64

@@ -8,10 +8,17 @@
 
 namespace frugal {
 
-enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int32, Int64, Bool };
+// Note [Storage-only uint8]
+// UInt8 holds bytes that are not numbers to compute with: the codes of a quantized tensor
+// and packed bit masks (Note [Compressed saved tensors] in autograd/compress.h). Tensors
+// of it are created, viewed, moved between devices (contiguous) and read through
+// data_ptr<uint8_t>(); the compute ops reject it through the dispatch default case
+// ("add: not implemented for uint8 on cpu"), and promotion is not defined for it. It comes
+// after Bool so the codes of the other dtypes (in files and messages) stay as they were.
+enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int32, Int64, Bool, UInt8 };
 /// How many dtypes there are: the codes 0 .. kNumDTypes - 1 (a dtype read from a file or
 /// a message is checked against it).
-inline constexpr int kNumDTypes = int(DType::Bool) + 1;  // Bool stays last
+inline constexpr int kNumDTypes = int(DType::UInt8) + 1;  // UInt8 stays last
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat16 = DType::Float16;
@@ -20,6 +27,7 @@ inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kInt32 = DType::Int32;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kUInt8 = DType::UInt8;  // storage only: Note [Storage-only uint8]
 
 constexpr size_t element_size(DType t) {
   switch (t) {
@@ -29,7 +37,8 @@ constexpr size_t element_size(DType t) {
     case DType::BFloat16: return 2;
     case DType::Float64:
     case DType::Int64: return 8;
-    case DType::Bool: return 1;
+    case DType::Bool:
+    case DType::UInt8: return 1;
   }
   return 0;
 }
@@ -79,6 +88,10 @@ constexpr DType dtype_of<int64_t>() {
 template <>
 constexpr DType dtype_of<bool>() {
   return DType::Bool;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::UInt8;
 }
 
 }  // namespace frugal

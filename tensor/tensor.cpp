@@ -379,5 +379,6 @@ FRUGAL_INSTANTIATE(int32_t)
 FRUGAL_INSTANTIATE(int64_t)
 FRUGAL_INSTANTIATE(bool)
 #undef FRUGAL_INSTANTIATE
+template uint8_t* Tensor::data_ptr<uint8_t>() const;  // storage only: Note [Storage-only uint8]
 
 }  // namespace frugal

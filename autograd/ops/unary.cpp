@@ -3,9 +3,11 @@
 #include "autograd/ops/unary.h"
 
 #include "autograd/autocast.h"
+#include "autograd/compress.h"
 #include "autograd/function.h"
 #include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
+#include "tensor/ops/quantize.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal {
@@ -45,9 +47,11 @@ struct UnaryBackward final : Node {
   UnaryOp op = UnaryOp::Neg;
   double a = 0, b = 0;      // the op's parameters (see ops::UnaryOp)
   DType dtype = kFloat32;   // of x and y
-  SavedTensor saved{this};  // x or y; nothing for neg and affine
+  SavedTensor saved{this};  // x or y; nothing for neg and affine, nor for relu when it saves a mask
+  SavedTensor mask{this};   // relu under compression: ops::relu_mask(y) (Note [Compressed saved tensors])
   std::string name() const override { return unary_node_name(op); }
   TensorList apply(TensorList&& grads) override {
+    if (mask.defined()) return {ops::apply_relu_mask(in_dtype(grads[0], dtype), mask.unpack(name()))};
     return {ops::unary_backward(op, in_dtype(grads[0], dtype), saved.unpack(name()), a, b)};
   }
 };
@@ -70,7 +74,15 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
     node->dtype = x.dtype();
     const ops::UnaryGradFrom from = ops::unary_grad_from(op);
     if (from == ops::UnaryGradFrom::Input) node->saved = x;
-    if (from == ops::UnaryGradFrom::Output) node->saved = y;
+    if (from == ops::UnaryGradFrom::Output) {
+      if (op == UnaryOp::Relu && autograd::detail::relu_saves_mask(y)) {
+        const Tensor m = autograd::raw([&] { return ops::relu_mask(y); });
+        autograd::detail::count_relu_mask(y, m);
+        node->mask = m;
+      } else {
+        node->saved = y;
+      }
+    }
     autograd::record(node, {y});
     // y = f(x) again from the saved x (Note [Recomputable outputs]); an op that saves y keeps it anyway.
     if (from == ops::UnaryGradFrom::Input && autograd::RecomputeCheapOutputs::active())

@@ -71,6 +71,7 @@ double load_element(const void* p, DType t) {
     case DType::Int32: return *static_cast<const int32_t*>(p);
     case DType::Int64: return double(*static_cast<const int64_t*>(p));
     case DType::Bool: return *static_cast<const bool*>(p) ? 1.0 : 0.0;
+    case DType::UInt8: return *static_cast<const uint8_t*>(p);
   }
   return 0.0;
 }
@@ -84,6 +85,7 @@ void store_element(void* p, DType t, double v) {
     case DType::Int32: *static_cast<int32_t*>(p) = int32_t(std::llround(v)); return;
     case DType::Int64: *static_cast<int64_t*>(p) = int64_t(std::llround(v)); return;
     case DType::Bool: *static_cast<bool*>(p) = v != 0.0; return;
+    case DType::UInt8: *static_cast<uint8_t*>(p) = uint8_t(std::llround(v)); return;
   }
 }
 

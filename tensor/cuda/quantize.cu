@@ -1,0 +1,157 @@
+// CUDA blockwise quantization (Note [Blockwise quantization]): one thread block per scale
+// block, one pass (the absmax, then the codes from the same elements, which the first read
+// left in L1/L2), e4m3 through the hardware conversion of cuda_fp8.h. The divisions are
+// __fdiv_rn so the codes are those of the CPU's IEEE float32 division under any flags.
+// And the 1-bit masks of Note [ReLU masks].
+#include <cuda_fp8.h>
+
+#include "tensor/cuda/block_reduce.cuh"
+#include "tensor/cuda/cuda_utils.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops/quantize_math.h"
+
+namespace frugal::ops::cuda {
+
+using quant::LogicalIndexer;
+
+namespace {
+
+template <typename T>
+__device__ __forceinline__ float load(const T* base, const LogicalIndexer& ix, bool dense, int64_t i) {
+  return float(base[dense ? i : ix.offset(i)]);
+}
+
+__device__ __forceinline__ uint8_t encode(float v, float scale, bool fp8, uint8_t nan) {
+  if (!isfinite(v)) return nan;
+  const float s = scale > 0.0f ? __fdiv_rn(v, scale) : v;
+  if (fp8) return uint8_t(__nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3));
+  return uint8_t(int8_t(min(max(__float2int_rn(s), -127), 127)));
+}
+
+__device__ __forceinline__ float decode(uint8_t c, bool fp8) {
+  if (!fp8) return quant::int8_decode(c);
+  __nv_fp8_e4m3 f;
+  f.__x = c;
+  return float(f);
+}
+
+// codes: (n), scales: (nblocks), x: n elements in any layout (ix)
+template <typename T>
+__global__ void quantize_blockwise_kernel_impl(uint8_t* __restrict__ codes, float* __restrict__ scales,
+                                               const T* __restrict__ x, LogicalIndexer ix, bool dense, int64_t n,
+                                               int64_t block, int64_t nblocks, bool fp8) {
+  const float qmax = fp8 ? quant::kE4M3Max : quant::kInt8Max;
+  const uint8_t nan = fp8 ? quant::kE4M3NaN : quant::kInt8NaN;
+  for (int64_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
+    const int64_t lo = b * block, hi = min(n, lo + block);
+    float absmax = 0.0f;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const float v = load(x, ix, dense, i);
+      if (isfinite(v)) absmax = fmaxf(absmax, fabsf(v));
+    }
+    absmax = block_allreduce(
+        absmax, [](float a, float c) { return fmaxf(a, c); }, 0.0f);
+    const float scale = __fdiv_rn(absmax, qmax);
+    if (threadIdx.x == 0) scales[b] = scale;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+      codes[i] = encode(load(x, ix, dense, i), scale, fp8, nan);
+  }
+}
+
+// out: (n), codes: (n), scales: (ceil(n / block))
+template <typename T>
+__global__ void dequantize_blockwise_kernel_impl(T* __restrict__ out, const uint8_t* __restrict__ codes,
+                                                 const float* __restrict__ scales, int64_t n, int64_t block, bool fp8) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = T(__fmul_rn(decode(codes[i], fp8), scales[i / block]));
+}
+
+// mask: (ceil(n / 8)), y: n elements in any layout (ix); one thread per byte
+template <typename T>
+__global__ void relu_mask_kernel_impl(uint8_t* __restrict__ mask, const T* __restrict__ y, LogicalIndexer ix,
+                                      bool dense, int64_t n) {
+  using M = opmath_t<T>;
+  const int64_t nbytes = (n + 7) / 8, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < nbytes; k += stride) {
+    uint8_t bits = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t i = 8 * k + j;
+      if (i < n && !(M(y[dense ? i : ix.offset(i)]) <= M(0))) bits |= uint8_t(1u << j);
+    }
+    mask[k] = bits;
+  }
+}
+
+// out: (n), g: n elements in any layout (ix), mask: (ceil(n / 8))
+template <typename T>
+__global__ void apply_relu_mask_kernel_impl(T* __restrict__ out, const T* __restrict__ g, LogicalIndexer ix, bool dense,
+                                            const uint8_t* __restrict__ mask, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = (mask[i >> 3] >> (i & 7)) & 1u ? g[dense ? i : ix.offset(i)] : T(0.0f);
+}
+
+template <typename F>
+void dispatch_quantizable(DType t, const char* op, Device d, F&& f) {
+  switch (t) {
+    case DType::Float32: return f.template operator()<float>();
+    case DType::Float16: return f.template operator()<Half>();
+    case DType::BFloat16: return f.template operator()<BFloat16>();
+    default: throw_unsupported_dtype(op, t, d);
+  }
+}
+
+}  // namespace
+
+void quantize_blockwise_kernel(const Tensor& codes, const Tensor& scales, const Tensor& x, QuantFormat format,
+                               int64_t block) {
+  DeviceGuard guard(x.device());
+  dispatch_quantizable(x.dtype(), "quantize_blockwise", x.device(), [&]<typename T>() {
+    const LogicalIndexer ix = quant::make_logical_indexer(x, "quantize_blockwise");
+    const int64_t nblocks = scales.numel();
+    // A warp-multiple of threads, no more than the block has elements (up to 256).
+    const int threads = int(std::min<int64_t>(kBlockSize, (block + 31) / 32 * 32));
+    const unsigned grid = unsigned(std::min<int64_t>(nblocks, max_blocks(2048 / threads)));
+    quantize_blockwise_kernel_impl<T>
+        <<<grid, threads, 0, stream_for(x)>>>(codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), x.data_ptr<T>(), ix,
+                                              ix.dense(), x.numel(), block, nblocks, format == QuantFormat::Fp8E4M3);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void dequantize_blockwise_kernel(const Tensor& out, const Tensor& codes, const Tensor& scales, QuantFormat format,
+                                 int64_t block) {
+  DeviceGuard guard(out.device());
+  dispatch_quantizable(out.dtype(), "dequantize_blockwise", out.device(), [&]<typename T>() {
+    const int64_t n = out.numel();
+    dequantize_blockwise_kernel_impl<T><<<grid_for(n), kBlockSize, 0, stream_for(out)>>>(
+        out.data_ptr<T>(), codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), n, block,
+        format == QuantFormat::Fp8E4M3);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void relu_mask_kernel(const Tensor& mask, const Tensor& y) {
+  DeviceGuard guard(y.device());
+  dispatch_floating(y.dtype(), "relu_mask", y.device(), [&]<typename T>() {
+    const LogicalIndexer ix = quant::make_logical_indexer(y, "relu_mask");
+    relu_mask_kernel_impl<T><<<grid_for(mask.numel()), kBlockSize, 0, stream_for(y)>>>(
+        mask.data_ptr<uint8_t>(), y.data_ptr<T>(), ix, ix.dense(), y.numel());
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void apply_relu_mask_kernel(const Tensor& out, const Tensor& g, const Tensor& mask) {
+  DeviceGuard guard(g.device());
+  dispatch_floating(g.dtype(), "apply_relu_mask", g.device(), [&]<typename T>() {
+    const LogicalIndexer ix = quant::make_logical_indexer(g, "apply_relu_mask");
+    const int64_t n = g.numel();
+    apply_relu_mask_kernel_impl<T><<<grid_for(n), kBlockSize, 0, stream_for(g)>>>(
+        out.data_ptr<T>(), g.data_ptr<T>(), ix, ix.dense(), mask.data_ptr<uint8_t>(), n);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace frugal::ops::cuda
