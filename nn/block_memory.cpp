@@ -21,8 +21,10 @@
 
 #include <chrono>
 
+#include "autograd/compress.h"
 #include "autograd/function.h"
 #include "autograd/node.h"
+#include "autograd/recompute_cheap.h"
 #include "core/error.h"
 #include "core/instrument.h"
 #include "core/stream.h"
@@ -33,8 +35,10 @@ namespace frugal::nn {
 const char* to_string(BlockMemory choice) {
   switch (choice) {
     case BlockMemory::Keep: return "keep";
+    case BlockMemory::Recompute: return "recompute";
     case BlockMemory::Selective: return "selective";
     case BlockMemory::Checkpoint: return "checkpoint";
+    case BlockMemory::Compress: return "compress";
   }
   return "?";
 }
@@ -45,7 +49,11 @@ std::optional<BlockMemory> parse_block_memory(std::string_view name) {
   return std::nullopt;
 }
 
-bool is_lossy(BlockMemory) { return false; }
+bool is_lossy(BlockMemory choice) { return choice == BlockMemory::Compress; }
+
+bool keeps_input(BlockMemory choice) {
+  return choice == BlockMemory::Keep || choice == BlockMemory::Selective || choice == BlockMemory::Checkpoint;
+}
 
 BlockMemoryPlan BlockMemoryPlan::from_checkpoint(bool checkpoint_blocks, autograd::CheckpointPolicy policy) {
   if (!checkpoint_blocks) return uniform(BlockMemory::Keep);
@@ -89,6 +97,8 @@ Tensor marked(const Tensor& x, BlockProbe* probe, BlockProbeEvent::Kind kind, in
 Tensor run_choice(BlockMemory choice, const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
   switch (choice) {
     case BlockMemory::Keep: return fn(x);
+    case BlockMemory::Recompute: return autograd::recompute_cheap(fn, x);
+    case BlockMemory::Compress: return autograd::compress(fn, x);
     case BlockMemory::Selective: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Selective);
     case BlockMemory::Checkpoint: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Full);
   }

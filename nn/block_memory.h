@@ -18,21 +18,28 @@
 
 namespace frugal::nn {
 
-/// What one block keeps for backward, cheapest in time first.
+/// What one block keeps for backward, roughly cheapest in time first.
 enum class BlockMemory : uint8_t {
   Keep,        ///< everything its ops save (no extra work)
+  Recompute,   ///< not the outputs of its norms and activations, which backward regenerates from what
+               ///< it keeps anyway (autograd::recompute_cheap, Note [Recomputable outputs])
   Selective,   ///< its GEMM, convolution and attention outputs; the rest is replayed in backward
                ///< (autograd::checkpoint with CheckpointPolicy::Selective)
   Checkpoint,  ///< its input only; the whole block runs again in backward (autograd::checkpoint)
+  Compress,    ///< what it saves, as FP8 codes with per-block scales (autograd::compress; lossy)
 };
-inline constexpr int kNumBlockMemory = 3;
+inline constexpr int kNumBlockMemory = 5;
 
-/// "keep", "selective", "checkpoint".
+/// "keep", "recompute", "selective", "checkpoint", "compress".
 const char* to_string(BlockMemory choice);
 /// The choice named as to_string names it; nullopt for anything else.
 std::optional<BlockMemory> parse_block_memory(std::string_view name);
-/// True for choices whose gradients differ from Keep's beyond rounding (none yet).
+/// True for choices whose gradients differ from Keep's beyond rounding (Compress).
 bool is_lossy(BlockMemory choice);
+/// False for choices under which the block may not keep its input alive itself (it saves a
+/// recipe, codes or a host copy instead): then the tensor between it and the block before
+/// lives on only if that block keeps it (Note [Block planner]).
+bool keeps_input(BlockMemory choice);
 
 /// A choice per block, in forward order. Blocks past the end of `blocks` use `fallback`.
 struct BlockMemoryPlan {

@@ -18,10 +18,12 @@
 //
 // This is exact where the blocks' savings add up, which holds when each block's kept bytes
 // depend on its own choice only. The one coupling is the tensor between two blocks: it
-// lives on if either block keeps it. Under every choice a block keeps its input (Keep and
-// RecomputeCheap save it in its first ops, Selective and Checkpoint as the checkpoint's
-// input), so which block it is attributed to does not matter; a choice that does not keep
-// its input would add that tensor as a margin at each boundary where the choice changes.
+// lives on if either block keeps it. Keep saves it in the block's first ops, Selective and
+// Checkpoint as the checkpoint's input; Recompute, Compress and Offload may save a recipe,
+// codes or a host copy instead, so in their uniform runs it dies once the next block has
+// run, while after a block of another choice it may live on (that block's last op saved it,
+// or it was made outside a Recompute scope and so has no recipe). Each boundary where the
+// choice changes to one of those adds that tensor to the prediction, an upper bound.
 //
 // Time: a choice's extra step time (its uniform run's median step less Keep's) is shared
 // among the blocks by their forward time in the Keep run, since the recompute, the replay
@@ -191,12 +193,14 @@ int64_t BlockPlanner::predict_peak(const std::vector<BlockMemory>& p) const {
     peak = std::max({peak, u.before_blocks_peak, u.after_blocks_peak});
     peak = std::max(peak, u.head_peak + kept_before(u.choice, num_blocks_));
   }
+  int64_t margin = 0;  // the tensors between blocks that live on beyond what the uniform runs show
   for (int64_t b = 0; b < num_blocks_; ++b) {
     const ChoiceProfile& u = profile_of(p[b]);
     const int64_t shift = kept_before(p[b], b);
     peak = std::max({peak, u.forward_peak[b] + shift, u.backward_peak[b] + shift});
+    if (b > 0 && p[b] != p[b - 1] && !keeps_input(p[b])) margin += output_bytes_[b - 1];
   }
-  return peak;
+  return peak + margin;
 }
 
 double BlockPlanner::predict_ms(const std::vector<BlockMemory>& p) const {
