@@ -150,12 +150,17 @@ TEST_CASE("cuda max_pool2d: the backward from the input holds one byte per outpu
   const MaxPool2dOptions o{.stride = 2, .padding = 1};
   const Tensor x = to_channels_last(random_tensor({8, 64, 112, 112}, {kFloat16, kGpu}, 7));
   const Tensor gy = to_channels_last(random_tensor({8, 64, 56, 56}, {kFloat16, kGpu}, 8));
-  auto allocation = [](int64_t bytes) {  // what the allocator takes for `bytes` (rounding included)
-    const int64_t before = memory::stats(kGpu).allocated_bytes.current;
-    DataPtr p = memory::allocate(kGpu, size_t(bytes));
-    return memory::stats(kGpu).allocated_bytes.current - before;
-  };
-  const int64_t grad_bytes = allocation(x.numel() * 2), argmax_bytes = allocation(gy.numel());
+  // What the allocator takes for grad_x and then the argmax bytes (rounding included),
+  // held together in that order as the op holds them.
+  auto current = [] { return memory::stats(kGpu).allocated_bytes.current; };
+  int64_t grad_bytes = 0, argmax_bytes = 0;
+  {
+    const int64_t c0 = current();
+    const DataPtr a = memory::allocate(kGpu, size_t(x.numel()) * 2);
+    grad_bytes = current() - c0;
+    const DataPtr b = memory::allocate(kGpu, size_t(gy.numel()));
+    argmax_bytes = current() - c0 - grad_bytes;
+  }
   memory::reset_peak(kGpu);
   const int64_t before = memory::stats(kGpu).allocated_bytes.current;
   const Tensor gx = ops::max_pool2d_backward_from_input(gy, x, 3, o);
