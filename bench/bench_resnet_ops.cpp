@@ -12,21 +12,29 @@
 // events, median of repeated steps after warm-up, cudnn benchmark mode on (as
 // torch.backends.cudnn.benchmark). tools/bench_resnet_ops.py times the same rows in
 // PyTorch (channels_last, AMP) and prints the ratio.
+// A second table times the stem's max pool (3x3, stride 2, padding 1, float16, 64
+// channels at 112x112): its forward as training runs it (x requires grad), its backward
+// op alone (frugal: max_pool2d_backward_from_input, as MaxPool2dBackward calls it;
+// PyTorch: max_pool2d_with_indices_backward with the forward's indices), and one
+// forward + backward step through autograd.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "autograd/autocast.h"
 #include "autograd/ops/batch_norm.h"
 #include "autograd/ops/conv.h"
+#include "autograd/ops/pool.h"
 #include "bench/bench_util.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
+#include "tensor/ops/pool.h"
 
 #ifdef FRUGAL_WITH_CUDA
 #include "bench/gpu_timer.h"
@@ -52,8 +60,30 @@ constexpr Layer kLayers[] = {
     {"1x1 512->2048 @7 +add", 512, 7, 2048, 1, 1, true},
 };
 
+/// The stem max pool's rows (tools/bench_resnet_ops.py's POOL_ROWS): forward, backward, both.
+constexpr const char* kPoolRows[] = {"max_pool2d 3x3/2 64 @112 forward", "max_pool2d 3x3/2 64 @112 backward",
+                                     "max_pool2d 3x3/2 64 @112 fwd+bwd"};
+
 #ifdef FRUGAL_WITH_CUDA
 const Device kGpu = cuda(0);
+
+/// Milliseconds of the stem max pool's forward, backward and forward + backward (kPoolRows).
+std::vector<double> time_max_pool(int64_t batch, bool channels_last, int reps) {
+  auto layout = [&](Tensor t) { return channels_last ? to_channels_last(t) : t; };
+  Tensor x = layout(randn({batch, 64, 112, 112}, {kFloat16, kGpu}));
+  x.requires_grad_();
+  const Tensor grad = layout(randn({batch, 64, 56, 56}, {kFloat16, kGpu}));
+  const MaxPool2dOptions o{.stride = 2, .padding = 1};
+  const Tensor input = x.detach();
+  return {gpu_median_ms([&] { (void)max_pool2d(x, 3, o); }, 5, reps),
+          gpu_median_ms([&] { (void)ops::max_pool2d_backward_from_input(grad, input, 3, o); }, 5, reps),
+          gpu_median_ms(
+              [&] {
+                max_pool2d(x, 3, o).backward(grad);
+                x.set_grad(Tensor());
+              },
+              5, reps)};
+}
 
 /// Milliseconds of one forward + backward step of `layer` in `channels_last` or NCHW.
 double time_layer(const Layer& l, int64_t batch, bool channels_last, int reps) {
@@ -110,6 +140,16 @@ int run(int argc, char** argv) {
   }
   table.add({"sum of rows", fmt("%.3f", total_nchw), fmt("%.3f", total_nhwc), fmt("%.2fx", total_nchw / total_nhwc)});
   table.print();
+  Table pool(fmt("ResNet-50 stem max pool 3x3/2 pad 1, float16, batch %lld (ms, median)", (long long)batch),
+             {"row", "NCHW ms", "NHWC ms", "NHWC speedup"});
+  const std::vector<double> pool_nchw = time_max_pool(batch, false, reps), pool_nhwc = time_max_pool(batch, true, reps);
+  for (size_t i = 0; i < std::size(kPoolRows); ++i) {
+    pool.add({kPoolRows[i], fmt("%.3f", pool_nchw[i]), fmt("%.3f", pool_nhwc[i]),
+              fmt("%.2fx", pool_nchw[i] / pool_nhwc[i])});
+    keys.add(std::string("nhwc_ms ") + kPoolRows[i], pool_nhwc[i]);
+    keys.add(std::string("nchw_ms ") + kPoolRows[i], pool_nchw[i]);
+  }
+  pool.print();
   keys.add("nhwc_ms total", total_nhwc);
   keys.add("nchw_ms total", total_nchw);
   keys.print();

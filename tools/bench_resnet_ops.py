@@ -4,7 +4,9 @@
 Times the same ResNet-50 layers - bias-free conv (float32 weights under float16
 autocast), BatchNorm2d in training mode and ReLU, or for a bottleneck's last conv
 relu(bn(conv(x)) + residual) - forward and backward, in channels_last (and NCHW),
-median of CUDA-event-timed steps after warm-up, cudnn.benchmark on. Given the path of
+median of CUDA-event-timed steps after warm-up, cudnn.benchmark on; and the stem's
+max pool (3x3, stride 2, padding 1, float16): torch.nn.functional.max_pool2d's forward,
+its backward op (max_pool2d_with_indices_backward) and both through autograd. Given the path of
 frugal's bench_resnet_ops (--frugal), runs it with the same batch and prints the
 frugal / PyTorch ratio per layer from its key figures.
 
@@ -31,6 +33,33 @@ LAYERS = [
     ("3x3 512->512 @7", 512, 7, 512, 3, 1, False),
     ("1x1 512->2048 @7 +add", 512, 7, 2048, 1, 1, True),
 ]
+
+# The stem max pool's rows: as kPoolRows in bench/bench_resnet_ops.cpp (same names)
+POOL_ROWS = ["max_pool2d 3x3/2 64 @112 forward", "max_pool2d 3x3/2 64 @112 backward",
+             "max_pool2d 3x3/2 64 @112 fwd+bwd"]
+
+
+def time_max_pool(torch, batch, channels_last, reps):
+    """Milliseconds of the stem max pool's forward, backward and forward + backward (POOL_ROWS)."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    F = torch.nn.functional
+    x = torch.randn(batch, 64, 112, 112, device="cuda", dtype=torch.float16).to(memory_format=fmt)
+    x.requires_grad_()
+    grad = torch.randn(batch, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=fmt)
+    inp = x.detach()
+    _, indices = F.max_pool2d(inp, 3, 2, 1, return_indices=True)
+
+    def forward():
+        F.max_pool2d(x, 3, 2, 1)
+
+    def backward():
+        torch.ops.aten.max_pool2d_with_indices_backward(grad, inp, [3, 3], [2, 2], [1, 1], [1, 1], False, indices)
+
+    def step():
+        F.max_pool2d(x, 3, 2, 1).backward(grad)
+        x.grad = None
+
+    return [median_ms(f, 5, reps) for f in (forward, backward, step)]
 
 
 def time_layer(torch, layer, batch, channels_last, reps):
@@ -106,9 +135,17 @@ def main():
     if figures:
         last += [f"{total['frugal']:.3f}", f"{total['frugal'] / total['nhwc']:.2f}"]
     rows.append(last)
+    pool_nchw = time_max_pool(torch, args.batch, False, reps)
+    pool_nhwc = time_max_pool(torch, args.batch, True, reps)
+    for name, nchw, nhwc in zip(POOL_ROWS, pool_nchw, pool_nhwc):
+        row = [name, f"{nchw:.3f}", f"{nhwc:.3f}"]
+        if figures:
+            ours = figures.get(("nhwc_ms", name), float("nan"))
+            row += [f"{ours:.3f}", f"{ours / nhwc:.2f}"]
+        rows.append(row)
 
     print(f"\nPyTorch {torch.__version__} ResNet-50 layers, forward + backward, float16 autocast, "
-          f"batch {args.batch} (ms, median; ratio < 1: frugal faster)")
+          f"batch {args.batch}, and the stem max pool (ms, median; ratio < 1: frugal faster)")
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     for i, r in enumerate([header] + rows):
         print("  " + "  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j]) for j, c in enumerate(r)))

@@ -25,20 +25,20 @@ namespace {
 // norm + ReLU's) output, which that op keeps for its own backward anyway: saving it
 // again costs no bytes, while int64 indices cost 8 bytes per output element (196 MiB
 // at ResNet-50's stem at batch 128, more than the pooled float16 output itself).
-// The trade-off: the backward runs the forward pool once more and holds its output and
-// indices transiently; and saving x costs more than the indices only when no other op
-// keeps x and x has more than 8 bytes per output element: a float32 input at stride 2
-// (16 bytes against 8; float16 is even), or a stride above 2. The version check on x
-// catches an in-place write to the pool's input before backward.
+// The trade-off: the backward reads x once more to find the argmax, and holds one byte
+// per output element while it runs on CUDA (Note [Window-local max-pool indices] in
+// tensor/ops/pool.h): at ResNet-50's stem at batch 128 that is 205 MB more to read
+// (about 50 us at an H200's bandwidth), while saving the one-byte argmax instead would
+// keep 25.7 MB through the whole step that saving x does not. Saving x costs more than indices only when no other op
+// keeps x. The forward computes no indices at all. The version check on x catches an in-place write to the pool's input
+// before backward.
 struct MaxPool2dBackward final : Node {
   SavedTensor x{this};
   Int2 kernel;
   MaxPool2dOptions options;
   std::string name() const override { return "MaxPool2dBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor input = x.unpack(name());
-    const Tensor indices = ops::max_pool2d(input, kernel, options).indices;
-    return {ops::max_pool2d_backward(grads[0], indices, input.sizes(), kernel, options)};
+    return {ops::max_pool2d_backward_from_input(grads[0], x.unpack(name()), kernel, options)};
   }
 };
 
@@ -65,14 +65,14 @@ struct AdaptiveAvgPool2dBackward final : Node {
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
   core::OpScope scope("max_pool2d");
-  ops::MaxPool2dResult r = autograd::raw([&] { return ops::max_pool2d(x, kernel, options); });
+  Tensor out = autograd::raw([&] { return ops::max_pool2d_values(x, kernel, options); });
   if (auto node = make_node<MaxPool2dBackward>({x})) {
-    node->x = x;  // not r.indices (Note [Max-pool backward from the input])
+    node->x = x;  // not indices (Note [Max-pool backward from the input])
     node->kernel = kernel;
     node->options = options;
-    autograd::record(node, {r.out});
+    autograd::record(node, {out});
   }
-  return r.out;
+  return out;
 }
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options) {

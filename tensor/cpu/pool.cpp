@@ -1,8 +1,9 @@
 // CPU pooling (Note [Pooling windows] in tensor/ops/pool.h).
 //
 // Planes run in parallel. The backward kernels scatter each output gradient into a
-// per-plane accumulator in opmath_t (float for float16/bfloat16) and store the plane
-// once, so a pixel shared by several windows is rounded once, as on the GPU.
+// per-plane accumulator in opmath_t (float for float16/bfloat16), in output order, and
+// store the plane once, so a pixel shared by several windows is rounded once (and a max-pool gradient
+// is the GPU's bit for bit: Note [Pooling windows]).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -22,7 +23,27 @@ void for_each_plane(const Pool2dGeometry& g, int64_t work_per_plane, Body&& body
   for (int64_t p = 0; p < g.P; ++p) body(p);
 }
 
-// out, idx: (P, OH, OW); x: (P, H, W)
+/// The argmax of output (oh, ow)'s window in the plane xp: the flat index ih * W + iw of
+/// the first largest value in window order (NaN wins; the padding never does), or -1 when
+/// the window holds no input pixel; *best is its value.
+template <typename T>
+int64_t window_argmax(const T* xp, int64_t oh, int64_t ow, const Pool2dGeometry& g, opmath_t<T>* best) {
+  const int64_t h0 = oh * g.stride.h - g.padding.h, w0 = ow * g.stride.w - g.padding.w;
+  int64_t arg = -1;
+  for (int64_t i = 0; i < g.kernel.h; ++i) {
+    const int64_t ih = h0 + i * g.dilation.h;
+    if (ih < 0 || ih >= g.H) continue;
+    for (int64_t j = 0; j < g.kernel.w; ++j) {
+      const int64_t iw = w0 + j * g.dilation.w;
+      if (iw < 0 || iw >= g.W) continue;
+      const opmath_t<T> v = opmath_t<T>(xp[ih * g.W + iw]);
+      if (arg < 0 || v > *best || std::isnan(v)) *best = v, arg = ih * g.W + iw;
+    }
+  }
+  return arg;
+}
+
+// out: (P, OH, OW); idx: (P, OH, OW) or null (only the maxima); x: (P, H, W)
 template <typename T>
 void max_pool_forward(T* out, int64_t* idx, const T* x, const Pool2dGeometry& g) {
   using Acc = opmath_t<T>;
@@ -30,22 +51,11 @@ void max_pool_forward(T* out, int64_t* idx, const T* x, const Pool2dGeometry& g)
     const T* xp = x + p * g.H * g.W;
     for (int64_t oh = 0; oh < g.OH; ++oh)
       for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t h0 = oh * g.stride.h - g.padding.h, w0 = ow * g.stride.w - g.padding.w;
         Acc best = 0;
-        int64_t arg = -1;
-        for (int64_t i = 0; i < g.kernel.h; ++i) {
-          const int64_t ih = h0 + i * g.dilation.h;
-          if (ih < 0 || ih >= g.H) continue;
-          for (int64_t j = 0; j < g.kernel.w; ++j) {
-            const int64_t iw = w0 + j * g.dilation.w;
-            if (iw < 0 || iw >= g.W) continue;
-            const Acc v = Acc(xp[ih * g.W + iw]);
-            if (arg < 0 || v > best || std::isnan(v)) best = v, arg = ih * g.W + iw;
-          }
-        }
+        const int64_t arg = window_argmax(xp, oh, ow, g, &best);
         const int64_t o = (p * g.OH + oh) * g.OW + ow;
         out[o] = arg < 0 ? T(-std::numeric_limits<Acc>::infinity()) : T(best);  // all padding: -inf, index -1
-        idx[o] = arg;
+        if (idx) idx[o] = arg;
       }
   });
 }
@@ -58,6 +68,24 @@ void max_pool_backward(T* gx, const T* gy, const int64_t* idx, const Pool2dGeome
     std::vector<Acc> acc(size_t(g.H * g.W), Acc(0));
     for (int64_t o = p * g.OH * g.OW; o < (p + 1) * g.OH * g.OW; ++o)
       if (idx[o] >= 0) acc[size_t(idx[o])] += Acc(gy[o]);
+    for (int64_t i = 0; i < g.H * g.W; ++i) gx[p * g.H * g.W + i] = T(acc[size_t(i)]);
+  });
+}
+
+// gx, x: (P, H, W); gy: (P, OH, OW). The forward's argmax and the backward's routing in one
+// pass per plane, so no index is stored (Note [Window-local max-pool indices]).
+template <typename T>
+void max_pool_backward_from_input(T* gx, const T* gy, const T* x, const Pool2dGeometry& g) {
+  using Acc = opmath_t<T>;
+  for_each_plane(g, g.OH * g.OW * g.kernel.h * g.kernel.w, [&](int64_t p) {
+    const T* xp = x + p * g.H * g.W;
+    std::vector<Acc> acc(size_t(g.H * g.W), Acc(0));
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        Acc best = 0;
+        const int64_t arg = window_argmax(xp, oh, ow, g, &best);
+        if (arg >= 0) acc[size_t(arg)] += Acc(gy[(p * g.OH + oh) * g.OW + ow]);
+      }
     for (int64_t i = 0; i < g.H * g.W; ++i) gx[p * g.H * g.W + i] = T(acc[size_t(i)]);
   });
 }
@@ -150,7 +178,8 @@ void adaptive_backward(T* gx, const T* gy, const Pool2dGeometry& g) {
 
 void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dGeometry& g) {
   dispatch_floating(x.dtype(), "max_pool2d", x.device(), [&]<typename T>() {
-    max_pool_forward<T>(out.data_ptr<T>(), indices.data_ptr<int64_t>(), x.data_ptr<T>(), g);
+    max_pool_forward<T>(out.data_ptr<T>(), indices.defined() ? indices.data_ptr<int64_t>() : nullptr, x.data_ptr<T>(),
+                        g);
   });
 }
 
@@ -162,6 +191,13 @@ void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, co
       FRUGAL_CHECK(idx[i] >= -1 && idx[i] < g.H * g.W, "max_pool2d_backward: index ", idx[i], " at ", i,
                    " is outside the ", g.H, "x", g.W, " input plane (-1: a window with no input pixel)");
     max_pool_backward<T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), idx, g);
+  });
+}
+
+void max_pool2d_backward_from_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& x,
+                                           const Pool2dGeometry& g) {
+  dispatch_floating(grad_x.dtype(), "max_pool2d_backward", grad_x.device(), [&]<typename T>() {
+    max_pool_backward_from_input<T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), g);
   });
 }
 

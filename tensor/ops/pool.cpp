@@ -95,6 +95,18 @@ MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions&
   return {layout.finish(r.out), layout.finish(r.indices)};
 }
 
+Tensor max_pool2d_values(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
+  constexpr const char* op = "max_pool2d";
+  check_floating(op, "input", x);
+  Pool2dGeometry g = max_geometry(op, x.sizes(), kernel, options);
+  const OpLayout layout(x);
+  describe_layout(g, layout, x.sizes());
+  Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
+  if (g.P == 0) return out;
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), max_pool2d_kernel, out, Tensor(), layout.operand(x), g);
+  return layout.finish(out);
+}
+
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape, Int2 kernel,
                            const MaxPool2dOptions& options) {
   constexpr const char* op = "max_pool2d_backward";
@@ -111,6 +123,24 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
   if (g.P == 0) return grad_x;
   FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), max_pool2d_backward_kernel, grad_x, layout.operand(grad_out),
                          layout.operand(indices), g);
+  return layout.finish(grad_x);
+}
+
+Tensor max_pool2d_backward_from_input(const Tensor& grad_out, const Tensor& x, Int2 kernel,
+                                      const MaxPool2dOptions& options) {
+  constexpr const char* op = "max_pool2d_backward";
+  check_floating(op, "input", x);
+  Pool2dGeometry g = max_geometry(op, x.sizes(), kernel, options);
+  check_grad_out(op, grad_out, with_plane(x.sizes(), g.OH, g.OW));
+  FRUGAL_CHECK(grad_out.dtype() == x.dtype(), op, ": grad_out ", grad_out.describe(), " and input ", x.describe(),
+               " must have the same dtype");
+  check_same_device(op, grad_out, x);
+  const OpLayout layout(grad_out);  // grad_x follows grad_out's layout, as every backward's
+  describe_layout(g, layout, x.sizes());
+  Tensor grad_x = layout.result(x.sizes(), grad_out.options());
+  if (g.P == 0) return grad_x;
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), max_pool2d_backward_from_input_kernel, grad_x, layout.operand(grad_out),
+                         layout.operand(x), g);
   return layout.finish(grad_x);
 }
 

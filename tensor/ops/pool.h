@@ -19,7 +19,22 @@
 // pooling splits H into OH windows [floor(o H / OH), ceil((o + 1) H / OH)).
 // The CUDA backward kernels gather (one thread per input element sums the outputs
 // whose window holds it) instead of scattering with atomics: deterministic, and
-// rounded once for float16/bfloat16.
+// rounded once for float16/bfloat16. Both backends add a pixel's gradients in output
+// order (oh, then ow), so their max-pool gradients agree exactly.
+//
+// Note [Window-local max-pool indices]
+// max_pool2d's public indices are PyTorch's: int64 flat positions ih * W + iw, 8 bytes
+// per output. Its backward needs far less: which of the window's kernel_h * kernel_w
+// positions won, the offset i * kernel_w + j (kh, kw order, so the first maximum in
+// window order is the smallest offset). Up to 255 positions (every practical pool; 9
+// for ResNet's 3x3) that is one byte, with 255 (kNoWindowArgmax) for a window that holds
+// no input pixel. The autograd node keeps the pool's input, not indices (Note [Max-pool
+// backward from the input] in autograd/ops/pool.cpp), and max_pool2d_backward_from_input
+// recomputes the argmax: on CUDA into a transient byte per output (N C OH OW bytes,
+// 25.7 MB at ResNet-50's stem at batch 128, where int64 would take 205 MB), which the
+// gather kernel reads back, 16 bytes of channels at a time when channels-last (Note
+// [NHWC pooling] in tensor/cuda/pool.cu); larger windows fall back to int64 flat
+// indices. The CPU fuses the two passes per plane and needs no index buffer.
 // Channels-last inputs (Note [Channels-last layout] in tensor/memory_format.h) give
 // channels-last results (and max pooling's indices); a backward returns grad_x
 // channels-last when grad_out is. The CUDA kernels read and write NHWC natively (Note
@@ -73,9 +88,21 @@ struct MaxPool2dResult {
 /// torch.nn.functional.max_pool2d(x, kernel, ...) with return_indices: x (N, C, H, W) or
 /// (C, H, W), floating. See Note [Pooling windows].
 MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options = {});
+/// max_pool2d's maxima alone: no indices are computed or stored (the autograd forward).
+Tensor max_pool2d_values(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options = {});
 /// The gradient of max_pool2d: grad_out and indices of the output shape -> grad_x of `input_shape`.
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape, Int2 kernel,
                            const MaxPool2dOptions& options = {});
+/// The gradient of max_pool2d from its input x instead of its indices: grad_out of the
+/// output shape -> grad_x of x's shape, the argmax recomputed from x (Note [Window-local
+/// max-pool indices]). Equals max_pool2d_backward(grad_out, max_pool2d(x).indices, ...).
+Tensor max_pool2d_backward_from_input(const Tensor& grad_out, const Tensor& x, Int2 kernel,
+                                      const MaxPool2dOptions& options = {});
+
+/// The most window positions a one-byte argmax offset holds, and the offset of "no input
+/// pixel in the window" (Note [Window-local max-pool indices]).
+inline constexpr int64_t kMaxByteWindow = 255;
+inline constexpr uint8_t kNoWindowArgmax = 255;
 
 /// torch.nn.functional.avg_pool2d: x (N, C, H, W) or (C, H, W), floating.
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, const AvgPool2dOptions& options = {});
@@ -112,11 +139,13 @@ FRUGAL_HD int64_t adaptive_end(int64_t o, int64_t in_size, int64_t out_size) {
 
 // Backend kernels. Every tensor is contiguous and viewed as (P, H, W) / (P, OH, OW), or
 // channels-last when g.channels_last (CUDA only); the front-end has handled empty
-// tensors. indices: int64.
+// tensors. indices: int64, or undefined when only the maxima are wanted.
 namespace frugal::ops::cpu {
 void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dGeometry& g);
 void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                 const Pool2dGeometry& g);
+void max_pool2d_backward_from_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& x,
+                                           const Pool2dGeometry& g);
 void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
 void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dGeometry& g);
 void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
@@ -126,6 +155,8 @@ namespace frugal::ops::cuda {
 void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dGeometry& g);
 void max_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                 const Pool2dGeometry& g);
+void max_pool2d_backward_from_input_kernel(const Tensor& grad_x, const Tensor& grad_out, const Tensor& x,
+                                           const Pool2dGeometry& g);
 void avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);
 void avg_pool2d_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const Pool2dGeometry& g);
 void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x, const Pool2dGeometry& g);

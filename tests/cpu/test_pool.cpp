@@ -1,5 +1,6 @@
 // Pooling: max/avg/adaptive pooling against naive float64 loops (padding, dilation,
-// ceil_mode, count_include_pad), their backward and gradcheck; max_pool2d's saved input;
+// ceil_mode, count_include_pad), their backward and gradcheck; max_pool2d's gradient from
+// its input (ties, NaN, -inf, every layout); max_pool2d's saved input and transient bytes;
 // errors; the MaxPool2d, AvgPool2d and AdaptiveAvgPool2d modules.
 #include <doctest/doctest.h>
 
@@ -12,6 +13,7 @@
 #include "autograd/ops/unary.h"
 #include "memory/allocator.h"
 #include "nn/pooling.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/pool.h"
 #include "tests/cpu/gradcheck_util.h"
@@ -148,7 +150,20 @@ const MaxCase kMaxCases[] = {
     {{2, 2, 5, 5}, 3, {.stride = 3, .padding = 1, .ceil_mode = true}},  // ceil drops a padding-only window
     {{1, 3, 6, 7}, 2, {.stride = 2, .ceil_mode = true}},                // ceil adds a partial window
     {{3, 6, 6}, {2, 3}, {.stride = 1}},                                 // unbatched, overlapping windows
+    {{2, 3, 9, 8}, 3, {.stride = 1, .padding = 1, .dilation = 2}},      // 3x3/s1 dilated: 9 windows per pixel
+    {{1, 2, 18, 17}, 16, {.stride = 2}},  // 256 positions: more than a byte-sized argmax holds
 };
+
+/// Few distinct values, so windows tie, with some -inf and NaN: the argmax's corner cases
+/// (all exact in every floating dtype).
+std::vector<double> tied_values(int64_t n, uint64_t seed) {
+  std::vector<double> v = random_values(n, seed, 0, 1);
+  for (double& x : v)
+    x = x < 0.03   ? std::numeric_limits<double>::quiet_NaN()
+        : x < 0.15 ? -std::numeric_limits<double>::infinity()
+                   : std::floor(x * 4) - 2;
+  return v;
+}
 
 struct AvgCase {
   Shape x;
@@ -288,6 +303,44 @@ TEST_CASE("pool: backward kernels match the naive routing of each gradient") {
   }
 }
 
+TEST_CASE("pool: max_pool2d's gradient from its input routes like the naive scan: ties, NaN, -inf, every layout") {
+  // max_pool2d_values and max_pool2d_backward_from_input (Note [Window-local max-pool
+  // indices]) against float64 loops, and against the public int64 indices' routing bit
+  // for bit, on contiguous, transposed, strided and channels-last inputs.
+  uint64_t seed = 500;
+  for (const MaxCase& c : kMaxCases)
+    for (DType t : kAllFloat)
+      for (bool tied : {false, true})
+        for (int layout = 0; layout < 4; ++layout) {
+          const bool nhwc = layout == 3;
+          if (nhwc && c.x.size() != 4) continue;
+          CAPTURE(shape_str(c.x));
+          CAPTURE(c.k.str());
+          CAPTURE(dtype_name(t));
+          CAPTURE(tied);
+          CAPTURE(nhwc ? "channels-last" : layout_name(kAllLayouts[layout]));
+          const int64_t n = numel_of(c.x);
+          Tensor x = make_tensor(tied ? tied_values(n, ++seed) : random_values(n, ++seed), c.x, t,
+                                 nhwc ? Layout::Contiguous : kAllLayouts[layout]);
+          if (nhwc) x = to_channels_last(x);
+          const Tensor y = ops::max_pool2d_values(x, c.k, c.o);
+          const Tensor gy = random_tensor(y.sizes(), t, ++seed, Layout::Transposed);
+          const std::vector<double> gyv = values_of(gy);
+          const PoolRef ref = naive_max(values_of(x), c.x, c.k, pool_stride(c.o.stride, c.k), c.o.padding, c.o.dilation,
+                                        c.o.ceil_mode, &gyv);
+          REQUIRE(y.sizes() == ref.shape);
+          check_close(y, ref.y, 0, 0, "max values");
+          if (nhwc) CHECK(is_channels_last(y));
+          const Tensor gx = ops::max_pool2d_backward_from_input(gy, x, c.k, c.o);
+          REQUIRE(gx.sizes() == c.x);
+          const double tol = 2 * default_rtol(t);
+          check_close(gx, ref.gx, tol, tol, "max backward from the input");
+          const ops::MaxPool2dResult r = ops::max_pool2d(x, c.k, c.o);
+          CHECK(r.indices.tolist<int64_t>() == ref.idx);
+          CHECK(values_of(gx) == values_of(ops::max_pool2d_backward(gy, r.indices, c.x, c.k, c.o)));
+        }
+}
+
 TEST_CASE("pool: max_pool2d after relu saves no bytes of its own and recomputes its argmax in backward") {
   // Note [Max-pool backward from the input]: the node keeps relu's output, which relu keeps anyway.
   const MaxPool2dOptions opts{.stride = 2, .padding = 1};
@@ -299,11 +352,14 @@ TEST_CASE("pool: max_pool2d after relu saves no bytes of its own and recomputes 
     DataPtr p = memory::allocate(kCPU, size_t(t.numel()) * t.element_size());
     return allocated() - before;
   };
+  auto peak = [] { return memory::stats(kCPU).allocated_bytes.peak; };
+  memory::reset_peak(kCPU);
   const int64_t before = allocated();
   Tensor h = relu(x);
   Tensor y = max_pool2d(h, 3, opts);
-  const int64_t grown = allocated() - before;
+  const int64_t grown = allocated() - before, forward_peak = peak() - before;
   CHECK(grown == allocation(h) + allocation(y));  // no int64 indices (8 bytes per output element)
+  CHECK(forward_peak == grown);                   // not even while the forward runs: it computes none
 
   // grad_x = relu's mask * max_pool2d_backward(g) with the forward's argmax.
   const Tensor g = random_tensor(y.sizes(), kFloat32, 451);
@@ -315,6 +371,15 @@ TEST_CASE("pool: max_pool2d after relu saves no bytes of its own and recomputes 
   for (size_t i = 0; i < routed.size(); ++i) expected[i] = hv[i] > 0 ? routed[i] : 0.0;
   y.backward(g);
   check_close(x.grad(), expected, 0.0, 0.0, "grad_x");
+
+  // The CPU finds each argmax and routes its gradient in one pass per plane: the backward
+  // allocates grad_x and no index buffer.
+  memory::reset_peak(kCPU);
+  const int64_t at = allocated();
+  const Tensor gx = ops::max_pool2d_backward_from_input(g, h.detach(), 3, opts);
+  const int64_t backward_peak = peak() - at;
+  CHECK(backward_peak == allocation(gx));
+  CHECK(values_of(gx) == routed);
 
   // An in-place write to the pool's input before backward is caught by the saved input's version.
   Tensor h2 = relu(x);
@@ -349,8 +414,34 @@ TEST_CASE("pool: errors name the op, the shapes and the settings") {
         ops::avg_pool2d_backward(zeros({2, 3, 3, 3}), x.sizes(), 2);
       },
       {"avg_pool2d_backward", "[2, 3, 4, 4]"});
+  check_error(
+      [&] {
+        ops::max_pool2d_backward_from_input(zeros({2, 3, 4, 4}, kFloat64), x, 2);
+      },
+      {"max_pool2d_backward", "float64[2, 3, 4, 4]", "float32[2, 3, 8, 8]", "same dtype"});
+  check_error(
+      [&] {
+        ops::max_pool2d_backward_from_input(zeros({2, 3, 3, 3}), x, 2);
+      },
+      {"max_pool2d_backward", "grad_out", "[2, 3, 4, 4]"});
+  check_error(
+      [&] {
+        ops::max_pool2d_backward_from_input(zeros({2, 3, 4, 4}), x.to(kInt32), 2);
+      },
+      {"max_pool2d_backward", "floating-point", "int32"});
   // Empty batches pool to empty outputs.
   CHECK(ops::max_pool2d(zeros({0, 3, 8, 8}), 2).out.sizes() == Shape{0, 3, 4, 4});
+  CHECK(ops::max_pool2d_values(zeros({0, 3, 9, 9}), 3, {.stride = 2, .padding = 1}).sizes() == Shape{0, 3, 5, 5});
+  CHECK(ops::max_pool2d_backward_from_input(zeros({0, 3, 5, 5}), zeros({0, 3, 9, 9}), 3, {.stride = 2, .padding = 1})
+            .sizes() == Shape{0, 3, 9, 9});
+  {
+    Tensor e = to_channels_last(zeros({0, 8, 9, 9}));
+    e.requires_grad_();
+    Tensor ye = max_pool2d(e, 3, {.stride = 2, .padding = 1});
+    CHECK(ye.sizes() == Shape{0, 8, 5, 5});
+    ye.backward(zeros({0, 8, 5, 5}));
+    CHECK(e.grad().sizes() == Shape{0, 8, 9, 9});
+  }
   CHECK(ops::adaptive_avg_pool2d(zeros({0, 3, 8, 8}), 2).sizes() == Shape{0, 3, 2, 2});
 }
 
@@ -386,6 +477,9 @@ TEST_CASE("pool: a max_pool2d window entirely in the padding gives -inf and inde
   const Tensor gx =
       ops::max_pool2d_backward(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), r.indices, x.sizes(), {2, 1}, o);
   CHECK(values_of(gx) == std::vector<double>{30, 10});
+  CHECK(values_of(ops::max_pool2d_values(x, {2, 1}, o)) == v);
+  CHECK(values_of(ops::max_pool2d_backward_from_input(make_tensor({10, 20, 30}, {1, 1, 3, 1}, kFloat32), x, {2, 1},
+                                                      o)) == std::vector<double>{30, 10});
   check_error(
       [&] {
         ops::max_pool2d_backward(ones({1, 1, 3, 1}), full({1, 1, 3, 1}, -2, kInt64), x.sizes(), {2, 1}, o);

@@ -1,14 +1,21 @@
 // max_pool2d, avg_pool2d and adaptive_avg_pool2d (frugal's kernels) on CUDA against the CPU
 // ops on the same inputs: forward and every gradient through autograd, in float32, float16,
 // bfloat16 and float64, on small odd configurations and on ResNet-50's pools (the stem max
-// pool, global average pooling); the argmax indices; mismatched devices.
+// pool, global average pooling); the argmax indices; mismatched devices. max_pool2d's
+// maxima, indices and gradient from its input (Note [Window-local max-pool indices]) equal
+// the CPU's bit for bit, with ties, NaN and -inf, in every layout, and its CUDA backward
+// holds one byte per output.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "autograd/ops/pool.h"
+#include "memory/allocator.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/pool.h"
 #include "tests/gpu/compare_devices.h"
 #include "tests/test_util.h"
@@ -74,4 +81,99 @@ TEST_CASE("cuda pooling: forward and backward match the CPU, ResNet's pools incl
   const ops::MaxPool2dResult r = ops::max_pool2d(xg, 2);
   check_error([&] { ops::max_pool2d_backward(r.out, r.indices.cpu(), xg.sizes(), 2); },
               {"max_pool2d_backward", "cuda", "cpu"});
+}
+
+namespace {
+
+/// Few distinct values, so windows tie, with some -inf and NaN (all exact in every dtype).
+std::vector<double> tied_values(int64_t n, uint64_t seed) {
+  std::vector<double> v = random_values(n, seed, 0, 1);
+  for (double& x : v)
+    x = x < 0.03   ? std::numeric_limits<double>::quiet_NaN()
+        : x < 0.15 ? -std::numeric_limits<double>::infinity()
+                   : std::floor(x * 4) - 2;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cuda max_pool2d: maxima, indices and the gradient from the input equal the CPU's bit for bit") {
+  struct Case {
+    Shape x;
+    Int2 k;
+    MaxPool2dOptions o;
+  };
+  const Case cases[] = {
+      {{2, 16, 9, 7}, 3, {.stride = 2, .padding = 1}},                  // ResNet's pool, odd sizes, C % 8 == 0
+      {{2, 8, 8, 10}, 2, {}},                                           // 2x2/s2: windows do not overlap
+      {{1, 24, 11, 9}, 3, {.stride = 1, .padding = 1, .dilation = 2}},  // 3x3/s1 dilated: 9 windows a pixel
+      {{2, 3, 9, 9}, {3, 2}, {.stride = {2, 1}, .padding = 1, .dilation = {2, 1}, .ceil_mode = true}},  // C = 3
+      {{1, 8, 2, 1}, {2, 1}, {.stride = 1, .padding = {2, 0}, .dilation = {3, 1}}},  // a window of padding only
+      {{1, 8, 18, 17}, 16, {.stride = 2}},                  // 256 positions: int64 indices in backward
+      {{4, 64, 112, 112}, 3, {.stride = 2, .padding = 1}},  // ResNet-50's stem pool
+  };
+  uint64_t seed = 1000;
+  for (const Case& c : cases)
+    for (DType t : kFloatTypes)
+      for (const char* layout : {"contiguous", "channels-last", "transposed"}) {
+        CAPTURE(shape_str(c.x));
+        CAPTURE(c.k.str());
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout);
+        const bool nhwc = std::string(layout) == "channels-last";
+        const Layout l = std::string(layout) == "transposed" ? Layout::Transposed : Layout::Contiguous;
+        const std::vector<double> xv = tied_values(numel_of(c.x), ++seed);
+        Tensor x = make_tensor(xv, c.x, t, l), xg = make_tensor(xv, c.x, {t, kGpu}, l);
+        if (nhwc) x = to_channels_last(x), xg = to_channels_last(xg);
+        const ops::MaxPool2dResult ref = ops::max_pool2d(x, c.k, c.o), got = ops::max_pool2d(xg, c.k, c.o);
+        check_close(got.out, values_of(ref.out), 0, 0, "max_pool2d out");
+        CHECK(got.indices.cpu().tolist<int64_t>() == ref.indices.tolist<int64_t>());
+        const Tensor values = ops::max_pool2d_values(xg, c.k, c.o);
+        check_close(values, values_of(ref.out), 0, 0, "max_pool2d_values");
+        CHECK(is_channels_last(values) == nhwc);
+        // The gradient in the input's layout, as autograd hands it over.
+        const std::vector<double> gv = random_values(ref.out.numel(), ++seed);
+        Tensor gy = make_tensor(gv, ref.out.sizes(), t), gyg = make_tensor(gv, ref.out.sizes(), {t, kGpu});
+        if (nhwc) gy = to_channels_last(gy), gyg = to_channels_last(gyg);
+        const Tensor gx_ref = ops::max_pool2d_backward_from_input(gy, x, c.k, c.o);
+        const Tensor gx = ops::max_pool2d_backward_from_input(gyg, xg, c.k, c.o);
+        CHECK(is_channels_last(gx) == nhwc);
+        check_close(gx, values_of(gx_ref), 0, 0, "max_pool2d_backward_from_input");
+        check_close(ops::max_pool2d_backward(gyg, got.indices, c.x, c.k, c.o), values_of(gx_ref), 0, 0,
+                    "max_pool2d_backward from the indices");
+      }
+}
+
+TEST_CASE("cuda max_pool2d: the backward from the input holds one byte per output besides grad_x") {
+  // ResNet-50's stem pool at batch 8: 8 x 64 x 56 x 56 argmax bytes where int64 indices
+  // would take 8 each (Note [Window-local max-pool indices]).
+  const MaxPool2dOptions o{.stride = 2, .padding = 1};
+  const Tensor x = to_channels_last(random_tensor({8, 64, 112, 112}, {kFloat16, kGpu}, 7));
+  const Tensor gy = to_channels_last(random_tensor({8, 64, 56, 56}, {kFloat16, kGpu}, 8));
+  // What the allocator takes for grad_x and then the argmax bytes (rounding included),
+  // held together in that order as the op holds them.
+  auto current = [] { return memory::stats(kGpu).allocated_bytes.current; };
+  int64_t grad_bytes = 0, argmax_bytes = 0;
+  {
+    const int64_t c0 = current();
+    const DataPtr a = memory::allocate(kGpu, size_t(x.numel()) * 2);
+    grad_bytes = current() - c0;
+    const DataPtr b = memory::allocate(kGpu, size_t(gy.numel()));
+    argmax_bytes = current() - c0 - grad_bytes;
+  }
+  memory::reset_peak(kGpu);
+  const int64_t before = memory::stats(kGpu).allocated_bytes.current;
+  const Tensor gx = ops::max_pool2d_backward_from_input(gy, x, 3, o);
+  CHECK(memory::stats(kGpu).allocated_bytes.peak - before == grad_bytes + argmax_bytes);
+  CHECK(memory::stats(kGpu).allocated_bytes.current - before == grad_bytes);
+  check_close(gx, values_of(ops::max_pool2d_backward_from_input(gy.cpu(), x.cpu(), 3, o)), 0, 0, "grad_x");
+}
+
+TEST_CASE("cuda max_pool2d: the backward from the input names mismatched devices") {
+  const Tensor x = random_tensor({2, 3, 8, 8}, {kFloat32, kGpu}, 3);
+  check_error(
+      [&] {
+        ops::max_pool2d_backward_from_input(zeros({2, 3, 4, 4}), x, 2);
+      },
+      {"max_pool2d_backward", "cuda", "cpu"});
 }
