@@ -118,6 +118,13 @@ void set_state(DeviceType type, State s) {
 void clear_cache() { cache.clear(); }
 size_t cache_size() { return cache.size(); }
 
+bool is_cached_cast(const Tensor& t) {
+  if (!t.defined()) return false;
+  for (const auto& [key, entry] : cache)
+    if (entry.cast.defined() && entry.cast.shares_storage(t)) return true;
+  return false;
+}
+
 std::optional<std::vector<Tensor>> detail::cast_inputs(Policy policy, std::initializer_list<const Tensor*> inputs) {
   bool any = false;
   for (const Tensor* t : inputs) any = any || (t->defined() && target_dtype(policy, *t) != t->dtype());

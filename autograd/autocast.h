@@ -38,6 +38,9 @@ void set_state(DeviceType type, State s);
 void clear_cache();
 /// How many parameter casts are cached (for tests and memory accounting).
 size_t cache_size();
+/// True when `t` views the storage of a parameter cast cached on this thread: memory the
+/// cache holds anyway (offloading it would free nothing: autograd/offload.h).
+bool is_cached_cast(const Tensor& t);
 
 /// What an op does with its floating inputs under autocast (Note [Autocast]).
 enum class Policy {

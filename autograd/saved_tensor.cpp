@@ -16,6 +16,19 @@ Tensor detached_alias(const Tensor& t) {
 }
 
 thread_local SavedTensorHooks* innermost_hooks = nullptr;
+thread_local bool packing_a_parameter = false;  // set while a pack hook runs on a parameter
+
+// Sets packing_a_parameter for the pack hook's call (restored after: a hook may save tensors itself).
+class PackingParameter {
+ public:
+  explicit PackingParameter(bool value) : previous_(packing_a_parameter) { packing_a_parameter = value; }
+  ~PackingParameter() { packing_a_parameter = previous_; }
+  PackingParameter(const PackingParameter&) = delete;
+  PackingParameter& operator=(const PackingParameter&) = delete;
+
+ private:
+  bool previous_;
+};
 
 const char* const kFreedMessage =
     ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
@@ -35,6 +48,8 @@ SavedTensorHooks::~SavedTensorHooks() { innermost_hooks = outer_; }
 const std::shared_ptr<const SavedTensorHooks::Pair>* SavedTensorHooks::current() {
   return innermost_hooks ? &innermost_hooks->hooks_ : nullptr;
 }
+
+bool SavedTensorHooks::packing_parameter() { return packing_a_parameter; }
 
 // ---- one saved value ----------------------------------------------------------
 
@@ -69,6 +84,7 @@ SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
   packed->final_version = t.impl().storage->final_version();
   {
     NoGradGuard no_grad;
+    PackingParameter parameter(t.is_leaf() && t.requires_grad());
     packed->value = packed->hooks->pack(detached_alias(t));
   }
   packed_ = std::move(packed);
