@@ -119,8 +119,9 @@ void clear_cache() { cache.clear(); }
 size_t cache_size() { return cache.size(); }
 
 bool is_cached_cast(const Tensor& t) {
-  for (const auto& [key, e] : cache)
-    if (e.cast.defined() && e.cast.shares_storage(t)) return true;
+  if (!t.defined()) return false;
+  for (const auto& [key, entry] : cache)
+    if (entry.cast.defined() && entry.cast.shares_storage(t)) return true;
   return false;
 }
 

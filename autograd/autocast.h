@@ -38,8 +38,9 @@ void set_state(DeviceType type, State s);
 void clear_cache();
 /// How many parameter casts are cached (for tests and memory accounting).
 size_t cache_size();
-/// Whether t views the storage of a cached parameter cast on this thread (saved-tensor
-/// hooks leave those alone: Note [Compressed saved tensors] in autograd/compress.h).
+/// True when `t` views the storage of a parameter cast cached on this thread: memory the
+/// cache holds anyway, so saved-tensor hooks that move or compress tensors leave it alone
+/// (autograd/offload.h, Note [Compressed saved tensors] in autograd/compress.h).
 bool is_cached_cast(const Tensor& t);
 
 /// What an op does with its floating inputs under autocast (Note [Autocast]).

@@ -82,7 +82,7 @@ struct CompressSavedTensors::State {
   }
 
   PackedTensor pack(const Tensor& t) {
-    if (SavedTensorHooks::packing_leaf() || autocast::is_cached_cast(t) || !wants(t, core::OpScope::current()))
+    if (SavedTensorHooks::packing_parameter() || autocast::is_cached_cast(t) || !wants(t, core::OpScope::current()))
       return t;
     const std::shared_ptr<Storage>& storage = t.impl().storage;
     std::vector<Entry>& entries = seen[storage.get()];

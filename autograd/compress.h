@@ -25,7 +25,7 @@
 //   - not float32, float16 or bfloat16: integer and bool tensors (indices, cuDNN's reserve
 //     space), float64 (asked for its precision);
 //   - smaller than min_bytes: a batch norm's per-channel statistics, a loss's scalars;
-//   - a parameter, a leaf that requires grad (SavedTensorHooks::packing_leaf): its storage
+//   - a parameter, a leaf that requires grad (SavedTensorHooks::packing_parameter): its storage
 //     lives on with the module, so a compressed copy would add memory and error;
 //   - an autocast cast of a parameter still in autocast's cast cache (autocast::is_cached_cast):
 //     the cache keeps it alive until the outermost AutocastGuard exits, and it is a weight;

@@ -17,7 +17,19 @@ Tensor detached_alias(const Tensor& t) {
 }
 
 thread_local SavedTensorHooks* innermost_hooks = nullptr;
-thread_local bool packing_leaf_now = false;  // SavedTensorHooks::packing_leaf
+thread_local bool packing_a_parameter = false;  // set while a pack hook runs on a parameter
+
+// Sets packing_a_parameter for the pack hook's call (restored after: a hook may save tensors itself).
+class PackingParameter {
+ public:
+  explicit PackingParameter(bool value) : previous_(packing_a_parameter) { packing_a_parameter = value; }
+  ~PackingParameter() { packing_a_parameter = previous_; }
+  PackingParameter(const PackingParameter&) = delete;
+  PackingParameter& operator=(const PackingParameter&) = delete;
+
+ private:
+  bool previous_;
+};
 
 const char* const kFreedMessage =
     ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) "
@@ -38,7 +50,7 @@ const std::shared_ptr<const SavedTensorHooks::Pair>* SavedTensorHooks::current()
   return innermost_hooks ? &innermost_hooks->hooks_ : nullptr;
 }
 
-bool SavedTensorHooks::packing_leaf() { return packing_leaf_now; }
+bool SavedTensorHooks::packing_parameter() { return packing_a_parameter; }
 
 // ---- one saved value ----------------------------------------------------------
 
@@ -77,11 +89,7 @@ SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
   } else {
     packed->hooks = *hooks;
     NoGradGuard no_grad;
-    struct LeafFlag {  // restored on exit, also when pack throws
-      bool outer = packing_leaf_now;
-      ~LeafFlag() { packing_leaf_now = outer; }
-    } flag;
-    packing_leaf_now = t.is_leaf() && t.requires_grad();
+    PackingParameter parameter(t.is_leaf() && t.requires_grad());
     packed->value = packed->hooks->pack(detached_alias(t));
   }
   packed_ = std::move(packed);

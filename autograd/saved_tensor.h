@@ -38,7 +38,8 @@
 // The version check is kept, unlike PyTorch (which skips it under hooks): the saved
 // tensor holds its storage weakly and reads the live version, or, once the storage is
 // freed, the last version it published (Storage::final_version), so an in-place write
-// after the save is caught even when the written tensor has died since.
+// after the save is caught even when the written tensor has died since. What the alias no
+// longer shows, whether the saved tensor is a parameter, a hook asks packing_parameter().
 // A tensor registered as a recomputable output is saved as its recipe while a
 // RecomputeCheapOutputs guard is alive, ahead of any hook (Note [Recomputable outputs] in
 // autograd/recompute_cheap.cpp).
@@ -81,9 +82,11 @@ class SavedTensorHooks {
 
   /// The innermost guard's hooks on this thread, or null when no guard is alive.
   static const std::shared_ptr<const Pair>* current();
-  /// While a pack hook runs on this thread: whether the tensor being saved is a leaf that
-  /// requires grad (a parameter), which the detached alias the hook is given no longer says.
-  static bool packing_leaf();
+  /// While a pack hook runs on this thread: whether the tensor it packs is a leaf that
+  /// requires grad (a parameter), which its detached alias no longer shows. A hook that
+  /// moves tensors elsewhere leaves parameters alone: their memory stays held by the
+  /// module anyway. False outside a pack hook.
+  static bool packing_parameter();
 
  private:
   std::shared_ptr<const Pair> hooks_;

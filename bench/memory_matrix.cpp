@@ -10,7 +10,10 @@
 // gradient accumulation (the same batch as 4 micro-batches); the MemoryPlanner's greedy
 // plan for a budget of 50% of the fp32 peak (its report is printed first); and AMP fp16 with
 // the last Linear and the loss fused (linear_cross_entropy, Note [Fused linear cross
-// entropy]; for models whose last module is a Linear).
+// entropy]; for models whose last module is a Linear); and the round(sqrt(n)) segments run
+// under autograd::offload, their saved activations in pinned host memory (Note [Offloaded
+// saved tensors]; on the CPU only in a process without a GPU, where it moves bytes from the
+// CPU arena to the pinned pool).
 // Models: a deep MLP (64 x Linear + ReLU), a small CNN, and a language-model-like stack
 // (tokens through 2 x (Linear + GELU) into a vocabulary-sized head). The batch is large
 // against the width so that activations, the target of every technique here, dominate.
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "autograd/offload.h"
 #include "autograd/ops/all.h"
 #include "bench/bench_util.h"
 #include "core/error.h"
@@ -140,8 +144,8 @@ Workload lm_workload(const Options& o) {
           },
           {tokens, width},
           vocab,
-          fmt("LM-like: %lld tokens x 2 x (Linear(%lld, %lld) + GELU), then a Linear(%lld, %lld) head", (long long)tokens,
-              (long long)width, (long long)width, (long long)width, (long long)vocab)};
+          fmt("LM-like: %lld tokens x 2 x (Linear(%lld, %lld) + GELU), then a Linear(%lld, %lld) head",
+              (long long)tokens, (long long)width, (long long)width, (long long)width, (long long)vocab)};
 }
 
 enum class Amp { Off, Fp16, Bf16 };
@@ -153,6 +157,7 @@ struct Technique {
   int64_t micro_batches = 1;
   bool planner = false;
   bool fused_head = false;  // the last Linear and the loss as one linear_cross_entropy
+  bool offload = false;     // segments as for checkpointing, each under autograd::offload
 };
 
 struct Result {
@@ -164,6 +169,23 @@ struct Result {
 struct Data {
   Tensor x, y;
 };
+
+// seq's modules in `segments` runs of consecutive modules, each run under autograd::offload.
+Tensor offload_sequential(const nn::Sequential& seq, int64_t segments, const Tensor& x) {
+  const int64_t n = int64_t(seq.size()), per = (n + segments - 1) / segments;
+  Tensor h = x;
+  for (int64_t first = 0; first < n; first += per) {
+    const int64_t last = std::min(n, first + per);
+    h = autograd::offload(
+        [&](const Tensor& in) {
+          Tensor out = in;
+          for (int64_t i = first; i < last; ++i) out = (*seq[size_t(i)])(out);
+          return out;
+        },
+        h);
+  }
+  return h;
+}
 
 Data make_data(const Workload& w, Device dev) {
   Generator gen(7);
@@ -196,6 +218,7 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
 
   auto forward = [&](const Tensor& x) {
     if (plan) return planner->forward(*plan, x);
+    if (t.offload) return offload_sequential(*model, segments, x);
     return t.checkpoint ? nn::checkpoint_sequential(*model, segments, x) : model->forward(x);
   };
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
@@ -240,6 +263,8 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
 
   synchronize(dev);
   memory::reset_peak(dev);
+  memory::reset_pinned_peak();
+  autograd::reset_offload_stats();
   std::vector<double> times;
   for (int i = 0; i < o.steps; ++i) {
     const double t0 = bench::now_seconds();
@@ -251,6 +276,20 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
   r.peak_allocated = s.allocated_bytes.peak;
   r.peak_reserved = s.reserved_bytes.peak;
   r.step_seconds = bench::median(times);
+  if (t.offload) {
+    const autograd::OffloadStats os = autograd::offload_stats();
+    const int64_t pinned_peak = memory::pinned_stats().allocated_bytes.peak;
+    std::printf(
+        "\n%s: offload per step: %s to the host in %lld tensors (%s left on the device), %s back, %lld of "
+        "%lld restores prefetched, compute stalled %.2f ms; pinned host peak %s\n",
+        w.name.c_str(), memory::format_bytes(os.bytes_offloaded / o.steps).c_str(),
+        (long long)(os.tensors_offloaded / o.steps), memory::format_bytes(os.bytes_kept_on_device / o.steps).c_str(),
+        memory::format_bytes(os.bytes_restored / o.steps).c_str(), (long long)os.prefetched,
+        (long long)(os.prefetched + os.on_demand), os.wait_ms / o.steps, memory::format_bytes(pinned_peak).c_str());
+    const std::string prefix = w.name == "mlp" ? "" : w.name + "_";
+    figures.add(prefix + "offload_stall_ms", os.wait_ms / o.steps, "%.2f");
+    figures.add(prefix + "offload_pinned_peak_mib", double(pinned_peak) / double(1 << 20), "%.1f");
+  }
   return r;
 }
 
@@ -266,6 +305,7 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
       {"grad accumulation x4", Amp::Off, false, 4},
       {"planner (50% of fp32 peak)", Amp::Off, false, 1, true},
       {"AMP fp16 + fused linear head and loss", Amp::Fp16, false, 1, false, true},
+      {"fp32 + offload (sqrt n segments)", Amp::Off, false, 1, false, false, true},
   };
   std::vector<Result> results;
   for (const Technique& t : techniques) {
@@ -297,7 +337,8 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
                         "amp_checkpoint_peak_ratio",
                         "accum_peak_ratio",
                         "planner_peak_ratio",
-                        "fused_head_peak_ratio"};
+                        "fused_head_peak_ratio",
+                        "offload_peak_ratio"};
   for (size_t i = 1; i < techniques.size(); ++i) {
     if (!results[i].note.empty()) continue;
     figures.add(prefix + keys[i], double(results[i].peak_allocated) / double(base.peak_allocated));
@@ -306,8 +347,10 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
     figures.add(prefix + "checkpoint_time_ratio", results[3].step_seconds / base.step_seconds);
   if (results[1].note.empty()) figures.add(prefix + "amp_time_ratio", results[1].step_seconds / base.step_seconds);
   if (results[6].note.empty()) figures.add(prefix + "planner_time_ratio", results[6].step_seconds / base.step_seconds);
+  if (results[8].note.empty()) figures.add(prefix + "offload_time_ratio", results[8].step_seconds / base.step_seconds);
   if (results[7].note.empty())  // against AMP fp16 alone: what fusing the head adds to AMP
-    figures.add(prefix + "fused_head_over_amp_peak", double(results[7].peak_allocated) / double(results[1].peak_allocated));
+    figures.add(prefix + "fused_head_over_amp_peak",
+                double(results[7].peak_allocated) / double(results[1].peak_allocated));
 }
 
 const char* kUsage = "usage: memory_matrix [--device cpu|cuda] [--model mlp|cnn|lm|all] [--steps N]\n";

@@ -34,6 +34,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "autograd/offload.h"
 #include "autograd/ops/all.h"
 #include "autograd/recompute_cheap.h"
 
