@@ -24,6 +24,7 @@
 #include "autograd/compress.h"
 #include "autograd/function.h"
 #include "autograd/node.h"
+#include "autograd/offload.h"
 #include "autograd/recompute_cheap.h"
 #include "core/error.h"
 #include "core/instrument.h"
@@ -39,6 +40,8 @@ const char* to_string(BlockMemory choice) {
     case BlockMemory::Selective: return "selective";
     case BlockMemory::Checkpoint: return "checkpoint";
     case BlockMemory::Compress: return "compress";
+    case BlockMemory::Offload: return "offload";
+    case BlockMemory::CheckpointOffload: return "checkpoint-offload";
   }
   return "?";
 }
@@ -99,6 +102,9 @@ Tensor run_choice(BlockMemory choice, const std::function<Tensor(const Tensor&)>
     case BlockMemory::Keep: return fn(x);
     case BlockMemory::Recompute: return autograd::recompute_cheap(fn, x);
     case BlockMemory::Compress: return autograd::compress(fn, x);
+    case BlockMemory::Offload: return autograd::offload(fn, x);
+    case BlockMemory::CheckpointOffload:
+      return autograd::offload([fn](const Tensor& in) { return autograd::checkpoint(fn, in); }, x);
     case BlockMemory::Selective: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Selective);
     case BlockMemory::Checkpoint: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Full);
   }

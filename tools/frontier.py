@@ -44,12 +44,17 @@ def frugal_point(spec):
     return name, shlex.split(flags)
 
 
-def run_frugal(row, flags, args):
-    """{'ms', 'peak_gib'} from bench/train_step with the point's flags."""
+def run_frugal(row, flags, args, name=""):
+    """{'ms', 'peak_gib'} from bench/train_step with the point's flags (its output kept in
+    --log-dir, when given: the planner's per-block table is there)."""
     cmd = [args.frugal, "--model", row["model"], "--batch", str(row["batch"]), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--device", args.device, "--image-size", str(args.image_size),
            "--seq-len", str(args.seq_len), "--amp"] + flags
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout)
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+        with open(os.path.join(args.log_dir, re.sub(r"[^\w.-]+", "_", f"{row['model']}_{name}") + ".txt"), "w") as f:
+            f.write(" ".join(cmd) + "\n" + p.stdout + p.stderr)
     if p.returncode != 0:
         lines = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()
         raise RuntimeError(f"exit {p.returncode}: {lines[-1]}")
@@ -126,6 +131,7 @@ def main():
     ap.add_argument("--budgets", default=DEFAULT_BUDGETS,
                     help="comma-separated fractions of PyTorch eager's peak, one planned frugal point each ('' for none)")
     ap.add_argument("--plan-choices", help="train_step --plan-choices for the budget points")
+    ap.add_argument("--log-dir", help="keep each frugal run's output there")
     ap.add_argument("--torch-cache", help="JSON file of PyTorch points: read where it has a point, written with "
                     "each point measured (the torch.compile points take minutes; measure them once per machine)")
     args = ap.parse_args()
@@ -169,13 +175,14 @@ def main():
                                             lambda extra=extra, name=name: torch_point(
                                                 f"{model}/{batch}/{name}", lambda: tst.run_torch({**base, **extra}, args)))
                                            for name, extra in TORCH_POINTS]
-        runs += [("frugal", name, lambda flags=flags: run_frugal(base, flags, args)) for name, flags in points]
+        runs += [("frugal", name, lambda flags=flags, name=name: run_frugal(base, flags, args, name))
+                 for name, flags in points]
         for f in budgets:
             def planned(f=f):
                 # Relative to PyTorch eager's peak when it ran (it runs first), else to frugal's default.
                 budget = f"{f * eager_peak:.4f}GiB" if eager_peak else f"{f}x"
                 flags = ["--memory-budget", budget] + (["--plan-choices", args.plan_choices] if args.plan_choices else [])
-                return run_frugal(base, flags, args)
+                return run_frugal(base, flags, args, f"budget {f}")
             runs.append(("frugal", f"budget {f}x eager" if not args.skip_torch else f"budget {f}x", planned))
         for system, name, fn in runs:
             r, err = attempt(fn)
