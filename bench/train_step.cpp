@@ -23,9 +23,9 @@
 // --profile-rows, 12 by default); DIR gets trace.json and
 // timeline.svg. --memory-budget SIZE (3GiB, 512MiB, or 0.5x: that fraction of the default
 // plan's peak) profiles each block choice (Note [Block planner]), picks the fastest per-block
-// plan predicted to fit, prints it and then times it; --plan-choices keep,recompute,selective,checkpoint
-// (the default) names what it may choose from (also offload, checkpoint-offload and, lossy,
-// compress). --memory-plan CHOICES runs a given plan: one
+// plan predicted to fit, prints it and then times it; --plan-choices names what it may choose
+// from (default: the lossless keep, recompute, selective, checkpoint, offload and
+// checkpoint-offload; add compress to allow FP8 activations). --memory-plan CHOICES runs a given plan: one
 // choice for every block, or one per block separated by commas. --tf32 lets float32 convolutions and matmuls use TF32
 // tensor cores (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is how long the host
 // took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes after): near "step
@@ -78,7 +78,7 @@ constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 struct Args {
   std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
                      cudnn_benchmark = "on", profile_dir, memory_budget, memory_plan,
-                     plan_choices = "keep,recompute,selective,checkpoint";
+                     plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12;
   bool amp = false, checkpoint = false, tf32 = false;
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
@@ -360,6 +360,7 @@ int run(const Args& a) {
     synchronize(device);
   }
   memory::reset_peak(device);
+  const memory::MemoryStats before = memory::stats(device);
   std::vector<double> times, host_times;
   std::array<std::vector<double>, 3> phase_ms;  // forward, backward, optimizer on the device
   for (int64_t i = 0; i < a.steps; ++i) {
@@ -410,6 +411,10 @@ int run(const Args& a) {
   std::printf("peak_reserved_gib: %.4f\n", gib(st.reserved_bytes.peak));
   std::printf("parameters: %lld\n", (long long)params);
   std::printf("mfu: %.4f\n", mfu);
+  // Where the allocator went to the system during the timed steps (each cudaMalloc costs
+  // time; a retry frees the cache, which synchronizes the device).
+  std::printf("segment_allocs: %lld\n", (long long)(st.num_segment_allocs - before.num_segment_allocs));
+  std::printf("alloc_retries: %lld\n", (long long)(st.num_alloc_retries - before.num_alloc_retries));
   if (plan) std::printf("memory_plan: %s\n", plan_text(*plan, w.num_blocks).c_str());
   if (planner) {
     std::printf("memory_budget_gib: %.4f\n", gib(budget));

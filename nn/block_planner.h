@@ -41,13 +41,15 @@ class BlockPlanner {
 
   /// `choices`: what the planner may pick from (Keep is always among them). Lossy choices
   /// must be listed to be considered. `timing_steps`: timed steps per choice (median).
-  BlockPlanner(Device device, int64_t num_blocks, Step step,
-               std::vector<BlockMemory> choices = {BlockMemory::Keep, BlockMemory::Selective, BlockMemory::Checkpoint},
+  BlockPlanner(Device device, int64_t num_blocks, Step step, std::vector<BlockMemory> choices = lossless(),
                int timing_steps = 3);
+  /// Every choice that is not lossy (nn::is_lossy): what the planner picks from by default.
+  static std::vector<BlockMemory> lossless();
 
   /// One warm-up, one probed and `timing_steps` timed steps per choice, every block that
   /// choice (run it after the training loop's own warm-up: optimizer state and algorithm
-  /// searches must not land in the profile).
+  /// searches must not land in the profile). Empties the device's and the pinned pool's
+  /// caches at the end, so the plan that runs next starts from nothing reserved.
   void profile();
   const std::vector<ChoiceProfile>& profiles() const { return profiles_; }
 

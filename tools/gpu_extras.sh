@@ -3,7 +3,7 @@
 # log (the GPU machine returns few files). Called by tools/gpu_check.sh --cmd with $BUILD
 # (the build folder) and $ROOT (the checkout, where data/ was carried) set; $OUT gets
 # goldens.tar when the parity goldens are written.
-#   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory svd
+#   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory compress-accuracy svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
 #                                     profile)
@@ -27,6 +27,15 @@ for s in "$@"; do
     parity) run python3 tools/parity_models.py --build "$BUILD" --device cuda ;;
     parity-full) run python3 tools/parity_models.py --build "$BUILD" --device cuda --full ;;
     memory) run "$BUILD/bench/memory_matrix" --device cuda ;;
+    compress-accuracy)  # FP8 saved activations against none: test accuracy / MLM loss (issue 17)
+      for flag in "" "--compress-saved fp8"; do
+        echo "-- train_vit ${flag:-(no compression)}"
+        run "$BUILD/examples/train_vit" --device cuda --epochs ${COMPRESS_EPOCHS:-3} --data-dir "$data" $flag 2>&1 \
+          | tr '\r' '\n' | grep -iE "accuracy|epoch [0-9]+/" | tail -4
+        echo "-- bert_mlm ${flag:-(no compression)}"
+        run "$BUILD/examples/bert_mlm" --device cuda --steps ${COMPRESS_BERT_STEPS:-300} $flag 2>&1 | tr '\r' '\n' \
+          | grep -iE "loss" | tail -3
+      done ;;
     svd)
       run "$BUILD/bench/svd_compress" --device cuda --epochs ${SVD_EPOCHS:-3} --data-dir "$data" >/tmp/svd.log 2>&1
       tr '\r' '\n' </tmp/svd.log | grep -v "ETA" | tail -40 ;;
