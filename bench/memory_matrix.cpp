@@ -13,7 +13,9 @@
 // entropy]; for models whose last module is a Linear); and the round(sqrt(n)) segments run
 // under autograd::offload, their saved activations in pinned host memory (Note [Offloaded
 // saved tensors]; on the CPU only in a process without a GPU, where it moves bytes from the
-// CPU arena to the pinned pool).
+// CPU arena to the pinned pool); the same segments under autograd::recompute_cheap (norm and
+// activation outputs regenerated in backward, Note [Recomputable outputs]) and, with AMP
+// fp16, under autograd::compress (saved activations as FP8 codes, lossy).
 // Models: a deep MLP (64 x Linear + ReLU), a small CNN, and a language-model-like stack
 // (tokens through 2 x (Linear + GELU) into a vocabulary-sized head). The batch is large
 // against the width so that activations, the target of every technique here, dominate.
@@ -27,8 +29,10 @@
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "autograd/compress.h"
 #include "autograd/offload.h"
 #include "autograd/ops/all.h"
+#include "autograd/recompute_cheap.h"
 #include "bench/bench_util.h"
 #include "core/error.h"
 #include "core/stream.h"
@@ -149,6 +153,8 @@ Workload lm_workload(const Options& o) {
 }
 
 enum class Amp { Off, Fp16, Bf16 };
+/// What each of the sqrt(n) segments runs under: nothing, or one of the saved-tensor techniques.
+enum class Wrap { None, Offload, Recompute, Compress };
 
 struct Technique {
   std::string name;
@@ -157,7 +163,7 @@ struct Technique {
   int64_t micro_batches = 1;
   bool planner = false;
   bool fused_head = false;  // the last Linear and the loss as one linear_cross_entropy
-  bool offload = false;     // segments as for checkpointing, each under autograd::offload
+  Wrap wrap = Wrap::None;   // segments as for checkpointing, each under autograd::offload / recompute_cheap / compress
 };
 
 struct Result {
@@ -170,19 +176,23 @@ struct Data {
   Tensor x, y;
 };
 
-// seq's modules in `segments` runs of consecutive modules, each run under autograd::offload.
-Tensor offload_sequential(const nn::Sequential& seq, int64_t segments, const Tensor& x) {
+// seq's modules in `segments` runs of consecutive modules, each run under `wrap`'s technique.
+Tensor wrapped_sequential(const nn::Sequential& seq, int64_t segments, const Tensor& x, Wrap wrap) {
   const int64_t n = int64_t(seq.size()), per = (n + segments - 1) / segments;
   Tensor h = x;
   for (int64_t first = 0; first < n; first += per) {
     const int64_t last = std::min(n, first + per);
-    h = autograd::offload(
-        [&](const Tensor& in) {
-          Tensor out = in;
-          for (int64_t i = first; i < last; ++i) out = (*seq[size_t(i)])(out);
-          return out;
-        },
-        h);
+    const std::function<Tensor(const Tensor&)> run = [&seq, first, last](const Tensor& in) {
+      Tensor out = in;
+      for (int64_t i = first; i < last; ++i) out = (*seq[size_t(i)])(out);
+      return out;
+    };
+    switch (wrap) {
+      case Wrap::Offload: h = autograd::offload(run, h); break;
+      case Wrap::Recompute: h = autograd::recompute_cheap(run, h); break;
+      case Wrap::Compress: h = autograd::compress(run, h); break;
+      case Wrap::None: h = run(h); break;
+    }
   }
   return h;
 }
@@ -218,7 +228,7 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
 
   auto forward = [&](const Tensor& x) {
     if (plan) return planner->forward(*plan, x);
-    if (t.offload) return offload_sequential(*model, segments, x);
+    if (t.wrap != Wrap::None) return wrapped_sequential(*model, segments, x, t.wrap);
     return t.checkpoint ? nn::checkpoint_sequential(*model, segments, x) : model->forward(x);
   };
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
@@ -276,7 +286,7 @@ Result run_technique(const Workload& w, const Technique& t, const Options& o, in
   r.peak_allocated = s.allocated_bytes.peak;
   r.peak_reserved = s.reserved_bytes.peak;
   r.step_seconds = bench::median(times);
-  if (t.offload) {
+  if (t.wrap == Wrap::Offload) {
     const autograd::OffloadStats os = autograd::offload_stats();
     const int64_t pinned_peak = memory::pinned_stats().allocated_bytes.peak;
     std::printf(
@@ -305,7 +315,9 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
       {"grad accumulation x4", Amp::Off, false, 4},
       {"planner (50% of fp32 peak)", Amp::Off, false, 1, true},
       {"AMP fp16 + fused linear head and loss", Amp::Fp16, false, 1, false, true},
-      {"fp32 + offload (sqrt n segments)", Amp::Off, false, 1, false, false, true},
+      {"fp32 + offload (sqrt n segments)", Amp::Off, false, 1, false, false, Wrap::Offload},
+      {"fp32 + recompute cheap outputs", Amp::Off, false, 1, false, false, Wrap::Recompute},
+      {"AMP fp16 + FP8 saved activations (lossy)", Amp::Fp16, false, 1, false, false, Wrap::Compress},
   };
   std::vector<Result> results;
   for (const Technique& t : techniques) {
@@ -338,7 +350,9 @@ void run_workload(const Workload& w, const Options& o, bench::KeyFigures& figure
                         "accum_peak_ratio",
                         "planner_peak_ratio",
                         "fused_head_peak_ratio",
-                        "offload_peak_ratio"};
+                        "offload_peak_ratio",
+                        "recompute_peak_ratio",
+                        "amp_compress_peak_ratio"};
   for (size_t i = 1; i < techniques.size(); ++i) {
     if (!results[i].note.empty()) continue;
     figures.add(prefix + keys[i], double(results[i].peak_allocated) / double(base.peak_allocated));

@@ -18,6 +18,8 @@ y = step ms, one curve per system (lower left is better).
     python3 tools/frontier.py --frugal build/bench/train_step --models bert_base --frugal-point 'selective=--checkpoint selective'
     python3 tools/frontier.py --frugal build/bench/train_step --skip-torch --device cpu \\
         --models resnet50 --batch 2 --image-size 64 --steps 1 --warmup 1      # CPU smoke run
+    python3 tools/frontier.py --redraw vit.log bert_resnet.log --svg frontier.svg  # the picture again, from
+                                                                                   # tables printed by earlier runs
 """
 import argparse
 import json
@@ -60,6 +62,22 @@ def run_frugal(row, flags, args, name=""):
         raise RuntimeError(f"exit {p.returncode}: {lines[-1]}")
     figures = dict(re.findall(r"^(\w+): (\S+)$", p.stdout, re.M))
     return {"ms": float(figures["step_ms"]), "peak_gib": float(figures["peak_allocated_gib"])}
+
+
+TABLE_ROW = re.compile(r"^(\w+)\s+(PyTorch eager|PyTorch compile|frugal)\s+(.+?)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+(\S+)$")
+
+
+def rows_of(paths):
+    """The measured rows of the tables earlier runs printed (error rows left out)."""
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                m = TABLE_ROW.match(line.rstrip())
+                if m:
+                    rows.append({"model": m[1], "system": m[2], "point": m[3], "ms": float(m[4]),
+                                 "peak_gib": float(m[6])})
+    return rows
 
 
 def attempt(fn):
@@ -116,7 +134,8 @@ def svg(results, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frugal", required=True, help="path of frugal's train_step binary (build/bench/train_step)")
+    ap.add_argument("--frugal", help="path of frugal's train_step binary (build/bench/train_step)")
+    ap.add_argument("--redraw", nargs="+", metavar="LOG", help="draw --svg from the tables in these logs; run nothing")
     ap.add_argument("--frugal-point", action="append", help="NAME=ARGS: one frugal point (repeatable)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: resnet50,vit_b16,bert_base")
     ap.add_argument("--batch", type=int, help="one batch for every model (default: 128, 128, 64)")
@@ -135,6 +154,15 @@ def main():
     ap.add_argument("--torch-cache", help="JSON file of PyTorch points: read where it has a point, written with "
                     "each point measured (the torch.compile points take minutes; measure them once per machine)")
     args = ap.parse_args()
+    if args.redraw:
+        rows = rows_of(args.redraw)
+        if not rows:
+            raise SystemExit(f"frontier: no table rows in {', '.join(args.redraw)}")
+        svg(rows, args.svg)
+        print(f"frontier: wrote {args.svg} from {len(rows)} rows")
+        return 0
+    if not args.frugal:
+        raise SystemExit("frontier: --frugal PATH is needed (or --redraw LOG...)")
     # What train_step_torch's workloads read from args.
     args.optim, args.channels_last, args.tf32 = "sgd", "auto", "off"
     points = [frugal_point(p) for p in (args.frugal_point or DEFAULT_FRUGAL_POINTS)]

@@ -155,7 +155,8 @@ TEST_CASE("block planner: the predicted peak of random plans is never below the 
     planner.profile();
     // Uniform plans are what was measured: predicted within the allocator's rounding.
     for (const nn::ChoiceProfile& u : planner.profiles()) {
-      CAPTURE(nn::to_string(u.choice));
+      const std::string choice = nn::to_string(u.choice);
+      CAPTURE(choice);
       const int64_t measured = backward_peak(s, nn::BlockMemoryPlan::uniform(u.choice));
       const int64_t predicted = planner.predict_peak(nn::BlockMemoryPlan::uniform(u.choice));
       CHECK(predicted >= measured);

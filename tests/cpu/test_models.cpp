@@ -21,6 +21,7 @@
 #include "models/pretrained.h"
 #include "models/resnet.h"
 #include "models/vit.h"
+#include "nn/block_planner.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
 #include "profiler/session.h"
@@ -544,7 +545,8 @@ namespace {
 std::string golden(const std::string& file) { return std::string(FRUGAL_GOLDEN_DIR) + "/" + file; }
 
 /// Runs forward (and backward when the golden has grads) as run_model does, and compares.
-void check_against_golden(const std::string& model, const std::string& mode) {
+void check_against_golden(const std::string& model, const std::string& mode,
+                          const nn::BlockMemoryPlan& plan = nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep)) {
   const std::string prefix = model + "_";
   const std::string golden_file = golden(prefix + "golden_" + mode + ".safetensors");
   if (!std::filesystem::exists(golden_file)) {
@@ -560,6 +562,7 @@ void check_against_golden(const std::string& model, const std::string& mode) {
   std::function<std::pair<Tensor, Tensor>()> run;  // logits, loss
   if (model.rfind("resnet", 0) == 0) {
     auto net = models::resnet_from_json(config, 18);
+    net->memory_plan = plan;
     module = net;
     run = [&, net] {
       Tensor logits = net->forward(in.at("pixel_values"));
@@ -567,6 +570,7 @@ void check_against_golden(const std::string& model, const std::string& mode) {
     };
   } else if (model.rfind("vit", 0) == 0) {
     auto net = std::make_shared<models::VisionTransformer>(models::ViTConfig::from_json(config));
+    net->memory_plan = plan;
     module = net;
     run = [&, net] {
       Tensor logits = net->forward(in.at("pixel_values"));
@@ -574,6 +578,7 @@ void check_against_golden(const std::string& model, const std::string& mode) {
     };
   } else {
     auto net = std::make_shared<models::BertForMaskedLM>(models::BertConfig::from_json(config));
+    net->bert->memory_plan = plan;
     module = net;
     run = [&, net] {
       // The loss and the gradients through linear_cross_entropy (the default with labels);
@@ -592,6 +597,8 @@ void check_against_golden(const std::string& model, const std::string& mode) {
   loss.backward();
   CAPTURE(model);
   CAPTURE(mode);
+  const std::string memory_choice = nn::to_string(plan.fallback);
+  CAPTURE(memory_choice);
   // Bounds as tools/parity_models.py: 1e-4 for outputs and buffers, 1e-3 for gradients, and a
   // gradient that is zero in exact arithmetic (BERT's key bias) is measured against 1e-3 x
   // the model's largest gradient. ResNet-10 in train mode is looser (1e-3 / 5e-3): at 32x32
@@ -630,4 +637,18 @@ TEST_CASE("models: logits, loss and gradients match PyTorch's goldens (CPU, floa
   check_against_golden("resnet10", "eval");
   check_against_golden("bert", "eval");
   check_against_golden("vit", "eval");
+}
+
+TEST_CASE("models: the PyTorch goldens hold with every block under each lossless memory choice") {
+  for (nn::BlockMemory choice : nn::BlockPlanner::lossless()) {
+    const nn::BlockMemoryPlan plan = nn::BlockMemoryPlan::uniform(choice);
+    // A replayed forward updates batch norm's running statistics a second time (as
+    // torch.utils.checkpoint does), so the train-mode buffers are compared only without replay.
+    const bool replays = choice == nn::BlockMemory::Selective || choice == nn::BlockMemory::Checkpoint ||
+                         choice == nn::BlockMemory::CheckpointOffload;
+    if (!replays) check_against_golden("resnet10", "train", plan);
+    check_against_golden("resnet10", "eval", plan);
+    check_against_golden("bert", "eval", plan);
+    check_against_golden("vit", "eval", plan);
+  }
 }
