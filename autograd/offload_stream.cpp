@@ -16,24 +16,6 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
-// CUDA runtime calls act on the calling thread's current device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) : target_(index) {
-    FRUGAL_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != target_) FRUGAL_CUDA_CHECK(cudaSetDevice(target_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != target_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  int target_;
-};
-
 // An event of one device; `timing` ones keep timestamps (the stall probes), the others are
 // cheaper to record (the copies' completion).
 struct Event {
@@ -105,7 +87,7 @@ Stream offload_stream(Device device) {
   FRUGAL_CHECK(device.is_cuda() && device.index >= 0 && device.index < kMaxDevices, "offload: no offload stream for ",
                device.str());
   std::call_once(created[device.index], [&] {
-    DeviceGuard guard(device.index);
+    CudaDeviceGuard guard(device.index);
     FRUGAL_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device.index], cudaStreamNonBlocking));
   });
   return Stream{streams[device.index], device};
@@ -113,7 +95,7 @@ Stream offload_stream(Device device) {
 
 void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device device) {
   const auto side = static_cast<cudaStream_t>(offload_stream(device).handle);
-  DeviceGuard guard(device.index);
+  CudaDeviceGuard guard(device.index);
   // The side stream starts after what the compute stream has queued so far.
   Event* queued = events().record(device.index, /*timing=*/false, current(device));
   FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(side, queued->event, 0));
@@ -124,7 +106,7 @@ void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device d
 
 void wait_on_current_stream(void* event, Device device) {
   auto* copied = static_cast<Event*>(event);
-  DeviceGuard guard(device.index);
+  CudaDeviceGuard guard(device.index);
   if (event_done(copied->event)) return;  // nothing left to wait for
   const cudaStream_t compute = current(device);
   Event* before = events().record(device.index, /*timing=*/true, compute);
@@ -142,7 +124,7 @@ double take_stall_ms() {
   }
   double total = 0;
   for (auto [before, after] : probes) {
-    DeviceGuard guard(before->device);
+    CudaDeviceGuard guard(before->device);
     FRUGAL_CUDA_CHECK(cudaEventSynchronize(after->event));
     float ms = 0;
     FRUGAL_CUDA_CHECK(cudaEventElapsedTime(&ms, before->event, after->event));

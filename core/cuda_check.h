@@ -18,3 +18,28 @@ namespace frugal::detail {
 
 /// After every kernel launch: a bad launch configuration surfaces here, at its line.
 #define FRUGAL_CUDA_CHECK_LAUNCH() FRUGAL_CUDA_CHECK(cudaGetLastError())
+
+namespace frugal {
+
+/// Makes CUDA device `index` current for its scope and restores the previous one after:
+/// runtime, cuBLAS, NCCL and event calls act on the calling thread's current device.
+/// A negative index leaves the current device as it is.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int index) {
+    FRUGAL_CUDA_CHECK(cudaGetDevice(&previous_));
+    target_ = index < 0 ? previous_ : index;
+    if (previous_ != target_) FRUGAL_CUDA_CHECK(cudaSetDevice(target_));
+  }
+  ~CudaDeviceGuard() {
+    if (previous_ != target_) (void)cudaSetDevice(previous_);
+  }
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int target_ = 0;
+};
+
+}  // namespace frugal

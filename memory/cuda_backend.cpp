@@ -17,24 +17,6 @@ namespace frugal::memory::detail {
 
 namespace {
 
-// CUDA runtime calls act on the calling thread's current device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) : target_(index) {
-    FRUGAL_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != target_) FRUGAL_CUDA_CHECK(cudaSetDevice(target_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != target_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  int target_;
-};
-
 // cudaMalloc and cudaHostAlloc report a full device as cudaErrorMemoryAllocation,
 // which the allocator answers by freeing its cache; anything else is a real error.
 void* null_if_out_of_memory(cudaError_t err, void* ptr, const char* expr) {
@@ -70,7 +52,7 @@ class EventPool {
 
   void* record(Stream stream) {
     const int device = stream.device.index;
-    DeviceGuard guard(device);
+    CudaDeviceGuard guard(device);
     if (free_.size() <= static_cast<size_t>(device)) free_.resize(device + 1);
     Event* e;
     if (free_[device].empty()) {
@@ -102,26 +84,26 @@ class CudaDeviceBackend final : public RawBackend {
   explicit CudaDeviceBackend(int index) : index_(index) {}
 
   void* allocate_segment(size_t nbytes) override {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, nbytes);  // before reading p: argument order is unspecified
     return null_if_out_of_memory(err, p, "cudaMalloc(&p, nbytes)");
   }
 
   void free_segment(void* base, size_t) override {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     FRUGAL_CUDA_CHECK(cudaFree(base));
   }
 
   size_t total_memory() const override {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     size_t free = 0, total = 0;
     FRUGAL_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return total;
   }
 
   std::string memory_info() const override {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -172,14 +154,14 @@ class CudaCheckTransport final : public CheckTransport {
   explicit CudaCheckTransport(int index) : index_(index) {}
 
   void* create_event() override {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     cudaEvent_t e = nullptr;
     FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return e;
   }
 
   void copy_record(Stream stream, const void* record, int64_t* slot, void* event) override {
-    DeviceGuard guard(index_);
+    CudaDeviceGuard guard(index_);
     auto s = static_cast<cudaStream_t>(stream.handle);
     FRUGAL_CUDA_CHECK(cudaMemcpyAsync(slot, record, 3 * sizeof(int64_t), cudaMemcpyDeviceToHost, s));
     FRUGAL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), s));

@@ -243,45 +243,43 @@ std::pair<std::vector<BlockMemory>, bool> BlockPlanner::search(int64_t budget) c
     for (int64_t i = 0; i < num_blocks_; ++i) s += profile_of(q[i]).kept[i];
     return s;
   };
-  int64_t peak = predict_peak(p);
-  while (peak > budget) {
+  // The plan one move from p (one block to another choice) that scores highest, if any scores > 0.
+  auto best_move = [&](const std::function<double(const std::vector<BlockMemory>&)>& score) {
     double best_score = 0;
     std::vector<BlockMemory> best;
-    const double ms = predict_ms(p);
-    const int64_t kept = kept_sum(p);
     for (int64_t b = 0; b < num_blocks_; ++b)
       for (BlockMemory c : choices_) {
         if (c == p[b]) continue;
         std::vector<BlockMemory> q = p;
         q[b] = c;
-        const int64_t freed = peak - predict_peak(q);
-        // Ties in the peak (two segments at the top) are broken by the bytes kept overall,
-        // so the search can lower one segment and then the other.
-        const double gain = static_cast<double>(freed) + 1e-3 * static_cast<double>(kept - kept_sum(q));
-        if (freed < 0 || gain <= 0) continue;
-        const double score = gain / std::max(predict_ms(q) - ms, 1e-3);
-        if (score > best_score) best_score = score, best = std::move(q);
+        const double s = score(q);
+        if (s > best_score) best_score = s, best = std::move(q);
       }
-    if (best.empty()) break;
-    p = std::move(best);
+    return best;
+  };
+  int64_t peak = predict_peak(p);
+  while (peak > budget) {
+    const double ms = predict_ms(p);
+    const int64_t kept = kept_sum(p);
+    std::vector<BlockMemory> next = best_move([&](const std::vector<BlockMemory>& q) {
+      const int64_t freed = peak - predict_peak(q);
+      // Ties in the peak (two segments at the top) are broken by the bytes kept overall,
+      // so the search can lower one segment and then the other.
+      const double gain = static_cast<double>(freed) + 1e-3 * static_cast<double>(kept - kept_sum(q));
+      return freed < 0 || gain <= 0 ? 0.0 : gain / std::max(predict_ms(q) - ms, 1e-3);
+    });
+    if (next.empty()) break;
+    p = std::move(next);
     peak = predict_peak(p);
   }
   if (peak > budget) return {p, false};
   // Undo what the fit no longer needs: the move back that saves the most time first.
-  for (bool improved = true; improved;) {
-    improved = false;
-    double best_saving = 0;
-    std::vector<BlockMemory> best;
+  while (true) {
     const double ms = predict_ms(p);
-    for (int64_t b = 0; b < num_blocks_; ++b)
-      for (BlockMemory c : choices_) {
-        if (c == p[b]) continue;
-        std::vector<BlockMemory> q = p;
-        q[b] = c;
-        const double saving = ms - predict_ms(q);
-        if (saving > best_saving && predict_peak(q) <= budget) best_saving = saving, best = std::move(q);
-      }
-    if (!best.empty()) p = std::move(best), improved = true;
+    std::vector<BlockMemory> next = best_move(
+        [&](const std::vector<BlockMemory>& q) { return predict_peak(q) <= budget ? ms - predict_ms(q) : 0.0; });
+    if (next.empty()) break;
+    p = std::move(next);
   }
   return {p, true};
 }

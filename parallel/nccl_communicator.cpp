@@ -30,22 +30,6 @@ using detail::str_cat;
 
 namespace {
 
-// Makes `device` current for the scope (NCCL and event calls act on the current device).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FRUGAL_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) FRUGAL_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (cudaGetDevice(&now) == cudaSuccess && now != prev_) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = 0;
-};
-
 ncclDataType_t nccl_type(DType t, const std::string& what, bool reduces) {
   switch (t) {
     case DType::Float32: return ncclFloat32;
@@ -107,7 +91,7 @@ struct NcclCommunicator::State {
   std::thread watchdog;
 
   State(ncclComm_t c, Device d, std::chrono::milliseconds timeout) : comm(c), device(d), timeout_ms(timeout.count()) {
-    DeviceGuard guard(device.index);
+    CudaDeviceGuard guard(device.index);
     FRUGAL_NCCL_CHECK(ncclCommUserRank(comm, &rank));
     FRUGAL_NCCL_CHECK(ncclCommCount(comm, &size));
     int least = 0, greatest = 0;  // the highest priority: communication should not queue behind compute
@@ -124,7 +108,7 @@ struct NcclCommunicator::State {
     }
     cv.notify_all();
     watchdog.join();
-    DeviceGuard guard(device.index);
+    CudaDeviceGuard guard(device.index);
     shut_down();
     cudaEventDestroy(inputs_ready);
     cudaStreamDestroy(stream);
@@ -253,7 +237,7 @@ class NcclWork final : public Work {
     FRUGAL_CHECK(record_->launched, record_->what, ": Work::wait() before its CommGroup ended");
     if (!state_->abort_reason.empty() && cudaEventQuery(record_->done) != cudaSuccess)
       FRUGAL_FAIL(record_->what, ": the communicator was aborted: ", state_->abort_reason);
-    DeviceGuard guard(state_->device.index);
+    CudaDeviceGuard guard(state_->device.index);
     FRUGAL_CUDA_CHECK(
         cudaStreamWaitEvent(static_cast<cudaStream_t>(current_stream(state_->device).handle), record_->done, 0));
   }
@@ -286,7 +270,7 @@ std::shared_ptr<NcclWork> issue(const std::shared_ptr<State>& state, const char*
                  state->device.str());
     FRUGAL_CHECK(t.is_contiguous(), "nccl ", op, ": NCCL needs contiguous tensors, got ", t.describe());
   }
-  DeviceGuard guard(state->device.index);
+  CudaDeviceGuard guard(state->device.index);
   std::unique_lock lock(state->mu);
   auto record = std::make_shared<WorkRecord>();
   record->what = str_cat("nccl ", op, " #", state->next_seq++, " on ", state->label());
@@ -342,7 +326,7 @@ NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, D
   FRUGAL_CHECK(rank >= 0 && rank < size, "nccl init: rank ", rank, " out of range for ", size, " ranks");
   FRUGAL_CHECK(device.index < cuda_device_count(), "nccl init on rank ", rank, ": ", device.str(), " does not exist (",
                cuda_device_count(), " visible)");
-  DeviceGuard guard(device.index);
+  CudaDeviceGuard guard(device.index);
   ncclUniqueId uid;
   std::memcpy(&uid, id.data(), sizeof(uid));
   ncclConfig_t config = nonblocking_config();
@@ -456,7 +440,7 @@ void NcclCommunicator::barrier() {
 
 std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   FRUGAL_CHECK(t_group.depth == 0, describe("split", state_), ": not allowed inside a CommGroup");
-  DeviceGuard guard(state_->device.index);
+  CudaDeviceGuard guard(state_->device.index);
   std::unique_lock lock(state_->mu);
   const std::string what = str_cat("nccl split #", state_->next_seq++, " on ", state_->label());
   state_->check_usable(what);

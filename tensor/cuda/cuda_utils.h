@@ -13,19 +13,11 @@
 
 namespace frugal::ops::cuda {
 
-/// Makes `device` current for its scope (ops may run on any GPU of the process).
-class DeviceGuard {
+/// Makes `device` current for its scope (ops may run on any GPU of the process); a CPU
+/// device leaves the current one as it is.
+class DeviceGuard : public CudaDeviceGuard {
  public:
-  explicit DeviceGuard(Device d) {
-    FRUGAL_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (d.is_cuda() && d.index != prev_) FRUGAL_CUDA_CHECK(cudaSetDevice(d.index));
-  }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
+  explicit DeviceGuard(Device d) : CudaDeviceGuard(d.is_cuda() ? d.index : -1) {}
 };
 
 inline cudaStream_t stream_for(Device d) { return static_cast<cudaStream_t>(current_stream(d).handle); }

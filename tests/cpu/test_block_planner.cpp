@@ -110,6 +110,15 @@ nn::BlockMemoryPlan random_plan(int64_t n, std::mt19937_64& rng, const std::vect
   return p;
 }
 
+// A planner over every choice, profiled after the training loop's warm-up step.
+nn::BlockPlanner profiled_planner(Subject& s) {
+  nn::BlockPlanner planner(
+      kCPU, s.num_blocks, [&s](const nn::BlockMemoryPlan& p) { backward_peak(s, p); }, all_choices(), 1);
+  backward_peak(s, nn::BlockMemoryPlan::uniform(BlockMemory::Keep));
+  planner.profile();
+  return planner;
+}
+
 }  // namespace
 
 TEST_CASE("block memory: names, parsing and the checkpoint switches' plan") {
@@ -149,10 +158,7 @@ TEST_CASE("block planner: the predicted peak of random plans is never below the 
   for (const auto& make : subjects()) {
     Subject s = make(11);
     CAPTURE(s.name);
-    nn::BlockPlanner planner(
-        kCPU, s.num_blocks, [&](const nn::BlockMemoryPlan& p) { backward_peak(s, p); }, all_choices(), 1);
-    backward_peak(s, nn::BlockMemoryPlan::uniform(BlockMemory::Keep));  // the training loop's warm-up
-    planner.profile();
+    const nn::BlockPlanner planner = profiled_planner(s);
     // Uniform plans are what was measured: predicted within the allocator's rounding.
     for (const nn::ChoiceProfile& u : planner.profiles()) {
       const std::string choice = nn::to_string(u.choice);
@@ -179,10 +185,7 @@ TEST_CASE("block planner: a plan for a budget fits it; an infeasible budget name
   for (const auto& make : subjects()) {
     Subject s = make(13);
     CAPTURE(s.name);
-    nn::BlockPlanner planner(
-        kCPU, s.num_blocks, [&](const nn::BlockMemoryPlan& p) { backward_peak(s, p); }, all_choices(), 1);
-    backward_peak(s, nn::BlockMemoryPlan::uniform(BlockMemory::Keep));
-    planner.profile();
+    const nn::BlockPlanner planner = profiled_planner(s);
     const int64_t top = planner.default_peak(), lowest = planner.lowest_peak();
     REQUIRE(lowest < top);  // checkpointing frees something in every model
     // A generous budget keeps every block.
