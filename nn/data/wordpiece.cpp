@@ -162,12 +162,16 @@ void WordPiece::wordpiece(const std::string& word, std::vector<int64_t>& ids) co
 
 std::vector<int64_t> WordPiece::encode(std::string_view text) const {
   std::vector<int64_t> ids;
+  // Where each special token occurs next at or after `pos`, kept between rounds so that a text
+  // with many special tokens is still scanned once per token kind.
+  std::vector<size_t> next;
+  for (const std::string& s : specials_) next.push_back(text.find(s));
   for (size_t pos = 0; pos <= text.size();) {
     size_t at = std::string_view::npos;  // step 1: the next special token
     const std::string* special = nullptr;
-    for (const std::string& s : specials_) {
-      const size_t p = text.find(s, pos);
-      if (p < at || (p == at && p != std::string_view::npos && s.size() > special->size())) at = p, special = &s;
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(specials_[k], pos);
+      if (next[k] < at) at = next[k], special = &specials_[k];
     }
     for (const std::string& word : basic_tokenize(text.substr(pos, at == std::string_view::npos ? at : at - pos)))
       wordpiece(word, ids);

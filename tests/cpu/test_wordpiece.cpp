@@ -106,6 +106,7 @@ TEST_CASE("wordpiece: BERT uncased rules, hand-checked") {
   CHECK(wp.encode("the[MASK]sat") == std::vector<int64_t>{28, 4, 29});
   CHECK(wp.encode("[CLS] hello [SEP][PAD]") == std::vector<int64_t>{2, 8, 3, 0});
   CHECK(wp.encode("[mask]") == std::vector<int64_t>{30, 31, 32});
+  CHECK(wp.encode("[MASK][MASK] a [MASK][UNK]") == std::vector<int64_t>{4, 4, 16, 4, 1});
 }
 
 TEST_CASE("wordpiece: max_input_chars_per_word counts code points") {
