@@ -87,10 +87,7 @@ std::vector<std::string> WordPiece::basic_tokenize(std::string_view text) const 
   std::vector<char32_t> word, lowered, stripped;
   const auto finish = [&] {  // step 5's normalisation and step 6 on one whitespace-separated word
     if (word.empty()) return;
-    lowered.clear();
-    for (char32_t cp : word)
-      if (options_.lower_case) unicode::append_lower(lowered, cp);
-      else lowered.push_back(cp);
+    lowered = options_.lower_case ? unicode::lower(word) : word;
     stripped.clear();
     for (char32_t cp : lowered) {
       if (!options_.strip_accents) {

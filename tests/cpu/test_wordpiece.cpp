@@ -131,6 +131,27 @@ TEST_CASE("wordpiece: lower_case and strip_accents off") {
   CHECK(keep_accents.tokenize("CAF\xc3\x89 Hello") == Tokens{"caf\xc3\xa9", "hello"});
 }
 
+TEST_CASE("wordpiece: unicode tables agree with Python's str.lower and unicodedata") {
+  using V = std::vector<char32_t>;
+  // ΟΣ -> ος (final sigma), ΣΟ -> σο, Σ alone -> σ, ΟΣ + combining acute -> ος + acute.
+  CHECK(unicode::lower({0x39F, 0x3A3}) == V{0x3BF, 0x3C2});
+  CHECK(unicode::lower({0x3A3, 0x39F}) == V{0x3C3, 0x3BF});
+  CHECK(unicode::lower({0x3A3}) == V{0x3C3});
+  CHECK(unicode::lower({0x39F, 0x3A3, 0x301}) == V{0x3BF, 0x3C2, 0x301});
+  CHECK(unicode::lower({'A', 0xC5, 0x130, 0x178, 0x416}) == V{'a', 0xE5, 'i', 0x307, 0xFF, 0x436});
+  V nfd;
+  unicode::append_nfd(nfd, 0x390);  // ΐ: iota, diaeresis, acute
+  unicode::append_nfd(nfd, 0x151);  // ő
+  unicode::append_nfd(nfd, 0xC6);   // Æ has none
+  CHECK(nfd == V{0x3B9, 0x308, 0x301, 'o', 0x30B, 0xC6});
+  CHECK(unicode::is_whitespace(0x2029));  // str.split() splits on PARAGRAPH SEPARATOR
+  CHECK(!unicode::is_whitespace(0x200B));
+  CHECK(unicode::is_control(0x200B));
+  CHECK(unicode::is_combining_mark(0x302A));
+  CHECK(!unicode::is_punctuation(0x2044));  // FRACTION SLASH is Sm
+  CHECK(unicode::is_punctuation(0x2045));
+}
+
 TEST_CASE("wordpiece: invalid UTF-8 is replaced, then dropped") {
   // Python's b.decode("utf-8", errors="replace") on the same bytes.
   using unicode::decode_utf8;
