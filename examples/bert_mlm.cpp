@@ -6,7 +6,7 @@
 // the last report window).
 //
 //   bert_mlm [--corpus PATH]... [--device cpu|cuda] [--steps 1000] [--batch 32] [--seq-len 128]
-//            [--lr 5e-4] [--warmup 0.1] [--vocab 8000] [--no-amp]
+//            [--lr 5e-4] [--warmup 0.1] [--vocab 8000 | --vocab-file vocab.txt] [--no-amp]
 //            [--compress-saved fp8|int8 (saved activations in 8 bits: autograd/compress.h)]
 //            [--layers 4] [--hidden 256] [--heads 4] [--intermediate 1024]
 //
@@ -16,13 +16,18 @@
 // on a Debian 13 development machine; both exist on Debian and Ubuntu).
 //
 // Note [bert_mlm tokenizer]
-// Word level, built from the corpus itself: text is lower-cased and split into runs of
-// ASCII letters and digits, each other non-space byte being a token of its own. The vocab
-// is [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 (Hugging Face's special tokens), then the
-// words seen at least twice, most frequent first (ties alphabetical), up to --vocab ids in
-// all; other words map to [UNK]. The token stream of the whole corpus is cut into windows of
-// seq_len - 2 tokens framed by [CLS] ... [SEP]; each batch takes windows at random offsets,
-// so no padding is needed.
+// With --vocab-file PATH (a Hugging Face vocab.txt, e.g. bert-base-uncased's), the corpus is
+// tokenised by data::WordPiece (nn/data/wordpiece.h): the vocab's size is the model's
+// vocab_size and [PAD]/[UNK]/[CLS]/[SEP]/[MASK] take the vocab's ids (all five must be in it).
+// The flag is not --vocab PATH because --vocab N already sets the size of the default
+// tokenizer, and one flag that is a number or a path would be a stringly-typed option.
+// Without it the tokenizer is word level, built from the corpus itself: text is lower-cased
+// and split into runs of ASCII letters and digits, each other non-space byte being a token
+// of its own. The vocab is [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 (Hugging Face's
+// special tokens), then the words seen at least twice, most frequent first (ties
+// alphabetical), up to --vocab ids in all; other words map to [UNK]. Either way the token
+// stream of the whole corpus is cut into windows of seq_len - 2 tokens framed by [CLS] ...
+// [SEP]; each batch takes windows at random offsets, so no padding is needed.
 //
 // Note [BERT masking]
 // Devlin et al.'s recipe, drawn afresh for every batch (dynamic masking, as RoBERTa): each
@@ -67,6 +72,7 @@
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
+#include "nn/data/wordpiece.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
@@ -78,7 +84,12 @@ using namespace frugal;
 
 namespace {
 
-constexpr int64_t kPad = 0, kUnk = 1, kCls = 2, kSep = 3, kMask = 4, kFirstWord = 5;
+// The special tokens' ids: those of the word-level vocab below, or a vocab.txt's.
+struct SpecialIds {
+  int64_t pad = 0, unk = 1, cls = 2, sep = 3, mask = 4;
+  bool contains(int64_t id) const { return id == pad || id == unk || id == cls || id == sep || id == mask; }
+};
+constexpr int64_t kFirstWord = 5;  // the word-level vocab's first word
 
 // The text of every regular file under `paths`, each file once (by canonical path).
 std::string read_corpus(const std::vector<std::string>& paths) {
@@ -126,8 +137,10 @@ std::vector<std::string> split_words(const std::string& text) {
 }
 
 struct Tokenized {
-  std::vector<std::string> vocab;  // id -> word
-  std::vector<int64_t> ids;        // the corpus as one token stream
+  int64_t vocab_size = 0;
+  std::vector<int64_t> ids;  // the corpus as one token stream
+  SpecialIds special;
+  int64_t first_word = 0;  // masking's random replacements are drawn from [first_word, vocab_size)
 };
 
 Tokenized tokenize(const std::string& text, int64_t max_vocab) {
@@ -140,22 +153,41 @@ Tokenized tokenize(const std::string& text, int64_t max_vocab) {
   std::sort(by_count.begin(), by_count.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
-  Tokenized t{{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}, {}};
+  Tokenized t;
+  t.vocab_size = t.first_word = kFirstWord;  // after [PAD] [UNK] [CLS] [SEP] [MASK]
   std::unordered_map<std::string, int64_t> id_of;
   for (const auto& [w, n] : by_count) {
-    if (int64_t(t.vocab.size()) >= max_vocab) break;
-    id_of[w] = int64_t(t.vocab.size());
-    t.vocab.push_back(w);
+    if (t.vocab_size >= max_vocab) break;
+    id_of[w] = t.vocab_size++;
   }
   t.ids.reserve(words.size());
   int64_t unknown = 0;
   for (const std::string& w : words) {
     auto it = id_of.find(w);
-    t.ids.push_back(it == id_of.end() ? kUnk : it->second);
+    t.ids.push_back(it == id_of.end() ? t.special.unk : it->second);
     unknown += it == id_of.end();
   }
-  std::printf("tokenizer: %zu tokens, vocab %zu (%lld distinct words), %.1f%% [UNK]\n", t.ids.size(), t.vocab.size(),
-              (long long)counts.size(), 100.0 * double(unknown) / double(std::max<size_t>(1, t.ids.size())));
+  std::printf("tokenizer: %zu tokens, vocab %lld (%lld distinct words), %.1f%% [UNK]\n", t.ids.size(),
+              (long long)t.vocab_size, (long long)counts.size(),
+              100.0 * double(unknown) / double(std::max<size_t>(1, t.ids.size())));
+  return t;
+}
+
+// Note [bert_mlm tokenizer]: the corpus through a Hugging Face vocab.txt.
+Tokenized tokenize_wordpiece(const std::string& text, const data::WordPiece& wp) {
+  Tokenized t;
+  t.vocab_size = wp.size();
+  t.special = {.pad = wp.token_id("[PAD]"),
+               .unk = wp.token_id("[UNK]"),
+               .cls = wp.token_id("[CLS]"),
+               .sep = wp.token_id("[SEP]"),
+               .mask = wp.token_id("[MASK]")};
+  FRUGAL_CHECK(t.vocab_size > 5, "--vocab-file ", wp.path(), " holds only ", t.vocab_size,
+               " tokens: the special tokens and at least one word are needed");
+  t.ids = wp.encode(text);
+  const int64_t unknown = std::count(t.ids.begin(), t.ids.end(), t.special.unk);
+  std::printf("tokenizer: WordPiece %s: %zu tokens, vocab %lld, %.1f%% [UNK]\n", wp.path().c_str(), t.ids.size(),
+              (long long)t.vocab_size, 100.0 * double(unknown) / double(std::max<size_t>(1, t.ids.size())));
   return t;
 }
 
@@ -164,18 +196,25 @@ struct MlmBatch {
 };
 
 // `batch` windows at random offsets, framed by [CLS]/[SEP] and masked (Note [BERT masking]).
-MlmBatch make_batch(const std::vector<int64_t>& stream, int64_t batch, int64_t seq_len, int64_t vocab_size,
-                    std::mt19937_64& rng, Device device) {
+MlmBatch make_batch(const Tokenized& tok, int64_t batch, int64_t seq_len, std::mt19937_64& rng, Device device) {
+  const std::vector<int64_t>& stream = tok.ids;
+  const SpecialIds& sp = tok.special;
   const int64_t body = seq_len - 2;
   std::uniform_int_distribution<int64_t> offset(0, int64_t(stream.size()) - body);
-  std::uniform_int_distribution<int64_t> random_word(kFirstWord, vocab_size - 1);
+  std::uniform_int_distribution<int64_t> any_id(tok.first_word, tok.vocab_size - 1);
+  const auto random_word = [&] {  // a vocab.txt's special tokens need not come first (bert-base: 0, 100-103)
+    int64_t id;
+    do id = any_id(rng);
+    while (sp.contains(id));
+    return id;
+  };
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<int64_t> inputs(batch * seq_len), labels(batch * seq_len, -100);
   for (int64_t b = 0; b < batch; ++b) {
     int64_t* in = &inputs[b * seq_len];
     int64_t* lab = &labels[b * seq_len];
     const int64_t start = offset(rng);
-    in[0] = kCls, in[seq_len - 1] = kSep;
+    in[0] = sp.cls, in[seq_len - 1] = sp.sep;
     std::copy(stream.begin() + start, stream.begin() + start + body, in + 1);
     int64_t selected = 0;
     for (int64_t i = 1; i <= body; ++i) {
@@ -183,12 +222,12 @@ MlmBatch make_batch(const std::vector<int64_t>& stream, int64_t batch, int64_t s
       ++selected;
       lab[i] = in[i];
       const double r = u(rng);
-      if (r < 0.8) in[i] = kMask;
-      else if (r < 0.9) in[i] = random_word(rng);
+      if (r < 0.8) in[i] = sp.mask;
+      else if (r < 0.9) in[i] = random_word();
     }
     if (selected == 0) {  // every sequence predicts something
       const int64_t i = 1 + std::uniform_int_distribution<int64_t>(0, body - 1)(rng);
-      lab[i] = in[i], in[i] = kMask;
+      lab[i] = in[i], in[i] = sp.mask;
     }
   }
   return {from_vector(inputs, {batch, seq_len}).to(device), from_vector(labels, {batch, seq_len}).to(device)};
@@ -244,8 +283,8 @@ int write_checkpoint(const std::string& path, const std::string& config_json, De
 
 const char* kUsage =
     "usage: bert_mlm [--corpus PATH]... [--device cpu|cuda[:N]] [--steps N] [--batch N] [--seq-len N]\n"
-    "                [--lr X] [--warmup F (fraction of the steps, in [0, 1])] [--vocab N] [--no-amp]\n"
-    "                [--layers N] [--hidden N] [--heads N] [--intermediate N] [--compress-saved fp8|int8]\n"
+    "                [--lr X] [--warmup F (fraction of the steps, in [0, 1])] [--vocab N | --vocab-file vocab.txt]\n"
+    "                [--no-amp] [--layers N] [--hidden N] [--heads N] [--intermediate N] [--compress-saved fp8|int8]\n"
     "       bert_mlm --load-hf-checkpoint W.safetensors [--config-json config.json] [--device cuda]\n"
     "       bert_mlm --write-hf-checkpoint W.safetensors [--config-json config.json]\n";
 
@@ -253,7 +292,7 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   std::vector<std::string> corpus;
-  std::string device_name = "cpu", load_path, write_path, config_json;
+  std::string device_name = "cpu", load_path, write_path, config_json, vocab_file;
   int64_t steps = 1000, batch = 32, seq_len = 128, max_vocab = 8000;
   double lr = 5e-4, warmup = 0.1;
   bool amp = true;
@@ -276,6 +315,7 @@ int main(int argc, char** argv) {
       else if (flags.is("--lr")) lr = flags.positive_real();
       else if (flags.is("--warmup")) warmup = flags.real(0, 1);
       else if (flags.is("--vocab")) max_vocab = flags.positive();
+      else if (flags.is("--vocab-file")) vocab_file = flags.text();
       else if (flags.is("--layers")) config.num_hidden_layers = flags.positive();
       else if (flags.is("--hidden")) config.hidden_size = flags.positive();
       else if (flags.is("--heads")) config.num_attention_heads = flags.positive();
@@ -291,8 +331,8 @@ int main(int argc, char** argv) {
     if (!write_path.empty()) return write_checkpoint(write_path, config_json, device);
     if (!load_path.empty()) return load_checkpoint(load_path, config_json, device);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
-    FRUGAL_CHECK(max_vocab > kFirstWord, "--vocab ", max_vocab, " must be at least ", kFirstWord + 1,
-                 " (the special tokens and one word)");
+    FRUGAL_CHECK(!vocab_file.empty() || max_vocab > kFirstWord, "--vocab ", max_vocab, " must be at least ",
+                 kFirstWord + 1, " (the special tokens and one word)");
     FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "--seq-len ", seq_len, " must be in [3, ",
                  config.max_position_embeddings, "]");
     if (corpus.empty()) {
@@ -302,10 +342,13 @@ int main(int argc, char** argv) {
         for (const auto& entry : fs::directory_iterator("/usr/share/doc"))
           if (fs::is_regular_file(entry.path() / "copyright")) corpus.push_back(entry.path() / "copyright");
     }
-    const Tokenized tok = tokenize(read_corpus(corpus), max_vocab);
+    std::optional<data::WordPiece> wordpiece;  // read before the corpus, so that a bad file fails at once
+    if (!vocab_file.empty()) wordpiece = data::WordPiece::from_file(vocab_file);
+    const std::string text = read_corpus(corpus);
+    const Tokenized tok = wordpiece ? tokenize_wordpiece(text, *wordpiece) : tokenize(text, max_vocab);
     FRUGAL_CHECK(int64_t(tok.ids.size()) >= seq_len, "the corpus has only ", tok.ids.size(),
                  " tokens, fewer than --seq-len ", seq_len);
-    config.vocab_size = int64_t(tok.vocab.size());
+    config.vocab_size = tok.vocab_size;
 
     manual_seed(0);
     std::mt19937_64 rng(0);
@@ -332,7 +375,7 @@ int main(int argc, char** argv) {
     double first = NAN, last = NAN;
     model.train();
     for (int64_t step = 1; step <= steps; ++step) {
-      MlmBatch b = make_batch(tok.ids, batch, seq_len, config.vocab_size, rng, device);
+      MlmBatch b = make_batch(tok, batch, seq_len, rng, device);
       Tensor loss;
       {
         AutocastGuard autocast(device, kFloat16, amp);

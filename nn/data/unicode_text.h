@@ -1,0 +1,70 @@
+#pragma once
+// The pieces of Unicode that BERT's text normalisation needs (nn/data/wordpiece.h): UTF-8
+// decoding and encoding, and the character classes, lower-casing and accent stripping of
+// Hugging Face's BasicTokenizer, which asks Python's unicodedata for them. frugal carries no
+// Unicode database, so these are small tables over the common blocks (Note [Unicode
+// coverage]).
+//
+// Note [Invalid UTF-8]
+// Text is decoded with replacement, never rejected: each maximal ill-formed subsequence
+// (a stray continuation byte, a truncated sequence, an overlong form, a surrogate, a code
+// point above U+10FFFF) becomes one U+FFFD, as Unicode's "best practice" (chapter 3, U+FFFD
+// substitution of maximal subparts) and Python's bytes.decode(errors="replace") do. BERT's
+// clean-up then drops U+FFFD, so a corpus with a bad byte tokenises as Hugging Face tokenises
+// the same file read with errors="replace", instead of aborting a training run over one
+// byte. The vocabulary file is the exception: a token that is not valid UTF-8 could never be
+// matched, so from_file rejects it and names the line.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace frugal::data::unicode {
+
+constexpr char32_t kReplacement = 0xFFFD;
+
+/// The code points of `text`, each ill-formed subsequence replaced by U+FFFD (Note [Invalid
+/// UTF-8]).
+std::vector<char32_t> decode_utf8(std::string_view text);
+/// Whether `text` is well-formed UTF-8; if not, `bad_offset` gets the offset of the first bad byte.
+bool valid_utf8(std::string_view text, size_t* bad_offset = nullptr);
+/// Appends the UTF-8 encoding of `cp` (a scalar value) to `out`.
+void append_utf8(std::string& out, char32_t cp);
+
+// Note [Unicode coverage]
+// The classes below are Python's unicodedata (Unicode 14) restricted to these blocks; the
+// tables were written from unicodedata and checked against it code point by code point. On
+// 9000 random strings drawn from these blocks (with stray bytes), WordPiece's tokens matched
+// a Python transcription of HF's BertTokenizer except where an unassigned code point (Cn)
+// occurred, which HF drops and frugal keeps:
+// - whitespace: tab, newline, carriage return, every Zs, and U+2028/2029 (Zl, Zp), which HF
+//   keeps as letters but Python's str.split() then splits on (complete).
+// - control: every Cc and Cf (complete) and the private-use planes Co; unassigned code
+//   points (Cn), which HF also drops, are kept.
+// - punctuation: ASCII 33-47, 58-64, 91-96, 123-126 (as HF, including $ + < = > ^ ` | ~,
+//   which Unicode calls symbols), and the P* code points of Latin-1 Supplement, General
+//   Punctuation (U+2000-206F), Supplemental Punctuation (U+2E00-2E7F), CJK Symbols and
+//   Punctuation (U+3000-303F), Katakana (U+30A0, U+30FB), CJK Compatibility and Small Form
+//   Variants (U+FE30-FE6F) and the fullwidth forms (U+FF00-FFEF). Other scripts'
+//   punctuation (Arabic, Devanagari, ...) stays inside words.
+// - CJK ideographs: HF's _is_chinese_char ranges exactly.
+// - lower-case: ASCII, Latin-1 Supplement, Latin Extended-A (with U+0130 -> "i" U+0307, as
+//   str.lower()), basic Greek (U+0386-03AB) and Cyrillic (U+0400-042F); others unchanged.
+// - NFD: the canonical decompositions of Latin-1 Supplement, Latin Extended-A, Greek and
+//   Coptic, and Cyrillic (U+00C0-017F, U+0370-04FF); others unchanged.
+// - combining marks (Mn), which stripping drops: U+0300-036F, U+0483-0487, U+1AB0-1ACE,
+//   U+1DC0-1DFF, U+20D0-20F0 (the Mn ones), U+302A-302D, U+3099-309A and U+FE20-FE2F.
+bool is_whitespace(char32_t cp);
+bool is_control(char32_t cp);
+bool is_punctuation(char32_t cp);
+bool is_cjk(char32_t cp);
+bool is_combining_mark(char32_t cp);
+/// Lower-cases `word` as str.lower() does (Note [Unicode coverage]): U+0130 becomes two code
+/// points, and a capital sigma ending a word becomes the final sigma U+03C2 (Unicode's
+/// Final_Sigma rule, with "cased" read as a letter of the lower-case table's blocks and only
+/// combining marks skipped as case-ignorable).
+std::vector<char32_t> lower(const std::vector<char32_t>& word);
+/// Appends the canonical decomposition of `cp` (itself where none is tabled).
+void append_nfd(std::vector<char32_t>& out, char32_t cp);
+
+}  // namespace frugal::data::unicode
