@@ -358,3 +358,71 @@ TEST_CASE("dataloader over a Dataset: an error in a sample reaches the consumer,
     CHECK(loader.next(b));  // a new pass starts
   }
 }
+
+TEST_CASE("transforms: wrong rank, dtype or size name the transform and the shape") {
+  Generator gen(0);
+  const Tensor flat = byte_tensor({4, 4});
+  check_error([&] { RandomCrop(2)(flat, gen); }, {"RandomCrop: expected an image (C, H, W), got uint8[4, 4] cpu"});
+  check_error(
+      [&] {
+        RandomHorizontalFlip()(byte_tensor({1, 2, 2, 2}), gen);
+      },
+      {"RandomHorizontalFlip", "uint8[1, 2, 2, 2] cpu"});
+  check_error([&] { ToFloat()(flat, gen); }, {"ToFloat", "uint8[4, 4] cpu"});
+  check_error(
+      [&] {
+        ToFloat()(zeros({1, 2, 2}, {kInt64, kCPU}), gen);
+      },
+      {"ToFloat: expected a uint8 or float32 image", "int64[1, 2, 2] cpu"});
+  check_error(
+      [&] {
+        Normalize({0.5}, {0.5})(byte_tensor({1, 2, 2}), gen);
+      },
+      {"Normalize: expected a float32 image", "uint8[1, 2, 2] cpu"});
+  check_error(
+      [&] {
+        Normalize({0.5, 0.5}, {0.5, 0.5})(zeros({3, 2, 2}), gen);
+      },
+      {"Normalize: 2 means and stds for an image of 3 channels", "float32[3, 2, 2] cpu"});
+  check_error([&] { RandomErasing()(byte_tensor({1, 2, 2}), gen); }, {"RandomErasing", "uint8[1, 2, 2] cpu"});
+  check_error(
+      [&] {
+        RandomCrop(9, 2)(byte_tensor({1, 4, 6}), gen);
+      },
+      {"RandomCrop: a 9x9 crop does not fit the image uint8[1, 4, 6] cpu padded by 2 (8x10)"});
+  check_error([&] { Normalize({0.5}, {0.0}); }, {"Normalize: every std must be positive"});
+  check_error([&] { Normalize({0.5, 1}, {0.5}); }, {"Normalize: mean and std need one value per channel"});
+  check_error([&] { RandomCrop(0); }, {"RandomCrop: size must be >= 1"});
+  check_error([&] { RandomHorizontalFlip(1.5); }, {"RandomHorizontalFlip: p must lie in [0, 1], got 1.5"});
+  check_error([&] { RandomErasing(0.5, {0.5, 0.1}); }, {"RandomErasing: scale"});
+  check_error([&] { TransformedDataset(nullptr, ToFloat(), 0); }, {"TransformedDataset: the dataset is null"});
+}
+
+namespace {
+// A Dataset that is not a TensorDataset, over one: the loader takes its general path.
+struct Wrapped : Dataset {
+  explicit Wrapped(TensorDataset d) : inner(std::move(d)) {}
+  int64_t size() const override { return inner.size(); }
+  Example get(int64_t i) const override { return inner.get(i); }
+  TensorDataset inner;
+};
+}  // namespace
+
+TEST_CASE("dataloader: a Dataset's general path delivers what the TensorDataset fast path does") {
+  const TensorDataset td(float_tensor({23, 3, 2}, 8), byte_tensor({23, 1}).to(kInt64));
+  for (int64_t workers : {1, 2}) {
+    DataLoader fast(td, {.batch_size = 4, .shuffle = true, .seed = 2});
+    DataLoader general(std::make_shared<Wrapped>(td),
+                       {.batch_size = 4, .shuffle = true, .seed = 2, .drop_last = true, .workers = workers});
+    CHECK(general.size() == 5);
+    Batch a, b;
+    for (int64_t k = 0; k < 5; ++k) {
+      REQUIRE(fast.next(a));
+      REQUIRE(general.next(b));
+      CHECK(b.inputs.sizes() == Shape{4, 3, 2});
+      CHECK(values(a.inputs) == values(b.inputs));
+      CHECK(values(a.targets) == values(b.targets));
+    }
+    CHECK(!general.next(b));
+  }
+}
