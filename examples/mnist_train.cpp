@@ -117,7 +117,7 @@ void require_nonempty(const data::FashionMnist& ds, const std::string& dir) {
 }
 
 void standardize(data::FashionMnist& ds) {
-  const double mean = 0.2860, std = 0.3530;
+  const double mean = kFashionMnistMean, std = kFashionMnistStd;
   for (Tensor* images : {&ds.train_images, &ds.test_images}) *images = ops::affine(*images, 1.0 / std, -mean / std);
 }
 

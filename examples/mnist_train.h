@@ -69,6 +69,9 @@ autograd::CompressOptions compress_saved_option(const std::string& text);
 /// an empty training set would train no step, an empty test set score 0 of 0.
 void require_nonempty(const data::FashionMnist& ds, const std::string& dir);
 
+/// The mean and standard deviation of Fashion-MNIST's training pixels (in [0, 1]).
+inline constexpr double kFashionMnistMean = 0.2860, kFashionMnistStd = 0.3530;
+
 /// Standardises both image sets of `ds` in place with the training set's pixel mean and
 /// std (0.2860, 0.3530), as the usual recipes do.
 void standardize(data::FashionMnist& ds);

@@ -49,6 +49,7 @@
 #include "nn/data/dataloader.h"
 #include "nn/data/dataset.h"
 #include "nn/data/idx.h"
+#include "nn/data/transforms.h"
 #include "nn/data/wordpiece.h"
 #include "nn/init.h"
 #include "nn/layers.h"

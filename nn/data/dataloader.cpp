@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -18,10 +18,14 @@ namespace frugal::data {
 
 // Note [DataLoader pipeline]
 // One pass runs a producer/consumer pipeline of depth `prefetch`:
-//   worker thread : for each batch in order, gather its rows (one memcpy per sample
-//                   and tensor) into a fresh block of the pinned host pool, and queue it;
-//                   it waits while `prefetch` batches are queued.
-//   next()        : take the oldest queued batch; for a CUDA loader, copy it with
+//   workers : each claims the next batch index not yet claimed, prepares that batch into
+//             a fresh block of the pinned host pool, and files it under its index. For a
+//             TensorDataset it gathers the rows (one memcpy per sample and tensor); for any
+//             other Dataset it reads each sample with get_at_epoch(i, epoch) and collates.
+//             A worker claims batch i only while i < consumed + max(prefetch, workers), so
+//             at most that many batches are in flight or waiting.
+//   next()  : wait for the batch at index `consumed` (batches are delivered in index
+//             order, whichever worker finished first); for a CUDA loader, copy it with
 //                   Tensor::to(device), i.e. cudaMemcpyAsync on the caller's current
 //                   stream, which does not block the host because the source is pinned.
 // The copy is issued by the consumer, not the worker, so it is ordered on the stream the
@@ -30,10 +34,13 @@ namespace frugal::data {
 // the copy may still be in flight: memory::record_stream(block, stream) makes the pinned
 // pool hold the block back until the copy has completed (see Note [Stream-aware reuse]),
 // so nothing waits and nothing is overwritten early.
-// Errors: the worker catches whatever preparing a batch throws and queues it in that
-// batch's place; next() rethrows it in order and ends the pass. Stopping (a new pass, an
-// abandoned loop, the destructor) sets `stop` and joins; a worker blocked on a full
-// queue wakes up and leaves, so an early `break` never deadlocks.
+// Determinism: which samples batch i holds is fixed by (seed, epoch) before any thread
+// starts, and a sample's content by (epoch, i) (Note [Per-sample randomness] in
+// transforms.cpp), so 1 and N workers deliver identical batches.
+// Errors: a worker catches whatever preparing a batch throws and files it in that batch's
+// place, then leaves; next() rethrows it in order and ends the pass. Stopping (a new pass,
+// an abandoned loop, the destructor) sets `stop` and joins; workers waiting for room wake
+// up and leave, so an early `break` never deadlocks.
 
 namespace {
 
@@ -77,6 +84,26 @@ Tensor gather_rows(const Tensor& src, const int64_t* rows, int64_t count) {
   return from_data_ptr(std::move(block), sizes, src.dtype());
 }
 
+// examples[k].<part> (all of one shape and dtype) stacked into pinned memory: (B, ...).
+Tensor stack_part(const std::vector<Example>& examples, Tensor Example::*part, const char* name) {
+  const Tensor& first = examples[0].*part;
+  for (size_t k = 0; k < examples.size(); ++k) {
+    const Tensor& t = examples[k].*part;
+    FRUGAL_CHECK(t.defined() && t.device().is_cpu(), "collate: example ", k, "'s ", name,
+                 " must be a defined host tensor, got ", t.defined() ? t.describe() : "undefined");
+    FRUGAL_CHECK(t.sizes() == first.sizes() && t.dtype() == first.dtype(), "collate: example ", k, "'s ", name, " ",
+                 t.describe(), " differs from example 0's ", first.describe());
+  }
+  Shape sizes = first.sizes();
+  sizes.insert(sizes.begin(), int64_t(examples.size()));
+  const size_t bytes = size_t(first.numel()) * first.element_size();
+  DataPtr block = memory::allocate_pinned(examples.size() * bytes);
+  auto* to = static_cast<uint8_t*>(block.get());
+  for (size_t k = 0; k < examples.size() && bytes > 0; ++k)
+    std::memcpy(to + k * bytes, (examples[k].*part).contiguous().data(), bytes);
+  return from_data_ptr(std::move(block), sizes, first.dtype());
+}
+
 // `host` (pinned) on `device`, copied asynchronously; see Note [DataLoader pipeline].
 Tensor deliver(const Tensor& host, Device device) {
   if (device.is_cpu()) return host;
@@ -86,6 +113,11 @@ Tensor deliver(const Tensor& host, Device device) {
 }
 
 }  // namespace
+
+Batch collate(const std::vector<Example>& examples) {
+  FRUGAL_CHECK(!examples.empty(), "collate: no examples to stack");
+  return {stack_part(examples, &Example::input, "input"), stack_part(examples, &Example::target, "target")};
+}
 
 Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype) {
   const size_t nbytes = checked_nbytes(numel_of(sizes, "from_data_ptr"), dtype, "from_data_ptr", sizes);
@@ -108,18 +140,31 @@ struct DataLoader::Pass {
     std::exception_ptr error;  // set instead when preparing the batch failed
   };
   std::vector<int64_t> order;
+  int64_t epoch = 0;
   int64_t num_batches = 0;
-  int64_t consumed = 0;
+  int64_t consumed = 0;  // batches taken by next()
+  int64_t claimed = 0;   // batches claimed by the workers (guarded by mu)
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Slot> ready;  // prepared batches, oldest first
+  std::map<int64_t, Slot> ready;  // prepared batches by index
   bool stop = false;
-  std::thread worker;
+  std::vector<std::thread> workers;
 };
 
-DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options) : dataset_(dataset), options_(options) {
+DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options)
+    : DataLoader(std::make_shared<const TensorDataset>(dataset), options) {}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  FRUGAL_CHECK(dataset_ != nullptr, "DataLoader: the dataset is null");
+  tensors_ = dynamic_cast<const TensorDataset*>(dataset_.get());
+  check_options();
+}
+
+void DataLoader::check_options() const {
   FRUGAL_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size);
   FRUGAL_CHECK(options_.prefetch >= 0, "DataLoader: prefetch must be >= 0, got ", options_.prefetch);
+  FRUGAL_CHECK(options_.workers >= 1, "DataLoader: workers must be >= 1, got ", options_.workers);
   FRUGAL_CHECK(options_.device.is_cpu() || options_.device.index < cuda_device_count(), "DataLoader: device ",
                options_.device.str(), " is not available (", cuda_device_count(), " CUDA devices visible)");
 }
@@ -127,7 +172,7 @@ DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options) 
 DataLoader::~DataLoader() { end_pass(); }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_.size(), b = options_.batch_size;
+  const int64_t n = dataset_->size(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -137,7 +182,7 @@ void DataLoader::set_epoch(int64_t epoch) {
 }
 
 std::vector<int64_t> DataLoader::order(int64_t epoch) const {
-  std::vector<int64_t> order(size_t(dataset_.size()));
+  std::vector<int64_t> order(size_t(dataset_->size()));
   std::iota(order.begin(), order.end(), int64_t(0));
   if (options_.shuffle) {  // Fisher-Yates
     EpochRandom rng(options_.seed, uint64_t(epoch));
@@ -146,40 +191,50 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
   return order;
 }
 
-Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t index) const {
+Batch DataLoader::make_batch(const std::vector<int64_t>& order, int64_t index, int64_t epoch) const {
   const int64_t first = index * options_.batch_size;
-  const int64_t count = std::min<int64_t>(options_.batch_size, dataset_.size() - first);
+  const int64_t count = std::min<int64_t>(options_.batch_size, dataset_->size() - first);
   const int64_t* rows = order.data() + first;
-  return {gather_rows(dataset_.inputs(), rows, count), gather_rows(dataset_.targets(), rows, count)};
+  if (tensors_) return {gather_rows(tensors_->inputs(), rows, count), gather_rows(tensors_->targets(), rows, count)};
+  std::vector<Example> examples;
+  examples.reserve(size_t(count));
+  for (int64_t k = 0; k < count; ++k) examples.push_back(dataset_->get_at_epoch(rows[k], epoch));
+  return collate(examples);
 }
 
 void DataLoader::start_pass() {
   end_pass();
   auto pass = std::make_unique<Pass>();
-  pass->order = order(next_epoch_++);
+  pass->epoch = next_epoch_++;
+  pass->order = order(pass->epoch);
   pass->num_batches = size();
   if (options_.prefetch > 0 && pass->num_batches > 0) {
     Pass* p = pass.get();
-    p->worker = std::thread([this, p] {
-      for (int64_t i = 0; i < p->num_batches; ++i) {
-        {
-          std::unique_lock<std::mutex> lock(p->mu);
-          p->cv.wait(lock, [&] { return p->stop || int64_t(p->ready.size()) < options_.prefetch; });
-          if (p->stop) return;
+    const int64_t window = std::max(options_.prefetch, options_.workers);
+    const int64_t threads = std::min(options_.workers, p->num_batches);
+    for (int64_t w = 0; w < threads; ++w)
+      p->workers.emplace_back([this, p, window] {
+        while (true) {
+          int64_t i;
+          {
+            std::unique_lock<std::mutex> lock(p->mu);
+            p->cv.wait(lock, [&] { return p->stop || p->claimed < p->consumed + window; });
+            if (p->stop || p->claimed == p->num_batches) return;
+            i = p->claimed++;
+          }
+          Pass::Slot slot;
+          try {
+            slot.batch = make_batch(p->order, i, p->epoch);
+          } catch (...) { slot.error = std::current_exception(); }
+          const bool failed = slot.error != nullptr;
+          {
+            std::lock_guard<std::mutex> lock(p->mu);
+            p->ready.emplace(i, std::move(slot));
+          }
+          p->cv.notify_all();
+          if (failed) return;
         }
-        Pass::Slot slot;
-        try {
-          slot.batch = make_batch(p->order, i);
-        } catch (...) { slot.error = std::current_exception(); }
-        const bool failed = slot.error != nullptr;
-        {
-          std::lock_guard<std::mutex> lock(p->mu);
-          p->ready.push_back(std::move(slot));
-        }
-        p->cv.notify_all();
-        if (failed) return;
-      }
-    });
+      });
   }
   pass_ = std::move(pass);
 }
@@ -191,7 +246,7 @@ void DataLoader::end_pass() {
     pass_->stop = true;
   }
   pass_->cv.notify_all();
-  if (pass_->worker.joinable()) pass_->worker.join();
+  for (std::thread& t : pass_->workers) t.join();
   pass_.reset();
 }
 
@@ -205,7 +260,7 @@ bool DataLoader::next(Batch& batch) {
   Batch host;
   if (options_.prefetch == 0) {
     try {
-      host = make_batch(p.order, p.consumed++);
+      host = make_batch(p.order, p.consumed++, p.epoch);
     } catch (...) {
       end_pass();
       throw;
@@ -214,12 +269,13 @@ bool DataLoader::next(Batch& batch) {
     Pass::Slot slot;
     {
       std::unique_lock<std::mutex> lock(p.mu);
-      p.cv.wait(lock, [&] { return !p.ready.empty(); });
-      slot = std::move(p.ready.front());
-      p.ready.pop_front();
+      p.cv.wait(lock, [&] { return p.ready.count(p.consumed) > 0; });
+      auto it = p.ready.find(p.consumed);
+      slot = std::move(it->second);
+      p.ready.erase(it);
+      ++p.consumed;  // under the lock: the workers' window moves with it
     }
     p.cv.notify_all();
-    ++p.consumed;
     if (slot.error) {
       end_pass();
       std::rethrow_exception(slot.error);

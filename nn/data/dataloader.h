@@ -1,6 +1,6 @@
 #pragma once
-// DataLoader: batches of a TensorDataset, shuffled reproducibly, prepared by a
-// background thread so the training loop (and the GPU) never waits for them.
+// DataLoader: batches of a Dataset, shuffled reproducibly, prepared by background
+// worker threads so the training loop (and the GPU) never waits for them.
 //
 //   data::DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .seed = 1, .device = cuda()});
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
@@ -25,7 +25,8 @@ struct DataLoaderOptions {
   uint64_t seed = 0;       // with shuffle: the order of epoch e is a function of (seed, e) only
   bool drop_last = false;  // drop the last batch when it has fewer than batch_size samples
   Device device = kCPU;    // where batches are delivered
-  int64_t prefetch = 2;    // batches prepared ahead by the worker thread; 0: no thread
+  int64_t prefetch = 2;    // batches prepared ahead by the worker threads; 0: no thread
+  int64_t workers = 1;     // threads preparing batches (with prefetch > 0); the batches do not depend on it
 };
 
 /// One batch: rows of the dataset's inputs and targets, (B, ...) each, on the loader's device.
@@ -33,20 +34,31 @@ struct Batch {
   Tensor inputs, targets;
 };
 
+/// Stacks examples into a batch: inputs (B, ...) and targets (B, ...) in pinned host
+/// memory. Every example's input must have the shape and dtype of the first's, and so must
+/// every target; throws naming the example that differs.
+Batch collate(const std::vector<Example>& examples);
+
 /// A CPU tensor of `sizes` and `dtype` over `data` (which must hold at least numel *
 /// element_size bytes of host memory); the tensor owns `data` from then on.
 Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype);
 
-/// Iterates a TensorDataset in batches; see Note [DataLoader pipeline] in dataloader.cpp.
+/// Iterates a Dataset in batches; see Note [DataLoader pipeline] in dataloader.cpp.
 ///
 /// A pass over the data (an epoch) starts at begin(), or at next() when none is under
 /// way, and uses epoch number epoch(); each pass started advances that number by one,
 /// and set_epoch() sets it. With shuffle the sample order is a permutation that depends
-/// only on (seed, epoch): runs are reproducible, and epochs differ.
+/// only on (seed, epoch): runs are reproducible, and epochs differ. Batch b of an epoch holds
+/// samples order(epoch)[b B .. (b + 1) B), each read with get_at_epoch(i, epoch), whatever
+/// the number of workers.
 /// Not copyable or movable (a worker thread refers to it). Use from one thread.
 class DataLoader {
  public:
+  /// The fast path: each batch gathers rows of the dataset's tensors, one memcpy per sample.
   DataLoader(const TensorDataset& dataset, DataLoaderOptions options = {});
+  /// Any dataset: each batch is collate() of get_at_epoch(i, epoch) for its samples. The
+  /// dataset's get must be safe to call from several threads (Dataset's contract).
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -96,9 +108,11 @@ class DataLoader {
   struct Pass;
   void start_pass();
   void end_pass();
-  Batch make_batch(const std::vector<int64_t>& order, int64_t index) const;
+  void check_options() const;
+  Batch make_batch(const std::vector<int64_t>& order, int64_t index, int64_t epoch) const;
 
-  TensorDataset dataset_;
+  std::shared_ptr<const Dataset> dataset_;
+  const TensorDataset* tensors_ = nullptr;  // dataset_ when it is a TensorDataset (the fast path)
   DataLoaderOptions options_;
   int64_t next_epoch_ = 0;
   std::unique_ptr<Pass> pass_;
