@@ -24,12 +24,12 @@
 // timeline.svg. --memory-budget SIZE (3GiB, 512MiB, or 0.5x: that fraction of the default
 // plan's peak) profiles each block choice (Note [Block planner]), picks the fastest per-block
 // plan predicted to fit, prints it and then times it; --plan-choices names what it may choose
-// from (default: the lossless keep, recompute, selective, checkpoint, offload and
-// checkpoint-offload; add compress to allow FP8 activations). --memory-plan CHOICES runs a given plan: one
-// choice for every block, or one per block separated by commas. --tf32 lets float32 convolutions and matmuls use TF32
-// tensor cores (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is how long the host
-// took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes after): near "step
-// ms" means the host sets the pace.
+// from (default: the lossless keep, recompute, selective, checkpoint, offload,
+// checkpoint-offload and checkpoint-recompute; add compress to allow FP8 activations). --memory-plan CHOICES runs a
+// given plan: one choice for every block, or one per block separated by commas. --tf32 lets float32 convolutions and
+// matmuls use TF32 tensor cores (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is
+// how long the host took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes
+// after): near "step ms" means the host sets the pace.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -76,9 +76,10 @@ constexpr double kPeakFlops = 755e12;
 constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 
 struct Args {
-  std::string model, optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto",
-                     cudnn_benchmark = "on", profile_dir, memory_budget, memory_plan,
-                     plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload";
+  std::string model,
+      optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto", cudnn_benchmark = "on",
+      profile_dir, memory_budget, memory_plan,
+      plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12;
   bool amp = false, checkpoint = false, tf32 = false;
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
@@ -263,8 +264,8 @@ std::vector<nn::BlockMemory> parse_choices(const std::string& text, const char* 
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string name = text.substr(start, comma - start);
     const std::optional<nn::BlockMemory> c = nn::parse_block_memory(name);
-    FRUGAL_CHECK(c, "train_step: ", flag, " takes keep, recompute, selective, checkpoint, compress, offload or ",
-                 "checkpoint-offload (comma-separated), got '", name, "' in '", text, "'");
+    FRUGAL_CHECK(c, "train_step: ", flag, " takes keep, recompute, selective, checkpoint, compress, offload, ",
+                 "checkpoint-offload or checkpoint-recompute (comma-separated), got '", name, "' in '", text, "'");
     out.push_back(*c);
     start = comma + 1;
   }

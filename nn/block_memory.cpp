@@ -42,6 +42,7 @@ const char* to_string(BlockMemory choice) {
     case BlockMemory::Compress: return "compress";
     case BlockMemory::Offload: return "offload";
     case BlockMemory::CheckpointOffload: return "checkpoint-offload";
+    case BlockMemory::CheckpointRecompute: return "checkpoint-recompute";
   }
   return "?";
 }
@@ -55,7 +56,8 @@ std::optional<BlockMemory> parse_block_memory(std::string_view name) {
 bool is_lossy(BlockMemory choice) { return choice == BlockMemory::Compress; }
 
 bool keeps_input(BlockMemory choice) {
-  return choice == BlockMemory::Keep || choice == BlockMemory::Selective || choice == BlockMemory::Checkpoint;
+  return choice == BlockMemory::Keep || choice == BlockMemory::Selective || choice == BlockMemory::Checkpoint ||
+         choice == BlockMemory::CheckpointRecompute;
 }
 
 BlockMemoryPlan BlockMemoryPlan::from_checkpoint(bool checkpoint_blocks, autograd::CheckpointPolicy policy) {
@@ -105,6 +107,10 @@ Tensor run_choice(BlockMemory choice, const std::function<Tensor(const Tensor&)>
     case BlockMemory::Offload: return autograd::offload(fn, x);
     case BlockMemory::CheckpointOffload:
       return autograd::offload([fn](const Tensor& in) { return autograd::checkpoint(fn, in); }, x);
+    case BlockMemory::CheckpointRecompute:
+      // The forward runs without grad (nothing to recompute); the replay records, and its
+      // norm and activation outputs become recipes while the block's backward runs.
+      return autograd::checkpoint([fn](const Tensor& in) { return autograd::recompute_cheap(fn, in); }, x);
     case BlockMemory::Selective: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Selective);
     case BlockMemory::Checkpoint: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Full);
   }

@@ -20,20 +20,23 @@ namespace frugal::nn {
 
 /// What one block keeps for backward, roughly cheapest in time first.
 enum class BlockMemory : uint8_t {
-  Keep,               ///< everything its ops save (no extra work)
-  Recompute,          ///< not the outputs of its norms and activations, which backward regenerates from what
-                      ///< it keeps anyway (autograd::recompute_cheap, Note [Recomputable outputs])
-  Selective,          ///< its GEMM, convolution and attention outputs; the rest is replayed in backward
-                      ///< (autograd::checkpoint with CheckpointPolicy::Selective)
-  Checkpoint,         ///< its input only; the whole block runs again in backward (autograd::checkpoint)
-  Compress,           ///< what it saves, as FP8 codes with per-block scales (autograd::compress; lossy)
-  Offload,            ///< what it saves, in pinned host memory, copied back one block ahead in backward
-                      ///< (autograd::offload)
-  CheckpointOffload,  ///< Checkpoint, with the one input it keeps in host memory
+  Keep,                 ///< everything its ops save (no extra work)
+  Recompute,            ///< not the outputs of its norms and activations, which backward regenerates from what
+                        ///< it keeps anyway (autograd::recompute_cheap, Note [Recomputable outputs])
+  Selective,            ///< its GEMM, convolution and attention outputs; the rest is replayed in backward
+                        ///< (autograd::checkpoint with CheckpointPolicy::Selective)
+  Checkpoint,           ///< its input only; the whole block runs again in backward (autograd::checkpoint)
+  Compress,             ///< what it saves, as FP8 codes with per-block scales (autograd::compress; lossy)
+  Offload,              ///< what it saves, in pinned host memory, copied back one block ahead in backward
+                        ///< (autograd::offload)
+  CheckpointOffload,    ///< Checkpoint, with the one input it keeps in host memory
+  CheckpointRecompute,  ///< Checkpoint, whose replay in backward runs under recompute_cheap: the
+                        ///< block's own backward then holds fewer activations at once
 };
-inline constexpr int kNumBlockMemory = 7;
+inline constexpr int kNumBlockMemory = 8;
 
-/// "keep", "recompute", "selective", "checkpoint", "compress", "offload", "checkpoint-offload".
+/// "keep", "recompute", "selective", "checkpoint", "compress", "offload", "checkpoint-offload",
+/// "checkpoint-recompute".
 const char* to_string(BlockMemory choice);
 /// The choice named as to_string names it; nullopt for anything else.
 std::optional<BlockMemory> parse_block_memory(std::string_view name);
