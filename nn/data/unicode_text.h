@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace frugal::data::unicode {
 
 constexpr char32_t kReplacement = 0xFFFD;
@@ -29,7 +31,7 @@ std::vector<char32_t> decode_utf8(std::string_view text);
 /// Whether `text` is well-formed UTF-8; if not, `bad_offset` gets the offset of the first bad byte.
 bool valid_utf8(std::string_view text, size_t* bad_offset = nullptr);
 /// Appends the UTF-8 encoding of `cp` (a scalar value) to `out`.
-void append_utf8(std::string& out, char32_t cp);
+using frugal::append_utf8;
 
 // Note [Unicode coverage]
 // The classes below are Python's unicodedata (Unicode 14) restricted to these blocks; the
