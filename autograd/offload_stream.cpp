@@ -66,17 +66,6 @@ EventPool& events() {
 std::mutex probes_mutex;
 std::vector<std::pair<Event*, Event*>> pending_probes;
 
-// Whether all work before `e` is done; never waits.
-bool event_done(cudaEvent_t e) {
-  const cudaError_t err = cudaEventQuery(e);
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  FRUGAL_CUDA_CHECK(err);
-  return true;
-}
-
 cudaStream_t current(Device device) { return static_cast<cudaStream_t>(current_stream(device).handle); }
 
 }  // namespace
@@ -107,7 +96,7 @@ void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device d
 void wait_on_current_stream(void* event, Device device) {
   auto* copied = static_cast<Event*>(event);
   CudaDeviceGuard guard(device.index);
-  if (event_done(copied->event)) return;  // nothing left to wait for
+  if (cuda_event_done(copied->event)) return;  // nothing left to wait for
   const cudaStream_t compute = current(device);
   Event* before = events().record(device.index, /*timing=*/true, compute);
   FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(compute, copied->event, 0));

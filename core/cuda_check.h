@@ -21,6 +21,18 @@ namespace frugal::detail {
 
 namespace frugal {
 
+/// Whether all work recorded before event `e` is done; never waits (cudaEventQuery, with
+/// its "not ready" answer taken off the error state).
+inline bool cuda_event_done(cudaEvent_t e) {
+  const cudaError_t err = cudaEventQuery(e);
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  FRUGAL_CUDA_CHECK(err);
+  return true;
+}
+
 /// Makes CUDA device `index` current for its scope and restores the previous one after:
 /// runtime, cuBLAS, NCCL and event calls act on the calling thread's current device.
 /// A negative index leaves the current device as it is.

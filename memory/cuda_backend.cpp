@@ -28,17 +28,6 @@ void* null_if_out_of_memory(cudaError_t err, void* ptr, const char* expr) {
   return ptr;
 }
 
-// Whether all work before `e` is done; never waits.
-bool event_done(cudaEvent_t e) {
-  const cudaError_t err = cudaEventQuery(e);
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  FRUGAL_CUDA_CHECK(err);
-  return true;
-}
-
 // Events are created once and reused: cudaEventCreate costs microseconds, and a
 // multi-stream program records one for every cross-stream block it frees. An
 // event must be recorded on a stream of the device it was created on, so the pool
@@ -66,7 +55,7 @@ class EventPool {
     return e;
   }
 
-  static bool completed(void* event) { return event_done(static_cast<Event*>(event)->event); }
+  static bool completed(void* event) { return cuda_event_done(static_cast<Event*>(event)->event); }
 
   static void wait(void* event) { FRUGAL_CUDA_CHECK(cudaEventSynchronize(static_cast<Event*>(event)->event)); }
 
@@ -167,7 +156,7 @@ class CudaCheckTransport final : public CheckTransport {
     FRUGAL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), s));
   }
 
-  bool completed(void* event) override { return event_done(static_cast<cudaEvent_t>(event)); }
+  bool completed(void* event) override { return cuda_event_done(static_cast<cudaEvent_t>(event)); }
 
  private:
   int index_;
