@@ -160,6 +160,8 @@ void BlockPlanner::profile() {
           output_bytes_[e.block] = e.output_bytes;
           forward_ms_[e.block] = std::max(e.forward_ms, 0.0);
         }
+      total_forward_ms_ = 0;
+      for (double f : forward_ms_) total_forward_ms_ += f;
     }
     std::vector<double> ms;
     for (int k = 0; k < timing_steps_; ++k) {
@@ -220,16 +222,15 @@ int64_t BlockPlanner::predict_peak(const std::vector<BlockMemory>& p) const {
   return peak + margin + slack;
 }
 
+double BlockPlanner::added_ms(int64_t b, BlockMemory choice) const {
+  // Blocks without a timed forward (a host clock too coarse) share the extra evenly.
+  const double share = total_forward_ms_ > 0 ? forward_ms_[b] / total_forward_ms_ : 1.0 / num_blocks_;
+  return std::max(0.0, profile_of(choice).step_ms - profile_of(BlockMemory::Keep).step_ms) * share;
+}
+
 double BlockPlanner::predict_ms(const std::vector<BlockMemory>& p) const {
-  const ChoiceProfile& keep = profile_of(BlockMemory::Keep);
-  double total_forward = 0;
-  for (double f : forward_ms_) total_forward += f;
-  double ms = keep.step_ms;
-  for (int64_t b = 0; b < num_blocks_; ++b) {
-    // Blocks without a timed forward (a host clock too coarse) share the extra evenly.
-    const double share = total_forward > 0 ? forward_ms_[b] / total_forward : 1.0 / num_blocks_;
-    ms += std::max(0.0, profile_of(p[b]).step_ms - keep.step_ms) * share;
-  }
+  double ms = profile_of(BlockMemory::Keep).step_ms;
+  for (int64_t b = 0; b < num_blocks_; ++b) ms += added_ms(b, p[b]);
   return ms;
 }
 
@@ -301,18 +302,16 @@ int64_t BlockPlanner::lowest_peak() const {
 std::string BlockPlanner::report(const BlockMemoryPlan& plan, int64_t measured_peak, double measured_ms) const {
   const std::vector<BlockMemory> p = choices_of(plan);
   const ChoiceProfile& keep = profile_of(BlockMemory::Keep);
-  double total_forward = 0;
-  for (double f : forward_ms_) total_forward += f;
   std::ostringstream os;
   char line[160];
-  std::snprintf(line, sizeof line, "%-6s %-11s %11s %11s %10s\n", "block", "choice", "kept MiB", "saved MiB",
+  // The choice column fits the longest name, "checkpoint-recompute".
+  std::snprintf(line, sizeof line, "%-6s %-20s %11s %11s %10s\n", "block", "choice", "kept MiB", "saved MiB",
                 "added ms");
   os << line;
   for (int64_t b = 0; b < num_blocks_; ++b) {
     const ChoiceProfile& u = profile_of(p[b]);
-    const double share = total_forward > 0 ? forward_ms_[b] / total_forward : 1.0 / num_blocks_;
-    std::snprintf(line, sizeof line, "%-6lld %-11s %11.1f %11.1f %10.2f\n", static_cast<long long>(b), to_string(p[b]),
-                  u.kept[b] / kMiB, (keep.kept[b] - u.kept[b]) / kMiB, std::max(0.0, u.step_ms - keep.step_ms) * share);
+    std::snprintf(line, sizeof line, "%-6lld %-20s %11.1f %11.1f %10.2f\n", static_cast<long long>(b), to_string(p[b]),
+                  u.kept[b] / kMiB, (keep.kept[b] - u.kept[b]) / kMiB, added_ms(b, p[b]));
     os << line;
   }
   std::snprintf(line, sizeof line, "predicted: peak %.3f GiB, step %.2f ms (default plan: %.3f GiB, %.2f ms)\n",

@@ -76,6 +76,9 @@ class BlockPlanner {
   std::vector<BlockMemory> choices_of(const BlockMemoryPlan& plan) const;
   int64_t predict_peak(const std::vector<BlockMemory>& choices) const;
   double predict_ms(const std::vector<BlockMemory>& choices) const;
+  /// What block b adds to the Keep step under `choice`: the choice's extra step time in its
+  /// uniform run, shared among the blocks by their forward time (Note [Block planner]).
+  double added_ms(int64_t b, BlockMemory choice) const;
   /// Greedy: from all Keep, the move with the most peak bytes freed per ms added until the
   /// peak is <= budget (or no move frees anything); then moves back to faster choices that
   /// keep it under. Returns the choices and whether they fit.
@@ -89,6 +92,7 @@ class BlockPlanner {
   std::vector<ChoiceProfile> profiles_;  // one per choice, in choices_' order
   std::vector<int64_t> output_bytes_;    // per block, from the Keep run
   std::vector<double> forward_ms_;       // per block, from the Keep run
+  double total_forward_ms_ = 0;          // their sum
 };
 
 /// Reads a memory budget: "3GiB", "512MiB", "2.5GB", "1e9" (bytes), or "0.5x" (that
