@@ -47,6 +47,13 @@
 //    ResNet stage rerun the stage: a recipe longer than the guard's max_recipe_length (3 by
 //    default) is not registered, so that output is kept and the next chain starts from it.
 //    In ResNet-50's stages of 3, 4, 6 and 3 blocks that keeps 1, 1, 1 and 1 block outputs.
+//  - Sharing. An output usually has several savers: relu(bn(x)) is saved by the next conv
+//    (its input) and by its own node (ReLU's mask), a block output also by the next block's
+//    residual recipe. Regenerating it for each would run the pass two or three times, and a
+//    residual recipe again for every recipe built on it. So the first saver to unpack runs
+//    the recipe and the recipe holds the result until every saver has unpacked once (or gone
+//    without unpacking); the others get the same tensor, as they would under Keep. It lives
+//    from its first use in backward to its last, never longer than Keep would hold it.
 //  - Lifetime. The recipe holds its producer weakly (no cycle through the producer's own
 //    saved output); every consumer of the output holds the producer through its edge, and in
 //    one backward every consumer runs before the producer releases its saved tensors, so the
@@ -168,6 +175,29 @@ Tensor run(const Recipe& recipe, const std::string& consumer) {
   FRUGAL_CHECK(y.defined(), consumer, ": the ", recipe.what, " output it saved is a recipe over ", recipe.producer,
                "'s saved tensors, and that node is gone (Note [Recomputable outputs])");
   return y;
+}
+
+void add_saver(const Recipe& recipe) {
+  const std::lock_guard lock(recipe.mutex);
+  ++recipe.unread;
+}
+
+Tensor read(const Recipe& recipe, bool first_read, const std::string& consumer) {
+  Tensor y;
+  {
+    const std::lock_guard lock(recipe.mutex);
+    y = recipe.shared;
+  }
+  if (!y.defined()) y = run(recipe, consumer);  // outside the lock: it may read other recipes
+  const std::lock_guard lock(recipe.mutex);
+  if (first_read) --recipe.unread;
+  recipe.shared = recipe.unread > 0 ? y : Tensor();
+  return y;
+}
+
+void drop_saver(const Recipe& recipe) {
+  const std::lock_guard lock(recipe.mutex);
+  if (--recipe.unread <= 0) recipe.shared = Tensor();
 }
 
 }  // namespace recompute

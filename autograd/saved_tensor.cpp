@@ -60,6 +60,7 @@ struct SavedValue::Packed {
   PackedTensor value;
   std::shared_ptr<const SavedTensorHooks::Pair> hooks;
   std::shared_ptr<const recompute::Recipe> recipe;  // instead of value and hooks (Note [Recomputable outputs])
+  mutable bool read = false;                        // whether the recipe was unpacked once ("Sharing")
   Shape sizes;
   DType dtype;
   Device device;
@@ -67,6 +68,13 @@ struct SavedValue::Packed {
   std::shared_ptr<const std::atomic<uint64_t>> final_version;
 
   std::string describe() const { return std::string(dtype_name(dtype)) + shape_str(sizes) + " " + device.str(); }
+
+  Packed() = default;
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+  ~Packed() {
+    if (recipe && !read) recompute::drop_saver(*recipe);
+  }
 };
 
 SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
@@ -85,6 +93,7 @@ SavedValue::SavedValue(const Tensor& t) : was_defined_(t.defined()) {
   packed->storage = t.impl().storage;
   packed->final_version = t.impl().storage->final_version();
   if (recipe) {
+    recompute::add_saver(*recipe);
     packed->recipe = std::move(recipe);
   } else {
     packed->hooks = *hooks;
@@ -122,7 +131,8 @@ Tensor SavedValue::unpack(const std::string& node_name) const {
   if (!packed_) return data_;
   Tensor t;
   if (packed_->recipe) {
-    t = recompute::run(*packed_->recipe, node_name);
+    t = recompute::read(*packed_->recipe, !packed_->read, node_name);
+    packed_->read = true;
   } else {
     NoGradGuard no_grad;
     t = packed_->hooks->unpack(packed_->value);

@@ -99,6 +99,12 @@ Tensor marked(const Tensor& x, BlockProbe* probe, BlockProbeEvent::Kind kind, in
   return out;
 }
 
+// The forward runs without grad (nothing to recompute); the replay records, and its norm
+// and activation outputs become recipes while the block's backward runs.
+Tensor checkpoint_recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
+  return autograd::checkpoint([fn](const Tensor& in) { return autograd::recompute_cheap(fn, in); }, x);
+}
+
 Tensor run_choice(BlockMemory choice, const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
   switch (choice) {
     case BlockMemory::Keep: return fn(x);
@@ -106,11 +112,9 @@ Tensor run_choice(BlockMemory choice, const std::function<Tensor(const Tensor&)>
     case BlockMemory::Compress: return autograd::compress(fn, x);
     case BlockMemory::Offload: return autograd::offload(fn, x);
     case BlockMemory::CheckpointOffload:
-      return autograd::offload([fn](const Tensor& in) { return autograd::checkpoint(fn, in); }, x);
-    case BlockMemory::CheckpointRecompute:
-      // The forward runs without grad (nothing to recompute); the replay records, and its
-      // norm and activation outputs become recipes while the block's backward runs.
-      return autograd::checkpoint([fn](const Tensor& in) { return autograd::recompute_cheap(fn, in); }, x);
+      // The deepest choice: the input in host memory, and the replay as CheckpointRecompute's.
+      return autograd::offload([fn](const Tensor& in) { return checkpoint_recompute(fn, in); }, x);
+    case BlockMemory::CheckpointRecompute: return checkpoint_recompute(fn, x);
     case BlockMemory::Selective: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Selective);
     case BlockMemory::Checkpoint: return autograd::checkpoint(fn, x, autograd::CheckpointPolicy::Full);
   }

@@ -29,7 +29,8 @@ enum class BlockMemory : uint8_t {
   Compress,             ///< what it saves, as FP8 codes with per-block scales (autograd::compress; lossy)
   Offload,              ///< what it saves, in pinned host memory, copied back one block ahead in backward
                         ///< (autograd::offload)
-  CheckpointOffload,    ///< Checkpoint, with the one input it keeps in host memory
+  CheckpointOffload,    ///< CheckpointRecompute, with the one input it keeps in host memory (the least
+                        ///< device memory of all: nothing of the block stays between its forward and backward)
   CheckpointRecompute,  ///< Checkpoint, whose replay in backward runs under recompute_cheap: the
                         ///< block's own backward then holds fewer activations at once
 };

@@ -19,6 +19,7 @@
 
 #include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/batch_norm.h"
@@ -138,6 +139,39 @@ __global__ void apply_kernel(T* __restrict__ out, const T* __restrict__ x, const
   }
 }
 
+// apply_kernel with 16-byte accesses (Note [Vectorized elementwise]), in the same arithmetic:
+// vector v holds elements v * Nv ... v * Nv + Nv - 1, which are Nv consecutive channels of
+// one pixel when HW == 1 (channels-last; C % Nv == 0) and Nv pixels of one channel when
+// HW % Nv == 0. Recomputed ResNet activations (Note [Recomputable outputs]) run here, so
+// this pass is what recompute costs.
+template <typename T, int Nv, typename Index>
+__global__ void apply_vec_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ r, bool relu,
+                                 const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ invstd,
+                                 const opmath_t<T>* __restrict__ w, const opmath_t<T>* __restrict__ b, Index C,
+                                 Index HW, Index vectors) {
+  using Acc = opmath_t<T>;
+  using V = Vec<T, Nv>;
+  for (Index v = Index(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += Index(gridDim.x) * blockDim.x) {
+    const Index i = v * Nv;
+    const bool per_lane = HW == 1;
+    const Index c0 = per_lane ? i % C : (i / HW) % C;
+    const V xv = reinterpret_cast<const V*>(x)[v];
+    V rv{};
+    if (r) rv = reinterpret_cast<const V*>(r)[v];
+    V o;
+#pragma unroll
+    for (int j = 0; j < Nv; ++j) {
+      const Index c = per_lane ? c0 + Index(j) : c0;
+      Acc a = (Acc(xv.v[j]) - __ldg(mean + c)) * __ldg(invstd + c);
+      if (w) a *= __ldg(w + c);
+      if (b) a += __ldg(b + c);
+      if (r) a += Acc(rv.v[j]);
+      o.v[j] = T(relu && a < Acc(0) ? Acc(0) : a);
+    }
+    reinterpret_cast<V*>(out)[v] = o;
+  }
+}
+
 // partial: (C, splits); g, x: (N, C, HW); mean: (C)
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
@@ -234,6 +268,20 @@ void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& r
   const int64_t numel = N * C * HW;
   dispatch_floating(x.dtype(), "batch_norm", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
+    constexpr int Nv = int(16 / sizeof(T));
+    const bool aligned = pointer_alignment(out.data(), 16) >= 16 && pointer_alignment(x.data(), 16) >= 16 &&
+                         (!residual.defined() || pointer_alignment(residual.data(), 16) >= 16);
+    if (Nv > 1 && aligned && ((HW == 1 && C % Nv == 0) || HW % Nv == 0)) {
+      with_index_type(numel, [&]<typename Index>() {
+        const int64_t vectors = numel / Nv;
+        apply_vec_kernel<T, Nv, Index><<<grid_for(vectors), kBlockSize, 0, stream_for(x)>>>(
+            out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<T>(residual), relu, mean.data_ptr<Acc>(),
+            invstd.data_ptr<Acc>(), ptr_or_null<Acc>(weight), ptr_or_null<Acc>(bias), Index(C), Index(HW),
+            Index(vectors));
+        FRUGAL_CUDA_CHECK_LAUNCH();
+      });
+      return;
+    }
     with_index_type(numel, [&]<typename Index>() {
       apply_kernel<T, Index><<<grid_for(numel), kBlockSize, 0, stream_for(x)>>>(
           out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<T>(residual), relu, mean.data_ptr<Acc>(),
