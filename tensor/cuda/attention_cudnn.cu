@@ -427,9 +427,8 @@ cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 :
 
 std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
   return std::string("cuDNN attention ") + (d == Direction::Forward ? "forward" : "backward") + " (" +
-         dtype_name(dtype) + ", B=" + std::to_string(p.B) + " H=" + std::to_string(p.H) +
-         " L=" + std::to_string(p.L) + " S=" + std::to_string(p.S) + " E=" + std::to_string(p.E) +
-         (p.causal ? ", causal" : "") + ")";
+         dtype_name(dtype) + ", B=" + std::to_string(p.B) + " H=" + std::to_string(p.H) + " L=" + std::to_string(p.L) +
+         " S=" + std::to_string(p.S) + " E=" + std::to_string(p.E) + (p.causal ? ", causal" : "") + ")";
 }
 
 /// Builds one problem's graph and plans (see the Note); a set without plans, and the reason,
@@ -561,8 +560,8 @@ bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionP
   return true;
 }
 
-bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const FlashAttentionParams& p) {
+bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const FlashAttentionParams& p) {
   if (!aligned({&out, &lse, &q, &k, &v})) return false;
   const Device device = q.device();
   DeviceGuard guard(device);
@@ -579,9 +578,9 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
                   {kNegInf, &neg_inf}});
 }
 
-bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const FlashAttentionParams& p) {
+bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const FlashAttentionParams& p) {
   if (!aligned({&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse})) return false;
   const Device device = q.device();
   DeviceGuard guard(device);
@@ -592,7 +591,8 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
   const Tensor softmax_sum = empty({p.B * p.H * p.L}, {kFloat32, device});
   const Tensor dq_accum = empty({p.B * p.H * p.L * p.E}, {kFloat32, device});
   if (cudnnGetVersion() < 90600)
-    FRUGAL_CUDA_CHECK(cudaMemsetAsync(dq_accum.data(), 0, size_t(dq_accum.numel()) * sizeof(float), stream_for(device)));
+    FRUGAL_CUDA_CHECK(
+        cudaMemsetAsync(dq_accum.data(), 0, size_t(dq_accum.numel()) * sizeof(float), stream_for(device)));
   float scale = float(p.scale), neg_inf = masked_score(), one = 1.0f;
   return execute(*set, device,
                  {{kQ, q.data()},

@@ -18,13 +18,13 @@ bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionP
 
 /// Runs the forward on cuDNN: out (B, H, L, E) and lse (B, H, L) f32 from q, k, v, with the
 /// strides in p. Returns false, having run nothing, when there is no plan or no workspace for it.
-bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const FlashAttentionParams& p);
+bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const FlashAttentionParams& p);
 
 /// Runs the backward on cuDNN: dq, dk, dv from dout, q, k, v, out and lse, with the strides in
 /// p. Returns false, having run nothing, when there is no plan or no workspace for it.
-bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const FlashAttentionParams& p);
+bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const FlashAttentionParams& p);
 
 }  // namespace frugal::ops::cuda
