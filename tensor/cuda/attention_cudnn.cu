@@ -40,8 +40,10 @@
 //   reads the same out and lse, so the gradients are the same either way.
 // The scale is a by-value operand, so it is not part of the key. Plans come from cuDNN's
 // heuristics (mode A, then the fallback list), up to kMaxPlans of them, in that order; a call
-// runs the first whose workspace the arena can provide. Scalars are passed as cudnn-frontend
-// passes them (rank 1); when no plan builds so, rank-4 scalars are tried once before giving up.
+// runs the first whose workspace the arena can provide. Two workarounds come from cudnn-frontend
+// too: its backward refuses L = S = 1, and for cuDNN <= 9.15 it masks the backward's scores
+// with a padding mask of the full lengths (per-batch int32 L and S, also given to every product
+// as its size overrides) whenever a length is not a multiple of 128 (197, 77, ...).
 #include "tensor/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
@@ -85,6 +87,8 @@ enum Uid : int64_t {
   kOne,
   kSoftmaxSum,
   kDQAccum,
+  kSeqLenQ,
+  kSeqLenKV,
   kFirstVirtual = 100,
 };
 
@@ -131,7 +135,7 @@ constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
 /// throws frugal::Error (naming the cuDNN call and cuDNN's reason) when cuDNN refuses.
 class GraphBuilder {
  public:
-  GraphBuilder(cudnnDataType_t io, int scalar_rank) : io_(io), scalar_rank_(scalar_rank) {}
+  explicit GraphBuilder(cudnnDataType_t io) : io_(io) {}
 
   cudnnDataType_t io() const { return io_; }
   /// The ids of the non-virtual tensors, each once: what a variant pack must supply.
@@ -146,11 +150,16 @@ class GraphBuilder {
   cudnnBackendDescriptor_t virtual_tensor(const Dims& dims, const Dims& strides, cudnnDataType_t type = kF32) {
     return make_tensor(next_uid_++, dims, strides, type, true, false);
   }
-  /// A float scalar passed by value (a host pointer in the variant pack).
+  /// A float scalar passed by value (a host pointer in the variant pack), with as many dims
+  /// as the other operands, all 1, as cudnn-frontend gives its fused scalars.
+  /// The same descriptor for every use of one id.
   cudnnBackendDescriptor_t scalar(int64_t uid) {
+    for (const auto& [id, d] : scalars_)
+      if (id == uid) return d;
     uids_.push_back(uid);
-    const Dims ones(size_t(scalar_rank_), 1);
-    return make_tensor(uid, ones, ones, kF32, false, true);
+    const Dims ones{1, 1, 1, 1};
+    scalars_.emplace_back(uid, make_tensor(uid, ones, ones, kF32, false, true));
+    return scalars_.back().second;
   }
 
   /// y = mode(x[, b[, t]]), computed in `math`; `axis` for GEN_INDEX.
@@ -173,8 +182,11 @@ class GraphBuilder {
     if (t != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
     add(op);
   }
-  /// c = a b over the last two dims, batched over the first two, accumulated in float32.
-  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
+  /// c = a b over the last two dims, batched over the first two, accumulated in float32; m, n,
+  /// k, if given, are (B, 1, 1, 1) int32 tensors overriding the product's sizes per batch.
+  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
+              cudnnBackendDescriptor_t m = nullptr, cudnnBackendDescriptor_t n = nullptr,
+              cudnnBackendDescriptor_t k = nullptr) {
     Descriptor& mm = own(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32).finalize();
     Descriptor& op = own(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
@@ -182,6 +194,9 @@ class GraphBuilder {
         .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
         .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
         .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm.get());
+    if (m != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m);
+    if (n != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n);
+    if (k != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k);
     add(op);
   }
   /// y = reduce(x) over the dims where y has size 1, in float32.
@@ -234,10 +249,10 @@ class GraphBuilder {
   }
 
   cudnnDataType_t io_;
-  int scalar_rank_;
   std::deque<Descriptor> owned_;  // a deque: references to its elements survive emplace_back
   std::vector<cudnnBackendDescriptor_t> ops_;
   std::vector<int64_t> uids_;
+  std::vector<std::pair<int64_t, cudnnBackendDescriptor_t>> scalars_;
   int64_t next_uid_ = kFirstVirtual;
 };
 
@@ -269,6 +284,32 @@ cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, cudnnBackendDescriptor_t x
   cudnnBackendDescriptor_t y = g.virtual_tensor(dims, strides);
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, g.scalar(kNegInf), y, kF32, keep);
   return y;
+}
+
+/// Scores with cudnn-frontend's padding mask: select(row < seq_len_q && col < seq_len_kv, x, -inf).
+cudnnBackendDescriptor_t padding_mask(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims& dims,
+                                      const Dims& strides, cudnnBackendDescriptor_t seq_len_q,
+                                      cudnnBackendDescriptor_t seq_len_kv) {
+  cudnnBackendDescriptor_t row = g.virtual_tensor(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, CUDNN_DATA_INT32, nullptr, 2);
+  cudnnBackendDescriptor_t col = g.virtual_tensor(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, CUDNN_DATA_INT32, nullptr, 3);
+  cudnnBackendDescriptor_t row_in = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, row, seq_len_q, row_in, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t col_in = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, col, seq_len_kv, col_in, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t keep = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, keep, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t y = g.virtual_tensor(dims, strides);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, g.scalar(kNegInf), y, kF32, keep);
+  return y;
+}
+
+/// Whether the backward needs cudnn-frontend's workaround for cuDNN <= 9.15: a padding mask of
+/// the full lengths (a no-op) when a length is not a multiple of 128, without which those
+/// versions' backward engines are wrong (cudnn-frontend 1.15 and later set it up the same way).
+bool needs_padding_workaround(const FlashAttentionParams& p) {
+  return cudnnGetVersion() <= 91500 && (p.L % 128 != 0 || p.S % 128 != 0);
 }
 
 /// The forward graph of the Note: q, k, v -> out, Stats.
@@ -328,24 +369,35 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
   cudnnBackendDescriptor_t softmax_sum = g.tensor(kSoftmaxSum, rows, rows_st, kF32);
   g.pointwise(CUDNN_POINTWISE_MUL, row_dot, g.scalar(kOne), softmax_sum);
 
+  // The padding workaround's per-batch lengths (all L and S), which every product then also gets
+  // as its size overrides, as cudnn-frontend does once it has them.
+  cudnnBackendDescriptor_t len_q = nullptr, len_kv = nullptr;
+  if (needs_padding_workaround(p)) {
+    len_q = g.tensor(kSeqLenQ, {B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32);
+    len_kv = g.tensor(kSeqLenKV, {B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32);
+  }
+
   // P = exp(scale q k^T - Stats), then dv = P^T dout.
   cudnnBackendDescriptor_t s = g.virtual_tensor(scores, scores_st);
-  g.matmul(q, kt, s);
+  g.matmul(q, kt, s, len_q, len_kv);
   cudnnBackendDescriptor_t scaled = g.virtual_tensor(scores, scores_st);
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
   g.pointwise(CUDNN_POINTWISE_MUL, s, scale, scaled);
+  if (len_q != nullptr) scaled = padding_mask(g, scaled, scores, scores_st, len_q, len_kv);
   cudnnBackendDescriptor_t shifted = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_SUB, scaled, stats, shifted);
+  if (len_q != nullptr && cudnnGetVersion() < 91000)  // cudnn-frontend's workaround for 9.0 - 9.9
+    shifted = padding_mask(g, shifted, scores, scores_st, len_q, len_kv);
   if (p.causal) shifted = causal_mask(g, shifted, scores, scores_st);
   cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, probs);
   cudnnBackendDescriptor_t probs_t = g.virtual_tensor(scores_t, scores_t_st, io);
   g.reshape(probs, probs_t);
-  g.matmul(probs_t, dout, dv);
+  g.matmul(probs_t, dout, dv, len_kv, nullptr, len_q);
 
   // dS = (dout v^T - Dsum) * P * scale, then dk = dS^T q.
   cudnnBackendDescriptor_t dp = g.virtual_tensor(scores, scores_st);
-  g.matmul(dout, vt, dp);
+  g.matmul(dout, vt, dp, len_q, len_kv);
   cudnnBackendDescriptor_t dp_centered = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_SUB, dp, softmax_sum, dp_centered);
   cudnnBackendDescriptor_t ds_unscaled = g.virtual_tensor(scores, scores_st);
@@ -354,13 +406,13 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
   g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds);
   cudnnBackendDescriptor_t ds_t = g.virtual_tensor(scores_t, scores_t_st, io);
   g.reshape(ds, ds_t);
-  g.matmul(ds_t, q, dk);
+  g.matmul(ds_t, q, dk, len_kv, nullptr, len_q);
 
   // dq = dS k, accumulated in float32, then cast into dq.
   cudnnBackendDescriptor_t k = g.virtual_tensor({B, H, S, E}, k_st);
   g.reshape(kt, k);
   cudnnBackendDescriptor_t dq_accum = g.tensor(kDQAccum, {B, H, L, E}, {H * L * E, L * E, E, 1}, kF32);
-  g.matmul(ds, k, dq_accum);
+  g.matmul(ds, k, dq_accum, len_q, nullptr, len_kv);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, dq);
 }
 
@@ -376,6 +428,9 @@ struct PlanSet {
   Descriptor op_graph;
   std::vector<Plan> plans;
   std::string why;
+  // The padding workaround's (B) int32 lengths, filled once; like the plans, never freed.
+  void* seq_len_q = nullptr;
+  void* seq_len_kv = nullptr;
 };
 
 /// The engine configurations cuDNN's heuristics of `mode` suggest for `graph`, best first.
@@ -426,9 +481,9 @@ std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph) {
 cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
 std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
-  return std::string("cuDNN attention ") + (d == Direction::Forward ? "forward" : "backward") + " (" +
-         dtype_name(dtype) + ", B=" + std::to_string(p.B) + " H=" + std::to_string(p.H) + " L=" + std::to_string(p.L) +
-         " S=" + std::to_string(p.S) + " E=" + std::to_string(p.E) + (p.causal ? ", causal" : "") + ")";
+  return ::frugal::detail::str_cat("cuDNN attention ", d == Direction::Forward ? "forward" : "backward", " (",
+                                   dtype_name(dtype), ", B=", p.B, " H=", p.H, " L=", p.L, " S=", p.S, " E=", p.E,
+                                   p.causal ? ", causal" : "", ")");
 }
 
 /// Builds one problem's graph and plans (see the Note); a set without plans, and the reason,
@@ -437,23 +492,34 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
   auto set = std::make_shared<PlanSet>();
   const std::string what = describe(d, dtype, p);
   if (cudnnGetVersion() < 90000) {
-    set->why = what + ": needs cuDNN 9, found " + std::to_string(cudnnGetVersion());
+    set->why = ::frugal::detail::str_cat(what, ": needs cuDNN 9, found ", cudnnGetVersion());
     return set;
   }
-  for (int scalar_rank : {1, 4}) {
-    try {
-      auto graph = std::make_unique<GraphBuilder>(io_type(dtype), scalar_rank);
-      if (d == Direction::Forward) build_forward(*graph, p);
-      else build_backward(*graph, p);
-      Descriptor op_graph = graph->finalize(h);
-      std::vector<Plan> plans = make_plans(h, op_graph);
-      if (!plans.empty()) {
-        set->graph = std::move(graph), set->op_graph = std::move(op_graph), set->plans = std::move(plans);
-        set->why.clear();
-        return set;
+  if (d == Direction::Backward && p.L == 1 && p.S == 1) {  // as cudnn-frontend refuses it
+    set->why = ::frugal::detail::str_cat(what, ": cuDNN's backward does not take L = S = 1");
+    return set;
+  }
+  try {
+    auto graph = std::make_unique<GraphBuilder>(io_type(dtype));
+    if (d == Direction::Forward) build_forward(*graph, p);
+    else build_backward(*graph, p);
+    Descriptor op_graph = graph->finalize(h);
+    std::vector<Plan> plans = make_plans(h, op_graph);
+    if (plans.empty()) {
+      set->why = ::frugal::detail::str_cat(what, ": no engine of cuDNN ", cudnnGetVersion(), " takes the graph");
+      return set;
+    }
+    if (d == Direction::Backward && needs_padding_workaround(p)) {
+      for (auto [ptr, n] : {std::pair{&set->seq_len_q, p.L}, std::pair{&set->seq_len_kv, p.S}}) {
+        const std::vector<int32_t> lengths(size_t(p.B), int32_t(n));
+        FRUGAL_CUDA_CHECK(cudaMalloc(ptr, lengths.size() * sizeof(int32_t)));
+        FRUGAL_CUDA_CHECK(cudaMemcpy(*ptr, lengths.data(), lengths.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
       }
-      set->why = what + ": no engine of cuDNN " + std::to_string(cudnnGetVersion()) + " takes the graph";
-    } catch (const Error& e) { set->why = what + ": " + e.what(); }
+    }
+    set->graph = std::move(graph), set->op_graph = std::move(op_graph), set->plans = std::move(plans);
+  } catch (const Error& e) {
+    set->plans.clear();
+    set->why = ::frugal::detail::str_cat(what, ": ", e.what());
   }
   return set;
 }
@@ -608,7 +674,9 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
                   {kNegInf, &neg_inf},
                   {kOne, &one},
                   {kSoftmaxSum, softmax_sum.data()},
-                  {kDQAccum, dq_accum.data()}});
+                  {kDQAccum, dq_accum.data()},
+                  {kSeqLenQ, set->seq_len_q},
+                  {kSeqLenKV, set->seq_len_kv}});
 }
 
 }  // namespace frugal::ops::cuda
