@@ -20,6 +20,8 @@
 // draw on the materialized weights from the same Generator::Range, so the fused and the
 // plain path agree bit for bit on which weights survive. Dropout applies to the weights
 // after normalization (lse is that of the undropped softmax), as in torch.
+// On CUDA, calls without dropout or mask go to cuDNN's fused engines where it has plans for
+// them (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse.
 #include <optional>
 
 #include "tensor/philox.h"
