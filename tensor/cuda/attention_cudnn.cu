@@ -39,8 +39,10 @@
 //   arrives in another layout looks up its own plan and, lacking one, runs our backward: it
 //   reads the same out and lse, so the gradients are the same either way.
 // The scale is a by-value operand, so it is not part of the key. Plans come from cuDNN's
-// heuristics (mode A, then the fallback list), up to kMaxPlans of them, in that order; a call
-// runs the first whose workspace the arena can provide. Two workarounds come from cudnn-frontend
+// heuristics (mode A, then the fallback list): the first kMaxPlans that finalize, in that order
+// (one, as cudnn-frontend's default policy and PyTorch: finalizing a fused engine's plan may
+// compile it at run time, which costs far more than the spares would ever save); a call runs
+// the first whose workspace the arena can provide, and our kernels when none. Two workarounds come from cudnn-frontend
 // too: its backward refuses L = S = 1, and for cuDNN <= 9.15 it masks the backward's scores
 // with a padding mask of the full lengths (per-batch int32 L and S, also given to every product
 // as its size overrides) whenever a length is not a multiple of 128 (197, 77, ...).
@@ -49,6 +51,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -69,7 +72,7 @@ namespace frugal::ops::cuda {
 
 namespace {
 
-constexpr size_t kMaxPlans = 4;  // kept per problem, in the heuristics' order, in case of OOM
+constexpr size_t kMaxPlans = 1;  // plans finalized per problem (see the Note)
 
 /// The non-virtual operands' ids in a variant pack; virtual tensors count from kFirstVirtual.
 enum Uid : int64_t {
@@ -427,10 +430,21 @@ struct PlanSet {
   std::unique_ptr<GraphBuilder> graph;  // the tensors and operations the plans refer to
   Descriptor op_graph;
   std::vector<Plan> plans;
-  std::string why;
+  std::string what, why;  // the problem; without plans, why not
   // The padding workaround's (B) int32 lengths, filled once; like the plans, never freed.
   void* seq_len_q = nullptr;
   void* seq_len_kv = nullptr;
+  // The status of an execution cuDNN refused (a plan that built but does not run): from then on
+  // the problem counts as unplanned, so later calls go to our kernels without trying again.
+  mutable std::atomic<int> refused{int(CUDNN_STATUS_SUCCESS)};
+
+  bool usable() const { return !plans.empty() && refused.load(std::memory_order_relaxed) == CUDNN_STATUS_SUCCESS; }
+  std::string reason() const {
+    const int status = refused.load(std::memory_order_relaxed);
+    if (status == CUDNN_STATUS_SUCCESS) return ::frugal::detail::str_cat(what, ": ", why);
+    return ::frugal::detail::str_cat(what, ": cudnnBackendExecute refused its plan (",
+                                     cudnnGetErrorString(cudnnStatus_t(status)), ")");
+  }
 };
 
 /// The engine configurations cuDNN's heuristics of `mode` suggest for `graph`, best first.
@@ -490,13 +504,13 @@ std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
 /// when cuDNN refuses.
 std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType dtype, const FlashAttentionParams& p) {
   auto set = std::make_shared<PlanSet>();
-  const std::string what = describe(d, dtype, p);
+  set->what = describe(d, dtype, p);
   if (cudnnGetVersion() < 90000) {
-    set->why = ::frugal::detail::str_cat(what, ": needs cuDNN 9, found ", cudnnGetVersion());
+    set->why = ::frugal::detail::str_cat("needs cuDNN 9, found ", cudnnGetVersion());
     return set;
   }
   if (d == Direction::Backward && p.L == 1 && p.S == 1) {  // as cudnn-frontend refuses it
-    set->why = ::frugal::detail::str_cat(what, ": cuDNN's backward does not take L = S = 1");
+    set->why = "cuDNN's backward does not take L = S = 1";
     return set;
   }
   try {
@@ -506,7 +520,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
     Descriptor op_graph = graph->finalize(h);
     std::vector<Plan> plans = make_plans(h, op_graph);
     if (plans.empty()) {
-      set->why = ::frugal::detail::str_cat(what, ": no engine of cuDNN ", cudnnGetVersion(), " takes the graph");
+      set->why = ::frugal::detail::str_cat("no engine of cuDNN ", cudnnGetVersion(), " takes the graph");
       return set;
     }
     if (d == Direction::Backward && needs_padding_workaround(p)) {
@@ -519,7 +533,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
     set->graph = std::move(graph), set->op_graph = std::move(op_graph), set->plans = std::move(plans);
   } catch (const Error& e) {
     set->plans.clear();
-    set->why = ::frugal::detail::str_cat(what, ": ", e.what());
+    set->why = e.what();
   }
   return set;
 }
@@ -595,7 +609,10 @@ bool execute(const PlanSet& set, Device device, const std::vector<Operand>& oper
         .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()), uids.data())
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr);
     pack.finalize();
-    if (cudnnBackendExecute(cudnn_handle(device), plan.plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS) return true;
+    const cudnnStatus_t status = cudnnBackendExecute(cudnn_handle(device), plan.plan.get(), pack.get());
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    set.refused.store(int(status), std::memory_order_relaxed);
+    return false;
   }
   return false;
 }
@@ -618,8 +635,8 @@ bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionP
   DeviceGuard guard(device);
   for (Direction d : {Direction::Forward, Direction::Backward}) {
     std::shared_ptr<const PlanSet> set = plans_for(d, dtype, device, p);
-    if (set->plans.empty()) {
-      if (why != nullptr) *why = set->why;
+    if (!set->usable()) {
+      if (why != nullptr) *why = set->reason();
       return false;
     }
   }
@@ -632,7 +649,7 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
   const Device device = q.device();
   DeviceGuard guard(device);
   std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p);
-  if (set->plans.empty()) return false;
+  if (!set->usable()) return false;
   float scale = float(p.scale), neg_inf = masked_score();
   return execute(*set, device,
                  {{kQ, q.data()},
@@ -651,7 +668,7 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
   const Device device = q.device();
   DeviceGuard guard(device);
   std::shared_ptr<const PlanSet> set = plans_for(Direction::Backward, q.dtype(), device, p);
-  if (set->plans.empty()) return false;
+  if (!set->usable()) return false;
   // O(B H L E) float temporaries the graph names (as cudnn-frontend carves them from its
   // workspace): the rows' dout . out, and dq's accumulator, which cuDNN >= 9.6 zeroes itself.
   const Tensor softmax_sum = empty({p.B * p.H * p.L}, {kFloat32, device});
