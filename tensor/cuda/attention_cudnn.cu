@@ -2,13 +2,14 @@
 // (backend) API as tensor/cuda/conv_graph.cu builds convolutions.
 //
 // Note [cuDNN attention]
-// cuDNN has no "attention" call for float16/bfloat16 on Hopper in 9.14: its fused flash-
-// attention engines recognise an operation graph of ordinary matmul, pointwise and reduction
-// nodes (the "composite" SDPA of cudnn-frontend's scaled_dot_product_flash_attention.h; the
-// dedicated CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD descriptors need 9.13.1 and, in 9.14, take
-// neither a causal mask nor a backward, so the frontend builds the composite graph there too).
-// The graphs below are node for node the frontend's (v1.15, the release of cuDNN 9.14), with
-// float32 intermediates (virtual tensors) and fp16/bf16 operands:
+// cuDNN's fused flash-attention engines recognise an operation graph of ordinary matmul,
+// pointwise and reduction nodes: the "composite" SDPA of cudnn-frontend's
+// scaled_dot_product_flash_attention.h. (The dedicated CUDNN_BACKEND_OPERATION_SDPA_FWD
+// descriptor, from 9.13.1, takes in 9.14 neither a causal mask (9.21) nor has the frontend a
+// backward built on it; the frontend picks it only for an unmasked forward. The composite graph
+// serves every case here, both directions, with or without the causal mask.) The graphs below
+// are node for node the frontend's (v1.15, the release of cuDNN 9.14), with float32
+// intermediates (virtual tensors) and fp16/bf16 operands:
 //   forward   S = q k^T (k passed as k^T: its (B, H, E, S) dims with the last two strides swapped)
 //             S = S * scale                      (a by-value float scalar)
 //             causal: S = select(row >= col, S, -inf)   (GEN_INDEX on axes 2 and 3, CMP_GE,
@@ -42,10 +43,11 @@
 // heuristics (mode A, then the fallback list): the first kMaxPlans that finalize, in that order
 // (one, as cudnn-frontend's default policy and PyTorch: finalizing a fused engine's plan may
 // compile it at run time, which costs far more than the spares would ever save); a call runs
-// the first whose workspace the arena can provide, and our kernels when none. Two workarounds come from cudnn-frontend
-// too: its backward refuses L = S = 1, and for cuDNN <= 9.15 it masks the backward's scores
-// with a padding mask of the full lengths (per-batch int32 L and S, also given to every product
-// as its size overrides) whenever a length is not a multiple of 128 (197, 77, ...).
+// the first whose workspace the arena can provide, and our kernels when none. Two workarounds
+// come from cudnn-frontend too: its backward refuses L = S = 1, and for cuDNN <= 9.15 it masks
+// the backward's scores with a padding mask of the full lengths (per-batch int32 L and S, also
+// given to every product as its size overrides) whenever a length is not a multiple of 128
+// (197, 77, ...).
 #include "tensor/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
