@@ -417,8 +417,8 @@ TEST_CASE("flash_attention cpu: the attention backend setting") {
   const ops::FlashAttentionOptions o{Tensor(), true, {}, 0.0};
   const AttentionReference ref = attention_reference(q, k, v, Tensor(), true, 1.0 / std::sqrt(8.0), {});
   const ops::AttentionBackend before = ops::attention_backend();
-  for (ops::AttentionBackend b : {ops::AttentionBackend::Auto, ops::AttentionBackend::Cudnn,
-                                  ops::AttentionBackend::Flash}) {
+  for (ops::AttentionBackend b :
+       {ops::AttentionBackend::Auto, ops::AttentionBackend::Cudnn, ops::AttentionBackend::Flash}) {
     INFO(ops::attention_backend_name(b));
     {
       const ops::AttentionBackendGuard guard(b);
