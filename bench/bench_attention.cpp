@@ -2,9 +2,11 @@
 // shapes of BERT-base (B=64, H=12, T=128, E=64), ViT-B/16 (B=128, H=12, T=197, E=64) and long
 // sequences (T=2048), forward and forward+backward, in TFLOP/s, next to the composed path
 // (q k^T, masked softmax, times v: the (B, H, T, T) weights in memory) and the memory each
-// takes. tools/bench_attention.py times torch's scaled_dot_product_attention at the same
-// shapes and prints the ratio (run it with --frugal <this binary>).
-//   bench_attention [--quick]
+// takes. --backend picks the kernels (ops::set_attention_backend: auto, cudnn or flash; Note
+// [cuDNN attention]); the "backend" column says which ran each row. tools/bench_attention.py
+// times torch's scaled_dot_product_attention at the same shapes, runs this with both backends
+// and prints the ratios (run it with --frugal <this binary>).
+//   bench_attention [--quick] [--backend auto|cudnn|flash]
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -54,14 +56,22 @@ std::string mib(int64_t bytes) { return fmt("%.0f", double(bytes) / (1 << 20)); 
 
 int main(int argc, char** argv) {
   bool quick = false;
+  ops::AttentionBackend backend = ops::AttentionBackend::Auto;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
+    const std::string arg = argv[i], next = i + 1 < argc ? argv[i + 1] : "";
+    if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--backend" && (next == "auto" || next == "cudnn" || next == "flash")) {
+      backend = next == "auto"    ? ops::AttentionBackend::Auto
+                : next == "cudnn" ? ops::AttentionBackend::Cudnn
+                                  : ops::AttentionBackend::Flash;
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: bench_attention [--quick]\n");
+      std::fprintf(stderr, "usage: bench_attention [--quick] [--backend auto|cudnn|flash]\n");
       return 2;
     }
   }
+  ops::set_attention_backend(backend);
   try {
     FRUGAL_CHECK(cuda_device_count() > 0, "bench_attention: no GPU found");
     const int warmup = 3, reps = quick ? 5 : 20;
@@ -75,12 +85,14 @@ int main(int argc, char** argv) {
         {"T=2048", "t2048", 4, 16, 2048, 64, false, 0.0},
         {"T=2048 causal", "t2048_causal", 4, 16, 2048, 64, true, 0.0},
         {"T=2048 E=128", "t2048_e128", 2, 16, 2048, 128, false, 0.0},
+        {"T=4096 E=128", "t4096_e128", 2, 16, 4096, 128, false, 0.0},
     };
     KeyFigures keys;
     for (DType dt : {kFloat16, kBFloat16}) {
-      Table table(std::string("Flash attention, ") + dtype_name(dt) +
-                      " (median ms, TFLOP/s; MiB allocated beyond the inputs at peak)",
-                  {"shape", "fwd ms", "fwd TF/s", "fwd+bwd ms", "fwd+bwd TF/s", "MiB", "composed fwd ms", "MiB "});
+      Table table(
+          std::string("Flash attention, ") + dtype_name(dt) + ", backend " + ops::attention_backend_name(backend) +
+              " (median ms, TFLOP/s; MiB allocated beyond the inputs at peak)",
+          {"shape", "backend", "fwd ms", "fwd TF/s", "fwd+bwd ms", "fwd+bwd TF/s", "MiB", "composed fwd ms", "MiB "});
       for (const Shape4& s : shapes) {
         const Tensor q = randn({s.B, s.H, s.T, s.E}, {dt, kGpu}), k = randn({s.B, s.H, s.T, s.E}, {dt, kGpu});
         const Tensor v = randn({s.B, s.H, s.T, s.E}, {dt, kGpu}), g = randn({s.B, s.H, s.T, s.E}, {dt, kGpu});
@@ -109,7 +121,8 @@ int main(int argc, char** argv) {
         const double comp_ms = gpu_median_ms([&] { composed(); }, warmup, reps);
         const int64_t fb_mem = peak_extra(fwd_bwd), comp_mem = peak_extra([&] { composed(); });
         const double fwd_tf = flops / (fwd_ms * 1e-3) * 1e-12, fb_tf = 3.5 * flops / (fb_ms * 1e-3) * 1e-12;
-        table.add({s.name, fmt("%.3f", fwd_ms), fmt("%.0f", fwd_tf), fmt("%.3f", fb_ms), fmt("%.0f", fb_tf),
+        const char* used = ops::attention_backend_name(ops::attention_backend_for(q, k, v, o));
+        table.add({s.name, used, fmt("%.3f", fwd_ms), fmt("%.0f", fwd_tf), fmt("%.3f", fb_ms), fmt("%.0f", fb_tf),
                    mib(fb_mem), fmt("%.3f", comp_ms), mib(comp_mem)});
         const std::string prefix = std::string("flash_") + s.key + "_" + dtype_name(dt);
         keys.add(prefix + "_fwd_ms", fwd_ms, "%.4f");

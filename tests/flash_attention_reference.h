@@ -2,8 +2,12 @@
 // The attention formula in float64 naive loops, forward and backward, written from the
 // definition (not from Note [Flash attention]'s identities): the reference of the CPU and
 // CUDA flash attention tests.
+#include <doctest/doctest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "tensor/factory.h"
@@ -96,5 +100,29 @@ inline AttentionReference attention_reference(const Tensor& q, const Tensor& k, 
   }
   return r;
 }
+
+/// Largest |actual - expected| over the largest |expected|, or over 1e-3 when every expected
+/// value is smaller (a softmax over one key has exactly zero dq and dk; a few f32 roundings
+/// of error then are no failure). Infinities must match. (The CUDA attention tests' measure.)
+inline double relative_error(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
+  const std::vector<double> a = values_of(actual);
+  REQUIRE_MESSAGE(a.size() == expected.size(), what, ": size ", a.size(), " vs ", expected.size());
+  double err = 0, mag = 1e-3;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(expected[i])) {
+      CHECK_MESSAGE(a[i] == expected[i], what, "[", i, "]: got ", a[i], " expected ", expected[i]);
+      continue;
+    }
+    REQUIRE_MESSAGE(std::isfinite(a[i]), what, "[", i, "] is ", a[i], " (expected ", expected[i], ")");
+    err = std::max(err, std::fabs(a[i] - expected[i]));
+    mag = std::max(mag, std::fabs(expected[i]));
+  }
+  return err / mag;
+}
+
+// Tolerances of the 16-bit CUDA kernels: f32 accumulation; P and dS rounded to the 16-bit type
+// once before their products.
+inline double out_tol(DType dt) { return dt == kFloat16 ? 4e-3 : 3e-2; }
+inline double grad_tol(DType dt) { return dt == kFloat16 ? 1e-2 : 6e-2; }
 
 }  // namespace frugal::testing

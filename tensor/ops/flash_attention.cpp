@@ -1,11 +1,18 @@
 #include "tensor/ops/flash_attention.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/fill.h"
+#ifdef FRUGAL_WITH_CUDA
+#include "tensor/cuda/attention_cudnn.h"
+#endif
 
 namespace frugal::ops {
 
@@ -80,6 +87,75 @@ FlashAttentionGrads empty_grads(const Tensor& q, const Tensor& k, const Tensor& 
   return g;
 }
 
+/// The strides empty_in_order_of(t) gives, without allocating.
+void strides_in_order_of(const Tensor& t, int64_t (&s)[3]) {
+  const int64_t H = t.size(1), N = t.size(2), E = t.size(3);
+  if (sequence_major(t)) s[0] = N * H * E, s[1] = E, s[2] = H * E;
+  else s[0] = H * N * E, s[1] = N * E, s[2] = E;
+}
+
+/// -1 until the first attention_backend() reads FRUGAL_ATTENTION.
+std::atomic<int> g_attention_backend{-1};
+
+AttentionBackend backend_from_environment() {
+  const char* s = std::getenv("FRUGAL_ATTENTION");
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return AttentionBackend::Auto;
+  if (std::strcmp(s, "cudnn") == 0) return AttentionBackend::Cudnn;
+  if (std::strcmp(s, "flash") == 0) return AttentionBackend::Flash;
+  FRUGAL_FAIL("FRUGAL_ATTENTION must be auto, cudnn or flash, got '", s, "'");
+}
+
+/// Whether this call runs on cuDNN (Note [cuDNN attention]): no mask, no dropout, a CUDA
+/// build, a backend other than Flash, and plans for the forward with p's strides (q, k, v and
+/// out) and for the backward that follows it (dout in out's order, the gradients in the
+/// order empty_grads gives them). q, k, v are the caller's tensors, p has their kernel views'.
+bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
+  if (!q.device().is_cuda() || p.mask_kind != 0 || p.dropout_p > 0.0) return false;
+  const AttentionBackend mode = attention_backend();
+  if (mode == AttentionBackend::Flash) return false;
+#ifdef FRUGAL_WITH_CUDA
+  FlashAttentionParams both = p;
+  for (int d = 0; d < 3; ++d) both.out_stride[d] = p.o_stride[d];
+  if (packed_qkv(q, k, v)) {
+    strides_of(q, both.dq_stride), strides_of(k, both.dk_stride), strides_of(v, both.dv_stride);
+  } else {
+    strides_in_order_of(q, both.dq_stride), strides_in_order_of(k, both.dk_stride);
+    strides_in_order_of(v, both.dv_stride);
+  }
+  std::string why;
+  if (cuda::cudnn_attention_supported(q.dtype(), q.device(), both, &why)) return true;
+  FRUGAL_CHECK(mode != AttentionBackend::Cudnn, op, ": the attention backend is cudnn (set_attention_backend or ",
+               "FRUGAL_ATTENTION) but cuDNN cannot run query ", q.describe(), ", key ", k.describe(), ", value ",
+               v.describe(), ": ", why);
+  return false;
+#else
+  (void)op, (void)k, (void)v;
+  return false;
+#endif
+}
+
+/// cuda::cudnn_attention_forward in a CUDA build; false (run nothing) otherwise.
+bool cudnn_forward(const FlashAttentionForward& r, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const FlashAttentionParams& p) {
+#ifdef FRUGAL_WITH_CUDA
+  return cuda::cudnn_attention_forward(r.out, r.lse, q, k, v, p);
+#else
+  (void)r, (void)q, (void)k, (void)v, (void)p;
+  return false;
+#endif
+}
+
+/// cuda::cudnn_attention_backward in a CUDA build; false (run nothing) otherwise.
+bool cudnn_backward(const FlashAttentionGrads& g, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& out, const Tensor& lse, const FlashAttentionParams& p) {
+#ifdef FRUGAL_WITH_CUDA
+  return cuda::cudnn_attention_backward(g.dq, g.dk, g.dv, dout, q, k, v, out, lse, p);
+#else
+  (void)g, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse, (void)p;
+  return false;
+#endif
+}
+
 /// Checks q, k, v (and the mask) and fills the parameters both directions share.
 FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const FlashAttentionOptions& o, Tensor& mask_view) {
@@ -125,6 +201,39 @@ FlashAttentionParams make_params(const char* op, const Tensor& q, const Tensor& 
 
 }  // namespace
 
+void set_attention_backend(AttentionBackend backend) {
+  g_attention_backend.store(int(backend), std::memory_order_relaxed);
+}
+
+AttentionBackend attention_backend() {
+  int b = g_attention_backend.load(std::memory_order_relaxed);
+  if (b < 0) {
+    int unset = -1;
+    g_attention_backend.compare_exchange_strong(unset, int(backend_from_environment()), std::memory_order_relaxed);
+    b = g_attention_backend.load(std::memory_order_relaxed);
+  }
+  return AttentionBackend(b);
+}
+
+const char* attention_backend_name(AttentionBackend backend) {
+  switch (backend) {
+    case AttentionBackend::Auto: return "auto";
+    case AttentionBackend::Cudnn: return "cudnn";
+    case AttentionBackend::Flash: return "flash";
+  }
+  return "unknown";
+}
+
+AttentionBackend attention_backend_for(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const FlashAttentionOptions& options) {
+  Tensor mask_view;
+  FlashAttentionParams p = make_params("attention_backend_for", q, k, v, options, mask_view);
+  if (p.B * p.H * p.L == 0 || p.S == 0) return AttentionBackend::Flash;  // no kernel runs at all
+  strides_of(kernel_view(q), p.q_stride), strides_of(kernel_view(k), p.k_stride);
+  strides_of(kernel_view(v), p.v_stride), strides_in_order_of(q, p.o_stride);
+  return use_cudnn("attention_backend_for", q, k, v, p) ? AttentionBackend::Cudnn : AttentionBackend::Flash;
+}
+
 bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
   if (!q.defined() || !k.defined() || !v.defined() || !q.device().is_cuda()) return false;
   if (q.dtype() != kFloat16 && q.dtype() != kBFloat16) return false;
@@ -163,6 +272,7 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   p.range = r.range;
   const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v);
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(r.out, p.o_stride);
+  if (use_cudnn(op, q, k, v, p) && cudnn_forward(r, qv, kv, vv, p)) return r;
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_forward_kernel, r.out, r.lse, qv, kv, vv, mask_view, p);
   return r;
 }
@@ -195,8 +305,15 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(dov, p.o_stride);
   strides_of(ov, p.out_stride);
   strides_of(g.dq, p.dq_stride), strides_of(g.dk, p.dk_stride), strides_of(g.dv, p.dv_stride);
-  FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov,
-                         lse.contiguous(), mask_view, p);
+  // The forward's choice, made again from the same inputs (its p had out's strides where this
+  // one has dout's); a dout in another layout without a plan of its own runs our backward,
+  // which reads the same out and lse (Note [cuDNN attention]).
+  FlashAttentionParams forward_p = p;
+  for (int d = 0; d < 3; ++d) forward_p.o_stride[d] = p.out_stride[d];
+  const Tensor lse_c = lse.contiguous();
+  if (use_cudnn(op, q, k, v, forward_p) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p)) return g;
+  FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov, lse_c,
+                         mask_view, p);
   return g;
 }
 

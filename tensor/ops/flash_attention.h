@@ -20,6 +20,8 @@
 // draw on the materialized weights from the same Generator::Range, so the fused and the
 // plain path agree bit for bit on which weights survive. Dropout applies to the weights
 // after normalization (lse is that of the undropped softmax), as in torch.
+// On CUDA, calls without dropout or mask go to cuDNN's fused engines where it has plans for
+// them (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse.
 #include <optional>
 
 #include "tensor/philox.h"
@@ -62,7 +64,9 @@ struct FlashAttentionGrads {
 
 /// Attention of q (B, H, L, E) over k (B, H, S, E), v (B, H, S, E) (see Note [Flash attention]).
 /// float32/float64/float16/bfloat16 on the CPU; float16/bfloat16 with E <= 128, E % 8 == 0 on
-/// CUDA. With dropout it draws (B H L S + 3) / 4 counters from `gen` (default generator).
+/// CUDA, where calls without dropout or mask run cuDNN's fused engines when they can
+/// (attention_backend_for, Note [cuDNN attention]). With dropout it draws (B H L S + 3) / 4
+/// counters from `gen` (default generator).
 FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const FlashAttentionOptions& options, Generator* gen = nullptr);
 
@@ -76,6 +80,41 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
 /// 4-D q/k/v of one batch and head count, E == Ev, E % 8 == 0, E <= 128, a bool or
 /// q-dtype mask that broadcasts to (B, H, L, S)). The CPU kernels take every valid input.
 bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
+
+/// Which kernels run fused attention on CUDA (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu).
+/// Dropout, masks, CPU tensors and shapes cuDNN has no plan for always run frugal's own kernels.
+enum class AttentionBackend {
+  Auto,   ///< cuDNN's fused engines where they take the call, frugal's own kernels otherwise
+  Cudnn,  ///< as Auto, but a call without dropout or mask that cuDNN cannot plan is an error
+  Flash,  ///< frugal's own kernels (Note [Flash attention]) for every call
+};
+
+/// Sets the attention backend of every thread. Until set, it is what the environment
+/// variable FRUGAL_ATTENTION says (auto, cudnn or flash; auto when unset).
+void set_attention_backend(AttentionBackend backend);
+/// The current setting of set_attention_backend (or FRUGAL_ATTENTION).
+AttentionBackend attention_backend();
+/// "auto", "cudnn" or "flash".
+const char* attention_backend_name(AttentionBackend backend);
+/// Which kernels flash_attention_forward (and the backward that follows it) would run for
+/// these inputs under the current setting: Cudnn or Flash, never Auto. Builds (and caches)
+/// cuDNN's plans for the shape if need be; throws where flash_attention_forward would.
+AttentionBackend attention_backend_for(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const FlashAttentionOptions& options);
+
+/// Sets the attention backend for a scope and restores the previous one at its end.
+class AttentionBackendGuard {
+ public:
+  explicit AttentionBackendGuard(AttentionBackend backend) : previous_(attention_backend()) {
+    set_attention_backend(backend);
+  }
+  ~AttentionBackendGuard() { set_attention_backend(previous_); }
+  AttentionBackendGuard(const AttentionBackendGuard&) = delete;
+  AttentionBackendGuard& operator=(const AttentionBackendGuard&) = delete;
+
+ private:
+  AttentionBackend previous_;
+};
 
 /// How the kernels see their operands: sizes, element strides of the (batch, head, seq)
 /// dims (the last dim is contiguous), and the mask's broadcast strides over (B, H, L, S).

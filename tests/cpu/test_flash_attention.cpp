@@ -407,3 +407,27 @@ TEST_CASE("flash_attention cpu: an empty head dim still gives every row's lse") 
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t l = 0; l < 3; ++l) CHECK(lse[size_t(h * 3 + l)] == doctest::Approx(std::log(double(l + 1))));
 }
+
+TEST_CASE("flash_attention cpu: the attention backend setting") {
+  // Note [cuDNN attention]: the setting only ever sends CUDA calls to cuDNN; the CPU kernels
+  // take every CPU call, whatever it says, and compute the same numbers under each.
+  const Tensor q = random_tensor({1, 2, 5, 8}, {kFloat32}, 1, Layout::Contiguous, -1.0, 1.0);
+  const Tensor k = random_tensor({1, 2, 6, 8}, {kFloat32}, 2, Layout::Contiguous, -1.0, 1.0);
+  const Tensor v = random_tensor({1, 2, 6, 8}, {kFloat32}, 3, Layout::Contiguous, -1.0, 1.0);
+  const ops::FlashAttentionOptions o{Tensor(), true, {}, 0.0};
+  const AttentionReference ref = attention_reference(q, k, v, Tensor(), true, 1.0 / std::sqrt(8.0), {});
+  const ops::AttentionBackend before = ops::attention_backend();
+  for (ops::AttentionBackend b :
+       {ops::AttentionBackend::Auto, ops::AttentionBackend::Cudnn, ops::AttentionBackend::Flash}) {
+    INFO(ops::attention_backend_name(b));
+    {
+      const ops::AttentionBackendGuard guard(b);
+      CHECK(ops::attention_backend() == b);
+      CHECK(ops::attention_backend_for(q, k, v, o) == ops::AttentionBackend::Flash);
+      check_close(values_of(ops::flash_attention_forward(q, k, v, o).out), ref.out, 1e-5, 1e-6, "out");
+    }
+    CHECK(ops::attention_backend() == before);
+  }
+  CHECK(std::string(ops::attention_backend_name(ops::AttentionBackend::Cudnn)) == "cudnn");
+  check_error([&] { ops::attention_backend_for(q, k.narrow(3, 0, 4), v, o); }, {"attention_backend_for", "E"});
+}

@@ -6,6 +6,8 @@
 // and contiguous inputs against the CPU kernels, with the results' layouts (Note [Flash
 // attention layouts]); scaled_dot_product_attention's routing with and without autocast; and
 // the memory bound: forward + backward at T = 2048 allocate O(T), far below one (B, H, T, T) tensor.
+// Every case runs frugal's own kernels (AttentionBackend::Flash); test_attention_cudnn_cuda.cpp
+// tests the cuDNN path.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -33,29 +35,6 @@ using namespace frugal::testing;
 namespace {
 
 const Device kGpu = cuda(0);
-
-/// Largest |actual - expected| over the largest |expected|, or over 1e-3 when every expected
-/// value is smaller (a softmax over one key has exactly zero dq and dk; a few f32 roundings
-/// of error then are no failure). Infinities must match.
-double relative_error(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
-  const std::vector<double> a = values_of(actual);
-  REQUIRE_MESSAGE(a.size() == expected.size(), what, ": size ", a.size(), " vs ", expected.size());
-  double err = 0, mag = 1e-3;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(expected[i])) {
-      CHECK_MESSAGE(a[i] == expected[i], what, "[", i, "]: got ", a[i], " expected ", expected[i]);
-      continue;
-    }
-    REQUIRE_MESSAGE(std::isfinite(a[i]), what, "[", i, "] is ", a[i], " (expected ", expected[i], ")");
-    err = std::max(err, std::fabs(a[i] - expected[i]));
-    mag = std::max(mag, std::fabs(expected[i]));
-  }
-  return err / mag;
-}
-
-// f32 accumulation; P and dS rounded to the 16-bit type once before their products.
-double out_tol(DType dt) { return dt == kFloat16 ? 4e-3 : 3e-2; }
-double grad_tol(DType dt) { return dt == kFloat16 ? 1e-2 : 6e-2; }
 
 struct Case {
   int64_t B, H, L, S, E;
@@ -117,6 +96,7 @@ Tensor float_mask(const Shape& sizes, DType dt, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("flash_attention cuda: shapes and head dims vs the float64 formula") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   uint64_t seed = 1;
   for (DType dt : {kFloat16, kBFloat16})
     for (int64_t E : {32, 64, 80, 128})
@@ -128,6 +108,7 @@ TEST_CASE("flash_attention cuda: shapes and head dims vs the float64 formula") {
 }
 
 TEST_CASE("flash_attention cuda: L != S, causal, masks") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   uint64_t seed = 500;
   for (DType dt : {kFloat16, kBFloat16}) {
     for (const Case& c :
@@ -148,6 +129,7 @@ TEST_CASE("flash_attention cuda: L != S, causal, masks") {
 }
 
 TEST_CASE("flash_attention cuda: dropout keeps the weights dropout() keeps") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   uint64_t seed = 900;
   for (DType dt : {kFloat16, kBFloat16})
     for (double p : {0.1, 0.5}) {
@@ -158,6 +140,7 @@ TEST_CASE("flash_attention cuda: dropout keeps the weights dropout() keeps") {
 }
 
 TEST_CASE("flash_attention cuda: strided (B, L, H, E) inputs") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   const Case c{2, 3, 70, 90, 64};
   const Inputs in = make_inputs(c, kFloat16, 1000);
   // The same values stored as (B, L, H, E) on the GPU and viewed as (B, H, L, E).
@@ -166,6 +149,7 @@ TEST_CASE("flash_attention cuda: strided (B, L, H, E) inputs") {
 }
 
 TEST_CASE("flash_attention cuda: packed, sequence-major and contiguous inputs vs the CPU, and result layouts") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   // Note [Flash attention layouts]: q, k, v as chunk(x, 3, -1) + split heads of one (B, T, 3 H E)
   // projection (packed), as separate (B, T, H, E) buffers (sequence-major) or contiguous.
   const int64_t B = 2, H = 3, T = 150;
@@ -218,6 +202,7 @@ TEST_CASE("flash_attention cuda: packed, sequence-major and contiguous inputs vs
 }
 
 TEST_CASE("flash_attention cuda: packed q, k, v with an odd stride on a size-1 dim") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   // One head (H = 1): its stride never addresses anything, so it may be odd; the packed
   // gradients copy it, and the pair stores must not refuse them.
   const int64_t B = 2, T = 40, E = 64;
@@ -241,6 +226,7 @@ TEST_CASE("flash_attention cuda: packed q, k, v with an odd stride on a size-1 d
 }
 
 TEST_CASE("flash_attention cuda: contiguous views at an odd storage offset") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   // A contiguous view whose data is not 16-byte aligned (narrow of a flat buffer at element 3)
   // once reached the kernels' 16-byte cp.async loads as it was, because contiguous() returns
   // a contiguous view unchanged: a misaligned-address fault that broke the CUDA context
@@ -250,8 +236,8 @@ TEST_CASE("flash_attention cuda: contiguous views at an odd storage offset") {
   auto at = [&](const Tensor& from, int64_t i) { return from.narrow(0, 3 + i * n, n).view({B, H, T, E}); };
   const ops::FlashAttentionOptions o{};
   const auto cf = ops::flash_attention_forward(at(flat, 0), at(flat, 1), at(flat, 2), o);
-  const auto cg = ops::flash_attention_backward(at(flat, 3), at(flat, 0), at(flat, 1), at(flat, 2), cf.out, cf.lse,
-                                                o, cf.range);
+  const auto cg =
+      ops::flash_attention_backward(at(flat, 3), at(flat, 0), at(flat, 1), at(flat, 2), cf.out, cf.lse, o, cf.range);
   const Tensor gflat = flat.to(kGpu);
   REQUIRE(at(gflat, 1).is_contiguous());
   ops::FlashAttentionForward f;
@@ -267,6 +253,7 @@ TEST_CASE("flash_attention cuda: contiguous views at an odd storage offset") {
 }
 
 TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fused kernels") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   const Case c{2, 4, 96, 96, 64};
   const Inputs in = make_inputs(c, kFloat32, 1100);
   const Tensor mask = key_padding(c.B, c.S);
@@ -301,6 +288,7 @@ TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fuse
 }
 
 TEST_CASE("flash_attention cuda: forward + backward memory stays O(T) at T = 2048") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   const int64_t B = 4, H = 8, T = 2048, E = 64;
   const Tensor q = random_tensor({B, H, T, E}, {kFloat16}, 1, Layout::Contiguous, -1.0, 1.0).to(kGpu).requires_grad_();
   const Tensor k = random_tensor({B, H, T, E}, {kFloat16}, 2, Layout::Contiguous, -1.0, 1.0).to(kGpu).requires_grad_();
@@ -324,6 +312,7 @@ TEST_CASE("flash_attention cuda: forward + backward memory stays O(T) at T = 204
 }
 
 TEST_CASE("flash_attention cuda: errors") {
+  const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   const Tensor q = zeros({1, 2, 3, 64}, {kFloat16, kGpu});
   check_error([&] { ops::flash_attention_forward(q, q.cpu(), q, {}); }, {"flash_attention_forward", "cuda", "cpu"});
   const Tensor q32 = zeros({1, 2, 3, 64}, {kFloat32, kGpu});

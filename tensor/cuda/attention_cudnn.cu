@@ -1,0 +1,701 @@
+// Attention through cuDNN's fused scaled-dot-product-attention engines, built with the graph
+// (backend) API as tensor/cuda/conv_graph.cu builds convolutions.
+//
+// Note [cuDNN attention]
+// cuDNN's fused flash-attention engines recognise an operation graph of ordinary matmul,
+// pointwise and reduction nodes: the "composite" SDPA of cudnn-frontend's
+// scaled_dot_product_flash_attention.h. (The dedicated CUDNN_BACKEND_OPERATION_SDPA_FWD
+// descriptor, from 9.13.1, takes in 9.14 neither a causal mask (9.21) nor has the frontend a
+// backward built on it; the frontend picks it only for an unmasked forward. The composite graph
+// serves every case here, both directions, with or without the causal mask.) The graphs below
+// are node for node the frontend's (v1.15, the release of cuDNN 9.14), with float32
+// intermediates (virtual tensors) and fp16/bf16 operands:
+//   forward   S = q k^T (k passed as k^T: its (B, H, E, S) dims with the last two strides swapped)
+//             S = S * scale                      (a by-value float scalar)
+//             causal: S = select(row >= col, S, -inf)   (GEN_INDEX on axes 2 and 3, CMP_GE,
+//                                                         BINARY_SELECT; top-left aligned)
+//             m = max_s S, e = exp(S - m), z = sum_s e, Stats = m + log z, P = e / z  (P in q's dtype)
+//             out = P v
+//   backward Dsum = (sum_e dout * out) * 1       (a float (B, H, L, 1) tensor we allocate)
+//             P = exp(scale q k^T - Stats)      (causal: -inf above the diagonal before exp)
+//             dv = P^T dout,  dS = (dout v^T - Dsum) * P * scale,  dk = dS^T q,
+//             dq = dS k, accumulated in a float (B, H, L, E) tensor we allocate, then cast
+// Stats is the logsumexp of each scaled row, exactly the lse of Note [Flash attention], so the
+// forward result (out, lse) is the same whichever backend made it, and FlashAttentionForward
+// does not change. The operands keep their strides (Note [Flash attention layouts]): cuDNN
+// reads the sequence-major views and writes the packed-qkv gradients in place.
+//
+// What stays on frugal's own kernels (tensor/cuda/flash_attention.cu), decided before either
+// direction runs, from the inputs and options alone (ops::attention_backend_for):
+// - dropout: cuDNN draws its keep mask with its own Philox stream; ours must be the very mask
+//   dropout() draws (Note [Dropout mask from counters]), so fused and composed paths agree.
+// - masks: a bool mask has no cuDNN input at all; an additive one could go to cuDNN's bias,
+//   but a row whose keys are all -inf gives NaN there where ours gives zeros and lse = -inf,
+//   and telling the two apart would need the mask's values on the host (a sync).
+// - anything without a plan: each (device, dtype, direction, shape, causal, strides) problem
+//   builds its graph once; the plans, or the failure and its reason, are remembered, so a
+//   shape cuDNN refuses costs one attempt, not one per step. A call uses cuDNN only when the
+//   forward AND the backward of the layout it implies (dout in out's order, the gradients in
+//   the inputs' order) have plans, so one call does not mix backends. A backward whose dout
+//   arrives in another layout looks up its own plan and, lacking one, runs our backward: it
+//   reads the same out and lse, so the gradients are the same either way.
+// The scale is a by-value operand, so it is not part of the key. Plans come from cuDNN's
+// heuristics (mode A, then the fallback list): the first kMaxPlans that finalize, in that order
+// (one, as cudnn-frontend's default policy and PyTorch: finalizing a fused engine's plan may
+// compile it at run time, which costs far more than the spares would ever save); a call runs
+// the first whose workspace the arena can provide, and our kernels when none. Two workarounds
+// come from cudnn-frontend too: its backward refuses L = S = 1, and for cuDNN <= 9.15 it masks
+// the backward's scores with a padding mask of the full lengths (per-batch int32 L and S, also
+// given to every product as its size overrides) whenever a length is not a multiple of 128
+// (197, 77, ...).
+#include "tensor/cuda/attention_cudnn.h"
+
+#include <cudnn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/cuda/conv_graph.h"
+#include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/cudnn_handle.h"
+#include "tensor/factory.h"
+
+namespace frugal::ops::cuda {
+
+namespace {
+
+constexpr size_t kMaxPlans = 1;  // plans finalized per problem (see the Note)
+
+/// The non-virtual operands' ids in a variant pack; virtual tensors count from kFirstVirtual.
+enum Uid : int64_t {
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kScale,
+  kNegInf,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kOne,
+  kSoftmaxSum,
+  kDQAccum,
+  kSeqLenQ,
+  kSeqLenKV,
+  kFirstVirtual = 100,
+};
+
+enum class Direction { Forward, Backward };
+
+/// One cuDNN backend descriptor, destroyed with its owner.
+class Descriptor {
+ public:
+  Descriptor() = default;
+  explicit Descriptor(cudnnBackendDescriptorType_t type) {
+    FRUGAL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
+  }
+  ~Descriptor() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+  }
+  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor& operator=(Descriptor&& o) noexcept {
+    std::swap(d_, o.d_);
+    return *this;
+  }
+
+  template <typename T>
+  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const T* values) {
+    FRUGAL_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
+    return *this;
+  }
+  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t value) {
+    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
+  }
+  void finalize() { FRUGAL_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
+  bool try_finalize() { return cudnnBackendFinalize(d_) == CUDNN_STATUS_SUCCESS; }
+  cudnnBackendDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+using Dims = std::vector<int64_t>;
+constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
+
+/// One operation graph under construction, owning its tensors and operations. Every call
+/// throws frugal::Error (naming the cuDNN call and cuDNN's reason) when cuDNN refuses.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(cudnnDataType_t io) : io_(io) {}
+
+  cudnnDataType_t io() const { return io_; }
+  /// The ids of the non-virtual tensors, each once: what a variant pack must supply.
+  const std::vector<int64_t>& uids() const { return uids_; }
+
+  /// A tensor the caller supplies (16-byte aligned), of `type`.
+  cudnnBackendDescriptor_t tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type) {
+    uids_.push_back(uid);
+    return make_tensor(uid, dims, strides, type, false, false);
+  }
+  /// A tensor that lives only inside the fused kernel.
+  cudnnBackendDescriptor_t virtual_tensor(const Dims& dims, const Dims& strides, cudnnDataType_t type = kF32) {
+    return make_tensor(next_uid_++, dims, strides, type, true, false);
+  }
+  /// A float scalar passed by value (a host pointer in the variant pack), with as many dims
+  /// as the other operands, all 1, as cudnn-frontend gives its fused scalars.
+  /// The same descriptor for every use of one id.
+  cudnnBackendDescriptor_t scalar(int64_t uid) {
+    for (const auto& [id, d] : scalars_)
+      if (id == uid) return d;
+    uids_.push_back(uid);
+    const Dims ones{1, 1, 1, 1};
+    scalars_.emplace_back(uid, make_tensor(uid, ones, ones, kF32, false, true));
+    return scalars_.back().second;
+  }
+
+  /// y = mode(x[, b[, t]]), computed in `math`; `axis` for GEN_INDEX.
+  void pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                 cudnnBackendDescriptor_t y, cudnnDataType_t math = kF32, cudnnBackendDescriptor_t t = nullptr,
+                 int64_t axis = -1) {
+    Descriptor& pw = own(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
+    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    pw.finalize();
+    const float alpha1 = 1.0f, alpha2 = 1.0f;
+    Descriptor& op = own(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get())
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha1)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2);
+    if (b != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+    if (t != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    add(op);
+  }
+  /// c = a b over the last two dims, batched over the first two, accumulated in float32; m, n,
+  /// k, if given, are (B, 1, 1, 1) int32 tensors overriding the product's sizes per batch.
+  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
+              cudnnBackendDescriptor_t m = nullptr, cudnnBackendDescriptor_t n = nullptr,
+              cudnnBackendDescriptor_t k = nullptr) {
+    Descriptor& mm = own(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32).finalize();
+    Descriptor& op = own(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
+        .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
+        .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
+        .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm.get());
+    if (m != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m);
+    if (n != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n);
+    if (k != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k);
+    add(op);
+  }
+  /// y = reduce(x) over the dims where y has size 1, in float32.
+  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    Descriptor& red = own(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
+        .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32)
+        .finalize();
+    Descriptor& op = own(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
+        .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
+        .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red.get());
+    add(op);
+  }
+  /// y = x with other dims and strides (a transpose, here).
+  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    Descriptor& op = own(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+    add(op);
+  }
+
+  /// The finalized operation graph of everything added.
+  Descriptor finalize(cudnnHandle_t h) {
+    Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops_.size()), ops_.data())
+        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    graph.finalize();
+    return graph;
+  }
+
+ private:
+  Descriptor& own(cudnnBackendDescriptorType_t type) { return owned_.emplace_back(type); }
+  void add(Descriptor& op) {
+    op.finalize();
+    ops_.push_back(op.get());
+  }
+  cudnnBackendDescriptor_t make_tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type,
+                                       bool is_virtual, bool by_value) {
+    const int64_t alignment = 16;
+    Descriptor& d = own(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
+        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, int64_t(dims.size()), dims.data())
+        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, int64_t(strides.size()), strides.data())
+        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
+        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    if (is_virtual) d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+    if (by_value) d.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    d.finalize();
+    return d.get();
+  }
+
+  cudnnDataType_t io_;
+  std::deque<Descriptor> owned_;  // a deque: references to its elements survive emplace_back
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  std::vector<int64_t> uids_;
+  std::vector<std::pair<int64_t, cudnnBackendDescriptor_t>> scalars_;
+  int64_t next_uid_ = kFirstVirtual;
+};
+
+/// Strides of a (B, H, N, E) operand as cuDNN gets them: a size-1 dim never addresses anything,
+/// so its stride is made the packed one of the dims inside it (a regular layout, one key).
+Dims operand_strides(const int64_t (&s)[3], int64_t B, int64_t H, int64_t N, int64_t E) {
+  Dims st{s[0], s[1], s[2], 1};
+  const Dims dims{B, H, N, E};
+  for (int d = 2; d >= 0; --d)
+    if (dims[size_t(d)] == 1) st[size_t(d)] = st[size_t(d) + 1] * dims[size_t(d) + 1];
+  return st;
+}
+
+/// (B, H, N, E) strides as those of the transpose (B, H, E, N).
+Dims transposed(Dims st) {
+  std::swap(st[2], st[3]);
+  return st;
+}
+
+/// Scores with the causal mask applied: select(row >= col, x, -inf), top-left aligned.
+cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims& dims,
+                                     const Dims& strides) {
+  cudnnBackendDescriptor_t row = g.virtual_tensor(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, kF32, nullptr, 2);
+  cudnnBackendDescriptor_t col = g.virtual_tensor(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, kF32, nullptr, 3);
+  cudnnBackendDescriptor_t keep = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t y = g.virtual_tensor(dims, strides);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, g.scalar(kNegInf), y, kF32, keep);
+  return y;
+}
+
+/// Scores with cudnn-frontend's padding mask: select(row < seq_len_q && col < seq_len_kv, x, -inf).
+cudnnBackendDescriptor_t padding_mask(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims& dims,
+                                      const Dims& strides, cudnnBackendDescriptor_t seq_len_q,
+                                      cudnnBackendDescriptor_t seq_len_kv) {
+  cudnnBackendDescriptor_t row = g.virtual_tensor(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, CUDNN_DATA_INT32, nullptr, 2);
+  cudnnBackendDescriptor_t col = g.virtual_tensor(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, CUDNN_DATA_INT32, nullptr, 3);
+  cudnnBackendDescriptor_t row_in = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, row, seq_len_q, row_in, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t col_in = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, col, seq_len_kv, col_in, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t keep = g.virtual_tensor(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, keep, CUDNN_DATA_BOOLEAN);
+  cudnnBackendDescriptor_t y = g.virtual_tensor(dims, strides);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, g.scalar(kNegInf), y, kF32, keep);
+  return y;
+}
+
+/// Whether the backward needs cudnn-frontend's workaround for cuDNN <= 9.15: a padding mask of
+/// the full lengths (a no-op) when a length is not a multiple of 128, without which those
+/// versions' backward engines are wrong (cudnn-frontend 1.15 and later set it up the same way).
+bool needs_padding_workaround(const FlashAttentionParams& p) {
+  return cudnnGetVersion() <= 91500 && (p.L % 128 != 0 || p.S % 128 != 0);
+}
+
+/// The forward graph of the Note: q, k, v -> out, Stats.
+void build_forward(GraphBuilder& g, const FlashAttentionParams& p) {
+  const int64_t B = p.B, H = p.H, L = p.L, S = p.S, E = p.E;
+  const cudnnDataType_t io = g.io();
+  const Dims scores{B, H, L, S}, scores_st{H * L * S, L * S, S, 1}, rows{B, H, L, 1}, rows_st{H * L, L, 1, 1};
+  cudnnBackendDescriptor_t q = g.tensor(kQ, {B, H, L, E}, operand_strides(p.q_stride, B, H, L, E), io);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, {B, H, E, S}, transposed(operand_strides(p.k_stride, B, H, S, E)), io);
+  cudnnBackendDescriptor_t v = g.tensor(kV, {B, H, S, E}, operand_strides(p.v_stride, B, H, S, E), io);
+  cudnnBackendDescriptor_t o = g.tensor(kO, {B, H, L, E}, operand_strides(p.o_stride, B, H, L, E), io);
+  cudnnBackendDescriptor_t stats = g.tensor(kStats, rows, rows_st, kF32);
+
+  cudnnBackendDescriptor_t s = g.virtual_tensor(scores, scores_st);
+  g.matmul(q, kt, s);
+  cudnnBackendDescriptor_t scaled = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_MUL, s, g.scalar(kScale), scaled);
+  if (p.causal) scaled = causal_mask(g, scaled, scores, scores_st);
+  cudnnBackendDescriptor_t max = g.virtual_tensor(rows, rows_st);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, max);
+  cudnnBackendDescriptor_t shifted = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_SUB, scaled, max, shifted);
+  cudnnBackendDescriptor_t e = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, e);
+  cudnnBackendDescriptor_t sum = g.virtual_tensor(rows, rows_st);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
+  cudnnBackendDescriptor_t log_sum = g.virtual_tensor(rows, rows_st);
+  g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, log_sum);
+  g.pointwise(CUDNN_POINTWISE_ADD, max, log_sum, stats);
+  cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st, io);  // P in q's dtype for P v
+  g.pointwise(CUDNN_POINTWISE_DIV, e, sum, probs);
+  g.matmul(probs, v, o);
+}
+
+/// The backward graph of the Note: q, k, v, out, dout, Stats -> dq, dk, dv.
+void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
+  const int64_t B = p.B, H = p.H, L = p.L, S = p.S, E = p.E;
+  const cudnnDataType_t io = g.io();
+  const Dims scores{B, H, L, S}, scores_st{H * L * S, L * S, S, 1}, rows{B, H, L, 1}, rows_st{H * L, L, 1, 1};
+  const Dims scores_t{B, H, S, L}, scores_t_st{H * L * S, L * S, 1, S};  // the same memory, transposed
+  const Dims k_st = operand_strides(p.k_stride, B, H, S, E);
+  cudnnBackendDescriptor_t q = g.tensor(kQ, {B, H, L, E}, operand_strides(p.q_stride, B, H, L, E), io);
+  cudnnBackendDescriptor_t kt = g.tensor(kK, {B, H, E, S}, transposed(k_st), io);
+  cudnnBackendDescriptor_t vt = g.tensor(kV, {B, H, E, S}, transposed(operand_strides(p.v_stride, B, H, S, E)), io);
+  cudnnBackendDescriptor_t o = g.tensor(kO, {B, H, L, E}, operand_strides(p.out_stride, B, H, L, E), io);
+  cudnnBackendDescriptor_t dout = g.tensor(kDO, {B, H, L, E}, operand_strides(p.o_stride, B, H, L, E), io);
+  cudnnBackendDescriptor_t stats = g.tensor(kStats, rows, rows_st, kF32);
+  cudnnBackendDescriptor_t dq = g.tensor(kDQ, {B, H, L, E}, operand_strides(p.dq_stride, B, H, L, E), io);
+  cudnnBackendDescriptor_t dk = g.tensor(kDK, {B, H, S, E}, operand_strides(p.dk_stride, B, H, S, E), io);
+  cudnnBackendDescriptor_t dv = g.tensor(kDV, {B, H, S, E}, operand_strides(p.dv_stride, B, H, S, E), io);
+
+  // Dsum = rowsum(dout * out) (times 1: the dropout's inverse scale in cuDNN's own graph).
+  cudnnBackendDescriptor_t dout_out = g.virtual_tensor({B, H, L, E}, {H * L * E, L * E, H * E, 1});
+  g.pointwise(CUDNN_POINTWISE_MUL, dout, o, dout_out);
+  cudnnBackendDescriptor_t row_dot = g.virtual_tensor(rows, rows_st);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_out, row_dot);
+  cudnnBackendDescriptor_t softmax_sum = g.tensor(kSoftmaxSum, rows, rows_st, kF32);
+  g.pointwise(CUDNN_POINTWISE_MUL, row_dot, g.scalar(kOne), softmax_sum);
+
+  // The padding workaround's per-batch lengths (all L and S), which every product then also gets
+  // as its size overrides, as cudnn-frontend does once it has them.
+  cudnnBackendDescriptor_t len_q = nullptr, len_kv = nullptr;
+  if (needs_padding_workaround(p)) {
+    len_q = g.tensor(kSeqLenQ, {B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32);
+    len_kv = g.tensor(kSeqLenKV, {B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32);
+  }
+
+  // P = exp(scale q k^T - Stats), then dv = P^T dout.
+  cudnnBackendDescriptor_t s = g.virtual_tensor(scores, scores_st);
+  g.matmul(q, kt, s, len_q, len_kv);
+  cudnnBackendDescriptor_t scaled = g.virtual_tensor(scores, scores_st);
+  cudnnBackendDescriptor_t scale = g.scalar(kScale);
+  g.pointwise(CUDNN_POINTWISE_MUL, s, scale, scaled);
+  if (len_q != nullptr) scaled = padding_mask(g, scaled, scores, scores_st, len_q, len_kv);
+  cudnnBackendDescriptor_t shifted = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_SUB, scaled, stats, shifted);
+  if (len_q != nullptr && cudnnGetVersion() < 91000)  // cudnn-frontend's workaround for 9.0 - 9.9
+    shifted = padding_mask(g, shifted, scores, scores_st, len_q, len_kv);
+  if (p.causal) shifted = causal_mask(g, shifted, scores, scores_st);
+  cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, probs);
+  cudnnBackendDescriptor_t probs_t = g.virtual_tensor(scores_t, scores_t_st, io);
+  g.reshape(probs, probs_t);
+  g.matmul(probs_t, dout, dv, len_kv, nullptr, len_q);
+
+  // dS = (dout v^T - Dsum) * P * scale, then dk = dS^T q.
+  cudnnBackendDescriptor_t dp = g.virtual_tensor(scores, scores_st);
+  g.matmul(dout, vt, dp, len_q, len_kv);
+  cudnnBackendDescriptor_t dp_centered = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, softmax_sum, dp_centered);
+  cudnnBackendDescriptor_t ds_unscaled = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp_centered, probs, ds_unscaled);
+  cudnnBackendDescriptor_t ds = g.virtual_tensor(scores, scores_st);
+  g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds);
+  cudnnBackendDescriptor_t ds_t = g.virtual_tensor(scores_t, scores_t_st, io);
+  g.reshape(ds, ds_t);
+  g.matmul(ds_t, q, dk, len_kv, nullptr, len_q);
+
+  // dq = dS k, accumulated in float32, then cast into dq.
+  cudnnBackendDescriptor_t k = g.virtual_tensor({B, H, S, E}, k_st);
+  g.reshape(kt, k);
+  cudnnBackendDescriptor_t dq_accum = g.tensor(kDQAccum, {B, H, L, E}, {H * L * E, L * E, E, 1}, kF32);
+  g.matmul(ds, k, dq_accum, len_q, nullptr, len_kv);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, dq);
+}
+
+/// One executable plan and the workspace it needs.
+struct Plan {
+  Descriptor config, plan;
+  int64_t workspace = 0;
+};
+
+/// One problem's graph and plans (best first), or, with no plan, why not.
+struct PlanSet {
+  std::unique_ptr<GraphBuilder> graph;  // the tensors and operations the plans refer to
+  Descriptor op_graph;
+  std::vector<Plan> plans;
+  std::string what, why;  // the problem; without plans, why not
+  // The padding workaround's (B) int32 lengths, filled once; like the plans, never freed.
+  void* seq_len_q = nullptr;
+  void* seq_len_kv = nullptr;
+  // The status of an execution cuDNN refused (a plan that built but does not run): from then on
+  // the problem counts as unplanned, so later calls go to our kernels without trying again.
+  mutable std::atomic<int> refused{int(CUDNN_STATUS_SUCCESS)};
+
+  bool usable() const { return !plans.empty() && refused.load(std::memory_order_relaxed) == CUDNN_STATUS_SUCCESS; }
+  std::string reason() const {
+    const int status = refused.load(std::memory_order_relaxed);
+    if (status == CUDNN_STATUS_SUCCESS) return ::frugal::detail::str_cat(what, ": ", why);
+    return ::frugal::detail::str_cat(what, ": cudnnBackendExecute refused its plan (",
+                                     cudnnGetErrorString(cudnnStatus_t(status)), ")");
+  }
+};
+
+/// The engine configurations cuDNN's heuristics of `mode` suggest for `graph`, best first.
+std::vector<Descriptor> suggested_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (!heuristics.try_finalize()) return {};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                               &count, nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0)
+    return {};
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  int64_t returned = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  configs.erase(configs.begin() + std::max<int64_t>(0, std::min(returned, count)), configs.end());
+  return configs;
+}
+
+/// The plans cuDNN builds for `graph`: heuristics mode A, then the fallback list.
+std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph) {
+  std::vector<Plan> plans;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (Descriptor& config : suggested_configs(graph, mode)) {
+      if (plans.size() >= kMaxPlans) return plans;
+      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config.get());
+      if (!plan.try_finalize()) continue;
+      int64_t n = 0, workspace = 0;
+      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                   &workspace) != CUDNN_STATUS_SUCCESS)
+        continue;
+      plans.push_back(Plan{std::move(config), std::move(plan), workspace});
+    }
+  }
+  return plans;
+}
+
+cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
+
+std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
+  return ::frugal::detail::str_cat("cuDNN attention ", d == Direction::Forward ? "forward" : "backward", " (",
+                                   dtype_name(dtype), ", B=", p.B, " H=", p.H, " L=", p.L, " S=", p.S, " E=", p.E,
+                                   p.causal ? ", causal" : "", ")");
+}
+
+/// Builds one problem's graph and plans (see the Note); a set without plans, and the reason,
+/// when cuDNN refuses.
+std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType dtype, const FlashAttentionParams& p) {
+  auto set = std::make_shared<PlanSet>();
+  set->what = describe(d, dtype, p);
+  if (cudnnGetVersion() < 90000) {
+    set->why = ::frugal::detail::str_cat("needs cuDNN 9, found ", cudnnGetVersion());
+    return set;
+  }
+  if (d == Direction::Backward && p.L == 1 && p.S == 1) {  // as cudnn-frontend refuses it
+    set->why = "cuDNN's backward does not take L = S = 1";
+    return set;
+  }
+  try {
+    auto graph = std::make_unique<GraphBuilder>(io_type(dtype));
+    if (d == Direction::Forward) build_forward(*graph, p);
+    else build_backward(*graph, p);
+    Descriptor op_graph = graph->finalize(h);
+    std::vector<Plan> plans = make_plans(h, op_graph);
+    if (plans.empty()) {
+      set->why = ::frugal::detail::str_cat("no engine of cuDNN ", cudnnGetVersion(), " takes the graph");
+      return set;
+    }
+    if (d == Direction::Backward && needs_padding_workaround(p)) {
+      for (auto [ptr, n] : {std::pair{&set->seq_len_q, p.L}, std::pair{&set->seq_len_kv, p.S}}) {
+        const std::vector<int32_t> lengths(size_t(p.B), int32_t(n));
+        FRUGAL_CUDA_CHECK(cudaMalloc(ptr, lengths.size() * sizeof(int32_t)));
+        FRUGAL_CUDA_CHECK(cudaMemcpy(*ptr, lengths.data(), lengths.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+      }
+    }
+    set->graph = std::move(graph), set->op_graph = std::move(op_graph), set->plans = std::move(plans);
+  } catch (const Error& e) {
+    set->plans.clear();
+    set->why = e.what();
+  }
+  return set;
+}
+
+using PlanKey = std::vector<int64_t>;
+
+PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionParams& p) {
+  PlanKey key{device.index, int64_t(dtype), int64_t(d), p.B, p.H, p.L, p.S, p.E, int64_t(p.causal)};
+  auto add = [&](const int64_t(&s)[3], int64_t N) {
+    for (int64_t v : operand_strides(s, p.B, p.H, N, p.E)) key.push_back(v);
+  };
+  add(p.q_stride, p.L), add(p.k_stride, p.S), add(p.v_stride, p.S), add(p.o_stride, p.L);
+  if (d == Direction::Backward) {
+    add(p.out_stride, p.L), add(p.dq_stride, p.L), add(p.dk_stride, p.S), add(p.dv_stride, p.S);
+  }
+  return key;
+}
+
+class PlanCache {
+ public:
+  std::shared_ptr<const PlanSet> lookup(const PlanKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  void insert(const PlanKey& key, std::shared_ptr<const PlanSet> value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.emplace(key, std::move(value));
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<PlanKey, std::shared_ptr<const PlanSet>> map_;
+};
+
+PlanCache& plan_cache() {
+  static auto* cache = new PlanCache();  // never destroyed: plans are used until the process exits
+  return *cache;
+}
+
+/// The plans of one problem, built on first use (under a DeviceGuard for `device`).
+std::shared_ptr<const PlanSet> plans_for(Direction d, DType dtype, Device device, const FlashAttentionParams& p) {
+  const PlanKey key = make_key(d, dtype, device, p);
+  std::shared_ptr<const PlanSet> set = plan_cache().lookup(key);
+  if (set == nullptr) {
+    set = build_plans(cudnn_handle(device), d, dtype, p);
+    plan_cache().insert(key, set);
+  }
+  return set;
+}
+
+struct Operand {
+  int64_t uid;
+  void* ptr;
+};
+
+/// Runs the first plan of `set` whose workspace the arena provides, with the graph's operands
+/// taken from `operands` by id; false, having run nothing, when none can run.
+bool execute(const PlanSet& set, Device device, const std::vector<Operand>& operands) {
+  std::vector<int64_t> uids;
+  std::vector<void*> pointers;
+  for (int64_t uid : set.graph->uids()) {
+    auto it = std::find_if(operands.begin(), operands.end(), [&](const Operand& o) { return o.uid == uid; });
+    FRUGAL_CHECK(it != operands.end(), "cuDNN attention: no operand for tensor id ", uid);
+    uids.push_back(uid), pointers.push_back(it->ptr);
+  }
+  for (const Plan& plan : set.plans) {
+    Tensor ws = try_workspace(plan.workspace, device);
+    if (plan.workspace > 0 && !ws.defined()) continue;
+    void* ws_ptr = ws.defined() ? ws.data() : nullptr;
+    Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(pointers.size()), pointers.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()), uids.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr);
+    pack.finalize();
+    const cudnnStatus_t status = cudnnBackendExecute(cudnn_handle(device), plan.plan.get(), pack.get());
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    set.refused.store(int(status), std::memory_order_relaxed);
+    return false;
+  }
+  return false;
+}
+
+/// Whether every operand starts 16-byte aligned, as the tensor descriptors declare.
+bool aligned(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
+  return true;
+}
+
+/// -inf for masked scores; cuDNN before 9.10 wanted the lowest float instead (as cudnn-frontend).
+float masked_score() {
+  return cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
+}
+
+}  // namespace
+
+bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionParams& p, std::string* why) {
+  DeviceGuard guard(device);
+  for (Direction d : {Direction::Forward, Direction::Backward}) {
+    std::shared_ptr<const PlanSet> set = plans_for(d, dtype, device, p);
+    if (!set->usable()) {
+      if (why != nullptr) *why = set->reason();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const FlashAttentionParams& p) {
+  if (!aligned({&out, &lse, &q, &k, &v})) return false;
+  const Device device = q.device();
+  DeviceGuard guard(device);
+  std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p);
+  if (!set->usable()) return false;
+  float scale = float(p.scale), neg_inf = masked_score();
+  return execute(*set, device,
+                 {{kQ, q.data()},
+                  {kK, k.data()},
+                  {kV, v.data()},
+                  {kO, out.data()},
+                  {kStats, lse.data()},
+                  {kScale, &scale},
+                  {kNegInf, &neg_inf}});
+}
+
+bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const FlashAttentionParams& p) {
+  if (!aligned({&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse})) return false;
+  const Device device = q.device();
+  DeviceGuard guard(device);
+  std::shared_ptr<const PlanSet> set = plans_for(Direction::Backward, q.dtype(), device, p);
+  if (!set->usable()) return false;
+  // O(B H L E) float temporaries the graph names (as cudnn-frontend carves them from its
+  // workspace): the rows' dout . out, and dq's accumulator, which cuDNN >= 9.6 zeroes itself.
+  const Tensor softmax_sum = empty({p.B * p.H * p.L}, {kFloat32, device});
+  const Tensor dq_accum = empty({p.B * p.H * p.L * p.E}, {kFloat32, device});
+  if (cudnnGetVersion() < 90600)
+    FRUGAL_CUDA_CHECK(
+        cudaMemsetAsync(dq_accum.data(), 0, size_t(dq_accum.numel()) * sizeof(float), stream_for(device)));
+  float scale = float(p.scale), neg_inf = masked_score(), one = 1.0f;
+  return execute(*set, device,
+                 {{kQ, q.data()},
+                  {kK, k.data()},
+                  {kV, v.data()},
+                  {kO, out.data()},
+                  {kDO, dout.data()},
+                  {kStats, lse.data()},
+                  {kDQ, dq.data()},
+                  {kDK, dk.data()},
+                  {kDV, dv.data()},
+                  {kScale, &scale},
+                  {kNegInf, &neg_inf},
+                  {kOne, &one},
+                  {kSoftmaxSum, softmax_sum.data()},
+                  {kDQAccum, dq_accum.data()},
+                  {kSeqLenQ, set->seq_len_q},
+                  {kSeqLenKV, set->seq_len_kv}});
+}
+
+}  // namespace frugal::ops::cuda

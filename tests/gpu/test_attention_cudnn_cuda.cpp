@@ -1,0 +1,221 @@
+// cuDNN's fused attention (tensor/cuda/attention_cudnn.cu, Note [cuDNN attention]) against the
+// float64 formula (tests/flash_attention_reference.h) on the same float16/bfloat16 inputs:
+// forward (out, lse) and backward (dq, dk, dv) at ViT's length (197), L != S (77 over 45 and
+// back), E = 128, causal, scale; sequence-major strided inputs and packed qkv (one projection's
+// chunks) with the results' layouts (Note [Flash attention layouts]); a dout in another layout
+// than out; scaled_dot_product_attention's autograd. Every case first asserts that the call
+// really goes to cuDNN (ops::attention_backend_for) and runs with the backend forced to cudnn,
+// so a shape cuDNN refuses fails with its reason instead of passing on our kernels; and the
+// calls that must stay on frugal's kernels (dropout, masks, the Flash setting, the CPU) do.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/reduce.h"
+#include "tensor/factory.h"
+#include "tensor/ops/flash_attention.h"
+#include "tests/flash_attention_reference.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using ops::AttentionBackend;
+
+namespace {
+
+const Device kGpu = cuda(0);
+
+struct Case {
+  int64_t B, H, L, S, E;
+};
+
+/// q, k, v, dout drawn on the CPU in dt (the reference reads the very same values).
+struct Inputs {
+  Tensor q, k, v, g;
+};
+Inputs make_inputs(const Case& c, DType dt, uint64_t seed) {
+  return {random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 1, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 2, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed + 3, Layout::Contiguous, -1.0, 1.0)};
+}
+
+/// Runs the raw ops on `in` (moved to the GPU, `gpu_view` applied) with the backend forced to
+/// cudnn, after asserting that the call goes there, and checks all five results against the
+/// float64 reference.
+template <typename View>
+void check_cudnn(const Case& c, const Inputs& in, bool causal, std::optional<double> scale, View gpu_view) {
+  const DType dt = in.q.dtype();
+  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " causal=", causal,
+       " scale=", scale ? *scale : -1.0);
+  const Tensor q = gpu_view(in.q), k = gpu_view(in.k), v = gpu_view(in.v), g = gpu_view(in.g);
+  const ops::FlashAttentionOptions o{Tensor(), causal, scale, 0.0};
+  const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+  REQUIRE(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Cudnn);
+  const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o);
+  const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+  const AttentionReference ref =
+      attention_reference(in.q, in.k, in.v, Tensor(), causal, scale ? *scale : 1.0 / std::sqrt(double(c.E)), {}, in.g);
+  CHECK(f.out.dtype() == dt);
+  CHECK(f.lse.dtype() == kFloat32);
+  CHECK(f.range.seed == 0);
+  CHECK(relative_error(f.out, ref.out, "out") <= out_tol(dt));
+  CHECK(relative_error(f.lse, ref.lse, "lse") <= 1e-4);
+  CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(dt));
+  CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(dt));
+  CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(dt));
+}
+
+void check_cudnn(const Case& c, const Inputs& in, bool causal, std::optional<double> scale = {}) {
+  check_cudnn(c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); });
+}
+
+}  // namespace
+
+TEST_CASE("attention cudnn: ViT's length, L != S, E = 128, causal, scale vs the float64 formula") {
+  uint64_t seed = 1;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (const Case& c : {Case{2, 3, 197, 197, 64}, Case{2, 3, 77, 45, 64}, Case{2, 3, 45, 77, 64},
+                          Case{2, 3, 128, 128, 128}, Case{1, 2, 200, 77, 128}, Case{2, 2, 96, 130, 32}}) {
+      const Inputs in = make_inputs(c, dt, seed);
+      seed += 4;
+      check_cudnn(c, in, false);
+      check_cudnn(c, in, true);
+    }
+  const Case c{2, 3, 64, 90, 64};
+  check_cudnn(c, make_inputs(c, kFloat16, 100), false, 0.3);
+  check_cudnn(c, make_inputs(c, kBFloat16, 104), true, 0.05);
+}
+
+TEST_CASE("attention cudnn: strided (B, L, H, E) inputs") {
+  const Case c{2, 3, 197, 197, 64};
+  for (DType dt : {kFloat16, kBFloat16}) {
+    const Inputs in = make_inputs(c, dt, 200);
+    // The same values stored as (B, L, H, E) on the GPU and viewed as (B, H, L, E).
+    check_cudnn(c, in, false, {},
+                [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); });
+  }
+}
+
+TEST_CASE("attention cudnn: packed q, k, v of one projection, and result layouts") {
+  // Note [Flash attention layouts]: q, k, v as chunk(x, 3, -1) + split heads of one (B, T, 3 H E)
+  // projection, dout as out_proj's backward hands it over; the gradients must come back as
+  // views of one (B, T, 3, H, E) buffer with q, k, v's strides.
+  const int64_t B = 2, H = 3, T = 197;
+  uint64_t seed = 300;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (int64_t E : {64, 128})
+      for (bool causal : {false, true}) {
+        INFO(dtype_name(dt), " E=", E, " causal=", causal);
+        const int64_t D = H * E;
+        const Tensor x = random_tensor({B, T, 3 * D}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
+        const Tensor g = random_tensor({B, T, H, E}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0).transpose(1, 2);
+        auto heads = [&](const Tensor& from, int64_t i) {
+          return from.narrow(2, i * D, D).unflatten(-1, {H, E}).transpose(1, 2);
+        };
+        const AttentionReference ref = attention_reference(heads(x, 0), heads(x, 1), heads(x, 2), Tensor(), causal,
+                                                           1.0 / std::sqrt(double(E)), {}, g);
+        const Tensor gx = x.to(kGpu), gg = g.transpose(1, 2).to(kGpu).transpose(1, 2);
+        const Tensor q = heads(gx, 0), k = heads(gx, 1), v = heads(gx, 2);
+        const ops::FlashAttentionOptions o{Tensor(), causal, {}, 0.0};
+        const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+        REQUIRE(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Cudnn);
+        const auto f = ops::flash_attention_forward(q, k, v, o);
+        const auto gr = ops::flash_attention_backward(gg, q, k, v, f.out, f.lse, o, f.range);
+        CHECK(f.out.strides() == Shape({T * H * E, E, H * E, 1}));
+        CHECK(gr.dq.strides() == q.strides());
+        CHECK(gr.dk.strides() == k.strides());
+        CHECK(gr.dv.strides() == v.strides());
+        CHECK((gr.dq.shares_storage(gr.dk) && gr.dq.shares_storage(gr.dv)));
+        CHECK(gr.dk.storage_offset() - gr.dq.storage_offset() == D);
+        CHECK(gr.dv.storage_offset() - gr.dk.storage_offset() == D);
+        CHECK(relative_error(f.out, ref.out, "out") <= out_tol(dt));
+        CHECK(relative_error(f.lse, ref.lse, "lse") <= 1e-4);
+        CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(dt));
+        CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(dt));
+        CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(dt));
+      }
+}
+
+TEST_CASE("attention cudnn: a dout in another layout than out, and agreement with frugal's kernels") {
+  // out is sequence-major (q is), dout contiguous: the backward's own plan (or, without one, our
+  // backward on cuDNN's out and lse) must give the same gradients.
+  const Case c{2, 4, 77, 77, 64};
+  const Inputs in = make_inputs(c, kFloat16, 400);
+  auto seq_major = [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); };
+  const Tensor q = seq_major(in.q), k = seq_major(in.k), v = seq_major(in.v), g = in.g.to(kGpu);
+  const ops::FlashAttentionOptions o{Tensor(), true, {}, 0.0};
+  const AttentionReference ref =
+      attention_reference(in.q, in.k, in.v, Tensor(), true, 1.0 / std::sqrt(double(c.E)), {}, in.g);
+  ops::FlashAttentionForward f;
+  ops::FlashAttentionGrads gr;
+  {
+    const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+    REQUIRE(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Cudnn);
+    f = ops::flash_attention_forward(q, k, v, o);
+    gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+  }
+  CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(kFloat16));
+  CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(kFloat16));
+  CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(kFloat16));
+  // Our kernels on the same inputs: the same out and lse (either backend's forward feeds either
+  // backward, Note [cuDNN attention]), and our backward on cuDNN's out and lse.
+  const ops::AttentionBackendGuard flash(AttentionBackend::Flash);
+  CHECK(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Flash);
+  const ops::FlashAttentionForward own = ops::flash_attention_forward(q, k, v, o);
+  CHECK(relative_error(f.out, values_of(own.out), "out vs own") <= 2 * out_tol(kFloat16));
+  CHECK(relative_error(f.lse, values_of(own.lse), "lse vs own") <= 1e-4);
+  const ops::FlashAttentionGrads mixed = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+  CHECK(relative_error(mixed.dq, ref.dq, "own dq from cuDNN's forward") <= grad_tol(kFloat16));
+  CHECK(relative_error(mixed.dv, ref.dv, "own dv from cuDNN's forward") <= grad_tol(kFloat16));
+}
+
+TEST_CASE("attention cudnn: scaled_dot_product_attention's autograd takes the cuDNN path") {
+  const Case c{2, 3, 197, 197, 64};
+  const Inputs in = make_inputs(c, kFloat32, 500);
+  const AttentionReference ref =
+      attention_reference(in.q, in.k, in.v, Tensor(), false, 1.0 / std::sqrt(64.0), {}, in.g);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor q = in.q.to(kGpu, dt).requires_grad_(), k = in.k.to(kGpu, dt).requires_grad_();
+    const Tensor v = in.v.to(kGpu, dt).requires_grad_();
+    const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+    REQUIRE(ops::attention_backend_for(q, k, v, {}) == AttentionBackend::Cudnn);
+    const Tensor out = scaled_dot_product_attention(q, k, v, Tensor());
+    CHECK(out.grad_fn_name() == "FlashAttentionBackward");
+    CHECK(relative_error(out, ref.out, "sdpa out") <= out_tol(dt));
+    const TensorList grads = autograd::grad({sum(mul(out, in.g.to(kGpu, dt)))}, {q, k, v});
+    CHECK(relative_error(grads[0], ref.dq, "sdpa dq") <= grad_tol(dt));
+    CHECK(relative_error(grads[1], ref.dk, "sdpa dk") <= grad_tol(dt));
+    CHECK(relative_error(grads[2], ref.dv, "sdpa dv") <= grad_tol(dt));
+  }
+}
+
+TEST_CASE("attention cudnn: dropout, masks, the flash setting and the CPU stay on frugal's kernels") {
+  const int64_t B = 2, H = 3, T = 197, E = 64;
+  const Tensor q = randn({B, H, T, E}, {kFloat16, kGpu}), k = randn({B, H, T, E}, {kFloat16, kGpu});
+  const Tensor v = randn({B, H, T, E}, {kFloat16, kGpu});
+  const Tensor bool_mask = ones({B, 1, 1, T}, {kBool, kGpu}), float_mask = zeros({B, 1, T, T}, {kFloat16, kGpu});
+  for (AttentionBackend setting : {AttentionBackend::Auto, AttentionBackend::Cudnn}) {
+    INFO(ops::attention_backend_name(setting));
+    const ops::AttentionBackendGuard guard(setting);
+    CHECK(ops::attention_backend_for(q, k, v, {}) == AttentionBackend::Cudnn);
+    CHECK(ops::attention_backend_for(q, k, v, {Tensor(), true, {}, 0.0}) == AttentionBackend::Cudnn);
+    CHECK(ops::attention_backend_for(q, k, v, {Tensor(), false, {}, 0.1}) == AttentionBackend::Flash);
+    CHECK(ops::attention_backend_for(q, k, v, {bool_mask, false, {}, 0.0}) == AttentionBackend::Flash);
+    CHECK(ops::attention_backend_for(q, k, v, {float_mask, false, {}, 0.0}) == AttentionBackend::Flash);
+    CHECK(ops::attention_backend_for(q.cpu(), k.cpu(), v.cpu(), {}) == AttentionBackend::Flash);
+    // With dropout or a mask the call runs our kernels even when cudnn is forced: no error.
+    CHECK_NOTHROW(ops::flash_attention_forward(q, k, v, {Tensor(), false, {}, 0.1}));
+    CHECK_NOTHROW(ops::flash_attention_forward(q, k, v, {bool_mask, false, {}, 0.0}));
+  }
+  const ops::AttentionBackendGuard flash(AttentionBackend::Flash);
+  CHECK(ops::attention_backend() == AttentionBackend::Flash);
+  CHECK(ops::attention_backend_for(q, k, v, {}) == AttentionBackend::Flash);
+}
