@@ -193,9 +193,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 Tensor mm(const Tensor& a, const Tensor& b, DType out_dtype) {
   check_pair("mm", a, b);
   if (out_dtype != a.dtype()) {
-    FRUGAL_CHECK(mm_widens(a, out_dtype), "mm: a result in ",
-                 dtype_name(out_dtype), " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(),
-                 " and ", b.describe());
+    FRUGAL_CHECK(mm_widens(a, out_dtype), "mm: a result in ", dtype_name(out_dtype),
+                 " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(), " and ", b.describe());
     if (!a.is_cuda()) return mm(a.to(out_dtype), b.to(out_dtype));
   }
   FRUGAL_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got ", a.describe(), " and ", b.describe());
