@@ -1,6 +1,5 @@
 // bench_ops, CUDA half: elementwise bandwidth vs cudaMemcpy, matmul vs raw
-// cublasGemmEx, linear's cuBLASLt epilogues vs separate kernels, the caching allocator vs
-// cudaMalloc. GPU time comes from
+// cublasGemmEx, the caching allocator vs cudaMalloc. GPU time comes from
 // cudaEvents on the current stream, the median of repeated runs after warm-up.
 #include "bench/bench_ops.h"
 #include "core/error.h"
@@ -13,8 +12,6 @@
 #include <functional>
 #include <string>
 
-#include "autograd/ops/matmul.h"
-#include "autograd/ops/unary.h"
 #include "bench/gpu_timer.h"
 #include "core/cuda_check.h"
 #include "core/stream.h"
@@ -23,7 +20,6 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/matmul.h"
-#include "tensor/ops/reduce.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal::bench {
@@ -122,53 +118,6 @@ void matmul(const Options& o, KeyFigures& keys, GpuTimer& timer) {
   cublasDestroy(raw);
 }
 
-// Note [Linear epilogues benchmark]
-// The first half of ViT-B/16's MLP at batch 128 (M = 128 * 197 token rows, 768 -> 3072,
-// float16): linear + GELU forward and backward, each step fused by cuBLASLt's epilogues
-// (tensor/cuda/matmul.cu: Note [GELU epilogue], Note [Bias gradient epilogue]) against the
-// same math as separate kernels, on the raw ops and through autograd. The GELU epilogue is
-// the tanh form, so the fused rows use gelu_tanh; the last row is what ViT runs (exact
-// GELU: bias epilogue, gelu kernel, and in backward the bias-gradient epilogue).
-void linear_epilogues(const Options& o, KeyFigures& keys, GpuTimer& timer) {
-  const int64_t M = (o.quick ? 32 : 128) * 197, K = 768, N = 3072;
-  const int reps = o.quick ? 5 : 20;
-  const TensorOptions f16{kFloat16, kGpu};
-  const Tensor x = randn({M, K}, f16), w = ops::mul(randn({N, K}, f16), 0.03), b = randn({N}, f16);
-  const Tensor gy = randn({M, N}, f16);
-  const Tensor pre = ops::linear(x, w, b);
-  const Tensor gp = ops::unary_backward(ops::UnaryOp::GeluTanh, gy, pre);
-  Table table(
-      detail::str_cat("CUDA linear + GELU, ViT-B/16 MLP (M=", M, ", K=", K, ", N=", N, ", float16; ms, median)"),
-      {"step", "unfused ms", "fused ms", "unfused/fused"});
-  auto row = [&](const char* step, const std::function<void()>& unfused, const std::function<void()>& fused) {
-    const double u = timer.median_ms(unfused, 3, reps), f = timer.median_ms(fused, 3, reps);
-    table.add({step, fmt("%.3f", u), fmt("%.3f", f), fmt("%.3f", u / f)});
-    return u / f;
-  };
-  row(
-      "forward: linear, gelu_tanh | GELU_AUX_BIAS", [&] { Tensor y = ops::gelu_tanh(ops::linear(x, w, b)); },
-      [&] { ops::LinearGeluResult r = ops::linear_gelu_tanh(x, w, b); });
-  const double wgrad = row(
-      "backward: dW GEMM, db sum | BGRADB", [&] { Tensor dw = ops::mm(gp.t(), x), db = ops::sum(gp, {0}); },
-      [&] { ops::LinearWeightGrads g = ops::linear_weight_grads(gp, x, kFloat16, true); });
-  // Through autograd: forward and backward of x's linear + GELU, with x, w, b requiring grad.
-  const Tensor xl = x.clone(), wl = w.clone(), bl = b.clone();
-  for (const Tensor* l : {&xl, &wl, &bl}) l->requires_grad_();
-  auto step = [&](const std::function<Tensor()>& f) {
-    return [&, f] {
-      f().backward(gy);
-      for (const Tensor* l : {&xl, &wl, &bl}) l->set_grad(Tensor());
-    };
-  };
-  const double e2e = row("autograd fwd+bwd, tanh GELU", step([&] { return gelu_tanh(linear(xl, wl, bl)); }),
-                         step([&] { return linear_gelu(xl, wl, bl, /*approximate=*/true); }));
-  const double exact = timer.median_ms(step([&] { return gelu(linear(xl, wl, bl)); }), 3, reps);
-  table.add({"autograd fwd+bwd, exact GELU (ViT's path: BGRADB only)", "-", fmt("%.3f", exact), "-"});
-  table.print();
-  keys.add("gpu_vit_mlp_wgrad_bgrad_speedup", wgrad);
-  keys.add("gpu_vit_mlp_linear_gelu_tanh_speedup", e2e);
-}
-
 void allocation(const Options& o, KeyFigures& keys) {
   constexpr size_t kMiB = size_t(1) << 20;
   const int blocks = o.quick ? 20 : 100;
@@ -206,7 +155,6 @@ void run_cuda_benchmarks(const Options& o, KeyFigures& keys) {
   GpuTimer timer;
   elementwise(o, keys, timer);
   matmul(o, keys, timer);
-  linear_epilogues(o, keys, timer);
   allocation(o, keys);
 }
 

@@ -3,14 +3,10 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
-#include "autograd/ops/unary.h"
-#include "autograd/recompute_cheap.h"
-#include "autograd/saved_tensor.h"
 #include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
-#include "tensor/ops/unary.h"
 
 namespace frugal {
 
@@ -39,8 +35,7 @@ struct MatmulBackward final : Node {
 };
 
 // out = x @ w^T + bias, x: (..., in), w: (out, in)
-// grad_x = g @ w; grad_w = g2^T @ x2 over the flattened rows; grad_bias = sum of g2's rows
-// (with grad_w, from the same GEMM: ops::linear_weight_grads).
+// grad_x = g @ w; grad_w = g2^T @ x2 over the flattened rows; grad_bias = sum of g2's rows.
 //
 // Note [Weight gradients in the master dtype]
 // Under autocast the weight is a float16 cast of a float32 parameter, and its gradient
@@ -58,13 +53,11 @@ struct MatmulBackward final : Node {
 // Two differences from PyTorch follow: a scaled weight gradient above float16's range is a
 // finite float32 value, not an inf that makes GradScaler skip the step (unscaled, it is the
 // right update; overflowing activation gradients stay float16 and are caught);
-// and the bias gradient, which comes out of the weight-gradient GEMM (Note [Bias gradient
-// epilogue]), is float32 alongside a widened weight gradient and is passed on unrounded
-// where the bias is a cast from float32 too (PyTorch rounds it to float16 first).
-
-/// The gradients of out = x @ w^T + bias from the output's gradient: LinearBackward's, and
-/// LinearGeluBackward's once it has the gradient of the GELU's input.
-struct LinearGrads : Node {
+// and the bias gradient, a float16 sum, still takes the cast's round trip.
+struct LinearBackward final : Node {
+  SavedTensor x{this}, w{this};
+  bool has_bias = false;
+  std::string name() const override { return "LinearBackward"; }
   /// Whether input `i` (a 16-bit `value`) sends its gradient straight into a cast from
   /// float32, which then gets it in float32 from the GEMM.
   bool widens(size_t i, const Tensor& value) const {
@@ -72,7 +65,9 @@ struct LinearGrads : Node {
     return consumer && consumer->converts_gradient_to() == kFloat32 &&
            (value.dtype() == kFloat16 || value.dtype() == kBFloat16);
   }
-  TensorList linear_grads(const Tensor& g, const Tensor& xv, const Tensor& wv, bool has_bias) const {
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor xv = x.unpack(name()), wv = w.unpack(name());
     const int64_t out_features = wv.size(0), in_features = wv.size(1);
     Tensor g2 = g.reshape({-1, out_features});  // (M, out)
     TensorList result(3);
@@ -80,66 +75,12 @@ struct LinearGrads : Node {
       if (widens(0, xv)) result[0] = ops::mm(g2, wv, kFloat32).view(xv.sizes());
       else result[0] = ops::matmul(g, wv);
     }
-    const bool bias_grad = has_bias && wants_grad(*this, 2);
-    if (wants_grad(*this, 1)) {
-      // The bias gradient comes with the weight's, from one GEMM on CUDA (Note [Bias gradient
-      // epilogue]), in the weight gradient's dtype: float32 when that is widened, and then kept
-      // in float32 where the bias is a cast of a float32 parameter too.
-      const DType weight_dtype = widens(1, wv) ? kFloat32 : wv.dtype();
-      ops::LinearWeightGrads wg = ops::linear_weight_grads(g2, xv.reshape({-1, in_features}), weight_dtype, bias_grad);
-      result[1] = std::move(wg.weight);
-      if (bias_grad) result[2] = widens(2, g) || wg.bias.dtype() == g.dtype() ? wg.bias : wg.bias.to(g.dtype());
-    } else if (bias_grad) {
-      result[2] = ops::sum(g2, {0});
-    }
+    if (wants_grad(*this, 1))
+      result[1] = ops::mm(g2.t(), xv.reshape({-1, in_features}), widens(1, wv) ? kFloat32 : wv.dtype());
+    if (has_bias && wants_grad(*this, 2)) result[2] = ops::sum(g2, {0});
     return result;
   }
 };
-
-struct LinearBackward final : LinearGrads {
-  SavedTensor x{this}, w{this};
-  bool has_bias = false;
-  std::string name() const override { return "LinearBackward"; }
-  TensorList apply(TensorList&& grads) override {
-    return linear_grads(grads[0], x.unpack(name()), w.unpack(name()), has_bias);
-  }
-};
-
-// out = gelu_tanh(pre), pre = x @ w^T + bias: one GEMM with a GELU epilogue on CUDA.
-// grad_pre = g * gelu_tanh'(pre), then linear's gradients of grad_pre.
-//
-// Note [Fused linear and GELU]
-// linear_gelu(x, w, b, approximate=true) on CUDA runs one cuBLASLt matmul that writes the
-// GELU's output and its input pre (Note [GELU epilogue] in tensor/cuda/matmul.cu): no
-// separate GELU pass over the (M, N) activation. Its node saves x, w and pre, the tensors
-// the unfused pair saves (LinearBackward: x, w; the GELU's UnaryBackward: pre); the next
-// linear saves the output either way. The exact GELU (approximate=false, BERT's and
-// ViT's) has no cuBLASLt epilogue and is always linear, then gelu.
-// The fused node is taken only where nothing else acts on what ops save, since the
-// memory techniques know the ops by name and by their recipes: under RecomputeCheapOutputs
-// (the unfused gelu registers its output's recipe, so the next linear saves pre, not the
-// output: Note [Recomputable outputs]), inside a selective checkpoint (which keeps or
-// replays "linear" by name: Note [Selective checkpoint]), and under any saved-tensor
-// hooks (compress picks methods by op name, offload and checkpoint pack what is saved)
-// linear_gelu runs linear, then gelu_tanh, exactly as written out. The two paths differ
-// by about one rounding of the stored type (the fused GELU reads the float32 accumulator).
-struct LinearGeluBackward final : LinearGrads {
-  SavedTensor x{this}, w{this}, pre{this};
-  bool has_bias = false;
-  std::string name() const override { return "LinearGeluBackward"; }
-  TensorList apply(TensorList&& grads) override {
-    const Tensor prev = pre.unpack(name());
-    const Tensor g = grads[0].dtype() == prev.dtype() ? grads[0] : grads[0].to(prev.dtype());
-    return linear_grads(ops::unary_backward(ops::UnaryOp::GeluTanh, g, prev), x.unpack(name()), w.unpack(name()),
-                        has_bias);
-  }
-};
-
-/// Whether linear_gelu may run as one node here (Note [Fused linear and GELU]).
-bool fused_linear_gelu_allowed(const Tensor& x, const Tensor& bias) {
-  return x.defined() && x.device().is_cuda() && bias.defined() && !autograd::RecomputeCheapOutputs::active() &&
-         !autograd::selective::active() && autograd::SavedTensorHooks::current() == nullptr;
-}
 
 }  // namespace
 
@@ -177,23 +118,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     autograd::record(node, {out});
   }
   return out;
-}
-
-Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool approximate) {
-  if (!approximate) return gelu(linear(x, weight, bias));  // no erf GELU epilogue (Note [GELU epilogue])
-  core::OpScope scope("linear_gelu");
-  if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias}))
-    return linear_gelu((*c)[0], (*c)[1], (*c)[2], approximate);
-  if (!fused_linear_gelu_allowed(x, bias)) return gelu_tanh(linear(x, weight, bias));
-  ops::LinearGeluResult r = autograd::raw([&] { return ops::linear_gelu_tanh(x, weight, bias); });
-  if (auto node = make_node<LinearGeluBackward>({x, weight, bias})) {
-    node->x = x;
-    node->w = weight;
-    node->pre = r.pre;
-    node->has_bias = true;
-    autograd::record(node, {r.out});
-  }
-  return r.out;
 }
 
 }  // namespace frugal

@@ -1,5 +1,4 @@
-// CUDA matrix products on cuBLAS (cublasGemmStridedBatchedEx) and cuBLASLt (linear's bias and
-// bias-gradient epilogues).
+// CUDA matrix products on cuBLAS (cublasGemmStridedBatchedEx) and cuBLASLt (linear's bias epilogue).
 //
 // Note [Row-major products on a column-major BLAS]
 // cuBLAS is column-major; frugal is row-major. A row-major (R, C) matrix with leading
@@ -144,72 +143,6 @@ MatrixLayout layout_of(cudaDataType_t type, const ColumnMajor& c, int64_t rows_a
 /// What cuBLASLt may assume of an operand's address.
 uint32_t alignment_of(const void* p) { return uint32_t(pointer_alignment(p, 256)); }
 
-/// One cuBLASLt matmul D (m, n) = op(A) (m, k) op(B) (k, n), D column-major with ld = m and
-/// fresh (alpha = 1, beta = 0), with an epilogue that reads or writes the vector `bias`.
-struct LtProblem {
-  ColumnMajor A, B;  // inputs, in `types.data`
-  int64_t m, n, k;
-  void* d;
-  cudaDataType_t d_type;
-  cublasLtEpilogue_t epilogue;
-  void* bias;
-  int32_t bias_type = -1;  // -1: cuBLASLt's default (the bias gradient is always in d_type)
-  void* aux = nullptr;     // the GELU epilogue's input, written in d_type: (m, n) column-major
-  int64_t aux_ld = 0;      // a multiple of 8, >= m
-};
-
-/// Runs `p`, or returns false when cuBLASLt has no algorithm for it (the caller falls back).
-bool lt_matmul(Device device, const BlasTypes& types, const LtProblem& p) {
-  DeviceGuard guard(device);
-  cublasLtMatmulDesc_t raw_desc = nullptr;
-  FRUGAL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, types.compute, types.scale));
-  const MatmulDesc desc(raw_desc);
-  set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(p.A.op));
-  set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(p.B.op));
-  set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(p.epilogue));
-  if (p.bias_type != -1) set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, p.bias_type);
-  set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  if (p.aux) {
-    set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
-    set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld);
-  }
-  const MatrixLayout la = layout_of(types.data, p.A, p.m, p.k), lb = layout_of(types.data, p.B, p.k, p.n);
-  const MatrixLayout ld = layout_of(p.d_type, {nullptr, CUBLAS_OP_N, p.m, 0}, p.m, p.n);
-
-  const CublasWorkspace ws = cublas_workspace(device);
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  FRUGAL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const Preference pref(raw_pref);
-  set(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(ws.size));
-  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(p.A.ptr));
-  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(p.B.ptr));
-  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(p.d));
-  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(p.d));
-  if (types.data != CUDA_R_32F)  // split-K partial sums in float32 only (Note [Matmul precision on CUDA])
-    set(raw_pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-        uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
-
-  cublasLtHandle_t lt = cublaslt_handle(device);
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(lt, raw_desc, la.get(), lb.get(), ld.get(), ld.get(), raw_pref, 1, &result,
-                                     &found) != CUBLAS_STATUS_SUCCESS ||
-      found == 0)
-    return false;
-  const Scalars s(1.0, 0.0);
-  FRUGAL_CUBLAS_CHECK(cublasLtMatmul(lt, raw_desc, s.alpha(types.scale), p.A.ptr, la.get(), p.B.ptr, lb.get(),
-                                     s.beta(types.scale), p.d, ld.get(), p.d, ld.get(), &result.algo, ws.ptr, ws.size,
-                                     stream_for(device)));
-  return true;
-}
-
-/// Whether a GEMM of these dims may carry an epilogue: every dim > 1 and below 65535 * 32, the
-/// shapes PyTorch's addmm allows (cuBLASLt has had bias-epilogue bugs outside them).
-bool epilogue_dims(int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t kMaxDim = 65535 * 32;
-  return m > 1 && n > 1 && k > 1 && m < kMaxDim && n < kMaxDim && k < kMaxDim;
-}
-
 // Note [Linear bias epilogue]
 // out = x @ wt + bias runs as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS: in the
 // transposed problem of Note [Row-major products on a column-major BLAS] the bias
@@ -229,89 +162,50 @@ bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tenso
   const DType dt = out.dtype();
   if (dt != kFloat16 && dt != kBFloat16 && dt != kFloat32) return false;
   const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
-  if (!epilogue_dims(N, M, K)) return false;
+  constexpr int64_t kMaxDim = 65535 * 32;
+  if (M <= 1 || N <= 1 || K <= 1 || M >= kMaxDim || N >= kMaxDim || K >= kMaxDim) return false;
   const BlasTypes types = blas_types("linear", dt, out.device());
+  const ColumnMajor A = column_major(wt), B = column_major(x);  // out^T = wt^T x^T + bias
+  DeviceGuard guard(out.device());
+
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  FRUGAL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, types.compute, types.scale));
+  const MatmulDesc desc(raw_desc);
+  set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(A.op));
+  set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(B.op));
+  set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS));
   // A bfloat16 bias goes in as float32, or it is added after the rounding (see the Note).
   const Tensor epilogue_bias = dt == kBFloat16 ? bias.to(kFloat32) : bias;
-  LtProblem p{.A = column_major(wt),  // out^T = wt^T x^T + bias
-              .B = column_major(x),
-              .m = N,
-              .n = M,
-              .k = K,
-              .d = out.data(),
-              .d_type = types.data,
-              .epilogue = CUBLASLT_EPILOGUE_BIAS,
-              .bias = epilogue_bias.data()};
-  if (dt == kBFloat16) p.bias_type = int32_t(CUDA_R_32F);
-  return lt_matmul(out.device(), types, p);
-}
+  if (dt == kBFloat16) set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
+  set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue_bias.data());
+  const MatrixLayout la = layout_of(types.data, A, N, K), lb = layout_of(types.data, B, K, M);
+  const MatrixLayout lc = layout_of(types.data, {nullptr, CUBLAS_OP_N, N, 0}, N, M);
 
-// Note [Bias gradient epilogue]
-// linear's weight gradient dw (N, K) = g^T @ x is, by Note [Row-major products on a
-// column-major BLAS], the column-major (K, N) product dw^T = x^T g: cuBLAS's "A" is x,
-// its "B" is g (op(B) = (M, N), k = M rows), and the bias gradient db (N) = the sum of
-// g's M rows is the sum of op(B) over the GEMM's k, one value per column of D (K, N):
-// exactly CUBLASLT_EPILOGUE_BGRADB. So db comes out of the weight-gradient GEMM, which
-// reads g anyway, instead of a separate reduction kernel reading g again (BGRADA would
-// be the input-gradient GEMM dx = g @ w, whose k is N, not M: the wrong reduction).
-// The sum is the GEMM's float32 accumulation of g's values, rounded once to D's dtype,
-// as ops::sum rounds its float32 sum once; when the weight gradient is written in
-// float32 (Note [Weight gradients in the master dtype]) db is float32 too. The same
-// dims rule as the bias epilogue applies; outside it, for float64, or when cuBLASLt
-// offers no algorithm, linear_weight_grads falls back to a GEMM and ops::sum.
-bool weight_grads_lt(const Tensor& dw, const Tensor& db, const Tensor& gt, const Tensor& x) {
-  const DType dt = gt.dtype();
-  if (dt != kFloat16 && dt != kBFloat16 && dt != kFloat32) return false;
-  const int64_t N = dw.size(0), K = dw.size(1), M = gt.size(1);
-  if (!epilogue_dims(K, N, M)) return false;
-  const BlasTypes types = blas_types("linear_weight_grads", dt, dw.device());
-  const cudaDataType_t d_type = dw.dtype() == dt ? types.data : CUDA_R_32F;
-  return lt_matmul(dw.device(), types,
-                   {.A = column_major(x),  // dw^T = x^T g, db = g summed over its rows
-                    .B = column_major(gt),
-                    .m = K,
-                    .n = N,
-                    .k = M,
-                    .d = dw.data(),
-                    .d_type = d_type,
-                    .epilogue = CUBLASLT_EPILOGUE_BGRADB,
-                    .bias = db.data()});
-}
+  const CublasWorkspace ws = cublas_workspace(out.device());
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  FRUGAL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const Preference pref(raw_pref);
+  set(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(ws.size));
+  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(A.ptr));
+  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(B.ptr));
+  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out.data()));
+  set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out.data()));
+  if (dt != kFloat32)  // split-K partial sums in float32 only (Note [Matmul precision on CUDA])
+    set(raw_pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+        uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
 
-// Note [GELU epilogue]
-// cuBLASLt's CUBLASLT_EPILOGUE_GELU_AUX_BIAS adds the bias, writes that sum (GELU's input,
-// "aux") and GELU of it in one pass. Its documentation names the function only "GELU";
-// PyTorch's _addmm_activation, which uses the same epilogue, computes
-// gelu(approximate="tanh") on every path that cannot use it, so the epilogue is taken to
-// be the tanh approximation, and is used only for gelu_tanh: the exact (erf) GELU of
-// BERT and ViT keeps the bias epilogue and the separate gelu kernel (the two differ by up
-// to 4.7e-4, far above a float32 rounding, and a model must get the function it was
-// trained with). Numerics: GELU here is applied to the float32 accumulator and rounded
-// once, where the unfused path rounds pre first, so the two differ by about a rounding of
-// the stored type. The bias is given as for Note [Linear bias epilogue] (bfloat16 as
-// float32). cuBLASLt requires aux's leading dimension (N, pre being a contiguous (M, N))
-// to be a multiple of 8; otherwise, or outside the dims of epilogue_dims, or without an
-// algorithm, linear_gelu_tanh runs linear and then gelu_tanh.
-bool linear_gelu_lt(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& wt, const Tensor& bias) {
-  const DType dt = out.dtype();
-  if (dt != kFloat16 && dt != kBFloat16 && dt != kFloat32) return false;
-  const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
-  if (!epilogue_dims(N, M, K) || N % 8 != 0) return false;
-  const BlasTypes types = blas_types("linear_gelu_tanh", dt, out.device());
-  const Tensor epilogue_bias = dt == kBFloat16 ? bias.to(kFloat32) : bias;
-  LtProblem p{.A = column_major(wt),  // out^T = gelu(wt^T x^T + bias), pre^T = wt^T x^T + bias
-              .B = column_major(x),
-              .m = N,
-              .n = M,
-              .k = K,
-              .d = out.data(),
-              .d_type = types.data,
-              .epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-              .bias = epilogue_bias.data(),
-              .aux = pre.data(),
-              .aux_ld = N};
-  if (dt == kBFloat16) p.bias_type = int32_t(CUDA_R_32F);
-  return lt_matmul(out.device(), types, p);
+  cublasLtHandle_t lt = cublaslt_handle(out.device());
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(lt, raw_desc, la.get(), lb.get(), lc.get(), lc.get(), raw_pref, 1, &result,
+                                     &found) != CUBLAS_STATUS_SUCCESS ||
+      found == 0)
+    return false;
+  const Scalars s(1.0, 0.0);
+  FRUGAL_CUBLAS_CHECK(cublasLtMatmul(lt, raw_desc, s.alpha(types.scale), A.ptr, la.get(), B.ptr, lb.get(),
+                                     s.beta(types.scale), out.data(), lc.get(), out.data(), lc.get(), &result.algo,
+                                     ws.ptr, ws.size, stream_for(out.device())));
+  return true;
 }
 
 }  // namespace
@@ -326,15 +220,6 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const T
   if (linear_lt(out, x, wt, bias)) return;
   copy_into(out, bias);  // broadcasts over the rows; then out += x @ wt (Note [Linear bias epilogue])
   gemm("linear", out.unsqueeze(0), x.unsqueeze(0), wt.unsqueeze(0), true);
-}
-
-bool linear_weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& gt, const Tensor& x) {
-  return weight_grads_lt(dw, db, gt, x);
-}
-
-bool linear_gelu_tanh_kernel(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& wt,
-                             const Tensor& bias) {
-  return linear_gelu_lt(out, pre, x, wt, bias);
 }
 
 }  // namespace frugal::ops::cuda

@@ -8,8 +8,6 @@
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
-#include "tensor/ops/reduce.h"
-#include "tensor/ops/unary.h"
 
 namespace frugal::ops {
 
@@ -119,11 +117,6 @@ void run_bmm(const char* op, const Tensor& out, const Tensor& a, const Tensor& b
   FRUGAL_DEVICE_DISPATCH(op, out.device(), bmm_kernel, out, a3, b3);
 }
 
-/// Whether a product of `a`'s dtype may be written in `out_dtype`: float32 for float16/bfloat16.
-bool mm_widens(const Tensor& a, DType out_dtype) {
-  return (a.dtype() == kFloat16 || a.dtype() == kBFloat16) && out_dtype == kFloat32;
-}
-
 std::string inner_mismatch(const char* op, const Tensor& a, const Tensor& b, int64_t ka, int64_t kb) {
   return detail::str_cat(op, ": inner dimensions do not match: ", a.describe(), " @ ", b.describe(), " (", ka, " vs ",
                          kb, ")");
@@ -193,8 +186,9 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 Tensor mm(const Tensor& a, const Tensor& b, DType out_dtype) {
   check_pair("mm", a, b);
   if (out_dtype != a.dtype()) {
-    FRUGAL_CHECK(mm_widens(a, out_dtype), "mm: a result in ", dtype_name(out_dtype),
-                 " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(), " and ", b.describe());
+    FRUGAL_CHECK((a.dtype() == kFloat16 || a.dtype() == kBFloat16) && out_dtype == kFloat32, "mm: a result in ",
+                 dtype_name(out_dtype), " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(),
+                 " and ", b.describe());
     if (!a.is_cuda()) return mm(a.to(out_dtype), b.to(out_dtype));
   }
   FRUGAL_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got ", a.describe(), " and ", b.describe());
@@ -215,95 +209,38 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-namespace {
-
-/// Checks linear's operands (tensor/ops/matmul.h) and returns its output, allocated.
-Tensor linear_output(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_pair(op, x, weight);
-  FRUGAL_CHECK(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got ", weight.describe());
-  FRUGAL_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, got ", x.describe());
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_pair("linear", x, weight);
+  FRUGAL_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got ", weight.describe());
+  FRUGAL_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, got ", x.describe());
   const int64_t K = weight.size(1), N = weight.size(0);
-  FRUGAL_CHECK(x.size(-1) == K, op, ": input ", x.describe(), " has ", x.size(-1), " features but weight ",
+  FRUGAL_CHECK(x.size(-1) == K, "linear: input ", x.describe(), " has ", x.size(-1), " features but weight ",
                weight.describe(), " expects ", K);
   if (bias.defined()) {
-    check_same_device(op, x, bias);
-    FRUGAL_CHECK(bias.dtype() == x.dtype(), op, ": bias ", bias.describe(), " must have the dtype of input ",
+    check_same_device("linear", x, bias);
+    FRUGAL_CHECK(bias.dtype() == x.dtype(), "linear: bias ", bias.describe(), " must have the dtype of input ",
                  x.describe());
-    FRUGAL_CHECK(bias.dim() == 1 && bias.size(0) == N, op, ": bias ", bias.describe(),
+    FRUGAL_CHECK(bias.dim() == 1 && bias.size(0) == N, "linear: bias ", bias.describe(),
                  " must be 1-D with out_features = ", N, " elements (weight ", weight.describe(), ")");
   }
   Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
   out_shape.push_back(N);
-  return empty(out_shape, x.options());
-}
-
-/// x (..., K) as (M, K) in a BLAS layout: a view when its leading dims fold, else a copy.
-Tensor linear_rows(const Tensor& x, int64_t M) {
-  const int64_t K = x.size(-1);
-  const auto rows = fold_dims(x, 0, x.dim() - 1);
-  return blas_layout(rows ? x.as_strided({M, K}, {rows->second, x.stride(-1)}, x.storage_offset())
-                          : x.contiguous().view({M, K}));
-}
-
-}  // namespace
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  Tensor out = linear_output("linear", x, weight, bias);
+  Tensor out = empty(out_shape, x.options());
   if (out.numel() == 0) return out;
-  const int64_t N = weight.size(0), M = out.numel() / N;
+  const int64_t M = out.numel() / N;
   const Tensor out2 = out.view({M, N});
-  if (weight.size(1) == 0) {
+  if (K == 0) {
     if (bias.defined()) copy_into(out2, bias);  // broadcasts over the rows
     else zero_(out2);
     return out;
   }
-  FRUGAL_DEVICE_DISPATCH("linear", x.device(), linear_kernel, out2, linear_rows(x, M), blas_layout(weight.t()),
+  // x (..., K) as (M, K): a view when its leading dims fold, else a copy.
+  const auto rows = fold_dims(x, 0, x.dim() - 1);
+  const Tensor x2 =
+      rows ? x.as_strided({M, K}, {rows->second, x.stride(-1)}, x.storage_offset()) : x.contiguous().view({M, K});
+  FRUGAL_DEVICE_DISPATCH("linear", x.device(), linear_kernel, out2, blas_layout(x2), blas_layout(weight.t()),
                          bias.defined() ? bias.contiguous() : Tensor());
   return out;
-}
-
-LinearGeluResult linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  LinearGeluResult r;
-#ifdef FRUGAL_WITH_CUDA
-  // The GELU in the GEMM's epilogue, with its input written alongside (Note [GELU epilogue]).
-  if (x.defined() && x.device().is_cuda() && bias.defined()) {
-    r.out = linear_output("linear_gelu_tanh", x, weight, bias);
-    const int64_t N = weight.size(0), M = r.out.numel() / std::max<int64_t>(N, 1);
-    if (r.out.numel() > 0 && weight.size(1) > 0) {
-      r.pre = empty(r.out.sizes(), r.out.options());
-      if (cuda::linear_gelu_tanh_kernel(r.out.view({M, N}), r.pre.view({M, N}), linear_rows(x, M),
-                                        blas_layout(weight.t()), bias.contiguous()))
-        return r;
-    }
-  }
-#endif
-  r.pre = linear(x, weight, bias);
-  r.out = gelu_tanh(r.pre);
-  return r;
-}
-
-LinearWeightGrads linear_weight_grads(const Tensor& grad, const Tensor& x, DType weight_dtype, bool with_bias) {
-  constexpr const char* op = "linear_weight_grads";
-  check_pair(op, grad, x);
-  FRUGAL_CHECK(grad.dim() == 2 && x.dim() == 2 && grad.size(0) == x.size(0), op,
-               ": expected grad (M, out) and x (M, in) with the same rows, got ", grad.describe(), " and ",
-               x.describe());
-  LinearWeightGrads r;
-#ifdef FRUGAL_WITH_CUDA
-  // The bias gradient from the weight-gradient GEMM (Note [Bias gradient epilogue]).
-  if (with_bias && grad.device().is_cuda() && grad.numel() > 0 && x.numel() > 0 &&
-      (weight_dtype == grad.dtype() || mm_widens(grad, weight_dtype))) {
-    r.weight = empty({grad.size(1), x.size(1)}, {weight_dtype, grad.device()});
-    r.bias = empty({grad.size(1)}, {weight_dtype, grad.device()});
-    if (cuda::linear_weight_grads_kernel(r.weight, r.bias, blas_layout(grad.t()), blas_layout(x))) return r;
-  }
-#endif
-  r.weight = mm(grad.t(), x, weight_dtype);
-  if (with_bias) {
-    r.bias = sum(grad, {0});
-    if (r.bias.dtype() != weight_dtype) r.bias = r.bias.to(weight_dtype);
-  }
-  return r;
 }
 
 }  // namespace frugal::ops

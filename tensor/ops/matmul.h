@@ -37,29 +37,6 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// the bias), never by a separate pass.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-/// A linear's output and the tanh-approximated GELU of it.
-struct LinearGeluResult {
-  Tensor out;  ///< gelu_tanh(pre)
-  Tensor pre;  ///< x @ weight^T + bias, the GELU's input (what its backward needs)
-};
-/// gelu_tanh(linear(x, weight, bias)), PyTorch's gelu(linear(...), approximate='tanh'), and
-/// the linear's output. On CUDA one cuBLASLt GEMM writes both (the GELU_AUX_BIAS epilogue,
-/// Note [GELU epilogue] in tensor/cuda/matmul.cu) where it applies; elsewhere linear, then
-/// gelu_tanh. Only the tanh form: cuBLASLt's GELU is not the exact (erf) one.
-LinearGeluResult linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor& bias);
-
-/// The weight and bias gradients of linear, from the gradient `grad` (M, out) of its output
-/// and its input `x` (M, in) (leading dims flattened into the M rows).
-struct LinearWeightGrads {
-  Tensor weight;  ///< (out, in) = grad^T @ x, in the requested dtype
-  Tensor bias;    ///< (out): grad summed over its rows, in the weight's dtype; undefined unless asked for
-};
-/// Both of linear's parameter gradients. `weight_dtype` is grad's dtype, or float32 for
-/// float16/bfloat16 operands (as mm(a, b, out_dtype)). With `with_bias`, on CUDA the bias
-/// gradient comes out of the weight-gradient GEMM (cuBLASLt's bias-gradient epilogue, Note
-/// [Bias gradient epilogue] in tensor/cuda/matmul.cu), not from a separate reduction.
-LinearWeightGrads linear_weight_grads(const Tensor& grad, const Tensor& x, DType weight_dtype, bool with_bias);
-
 /// Lets float32 products on CUDA use TF32 tensor cores (10-bit mantissa inputs, float32
 /// accumulation), like torch.backends.cuda.matmul.allow_tf32. Process-wide; default false,
 /// so float32 results are accurate to float32.
@@ -85,12 +62,4 @@ namespace frugal::ops::cuda {
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b);
 // out: (M, N) contiguous; x: (M, K); wt: (K, N) (the transposed weight); bias: (N) contiguous or undefined
 void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias);
-// dw: (N, K) contiguous, in gt's dtype or float32 (gt, x float16/bfloat16); db: (N) contiguous, in dw's
-// dtype; gt: (N, M) (the transposed output gradient); x: (M, K). dw = gt @ x and db = gt summed over M
-// in one cuBLASLt matmul; false, with nothing written, when the epilogue cannot be used.
-bool linear_weight_grads_kernel(const Tensor& dw, const Tensor& db, const Tensor& gt, const Tensor& x);
-// out, pre: (M, N) contiguous; x: (M, K); wt: (K, N); bias: (N) contiguous. pre = x @ wt + bias and
-// out = gelu_tanh(pre) in one cuBLASLt matmul; false, with nothing written, when it cannot be used.
-bool linear_gelu_tanh_kernel(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& wt,
-                             const Tensor& bias);
 }  // namespace frugal::ops::cuda

@@ -1,7 +1,6 @@
 // matmul, mm, bmm and linear on the CPU against a naive float64 triple loop.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -224,72 +223,6 @@ TEST_CASE("linear: x @ weight^T + bias") {
                                from_vector<float>({10, 20, 30}));
   CHECK(y.sizes() == Shape{3});
   CHECK(y.tolist<float>() == std::vector<float>{11, 22, 33});
-}
-
-TEST_CASE("linear_weight_grads: grad^T @ x and the row sum of grad, against float64 loops") {
-  // (M, N, K): odd sizes, a single row, K == 0 and M == 0.
-  const int64_t dims[][3] = {{77, 13, 9}, {1, 4, 3}, {5, 3, 0}, {0, 4, 3}};
-  for (DType t : kFloatTypes)
-    for (bool widen : {false, true}) {
-      if (widen && t != kFloat16 && t != kBFloat16) continue;
-      const DType wdt = widen ? kFloat32 : t;
-      for (const auto& d : dims)
-        for (Layout layout : {Layout::Contiguous, Layout::Transposed})
-          for (bool with_bias : {true, false}) {
-            const int64_t M = d[0], N = d[1], K = d[2];
-            CAPTURE(dtype_name(t));
-            CAPTURE(widen);
-            CAPTURE(M);
-            CAPTURE(K);
-            CAPTURE(layout_name(layout));
-            const Tensor g = random_tensor({M, N}, t, 50, layout), x = random_tensor({M, K}, t, 51, layout);
-            const ops::LinearWeightGrads r = ops::linear_weight_grads(g, x, wdt, with_bias);
-            REQUIRE(r.weight.sizes() == Shape{N, K});
-            CHECK(r.weight.dtype() == wdt);
-            REQUIRE(r.bias.defined() == with_bias);
-            const std::vector<double> vg = values_of(g), vx = values_of(x);
-            std::vector<double> dw(size_t(N * K), 0.0), db(size_t(N), 0.0);
-            for (int64_t m = 0; m < M; ++m)
-              for (int64_t n = 0; n < N; ++n) {
-                db[size_t(n)] += vg[size_t(m * N + n)];
-                for (int64_t k = 0; k < K; ++k) dw[size_t(n * K + k)] += vg[size_t(m * N + n)] * vx[size_t(m * K + k)];
-              }
-            const double atol = 4 * default_rtol(wdt) * std::sqrt(double(std::max<int64_t>(M, 1)));
-            check_close(r.weight, dw, default_rtol(wdt), atol, "weight");
-            if (!with_bias) continue;
-            CHECK(r.bias.dtype() == wdt);
-            check_close(r.bias, db, default_rtol(t), 4 * default_rtol(t) * std::sqrt(double(std::max<int64_t>(M, 1))),
-                        "bias");
-          }
-    }
-  check_error(
-      [] {
-        ops::linear_weight_grads(zeros({3, 4}), zeros({2, 5}), kFloat32, true);
-      },
-      {"linear_weight_grads", "float32[3, 4]", "float32[2, 5]"});
-  check_error([] { ops::linear_weight_grads(zeros({3, 4}), zeros({3, 5}), kFloat16, true); }, {"mm", "float16"});
-}
-
-TEST_CASE("linear_gelu_tanh: the linear's output and its tanh GELU, against float64") {
-  for (DType t : kFloatTypes)
-    for (bool with_bias : {true, false}) {
-      CAPTURE(dtype_name(t));
-      const Tensor x = random_tensor({2, 7, 9}, t, 52), w = random_tensor({16, 9}, t, 53, Layout::Transposed);
-      const Tensor b = with_bias ? random_tensor({16}, t, 54) : Tensor();
-      const ops::LinearGeluResult r = ops::linear_gelu_tanh(x, w, b);
-      REQUIRE(r.out.sizes() == Shape{2, 7, 16});
-      REQUIRE(r.pre.sizes() == Shape{2, 7, 16});
-      const Tensor pre64 = ops::linear(x.to(kFloat64), w.to(kFloat64), with_bias ? b.to(kFloat64) : Tensor());
-      const std::vector<double> vp = values_of(pre64);
-      std::vector<double> want(vp.size());
-      for (size_t i = 0; i < vp.size(); ++i) {
-        const double v = vp[i];
-        want[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-      }
-      const double atol = 4 * default_rtol(t) * std::sqrt(10.0);
-      check_close(r.pre, vp, default_rtol(t), atol, "pre");
-      check_close(r.out, want, 2 * default_rtol(t), 2 * atol, "out");
-    }
 }
 
 TEST_CASE("matmul: error paths name the op and the operands") {

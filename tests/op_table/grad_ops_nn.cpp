@@ -68,22 +68,6 @@ void add_matmul(std::vector<GradEntry>& t) {
          return s;
        },
        A::Lower});
-  t.push_back(
-      {"linear_gelu",
-       [](Rng& rng) {
-         // out_features 8 and 16 (with a bias, in 16 and 32 bits, M, K > 1) take CUDA's fused
-         // GELU epilogue when approximate (Note [GELU epilogue]); the others the unfused ops.
-         const int64_t in_f = rng.range(1, 4), out_f = rng.pick(std::vector<int64_t>{1, 3, 8, 16});
-         const bool approximate = rng.chance(0.5);
-         Shape x = small_shape(rng, 0, 2, 6);
-         x.push_back(in_f);
-         GradSample s;
-         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {out_f, in_f})), maybe(rng, values(rng, {out_f}))};
-         s.params = approximate ? "approximate=tanh" : "approximate=none";
-         s.f = [approximate](const TensorList& in) { return linear_gelu(in[0], in[1], in[2], approximate); };
-         return s;
-       },
-       A::Lower});
 }
 
 void add_conv_pool(std::vector<GradEntry>& t) {
