@@ -24,7 +24,7 @@ inc="$tmp/dest$prefix/include/frugal"
 # Every header of the layers, except the kernels' own (tensor/cpu/, tensor/cuda/).
 missing=0
 cd "$root"
-for h in $(find core memory tensor autograd optim nn parallel profiler models -name '*.h' \
+for h in $(find core memory tensor autograd optim nn parallel profiler models train -name '*.h' \
              -not -path 'tensor/cpu/*' -not -path 'tensor/cuda/*'); do
   [ -f "$inc/$h" ] || { echo "check_install: $h is not installed (add it to its install_headers)" >&2; missing=1; }
 done
@@ -53,13 +53,25 @@ ninja -C "$tmp/ext" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; exit 1
 "$tmp/ext/tiny_mlp" cpu
 "$tmp/ext/tiny_mlp"  # on the GPU where the build and the machine have one
 
-# The README's program, as a user would build it without Meson (not run: it wants CUDA and
-# the Fashion-MNIST files).
-python3 - "$root/README.md" >"$tmp/net.cpp" <<'PY'
+# The README's programs, as a user would build them without Meson: "Writing a model" (not
+# run: it wants the Fashion-MNIST files) and "Training helpers" (run twice in a scratch
+# folder: the second run resumes from the first one's last checkpoint and trains no more).
+readme_block() {
+  python3 - "$root/README.md" "$1" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
-section = text[text.index("## Writing a model"):]
+section = text[text.index(sys.argv[2]):]
 print(re.search(r"<!-- example -->\n```cpp\n(.*?)```", section, re.S).group(1))
 PY
-${CXX:-c++} -std=c++20 -O1 "$tmp/net.cpp" -o "$tmp/net" $(pkg-config --cflags --libs frugal) \
-  || { echo "check_install: the README's \"Writing a model\" program does not build" >&2; exit 1; }
+}
+readme_block "## Writing a model" >"$tmp/net.cpp"
+readme_block "### Training helpers" >"$tmp/helpers.cpp"
+for prog in net helpers; do
+  ${CXX:-c++} -std=c++20 -O1 "$tmp/$prog.cpp" -o "$tmp/$prog" $(pkg-config --cflags --libs frugal) \
+    || { echo "check_install: the README's $prog.cpp program does not build" >&2; exit 1; }
+done
+mkdir "$tmp/run" && (cd "$tmp/run" && "$tmp/helpers" >first.log && "$tmp/helpers" >second.log) \
+  || { echo "check_install: the README's training-helpers program failed" >&2; exit 1; }
+[ "$(ls "$tmp/run" | grep -c '^ckpt-.*\.safetensors$')" = 2 ] && [ "$(wc -l <"$tmp/run/first.log")" = 5 ] \
+  && [ ! -s "$tmp/run/second.log" ] \
+  || { echo "check_install: the training-helpers program did not keep 2 checkpoints or resume" >&2; exit 1; }

@@ -1,4 +1,4 @@
-#include "examples/train_checks.h"
+#include "train/checks.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "tensor/ops/binary.h"
 #include "tensor/ops/reduce.h"
 
-namespace frugal::examples {
+namespace frugal::train {
 
 namespace {
 
@@ -99,4 +99,4 @@ int64_t require_batches(const data::DataLoader& loader, int64_t samples) {
   return batches;
 }
 
-}  // namespace frugal::examples
+}  // namespace frugal::train
