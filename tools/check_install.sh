@@ -3,7 +3,7 @@
 # into a temporary folder, checks that every public header was installed and compiles
 # from there, builds examples/external against it through pkg-config and runs it on the
 # CPU, and compiles and links the README's "Writing a model" program with the plain
-# compiler line the README gives.
+# compiler line the README gives; with cmake installed, builds examples/external with CMake too.
 #   tools/check_install.sh [BUILD_DIR]   (default: build; the cpu suite runs it as `install`)
 # Needs no root: `meson install --destdir` writes under the temporary folder, and the
 # installed frugal.pc is pointed there by its prefix= line (every other path in it is
@@ -52,6 +52,20 @@ meson setup "$tmp/ext" "$root/examples/external" >"$tmp/setup.log" 2>&1 || { cat
 ninja -C "$tmp/ext" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; exit 1; }
 "$tmp/ext/tiny_mlp" cpu
 "$tmp/ext/tiny_mlp"  # on the GPU where the build and the machine have one
+
+# The same project through CMake's find_package(frugal) (frugalConfig.cmake), where cmake is
+# installed (tools/bootstrap.sh installs it).
+if command -v cmake >/dev/null 2>&1; then
+  config="$(find "$tmp/dest" -name frugalConfig.cmake | head -n 1)"
+  [ -n "$config" ] || { echo "check_install: no frugalConfig.cmake installed" >&2; exit 1; }
+  [ -f "$(dirname "$config")/frugalConfigVersion.cmake" ] \
+    || { echo "check_install: no frugalConfigVersion.cmake beside frugalConfig.cmake" >&2; exit 1; }
+  cmake -S "$root/examples/external" -B "$tmp/ext_cmake" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$tmp/dest$prefix" >"$tmp/cmake.log" 2>&1 \
+    && cmake --build "$tmp/ext_cmake" >>"$tmp/cmake.log" 2>&1 \
+    || { cat "$tmp/cmake.log" >&2; echo "check_install: examples/external does not build with CMake" >&2; exit 1; }
+  "$tmp/ext_cmake/tiny_mlp" cpu
+fi
 
 # The README's programs, as a user would build them without Meson: "Writing a model" (not
 # run: it wants the Fashion-MNIST files) and "Training helpers" (run twice in a scratch
