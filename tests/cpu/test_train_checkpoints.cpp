@@ -217,8 +217,9 @@ TEST_CASE("DataLoader: position() and set_position() resume a pass at its batch"
   a.loader->next(x);
   CHECK(a.loader->position().epoch == 1);  // the pass is done: the next starts epoch 1
   CHECK(a.loader->position().batch == 0);
+  CHECK(!a.loader->next(x));  // the end of epoch 0
   a.loader->next(x);
-  a.loader->next(x);
+  a.loader->next(x);  // epoch 1, batch 1
   b.loader->set_position({1, 1});
   b.loader->next(y);
   CHECK(values_of(x.inputs) == values_of(y.inputs));

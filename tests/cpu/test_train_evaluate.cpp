@@ -83,5 +83,5 @@ TEST_CASE("evaluate: accuracy and mean cross-entropy equal a double-precision lo
     return ops::mean(ops::mul(out, ops::sub(out, t.flatten(1))));
   };
   check_error([&] { train::evaluate(*probe, pair_loader, {.loss_fn = mse_fn}); },
-              {"evaluate: accuracy needs outputs (B, C) and targets (B)", "got outputs (5, 4) and targets (5, 2, 2)"});
+              {"evaluate: accuracy needs outputs (B, C) and targets (B)", "got outputs [5, 4] and targets [5, 2, 2]"});
 }
