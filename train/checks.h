@@ -1,5 +1,5 @@
 #pragma once
-// Checks that make an example's training run stop early and say why, instead of finishing
+// Checks that make a training run stop early and say why, instead of finishing
 // "successfully" with garbage: a loss that is no longer finite, a checkpoint that would
 // hold NaNs, a path that cannot be written, a data split with nothing in it.
 #include <cstdint>

@@ -128,7 +128,7 @@ TEST_CASE("training: a diverging run stops at the first non-finite loss, naming 
                std::string("the loss is ") + (std::isnan(bad_loss) ? "nan"
                                               : bad_loss > 0       ? "inf"
                                                                    : "-inf"),
-               "the base learning rate is 1e+38", "lower --lr"});
+               "the base learning rate is 1e+38", "try a lower learning rate"});
   std::rewind(log);
   int64_t progress_lines = 0;
   for (int c; (c = std::fgetc(log)) != EOF;) progress_lines += c == '\n';
