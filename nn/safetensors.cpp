@@ -72,7 +72,7 @@ const DtypeEntry& entry_for(DType t) {
 
 std::string json_shape(const Shape& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));
   return s + "]";
 }
 
