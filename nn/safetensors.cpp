@@ -473,7 +473,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     header += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [k, v] : metadata) {
-      header += (first ? "" : ",") + json::quote(k) + ":" + json::quote(v);
+      header.append(first ? "" : ",").append(json::quote(k)).append(":").append(json::quote(v));
       first = false;
     }
     header += "}";

@@ -175,7 +175,7 @@ struct StageLink {
   Communicator& comm;
   int rank;
   Device device;
-  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends = {};  // kept alive until waited on
+  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;  // kept alive until waited on
   std::optional<std::pair<Shape, DType>> sent_meta = std::nullopt, received_meta = std::nullopt;
 
   void send(const Tensor& t, int peer) { sends.emplace_back(comm.send(t, peer), t); }
@@ -248,7 +248,7 @@ struct BusyClock {
   bool enabled;
   Device device;
   double busy = 0.0;  // seconds
-  std::vector<std::pair<void*, void*>> events = {};
+  std::vector<std::pair<void*, void*>> events;
 
   template <typename F>
   void timed(F&& f) {
@@ -403,8 +403,8 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
               .m = m,
               .first = is_first(),
               .last = is_last(),
-              .link = {.comm = *comm_, .rank = comm_->rank(), .device = comm_->device()},
-              .clock = {.enabled = options_.measure_busy, .device = comm_->device()},
+              .link = {.comm = *comm_, .rank = comm_->rank(), .device = comm_->device(), .sends = {}},
+              .clock = {.enabled = options_.measure_busy, .device = comm_->device(), .events = {}},
               .inputs = std::vector<Tensor>(size_t(m)),
               .outputs = std::vector<Tensor>(size_t(m)),
               .loss_sum = {}};

@@ -99,13 +99,13 @@ void MetricsLog::write(const MetricsRecord& record) {
     if (columns_.empty()) {
       for (const auto& [key, value] : record) {
         columns_.push_back(key);
-        text += (text.empty() ? "" : ",") + csv_field(key);
+        text.append(text.empty() ? "" : ",").append(csv_field(key));
       }
       text += '\n';
     } else {
       std::string got, want;
-      for (const auto& [key, value] : record) got += (got.empty() ? "" : ",") + key;
-      for (const std::string& c : columns_) want += (want.empty() ? "" : ",") + c;
+      for (const auto& [key, value] : record) got.append(got.empty() ? "" : ",").append(key);
+      for (const std::string& c : columns_) want.append(want.empty() ? "" : ",").append(c);
       FRUGAL_CHECK(got == want, "MetricsLog::write(", path_, "): a CSV record must have the header's columns (", want,
                    "), got (", got, ")");
     }

@@ -15,7 +15,10 @@ double now_seconds() {
 }
 
 std::string epoch_text(int64_t epoch, int64_t epochs) {
-  return "epoch " + std::to_string(epoch) + (epochs > 0 ? "/" + std::to_string(epochs) : "");
+  std::string text = "epoch ";  // appended: GCC 12's -Wrestrict misreads `"..." + std::string&&`
+  text += std::to_string(epoch);
+  if (epochs > 0) text.append("/").append(std::to_string(epochs));
+  return text;
 }
 
 std::string printf_string(const char* format, double v) {
@@ -36,10 +39,13 @@ std::string format_clock(double seconds) {
 }
 
 std::string format_progress(const ProgressState& s) {
-  std::string line = (s.epoch > 0 ? epoch_text(s.epoch, s.epochs) + "  " : "") + "step " + std::to_string(s.step);
-  if (s.steps > 0) line += "/" + std::to_string(s.steps);
-  line += "  loss " + printf_string("%.4f", s.loss) + "  " + printf_string("%.0f", s.rate) + " " + s.unit + "/s";
-  if (s.steps > 0) line += "  ETA " + format_clock(s.eta_seconds);
+  std::string line;
+  if (s.epoch > 0) line.append(epoch_text(s.epoch, s.epochs)).append("  ");
+  line.append("step ").append(std::to_string(s.step));
+  if (s.steps > 0) line.append("/").append(std::to_string(s.steps));
+  line.append("  loss ").append(printf_string("%.4f", s.loss)).append("  ").append(printf_string("%.0f", s.rate));
+  line.append(" ").append(s.unit).append("/s");
+  if (s.steps > 0) line.append("  ETA ").append(format_clock(s.eta_seconds));
   if (!s.extra.empty()) line += "  " + s.extra;
   return line;
 }
