@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "autograd/ops/loss.h"
