@@ -40,6 +40,8 @@
 #include "tensor/factory.h"
 #include "tensor/ops/unary.h"
 #include "tensor/random.h"
+#include "train/evaluate.h"
+#include "train/progress.h"
 
 using namespace frugal;
 
@@ -167,13 +169,6 @@ const std::vector<std::string> kCompressPatterns = {"blocks.*.attn.*", "blocks.*
 
 // ---- Measurement --------------------------------------------------------------------
 
-std::string clock_str(double secs) {
-  char buf[32];
-  const int s = int(secs + 0.5);
-  std::snprintf(buf, sizeof buf, "%d:%02d", s / 60, s % 60);
-  return buf;
-}
-
 double mib(int64_t bytes) { return double(bytes) / double(1 << 20); }
 
 struct Variant {
@@ -206,7 +201,7 @@ double finetune(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader&
       const double secs = bench::now_seconds() - start, rate = double(step + 1) / secs;
       std::printf("\r  fine-tune %-10s step %lld/%lld  loss %.4f  %.1f steps/s  ETA %s   ", label.c_str(),
                   (long long)step + 1, (long long)steps, loss.item<double>(), rate,
-                  clock_str(double(steps - step - 1) / rate).c_str());
+                  train::format_clock(double(steps - step - 1) / rate).c_str());
       std::fflush(stdout);
     }
   }
@@ -236,6 +231,8 @@ int main(int argc, char** argv) {
     data::DataLoader loader(train,
                             {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
 
+    const auto test = examples::test_loader(ds, device);
+
     // 1. Train the dense model.
     auto model = make_model(args);
     model->to(device);
@@ -244,19 +241,11 @@ int main(int argc, char** argv) {
                 (long long)args.epochs, (long long)ds.train_images.size(0), (long long)args.batch_size, args.lr);
     {
       optim::AdamW opt(model->parameters(), {.lr = args.lr});
+      train::Progress progress({.epochs = args.epochs});
       for (int64_t epoch = 0; epoch < args.epochs; ++epoch) {
         loader.set_epoch(epoch);
-        auto progress = [&](int64_t step, int64_t steps, double loss, double rate) {
-          const double eta = double(steps - step) * double(args.batch_size) / rate +
-                             double(args.epochs - epoch - 1) * double(steps * args.batch_size) / rate;
-          std::printf("\r  epoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
-                      (long long)args.epochs, (long long)step, (long long)steps, loss, rate, clock_str(eta).c_str());
-          std::fflush(stdout);
-        };
-        const examples::EpochStats s = examples::train_epoch(*model, opt, loader, progress, 10);
-        std::printf("\r  epoch %lld/%lld  mean loss %.4f  %.0f samples/s  %s%30s\n", (long long)epoch + 1,
-                    (long long)args.epochs, s.mean_loss, double(s.samples) / s.seconds, clock_str(s.seconds).c_str(),
-                    "");
+        progress.start_epoch(epoch, loader.size());
+        progress.end_epoch(examples::train_epoch(*model, opt, loader, &progress, 10).mean_loss);
       }
     }
     std::map<std::string, Tensor> trained;
@@ -290,7 +279,7 @@ int main(int argc, char** argv) {
         }
       }
       v.params = m->num_parameters();
-      v.acc_before = examples::evaluate(*m, ds.test_images, ds.test_labels);
+      v.acc_before = train::evaluate(*m, *test).accuracy;
       {
         optim::AdamW opt(m->parameters(), {.lr = args.lr * 0.25});
         loader.set_epoch(1000);
@@ -300,7 +289,7 @@ int main(int argc, char** argv) {
         synchronize(device);
         v.train_peak = memory::stats(device).allocated_bytes.peak - base;
       }
-      v.acc_after = examples::evaluate(*m, ds.test_images, ds.test_labels);
+      v.acc_after = train::evaluate(*m, *test).accuracy;
       {
         autograd::NoGradGuard no_grad;
         m->eval();

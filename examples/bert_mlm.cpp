@@ -68,7 +68,6 @@
 #include "autograd/ops/all.h"
 #include "examples/flags.h"
 #include "examples/mnist_train.h"  // compress_saved_option
-#include "examples/train_checks.h"
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
@@ -79,6 +78,8 @@
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "tensor/factory.h"
+#include "train/checks.h"
+#include "train/progress.h"
 
 using namespace frugal;
 
@@ -370,8 +371,11 @@ int main(int argc, char** argv) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     const int64_t report_every = std::max<int64_t>(1, std::min<int64_t>(50, steps / 10));
+    // A run counted in steps: no epoch shown; in a log, a line per report window.
+    train::Progress progress({.epochs = -1, .unit = "tokens", .log_every = report_every});
+    progress.start_epoch(0, steps);
     const std::vector<Tensor> params = model.parameters();
-    examples::LossWatch watch(opt, &scaler);  // each window's losses summed on the device (Note [Non-finite loss])
+    train::LossWatch watch(opt, &scaler);  // each window's losses summed on the device (Note [Non-finite loss])
     double first = NAN, last = NAN;
     model.train();
     for (int64_t step = 1; step <= steps; ++step) {
@@ -394,15 +398,13 @@ int main(int argc, char** argv) {
       if (step == 1) first = loss.to(kFloat64).item<double>();
       const int64_t in_window = watch.pending();
       if (in_window == report_every || step == steps) {
-        last = watch.check() / double(in_window);
-        const double secs = std::chrono::duration<double>(clock::now() - start).count();
-        const double rate = double(step * batch * seq_len) / secs;
-        std::printf("step %lld/%lld mlm loss %.4f (mean of %lld) lr %.2e | %.0f tokens/s, ETA %.0f s\n",
-                    (long long)step, (long long)steps, last, (long long)in_window, schedule.last_lr()[0], rate,
-                    double(steps - step) * batch * seq_len / rate);
-        std::fflush(stdout);
+        last = watch.check() / double(in_window);  // the loss shown: this window's mean
+        char lr[32];
+        std::snprintf(lr, sizeof lr, "lr %.2e", schedule.last_lr()[0]);
+        progress.update(step, step * batch * seq_len, last, lr);
       }
     }
+    progress.break_line();
     std::printf("train: %.1f s\nmlm_loss_first: %.4f\nmlm_loss_last: %.4f\n",
                 std::chrono::duration<double>(clock::now() - start).count(), first, last);
     return 0;

@@ -3,13 +3,13 @@
 #include <cstdio>
 
 #include "autograd/ops/all.h"
-#include "examples/train_checks.h"
 #include "nn/conv.h"
 #include "nn/data/dataloader.h"
 #include "nn/data/idx.h"
 #include "nn/linear.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "train/checks.h"
 
 using namespace frugal;
 
@@ -30,8 +30,8 @@ int main(int argc, char** argv) try {
   optim::Adam opt(net.parameters(), {.lr = 1e-3});
   data::TensorDataset train(ds.train_images, ds.train_labels);
   data::DataLoader loader(train, {.batch_size = 64, .shuffle = true, .device = device});
-  examples::require_batches(loader, train.size());
-  examples::LossWatch watch(opt);  // stops on an inf or NaN loss, without a sync per step
+  train::require_batches(loader, train.size());
+  train::LossWatch watch(opt);  // stops on an inf or NaN loss, without a sync per step
   int64_t step = 0;
   for (data::Batch& b : loader) {
     Tensor loss = cross_entropy(net.forward(b.inputs), b.targets);
@@ -42,7 +42,7 @@ int main(int argc, char** argv) try {
   }
   watch.check();
   const nn::NamedTensors state = net.state_dict();
-  examples::require_finite(state, "net.safetensors");
+  train::require_finite(state, "net.safetensors");
   nn::save_safetensors("net.safetensors", state);  // loads in PyTorch with safetensors.torch
   std::printf("trained one epoch on %s; wrote net.safetensors (%lld parameters)\n", device.str().c_str(),
               (long long)net.num_parameters());

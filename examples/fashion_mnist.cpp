@@ -1,39 +1,46 @@
 // Trains a classifier on Fashion-MNIST: the GPU if there is one (a CNN, 10 epochs),
 // else the CPU (an MLP, 1 epoch), with Adam and a cosine learning-rate schedule.
-// Prints a progress line, the test accuracy and the memory summary, and saves a
-// safetensors checkpoint that --resume continues.
+// Prints a progress line, the test accuracy and the memory summary, saves a checkpoint
+// after every epoch into --checkpoint-dir (the last 2 are kept), which --resume continues,
+// and logs each epoch's loss and accuracy to <checkpoint-dir>/metrics.jsonl.
 //
 //   build/examples/fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]
-//       [--device cpu|cuda[:N]] [--seed N] [--resume PATH] [--save PATH] [--data-dir DIR]
+//       [--device cpu|cuda[:N]] [--seed N] [--checkpoint-dir DIR] [--resume] [--data-dir DIR]
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
-#include "examples/train_checks.h"
 #include "memory/allocator.h"
 #include "nn/data/idx.h"
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "tensor/random.h"
+#include "train/checkpoints.h"
+#include "train/checks.h"
+#include "train/evaluate.h"
+#include "train/metrics_log.h"
+#include "train/progress.h"
 
 using namespace frugal;
 
 namespace {
 
 struct Args {
-  std::string model, device, resume, save = "fashion_mnist.safetensors";
+  std::string model, device, checkpoint_dir = "fashion_mnist_checkpoints";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::optional<int64_t> epochs;  // default: 10 for the cnn, 1 for the mlp
   int64_t batch_size = 64;
   double lr = 1e-3;
   uint64_t seed = 0;
+  bool resume = false;
 };
 
 const char* kUsage =
     "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]\n"
-    "       [--device cpu|cuda[:N]] [--seed N] [--resume PATH] [--save PATH] [--data-dir DIR]\n";
+    "       [--device cpu|cuda[:N]] [--seed N] [--checkpoint-dir DIR] [--resume] [--data-dir DIR]\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -45,31 +52,28 @@ Args parse(int argc, char** argv) {
     else if (flags.is("--lr")) a.lr = flags.positive_real();
     else if (flags.is("--device")) a.device = flags.text();
     else if (flags.is("--seed")) a.seed = flags.seed();
-    else if (flags.is("--resume")) a.resume = flags.text();
-    else if (flags.is("--save")) a.save = flags.text();
+    else if (flags.is("--checkpoint-dir")) a.checkpoint_dir = flags.text();
+    else if (flags.is("--resume")) a.resume = true;
     else if (flags.is("--data-dir")) a.data_dir = flags.text();
     else flags.unknown();
   }
   return a;
 }
 
-std::string clock(double secs) {
-  char buf[32];
-  const int s = int(secs + 0.5);
-  std::snprintf(buf, sizeof buf, "%d:%02d", s / 60, s % 60);
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool mid_line = false;  // a progress line without its newline is on stdout
   Args args = cli::parse_or_exit("fashion_mnist", kUsage, [&] { return parse(argc, argv); });
+  std::optional<train::Progress> progress;  // ended before an error is printed
   try {
     const Device device = args.device.empty() ? (cuda_device_count() > 0 ? cuda() : kCPU) : Device(args.device);
     if (args.model.empty()) args.model = device.is_cuda() ? "cnn" : "mlp";
     const int64_t epochs = args.epochs.value_or(args.model == "cnn" ? 10 : 1);
-    examples::require_writable(args.save, "--save");  // now, not after the first epoch
+    std::error_code ec;
+    std::filesystem::create_directories(args.checkpoint_dir, ec);
+    FRUGAL_CHECK(!ec, "--checkpoint-dir: cannot create '", args.checkpoint_dir, "' (", ec.message(), ")");
+    train::CheckpointManager checkpoints(args.checkpoint_dir, {.keep_last = 2});
+    train::require_writable(checkpoints.path_for(0), "--checkpoint-dir");  // now, not after the first epoch
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
@@ -78,48 +82,53 @@ int main(int argc, char** argv) {
     auto model = examples::make_model(args.model);
     model->to(device);
     optim::Adam opt(model->parameters(), {.lr = args.lr});
+    optim::CosineAnnealingLR schedule(opt, {.T_max = epochs});  // per epoch
+    data::TensorDataset train_set(ds.train_images, ds.train_labels);
+    data::DataLoader loader(train_set,
+                            {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
+    train::require_batches(loader, train_set.size());
+    const train::TrainState state{.model = model.get(), .optimizer = &opt, .scheduler = &schedule, .loader = &loader};
     int64_t first_epoch = 0;
-    if (!args.resume.empty()) {
-      first_epoch = examples::load_checkpoint(args.resume, *model, opt, args.model);
-      FRUGAL_CHECK(first_epoch <= epochs, "--resume ", args.resume, ": the checkpoint has finished ", first_epoch,
+    if (args.resume) {
+      const std::optional<train::CheckpointFile> last = checkpoints.latest();
+      FRUGAL_CHECK(last, "--resume: no checkpoint in ", args.checkpoint_dir);
+      const std::string kind = checkpoints.metadata(last->path)["model"];
+      FRUGAL_CHECK(kind == args.model, "--resume ", last->path, " holds a '", kind, "' model, not '", args.model, "'");
+      first_epoch = checkpoints.load(last->path, state);  // the epochs finished
+      FRUGAL_CHECK(first_epoch <= epochs, "--resume ", last->path, ": the checkpoint has finished ", first_epoch,
                    " epochs, more than --epochs ", epochs);
-      std::printf("resumed %s after epoch %lld\n", args.resume.c_str(), (long long)first_epoch);
+      std::printf("resumed %s after epoch %lld\n", last->path.c_str(), (long long)first_epoch);
     }
-    // Per-epoch cosine decay; its position follows from the epoch, so resuming needs no extra state.
-    optim::CosineAnnealingLR schedule(opt, {.T_max = epochs});
-    for (int64_t e = 0; e < first_epoch; ++e) schedule.step();
     std::printf("fashion_mnist: %s with %lld parameters on %s, %lld epochs, batch %lld, Adam lr %g, cosine decay\n",
                 args.model.c_str(), (long long)model->num_parameters(), device.str().c_str(), (long long)epochs,
                 (long long)args.batch_size, args.lr);
 
-    data::TensorDataset train(ds.train_images, ds.train_labels);
-    data::DataLoader loader(train,
-                            {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
-    examples::require_batches(loader, train.size());
+    const auto test = examples::test_loader(ds, device);
+    train::MetricsLog metrics(args.checkpoint_dir + "/metrics.jsonl", {.append = args.resume});
+    progress.emplace(train::ProgressOptions{.epochs = epochs});
     for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
       loader.set_epoch(epoch);
-      auto progress = [&](int64_t step, int64_t steps, double loss, double rate) {
-        const double eta = double(steps - step) * double(args.batch_size) / rate;
-        std::printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
-                    (long long)epochs, (long long)step, (long long)steps, loss, rate, clock(eta).c_str());
-        std::fflush(stdout);
-        mid_line = true;
-      };
-      const examples::EpochStats stats = examples::train_epoch(*model, opt, loader, progress);
-      std::printf("\repoch %lld/%lld  mean loss %.4f  %.0f samples/s  %s%20s\n", (long long)epoch + 1,
-                  (long long)epochs, stats.mean_loss, double(stats.samples) / stats.seconds,
-                  clock(stats.seconds).c_str(), "");
-      mid_line = false;
+      progress->start_epoch(epoch, loader.size());
+      const examples::EpochStats stats = examples::train_epoch(*model, opt, loader, &*progress);
+      progress->end_epoch(stats.mean_loss);
       schedule.step();
-      examples::save_checkpoint(args.save, *model, opt, epoch + 1, args.model);
+      const std::string path = checkpoints.save(epoch + 1, state, {{"model", args.model}});
+      const train::EvalResult eval = train::evaluate(*model, *test);
+      metrics.write({{"epoch", epoch + 1},
+                     {"train_loss", stats.mean_loss},
+                     {"test_loss", eval.loss},
+                     {"test_accuracy", eval.accuracy},
+                     {"seconds", stats.seconds},
+                     {"checkpoint", path}});
     }
-    const double accuracy = examples::evaluate(*model, ds.test_images, ds.test_labels);
+    progress.reset();
+    const double accuracy = train::evaluate(*model, *test).accuracy;
     std::printf("%s", memory::memory_summary(device).c_str());
-    std::printf("checkpoint: %s\n", args.save.c_str());
+    if (const auto last = checkpoints.latest()) std::printf("checkpoint: %s\n", last->path.c_str());
     std::printf("test_accuracy: %.4f\n", accuracy);
     return 0;
   } catch (const Error& e) {
-    if (mid_line) std::printf("\n");
+    progress.reset();  // ends a half-drawn line
     std::fflush(stdout);
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;

@@ -19,13 +19,15 @@
 #include "autograd/ops/all.h"
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
-#include "examples/train_checks.h"
 #include "models/resnet.h"
 #include "nn/data/idx.h"
 #include "nn/data/transforms.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
+#include "train/checks.h"
+#include "train/evaluate.h"
+#include "train/progress.h"
 
 using namespace frugal;
 
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
     }
     data::DataLoader loader(
         train, {.batch_size = batch, .shuffle = true, .drop_last = true, .device = device, .workers = augment ? 2 : 1});
-    const int64_t steps_per_epoch = examples::require_batches(loader, train->size());
+    const int64_t steps_per_epoch = train::require_batches(loader, train->size());
 
     auto net = models::resnet18({.num_classes = 10, .in_channels = 1, .small_input_stem = true});
     net->to(device);
@@ -94,13 +96,13 @@ int main(int argc, char** argv) {
                 compress_saved ? autograd::to_string(compress_saved->format) : "",
                 augment ? ", augmented (random crop 28 padding 2, horizontal flip)" : "");
 
-    examples::AmpRun run{
-        .device = device, .amp = amp, .total = total, .batch = batch, .compress_saved = compress_saved};
+    examples::AmpRun run{.device = device, .amp = amp, .compress_saved = compress_saved};
+    train::Progress progress({.epochs = epochs, .unit = "img"});
+    const auto test = examples::test_loader(ds, device, 500);
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-      examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run);
-      net->eval();
-      const double acc = examples::evaluate(*net, ds.test_images, ds.test_labels, 500);
+      examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run, progress);
+      const double acc = train::evaluate(*net, *test).accuracy;
       std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);
     }
     return 0;

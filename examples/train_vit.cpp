@@ -19,13 +19,15 @@
 #include "autograd/ops/all.h"
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
-#include "examples/train_checks.h"
 #include "models/vit.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "train/checks.h"
+#include "train/evaluate.h"
+#include "train/progress.h"
 
 using namespace frugal;
 
@@ -73,7 +75,7 @@ int main(int argc, char** argv) {
     }
   });
   try {
-    if (!save_path.empty()) examples::require_writable(save_path, "--save");  // now, not after training
+    if (!save_path.empty()) train::require_writable(save_path, "--save");  // now, not after training
     const Device device(device_name);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
     manual_seed(0);
@@ -96,7 +98,7 @@ int main(int argc, char** argv) {
     auto net = std::make_shared<models::VisionTransformer>(config);
     net->to(device);
     optim::AdamW opt(net->parameters(), {.lr = lr, .weight_decay = 0.05});
-    const int64_t total = epochs * examples::require_batches(loader, train.size());
+    const int64_t total = epochs * train::require_batches(loader, train.size());
     const int64_t warmup_steps = std::min<int64_t>(int64_t(warmup * double(total)), total - 1);
     optim::WarmupCosineLR schedule(opt, {.warmup_steps = warmup_steps, .total_steps = total, .start_factor = 0.01});
     optim::GradScaler scaler({.enabled = amp});
@@ -110,26 +112,27 @@ int main(int argc, char** argv) {
 
     examples::AmpRun run{.device = device,
                          .amp = amp,
-                         .total = total,
-                         .batch = batch,
                          .report_every = std::max<int64_t>(1, std::min<int64_t>(50, total / 10)),
                          .compress_saved = compress_saved};
+    train::Progress progress({.epochs = epochs, .unit = "img"});
+    data::TensorDataset test(test_x, test_y);
+    data::DataLoader test_loader(test, {.batch_size = 500, .device = device});
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) {
       return cross_entropy(logits, targets, {.label_smoothing = 0.1});
     };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-      examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run);
+      examples::train_amp_epoch(*net, loss_fn, opt, scaler, schedule, loader, epoch, run, progress);
       if (epoch + 1 < epochs) {
-        const double acc = examples::evaluate(*net, test_x, test_y, 500);
+        const double acc = train::evaluate(*net, test_loader).accuracy;
         std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);
       }
     }
-    const double acc = examples::evaluate(*net, test_x, test_y, 500);
+    const double acc = train::evaluate(*net, test_loader).accuracy;
     std::printf("train: %.1f s\ntest_accuracy: %.4f\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count(), acc);
     if (!save_path.empty()) {
       const nn::NamedTensors state = net->state_dict();
-      examples::require_finite(state, save_path);
+      train::require_finite(state, save_path);
       nn::save_safetensors(save_path, state, {{"format", "pt"}});
       std::printf("saved %s\n", save_path.c_str());
     }

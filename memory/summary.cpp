@@ -50,7 +50,12 @@ double PoolStats::fragmentation() const {
 std::string format_bytes(int64_t bytes) {
   const char* sign = bytes < 0 ? "-" : "";
   const uint64_t magnitude = bytes < 0 ? 0 - static_cast<uint64_t>(bytes) : static_cast<uint64_t>(bytes);
-  if (magnitude < 1024) return sign + std::to_string(magnitude) + " B";
+  if (magnitude < 1024) {  // appended, not `sign + std::string`: GCC 12's -Wrestrict misreads that insert
+    std::string text = sign;
+    text += std::to_string(magnitude);
+    text += " B";
+    return text;
+  }
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(magnitude) / 1024.0;
   int unit = 0;

@@ -45,6 +45,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool f
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   Tensor out = bn_relu(*bn1, (*conv1)(x), fused_bn_relu);
   return bn_relu(*bn2, (*conv2)(out), fused_bn_relu, downsample ? (*downsample)(x) : x);
 }
@@ -60,6 +61,7 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool f
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   Tensor out = bn_relu(*bn1, (*conv1)(x), fused_bn_relu);
   out = bn_relu(*bn2, (*conv2)(out), fused_bn_relu);
   return bn_relu(*bn3, (*conv3)(out), fused_bn_relu, downsample ? (*downsample)(x) : x);
@@ -110,6 +112,7 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t p
 }
 
 Tensor ResNet::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "ResNet: expected input (N, ", options.in_channels,
                ", H, W), got ", x.describe());
   // The stem is block 0 of the memory plan: its feature maps, at the highest resolution, are

@@ -79,6 +79,7 @@ EncoderBlock::EncoderBlock(const ViTConfig& c) {
 }
 
 Tensor EncoderBlock::forward(const Tensor& input) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   // Each layer norm's output (fp32 under autocast: 74 MiB for ViT-B/16 at batch 128) is let go
   // once the projection after it has run, not when the block returns: the end of a
   // checkpoint's replay is the replayed block's memory peak (Note [Checkpoint recompute]).
@@ -126,6 +127,7 @@ VisionTransformer::VisionTransformer(const ViTConfig& c)
 }
 
 Tensor VisionTransformer::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   const ViTConfig& c = config;
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == c.in_channels && x.size(2) == c.image_size && x.size(3) == c.image_size,
                "VisionTransformer: expected input (N, ", c.in_channels, ", ", c.image_size, ", ", c.image_size,

@@ -87,6 +87,7 @@ TensorParallelEncoderBlock::TensorParallelEncoderBlock(const ViTConfig& c, CommP
 }
 
 Tensor TensorParallelEncoderBlock::forward(const Tensor& input) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   const Tensor h = (*ln_1)(input);
   // This rank's heads of q, k and v from one local product (the shard is [q; k; v]).
   const std::vector<Tensor> qkv =
@@ -162,6 +163,7 @@ TensorSplit TensorParallelVisionTransformer::split(const std::string& key) const
 }
 
 Tensor TensorParallelVisionTransformer::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   const ViTConfig& c = config;
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == c.in_channels && x.size(2) == c.image_size && x.size(3) == c.image_size,
                kModel, ": expected input (N, ", c.in_channels, ", ", c.image_size, ", ", c.image_size, "), got ",

@@ -41,6 +41,7 @@ double BatchNorm2d::start_batch(const Tensor& x) {
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   const double momentum = start_batch(x);
   // Running statistics are used in eval and updated in training; without them, batch statistics always.
   return batch_norm(x, running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps);

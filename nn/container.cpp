@@ -11,7 +11,10 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> module) {
   modules_.push_back(std::move(module));
 }
 
-Tensor Sequential::forward(const Tensor& x) { return run(x); }
+Tensor Sequential::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return run(x);
+}
 
 Tensor Sequential::consume(Tensor x) {
   core::ModuleScope scope(this);  // what operator() would have done

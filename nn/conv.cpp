@@ -27,6 +27,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, Int2 kernel, Conv2dModuleOptions o)
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK(x.dim() == 3 || x.dim() == 4, "Conv2d: expected input (N, ", in_channels, ", H, W) or (", in_channels,
                ", H, W), got ", x.describe());
   return conv2d(x, weight, bias, options);

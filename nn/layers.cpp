@@ -9,7 +9,10 @@
 namespace frugal::nn {
 
 Dropout::Dropout(double p) : p_(p) { FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p); }
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training()); }
+Tensor Dropout::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return dropout(x, p_, is_training());
+}
 std::string Dropout::extra_repr() const { return "p=" + std::to_string(p_); }
 
 LayerNorm::LayerNorm(Shape normalized_shape, LayerNormOptions options)
@@ -20,7 +23,10 @@ LayerNorm::LayerNorm(Shape normalized_shape, LayerNormOptions options)
     bias = register_parameter("bias", zeros(shape_));
   }
 }
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
+Tensor LayerNorm::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return layer_norm(x, shape_, weight, bias, eps_);
+}
 std::string LayerNorm::extra_repr() const {
   return "normalized_shape=" + shape_str(shape_) + ", eps=" + std::to_string(eps_);
 }
@@ -34,7 +40,10 @@ Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : paddi
   init::normal_(weight);
   if (padding_idx_ >= 0) init::zeros_(weight.select(0, padding_idx_));
 }
-Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices, padding_idx_); }
+Tensor Embedding::forward(const Tensor& indices) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return embedding(weight, indices, padding_idx_);
+}
 std::string Embedding::extra_repr() const {
   return std::to_string(weight.size(0)) + ", " + std::to_string(weight.size(1)) +
          (padding_idx_ >= 0 ? ", padding_idx=" + std::to_string(padding_idx_) : "");

@@ -20,6 +20,7 @@ Linear::Linear(int64_t in, int64_t out, LinearOptions options) : in_features(in)
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear: expected input (..., ", in_features, "), got ",
                x.describe());
   return linear(x, weight, bias);

@@ -26,6 +26,7 @@ LowRankLinear::LowRankLinear(int64_t in, int64_t out, int64_t r, LinearOptions o
 }
 
 Tensor LowRankLinear::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "LowRankLinear: expected input (..., ", in_features,
                "), got ", x.describe());
   return up->forward(down->forward(x));

@@ -29,6 +29,7 @@ LowRankConv2d::LowRankConv2d(int64_t in, int64_t out, Int2 kernel, int64_t r, Co
 }
 
 Tensor LowRankConv2d::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK((x.dim() == 3 || x.dim() == 4) && x.size(-3) == in_channels, "LowRankConv2d: expected input (N, ",
                in_channels, ", H, W) or (", in_channels, ", H, W), got ", x.describe());
   return up->forward(down->forward(x));

@@ -151,7 +151,9 @@ class GradState {
   std::vector<bool> had_;
 };
 
-std::string bytes_str(int64_t b) { return b < 0 ? "-" + memory::format_bytes(-b) : memory::format_bytes(b); }
+std::string bytes_str(int64_t b) {
+  return b < 0 ? std::string("-").append(memory::format_bytes(-b)) : memory::format_bytes(b);
+}
 
 }  // namespace
 

@@ -15,6 +15,16 @@
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 
+// Note [Module attribution]
+// The memory profiler charges an allocation to the module whose forward is running on the
+// thread: core::ModuleScope, a thread-local pointer (Note [Zero-cost attribution]). A
+// user may call a module as m(x) or as m.forward(x) (README's Writing a model does the
+// latter), and the profile must not depend on which: so every forward of frugal's own
+// modules opens ModuleScope(this) as its first line, and UnaryModule::operator() opens it
+// as well, for user modules whose forward does not. Through m(x) the scope then opens
+// twice for the same module, which nests to the same answer. The multi-input forwards
+// (attention, BERT) open it the same way.
+
 namespace frugal::nn {
 
 void Module::check_new_name(const std::string& name) const {

@@ -104,8 +104,8 @@ class Module {
 class UnaryModule : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
-  /// Runs forward under this module's name for the memory profiler (a thread-local
-  /// pointer write): call modules as m(x), not m.forward(x), to attribute their ops.
+  /// Runs forward under this module's name for the memory profiler (a thread-local pointer
+  /// write); frugal's modules open it in forward too (Note [Module attribution] in module.cpp).
   Tensor operator()(const Tensor& x) {
     core::ModuleScope scope(this);
     return forward(x);

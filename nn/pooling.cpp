@@ -14,7 +14,10 @@ MaxPool2d::MaxPool2d(Int2 kernel, MaxPool2dOptions o) : kernel_size(kernel), opt
   FRUGAL_CHECK(kernel.h > 0 && kernel.w > 0, "MaxPool2d: kernel_size must be positive, got ", kernel.str());
 }
 
-Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_size, options); }
+Tensor MaxPool2d::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return max_pool2d(x, kernel_size, options);
+}
 
 std::string MaxPool2d::extra_repr() const {
   return "kernel_size=" + compact(kernel_size) + ", stride=" + compact(pool_stride(options.stride, kernel_size)) +
@@ -26,7 +29,10 @@ AvgPool2d::AvgPool2d(Int2 kernel, AvgPool2dOptions o) : kernel_size(kernel), opt
   FRUGAL_CHECK(kernel.h > 0 && kernel.w > 0, "AvgPool2d: kernel_size must be positive, got ", kernel.str());
 }
 
-Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_size, options); }
+Tensor AvgPool2d::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return avg_pool2d(x, kernel_size, options);
+}
 
 std::string AvgPool2d::extra_repr() const {
   std::string s = "kernel_size=" + compact(kernel_size) +
@@ -41,6 +47,9 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 size) : output_size(size) {
   FRUGAL_CHECK(size.h > 0 && size.w > 0, "AdaptiveAvgPool2d: output_size must be positive, got ", size.str());
 }
 
-Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size); }
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return adaptive_avg_pool2d(x, output_size);
+}
 
 }  // namespace frugal::nn

@@ -72,7 +72,7 @@ const DtypeEntry& entry_for(DType t) {
 
 std::string json_shape(const Shape& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));
   return s + "]";
 }
 
@@ -473,7 +473,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     header += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [k, v] : metadata) {
-      header += (first ? "" : ",") + json::quote(k) + ":" + json::quote(v);
+      header.append(first ? "" : ",").append(json::quote(k)).append(":").append(json::quote(v));
       first = false;
     }
     header += "}";

@@ -403,8 +403,8 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
               .m = m,
               .first = is_first(),
               .last = is_last(),
-              .link = {.comm = *comm_, .rank = comm_->rank(), .device = comm_->device()},
-              .clock = {.enabled = options_.measure_busy, .device = comm_->device()},
+              .link = {.comm = *comm_, .rank = comm_->rank(), .device = comm_->device(), .sends = {}},
+              .clock = {.enabled = options_.measure_busy, .device = comm_->device(), .events = {}},
               .inputs = std::vector<Tensor>(size_t(m)),
               .outputs = std::vector<Tensor>(size_t(m)),
               .loss_sum = {}};

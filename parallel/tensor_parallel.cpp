@@ -221,6 +221,7 @@ Tensor ColumnParallelLinear::forward_local(const Tensor& x) const {
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   Tensor y = forward_local(copy_to_region(x, comm_));
   return gather_output ? gather_from_region(y, comm_) : y;
 }
@@ -251,6 +252,7 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, CommPtr comm, RowP
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   const Tensor xp = input_is_parallel ? x : scatter_to_region(x, comm_);
   FRUGAL_CHECK(xp.dim() >= 1 && xp.size(-1) == in_per_rank, "RowParallelLinear: expected input (..., ",
                input_is_parallel ? in_per_rank : in_features, "), got ", x.describe());
@@ -285,6 +287,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t num, int64_t dim, CommPtr
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32,
                "VocabParallelEmbedding: indices must be int64 or int32, got ", indices.describe());
   // An index no rank owns would embed as zeros on every rank: refuse it, as nn::Embedding

@@ -169,7 +169,7 @@ Tensor reduce_in_rank_order(const std::vector<Tensor>& inputs, ReduceOp op) {
 
 std::string describe_part(const Part& p) {
   std::string s = op_name(p.kind);
-  if (p.input.defined()) s += " " + p.input.describe();
+  if (p.input.defined()) s.append(" ").append(p.input.describe());
   if (p.kind == OpKind::AllReduce || p.kind == OpKind::ReduceScatter) s += str_cat(" ", to_string(p.reduce));
   if (p.kind == OpKind::Broadcast) s += str_cat(" root ", p.root);
   return s;

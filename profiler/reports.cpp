@@ -58,9 +58,9 @@ std::string Session::top_allocations_table(size_t n) const {
     }
   }
   if (rest_groups)
-    out +=
-        line("%-24s %-28s %-16s %8" PRId64 " %12s %7s", ("(" + std::to_string(rest_groups) + " more groups)").c_str(),
-             "", "", rest_blocks, format_bytes(rest_bytes).c_str(), percent(rest_bytes, peak_allocated_).c_str());
+    out += line("%-24s %-28s %-16s %8" PRId64 " %12s %7s",
+                std::string("(").append(std::to_string(rest_groups)).append(" more groups)").c_str(), "", "",
+                rest_blocks, format_bytes(rest_bytes).c_str(), percent(rest_bytes, peak_allocated_).c_str());
   out += std::string(100, '-') + "\n";
   out += line("%-24s %-28s %-16s %8s %12s", "total at peak", "", "", "", format_bytes(peak_allocated_).c_str());
   out += "By category at the peak:";

@@ -45,7 +45,7 @@ Session::~Session() {
 }
 
 void Session::attach(const nn::Module& model, const std::string& name) {
-  module_names_[&model] = name.empty() ? "(" + model.type_name() + ")" : name;
+  module_names_[&model] = name.empty() ? std::string("(").append(model.type_name()).append(")") : name;
   const std::string prefix = name.empty() ? "" : name + ".";
   for (const auto& [path, m] : model.named_modules()) module_names_[m.get()] = prefix + path;
   // Each tensor's owner is its innermost module: named_* list a parent's own entries

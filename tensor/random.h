@@ -47,9 +47,9 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
-/// The process-wide generator used when an op is not given one (one stream for all devices).
+/// The process-wide generator used when an op is not given one: the only one, for the CPU and every CUDA device.
 Generator& default_generator();
-/// Seeds the default generator: the same seed gives the same numbers on CPU and CUDA.
+/// Seeds every generator (the CPU and all CUDA devices share the default one) and rewinds it: same numbers on each.
 void manual_seed(uint64_t seed);
 
 }  // namespace frugal

@@ -77,7 +77,7 @@ int64_t strided_span(const Shape& sizes, const Shape& strides, const char* op) {
 
 std::string shape_str(const Shape& s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) out.append(i ? ", " : "").append(std::to_string(s[i]));
   return out + "]";
 }
 

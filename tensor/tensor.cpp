@@ -15,6 +15,14 @@ namespace {
 // Read by every view on every thread (the threads backend's ranks included), so it is
 // atomic; the autograd layer sets it once (Note [Derived tensors]).
 std::atomic<DerivedHook> derived_hook{nullptr};
+
+// A DerivedInfo of `kind` with every other field at its default (a braced {kind} would
+// leave `dims` to -Wmissing-field-initializers).
+DerivedInfo info_of(DerivedInfo::Kind kind) {
+  DerivedInfo info;
+  info.kind = kind;
+  return info;
+}
 }  // namespace
 
 void set_derived_hook(DerivedHook hook) { derived_hook.store(hook, std::memory_order_release); }
@@ -86,7 +94,7 @@ T* Tensor::data_ptr() const {
 // ---- views ---------------------------------------------------------------------
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const {
-  return derived(make_view(sizes, strides, offset, "as_strided"), {DerivedInfo::Kind::AsStrided});
+  return derived(make_view(sizes, strides, offset, "as_strided"), info_of(DerivedInfo::Kind::AsStrided));
 }
 
 Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offset, const char* op) const {
@@ -174,14 +182,14 @@ Tensor Tensor::view(Shape target) const {
   FRUGAL_CHECK(view_strides(sizes(), strides(), target, st), "view: size ", shape_str(target),
                " is not compatible with the strides ", shape_str(strides()), " of a ", describe(),
                " tensor (use reshape, which copies when needed)");
-  return derived(make_view(target, st, storage_offset(), "view"), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(target, st, storage_offset(), "view"), info_of(DerivedInfo::Kind::Reshape));
 }
 
 Tensor Tensor::reshape(Shape target) const {
   target = infer_size(std::move(target), numel(), "reshape", sizes());
   Shape st;
   if (view_strides(sizes(), strides(), target, st))
-    return derived(make_view(target, st, storage_offset(), "reshape"), {DerivedInfo::Kind::Reshape});
+    return derived(make_view(target, st, storage_offset(), "reshape"), info_of(DerivedInfo::Kind::Reshape));
   return contiguous().view(target);
 }
 
@@ -196,7 +204,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     s[i] = sizes()[d];
     st[i] = strides()[d];
   }
-  DerivedInfo info{DerivedInfo::Kind::Permute};
+  DerivedInfo info = info_of(DerivedInfo::Kind::Permute);
   for (int64_t d : dims) info.dims.push_back(wrap_dim(d, dim(), "permute"));
   return derived(make_view(s, st, storage_offset(), "permute"), std::move(info));
 }
@@ -239,7 +247,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   FRUGAL_CHECK(!__builtin_mul_overflow(start, strides()[d], &offset) &&
                    !__builtin_add_overflow(offset, storage_offset(), &offset),
                "slice: the offset of start ", start, " at dim ", d, " of ", describe(), " overflows int64");
-  DerivedInfo info{DerivedInfo::Kind::Slice};
+  DerivedInfo info = info_of(DerivedInfo::Kind::Slice);
   info.dim = d, info.start = start, info.end = end, info.step = step;
   return derived(make_view(s, st, offset, "slice"), std::move(info));
 }
@@ -254,7 +262,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  DerivedInfo info{DerivedInfo::Kind::Select};
+  DerivedInfo info = info_of(DerivedInfo::Kind::Select);
   info.dim = d, info.start = index;
   return derived(make_view(s, st, storage_offset() + index * strides()[d], "select"), std::move(info));
 }
@@ -278,7 +286,7 @@ Tensor Tensor::expand(const Shape& target) const {
     s[i] = want;
     st[i] = want == have ? strides()[i - lead] : 0;
   }
-  return derived(make_view(s, st, storage_offset(), "expand"), {DerivedInfo::Kind::Expand});
+  return derived(make_view(s, st, storage_offset(), "expand"), info_of(DerivedInfo::Kind::Expand));
 }
 
 Tensor Tensor::squeeze() const {
@@ -288,7 +296,7 @@ Tensor Tensor::squeeze() const {
       s.push_back(sizes()[d]);
       st.push_back(strides()[d]);
     }
-  return derived(make_view(s, st, storage_offset(), "squeeze"), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(s, st, storage_offset(), "squeeze"), info_of(DerivedInfo::Kind::Reshape));
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -298,7 +306,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return derived(make_view(s, st, storage_offset(), "squeeze"), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(s, st, storage_offset(), "squeeze"), info_of(DerivedInfo::Kind::Reshape));
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -307,7 +315,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   const int64_t stride = d < dim() ? sizes()[d] * strides()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, stride);
-  return derived(make_view(s, st, storage_offset(), "unsqueeze"), {DerivedInfo::Kind::Reshape});
+  return derived(make_view(s, st, storage_offset(), "unsqueeze"), info_of(DerivedInfo::Kind::Reshape));
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
@@ -338,7 +346,7 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 Tensor Tensor::clone() const {
   Tensor out = empty(sizes(), options());
   ops::copy_into(out, *this);
-  return derived(std::move(out), {DerivedInfo::Kind::Convert});
+  return derived(std::move(out), info_of(DerivedInfo::Kind::Convert));
 }
 
 Tensor Tensor::to(Device d) const { return to(d, dtype()); }
@@ -349,7 +357,7 @@ Tensor Tensor::to(Device d, DType t) const {
   // A conversion keeps a channels-last layout (Note [Channels-last layout]).
   Tensor out = suggests_channels_last(*this) ? empty_channels_last(sizes(), {t, d}) : empty(sizes(), {t, d});
   ops::copy_into(out, *this);
-  return derived(std::move(out), {DerivedInfo::Kind::Convert});
+  return derived(std::move(out), info_of(DerivedInfo::Kind::Convert));
 }
 
 template <typename T>

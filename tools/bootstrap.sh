@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 what=${1:-test}
 build=${FRUGAL_BUILD_DIR:-build}
 
-packages=(meson ninja-build g++ pkg-config python3 libeigen3-dev doctest-dev zlib1g-dev dataset-fashion-mnist)
+packages=(meson ninja-build g++ pkg-config cmake python3 libeigen3-dev doctest-dev zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

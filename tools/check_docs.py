@@ -45,7 +45,7 @@ import tempfile
 
 SOURCE_EXTS = (".h", ".cpp", ".cu", ".cuh", ".py", ".build", ".sh")
 EXCERPT_LANGS = {"cpp", "c++", "cuda", "c", "cxx", "h"}
-CODE_FOLDERS = ("memory", "tensor", "autograd", "nn", "optim", "parallel", "profiler", "models",
+CODE_FOLDERS = ("memory", "tensor", "autograd", "nn", "optim", "parallel", "profiler", "models", "train",
                 "tests", "bench", "examples", "tools", "fuzz", "docs")
 ELISIONS = {"...", "// ...", "# ..."}
 PLACEHOLDER_NOTES = {"...", "Title", "X"}  # "`// Note [Title]`": the syntax, not a Note

@@ -61,7 +61,7 @@ t2=$(date +%s)
 if ((bench)); then "$build/bench/bench_ops" --device cuda >"$out/bench_cuda.log" 2>&1; fi
 t3=$(date +%s)
 if ((example)); then
-  "$build/examples/fashion_mnist" --data-dir "$root/data/fashion-mnist" --save /tmp/fm.safetensors >"$out/example.log" 2>&1
+  "$build/examples/fashion_mnist" --data-dir "$root/data/fashion-mnist" --checkpoint-dir /tmp/fm_checkpoints >"$out/example.log" 2>&1
 fi
 if ((parity)); then
   for dev in cuda cpu; do

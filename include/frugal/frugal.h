@@ -5,7 +5,8 @@
 //
 // It covers what a training loop uses: Tensor and its factories, the differentiable ops,
 // grad mode, autocast and checkpointing, the nn modules and data loading, the optimizers
-// and schedules, the allocator's statistics and the profiler (it parses in under a second).
+// and schedules, the allocator's statistics, the profiler and the training helpers (progress
+// line, evaluation, checkpoints, metrics log; it parses in under a second).
 // The raw ops without autograd (<frugal/tensor/ops/...>), the parallel layer
 // (<frugal/parallel/...>) and the models (<frugal/models/...>) are included by path: a
 // program opts into them.
@@ -42,6 +43,8 @@
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/batch_norm.h"
+#include "nn/block_memory.h"
+#include "nn/block_planner.h"
 #include "nn/channels_last.h"
 #include "nn/checkpoint.h"
 #include "nn/container.h"
@@ -57,8 +60,6 @@
 #include "nn/low_rank.h"
 #include "nn/low_rank_conv.h"
 #include "nn/memory_planner.h"
-#include "nn/block_memory.h"
-#include "nn/block_planner.h"
 #include "nn/module.h"
 #include "nn/pooling.h"
 #include "nn/safetensors.h"
@@ -73,3 +74,10 @@
 
 // profiler/
 #include "profiler/session.h"
+
+// train/
+#include "train/checkpoints.h"
+#include "train/checks.h"
+#include "train/evaluate.h"
+#include "train/metrics_log.h"
+#include "train/progress.h"

@@ -179,6 +179,22 @@ int64_t DataLoader::size() const {
 void DataLoader::set_epoch(int64_t epoch) {
   FRUGAL_CHECK(epoch >= 0, "DataLoader::set_epoch: epoch must be >= 0, got ", epoch);
   next_epoch_ = epoch;
+  next_first_batch_ = 0;
+}
+
+DataLoader::Position DataLoader::position() const {
+  if (!pass_) return {next_epoch_, next_first_batch_};
+  if (pass_->consumed == pass_->num_batches) return {pass_->epoch + 1, 0};  // the pass is done
+  return {pass_->epoch, pass_->consumed};
+}
+
+void DataLoader::set_position(Position position) {
+  FRUGAL_CHECK(position.epoch >= 0, "DataLoader::set_position: epoch must be >= 0, got ", position.epoch);
+  FRUGAL_CHECK(position.batch >= 0 && position.batch <= size(), "DataLoader::set_position: batch ", position.batch,
+               " is outside [0, ", size(), "] (the batches of an epoch)");
+  end_pass();
+  next_epoch_ = position.epoch;
+  next_first_batch_ = position.batch;
 }
 
 std::vector<int64_t> DataLoader::order(int64_t epoch) const {
@@ -208,6 +224,8 @@ void DataLoader::start_pass() {
   pass->epoch = next_epoch_++;
   pass->order = order(pass->epoch);
   pass->num_batches = size();
+  pass->consumed = pass->claimed = next_first_batch_;  // set_position: resume mid-epoch
+  next_first_batch_ = 0;
   if (options_.prefetch > 0 && pass->num_batches > 0) {
     Pass* p = pass.get();
     const int64_t window = std::max(options_.prefetch, options_.workers);

@@ -69,6 +69,17 @@ class DataLoader {
   int64_t epoch() const { return next_epoch_; }
   /// The next pass (begin() or next() with no pass under way) uses `epoch`.
   void set_epoch(int64_t epoch);
+  /// Where the data stands, for a checkpoint: the epoch of the pass under way and the
+  /// batches it has delivered, or, between passes, the next pass's epoch and first batch.
+  struct Position {
+    int64_t epoch = 0, batch = 0;
+  };
+  Position position() const;
+  /// The next pass uses `epoch` and starts at its batch `batch` (what position() returned
+  /// when a checkpoint was saved); later passes start at batch 0. Abandons a pass under
+  /// way. Throws unless 0 <= batch <= size().
+  void set_position(Position position);
+
   /// The sample indices of `epoch`, in the order they are delivered (before drop_last).
   std::vector<int64_t> order(int64_t epoch) const;
   const DataLoaderOptions& options() const { return options_; }
@@ -115,6 +126,7 @@ class DataLoader {
   const TensorDataset* tensors_ = nullptr;  // dataset_ when it is a TensorDataset (the fast path)
   DataLoaderOptions options_;
   int64_t next_epoch_ = 0;
+  int64_t next_first_batch_ = 0;  // where the next pass starts (set_position), then 0
   std::unique_ptr<Pass> pass_;
 };
 

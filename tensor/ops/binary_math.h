@@ -175,6 +175,7 @@ FRUGAL_HD R load_as(const char* p, DType t) {
     case DType::Int32: return cast_to<R>(*reinterpret_cast<const int32_t*>(p));
     case DType::Int64: return cast_to<R>(*reinterpret_cast<const int64_t*>(p));
     case DType::Bool: return cast_to<R>(*reinterpret_cast<const bool*>(p));
+    case DType::UInt8: return cast_to<R>(*reinterpret_cast<const uint8_t*>(p));
   }
   return R();
 }
@@ -190,6 +191,7 @@ FRUGAL_HD void store_as(char* p, DType t, V v) {
     case DType::Int32: *reinterpret_cast<int32_t*>(p) = cast_to<int32_t>(v); return;
     case DType::Int64: *reinterpret_cast<int64_t*>(p) = cast_to<int64_t>(v); return;
     case DType::Bool: *reinterpret_cast<bool*>(p) = cast_to<bool>(v); return;
+    case DType::UInt8: *reinterpret_cast<uint8_t*>(p) = cast_to<uint8_t>(v); return;
   }
 }
 

@@ -11,6 +11,20 @@
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 
+namespace frugal {
+
+// Appended piece by piece: GCC 12's -Wrestrict misreads `"(" + std::string&&` (an insert at 0).
+std::string Int2::str() const {
+  std::string text = "(";
+  text += std::to_string(h);
+  text += ", ";
+  text += std::to_string(w);
+  text += ")";
+  return text;
+}
+
+}  // namespace frugal
+
 namespace frugal::ops {
 
 namespace {

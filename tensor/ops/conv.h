@@ -43,7 +43,7 @@ struct Int2 {
   constexpr Int2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
   friend constexpr bool operator==(const Int2&, const Int2&) = default;
   /// "(3, 1)", as PyTorch prints tuples.
-  std::string str() const { return "(" + std::to_string(h) + ", " + std::to_string(w) + ")"; }
+  std::string str() const;
 };
 
 /// torch.nn.functional.conv2d's settings.

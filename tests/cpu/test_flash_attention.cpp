@@ -401,7 +401,7 @@ TEST_CASE("flash_attention cpu: an empty head dim still gives every row's lse") 
   // of its number of visible keys. The forward returned before the kernel whenever out
   // was empty, leaving lse uninitialized.
   const Tensor q = empty({1, 2, 3, 0}), k = empty({1, 2, 4, 0});
-  const auto f = ops::flash_attention_forward(q, k, k, {.is_causal = true, .scale = 1.0});
+  const auto f = ops::flash_attention_forward(q, k, k, {.mask = {}, .is_causal = true, .scale = 1.0});
   CHECK(f.out.numel() == 0);
   const std::vector<double> lse = values_of(f.lse);
   for (int64_t h = 0; h < 2; ++h)

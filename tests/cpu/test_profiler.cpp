@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "autograd/ops/loss.h"
@@ -422,4 +423,52 @@ TEST_CASE("profiler: convolution workspace and Module::to() get their categories
   CHECK(workspace >= int64_t(memory::detail::round_size(27 * 256 * sizeof(float))));
   CHECK(parameter_allocs.count(data_of(conv->weight)));
   CHECK(parameter_allocs.count(data_of(conv->bias)));
+}
+
+namespace {
+// Net's layers, called through forward() instead of operator() (as the README's model does).
+struct ForwardNet : nn::UnaryModule {
+  std::shared_ptr<nn::Sequential> encoder;
+  std::shared_ptr<nn::Linear> head;
+  ForwardNet() {
+    encoder = register_module("encoder",
+                              std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+                                  std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>()}));
+    head = register_module("head", std::make_shared<nn::Linear>(16, 4));
+  }
+  Tensor forward(const Tensor& x) override { return head->forward(encoder->forward(x)); }
+};
+
+// (module name, op, category, bytes) of every allocation of a forward and backward of `net`
+// called as `call` (m(x) or m.forward(x)), on fixed data.
+template <typename Model, typename Call>
+std::multiset<std::tuple<std::string, std::string, int, size_t>> attributed(Model& net, Call call) {
+  manual_seed(2);
+  const Tensor x = randn({32, 8}), y = randint(0, 4, {32});
+  profiler::Session session;
+  session.attach(net);
+  session.start();
+  cross_entropy(call(net, x), y).backward();
+  session.stop();
+  std::multiset<std::tuple<std::string, std::string, int, size_t>> out;
+  for (const memory::TraceEvent& e : session.events())
+    if (e.action == TraceAction::Alloc)
+      out.emplace(e.module ? session.module_name(e.module) : "", e.op, int(e.category), e.size);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("profiler: m(x) and m.forward(x) attribute memory to the modules alike (Note [Module attribution])") {
+  // Net calls its layers as m(x), ForwardNet as m.forward(x); each is itself called both
+  // ways. The four profiles must be one: the same bytes, ops, categories and module names.
+  manual_seed(1);
+  Net net;
+  ForwardNet fnet;
+  const auto reference = attributed(net, [](Net& m, const Tensor& x) { return m(x); });
+  std::set<std::string> names;
+  for (const auto& [module, op, category, bytes] : reference) names.insert(module);
+  for (const char* layer : {"encoder.0", "encoder.1", "head"}) CHECK(names.count(layer));
+  CHECK(attributed(net, [](Net& m, const Tensor& x) { return m.forward(x); }) == reference);
+  CHECK(attributed(fnet, [](ForwardNet& m, const Tensor& x) { return m(x); }) == reference);
+  CHECK(attributed(fnet, [](ForwardNet& m, const Tensor& x) { return m.forward(x); }) == reference);
 }

@@ -112,3 +112,22 @@ TEST_CASE("random: one generator, threads drawing while another reads its state"
   for (size_t i = 0; i < all.size(); ++i) distinct = distinct && all[i] == 3 * i;
   CHECK(distinct);
 }
+
+TEST_CASE("random: manual_seed seeds and rewinds the one default generator; set_state replays a position") {
+  manual_seed(11);
+  const std::vector<double> first = values_of(rand({64}));
+  rand({1000});
+  CHECK(default_generator().offset() > 0);
+  manual_seed(11);  // every generator: the CPU and each CUDA device draw from this one
+  CHECK(default_generator().seed() == 11);
+  CHECK(default_generator().offset() == 0);
+  CHECK(values_of(rand({64})) == first);
+
+  // What a checkpoint saves (train/checkpoints.h): (seed, offset) resumes the stream.
+  const uint64_t seed = default_generator().seed(), offset = default_generator().offset();
+  const std::vector<double> next = values_of(randn({33}));
+  manual_seed(999);
+  rand({5});
+  default_generator().set_state(seed, offset);
+  CHECK(values_of(randn({33})) == next);
+}

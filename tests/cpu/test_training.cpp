@@ -1,6 +1,6 @@
 // End to end on the CPU: the example's MLP learns Fashion-MNIST (or a synthetic
-// stand-in when the dataset is not installed), and a run interrupted by a
-// checkpoint resumes to bit-identical weights.
+// stand-in when the dataset is not installed), and the checks of train/checks.h stop a
+// diverged run and refuse empty data (the checkpoints' resume: test_train_checkpoints.cpp).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -13,13 +13,15 @@
 
 #include "autograd/ops/all.h"
 #include "examples/mnist_train.h"
-#include "examples/train_checks.h"
 #include "nn/data/idx.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 #include "tests/test_util.h"
+#include "train/checks.h"
+#include "train/evaluate.h"
+#include "train/progress.h"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -47,15 +49,6 @@ std::pair<Tensor, Tensor> images(int64_t n, int64_t offset, bool test_split) {
   return {from_vector(x, {n, 1, 28, 28}, kFloat32), from_vector(y, {n})};
 }
 
-std::vector<double> weights_of(const nn::Module& m) {
-  std::vector<double> all;
-  for (const Tensor& p : m.parameters()) {
-    const std::vector<double> v = values_of(p);
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
-
 std::string bytes_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -63,14 +56,13 @@ std::string bytes_of(const std::string& path) {
   return s.str();
 }
 
-// What save_checkpoint writes, with the metadata given instead of its own.
-void write_checkpoint_with(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
-                           const std::map<std::string, std::string>& metadata) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
-  for (auto& [name, t] : opt.state_dict()) tensors.emplace_back("optim." + name, t);
-  nn::save_safetensors(path, tensors, metadata);
+// The accuracy of `model` on (x, y), through train::evaluate.
+double accuracy(nn::UnaryModule& model, const Tensor& x, const Tensor& y) {
+  data::TensorDataset ds(x, y);
+  data::DataLoader loader(ds, {.batch_size = 1000});
+  return train::evaluate(model, loader).accuracy;
 }
+
 }  // namespace
 
 TEST_CASE("training: the MLP's loss falls and it classifies held-out images") {
@@ -81,53 +73,18 @@ TEST_CASE("training: the MLP's loss falls and it classifies held-out images") {
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   data::TensorDataset ds(x, y);
   data::DataLoader loader(ds, {.batch_size = 64, .shuffle = true, .seed = 1});
-  const double before = examples::evaluate(*model, tx, ty);
+  const double before = accuracy(*model, tx, ty);
   std::vector<double> losses;
   for (int epoch = 0; epoch < 2; ++epoch) {
     loader.set_epoch(epoch);
     losses.push_back(examples::train_epoch(*model, opt, loader).mean_loss);
   }
-  const double after = examples::evaluate(*model, tx, ty);
+  const double after = accuracy(*model, tx, ty);
   CHECK(losses[1] < losses[0]);
   CHECK(losses[1] < 0.8);
   CHECK(before < 0.3);
   CHECK(after > 0.75);  // 2 epochs on 4096 images: Fashion-MNIST MLPs reach ~0.8
   MESSAGE("mean loss per epoch ", losses[0], " -> ", losses[1], ", accuracy ", before, " -> ", after);
-}
-
-TEST_CASE("training: 1 epoch + checkpoint + resume + 1 epoch == 2 epochs, bit for bit") {
-  auto [x, y] = images(1024, 0, false);
-  data::TensorDataset ds(x, y);
-  const std::string path = temp_path("frugal_resume_test");
-
-  manual_seed(3);
-  auto straight = examples::make_model("mlp");
-  optim::Adam opt_a(straight->parameters(), {.lr = 1e-3});
-  data::DataLoader loader_a(ds, {.batch_size = 128, .shuffle = true, .seed = 5});
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    loader_a.set_epoch(epoch);
-    examples::train_epoch(*straight, opt_a, loader_a);
-  }
-
-  manual_seed(3);
-  auto first = examples::make_model("mlp");
-  optim::Adam opt_b(first->parameters(), {.lr = 1e-3});
-  data::DataLoader loader_b(ds, {.batch_size = 128, .shuffle = true, .seed = 5});
-  loader_b.set_epoch(0);
-  examples::train_epoch(*first, opt_b, loader_b);
-  examples::save_checkpoint(path, *first, opt_b, 1, "mlp");
-
-  manual_seed(99);  // a different initialisation, overwritten by the checkpoint
-  auto resumed = examples::make_model("mlp");
-  optim::Adam opt_c(resumed->parameters(), {.lr = 1e-3});
-  CHECK(examples::load_checkpoint(path, *resumed, opt_c, "mlp") == 1);
-  data::DataLoader loader_c(ds, {.batch_size = 128, .shuffle = true, .seed = 5});
-  loader_c.set_epoch(1);
-  examples::train_epoch(*resumed, opt_c, loader_c);
-
-  CHECK(weights_of(*resumed) == weights_of(*straight));
-  check_error([&] { examples::load_checkpoint(path, *resumed, opt_c, "cnn"); }, {"load_checkpoint", "'mlp'"});
-  std::remove(path.c_str());
 }
 
 TEST_CASE("training: a diverging run stops at the first non-finite loss, naming epoch, step, loss and lr") {
@@ -162,51 +119,27 @@ TEST_CASE("training: a diverging run stops at the first non-finite loss, naming 
   optim::Adam opt(model->parameters(), {.lr = lr});
   data::DataLoader loader(ds, {.batch_size = 64, .shuffle = true, .seed = 2});
   loader.set_epoch(2);
-  int64_t progress_calls = 0;
-  check_error(
-      [&] {
-        examples::train_epoch(
-            *model, opt, loader, [&](auto...) { ++progress_calls; }, 1);
-      },
-      {"training diverged at epoch 3, step " + std::to_string(first_bad) + ":",
-       std::string("the loss is ") + (std::isnan(bad_loss) ? "nan"
-                                      : bad_loss > 0       ? "inf"
-                                                           : "-inf"),
-       "the base learning rate is 1e+38", "lower --lr"});
-  CHECK(progress_calls == first_bad - 1);  // no progress line shows the bad loss
-}
-
-TEST_CASE("training: save_checkpoint refuses inf or NaN and leaves the last good checkpoint as it was") {
-  const std::string path = temp_path("frugal_nan_checkpoint");
-  manual_seed(5);
-  auto model = examples::make_model("mlp");
-  optim::Adam opt(model->parameters(), {.lr = 1e-3});
-  examples::save_checkpoint(path, *model, opt, 1, "mlp");
-  const std::string good = bytes_of(path);
-  REQUIRE(!good.empty());
-
-  std::map<std::string, Tensor> state;
-  for (auto& [name, t] : model->state_dict()) state[name] = t;
-  std::vector<float> bias(10, 0.5f);
-  bias[3] = NAN;
-  state["5.bias"] = from_vector(bias, {10});
-  model->load_state_dict(state);
-  check_error([&] { examples::save_checkpoint(path, *model, opt, 2, "mlp"); },
-              {"not saving " + path, "'model.5.bias' holds inf or NaN"});
-  CHECK(bytes_of(path) == good);
-
-  bias[3] = -INFINITY;
-  state["5.bias"] = from_vector(bias, {10});
-  model->load_state_dict(state);
-  check_error([&] { examples::save_checkpoint(path, *model, opt, 2, "mlp"); }, {"'model.5.bias' holds inf or NaN"});
-  CHECK(bytes_of(path) == good);
-  std::remove(path.c_str());
+  std::FILE* log = std::tmpfile();  // one progress line per step, as in a log file
+  REQUIRE(log != nullptr);
+  train::Progress progress({.out = log, .terminal = false, .log_every = 1});
+  progress.start_epoch(2, loader.size());
+  check_error([&] { examples::train_epoch(*model, opt, loader, &progress, 1); },
+              {"training diverged at epoch 3, step " + std::to_string(first_bad) + ":",
+               std::string("the loss is ") + (std::isnan(bad_loss) ? "nan"
+                                              : bad_loss > 0       ? "inf"
+                                                                   : "-inf"),
+               "the base learning rate is 1e+38", "try a lower learning rate"});
+  std::rewind(log);
+  int64_t progress_lines = 0;
+  for (int c; (c = std::fgetc(log)) != EOF;) progress_lines += c == '\n';
+  std::fclose(log);
+  CHECK(progress_lines == first_bad - 1);  // no progress line shows the bad loss
 }
 
 TEST_CASE("training: LossWatch sums each window of losses and checks every one of them") {
   Tensor w = zeros({1});
   optim::SGD opt({w}, {.lr = 0.25});
-  examples::LossWatch watch(opt);
+  train::LossWatch watch(opt);
   const std::vector<double> losses = {2.5, 1.25, 0.75, 1e30, 3.0};
   for (int i = 0; i < 3; ++i) watch.add(from_vector<double>({losses[i]}, {}), 1, i + 1);
   CHECK(watch.pending() == 3);
@@ -219,7 +152,7 @@ TEST_CASE("training: LossWatch sums each window of losses and checks every one o
 
   check_error([&] { watch.add(from_vector<float>({INFINITY}, {}), 2, 6); },
               {"training diverged at epoch 2, step 6: the loss is inf", "the base learning rate is 0.25"});
-  examples::LossWatch no_epochs(opt);
+  train::LossWatch no_epochs(opt);
   check_error([&] { no_epochs.add(from_vector<double>({NAN}, {}), 0, 9); },
               {"training diverged at step 9: the loss is nan"});
 
@@ -238,7 +171,7 @@ TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped s
   const std::vector<double> before = values_of(w);
   optim::SGD opt({w}, {.lr = 0.1});
   optim::GradScaler scaler({.init_scale = 8.0});
-  examples::LossWatch watch(opt, &scaler);
+  train::LossWatch watch(opt, &scaler);
   int64_t steps_taken = 0;
   check_error(
       [&] {
@@ -258,48 +191,24 @@ TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped s
   CHECK(values_of(w) == before);  // every step was skipped
 }
 
-TEST_CASE("training: load_checkpoint reads 'epoch' strictly and names the file and the key") {
-  const std::string path = temp_path("frugal_bad_epoch");
-  manual_seed(6);
-  auto model = examples::make_model("mlp");
-  optim::Adam opt(model->parameters(), {.lr = 1e-3});
-  manual_seed(7);
-  auto other = examples::make_model("mlp");
-  optim::Adam other_opt(other->parameters(), {.lr = 1e-3});
-  const std::vector<double> other_weights = weights_of(*other);
-  // std::stoll threw std::invalid_argument / std::out_of_range on the first and third, read "1x" as 1.
-  for (const char* bad : {"abc", "1x", "99999999999999999999", "-1", "", " 1"}) {
-    write_checkpoint_with(path, *model, opt, {{"epoch", bad}, {"model", "mlp"}});
-    check_error([&] { examples::load_checkpoint(path, *other, other_opt, "mlp"); },
-                {"load_checkpoint: " + path + ": metadata 'epoch' must be a non-negative integer",
-                 "got \"" + std::string(bad) + "\""});
-    CHECK(weights_of(*other) == other_weights);  // checked before anything was loaded
-  }
-  write_checkpoint_with(path, *model, opt, {{"epoch", "12"}, {"model", "mlp"}});
-  CHECK(examples::load_checkpoint(path, *other, other_opt, "mlp") == 12);
-  CHECK(weights_of(*other) == weights_of(*model));
-  std::remove(path.c_str());
-}
-
 TEST_CASE("training: empty training and test sets are errors, not 0 samples and accuracy nan") {
   auto model = examples::make_model("mlp");
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   const Tensor no_images = zeros({0, 1, 28, 28}), no_labels = zeros({0}, {kInt64});
-  check_error([&] { examples::evaluate(*model, no_images, no_labels); }, {"evaluate: the test set is empty"});
-
   data::TensorDataset empty(no_images, no_labels);
   data::DataLoader empty_loader(empty, {.batch_size = 64});
+  check_error([&] { train::evaluate(*model, empty_loader); }, {"evaluate: the loader yielded no batch"});
   check_error([&] { examples::train_epoch(*model, opt, empty_loader); }, {"train_epoch", "no batch"});
-  check_error([&] { examples::require_batches(empty_loader, empty.size()); },
+  check_error([&] { train::require_batches(empty_loader, empty.size()); },
               {"the training set yields no batch: 0 samples, batch size 64"});
 
   auto [x, y] = images(100, 0, false);
   data::TensorDataset small(x, y);
   data::DataLoader dropping(small, {.batch_size = 128, .drop_last = true});
-  check_error([&] { examples::require_batches(dropping, small.size()); },
+  check_error([&] { train::require_batches(dropping, small.size()); },
               {"100 samples, batch size 128 (a last partial batch is dropped)"});
   data::DataLoader keeping(small, {.batch_size = 128});
-  CHECK(examples::require_batches(keeping, small.size()) == 1);
+  CHECK(train::require_batches(keeping, small.size()) == 1);
 
   data::FashionMnist ds{x, y, no_images, no_labels};
   check_error([&] { examples::require_nonempty(ds, "/some/dir"); },
@@ -314,21 +223,21 @@ TEST_CASE("training: require_writable finds an unwritable --save path before tra
   fs::create_directories(dir);
   const std::string target = (dir / "model.safetensors").string();
 
-  examples::require_writable(target, "--save");  // a new file in a writable directory
-  CHECK(fs::is_empty(dir));                      // nothing created
+  train::require_writable(target, "--save");  // a new file in a writable directory
+  CHECK(fs::is_empty(dir));                   // nothing created
   std::ofstream(target) << "old";
-  examples::require_writable(target, "--save");  // replacing a file
-  CHECK(bytes_of(target) == "old");              // nothing changed
+  train::require_writable(target, "--save");  // replacing a file
+  CHECK(bytes_of(target) == "old");           // nothing changed
 
-  check_error([&] { examples::require_writable((dir / "missing" / "m.safetensors").string(), "--save"); },
+  check_error([&] { train::require_writable((dir / "missing" / "m.safetensors").string(), "--save"); },
               {"--save: cannot write", "directory '" + (dir / "missing").string() + "' does not exist"});
-  check_error([&] { examples::require_writable(dir.string(), "--save"); }, {"--save: '", "' is a directory"});
-  check_error([&] { examples::require_writable(target + "/m.safetensors", "--save"); },
+  check_error([&] { train::require_writable(dir.string(), "--save"); }, {"--save: '", "' is a directory"});
+  check_error([&] { train::require_writable(target + "/m.safetensors", "--save"); },
               {"directory '" + target + "' is not a directory"});
-  check_error([&] { examples::require_writable("", "--save"); }, {"--save: the path is empty"});
+  check_error([&] { train::require_writable("", "--save"); }, {"--save: the path is empty"});
   if (::geteuid() != 0) {  // root writes anywhere, so this part means something only for other users
     fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
-    check_error([&] { examples::require_writable(target, "--save"); }, {"is not writable"});
+    check_error([&] { train::require_writable(target, "--save"); }, {"is not writable"});
     fs::permissions(dir, fs::perms::owner_all);
   }
   fs::remove_all(dir);

@@ -21,3 +21,14 @@ TEST_CASE("cuda: Philox stream is the same on CPU and GPU") {
   check_close(randint(0, 1000, {4096}, {kInt64, cuda()}, &gg), values_of(randint(0, 1000, {4096}, kInt64, &gc)), 0, 0,
               "randint");
 }
+
+TEST_CASE("cuda: manual_seed seeds every device's draws (one default generator for the CPU and each GPU)") {
+  for (int d = 0; d < cuda_device_count(); ++d) {
+    CAPTURE(d);
+    manual_seed(17);
+    const std::vector<double> on_cpu = values_of(rand({257}));
+    rand({3}, {kFloat32, cuda(d)});  // the stream moves on, whatever the device
+    manual_seed(17);
+    check_close(rand({257}, {kFloat32, cuda(d)}), on_cpu, 0, 0, "rand after manual_seed");
+  }
+}

@@ -1,4 +1,4 @@
-#include "examples/train_checks.h"
+#include "train/checks.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "tensor/ops/binary.h"
 #include "tensor/ops/reduce.h"
 
-namespace frugal::examples {
+namespace frugal::train {
 
 namespace {
 
@@ -61,11 +61,11 @@ void LossWatch::diverged(const std::string& what) const {
   if (epoch_ > 0) where << "epoch " << epoch_ << ", ";
   if (first_step_ == last_step_) where << "step " << last_step_;
   else where << "steps " << first_step_ << "-" << last_step_;
-  // The lr before any schedule (which may have decayed it to 0 by now): what --lr set.
+  // The lr before any schedule (which may have decayed it to 0 by now): what the user set.
   const auto& groups = opt_.param_groups();
   const std::string lr =
       groups.empty() ? "" : "the base learning rate is " + number(groups[0].initial_lr.value_or(groups[0].lr)) + ": ";
-  FRUGAL_FAIL("training diverged at ", where.str(), ": ", what, "; ", lr, "try a lower --lr");
+  FRUGAL_FAIL("training diverged at ", where.str(), ": ", what, "; ", lr, "try a lower learning rate");
 }
 
 void require_finite(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path) {
@@ -99,4 +99,4 @@ int64_t require_batches(const data::DataLoader& loader, int64_t samples) {
   return batches;
 }
 
-}  // namespace frugal::examples
+}  // namespace frugal::train

@@ -1,5 +1,5 @@
 #pragma once
-// Checks that make an example's training run stop early and say why, instead of finishing
+// Checks that make a training run stop early and say why, instead of finishing
 // "successfully" with garbage: a loss that is no longer finite, a checkpoint that would
 // hold NaNs, a path that cannot be written, a data split with nothing in it.
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "optim/optimizer.h"
 #include "tensor/tensor.h"
 
-namespace frugal::examples {
+namespace frugal::train {
 
 // Note [Non-finite loss]
 // A loss that is inf or NaN means the run has diverged (most often too high a learning
@@ -80,4 +80,4 @@ void require_writable(const std::string& path, const std::string& flag);
 /// batch size and drop_last: an empty split would "train" without a single step.
 int64_t require_batches(const data::DataLoader& loader, int64_t samples);
 
-}  // namespace frugal::examples
+}  // namespace frugal::train

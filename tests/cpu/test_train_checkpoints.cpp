@@ -1,0 +1,227 @@
+// train::CheckpointManager (train/checkpoints.h): a run stopped after k steps and resumed
+// from its checkpoint ends bit for bit where the uninterrupted run ends (Note [Resumable
+// checkpoint]: model, optimizer, GradScaler, LR schedule, RNG and data position); keep_last
+// prunes the oldest files; a failed save leaves the previous checkpoints as they were.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "autograd/ops/all.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/layers.h"
+#include "nn/linear.h"
+#include "nn/safetensors.h"
+#include "optim/adam.h"
+#include "tensor/ops/random.h"
+#include "tensor/random.h"
+#include "tests/test_util.h"
+#include "train/checkpoints.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<double> weights_of(const nn::Module& m) {
+  std::vector<double> all;
+  for (const Tensor& p : m.parameters()) {
+    const std::vector<double> v = values_of(p);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// A fresh temporary directory, removed with the object.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& stem) : path(temp_path(stem, "")) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+// Everything a step depends on: an MLP with dropout (the RNG), Adam, a GradScaler whose scale
+// grows every 2 steps, a per-step StepLR and a shuffling loader of 4 batches an epoch.
+struct Run {
+  data::TensorDataset data;
+  std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
+  std::unique_ptr<optim::Adam> opt;
+  optim::GradScaler scaler{{.init_scale = 1024.0, .growth_interval = 2}};
+  std::unique_ptr<optim::StepLR> schedule;
+  std::unique_ptr<data::DataLoader> loader;
+
+  explicit Run(uint64_t init_seed)
+      : data(from_vector(random_values(40 * 8, 11), {40, 8}, kFloat32),
+             from_vector(std::vector<int64_t>{0, 1, 2, 3, 1, 2, 3, 0, 2, 3, 0, 1, 3, 0, 1, 2, 0, 1, 2, 3,
+                                              3, 2, 1, 0, 0, 1, 2, 3, 1, 0, 3, 2, 2, 3, 0, 1, 0, 2, 1, 3},
+                         {40})) {
+    manual_seed(init_seed);
+    for (auto m : std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+             std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.3),
+             std::make_shared<nn::Linear>(16, 4)})
+      model->push_back(m);
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-2});
+    schedule = std::make_unique<optim::StepLR>(*opt, optim::StepLROptions{.step_size = 3, .gamma = 0.5});
+    loader =
+        std::make_unique<data::DataLoader>(data, data::DataLoaderOptions{.batch_size = 10, .shuffle = true, .seed = 7});
+  }
+  train::TrainState state() {
+    return {.model = model.get(),
+            .optimizer = opt.get(),
+            .scaler = &scaler,
+            .scheduler = schedule.get(),
+            .loader = loader.get()};
+  }
+  void steps(int64_t n) {
+    data::Batch b;
+    for (int64_t done = 0; done < n;) {
+      if (!loader->next(b)) continue;  // an epoch ended: the next call starts the next one
+      Tensor loss = cross_entropy((*model)(b.inputs), b.targets);
+      opt->zero_grad();
+      scaler.scale(loss).backward();
+      scaler.step(*opt);
+      scaler.update();
+      schedule->step();
+      ++done;
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("CheckpointManager: k steps + save + resume + the rest == the uninterrupted run, bit for bit") {
+  TempDir dir("frugal_ckpt_resume");
+  const int64_t total = 11;
+  Run straight(3);
+  straight.steps(total);
+  const uint64_t rng_after = default_generator().offset();  // dropout drew from it
+
+  for (int64_t k : {2, 4, 6}) {  // mid-epoch, at an epoch's end, mid-epoch of the second
+    CAPTURE(k);
+    Run first(3);
+    first.steps(k);
+    train::CheckpointManager ckpt(dir.path.string());
+    ckpt.save(k, first.state(), {{"note", "k steps"}});
+    // Draws after the save (which the resumed run must not see) and another seed.
+    ops::uniform_(zeros({100}), 0.0, 1.0);
+
+    Run resumed(99);
+    CHECK(weights_of(*resumed.model) != weights_of(*first.model));
+    REQUIRE(ckpt.resume(resumed.state()) == k);
+    CHECK(ckpt.metadata(ckpt.path_for(k)).at("note") == "k steps");
+    resumed.steps(total - k);
+    CHECK(weights_of(*resumed.model) == weights_of(*straight.model));
+    CHECK(resumed.scaler.get_scale() == straight.scaler.get_scale());
+    CHECK(resumed.opt->param_groups()[0].lr == straight.opt->param_groups()[0].lr);
+    CHECK(default_generator().offset() == rng_after);
+    CHECK(default_generator().seed() == 3);
+  }
+  CHECK(straight.scaler.get_scale() > 1024.0);  // the scale grew: its state mattered
+}
+
+TEST_CASE("CheckpointManager: keep_last keeps the newest k files and touches no other file") {
+  TempDir dir("frugal_ckpt_keep");
+  std::ofstream(dir.path / "notes.txt") << "mine";
+  std::ofstream(dir.path / "ckpt-abc.safetensors") << "not a checkpoint";
+  Run run(1);
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 2});
+  CHECK(!ckpt.latest());
+  for (int64_t step : {5, 10, 15, 20, 100}) ckpt.save(step, run.state());
+  const std::vector<train::CheckpointFile> files = ckpt.list();
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].step == 20);
+  CHECK(files[1].step == 100);
+  CHECK(files[1].path == (dir.path / "ckpt-00000100.safetensors").string());
+  for (int64_t gone : {5, 10, 15}) CHECK(!fs::exists(ckpt.path_for(gone)));
+  CHECK(bytes_of((dir.path / "notes.txt").string()) == "mine");
+  CHECK(fs::exists(dir.path / "ckpt-abc.safetensors"));
+  CHECK(ckpt.latest()->step == 100);
+
+  train::CheckpointManager all(dir.path.string(), {.keep_last = 0, .prefix = "all"});
+  for (int64_t step = 0; step < 4; ++step) all.save(step, {.model = run.model.get()});
+  CHECK(all.list().size() == 4);
+  CHECK(ckpt.list().size() == 2);  // another prefix: another run
+}
+
+TEST_CASE("CheckpointManager: a failed save throws naming the file and leaves the previous checkpoint") {
+  TempDir dir("frugal_ckpt_fail");
+  Run run(2);
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 1});
+  const std::string good = ckpt.save(1, run.state());
+  const std::string good_bytes = bytes_of(good);
+
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
+    check_error([&] { ckpt.save(2, run.state()); }, {"CheckpointManager::save", ckpt.path_for(2), "is not writable"});
+    fs::permissions(dir.path, fs::perms::owner_all);
+    CHECK(bytes_of(good) == good_bytes);
+  }
+  // A directory that is gone: the error names it.
+  train::CheckpointManager missing((dir.path / "no_such_dir").string());
+  check_error([&] { missing.save(1, run.state()); }, {"CheckpointManager::save", "no_such_dir' does not exist"});
+
+  // Weights gone NaN: refused, and keep_last = 1 did not prune the good file.
+  std::map<std::string, Tensor> state;
+  for (auto& [name, t] : run.model->state_dict()) state[name] = t;
+  state["3.bias"] = from_vector(std::vector<float>{0, NAN, 0, 0}, {4});
+  run.model->load_state_dict(state);
+  check_error([&] { ckpt.save(2, run.state()); },
+              {"not saving " + ckpt.path_for(2), "'model.3.bias' holds inf or NaN"});
+  CHECK(!fs::exists(ckpt.path_for(2)));
+  CHECK(bytes_of(good) == good_bytes);
+  CHECK(ckpt.list().size() == 1);
+}
+
+TEST_CASE("CheckpointManager: load checks that the file holds each part asked for, before loading any") {
+  TempDir dir("frugal_ckpt_parts");
+  Run saved(4), other(5);
+  train::CheckpointManager ckpt(dir.path.string());
+  const std::string path = ckpt.save(3, {.model = saved.model.get(), .optimizer = saved.opt.get()});
+  const std::vector<double> before = weights_of(*other.model);
+  check_error([&] { ckpt.load(path, other.state()); }, {"CheckpointManager::load: " + path, "no GradScaler state"});
+  CHECK(weights_of(*other.model) == before);
+  CHECK(ckpt.load(path, {.model = other.model.get(), .optimizer = other.opt.get(), .rng = false}) == 3);
+  CHECK(weights_of(*other.model) == weights_of(*saved.model));
+
+  nn::save_safetensors(path, {{"model.x", zeros({1})}});
+  check_error([&] { ckpt.load(path, other.state()); }, {"has no 'step' metadata"});
+  check_error([&] { ckpt.save(-1, other.state()); }, {"CheckpointManager::save: step must be >= 0, got -1"});
+  check_error([] { train::CheckpointManager("d", {.prefix = "a/b"}); }, {"prefix 'a/b'"});
+}
+
+TEST_CASE("DataLoader: position() and set_position() resume a pass at its batch") {
+  Run a(1), b(1);
+  data::Batch x, y;
+  for (int i = 0; i < 3; ++i) a.loader->next(x);
+  CHECK(a.loader->position().epoch == 0);
+  CHECK(a.loader->position().batch == 3);
+  a.loader->next(x);
+  CHECK(a.loader->position().epoch == 1);  // the pass is done: the next starts epoch 1
+  CHECK(a.loader->position().batch == 0);
+  CHECK(!a.loader->next(x));  // the end of epoch 0
+  a.loader->next(x);
+  a.loader->next(x);  // epoch 1, batch 1
+  b.loader->set_position({1, 1});
+  b.loader->next(y);
+  CHECK(values_of(x.inputs) == values_of(y.inputs));
+  check_error([&] { b.loader->set_position({0, 5}); }, {"DataLoader::set_position: batch 5 is outside [0, 4]"});
+}
