@@ -15,7 +15,9 @@
 // takes the same first-largest-NaN-wins argmax in the same window order. When no input
 // pixel lies in two windows (stride >= the dilated kernel, as in 2x2 stride 2), the
 // backward writes each routed gradient straight into grad_x, 0 + g as the accumulator
-// would have rounded it, and needs no accumulator plane.
+// would have rounded it, and needs no accumulator plane. The 2x2 stride-2 pool, the
+// commonest, has loops of its own: the forward's maxima without an index, the backward
+// writing each window's four gradient pixels (the routed one or zero) with no pre-zeroing.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -120,6 +122,62 @@ void for_each_window_max(const T* xp, const Pool2dGeometry& g, bool inside, F&& 
   }
 }
 
+/// True for the 2x2 stride-2 pool with every window inside the plane, which the loops below
+/// write without an argmax index or a call per output (Note [CPU max-pool fast paths]).
+bool tiled_2x2(const Pool2dGeometry& g, bool inside) {
+  return inside && g.kernel == Int2(2) && g.stride == Int2(2) && g.dilation == Int2(1);
+}
+
+/// Which of the window's a, b, c, d (window order) window_argmax picks: 0-3.
+template <typename Acc>
+int argmax_of_4(Acc a, Acc b, Acc c, Acc d, Acc* best) {
+  Acc m = a;
+  int k = 0;
+  if (b > m || std::isnan(b)) m = b, k = 1;
+  if (c > m || std::isnan(c)) m = c, k = 2;
+  if (d > m || std::isnan(d)) m = d, k = 3;
+  *best = m;
+  return k;
+}
+
+// out: (OH, OW); xp: (H, W), one plane of a tiled_2x2 pool
+template <typename T>
+void max_2x2_plane(T* out, const T* xp, const Pool2dGeometry& g) {
+  using Acc = opmath_t<T>;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const T* r0 = xp + 2 * oh * g.W;
+    const T* r1 = r0 + g.W;
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      Acc m;
+      argmax_of_4(Acc(r0[2 * ow]), Acc(r0[2 * ow + 1]), Acc(r1[2 * ow]), Acc(r1[2 * ow + 1]), &m);
+      out[oh * g.OW + ow] = T(m);
+    }
+  }
+}
+
+// gx, xp: (H, W); gy: (OH, OW), one plane of a tiled_2x2 pool: each window's four pixels
+// get the routed gradient or zero; pixels no window covers (odd H or W) zero.
+template <typename T>
+void max_2x2_backward_plane(T* gx, const T* gy, const T* xp, const Pool2dGeometry& g) {
+  using Acc = opmath_t<T>;
+  if (2 * g.OH != g.H || 2 * g.OW != g.W) std::fill(gx, gx + g.H * g.W, T(0));
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const T* r0 = xp + 2 * oh * g.W;
+    const T* r1 = r0 + g.W;
+    T* g0 = gx + 2 * oh * g.W;
+    T* g1 = g0 + g.W;
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      Acc m;
+      const int k = argmax_of_4(Acc(r0[2 * ow]), Acc(r0[2 * ow + 1]), Acc(r1[2 * ow]), Acc(r1[2 * ow + 1]), &m);
+      const T v = T(Acc(0) + Acc(gy[oh * g.OW + ow])), zero = T(0);
+      g0[2 * ow] = k == 0 ? v : zero;
+      g0[2 * ow + 1] = k == 1 ? v : zero;
+      g1[2 * ow] = k == 2 ? v : zero;
+      g1[2 * ow + 1] = k == 3 ? v : zero;
+    }
+  }
+}
+
 // out: (P, OH, OW); idx: (P, OH, OW) or null (only the maxima); x: (P, H, W)
 template <typename T>
 void max_pool_forward(T* out, int64_t* idx, const T* x, const Pool2dGeometry& g) {
@@ -129,6 +187,10 @@ void max_pool_forward(T* out, int64_t* idx, const T* x, const Pool2dGeometry& g)
   parallel_chunks(g.P, outs * g.kernel.h * g.kernel.w, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       T* op = out + p * outs;
+      if (!idx && tiled_2x2(g, inside)) {  // the maxima alone: no index per output
+        max_2x2_plane(op, x + p * g.H * g.W, g);
+        continue;
+      }
       int64_t* ip = idx ? idx + p * outs : nullptr;
       for_each_window_max(x + p * g.H * g.W, g, inside, [&](int64_t o, int64_t arg, Acc best) {
         op[o] = arg < 0 ? T(-std::numeric_limits<Acc>::infinity()) : T(best);  // all padding: -inf, index -1
@@ -164,6 +226,10 @@ void max_pool_backward_from_input(T* gx, const T* gy, const T* x, const Pool2dGe
       for (int64_t p = begin; p < end; ++p) {
         T* gxp = gx + p * plane;
         const T* gyp = gy + p * outs;
+        if (tiled_2x2(g, inside)) {
+          max_2x2_backward_plane(gxp, gyp, x + p * plane, g);
+          continue;
+        }
         std::fill(gxp, gxp + plane, T(0));
         for_each_window_max(x + p * plane, g, inside, [&](int64_t o, int64_t arg, Acc) {
           if (arg >= 0) gxp[arg] = T(Acc(0) + Acc(gyp[o]));

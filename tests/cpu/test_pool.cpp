@@ -157,6 +157,7 @@ const MaxCase kMaxCases[] = {
     {{2, 3, 9, 10}, 3, {.stride = 3}},
     {{2, 3, 8, 9}, 3, {.stride = 2}},                 // 3x3 stride 2: overlapping, no padding
     {{2, 2, 9, 9}, 2, {.stride = 3, .dilation = 2}},  // dilated, disjoint
+    {{2, 3, 9, 7}, 2, {}},                            // 2x2 stride 2, odd sizes: a last row and column no window covers
     {{4, 16, 28, 28}, 2, {}},                         // the Fashion-MNIST CNN's pool: planes in parallel chunks
 };
 
