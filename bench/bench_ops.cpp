@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "bench/bench_ops.h"
+#include "core/threads.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/matmul.h"
@@ -29,8 +30,10 @@ namespace {
 // frugal's kernels (bench/meson.build) and runs on the same OpenMP threads, so the
 // ratio measures only frugal's overhead: dispatch, the output allocation and the
 // operand mapping. Runs of the two alternate, so drift on a shared machine hits both.
+// frugal keeps Eigen single-threaded and threads blocks of the product itself (Note
+// [Eigen runs single-threaded]), so the peer sets Eigen's threads around its own product.
 void cpu_matmul(const Options& o, KeyFigures& keys) {
-  const int threads = Eigen::nbThreads();
+  const int threads = get_num_threads();
   Table table(fmt("CPU matmul, float32, square n x n (median; %d threads, Eigen %d.%d.%d)", threads,
                   EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION),
               {"n", "runs", "frugal GFLOP/s", "Eigen GFLOP/s", "frugal/Eigen"});
@@ -45,7 +48,9 @@ void cpu_matmul(const Options& o, KeyFigures& keys) {
     Eigen::MatrixXf C(n, n);
     auto run_frugal = [&] { checksum += ops::matmul(a, b).data_ptr<float>()[0]; };
     auto run_eigen = [&] {
+      Eigen::setNbThreads(threads);  // what a user's own Eigen build does: all OpenMP threads
       C.noalias() = A * B;
+      Eigen::setNbThreads(1);
       checksum += C(0, 0);
     };
     run_frugal(), run_eigen();  // warm-up: threads, caches, the output block

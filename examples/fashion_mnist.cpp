@@ -6,11 +6,22 @@
 //
 //   build/examples/fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]
 //       [--device cpu|cuda[:N]] [--seed N] [--checkpoint-dir DIR] [--resume] [--data-dir DIR]
+//       [--steps N]
+//
+// --steps N is a timing run: N training steps (the loader's epochs repeat as needed), no
+// schedule, evaluation or checkpoint; it prints `step_ms: X`, the median time of one step
+// (next batch, forward, loss, backward, Adam step), which tools/cpu_vs_torch.py compares
+// with PyTorch's.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "autograd/ops/loss.h"
 #include "examples/flags.h"
 #include "examples/mnist_train.h"
 #include "memory/allocator.h"
@@ -32,6 +43,7 @@ struct Args {
   std::string model, device, checkpoint_dir = "fashion_mnist_checkpoints";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::optional<int64_t> epochs;  // default: 10 for the cnn, 1 for the mlp
+  std::optional<int64_t> steps;   // a timing run of this many steps
   int64_t batch_size = 64;
   double lr = 1e-3;
   uint64_t seed = 0;
@@ -40,7 +52,8 @@ struct Args {
 
 const char* kUsage =
     "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]\n"
-    "       [--device cpu|cuda[:N]] [--seed N] [--checkpoint-dir DIR] [--resume] [--data-dir DIR]\n";
+    "       [--device cpu|cuda[:N]] [--seed N] [--checkpoint-dir DIR] [--resume] [--data-dir DIR]\n"
+    "       [--steps N]\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -55,9 +68,33 @@ Args parse(int argc, char** argv) {
     else if (flags.is("--checkpoint-dir")) a.checkpoint_dir = flags.text();
     else if (flags.is("--resume")) a.resume = true;
     else if (flags.is("--data-dir")) a.data_dir = flags.text();
+    else if (flags.is("--steps")) a.steps = flags.positive();
     else flags.unknown();
   }
   return a;
+}
+
+/// The median over `steps` training steps of one step's milliseconds, the loader's epochs
+/// repeating as needed. The loss is read once at the end (each step's ops run synchronously
+/// on the CPU; a CUDA step is timed as the host queues it, so time CUDA with bench/train_step).
+double median_step_ms(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t steps) {
+  std::vector<double> ms;
+  data::Batch batch;
+  Tensor loss;
+  for (int64_t step = 0; step < steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    if (!loader.next(batch)) FRUGAL_CHECK(loader.next(batch), "fashion_mnist: the loader yields no batch");
+    loss = cross_entropy(model.forward(batch.inputs), batch.targets);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double last = loss.to(kCPU).item<double>();
+  FRUGAL_CHECK(std::isfinite(last), "fashion_mnist: the loss after ", steps, " steps is ", last);
+  std::printf("final_loss: %.4f\n", last);
+  std::nth_element(ms.begin(), ms.begin() + ptrdiff_t(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace
@@ -103,6 +140,10 @@ int main(int argc, char** argv) {
                 args.model.c_str(), (long long)model->num_parameters(), device.str().c_str(), (long long)epochs,
                 (long long)args.batch_size, args.lr);
 
+    if (args.steps) {
+      std::printf("step_ms: %.3f\n", median_step_ms(*model, opt, loader, *args.steps));
+      return 0;
+    }
     const auto test = examples::test_loader(ds, device);
     train::MetricsLog metrics(args.checkpoint_dir + "/metrics.jsonl", {.append = args.resume});
     progress.emplace(train::ProgressOptions{.epochs = epochs});

@@ -36,6 +36,56 @@ void parallel_for_if(bool parallel, int64_t n, Body&& body) {
   }
 }
 
+/// omp_in_parallel() and omp_get_thread_num(); false and 0 in a build without OpenMP.
+inline bool in_parallel_region() {
+#ifdef _OPENMP
+  return omp_in_parallel();
+#else
+  return false;
+#endif
+}
+inline int64_t thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+// Note [Chunked parallel loops]
+// A kernel whose items cost very different amounts, or that runs on a machine whose
+// cores other processes also use, loses most to a static schedule: the team waits at the
+// loop's end for its slowest thread, and a thread the OS preempts for one time slice
+// (milliseconds) stalls the whole op for that long, which is how a 5 ms convolution
+// backward took 0.5-1 s on the loaded 2-core development machine. parallel_chunks cuts
+// [0, n) into chunks of at least kParallelGrain work and hands them out dynamically, at
+// most kChunksPerThread per thread, so a preempted thread's unstarted chunks go to the
+// others; work under 2 kParallelGrain, one thread, or a call from inside a parallel
+// region runs as one serial chunk (no team at all). The chunk bounds depend on n, the
+// work and the thread count, never on timing, so a body that writes disjoint outputs per
+// item gives the same result for every schedule.
+constexpr int64_t kChunksPerThread = 4;
+
+/// Runs body(begin, end) over chunks covering [0, n), in parallel when n items of
+/// `work_per_item` elementary steps each are worth it (Note [Chunked parallel loops]).
+template <typename Body>
+void parallel_chunks(int64_t n, int64_t work_per_item, Body&& body) {
+  if (n <= 0) return;
+  const int64_t work = n * std::max<int64_t>(work_per_item, 1);
+#ifdef _OPENMP
+  const int64_t threads = in_parallel_region() ? 1 : omp_get_max_threads();
+#else
+  const int64_t threads = 1;
+#endif
+  const int64_t chunks = std::min({n, work / kParallelGrain, threads * kChunksPerThread});
+  if (threads < 2 || chunks < 2) {
+    body(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(int(std::min(threads, chunks)))
+  for (int64_t c = 0; c < chunks; ++c) body(c * n / chunks, (c + 1) * n / chunks);
+}
+
 /// Calls run(ptrs, strides_bytes, count) for runs of the innermost dim covering [begin, end).
 template <typename Run>
 void for_each_run(const ElementwiseLayout& L, int64_t begin, int64_t end, Run&& run) {

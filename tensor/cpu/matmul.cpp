@@ -5,16 +5,17 @@
 // column-major with an OuterStride as its strides say (see Note [Matmul operand
 // layout] in tensor/ops/matmul.cpp), so transposed and sliced views cost no copy
 // and `C.noalias() = A * B` runs Eigen's blocked, packed, vectorized GEMM directly;
-// the only overhead over a hand-written Eigen product is the dispatch. Eigen threads
-// one large product itself (OpenMP); a batch of products instead runs one product
-// per OpenMP thread, and Eigen sees it is inside a parallel region and does not
-// nest. float16/bfloat16 are converted to float32, multiplied, and rounded once on
-// the store (Note [Half types compute in f32]).
+// the only overhead over a hand-written Eigen product is the dispatch. One product is
+// split into blocks of its output rows or columns run in parallel (blocked_product);
+// a batch of products runs one product per OpenMP thread, handed out dynamically;
+// Eigen itself never threads (Note [Eigen runs single-threaded]). float16/bfloat16 are converted to float32,
+// multiplied, and rounded once on the store (Note [Half types compute in f32]).
 #include <Eigen/Core>
 
 #include <type_traits>
 
 #include "core/threads.h"
+#include "tensor/cpu/eigen_gemm.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -55,13 +56,19 @@ struct MatrixOperand {
 template <typename T, int OrderA, int OrderB>
 void gemm_batch(T* out, int64_t batch, const MatrixOperand<T>& a, const MatrixOperand<T>& b, bool accumulate) {
   const int64_t M = a.rows, N = b.cols;
+  serial_eigen();
+  if (batch == 1) {
+    OutMatrixMap<T> C(out, M, N);
+    blocked_product(C, a.template map<OrderA>(0), b.template map<OrderB>(0), accumulate);
+    return;
+  }
   auto one = [&](int64_t i) {
     OutMatrixMap<T> C(out + i * M * N, M, N);
     if (accumulate) C.noalias() += a.template map<OrderA>(i) * b.template map<OrderB>(i);
     else C.noalias() = a.template map<OrderA>(i) * b.template map<OrderB>(i);
   };
-  if (batch > 1 && get_num_threads() > 1) {
-#pragma omp parallel for schedule(static)
+  if (batch * M * N * a.cols >= kGemmBlockMacs && get_num_threads() > 1 && !in_parallel_region()) {
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < batch; ++i) one(i);
   } else {
     for (int64_t i = 0; i < batch; ++i) one(i);

@@ -9,6 +9,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops/conv.h"
+#include "core/threads.h"
 #include "nn/conv.h"
 #include "tensor/ops/conv.h"
 #include "tensor/ops/reduce.h"
@@ -43,6 +44,10 @@ const ConvCase kCases[] = {
     {{1, 2, 9, 8}, {3, 2, 3, 3}, {.padding = 2, .dilation = 2}},                              // one sample, dilated
     {{2, 2, 4, 5}, {3, 2, 4, 5}, {}},                                                         // kernel == input
     {{2, 2, 3, 3}, {3, 2, 5, 5}, {.padding = 1}},                                             // kernel > input, padded
+    // Note [CPU convolution threading]: samples in parallel, the weight gradient in two
+    // chunks (5 and 4 samples of 400 columns), strided and dilated im2col runs.
+    {{9, 3, 20, 20}, {5, 3, 3, 3}, {.padding = 1}},
+    {{9, 4, 30, 20}, {6, 2, 3, 3}, {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 1}, .groups = 2}},
 };
 
 /// Naive convolution in float64: y (and sum |x w| per output, the scale of its rounding),
@@ -166,6 +171,28 @@ TEST_CASE("conv2d: backward input and weight match the naive scatter of every pr
       check_scaled(values_of(gx), ref.gx, sx, default_rtol(t), "grad_x " + c.name());
       check_scaled(values_of(gw), ref.gw, sw, default_rtol(t), "grad_w " + c.name());
     }
+}
+
+TEST_CASE("conv2d: the CPU results do not depend on the thread count") {
+  // Note [CPU convolution threading]: samples run in parallel, the weight gradient's
+  // chunk partials are added in chunk order, so one thread and two agree bit for bit.
+  const Shape xs{9, 3, 20, 20}, ws{5, 3, 3, 3};
+  const Conv2dOptions o{.padding = 1};
+  const Tensor x = random_tensor(xs, kFloat32, 7), w = random_tensor(ws, kFloat32, 8);
+  const Tensor gy = random_tensor({9, 5, 20, 20}, kFloat32, 9);
+  auto run = [&](int threads) {
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    std::vector<std::vector<double>> r = {values_of(ops::conv2d(x, w, Tensor(), o)),
+                                          values_of(ops::conv2d_backward_input(gy, xs, w, o)),
+                                          values_of(ops::conv2d_backward_weight(gy, x, ws, o))};
+    set_num_threads(before);
+    return r;
+  };
+  const auto one = run(1), two = run(2);
+  CHECK(one[0] == two[0]);
+  CHECK(one[1] == two[1]);
+  CHECK(one[2] == two[2]);
 }
 
 TEST_CASE("conv2d: saves only what backward needs and skips unneeded gradients") {

@@ -152,6 +152,13 @@ const MaxCase kMaxCases[] = {
     {{3, 6, 6}, {2, 3}, {.stride = 1}},                                 // unbatched, overlapping windows
     {{2, 3, 9, 8}, 3, {.stride = 1, .padding = 1, .dilation = 2}},      // 3x3/s1 dilated: 9 windows per pixel
     {{1, 2, 18, 17}, 16, {.stride = 2}},  // 256 positions: more than a byte-sized argmax holds
+    // Note [CPU max-pool fast paths]: windows inside the plane, with the kernel fixed at
+    // compile time (2x2 above, 3x3 here) or not (dilated), disjoint or overlapping.
+    {{2, 3, 9, 10}, 3, {.stride = 3}},
+    {{2, 3, 8, 9}, 3, {.stride = 2}},                 // 3x3 stride 2: overlapping, no padding
+    {{2, 2, 9, 9}, 2, {.stride = 3, .dilation = 2}},  // dilated, disjoint
+    {{2, 3, 9, 7}, 2, {}},                            // 2x2 stride 2, odd sizes: a last row and column no window covers
+    {{4, 16, 28, 28}, 2, {}},                         // the Fashion-MNIST CNN's pool: planes in parallel chunks
 };
 
 /// Few distinct values, so windows tie, with some -inf and NaN: the argmax's corner cases

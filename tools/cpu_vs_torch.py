@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Training step time on the CPU: frugal's Fashion-MNIST examples against PyTorch.
+
+For each model (the CNN and the MLP of examples/mnist_train.cpp: make_model), runs
+`build/examples/fashion_mnist --model M --device cpu --steps N` and the same model in
+PyTorch (same layers, PyTorch's default initialization, Adam lr 1e-3, batch 64, shuffled
+batches of the standardized training images gathered per step as frugal's loader does),
+each as a fresh process, alternating (frugal, torch, frugal, torch, ...) so both see the
+same machine load. Each run prints the median of its N step times; a model's figure is
+the median over its --rounds runs. Prints one line per run, then
+
+    cpu_step_ratio_cnn: <torch ms per step / frugal ms per step>
+    cpu_step_ratio_mlp: ...
+
+(>= 1: frugal is at least as fast). Both sides get the same thread count, by default every
+core the process may run on (OMP_NUM_THREADS for frugal, torch.set_num_threads for PyTorch,
+whose own default on the 2-core development machine is 1). PyTorch comes from Debian's
+python3-torch, installed with apt-get when `import torch` fails.
+
+    python3 tools/cpu_vs_torch.py [--build build] [--steps 200] [--rounds 3] [--models cnn,mlp]
+"""
+import argparse
+import gzip
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # examples/mnist_train.h: kFashionMnistMean, kFashionMnistStd
+
+
+def torch_python():
+    """An interpreter that imports torch: this one, else Debian's /usr/bin/python3 (where
+    python3-torch installs it, when python3 on PATH is another), after apt-get when neither does."""
+    candidates = [sys.executable] + (["/usr/bin/python3"] if os.path.exists("/usr/bin/python3") else [])
+
+    def first_with_torch():
+        for py in candidates:
+            if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
+                return py
+        return None
+
+    py = first_with_torch()
+    if py is None:
+        print("cpu_vs_torch: import torch failed; apt-get install -y python3-torch", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "python3-torch"], check=True, stdout=subprocess.DEVNULL)
+        py = first_with_torch()
+    if py is None:
+        sys.exit("cpu_vs_torch: no python3 imports torch, even after apt-get install python3-torch")
+    return py
+
+
+def read_idx(path):
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def torch_model(kind):
+    from torch import nn
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def torch_worker(args):
+    """Runs in its own process: prints step_ms, the median step time, as fashion_mnist --steps does."""
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    images = torch.from_numpy(read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")).copy())
+    labels = torch.from_numpy(read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz")).copy()).long()
+    images = ((images.float() / 255 - MEAN) / STD).unsqueeze(1)  # (60000, 1, 28, 28), as frugal's loader gives
+    model = torch_model(args.torch_worker)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batch, n = args.batch_size, images.shape[0]
+    order, pos = torch.randperm(n), 0
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        if pos + batch > n:
+            order, pos = torch.randperm(n), 0
+        idx = order[pos:pos + batch]
+        pos += batch
+        x, y = images.index_select(0, idx), labels.index_select(0, idx)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append((time.perf_counter() - start) * 1e3)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"final_loss: {loss.item():.4f}")
+    print(f"step_ms: {statistics.median(times):.3f}")
+
+
+def step_ms(cmd, env):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"cpu_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    for line in p.stdout.splitlines():
+        if line.startswith("step_ms:"):
+            return float(line.split()[1])
+    sys.exit(f"cpu_vs_torch: no step_ms line from {' '.join(cmd)}:\n{p.stdout}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="frugal's build directory")
+    ap.add_argument("--steps", type=int, default=200, help="training steps per run (the median is taken)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per framework and model, alternating")
+    ap.add_argument("--models", default="cnn,mlp")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for both (default: the cores this process may use)")
+    ap.add_argument("--data-dir", default=DATA_DIR)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--torch-worker", choices=["cnn", "mlp"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.torch_worker:
+        return torch_worker(args)
+
+    python = torch_python()
+    binary = os.path.join(args.build, "examples", "fashion_mnist")
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"cpu_vs_torch: {binary} not found; build it first (ninja -C {args.build})")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
+    save = os.path.join(args.build, "cpu_vs_torch.safetensors")  # --save must be writable; --steps writes nothing
+    for model in args.models.split(","):
+        frugal_cmd = [binary, "--model", model, "--device", "cpu", "--data-dir", args.data_dir, "--save", save] + common
+        torch_cmd = [python, os.path.abspath(__file__), "--torch-worker", model, "--data-dir", args.data_dir,
+                     "--threads", str(args.threads)] + common
+        ms = {"frugal": [], "torch": []}
+        for r in range(args.rounds):
+            for side, cmd in (("frugal", frugal_cmd), ("torch", torch_cmd)):
+                ms[side].append(step_ms(cmd, env))
+                print(f"{model} round {r + 1}: {side:6s} {ms[side][-1]:8.3f} ms/step", flush=True)
+        f, t = statistics.median(ms["frugal"]), statistics.median(ms["torch"])
+        print(f"{model}: frugal {f:.3f} ms/step, torch {t:.3f} ms/step (medians of {args.rounds} runs of "
+              f"{args.steps} steps)")
+        print(f"cpu_step_ratio_{model}: {t / f:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
