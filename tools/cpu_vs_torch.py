@@ -133,9 +133,10 @@ def main():
         sys.exit(f"cpu_vs_torch: {binary} not found; build it first (ninja -C {args.build})")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
-    save = os.path.join(args.build, "cpu_vs_torch.safetensors")  # --save must be writable; --steps writes nothing
+    ckpt_dir = os.path.join(args.build, "cpu_vs_torch_checkpoints")  # must be writable; --steps saves nothing
     for model in args.models.split(","):
-        frugal_cmd = [binary, "--model", model, "--device", "cpu", "--data-dir", args.data_dir, "--save", save] + common
+        frugal_cmd = [binary, "--model", model, "--device", "cpu", "--data-dir", args.data_dir, "--checkpoint-dir",
+                      ckpt_dir] + common
         torch_cmd = [python, os.path.abspath(__file__), "--torch-worker", model, "--data-dir", args.data_dir,
                      "--threads", str(args.threads)] + common
         ms = {"frugal": [], "torch": []}
