@@ -47,7 +47,7 @@ for s in "$@"; do
     resnet-ops)
       run python3 tools/bench_resnet_ops.py --frugal "$BUILD/bench/bench_resnet_ops" --quick ;;
     attention) run python3 tools/bench_attention.py --frugal "$BUILD/bench/bench_attention" ;;
-    train-step) run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" ${TRAIN_STEP_ROWS:+--rows $TRAIN_STEP_ROWS} ;;
+    train-step) run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" ${TRAIN_STEP_ROWS:+--rows $TRAIN_STEP_ROWS} ${TRAIN_STEP_COMPILE:+--compile} ;;
     profile-resnet) run "$BUILD/bench/train_step" --model resnet50 --batch 128 --amp --profile /tmp/profile_resnet ;;
     profile-vit-ckpt)  # what is live at ViT-B/16 + checkpointing's peak, with its trace in $OUT
       run "$BUILD/bench/train_step" --model vit_b16 --batch 128 --amp --checkpoint --profile /tmp/profile_vit_ckpt \

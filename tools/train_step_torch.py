@@ -20,6 +20,7 @@ fails (OOM, crash, timeout) shows the error and the table goes on.
 
     python3 tools/train_step_torch.py --frugal build/bench/train_step            # the 7 default rows
     python3 tools/train_step_torch.py --frugal build/bench/train_step --rows resnet50-b128-amp,bert_base-b64-amp
+    python3 tools/train_step_torch.py --frugal build/bench/train_step --compile   # and a torch.compile column
     python3 tools/train_step_torch.py --frugal build/bench/train_step --skip-torch --device cpu \\
         --rows resnet50-b2-fp32 --image-size 64 --steps 1 --warmup 1             # CPU smoke run
 
@@ -228,9 +229,13 @@ COLUMNS = [("row", 24), ("torch ms", 10), ("frugal ms", 10), ("host ms", 9), ("t
            ("frugal GiB", 10), ("peak ratio", 10)]
 
 
-def print_line(cells):
+# With --compile: torch.compile's step time and frugal's speed over it (torch.compile ms / frugal ms).
+COMPILE_COLUMNS = [("compile ms", 10), ("x compile", 9)]
+
+
+def print_line(cells, columns=COLUMNS):
     out = []
-    for (name, width), cell in zip(COLUMNS, cells):
+    for (name, width), cell in zip(columns, cells):
         out.append(cell.ljust(width) if name == "row" else cell.rjust(width))
     print("  ".join(out), flush=True)
 
@@ -265,6 +270,9 @@ def main():
                     help="TF32 for float32 convolutions and matmuls on both sides (torch's own default "
                          "turns it on for cuDNN convolutions; off compares the same float32 math)")
     ap.add_argument("--skip-torch", action="store_true", help="frugal's column only (no torch needed)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also run each row under torch.compile (default inductor, in this process) and print "
+                         "its ms and frugal's throughput over it")
     args = ap.parse_args()
     if not args.frugal and args.skip_torch:
         raise SystemExit("train_step_torch: --skip-torch needs --frugal")
@@ -278,8 +286,9 @@ def main():
         print(f"torch {torch.__version__} on {args.device}", flush=True)
     print(f"{args.optim}, median of {args.steps} steps after {args.warmup} warm-up; "
           f"images {args.image_size}, BERT tokens {args.seq_len}", flush=True)
-    print_line([c for c, _ in COLUMNS])
-    print("-" * (sum(w for _, w in COLUMNS) + 2 * (len(COLUMNS) - 1)), flush=True)
+    columns = COLUMNS + (COMPILE_COLUMNS if args.compile and not args.skip_torch else [])
+    print_line([c for c, _ in columns], columns)
+    print("-" * (sum(w for _, w in columns) + 2 * (len(columns) - 1)), flush=True)
     errors = []
     for row in rows:
         t, t_err = (None, "skipped") if args.skip_torch else attempt(run_torch, row, args)
@@ -288,13 +297,18 @@ def main():
         thru = f"{t['ms'] / f['ms']:.2f}" if t and f else "-"
         peak = (f"{f['peak_gib'] / t['peak_gib']:.2f}" if t and f and t["peak_gib"] == t["peak_gib"]
                 and t["peak_gib"] > 0 else "-")
-        print_line([row["name"], fmt(t, "ms", ".1f"), fmt(f, "ms", ".1f"), fmt(f, "host_ms", ".1f"), thru, fmt(t, "peak_gib", ".2f"),
-                    fmt(f, "peak_gib", ".2f"), peak])
+        cells = [row["name"], fmt(t, "ms", ".1f"), fmt(f, "ms", ".1f"), fmt(f, "host_ms", ".1f"), thru,
+                 fmt(t, "peak_gib", ".2f"), fmt(f, "peak_gib", ".2f"), peak]
+        c_err = None
+        if len(columns) > len(COLUMNS):
+            c, c_err = attempt(run_torch, dict(row, compile_budget=1.0), args)
+            cells += [fmt(c, "ms", ".1f"), f"{c['ms'] / f['ms']:.2f}" if c and f else "-"]
+        print_line(cells, columns)
         if t and f and t.get("phases") and f.get("phases"):
             show = lambda ph: " / ".join(f"{v:.1f}" for v in ph)
             print(f"    device ms forward / backward / optimizer: torch {show(t['phases'])}, "
                   f"frugal {show(f['phases'])}", flush=True)
-        for who, err in (("torch", t_err), ("frugal", f_err)):
+        for who, err in (("torch", t_err), ("frugal", f_err), ("torch.compile", c_err)):
             if err and err not in ("skipped", "no --frugal"):
                 print(f"    {who} error: {err}", flush=True)
                 errors.append((row["name"], who))
