@@ -49,17 +49,9 @@ std::vector<Optimizer::HyperParam> Adam::hyperparams() const {
           {.name = "maximize", .flag = &ParamGroup::maximize, .option = double(options_.maximize)}};
 }
 
-void Adam::check_group(const ParamGroup& group, size_t g) const {
-  FRUGAL_CHECK(group.lr >= 0, name(), ": param group ", g, ": invalid learning rate ", group.lr);
-  FRUGAL_CHECK(*group.eps >= 0, name(), ": param group ", g, ": invalid eps ", *group.eps);
-  FRUGAL_CHECK(*group.beta1 >= 0 && *group.beta1 < 1, name(), ": param group ", g, ": invalid beta1 ", *group.beta1,
-               " (must be in [0, 1))");
-  FRUGAL_CHECK(*group.beta2 >= 0 && *group.beta2 < 1, name(), ": param group ", g, ": invalid beta2 ", *group.beta2,
-               " (must be in [0, 1))");
-  FRUGAL_CHECK(*group.weight_decay >= 0, name(), ": param group ", g, ": invalid weight_decay ", *group.weight_decay);
-}
+void Adam::check_group(const ParamGroup& group, size_t g) const { detail::check_adam_group(name(), group, g); }
 
-void Adam::check_state(const ParamState& st, const std::string& prefix) const {
+void Adam::check_state(const ParamState& st, const Tensor& /*param*/, const std::string& prefix) const {
   FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix, "exp_avg and ",
                prefix, "exp_avg_sq must be given together");
   FRUGAL_CHECK(st.step == 0 || st.buffers[0].defined(), name(), ".load_state_dict: ", prefix, "step is ", st.step,
@@ -81,43 +73,11 @@ void Adam::step() {
       if (!grad.defined()) continue;
       const detail::StepTensors& t = stepped.emplace_back(p, grad);
       ParamState& st = state_for(p);
-      uint32_t flags = 0;
-      const TensorOptions state_opts(state_dtype(p.dtype()), p.device());
-      if (!st.buffers[0].defined()) {  // first step: the kernel starts the moments at zero
-        st.buffers[0] = empty(p.sizes(), state_opts);
-        st.buffers[1] = empty(p.sizes(), state_opts);
-        flags |= detail::kAdamFreshMoments;
-      }
-      if (*group.amsgrad) {
-        flags |= detail::kAdamAmsgrad;
-        if (!st.buffers[2].defined()) {
-          st.buffers[2] = empty(p.sizes(), state_opts);
-          flags |= detail::kAdamFreshMax;
-        }
-      }
-      if (decoupled_) flags |= detail::kAdamDecoupled;
-      if (*group.maximize) flags |= detail::kAdamMaximize;
-      st.step += 1;
-      const double beta1 = *group.beta1, beta2 = *group.beta2;
-      const double bias_correction1 = 1.0 - std::pow(beta1, double(st.step));
-      const double bias_correction2 = 1.0 - std::pow(beta2, double(st.step));
+      const detail::AdamEntry e =
+          detail::adam_entry(group, st, p.sizes(), TensorOptions(state_dtype(p.dtype()), p.device()), group.lr,
+                             *group.weight_decay, decoupled_, t.work.data(), t.grad.data(), p.numel());
       if (p.numel() == 0) continue;
-      batches.add(p.device(), p.dtype(),
-                  {.param = t.work.data(),
-                   .grad = t.grad.data(),
-                   .exp_avg = st.buffers[0].data(),
-                   .exp_avg_sq = st.buffers[1].data(),
-                   .max_exp_avg_sq = *group.amsgrad ? st.buffers[2].data() : nullptr,
-                   .numel = p.numel(),
-                   .chunk_begin = 0,
-                   .lr = group.lr,
-                   .beta1 = beta1,
-                   .beta2 = beta2,
-                   .eps = *group.eps,
-                   .weight_decay = *group.weight_decay,
-                   .step_size = group.lr / bias_correction1,
-                   .bias_correction2_sqrt = std::sqrt(bias_correction2),
-                   .flags = flags});
+      batches.add(p.device(), p.dtype(), e);
     }
   }
   // (a generic lambda: a CPU-only build never instantiates the CUDA call)

@@ -50,7 +50,7 @@ class Adam : public Optimizer {
   std::vector<const char*> state_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; }
   bool counts_steps() const override { return true; }
   void check_group(const ParamGroup& group, size_t g) const override;
-  void check_state(const ParamState& state, const std::string& prefix) const override;
+  void check_state(const ParamState& state, const Tensor& param, const std::string& prefix) const override;
 
  private:
   AdamOptions options_;

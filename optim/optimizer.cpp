@@ -117,6 +117,14 @@ std::vector<Tensor> Optimizer::checked_grads() const {
   return grads;
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [impl, st] : state_)
+    for (const Tensor& b : st.buffers)
+      if (b.defined()) bytes += b.numel() * int64_t(b.element_size());
+  return bytes;
+}
+
 StateDict Optimizer::state_dict() const {
   StateDict out;
   const std::vector<const char*> names = state_names();
@@ -245,15 +253,15 @@ ParamState Optimizer::load_param_state(size_t i, const KeysByName& keys, const T
     size_t b = 0;
     while (b < names.size() && n != names[b]) ++b;
     FRUGAL_CHECK(b < names.size(), op, ".load_state_dict: unexpected key '", prefix, n, "'");
-    FRUGAL_CHECK(t->defined() && t->sizes() == param.sizes() && t->is_floating_point(), op, ".load_state_dict: ",
-                 prefix, n, " is ", t->defined() ? t->describe() : std::string("undefined"), ", but parameter ", i,
-                 " is ", param.describe());
+    FRUGAL_CHECK(t->defined() && state_shape_ok(b, t->sizes(), param) && t->is_floating_point(), op,
+                 ".load_state_dict: ", prefix, n, " is ", t->defined() ? t->describe() : std::string("undefined"),
+                 ", but parameter ", i, " is ", param.describe());
     Tensor copy = t->to(param.device(), state_dtype(param.dtype()));  // on the parameter's device
     if (copy.shares_storage(*t) || !copy.is_contiguous()) copy = copy.clone();
     st.buffers[b] = copy;
   }
   FRUGAL_CHECK(has_step || !counts_steps(), op, ".load_state_dict: ", prefix, "step is missing");
-  check_state(st, prefix);
+  check_state(st, param, prefix);
   return st;
 }
 

@@ -103,7 +103,11 @@ class Optimizer {
   /// The state of a parameter, or nullptr before its first step.
   const ParamState* state(const Tensor& param) const;
 
-  /// "SGD", "Adam", "AdamW".
+  /// Bytes held by the per-parameter state buffers (moments, momentum buffers, GaLore's
+  /// projections), summed over every parameter stepped so far; step counts not included.
+  int64_t state_bytes() const;
+
+  /// "SGD", "Adam", "AdamW", "GaLoreAdamW".
   const char* name() const { return name_; }
 
  protected:
@@ -127,8 +131,14 @@ class Optimizer {
   virtual bool counts_steps() const = 0;
   /// Throws if a group's (resolved) hyperparameter values are invalid; `g` indexes the group.
   virtual void check_group(const ParamGroup& group, size_t g) const = 0;
-  /// Throws if a loaded state is inconsistent (e.g. a missing buffer); `prefix` is "state.<i>.".
-  virtual void check_state(const ParamState& /*state*/, const std::string& /*prefix*/) const {}
+  /// Throws if a loaded state is inconsistent (e.g. a missing buffer) for `param`; `prefix`
+  /// is "state.<i>.".
+  virtual void check_state(const ParamState& /*state*/, const Tensor& /*param*/, const std::string& /*prefix*/) const {}
+  /// Whether a loaded buffer `b` of shape `sizes` may belong to `param`: by default it has
+  /// the parameter's shape (GaLore's low-rank state does not; its check_state checks it).
+  virtual bool state_shape_ok(size_t /*b*/, const Shape& sizes, const Tensor& param) const {
+    return sizes == param.sizes();
+  }
 
   /// The state of `param`, created (step 0, no buffers) on first use.
   ParamState& state_for(const Tensor& param) { return state_[param.impl_ptr().get()]; }

@@ -2,6 +2,7 @@
 // Internal to optim/: what every optimizer's step() does around its update rule -
 // contiguous handles for the kernels, entries grouped by (device, dtype), dispatch to
 // the CPU loops or one fused CUDA launch per group, and the in-place bookkeeping.
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "optim/multi_tensor.h"
 #include "optim/optimizer.h"
 #include "tensor/device_dispatch.h"
+#include "tensor/factory.h"
 #include "tensor/tensor.h"
 
 namespace frugal::optim::detail {
@@ -38,6 +40,62 @@ struct StepTensors {
     else param.copy_(work);
   }
 };
+
+/// Throws if an Adam-family group's resolved hyperparameters are invalid; names `opt`
+/// and the group `g`.
+inline void check_adam_group(const char* opt, const ParamGroup& group, size_t g) {
+  FRUGAL_CHECK(group.lr >= 0, opt, ": param group ", g, ": invalid learning rate ", group.lr);
+  FRUGAL_CHECK(*group.eps >= 0, opt, ": param group ", g, ": invalid eps ", *group.eps);
+  FRUGAL_CHECK(*group.beta1 >= 0 && *group.beta1 < 1, opt, ": param group ", g, ": invalid beta1 ", *group.beta1,
+               " (must be in [0, 1))");
+  FRUGAL_CHECK(*group.beta2 >= 0 && *group.beta2 < 1, opt, ": param group ", g, ": invalid beta2 ", *group.beta2,
+               " (must be in [0, 1))");
+  FRUGAL_CHECK(*group.weight_decay >= 0, opt, ": param group ", g, ": invalid weight_decay ", *group.weight_decay);
+}
+
+/// One Adam step's entry for a tensor of `sizes` (Note [Adam update]): counts the step in
+/// `st`, creates the moments buffers[0..1] (and, with amsgrad, buffers[2]) on first use
+/// with `opts` (the kernel starts them at zero), and fills the scalars from `group`, with
+/// `lr` and `weight_decay` given explicitly (GaLore runs Adam on its projected gradient
+/// with lr 1 and no decay). `param` and `grad` hold `numel` contiguous elements.
+inline AdamEntry adam_entry(const ParamGroup& group, ParamState& st, const Shape& sizes, TensorOptions opts, double lr,
+                            double weight_decay, bool decoupled, void* param, const void* grad, int64_t numel) {
+  const bool amsgrad = group.amsgrad.value_or(false), maximize = group.maximize.value_or(false);
+  uint32_t flags = 0;
+  if (!st.buffers[0].defined()) {
+    st.buffers[0] = empty(sizes, opts);
+    st.buffers[1] = empty(sizes, opts);
+    flags |= kAdamFreshMoments;
+  }
+  if (amsgrad) {
+    flags |= kAdamAmsgrad;
+    if (!st.buffers[2].defined()) {
+      st.buffers[2] = empty(sizes, opts);
+      flags |= kAdamFreshMax;
+    }
+  }
+  if (decoupled) flags |= kAdamDecoupled;
+  if (maximize) flags |= kAdamMaximize;
+  st.step += 1;
+  const double beta1 = *group.beta1, beta2 = *group.beta2;
+  const double bias_correction1 = 1.0 - std::pow(beta1, double(st.step));
+  const double bias_correction2 = 1.0 - std::pow(beta2, double(st.step));
+  return {.param = param,
+          .grad = grad,
+          .exp_avg = st.buffers[0].data(),
+          .exp_avg_sq = st.buffers[1].data(),
+          .max_exp_avg_sq = amsgrad ? st.buffers[2].data() : nullptr,
+          .numel = numel,
+          .chunk_begin = 0,
+          .lr = lr,
+          .beta1 = beta1,
+          .beta2 = beta2,
+          .eps = *group.eps,
+          .weight_decay = weight_decay,
+          .step_size = lr / bias_correction1,
+          .bias_correction2_sqrt = std::sqrt(bias_correction2),
+          .flags = flags};
+}
 
 /// Entries grouped by (device, dtype): one CPU call or one fused launch per group.
 template <typename Entry>
