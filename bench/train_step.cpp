@@ -4,7 +4,7 @@
 // memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
 //
 //   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
-//              [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]
+//              [--steps S] [--warmup W] [--optim sgd|adamw|galore] [--galore-rank R] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
 //              [--profile-rows N] [--memory-budget SIZE] [--memory-plan CHOICES] [--plan-choices CHOICES]
@@ -29,7 +29,9 @@
 // given plan: one choice for every block, or one per block separated by commas. --tf32 lets float32 convolutions and
 // matmuls use TF32 tensor cores (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is
 // how long the host took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes
-// after): near "step ms" means the host sets the pace.
+// after): near "step ms" means the host sets the pace. --optim galore steps with GaLoreAdamW (Note [GaLore]) at
+// rank --galore-rank (128 by default); every run prints optimizer_state_bytes, the bytes of its moments and
+// projections.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -53,6 +55,7 @@
 #include "nn/block_planner.h"
 #include "nn/channels_last.h"
 #include "optim/adam.h"
+#include "optim/galore.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 #include "profiler/session.h"
@@ -80,14 +83,15 @@ struct Args {
       optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto", cudnn_benchmark = "on",
       profile_dir, memory_budget, memory_plan,
       plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
-  int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12;
+  int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12, galore_rank = 128;
   bool amp = false, checkpoint = false, tf32 = false;
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
 };
 
 const char* kUsage =
     "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]\n"
-    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw] [--device cuda|cpu]\n"
+    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw|galore] [--galore-rank R]\n"
+    "                  [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T] [--memory-budget SIZE|FRACTIONx]\n"
@@ -111,6 +115,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--warmup")) a.warmup = flags.non_negative();
     else if (flags.is("--optim")) a.optim = flags.text();
+    else if (flags.is("--galore-rank")) a.galore_rank = flags.positive();
     else if (flags.is("--device")) a.device = flags.text();
     else if (flags.is("--channels-last")) a.channels_last = flags.text();
     else if (flags.is("--fused-bn-relu")) a.fused_bn_relu = flags.text();
@@ -125,7 +130,8 @@ std::optional<Args> parse(int argc, char** argv) {
     else flags.unknown();
   }
   if (a.model.empty() || a.batch <= 0) return std::nullopt;
-  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw", "train_step: --optim must be sgd or adamw, got ", a.optim);
+  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw" || a.optim == "galore",
+               "train_step: --optim must be sgd, adamw or galore, got ", a.optim);
   FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
                "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
   for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu})
@@ -229,6 +235,9 @@ Workload make_workload(const Args& a, Device device) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
   if (a.optim == "adamw") return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-4});
+  if (a.optim == "galore")  // the paper's T = 200 and alpha = 0.25; AdamW's default decay
+    return std::make_unique<optim::GaLoreAdamW>(
+        m.parameters(), optim::GaLoreOptions{.lr = 1e-4, .weight_decay = 1e-2, .rank = a.galore_rank});
   return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
 }
 
@@ -412,6 +421,11 @@ int run(const Args& a) {
   std::printf("peak_reserved_gib: %.4f\n", gib(st.reserved_bytes.peak));
   std::printf("parameters: %lld\n", (long long)params);
   std::printf("mfu: %.4f\n", mfu);
+  // Moments, momentum buffers and GaLore's projections (Note [GaLore]): AdamW's 2 floats a
+  // parameter against GaLore's low-rank state.
+  std::printf("optimizer: %s\n", a.optim.c_str());
+  if (a.optim == "galore") std::printf("galore_rank: %lld\n", (long long)a.galore_rank);
+  std::printf("optimizer_state_bytes: %lld\n", (long long)opt->state_bytes());
   // Where the allocator went to the system during the timed steps (each cudaMalloc costs
   // time; a retry frees the cache, which synchronizes the device).
   std::printf("segment_allocs: %lld\n", (long long)(st.num_segment_allocs - before.num_segment_allocs));

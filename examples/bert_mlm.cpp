@@ -9,6 +9,13 @@
 //            [--lr 5e-4] [--warmup 0.1] [--vocab 8000 | --vocab-file vocab.txt] [--no-amp]
 //            [--compress-saved fp8|int8 (saved activations in 8 bits: autograd/compress.h)]
 //            [--layers 4] [--hidden 256] [--heads 4] [--intermediate 1024]
+//            [--optim adamw|galore] [--galore-rank 128] [--galore-gap 200]
+//
+// --optim galore trains with GaLoreAdamW (optim/galore.h, Note [GaLore]): the Adam moments of
+// every weight matrix whose smaller side exceeds --galore-rank live in a rank --galore-rank
+// subspace of its gradient, recomputed by an SVD every --galore-gap steps (alpha 0.25, the
+// same weight decay). The run ends with "optimizer_state_bytes: N", the bytes of the
+// optimizer's moments and projections, for either optimizer.
 //
 // --corpus takes files or directories (read recursively; symlinks to a file already read
 // and files with a NUL byte, i.e. not text, are skipped); it may repeat. The default is
@@ -55,6 +62,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -75,6 +83,7 @@
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
+#include "optim/galore.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "tensor/factory.h"
@@ -286,6 +295,7 @@ const char* kUsage =
     "usage: bert_mlm [--corpus PATH]... [--device cpu|cuda[:N]] [--steps N] [--batch N] [--seq-len N]\n"
     "                [--lr X] [--warmup F (fraction of the steps, in [0, 1])] [--vocab N | --vocab-file vocab.txt]\n"
     "                [--no-amp] [--layers N] [--hidden N] [--heads N] [--intermediate N] [--compress-saved fp8|int8]\n"
+    "                [--optim adamw|galore] [--galore-rank R] [--galore-gap T]\n"
     "       bert_mlm --load-hf-checkpoint W.safetensors [--config-json config.json] [--device cuda]\n"
     "       bert_mlm --write-hf-checkpoint W.safetensors [--config-json config.json]\n";
 
@@ -293,8 +303,8 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   std::vector<std::string> corpus;
-  std::string device_name = "cpu", load_path, write_path, config_json, vocab_file;
-  int64_t steps = 1000, batch = 32, seq_len = 128, max_vocab = 8000;
+  std::string device_name = "cpu", load_path, write_path, config_json, vocab_file, optim_name = "adamw";
+  int64_t steps = 1000, batch = 32, seq_len = 128, max_vocab = 8000, galore_rank = 128, galore_gap = 200;
   double lr = 5e-4, warmup = 0.1;
   bool amp = true;
   std::optional<autograd::CompressOptions> compress_saved;  // --compress-saved fp8|int8
@@ -324,6 +334,9 @@ int main(int argc, char** argv) {
       else if (flags.is("--load-hf-checkpoint")) load_path = flags.text();
       else if (flags.is("--write-hf-checkpoint")) write_path = flags.text();
       else if (flags.is("--config-json")) config_json = flags.text();
+      else if (flags.is("--optim")) optim_name = flags.text();
+      else if (flags.is("--galore-rank")) galore_rank = flags.positive();
+      else if (flags.is("--galore-gap")) galore_gap = flags.positive();
       else flags.unknown();
     }
   });
@@ -332,6 +345,7 @@ int main(int argc, char** argv) {
     if (!write_path.empty()) return write_checkpoint(write_path, config_json, device);
     if (!load_path.empty()) return load_checkpoint(load_path, config_json, device);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
+    FRUGAL_CHECK(optim_name == "adamw" || optim_name == "galore", "--optim takes adamw or galore, got ", optim_name);
     FRUGAL_CHECK(!vocab_file.empty() || max_vocab > kFirstWord, "--vocab ", max_vocab, " must be at least ",
                  kFirstWord + 1, " (the special tokens and one word)");
     FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "--seq-len ", seq_len, " must be in [3, ",
@@ -355,17 +369,25 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(0);
     models::BertForMaskedLM model(config);
     model.to(device);
-    optim::AdamW opt(model.parameters(), {.lr = lr, .weight_decay = 0.01});
+    std::unique_ptr<optim::Optimizer> optimizer;
+    if (optim_name == "galore")
+      optimizer = std::make_unique<optim::GaLoreAdamW>(
+          model.parameters(),
+          optim::GaLoreOptions{.lr = lr, .weight_decay = 0.01, .rank = galore_rank, .update_proj_gap = galore_gap});
+    else
+      optimizer =
+          std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions{.lr = lr, .weight_decay = 0.01});
+    optim::Optimizer& opt = *optimizer;
     const int64_t warmup_steps = std::min<int64_t>(int64_t(warmup * double(steps)), steps - 1);
     optim::WarmupCosineLR schedule(opt, {.warmup_steps = warmup_steps, .total_steps = steps, .start_factor = 0.01});
     optim::GradScaler scaler({.enabled = amp});
     std::printf(
         "bert_mlm: BERT %lld layers, hidden %lld, %lld heads, intermediate %lld, vocab %lld (%lld parameters), "
-        "batch %lld x %lld tokens, %lld steps (%lld warm-up), %s%s%s%s\n",
+        "batch %lld x %lld tokens, %lld steps (%lld warm-up), %s, %s%s%s%s\n",
         (long long)config.num_hidden_layers, (long long)config.hidden_size, (long long)config.num_attention_heads,
         (long long)config.intermediate_size, (long long)config.vocab_size, (long long)model.num_parameters(),
-        (long long)batch, (long long)seq_len, (long long)steps, (long long)warmup_steps, device_name.c_str(),
-        amp ? ", amp float16" : "", compress_saved ? ", saved tensors in " : "",
+        (long long)batch, (long long)seq_len, (long long)steps, (long long)warmup_steps, opt.name(),
+        device_name.c_str(), amp ? ", amp float16" : "", compress_saved ? ", saved tensors in " : "",
         compress_saved ? autograd::to_string(compress_saved->format) : "");
 
     using clock = std::chrono::steady_clock;
@@ -405,8 +427,8 @@ int main(int argc, char** argv) {
       }
     }
     progress.break_line();
-    std::printf("train: %.1f s\nmlm_loss_first: %.4f\nmlm_loss_last: %.4f\n",
-                std::chrono::duration<double>(clock::now() - start).count(), first, last);
+    std::printf("train: %.1f s\nmlm_loss_first: %.4f\nmlm_loss_last: %.4f\noptimizer_state_bytes: %lld\n",
+                std::chrono::duration<double>(clock::now() - start).count(), first, last, (long long)opt.state_bytes());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "bert_mlm: %s\n", e.what());
