@@ -155,9 +155,20 @@ void GaLoreAdamW::step() {
   std::vector<detail::StepTensors> stepped;
   std::vector<Projected> projected;
   detail::Batches<detail::AdamEntry> batches;
-  // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
+  // Check every gradient, and compute the projections due for a refresh (an SVD may throw),
+  // before any state changes, so a bad one leaves the optimizer as it was.
   const std::vector<Tensor> grads = checked_grads();
+  std::vector<Tensor> refreshed(grads.size());  // P, where step % T == 0
   size_t index = 0;
+  for (const ParamGroup& group : param_groups()) {
+    for (const Tensor& p : group.params) {
+      const Tensor& grad = grads[index++];
+      const ParamState* st = state(p);
+      if (grad.defined() && projects(p.sizes()) && (st ? st->step : 0) % options_.update_proj_gap == 0)
+        refreshed[index - 1] = galore::projection(grad.to(state_dtype(p.dtype())), options_.rank);
+    }
+  }
+  index = 0;
   for (const ParamGroup& group : param_groups()) {
     for (const Tensor& p : group.params) {
       const Tensor& grad = grads[index++];
@@ -172,7 +183,7 @@ void GaLoreAdamW::step() {
         continue;
       }
       const Tensor g = t.grad.to(state_opts.dtype);  // G: (m, n), float32 for 16-bit parameters
-      if (st.step % options_.update_proj_gap == 0) st.buffers[2] = galore::projection(g, options_.rank);
+      if (refreshed[index - 1].defined()) st.buffers[2] = refreshed[index - 1];
       Projected& pr = projected.emplace_back(Projected{.index = stepped.size() - 1,
                                                        .proj = st.buffers[2],
                                                        .low = galore::project(g, st.buffers[2]).contiguous(),

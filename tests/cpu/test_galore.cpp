@@ -2,8 +2,8 @@
 // eigen-solver (orthonormal P, R = P^T G, the residual of the best rank-r approximation),
 // projected steps against a float64 reimplementation of the paper's update across a
 // refresh, AdamW equivalence below the rank, 16-bit parameters rounded once, a
-// bit-identical resume through a safetensors file, the state-size formula, a small MLP trained against AdamW, and bad
-// inputs.
+// bit-identical resume through a safetensors file, the state-size formula, a small MLP
+// trained against AdamW, and bad inputs.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -383,6 +383,22 @@ TEST_CASE("galore: a small MLP trains about as well as with AdamW") {
   CHECK(g12.back() < 1.2 * a.back());
   CHECK(g8.back() < 0.05 * g8.front());
   CHECK(g8.back() < 3.0 * a.back());
+}
+
+TEST_CASE("galore: a step whose SVD fails changes nothing") {
+  // The refresh's SVDs run before any state changes (as the gradient checks do): a NaN in
+  // the second matrix's gradient leaves the first matrix's parameter and state as they were.
+  std::vector<Tensor> ps = {make_param(random_values(6 * 10, 91), {6, 10}),
+                            make_param(random_values(6 * 10, 92), {6, 10})};
+  GaLoreAdamW opt(ps, {.rank = 2});
+  const Values before = values_of(ps[0]);
+  ps[0].set_grad(random_tensor({6, 10}, kFloat32, 93));
+  Values bad = random_values(60, 94);
+  bad[7] = std::nan("");
+  ps[1].set_grad(make_tensor(bad, {6, 10}, kFloat32));
+  check_error([&] { opt.step(); }, {"svd", "NaN"});
+  CHECK(opt.state(ps[0]) == nullptr);
+  CHECK(values_of(ps[0]) == before);
 }
 
 TEST_CASE("galore: bad options name the optimizer and the value") {
