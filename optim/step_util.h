@@ -115,6 +115,7 @@ class Batches {
         cpu_fn(b.dtype, b.entries);
       } else {
 #ifdef FRUGAL_WITH_CUDA
+        (void)op;  // named only in the CPU-only build's error
         cuda_fn(b.device, b.dtype, b.entries);
 #else
         (void)cuda_fn;
