@@ -26,7 +26,10 @@
 // A launched bucket is retired - its Work waited, its chunk added into this rank's
 // gradient shard, its flat buffer freed - as soon as its reduce-scatter has completed, and
 // at the latest when more than kMaxInFlight buckets are in flight (bounding memory) or at
-// the end of backward (the engine callback that ends the round). What lives when:
+// the end of backward (the engine callback that ends the round). Over NCCL, completed()
+// polls an event and wait() only orders the compute stream after the collective (no host
+// sync), and the freed flat buffer is reused on that stream only, after the collective
+// read it (Note [Stream-aware reuse]). What lives when:
 //   during backward: the shard (once the first bucket retired), the bucket being filled,
 //     at most kMaxInFlight launched ones (flat + chunk), and the .grad of the parameter
 //     whose hook is running (AccumulateGrad's output, dropped by the hook);

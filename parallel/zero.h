@@ -42,12 +42,15 @@ struct ZeroMemoryReport {
 /// held only for this rank's 1/size of the flattened parameters: optimizer memory drops
 /// from 2N to 2N/size per rank, for one reduce-scatter and one all-gather per step (the
 /// same bytes as DDP's all-reduce). Stage 2 also keeps only the gradient shard (N/size plus
-/// the buckets in flight instead of N). Every rank must run every backward and step.
+/// the buckets in flight instead of N). Every rank must run every backward and step. Not
+/// copyable or movable (stage 2's backward hooks hold `this`).
 class ZeroAdamW {
  public:
   ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> comm, optim::AdamWOptions options = {},
             ZeroOptions zero = {});
   ~ZeroAdamW();
+  ZeroAdamW(const ZeroAdamW&) = delete;
+  ZeroAdamW& operator=(const ZeroAdamW&) = delete;
 
   /// Averages the gradients over the ranks (stage 1; stage 2 did so during backward),
   /// updates this rank's shard with frugal's AdamW math (optim::AdamW on the shard), and
