@@ -4,7 +4,7 @@
 // relative: check_equiv) and against ZeRO-1: the gradient shard against the single-process
 // gradient's elements, the weights after each step, the loss before each step; gradient
 // accumulation (two backward passes per step, with and without no_sync); per-rank bytes
-// against Note [ZeRO-2]'s formulas; a rank that fails mid-backward.
+// against Note [ZeRO-2]'s formulas; a checkpointed block; a rank that fails mid-backward.
 // The model has 155 parameters, divisible by neither 2 nor 4 (nor are its small buckets).
 #include <doctest/doctest.h>
 
@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "autograd/checkpoint.h"
 #include "autograd/ops/all.h"
 #include "nn/activation.h"
 #include "nn/container.h"
@@ -285,6 +286,46 @@ TEST_CASE("zero-2: per-rank bytes of parameters, gradients and optimizer state m
         }
       }
     }
+}
+
+TEST_CASE("zero-2: buckets whose hooks fire in a checkpoint's recompute still shard the whole gradient") {
+  // The last two Linears run inside autograd::checkpoint: their hooks fire in the nested
+  // engine run, the first Linear's in the outer one (Note [Gradient buckets]).
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    const int64_t per_rank = 2, B = per_rank * p;
+    auto ref = make_model(15);
+    auto models = copies(*ref, p);
+    optim::AdamW ref_opt(ref->parameters(), kOpts);
+    const Tensor x = random_tensor({B, 6}, kFloat32, 151), y = random_tensor({B, 3}, kFloat32, 152);
+    mse_loss(ref->forward(x), y).backward();
+    const std::vector<Tensor> ps = ref->parameters();
+    std::vector<Tensor> ref_grads;
+    for (const Tensor& t : ps) ref_grads.push_back(t.grad().clone());
+    ref_opt.step();
+    PerRank<Tensor> shards(static_cast<size_t>(p));
+    PerRank<std::vector<Tensor>> params(static_cast<size_t>(p));
+    PerRank<std::vector<std::vector<size_t>>> buckets(static_cast<size_t>(p));
+    run_ranks(p, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      const auto& seq = *models[size_t(r)];
+      parallel::ZeroAdamW opt(models[size_t(r)]->parameters(), comm, kOpts, {.stage = 2, .bucket_cap_bytes = 64});
+      buckets[size_t(r)] = opt.bucket_assignment();
+      const Tensor h = seq[1]->forward(seq[0]->forward(rows(x, r, per_rank)));
+      const Tensor out = autograd::checkpoint(
+          [&](const Tensor& t) { return seq[4]->forward(seq[3]->forward(seq[2]->forward(t))); }, h);
+      mse_loss(out, rows(y, r, per_rank)).backward();
+      shards[size_t(r)] = opt.gradient_shard().clone();
+      opt.step();
+      for (const Tensor& t : models[size_t(r)]->parameters()) params[size_t(r)].push_back(t.detach().clone());
+    });
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      CHECK(buckets[size_t(r)].size() == 6);
+      check_equiv(values_of(shards[size_t(r)]), shard_of(ref_grads, buckets[0], p, r), "gradient shard");
+      for (size_t i = 0; i < ps.size(); ++i) check_equiv(params[size_t(r)][i], ps[i], "param " + std::to_string(i));
+    }
+  }
 }
 
 TEST_CASE("zero-2: a rank that throws mid-backward makes the others fail with its error, not hang") {
