@@ -32,7 +32,7 @@ using namespace frugal::parallel;
 
 namespace {
 
-const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "grid"};
+const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "grid"};
 
 struct EncoderBlock : nn::UnaryModule {
   std::shared_ptr<TensorParallelEncoderLayer> layer;
@@ -149,7 +149,7 @@ void check_fits(const std::string& mode, const BenchOptions& o, int n) {
     FRUGAL_CHECK(o.micro_batches >= 1 && o.batch % o.micro_batches == 0, why, ": ", mode, " needs the batch (", o.batch,
                  ") divisible by the micro-batches (", o.micro_batches, ")");
   }
-  if (mode == "ddp" || mode == "zero1")
+  if (mode == "ddp" || mode == "zero1" || mode == "zero2")
     FRUGAL_CHECK(o.batch % n == 0, why, ": ", mode, " splits the batch (", o.batch, ") over the ", n,
                  " ranks: it must divide evenly");
 }
@@ -169,7 +169,7 @@ std::vector<std::string> default_modes(const ModelConfig& model, int world_size)
   std::vector<std::string> modes = {"single"};
   if (model.heads % world_size == 0 && model.ffn % world_size == 0) modes.push_back("tp");
   if (model.layers >= world_size) modes.push_back("pp");
-  for (const char* m : {"ddp", "ddp-weak", "zero1"}) modes.push_back(m);
+  for (const char* m : {"ddp", "ddp-weak", "zero1", "zero2"}) modes.push_back(m);
   if (world_size >= 4 && world_size % 2 == 0 && model.heads % 2 == 0 && model.layers >= world_size / 2)
     modes.push_back("grid");
   return modes;
@@ -183,7 +183,7 @@ std::vector<std::string> parse_modes(const std::string& list) {
     const std::string name = list.substr(begin, end - begin);
     FRUGAL_CHECK(std::find(std::begin(kAllModes), std::end(kAllModes), name) != std::end(kAllModes),
                  "parallel_bench: unknown mode '", name, "' in --modes ", list,
-                 " (single, tp, pp, ddp, ddp-weak, zero1, grid)");
+                 " (single, tp, pp, ddp, ddp-weak, zero1, zero2, grid)");
     modes.push_back(name);
     begin = end + 1;
   }
@@ -249,9 +249,10 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     res.bubble_theory = measured.bubble_theoretical;
   };
   // Data parallel over the world: strong scaling splits the global batch over the ranks,
-  // weak gives every rank a whole batch. zero1 shards AdamW's state instead of wrapping
-  // the model in DDP (its step reduce-scatters the gradients).
-  auto time_data_parallel = [&](bool weak, bool zero, ModeResult& res) {
+  // weak gives every rank a whole batch. zero_stage 1 shards AdamW's state instead of
+  // wrapping the model in DDP (its step reduce-scatters the gradients); 2 also the
+  // gradients (reduce-scattered in buckets during backward).
+  auto time_data_parallel = [&](bool weak, int zero_stage, ModeResult& res) {
     auto model = make_encoder(m, nullptr, dev, 0, m.layers);
     res.param_mib = parameter_mib(*model);
     const int64_t per = weak ? opts.batch : opts.batch / N;
@@ -259,8 +260,8 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     const Tensor y = weak ? y_full : y_full.narrow(0, r * per, per);
     // The global loss: the mean of the ranks' (equal-sized) shard losses.
     auto global = [&](const Tensor& loss) { return reduce_over(*world, loss.item<double>(), ReduceOp::Avg); };
-    if (zero) {
-      ZeroAdamW opt(model->parameters(), world, {.lr = kLearningRate});
+    if (zero_stage > 0) {
+      ZeroAdamW opt(model->parameters(), world, {.lr = kLearningRate}, {.stage = zero_stage});
       time_steps(dev, opts.iters, whole_model_step(*model, x, y, opt, global), res);
     } else {
       auto ddp = std::make_shared<DistributedDataParallel>(model, world);
@@ -291,11 +292,12 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       res.label = weak ? "DDP weak" : "DDP";
       res.key = weak ? "DDP_weak" : "DDP";
       if (weak) res.samples = opts.batch * N;
-      time_data_parallel(weak, false, res);
-    } else if (mode == "zero1") {
-      res.label = "ZeRO-1";
-      res.key = "ZeRO1";
-      time_data_parallel(false, true, res);
+      time_data_parallel(weak, 0, res);
+    } else if (mode == "zero1" || mode == "zero2") {
+      const int stage = mode == "zero1" ? 1 : 2;
+      res.label = "ZeRO-" + std::to_string(stage);
+      res.key = "ZeRO" + std::to_string(stage);
+      time_data_parallel(false, stage, res);
     } else if (mode == "grid") {
       const ParallelGroups g = make_groups(world, /*tp=*/2, /*pp=*/N / 2, /*dp=*/1);
       res.label = "TP2xPP" + std::to_string(N / 2) + mb;

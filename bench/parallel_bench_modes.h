@@ -1,6 +1,6 @@
 #pragma once
 // The modes of bench/parallel_bench (single device, tensor, pipeline, data parallel,
-// ZeRO-1, tensor x pipeline grid) on a BERT-shaped encoder, written against a
+// ZeRO-1, ZeRO-2, tensor x pipeline grid) on a BERT-shaped encoder, written against a
 // Communicator so the same code runs one process per GPU over NCCL and as thread ranks
 // over CPU tensors (the cpu suite's test_parallel_bench.cpp drives it that way).
 //
@@ -36,13 +36,13 @@ struct BenchOptions {
   int64_t batch = 32;  // the global batch of every mode but ddp-weak (batch per rank)
   int iters = 10;      // timed steps per mode, after 2 warm-up steps
   int micro_batches = 8;
-  /// Mode names, run in this order: single, tp, pp, ddp, ddp-weak, zero1, grid.
+  /// Mode names, run in this order: single, tp, pp, ddp, ddp-weak, zero1, zero2, grid.
   std::vector<std::string> modes;
 };
 
 /// Every mode that applies to `world_size` ranks: single alone for one rank; with more,
 /// tp (when the heads split evenly), pp (when there are enough layers), ddp, ddp-weak,
-/// zero1, and grid (2-way TP x world_size / 2 stages) when world_size is even and >= 4.
+/// zero1, zero2, and grid (2-way TP x world_size / 2 stages) when world_size is even and >= 4.
 std::vector<std::string> default_modes(const ModelConfig& model, int world_size);
 /// A comma list of mode names; throws naming an unknown one.
 std::vector<std::string> parse_modes(const std::string& list);

@@ -1,6 +1,6 @@
 #pragma once
 // Data parallelism: DistributedDataParallel, as torch.nn.parallel.DistributedDataParallel
-// (see Note [Gradient buckets] in parallel/ddp.cpp).
+// (see Note [Gradient buckets] in parallel/grad_buckets.cpp).
 //
 //   auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, comm);
 //   optim::AdamW opt(ddp->parameters());
@@ -19,6 +19,7 @@
 
 #include "nn/module.h"
 #include "parallel/communicator.h"
+#include "parallel/grad_buckets.h"
 
 namespace frugal::parallel {
 
@@ -55,10 +56,10 @@ class DistributedDataParallel : public nn::UnaryModule {
   /// While the returned guard lives, backward only accumulates .grad locally.
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), was_(ddp.sync_enabled_) {
-      ddp.sync_enabled_ = false;
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), was_(ddp.buckets_->sync_enabled()) {
+      ddp.buckets_->set_sync_enabled(false);
     }
-    ~NoSyncGuard() { ddp_.sync_enabled_ = was_; }
+    ~NoSyncGuard() { ddp_.buckets_->set_sync_enabled(was_); }
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
@@ -73,30 +74,13 @@ class DistributedDataParallel : public nn::UnaryModule {
   std::string type_name() const override { return "DistributedDataParallel"; }
 
  private:
-  struct Bucket {
-    std::vector<size_t> params;  // indices into params_
-    std::vector<int64_t> offsets;
-    Tensor flat;  // all the bucket's gradients, one dtype, on the communicator's device
-    size_t pending = 0;
-    std::shared_ptr<Work> work;
-  };
-  void on_grad_ready(size_t param_index);
-  void queue_sync_at_end_of_backward();
-  void launch_ready_buckets();
-  void launch(Bucket& b);
+  void end_of_round();
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
   std::vector<Tensor> params_;
-  std::vector<uint64_t> hook_ids_;
-  std::vector<size_t> bucket_of_;       // param index -> bucket
-  std::vector<size_t> slot_in_bucket_;  // param index -> position in its bucket
-  std::vector<Bucket> buckets_;
-  std::vector<bool> ready_;    // this round: the param's gradient is in its bucket
-  size_t next_to_launch_ = 0;  // buckets launch in order, so every rank issues the same sequence
-  bool round_active_ = false;
-  bool callback_queued_ = false;  // finish_gradient_sync is queued on the running backward
-  bool sync_enabled_ = true;
+  std::unique_ptr<GradientBuckets> buckets_;  // the hooks (Note [Gradient buckets])
+  std::vector<std::shared_ptr<Work>> works_;  // per bucket: this round's all-reduce
 };
 
 }  // namespace frugal::parallel

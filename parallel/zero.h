@@ -1,44 +1,116 @@
 #pragma once
-// ZeRO stage 1 (Rajbhandari et al., 2020; llm.c zero.cuh): AdamW whose state is sharded
-// across the data-parallel ranks (see Note [ZeRO-1 step] in parallel/zero.cpp).
+// ZeRO stages 1 and 2 (Rajbhandari et al., 2020; llm.c zero.cuh; DeepSpeed's stage 2):
+// AdamW whose state (stage 1), and gradients (stage 2), are sharded across the
+// data-parallel ranks (see Notes [ZeRO-1 step] and [ZeRO-2] in parallel/zero.cpp).
 //
-//   parallel::ZeroAdamW opt(model->parameters(), dp_comm, {.lr = 3e-4});
-//   loss.backward();   // plain backward: no DDP wrapper, the step reduces the gradients
-//   opt.step();        // reduce-scatter grads, AdamW on this rank's shard, all-gather params
+//   parallel::ZeroAdamW opt(model->parameters(), dp_comm, {.lr = 3e-4}, {.stage = 2});
+//   loss.backward();   // plain backward, no DDP wrapper. Stage 2: buckets reduce-scatter as it runs
+//   opt.step();        // (stage 1: reduce-scatter grads), AdamW on this rank's shard, all-gather params
 //   opt.zero_grad();
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
 #include "optim/adam.h"
 #include "parallel/communicator.h"
+#include "parallel/grad_buckets.h"
 
 namespace frugal::parallel {
+
+struct ZeroOptions {
+  /// 1: optimizer state sharded; the step reduce-scatters the full .grad.
+  /// 2: gradients sharded too: buckets reduce-scatter during backward, and after backward
+  ///    the parameters' .grad are undefined: the averaged gradient exists only as this
+  ///    rank's shard, gradient_shard().
+  int stage = 1;
+  /// Stage 2: bucket capacity in bytes, as DDP's (Note [Gradient buckets]).
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+};
+
+/// Per-rank bytes of what ZeroAdamW holds or sees (Note [ZeRO-2] has the formulas).
+struct ZeroMemoryReport {
+  int64_t parameter_bytes = 0;        // the full parameters (every rank) + this rank's shard (the optimizer's leaf)
+  int64_t param_grad_bytes = 0;       // the parameters' .grad that are defined now
+  int64_t gradient_shard_bytes = 0;   // this rank's (averaged) gradient shard, when defined
+  int64_t bucket_bytes = 0;           // stage 2: bucket buffers alive now (flat + reduce-scatter output)
+  int64_t bucket_bytes_peak = 0;      // stage 2: their peak since construction (measured at each launch)
+  int64_t optimizer_state_bytes = 0;  // exp_avg and exp_avg_sq of the shard, once the first step made them
+};
 
 /// AdamW over `params` (one dtype, on the communicator's device) with exp_avg and exp_avg_sq
 /// held only for this rank's 1/size of the flattened parameters: optimizer memory drops
 /// from 2N to 2N/size per rank, for one reduce-scatter and one all-gather per step (the
-/// same bytes as DDP's all-reduce). Every parameter must have a gradient at step().
+/// same bytes as DDP's all-reduce). Stage 2 also keeps only the gradient shard (N/size plus
+/// the buckets in flight instead of N). Every rank must run every backward and step. Not
+/// copyable or movable (stage 2's backward hooks hold `this`).
 class ZeroAdamW {
  public:
-  ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> comm, optim::AdamWOptions options = {});
+  ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> comm, optim::AdamWOptions options = {},
+            ZeroOptions zero = {});
+  ~ZeroAdamW();
+  ZeroAdamW(const ZeroAdamW&) = delete;
+  ZeroAdamW& operator=(const ZeroAdamW&) = delete;
 
-  /// Averages the gradients over the ranks, updates this rank's shard with frugal's AdamW
-  /// math (optim::AdamW on the shard), and gathers the updated parameters on every rank.
+  /// Averages the gradients over the ranks (stage 1; stage 2 did so during backward),
+  /// updates this rank's shard with frugal's AdamW math (optim::AdamW on the shard), and
+  /// gathers the updated parameters on every rank.
   void step();
+  /// Resets the parameters' .grad and the gradient shard (to undefined, or zeros).
   void zero_grad(bool set_to_none = true);
+
+  /// Stage 2: while the returned guard lives, backward only accumulates .grad locally
+  /// (full size, as DDP's no_sync); the next backward outside it folds the sum into the shard.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(GradientBuckets& b) : buckets_(b), was_(b.sync_enabled()) { b.set_sync_enabled(false); }
+    ~NoSyncGuard() { buckets_.set_sync_enabled(was_); }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    GradientBuckets& buckets_;
+    bool was_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync();
 
   /// The AdamW that owns this rank's shard (its param_groups drive lr schedules; its
   /// state_dict is this rank's part of the optimizer state).
   optim::AdamW& shard_optimizer() { return *inner_; }
-  /// Elements of the flattened parameters this rank updates (the padded total / size).
+  /// Elements of the flattened parameters this rank updates: the sum over buckets of
+  /// padded bucket / size (stage 1: one bucket of all the parameters).
   int64_t shard_numel() const { return shard_.numel(); }
+  /// This rank's averaged gradient shard (shard_numel() elements, bucket by bucket, each
+  /// bucket's chunk `rank`); undefined before the first backward after zero_grad(). Stage 1
+  /// computes it in step().
+  const Tensor& gradient_shard() const { return grad_shard_; }
+  /// Which parameters each bucket (unit of sharding) holds, reverse parameter order.
+  std::vector<std::vector<size_t>> bucket_assignment() const;
+  ZeroMemoryReport memory_report() const;
+  int stage() const { return stage_; }
 
  private:
+  struct InFlight {  // stage 2: a launched bucket's reduce-scatter
+    size_t bucket;
+    std::shared_ptr<Work> work;
+    Tensor out;  // this rank's chunk of the bucket's mean gradient
+  };
+  void launch(size_t b);
+  void retire_oldest();
+  void retire_all();
+  int64_t live_bucket_bytes() const;
+
   std::vector<Tensor> params_;
   std::shared_ptr<Communicator> comm_;
-  int64_t total_ = 0, padded_ = 0;
-  Tensor shard_;  // this rank's slice of the flattened parameters, the inner optimizer's leaf
+  int stage_ = 1;
+  std::vector<GradientBucket> layout_;  // the buckets: the units that are sharded
+  std::vector<int64_t> shard_offset_;   // per bucket: where its chunk starts in the shard
+  Tensor shard_;                        // this rank's slice of the flattened parameters, the inner optimizer's leaf
+  Tensor grad_shard_;                   // its averaged gradient
   std::unique_ptr<optim::AdamW> inner_;
+  std::unique_ptr<GradientBuckets> buckets_;  // stage 2: the backward hooks
+  std::deque<InFlight> in_flight_;
+  int64_t bucket_bytes_peak_ = 0;
 };
 
 }  // namespace frugal::parallel

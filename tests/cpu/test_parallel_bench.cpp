@@ -73,8 +73,8 @@ TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-
     const bench::BenchOptions opts{
         .model = tiny, .batch = batch, .iters = 1, .micro_batches = micro, .modes = bench::default_modes(tiny, n)};
     const std::vector<std::string> expected =
-        n == 4 ? std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "grid"}
-               : std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1"};
+        n == 4 ? std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "grid"}
+               : std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2"};
     REQUIRE(opts.modes == expected);
     PerRank<std::vector<bench::ModeResult>> got(static_cast<size_t>(n));
     parallel::run_ranks(n, [&](const CommPtr& world) { got[size_t(world->rank())] = bench::run_modes(world, opts); });

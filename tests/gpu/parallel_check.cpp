@@ -3,8 +3,8 @@
 // Every rank builds the single-process reference itself (same seeds, on the CPU), so the
 // checks need no communication beyond the algorithm under test: tensor-parallel MLP and
 // encoder layer, vocab-parallel embedding + cross entropy, a 2-stage pipeline (GPipe and
-// 1F1B with recompute), DDP with small buckets and no_sync, and ZeRO-1 AdamW. The
-// tensor-parallel BertForMaskedLM and VisionTransformer (the small models of
+// 1F1B with recompute), DDP with small buckets and no_sync, ZeRO-1 AdamW and ZeRO-2 (with two micro-batches
+// accumulated). The tensor-parallel BertForMaskedLM and VisionTransformer (the small models of
 // tests/tp_model_fixtures.h) are checked against the single-process models run on the
 // rank's own GPU instead. f32 without TF32, 1e-4 relative (cuBLAS and the CPU sum in
 // different orders). Exits 0 (all passed), 1 (a check failed) or 77 (fewer than 2 GPUs:
@@ -301,6 +301,28 @@ void check_data_parallel(const CommPtr& world) {
     }
     const auto want = ref->parameters(), got = model->parameters();
     for (size_t i = 0; i < want.size(); ++i) check_close(got[i], want[i], str_cat("ZeRO-1 param after 2 steps ", i));
+  }
+  {  // ZeRO-2 (small buckets, so several reduce-scatters overlap backward): two steps, the
+     // second accumulating two micro-batches (the reference scales its loss by 2)
+    auto ref = make_mlp(31);
+    const optim::AdamWOptions o{.lr = 0.01, .weight_decay = 0.1};
+    optim::AdamW ref_opt(ref->parameters(), o);
+    auto model = make_mlp(31);
+    model->to(dev);
+    ZeroAdamW opt(model->parameters(), world, o, {.stage = 2, .bucket_cap_bytes = 256});
+    for (int64_t k = 0; k < 2; ++k) {
+      mul(mse_loss(ref->forward(x[k]), y[k]), double(k + 1)).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+      for (int64_t m = 0; m <= k; ++m)
+        mse_loss(model->forward(x[k].narrow(0, r * per_rank, per_rank).to(dev)),
+                 y[k].narrow(0, r * per_rank, per_rank).to(dev))
+            .backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    const auto want = ref->parameters(), got = model->parameters();
+    for (size_t i = 0; i < want.size(); ++i) check_close(got[i], want[i], str_cat("ZeRO-2 param after 2 steps ", i));
   }
 }
 
