@@ -67,6 +67,7 @@
 
 #include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/cudnn_backend.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
 
@@ -98,40 +99,6 @@ enum Uid : int64_t {
 };
 
 enum class Direction { Forward, Backward };
-
-/// One cuDNN backend descriptor, destroyed with its owner.
-class Descriptor {
- public:
-  Descriptor() = default;
-  explicit Descriptor(cudnnBackendDescriptorType_t type) {
-    FRUGAL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
-  }
-  ~Descriptor() {
-    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
-  }
-  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  Descriptor& operator=(Descriptor&& o) noexcept {
-    std::swap(d_, o.d_);
-    return *this;
-  }
-
-  template <typename T>
-  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const T* values) {
-    FRUGAL_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
-    return *this;
-  }
-  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t value) {
-    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
-  }
-  void finalize() { FRUGAL_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
-  bool try_finalize() { return cudnnBackendFinalize(d_) == CUDNN_STATUS_SUCCESS; }
-  cudnnBackendDescriptor_t get() const { return d_; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
 
 using Dims = std::vector<int64_t>;
 constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
@@ -554,35 +521,13 @@ PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionPa
   return key;
 }
 
-class PlanCache {
- public:
-  std::shared_ptr<const PlanSet> lookup(const PlanKey& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : it->second;
-  }
-  void insert(const PlanKey& key, std::shared_ptr<const PlanSet> value) {
-    std::lock_guard<std::mutex> lock(mu_);
-    map_.emplace(key, std::move(value));
-  }
-
- private:
-  std::mutex mu_;
-  std::map<PlanKey, std::shared_ptr<const PlanSet>> map_;
-};
-
-PlanCache& plan_cache() {
-  static auto* cache = new PlanCache();  // never destroyed: plans are used until the process exits
-  return *cache;
-}
-
 /// The plans of one problem, built on first use (under a DeviceGuard for `device`).
 std::shared_ptr<const PlanSet> plans_for(Direction d, DType dtype, Device device, const FlashAttentionParams& p) {
   const PlanKey key = make_key(d, dtype, device, p);
-  std::shared_ptr<const PlanSet> set = plan_cache().lookup(key);
+  std::shared_ptr<const PlanSet> set = plan_cache<PlanKey, PlanSet>().lookup(key);
   if (set == nullptr) {
     set = build_plans(cudnn_handle(device), d, dtype, p);
-    plan_cache().insert(key, set);
+    plan_cache<PlanKey, PlanSet>().insert(key, set);
   }
   return set;
 }

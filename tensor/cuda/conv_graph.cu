@@ -31,6 +31,7 @@
 
 #include "core/instrument.h"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/cudnn_backend.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
@@ -42,44 +43,6 @@ namespace {
 constexpr int kMaxTimedPlans = 12;                            // what benchmark mode times per problem
 constexpr int64_t kMaxBenchmarkWorkspace = int64_t(1) << 30;  // bytes a timed plan may ask for
 constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;            // the operands' ids in a variant pack
-
-/// One cuDNN backend descriptor, destroyed with its owner.
-class Descriptor {
- public:
-  explicit Descriptor(cudnnBackendDescriptorType_t type) {
-    FRUGAL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
-  }
-  ~Descriptor() {
-    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
-  }
-  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  Descriptor& operator=(Descriptor&& o) noexcept {
-    std::swap(d_, o.d_);
-    return *this;
-  }
-
-  template <typename T>
-  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const T* values) {
-    FRUGAL_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
-    return *this;
-  }
-  Descriptor& set(cudnnBackendAttributeName_t name, const Descriptor& value) {
-    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value.d_);
-  }
-  Descriptor& set_handle(cudnnBackendAttributeName_t name, cudnnHandle_t h) {
-    return set(name, CUDNN_TYPE_HANDLE, 1, &h);
-  }
-  void finalize() { FRUGAL_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
-  /// Finalize for descriptors cuDNN may reject (an engine that does not take the problem).
-  bool try_finalize() { return cudnnBackendFinalize(d_) == CUDNN_STATUS_SUCCESS; }
-  cudnnBackendDescriptor_t get() const { return d_; }
-  cudnnBackendDescriptor_t* out() { return &d_; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
 
 cudnnDataType_t data_type(DType t) {
   switch (t) {
@@ -325,28 +288,6 @@ PlanKey make_key(ConvDirection d, const Conv2dGeometry& g, DType dtype, Device d
            g.dilation.w, g.groups, int64_t(g.channels_last), alignment_of(x), alignment_of(w), alignment_of(y)}};
 }
 
-class PlanCache {
- public:
-  std::shared_ptr<const PlanSet> lookup(const PlanKey& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : it->second;
-  }
-  void insert(const PlanKey& key, std::shared_ptr<const PlanSet> value) {
-    std::lock_guard<std::mutex> lock(mu_);
-    map_.emplace(key, std::move(value));
-  }
-
- private:
-  std::mutex mu_;
-  std::map<PlanKey, std::shared_ptr<const PlanSet>> map_;
-};
-
-PlanCache& plan_cache() {
-  static auto* cache = new PlanCache();  // never destroyed: plans are used until the process exits
-  return *cache;
-}
-
 }  // namespace
 
 Tensor workspace(int64_t bytes, Device device) {
@@ -367,10 +308,10 @@ bool run_convolution_graph(ConvDirection d, const Conv2dGeometry& g, DType dtype
   DeviceGuard guard(device);
   cudnnHandle_t h = cudnn_handle(device);
   const PlanKey key = make_key(d, g, dtype, device, x, w, y);
-  std::shared_ptr<const PlanSet> set = plan_cache().lookup(key);
+  std::shared_ptr<const PlanSet> set = plan_cache<PlanKey, PlanSet>().lookup(key);
   if (set == nullptr) {
     set = build_plans(h, d, g, dtype, device, x, w, y);
-    plan_cache().insert(key, set);
+    plan_cache<PlanKey, PlanSet>().insert(key, set);
   }
   for (const Plan& plan : set->plans) {
     Tensor ws = try_workspace(plan.workspace, device);
