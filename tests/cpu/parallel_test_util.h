@@ -1,13 +1,18 @@
 #pragma once
 // Helpers shared by the parallel-algorithm tests (test_tensor_parallel.cpp,
-// test_pipeline.cpp, test_ddp.cpp): every rank of run_ranks stores what it computed in a
+// test_pipeline.cpp, test_ddp.cpp, test_zero.cpp): every rank of run_ranks stores what it computed in a
 // slot of its own, and the main thread compares it with the single-process reference.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/linear.h"
+#include "tensor/random.h"
 #include "tests/test_util.h"
 
 namespace frugal::testing {
@@ -26,6 +31,36 @@ inline void check_equiv(const Tensor& actual, const Tensor& expected, const std:
                   shape_str(expected.sizes()));
   check_equiv(values_of(actual), values_of(expected), what);
 }
+
+/// The data-parallel tests' model, its weights drawn from `seed`: Linear(6, 8) Tanh
+/// Linear(8, 8) Tanh Linear(8, 3), 155 float32 parameters; in reverse order (the order
+/// gradient buckets fill) 3, 24, 8, 64, 8, 48 elements, i.e. 12, 96, 32, 256, 32, 192 bytes.
+inline std::shared_ptr<nn::Sequential> data_parallel_mlp(uint64_t seed) {
+  manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+      std::make_shared<nn::Linear>(6, 8), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 8),
+      std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 3)});
+}
+
+/// Per-rank models for p ranks: rank 0's (every rank's, with `equal`) a copy of `ref`'s
+/// weights, the others drawn differently (what DDP's broadcast must fix; ZeroAdamW does not
+/// broadcast, so its ranks must start equal).
+inline std::vector<std::shared_ptr<nn::Sequential>> rank_models(const nn::Sequential& ref, int p, bool equal = false) {
+  std::vector<std::shared_ptr<nn::Sequential>> out;
+  for (int r = 0; r < p; ++r) {
+    auto m = data_parallel_mlp(1000 + uint64_t(r));
+    if (r == 0 || equal) {
+      std::map<std::string, Tensor> state;
+      for (const auto& [k, v] : ref.state_dict()) state[k] = v;
+      m->load_state_dict(state);
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+/// Rows [i n, (i + 1) n) of t: rank i's share of a batch.
+inline Tensor rows(const Tensor& t, int64_t i, int64_t n) { return t.narrow(0, i * n, n); }
 
 /// One slot per rank, written by that rank's thread only.
 template <typename T>

@@ -31,33 +31,6 @@ using parallel::run_ranks;
 
 namespace {
 
-// Linear(6, 8) Tanh Linear(8, 8) Tanh Linear(8, 3): parameters in bytes, reversed:
-// 12, 96, 32, 256, 32, 192.
-std::shared_ptr<nn::Sequential> make_model(uint64_t seed) {
-  manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
-      std::make_shared<nn::Linear>(6, 8), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 8),
-      std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 3)});
-}
-
-/// Per-rank models: rank 0's is a copy of `ref`'s weights, the others start different
-/// (DDP's broadcast must fix that).
-std::vector<std::shared_ptr<nn::Sequential>> rank_models(const nn::Sequential& ref, int p, bool equal = false) {
-  std::vector<std::shared_ptr<nn::Sequential>> out;
-  for (int r = 0; r < p; ++r) {
-    auto m = make_model(1000 + uint64_t(r));
-    if (r == 0 || equal) {
-      std::map<std::string, Tensor> state;
-      for (const auto& [k, v] : ref.state_dict()) state[k] = v;
-      m->load_state_dict(state);
-    }
-    out.push_back(m);
-  }
-  return out;
-}
-
-Tensor rows(const Tensor& t, int64_t i, int64_t n) { return t.narrow(0, i * n, n); }
-
 /// Forwards to `inner`, counting all-reduces: DDP must issue one per bucket per synced step.
 class CountingCommunicator : public parallel::Communicator {
  public:
@@ -121,7 +94,7 @@ TEST_CASE("ddp: averaged gradients and AdamW steps equal the single-process mode
         CAPTURE(cap);
         CAPTURE(explicit_sync);
         const int64_t per_rank = 3, B = per_rank * p;
-        auto ref = make_model(7);
+        auto ref = data_parallel_mlp(7);
         auto models = rank_models(*ref, p);
         optim::AdamW ref_opt(ref->parameters(), {.lr = 0.01});
         const Tensor x = random_tensor({2, B, 6}, kFloat32, 71);  // two steps' batches
@@ -179,7 +152,7 @@ TEST_CASE("ddp: no_sync accumulation over micro-batches equals the whole batch")
       CAPTURE(p);
       CAPTURE(explicit_sync);
       const int64_t micro = 3, per_mb = 2, B = p * micro * per_mb;
-      auto ref = make_model(8);
+      auto ref = data_parallel_mlp(8);
       auto models = rank_models(*ref, p);
       const Tensor x = random_tensor({B, 6}, kFloat32, 81), y = random_tensor({B, 3}, kFloat32, 82);
       // Each rank sums `micro` micro-batch means; the mean over ranks is micro * the batch mean.
@@ -202,7 +175,7 @@ TEST_CASE("ddp: no_sync accumulation over micro-batches equals the whole batch")
         for (const Tensor& t : ddp.parameters()) grads[size_t(r)].push_back(t.grad().clone());
       });
       // under no_sync nothing was communicated: each rank holds its own micro-batches' sum
-      auto single = make_model(8);
+      auto single = data_parallel_mlp(8);
       for (int r = 0; r < p; ++r) {
         single->zero_grad();
         const Tensor xr = rows(x, r, micro * per_mb), yr = rows(y, r, micro * per_mb);
@@ -225,7 +198,7 @@ TEST_CASE("ddp: the sync waits for the outer backward when the first hooks fire 
   for (int p : {2, 4}) {
     CAPTURE(p);
     const int64_t per_rank = 2, B = per_rank * p;
-    auto ref = make_model(11);
+    auto ref = data_parallel_mlp(11);
     auto models = rank_models(*ref, p);
     const Tensor x = random_tensor({B, 6}, kFloat32, 111), y = random_tensor({B, 3}, kFloat32, 112);
     mse_loss(ref->forward(x), y).backward();
@@ -262,7 +235,7 @@ TEST_CASE("ddp: the sync waits for the outer backward when the first hooks fire 
 
 TEST_CASE("ddp: a parameter unused on some ranks gets the mean over ranks (zeros from the others)") {
   const int p = 2;
-  auto ref = make_model(9);
+  auto ref = data_parallel_mlp(9);
   auto models = rank_models(*ref, p, /*equal=*/true);
   const Tensor x = random_tensor({4, 6}, kFloat32, 91);
   PerRank<std::vector<Tensor>> grads(static_cast<size_t>(p));
@@ -292,7 +265,7 @@ TEST_CASE("zero-1: sharded AdamW steps equal AdamW on the whole batch") {
   for (int p : {2, 4}) {
     CAPTURE(p);
     const int64_t per_rank = 2, B = per_rank * p, steps = 3;
-    auto ref = make_model(10);
+    auto ref = data_parallel_mlp(10);
     auto models = rank_models(*ref, p, /*equal=*/true);
     const optim::AdamWOptions opts{.lr = 0.02, .weight_decay = 0.1};
     optim::AdamW ref_opt(ref->parameters(), opts);

@@ -31,30 +31,6 @@ using parallel::run_ranks;
 
 namespace {
 
-// Linear(6, 8) Tanh Linear(8, 8) Tanh Linear(8, 3): 155 parameters; in reverse order
-// 3, 24, 8, 64, 8, 48 elements.
-std::shared_ptr<nn::Sequential> make_model(uint64_t seed) {
-  manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
-      std::make_shared<nn::Linear>(6, 8), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 8),
-      std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 3)});
-}
-
-/// p copies of `ref` (ZeroAdamW does not broadcast: the ranks must start equal).
-std::vector<std::shared_ptr<nn::Sequential>> copies(const nn::Sequential& ref, int p) {
-  std::vector<std::shared_ptr<nn::Sequential>> out;
-  for (int r = 0; r < p; ++r) {
-    auto m = make_model(1000 + uint64_t(r));
-    std::map<std::string, Tensor> state;
-    for (const auto& [k, v] : ref.state_dict()) state[k] = v;
-    m->load_state_dict(state);
-    out.push_back(m);
-  }
-  return out;
-}
-
-Tensor rows(const Tensor& t, int64_t i, int64_t n) { return t.narrow(0, i * n, n); }
-
 /// The elements rank r owns of `grads` (one per parameter), laid out as ZeroAdamW's shard:
 /// bucket by bucket, each bucket's parameters end to end, zero-padded to a multiple of p,
 /// chunk r. An independent re-derivation of the layout of Note [ZeRO-1 step].
@@ -85,8 +61,8 @@ TEST_CASE("zero-2: gradient shards, losses and AdamW steps equal one process on 
       CAPTURE(p);
       CAPTURE(cap);
       const int64_t per_rank = 2, B = per_rank * p, steps = 3;
-      auto ref = make_model(10);
-      auto zero1_models = copies(*ref, p), zero2_models = copies(*ref, p);
+      auto ref = data_parallel_mlp(10);
+      auto zero1_models = rank_models(*ref, p, /*equal=*/true), zero2_models = rank_models(*ref, p, /*equal=*/true);
       optim::AdamW ref_opt(ref->parameters(), kOpts);
       const Tensor x = random_tensor({steps, B, 6}, kFloat32, 101), y = random_tensor({steps, B, 3}, kFloat32, 102);
       std::vector<double> ref_loss;
@@ -160,8 +136,8 @@ TEST_CASE("zero-2: gradient accumulation over 2 micro-batches per step (and unde
       CAPTURE(p);
       CAPTURE(no_sync);
       const int64_t micro = 2, per_mb = 2, B = p * micro * per_mb, steps = 2;
-      auto ref = make_model(12);
-      auto models = copies(*ref, p);
+      auto ref = data_parallel_mlp(12);
+      auto models = rank_models(*ref, p, /*equal=*/true);
       optim::AdamW ref_opt(ref->parameters(), kOpts);
       const Tensor x = random_tensor({steps, B, 6}, kFloat32, 121), y = random_tensor({steps, B, 3}, kFloat32, 122);
       std::vector<std::vector<Tensor>> ref_params;
@@ -214,8 +190,8 @@ TEST_CASE("zero-2: per-rank bytes of parameters, gradients and optimizer state m
     for (int64_t cap : {int64_t(25) << 20, int64_t(16)}) {  // one bucket; one per parameter
       CAPTURE(p);
       CAPTURE(cap);
-      auto ref = make_model(13);
-      auto zero1_models = copies(*ref, p), zero2_models = copies(*ref, p);
+      auto ref = data_parallel_mlp(13);
+      auto zero1_models = rank_models(*ref, p, /*equal=*/true), zero2_models = rank_models(*ref, p, /*equal=*/true);
       const Tensor x = random_tensor({2 * p, 6}, kFloat32, 131), y = random_tensor({2 * p, 3}, kFloat32, 132);
       PerRank<std::vector<parallel::ZeroMemoryReport>> reports(static_cast<size_t>(p));
       PerRank<std::vector<int64_t>> bucket_numel(static_cast<size_t>(p));
@@ -294,8 +270,8 @@ TEST_CASE("zero-2: buckets whose hooks fire in a checkpoint's recompute still sh
   for (int p : {2, 4}) {
     CAPTURE(p);
     const int64_t per_rank = 2, B = per_rank * p;
-    auto ref = make_model(15);
-    auto models = copies(*ref, p);
+    auto ref = data_parallel_mlp(15);
+    auto models = rank_models(*ref, p, /*equal=*/true);
     optim::AdamW ref_opt(ref->parameters(), kOpts);
     const Tensor x = random_tensor({B, 6}, kFloat32, 151), y = random_tensor({B, 3}, kFloat32, 152);
     mse_loss(ref->forward(x), y).backward();
@@ -330,8 +306,8 @@ TEST_CASE("zero-2: buckets whose hooks fire in a checkpoint's recompute still sh
 
 TEST_CASE("zero-2: a rank that throws mid-backward makes the others fail with its error, not hang") {
   const int p = 4;
-  auto ref = make_model(14);
-  auto models = copies(*ref, p);
+  auto ref = data_parallel_mlp(14);
+  auto models = rank_models(*ref, p, /*equal=*/true);
   const Tensor x = random_tensor({2 * p, 6}, kFloat32, 141), y = random_tensor({2 * p, 3}, kFloat32, 142);
   PerRank<std::string> errors(static_cast<size_t>(p));
   const auto start = std::chrono::steady_clock::now();
