@@ -16,6 +16,23 @@
 
 namespace frugal::testing {
 
+/// Attention's sizes: q (B, H, L, E), k and v (B, H, S, E).
+struct AttentionCase {
+  int64_t B, H, L, S, E;
+};
+
+/// q, k, v, dout drawn on the CPU in dt, uniform in [-1, 1] (the reference reads the very
+/// same values).
+struct AttentionInputs {
+  Tensor q, k, v, g;
+};
+inline AttentionInputs attention_inputs(const AttentionCase& c, DType dt, uint64_t seed) {
+  return {random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 1, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 2, Layout::Contiguous, -1.0, 1.0),
+          random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed + 3, Layout::Contiguous, -1.0, 1.0)};
+}
+
 struct AttentionReference {
   std::vector<double> out, lse;    // (B, H, L, E), (B, H, L)
   std::vector<double> dq, dk, dv;  // given dout

@@ -29,10 +29,6 @@ using namespace frugal::testing;
 
 namespace {
 
-struct Case {
-  int64_t B, H, L, S, E;
-};
-
 enum class MaskKind { None, KeyPaddingBool, FullBool, KeyPaddingFloat, FullFloat, HeadFloat };
 
 const char* mask_name(MaskKind m) {
@@ -47,7 +43,7 @@ const char* mask_name(MaskKind m) {
 }
 
 /// A mask of `kind` for case c in dtype `dt` (floating kinds) with some fully masked rows/keys.
-Tensor make_mask(MaskKind kind, const Case& c, DType dt, uint64_t seed) {
+Tensor make_mask(MaskKind kind, const AttentionCase& c, DType dt, uint64_t seed) {
   const double inf = std::numeric_limits<double>::infinity();
   auto bool_mask = [&](const Shape& sizes) {
     std::vector<double> bits = random_values(numel_of(sizes), seed, 0.0, 1.0);
@@ -84,7 +80,7 @@ double tolerance(DType dt) {
 }
 
 /// Forward and backward of the raw ops against the reference, for inputs stored in dt.
-void check_case(const Case& c, DType dt, MaskKind mk, bool causal, double p, Layout layout, uint64_t seed) {
+void check_case(const AttentionCase& c, DType dt, MaskKind mk, bool causal, double p, Layout layout, uint64_t seed) {
   INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " mask ", mask_name(mk),
        " causal=", causal, " p=", p, " ", layout_name(layout));
   const Tensor q = random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, layout, -1.0, 1.0);
@@ -110,15 +106,16 @@ void check_case(const Case& c, DType dt, MaskKind mk, bool causal, double p, Lay
 }  // namespace
 
 TEST_CASE("flash_attention cpu: forward and backward vs the float64 formula") {
-  const Case cases[] = {{2, 3, 7, 7, 8}, {1, 2, 5, 9, 16}, {2, 1, 9, 4, 3}, {1, 1, 1, 1, 4}, {2, 2, 13, 13, 32}};
+  const AttentionCase cases[] = {
+      {2, 3, 7, 7, 8}, {1, 2, 5, 9, 16}, {2, 1, 9, 4, 3}, {1, 1, 1, 1, 4}, {2, 2, 13, 13, 32}};
   uint64_t seed = 10;
-  for (const Case& c : cases)
+  for (const AttentionCase& c : cases)
     for (DType dt : {kFloat64, kFloat32, kFloat16, kBFloat16})
       for (bool causal : {false, true}) check_case(c, dt, MaskKind::None, causal, 0.0, Layout::Contiguous, seed++);
 }
 
 TEST_CASE("flash_attention cpu: masks, broadcast and rows with no key") {
-  const Case c{2, 3, 6, 10, 8};
+  const AttentionCase c{2, 3, 6, 10, 8};
   uint64_t seed = 100;
   for (MaskKind mk : {MaskKind::KeyPaddingBool, MaskKind::FullBool, MaskKind::KeyPaddingFloat, MaskKind::FullFloat,
                       MaskKind::HeadFloat})

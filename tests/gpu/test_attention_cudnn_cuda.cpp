@@ -31,26 +31,12 @@ namespace {
 
 const Device kGpu = cuda(0);
 
-struct Case {
-  int64_t B, H, L, S, E;
-};
-
-/// q, k, v, dout drawn on the CPU in dt (the reference reads the very same values).
-struct Inputs {
-  Tensor q, k, v, g;
-};
-Inputs make_inputs(const Case& c, DType dt, uint64_t seed) {
-  return {random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, Layout::Contiguous, -1.0, 1.0),
-          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 1, Layout::Contiguous, -1.0, 1.0),
-          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 2, Layout::Contiguous, -1.0, 1.0),
-          random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed + 3, Layout::Contiguous, -1.0, 1.0)};
-}
-
 /// Runs the raw ops on `in` (moved to the GPU, `gpu_view` applied) with the backend forced to
 /// cudnn, after asserting that the call goes there, and checks all five results against the
 /// float64 reference.
 template <typename View>
-void check_cudnn(const Case& c, const Inputs& in, bool causal, std::optional<double> scale, View gpu_view) {
+void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale,
+                 View gpu_view) {
   const DType dt = in.q.dtype();
   INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " causal=", causal,
        " scale=", scale ? *scale : -1.0);
@@ -72,7 +58,7 @@ void check_cudnn(const Case& c, const Inputs& in, bool causal, std::optional<dou
   CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(dt));
 }
 
-void check_cudnn(const Case& c, const Inputs& in, bool causal, std::optional<double> scale = {}) {
+void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale = {}) {
   check_cudnn(c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); });
 }
 
@@ -81,22 +67,23 @@ void check_cudnn(const Case& c, const Inputs& in, bool causal, std::optional<dou
 TEST_CASE("attention cudnn: ViT's length, L != S, E = 128, causal, scale vs the float64 formula") {
   uint64_t seed = 1;
   for (DType dt : {kFloat16, kBFloat16})
-    for (const Case& c : {Case{2, 3, 197, 197, 64}, Case{2, 3, 77, 45, 64}, Case{2, 3, 45, 77, 64},
-                          Case{2, 3, 128, 128, 128}, Case{1, 2, 200, 77, 128}, Case{2, 2, 96, 130, 32}}) {
-      const Inputs in = make_inputs(c, dt, seed);
+    for (const AttentionCase& c :
+         {AttentionCase{2, 3, 197, 197, 64}, AttentionCase{2, 3, 77, 45, 64}, AttentionCase{2, 3, 45, 77, 64},
+          AttentionCase{2, 3, 128, 128, 128}, AttentionCase{1, 2, 200, 77, 128}, AttentionCase{2, 2, 96, 130, 32}}) {
+      const AttentionInputs in = attention_inputs(c, dt, seed);
       seed += 4;
       check_cudnn(c, in, false);
       check_cudnn(c, in, true);
     }
-  const Case c{2, 3, 64, 90, 64};
-  check_cudnn(c, make_inputs(c, kFloat16, 100), false, 0.3);
-  check_cudnn(c, make_inputs(c, kBFloat16, 104), true, 0.05);
+  const AttentionCase c{2, 3, 64, 90, 64};
+  check_cudnn(c, attention_inputs(c, kFloat16, 100), false, 0.3);
+  check_cudnn(c, attention_inputs(c, kBFloat16, 104), true, 0.05);
 }
 
 TEST_CASE("attention cudnn: strided (B, L, H, E) inputs") {
-  const Case c{2, 3, 197, 197, 64};
+  const AttentionCase c{2, 3, 197, 197, 64};
   for (DType dt : {kFloat16, kBFloat16}) {
-    const Inputs in = make_inputs(c, dt, 200);
+    const AttentionInputs in = attention_inputs(c, dt, 200);
     // The same values stored as (B, L, H, E) on the GPU and viewed as (B, H, L, E).
     check_cudnn(c, in, false, {},
                 [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); });
@@ -146,8 +133,8 @@ TEST_CASE("attention cudnn: packed q, k, v of one projection, and result layouts
 TEST_CASE("attention cudnn: a dout in another layout than out, and agreement with frugal's kernels") {
   // out is sequence-major (q is), dout contiguous: the backward's own plan (or, without one, our
   // backward on cuDNN's out and lse) must give the same gradients.
-  const Case c{2, 4, 77, 77, 64};
-  const Inputs in = make_inputs(c, kFloat16, 400);
+  const AttentionCase c{2, 4, 77, 77, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat16, 400);
   auto seq_major = [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); };
   const Tensor q = seq_major(in.q), k = seq_major(in.k), v = seq_major(in.v), g = in.g.to(kGpu);
   const ops::FlashAttentionOptions o{Tensor(), true, {}, 0.0};
@@ -177,8 +164,8 @@ TEST_CASE("attention cudnn: a dout in another layout than out, and agreement wit
 }
 
 TEST_CASE("attention cudnn: scaled_dot_product_attention's autograd takes the cuDNN path") {
-  const Case c{2, 3, 197, 197, 64};
-  const Inputs in = make_inputs(c, kFloat32, 500);
+  const AttentionCase c{2, 3, 197, 197, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat32, 500);
   const AttentionReference ref =
       attention_reference(in.q, in.k, in.v, Tensor(), false, 1.0 / std::sqrt(64.0), {}, in.g);
   for (DType dt : {kFloat16, kBFloat16}) {

@@ -36,25 +36,11 @@ namespace {
 
 const Device kGpu = cuda(0);
 
-struct Case {
-  int64_t B, H, L, S, E;
-};
-
-/// q, k, v, dout drawn on the CPU in dt (the reference reads the very same values).
-struct Inputs {
-  Tensor q, k, v, g;
-};
-Inputs make_inputs(const Case& c, DType dt, uint64_t seed) {
-  return {random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, Layout::Contiguous, -1.0, 1.0),
-          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 1, Layout::Contiguous, -1.0, 1.0),
-          random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 2, Layout::Contiguous, -1.0, 1.0),
-          random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed + 3, Layout::Contiguous, -1.0, 1.0)};
-}
-
 /// Runs the CUDA raw ops on `in` (moved to the GPU, `gpu_view` applied) and checks all five
 /// results against the reference.
 template <typename View>
-void check_cuda(const Case& c, const Inputs& in, const Tensor& mask, bool causal, double p, View gpu_view) {
+void check_cuda(const AttentionCase& c, const AttentionInputs& in, const Tensor& mask, bool causal, double p,
+                View gpu_view) {
   const DType dt = in.q.dtype();
   INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt),
        " mask=", mask.defined() ? mask.describe() : "none", " causal=", causal, " p=", p);
@@ -76,7 +62,7 @@ void check_cuda(const Case& c, const Inputs& in, const Tensor& mask, bool causal
   CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(dt));
 }
 
-void check_cuda(const Case& c, const Inputs& in, const Tensor& mask, bool causal, double p) {
+void check_cuda(const AttentionCase& c, const AttentionInputs& in, const Tensor& mask, bool causal, double p) {
   check_cuda(c, in, mask, causal, p, [](const Tensor& t) { return t.to(kGpu); });
 }
 
@@ -101,8 +87,8 @@ TEST_CASE("flash_attention cuda: shapes and head dims vs the float64 formula") {
   for (DType dt : {kFloat16, kBFloat16})
     for (int64_t E : {32, 64, 80, 128})
       for (int64_t T : {1, 7, 64, 128, 200, 513}) {
-        const Case c{2, 3, T, T, E};
-        check_cuda(c, make_inputs(c, dt, seed), Tensor(), false, 0.0);
+        const AttentionCase c{2, 3, T, T, E};
+        check_cuda(c, attention_inputs(c, dt, seed), Tensor(), false, 0.0);
         seed += 4;
       }
 }
@@ -111,9 +97,9 @@ TEST_CASE("flash_attention cuda: L != S, causal, masks") {
   const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
   uint64_t seed = 500;
   for (DType dt : {kFloat16, kBFloat16}) {
-    for (const Case& c :
-         {Case{2, 3, 100, 300, 64}, Case{2, 3, 200, 77, 64}, Case{1, 2, 77, 200, 128}, Case{2, 2, 130, 130, 80}}) {
-      const Inputs in = make_inputs(c, dt, seed);
+    for (const AttentionCase& c : {AttentionCase{2, 3, 100, 300, 64}, AttentionCase{2, 3, 200, 77, 64},
+                                   AttentionCase{1, 2, 77, 200, 128}, AttentionCase{2, 2, 130, 130, 80}}) {
+      const AttentionInputs in = attention_inputs(c, dt, seed);
       seed += 4;
       check_cuda(c, in, Tensor(), false, 0.0);
       check_cuda(c, in, Tensor(), true, 0.0);
@@ -133,16 +119,16 @@ TEST_CASE("flash_attention cuda: dropout keeps the weights dropout() keeps") {
   uint64_t seed = 900;
   for (DType dt : {kFloat16, kBFloat16})
     for (double p : {0.1, 0.5}) {
-      const Case c{2, 3, 150, 130, 64};
-      check_cuda(c, make_inputs(c, dt, seed), key_padding(c.B, c.S), p > 0.2, p);
+      const AttentionCase c{2, 3, 150, 130, 64};
+      check_cuda(c, attention_inputs(c, dt, seed), key_padding(c.B, c.S), p > 0.2, p);
       seed += 4;
     }
 }
 
 TEST_CASE("flash_attention cuda: strided (B, L, H, E) inputs") {
   const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
-  const Case c{2, 3, 70, 90, 64};
-  const Inputs in = make_inputs(c, kFloat16, 1000);
+  const AttentionCase c{2, 3, 70, 90, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat16, 1000);
   // The same values stored as (B, L, H, E) on the GPU and viewed as (B, H, L, E).
   check_cuda(c, in, Tensor(), false, 0.0,
              [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); });
@@ -254,8 +240,8 @@ TEST_CASE("flash_attention cuda: contiguous views at an odd storage offset") {
 
 TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fused kernels") {
   const ops::AttentionBackendGuard own_kernels(ops::AttentionBackend::Flash);  // not cuDNN's
-  const Case c{2, 4, 96, 96, 64};
-  const Inputs in = make_inputs(c, kFloat32, 1100);
+  const AttentionCase c{2, 4, 96, 96, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat32, 1100);
   const Tensor mask = key_padding(c.B, c.S);
   const AttentionReference ref = attention_reference(in.q, in.k, in.v, mask, false, 0.125, {}, in.g);
   for (DType dt : {kFloat16, kBFloat16}) {
