@@ -416,31 +416,6 @@ struct PlanSet {
   }
 };
 
-/// The engine configurations cuDNN's heuristics of `mode` suggest for `graph`, best first.
-std::vector<Descriptor> suggested_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
-  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
-      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  if (!heuristics.try_finalize()) return {};
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                               &count, nullptr) != CUDNN_STATUS_SUCCESS ||
-      count <= 0)
-    return {};
-  std::vector<Descriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  int64_t returned = 0;
-  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
-    return {};
-  configs.erase(configs.begin() + std::max<int64_t>(0, std::min(returned, count)), configs.end());
-  return configs;
-}
-
 /// The plans cuDNN builds for `graph`: heuristics mode A, then the fallback list.
 std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph) {
   std::vector<Plan> plans;

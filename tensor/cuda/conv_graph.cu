@@ -163,31 +163,6 @@ bool acceptable(const Descriptor& config, DType dtype) {
   return true;
 }
 
-/// The engine configurations cuDNN's heuristics of `mode` suggest for `graph`, best first.
-std::vector<Descriptor> suggested_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
-  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
-      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  if (!heuristics.try_finalize()) return {};
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                               &count, nullptr) != CUDNN_STATUS_SUCCESS ||
-      count <= 0)
-    return {};
-  std::vector<Descriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  int64_t returned = 0;
-  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
-    return {};
-  configs.erase(configs.begin() + std::max<int64_t>(0, std::min(returned, count)), configs.end());
-  return configs;
-}
-
 /// Queues one execution of `plan` on x, w, y; cudnn's status on failure (nothing thrown).
 cudnnStatus_t execute(cudnnHandle_t h, const Plan& plan, void* x, void* w, void* y, void* workspace) {
   void* pointers[3] = {x, w, y};

@@ -1,13 +1,15 @@
 #pragma once
-// cuDNN backend (graph) API pieces shared by the graph-API ops (conv_graph.cu, attention_cudnn.cu):
-// an owning descriptor handle and the per-problem plan cache. Include only from CUDA
-// translation units.
+// cuDNN backend (graph) API pieces shared by the graph-API ops (conv_graph.cu,
+// attention_cudnn.cu): an owning descriptor handle, the engine configurations heuristics
+// suggest, and the per-problem plan cache. Include only from CUDA translation units.
 #include <cudnn.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "tensor/cuda/cudnn_handle.h"
 
@@ -52,6 +54,31 @@ class Descriptor {
  private:
   cudnnBackendDescriptor_t d_ = nullptr;
 };
+
+/// The engine configurations cuDNN's heuristics of `mode` suggest for `graph`, best first.
+inline std::vector<Descriptor> suggested_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (!heuristics.try_finalize()) return {};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                               &count, nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0)
+    return {};
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  int64_t returned = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  configs.erase(configs.begin() + std::max<int64_t>(0, std::min(returned, count)), configs.end());
+  return configs;
+}
 
 /// What an op built for each problem key (its execution plans), shared by every thread.
 template <typename Key, typename Plans>
