@@ -20,12 +20,13 @@ python3-torch, installed with apt-get when `import torch` fails.
     python3 tools/cpu_vs_torch.py [--build build] [--steps 200] [--rounds 3] [--models cnn,mlp]
 """
 import argparse
-import gzip
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from idx_file import read_idx
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # examples/mnist_train.h: kFashionMnistMean, kFashionMnistStd
@@ -50,15 +51,6 @@ def torch_python():
     if py is None:
         sys.exit("cpu_vs_torch: no python3 imports torch, even after apt-get install python3-torch")
     return py
-
-
-def read_idx(path):
-    import numpy as np
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def torch_model(kind):

@@ -9,7 +9,6 @@ curves side by side and fails if any step differs by more than 1e-4 relative.
     python3 tools/parity_mlp.py --build /tmp/b --data-dir data/fashion-mnist --device cuda
 """
 import argparse
-import gzip
 import os
 import subprocess
 import sys
@@ -19,13 +18,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from idx_file import read_idx
 
 
 def main():
