@@ -9,8 +9,11 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
+#include "tensor/ops/index.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/reduce.h"
 #include "tensor/ops/svd.h"
+#include "tensor/ops/unary.h"
 
 namespace frugal::optim {
 
@@ -44,8 +47,13 @@ namespace frugal::optim {
 // fused multi-tensor kernel of Adam itself (one launch for every parameter, projected or
 // not: each projected entry writes -N into a zeroed scratch "parameter", since with lr 1,
 // a zero start and no decay the Adam rule leaves exactly -step_size * m / denom there).
-// Singular vectors are unique only up to sign, but the update P N is not: flipping a
-// column of P flips the same row of R, M and N. The projection is saved in the state dict
+// Signs: singular vectors are unique only up to sign. Within one subspace the update P N
+// does not depend on it (flipping a column of P flips the same row of R, M and N), but the
+// moments carried over a refresh do: M's row i, kept from the old basis, now multiplies the
+// new column i, and cuSOLVER and Eigen pick different signs. So each column is flipped to
+// a canonical sign (its largest-magnitude entry positive): the CPU and CUDA optimizers take
+// the same steps across refreshes, and a gradient and its negation give the same P.
+// The projection is saved in the state dict
 // (state.<i>.projection), so a resumed run continues bit-identically.
 
 namespace {
@@ -63,7 +71,11 @@ Tensor projection(const Tensor& grad, int64_t rank) {
   FRUGAL_CHECK(rank > 0 && rank < std::min(m, n), "galore::projection: rank ", rank,
                " must be in [1, min(m, n) = ", std::min(m, n), ") for ", grad.describe());
   const ops::SVDResult f = ops::svd(grad);
-  return projects_left(grad.sizes()) ? f.U.narrow(1, 0, rank).contiguous() : f.Vh.narrow(0, 0, rank).t().contiguous();
+  const Tensor p = projects_left(grad.sizes()) ? f.U.narrow(1, 0, rank) : f.Vh.narrow(0, 0, rank).t();
+  // Canonical signs, as sklearn's svd_flip: each column's largest-magnitude entry positive
+  // (see "Signs" in Note [GaLore]).
+  const Tensor largest = ops::gather(p, 0, ops::argmax(ops::abs(p), 0, /*keepdim=*/true));  // (1, r)
+  return ops::mul(p, ops::sub(ops::mul(ops::ge(largest, 0.0), 2.0), 1.0).to(p.dtype())).contiguous();
 }
 
 Tensor project(const Tensor& grad, const Tensor& proj) {

@@ -25,6 +25,7 @@
 #include "optim/galore.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/unary.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -132,6 +133,24 @@ TEST_CASE("galore: the projection spans the top-r singular subspace (float64 Jac
       CHECK(residual == doctest::Approx(tail).epsilon(dt == kFloat32 ? 1e-4 : 1e-10));
       CHECK(tail < 0.9 * total);  // the check has teeth: the top-r subspace holds real energy
     }
+  }
+}
+
+TEST_CASE("galore: projection signs are canonical, so a gradient and its negation give the same P") {
+  // The moments carry over a refresh in the basis's coordinates, so the sign of each column
+  // matters (Note [GaLore], "Signs"); cuSOLVER and Eigen pick signs differently.
+  for (const Shape& shape : {Shape{6, 10}, Shape{12, 5}}) {
+    CAPTURE(name_of(kFloat64, shape));
+    const Tensor g = random_tensor(shape, kFloat64, 31 + uint64_t(shape[0]));
+    const Tensor proj = galore::projection(g, 3);
+    const Mat P = mat_of(proj);
+    for (int64_t j = 0; j < P.cols; ++j) {  // each column's largest-magnitude entry is positive
+      double largest = 0;
+      for (int64_t i = 0; i < P.rows; ++i)
+        if (std::abs(P.a[size_t(i * P.cols + j)]) > std::abs(largest)) largest = P.a[size_t(i * P.cols + j)];
+      CHECK_MESSAGE(largest > 0, "column ", j);
+    }
+    check_close(values_of(galore::projection(ops::neg(g), 3)), P.a, 0, 1e-12, "P of -G");
   }
 }
 

@@ -20,9 +20,10 @@ using optim::StateDict;
 using optim::detail::fused_launch_count;
 
 TEST_CASE("galore cuda: steps match the CPU across a refresh, one fused launch per step") {
-  // Singular vectors may differ in sign between cuSOLVER and Eigen; the update P N does not
-  // (Note [GaLore]). Random matrices have well-separated top singular values, so the
-  // subspaces agree to float32 rounding.
+  // cuSOLVER and Eigen pick singular vectors' signs differently; galore::projection makes
+  // them canonical, which matters because the moments carry over a refresh (Note [GaLore],
+  // "Signs"). Random matrices have well-separated top singular values, so the subspaces
+  // agree to float32 rounding.
   const std::vector<Shape> shapes = {{64, 96}, {96, 48}, {48}};
   const GaLoreOptions o{.lr = 1e-2, .weight_decay = 0.01, .rank = 8, .update_proj_gap = 2};
   std::vector<Tensor> cpu_ps, gpu_ps;
