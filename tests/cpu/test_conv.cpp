@@ -44,6 +44,9 @@ const ConvCase kCases[] = {
     {{1, 2, 9, 8}, {3, 2, 3, 3}, {.padding = 2, .dilation = 2}},                              // one sample, dilated
     {{2, 2, 4, 5}, {3, 2, 4, 5}, {}},                                                         // kernel == input
     {{2, 2, 3, 3}, {3, 2, 5, 5}, {.padding = 1}},                                             // kernel > input, padded
+    // Note [Patchify convolution]: stride == kernel runs as one GEMM of the patches.
+    {{2, 3, 8, 8}, {4, 3, 4, 4}, {.stride = 4}},                                               // ViT's patch embedding
+    {{2, 3, 10, 9}, {5, 3, 3, 2}, {.stride = {3, 2}}, false},                                  // leftover rows, columns
     // Note [CPU convolution threading]: samples in parallel, the weight gradient in two
     // chunks (5 and 4 samples of 400 columns), strided and dilated im2col runs.
     {{9, 3, 20, 20}, {5, 3, 3, 3}, {.padding = 1}},
