@@ -7,11 +7,14 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
+#include "autograd/offload_stream.h"
 #include "core/stream.h"
 #include "memory/allocator.h"
 #include "memory/pinned.h"
+#include "tensor/factory.h"
 #include "tensor/philox.h"
 
 namespace frugal::data {
@@ -25,15 +28,24 @@ namespace frugal::data {
 //             A worker claims batch i only while i < consumed + max(prefetch, workers), so
 //             at most that many batches are in flight or waiting.
 //   next()  : wait for the batch at index `consumed` (batches are delivered in index
-//             order, whichever worker finished first); for a CUDA loader, copy it with
-//                   Tensor::to(device), i.e. cudaMemcpyAsync on the caller's current
-//                   stream, which does not block the host because the source is pinned.
-// The copy is issued by the consumer, not the worker, so it is ordered on the stream the
-// training step runs on (the stream is per thread; the worker's would be the wrong one)
-// and needs no event. The pinned block dies with the host batch as next() returns, while
-// the copy may still be in flight: memory::record_stream(block, stream) makes the pinned
-// pool hold the block back until the copy has completed (see Note [Stream-aware reuse]),
-// so nothing waits and nothing is overwritten early.
+//             order, whichever worker finished first) and hand it over; for a CUDA
+//             loader, on the device (below).
+// The copy to a CUDA device is issued by the consumer, not the worker: the device memory
+// is allocated on the stream the training step runs on (the current stream is per thread;
+// the worker's would be the wrong one). The first batch of a pass is copied with
+// Tensor::to(device), a cudaMemcpyAsync on that stream. Each later batch is staged: when
+// next() hands over batch i and batch i + 1 is already prepared (never waiting for it),
+// next() starts i + 1's copy on the side stream of autograd/offload_stream.h, after what
+// the step's stream has queued so far (the block may have been that stream's), so it
+// runs during step i instead of after it; the next next() makes the step's stream wait
+// for the copy's event (no host wait) and hands the batch over. A batch not prepared in
+// time is copied on the step's stream as the first one is. Either way the pinned block
+// dies with the host batch while the copy may still be in flight:
+// memory::record_stream(block, stream) makes the pinned pool hold the block back until
+// the copy has completed (see Note [Stream-aware reuse]), so nothing overwrites it early.
+// A staged batch that is never handed over (a pass abandoned) is still waited for by the
+// step's stream before its device memory is freed, so the block is not reused while
+// the copy writes it.
 // Determinism: which samples batch i holds is fixed by (seed, epoch) before any thread
 // starts, and a sample's content by (epoch, i) (Note [Per-sample randomness] in
 // transforms.cpp), so 1 and N workers deliver identical batches.
@@ -112,6 +124,18 @@ Tensor deliver(const Tensor& host, Device device) {
   return out;
 }
 
+#if FRUGAL_WITH_CUDA
+// `host` (pinned) into fresh memory of `device`, copied on the side stream; `event`
+// completes with the copy.
+Tensor stage(const Tensor& host, Device device, void*& event) {
+  Tensor out = empty(host.sizes(), {host.dtype(), device});
+  event = autograd::detail::copy_on_offload_stream(out.data(), host.data(), size_t(host.numel()) * host.element_size(),
+                                                   device);
+  memory::record_stream(host.impl().storage->data, autograd::detail::offload_stream(device));
+  return out;
+}
+#endif
+
 }  // namespace
 
 Batch collate(const std::vector<Example>& examples) {
@@ -139,10 +163,34 @@ struct DataLoader::Pass {
     Batch batch;               // host (pinned) tensors
     std::exception_ptr error;  // set instead when preparing the batch failed
   };
+  // A batch whose copy to the device runs on the side stream (Note [DataLoader pipeline]).
+  struct Staged {
+    Batch batch;                // on the device, written by the copies
+    void* events[2] = {};       // the inputs' and targets' copies
+    Device device = kCPU;
+    Staged() = default;
+    Staged(const Staged&) = delete;
+    Staged& operator=(const Staged&) = delete;
+    /// The step's stream waits for the copies (no host wait); returns the batch.
+    Batch take() {
+#if FRUGAL_WITH_CUDA
+      for (void*& e : events) {
+        if (!e) continue;
+        autograd::detail::wait_on_current_stream(e, device, /*measure_stall=*/false);
+        autograd::detail::release_event(e);
+        e = nullptr;
+      }
+#endif
+      return std::move(batch);
+    }
+    ~Staged() { take(); }  // an abandoned copy: its device memory is freed only after it
+  };
+  std::unique_ptr<Staged> staged;  // batch `delivered` when set
   std::vector<int64_t> order;
   int64_t epoch = 0;
   int64_t num_batches = 0;
-  int64_t consumed = 0;  // batches taken by next()
+  int64_t consumed = 0;   // batches taken from `ready` (or made) by next()
+  int64_t delivered = 0;  // batches handed to the caller: consumed, or consumed - 1 with one staged
   int64_t claimed = 0;   // batches claimed by the workers (guarded by mu)
   std::mutex mu;
   std::condition_variable cv;
@@ -184,8 +232,8 @@ void DataLoader::set_epoch(int64_t epoch) {
 
 DataLoader::Position DataLoader::position() const {
   if (!pass_) return {next_epoch_, next_first_batch_};
-  if (pass_->consumed == pass_->num_batches) return {pass_->epoch + 1, 0};  // the pass is done
-  return {pass_->epoch, pass_->consumed};
+  if (pass_->delivered == pass_->num_batches) return {pass_->epoch + 1, 0};  // the pass is done
+  return {pass_->epoch, pass_->delivered};
 }
 
 void DataLoader::set_position(Position position) {
@@ -224,7 +272,7 @@ void DataLoader::start_pass() {
   pass->epoch = next_epoch_++;
   pass->order = order(pass->epoch);
   pass->num_batches = size();
-  pass->consumed = pass->claimed = next_first_batch_;  // set_position: resume mid-epoch
+  pass->consumed = pass->claimed = pass->delivered = next_first_batch_;  // set_position: resume mid-epoch
   next_first_batch_ = 0;
   if (options_.prefetch > 0 && pass->num_batches > 0) {
     Pass* p = pass.get();
@@ -268,40 +316,63 @@ void DataLoader::end_pass() {
   pass_.reset();
 }
 
-bool DataLoader::next(Batch& batch) {
-  if (!pass_) start_pass();
+std::optional<Batch> DataLoader::take_prepared(bool wait) {
   Pass& p = *pass_;
-  if (p.consumed == p.num_batches) {
-    end_pass();
-    return false;
-  }
-  Batch host;
   if (options_.prefetch == 0) {
+    if (!wait) return std::nullopt;
     try {
-      host = make_batch(p.order, p.consumed++, p.epoch);
+      return make_batch(p.order, p.consumed++, p.epoch);
     } catch (...) {
       end_pass();
       throw;
     }
-  } else {
-    Pass::Slot slot;
-    {
-      std::unique_lock<std::mutex> lock(p.mu);
-      p.cv.wait(lock, [&] { return p.ready.count(p.consumed) > 0; });
-      auto it = p.ready.find(p.consumed);
-      slot = std::move(it->second);
-      p.ready.erase(it);
-      ++p.consumed;  // under the lock: the workers' window moves with it
-    }
-    p.cv.notify_all();
-    if (slot.error) {
-      end_pass();
-      std::rethrow_exception(slot.error);
-    }
-    host = std::move(slot.batch);
   }
-  batch.inputs = deliver(host.inputs, options_.device);
-  batch.targets = deliver(host.targets, options_.device);
+  Pass::Slot slot;
+  {
+    std::unique_lock<std::mutex> lock(p.mu);
+    if (wait) p.cv.wait(lock, [&] { return p.ready.count(p.consumed) > 0; });
+    auto it = p.ready.find(p.consumed);
+    if (it == p.ready.end() || (!wait && it->second.error)) return std::nullopt;  // errors rethrow in order
+    slot = std::move(it->second);
+    p.ready.erase(it);
+    ++p.consumed;  // under the lock: the workers' window moves with it
+  }
+  p.cv.notify_all();
+  if (slot.error) {
+    end_pass();
+    std::rethrow_exception(slot.error);
+  }
+  return std::move(slot.batch);
+}
+
+bool DataLoader::next(Batch& batch) {
+  if (!pass_) start_pass();
+  Pass& p = *pass_;
+  if (p.delivered == p.num_batches) {
+    end_pass();
+    return false;
+  }
+  if (p.staged) {
+    batch = p.staged->take();
+    p.staged.reset();
+  } else {
+    const Batch host = *take_prepared(/*wait=*/true);
+    batch.inputs = deliver(host.inputs, options_.device);
+    batch.targets = deliver(host.targets, options_.device);
+  }
+  ++p.delivered;
+#if FRUGAL_WITH_CUDA
+  if (options_.device.is_cuda() && p.consumed < p.num_batches) {
+    if (std::optional<Batch> host = take_prepared(/*wait=*/false)) {
+      auto staged = std::make_unique<Pass::Staged>();
+      staged->device = options_.device;
+      staged->batch.inputs = stage(host->inputs, options_.device, staged->events[0]);
+      staged->batch.targets = stage(host->targets, options_.device, staged->events[1]);
+      p.staged = std::move(staged);
+      ++side_stream_copies_;
+    }
+  }
+#endif
   return true;
 }
 

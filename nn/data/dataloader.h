@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/data_ptr.h"
@@ -83,6 +84,9 @@ class DataLoader {
   /// The sample indices of `epoch`, in the order they are delivered (before drop_last).
   std::vector<int64_t> order(int64_t epoch) const;
   const DataLoaderOptions& options() const { return options_; }
+  /// Batches so far whose copy to a CUDA device ran on the side stream, overlapped with the
+  /// step before them (Note [DataLoader pipeline]); the others were copied on the step's stream.
+  int64_t side_stream_copies() const { return side_stream_copies_; }
 
   /// Moves the next batch of the current pass into `batch` and returns true; at the end
   /// of the pass returns false (and the next call starts a new pass). An error raised
@@ -121,6 +125,9 @@ class DataLoader {
   void end_pass();
   void check_options() const;
   Batch make_batch(const std::vector<int64_t>& order, int64_t index, int64_t epoch) const;
+  /// The next prepared host batch of the pass under way, waiting for it, or, without
+  /// `wait`, only if it is ready and did not fail (nullopt otherwise).
+  std::optional<Batch> take_prepared(bool wait);
 
   std::shared_ptr<const Dataset> dataset_;
   const TensorDataset* tensors_ = nullptr;  // dataset_ when it is a TensorDataset (the fast path)
@@ -128,6 +135,7 @@ class DataLoader {
   int64_t next_epoch_ = 0;
   int64_t next_first_batch_ = 0;  // where the next pass starts (set_position), then 0
   std::unique_ptr<Pass> pass_;
+  int64_t side_stream_copies_ = 0;
 };
 
 }  // namespace frugal::data
