@@ -6,7 +6,7 @@
 #   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory compress-accuracy svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
-#                                     profile)
+#                                     galore profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -59,6 +59,19 @@ for s in "$@"; do
       done
       run timeout ${EXAMPLE_TIMEOUT:-170} "$BUILD/examples/bert_mlm" --device cuda --steps ${BERT_STEPS:-1000} >/tmp/ex.log 2>&1
       tr '\r' '\n' </tmp/ex.log | grep -vE "ETA|^\s*$" | tail -12 ;;
+    galore)  # issue 20: GaLore against AdamW on BERT-base: train_step's step time, peak and state bytes, then
+             # bert_mlm at BERT-base size for GALORE_STEPS steps (MLM loss; GaLore at the same lr and at 4x)
+      for o in adamw galore; do
+        echo "-- train_step bert_base b64 --optim $o"
+        run "$BUILD/bench/train_step" --model bert_base --batch 64 --amp --optim $o --galore-rank 128 \
+          | grep -E "step_ms|peak_allocated|optimizer_state"
+      done
+      base="--device cuda --layers 12 --hidden 768 --heads 12 --intermediate 3072 --batch 32 --steps ${GALORE_STEPS:-600}"
+      for run_args in "--optim adamw --lr 2e-4" "--optim galore --galore-rank 128 --galore-gap 200 --lr 2e-4" \
+                      "--optim galore --galore-rank 128 --galore-gap 200 --lr 8e-4"; do
+        echo "-- bert_mlm (BERT-base) $run_args"
+        run "$BUILD/examples/bert_mlm" $base $run_args 2>&1 | tr '\r' '\n' | grep -E "mlm_loss|optimizer_state|^train:" | tail -5
+      done ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
