@@ -7,7 +7,12 @@
 // BDCSVD itself switches to Jacobi below 16 columns; the switch is made explicit here
 // on k = min(m, n) so the choice is visible. Both return singular values in
 // decreasing order. A batch runs one matrix per OpenMP thread.
+// Eigen 3.4's triangular matrix-vector product (inside the SVDs' QR) trips GCC's
+// -Wmaybe-uninitialized on a variable it does initialise; the warning is Eigen's, not ours.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/SVD>
+#pragma GCC diagnostic pop
 
 #include <exception>
 
