@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #include "bench/gpu_timer.h"
 #include "core/cuda_check.h"
@@ -19,7 +20,9 @@
 #include "tensor/cuda/cublas_handle.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/norm.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal::bench {
@@ -142,6 +145,48 @@ void allocation(const Options& o, KeyFigures& keys) {
   keys.add("gpu_tiny_op_overhead_ns", add_ns, "%.0f");
 }
 
+// ViT-B/16's row ops at batch 128 (25216 rows of 768): layer norm forward and backward
+// (Note [CUDA layer norm kernels]) as GB/s of their compulsory traffic next to cudaMemcpy,
+// and the patch embedding (Note [Patchify convolution]) forward and both backward products.
+void vit_row_ops(const Options& o, KeyFigures& keys, GpuTimer& timer) {
+  const int reps = o.quick ? 10 : 30;
+  constexpr int64_t M = 128 * 197, N = 768;
+  const Tensor x = randn({M, N}, {kFloat32, kGpu}), g = randn({M, N}, {kFloat32, kGpu});
+  const Tensor w = randn({N}, {kFloat32, kGpu}), b = randn({N}, {kFloat32, kGpu});
+  const ops::LayerNormResult f = ops::layer_norm(x, {N}, w, b);
+  const double bytes = double(M * N * 4);
+  const Tensor src = empty({M * N}, {kFloat32, kGpu}), dst = empty_like(src);
+  const double copy_ms = timer.median_ms(
+      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), size_t(bytes), cudaMemcpyDeviceToDevice, stream())); },
+      3, reps);
+  const double copy_gbs = 2 * bytes / (copy_ms * 1e-3) * 1e-9;
+  Table table("ViT-B/16 b128 row ops, float32 (ms and GB/s of compulsory traffic, median)",
+              {"op", "ms", "GB/s", "of memcpy"});
+  const double fwd_ms = timer.median_ms([&] { ops::LayerNormResult r = ops::layer_norm(x, {N}, w, b); }, 3, reps);
+  const double bwd_ms = timer.median_ms(
+      [&] { ops::LayerNormGrads r = ops::layer_norm_backward(g, x, {N}, f.mean, f.rstd, w, true); }, 3, reps);
+  for (auto [name, ms, tensors] : {std::tuple{"layer_norm forward (x -> y)", fwd_ms, 2.0},
+                                   std::tuple{"layer_norm backward (g, x -> dx, dw, db)", bwd_ms, 3.0}}) {
+    const double gbs = tensors * bytes / (ms * 1e-3) * 1e-9;
+    table.add({name, fmt("%.4f", ms), fmt("%.0f", gbs), fmt("%.3f", gbs / copy_gbs)});
+  }
+  const Tensor img = randn({128, 3, 224, 224}, {kFloat16, kGpu}), pw = randn({768, 3, 16, 16}, {kFloat16, kGpu});
+  const Conv2dOptions patch{.stride = 16};
+  const Tensor py = ops::conv2d(img, pw, Tensor(), patch);
+  const Tensor pg = randn(py.sizes(), {kFloat16, kGpu});
+  const double conv_ms = timer.median_ms([&] { Tensor y = ops::conv2d(img, pw, Tensor(), patch); }, 3, reps);
+  const double dx_ms =
+      timer.median_ms([&] { Tensor d = ops::conv2d_backward_input(pg, img.sizes(), pw, patch); }, 3, reps);
+  const double dw_ms =
+      timer.median_ms([&] { Tensor d = ops::conv2d_backward_weight(pg, img, pw.sizes(), patch); }, 3, reps);
+  table.add({"patch embedding conv 16x16/16, float16 forward", fmt("%.4f", conv_ms), "-", "-"});
+  table.add({"  backward input", fmt("%.4f", dx_ms), "-", "-"});
+  table.add({"  backward weight", fmt("%.4f", dw_ms), "-", "-"});
+  table.print();
+  keys.add("vit_layer_norm_backward_frac_of_copy", 3 * bytes / (bwd_ms * 1e-3) * 1e-9 / copy_gbs);
+  keys.add("vit_patch_embedding_fwd_bwd_ms", conv_ms + dx_ms + dw_ms, "%.4f");
+}
+
 }  // namespace
 
 void require_cuda() { FRUGAL_CHECK(cuda_device_count() > 0, "bench_ops: --device cuda, but no GPU was found"); }
@@ -155,6 +200,7 @@ void run_cuda_benchmarks(const Options& o, KeyFigures& keys) {
   GpuTimer timer;
   elementwise(o, keys, timer);
   matmul(o, keys, timer);
+  vit_row_ops(o, keys, timer);
   allocation(o, keys);
 }
 

@@ -9,8 +9,14 @@
 // (sum(dxhat), sum(dxhat * xhat)), an all-reduce, one write. dweight and dbias: a
 // column reduction; a 32 x 8 block owns 32 columns and a slice of the rows (threadIdx.x
 // walks columns: coalesced), the 8 row lanes merge in shared memory into one partial per
-// (row slice, column), and a second kernel adds the slices in order. No atomics, so the
-// parameter gradients are bitwise reproducible run to run.
+// (row slice, column), and a second kernel adds the slices in a fixed order (again 32
+// columns a block, 8 lanes over the slices). No atomics, so the
+// parameter gradients are bitwise reproducible run to run. When dx and a parameter
+// gradient are both wanted for rows of at most 1024 elements (every transformer's layer
+// norm), one kernel does both, so g and x are read once instead of twice: each warp also
+// sums its columns' g * xhat and g into its own slice of shared memory, the block adds the
+// slices in warp order, and the same finishing kernel adds the blocks' partials in order
+// (still no atomics).
 #include <cmath>
 
 #include "tensor/cuda/block_reduce.cuh"
@@ -27,6 +33,7 @@ constexpr int kWarpRowsBlock = 128;  // warp per row: 4 rows per block
 constexpr int kLongRowBlock = 512;   // block per row
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int kColX = 32, kColY = 8;  // parameter-gradient column reduction
+constexpr int kFusedBlock = 128;      // the fused backward: 4 warps, 32 KiB of shared sums
 
 template <typename Acc>
 __device__ __forceinline__ Acc rsqrt_acc(Acc v) {
@@ -132,6 +139,55 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The backward of rows of at most kWarpRowMax elements in one pass over g and x (Note [CUDA
+// layer norm kernels]): a warp per row writes dx as layer_norm_backward_dx_kernel does, and
+// each lane also adds g * xhat and g of its columns (j = lane + 32 k) into its warp's slice
+// of shared memory over the rows the warp takes. The block's warps then add their slices in
+// warp order, and the block writes one partial per column: partial (gridDim.x, 2, N).
+template <typename T>
+__global__ void __launch_bounds__(kFusedBlock)
+    layer_norm_backward_fused_kernel(T* __restrict__ gx, float* __restrict__ partial, const T* __restrict__ g,
+                                     const T* __restrict__ x, const float* __restrict__ mean,
+                                     const float* __restrict__ rstd, const T* __restrict__ w, int64_t M, int64_t N) {
+  constexpr int kWarps = kFusedBlock / 32;
+  __shared__ float sums[kWarps][2][kWarpRowMax];  // per warp: sum(g * xhat), then sum(g)
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+  float* dw = sums[warp][0];
+  float* db = sums[warp][1];
+  for (int64_t j = lane; j < N; j += 32) dw[j] = db[j] = 0;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < M; row += int64_t(gridDim.x) * kWarps) {
+    const T* xr = x + row * N;
+    const T* gr = g + row * N;
+    const float m = mean[row], rs = rstd[row];
+    Pair<float> p{0, 0};  // sum(dxhat), sum(dxhat * xhat)
+    for (int64_t j = lane; j < N; j += 32) {
+      const float gv = float(gr[j]), xhat = (float(xr[j]) - m) * rs;
+      const float dxhat = w ? gv * float(w[j]) : gv;
+      p.a += dxhat;
+      p.b += dxhat * xhat;
+      dw[j] += gv * xhat;
+      db[j] += gv;
+    }
+    p = row_sum<32>(p, Pair<float>{0, 0});
+    const float c1 = p.a / float(N), c2 = p.b / float(N);
+    T* gxr = gx + row * N;
+    for (int64_t j = lane; j < N; j += 32) {
+      const float dxhat = w ? float(gr[j]) * float(w[j]) : float(gr[j]);
+      gxr[j] = T(rs * (dxhat - c1 - ((float(xr[j]) - m) * rs) * c2));
+    }
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < N; j += kFusedBlock) {
+    float a = 0, b = 0;
+    for (int k = 0; k < kWarps; ++k) {  // warp order: the same sums every run
+      a += sums[k][0][j];
+      b += sums[k][1][j];
+    }
+    partial[int64_t(blockIdx.x) * 2 * N + j] = a;
+    partial[int64_t(blockIdx.x) * 2 * N + N + j] = b;
+  }
+}
+
 // g, x: (M, N); mean, rstd: (M); partial: (gridDim.y, 2, N): per row slice, sum(g * xhat) then sum(g)
 template <typename T>
 __global__ void __launch_bounds__(kColX* kColY)
@@ -164,17 +220,30 @@ __global__ void __launch_bounds__(kColX* kColY)
   }
 }
 
-// partial: (slices, 2, N); gw, gb: (N) or null
+// partial: (slices, 2, N); gw, gb: (N) or null. A 32 x 8 block owns 32 columns; row lane ty
+// adds slices ty, ty + 8, ... and the 8 lanes merge in shared memory in lane order.
 template <typename T>
-__global__ void layer_norm_param_finish_kernel(T* __restrict__ gw, T* __restrict__ gb,
-                                               const opmath_t<T>* __restrict__ partial, int64_t slices, int64_t N) {
+__global__ void __launch_bounds__(kColX* kColY)
+    layer_norm_param_finish_kernel(T* __restrict__ gw, T* __restrict__ gb, const opmath_t<T>* __restrict__ partial,
+                                   int64_t slices, int64_t N) {
   using Acc = opmath_t<T>;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < N; j += stride) {
-    Acc dw = 0, db = 0;
-    for (int64_t s = 0; s < slices; ++s) {
+  __shared__ Acc sw[kColY][kColX], sb[kColY][kColX];
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  const int64_t j = int64_t(blockIdx.x) * kColX + tx;
+  Acc dw = 0, db = 0;
+  if (j < N) {
+    for (int64_t s = ty; s < slices; s += kColY) {
       dw += partial[s * 2 * N + j];
       db += partial[s * 2 * N + N + j];
+    }
+  }
+  sw[ty][tx] = dw;
+  sb[ty][tx] = db;
+  __syncthreads();
+  if (ty == 0 && j < N) {
+    for (int k = 1; k < kColY; ++k) {
+      dw += sw[k][tx];
+      db += sb[k][tx];
     }
     if (gw) gw[j] = T(dw);
     if (gb) gb[j] = T(db);
@@ -236,6 +305,21 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
   cudaStream_t stream = stream_for(x);
   dispatch_floating(x.dtype(), "layer_norm_backward", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
+    if constexpr (std::is_same_v<Acc, float>) {
+      if (grad_x.defined() && (grad_weight.defined() || grad_bias.defined()) && N <= kWarpRowMax) {
+        // One pass (layer_norm_backward_fused_kernel), about 4 row-owning blocks per SM.
+        const int64_t blocks = std::clamp<int64_t>((M + kFusedBlock / 32 - 1) / (kFusedBlock / 32), 1, max_blocks(4));
+        const Tensor partial = empty({blocks, 2, N}, {kFloat32, x.device()});
+        layer_norm_backward_fused_kernel<T><<<unsigned(blocks), kFusedBlock, 0, stream>>>(
+            grad_x.data_ptr<T>(), partial.data_ptr<float>(), grad_out.data_ptr<T>(), x.data_ptr<T>(),
+            mean.data_ptr<float>(), rstd.data_ptr<float>(), ptr_or_null<T>(weight), M, N);
+        FRUGAL_CUDA_CHECK_LAUNCH();
+        layer_norm_param_finish_kernel<T><<<unsigned((N + kColX - 1) / kColX), dim3(kColX, kColY), 0, stream>>>(
+            ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias), partial.data_ptr<float>(), blocks, N);
+        FRUGAL_CUDA_CHECK_LAUNCH();
+        return;
+      }
+    }
     if (grad_x.defined()) {
       with_row_shape(N, [&]<int kThreads, int kBlock>() {
         layer_norm_backward_dx_kernel<T, kThreads, kBlock><<<row_grid<kThreads, kBlock>(M), kBlock, 0, stream>>>(
@@ -255,7 +339,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
         partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M,
         N);
     FRUGAL_CUDA_CHECK_LAUNCH();
-    layer_norm_param_finish_kernel<T><<<grid_for(N), kBlockSize, 0, stream>>>(
+    layer_norm_param_finish_kernel<T><<<unsigned(col_blocks), dim3(kColX, kColY), 0, stream>>>(
         ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias), partial.data_ptr<Acc>(), slices, N);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
