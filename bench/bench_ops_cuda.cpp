@@ -23,6 +23,7 @@
 #include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/norm.h"
+#include "tensor/ops/reduce.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal::bench {
@@ -169,6 +170,14 @@ void vit_row_ops(const Options& o, KeyFigures& keys, GpuTimer& timer) {
                                    std::tuple{"layer_norm backward (g, x -> dx, dw, db)", bwd_ms, 3.0}}) {
     const double gbs = tensors * bytes / (ms * 1e-3) * 1e-9;
     table.add({name, fmt("%.4f", ms), fmt("%.0f", gbs), fmt("%.3f", gbs / copy_gbs)});
+  }
+  // A linear's bias gradient: the column sums of its (rows, out) float16 output gradient.
+  for (int64_t cols : {int64_t(768), int64_t(3072)}) {
+    const Tensor go = randn({M, cols}, {kFloat16, kGpu});
+    const double ms = timer.median_ms([&] { Tensor db = ops::sum(go, {0}); }, 3, reps);
+    const double gbs = double(M * cols * 2) / (ms * 1e-3) * 1e-9;
+    table.add({fmt("bias gradient: sum over rows of (%lld, %lld) float16", (long long)M, (long long)cols),
+               fmt("%.4f", ms), fmt("%.0f", gbs), fmt("%.3f", gbs / copy_gbs)});
   }
   const Tensor img = randn({128, 3, 224, 224}, {kFloat16, kGpu}), pw = randn({768, 3, 16, 16}, {kFloat16, kGpu});
   const Conv2dOptions patch{.stride = 16};
