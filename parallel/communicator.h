@@ -77,6 +77,13 @@ class Communicator {
   virtual std::chrono::milliseconds timeout() const = 0;
 };
 
+/// The reduction every CPU backend computes (threads, tcp, mpi): `count` elements of each
+/// rank's buffer in `src` (rank order) reduced element by element in rank order, in the
+/// type's compute precision (f32 for f16/bf16), into dst; NaN propagates through Max. So
+/// the CPU backends agree bit for bit. `op_name` names the caller in a dtype error.
+void reduce_in_rank_order(DType dtype, const std::vector<const void*>& src, void* dst, int64_t count, ReduceOp op,
+                          const char* op_name);
+
 /// Convenience blocking forms.
 inline void all_reduce(Communicator& c, const Tensor& t, ReduceOp op = ReduceOp::Sum) { c.all_reduce(t, op)->wait(); }
 
