@@ -129,12 +129,13 @@ class TcpMesh {
     if (!failure_.empty()) FRUGAL_FAIL(what, ": the communicator failed earlier: ", failure_);
   }
 
- private:
+  /// Poisons the connections: every later call throws `what` (Note [TCP backend]).
   void fail(const std::string& what) {
     std::lock_guard lock(mu_);
     if (failure_.empty()) failure_ = what;
   }
 
+ private:
   // Waits (lock held) until ready(); a message that arrived before its sender's connection
   // closed still counts, so a peer that finished and exited is not an error.
   template <typename Ready>
@@ -424,10 +425,15 @@ struct TcpCommunicator::Exchange {
   }
   std::vector<char> recv(int peer, size_t bytes) {
     Message m = mesh.take_collective(members[size_t(peer)], group, deadline, timeout, what);
-    FRUGAL_CHECK(m.op == code && m.seq == seq && m.bytes.size() == bytes, what, ": rank ", peer, " sent ",
-                 m.bytes.size(), " bytes of its ", op_name(m.op), " #", m.seq, ", this rank expects ", bytes,
-                 " bytes of ", op_name(code), " #", seq,
-                 " (every rank must call the same collectives in the same order, with tensors of one dtype and size)");
+    if (m.op != code || m.seq != seq || m.bytes.size() != bytes) {
+      // The ranks are out of step: no later message on these connections can be trusted.
+      const std::string msg = str_cat(
+          what, ": rank ", peer, " sent ", m.bytes.size(), " bytes of its ", op_name(m.op), " #", m.seq,
+          ", this rank expects ", bytes, " bytes of ", op_name(code), " #", seq,
+          " (every rank must call the same collectives in the same order, with tensors of one dtype and size)");
+      mesh.fail(msg);
+      FRUGAL_FAIL(msg);
+    }
     return std::move(m.bytes);
   }
 };

@@ -41,6 +41,9 @@ struct Rank {
   std::string partial;  // an unfinished output line
   bool exited = false;
   int status = 0;
+  // When its output ended (it exits then): of several ranks that fail at once, the one
+  // whose output ended first is the root cause, the others failed because of it.
+  std::chrono::steady_clock::time_point eof_at = std::chrono::steady_clock::time_point::max();
 };
 
 volatile sig_atomic_t g_signal = 0;
@@ -84,6 +87,7 @@ bool pump(int r, Rank& rank) {
   const ssize_t n = ::read(rank.out, buf, sizeof(buf));
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
+    rank.eof_at = std::chrono::steady_clock::now();
     if (!rank.partial.empty()) emit(r, rank.partial);
     rank.partial.clear();
     ::close(rank.out);
@@ -228,17 +232,20 @@ int main(int argc, char** argv) {
     }
     int status = 0;
     pid_t pid;
+    int first_failed = -1;  // of the ranks reaped now, the failed one whose output ended first
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
       for (int r = 0; r < nproc; ++r) {
         Rank& rk = ranks[size_t(r)];
         if (rk.pid != pid || rk.exited) continue;
         rk.exited = true, rk.status = status, --running;
-        if (exit_code(status) != 0 && failed < 0 && !stopping) {
-          failed = r;
-          std::fprintf(stderr, "frugal-run: rank %d %s; stopping the other ranks\n", first_rank + r,
-                       how(status).c_str());
-        }
+        if (exit_code(status) != 0 && (first_failed < 0 || rk.eof_at < ranks[size_t(first_failed)].eof_at))
+          first_failed = r;
       }
+    }
+    if (first_failed >= 0 && failed < 0 && !stopping) {
+      failed = first_failed;
+      std::fprintf(stderr, "frugal-run: rank %d %s; stopping the other ranks\n", first_rank + failed,
+                   how(ranks[size_t(failed)].status).c_str());
     }
     if (g_signal && !stopping) {
       std::fprintf(stderr, "frugal-run: got signal %d; stopping the ranks\n", int(g_signal));
