@@ -14,7 +14,8 @@
 // and frugal-run reports which rank failed and exits with its code (128 + signal when it
 // was killed by a signal). The ranks on other nodes see its connections close and fail
 // in turn (Note [TCP backend] in parallel/tcp_communicator.h). Exit 0 when every local
-// rank exits 0.
+// rank exits 0. With K > 1 and OMP_NUM_THREADS unset, each rank gets OMP_NUM_THREADS =
+// cores / K, so CPU ranks do not oversubscribe the host.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -196,6 +198,10 @@ int main(int argc, char** argv) {
       ::setenv("NODE_RANK", std::to_string(node_rank).c_str(), 1);
       ::setenv("MASTER_ADDR", master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      // K ranks sharing this host's cores: each gets its share of OpenMP threads unless told
+      // (torchrun sets 1; a CPU rank computing alone wants its share).
+      if (nproc > 1 && !std::getenv("OMP_NUM_THREADS"))
+        ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN) / nproc)).c_str(), 1);
       ::execvp(argv[i], argv + i);
       std::fprintf(stderr, "frugal-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
       _exit(127);

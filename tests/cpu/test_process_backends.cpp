@@ -121,7 +121,7 @@ TEST_CASE("tcp backend: a rank that dies mid-step fails the others at once, with
 
 TEST_CASE("tcp backend: a rank that never joins makes the others time out naming op, rank and sequence number") {
   const auto start = std::chrono::steady_clock::now();
-  const auto [code, out] = run_pair_by_hand("--mode hang --timeout-ms 400 --sleep-ms 1500");
+  const auto [code, out] = run_pair_by_hand("--mode hang --timeout-ms 400 --sleep-ms 700");
   CHECK(std::chrono::steady_clock::now() - start < 20s);
   check_contains(out, {"codes=1,0", "tcp all_reduce #2 on rank 0 timed out after 400 ms waiting for rank 1",
                        "dist_check hang: rank 1/2 left without joining all_reduce #2"});
