@@ -60,11 +60,8 @@ int run(int argc, char** argv) {
         const std::string name = flags.text();
         try {
           backend = parallel::parse_backend(name);
-        } catch (const Error&) {
-          throw cli::UsageError("--backend: '" + name + "' is not auto, nccl, tcp or mpi");
-        }
-      }
-      else flags.unknown();
+        } catch (const Error&) { throw cli::UsageError("--backend: '" + name + "' is not auto, nccl, tcp or mpi"); }
+      } else flags.unknown();
     }
   });
   auto choose_modes = [&](int ranks) {

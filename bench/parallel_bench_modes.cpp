@@ -325,7 +325,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
 void print_report(const std::vector<ModeResult>& results, const BenchOptions& opts, const Communicator& world) {
   const ModelConfig& m = opts.model;
   const std::string backend = world.backend();
-  const std::string ranks = backend == "threads" ? "thread rank(s) on the CPU (memory: the process's)"
+  const std::string ranks = backend == "threads"      ? "thread rank(s) on the CPU (memory: the process's)"
                             : world.device().is_cpu() ? "process rank(s) on the CPU over " + backend
                                                       : "GPU(s)";
   std::printf("%s encoder (%lld x %lld, %lld heads, %lld, seq %lld), f32, global batch %lld, %d %s\n", m.name.c_str(),

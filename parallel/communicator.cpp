@@ -4,8 +4,8 @@
 
 namespace frugal::parallel {
 
-void reduce_in_rank_order(DType dtype, const std::vector<const void*>& src, void* dst, int64_t count,
-                                  ReduceOp op, const char* op_name) {
+void reduce_in_rank_order(DType dtype, const std::vector<const void*>& src, void* dst, int64_t count, ReduceOp op,
+                          const char* op_name) {
   dispatch_numeric(dtype, op_name, kCPU, [&]<typename T>() {
     using Acc = opmath_t<T>;
     const Acc n = Acc(src.size());

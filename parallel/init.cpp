@@ -90,7 +90,8 @@ ProcessEnv read_process_env() {
   else if (const char* nodes = slurm ? env_any({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}) : nullptr)
     env.master_addr = first_host_of_nodelist(nodes);
   else env.master_addr = "127.0.0.1";
-  env.master_port = port ? parse_int("MASTER_PORT", port) : kSlurmBasePort + parse_int("SLURM_JOB_ID", slurm_job) % 1000;
+  env.master_port =
+      port ? parse_int("MASTER_PORT", port) : kSlurmBasePort + parse_int("SLURM_JOB_ID", slurm_job) % 1000;
   FRUGAL_CHECK(env.world_size >= 1 && env.rank < env.world_size, "init_process_group: RANK ", env.rank,
                " out of range for WORLD_SIZE ", env.world_size);
   FRUGAL_CHECK(env.master_port > 0 && env.master_port < 65536, "init_process_group: MASTER_PORT ", env.master_port,

@@ -32,9 +32,9 @@ std::string mpi_error(int code) {
   return std::string(text, size_t(len));
 }
 
-#define FRUGAL_MPI_CHECK(call, what)                                                        \
-  do {                                                                                      \
-    const int frugal_mpi_rc = (call);                                                       \
+#define FRUGAL_MPI_CHECK(call, what)                                                                      \
+  do {                                                                                                    \
+    const int frugal_mpi_rc = (call);                                                                     \
     FRUGAL_CHECK(frugal_mpi_rc == MPI_SUCCESS, what, ": ", #call, " failed: ", mpi_error(frugal_mpi_rc)); \
   } while (0)
 
@@ -167,8 +167,9 @@ std::shared_ptr<Communicator> make_mpi_world(std::chrono::milliseconds timeout) 
   for (const char* name : {"WORLD_SIZE", "RANK"}) {
     const char* v = std::getenv(name);
     const int mine = name[0] == 'W' ? state->size : state->rank;
-    FRUGAL_CHECK(!v || std::atoi(v) == mine, "init_process_group (mpi): ", name, "=", v, " but MPI's world says ",
-                 mine, " (", state->size, " rank(s)): MPI ranks must be started by mpirun -np N; under frugal-run "
+    FRUGAL_CHECK(!v || std::atoi(v) == mine, "init_process_group (mpi): ", name, "=", v, " but MPI's world says ", mine,
+                 " (", state->size,
+                 " rank(s)): MPI ranks must be started by mpirun -np N; under frugal-run "
                  "use the tcp backend");
   }
   auto world = std::make_shared<MpiCommunicator>(state);
@@ -225,8 +226,8 @@ std::shared_ptr<Work> MpiCommunicator::all_gather(const Tensor& input, const Ten
   check_cpu("all_gather", input);
   check_cpu("all_gather", output);
   FRUGAL_CHECK(output.is_contiguous() && output.numel() == size() * input.numel() && output.dtype() == input.dtype(),
-               "mpi all_gather: output must be contiguous with ", size(), " x input's elements and its dtype; got input ",
-               input.describe(), ", output ", output.describe());
+               "mpi all_gather: output must be contiguous with ", size(),
+               " x input's elements and its dtype; got input ", input.describe(), ", output ", output.describe());
   const std::string what = state_->label(next_seq_++, "all_gather");
   state_->check_healthy(what);
   const int bytes = checked_count(size_t(input.numel()) * element_size(input.dtype()) * size_t(size()), what) / size();
@@ -255,8 +256,8 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const Tensor& input, const
   const Tensor flat = input.contiguous();
   std::vector<char> chunks(size_t(p) * size_t(bytes) + 1);
   MPI_Request request;
-  FRUGAL_MPI_CHECK(
-      MPI_Ialltoall(flat.data(), bytes, MPI_BYTE, chunks.data(), bytes, MPI_BYTE, state_->comm, &request), what);
+  FRUGAL_MPI_CHECK(MPI_Ialltoall(flat.data(), bytes, MPI_BYTE, chunks.data(), bytes, MPI_BYTE, state_->comm, &request),
+                   what);
   state_->wait(request, what, Clock::now() + timeout_, timeout_);
   std::vector<const void*> src;
   for (int q = 0; q < p; ++q) src.push_back(chunks.data() + size_t(q) * size_t(bytes));

@@ -139,8 +139,8 @@ class TcpMesh {
   // Waits (lock held) until ready(); a message that arrived before its sender's connection
   // closed still counts, so a peer that finished and exited is not an error.
   template <typename Ready>
-  void wait(std::unique_lock<std::mutex>& lock, int peer, Clock::time_point deadline,
-            std::chrono::milliseconds timeout, const std::string& what, Ready ready) {
+  void wait(std::unique_lock<std::mutex>& lock, int peer, Clock::time_point deadline, std::chrono::milliseconds timeout,
+            const std::string& what, Ready ready) {
     while (!ready()) {
       std::string msg;
       if (!failure_.empty()) FRUGAL_FAIL(what, ": the communicator failed earlier: ", failure_);
@@ -190,8 +190,8 @@ class TcpMesh {
   std::vector<std::thread> receivers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::pair<int, uint64_t>, std::deque<Message>> collective_;       // (peer, group)
-  std::map<std::tuple<int, uint64_t, uint64_t>, std::vector<char>> p2p_;      // (peer, group, index)
+  std::map<std::pair<int, uint64_t>, std::deque<Message>> collective_;    // (peer, group)
+  std::map<std::tuple<int, uint64_t, uint64_t>, std::vector<char>> p2p_;  // (peer, group, index)
   std::vector<std::string> closed_;  // by peer: why its connection ended, "" while open
   std::string failure_;              // the first error; every later call throws it
   bool stopping_ = false;
@@ -332,8 +332,8 @@ class DoneWork final : public Work {
 
 class TcpRecvWork final : public Work {
  public:
-  TcpRecvWork(std::shared_ptr<TcpMesh> mesh, int peer, uint64_t group, uint64_t index, Tensor tensor,
-              std::string what, Clock::time_point deadline, std::chrono::milliseconds timeout)
+  TcpRecvWork(std::shared_ptr<TcpMesh> mesh, int peer, uint64_t group, uint64_t index, Tensor tensor, std::string what,
+              Clock::time_point deadline, std::chrono::milliseconds timeout)
       : mesh_(std::move(mesh)),
         peer_(peer),
         group_(group),
@@ -352,8 +352,8 @@ class TcpRecvWork final : public Work {
     auto bytes = mesh_->take_p2p(peer_, group_, index_, block, deadline_, timeout_, what_);
     if (!bytes) return false;
     const size_t expected = size_t(tensor_.numel()) * element_size(tensor_.dtype());
-    FRUGAL_CHECK(bytes->size() == expected, what_, ": got ", bytes->size(), " bytes for ", tensor_.describe(),
-                 " (", expected, " bytes): the send and the recv disagree on the size");
+    FRUGAL_CHECK(bytes->size() == expected, what_, ": got ", bytes->size(), " bytes for ", tensor_.describe(), " (",
+                 expected, " bytes): the send and the recv disagree on the size");
     const Tensor flat = tensor_.contiguous();
     if (expected) std::memcpy(flat.data(), bytes->data(), expected);
     if (!tensor_.is_contiguous()) tensor_.copy_(flat);
@@ -427,10 +427,10 @@ struct TcpCommunicator::Exchange {
     Message m = mesh.take_collective(members[size_t(peer)], group, deadline, timeout, what);
     if (m.op != code || m.seq != seq || m.bytes.size() != bytes) {
       // The ranks are out of step: no later message on these connections can be trusted.
-      const std::string msg = str_cat(
-          what, ": rank ", peer, " sent ", m.bytes.size(), " bytes of its ", op_name(m.op), " #", m.seq,
-          ", this rank expects ", bytes, " bytes of ", op_name(code), " #", seq,
-          " (every rank must call the same collectives in the same order, with tensors of one dtype and size)");
+      const std::string msg =
+          str_cat(what, ": rank ", peer, " sent ", m.bytes.size(), " bytes of its ", op_name(m.op), " #", m.seq,
+                  ", this rank expects ", bytes, " bytes of ", op_name(code), " #", seq,
+                  " (every rank must call the same collectives in the same order, with tensors of one dtype and size)");
       mesh.fail(msg);
       FRUGAL_FAIL(msg);
     }
@@ -483,8 +483,8 @@ std::shared_ptr<Work> TcpCommunicator::all_gather(const Tensor& input, const Ten
   check_cpu("all_gather", input);
   check_cpu("all_gather", output);
   FRUGAL_CHECK(output.is_contiguous() && output.numel() == size() * input.numel() && output.dtype() == input.dtype(),
-               "tcp all_gather: output must be contiguous with ", size(), " x input's elements and its dtype; got input ",
-               input.describe(), ", output ", output.describe());
+               "tcp all_gather: output must be contiguous with ", size(),
+               " x input's elements and its dtype; got input ", input.describe(), ", output ", output.describe());
   Exchange ex = begin(int(OpCode::AllGather));
   const size_t bytes = size_t(input.numel()) * element_size(input.dtype());
   // A copy first: the input may be a view of the output (ZeRO gathers in place).
@@ -580,26 +580,27 @@ std::shared_ptr<Communicator> TcpCommunicator::split(int color, int key) {
 
 std::shared_ptr<Work> TcpCommunicator::send(const Tensor& tensor, int peer) {
   check_cpu("send", tensor);
-  FRUGAL_CHECK(peer >= 0 && peer < size() && peer != rank_, "tcp send on ", label(), ": bad peer ", peer, " (",
-               size(), " ranks)");
+  FRUGAL_CHECK(peer >= 0 && peer < size() && peer != rank_, "tcp send on ", label(), ": bad peer ", peer, " (", size(),
+               " ranks)");
   const uint64_t index = sent_[size_t(peer)]++;
   const Tensor flat = tensor.contiguous();
   Header h;
   h.kind = Kind::PointToPoint, h.group = id_, h.seq = index;
   h.bytes = size_t(tensor.numel()) * element_size(tensor.dtype());
-  mesh_->post(members_[size_t(peer)], h, flat.data(), str_cat("tcp send #", index + 1, " to rank ", peer, " on ", label()));
+  mesh_->post(members_[size_t(peer)], h, flat.data(),
+              str_cat("tcp send #", index + 1, " to rank ", peer, " on ", label()));
   return std::make_shared<DoneWork>();  // the receiver's thread buffers it: complete at once
 }
 
 std::shared_ptr<Work> TcpCommunicator::recv(const Tensor& tensor, int peer) {
   check_cpu("recv", tensor);
-  FRUGAL_CHECK(peer >= 0 && peer < size() && peer != rank_, "tcp recv on ", label(), ": bad peer ", peer, " (",
-               size(), " ranks)");
+  FRUGAL_CHECK(peer >= 0 && peer < size() && peer != rank_, "tcp recv on ", label(), ": bad peer ", peer, " (", size(),
+               " ranks)");
   const uint64_t index = posted_[size_t(peer)]++;
   const std::string what = str_cat("tcp recv #", index + 1, " from rank ", peer, " on ", label());
   mesh_->check_healthy(what);
-  return std::make_shared<TcpRecvWork>(mesh_, members_[size_t(peer)], id_, index, tensor, what,
-                                       Clock::now() + timeout_, timeout_);
+  return std::make_shared<TcpRecvWork>(mesh_, members_[size_t(peer)], id_, index, tensor, what, Clock::now() + timeout_,
+                                       timeout_);
 }
 
 }  // namespace frugal::parallel

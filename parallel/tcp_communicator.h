@@ -86,7 +86,7 @@ class TcpCommunicator final : public Communicator {
   std::vector<int> members_;  // world rank of each group rank
   int rank_;
   std::chrono::milliseconds timeout_;
-  uint64_t next_seq_ = 1;  // collectives issued, 1-based
+  uint64_t next_seq_ = 1;                // collectives issued, 1-based
   std::vector<uint64_t> sent_, posted_;  // point-to-point messages per peer, for matching
 };
 

@@ -145,9 +145,7 @@ int main(int argc, char** argv) {
         port = int(expect(parse_int(v, 1, 65535), a, v, "a port in [1, 65535]"));
       else if (a == "--log-dir") log_dir = v;
       else return usage_error("unknown option " + a);
-    } catch (const frugal::cli::UsageError& e) {
-      return usage_error(e.what());
-    }
+    } catch (const frugal::cli::UsageError& e) { return usage_error(e.what()); }
   }
   if (i >= argc) return usage_error("no program to run");
   if (node_rank >= nnodes)

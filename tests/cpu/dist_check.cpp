@@ -195,7 +195,7 @@ std::string check_training(const CommPtr& world) {
       adamw = std::make_unique<optim::AdamW>(model->parameters(), kAdamW);
     } else {
       zero = std::make_unique<parallel::ZeroAdamW>(model->parameters(), world, kAdamW,
-                                                    parallel::ZeroOptions{.stage = mode == "zero1" ? 1 : 2});
+                                                   parallel::ZeroOptions{.stage = mode == "zero1" ? 1 : 2});
     }
     for (int64_t s = 0; s < kSteps; ++s) {
       const Tensor xs = rows(x[s], r, kPerRank), ys = rows(y[s], r, kPerRank);
@@ -276,7 +276,8 @@ int main(int argc, char** argv) {
     std::printf("dist_check %s: rank %d/%d %s%s (%s backend)\n", mode.c_str(), rank, world->size(),
                 ok && checks ? "ok: " : "", result.c_str(), world->backend().c_str());
     std::fflush(stdout);
-    if (mode == "die" || mode == "hang") _exit(rank == world->size() - 1 ? 0 : 1);  // the dead peer's sockets: no teardown
+    if (mode == "die" || mode == "hang")
+      _exit(rank == world->size() - 1 ? 0 : 1);  // the dead peer's sockets: no teardown
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("dist_check %s: rank %d FAILED: %s\n", mode.c_str(), rank, e.what());

@@ -174,8 +174,8 @@ TEST_CASE("read_process_env: Slurm's variables, after explicit and mpirun's ones
   CHECK(env.rank == 5);
   CHECK(env.world_size == 8);
   CHECK(env.local_rank == 1);
-  CHECK(env.master_addr == "node07");                   // the step's first host, not the job's
-  CHECK(env.master_port == kSlurmBasePort + 456);       // 123456 % 1000: no MASTER_PORT set
+  CHECK(env.master_addr == "node07");              // the step's first host, not the job's
+  CHECK(env.master_port == kSlurmBasePort + 456);  // 123456 % 1000: no MASTER_PORT set
   ::unsetenv("SLURM_STEP_NODELIST");
   CHECK(read_process_env().master_addr == "gpu3");
   ::setenv("MASTER_ADDR", "head", 1);
@@ -244,14 +244,15 @@ TEST_CASE("frugal-run: starts N ranks with their environment and prefixes their 
 
 TEST_CASE("frugal-run: multi-node ranks and environment, and usage errors for bad combinations") {
   const std::string run = frugal_run_path();
-  const auto [code, out] = run_command(run +
-                                       " --nnodes 3 --node-rank 2 --master-addr 10.1.2.3 --master-port 29412 "
-                                       "--nproc-per-node 2 sh -c 'echo \"r=$RANK w=$WORLD_SIZE l=$LOCAL_RANK "
-                                       "lw=$LOCAL_WORLD_SIZE g=$GROUP_RANK n=$NODE_RANK a=$MASTER_ADDR:$MASTER_PORT\"'");
+  const auto [code, out] =
+      run_command(run +
+                  " --nnodes 3 --node-rank 2 --master-addr 10.1.2.3 --master-port 29412 "
+                  "--nproc-per-node 2 sh -c 'echo \"r=$RANK w=$WORLD_SIZE l=$LOCAL_RANK "
+                  "lw=$LOCAL_WORLD_SIZE g=$GROUP_RANK n=$NODE_RANK a=$MASTER_ADDR:$MASTER_PORT\"'");
   CHECK(code == 0);
   for (int local = 0; local < 2; ++local)
-    check_contains(out, {str_cat("[rank ", 4 + local, "] r=", 4 + local, " w=6 l=", local,
-                                 " lw=2 g=2 n=2 a=10.1.2.3:29412")});
+    check_contains(
+        out, {str_cat("[rank ", 4 + local, "] r=", 4 + local, " w=6 l=", local, " lw=2 g=2 n=2 a=10.1.2.3:29412")});
   const std::pair<std::string, std::vector<std::string>> bad[] = {
       {"--nnodes 2 --node-rank 0 --master-addr 127.0.0.1 true", {"--nnodes 2 needs", "--master-port"}},
       {"--nnodes 2 --master-addr 127.0.0.1 --master-port 29413 true", {"--nnodes 2 needs --node-rank"}},

@@ -59,8 +59,9 @@ bool mpirun_usable() {
 
 // mpirun as root (CI) needs Open MPI's two opt-ins; --oversubscribe: more ranks than cores.
 std::string mpirun(int n) {
-  return str_cat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np ",
-                 n, " ");
+  return str_cat(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np ", n,
+      " ");
 }
 
 }  // namespace
@@ -68,8 +69,8 @@ std::string mpirun(int n) {
 TEST_CASE("tcp backend: every collective over 2 and 3 processes is bit-identical to the threads backend") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    const auto [code, out] = run_command(str_cat(frugal_run_path(), " --nproc ", n, " ", dist_check(),
-                                                 " --mode collectives --backend tcp"));
+    const auto [code, out] =
+        run_command(str_cat(frugal_run_path(), " --nproc ", n, " ", dist_check(), " --mode collectives --backend tcp"));
     CHECK(code == 0);
     check_ranks_ok(out, n, "collectives", "102 results bit-identical to the threads backend (tcp backend)");
   }
@@ -115,8 +116,8 @@ TEST_CASE("tcp backend: a rank that dies mid-step fails the others at once, with
   }
   const auto [code, out] = run_command(str_cat(frugal_run_path(), " --nproc 2 ", dist_check(), " --mode die"));
   CHECK(code == 3);
-  check_contains(out, {"frugal-run: rank 1 exited with code 3; stopping the other ranks",
-                       "FAILED: rank 1 exited with code 3"});
+  check_contains(
+      out, {"frugal-run: rank 1 exited with code 3; stopping the other ranks", "FAILED: rank 1 exited with code 3"});
 }
 
 TEST_CASE("tcp backend: a rank that never joins makes the others time out naming op, rank and sequence number") {
@@ -150,7 +151,8 @@ TEST_CASE("tcp backend: errors name the op, the shapes and dtypes, and both side
       check_contains(error_of([&] { comm.barrier(); }), {"tcp barrier #2", "failed earlier", "sent 8 bytes"});
     });
   for (auto& t : ranks) t.join();
-  for (const auto& e : errors) check_contains(e, {"tcp reduce_scatter", "split into 2", "float32[7] cpu", "float32[3] cpu"});
+  for (const auto& e : errors)
+    check_contains(e, {"tcp reduce_scatter", "split into 2", "float32[7] cpu", "float32[3] cpu"});
 }
 
 TEST_CASE("mpi backend: collectives, training and the timeout under mpirun") {
