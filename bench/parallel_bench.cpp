@@ -3,6 +3,8 @@
 //   frugal-run --nproc 4 build/bench/parallel_bench [--model base|large] [--batch 32] [--iters 10]
 //                        [--micro-batches 8] [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,grid]
 //   build/bench/parallel_bench --threads 4 --model tiny [--batch 16]   # CPU smoke run
+//   frugal-run --nproc 2 build/bench/parallel_bench --backend tcp --model tiny   # CPU processes
+//   mpirun -np 2 build/bench/parallel_bench --backend mpi --model tiny          # the same under mpirun
 // Models: base (12 layers x 768, 12 heads, MLP 3072, seq 128), large (24 x 1024, 16 heads,
 // 4096, seq 128), tiny (4 x 64, 4 heads, 128, seq 16). Modes, N ranks:
 //   single    the plain layers (TensorParallelEncoderLayer without a communicator), rank 0 alone
@@ -15,6 +17,8 @@
 //   grid      2-way TP x N/2 pipeline stages (1F1B), N even and >= 4
 // --modes defaults to every mode that applies to N. --threads N runs N ranks as threads of
 // this process over CPU tensors (the in-process communicator) instead of one process per GPU.
+// --backend picks init_process_group's backend for process ranks: auto (nccl with a GPU,
+// else tcp), nccl, tcp (CPU processes, any launcher) or mpi (CPU processes under mpirun).
 // Prints the model, a table (samples/s, scaling efficiency = samples/s / (N * single's
 // samples/s), peak allocated memory per rank, measured and theoretical pipeline bubble)
 // and `name: value` lines (single_, TP_, PP_, DDP_, DDP_weak_, ZeRO1_, ZeRO2_, grid_ ...).
@@ -34,13 +38,15 @@ using namespace frugal;
 namespace {
 const char* kUsage =
     "usage: parallel_bench [--model base|large|tiny] [--batch N] [--iters N] [--micro-batches N]\n"
-    "                      [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,grid] [--threads N]\n";
+    "                      [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,grid] [--threads N]\n"
+    "                      [--backend auto|nccl|tcp|mpi]\n";
 }  // namespace
 
 int run(int argc, char** argv) {
   bench::BenchOptions opts;
   std::string modes;
   int threads = 0;
+  parallel::Backend backend = parallel::Backend::Auto;
   cli::parse_or_exit("parallel_bench", kUsage, [&] {
     cli::Flags flags(argc, argv);
     while (flags.next()) {
@@ -50,7 +56,12 @@ int run(int argc, char** argv) {
       else if (flags.is("--micro-batches")) opts.micro_batches = int(flags.integer(1, 1 << 20));
       else if (flags.is("--modes")) modes = flags.text();
       else if (flags.is("--threads")) threads = int(flags.integer(0, 1 << 10));
-      else flags.unknown();
+      else if (flags.is("--backend")) {
+        const std::string name = flags.text();
+        try {
+          backend = parallel::parse_backend(name);
+        } catch (const Error&) { throw cli::UsageError("--backend: '" + name + "' is not auto, nccl, tcp or mpi"); }
+      } else flags.unknown();
     }
   });
   auto choose_modes = [&](int ranks) {
@@ -65,7 +76,7 @@ int run(int argc, char** argv) {
     choose_modes(threads);
     parallel::run_ranks(threads, bench_world);
   } else {
-    auto world = parallel::init_process_group(std::chrono::minutes(10));
+    auto world = parallel::init_process_group({.backend = backend, .timeout = std::chrono::minutes(10)});
     choose_modes(world->size());
     bench_world(world);
   }

@@ -324,11 +324,13 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
 
 void print_report(const std::vector<ModeResult>& results, const BenchOptions& opts, const Communicator& world) {
   const ModelConfig& m = opts.model;
-  const bool cpu = world.device().is_cpu();
+  const std::string backend = world.backend();
+  const std::string ranks = backend == "threads"      ? "thread rank(s) on the CPU (memory: the process's)"
+                            : world.device().is_cpu() ? "process rank(s) on the CPU over " + backend
+                                                      : "GPU(s)";
   std::printf("%s encoder (%lld x %lld, %lld heads, %lld, seq %lld), f32, global batch %lld, %d %s\n", m.name.c_str(),
               (long long)m.layers, (long long)m.hidden, (long long)m.heads, (long long)m.ffn, (long long)m.seq,
-              (long long)opts.batch, world.size(),
-              cpu ? "thread rank(s) on the CPU (memory: the process's)" : "GPU(s)");
+              (long long)opts.batch, world.size(), ranks.c_str());
   std::printf("%-16s %5s %10s %11s %11s %14s %15s %12s\n", "mode", "ranks", "step ms", "samples/s", "efficiency",
               "peak GiB/rank", "param MiB/rank", "bubble m/t");
   for (const ModeResult& res : results) {

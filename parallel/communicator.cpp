@@ -1,6 +1,26 @@
 #include "parallel/communicator.h"
 
+#include "tensor/dispatch.h"
+
 namespace frugal::parallel {
+
+void reduce_in_rank_order(DType dtype, const std::vector<const void*>& src, void* dst, int64_t count, ReduceOp op,
+                          const char* op_name) {
+  dispatch_numeric(dtype, op_name, kCPU, [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    const Acc n = Acc(src.size());
+    T* out = static_cast<T*>(dst);
+    for (int64_t i = 0; i < count; ++i) {
+      Acc acc = Acc(static_cast<const T*>(src[0])[i]);
+      for (size_t r = 1; r < src.size(); ++r) {
+        const Acc x = Acc(static_cast<const T*>(src[r])[i]);
+        if (op == ReduceOp::Max) acc = (x > acc || x != x) ? x : acc;  // NaN propagates, as in torch.max
+        else acc = acc + x;
+      }
+      out[i] = T(op == ReduceOp::Avg ? Acc(acc / n) : acc);
+    }
+  });
+}
 
 const char* to_string(ReduceOp op) {
   switch (op) {

@@ -1,14 +1,18 @@
 #pragma once
 // The collective-communication interface every parallel algorithm in frugal is written
-// against (tensor parallel, pipeline, data parallel). Two implementations:
+// against (tensor parallel, pipeline, data parallel). Implementations:
 //   - NCCL (parallel/nccl_communicator.*): CUDA tensors, one process per GPU.
+//   - TCP (parallel/tcp_communicator.*): CPU tensors, one process per rank, any launcher
+//     (frugal-run, torchrun, srun, mpirun), as torch's gloo.
+//   - MPI (parallel/mpi_communicator.*, builds that found MPI): CPU tensors under mpirun.
 //   - in-process (parallel/thread_communicator.*): one thread per rank over CPU tensors,
 //     so every parallel algorithm is tested in the cpu suite without GPUs.
 //
 // Semantics follow torch.distributed: every rank of a communicator calls the same
 // collectives in the same order. Calls enqueue the operation and return a Work handle;
 // Work::wait() orders the caller's current stream after it (NCCL) or returns once it
-// completed (in-process). Tensors are handles: "output" arguments are written in place.
+// completed (in-process; tcp and mpi run their collectives in the call and return them
+// completed). Tensors are handles: "output" arguments are written in place.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -40,7 +44,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// "nccl" or "threads".
+  /// "nccl", "tcp", "mpi" or "threads".
   virtual std::string backend() const = 0;
   /// The device this rank's tensors live on (a CUDA device for NCCL, CPU for threads).
   virtual Device device() const = 0;
@@ -76,6 +80,13 @@ class Communicator {
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
 };
+
+/// The reduction every CPU backend computes (threads, tcp, mpi): `count` elements of each
+/// rank's buffer in `src` (rank order) reduced element by element in rank order, in the
+/// type's compute precision (f32 for f16/bf16), into dst; NaN propagates through Max. So
+/// the CPU backends agree bit for bit. `op_name` names the caller in a dtype error.
+void reduce_in_rank_order(DType dtype, const std::vector<const void*>& src, void* dst, int64_t count, ReduceOp op,
+                          const char* op_name);
 
 /// Convenience blocking forms.
 inline void all_reduce(Communicator& c, const Tensor& t, ReduceOp op = ReduceOp::Sum) { c.all_reduce(t, op)->wait(); }

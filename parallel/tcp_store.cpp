@@ -24,7 +24,7 @@ namespace frugal::parallel {
 //   reply:    u8 status (0 ok, 1 error), u64 length, payload (value or message)
 enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 
-namespace {
+namespace net {
 
 // False when the peer closed the connection or the socket timed out (errno says which).
 bool send_all(int fd, const void* data, size_t n) {
@@ -51,6 +51,13 @@ bool recv_all(int fd, void* data, size_t n) {
   }
   return true;
 }
+
+}  // namespace net
+
+namespace {
+
+using net::recv_all;
+using net::send_all;
 
 bool send_frame(int fd, uint8_t head, const std::string& a, const std::string* b) {
   bool ok = send_all(fd, &head, 1);

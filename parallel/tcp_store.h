@@ -23,6 +23,14 @@ namespace frugal::parallel {
 
 class TcpStoreServer;  // tcp_store.cpp
 
+namespace net {
+/// Sends or receives exactly n bytes on a blocking socket, retrying on EINTR; false when the
+/// peer closed the connection (errno ECONNRESET) or the socket's timeout expired (EAGAIN).
+/// Shared with the TCP communicator (parallel/tcp_communicator.cpp).
+bool send_all(int fd, const void* data, size_t n);
+bool recv_all(int fd, void* data, size_t n);
+}  // namespace net
+
 class TcpStore {
  public:
   /// Connects to host:port; with `serve`, first starts the server there (port 0

@@ -142,28 +142,15 @@ std::string describe_op(OpKind kind, uint64_t seq, const std::string& rank_label
 
 // Reduces the ranks' inputs element by element in rank order, in the type's
 // compute precision, into a fresh contiguous 1-D tensor.
-Tensor reduce_in_rank_order(const std::vector<Tensor>& inputs, ReduceOp op) {
+Tensor reduce_tensors_in_rank_order(const std::vector<Tensor>& inputs, ReduceOp op) {
   const int64_t numel = inputs[0].numel();
   const DType dtype = inputs[0].dtype();
   std::vector<Tensor> flat;
   for (const Tensor& t : inputs) flat.push_back(t.contiguous());
   Tensor out = empty({numel}, TensorOptions(dtype));
-  dispatch_numeric(dtype, to_string(op), kCPU, [&]<typename T>() {
-    using Acc = opmath_t<T>;
-    std::vector<const T*> src;
-    for (const Tensor& t : flat) src.push_back(t.data_ptr<T>());
-    T* dst = out.data_ptr<T>();
-    const Acc n = Acc(inputs.size());
-    for (int64_t i = 0; i < numel; ++i) {
-      Acc acc = Acc(src[0][i]);
-      for (size_t r = 1; r < src.size(); ++r) {
-        const Acc x = Acc(src[r][i]);
-        if (op == ReduceOp::Max) acc = (x > acc || x != x) ? x : acc;  // NaN propagates, as in torch.max
-        else acc = acc + x;
-      }
-      dst[i] = T(op == ReduceOp::Avg ? Acc(acc / n) : acc);
-    }
-  });
+  std::vector<const void*> src;
+  for (const Tensor& t : flat) src.push_back(t.data());
+  reduce_in_rank_order(dtype, src, out.data(), numel, op, to_string(op));
   return out;
 }
 
@@ -201,7 +188,7 @@ void compute(Slot& slot, const std::shared_ptr<ThreadGroup>& group) {
   for (const auto& p : slot.parts) inputs.push_back(p->input);
   switch (p0.kind) {
     case OpKind::AllReduce: {
-      const Tensor sum = reduce_in_rank_order(inputs, p0.reduce);
+      const Tensor sum = reduce_tensors_in_rank_order(inputs, p0.reduce);
       for (const Tensor& t : inputs) t.copy_(sum.view(t.sizes()));
       break;
     }
@@ -213,7 +200,7 @@ void compute(Slot& slot, const std::shared_ptr<ThreadGroup>& group) {
       break;
     }
     case OpKind::ReduceScatter: {
-      const Tensor sum = reduce_in_rank_order(inputs, p0.reduce);
+      const Tensor sum = reduce_tensors_in_rank_order(inputs, p0.reduce);
       const int64_t chunk = p0.input.numel() / n;
       for (int r = 0; r < n; ++r) {
         const Tensor& out = slot.parts[size_t(r)]->output;

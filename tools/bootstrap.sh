@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 what=${1:-test}
 build=${FRUGAL_BUILD_DIR:-build}
 
-packages=(meson ninja-build g++ pkg-config cmake python3 libeigen3-dev doctest-dev zlib1g-dev dataset-fashion-mnist)
+# libopenmpi-dev and openmpi-bin: the mpi backend and its tests (mpirun); without them both skip.
+packages=(meson ninja-build g++ pkg-config cmake python3 libeigen3-dev doctest-dev zlib1g-dev dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

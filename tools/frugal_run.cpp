@@ -1,13 +1,21 @@
-// frugal-run: starts N local ranks of a program, as torchrun --standalone does.
+// frugal-run: starts the ranks of a program on this host, as torchrun does.
 //
-//   frugal-run --nproc 2 [--master-port P] [--log-dir DIR] prog args...
+//   frugal-run --nproc 2 [--master-port P] [--log-dir DIR] prog args...      # one host
+//   frugal-run --nnodes 2 --node-rank R --master-addr HOST --master-port P
+//              --nproc-per-node K prog args...    # on each host, R = 0 and 1
 //
-// Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT (a free port unless given). Output lines are prefixed "[rank r] ", or
-// go to DIR/rank_r.log with --log-dir. When a rank exits non-zero (or is killed),
-// the others are stopped (SIGTERM, then SIGKILL after 5 s) so nothing hangs, and
-// frugal-run reports which rank failed and exits with its code (128 + signal when
-// it was killed by a signal). Exit 0 when every rank exits 0.
+// --nproc is --nproc-per-node (K, default 1). Rank `local` of node R gets RANK = R * K +
+// local, WORLD_SIZE = N * K, LOCAL_RANK = local, LOCAL_WORLD_SIZE = K, GROUP_RANK and
+// NODE_RANK = R, MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (a free port on one
+// node; several nodes must agree on one, so --nnodes > 1 needs --master-addr and
+// --master-port). Output lines are prefixed "[rank r] " (global ranks), or go to
+// DIR/rank_r.log with --log-dir. When a local rank exits non-zero (or is killed), the
+// others on this node are stopped (SIGTERM, then SIGKILL after 5 s) so nothing hangs,
+// and frugal-run reports which rank failed and exits with its code (128 + signal when it
+// was killed by a signal). The ranks on other nodes see its connections close and fail
+// in turn (Note [TCP backend] in parallel/tcp_communicator.h). Exit 0 when every local
+// rank exits 0. With K > 1 and OMP_NUM_THREADS unset, each rank gets OMP_NUM_THREADS =
+// cores / K, so CPU ranks do not oversubscribe the host.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -34,14 +43,24 @@ struct Rank {
   std::string partial;  // an unfinished output line
   bool exited = false;
   int status = 0;
+  // When its output ended (it exits then): of several ranks that fail at once, the one
+  // whose output ended first is the root cause, the others failed because of it.
+  std::chrono::steady_clock::time_point eof_at = std::chrono::steady_clock::time_point::max();
 };
 
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
 int usage() {
-  std::fprintf(stderr, "usage: frugal-run --nproc N [--master-port P] [--log-dir DIR] prog args...\n");
+  std::fprintf(stderr,
+               "usage: frugal-run [--nnodes N --node-rank R --master-addr HOST --master-port P]\n"
+               "                  --nproc-per-node K (or --nproc K) [--log-dir DIR] prog args...\n");
   return 2;
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "frugal-run: %s\n", message.c_str());
+  return usage();
 }
 
 // A port nobody listens on now (the kernel's choice of a free ephemeral port).
@@ -70,6 +89,7 @@ bool pump(int r, Rank& rank) {
   const ssize_t n = ::read(rank.out, buf, sizeof(buf));
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
+    rank.eof_at = std::chrono::steady_clock::now();
     if (!rank.partial.empty()) emit(r, rank.partial);
     rank.partial.clear();
     ::close(rank.out);
@@ -102,33 +122,46 @@ std::string how(int status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nproc = 0, port = 0, i = 1;
-  std::string log_dir;
+  int nproc = 1, port = 0, nnodes = 1, node_rank = 0, i = 1;
+  std::string log_dir, master_addr;
+  bool node_rank_given = false;
   for (; i < argc && argv[i][0] == '-'; ++i) {
     const std::string a = argv[i];
     if (a == "--") {
       ++i;
       break;
     }
-    if (i + 1 >= argc) return usage();
+    if (i + 1 >= argc) return usage_error(a + " needs a value");
     const std::string v = argv[++i];
     try {
+      using frugal::cli::expect, frugal::cli::parse_int;
       if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node")
-        nproc = int(frugal::cli::expect(frugal::cli::parse_int(v, 1, 4096), a, v, "an integer in [1, 4096]"));
+        nproc = int(expect(parse_int(v, 1, 4096), a, v, "an integer in [1, 4096]"));
+      else if (a == "--nnodes") nnodes = int(expect(parse_int(v, 1, 65536), a, v, "an integer in [1, 65536]"));
+      else if (a == "--node-rank" || a == "--node_rank")
+        node_rank = int(expect(parse_int(v, 0, 65535), a, v, "an integer in [0, 65535]")), node_rank_given = true;
+      else if (a == "--master-addr" || a == "--master_addr") master_addr = v;
       else if (a == "--master-port" || a == "--master_port")
-        port = int(frugal::cli::expect(frugal::cli::parse_int(v, 1, 65535), a, v, "a port in [1, 65535]"));
+        port = int(expect(parse_int(v, 1, 65535), a, v, "a port in [1, 65535]"));
       else if (a == "--log-dir") log_dir = v;
-      else return usage();
-    } catch (const frugal::cli::UsageError& e) {
-      std::fprintf(stderr, "frugal-run: %s\n", e.what());
-      return usage();
-    }
+      else return usage_error("unknown option " + a);
+    } catch (const frugal::cli::UsageError& e) { return usage_error(e.what()); }
   }
-  if (nproc < 1 || i >= argc) return usage();
+  if (i >= argc) return usage_error("no program to run");
+  if (node_rank >= nnodes)
+    return usage_error("--node-rank " + std::to_string(node_rank) + " must be below --nnodes " +
+                       std::to_string(nnodes));
+  if (nnodes > 1 && (port == 0 || master_addr.empty() || !node_rank_given))
+    return usage_error("--nnodes " + std::to_string(nnodes) +
+                       " needs --node-rank, --master-addr and --master-port: every node must name the same master "
+                       "(the host of node 0) and port");
+  if (master_addr.empty()) master_addr = "127.0.0.1";
   if (port == 0) port = free_port();
+  const int world_size = nnodes * nproc, first_rank = node_rank * nproc;
 
   std::vector<Rank> ranks(static_cast<size_t>(nproc));
   for (int r = 0; r < nproc; ++r) {
+    const int global = first_rank + r;
     int fds[2] = {-1, -1};
     if (log_dir.empty() && ::pipe(fds) != 0) {
       std::perror("frugal-run: pipe");
@@ -143,7 +176,7 @@ int main(int argc, char** argv) {
       ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
       int out = fds[1];
       if (!log_dir.empty()) {
-        const std::string path = log_dir + "/rank_" + std::to_string(r) + ".log";
+        const std::string path = log_dir + "/rank_" + std::to_string(global) + ".log";
         out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (out < 0) {
           std::fprintf(stderr, "frugal-run: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
@@ -155,12 +188,18 @@ int main(int argc, char** argv) {
       ::dup2(out, STDOUT_FILENO);
       ::dup2(out, STDERR_FILENO);
       ::close(out);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("RANK", std::to_string(global).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("GROUP_RANK", std::to_string(node_rank).c_str(), 1);
+      ::setenv("NODE_RANK", std::to_string(node_rank).c_str(), 1);
+      ::setenv("MASTER_ADDR", master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      // K ranks sharing this host's cores: each gets its share of OpenMP threads unless told
+      // (torchrun sets 1; a CPU rank computing alone wants its share).
+      if (nproc > 1 && !std::getenv("OMP_NUM_THREADS"))
+        ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN) / nproc)).c_str(), 1);
       ::execvp(argv[i], argv + i);
       std::fprintf(stderr, "frugal-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
       _exit(127);
@@ -191,22 +230,26 @@ int main(int argc, char** argv) {
     if (!fds.empty()) {
       if (::poll(fds.data(), fds.size(), 50) > 0)
         for (size_t k = 0; k < fds.size(); ++k)
-          if (fds[k].revents) pump(owner[k], ranks[size_t(owner[k])]);
+          if (fds[k].revents) pump(first_rank + owner[k], ranks[size_t(owner[k])]);
     } else {
       ::usleep(20000);
     }
     int status = 0;
     pid_t pid;
+    int first_failed = -1;  // of the ranks reaped now, the failed one whose output ended first
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
       for (int r = 0; r < nproc; ++r) {
         Rank& rk = ranks[size_t(r)];
         if (rk.pid != pid || rk.exited) continue;
         rk.exited = true, rk.status = status, --running;
-        if (exit_code(status) != 0 && failed < 0 && !stopping) {
-          failed = r;
-          std::fprintf(stderr, "frugal-run: rank %d %s; stopping the other ranks\n", r, how(status).c_str());
-        }
+        if (exit_code(status) != 0 && (first_failed < 0 || rk.eof_at < ranks[size_t(first_failed)].eof_at))
+          first_failed = r;
       }
+    }
+    if (first_failed >= 0 && failed < 0 && !stopping) {
+      failed = first_failed;
+      std::fprintf(stderr, "frugal-run: rank %d %s; stopping the other ranks\n", first_rank + failed,
+                   how(ranks[size_t(failed)].status).c_str());
     }
     if (g_signal && !stopping) {
       std::fprintf(stderr, "frugal-run: got signal %d; stopping the ranks\n", int(g_signal));
@@ -231,11 +274,12 @@ int main(int argc, char** argv) {
         ranks[size_t(r)].out = -1;
         break;
       }
-      pump(r, ranks[size_t(r)]);
+      pump(first_rank + r, ranks[size_t(r)]);
     }
   if (failed == -2) return 130;
   if (failed >= 0) {
-    std::fprintf(stderr, "frugal-run: FAILED: rank %d %s\n", failed, how(ranks[size_t(failed)].status).c_str());
+    std::fprintf(stderr, "frugal-run: FAILED: rank %d %s\n", first_rank + failed,
+                 how(ranks[size_t(failed)].status).c_str());
     return exit_code(ranks[size_t(failed)].status);
   }
   return 0;
