@@ -105,6 +105,12 @@ void wait_on_current_stream(void* event, Device device) {
   pending_probes.emplace_back(before, after);
 }
 
+void wait_on_host(void* event) {
+  auto* copied = static_cast<Event*>(event);
+  CudaDeviceGuard guard(copied->device);
+  FRUGAL_CUDA_CHECK(cudaEventSynchronize(copied->event));
+}
+
 double take_stall_ms() {
   std::vector<std::pair<Event*, Event*>> probes;
   {

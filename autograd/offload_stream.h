@@ -23,6 +23,10 @@ void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device d
 /// not completed yet, the wait is bracketed by timing events: take_stall_ms reads them.
 void wait_on_current_stream(void* event, Device device);
 
+/// Blocks the host until the copy behind `event` is done (OffloadAdamW reads gradients the
+/// offload stream brought to the host).
+void wait_on_host(void* event);
+
 /// The milliseconds the current streams stalled in wait_on_current_stream since the last
 /// call; waits on the host for the timing events still pending.
 double take_stall_ms();
