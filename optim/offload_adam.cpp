@@ -225,7 +225,7 @@ void OffloadAdamW::step() {
   for (const ParamGroup& group : param_groups())
     for (const Tensor& p : group.params) {
       const Tensor& g = grads[index++];
-      if (g.defined() && p.numel() > 0) items.push_back({p.detach(), g.detach(), &group});
+      if (g.defined() && p.numel() > 0) items.push_back({p, g.detach(), &group});  // p itself: state is keyed by it
     }
 
   // 1. Every CUDA gradient on its way to the host: the copies the hooks started are kept
