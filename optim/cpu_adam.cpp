@@ -1,5 +1,11 @@
 // The multi-threaded, vectorised CPU AdamW of OffloadAdamW (see Note [CPU offload] in
-// optim/offload_adam.cpp).
+// optim/offload_adam.cpp). Compiled with -fno-math-errno (optim/meson.build): GCC otherwise
+// keeps a libm call for sqrt of a negative argument (to set errno), control flow that stops
+// the update loop vectorising. sqrt is correctly rounded either way (sqrtps and sqrtf
+// agree), so the results stay bitwise those of optim::AdamW's loop.
+// sqrt without errno: the libm call GCC keeps for a negative argument (errno = EDOM) is
+// control flow that stops the loop vectorising. The square root of v >= 0 is correctly
+// rounded either way (sqrtps and sqrtf agree), so results stay bitwise those of AdamW.
 #include "optim/cpu_adam.h"
 
 #include <algorithm>
