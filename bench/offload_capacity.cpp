@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   for (const char* name : {"adamw", "offload_adamw"}) {
     const CapacityResult r = largest_trainable(o, name);
     for (const CapacityTrial& t : r.trials)
-      trials.add({name, std::to_string(t.hidden), fmt("%.2f", double(t.parameters) / 1e6), t.fits ? "yes" : "no",
+      trials.add({name, std::to_string(t.hidden), t.parameters ? fmt("%.2f", double(t.parameters) / 1e6) : "-", t.fits ? "yes" : "no",
                   t.fits ? fmt("%.1f", t.step_ms) : "-", t.fits ? fmt("%.1f", double(t.peak_device_bytes) / 1048576.0) : "-",
                   t.fits ? fmt("%.1f", double(t.host_state_bytes) / 1048576.0) : "-"});
     const CapacityTrial best = r.largest();

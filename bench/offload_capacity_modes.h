@@ -25,7 +25,7 @@ struct CapacityOptions {
 
 /// One trial: a BertForMaskedLM of `hidden` width trained for two steps (the second timed).
 struct CapacityTrial {
-  int64_t hidden = 0, parameters = 0;
+  int64_t hidden = 0, parameters = 0;  // parameters: 0 when the model could not even be built
   bool fits = false;
   double step_ms = 0;            // the second step, forward + backward + optimizer
   int64_t peak_device_bytes = 0;  // the device arena's peak allocated bytes
