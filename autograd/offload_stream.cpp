@@ -105,6 +105,11 @@ void wait_on_current_stream(void* event, Device device) {
   pending_probes.emplace_back(before, after);
 }
 
+void wait_on_current_stream_untimed(void* event, Device device) {
+  CudaDeviceGuard guard(device.index);
+  FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(current(device), static_cast<Event*>(event)->event, 0));
+}
+
 void wait_on_host(void* event) {
   auto* copied = static_cast<Event*>(event);
   CudaDeviceGuard guard(copied->device);

@@ -23,6 +23,10 @@ void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device d
 /// not completed yet, the wait is bracketed by timing events: take_stall_ms reads them.
 void wait_on_current_stream(void* event, Device device);
 
+/// Makes the current stream of `device` wait for `event`, unmeasured (no stall probe; for
+/// waits nobody reads the stall of, which would otherwise pile up probes).
+void wait_on_current_stream_untimed(void* event, Device device);
+
 /// Blocks the host until the copy behind `event` is done (OffloadAdamW reads gradients the
 /// offload stream brought to the host).
 void wait_on_host(void* event);

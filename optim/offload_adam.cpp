@@ -310,7 +310,7 @@ void OffloadAdamW::step() {
   // 3. The next kernels on each device start after its uploads (a device-side wait).
 #if FRUGAL_WITH_CUDA
   for (const auto& [device, uploaded] : last_upload) {
-    autograd::detail::wait_on_current_stream(uploaded, device);
+    autograd::detail::wait_on_current_stream_untimed(uploaded, device);
     autograd::detail::release_event(uploaded);
   }
 #endif
