@@ -50,9 +50,9 @@
 #include "core/threads.h"
 #include "memory/allocator.h"
 #include "memory/pinned.h"
-#include "nn/data/dataloader.h"  // from_data_ptr
 #include "optim/cpu_adam.h"
 #include "optim/step_util.h"
+#include "tensor/from_data_ptr.h"
 #if FRUGAL_WITH_CUDA
 #include "autograd/offload_stream.h"
 #endif
@@ -64,7 +64,7 @@ namespace {
 /// A contiguous tensor of `sizes` in the pinned host pool, zero-filled when asked.
 Tensor pinned_empty(const Shape& sizes, DType dtype, bool zero = false) {
   const size_t nbytes = checked_nbytes(numel_of(sizes, "OffloadAdamW"), dtype, "OffloadAdamW", sizes);
-  Tensor t = data::from_data_ptr(memory::allocate_pinned(nbytes), sizes, dtype);
+  Tensor t = from_data_ptr(memory::allocate_pinned(nbytes), sizes, dtype);
   if (zero && nbytes > 0) std::memset(t.data(), 0, nbytes);
   return t;
 }
