@@ -233,21 +233,29 @@ void OffloadAdamW::step() {
   for (const Item& it : items)
     if (it.param.device().is_cuda()) copy_grad_to_host(it.param);
 
-  // 2. The update, parameter by parameter and chunk by chunk, each chunk's upload queued
+  // 2. State on first use, for every parameter before any is updated: running out of
+  //    pinned memory then leaves the weights as they were.
+  for (const Item& it : items) {
+    const Tensor& p = it.param;
+    ParamState& st = state_for(p);
+    if (!st.buffers[0].defined()) {
+      st.buffers[0] = pinned_empty(p.sizes(), kFloat32, /*zero=*/true);
+      st.buffers[1] = pinned_empty(p.sizes(), kFloat32, /*zero=*/true);
+    }
+    const bool own_master = p.device().is_cpu() && p.dtype() == kFloat32;  // a float32 host parameter is its master
+    if (!own_master && !st.buffers[2].defined()) st.buffers[2] = pinned_float_copy(p);
+  }
+
+  // 3. The update, parameter by parameter and chunk by chunk, each chunk's upload queued
   //    as soon as it is done.
   const int threads = get_num_threads();
   [[maybe_unused]] std::vector<std::pair<Device, void*>> last_upload;  // per device
   for (const Item& it : items) {
     const Tensor& p = it.param;
     const bool on_cuda = p.device().is_cuda();
-    const bool own_master = !on_cuda && p.dtype() == kFloat32;  // a float32 host parameter is its master
+    const bool own_master = !on_cuda && p.dtype() == kFloat32;
     const int64_t n = p.numel(), es = int64_t(p.element_size());
     ParamState& st = state_for(p);
-    if (!st.buffers[0].defined()) {
-      st.buffers[0] = pinned_empty(p.sizes(), kFloat32, /*zero=*/true);
-      st.buffers[1] = pinned_empty(p.sizes(), kFloat32, /*zero=*/true);
-    }
-    if (!own_master && !st.buffers[2].defined()) st.buffers[2] = pinned_float_copy(p);
     st.step += 1;
     const detail::AdamCoeffs<float> coeffs = adamw_coeffs(*it.group, st.step);
     float* master = own_master ? p.data_ptr<float>() : st.buffers[2].data_ptr<float>();
@@ -307,7 +315,7 @@ void OffloadAdamW::step() {
     p.bump_version();
   }
 
-  // 3. The next kernels on each device start after its uploads (a device-side wait).
+  // 4. The next kernels on each device start after its uploads (a device-side wait).
 #if FRUGAL_WITH_CUDA
   for (const auto& [device, uploaded] : last_upload) {
     autograd::detail::wait_on_current_stream_untimed(uploaded, device);
