@@ -3,7 +3,7 @@
 // (float32 parameters; float16/bfloat16 parameters through float32 master weights, against
 // AdamW on float32 copies), decoupled weight decay alone, a GradScaler step skipped on inf,
 // a state_dict round trip, 1 vs N threads bitwise, the pinned pool holding the state, and
-// bad inputs.
+// clip_grad_norm_ and an LR schedule, and bad inputs.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -17,6 +17,8 @@
 #include "core/threads.h"
 #include "memory/pinned.h"
 #include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/lr_scheduler.h"
 #include "optim/grad_scaler.h"
 #include "optim/offload_adam.h"
 #include "tensor/factory.h"
@@ -186,6 +188,32 @@ TEST_CASE("OffloadAdamW: GradScaler skips a step with an inf gradient and leaves
   CHECK(opt.state(w)->step == 2);
   // x W's gradient x^T 1 is exact in both float16 and float32, so the masters agree bit for bit.
   CHECK(values_of(opt.master_param(w)) == values_of(w_ref));
+}
+
+TEST_CASE("OffloadAdamW: clip_grad_norm_ and an LR schedule compose as with AdamW") {
+  std::vector<Tensor> off, ref;
+  for (size_t k = 0; k < 2; ++k) {
+    const Values v = random_values(numel_of(kShapes[k]), 60 + k);
+    off.push_back(make_param(v, kShapes[k]));
+    ref.push_back(make_param(v, kShapes[k]));
+  }
+  OffloadAdamW opt(off, {.lr = 1e-2});
+  AdamW adamw(ref, {.lr = 1e-2});
+  CosineAnnealingLR schedule(opt, {.T_max = 4}), schedule_ref(adamw, {.T_max = 4});
+  for (int s = 0; s < 3; ++s) {
+    for (size_t k = 0; k < 2; ++k) {
+      const Values g = grad_values(k, s);
+      off[k].set_grad(make_tensor(g, kShapes[k], kFloat32));
+      ref[k].set_grad(make_tensor(g, kShapes[k], kFloat32));
+    }
+    CHECK(clip_grad_norm_(off, 1.0) == clip_grad_norm_(ref, 1.0));  // the norm before clipping
+    opt.step();
+    adamw.step();
+    schedule.step();
+    schedule_ref.step();
+  }
+  CHECK(opt.param_groups()[0].lr == adamw.param_groups()[0].lr);
+  for (size_t k = 0; k < 2; ++k) CHECK(values_of(off[k]) == values_of(ref[k]));
 }
 
 TEST_CASE("OffloadAdamW: a state_dict round trip resumes bit for bit; the state lives in the pinned pool") {
