@@ -109,6 +109,17 @@ void wait_on_current_stream(void* event, Device device, bool measure_stall) {
   pending_probes.emplace_back(before, after);
 }
 
+void wait_on_current_stream_untimed(void* event, Device device) {
+  CudaDeviceGuard guard(device.index);
+  FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(current(device), static_cast<Event*>(event)->event, 0));
+}
+
+void wait_on_host(void* event) {
+  auto* copied = static_cast<Event*>(event);
+  CudaDeviceGuard guard(copied->device);
+  FRUGAL_CUDA_CHECK(cudaEventSynchronize(copied->event));
+}
+
 double take_stall_ms() {
   std::vector<std::pair<Event*, Event*>> probes;
   {

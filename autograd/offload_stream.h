@@ -24,6 +24,14 @@ void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device d
 /// take_stall_ms reads them (so callers that never call it pass false).
 void wait_on_current_stream(void* event, Device device, bool measure_stall = true);
 
+/// Makes the current stream of `device` wait for `event`, unmeasured (no stall probe; for
+/// waits nobody reads the stall of, which would otherwise pile up probes).
+void wait_on_current_stream_untimed(void* event, Device device);
+
+/// Blocks the host until the copy behind `event` is done (OffloadAdamW reads gradients the
+/// offload stream brought to the host).
+void wait_on_host(void* event);
+
 /// The milliseconds the current streams stalled in wait_on_current_stream since the last
 /// call; waits on the host for the timing events still pending.
 double take_stall_ms();

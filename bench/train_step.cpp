@@ -4,7 +4,7 @@
 // memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
 //
 //   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
-//              [--steps S] [--warmup W] [--optim sgd|adamw|galore] [--galore-rank R] [--device cuda|cpu]
+//              [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw] [--galore-rank R] [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
 //              [--profile-rows N] [--memory-budget SIZE] [--memory-plan CHOICES] [--plan-choices CHOICES]
@@ -31,7 +31,8 @@
 // how long the host took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes
 // after): near "step ms" means the host sets the pace. --optim galore steps with GaLoreAdamW (Note [GaLore]) at
 // rank --galore-rank (128 by default); every run prints optimizer_state_bytes, the bytes of its moments and
-// projections.
+// projections. --optim offload_adamw steps with OffloadAdamW (Note [CPU offload]): its master weights and moments
+// live in pinned host memory, printed as optimizer_host_bytes, next to optimizer_device_bytes (0).
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -57,6 +58,7 @@
 #include "optim/adam.h"
 #include "optim/galore.h"
 #include "optim/grad_scaler.h"
+#include "optim/offload_adam.h"
 #include "optim/sgd.h"
 #include "profiler/session.h"
 #include "tensor/factory.h"
@@ -90,7 +92,7 @@ struct Args {
 
 const char* kUsage =
     "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]\n"
-    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw|galore] [--galore-rank R]\n"
+    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw] [--galore-rank R]\n"
     "                  [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
@@ -130,8 +132,8 @@ std::optional<Args> parse(int argc, char** argv) {
     else flags.unknown();
   }
   if (a.model.empty() || a.batch <= 0) return std::nullopt;
-  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw" || a.optim == "galore",
-               "train_step: --optim must be sgd, adamw or galore, got ", a.optim);
+  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw" || a.optim == "galore" || a.optim == "offload_adamw",
+               "train_step: --optim must be sgd, adamw, galore or offload_adamw, got ", a.optim);
   FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
                "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
   for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu})
@@ -235,6 +237,8 @@ Workload make_workload(const Args& a, Device device) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
   if (a.optim == "adamw") return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-4});
+  if (a.optim == "offload_adamw")  // AdamW with its state in pinned host memory (Note [CPU offload])
+    return std::make_unique<optim::OffloadAdamW>(m.parameters(), optim::OffloadAdamWOptions{.lr = 1e-4});
   if (a.optim == "galore")  // the paper's T = 200 and alpha = 0.25; AdamW's default decay
     return std::make_unique<optim::GaLoreAdamW>(
         m.parameters(), optim::GaLoreOptions{.lr = 1e-4, .weight_decay = 1e-2, .rank = a.galore_rank});
@@ -426,6 +430,9 @@ int run(const Args& a) {
   std::printf("optimizer: %s\n", a.optim.c_str());
   if (a.optim == "galore") std::printf("galore_rank: %lld\n", (long long)a.galore_rank);
   std::printf("optimizer_state_bytes: %lld\n", (long long)opt->state_bytes());
+  if (const auto* offload = dynamic_cast<const optim::OffloadAdamW*>(opt.get()))
+    std::printf("optimizer_host_bytes: %lld\noptimizer_device_bytes: %lld\n", (long long)offload->host_state_bytes(),
+                (long long)offload->device_state_bytes());
   // Where the allocator went to the system during the timed steps (each cudaMalloc costs
   // time; a retry frees the cache, which synchronizes the device).
   std::printf("segment_allocs: %lld\n", (long long)(st.num_segment_allocs - before.num_segment_allocs));

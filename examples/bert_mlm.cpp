@@ -9,13 +9,15 @@
 //            [--lr 5e-4] [--warmup 0.1] [--vocab 8000 | --vocab-file vocab.txt] [--no-amp]
 //            [--compress-saved fp8|int8 (saved activations in 8 bits: autograd/compress.h)]
 //            [--layers 4] [--hidden 256] [--heads 4] [--intermediate 1024]
-//            [--optim adamw|galore] [--galore-rank 128] [--galore-gap 200]
+//            [--optim adamw|galore|offload_adamw] [--galore-rank 128] [--galore-gap 200]
 //
 // --optim galore trains with GaLoreAdamW (optim/galore.h, Note [GaLore]): the Adam moments of
 // every weight matrix whose smaller side exceeds --galore-rank live in a rank --galore-rank
 // subspace of its gradient, recomputed by an SVD every --galore-gap steps (alpha 0.25, the
 // same weight decay). The run ends with "optimizer_state_bytes: N", the bytes of the
-// optimizer's moments and projections, for either optimizer.
+// optimizer's moments and projections, for any optimizer. --optim offload_adamw trains with
+// OffloadAdamW (optim/offload_adam.h, Note [CPU offload]): AdamW with its master weights and
+// moments in pinned host memory, updated on the CPU.
 //
 // --corpus takes files or directories (read recursively; symlinks to a file already read
 // and files with a NUL byte, i.e. not text, are skipped); it may repeat. The default is
@@ -84,6 +86,7 @@
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/galore.h"
+#include "optim/offload_adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "tensor/factory.h"
@@ -295,7 +298,7 @@ const char* kUsage =
     "usage: bert_mlm [--corpus PATH]... [--device cpu|cuda[:N]] [--steps N] [--batch N] [--seq-len N]\n"
     "                [--lr X] [--warmup F (fraction of the steps, in [0, 1])] [--vocab N | --vocab-file vocab.txt]\n"
     "                [--no-amp] [--layers N] [--hidden N] [--heads N] [--intermediate N] [--compress-saved fp8|int8]\n"
-    "                [--optim adamw|galore] [--galore-rank R] [--galore-gap T]\n"
+    "                [--optim adamw|galore|offload_adamw] [--galore-rank R] [--galore-gap T]\n"
     "       bert_mlm --load-hf-checkpoint W.safetensors [--config-json config.json] [--device cuda]\n"
     "       bert_mlm --write-hf-checkpoint W.safetensors [--config-json config.json]\n";
 
@@ -345,7 +348,8 @@ int main(int argc, char** argv) {
     if (!write_path.empty()) return write_checkpoint(write_path, config_json, device);
     if (!load_path.empty()) return load_checkpoint(load_path, config_json, device);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
-    FRUGAL_CHECK(optim_name == "adamw" || optim_name == "galore", "--optim takes adamw or galore, got ", optim_name);
+    FRUGAL_CHECK(optim_name == "adamw" || optim_name == "galore" || optim_name == "offload_adamw",
+                 "--optim takes adamw, galore or offload_adamw, got ", optim_name);
     FRUGAL_CHECK(!vocab_file.empty() || max_vocab > kFirstWord, "--vocab ", max_vocab, " must be at least ",
                  kFirstWord + 1, " (the special tokens and one word)");
     FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "--seq-len ", seq_len, " must be in [3, ",
@@ -374,6 +378,9 @@ int main(int argc, char** argv) {
       optimizer = std::make_unique<optim::GaLoreAdamW>(
           model.parameters(),
           optim::GaLoreOptions{.lr = lr, .weight_decay = 0.01, .rank = galore_rank, .update_proj_gap = galore_gap});
+    else if (optim_name == "offload_adamw")
+      optimizer = std::make_unique<optim::OffloadAdamW>(model.parameters(),
+                                                        optim::OffloadAdamWOptions{.lr = lr, .weight_decay = 0.01});
     else
       optimizer =
           std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions{.lr = lr, .weight_decay = 0.01});

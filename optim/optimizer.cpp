@@ -235,6 +235,12 @@ ParamGroup Optimizer::load_group(size_t g, KeysByName keys, size_t first) const 
   return group;
 }
 
+Tensor Optimizer::load_state_buffer(const Tensor& t, const Tensor& param) const {
+  Tensor copy = t.to(param.device(), state_dtype(param.dtype()));  // on the parameter's device
+  if (copy.shares_storage(t) || !copy.is_contiguous()) copy = copy.clone();
+  return copy;
+}
+
 ParamState Optimizer::load_param_state(size_t i, const KeysByName& keys, const Tensor& param) const {
   const char* op = name_;
   const std::string prefix = "state." + std::to_string(i) + ".";
@@ -256,9 +262,7 @@ ParamState Optimizer::load_param_state(size_t i, const KeysByName& keys, const T
     FRUGAL_CHECK(t->defined() && state_shape_ok(b, t->sizes(), param) && t->is_floating_point(), op,
                  ".load_state_dict: ", prefix, n, " is ", t->defined() ? t->describe() : std::string("undefined"),
                  ", but parameter ", i, " is ", param.describe());
-    Tensor copy = t->to(param.device(), state_dtype(param.dtype()));  // on the parameter's device
-    if (copy.shares_storage(*t) || !copy.is_contiguous()) copy = copy.clone();
-    st.buffers[b] = copy;
+    st.buffers[b] = load_state_buffer(*t, param);
   }
   FRUGAL_CHECK(has_step || !counts_steps(), op, ".load_state_dict: ", prefix, "step is missing");
   check_state(st, param, prefix);

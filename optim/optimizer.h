@@ -140,6 +140,11 @@ class Optimizer {
     return sizes == param.sizes();
   }
 
+  /// A loaded state buffer `t` (already checked against `param`) as the optimizer keeps it:
+  /// by default a fresh contiguous copy on the parameter's device in state_dtype (Note
+  /// [Optimizer state dtype]). OffloadAdamW keeps its state in pinned host memory instead.
+  virtual Tensor load_state_buffer(const Tensor& t, const Tensor& param) const;
+
   /// The state of `param`, created (step 0, no buffers) on first use.
   ParamState& state_for(const Tensor& param) { return state_[param.impl_ptr().get()]; }
 

@@ -16,6 +16,7 @@
 #include "core/data_ptr.h"
 #include "core/device.h"
 #include "nn/data/dataset.h"
+#include "tensor/from_data_ptr.h"
 #include "tensor/tensor.h"
 
 namespace frugal::data {
@@ -40,9 +41,8 @@ struct Batch {
 /// every target; throws naming the example that differs.
 Batch collate(const std::vector<Example>& examples);
 
-/// A CPU tensor of `sizes` and `dtype` over `data` (which must hold at least numel *
-/// element_size bytes of host memory); the tensor owns `data` from then on.
-Tensor from_data_ptr(DataPtr data, const Shape& sizes, DType dtype);
+/// A tensor over `data` (tensor/from_data_ptr.h), here for the loader's users.
+using frugal::from_data_ptr;
 
 /// Iterates a Dataset in batches; see Note [DataLoader pipeline] in dataloader.cpp.
 ///

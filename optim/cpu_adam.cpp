@@ -1,0 +1,81 @@
+// The multi-threaded, vectorised CPU AdamW of OffloadAdamW (see Note [CPU offload] in
+// optim/offload_adam.cpp). Compiled with -fno-math-errno (optim/meson.build): GCC otherwise
+// keeps a libm call for sqrt of a negative argument (to set errno), control flow that stops
+// the update loop vectorising. sqrt is correctly rounded either way (sqrtps and sqrtf
+// agree), so the results stay bitwise those of optim::AdamW's loop.
+// sqrt without errno: the libm call GCC keeps for a negative argument (errno = EDOM) is
+// control flow that stops the loop vectorising. The square root of v >= 0 is correctly
+// rounded either way (sqrtps and sqrtf agree), so results stay bitwise those of AdamW.
+#include "optim/cpu_adam.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "tensor/cpu/loops.h"  // in_parallel_region
+#include "tensor/half.h"
+
+namespace frugal::optim::cpu {
+
+namespace {
+
+/// The chunk's elements [begin, end). The flags of `c` are loop-invariant; `Decay` and
+/// `Maximize` are hoisted into the template so the loop body has no branch left and GCC
+/// vectorises it (sqrt and division included).
+template <typename T, bool Decay, bool Maximize>
+void adam_range(const OffloadAdamChunk& k, const detail::AdamCoeffs<float>& c, int64_t begin, int64_t end) {
+  float* __restrict master = k.master;
+  float* __restrict m = k.exp_avg;
+  float* __restrict v = k.exp_avg_sq;
+  const T* __restrict g = static_cast<const T*>(k.grad);
+  T* __restrict out = static_cast<T*>(k.param_out);
+  detail::AdamCoeffs<float> fixed = c;
+  fixed.use_wd = Decay;
+  fixed.decoupled = true;
+  fixed.maximize = Maximize;
+  fixed.amsgrad = false;
+  for (int64_t i = begin; i < end; ++i) {
+    float p = master[i], mi = m[i], vi = v[i], unused = 0.0f;
+    detail::adam_update<float>(p, float(g[i]), mi, vi, unused, fixed);
+    master[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+  }
+  if (out)  // rounding apart: float16/bfloat16 conversion is scalar code and would stop the loop above vectorising
+    for (int64_t i = begin; i < end; ++i) out[i] = T(master[i]);
+}
+
+template <typename T>
+void adam_range_dispatch(const OffloadAdamChunk& k, const detail::AdamCoeffs<float>& c, int64_t begin, int64_t end) {
+  if (c.use_wd) {
+    if (c.maximize) adam_range<T, true, true>(k, c, begin, end);
+    else adam_range<T, true, false>(k, c, begin, end);
+  } else {
+    if (c.maximize) adam_range<T, false, true>(k, c, begin, end);
+    else adam_range<T, false, false>(k, c, begin, end);
+  }
+}
+
+}  // namespace
+
+void offload_adam_chunk(DType dtype, const OffloadAdamChunk& chunk, const detail::AdamCoeffs<float>& coeffs,
+                        int threads) {
+  FRUGAL_CHECK(coeffs.decoupled && !coeffs.amsgrad, "OffloadAdamW: the CPU kernel runs AdamW without amsgrad");
+  FRUGAL_CHECK(dtype == kFloat32 || dtype == kFloat16 || dtype == kBFloat16, "OffloadAdamW: not implemented for ",
+               dtype_name(dtype), " parameters on cpu");
+  auto run = [&](int64_t begin, int64_t end) {  // (no throw below: it would run inside the OpenMP team)
+    if (dtype == kFloat32) adam_range_dispatch<float>(chunk, coeffs, begin, end);
+    else if (dtype == kFloat16) adam_range_dispatch<Half>(chunk, coeffs, begin, end);
+    else adam_range_dispatch<BFloat16>(chunk, coeffs, begin, end);
+  };
+  const int64_t n = chunk.n;
+  const int64_t team = ops::cpu::in_parallel_region()
+                           ? 1
+                           : std::clamp<int64_t>(n / kOffloadAdamGrain, 1, std::max(threads, 1));
+  if (team == 1) return run(0, n);
+  // Slices are multiples of 16 elements (a cache line of float) so no two threads share one.
+  const int64_t slice = ((n + team - 1) / team + 15) / 16 * 16;
+#pragma omp parallel for schedule(static) num_threads(int(team))
+  for (int64_t t = 0; t < team; ++t) run(std::min(n, t * slice), std::min(n, (t + 1) * slice));
+}
+
+}  // namespace frugal::optim::cpu

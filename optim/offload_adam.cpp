@@ -1,0 +1,355 @@
+// OffloadAdamW: AdamW with its state in pinned host memory (optim/offload_adam.h).
+//
+// Note [CPU offload]
+// ZeRO-Offload (Ren et al. 2021) keeps on the GPU only what the forward and backward need
+// - the compute-dtype parameters and gradients, 2 + 2 bytes per parameter in float16 - and
+// moves the float32 master weights and both Adam moments (12 bytes per parameter) to host
+// memory, where the update runs. A step of a CUDA parameter goes
+//   device --(gradient, compute dtype)--> pinned staging --(CPU AdamW, float32 master)-->
+//   staging --(new weights, rounded to the compute dtype)--> device
+// over one pinned staging buffer per parameter that carries the gradient down and the
+// weights back up (its bytes are read before they are overwritten, element by element).
+// Three things overlap:
+//   1. gradients leave during backward: a post-accumulate-grad hook (as DDP's buckets,
+//      parallel/grad_buckets.cpp) queues each gradient's copy on the device's offload
+//      stream (autograd/offload_stream.h, the side stream of offloaded saved tensors) as
+//      soon as AccumulateGrad has it, so the copies run while backward computes the rest;
+//   2. the CPU update of parameter k starts once its own copy is done (a host wait on its
+//      event), while the copies of k+1... still run;
+//   3. each parameter is updated in chunks of chunk_elements: as soon as a chunk is done
+//      its upload is queued on the offload stream, and the CPU goes on with the next.
+// At the end the current (compute) stream waits for the last upload on the device, not
+// the host, so step() returns while the last chunks are still in flight and the next
+// forward starts after them. Ordering on the one offload stream does the rest: the next
+// step's gradient copy into a staging buffer is queued after that buffer's uploads.
+// The side stream waits for the compute stream before every copy, so a copy never reads
+// a gradient, or overwrites a weight, that queued kernels still use.
+//
+// Code that changes a gradient in place after backward - GradScaler.unscale_,
+// clip_grad_norm_ - bumps its version: step() sees that the copy the hook made is stale
+// and copies it again (correct, but that parameter's copy no longer overlaps backward).
+// GradScaler's inf check happens on the device before step() is called, exactly as with
+// AdamW, so a step with an inf gradient is skipped without touching the host state.
+//
+// The CPU AdamW (optim/cpu_adam.cpp) is Note [Adam update]'s element rule in float, split
+// into one contiguous slice per thread (get_num_threads(): the library's setting, so it
+// never oversubscribes) with no cross-element arithmetic: 1 or N threads give bitwise the
+// same weights, and float32 weights equal optim::AdamW's bit for bit.
+// On the CPU host and device coincide: gradients are read in place, a float32 parameter is
+// its own master and a 16-bit one is rounded from its float32 master after each update.
+#include "optim/offload_adam.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "autograd/meta.h"
+#include "core/instrument.h"
+#include "core/threads.h"
+#include "memory/allocator.h"
+#include "memory/pinned.h"
+#include "optim/cpu_adam.h"
+#include "optim/step_util.h"
+#include "tensor/from_data_ptr.h"
+#if FRUGAL_WITH_CUDA
+#include "autograd/offload_stream.h"
+#endif
+
+namespace frugal::optim {
+
+namespace {
+
+/// A contiguous tensor of `sizes` in the pinned host pool, zero-filled when asked.
+Tensor pinned_empty(const Shape& sizes, DType dtype, bool zero = false) {
+  const size_t nbytes = checked_nbytes(numel_of(sizes, "OffloadAdamW"), dtype, "OffloadAdamW", sizes);
+  Tensor t = from_data_ptr(memory::allocate_pinned(nbytes), sizes, dtype);
+  if (zero && nbytes > 0) std::memset(t.data(), 0, nbytes);
+  return t;
+}
+
+/// `t` (any device, any floating dtype) as float32 in the pinned host pool.
+Tensor pinned_float_copy(const Tensor& t) {
+  const Tensor host = t.to(kCPU, kFloat32).contiguous();
+  Tensor out = pinned_empty(t.sizes(), kFloat32);
+  if (t.numel() > 0) std::memcpy(out.data(), host.data(), size_t(t.numel()) * sizeof(float));
+  return out;
+}
+
+int64_t nbytes_of(const Tensor& t) { return t.defined() ? t.numel() * int64_t(t.element_size()) : 0; }
+
+/// The float scalars of one AdamW step at step count `step`, from the same double
+/// arithmetic as detail::adam_entry, so the update matches optim::AdamW's bit for bit.
+detail::AdamCoeffs<float> adamw_coeffs(const ParamGroup& group, int64_t step) {
+  const double beta1 = *group.beta1, beta2 = *group.beta2;
+  const double bias_correction1 = 1.0 - std::pow(beta1, double(step));
+  const double bias_correction2 = 1.0 - std::pow(beta2, double(step));
+  detail::AdamEntry e{};
+  e.lr = group.lr;
+  e.beta1 = beta1;
+  e.beta2 = beta2;
+  e.eps = *group.eps;
+  e.weight_decay = *group.weight_decay;
+  e.step_size = group.lr / bias_correction1;
+  e.bias_correction2_sqrt = std::sqrt(bias_correction2);
+  e.flags = detail::kAdamDecoupled | (group.maximize.value_or(false) ? detail::kAdamMaximize : 0u);
+  return detail::AdamCoeffs<float>(e);
+}
+
+/// Whether OffloadAdamW can step a parameter of this dtype and device.
+bool supported(const Tensor& p) {
+  return (p.dtype() == kFloat32 || p.dtype() == kFloat16 || p.dtype() == kBFloat16) &&
+         (p.device().is_cpu() || p.device().is_cuda());
+}
+
+}  // namespace
+
+struct OffloadAdamW::Transfer {
+  Tensor staging;                       // (numel) pinned, the parameter's dtype: gradient down, weights up
+  std::weak_ptr<Storage> grad_storage;  // the gradient whose copy is in flight, as it was then:
+  int64_t grad_offset = 0;              //   its storage, offset and version
+  uint64_t grad_version = 0;
+  void* copied = nullptr;  // event completing that copy; null when none is in flight
+
+  bool holds(const Tensor& grad) const {
+    return copied != nullptr && grad_storage.lock() == grad.impl().storage && grad_offset == grad.storage_offset() &&
+           grad_version == grad.version();
+  }
+};
+
+OffloadAdamW::OffloadAdamW(std::vector<Tensor> params, OffloadAdamWOptions options)
+    : OffloadAdamW(detail::one_group(std::move(params)), options) {}
+
+OffloadAdamW::OffloadAdamW(std::vector<ParamGroup> groups, OffloadAdamWOptions options)
+    : Optimizer("OffloadAdamW"), options_(options) {
+  FRUGAL_CHECK(!groups.empty(), name(), ": got an empty parameter list");
+  FRUGAL_CHECK(options_.chunk_elements > 0, name(), ": chunk_elements must be positive, got ", options_.chunk_elements);
+  for (ParamGroup& g : groups) add_param_group(std::move(g));
+  if (!options_.copy_grads_in_backward) return;
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params)
+      if (p.device().is_cuda() && p.requires_grad())
+        hooks_.emplace_back(p, autograd::register_post_accumulate_grad_hook(
+                                   p, [this](const Tensor& leaf) { copy_grad_to_host(leaf); }));
+}
+
+OffloadAdamW::~OffloadAdamW() {
+  for (const auto& [p, id] : hooks_) autograd::remove_post_accumulate_grad_hook(p, id);
+#if FRUGAL_WITH_CUDA
+  // The staging buffers go back to the pool only once their copies are done (record_stream).
+  for (auto& [impl, t] : transfers_)
+    if (t->copied) autograd::detail::release_event(t->copied);
+#endif
+}
+
+std::vector<Optimizer::HyperParam> OffloadAdamW::hyperparams() const {
+  return {{.name = "beta1", .real = &ParamGroup::beta1, .option = options_.beta1},
+          {.name = "beta2", .real = &ParamGroup::beta2, .option = options_.beta2},
+          {.name = "eps", .real = &ParamGroup::eps, .option = options_.eps},
+          {.name = "weight_decay", .real = &ParamGroup::weight_decay, .option = options_.weight_decay},
+          {.name = "maximize", .flag = &ParamGroup::maximize, .option = double(options_.maximize)}};
+}
+
+void OffloadAdamW::check_group(const ParamGroup& group, size_t g) const {
+  detail::check_adam_group(name(), group, g);
+  for (size_t k = 0; k < group.params.size(); ++k) {
+    const Tensor& p = group.params[k];
+    FRUGAL_CHECK(supported(p), name(), ": parameter ", k, " of param group ", g, " is ", p.describe(), "; ", name(),
+                 " steps float32, float16 and bfloat16 parameters on the cpu or a cuda device (its master weights "
+                 "are float32)");
+    FRUGAL_CHECK(p.is_contiguous(), name(), ": parameter ", k, " of param group ", g, " (", p.describe(),
+                 ") is not contiguous; its chunks are copied as flat ranges");
+  }
+}
+
+void OffloadAdamW::check_state(const ParamState& st, const Tensor& /*param*/, const std::string& prefix) const {
+  FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix,
+               "exp_avg and ", prefix, "exp_avg_sq must be given together");
+  FRUGAL_CHECK(st.step == 0 || st.buffers[0].defined(), name(), ".load_state_dict: ", prefix, "step is ", st.step,
+               " but ", prefix, "exp_avg is missing");
+}
+
+Tensor OffloadAdamW::load_state_buffer(const Tensor& t, const Tensor& /*param*/) const {
+  return pinned_float_copy(t);  // never on the device: a model that needs offload has no room for it there
+}
+
+OffloadAdamW::Transfer& OffloadAdamW::transfer_for(const Tensor& param) {
+  std::unique_ptr<Transfer>& t = transfers_[param.impl_ptr().get()];
+  if (!t) {
+    t = std::make_unique<Transfer>();
+    t->staging = pinned_empty({param.numel()}, param.dtype());
+#if FRUGAL_WITH_CUDA
+    memory::record_stream(t->staging.impl().storage->data, autograd::detail::offload_stream(param.device()));
+#endif
+  }
+  return *t;
+}
+
+void OffloadAdamW::copy_grad_to_host(const Tensor& param) {
+#if FRUGAL_WITH_CUDA
+  const Tensor grad = param.grad();
+  // A gradient that does not match is left to step(), whose checked_grads names it.
+  if (!grad.defined() || !param.device().is_cuda() || grad.device() != param.device() ||
+      grad.dtype() != param.dtype() || grad.sizes() != param.sizes())
+    return;
+  std::lock_guard lock(transfers_mutex_);
+  Transfer& t = transfer_for(param);
+  if (t.holds(grad)) return;
+  if (t.copied) autograd::detail::release_event(t.copied);
+  const Tensor src = grad.is_contiguous() ? grad : grad.contiguous();
+  const Stream side = autograd::detail::offload_stream(param.device());
+  t.copied = autograd::detail::copy_on_offload_stream(t.staging.data(), src.data(), size_t(nbytes_of(src)),
+                                                      param.device());
+  memory::record_stream(src.impl().storage->data, side);  // freed early (zero_grad), reused once copied
+  t.grad_storage = grad.impl().storage;
+  t.grad_offset = grad.storage_offset();
+  t.grad_version = grad.version();
+#else
+  (void)param;  // a CPU-only build has no CUDA parameters: its gradients are read in place
+#endif
+}
+
+void OffloadAdamW::step() {
+  autograd::NoGradGuard no_grad;
+  core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
+  core::OpScope op(name());                                      // and its time
+  // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
+  const std::vector<Tensor> grads = checked_grads();
+  struct Item {
+    Tensor param, grad;
+    const ParamGroup* group;
+  };
+  std::vector<Item> items;
+  size_t index = 0;
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params) {
+      const Tensor& g = grads[index++];
+      if (g.defined() && p.numel() > 0) items.push_back({p, g.detach(), &group});  // p itself: state is keyed by it
+    }
+
+  // 1. Every CUDA gradient on its way to the host: the copies the hooks started are kept
+  //    when still current, the others start now (Note [CPU offload]).
+  for (const Item& it : items)
+    if (it.param.device().is_cuda()) copy_grad_to_host(it.param);
+
+  // 2. State on first use, for every parameter before any is updated: running out of
+  //    pinned memory then leaves the weights as they were.
+  for (const Item& it : items) {
+    const Tensor& p = it.param;
+    ParamState& st = state_for(p);
+    if (!st.buffers[0].defined()) {
+      st.buffers[0] = pinned_empty(p.sizes(), kFloat32, /*zero=*/true);
+      st.buffers[1] = pinned_empty(p.sizes(), kFloat32, /*zero=*/true);
+    }
+    const bool own_master = p.device().is_cpu() && p.dtype() == kFloat32;  // a float32 host parameter is its master
+    if (!own_master && !st.buffers[2].defined()) st.buffers[2] = pinned_float_copy(p);
+  }
+
+  // 3. The update, parameter by parameter and chunk by chunk, each chunk's upload queued
+  //    as soon as it is done.
+  const int threads = get_num_threads();
+  [[maybe_unused]] std::vector<std::pair<Device, void*>> last_upload;  // per device
+  for (const Item& it : items) {
+    const Tensor& p = it.param;
+    const bool on_cuda = p.device().is_cuda();
+    const bool own_master = !on_cuda && p.dtype() == kFloat32;
+    const int64_t n = p.numel(), es = int64_t(p.element_size());
+    ParamState& st = state_for(p);
+    st.step += 1;
+    const detail::AdamCoeffs<float> coeffs = adamw_coeffs(*it.group, st.step);
+    float* master = own_master ? p.data_ptr<float>() : st.buffers[2].data_ptr<float>();
+    float* m = st.buffers[0].data_ptr<float>();
+    float* v = st.buffers[1].data_ptr<float>();
+    const char* grad = nullptr;
+    char* out = nullptr;
+    Tensor host_grad;
+    Transfer* transfer = nullptr;
+    if (on_cuda) {
+#if FRUGAL_WITH_CUDA
+      std::lock_guard lock(transfers_mutex_);
+      transfer = &transfer_for(p);
+      autograd::detail::wait_on_host(transfer->copied);
+      grad = static_cast<const char*>(transfer->staging.data());
+      out = static_cast<char*>(transfer->staging.data());
+#else
+      throw_no_cuda(name(), p.device());
+#endif
+    } else {
+      host_grad = it.grad.is_contiguous() ? it.grad : it.grad.contiguous();
+      grad = static_cast<const char*>(host_grad.data());
+      out = own_master ? nullptr : static_cast<char*>(p.data());
+    }
+    for (int64_t begin = 0; begin < n; begin += options_.chunk_elements) {
+      const int64_t len = std::min(options_.chunk_elements, n - begin);
+      cpu::offload_adam_chunk(p.dtype(),
+                              {.master = master + begin,
+                               .exp_avg = m + begin,
+                               .exp_avg_sq = v + begin,
+                               .grad = grad + begin * es,
+                               .param_out = out ? out + begin * es : nullptr,
+                               .n = len},
+                              coeffs, threads);
+#if FRUGAL_WITH_CUDA
+      if (on_cuda) {
+        void* uploaded = autograd::detail::copy_on_offload_stream(static_cast<char*>(p.data()) + begin * es,
+                                                                  out + begin * es, size_t(len * es), p.device());
+        auto slot = std::find_if(last_upload.begin(), last_upload.end(),
+                                 [&](const auto& d) { return d.first == p.device(); });
+        if (slot == last_upload.end()) {
+          last_upload.emplace_back(p.device(), uploaded);
+        } else {
+          autograd::detail::release_event(slot->second);  // the stream is in order: the last one covers it
+          slot->second = uploaded;
+        }
+      }
+#endif
+    }
+    if (transfer) {  // the staging buffer now holds the weights: the gradient copy is used up
+#if FRUGAL_WITH_CUDA
+      autograd::detail::release_event(transfer->copied);
+#endif
+      transfer->copied = nullptr;
+      transfer->grad_storage.reset();
+    }
+    p.bump_version();
+  }
+
+  // 4. The next kernels on each device start after its uploads (a device-side wait).
+#if FRUGAL_WITH_CUDA
+  for (const auto& [device, uploaded] : last_upload) {
+    autograd::detail::wait_on_current_stream_untimed(uploaded, device);
+    autograd::detail::release_event(uploaded);
+  }
+#endif
+}
+
+int64_t OffloadAdamW::host_state_bytes() const {
+  int64_t bytes = 0;
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params)
+      if (const ParamState* st = state(p))
+        for (const Tensor& b : st->buffers)
+          if (b.defined() && b.device().is_cpu()) bytes += nbytes_of(b);
+  for (const auto& [impl, t] : transfers_) bytes += nbytes_of(t->staging);
+  return bytes;
+}
+
+int64_t OffloadAdamW::device_state_bytes() const {
+  int64_t bytes = 0;
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params)
+      if (const ParamState* st = state(p))
+        for (const Tensor& b : st->buffers)
+          if (b.defined() && !b.device().is_cpu()) bytes += nbytes_of(b);
+  return bytes;
+}
+
+Tensor OffloadAdamW::master_param(const Tensor& param) const {
+  const ParamState* st = state(param);
+  if (!st) return Tensor();
+  if (st->buffers[2].defined()) return st->buffers[2];
+  return param.device().is_cpu() && param.dtype() == kFloat32 ? param.detach() : Tensor();
+}
+
+}  // namespace frugal::optim
