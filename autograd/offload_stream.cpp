@@ -93,15 +93,11 @@ void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device d
   return events().record(device.index, /*timing=*/false, side);
 }
 
-void wait_on_current_stream(void* event, Device device, bool measure_stall) {
+void wait_on_current_stream(void* event, Device device) {
   auto* copied = static_cast<Event*>(event);
   CudaDeviceGuard guard(device.index);
   if (cuda_event_done(copied->event)) return;  // nothing left to wait for
   const cudaStream_t compute = current(device);
-  if (!measure_stall) {
-    FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(compute, copied->event, 0));
-    return;
-  }
   Event* before = events().record(device.index, /*timing=*/true, compute);
   FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(compute, copied->event, 0));
   Event* after = events().record(device.index, /*timing=*/true, compute);

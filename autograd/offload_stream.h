@@ -20,9 +20,8 @@ Stream offload_stream(Device device);
 void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device device);
 
 /// Makes the current stream of `device` wait for `event` (no host wait). When the copy has
-/// not completed yet and `measure_stall`, the wait is bracketed by timing events:
-/// take_stall_ms reads them (so callers that never call it pass false).
-void wait_on_current_stream(void* event, Device device, bool measure_stall = true);
+/// not completed yet, the wait is bracketed by timing events: take_stall_ms reads them.
+void wait_on_current_stream(void* event, Device device);
 
 /// Makes the current stream of `device` wait for `event`, unmeasured (no stall probe; for
 /// waits nobody reads the stall of, which would otherwise pile up probes).

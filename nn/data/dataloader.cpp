@@ -161,7 +161,7 @@ struct DataLoader::Pass {
 #if FRUGAL_WITH_CUDA
       for (void*& e : events) {
         if (!e) continue;
-        autograd::detail::wait_on_current_stream(e, device, /*measure_stall=*/false);
+        autograd::detail::wait_on_current_stream_untimed(e, device);
         autograd::detail::release_event(e);
         e = nullptr;
       }
