@@ -119,10 +119,13 @@ inline int64_t broadcast_index(const std::vector<int64_t>& idx, const Shape& siz
 
 /// Checks |actual - expected| <= atol + rtol * |expected| elementwise (NaNs must match);
 /// reports the first mismatch with its index and the count of mismatches.
+/// ([[maybe_unused]]: programs built with DOCTEST_CONFIG_DISABLE, such as dist_check, compile
+/// the checks away.)
 inline void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
-                        double atol, const std::string& what = "") {
+                        double atol, [[maybe_unused]] const std::string& what = "") {
   REQUIRE_MESSAGE(actual.size() == expected.size(), what, ": ", actual.size(), " values vs ", expected.size());
-  int64_t bad = 0, first = -1;
+  int64_t bad = 0;
+  [[maybe_unused]] int64_t first = -1;
   for (size_t i = 0; i < actual.size(); ++i) {
     const double a = actual[i], e = expected[i];
     const bool ok =
