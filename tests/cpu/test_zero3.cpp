@@ -11,12 +11,14 @@
 #include <map>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "nn/checkpoint.h"
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "optim/sgd.h"
 #include "parallel/fsdp.h"
 #include "parallel/fsdp_checkpoint.h"
 #include "parallel/thread_communicator.h"
@@ -33,6 +35,7 @@ using parallel::run_ranks;
 namespace {
 
 constexpr optim::AdamWOptions kOpts{.lr = 0.02, .weight_decay = 0.1};
+constexpr optim::SGDOptions kSgd{.lr = 0.5};
 
 /// data_parallel_mlp as child "net", its forward checkpointing every module but the last
 /// (checkpoint_sequential with one module per segment), or plain.
@@ -60,6 +63,12 @@ std::vector<std::shared_ptr<Net>> net_models(int p, uint64_t seed, bool checkpoi
   std::vector<std::shared_ptr<Net>> out;
   for (int r = 0; r < p; ++r) out.push_back(net_model(differ && r > 0 ? 1000 + uint64_t(r) : seed, checkpointed));
   return out;
+}
+
+bool fsdp_dtype_is_float(const std::map<std::string, Tensor>& state) {
+  for (const auto& [name, t] : state)
+    if (t.dtype() != kFloat32) return false;
+  return true;
 }
 
 std::map<std::string, Tensor> as_map(const nn::NamedTensors& named) {
@@ -187,6 +196,64 @@ TEST_CASE("zero-3: gradient accumulation over 2 micro-batches per step (and unde
           check_weights(weights[size_t(r)][s], ref.weights[s], "step " + std::to_string(s));
       }
     }
+}
+
+TEST_CASE("zero-3: bfloat16 gathered parameters under autocast follow one process under autocast") {
+  const int p = 2;
+  const int64_t per_rank = 4, B = per_rank * p, steps = 2;
+  const Tensor x = random_tensor({steps, B, 6}, kFloat32, 341), y = random_tensor({steps, B, 3}, kFloat32, 342);
+  auto ref = net_model(36);
+  const auto initial = as_map(ref->state_dict());
+  optim::SGD ref_opt(ref->parameters(), kSgd);
+  for (int64_t s = 0; s < steps; ++s) {
+    {
+      AutocastGuard amp(kCPU, kBFloat16);
+      mse_loss(ref->forward(x[s]), y[s]).backward();
+    }
+    ref_opt.step();
+    ref_opt.zero_grad();
+  }
+  const auto models = net_models(p, 36);
+  PerRank<std::map<std::string, Tensor>> weights(p);
+  PerRank<parallel::FullyShardMemoryReport> reports(p);
+  PerRank<DType> param_dtype(p, kFloat32);
+  run_ranks(p, [&](const CommPtr& comm) {
+    const int r = comm->rank();
+    FullyShardedDataParallel fsdp(models[size_t(r)], comm, {.units = kWithRoot, .param_dtype = kBFloat16});
+    optim::SGD opt(fsdp.parameters(), kSgd);
+    for (int64_t s = 0; s < steps; ++s) {
+      {
+        AutocastGuard amp(kCPU, kBFloat16);
+        mse_loss(fsdp.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+      }
+      opt.step();
+      opt.zero_grad();
+    }
+    param_dtype[size_t(r)] = models[size_t(r)]->parameters()[0].dtype();
+    reports[size_t(r)] = fsdp.memory_report(&opt);
+    weights[size_t(r)] = as_map(fsdp.full_state_dict());
+  });
+  const auto want = as_map(ref->state_dict());
+  for (int r = 0; r < p; ++r) {
+    CHECK(param_dtype[size_t(r)] == kBFloat16);  // the module computes with bf16 parameters
+    CHECK(reports[size_t(r)].gathered_bytes_peak == 2 * (28 + 56 + 72));  // root + two units, 2 bytes each
+    CHECK(reports[size_t(r)].shard_bytes == 4 * (28 + 56 + 72) / 2);  // float32 master shards
+    CHECK(fsdp_dtype_is_float(weights[size_t(r)]));
+    // The same bf16 products, but sums over other batch splits round differently: the updates
+    // (lr times the gradient; SGD, so that they scale with it) agree to bf16 precision.
+    for (const auto& [name, t] : want) {
+      const std::vector<double> got = values_of(weights[size_t(r)].at(name)), expected = values_of(t);
+      const std::vector<double> start = values_of(initial.at(name));
+      std::vector<double> got_update, want_update;
+      for (size_t i = 0; i < got.size(); ++i) {
+        got_update.push_back(got[i] - start[i]);
+        want_update.push_back(expected[i] - start[i]);
+      }
+      double scale = 0;
+      for (double u : want_update) scale = std::max(scale, std::fabs(u));
+      check_close(got_update, want_update, 2e-2, 2e-2 * scale, name + " update");
+    }
+  }
 }
 
 TEST_CASE("zero-3: per-rank bytes of parameters, gradients and optimizer state match the formulas") {
