@@ -78,7 +78,9 @@ struct FullyShardUnitLayout {
 /// module's own parameter tensors are left empty (shape [0]) except while their unit is
 /// gathered. forward() runs the module; backward() leaves the averaged gradient of each
 /// shard in its .grad and no full-size gradient anywhere. Every rank must run every forward
-/// and backward (they meet in the collectives). The wrapped module keeps its buffers.
+/// and backward (they meet in the collectives). The wrapped module keeps its buffers. The
+/// module's parameters live in the shards for good: destroying the wrapper leaves them empty
+/// (take them out first with full_state_dict()).
 class FullyShardedDataParallel : public nn::UnaryModule {
  public:
   FullyShardedDataParallel(std::shared_ptr<nn::UnaryModule> module, std::shared_ptr<Communicator> comm,

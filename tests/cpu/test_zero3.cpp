@@ -22,6 +22,7 @@
 #include "parallel/fsdp.h"
 #include "parallel/fsdp_checkpoint.h"
 #include "parallel/thread_communicator.h"
+#include "parallel/zero.h"
 #include "tensor/factory.h"
 #include "tests/cpu/parallel_test_util.h"
 #include "tests/error_text.h"
@@ -433,11 +434,13 @@ TEST_CASE("zero-3: misuse fails with errors naming the unit or parameter") {
     // A unit's parameters exist only while it runs through its hooks: a direct forward fails.
     FullyShardedDataParallel fsdp(d[r], comm, Opts{.units = kAllUnits});
     errors[r].push_back(error_of([&] { (void)(*d[r]->net)[0]->forward(x); }));
+    errors[r].push_back(error_of([&] { parallel::ZeroAdamW(a[r]->parameters(), comm, kOpts, {.stage = 3}); }));
   });
   for (size_t r = 0; r < 2; ++r) {
     check_contains(errors[r][0], {"no module named 'net.7'", "'net.0'"});
     check_contains(errors[r][1], {"units 'net' and 'net.2' overlap"});
     check_contains(errors[r][2], {"net.0.weight", "float64", "must be float32"});
-    check_contains(errors[r][3], {"[0]"});
+    check_contains(errors[r][3], {"linear", "weight", "float32[0]"});
+    check_contains(errors[r][4], {"stage must be 1 or 2", "FullyShardedDataParallel"});
   }
 }
