@@ -376,6 +376,45 @@ TEST_CASE("zero-3: a sharded checkpoint resumes to the same steps; a consolidate
   std::filesystem::remove(consolidated);
 }
 
+TEST_CASE("zero-3: a sharded save that fails on one rank leaves the previous checkpoint loadable") {
+  const int p = 2;
+  const std::string dir = temp_path("zero3_failed_save", "");
+  std::filesystem::remove_all(dir);
+  const Tensor x = random_tensor({2, 2 * p, 6}, kFloat32, 351), y = random_tensor({2, 2 * p, 3}, kFloat32, 352);
+  const auto models = net_models(p, 37), fresh = net_models(p, 78);
+  PerRank<std::map<std::string, Tensor>> saved(p), loaded(p);
+  const std::string error = error_of([&] {
+    run_ranks(p, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      FullyShardedDataParallel fsdp(models[size_t(r)], comm, {.units = kWithRoot});
+      optim::AdamW opt(fsdp.parameters(), kOpts);
+      for (int64_t s = 0; s < 2; ++s) {
+        mse_loss(fsdp.forward(rows(x[s], r, 2)), rows(y[s], r, 2)).backward();
+        opt.step();
+        opt.zero_grad();
+        if (s == 0) {
+          parallel::save_sharded_checkpoint(fsdp, dir, &opt);
+          saved[size_t(r)] = as_map(fsdp.full_state_dict());
+        }
+      }
+      // Rank 1 cannot write generation 2 (a directory stands where its file goes).
+      if (r == 1) std::filesystem::create_directories(std::filesystem::path(dir) / "shard-00001-of-00002.g2.safetensors/x");
+      comm->barrier();
+      parallel::save_sharded_checkpoint(fsdp, dir, &opt);
+    });
+  });
+  check_contains(error, {"rank 1", "shard-00001-of-00002.g2.safetensors"});
+  run_ranks(p, [&](const CommPtr& comm) {
+    const int r = comm->rank();
+    FullyShardedDataParallel fsdp(fresh[size_t(r)], comm, {.units = kWithRoot});
+    optim::AdamW opt(fsdp.parameters(), kOpts);
+    parallel::load_sharded_checkpoint(fsdp, dir, &opt);
+    loaded[size_t(r)] = as_map(fsdp.full_state_dict());
+  });
+  for (int r = 0; r < p; ++r) check_weights(loaded[size_t(r)], saved[size_t(r)], "generation 1 after a failed save");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("zero-3: loading a sharded checkpoint checks world size, shard files and shapes") {
   const std::string dir = temp_path("zero3_checks", "");
   std::filesystem::remove_all(dir);
