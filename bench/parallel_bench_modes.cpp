@@ -277,9 +277,8 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     auto global = [&](const Tensor& loss) { return reduce_over(*world, loss.item<double>(), ReduceOp::Avg); };
     const double param_bytes = res.param_mib * kMiB;
     if (zero_stage == 3) {
-      std::vector<std::string> units;
-      for (int64_t i = 0; i < m.layers; ++i) units.push_back(std::to_string(i));
-      auto fsdp = std::make_shared<FullyShardedDataParallel>(model, world, FullyShardOptions{.units = units});
+      auto fsdp = std::make_shared<FullyShardedDataParallel>(
+          model, world, FullyShardOptions{.units = modules_of_type(*model, "EncoderBlock")});
       optim::AdamW opt(fsdp->parameters(), {.lr = kLearningRate});
       time_steps(dev, opts.iters, whole_model_step(*fsdp, x, y, opt, global), res);
       const FullyShardMemoryReport mem = fsdp->memory_report(&opt);

@@ -107,7 +107,6 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
     std::shared_ptr<Work> gathering;
     size_t grads_ready = 0;  // this backward
     bool reduced = false;    // this backward
-    bool is_root() const { return module == nullptr; }
   };
   struct InFlight {
     size_t unit;
@@ -348,6 +347,13 @@ Tensor FullyShardedDataParallel::State::attach_pre_backward(size_t u, Tensor out
 }
 
 // ---- construction -------------------------------------------------------------------------
+
+std::vector<std::string> modules_of_type(const nn::Module& model, const std::string& type) {
+  std::vector<std::string> names;
+  for (const auto& [name, m] : model.named_modules())
+    if (m->type_name() == type) names.push_back(name);
+  return names;
+}
 
 namespace {
 std::string known_units(const nn::Module& m) {

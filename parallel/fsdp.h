@@ -50,6 +50,11 @@ struct FullyShardOptions {
   bool sync_module_states = true;
 };
 
+/// The dotted names of the modules below `model` whose type_name() is `type`, in order: the
+/// units of a model cut at its blocks (as FSDP's ModuleWrapPolicy({Block})), e.g.
+/// {.units = modules_of_type(*vit, "EncoderBlock")}.
+std::vector<std::string> modules_of_type(const nn::Module& model, const std::string& type);
+
 /// Per-rank bytes (Note [ZeRO-3] has the formulas).
 struct FullyShardMemoryReport {
   int64_t shard_bytes = 0;            ///< the float32 parameter shards (parameters())

@@ -78,7 +78,7 @@ std::map<std::string, Tensor> as_map(const nn::NamedTensors& named) {
   return out;
 }
 
-const std::vector<std::string> kAllUnits = {"net.0", "net.2", "net.4"};
+const std::vector<std::string> kAllUnits = {"net.0", "net.2", "net.4"};  // = modules_of_type(model, "Linear")
 const std::vector<std::string> kWithRoot = {"net.0", "net.2"};  // net.4 is the root unit's
 
 /// One process on the whole batch: the weights after each step (by name) and the losses.
@@ -476,6 +476,7 @@ TEST_CASE("zero-3: misuse fails with errors naming the unit or parameter") {
     errors[r].push_back(error_of([&] { parallel::ZeroAdamW(a[r]->parameters(), comm, kOpts, {.stage = 3}); }));
   });
   for (size_t r = 0; r < 2; ++r) {
+    CHECK(parallel::modules_of_type(*a[r], "Linear") == kAllUnits);
     check_contains(errors[r][0], {"no module named 'net.7'", "'net.0'"});
     check_contains(errors[r][1], {"units 'net' and 'net.2' overlap"});
     check_contains(errors[r][2], {"net.0.weight", "float64", "must be float32"});
