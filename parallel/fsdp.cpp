@@ -117,9 +117,9 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
   std::shared_ptr<Communicator> comm;
   FullyShardOptions options;
   std::vector<Param> params;
-  std::vector<Unit> units;  // the named units in forward order, then the root
-  size_t named = 0;         // how many named units
-  size_t root = kNone;      // the root unit's index, if it has parameters
+  std::vector<Unit> units;                    // the named units in forward order, then the root
+  size_t named = 0;                           // how many named units
+  size_t root = kNone;                        // the root unit's index, if it has parameters
   std::vector<FullyShardUnitLayout> layouts;  // units[u].layout, for layout()
   std::deque<InFlight> in_flight;
   bool sync = true;
@@ -470,15 +470,17 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::UnaryModu
   // Hooks: the forward pre/post hooks of each unit, the gradient hook of each parameter.
   std::weak_ptr<State> weak = state_;
   for (size_t u = 0; u < s.named; ++u)
-    s.units[u].forward_hooks = s.units[u].module->add_forward_hooks(
-        {.before =
-             [weak, u](nn::UnaryModule&) {
-               if (auto st = weak.lock()) st->before_forward(u);
-             },
-         .after = [weak, u](nn::UnaryModule&, Tensor out) {
-           if (auto st = weak.lock()) return st->after_forward(u, std::move(out));
-           return out;
-         }});
+    s.units[u].forward_hooks =
+        s.units[u].module->add_forward_hooks({.before =
+                                                  [weak, u](nn::UnaryModule&) {
+                                                    if (auto st = weak.lock()) st->before_forward(u);
+                                                  },
+                                              .after =
+                                                  [weak, u](nn::UnaryModule&, Tensor out) {
+                                                    if (auto st = weak.lock())
+                                                      return st->after_forward(u, std::move(out));
+                                                    return out;
+                                                  }});
   for (size_t k = 0; k < s.params.size(); ++k)
     s.params[k].grad_hook = autograd::register_post_accumulate_grad_hook(s.params[k].tensor, [weak, k](const Tensor&) {
       if (auto st = weak.lock()) st->on_grad(k);
@@ -486,7 +488,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::UnaryModu
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
-  for (size_t u = 0; u < state_->named; ++u) state_->units[u].module->remove_forward_hooks(state_->units[u].forward_hooks);
+  for (size_t u = 0; u < state_->named; ++u)
+    state_->units[u].module->remove_forward_hooks(state_->units[u].forward_hooks);
   for (const State::Param& p : state_->params) autograd::remove_post_accumulate_grad_hook(p.tensor, p.grad_hook);
 }
 

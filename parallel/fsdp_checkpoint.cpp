@@ -175,9 +175,9 @@ void check_index(const json::Value& index, const FullyShardedDataParallel& fsdp,
 
 std::string shard_name_from(const json::Value& index, int rank, const std::string& path) {
   const json::Value* shards = index.find("shards");
-  FRUGAL_CHECK(shards && shards->is_array() && shards->items.size() > size_t(rank) &&
-                   shards->items[size_t(rank)].is_string(),
-               "load_sharded_checkpoint: ", path, " names no shard file for rank ", rank);
+  FRUGAL_CHECK(
+      shards && shards->is_array() && shards->items.size() > size_t(rank) && shards->items[size_t(rank)].is_string(),
+      "load_sharded_checkpoint: ", path, " names no shard file for rank ", rank);
   const std::string& name = shards->items[size_t(rank)].text;
   FRUGAL_CHECK(name.find('/') == std::string::npos && name != "." && name != "..", "load_sharded_checkpoint: ", path,
                ": shard name '", name, "' must be a file name in the checkpoint's directory");
@@ -190,8 +190,7 @@ void save_sharded_checkpoint(FullyShardedDataParallel& fsdp, const std::string& 
   const int r = comm.rank(), P = comm.size();
   std::error_code ec;
   fs::create_directories(dir, ec);
-  FRUGAL_CHECK(fs::is_directory(dir), "save_sharded_checkpoint: cannot create the directory ", dir, ": ",
-               ec.message());
+  FRUGAL_CHECK(fs::is_directory(dir), "save_sharded_checkpoint: cannot create the directory ", dir, ": ", ec.message());
   // Every rank reads the old index before rank 0 may replace it (the barrier below).
   const std::optional<json::Value> old = read_index(dir, "save_sharded_checkpoint");
   const std::string index_path = (fs::path(dir) / "index.json").string();
@@ -205,7 +204,9 @@ void save_sharded_checkpoint(FullyShardedDataParallel& fsdp, const std::string& 
     for (const auto& [key, t] : opt->state_dict()) tensors.emplace_back("optim." + key, t);
   for (const auto& [name, b] : fsdp.module()->named_buffers()) tensors.emplace_back("buffer." + name, b);
   nn::save_safetensors((fs::path(dir) / shard_file(r, P, generation)).string(), tensors,
-                       {{"format", kFormat}, {"rank", std::to_string(r)}, {"world_size", std::to_string(P)},
+                       {{"format", kFormat},
+                        {"rank", std::to_string(r)},
+                        {"world_size", std::to_string(P)},
                         {"generation", std::to_string(generation)}});
   comm.barrier();
   if (r == 0) write_atomically(index_path, index_json(fsdp, generation));

@@ -79,7 +79,7 @@ std::map<std::string, Tensor> as_map(const nn::NamedTensors& named) {
 }
 
 const std::vector<std::string> kAllUnits = {"net.0", "net.2", "net.4"};  // = modules_of_type(model, "Linear")
-const std::vector<std::string> kWithRoot = {"net.0", "net.2"};  // net.4 is the root unit's
+const std::vector<std::string> kWithRoot = {"net.0", "net.2"};           // net.4 is the root unit's
 
 /// One process on the whole batch: the weights after each step (by name) and the losses.
 struct Reference {
@@ -135,7 +135,8 @@ TEST_CASE("zero-3: losses and AdamW steps equal one process on the whole batch, 
           optim::AdamW opt(fsdp->parameters(), kOpts);
           for (int64_t s = 0; s < steps; ++s) {
             Tensor loss = mse_loss(fsdp->forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank));
-            if (s == 0) freed_numel[size_t(r)] = model->net->parameters()[2].numel();  // net.2.weight, freed after forward
+            if (s == 0)
+              freed_numel[size_t(r)] = model->net->parameters()[2].numel();  // net.2.weight, freed after forward
             losses[size_t(r)].push_back(loss.item<double>());
             loss.backward();
             opt.step();
@@ -236,9 +237,9 @@ TEST_CASE("zero-3: bfloat16 gathered parameters under autocast follow one proces
   });
   const auto want = as_map(ref->state_dict());
   for (int r = 0; r < p; ++r) {
-    CHECK(param_dtype[size_t(r)] == kBFloat16);  // the module computes with bf16 parameters
+    CHECK(param_dtype[size_t(r)] == kBFloat16);                           // the module computes with bf16 parameters
     CHECK(reports[size_t(r)].gathered_bytes_peak == 2 * (28 + 56 + 72));  // root + two units, 2 bytes each
-    CHECK(reports[size_t(r)].shard_bytes == 4 * (28 + 56 + 72) / 2);  // float32 master shards
+    CHECK(reports[size_t(r)].shard_bytes == 4 * (28 + 56 + 72) / 2);      // float32 master shards
     CHECK(fsdp_dtype_is_float(weights[size_t(r)]));
     // The same bf16 products, but sums over other batch splits round differently: the updates
     // (lr times the gradient; SGD, so that they scale with it) agree to bf16 precision.
@@ -264,8 +265,8 @@ TEST_CASE("zero-3: per-rank bytes of parameters, gradients and optimizer state m
       CAPTURE(with_root);
       // Units 56, 72, 27 elements, each padded to a multiple of p; the root (net.4) when with_root.
       auto pad = [&](int64_t n) { return (n + p - 1) / p * p; };
-      const std::vector<int64_t> named = with_root ? std::vector<int64_t>{pad(56), pad(72)}
-                                                   : std::vector<int64_t>{pad(56), pad(72), pad(27)};
+      const std::vector<int64_t> named =
+          with_root ? std::vector<int64_t>{pad(56), pad(72)} : std::vector<int64_t>{pad(56), pad(72), pad(27)};
       const int64_t root = with_root ? pad(27) : 0;
       int64_t S = root / p, pair = 0;
       for (size_t u = 0; u < named.size(); ++u) {
@@ -398,7 +399,8 @@ TEST_CASE("zero-3: a sharded save that fails on one rank leaves the previous che
         }
       }
       // Rank 1 cannot write generation 2 (a directory stands where its file goes).
-      if (r == 1) std::filesystem::create_directories(std::filesystem::path(dir) / "shard-00001-of-00002.g2.safetensors/x");
+      if (r == 1)
+        std::filesystem::create_directories(std::filesystem::path(dir) / "shard-00001-of-00002.g2.safetensors/x");
       comm->barrier();
       parallel::save_sharded_checkpoint(fsdp, dir, &opt);
     });

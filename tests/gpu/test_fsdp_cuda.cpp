@@ -38,10 +38,11 @@ class Net : public nn::UnaryModule {
  public:
   Net(uint64_t seed, bool checkpointed) : checkpointed_(checkpointed) {
     manual_seed(seed);
-    net = register_module("net", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
-                                     std::make_shared<nn::Linear>(48, 96), std::make_shared<nn::Tanh>(),
-                                     std::make_shared<nn::Linear>(96, 96), std::make_shared<nn::Tanh>(),
-                                     std::make_shared<nn::Linear>(96, 5)}));
+    net = register_module(
+        "net",
+        std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+            std::make_shared<nn::Linear>(48, 96), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(96, 96),
+            std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(96, 5)}));
     to(cuda());
   }
   Tensor forward(const Tensor& x) override {
