@@ -76,38 +76,33 @@ std::string index_json(const FullyShardedDataParallel& fsdp, uint64_t generation
   return o.str();
 }
 
-[[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  FRUGAL_CHECK(false, "save_sharded_checkpoint: ", what, " ", path, ": ", std::strerror(errno));
-  std::abort();
+/// Throws naming the failed step, the file and errno's reason, after removing the temporary
+/// (and closing `fd` when open): the previous file at the target path stays as it was.
+[[noreturn]] void write_failed(const std::string& what, const std::string& tmp, int fd) {
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  ::unlink(tmp.c_str());
+  FRUGAL_FAIL("save_sharded_checkpoint: cannot ", what, ": ", std::strerror(err));
 }
 
-/// Writes `text` to `path` through a fsynced temporary renamed over it, then fsyncs the directory.
+/// Writes `text` to `path` through a fsynced temporary renamed over it, then fsyncs the
+/// directory (Note [Sharded checkpoint]).
 void write_atomically(const std::string& path, const std::string& text) {
   std::random_device rd;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("cannot create", tmp);
-  size_t done = 0;
-  while (done < text.size()) {
+  if (fd < 0) FRUGAL_FAIL("save_sharded_checkpoint: cannot create ", tmp, ": ", std::strerror(errno));
+  for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      io_error("cannot write", tmp);
-    }
+    if (n < 0) write_failed("write " + tmp, tmp, fd);
     done += size_t(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    io_error("cannot fsync", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    io_error("cannot rename onto", path);
-  }
-  const int dir = ::open(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().c_str(),
-                         O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
+  if (::fsync(fd) != 0) write_failed("fsync " + tmp, tmp, fd);
+  if (::close(fd) != 0) write_failed("close " + tmp, tmp, -1);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) write_failed("rename " + tmp + " onto " + path, tmp, -1);
+  const fs::path parent = fs::path(path).parent_path();
+  const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {  // makes the rename itself durable
     ::fsync(dir);
     ::close(dir);
   }
@@ -120,10 +115,7 @@ std::optional<json::Value> read_index(const std::string& dir, const char* op) {
   const nn::ReadOnlyFile file(path, op);
   try {
     return json::parse(file.read_all(kMaxIndexBytes));
-  } catch (const Error& e) {
-    FRUGAL_CHECK(false, op, ": ", path, " is not a valid index: ", e.what());
-    std::abort();
-  }
+  } catch (const Error& e) { FRUGAL_FAIL(op, ": ", path, " is not a valid index: ", e.what()); }
 }
 
 uint64_t uint_field(const json::Value& v, const char* key, const std::string& path, const char* op) {
