@@ -13,6 +13,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
+#include "models/vit.h"
 #include "nn/checkpoint.h"
 #include "nn/container.h"
 #include "nn/linear.h"
@@ -156,6 +157,63 @@ TEST_CASE("zero-3: losses and AdamW steps equal one process on the whole batch, 
           check_equiv(std::vector<double>{mean}, std::vector<double>{ref.losses[s]}, "loss");
         }
       }
+}
+
+TEST_CASE("zero-3: a ViT with one unit per encoder block (checkpointed or not) trains as one process") {
+  const int p = 2;
+  const int64_t per_rank = 2, B = per_rank * p, steps = 3;
+  const Tensor x = random_tensor({steps, B, 3, 8, 8}, kFloat32, 361), y = random_tensor({steps, B, 3}, kFloat32, 362);
+  for (bool checkpointed : {false, true}) {
+    CAPTURE(checkpointed);
+    const models::ViTConfig config{.image_size = 8,
+                                   .patch_size = 4,
+                                   .in_channels = 3,
+                                   .num_layers = 3,
+                                   .num_heads = 2,
+                                   .hidden_dim = 8,
+                                   .mlp_dim = 16,
+                                   .num_classes = 3,
+                                   .checkpoint_blocks = checkpointed};
+    auto make = [&] {
+      manual_seed(38);
+      return std::make_shared<models::VisionTransformer>(config);
+    };
+    auto ref = make();
+    std::vector<std::shared_ptr<models::VisionTransformer>> vits;
+    for (int r = 0; r < p; ++r) vits.push_back(make());
+    // SGD: the key projection's bias has an exactly zero gradient (softmax ignores a shift of
+    // every score of a row), which AdamW would turn from rounding noise into lr-sized steps.
+    optim::SGD ref_opt(ref->parameters(), kSgd);
+    std::vector<std::map<std::string, Tensor>> want;
+    for (int64_t s = 0; s < steps; ++s) {
+      mse_loss(ref->forward(x[s]), y[s]).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+      want.push_back(as_map(ref->state_dict()));
+    }
+    PerRank<std::vector<std::map<std::string, Tensor>>> got(p);
+    PerRank<std::vector<std::string>> units(p);
+    PerRank<int> units_peak(p);
+    run_ranks(p, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      units[size_t(r)] = parallel::modules_of_type(*vits[size_t(r)], "EncoderBlock");
+      FullyShardedDataParallel fsdp(vits[size_t(r)], comm, {.units = units[size_t(r)]});
+      optim::SGD opt(fsdp.parameters(), kSgd);
+      for (int64_t s = 0; s < steps; ++s) {
+        mse_loss(fsdp.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+        opt.step();
+        opt.zero_grad();
+        got[size_t(r)].push_back(as_map(fsdp.full_state_dict()));
+      }
+      units_peak[size_t(r)] = fsdp.memory_report().gathered_units_peak;
+    });
+    for (int r = 0; r < p; ++r) {
+      CHECK(units[size_t(r)].size() == 3);
+      CHECK(units_peak[size_t(r)] == 2);
+      for (size_t s = 0; s < size_t(steps); ++s)
+        check_weights(got[size_t(r)][s], want[s], "ViT step " + std::to_string(s));
+    }
+  }
 }
 
 TEST_CASE("zero-3: gradient accumulation over 2 micro-batches per step (and under no_sync) equals the whole batch") {
