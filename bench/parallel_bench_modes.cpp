@@ -21,6 +21,7 @@
 #include "nn/container.h"
 #include "optim/adam.h"
 #include "parallel/ddp.h"
+#include "parallel/fsdp.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
@@ -32,7 +33,7 @@ using namespace frugal::parallel;
 
 namespace {
 
-const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "grid"};
+const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "grid"};
 
 struct EncoderBlock : nn::UnaryModule {
   std::shared_ptr<TensorParallelEncoderLayer> layer;
@@ -118,6 +119,18 @@ double parameter_mib(nn::Module& model) {
   return double(bytes) / double(1 << 20);
 }
 
+/// Bytes of `opt`'s state (AdamW: exp_avg, exp_avg_sq) for `params`.
+int64_t optimizer_state_bytes(const optim::Optimizer& opt, const std::vector<Tensor>& params) {
+  int64_t bytes = 0;
+  for (const Tensor& p : params)
+    if (const optim::ParamState* s = opt.state(p))
+      for (const Tensor& t : s->buffers)
+        if (t.defined()) bytes += t.numel() * int64_t(element_size(t.dtype()));
+  return bytes;
+}
+
+constexpr double kMiB = double(1 << 20);
+
 /// x reduced over the ranks of `comm`.
 double reduce_over(Communicator& comm, double x, ReduceOp op) {
   Tensor t = full({1}, x, {kFloat64, comm.device()});
@@ -149,7 +162,7 @@ void check_fits(const std::string& mode, const BenchOptions& o, int n) {
     FRUGAL_CHECK(o.micro_batches >= 1 && o.batch % o.micro_batches == 0, why, ": ", mode, " needs the batch (", o.batch,
                  ") divisible by the micro-batches (", o.micro_batches, ")");
   }
-  if (mode == "ddp" || mode == "zero1" || mode == "zero2")
+  if (mode == "ddp" || mode == "zero1" || mode == "zero2" || mode == "zero3")
     FRUGAL_CHECK(o.batch % n == 0, why, ": ", mode, " splits the batch (", o.batch, ") over the ", n,
                  " ranks: it must divide evenly");
 }
@@ -169,7 +182,7 @@ std::vector<std::string> default_modes(const ModelConfig& model, int world_size)
   std::vector<std::string> modes = {"single"};
   if (model.heads % world_size == 0 && model.ffn % world_size == 0) modes.push_back("tp");
   if (model.layers >= world_size) modes.push_back("pp");
-  for (const char* m : {"ddp", "ddp-weak", "zero1", "zero2"}) modes.push_back(m);
+  for (const char* m : {"ddp", "ddp-weak", "zero1", "zero2", "zero3"}) modes.push_back(m);
   if (world_size >= 4 && world_size % 2 == 0 && model.heads % 2 == 0 && model.layers >= world_size / 2)
     modes.push_back("grid");
   return modes;
@@ -183,7 +196,7 @@ std::vector<std::string> parse_modes(const std::string& list) {
     const std::string name = list.substr(begin, end - begin);
     FRUGAL_CHECK(std::find(std::begin(kAllModes), std::end(kAllModes), name) != std::end(kAllModes),
                  "parallel_bench: unknown mode '", name, "' in --modes ", list,
-                 " (single, tp, pp, ddp, ddp-weak, zero1, zero2, grid)");
+                 " (single, tp, pp, ddp, ddp-weak, zero1, zero2, zero3, grid)");
     modes.push_back(name);
     begin = end + 1;
   }
@@ -251,7 +264,9 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   // Data parallel over the world: strong scaling splits the global batch over the ranks,
   // weak gives every rank a whole batch. zero_stage 1 shards AdamW's state instead of
   // wrapping the model in DDP (its step reduce-scatters the gradients); 2 also the
-  // gradients (reduce-scattered in buckets during backward).
+  // gradients (reduce-scattered in buckets during backward); 3 also the parameters (fully
+  // sharded data parallel, each encoder layer a unit). res.state_mib: the parameters,
+  // gradients (as backward leaves them) and AdamW moments this rank holds.
   auto time_data_parallel = [&](bool weak, int zero_stage, ModeResult& res) {
     auto model = make_encoder(m, nullptr, dev, 0, m.layers);
     res.param_mib = parameter_mib(*model);
@@ -260,13 +275,27 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     const Tensor y = weak ? y_full : y_full.narrow(0, r * per, per);
     // The global loss: the mean of the ranks' (equal-sized) shard losses.
     auto global = [&](const Tensor& loss) { return reduce_over(*world, loss.item<double>(), ReduceOp::Avg); };
-    if (zero_stage > 0) {
+    const double param_bytes = res.param_mib * kMiB;
+    if (zero_stage == 3) {
+      auto fsdp = std::make_shared<FullyShardedDataParallel>(
+          model, world, FullyShardOptions{.units = modules_of_type(*model, "EncoderBlock")});
+      optim::AdamW opt(fsdp->parameters(), {.lr = kLearningRate});
+      time_steps(dev, opts.iters, whole_model_step(*fsdp, x, y, opt, global), res);
+      const FullyShardMemoryReport mem = fsdp->memory_report(&opt);
+      res.param_mib = double(mem.shard_bytes) / kMiB;
+      res.state_mib = double(2 * mem.shard_bytes + mem.optimizer_state_bytes) / kMiB;  // shards, their grads, moments
+      res.gathered_mib = double(mem.gathered_bytes_peak) / kMiB;
+    } else if (zero_stage > 0) {
       ZeroAdamW opt(model->parameters(), world, {.lr = kLearningRate}, {.stage = zero_stage});
       time_steps(dev, opts.iters, whole_model_step(*model, x, y, opt, global), res);
+      const ZeroMemoryReport mem = opt.memory_report();
+      const double grads = zero_stage == 1 ? param_bytes + double(opt.shard_numel() * 4) : double(opt.shard_numel() * 4);
+      res.state_mib = (double(mem.parameter_bytes) + grads + double(mem.optimizer_state_bytes)) / kMiB;
     } else {
       auto ddp = std::make_shared<DistributedDataParallel>(model, world);
       optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
       time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
+      res.state_mib = (2 * param_bytes + double(optimizer_state_bytes(opt, ddp->parameters()))) / kMiB;
     }
   };
 
@@ -293,8 +322,8 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       res.key = weak ? "DDP_weak" : "DDP";
       if (weak) res.samples = opts.batch * N;
       time_data_parallel(weak, 0, res);
-    } else if (mode == "zero1" || mode == "zero2") {
-      const int stage = mode == "zero1" ? 1 : 2;
+    } else if (mode == "zero1" || mode == "zero2" || mode == "zero3") {
+      const int stage = mode[4] - '0';
       res.label = "ZeRO-" + std::to_string(stage);
       res.key = "ZeRO" + std::to_string(stage);
       time_data_parallel(false, stage, res);
@@ -312,6 +341,8 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     res.step_s = reduce_over(*world, res.step_s, ReduceOp::Max);  // the slowest rank sets the pace
     res.peak_gib = reduce_over(*world, res.peak_gib, ReduceOp::Max);
     res.param_mib = reduce_over(*world, res.param_mib, ReduceOp::Max);
+    res.state_mib = reduce_over(*world, res.state_mib, ReduceOp::Max);
+    res.gathered_mib = reduce_over(*world, res.gathered_mib, ReduceOp::Max);
     res.loss_first = broadcast_from_0(*world, res.loss_first);  // rank 0 holds every mode's global loss
     res.loss_second = broadcast_from_0(*world, res.loss_second);
     res.samples_per_s = double(res.samples) / res.step_s;
@@ -331,15 +362,16 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
   std::printf("%s encoder (%lld x %lld, %lld heads, %lld, seq %lld), f32, global batch %lld, %d %s\n", m.name.c_str(),
               (long long)m.layers, (long long)m.hidden, (long long)m.heads, (long long)m.ffn, (long long)m.seq,
               (long long)opts.batch, world.size(), ranks.c_str());
-  std::printf("%-16s %5s %10s %11s %11s %14s %15s %12s\n", "mode", "ranks", "step ms", "samples/s", "efficiency",
-              "peak GiB/rank", "param MiB/rank", "bubble m/t");
+  std::printf("%-16s %5s %10s %11s %11s %14s %15s %15s %12s\n", "mode", "ranks", "step ms", "samples/s",
+              "efficiency", "peak GiB/rank", "param MiB/rank", "state MiB/rank", "bubble m/t");
   for (const ModeResult& res : results) {
-    char eff[32] = "-", bubble[32] = "-";
+    char eff[32] = "-", bubble[32] = "-", state[32] = "-";
     if (res.efficiency >= 0) std::snprintf(eff, sizeof eff, "%.1f%%", 100 * res.efficiency);
     if (res.bubble_theory >= 0)
       std::snprintf(bubble, sizeof bubble, "%.3f/%.3f", res.bubble_measured, res.bubble_theory);
-    std::printf("%-16s %5d %10.1f %11.1f %11s %14.2f %15.1f %12s\n", res.label.c_str(), res.ranks, res.step_s * 1e3,
-                res.samples_per_s, eff, res.peak_gib, res.param_mib, bubble);
+    if (res.state_mib >= 0) std::snprintf(state, sizeof state, "%.2f", res.state_mib);
+    std::printf("%-16s %5d %10.1f %11.1f %11s %14.2f %15.2f %15s %12s\n", res.label.c_str(), res.ranks,
+                res.step_s * 1e3, res.samples_per_s, eff, res.peak_gib, res.param_mib, state, bubble);
   }
   for (const ModeResult& res : results)
     if (res.exchange_ms >= 0)
@@ -353,6 +385,8 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
     if (res.efficiency >= 0) std::printf("%s_efficiency: %.4f\n", k, res.efficiency);
     std::printf("%s_peak_gib: %.3f\n%s_param_mib: %.2f\n%s_loss_after_step: %.6f\n", k, res.peak_gib, k, res.param_mib,
                 k, res.loss_second);
+    if (res.state_mib >= 0) std::printf("%s_state_mib: %.3f\n", k, res.state_mib);
+    if (res.gathered_mib >= 0) std::printf("%s_gathered_peak_mib: %.3f\n", k, res.gathered_mib);
     if (res.bubble_theory >= 0)
       std::printf("%s_bubble_measured: %.4f\n%s_bubble_theoretical: %.4f\n", k, res.bubble_measured, k,
                   res.bubble_theory);

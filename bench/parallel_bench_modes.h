@@ -1,6 +1,6 @@
 #pragma once
 // The modes of bench/parallel_bench (single device, tensor, pipeline, data parallel,
-// ZeRO-1, ZeRO-2, tensor x pipeline grid) on a BERT-shaped encoder, written against a
+// ZeRO-1, ZeRO-2, ZeRO-3 (fully sharded), tensor x pipeline grid) on a BERT-shaped encoder, written against a
 // Communicator so the same code runs one process per GPU over NCCL and as thread ranks
 // over CPU tensors (the cpu suite's test_parallel_bench.cpp drives it that way).
 //
@@ -36,13 +36,13 @@ struct BenchOptions {
   int64_t batch = 32;  // the global batch of every mode but ddp-weak (batch per rank)
   int iters = 10;      // timed steps per mode, after 2 warm-up steps
   int micro_batches = 8;
-  /// Mode names, run in this order: single, tp, pp, ddp, ddp-weak, zero1, zero2, grid.
+  /// Mode names, run in this order: single, tp, pp, ddp, ddp-weak, zero1, zero2, zero3, grid.
   std::vector<std::string> modes;
 };
 
 /// Every mode that applies to `world_size` ranks: single alone for one rank; with more,
 /// tp (when the heads split evenly), pp (when there are enough layers), ddp, ddp-weak,
-/// zero1, zero2, and grid (2-way TP x world_size / 2 stages) when world_size is even and >= 4.
+/// zero1, zero2, zero3, and grid (2-way TP x world_size / 2 stages) when world_size is even and >= 4.
 std::vector<std::string> default_modes(const ModelConfig& model, int world_size);
 /// A comma list of mode names; throws naming an unknown one.
 std::vector<std::string> parse_modes(const std::string& list);
@@ -55,6 +55,10 @@ struct ModeResult {
   int64_t samples = 0;  // per step over all ranks
   double step_s = 0, samples_per_s = 0, peak_gib = 0;
   double param_mib = 0;                             // the parameters one rank holds (the most over the ranks), MiB
+  /// Data-parallel modes: the parameters, gradients (as backward leaves them) and AdamW
+  /// moments one rank holds (the most over the ranks), MiB; -1 for the other modes.
+  double state_mib = -1;
+  double gathered_mib = -1;                         // zero3: peak of gathered units' parameters per rank, MiB
   double efficiency = -1;                           // samples/s / (ranks * single's samples/s); -1 without single
   int stages = 0;                                   // pipeline modes: the number of stages
   double bubble_measured = -1, bubble_theory = -1;  // pipeline modes only (PipelineStats)

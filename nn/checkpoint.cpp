@@ -12,7 +12,7 @@ Tensor checkpoint_sequential(Sequential& seq, int64_t segments, const Tensor& x,
   auto run = [&seq](int64_t begin, int64_t end) {
     return [&seq, begin, end](const Tensor& h) {
       Tensor y = h;
-      for (int64_t i = begin; i < end; ++i) y = seq[size_t(i)]->forward(y);
+      for (int64_t i = begin; i < end; ++i) y = (*seq[size_t(i)])(y);  // m(x): runs its hooks (Note [Forward hooks])
       return y;
     };
   };

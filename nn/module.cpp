@@ -24,6 +24,15 @@
 // as well, for user modules whose forward does not. Through m(x) the scope then opens
 // twice for the same module, which nests to the same answer. The multi-input forwards
 // (attention, BERT) open it the same way.
+//
+// Note [Forward hooks]
+// A UnaryModule called as m(x) runs its forward hooks around forward: what fully sharded data
+// parallel needs to gather a unit's parameters just before the unit runs and free them right
+// after (Note [ZeRO-3] in parallel/fsdp.cpp), as PyTorch's fully_shard registers module
+// hooks. Sequential runs its modules through m(x), and so does checkpoint_sequential, so a
+// checkpoint's recompute runs the hooks again. Without hooks m(x) costs one empty() test; a
+// hook list is copied before it runs, so a hook may remove hooks. An exception from forward
+// skips the `after` hooks.
 
 namespace frugal::nn {
 
@@ -239,6 +248,26 @@ std::string Module::repr(int indent) const {
   }
   os << ')';
   return os.str();
+}
+
+uint64_t UnaryModule::add_forward_hooks(ForwardHooks hooks) {
+  const uint64_t id = next_hook_id_++;
+  forward_hooks_.emplace_back(id, std::move(hooks));
+  return id;
+}
+
+void UnaryModule::remove_forward_hooks(uint64_t id) {
+  std::erase_if(forward_hooks_, [id](const auto& entry) { return entry.first == id; });
+}
+
+Tensor UnaryModule::forward_with_hooks(const Tensor& x) {
+  const auto hooks = forward_hooks_;
+  for (const auto& [id, h] : hooks)
+    if (h.before) h.before(*this);
+  Tensor out = forward(x);
+  for (const auto& [id, h] : hooks)
+    if (h.after) out = h.after(*this, std::move(out));
+  return out;
 }
 
 std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.repr(); }

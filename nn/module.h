@@ -7,6 +7,7 @@
 // yields "encoder.layer.0.attention.self.query.weight": the keys of the
 // Hugging Face / torchvision checkpoints, which is what lets state_dict() and
 // load_state_dict() exchange weights with PyTorch through safetensors.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,10 +107,29 @@ class UnaryModule : public Module {
   virtual Tensor forward(const Tensor& x) = 0;
   /// Runs forward under this module's name for the memory profiler (a thread-local pointer
   /// write); frugal's modules open it in forward too (Note [Module attribution] in module.cpp).
+  /// Runs the forward hooks, if any, around it (Note [Forward hooks] in module.cpp).
   Tensor operator()(const Tensor& x) {
     core::ModuleScope scope(this);
-    return forward(x);
+    if (forward_hooks_.empty()) return forward(x);
+    return forward_with_hooks(x);
   }
+
+  /// As PyTorch's register_forward_pre_hook and register_forward_hook together: `before`
+  /// runs ahead of forward, `after` gets forward's output and returns the output the caller
+  /// sees (itself, or a tensor standing for it). Only m(x) runs them, not m.forward(x).
+  struct ForwardHooks {
+    std::function<void(UnaryModule&)> before;
+    std::function<Tensor(UnaryModule&, Tensor output)> after;
+  };
+  /// Returns an id for remove_forward_hooks. Hooks run in registration order (`after` too).
+  uint64_t add_forward_hooks(ForwardHooks hooks);
+  /// Removes the hooks registered under `id` (no-op when gone).
+  void remove_forward_hooks(uint64_t id);
+
+ private:
+  Tensor forward_with_hooks(const Tensor& x);
+  std::vector<std::pair<uint64_t, ForwardHooks>> forward_hooks_;
+  uint64_t next_hook_id_ = 1;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);

@@ -78,7 +78,8 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> c
   FRUGAL_CHECK(comm_, "ZeroAdamW: needs a communicator");
   FRUGAL_CHECK(!params_.empty(), "ZeroAdamW: got an empty parameter list");
   FRUGAL_CHECK(stage_ == 1 || stage_ == 2, "ZeroAdamW: stage must be 1 or 2, got ", stage_,
-               " (stage 3, sharded parameters, is not implemented)");
+               " (stage 3, sharded parameters too, wraps the model: parallel::FullyShardedDataParallel in "
+               "parallel/fsdp.h)");
   for (const Tensor& p : params_)
     FRUGAL_CHECK(p.dtype() == params_[0].dtype() && p.device() == comm_->device() && p.is_floating_point(),
                  "ZeroAdamW: every parameter must be floating, of one dtype and on the communicator's device ",

@@ -1,7 +1,8 @@
 #pragma once
 // ZeRO stages 1 and 2 (Rajbhandari et al., 2020; llm.c zero.cuh; DeepSpeed's stage 2):
 // AdamW whose state (stage 1), and gradients (stage 2), are sharded across the
-// data-parallel ranks (see Notes [ZeRO-1 step] and [ZeRO-2] in parallel/zero.cpp).
+// data-parallel ranks (see Notes [ZeRO-1 step] and [ZeRO-2] in parallel/zero.cpp). Stage 3
+// (parameters sharded too) is parallel::FullyShardedDataParallel (parallel/fsdp.h).
 //
 //   parallel::ZeroAdamW opt(model->parameters(), dp_comm, {.lr = 3e-4}, {.stage = 2});
 //   loss.backward();   // plain backward, no DDP wrapper. Stage 2: buckets reduce-scatter as it runs

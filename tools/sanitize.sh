@@ -38,7 +38,7 @@ case "$mode" in
     # dataloader's worker, and the thread-safe pieces (allocator, generator,
     # deferred checks). Each rank thread runs autograd and the ops. Pass -tc='*' for
     # everything (with OpenMP on one thread the rest is single-threaded).
-    default_args=(-tc='*communicator*,*ddp*,zero-1*,zero-2*,*tensor parallel*,*tensor-parallel*,*tensor x pipeline*,pipeline*,parallel_bench*,tcp_store*,dataloader*,*concurrent*,*several threads*,*thread*')
+    default_args=(-tc='*communicator*,*ddp*,zero-1*,zero-2*,zero-3*,*tensor parallel*,*tensor-parallel*,*tensor x pipeline*,pipeline*,parallel_bench*,tcp_store*,dataloader*,*concurrent*,*several threads*,*thread*')
     export OMP_NUM_THREADS=1
     export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:history_size=4${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
     ;;

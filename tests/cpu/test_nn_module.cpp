@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "autograd/ops/all.h"
+#include "nn/checkpoint.h"
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "tests/test_util.h"
@@ -155,4 +157,32 @@ TEST_CASE("nn: registration errors") {
   check_error([&] { bad.go(); }, {"Bad", "'w'", "already registered"});
   check_error([&] { bad.dotted(); }, {"Bad", "'a.b'"});
   check_error([] { nn::Linear(0, 3); }, {"Linear", "in=0"});
+}
+
+TEST_CASE("nn: forward hooks run around m(x) (Sequential's and checkpoint_sequential's calls), not m.forward(x)") {
+  manual_seed(3);
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  nn::Sequential seq{lin, std::make_shared<nn::Linear>(2, 2)};
+  std::vector<std::string> calls;
+  const uint64_t first = lin->add_forward_hooks(
+      {.before = [&](nn::UnaryModule&) { calls.push_back("before 1"); },
+       .after = [&](nn::UnaryModule& m, Tensor out) {
+         CHECK(&m == lin.get());
+         calls.push_back("after 1");
+         return mul(out, 2.0);  // the caller sees what `after` returns
+       }});
+  lin->add_forward_hooks({.before = [&](nn::UnaryModule&) { calls.push_back("before 2"); }, .after = {}});
+  const Tensor x = random_tensor({4, 3}, kFloat32, 5);
+  const Tensor plain = lin->forward(x);  // no hooks
+  CHECK(calls.empty());
+  const Tensor y = seq.forward(x);
+  CHECK(calls == std::vector<std::string>{"before 1", "before 2", "after 1"});
+  check_close(values_of(y), values_of(seq[1]->forward(mul(plain, 2.0))), 1e-6, 1e-7, "hooked output");
+  calls.clear();
+  (void)nn::checkpoint_sequential(seq, 2, x);
+  CHECK(calls == std::vector<std::string>{"before 1", "before 2", "after 1"});
+  lin->remove_forward_hooks(first);
+  calls.clear();
+  (void)(*lin)(x);
+  CHECK(calls == std::vector<std::string>{"before 2"});
 }

@@ -73,8 +73,8 @@ TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-
     const bench::BenchOptions opts{
         .model = tiny, .batch = batch, .iters = 1, .micro_batches = micro, .modes = bench::default_modes(tiny, n)};
     const std::vector<std::string> expected =
-        n == 4 ? std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "grid"}
-               : std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2"};
+        n == 4 ? std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "grid"}
+               : std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3"};
     REQUIRE(opts.modes == expected);
     PerRank<std::vector<bench::ModeResult>> got(static_cast<size_t>(n));
     parallel::run_ranks(n, [&](const CommPtr& world) { got[size_t(world->rank())] = bench::run_modes(world, opts); });
@@ -95,7 +95,16 @@ TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-
       const int stages = res.mode == "pp" ? n : res.mode == "grid" ? n / 2 : 1;
       const int64_t replicated = 6 * tiny.hidden, per_layer = layer_parameters(tiny);
       const int64_t per_rank = (tiny.layers / stages) * ((per_layer - replicated) / tp_ways + replicated);
-      CHECK(res.param_mib == doctest::Approx(double(per_rank * 4) / double(1 << 20)));
+      // ZeRO-3 keeps a shard of each layer (a unit), padded to a multiple of n.
+      const int64_t shard = tiny.layers * ((per_layer + n - 1) / n);
+      CHECK(res.param_mib == doctest::Approx(double((res.mode == "zero3" ? shard : per_rank) * 4) / double(1 << 20)));
+      // Model states per rank: DDP 4 N params + 4 N grads + 8 N moments; ZeRO-3 16 S.
+      if (res.mode == "ddp" || res.mode == "ddp-weak")
+        CHECK(res.state_mib == doctest::Approx(double(16 * per_rank) / double(1 << 20)));
+      if (res.mode == "zero3") {
+        CHECK(res.state_mib == doctest::Approx(double(16 * shard) / double(1 << 20)));
+        CHECK(res.gathered_mib == doctest::Approx(double(2 * n * ((per_layer + n - 1) / n) * 4) / double(1 << 20)));
+      }
       const bool pipeline = res.mode == "pp" || res.mode == "grid";
       if (pipeline) {
         const int p = res.mode == "pp" ? n : n / 2;
