@@ -117,6 +117,13 @@ inline int64_t broadcast_index(const std::vector<int64_t>& idx, const Shape& siz
   return lin;
 }
 
+/// A leaf parameter (requires_grad) holding `v` in `shape` and `dt`: the optimizer tests' weights.
+inline Tensor param_tensor(const std::vector<double>& v, const Shape& shape, DType dt = kFloat32) {
+  Tensor t = make_tensor(v, shape, dt);
+  t.requires_grad_();
+  return t;
+}
+
 /// Checks |actual - expected| <= atol + rtol * |expected| elementwise (NaNs must match);
 /// reports the first mismatch with its index and the count of mismatches.
 /// ([[maybe_unused]]: programs built with DOCTEST_CONFIG_DISABLE, such as dist_check, compile

@@ -188,6 +188,23 @@ __global__ void __launch_bounds__(kFusedBlock)
   }
 }
 
+/// The column kernels' merge: a kColX x kColY block's row lanes add their (dw, db) in lane
+/// order; returns true on lane ty == 0, which then holds the block's sums for its column.
+template <typename Acc>
+__device__ __forceinline__ bool merge_row_lanes(Acc& dw, Acc& db) {
+  __shared__ Acc sw[kColY][kColX], sb[kColY][kColX];
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  sw[ty][tx] = dw;
+  sb[ty][tx] = db;
+  __syncthreads();
+  if (ty != 0) return false;
+  for (int k = 1; k < kColY; ++k) {
+    dw += sw[k][tx];
+    db += sb[k][tx];
+  }
+  return true;
+}
+
 // g, x: (M, N); mean, rstd: (M); partial: (gridDim.y, 2, N): per row slice, sum(g * xhat) then sum(g)
 template <typename T>
 __global__ void __launch_bounds__(kColX* kColY)
@@ -195,7 +212,6 @@ __global__ void __launch_bounds__(kColX* kColY)
                                     const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
                                     int64_t M, int64_t N) {
   using Acc = opmath_t<T>;
-  __shared__ Acc sw[kColY][kColX], sb[kColY][kColX];
   const int tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t j = int64_t(blockIdx.x) * kColX + tx;
   Acc dw = 0, db = 0;
@@ -206,14 +222,7 @@ __global__ void __launch_bounds__(kColX* kColY)
       db += gv;
     }
   }
-  sw[ty][tx] = dw;
-  sb[ty][tx] = db;
-  __syncthreads();
-  if (ty == 0 && j < N) {
-    for (int k = 1; k < kColY; ++k) {
-      dw += sw[k][tx];
-      db += sb[k][tx];
-    }
+  if (merge_row_lanes(dw, db) && j < N) {
     Acc* out = partial + int64_t(blockIdx.y) * 2 * N;
     out[j] = dw;
     out[N + j] = db;
@@ -227,7 +236,6 @@ __global__ void __launch_bounds__(kColX* kColY)
     layer_norm_param_finish_kernel(T* __restrict__ gw, T* __restrict__ gb, const opmath_t<T>* __restrict__ partial,
                                    int64_t slices, int64_t N) {
   using Acc = opmath_t<T>;
-  __shared__ Acc sw[kColY][kColX], sb[kColY][kColX];
   const int tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t j = int64_t(blockIdx.x) * kColX + tx;
   Acc dw = 0, db = 0;
@@ -237,14 +245,7 @@ __global__ void __launch_bounds__(kColX* kColY)
       db += partial[s * 2 * N + N + j];
     }
   }
-  sw[ty][tx] = dw;
-  sb[ty][tx] = db;
-  __syncthreads();
-  if (ty == 0 && j < N) {
-    for (int k = 1; k < kColY; ++k) {
-      dw += sw[k][tx];
-      db += sb[k][tx];
-    }
+  if (merge_row_lanes(dw, db) && j < N) {
     if (gw) gw[j] = T(dw);
     if (gb) gb[j] = T(db);
   }

@@ -36,12 +36,6 @@ namespace {
 
 using Values = std::vector<double>;
 
-Tensor make_param(const Values& v, const Shape& shape, DType dt = kFloat32) {
-  Tensor t = make_tensor(v, shape, dt);
-  t.requires_grad_();
-  return t;
-}
-
 /// Row-major (rows, cols) matrix in float64.
 struct Mat {
   int64_t rows, cols;
@@ -158,9 +152,9 @@ TEST_CASE("galore: projected steps match a float64 reimplementation across a ref
   // Two projected matrices (left and right), a bias (plain AdamW); gap 2: refreshes at
   // steps 0 and 2, so step 2 runs the old moments in the new basis (not rotated).
   const GaLoreOptions o{.lr = 0.01, .weight_decay = 0.1, .rank = 2, .update_proj_gap = 2, .scale = 0.25};
-  std::vector<Tensor> ps = {make_param(random_values(5 * 8, 1), {5, 8}, kFloat64),
-                            make_param(random_values(9 * 4, 2), {9, 4}, kFloat64),
-                            make_param(random_values(4, 3), {4}, kFloat64)};
+  std::vector<Tensor> ps = {param_tensor(random_values(5 * 8, 1), {5, 8}, kFloat64),
+                            param_tensor(random_values(9 * 4, 2), {9, 4}, kFloat64),
+                            param_tensor(random_values(4, 3), {4}, kFloat64)};
   GaLoreAdamW opt(ps, o);
   std::vector<Values> p_ref, m_ref(3), v_ref(3);
   for (const Tensor& p : ps) p_ref.push_back(values_of(p));
@@ -215,10 +209,10 @@ TEST_CASE("galore: projected steps match a float64 reimplementation across a ref
 TEST_CASE("galore: with rank >= min(m, n) a step is AdamW's step exactly") {
   for (int64_t rank : {4, 6, 100}) {
     CAPTURE(rank);
-    std::vector<Tensor> pa = {make_param(random_values(4 * 6, 21), {4, 6}), make_param(random_values(5, 22), {5}),
-                              make_param(random_values(7 * 4, 23), {7, 4})};
+    std::vector<Tensor> pa = {param_tensor(random_values(4 * 6, 21), {4, 6}), param_tensor(random_values(5, 22), {5}),
+                              param_tensor(random_values(7 * 4, 23), {7, 4})};
     std::vector<Tensor> pb;
-    for (const Tensor& p : pa) pb.push_back(make_param(values_of(p), p.sizes()));
+    for (const Tensor& p : pa) pb.push_back(param_tensor(values_of(p), p.sizes()));
     GaLoreAdamW a(pa, {.lr = 0.01, .weight_decay = 0.05, .rank = rank, .scale = 1.0});
     AdamW b(pb, {.lr = 0.01, .weight_decay = 0.05});
     for (int step = 0; step < 3; ++step) {
@@ -246,10 +240,10 @@ TEST_CASE("galore: 16-bit parameters are stepped in float32 and rounded once") {
   // rounded (the state is float32 in both: Note [Optimizer state dtype]).
   for (DType dt : {kBFloat16, kFloat16}) {
     CAPTURE(dtype_name(dt));
-    std::vector<Tensor> lo = {make_param(random_values(6 * 10, 81), {6, 10}, dt),
-                              make_param(random_values(6, 82), {6}, dt)};
+    std::vector<Tensor> lo = {param_tensor(random_values(6 * 10, 81), {6, 10}, dt),
+                              param_tensor(random_values(6, 82), {6}, dt)};
     std::vector<Tensor> hi;
-    for (const Tensor& p : lo) hi.push_back(make_param(values_of(p), p.sizes(), kFloat32));
+    for (const Tensor& p : lo) hi.push_back(param_tensor(values_of(p), p.sizes(), kFloat32));
     const GaLoreOptions o{.lr = 0.05, .weight_decay = 0.1, .rank = 2, .update_proj_gap = 2};
     GaLoreAdamW a(lo, o), b(hi, o);
     for (int step = 0; step < 3; ++step) {
@@ -277,8 +271,8 @@ TEST_CASE("galore: a state dict round trip resumes bit-identically") {
     return GaLoreAdamW(ps, {.lr = 0.01, .weight_decay = 0.01, .rank = 2, .update_proj_gap = 2});
   };
   auto params = [] {
-    return std::vector<Tensor>{make_param(random_values(6 * 10, 31), {6, 10}),
-                               make_param(random_values(12 * 5, 32), {12, 5}), make_param(random_values(5, 33), {5})};
+    return std::vector<Tensor>{param_tensor(random_values(6 * 10, 31), {6, 10}),
+                               param_tensor(random_values(12 * 5, 32), {12, 5}), param_tensor(random_values(5, 33), {5})};
   };
   std::vector<Tensor> pa = params();
   GaLoreAdamW a = make(pa);
@@ -302,7 +296,7 @@ TEST_CASE("galore: a state dict round trip resumes bit-identically") {
           .string();
   nn::save_safetensors(path, saved);
   std::vector<Tensor> pb;
-  for (const Tensor& p : pa) pb.push_back(make_param(values_of(p), p.sizes()));
+  for (const Tensor& p : pa) pb.push_back(param_tensor(values_of(p), p.sizes()));
   train(a, pa, 3, 6);
 
   GaLoreAdamW b = make(pb);
@@ -325,10 +319,10 @@ TEST_CASE("galore: a state dict round trip resumes bit-identically") {
 
 TEST_CASE("galore: optimizer state bytes follow 2 r n + m r and undercut AdamW's 2 m n") {
   const int64_t r = 4;
-  std::vector<Tensor> pa = {make_param(random_values(16 * 48, 41), {16, 48}),
-                            make_param(random_values(40 * 12, 42), {40, 12}), make_param(random_values(16, 43), {16})};
+  std::vector<Tensor> pa = {param_tensor(random_values(16 * 48, 41), {16, 48}),
+                            param_tensor(random_values(40 * 12, 42), {40, 12}), param_tensor(random_values(16, 43), {16})};
   std::vector<Tensor> pb;
-  for (const Tensor& p : pa) pb.push_back(make_param(values_of(p), p.sizes()));
+  for (const Tensor& p : pa) pb.push_back(param_tensor(values_of(p), p.sizes()));
   GaLoreAdamW a(pa, {.rank = r});
   AdamW b(pb);
   CHECK(a.state_bytes() == 0);  // nothing before the first step
@@ -360,8 +354,8 @@ Values train_mlp(Make make, int steps) {
   const Tensor noise = make_tensor(random_values(128 * 16, 65, -0.1, 0.1), {128, 16}, kFloat32);
   const Tensor y = add(tanh(linear(x, w_true)), noise);  // no parameter in it: a constant target
   std::vector<Tensor> ps = {
-      make_param(random_values(64 * 32, 63, -0.18, 0.18), {64, 32}), make_param(Values(64, 0.0), {64}),
-      make_param(random_values(16 * 64, 64, -0.125, 0.125), {16, 64}), make_param(Values(16, 0.0), {16})};
+      param_tensor(random_values(64 * 32, 63, -0.18, 0.18), {64, 32}), param_tensor(Values(64, 0.0), {64}),
+      param_tensor(random_values(16 * 64, 64, -0.125, 0.125), {16, 64}), param_tensor(Values(16, 0.0), {16})};
   const auto opt = make(ps);
   Values losses;
   for (int s = 0; s < steps; ++s) {
@@ -407,8 +401,8 @@ TEST_CASE("galore: a small MLP trains about as well as with AdamW") {
 TEST_CASE("galore: a step whose SVD fails changes nothing") {
   // The refresh's SVDs run before any state changes (as the gradient checks do): a NaN in
   // the second matrix's gradient leaves the first matrix's parameter and state as they were.
-  std::vector<Tensor> ps = {make_param(random_values(6 * 10, 91), {6, 10}),
-                            make_param(random_values(6 * 10, 92), {6, 10})};
+  std::vector<Tensor> ps = {param_tensor(random_values(6 * 10, 91), {6, 10}),
+                            param_tensor(random_values(6 * 10, 92), {6, 10})};
   GaLoreAdamW opt(ps, {.rank = 2});
   const Values before = values_of(ps[0]);
   ps[0].set_grad(random_tensor({6, 10}, kFloat32, 93));
@@ -421,7 +415,7 @@ TEST_CASE("galore: a step whose SVD fails changes nothing") {
 }
 
 TEST_CASE("galore: bad options name the optimizer and the value") {
-  std::vector<Tensor> ps = {make_param(random_values(12, 71), {3, 4})};
+  std::vector<Tensor> ps = {param_tensor(random_values(12, 71), {3, 4})};
   check_error([&] { GaLoreAdamW(ps, {.rank = 0}); }, {"GaLoreAdamW", "invalid rank 0"});
   check_error([&] { GaLoreAdamW(ps, {.rank = -3}); }, {"GaLoreAdamW", "invalid rank -3"});
   check_error([&] { GaLoreAdamW(ps, {.update_proj_gap = 0}); }, {"GaLoreAdamW", "invalid update_proj_gap 0"});

@@ -28,18 +28,12 @@ namespace {
 using Values = std::vector<double>;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor make_param(const Values& v, const Shape& shape, DType dt = kFloat32) {
-  Tensor t = make_tensor(v, shape, dt);
-  t.requires_grad_();
-  return t;
-}
-
 /// A linear regression y = x W + b on fixed data: W (3, 4), b (4), x (8, 3), target (8, 4).
 struct TinyModel {
   Tensor w, b, x, target;
   explicit TinyModel(uint64_t seed)
-      : w(make_param(random_values(12, seed), {3, 4})),
-        b(make_param(random_values(4, seed + 1), {4})),
+      : w(param_tensor(random_values(12, seed), {3, 4})),
+        b(param_tensor(random_values(4, seed + 1), {4})),
         x(make_tensor(random_values(24, seed + 2), {8, 3}, kFloat32)),
         target(make_tensor(random_values(32, seed + 3), {8, 4}, kFloat32)) {}
   std::vector<Tensor> params() const { return {w, b}; }
@@ -112,9 +106,9 @@ TEST_CASE("GradScaler: unscale_ divides every gradient by the scale in float32 m
     CAPTURE(dtype_name(dt));
     // Two groups, odd sizes, an empty parameter, a parameter without gradient, a strided
     // gradient and one large enough for the threaded loop.
-    std::vector<Tensor> ps = {make_param(random_values(5, 1), {5}, dt), make_param(random_values(12, 2), {3, 4}, dt),
-                              make_param({}, {0}, dt), make_param(random_values(3, 4), {3}, dt),
-                              make_param(random_values(140000, 5), {140000}, dt)};
+    std::vector<Tensor> ps = {param_tensor(random_values(5, 1), {5}, dt), param_tensor(random_values(12, 2), {3, 4}, dt),
+                              param_tensor({}, {0}, dt), param_tensor(random_values(3, 4), {3}, dt),
+                              param_tensor(random_values(140000, 5), {140000}, dt)};
     SGD opt({{.params = {ps[0], ps[1]}}, {.params = {ps[2], ps[3], ps[4]}}}, {.lr = 0.1});
     std::vector<Values> expected(ps.size());
     for (size_t k = 0; k < ps.size(); ++k) {
@@ -180,7 +174,7 @@ TEST_CASE("GradScaler: an inf or NaN gradient skips the step bit for bit and hal
 
 TEST_CASE("GradScaler: the scale grows after growth_interval clean steps and backs off on overflow") {
   const GradScalerOptions o{.init_scale = 4.0, .growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 3};
-  Tensor p = make_param({1.0, 2.0, 3.0}, {3});
+  Tensor p = param_tensor({1.0, 2.0, 3.0}, {3});
   SGD opt({p}, {.lr = 0.5});
   GradScaler scaler(o);
   ScaleRef ref{.scale = o.init_scale, .o = o};
@@ -224,7 +218,7 @@ TEST_CASE("GradScaler: the scale grows after growth_interval clean steps and bac
 }
 
 TEST_CASE("GradScaler: each optimizer is checked on its own; any overflow backs off the scale") {
-  Tensor a = make_param({1.0, 2.0}, {2}), c = make_param({3.0, 4.0}, {2});
+  Tensor a = param_tensor({1.0, 2.0}, {2}), c = param_tensor({3.0, 4.0}, {2});
   SGD opt_a({a}, {.lr = 1.0}), opt_c({c}, {.lr = 1.0});
   GradScaler scaler({.init_scale = 2.0});
   set_grad(a, {kInf, 2.0});
@@ -239,7 +233,7 @@ TEST_CASE("GradScaler: each optimizer is checked on its own; any overflow backs 
 }
 
 TEST_CASE("GradScaler: misuse throws and names the problem") {
-  Tensor p = make_param({1.0, 2.0}, {2});
+  Tensor p = param_tensor({1.0, 2.0}, {2});
   SGD opt({p}, {.lr = 0.1});
   GradScaler scaler;
   set_grad(p, {1.0, 1.0});
@@ -274,7 +268,7 @@ TEST_CASE("GradScaler: misuse throws and names the problem") {
 
 TEST_CASE("GradScaler: state_dict holds PyTorch's keys and a round trip resumes identically") {
   const GradScalerOptions o{.init_scale = 16.0, .growth_factor = 4.0, .backoff_factor = 0.25, .growth_interval = 3};
-  Tensor p = make_param({1.0}, {1});
+  Tensor p = param_tensor({1.0}, {1});
   SGD opt({p}, {.lr = 0.0});
   GradScaler a(o);
   for (int it = 0; it < 5; ++it) {  // 3 clean steps grow to 64, 2 more: tracker 2

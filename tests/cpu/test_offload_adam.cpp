@@ -32,12 +32,6 @@ namespace {
 
 using Values = std::vector<double>;
 
-Tensor make_param(const Values& v, const Shape& shape, DType dt = kFloat32) {
-  Tensor t = make_tensor(v, shape, dt);
-  t.requires_grad_();
-  return t;
-}
-
 /// torch.optim.AdamW for one tensor in float64 (Note [Adam update], written out directly).
 struct AdamWRef {
   Values p, m, v;
@@ -68,8 +62,8 @@ TEST_CASE("OffloadAdamW: float32 parameters match a float64 loop and AdamW bit f
   std::vector<AdamWRef> exact;
   for (size_t k = 0; k < kShapes.size(); ++k) {
     const Values v = random_values(numel_of(kShapes[k]), 10 + k);
-    off.push_back(make_param(v, kShapes[k]));
-    ref.push_back(make_param(v, kShapes[k]));
+    off.push_back(param_tensor(v, kShapes[k]));
+    ref.push_back(param_tensor(v, kShapes[k]));
     exact.push_back({v, {}, {}});
   }
   // Two groups (the second without decay), and chunks smaller than most parameters.
@@ -108,9 +102,9 @@ TEST_CASE("OffloadAdamW: 16-bit parameters step float32 masters, equal to AdamW 
     std::vector<Tensor> off, ref;
     std::vector<AdamWRef> exact;
     for (size_t k = 0; k < kShapes.size(); ++k) {
-      const Tensor p = make_param(random_values(numel_of(kShapes[k]), 20 + k), kShapes[k], dt);
+      const Tensor p = param_tensor(random_values(numel_of(kShapes[k]), 20 + k), kShapes[k], dt);
       off.push_back(p);
-      ref.push_back(make_param(values_of(p), kShapes[k]));  // the same values, float32
+      ref.push_back(param_tensor(values_of(p), kShapes[k]));  // the same values, float32
       exact.push_back({values_of(p), {}, {}});
     }
     OffloadAdamW opt(off, {.lr = a.lr, .weight_decay = a.weight_decay, .chunk_elements = 512});
@@ -140,7 +134,7 @@ TEST_CASE("OffloadAdamW: 16-bit parameters step float32 masters, equal to AdamW 
 
 TEST_CASE("OffloadAdamW: decoupled weight decay alone scales by 1 - lr * wd; maximize ascends") {
   const Values v = random_values(64, 5);
-  Tensor p = make_param(v, {64});
+  Tensor p = param_tensor(v, {64});
   OffloadAdamW opt({p}, {.lr = 0.1, .weight_decay = 0.5});
   p.set_grad(zeros({64}));  // no gradient: m = v = 0 and the Adam term is 0 / eps = 0
   opt.step();
@@ -149,7 +143,7 @@ TEST_CASE("OffloadAdamW: decoupled weight decay alone scales by 1 - lr * wd; max
   CHECK(values_of(p) == expect);
 
   // maximize: the step goes up the gradient, by lr at the first step (|m / sqrt(v)| = 1).
-  Tensor q = make_param({1.0, -1.0}, {2});
+  Tensor q = param_tensor({1.0, -1.0}, {2});
   OffloadAdamW up({q}, {.lr = 0.25, .weight_decay = 0.0, .maximize = true});
   q.set_grad(make_tensor({3.0, -2.0}, {2}, kFloat32));
   up.step();
@@ -159,7 +153,7 @@ TEST_CASE("OffloadAdamW: decoupled weight decay alone scales by 1 - lr * wd; max
 TEST_CASE("OffloadAdamW: GradScaler skips a step with an inf gradient and leaves the host state as it was") {
   // y = x W: the gradients come from backward, scaled, as in mixed-precision training.
   const Values w0 = random_values(12, 7), x0 = random_values(8, 8);
-  Tensor w = make_param(w0, {4, 3}, kFloat16), w_ref = make_param(values_of(w), {4, 3});
+  Tensor w = param_tensor(w0, {4, 3}, kFloat16), w_ref = param_tensor(values_of(w), {4, 3});
   const Tensor x = make_tensor(x0, {2, 4}, kFloat16), x_ref = make_tensor(values_of(x), {2, 4}, kFloat32);
   OffloadAdamW opt({w}, {.lr = 1e-2});
   AdamW adamw({w_ref}, {.lr = 1e-2});
@@ -194,8 +188,8 @@ TEST_CASE("OffloadAdamW: clip_grad_norm_ and an LR schedule compose as with Adam
   std::vector<Tensor> off, ref;
   for (size_t k = 0; k < 2; ++k) {
     const Values v = random_values(numel_of(kShapes[k]), 60 + k);
-    off.push_back(make_param(v, kShapes[k]));
-    ref.push_back(make_param(v, kShapes[k]));
+    off.push_back(param_tensor(v, kShapes[k]));
+    ref.push_back(param_tensor(v, kShapes[k]));
   }
   OffloadAdamW opt(off, {.lr = 1e-2});
   AdamW adamw(ref, {.lr = 1e-2});
@@ -221,7 +215,7 @@ TEST_CASE("OffloadAdamW: a state_dict round trip resumes bit for bit; the state 
     const std::string dtype = dtype_name(dt);
     CAPTURE(dtype);
     const Shape shape{33, 7};
-    Tensor a = make_param(random_values(231, 3), shape, dt);
+    Tensor a = param_tensor(random_values(231, 3), shape, dt);
     const int64_t pinned_before = memory::pinned_stats().allocated_bytes.current;
     OffloadAdamW first({a}, {.lr = 3e-3});
     auto grad_at = [&](int s) { return make_tensor(random_values(231, 50 + uint64_t(s)), shape, dt); };
@@ -239,7 +233,7 @@ TEST_CASE("OffloadAdamW: a state_dict round trip resumes bit for bit; the state 
     for (const auto& [key, t] : first.state_dict()) saved.emplace_back(key, t.clone());
     // step, exp_avg, exp_avg_sq (, master_param) + lr, beta1, beta2, eps, weight_decay, maximize, params
     CHECK(saved.size() == (dt == kFloat32 ? 10u : 11u));
-    Tensor b = make_param(values_of(a), shape, dt);
+    Tensor b = param_tensor(values_of(a), shape, dt);
     OffloadAdamW second({b}, {.lr = 1.0});  // the loaded lr replaces this one
     second.load_state_dict(saved);
     CHECK(second.param_groups()[0].lr == 3e-3);
@@ -262,7 +256,7 @@ TEST_CASE("OffloadAdamW: 1 and N threads give bitwise the same weights") {
   const Shape shape{300000};  // several kOffloadAdamGrain slices, so a team really splits it
   auto run = [&](int threads, DType dt) {
     set_num_threads(threads);
-    Tensor p = make_param(random_values(300000, 1), shape, dt);
+    Tensor p = param_tensor(random_values(300000, 1), shape, dt);
     OffloadAdamW opt({p}, {.lr = 1e-3, .chunk_elements = 200000});
     for (int s = 0; s < 3; ++s) {
       p.set_grad(make_tensor(random_values(300000, 2 + uint64_t(s)), shape, dt));
@@ -282,17 +276,17 @@ TEST_CASE("OffloadAdamW: 1 and N threads give bitwise the same weights") {
 }
 
 TEST_CASE("OffloadAdamW: bad parameters and options throw, naming the parameter") {
-  check_error([] { OffloadAdamW({make_param({1, 2, 3, 4, 5, 6}, {2, 3}, kFloat64)}); },
+  check_error([] { OffloadAdamW({param_tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kFloat64)}); },
               {"OffloadAdamW", "parameter 0 of param group 0", "float64[2, 3]", "float32, float16 and bfloat16"});
   const Tensor strided = make_tensor(random_values(6, 1), {2, 3}, kFloat32).t();
   strided.requires_grad_();
   check_error([&] { OffloadAdamW({strided}); }, {"OffloadAdamW", "float32[3, 2]", "not contiguous"});
-  check_error([] { OffloadAdamW({{.params = {make_param({1}, {1})}, .amsgrad = true}}); },
+  check_error([] { OffloadAdamW({{.params = {param_tensor({1}, {1})}, .amsgrad = true}}); },
               {"OffloadAdamW", "amsgrad", "does not use"});
-  check_error([] { OffloadAdamW({make_param({1}, {1})}, {.lr = -0.5}); }, {"OffloadAdamW", "learning rate"});
-  check_error([] { OffloadAdamW({make_param({1}, {1})}, {.chunk_elements = 0}); }, {"chunk_elements"});
+  check_error([] { OffloadAdamW({param_tensor({1}, {1})}, {.lr = -0.5}); }, {"OffloadAdamW", "learning rate"});
+  check_error([] { OffloadAdamW({param_tensor({1}, {1})}, {.chunk_elements = 0}); }, {"chunk_elements"});
   // A gradient that does not match its parameter stops the step before any state changes.
-  Tensor p = make_param({1, 2}, {2}, kFloat16);
+  Tensor p = param_tensor({1, 2}, {2}, kFloat16);
   OffloadAdamW opt({p});
   p.set_grad(make_tensor({1, 2}, {2}, kFloat32));
   check_error([&] { opt.step(); }, {"OffloadAdamW.step", "float16[2]", "float32[2]"});
