@@ -1,7 +1,7 @@
 // Tensor, pipeline and data parallelism on a BERT-shaped encoder, f32, one AdamW training
 // step per iteration, every mode on the same model and data (bench/parallel_bench_modes.h):
 //   frugal-run --nproc 4 build/bench/parallel_bench [--model base|large] [--batch 32] [--iters 10]
-//                        [--micro-batches 8] [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,zero3,grid]
+//                        [--micro-batches 8] [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,zero3,offload,grid]
 //   build/bench/parallel_bench --threads 4 --model tiny [--batch 16]   # CPU smoke run
 //   frugal-run --nproc 2 build/bench/parallel_bench --backend tcp --model tiny   # CPU processes
 //   mpirun -np 2 build/bench/parallel_bench --backend mpi --model tiny          # the same under mpirun
@@ -16,6 +16,8 @@
 //   zero2     as zero1 with the gradients sharded too: 25 MiB buckets reduce-scattered in backward
 //   zero3     fully sharded (parallel/fsdp.h): parameters too, each encoder layer a unit gathered
 //             around its forward and backward, its gradients reduce-scattered as its backward ends
+//   offload   as ddp with optim::OffloadAdamW: the AdamW state in pinned host memory, the update
+//             on the CPU (optim/offload_adam.h); `offload_host_state_mib:` says how much
 //   grid      2-way TP x N/2 pipeline stages (1F1B), N even and >= 4
 // --modes defaults to every mode that applies to N. --threads N runs N ranks as threads of
 // this process over CPU tensors (the in-process communicator) instead of one process per GPU.
@@ -41,7 +43,7 @@ using namespace frugal;
 namespace {
 const char* kUsage =
     "usage: parallel_bench [--model base|large|tiny] [--batch N] [--iters N] [--micro-batches N]\n"
-    "                      [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,zero3,grid] [--threads N]\n"
+    "                      [--modes single,tp,pp,ddp,ddp-weak,zero1,zero2,zero3,offload,grid] [--threads N]\n"
     "                      [--backend auto|nccl|tcp|mpi]\n";
 }  // namespace
 

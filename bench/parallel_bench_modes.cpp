@@ -20,6 +20,7 @@
 #include "memory/allocator.h"
 #include "nn/container.h"
 #include "optim/adam.h"
+#include "optim/offload_adam.h"
 #include "parallel/ddp.h"
 #include "parallel/fsdp.h"
 #include "parallel/pipeline.h"
@@ -33,7 +34,7 @@ using namespace frugal::parallel;
 
 namespace {
 
-const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "grid"};
+const char* const kAllModes[] = {"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "offload", "grid"};
 
 struct EncoderBlock : nn::UnaryModule {
   std::shared_ptr<TensorParallelEncoderLayer> layer;
@@ -162,7 +163,7 @@ void check_fits(const std::string& mode, const BenchOptions& o, int n) {
     FRUGAL_CHECK(o.micro_batches >= 1 && o.batch % o.micro_batches == 0, why, ": ", mode, " needs the batch (", o.batch,
                  ") divisible by the micro-batches (", o.micro_batches, ")");
   }
-  if (mode == "ddp" || mode == "zero1" || mode == "zero2" || mode == "zero3")
+  if (mode == "ddp" || mode == "zero1" || mode == "zero2" || mode == "zero3" || mode == "offload")
     FRUGAL_CHECK(o.batch % n == 0, why, ": ", mode, " splits the batch (", o.batch, ") over the ", n,
                  " ranks: it must divide evenly");
 }
@@ -182,7 +183,7 @@ std::vector<std::string> default_modes(const ModelConfig& model, int world_size)
   std::vector<std::string> modes = {"single"};
   if (model.heads % world_size == 0 && model.ffn % world_size == 0) modes.push_back("tp");
   if (model.layers >= world_size) modes.push_back("pp");
-  for (const char* m : {"ddp", "ddp-weak", "zero1", "zero2", "zero3"}) modes.push_back(m);
+  for (const char* m : {"ddp", "ddp-weak", "zero1", "zero2", "zero3", "offload"}) modes.push_back(m);
   if (world_size >= 4 && world_size % 2 == 0 && model.heads % 2 == 0 && model.layers >= world_size / 2)
     modes.push_back("grid");
   return modes;
@@ -196,7 +197,7 @@ std::vector<std::string> parse_modes(const std::string& list) {
     const std::string name = list.substr(begin, end - begin);
     FRUGAL_CHECK(std::find(std::begin(kAllModes), std::end(kAllModes), name) != std::end(kAllModes),
                  "parallel_bench: unknown mode '", name, "' in --modes ", list,
-                 " (single, tp, pp, ddp, ddp-weak, zero1, zero2, zero3, grid)");
+                 " (single, tp, pp, ddp, ddp-weak, zero1, zero2, zero3, offload, grid)");
     modes.push_back(name);
     begin = end + 1;
   }
@@ -266,8 +267,10 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
   // wrapping the model in DDP (its step reduce-scatters the gradients); 2 also the
   // gradients (reduce-scattered in buckets during backward); 3 also the parameters (fully
   // sharded data parallel, each encoder layer a unit). res.state_mib: the parameters,
-  // gradients (as backward leaves them) and AdamW moments this rank holds.
-  auto time_data_parallel = [&](bool weak, int zero_stage, ModeResult& res) {
+  // gradients (as backward leaves them) and AdamW moments this rank holds on its device.
+  // offload: DDP with optim::OffloadAdamW (ZeRO-Offload's CPU AdamW, Note [CPU offload]), the
+  // moments (and float32 masters of 16-bit weights) in pinned host memory: res.host_state_mib.
+  auto time_data_parallel = [&](bool weak, int zero_stage, bool offload, ModeResult& res) {
     auto model = make_encoder(m, nullptr, dev, 0, m.layers);
     res.param_mib = parameter_mib(*model);
     const int64_t per = weak ? opts.batch : opts.batch / N;
@@ -291,6 +294,12 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       const ZeroMemoryReport mem = opt.memory_report();
       const double grads = zero_stage == 1 ? param_bytes + double(opt.shard_numel() * 4) : double(opt.shard_numel() * 4);
       res.state_mib = (double(mem.parameter_bytes) + grads + double(mem.optimizer_state_bytes)) / kMiB;
+    } else if (offload) {
+      auto ddp = std::make_shared<DistributedDataParallel>(model, world);
+      optim::OffloadAdamW opt(ddp->parameters(), {.lr = kLearningRate});
+      time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
+      res.state_mib = 2 * param_bytes / kMiB;  // the weights and their gradients
+      res.host_state_mib = double(opt.host_state_bytes()) / kMiB;
     } else {
       auto ddp = std::make_shared<DistributedDataParallel>(model, world);
       optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
@@ -321,12 +330,16 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       res.label = weak ? "DDP weak" : "DDP";
       res.key = weak ? "DDP_weak" : "DDP";
       if (weak) res.samples = opts.batch * N;
-      time_data_parallel(weak, 0, res);
+      time_data_parallel(weak, 0, false, res);
     } else if (mode == "zero1" || mode == "zero2" || mode == "zero3") {
       const int stage = mode[4] - '0';
       res.label = "ZeRO-" + std::to_string(stage);
       res.key = "ZeRO" + std::to_string(stage);
-      time_data_parallel(false, stage, res);
+      time_data_parallel(false, stage, false, res);
+    } else if (mode == "offload") {
+      res.label = "DDP + offload";
+      res.key = "offload";
+      time_data_parallel(false, 0, true, res);
     } else if (mode == "grid") {
       const ParallelGroups g = make_groups(world, /*tp=*/2, /*pp=*/N / 2, /*dp=*/1);
       res.label = "TP2xPP" + std::to_string(N / 2) + mb;
@@ -343,6 +356,7 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
     res.param_mib = reduce_over(*world, res.param_mib, ReduceOp::Max);
     res.state_mib = reduce_over(*world, res.state_mib, ReduceOp::Max);
     res.gathered_mib = reduce_over(*world, res.gathered_mib, ReduceOp::Max);
+    res.host_state_mib = reduce_over(*world, res.host_state_mib, ReduceOp::Max);
     res.loss_first = broadcast_from_0(*world, res.loss_first);  // rank 0 holds every mode's global loss
     res.loss_second = broadcast_from_0(*world, res.loss_second);
     res.samples_per_s = double(res.samples) / res.step_s;
@@ -387,6 +401,7 @@ void print_report(const std::vector<ModeResult>& results, const BenchOptions& op
                 k, res.loss_second);
     if (res.state_mib >= 0) std::printf("%s_state_mib: %.3f\n", k, res.state_mib);
     if (res.gathered_mib >= 0) std::printf("%s_gathered_peak_mib: %.3f\n", k, res.gathered_mib);
+    if (res.host_state_mib >= 0) std::printf("%s_host_state_mib: %.3f\n", k, res.host_state_mib);
     if (res.bubble_theory >= 0)
       std::printf("%s_bubble_measured: %.4f\n%s_bubble_theoretical: %.4f\n", k, res.bubble_measured, k,
                   res.bubble_theory);

@@ -36,7 +36,7 @@ struct BenchOptions {
   int64_t batch = 32;  // the global batch of every mode but ddp-weak (batch per rank)
   int iters = 10;      // timed steps per mode, after 2 warm-up steps
   int micro_batches = 8;
-  /// Mode names, run in this order: single, tp, pp, ddp, ddp-weak, zero1, zero2, zero3, grid.
+  /// Mode names, run in this order: single, tp, pp, ddp, ddp-weak, zero1, zero2, zero3, offload, grid.
   std::vector<std::string> modes;
 };
 
@@ -59,6 +59,7 @@ struct ModeResult {
   /// moments one rank holds (the most over the ranks), MiB; -1 for the other modes.
   double state_mib = -1;
   double gathered_mib = -1;                         // zero3: peak of gathered units' parameters per rank, MiB
+  double host_state_mib = -1;                       // offload: AdamW state in this rank's pinned host memory, MiB
   double efficiency = -1;                           // samples/s / (ranks * single's samples/s); -1 without single
   int stages = 0;                                   // pipeline modes: the number of stages
   double bubble_measured = -1, bubble_theory = -1;  // pipeline modes only (PipelineStats)

@@ -73,8 +73,9 @@ TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-
     const bench::BenchOptions opts{
         .model = tiny, .batch = batch, .iters = 1, .micro_batches = micro, .modes = bench::default_modes(tiny, n)};
     const std::vector<std::string> expected =
-        n == 4 ? std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "grid"}
-               : std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3"};
+        n == 4 ? std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "offload",
+                                          "grid"}
+               : std::vector<std::string>{"single", "tp", "pp", "ddp", "ddp-weak", "zero1", "zero2", "zero3", "offload"};
     REQUIRE(opts.modes == expected);
     PerRank<std::vector<bench::ModeResult>> got(static_cast<size_t>(n));
     parallel::run_ranks(n, [&](const CommPtr& world) { got[size_t(world->rank())] = bench::run_modes(world, opts); });
@@ -101,6 +102,12 @@ TEST_CASE("parallel_bench: every mode at 2 and 4 thread ranks trains the single-
       // Model states per rank: DDP 4 N params + 4 N grads + 8 N moments; ZeRO-3 16 S.
       if (res.mode == "ddp" || res.mode == "ddp-weak")
         CHECK(res.state_mib == doctest::Approx(double(16 * per_rank) / double(1 << 20)));
+      // Offload: the device keeps weights and gradients (8 N); the moments are on the host (8 N:
+      // float32 CPU weights are their own masters).
+      if (res.mode == "offload") {
+        CHECK(res.state_mib == doctest::Approx(double(8 * per_rank) / double(1 << 20)));
+        CHECK(res.host_state_mib == doctest::Approx(double(8 * per_rank) / double(1 << 20)));
+      }
       if (res.mode == "zero3") {
         CHECK(res.state_mib == doctest::Approx(double(16 * shard) / double(1 << 20)));
         CHECK(res.gathered_mib == doctest::Approx(double(2 * n * ((per_layer + n - 1) / n) * 4) / double(1 << 20)));
