@@ -159,12 +159,29 @@ TEST_CASE("zero-3: losses and AdamW steps equal one process on the whole batch, 
       }
 }
 
-TEST_CASE("zero-3: a ViT with one unit per encoder block (checkpointed or not) trains as one process") {
+TEST_CASE("zero-3: a ViT with one unit per encoder block (checkpointed, or under a memory plan) trains as one process") {
   const int p = 2;
   const int64_t per_rank = 2, B = per_rank * p, steps = 3;
   const Tensor x = random_tensor({steps, B, 3, 8, 8}, kFloat32, 361), y = random_tensor({steps, B, 3}, kFloat32, 362);
-  for (bool checkpointed : {false, true}) {
-    CAPTURE(checkpointed);
+  using nn::BlockMemory;
+  struct Setup {
+    const char* name;
+    bool checkpointed;
+    std::vector<BlockMemory> plan;  // empty: the config's (checkpoint_blocks)
+  };
+  // What nn::BlockPlanner chooses among, one choice per block (the lossless ones): each
+  // replays or regenerates inside the unit's backward, where FSDP has gathered it again.
+  const Setup setups[] = {
+      {"plain", false, {}},
+      {"checkpointed", true, {}},
+      {"recompute / selective / checkpoint-recompute", false,
+       {BlockMemory::Recompute, BlockMemory::Selective, BlockMemory::CheckpointRecompute}},
+      {"offload / checkpoint-offload / checkpoint", false,
+       {BlockMemory::Offload, BlockMemory::CheckpointOffload, BlockMemory::Checkpoint}},
+  };
+  for (const Setup& setup : setups) {
+    CAPTURE(setup.name);
+    const bool checkpointed = setup.checkpointed;
     const models::ViTConfig config{.image_size = 8,
                                    .patch_size = 4,
                                    .in_channels = 3,
@@ -176,7 +193,9 @@ TEST_CASE("zero-3: a ViT with one unit per encoder block (checkpointed or not) t
                                    .checkpoint_blocks = checkpointed};
     auto make = [&] {
       manual_seed(38);
-      return std::make_shared<models::VisionTransformer>(config);
+      auto vit = std::make_shared<models::VisionTransformer>(config);
+      if (!setup.plan.empty()) vit->memory_plan = nn::BlockMemoryPlan{setup.plan};
+      return vit;
     };
     auto ref = make();
     std::vector<std::shared_ptr<models::VisionTransformer>> vits;
