@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -72,6 +73,55 @@ struct WorkRecord {
 
 }  // namespace
 
+// ---- communication streams: made once per device, never destroyed ----------------------
+
+// Note [Communication streams outlive communicators]
+// Collectives mark their tensors as used on the communicator's stream (memory::record_stream,
+// in issue() below), and the caching allocator keeps that mark until the block is freed, when
+// it records an event on the stream so the block is reused only after the stream's work.
+// Tensors routinely outlive their communicator (a model whose parameters a DDP broadcast, an
+// FSDP shard freed after the wrapper that owned the communicator), so destroying the stream
+// with the communicator would leave the allocator recording an event on a dead stream: a
+// host crash at teardown (seen with FSDP on one NCCL rank). So a communicator's stream is
+// taken from a per-device pool and given back, drained, when the communicator goes: the
+// handle stays valid for the life of the process, as PyTorch's pooled streams do.
+namespace {
+
+class StreamPool {
+ public:
+  cudaStream_t take(int device) {
+    {
+      std::lock_guard lock(mu_);
+      auto& free = free_[device];
+      if (!free.empty()) {
+        cudaStream_t s = free.back();
+        free.pop_back();
+        return s;
+      }
+    }
+    int least = 0, greatest = 0;  // the highest priority: communication should not queue behind compute
+    FRUGAL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t s = nullptr;
+    FRUGAL_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
+    return s;
+  }
+  void give_back(int device, cudaStream_t s) {
+    std::lock_guard lock(mu_);
+    free_[device].push_back(s);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, std::vector<cudaStream_t>> free_;
+};
+
+StreamPool& stream_pool() {
+  static auto* pool = new StreamPool;  // leaked: blocks may be freed during static destruction
+  return *pool;
+}
+
+}  // namespace
+
 // ---- shared state: the NCCL handle, its stream and its watchdog -------------------
 
 struct NcclCommunicator::State {
@@ -94,9 +144,7 @@ struct NcclCommunicator::State {
     CudaDeviceGuard guard(device.index);
     FRUGAL_NCCL_CHECK(ncclCommUserRank(comm, &rank));
     FRUGAL_NCCL_CHECK(ncclCommCount(comm, &size));
-    int least = 0, greatest = 0;  // the highest priority: communication should not queue behind compute
-    FRUGAL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    FRUGAL_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+    stream = stream_pool().take(device.index);  // Note [Communication streams outlive communicators]
     FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready, cudaEventDisableTiming));
     watchdog = std::thread([this] { watch(); });
   }
@@ -111,7 +159,8 @@ struct NcclCommunicator::State {
     CudaDeviceGuard guard(device.index);
     shut_down();
     cudaEventDestroy(inputs_ready);
-    cudaStreamDestroy(stream);
+    cudaStreamSynchronize(stream);  // drained: the next communicator starts on an idle stream
+    stream_pool().give_back(device.index, stream);
   }
 
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
