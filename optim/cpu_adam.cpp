@@ -27,7 +27,9 @@ void adam_range(const OffloadAdamChunk& k, const detail::AdamCoeffs<float>& c, i
   float* __restrict m = k.exp_avg;
   float* __restrict v = k.exp_avg_sq;
   const T* __restrict g = static_cast<const T*>(k.grad);
-  T* __restrict out = static_cast<T*>(k.param_out);
+  // Not __restrict: for a CUDA parameter `out` is the staging buffer `g` came in (the rounded
+  // weights go back up through it), written only after the update loop has read all of g.
+  T* out = static_cast<T*>(k.param_out);
   detail::AdamCoeffs<float> fixed = c;
   fixed.use_wd = Decay;
   fixed.decoupled = true;

@@ -143,9 +143,11 @@ std::shared_ptr<Communicator> init_nccl(const ProcessEnv& env, std::chrono::mill
       "parallel/thread_communicator.h)");
 #else
   const int gpus = cuda_device_count();
-  FRUGAL_CHECK(env.local_rank < gpus, "init_process_group: LOCAL_RANK ", env.local_rank, " but only ", gpus,
-               " GPU(s) visible on this host");
-  const Device device = cuda(env.local_rank);
+  // One GPU visible means a launcher bound one to this process (Slurm's --gpus-per-task,
+  // CUDA_VISIBLE_DEVICES per rank): it is device 0 whatever LOCAL_RANK says.
+  FRUGAL_CHECK(gpus == 1 || env.local_rank < gpus, "init_process_group: LOCAL_RANK ", env.local_rank, " but only ",
+               gpus, " GPU(s) visible on this host");
+  const Device device = cuda(gpus == 1 ? 0 : env.local_rank);
   std::lock_guard lock(g_store_mu);
   TcpStore& store = open_store(env, timeout);
   NcclUniqueId id{};

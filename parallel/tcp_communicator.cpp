@@ -169,7 +169,15 @@ class TcpMesh {
         why = str_cat("garbage from rank ", peer, " (not a frugal tcp frame)");
         break;
       }
-      std::vector<char> bytes(h.bytes);
+      // The receiver owns no caller to throw to: a frame it cannot hold ends the connection
+      // with a reason, as a dead peer does, instead of std::terminate.
+      std::vector<char> bytes;
+      try {
+        bytes.resize(h.bytes);
+      } catch (const std::exception& e) {
+        why = str_cat("a ", h.bytes, "-byte message from rank ", peer, " could not be received (", e.what(), ")");
+        break;
+      }
       if (!recv_all(fd, bytes.data(), bytes.size())) {
         why = str_cat("rank ", peer, " closed its connection in the middle of a message (it exited or was killed)");
         break;

@@ -171,6 +171,7 @@ struct DataLoader::Pass {
     ~Staged() { take(); }  // an abandoned copy: its device memory is freed only after it
   };
   std::unique_ptr<Staged> staged;  // batch `delivered` when set
+  std::optional<Batch> unstaged;   // or the host batch `delivered`, when staging it failed
   std::vector<int64_t> order;
   int64_t epoch = 0;
   int64_t num_batches = 0;
@@ -341,7 +342,8 @@ bool DataLoader::next(Batch& batch) {
     batch = p.staged->take();
     p.staged.reset();
   } else {
-    const Batch host = *take_prepared(/*wait=*/true);
+    Batch host = p.unstaged ? std::move(*p.unstaged) : *take_prepared(/*wait=*/true);
+    p.unstaged.reset();
     batch.inputs = deliver(host.inputs, options_.device);
     batch.targets = deliver(host.targets, options_.device);
   }
@@ -349,12 +351,18 @@ bool DataLoader::next(Batch& batch) {
 #if FRUGAL_WITH_CUDA
   if (options_.device.is_cuda() && p.consumed < p.num_batches) {
     if (std::optional<Batch> host = take_prepared(/*wait=*/false)) {
-      auto staged = std::make_unique<Pass::Staged>();
-      staged->device = options_.device;
-      staged->batch.inputs = stage(host->inputs, options_.device, staged->events[0]);
-      staged->batch.targets = stage(host->targets, options_.device, staged->events[1]);
-      p.staged = std::move(staged);
-      ++side_stream_copies_;
+      // A copy that cannot start (out of device memory) must not lose the batch: it is then
+      // delivered by the next call as an unstaged one, and any error surfaces there, in order.
+      try {
+        auto staged = std::make_unique<Pass::Staged>();
+        staged->device = options_.device;
+        staged->batch.inputs = stage(host->inputs, options_.device, staged->events[0]);
+        staged->batch.targets = stage(host->targets, options_.device, staged->events[1]);
+        p.staged = std::move(staged);
+        ++side_stream_copies_;
+      } catch (const std::exception&) {
+        p.unstaged = std::move(host);
+      }
     }
   }
 #endif

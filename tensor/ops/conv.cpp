@@ -88,9 +88,12 @@ Tensor output_rows(const Tensor& grad_out, const Conv2dGeometry& g) {
   return grad_out.permute({0, 2, 3, 1}).reshape({g.N * g.OH * g.OW, g.K});
 }
 
+// The raw op may be handed tensors that require grad (autograd's conv2d calls it so): its
+// views and copies go through detached handles, so they record no autograd nodes.
 Tensor patchify_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g,
                         const OpLayout& layout) {
-  const Tensor rows = linear(patch_rows(x, g), weight.reshape({g.K, g.C * g.R * g.S}), bias);
+  const Tensor rows = linear(patch_rows(x.detach(), g), weight.detach().reshape({g.K, g.C * g.R * g.S}),
+                             bias.defined() ? bias.detach() : bias);
   const Tensor nhwc = rows.view({g.N, g.OH, g.OW, g.K}).permute({0, 3, 1, 2});  // channels-last memory
   if (layout.native) return nhwc;
   Tensor out = layout.result(g.output_shape(), x.options());
@@ -100,7 +103,7 @@ Tensor patchify_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 Tensor patchify_backward_input(const Tensor& grad_out, const Tensor& weight, const Conv2dGeometry& g,
                                const OpLayout& layout) {
-  const Tensor rows = mm(output_rows(grad_out, g), weight.reshape({g.K, g.C * g.R * g.S}));
+  const Tensor rows = mm(output_rows(grad_out.detach(), g), weight.detach().reshape({g.K, g.C * g.R * g.S}));
   Tensor grad_x = layout.result(g.input_shape(), grad_out.options());
   if (g.H % g.R || g.W % g.S) zero_(grad_x);
   copy_into(patch_view(grad_x, g).permute({0, 2, 4, 1, 3, 5}), rows.view({g.N, g.OH, g.OW, g.C, g.R, g.S}));
@@ -109,7 +112,7 @@ Tensor patchify_backward_input(const Tensor& grad_out, const Tensor& weight, con
 
 Tensor patchify_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dGeometry& g,
                                 const OpLayout& layout) {
-  const Tensor w = mm(output_rows(grad_out, g).t(), patch_rows(x, g));  // (K, C R S)
+  const Tensor w = mm(output_rows(grad_out.detach(), g).t(), patch_rows(x.detach(), g));  // (K, C R S)
   Tensor grad_w = layout.result(g.weight_shape(), x.options());
   copy_into(grad_w, w.view(g.weight_shape()));
   return layout.finish(grad_w);
