@@ -565,6 +565,10 @@ nn::NamedTensors FullyShardedDataParallel::full_state_dict() {
   return out;
 }
 
+void FullyShardedDataParallel::free_gathered() {
+  for (size_t u = 0; u < state_->units.size(); ++u) state_->free_unit(u);
+}
+
 void FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, Tensor>& state) {
   State& s = *state_;
   std::string missing, mismatched, unexpected;
@@ -585,6 +589,7 @@ void FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, 
                "FullyShardedDataParallel.load_full_state_dict: missing keys:", missing.empty() ? " none" : missing,
                "; shape mismatches:", mismatched.empty() ? " none" : mismatched,
                "; unexpected keys:", unexpected.empty() ? " none" : unexpected);
+  free_gathered();
   autograd::NoGradGuard no_grad;
   const int64_t P = s.P();
   for (State::Unit& unit : s.units) {

@@ -125,6 +125,10 @@ class FullyShardedDataParallel : public nn::UnaryModule {
   /// model's state_dict()): every rank copies its chunks; buffers are copied into the module.
   /// Strict: a missing or unexpected key, or a shape mismatch, throws naming them.
   void load_full_state_dict(const std::map<std::string, Tensor>& state);
+  /// Frees every unit's gathered parameters (after the gathers in flight): the next forward
+  /// gathers from the shards again. The loads call it first, so that a unit still gathered
+  /// (a forward whose backward never ran) cannot serve the values from before the load.
+  void free_gathered();
 
   /// Per-rank bytes now; `opt` (optional) is the optimizer stepping parameters().
   FullyShardMemoryReport memory_report(const optim::Optimizer* opt = nullptr) const;

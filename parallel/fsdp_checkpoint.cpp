@@ -251,6 +251,7 @@ void load_sharded_checkpoint(FullyShardedDataParallel& fsdp, const std::string& 
                " holds no optimizer state; it was saved without an optimizer");
   if (opt) opt->load_state_dict(optim_state);  // validates everything before it changes anything
   autograd::NoGradGuard no_grad;
+  fsdp.free_gathered();
   for (size_t u = 0; u < shards.size(); ++u) shards[u].detach().copy_(saved[u]);
   for (const auto& [name, b] : buffers) b.detach().copy_(file.tensors.at("buffer." + name));
 }

@@ -454,6 +454,27 @@ TEST_CASE("zero-3: a sharded checkpoint resumes to the same steps; a consolidate
   std::filesystem::remove(consolidated);
 }
 
+TEST_CASE("zero-3: a load after a forward whose backward never ran serves the loaded weights") {
+  // The forward with grad leaves the root unit gathered for a backward that never comes; the
+  // load must not leave it serving the weights from before (free_gathered).
+  const int p = 2;
+  const Tensor x = random_tensor({4, 6}, kFloat32, 391);
+  auto other = net_model(39);  // the weights to load, and the expected output
+  const auto loaded = as_map(other->state_dict());
+  const std::vector<double> want = values_of(other->forward(x));
+  const auto models = net_models(p, 30);
+  PerRank<std::vector<double>> got(static_cast<size_t>(p));
+  run_ranks(p, [&](const CommPtr& comm) {
+    const int r = comm->rank();
+    FullyShardedDataParallel fsdp(models[size_t(r)], comm, {.units = kWithRoot});
+    Tensor unused = fsdp.forward(x);  // requires grad: the root stays gathered
+    fsdp.load_full_state_dict(loaded);
+    autograd::NoGradGuard no_grad;
+    got[size_t(r)] = values_of(fsdp.forward(x));
+  });
+  for (int r = 0; r < p; ++r) check_close(got[size_t(r)], want, 1e-6, 1e-7, "rank " + std::to_string(r));
+}
+
 TEST_CASE("zero-3: a sharded save that fails on one rank leaves the previous checkpoint loadable") {
   const int p = 2;
   const std::string dir = temp_path("zero3_failed_save", "");
