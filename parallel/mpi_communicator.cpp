@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -120,6 +121,19 @@ class MpiP2PWork final : public Work {
         timeout_(timeout) {}
 
   MPI_Request request = MPI_REQUEST_NULL;
+
+  /// A Work dropped unwaited (the thread and TCP backends finish sends at once, so code written
+  /// against them may drop one) still owns the buffer MPI reads or writes: it waits for the
+  /// request here, bounded by the timeout, so neither the buffer nor the request leaks into
+  /// MPI's hands after it is freed. A failure here has nobody to throw to: it is reported.
+  ~MpiP2PWork() override {
+    if (done_ || request == MPI_REQUEST_NULL) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "frugal mpi: %s (a dropped Work could not complete)\n", e.what());
+    }
+  }
 
   void wait() override {
     if (done_) return;
