@@ -117,7 +117,6 @@ class MpiP2PWork final : public Work {
         buffer_(std::move(buffer)),
         target_(std::move(target)),
         what_(std::move(what)),
-        deadline_(Clock::now() + timeout),
         timeout_(timeout) {}
 
   MPI_Request request = MPI_REQUEST_NULL;
@@ -137,7 +136,9 @@ class MpiP2PWork final : public Work {
 
   void wait() override {
     if (done_) return;
-    state_->wait(request, what_, deadline_, timeout_);
+    // The timeout counts from this wait, not from when the operation was posted (a pipeline
+    // posts its receives early and computes before it waits).
+    state_->wait(request, what_, Clock::now() + timeout_, timeout_);
     finish();
   }
   bool completed() override {
@@ -157,7 +158,6 @@ class MpiP2PWork final : public Work {
   std::shared_ptr<MpiCommunicator::State> state_;
   Tensor buffer_, target_;
   std::string what_;
-  Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
   bool done_ = false;
 };

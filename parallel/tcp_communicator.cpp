@@ -341,14 +341,13 @@ class DoneWork final : public Work {
 class TcpRecvWork final : public Work {
  public:
   TcpRecvWork(std::shared_ptr<TcpMesh> mesh, int peer, uint64_t group, uint64_t index, Tensor tensor, std::string what,
-              Clock::time_point deadline, std::chrono::milliseconds timeout)
+              std::chrono::milliseconds timeout)
       : mesh_(std::move(mesh)),
         peer_(peer),
         group_(group),
         index_(index),
         tensor_(std::move(tensor)),
         what_(std::move(what)),
-        deadline_(deadline),
         timeout_(timeout) {}
 
   void wait() override { take(true); }
@@ -357,6 +356,9 @@ class TcpRecvWork final : public Work {
  private:
   bool take(bool block) {
     if (done_) return true;
+    // The timeout counts from the first wait, not from when the recv was posted: a pipeline
+    // posts its receives early and computes for a while before it waits.
+    if (block && deadline_ == Clock::time_point{}) deadline_ = Clock::now() + timeout_;
     auto bytes = mesh_->take_p2p(peer_, group_, index_, block, deadline_, timeout_, what_);
     if (!bytes) return false;
     const size_t expected = size_t(tensor_.numel()) * element_size(tensor_.dtype());
@@ -374,7 +376,7 @@ class TcpRecvWork final : public Work {
   uint64_t group_, index_;
   Tensor tensor_;
   std::string what_;
-  Clock::time_point deadline_;
+  Clock::time_point deadline_{};  // set by the first blocking wait
   std::chrono::milliseconds timeout_;
   bool done_ = false;
 };
@@ -607,8 +609,7 @@ std::shared_ptr<Work> TcpCommunicator::recv(const Tensor& tensor, int peer) {
   const uint64_t index = posted_[size_t(peer)]++;
   const std::string what = str_cat("tcp recv #", index + 1, " from rank ", peer, " on ", label());
   mesh_->check_healthy(what);
-  return std::make_shared<TcpRecvWork>(mesh_, members_[size_t(peer)], id_, index, tensor, what, Clock::now() + timeout_,
-                                       timeout_);
+  return std::make_shared<TcpRecvWork>(mesh_, members_[size_t(peer)], id_, index, tensor, what, timeout_);
 }
 
 }  // namespace frugal::parallel
