@@ -15,10 +15,11 @@
 // was killed by a signal). The ranks on other nodes see its connections close and fail
 // in turn (Note [TCP backend] in parallel/tcp_communicator.h). Exit 0 when every local
 // rank exits 0. With K > 1 and OMP_NUM_THREADS unset, each rank gets OMP_NUM_THREADS =
-// cores / K, so CPU ranks do not oversubscribe the host.
+// (the cores its affinity allows) / K, so CPU ranks do not oversubscribe the host.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -61,6 +62,15 @@ int usage() {
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "frugal-run: %s\n", message.c_str());
   return usage();
+}
+
+// The cores this process may run on: its affinity mask (a Slurm cpuset or a container's
+// limit), not every core the machine has online.
+long usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 // A port nobody listens on now (the kernel's choice of a free ephemeral port).
@@ -199,7 +209,7 @@ int main(int argc, char** argv) {
       // K ranks sharing this host's cores: each gets its share of OpenMP threads unless told
       // (torchrun sets 1; a CPU rank computing alone wants its share).
       if (nproc > 1 && !std::getenv("OMP_NUM_THREADS"))
-        ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN) / nproc)).c_str(), 1);
+        ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, usable_cores() / nproc)).c_str(), 1);
       ::execvp(argv[i], argv + i);
       std::fprintf(stderr, "frugal-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
       _exit(127);
