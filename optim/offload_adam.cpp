@@ -30,6 +30,10 @@
 // and copies it again (correct, but that parameter's copy no longer overlaps backward).
 // GradScaler's inf check happens on the device before step() is called, exactly as with
 // AdamW, so a step with an inf gradient is skipped without touching the host state.
+// The staleness check is the storage's version counter, which the Tensor methods and the
+// autograd ops bump; a raw kernel call (ops::mul_ on a .grad from library code) does not,
+// so such code must bump the version itself (Tensor::bump_version) or the step uses the
+// gradient as the hook copied it.
 //
 // The CPU AdamW (optim/cpu_adam.cpp) is Note [Adam update]'s element rule in float, split
 // into one contiguous slice per thread (get_num_threads(): the library's setting, so it
