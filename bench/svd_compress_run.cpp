@@ -247,8 +247,8 @@ void print_table(const Options& o, const std::vector<Row>& rows, std::ostream& o
            trained ? fmt("(%+.2f)", 100 * (r.acc_after - d.acc_after)) : ""});
   }
   t.print();  // to stdout, as every bench table
-  os << "rows: eX = one energy X for every layer, pX = parameter budget X of the matched weights (Note [Parameter "
-        "budget]); replaced: factorized / matched; energy: mean kept\n"
+  os << "rows: eX = one energy X for every layer, pX = parameter budget X of the matched weights "
+        "(nn/low_rank_budget.h); replaced: factorized / matched; energy: mean kept\n"
         "infer: peak allocated during one forward at batch 1 / 32, weights included; train: fine-tuning peak "
         "(weights, grads, AdamW state, activations)\n"
         "acc(SVD): test accuracy right after compression; acc(tuned): after fine-tuning (vs dense, also tuned)\n";
