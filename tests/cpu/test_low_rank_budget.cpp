@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "nn/container.h"
+#include "nn/conv.h"
 #include "nn/low_rank.h"
 #include "nn/low_rank_budget.h"
 #include "tensor/factory.h"
@@ -177,6 +178,28 @@ TEST_CASE("low_rank_budget: compress with param_budget factorizes known spectra 
   // Not every layer at one rank: the steep first layer is cut deeper than the flat second.
   CHECK(expected[0].energy_kept > 0.9);
   CHECK(expected[0].rank < expected[1].rank);
+}
+
+TEST_CASE("low_rank_budget: a budget over Conv2d and Linear layers counts grouped convs as kept") {
+  nn::Sequential net({std::make_shared<nn::Conv2d>(4, 12, 3),
+                      std::make_shared<nn::Conv2d>(12, 6, 1, nn::Conv2dModuleOptions{.groups = 3}),
+                      std::make_shared<nn::Linear>(10, 8)});
+  // Matched weights: 12 x (4 * 3 * 3) = 432, the grouped 6 x 4 = 24 (kept), 8 x 10 = 80.
+  const int64_t total = 432 + 24 + 80;
+  const double fraction = 0.6;
+  const nn::CompressReport report = nn::compress(net, {.patterns = {"*"}, .convs = true, .param_budget = fraction});
+  REQUIRE(report.layers.size() == 3);
+  CHECK(!report.layers[1].replaced);  // grouped: kept, its 24 weights spent first
+  int64_t weights_after = 24;
+  for (size_t i : {size_t(0), size_t(2)}) {
+    const auto& row = report.layers[i];
+    const int64_t in = i == 0 ? 36 : 10, out = i == 0 ? 12 : 8;
+    weights_after += row.replaced ? row.rank * (in + out) : in * out;
+  }
+  CHECK(weights_after <= int64_t(std::floor(fraction * double(total))));
+  CHECK(report.layers[0].replaced);  // 432 of 536 weights: the budget cannot keep it dense
+  CHECK(report.layers[0].type == "Conv2d");
+  CHECK(report.layers[0].relative_error == doctest::Approx(std::sqrt(1 - report.layers[0].energy_kept)).epsilon(1e-4));
 }
 
 TEST_CASE("low_rank_budget: refusals name the budget and what it needs") {
