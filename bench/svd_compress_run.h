@@ -55,7 +55,9 @@ void print_table(const Options& o, const std::vector<Row>& rows, std::ostream& o
 /// dense row's (accuracy not asked when not trained); -1 when none is.
 int best_row(const std::vector<Row>& rows, double tolerance);
 /// "best_row: NAME", "param_ratio: X", "inference_memory_ratio: Y" (batch 1) and
-/// "inference_memory_ratio_b32: Z" of best_row, or "best_row: none" and why.
+/// "inference_memory_ratio_b32: Z" of best_row; when no row is within `tolerance`, of the
+/// most accurate compressed row, saying so on the best_row line; "best_row: none" only
+/// when no row has fewer parameters than the dense one.
 std::string summary(const std::vector<Row>& rows, double tolerance);
 
 /// Forward + backward time of a dense Linear against LowRankLinear at several ranks, at
