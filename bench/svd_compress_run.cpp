@@ -136,9 +136,9 @@ std::vector<Row> run_table(const Options& o, std::ostream& log) {
                           {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed, .device = device});
   const auto test = examples::test_loader(ds, device);
   // The same probe images for every row, allocated before any model (not counted).
-  const Tensor probe32 = (ds.test_images.size(0) >= 32 ? ds.test_images.narrow(0, 0, 32)
-                                                        : randn({32, c.channels, c.image, c.image}))
-                             .to(device);
+  const Tensor probe32 =
+      (ds.test_images.size(0) >= 32 ? ds.test_images.narrow(0, 0, 32) : randn({32, c.channels, c.image, c.image}))
+          .to(device);
   const Tensor probe1 = probe32.narrow(0, 0, 1);
 
   // 1. The dense model, trained (vitb16: as initialized).
@@ -227,23 +227,22 @@ void print_table(const Options& o, const std::vector<Row>& rows, std::ostream& o
   const PatchViTConfig c = model_config(o);
   const Row& d = rows.front();
   auto ratio = [](double v, double dense) { return fmt("(%.2fx)", dense > 0 ? v / dense : 0.0); };
-  Table t("SVD compression of " + o.model + " (" + std::to_string(c.depth) + " x " + std::to_string(c.dim) +
-              ", mlp " + std::to_string(c.mlp) + ", " + std::to_string(c.tokens()) + " tokens) on " +
-              o.device.str() + ": attention and MLP projections; " + std::to_string(o.finetune_steps) +
-              " fine-tune steps each, batch " + std::to_string(o.batch_size),
-          {"row", "replaced", "ranks", "energy", "params", "", "infer b1 MiB", "", "infer b32 MiB", "",
-           "train MiB", "", "step ms", "", "img/s b32", "", "acc(SVD)", "acc(tuned)", ""});
+  Table t("SVD compression of " + o.model + " (" + std::to_string(c.depth) + " x " + std::to_string(c.dim) + ", mlp " +
+              std::to_string(c.mlp) + ", " + std::to_string(c.tokens()) + " tokens) on " + o.device.str() +
+              ": attention and MLP projections; " + std::to_string(o.finetune_steps) + " fine-tune steps each, batch " +
+              std::to_string(o.batch_size),
+          {"row", "replaced", "ranks", "energy", "params", "", "infer b1 MiB", "", "infer b32 MiB", "", "train MiB", "",
+           "step ms", "", "img/s b32", "", "acc(SVD)", "acc(tuned)", ""});
   for (const Row& r : rows) {
     const bool trained = !std::isnan(r.acc_after);
     t.add({r.name, r.matched ? std::to_string(r.replaced) + "/" + std::to_string(r.matched) : "-",
-           r.replaced ? std::to_string(r.min_rank) + "-" + std::to_string(r.max_rank) : "-",
-           fmt("%.3f", r.energy_kept), std::to_string(r.params), ratio(double(r.params), double(d.params)),
-           fmt("%.2f", mib(r.infer_peak_1)), ratio(double(r.infer_peak_1), double(d.infer_peak_1)),
-           fmt("%.2f", mib(r.infer_peak_32)), ratio(double(r.infer_peak_32), double(d.infer_peak_32)),
-           fmt("%.2f", mib(r.train_peak)), ratio(double(r.train_peak), double(d.train_peak)),
-           fmt("%.2f", r.step_ms), ratio(r.step_ms, d.step_ms), fmt("%.1f", r.images_per_s),
-           ratio(r.images_per_s, d.images_per_s), trained ? fmt("%.2f%%", 100 * r.acc_before) : "-",
-           trained ? fmt("%.2f%%", 100 * r.acc_after) : "-",
+           r.replaced ? std::to_string(r.min_rank) + "-" + std::to_string(r.max_rank) : "-", fmt("%.3f", r.energy_kept),
+           std::to_string(r.params), ratio(double(r.params), double(d.params)), fmt("%.2f", mib(r.infer_peak_1)),
+           ratio(double(r.infer_peak_1), double(d.infer_peak_1)), fmt("%.2f", mib(r.infer_peak_32)),
+           ratio(double(r.infer_peak_32), double(d.infer_peak_32)), fmt("%.2f", mib(r.train_peak)),
+           ratio(double(r.train_peak), double(d.train_peak)), fmt("%.2f", r.step_ms), ratio(r.step_ms, d.step_ms),
+           fmt("%.1f", r.images_per_s), ratio(r.images_per_s, d.images_per_s),
+           trained ? fmt("%.2f%%", 100 * r.acc_before) : "-", trained ? fmt("%.2f%%", 100 * r.acc_after) : "-",
            trained ? fmt("(%+.2f)", 100 * (r.acc_after - d.acc_after)) : ""});
   }
   t.print();  // to stdout, as every bench table
@@ -272,14 +271,15 @@ std::string summary(const std::vector<Row>& rows, double tolerance) {
   std::string why;
   if (b < 0) {  // none close enough: the most accurate compressed row, said as such
     for (size_t i = 1; i < rows.size(); ++i)
-      if (rows[i].params < rows.front().params && (b < 0 || rows[i].acc_after > rows[size_t(b)].acc_after))
-        b = int(i);
+      if (rows[i].params < rows.front().params && (b < 0 || rows[i].acc_after > rows[size_t(b)].acc_after)) b = int(i);
     if (b < 0) return "best_row: none (no row has fewer parameters than dense)\n";
-    why = " (none within " + fmt("%g", 100 * tolerance) + " points of the dense accuracy: the most accurate compressed row)";
+    why = " (none within " + fmt("%g", 100 * tolerance) +
+          " points of the dense accuracy: the most accurate compressed row)";
   }
   const Row &r = rows[size_t(b)], &d = rows.front();
   char line[256];
-  std::snprintf(line, sizeof line, "param_ratio: %.4f\ninference_memory_ratio: %.4f\ninference_memory_ratio_b32: %.4f\n",
+  std::snprintf(line, sizeof line,
+                "param_ratio: %.4f\ninference_memory_ratio: %.4f\ninference_memory_ratio_b32: %.4f\n",
                 double(r.params) / double(d.params), double(r.infer_peak_1) / double(d.infer_peak_1),
                 double(r.infer_peak_32) / double(d.infer_peak_32));
   os << "best_row: " << r.name << why << "\n" << line;
@@ -290,8 +290,7 @@ void linear_microbench(Device device, int64_t tokens, int64_t dims_scale, int re
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{768, 768}, {768, 3072}, {3072, 768}};
   Table t("Linear forward / forward+backward, dense against factorized (two thin GEMMs), " + std::to_string(tokens) +
               " tokens, float32, " + device.str(),
-          {"in->out", "rank", "params", "fwd ms", "dense fwd ms", "fwd ratio", "f+b ms", "dense f+b ms",
-           "f+b ratio"});
+          {"in->out", "rank", "params", "fwd ms", "dense fwd ms", "fwd ratio", "f+b ms", "dense f+b ms", "f+b ratio"});
   for (auto [in, out] : shapes) {
     in /= dims_scale, out /= dims_scale;
     const Tensor x = randn({tokens, in}, TensorOptions(device));

@@ -37,7 +37,7 @@ Options defaults(const std::string& model, Device device, bool quick);
 /// One variant of the model and what it measured (bytes are allocator peaks counted from
 /// before the model was built, so weights are included and the dataset is not).
 struct Row {
-  std::string name;        ///< "dense", "e0.90" (energy) or "p0.70" (budget)
+  std::string name;  ///< "dense", "e0.90" (energy) or "p0.70" (budget)
   int64_t params = 0, replaced = 0, matched = 0, min_rank = 0, max_rank = 0;
   double energy_kept = 1;  ///< mean over matched layers
   int64_t infer_peak_1 = 0, infer_peak_32 = 0, train_peak = 0;

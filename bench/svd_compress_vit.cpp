@@ -67,8 +67,7 @@ Tensor PatchViT::forward(const Tensor& x) {
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == config.image && x.size(3) == config.image,
                "PatchViT: expected input (B, ", C, ", ", config.image, ", ", config.image, "), got ", x.describe());
   // (B, C, n, P, n, P) -> (B, n, n, C, P, P): each patch's pixels, channel-major, as one token.
-  const Tensor patches =
-      x.reshape({B, C, n, P, n, P}).permute({0, 2, 4, 1, 3, 5}).reshape({B, n * n, C * P * P});
+  const Tensor patches = x.reshape({B, C, n, P, n, P}).permute({0, 2, 4, 1, 3, 5}).reshape({B, n * n, C * P * P});
   Tensor h = add(patch_embed->forward(patches), pos);  // (B, T, D)
   for (const auto& block : *blocks) h = block->forward(h);
   return head->forward(mean(norm->forward(h), {1}));

@@ -197,10 +197,10 @@ std::string CompressReport::table() const {
     const std::string kept = l.replaced     ? ""
                              : l.groups > 1 ? "  (kept: groups=" + std::to_string(l.groups) + ")"
                                             : "  (kept: no saving)";
-    std::snprintf(line, sizeof line, "%-32s %-6s %6lld %6lld %6s %6lld %12lld %12lld %10.4f %7.4f%s\n",
-                  l.path.c_str(), l.type.c_str(), (long long)l.in_features, (long long)l.out_features,
-                  kernel.c_str(), (long long)l.rank, (long long)l.params_before, (long long)l.params_after,
-                  l.relative_error, l.energy_kept, kept.c_str());
+    std::snprintf(line, sizeof line, "%-32s %-6s %6lld %6lld %6s %6lld %12lld %12lld %10.4f %7.4f%s\n", l.path.c_str(),
+                  l.type.c_str(), (long long)l.in_features, (long long)l.out_features, kernel.c_str(),
+                  (long long)l.rank, (long long)l.params_before, (long long)l.params_after, l.relative_error,
+                  l.energy_kept, kept.c_str());
     os << line;
   }
   std::snprintf(line, sizeof line, "%-32s %-6s %6s %6s %6s %6s %12lld %12lld %9.1f%%\n", "total", "", "", "", "", "",
@@ -235,8 +235,7 @@ double energy_fraction(const Tensor& s, int64_t rank) {
   return total == 0 ? 1.0 : kept / total;
 }
 
-LayerPlan plan_linear(const std::string& path, const Linear& layer, const CompressPolicy& policy,
-                      int64_t budget_rank) {
+LayerPlan plan_linear(const std::string& path, const Linear& layer, const CompressPolicy& policy, int64_t budget_rank) {
   LayerPlan plan{.row = {.path = path,
                          .in_features = layer.in_features,
                          .out_features = layer.out_features,
@@ -311,8 +310,9 @@ std::vector<int64_t> ranks_under_budget(const std::vector<std::string>& paths, d
         fixed += conv.out_channels * patch;
         continue;
       }
-      spectra.push_back(
-          {.in = patch, .out = conv.out_channels, .s = detail::conv_weight_svd(conv).S.to(kCPU, kFloat64).tolist<double>()});
+      spectra.push_back({.in = patch,
+                         .out = conv.out_channels,
+                         .s = detail::conv_weight_svd(conv).S.to(kCPU, kFloat64).tolist<double>()});
     }
     index.push_back(i);
   }
@@ -323,8 +323,8 @@ std::vector<int64_t> ranks_under_budget(const std::vector<std::string>& paths, d
   const double shrinkable = fraction * double(total) - double(fixed);
   FRUGAL_CHECK(shrinkable > 0, "compress: param_budget ", fraction, " leaves nothing for the factorizable layers (",
                fixed, " of ", total, " weight parameters are in grouped convs that stay as they are)");
-  const std::vector<RankChoice> choice =
-      ranks_for_budget(spectra, {fixed == 0 ? fraction : std::min(1.0, shrinkable / double(dense_weight_params(spectra)))});
+  const std::vector<RankChoice> choice = ranks_for_budget(
+      spectra, {fixed == 0 ? fraction : std::min(1.0, shrinkable / double(dense_weight_params(spectra)))});
   for (size_t k = 0; k < choice.size(); ++k) ranks[index[k]] = choice[k].rank;
   return ranks;
 }
@@ -397,7 +397,8 @@ CompressReport compress(Module& model, const CompressPolicy& policy) {
     LayerPlan plan;
     {
       const std::shared_ptr<Module> child = child_of(*parent, name);
-      if (auto linear = std::dynamic_pointer_cast<Linear>(child)) plan = plan_linear(path, *linear, policy, budget_rank);
+      if (auto linear = std::dynamic_pointer_cast<Linear>(child))
+        plan = plan_linear(path, *linear, policy, budget_rank);
       else plan = plan_conv(path, dynamic_cast<const Conv2d&>(*child), policy, budget_rank);
     }  // no handle on the old layer survives this block
     if (plan.replacement) {

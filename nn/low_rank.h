@@ -120,8 +120,9 @@ std::ostream& operator<<(std::ostream& os, const CompressReport& report);
 bool path_matches(const std::string& pattern, const std::string& path);
 
 /// Replaces every Linear of `model` whose dotted path matches one of policy.patterns by
-/// its LowRankLinear (rank by policy.rank, policy.param_budget or policy.energy) (Module::replace_module), under no grad; with policy.convs, every
-/// matching Conv2d by its LowRankConv2d too. A layer whose chosen rank saves no
+/// its LowRankLinear (Module::replace_module), under no grad, at the rank of policy.rank,
+/// policy.param_budget or policy.energy; with policy.convs, every matching Conv2d by its
+/// LowRankConv2d too. A layer whose chosen rank saves no
 /// parameters is kept and reported as such. Throws when no layer matches, and
 /// when a matched layer is also held outside its parent's registry (a typed member the
 /// parent does not re-point in on_replace_module), since the replacement would be unused.

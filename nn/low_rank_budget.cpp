@@ -57,13 +57,13 @@ Move best_move(const LayerState& st, int64_t room) {
 }
 
 void check_spectrum(const LayerSpectrum& l, size_t index) {
-  FRUGAL_CHECK(l.in > 0 && l.out > 0, "ranks_for_budget: layer ", index, " has shape (out=", l.out, ", in=", l.in,
-               ")");
+  FRUGAL_CHECK(l.in > 0 && l.out > 0, "ranks_for_budget: layer ", index, " has shape (out=", l.out, ", in=", l.in, ")");
   FRUGAL_CHECK(int64_t(l.s.size()) == std::min(l.in, l.out), "ranks_for_budget: layer ", index, " (out=", l.out,
-               ", in=", l.in, ") has ", l.s.size(), " singular values, expected min(in, out) = ", std::min(l.in, l.out));
+               ", in=", l.in, ") has ", l.s.size(),
+               " singular values, expected min(in, out) = ", std::min(l.in, l.out));
   for (size_t i = 0; i < l.s.size(); ++i) {
-    FRUGAL_CHECK(l.s[i] >= 0 && std::isfinite(l.s[i]), "ranks_for_budget: layer ", index, " singular value ", i,
-                 " is ", l.s[i]);
+    FRUGAL_CHECK(l.s[i] >= 0 && std::isfinite(l.s[i]), "ranks_for_budget: layer ", index, " singular value ", i, " is ",
+                 l.s[i]);
     FRUGAL_CHECK(i == 0 || l.s[i] <= l.s[i - 1], "ranks_for_budget: layer ", index,
                  " singular values are not in decreasing order at ", i, " (", l.s[i - 1], ", ", l.s[i], ")");
   }

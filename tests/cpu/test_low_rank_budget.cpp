@@ -148,14 +148,15 @@ TEST_CASE("low_rank_budget: never worse than one energy for all at the same para
 
 TEST_CASE("low_rank_budget: compress with param_budget factorizes known spectra at the budget's ranks") {
   const auto layers = test_layers();
-  nn::Sequential net({std::make_shared<nn::Linear>(8, 6), std::make_shared<nn::Linear>(6, 10),
-                      std::make_shared<nn::Linear>(10, 4)});
+  nn::Sequential net(
+      {std::make_shared<nn::Linear>(8, 6), std::make_shared<nn::Linear>(6, 10), std::make_shared<nn::Linear>(10, 4)});
   net.to(kFloat64);
   {
     autograd::NoGradGuard no_grad;
     for (size_t i = 0; i < 3; ++i) {
       auto lin = std::dynamic_pointer_cast<nn::Linear>(net[i]);
-      lin->weight.copy_(from_vector(with_spectrum(layers[i], 40 + 2 * i), lin->weight.sizes(), TensorOptions(kFloat64)));
+      lin->weight.copy_(
+          from_vector(with_spectrum(layers[i], 40 + 2 * i), lin->weight.sizes(), TensorOptions(kFloat64)));
     }
   }
   const double fraction = 0.55;

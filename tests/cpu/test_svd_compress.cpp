@@ -74,7 +74,7 @@ TEST_CASE("svd_compress: the quick table's budget rows hold the budget and shrin
 TEST_CASE("svd_compress: best_row is the smallest inference memory within the accuracy tolerance") {
   const std::vector<Row> rows = {row("dense", 100, 80, 0.90), row("a", 70, 60, 0.895), row("b", 50, 40, 0.85),
                                  row("c", 90, 70, 0.90), row("same", 100, 50, 0.95)};
-  CHECK(best_row(rows, 0.01) == 1);   // b is 5 points down; "same" saves no parameters
+  CHECK(best_row(rows, 0.01) == 1);  // b is 5 points down; "same" saves no parameters
   CHECK(best_row(rows, 0.10) == 2);
   CHECK(best_row(rows, 0.001) == 3);  // only c is within 0.1 point
   CHECK(summary(rows, 0.01) ==
