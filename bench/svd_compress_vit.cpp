@@ -62,13 +62,16 @@ PatchViT::PatchViT(const PatchViTConfig& c) : config(c) {
   head = register_module("head", std::make_shared<nn::Linear>(c.dim, c.classes));
 }
 
-Tensor PatchViT::forward(const Tensor& x) {
+Tensor PatchViT::patches(const Tensor& x) const {
   const int64_t B = x.size(0), C = config.channels, P = config.patch, n = config.image / P;
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == C && x.size(2) == config.image && x.size(3) == config.image,
                "PatchViT: expected input (B, ", C, ", ", config.image, ", ", config.image, "), got ", x.describe());
   // (B, C, n, P, n, P) -> (B, n, n, C, P, P): each patch's pixels, channel-major, as one token.
-  const Tensor patches = x.reshape({B, C, n, P, n, P}).permute({0, 2, 4, 1, 3, 5}).reshape({B, n * n, C * P * P});
-  Tensor h = add(patch_embed->forward(patches), pos);  // (B, T, D)
+  return x.reshape({B, C, n, P, n, P}).permute({0, 2, 4, 1, 3, 5}).reshape({B, n * n, C * P * P});
+}
+
+Tensor PatchViT::forward(const Tensor& x) {
+  Tensor h = add(patch_embed->forward(patches(x)), pos);  // (B, T, D)
   for (const auto& block : *blocks) h = block->forward(h);
   return head->forward(mean(norm->forward(h), {1}));
 }

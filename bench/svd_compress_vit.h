@@ -51,6 +51,8 @@ class PatchViT : public nn::UnaryModule {
  public:
   explicit PatchViT(const PatchViTConfig& c);
   Tensor forward(const Tensor& x) override;  // x: (B, C, H, W) -> (B, classes)
+  /// x (B, C, H, W) -> (B, T, C * P * P): patches in row-major order, each channel-major.
+  Tensor patches(const Tensor& x) const;
   std::string type_name() const override { return "PatchViT"; }
   std::shared_ptr<nn::Linear> patch_embed, head;
   std::shared_ptr<nn::ModuleList<EncoderBlock>> blocks;

@@ -71,6 +71,30 @@ TEST_CASE("svd_compress: the quick table's budget rows hold the budget and shrin
   CHECK(figure(summary(rows, 0.01), "inference_memory_ratio") < 1);
 }
 
+TEST_CASE("svd_compress: PatchViT cuts patches as a naive loop does") {
+  const bench::PatchViTConfig c{.image = 6, .channels = 2, .patch = 3, .dim = 4, .depth = 1, .heads = 2, .mlp = 8};
+  bench::PatchViT vit(c);
+  const Tensor x = testing::random_tensor({2, 2, 6, 6}, kFloat32, 5);
+  const std::vector<double> xv = testing::values_of(x);
+  std::vector<double> expected;  // (B, T = 4, C * P * P = 18)
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t pr = 0; pr < 2; ++pr)
+      for (int64_t pc = 0; pc < 2; ++pc)
+        for (int64_t ch = 0; ch < 2; ++ch)
+          for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 3; ++j)
+              expected.push_back(xv[size_t(((b * 2 + ch) * 6 + pr * 3 + i) * 6 + pc * 3 + j)]);
+  const Tensor p = vit.patches(x);
+  CHECK(p.sizes() == Shape{2, 4, 18});
+  testing::check_close(p, expected, 0, 0, "patches");
+  CHECK(vit.forward(x).sizes() == Shape{2, 10});
+  check_error(
+      [&] {
+        vit.forward(testing::random_tensor({2, 1, 6, 6}, kFloat32, 6));
+      },
+      {"PatchViT", "expected input (B, 2, 6, 6)"});
+}
+
 TEST_CASE("svd_compress: best_row is the smallest inference memory within the accuracy tolerance") {
   const std::vector<Row> rows = {row("dense", 100, 80, 0.90), row("a", 70, 60, 0.895), row("b", 50, 40, 0.85),
                                  row("c", 90, 70, 0.90), row("same", 100, 50, 0.95)};
