@@ -1,327 +1,122 @@
 // Compresses a trained ViT-like Fashion-MNIST classifier with SVD low-rank layers
-// (nn/low_rank.h) at several energies, fine-tunes each briefly, and prints what it
-// buys: parameters, peak training memory, inference memory, step time and test
-// accuracy, each against the uncompressed model given the same fine-tuning.
+// (nn/low_rank.h): one energy for every layer, and parameter budgets whose per-layer
+// ranks follow the singular values (Note [Parameter budget]). Each variant is measured,
+// fine-tuned briefly and compared with the dense model given the same fine-tuning; then
+// a dense Linear is timed against its factorization at ViT-B/16's shapes.
 //
-//   build/bench/svd_compress [--device cpu|cuda[:N]] [--epochs N] [--finetune-steps N]
-//       [--train-limit N] [--batch-size N] [--dim D] [--depth N] [--heads H] [--lr X] [--seed N]
+//   build/bench/svd_compress [--model small|vit21m|vitb16] [--device cpu|cuda[:N]] [--quick]
+//       [--epochs N] [--finetune-steps N] [--train-limit N] [--test-limit N] [--batch-size N]
+//       [--lr X] [--seed N] [--energies a,b,..] [--budgets a,b,..] [--no-linear] [--linear-only]
+//       [--linear-tokens N] [--data-dir DIR]
+//
+// small: the README's 2-block width-64 model; vit21m: 12 blocks, hidden 384, 6 heads,
+// MLP 1536, 4x4 patches (21.3M parameters); vitb16: ViT-B/16's shapes at 224px with
+// random weights and images: memory and speed only. --quick shrinks any of them to run
+// in seconds on a CPU. After the table, "param_ratio:" and "inference_memory_ratio:"
+// (batch 1) of the row with the smallest inference memory within 1 point of the dense
+// accuracy (bench/svd_compress_run.h: best_row).
 //
 // Memory figures come from the allocator's statistics (memory/allocator.h), counted
 // from what was allocated before each model was built, so the dataset does not count.
 // Each factorized layer saves one more activation for backward, its (B, T, rank)
 // middle, so where activations outweigh weights (small widths, large batches) peak
 // training memory can rise while parameters and optimizer state shrink.
-// The model is make_model() below: swap it (e.g. for models/vit) and adjust
-// kCompressPatterns; nothing else depends on its structure.
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops/attention.h"
-#include "autograd/ops/binary.h"
-#include "autograd/ops/loss.h"
-#include "autograd/ops/reduce.h"
-#include "bench/bench_util.h"
+#include "bench/svd_compress_run.h"
+#include "core/error.h"
 #include "examples/flags.h"
-#include "examples/mnist_train.h"
-#include "memory/allocator.h"
-#include "nn/activation.h"
-#include "nn/container.h"
-#include "nn/data/dataloader.h"
-#include "nn/data/idx.h"
-#include "nn/layers.h"
-#include "nn/linear.h"
-#include "nn/low_rank.h"
-#include "optim/adam.h"
-#include "tensor/factory.h"
-#include "tensor/ops/unary.h"
-#include "tensor/random.h"
-#include "train/evaluate.h"
-#include "train/progress.h"
 
 using namespace frugal;
 
 namespace {
 
 struct Args {
-  std::string device = "cpu", data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = -1, finetune_steps = -1, train_limit = -1, batch_size = 128;  // -1: the device's default
-  int64_t dim = 64, depth = 2, heads = 4;
-  double lr = 2e-3;
-  uint64_t seed = 0;
+  bench::svd::Options options;
+  bool linear = true, table = true;
+  int64_t linear_tokens = -1;  // -1: the device's default
 };
 
 const char* kUsage =
-    "usage: svd_compress [--device cpu|cuda[:N]] [--epochs N] [--finetune-steps N]\n"
-    "       [--train-limit N (0 = all 60000)] [--batch-size N] [--dim D] [--depth N] [--heads H]\n"
-    "       [--lr X] [--seed N] [--data-dir DIR]\n";
+    "usage: svd_compress [--model small|vit21m|vitb16] [--device cpu|cuda[:N]] [--quick]\n"
+    "       [--epochs N] [--finetune-steps N] [--train-limit N (0 = all 60000)] [--test-limit N]\n"
+    "       [--batch-size N] [--lr X] [--seed N] [--energies a,b,..] [--budgets a,b,..]\n"
+    "       [--no-linear] [--linear-only] [--linear-tokens N] [--data-dir DIR]\n";
+
+std::vector<double> fractions(const std::string& flag, const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');)
+    out.push_back(cli::expect(cli::parse_real(item, 1e-9, 1.0), flag, item, "fractions in (0, 1], comma-separated"));
+  return out;
+}
 
 Args parse(int argc, char** argv) {
-  Args a;
+  // Two passes: model, device and --quick set the defaults that the other flags override.
+  std::string model = "small", device = "cpu";
+  bool quick = false;
+  {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--model")) model = flags.text();
+      else if (flags.is("--device")) device = flags.text();
+      else if (flags.is("--quick")) quick = true;
+      else if (flags.is("--no-linear") || flags.is("--linear-only")) continue;
+      else if (flags.flag().rfind("--", 0) == 0 && flags.flag() != "--") flags.text();  // the rest take a value
+      else flags.unknown();
+    }
+  }
+  if (model != "small" && model != "vit21m" && model != "vitb16")
+    throw cli::UsageError("--model: expected small, vit21m or vitb16, got \"" + model + "\"");
+  Args a{.options = bench::svd::defaults(model, Device(device), quick)};
+  auto& o = a.options;
   cli::Flags flags(argc, argv);
   while (flags.next()) {
-    if (flags.is("--device")) a.device = flags.text();
-    else if (flags.is("--epochs")) a.epochs = flags.positive();
-    else if (flags.is("--finetune-steps")) a.finetune_steps = flags.positive();
-    else if (flags.is("--train-limit")) a.train_limit = flags.non_negative();
-    else if (flags.is("--batch-size")) a.batch_size = flags.positive();
-    else if (flags.is("--dim")) a.dim = flags.positive();
-    else if (flags.is("--depth")) a.depth = flags.positive();
-    else if (flags.is("--heads")) a.heads = flags.positive();
-    else if (flags.is("--lr")) a.lr = flags.positive_real();
-    else if (flags.is("--seed")) a.seed = flags.seed();
-    else if (flags.is("--data-dir")) a.data_dir = flags.text();
+    if (flags.is("--model") || flags.is("--device")) flags.text();
+    else if (flags.is("--quick")) continue;
+    else if (flags.is("--epochs")) o.epochs = flags.non_negative();
+    else if (flags.is("--finetune-steps")) o.finetune_steps = flags.positive();
+    else if (flags.is("--train-limit")) o.train_limit = flags.non_negative();
+    else if (flags.is("--test-limit")) o.test_limit = flags.non_negative();
+    else if (flags.is("--batch-size")) o.batch_size = flags.positive();
+    else if (flags.is("--lr")) o.lr = flags.positive_real();
+    else if (flags.is("--seed")) o.seed = flags.seed();
+    else if (flags.is("--energies")) o.energies = fractions("--energies", flags.text());
+    else if (flags.is("--budgets")) o.budgets = fractions("--budgets", flags.text());
+    else if (flags.is("--no-linear")) a.linear = false;
+    else if (flags.is("--linear-only")) a.table = false;
+    else if (flags.is("--linear-tokens")) a.linear_tokens = flags.positive();
+    else if (flags.is("--data-dir")) o.data_dir = flags.text();
     else flags.unknown();
   }
   return a;
 }
 
-// ---- The model: a small ViT (pre-norm encoder blocks, mean-pooled tokens) -----------
-
-/// Self-attention with separate query/key/value/out projections, so each is a Linear
-/// that compress() can replace; they are held as UnaryModule and re-pointed on
-/// replacement (see Note [Replacing a layer in place] in nn/low_rank.cpp).
-class SelfAttention : public nn::UnaryModule {
- public:
-  SelfAttention(int64_t dim, int64_t heads) : heads_(heads) {
-    for (auto [name, slot] : slots()) *slot = register_module(name, std::make_shared<nn::Linear>(dim, dim));
-  }
-  Tensor forward(const Tensor& x) override {  // x: (B, T, D)
-    const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = heads_;
-    auto split = [&](const Tensor& t) { return t.view({B, T, H, D / H}).transpose(1, 2); };  // (B, H, T, D/H)
-    const Tensor a =
-        scaled_dot_product_attention(split(query->forward(x)), split(key->forward(x)), split(value->forward(x)));
-    return out->forward(a.transpose(1, 2).reshape({B, T, D}));
-  }
-  std::string type_name() const override { return "SelfAttention"; }
-  std::shared_ptr<nn::UnaryModule> query, key, value, out;
-
- protected:
-  void on_replace_module(const std::string& name, const std::shared_ptr<nn::Module>& m) override {
-    for (auto [n, slot] : slots())
-      if (n == name) *slot = std::dynamic_pointer_cast<nn::UnaryModule>(m);
-  }
-
- private:
-  std::vector<std::pair<std::string, std::shared_ptr<nn::UnaryModule>*>> slots() {
-    return {{"query", &query}, {"key", &key}, {"value", &value}, {"out", &out}};
-  }
-  int64_t heads_;
-};
-
-class EncoderBlock : public nn::UnaryModule {
- public:
-  EncoderBlock(int64_t dim, int64_t heads) {
-    ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(Shape{dim}));
-    attn = register_module("attn", std::make_shared<SelfAttention>(dim, heads));
-    ln2 = register_module("ln2", std::make_shared<nn::LayerNorm>(Shape{dim}));
-    mlp = register_module("mlp", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<UnaryModule>>{
-                                     std::make_shared<nn::Linear>(dim, 4 * dim), std::make_shared<nn::GELU>(),
-                                     std::make_shared<nn::Linear>(4 * dim, dim)}));
-  }
-  Tensor forward(const Tensor& x) override {
-    const Tensor h = add(x, attn->forward(ln1->forward(x)));
-    return add(h, mlp->forward(ln2->forward(h)));
-  }
-  std::string type_name() const override { return "EncoderBlock"; }
-  std::shared_ptr<nn::LayerNorm> ln1, ln2;
-  std::shared_ptr<SelfAttention> attn;
-  std::shared_ptr<nn::Sequential> mlp;
-};
-
-/// 28x28 images as 16 patches of 7x7, embedded by a Linear, plus learned positions.
-class TinyViT : public nn::UnaryModule {
- public:
-  TinyViT(int64_t dim, int64_t depth, int64_t heads) {
-    patch_embed = register_module("patch_embed", std::make_shared<nn::Linear>(49, dim));
-    pos = register_parameter("pos_embed", randn({16, dim}));
-    {
-      autograd::NoGradGuard no_grad;
-      pos.copy_(ops::affine(pos, 0.02, 0.0));
-    }
-    blocks = register_module("blocks", std::make_shared<nn::ModuleList<EncoderBlock>>());
-    for (int64_t i = 0; i < depth; ++i) blocks->push_back(std::make_shared<EncoderBlock>(dim, heads));
-    norm = register_module("norm", std::make_shared<nn::LayerNorm>(Shape{dim}));
-    head = register_module("head", std::make_shared<nn::Linear>(dim, 10));
-  }
-  Tensor forward(const Tensor& x) override {  // x: (B, 1, 28, 28)
-    const int64_t B = x.size(0);
-    const Tensor patches = x.reshape({B, 4, 7, 4, 7}).permute({0, 1, 3, 2, 4}).reshape({B, 16, 49});
-    Tensor h = add(patch_embed->forward(patches), pos);  // (B, 16, D)
-    for (const auto& block : *blocks) h = block->forward(h);
-    return head->forward(mean(norm->forward(h), {1}));
-  }
-  std::string type_name() const override { return "TinyViT"; }
-  std::shared_ptr<nn::Linear> patch_embed, head;
-  std::shared_ptr<nn::ModuleList<EncoderBlock>> blocks;
-  std::shared_ptr<nn::LayerNorm> norm;
-  Tensor pos;
-};
-
-std::shared_ptr<nn::UnaryModule> make_model(const Args& a) {
-  return std::make_shared<TinyViT>(a.dim, a.depth, a.heads);
-}
-const std::vector<std::string> kCompressPatterns = {"blocks.*.attn.*", "blocks.*.mlp.*"};
-
-// ---- Measurement --------------------------------------------------------------------
-
-double mib(int64_t bytes) { return double(bytes) / double(1 << 20); }
-
-struct Variant {
-  std::string name;
-  int64_t params = 0, min_rank = 0, max_rank = 0, replaced = 0, matched = 0;
-  int64_t train_peak = 0, infer_peak = 0;
-  double step_ms = 0, acc_before = 0, acc_after = 0;
-};
-
-/// Fine-tunes for `steps` steps; returns the median step time in ms (device synced per step).
-double finetune(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t steps, Device device,
-                const std::string& label) {
-  model.train();
-  std::vector<double> times;
-  data::Batch batch;
-  const double start = bench::now_seconds();
-  for (int64_t step = 0; step < steps; ++step) {
-    if (!loader.next(batch)) {
-      loader.set_epoch(loader.epoch());
-      loader.next(batch);
-    }
-    const double t0 = bench::now_seconds();
-    Tensor loss = cross_entropy(model.forward(batch.inputs), batch.targets);
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    synchronize(device);
-    times.push_back(bench::now_seconds() - t0);
-    if ((step + 1) % 20 == 0 || step + 1 == steps) {
-      const double secs = bench::now_seconds() - start, rate = double(step + 1) / secs;
-      std::printf("\r  fine-tune %-10s step %lld/%lld  loss %.4f  %.1f steps/s  ETA %s   ", label.c_str(),
-                  (long long)step + 1, (long long)steps, loss.item<double>(), rate,
-                  train::format_clock(double(steps - step - 1) / rate).c_str());
-      std::fflush(stdout);
-    }
-  }
-  std::printf("\n");
-  return 1e3 * bench::median(times);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args = cli::parse_or_exit("svd_compress", kUsage, [&] { return parse(argc, argv); });
+  const Args args = cli::parse_or_exit("svd_compress", kUsage, [&] { return parse(argc, argv); });
+  const auto& o = args.options;
   try {
-    const Device device(args.device);
-    const bool gpu = device.is_cuda();
-    if (args.epochs < 0) args.epochs = gpu ? 5 : 1;
-    if (args.finetune_steps < 0) args.finetune_steps = gpu ? 300 : 60;
-    if (args.train_limit < 0) args.train_limit = gpu ? 0 : 12000;
-    manual_seed(args.seed);
-
-    data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
-    examples::standardize(ds);
-    if (args.train_limit > 0 && args.train_limit < ds.train_images.size(0)) {
-      ds.train_images = ds.train_images.narrow(0, 0, args.train_limit).contiguous();
-      ds.train_labels = ds.train_labels.narrow(0, 0, args.train_limit).contiguous();
+    if (args.table) {
+      const std::vector<bench::svd::Row> rows = bench::svd::run_table(o, std::cout);
+      std::fflush(stdout);
+      bench::svd::print_table(o, rows, std::cout);
+      std::cout << bench::svd::summary(rows, o.accuracy_tolerance);
     }
-    data::TensorDataset train(ds.train_images, ds.train_labels);
-    data::DataLoader loader(train,
-                            {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed, .device = device});
-
-    const auto test = examples::test_loader(ds, device);
-
-    // 1. Train the dense model.
-    auto model = make_model(args);
-    model->to(device);
-    std::printf("svd_compress: %s, %lld parameters, on %s; %lld epochs over %lld images, batch %lld, AdamW lr %g\n",
-                model->type_name().c_str(), (long long)model->num_parameters(), device.str().c_str(),
-                (long long)args.epochs, (long long)ds.train_images.size(0), (long long)args.batch_size, args.lr);
-    {
-      optim::AdamW opt(model->parameters(), {.lr = args.lr});
-      train::Progress progress({.epochs = args.epochs});
-      for (int64_t epoch = 0; epoch < args.epochs; ++epoch) {
-        loader.set_epoch(epoch);
-        progress.start_epoch(epoch, loader.size());
-        progress.end_epoch(examples::train_epoch(*model, opt, loader, &progress, 10).mean_loss);
-      }
+    if (args.linear) {
+      // ViT-B/16's tokens at batch 32 (197 each) on a GPU; fewer on a CPU.
+      const int64_t tokens = args.linear_tokens > 0 ? args.linear_tokens
+                             : o.quick              ? 64
+                             : o.device.is_cuda()   ? 32 * 197
+                                                    : 2 * 197;
+      std::cout << std::flush;
+      bench::svd::linear_microbench(o.device, tokens, o.quick ? 8 : 1, o.quick ? 2 : 5, std::cout);
     }
-    std::map<std::string, Tensor> trained;
-    for (auto& [name, t] : model->state_dict()) trained[name] = t.detach().clone();
-    model.reset();
-
-    // 2. Each variant starts from the trained weights, is compressed (or not), fine-tuned, measured.
-    const std::vector<double> energies = {0.0, 0.99, 0.95, 0.9, 0.8};  // 0: the dense model
-    const Tensor probe = ds.test_images.narrow(0, 0, 256).to(device);
-    std::vector<Variant> rows;
-    for (double energy : energies) {
-      Variant v;
-      char name[32];
-      std::snprintf(name, sizeof name, "%.2f", energy);
-      v.name = energy == 0 ? "dense" : name;
-      synchronize(device);
-      const int64_t base = memory::stats(device).allocated_bytes.current;
-      auto m = make_model(args);
-      m->to(device);
-      m->load_state_dict(trained);
-      if (energy > 0) {
-        const nn::CompressReport report = nn::compress(*m, {.patterns = kCompressPatterns, .energy = {energy}});
-        std::printf("energy %s:\n%s", v.name.c_str(), report.table().c_str());
-        v.min_rank = INT64_MAX;
-        v.matched = int64_t(report.layers.size());
-        for (const auto& l : report.layers) {
-          if (!l.replaced) continue;
-          ++v.replaced;
-          v.min_rank = std::min(v.min_rank, l.rank);
-          v.max_rank = std::max(v.max_rank, l.rank);
-        }
-      }
-      v.params = m->num_parameters();
-      v.acc_before = train::evaluate(*m, *test).accuracy;
-      {
-        optim::AdamW opt(m->parameters(), {.lr = args.lr * 0.25});
-        loader.set_epoch(1000);
-        synchronize(device);
-        memory::reset_peak(device);
-        v.step_ms = finetune(*m, opt, loader, args.finetune_steps, device, v.name);
-        synchronize(device);
-        v.train_peak = memory::stats(device).allocated_bytes.peak - base;
-      }
-      v.acc_after = train::evaluate(*m, *test).accuracy;
-      {
-        autograd::NoGradGuard no_grad;
-        m->eval();
-        synchronize(device);
-        memory::reset_peak(device);
-        Tensor logits = m->forward(probe);
-        synchronize(device);
-        v.infer_peak = memory::stats(device).allocated_bytes.peak - base;
-      }
-      rows.push_back(v);
-    }
-
-    // 3. The table: each figure and its ratio to the dense model.
-    const Variant& d = rows.front();
-    std::printf(
-        "\nSVD compression of %s on %s (attention and MLP projections; %lld fine-tune steps each, batch %lld)\n",
-        "TinyViT", device.str().c_str(), (long long)args.finetune_steps, (long long)args.batch_size);
-    std::printf("%-7s %-8s %-9s %16s %20s %18s %16s %9s %16s\n", "energy", "replaced", "ranks", "params",
-                "peak train MiB", "inference MiB", "step ms", "acc(SVD)", "acc(tuned)");
-    for (const Variant& v : rows) {
-      char ranks[24] = "-", replaced[24] = "-";
-      if (v.matched) std::snprintf(replaced, sizeof replaced, "%lld/%lld", (long long)v.replaced, (long long)v.matched);
-      if (v.replaced) std::snprintf(ranks, sizeof ranks, "%lld-%lld", (long long)v.min_rank, (long long)v.max_rank);
-      std::printf(
-          "%-7s %-8s %-9s %9lld (%4.2fx) %12.2f (%4.2fx) %10.2f (%4.2fx) %8.2f (%4.2fx) %8.2f%% %8.2f%% (%+.2f)\n",
-          v.name.c_str(), replaced, ranks, (long long)v.params, double(v.params) / double(d.params), mib(v.train_peak),
-          double(v.train_peak) / double(d.train_peak), mib(v.infer_peak), double(v.infer_peak) / double(d.infer_peak),
-          v.step_ms, v.step_ms / d.step_ms, 100 * v.acc_before, 100 * v.acc_after, 100 * (v.acc_after - d.acc_after));
-    }
-    std::printf(
-        "replaced: layers factorized / matched (a layer whose rank saves nothing is kept); ranks: of those replaced\n"
-        "acc(SVD): test accuracy right after compression; acc(tuned): after fine-tuning (vs dense, also tuned)\n");
   } catch (const Error& e) {
     std::fprintf(stderr, "svd_compress: %s\n", e.what());
     return 1;

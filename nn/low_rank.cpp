@@ -188,8 +188,8 @@ int64_t CompressReport::params_after() const {
 std::string CompressReport::table() const {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%-32s %-6s %6s %6s %6s %6s %12s %12s %10s\n", "layer", "type", "in", "out",
-                "kernel", "rank", "params", "params_lr", "rel_error");
+  std::snprintf(line, sizeof line, "%-32s %-6s %6s %6s %6s %6s %12s %12s %10s %7s\n", "layer", "type", "in", "out",
+                "kernel", "rank", "params", "params_lr", "rel_error", "energy");
   os << line;
   for (const auto& l : layers) {
     const std::string kernel =
@@ -197,10 +197,10 @@ std::string CompressReport::table() const {
     const std::string kept = l.replaced     ? ""
                              : l.groups > 1 ? "  (kept: groups=" + std::to_string(l.groups) + ")"
                                             : "  (kept: no saving)";
-    std::snprintf(line, sizeof line, "%-32s %-6s %6lld %6lld %6s %6lld %12lld %12lld %10.4f%s\n", l.path.c_str(),
+    std::snprintf(line, sizeof line, "%-32s %-6s %6lld %6lld %6s %6lld %12lld %12lld %10.4f %7.4f%s\n", l.path.c_str(),
                   l.type.c_str(), (long long)l.in_features, (long long)l.out_features, kernel.c_str(),
                   (long long)l.rank, (long long)l.params_before, (long long)l.params_after, l.relative_error,
-                  kept.c_str());
+                  l.energy_kept, kept.c_str());
     os << line;
   }
   std::snprintf(line, sizeof line, "%-32s %-6s %6s %6s %6s %6s %12lld %12lld %9.1f%%\n", "total", "", "", "", "", "",
@@ -220,11 +220,22 @@ struct LayerPlan {
   std::shared_ptr<Module> replacement;
 };
 
-int64_t chosen_rank(const CompressPolicy& policy, const ops::SVDResult& f) {
+/// The rank of one layer: the budget's (`budget_rank` > 0), the policy's fixed rank, or the energy rule's.
+int64_t chosen_rank(const CompressPolicy& policy, const ops::SVDResult& f, int64_t budget_rank) {
+  if (budget_rank > 0) return budget_rank;
   return policy.rank > 0 ? policy.rank : std::max<int64_t>(1, rank_for_energy(f.S, policy.energy));
 }
 
-LayerPlan plan_linear(const std::string& path, const Linear& layer, const CompressPolicy& policy) {
+/// sum_{i<rank} s_i^2 / sum_i s_i^2 (1 for an all-zero spectrum).
+double energy_fraction(const Tensor& s, int64_t rank) {
+  const std::vector<double> v = s.to(kCPU, kFloat64).tolist<double>();
+  double kept = 0, total = 0;
+  for (size_t i = 0; i < v.size(); ++i) (int64_t(i) < rank ? kept : total) += v[i] * v[i];
+  total += kept;
+  return total == 0 ? 1.0 : kept / total;
+}
+
+LayerPlan plan_linear(const std::string& path, const Linear& layer, const CompressPolicy& policy, int64_t budget_rank) {
   LayerPlan plan{.row = {.path = path,
                          .in_features = layer.in_features,
                          .out_features = layer.out_features,
@@ -233,7 +244,7 @@ LayerPlan plan_linear(const std::string& path, const Linear& layer, const Compre
   LayerCompression& row = plan.row;
   const ops::SVDResult f = weight_svd(layer);
   const int64_t in = layer.in_features, out = layer.out_features;
-  row.rank = chosen_rank(policy, f);
+  row.rank = chosen_rank(policy, f, budget_rank);
   if (row.rank > std::min(in, out) || row.rank * (in + out) >= in * out) {
     row.rank = std::min(row.rank, std::min(in, out));
     row.params_after = row.params_before;
@@ -242,12 +253,13 @@ LayerPlan plan_linear(const std::string& path, const Linear& layer, const Compre
   auto low_rank = build(layer, f, row.rank);
   row.params_after = low_rank->num_parameters();
   row.relative_error = relative_error(layer.weight, *low_rank);
+  row.energy_kept = energy_fraction(f.S, row.rank);
   row.replaced = true;
   plan.replacement = low_rank;
   return plan;
 }
 
-LayerPlan plan_conv(const std::string& path, const Conv2d& layer, const CompressPolicy& policy) {
+LayerPlan plan_conv(const std::string& path, const Conv2d& layer, const CompressPolicy& policy, int64_t budget_rank) {
   LayerPlan plan{.row = {.path = path,
                          .in_features = layer.in_channels,
                          .out_features = layer.out_channels,
@@ -262,7 +274,7 @@ LayerPlan plan_conv(const std::string& path, const Conv2d& layer, const Compress
   if (layer.options.groups != 1) return plan;  // not one matrix: kept (reported as such)
   const ops::SVDResult f = detail::conv_weight_svd(layer);
   const int64_t patch = layer.in_channels * layer.kernel_size.h * layer.kernel_size.w, out = layer.out_channels;
-  row.rank = chosen_rank(policy, f);
+  row.rank = chosen_rank(policy, f, budget_rank);
   if (row.rank > std::min(patch, out) || row.rank * (patch + out) >= patch * out) {
     row.rank = std::min(row.rank, std::min(patch, out));
     return plan;
@@ -270,9 +282,51 @@ LayerPlan plan_conv(const std::string& path, const Conv2d& layer, const Compress
   auto low_rank = detail::build_low_rank_conv(layer, f, row.rank);
   row.params_after = low_rank->num_parameters();
   row.relative_error = relative_error(layer.weight, *low_rank);
+  row.energy_kept = energy_fraction(f.S, row.rank);
   row.replaced = true;
   plan.replacement = low_rank;
   return plan;
+}
+
+/// The budget rule's rank for each of `paths` (Note [Parameter budget]); a grouped Conv2d,
+/// which compress keeps, enters as dense and unshrinkable (rank 0: no override).
+template <class ParentOf>
+std::vector<int64_t> ranks_under_budget(const std::vector<std::string>& paths, double fraction,
+                                        const ParentOf& parent_of) {
+  std::vector<LayerSpectrum> spectra;
+  std::vector<size_t> index;  // paths[index[k]] has spectra[k]
+  int64_t fixed = 0;          // weight parameters of layers the budget cannot shrink
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const auto [parent, name] = parent_of(paths[i]);
+    const std::shared_ptr<Module> child = child_of(*parent, name);
+    if (auto linear = std::dynamic_pointer_cast<Linear>(child)) {
+      spectra.push_back({.in = linear->in_features,
+                         .out = linear->out_features,
+                         .s = weight_svd(*linear).S.to(kCPU, kFloat64).tolist<double>()});
+    } else {
+      const auto& conv = dynamic_cast<const Conv2d&>(*child);
+      const int64_t patch = conv.in_channels / conv.options.groups * conv.kernel_size.h * conv.kernel_size.w;
+      if (conv.options.groups != 1) {
+        fixed += conv.out_channels * patch;
+        continue;
+      }
+      spectra.push_back({.in = patch,
+                         .out = conv.out_channels,
+                         .s = detail::conv_weight_svd(conv).S.to(kCPU, kFloat64).tolist<double>()});
+    }
+    index.push_back(i);
+  }
+  std::vector<int64_t> ranks(paths.size(), 0);
+  if (spectra.empty()) return ranks;
+  // The budget is over all matched weights; kept layers spend their share first.
+  const int64_t total = dense_weight_params(spectra) + fixed;
+  const double shrinkable = fraction * double(total) - double(fixed);
+  FRUGAL_CHECK(shrinkable > 0, "compress: param_budget ", fraction, " leaves nothing for the factorizable layers (",
+               fixed, " of ", total, " weight parameters are in grouped convs that stay as they are)");
+  const std::vector<RankChoice> choice = ranks_for_budget(
+      spectra, {fixed == 0 ? fraction : std::min(1.0, shrinkable / double(dense_weight_params(spectra)))});
+  for (size_t k = 0; k < choice.size(); ++k) ranks[index[k]] = choice[k].rank;
+  return ranks;
 }
 
 }  // namespace
@@ -289,6 +343,10 @@ LayerPlan plan_conv(const std::string& path, const Conv2d& layer, const Compress
 CompressReport compress(Module& model, const CompressPolicy& policy) {
   FRUGAL_CHECK(!policy.patterns.empty(), "compress: the policy has no patterns");
   FRUGAL_CHECK(policy.rank >= 0, "compress: rank must be positive (or 0 for the energy rule), got ", policy.rank);
+  FRUGAL_CHECK(!policy.param_budget || policy.rank == 0, "compress: a policy takes a fixed rank (", policy.rank,
+               ") or a param_budget (", policy.param_budget.value_or(0), "), not both");
+  FRUGAL_CHECK(!policy.param_budget || (*policy.param_budget > 0 && *policy.param_budget <= 1),
+               "compress: param_budget must be in (0, 1], got ", policy.param_budget.value_or(0));
   autograd::NoGradGuard no_grad;
   const std::string kinds = policy.convs ? "Linear or Conv2d" : "Linear";
   // Paths first, then one swap at a time: holding no handles while swapping keeps the
@@ -321,18 +379,27 @@ CompressReport compress(Module& model, const CompressPolicy& policy) {
                 " layers are:", known.empty() ? " none" : known);
   }
 
-  CompressReport report;
-  for (const std::string& path : paths) {
+  auto parent_of = [&](const std::string& path) {
     const size_t dot = path.rfind('.');
-    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
     Module* parent = &model;
     if (dot != std::string::npos)
       for (const auto& part : split_path(path.substr(0, dot))) parent = child_of(*parent, part).get();
+    return std::pair<Module*, std::string>(parent, dot == std::string::npos ? path : path.substr(dot + 1));
+  };
+  const std::vector<int64_t> budget_ranks =
+      policy.param_budget ? ranks_under_budget(paths, *policy.param_budget, parent_of) : std::vector<int64_t>();
+
+  CompressReport report;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& path = paths[i];
+    const auto [parent, name] = parent_of(path);
+    const int64_t budget_rank = budget_ranks.empty() ? 0 : budget_ranks[i];
     LayerPlan plan;
     {
       const std::shared_ptr<Module> child = child_of(*parent, name);
-      if (auto linear = std::dynamic_pointer_cast<Linear>(child)) plan = plan_linear(path, *linear, policy);
-      else plan = plan_conv(path, dynamic_cast<const Conv2d&>(*child), policy);
+      if (auto linear = std::dynamic_pointer_cast<Linear>(child))
+        plan = plan_linear(path, *linear, policy, budget_rank);
+      else plan = plan_conv(path, dynamic_cast<const Conv2d&>(*child), policy, budget_rank);
     }  // no handle on the old layer survives this block
     if (plan.replacement) {
       std::shared_ptr<Module> old = parent->replace_module(name, plan.replacement);

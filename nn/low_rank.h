@@ -13,10 +13,12 @@
 // Conv2d layers are factorized along their channels by LowRankConv2d (nn/low_rank_conv.h).
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/linear.h"
+#include "nn/low_rank_budget.h"
 
 namespace frugal::nn {
 
@@ -86,6 +88,10 @@ struct CompressPolicy {
   /// default, so that patterns written for Linear layers ("*") never touch a CNN's convs
   /// unasked. A matched Conv2d with groups > 1 is kept and reported as such.
   bool convs = false;
+  /// The budget rule instead (Note [Parameter budget] in nn/low_rank_budget.h): ranks per
+  /// layer such that the matched layers' weights keep at most this fraction, in (0, 1], of
+  /// their parameters, losing the least energy. Excludes `rank`.
+  std::optional<double> param_budget = std::nullopt;
 };
 
 /// What compress() did to one layer.
@@ -94,6 +100,7 @@ struct LayerCompression {
   int64_t in_features = 0, out_features = 0, rank = 0;  ///< a Conv2d's in/out channels
   int64_t params_before = 0, params_after = 0;
   double relative_error = 0;           ///< ||W - U_r S_r Vh_r||_F / ||W||_F (0 when kept)
+  double energy_kept = 1;              ///< sum_{i<r} s_i^2 / sum_i s_i^2 (1 when kept)
   bool replaced = false;               ///< false: the chosen rank saved nothing (or groups > 1), the layer was kept
   std::string type = "Linear";         ///< "Linear" or "Conv2d"
   int64_t kernel_h = 1, kernel_w = 1;  ///< a Conv2d's kernel; its matrix is (out, in * kernel_h * kernel_w)
@@ -113,8 +120,9 @@ std::ostream& operator<<(std::ostream& os, const CompressReport& report);
 bool path_matches(const std::string& pattern, const std::string& path);
 
 /// Replaces every Linear of `model` whose dotted path matches one of policy.patterns by
-/// its LowRankLinear (Module::replace_module), under no grad; with policy.convs, every
-/// matching Conv2d by its LowRankConv2d too. A layer whose chosen rank saves no
+/// its LowRankLinear (Module::replace_module), under no grad, at the rank of policy.rank,
+/// policy.param_budget or policy.energy; with policy.convs, every matching Conv2d by its
+/// LowRankConv2d too. A layer whose chosen rank saves no
 /// parameters is kept and reported as such. Throws when no layer matches, and
 /// when a matched layer is also held outside its parent's registry (a typed member the
 /// parent does not re-point in on_replace_module), since the replacement would be unused.
