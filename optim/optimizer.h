@@ -116,9 +116,13 @@ class Optimizer {
   /// A hyperparameter of a group: its state-dict name, the field that holds it (exactly
   /// one of real/flag) and the optimizer's option, used when the group leaves it unset.
   struct HyperParam {
+    // Aliases, not `T ParamGroup::*real` in place: nvcc's rewrite of that declaration makes
+    // GCC warn about parentheses in every CUDA file that includes this header.
+    using RealField = std::optional<double> ParamGroup::*;
+    using FlagField = std::optional<bool> ParamGroup::*;
     const char* name;
-    std::optional<double> ParamGroup::*real = nullptr;
-    std::optional<bool> ParamGroup::*flag = nullptr;
+    RealField real = nullptr;
+    FlagField flag = nullptr;
     double option = 0.0;
   };
   /// The hyperparameters this optimizer reads, besides lr.
