@@ -34,6 +34,16 @@ const Device kGpu = cuda(0);
 
 cudaStream_t stream() { return cuda_stream(kGpu); }
 
+/// GB/s (bytes read + written) of a device-to-device cudaMemcpy of `bytes`, median of `reps`:
+/// the yardstick the memory-bound kernels are measured against (Note [Elementwise bandwidth]).
+double memcpy_gbs(GpuTimer& timer, size_t bytes, int reps) {
+  const Tensor src = empty({int64_t(bytes / 4)}, {kFloat32, kGpu}), dst = empty_like(src);
+  const double ms = timer.median_ms(
+      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream())); },
+      3, reps);
+  return 2.0 * double(bytes) / (ms * 1e-3) * 1e-9;
+}
+
 // Note [Elementwise bandwidth]
 // An elementwise op on a large tensor is bound by memory traffic, so its figure is
 // bytes read + written per second, next to a device-to-device cudaMemcpy of the same
@@ -42,11 +52,7 @@ cudaStream_t stream() { return cuda_stream(kGpu); }
 void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
   constexpr size_t kBytes = size_t(256) << 20;
   const int reps = o.quick ? 10 : 30;
-  const Tensor src = empty({int64_t(kBytes / 4)}, {kFloat32, kGpu}), dst = empty_like(src);
-  const double copy_ms = timer.median_ms(
-      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, stream())); },
-      3, reps);
-  const double copy_gbs = 2.0 * double(kBytes) / (copy_ms * 1e-3) * 1e-9;
+  const double copy_gbs = memcpy_gbs(timer, kBytes, reps);
   Table table("CUDA elementwise on 256 MiB tensors (GB/s of bytes read + written, median)",
               {"op", "dtype", "GB/s", "of memcpy"});
   table.add({"cudaMemcpy device-to-device", "-", fmt("%.0f", copy_gbs), "1.000"});
@@ -156,11 +162,7 @@ void vit_row_ops(const Options& o, KeyFigures& keys, GpuTimer& timer) {
   const Tensor w = randn({N}, {kFloat32, kGpu}), b = randn({N}, {kFloat32, kGpu});
   const ops::LayerNormResult f = ops::layer_norm(x, {N}, w, b);
   const double bytes = double(M * N * 4);
-  const Tensor src = empty({M * N}, {kFloat32, kGpu}), dst = empty_like(src);
-  const double copy_ms = timer.median_ms(
-      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), size_t(bytes), cudaMemcpyDeviceToDevice, stream())); },
-      3, reps);
-  const double copy_gbs = 2 * bytes / (copy_ms * 1e-3) * 1e-9;
+  const double copy_gbs = memcpy_gbs(timer, size_t(bytes), reps);
   Table table("ViT-B/16 b128 row ops, float32 (ms and GB/s of compulsory traffic, median)",
               {"op", "ms", "GB/s", "of memcpy"});
   const double fwd_ms = timer.median_ms([&] { ops::LayerNormResult r = ops::layer_norm(x, {N}, w, b); }, 3, reps);

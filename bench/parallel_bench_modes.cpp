@@ -294,17 +294,18 @@ std::vector<ModeResult> run_modes(const std::shared_ptr<Communicator>& world, co
       const ZeroMemoryReport mem = opt.memory_report();
       const double grads = zero_stage == 1 ? param_bytes + double(opt.shard_numel() * 4) : double(opt.shard_numel() * 4);
       res.state_mib = (double(mem.parameter_bytes) + grads + double(mem.optimizer_state_bytes)) / kMiB;
-    } else if (offload) {
-      auto ddp = std::make_shared<DistributedDataParallel>(model, world);
-      optim::OffloadAdamW opt(ddp->parameters(), {.lr = kLearningRate});
-      time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
-      res.state_mib = 2 * param_bytes / kMiB;  // the weights and their gradients
-      res.host_state_mib = double(opt.host_state_bytes()) / kMiB;
     } else {
       auto ddp = std::make_shared<DistributedDataParallel>(model, world);
-      optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
-      time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
-      res.state_mib = (2 * param_bytes + double(optimizer_state_bytes(opt, ddp->parameters()))) / kMiB;
+      if (offload) {
+        optim::OffloadAdamW opt(ddp->parameters(), {.lr = kLearningRate});
+        time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
+        res.state_mib = 2 * param_bytes / kMiB;  // the weights and their gradients
+        res.host_state_mib = double(opt.host_state_bytes()) / kMiB;
+      } else {
+        optim::AdamW opt(ddp->parameters(), {.lr = kLearningRate});
+        time_steps(dev, opts.iters, whole_model_step(*ddp, x, y, opt, global), res);
+        res.state_mib = (2 * param_bytes + double(optimizer_state_bytes(opt, ddp->parameters()))) / kMiB;
+      }
     }
   };
 
