@@ -45,13 +45,13 @@ for s in "$@"; do
       tr '\r' '\n' </tmp/svd.log | grep -v "ETA" | tail -40 ;;
     svd-scale)  # issue 20: the ~21M-parameter ViT (12 x 384, 4x4 patches) trained, compressed, fine-tuned
       run timeout ${SVD_SCALE_TIMEOUT:-570} "$BUILD/bench/svd_compress" --model vit21m --device cuda --no-linear \
-        --epochs ${SVD21M_EPOCHS:-10} --data-dir "$data" >/tmp/svd21m.log 2>&1
-      tr '\r' '\n' </tmp/svd21m.log | grep -vE "ETA|^ *$" | tail -24 ;;
+        --epochs ${SVD21M_EPOCHS:-20} --data-dir "$data" >"${OUT:-/tmp}/svd21m.log" 2>&1
+      tr '\r' '\n' <"${OUT:-/tmp}/svd21m.log" | grep -vE "ETA|^ *$" | tail -24 ;;
     svd-vitb16)  # ViT-B/16 224px, random weights: memory and speed at budgets (set SVD_B16_BUDGETS to the
                  # svd-scale table's parameter ratios), then dense vs factorized Linear at its shapes
       run timeout ${SVD_SCALE_TIMEOUT:-570} "$BUILD/bench/svd_compress" --model vitb16 --device cuda \
-        --budgets ${SVD_B16_BUDGETS:-0.9,0.8,0.7,0.5} >/tmp/svdb16.log 2>&1
-      tr '\r' '\n' </tmp/svdb16.log | grep -vE "ETA|^ *$|^blocks\.|^layer |^total " | tail -40 ;;
+        --budgets ${SVD_B16_BUDGETS:-0.7,0.65,0.6,0.5} >"${OUT:-/tmp}/svdb16.log" 2>&1
+      tr '\r' '\n' <"${OUT:-/tmp}/svdb16.log" | grep -vE "ETA|^ *$|^blocks\.|^layer |^total " | tail -40 ;;
     parallel-bench) run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" --batch ${PARALLEL_BATCH:-128} ;;
     resnet-ops)
       run python3 tools/bench_resnet_ops.py --frugal "$BUILD/bench/bench_resnet_ops" --quick ;;

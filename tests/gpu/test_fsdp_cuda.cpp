@@ -90,15 +90,12 @@ void check_against_plain(bool checkpointed) {
 
 }  // namespace
 
-// Skipped until run on a GPU: on the H200 (2026-12-02) the uncheckpointed case passed every
-// check of its three steps (48 of 48) and then the process died with SIGSEGV in teardown. The
-// cause found by reading (not yet confirmed on a GPU): the shards, marked as used on the NCCL
-// stream by the all-gathers, were freed after the communicator had destroyed that stream, and
-// the caching allocator recorded an event on it. Communicators now take their streams from a
-// pool that never destroys them (Note [Communication streams outlive communicators]). A crash
-// ends the whole suite, so run these first, alone: -tc='*nccl stream*,fsdp cuda*' --no-skip,
-// then drop the skips (issue 21).
-TEST_CASE("cuda nccl stream: a tensor a collective used may outlive its communicator" * doctest::skip()) {
+// On the H200 (2026-12-02) the first version of these passed every check and then died
+// with SIGSEGV in teardown: shards marked as used on the NCCL stream were freed after the
+// communicator had destroyed that stream. Communicators now take their streams from a pool
+// that never destroys them (Note [Communication streams outlive communicators]); the first
+// case is that regression.
+TEST_CASE("cuda nccl stream: a tensor a collective used may outlive its communicator") {
   Tensor t = ones({1024}, {kFloat32, cuda()});
   {
     auto comm = one_rank();
@@ -112,15 +109,15 @@ TEST_CASE("cuda nccl stream: a tensor a collective used may outlive its communic
   CHECK(values_of(u.cpu())[7] == 1.0);
 }
 
-TEST_CASE("fsdp cuda: one NCCL rank trains as the plain model; gathers and frees on the comm stream" * doctest::skip()) {
+TEST_CASE("fsdp cuda: one NCCL rank trains as the plain model; gathers and frees on the comm stream") {
   check_against_plain(/*checkpointed=*/false);
 }
 
-TEST_CASE("fsdp cuda: checkpointed units regather in the recompute" * doctest::skip()) {
+TEST_CASE("fsdp cuda: checkpointed units regather in the recompute") {
   check_against_plain(/*checkpointed=*/true);
 }
 
-TEST_CASE("fsdp cuda: bfloat16 gathered parameters under autocast follow the plain model under autocast" * doctest::skip()) {
+TEST_CASE("fsdp cuda: bfloat16 gathered parameters under autocast follow the plain model under autocast") {
   const Tensor x = random_tensor({16, 48}, kFloat32, 411).to(cuda());
   const Tensor y = random_tensor({16, 5}, kFloat32, 412).to(cuda());
   auto ref = std::make_shared<Net>(41, false);
