@@ -1,5 +1,6 @@
 // offload_capacity: the largest model that trains on one device, with AdamW and with
-// OffloadAdamW (ZeRO-Offload, Note [CPU offload]), and the CPU AdamW's throughput.
+// OffloadAdamW (ZeRO-Offload, Note [CPU offload]) - keeping the gradients on the device, and
+// releasing them to the host in backward (release_device_grads) - and the CPU AdamW's throughput.
 //
 //   offload_capacity [--device cuda|cpu] [--memory-limit-gib G] [--dtype float32|float16|bfloat16]
 //                    [--layers L] [--batch B] [--seq-len T] [--vocab V] [--min-hidden H] [--max-hidden H]
@@ -8,7 +9,7 @@
 // Defaults: --device cuda, float16 parameters on a GPU and float32 on the CPU, 16 GiB on a
 // GPU and 0.125 GiB on the CPU, 2 layers, batch 2 x 16 tokens, vocab 512.
 // A BERT-shaped masked-LM (BertForMaskedLM, heads of 64, FFN 4x, no dropout) grows in width
-// up a ladder (about x1.25 per rung); each width is built on the device and trained two steps
+// up a ladder (about x1.25 per rung, then a bisection to 64 past the last rung that fit); each width is built on the device and trained two steps
 // (the second timed) while the device arena may reserve at most --memory-limit-gib more than
 // it held before (memory::set_memory_limit, which the CPU arena honours too, so the search
 // runs at tiny sizes on a CPU). OffloadAdamW's master weights and moments are in the pinned
@@ -103,7 +104,8 @@ int main(int argc, char** argv) {
   Table trials("training one step under the limit",
                {"optimizer", "hidden", "params (M)", "fits", "step ms", "peak device MiB", "host state MiB"});
   KeyFigures figures;
-  for (const char* name : {"adamw", "offload_adamw"}) {
+  std::vector<int64_t> largest;
+  for (const char* name : {"adamw", "offload_adamw", "offload_adamw_release"}) {
     const CapacityResult r = largest_trainable(o, name);
     for (const CapacityTrial& t : r.trials)
       trials.add({name, std::to_string(t.hidden), t.parameters ? fmt("%.2f", double(t.parameters) / 1e6) : "-", t.fits ? "yes" : "no",
@@ -113,8 +115,13 @@ int main(int argc, char** argv) {
     figures.add(std::string(name) + "_largest_params", double(best.parameters), "%.0f");
     figures.add(std::string(name) + "_largest_hidden", double(best.hidden), "%.0f");
     figures.add(std::string(name) + "_step_ms", best.step_ms, "%.1f");
+    largest.push_back(best.parameters);
   }
   trials.print();
+  if (largest[0] > 0) {  // how much larger a model each offload trains than AdamW does
+    figures.add("offload_capacity_ratio", double(largest[1]) / double(largest[0]), "%.2f");
+    figures.add("offload_release_capacity_ratio", double(largest[2]) / double(largest[0]), "%.2f");
+  }
 
   if (a.adam_params > 0) {
     Table speed(fmt("one step over %lld parameters on the CPU", (long long)a.adam_params),

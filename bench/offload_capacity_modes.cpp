@@ -10,6 +10,7 @@
 #include "core/stream.h"
 #include "core/threads.h"
 #include "memory/allocator.h"
+#include "memory/pinned.h"
 #include "models/bert.h"
 #include "optim/adam.h"
 #include "optim/offload_adam.h"
@@ -22,9 +23,11 @@ namespace {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params) {
   if (name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = 1e-4});
-  FRUGAL_CHECK(name == "offload_adamw", "offload_capacity: unknown optimizer '", name,
-               "' (adamw or offload_adamw)");
-  return std::make_unique<optim::OffloadAdamW>(std::move(params), optim::OffloadAdamWOptions{.lr = 1e-4});
+  FRUGAL_CHECK(name == "offload_adamw" || name == "offload_adamw_release", "offload_capacity: unknown optimizer '",
+               name, "' (adamw, offload_adamw or offload_adamw_release)");
+  return std::make_unique<optim::OffloadAdamW>(
+      std::move(params),
+      optim::OffloadAdamWOptions{.lr = 1e-4, .release_device_grads = name == "offload_adamw_release"});
 }
 
 models::BertConfig encoder_config(const CapacityOptions& o, int64_t hidden) {
@@ -88,16 +91,32 @@ std::vector<int64_t> hidden_ladder(const CapacityOptions& o) {
 CapacityResult largest_trainable(const CapacityOptions& o, const std::string& optimizer) {
   CapacityResult result{.optimizer = optimizer, .trials = {}};
   const size_t previous_limit = memory::memory_limit(o.device);
-  for (const int64_t hidden : hidden_ladder(o)) {
-    // The trial may reserve memory_limit_bytes above what the device holds already.
+  auto trial = [&](int64_t hidden) {
+    // The trial may reserve memory_limit_bytes above what the device holds already; the
+    // pinned pool starts empty too, so host state of earlier widths does not pile up.
     memory::empty_cache(o.device);
+    memory::empty_pinned_cache();
     memory::reset_peak(o.device);
     memory::set_memory_limit(size_t(memory::stats(o.device).reserved_bytes.current) + o.memory_limit_bytes, o.device);
     result.trials.push_back(try_width(o, optimizer, hidden));
     memory::set_memory_limit(previous_limit, o.device);
-    if (!result.trials.back().fits) break;
+    return result.trials.back().fits;
+  };
+  int64_t fits = 0, fails = 0;  // the widest width that fit and the narrowest that did not
+  for (const int64_t hidden : hidden_ladder(o)) {
+    if (!trial(hidden)) {
+      fails = hidden;
+      break;
+    }
+    fits = hidden;
+  }
+  // Between the last rung that fit and the first that did not, bisect to a multiple of 64.
+  while (fits > 0 && fails > 0 && fails - fits > 64) {
+    const int64_t mid = (fits + fails) / 2 / 64 * 64;
+    (trial(mid) ? fits : fails) = mid;
   }
   memory::empty_cache(o.device);
+  memory::empty_pinned_cache();
   return result;
 }
 

@@ -34,7 +34,7 @@ struct CapacityTrial {
 
 struct CapacityResult {
   std::string optimizer;
-  std::vector<CapacityTrial> trials;  // up the ladder, up to and including the first that did not fit
+  std::vector<CapacityTrial> trials;  // up the ladder to the first that did not fit, then the bisection
   /// The largest trial that fit; hidden == 0 when none did.
   CapacityTrial largest() const;
 };
@@ -42,8 +42,10 @@ struct CapacityResult {
 /// Widths 64, 128, ... growing by about 1.25x (multiples of 64) from min_hidden to max_hidden.
 std::vector<int64_t> hidden_ladder(const CapacityOptions& o);
 
-/// Walks the ladder with `optimizer` ("adamw" or "offload_adamw") until a trial runs out of
-/// device memory under the limit; the limit is removed again afterwards.
+/// Walks the ladder with `optimizer` ("adamw", "offload_adamw", or "offload_adamw_release":
+/// OffloadAdamW with release_device_grads) until a trial runs out of device memory under the
+/// limit, then bisects between the last width that fit and that one (to a multiple of 64);
+/// the limit is removed again afterwards.
 CapacityResult largest_trainable(const CapacityOptions& o, const std::string& optimizer);
 
 /// One AdamW step over `numel` parameters of `dtype` on the CPU with `threads` threads.

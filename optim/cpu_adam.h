@@ -19,6 +19,7 @@ struct OffloadAdamChunk {
   const void* grad;   // (n) gradient
   void* param_out;    // (n) receives the updated weights rounded to the dtype; null when `master` is the param
   int64_t n;
+  float grad_scale = 1.0f;  // the gradient used is float(grad) * grad_scale (a GradScaler's 1 / scale)
 };
 
 /// Applies the AdamW rule `coeffs` (decoupled, not amsgrad) to every element of `chunk`,
@@ -27,6 +28,14 @@ struct OffloadAdamChunk {
 /// count gives bitwise the same result. `dtype` is the gradient's and output's.
 void offload_adam_chunk(DType dtype, const OffloadAdamChunk& chunk, const detail::AdamCoeffs<float>& coeffs,
                         int threads);
+
+/// Whether all n elements of `data` (float32, float16 or bfloat16) are finite, on up to
+/// `threads` threads.
+bool all_finite(DType dtype, const void* data, int64_t n, int threads);
+
+/// dst[i] = dtype(float(dst[i]) + float(src[i])) for n elements of `dtype` (float32, float16,
+/// bfloat16): a gradient accumulated on the host as AccumulateGrad's add_ would on a device.
+void accumulate(DType dtype, void* dst, const void* src, int64_t n, int threads);
 
 /// Elements per thread below which one thread does the whole chunk (a team costs more).
 constexpr int64_t kOffloadAdamGrain = 1 << 15;

@@ -115,6 +115,10 @@ struct OffloadAdamW::Transfer {
   int64_t grad_offset = 0;              //   its storage, offset and version
   uint64_t grad_version = 0;
   void* copied = nullptr;  // event completing that copy; null when none is in flight
+  // release_device_grads: the staged gradient is the parameter's, which was dropped from it;
+  // `accum` (pinned, made on first need) receives a second backward's gradient to add to it.
+  bool released = false;
+  Tensor accum;
 
   bool holds(const Tensor& grad) const {
     return copied != nullptr && grad_storage.lock() == grad.impl().storage && grad_offset == grad.storage_offset() &&
@@ -130,12 +134,14 @@ OffloadAdamW::OffloadAdamW(std::vector<ParamGroup> groups, OffloadAdamWOptions o
   FRUGAL_CHECK(!groups.empty(), name(), ": got an empty parameter list");
   FRUGAL_CHECK(options_.chunk_elements > 0, name(), ": chunk_elements must be positive, got ", options_.chunk_elements);
   for (ParamGroup& g : groups) add_param_group(std::move(g));
-  if (!options_.copy_grads_in_backward) return;
+  if (!options_.copy_grads_in_backward && !options_.release_device_grads) return;
   for (const ParamGroup& group : param_groups())
     for (const Tensor& p : group.params)
       if (p.device().is_cuda() && p.requires_grad())
-        hooks_.emplace_back(p, autograd::register_post_accumulate_grad_hook(
-                                   p, [this](const Tensor& leaf) { copy_grad_to_host(leaf); }));
+        hooks_.emplace_back(p, autograd::register_post_accumulate_grad_hook(p, [this](const Tensor& leaf) {
+                              if (options_.release_device_grads) release_grad_to_host(leaf);
+                              else copy_grad_to_host(leaf);
+                            }));
 }
 
 OffloadAdamW::~OffloadAdamW() {
@@ -145,6 +151,27 @@ OffloadAdamW::~OffloadAdamW() {
   for (auto& [impl, t] : transfers_)
     if (t->copied) autograd::detail::release_event(t->copied);
 #endif
+}
+
+void OffloadAdamW::zero_grad(bool set_to_none) {
+  Optimizer::zero_grad(set_to_none);
+  drop_released();
+}
+
+bool OffloadAdamW::holds_released_grads() const {
+  return std::any_of(transfers_.begin(), transfers_.end(), [](const auto& kv) { return kv.second->released; });
+}
+
+void OffloadAdamW::drop_released() {
+  std::lock_guard lock(transfers_mutex_);
+  for (auto& [impl, t] : transfers_) {
+    if (!t->released) continue;
+#if FRUGAL_WITH_CUDA
+    autograd::detail::release_event(t->copied);
+#endif
+    t->copied = nullptr;
+    t->released = false;
+  }
 }
 
 std::vector<Optimizer::HyperParam> OffloadAdamW::hyperparams() const {
@@ -190,13 +217,57 @@ OffloadAdamW::Transfer& OffloadAdamW::transfer_for(const Tensor& param) {
   return *t;
 }
 
+#if FRUGAL_WITH_CUDA
+/// The gradient `param` holds, if the step can use it: on param's device, in its dtype and shape
+/// (one that is not is left to step(), whose checked_grads names it).
+static Tensor usable_cuda_grad(const Tensor& param) {
+  const Tensor grad = param.grad();
+  if (!grad.defined() || !param.device().is_cuda() || grad.device() != param.device() ||
+      grad.dtype() != param.dtype() || grad.sizes() != param.sizes())
+    return Tensor();
+  return grad.is_contiguous() ? grad : grad.contiguous();
+}
+#endif
+
+void OffloadAdamW::release_grad_to_host(const Tensor& param) {
+#if FRUGAL_WITH_CUDA
+  const Tensor src = usable_cuda_grad(param);
+  if (!src.defined()) return;
+  std::lock_guard lock(transfers_mutex_);
+  Transfer& t = transfer_for(param);
+  const Stream side = autograd::detail::offload_stream(param.device());
+  const size_t nbytes = size_t(nbytes_of(src));
+  if (t.released) {
+    // A second backward before step(): its gradient is added to the one held, on the host,
+    // in the same arithmetic as AccumulateGrad's add_ on the device. This waits for both
+    // copies, so accumulating steps lose the copies' overlap with backward.
+    if (!t.accum.defined()) {
+      t.accum = pinned_empty({param.numel()}, param.dtype());
+      memory::record_stream(t.accum.impl().storage->data, side);
+    }
+    void* copied = autograd::detail::copy_on_offload_stream(t.accum.data(), src.data(), nbytes, param.device());
+    memory::record_stream(src.impl().storage->data, side);
+    autograd::detail::wait_on_host(t.copied);
+    autograd::detail::wait_on_host(copied);
+    autograd::detail::release_event(copied);
+    cpu::accumulate(param.dtype(), t.staging.data(), t.accum.data(), param.numel(), get_num_threads());
+  } else {
+    if (t.copied) autograd::detail::release_event(t.copied);
+    t.copied = autograd::detail::copy_on_offload_stream(t.staging.data(), src.data(), nbytes, param.device());
+    memory::record_stream(src.impl().storage->data, side);  // the block is reused once the copy is done
+    t.released = true;
+  }
+  t.grad_storage.reset();
+  param.set_grad(Tensor());  // the device's last reference: freed once the copy has read it
+#else
+  (void)param;
+#endif
+}
+
 void OffloadAdamW::copy_grad_to_host(const Tensor& param) {
 #if FRUGAL_WITH_CUDA
   const Tensor grad = param.grad();
-  // A gradient that does not match is left to step(), whose checked_grads names it.
-  if (!grad.defined() || !param.device().is_cuda() || grad.device() != param.device() ||
-      grad.dtype() != param.dtype() || grad.sizes() != param.sizes())
-    return;
+  if (!usable_cuda_grad(param).defined()) return;
   std::lock_guard lock(transfers_mutex_);
   Transfer& t = transfer_for(param);
   if (t.holds(grad)) return;
@@ -214,30 +285,83 @@ void OffloadAdamW::copy_grad_to_host(const Tensor& param) {
 #endif
 }
 
-void OffloadAdamW::step() {
-  autograd::NoGradGuard no_grad;
-  core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
-  core::OpScope op(name());                                      // and its time
+struct OffloadAdamW::Item {
+  Tensor param;      // the group's own tensor: state is keyed by it
+  Tensor host_grad;  // a CPU parameter's gradient, contiguous (a CUDA one's is in its staging buffer)
+  const ParamGroup* group;
+};
+
+std::vector<OffloadAdamW::Item> OffloadAdamW::prepare_step() {
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
   const std::vector<Tensor> grads = checked_grads();
-  struct Item {
-    Tensor param, grad;
-    const ParamGroup* group;
-  };
   std::vector<Item> items;
   size_t index = 0;
   for (const ParamGroup& group : param_groups())
     for (const Tensor& p : group.params) {
       const Tensor& g = grads[index++];
-      if (g.defined() && p.numel() > 0) items.push_back({p, g.detach(), &group});  // p itself: state is keyed by it
+      if (p.numel() == 0) continue;
+      if (!p.device().is_cuda()) {
+        if (g.defined()) items.push_back({p, g.detach().contiguous(), &group});
+        continue;
+      }
+      // Every CUDA gradient on its way to the host: the copies the hooks started are kept
+      // when still current, the others start now (Note [CPU offload]).
+      if (options_.release_device_grads) {
+        if (g.defined()) release_grad_to_host(p);  // one the hook did not see (set by hand)
+        std::lock_guard lock(transfers_mutex_);
+        const auto t = transfers_.find(p.impl_ptr().get());
+        if (t == transfers_.end() || !t->second->released) continue;
+      } else {
+        if (!g.defined()) continue;
+        copy_grad_to_host(p);
+      }
+      items.push_back({p, Tensor(), &group});
     }
+  return items;
+}
 
-  // 1. Every CUDA gradient on its way to the host: the copies the hooks started are kept
-  //    when still current, the others start now (Note [CPU offload]).
-  for (const Item& it : items)
-    if (it.param.device().is_cuda()) copy_grad_to_host(it.param);
+void OffloadAdamW::step() {
+  autograd::NoGradGuard no_grad;
+  core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
+  core::OpScope op(name());                                      // and its time
+  update(prepare_step(), 1.0f);
+}
 
-  // 2. State on first use, for every parameter before any is updated: running out of
+Optimizer::ScaledStep OffloadAdamW::step_scaled(float inv_scale) {
+  autograd::NoGradGuard no_grad;
+  core::CategoryScope category(core::Category::OptimizerState);
+  core::OpScope op(name());
+  const std::vector<Item> items = prepare_step();
+  if (items.empty()) return ScaledStep::NoGradients;
+  // Every gradient is checked where it is, on the host, before any weight changes: the
+  // copies must all have landed, which they mostly have by the end of backward.
+  const int threads = get_num_threads();
+  bool finite = true;
+  for (const Item& it : items) {
+    const void* grad = it.host_grad.defined() ? it.host_grad.data() : nullptr;
+#if FRUGAL_WITH_CUDA
+    if (!grad) {
+      std::lock_guard lock(transfers_mutex_);
+      Transfer& t = transfer_for(it.param);
+      autograd::detail::wait_on_host(t.copied);
+      grad = t.staging.data();
+    }
+#endif
+    if (!cpu::all_finite(it.param.dtype(), grad, it.param.numel(), threads)) {
+      finite = false;
+      break;
+    }
+  }
+  if (!finite) {
+    drop_released();  // as zero_grad would: the step is skipped, its gradients are spent
+    return ScaledStep::SkippedNonFinite;
+  }
+  update(items, inv_scale);
+  return ScaledStep::Stepped;
+}
+
+void OffloadAdamW::update(const std::vector<Item>& items, float grad_scale) {
+  // 1. State on first use, for every parameter before any is updated: running out of
   //    pinned memory then leaves the weights as they were.
   for (const Item& it : items) {
     const Tensor& p = it.param;
@@ -250,7 +374,7 @@ void OffloadAdamW::step() {
     if (!own_master && !st.buffers[2].defined()) st.buffers[2] = pinned_float_copy(p);
   }
 
-  // 3. The update, parameter by parameter and chunk by chunk, each chunk's upload queued
+  // 2. The update, parameter by parameter and chunk by chunk, each chunk's upload queued
   //    as soon as it is done.
   const int threads = get_num_threads();
   [[maybe_unused]] std::vector<std::pair<Device, void*>> last_upload;  // per device
@@ -267,7 +391,6 @@ void OffloadAdamW::step() {
     float* v = st.buffers[1].data_ptr<float>();
     const char* grad = nullptr;
     char* out = nullptr;
-    Tensor host_grad;
     Transfer* transfer = nullptr;
     if (on_cuda) {
 #if FRUGAL_WITH_CUDA
@@ -280,8 +403,7 @@ void OffloadAdamW::step() {
       throw_no_cuda(name(), p.device());
 #endif
     } else {
-      host_grad = it.grad.is_contiguous() ? it.grad : it.grad.contiguous();
-      grad = static_cast<const char*>(host_grad.data());
+      grad = static_cast<const char*>(it.host_grad.data());
       out = own_master ? nullptr : static_cast<char*>(p.data());
     }
     for (int64_t begin = 0; begin < n; begin += options_.chunk_elements) {
@@ -292,7 +414,8 @@ void OffloadAdamW::step() {
                                .exp_avg_sq = v + begin,
                                .grad = grad + begin * es,
                                .param_out = out ? out + begin * es : nullptr,
-                               .n = len},
+                               .n = len,
+                               .grad_scale = grad_scale},
                               coeffs, threads);
 #if FRUGAL_WITH_CUDA
       if (on_cuda) {
@@ -314,12 +437,13 @@ void OffloadAdamW::step() {
       autograd::detail::release_event(transfer->copied);
 #endif
       transfer->copied = nullptr;
+      transfer->released = false;
       transfer->grad_storage.reset();
     }
     p.bump_version();
   }
 
-  // 4. The next kernels on each device start after its uploads (a device-side wait).
+  // 3. The next kernels on each device start after its uploads (a device-side wait).
 #if FRUGAL_WITH_CUDA
   for (const auto& [device, uploaded] : last_upload) {
     autograd::detail::wait_on_current_stream_untimed(uploaded, device);

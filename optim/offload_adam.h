@@ -36,6 +36,14 @@ struct OffloadAdamWOptions {
   /// Start each CUDA gradient's copy to the host as soon as backward has accumulated it
   /// (a post-accumulate-grad hook), so the copies overlap the rest of backward.
   bool copy_grads_in_backward = true;
+  /// Also drop each CUDA gradient from its parameter once its copy is queued (ZeRO-Offload's
+  /// gradient offload): the device then holds the compute-dtype weights and only the
+  /// gradients still in flight, 2 bytes per parameter in float16 instead of 4. The optimizer
+  /// keeps the gradients in host memory until step() (or zero_grad()); a second backward
+  /// before step() adds into them on the host. What reads .grad after backward does not see
+  /// them: GradScaler.step unscales them inside the step (GradScaler.unscale_ throws), and
+  /// clip_grad_norm_ has nothing to clip, so keep this off to clip gradients.
+  bool release_device_grads = false;
 };
 
 /// AdamW (Note [Adam update], decoupled weight decay, no amsgrad) with float32 master
@@ -48,6 +56,14 @@ class OffloadAdamW : public Optimizer {
   ~OffloadAdamW() override;
 
   void step() override;
+  /// Also drops the gradients held in host memory (release_device_grads).
+  void zero_grad(bool set_to_none = true) override;
+  /// GradScaler.step's path (Optimizer::steps_scaled_grads): gradients are checked for inf
+  /// and NaN on the host, where they are, and unscaled inside the update, so the copies that
+  /// backward started stay current.
+  bool steps_scaled_grads() const override { return true; }
+  ScaledStep step_scaled(float inv_scale) override;
+  bool holds_released_grads() const override;
   const OffloadAdamWOptions& options() const { return options_; }
 
   /// Bytes of host memory the optimizer holds: master weights, moments and the staging
@@ -76,6 +92,17 @@ class OffloadAdamW : public Optimizer {
   /// Starts copying `param`'s gradient to its staging buffer unless the copy already
   /// started holds the gradient as it is now.
   void copy_grad_to_host(const Tensor& param);
+  /// release_device_grads: copies `param`'s gradient to the host (adding it to a gradient
+  /// held there already) and drops it from the parameter.
+  void release_grad_to_host(const Tensor& param);
+  /// One parameter's step: the parameter, its gradient where it is read from, its group.
+  struct Item;
+  /// Checks the gradients, starts every copy still missing, creates state on first use.
+  std::vector<Item> prepare_step();
+  /// The update of every item with gradients float(grad) * grad_scale.
+  void update(const std::vector<Item>& items, float grad_scale);
+  /// Forgets the gradients held in host memory (after a step, or a skipped one).
+  void drop_released();
 
   OffloadAdamWOptions options_;
   std::mutex transfers_mutex_;  // the hooks run on the backward thread

@@ -45,6 +45,11 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
+Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {
+  FRUGAL_FAIL(name(), ".step_scaled: this optimizer does not unscale gradients in its step; GradScaler.step calls "
+              "unscale_() and step() for it");
+}
+
 void Optimizer::add_param_group(ParamGroup group) {
   const size_t g = groups_.size();
   FRUGAL_CHECK(!group.params.empty(), name_, ": param group ", g, " has no parameters");

@@ -85,7 +85,24 @@ class Optimizer {
   virtual void step() = 0;
 
   /// Drops every gradient (set_to_none) or zeroes it in place.
-  void zero_grad(bool set_to_none = true);
+  virtual void zero_grad(bool set_to_none = true);
+
+  /// What step_scaled did (see there).
+  enum class ScaledStep { Stepped, SkippedNonFinite, NoGradients };
+  /// Whether this optimizer checks and unscales loss-scaled gradients itself, in its step
+  /// (PyTorch's _step_supports_amp_scaling): GradScaler.step then calls step_scaled
+  /// instead of unscale_ + step. OffloadAdamW does: an in-place unscale of device gradients
+  /// would make its in-flight host copies stale, and released gradients are not on the device.
+  virtual bool steps_scaled_grads() const { return false; }
+  /// One step on gradients * inv_scale unless a gradient is inf or NaN; then weights and
+  /// state stay as they were (gradients held on the device stay, scaled; gradients the
+  /// optimizer holds elsewhere are dropped). Only for optimizers whose
+  /// steps_scaled_grads() is true; the base throws.
+  virtual ScaledStep step_scaled(float inv_scale);
+  /// True while the optimizer holds gradients it took off the parameters (OffloadAdamW with
+  /// release_device_grads): code that reads .grad - GradScaler.unscale_, clip_grad_norm_ -
+  /// does not see them.
+  virtual bool holds_released_grads() const { return false; }
 
   /// The groups; mutable so LR schedulers (and users) can change hyperparameters.
   std::vector<ParamGroup>& param_groups() { return groups_; }

@@ -292,3 +292,36 @@ TEST_CASE("OffloadAdamW: bad parameters and options throw, naming the parameter"
   check_error([&] { opt.step(); }, {"OffloadAdamW.step", "float16[2]", "float32[2]"});
   CHECK(opt.state(p) == nullptr);
 }
+
+TEST_CASE("OffloadAdamW: GradScaler.step unscales inside the step; unscale_ + clip_grad_norm_ + step still match AdamW") {
+  for (const bool explicit_unscale : {false, true}) {
+    CAPTURE(explicit_unscale);
+    const Values w0 = random_values(37 * 53, 70), x0 = random_values(5 * 37, 71);
+    Tensor w = param_tensor(w0, {37, 53}), w_ref = param_tensor(w0, {37, 53});
+    const Tensor x = make_tensor(x0, {5, 37}, kFloat32);
+    OffloadAdamW opt({w}, {.lr = 1e-2});
+    AdamW adamw({w_ref}, {.lr = 1e-2});
+    GradScaler scaler({.init_scale = 64.0}), scaler_ref({.init_scale = 64.0});
+    for (int s = 0; s < 3; ++s) {
+      opt.zero_grad();
+      adamw.zero_grad();
+      scaler.scale(sum(matmul(x, w))).backward();
+      scaler_ref.scale(sum(matmul(x, w_ref))).backward();
+      if (explicit_unscale) {  // the clipping recipe: unscale_ first, then clip, then step
+        scaler.unscale_(opt);
+        scaler_ref.unscale_(adamw);
+        CHECK(clip_grad_norm_({w}, 0.5) == clip_grad_norm_({w_ref}, 0.5));
+      }
+      scaler.step(opt);
+      scaler_ref.step(adamw);
+      scaler.update();
+      scaler_ref.update();
+      // Scales are powers of two: unscaling in the step (float(g) / 64) and in place agree exactly.
+      CHECK(values_of(w) == values_of(w_ref));
+    }
+    CHECK(opt.state(w)->step == 3);
+  }
+  AdamW adamw({param_tensor(random_values(4, 72), {4})}, {.lr = 1e-2});
+  CHECK_FALSE(adamw.steps_scaled_grads());
+  CHECK_THROWS_WITH_AS(adamw.step_scaled(1.0f), doctest::Contains("AdamW.step_scaled"), Error);
+}

@@ -2,9 +2,14 @@
 // stream, the CPU update, the chunked upload. Against optim::AdamW on the GPU (its fused
 // kernel, itself checked against the CPU in test_optim_cuda.cpp) to 1e-6 relative, for
 // gradients set directly and for gradients from backward (the hook path), with GradScaler
-// (whose unscale_ makes the hook's copies stale); and the device memory the optimizer holds.
+// (which unscales inside the optimizer's step, leaving the hook's copies current); and the
+// device memory the optimizer holds. With release_device_grads: gradients leave the device
+// in backward, and steps (scaled, skipped on inf, accumulated over two backwards) equal
+// those of the gradients kept.
 #include <doctest/doctest.h>
 
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "autograd/ops/binary.h"
@@ -104,4 +109,114 @@ TEST_CASE("offload adamw cuda: gradients copied during backward, with and withou
     }
     CHECK(opt.state(w)->step == 3);
   }
+}
+
+namespace {
+
+/// y = x W in float16 with W (64, 48): one loss to step on, `inf` making every gradient inf.
+Tensor half_loss(const Tensor& x, const Tensor& w, bool inf = false) {
+  const Tensor y = matmul(x, w);
+  const Tensor loss = sum(mul(y, y));
+  return inf ? mul(loss, std::numeric_limits<double>::infinity()) : loss;
+}
+
+}  // namespace
+
+TEST_CASE("offload adamw cuda: release_device_grads drops gradients in backward; steps equal kept gradients") {
+  const std::vector<double> w0 = random_values(64 * 48, 15), x0 = random_values(32 * 64, 16, -0.5, 0.5);
+  const Tensor x = make_tensor(x0, {32, 64}, {kFloat16, cuda()});
+  for (const bool scaled : {false, true}) {
+    CAPTURE(scaled);
+    Tensor w = cuda_param(w0, {64, 48}, kFloat16), w_kept = cuda_param(w0, {64, 48}, kFloat16);
+    OffloadAdamW opt({w}, {.lr = 1e-3, .chunk_elements = 1000, .release_device_grads = true});
+    OffloadAdamW kept({w_kept}, {.lr = 1e-3, .chunk_elements = 1000});
+    GradScaler scaler({.init_scale = 256.0, .enabled = scaled}), scaler_kept({.init_scale = 256.0, .enabled = scaled});
+    for (int s = 0; s < 3; ++s) {
+      CAPTURE(s);
+      opt.zero_grad();
+      kept.zero_grad();
+      scaler.scale(half_loss(x, w)).backward();
+      scaler_kept.scale(half_loss(x, w_kept)).backward();
+      CHECK_FALSE(w.grad().defined());  // on its way to the host since the hook ran
+      CHECK(opt.holds_released_grads());
+      CHECK(w_kept.grad().defined());
+      scaler.step(opt);
+      scaler_kept.step(kept);
+      scaler.update();
+      scaler_kept.update();
+      CHECK_FALSE(opt.holds_released_grads());
+      CHECK(values_of(w) == values_of(w_kept));
+      CHECK(values_of(opt.master_param(w)) == values_of(kept.master_param(w_kept)));
+    }
+    CHECK(opt.state(w)->step == 3);
+  }
+}
+
+TEST_CASE("offload adamw cuda: released gradients free the device memory of gradients during backward") {
+  // Eight (1024, 1024) float16 weights: 16 MiB of gradients that a kept run holds after backward.
+  std::vector<Tensor> ws;
+  for (int k = 0; k < 8; ++k) ws.push_back(cuda_param(random_values(1024 * 1024, 40 + k), {1024, 1024}, kFloat16));
+  const Tensor x = make_tensor(random_values(16 * 1024, 50), {16, 1024}, {kFloat16, cuda()});
+  auto loss = [&] {
+    Tensor h = x;
+    for (const Tensor& w : ws) h = mul(matmul(h, w), 1.0 / 32);  // keeps float16 in range
+    return sum(h);
+  };
+  auto grad_bytes_after_backward = [&](bool release) {
+    OffloadAdamW opt(ws, {.lr = 1e-4, .release_device_grads = release});
+    loss().backward();
+    synchronize(cuda());
+    const int64_t held = memory::stats(cuda()).allocated_bytes.current;
+    opt.step();
+    opt.zero_grad();
+    synchronize(cuda());
+    return held - memory::stats(cuda()).allocated_bytes.current;  // what backward left on the device
+  };
+  const int64_t kept = grad_bytes_after_backward(false), released = grad_bytes_after_backward(true);
+  CHECK(kept >= 8 * 1024 * 1024 * 2);
+  CHECK(released <= 0);
+}
+
+TEST_CASE("offload adamw cuda: released gradients accumulate over two backwards, skip on inf, and refuse unscale_") {
+  const std::vector<double> w0 = random_values(64 * 48, 25);
+  const Tensor x1 = make_tensor(random_values(32 * 64, 26, -0.5, 0.5), {32, 64}, {kFloat16, cuda()});
+  const Tensor x2 = make_tensor(random_values(32 * 64, 27, -0.5, 0.5), {32, 64}, {kFloat16, cuda()});
+  Tensor w = cuda_param(w0, {64, 48}, kFloat16), w_kept = cuda_param(w0, {64, 48}, kFloat16);
+  OffloadAdamW opt({w}, {.lr = 1e-3, .release_device_grads = true});
+  OffloadAdamW kept({w_kept}, {.lr = 1e-3});
+  GradScaler scaler({.init_scale = 128.0}), scaler_kept({.init_scale = 128.0});
+
+  // Two micro-batches: added on the host as AccumulateGrad adds on the device (float16 add_).
+  scaler.scale(half_loss(x1, w)).backward();
+  scaler.scale(half_loss(x2, w)).backward();
+  scaler_kept.scale(half_loss(x1, w_kept)).backward();
+  scaler_kept.scale(half_loss(x2, w_kept)).backward();
+  CHECK_FALSE(w.grad().defined());
+  scaler.step(opt);
+  scaler_kept.step(kept);
+  scaler.update();
+  scaler_kept.update();
+  CHECK(values_of(w) == values_of(w_kept));
+
+  // An inf gradient: the step is skipped, the weights and host state stay, the scale backs off.
+  const std::vector<double> before = values_of(w), master = values_of(opt.master_param(w));
+  scaler.scale(half_loss(x1, w, /*inf=*/true)).backward();
+  scaler.step(opt);
+  scaler.update();
+  CHECK(values_of(w) == before);
+  CHECK(values_of(opt.master_param(w)) == master);
+  CHECK(opt.state(w)->step == 1);
+  CHECK(scaler.get_scale() == 64.0);
+  CHECK_FALSE(opt.holds_released_grads());  // the skipped step's gradients are dropped
+
+  // unscale_ cannot reach gradients in host memory: a clear error, not a silent no-op.
+  scaler.scale(half_loss(x1, w)).backward();
+  try {
+    scaler.unscale_(opt);
+    FAIL("unscale_ should throw");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("release_device_grads") != std::string::npos);
+  }
+  opt.zero_grad();  // drops them
+  CHECK_FALSE(opt.holds_released_grads());
 }
