@@ -28,8 +28,17 @@
 // Code that changes a gradient in place after backward - GradScaler.unscale_,
 // clip_grad_norm_ - bumps its version: step() sees that the copy the hook made is stale
 // and copies it again (correct, but that parameter's copy no longer overlaps backward).
-// GradScaler's inf check happens on the device before step() is called, exactly as with
-// AdamW, so a step with an inf gradient is skipped without touching the host state.
+// GradScaler.step therefore does not unscale in place: it calls step_scaled(1 / scale)
+// (Optimizer::steps_scaled_grads), which checks the staged gradients for inf and NaN on
+// the host before any weight changes and multiplies by 1 / scale inside the update, so a
+// step with an inf gradient is skipped without touching the host state, and the copies
+// stay current. (Only an explicit unscale_, before clipping, takes the in-place path.)
+//
+// With release_device_grads the hook also drops the gradient from its parameter once its
+// copy is queued: the block goes back to the arena when the copy has read it (record_stream
+// on the side stream), so backward's gradients never pile up on the device. The staging
+// buffer then is the gradient until step() or zero_grad(); a second backward's gradient is
+// copied to a second pinned buffer and added on the host, waiting for both copies.
 // The staleness check is the storage's version counter, which the Tensor methods and the
 // autograd ops bump; a raw kernel call (ops::mul_ on a .grad from library code) does not,
 // so such code must bump the version itself (Tensor::bump_version) or the step uses the

@@ -69,12 +69,18 @@ for s in "$@"; do
       run timeout ${EXAMPLE_TIMEOUT:-170} "$BUILD/examples/bert_mlm" --device cuda --steps ${BERT_STEPS:-1000} >/tmp/ex.log 2>&1
       tr '\r' '\n' </tmp/ex.log | grep -vE "ETA|^\s*$" | tail -12 ;;
     galore)  # issue 20: GaLore against AdamW on BERT-base: train_step's step time, peak and state bytes, then
-             # bert_mlm at BERT-base size for GALORE_STEPS steps (MLM loss; GaLore at the same lr and at 4x)
+             # bert_mlm at BERT-base size for GALORE_STEPS steps (MLM loss; GaLore at the same lr and at 4x);
+             # GALORE_TRAIN_STEP_ONLY=1 stops after train_step
+      # Alone, then with the memory planner's techniques: every block checkpointed, and the
+      # planner's choice for half the default peak.
       for o in adamw galore; do
-        echo "-- train_step bert_base b64 --optim $o"
-        run "$BUILD/bench/train_step" --model bert_base --batch 64 --amp --optim $o --galore-rank 128 \
-          | grep -E "step_ms|peak_allocated|optimizer_state"
+        for extra in "" "--checkpoint" "--memory-budget 0.5x"; do
+          echo "-- train_step bert_base b64 --optim $o $extra"
+          run "$BUILD/bench/train_step" --model bert_base --batch 64 --amp --optim $o --galore-rank 128 $extra \
+            | grep -E "step_ms|peak_allocated|optimizer_state"
+        done
       done
+      [ -n "${GALORE_TRAIN_STEP_ONLY:-}" ] && continue
       base="--device cuda --layers 12 --hidden 768 --heads 12 --intermediate 3072 --batch 32 --steps ${GALORE_STEPS:-600}"
       for run_args in "--optim adamw --lr 2e-4" "--optim galore --galore-rank 128 --galore-gap 200 --lr 2e-4" \
                       "--optim galore --galore-rank 128 --galore-gap 200 --lr 8e-4"; do

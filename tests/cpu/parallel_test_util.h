@@ -1,7 +1,8 @@
 #pragma once
 // Helpers shared by the parallel-algorithm tests (test_tensor_parallel.cpp,
-// test_pipeline.cpp, test_ddp.cpp, test_zero.cpp): every rank of run_ranks stores what it computed in a
-// slot of its own, and the main thread compares it with the single-process reference.
+// test_pipeline.cpp, test_ddp.cpp, test_zero.cpp, test_zero3*.cpp): every rank of run_ranks
+// stores what it computed in a slot of its own, and the main thread compares it with the
+// single-process reference.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -12,6 +13,7 @@
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"
+#include "nn/module.h"
 #include "tensor/random.h"
 #include "tests/test_util.h"
 
@@ -57,6 +59,24 @@ inline std::vector<std::shared_ptr<nn::Sequential>> rank_models(const nn::Sequen
     out.push_back(m);
   }
   return out;
+}
+
+/// A copy of every tensor of a state dict, by name: a rank's weights after a step, kept
+/// past later steps.
+inline std::map<std::string, Tensor> as_map(const nn::NamedTensors& named) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, v] : named) out[k] = v.detach().clone();
+  return out;
+}
+
+/// The same names as `want`, each check_equiv to it.
+inline void check_weights(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
+                          const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, t] : want) {
+    REQUIRE_MESSAGE(got.count(name), what, ": no ", name);
+    check_equiv(got.at(name), t, what + " " + name);
+  }
 }
 
 /// Rows [i n, (i + 1) n) of t: rank i's share of a batch.

@@ -73,12 +73,6 @@ bool fsdp_dtype_is_float(const std::map<std::string, Tensor>& state) {
   return true;
 }
 
-std::map<std::string, Tensor> as_map(const nn::NamedTensors& named) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [k, v] : named) out[k] = v.detach().clone();
-  return out;
-}
-
 const std::vector<std::string> kAllUnits = {"net.0", "net.2", "net.4"};  // = modules_of_type(model, "Linear")
 const std::vector<std::string> kWithRoot = {"net.0", "net.2"};           // net.4 is the root unit's
 
@@ -100,15 +94,6 @@ Reference reference_run(uint64_t seed, const Tensor& x, const Tensor& y, double 
     out.weights.push_back(as_map(ref->state_dict()));
   }
   return out;
-}
-
-void check_weights(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
-                   const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  for (const auto& [name, t] : want) {
-    REQUIRE_MESSAGE(got.count(name), what, ": no ", name);
-    check_equiv(got.at(name), t, what + " " + name);
-  }
 }
 
 }  // namespace
