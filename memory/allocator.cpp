@@ -2,6 +2,7 @@
 #include "memory/allocator.h"
 
 #include "core/error.h"
+#include "core/graph_capture.h"
 #include "memory/caching_allocator.h"
 
 namespace frugal::memory {
@@ -20,9 +21,22 @@ CachingAllocator& allocator_for(Device device, const char* op) {
 
 }  // namespace detail
 
+namespace {
+
+/// The stream an allocation is keyed by: the graph's pool while this thread captures
+/// `stream` (Note [Graph pools]), else the stream itself.
+Stream pool_stream(Stream stream) {
+  const core::GraphCapture* capture = core::current_graph_capture();
+  if (capture && capture->device == stream.device && capture->stream == stream.handle)
+    return Stream{const_cast<void*>(capture->pool_key), stream.device};
+  return stream;
+}
+
+}  // namespace
+
 DataPtr allocate(Device device, size_t nbytes) {
   auto& allocator = detail::allocator_for(device, "allocate");
-  return allocator.allocate(nbytes, current_stream(device));
+  return allocator.allocate(nbytes, pool_stream(current_stream(device)));
 }
 
 DataPtr allocate(Device device, size_t nbytes, Stream stream) {
@@ -31,7 +45,17 @@ DataPtr allocate(Device device, size_t nbytes, Stream stream) {
                device.str());
   FRUGAL_CHECK(device.is_cuda() || stream.handle == nullptr,
                "allocate: the CPU has one stream, got a non-null handle for it");
-  return allocator.allocate(nbytes, stream);
+  return allocator.allocate(nbytes, pool_stream(stream));
+}
+
+void begin_graph_pool(Device device, const void* key) {
+  detail::allocator_for(device, "begin_graph_pool").begin_graph_pool(key, /*reuse=*/true);
+  detail::pinned_allocator().begin_graph_pool(key, /*reuse=*/false);  // staging is read again at every replay
+}
+
+void release_graph_pool(Device device, const void* key, Stream owner) {
+  detail::allocator_for(device, "release_graph_pool").release_graph_pool(key, owner);
+  detail::pinned_allocator().release_graph_pool(key, Stream{nullptr, kCPU});
 }
 
 void record_stream(const DataPtr& p, Stream stream) {

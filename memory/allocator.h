@@ -39,6 +39,15 @@ DataPtr allocate(Device device, size_t nbytes, Stream stream);
 /// `stream` at free time). On the CPU, which has one stream, this is a no-op.
 void record_stream(const DataPtr& p, Stream stream);
 
+// ---- CUDA graph pools (Note [Graph pools] in memory/caching_allocator.h) ---------
+/// Makes `key` a private pool of `device`'s allocator and of the pinned pool: while a
+/// capture with that pool_key runs on this thread (core/graph_capture.h), its
+/// allocations come from the pool and what it frees is not handed to anyone else.
+void begin_graph_pool(Device device, const void* key);
+/// Ends the pool once the graph's work is done: its segments go to `owner` (the captured
+/// stream), and blocks held since the capture are freed.
+void release_graph_pool(Device device, const void* key, Stream owner);
+
 // ---- Statistics ---------------------------------------------------------------
 
 /// A copy of `device`'s statistics, taken under its allocator's lock.

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/graph_capture.h"
 
 namespace frugal::memory::detail {
 
@@ -97,7 +98,8 @@ DataPtr CachingAllocator::allocate(size_t nbytes, Stream stream) {
   if (nbytes == 0) return DataPtr(nullptr, 0, device_, nullptr, nullptr);
   std::lock_guard lock(mutex_);
   if (nbytes > kMaxRequest) throw_out_of_memory(nbytes, nbytes);
-  process_completed_events();
+  const bool capturing = capturing_pool() != nullptr;
+  if (!capturing) process_completed_events();  // see Note [Graph pools]
 
   const size_t size = round_size(nbytes);
   const PoolKind kind = size <= kSmallSize ? PoolKind::Small : PoolKind::Large;
@@ -107,6 +109,9 @@ DataPtr CachingAllocator::allocate(size_t nbytes, Stream stream) {
   } else {
     const size_t seg_size = segment_size(size);
     block = allocate_segment(kind, stream.handle, seg_size);
+    if (!block && capturing)
+      throw_out_of_memory(nbytes, seg_size, " A CUDA graph capture cannot wait for memory to be freed: capture with "
+                                            "more memory free (Note [Graph pools]).");
     if (!block) {  // see Note [Out of memory]
       ++stats_.num_alloc_retries;
       release_cached_segments();
@@ -193,8 +198,61 @@ void CachingAllocator::free_block(Block* block) {
   trace(TraceAction::Free, block->ptr, block->size, block->requested, block->stream);
   block->requested = 0;
   poison(block->ptr, block->size);
+  if (GraphPool* capture = capturing_pool()) {  // Note [Graph pools]
+    const bool in_pool = std::any_of(graph_pools_.begin(), graph_pools_.end(),
+                                     [&](const auto& p) { return p.first == block->stream && &p.second == capture; });
+    if (in_pool && capture->reuse) {
+      block->stream_uses.clear();  // the captured stream orders them; the pool outlives the graph's work
+      return_to_pool(block);
+    } else {
+      block->state = BlockState::AwaitingEvents;  // awaiting the graph's release
+      capture->held.push_back(block);
+    }
+    return;
+  }
   if (block->stream_uses.empty()) return_to_pool(block);
   else park_until_events(block);
+}
+
+CachingAllocator::GraphPool* CachingAllocator::capturing_pool() {
+  const core::GraphCapture* capture = core::current_graph_capture();
+  if (!capture) return nullptr;
+  for (auto& [key, pool] : graph_pools_)
+    if (key == capture->pool_key) return &pool;
+  return nullptr;
+}
+
+void CachingAllocator::begin_graph_pool(const void* key, bool reuse) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [k, pool] : graph_pools_)
+    FRUGAL_CHECK(k != key, name_, ": graph pool ", key, " exists already");
+  graph_pools_.emplace_back(key, GraphPool{.reuse = reuse, .held = {}});
+}
+
+void CachingAllocator::release_graph_pool(const void* key, Stream owner) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(graph_pools_.begin(), graph_pools_.end(), [&](const auto& p) { return p.first == key; });
+  if (it == graph_pools_.end()) return;
+  const std::vector<Block*> held = std::move(it->second.held);
+  graph_pools_.erase(it);
+  for (Segment* segment : segments_) {
+    if (segment->stream != key) continue;
+    segment->stream = owner.handle;
+    for (Block* b = segment->head; b; b = b->next) {
+      if (b->state != BlockState::Free) {
+        b->stream = owner.handle;
+        continue;
+      }
+      erase_free(b);  // the free sets are ordered by stream first: move it across
+      b->stream = owner.handle;
+      insert_free(b);
+    }
+  }
+  for (Block* b : held) {
+    b->state = BlockState::Allocated;
+    if (b->stream_uses.empty()) return_to_pool(b);
+    else park_until_events(b);
+  }
 }
 
 // Merges `block` with its free neighbours and makes the result reusable.
@@ -252,6 +310,8 @@ bool CachingAllocator::record_stream(const DataPtr& p, Stream stream) {
   if (block != p.context() || block->state != BlockState::Allocated) return false;
 
   if (stream == Stream{block->stream, device_}) return true;  // its own stream: ordered already
+  for (const auto& [key, pool] : graph_pools_)  // a graph's block: not reused until its work is done
+    if (key == block->stream) return true;
   auto& uses = block->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
   return true;
@@ -329,10 +389,12 @@ void CachingAllocator::free_segment(Block* block) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  FRUGAL_CHECK(!capturing_pool(), name_, ": empty_cache cannot run inside a CUDA graph capture (it waits for the "
+               "device; Note [Graph pools])");
   release_cached_segments();
 }
 
-void CachingAllocator::throw_out_of_memory(size_t nbytes, size_t seg_size) {
+void CachingAllocator::throw_out_of_memory(size_t nbytes, size_t seg_size, const char* note) {
   ++stats_.num_ooms;
   trace(TraceAction::Oom, nullptr, seg_size, nbytes, nullptr);
   const int64_t allocated = stats_.allocated_bytes.current;
@@ -343,7 +405,7 @@ void CachingAllocator::throw_out_of_memory(size_t nbytes, size_t seg_size) {
                                 " (needing a new segment of ", format_bytes(static_cast<int64_t>(seg_size)), "); ",
                                 format_bytes(allocated), " allocated, ", format_bytes(reserved), " reserved, ",
                                 format_bytes(reserved - allocated), " of it cached but free; ", cap, "; ",
-                                backend_->memory_info(), ". Free tensors (or lower the cap) and allocate again."));
+                                backend_->memory_info(), ". Free tensors (or lower the cap) and allocate again.", note));
 }
 
 // ---- Statistics ---------------------------------------------------------------------

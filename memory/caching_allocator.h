@@ -79,6 +79,27 @@
 // that remains is the missing redzone: a request that fills its block exactly
 // (nbytes a multiple of 512) has no tail, so its overrun is reported when the next
 // block is free or cached, but not when that block is live.
+//
+// Note [Graph pools]
+// ~~~~~~~~~~~~~~~~~~
+// A CUDA graph replays its kernels on the addresses they had at capture, so the memory
+// the capture allocated must stay the graph's, and nothing the graph reads may be handed
+// to anyone else while it lives. Blocks are keyed by a stream handle (Note [Stream-aware
+// reuse]); a graph pool is a key that is no stream, the graph's pool_key
+// (core/graph_capture.h), and while its capture runs on this thread:
+//  * allocations on the captured stream (and every pinned allocation of that thread: an
+//    upload's staging buffer, read again at each replay) are made under that key, so
+//    they come from segments only the graph uses;
+//  * a device block of the pool freed during the capture goes back to the pool and may
+//    serve a later allocation of the same capture: the captured stream runs them in order;
+//  * any other block this thread frees during the capture - one allocated before it, or a
+//    pinned one, whose contents a replay reads as they were when captured - is held, not
+//    reused, until the pool is released;
+//  * parked blocks are not polled (cudaEventQuery is illegal while capturing), and running
+//    out of memory throws at once instead of waiting for events and freeing segments.
+// After the capture, freed pool blocks go back to the pool, which nothing else draws
+// from. release_graph_pool (the graph destroyed, its replays finished) gives the pool's
+// segments to the captured stream and frees the held blocks as usual.
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -176,6 +197,14 @@ class CachingAllocator {
   /// Records that the block at `ptr` now holds `category` (when tracing; see memory::relabel).
   void trace_relabel(const void* ptr, core::Category category);
 
+  /// Makes `key` a graph pool (Note [Graph pools]); `reuse`: whether its blocks freed during
+  /// the capture may serve the capture's later allocations (device memory, yes; pinned
+  /// staging, read again at every replay, no).
+  void begin_graph_pool(const void* key, bool reuse);
+  /// Gives the pool's segments to `owner` (their blocks then behave as any of that stream's)
+  /// and frees the blocks held during the capture. Call once the graph's work is done.
+  void release_graph_pool(const void* key, Stream owner);
+
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
 
@@ -187,11 +216,17 @@ class CachingAllocator {
     Stream stream;
     std::deque<std::pair<void*, Block*>> events;
   };
+  struct GraphPool {
+    bool reuse = true;
+    std::vector<Block*> held;  // freed during the capture, not reused until release
+  };
   struct SegmentOrder {  // by base address
     bool operator()(const Segment* a, const Segment* b) const;
   };
 
   void free_block(Block* block);
+  /// The pool of the graph capturing on this thread, if it is one of this allocator's.
+  GraphPool* capturing_pool();
   Pool& pool(PoolKind kind) { return kind == PoolKind::Small ? small_pool_ : large_pool_; }
   Block* take_best_fit(PoolKind kind, void* stream, size_t size);
   Block* allocate_segment(PoolKind kind, void* stream, size_t size);
@@ -208,7 +243,7 @@ class CachingAllocator {
   Block* new_block();
   void delete_block(Block* block);
   EventQueue& queue_for(Stream stream);
-  [[noreturn]] void throw_out_of_memory(size_t nbytes, size_t seg_size);
+  [[noreturn]] void throw_out_of_memory(size_t nbytes, size_t seg_size, const char* note = "");
   void update(StatCounter PoolStats::*stat, PoolKind kind, int64_t delta);
   void trace(TraceAction action, void* ptr, size_t size, size_t requested, void* stream);
   // ASan shadow of host memory; nothing without ASan (see Note [Poisoning host blocks]).
@@ -236,6 +271,7 @@ class CachingAllocator {
   // block and its free merges it back, so without these every tensor would cost a
   // heap allocation and a free for the Block alone.
   std::vector<Block*> spare_blocks_;
+  std::vector<std::pair<const void*, GraphPool>> graph_pools_;  // by key (Note [Graph pools])
 };
 
 /// The allocator serving `device` (CPU or a checked CUDA device); `op` names the

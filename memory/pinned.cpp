@@ -4,6 +4,7 @@
 // record_stream and events (see Note [Stream-aware reuse]).
 #include "memory/pinned.h"
 
+#include "core/graph_capture.h"
 #include "memory/caching_allocator.h"
 
 namespace frugal::memory {
@@ -28,7 +29,11 @@ const PinnedPool& pinned_pool() {
 
 detail::CachingAllocator& detail::pinned_allocator() { return *pinned_pool().allocator; }
 
-DataPtr allocate_pinned(size_t nbytes) { return detail::pinned_allocator().allocate(nbytes, Stream{nullptr, kCPU}); }
+DataPtr allocate_pinned(size_t nbytes) {
+  // While this thread captures a graph, from the graph's pool (Note [Graph pools]).
+  const core::GraphCapture* capture = core::current_graph_capture();
+  return detail::pinned_allocator().allocate(nbytes, Stream{capture ? const_cast<void*>(capture->pool_key) : nullptr, kCPU});
+}
 
 MemoryStats pinned_stats() { return detail::pinned_allocator().stats(); }
 

@@ -1,0 +1,32 @@
+#pragma once
+// The CUDA graph capture running on this thread, as the layers below the graph itself see
+// it (the graph is cuda::Graph in tensor/cuda_graph.h; Note [CUDA graphs] there). Nothing
+// here touches CUDA: the allocator keys the capture's memory by `pool_key`, and code whose
+// work a replay would get wrong - a host read of a device value, a random offset or an
+// optimizer's step count frozen into the graph - asks refuse_in_graph_capture to throw.
+#include <functional>
+#include <vector>
+
+#include "core/device.h"
+
+namespace frugal::core {
+
+struct GraphCapture {
+  const void* pool_key = nullptr;  ///< the graph's private pools (memory/caching_allocator.h, Note [Graph pools])
+  Device device = kCPU;            ///< the device whose stream is captured
+  void* stream = nullptr;          ///< the captured stream (a cudaStream_t)
+  /// Run before every replay; each throws if what the capture froze has changed since
+  /// (an optimizer's learning rate, say), so that a replay never silently uses the old value.
+  std::vector<std::function<void()>> replay_checks;
+};
+
+/// The capture running on this thread, or nullptr.
+GraphCapture* current_graph_capture();
+/// Set by cuda::Graph around its capture (nullptr after).
+void set_current_graph_capture(GraphCapture* capture);
+
+/// Throws a frugal::Error when a graph capture runs on this thread: `what` cannot be
+/// captured, because `why` (both end up in the message, with what to do instead).
+void refuse_in_graph_capture(const char* what, const char* why);
+
+}  // namespace frugal::core

@@ -1,0 +1,121 @@
+// Note [Graph pools] (memory/caching_allocator.h) on the CPU allocator, whose policy is the
+// device's: a capture is simulated by setting this thread's core::GraphCapture, as
+// cuda::Graph does around its cudaStreamBeginCapture. What the capture allocates comes
+// from its own pool, what it frees is not handed to anyone else until the pool is
+// released, and code that cannot be captured refuses with an error.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/graph_capture.h"
+#include "memory/allocator.h"
+
+using namespace frugal;
+
+namespace {
+
+/// A capture of the CPU's one stream into pool `key` for the scope.
+class FakeCapture {
+ public:
+  explicit FakeCapture(const void* key) : capture_{.pool_key = key, .device = kCPU, .stream = nullptr, .replay_checks = {}} {
+    core::set_current_graph_capture(&capture_);
+  }
+  ~FakeCapture() { core::set_current_graph_capture(nullptr); }
+  FakeCapture(const FakeCapture&) = delete;
+  FakeCapture& operator=(const FakeCapture&) = delete;
+
+ private:
+  core::GraphCapture capture_;
+};
+
+/// The state of the CPU allocator's block that holds `ptr`.
+memory::BlockState state_at(const void* ptr) {
+  for (const memory::SegmentInfo& segment : memory::snapshot(kCPU))
+    for (const memory::BlockInfo& b : segment.blocks)
+      if (b.ptr <= ptr && ptr < static_cast<const char*>(b.ptr) + b.size) return b.state;
+  FAIL("no block holds the pointer");
+  return memory::BlockState::Free;
+}
+
+constexpr size_t kBytes = 3000;  // the small pool, one 512-byte multiple past 2560
+
+}  // namespace
+
+TEST_CASE("graph pool: the capture allocates from its own pool and reuses only its own frees") {
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  DataPtr outside = memory::allocate(kCPU, kBytes);
+  void* const outside_ptr = outside.get();
+  outside = DataPtr();  // cached, free, on the CPU's stream
+  void *first = nullptr, *second = nullptr;
+  {
+    FakeCapture capture(&key);
+    DataPtr a = memory::allocate(kCPU, kBytes);
+    first = a.get();
+    CHECK(first != outside_ptr);  // not the cached block of the stream: a segment of the pool
+    a = DataPtr();                // a pool block freed during the capture...
+    DataPtr b = memory::allocate(kCPU, kBytes);
+    second = b.get();
+    CHECK(second == first);  // ...serves the capture's next allocation (the captured stream orders them)
+  }
+  // After the capture, the pool's free blocks are not handed out.
+  DataPtr after = memory::allocate(kCPU, kBytes);
+  CHECK(after.get() != first);
+  after = DataPtr();
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
+}
+
+TEST_CASE("graph pool: a block from before the capture, freed during it, is held until the release") {
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  DataPtr before = memory::allocate(kCPU, kBytes);  // read by the graph: an input, a cached cast
+  void* const ptr = before.get();
+  const int64_t allocated = memory::stats(kCPU).allocated_bytes.current;
+  {
+    FakeCapture capture(&key);
+    before = DataPtr();
+    CHECK(memory::stats(kCPU).allocated_bytes.current < allocated);  // freed, as far as the counts go
+    DataPtr again = memory::allocate(kCPU, kBytes);
+    CHECK(again.get() != ptr);
+  }
+  std::vector<DataPtr> probes;  // the held block is not reused outside the capture either
+  for (int i = 0; i < 64; ++i) {
+    probes.push_back(memory::allocate(kCPU, kBytes));
+    CHECK(probes.back().get() != ptr);
+  }
+  probes.clear();
+  CHECK(state_at(ptr) == memory::BlockState::AwaitingEvents);  // held for the graph
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
+  CHECK(state_at(ptr) == memory::BlockState::Free);  // the stream's again (merged with free neighbours)
+}
+
+TEST_CASE("graph pool: pinned staging freed during a capture is never reused within it") {
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  {
+    FakeCapture capture(&key);
+    // Two uploads' staging buffers: a replay reads each as the capture left it, so the
+    // second must not overwrite the first.
+    DataPtr a = memory::allocate_pinned(kBytes);
+    void* const first = a.get();
+    a = DataPtr();
+    DataPtr b = memory::allocate_pinned(kBytes);
+    CHECK(b.get() != first);
+  }
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
+}
+
+TEST_CASE("graph capture: what cannot be captured refuses with an error naming it; empty_cache too") {
+  core::refuse_in_graph_capture("this", "no capture runs");  // outside a capture: nothing happens
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  {
+    FakeCapture capture(&key);
+    CHECK_THROWS_WITH_AS(core::refuse_in_graph_capture("GradScaler.step", "it reads the inf flag on the host"),
+                         doctest::Contains("GradScaler.step cannot run inside a CUDA graph capture"), Error);
+    CHECK_THROWS_WITH_AS(memory::empty_cache(kCPU), doctest::Contains("empty_cache"), Error);
+  }
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
+}
