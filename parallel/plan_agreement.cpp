@@ -1,21 +1,25 @@
 // Note [Plan agreement]
-// Data-parallel ranks must run one memory plan: under FSDP a unit's choice decides whether
-// its backward gathers it through a replay or through its pre-backward hook, and so the
-// order of the rank's all-gathers (Note [ZeRO-3] in parallel/fsdp.cpp); ranks whose
-// collectives differ deadlock or pair up mismatched buffers. Each rank's BlockPlanner
-// profiles on its own, so plan(budget) may differ between ranks.
+// Why one plan. A plan decides the job's memory (its peak must fit every rank) and its time
+// (a step waits for the slowest rank, so a rank whose measurements picked a slower plan
+// slows all). It can also decide the collectives: a block whose forward communicates (a
+// tensor-parallel layer's all-reduce) communicates again in a Checkpoint replay, so ranks
+// with different plans issue different collectives. Under FullyShardedDataParallel as
+// written a unit's choice does not change them: a replayed unit is gathered by the replay's
+// pre-hook and its pre-backward hook then finds it gathered (Note [ZeRO-3]), so every
+// lossless choice issues the same all-gathers in the same order (the cpu suite checks it,
+// tests/cpu/test_zero3_planner.cpp); agreement keeps that from being a requirement.
 //
-// Two ways to agree: every rank plans from the same profile (say the maximum over ranks of
+// Which plan. Either every rank plans from one profile (say the maximum over the ranks of
 // each measured number), or every rank takes one rank's plan. The search reads step times as
 // well as bytes (the greedy move is the most bytes freed per ms added, and undoing moves
 // goes by the time saved), and times differ between ranks far more than bytes; one search on
 // every rank needs every number of every ChoiceProfile reduced first, a reduction that
-// reaches into the planner's internals and must be redone whenever the profile grows a
-// field. Taking rank 0's plan is one broadcast and holds whatever the ranks measured. The
-// ranks run the same shapes, so rank 0's prediction stands for the others up to measurement
-// noise; where another rank measured more, max_predicted_peak says so: each rank predicts
-// the agreed plan's peak from its own profile and the largest is returned, to be checked
-// against the budget on every rank alike (and re-planned together if it does not fit).
+// reaches into the planner's internals and must follow every field the profile gains.
+// Taking rank 0's plan is one broadcast and holds whatever the ranks measured. The ranks run
+// the same shapes, so rank 0's prediction stands for the others up to measurement noise;
+// where another rank measured more, max_predicted_peak says so: each rank predicts the agreed
+// plan's peak from its own profile and the largest is returned, so every rank checks the
+// same number against the budget (and re-plans together if it does not fit).
 #include "parallel/plan_agreement.h"
 
 #include <string>

@@ -1,10 +1,11 @@
 #pragma once
-// One memory plan for every data-parallel rank. Each rank's nn::BlockPlanner profiles on its
-// own and may measure slightly different peaks and step times, so plan(budget) may differ
-// between ranks; under FullyShardedDataParallel a different plan can change the collectives
-// a rank issues (when and how often a unit is gathered again for a replay), and ranks whose
-// collectives differ deadlock or mismatch. Every rank therefore runs rank 0's plan (Note
-// [Plan agreement] in parallel/plan_agreement.cpp says why rank 0's).
+// One memory plan for every rank. Each rank's nn::BlockPlanner profiles on its own and
+// measures slightly different peaks and step times, so plan(budget) can differ between
+// ranks. They should run one plan: its peak must fit every rank, a step waits for the
+// slowest rank's plan, and a block whose forward issues collectives (a tensor-parallel
+// all-reduce) issues them again in a Checkpoint replay, so ranks with different plans would
+// deadlock or pair mismatched collectives. Every rank runs rank 0's plan (Note [Plan
+// agreement] in parallel/plan_agreement.cpp says why rank 0's).
 //
 //   nn::BlockPlanner planner(kGpu, vit->num_blocks(), [&](const nn::BlockMemoryPlan& p) {
 //     vit->memory_plan = p;
@@ -25,9 +26,11 @@
 
 namespace frugal::parallel {
 
-/// Collective: rank 0's plan (its per-block choices and its fallback), on every rank. Throws
-/// frugal::Error on every rank, naming each rank's block count, when the ranks' plans have
-/// different numbers of blocks (ranks running different models, or a uniform plan on some).
+/// Collective: rank 0's plan (its per-block choices and its fallback), on every rank of
+/// `comm`, which should hold every rank that runs these blocks (with tensor parallelism, the
+/// tensor-parallel peers as well as the data-parallel ones). Throws frugal::Error on every
+/// rank, naming each rank's block count, when the ranks' plans have different numbers of
+/// blocks (ranks running different models, or a uniform plan on some).
 nn::BlockMemoryPlan agree_on_plan(const nn::BlockMemoryPlan& mine, Communicator& comm);
 
 /// Collective: the largest over the ranks of planner.predict_peak(plan), each rank predicting
