@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "core/error.h"
+#include "core/graph_capture.h"
 
 namespace frugal {
 
@@ -38,6 +39,8 @@ void set_current_stream(Stream s) {
 
 void synchronize(Device device) {
   if (device.is_cpu()) return;  // host work is done when the call that issued it returns
+  core::refuse_in_graph_capture("synchronize (or a host read of a device value: item(), tolist(), cpu())",
+                                "the host would wait for work that is only being recorded");
   check_stream_device(device, "synchronize");
   core::cuda_synchronize(device.index);
   // memory/ resolves its deferred checks here: all of them have completed now

@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/binary.h"
+#include "core/graph_capture.h"
 #include "optim/step_util.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
@@ -54,6 +55,7 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
+  if (options_.enabled) core::refuse_in_graph_capture("GradScaler", "the loss scale would be frozen into the graph and step() reads the inf flag on the host (capture without a GradScaler, e.g. under bfloat16 autocast)");
   FRUGAL_CHECK(loss.defined(), "GradScaler.scale: got an undefined tensor");
   if (!options_.enabled) return loss;
   FRUGAL_CHECK(loss.is_floating_point(), "GradScaler.scale: the loss must be floating point, got ", loss.describe());
@@ -62,6 +64,7 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 
 void GradScaler::unscale_(Optimizer& opt) {
   if (!options_.enabled) return;
+  core::refuse_in_graph_capture("GradScaler.unscale_", "the loss scale would be frozen into the graph and step() reads the inf flag on the host (capture without a GradScaler, e.g. under bfloat16 autocast)");
   static constexpr const char* kOp = "GradScaler.unscale_";
   auto it = per_optimizer_.find(&opt);
   if (it != per_optimizer_.end()) {
@@ -137,6 +140,7 @@ bool GradScaler::read_found_inf(PerOptimizer& st) {
 
 void GradScaler::step(Optimizer& opt) {
   if (!options_.enabled) return opt.step();
+  core::refuse_in_graph_capture("GradScaler.step", "the loss scale would be frozen into the graph and step() reads the inf flag on the host (capture without a GradScaler, e.g. under bfloat16 autocast)");
   auto it = per_optimizer_.find(&opt);
   FRUGAL_CHECK(it == per_optimizer_.end() || it->second.stage != Stage::Stepped,
                "GradScaler.step: step() has already been called on this optimizer (", opt.name(),

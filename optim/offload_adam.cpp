@@ -59,6 +59,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
+#include "core/graph_capture.h"
 #include "core/instrument.h"
 #include "core/threads.h"
 #include "memory/allocator.h"
@@ -301,6 +302,7 @@ struct OffloadAdamW::Item {
 };
 
 std::vector<OffloadAdamW::Item> OffloadAdamW::prepare_step() {
+  core::refuse_in_graph_capture("OffloadAdamW.step", "its update runs on the host, which a replay does not run");
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
   const std::vector<Tensor> grads = checked_grads();
   std::vector<Item> items;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "core/graph_capture.h"
 #include "autograd/grad_mode.h"
 #include "tensor/factory.h"
 #include "tensor/ops/fill.h"
@@ -43,6 +44,26 @@ void Optimizer::zero_grad(bool set_to_none) {
       else ops::zero_(g);
     }
   }
+}
+
+void Optimizer::freeze_hyperparams_for_replay() const {
+  core::GraphCapture* capture = core::current_graph_capture();
+  if (!capture) return;
+  auto values = [this] {
+    std::vector<double> v;
+    for (const ParamGroup& g : groups_) {
+      v.push_back(g.lr);
+      for (const HyperParam& h : hyperparams())
+        v.push_back(h.real ? (g.*h.real).value_or(h.option) : double((g.*h.flag).value_or(h.option != 0)));
+    }
+    return v;
+  };
+  capture->replay_checks.push_back([this, alive = std::weak_ptr<int>(alive_), frozen = values(), values] {
+    if (alive.expired()) return;  // the optimizer is gone; the graph goes on with what it froze
+    FRUGAL_CHECK(values() == frozen, "cuda::Graph.replay: ", name(),
+                 "'s learning rate or another hyperparameter changed since the capture froze it into the graph "
+                 "(an LR scheduler?); capture a new graph after changing them");
+  });
 }
 
 Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {

@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -142,6 +143,11 @@ class Optimizer {
     FlagField flag = nullptr;
     double option = 0.0;
   };
+  /// Inside a CUDA graph capture (core/graph_capture.h), registers a check run before every
+  /// replay: that each group's lr and hyperparameters are still those this step froze into
+  /// the graph's kernels (a replay would otherwise go on with the old values unseen).
+  void freeze_hyperparams_for_replay() const;
+
   /// The hyperparameters this optimizer reads, besides lr.
   virtual std::vector<HyperParam> hyperparams() const = 0;
   /// The optimizer's lr option.
@@ -191,6 +197,8 @@ class Optimizer {
 
   const char* name_;
   std::vector<ParamGroup> groups_;
+  // Expires with the optimizer: a graph replay check outliving it then does nothing.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::unordered_map<const TensorImpl*, ParamState> state_;
 };
 

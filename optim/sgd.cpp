@@ -1,5 +1,6 @@
 #include "optim/sgd.h"
 
+#include "core/graph_capture.h"
 #include "autograd/grad_mode.h"
 #include "core/instrument.h"
 #include "optim/step_util.h"
@@ -35,6 +36,7 @@ void SGD::step() {
   autograd::NoGradGuard no_grad;
   core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
   core::OpScope op(name());                                      // and its time
+  freeze_hyperparams_for_replay();  // lr, momentum... go into the kernels as values
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::SgdEntry> batches;
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.
@@ -50,6 +52,9 @@ void SGD::step() {
       if (*group.momentum != 0) {
         ParamState& st = state_for(p);
         if (!st.buffers[0].defined()) {  // first step: the kernel sets the buffer to d_p
+          core::refuse_in_graph_capture("SGD.step's first step with momentum",
+                                        "it sets the momentum buffer instead of updating it, and every replay would "
+                                        "do the same (warm up at least one step before the capture)");
           st.buffers[0] = empty(p.sizes(), TensorOptions(state_dtype(p.dtype()), p.device()));
           flags |= detail::kSgdFreshBuffer;
         }

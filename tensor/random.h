@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "core/graph_capture.h"
+
 namespace frugal {
 
 class Generator {
@@ -19,6 +21,9 @@ class Generator {
     uint64_t counter;
   };
   Range reserve(uint64_t n) {
+    core::refuse_in_graph_capture("Drawing random numbers (dropout, rand, randn)",
+                                  "the Philox offset would be frozen into the graph, so every replay would draw the "
+                                  "same numbers (use dropout 0 in captured steps)");
     std::lock_guard<std::mutex> lock(mu_);
     Range r{seed_, offset_};
     offset_ += n;

@@ -1,8 +1,11 @@
-// Note [Graph pools] (memory/caching_allocator.h) on the CPU allocator, whose policy is the
-// device's: a capture is simulated by setting this thread's core::GraphCapture, as
-// cuda::Graph does around its cudaStreamBeginCapture. What the capture allocates comes
-// from its own pool, what it frees is not handed to anyone else until the pool is
-// released, and code that cannot be captured refuses with an error.
+// What a CUDA graph capture needs of the layers below it, on the CPU: a capture is simulated
+// by setting this thread's core::GraphCapture, as cuda::Graph does around its
+// cudaStreamBeginCapture. Note [Graph pools] (memory/caching_allocator.h) on the CPU
+// allocator, whose policy is the device's: what the capture allocates comes from its own
+// pool, and what it frees is not handed to anyone else until the pool is released. Code a
+// replay would get wrong refuses with an error naming it (random numbers, Adam's step count,
+// SGD's first momentum step, GradScaler), and SGD's frozen hyperparameters are checked
+// before each replay.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -11,6 +14,12 @@
 #include "core/error.h"
 #include "core/graph_capture.h"
 #include "memory/allocator.h"
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
+#include "tensor/factory.h"
+#include "tensor/ops/dropout.h"
+#include "tests/test_util.h"
 
 using namespace frugal;
 
@@ -23,6 +32,10 @@ class FakeCapture {
     core::set_current_graph_capture(&capture_);
   }
   ~FakeCapture() { core::set_current_graph_capture(nullptr); }
+  /// What cuda::Graph.replay runs first.
+  void check_replay() const {
+    for (const auto& check : capture_.replay_checks) check();
+  }
   FakeCapture(const FakeCapture&) = delete;
   FakeCapture& operator=(const FakeCapture&) = delete;
 
@@ -116,6 +129,33 @@ TEST_CASE("graph capture: what cannot be captured refuses with an error naming i
     CHECK_THROWS_WITH_AS(core::refuse_in_graph_capture("GradScaler.step", "it reads the inf flag on the host"),
                          doctest::Contains("GradScaler.step cannot run inside a CUDA graph capture"), Error);
     CHECK_THROWS_WITH_AS(memory::empty_cache(kCPU), doctest::Contains("empty_cache"), Error);
+  }
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
+}
+
+TEST_CASE("graph capture: random numbers, Adam, SGD's first momentum step and GradScaler refuse; SGD's lr is checked") {
+  using namespace frugal::testing;
+  Tensor w = param_tensor(random_values(6, 3), {6});
+  w.set_grad(make_tensor(random_values(6, 4), {6}, kFloat32));
+  optim::AdamW adamw({w}, {.lr = 1e-3});
+  optim::SGD sgd({w}, {.lr = 0.1, .momentum = 0.9});
+  optim::GradScaler scaler;
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  {
+    FakeCapture capture(&key);
+    CHECK_THROWS_WITH_AS(ops::dropout(w.detach(), 0.5), doctest::Contains("Philox offset"), Error);
+    CHECK_THROWS_WITH_AS(adamw.step(), doctest::Contains("bias corrections"), Error);
+    CHECK_THROWS_WITH_AS(sgd.step(), doctest::Contains("first step with momentum"), Error);
+    CHECK_THROWS_WITH_AS(scaler.scale(w.detach()), doctest::Contains("GradScaler"), Error);
+  }
+  sgd.step();  // the warm-up step outside the capture makes the momentum buffer
+  {
+    FakeCapture capture(&key);
+    sgd.step();  // captured: lr 0.1 and momentum 0.9 go into the kernel as values
+    capture.check_replay();  // unchanged: a replay may go ahead
+    sgd.param_groups()[0].lr = 0.05;  // what an LR scheduler would do between replays
+    CHECK_THROWS_WITH_AS(capture.check_replay(), doctest::Contains("SGD's learning rate"), Error);
   }
   memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
 }
