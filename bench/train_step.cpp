@@ -8,7 +8,11 @@
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
 //              [--profile-rows N] [--memory-budget SIZE] [--memory-plan CHOICES] [--plan-choices CHOICES]
+//              [--cuda-graph]
 //
+// --cuda-graph captures the step once, after the warm-up, in a CudaGraph and replays it
+// (Note [CUDA graphs] in tensor/cuda_graph.h): SGD only, --amp in bfloat16 without
+// GradScaler (which a graph cannot hold), BERT's dropout off (random numbers refuse capture).
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
@@ -61,6 +65,7 @@
 #include "optim/offload_adam.h"
 #include "optim/sgd.h"
 #include "profiler/session.h"
+#include "tensor/cuda_graph.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
@@ -86,7 +91,7 @@ struct Args {
       profile_dir, memory_budget, memory_plan,
       plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12, galore_rank = 128;
-  bool amp = false, checkpoint = false, tf32 = false;
+  bool amp = false, checkpoint = false, tf32 = false, cuda_graph = false;
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
 };
 
@@ -97,7 +102,7 @@ const char* kUsage =
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T] [--memory-budget SIZE|FRACTIONx]\n"
-    "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...]\n";
+    "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...] [--cuda-graph]\n";
 
 std::optional<Args> parse(int argc, char** argv) {
   Args a;
@@ -114,6 +119,7 @@ std::optional<Args> parse(int argc, char** argv) {
         a.checkpoint_policy = *parsed;
       }
     } else if (flags.is("--tf32")) a.tf32 = true;
+    else if (flags.is("--cuda-graph")) a.cuda_graph = true;
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--warmup")) a.warmup = flags.non_negative();
     else if (flags.is("--optim")) a.optim = flags.text();
@@ -215,6 +221,7 @@ Workload make_workload(const Args& a, Device device) {
     w.flops_per_step = transformer_flops(net->num_parameters(), B, patches + 1, c.num_layers, c.hidden_dim);
   } else if (a.model == "bert_base") {
     models::BertConfig c = models::bert_base();
+    if (a.cuda_graph) c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;  // random numbers refuse capture
     c.checkpoint_blocks = a.checkpoint;
     c.checkpoint_policy = a.checkpoint_policy;
     FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "train_step: --seq-len must be <= ", c.max_position_embeddings,
@@ -323,25 +330,28 @@ int run(const Args& a) {
   manual_seed(0);
   Workload w = make_workload(a, device);
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
-  optim::GradScaler scaler({.enabled = a.amp});
+  // A CUDA graph cannot hold GradScaler (Note [CUDA graphs]): its AMP is bfloat16, unscaled.
+  const DType amp_dtype = a.cuda_graph ? kBFloat16 : kFloat16;
+  optim::GradScaler scaler({.enabled = a.amp && !a.cuda_graph});
 
   double backward_queued = 0;  // host clock when backward() returned: before the step's one sync (GradScaler)
   PhaseEvents phases;          // CUDA only: the device's time in forward, backward and optimizer
+  const bool mark = device.is_cuda() && !a.cuda_graph;  // (a captured step's events would be the graph's)
   auto step = [&] {
-    phases.mark(device, 0);
+    if (mark) phases.mark(device, 0);
     opt->zero_grad(/*set_to_none=*/true);
     Tensor loss;
     {
-      AutocastGuard autocast(device, kFloat16, a.amp);
+      AutocastGuard autocast(device, amp_dtype, a.amp);
       loss = w.loss();
     }
-    phases.mark(device, 1);
+    if (mark) phases.mark(device, 1);
     scaler.scale(loss).backward();
     backward_queued = bench::now_seconds();
-    phases.mark(device, 2);
+    if (mark) phases.mark(device, 2);
     scaler.step(*opt);
     scaler.update();
-    phases.mark(device, 3);
+    if (mark) phases.mark(device, 3);
   };
 
   for (int64_t i = 0; i < a.warmup; ++i) step();
@@ -373,30 +383,45 @@ int run(const Args& a) {
     step();  // the plan's own first step (its recompute's algorithm searches) stays out of the figures
     synchronize(device);
   }
+  // --cuda-graph: the step captured once (after the warm-up above) and replayed.
+  std::optional<CudaGraph> graph;
+  if (a.cuda_graph) {
+    FRUGAL_CHECK(device.is_cuda() && a.optim == "sgd" && !planner && a.profile_dir.empty(),
+                 "train_step: --cuda-graph needs --device cuda and --optim sgd (Adam's step count cannot be "
+                 "captured), without --memory-budget or --profile");
+    graph.emplace(device);
+    graph->capture(step, {.warmup = 0});
+    synchronize(device);
+  }
   memory::reset_peak(device);
   const memory::MemoryStats before = memory::stats(device);
   std::vector<double> times, host_times;
   std::array<std::vector<double>, 3> phase_ms;  // forward, backward, optimizer on the device
   for (int64_t i = 0; i < a.steps; ++i) {
     const double t0 = bench::now_seconds();
-    step();
+    if (graph) {
+      graph->replay();
+      backward_queued = bench::now_seconds();  // the host's share: one launch
+    } else {
+      step();
+    }
     synchronize(device);                         // each step timed to completion on the device
     host_times.push_back(backward_queued - t0);  // near the step time: the host is the bottleneck
     times.push_back(bench::now_seconds() - t0);
-    for (int p = 0; p < 3 && device.is_cuda(); ++p) phase_ms[size_t(p)].push_back(phases.elapsed_ms(p, p + 1));
+    for (int p = 0; p < 3 && mark; ++p) phase_ms[size_t(p)].push_back(phases.elapsed_ms(p, p + 1));
   }
   const memory::MemoryStats st = memory::stats(device);
   if (!a.profile_dir.empty()) profile_one_step(a, device, *w.module, *opt, step);
   if (planner) std::printf("%s\n", planner->report(*plan, st.allocated_bytes.peak, bench::median(times) * 1e3).c_str());
 
   const double step_s = bench::median(times), host_s = bench::median(host_times);
-  if (device.is_cuda())
+  if (mark)
     std::printf("device ms per phase (median): forward %.2f, backward %.2f, optimizer %.2f\n",
                 bench::median(phase_ms[0]), bench::median(phase_ms[1]), bench::median(phase_ms[2]));
   const double samples_per_s = double(a.batch) / step_s;
   const double mfu = w.flops_per_step / step_s / kPeakFlops;
   const int64_t params = w.module->num_parameters();
-  const char* amp = a.amp ? "fp16 amp" : "fp32";
+  const char* amp = !a.amp ? "fp32" : a.cuda_graph ? "bf16 amp" : "fp16 amp";
 
   bench::Table table(bench::fmt("train_step on %s (%s, %s, median of %lld steps after %lld warm-up)", a.device.c_str(),
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),
@@ -416,6 +441,7 @@ int run(const Args& a) {
   std::printf("batch: %lld\n", (long long)a.batch);
   std::printf("amp: %d\n", a.amp ? 1 : 0);
   std::printf("checkpoint: %d\n", a.checkpoint ? 1 : 0);
+  std::printf("cuda_graph: %d\n", a.cuda_graph ? 1 : 0);
   std::printf("checkpoint_selective: %d\n",
               a.checkpoint && a.checkpoint_policy == autograd::CheckpointPolicy::Selective ? 1 : 0);
   std::printf("step_ms: %.3f\n", step_s * 1e3);

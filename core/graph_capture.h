@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA graph capture running on this thread, as the layers below the graph itself see
-// it (the graph is cuda::Graph in tensor/cuda_graph.h; Note [CUDA graphs] there). Nothing
+// it (the graph is CudaGraph in tensor/cuda_graph.h; Note [CUDA graphs] there). Nothing
 // here touches CUDA: the allocator keys the capture's memory by `pool_key`, and code whose
 // work a replay would get wrong - a host read of a device value, a random offset or an
 // optimizer's step count frozen into the graph - asks refuse_in_graph_capture to throw.
@@ -22,7 +22,7 @@ struct GraphCapture {
 
 /// The capture running on this thread, or nullptr.
 GraphCapture* current_graph_capture();
-/// Set by cuda::Graph around its capture (nullptr after).
+/// Set by CudaGraph around its capture (nullptr after).
 void set_current_graph_capture(GraphCapture* capture);
 
 /// Throws a frugal::Error when a graph capture runs on this thread: `what` cannot be

@@ -60,7 +60,7 @@ void Optimizer::freeze_hyperparams_for_replay() const {
   };
   capture->replay_checks.push_back([this, alive = std::weak_ptr<int>(alive_), frozen = values(), values] {
     if (alive.expired()) return;  // the optimizer is gone; the graph goes on with what it froze
-    FRUGAL_CHECK(values() == frozen, "cuda::Graph.replay: ", name(),
+    FRUGAL_CHECK(values() == frozen, "CudaGraph.replay: ", name(),
                  "'s learning rate or another hyperparameter changed since the capture froze it into the graph "
                  "(an LR scheduler?); capture a new graph after changing them");
   });

@@ -1,5 +1,5 @@
 // What a CUDA graph capture needs of the layers below it, on the CPU: a capture is simulated
-// by setting this thread's core::GraphCapture, as cuda::Graph does around its
+// by setting this thread's core::GraphCapture, as CudaGraph does around its
 // cudaStreamBeginCapture. Note [Graph pools] (memory/caching_allocator.h) on the CPU
 // allocator, whose policy is the device's: what the capture allocates comes from its own
 // pool, and what it frees is not handed to anyone else until the pool is released. Code a
@@ -32,7 +32,7 @@ class FakeCapture {
     core::set_current_graph_capture(&capture_);
   }
   ~FakeCapture() { core::set_current_graph_capture(nullptr); }
-  /// What cuda::Graph.replay runs first.
+  /// What CudaGraph.replay runs first.
   void check_replay() const {
     for (const auto& check : capture_.replay_checks) check();
   }
