@@ -12,7 +12,7 @@
 //
 // --cuda-graph captures the step once, after the warm-up, in a CudaGraph and replays it
 // (Note [CUDA graphs] in tensor/cuda_graph.h): SGD only, --amp in bfloat16 without
-// GradScaler (which a graph cannot hold), BERT's dropout off (random numbers refuse capture).
+// GradScaler (which a graph cannot hold yet).
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
@@ -221,7 +221,6 @@ Workload make_workload(const Args& a, Device device) {
     w.flops_per_step = transformer_flops(net->num_parameters(), B, patches + 1, c.num_layers, c.hidden_dim);
   } else if (a.model == "bert_base") {
     models::BertConfig c = models::bert_base();
-    if (a.cuda_graph) c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;  // random numbers refuse capture
     c.checkpoint_blocks = a.checkpoint;
     c.checkpoint_policy = a.checkpoint_policy;
     FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "train_step: --seq-len must be <= ", c.max_position_embeddings,

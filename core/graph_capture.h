@@ -4,6 +4,7 @@
 // here touches CUDA: the allocator keys the capture's memory by `pool_key`, and code whose
 // work a replay would get wrong - a host read of a device value, a random offset or an
 // optimizer's step count frozen into the graph - asks refuse_in_graph_capture to throw.
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,12 @@ struct GraphCapture {
   /// Run before every replay; each throws if what the capture froze has changed since
   /// (an optimizer's learning rate, say), so that a replay never silently uses the old value.
   std::vector<std::function<void()>> replay_checks;
+  /// Graph-safe random numbers (Note [Graph-safe random numbers] in tensor/random.h): the
+  /// generator whose draws are captured, the device word that receives its offset before
+  /// each replay, and the counters drawn so far in the capture, relative to that word.
+  const void* rng_generator = nullptr;
+  const void* rng_base = nullptr;
+  uint64_t rng_offset = 0;
 };
 
 /// The capture running on this thread, or nullptr.

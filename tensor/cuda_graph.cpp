@@ -13,6 +13,7 @@
 #include "core/graph_capture.h"
 #include "core/stream.h"
 #include "memory/allocator.h"
+#include "tensor/random.h"
 #if FRUGAL_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -56,6 +57,8 @@ struct CudaGraph::Impl {
   cudaEvent_t last_replay = nullptr;  // recorded after each replay: the destructor waits for it
   bool pool = false;                  // memory::begin_graph_pool was called (keyed by this Impl)
   std::vector<std::function<void()>> replay_checks;
+  DataPtr rng_base;        // the device word each replay's generator offset is copied to
+  uint64_t rng_total = 0;  // counters one replay draws (Note [Graph-safe random numbers])
 };
 
 CudaGraph::CudaGraph(Device device) : device_(device), impl_(std::make_unique<Impl>()) {
@@ -92,7 +95,14 @@ void CudaGraph::capture(const std::function<void()>& fn, CudaGraphOptions option
 
     if (!impl_->pool) memory::begin_graph_pool(device_, impl_.get());
     impl_->pool = true;
-    core::GraphCapture capture{.pool_key = impl_.get(), .device = device_, .stream = side, .replay_checks = {}};
+    if (!impl_->rng_base) impl_->rng_base = memory::allocate(device_, sizeof(uint64_t));
+    core::GraphCapture capture{.pool_key = impl_.get(),
+                               .device = device_,
+                               .stream = side,
+                               .replay_checks = {},
+                               .rng_generator = &default_generator(),
+                               .rng_base = impl_->rng_base.get(),
+                               .rng_offset = 0};
     core::set_current_graph_capture(&capture);
     // Relaxed: the pools may need a new segment (cudaMalloc, cudaHostAlloc) mid-capture;
     // what must not happen while capturing refuses on its own (core::refuse_in_graph_capture).
@@ -117,6 +127,7 @@ void CudaGraph::capture(const std::function<void()>& fn, CudaGraphOptions option
     impl_->graph = graph;
     FRUGAL_CUDA_CHECK(cudaGraphInstantiate(&impl_->exec, graph, 0));
     impl_->replay_checks = std::move(capture.replay_checks);
+    impl_->rng_total = capture.rng_offset;
   }
   stream_wait(static_cast<cudaStream_t>(caller.handle), side);  // the warm-up's results are the caller's
 }
@@ -127,6 +138,11 @@ void CudaGraph::replay() {
   for (const auto& check : impl_->replay_checks) check();
   CudaDeviceGuard guard(device_.index);
   const auto stream = static_cast<cudaStream_t>(current_stream(device_).handle);
+  if (impl_->rng_total > 0) {  // this replay's counters, as an eager step's would be
+    const uint64_t first = default_generator().reserve(impl_->rng_total).counter;
+    // From pageable memory: the copy has read `first` when the call returns.
+    FRUGAL_CUDA_CHECK(cudaMemcpyAsync(impl_->rng_base.get(), &first, sizeof first, cudaMemcpyHostToDevice, stream));
+  }
   FRUGAL_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
   if (!impl_->last_replay) FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->last_replay, cudaEventDisableTiming));
   FRUGAL_CUDA_CHECK(cudaEventRecord(impl_->last_replay, stream));

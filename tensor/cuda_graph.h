@@ -28,9 +28,12 @@
 //    each replay writes the gradients afresh rather than adding to the last replay's.
 //  * Nothing host-side replays. Work the host decides anew each step cannot be captured,
 //    and refuses with an error naming it (core::refuse_in_graph_capture): synchronize and
-//    host reads (item()), random numbers (their Philox offset would be frozen), Adam-type
-//    steps (their bias corrections follow a host step count), SGD's first momentum step,
-//    GradScaler (its scale is a host value and step() reads the inf flag on the host).
+//    host reads (item()), Adam-type steps (their bias corrections follow a host step
+//    count), SGD's first momentum step, GradScaler (its scale is a host value and step()
+//    reads the inf flag on the host), draws from a Generator other than the default one.
+//  * Random numbers from the default generator (dropout) are graph-safe: each replay
+//    draws the counters an eager step would at that point (Note [Graph-safe random
+//    numbers] in tensor/random.h).
 //    SGD's lr, momentum and weight decay go into its kernel as values: replay() checks
 //    that none changed since the capture (an LR scheduler) and refuses if one did.
 //  * One stream. The capture runs on a stream of its own (the legacy default stream cannot

@@ -47,6 +47,12 @@ FRUGAL_HD PhiloxResult philox4x32(uint64_t seed, uint64_t counter) {
   return philox4x32_10(uint32_t(counter), uint32_t(counter >> 32), 0, 0, uint32_t(seed), uint32_t(seed >> 32));
 }
 
+/// The first counter of a Generator::Range: `counter`, plus, inside a CUDA graph, the replay's
+/// offset that `base` points to (Note [Graph-safe random numbers] in tensor/random.h).
+FRUGAL_HD uint64_t philox_first_counter(uint64_t counter, const uint64_t* base) {
+  return base ? counter + *base : counter;
+}
+
 /// Uniform in [0, 1) with 24 random bits: exact in float, identical on CPU and GPU.
 FRUGAL_HD float philox_uniform(uint32_t x) { return float(x >> 8) * (1.0f / 16777216.0f); }
 

@@ -7,6 +7,17 @@
 
 namespace frugal {
 
+// Note [Graph-safe random numbers]
+// A CUDA graph replays its kernels with the arguments they had at capture, so a kernel
+// given (seed, counter) would draw the same numbers at every replay. Inside a capture the
+// default generator hands out counters relative to a device word instead (Range::base),
+// starting from 0, and does not advance; before each replay CudaGraph reserves the
+// capture's total from the generator and copies the first counter into that word, so
+// replay k draws exactly the counters the same step run eagerly at that point would have
+// (Note [Counter-based RNG]). A checkpoint's saved offset is relative in the same way, and
+// the autograd nodes keep the Range, base included, so backward regenerates the replay's
+// own masks. Only device kernels read the base: a draw on the CPU inside a capture refuses.
+
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
@@ -19,12 +30,17 @@ class Generator {
   struct Range {
     uint64_t seed;
     uint64_t counter;
+    /// Inside a CUDA graph: device memory holding the generator's offset for the replay
+    /// running; kernels add it to `counter` (philox_first_counter). Null otherwise.
+    const uint64_t* base = nullptr;
   };
   Range reserve(uint64_t n) {
-    core::refuse_in_graph_capture("Drawing random numbers (dropout, rand, randn)",
-                                  "the Philox offset would be frozen into the graph, so every replay would draw the "
-                                  "same numbers (use dropout 0 in captured steps)");
     std::lock_guard<std::mutex> lock(mu_);
+    if (core::GraphCapture* capture = captured_here()) {  // Note [Graph-safe random numbers]
+      Range r{seed_, capture->rng_offset, static_cast<const uint64_t*>(capture->rng_base)};
+      capture->rng_offset += n;
+      return r;
+    }
     Range r{seed_, offset_};
     offset_ += n;
     return r;
@@ -35,22 +51,46 @@ class Generator {
     std::lock_guard<std::mutex> lock(mu_);
     return seed_;
   }
+  /// Inside a capture: the capture's offset, relative to each replay's (what a checkpoint saves).
   uint64_t offset() const {
     std::lock_guard<std::mutex> lock(mu_);
+    if (const core::GraphCapture* capture = captured_here()) return capture->rng_offset;
     return offset_;
   }
   /// Restores a state saved with seed()/offset() (checkpoint recompute, resumed training).
   void set_state(uint64_t seed, uint64_t offset) {
     std::lock_guard<std::mutex> lock(mu_);
     seed_ = seed;
-    offset_ = offset;
+    if (core::GraphCapture* capture = captured_here()) capture->rng_offset = offset;
+    else offset_ = offset;
   }
 
  private:
+  /// The capture running on this thread when it captures this generator's draws; nullptr
+  /// outside a capture. Throws inside one that does not (another generator, or a capture
+  /// without graph-safe random numbers).
+  core::GraphCapture* captured_here() const {
+    core::GraphCapture* capture = core::current_graph_capture();
+    if (!capture) return nullptr;
+    if (capture->rng_generator != this || !capture->rng_base)
+      core::refuse_in_graph_capture("Drawing random numbers from this Generator",
+                                    "only the default generator's draws advance with each replay (Note [Graph-safe "
+                                    "random numbers]); another one's Philox offset would be frozen into the graph");
+    return capture;
+  }
+
   mutable std::mutex mu_;
   uint64_t seed_;
   uint64_t offset_ = 0;
 };
+
+/// For CPU kernels: throws when `range` is a CUDA graph's (its base is device memory that
+/// only device kernels read; Note [Graph-safe random numbers]). `op` names the caller.
+inline void require_host_range(const Generator::Range& range, const char* op) {
+  if (range.base)
+    core::refuse_in_graph_capture(op, "it draws its random numbers on the CPU, and only device kernels follow a "
+                                      "graph's replays (Note [Graph-safe random numbers])");
+}
 
 /// The process-wide generator used when an op is not given one: the only one, for the CPU and every CUDA device.
 Generator& default_generator();

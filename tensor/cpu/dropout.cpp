@@ -10,6 +10,7 @@
 namespace frugal::ops::cpu {
 
 void dropout_kernel(const Tensor& out, const Tensor& x, double p, Generator::Range range) {
+  require_host_range(range, "Dropout on the CPU");
   dispatch_floating(x.dtype(), "dropout", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
     const T* xp = x.data_ptr<T>();

@@ -70,6 +70,7 @@ Acc dropout_factor(const FlashAttentionParams& p, int64_t b, int64_t h, int64_t 
 
 void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& mask, const FlashAttentionParams& p) {
+  require_host_range(p.range, "Attention dropout on the CPU");
   dispatch_floating(q.dtype(), "flash_attention_forward", q.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
     using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;  // lse's dtype
@@ -104,6 +105,7 @@ void flash_attention_forward_kernel(const Tensor& out, const Tensor& lse, const 
 void flash_attention_backward_kernel(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                      const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const Tensor& mask, const FlashAttentionParams& p) {
+  require_host_range(p.range, "Attention dropout on the CPU");
   dispatch_floating(q.dtype(), "flash_attention_backward", q.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
     using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;

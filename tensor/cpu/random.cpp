@@ -6,6 +6,7 @@
 namespace frugal::ops::cpu {
 
 void random_kernel(const Tensor& t, const RandomFill& f) {
+  require_host_range(f.range, "A random fill on the CPU");
   dispatch_numeric(t.dtype(), "random", t.device(), [&]<typename T>() {
     T* out = t.data_ptr<T>();
     const int64_t n = t.numel();

@@ -15,8 +15,9 @@ __global__ void dropout_forward_kernel(T* __restrict__ y, const T* __restrict__ 
                                        opmath_t<T> scale, Generator::Range range) {
   using Acc = opmath_t<T>;
   const int64_t groups = (n + 3) / 4, stride = int64_t(gridDim.x) * blockDim.x;
+  const uint64_t first = philox_first_counter(range.counter, range.base);
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < groups; k += stride) {
-    const PhiloxResult r = philox4x32(range.seed, range.counter + uint64_t(k));
+    const PhiloxResult r = philox4x32(range.seed, first + uint64_t(k));
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const int64_t i = 4 * k + w;

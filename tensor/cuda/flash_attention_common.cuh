@@ -50,20 +50,21 @@ __device__ __forceinline__ uint32_t philox_word(const PhiloxResult& r, int w) {
 /// Whether dropout keeps weights `index` and `index + 1` (row-major in (B, H, L, S)).
 __device__ __forceinline__ void dropout_keep_pair(Generator::Range range, uint64_t index, float keep_below, bool& k0,
                                                   bool& k1) {
-  const PhiloxResult r = philox4x32(range.seed, range.counter + index / 4);
+  const uint64_t counter = philox_first_counter(range.counter, range.base) + index / 4;
+  const PhiloxResult r = philox4x32(range.seed, counter);
   const int w = int(index % 4);
   k0 = philox_uniform(philox_word(r, w)) < keep_below;
   if (w < 3) {
     k1 = philox_uniform(philox_word(r, w + 1)) < keep_below;
   } else {
-    const PhiloxResult r1 = philox4x32(range.seed, range.counter + index / 4 + 1);
+    const PhiloxResult r1 = philox4x32(range.seed, counter + 1);
     k1 = philox_uniform(r1.x[0]) < keep_below;
   }
 }
 
 /// Whether dropout keeps weight `index`.
 __device__ __forceinline__ bool dropout_keep(Generator::Range range, uint64_t index, float keep_below) {
-  const PhiloxResult r = philox4x32(range.seed, range.counter + index / 4);
+  const PhiloxResult r = philox4x32(range.seed, philox_first_counter(range.counter, range.base) + index / 4);
   return philox_uniform(philox_word(r, int(index % 4))) < keep_below;
 }
 

@@ -135,7 +135,7 @@ struct FlashAttentionParams {
 /// Whether dropout keeps weight `index` (row-major in (B, H, L, S)) of the range: the word
 /// dropout() would use for element `index` (Note [Dropout mask from counters]).
 FRUGAL_HD bool flash_dropout_keep(Generator::Range range, uint64_t index, float keep_below) {
-  const PhiloxResult r = philox4x32(range.seed, range.counter + index / 4);
+  const PhiloxResult r = philox4x32(range.seed, philox_first_counter(range.counter, range.base) + index / 4);
   return philox_uniform(r.x[index % 4]) < keep_below;
 }
 

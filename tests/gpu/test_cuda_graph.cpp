@@ -1,13 +1,15 @@
 // CudaGraph (tensor/cuda_graph.h, Note [CUDA graphs]): a training step of a small MLP -
 // forward, backward, SGD with momentum, zero_grad - captured once and replayed on new
-// batches gives bitwise the weights and losses of the same steps run eagerly, in float32
-// and under bfloat16 autocast; what a replay would get wrong refuses at capture.
+// batches gives bitwise the weights and losses of the same steps run eagerly, in float32,
+// under bfloat16 autocast and with dropout (each replay draws new masks, the eager step's);
+// what a replay would get wrong refuses at capture.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "autograd/ops/dropout.h"
 #include "autograd/ops/loss.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/unary.h"
@@ -17,6 +19,7 @@
 #include "tensor/cuda_graph.h"
 #include "tensor/factory.h"
 #include "tensor/ops/dropout.h"
+#include "tensor/random.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -33,9 +36,9 @@ struct Mlp {
     w2 = make_tensor(random_values(kHidden * kOut, 12, -0.2, 0.2), {kHidden, kOut}, {kFloat32, cuda()})
              .requires_grad_();
   }
-  Tensor loss(const Tensor& x, const Tensor& y, bool bf16) const {
+  Tensor loss(const Tensor& x, const Tensor& y, bool bf16, double dropout_p = 0.0) const {
     AutocastGuard autocast(cuda(), kBFloat16, bf16);
-    return mse_loss(matmul(relu(matmul(x, w1)), w2), y);
+    return mse_loss(matmul(dropout(relu(matmul(x, w1)), dropout_p, /*training=*/true), w2), y);
   }
 };
 
@@ -46,8 +49,15 @@ Tensor batch(const Shape& shape, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager steps bitwise") {
-  for (const bool bf16 : {false, true}) {
+  struct Case {
+    bool bf16;
+    double dropout_p;
+  };
+  for (const Case c : {Case{false, 0.0}, Case{true, 0.0}, Case{false, 0.25}}) {
+    const bool bf16 = c.bf16;
     CAPTURE(bf16);
+    CAPTURE(c.dropout_p);
+    manual_seed(7);  // the eager run and the graph's replays draw the same dropout counters
     const int steps = 5;
     std::vector<Tensor> xs, ys;
     for (int s = 0; s < steps; ++s) xs.push_back(batch({kBatch, kIn}, 100 + s)), ys.push_back(batch({kBatch, kOut}, 200 + s));
@@ -57,7 +67,7 @@ TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager 
     optim::SGD eager_opt({eager.w1, eager.w2}, {.lr = 0.05, .momentum = 0.9});
     std::vector<double> eager_losses;
     auto eager_step = [&](int s) {
-      Tensor loss = eager.loss(xs[size_t(s)], ys[size_t(s)], bf16);
+      Tensor loss = eager.loss(xs[size_t(s)], ys[size_t(s)], bf16, c.dropout_p);
       loss.backward();
       eager_opt.step();
       eager_opt.zero_grad();
@@ -68,11 +78,12 @@ TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager 
 
     Mlp graphed;
     optim::SGD opt({graphed.w1, graphed.w2}, {.lr = 0.05, .momentum = 0.9});
+    manual_seed(7);
     const Tensor static_x = xs[0].clone(), static_y = ys[0].clone();
     Tensor static_loss;
     CudaGraph graph;
     graph.capture([&] {
-      static_loss = graphed.loss(static_x, static_y, bf16);
+      static_loss = graphed.loss(static_x, static_y, bf16, c.dropout_p);
       static_loss.backward();
       opt.step();
       opt.zero_grad();
@@ -111,7 +122,8 @@ TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a chang
     CHECK_FALSE(graph.captured());
   };
   step();  // the momentum buffers exist: SGD may be captured
-  refused([&] { (void)ops::dropout(x, 0.1); }, "Philox offset");
+  Generator own(5);
+  refused([&] { (void)ops::dropout(x, 0.1, &own); }, "Philox offset");
   refused([&] { synchronize(cuda()); }, "synchronize");
   refused([&] { (void)mlp.loss(x, y, false).item<float>(); }, "synchronize");
   optim::GradScaler scaler;
