@@ -73,9 +73,10 @@ class Generator {
     core::GraphCapture* capture = core::current_graph_capture();
     if (!capture) return nullptr;
     if (capture->rng_generator != this || !capture->rng_base)
+      // (Note [Graph-safe random numbers])
       core::refuse_in_graph_capture("Drawing random numbers from this Generator",
-                                    "only the default generator's draws advance with each replay (Note [Graph-safe "
-                                    "random numbers]); another one's Philox offset would be frozen into the graph");
+                                    "only the default generator's draws advance with each replay; another one's "
+                                    "Philox offset would be frozen into the graph");
     return capture;
   }
 
