@@ -11,8 +11,9 @@
 //              [--cuda-graph]
 //
 // --cuda-graph captures the step once, after the warm-up, in a CudaGraph and replays it
-// (Note [CUDA graphs] in tensor/cuda_graph.h): SGD only, --amp in bfloat16 without
-// GradScaler (which a graph cannot hold yet).
+// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD only; with --amp the graph holds forward
+// and backward, and GradScaler's step and update run after each replay (Note [GradScaler in
+// a CUDA graph]).
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
@@ -329,28 +330,32 @@ int run(const Args& a) {
   manual_seed(0);
   Workload w = make_workload(a, device);
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
-  // A CUDA graph cannot hold GradScaler (Note [CUDA graphs]): its AMP is bfloat16, unscaled.
-  const DType amp_dtype = a.cuda_graph ? kBFloat16 : kFloat16;
-  optim::GradScaler scaler({.enabled = a.amp && !a.cuda_graph});
+  optim::GradScaler scaler({.enabled = a.amp});
 
   double backward_queued = 0;  // host clock when backward() returned: before the step's one sync (GradScaler)
   PhaseEvents phases;          // CUDA only: the device's time in forward, backward and optimizer
   const bool mark = device.is_cuda() && !a.cuda_graph;  // (a captured step's events would be the graph's)
-  auto step = [&] {
+  auto forward_backward = [&] {
     if (mark) phases.mark(device, 0);
     opt->zero_grad(/*set_to_none=*/true);
     Tensor loss;
     {
-      AutocastGuard autocast(device, amp_dtype, a.amp);
+      AutocastGuard autocast(device, kFloat16, a.amp);
       loss = w.loss();
     }
     if (mark) phases.mark(device, 1);
     scaler.scale(loss).backward();
     backward_queued = bench::now_seconds();
     if (mark) phases.mark(device, 2);
+  };
+  auto optimizer_step = [&] {
     scaler.step(*opt);
     scaler.update();
     if (mark) phases.mark(device, 3);
+  };
+  auto step = [&] {
+    forward_backward();
+    optimizer_step();
   };
 
   for (int64_t i = 0; i < a.warmup; ++i) step();
@@ -382,14 +387,18 @@ int run(const Args& a) {
     step();  // the plan's own first step (its recompute's algorithm searches) stays out of the figures
     synchronize(device);
   }
-  // --cuda-graph: the step captured once (after the warm-up above) and replayed.
+  // --cuda-graph: the step captured once (after the warm-up above) and replayed; with
+  // GradScaler, forward and backward only, its step and update following each replay
+  // (Note [GradScaler in a CUDA graph]).
+  const bool graph_holds_step = !scaler.is_enabled();
   std::optional<CudaGraph> graph;
   if (a.cuda_graph) {
     FRUGAL_CHECK(device.is_cuda() && a.optim == "sgd" && !planner && a.profile_dir.empty(),
                  "train_step: --cuda-graph needs --device cuda and --optim sgd (Adam's step count cannot be "
                  "captured), without --memory-budget or --profile");
     graph.emplace(device);
-    graph->capture(step, {.warmup = 0});
+    graph->capture(graph_holds_step ? std::function<void()>(step) : std::function<void()>(forward_backward),
+                   {.warmup = 0});
     synchronize(device);
   }
   memory::reset_peak(device);
@@ -401,6 +410,7 @@ int run(const Args& a) {
     if (graph) {
       graph->replay();
       backward_queued = bench::now_seconds();  // the host's share: one launch
+      if (!graph_holds_step) optimizer_step();
     } else {
       step();
     }
@@ -420,7 +430,7 @@ int run(const Args& a) {
   const double samples_per_s = double(a.batch) / step_s;
   const double mfu = w.flops_per_step / step_s / kPeakFlops;
   const int64_t params = w.module->num_parameters();
-  const char* amp = !a.amp ? "fp32" : a.cuda_graph ? "bf16 amp" : "fp16 amp";
+  const char* amp = a.amp ? "fp16 amp" : "fp32";
 
   bench::Table table(bench::fmt("train_step on %s (%s, %s, median of %lld steps after %lld warm-up)", a.device.c_str(),
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),

@@ -11,6 +11,7 @@
 #include "optim/step_util.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/ops/fill.h"
 
 namespace frugal::optim {
 
@@ -47,6 +48,11 @@ int64_t integer_of(const std::string& key, const Tensor& t) {
   return int64_t(v);
 }
 
+// Why unscale_ and step stay out of a capture (Note [GradScaler in a CUDA graph]).
+constexpr const char* kReadsFlagsOnHost =
+    "it reads the inf flags on the host; capture the forward and scaler.scale(loss).backward(), and call "
+    "scaler.step and update after replay()";
+
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
@@ -55,16 +61,31 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
-  if (options_.enabled) core::refuse_in_graph_capture("GradScaler", "the loss scale would be frozen into the graph and step() reads the inf flag on the host (capture without a GradScaler, e.g. under bfloat16 autocast)");
   FRUGAL_CHECK(loss.defined(), "GradScaler.scale: got an undefined tensor");
   if (!options_.enabled) return loss;
   FRUGAL_CHECK(loss.is_floating_point(), "GradScaler.scale: the loss must be floating point, got ", loss.describe());
+  if (loss.device().is_cuda()) {  // Note [GradScaler in a CUDA graph]
+    const Tensor s = device_scale(loss.device());
+    if (core::current_graph_capture()) return frugal::mul(loss, s);  // read at each replay
+  }
   return frugal::mul(loss, double(scale_));  // differentiable: backward multiplies by scale_
+}
+
+Tensor GradScaler::device_scale(Device device) const {
+  for (const Tensor& s : device_scales_)
+    if (s.device() == device) return s;
+  core::refuse_in_graph_capture("GradScaler.scale's first call on a device",
+                                "the device copy of the scale is made outside a capture (warm up at least one step)");
+  return device_scales_.emplace_back(full({}, double(scale_), TensorOptions(kFloat32, device)));
+}
+
+void GradScaler::refresh_device_scales() const {
+  for (const Tensor& s : device_scales_) ops::fill_(s, double(scale_));  // queued before the next replay
 }
 
 void GradScaler::unscale_(Optimizer& opt) {
   if (!options_.enabled) return;
-  core::refuse_in_graph_capture("GradScaler.unscale_", "the loss scale would be frozen into the graph and step() reads the inf flag on the host (capture without a GradScaler, e.g. under bfloat16 autocast)");
+  core::refuse_in_graph_capture("GradScaler.unscale_", kReadsFlagsOnHost);
   static constexpr const char* kOp = "GradScaler.unscale_";
   auto it = per_optimizer_.find(&opt);
   if (it != per_optimizer_.end()) {
@@ -140,7 +161,7 @@ bool GradScaler::read_found_inf(PerOptimizer& st) {
 
 void GradScaler::step(Optimizer& opt) {
   if (!options_.enabled) return opt.step();
-  core::refuse_in_graph_capture("GradScaler.step", "the loss scale would be frozen into the graph and step() reads the inf flag on the host (capture without a GradScaler, e.g. under bfloat16 autocast)");
+  core::refuse_in_graph_capture("GradScaler.step", kReadsFlagsOnHost);
   auto it = per_optimizer_.find(&opt);
   FRUGAL_CHECK(it == per_optimizer_.end() || it->second.stage != Stage::Stepped,
                "GradScaler.step: step() has already been called on this optimizer (", opt.name(),
@@ -164,6 +185,7 @@ void GradScaler::step(Optimizer& opt) {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
+  core::refuse_in_graph_capture("GradScaler.update", kReadsFlagsOnHost);
   bool recorded = false, found = false;
   for (auto& [opt, st] : per_optimizer_) {
     if (st.stage == Stage::Ready || (st.found_inf.empty() && st.found < 0)) continue;
@@ -183,12 +205,15 @@ void GradScaler::update() {
     growth_tracker_ = 0;
   }
   per_optimizer_.clear();
+  refresh_device_scales();
 }
 
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
+  core::refuse_in_graph_capture("GradScaler.update", kReadsFlagsOnHost);
   scale_ = checked_scale(new_scale, "GradScaler.update", "new_scale");
   per_optimizer_.clear();
+  refresh_device_scales();
 }
 
 StateDict GradScaler::state_dict() const {
@@ -230,6 +255,7 @@ void GradScaler::load_state_dict(const StateDict& dict) {
   options_ = o;
   scale_ = s;
   growth_tracker_ = tracker;
+  refresh_device_scales();
 }
 
 // ---- the CPU backend -----------------------------------------------------------------

@@ -34,6 +34,16 @@
 // step() read; only when update() follows unscale_ without a step() does it read the
 // flag itself (still one sync).
 //
+// Note [GradScaler in a CUDA graph]
+// A captured kernel keeps the scalar arguments it had (Note [CUDA graphs]), so scale(loss)
+// inside a capture multiplies by a 0-d float32 copy of the scale in device memory instead:
+// made by the first scale() outside a capture on that device (warm-up), rewritten by
+// update(), update(new_scale) and load_state_dict whenever the scale changes (a fill queued
+// on the current stream, so it lands before the next replay), and read by each replay's
+// backward. unscale_, step and update read the inf flags on the host and refuse inside a
+// capture: they run after replay(), eagerly - the step is one or two fused launches. For a
+// power-of-two scale both multiplies give the same bits.
+//
 // Note [Fused unscale]
 // unscale_ walks every gradient of every param group of the optimizer and, per (device,
 // dtype), makes ONE multi-tensor launch (Note [Multi-tensor launch] in optim/multi_tensor.h)
@@ -114,11 +124,16 @@ class GradScaler {
   };
   /// Reads (once) whether any of `st`'s flags is set: the host sync.
   static bool read_found_inf(PerOptimizer& st);
+  /// The scale as a 0-d float32 on `device` (Note [GradScaler in a CUDA graph]).
+  Tensor device_scale(Device device) const;
+  /// Writes scale_ into every device copy.
+  void refresh_device_scales() const;
 
   GradScalerOptions options_;
   float scale_;
   int64_t growth_tracker_ = 0;
   std::unordered_map<const Optimizer*, PerOptimizer> per_optimizer_;
+  mutable std::vector<Tensor> device_scales_;  // Note [GradScaler in a CUDA graph]
 };
 
 }  // namespace frugal::optim

@@ -4,6 +4,7 @@
 // stores what it computed in a slot of its own, and the main thread compares it with the
 // single-process reference.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "nn/module.h"
+#include "parallel/communicator.h"
 #include "tensor/random.h"
 #include "tests/test_util.h"
 
@@ -88,5 +90,37 @@ using PerRank = std::vector<T>;
 
 /// A rank's named results, compared after the ranks have joined.
 using Results = std::map<std::string, Tensor>;
+
+/// A communicator that hands every call to `inner`: tests derive from it to count or log the
+/// calls they care about, overriding those alone.
+class ForwardingCommunicator : public parallel::Communicator {
+ public:
+  using CommPtr = std::shared_ptr<parallel::Communicator>;
+  explicit ForwardingCommunicator(CommPtr inner) : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  Device device() const override { return inner_->device(); }
+  std::shared_ptr<parallel::Work> all_reduce(const Tensor& t, parallel::ReduceOp op) override {
+    return inner_->all_reduce(t, op);
+  }
+  std::shared_ptr<parallel::Work> all_gather(const Tensor& in, const Tensor& out) override {
+    return inner_->all_gather(in, out);
+  }
+  std::shared_ptr<parallel::Work> reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
+    return inner_->reduce_scatter(in, out, op);
+  }
+  std::shared_ptr<parallel::Work> broadcast(const Tensor& t, int root) override { return inner_->broadcast(t, root); }
+  std::shared_ptr<parallel::Work> send(const Tensor& t, int peer) override { return inner_->send(t, peer); }
+  std::shared_ptr<parallel::Work> recv(const Tensor& t, int peer) override { return inner_->recv(t, peer); }
+  void barrier() override { inner_->barrier(); }
+  CommPtr split(int color, int key) override { return inner_->split(color, key); }
+  void set_timeout(std::chrono::milliseconds t) override { inner_->set_timeout(t); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+
+ private:
+  CommPtr inner_;
+};
 
 }  // namespace frugal::testing

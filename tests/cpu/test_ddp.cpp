@@ -32,35 +32,15 @@ using parallel::run_ranks;
 namespace {
 
 /// Forwards to `inner`, counting all-reduces: DDP must issue one per bucket per synced step.
-class CountingCommunicator : public parallel::Communicator {
+class CountingCommunicator : public ForwardingCommunicator {
  public:
-  explicit CountingCommunicator(CommPtr inner) : inner_(std::move(inner)) {}
+  using ForwardingCommunicator::ForwardingCommunicator;
   int all_reduces = 0;
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return inner_->backend(); }
-  Device device() const override { return inner_->device(); }
   std::shared_ptr<parallel::Work> all_reduce(const Tensor& t, parallel::ReduceOp op) override {
     ++all_reduces;
-    return inner_->all_reduce(t, op);
+    return ForwardingCommunicator::all_reduce(t, op);
   }
-  std::shared_ptr<parallel::Work> all_gather(const Tensor& in, const Tensor& out) override {
-    return inner_->all_gather(in, out);
-  }
-  std::shared_ptr<parallel::Work> reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
-    return inner_->reduce_scatter(in, out, op);
-  }
-  std::shared_ptr<parallel::Work> broadcast(const Tensor& t, int root) override { return inner_->broadcast(t, root); }
-  std::shared_ptr<parallel::Work> send(const Tensor& t, int peer) override { return inner_->send(t, peer); }
-  std::shared_ptr<parallel::Work> recv(const Tensor& t, int peer) override { return inner_->recv(t, peer); }
-  void barrier() override { inner_->barrier(); }
-  CommPtr split(int color, int key) override { return inner_->split(color, key); }
-  void set_timeout(std::chrono::milliseconds t) override { inner_->set_timeout(t); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
-
- private:
-  CommPtr inner_;
 };
 
 }  // namespace

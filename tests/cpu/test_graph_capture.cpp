@@ -4,7 +4,7 @@
 // allocator, whose policy is the device's: what the capture allocates comes from its own
 // pool, and what it frees is not handed to anyone else until the pool is released. Code a
 // replay would get wrong refuses with an error naming it (random numbers, Adam's step count,
-// SGD's first momentum step, GradScaler), and SGD's frozen hyperparameters are checked
+// SGD's first momentum step, GradScaler's unscale_ and step), and SGD's frozen hyperparameters are checked
 // before each replay.
 #include <doctest/doctest.h>
 
@@ -133,7 +133,7 @@ TEST_CASE("graph capture: what cannot be captured refuses with an error naming i
   memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
 }
 
-TEST_CASE("graph capture: random numbers, Adam, SGD's first momentum step and GradScaler refuse; SGD's lr is checked") {
+TEST_CASE("graph capture: other generators, Adam, SGD's first momentum step, GradScaler.step refuse; lr checked") {
   using namespace frugal::testing;
   Tensor w = param_tensor(random_values(6, 3), {6});
   w.set_grad(make_tensor(random_values(6, 4), {6}, kFloat32));
@@ -147,7 +147,8 @@ TEST_CASE("graph capture: random numbers, Adam, SGD's first momentum step and Gr
     CHECK_THROWS_WITH_AS(ops::dropout(w.detach(), 0.5), doctest::Contains("Philox offset"), Error);
     CHECK_THROWS_WITH_AS(adamw.step(), doctest::Contains("bias corrections"), Error);
     CHECK_THROWS_WITH_AS(sgd.step(), doctest::Contains("first step with momentum"), Error);
-    CHECK_THROWS_WITH_AS(scaler.scale(w.detach()), doctest::Contains("GradScaler"), Error);
+    CHECK_THROWS_WITH_AS(scaler.unscale_(sgd), doctest::Contains("GradScaler.unscale_"), Error);
+    CHECK_THROWS_WITH_AS(scaler.step(sgd), doctest::Contains("GradScaler.step"), Error);
   }
   sgd.step();  // the warm-up step outside the capture makes the momentum buffer
   {

@@ -37,38 +37,28 @@ constexpr optim::SGDOptions kSgd{.lr = 0.5};
 
 /// Forwards to `inner`, logging every collective as "<op> <numel>", and an all-gather of
 /// FSDP shard u as "... unit u": ranks in lockstep log alike.
-class RecordingCommunicator : public parallel::Communicator {
+class RecordingCommunicator : public ForwardingCommunicator {
  public:
-  explicit RecordingCommunicator(CommPtr inner) : inner_(std::move(inner)) {}
+  using ForwardingCommunicator::ForwardingCommunicator;
   std::vector<std::string> log;
   std::vector<const void*> shards;  // the FSDP wrapper's parameters(), in unit order (float32: gathered as they are)
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return inner_->backend(); }
-  Device device() const override { return inner_->device(); }
   std::shared_ptr<parallel::Work> all_reduce(const Tensor& t, parallel::ReduceOp op) override {
     record("all_reduce", t);
-    return inner_->all_reduce(t, op);
+    return ForwardingCommunicator::all_reduce(t, op);
   }
   std::shared_ptr<parallel::Work> all_gather(const Tensor& in, const Tensor& out) override {
     record("all_gather", in);
-    return inner_->all_gather(in, out);
+    return ForwardingCommunicator::all_gather(in, out);
   }
   std::shared_ptr<parallel::Work> reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
     record("reduce_scatter", in);
-    return inner_->reduce_scatter(in, out, op);
+    return ForwardingCommunicator::reduce_scatter(in, out, op);
   }
   std::shared_ptr<parallel::Work> broadcast(const Tensor& t, int root) override {
     record("broadcast", t);
-    return inner_->broadcast(t, root);
+    return ForwardingCommunicator::broadcast(t, root);
   }
-  std::shared_ptr<parallel::Work> send(const Tensor& t, int peer) override { return inner_->send(t, peer); }
-  std::shared_ptr<parallel::Work> recv(const Tensor& t, int peer) override { return inner_->recv(t, peer); }
-  void barrier() override { inner_->barrier(); }
-  CommPtr split(int color, int key) override { return inner_->split(color, key); }
-  void set_timeout(std::chrono::milliseconds t) override { inner_->set_timeout(t); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
 
  private:
   void record(const char* op, const Tensor& t) {
@@ -77,7 +67,6 @@ class RecordingCommunicator : public parallel::Communicator {
     if (u != shards.end()) entry += " unit " + std::to_string(u - shards.begin());
     log.push_back(entry);
   }
-  CommPtr inner_;
 };
 
 /// FSDP over `vit` with one unit per encoder block, its collectives recorded by `rec`.

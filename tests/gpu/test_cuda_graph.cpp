@@ -2,7 +2,8 @@
 // forward, backward, SGD with momentum, zero_grad - captured once and replayed on new
 // batches gives bitwise the weights and losses of the same steps run eagerly, in float32,
 // under bfloat16 autocast and with dropout (each replay draws new masks, the eager step's);
-// what a replay would get wrong refuses at capture.
+// with GradScaler, forward and backward are captured and the step follows each replay, the
+// scale changing between replays; what a replay would get wrong refuses at capture.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -102,6 +103,52 @@ TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager 
   }
 }
 
+TEST_CASE("cuda graph: float16 forward and backward captured with GradScaler; step and update after each replay") {
+  const int steps = 5;
+  std::vector<Tensor> xs, ys;
+  for (int s = 0; s < steps; ++s) xs.push_back(batch({kBatch, kIn}, 400 + s)), ys.push_back(batch({kBatch, kOut}, 500 + s));
+  auto scaled_backward = [](const Mlp& m, optim::SGD& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(cuda(), kFloat16);
+      loss = mse_loss(matmul(relu(matmul(x, m.w1)), m.w2), y);
+    }
+    scaler.scale(loss).backward();
+  };
+  // The scale changes between steps (as a backoff would): the replays must follow it.
+  const double scales[] = {1024.0, 1024.0, 256.0, 256.0, 4096.0};
+
+  Mlp eager;
+  optim::SGD eager_opt({eager.w1, eager.w2}, {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler eager_scaler({.init_scale = 1024.0});
+  for (int s = 0; s < steps; ++s) {
+    scaled_backward(eager, eager_opt, eager_scaler, xs[size_t(s)], ys[size_t(s)]);
+    eager_scaler.step(eager_opt);
+    eager_scaler.update(scales[(s + 1) % steps]);
+  }
+
+  Mlp graphed;
+  optim::SGD opt({graphed.w1, graphed.w2}, {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler scaler({.init_scale = 1024.0});
+  const Tensor static_x = xs[0].clone(), static_y = ys[0].clone();
+  scaled_backward(graphed, opt, scaler, static_x, static_y);  // step 0, eager: momentum, the device scale
+  scaler.step(opt);
+  scaler.update(scales[1]);
+  CudaGraph graph;
+  graph.capture([&] { scaled_backward(graphed, opt, scaler, static_x, static_y); }, {.warmup = 0});
+  for (int s = 1; s < steps; ++s) {
+    CAPTURE(s);
+    static_x.copy_(xs[size_t(s)]);
+    static_y.copy_(ys[size_t(s)]);
+    graph.replay();
+    scaler.step(opt);
+    scaler.update(scales[(s + 1) % steps]);
+  }
+  CHECK(values_of(graphed.w1) == values_of(eager.w1));
+  CHECK(values_of(graphed.w2) == values_of(eager.w2));
+}
+
 TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a changed lr refuses at replay") {
   Mlp mlp;
   optim::SGD opt({mlp.w1, mlp.w2}, {.lr = 0.05, .momentum = 0.9});
@@ -127,7 +174,9 @@ TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a chang
   refused([&] { synchronize(cuda()); }, "synchronize");
   refused([&] { (void)mlp.loss(x, y, false).item<float>(); }, "synchronize");
   optim::GradScaler scaler;
-  refused([&] { (void)scaler.scale(mlp.loss(x, y, false)); }, "GradScaler");
+  refused([&] { (void)scaler.scale(mlp.loss(x, y, false)); }, "made outside a capture");  // no warm-up
+  (void)scaler.scale(mlp.loss(x, y, false));  // now it has its device copy; unscale_ and step still refuse
+  refused([&] { scaler.unscale_(opt); }, "inf flags on the host");
 
   CudaGraph graph;  // after those failures a capture still works
   CHECK_THROWS_WITH_AS(graph.replay(), doctest::Contains("nothing captured"), Error);
