@@ -6,7 +6,7 @@
 #   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory compress-accuracy svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
-#                                     galore svd-scale svd-vitb16 profile)
+#                                     galore svd-scale svd-vitb16 cuda-graph profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -87,6 +87,12 @@ for s in "$@"; do
         echo "-- bert_mlm (BERT-base) $run_args"
         run "$BUILD/examples/bert_mlm" $base $run_args 2>&1 | tr '\r' '\n' | grep -E "mlm_loss|optimizer_state|^train:" | tail -5
       done ;;
+    cuda-graph)  # issue 18: CudaGraph's GPU tests, then the small-batch rows eager and replayed against PyTorch eager
+      run "$BUILD/tests/frugal_gpu_tests" -tc='*cuda graph*'
+      rows=${GRAPH_ROWS:-resnet50-b16-amp,vit_b16-b16-amp,bert_base-b8-amp}
+      run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows"
+      run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows" \
+        --cuda-graph ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac

@@ -21,6 +21,7 @@ fails (OOM, crash, timeout) shows the error and the table goes on.
     python3 tools/train_step_torch.py --frugal build/bench/train_step            # the 7 default rows
     python3 tools/train_step_torch.py --frugal build/bench/train_step --rows resnet50-b128-amp,bert_base-b64-amp
     python3 tools/train_step_torch.py --frugal build/bench/train_step --compile   # and a torch.compile column
+    python3 tools/train_step_torch.py --frugal build/bench/train_step --cuda-graph --rows resnet50-b16-amp,vit_b16-b16-amp
     python3 tools/train_step_torch.py --frugal build/bench/train_step --skip-torch --device cpu \\
         --rows resnet50-b2-fp32 --image-size 64 --steps 1 --warmup 1             # CPU smoke run
 
@@ -209,6 +210,8 @@ def run_frugal(row, args):
         cmd.append("--checkpoint")
     if args.tf32 == "on":
         cmd.append("--tf32")
+    if args.cuda_graph:
+        cmd.append("--cuda-graph")
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout)
     except subprocess.TimeoutExpired:
@@ -270,6 +273,8 @@ def main():
                     help="TF32 for float32 convolutions and matmuls on both sides (torch's own default "
                          "turns it on for cuDNN convolutions; off compares the same float32 math)")
     ap.add_argument("--skip-torch", action="store_true", help="frugal's column only (no torch needed)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="frugal's rows replay a captured step (train_step --cuda-graph; SGD only); PyTorch stays eager")
     ap.add_argument("--compile", action="store_true",
                     help="also run each row under torch.compile (default inductor, in this process) and print "
                          "its ms and frugal's throughput over it")
