@@ -1,3 +1,4 @@
+#include "core/graph_capture.h"
 #include "memory/deferred_checks.h"
 #include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
@@ -32,6 +33,13 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
 }
 
 void memcpy_across(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) {
+  if (dst_dev.is_cpu())
+    core::refuse_in_graph_capture("Copying a device tensor to the host (cpu(), to(kCPU), item(), tolist())",
+                                  "the host would read it before the captured work has run");
+  else if (src_dev.is_cpu())
+    core::refuse_in_graph_capture("Copying a host tensor to the device",
+                                  "each replay would copy the host memory as it is then; copy into a static device "
+                                  "tensor before replay() instead");
   const Device gpu = dst_dev.is_cuda() ? dst_dev : src_dev;
   DeviceGuard guard(gpu);
   cudaStream_t stream = stream_for(gpu);

@@ -172,7 +172,7 @@ TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a chang
   Generator own(5);
   refused([&] { (void)ops::dropout(x, 0.1, &own); }, "Philox offset");
   refused([&] { synchronize(cuda()); }, "synchronize");
-  refused([&] { (void)mlp.loss(x, y, false).item<float>(); }, "synchronize");
+  refused([&] { (void)mlp.loss(x, y, false).item<float>(); }, "to the host");
   optim::GradScaler scaler;
   refused([&] { (void)scaler.scale(mlp.loss(x, y, false)); }, "made outside a capture");  // no warm-up
   (void)scaler.scale(mlp.loss(x, y, false));  // now it has its device copy; unscale_ and step still refuse
