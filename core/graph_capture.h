@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/stream.h"
 
 namespace frugal::core {
 
@@ -18,13 +19,17 @@ struct GraphCapture {
   void* stream = nullptr;          ///< the captured stream (a cudaStream_t)
   /// Run before every replay; each throws if what the capture froze has changed since
   /// (an optimizer's learning rate, say), so that a replay never silently uses the old value.
-  std::vector<std::function<void()>> replay_checks;
+  std::vector<std::function<void()>> replay_checks{};
   /// Graph-safe random numbers (Note [Graph-safe random numbers] in tensor/random.h): the
   /// generator whose draws are captured, the device word that receives its offset before
   /// each replay, and the counters drawn so far in the capture, relative to that word.
   const void* rng_generator = nullptr;
   const void* rng_base = nullptr;
   uint64_t rng_offset = 0;
+  /// Run after every replay's launch, on the stream it was launched on: each re-files a
+  /// deferred index check of the captured work (Note [Index checks in a CUDA graph] in
+  /// memory/deferred_checks.h).
+  std::vector<std::function<void(Stream)>> after_replay{};
 };
 
 /// The capture running on this thread, or nullptr.

@@ -158,6 +158,12 @@ class CudaCheckTransport final : public CheckTransport {
 
   bool completed(void* event) override { return cuda_event_done(static_cast<cudaEvent_t>(event)); }
 
+  void copy_record_on_device(Stream stream, const void* record, void* copy) override {
+    CudaDeviceGuard guard(index_);
+    FRUGAL_CUDA_CHECK(cudaMemcpyAsync(copy, record, 3 * sizeof(int64_t), cudaMemcpyDeviceToDevice,
+                                      static_cast<cudaStream_t>(stream.handle)));
+  }
+
  private:
   int index_;
 };

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "memory/allocator.h"
 #include "memory/pinned.h"
 
 namespace frugal::memory {
@@ -45,6 +46,8 @@ bool sync_checks() { return sync_flag().load(std::memory_order_relaxed); }
 void set_sync_checks(bool on) { sync_flag().store(on, std::memory_order_relaxed); }
 
 void defer_check(Stream stream, const void* record, CheckMessage message) {
+  if (core::GraphCapture* capture = core::current_graph_capture())
+    return registry(stream.device).add_captured(*capture, stream, record, std::move(message));
   registry(stream.device).add(stream, record, std::move(message));
 }
 
@@ -94,6 +97,16 @@ void PendingChecks::add(Stream stream, const void* record, CheckMessage message)
     failure = retire(/*oldest_only=*/true, "at a later index-checked op", /*keep_newest=*/true);
   }
   if (!failure.empty()) throw Error(failure);
+}
+
+void PendingChecks::add_captured(core::GraphCapture& capture, Stream stream, const void* record,
+                                 CheckMessage message) {
+  // Allocated on the captured stream: the graph's pool, held by the closure as long as the graph.
+  auto copy = std::make_shared<DataPtr>(allocate(stream.device, kRecordWords * sizeof(int64_t), stream));
+  transport_->copy_record_on_device(stream, record, copy->get());
+  // (This registry lives as long as the process.)
+  capture.after_replay.push_back(
+      [this, copy, message = std::move(message)](Stream replayed) { add(replayed, copy->get(), message); });
 }
 
 void PendingChecks::resolve() {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/data_ptr.h"
+#include "core/graph_capture.h"
 #include "core/stream.h"
 
 namespace frugal::memory {
@@ -45,6 +46,15 @@ namespace frugal::memory {
 // do not resolve checks: they run under locks or inside other ops, where an unrelated
 // error would be a surprise; a profiler stop syncs without resolving for the same reason.
 
+// Note [Index checks in a CUDA graph]
+// A captured op's check cannot be filed as above: the capture runs no kernel, and the op's
+// record may be reused by a later op of the same capture before a replay's end. Inside a
+// capture defer_check instead copies the record, right after the op (a captured
+// device-to-device copy), into a word of its own in the graph's pool that nothing else
+// uses while the graph lives, and asks the graph to file an ordinary deferred check of
+// that word after each replay (GraphCapture::after_replay): replays raise bad indices at
+// the next synchronization, as eager steps do.
+
 /// Formats a failed check's error from its record's value and position.
 using CheckMessage = std::function<std::string(int64_t value, int64_t position)>;
 
@@ -77,6 +87,9 @@ class CheckTransport {
   /// Queues on `stream`: 3 int64 from device `record` to host `slot`, then records `event`.
   virtual void copy_record(Stream stream, const void* record, int64_t* slot, void* event) = 0;
   virtual bool completed(void* event) = 0;
+  /// Queues on `stream` a device-to-device copy of the 3-word record (Note [Index checks in
+  /// a CUDA graph]).
+  virtual void copy_record_on_device(Stream stream, const void* record, void* copy) = 0;
 };
 
 /// One device's pending checks and its pool of pinned slots (see the Note).
@@ -87,6 +100,9 @@ class PendingChecks {
   PendingChecks& operator=(const PendingChecks&) = delete;
 
   void add(Stream stream, const void* record, CheckMessage message);
+  /// Inside a graph capture: copies the record to a word of the graph's and has every
+  /// replay file a check of that word (Note [Index checks in a CUDA graph]).
+  void add_captured(core::GraphCapture& capture, Stream stream, const void* record, CheckMessage message);
   void resolve();
   size_t pending() const;
   size_t slots() const;

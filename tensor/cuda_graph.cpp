@@ -57,6 +57,7 @@ struct CudaGraph::Impl {
   cudaEvent_t last_replay = nullptr;  // recorded after each replay: the destructor waits for it
   bool pool = false;                  // memory::begin_graph_pool was called (keyed by this Impl)
   std::vector<std::function<void()>> replay_checks;
+  std::vector<std::function<void(Stream)>> after_replay;  // re-file the captured index checks
   DataPtr rng_base;        // the device word each replay's generator offset is copied to
   uint64_t rng_total = 0;  // counters one replay draws (Note [Graph-safe random numbers])
 };
@@ -128,6 +129,7 @@ void CudaGraph::capture(const std::function<void()>& fn, CudaGraphOptions option
     FRUGAL_CUDA_CHECK(cudaGraphInstantiate(&impl_->exec, graph, 0));
     impl_->replay_checks = std::move(capture.replay_checks);
     impl_->rng_total = capture.rng_offset;
+    impl_->after_replay = std::move(capture.after_replay);
   }
   stream_wait(static_cast<cudaStream_t>(caller.handle), side);  // the warm-up's results are the caller's
 }
@@ -144,6 +146,7 @@ void CudaGraph::replay() {
     FRUGAL_CUDA_CHECK(cudaMemcpyAsync(impl_->rng_base.get(), &first, sizeof first, cudaMemcpyHostToDevice, stream));
   }
   FRUGAL_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
+  for (const auto& filed : impl_->after_replay) filed(Stream{stream, device_});  // Note [Index checks in a CUDA graph]
   if (!impl_->last_replay) FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->last_replay, cudaEventDisableTiming));
   FRUGAL_CUDA_CHECK(cudaEventRecord(impl_->last_replay, stream));
 }

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/graph_capture.h"
+#include "memory/allocator.h"
 #include "memory/deferred_checks.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
@@ -45,6 +47,16 @@ class FakeTransport final : public CheckTransport {
     std::lock_guard<std::mutex> lock(mu_);
     return *static_cast<bool*>(event);
   }
+  // A captured device copy: made now, and again at each replay_device_copies() (a replay).
+  void copy_record_on_device(Stream, const void* record, void* copy) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_copies_.emplace_back(record, copy);
+    std::memcpy(copy, record, 3 * sizeof(int64_t));
+  }
+  void replay_device_copies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [record, copy] : device_copies_) std::memcpy(copy, record, 3 * sizeof(int64_t));
+  }
 
   void land(size_t i) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -56,6 +68,7 @@ class FakeTransport final : public CheckTransport {
   }
 
  private:
+  std::vector<std::pair<const void*, void*>> device_copies_;
   struct Copy {
     const int64_t* record;
     int64_t* slot;
@@ -251,4 +264,34 @@ TEST_CASE("deferred checks: the sync switch, and CPU ops still throw at the call
   CHECK(memory::pending_check_count(kCPU) == 0);
   CHECK_NOTHROW(memory::resolve_checks(kCPU));
   ops::set_sync_index_checks(before);
+}
+
+TEST_CASE("deferred checks: a check captured in a CUDA graph is copied at its op and filed after each replay") {
+  auto owned = std::make_unique<FakeTransport>(/*immediate=*/true);
+  FakeTransport& transport = *owned;
+  PendingChecks checks("fake:0", std::move(owned));
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  core::GraphCapture capture{.pool_key = &key, .device = kCPU, .stream = nullptr, .replay_checks = {}};
+  int64_t record[3] = {0, 0, 0};  // the op's record, as the device would hold it
+  core::set_current_graph_capture(&capture);
+  checks.add_captured(capture, Stream{nullptr, kCPU}, record, [](int64_t value, int64_t position) {
+    return "index " + std::to_string(value) + " at " + std::to_string(position);
+  });
+  core::set_current_graph_capture(nullptr);
+  CHECK(checks.pending() == 0);  // nothing ran at capture
+  REQUIRE(capture.after_replay.size() == 1);
+  auto replay = [&] {
+    transport.replay_device_copies();
+    for (const auto& filed : capture.after_replay) filed(Stream{nullptr, kCPU});
+  };
+  replay();  // a clean replay: filed, and resolved without an error
+  CHECK(checks.pending() == 1);
+  checks.resolve();
+  CHECK(checks.pending() == 0);
+  record[0] = 1, record[1] = 42, record[2] = 7;  // the next replay's op meets a bad index
+  replay();
+  CHECK_THROWS_WITH_AS(checks.resolve(), doctest::Contains("index 42 at 7"), Error);
+  capture.after_replay.clear();
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
 }
