@@ -20,6 +20,7 @@
 #include "tensor/cuda_graph.h"
 #include "tensor/factory.h"
 #include "tensor/ops/dropout.h"
+#include "tensor/ops/fill.h"
 #include "tensor/random.h"
 #include "tests/test_util.h"
 
@@ -147,6 +148,21 @@ TEST_CASE("cuda graph: float16 forward and backward captured with GradScaler; st
   }
   CHECK(values_of(graphed.w1) == values_of(eager.w1));
   CHECK(values_of(graphed.w2) == values_of(eager.w2));
+}
+
+TEST_CASE("cuda graph: a replay whose labels are out of range raises at the next synchronize") {
+  Mlp mlp;
+  const Tensor x = batch({kBatch, kIn}, 600);
+  const Tensor labels = zeros({kBatch}, TensorOptions(kInt64, cuda()));
+  Tensor static_loss;
+  CudaGraph graph;
+  graph.capture([&] { static_loss = cross_entropy(matmul(relu(matmul(x, mlp.w1)), mlp.w2), labels); }, {.warmup = 1});
+  graph.replay();
+  synchronize(cuda());  // in range: nothing to raise
+  ops::fill_(labels, double(kOut + 3));  // (Note [Index checks in a CUDA graph])
+  graph.replay();
+  CHECK_THROWS_WITH_AS(synchronize(cuda()), doctest::Contains("is out of range"), Error);
+  synchronize(cuda());  // raised once, then gone
 }
 
 TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a changed lr refuses at replay") {
