@@ -146,9 +146,9 @@ void CudaGraph::replay() {
     FRUGAL_CUDA_CHECK(cudaMemcpyAsync(impl_->rng_base.get(), &first, sizeof first, cudaMemcpyHostToDevice, stream));
   }
   FRUGAL_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
-  for (const auto& filed : impl_->after_replay) filed(Stream{stream, device_});  // Note [Index checks in a CUDA graph]
   if (!impl_->last_replay) FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->last_replay, cudaEventDisableTiming));
-  FRUGAL_CUDA_CHECK(cudaEventRecord(impl_->last_replay, stream));
+  FRUGAL_CUDA_CHECK(cudaEventRecord(impl_->last_replay, stream));  // before anything below may throw
+  for (const auto& filed : impl_->after_replay) filed(Stream{stream, device_});  // Note [Index checks in a CUDA graph]
 }
 
 bool CudaGraph::captured() const { return impl_->exec != nullptr; }
