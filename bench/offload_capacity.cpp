@@ -9,14 +9,13 @@
 // Defaults: --device cuda, float16 parameters on a GPU and float32 on the CPU, 16 GiB on a
 // GPU and 0.125 GiB on the CPU, 2 layers, batch 2 x 16 tokens, vocab 512.
 // A BERT-shaped masked-LM (BertForMaskedLM, heads of 64, FFN 4x, no dropout) grows in width
-// up a ladder (about x1.25 per rung, then a bisection to 64 past the last rung that fit); each width is built on the device and trained two steps
-// (the second timed) while the device arena may reserve at most --memory-limit-gib more than
-// it held before (memory::set_memory_limit, which the CPU arena honours too, so the search
-// runs at tiny sizes on a CPU). OffloadAdamW's master weights and moments are in the pinned
-// host pool, outside that limit, as on a GPU. The table lists every rung tried; the key
-// figures give the largest parameter count each optimizer trained and its step time.
-// Then, unless --adam-params is 0, one AdamW step over --adam-params parameters on the CPU
-// for each thread count: OffloadAdamW's update against optim::AdamW's loop.
+// up a ladder (about x1.25 per rung, then a bisection to 64 past the last rung that fit); each width is built on the
+// device and trained two steps (the second timed) while the device arena may reserve at most --memory-limit-gib more
+// than it held before (memory::set_memory_limit, which the CPU arena honours too, so the search runs at tiny sizes on a
+// CPU). OffloadAdamW's master weights and moments are in the pinned host pool, outside that limit, as on a GPU. The
+// table lists every rung tried; the key figures give the largest parameter count each optimizer trained and its step
+// time. Then, unless --adam-params is 0, one AdamW step over --adam-params parameters on the CPU for each thread count:
+// OffloadAdamW's update against optim::AdamW's loop.
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -99,8 +98,8 @@ int main(int argc, char** argv) {
   const Args a = cli::parse_or_exit("offload_capacity", kUsage, [&] { return parse(argc, argv); });
   const CapacityOptions& o = a.capacity;
   std::printf("device: %s, limit %.3f GiB, %s parameters, %lld layers, batch %lld x %lld tokens, vocab %lld\n",
-              o.device.str().c_str(), a.memory_limit_gib, dtype_name(o.dtype), (long long)o.layers,
-              (long long)o.batch, (long long)o.seq_len, (long long)o.vocab);
+              o.device.str().c_str(), a.memory_limit_gib, dtype_name(o.dtype), (long long)o.layers, (long long)o.batch,
+              (long long)o.seq_len, (long long)o.vocab);
   Table trials("training one step under the limit",
                {"optimizer", "hidden", "params (M)", "fits", "step ms", "peak device MiB", "host state MiB"});
   KeyFigures figures;
@@ -108,8 +107,9 @@ int main(int argc, char** argv) {
   for (const char* name : {"adamw", "offload_adamw", "offload_adamw_release"}) {
     const CapacityResult r = largest_trainable(o, name);
     for (const CapacityTrial& t : r.trials)
-      trials.add({name, std::to_string(t.hidden), t.parameters ? fmt("%.2f", double(t.parameters) / 1e6) : "-", t.fits ? "yes" : "no",
-                  t.fits ? fmt("%.1f", t.step_ms) : "-", t.fits ? fmt("%.1f", double(t.peak_device_bytes) / 1048576.0) : "-",
+      trials.add({name, std::to_string(t.hidden), t.parameters ? fmt("%.2f", double(t.parameters) / 1e6) : "-",
+                  t.fits ? "yes" : "no", t.fits ? fmt("%.1f", t.step_ms) : "-",
+                  t.fits ? fmt("%.1f", double(t.peak_device_bytes) / 1048576.0) : "-",
                   t.fits ? fmt("%.1f", double(t.host_state_bytes) / 1048576.0) : "-"});
     const CapacityTrial best = r.largest();
     figures.add(std::string(name) + "_largest_params", double(best.parameters), "%.0f");

@@ -65,9 +65,7 @@ CapacityTrial try_width(const CapacityOptions& o, const std::string& optimizer, 
     t.peak_device_bytes = memory::stats(o.device).allocated_bytes.peak;
     if (const auto* offload = dynamic_cast<const optim::OffloadAdamW*>(opt.get()))
       t.host_state_bytes = offload->host_state_bytes();
-  } catch (const OutOfMemoryError&) {
-    t.fits = false;
-  }
+  } catch (const OutOfMemoryError&) { t.fits = false; }
   return t;
 }
 

@@ -27,7 +27,7 @@ struct CapacityOptions {
 struct CapacityTrial {
   int64_t hidden = 0, parameters = 0;  // parameters: 0 when the model could not even be built
   bool fits = false;
-  double step_ms = 0;            // the second step, forward + backward + optimizer
+  double step_ms = 0;             // the second step, forward + backward + optimizer
   int64_t peak_device_bytes = 0;  // the device arena's peak allocated bytes
   int64_t host_state_bytes = 0;   // the optimizer's state in host memory (OffloadAdamW)
 };

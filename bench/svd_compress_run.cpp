@@ -163,12 +163,18 @@ std::vector<Row> run_table(const Options& o, std::ostream& log) {
     // train_resnet --augment); fine-tuning reads the plain `loader`.
     std::optional<data::DataLoader> augmented;
     if (o.augment)
-      augmented.emplace(std::make_shared<data::TransformedDataset>(
-                            std::make_shared<data::TensorDataset>(raw_train, ds.train_labels),
-                            data::Compose({data::RandomCrop(c.image, 2), data::RandomHorizontalFlip(0.5),
-                                           data::Normalize({examples::kFashionMnistMean}, {examples::kFashionMnistStd})}),
-                            o.seed),
-                        data::DataLoaderOptions{.batch_size = o.batch_size, .shuffle = true, .seed = o.seed, .device = device, .prefetch = 4, .workers = 4});
+      augmented.emplace(
+          std::make_shared<data::TransformedDataset>(
+              std::make_shared<data::TensorDataset>(raw_train, ds.train_labels),
+              data::Compose({data::RandomCrop(c.image, 2), data::RandomHorizontalFlip(0.5),
+                             data::Normalize({examples::kFashionMnistMean}, {examples::kFashionMnistStd})}),
+              o.seed),
+          data::DataLoaderOptions{.batch_size = o.batch_size,
+                                  .shuffle = true,
+                                  .seed = o.seed,
+                                  .device = device,
+                                  .prefetch = 4,
+                                  .workers = 4});
     data::DataLoader& train_loader = augmented ? *augmented : loader;
     // train_vit's recipe: AdamW with weight decay, warm-up then cosine decay, label
     // smoothing, float16 autocast on CUDA (a constant lr left the 21M model short of the

@@ -110,8 +110,9 @@ DataPtr CachingAllocator::allocate(size_t nbytes, Stream stream) {
     const size_t seg_size = segment_size(size);
     block = allocate_segment(kind, stream.handle, seg_size);
     if (!block && capturing)
-      throw_out_of_memory(nbytes, seg_size, " A CUDA graph capture cannot wait for memory to be freed: capture with "
-                                            "more memory free (Note [Graph pools]).");
+      throw_out_of_memory(nbytes, seg_size,
+                          " A CUDA graph capture cannot wait for memory to be freed: capture with "
+                          "more memory free (Note [Graph pools]).");
     if (!block) {  // see Note [Out of memory]
       ++stats_.num_alloc_retries;
       release_cached_segments();
@@ -224,8 +225,7 @@ CachingAllocator::GraphPool* CachingAllocator::capturing_pool() {
 
 void CachingAllocator::begin_graph_pool(const void* key, bool reuse) {
   std::lock_guard lock(mutex_);
-  for (const auto& [k, pool] : graph_pools_)
-    FRUGAL_CHECK(k != key, name_, ": graph pool ", key, " exists already");
+  for (const auto& [k, pool] : graph_pools_) FRUGAL_CHECK(k != key, name_, ": graph pool ", key, " exists already");
   graph_pools_.emplace_back(key, GraphPool{.reuse = reuse, .held = {}});
 }
 
@@ -310,7 +310,7 @@ bool CachingAllocator::record_stream(const DataPtr& p, Stream stream) {
   if (block != p.context() || block->state != BlockState::Allocated) return false;
 
   if (stream == Stream{block->stream, device_}) return true;  // its own stream: ordered already
-  for (const auto& [key, pool] : graph_pools_)  // a graph's block: not reused until its work is done
+  for (const auto& [key, pool] : graph_pools_)                // a graph's block: not reused until its work is done
     if (key == block->stream) return true;
   auto& uses = block->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
@@ -389,7 +389,8 @@ void CachingAllocator::free_segment(Block* block) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
-  FRUGAL_CHECK(!capturing_pool(), name_, ": empty_cache cannot run inside a CUDA graph capture (it waits for the "
+  FRUGAL_CHECK(!capturing_pool(), name_,
+               ": empty_cache cannot run inside a CUDA graph capture (it waits for the "
                "device; Note [Graph pools])");
   release_cached_segments();
 }
@@ -400,12 +401,12 @@ void CachingAllocator::throw_out_of_memory(size_t nbytes, size_t seg_size, const
   const int64_t allocated = stats_.allocated_bytes.current;
   const int64_t reserved = stats_.reserved_bytes.current;
   std::string cap = limit_ ? "memory limit " + format_bytes(static_cast<int64_t>(limit_)) : "no memory limit set";
-  throw OutOfMemoryError(
-      ::frugal::detail::str_cat(name_, " out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)),
-                                " (needing a new segment of ", format_bytes(static_cast<int64_t>(seg_size)), "); ",
-                                format_bytes(allocated), " allocated, ", format_bytes(reserved), " reserved, ",
-                                format_bytes(reserved - allocated), " of it cached but free; ", cap, "; ",
-                                backend_->memory_info(), ". Free tensors (or lower the cap) and allocate again.", note));
+  throw OutOfMemoryError(::frugal::detail::str_cat(
+      name_, " out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)),
+      " (needing a new segment of ", format_bytes(static_cast<int64_t>(seg_size)), "); ", format_bytes(allocated),
+      " allocated, ", format_bytes(reserved), " reserved, ", format_bytes(reserved - allocated),
+      " of it cached but free; ", cap, "; ", backend_->memory_info(),
+      ". Free tensors (or lower the cap) and allocate again.", note));
 }
 
 // ---- Statistics ---------------------------------------------------------------------

@@ -99,8 +99,7 @@ void PendingChecks::add(Stream stream, const void* record, CheckMessage message)
   if (!failure.empty()) throw Error(failure);
 }
 
-void PendingChecks::add_captured(core::GraphCapture& capture, Stream stream, const void* record,
-                                 CheckMessage message) {
+void PendingChecks::add_captured(core::GraphCapture& capture, Stream stream, const void* record, CheckMessage message) {
   // Allocated on the captured stream: the graph's pool, held by the closure as long as the graph.
   auto copy = std::make_shared<DataPtr>(allocate(stream.device, kRecordWords * sizeof(int64_t), stream));
   transport_->copy_record_on_device(stream, record, copy->get());

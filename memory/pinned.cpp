@@ -32,7 +32,8 @@ detail::CachingAllocator& detail::pinned_allocator() { return *pinned_pool().all
 DataPtr allocate_pinned(size_t nbytes) {
   // While this thread captures a graph, from the graph's pool (Note [Graph pools]).
   const core::GraphCapture* capture = core::current_graph_capture();
-  return detail::pinned_allocator().allocate(nbytes, Stream{capture ? const_cast<void*>(capture->pool_key) : nullptr, kCPU});
+  return detail::pinned_allocator().allocate(nbytes,
+                                             Stream{capture ? const_cast<void*>(capture->pool_key) : nullptr, kCPU});
 }
 
 MemoryStats pinned_stats() { return detail::pinned_allocator().stats(); }

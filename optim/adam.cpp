@@ -60,7 +60,9 @@ void Adam::check_state(const ParamState& st, const Tensor& /*param*/, const std:
 }
 
 void Adam::step() {
-  core::refuse_in_graph_capture("Adam.step / AdamW.step", "its bias corrections follow the step count, which a replay would not advance (capture SGD, or step this optimizer after replay())");
+  core::refuse_in_graph_capture("Adam.step / AdamW.step",
+                                "its bias corrections follow the step count, which a replay would not advance (capture "
+                                "SGD, or step this optimizer after replay())");
   autograd::NoGradGuard no_grad;
   core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
   core::OpScope op(name());                                      // and its time

@@ -61,9 +61,8 @@ void adam_range_dispatch(const OffloadAdamChunk& k, const detail::AdamCoeffs<flo
 /// sized by kOffloadAdamGrain (one thread inside a parallel region), and runs body on each.
 template <typename Body>
 void split_over_threads(int64_t n, int threads, const Body& body) {
-  const int64_t team = ops::cpu::in_parallel_region()
-                           ? 1
-                           : std::clamp<int64_t>(n / kOffloadAdamGrain, 1, std::max(threads, 1));
+  const int64_t team =
+      ops::cpu::in_parallel_region() ? 1 : std::clamp<int64_t>(n / kOffloadAdamGrain, 1, std::max(threads, 1));
   if (team == 1) return body(0, n);
   // Slices are multiples of 16 elements (a cache line of float) so no two threads share one.
   const int64_t slice = ((n + team - 1) / team + 15) / 16 * 16;

@@ -154,7 +154,9 @@ void GaLoreAdamW::check_state(const ParamState& st, const Tensor& param, const s
 }
 
 void GaLoreAdamW::step() {
-  core::refuse_in_graph_capture("GaLoreAdamW.step", "its bias corrections follow the step count, which a replay would not advance (capture SGD, or step this optimizer after replay())");
+  core::refuse_in_graph_capture("GaLoreAdamW.step",
+                                "its bias corrections follow the step count, which a replay would not advance (capture "
+                                "SGD, or step this optimizer after replay())");
   autograd::NoGradGuard no_grad;
   core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
   core::OpScope op(name());                                      // and its time

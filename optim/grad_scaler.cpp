@@ -94,7 +94,8 @@ void GradScaler::unscale_(Optimizer& opt) {
     FRUGAL_CHECK(it->second.stage != Stage::Stepped, kOp,
                  ": unscale_() is being called after step() on this optimizer (", opt.name(), "); call update() first");
   }
-  FRUGAL_CHECK(!opt.holds_released_grads(), kOp, ": ", opt.name(), " holds this step's gradients in host memory "
+  FRUGAL_CHECK(!opt.holds_released_grads(), kOp, ": ", opt.name(),
+               " holds this step's gradients in host memory "
                "(release_device_grads), out of unscale_'s reach; call step() without unscale_ (the optimizer unscales "
                "them itself), or keep the gradients on the device to clip them");
   autograd::NoGradGuard no_grad;
@@ -169,10 +170,12 @@ void GradScaler::step(Optimizer& opt) {
   if ((it == per_optimizer_.end() || it->second.stage == Stage::Ready) && opt.steps_scaled_grads()) {
     // The optimizer unscales and checks in its own step (Optimizer::steps_scaled_grads).
     const Optimizer::ScaledStep done = opt.step_scaled(float(1.0 / double(scale_)));
-    FRUGAL_CHECK(done != Optimizer::ScaledStep::NoGradients, "GradScaler.step: no inf checks were recorded for this "
-                 "optimizer (", opt.name(), " has no gradients)");
-    per_optimizer_[&opt] = {.stage = Stage::Stepped, .found_inf = {},
-                            .found = done == Optimizer::ScaledStep::SkippedNonFinite ? 1 : 0};
+    FRUGAL_CHECK(done != Optimizer::ScaledStep::NoGradients,
+                 "GradScaler.step: no inf checks were recorded for this "
+                 "optimizer (",
+                 opt.name(), " has no gradients)");
+    per_optimizer_[&opt] = {
+        .stage = Stage::Stepped, .found_inf = {}, .found = done == Optimizer::ScaledStep::SkippedNonFinite ? 1 : 0};
     return;
   }
   if (it == per_optimizer_.end() || it->second.stage == Stage::Ready) unscale_(opt);

@@ -205,8 +205,8 @@ void OffloadAdamW::check_group(const ParamGroup& group, size_t g) const {
 }
 
 void OffloadAdamW::check_state(const ParamState& st, const Tensor& /*param*/, const std::string& prefix) const {
-  FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix,
-               "exp_avg and ", prefix, "exp_avg_sq must be given together");
+  FRUGAL_CHECK(st.buffers[0].defined() == st.buffers[1].defined(), name(), ".load_state_dict: ", prefix, "exp_avg and ",
+               prefix, "exp_avg_sq must be given together");
   FRUGAL_CHECK(st.step == 0 || st.buffers[0].defined(), name(), ".load_state_dict: ", prefix, "step is ", st.step,
                " but ", prefix, "exp_avg is missing");
 }
@@ -284,8 +284,8 @@ void OffloadAdamW::copy_grad_to_host(const Tensor& param) {
   if (t.copied) autograd::detail::release_event(t.copied);
   const Tensor src = grad.is_contiguous() ? grad : grad.contiguous();
   const Stream side = autograd::detail::offload_stream(param.device());
-  t.copied = autograd::detail::copy_on_offload_stream(t.staging.data(), src.data(), size_t(nbytes_of(src)),
-                                                      param.device());
+  t.copied =
+      autograd::detail::copy_on_offload_stream(t.staging.data(), src.data(), size_t(nbytes_of(src)), param.device());
   memory::record_stream(src.impl().storage->data, side);  // freed early (zero_grad), reused once copied
   t.grad_storage = grad.impl().storage;
   t.grad_offset = grad.storage_offset();
@@ -432,8 +432,8 @@ void OffloadAdamW::update(const std::vector<Item>& items, float grad_scale) {
       if (on_cuda) {
         void* uploaded = autograd::detail::copy_on_offload_stream(static_cast<char*>(p.data()) + begin * es,
                                                                   out + begin * es, size_t(len * es), p.device());
-        auto slot = std::find_if(last_upload.begin(), last_upload.end(),
-                                 [&](const auto& d) { return d.first == p.device(); });
+        auto slot =
+            std::find_if(last_upload.begin(), last_upload.end(), [&](const auto& d) { return d.first == p.device(); });
         if (slot == last_upload.end()) {
           last_upload.emplace_back(p.device(), uploaded);
         } else {

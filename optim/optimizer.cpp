@@ -7,8 +7,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "core/graph_capture.h"
 #include "autograd/grad_mode.h"
+#include "core/graph_capture.h"
 #include "tensor/factory.h"
 #include "tensor/ops/fill.h"
 
@@ -67,7 +67,8 @@ void Optimizer::freeze_hyperparams_for_replay() const {
 }
 
 Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {
-  FRUGAL_FAIL(name(), ".step_scaled: this optimizer does not unscale gradients in its step; GradScaler.step calls "
+  FRUGAL_FAIL(name(),
+              ".step_scaled: this optimizer does not unscale gradients in its step; GradScaler.step calls "
               "unscale_() and step() for it");
 }
 

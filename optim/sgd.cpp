@@ -1,7 +1,7 @@
 #include "optim/sgd.h"
 
-#include "core/graph_capture.h"
 #include "autograd/grad_mode.h"
+#include "core/graph_capture.h"
 #include "core/instrument.h"
 #include "optim/step_util.h"
 #include "tensor/factory.h"
@@ -36,7 +36,7 @@ void SGD::step() {
   autograd::NoGradGuard no_grad;
   core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
   core::OpScope op(name());                                      // and its time
-  freeze_hyperparams_for_replay();  // lr, momentum... go into the kernels as values
+  freeze_hyperparams_for_replay();                               // lr, momentum... go into the kernels as values
   std::vector<detail::StepTensors> stepped;
   detail::Batches<detail::SgdEntry> batches;
   // Check every gradient before any state changes, so a bad one leaves the optimizer as it was.

@@ -58,7 +58,7 @@ struct CudaGraph::Impl {
   bool pool = false;                  // memory::begin_graph_pool was called (keyed by this Impl)
   std::vector<std::function<void()>> replay_checks;
   std::vector<std::function<void(Stream)>> after_replay;  // re-file the captured index checks
-  DataPtr rng_base;        // the device word each replay's generator offset is copied to
+  DataPtr rng_base;                                       // the device word each replay's generator offset is copied to
   uint64_t rng_total = 0;  // counters one replay draws (Note [Graph-safe random numbers])
 };
 
@@ -111,9 +111,7 @@ void CudaGraph::capture(const std::function<void()>& fn, CudaGraphOptions option
     std::exception_ptr failed;
     try {
       fn();
-    } catch (...) {
-      failed = std::current_exception();
-    }
+    } catch (...) { failed = std::current_exception(); }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(side, &graph);
     core::set_current_graph_capture(nullptr);
@@ -147,7 +145,7 @@ void CudaGraph::replay() {
   }
   FRUGAL_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
   if (!impl_->last_replay) FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->last_replay, cudaEventDisableTiming));
-  FRUGAL_CUDA_CHECK(cudaEventRecord(impl_->last_replay, stream));  // before anything below may throw
+  FRUGAL_CUDA_CHECK(cudaEventRecord(impl_->last_replay, stream));                // before anything below may throw
   for (const auto& filed : impl_->after_replay) filed(Stream{stream, device_});  // Note [Index checks in a CUDA graph]
 }
 
@@ -165,8 +163,7 @@ int64_t CudaGraph::nodes() const {
 struct CudaGraph::Impl {};
 
 CudaGraph::CudaGraph(Device device) : device_(device), impl_(std::make_unique<Impl>()) {
-  FRUGAL_FAIL("CudaGraph: this build of frugal has no CUDA (configure with -Dcuda=enabled), asked for ",
-              device.str());
+  FRUGAL_FAIL("CudaGraph: this build of frugal has no CUDA (configure with -Dcuda=enabled), asked for ", device.str());
 }
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::capture(const std::function<void()>&, CudaGraphOptions) { FRUGAL_FAIL("CudaGraph: no CUDA"); }

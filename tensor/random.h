@@ -89,8 +89,9 @@ class Generator {
 /// only device kernels read; Note [Graph-safe random numbers]). `op` names the caller.
 inline void require_host_range(const Generator::Range& range, const char* op) {
   if (range.base)
-    core::refuse_in_graph_capture(op, "it draws its random numbers on the CPU, and only device kernels follow a "
-                                      "graph's replays (Note [Graph-safe random numbers])");
+    core::refuse_in_graph_capture(op,
+                                  "it draws its random numbers on the CPU, and only device kernels follow a "
+                                  "graph's replays (Note [Graph-safe random numbers])");
 }
 
 /// The process-wide generator used when an op is not given one: the only one, for the CPU and every CUDA device.

@@ -28,7 +28,8 @@ namespace {
 /// A capture of the CPU's one stream into pool `key` for the scope.
 class FakeCapture {
  public:
-  explicit FakeCapture(const void* key) : capture_{.pool_key = key, .device = kCPU, .stream = nullptr, .replay_checks = {}} {
+  explicit FakeCapture(const void* key)
+      : capture_{.pool_key = key, .device = kCPU, .stream = nullptr, .replay_checks = {}} {
     core::set_current_graph_capture(&capture_);
   }
   ~FakeCapture() { core::set_current_graph_capture(nullptr); }
@@ -153,8 +154,8 @@ TEST_CASE("graph capture: other generators, Adam, SGD's first momentum step, Gra
   sgd.step();  // the warm-up step outside the capture makes the momentum buffer
   {
     FakeCapture capture(&key);
-    sgd.step();  // captured: lr 0.1 and momentum 0.9 go into the kernel as values
-    capture.check_replay();  // unchanged: a replay may go ahead
+    sgd.step();                       // captured: lr 0.1 and momentum 0.9 go into the kernel as values
+    capture.check_replay();           // unchanged: a replay may go ahead
     sgd.param_groups()[0].lr = 0.05;  // what an LR scheduler would do between replays
     CHECK_THROWS_WITH_AS(capture.check_replay(), doctest::Contains("SGD's learning rate"), Error);
   }

@@ -18,8 +18,8 @@
 #include "memory/pinned.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
-#include "optim/lr_scheduler.h"
 #include "optim/grad_scaler.h"
+#include "optim/lr_scheduler.h"
 #include "optim/offload_adam.h"
 #include "tensor/factory.h"
 #include "tests/test_util.h"
@@ -68,7 +68,11 @@ TEST_CASE("OffloadAdamW: float32 parameters match a float64 loop and AdamW bit f
   }
   // Two groups (the second without decay), and chunks smaller than most parameters.
   OffloadAdamW opt({{.params = {off[0], off[1]}}, {.params = {off[2], off[3]}, .weight_decay = 0.0}},
-                   {.lr = a.lr, .beta1 = a.beta1, .beta2 = a.beta2, .eps = a.eps, .weight_decay = a.weight_decay,
+                   {.lr = a.lr,
+                    .beta1 = a.beta1,
+                    .beta2 = a.beta2,
+                    .eps = a.eps,
+                    .weight_decay = a.weight_decay,
                     .chunk_elements = 300});
   AdamW adamw({{.params = {ref[0], ref[1]}}, {.params = {ref[2], ref[3]}, .weight_decay = 0.0}}, a);
   for (int s = 0; s < 5; ++s) {
@@ -276,8 +280,11 @@ TEST_CASE("OffloadAdamW: 1 and N threads give bitwise the same weights") {
 }
 
 TEST_CASE("OffloadAdamW: bad parameters and options throw, naming the parameter") {
-  check_error([] { OffloadAdamW({param_tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kFloat64)}); },
-              {"OffloadAdamW", "parameter 0 of param group 0", "float64[2, 3]", "float32, float16 and bfloat16"});
+  check_error(
+      [] {
+        OffloadAdamW({param_tensor({1, 2, 3, 4, 5, 6}, {2, 3}, kFloat64)});
+      },
+      {"OffloadAdamW", "parameter 0 of param group 0", "float64[2, 3]", "float32, float16 and bfloat16"});
   const Tensor strided = make_tensor(random_values(6, 1), {2, 3}, kFloat32).t();
   strided.requires_grad_();
   check_error([&] { OffloadAdamW({strided}); }, {"OffloadAdamW", "float32[3, 2]", "not contiguous"});
@@ -293,7 +300,8 @@ TEST_CASE("OffloadAdamW: bad parameters and options throw, naming the parameter"
   CHECK(opt.state(p) == nullptr);
 }
 
-TEST_CASE("OffloadAdamW: GradScaler.step unscales inside the step; unscale_ + clip_grad_norm_ + step still match AdamW") {
+TEST_CASE(
+    "OffloadAdamW: GradScaler.step unscales inside the step; unscale_ + clip_grad_norm_ + step still match AdamW") {
   for (const bool explicit_unscale : {false, true}) {
     CAPTURE(explicit_unscale);
     const Values w0 = random_values(37 * 53, 70), x0 = random_values(5 * 37, 71);

@@ -144,7 +144,8 @@ TEST_CASE("zero-3: losses and AdamW steps equal one process on the whole batch, 
       }
 }
 
-TEST_CASE("zero-3: a ViT with one unit per encoder block (checkpointed, or under a memory plan) trains as one process") {
+TEST_CASE(
+    "zero-3: a ViT with one unit per encoder block (checkpointed, or under a memory plan) trains as one process") {
   const int p = 2;
   const int64_t per_rank = 2, B = per_rank * p, steps = 3;
   const Tensor x = random_tensor({steps, B, 3, 8, 8}, kFloat32, 361), y = random_tensor({steps, B, 3}, kFloat32, 362);
@@ -159,9 +160,11 @@ TEST_CASE("zero-3: a ViT with one unit per encoder block (checkpointed, or under
   const Setup setups[] = {
       {"plain", false, {}},
       {"checkpointed", true, {}},
-      {"recompute / selective / checkpoint-recompute", false,
+      {"recompute / selective / checkpoint-recompute",
+       false,
        {BlockMemory::Recompute, BlockMemory::Selective, BlockMemory::CheckpointRecompute}},
-      {"offload / checkpoint-offload / checkpoint", false,
+      {"offload / checkpoint-offload / checkpoint",
+       false,
        {BlockMemory::Offload, BlockMemory::CheckpointOffload, BlockMemory::Checkpoint}},
   };
   for (const Setup& setup : setups) {

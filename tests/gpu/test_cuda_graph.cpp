@@ -35,8 +35,8 @@ struct Mlp {
   Tensor w1, w2;
   Mlp() {
     w1 = make_tensor(random_values(kIn * kHidden, 11, -0.2, 0.2), {kIn, kHidden}, {kFloat32, cuda()}).requires_grad_();
-    w2 = make_tensor(random_values(kHidden * kOut, 12, -0.2, 0.2), {kHidden, kOut}, {kFloat32, cuda()})
-             .requires_grad_();
+    w2 =
+        make_tensor(random_values(kHidden * kOut, 12, -0.2, 0.2), {kHidden, kOut}, {kFloat32, cuda()}).requires_grad_();
   }
   Tensor loss(const Tensor& x, const Tensor& y, bool bf16, double dropout_p = 0.0) const {
     AutocastGuard autocast(cuda(), kBFloat16, bf16);
@@ -62,7 +62,8 @@ TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager 
     manual_seed(7);  // the eager run and the graph's replays draw the same dropout counters
     const int steps = 5;
     std::vector<Tensor> xs, ys;
-    for (int s = 0; s < steps; ++s) xs.push_back(batch({kBatch, kIn}, 100 + s)), ys.push_back(batch({kBatch, kOut}, 200 + s));
+    for (int s = 0; s < steps; ++s)
+      xs.push_back(batch({kBatch, kIn}, 100 + s)), ys.push_back(batch({kBatch, kOut}, 200 + s));
 
     // Eager: two steps on batch 0 (what the capture's warm-up runs), then one per batch.
     Mlp eager;
@@ -107,8 +108,10 @@ TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager 
 TEST_CASE("cuda graph: float16 forward and backward captured with GradScaler; step and update after each replay") {
   const int steps = 5;
   std::vector<Tensor> xs, ys;
-  for (int s = 0; s < steps; ++s) xs.push_back(batch({kBatch, kIn}, 400 + s)), ys.push_back(batch({kBatch, kOut}, 500 + s));
-  auto scaled_backward = [](const Mlp& m, optim::SGD& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+  for (int s = 0; s < steps; ++s)
+    xs.push_back(batch({kBatch, kIn}, 400 + s)), ys.push_back(batch({kBatch, kOut}, 500 + s));
+  auto scaled_backward = [](const Mlp& m, optim::SGD& opt, optim::GradScaler& scaler, const Tensor& x,
+                            const Tensor& y) {
     opt.zero_grad();
     Tensor loss;
     {
@@ -158,7 +161,7 @@ TEST_CASE("cuda graph: a replay whose labels are out of range raises at the next
   CudaGraph graph;
   graph.capture([&] { static_loss = cross_entropy(matmul(relu(matmul(x, mlp.w1)), mlp.w2), labels); }, {.warmup = 1});
   graph.replay();
-  synchronize(cuda());  // in range: nothing to raise
+  synchronize(cuda());                   // in range: nothing to raise
   ops::fill_(labels, double(kOut + 3));  // (Note [Index checks in a CUDA graph])
   graph.replay();
   CHECK_THROWS_WITH_AS(synchronize(cuda()), doctest::Contains("is out of range"), Error);
@@ -179,9 +182,7 @@ TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a chang
     try {
       graph.capture(fn, {.warmup = 0});
       FAIL("the capture should throw");
-    } catch (const Error& e) {
-      CHECK(std::string(e.what()).find(says) != std::string::npos);
-    }
+    } catch (const Error& e) { CHECK(std::string(e.what()).find(says) != std::string::npos); }
     CHECK_FALSE(graph.captured());
   };
   step();  // the momentum buffers exist: SGD may be captured

@@ -102,7 +102,7 @@ TEST_CASE("cuda nccl stream: a tensor a collective used may outlive its communic
     comm->all_reduce(t)->wait();  // marks t's block as used on the communicator's stream
   }
   CHECK(values_of(t.cpu())[0] == 1.0);
-  t = Tensor();  // the block's free records an event on that stream, which must still exist
+  t = Tensor();             // the block's free records an event on that stream, which must still exist
   auto again = one_rank();  // a new communicator (on the pooled stream) works
   Tensor u = ones({8}, {kFloat32, cuda()});
   again->all_reduce(u)->wait();
@@ -113,9 +113,7 @@ TEST_CASE("fsdp cuda: one NCCL rank trains as the plain model; gathers and frees
   check_against_plain(/*checkpointed=*/false);
 }
 
-TEST_CASE("fsdp cuda: checkpointed units regather in the recompute") {
-  check_against_plain(/*checkpointed=*/true);
-}
+TEST_CASE("fsdp cuda: checkpointed units regather in the recompute") { check_against_plain(/*checkpointed=*/true); }
 
 TEST_CASE("fsdp cuda: bfloat16 gathered parameters under autocast follow the plain model under autocast") {
   const Tensor x = random_tensor({16, 48}, kFloat32, 411).to(cuda());

@@ -57,8 +57,8 @@ TEST_CASE("offload adamw cuda: steps equal AdamW on the GPU, and the optimizer h
     for (int s = 0; s < 4; ++s) {
       CAPTURE(s);
       for (size_t k = 0; k < kShapes.size(); ++k) {
-        off[k].set_grad(make_tensor(random_values(numel_of(kShapes[k]), 100 + 10 * uint64_t(s) + k), kShapes[k],
-                                    {dt, cuda()}));
+        off[k].set_grad(
+            make_tensor(random_values(numel_of(kShapes[k]), 100 + 10 * uint64_t(s) + k), kShapes[k], {dt, cuda()}));
         ref[k].set_grad(off[k].grad().to(kFloat32));
       }
       synchronize(cuda());
@@ -214,9 +214,7 @@ TEST_CASE("offload adamw cuda: released gradients accumulate over two backwards,
   try {
     scaler.unscale_(opt);
     FAIL("unscale_ should throw");
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("release_device_grads") != std::string::npos);
-  }
+  } catch (const Error& e) { CHECK(std::string(e.what()).find("release_device_grads") != std::string::npos); }
   opt.zero_grad();  // drops them
   CHECK_FALSE(opt.holds_released_grads());
 }
