@@ -70,17 +70,7 @@ cudaStream_t current(Device device) { return static_cast<cudaStream_t>(current_s
 
 }  // namespace
 
-Stream offload_stream(Device device) {
-  static std::once_flag created[kMaxDevices];
-  static cudaStream_t streams[kMaxDevices] = {};
-  FRUGAL_CHECK(device.is_cuda() && device.index >= 0 && device.index < kMaxDevices, "offload: no offload stream for ",
-               device.str());
-  std::call_once(created[device.index], [&] {
-    CudaDeviceGuard guard(device.index);
-    FRUGAL_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device.index], cudaStreamNonBlocking));
-  });
-  return Stream{streams[device.index], device};
-}
+Stream offload_stream(Device device) { return core::side_stream(device, core::SideStream::Offload); }
 
 void* copy_on_offload_stream(void* dst, const void* src, size_t nbytes, Device device) {
   const auto side = static_cast<cudaStream_t>(offload_stream(device).handle);

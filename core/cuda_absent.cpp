@@ -19,6 +19,10 @@ void check_cuda_device(Device device, const char* op) {
   FRUGAL_FAIL(op, ": frugal was built without CUDA (device ", device.str(), ")");
 }
 
+Stream side_stream(Device device, SideStream) {
+  FRUGAL_FAIL("side_stream: frugal was built without CUDA (device ", device.str(), ")");
+}
+
 void cuda_synchronize(int index) {
   FRUGAL_FAIL("synchronize: frugal was built without CUDA (device cuda:", index, ")");
 }

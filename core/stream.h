@@ -39,6 +39,13 @@ namespace core {
 /// waits where an unrelated deferred error would be a surprise (a profiler stop).
 void cuda_synchronize(int index);
 
+/// What a side stream is for: each purpose has a stream of its own on each device.
+enum class SideStream : int { Offload, GraphCapture };
+/// The non-blocking stream of `device` for `purpose`, made on first use and never destroyed:
+/// the allocator keys blocks by its handle and may free them at any time (Note [Stream-aware
+/// reuse]), and a destroyed stream's handle could come back as a new stream's.
+Stream side_stream(Device device, SideStream purpose);
+
 /// What synchronize(device) calls once the device is idle. One hook per process;
 /// installing another replaces it (nullptr removes it).
 using SynchronizeHook = void (*)(Device device);

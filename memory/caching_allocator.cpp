@@ -200,9 +200,7 @@ void CachingAllocator::free_block(Block* block) {
   block->requested = 0;
   poison(block->ptr, block->size);
   if (GraphPool* capture = capturing_pool()) {  // Note [Graph pools]
-    const bool in_pool = std::any_of(graph_pools_.begin(), graph_pools_.end(),
-                                     [&](const auto& p) { return p.first == block->stream && &p.second == capture; });
-    if (in_pool && capture->reuse) {
+    if (block->stream == capture->key && capture->reuse) {
       block->stream_uses.clear();  // the captured stream orders them; the pool outlives the graph's work
       return_to_pool(block);
     } else {
@@ -218,22 +216,23 @@ void CachingAllocator::free_block(Block* block) {
 CachingAllocator::GraphPool* CachingAllocator::capturing_pool() {
   const core::GraphCapture* capture = core::current_graph_capture();
   if (!capture) return nullptr;
-  for (auto& [key, pool] : graph_pools_)
-    if (key == capture->pool_key) return &pool;
+  for (GraphPool& pool : graph_pools_)
+    if (pool.key == capture->pool_key) return &pool;
   return nullptr;
 }
 
 void CachingAllocator::begin_graph_pool(const void* key, bool reuse) {
   std::lock_guard lock(mutex_);
-  for (const auto& [k, pool] : graph_pools_) FRUGAL_CHECK(k != key, name_, ": graph pool ", key, " exists already");
-  graph_pools_.emplace_back(key, GraphPool{.reuse = reuse, .held = {}});
+  for (const GraphPool& pool : graph_pools_)
+    FRUGAL_CHECK(pool.key != key, name_, ": graph pool ", key, " exists already");
+  graph_pools_.push_back(GraphPool{.key = key, .reuse = reuse, .held = {}});
 }
 
 void CachingAllocator::release_graph_pool(const void* key, Stream owner) {
   std::lock_guard lock(mutex_);
-  auto it = std::find_if(graph_pools_.begin(), graph_pools_.end(), [&](const auto& p) { return p.first == key; });
+  auto it = std::find_if(graph_pools_.begin(), graph_pools_.end(), [&](const GraphPool& p) { return p.key == key; });
   if (it == graph_pools_.end()) return;
-  const std::vector<Block*> held = std::move(it->second.held);
+  const std::vector<Block*> held = std::move(it->held);
   graph_pools_.erase(it);
   for (Segment* segment : segments_) {
     if (segment->stream != key) continue;
@@ -310,8 +309,8 @@ bool CachingAllocator::record_stream(const DataPtr& p, Stream stream) {
   if (block != p.context() || block->state != BlockState::Allocated) return false;
 
   if (stream == Stream{block->stream, device_}) return true;  // its own stream: ordered already
-  for (const auto& [key, pool] : graph_pools_)                // a graph's block: not reused until its work is done
-    if (key == block->stream) return true;
+  for (const GraphPool& pool : graph_pools_)                  // a graph's block: not reused until its work is done
+    if (pool.key == block->stream) return true;
   auto& uses = block->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
   return true;

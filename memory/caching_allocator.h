@@ -217,6 +217,7 @@ class CachingAllocator {
     std::deque<std::pair<void*, Block*>> events;
   };
   struct GraphPool {
+    const void* key = nullptr;  // the graph's pool_key: its blocks' stream field
     bool reuse = true;
     std::vector<Block*> held;  // freed during the capture, not reused until release
   };
@@ -271,7 +272,7 @@ class CachingAllocator {
   // block and its free merges it back, so without these every tensor would cost a
   // heap allocation and a free for the Block alone.
   std::vector<Block*> spare_blocks_;
-  std::vector<std::pair<const void*, GraphPool>> graph_pools_;  // by key (Note [Graph pools])
+  std::vector<GraphPool> graph_pools_;  // Note [Graph pools]
 };
 
 /// The allocator serving `device` (CPU or a checked CUDA device); `op` names the

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -76,11 +77,14 @@ Tensor GradScaler::device_scale(Device device) const {
     if (s.device() == device) return s;
   core::refuse_in_graph_capture("GradScaler.scale's first call on a device",
                                 "the device copy of the scale is made outside a capture (warm up at least one step)");
+  device_value_ = scale_;  // what the other copies hold too (refresh_device_scales)
   return device_scales_.emplace_back(full({}, double(scale_), TensorOptions(kFloat32, device)));
 }
 
 void GradScaler::refresh_device_scales() const {
+  if (device_scales_.empty() || device_value_ == scale_) return;         // most updates leave the scale as it was
   for (const Tensor& s : device_scales_) ops::fill_(s, double(scale_));  // queued before the next replay
+  device_value_ = scale_;
 }
 
 void GradScaler::unscale_(Optimizer& opt) {
@@ -167,22 +171,17 @@ void GradScaler::step(Optimizer& opt) {
   FRUGAL_CHECK(it == per_optimizer_.end() || it->second.stage != Stage::Stepped,
                "GradScaler.step: step() has already been called on this optimizer (", opt.name(),
                ") since the last update()");
-  if ((it == per_optimizer_.end() || it->second.stage == Stage::Ready) && opt.steps_scaled_grads()) {
-    // The optimizer unscales and checks in its own step (Optimizer::steps_scaled_grads).
-    const Optimizer::ScaledStep done = opt.step_scaled(float(1.0 / double(scale_)));
-    FRUGAL_CHECK(done != Optimizer::ScaledStep::NoGradients,
-                 "GradScaler.step: no inf checks were recorded for this "
-                 "optimizer (",
-                 opt.name(), " has no gradients)");
-    per_optimizer_[&opt] = {
-        .stage = Stage::Stepped, .found_inf = {}, .found = done == Optimizer::ScaledStep::SkippedNonFinite ? 1 : 0};
-    return;
-  }
-  if (it == per_optimizer_.end() || it->second.stage == Stage::Ready) unscale_(opt);
-  PerOptimizer& st = per_optimizer_.at(&opt);
-  FRUGAL_CHECK(!st.found_inf.empty(), "GradScaler.step: no inf checks were recorded for this optimizer (", opt.name(),
-               " has no gradients)");
-  if (!read_found_inf(st)) opt.step();
+  // An optimizer that unscales and checks in its own step (Optimizer::steps_scaled_grads)
+  // gets 1 / scale; for the others the flags come from unscale_.
+  const bool ready = it == per_optimizer_.end() || it->second.stage == Stage::Ready;
+  std::optional<Optimizer::ScaledStep> scaled;
+  if (ready && opt.steps_scaled_grads()) scaled = opt.step_scaled(float(1.0 / double(scale_)));
+  else if (ready) unscale_(opt);
+  PerOptimizer& st = per_optimizer_[&opt];
+  FRUGAL_CHECK(scaled ? *scaled != Optimizer::ScaledStep::NoGradients : !st.found_inf.empty(),
+               "GradScaler.step: no inf checks were recorded for this optimizer (", opt.name(), " has no gradients)");
+  if (scaled) st.found = *scaled == Optimizer::ScaledStep::SkippedNonFinite ? 1 : 0;
+  else if (!read_found_inf(st)) opt.step();
   st.stage = Stage::Stepped;
 }
 

@@ -126,7 +126,7 @@ class GradScaler {
   static bool read_found_inf(PerOptimizer& st);
   /// The scale as a 0-d float32 on `device` (Note [GradScaler in a CUDA graph]).
   Tensor device_scale(Device device) const;
-  /// Writes scale_ into every device copy.
+  /// Writes scale_ into every device copy, when it differs from what they hold.
   void refresh_device_scales() const;
 
   GradScalerOptions options_;
@@ -134,6 +134,7 @@ class GradScaler {
   int64_t growth_tracker_ = 0;
   std::unordered_map<const Optimizer*, PerOptimizer> per_optimizer_;
   mutable std::vector<Tensor> device_scales_;  // Note [GradScaler in a CUDA graph]
+  mutable float device_value_ = 0.0f;          // the scale every device copy holds
 };
 
 }  // namespace frugal::optim

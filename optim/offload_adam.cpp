@@ -169,6 +169,7 @@ void OffloadAdamW::zero_grad(bool set_to_none) {
 }
 
 bool OffloadAdamW::holds_released_grads() const {
+  std::lock_guard lock(transfers_mutex_);
   return std::any_of(transfers_.begin(), transfers_.end(), [](const auto& kv) { return kv.second->released; });
 }
 
@@ -229,20 +230,28 @@ OffloadAdamW::Transfer& OffloadAdamW::transfer_for(const Tensor& param) {
 
 #if FRUGAL_WITH_CUDA
 /// The gradient `param` holds, if the step can use it: on param's device, in its dtype and shape
-/// (one that is not is left to step(), whose checked_grads names it).
-static Tensor usable_cuda_grad(const Tensor& param) {
+/// (one that is not is left to step(), whose checked_grads names it); undefined otherwise.
+static Tensor matching_cuda_grad(const Tensor& param) {
   const Tensor grad = param.grad();
   if (!grad.defined() || !param.device().is_cuda() || grad.device() != param.device() ||
       grad.dtype() != param.dtype() || grad.sizes() != param.sizes())
     return Tensor();
-  return grad.is_contiguous() ? grad : grad.contiguous();
+  return grad;
+}
+
+OffloadAdamW::Transfer& OffloadAdamW::landed_transfer(const Tensor& param) {
+  std::lock_guard lock(transfers_mutex_);
+  Transfer& t = transfer_for(param);
+  autograd::detail::wait_on_host(t.copied);
+  return t;
 }
 #endif
 
 void OffloadAdamW::release_grad_to_host(const Tensor& param) {
 #if FRUGAL_WITH_CUDA
-  const Tensor src = usable_cuda_grad(param);
-  if (!src.defined()) return;
+  const Tensor grad = matching_cuda_grad(param);
+  if (!grad.defined()) return;
+  const Tensor src = grad.contiguous();
   std::lock_guard lock(transfers_mutex_);
   Transfer& t = transfer_for(param);
   const Stream side = autograd::detail::offload_stream(param.device());
@@ -276,13 +285,13 @@ void OffloadAdamW::release_grad_to_host(const Tensor& param) {
 
 void OffloadAdamW::copy_grad_to_host(const Tensor& param) {
 #if FRUGAL_WITH_CUDA
-  const Tensor grad = param.grad();
-  if (!usable_cuda_grad(param).defined()) return;
+  const Tensor grad = matching_cuda_grad(param);
+  if (!grad.defined()) return;
   std::lock_guard lock(transfers_mutex_);
   Transfer& t = transfer_for(param);
   if (t.holds(grad)) return;
   if (t.copied) autograd::detail::release_event(t.copied);
-  const Tensor src = grad.is_contiguous() ? grad : grad.contiguous();
+  const Tensor src = grad.contiguous();
   const Stream side = autograd::detail::offload_stream(param.device());
   t.copied =
       autograd::detail::copy_on_offload_stream(t.staging.data(), src.data(), size_t(nbytes_of(src)), param.device());
@@ -351,12 +360,7 @@ Optimizer::ScaledStep OffloadAdamW::step_scaled(float inv_scale) {
   for (const Item& it : items) {
     const void* grad = it.host_grad.defined() ? it.host_grad.data() : nullptr;
 #if FRUGAL_WITH_CUDA
-    if (!grad) {
-      std::lock_guard lock(transfers_mutex_);
-      Transfer& t = transfer_for(it.param);
-      autograd::detail::wait_on_host(t.copied);
-      grad = t.staging.data();
-    }
+    if (!grad) grad = landed_transfer(it.param).staging.data();
 #endif
     if (!cpu::all_finite(it.param.dtype(), grad, it.param.numel(), threads)) {
       finite = false;
@@ -405,9 +409,7 @@ void OffloadAdamW::update(const std::vector<Item>& items, float grad_scale) {
     Transfer* transfer = nullptr;
     if (on_cuda) {
 #if FRUGAL_WITH_CUDA
-      std::lock_guard lock(transfers_mutex_);
-      transfer = &transfer_for(p);
-      autograd::detail::wait_on_host(transfer->copied);
+      transfer = &landed_transfer(p);
       grad = static_cast<const char*>(transfer->staging.data());
       out = static_cast<char*>(transfer->staging.data());
 #else

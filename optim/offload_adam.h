@@ -89,6 +89,9 @@ class OffloadAdamW : public Optimizer {
   struct Transfer;
   /// The parameter's Transfer, made on first use.
   Transfer& transfer_for(const Tensor& param);
+  /// The parameter's Transfer once its gradient's copy has landed in the staging buffer
+  /// (the host waits for it); CUDA builds only.
+  Transfer& landed_transfer(const Tensor& param);
   /// Starts copying `param`'s gradient to its staging buffer unless the copy already
   /// started holds the gradient as it is now.
   void copy_grad_to_host(const Tensor& param);
@@ -105,7 +108,7 @@ class OffloadAdamW : public Optimizer {
   void drop_released();
 
   OffloadAdamWOptions options_;
-  std::mutex transfers_mutex_;  // the hooks run on the backward thread
+  mutable std::mutex transfers_mutex_;  // the hooks run on the backward thread
   std::unordered_map<const TensorImpl*, std::unique_ptr<Transfer>> transfers_;
   std::vector<std::pair<Tensor, uint64_t>> hooks_;  // (parameter, hook id)
 };

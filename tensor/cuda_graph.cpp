@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <exception>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,18 +25,9 @@ namespace frugal {
 
 namespace {
 
-/// The stream captures run on, one per device, never destroyed: blocks keyed by it may be
-/// freed at any time (Note [Stream-aware reuse]), and a new stream could reuse its handle.
+/// The stream captures run on (never destroyed: core::side_stream).
 cudaStream_t capture_stream(Device device) {
-  static std::mutex mutex;
-  static std::vector<cudaStream_t> streams;
-  std::lock_guard lock(mutex);
-  if (streams.size() <= size_t(device.index)) streams.resize(size_t(device.index) + 1, nullptr);
-  if (!streams[size_t(device.index)]) {
-    CudaDeviceGuard guard(device.index);
-    FRUGAL_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[size_t(device.index)], cudaStreamNonBlocking));
-  }
-  return streams[size_t(device.index)];
+  return static_cast<cudaStream_t>(core::side_stream(device, core::SideStream::GraphCapture).handle);
 }
 
 /// `waiter` waits, on the device, for the work queued on `first` so far.
