@@ -3,8 +3,9 @@
 // GradScaler, optimizer step, zero_grad. Prints the median step time, throughput, peak
 // memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
 //
-//   train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
-//              [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw] [--galore-rank R] [--device cuda|cpu]
+//   train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
+//              [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R]
+//              [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
 //              [--profile-rows N] [--memory-budget SIZE] [--memory-plan CHOICES] [--plan-choices CHOICES]
@@ -37,7 +38,8 @@
 // after): near "step ms" means the host sets the pace. --optim galore steps with GaLoreAdamW (Note [GaLore]) at
 // rank --galore-rank (128 by default); every run prints optimizer_state_bytes, the bytes of its moments and
 // projections. --optim offload_adamw steps with OffloadAdamW (Note [CPU offload]): its master weights and moments
-// live in pinned host memory, printed as optimizer_host_bytes, next to optimizer_device_bytes (0).
+// live in pinned host memory, printed as optimizer_host_bytes, next to optimizer_device_bytes (0);
+// offload_adamw_release also moves each gradient to the host during backward (release_device_grads).
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -97,8 +99,8 @@ struct Args {
 };
 
 const char* kUsage =
-    "usage: train_step --model resnet50|bert_base|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]\n"
-    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw] [--galore-rank R]\n"
+    "usage: train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]\n"
+    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R]\n"
     "                  [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
@@ -139,8 +141,9 @@ std::optional<Args> parse(int argc, char** argv) {
     else flags.unknown();
   }
   if (a.model.empty() || a.batch <= 0) return std::nullopt;
-  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw" || a.optim == "galore" || a.optim == "offload_adamw",
-               "train_step: --optim must be sgd, adamw, galore or offload_adamw, got ", a.optim);
+  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw" || a.optim == "galore" || a.optim == "offload_adamw" ||
+                   a.optim == "offload_adamw_release",
+               "train_step: --optim must be sgd, adamw, galore, offload_adamw or offload_adamw_release, got ", a.optim);
   FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
                "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
   for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu})
@@ -220,8 +223,8 @@ Workload make_workload(const Args& a, Device device) {
     w.loss = [net, x, y] { return cross_entropy(net->forward(x), y); };
     const int64_t patches = (a.image_size / c.patch_size) * (a.image_size / c.patch_size);
     w.flops_per_step = transformer_flops(net->num_parameters(), B, patches + 1, c.num_layers, c.hidden_dim);
-  } else if (a.model == "bert_base") {
-    models::BertConfig c = models::bert_base();
+  } else if (a.model == "bert_base" || a.model == "bert_large") {
+    models::BertConfig c = a.model == "bert_base" ? models::bert_base() : models::bert_large();
     c.checkpoint_blocks = a.checkpoint;
     c.checkpoint_policy = a.checkpoint_policy;
     FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "train_step: --seq-len must be <= ", c.max_position_embeddings,
@@ -236,7 +239,7 @@ Workload make_workload(const Args& a, Device device) {
     w.loss = [net, ids, labels] { return net->forward(ids, Tensor(), Tensor(), labels).loss; };
     w.flops_per_step = transformer_flops(net->num_parameters(), B, a.seq_len, c.num_hidden_layers, c.hidden_size);
   } else {
-    FRUGAL_FAIL("train_step: unknown --model '", a.model, "' (resnet50, bert_base, vit_b16)");
+    FRUGAL_FAIL("train_step: unknown --model '", a.model, "' (resnet50, bert_base, bert_large, vit_b16)");
   }
   w.module->train();
   return w;
@@ -246,6 +249,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
   if (a.optim == "adamw") return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-4});
   if (a.optim == "offload_adamw")  // AdamW with its state in pinned host memory (Note [CPU offload])
     return std::make_unique<optim::OffloadAdamW>(m.parameters(), optim::OffloadAdamWOptions{.lr = 1e-4});
+  if (a.optim == "offload_adamw_release")  // and the gradients moved to the host during backward
+    return std::make_unique<optim::OffloadAdamW>(
+        m.parameters(), optim::OffloadAdamWOptions{.lr = 1e-4, .release_device_grads = true});
   if (a.optim == "galore")  // the paper's T = 200 and alpha = 0.25; AdamW's default decay
     return std::make_unique<optim::GaLoreAdamW>(
         m.parameters(), optim::GaLoreOptions{.lr = 1e-4, .weight_decay = 1e-2, .rank = a.galore_rank});
@@ -390,8 +396,12 @@ int run(const Args& a) {
   // --cuda-graph: the step captured once (after the warm-up above) and replayed; with
   // GradScaler, forward and backward only, its step and update following each replay
   // (Note [GradScaler in a CUDA graph]).
+  // Its peak counts from before the capture: a replay allocates nothing (its blocks were
+  // taken from the graph's pool while capturing), so a peak reset after the capture would
+  // show only what lives between steps.
   const bool graph_holds_step = !scaler.is_enabled();
   std::optional<CudaGraph> graph;
+  memory::reset_peak(device);
   if (a.cuda_graph) {
     FRUGAL_CHECK(device.is_cuda() && a.optim == "sgd" && !planner && a.profile_dir.empty(),
                  "train_step: --cuda-graph needs --device cuda and --optim sgd (Adam's step count cannot be "
@@ -401,7 +411,6 @@ int run(const Args& a) {
                    {.warmup = 0});
     synchronize(device);
   }
-  memory::reset_peak(device);
   const memory::MemoryStats before = memory::stats(device);
   std::vector<double> times, host_times;
   std::array<std::vector<double>, 3> phase_ms;  // forward, backward, optimizer on the device

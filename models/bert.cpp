@@ -58,6 +58,9 @@ void check_ids(const char* op, const char* name, const Tensor& ids, const Tensor
 // ---- config ------------------------------------------------------------------------
 
 BertConfig bert_base() { return BertConfig{}; }
+BertConfig bert_large() {
+  return BertConfig{.hidden_size = 1024, .num_hidden_layers = 24, .num_attention_heads = 16, .intermediate_size = 4096};
+}
 
 BertConfig BertConfig::from_json(const json::Value& j, const std::string& file) {
   const std::string what = config_name("BERT", file);

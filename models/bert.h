@@ -63,6 +63,8 @@ struct BertConfig {
 
 /// bert-base: 12 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522.
 BertConfig bert_base();
+/// bert-large: 24 layers, hidden 1024, 16 heads, intermediate 4096, vocab 30522.
+BertConfig bert_large();
 
 /// word + position + token type embeddings, LayerNorm, dropout.
 class BertEmbeddings : public nn::Module {
