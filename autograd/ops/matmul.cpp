@@ -35,7 +35,9 @@ struct MatmulBackward final : Node {
 };
 
 // out = x @ w^T + bias, x: (..., in), w: (out, in)
-// grad_x = g @ w; grad_w = g2^T @ x2 over the flattened rows; grad_bias = sum of g2's rows.
+// grad_x = g @ w; grad_w = g2^T @ x2 over the flattened rows; grad_bias = sum of g2's rows,
+// on CUDA summed by grad_w's GEMM itself when both are wanted (Note [Bias gradient epilogue]
+// in tensor/cuda/matmul.cu).
 //
 // Note [Weight gradients in the master dtype]
 // Under autocast the weight is a float16 cast of a float32 parameter, and its gradient
@@ -75,9 +77,17 @@ struct LinearBackward final : Node {
       if (widens(0, xv)) result[0] = ops::mm(g2, wv, kFloat32).view(xv.sizes());
       else result[0] = ops::matmul(g, wv);
     }
-    if (wants_grad(*this, 1))
-      result[1] = ops::mm(g2.t(), xv.reshape({-1, in_features}), widens(1, wv) ? kFloat32 : wv.dtype());
-    if (has_bias && wants_grad(*this, 2)) result[2] = ops::sum(g2, {0});
+    const bool want_bias = has_bias && wants_grad(*this, 2);
+    if (wants_grad(*this, 1)) {
+      const Tensor x2 = xv.reshape({-1, in_features});  // (M, in)
+      const DType w_dtype = widens(1, wv) ? kFloat32 : wv.dtype();
+      if (want_bias) {  // both from one GEMM where it applies, else undefined (Note [Bias gradient epilogue])
+        ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g2, x2, w_dtype);
+        result[1] = std::move(fused.weight), result[2] = std::move(fused.bias);
+      }
+      if (!result[1].defined()) result[1] = ops::mm(g2.t(), x2, w_dtype);
+    }
+    if (want_bias && !result[2].defined()) result[2] = ops::sum(g2, {0});
     return result;
   }
 };

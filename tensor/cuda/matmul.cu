@@ -1,4 +1,5 @@
-// CUDA matrix products on cuBLAS (cublasGemmStridedBatchedEx) and cuBLASLt (linear's bias epilogue).
+// CUDA matrix products on cuBLAS (cublasGemmStridedBatchedEx) and cuBLASLt (linear's bias epilogue,
+// and its backward's bias-gradient epilogue).
 //
 // Note [Row-major products on a column-major BLAS]
 // cuBLAS is column-major; frugal is row-major. A row-major (R, C) matrix with leading
@@ -20,6 +21,7 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "tensor/cuda/cublas_handle.h"
 #include "tensor/cuda/cuda_utils.h"
@@ -109,7 +111,7 @@ void gemm(const char* op, const Tensor& out, const Tensor& a, const Tensor& b, b
   }
 }
 
-// ---- cuBLASLt: linear with the bias in the epilogue ---------------------------------
+// ---- cuBLASLt: linear's bias, and its backward's bias gradient, in the epilogue -------
 
 template <typename T, cublasStatus_t (*Destroy)(T)>
 struct LtDeleter {
@@ -143,43 +145,42 @@ MatrixLayout layout_of(cudaDataType_t type, const ColumnMajor& c, int64_t rows_a
 /// What cuBLASLt may assume of an operand's address.
 uint32_t alignment_of(const void* p) { return uint32_t(pointer_alignment(p, 256)); }
 
-// Note [Linear bias epilogue]
-// out = x @ wt + bias runs as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS: in the
-// transposed problem of Note [Row-major products on a column-major BLAS] the bias
-// (N) is one value per row of out^T (N, M), which is exactly what the epilogue adds.
-// It is used for the 16- and 32-bit types, and like PyTorch's addmm only when every
-// dim is > 1 and below 65535 * 32 (shapes on which cuBLASLt has had bias-epilogue
-// bugs). When it does not apply, or cuBLASLt finds no algorithm for the pointers'
-// alignment, linear copies the bias into out and runs the GEMM with beta = 1: the
-// bias is still added by the GEMM, not by another pass over out.
-// Either way the bias joins the float32 sum before its one rounding. With a bfloat16
-// bias the epilogue did not: it added the bias to the product already rounded to
-// bfloat16, so an output that cancels to near 0 was off by half an ulp of the product
-// (found by op_fuzz; "the bias is added before the one rounding" in
-// tests/gpu/test_matmul_cuda.cpp). A bfloat16 bias is therefore given to the epilogue
-// as float32 (N values, converted on the stream).
-bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias) {
-  const DType dt = out.dtype();
-  if (dt != kFloat16 && dt != kBFloat16 && dt != kFloat32) return false;
-  const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
-  constexpr int64_t kMaxDim = 65535 * 32;
-  if (M <= 1 || N <= 1 || K <= 1 || M >= kMaxDim || N >= kMaxDim || K >= kMaxDim) return false;
-  const BlasTypes types = blas_types("linear", dt, out.device());
-  const ColumnMajor A = column_major(wt), B = column_major(x);  // out^T = wt^T x^T + bias
-  DeviceGuard guard(out.device());
+/// Whether cuBLASLt's epilogues take products of `t` (float64 goes to plain cuBLAS).
+bool lt_dtype(DType t) { return t == kFloat16 || t == kBFloat16 || t == kFloat32; }
 
+/// Like PyTorch's addmm, epilogues only where every GEMM dim is > 1 and below 65535 * 32:
+/// cuBLASLt has had epilogue bugs on the other shapes (see Note [Linear bias epilogue]).
+bool lt_dims(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMaxDim = 65535 * 32;
+  return m > 1 && n > 1 && k > 1 && m < kMaxDim && n < kMaxDim && k < kMaxDim;
+}
+
+/// What an epilogue adds to a cuBLASLt matmul: its kind and its bias vector (read for
+/// CUBLASLT_EPILOGUE_BIAS, written for the BGRAD kinds), in `bias_type` or, unset, D's type.
+struct Epilogue {
+  cublasLtEpilogue_t kind;
+  void* bias;
+  std::optional<cudaDataType_t> bias_type;
+};
+
+/// out^T = A B plus `epilogue` as one cuBLASLt matmul (beta = 0), in the transposed problem of
+/// Note [Row-major products on a column-major BLAS]: A (m, k) and B (k, n) after their ops,
+/// D the column-major (m, n) `out` (ld m) in `out_type`. Returns false, having run nothing,
+/// when cuBLASLt has no algorithm for the problem and the pointers' alignment. Call it under
+/// a DeviceGuard for out's device.
+bool lt_matmul(const BlasTypes& types, const ColumnMajor& A, const ColumnMajor& B, int64_t m, int64_t n, int64_t k,
+               const Tensor& out, cudaDataType_t out_type, const Epilogue& epilogue) {
   cublasLtMatmulDesc_t raw_desc = nullptr;
   FRUGAL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, types.compute, types.scale));
   const MatmulDesc desc(raw_desc);
   set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(A.op));
   set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(B.op));
-  set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS));
-  // A bfloat16 bias goes in as float32, or it is added after the rounding (see the Note).
-  const Tensor epilogue_bias = dt == kBFloat16 ? bias.to(kFloat32) : bias;
-  if (dt == kBFloat16) set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
-  set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue_bias.data());
-  const MatrixLayout la = layout_of(types.data, A, N, K), lb = layout_of(types.data, B, K, M);
-  const MatrixLayout lc = layout_of(types.data, {nullptr, CUBLAS_OP_N, N, 0}, N, M);
+  set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue.kind));
+  if (epilogue.bias_type) set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(*epilogue.bias_type));
+  // Also read by the heuristic: the bias vector's alignment narrows the algorithms.
+  set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue.bias);
+  const MatrixLayout la = layout_of(types.data, A, m, k), lb = layout_of(types.data, B, k, n);
+  const MatrixLayout lc = layout_of(out_type, {nullptr, CUBLAS_OP_N, m, 0}, m, n);
 
   const CublasWorkspace ws = cublas_workspace(out.device());
   cublasLtMatmulPreference_t raw_pref = nullptr;
@@ -190,7 +191,7 @@ bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tenso
   set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(B.ptr));
   set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out.data()));
   set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out.data()));
-  if (dt != kFloat32)  // split-K partial sums in float32 only (Note [Matmul precision on CUDA])
+  if (types.data != CUDA_R_32F)  // split-K partial sums in float32 only (Note [Matmul precision on CUDA])
     set(raw_pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
         uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
 
@@ -208,6 +209,72 @@ bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tenso
   return true;
 }
 
+// Note [Linear bias epilogue]
+// out = x @ wt + bias runs as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS: in the
+// transposed problem of Note [Row-major products on a column-major BLAS] the bias
+// (N) is one value per row of out^T (N, M), which is exactly what the epilogue adds.
+// It is used for the 16- and 32-bit types, and like PyTorch's addmm only when every
+// dim is > 1 and below 65535 * 32 (shapes on which cuBLASLt has had bias-epilogue
+// bugs). When it does not apply, or cuBLASLt finds no algorithm for the pointers'
+// alignment, linear copies the bias into out and runs the GEMM with beta = 1: the
+// bias is still added by the GEMM, not by another pass over out.
+// Either way the bias joins the float32 sum before its one rounding. With a bfloat16
+// bias the epilogue did not: it added the bias to the product already rounded to
+// bfloat16, so an output that cancels to near 0 was off by half an ulp of the product
+// (found by op_fuzz; "the bias is added before the one rounding" in
+// tests/gpu/test_matmul_cuda.cpp). A bfloat16 bias is therefore given to the epilogue
+// as float32 (N values, converted on the stream).
+bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias) {
+  const DType dt = out.dtype();
+  if (!lt_dtype(dt)) return false;
+  const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
+  if (!lt_dims(M, N, K)) return false;
+  const BlasTypes types = blas_types("linear", dt, out.device());
+  DeviceGuard guard(out.device());
+  // A bfloat16 bias goes in as float32, or it is added after the rounding (see the Note).
+  const Tensor epilogue_bias = dt == kBFloat16 ? bias.to(kFloat32) : bias;
+  const std::optional<cudaDataType_t> bias_type =
+      dt == kBFloat16 ? std::optional<cudaDataType_t>(CUDA_R_32F) : std::nullopt;
+  // out^T (N, M) = wt^T x^T + bias: A = wt, B = x
+  return lt_matmul(types, column_major(wt), column_major(x), N, M, K, out, types.data,
+                   {CUBLASLT_EPILOGUE_BIAS, epilogue_bias.data(), bias_type});
+}
+
+// Note [Bias gradient epilogue]
+// Linear's backward needs grad_w = g^T @ x and grad_bias = the sum of g's rows (g: (M, N),
+// x: (M, K)). grad_w is the product out (N, K) = gt (N, M) @ x (M, K), so in the transposed
+// problem of Note [Row-major products on a column-major BLAS] cuBLAS's "A" is x, its "B"
+// is gt, and after B's op (a transpose of the transposed view: no copy) B is g itself,
+// (k = M, n = N). CUBLASLT_EPILOGUE_BGRADB writes the sum of op(B) over the GEMM's k
+// dimension, one value per column of D (n = N): exactly grad_bias, computed from the g
+// tiles the GEMM loads anyway, where ops::sum would read all of g once more. (BGRADA
+// would sum the rows of op(A) = x^T: x's column sums, not a gradient of anything here.)
+// Precision, as checked on an H200 with cuBLASLt 13.1: the bias gradient is summed in float32
+// from B's values (not rounded to TF32 when TF32 is allowed) and rounded once to its type.
+// Its type must be D's type: cuBLASLt refused every other CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+// for BGRADB (float32 with 16-bit D, 16-bit with float32 D). So it is g's dtype, as ops::sum
+// gives, except for a float32 weight gradient of 16-bit operands (Note [Weight gradients in
+// the master dtype]): there it comes out in float32 and ops::linear_backward_weight_bias
+// rounds it once to g's dtype, N values instead of a pass over (M, N).
+// LinearBackward asks for it when it needs both gradients. It applies where linear's bias
+// epilogue does (16- and 32-bit types, every GEMM dim > 1 and below 65535 * 32, so M = 1
+// does not) and cuBLASLt has an algorithm for the pointers' alignment; otherwise nothing
+// runs and LinearBackward takes its separate GEMM and ops::sum, as on the CPU.
+bool linear_weight_grad_lt(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt, const Tensor& x) {
+  const DType dt = gt.dtype();
+  if (!lt_dtype(dt) || grad_bias.dtype() != grad_w.dtype()) return false;
+  const int64_t N = grad_w.size(0), K = grad_w.size(1), M = x.size(0);
+  if (!lt_dims(K, N, M)) return false;
+  const BlasTypes types = blas_types("linear_backward_weight_bias", dt, grad_w.device());
+  const cudaDataType_t out_type = grad_w.dtype() == dt
+                                      ? types.data
+                                      : blas_types("linear_backward_weight_bias", grad_w.dtype(), grad_w.device()).data;
+  DeviceGuard guard(grad_w.device());
+  // grad_w^T (K, N) = x^T gt^T: A = x, B = gt, whose sums over k are grad_bias (see the Note).
+  return lt_matmul(types, column_major(x), column_major(gt), K, N, M, grad_w, out_type,
+                   {CUBLASLT_EPILOGUE_BGRADB, grad_bias.data(), std::nullopt});
+}
+
 }  // namespace
 
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { gemm("matmul", out, a, b, false); }
@@ -220,6 +287,11 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const T
   if (linear_lt(out, x, wt, bias)) return;
   copy_into(out, bias);  // broadcasts over the rows; then out += x @ wt (Note [Linear bias epilogue])
   gemm("linear", out.unsqueeze(0), x.unsqueeze(0), wt.unsqueeze(0), true);
+}
+
+bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt,
+                                        const Tensor& x) {
+  return linear_weight_grad_lt(grad_w, grad_bias, gt, x);
 }
 
 }  // namespace frugal::ops::cuda

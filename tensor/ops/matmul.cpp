@@ -243,4 +243,26 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return out;
 }
 
+LinearWeightBiasGrads linear_backward_weight_bias(const Tensor& g, const Tensor& x, DType weight_dtype) {
+  check_pair("linear_backward_weight_bias", g, x);
+  FRUGAL_CHECK(g.dim() == 2 && x.dim() == 2 && g.size(0) == x.size(0),
+               "linear_backward_weight_bias: expected g (M, out) and x (M, in), got ", g.describe(), " and ",
+               x.describe());
+  FRUGAL_CHECK(
+      weight_dtype == g.dtype() || ((g.dtype() == kFloat16 || g.dtype() == kBFloat16) && weight_dtype == kFloat32),
+      "linear_backward_weight_bias: a weight gradient in ", dtype_name(weight_dtype),
+      " needs operands of that dtype, or float16/bfloat16 ones for float32, got ", g.describe());
+#ifdef FRUGAL_WITH_CUDA
+  if (!g.is_cuda() || g.numel() == 0 || x.numel() == 0) return {};
+  const TensorOptions out_options(weight_dtype, g.device());
+  Tensor weight = empty({g.size(1), x.size(1)}, out_options);
+  // The epilogue writes the bias gradient in the weight gradient's dtype (Note [Bias gradient epilogue]).
+  Tensor bias = empty({g.size(1)}, out_options);
+  if (!cuda::linear_backward_weight_bias_kernel(weight, bias, blas_layout(g.t()), blas_layout(x))) return {};
+  return {weight, bias.dtype() == g.dtype() ? bias : bias.to(g.dtype())};  // float32 sums, rounded once
+#else
+  return {};  // the CPU has no fused kernel: the caller runs mm and sum
+#endif
+}
+
 }  // namespace frugal::ops

@@ -37,6 +37,21 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// the bias), never by a separate pass.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+/// The weight and bias gradients of linear from one GEMM, or two undefined tensors.
+struct LinearWeightBiasGrads {
+  Tensor weight;  ///< (out, in)
+  Tensor bias;    ///< (out)
+};
+
+/// Linear's weight and bias gradients in one pass over g: weight = g^T @ x in `weight_dtype`
+/// (g's dtype, or float32 for float16/bfloat16 g, as mm's out_dtype) and bias = the sum of
+/// g's rows in g's dtype (float32 sums rounded once), for g (M, out) and x (M, in). On CUDA
+/// the bias gradient comes out of the GEMM's epilogue (Note [Bias gradient epilogue] in
+/// tensor/cuda/matmul.cu). Where that does not apply (on the CPU, float64, M, in or out
+/// of 1, no cuBLASLt algorithm) it runs nothing and returns undefined tensors: the caller
+/// then uses mm and sum.
+LinearWeightBiasGrads linear_backward_weight_bias(const Tensor& g, const Tensor& x, DType weight_dtype);
+
 /// Lets float32 products on CUDA use TF32 tensor cores (10-bit mantissa inputs, float32
 /// accumulation), like torch.backends.cuda.matmul.allow_tf32. Process-wide; default false,
 /// so float32 results are accurate to float32.
@@ -62,4 +77,10 @@ namespace frugal::ops::cuda {
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b);
 // out: (M, N) contiguous; x: (M, K); wt: (K, N) (the transposed weight); bias: (N) contiguous or undefined
 void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias);
+// grad_w: (N, K) contiguous, in gt's dtype or float32 (gt float16/bfloat16); grad_bias: (N) contiguous,
+// in grad_w's dtype; gt: (N, M) (the transposed output gradient); x: (M, K). grad_w = gt @ x and
+// grad_bias = the row sums of gt in one cuBLASLt matmul; false, having run nothing, where it does
+// not apply (Note [Bias gradient epilogue]). CUDA only: the CPU has no fused kernel.
+bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt,
+                                        const Tensor& x);
 }  // namespace frugal::ops::cuda

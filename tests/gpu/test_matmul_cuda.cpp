@@ -1,4 +1,5 @@
-// matmul, mm, bmm and linear on CUDA (cuBLAS, cuBLASLt) against the CPU (Eigen) on the same inputs.
+// matmul, mm, bmm and linear on CUDA (cuBLAS, cuBLASLt) against the CPU (Eigen) on the same inputs,
+// and linear's weight and bias gradients (the bias-gradient epilogue) against float64.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -7,9 +8,12 @@
 #include <cmath>
 #include <string>
 
+#include "autograd/autocast.h"
+#include "autograd/ops/matmul.h"
 #include "core/stream.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/reduce.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -189,6 +193,120 @@ TEST_CASE("cuda linear: the bias is added before the one rounding to 16 bits, at
         CHECK_MESSAGE(bad == 0, std::string(dtype_name(t)), " rows ", rows, " bias offset ", offset, ": ", bad, " of ",
                       got.size(), " outputs off; worst error ", worst, " x the bound");
       }
+}
+
+namespace {
+/// The largest error a float32 sum of `terms` values whose magnitudes add up to `magnitude` may carry.
+double float32_sum_error(int64_t terms, double magnitude) { return double(terms) * 0x1p-24 * magnitude; }
+}  // namespace
+
+TEST_CASE("cuda linear backward: weight and bias gradients from one GEMM, with and without autocast") {
+  // Note [Bias gradient epilogue]: for (M, 24) inputs and a (40, 24) weight the bias gradient
+  // comes out of the weight gradient's GEMM (CUBLASLT_EPILOGUE_BGRADB); with M = 1 it does not
+  // apply, and LinearBackward runs mm and sum. Either way: float64 on the CPU, from the values
+  // the GEMM saw (under autocast, x rounded to the low dtype).
+  struct Case {
+    Shape x;
+    Layout layout;
+    bool fused;
+  };
+  const int64_t in = 24, out = 40;
+  const Case cases[] = {{{37, in}, Layout::Contiguous, true},
+                        {{2, 5, in}, Layout::Contiguous, true},
+                        {{37, in}, Layout::Transposed, true},  // x column-major: cuBLAS's A transposed
+                        {{1, in}, Layout::Contiguous, false}};
+  for (DType t : {kFloat32, kFloat16, kBFloat16})
+    for (bool amp : {false, true}) {
+      if (amp && t == kFloat32) continue;  // autocast lowers to 16 bits only
+      const DType leaf = amp ? kFloat32 : t;
+      // Note [Weight gradients in the master dtype]: under autocast the weight gradient is the
+      // GEMM's float32 output; the bias gradient a sum in t, widened by the cast's backward.
+      const DType w_dtype = amp ? kFloat32 : t;
+      for (const Case& c : cases) {
+        const std::string what =
+            detail::str_cat(dtype_name(t), amp ? " autocast" : "", " x ", shape_str(c.x), " ", layout_name(c.layout));
+        CAPTURE(what);
+        const Tensor x = random_tensor(c.x, {leaf, cuda()}, 70, c.layout);
+        const Tensor w = random_tensor({out, in}, {leaf, cuda()}, 71), b = random_tensor({out}, {leaf, cuda()}, 72);
+        w.requires_grad_(), b.requires_grad_();
+        Shape y_shape = c.x;
+        y_shape.back() = out;
+        const Tensor g = random_tensor(y_shape, {t, cuda()}, 73);
+        Tensor y;
+        {
+          AutocastGuard guard(cuda(), t, amp);
+          y = linear(x, w, b);
+        }
+        REQUIRE(y.dtype() == t);
+        y.backward(g);
+        REQUIRE(w.grad().dtype() == leaf);
+        REQUIRE(b.grad().dtype() == leaf);
+
+        const Tensor x2 = x.to(t).reshape({-1, in}), g2 = g.reshape({-1, out});  // what LinearBackward sees
+        const int64_t M = x2.size(0);
+        const std::vector<double> xv = values_of(x2), gv = values_of(g2);
+        std::vector<double> w_ref(size_t(out * in), 0.0), b_ref(size_t(out), 0.0), b_bound(size_t(out), 0.0);
+        for (int64_t n = 0; n < out; ++n) {
+          double magnitude = 0.0;
+          for (int64_t m = 0; m < M; ++m) {
+            b_ref[size_t(n)] += gv[size_t(m * out + n)];
+            magnitude += std::fabs(gv[size_t(m * out + n)]);
+            for (int64_t k = 0; k < in; ++k)
+              w_ref[size_t(n * in + k)] += gv[size_t(m * out + n)] * xv[size_t(m * in + k)];
+          }
+          // float32 sums rounded once to t: one ulp of t at most, beyond the float32 sum's error.
+          b_bound[size_t(n)] = (t == kFloat32 ? 0.0 : ulp_of(b_ref[size_t(n)], t)) + float32_sum_error(M, magnitude);
+        }
+        check_close(w.grad(), w_ref, default_rtol(w_dtype), atol_for(w_dtype, M), what + ": weight gradient");
+        const std::vector<double> bias_grad = values_of(b.grad()), summed = values_of(ops::sum(g2, {0}));
+        for (int64_t n = 0; n < out; ++n) {
+          CAPTURE(n);
+          CHECK(std::fabs(bias_grad[size_t(n)] - b_ref[size_t(n)]) <= b_bound[size_t(n)]);
+          CHECK(std::fabs(bias_grad[size_t(n)] - summed[size_t(n)]) <= 2 * b_bound[size_t(n)]);  // ops::sum's
+        }
+
+        // The fused op ran (its results are the gradients, bit for bit), or declined for M = 1.
+        const ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g2, x2, w_dtype);
+        CHECK(fused.weight.defined() == c.fused);
+        CHECK(fused.bias.defined() == c.fused);
+        if (fused.weight.defined()) {
+          CHECK(fused.weight.dtype() == w_dtype);
+          CHECK(fused.bias.dtype() == t);
+          CHECK(values_of(fused.weight) == values_of(w.grad()));
+          CHECK(values_of(fused.bias) == bias_grad);
+        }
+      }
+    }
+  // The CPU keeps mm and sum: the fused op declines there.
+  const Tensor g = random_tensor({37, out}, kFloat32, 74), x = random_tensor({37, in}, kFloat32, 75);
+  CHECK_FALSE(ops::linear_backward_weight_bias(g, x, kFloat32).weight.defined());
+}
+
+TEST_CASE("cuda linear backward: the epilogue's bias gradient is a float32 sum of the unrounded values") {
+  const int64_t M = 4096, in = 24, out = 40;
+  // 16 bits: 2048 ones and 2048 values of 2^-6 sum to 2080 exactly in float32 (a value both
+  // 16-bit types hold), while a 16-bit accumulator drops the 2^-6 terms once it passes 64
+  // (float16) or 8 (bfloat16), and a float16 one stalls at 2048.
+  for (DType t : {kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(t));
+    std::vector<double> gv(size_t(M * out));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < out; ++n) gv[size_t(m * out + n)] = m % 2 == 0 ? 1.0 : 0x1p-6;
+    const Tensor g = make_tensor(gv, {M, out}, {t, cuda()}), x = random_tensor({M, in}, {t, cuda()}, 80);
+    const ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g, x, t);
+    REQUIRE(fused.bias.defined());
+    CHECK(values_of(fused.bias) == std::vector<double>(size_t(out), 2080.0));
+  }
+  // float32 under TF32: g = 1 + 2^-12 rounds to 1 in TF32's 10-bit mantissa; the bias
+  // gradient still sums the float32 values (64 + 2^-6), as ops::sum does, though the
+  // product itself may use TF32.
+  const Tensor g = full({64, out}, 1.0 + 0x1p-12, {kFloat32, cuda()}),
+               x = random_tensor({64, in}, {kFloat32, cuda()}, 81);
+  ops::set_allow_tf32(true);
+  const ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g, x, kFloat32);
+  ops::set_allow_tf32(false);
+  REQUIRE(fused.bias.defined());
+  CHECK(values_of(fused.bias) == std::vector<double>(size_t(out), 64.0 + 0x1p-6));
 }
 
 TEST_CASE("cuda matmul: float32 is float32-accurate unless TF32 is allowed") {
