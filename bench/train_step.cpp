@@ -99,9 +99,9 @@ struct Args {
 };
 
 const char* kUsage =
-    "usage: train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]\n"
-    "                  [--tf32] [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R]\n"
-    "                  [--device cuda|cpu]\n"
+    "usage: train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp]\n"
+    "                  [--checkpoint [full|selective]] [--tf32] [--steps S] [--warmup W]\n"
+    "                  [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T] [--memory-budget SIZE|FRACTIONx]\n"
@@ -250,8 +250,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
   if (a.optim == "offload_adamw")  // AdamW with its state in pinned host memory (Note [CPU offload])
     return std::make_unique<optim::OffloadAdamW>(m.parameters(), optim::OffloadAdamWOptions{.lr = 1e-4});
   if (a.optim == "offload_adamw_release")  // and the gradients moved to the host during backward
-    return std::make_unique<optim::OffloadAdamW>(
-        m.parameters(), optim::OffloadAdamWOptions{.lr = 1e-4, .release_device_grads = true});
+    return std::make_unique<optim::OffloadAdamW>(m.parameters(),
+                                                 optim::OffloadAdamWOptions{.lr = 1e-4, .release_device_grads = true});
   if (a.optim == "galore")  // the paper's T = 200 and alpha = 0.25; AdamW's default decay
     return std::make_unique<optim::GaLoreAdamW>(
         m.parameters(), optim::GaLoreOptions{.lr = 1e-4, .weight_decay = 1e-2, .rank = a.galore_rank});
