@@ -6,6 +6,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "core/graph_capture.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -36,7 +37,11 @@ namespace {
 // float32 copy and their gradient (BERT's MLM head at batch 64 x 128: 3 GiB), the step
 // keeps a float32 weight gradient (C x H) and the rows' input gradient. Rows whose target
 // is ignore_index contribute nothing and are left out before the GEMMs (BERT predicts
-// 15% of its tokens): that reads the targets on the host, one small copy per call.
+// 15% of its tokens): that reads the targets on the host, one small copy per call. Inside a
+// CUDA graph capture nothing may be read on the host (Note [CUDA graphs]), so there every
+// row goes through the GEMMs (ignored ones give zero loss and gradient in the cross-entropy
+// kernels) and a Mean divides by the count of kept rows as a device scalar: the step costs
+// the head's FLOPs on every row instead of 15% of them, but BERT's step can be captured.
 // Precision as the unfused pair under autocast: logits rounded to the autocast dtype,
 // the loss and the logits' gradient in float32 (the gradient then rounded to the autocast
 // dtype for its GEMMs, as the unfused backward does, but first scaled by 2^10 so that a
@@ -55,16 +60,18 @@ int64_t default_chunk_rows(int64_t rows, int64_t classes) {
 
 struct LinearCrossEntropyBackward final : Node {
   SavedTensor grad_x{this}, grad_weight{this}, grad_bias{this};  // for a loss gradient of `unit`
-  SavedTensor rows{this};  // int64 indices of the kept rows; undefined: every row
+  SavedTensor rows{this};                                        // int64 indices of the kept rows; undefined: every row
   Shape x_shape;
   DType x_dtype = kFloat32, weight_dtype = kFloat32, bias_dtype = kFloat32;
   DType accumulation_dtype = kFloat32;  // of the kept gradients
   double unit = 1.0;  // what the kept gradients are for: 1 / (scale * count) (Mean) or 1 / scale (Sum)
+  Tensor count;       // inside a capture, a Mean's count of kept rows (0-d, on the device): unit is then 1 / scale
   std::string name() const override { return "LinearCrossEntropyBackward"; }
   TensorList apply(TensorList&& grads) override {
     // One 0-d factor, so each kept gradient is scaled in one pass. The kept gradients
     // share a dtype: the forward's accumulation dtype.
-    const Tensor factor = ops::mul(grads[0].to(accumulation_dtype), unit);
+    Tensor factor = ops::mul(grads[0].to(accumulation_dtype), unit);
+    if (count.defined()) factor = ops::div(factor, count);
     const auto scaled = [&](const SavedTensor& kept, DType dtype) {
       return autograd::in_dtype(ops::mul(kept.unpack(name()), factor), dtype);
     };
@@ -91,8 +98,8 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                "do not match: ", x.describe(), " and ", weight.describe());
   FRUGAL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), op, ": bias must be (",
                weight.size(0), "), got ", bias.describe());
-  FRUGAL_CHECK(x.is_floating_point() && weight.is_floating_point() && (!bias.defined() || bias.is_floating_point()),
-               op, ": x, weight and bias must be floating point, got ", x.describe(), " and ", weight.describe());
+  FRUGAL_CHECK(x.is_floating_point() && weight.is_floating_point() && (!bias.defined() || bias.is_floating_point()), op,
+               ": x, weight and bias must be floating point, got ", x.describe(), " and ", weight.describe());
   const Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   FRUGAL_CHECK(target.sizes() == rows && (target.dtype() == kInt64 || target.dtype() == kInt32), op,
                ": target must be int64 or int32 of x's leading shape ", shape_str(rows), ", got ", target.describe());
@@ -143,13 +150,14 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 
   CrossEntropyOptions sum_options = options.loss;
   sum_options.reduction = Reduction::Sum;
-  Tensor loss, grad_x, grad_w, grad_b, rows;
+  Tensor loss, grad_x, grad_w, grad_b, rows, count;
   int64_t kept = 0;
+  const bool captured = core::current_graph_capture() != nullptr;  // no host read (see the Note)
   autograd::raw([&] {
     Tensor xs = x.reshape({-1, H}), ts = target.reshape({-1});
-    const std::vector<int64_t> keep = kept_rows(ts, options.loss.ignore_index);
-    kept = int64_t(keep.size());
-    if (kept < xs.size(0)) {
+    const std::vector<int64_t> keep = captured ? std::vector<int64_t>() : kept_rows(ts, options.loss.ignore_index);
+    kept = captured ? xs.size(0) : int64_t(keep.size());
+    if (!captured && kept < xs.size(0)) {
       rows = from_vector(keep, {kept}).to(x.device());
       xs = ops::index_select(xs, 0, rows);
       ts = ops::index_select(ts, 0, rows);
@@ -184,13 +192,19 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
         grad_w = grad_w.defined() ? ops::add_(grad_w, part) : part;
       }
     }
-    if (options.loss.reduction == Reduction::Mean) loss = ops::div(loss, double(kept));  // 0 kept: NaN, as PyTorch
+    if (options.loss.reduction == Reduction::Mean && captured) {
+      count = ops::sum(ops::ne(ts, double(options.loss.ignore_index)).to(loss_dtype));  // exact below 2^24 rows
+      loss = ops::div(loss, count);                                                     // 0 kept: NaN, as PyTorch
+    } else if (options.loss.reduction == Reduction::Mean) {
+      loss = ops::div(loss, double(kept));  // 0 kept: NaN, as PyTorch
+    }
     if (want_w && !grad_w.defined()) grad_w = zeros({C, H}, acc);
     if (want_b && !grad_b.defined()) grad_b = zeros({C}, acc);
   });
   if (node) {
-    const double count = options.loss.reduction == Reduction::Mean ? double(kept) : 1.0;
-    node->unit = 1.0 / (grad_scale * count);
+    const double host_count = options.loss.reduction == Reduction::Mean && !captured ? double(kept) : 1.0;
+    node->unit = 1.0 / (grad_scale * host_count);
+    node->count = count;
     node->accumulation_dtype = loss_dtype;
     if (want_x) node->grad_x = grad_x;
     if (want_w) node->grad_weight = grad_w;

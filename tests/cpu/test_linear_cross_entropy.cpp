@@ -9,6 +9,7 @@
 #include "autograd/autocast.h"
 #include "autograd/ops/all.h"
 #include "autograd/ops/linear_cross_entropy.h"
+#include "core/graph_capture.h"
 #include "memory/allocator.h"
 #include "tensor/factory.h"
 #include "tests/cpu/gradcheck_util.h"
@@ -43,8 +44,8 @@ Grads run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
 void check_same(const Grads& got, const Grads& want, double rtol, const std::string& what) {
   check_close(got.loss, values_of(want.loss), rtol, rtol, what + " loss");
   CHECK(got.loss.dtype() == want.loss.dtype());
-  for (auto [g, e, name] : {std::tuple{got.x, want.x, "x"}, {got.weight, want.weight, "weight"},
-                            {got.bias, want.bias, "bias"}}) {
+  for (auto [g, e, name] :
+       {std::tuple{got.x, want.x, "x"}, {got.weight, want.weight, "weight"}, {got.bias, want.bias, "bias"}}) {
     REQUIRE_MESSAGE(g.defined() == e.defined(), what, " grad ", name);
     if (!g.defined()) continue;
     CHECK_MESSAGE(g.dtype() == e.dtype(), what, " grad ", name);
@@ -109,11 +110,47 @@ TEST_CASE("linear_cross_entropy: every row ignored gives NaN (mean) or 0 (sum), 
   CHECK(xg.grad().sizes() == x.sizes());
 }
 
+TEST_CASE("linear_cross_entropy: inside a graph capture every row goes through, with the same results") {
+  // Note [Fused linear cross entropy]: a capture may not read the targets on the host, so the
+  // ignored rows are not left out and a Mean divides by a device count. The capture is
+  // simulated on the CPU as tests/cpu/test_graph_capture.cpp does (CudaGraph's state).
+  const int64_t H = 6, C = 11;
+  int key = 0;
+  memory::begin_graph_pool(kCPU, &key);
+  for (Reduction red : {Reduction::Mean, Reduction::Sum})
+    for (bool all_ignored : {false, true}) {
+      const Tensor x = random_tensor({2, H, 5}, kFloat64, 40).transpose(1, 2);
+      const Tensor w = random_tensor({C, H}, kFloat64, 41), b = random_tensor({C}, kFloat64, 42);
+      const Tensor t = all_ignored ? full({2, 5}, -100.0, kInt64) : targets({2, 5}, C, 43);
+      const LinearCrossEntropyOptions o{.loss = {.label_smoothing = 0.1, .reduction = red}, .chunk_rows = 3};
+      const std::string what =
+          std::string(red == Reduction::Mean ? "mean" : "sum") + (all_ignored ? " all ignored" : "");
+      const Grads want = run(false, x, w, b, t, o);
+      core::GraphCapture capture{.pool_key = &key, .device = kCPU};
+      core::set_current_graph_capture(&capture);
+      Grads got;
+      try {
+        got = run(true, x, w, b, t, o);
+      } catch (...) {
+        core::set_current_graph_capture(nullptr);
+        throw;
+      }
+      core::set_current_graph_capture(nullptr);
+      if (all_ignored && red == Reduction::Mean) {  // NaN loss and gradients, as the unfused pair's
+        CHECK(std::isnan(got.loss.item<double>()));
+        CHECK(std::isnan(want.loss.item<double>()));
+        continue;
+      }
+      check_same(got, want, 1e-12, what);
+    }
+  memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
+}
+
 TEST_CASE("linear_cross_entropy: under autocast it matches the unfused pair, in float32 master dtypes") {
   const int64_t H = 16, C = 40;
   for (DType low : {kBFloat16, kFloat16}) {
-    const Tensor x = random_tensor({4, 6, H}, kFloat32, 40), w = random_tensor({C, H}, kFloat32, 41, Layout::Contiguous,
-                                                                                -0.5, 0.5);
+    const Tensor x = random_tensor({4, 6, H}, kFloat32, 40),
+                 w = random_tensor({C, H}, kFloat32, 41, Layout::Contiguous, -0.5, 0.5);
     const Tensor b = random_tensor({C}, kFloat32, 42), t = targets({4, 6}, C, 43);
     Grads g[2];
     for (int fused = 0; fused < 2; ++fused) {
