@@ -89,7 +89,7 @@ for s in "$@"; do
       done ;;
     cuda-graph)  # issue 18: CudaGraph's GPU tests, then the small-batch rows eager and replayed against PyTorch eager
       run "$BUILD/tests/frugal_gpu_tests" -tc='*cuda graph*'
-      rows=${GRAPH_ROWS:-resnet50-b16-amp,vit_b16-b16-amp}  # BERT: its MLM head reads the labels on the host
+      rows=${GRAPH_ROWS:-resnet50-b16-amp,vit_b16-b16-amp,bert_base-b8-amp}
       run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows"
       run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows" \
         --cuda-graph ;;
