@@ -192,11 +192,9 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
         grad_w = grad_w.defined() ? ops::add_(grad_w, part) : part;
       }
     }
-    if (options.loss.reduction == Reduction::Mean && captured) {
-      count = ops::sum(ops::ne(ts, double(options.loss.ignore_index)).to(loss_dtype));  // exact below 2^24 rows
-      loss = ops::div(loss, count);                                                     // 0 kept: NaN, as PyTorch
-    } else if (options.loss.reduction == Reduction::Mean) {
-      loss = ops::div(loss, double(kept));  // 0 kept: NaN, as PyTorch
+    if (options.loss.reduction == Reduction::Mean) {  // 0 kept: NaN, as PyTorch
+      if (captured) count = ops::sum(ops::ne(ts, double(options.loss.ignore_index)).to(loss_dtype));  // exact < 2^24
+      loss = captured ? ops::div(loss, count) : ops::div(loss, double(kept));
     }
     if (want_w && !grad_w.defined()) grad_w = zeros({C, H}, acc);
     if (want_b && !grad_b.defined()) grad_b = zeros({C}, acc);

@@ -240,6 +240,8 @@ bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tenso
                    {CUBLASLT_EPILOGUE_BIAS, epilogue_bias.data(), bias_type});
 }
 
+}  // namespace
+
 // Note [Bias gradient epilogue]
 // Linear's backward needs grad_w = g^T @ x and grad_bias = the sum of g's rows (g: (M, N),
 // x: (M, K)). grad_w is the product out (N, K) = gt (N, M) @ x (M, K), so in the transposed
@@ -260,7 +262,8 @@ bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tenso
 // epilogue does (16- and 32-bit types, every GEMM dim > 1 and below 65535 * 32, so M = 1
 // does not) and cuBLASLt has an algorithm for the pointers' alignment; otherwise nothing
 // runs and LinearBackward takes its separate GEMM and ops::sum, as on the CPU.
-bool linear_weight_grad_lt(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt, const Tensor& x) {
+bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt,
+                                        const Tensor& x) {
   const DType dt = gt.dtype();
   if (!lt_dtype(dt) || grad_bias.dtype() != grad_w.dtype()) return false;
   const int64_t N = grad_w.size(0), K = grad_w.size(1), M = x.size(0);
@@ -275,8 +278,6 @@ bool linear_weight_grad_lt(const Tensor& grad_w, const Tensor& grad_bias, const 
                    {CUBLASLT_EPILOGUE_BGRADB, grad_bias.data(), std::nullopt});
 }
 
-}  // namespace
-
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { gemm("matmul", out, a, b, false); }
 
 void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias) {
@@ -287,11 +288,6 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const T
   if (linear_lt(out, x, wt, bias)) return;
   copy_into(out, bias);  // broadcasts over the rows; then out += x @ wt (Note [Linear bias epilogue])
   gemm("linear", out.unsqueeze(0), x.unsqueeze(0), wt.unsqueeze(0), true);
-}
-
-bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt,
-                                        const Tensor& x) {
-  return linear_weight_grad_lt(grad_w, grad_bias, gt, x);
 }
 
 }  // namespace frugal::ops::cuda
