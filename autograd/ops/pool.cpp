@@ -3,6 +3,7 @@
 
 #include "autograd/function.h"
 #include "core/instrument.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/pool.h"
 
 namespace frugal {
@@ -25,12 +26,13 @@ namespace {
 // norm + ReLU's) output, which that op keeps for its own backward anyway: saving it
 // again costs no bytes, while int64 indices cost 8 bytes per output element (196 MiB
 // at ResNet-50's stem at batch 128, more than the pooled float16 output itself).
-// The trade-off: the backward reads x once more to find the argmax, and holds one byte
-// per output element while it runs on CUDA (Note [Window-local max-pool indices] in
-// tensor/ops/pool.h): at ResNet-50's stem at batch 128 that is 205 MB more to read
-// (about 50 us at an H200's bandwidth), while saving the one-byte argmax instead would
-// keep 25.7 MB through the whole step that saving x does not. Saving x costs more than indices only when no other op
-// keeps x. The forward computes no indices at all. The version check on x catches an in-place write to the pool's input
+// The trade-off: the backward reads x once more to find the argmax: at ResNet-50's stem
+// at batch 128 that is 205 MB more to read (about 50 us at an H200's bandwidth), in the
+// one CUDA kernel that also writes grad_x and keeps the argmax in shared memory (Note
+// [Fused max-pool backward] in tensor/cuda/pool.cu), while saving the one-byte argmax
+// instead would keep 25.7 MB through the whole step that saving x does not. Saving x
+// costs more than indices only when no other op keeps x. The forward computes no
+// indices at all. The version check on x catches an in-place write to the pool's input
 // before backward.
 struct MaxPool2dBackward final : Node {
   SavedTensor x{this};
@@ -55,10 +57,30 @@ struct AvgPool2dBackward final : Node {
 };
 
 // out = mean over each adaptive window; grad_x[i] = sum over the windows holding i of g / window size
+//
+// Note [Channels-last global pool backward]
+// The raw backward takes grad_x's layout from grad_out's, but global pooling's grad_out
+// (N, C, 1, 1) is contiguous and channels-last at once, so it decides nothing (Note
+// [Channels-last layout] in tensor/memory_format.h): a channels-last x would get an NCHW
+// gradient, which ResNet's last batch norm backward (cuDNN, NHWC) copies back, 25 MB each
+// way at batch 128. So the node keeps x's layout, and for a channels-last x asks for the
+// same numbers in its memory: that memory is the array (N, H W, C), and its gradient,
+// g[n, c] / (H W) in every row, is the backward of pooling each (H W, C) plane of the 3-D
+// (N, H W, C) to (1, C) (a window of all rows and one column, so the same division,
+// rounded once). The CUDA kernels read that as rows of C channels, 16 bytes at a time.
 struct AdaptiveAvgPool2dBackward final : Node {
   Shape x_shape;
+  bool channels_last = false;  // x suggested channels-last
   std::string name() const override { return "AdaptiveAvgPool2dBackward"; }
-  TensorList apply(TensorList&& grads) override { return {ops::adaptive_avg_pool2d_backward(grads[0], x_shape)}; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    if (channels_last && g.size(-2) == 1 && g.size(-1) == 1) {  // Note [Channels-last global pool backward]
+      const int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+      const Tensor rows = ops::adaptive_avg_pool2d_backward(g.reshape({N, 1, C}), {N, H * W, C});
+      return {rows.view({N, H, W, C}).permute({0, 3, 1, 2})};
+    }
+    return {ops::adaptive_avg_pool2d_backward(g, x_shape)};
+  }
 };
 
 }  // namespace
@@ -92,6 +114,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   Tensor out = autograd::raw([&] { return ops::adaptive_avg_pool2d(x, output_size); });
   if (auto node = make_node<AdaptiveAvgPool2dBackward>({x})) {
     node->x_shape = x.sizes();
+    node->channels_last = suggests_channels_last(x);
     autograd::record(node, {out});
   }
   return out;

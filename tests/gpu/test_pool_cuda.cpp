@@ -2,9 +2,11 @@
 // ops on the same inputs: forward and every gradient through autograd, in float32, float16,
 // bfloat16 and float64, on small odd configurations and on ResNet-50's pools (the stem max
 // pool, global average pooling); the argmax indices; mismatched devices. max_pool2d's
-// maxima, indices and gradient from its input (Note [Window-local max-pool indices]) equal
-// the CPU's bit for bit, with ties, NaN and -inf, in every layout, and its CUDA backward
-// holds one byte per output.
+// maxima, indices and gradient from its input (Note [Fused max-pool backward] in
+// tensor/cuda/pool.cu) equal the CPU's bit for bit, with ties, NaN and -inf, in every
+// layout, and its CUDA backward allocates nothing besides grad_x. adaptive_avg_pool2d's
+// gradient equals the CPU's bit for bit in both layouts, and global pooling's keeps a
+// channels-last input's layout.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/engine.h"
 #include "autograd/ops/pool.h"
 #include "memory/allocator.h"
 #include "tensor/factory.h"
@@ -105,6 +108,8 @@ TEST_CASE("cuda max_pool2d: maxima, indices and the gradient from the input equa
   };
   const Case cases[] = {
       {{2, 16, 9, 7}, 3, {.stride = 2, .padding = 1}},                  // ResNet's pool, odd sizes, C % 8 == 0
+      {{2, 24, 7, 9}, 3, {.stride = 2, .padding = 1}},                  // 16-byte vectors, a short channel group
+      {{2, 3, 7, 9}, 3, {.stride = 2, .padding = 1}},                   // C = 3: a channel a thread
       {{2, 8, 8, 10}, 2, {}},                                           // 2x2/s2: windows do not overlap
       {{1, 24, 11, 9}, 3, {.stride = 1, .padding = 1, .dilation = 2}},  // 3x3/s1 dilated: 9 windows a pixel
       {{2, 3, 9, 9}, {3, 2}, {.stride = {2, 1}, .padding = 1, .dilation = {2, 1}, .ceil_mode = true}},  // C = 3
@@ -144,27 +149,24 @@ TEST_CASE("cuda max_pool2d: maxima, indices and the gradient from the input equa
       }
 }
 
-TEST_CASE("cuda max_pool2d: the backward from the input holds one byte per output besides grad_x") {
-  // ResNet-50's stem pool at batch 8: 8 x 64 x 56 x 56 argmax bytes where int64 indices
-  // would take 8 each (Note [Window-local max-pool indices]).
+TEST_CASE("cuda max_pool2d: the backward from the input allocates nothing besides grad_x") {
+  // ResNet-50's stem pool at batch 8: the argmax lives in shared memory alone, where int64
+  // indices would take 8 bytes per output (Note [Fused max-pool backward]).
   const MaxPool2dOptions o{.stride = 2, .padding = 1};
   const Tensor x = to_channels_last(random_tensor({8, 64, 112, 112}, {kFloat16, kGpu}, 7));
   const Tensor gy = to_channels_last(random_tensor({8, 64, 56, 56}, {kFloat16, kGpu}, 8));
-  // What the allocator takes for grad_x and then the argmax bytes (rounding included),
-  // held together in that order as the op holds them.
+  // What the allocator takes for grad_x (rounding included).
   auto current = [] { return memory::stats(kGpu).allocated_bytes.current; };
-  int64_t grad_bytes = 0, argmax_bytes = 0;
+  int64_t grad_bytes = 0;
   {
     const int64_t c0 = current();
     const DataPtr a = memory::allocate(kGpu, size_t(x.numel()) * 2);
     grad_bytes = current() - c0;
-    const DataPtr b = memory::allocate(kGpu, size_t(gy.numel()));
-    argmax_bytes = current() - c0 - grad_bytes;
   }
   memory::reset_peak(kGpu);
   const int64_t before = memory::stats(kGpu).allocated_bytes.current;
   const Tensor gx = ops::max_pool2d_backward_from_input(gy, x, 3, o);
-  CHECK(memory::stats(kGpu).allocated_bytes.peak - before == grad_bytes + argmax_bytes);
+  CHECK(memory::stats(kGpu).allocated_bytes.peak - before == grad_bytes);
   CHECK(memory::stats(kGpu).allocated_bytes.current - before == grad_bytes);
   check_close(gx, values_of(ops::max_pool2d_backward_from_input(gy.cpu(), x.cpu(), 3, o)), 0, 0, "grad_x");
 }
@@ -176,4 +178,63 @@ TEST_CASE("cuda max_pool2d: the backward from the input names mismatched devices
         ops::max_pool2d_backward_from_input(zeros({2, 3, 4, 4}), x, 2);
       },
       {"max_pool2d_backward", "cuda", "cpu"});
+}
+
+TEST_CASE("cuda adaptive_avg_pool2d: the gradient equals the CPU's bit for bit in both layouts") {
+  // Tiling windows (global pooling's among them) and overlapping ones; C = 24 takes the
+  // 16-byte kernels, C = 3 a channel a thread; an NCHW pool that keeps the width runs as
+  // channels-last rows (columns_as_channels in tensor/cuda/pool.cu).
+  const std::pair<Shape, Int2> cases[] = {
+      {{3, 24, 7, 7}, 1},        // global pooling
+      {{2, 3, 7, 9}, 1},         // global pooling, C = 3
+      {{2, 24, 8, 6}, {4, 3}},   // 2x2 windows tiling the input
+      {{2, 3, 13, 11}, {4, 5}},  // overlapping windows
+      {{2, 24, 3, 4}, {5, 7}},   // growing
+      {{2, 8, 9, 16}, {4, 16}},  // keeps the width
+  };
+  uint64_t seed = 2000;
+  for (const auto& [xs, os] : cases)
+    for (DType t : kFloatTypes)
+      for (bool nhwc : {false, true}) {
+        CAPTURE(shape_str(xs));
+        CAPTURE(dtype_name(t));
+        CAPTURE(nhwc);
+        const Shape ys{xs[0], xs[1], os.h, os.w};
+        const std::vector<double> gv = random_values(numel_of(ys), ++seed);
+        Tensor gy = make_tensor(gv, ys, t), gyg = make_tensor(gv, ys, {t, kGpu});
+        if (nhwc) gy = to_channels_last(gy), gyg = to_channels_last(gyg);
+        const Tensor gx = ops::adaptive_avg_pool2d_backward(gyg, xs);
+        check_close(gx, values_of(ops::adaptive_avg_pool2d_backward(gy, xs)), 0, 0, "adaptive_avg_pool2d_backward");
+      }
+}
+
+TEST_CASE("cuda adaptive_avg_pool2d: global pooling's gradient keeps a channels-last input's layout") {
+  // grad_out (N, C, 1, 1) is both layouts at once, so the node answers in x's (Note
+  // [Channels-last global pool backward] in autograd/ops/pool.cpp): channels-last, with
+  // the values of the NCHW backward, g / (H W) at every pixel.
+  const Shape shapes[] = {{3, 24, 7, 7}, {2, 3, 7, 9}, {1, 64, 5, 3}};
+  uint64_t seed = 3000;
+  for (const Shape& xs : shapes)
+    for (DType t : kFloatTypes) {
+      CAPTURE(shape_str(xs));
+      CAPTURE(dtype_name(t));
+      const std::vector<double> xv = random_values(numel_of(xs), ++seed), gv = random_values(xs[0] * xs[1], ++seed);
+      const Shape ys{xs[0], xs[1], 1, 1};
+      auto grad_x = [&](Device d) {
+        const Tensor x = to_channels_last(make_tensor(xv, xs, {t, d}));
+        x.requires_grad_();
+        const Tensor y = adaptive_avg_pool2d(x, 1);
+        return autograd::grad({y}, {x}, {make_tensor(gv, ys, {t, d})})[0];  // contiguous, as flatten's backward
+      };
+      const Tensor gx = grad_x(kGpu), gx_cpu = grad_x(kCPU);
+      CHECK_MESSAGE(suggests_channels_last(gx), gx.describe(), " strides ", shape_str(gx.strides()));
+      CHECK_MESSAGE(suggests_channels_last(gx_cpu), gx_cpu.describe(), " strides ", shape_str(gx_cpu.strides()));
+      const std::vector<double> nchw = values_of(ops::adaptive_avg_pool2d_backward(make_tensor(gv, ys, t), xs));
+      check_close(gx, nchw, 0, 0, "CUDA grad_x");
+      check_close(gx_cpu, nchw, 0, 0, "CPU grad_x");
+      const std::vector<double> g = values_of(make_tensor(gv, ys, t));  // rounded to t
+      std::vector<double> ref(size_t(numel_of(xs)));
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] = g[i / size_t(xs[2] * xs[3])] / double(xs[2] * xs[3]);
+      check_close(nchw, ref, default_rtol(t), 0, "grad_x against float64");
+    }
 }
