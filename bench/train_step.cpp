@@ -9,12 +9,13 @@
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
 //              [--image-size P] [--seq-len T] [--cudnn-benchmark on|off] [--profile DIR]
 //              [--profile-rows N] [--memory-budget SIZE] [--memory-plan CHOICES] [--plan-choices CHOICES]
-//              [--cuda-graph]
+//              [--cuda-graph [--cuda-graph-eager-scaler]]
 //
 // --cuda-graph captures the step once, after the warm-up, in a CudaGraph and replays it
-// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD only; with --amp the graph holds forward
-// and backward, and GradScaler's step and update run after each replay (Note [GradScaler in
-// a CUDA graph]).
+// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD only; with --amp the graph holds the whole
+// step too, GradScaler's unscale, skip and update included (Note [GradScaler in a CUDA
+// graph]); --cuda-graph-eager-scaler keeps GradScaler's step and update out of it, run after
+// each replay instead (the way before the captured update).
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
@@ -94,7 +95,7 @@ struct Args {
       profile_dir, memory_budget, memory_plan,
       plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12, galore_rank = 128;
-  bool amp = false, checkpoint = false, tf32 = false, cuda_graph = false;
+  bool amp = false, checkpoint = false, tf32 = false, cuda_graph = false, cuda_graph_eager_scaler = false;
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
 };
 
@@ -105,7 +106,8 @@ const char* kUsage =
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T] [--memory-budget SIZE|FRACTIONx]\n"
-    "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...] [--cuda-graph]\n";
+    "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...]\n"
+    "                  [--cuda-graph [--cuda-graph-eager-scaler]]\n";
 
 std::optional<Args> parse(int argc, char** argv) {
   Args a;
@@ -123,6 +125,7 @@ std::optional<Args> parse(int argc, char** argv) {
       }
     } else if (flags.is("--tf32")) a.tf32 = true;
     else if (flags.is("--cuda-graph")) a.cuda_graph = true;
+    else if (flags.is("--cuda-graph-eager-scaler")) a.cuda_graph_eager_scaler = true;
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--warmup")) a.warmup = flags.non_negative();
     else if (flags.is("--optim")) a.optim = flags.text();
@@ -393,13 +396,12 @@ int run(const Args& a) {
     step();  // the plan's own first step (its recompute's algorithm searches) stays out of the figures
     synchronize(device);
   }
-  // --cuda-graph: the step captured once (after the warm-up above) and replayed; with
-  // GradScaler, forward and backward only, its step and update following each replay
-  // (Note [GradScaler in a CUDA graph]).
+  // --cuda-graph: the step captured once (after the warm-up above) and replayed, GradScaler's
+  // step included unless --cuda-graph-eager-scaler (Note [GradScaler in a CUDA graph]).
   // Its peak counts from before the capture: a replay allocates nothing (its blocks were
   // taken from the graph's pool while capturing), so a peak reset after the capture would
   // show only what lives between steps.
-  const bool graph_holds_step = !scaler.is_enabled();
+  const bool graph_holds_step = !a.cuda_graph_eager_scaler;
   std::optional<CudaGraph> graph;
   memory::reset_peak(device);
   if (a.cuda_graph) {

@@ -46,8 +46,8 @@ namespace frugal::nn {
 //     dropout keeps the same weights the composed path's dropout() would from the same
 //     generator state. Everything else (float32, CPU, E > 128, a mask with a gradient) runs
 //     the composed matmul / masked_softmax / dropout / matmul steps. On the GPU the fused op
-//     itself runs cuDNN's fused attention engines for calls without dropout or mask when
-//     cuDNN can plan them, frugal's own kernels otherwise (Note [cuDNN attention] in
+//     itself runs cuDNN's fused attention engines for calls without a mask when cuDNN can
+//     plan them (dropout included, with the same mask), frugal's own kernels otherwise (Note [cuDNN attention] in
 //     tensor/cuda/attention_cudnn.cu; ops::set_attention_backend, FRUGAL_ATTENTION).
 //     The fused op keeps the projections' (B, T, H, D) memory order (Note [Flash attention
 //     layouts]): merging the heads before out_proj is a view, and the packed self-attention

@@ -11,10 +11,13 @@ namespace {
 using detail::SgdEntry;
 
 // entries: (count) SgdEntry, chunks numbered as in upload(). Per entry, param and grad
-// are (numel) in T; momentum_buffer is (numel) in M = opmath_t<T>, or null.
+// are (numel) in T; momentum_buffer is (numel) in M = opmath_t<T>, or null. skip_if: null,
+// or a flag whose nonzero value skips the whole step (GradScaler's found_inf in a graph).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) sgd_kernel(const SgdEntry* entries, int count, int64_t chunks) {
+__global__ void __launch_bounds__(kThreads)
+    sgd_kernel(const SgdEntry* entries, int count, int64_t chunks, const float* skip_if) {
   using M = opmath_t<T>;
+  if (skip_if != nullptr && *skip_if != 0.0f) return;
   for_each_chunk(entries, count, chunks, [&](const SgdEntry& e, int64_t, int64_t begin, int64_t n) {
     const detail::SgdCoeffs<M> c(e);
     const bool has_buf = e.momentum_buffer != nullptr;
@@ -54,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(const SgdEntry* entries, 
 
 }  // namespace
 
-void sgd_step(Device device, DType dtype, std::vector<SgdEntry>& entries) {
+void sgd_step(Device device, DType dtype, std::vector<SgdEntry>& entries, const float* skip_if) {
   if (entries.empty()) return;
   DeviceGuard guard(device);
   dispatch_floating(dtype, "SGD.step", device, [&]<typename T>() {
@@ -63,7 +66,7 @@ void sgd_step(Device device, DType dtype, std::vector<SgdEntry>& entries) {
       const bool vec = vec4_aligned<T>(e.param) && vec4_aligned<T>(e.grad) && vec4_aligned<M>(e.momentum_buffer);
       e.flags = vec ? (e.flags | detail::kVec4) : (e.flags & ~detail::kVec4);
     }
-    launch_fused(device, entries, sgd_kernel<T>);
+    launch_fused(device, entries, sgd_kernel<T>, skip_if);
   });
 }
 

@@ -13,11 +13,15 @@ using detail::NormEntry;
 
 // entries: (count) NormEntry with (numel) gradient elements of T each, unscaled in place.
 // found_inf: 0-d float32, set to 1 when any element is inf or NaN (before scaling); never
-// cleared here, so several launches (dtypes) can share one flag.
+// cleared here, so several launches (dtypes) can share one flag. device_scale: null, or the
+// scale in device memory, whose reciprocal then replaces inv_scale (computed as the host
+// does, so both give the same bits; Note [GradScaler in a CUDA graph]).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    unscale_kernel(const NormEntry* entries, int count, int64_t chunks, float inv_scale, float* found_inf) {
+    unscale_kernel(const NormEntry* entries, int count, int64_t chunks, float inv_scale, const float* device_scale,
+                   float* found_inf) {
   using M = opmath_t<T>;
+  if (device_scale != nullptr) inv_scale = float(1.0 / double(*device_scale));
   const M inv = M(inv_scale);
   const bool scale = inv_scale != 1.0f;  // a multiply by 1 changes nothing: only check
   bool bad = false;
@@ -44,16 +48,38 @@ __global__ void __launch_bounds__(kThreads)
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
+// The update of Note [Dynamic loss scaling] on the device: PyTorch's _amp_update_scale_,
+// products in double rounded to float32 as GradScaler::update computes them on the host.
+__global__ void update_scale_kernel(float* scale, int64_t* growth_tracker, const float* found_inf, double growth_factor,
+                                    double backoff_factor, int64_t growth_interval) {
+  if (*found_inf != 0.0f) {
+    *scale = float(double(*scale) * backoff_factor);
+    *growth_tracker = 0;
+  } else if (++*growth_tracker >= growth_interval) {
+    const float grown = float(double(*scale) * growth_factor);
+    if (isfinite(grown)) *scale = grown;
+    *growth_tracker = 0;
+  }
+}
+
 }  // namespace
 
 void non_finite_check_and_unscale(Device device, DType dtype, std::vector<NormEntry>& entries, float inv_scale,
-                                  float* found_inf) {
+                                  float* found_inf, const float* device_scale) {
   if (entries.empty()) return;
   DeviceGuard guard(device);
   dispatch_floating(dtype, "GradScaler.unscale_", device, [&]<typename T>() {
     mark_vec4<T>(entries);
-    launch_fused(device, entries, unscale_kernel<T>, inv_scale, found_inf);
+    launch_fused(device, entries, unscale_kernel<T>, inv_scale, device_scale, found_inf);
   });
+}
+
+void update_scale(Device device, float* scale, int64_t* growth_tracker, const float* found_inf, double growth_factor,
+                  double backoff_factor, int64_t growth_interval) {
+  DeviceGuard guard(device);
+  update_scale_kernel<<<1, 1, 0, stream_for(device)>>>(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                                                       growth_interval);
+  FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace frugal::optim::cuda

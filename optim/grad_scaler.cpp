@@ -1,5 +1,6 @@
 #include "optim/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -49,9 +50,10 @@ int64_t integer_of(const std::string& key, const Tensor& t) {
   return int64_t(v);
 }
 
-// Why unscale_ and step stay out of a capture (Note [GradScaler in a CUDA graph]).
-constexpr const char* kReadsFlagsOnHost =
-    "it reads the inf flags on the host; capture the forward and scaler.scale(loss).backward(), and call "
+// What a captured step needs (Note [GradScaler in a CUDA graph]).
+constexpr const char* kCaptureRule =
+    "inside a CUDA graph capture GradScaler takes one optimizer that skips its step on the device (SGD) and "
+    "gradients on the captured device; otherwise capture the forward and scaler.scale(loss).backward(), and call "
     "scaler.step and update after replay()";
 
 }  // namespace
@@ -67,7 +69,7 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   FRUGAL_CHECK(loss.is_floating_point(), "GradScaler.scale: the loss must be floating point, got ", loss.describe());
   if (loss.device().is_cuda()) {  // Note [GradScaler in a CUDA graph]
     const Tensor s = device_scale(loss.device());
-    if (core::current_graph_capture()) return frugal::mul(loss, s);  // read at each replay
+    if (core::current_graph_capture() || device_owns_) return frugal::mul(loss, s);  // read on the device
   }
   return frugal::mul(loss, double(scale_));  // differentiable: backward multiplies by scale_
 }
@@ -77,20 +79,47 @@ Tensor GradScaler::device_scale(Device device) const {
     if (s.device() == device) return s;
   core::refuse_in_graph_capture("GradScaler.scale's first call on a device",
                                 "the device copy of the scale is made outside a capture (warm up at least one step)");
-  device_value_ = scale_;  // what the other copies hold too (refresh_device_scales)
+  device_value_ = scale_;          // what the other copies hold too (refresh_device_scales)
+  if (!device_tracker_.defined())  // for a captured update; written before its first replay
+    device_tracker_ = full({}, double(growth_tracker_), TensorOptions(kInt64, device));
   return device_scales_.emplace_back(full({}, double(scale_), TensorOptions(kFloat32, device)));
 }
 
 void GradScaler::refresh_device_scales() const {
+  if (device_owns_) return push();
   if (device_scales_.empty() || device_value_ == scale_) return;         // most updates leave the scale as it was
   for (const Tensor& s : device_scales_) ops::fill_(s, double(scale_));  // queued before the next replay
   device_value_ = scale_;
 }
 
+void GradScaler::pull() const {
+  if (!device_owns_) return;
+  scale_ = device_scales_.front().item<float>();  // the host sync
+  growth_tracker_ = device_tracker_.item<int64_t>();
+  device_value_ = scale_;
+}
+
+void GradScaler::push() const {
+  for (const Tensor& s : device_scales_) ops::fill_(s, double(scale_));
+  if (device_tracker_.defined()) ops::fill_(device_tracker_, double(growth_tracker_));
+  device_value_ = scale_;
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  pull();
+  return double(scale_);
+}
+
+int64_t GradScaler::get_growth_tracker() const {
+  pull();
+  return growth_tracker_;
+}
+
 void GradScaler::unscale_(Optimizer& opt) {
   if (!options_.enabled) return;
-  core::refuse_in_graph_capture("GradScaler.unscale_", kReadsFlagsOnHost);
   static constexpr const char* kOp = "GradScaler.unscale_";
+  const core::GraphCapture* capture = core::current_graph_capture();
   auto it = per_optimizer_.find(&opt);
   if (it != per_optimizer_.end()) {
     FRUGAL_CHECK(it->second.stage != Stage::Unscaled, kOp, ": unscale_() has already been called on this optimizer (",
@@ -113,6 +142,9 @@ void GradScaler::unscale_(Optimizer& opt) {
       if (g.defined()) {
         FRUGAL_CHECK(g.is_floating_point(), kOp, ": parameter ", index, " (", p.describe(),
                      ") has a non-floating gradient ", g.describe());
+        FRUGAL_CHECK(!capture || (g.is_cuda() && g.device() == capture->device), kOp, ": parameter ", index,
+                     " has its gradient on ", g.device().str(), ", not on the captured ", capture->device.str(), "; ",
+                     kCaptureRule);
         grads.push_back(g.detach());
       }
       ++index;
@@ -136,7 +168,11 @@ void GradScaler::unscale_(Optimizer& opt) {
     batches.add(g.device(), g.dtype(), {.data = work.data(), .numel = g.numel(), .chunk_begin = 0, .flags = 0});
   }
 
-  // As PyTorch: the reciprocal in double, rounded to float32 (exact for powers of two).
+  // As PyTorch: the reciprocal in double, rounded to float32 (exact for powers of two). In a
+  // capture, or once the device owns the scale, the kernel takes it from the device copy.
+  const bool on_device = capture != nullptr || device_owns_;
+  const bool any_cpu = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.device().is_cpu(); });
+  if (device_owns_ && any_cpu) pull();  // CPU gradients need the host value
   const float inv_scale = float(1.0 / double(scale_));
   batches.run(
       kOp,
@@ -145,7 +181,8 @@ void GradScaler::unscale_(Optimizer& opt) {
       },
       // (a generic lambda: a CPU-only build never instantiates the CUDA call)
       [&](auto device, auto dtype, auto& entries) {
-        cuda::non_finite_check_and_unscale(device, dtype, entries, inv_scale, flag_for(device));
+        const float* scale_here = on_device ? device_scale(device).template data_ptr<float>() : nullptr;
+        cuda::non_finite_check_and_unscale(device, dtype, entries, inv_scale, flag_for(device), scale_here);
       });
   for (const auto& [g, work] : strided) g.copy_(work);
   for (const Tensor& g : grads)
@@ -166,17 +203,29 @@ bool GradScaler::read_found_inf(PerOptimizer& st) {
 
 void GradScaler::step(Optimizer& opt) {
   if (!options_.enabled) return opt.step();
-  core::refuse_in_graph_capture("GradScaler.step", kReadsFlagsOnHost);
   auto it = per_optimizer_.find(&opt);
   FRUGAL_CHECK(it == per_optimizer_.end() || it->second.stage != Stage::Stepped,
                "GradScaler.step: step() has already been called on this optimizer (", opt.name(),
                ") since the last update()");
+  if (core::current_graph_capture()) {  // Note [GradScaler in a CUDA graph]
+    FRUGAL_CHECK(opt.skips_on_device_flag(), "GradScaler.step: ", opt.name(), " cannot skip its step on the device; ",
+                 kCaptureRule);
+    if (it == per_optimizer_.end() || it->second.stage == Stage::Ready) unscale_(opt);
+    PerOptimizer& st = per_optimizer_[&opt];
+    FRUGAL_CHECK(st.found_inf.size() == 1, "GradScaler.step: ", opt.name(), " has gradients on ", st.found_inf.size(),
+                 " devices; ", kCaptureRule);
+    opt.step_skipping_if(st.found_inf.front());
+    st.stage = Stage::Stepped;
+    return;
+  }
   // An optimizer that unscales and checks in its own step (Optimizer::steps_scaled_grads)
   // gets 1 / scale; for the others the flags come from unscale_.
   const bool ready = it == per_optimizer_.end() || it->second.stage == Stage::Ready;
   std::optional<Optimizer::ScaledStep> scaled;
-  if (ready && opt.steps_scaled_grads()) scaled = opt.step_scaled(float(1.0 / double(scale_)));
-  else if (ready) unscale_(opt);
+  if (ready && opt.steps_scaled_grads()) {
+    pull();  // its host update needs the scale on the host
+    scaled = opt.step_scaled(float(1.0 / double(scale_)));
+  } else if (ready) unscale_(opt);
   PerOptimizer& st = per_optimizer_[&opt];
   FRUGAL_CHECK(scaled ? *scaled != Optimizer::ScaledStep::NoGradients : !st.found_inf.empty(),
                "GradScaler.step: no inf checks were recorded for this optimizer (", opt.name(), " has no gradients)");
@@ -187,7 +236,7 @@ void GradScaler::step(Optimizer& opt) {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  core::refuse_in_graph_capture("GradScaler.update", kReadsFlagsOnHost);
+  if (core::current_graph_capture()) return captured_update();
   bool recorded = false, found = false;
   for (auto& [opt, st] : per_optimizer_) {
     if (st.stage == Stage::Ready || (st.found_inf.empty() && st.found < 0)) continue;
@@ -197,6 +246,7 @@ void GradScaler::update() {
   FRUGAL_CHECK(recorded,
                "GradScaler.update: no inf checks were recorded prior to update() (call step() or unscale_() on "
                "an optimizer with gradients first)");
+  pull();  // after replays of a captured update, the device holds the current values
   // PyTorch's _amp_update_scale_: products in double, rounded to float32.
   if (found) {
     scale_ = float(double(scale_) * options_.backoff_factor);
@@ -210,9 +260,39 @@ void GradScaler::update() {
   refresh_device_scales();
 }
 
+void GradScaler::captured_update() {
+  static constexpr const char* kOp = "GradScaler.update";
+  std::vector<Tensor> flags;
+  for (const auto& [opt, st] : per_optimizer_)
+    if (st.stage != Stage::Ready) flags.insert(flags.end(), st.found_inf.begin(), st.found_inf.end());
+  FRUGAL_CHECK(flags.size() == 1, kOp, ": ", flags.size(), " inf flags were recorded in this capture; ", kCaptureRule);
+  const Device device = flags.front().device();
+  const Tensor scale = device_scale(device);
+  FRUGAL_CHECK(device_scales_.size() == 1, kOp, ": the scale has copies on ", device_scales_.size(), " devices; ",
+               kCaptureRule);
+#ifdef FRUGAL_WITH_CUDA
+  cuda::update_scale(device, scale.data_ptr<float>(), device_tracker_.data_ptr<int64_t>(),
+                     flags.front().data_ptr<float>(), options_.growth_factor, options_.backoff_factor,
+                     options_.growth_interval);
+#else
+  FRUGAL_FAIL(kOp, ": a captured update needs a CUDA build");
+#endif
+  core::GraphCapture* capture = core::current_graph_capture();
+  if (checked_capture_ != capture->pool_key) {  // once per graph: the host values go in before its first replay
+    checked_capture_ = capture->pool_key;
+    capture->replay_checks.push_back([this] {
+      if (device_owns_) return;
+      push();
+      device_owns_ = true;
+    });
+  }
+  per_optimizer_.clear();
+}
+
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
-  core::refuse_in_graph_capture("GradScaler.update", kReadsFlagsOnHost);
+  core::refuse_in_graph_capture("GradScaler.update(new_scale)",
+                                "the new scale would be frozen into the graph; call it between replays");
   scale_ = checked_scale(new_scale, "GradScaler.update", "new_scale");
   per_optimizer_.clear();
   refresh_device_scales();
@@ -220,6 +300,7 @@ void GradScaler::update(double new_scale) {
 
 StateDict GradScaler::state_dict() const {
   if (!options_.enabled) return {};
+  pull();
   const TensorOptions f64(kFloat64), i64(kInt64);
   return {{"scale", scalar_tensor(double(scale_), f64)},
           {"growth_factor", scalar_tensor(options_.growth_factor, f64)},

@@ -40,9 +40,22 @@
 // made by the first scale() outside a capture on that device (warm-up), rewritten by
 // update(), update(new_scale) and load_state_dict whenever the scale changes (a fill queued
 // on the current stream, so it lands before the next replay), and read by each replay's
-// backward. unscale_, step and update read the inf flags on the host and refuse inside a
-// capture: they run after replay(), eagerly - the step is one or two fused launches. For a
-// power-of-two scale both multiplies give the same bits.
+// backward. For a power-of-two scale both multiplies give the same bits.
+// The whole step may be captured too, as PyTorch's capturable optimizers allow, with an
+// optimizer that can skip its step on a device flag (Optimizer::skips_on_device_flag: SGD):
+// - unscale_ (or step's) passes the kernel the device scale, whose reciprocal it takes as
+//   the host would, and its found_inf flag is zeroed by the captured work of each replay;
+// - step calls opt.step_skipping_if(found_inf): the fused kernel returns when it is set;
+// - update runs PyTorch's _amp_update_scale_ on the device copy of the scale and a device
+//   copy of the growth tracker (made with the scale's), one thread, no host read.
+// From the first replay of a captured update on, the device copies are the truth
+// (device_owns_): a replay check writes the host's values into them before that replay
+// (the eager warm-up steps moved them since the copies were made), and afterwards
+// get_scale, get_growth_tracker and state_dict read them back (a host sync); an eager
+// update reads them, updates on the host and writes them back; update(new_scale) and
+// load_state_dict write them. Inside a capture the scaler takes one optimizer and one
+// device per update, and it must outlive the graph (the replay check refers to it).
+// Outside these rules unscale_, step and update refuse inside a capture, naming the rule.
 //
 // Note [Fused unscale]
 // unscale_ walks every gradient of every param group of the optimizer and, per (device,
@@ -100,10 +113,11 @@ class GradScaler {
   /// growth tracker is kept, as in PyTorch's update(new_scale).
   void update(double new_scale);
 
-  /// The current scale (1.0 when disabled).
-  double get_scale() const { return options_.enabled ? double(scale_) : 1.0; }
-  /// Consecutive clean steps since the last growth or backoff.
-  int64_t get_growth_tracker() const { return growth_tracker_; }
+  /// The current scale (1.0 when disabled); after replays of a captured update, read from
+  /// the device (Note [GradScaler in a CUDA graph]).
+  double get_scale() const;
+  /// Consecutive clean steps since the last growth or backoff (read as get_scale).
+  int64_t get_growth_tracker() const;
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -126,15 +140,26 @@ class GradScaler {
   static bool read_found_inf(PerOptimizer& st);
   /// The scale as a 0-d float32 on `device` (Note [GradScaler in a CUDA graph]).
   Tensor device_scale(Device device) const;
-  /// Writes scale_ into every device copy, when it differs from what they hold.
+  /// Writes scale_ into every device copy, when it differs from what they hold (or, once
+  /// the device owns the scale, writes both scale_ and growth_tracker_: push()).
   void refresh_device_scales() const;
+  /// Once the device owns the scale: reads it and the growth tracker into scale_ and
+  /// growth_tracker_ (a host sync); a no-op otherwise.
+  void pull() const;
+  /// Writes scale_ and growth_tracker_ into the device copies.
+  void push() const;
+  /// update() inside a capture (Note [GradScaler in a CUDA graph]).
+  void captured_update();
 
   GradScalerOptions options_;
-  float scale_;
-  int64_t growth_tracker_ = 0;
+  mutable float scale_;  // mutable: pull() refreshes them from the device
+  mutable int64_t growth_tracker_ = 0;
   std::unordered_map<const Optimizer*, PerOptimizer> per_optimizer_;
   mutable std::vector<Tensor> device_scales_;  // Note [GradScaler in a CUDA graph]
+  mutable Tensor device_tracker_;              // 0-d int64 beside the first device copy
   mutable float device_value_ = 0.0f;          // the scale every device copy holds
+  bool device_owns_ = false;                   // a captured update has been replayed
+  const void* checked_capture_ = nullptr;      // the capture whose replay check is registered
 };
 
 }  // namespace frugal::optim
@@ -150,7 +175,13 @@ void non_finite_check_and_unscale(DType dtype, const std::vector<detail::NormEnt
 
 namespace frugal::optim::cuda {
 /// The same in one fused kernel over every entry (all on `device`); found_inf is a 0-d
-/// float32 in device memory. Asynchronous on the device's current stream.
+/// float32 in device memory. With device_scale (the scale in device memory) the kernel
+/// computes the reciprocal itself and inv_scale is unused. Asynchronous on the device's
+/// current stream.
 void non_finite_check_and_unscale(Device device, DType dtype, std::vector<detail::NormEntry>& entries, float inv_scale,
-                                  float* found_inf);
+                                  float* found_inf, const float* device_scale = nullptr);
+/// Note [Dynamic loss scaling]'s update of *scale and *growth_tracker (device memory) from
+/// *found_inf, in one single-thread kernel: the update of a captured step.
+void update_scale(Device device, float* scale, int64_t* growth_tracker, const float* found_inf, double growth_factor,
+                  double backoff_factor, int64_t growth_interval);
 }  // namespace frugal::optim::cuda

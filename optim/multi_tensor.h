@@ -97,7 +97,8 @@ void sgd_step(DType dtype, const std::vector<detail::SgdEntry>& entries);
 namespace frugal::optim::cuda {
 /// One fused kernel over every entry (all on `device`, parameters of `dtype`).
 void adam_step(Device device, DType dtype, std::vector<detail::AdamEntry>& entries);
-void sgd_step(Device device, DType dtype, std::vector<detail::SgdEntry>& entries);
+/// skip_if (nullable, a float in device memory): the kernel returns at once when it is nonzero.
+void sgd_step(Device device, DType dtype, std::vector<detail::SgdEntry>& entries, const float* skip_if = nullptr);
 /// partials[k] for the k-th chunk (chunks numbered from chunk_offset) = sum of |x|^p over
 /// it, or max |x| when p is infinite; `partials` is a float64 device array.
 void norm_partials(Device device, DType dtype, std::vector<detail::NormEntry>& entries, double p, double* partials,

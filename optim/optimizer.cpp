@@ -72,6 +72,13 @@ Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {
               "unscale_() and step() for it");
 }
 
+void Optimizer::step_skipping_if(const Tensor& /*found_inf*/) {
+  FRUGAL_FAIL(name(),
+              ".step_skipping_if: this optimizer cannot skip its step on a device flag; inside a CUDA graph "
+              "capture GradScaler.step needs one that can (SGD), otherwise call scaler.step and update after "
+              "replay()");
+}
+
 void Optimizer::add_param_group(ParamGroup group) {
   const size_t g = groups_.size();
   FRUGAL_CHECK(!group.params.empty(), name_, ": param group ", g, " has no parameters");

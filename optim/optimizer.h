@@ -104,6 +104,13 @@ class Optimizer {
   /// release_device_grads): code that reads .grad - GradScaler.unscale_, clip_grad_norm_ -
   /// does not see them.
   virtual bool holds_released_grads() const { return false; }
+  /// Whether step_skipping_if may run inside a CUDA graph capture: its step reads a device
+  /// flag and skips itself on the device (Note [GradScaler in a CUDA graph]).
+  virtual bool skips_on_device_flag() const { return false; }
+  /// step(), skipped on the device, weights and state untouched, when `found_inf` (a 0-d
+  /// float32 on the parameters' device) is nonzero: no host sync. Only for optimizers whose
+  /// skips_on_device_flag() is true; the base throws.
+  virtual void step_skipping_if(const Tensor& found_inf);
 
   /// The groups; mutable so LR schedulers (and users) can change hyperparameters.
   std::vector<ParamGroup>& param_groups() { return groups_; }

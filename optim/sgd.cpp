@@ -32,7 +32,20 @@ void SGD::check_group(const ParamGroup& group, size_t g) const {
                *group.dampening, ")");
 }
 
-void SGD::step() {
+void SGD::step() { step_impl(nullptr); }
+
+void SGD::step_skipping_if(const Tensor& found_inf) {
+  FRUGAL_CHECK(found_inf.defined() && found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
+               "SGD.step_skipping_if: found_inf must be a one-element float32 CUDA tensor, got ",
+               found_inf.defined() ? found_inf.describe() : std::string("an undefined tensor"));
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params)
+      FRUGAL_CHECK(p.device() == found_inf.device(), "SGD.step_skipping_if: parameter ", p.describe(),
+                   " is not on found_inf's device ", found_inf.device().str());
+  step_impl(found_inf.data_ptr<float>());
+}
+
+void SGD::step_impl(const float* skip_if) {
   autograd::NoGradGuard no_grad;
   core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
   core::OpScope op(name());                                      // and its time
@@ -77,7 +90,7 @@ void SGD::step() {
     }
   }
   // (a generic lambda: a CPU-only build never instantiates the CUDA call)
-  batches.run(name(), cpu::sgd_step, [](auto&... args) { cuda::sgd_step(args...); });
+  batches.run(name(), cpu::sgd_step, [&](auto&... args) { cuda::sgd_step(args..., skip_if); });
   for (const detail::StepTensors& t : stepped) t.finish();
 }
 

@@ -26,6 +26,9 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
 
   void step() override;
+  /// The fused kernel itself returns when *found_inf != 0 (CUDA parameters only).
+  bool skips_on_device_flag() const override { return true; }
+  void step_skipping_if(const Tensor& found_inf) override;
   const SGDOptions& options() const { return options_; }
 
  protected:
@@ -36,6 +39,9 @@ class SGD : public Optimizer {
   void check_group(const ParamGroup& group, size_t g) const override;
 
  private:
+  /// step() with the CUDA kernels skipping themselves when *skip_if != 0 (null: never).
+  void step_impl(const float* skip_if);
+
   SGDOptions options_;
 };
 

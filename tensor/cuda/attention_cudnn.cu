@@ -25,16 +25,24 @@
 // does not change. The operands keep their strides (Note [Flash attention layouts]): cuDNN
 // reads the sequence-major views and writes the packed-qkv gradients in place.
 //
+// Dropout: cuDNN could draw its keep mask with its own Philox stream (an RNG node), but ours
+// must be the very mask dropout() draws (Note [Dropout mask from counters]), so that the fused
+// and composed paths, the CPU and CUDA, and a backward on our kernels all agree. So the graphs
+// take the mask as a tensor, cudnn-frontend's "custom dropout mask": a (B, H, L, S) array in
+// q's dtype that dropout_keep_mask_kernel draws from the call's counters just before each
+// direction runs and frees after it (B H L S 2 bytes for one call, 100 MB at BERT's b16 x 512:
+// one layer's at a time, nothing kept for backward). With c = the by-value kDropoutScale:
+//   forward   P' = P * mask * c in place of P before P' v
+//   backward  dv = P'^T dout, dS = ((dout v^T) * mask - Dsum * kOne) * P * c * scale
+// which is the dropout gradient when mask * c = 1 / (1 - p) and kOne * c = 1. A first version
+// (H200, 2026-12-02) had mask 0/1, c = 1 / (1 - p) and kOne = 1 - p: the forward and dv were
+// right, dq and dk wrong by about what ignoring kOne gives (relative 0.02 at p = 0.1, 0.4-0.9
+// at p = 0.3 causal, dq worse than dk, as a float64 simulation of that error shows). So the
+// mask now holds 1 / (1 - p) rounded to q's dtype where a weight is kept, c corrects that
+// rounding (c = (1 / (1 - p)) / mask value, within 2^-8 of 1) and kOne = 1 / c: the result is
+// exact if the engine applies kOne and off by (c - 1) Dsum, below the dtype's precision, if not.
 // What stays on frugal's own kernels (tensor/cuda/flash_attention.cu), decided before either
 // direction runs, from the inputs and options alone (ops::attention_backend_for):
-// - dropout: cuDNN draws its keep mask with its own Philox stream; ours must be the very mask
-//   dropout() draws (Note [Dropout mask from counters]), so fused and composed paths agree.
-//   Tried on the H200 (2026-12-02): cudnn-frontend's "custom dropout mask" graphs, our mask
-//   drawn into a (B, H, L, S) tensor per call and multiplied in as P * mask / (1 - p). The
-//   forward was right but no faster than ours at BERT's b16 x 512 (writing and reading the
-//   mask costs what the fused kernel saves); the backward gave dv right and dq, dk wrong
-//   (relative error 0.02 at p = 0.1, 0.9 at p = 0.3 causal), as if its engine ignored the
-//   (1 - p) that scales Dsum. Both went back out; cuDNN's own RNG node would be the next try.
 // - masks: a bool mask has no cuDNN input at all; an additive one could go to cuDNN's bias,
 //   but a row whose keys are all -inf gives NaN there where ours gives zeros and lse = -inf,
 //   and telling the two apart would need the mask's values on the host (a sync).
@@ -56,6 +64,8 @@
 // (197, 77, ...).
 #include "tensor/cuda/attention_cudnn.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cudnn.h>
 
 #include <algorithm>
@@ -76,6 +86,7 @@
 #include "tensor/cuda/cudnn_backend.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
+#include "tensor/philox.h"
 
 namespace frugal::ops::cuda {
 
@@ -101,6 +112,8 @@ enum Uid : int64_t {
   kDQAccum,
   kSeqLenQ,
   kSeqLenKV,
+  kDropoutMask,
+  kDropoutScale,
   kFirstVirtual = 100,
 };
 
@@ -283,6 +296,16 @@ cudnnBackendDescriptor_t padding_mask(GraphBuilder& g, cudnnBackendDescriptor_t 
   return y;
 }
 
+/// Dropout with the given keep mask: x * mask * (1 / (1 - p)), the scale a by-value scalar, in `type`.
+cudnnBackendDescriptor_t dropped(GraphBuilder& g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t mask,
+                                 const Dims& dims, const Dims& strides, cudnnDataType_t type) {
+  cudnnBackendDescriptor_t kept = g.virtual_tensor(dims, strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, x, mask, kept);
+  cudnnBackendDescriptor_t y = g.virtual_tensor(dims, strides, type);
+  g.pointwise(CUDNN_POINTWISE_MUL, kept, g.scalar(kDropoutScale), y);
+  return y;
+}
+
 /// Whether the backward needs cudnn-frontend's workaround for cuDNN <= 9.15: a padding mask of
 /// the full lengths (a no-op) when a length is not a multiple of 128, without which those
 /// versions' backward engines are wrong (cudnn-frontend 1.15 and later set it up the same way).
@@ -317,8 +340,10 @@ void build_forward(GraphBuilder& g, const FlashAttentionParams& p) {
   cudnnBackendDescriptor_t log_sum = g.virtual_tensor(rows, rows_st);
   g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, log_sum);
   g.pointwise(CUDNN_POINTWISE_ADD, max, log_sum, stats);
-  cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st, io);  // P in q's dtype for P v
+  const bool dropout = p.dropout_p > 0.0;
+  cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st, dropout ? kF32 : io);  // P v in q's dtype
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, probs);
+  if (dropout) probs = dropped(g, probs, g.tensor(kDropoutMask, scores, scores_st, io), scores, scores_st, io);
   g.matmul(probs, v, o);
 }
 
@@ -339,7 +364,8 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
   cudnnBackendDescriptor_t dk = g.tensor(kDK, {B, H, S, E}, operand_strides(p.dk_stride, B, H, S, E), io);
   cudnnBackendDescriptor_t dv = g.tensor(kDV, {B, H, S, E}, operand_strides(p.dv_stride, B, H, S, E), io);
 
-  // Dsum = rowsum(dout * out) (times 1: the dropout's inverse scale in cuDNN's own graph).
+  // Dsum = rowsum(dout * out) times kOne (1 without dropout): dS below is computed as
+  // ((dP * mask) - Dsum kOne) * P * c, cudnn-frontend's order (see the Note).
   cudnnBackendDescriptor_t dout_out = g.virtual_tensor({B, H, L, E}, {H * L * E, L * E, H * E, 1});
   g.pointwise(CUDNN_POINTWISE_MUL, dout, o, dout_out);
   cudnnBackendDescriptor_t row_dot = g.virtual_tensor(rows, rows_st);
@@ -369,17 +395,30 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
   if (p.causal) shifted = causal_mask(g, shifted, scores, scores_st);
   cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, probs);
+  const bool dropout = p.dropout_p > 0.0;
+  cudnnBackendDescriptor_t mask = dropout ? g.tensor(kDropoutMask, scores, scores_st, io) : nullptr;
+  cudnnBackendDescriptor_t probs_dropped = dropout ? dropped(g, probs, mask, scores, scores_st, kF32) : probs;
   cudnnBackendDescriptor_t probs_t = g.virtual_tensor(scores_t, scores_t_st, io);
-  g.reshape(probs, probs_t);
+  g.reshape(probs_dropped, probs_t);
   g.matmul(probs_t, dout, dv, len_kv, nullptr, len_q);
 
   // dS = (dout v^T - Dsum) * P * scale, then dk = dS^T q.
   cudnnBackendDescriptor_t dp = g.virtual_tensor(scores, scores_st);
   g.matmul(dout, vt, dp, len_q, len_kv);
+  if (dropout) {
+    cudnnBackendDescriptor_t dp_kept = g.virtual_tensor(scores, scores_st);
+    g.pointwise(CUDNN_POINTWISE_MUL, dp, mask, dp_kept);
+    dp = dp_kept;
+  }
   cudnnBackendDescriptor_t dp_centered = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_SUB, dp, softmax_sum, dp_centered);
   cudnnBackendDescriptor_t ds_unscaled = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_MUL, dp_centered, probs, ds_unscaled);
+  if (dropout) {
+    cudnnBackendDescriptor_t ds_kept = g.virtual_tensor(scores, scores_st);
+    g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, g.scalar(kDropoutScale), ds_kept);
+    ds_unscaled = ds_kept;
+  }
   cudnnBackendDescriptor_t ds = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, scale, ds);
   cudnnBackendDescriptor_t ds_t = g.virtual_tensor(scores_t, scores_t_st, io);
@@ -447,7 +486,7 @@ cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 :
 std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
   return ::frugal::detail::str_cat("cuDNN attention ", d == Direction::Forward ? "forward" : "backward", " (",
                                    dtype_name(dtype), ", B=", p.B, " H=", p.H, " L=", p.L, " S=", p.S, " E=", p.E,
-                                   p.causal ? ", causal" : "", ")");
+                                   p.causal ? ", causal" : "", p.dropout_p > 0.0 ? ", dropout" : "", ")");
 }
 
 /// Builds one problem's graph and plans (see the Note); a set without plans, and the reason,
@@ -491,7 +530,16 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
 using PlanKey = std::vector<int64_t>;
 
 PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionParams& p) {
-  PlanKey key{device.index, int64_t(dtype), int64_t(d), p.B, p.H, p.L, p.S, p.E, int64_t(p.causal)};
+  PlanKey key{device.index,
+              int64_t(dtype),
+              int64_t(d),
+              p.B,
+              p.H,
+              p.L,
+              p.S,
+              p.E,
+              int64_t(p.causal),
+              int64_t(p.dropout_p > 0.0)};  // p itself is a by-value operand
   auto add = [&](const int64_t(&s)[3], int64_t N) {
     for (int64_t v : operand_strides(s, p.B, p.H, N, p.E)) key.push_back(v);
   };
@@ -545,6 +593,56 @@ bool execute(const PlanSet& set, Device device, const std::vector<Operand>& oper
   return false;
 }
 
+/// The keep mask of the weights (B, H, L, S), row-major, as `kept` and 0s of T: the mask of
+/// Note [Dropout mask from counters], which dropout() and our own kernels draw, four weights
+/// per Philox draw.
+template <typename T>
+__global__ void dropout_keep_mask_kernel(T* __restrict__ mask, Generator::Range range, float keep_below, T kept,
+                                         int64_t n) {
+  const int64_t group = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (group * 4 >= n) return;
+  const PhiloxResult r = philox4x32(range.seed, philox_first_counter(range.counter, range.base) + uint64_t(group));
+  for (int w = 0; w < 4; ++w) {
+    const int64_t i = group * 4 + w;
+    if (i < n) mask[i] = philox_uniform(r.x[w]) < keep_below ? kept : T(0.0f);
+  }
+}
+
+/// The graphs' dropout operands (see the Note): the mask, c (kDropoutScale) and kOne.
+struct DropoutOperands {
+  Tensor mask;  // undefined without dropout
+  float scale = 1.0f, dsum_scale = 1.0f;
+};
+
+/// The dropout operands of p's range, the mask in q's dtype. The mask lives for one call: the
+/// backward draws it again from the same range.
+DropoutOperands dropout_operands(const FlashAttentionParams& p, DType dtype, Device device) {
+  DropoutOperands d;
+  if (p.dropout_p <= 0.0) return d;
+  const int64_t n = p.B * p.H * p.L * p.S, groups = (n + 3) / 4;
+  d.mask = empty({n}, {dtype, device});
+  const unsigned blocks = unsigned((groups + 255) / 256);
+  const float keep_below = float(1.0 - p.dropout_p), inverse = float(1.0 / (1.0 - p.dropout_p));
+  float kept = 0.0f;
+  if (dtype == kBFloat16) {
+    const __nv_bfloat16 k = __float2bfloat16(inverse);
+    kept = __bfloat162float(k);
+    dropout_keep_mask_kernel<<<blocks, 256, 0, stream_for(device)>>>(static_cast<__nv_bfloat16*>(d.mask.data()),
+                                                                     p.range, keep_below, k, n);
+  } else {
+    const __half k = __float2half(inverse);
+    kept = __half2float(k);
+    dropout_keep_mask_kernel<<<blocks, 256, 0, stream_for(device)>>>(static_cast<__half*>(d.mask.data()), p.range,
+                                                                     keep_below, k, n);
+  }
+  FRUGAL_CUDA_CHECK(cudaGetLastError());
+  d.scale = float(double(inverse) / double(kept));
+  d.dsum_scale = float(1.0 / double(d.scale));
+  return d;
+}
+
+void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
+
 /// Whether every operand starts 16-byte aligned, as the tensor descriptors declare.
 bool aligned(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
@@ -578,7 +676,8 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
   DeviceGuard guard(device);
   std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p);
   if (!set->usable()) return false;
-  float scale = float(p.scale), neg_inf = masked_score();
+  const DropoutOperands drop = dropout_operands(p, q.dtype(), device);
+  float scale = float(p.scale), neg_inf = masked_score(), drop_scale = drop.scale;
   return execute(*set, device,
                  {{kQ, q.data()},
                   {kK, k.data()},
@@ -586,7 +685,9 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
                   {kO, out.data()},
                   {kStats, lse.data()},
                   {kScale, &scale},
-                  {kNegInf, &neg_inf}});
+                  {kNegInf, &neg_inf},
+                  {kDropoutMask, data_or_null(drop.mask)},
+                  {kDropoutScale, &drop_scale}});
 }
 
 bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
@@ -604,7 +705,9 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
   if (cudnnGetVersion() < 90600)
     FRUGAL_CUDA_CHECK(
         cudaMemsetAsync(dq_accum.data(), 0, size_t(dq_accum.numel()) * sizeof(float), stream_for(device)));
-  float scale = float(p.scale), neg_inf = masked_score(), one = 1.0f;
+  const DropoutOperands drop = dropout_operands(p, q.dtype(), device);
+  // `one` scales Dsum: 1 / c with dropout (see the Note), 1 without.
+  float scale = float(p.scale), neg_inf = masked_score(), one = drop.dsum_scale, drop_scale = drop.scale;
   return execute(*set, device,
                  {{kQ, q.data()},
                   {kK, k.data()},
@@ -621,7 +724,9 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
                   {kSoftmaxSum, softmax_sum.data()},
                   {kDQAccum, dq_accum.data()},
                   {kSeqLenQ, set->seq_len_q},
-                  {kSeqLenKV, set->seq_len_kv}});
+                  {kSeqLenKV, set->seq_len_kv},
+                  {kDropoutMask, data_or_null(drop.mask)},
+                  {kDropoutScale, &drop_scale}});
 }
 
 }  // namespace frugal::ops::cuda

@@ -105,12 +105,11 @@ AttentionBackend backend_from_environment() {
   FRUGAL_FAIL("FRUGAL_ATTENTION must be auto, cudnn or flash, got '", s, "'");
 }
 
-/// Whether this call runs on cuDNN (Note [cuDNN attention]): no mask, no dropout, a CUDA
-/// build, a backend other than Flash, and plans for the forward with p's strides (q, k, v and
+/// Whether this call runs on cuDNN (Note [cuDNN attention]): no mask, a CUDA build, a backend other than Flash, and plans for the forward with p's strides (q, k, v and
 /// out) and for the backward that follows it (dout in out's order, the gradients in the
 /// order empty_grads gives them). q, k, v are the caller's tensors, p has their kernel views'.
 bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
-  if (!q.device().is_cuda() || p.mask_kind != 0 || p.dropout_p > 0.0) return false;
+  if (!q.device().is_cuda() || p.mask_kind != 0) return false;
   const AttentionBackend mode = attention_backend();
   if (mode == AttentionBackend::Flash) return false;
 #ifdef FRUGAL_WITH_CUDA

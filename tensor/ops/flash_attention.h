@@ -20,8 +20,9 @@
 // draw on the materialized weights from the same Generator::Range, so the fused and the
 // plain path agree bit for bit on which weights survive. Dropout applies to the weights
 // after normalization (lse is that of the undropped softmax), as in torch.
-// On CUDA, calls without dropout or mask go to cuDNN's fused engines where it has plans for
-// them (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse.
+// On CUDA, calls without a mask go to cuDNN's fused engines where it has plans for them
+// (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse, and with
+// dropout the same mask, handed to cuDNN as a tensor.
 #include <optional>
 
 #include "tensor/philox.h"
@@ -64,7 +65,7 @@ struct FlashAttentionGrads {
 
 /// Attention of q (B, H, L, E) over k (B, H, S, E), v (B, H, S, E) (see Note [Flash attention]).
 /// float32/float64/float16/bfloat16 on the CPU; float16/bfloat16 with E <= 128, E % 8 == 0 on
-/// CUDA, where calls without dropout or mask run cuDNN's fused engines when they can
+/// CUDA, where calls without a mask run cuDNN's fused engines when they can
 /// (attention_backend_for, Note [cuDNN attention]). With dropout it draws (B H L S + 3) / 4
 /// counters from `gen` (default generator).
 FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -82,10 +83,10 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
 bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
 
 /// Which kernels run fused attention on CUDA (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu).
-/// Dropout, masks, CPU tensors and shapes cuDNN has no plan for always run frugal's own kernels.
+/// Masks, CPU tensors and shapes cuDNN has no plan for always run frugal's own kernels.
 enum class AttentionBackend {
   Auto,   ///< cuDNN's fused engines where they take the call, frugal's own kernels otherwise
-  Cudnn,  ///< as Auto, but a call without dropout or mask that cuDNN cannot plan is an error
+  Cudnn,  ///< as Auto, but a call without a mask that cuDNN cannot plan is an error
   Flash,  ///< frugal's own kernels (Note [Flash attention]) for every call
 };
 

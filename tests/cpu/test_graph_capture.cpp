@@ -4,8 +4,9 @@
 // allocator, whose policy is the device's: what the capture allocates comes from its own
 // pool, and what it frees is not handed to anyone else until the pool is released. Code a
 // replay would get wrong refuses with an error naming it (random numbers, Adam's step count,
-// SGD's first momentum step, GradScaler's unscale_ and step), and SGD's frozen hyperparameters are checked
-// before each replay.
+// SGD's first momentum step, a GradScaler step on CPU gradients or with an optimizer that
+// cannot skip its step on the device), and SGD's frozen hyperparameters are checked before
+// each replay.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -148,10 +149,18 @@ TEST_CASE("graph capture: other generators, Adam, SGD's first momentum step, Gra
     CHECK_THROWS_WITH_AS(ops::dropout(w.detach(), 0.5), doctest::Contains("Philox offset"), Error);
     CHECK_THROWS_WITH_AS(adamw.step(), doctest::Contains("bias corrections"), Error);
     CHECK_THROWS_WITH_AS(sgd.step(), doctest::Contains("first step with momentum"), Error);
-    CHECK_THROWS_WITH_AS(scaler.unscale_(sgd), doctest::Contains("GradScaler.unscale_"), Error);
-    CHECK_THROWS_WITH_AS(scaler.step(sgd), doctest::Contains("GradScaler.step"), Error);
+    // Note [GradScaler in a CUDA graph]: a captured step takes CUDA gradients and an optimizer
+    // that skips its step on the device; each refusal names the rule.
+    CHECK_THROWS_WITH_AS(scaler.unscale_(sgd), doctest::Contains("has its gradient on cpu"), Error);
+    CHECK_THROWS_WITH_AS(scaler.step(sgd), doctest::Contains("has its gradient on cpu"), Error);
+    CHECK_THROWS_WITH_AS(scaler.step(adamw), doctest::Contains("AdamW cannot skip its step on the device"), Error);
+    CHECK_THROWS_WITH_AS(scaler.update(), doctest::Contains("0 inf flags were recorded"), Error);
+    CHECK_THROWS_WITH_AS(scaler.update(1024.0), doctest::Contains("GradScaler.update(new_scale)"), Error);
+    CHECK_THROWS_WITH_AS(adamw.step_skipping_if(Tensor()), doctest::Contains("cannot skip its step"), Error);
   }
-  sgd.step();  // the warm-up step outside the capture makes the momentum buffer
+  CHECK_THROWS_WITH_AS(sgd.step_skipping_if(zeros({})), doctest::Contains("one-element float32 CUDA tensor"), Error);
+  CHECK(scaler.get_scale() == 65536.0);  // nothing above changed it
+  sgd.step();                            // the warm-up step outside the capture makes the momentum buffer
   {
     FakeCapture capture(&key);
     sgd.step();                       // captured: lr 0.1 and momentum 0.9 go into the kernel as values

@@ -6,7 +6,9 @@
 // than out; scaled_dot_product_attention's autograd. Every case first asserts that the call
 // really goes to cuDNN (ops::attention_backend_for) and runs with the backend forced to cudnn,
 // so a shape cuDNN refuses fails with its reason instead of passing on our kernels; and the
-// calls that must stay on frugal's kernels (dropout, masks, the Flash setting, the CPU) do.
+// calls that must stay on frugal's kernels (masks, the Flash setting, the CPU) do. Dropout runs
+// on cuDNN with dropout()'s own mask (handed over as a tensor): checked against the formula with
+// that mask, and across backends (cuDNN's forward, our backward, and the other way round).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -36,21 +38,23 @@ const Device kGpu = cuda(0);
 /// float64 reference.
 template <typename View>
 void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale,
-                 View gpu_view) {
+                 View gpu_view, double p = 0.0) {
   const DType dt = in.q.dtype();
   INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " causal=", causal,
-       " scale=", scale ? *scale : -1.0);
+       " scale=", scale ? *scale : -1.0, " p=", p);
   const Tensor q = gpu_view(in.q), k = gpu_view(in.k), v = gpu_view(in.v), g = gpu_view(in.g);
-  const ops::FlashAttentionOptions o{Tensor(), causal, scale, 0.0};
+  const ops::FlashAttentionOptions o{Tensor(), causal, scale, p};
   const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
   REQUIRE(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Cudnn);
-  const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o);
+  Generator gen(4321);
+  const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o, &gen);
   const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
   const AttentionReference ref =
-      attention_reference(in.q, in.k, in.v, Tensor(), causal, scale ? *scale : 1.0 / std::sqrt(double(c.E)), {}, in.g);
+      attention_reference(in.q, in.k, in.v, Tensor(), causal, scale ? *scale : 1.0 / std::sqrt(double(c.E)),
+                          dropout_factors({c.B, c.H, c.L, c.S}, p, f.range), in.g);
   CHECK(f.out.dtype() == dt);
   CHECK(f.lse.dtype() == kFloat32);
-  CHECK(f.range.seed == 0);
+  CHECK(f.range.seed == (p > 0.0 ? 4321u : 0u));
   CHECK(relative_error(f.out, ref.out, "out") <= out_tol(dt));
   CHECK(relative_error(f.lse, ref.lse, "lse") <= 1e-4);
   CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(dt));
@@ -58,8 +62,9 @@ void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal,
   CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(dt));
 }
 
-void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale = {}) {
-  check_cudnn(c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); });
+void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale = {},
+                 double p = 0.0) {
+  check_cudnn(c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); }, p);
 }
 
 }  // namespace
@@ -184,7 +189,54 @@ TEST_CASE("attention cudnn: scaled_dot_product_attention's autograd takes the cu
   }
 }
 
-TEST_CASE("attention cudnn: dropout, masks, the flash setting and the CPU stay on frugal's kernels") {
+TEST_CASE("attention cudnn: dropout keeps the weights dropout() keeps, in both directions") {
+  uint64_t seed = 600;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (const AttentionCase& c :
+         {AttentionCase{2, 3, 197, 197, 64}, AttentionCase{2, 3, 77, 45, 64}, AttentionCase{2, 4, 128, 128, 64},
+          AttentionCase{1, 2, 130, 96, 128}}) {
+      const AttentionInputs in = attention_inputs(c, dt, seed);
+      seed += 4;
+      check_cudnn(c, in, false, {}, 0.1);
+      check_cudnn(c, in, true, {}, 0.3);
+    }
+  // Sequence-major inputs, as a projection's heads arrive.
+  const AttentionCase c{2, 3, 197, 197, 64};
+  check_cudnn(c, attention_inputs(c, kFloat16, 700), false, {},
+              [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); }, 0.2);
+}
+
+TEST_CASE("attention cudnn: with dropout either backend's forward feeds either backward") {
+  // The mask is the counters' in both (Note [cuDNN attention]): cuDNN's forward with our
+  // backward, and ours with cuDNN's, give the formula's gradients with dropout()'s mask.
+  const AttentionCase c{2, 4, 77, 77, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat16, 800);
+  const Tensor q = in.q.to(kGpu), k = in.k.to(kGpu), v = in.v.to(kGpu), g = in.g.to(kGpu);
+  const ops::FlashAttentionOptions o{Tensor(), false, {}, 0.25};
+  for (bool cudnn_first : {true, false}) {
+    INFO("forward on ", cudnn_first ? "cuDNN" : "flash");
+    const AttentionBackend first = cudnn_first ? AttentionBackend::Cudnn : AttentionBackend::Flash;
+    const AttentionBackend second = cudnn_first ? AttentionBackend::Flash : AttentionBackend::Cudnn;
+    Generator gen(99);
+    ops::FlashAttentionForward f;
+    {
+      const ops::AttentionBackendGuard guard(first);
+      REQUIRE(ops::attention_backend_for(q, k, v, o) == first);
+      f = ops::flash_attention_forward(q, k, v, o, &gen);
+    }
+    const ops::AttentionBackendGuard guard(second);
+    REQUIRE(ops::attention_backend_for(q, k, v, o) == second);
+    const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+    const AttentionReference ref = attention_reference(in.q, in.k, in.v, Tensor(), false, 1.0 / std::sqrt(64.0),
+                                                       dropout_factors({c.B, c.H, c.L, c.S}, 0.25, f.range), in.g);
+    CHECK(relative_error(f.out, ref.out, "out") <= out_tol(kFloat16));
+    CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(kFloat16));
+    CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(kFloat16));
+    CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(kFloat16));
+  }
+}
+
+TEST_CASE("attention cudnn: masks, the flash setting and the CPU stay on frugal's kernels") {
   const int64_t B = 2, H = 3, T = 197, E = 64;
   const Tensor q = randn({B, H, T, E}, {kFloat16, kGpu}), k = randn({B, H, T, E}, {kFloat16, kGpu});
   const Tensor v = randn({B, H, T, E}, {kFloat16, kGpu});
@@ -194,12 +246,11 @@ TEST_CASE("attention cudnn: dropout, masks, the flash setting and the CPU stay o
     const ops::AttentionBackendGuard guard(setting);
     CHECK(ops::attention_backend_for(q, k, v, {}) == AttentionBackend::Cudnn);
     CHECK(ops::attention_backend_for(q, k, v, {Tensor(), true, {}, 0.0}) == AttentionBackend::Cudnn);
-    CHECK(ops::attention_backend_for(q, k, v, {Tensor(), false, {}, 0.1}) == AttentionBackend::Flash);
+    CHECK(ops::attention_backend_for(q, k, v, {Tensor(), false, {}, 0.1}) == AttentionBackend::Cudnn);
     CHECK(ops::attention_backend_for(q, k, v, {bool_mask, false, {}, 0.0}) == AttentionBackend::Flash);
     CHECK(ops::attention_backend_for(q, k, v, {float_mask, false, {}, 0.0}) == AttentionBackend::Flash);
     CHECK(ops::attention_backend_for(q.cpu(), k.cpu(), v.cpu(), {}) == AttentionBackend::Flash);
-    // With dropout or a mask the call runs our kernels even when cudnn is forced: no error.
-    CHECK_NOTHROW(ops::flash_attention_forward(q, k, v, {Tensor(), false, {}, 0.1}));
+    // With a mask the call runs our kernels even when cudnn is forced: no error.
     CHECK_NOTHROW(ops::flash_attention_forward(q, k, v, {bool_mask, false, {}, 0.0}));
   }
   const ops::AttentionBackendGuard flash(AttentionBackend::Flash);

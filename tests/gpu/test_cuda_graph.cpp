@@ -3,7 +3,10 @@
 // batches gives bitwise the weights and losses of the same steps run eagerly, in float32,
 // under bfloat16 autocast and with dropout (each replay draws new masks, the eager step's);
 // with GradScaler, forward and backward are captured and the step follows each replay, the
-// scale changing between replays; what a replay would get wrong refuses at capture.
+// scale changing between replays; with GradScaler and SGD the whole step is captured too
+// (unscale, the step skipped on the device on inf, the scale's update on the device), equal
+// to eager steps through overflows and growths; what a replay would get wrong refuses at
+// capture.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -15,6 +18,7 @@
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/unary.h"
 #include "core/stream.h"
+#include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 #include "tensor/cuda_graph.h"
@@ -153,6 +157,71 @@ TEST_CASE("cuda graph: float16 forward and backward captured with GradScaler; st
   CHECK(values_of(graphed.w2) == values_of(eager.w2));
 }
 
+TEST_CASE("cuda graph: the whole float16 step with GradScaler and SGD captured equals eager steps") {
+  // Note [GradScaler in a CUDA graph]. growth_interval 2 makes the scale grow within the
+  // replays; batch 3's inf input overflows, so that replay's step is skipped on the device and
+  // the scale backs off. Every replay must give the eager step's weights, scale and tracker.
+  const int steps = 8;
+  std::vector<Tensor> xs, ys;
+  for (int s = 0; s < steps; ++s)
+    xs.push_back(batch({kBatch, kIn}, 700 + s)), ys.push_back(batch({kBatch, kOut}, 800 + s));
+  ops::fill_(xs[3].narrow(0, 0, 1), INFINITY);
+  const optim::GradScalerOptions scaling{.init_scale = 1024.0, .growth_interval = 2};
+  auto loss_of = [](const Mlp& m, const Tensor& x, const Tensor& y) {
+    AutocastGuard autocast(cuda(), kFloat16);
+    return mse_loss(matmul(relu(matmul(x, m.w1)), m.w2), y);
+  };
+  auto full_step = [&](const Mlp& m, optim::SGD& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    scaler.scale(loss_of(m, x, y)).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+
+  Mlp eager;
+  optim::SGD eager_opt({eager.w1, eager.w2}, {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler eager_scaler(scaling);
+  std::vector<double> eager_scales;
+  std::vector<int64_t> eager_trackers;
+  std::vector<std::vector<double>> eager_w2;
+  full_step(eager, eager_opt, eager_scaler, xs[0], ys[0]);  // what the graphed run does eagerly first
+  for (int s = 1; s < steps; ++s) {
+    full_step(eager, eager_opt, eager_scaler, xs[size_t(s)], ys[size_t(s)]);
+    eager_scales.push_back(eager_scaler.get_scale());
+    eager_trackers.push_back(eager_scaler.get_growth_tracker());
+    eager_w2.push_back(values_of(eager.w2));
+  }
+  CHECK(eager_scales[2] < eager_scales[1]);  // batch 3 backed the scale off
+  CHECK(eager_scales[1] > 1024.0);           // and it grew before
+
+  Mlp graphed;
+  optim::SGD opt({graphed.w1, graphed.w2}, {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler scaler(scaling);
+  const Tensor static_x = xs[0].clone(), static_y = ys[0].clone();
+  full_step(graphed, opt, scaler, static_x, static_y);  // eager: momentum buffers, the device scale
+  CudaGraph graph;
+  graph.capture([&] { full_step(graphed, opt, scaler, static_x, static_y); }, {.warmup = 0});
+  for (int s = 1; s < steps; ++s) {
+    CAPTURE(s);
+    static_x.copy_(xs[size_t(s)]);
+    static_y.copy_(ys[size_t(s)]);
+    graph.replay();
+    CHECK(scaler.get_scale() == eager_scales[size_t(s - 1)]);
+    CHECK(scaler.get_growth_tracker() == eager_trackers[size_t(s - 1)]);
+    CHECK(values_of(graphed.w2) == eager_w2[size_t(s - 1)]);
+  }
+  CHECK(values_of(graphed.w1) == values_of(eager.w1));
+  // After the replays an eager step continues from the device's scale, as the eager run does.
+  full_step(graphed, opt, scaler, xs[1], ys[1]);
+  full_step(eager, eager_opt, eager_scaler, xs[1], ys[1]);
+  CHECK(scaler.get_scale() == eager_scaler.get_scale());
+  CHECK(values_of(graphed.w2) == values_of(eager.w2));
+  for (const auto& [key, value] : scaler.state_dict())
+    if (key == "scale" || key == "_growth_tracker")
+      CHECK(value.item<double>() ==
+            (key == "scale" ? eager_scaler.get_scale() : double(eager_scaler.get_growth_tracker())));
+}
+
 TEST_CASE("cuda graph: a replay whose labels are out of range raises at the next synchronize") {
   Mlp mlp;
   const Tensor x = batch({kBatch, kIn}, 600);
@@ -193,7 +262,10 @@ TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a chang
   optim::GradScaler scaler;
   refused([&] { (void)scaler.scale(mlp.loss(x, y, false)); }, "made outside a capture");  // no warm-up
   (void)scaler.scale(mlp.loss(x, y, false));  // now it has its device copy; unscale_ and step still refuse
-  refused([&] { scaler.unscale_(opt); }, "inf flags on the host");
+  optim::AdamW adamw({mlp.w1, mlp.w2}, {.lr = 1e-3});
+  mlp.loss(x, y, false).backward();
+  refused([&] { scaler.step(adamw); }, "AdamW cannot skip its step on the device");
+  opt.zero_grad();
 
   CudaGraph graph;  // after those failures a capture still works
   CHECK_THROWS_WITH_AS(graph.replay(), doctest::Contains("nothing captured"), Error);
