@@ -367,7 +367,14 @@ int run(const Args& a) {
     optimizer_step();
   };
 
-  for (int64_t i = 0; i < a.warmup; ++i) step();
+  // A step GradScaler skipped (its scale fell) made no optimizer state, and SGD's first step
+  // with momentum cannot be captured: with --cuda-graph the warm-up goes on until one went through.
+  bool stepped = !a.cuda_graph || !a.amp;
+  for (int64_t i = 0; i < a.warmup || (!stepped && i < a.warmup + 32); ++i) {
+    const double scale = scaler.get_scale();
+    step();
+    stepped = stepped || scaler.get_scale() >= scale;
+  }
   synchronize(device);
 
   // The memory plan: given, or chosen for a budget (Note [Block planner]).

@@ -42,7 +42,27 @@ void SGD::step_skipping_if(const Tensor& found_inf) {
     for (const Tensor& p : group.params)
       FRUGAL_CHECK(p.device() == found_inf.device(), "SGD.step_skipping_if: parameter ", p.describe(),
                    " is not on found_inf's device ", found_inf.device().str());
+  // A first step with momentum sets each buffer instead of updating it; skipped on the
+  // device it would leave the buffer unset yet marked as set. So until every buffer exists
+  // (outside a capture, which refuses a first step anyway) the flag is read here, as
+  // GradScaler's eager step reads it, and a skipped step leaves no state behind.
+  if (!core::current_graph_capture() && needs_fresh_buffer()) {
+    if (found_inf.item<float>() == 0.0f) step_impl(nullptr);
+    return;
+  }
   step_impl(found_inf.data_ptr<float>());
+}
+
+bool SGD::needs_fresh_buffer() const {
+  for (const ParamGroup& group : param_groups()) {
+    if (*group.momentum == 0) continue;
+    for (const Tensor& p : group.params) {
+      if (!p.grad().defined()) continue;
+      const ParamState* st = state(p);
+      if (!st || !st->buffers[0].defined()) return true;
+    }
+  }
+  return false;
 }
 
 void SGD::step_impl(const float* skip_if) {

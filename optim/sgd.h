@@ -26,7 +26,8 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
 
   void step() override;
-  /// The fused kernel itself returns when *found_inf != 0 (CUDA parameters only).
+  /// The fused kernel itself returns when *found_inf != 0 (CUDA parameters only); while a
+  /// momentum buffer is still to be made, the flag is read on the host instead.
   bool skips_on_device_flag() const override { return true; }
   void step_skipping_if(const Tensor& found_inf) override;
   const SGDOptions& options() const { return options_; }
@@ -41,6 +42,8 @@ class SGD : public Optimizer {
  private:
   /// step() with the CUDA kernels skipping themselves when *skip_if != 0 (null: never).
   void step_impl(const float* skip_if);
+  /// Whether a parameter with a gradient still lacks its momentum buffer.
+  bool needs_fresh_buffer() const;
 
   SGDOptions options_;
 };

@@ -53,8 +53,6 @@ Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
 Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.options()); }
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
 
-// arange and eye are built on the host and copied over: they are made once
-// (position ids, masks), never in an inner loop.
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   FRUGAL_CHECK(step != 0.0, "arange: step must be nonzero");
   FRUGAL_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start and end must be finite");
@@ -64,14 +62,14 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   FRUGAL_CHECK(count < 9223372036854775808.0, "arange: [", start, ", ", end, ") in steps of ", step,
                " has too many elements (", count, ")");
   const int64_t n = std::max<int64_t>(0, int64_t(count));
-  Tensor host = empty({n}, {kFloat64, kCPU});  // from the arena: an absurd n fails with its OOM message
-  double* values = host.data_ptr<double>();
-  for (int64_t i = 0; i < n; ++i) values[i] = start + double(i) * step;
-  return host.to(opts.device, opts.dtype);
+  Tensor t = empty({n}, opts);  // from the arena: an absurd n fails with its OOM message
+  ops::arange_fill_(t, start, step);
+  return t;
 }
 
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, double(end), 1.0, opts); }
 
+// eye is built on the host and copied over: it is made once, never inside a step.
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   if (m < 0) m = n;
   FRUGAL_CHECK(n >= 0, "eye: n must be >= 0, got ", n);

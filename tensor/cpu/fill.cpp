@@ -13,4 +13,14 @@ void fill_kernel(const Tensor& t, double value) {
   });
 }
 
+void arange_fill_kernel(const Tensor& t, double start, double step) {
+  dispatch_all(t.dtype(), "arange_fill_", t.device(), [&]<typename T>() {
+    T* out = t.data_ptr<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = start + double(i) * step;
+      out[i] = std::is_same_v<T, bool> ? T(v != 0.0) : T(static_cast<opmath_t<T>>(v));
+    }
+  });
+}
+
 }  // namespace frugal::ops::cpu

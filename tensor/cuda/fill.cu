@@ -1,3 +1,4 @@
+#include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/ops/fill.h"
@@ -10,6 +11,15 @@ struct Constant {
   T value;
   __device__ T operator()() const { return value; }
 };
+template <typename T>
+__global__ void arange_fill(T* out, int64_t n, double start, double step) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double v = start + double(i) * step;
+    if constexpr (std::is_same_v<T, bool>) out[i] = v != 0.0;
+    else out[i] = T(static_cast<opmath_t<T>>(v));
+  }
+}
 }  // namespace
 
 void fill_kernel(const Tensor& t, double value) {
@@ -17,6 +27,17 @@ void fill_kernel(const Tensor& t, double value) {
   dispatch_all(t.dtype(), "fill_", t.device(), [&]<typename T>() {
     const T v = std::is_same_v<T, bool> ? T(value != 0.0) : T(static_cast<opmath_t<T>>(value));
     cuda_map<T>(L, t.device(), Constant<T>{v});
+  });
+}
+
+// On the device, not built on the host and copied: a captured step (BERT's position ids)
+// may make one, and a host copy cannot be captured.
+void arange_fill_kernel(const Tensor& t, double start, double step) {
+  DeviceGuard guard(t.device());
+  cudaStream_t stream = stream_for(t);
+  dispatch_all(t.dtype(), "arange_fill_", t.device(), [&]<typename T>() {
+    arange_fill<T><<<grid_for(t.numel()), kBlockSize, 0, stream>>>(t.data_ptr<T>(), t.numel(), start, step);
+    FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -180,6 +180,10 @@ TEST_CASE("factories") {
   CHECK(values_of(arange(5)) == std::vector<double>{0, 1, 2, 3, 4});
   CHECK(arange(5).dtype() == kInt64);
   CHECK(values_of(arange(1.0, 2.0, 0.25)) == std::vector<double>{1, 1.25, 1.5, 1.75});
+  CHECK(values_of(arange(1.0, -1.0, -0.5, kFloat16)) == std::vector<double>{1, 0.5, 0, -0.5});
+  CHECK(values_of(arange(0.0, 1.0, 0.1, kBFloat16)) == values_of(arange(0.0, 1.0, 0.1, kFloat64).to(kBFloat16)));
+  CHECK(values_of(arange(-1.0, 2.0, 1.0, kBool)) == std::vector<double>{1, 0, 1});
+  CHECK(arange(3.0, 3.0, 1.0).numel() == 0);
   CHECK(values_of(eye(2, 3)) == std::vector<double>{1, 0, 0, 0, 1, 0});
   CHECK(scalar_tensor(3.0).dim() == 0);
   CHECK(scalar_tensor(3.0).item<float>() == 3.0f);

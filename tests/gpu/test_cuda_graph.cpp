@@ -222,6 +222,31 @@ TEST_CASE("cuda graph: the whole float16 step with GradScaler and SGD captured e
             (key == "scale" ? eager_scaler.get_scale() : double(eager_scaler.get_growth_tracker())));
 }
 
+TEST_CASE("SGD.step_skipping_if: a skipped first step leaves no momentum buffer; the next first step sets it") {
+  // A first step sets the buffer to the gradient. Skipped on the device flag alone it would
+  // leave an unset buffer marked as set, and the next step would add garbage to it.
+  Mlp skipped, plain;
+  optim::SGD opt({skipped.w1, skipped.w2}, {.lr = 0.05, .momentum = 0.9, .dampening = 0.5});
+  optim::SGD plain_opt({plain.w1, plain.w2}, {.lr = 0.05, .momentum = 0.9, .dampening = 0.5});
+  const Tensor found_inf = full({}, 1.0, {kFloat32, cuda()});
+  const Tensor x = batch({kBatch, kIn}, 901), y = batch({kBatch, kOut}, 902);
+  skipped.loss(x, y, false).backward();
+  const std::vector<double> w2_before = values_of(skipped.w2);
+  opt.step_skipping_if(found_inf);
+  CHECK(values_of(skipped.w2) == w2_before);
+  CHECK((opt.state(skipped.w2) == nullptr || !opt.state(skipped.w2)->buffers[0].defined()));
+  ops::fill_(found_inf, 0.0);
+  for (int s = 0; s < 2; ++s) {  // the first step (buffer = gradient, no dampening), then an update
+    opt.step_skipping_if(found_inf);
+    plain.loss(x, y, false).backward();
+    plain_opt.step();
+    plain_opt.zero_grad();
+    CHECK(values_of(skipped.w2) == values_of(plain.w2));
+    opt.zero_grad();
+    skipped.loss(x, y, false).backward();
+  }
+}
+
 TEST_CASE("cuda graph: a replay whose labels are out of range raises at the next synchronize") {
   Mlp mlp;
   const Tensor x = batch({kBatch, kIn}, 600);
