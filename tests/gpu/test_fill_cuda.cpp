@@ -32,9 +32,9 @@ TEST_CASE("cuda: arange equals the float64 host values converted, in every dtype
   };
   for (Range r : {Range{0, 100003, 1}, Range{-3.5, 7.25, 0.3}, Range{10, -10, -0.7}, Range{5, 5, 1}}) {
     const int64_t n = std::max<int64_t>(0, int64_t(std::ceil((r.end - r.start) / r.step)));
-    std::vector<double> host(size_t(n));
+    std::vector<double> host(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) host[size_t(i)] = r.start + double(i) * r.step;
-    const Tensor reference = from_vector(host, {n}, kFloat64);
+    const Tensor reference = from_vector(host, {n}, TensorOptions(kFloat64));
     for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool}) {
       CAPTURE(dtype_name(t));
       CAPTURE(r.start);
