@@ -15,7 +15,7 @@ template <typename T>
 __global__ void arange_fill(T* out, int64_t n, double start, double step) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = start + double(i) * step;
+    const double v = __dadd_rn(start, __dmul_rn(double(i), step));  // rounded twice as the host does: no FMA
     if constexpr (std::is_same_v<T, bool>) out[i] = v != 0.0;
     else out[i] = T(static_cast<opmath_t<T>>(v));
   }
