@@ -12,7 +12,7 @@
 //              [--cuda-graph [--cuda-graph-eager-scaler]]
 //
 // --cuda-graph captures the step once, after the warm-up, in a CudaGraph and replays it
-// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD only; with --amp the graph holds the whole
+// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD or a capturable AdamW (Note [Capturable Adam]); with --amp the graph holds the whole
 // step too, GradScaler's unscale, skip and update included (Note [GradScaler in a CUDA
 // graph]); --cuda-graph-eager-scaler keeps GradScaler's step and update out of it, run after
 // each replay instead (the way before the captured update).
@@ -249,7 +249,8 @@ Workload make_workload(const Args& a, Device device) {
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m) {
-  if (a.optim == "adamw") return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-4});
+  if (a.optim == "adamw")  // capturable under --cuda-graph (Note [Capturable Adam])
+    return std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 1e-4, .capturable = a.cuda_graph});
   if (a.optim == "offload_adamw")  // AdamW with its state in pinned host memory (Note [CPU offload])
     return std::make_unique<optim::OffloadAdamW>(m.parameters(), optim::OffloadAdamWOptions{.lr = 1e-4});
   if (a.optim == "offload_adamw_release")  // and the gradients moved to the host during backward
@@ -412,9 +413,9 @@ int run(const Args& a) {
   std::optional<CudaGraph> graph;
   memory::reset_peak(device);
   if (a.cuda_graph) {
-    FRUGAL_CHECK(device.is_cuda() && a.optim == "sgd" && !planner && a.profile_dir.empty(),
-                 "train_step: --cuda-graph needs --device cuda and --optim sgd (Adam's step count cannot be "
-                 "captured), without --memory-budget or --profile");
+    FRUGAL_CHECK(device.is_cuda() && (a.optim == "sgd" || a.optim == "adamw") && !planner && a.profile_dir.empty(),
+                 "train_step: --cuda-graph needs --device cuda and --optim sgd or adamw, without --memory-budget or "
+                 "--profile");
     graph.emplace(device);
     graph->capture(graph_holds_step ? std::function<void()>(step) : std::function<void()>(forward_backward),
                    {.warmup = 0});

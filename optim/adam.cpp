@@ -21,7 +21,8 @@ AdamOptions as_adam(const AdamWOptions& o) {
           .eps = o.eps,
           .weight_decay = o.weight_decay,
           .amsgrad = o.amsgrad,
-          .maximize = o.maximize};
+          .maximize = o.maximize,
+          .capturable = o.capturable};
 }
 
 }  // namespace
@@ -59,10 +60,67 @@ void Adam::check_state(const ParamState& st, const Tensor& /*param*/, const std:
                " but ", prefix, "exp_avg is missing");
 }
 
-void Adam::step() {
-  core::refuse_in_graph_capture("Adam.step / AdamW.step",
-                                "its bias corrections follow the step count, which a replay would not advance (capture "
-                                "SGD, or step this optimizer after replay())");
+// Note [Capturable Adam]
+// Adam's bias corrections follow the step count t: 1 - beta1^t and 1 - beta2^t. Set on the
+// host, a captured step would freeze them, and every replay would repeat step t. With
+// capturable (PyTorch's capturable=True), each CUDA parameter's count is also a 0-d int64 on
+// its device, made at its first step (which must be eager: it also makes the moments, like
+// SGD's first momentum step); the kernel computes the corrections from *device_step + 1 in
+// double, and a second launch raises the counts, both returning when GradScaler's inf flag
+// is set, so a skipped replay counts nothing. Eager capturable steps take the same path, so
+// they equal replays bit for bit (and differ from the host's corrections by at most the last
+// ulp of a double pow before the float rounding). The host's ParamState::step is refreshed
+// from the device when state() or state_dict() hands it out (one small read each), and a
+// loaded state dict drops the device counts, so the next (eager) step remakes them.
+void Adam::step() { step_impl(nullptr); }
+
+void Adam::step_skipping_if(const Tensor& found_inf) {
+  FRUGAL_CHECK(options_.capturable, name(),
+               ".step_skipping_if: this optimizer cannot skip its step on a device flag; make it with "
+               "{.capturable = true} (Note [Capturable Adam])");
+  FRUGAL_CHECK(found_inf.defined() && found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
+               name(), ".step_skipping_if: found_inf must be a one-element float32 CUDA tensor, got ",
+               found_inf.defined() ? found_inf.describe() : std::string("an undefined tensor"));
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params)
+      FRUGAL_CHECK(p.device() == found_inf.device(), name(), ".step_skipping_if: parameter ", p.describe(),
+                   " is not on found_inf's device ", found_inf.device().str());
+  // A first step makes the moments (the kernel starts them at zero); skipped on the device
+  // it would leave them unset yet made. Until every one exists the flag is read here.
+  if (!core::current_graph_capture() && needs_fresh_state()) {
+    if (found_inf.item<float>() == 0.0f) step_impl(nullptr);
+    return;
+  }
+  step_impl(found_inf.data_ptr<float>());
+}
+
+bool Adam::needs_fresh_state() const {
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params) {
+      if (!p.grad().defined()) continue;
+      const ParamState* st = stored_state(p);
+      if (!st || !st->buffers[0].defined() || (group.amsgrad.value_or(false) && !st->buffers[2].defined()) ||
+          (p.is_cuda() && !device_steps_.count(p.impl_ptr().get())))
+        return true;
+    }
+  return false;
+}
+
+void Adam::refresh_state(const Tensor& param, ParamState& state) const {
+  auto it = device_steps_.find(param.impl_ptr().get());
+  if (it != device_steps_.end()) state.step = it->second.item<int64_t>();
+}
+
+void Adam::step_impl(const float* skip_if) {
+  if (!options_.capturable)
+    core::refuse_in_graph_capture("Adam.step / AdamW.step",
+                                  "its bias corrections follow the step count, which a replay would not advance (make "
+                                  "it with {.capturable = true}, or step this optimizer after replay())");
+  else if (needs_fresh_state())
+    core::refuse_in_graph_capture("Adam.step / AdamW.step's first step",
+                                  "it makes the moments and the device step counts, and every replay would make them "
+                                  "again (warm up at least one step before the capture)");
+  freeze_hyperparams_for_replay();  // lr, betas... go into the kernels as values
   autograd::NoGradGuard no_grad;
   core::CategoryScope category(core::Category::OptimizerState);  // for the profiler: its state and buffers
   core::OpScope op(name());                                      // and its time
@@ -77,15 +135,22 @@ void Adam::step() {
       if (!grad.defined()) continue;
       const detail::StepTensors& t = stepped.emplace_back(p, grad);
       ParamState& st = state_for(p);
-      const detail::AdamEntry e =
+      const int64_t* device_step = nullptr;
+      if (options_.capturable && p.is_cuda() && p.numel() > 0) {
+        Tensor& count = device_steps_[p.impl_ptr().get()];
+        if (!count.defined()) count = full({}, double(st.step), TensorOptions(kInt64, p.device()));
+        device_step = count.data_ptr<int64_t>();
+      }
+      detail::AdamEntry e =
           detail::adam_entry(group, st, p.sizes(), TensorOptions(state_dtype(p.dtype()), p.device()), group.lr,
                              *group.weight_decay, decoupled_, t.work.data(), t.grad.data(), p.numel());
+      e.device_step = device_step;
       if (p.numel() == 0) continue;
       batches.add(p.device(), p.dtype(), e);
     }
   }
   // (a generic lambda: a CPU-only build never instantiates the CUDA call)
-  batches.run(name(), cpu::adam_step, [](auto&... args) { cuda::adam_step(args...); });
+  batches.run(name(), cpu::adam_step, [skip_if](auto&... args) { cuda::adam_step(args..., skip_if); });
   for (const detail::StepTensors& t : stepped) t.finish();
 }
 

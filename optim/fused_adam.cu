@@ -12,10 +12,14 @@ using detail::AdamEntry;
 
 // entries: (count) AdamEntry, chunks numbered as in upload(). Per entry, param and grad
 // are (numel) in T; exp_avg, exp_avg_sq, max_exp_avg_sq are (numel) in M = opmath_t<T>.
+// skip_if: null, or a device float; when nonzero the kernel returns at once.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) adam_kernel(const AdamEntry* entries, int count, int64_t chunks) {
+__global__ void __launch_bounds__(kThreads)
+    adam_kernel(const AdamEntry* entries, int count, int64_t chunks, const float* skip_if) {
   using M = opmath_t<T>;
-  for_each_chunk(entries, count, chunks, [&](const AdamEntry& e, int64_t, int64_t begin, int64_t n) {
+  if (skip_if != nullptr && *skip_if != 0.0f) return;
+  for_each_chunk(entries, count, chunks, [&](AdamEntry e, int64_t, int64_t begin, int64_t n) {
+    if (e.device_step != nullptr) detail::set_bias_corrections(e, *e.device_step + 1);
     const detail::AdamCoeffs<M> c(e);
     const bool fresh = (e.flags & detail::kAdamFreshMoments) != 0;
     const bool fresh_max = (e.flags & detail::kAdamFreshMax) != 0;
@@ -64,9 +68,16 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(const AdamEntry* entries
   });
 }
 
+// After adam_kernel has read them: each entry's device step raised by one, unless skipped.
+__global__ void count_steps_kernel(const AdamEntry* entries, int count, const float* skip_if) {
+  if (skip_if != nullptr && *skip_if != 0.0f) return;
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x))
+    if (entries[i].device_step != nullptr) ++*const_cast<int64_t*>(entries[i].device_step);
+}
+
 }  // namespace
 
-void adam_step(Device device, DType dtype, std::vector<AdamEntry>& entries) {
+void adam_step(Device device, DType dtype, std::vector<AdamEntry>& entries, const float* skip_if) {
   if (entries.empty()) return;
   DeviceGuard guard(device);
   dispatch_floating(dtype, "Adam.step", device, [&]<typename T>() {
@@ -76,7 +87,15 @@ void adam_step(Device device, DType dtype, std::vector<AdamEntry>& entries) {
                        vec4_aligned<M>(e.exp_avg_sq) && vec4_aligned<M>(e.max_exp_avg_sq);
       e.flags = vec ? (e.flags | detail::kVec4) : (e.flags & ~detail::kVec4);
     }
-    launch_fused(device, entries, adam_kernel<T>);
+    const DeviceTable<AdamEntry> table = upload(device, entries);
+    adam_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks,
+                                                                           skip_if);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+    detail::count_fused_launch();
+    if (std::any_of(entries.begin(), entries.end(), [](const AdamEntry& e) { return e.device_step != nullptr; })) {
+      count_steps_kernel<<<1, kThreads, 0, stream_for(device)>>>(table.entries, table.count, skip_if);
+      FRUGAL_CUDA_CHECK_LAUNCH();
+    }
   });
 }
 

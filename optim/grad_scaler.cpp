@@ -52,7 +52,8 @@ int64_t integer_of(const std::string& key, const Tensor& t) {
 
 // What a captured step needs (Note [GradScaler in a CUDA graph]).
 constexpr const char* kCaptureRule =
-    "inside a CUDA graph capture GradScaler takes one optimizer that skips its step on the device (SGD) and "
+    "inside a CUDA graph capture GradScaler takes one optimizer that skips its step on the device (SGD, or Adam/AdamW "
+    "made with capturable) and "
     "gradients on the captured device; otherwise capture the forward and scaler.scale(loss).backward(), and call "
     "scaler.step and update after replay()";
 

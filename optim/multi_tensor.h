@@ -54,6 +54,9 @@ struct AdamEntry {
   double step_size;              // lr / (1 - beta1^t)
   double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
   uint32_t flags;                // AdamFlags
+  // Capturable Adam (Note [Capturable Adam]): the steps taken so far, in device memory; the
+  // kernel computes the two above from it (t = *device_step + 1). Null: they are set here.
+  const int64_t* device_step = nullptr;
 };
 
 enum SgdFlags : uint32_t {
@@ -96,7 +99,9 @@ void sgd_step(DType dtype, const std::vector<detail::SgdEntry>& entries);
 
 namespace frugal::optim::cuda {
 /// One fused kernel over every entry (all on `device`, parameters of `dtype`).
-void adam_step(Device device, DType dtype, std::vector<detail::AdamEntry>& entries);
+/// skip_if as for sgd_step; entries with a device_step get it raised by one after the update
+/// (unless skipped).
+void adam_step(Device device, DType dtype, std::vector<detail::AdamEntry>& entries, const float* skip_if = nullptr);
 /// skip_if (nullable, a float in device memory): the kernel returns at once when it is nonzero.
 void sgd_step(Device device, DType dtype, std::vector<detail::SgdEntry>& entries, const float* skip_if = nullptr);
 /// partials[k] for the k-th chunk (chunks numbered from chunk_offset) = sum of |x|^p over

@@ -75,7 +75,7 @@ Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {
 void Optimizer::step_skipping_if(const Tensor& /*found_inf*/) {
   FRUGAL_FAIL(name(),
               ".step_skipping_if: this optimizer cannot skip its step on a device flag; inside a CUDA graph "
-              "capture GradScaler.step needs one that can (SGD), otherwise call scaler.step and update after "
+              "capture GradScaler.step needs one that can (SGD, or Adam/AdamW made with capturable), otherwise call scaler.step and update after "
               "replay()");
 }
 
@@ -132,7 +132,9 @@ void Optimizer::add_param_group(ParamGroup group) {
 
 const ParamState* Optimizer::state(const Tensor& param) const {
   auto it = state_.find(param.impl_ptr().get());
-  return it == state_.end() ? nullptr : &it->second;
+  if (it == state_.end()) return nullptr;
+  refresh_state(param, it->second);
+  return &it->second;
 }
 
 Tensor Optimizer::checked_grad(const Tensor& param, size_t i) const {
@@ -232,6 +234,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   // Nothing has changed up to here: a throw above leaves the optimizer as it was.
   groups_ = std::move(loaded);
   state_ = std::move(state);
+  state_loaded();
 }
 
 ParamGroup Optimizer::load_group(size_t g, KeysByName keys, size_t first) const {

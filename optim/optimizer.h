@@ -168,6 +168,11 @@ class Optimizer {
   /// Throws if a loaded state is inconsistent (e.g. a missing buffer) for `param`; `prefix`
   /// is "state.<i>.".
   virtual void check_state(const ParamState& /*state*/, const Tensor& /*param*/, const std::string& /*prefix*/) const {}
+  /// Brings `state` (of `param`) up to date before state() or state_dict() hand it out: a
+  /// capturable Adam's step counts live on the device (Note [Capturable Adam]).
+  virtual void refresh_state(const Tensor& /*param*/, ParamState& /*state*/) const {}
+  /// Called after load_state_dict has replaced the state.
+  virtual void state_loaded() {}
   /// Whether a loaded buffer `b` of shape `sizes` may belong to `param`: by default it has
   /// the parameter's shape (GaLore's low-rank state does not; its check_state checks it).
   virtual bool state_shape_ok(size_t /*b*/, const Shape& sizes, const Tensor& param) const {
@@ -179,6 +184,11 @@ class Optimizer {
   /// [Optimizer state dtype]). OffloadAdamW keeps its state in pinned host memory instead.
   virtual Tensor load_state_buffer(const Tensor& t, const Tensor& param) const;
 
+  /// The state of `param` as stored (not refreshed), or nullptr before its first step.
+  const ParamState* stored_state(const Tensor& param) const {
+    auto it = state_.find(param.impl_ptr().get());
+    return it == state_.end() ? nullptr : &it->second;
+  }
   /// The state of `param`, created (step 0, no buffers) on first use.
   ParamState& state_for(const Tensor& param) { return state_[param.impl_ptr().get()]; }
 
@@ -206,7 +216,8 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   // Expires with the optimizer: a graph replay check outliving it then does nothing.
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
-  std::unordered_map<const TensorImpl*, ParamState> state_;
+  // mutable: state() refreshes what the device holds newer (refresh_state).
+  mutable std::unordered_map<const TensorImpl*, ParamState> state_;
 };
 
 }  // namespace frugal::optim

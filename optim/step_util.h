@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "optim/multi_tensor.h"
 #include "optim/optimizer.h"
+#include "optim/update_math.h"
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/tensor.h"
@@ -77,10 +78,7 @@ inline AdamEntry adam_entry(const ParamGroup& group, ParamState& st, const Shape
   if (decoupled) flags |= kAdamDecoupled;
   if (maximize) flags |= kAdamMaximize;
   st.step += 1;
-  const double beta1 = *group.beta1, beta2 = *group.beta2;
-  const double bias_correction1 = 1.0 - std::pow(beta1, double(st.step));
-  const double bias_correction2 = 1.0 - std::pow(beta2, double(st.step));
-  return {.param = param,
+  AdamEntry e{.param = param,
           .grad = grad,
           .exp_avg = st.buffers[0].data(),
           .exp_avg_sq = st.buffers[1].data(),
@@ -88,13 +86,13 @@ inline AdamEntry adam_entry(const ParamGroup& group, ParamState& st, const Shape
           .numel = numel,
           .chunk_begin = 0,
           .lr = lr,
-          .beta1 = beta1,
-          .beta2 = beta2,
-          .eps = *group.eps,
-          .weight_decay = weight_decay,
-          .step_size = lr / bias_correction1,
-          .bias_correction2_sqrt = std::sqrt(bias_correction2),
-          .flags = flags};
+              .beta1 = *group.beta1,
+              .beta2 = *group.beta2,
+              .eps = *group.eps,
+              .weight_decay = weight_decay,
+              .flags = flags};
+  set_bias_corrections(e, st.step);
+  return e;
 }
 
 /// Entries grouped by (device, dtype): one CPU call or one fused launch per group.

@@ -19,12 +19,21 @@
 
 #if defined(__CUDACC__)
 #define FRUGAL_OPTIM_SQRT(x) ::sqrt(x)
+#define FRUGAL_OPTIM_POW(x, y) ::pow(x, y)
 #else
 #include <cmath>
 #define FRUGAL_OPTIM_SQRT(x) std::sqrt(x)
+#define FRUGAL_OPTIM_POW(x, y) std::pow(x, y)
 #endif
 
 namespace frugal::optim::detail {
+
+/// Sets e.step_size and e.bias_correction2_sqrt for step t (>= 1), in double: on the host
+/// for every Adam step, in the kernel for a capturable one (Note [Capturable Adam]).
+FRUGAL_HD void set_bias_corrections(AdamEntry& e, int64_t t) {
+  e.step_size = e.lr / (1.0 - FRUGAL_OPTIM_POW(e.beta1, double(t)));
+  e.bias_correction2_sqrt = FRUGAL_OPTIM_SQRT(1.0 - FRUGAL_OPTIM_POW(e.beta2, double(t)));
+}
 
 /// torch.lerp: start + weight * (end - start), computed from the nearer end.
 template <typename M>

@@ -157,6 +157,10 @@ TEST_CASE("graph capture: other generators, Adam, SGD's first momentum step, Gra
     CHECK_THROWS_WITH_AS(scaler.update(), doctest::Contains("0 inf flags were recorded"), Error);
     CHECK_THROWS_WITH_AS(scaler.update(1024.0), doctest::Contains("GradScaler.update(new_scale)"), Error);
     CHECK_THROWS_WITH_AS(adamw.step_skipping_if(Tensor()), doctest::Contains("cannot skip its step"), Error);
+    // Note [Capturable Adam]: capturable, its first step (which makes the moments) refuses.
+    optim::AdamW capturable({w}, {.lr = 1e-3, .capturable = true});
+    CHECK_THROWS_WITH_AS(capturable.step(), doctest::Contains("first step"), Error);
+    CHECK(capturable.state(w) == nullptr);
   }
   CHECK_THROWS_WITH_AS(sgd.step_skipping_if(zeros({})), doctest::Contains("one-element float32 CUDA tensor"), Error);
   CHECK(scaler.get_scale() == 65536.0);  // nothing above changed it

@@ -222,6 +222,73 @@ TEST_CASE("cuda graph: the whole float16 step with GradScaler and SGD captured e
             (key == "scale" ? eager_scaler.get_scale() : double(eager_scaler.get_growth_tracker())));
 }
 
+TEST_CASE("cuda graph: the whole float16 step with GradScaler and a capturable AdamW captured equals eager steps") {
+  // Note [Capturable Adam]: the bias corrections come from device step counts that every
+  // replay raises, unless its step was skipped (batch 3 overflows). Replays must give the
+  // eager capturable steps' weights, scale and step counts bit for bit; eager capturable steps
+  // stay within float rounding of the host-corrected AdamW.
+  const int steps = 8;
+  std::vector<Tensor> xs, ys;
+  for (int s = 0; s < steps; ++s)
+    xs.push_back(batch({kBatch, kIn}, 720 + s)), ys.push_back(batch({kBatch, kOut}, 820 + s));
+  ops::fill_(xs[3].narrow(0, 0, 1), INFINITY);
+  const optim::GradScalerOptions scaling{.init_scale = 1024.0, .growth_interval = 2};
+  auto full_step = [&](const Mlp& m, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x,
+                       const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(cuda(), kFloat16);
+      loss = mse_loss(matmul(relu(matmul(x, m.w1)), m.w2), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+  const optim::AdamWOptions options{.lr = 1e-3, .weight_decay = 0.01, .capturable = true};
+
+  Mlp eager, host;
+  optim::AdamW eager_opt({eager.w1, eager.w2}, options);
+  optim::AdamW host_opt({host.w1, host.w2}, {.lr = 1e-3, .weight_decay = 0.01});
+  optim::GradScaler eager_scaler(scaling), host_scaler(scaling);
+  std::vector<std::vector<double>> eager_w2;
+  std::vector<double> eager_scales;
+  for (int s = 0; s < steps; ++s) {
+    full_step(eager, eager_opt, eager_scaler, xs[size_t(s)], ys[size_t(s)]);
+    full_step(host, host_opt, host_scaler, xs[size_t(s)], ys[size_t(s)]);
+    eager_w2.push_back(values_of(eager.w2));
+    eager_scales.push_back(eager_scaler.get_scale());
+  }
+  check_close(eager.w2, values_of(host.w2), 1e-6, 1e-5, "capturable AdamW against the host's corrections");
+  CHECK(eager_opt.state(eager.w2)->step == steps - 1);  // batch 3's step was skipped
+  CHECK(host_opt.state(host.w2)->step == steps - 1);
+
+  Mlp graphed;
+  optim::AdamW opt({graphed.w1, graphed.w2}, options);
+  optim::GradScaler scaler(scaling);
+  const Tensor static_x = xs[0].clone(), static_y = ys[0].clone();
+  full_step(graphed, opt, scaler, static_x, static_y);  // eager: the moments and device counts
+  CudaGraph graph;
+  graph.capture([&] { full_step(graphed, opt, scaler, static_x, static_y); }, {.warmup = 0});
+  for (int s = 1; s < steps; ++s) {
+    CAPTURE(s);
+    static_x.copy_(xs[size_t(s)]);
+    static_y.copy_(ys[size_t(s)]);
+    graph.replay();
+    CHECK(scaler.get_scale() == eager_scales[size_t(s)]);
+    CHECK(values_of(graphed.w2) == eager_w2[size_t(s)]);
+  }
+  CHECK(values_of(graphed.w1) == values_of(eager.w1));
+  CHECK(opt.state(graphed.w1)->step == steps - 1);
+  for (const auto& [key, value] : opt.state_dict())
+    if (key.find(".step") != std::string::npos) CHECK(value.item<int64_t>() == steps - 1);
+  // An eager step after the replays goes on from the device's counts, as the eager run does.
+  full_step(graphed, opt, scaler, xs[1], ys[1]);
+  full_step(eager, eager_opt, eager_scaler, xs[1], ys[1]);
+  CHECK(values_of(graphed.w2) == values_of(eager.w2));
+  CHECK(opt.state(graphed.w2)->step == steps);
+}
+
 TEST_CASE("SGD.step_skipping_if: a skipped first step leaves no momentum buffer; the next first step sets it") {
   // A first step sets the buffer to the gradient. Skipped on the device flag alone it would
   // leave an unset buffer marked as set, and the next step would add garbage to it.
@@ -290,6 +357,8 @@ TEST_CASE("cuda graph: what a replay would get wrong refuses at capture; a chang
   optim::AdamW adamw({mlp.w1, mlp.w2}, {.lr = 1e-3});
   mlp.loss(x, y, false).backward();
   refused([&] { scaler.step(adamw); }, "AdamW cannot skip its step on the device");
+  optim::AdamW capturable({mlp.w1, mlp.w2}, {.lr = 1e-3, .capturable = true});
+  refused([&] { capturable.step(); }, "first step");  // no warm-up: it would make the moments
   opt.zero_grad();
 
   CudaGraph graph;  // after those failures a capture still works
