@@ -12,10 +12,10 @@
 //              [--cuda-graph [--cuda-graph-eager-scaler]]
 //
 // --cuda-graph captures the step once, after the warm-up, in a CudaGraph and replays it
-// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD or a capturable AdamW (Note [Capturable Adam]); with --amp the graph holds the whole
-// step too, GradScaler's unscale, skip and update included (Note [GradScaler in a CUDA
-// graph]); --cuda-graph-eager-scaler keeps GradScaler's step and update out of it, run after
-// each replay instead (the way before the captured update).
+// (Note [CUDA graphs] in tensor/cuda_graph.h), SGD or a capturable AdamW (Note [Capturable Adam]); with --amp the graph
+// holds the whole step too, GradScaler's unscale, skip and update included (Note [GradScaler in a CUDA graph]);
+// --cuda-graph-eager-scaler keeps GradScaler's step and update out of it, run after each replay instead (the way before
+// the captured update).
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
 // fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke

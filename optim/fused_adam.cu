@@ -88,8 +88,8 @@ void adam_step(Device device, DType dtype, std::vector<AdamEntry>& entries, cons
       e.flags = vec ? (e.flags | detail::kVec4) : (e.flags & ~detail::kVec4);
     }
     const DeviceTable<AdamEntry> table = upload(device, entries);
-    adam_kernel<T><<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks,
-                                                                           skip_if);
+    adam_kernel<T>
+        <<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks, skip_if);
     FRUGAL_CUDA_CHECK_LAUNCH();
     detail::count_fused_launch();
     if (std::any_of(entries.begin(), entries.end(), [](const AdamEntry& e) { return e.device_step != nullptr; })) {

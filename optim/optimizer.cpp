@@ -75,7 +75,8 @@ Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {
 void Optimizer::step_skipping_if(const Tensor& /*found_inf*/) {
   FRUGAL_FAIL(name(),
               ".step_skipping_if: this optimizer cannot skip its step on a device flag; inside a CUDA graph "
-              "capture GradScaler.step needs one that can (SGD, or Adam/AdamW made with capturable), otherwise call scaler.step and update after "
+              "capture GradScaler.step needs one that can (SGD, or Adam/AdamW made with capturable), otherwise call "
+              "scaler.step and update after "
               "replay()");
 }
 

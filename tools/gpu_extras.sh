@@ -88,11 +88,13 @@ for s in "$@"; do
         run "$BUILD/examples/bert_mlm" $base $run_args 2>&1 | tr '\r' '\n' | grep -E "mlm_loss|optimizer_state|^train:" | tail -5
       done ;;
     cuda-graph)  # issue 18: CudaGraph's GPU tests, then the small-batch rows eager and replayed against PyTorch eager
+                 # (GRAPH_OPTIM=adamw: a capturable AdamW)
       run "$BUILD/tests/frugal_gpu_tests" -tc='*cuda graph*'
       rows=${GRAPH_ROWS:-resnet50-b16-amp,vit_b16-b16-amp,bert_base-b8-amp}
-      run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows"
       run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows" \
-        --cuda-graph ;;
+        --optim ${GRAPH_OPTIM:-sgd}
+      run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows" \
+        --cuda-graph --optim ${GRAPH_OPTIM:-sgd} ;;
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac

@@ -274,7 +274,7 @@ def main():
                          "turns it on for cuDNN convolutions; off compares the same float32 math)")
     ap.add_argument("--skip-torch", action="store_true", help="frugal's column only (no torch needed)")
     ap.add_argument("--cuda-graph", action="store_true",
-                    help="frugal's rows replay a captured step (train_step --cuda-graph; SGD only); PyTorch stays eager")
+                    help="frugal's rows replay a captured step (train_step --cuda-graph; SGD, or a capturable AdamW); PyTorch stays eager")
     ap.add_argument("--compile", action="store_true",
                     help="also run each row under torch.compile (default inductor, in this process) and print "
                          "its ms and frugal's throughput over it")

@@ -16,8 +16,8 @@ void arange_fill_(const Tensor& t, double start, double step);
 namespace frugal::ops::cpu {
 void fill_kernel(const Tensor& t, double value);
 void arange_fill_kernel(const Tensor& t, double start, double step);
-}
+}  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void fill_kernel(const Tensor& t, double value);
 void arange_fill_kernel(const Tensor& t, double start, double step);
-}
+}  // namespace frugal::ops::cuda
