@@ -78,20 +78,9 @@ void Adam::step_skipping_if(const Tensor& found_inf) {
   FRUGAL_CHECK(options_.capturable, name(),
                ".step_skipping_if: this optimizer cannot skip its step on a device flag; make it with "
                "{.capturable = true} (Note [Capturable Adam])");
-  FRUGAL_CHECK(found_inf.defined() && found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
-               name(), ".step_skipping_if: found_inf must be a one-element float32 CUDA tensor, got ",
-               found_inf.defined() ? found_inf.describe() : std::string("an undefined tensor"));
-  for (const ParamGroup& group : param_groups())
-    for (const Tensor& p : group.params)
-      FRUGAL_CHECK(p.device() == found_inf.device(), name(), ".step_skipping_if: parameter ", p.describe(),
-                   " is not on found_inf's device ", found_inf.device().str());
   // A first step makes the moments (the kernel starts them at zero); skipped on the device
-  // it would leave them unset yet made. Until every one exists the flag is read here.
-  if (!core::current_graph_capture() && needs_fresh_state()) {
-    if (found_inf.item<float>() == 0.0f) step_impl(nullptr);
-    return;
-  }
-  step_impl(found_inf.data_ptr<float>());
+  // it would leave them unset yet made.
+  step_on_device_flag(found_inf, needs_fresh_state(), [this](const float* skip_if) { step_impl(skip_if); });
 }
 
 bool Adam::needs_fresh_state() const {

@@ -66,6 +66,22 @@ void Optimizer::freeze_hyperparams_for_replay() const {
   });
 }
 
+void Optimizer::step_on_device_flag(const Tensor& found_inf, bool makes_state,
+                                    const std::function<void(const float*)>& step) {
+  FRUGAL_CHECK(found_inf.defined() && found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
+               name_, ".step_skipping_if: found_inf must be a one-element float32 CUDA tensor, got ",
+               found_inf.defined() ? found_inf.describe() : std::string("an undefined tensor"));
+  for (const ParamGroup& group : groups_)
+    for (const Tensor& p : group.params)
+      FRUGAL_CHECK(p.device() == found_inf.device(), name_, ".step_skipping_if: parameter ", p.describe(),
+                   " is not on found_inf's device ", found_inf.device().str());
+  if (makes_state && !core::current_graph_capture()) {
+    if (found_inf.item<float>() == 0.0f) step(nullptr);
+    return;
+  }
+  step(found_inf.data_ptr<float>());
+}
+
 Optimizer::ScaledStep Optimizer::step_scaled(float /*inv_scale*/) {
   FRUGAL_FAIL(name(),
               ".step_scaled: this optimizer does not unscale gradients in its step; GradScaler.step calls "

@@ -26,6 +26,7 @@
 // parameter's dtype.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -154,6 +155,11 @@ class Optimizer {
   /// replay: that each group's lr and hyperparameters are still those this step froze into
   /// the graph's kernels (a replay would otherwise go on with the old values unseen).
   void freeze_hyperparams_for_replay() const;
+  /// step_skipping_if's common part: checks found_inf and the parameters' devices, then runs
+  /// step(skip_if) with found_inf's pointer - or, while `makes_state` (a first step that makes
+  /// state a skipped kernel would leave unset; refused inside a capture anyway), reads the
+  /// flag on the host as GradScaler's eager step does and runs step(nullptr) unless it is set.
+  void step_on_device_flag(const Tensor& found_inf, bool makes_state, const std::function<void(const float*)>& step);
 
   /// The hyperparameters this optimizer reads, besides lr.
   virtual std::vector<HyperParam> hyperparams() const = 0;

@@ -35,22 +35,9 @@ void SGD::check_group(const ParamGroup& group, size_t g) const {
 void SGD::step() { step_impl(nullptr); }
 
 void SGD::step_skipping_if(const Tensor& found_inf) {
-  FRUGAL_CHECK(found_inf.defined() && found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
-               "SGD.step_skipping_if: found_inf must be a one-element float32 CUDA tensor, got ",
-               found_inf.defined() ? found_inf.describe() : std::string("an undefined tensor"));
-  for (const ParamGroup& group : param_groups())
-    for (const Tensor& p : group.params)
-      FRUGAL_CHECK(p.device() == found_inf.device(), "SGD.step_skipping_if: parameter ", p.describe(),
-                   " is not on found_inf's device ", found_inf.device().str());
   // A first step with momentum sets each buffer instead of updating it; skipped on the
-  // device it would leave the buffer unset yet marked as set. So until every buffer exists
-  // (outside a capture, which refuses a first step anyway) the flag is read here, as
-  // GradScaler's eager step reads it, and a skipped step leaves no state behind.
-  if (!core::current_graph_capture() && needs_fresh_buffer()) {
-    if (found_inf.item<float>() == 0.0f) step_impl(nullptr);
-    return;
-  }
-  step_impl(found_inf.data_ptr<float>());
+  // device it would leave the buffer unset yet marked as set.
+  step_on_device_flag(found_inf, needs_fresh_buffer(), [this](const float* skip_if) { step_impl(skip_if); });
 }
 
 bool SGD::needs_fresh_buffer() const {

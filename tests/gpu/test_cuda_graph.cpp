@@ -52,6 +52,26 @@ Tensor batch(const Shape& shape, uint64_t seed) {
   return make_tensor(random_values(numel_of(shape), seed), shape, {kFloat32, cuda()});
 }
 
+/// Batches for the whole-step tests: batch 3 holds an inf, so its step overflows.
+void overflow_batches(int steps, uint64_t seed, std::vector<Tensor>& xs, std::vector<Tensor>& ys) {
+  for (int s = 0; s < steps; ++s)
+    xs.push_back(batch({kBatch, kIn}, seed + s)), ys.push_back(batch({kBatch, kOut}, seed + 100 + s));
+  ops::fill_(xs[3].narrow(0, 0, 1), INFINITY);
+}
+
+/// One whole float16 step: forward under autocast, scaled backward, the scaler's step and update.
+void scaled_step(const Mlp& m, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss;
+  {
+    AutocastGuard autocast(cuda(), kFloat16);
+    loss = mse_loss(matmul(relu(matmul(x, m.w1)), m.w2), y);
+  }
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+}
+
 }  // namespace
 
 TEST_CASE("cuda graph: a captured MLP step replayed on new batches equals eager steps bitwise") {
@@ -163,20 +183,9 @@ TEST_CASE("cuda graph: the whole float16 step with GradScaler and SGD captured e
   // the scale backs off. Every replay must give the eager step's weights, scale and tracker.
   const int steps = 8;
   std::vector<Tensor> xs, ys;
-  for (int s = 0; s < steps; ++s)
-    xs.push_back(batch({kBatch, kIn}, 700 + s)), ys.push_back(batch({kBatch, kOut}, 800 + s));
-  ops::fill_(xs[3].narrow(0, 0, 1), INFINITY);
+  overflow_batches(steps, 700, xs, ys);
   const optim::GradScalerOptions scaling{.init_scale = 1024.0, .growth_interval = 2};
-  auto loss_of = [](const Mlp& m, const Tensor& x, const Tensor& y) {
-    AutocastGuard autocast(cuda(), kFloat16);
-    return mse_loss(matmul(relu(matmul(x, m.w1)), m.w2), y);
-  };
-  auto full_step = [&](const Mlp& m, optim::SGD& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    scaler.scale(loss_of(m, x, y)).backward();
-    scaler.step(opt);
-    scaler.update();
-  };
+  const auto& full_step = scaled_step;
 
   Mlp eager;
   optim::SGD eager_opt({eager.w1, eager.w2}, {.lr = 0.05, .momentum = 0.9});
@@ -229,22 +238,9 @@ TEST_CASE("cuda graph: the whole float16 step with GradScaler and a capturable A
   // stay within float rounding of the host-corrected AdamW.
   const int steps = 8;
   std::vector<Tensor> xs, ys;
-  for (int s = 0; s < steps; ++s)
-    xs.push_back(batch({kBatch, kIn}, 720 + s)), ys.push_back(batch({kBatch, kOut}, 820 + s));
-  ops::fill_(xs[3].narrow(0, 0, 1), INFINITY);
+  overflow_batches(steps, 720, xs, ys);
   const optim::GradScalerOptions scaling{.init_scale = 1024.0, .growth_interval = 2};
-  auto full_step = [&](const Mlp& m, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x,
-                       const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      AutocastGuard autocast(cuda(), kFloat16);
-      loss = mse_loss(matmul(relu(matmul(x, m.w1)), m.w2), y);
-    }
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-  };
+  const auto& full_step = scaled_step;
   const optim::AdamWOptions options{.lr = 1e-3, .weight_decay = 0.01, .capturable = true};
 
   Mlp eager, host;
