@@ -58,12 +58,17 @@ void Optimizer::freeze_hyperparams_for_replay() const {
     }
     return v;
   };
-  capture->replay_checks.push_back([this, alive = std::weak_ptr<int>(alive_), frozen = values(), values] {
-    if (alive.expired()) return;  // the optimizer is gone; the graph goes on with what it froze
-    FRUGAL_CHECK(values() == frozen, "CudaGraph.replay: ", name(),
-                 "'s learning rate or another hyperparameter changed since the capture froze it into the graph "
-                 "(an LR scheduler?); capture a new graph after changing them");
-  });
+  capture->replay_checks.push_back(
+      [this, alive = std::weak_ptr<int>(alive_), frozen = values(), values, generation = state_generation_] {
+        if (alive.expired()) return;  // the optimizer is gone; the graph goes on with what it froze
+        FRUGAL_CHECK(values() == frozen, "CudaGraph.replay: ", name(),
+                     "'s learning rate or another hyperparameter changed since the capture froze it into the graph "
+                     "(an LR scheduler?); capture a new graph after changing them");
+        // The graph's kernels hold the addresses of the state buffers it was captured with.
+        FRUGAL_CHECK(state_generation_ == generation, "CudaGraph.replay: ", name(),
+                     "'s state was replaced by load_state_dict since the capture, and the graph would update the "
+                     "freed buffers; capture a new graph after loading");
+      });
 }
 
 void Optimizer::step_on_device_flag(const Tensor& found_inf, bool makes_state,
@@ -251,6 +256,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   // Nothing has changed up to here: a throw above leaves the optimizer as it was.
   groups_ = std::move(loaded);
   state_ = std::move(state);
+  ++state_generation_;
   state_loaded();
 }
 

@@ -224,6 +224,7 @@ class Optimizer {
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   // mutable: state() refreshes what the device holds newer (refresh_state).
   mutable std::unordered_map<const TensorImpl*, ParamState> state_;
+  int64_t state_generation_ = 0;  // load_state_dict's count: a graph captured before refuses to replay
 };
 
 }  // namespace frugal::optim

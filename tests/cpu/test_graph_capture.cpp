@@ -172,5 +172,12 @@ TEST_CASE("graph capture: other generators, Adam, SGD's first momentum step, Gra
     sgd.param_groups()[0].lr = 0.05;  // what an LR scheduler would do between replays
     CHECK_THROWS_WITH_AS(capture.check_replay(), doctest::Contains("SGD's learning rate"), Error);
   }
+  {
+    FakeCapture capture(&key);
+    sgd.step();
+    capture.check_replay();
+    sgd.load_state_dict(sgd.state_dict());  // new buffers: the graph's kernels hold the old ones
+    CHECK_THROWS_WITH_AS(capture.check_replay(), doctest::Contains("replaced by load_state_dict"), Error);
+  }
   memory::release_graph_pool(kCPU, &key, Stream{nullptr, kCPU});
 }
