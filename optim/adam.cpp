@@ -89,7 +89,7 @@ bool Adam::needs_fresh_state() const {
       if (!p.grad().defined()) continue;
       const ParamState* st = stored_state(p);
       if (!st || !st->buffers[0].defined() || (group.amsgrad.value_or(false) && !st->buffers[2].defined()) ||
-          (p.is_cuda() && !device_steps_.count(p.impl_ptr().get())))
+          (p.is_cuda() && p.numel() > 0 && !device_steps_.count(p.impl_ptr().get())))
         return true;
     }
   return false;
