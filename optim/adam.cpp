@@ -105,7 +105,7 @@ void Adam::step_impl(const float* skip_if) {
     core::refuse_in_graph_capture("Adam.step / AdamW.step",
                                   "its bias corrections follow the step count, which a replay would not advance (make "
                                   "it with {.capturable = true}, or step this optimizer after replay())");
-  else if (needs_fresh_state())
+  else if (core::current_graph_capture() && needs_fresh_state())  // (the loop only where it can refuse)
     core::refuse_in_graph_capture("Adam.step / AdamW.step's first step",
                                   "it makes the moments and the device step counts, and every replay would make them "
                                   "again (warm up at least one step before the capture)");

@@ -87,11 +87,7 @@ void adam_step(Device device, DType dtype, std::vector<AdamEntry>& entries, cons
                        vec4_aligned<M>(e.exp_avg_sq) && vec4_aligned<M>(e.max_exp_avg_sq);
       e.flags = vec ? (e.flags | detail::kVec4) : (e.flags & ~detail::kVec4);
     }
-    const DeviceTable<AdamEntry> table = upload(device, entries);
-    adam_kernel<T>
-        <<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks, skip_if);
-    FRUGAL_CUDA_CHECK_LAUNCH();
-    detail::count_fused_launch();
+    const DeviceTable<AdamEntry> table = launch_fused(device, entries, adam_kernel<T>, skip_if);
     if (std::any_of(entries.begin(), entries.end(), [](const AdamEntry& e) { return e.device_step != nullptr; })) {
       count_steps_kernel<<<1, kThreads, 0, stream_for(device)>>>(table.entries, table.count, skip_if);
       FRUGAL_CUDA_CHECK_LAUNCH();

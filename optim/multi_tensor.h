@@ -51,9 +51,9 @@ struct AdamEntry {
   int64_t numel;
   int64_t chunk_begin;  // set by the CUDA launcher
   double lr, beta1, beta2, eps, weight_decay;
-  double step_size;              // lr / (1 - beta1^t)
-  double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
-  uint32_t flags;                // AdamFlags
+  double step_size = 0;              // lr / (1 - beta1^t): set_bias_corrections
+  double bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t): set_bias_corrections
+  uint32_t flags;                    // AdamFlags
   // Capturable Adam (Note [Capturable Adam]): the steps taken so far, in device memory; the
   // kernel computes the two above from it (t = *device_step + 1). Null: they are set here.
   const int64_t* device_step = nullptr;

@@ -115,14 +115,17 @@ __device__ __forceinline__ void store4(void* base, int64_t i, const Vec4<T>& v) 
 }
 
 /// Uploads `entries` and launches kernel(entries, count, chunks, args...) over them on
-/// the current stream: blocks_for(table) blocks of kThreads, one fused launch.
+/// the current stream: blocks_for(table) blocks of kThreads, one fused launch. Returns the
+/// table, for a kernel queued after it on the same stream to read too.
 template <typename Entry, typename... Params>
-void launch_fused(Device device, std::vector<Entry>& entries, void (*kernel)(const Entry*, int, int64_t, Params...),
-                  std::type_identity_t<Params>... args) {
-  const DeviceTable<Entry> table = upload(device, entries);
+DeviceTable<Entry> launch_fused(Device device, std::vector<Entry>& entries,
+                                void (*kernel)(const Entry*, int, int64_t, Params...),
+                                std::type_identity_t<Params>... args) {
+  DeviceTable<Entry> table = upload(device, entries);  // (not const: returned by move)
   kernel<<<blocks_for(table), kThreads, 0, stream_for(device)>>>(table.entries, table.count, table.chunks, args...);
   FRUGAL_CUDA_CHECK_LAUNCH();
   detail::count_fused_launch();
+  return table;
 }
 
 }  // namespace frugal::optim::cuda
