@@ -42,13 +42,14 @@ namespace frugal::nn {
 //     q, k, v on one GPU with a head dim E % 8 == 0, E <= 128 (E == Ev), a bool or q-dtype
 //     mask broadcastable to (B, H, L, S) that needs no gradient, and dropout_p < 1. Under
 //     autocast sdpa first casts to the low dtype, so AMP training takes this path. It saves
-//     q, k, v, out and a (B, H, L) f32 logsumexp instead of the (B, H, L, S) weights, and its
-//     dropout keeps the same weights the composed path's dropout() would from the same
-//     generator state. Everything else (float32, CPU, E > 128, a mask with a gradient) runs
-//     the composed matmul / masked_softmax / dropout / matmul steps. On the GPU the fused op
-//     itself runs cuDNN's fused attention engines for calls without a mask when cuDNN can
-//     plan them (dropout included, with the same mask), frugal's own kernels otherwise (Note [cuDNN attention] in
-//     tensor/cuda/attention_cudnn.cu; ops::set_attention_backend, FRUGAL_ATTENTION).
+//     q, k, v, out and a (B, H, L) f32 logsumexp instead of the (B, H, L, S) weights; on
+//     frugal's own kernels its dropout keeps the same weights the composed path's dropout()
+//     would from the same generator state. Everything else (float32, CPU, E > 128, a mask
+//     with a gradient) runs the composed matmul / masked_softmax / dropout / matmul steps.
+//     On the GPU the fused op itself runs cuDNN's fused attention engines for calls without
+//     a mask when cuDNN can plan them (dropout included, drawn by cuDNN's own RNG: a mask of
+//     the same rate, not the same weights), frugal's own kernels otherwise (Note [cuDNN
+//     attention] in tensor/cuda/attention_cudnn.cu; ops::set_attention_backend, FRUGAL_ATTENTION).
 //     The fused op keeps the projections' (B, T, H, D) memory order (Note [Flash attention
 //     layouts]): merging the heads before out_proj is a view, and the packed self-attention
 //     q, k, v get their gradients as views of one buffer, which chunk's backward takes
@@ -87,8 +88,8 @@ CallMasks checked_masks(const AttentionForwardOptions& o, const Tensor& query, b
     const Tensor& m = o.key_padding_mask;
     check_mask_kind("key_padding_mask", m, query);
     const Shape want = batched ? Shape{B, S} : Shape{S};
-    FRUGAL_CHECK(m.sizes() == want, kOp, ": key_padding_mask must be ", batched ? "(B, S) = " : "(S) = ",
-                 shape_str(want), ", got ", m.describe());
+    FRUGAL_CHECK(m.sizes() == want, kOp, ": key_padding_mask must be ",
+                 batched ? "(B, S) = " : "(S) = ", shape_str(want), ", got ", m.describe());
     r.padding = m.reshape({B, 1, 1, S});
   }
   if (o.attn_mask.defined()) {
@@ -118,8 +119,8 @@ Tensor merged_mask(const CallMasks& m, DType dtype) {
 
 /// The input projections q (B, L, E), k and v (B, S, E): one GEMM for self-attention, two
 /// when key is value (Note [Attention paths]), else three.
-std::array<Tensor, 3> in_projections(const MultiheadAttention& a, const Tensor& qx, const Tensor& kx,
-                                     const Tensor& vx, bool self_attn, bool kv_same) {
+std::array<Tensor, 3> in_projections(const MultiheadAttention& a, const Tensor& qx, const Tensor& kx, const Tensor& vx,
+                                     bool self_attn, bool kv_same) {
   const int64_t E = a.embed_dim;
   if (!a.in_proj_weight.defined())
     return {linear(qx, a.q_proj_weight, rows(a.in_proj_bias, 0, E)),
@@ -143,8 +144,8 @@ std::array<Tensor, 3> in_projections(const MultiheadAttention& a, const Tensor& 
 }  // namespace
 
 Tensor split_heads(const Tensor& x, int64_t heads) {
-  FRUGAL_CHECK(x.dim() == 3 && heads > 0 && x.size(2) % heads == 0, "split_heads: expected (B, T, H * D) with H = ",
-               heads, " dividing the last dim, got ", x.describe());
+  FRUGAL_CHECK(x.dim() == 3 && heads > 0 && x.size(2) % heads == 0,
+               "split_heads: expected (B, T, H * D) with H = ", heads, " dividing the last dim, got ", x.describe());
   return x.unflatten(-1, {heads, x.size(-1) / heads}).transpose(1, 2);
 }
 
@@ -213,9 +214,9 @@ AttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& k
                batch_first ? "true" : "false", "), got query ", query.describe(), ", key ", key.describe(), ", value ",
                value.describe());
 
-  const CallMasks masks = checked_masks(o, query, batched, B, H, L, S);  // merged after the projections
+  const CallMasks masks = checked_masks(o, query, batched, B, H, L, S);    // merged after the projections
   auto [q, k, v] = in_projections(*this, qx, kx, vx, self_attn, kv_same);  // q (B, L, E), k, v (B, S, E)
-  q = split_heads(q, H), k = split_heads(k, H), v = split_heads(v, H);  // (B, H, T, D)
+  q = split_heads(q, H), k = split_heads(k, H), v = split_heads(v, H);     // (B, H, T, D)
 
   const Tensor mask = merged_mask(masks, q.dtype());  // in the scores' dtype (the projections' output)
 

@@ -25,22 +25,21 @@
 // does not change. The operands keep their strides (Note [Flash attention layouts]): cuDNN
 // reads the sequence-major views and writes the packed-qkv gradients in place.
 //
-// Dropout: cuDNN could draw its keep mask with its own Philox stream (an RNG node), but ours
-// must be the very mask dropout() draws (Note [Dropout mask from counters]), so that the fused
-// and composed paths, the CPU and CUDA, and a backward on our kernels all agree. So the graphs
-// take the mask as a tensor, cudnn-frontend's "custom dropout mask": a (B, H, L, S) array in
-// q's dtype that dropout_keep_mask_kernel draws from the call's counters just before each
-// direction runs and frees after it (B H L S 2 bytes for one call, 100 MB at BERT's b16 x 512:
-// one layer's at a time, nothing kept for backward). With c = the by-value kDropoutScale:
+// Dropout: cuDNN draws the keep mask itself, with its RNG node (Bernoulli, keep probability
+// 1 - p, part of the graph) from the call's Generator::Range: seed = the range's seed, offset =
+// its first counter, int64 device words a one-thread kernel writes so that a CUDA graph replay
+// reads its own base (Note [Graph-safe random numbers]). The mask is never in memory; the
+// backward draws it again from the same words. As in cudnn-frontend's graphs, with c = 1 / (1 - p):
 //   forward   P' = P * mask * c in place of P before P' v
-//   backward  dv = P'^T dout, dS = ((dout v^T) * mask - Dsum * kOne) * P * c * scale
-// which is the dropout gradient when mask * c = 1 / (1 - p) and kOne * c = 1. A first version
-// (H200, 2026-12-02) had mask 0/1, c = 1 / (1 - p) and kOne = 1 - p: the forward and dv were
-// right, dq and dk wrong by about what ignoring kOne gives (relative 0.02 at p = 0.1, 0.4-0.9
-// at p = 0.3 causal, dq worse than dk, as a float64 simulation of that error shows). So the
-// mask now holds 1 / (1 - p) rounded to q's dtype where a weight is kept, c corrects that
-// rounding (c = (1 / (1 - p)) / mask value, within 2^-8 of 1) and kOne = 1 / c: the result is
-// exact if the engine applies kOne and off by (c - 1) Dsum, below the dtype's precision, if not.
+//   backward  dv = P'^T dout, dS = ((dout v^T) * mask - Dsum * (1 - p)) * P * c * scale
+// cuDNN's Philox stream is not Note [Dropout mask from counters]'s, so this mask is not the one
+// dropout() or our kernels draw from the same range: the range says who drew it (drawn_by =
+// Generator::kCudnnRng) and flash_attention_backward then runs cuDNN's backward whatever the
+// backend setting, or fails; never our kernels with another mask. An earlier version handed
+// cuDNN dropout()'s own mask as a (B, H, L, S) tensor in q's dtype ("custom dropout mask"),
+// drawn before each direction: the same numbers on every backend, but 100 MB written and read
+// twice per layer at BERT's b16 x 512 (about 1.2 of 26.7 ms a step on the H200), and it needed
+// the mask to hold 1 / (1 - p) (0/1 with Dsum scaled by 1 - p gave wrong dq and dk there).
 // What stays on frugal's own kernels (tensor/cuda/flash_attention.cu), decided before either
 // direction runs, from the inputs and options alone (ops::attention_backend_for):
 // - masks: a bool mask has no cuDNN input at all; an additive one could go to cuDNN's bias,
@@ -64,12 +63,11 @@
 // (197, 77, ...).
 #include "tensor/cuda/attention_cudnn.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cudnn.h>
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -112,7 +110,8 @@ enum Uid : int64_t {
   kDQAccum,
   kSeqLenQ,
   kSeqLenKV,
-  kDropoutMask,
+  kDropoutSeed,
+  kDropoutOffset,
   kDropoutScale,
   kFirstVirtual = 100,
 };
@@ -171,6 +170,22 @@ class GraphBuilder {
         .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2);
     if (b != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
     if (t != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    add(op);
+  }
+  /// y = Bernoulli(keep) draws (1 kept, 0 dropped) from cuDNN's Philox stream of `seed` at
+  /// `offset`, (1, 1, 1, 1) int64 device tensors.
+  void bernoulli(cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t seed, cudnnBackendDescriptor_t offset,
+                 double keep) {
+    Descriptor& rng = own(CUDNN_BACKEND_RNG_DESCRIPTOR);
+    const cudnnRngDistribution_t distribution = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+    rng.set(CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &distribution)
+        .set(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &keep)
+        .finalize();
+    Descriptor& op = own(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_RNG_YDESC, y)
+        .set(CUDNN_ATTR_OPERATION_RNG_DESC, rng.get())
+        .set(CUDNN_ATTR_OPERATION_RNG_SEED, seed)
+        .set(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, offset);
     add(op);
   }
   /// c = a b over the last two dims, batched over the first two, accumulated in float32; m, n,
@@ -296,6 +311,17 @@ cudnnBackendDescriptor_t padding_mask(GraphBuilder& g, cudnnBackendDescriptor_t 
   return y;
 }
 
+/// The keep mask of p's dropout, drawn by cuDNN's RNG node from the call's seed and offset:
+/// 1 where a weight is kept (probability 1 - p), 0 where it is dropped (see the Note).
+cudnnBackendDescriptor_t keep_mask(GraphBuilder& g, const FlashAttentionParams& p, const Dims& dims,
+                                   const Dims& strides) {
+  const Dims one{1, 1, 1, 1};
+  cudnnBackendDescriptor_t mask = g.virtual_tensor(dims, strides);
+  g.bernoulli(mask, g.tensor(kDropoutSeed, one, one, CUDNN_DATA_INT64),
+              g.tensor(kDropoutOffset, one, one, CUDNN_DATA_INT64), 1.0 - p.dropout_p);
+  return mask;
+}
+
 /// Dropout with the given keep mask: x * mask * (1 / (1 - p)), the scale a by-value scalar, in `type`.
 cudnnBackendDescriptor_t dropped(GraphBuilder& g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t mask,
                                  const Dims& dims, const Dims& strides, cudnnDataType_t type) {
@@ -343,7 +369,7 @@ void build_forward(GraphBuilder& g, const FlashAttentionParams& p) {
   const bool dropout = p.dropout_p > 0.0;
   cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st, dropout ? kF32 : io);  // P v in q's dtype
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, probs);
-  if (dropout) probs = dropped(g, probs, g.tensor(kDropoutMask, scores, scores_st, io), scores, scores_st, io);
+  if (dropout) probs = dropped(g, probs, keep_mask(g, p, scores, scores_st), scores, scores_st, io);
   g.matmul(probs, v, o);
 }
 
@@ -396,7 +422,7 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
   cudnnBackendDescriptor_t probs = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, probs);
   const bool dropout = p.dropout_p > 0.0;
-  cudnnBackendDescriptor_t mask = dropout ? g.tensor(kDropoutMask, scores, scores_st, io) : nullptr;
+  cudnnBackendDescriptor_t mask = dropout ? keep_mask(g, p, scores, scores_st) : nullptr;
   cudnnBackendDescriptor_t probs_dropped = dropout ? dropped(g, probs, mask, scores, scores_st, kF32) : probs;
   cudnnBackendDescriptor_t probs_t = g.virtual_tensor(scores_t, scores_t_st, io);
   g.reshape(probs_dropped, probs_t);
@@ -486,7 +512,8 @@ cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 :
 std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
   return ::frugal::detail::str_cat("cuDNN attention ", d == Direction::Forward ? "forward" : "backward", " (",
                                    dtype_name(dtype), ", B=", p.B, " H=", p.H, " L=", p.L, " S=", p.S, " E=", p.E,
-                                   p.causal ? ", causal" : "", p.dropout_p > 0.0 ? ", dropout" : "", ")");
+                                   p.causal ? ", causal" : "",
+                                   p.dropout_p > 0.0 ? ::frugal::detail::str_cat(", dropout ", p.dropout_p) : "", ")");
 }
 
 /// Builds one problem's graph and plans (see the Note); a set without plans, and the reason,
@@ -539,7 +566,7 @@ PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionPa
               p.S,
               p.E,
               int64_t(p.causal),
-              int64_t(p.dropout_p > 0.0)};  // p itself is a by-value operand
+              std::bit_cast<int64_t>(p.dropout_p)};  // the RNG node's keep probability is part of the graph
   auto add = [&](const int64_t(&s)[3], int64_t N) {
     for (int64_t v : operand_strides(s, p.B, p.H, N, p.E)) key.push_back(v);
   };
@@ -593,55 +620,32 @@ bool execute(const PlanSet& set, Device device, const std::vector<Operand>& oper
   return false;
 }
 
-/// The keep mask of the weights (B, H, L, S), row-major, as `kept` and 0s of T: the mask of
-/// Note [Dropout mask from counters], which dropout() and our own kernels draw, four weights
-/// per Philox draw.
-template <typename T>
-__global__ void dropout_keep_mask_kernel(T* __restrict__ mask, Generator::Range range, float keep_below, T kept,
-                                         int64_t n) {
-  const int64_t group = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (group * 4 >= n) return;
-  const PhiloxResult r = philox4x32(range.seed, philox_first_counter(range.counter, range.base) + uint64_t(group));
-  for (int w = 0; w < 4; ++w) {
-    const int64_t i = group * 4 + w;
-    if (i < n) mask[i] = philox_uniform(r.x[w]) < keep_below ? kept : T(0.0f);
-  }
+/// The RNG node's seed and offset (see the Note) as int64 device words at [0] and [2] (each
+/// 16-byte aligned), written on the device so that a CUDA graph replay reads its own base.
+__global__ void dropout_seed_offset_kernel(int64_t* words, Generator::Range range) {
+  words[0] = int64_t(range.seed);
+  words[2] = int64_t(philox_first_counter(range.counter, range.base));
 }
 
-/// The graphs' dropout operands (see the Note): the mask, c (kDropoutScale) and kOne.
+/// The graphs' dropout operands (see the Note): seed and offset, c (kDropoutScale) and kOne.
 struct DropoutOperands {
-  Tensor mask;  // undefined without dropout
+  Tensor seed_offset;  // undefined without dropout
   float scale = 1.0f, dsum_scale = 1.0f;
+  void* seed() const { return seed_offset.defined() ? seed_offset.data() : nullptr; }
+  void* offset() const { return seed_offset.defined() ? static_cast<int64_t*>(seed_offset.data()) + 2 : nullptr; }
 };
 
-/// The dropout operands of p's range, the mask in q's dtype. The mask lives for one call: the
-/// backward draws it again from the same range.
-DropoutOperands dropout_operands(const FlashAttentionParams& p, DType dtype, Device device) {
+/// The dropout operands of p's range.
+DropoutOperands dropout_operands(const FlashAttentionParams& p, Device device) {
   DropoutOperands d;
   if (p.dropout_p <= 0.0) return d;
-  const int64_t n = p.B * p.H * p.L * p.S, groups = (n + 3) / 4;
-  d.mask = empty({n}, {dtype, device});
-  const unsigned blocks = unsigned((groups + 255) / 256);
-  const float keep_below = float(1.0 - p.dropout_p), inverse = float(1.0 / (1.0 - p.dropout_p));
-  float kept = 0.0f;
-  if (dtype == kBFloat16) {
-    const __nv_bfloat16 k = __float2bfloat16(inverse);
-    kept = __bfloat162float(k);
-    dropout_keep_mask_kernel<<<blocks, 256, 0, stream_for(device)>>>(static_cast<__nv_bfloat16*>(d.mask.data()),
-                                                                     p.range, keep_below, k, n);
-  } else {
-    const __half k = __float2half(inverse);
-    kept = __half2float(k);
-    dropout_keep_mask_kernel<<<blocks, 256, 0, stream_for(device)>>>(static_cast<__half*>(d.mask.data()), p.range,
-                                                                     keep_below, k, n);
-  }
+  d.seed_offset = empty({4}, {kInt64, device});
+  dropout_seed_offset_kernel<<<1, 1, 0, stream_for(device)>>>(static_cast<int64_t*>(d.seed_offset.data()), p.range);
   FRUGAL_CUDA_CHECK(cudaGetLastError());
-  d.scale = float(double(inverse) / double(kept));
-  d.dsum_scale = float(1.0 / double(d.scale));
+  d.scale = float(1.0 / (1.0 - p.dropout_p));
+  d.dsum_scale = float(1.0 - p.dropout_p);
   return d;
 }
-
-void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
 /// Whether every operand starts 16-byte aligned, as the tensor descriptors declare.
 bool aligned(std::initializer_list<const Tensor*> ts) {
@@ -676,7 +680,7 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
   DeviceGuard guard(device);
   std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p);
   if (!set->usable()) return false;
-  const DropoutOperands drop = dropout_operands(p, q.dtype(), device);
+  const DropoutOperands drop = dropout_operands(p, device);
   float scale = float(p.scale), neg_inf = masked_score(), drop_scale = drop.scale;
   return execute(*set, device,
                  {{kQ, q.data()},
@@ -686,7 +690,8 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
                   {kStats, lse.data()},
                   {kScale, &scale},
                   {kNegInf, &neg_inf},
-                  {kDropoutMask, data_or_null(drop.mask)},
+                  {kDropoutSeed, drop.seed()},
+                  {kDropoutOffset, drop.offset()},
                   {kDropoutScale, &drop_scale}});
 }
 
@@ -705,8 +710,8 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
   if (cudnnGetVersion() < 90600)
     FRUGAL_CUDA_CHECK(
         cudaMemsetAsync(dq_accum.data(), 0, size_t(dq_accum.numel()) * sizeof(float), stream_for(device)));
-  const DropoutOperands drop = dropout_operands(p, q.dtype(), device);
-  // `one` scales Dsum: 1 / c with dropout (see the Note), 1 without.
+  const DropoutOperands drop = dropout_operands(p, device);
+  // `one` scales Dsum: 1 - p with dropout (see the Note), 1 without.
   float scale = float(p.scale), neg_inf = masked_score(), one = drop.dsum_scale, drop_scale = drop.scale;
   return execute(*set, device,
                  {{kQ, q.data()},
@@ -725,7 +730,8 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
                   {kDQAccum, dq_accum.data()},
                   {kSeqLenQ, set->seq_len_q},
                   {kSeqLenKV, set->seq_len_kv},
-                  {kDropoutMask, data_or_null(drop.mask)},
+                  {kDropoutSeed, drop.seed()},
+                  {kDropoutOffset, drop.offset()},
                   {kDropoutScale, &drop_scale}});
 }
 

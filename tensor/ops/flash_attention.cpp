@@ -9,6 +9,7 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 #ifdef FRUGAL_WITH_CUDA
 #include "tensor/cuda/attention_cudnn.h"
@@ -105,9 +106,9 @@ AttentionBackend backend_from_environment() {
   FRUGAL_FAIL("FRUGAL_ATTENTION must be auto, cudnn or flash, got '", s, "'");
 }
 
-/// Whether this call runs on cuDNN (Note [cuDNN attention]): no mask, a CUDA build, a backend other than Flash, and plans for the forward with p's strides (q, k, v and
-/// out) and for the backward that follows it (dout in out's order, the gradients in the
-/// order empty_grads gives them). q, k, v are the caller's tensors, p has their kernel views'.
+/// Whether this call runs on cuDNN (Note [cuDNN attention]): no mask, a CUDA build, a backend other than Flash, and
+/// plans for the forward with p's strides (q, k, v and out) and for the backward that follows it (dout in out's order,
+/// the gradients in the order empty_grads gives them). q, k, v are the caller's tensors, p has their kernel views'.
 bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
   if (!q.device().is_cuda() || p.mask_kind != 0) return false;
   const AttentionBackend mode = attention_backend();
@@ -153,6 +154,30 @@ bool cudnn_backward(const FlashAttentionGrads& g, const Tensor& dout, const Tens
   (void)g, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse, (void)p;
   return false;
 #endif
+}
+
+/// The backward of a forward whose dropout mask cuDNN's RNG node drew (Note [cuDNN attention]):
+/// nothing else can draw that mask again, so it runs on cuDNN whatever the backend setting is
+/// now, with dout in out's memory order (the layout whose backward plan the forward made sure
+/// of), and anything that still keeps cuDNN from running is an error, not other kernels.
+void cudnn_rng_backward(const char* op, const FlashAttentionGrads& g, Tensor dout, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& out, const Tensor& lse, FlashAttentionParams p) {
+  if (dout.strides() != out.strides()) {
+    const Tensor d = empty_in_order_of(out);
+    copy_into(d, dout);
+    dout = kernel_view(d);
+    strides_of(dout, p.o_stride);
+  }
+  std::string why = q.device().is_cuda() ? "its workspace or its execution was refused" : "they are not on a GPU";
+#ifdef FRUGAL_WITH_CUDA
+  if (q.device().is_cuda() && cuda::cudnn_attention_supported(q.dtype(), q.device(), p, &why) &&
+      cudnn_backward(g, dout, q, k, v, out, lse, p))
+    return;
+#else
+  (void)g, (void)lse;
+#endif
+  FRUGAL_FAIL(op, ": the forward's dropout mask was drawn by cuDNN, but cuDNN's backward cannot run for query ",
+              q.describe(), ", key ", k.describe(), ", value ", v.describe(), ", out ", out.describe(), ": ", why);
 }
 
 /// Checks q, k, v (and the mask) and fills the parameters both directions share.
@@ -271,7 +296,10 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   p.range = r.range;
   const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v);
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(r.out, p.o_stride);
-  if (use_cudnn(op, q, k, v, p) && cudnn_forward(r, qv, kv, vv, p)) return r;
+  if (use_cudnn(op, q, k, v, p) && cudnn_forward(r, qv, kv, vv, p)) {
+    if (p.dropout_p > 0.0) r.range.drawn_by = Generator::kCudnnRng;  // its backward must run there too
+    return r;
+  }
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_forward_kernel, r.out, r.lse, qv, kv, vv, mask_view, p);
   return r;
 }
@@ -304,12 +332,19 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(dov, p.o_stride);
   strides_of(ov, p.out_stride);
   strides_of(g.dq, p.dq_stride), strides_of(g.dk, p.dk_stride), strides_of(g.dv, p.dv_stride);
+  const Tensor lse_c = lse.contiguous();
+  if (p.dropout_p > 0.0) {  // the mask decides: only whoever drew it can draw it again
+    if (range.drawn_by == Generator::kCudnnRng) cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p);
+    else
+      FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov,
+                             lse_c, mask_view, p);
+    return g;
+  }
   // The forward's choice, made again from the same inputs (its p had out's strides where this
   // one has dout's); a dout in another layout without a plan of its own runs our backward,
   // which reads the same out and lse (Note [cuDNN attention]).
   FlashAttentionParams forward_p = p;
   for (int d = 0; d < 3; ++d) forward_p.o_stride[d] = p.out_stride[d];
-  const Tensor lse_c = lse.contiguous();
   if (use_cudnn(op, q, k, v, forward_p) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p)) return g;
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov, lse_c,
                          mask_view, p);

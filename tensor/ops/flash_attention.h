@@ -15,14 +15,15 @@
 // So neither direction holds more than O(B H (L + S) E) memory. Masking is as in Note
 // [Masked softmax]: a bool mask keeps where true, a floating one is added, is_causal keeps
 // key s <= query l (top-left aligned), and a row with no key left gives zeros (lse = -inf).
-// Dropout keeps element (b, h, l, s) with the Philox word of its row-major index in the
+// Our kernels' dropout keeps element (b, h, l, s) with the Philox word of its row-major index in the
 // (B, H, L, S) weights (Note [Dropout mask from counters]): the very mask dropout() would
 // draw on the materialized weights from the same Generator::Range, so the fused and the
 // plain path agree bit for bit on which weights survive. Dropout applies to the weights
 // after normalization (lse is that of the undropped softmax), as in torch.
 // On CUDA, calls without a mask go to cuDNN's fused engines where it has plans for them
-// (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse, and with
-// dropout the same mask, handed to cuDNN as a tensor.
+// (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse. With
+// dropout cuDNN draws its own mask from the same range (never stored; not dropout()'s), the
+// range records that (Generator::Range::drawn_by), and the backward then runs on cuDNN too.
 #include <optional>
 
 #include "tensor/philox.h"
@@ -43,7 +44,7 @@ struct FlashAttentionOptions {
 struct FlashAttentionForward {
   Tensor out;              ///< (B, H, L, E), q's dtype, in q's memory order (Note [Flash attention layouts])
   Tensor lse;              ///< (B, H, L) float32 (float64 for float64 q): logsumexp of each row
-  Generator::Range range;  ///< Philox counters of the dropout mask ({0, 0} without dropout)
+  Generator::Range range;  ///< Philox counters of the dropout mask and who drew it ({0, 0} without dropout)
 };
 
 /// Input gradients of flash_attention_forward.
@@ -72,7 +73,8 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
                                               const FlashAttentionOptions& options, Generator* gen = nullptr);
 
 /// Gradients of flash_attention_forward given dout (B, H, L, E), from its inputs, out and
-/// lse; `range` is the forward's dropout range.
+/// lse; `range` is the forward's dropout range. A mask cuDNN drew (range.drawn_by) is drawn
+/// again on cuDNN whatever the backend setting; where cuDNN cannot run, that is an error.
 FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& out, const Tensor& lse, const FlashAttentionOptions& options,
                                              Generator::Range range);

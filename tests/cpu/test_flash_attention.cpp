@@ -215,6 +215,14 @@ TEST_CASE("flash_attention cpu: errors") {
               {"flash_attention_backward", "lse", "float32"});
   check_error([&] { ops::flash_attention_backward(q.narrow(2, 0, 2), q, k, k, f.out, f.lse, {}, f.range); },
               {"flash_attention_backward", "dout", "[1, 2, 2, 4]"});
+  // A mask cuDNN's RNG drew can be drawn again only there: never our kernels' other mask.
+  Generator::Range by_cudnn{7, 0};
+  by_cudnn.drawn_by = Generator::kCudnnRng;
+  check_error(
+      [&] {
+        ops::flash_attention_backward(q, q, k, k, f.out, f.lse, {Tensor(), false, {}, 0.1}, by_cudnn);
+      },
+      {"flash_attention_backward", "drawn by cuDNN", "not on a GPU"});
   const Tensor m = zeros({3, 5}, {kFloat32}).requires_grad_();
   check_error([&] { flash_attention(q, k, k, m); }, {"flash_attention", "requires grad"});
   CHECK_FALSE(ops::flash_attention_fused(q, k, k, Tensor()));  // CPU: the composed path

@@ -7,8 +7,9 @@
 // really goes to cuDNN (ops::attention_backend_for) and runs with the backend forced to cudnn,
 // so a shape cuDNN refuses fails with its reason instead of passing on our kernels; and the
 // calls that must stay on frugal's kernels (masks, the Flash setting, the CPU) do. Dropout runs
-// on cuDNN with dropout()'s own mask (handed over as a tensor): checked against the formula with
-// that mask, and across backends (cuDNN's forward, our backward, and the other way round).
+// on cuDNN's own mask (its RNG node), which the tests read back through the forward itself
+// (cudnn_dropout_factors) and check against the formula with it; the mask's statistics; and
+// that a mask is drawn again only by whoever drew it, whatever the backend setting.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -33,6 +34,35 @@ namespace {
 
 const Device kGpu = cuda(0);
 
+/// The factors (0 or 1 / (1 - p)) by which cuDNN's own dropout scales the (B, H, L, S) weights
+/// of a forward on the range Generator(seed) hands out after `draws_before` such forwards, read
+/// back through that forward itself: with q = k = 0 every weight a row keeps is the same 1 / n,
+/// and with the one-hot v[s][e] = (s == j E + e), out[l][e] is weight (l, j E + e), nonzero
+/// exactly where it was kept (one forward per block j of E keys). q, k, v take `gpu_view`, as the
+/// call the factors are for does, so that both run the same plan. Call it with the backend on cudnn.
+template <typename View>
+std::vector<double> cudnn_dropout_factors(const AttentionCase& c, DType dt, bool causal, double p, uint64_t seed,
+                                          View gpu_view, int draws_before = 0) {
+  const ops::FlashAttentionOptions o{Tensor(), causal, {}, p};
+  const Tensor q = gpu_view(zeros({c.B, c.H, c.L, c.E}, {dt})), k = gpu_view(zeros({c.B, c.H, c.S, c.E}, {dt}));
+  std::vector<double> factors(size_t(c.B * c.H * c.L * c.S), 0.0);
+  for (int64_t j = 0; j * c.E < c.S; ++j) {
+    std::vector<double> one_hot(size_t(c.B * c.H * c.S * c.E), 0.0);
+    for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+      for (int64_t e = 0; e < c.E && j * c.E + e < c.S; ++e) one_hot[size_t((bh * c.S + j * c.E + e) * c.E + e)] = 1.0;
+    const Tensor v = gpu_view(make_tensor(one_hot, {c.B, c.H, c.S, c.E}, {dt}));
+    Generator gen(seed);
+    for (int i = 0; i < draws_before; ++i) ops::flash_attention_forward(q, k, v, o, &gen);
+    const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o, &gen);
+    REQUIRE(f.range.drawn_by == Generator::kCudnnRng);
+    const std::vector<double> out = values_of(f.out);
+    for (int64_t bhl = 0; bhl < c.B * c.H * c.L; ++bhl)
+      for (int64_t e = 0; e < c.E && j * c.E + e < c.S; ++e)
+        factors[size_t(bhl * c.S + j * c.E + e)] = out[size_t(bhl * c.E + e)] != 0.0 ? 1.0 / (1.0 - p) : 0.0;
+  }
+  return factors;
+}
+
 /// Runs the raw ops on `in` (moved to the GPU, `gpu_view` applied) with the backend forced to
 /// cudnn, after asserting that the call goes there, and checks all five results against the
 /// float64 reference.
@@ -49,12 +79,14 @@ void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal,
   Generator gen(4321);
   const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o, &gen);
   const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
-  const AttentionReference ref =
-      attention_reference(in.q, in.k, in.v, Tensor(), causal, scale ? *scale : 1.0 / std::sqrt(double(c.E)),
-                          dropout_factors({c.B, c.H, c.L, c.S}, p, f.range), in.g);
+  const std::vector<double> factors =
+      p > 0.0 ? cudnn_dropout_factors(c, dt, causal, p, 4321, gpu_view) : std::vector<double>{};
+  const AttentionReference ref = attention_reference(in.q, in.k, in.v, Tensor(), causal,
+                                                     scale ? *scale : 1.0 / std::sqrt(double(c.E)), factors, in.g);
   CHECK(f.out.dtype() == dt);
   CHECK(f.lse.dtype() == kFloat32);
   CHECK(f.range.seed == (p > 0.0 ? 4321u : 0u));
+  CHECK(f.range.drawn_by == (p > 0.0 ? Generator::kCudnnRng : 0));
   CHECK(relative_error(f.out, ref.out, "out") <= out_tol(dt));
   CHECK(relative_error(f.lse, ref.lse, "lse") <= 1e-4);
   CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(dt));
@@ -64,7 +96,8 @@ void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal,
 
 void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale = {},
                  double p = 0.0) {
-  check_cudnn(c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); }, p);
+  check_cudnn(
+      c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); }, p);
 }
 
 }  // namespace
@@ -189,12 +222,11 @@ TEST_CASE("attention cudnn: scaled_dot_product_attention's autograd takes the cu
   }
 }
 
-TEST_CASE("attention cudnn: dropout keeps the weights dropout() keeps, in both directions") {
+TEST_CASE("attention cudnn: dropout on cuDNN's own mask, read back, gives the formula's out and gradients") {
   uint64_t seed = 600;
   for (DType dt : {kFloat16, kBFloat16})
-    for (const AttentionCase& c :
-         {AttentionCase{2, 3, 197, 197, 64}, AttentionCase{2, 3, 77, 45, 64}, AttentionCase{2, 4, 128, 128, 64},
-          AttentionCase{1, 2, 130, 96, 128}}) {
+    for (const AttentionCase& c : {AttentionCase{2, 3, 197, 197, 64}, AttentionCase{2, 3, 77, 45, 64},
+                                   AttentionCase{2, 4, 128, 128, 64}, AttentionCase{1, 2, 130, 96, 128}}) {
       const AttentionInputs in = attention_inputs(c, dt, seed);
       seed += 4;
       check_cudnn(c, in, false, {}, 0.1);
@@ -202,16 +234,51 @@ TEST_CASE("attention cudnn: dropout keeps the weights dropout() keeps, in both d
     }
   // Sequence-major inputs, as a projection's heads arrive.
   const AttentionCase c{2, 3, 197, 197, 64};
-  check_cudnn(c, attention_inputs(c, kFloat16, 700), false, {},
-              [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); }, 0.2);
+  check_cudnn(
+      c, attention_inputs(c, kFloat16, 700), false, {},
+      [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); }, 0.2);
 }
 
-TEST_CASE("attention cudnn: with dropout either backend's forward feeds either backward") {
-  // The mask is the counters' in both (Note [cuDNN attention]): cuDNN's forward with our
-  // backward, and ours with cuDNN's, give the formula's gradients with dropout()'s mask.
+TEST_CASE("attention cudnn: cuDNN's mask keeps 1 - p, is new at each call and the same from the same range") {
+  const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+  const AttentionCase c{4, 8, 256, 128, 128};  // 1M weights
+  auto to_gpu = [](const Tensor& t) { return t.to(kGpu); };
+  auto kept_fraction = [](const std::vector<double>& f) {
+    double kept = 0.0;
+    for (double x : f) kept += x != 0.0;
+    return kept / double(f.size());
+  };
+  auto differing_fraction = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double differ = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) differ += (a[i] != 0.0) != (b[i] != 0.0);
+    return differ / double(a.size());
+  };
+  for (double p : {0.1, 0.5}) {
+    INFO("p=", p);
+    const double n = double(c.B * c.H * c.L * c.S), sigma = std::sqrt(p * (1.0 - p) / n);
+    const std::vector<double> first = cudnn_dropout_factors(c, kFloat16, false, p, 11, to_gpu);
+    CHECK(std::abs(kept_fraction(first) - (1.0 - p)) <= 6.0 * sigma);
+    // The same range draws the same mask (what a backward and a checkpoint's recompute rely on).
+    CHECK(differing_fraction(first, cudnn_dropout_factors(c, kFloat16, false, p, 11, to_gpu)) == 0.0);
+    // The generator's next range (the next layer's call) and another seed draw independent
+    // masks: they differ in 2 p (1 - p) of the weights.
+    const double independent = 2.0 * p * (1.0 - p), tol = 6.0 * std::sqrt(independent * (1.0 - independent) / n);
+    CHECK(std::abs(differing_fraction(first, cudnn_dropout_factors(c, kFloat16, false, p, 11, to_gpu, 1)) -
+                   independent) <= tol);
+    CHECK(std::abs(differing_fraction(first, cudnn_dropout_factors(c, kFloat16, false, p, 12, to_gpu)) - independent) <=
+          tol);
+  }
+}
+
+TEST_CASE("attention cudnn: a dropout mask is drawn again only by whoever drew it, whatever the backend setting") {
+  // cuDNN's forward with the setting on flash for the backward (and a dout in another layout
+  // than out) still runs cuDNN's backward on its mask; our forward's backward with the setting
+  // on cudnn still runs ours on dropout()'s mask. Either way the formula's gradients.
   const AttentionCase c{2, 4, 77, 77, 64};
   const AttentionInputs in = attention_inputs(c, kFloat16, 800);
-  const Tensor q = in.q.to(kGpu), k = in.k.to(kGpu), v = in.v.to(kGpu), g = in.g.to(kGpu);
+  auto to_gpu = [](const Tensor& t) { return t.to(kGpu); };
+  const Tensor q = in.q.to(kGpu), k = in.k.to(kGpu), v = in.v.to(kGpu);
+  const Tensor g_other_layout = in.g.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2);
   const ops::FlashAttentionOptions o{Tensor(), false, {}, 0.25};
   for (bool cudnn_first : {true, false}) {
     INFO("forward on ", cudnn_first ? "cuDNN" : "flash");
@@ -219,16 +286,20 @@ TEST_CASE("attention cudnn: with dropout either backend's forward feeds either b
     const AttentionBackend second = cudnn_first ? AttentionBackend::Flash : AttentionBackend::Cudnn;
     Generator gen(99);
     ops::FlashAttentionForward f;
+    std::vector<double> factors;
     {
       const ops::AttentionBackendGuard guard(first);
       REQUIRE(ops::attention_backend_for(q, k, v, o) == first);
       f = ops::flash_attention_forward(q, k, v, o, &gen);
+      if (cudnn_first) factors = cudnn_dropout_factors(c, kFloat16, false, 0.25, 99, to_gpu);
     }
+    CHECK(f.range.drawn_by == (cudnn_first ? Generator::kCudnnRng : 0));
+    if (!cudnn_first) factors = dropout_factors({c.B, c.H, c.L, c.S}, 0.25, f.range);
     const ops::AttentionBackendGuard guard(second);
-    REQUIRE(ops::attention_backend_for(q, k, v, o) == second);
-    const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
-    const AttentionReference ref = attention_reference(in.q, in.k, in.v, Tensor(), false, 1.0 / std::sqrt(64.0),
-                                                       dropout_factors({c.B, c.H, c.L, c.S}, 0.25, f.range), in.g);
+    const ops::FlashAttentionGrads gr =
+        ops::flash_attention_backward(cudnn_first ? g_other_layout : in.g.to(kGpu), q, k, v, f.out, f.lse, o, f.range);
+    const AttentionReference ref =
+        attention_reference(in.q, in.k, in.v, Tensor(), false, 1.0 / std::sqrt(64.0), factors, in.g);
     CHECK(relative_error(f.out, ref.out, "out") <= out_tol(kFloat16));
     CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(kFloat16));
     CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(kFloat16));
