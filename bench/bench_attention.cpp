@@ -30,17 +30,6 @@ namespace {
 
 const Device kGpu = cuda(0);
 
-/// Peak bytes allocated beyond what was live before `fn()` ran.
-template <typename F>
-int64_t peak_extra(F&& fn) {
-  synchronize(kGpu);
-  const int64_t before = memory::stats(kGpu).allocated_bytes.current;
-  memory::reset_peak(kGpu);
-  fn();
-  synchronize(kGpu);
-  return memory::stats(kGpu).allocated_bytes.peak - before;
-}
-
 struct Shape4 {
   const char* name;
   const char* key;
@@ -119,7 +108,7 @@ int main(int argc, char** argv) {
         const double fwd_ms = gpu_median_ms([&] { fwd(); }, warmup, reps);
         const double fb_ms = gpu_median_ms(fwd_bwd, warmup, reps);
         const double comp_ms = gpu_median_ms([&] { composed(); }, warmup, reps);
-        const int64_t fb_mem = peak_extra(fwd_bwd), comp_mem = peak_extra([&] { composed(); });
+        const int64_t fb_mem = peak_extra_bytes(kGpu, fwd_bwd), comp_mem = peak_extra_bytes(kGpu, [&] { composed(); });
         const double fwd_tf = flops / (fwd_ms * 1e-3) * 1e-12, fb_tf = 3.5 * flops / (fb_ms * 1e-3) * 1e-12;
         const char* used = ops::attention_backend_name(ops::attention_backend_for(q, k, v, o));
         table.add({s.name, used, fmt("%.3f", fwd_ms), fmt("%.0f", fwd_tf), fmt("%.3f", fb_ms), fmt("%.0f", fb_tf),

@@ -1,6 +1,7 @@
 #pragma once
 // CUDA-event timing for the benchmark programs (CUDA builds only): the median GPU time
-// of the work a callable queues on the current stream, after untimed warm-up calls.
+// of the work a callable queues on the current stream, after untimed warm-up calls; and the
+// peak memory a callable adds.
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -10,6 +11,7 @@
 #include "core/cuda_check.h"
 #include "core/device.h"
 #include "core/stream.h"
+#include "memory/allocator.h"
 
 namespace frugal::bench {
 
@@ -58,6 +60,17 @@ template <typename F>
 double gpu_median_ms(F&& fn, int warmup, int reps) {
   GpuTimer timer;
   return timer.median_ms(std::forward<F>(fn), warmup, reps);
+}
+
+/// Peak bytes allocated on `device` beyond what was live before `fn()` ran.
+template <typename F>
+int64_t peak_extra_bytes(Device device, F&& fn) {
+  synchronize(device);
+  const int64_t before = memory::stats(device).allocated_bytes.current;
+  memory::reset_peak(device);
+  fn();
+  synchronize(device);
+  return memory::stats(device).allocated_bytes.peak - before;
 }
 
 }  // namespace frugal::bench

@@ -36,10 +36,10 @@ class Generator {
     /// Who turns these counters into numbers: 0 for frugal's kernels (Note [Counter-based
     /// RNG]), otherwise a fused engine with its own Philox stream from the same seed and
     /// counter, whose numbers only that engine can draw again (kCudnnRng).
-    uint8_t drawn_by = 0;
+    uint64_t drawn_by = 0;
   };
   /// Range::drawn_by of a mask drawn by cuDNN attention's RNG node (Note [cuDNN attention]).
-  static constexpr uint8_t kCudnnRng = 1;
+  static constexpr uint64_t kCudnnRng = 1;
   Range reserve(uint64_t n) {
     std::lock_guard<std::mutex> lock(mu_);
     if (core::GraphCapture* capture = captured_here()) {  // Note [Graph-safe random numbers]

@@ -6,7 +6,7 @@
 #   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory compress-accuracy svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
-#                                     galore svd-scale svd-vitb16 cuda-graph profile)
+#                                     galore svd-scale svd-vitb16 cuda-graph gelu-mlp profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -95,6 +95,7 @@ for s in "$@"; do
         --optim ${GRAPH_OPTIM:-sgd}
       run timeout ${TRAIN_STEP_TIMEOUT:-280} python3 tools/train_step_torch.py --frugal "$BUILD/bench/train_step" --rows "$rows" \
         --cuda-graph --optim ${GRAPH_OPTIM:-sgd} ;;
+    gelu-mlp) run python3 tools/bench_gelu_mlp.py --frugal "$BUILD/bench/bench_gelu_mlp" ;;  # Note [GELU epilogues]
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac

@@ -7,6 +7,7 @@
 #include "core/instrument.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
 
 namespace frugal {
 
@@ -56,38 +57,81 @@ struct MatmulBackward final : Node {
 // finite float32 value, not an inf that makes GradScaler skip the step (unscaled, it is the
 // right update; overflowing activation gradients stay float16 and are caught);
 // and the bias gradient, a float16 sum, still takes the cast's round trip.
+/// Whether the node's input `i` (a 16-bit `value`) sends its gradient straight into a cast
+/// from float32, which then gets it in float32 from the GEMM.
+bool widens(const Node& node, size_t i, const Tensor& value) {
+  const Node* consumer = node.next_edges[i].fn.get();
+  return consumer && consumer->converts_gradient_to() == kFloat32 &&
+         (value.dtype() == kFloat16 || value.dtype() == kBFloat16);
+}
+
+/// The gradient of input x (..., in) of a linear with weight (out, in), from g2 (M, out).
+Tensor linear_input_grad(const Node& node, size_t i, const Tensor& g2, const Tensor& xv, const Tensor& wv) {
+  return (widens(node, i, xv) ? ops::mm(g2, wv, kFloat32) : ops::mm(g2, wv)).view(xv.sizes());
+}
+
+/// Sets result[w] and result[b] (where wanted; b only with `has_bias`): the weight and bias
+/// gradients of a linear with weight wv whose input was x (..., in), from g2 (M, out).
+void linear_weight_bias_grads(const Node& node, size_t w, size_t b, bool has_bias, const Tensor& g2, const Tensor& x,
+                              const Tensor& wv, TensorList& result) {
+  const bool want_bias = has_bias && wants_grad(node, b);
+  if (wants_grad(node, w)) {
+    const Tensor x2 = x.reshape({-1, wv.size(1)});  // (M, in)
+    const DType w_dtype = widens(node, w, wv) ? kFloat32 : wv.dtype();
+    if (want_bias) {  // both from one GEMM where it applies, else undefined (Note [Bias gradient epilogue])
+      ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g2, x2, w_dtype);
+      result[w] = std::move(fused.weight), result[b] = std::move(fused.bias);
+    }
+    if (!result[w].defined()) result[w] = ops::mm(g2.t(), x2, w_dtype);
+  }
+  if (want_bias && !result[b].defined()) result[b] = ops::sum(g2, {0});
+}
+
 struct LinearBackward final : Node {
   SavedTensor x{this}, w{this};
   bool has_bias = false;
   std::string name() const override { return "LinearBackward"; }
-  /// Whether input `i` (a 16-bit `value`) sends its gradient straight into a cast from
-  /// float32, which then gets it in float32 from the GEMM.
-  bool widens(size_t i, const Tensor& value) const {
-    const Node* consumer = next_edges[i].fn.get();
-    return consumer && consumer->converts_gradient_to() == kFloat32 &&
-           (value.dtype() == kFloat16 || value.dtype() == kBFloat16);
-  }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     Tensor xv = x.unpack(name()), wv = w.unpack(name());
-    const int64_t out_features = wv.size(0), in_features = wv.size(1);
-    Tensor g2 = g.reshape({-1, out_features});  // (M, out)
+    Tensor g2 = g.reshape({-1, wv.size(0)});  // (M, out)
     TensorList result(3);
-    if (wants_grad(*this, 0)) {
-      if (widens(0, xv)) result[0] = ops::mm(g2, wv, kFloat32).view(xv.sizes());
-      else result[0] = ops::matmul(g, wv);
+    if (wants_grad(*this, 0)) result[0] = linear_input_grad(*this, 0, g2, xv, wv);
+    linear_weight_bias_grads(*this, 1, 2, has_bias, g2, xv, wv, result);
+    return result;
+  }
+};
+
+// y = fc2(h), h = gelu_tanh(pre), pre = fc1(x) (Note [GELU epilogues] in tensor/cuda/matmul.cu):
+// fc2's gradients as LinearBackward's; grad_pre = (g w2) * gelu_tanh'(pre) with b1's gradient
+// (its row sums) from one GEMM where the epilogue applies; then fc1's input and weight gradients.
+// Saves x and pre, not h: fc2's weight gradient recomputes it from pre (one elementwise pass),
+// so the block keeps one (M, hidden) activation less than the composed ops, which save h for
+// fc2 and pre for the GELU (and with h kept, the node's peak was one such tensor above theirs:
+// 187 against 139 MiB at GPT-2 small's block on the H200).
+struct GeluMlpBackward final : Node {
+  SavedTensor x{this}, w1{this}, pre{this}, w2{this};
+  bool has_b1 = false, has_b2 = false;
+  std::string name() const override { return "GeluMlpBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor xv = x.unpack(name()), w1v = w1.unpack(name()), w2v = w2.unpack(name());
+    const int64_t hidden = w1v.size(0);
+    const Tensor g2 = grads[0].reshape({-1, w2v.size(0)});  // (M, out)
+    const Tensor pre2 = pre.unpack(name()).reshape({-1, hidden});
+    TensorList result(5);
+    linear_weight_bias_grads(*this, 3, 4, has_b2, g2, wants_grad(*this, 3) ? ops::gelu_tanh(pre2) : Tensor(), w2v,
+                             result);
+    const bool want_b1 = has_b1 && wants_grad(*this, 2);
+    if (!wants_grad(*this, 0) && !wants_grad(*this, 1) && !want_b1) return result;
+    ops::GeluGrads d = ops::matmul_gelu_tanh_backward(g2, w2v, pre2, want_b1);
+    if (!d.pre.defined()) {
+      d.pre = ops::unary_backward(ops::UnaryOp::GeluTanh, ops::mm(g2, w2v), pre2);
+      if (want_b1) d.bias = ops::sum(d.pre, {0});
     }
-    const bool want_bias = has_bias && wants_grad(*this, 2);
-    if (wants_grad(*this, 1)) {
-      const Tensor x2 = xv.reshape({-1, in_features});  // (M, in)
-      const DType w_dtype = widens(1, wv) ? kFloat32 : wv.dtype();
-      if (want_bias) {  // both from one GEMM where it applies, else undefined (Note [Bias gradient epilogue])
-        ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g2, x2, w_dtype);
-        result[1] = std::move(fused.weight), result[2] = std::move(fused.bias);
-      }
-      if (!result[1].defined()) result[1] = ops::mm(g2.t(), x2, w_dtype);
-    }
-    if (want_bias && !result[2].defined()) result[2] = ops::sum(g2, {0});
+    if (wants_grad(*this, 0)) result[0] = linear_input_grad(*this, 0, d.pre, xv, w1v);
+    if (wants_grad(*this, 1))
+      result[1] = ops::mm(d.pre.t(), xv.reshape({-1, xv.size(-1)}), widens(*this, 1, w1v) ? kFloat32 : w1v.dtype());
+    if (want_b1) result[2] = std::move(d.bias);
     return result;
   }
 };
@@ -125,6 +169,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     node->x = x;
     node->w = weight;
     node->has_bias = bias.defined();
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
+  core::OpScope scope("gelu_mlp");
+  if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &w1, &b1, &w2, &b2}))
+    return gelu_mlp((*c)[0], (*c)[1], (*c)[2], (*c)[3], (*c)[4]);
+  FRUGAL_CHECK(w1.defined() && w2.defined() && w1.dim() == 2 && w2.dim() == 2 && w2.size(1) == w1.size(0),
+               "gelu_mlp: expects fc1's weight (hidden, in) and fc2's (out, hidden), got ", w1.describe(), " and ",
+               w2.describe());
+  ops::LinearGelu fc1 = autograd::raw([&] { return ops::linear_gelu_tanh(x, w1, b1); });
+  Tensor out = autograd::raw([&] { return ops::linear(fc1.out, w2, b2); });
+  if (auto node = make_node<GeluMlpBackward>({x, w1, b1, w2, b2})) {
+    node->x = x, node->w1 = w1, node->w2 = w2, node->pre = fc1.pre;
+    node->has_b1 = b1.defined(), node->has_b2 = b2.defined();
     autograd::record(node, {out});
   }
   return out;

@@ -8,6 +8,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
+#include "tensor/ops/unary.h"
 
 namespace frugal::ops {
 
@@ -42,6 +43,7 @@ namespace frugal::ops {
 namespace {
 
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_gelu_forward_epilogue{GeluEpilogues{}.forward}, g_gelu_backward_epilogue{GeluEpilogues{}.backward};
 
 void check_pair(const char* op, const Tensor& a, const Tensor& b) {
   FRUGAL_CHECK(a.defined() && b.defined(), op, ": undefined tensor operand");
@@ -125,6 +127,14 @@ std::string inner_mismatch(const char* op, const Tensor& a, const Tensor& b, int
 }  // namespace
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+void set_gelu_epilogues(GeluEpilogues e) {
+  g_gelu_forward_epilogue.store(e.forward, std::memory_order_relaxed);
+  g_gelu_backward_epilogue.store(e.backward, std::memory_order_relaxed);
+}
+GeluEpilogues gelu_epilogues() {
+  return {g_gelu_forward_epilogue.load(std::memory_order_relaxed),
+          g_gelu_backward_epilogue.load(std::memory_order_relaxed)};
+}
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -209,38 +219,100 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_pair("linear", x, weight);
-  FRUGAL_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got ", weight.describe());
-  FRUGAL_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, got ", x.describe());
-  const int64_t K = weight.size(1), N = weight.size(0);
-  FRUGAL_CHECK(x.size(-1) == K, "linear: input ", x.describe(), " has ", x.size(-1), " features but weight ",
-               weight.describe(), " expects ", K);
+namespace {
+
+/// One linear's operands, checked, as its kernels take them: out (..., N) allocated, and when
+/// it has elements, out2 its (M, N) view and x2 the input as (M, K) (a view when its leading
+/// dims fold, else a copy).
+struct LinearProblem {
+  Tensor out, out2, x2;
+  int64_t M = 0, N = 0, K = 0;
+};
+
+/// Checks a linear's operands, naming `op`.
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_pair(op, x, weight);
+  FRUGAL_CHECK(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got ", weight.describe());
+  FRUGAL_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, got ", x.describe());
+  FRUGAL_CHECK(x.size(-1) == weight.size(1), op, ": input ", x.describe(), " has ", x.size(-1), " features but weight ",
+               weight.describe(), " expects ", weight.size(1));
   if (bias.defined()) {
-    check_same_device("linear", x, bias);
-    FRUGAL_CHECK(bias.dtype() == x.dtype(), "linear: bias ", bias.describe(), " must have the dtype of input ",
+    check_same_device(op, x, bias);
+    FRUGAL_CHECK(bias.dtype() == x.dtype(), op, ": bias ", bias.describe(), " must have the dtype of input ",
                  x.describe());
-    FRUGAL_CHECK(bias.dim() == 1 && bias.size(0) == N, "linear: bias ", bias.describe(),
-                 " must be 1-D with out_features = ", N, " elements (weight ", weight.describe(), ")");
+    FRUGAL_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias ", bias.describe(),
+                 " must be 1-D with out_features = ", weight.size(0), " elements (weight ", weight.describe(), ")");
   }
+}
+
+LinearProblem linear_problem(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(op, x, weight, bias);
+  LinearProblem p;
+  p.K = weight.size(1), p.N = weight.size(0);
   Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
-  out_shape.push_back(N);
-  Tensor out = empty(out_shape, x.options());
-  if (out.numel() == 0) return out;
-  const int64_t M = out.numel() / N;
-  const Tensor out2 = out.view({M, N});
-  if (K == 0) {
-    if (bias.defined()) copy_into(out2, bias);  // broadcasts over the rows
-    else zero_(out2);
-    return out;
-  }
-  // x (..., K) as (M, K): a view when its leading dims fold, else a copy.
+  out_shape.push_back(p.N);
+  p.out = empty(out_shape, x.options());
+  if (p.out.numel() == 0) return p;
+  p.M = p.out.numel() / p.N;
+  p.out2 = p.out.view({p.M, p.N});
   const auto rows = fold_dims(x, 0, x.dim() - 1);
-  const Tensor x2 =
-      rows ? x.as_strided({M, K}, {rows->second, x.stride(-1)}, x.storage_offset()) : x.contiguous().view({M, K});
-  FRUGAL_DEVICE_DISPATCH("linear", x.device(), linear_kernel, out2, blas_layout(x2), blas_layout(weight.t()),
+  p.x2 = rows ? x.as_strided({p.M, p.K}, {rows->second, x.stride(-1)}, x.storage_offset())
+              : x.contiguous().view({p.M, p.K});
+  return p;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const LinearProblem p = linear_problem("linear", x, weight, bias);
+  if (p.M == 0) return p.out;
+  if (p.K == 0) {
+    if (bias.defined()) copy_into(p.out2, bias);  // broadcasts over the rows
+    else zero_(p.out2);
+    return p.out;
+  }
+  FRUGAL_DEVICE_DISPATCH("linear", x.device(), linear_kernel, p.out2, blas_layout(p.x2), blas_layout(weight.t()),
                          bias.defined() ? bias.contiguous() : Tensor());
-  return out;
+  return p.out;
+}
+
+LinearGelu linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear("linear_gelu_tanh", x, weight, bias);
+#ifdef FRUGAL_WITH_CUDA
+  if (x.is_cuda() && gelu_epilogues().forward) {
+    const LinearProblem p = linear_problem("linear_gelu_tanh", x, weight, bias);
+    if (p.M > 0 && p.K > 0) {
+      const Tensor pre = empty(p.out.sizes(), p.out.options());
+      if (cuda::linear_gelu_tanh_kernel(p.out2, pre.view({p.M, p.N}), blas_layout(p.x2), blas_layout(weight.t()),
+                                        bias.defined() ? bias.contiguous() : Tensor()))
+        return {p.out, pre};
+    }
+  }
+#endif
+  Tensor pre = linear(x, weight, bias);  // (Note [GELU epilogues]: the composed ops)
+  Tensor out = gelu_tanh(pre);
+  return {std::move(out), std::move(pre)};
+}
+
+GeluGrads matmul_gelu_tanh_backward(const Tensor& g, const Tensor& weight, const Tensor& pre, bool with_bias) {
+  constexpr const char* op = "matmul_gelu_tanh_backward";
+  check_pair(op, g, weight);
+  check_pair(op, g, pre);
+  FRUGAL_CHECK(g.dim() == 2 && weight.dim() == 2 && pre.dim() == 2 && weight.size(0) == g.size(1) &&
+                   pre.size(0) == g.size(0) && pre.size(1) == weight.size(1),
+               op, ": expected g (M, out), weight (out, in) and pre (M, in), got ", g.describe(), ", ",
+               weight.describe(), " and ", pre.describe());
+#ifdef FRUGAL_WITH_CUDA
+  if (!g.is_cuda() || g.numel() == 0 || pre.numel() == 0 || !gelu_epilogues().backward) return {};
+  Tensor grad_pre = empty(pre.sizes(), g.options());
+  Tensor grad_bias = with_bias ? empty({pre.size(1)}, g.options()) : Tensor();
+  if (!cuda::matmul_dgelu_tanh_kernel(grad_pre, grad_bias, blas_layout(g), blas_layout(weight), pre.contiguous()))
+    return {};
+  return {std::move(grad_pre), std::move(grad_bias)};
+#else
+  (void)with_bias;
+  return {};  // the CPU has no fused kernel: the caller runs mm, unary_backward and sum
+#endif
 }
 
 LinearWeightBiasGrads linear_backward_weight_bias(const Tensor& g, const Tensor& x, DType weight_dtype) {

@@ -52,6 +52,46 @@ struct LinearWeightBiasGrads {
 /// then uses mm and sum.
 LinearWeightBiasGrads linear_backward_weight_bias(const Tensor& g, const Tensor& x, DType weight_dtype);
 
+/// linear_gelu_tanh's results: the activation and the pre-activation its derivative needs.
+struct LinearGelu {
+  Tensor out;  ///< gelu_tanh(pre), (..., out)
+  Tensor pre;  ///< x @ weight^T + bias, (..., out)
+};
+
+/// gelu_tanh(linear(x, weight, bias)) with the pre-activation kept: on CUDA from one GEMM whose
+/// epilogue applies the GELU (Note [GELU epilogues] in tensor/cuda/matmul.cu), elsewhere, or
+/// where the epilogue does not apply or set_gelu_epilogues has it off, linear then gelu_tanh
+/// (the same values up to rounding).
+LinearGelu linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+/// What the backward through gelu_tanh(pre) @ weight^T gives from one GEMM, or two undefined tensors.
+struct GeluGrads {
+  Tensor pre;   ///< (g @ weight) * gelu_tanh'(pre), (M, in)
+  Tensor bias;  ///< pre's row sums (the gradient of the bias that made pre), (in); undefined unless asked
+};
+
+/// For g (M, out), the output gradient of linear(gelu_tanh(pre), weight) with weight (out, in)
+/// and pre (M, in): pre's gradient, and with `with_bias` its row sums, in g's dtype, from one
+/// GEMM whose epilogue applies gelu_tanh's derivative (Note [GELU epilogues]). Where that does
+/// not apply (the CPU, float64, shapes cuBLASLt declines, or set_gelu_epilogues has it off, the
+/// default) it runs nothing and returns undefined tensors: the caller then uses mm,
+/// unary_backward and sum.
+GeluGrads matmul_gelu_tanh_backward(const Tensor& g, const Tensor& weight, const Tensor& pre, bool with_bias);
+
+/// Which of gelu_mlp's GEMM epilogues may run (Note [GELU epilogues] in tensor/cuda/matmul.cu):
+/// the GELU in fc1's forward GEMM (linear_gelu_tanh), its derivative with b1's gradient in the
+/// backward's (matmul_gelu_tanh_backward). One that is off runs the composed ops instead. By
+/// default the forward one runs and the backward one does not: on the H200 its GEMM was slower
+/// than the plain GEMM and the elementwise derivative together (bench/bench_gelu_mlp).
+struct GeluEpilogues {
+  bool forward = true;
+  bool backward = false;
+};
+/// Sets which GELU epilogues run, process-wide.
+void set_gelu_epilogues(GeluEpilogues e);
+/// The current setting of set_gelu_epilogues.
+GeluEpilogues gelu_epilogues();
+
 /// Lets float32 products on CUDA use TF32 tensor cores (10-bit mantissa inputs, float32
 /// accumulation), like torch.backends.cuda.matmul.allow_tf32. Process-wide; default false,
 /// so float32 results are accurate to float32.
@@ -83,4 +123,14 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const T
 // not apply (Note [Bias gradient epilogue]). CUDA only: the CPU has no fused kernel.
 bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& gt,
                                         const Tensor& x);
+// out, pre: (M, N) contiguous; x: (M, K); wt: (K, N); bias: (N) contiguous or undefined. out =
+// gelu_tanh(pre), pre = x @ wt + bias, in one cuBLASLt matmul; false, having run nothing, where
+// it does not apply (Note [GELU epilogues]).
+bool linear_gelu_tanh_kernel(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& wt,
+                             const Tensor& bias);
+// grad_pre, pre: (M, H) contiguous; grad_bias: (H) contiguous in grad_pre's dtype, or undefined;
+// g: (M, N); w: (N, H). grad_pre = (g @ w) * gelu_tanh'(pre) and grad_bias = its row sums in
+// one cuBLASLt matmul; false, having run nothing, where it does not apply (Note [GELU epilogues]).
+bool matmul_dgelu_tanh_kernel(const Tensor& grad_pre, const Tensor& grad_bias, const Tensor& g, const Tensor& w,
+                              const Tensor& pre);
 }  // namespace frugal::ops::cuda

@@ -21,8 +21,10 @@
 #include "autograd/ops/attention.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
+#include "tensor/cuda_graph.h"
 #include "tensor/factory.h"
 #include "tensor/ops/flash_attention.h"
+#include "tensor/random.h"
 #include "tests/flash_attention_reference.h"
 #include "tests/test_util.h"
 
@@ -304,6 +306,43 @@ TEST_CASE("attention cudnn: a dropout mask is drawn again only by whoever drew i
     CHECK(relative_error(gr.dq, ref.dq, "dq") <= grad_tol(kFloat16));
     CHECK(relative_error(gr.dk, ref.dk, "dk") <= grad_tol(kFloat16));
     CHECK(relative_error(gr.dv, ref.dv, "dv") <= grad_tol(kFloat16));
+  }
+}
+
+TEST_CASE("attention cudnn: dropout in a CUDA graph: replay k draws eager call k's mask") {
+  // The RNG node reads its seed and offset from device words written at each replay from the
+  // graph's base (Note [Graph-safe random numbers]): a replay must not repeat the captured mask.
+  const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+  const AttentionCase c{2, 3, 128, 128, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat16, 900);
+  const Tensor q = in.q.to(kGpu), k = in.k.to(kGpu), v = in.v.to(kGpu), g = in.g.to(kGpu);
+  const ops::FlashAttentionOptions o{Tensor(), false, {}, 0.2};
+  auto call = [&] {
+    const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o);
+    const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+    return std::vector<Tensor>{f.out, gr.dq, gr.dk, gr.dv};
+  };
+  const int replays = 3, warmup = 2;
+  manual_seed(3);
+  std::vector<std::vector<Tensor>> eager;  // the capture's warm-up calls, then one per replay
+  for (int i = 0; i < warmup + replays; ++i) eager.push_back(call());
+  manual_seed(3);
+  std::vector<Tensor> captured;
+  CudaGraph graph;
+  graph.capture([&] { captured = call(); }, {.warmup = warmup});
+  std::vector<double> previous_out;
+  for (int i = 0; i < replays; ++i) {
+    CAPTURE(i);
+    graph.replay();
+    const std::vector<Tensor>& want = eager[size_t(warmup + i)];
+    const std::vector<double> out = values_of(captured[0]);
+    CHECK(out == values_of(want[0]));  // the forward is deterministic: bit for bit
+    // dq accumulates across key blocks in cuDNN's own order; another mask would be off by O(1).
+    CHECK(relative_error(captured[1], values_of(want[1]), "dq") <= 1e-3);
+    CHECK(relative_error(captured[2], values_of(want[2]), "dk") <= 1e-3);
+    CHECK(relative_error(captured[3], values_of(want[3]), "dv") <= 1e-3);
+    CHECK(out != previous_out);
+    previous_out = out;
   }
 }
 

@@ -1,0 +1,60 @@
+// gelu_mlp (autograd/ops/matmul.h): fc2(gelu_tanh(fc1(x))) as one op, against the composed ops
+// in float64 and by finite differences, with the inputs users pass (3-D, transposed and strided
+// views, no biases, an empty batch, odd sizes); the fused backward op declines on the CPU;
+// bad operands are errors naming the op. The CUDA epilogues: tests/gpu/test_gelu_mlp_cuda.cpp.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "autograd/ops/matmul.h"
+#include "tensor/factory.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/unary.h"
+#include "tests/cpu/gradcheck_util.h"
+#include "tests/gelu_mlp_reference.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+TEST_CASE("gelu_mlp cpu: equals linear, gelu_tanh, linear in float64 and float32") {
+  const MlpCase cases[] = {
+      {{5, 7}, 9, 3, Layout::Contiguous, true, true},   {{2, 3, 8}, 16, 8, Layout::Contiguous, true, true},
+      {{6, 8}, 16, 5, Layout::Transposed, false, true}, {{4, 5}, 6, 7, Layout::Strided, true, false},
+      {{1, 3}, 4, 2, Layout::Contiguous, false, false}, {{0, 4}, 8, 3, Layout::Contiguous, true, true}};
+  uint64_t seed = 10;
+  for (DType dt : {kFloat64, kFloat32})
+    for (const MlpCase& c : cases) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape_str(c.x));
+      CAPTURE(layout_name(c.layout));
+      const MlpInputs in = mlp_inputs(c, {dt}, seed += 8);
+      check_mlp_values(fused_mlp_values(in), composed_mlp_reference(in), dt == kFloat64 ? 1e-12 : 1e-5,
+                       dt == kFloat64 ? 1e-12 : 1e-5);
+    }
+}
+
+TEST_CASE("gelu_mlp cpu: gradcheck against finite differences") {
+  const MlpInputs in = mlp_inputs({{3, 4}, 6, 5, Layout::Contiguous, true, true}, {kFloat64}, 90);
+  TensorList leaves{in.x, in.w1, in.b1, in.w2, in.b2};
+  for (Tensor& t : leaves) t = t.detach().requires_grad_();
+  check_gradcheck([](const TensorList& t) { return gelu_mlp(t[0], t[1], t[2], t[3], t[4]); }, leaves);
+}
+
+TEST_CASE("gelu_mlp cpu: the fused ops fall back to the composed ones; bad operands are errors") {
+  const Tensor g = random_tensor({5, 3}, kFloat32, 1), w = random_tensor({3, 8}, kFloat32, 2);
+  const Tensor pre = random_tensor({5, 8}, kFloat32, 3);
+  CHECK_FALSE(ops::matmul_gelu_tanh_backward(g, w, pre, true).pre.defined());  // no fused kernel on the CPU
+  const ops::LinearGelu r = ops::linear_gelu_tanh(pre, w, random_tensor({3}, kFloat32, 4));
+  CHECK(values_of(r.out) == values_of(ops::gelu_tanh(r.pre)));
+  check_error([&] { ops::matmul_gelu_tanh_backward(g, w, pre.narrow(1, 0, 7), true); },
+              {"matmul_gelu_tanh_backward", "[5, 7]"});
+  const Tensor x = random_tensor({5, 7}, kFloat32, 5), w1 = random_tensor({9, 7}, kFloat32, 6);
+  const Tensor w2 = random_tensor({3, 9}, kFloat32, 7);
+  check_error([&] { gelu_mlp(x, w1.narrow(1, 0, 6), Tensor(), w2, Tensor()); },
+              {"linear_gelu_tanh", "[5, 7]", "[9, 6]"});
+  check_error([&] { gelu_mlp(x, w1, Tensor(), w2.narrow(1, 0, 8), Tensor()); }, {"gelu_mlp", "[9, 7]", "[3, 8]"});
+  check_error([&] { gelu_mlp(x, w1, random_tensor({8}, kFloat32, 8), w2, Tensor()); },
+              {"linear_gelu_tanh", "bias", "[8]"});
+  check_error([&] { gelu_mlp(x, w1, Tensor(), w2, random_tensor({8}, kFloat32, 9)); }, {"linear", "bias", "[8]"});
+}
