@@ -1,4 +1,4 @@
-// Differentiable matmul and linear, conv2d, pooling, batch and layer norm, losses, dropout,
+// Differentiable matmul, linear and gelu_mlp, conv2d, pooling, batch and layer norm, losses, dropout,
 // masked softmax and attention (autograd/ops/matmul.h, conv.h, pool.h, batch_norm.h, norm.h,
 // loss.h, dropout.h, masked_softmax.h, flash_attention.h, attention.h) in the differentiable
 // op table.
@@ -65,6 +65,20 @@ void add_matmul(std::vector<GradEntry>& t) {
          GradSample s;
          s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {out_f, in_f})), maybe(rng, values(rng, {out_f}))};
          s.f = [](const TensorList& in) { return linear(in[0], in[1], in[2]); };
+         return s;
+       },
+       A::Lower});
+  t.push_back(  // hidden 8 lets CUDA's GELU epilogue take rows > 1 (Note [GELU epilogues])
+      {"gelu_mlp",
+       [](Rng& rng) {
+         const int64_t in_f = rng.range(1, 4), hidden = rng.pick(std::vector<int64_t>{1, 3, 8}),
+                       out_f = rng.range(1, 4);
+         Shape x = small_shape(rng, 0, 2, 6);
+         x.push_back(in_f);
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {hidden, in_f})), maybe(rng, values(rng, {hidden})),
+                     grad_in(values(rng, {out_f, hidden})), maybe(rng, values(rng, {out_f}))};
+         s.f = [](const TensorList& in) { return gelu_mlp(in[0], in[1], in[2], in[3], in[4]); };
          return s;
        },
        A::Lower});
@@ -224,31 +238,31 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32});
-  t.push_back({"linear_cross_entropy",
-               [](Rng& rng) {
-                 const int64_t H = rng.range(1, 4), C = rng.range(1, 5);
-                 Shape x = small_shape(rng, 1, 2, 4, 0.0);
-                 const Shape rows = x;
-                 x.push_back(H);
-                 LinearCrossEntropyOptions o;
-                 o.loss.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum});
-                 o.loss.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
-                 o.chunk_rows = rng.range(0, 3);
-                 Tensor tg = indices(rng, rows, C);
-                 if (numel_of(rows) > 1 && rng.chance(0.5)) {  // ignore one target, never all of them
-                   std::vector<double> v = tg.tolist<double>();
-                   v[0] = double(o.loss.ignore_index);
-                   tg = tensor_of(v, rows, kInt64);
-                 }
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {C, H})), maybe(rng, values(rng, {C})),
-                             const_in(tg)};
-                 s.params = cat_str("reduction=", int(o.loss.reduction), " label_smoothing=", o.loss.label_smoothing,
-                                    " chunk_rows=", o.chunk_rows);
-                 s.f = [o](const TensorList& in) { return linear_cross_entropy(in[0], in[1], in[2], in[3], o); };
-                 return s;
-               },
-               A::LowerToFloat32, true, /*amp_mixed=*/0});
+  t.push_back(
+      {"linear_cross_entropy",
+       [](Rng& rng) {
+         const int64_t H = rng.range(1, 4), C = rng.range(1, 5);
+         Shape x = small_shape(rng, 1, 2, 4, 0.0);
+         const Shape rows = x;
+         x.push_back(H);
+         LinearCrossEntropyOptions o;
+         o.loss.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum});
+         o.loss.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
+         o.chunk_rows = rng.range(0, 3);
+         Tensor tg = indices(rng, rows, C);
+         if (numel_of(rows) > 1 && rng.chance(0.5)) {  // ignore one target, never all of them
+           std::vector<double> v = tg.tolist<double>();
+           v[0] = double(o.loss.ignore_index);
+           tg = tensor_of(v, rows, kInt64);
+         }
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {C, H})), maybe(rng, values(rng, {C})), const_in(tg)};
+         s.params = cat_str("reduction=", int(o.loss.reduction), " label_smoothing=", o.loss.label_smoothing,
+                            " chunk_rows=", o.chunk_rows);
+         s.f = [o](const TensorList& in) { return linear_cross_entropy(in[0], in[1], in[2], in[3], o); };
+         return s;
+       },
+       A::LowerToFloat32, true, /*amp_mixed=*/0});
   t.push_back({"mse_loss",
                [](Rng& rng) {
                  const Shape out = small_shape(rng, 0, 3);
