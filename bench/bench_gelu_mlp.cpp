@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
       keys.add(prefix + "_linear_bias_ms", with_bias, "%.4f");
       keys.add(prefix + "_linear_ms", no_bias, "%.4f");
       keys.add(prefix + "_gelu_tanh_ms", gelu, "%.4f");
+      keys.add(prefix + "_linear_gelu_tanh_ms", fused, "%.4f");
     }
     pieces.print();
     keys.print();

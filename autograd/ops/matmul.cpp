@@ -65,6 +65,13 @@ bool widens(const Node& node, size_t i, const Tensor& value) {
          (value.dtype() == kFloat16 || value.dtype() == kBFloat16);
 }
 
+/// t (..., n) as (M, n) rows: reshape({-1, n}) cannot infer M when n is 0.
+Tensor as_rows(const Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);
+  return t.reshape({rows, t.size(-1)});
+}
+
 /// The gradient of input x (..., in) of a linear with weight (out, in), from g2 (M, out).
 Tensor linear_input_grad(const Node& node, size_t i, const Tensor& g2, const Tensor& xv, const Tensor& wv) {
   return (widens(node, i, xv) ? ops::mm(g2, wv, kFloat32) : ops::mm(g2, wv)).view(xv.sizes());
@@ -76,7 +83,7 @@ void linear_weight_bias_grads(const Node& node, size_t w, size_t b, bool has_bia
                               const Tensor& wv, TensorList& result) {
   const bool want_bias = has_bias && wants_grad(node, b);
   if (wants_grad(node, w)) {
-    const Tensor x2 = x.reshape({-1, wv.size(1)});  // (M, in)
+    const Tensor x2 = as_rows(x);  // (M, in)
     const DType w_dtype = widens(node, w, wv) ? kFloat32 : wv.dtype();
     if (want_bias) {  // both from one GEMM where it applies, else undefined (Note [Bias gradient epilogue])
       ops::LinearWeightBiasGrads fused = ops::linear_backward_weight_bias(g2, x2, w_dtype);
@@ -94,7 +101,7 @@ struct LinearBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     Tensor xv = x.unpack(name()), wv = w.unpack(name());
-    Tensor g2 = g.reshape({-1, wv.size(0)});  // (M, out)
+    const Tensor g2 = as_rows(g);  // (M, out)
     TensorList result(3);
     if (wants_grad(*this, 0)) result[0] = linear_input_grad(*this, 0, g2, xv, wv);
     linear_weight_bias_grads(*this, 1, 2, has_bias, g2, xv, wv, result);
@@ -115,23 +122,18 @@ struct GeluMlpBackward final : Node {
   std::string name() const override { return "GeluMlpBackward"; }
   TensorList apply(TensorList&& grads) override {
     const Tensor xv = x.unpack(name()), w1v = w1.unpack(name()), w2v = w2.unpack(name());
-    const int64_t hidden = w1v.size(0);
-    const Tensor g2 = grads[0].reshape({-1, w2v.size(0)});  // (M, out)
-    const Tensor pre2 = pre.unpack(name()).reshape({-1, hidden});
+    const Tensor g2 = as_rows(grads[0]), pre2 = as_rows(pre.unpack(name()));  // (M, out), (M, hidden)
     TensorList result(5);
     linear_weight_bias_grads(*this, 3, 4, has_b2, g2, wants_grad(*this, 3) ? ops::gelu_tanh(pre2) : Tensor(), w2v,
                              result);
     const bool want_b1 = has_b1 && wants_grad(*this, 2);
     if (!wants_grad(*this, 0) && !wants_grad(*this, 1) && !want_b1) return result;
     ops::GeluGrads d = ops::matmul_gelu_tanh_backward(g2, w2v, pre2, want_b1);
-    if (!d.pre.defined()) {
-      d.pre = ops::unary_backward(ops::UnaryOp::GeluTanh, ops::mm(g2, w2v), pre2);
-      if (want_b1) d.bias = ops::sum(d.pre, {0});
-    }
+    if (!d.pre.defined()) d.pre = ops::unary_backward(ops::UnaryOp::GeluTanh, ops::mm(g2, w2v), pre2);
     if (wants_grad(*this, 0)) result[0] = linear_input_grad(*this, 0, d.pre, xv, w1v);
-    if (wants_grad(*this, 1))
-      result[1] = ops::mm(d.pre.t(), xv.reshape({-1, xv.size(-1)}), widens(*this, 1, w1v) ? kFloat32 : w1v.dtype());
-    if (want_b1) result[2] = std::move(d.bias);
+    // fc1's weight gradient, with b1's from the same GEMM (BGRADB) unless the epilogue gave it.
+    if (d.bias.defined()) result[2] = std::move(d.bias);
+    linear_weight_bias_grads(*this, 1, 2, has_b1 && !result[2].defined(), d.pre, xv, w1v, result);
     return result;
   }
 };
@@ -178,9 +180,13 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   core::OpScope scope("gelu_mlp");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &w1, &b1, &w2, &b2}))
     return gelu_mlp((*c)[0], (*c)[1], (*c)[2], (*c)[3], (*c)[4]);
-  FRUGAL_CHECK(w1.defined() && w2.defined() && w1.dim() == 2 && w2.dim() == 2 && w2.size(1) == w1.size(0),
+  ops::check_linear("gelu_mlp", x, w1, b1);
+  FRUGAL_CHECK(w2.defined() && w2.dim() == 2 && w2.size(1) == w1.size(0),
                "gelu_mlp: expects fc1's weight (hidden, in) and fc2's (out, hidden), got ", w1.describe(), " and ",
                w2.describe());
+  FRUGAL_CHECK(!b2.defined() || (b2.dim() == 1 && b2.size(0) == w2.size(0) && b2.dtype() == x.dtype()),
+               "gelu_mlp: fc2's bias ", b2.describe(), " must be 1-D with out_features = ", w2.size(0),
+               " elements of the input's dtype (input ", x.describe(), ")");
   ops::LinearGelu fc1 = autograd::raw([&] { return ops::linear_gelu_tanh(x, w1, b1); });
   Tensor out = autograd::raw([&] { return ops::linear(fc1.out, w2, b2); });
   if (auto node = make_node<GeluMlpBackward>({x, w1, b1, w2, b2})) {

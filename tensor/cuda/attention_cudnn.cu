@@ -49,14 +49,21 @@
 //   builds its graph once; the plans, or the failure and its reason, are remembered, so a
 //   shape cuDNN refuses costs one attempt, not one per step. A call uses cuDNN only when the
 //   forward AND the backward of the layout it implies (dout in out's order, the gradients in
-//   the inputs' order) have plans, so one call does not mix backends. A backward whose dout
-//   arrives in another layout looks up its own plan and, lacking one, runs our backward: it
-//   reads the same out and lse, so the gradients are the same either way.
-// The scale is a by-value operand, so it is not part of the key. Plans come from cuDNN's
+//   the inputs' order) have plans, so one call does not mix backends. Without dropout, a
+//   backward whose dout arrives in another layout looks up its own plan and, lacking one, runs
+//   our backward: it reads the same out and lse, so the gradients are the same either way.
+//   With dropout nothing may switch backends once cuDNN drew the mask: the backward copies dout
+//   into out's layout instead, and a forward or backward that cuDNN then cannot run (no
+//   workspace, an execution it refused) is an error, not our kernels with another mask (a
+//   checkpoint's recompute could otherwise draw another mask than the forward it replays).
+// The scale is a by-value operand, so it is not part of the key; the dropout probability is
+// part of the graph (the RNG node's), so each distinct p builds graphs of its own (a schedule
+// of many values would build many: keep p to a few values). Plans come from cuDNN's
 // heuristics (mode A, then the fallback list): the first kMaxPlans that finalize, in that order
 // (one, as cudnn-frontend's default policy and PyTorch: finalizing a fused engine's plan may
 // compile it at run time, which costs far more than the spares would ever save); a call runs
-// the first whose workspace the arena can provide, and our kernels when none. Two workarounds
+// the first whose workspace the arena can provide, and our kernels when none (without
+// dropout; with it, an error, as above). Two workarounds
 // come from cudnn-frontend too: its backward refuses L = S = 1, and for cuDNN <= 9.15 it masks
 // the backward's scores with a padding mask of the full lengths (per-batch int32 L and S, also
 // given to every product as its size overrides) whenever a length is not a multiple of 128

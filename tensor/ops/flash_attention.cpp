@@ -168,7 +168,7 @@ void cudnn_rng_backward(const char* op, const FlashAttentionGrads& g, Tensor dou
     dout = kernel_view(d);
     strides_of(dout, p.o_stride);
   }
-  std::string why = q.device().is_cuda() ? "its workspace or its execution was refused" : "they are not on a GPU";
+  std::string why = q.device().is_cuda() ? "no workspace, or an execution it refused" : "they are not on a GPU";
 #ifdef FRUGAL_WITH_CUDA
   if (q.device().is_cuda() && cuda::cudnn_attention_supported(q.dtype(), q.device(), p, &why) &&
       cudnn_backward(g, dout, q, k, v, out, lse, p))
@@ -296,9 +296,17 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   p.range = r.range;
   const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v);
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(r.out, p.o_stride);
-  if (use_cudnn(op, q, k, v, p) && cudnn_forward(r, qv, kv, vv, p)) {
-    if (p.dropout_p > 0.0) r.range.drawn_by = Generator::kCudnnRng;  // its backward must run there too
-    return r;
+  if (use_cudnn(op, q, k, v, p)) {
+    if (cudnn_forward(r, qv, kv, vv, p)) {
+      if (p.dropout_p > 0.0) r.range.drawn_by = Generator::kCudnnRng;  // its backward must run there too
+      return r;
+    }
+    // With dropout, falling back would draw another mask than a run that got cuDNN: a
+    // checkpoint's recompute could then replay a different forward (Note [cuDNN attention]).
+    FRUGAL_CHECK(p.dropout_p == 0.0, op, ": cuDNN has plans for query ", q.describe(), ", key ", k.describe(),
+                 ", value ", v.describe(), " with dropout ", p.dropout_p,
+                 " but could not run them (no workspace, or an execution it refused), and its dropout mask is not "
+                 "frugal's kernels'; free memory or set_attention_backend(AttentionBackend::Flash)");
   }
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_forward_kernel, r.out, r.lse, qv, kv, vv, mask_view, p);
   return r;

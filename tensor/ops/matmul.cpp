@@ -219,17 +219,6 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-namespace {
-
-/// One linear's operands, checked, as its kernels take them: out (..., N) allocated, and when
-/// it has elements, out2 its (M, N) view and x2 the input as (M, K) (a view when its leading
-/// dims fold, else a copy).
-struct LinearProblem {
-  Tensor out, out2, x2;
-  int64_t M = 0, N = 0, K = 0;
-};
-
-/// Checks a linear's operands, naming `op`.
 void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_pair(op, x, weight);
   FRUGAL_CHECK(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got ", weight.describe());
@@ -244,6 +233,16 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
                  " must be 1-D with out_features = ", weight.size(0), " elements (weight ", weight.describe(), ")");
   }
 }
+
+namespace {
+
+/// One linear's operands, checked, as its kernels take them: out (..., N) allocated, and when
+/// it has elements, out2 its (M, N) view and x2 the input as (M, K) (a view when its leading
+/// dims fold, else a copy).
+struct LinearProblem {
+  Tensor out, out2, x2;
+  int64_t M = 0, N = 0, K = 0;
+};
 
 LinearProblem linear_problem(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_linear(op, x, weight, bias);

@@ -37,6 +37,9 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// the bias), never by a separate pass.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+/// Checks linear's operands (as linear does), naming `op` in the error.
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 /// The weight and bias gradients of linear from one GEMM, or two undefined tensors.
 struct LinearWeightBiasGrads {
   Tensor weight;  ///< (out, in)

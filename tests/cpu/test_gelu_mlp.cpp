@@ -18,10 +18,16 @@ using namespace frugal;
 using namespace frugal::testing;
 
 TEST_CASE("gelu_mlp cpu: equals linear, gelu_tanh, linear in float64 and float32") {
-  const MlpCase cases[] = {
-      {{5, 7}, 9, 3, Layout::Contiguous, true, true},   {{2, 3, 8}, 16, 8, Layout::Contiguous, true, true},
-      {{6, 8}, 16, 5, Layout::Transposed, false, true}, {{4, 5}, 6, 7, Layout::Strided, true, false},
-      {{1, 3}, 4, 2, Layout::Contiguous, false, false}, {{0, 4}, 8, 3, Layout::Contiguous, true, true}};
+  const MlpCase cases[] = {{{5, 7}, 9, 3, Layout::Contiguous, true, true},
+                           {{2, 3, 8}, 16, 8, Layout::Contiguous, true, true},
+                           {{6, 8}, 16, 5, Layout::Transposed, false, true},
+                           {{4, 5}, 6, 7, Layout::Strided, true, false},
+                           {{1, 3}, 4, 2, Layout::Contiguous, false, false},
+                           {{0, 4}, 8, 3, Layout::Contiguous, true, true},
+                           // size-0 feature dims: in, hidden, out
+                           {{3, 0}, 4, 2, Layout::Contiguous, true, true},
+                           {{3, 4}, 0, 2, Layout::Contiguous, true, true},
+                           {{2, 2, 4}, 5, 0, Layout::Contiguous, true, true}};
   uint64_t seed = 10;
   for (DType dt : {kFloat64, kFloat32})
     for (const MlpCase& c : cases) {
@@ -45,16 +51,18 @@ TEST_CASE("gelu_mlp cpu: the fused ops fall back to the composed ones; bad opera
   const Tensor g = random_tensor({5, 3}, kFloat32, 1), w = random_tensor({3, 8}, kFloat32, 2);
   const Tensor pre = random_tensor({5, 8}, kFloat32, 3);
   CHECK_FALSE(ops::matmul_gelu_tanh_backward(g, w, pre, true).pre.defined());  // no fused kernel on the CPU
-  const ops::LinearGelu r = ops::linear_gelu_tanh(pre, w, random_tensor({3}, kFloat32, 4));
+  const Tensor b = random_tensor({3}, kFloat32, 4);
+  const ops::LinearGelu r = ops::linear_gelu_tanh(pre, w, b);
+  CHECK(values_of(r.pre) == values_of(ops::linear(pre, w, b)));
   CHECK(values_of(r.out) == values_of(ops::gelu_tanh(r.pre)));
   check_error([&] { ops::matmul_gelu_tanh_backward(g, w, pre.narrow(1, 0, 7), true); },
               {"matmul_gelu_tanh_backward", "[5, 7]"});
   const Tensor x = random_tensor({5, 7}, kFloat32, 5), w1 = random_tensor({9, 7}, kFloat32, 6);
   const Tensor w2 = random_tensor({3, 9}, kFloat32, 7);
-  check_error([&] { gelu_mlp(x, w1.narrow(1, 0, 6), Tensor(), w2, Tensor()); },
-              {"linear_gelu_tanh", "[5, 7]", "[9, 6]"});
+  check_error([&] { gelu_mlp(x, w1.narrow(1, 0, 6), Tensor(), w2, Tensor()); }, {"gelu_mlp", "[5, 7]", "[9, 6]"});
   check_error([&] { gelu_mlp(x, w1, Tensor(), w2.narrow(1, 0, 8), Tensor()); }, {"gelu_mlp", "[9, 7]", "[3, 8]"});
-  check_error([&] { gelu_mlp(x, w1, random_tensor({8}, kFloat32, 8), w2, Tensor()); },
-              {"linear_gelu_tanh", "bias", "[8]"});
-  check_error([&] { gelu_mlp(x, w1, Tensor(), w2, random_tensor({8}, kFloat32, 9)); }, {"linear", "bias", "[8]"});
+  check_error([&] { gelu_mlp(x, w1, random_tensor({8}, kFloat32, 8), w2, Tensor()); }, {"gelu_mlp", "bias", "[8]"});
+  check_error([&] { gelu_mlp(x, w1, Tensor(), w2, random_tensor({8}, kFloat32, 9)); },
+              {"gelu_mlp", "fc2's bias", "[8]"});
+  check_error([&] { ops::linear_gelu_tanh(x, w1.narrow(1, 0, 6)); }, {"linear_gelu_tanh", "[5, 7]", "[9, 6]"});
 }

@@ -149,6 +149,9 @@ void add_attention_ops(std::vector<OpEntry>& t) {
                  s.inputs = attention_inputs(rng, c, dt);
                  s.params = c.str() + cat_str(" counter=", c.counter);
                  s.run = [c](const std::vector<Tensor>& in) {
+                   // The reference draws frugal's mask; cuDNN's own differs (Note [cuDNN attention]).
+                   std::optional<ops::AttentionBackendGuard> own_mask;
+                   if (c.dropout_p > 0.0) own_mask.emplace(ops::AttentionBackend::Flash);
                    Generator gen(kGeneratorSeed);
                    gen.set_state(kGeneratorSeed, c.counter);
                    const ops::FlashAttentionForward r =
