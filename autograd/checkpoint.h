@@ -22,7 +22,7 @@ namespace frugal::autograd {
 /// autograd/selective_checkpoint.cpp).
 enum class CheckpointPolicy : uint8_t {
   Full,       ///< only its inputs: every op runs again in backward
-  Selective,  ///< also the outputs of matmul, linear, conv2d and flash_attention (is_expensive_op):
+  Selective,  ///< also the outputs of matmul, linear, gelu_mlp, conv2d and flash_attention (is_expensive_op):
               ///< only the cheap ops run again
 };
 

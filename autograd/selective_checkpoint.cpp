@@ -7,7 +7,7 @@
 // create_selective_checkpoint_contexts does the same with a per-op policy. Here:
 //  - checkpoint(fn, inputs, policy) with CheckpointPolicy::Selective (or a KeepPredicate
 //    over op names) runs fn's forward under a RecordScope over the node's KeptOutputs: every
-//    selected op (is_expensive_op: matmul, linear, conv2d, flash_attention) appends its
+//    selected op (is_expensive_op: matmul, linear, gelu_mlp, conv2d, flash_attention) appends its
 //    result, in call order, with its inputs' signature (sizes, dtype, device), its outputs'
 //    versions and the default-generator counters it drew.
 //  - The recompute runs fn under a ReplayScope over the same list: each selected op takes
@@ -54,7 +54,7 @@
 namespace frugal::autograd {
 
 bool is_expensive_op(std::string_view op) {
-  return op == "matmul" || op == "linear" || op == "conv2d" || op == "flash_attention";
+  return op == "matmul" || op == "linear" || op == "gelu_mlp" || op == "conv2d" || op == "flash_attention";
 }
 
 namespace selective {

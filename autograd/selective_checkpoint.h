@@ -21,8 +21,8 @@ namespace frugal::autograd {
 /// ("matmul", "linear", "conv2d", "flash_attention").
 using KeepPredicate = std::function<bool(std::string_view op)>;
 
-/// The GEMM, convolution and fused-attention ops: matmul, linear, conv2d, flash_attention
-/// (scaled_dot_product_attention reaches one of them). CheckpointPolicy::Selective keeps these.
+/// The GEMM, convolution and fused-attention ops: matmul, linear, gelu_mlp, conv2d,
+/// flash_attention (scaled_dot_product_attention reaches one of them). CheckpointPolicy::Selective keeps these.
 bool is_expensive_op(std::string_view op);
 
 namespace selective {

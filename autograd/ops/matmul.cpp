@@ -187,10 +187,18 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   FRUGAL_CHECK(!b2.defined() || (b2.dim() == 1 && b2.size(0) == w2.size(0) && b2.dtype() == x.dtype()),
                "gelu_mlp: fc2's bias ", b2.describe(), " must be 1-D with out_features = ", w2.size(0),
                " elements of the input's dtype (input ", x.describe(), ")");
-  ops::LinearGelu fc1 = autograd::raw([&] { return ops::linear_gelu_tanh(x, w1, b1); });
-  Tensor out = autograd::raw([&] { return ops::linear(fc1.out, w2, b2); });
+  // A selective checkpoint keeps pre and the output (Note [Selective checkpoint]), so its
+  // recompute runs neither GEMM.
+  auto compute = [&] {
+    ops::LinearGelu fc1 = autograd::raw([&] { return ops::linear_gelu_tanh(x, w1, b1); });
+    Tensor y = autograd::raw([&] { return ops::linear(fc1.out, w2, b2); });
+    return autograd::selective::Kept{{std::move(fc1.pre), std::move(y)}};
+  };
+  const autograd::selective::Kept r =
+      autograd::selective::active() ? autograd::selective::run("gelu_mlp", {x, w1, b1, w2, b2}, compute) : compute();
+  const Tensor& out = r.tensors[1];
   if (auto node = make_node<GeluMlpBackward>({x, w1, b1, w2, b2})) {
-    node->x = x, node->w1 = w1, node->w2 = w2, node->pre = fc1.pre;
+    node->x = x, node->w1 = w1, node->w2 = w2, node->pre = r.tensors[0];
     node->has_b1 = b1.defined(), node->has_b2 = b2.defined();
     autograd::record(node, {out});
   }

@@ -1,12 +1,19 @@
 // gelu_mlp (autograd/ops/matmul.h): fc2(gelu_tanh(fc1(x))) as one op, against the composed ops
 // in float64 and by finite differences, with the inputs users pass (3-D, transposed and strided
 // views, no biases, an empty batch, odd sizes); the fused backward op declines on the CPU;
-// bad operands are errors naming the op. The CUDA epilogues: tests/gpu/test_gelu_mlp_cuda.cpp.
+// bad operands are errors naming the op; a selective checkpoint keeps its outputs. The CUDA
+// epilogues: tests/gpu/test_gelu_mlp_cuda.cpp.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/ops/matmul.h"
+#include "autograd/ops/unary.h"
+#include "memory/trace.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/unary.h"
@@ -65,4 +72,35 @@ TEST_CASE("gelu_mlp cpu: the fused ops fall back to the composed ones; bad opera
   check_error([&] { gelu_mlp(x, w1, Tensor(), w2, random_tensor({8}, kFloat32, 9)); },
               {"gelu_mlp", "fc2's bias", "[8]"});
   check_error([&] { ops::linear_gelu_tanh(x, w1.narrow(1, 0, 6)); }, {"linear_gelu_tanh", "[5, 7]", "[9, 6]"});
+}
+
+TEST_CASE("gelu_mlp cpu: a selective checkpoint keeps its outputs; its recompute runs no GEMM") {
+  const MlpInputs in = mlp_inputs({{6, 8}, 16, 8, Layout::Contiguous, true, true}, {kFloat64}, 200);
+  TensorList params{in.w1, in.b1, in.w2, in.b2};
+  for (Tensor& p : params) p = p.detach().requires_grad_();
+  auto block = [&](const Tensor& h) { return tanh(gelu_mlp(h, params[0], params[1], params[2], params[3])); };
+  // The gradients of x and the parameters, and the allocations gelu_mlp made in the backward
+  // (the trace names each allocation's op: a kept call allocates nothing).
+  auto run = [&](std::optional<CheckpointPolicy> policy) {
+    for (Tensor& p : params) p.set_grad(Tensor());
+    Tensor x = in.x.detach().requires_grad_();
+    const Tensor y = policy ? checkpoint(block, x, *policy) : block(x);
+    memory::enable_trace(kCPU);
+    y.backward(in.g);
+    int64_t gelu_mlp_allocations = 0;
+    for (const memory::TraceEvent& e : memory::trace_events(kCPU))
+      gelu_mlp_allocations += e.action == memory::TraceAction::Alloc && std::string(e.op) == "gelu_mlp";
+    memory::disable_trace(kCPU);
+    std::vector<std::vector<double>> grads{values_of(x.grad())};
+    for (const Tensor& p : params) grads.push_back(values_of(p.grad()));
+    return std::pair{grads, gelu_mlp_allocations};
+  };
+  const auto plain = run(std::nullopt), full = run(CheckpointPolicy::Full),
+             selective = run(CheckpointPolicy::Selective);
+  for (size_t i = 0; i < plain.first.size(); ++i) {
+    check_close(full.first[i], plain.first[i], 1e-12, 1e-12, "full checkpoint");
+    check_close(selective.first[i], plain.first[i], 1e-12, 1e-12, "selective checkpoint");
+  }
+  CHECK(full.second > 0);        // the full recompute runs gelu_mlp's forward again
+  CHECK(selective.second == 0);  // the selective one takes its kept outputs
 }
