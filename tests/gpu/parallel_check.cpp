@@ -4,20 +4,27 @@
 // checks need no communication beyond the algorithm under test: tensor-parallel MLP and
 // encoder layer, vocab-parallel embedding + cross entropy, a 2-stage pipeline (GPipe and
 // 1F1B with recompute), DDP with small buckets and no_sync, ZeRO-1 AdamW and ZeRO-2 (with two micro-batches
-// accumulated). The tensor-parallel BertForMaskedLM and VisionTransformer (the small models of
-// tests/tp_model_fixtures.h) are checked against the single-process models run on the
-// rank's own GPU instead. f32 without TF32, 1e-4 relative (cuBLAS and the CPU sum in
+// accumulated), ZeRO-3 (FullyShardedDataParallel, losses and weights per step, and a sharded save
+// resumed into a fresh model that repeats the uninterrupted run's steps bit for bit). The tensor-parallel
+// BertForMaskedLM and VisionTransformer (the small models of tests/tp_model_fixtures.h) are checked against the
+// single-process models run on the rank's own GPU instead. f32 without TF32, 1e-4 relative (cuBLAS and the CPU sum in
 // different orders). Exits 0 (all passed), 1 (a check failed) or 77 (fewer than 2 GPUs:
 // skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1).
+//   frugal-run --nproc 2 build/tests/parallel_check --cpu
+// runs the data-parallel checks (DDP, ZeRO-1, -2, -3) over the TCP backend on CPU tensors
+// instead, with no GPU (the cpu suite's "parallel-cpu" test).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
 #include "core/device.h"
 #include "models/bert_tp.h"
@@ -27,6 +34,8 @@
 #include "nn/linear.h"
 #include "optim/adam.h"
 #include "parallel/ddp.h"
+#include "parallel/fsdp.h"
+#include "parallel/fsdp_checkpoint.h"
 #include "parallel/init.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
@@ -389,28 +398,114 @@ void check_tensor_parallel_dropout(const CommPtr& world) {
 
 }  // namespace
 
-int main() {
+/// ZeRO-3: FullyShardedDataParallel (two units and the root's last layer) with AdamW on its
+/// shards, four steps on each rank's quarter of the batch, against the reference on the whole
+/// batch: each step's loss on the rank's rows and every weight after it. A sharded checkpoint
+/// saved after step 2 and loaded into a fresh model and optimizer repeats steps 3 and 4 bit
+/// for bit.
+void check_fully_sharded(const CommPtr& world) {
+  const int r = world->rank(), p = world->size();
+  const Device dev = world->device();
+  const int64_t per_rank = 4, B = per_rank * p, steps = 4;
+  const Tensor x = randn_cpu({steps, B, 32}, 41), y = randn_cpu({steps, B, 8}, 42);
+  const optim::AdamWOptions o{.lr = 0.01, .weight_decay = 0.1};
+  const FullyShardOptions units{.units = {"0", "2"}};
+  const char* port = std::getenv("MASTER_PORT");  // one directory per run, shared by its ranks
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / str_cat("frugal_parallel_check_zero3_", port ? port : "0")).string();
+  auto rows = [&](const Tensor& t, int64_t k) { return t[k].narrow(0, r * per_rank, per_rank).to(dev); };
+  auto step = [&](FullyShardedDataParallel& fsdp, optim::AdamW& opt, int64_t k) {
+    Tensor loss = mse_loss(fsdp.forward(rows(x, k)), rows(y, k));
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return loss;
+  };
+  auto as_map = [](const nn::NamedTensors& named) { return std::map<std::string, Tensor>(named.begin(), named.end()); };
+  auto ref = make_mlp(40);
+  optim::AdamW ref_opt(ref->parameters(), o);
+  std::vector<std::map<std::string, Tensor>> uninterrupted;
+  {
+    auto model = make_mlp(40);
+    model->to(dev);
+    FullyShardedDataParallel fsdp(model, world, units);
+    optim::AdamW opt(fsdp.parameters(), o);
+    for (int64_t k = 0; k < steps; ++k) {
+      Tensor ref_rows_loss;
+      {
+        autograd::NoGradGuard no_grad;
+        ref_rows_loss =
+            mse_loss(ref->forward(x[k].narrow(0, r * per_rank, per_rank)), y[k].narrow(0, r * per_rank, per_rank));
+      }
+      mse_loss(ref->forward(x[k]), y[k]).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+      check_close(step(fsdp, opt, k), ref_rows_loss, str_cat("ZeRO-3 loss at step ", k + 1));
+      const std::map<std::string, Tensor> full = as_map(fsdp.full_state_dict());
+      for (const auto& [name, want] : ref->named_parameters())
+        check_close(full.at(name), want, str_cat("ZeRO-3 ", name, " after step ", k + 1));
+      if (k == 1) save_sharded_checkpoint(fsdp, dir, &opt);
+      if (k >= 2) uninterrupted.push_back(full);
+    }
+  }
+  {  // resumed: another initialization, overwritten by the checkpoint
+    auto model = make_mlp(77);
+    model->to(dev);
+    FullyShardedDataParallel fsdp(model, world, units);
+    optim::AdamW opt(fsdp.parameters(), o);
+    load_sharded_checkpoint(fsdp, dir, &opt);
+    for (int64_t k = 2; k < steps; ++k) {
+      step(fsdp, opt, k);
+      for (const auto& [name, t] : fsdp.full_state_dict())
+        check_equal(t, uninterrupted[size_t(k - 2)].at(name), str_cat("ZeRO-3 resumed ", name, " after step ", k + 1));
+    }
+  }
+  world->barrier();
+  if (r == 0) std::filesystem::remove_all(dir);
+}
+
+/// Runs `checks` on the world `options` makes and reports: 0 when all passed, 1 otherwise.
+int run_checks(const char* what, const ProcessGroupOptions& options,
+               const std::function<void(const CommPtr&)>& checks) {
+  try {
+    auto world = init_process_group(options);
+    g_rank = world->rank();
+    ops::set_allow_tf32(false);  // the default; stated because TF32 (~1e-3) would fail every check
+    checks(world);
+    world->barrier();
+  } catch (const std::exception& e) {
+    std::printf("FAIL (rank %d): %s\n", g_rank, e.what());
+    return 1;
+  }
+  std::printf("%s rank %d: %d checks, %d failed\n", what, g_rank, g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const bool cpu = argc > 1 && std::strcmp(argv[1], "--cpu") == 0;
+  if (argc > 2 || (argc == 2 && !cpu)) {
+    std::fprintf(stderr, "usage: parallel_check [--cpu]\n");
+    return 2;
+  }
+  const std::chrono::seconds timeout(120);
+  if (cpu)  // the data-parallel checks over TCP on CPU tensors
+    return run_checks("parallel_check --cpu", {.backend = Backend::Tcp, .timeout = timeout}, [](const CommPtr& world) {
+      check_data_parallel(world);
+      check_fully_sharded(world);
+    });
   const int gpus = cuda_device_count();
   const char* require = std::getenv("FRUGAL_REQUIRE_MULTI_GPU");
   if (gpus < 2) {
     std::printf("parallel_check: skipped (%d GPU(s) visible, needs 2)\n", gpus);
     return require && std::strcmp(require, "1") == 0 ? 1 : 77;
   }
-  try {
-    auto world = init_process_group(std::chrono::seconds(120));
-    g_rank = world->rank();
-    ops::set_allow_tf32(false);  // the default; stated because TF32 (~1e-3) would fail every check
+  return run_checks("parallel_check", {.timeout = timeout}, [](const CommPtr& world) {
     check_tensor_parallel(world);
     check_tensor_parallel_dropout(world);
     check_tensor_parallel_bert(world);
     check_tensor_parallel_vit(world);
     check_pipeline(world);
     check_data_parallel(world);
-    world->barrier();
-  } catch (const std::exception& e) {
-    std::printf("FAIL (rank %d): %s\n", g_rank, e.what());
-    return 1;
-  }
-  std::printf("parallel_check rank %d: %d checks, %d failed\n", g_rank, g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+    check_fully_sharded(world);
+  });
 }
