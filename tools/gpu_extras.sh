@@ -6,7 +6,7 @@
 #   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory compress-accuracy svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
-#                                     galore svd-scale svd-vitb16 cuda-graph gelu-mlp profile)
+#                                     galore svd-scale svd-vitb16 cuda-graph gelu-mlp two-gpu profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -23,6 +23,25 @@ for s in "$@"; do
         run env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root -np 2 \
           -x MASTER_PORT=${MPI_MASTER_PORT:-29533} "$BUILD/tests/$prog"
       done ;;
+    two-gpu)  # issue 22 on nvidia-h200-x2: the checks by frugal-run and mpirun, ZeRO-2/3 against DDP, two nodes
+      run env FRUGAL_REQUIRE_MULTI_GPU=1 "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/tests/nccl_check"
+      run env FRUGAL_REQUIRE_MULTI_GPU=1 "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/tests/parallel_check"
+      for prog in nccl_check parallel_check; do
+        run env FRUGAL_REQUIRE_MULTI_GPU=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun \
+          --allow-run-as-root -np 2 -x MASTER_PORT=${MPI_MASTER_PORT:-29533} "$BUILD/tests/$prog"
+      done
+      for model in base large; do
+        run "$BUILD/tools/frugal-run" --nproc 2 "$BUILD/bench/parallel_bench" --model $model \
+          --modes single,ddp,zero1,zero2,zero3 --batch ${PARALLEL_BATCH:-32}
+      done
+      # Two nodes on this host, each one process that sees one GPU (issue 22's two-node launch).
+      pids=()
+      for node in 0 1; do
+        CUDA_VISIBLE_DEVICES=$node FRUGAL_REQUIRE_MULTI_GPU=1 "$BUILD/tools/frugal-run" --nnodes 2 --node-rank $node \
+          --master-addr 127.0.0.1 --master-port ${TWO_NODE_PORT:-29611} --nproc-per-node 1 "$BUILD/tests/nccl_check" &
+        pids+=($!)
+      done
+      for pid in "${pids[@]}"; do wait "$pid" || { echo "FAILED: two-node nccl_check (pid $pid)"; rc=1; }; done ;;
     golden) run python3 tools/parity_models.py --golden && tar -cf "${OUT:-/tmp}/goldens.tar" tests/golden && ls -la tests/golden ;;
     parity) run python3 tools/parity_models.py --build "$BUILD" --device cuda ;;
     parity-full) run python3 tools/parity_models.py --build "$BUILD" --device cuda --full ;;

@@ -5,8 +5,8 @@
 // every collective in f32/f16/bf16/f64/int32, send/recv fused in a CommGroup,
 // split, ordering after work on the compute stream, and the watchdog: rank 1 skips
 // a collective and rank 0 must fail with the clear error within the shortened
-// timeout. Prints a summary and exits 0 (all passed), 1 (a check failed) or 77
-// (fewer than 2 GPUs: skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1).
+// timeout. Prints a summary and exits 0 (all passed), 1 (a check failed) or 77 (fewer GPUs
+// than ranks on this node: skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1; tests/multi_gpu.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +20,7 @@
 #include "parallel/init.h"
 #include "parallel/nccl_communicator.h"
 #include "tensor/factory.h"
+#include "tests/multi_gpu.h"
 
 using namespace frugal;
 using namespace frugal::parallel;
@@ -120,18 +121,13 @@ void section(const char* name) { std::printf("rank %d: %s\n", g_rank, name); }
 
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // frugal-run pipes stdout: flush each line
-  const int gpus = cuda_device_count();
-  const char* require = std::getenv("FRUGAL_REQUIRE_MULTI_GPU");
-  if (gpus < 2) {
-    std::printf("nccl_check: skipped (%d GPU(s) visible, needs 2)\n", gpus);
-    return require && std::strcmp(require, "1") == 0 ? 1 : 77;
-  }
+  if (const int skipped = testing::skip_without_gpus("nccl_check")) return skipped;
   try {
     auto world = init_process_group(std::chrono::seconds(120));
     g_rank = world->rank();
     const int n = world->size(), r = world->rank();
     const Device dev = world->device();
-    check(world->backend() == "nccl" && dev == cuda(r), "rank, backend and device");
+    check(world->backend() == "nccl" && dev.is_cuda() && n >= 2, "backend, device and world size");
 
     for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32}) {
       section(dtype_name(dt));

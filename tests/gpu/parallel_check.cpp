@@ -8,8 +8,8 @@
 // resumed into a fresh model that repeats the uninterrupted run's steps bit for bit). The tensor-parallel
 // BertForMaskedLM and VisionTransformer (the small models of tests/tp_model_fixtures.h) are checked against the
 // single-process models run on the rank's own GPU instead. f32 without TF32, 1e-4 relative (cuBLAS and the CPU sum in
-// different orders). Exits 0 (all passed), 1 (a check failed) or 77 (fewer than 2 GPUs:
-// skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1).
+// different orders). Exits 0 (all passed), 1 (a check failed) or 77 (fewer GPUs than ranks on
+// this node: skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1; tests/multi_gpu.h).
 //   frugal-run --nproc 2 build/tests/parallel_check --cpu
 // runs the data-parallel checks (DDP, ZeRO-1, -2, -3) over the TCP backend on CPU tensors
 // instead, with no GPU (the cpu suite's "parallel-cpu" test).
@@ -42,6 +42,7 @@
 #include "parallel/zero.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
+#include "tests/multi_gpu.h"
 #include "tests/tp_model_fixtures.h"
 
 using namespace frugal;
@@ -493,12 +494,7 @@ int main(int argc, char** argv) {
       check_data_parallel(world);
       check_fully_sharded(world);
     });
-  const int gpus = cuda_device_count();
-  const char* require = std::getenv("FRUGAL_REQUIRE_MULTI_GPU");
-  if (gpus < 2) {
-    std::printf("parallel_check: skipped (%d GPU(s) visible, needs 2)\n", gpus);
-    return require && std::strcmp(require, "1") == 0 ? 1 : 77;
-  }
+  if (const int skipped = testing::skip_without_gpus("parallel_check")) return skipped;
   return run_checks("parallel_check", {.timeout = timeout}, [](const CommPtr& world) {
     check_tensor_parallel(world);
     check_tensor_parallel_dropout(world);
