@@ -41,14 +41,18 @@ inline MlpInputs mlp_inputs(const MlpCase& c, TensorOptions o, uint64_t seed) {
           random_tensor(y, o, seed + 5, Layout::Contiguous, -1.0, 1.0)};
 }
 
+/// f(a's, e's, name) for the output and each gradient in turn.
+template <typename F>
+void for_each_mlp_value(const MlpValues& a, const MlpValues& e, F&& f) {
+  f(a.y, e.y, "y"), f(a.dx, e.dx, "dx"), f(a.dw1, e.dw1, "dw1"), f(a.db1, e.db1, "db1");
+  f(a.dw2, e.dw2, "dw2"), f(a.db2, e.db2, "db2");
+}
+
 /// check_close on the output and every gradient.
 inline void check_mlp_values(const MlpValues& a, const MlpValues& e, double rtol, double atol) {
-  check_close(a.y, e.y, rtol, atol, "y");
-  check_close(a.dx, e.dx, rtol, atol, "dx");
-  check_close(a.dw1, e.dw1, rtol, atol, "dw1");
-  check_close(a.db1, e.db1, rtol, atol, "db1");
-  check_close(a.dw2, e.dw2, rtol, atol, "dw2");
-  check_close(a.db2, e.db2, rtol, atol, "db2");
+  for_each_mlp_value(a, e, [&](const std::vector<double>& got, const std::vector<double>& want, const char* what) {
+    check_close(got, want, rtol, atol, what);
+  });
 }
 
 /// linear(gelu_tanh(linear(x, w1, b1)), w2, b2) and its gradients for g, in float64 on the

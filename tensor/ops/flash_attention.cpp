@@ -341,19 +341,19 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   strides_of(ov, p.out_stride);
   strides_of(g.dq, p.dq_stride), strides_of(g.dk, p.dk_stride), strides_of(g.dv, p.dv_stride);
   const Tensor lse_c = lse.contiguous();
-  if (p.dropout_p > 0.0) {  // the mask decides: only whoever drew it can draw it again
-    if (range.drawn_by == Generator::kCudnnRng) cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p);
-    else
-      FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov,
-                             lse_c, mask_view, p);
+  if (p.dropout_p > 0.0 && range.drawn_by == Generator::kCudnnRng) {  // only cuDNN can draw its mask again
+    cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p);
     return g;
   }
-  // The forward's choice, made again from the same inputs (its p had out's strides where this
-  // one has dout's); a dout in another layout without a plan of its own runs our backward,
-  // which reads the same out and lse (Note [cuDNN attention]).
-  FlashAttentionParams forward_p = p;
-  for (int d = 0; d < 3; ++d) forward_p.o_stride[d] = p.out_stride[d];
-  if (use_cudnn(op, q, k, v, forward_p) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p)) return g;
+  // Without dropout: the forward's choice, made again from the same inputs (its p had out's
+  // strides where this one has dout's); a dout in another layout without a plan of its own
+  // runs our backward, which reads the same out and lse (Note [cuDNN attention]). With
+  // dropout our kernels drew the mask, so they run the backward.
+  if (p.dropout_p == 0.0) {
+    FlashAttentionParams forward_p = p;
+    for (int d = 0; d < 3; ++d) forward_p.o_stride[d] = p.out_stride[d];
+    if (use_cudnn(op, q, k, v, forward_p) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p)) return g;
+  }
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov, lse_c,
                          mask_view, p);
   return g;

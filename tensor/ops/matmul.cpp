@@ -236,16 +236,15 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
 
 namespace {
 
-/// One linear's operands, checked, as its kernels take them: out (..., N) allocated, and when
-/// it has elements, out2 its (M, N) view and x2 the input as (M, K) (a view when its leading
-/// dims fold, else a copy).
+/// One linear's operands (checked by check_linear) as its kernels take them: out (..., N)
+/// allocated, and when it has elements, out2 its (M, N) view and x2 the input as (M, K) (a view
+/// when its leading dims fold, else a copy).
 struct LinearProblem {
   Tensor out, out2, x2;
   int64_t M = 0, N = 0, K = 0;
 };
 
-LinearProblem linear_problem(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_linear(op, x, weight, bias);
+LinearProblem linear_problem(const Tensor& x, const Tensor& weight) {
   LinearProblem p;
   p.K = weight.size(1), p.N = weight.size(0);
   Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -263,7 +262,8 @@ LinearProblem linear_problem(const char* op, const Tensor& x, const Tensor& weig
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const LinearProblem p = linear_problem("linear", x, weight, bias);
+  check_linear("linear", x, weight, bias);
+  const LinearProblem p = linear_problem(x, weight);
   if (p.M == 0) return p.out;
   if (p.K == 0) {
     if (bias.defined()) copy_into(p.out2, bias);  // broadcasts over the rows
@@ -279,7 +279,7 @@ LinearGelu linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor&
   check_linear("linear_gelu_tanh", x, weight, bias);
 #ifdef FRUGAL_WITH_CUDA
   if (x.is_cuda() && gelu_epilogues().forward) {
-    const LinearProblem p = linear_problem("linear_gelu_tanh", x, weight, bias);
+    const LinearProblem p = linear_problem(x, weight);
     if (p.M > 0 && p.K > 0) {
       const Tensor pre = empty(p.out.sizes(), p.out.options());
       if (cuda::linear_gelu_tanh_kernel(p.out2, pre.view({p.M, p.N}), blas_layout(p.x2), blas_layout(weight.t()),

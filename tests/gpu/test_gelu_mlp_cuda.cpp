@@ -39,12 +39,9 @@ void check_near(const std::vector<double>& a, const std::vector<double>& e, doub
 }
 
 void check_near(const MlpValues& a, const MlpValues& e, double tol) {
-  check_near(a.y, e.y, tol, "y");
-  check_near(a.dx, e.dx, tol, "dx");
-  check_near(a.dw1, e.dw1, tol, "dw1");
-  check_near(a.db1, e.db1, tol, "db1");
-  check_near(a.dw2, e.dw2, tol, "dw2");
-  check_near(a.db2, e.db2, tol, "db2");
+  for_each_mlp_value(a, e, [&](const std::vector<double>& got, const std::vector<double>& want, const char* what) {
+    check_near(got, want, tol, what);
+  });
 }
 
 }  // namespace
