@@ -35,8 +35,9 @@
 // checkpoint-offload and checkpoint-recompute; add compress to allow FP8 activations). --memory-plan CHOICES runs a
 // given plan: one choice for every block, or one per block separated by commas. --tf32 lets float32 convolutions and
 // matmuls use TF32 tensor cores (PyTorch's default for cuDNN convolutions; off by default here). "fwd+bwd host ms" is
-// how long the host took to queue forward and backward (the step's one synchronization, GradScaler's inf check, comes
-// after): near "step ms" means the host sets the pace. --optim galore steps with GaLoreAdamW (Note [GaLore]) at
+// how long the host took to queue forward and backward (GradScaler's inf check, the step's one synchronization with
+// an optimizer that reads it on the host, comes after; SGD and a capturable AdamW make none: Note [GradScaler host
+// state]): near "step ms" means the host sets the pace. --optim galore steps with GaLoreAdamW (Note [GaLore]) at
 // rank --galore-rank (128 by default); every run prints optimizer_state_bytes, the bytes of its moments and
 // projections. --optim offload_adamw steps with OffloadAdamW (Note [CPU offload]): its master weights and moments
 // live in pinned host memory, printed as optimizer_host_bytes, next to optimizer_device_bytes (0);
@@ -342,7 +343,7 @@ int run(const Args& a) {
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
   optim::GradScaler scaler({.enabled = a.amp});
 
-  double backward_queued = 0;  // host clock when backward() returned: before the step's one sync (GradScaler)
+  double backward_queued = 0;  // host clock when backward() returned: before GradScaler's sync, if any
   PhaseEvents phases;          // CUDA only: the device's time in forward, backward and optimizer
   const bool mark = device.is_cuda() && !a.cuda_graph;  // (a captured step's events would be the graph's)
   auto forward_backward = [&] {

@@ -80,6 +80,7 @@ Tensor GradScaler::device_scale(Device device) const {
     if (s.device() == device) return s;
   core::refuse_in_graph_capture("GradScaler.scale's first call on a device",
                                 "the device copy of the scale is made outside a capture (warm up at least one step)");
+  pull();                          // once the device owns the scale, a new copy starts from its value
   device_value_ = scale_;          // what the other copies hold too (refresh_device_scales)
   if (!device_tracker_.defined())  // for a captured update; written before its first replay
     device_tracker_ = full({}, double(growth_tracker_), TensorOptions(kInt64, device));
@@ -231,13 +232,24 @@ void GradScaler::step(Optimizer& opt) {
   FRUGAL_CHECK(scaled ? *scaled != Optimizer::ScaledStep::NoGradients : !st.found_inf.empty(),
                "GradScaler.step: no inf checks were recorded for this optimizer (", opt.name(), " has no gradients)");
   if (scaled) st.found = *scaled == Optimizer::ScaledStep::SkippedNonFinite ? 1 : 0;
+  else if (skips_on_device(opt, st)) opt.step_skipping_if(st.found_inf.front());  // no host sync
   else if (!read_found_inf(st)) opt.step();
   st.stage = Stage::Stepped;
+}
+
+bool GradScaler::skips_on_device(const Optimizer& opt, const PerOptimizer& st) {
+  if (!opt.skips_on_device_flag() || st.found_inf.size() != 1 || !st.found_inf.front().is_cuda()) return false;
+  const Device device = st.found_inf.front().device();
+  for (const ParamGroup& group : opt.param_groups())
+    for (const Tensor& p : group.params)
+      if (p.device() != device) return false;
+  return true;
 }
 
 void GradScaler::update() {
   if (!options_.enabled) return;
   if (core::current_graph_capture()) return captured_update();
+  if (update_on_device()) return;
   bool recorded = false, found = false;
   for (auto& [opt, st] : per_optimizer_) {
     if (st.stage == Stage::Ready || (st.found_inf.empty() && st.found < 0)) continue;
@@ -259,6 +271,29 @@ void GradScaler::update() {
   }
   per_optimizer_.clear();
   refresh_device_scales();
+}
+
+bool GradScaler::update_on_device() {
+  const Tensor* flag = nullptr;
+  for (const auto& [opt, st] : per_optimizer_) {
+    if (st.stage == Stage::Ready) continue;
+    if (st.found >= 0 || st.found_inf.size() != 1 || flag != nullptr) return false;  // read, or more than one flag
+    flag = &st.found_inf.front();
+  }
+  if (flag == nullptr || !flag->is_cuda()) return false;
+  const Tensor scale = device_scale(flag->device());
+  if (device_scales_.size() != 1) return false;
+  if (!device_owns_) {  // the device copies become the truth, as after a captured update
+    push();
+    device_owns_ = true;
+  }
+#ifdef FRUGAL_WITH_CUDA
+  cuda::update_scale(flag->device(), scale.data_ptr<float>(), device_tracker_.data_ptr<int64_t>(),
+                     flag->data_ptr<float>(), options_.growth_factor, options_.backoff_factor,
+                     options_.growth_interval);
+#endif
+  per_optimizer_.clear();
+  return true;
 }
 
 void GradScaler::captured_update() {

@@ -24,15 +24,24 @@
 // The scale is a float32 and its products are rounded to float32, as PyTorch's.
 //
 // Note [GradScaler host state]
-// The scale and the growth tracker live on the host (PyTorch keeps them in device
+// The scale and the growth tracker start on the host (PyTorch keeps them in device
 // tensors). scale(loss) is then a multiply by a host scalar, unscale_ passes 1/scale as
 // a kernel argument, and update() is host arithmetic: none of them waits for the device.
 // What the host cannot know without waiting is whether a gradient overflowed: unscale_
 // writes that into a device-side found_inf flag (a 0-d float32 per device, set to 1 by
-// any thread that sees inf or NaN) and step() reads it - the one host sync per step, the
-// same one PyTorch makes with `.item()` in GradScaler.step. update() reuses the value
-// step() read; only when update() follows unscale_ without a step() does it read the
-// flag itself (still one sync).
+// any thread that sees inf or NaN), and an optimizer that must know on the host (Adam
+// without capturable, a CPU optimizer) has step() read it - the one host sync per step,
+// the same one PyTorch makes with `.item()` in GradScaler.step. update() reuses the value
+// step() read; only when update() follows unscale_ without a step() does it read the flag
+// itself (still one sync).
+// Where the flag need not reach the host, the step has no sync at all: with an optimizer
+// that skips its step on a device flag (SGD; Adam/AdamW made with capturable) and every
+// parameter on the one CUDA device that has gradients, step() queues
+// opt.step_skipping_if(found_inf), and update() runs the update on the device as a
+// captured update does (Note [GradScaler in a CUDA graph]; the device copies own the scale
+// from then on). The host then queues the optimizer while the device still runs the
+// backward, instead of waiting for it and leaving the device idle for the optimizer's
+// host time (ResNet-50 b128 AMP on an H200: 0.8 of a 19.8 ms step).
 //
 // Note [GradScaler in a CUDA graph]
 // A captured kernel keeps the scalar arguments it had (Note [CUDA graphs]), so scale(loss)
@@ -101,8 +110,9 @@ class GradScaler {
   /// twice for `opt` since the last update(), or after step(opt).
   void unscale_(Optimizer& opt);
 
-  /// unscale_(opt) unless already done, then opt.step() unless a gradient was inf or NaN.
-  /// One host sync (Note [GradScaler host state]). Throws if called twice for `opt` since
+  /// unscale_(opt) unless already done, then opt.step() unless a gradient was inf or NaN:
+  /// one host sync, or none with an optimizer that skips on the device flag (Note
+  /// [GradScaler host state]). Throws if called twice for `opt` since
   /// the last update(), or if `opt` has no gradient at all.
   void step(Optimizer& opt);
 
@@ -138,6 +148,12 @@ class GradScaler {
   };
   /// Reads (once) whether any of `st`'s flags is set: the host sync.
   static bool read_found_inf(PerOptimizer& st);
+  /// Whether step() can leave the skip to `opt`'s kernel: it skips on a device flag, and
+  /// its gradients and parameters are on the one CUDA device of `st`'s flag.
+  static bool skips_on_device(const Optimizer& opt, const PerOptimizer& st);
+  /// An eager update() without a host sync, when this iteration recorded one CUDA flag the
+  /// host has not read and the scale has one device copy: false (nothing done) otherwise.
+  bool update_on_device();
   /// The scale as a 0-d float32 on `device` (Note [GradScaler in a CUDA graph]).
   Tensor device_scale(Device device) const;
   /// Writes scale_ into every device copy, when it differs from what they hold (or, once

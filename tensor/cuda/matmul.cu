@@ -21,7 +21,6 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
-#include <optional>
 
 #include "tensor/cuda/cublas_handle.h"
 #include "tensor/cuda/cuda_utils.h"
@@ -156,13 +155,12 @@ bool lt_dims(int64_t m, int64_t n, int64_t k) {
 }
 
 /// What an epilogue adds to a cuBLASLt matmul: its kind, its bias vector (read for the BIAS
-/// kinds, written for the BGRAD kinds) in `bias_type` or, unset, D's type, and for the GELU
+/// kinds, written for the BGRAD kinds) in D's type, and for the GELU
 /// kinds the auxiliary (m, n) matrix in D's type and layout, leading dimension `aux_ld`
 /// (written by GELU_AUX, read by DGELU).
 struct Epilogue {
   cublasLtEpilogue_t kind;
   void* bias;
-  std::optional<cudaDataType_t> bias_type;
   void* aux = nullptr;
   int64_t aux_ld = 0;
 };
@@ -180,7 +178,6 @@ bool lt_matmul(const BlasTypes& types, const ColumnMajor& A, const ColumnMajor& 
   set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(A.op));
   set(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(B.op));
   set(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue.kind));
-  if (epilogue.bias_type) set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(*epilogue.bias_type));
   // Also read by the heuristic: the bias vector's alignment narrows the algorithms.
   set(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue.bias);
   if (epilogue.aux != nullptr) {
@@ -230,24 +227,23 @@ bool lt_matmul(const BlasTypes& types, const ColumnMajor& A, const ColumnMajor& 
 // bias the epilogue did not: it added the bias to the product already rounded to
 // bfloat16, so an output that cancels to near 0 was off by half an ulp of the product
 // (found by op_fuzz; "the bias is added before the one rounding" in
-// tests/gpu/test_matmul_cuda.cpp). A bfloat16 bias is therefore given to the epilogue
-// as float32 (N values, converted on the stream).
+// tests/gpu/test_matmul_cuda.cpp). Handing it the bias as float32 fixed that but cost
+// speed: cuBLASLt 13.1's algorithms for a float32 bias with bfloat16 D took GPT-2 small's
+// fc1 (8192 x 768 x 3072) from 0.071 ms without a bias to 0.184 ms (float16 with its
+// bias: 0.072). So a bfloat16 linear with a bias takes the copy and beta = 1 instead
+// (the copy runs at bandwidth: Note [Vectorized elementwise] in tensor/cuda/loops.cuh).
 /// out^T (N, M) = wt^T x^T (+ bias) with `kind`'s epilogue (BIAS, or a GELU_AUX kind writing
-/// `aux`): A = wt, B = x. A bfloat16 bias goes in as float32, or it is added after the
-/// rounding (see the Note).
+/// `aux`): A = wt, B = x; not for a bfloat16 bias (see the Note).
 bool linear_with_epilogue(const char* op, const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias,
                           cublasLtEpilogue_t kind, void* aux = nullptr) {
   const DType dt = out.dtype();
-  if (!lt_dtype(dt)) return false;
+  if (!lt_dtype(dt) || (dt == kBFloat16 && bias.defined())) return false;
   const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
   if (!lt_dims(M, N, K)) return false;
   const BlasTypes types = blas_types(op, dt, out.device());
   DeviceGuard guard(out.device());
-  const Tensor epilogue_bias = bias.defined() && dt == kBFloat16 ? bias.to(kFloat32) : bias;
-  const std::optional<cudaDataType_t> bias_type =
-      bias.defined() && dt == kBFloat16 ? std::optional<cudaDataType_t>(CUDA_R_32F) : std::nullopt;
   return lt_matmul(types, column_major(wt), column_major(x), N, M, K, out, types.data,
-                   {kind, bias.defined() ? epilogue_bias.data() : nullptr, bias_type, aux, N});
+                   {kind, bias.defined() ? bias.data() : nullptr, aux, N});
 }
 
 bool linear_lt(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias) {
@@ -289,7 +285,7 @@ bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad
   DeviceGuard guard(grad_w.device());
   // grad_w^T (K, N) = x^T gt^T: A = x, B = gt, whose sums over k are grad_bias (see the Note).
   return lt_matmul(types, column_major(x), column_major(gt), K, N, M, grad_w, out_type,
-                   {CUBLASLT_EPILOGUE_BGRADB, grad_bias.data(), std::nullopt});
+                   {CUBLASLT_EPILOGUE_BGRADB, grad_bias.data()});
 }
 
 // Note [GELU epilogues]
@@ -316,9 +312,10 @@ bool linear_backward_weight_bias_kernel(const Tensor& grad_w, const Tensor& grad
 // backward one off; both stay tested, and set_gelu_epilogues turns either on or off.
 bool linear_gelu_tanh_kernel(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& wt,
                              const Tensor& bias) {
-  // cuBLASLt had no GELU_AUX_BIAS algorithm for a float32 bias with bfloat16 D (H200, 13.1), and a
-  // bfloat16 one is added after the rounding (Note [Linear bias epilogue]).
-  if (out.size(1) % 8 != 0 || (out.dtype() == kBFloat16 && bias.defined())) return false;
+  // (bfloat16 with a bias declines in linear_with_epilogue: cuBLASLt had no GELU_AUX_BIAS
+  // algorithm for a float32 bias with bfloat16 D, H200 13.1, and adds a bfloat16 one after the
+  // rounding: Note [Linear bias epilogue].)
+  if (out.size(1) % 8 != 0) return false;
   return linear_with_epilogue("gelu_mlp", out, x, wt, bias,
                               bias.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
                               pre.data());
@@ -336,7 +333,7 @@ bool matmul_dgelu_tanh_kernel(const Tensor& grad_pre, const Tensor& grad_bias, c
   const bool with_bias = grad_bias.defined();
   return lt_matmul(types, column_major(w), column_major(g), H, M, N, grad_pre, types.data,
                    {with_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
-                    with_bias ? grad_bias.data() : nullptr, std::nullopt, const_cast<void*>(pre.data()), H});
+                    with_bias ? grad_bias.data() : nullptr, const_cast<void*>(pre.data()), H});
 }
 
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { gemm("matmul", out, a, b, false); }

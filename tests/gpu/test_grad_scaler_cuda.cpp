@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -202,4 +203,81 @@ TEST_CASE("GradScaler CUDA: scaled training on the GPU matches the CPU") {
   CHECK(gs.get_scale() == 65536.0 * 8);  // grew every second step
   check_close(gm.w, values_of(cm.w), 1e-5, 1e-6, "w");
   check_close(gm.b, values_of(cm.b), 1e-5, 1e-6, "b");
+}
+
+TEST_CASE("GradScaler CUDA: SGD and a capturable AdamW step and update without a host sync, as the CPU's synced ones") {
+  // Note [GradScaler host state]: these optimizers skip on the device flag, so step() and
+  // update() never read it on the host; the CPU twin reads it. An overflow at iteration 3
+  // (an inf input) must skip that step and back off in both; growth every second clean step.
+  struct Model {
+    Tensor w, b, x, y;
+    Tensor loss() const {
+      const Tensor d = sub(add(matmul(x, w), b), y);
+      return mean(mul(d, d));
+    }
+  };
+  auto make = [](Device d) {
+    auto param = [&](uint64_t seed, const Shape& s) {
+      return make_tensor(random_values(numel_of(s), seed), s, {kFloat32, d}).requires_grad_();
+    };
+    return Model{param(1, {16, 8}), param(2, {8}), make_tensor(random_values(32 * 16, 3), {32, 16}, {kFloat32, d}),
+                 make_tensor(random_values(32 * 8, 4), {32, 8}, {kFloat32, d})};
+  };
+  for (const bool adamw : {false, true}) {
+    CAPTURE(adamw);
+    Model cm = make(kCPU), gm = make(cuda());
+    std::unique_ptr<optim::Optimizer> copt, gopt;
+    if (adamw) {
+      copt = std::make_unique<AdamW>(std::vector<Tensor>{cm.w, cm.b}, optim::AdamWOptions{.lr = 1e-2});
+      gopt =
+          std::make_unique<AdamW>(std::vector<Tensor>{gm.w, gm.b}, optim::AdamWOptions{.lr = 1e-2, .capturable = true});
+    } else {
+      copt = std::make_unique<SGD>(std::vector<Tensor>{cm.w, cm.b}, optim::SGDOptions{.lr = 1e-2, .momentum = 0.9});
+      gopt = std::make_unique<SGD>(std::vector<Tensor>{gm.w, gm.b}, optim::SGDOptions{.lr = 1e-2, .momentum = 0.9});
+    }
+    GradScaler cs({.growth_interval = 2}), gs({.growth_interval = 2});
+    const double inf = std::numeric_limits<double>::infinity();
+    double expected_scale = 65536.0;
+    int clean = 0;
+    for (int it = 0; it < 7; ++it) {
+      CAPTURE(it);
+      const bool overflow = it == 3;
+      Model cs_model = cm, gs_model = gm;
+      if (overflow) {
+        Values x = values_of(cm.x);
+        x[5] = inf;
+        cs_model.x = make_tensor(x, cm.x.sizes(), kFloat32);
+        gs_model.x = make_tensor(x, cm.x.sizes(), {kFloat32, cuda()});
+      }
+      const Values w_before = values_of(gm.w);
+      copt->zero_grad();
+      gopt->zero_grad();
+      cs.scale(cs_model.loss()).backward();
+      gs.scale(gs_model.loss()).backward();
+      cs.step(*copt);
+      gs.step(*gopt);
+      cs.update();
+      gs.update();
+      if (overflow) {
+        expected_scale /= 2;
+        clean = 0;
+        CHECK(values_of(gm.w) == w_before);  // skipped on the device
+      } else if (++clean == 2) {
+        expected_scale *= 2;
+        clean = 0;
+      }
+      CHECK(gs.get_scale() == expected_scale);
+      CHECK(cs.get_scale() == expected_scale);
+      CHECK(gs.get_growth_tracker() == cs.get_growth_tracker());
+      check_close(gm.w, values_of(cm.w), 1e-5, 1e-6, "w");
+      check_close(gm.b, values_of(cm.b), 1e-5, 1e-6, "b");
+    }
+    // The device owns the scale now; its state dict and a new scale round-trip as before.
+    const optim::StateDict sd = gs.state_dict();
+    GradScaler fresh;
+    fresh.load_state_dict(sd);
+    CHECK(fresh.get_scale() == expected_scale);
+    gs.update(1024.0);
+    CHECK(gs.get_scale() == 1024.0);
+  }
 }
