@@ -131,7 +131,7 @@ void Adam::step_impl(const float* skip_if) {
         device_step = count.data_ptr<int64_t>();
       }
       detail::AdamEntry e =
-          detail::adam_entry(group, st, p.sizes(), TensorOptions(state_dtype(p.dtype()), p.device()), group.lr,
+          detail::adam_entry(group, st, t.work, TensorOptions(state_dtype(p.dtype()), p.device()), group.lr,
                              *group.weight_decay, decoupled_, t.work.data(), t.grad.data(), p.numel());
       e.device_step = device_step;
       if (p.numel() == 0) continue;

@@ -9,6 +9,7 @@
 #include "tensor/device_dispatch.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/reduce.h"
 
@@ -85,7 +86,7 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
   // copy and scaled with ops::mul_.
   struct ByType {
     DType dtype;
-    std::vector<detail::NormEntry> norm, scale;  // scale: the contiguous gradients only
+    std::vector<detail::NormEntry> norm, scale;  // scale: the dense gradients only
     int64_t chunks = 0;                          // of `norm`
   };
   std::vector<ByType> groups;
@@ -94,7 +95,7 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
     if (g.numel() == 0) continue;
     auto it = std::find_if(groups.begin(), groups.end(), [&](const ByType& b) { return b.dtype == g.dtype(); });
     if (it == groups.end()) it = groups.insert(groups.end(), ByType{g.dtype(), {}, {}, 0});
-    if (g.is_contiguous()) {
+    if (is_dense(g)) {  // any dense memory order is walked flat
       it->norm.push_back({g.data(), g.numel(), 0, 0});
       it->scale.push_back({g.data(), g.numel(), 0, 0});
     } else {
@@ -120,11 +121,11 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
   cuda::clip_coefficient(device, reduced.data_ptr<double>(), p, max_norm, total.data_ptr<float>(),
                          coef.data_ptr<float>());
 
-  // Scale in place: the contiguous gradients in one launch per dtype, the strided ones with mul_.
+  // Scale in place: the dense gradients in one launch per dtype, the strided ones with mul_.
   for (ByType& b : groups) cuda::scale(device, b.dtype, b.scale, coef.data_ptr<float>());
   for (const Tensor& g : strided) ops::mul_(g, coef);
   for (const Tensor& g : grads)
-    if (g.is_contiguous()) g.bump_version();
+    if (is_dense(g)) g.bump_version();
   return total;
 }
 #endif

@@ -193,7 +193,7 @@ void GaLoreAdamW::step() {
       ParamState& st = state_for(p);
       const TensorOptions state_opts(state_dtype(p.dtype()), p.device());
       if (!projects(p.sizes())) {  // plain AdamW
-        const detail::AdamEntry e = detail::adam_entry(group, st, p.sizes(), state_opts, group.lr, *group.weight_decay,
+        const detail::AdamEntry e = detail::adam_entry(group, st, t.work, state_opts, group.lr, *group.weight_decay,
                                                        /*decoupled=*/true, t.work.data(), t.grad.data(), p.numel());
         if (p.numel() > 0) batches.add(p.device(), p.dtype(), e);
         continue;
@@ -208,7 +208,7 @@ void GaLoreAdamW::step() {
                                                        .weight_decay = *group.weight_decay});
       pr.neg_dir = zeros(pr.low.sizes(), state_opts);
       batches.add(p.device(), state_opts.dtype,
-                  detail::adam_entry(group, st, pr.low.sizes(), state_opts, /*lr=*/1.0, /*weight_decay=*/0.0,
+                  detail::adam_entry(group, st, pr.low, state_opts, /*lr=*/1.0, /*weight_decay=*/0.0,
                                      /*decoupled=*/true, pr.neg_dir.data(), pr.low.data(), pr.low.numel()));
     }
   }

@@ -13,6 +13,7 @@
 #include "optim/step_util.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/fill.h"
 
 namespace frugal::optim {
@@ -166,7 +167,7 @@ void GradScaler::unscale_(Optimizer& opt) {
     flag_for(g.device());
     if (g.numel() == 0) continue;
     Tensor work = g;
-    if (!g.is_contiguous()) work = strided.emplace_back(g, g.contiguous()).second;
+    if (!is_dense(g)) work = strided.emplace_back(g, g.contiguous()).second;  // any dense order walks flat
     batches.add(g.device(), g.dtype(), {.data = work.data(), .numel = g.numel(), .chunk_begin = 0, .flags = 0});
   }
 
@@ -188,7 +189,7 @@ void GradScaler::unscale_(Optimizer& opt) {
       });
   for (const auto& [g, work] : strided) g.copy_(work);
   for (const Tensor& g : grads)
-    if (g.is_contiguous()) g.bump_version();
+    if (is_dense(g)) g.bump_version();
 
   st.stage = Stage::Unscaled;
   per_optimizer_[&opt] = std::move(st);

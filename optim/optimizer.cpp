@@ -10,6 +10,7 @@
 #include "autograd/grad_mode.h"
 #include "core/graph_capture.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/fill.h"
 
 namespace frugal::optim {
@@ -297,6 +298,16 @@ ParamGroup Optimizer::load_group(size_t g, KeysByName keys, size_t first) const 
 
 Tensor Optimizer::load_state_buffer(const Tensor& t, const Tensor& param) const {
   Tensor copy = t.to(param.device(), state_dtype(param.dtype()));  // on the parameter's device
+  // Never the caller's storage; in the parameter's memory order when it has its shape
+  // (Note [Optimizer memory order] in optim/step_util.h).
+  if (copy.sizes() == param.sizes() && is_dense(param)) {
+    if (copy.shares_storage(t) || !same_dense_layout(copy, param)) {
+      Tensor in_order = empty_in_layout(param, copy.options());
+      in_order.copy_(copy);
+      return in_order;
+    }
+    return copy;
+  }
   if (copy.shares_storage(t) || !copy.is_contiguous()) copy = copy.clone();
   return copy;
 }

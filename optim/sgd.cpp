@@ -71,13 +71,12 @@ void SGD::step_impl(const float* skip_if) {
       void* buf = nullptr;
       if (*group.momentum != 0) {
         ParamState& st = state_for(p);
-        if (!st.buffers[0].defined()) {  // first step: the kernel sets the buffer to d_p
+        if (!st.buffers[0].defined())  // first step: the kernel sets the buffer to d_p
           core::refuse_in_graph_capture("SGD.step's first step with momentum",
                                         "it sets the momentum buffer instead of updating it, and every replay would "
                                         "do the same (warm up at least one step before the capture)");
-          st.buffers[0] = empty(p.sizes(), TensorOptions(state_dtype(p.dtype()), p.device()));
+        if (detail::state_in_layout(st.buffers[0], t.work, TensorOptions(state_dtype(p.dtype()), p.device())))
           flags |= detail::kSgdFreshBuffer;
-        }
         buf = st.buffers[0].data();
       }
       if (*group.nesterov) flags |= detail::kSgdNesterov;

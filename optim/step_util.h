@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/graph_capture.h"
 #include "optim/multi_tensor.h"
 #include "optim/optimizer.h"
 #include "optim/update_math.h"
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/tensor.h"
 
 namespace frugal::optim::detail {
@@ -23,16 +25,36 @@ inline std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
   return groups;
 }
 
-/// One parameter being stepped. The kernels need contiguous memory: `work` is the
-/// parameter itself (detached) unless it is strided, in which case it is a contiguous
-/// copy written back by finish(); `grad` is the gradient, made contiguous if needed.
+// Note [Optimizer memory order]
+// The update kernels walk a parameter, its gradient and its state flat, element i of each
+// together, so the three need one memory order - any dense one, not only row-major:
+// ResNet's channels-last convolution weights and their gradients are stepped where they
+// lie, and their state buffers are made in the same order (PyTorch's zeros_like with
+// preserve_format). Before this, each of those 53 weights was cloned, its gradient copied
+// and the clone copied back every step (in GradScaler.unscale_ too): 0.6 of the 0.8 ms
+// that ResNet-50 b128's AMP optimizer phase took on an H200, against 0.19 ms of update
+// kernels. A parameter that is not dense (a strided view) is still stepped through a
+// contiguous copy, and a gradient or state buffer in another order than its parameter's
+// (a state dict loaded from elsewhere, a model moved to channels-last after steps) is
+// put into that order.
+
+/// A copy of t in like's memory order (like dense, of t's sizes).
+inline Tensor copy_in_layout(const Tensor& t, const Tensor& like) {
+  Tensor out = empty_in_layout(like, t.options());
+  out.copy_(t);
+  return out;
+}
+
+/// One parameter being stepped (Note [Optimizer memory order]): `work` is the parameter
+/// itself (detached) when it is dense, else a contiguous copy written back by finish();
+/// `grad` is the gradient in work's memory order (itself when it already is).
 struct StepTensors {
   Tensor param, work, grad;
 
   StepTensors(const Tensor& p, const Tensor& g)
       : param(p.detach()),
-        work(param.is_contiguous() ? param : param.clone()),
-        grad(g.is_contiguous() ? g.detach() : g.contiguous()) {}
+        work(is_dense(param) ? param : param.clone()),
+        grad(same_dense_layout(g, work) ? g.detach() : copy_in_layout(g, work)) {}
 
   /// Writes a strided parameter back and bumps the version (the storage is shared with
   /// the caller's handle, so autograd sees the in-place change).
@@ -54,26 +76,38 @@ inline void check_adam_group(const char* opt, const ParamGroup& group, size_t g)
   FRUGAL_CHECK(*group.weight_decay >= 0, opt, ": param group ", g, ": invalid weight_decay ", *group.weight_decay);
 }
 
-/// One Adam step's entry for a tensor of `sizes` (Note [Adam update]): counts the step in
-/// `st`, creates the moments buffers[0..1] (and, with amsgrad, buffers[2]) on first use
-/// with `opts` (the kernel starts them at zero), and fills the scalars from `group`, with
-/// `lr` and `weight_decay` given explicitly (GaLore runs Adam on its projected gradient
-/// with lr 1 and no decay). `param` and `grad` hold `numel` contiguous elements.
-inline AdamEntry adam_entry(const ParamGroup& group, ParamState& st, const Shape& sizes, TensorOptions opts, double lr,
+/// Makes `buffer` a state buffer in like's memory order (Note [Optimizer memory order]):
+/// an uninitialized one with `opts` when it is undefined (then returns true), else itself,
+/// or a copy in that order when it has another.
+inline bool state_in_layout(Tensor& buffer, const Tensor& like, TensorOptions opts) {
+  if (!buffer.defined()) {
+    buffer = empty_in_layout(like, opts);
+    return true;
+  }
+  if (!same_dense_layout(buffer, like)) {
+    core::refuse_in_graph_capture("An optimizer state buffer put into its parameter's memory order",
+                                  "each replay would copy the buffer as it was at capture (step once before)");
+    buffer = copy_in_layout(buffer, like);
+  }
+  return false;
+}
+
+/// One Adam step's entry for `like`, the tensor stepped (Note [Adam update]): counts the
+/// step in `st`, creates the moments buffers[0..1] (and, with amsgrad, buffers[2]) on first
+/// use with `opts` in like's memory order (the kernel starts them at zero), and fills the
+/// scalars from `group`, with `lr` and `weight_decay` given explicitly (GaLore runs Adam on
+/// its projected gradient with lr 1 and no decay). `param` and `grad` hold `numel` elements
+/// in like's (dense) memory order.
+inline AdamEntry adam_entry(const ParamGroup& group, ParamState& st, const Tensor& like, TensorOptions opts, double lr,
                             double weight_decay, bool decoupled, void* param, const void* grad, int64_t numel) {
   const bool amsgrad = group.amsgrad.value_or(false), maximize = group.maximize.value_or(false);
   uint32_t flags = 0;
-  if (!st.buffers[0].defined()) {
-    st.buffers[0] = empty(sizes, opts);
-    st.buffers[1] = empty(sizes, opts);
-    flags |= kAdamFreshMoments;
-  }
+  const bool fresh = state_in_layout(st.buffers[0], like, opts);
+  state_in_layout(st.buffers[1], like, opts);
+  if (fresh) flags |= kAdamFreshMoments;
   if (amsgrad) {
     flags |= kAdamAmsgrad;
-    if (!st.buffers[2].defined()) {
-      st.buffers[2] = empty(sizes, opts);
-      flags |= kAdamFreshMax;
-    }
+    if (state_in_layout(st.buffers[2], like, opts)) flags |= kAdamFreshMax;
   }
   if (decoupled) flags |= kAdamDecoupled;
   if (maximize) flags |= kAdamMaximize;

@@ -1,6 +1,10 @@
 // Channels-last layout helpers (Note [Channels-last layout] in tensor/memory_format.h).
 #include "tensor/memory_format.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "tensor/factory.h"
 
 namespace frugal {
@@ -28,6 +32,33 @@ bool suggests_channels_last(const Tensor& x) { return is_channels_last(x) && !x.
 
 Tensor empty_channels_last(const Shape& sizes, TensorOptions opts) {
   return empty_strided(sizes, channels_last_strides(sizes), opts);
+}
+
+bool is_dense(const Tensor& x) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that move
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.sizes()[d] != 1) dims.emplace_back(x.strides()[d], x.sizes()[d]);
+  if (x.numel() == 0) return true;
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || !is_dense(a) || !is_dense(b)) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.sizes()[d] != 1 && a.strides()[d] != b.strides()[d]) return false;
+  return true;
+}
+
+Tensor empty_in_layout(const Tensor& like, TensorOptions opts) {
+  // A dense layout's strides describe a fresh allocation of numel() elements (a size-1
+  // dim's stride adds nothing to the span).
+  return is_dense(like) ? empty_strided(like.sizes(), like.strides(), opts) : empty(like.sizes(), opts);
 }
 
 Tensor to_channels_last(const Tensor& x) {

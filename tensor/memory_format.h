@@ -35,6 +35,19 @@ Tensor empty_channels_last(const Shape& sizes, TensorOptions opts);
 /// layout of the incoming one.
 Tensor to_channels_last(const Tensor& x);
 
+/// Whether x's elements fill a span of exactly numel() elements, each once: a permutation
+/// of a contiguous layout (NCHW, NHWC, a transpose), PyTorch's is_non_overlapping_and_dense.
+/// An elementwise loop may then walk its memory flat, whatever the order.
+bool is_dense(const Tensor& x);
+
+/// Whether a and b have the same sizes and are dense in the same memory order, so a flat
+/// walk over each visits corresponding elements (strides of size-1 dims ignored).
+bool same_dense_layout(const Tensor& a, const Tensor& b);
+
+/// An uninitialized tensor of like's sizes, in like's memory order when like is dense
+/// (PyTorch's empty_like with preserve_format), else contiguous.
+Tensor empty_in_layout(const Tensor& like, TensorOptions opts);
+
 /// One op's memory format, for the ops that keep channels-last (conv2d, the pools):
 /// channels-last when an operand suggests it; `native` when the backend computes in it
 /// (CUDA), else the backend computes NCHW and the result is converted (CPU).

@@ -487,3 +487,24 @@ TEST_CASE("channels_last: nn::to_channels_last converts conv weights in place") 
   // An NCHW input with a channels-last weight also runs channels-last (the weight suggests it).
   check_nhwc(conv.forward(x), "Conv2d output of an NCHW input");
 }
+
+TEST_CASE("channels_last: is_dense, same_dense_layout and empty_in_layout") {
+  const Tensor nchw = zeros({2, 3, 4, 5});
+  const Tensor nhwc = empty_channels_last({2, 3, 4, 5}, {});
+  CHECK(is_dense(nchw));
+  CHECK(is_dense(nhwc));
+  CHECK(is_dense(nchw.transpose(1, 3)));             // any permutation
+  CHECK_FALSE(is_dense(nchw.narrow(3, 0, 4)));       // a gap at the end of each row
+  CHECK_FALSE(is_dense(zeros({5}).expand({3, 5})));  // elements seen twice
+  CHECK(is_dense(zeros({1, 5}).expand({1, 5})));     // a size-1 dim's stride does not matter
+  CHECK(is_dense(zeros({0, 3})));                    // nothing to walk
+  CHECK(same_dense_layout(nhwc, empty_channels_last({2, 3, 4, 5}, {kFloat16})));
+  CHECK_FALSE(same_dense_layout(nhwc, nchw));
+  CHECK_FALSE(same_dense_layout(nchw, zeros({2, 3, 5, 4})));                   // sizes differ
+  CHECK_FALSE(same_dense_layout(nchw.narrow(3, 0, 4), nchw.narrow(3, 0, 4)));  // not dense
+  const Tensor c1 = empty_channels_last({2, 1, 4, 5}, {});                     // C == 1: ambiguous, still one order
+  CHECK(same_dense_layout(c1, zeros({2, 1, 4, 5})));
+  CHECK(empty_in_layout(nhwc, {kFloat64}).strides() == nhwc.strides());
+  CHECK(empty_in_layout(nhwc, {kFloat64}).dtype() == kFloat64);
+  CHECK(empty_in_layout(nchw.narrow(3, 0, 4), {}).is_contiguous());  // not dense: contiguous
+}

@@ -24,6 +24,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
 #include "tests/test_util.h"
 
@@ -806,4 +807,60 @@ TEST_CASE("optim: clip_grad_norm_async returns the norm as a 0-d tensor; edge ca
 
   check_error([&] { clip_grad_norm_(ps, 1.0, 0.0); }, {"clip_grad_norm_", "norm_type", "positive"});
   check_error([&] { clip_grad_norm_(ps, 1.0, -std::numeric_limits<double>::infinity()); }, {"clip_grad_norm_", "-inf"});
+}
+
+TEST_CASE("optim: channels-last parameters are stepped where they lie, their state in the same memory order") {
+  // Note [Optimizer memory order]: the same values as contiguous twins, bit for bit; no
+  // copy of the parameter (its storage is updated); state buffers with the parameter's
+  // strides; gradients in either order; a state dict saved from the contiguous twin loads
+  // into the channels-last parameter's order and resumes equally.
+  const Shape shape{4, 3, 2, 5};
+  const Values pv = random_values(120, 310);
+  auto make_opt = [](const std::string& kind, const Tensor& p) -> std::unique_ptr<Optimizer> {
+    if (kind == "sgd")
+      return std::make_unique<SGD>(std::vector<Tensor>{p},
+                                   SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+    if (kind == "adam") return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions{.lr = 0.01, .amsgrad = true});
+    return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamWOptions{.lr = 0.01});
+  };
+  auto channels_last_leaf = [](const Tensor& t) {
+    Tensor out = empty_channels_last(t.sizes(), t.options());
+    out.copy_(t);
+    return out.requires_grad_();
+  };
+  for (const std::string kind : {"sgd", "adam", "adamw"}) {
+    CAPTURE(kind);
+    for (const bool grad_channels_last : {true, false}) {
+      CAPTURE(grad_channels_last);
+      const Tensor flat = make_param(pv, shape, kFloat32);
+      const Tensor cl = channels_last_leaf(make_tensor(pv, shape, kFloat32));
+      REQUIRE(suggests_channels_last(cl));
+      const void* storage = cl.data();
+      std::unique_ptr<Optimizer> flat_opt = make_opt(kind, flat), cl_opt = make_opt(kind, cl);
+      for (int s = 0; s < 3; ++s) {
+        const Tensor g = make_tensor(random_values(120, 320 + s), shape, kFloat32);
+        flat.set_grad(g);
+        cl.set_grad(grad_channels_last ? channels_last_leaf(g).detach() : g.clone());
+        flat_opt->step();
+        cl_opt->step();
+        check_close(cl, values_of(flat), 0, 0, "step " + std::to_string(s));
+      }
+      CHECK(cl.data() == storage);
+      CHECK(suggests_channels_last(cl));
+      for (const Tensor& b : cl_opt->state(cl)->buffers)
+        if (b.defined()) CHECK(b.strides() == cl.strides());
+      // The contiguous twin's state, loaded into a channels-last parameter's optimizer, resumes equally.
+      const Tensor cl2 = channels_last_leaf(flat.detach());
+      std::unique_ptr<Optimizer> resumed = make_opt(kind, cl2);
+      resumed->load_state_dict(flat_opt->state_dict());
+      for (const Tensor& b : resumed->state(cl2)->buffers)
+        if (b.defined()) CHECK(b.strides() == cl2.strides());
+      const Tensor g = make_tensor(random_values(120, 330), shape, kFloat32);
+      flat.set_grad(g);
+      cl2.set_grad(g.clone());
+      flat_opt->step();
+      resumed->step();
+      check_close(cl2, values_of(flat), 0, 0, "resumed step");
+    }
+  }
 }

@@ -14,9 +14,11 @@
 
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "optim/multi_tensor.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -315,4 +317,48 @@ TEST_CASE("optim cuda: clip_grad_norm_ edge cases and device errors") {
   set_grads(m, 1);
   std::vector<Tensor> mixed = {m.cpu[0], m.gpu[0]};
   check_error([&] { clip_grad_norm_(mixed, 1.0); }, {"clip_grad_norm_", "different devices", "cpu", "cuda:0"});
+}
+
+TEST_CASE("optim cuda: channels-last weights step in place under GradScaler and clipping, as contiguous twins") {
+  // Note [Optimizer memory order]: ResNet's channels-last convolution weights and their
+  // gradients go to the fused kernels (unscale, SGD, AdamW, clip) where they lie.
+  const Shape shape{64, 32, 3, 3};
+  const int64_t n = numel_of(shape);
+  auto channels_last_leaf = [](const Tensor& t) {
+    Tensor out = empty_channels_last(t.sizes(), t.options());
+    out.copy_(t);
+    return out.requires_grad_();
+  };
+  for (const bool adamw : {false, true}) {
+    CAPTURE(adamw);
+    const Tensor base = make_tensor(random_values(n, 41), shape, {kFloat32, cuda()});
+    const Tensor flat = base.clone().requires_grad_(), cl = channels_last_leaf(base);
+    const void* storage = cl.data();
+    auto make = [&](const Tensor& p) -> std::unique_ptr<optim::Optimizer> {
+      if (adamw) return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamWOptions{.lr = 1e-2, .capturable = true});
+      return std::make_unique<SGD>(std::vector<Tensor>{p}, optim::SGDOptions{.lr = 1e-2, .momentum = 0.9});
+    };
+    std::unique_ptr<optim::Optimizer> flat_opt = make(flat), cl_opt = make(cl);
+    optim::GradScaler flat_scaler, cl_scaler;
+    for (int s = 0; s < 3; ++s) {
+      const Tensor g = make_tensor(random_values(n, 50 + s, -100, 100), shape, {kFloat32, cuda()});
+      flat.set_grad(g.clone());
+      cl.set_grad(channels_last_leaf(g).detach());
+      flat_scaler.unscale_(*flat_opt);
+      cl_scaler.unscale_(*cl_opt);
+      clip_grad_norm_({flat}, 1.0);
+      clip_grad_norm_({cl}, 1.0);
+      flat_scaler.step(*flat_opt);
+      cl_scaler.step(*cl_opt);
+      flat_scaler.update();
+      cl_scaler.update();
+      // (clip's norm sums the squares in memory order, so the coefficient may differ in its last bit)
+      check_close(cl, values_of(flat), 1e-6, 1e-7, "step " + std::to_string(s));
+    }
+    CHECK(cl.data() == storage);
+    CHECK(suggests_channels_last(cl));
+    CHECK(suggests_channels_last(cl.grad()));
+    for (const Tensor& b : cl_opt->state(cl)->buffers)
+      if (b.defined()) CHECK(b.strides() == cl.strides());
+  }
 }
