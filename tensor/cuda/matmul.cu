@@ -231,7 +231,7 @@ bool lt_matmul(const BlasTypes& types, const ColumnMajor& A, const ColumnMajor& 
 // speed: cuBLASLt 13.1's algorithms for a float32 bias with bfloat16 D took GPT-2 small's
 // fc1 (8192 x 768 x 3072) from 0.071 ms without a bias to 0.184 ms (float16 with its
 // bias: 0.072). So a bfloat16 linear with a bias takes the copy and beta = 1 instead
-// (the copy runs at bandwidth: Note [Vectorized elementwise] in tensor/cuda/loops.cuh).
+// (the copy runs at bandwidth: Note [Vectorized elementwise]).
 /// out^T (N, M) = wt^T x^T (+ bias) with `kind`'s epilogue (BIAS, or a GELU_AUX kind writing
 /// `aux`): A = wt, B = x; not for a bfloat16 bias (see the Note).
 bool linear_with_epilogue(const char* op, const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias,
