@@ -43,7 +43,12 @@ done
 t0=$(date +%s)
 # A build folder per source tree: reconfiguring one made for another tree would build the wrong files.
 build=/tmp/b_$(pwd | md5sum | cut -c1-8)
-if ! { meson setup "$build" -Dbuildtype=release -Dcuda=enabled >"$out/setup.log" 2>&1 || meson setup --reconfigure "$build" >>"$out/setup.log" 2>&1; }; then
+# nvcc through tools/nvcc_deps.sh, which writes the .cu objects' header dependencies: a warm
+# machine keeps $build between calls, and without them an edited .cuh left stale objects.
+native=/tmp/nvcc_deps_$(pwd | md5sum | cut -c1-8).ini
+printf "[binaries]\ncuda = ['sh', '%s']\n" "$(pwd)/tools/nvcc_deps.sh" >"$native"  # (sh: the copy may lose the exec bit)
+if ! { meson setup "$build" -Dbuildtype=release -Dcuda=enabled --native-file "$native" >"$out/setup.log" 2>&1 ||
+  meson setup --reconfigure "$build" >>"$out/setup.log" 2>&1; }; then
   tail -30 "$out/setup.log"; exit 1
 fi
 if ! ninja -C "$build" "${targets[@]}" >"$out/build.log" 2>&1; then
