@@ -82,8 +82,8 @@ double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
 /// The CUDA path (Note [Clipping without a sync]): returns the 0-d float32 total norm.
 Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
   const Device device = grads[0].device();
-  // Contiguous gradients, by dtype; a strided gradient is normed through a contiguous
-  // copy and scaled with ops::mul_.
+  // Dense gradients (any memory order), by dtype; another strided gradient is normed
+  // through a contiguous copy and scaled with ops::mul_.
   struct ByType {
     DType dtype;
     std::vector<detail::NormEntry> norm, scale;  // scale: the dense gradients only

@@ -71,8 +71,13 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   FRUGAL_CHECK(loss.is_floating_point(), "GradScaler.scale: the loss must be floating point, got ", loss.describe());
   if (loss.device().is_cuda()) {  // Note [GradScaler in a CUDA graph]
     const Tensor s = device_scale(loss.device());
-    if (core::current_graph_capture() || device_owns_) return frugal::mul(loss, s);  // read on the device
+    if (core::current_graph_capture() || device_owns_) {  // read on the device
+      // In the loss's dtype, as the host scalar's multiply (a 0-d float32 would promote a 16-bit loss).
+      const Tensor scaled = frugal::mul(loss, s);
+      return scaled.dtype() == loss.dtype() ? scaled : scaled.to(loss.dtype());
+    }
   }
+  pull();                                    // a CPU loss once the device owns the scale
   return frugal::mul(loss, double(scale_));  // differentiable: backward multiplies by scale_
 }
 
@@ -330,6 +335,7 @@ void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
   core::refuse_in_graph_capture("GradScaler.update(new_scale)",
                                 "the new scale would be frozen into the graph; call it between replays");
+  pull();  // the growth tracker is kept: the device's, once it owns it
   scale_ = checked_scale(new_scale, "GradScaler.update", "new_scale");
   per_optimizer_.clear();
   refresh_device_scales();

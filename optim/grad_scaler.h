@@ -57,14 +57,16 @@
 // - step calls opt.step_skipping_if(found_inf): the fused kernel returns when it is set;
 // - update runs PyTorch's _amp_update_scale_ on the device copy of the scale and a device
 //   copy of the growth tracker (made with the scale's), one thread, no host read.
-// From the first replay of a captured update on, the device copies are the truth
-// (device_owns_): a replay check writes the host's values into them before that replay
-// (the eager warm-up steps moved them since the copies were made), and afterwards
-// get_scale, get_growth_tracker and state_dict read them back (a host sync); an eager
-// update reads them, updates on the host and writes them back; update(new_scale) and
-// load_state_dict write them. Inside a capture the scaler takes one optimizer and one
-// device per update, and it must outlive the graph (the replay check refers to it).
-// Outside these rules unscale_, step and update refuse inside a capture, naming the rule.
+// From the first replay of a captured update on (or the first eager update made on the
+// device, Note [GradScaler host state]), the device copies are the truth (device_owns_): a
+// replay check writes the host's values into them before that replay (the eager warm-up
+// steps moved them since the copies were made), and afterwards get_scale,
+// get_growth_tracker and state_dict read them back (a host sync), as do scale() of a CPU
+// loss and update(new_scale) (which keeps the tracker); an eager update that cannot run on
+// the device reads them, updates on the host and writes them back; update(new_scale) and
+// load_state_dict write them. A scale multiplied on the device keeps the loss's dtype. Inside a capture the scaler
+// takes one optimizer and one device per update, and it must outlive the graph (the replay check refers to it). Outside
+// these rules unscale_, step and update refuse inside a capture, naming the rule.
 //
 // Note [Fused unscale]
 // unscale_ walks every gradient of every param group of the optimizer and, per (device,
@@ -73,7 +75,8 @@
 // for 16-bit gradients, double for float64 ones; a multiply by 1 is skipped) and raises
 // the device's found_inf flag on a non-finite element - PyTorch's
 // _amp_foreach_non_finite_check_and_unscale_. The CPU runs the same rule in a loop. A
-// non-contiguous gradient is unscaled through a contiguous copy that is written back.
+// gradient that is not dense (Note [Optimizer memory order]) is unscaled through a contiguous
+// copy that is written back.
 // Unlike PyTorch, float16 gradients are accepted (PyTorch refuses them in unscale_
 // because a float16 master weight is a mistake; here 16-bit parameters are allowed and
 // their update is computed in float, see Note [Optimizer state dtype]).
@@ -123,12 +126,15 @@ class GradScaler {
   /// growth tracker is kept, as in PyTorch's update(new_scale).
   void update(double new_scale);
 
-  /// The current scale (1.0 when disabled); after replays of a captured update, read from
+  /// The current scale (1.0 when disabled); once the device owns it (scale_on_device()), read from
   /// the device (Note [GradScaler in a CUDA graph]).
   double get_scale() const;
   /// Consecutive clean steps since the last growth or backoff (read as get_scale).
   int64_t get_growth_tracker() const;
   bool is_enabled() const { return options_.enabled; }
+  /// Whether the device copies hold the scale (Note [GradScaler host state]): then
+  /// get_scale() and get_growth_tracker() wait for the device.
+  bool scale_on_device() const { return device_owns_; }
   const GradScalerOptions& options() const { return options_; }
 
   /// PyTorch's keys, as 0-d tensors: scale, growth_factor, backoff_factor (float64),
@@ -174,7 +180,7 @@ class GradScaler {
   mutable std::vector<Tensor> device_scales_;  // Note [GradScaler in a CUDA graph]
   mutable Tensor device_tracker_;              // 0-d int64 beside the first device copy
   mutable float device_value_ = 0.0f;          // the scale every device copy holds
-  bool device_owns_ = false;                   // a captured update has been replayed
+  bool device_owns_ = false;                   // the device copies hold the scale (Note [GradScaler in a CUDA graph])
   const void* checked_capture_ = nullptr;      // the capture whose replay check is registered
 };
 

@@ -186,8 +186,9 @@ class Optimizer {
   }
 
   /// A loaded state buffer `t` (already checked against `param`) as the optimizer keeps it:
-  /// by default a fresh contiguous copy on the parameter's device in state_dtype (Note
-  /// [Optimizer state dtype]). OffloadAdamW keeps its state in pinned host memory instead.
+  /// by default a fresh copy on the parameter's device in state_dtype (Note [Optimizer state
+  /// dtype]), in the parameter's memory order when it has its shape (Note [Optimizer memory
+  /// order] in optim/step_util.h), else contiguous. OffloadAdamW keeps its state in pinned host memory instead.
   virtual Tensor load_state_buffer(const Tensor& t, const Tensor& param) const;
 
   /// The state of `param` as stored (not refreshed), or nullptr before its first step.

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to optim/: what every optimizer's step() does around its update rule -
-// contiguous handles for the kernels, entries grouped by (device, dtype), dispatch to
+// dense handles in one memory order for the kernels, entries grouped by (device, dtype), dispatch to
 // the CPU loops or one fused CUDA launch per group, and the in-place bookkeeping.
 #include <cmath>
 #include <utility>

@@ -39,11 +39,17 @@ void LossWatch::add(const Tensor& loss, int64_t epoch, int64_t step) {
   } else {
     device_sum_ = device_sum_.defined() ? ops::add(device_sum_, l) : l.to(kFloat64);
   }
-  if (scaler_skips() && scaler_->get_scale() < kMinLossScale) {
+  // The scale is free to read while the host holds it; once the device does (Note
+  // [GradScaler host state]) check() reads it, with the sync it makes anyway.
+  if (scaler_skips() && !scaler_->scale_on_device() && scaler_->get_scale() < kMinLossScale) {
     first_step_ = step;
-    diverged("the GradScaler has skipped so many steps for inf/NaN gradients that its scale fell to " +
-             number(scaler_->get_scale()) + " (below " + number(kMinLossScale) + ")");
+    scale_collapsed();
   }
+}
+
+void LossWatch::scale_collapsed() const {
+  diverged("the GradScaler has skipped so many steps for inf/NaN gradients that its scale fell to " +
+           number(scaler_->get_scale()) + " (below " + number(kMinLossScale) + ")");
 }
 
 double LossWatch::check() {
@@ -52,6 +58,8 @@ double LossWatch::check() {
     const std::string summed = device_sum_.defined() ? " (summed on " + device_sum_.device().str() + ")" : "";
     diverged("a loss was not finite: the sum of these steps' losses" + summed + " is " + number(sum));
   }
+  if (count_ > 0 && scaler_skips() && scaler_->scale_on_device() && scaler_->get_scale() < kMinLossScale)
+    scale_collapsed();
   host_sum_ = 0, device_sum_ = Tensor(), count_ = 0;
   return sum;
 }

@@ -56,6 +56,7 @@ class LossWatch {
  private:
   bool scaler_skips() const { return scaler_ && scaler_->is_enabled(); }
   [[noreturn]] void diverged(const std::string& what) const;
+  [[noreturn]] void scale_collapsed() const;
 
   const optim::Optimizer& opt_;
   const optim::GradScaler* scaler_;

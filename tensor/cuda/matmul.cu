@@ -218,7 +218,7 @@ bool lt_matmul(const BlasTypes& types, const ColumnMajor& A, const ColumnMajor& 
 // out = x @ wt + bias runs as one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS: in the
 // transposed problem of Note [Row-major products on a column-major BLAS] the bias
 // (N) is one value per row of out^T (N, M), which is exactly what the epilogue adds.
-// It is used for the 16- and 32-bit types, and like PyTorch's addmm only when every
+// It is used for float16 and float32, and bfloat16 without a bias (below), and like PyTorch's addmm only when every
 // dim is > 1 and below 65535 * 32 (shapes on which cuBLASLt has had bias-epilogue
 // bugs). When it does not apply, or cuBLASLt finds no algorithm for the pointers'
 // alignment, linear copies the bias into out and runs the GEMM with beta = 1: the

@@ -390,6 +390,7 @@ TEST_CASE(
       return std::pair{make_tensor(v, s, {dt}), make_tensor(v, s, {dt, cuda()})};
     };
     const auto [wide_c, wide_g] = both({37, 80});  // views of it skip rows (row stride 80)
+    const auto [odd_c, odd_g] = both({37, 68});    // row stride 68: a multiple of 4, not of 8
     const auto [bias_c, bias_g] = both({64});
     const auto [col_c, col_g] = both({37, 1});
     const auto [x_c, x_g] = both({37, 64});
@@ -404,6 +405,7 @@ TEST_CASE(
         {"rows * column", x_c, col_c, x_g, col_g},
         {"aligned view + bias", wide_c.narrow(1, 8, 64), bias_c, wide_g.narrow(1, 8, 64), bias_g},
         {"misaligned view + bias", wide_c.narrow(1, 1, 64), bias_c, wide_g.narrow(1, 1, 64), bias_g},
+        {"row stride 68 + bias", odd_c.narrow(1, 0, 64), bias_c, odd_g.narrow(1, 0, 64), bias_g},
         {"odd inner size", wide_c.narrow(1, 0, 63), bias_c.narrow(0, 0, 63), wide_g.narrow(1, 0, 63),
          bias_g.narrow(0, 0, 63)},
         {"3-D, middle broadcast", t3_c, mid_c.squeeze(1), t3_g, mid_g.squeeze(1)},

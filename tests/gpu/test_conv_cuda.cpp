@@ -56,8 +56,8 @@ TEST_CASE("cuda conv2d: forward and gradients match the CPU on small configurati
       {{3, 4, 8, 8}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}, true},
       {{2, 8, 9, 9}, {8, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 8}, false},  // depthwise
       {{2, 6, 7, 7}, {4, 6, 1, 1}, {.stride = 2}, false},
-      {{1, 2, 4, 5}, {3, 2, 4, 5}, {}, true},  // kernel == input
-      {{2, 3, 32, 32}, {24, 3, 16, 16}, {.stride = 16}, true},  // patchify (Note [Patchify convolution])
+      {{1, 2, 4, 5}, {3, 2, 4, 5}, {}, true},                    // kernel == input
+      {{2, 3, 32, 32}, {24, 3, 16, 16}, {.stride = 16}, true},   // patchify (Note [Patchify convolution])
       {{2, 3, 10, 9}, {5, 3, 3, 2}, {.stride = {3, 2}}, false},  // patchify, leftover rows and columns
   };
   uint64_t seed = 1;

@@ -281,3 +281,42 @@ TEST_CASE("GradScaler CUDA: SGD and a capturable AdamW step and update without a
     CHECK(gs.get_scale() == 1024.0);
   }
 }
+
+TEST_CASE(
+    "GradScaler CUDA: once the device owns the scale, update(new_scale) keeps its tracker and CPU losses read it") {
+  const Tensor w = make_tensor(random_values(64, 7), {64}, {kFloat32, cuda()}).requires_grad_();
+  SGD opt({w}, {.lr = 1e-3, .momentum = 0.9});
+  GradScaler s({.growth_interval = 100});
+  for (int it = 0; it < 3; ++it) {
+    opt.zero_grad();
+    s.scale(mean(mul(w, w))).backward();
+    s.step(opt);
+    s.update();  // on the device after the first (momentum-making) step
+  }
+  CHECK(s.scale_on_device());
+  s.update(512.0);  // no get_scale() in between: the tracker must come from the device
+  CHECK(s.get_growth_tracker() == 3);
+  CHECK(s.get_scale() == 512.0);
+  const Tensor cpu_loss = full({}, 1.5, TensorOptions(kFloat32));
+  CHECK(s.scale(cpu_loss).item<double>() == 768.0);
+  const Tensor half_loss = full({}, 1.5, {kFloat16, cuda()});
+  const Tensor scaled = s.scale(half_loss);
+  CHECK(scaled.dtype() == kFloat16);  // as the host scalar's multiply
+  CHECK(scaled.item<double>() == 768.0);
+}
+
+TEST_CASE("GradScaler CUDA: two SGD optimizers on one scaler take the host path and grow together") {
+  const Tensor a = make_tensor(random_values(32, 8), {32}, {kFloat32, cuda()}).requires_grad_();
+  const Tensor b = make_tensor(random_values(32, 9), {32}, {kFloat32, cuda()}).requires_grad_();
+  SGD oa({a}, {.lr = 1e-3}), ob({b}, {.lr = 1e-3});
+  GradScaler s({.growth_interval = 1});
+  for (int it = 0; it < 3; ++it) {
+    oa.zero_grad();
+    ob.zero_grad();
+    s.scale(add(mean(mul(a, a)), mean(mul(b, b)))).backward();
+    s.step(oa);
+    s.step(ob);
+    s.update();
+    CHECK(s.get_scale() == 65536.0 * double(int64_t(2) << it));
+  }
+}

@@ -47,6 +47,5 @@ TEST_CASE("low_rank cuda: LowRankLinear forward, backward and to_low_rank match 
   // The two SVDs agree to float32 accuracy relative to |W|, not to each output: an output
   // that cancels to near 0 carries the error of the outputs' scale.
   const Tensor expected = lr_cpu->forward(xl);
-  check_close(lr_gpu->forward(xl.to(cuda())), values_of(expected), 1e-4, 1e-4 * max_abs(expected),
-              "converted forward");
+  check_close(lr_gpu->forward(xl.to(cuda())), values_of(expected), 1e-4, 1e-4 * max_abs(expected), "converted forward");
 }
