@@ -199,17 +199,9 @@ class Parser {
   void utf8_sequence(std::string& out) {
     const auto byte = [&](size_t i) { return static_cast<unsigned char>(text_[pos_ + i]); };
     const unsigned b0 = byte(0);
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
-    else if (b0 == 0xE0) len = 3, lo = 0xA0;
-    else if (b0 >= 0xE1 && b0 <= 0xEC) len = 3;
-    else if (b0 == 0xED) len = 3, hi = 0x9F;
-    else if (b0 >= 0xEE && b0 <= 0xEF) len = 3;
-    else if (b0 == 0xF0) len = 4, lo = 0x90;
-    else if (b0 >= 0xF1 && b0 <= 0xF3) len = 4;
-    else if (b0 == 0xF4) len = 4, hi = 0x8F;
-    else fail("invalid UTF-8 byte ", printable(char(b0)), " in a string");
+    unsigned lo, hi;  // allowed range of the second byte
+    const size_t len = utf8_lead(b0, &lo, &hi);
+    if (len == 0) fail("invalid UTF-8 byte ", printable(char(b0)), " in a string");
     if (text_.size() - pos_ < len) fail("truncated UTF-8 sequence in a string");
     for (size_t i = 1; i < len; ++i) {
       const unsigned b = byte(i);

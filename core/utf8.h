@@ -1,6 +1,9 @@
 #pragma once
-// UTF-8 encoding of one code point, shared by the JSON reader and the text tokenizers.
+// UTF-8 encoding of one code point, shared by the JSON reader and the text tokenizers,
+// and the well-formedness rules the reader and the safetensors writer apply.
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace frugal {
 
@@ -22,6 +25,42 @@ inline void append_utf8(std::string& out, char32_t cp) {
     out += char(0x80 | ((cp >> 6) & 0x3F));
     out += char(0x80 | (cp & 0x3F));
   }
+}
+
+/// The length (2 to 4) of a well-formed UTF-8 sequence led by byte b0 (>= 0x80), with the
+/// range [*lo, *hi] its second byte must lie in (the later ones: [0x80, 0xBF]); 0 when b0
+/// leads none. The ranges rule out overlong forms, surrogates (U+D800..U+DFFF) and code
+/// points above U+10FFFF.
+inline size_t utf8_lead(unsigned b0, unsigned* lo, unsigned* hi) {
+  *lo = 0x80, *hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) return 2;
+  if (b0 == 0xE0) return *lo = 0xA0, 3;
+  if ((b0 >= 0xE1 && b0 <= 0xEC) || (b0 >= 0xEE && b0 <= 0xEF)) return 3;
+  if (b0 == 0xED) return *hi = 0x9F, 3;
+  if (b0 == 0xF0) return *lo = 0x90, 4;
+  if (b0 >= 0xF1 && b0 <= 0xF3) return 4;
+  if (b0 == 0xF4) return *hi = 0x8F, 4;
+  return 0;
+}
+
+/// Whether s is well-formed UTF-8 (what a strict JSON reader accepts in a string).
+inline bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned b0 = static_cast<unsigned char>(s[i]);
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
+    unsigned lo, hi;
+    const size_t len = utf8_lead(b0, &lo, &hi);
+    if (len == 0 || s.size() - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu)) return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 }  // namespace frugal

@@ -208,6 +208,8 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   for (const auto& [name, t] : mine) {
     auto it = state.find(name);
     if (it == state.end()) missing.push_back(name);
+    else if (!it->second.defined())
+      mismatched.push_back(name + " (checkpoint undefined, model " + shape_str(t.sizes()) + ")");
     else if (it->second.sizes() != t.sizes())
       mismatched.push_back(name + " (checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()) +
                            ")");

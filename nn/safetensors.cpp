@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "core/json.h"
+#include "core/utf8.h"
 #include "nn/file.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -455,8 +456,14 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     FRUGAL_CHECK(name != "__metadata__", "save_safetensors: ", path,
                  ": \"__metadata__\" is reserved and cannot name a tensor");
     FRUGAL_CHECK(t.defined(), "save_safetensors: ", path, ": tensor ", json::quote(name), " is undefined");
+    // The header is JSON, whose strings the loader (and every other) reads only as UTF-8.
+    FRUGAL_CHECK(is_valid_utf8(name), "save_safetensors: ", path, ": tensor name ", json::quote(name),
+                 " is not valid UTF-8; no file was written");
     order.push_back(&item);
   }
+  for (const auto& [k, v] : metadata)
+    FRUGAL_CHECK(is_valid_utf8(k) && is_valid_utf8(v), "save_safetensors: ", path, ": metadata ", json::quote(k), " = ",
+                 json::quote(v), " is not valid UTF-8; no file was written");
   // As the Python library: widest dtype first, then by name (bytewise).
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
     const int oa = entry_for(a->second.dtype()).order, ob = entry_for(b->second.dtype()).order;

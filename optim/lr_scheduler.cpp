@@ -54,8 +54,8 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
   FRUGAL_CHECK(b.size() == optimizer_.param_groups().size(), "LRScheduler.load_state_dict: the state dict has ",
                b.size(), " base lrs, the optimizer has ", optimizer_.param_groups().size(), " param groups");
   const double e = epoch.to(kCPU, kFloat64).item<double>();
-  FRUGAL_CHECK(e >= 0 && e == std::floor(e),
-               "LRScheduler.load_state_dict: last_epoch must be a non-negative integer, got ", e);
+  FRUGAL_CHECK(e >= 0 && e == std::floor(e) && e < 9.007199254740992e15,  // a step count float64 holds exactly
+               "LRScheduler.load_state_dict: last_epoch must be a non-negative integer below 2^53, got ", e);
   base_lrs_ = b;
   last_epoch_ = int64_t(e);
   apply();

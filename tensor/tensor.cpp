@@ -116,6 +116,7 @@ Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offse
   v->sizes = sizes;
   v->strides = strides;
   v->dtype = dtype();
+  v->is_view = true;
   return Tensor(std::move(v));
 }
 

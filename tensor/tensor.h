@@ -72,6 +72,7 @@ struct TensorImpl {
   Shape sizes;
   Shape strides;  // in elements
   DType dtype = kFloat32;
+  bool is_view = false;                 // made by a view op (make_view) over another tensor's storage
   std::shared_ptr<void> autograd_meta;  // owned by the autograd layer
 };
 

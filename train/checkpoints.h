@@ -64,9 +64,9 @@ class CheckpointManager {
   explicit CheckpointManager(std::string dir, CheckpointOptions options = {});
 
   /// Writes the checkpoint of `step` (>= 0) and returns its path, then deletes all but the
-  /// newest keep_last. `metadata` is stored beside "step" (keys other than "step").
-  /// Throws naming the path, leaving every existing checkpoint as it was, when the directory
-  /// cannot be written or a tensor holds inf or NaN.
+  /// newest keep_last (by step; the file just written always among them). `metadata` is stored beside "step" (keys
+  /// other than "step"). Throws naming the path, leaving every existing checkpoint as it was, when the directory cannot
+  /// be written or a tensor holds inf or NaN.
   std::string save(int64_t step, const TrainState& state, const std::map<std::string, std::string>& metadata = {});
 
   /// The checkpoints in the directory, oldest (lowest step) first; none if it does not exist.

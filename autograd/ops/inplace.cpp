@@ -31,8 +31,12 @@ bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other
   const std::string fn = self.grad_fn_name();
   const bool spans_storage =
       self.storage_offset() == 0 && size_t(self.numel()) * self.element_size() == self.impl().storage->nbytes;
-  FRUGAL_CHECK(spans_storage && !is_view_node(fn), op, ": in-place operation on a view (",
-               fn.empty() ? "part of a larger tensor" : fn, ") of ", self.describe(),
+  // A view op's result over a storage another tensor holds (its base, or a view of it
+  // taken under NoGradGuard) even without a view node: the base would miss the change.
+  const bool shared_view = self.impl().is_view && self.impl().storage.use_count() > 1;
+  FRUGAL_CHECK(spans_storage && !is_view_node(fn) && !shared_view, op, ": in-place operation on a view (",
+               fn.empty() ? (spans_storage ? "sharing a storage another tensor holds" : "part of a larger tensor") : fn,
+               ") of ", self.describe(),
                " while autograd records it; frugal does not track views, so the base tensor would miss the "
                "change: clone() it first or use the out-of-place op");
   return true;

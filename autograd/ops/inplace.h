@@ -15,8 +15,12 @@
 //   [Saved tensor versions]). A retained .grad (retain_grad) moves to the new node.
 // - frugal does not track views (PyTorch's CopySlices): a write through a view would
 //   change its base behind the base's history. So a recorded in-place op throws when
-//   self is the output of a view node (view, permute, slice, select, expand, split) or
-//   does not span its storage (a slice or piece of something larger); clone() first.
+//   self is the output of a view node (view, permute, slice, select, expand, split), does
+//   not span its storage (a slice or piece of something larger), or was made by a view op
+//   over a storage another tensor still holds - a view with no view node, because its
+//   base needed no grad or it was taken under NoGradGuard (buf.t().copy_(src) would give
+//   src no gradient through buf; a no-grad view of a leaf would overwrite the leaf); clone()
+//   first. (An op's result that is a view of a temporary nobody else holds is fine.)
 //   Aliases frugal cannot see (a detach()ed handle, a view taken of self before the
 //   op) keep their old history: avoid reading them after an in-place op that records.
 // - copy_ is recorded by the same rules (autograd/ops/copy.cpp): the new value is src's,

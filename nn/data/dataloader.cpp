@@ -150,8 +150,8 @@ struct DataLoader::Pass {
   };
   // A batch whose copy to the device runs on the side stream (Note [DataLoader pipeline]).
   struct Staged {
-    Batch batch;                // on the device, written by the copies
-    void* events[2] = {};       // the inputs' and targets' copies
+    Batch batch;           // on the device, written by the copies
+    void* events[2] = {};  // the inputs' and targets' copies
     Device device = kCPU;
     Staged() = default;
     Staged(const Staged&) = delete;
@@ -177,7 +177,7 @@ struct DataLoader::Pass {
   int64_t num_batches = 0;
   int64_t consumed = 0;   // batches taken from `ready` (or made) by next()
   int64_t delivered = 0;  // batches handed to the caller: consumed, or consumed - 1 with one staged
-  int64_t claimed = 0;   // batches claimed by the workers (guarded by mu)
+  int64_t claimed = 0;    // batches claimed by the workers (guarded by mu)
   std::mutex mu;
   std::condition_variable cv;
   std::map<int64_t, Slot> ready;  // prepared batches by index
@@ -207,7 +207,7 @@ DataLoader::~DataLoader() { end_pass(); }
 
 int64_t DataLoader::size() const {
   const int64_t n = dataset_->size(), b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  return options_.drop_last ? n / b : n == 0 ? 0 : 1 + (n - 1) / b;  // (n + b - 1 could overflow)
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
@@ -360,9 +360,7 @@ bool DataLoader::next(Batch& batch) {
         staged->batch.targets = stage(host->targets, options_.device, staged->events[1]);
         p.staged = std::move(staged);
         ++side_stream_copies_;
-      } catch (const std::exception&) {
-        p.unstaged = std::move(host);
-      }
+      } catch (const std::exception&) { p.unstaged = std::move(host); }
     }
   }
 #endif
