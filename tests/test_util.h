@@ -24,6 +24,23 @@ inline std::string temp_path(const std::string& stem, const std::string& ext = "
   return (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(::getpid()) + ext)).string();
 }
 
+/// A fresh directory at temp_path(stem, ""), removed with the object (made writable first:
+/// a test may have taken its write permission away).
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& stem) : path(temp_path(stem, "")) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+};
+
 /// How a test input is laid out in memory.
 enum class Layout {
   Contiguous,

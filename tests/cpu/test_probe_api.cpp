@@ -67,18 +67,6 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
   return std::vector<uint8_t>(p, p + size_t(c.numel()) * c.element_size());
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& stem) : path(temp_path(stem, "")) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -395,7 +383,7 @@ TEST_CASE("probe: state_dict through safetensors is bit-exact (NaN payloads, -0,
     a.flags.copy_(from_vector(Values{1, 0, 1}, {3}, TensorOptions(kBool)));
     a.half.copy_(from_vector(Values{-0.0, 1e-40, kInf, 1.5, -2}, {5}, TensorOptions(kFloat64)));
   }
-  TempDir dir("probe_api_st");
+  ScratchDir dir("probe_api_st");
   const std::string path = (dir.path / "m.safetensors").string();
   nn::save_safetensors(path, a.state_dict());
   const nn::SafetensorsFile f = nn::load_safetensors(path);
@@ -419,7 +407,7 @@ TEST_CASE("probe: state_dict through safetensors is bit-exact (NaN payloads, -0,
 }
 
 TEST_CASE("probe: a failed save leaves the file at the path as it was") {
-  TempDir dir("probe_api_fail");
+  ScratchDir dir("probe_api_fail");
   const std::string path = (dir.path / "keep.safetensors").string();
   nn::save_safetensors(path, {{"x", ones({3})}});
   const std::string original = read_file(path);
@@ -440,7 +428,7 @@ TEST_CASE("probe: a failed save leaves the file at the path as it was") {
 }
 
 TEST_CASE("probe: every truncation and many byte flips of a checkpoint load or throw frugal::Error") {
-  TempDir dir("probe_api_trunc");
+  ScratchDir dir("probe_api_trunc");
   const std::string path = (dir.path / "c.safetensors").string();
   nn::save_safetensors(path,
                        {{"w", from_vector(Values{1, 2, 3, 4, 5, 6}, {2, 3}, TensorOptions(kFloat32))},
@@ -478,7 +466,7 @@ TEST_CASE("probe: every truncation and many byte flips of a checkpoint load or t
 TEST_CASE("probe: save_safetensors writes only names that load_safetensors reads back") {
   // Names are JSON strings: they must be UTF-8. A save that accepts a name its own loader
   // rejects writes a checkpoint that can never be read.
-  TempDir dir("probe_api_names");
+  ScratchDir dir("probe_api_names");
   const std::string path = (dir.path / "n.safetensors").string();
   for (const std::string name : {std::string("ok\xc3\xa9"), std::string("bad\xff"), std::string("half\xc3"),
                                  std::string("nul\0in", 6), std::string("")}) {
@@ -836,7 +824,7 @@ TEST_CASE("probe: evaluate on a model whose weights are NaN reports a NaN loss, 
 }
 
 TEST_CASE("probe: CheckpointManager keep_last never deletes the checkpoint it has just written") {
-  TempDir dir("probe_api_ckpt");
+  ScratchDir dir("probe_api_ckpt");
   auto model = std::make_shared<nn::Linear>(2, 2);
   train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 1});
   const train::TrainState state{.model = model.get(), .rng = false};

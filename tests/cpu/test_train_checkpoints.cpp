@@ -45,20 +45,6 @@ std::vector<double> weights_of(const nn::Module& m) {
   return all;
 }
 
-// A fresh temporary directory, removed with the object.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& stem) : path(temp_path(stem, "")) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
-
 // Everything a step depends on: an MLP with dropout (the RNG), Adam, a GradScaler whose scale
 // grows every 2 steps, a per-step StepLR and a shuffling loader of 4 batches an epoch.
 struct Run {
@@ -109,7 +95,7 @@ struct Run {
 }  // namespace
 
 TEST_CASE("CheckpointManager: k steps + save + resume + the rest == the uninterrupted run, bit for bit") {
-  TempDir dir("frugal_ckpt_resume");
+  ScratchDir dir("frugal_ckpt_resume");
   const int64_t total = 11;
   Run straight(3);
   straight.steps(total);
@@ -139,7 +125,7 @@ TEST_CASE("CheckpointManager: k steps + save + resume + the rest == the uninterr
 }
 
 TEST_CASE("CheckpointManager: keep_last keeps the newest k files and touches no other file") {
-  TempDir dir("frugal_ckpt_keep");
+  ScratchDir dir("frugal_ckpt_keep");
   std::ofstream(dir.path / "notes.txt") << "mine";
   std::ofstream(dir.path / "ckpt-abc.safetensors") << "not a checkpoint";
   Run run(1);
@@ -163,7 +149,7 @@ TEST_CASE("CheckpointManager: keep_last keeps the newest k files and touches no 
 }
 
 TEST_CASE("CheckpointManager: a failed save throws naming the file and leaves the previous checkpoint") {
-  TempDir dir("frugal_ckpt_fail");
+  ScratchDir dir("frugal_ckpt_fail");
   Run run(2);
   train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 1});
   const std::string good = ckpt.save(1, run.state());
@@ -192,7 +178,7 @@ TEST_CASE("CheckpointManager: a failed save throws naming the file and leaves th
 }
 
 TEST_CASE("CheckpointManager: load checks that the file holds each part asked for, before loading any") {
-  TempDir dir("frugal_ckpt_parts");
+  ScratchDir dir("frugal_ckpt_parts");
   Run saved(4), other(5);
   train::CheckpointManager ckpt(dir.path.string());
   const std::string path = ckpt.save(3, {.model = saved.model.get(), .optimizer = saved.opt.get()});
