@@ -468,8 +468,8 @@ TEST_CASE("probe: save_safetensors writes only names that load_safetensors reads
   // rejects writes a checkpoint that can never be read.
   ScratchDir dir("probe_api_names");
   const std::string path = (dir.path / "n.safetensors").string();
-  for (const std::string name : {std::string("ok\xc3\xa9"), std::string("bad\xff"), std::string("half\xc3"),
-                                 std::string("nul\0in", 6), std::string("")}) {
+  for (const std::string& name : {std::string("ok\xc3\xa9"), std::string("bad\xff"), std::string("half\xc3"),
+                                  std::string("nul\0in", 6), std::string("")}) {
     CAPTURE(name);
     bool saved = true;
     try {
