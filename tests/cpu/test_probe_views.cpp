@@ -1052,6 +1052,10 @@ std::vector<double> ref_ce_rows(const std::vector<double>& z, int64_t R, int64_t
       out.push_back(0.0);
       continue;
     }
+    if (t[size_t(r)] < 0 || t[size_t(r)] >= C) {  // a bad target: the op must throw; no row to read
+      out.push_back(std::nan(""));
+      continue;
+    }
     double mx = -1e300, s = 0, mean = 0;
     for (int64_t c = 0; c < C; ++c) mx = std::max(mx, z[size_t(r * C + c)]);
     for (int64_t c = 0; c < C; ++c) s += std::exp(z[size_t(r * C + c)] - mx), mean += z[size_t(r * C + c)] / C;
