@@ -301,12 +301,7 @@ Tensor Optimizer::load_state_buffer(const Tensor& t, const Tensor& param) const 
   // Never the caller's storage; in the parameter's memory order when it has its shape
   // (Note [Optimizer memory order] in optim/step_util.h).
   if (copy.sizes() == param.sizes() && is_dense(param)) {
-    if (copy.shares_storage(t) || !same_dense_layout(copy, param)) {
-      Tensor in_order = empty_in_layout(param, copy.options());
-      in_order.copy_(copy);
-      return in_order;
-    }
-    return copy;
+    return copy.shares_storage(t) || !same_dense_layout(copy, param) ? copy_in_layout(copy, param) : copy;
   }
   if (copy.shares_storage(t) || !copy.is_contiguous()) copy = copy.clone();
   return copy;

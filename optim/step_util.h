@@ -38,13 +38,6 @@ inline std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
 // (a state dict loaded from elsewhere, a model moved to channels-last after steps) is
 // put into that order.
 
-/// A copy of t in like's memory order (like dense, of t's sizes).
-inline Tensor copy_in_layout(const Tensor& t, const Tensor& like) {
-  Tensor out = empty_in_layout(like, t.options());
-  out.copy_(t);
-  return out;
-}
-
 /// One parameter being stepped (Note [Optimizer memory order]): `work` is the parameter
 /// itself (detached) when it is dense, else a contiguous copy written back by finish();
 /// `grad` is the gradient in work's memory order (itself when it already is).

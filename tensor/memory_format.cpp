@@ -35,10 +35,10 @@ Tensor empty_channels_last(const Shape& sizes, TensorOptions opts) {
 }
 
 bool is_dense(const Tensor& x) {
+  if (x.numel() == 0) return true;
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that move
   for (int64_t d = 0; d < x.dim(); ++d)
     if (x.sizes()[d] != 1) dims.emplace_back(x.strides()[d], x.sizes()[d]);
-  if (x.numel() == 0) return true;
   std::sort(dims.begin(), dims.end());
   int64_t expected = 1;
   for (const auto& [stride, size] : dims) {
@@ -59,6 +59,12 @@ Tensor empty_in_layout(const Tensor& like, TensorOptions opts) {
   // A dense layout's strides describe a fresh allocation of numel() elements (a size-1
   // dim's stride adds nothing to the span).
   return is_dense(like) ? empty_strided(like.sizes(), like.strides(), opts) : empty(like.sizes(), opts);
+}
+
+Tensor copy_in_layout(const Tensor& t, const Tensor& like) {
+  Tensor out = empty_in_layout(like, t.options());
+  out.copy_(t);
+  return out;
 }
 
 Tensor to_channels_last(const Tensor& x) {

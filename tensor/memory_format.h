@@ -48,6 +48,9 @@ bool same_dense_layout(const Tensor& a, const Tensor& b);
 /// (PyTorch's empty_like with preserve_format), else contiguous.
 Tensor empty_in_layout(const Tensor& like, TensorOptions opts);
 
+/// A fresh copy of t (any device or dtype: t's options) in like's memory order (like of t's sizes).
+Tensor copy_in_layout(const Tensor& t, const Tensor& like);
+
 /// One op's memory format, for the ops that keep channels-last (conv2d, the pools):
 /// channels-last when an operand suggests it; `native` when the backend computes in it
 /// (CUDA), else the backend computes NCHW and the result is converted (CPU).
