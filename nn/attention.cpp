@@ -46,8 +46,8 @@ namespace frugal::nn {
 //     frugal's own kernels its dropout keeps the same weights the composed path's dropout()
 //     would from the same generator state. Everything else (float32, CPU, E > 128, a mask
 //     with a gradient) runs the composed matmul / masked_softmax / dropout / matmul steps.
-//     On the GPU the fused op itself runs cuDNN's fused attention engines for calls without
-//     a mask when cuDNN can plan them (dropout included, drawn by cuDNN's own RNG: a mask of
+//     On the GPU the fused op itself runs cuDNN's fused attention engines when cuDNN can plan
+//     the call (masks as an added bias; dropout included, drawn by cuDNN's own RNG: a mask of
 //     the same rate, not the same weights), frugal's own kernels otherwise (Note [cuDNN
 //     attention] in tensor/cuda/attention_cudnn.cu; ops::set_attention_backend, FRUGAL_ATTENTION).
 //     The fused op keeps the projections' (B, T, H, D) memory order (Note [Flash attention

@@ -40,11 +40,22 @@
 // drawn before each direction: the same numbers on every backend, but 100 MB written and read
 // twice per layer at BERT's b16 x 512 (about 1.2 of 26.7 ms a step on the H200), and it needed
 // the mask to hold 1 / (1 - p) (0/1 with Dsum scaled by 1 - p gave wrong dq and dk there).
+// Masks: cuDNN adds a bias to the scaled scores (before the causal mask, as cudnn-frontend's
+// `bias`), in q's dtype, (Bm, Hm, L, S) with Bm in {1, B}, Hm in {1, H} (broadcast by the
+// graph) and stride 0 over the queries where the mask has one row for all (a key padding mask
+// (B, 1, 1, S) reads B S values), its rows 16 bytes apart. A bool mask becomes 0 where it
+// keeps and -inf where it masks; an additive one in q's dtype is used as it is when so laid
+// out (ops::cudnn_mask in tensor/ops/flash_attention.cpp). A mask that broadcasts over the keys
+// stays on our kernels. A row whose every key is masked has max = -inf, so cuDNN computes
+// -inf - -inf = NaN there, where ours give zeros and lse = -inf; which rows those are is known
+// from the mask alone without a sync (the (Bm, Hm, Lm, 1) "no key" rows: amax of the bias is
+// -inf), so after the forward a one-thread-per-row kernel writes zeros and -inf into exactly
+// those rows, and the backward gets lse with -inf turned into +inf: exp(score - lse) is then 0
+// for every key of such a row (-inf - +inf = -inf), so the row adds nothing to dk, dv and gets
+// dq = 0, as on our kernels. Masks need cuDNN 9.10 (-inf scores; see masked_score()).
 // What stays on frugal's own kernels (tensor/cuda/flash_attention.cu), decided before either
 // direction runs, from the inputs and options alone (ops::attention_backend_for):
-// - masks: a bool mask has no cuDNN input at all; an additive one could go to cuDNN's bias,
-//   but a row whose keys are all -inf gives NaN there where ours gives zeros and lse = -inf,
-//   and telling the two apart would need the mask's values on the host (a sync).
+// - masks that broadcast over the keys (a (.., L, 1) mask);
 // - anything without a plan: each (device, dtype, direction, shape, causal, strides) problem
 //   builds its graph once; the plans, or the failure and its reason, are remembered, so a
 //   shape cuDNN refuses costs one attempt, not one per step. A call uses cuDNN only when the
@@ -120,6 +131,7 @@ enum Uid : int64_t {
   kDropoutSeed,
   kDropoutOffset,
   kDropoutScale,
+  kBias,
   kFirstVirtual = 100,
 };
 
@@ -285,6 +297,26 @@ Dims transposed(Dims st) {
   return st;
 }
 
+/// The bias operand as the graphs declare it: its (Bm, Hm, L, S) dims and strides; no dims without one.
+struct BiasShape {
+  Dims dims, strides;
+  explicit BiasShape(const Tensor& bias) {
+    if (!bias.defined()) return;
+    dims.assign(bias.sizes().begin(), bias.sizes().end());
+    strides.assign(bias.strides().begin(), bias.strides().end());
+  }
+  bool present() const { return !dims.empty(); }
+};
+
+/// Scores plus the additive mask (Note [cuDNN attention]), where there is one.
+cudnnBackendDescriptor_t with_bias(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims& dims, const Dims& strides,
+                                   const BiasShape& bias) {
+  if (!bias.present()) return x;
+  cudnnBackendDescriptor_t y = g.virtual_tensor(dims, strides);
+  g.pointwise(CUDNN_POINTWISE_ADD, x, g.tensor(kBias, bias.dims, bias.strides, g.io()), y);
+  return y;
+}
+
 /// Scores with the causal mask applied: select(row >= col, x, -inf), top-left aligned.
 cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims& dims,
                                      const Dims& strides) {
@@ -347,7 +379,7 @@ bool needs_padding_workaround(const FlashAttentionParams& p) {
 }
 
 /// The forward graph of the Note: q, k, v -> out, Stats.
-void build_forward(GraphBuilder& g, const FlashAttentionParams& p) {
+void build_forward(GraphBuilder& g, const FlashAttentionParams& p, const BiasShape& bias) {
   const int64_t B = p.B, H = p.H, L = p.L, S = p.S, E = p.E;
   const cudnnDataType_t io = g.io();
   const Dims scores{B, H, L, S}, scores_st{H * L * S, L * S, S, 1}, rows{B, H, L, 1}, rows_st{H * L, L, 1, 1};
@@ -361,6 +393,7 @@ void build_forward(GraphBuilder& g, const FlashAttentionParams& p) {
   g.matmul(q, kt, s);
   cudnnBackendDescriptor_t scaled = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_MUL, s, g.scalar(kScale), scaled);
+  scaled = with_bias(g, scaled, scores, scores_st, bias);
   if (p.causal) scaled = causal_mask(g, scaled, scores, scores_st);
   cudnnBackendDescriptor_t max = g.virtual_tensor(rows, rows_st);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, max);
@@ -381,7 +414,7 @@ void build_forward(GraphBuilder& g, const FlashAttentionParams& p) {
 }
 
 /// The backward graph of the Note: q, k, v, out, dout, Stats -> dq, dk, dv.
-void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
+void build_backward(GraphBuilder& g, const FlashAttentionParams& p, const BiasShape& bias) {
   const int64_t B = p.B, H = p.H, L = p.L, S = p.S, E = p.E;
   const cudnnDataType_t io = g.io();
   const Dims scores{B, H, L, S}, scores_st{H * L * S, L * S, S, 1}, rows{B, H, L, 1}, rows_st{H * L, L, 1, 1};
@@ -420,6 +453,7 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p) {
   cudnnBackendDescriptor_t scaled = g.virtual_tensor(scores, scores_st);
   cudnnBackendDescriptor_t scale = g.scalar(kScale);
   g.pointwise(CUDNN_POINTWISE_MUL, s, scale, scaled);
+  scaled = with_bias(g, scaled, scores, scores_st, bias);
   if (len_q != nullptr) scaled = padding_mask(g, scaled, scores, scores_st, len_q, len_kv);
   cudnnBackendDescriptor_t shifted = g.virtual_tensor(scores, scores_st);
   g.pointwise(CUDNN_POINTWISE_SUB, scaled, stats, shifted);
@@ -516,20 +550,26 @@ std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph) {
 
 cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
-std::string describe(Direction d, DType dtype, const FlashAttentionParams& p) {
+std::string describe(Direction d, DType dtype, const FlashAttentionParams& p, const BiasShape& bias) {
   return ::frugal::detail::str_cat("cuDNN attention ", d == Direction::Forward ? "forward" : "backward", " (",
                                    dtype_name(dtype), ", B=", p.B, " H=", p.H, " L=", p.L, " S=", p.S, " E=", p.E,
                                    p.causal ? ", causal" : "",
+                                   bias.present() ? ::frugal::detail::str_cat(", mask ", shape_str(bias.dims)) : "",
                                    p.dropout_p > 0.0 ? ::frugal::detail::str_cat(", dropout ", p.dropout_p) : "", ")");
 }
 
 /// Builds one problem's graph and plans (see the Note); a set without plans, and the reason,
 /// when cuDNN refuses.
-std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType dtype, const FlashAttentionParams& p) {
+std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType dtype, const FlashAttentionParams& p,
+                                           const BiasShape& bias) {
   auto set = std::make_shared<PlanSet>();
-  set->what = describe(d, dtype, p);
+  set->what = describe(d, dtype, p, bias);
   if (cudnnGetVersion() < 90000) {
     set->why = ::frugal::detail::str_cat("needs cuDNN 9, found ", cudnnGetVersion());
+    return set;
+  }
+  if (bias.present() && cudnnGetVersion() < 91000) {  // masked_score(): -inf scores only from 9.10
+    set->why = ::frugal::detail::str_cat("a mask needs cuDNN 9.10, found ", cudnnGetVersion());
     return set;
   }
   if (d == Direction::Backward && p.L == 1 && p.S == 1) {  // as cudnn-frontend refuses it
@@ -538,8 +578,8 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
   }
   try {
     auto graph = std::make_unique<GraphBuilder>(io_type(dtype));
-    if (d == Direction::Forward) build_forward(*graph, p);
-    else build_backward(*graph, p);
+    if (d == Direction::Forward) build_forward(*graph, p, bias);
+    else build_backward(*graph, p, bias);
     Descriptor op_graph = graph->finalize(h);
     std::vector<Plan> plans = make_plans(h, op_graph);
     if (plans.empty()) {
@@ -563,7 +603,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
 
 using PlanKey = std::vector<int64_t>;
 
-PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionParams& p) {
+PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionParams& p, const BiasShape& bias) {
   PlanKey key{device.index,
               int64_t(dtype),
               int64_t(d),
@@ -581,15 +621,19 @@ PlanKey make_key(Direction d, DType dtype, Device device, const FlashAttentionPa
   if (d == Direction::Backward) {
     add(p.out_stride, p.L), add(p.dq_stride, p.L), add(p.dk_stride, p.S), add(p.dv_stride, p.S);
   }
+  key.push_back(int64_t(bias.dims.size()));
+  key.insert(key.end(), bias.dims.begin(), bias.dims.end());
+  key.insert(key.end(), bias.strides.begin(), bias.strides.end());
   return key;
 }
 
 /// The plans of one problem, built on first use (under a DeviceGuard for `device`).
-std::shared_ptr<const PlanSet> plans_for(Direction d, DType dtype, Device device, const FlashAttentionParams& p) {
-  const PlanKey key = make_key(d, dtype, device, p);
+std::shared_ptr<const PlanSet> plans_for(Direction d, DType dtype, Device device, const FlashAttentionParams& p,
+                                         const BiasShape& bias) {
+  const PlanKey key = make_key(d, dtype, device, p, bias);
   std::shared_ptr<const PlanSet> set = plan_cache<PlanKey, PlanSet>().lookup(key);
   if (set == nullptr) {
-    set = build_plans(cudnn_handle(device), d, dtype, p);
+    set = build_plans(cudnn_handle(device), d, dtype, p, bias);
     plan_cache<PlanKey, PlanSet>().insert(key, set);
   }
   return set;
@@ -654,12 +698,36 @@ DropoutOperands dropout_operands(const FlashAttentionParams& p, Device device) {
   return d;
 }
 
-/// Whether every operand starts 16-byte aligned, as the tensor descriptors declare.
+/// Whether every operand (undefined: none) starts 16-byte aligned, as the tensor descriptors declare.
 bool aligned(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
-    if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
   return true;
 }
+
+/// Rows whose every key is masked (no_key, broadcast over (B, H, L) with strides nb, nh, nl):
+/// cuDNN leaves NaN there; they get what our kernels give, zeros and lse = -inf (see the Note).
+/// out is float16/bfloat16, whose zero is all bits clear either way.
+__global__ void clear_keyless_rows_kernel(uint16_t* out, float* lse, const bool* no_key, int64_t H, int64_t L,
+                                          int64_t E, int64_t ob, int64_t oh, int64_t ol, int64_t nb, int64_t nh,
+                                          int64_t nl, int64_t rows) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  const int64_t l = row % L, h = row / L % H, b = row / (L * H);
+  if (!no_key[b * nb + h * nh + l * nl]) return;
+  lse[row] = -INFINITY;
+  uint16_t* o = out + b * ob + h * oh + l * ol;
+  for (int64_t e = 0; e < E; ++e) o[e] = 0;
+}
+
+/// The backward's statistics: lse with -inf (a row without keys) made +inf, so that cuDNN's
+/// exp(score - lse) is 0 for every key of that row instead of NaN (see the Note).
+__global__ void keyless_lse_kernel(float* y, const float* lse, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = lse[i] == -INFINITY ? INFINITY : lse[i];
+}
+
+int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
 /// -inf for masked scores; cuDNN before 9.10 wanted the lowest float instead (as cudnn-frontend).
 float masked_score() {
@@ -668,10 +736,11 @@ float masked_score() {
 
 }  // namespace
 
-bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionParams& p, std::string* why) {
+bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionParams& p, const Tensor& bias,
+                               std::string* why) {
   DeviceGuard guard(device);
   for (Direction d : {Direction::Forward, Direction::Backward}) {
-    std::shared_ptr<const PlanSet> set = plans_for(d, dtype, device, p);
+    std::shared_ptr<const PlanSet> set = plans_for(d, dtype, device, p, BiasShape(bias));
     if (!set->usable()) {
       if (why != nullptr) *why = set->reason();
       return false;
@@ -681,35 +750,54 @@ bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionP
 }
 
 bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FlashAttentionParams& p) {
-  if (!aligned({&out, &lse, &q, &k, &v})) return false;
+                             const FlashAttentionParams& p, const CudnnAttentionMask& mask) {
+  if (!aligned({&out, &lse, &q, &k, &v, &mask.bias})) return false;
   const Device device = q.device();
   DeviceGuard guard(device);
-  std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p);
+  std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p, BiasShape(mask.bias));
   if (!set->usable()) return false;
   const DropoutOperands drop = dropout_operands(p, device);
   float scale = float(p.scale), neg_inf = masked_score(), drop_scale = drop.scale;
-  return execute(*set, device,
-                 {{kQ, q.data()},
-                  {kK, k.data()},
-                  {kV, v.data()},
-                  {kO, out.data()},
-                  {kStats, lse.data()},
-                  {kScale, &scale},
-                  {kNegInf, &neg_inf},
-                  {kDropoutSeed, drop.seed()},
-                  {kDropoutOffset, drop.offset()},
-                  {kDropoutScale, &drop_scale}});
+  if (!execute(*set, device,
+               {{kQ, q.data()},
+                {kK, k.data()},
+                {kV, v.data()},
+                {kO, out.data()},
+                {kStats, lse.data()},
+                {kScale, &scale},
+                {kNegInf, &neg_inf},
+                {kBias, mask.bias.defined() ? mask.bias.data() : nullptr},
+                {kDropoutSeed, drop.seed()},
+                {kDropoutOffset, drop.offset()},
+                {kDropoutScale, &drop_scale}}))
+    return false;
+  if (mask.no_key.defined()) {
+    const Tensor& n = mask.no_key;
+    auto stride = [&](int d, int64_t full) { return n.size(d) == 1 && full != 1 ? 0 : n.stride(d); };
+    const int64_t rows = p.B * p.H * p.L;
+    clear_keyless_rows_kernel<<<blocks_for(rows, 256), 256, 0, stream_for(device)>>>(
+        static_cast<uint16_t*>(out.data()), static_cast<float*>(lse.data()), static_cast<const bool*>(n.data()), p.H,
+        p.L, p.E, p.o_stride[0], p.o_stride[1], p.o_stride[2], stride(0, p.B), stride(1, p.H), stride(2, p.L), rows);
+    FRUGAL_CUDA_CHECK(cudaGetLastError());
+  }
+  return true;
 }
 
 bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                               const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const FlashAttentionParams& p) {
-  if (!aligned({&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse})) return false;
+                              const FlashAttentionParams& p, const Tensor& bias) {
+  if (!aligned({&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse, &bias})) return false;
   const Device device = q.device();
   DeviceGuard guard(device);
-  std::shared_ptr<const PlanSet> set = plans_for(Direction::Backward, q.dtype(), device, p);
+  std::shared_ptr<const PlanSet> set = plans_for(Direction::Backward, q.dtype(), device, p, BiasShape(bias));
   if (!set->usable()) return false;
+  Tensor stats = lse;
+  if (bias.defined()) {  // rows without keys: -inf -> +inf (see keyless_lse_kernel)
+    stats = empty(lse.sizes(), lse.options());
+    keyless_lse_kernel<<<blocks_for(lse.numel(), 256), 256, 0, stream_for(device)>>>(
+        static_cast<float*>(stats.data()), static_cast<const float*>(lse.data()), lse.numel());
+    FRUGAL_CUDA_CHECK(cudaGetLastError());
+  }
   // O(B H L E) float temporaries the graph names (as cudnn-frontend carves them from its
   // workspace): the rows' dout . out, and dq's accumulator, which cuDNN >= 9.6 zeroes itself.
   const Tensor softmax_sum = empty({p.B * p.H * p.L}, {kFloat32, device});
@@ -726,7 +814,8 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
                   {kV, v.data()},
                   {kO, out.data()},
                   {kDO, dout.data()},
-                  {kStats, lse.data()},
+                  {kStats, stats.data()},
+                  {kBias, bias.defined() ? bias.data() : nullptr},
                   {kDQ, dq.data()},
                   {kDK, dk.data()},
                   {kDV, dv.data()},

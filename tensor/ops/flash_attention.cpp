@@ -9,8 +9,10 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
+#include "tensor/ops/reduce.h"
 #ifdef FRUGAL_WITH_CUDA
 #include "tensor/cuda/attention_cudnn.h"
 #endif
@@ -106,11 +108,51 @@ AttentionBackend backend_from_environment() {
   FRUGAL_FAIL("FRUGAL_ATTENTION must be auto, cudnn or flash, got '", s, "'");
 }
 
-/// Whether this call runs on cuDNN (Note [cuDNN attention]): no mask, a CUDA build, a backend other than Flash, and
-/// plans for the forward with p's strides (q, k, v and out) and for the backward that follows it (dout in out's order,
-/// the gradients in the order empty_grads gives them). q, k, v are the caller's tensors, p has their kernel views'.
-bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
-  if (!q.device().is_cuda() || p.mask_kind != 0) return false;
+/// A mask as cuDNN's graphs take it (cuda::CudnnAttentionMask, Note [cuDNN attention]).
+struct CudnnMask {
+  Tensor bias, no_key;
+};
+
+/// The mask as cuDNN's graphs take it: an additive bias in q's dtype (0 where a bool mask keeps,
+/// -inf where it masks), (Bm, Hm, L, S) with stride 0 over queries where the mask broadcasts
+/// there, its rows 16 bytes apart (copied into a padded buffer unless the mask already is so);
+/// with `rows`, also which rows keep no key. Nothing without a mask, off the GPU, under the
+/// Flash setting (unless `any_backend`: the backward of cuDNN's dropout), or for a mask that
+/// broadcasts over keys, which cuDNN does not take.
+CudnnMask cudnn_mask(const Tensor& mask, const Tensor& q, const FlashAttentionParams& p, bool rows,
+                     bool any_backend = false) {
+  CudnnMask m;
+  if (!mask.defined() || !q.device().is_cuda()) return m;
+  if (!any_backend && attention_backend() == AttentionBackend::Flash) return m;
+  Tensor m4 = mask;
+  while (m4.dim() < 4) m4 = m4.unsqueeze(0);
+  if (m4.size(3) != p.S) return m;
+  const int64_t per16 = int64_t(16 / element_size(q.dtype()));
+  bool as_is = m4.dtype() == q.dtype() && m4.stride(3) == 1 && reinterpret_cast<uintptr_t>(m4.data()) % 16 == 0;
+  for (int d = 0; d < 3; ++d) as_is = as_is && (m4.size(d) == 1 || m4.stride(d) % per16 == 0);
+  Tensor bias = m4;
+  if (!as_is) {
+    const int64_t padded = (p.S + per16 - 1) / per16 * per16;
+    bias = empty({m4.size(0), m4.size(1), m4.size(2), padded}, q.options()).narrow(3, 0, p.S);
+    if (m4.dtype() == kBool) {
+      fill_(bias, -INFINITY);
+      masked_fill_(bias, m4, 0.0);
+    } else {
+      copy_into(bias, m4);
+    }
+  }
+  if (rows) m.no_key = eq(amax(bias, {3}, true), -INFINITY);
+  m.bias = bias.expand({bias.size(0), bias.size(1), p.L, p.S});
+  return m;
+}
+
+/// Whether this call runs on cuDNN (Note [cuDNN attention]): a CUDA build, a backend other than Flash, a mask only
+/// as cuDNN's `bias` (cudnn_mask), and plans for the forward with p's strides (q, k, v and out) and for the backward
+/// that follows it (dout in out's order, the gradients in the order empty_grads gives them). q, k, v are the
+/// caller's tensors, p has their kernel views'.
+bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p,
+               const Tensor& bias) {
+  if (!q.device().is_cuda()) return false;
   const AttentionBackend mode = attention_backend();
   if (mode == AttentionBackend::Flash) return false;
 #ifdef FRUGAL_WITH_CUDA
@@ -122,36 +164,37 @@ bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
     strides_in_order_of(q, both.dq_stride), strides_in_order_of(k, both.dk_stride);
     strides_in_order_of(v, both.dv_stride);
   }
-  std::string why;
-  if (cuda::cudnn_attention_supported(q.dtype(), q.device(), both, &why)) return true;
+  std::string why = "a mask that broadcasts over the keys";
+  if ((p.mask_kind == 0 || bias.defined()) && cuda::cudnn_attention_supported(q.dtype(), q.device(), both, bias, &why))
+    return true;
   FRUGAL_CHECK(mode != AttentionBackend::Cudnn, op, ": the attention backend is cudnn (set_attention_backend or ",
                "FRUGAL_ATTENTION) but cuDNN cannot run query ", q.describe(), ", key ", k.describe(), ", value ",
                v.describe(), ": ", why);
   return false;
 #else
-  (void)op, (void)k, (void)v;
+  (void)op, (void)k, (void)v, (void)p, (void)bias;
   return false;
 #endif
 }
 
 /// cuda::cudnn_attention_forward in a CUDA build; false (run nothing) otherwise.
 bool cudnn_forward(const FlashAttentionForward& r, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const FlashAttentionParams& p) {
+                   const FlashAttentionParams& p, const CudnnMask& mask) {
 #ifdef FRUGAL_WITH_CUDA
-  return cuda::cudnn_attention_forward(r.out, r.lse, q, k, v, p);
+  return cuda::cudnn_attention_forward(r.out, r.lse, q, k, v, p, {mask.bias, mask.no_key});
 #else
-  (void)r, (void)q, (void)k, (void)v, (void)p;
+  (void)r, (void)q, (void)k, (void)v, (void)p, (void)mask;
   return false;
 #endif
 }
 
 /// cuda::cudnn_attention_backward in a CUDA build; false (run nothing) otherwise.
 bool cudnn_backward(const FlashAttentionGrads& g, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& out, const Tensor& lse, const FlashAttentionParams& p) {
+                    const Tensor& out, const Tensor& lse, const FlashAttentionParams& p, const Tensor& bias) {
 #ifdef FRUGAL_WITH_CUDA
-  return cuda::cudnn_attention_backward(g.dq, g.dk, g.dv, dout, q, k, v, out, lse, p);
+  return cuda::cudnn_attention_backward(g.dq, g.dk, g.dv, dout, q, k, v, out, lse, p, bias);
 #else
-  (void)g, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse, (void)p;
+  (void)g, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse, (void)p, (void)bias;
   return false;
 #endif
 }
@@ -161,7 +204,8 @@ bool cudnn_backward(const FlashAttentionGrads& g, const Tensor& dout, const Tens
 /// now, with dout in out's memory order (the layout whose backward plan the forward made sure
 /// of), and anything that still keeps cuDNN from running is an error, not other kernels.
 void cudnn_rng_backward(const char* op, const FlashAttentionGrads& g, Tensor dout, const Tensor& q, const Tensor& k,
-                        const Tensor& v, const Tensor& out, const Tensor& lse, FlashAttentionParams p) {
+                        const Tensor& v, const Tensor& out, const Tensor& lse, FlashAttentionParams p,
+                        const Tensor& bias) {
   if (dout.strides() != out.strides()) {
     const Tensor d = empty_in_order_of(out);
     copy_into(d, dout);
@@ -170,11 +214,11 @@ void cudnn_rng_backward(const char* op, const FlashAttentionGrads& g, Tensor dou
   }
   std::string why = q.device().is_cuda() ? "no workspace, or an execution it refused" : "they are not on a GPU";
 #ifdef FRUGAL_WITH_CUDA
-  if (q.device().is_cuda() && cuda::cudnn_attention_supported(q.dtype(), q.device(), p, &why) &&
-      cudnn_backward(g, dout, q, k, v, out, lse, p))
+  if (q.device().is_cuda() && cuda::cudnn_attention_supported(q.dtype(), q.device(), p, bias, &why) &&
+      cudnn_backward(g, dout, q, k, v, out, lse, p, bias))
     return;
 #else
-  (void)g, (void)lse;
+  (void)g, (void)lse, (void)bias;
 #endif
   FRUGAL_FAIL(op, ": the forward's dropout mask was drawn by cuDNN, but cuDNN's backward cannot run for query ",
               q.describe(), ", key ", k.describe(), ", value ", v.describe(), ", out ", out.describe(), ": ", why);
@@ -255,7 +299,8 @@ AttentionBackend attention_backend_for(const Tensor& q, const Tensor& k, const T
   if (p.B * p.H * p.L == 0 || p.S == 0) return AttentionBackend::Flash;  // no kernel runs at all
   strides_of(kernel_view(q), p.q_stride), strides_of(kernel_view(k), p.k_stride);
   strides_of(kernel_view(v), p.v_stride), strides_in_order_of(q, p.o_stride);
-  return use_cudnn("attention_backend_for", q, k, v, p) ? AttentionBackend::Cudnn : AttentionBackend::Flash;
+  const CudnnMask mask = cudnn_mask(options.mask, q, p, false);
+  return use_cudnn("attention_backend_for", q, k, v, p, mask.bias) ? AttentionBackend::Cudnn : AttentionBackend::Flash;
 }
 
 bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
@@ -296,8 +341,9 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   p.range = r.range;
   const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v);
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(r.out, p.o_stride);
-  if (use_cudnn(op, q, k, v, p)) {
-    if (cudnn_forward(r, qv, kv, vv, p)) {
+  const CudnnMask mask = cudnn_mask(options.mask, q, p, true);
+  if (use_cudnn(op, q, k, v, p, mask.bias)) {
+    if (cudnn_forward(r, qv, kv, vv, p, mask)) {
       if (p.dropout_p > 0.0) r.range.drawn_by = Generator::kCudnnRng;  // its backward must run there too
       return r;
     }
@@ -341,8 +387,10 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   strides_of(ov, p.out_stride);
   strides_of(g.dq, p.dq_stride), strides_of(g.dk, p.dk_stride), strides_of(g.dv, p.dv_stride);
   const Tensor lse_c = lse.contiguous();
-  if (p.dropout_p > 0.0 && range.drawn_by == Generator::kCudnnRng) {  // only cuDNN can draw its mask again
-    cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p);
+  const bool cudnn_rng = p.dropout_p > 0.0 && range.drawn_by == Generator::kCudnnRng;
+  const CudnnMask mask = cudnn_mask(options.mask, q, p, false, cudnn_rng);
+  if (cudnn_rng) {  // only cuDNN can draw its mask again
+    cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p, mask.bias);
     return g;
   }
   // Without dropout: the forward's choice, made again from the same inputs (its p had out's
@@ -352,7 +400,8 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   if (p.dropout_p == 0.0) {
     FlashAttentionParams forward_p = p;
     for (int d = 0; d < 3; ++d) forward_p.o_stride[d] = p.out_stride[d];
-    if (use_cudnn(op, q, k, v, forward_p) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p)) return g;
+    if (use_cudnn(op, q, k, v, forward_p, mask.bias) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p, mask.bias))
+      return g;
   }
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov, lse_c,
                          mask_view, p);

@@ -20,8 +20,8 @@
 // draw on the materialized weights from the same Generator::Range, so the fused and the
 // plain path agree bit for bit on which weights survive. Dropout applies to the weights
 // after normalization (lse is that of the undropped softmax), as in torch.
-// On CUDA, calls without a mask go to cuDNN's fused engines where it has plans for them
-// (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse. With
+// On CUDA, calls go to cuDNN's fused engines where it has plans for them, masks as an added
+// bias (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu): the same out and lse. With
 // dropout cuDNN draws its own mask from the same range (never stored; not dropout()'s), the
 // range records that (Generator::Range::drawn_by), and the backward then runs on cuDNN too.
 #include <optional>
@@ -66,7 +66,7 @@ struct FlashAttentionGrads {
 
 /// Attention of q (B, H, L, E) over k (B, H, S, E), v (B, H, S, E) (see Note [Flash attention]).
 /// float32/float64/float16/bfloat16 on the CPU; float16/bfloat16 with E <= 128, E % 8 == 0 on
-/// CUDA, where calls without a mask run cuDNN's fused engines when they can
+/// CUDA, where calls run cuDNN's fused engines when they can
 /// (attention_backend_for, Note [cuDNN attention]). With dropout it draws (B H L S + 3) / 4
 /// counters from `gen` (default generator).
 FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -85,10 +85,11 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
 bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
 
 /// Which kernels run fused attention on CUDA (Note [cuDNN attention] in tensor/cuda/attention_cudnn.cu).
-/// Masks, CPU tensors and shapes cuDNN has no plan for always run frugal's own kernels.
+/// CPU tensors, masks that broadcast over the keys and shapes cuDNN has no plan for always run
+/// frugal's own kernels.
 enum class AttentionBackend {
   Auto,   ///< cuDNN's fused engines where they take the call, frugal's own kernels otherwise
-  Cudnn,  ///< as Auto, but a call without a mask that cuDNN cannot plan is an error
+  Cudnn,  ///< as Auto, but a CUDA call that cuDNN cannot take is an error
   Flash,  ///< frugal's own kernels (Note [Flash attention]) for every call
 };
 

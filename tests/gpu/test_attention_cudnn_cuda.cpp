@@ -44,8 +44,8 @@ const Device kGpu = cuda(0);
 /// call the factors are for does, so that both run the same plan. Call it with the backend on cudnn.
 template <typename View>
 std::vector<double> cudnn_dropout_factors(const AttentionCase& c, DType dt, bool causal, double p, uint64_t seed,
-                                          View gpu_view, int draws_before = 0) {
-  const ops::FlashAttentionOptions o{Tensor(), causal, {}, p};
+                                          View gpu_view, int draws_before = 0, const Tensor& mask = Tensor()) {
+  const ops::FlashAttentionOptions o{mask, causal, {}, p};
   const Tensor q = gpu_view(zeros({c.B, c.H, c.L, c.E}, {dt})), k = gpu_view(zeros({c.B, c.H, c.S, c.E}, {dt}));
   std::vector<double> factors(size_t(c.B * c.H * c.L * c.S), 0.0);
   for (int64_t j = 0; j * c.E < c.S; ++j) {
@@ -65,25 +65,26 @@ std::vector<double> cudnn_dropout_factors(const AttentionCase& c, DType dt, bool
   return factors;
 }
 
-/// Runs the raw ops on `in` (moved to the GPU, `gpu_view` applied) with the backend forced to
-/// cudnn, after asserting that the call goes there, and checks all five results against the
-/// float64 reference.
+/// Runs the raw ops on `in` (moved to the GPU, `gpu_view` applied) and `mask` (a CPU tensor or
+/// undefined, moved to the GPU) with the backend forced to cudnn, after asserting that the call
+/// goes there, and checks all five results against the float64 reference.
 template <typename View>
 void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale,
-                 View gpu_view, double p = 0.0) {
+                 View gpu_view, double p = 0.0, const Tensor& mask = Tensor()) {
   const DType dt = in.q.dtype();
   INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " causal=", causal,
-       " scale=", scale ? *scale : -1.0, " p=", p);
+       " scale=", scale ? *scale : -1.0, " p=", p, " mask=", mask.defined() ? mask.describe() : "none");
   const Tensor q = gpu_view(in.q), k = gpu_view(in.k), v = gpu_view(in.v), g = gpu_view(in.g);
-  const ops::FlashAttentionOptions o{Tensor(), causal, scale, p};
+  const Tensor gpu_mask = mask.defined() ? mask.to(kGpu) : Tensor();
+  const ops::FlashAttentionOptions o{gpu_mask, causal, scale, p};
   const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
   REQUIRE(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Cudnn);
   Generator gen(4321);
   const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o, &gen);
   const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
   const std::vector<double> factors =
-      p > 0.0 ? cudnn_dropout_factors(c, dt, causal, p, 4321, gpu_view) : std::vector<double>{};
-  const AttentionReference ref = attention_reference(in.q, in.k, in.v, Tensor(), causal,
+      p > 0.0 ? cudnn_dropout_factors(c, dt, causal, p, 4321, gpu_view, 0, gpu_mask) : std::vector<double>{};
+  const AttentionReference ref = attention_reference(in.q, in.k, in.v, mask, causal,
                                                      scale ? *scale : 1.0 / std::sqrt(double(c.E)), factors, in.g);
   CHECK(f.out.dtype() == dt);
   CHECK(f.lse.dtype() == kFloat32);
@@ -97,9 +98,18 @@ void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal,
 }
 
 void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale = {},
-                 double p = 0.0) {
+                 double p = 0.0, const Tensor& mask = Tensor()) {
   check_cudnn(
-      c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); }, p);
+      c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); }, p, mask);
+}
+
+/// A (B, 1, 1, S) bool key padding mask: batch b keeps its first S - b S / (B - 1) keys, so the
+/// first keeps all and the last none (its rows have no key).
+Tensor padding_mask(int64_t B, int64_t S) {
+  std::vector<double> keep(size_t(B * S));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) keep[size_t(b * S + s)] = s < S - b * S / (B - 1) ? 1.0 : 0.0;
+  return make_tensor(keep, {B, 1, 1, S}, {kBool});
 }
 
 }  // namespace
@@ -346,24 +356,58 @@ TEST_CASE("attention cudnn: dropout in a CUDA graph: replay k draws eager call k
   }
 }
 
-TEST_CASE("attention cudnn: masks, the flash setting and the CPU stay on frugal's kernels") {
+TEST_CASE("attention cudnn: bool and additive masks as cuDNN's bias, rows without keys, vs the float64 formula") {
+  uint64_t seed = 500;
+  for (DType dt : {kFloat16, kBFloat16})
+    for (const AttentionCase& c :
+         {AttentionCase{3, 2, 197, 197, 64}, AttentionCase{3, 2, 128, 128, 64}, AttentionCase{3, 2, 77, 45, 64}}) {
+      const AttentionInputs in = attention_inputs(c, dt, seed);
+      seed += 4;
+      const Tensor padding = padding_mask(c.B, c.S);
+      check_cudnn(c, in, false, {}, 0.0, padding);
+      check_cudnn(c, in, true, {}, 0.0, padding);
+      check_cudnn(c, in, false, {}, 0.1, padding);
+      // Additive, (1, H, L, S), in q's dtype: values in [-2, 2], a quarter -inf, query row 3 all -inf.
+      std::vector<double> add = values_of(random_tensor({1, c.H, c.L, c.S}, {kFloat64}, seed, Layout::Contiguous, -2, 2));
+      for (size_t i = 0; i < add.size(); ++i)
+        if (i % 4 == 1 || (int64_t(i) / c.S) % c.L == 3) add[i] = -INFINITY;
+      check_cudnn(c, in, false, {}, 0.0, make_tensor(add, {1, c.H, c.L, c.S}, {dt}));
+      // A (L, S) bool mask keeping about 2 keys in 3, broadcast over batches and heads.
+      std::vector<double> keep = random_values(c.L * c.S, seed + 1, 0.0, 3.0);
+      for (double& x : keep) x = x < 2.0 ? 1.0 : 0.0;
+      check_cudnn(c, in, false, 0.2, 0.0, make_tensor(keep, {c.L, c.S}, {kBool}));
+    }
+  // A packed projection's views with a padding mask, as MultiheadAttention and BERT call it.
+  const AttentionCase c{4, 3, 128, 128, 64};
+  const AttentionInputs in = attention_inputs(c, kFloat16, 900);
+  check_cudnn(c, in, false, {}, [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); },
+              0.0, padding_mask(c.B, c.S));
+}
+
+TEST_CASE("attention cudnn: key-broadcast masks, the flash setting and the CPU stay on frugal's kernels") {
   const int64_t B = 2, H = 3, T = 197, E = 64;
   const Tensor q = randn({B, H, T, E}, {kFloat16, kGpu}), k = randn({B, H, T, E}, {kFloat16, kGpu});
   const Tensor v = randn({B, H, T, E}, {kFloat16, kGpu});
   const Tensor bool_mask = ones({B, 1, 1, T}, {kBool, kGpu}), float_mask = zeros({B, 1, T, T}, {kFloat16, kGpu});
+  const Tensor per_query = ones({B, 1, T, 1}, {kBool, kGpu});  // broadcast over keys: cuDNN takes no such bias
   for (AttentionBackend setting : {AttentionBackend::Auto, AttentionBackend::Cudnn}) {
     INFO(ops::attention_backend_name(setting));
     const ops::AttentionBackendGuard guard(setting);
     CHECK(ops::attention_backend_for(q, k, v, {}) == AttentionBackend::Cudnn);
     CHECK(ops::attention_backend_for(q, k, v, {Tensor(), true, {}, 0.0}) == AttentionBackend::Cudnn);
     CHECK(ops::attention_backend_for(q, k, v, {Tensor(), false, {}, 0.1}) == AttentionBackend::Cudnn);
-    CHECK(ops::attention_backend_for(q, k, v, {bool_mask, false, {}, 0.0}) == AttentionBackend::Flash);
-    CHECK(ops::attention_backend_for(q, k, v, {float_mask, false, {}, 0.0}) == AttentionBackend::Flash);
+    CHECK(ops::attention_backend_for(q, k, v, {bool_mask, false, {}, 0.0}) == AttentionBackend::Cudnn);
+    CHECK(ops::attention_backend_for(q, k, v, {float_mask, true, {}, 0.1}) == AttentionBackend::Cudnn);
     CHECK(ops::attention_backend_for(q.cpu(), k.cpu(), v.cpu(), {}) == AttentionBackend::Flash);
-    // With a mask the call runs our kernels even when cudnn is forced: no error.
-    CHECK_NOTHROW(ops::flash_attention_forward(q, k, v, {bool_mask, false, {}, 0.0}));
+  }
+  CHECK(ops::attention_backend_for(q, k, v, {per_query, false, {}, 0.0}) == AttentionBackend::Flash);
+  {
+    const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+    CHECK_THROWS_WITH(ops::flash_attention_forward(q, k, v, {per_query, false, {}, 0.0}),
+                      doctest::Contains("broadcasts over the keys"));
   }
   const ops::AttentionBackendGuard flash(AttentionBackend::Flash);
   CHECK(ops::attention_backend() == AttentionBackend::Flash);
   CHECK(ops::attention_backend_for(q, k, v, {}) == AttentionBackend::Flash);
+  CHECK(ops::attention_backend_for(q, k, v, {bool_mask, false, {}, 0.0}) == AttentionBackend::Flash);
 }
