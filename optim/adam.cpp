@@ -89,7 +89,7 @@ bool Adam::needs_fresh_state() const {
       if (!p.grad().defined()) continue;
       const ParamState* st = stored_state(p);
       if (!st || !st->buffers[0].defined() || (group.amsgrad.value_or(false) && !st->buffers[2].defined()) ||
-          (p.is_cuda() && p.numel() > 0 && !device_steps_.count(p.impl_ptr().get())))
+          (options_.capturable && p.is_cuda() && !device_steps_.count(p.impl_ptr().get())))
         return true;
     }
   return false;
@@ -125,7 +125,9 @@ void Adam::step_impl(const float* skip_if) {
       const detail::StepTensors& t = stepped.emplace_back(p, grad);
       ParamState& st = state_for(p);
       const int64_t* device_step = nullptr;
-      if (options_.capturable && p.is_cuda() && p.numel() > 0) {
+      // Every CUDA parameter counts on the device, an empty one too: it takes no chunk of the
+      // kernel, but its count is raised (or, skipped, not) with the others'.
+      if (options_.capturable && p.is_cuda()) {
         Tensor& count = device_steps_[p.impl_ptr().get()];
         if (!count.defined()) count = full({}, double(st.step), TensorOptions(kInt64, p.device()));
         device_step = count.data_ptr<int64_t>();
@@ -134,7 +136,7 @@ void Adam::step_impl(const float* skip_if) {
           detail::adam_entry(group, st, t.work, TensorOptions(state_dtype(p.dtype()), p.device()), group.lr,
                              *group.weight_decay, decoupled_, t.work.data(), t.grad.data(), p.numel());
       e.device_step = device_step;
-      if (p.numel() == 0) continue;
+      if (p.numel() == 0 && device_step == nullptr) continue;
       batches.add(p.device(), p.dtype(), e);
     }
   }

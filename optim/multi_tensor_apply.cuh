@@ -62,8 +62,9 @@ unsigned blocks_for(const DeviceTable<Entry>& t) {
   return unsigned(std::clamp<int64_t>(t.chunks, 1, kMaxBlocks));
 }
 
-/// The entry holding global chunk `chunk`: the last one whose chunk_begin <= chunk
-/// (every entry has at least one chunk, so chunk_begin strictly increases).
+/// The entry holding global chunk `chunk`: the last one whose chunk_begin <= chunk. An empty
+/// entry (no chunk: an empty parameter with a device step count) shares its chunk_begin with
+/// the entry after it, or is past the last chunk, so it is never the last such entry.
 template <typename Entry>
 __device__ __forceinline__ int find_entry(const Entry* entries, int count, int64_t chunk) {
   int lo = 0, hi = count - 1;

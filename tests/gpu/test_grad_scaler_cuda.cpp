@@ -320,3 +320,27 @@ TEST_CASE("GradScaler CUDA: two SGD optimizers on one scaler take the host path 
     CHECK(s.get_scale() == 65536.0 * double(int64_t(2) << it));
   }
 }
+
+TEST_CASE("GradScaler CUDA: a capturable AdamW's empty parameter counts its steps with the others, skipped ones not") {
+  const Tensor w = make_tensor(random_values(16, 11), {16}, {kFloat32, cuda()}).requires_grad_();
+  const Tensor empty_param = zeros({0, 4}, {kFloat32, cuda()}).requires_grad_();
+  AdamW opt({w, empty_param}, optim::AdamWOptions{.lr = 1e-2, .capturable = true});
+  GradScaler s;
+  for (int it = 0; it < 5; ++it) {
+    CAPTURE(it);
+    Values x = random_values(16, 20 + uint64_t(it));
+    if (it == 2) x[3] = std::numeric_limits<double>::infinity();  // this step is skipped on the device
+    opt.zero_grad();
+    s.scale(add(mean(mul(make_tensor(x, {16}, {kFloat32, cuda()}), w)), sum(empty_param))).backward();
+    s.step(opt);
+    s.update();
+  }
+  REQUIRE(opt.state(w) != nullptr);
+  REQUIRE(opt.state(empty_param) != nullptr);
+  CHECK(opt.state(w)->step == 4);
+  CHECK(opt.state(empty_param)->step == 4);
+  int64_t saved = -1;
+  for (const auto& [key, value] : opt.state_dict())
+    if (key == "state.1.step") saved = value.item<int64_t>();
+  CHECK(saved == 4);
+}
