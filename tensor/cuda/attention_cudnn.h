@@ -10,7 +10,8 @@ namespace frugal::ops::cuda {
 
 /// A mask as cuDNN's graphs take it (Note [cuDNN attention]); undefined tensors: no mask.
 struct CudnnAttentionMask {
-  Tensor bias;    ///< added to the scaled scores: (Bm, Hm, L, S) in q's dtype, Bm in {1, B}, Hm in {1, H}, 16-byte aligned
+  Tensor
+      bias;  ///< added to the scaled scores: (Bm, Hm, L, S) in q's dtype, Bm in {1, B}, Hm in {1, H}, 16-byte aligned
   Tensor no_key;  ///< (Bm, Hm, Lm, 1) bool broadcasting to (B, H, L, 1): rows whose every key the bias masks (-inf)
 };
 

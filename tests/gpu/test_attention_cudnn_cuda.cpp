@@ -84,8 +84,8 @@ void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal,
   const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
   const std::vector<double> factors =
       p > 0.0 ? cudnn_dropout_factors(c, dt, causal, p, 4321, gpu_view, 0, gpu_mask) : std::vector<double>{};
-  const AttentionReference ref = attention_reference(in.q, in.k, in.v, mask, causal,
-                                                     scale ? *scale : 1.0 / std::sqrt(double(c.E)), factors, in.g);
+  const AttentionReference ref =
+      attention_reference(in.q, in.k, in.v, mask, causal, scale ? *scale : 1.0 / std::sqrt(double(c.E)), factors, in.g);
   CHECK(f.out.dtype() == dt);
   CHECK(f.lse.dtype() == kFloat32);
   CHECK(f.range.seed == (p > 0.0 ? 4321u : 0u));
@@ -368,7 +368,8 @@ TEST_CASE("attention cudnn: bool and additive masks as cuDNN's bias, rows withou
       check_cudnn(c, in, true, {}, 0.0, padding);
       check_cudnn(c, in, false, {}, 0.1, padding);
       // Additive, (1, H, L, S), in q's dtype: values in [-2, 2], a quarter -inf, query row 3 all -inf.
-      std::vector<double> add = values_of(random_tensor({1, c.H, c.L, c.S}, {kFloat64}, seed, Layout::Contiguous, -2, 2));
+      std::vector<double> add =
+          values_of(random_tensor({1, c.H, c.L, c.S}, {kFloat64}, seed, Layout::Contiguous, -2, 2));
       for (size_t i = 0; i < add.size(); ++i)
         if (i % 4 == 1 || (int64_t(i) / c.S) % c.L == 3) add[i] = -INFINITY;
       check_cudnn(c, in, false, {}, 0.0, make_tensor(add, {1, c.H, c.L, c.S}, {dt}));
@@ -380,8 +381,9 @@ TEST_CASE("attention cudnn: bool and additive masks as cuDNN's bias, rows withou
   // A packed projection's views with a padding mask, as MultiheadAttention and BERT call it.
   const AttentionCase c{4, 3, 128, 128, 64};
   const AttentionInputs in = attention_inputs(c, kFloat16, 900);
-  check_cudnn(c, in, false, {}, [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); },
-              0.0, padding_mask(c.B, c.S));
+  check_cudnn(
+      c, in, false, {}, [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); }, 0.0,
+      padding_mask(c.B, c.S));
 }
 
 TEST_CASE("attention cudnn: key-broadcast masks, the flash setting and the CPU stay on frugal's kernels") {
