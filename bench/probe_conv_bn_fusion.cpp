@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_backend.h"
 #include "tensor/factory.h"
@@ -68,18 +69,11 @@ class Graph {
   cudnnBackendDescriptor_t virtual_tensor(Dims dims) { return tensor(next_virtual_++, dims, CUDNN_DATA_FLOAT, true); }
 
   void conv(const Layer& l, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y) {
-    const int64_t spatial = 2, pad[2] = {l.pad(), l.pad()}, stride[2] = {l.stride, l.stride}, dilation[2] = {1, 1};
-    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    Descriptor& c = own(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-    c.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)
-        .set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)
-        .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
-        .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad)
-        .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad)
-        .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation)
-        .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride);
-    c.finalize();
+    const Conv2dOptions options{.stride = l.stride, .padding = l.pad()};
+    frugal::ops::Conv2dGeometry geometry =
+        frugal::ops::conv2d_geometry("probe_conv_bn_fusion", {l.N, l.C, l.H, l.W}, {l.K, l.C, l.R, l.R}, options);
+    geometry.channels_last = true;
+    Descriptor& c = owned_.emplace_back(convolution_descriptor(geometry));
     const float alpha = 1.0f, beta = 0.0f;
     Descriptor& op = own(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
     op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)

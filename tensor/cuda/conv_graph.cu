@@ -72,24 +72,6 @@ Descriptor make_tensor(int64_t uid, DType t, std::array<int64_t, 4> dims, bool n
   return d;
 }
 
-Descriptor make_convolution(const Conv2dGeometry& g) {
-  const int64_t spatial_dims = 2;
-  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // 16-bit data accumulate in float32
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t padding[2] = {g.padding.h, g.padding.w}, stride[2] = {g.stride.h, g.stride.w},
-                dilation[2] = {g.dilation.h, g.dilation.w};
-  Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  d.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial_dims)
-      .set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)
-      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
-      .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, padding)
-      .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, padding)
-      .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation)
-      .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride);
-  d.finalize();
-  return d;
-}
-
 /// The attribute names of one direction's operation: its kind, and x, w, y (or their gradients).
 struct OperationNames {
   cudnnBackendDescriptorType_t kind;
@@ -202,7 +184,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, ConvDirection d, con
   set->tensors.push_back(make_tensor(kUidX, dtype, {g.N, g.C, g.H, g.W}, nhwc, alignment_of(x)));
   set->tensors.push_back(make_tensor(kUidW, dtype, {g.K, g.C / g.groups, g.R, g.S}, nhwc, alignment_of(w)));
   set->tensors.push_back(make_tensor(kUidY, dtype, {g.N, g.K, g.OH, g.OW}, nhwc, alignment_of(y)));
-  set->ops.push_back(make_convolution(g));
+  set->ops.push_back(convolution_descriptor(g));
   const OperationNames names = names_of(d);
   const float alpha = 1.0f, beta = 0.0f;
   Descriptor op(names.kind);
@@ -264,6 +246,24 @@ PlanKey make_key(ConvDirection d, const Conv2dGeometry& g, DType dtype, Device d
 }
 
 }  // namespace
+
+Descriptor convolution_descriptor(const Conv2dGeometry& g) {
+  const int64_t spatial_dims = 2;
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // 16-bit data accumulate in float32
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t padding[2] = {g.padding.h, g.padding.w}, stride[2] = {g.stride.h, g.stride.w},
+                dilation[2] = {g.dilation.h, g.dilation.w};
+  Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  d.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial_dims)
+      .set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)
+      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
+      .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, padding)
+      .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, padding)
+      .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation)
+      .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride);
+  d.finalize();
+  return d;
+}
 
 Tensor workspace(int64_t bytes, Device device) {
   if (bytes <= 0) return {};

@@ -3,6 +3,7 @@
 // (Note [cuDNN graph API convolutions] in conv_graph.cu). Include only from CUDA
 // translation units.
 #include "core/device.h"
+#include "tensor/cuda/cudnn_backend.h"
 #include "tensor/dtype.h"
 #include "tensor/ops/conv.h"
 #include "tensor/tensor.h"
@@ -17,6 +18,10 @@ Tensor workspace(int64_t bytes, Device device);
 Tensor try_workspace(int64_t bytes, Device device);
 
 enum class ConvDirection { Forward, BackwardData, BackwardFilter };
+
+/// The finalized CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR of g (cross-correlation, float32
+/// accumulation): what every direction's operation, fused graphs' included, refers to.
+Descriptor convolution_descriptor(const Conv2dGeometry& g);
 
 /// Runs direction `d` of the convolution `g` on `device` with the cached execution plan for
 /// its shape (searched on first use): x (or grad_x), w (or grad_w), y (or grad_y) are the
