@@ -97,6 +97,7 @@ struct Args {
       plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12, galore_rank = 128;
   bool amp = false, checkpoint = false, tf32 = false, cuda_graph = false, cuda_graph_eager_scaler = false;
+  bool padding = false;  // BERT: odd batches' last quarter of tokens padded (attention_mask 0)
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
 };
 
@@ -106,7 +107,7 @@ const char* kUsage =
     "                  [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
-    "                  [--image-size P] [--seq-len T] [--memory-budget SIZE|FRACTIONx]\n"
+    "                  [--image-size P] [--seq-len T] [--padding] [--memory-budget SIZE|FRACTIONx]\n"
     "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...]\n"
     "                  [--cuda-graph [--cuda-graph-eager-scaler]]\n";
 
@@ -139,6 +140,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flags.is("--profile-rows")) a.profile_rows = flags.positive();
     else if (flags.is("--image-size")) a.image_size = flags.positive();
     else if (flags.is("--seq-len")) a.seq_len = flags.positive();
+    else if (flags.is("--padding")) a.padding = true;
     else if (flags.is("--memory-budget")) a.memory_budget = flags.text();
     else if (flags.is("--memory-plan")) a.memory_plan = flags.text();
     else if (flags.is("--plan-choices")) a.plan_choices = flags.text();
@@ -189,6 +191,15 @@ Tensor mlm_labels(int64_t batch, int64_t tokens, int64_t vocab, Device device) {
   return from_vector<int64_t>(labels, {batch, tokens}).to(device);
 }
 
+/// A BERT attention_mask (B, T) of 1 (attend) and 0 (padding): every odd sequence loses its
+/// last quarter of tokens, as tools/train_step_torch.py --padding and bench_attention's padding row.
+Tensor padding_mask(int64_t batch, int64_t tokens, Device device) {
+  std::vector<int64_t> keep(size_t(batch * tokens), 1);
+  for (int64_t b = 1; b < batch; b += 2)
+    for (int64_t t = tokens * 3 / 4; t < tokens; ++t) keep[size_t(b * tokens + t)] = 0;
+  return from_vector<int64_t>(keep, {batch, tokens}).to(device);
+}
+
 Workload make_workload(const Args& a, Device device) {
   Workload w;
   const int64_t B = a.batch;
@@ -237,10 +248,11 @@ Workload make_workload(const Args& a, Device device) {
     net->to(device);
     const Tensor ids = randint(0, c.vocab_size, {B, a.seq_len}, TensorOptions(kInt64, device));
     const Tensor labels = mlm_labels(B, a.seq_len, c.vocab_size, device);
+    const Tensor mask = a.padding ? padding_mask(B, a.seq_len, device) : Tensor();
     w.module = net;
     w.num_blocks = net->bert->num_blocks();
     w.set_plan = [net](const nn::BlockMemoryPlan& p) { net->bert->memory_plan = p; };
-    w.loss = [net, ids, labels] { return net->forward(ids, Tensor(), Tensor(), labels).loss; };
+    w.loss = [net, ids, mask, labels] { return net->forward(ids, mask, Tensor(), labels).loss; };
     w.flops_per_step = transformer_flops(net->num_parameters(), B, a.seq_len, c.num_hidden_layers, c.hidden_size);
   } else {
     FRUGAL_FAIL("train_step: unknown --model '", a.model, "' (resnet50, bert_base, bert_large, vit_b16)");

@@ -127,7 +127,12 @@ def torch_workload(torch, row, args, device):
         model = model.to(device)
         ids = torch.randint(0, config.vocab_size, (batch, args.seq_len), generator=gen).to(device)
         labels = mlm_labels(torch, batch, args.seq_len, config.vocab_size, gen).to(device)
-        loss_fn = lambda: model(input_ids=ids, labels=labels).loss
+        mask = None
+        if args.padding:  # as train_step --padding: odd sequences lose their last quarter of tokens
+            mask = torch.ones(batch, args.seq_len, dtype=torch.long)
+            mask[1::2, args.seq_len * 3 // 4:] = 0
+            mask = mask.to(device)
+        loss_fn = lambda: model(input_ids=ids, attention_mask=mask, labels=labels).loss
     model.train()
     return model, loss_fn
 
@@ -204,6 +209,8 @@ def run_frugal(row, args):
            "--warmup", str(args.warmup), "--optim", args.optim, "--device", args.device,
            "--channels-last", args.channels_last, "--image-size", str(args.image_size),
            "--seq-len", str(args.seq_len)]
+    if args.padding:
+        cmd.append("--padding")
     if row["amp"]:
         cmd.append("--amp")
     if row["ckpt"]:
@@ -268,6 +275,8 @@ def main():
     ap.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--padding", action="store_true",
+                    help="BERT rows get an attention_mask: odd sequences' last quarter of tokens padded")
     ap.add_argument("--row-timeout", type=int, default=150, help="seconds per frugal row")
     ap.add_argument("--tf32", choices=["on", "off"], default="off",
                     help="TF32 for float32 convolutions and matmuls on both sides (torch's own default "
@@ -290,7 +299,8 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
         print(f"torch {torch.__version__} on {args.device}", flush=True)
     print(f"{args.optim}, median of {args.steps} steps after {args.warmup} warm-up; "
-          f"images {args.image_size}, BERT tokens {args.seq_len}", flush=True)
+          f"images {args.image_size}, BERT tokens {args.seq_len}{' (odd sequences padded by a quarter)' if args.padding else ''}",
+          flush=True)
     columns = COLUMNS + (COMPILE_COLUMNS if args.compile and not args.skip_torch else [])
     print_line([c for c, _ in columns], columns)
     print("-" * (sum(w for _, w in columns) + 2 * (len(columns) - 1)), flush=True)
