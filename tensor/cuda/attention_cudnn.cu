@@ -45,13 +45,16 @@
 // graph) and stride 0 over the queries where the mask has one row for all (a key padding mask
 // (B, 1, 1, S) reads B S values), its rows 16 bytes apart. A bool mask becomes 0 where it
 // keeps and -inf where it masks; an additive one in q's dtype is used as it is when so laid
-// out (ops::cudnn_mask in tensor/ops/flash_attention.cpp). A mask that broadcasts over the keys
-// stays on our kernels. A row whose every key is masked has max = -inf, so cuDNN computes
-// -inf - -inf = NaN there, where ours give zeros and lse = -inf; which rows those are is known
-// from the mask alone without a sync (the (Bm, Hm, Lm, 1) "no key" rows: amax of the bias is
-// -inf), so after the forward a one-thread-per-row kernel writes zeros and -inf into exactly
-// those rows, and the backward gets lse with -inf turned into +inf: exp(score - lse) is then 0
-// for every key of such a row (-inf - +inf = -inf), so the row adds nothing to dk, dv and gets
+// out (CudnnBias in tensor/ops/flash_attention.cpp, laid out before any allocation, so a call
+// that ends on our kernels builds no bias). A mask that broadcasts over the keys stays on our
+// kernels. A row whose every key is masked (by the bias, or by the bias and the causal mask
+// together: left padding) has max = -inf, so cuDNN computes -inf - -inf = NaN there, where ours
+// give zeros and lse = -inf. Which rows those are follows from the bias and is_causal alone,
+// without a sync: after the forward, one thread per (b, h, l) row scans its bias row (keys
+// s <= l when causal) up to the first that is not -inf, and only a row without one writes zeros
+// and -inf (clear_keyless_rows_kernel; for a padding mask it reads one value per row). The
+// backward gets lse with -inf turned into +inf: exp(score - lse) is then 0 for every key of
+// such a row (-inf - +inf = -inf, finite - +inf = -inf), so the row adds nothing to dk, dv and gets
 // dq = 0, as on our kernels. Masks need cuDNN 9.10 (-inf scores; see masked_score()).
 // What stays on frugal's own kernels (tensor/cuda/flash_attention.cu), decided before either
 // direction runs, from the inputs and options alone (ops::attention_backend_for):
@@ -297,16 +300,16 @@ Dims transposed(Dims st) {
   return st;
 }
 
-/// The bias operand as the graphs declare it: its (Bm, Hm, L, S) dims and strides; no dims without one.
-struct BiasShape {
-  Dims dims, strides;
-  explicit BiasShape(const Tensor& bias) {
-    if (!bias.defined()) return;
-    dims.assign(bias.sizes().begin(), bias.sizes().end());
-    strides.assign(bias.strides().begin(), bias.strides().end());
-  }
-  bool present() const { return !dims.empty(); }
-};
+using BiasShape = CudnnBiasShape;
+
+/// The shape of a bias tensor (undefined: none) as the graphs declare it.
+BiasShape shape_of(const Tensor& bias) {
+  BiasShape b;
+  if (!bias.defined()) return b;
+  b.dims.assign(bias.sizes().begin(), bias.sizes().end());
+  b.strides.assign(bias.strides().begin(), bias.strides().end());
+  return b;
+}
 
 /// Scores plus the additive mask (Note [cuDNN attention]), where there is one.
 cudnnBackendDescriptor_t with_bias(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims& dims, const Dims& strides,
@@ -705,16 +708,21 @@ bool aligned(std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
-/// Rows whose every key is masked (no_key, broadcast over (B, H, L) with strides nb, nh, nl):
-/// cuDNN leaves NaN there; they get what our kernels give, zeros and lse = -inf (see the Note).
-/// out is float16/bfloat16, whose zero is all bits clear either way.
-__global__ void clear_keyless_rows_kernel(uint16_t* out, float* lse, const bool* no_key, int64_t H, int64_t L,
-                                          int64_t E, int64_t ob, int64_t oh, int64_t ol, int64_t nb, int64_t nh,
-                                          int64_t nl, int64_t rows) {
+/// Rows the bias (16-bit, -inf where masked: all bits neg_inf; element strides bb, bh, bl, 0
+/// where it broadcasts) and the causal mask leave without a key: cuDNN leaves NaN there; they get
+/// what our kernels give, zeros and lse = -inf (see the Note). One thread per (b, h, l) row scans
+/// the row's keys (s <= l when causal) up to the first kept one. out is float16/bfloat16, whose
+/// zero is all bits clear either way.
+__global__ void clear_keyless_rows_kernel(uint16_t* out, float* lse, const uint16_t* bias, uint16_t neg_inf, int64_t H,
+                                          int64_t L, int64_t S, int64_t E, int64_t ob, int64_t oh, int64_t ol,
+                                          int64_t bb, int64_t bh, int64_t bl, bool causal, int64_t rows) {
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
   const int64_t l = row % L, h = row / L % H, b = row / (L * H);
-  if (!no_key[b * nb + h * nh + l * nl]) return;
+  const uint16_t* keys = bias + b * bb + h * bh + l * bl;
+  const int64_t end = causal ? (l + 1 < S ? l + 1 : S) : S;
+  for (int64_t s = 0; s < end; ++s)
+    if (keys[s] != neg_inf) return;
   lse[row] = -INFINITY;
   uint16_t* o = out + b * ob + h * oh + l * ol;
   for (int64_t e = 0; e < E; ++e) o[e] = 0;
@@ -736,11 +744,11 @@ float masked_score() {
 
 }  // namespace
 
-bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionParams& p, const Tensor& bias,
+bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionParams& p, const BiasShape& bias,
                                std::string* why) {
   DeviceGuard guard(device);
   for (Direction d : {Direction::Forward, Direction::Backward}) {
-    std::shared_ptr<const PlanSet> set = plans_for(d, dtype, device, p, BiasShape(bias));
+    std::shared_ptr<const PlanSet> set = plans_for(d, dtype, device, p, bias);
     if (!set->usable()) {
       if (why != nullptr) *why = set->reason();
       return false;
@@ -750,11 +758,11 @@ bool cudnn_attention_supported(DType dtype, Device device, const FlashAttentionP
 }
 
 bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FlashAttentionParams& p, const CudnnAttentionMask& mask) {
-  if (!aligned({&out, &lse, &q, &k, &v, &mask.bias})) return false;
+                             const FlashAttentionParams& p, const Tensor& bias) {
+  if (!aligned({&out, &lse, &q, &k, &v, &bias})) return false;
   const Device device = q.device();
   DeviceGuard guard(device);
-  std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p, BiasShape(mask.bias));
+  std::shared_ptr<const PlanSet> set = plans_for(Direction::Forward, q.dtype(), device, p, shape_of(bias));
   if (!set->usable()) return false;
   const DropoutOperands drop = dropout_operands(p, device);
   float scale = float(p.scale), neg_inf = masked_score(), drop_scale = drop.scale;
@@ -766,18 +774,19 @@ bool cudnn_attention_forward(const Tensor& out, const Tensor& lse, const Tensor&
                 {kStats, lse.data()},
                 {kScale, &scale},
                 {kNegInf, &neg_inf},
-                {kBias, mask.bias.defined() ? mask.bias.data() : nullptr},
+                {kBias, bias.defined() ? bias.data() : nullptr},
                 {kDropoutSeed, drop.seed()},
                 {kDropoutOffset, drop.offset()},
                 {kDropoutScale, &drop_scale}}))
     return false;
-  if (mask.no_key.defined()) {
-    const Tensor& n = mask.no_key;
-    auto stride = [&](int d, int64_t full) { return n.size(d) == 1 && full != 1 ? 0 : n.stride(d); };
+  if (bias.defined()) {
+    auto stride = [&](int d) { return bias.size(d) == 1 ? 0 : bias.stride(d); };  // Bm, Hm broadcast
+    const uint16_t neg_inf = q.dtype() == kBFloat16 ? 0xFF80 : 0xFC00;
     const int64_t rows = p.B * p.H * p.L;
     clear_keyless_rows_kernel<<<blocks_for(rows, 256), 256, 0, stream_for(device)>>>(
-        static_cast<uint16_t*>(out.data()), static_cast<float*>(lse.data()), static_cast<const bool*>(n.data()), p.H,
-        p.L, p.E, p.o_stride[0], p.o_stride[1], p.o_stride[2], stride(0, p.B), stride(1, p.H), stride(2, p.L), rows);
+        static_cast<uint16_t*>(out.data()), static_cast<float*>(lse.data()), static_cast<const uint16_t*>(bias.data()),
+        neg_inf, p.H, p.L, p.S, p.E, p.o_stride[0], p.o_stride[1], p.o_stride[2], stride(0), stride(1), stride(2),
+        p.causal, rows);
     FRUGAL_CUDA_CHECK(cudaGetLastError());
   }
   return true;
@@ -789,7 +798,7 @@ bool cudnn_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
   if (!aligned({&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse, &bias})) return false;
   const Device device = q.device();
   DeviceGuard guard(device);
-  std::shared_ptr<const PlanSet> set = plans_for(Direction::Backward, q.dtype(), device, p, BiasShape(bias));
+  std::shared_ptr<const PlanSet> set = plans_for(Direction::Backward, q.dtype(), device, p, shape_of(bias));
   if (!set->usable()) return false;
   Tensor stats = lse;
   if (bias.defined()) {  // rows without keys: -inf -> +inf (see keyless_lse_kernel)

@@ -1,18 +1,19 @@
 #include "tensor/ops/flash_attention.h"
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
-#include "tensor/ops/reduce.h"
 #ifdef FRUGAL_WITH_CUDA
 #include "tensor/cuda/attention_cudnn.h"
 #endif
@@ -108,50 +109,73 @@ AttentionBackend backend_from_environment() {
   FRUGAL_FAIL("FRUGAL_ATTENTION must be auto, cudnn or flash, got '", s, "'");
 }
 
-/// A mask as cuDNN's graphs take it (cuda::CudnnAttentionMask, Note [cuDNN attention]).
-struct CudnnMask {
-  Tensor bias, no_key;
+/// How a mask reaches cuDNN as the bias its graphs add to the scores (Note [cuDNN attention]):
+/// (Bm, Hm, L, S) dims and element strides, stride 0 over queries where the mask has one row for
+/// all. The mask is used as it is when it is in q's dtype, 16-byte aligned, its keys contiguous
+/// and its other dims whole 16-byte rows apart in (b, h, l) order (size-1 dims get packed
+/// strides: one layout, one plan); otherwise it is copied into a buffer whose rows start 16 bytes
+/// apart, a bool mask as 0 where it keeps and -inf where it masks. Laid out without allocating,
+/// so a call that does not go to cuDNN pays nothing; make() builds the tensor.
+struct CudnnBias {
+  std::vector<int64_t> dims, strides;
+  Tensor mask4;  // the mask as 4-D
+  Shape buffer;  // the copy's (Bm, Hm, Lm, padded S); empty: the mask is used as it is
+  bool present() const { return !dims.empty(); }
+
+  Tensor make(const Tensor& q) const {
+    if (!present()) return Tensor();
+    if (buffer.empty()) return mask4.as_strided(dims, strides, mask4.storage_offset());
+    const Tensor buf = empty(buffer, q.options());
+    const Tensor rows = buf.narrow(3, 0, mask4.size(3));
+    if (mask4.dtype() == kBool) {
+      fill_(rows, -INFINITY);
+      masked_fill_(rows, mask4, 0.0);
+    } else {
+      copy_into(rows, mask4);
+    }
+    return buf.as_strided(dims, strides, buf.storage_offset());
+  }
 };
 
-/// The mask as cuDNN's graphs take it: an additive bias in q's dtype (0 where a bool mask keeps,
-/// -inf where it masks), (Bm, Hm, L, S) with stride 0 over queries where the mask broadcasts
-/// there, its rows 16 bytes apart (copied into a padded buffer unless the mask already is so);
-/// with `rows`, also which rows keep no key. Nothing without a mask, off the GPU, under the
+/// The bias layout of `mask` for q (see CudnnBias); none without a mask, off the GPU, under the
 /// Flash setting (unless `any_backend`: the backward of cuDNN's dropout), or for a mask that
 /// broadcasts over keys, which cuDNN does not take.
-CudnnMask cudnn_mask(const Tensor& mask, const Tensor& q, const FlashAttentionParams& p, bool rows,
-                     bool any_backend = false) {
-  CudnnMask m;
-  if (!mask.defined() || !q.device().is_cuda()) return m;
-  if (!any_backend && attention_backend() == AttentionBackend::Flash) return m;
+CudnnBias cudnn_bias(const Tensor& mask, const Tensor& q, const FlashAttentionParams& p, bool any_backend = false) {
+  CudnnBias b;
+  if (!mask.defined() || !q.device().is_cuda()) return b;
+  if (!any_backend && attention_backend() == AttentionBackend::Flash) return b;
   Tensor m4 = mask;
   while (m4.dim() < 4) m4 = m4.unsqueeze(0);
-  if (m4.size(3) != p.S) return m;
+  if (m4.size(3) != p.S) return b;
   const int64_t per16 = int64_t(16 / element_size(q.dtype()));
   bool as_is = m4.dtype() == q.dtype() && m4.stride(3) == 1 && reinterpret_cast<uintptr_t>(m4.data()) % 16 == 0;
-  for (int d = 0; d < 3; ++d) as_is = as_is && (m4.size(d) == 1 || m4.stride(d) % per16 == 0);
-  Tensor bias = m4;
-  if (!as_is) {
-    const int64_t padded = (p.S + per16 - 1) / per16 * per16;
-    bias = empty({m4.size(0), m4.size(1), m4.size(2), padded}, q.options()).narrow(3, 0, p.S);
-    if (m4.dtype() == kBool) {
-      fill_(bias, -INFINITY);
-      masked_fill_(bias, m4, 0.0);
-    } else {
-      copy_into(bias, m4);
-    }
+  for (int64_t d = 2, inner = p.S; d >= 0; --d) {
+    if (m4.size(d) == 1) continue;
+    as_is = as_is && m4.stride(d) % per16 == 0 && m4.stride(d) >= inner;
+    inner = m4.stride(d) * m4.size(d);
   }
-  if (rows) m.no_key = eq(amax(bias, {3}, true), -INFINITY);
-  m.bias = bias.expand({bias.size(0), bias.size(1), p.L, p.S});
-  return m;
+  std::array<int64_t, 4> st{};
+  if (as_is) {
+    for (int d = 0; d < 4; ++d) st[size_t(d)] = m4.stride(d);
+    for (int d = 2; d >= 0; --d)
+      if (m4.size(d) == 1) st[size_t(d)] = st[size_t(d) + 1] * m4.size(d + 1);
+  } else {
+    const int64_t padded = (p.S + per16 - 1) / per16 * per16;
+    b.buffer = {m4.size(0), m4.size(1), m4.size(2), padded};
+    st = {m4.size(1) * m4.size(2) * padded, m4.size(2) * padded, padded, 1};
+  }
+  b.mask4 = m4;
+  b.dims = {m4.size(0), m4.size(1), p.L, p.S};
+  b.strides = {st[0], st[1], m4.size(2) == 1 && p.L > 1 ? 0 : st[2], 1};
+  return b;
 }
 
 /// Whether this call runs on cuDNN (Note [cuDNN attention]): a CUDA build, a backend other than Flash, a mask only
-/// as cuDNN's `bias` (cudnn_mask), and plans for the forward with p's strides (q, k, v and out) and for the backward
+/// as cuDNN's bias (cudnn_bias), and plans for the forward with p's strides (q, k, v and out) and for the backward
 /// that follows it (dout in out's order, the gradients in the order empty_grads gives them). q, k, v are the
 /// caller's tensors, p has their kernel views'.
 bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p,
-               const Tensor& bias) {
+               const CudnnBias& bias) {
   if (!q.device().is_cuda()) return false;
   const AttentionBackend mode = attention_backend();
   if (mode == AttentionBackend::Flash) return false;
@@ -165,7 +189,8 @@ bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
     strides_in_order_of(v, both.dv_stride);
   }
   std::string why = "a mask that broadcasts over the keys";
-  if ((p.mask_kind == 0 || bias.defined()) && cuda::cudnn_attention_supported(q.dtype(), q.device(), both, bias, &why))
+  if ((p.mask_kind == 0 || bias.present()) &&
+      cuda::cudnn_attention_supported(q.dtype(), q.device(), both, {bias.dims, bias.strides}, &why))
     return true;
   FRUGAL_CHECK(mode != AttentionBackend::Cudnn, op, ": the attention backend is cudnn (set_attention_backend or ",
                "FRUGAL_ATTENTION) but cuDNN cannot run query ", q.describe(), ", key ", k.describe(), ", value ",
@@ -179,11 +204,11 @@ bool use_cudnn(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 
 /// cuda::cudnn_attention_forward in a CUDA build; false (run nothing) otherwise.
 bool cudnn_forward(const FlashAttentionForward& r, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const FlashAttentionParams& p, const CudnnMask& mask) {
+                   const FlashAttentionParams& p, const Tensor& bias) {
 #ifdef FRUGAL_WITH_CUDA
-  return cuda::cudnn_attention_forward(r.out, r.lse, q, k, v, p, {mask.bias, mask.no_key});
+  return cuda::cudnn_attention_forward(r.out, r.lse, q, k, v, p, bias);
 #else
-  (void)r, (void)q, (void)k, (void)v, (void)p, (void)mask;
+  (void)r, (void)q, (void)k, (void)v, (void)p, (void)bias;
   return false;
 #endif
 }
@@ -205,7 +230,10 @@ bool cudnn_backward(const FlashAttentionGrads& g, const Tensor& dout, const Tens
 /// of), and anything that still keeps cuDNN from running is an error, not other kernels.
 void cudnn_rng_backward(const char* op, const FlashAttentionGrads& g, Tensor dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, FlashAttentionParams p,
-                        const Tensor& bias) {
+                        const CudnnBias& bias) {
+  FRUGAL_CHECK(
+      p.mask_kind == 0 || bias.present(), op, ": the forward's dropout mask was drawn by cuDNN, which cannot ",
+      "take this backward's mask (one that broadcasts over the keys); give the backward the forward's options");
   if (dout.strides() != out.strides()) {
     const Tensor d = empty_in_order_of(out);
     copy_into(d, dout);
@@ -214,8 +242,9 @@ void cudnn_rng_backward(const char* op, const FlashAttentionGrads& g, Tensor dou
   }
   std::string why = q.device().is_cuda() ? "no workspace, or an execution it refused" : "they are not on a GPU";
 #ifdef FRUGAL_WITH_CUDA
-  if (q.device().is_cuda() && cuda::cudnn_attention_supported(q.dtype(), q.device(), p, bias, &why) &&
-      cudnn_backward(g, dout, q, k, v, out, lse, p, bias))
+  if (q.device().is_cuda() &&
+      cuda::cudnn_attention_supported(q.dtype(), q.device(), p, {bias.dims, bias.strides}, &why) &&
+      cudnn_backward(g, dout, q, k, v, out, lse, p, bias.make(q)))
     return;
 #else
   (void)g, (void)lse, (void)bias;
@@ -299,8 +328,8 @@ AttentionBackend attention_backend_for(const Tensor& q, const Tensor& k, const T
   if (p.B * p.H * p.L == 0 || p.S == 0) return AttentionBackend::Flash;  // no kernel runs at all
   strides_of(kernel_view(q), p.q_stride), strides_of(kernel_view(k), p.k_stride);
   strides_of(kernel_view(v), p.v_stride), strides_in_order_of(q, p.o_stride);
-  const CudnnMask mask = cudnn_mask(options.mask, q, p, false);
-  return use_cudnn("attention_backend_for", q, k, v, p, mask.bias) ? AttentionBackend::Cudnn : AttentionBackend::Flash;
+  const CudnnBias bias = cudnn_bias(options.mask, q, p);
+  return use_cudnn("attention_backend_for", q, k, v, p, bias) ? AttentionBackend::Cudnn : AttentionBackend::Flash;
 }
 
 bool flash_attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
@@ -341,9 +370,9 @@ FlashAttentionForward flash_attention_forward(const Tensor& q, const Tensor& k, 
   p.range = r.range;
   const Tensor qv = kernel_view(q), kv = kernel_view(k), vv = kernel_view(v);
   strides_of(qv, p.q_stride), strides_of(kv, p.k_stride), strides_of(vv, p.v_stride), strides_of(r.out, p.o_stride);
-  const CudnnMask mask = cudnn_mask(options.mask, q, p, true);
-  if (use_cudnn(op, q, k, v, p, mask.bias)) {
-    if (cudnn_forward(r, qv, kv, vv, p, mask)) {
+  const CudnnBias bias = cudnn_bias(options.mask, q, p);
+  if (use_cudnn(op, q, k, v, p, bias)) {
+    if (cudnn_forward(r, qv, kv, vv, p, bias.make(q))) {
       if (p.dropout_p > 0.0) r.range.drawn_by = Generator::kCudnnRng;  // its backward must run there too
       return r;
     }
@@ -388,9 +417,9 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   strides_of(g.dq, p.dq_stride), strides_of(g.dk, p.dk_stride), strides_of(g.dv, p.dv_stride);
   const Tensor lse_c = lse.contiguous();
   const bool cudnn_rng = p.dropout_p > 0.0 && range.drawn_by == Generator::kCudnnRng;
-  const CudnnMask mask = cudnn_mask(options.mask, q, p, false, cudnn_rng);
+  const CudnnBias bias = cudnn_bias(options.mask, q, p, cudnn_rng);
   if (cudnn_rng) {  // only cuDNN can draw its mask again
-    cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p, mask.bias);
+    cudnn_rng_backward(op, g, dov, qv, kv, vv, ov, lse_c, p, bias);
     return g;
   }
   // Without dropout: the forward's choice, made again from the same inputs (its p had out's
@@ -400,7 +429,7 @@ FlashAttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q
   if (p.dropout_p == 0.0) {
     FlashAttentionParams forward_p = p;
     for (int d = 0; d < 3; ++d) forward_p.o_stride[d] = p.out_stride[d];
-    if (use_cudnn(op, q, k, v, forward_p, mask.bias) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p, mask.bias))
+    if (use_cudnn(op, q, k, v, forward_p, bias) && cudnn_backward(g, dov, qv, kv, vv, ov, lse_c, p, bias.make(q)))
       return g;
   }
   FRUGAL_DEVICE_DISPATCH(op, q.device(), flash_attention_backward_kernel, g.dq, g.dk, g.dv, dov, qv, kv, vv, ov, lse_c,

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -103,12 +104,16 @@ void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal,
       c, in, causal, scale, [](const Tensor& t) { return t.to(kGpu); }, p, mask);
 }
 
-/// A (B, 1, 1, S) bool key padding mask: batch b keeps its first S - b S / (B - 1) keys, so the
-/// first keeps all and the last none (its rows have no key).
-Tensor padding_mask(int64_t B, int64_t S) {
+/// A (B, 1, 1, S) bool key padding mask: batch b keeps S - b S / (B - 1) keys, so the first
+/// keeps all and the last none (its rows have no key); the first ones, or with `left` the last
+/// ones (then a causal row before the first kept key keeps none either).
+Tensor padding_mask(int64_t B, int64_t S, bool left = false) {
   std::vector<double> keep(size_t(B * S));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s) keep[size_t(b * S + s)] = s < S - b * S / (B - 1) ? 1.0 : 0.0;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t kept = S - b * S / (B - 1);
+      keep[size_t(b * S + s)] = (left ? s >= S - kept : s < kept) ? 1.0 : 0.0;
+    }
   return make_tensor(keep, {B, 1, 1, S}, {kBool});
 }
 
@@ -366,6 +371,8 @@ TEST_CASE("attention cudnn: bool and additive masks as cuDNN's bias, rows withou
       const Tensor padding = padding_mask(c.B, c.S);
       check_cudnn(c, in, false, {}, 0.0, padding);
       check_cudnn(c, in, true, {}, 0.0, padding);
+      // Left padding under is_causal: the causal rows before a batch's first key keep none.
+      check_cudnn(c, in, true, {}, 0.0, padding_mask(c.B, c.S, true));
       check_cudnn(c, in, false, {}, 0.1, padding);
       // Additive, (1, H, L, S), in q's dtype: values in [-2, 2], a quarter -inf, query row 3 all -inf.
       std::vector<double> add =
@@ -384,6 +391,42 @@ TEST_CASE("attention cudnn: bool and additive masks as cuDNN's bias, rows withou
   check_cudnn(
       c, in, false, {}, [](const Tensor& t) { return t.transpose(1, 2).contiguous().to(kGpu).transpose(1, 2); }, 0.0,
       padding_mask(c.B, c.S));
+}
+
+TEST_CASE(
+    "attention cudnn: masks taken as they are or copied (1-D, expanded, transposed) give frugal's kernels' results") {
+  const int64_t B = 2, H = 3, T = 197, E = 64;
+  const AttentionInputs in = attention_inputs({B, H, T, T, E}, kFloat16, 700);
+  const Tensor q = in.q.to(kGpu), k = in.k.to(kGpu), v = in.v.to(kGpu), g = in.g.to(kGpu);
+  std::vector<double> keys = random_values(T, 701, -2.0, 2.0), full = random_values(B * T * H * T, 702, -2.0, 2.0);
+  for (size_t i = 0; i < keys.size(); i += 5) keys[i] = -INFINITY;
+  for (size_t i = 0; i < full.size(); i += 3) full[i] = -INFINITY;
+  const Tensor per_key = make_tensor(keys, {T}, {kFloat16, kGpu});                                 // 1-D: used as it is
+  const Tensor expanded = make_tensor(keys, {1, 1, 1, T}, {kFloat16, kGpu}).expand({B, H, T, T});  // stride 0: copied
+  const Tensor transposed = make_tensor(full, {B, T, H, T}, {kFloat16, kGpu}).transpose(1, 2);     // copied
+  const Tensor left_padding = padding_mask(B, T, true).to(kGpu);
+  for (const auto& [name, mask, causal] :
+       {std::tuple{"1-D", per_key, false}, std::tuple{"expanded", expanded, false},
+        std::tuple{"transposed", transposed, true}, std::tuple{"left padding, causal", left_padding, true}}) {
+    INFO(name);
+    const ops::FlashAttentionOptions o{mask, causal, {}, 0.0};
+    std::vector<std::vector<double>> want;
+    {
+      const ops::AttentionBackendGuard flash(AttentionBackend::Flash);
+      const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o);
+      const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+      for (const Tensor& t : {f.out, f.lse, gr.dq, gr.dk, gr.dv}) want.push_back(values_of(t));
+    }
+    const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);
+    REQUIRE(ops::attention_backend_for(q, k, v, o) == AttentionBackend::Cudnn);
+    const ops::FlashAttentionForward f = ops::flash_attention_forward(q, k, v, o);
+    const ops::FlashAttentionGrads gr = ops::flash_attention_backward(g, q, k, v, f.out, f.lse, o, f.range);
+    CHECK(relative_error(f.out, want[0], "out") <= 2 * out_tol(kFloat16));
+    CHECK(relative_error(f.lse, want[1], "lse") <= 1e-4);
+    CHECK(relative_error(gr.dq, want[2], "dq") <= 2 * grad_tol(kFloat16));
+    CHECK(relative_error(gr.dk, want[3], "dk") <= 2 * grad_tol(kFloat16));
+    CHECK(relative_error(gr.dv, want[4], "dv") <= 2 * grad_tol(kFloat16));
+  }
 }
 
 TEST_CASE("attention cudnn: key-broadcast masks, the flash setting and the CPU stay on frugal's kernels") {
