@@ -13,10 +13,11 @@
 // BertForMaskedLM's output projection (cls.predictions.decoder) is the word embedding
 // matrix itself, and its bias is cls.predictions.bias, as in Hugging Face (tie_word_
 // embeddings). PyTorch lists a tied tensor once in named_parameters() and under both names
-// in state_dict(). frugal's Module has no aliases, so the decoder registers the two
-// tensors as *buffers* under "weight" and "bias": state_dict() then has every key that
-// Hugging Face's has (the same tensor twice, as torch), while parameters() holds each
-// tensor once, so an optimizer steps it once and its gradient is the sum of both uses.
+// in state_dict() (so does nn::Module: Note [Shared parameters] in nn/module.cpp). The
+// decoder registers the two tensors as *buffers* under "weight" and "bias": state_dict()
+// then has every key that Hugging Face's has (the same tensor twice, as torch), while
+// parameters() holds each tensor once, so an optimizer steps it once and its gradient is
+// the sum of both uses.
 #include <memory>
 
 #include "autograd/checkpoint.h"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <typeinfo>
 #include <utility>
@@ -49,7 +50,10 @@ void Module::check_new_name(const std::string& name) const {
 Tensor Module::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
   check_new_name(name);
   FRUGAL_CHECK(value.defined(), type_name(), ": parameter '", name, "' is undefined");
-  value = value.detach();  // a parameter is always a leaf
+  // A parameter is always a leaf. One that already is (another module's: tied weights) is
+  // registered itself, not a detached alias, so the two share one .grad and one optimizer
+  // state (Note [Shared parameters]).
+  if (!(requires_grad && value.requires_grad() && value.is_leaf())) value = value.detach();
   if (requires_grad) value.requires_grad_();
   // Made before it was a parameter (by init, a factory, a load): it is one from now on.
   memory::relabel(value.device(), value.impl().storage->data.get(), core::Category::Parameters);
@@ -82,8 +86,28 @@ NamedTensors Module::collect(const std::string& prefix, bool recurse, NamedTenso
   return out;
 }
 
-NamedTensors Module::named_parameters(bool recurse) const { return collect("", recurse, &Module::params_); }
-NamedTensors Module::named_buffers(bool recurse) const { return collect("", recurse, &Module::buffers_); }
+// Note [Shared parameters]
+// A tensor may be registered under several names: a decoder weight tied to the embedding
+// (register_parameter("weight", emb->weight)), or a submodule registered twice. As torch's
+// named_parameters() (remove_duplicate=True), named_parameters() and named_buffers() list it
+// once, under its first name, so parameters() steps it once in an optimizer, counts it once
+// in num_parameters() and clip_grad_norm_, and it gets one .grad, the sum of every use.
+// state_dict() keeps every name (torch does too); load_state_dict writes the one tensor once
+// per name.
+namespace {
+NamedTensors without_repeats(NamedTensors list) {
+  std::set<const TensorImpl*> seen;
+  std::erase_if(list, [&](const auto& kv) { return kv.second.defined() && !seen.insert(&kv.second.impl()).second; });
+  return list;
+}
+}  // namespace
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  return without_repeats(collect("", recurse, &Module::params_));
+}
+NamedTensors Module::named_buffers(bool recurse) const {
+  return without_repeats(collect("", recurse, &Module::buffers_));
+}
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
   std::vector<Tensor> out;
@@ -178,8 +202,8 @@ void Module::zero_grad(bool set_to_none) {
 }
 
 NamedTensors Module::state_dict() const {
-  NamedTensors out = named_parameters();
-  NamedTensors bufs = named_buffers();
+  NamedTensors out = collect("", true, &Module::params_);  // every name (Note [Shared parameters])
+  NamedTensors bufs = collect("", true, &Module::buffers_);
   out.insert(out.end(), bufs.begin(), bufs.end());
   return out;
 }

@@ -35,6 +35,8 @@ class Module {
   virtual std::string extra_repr() const { return ""; }
 
   // ---- contents, in registration order, keys dotted (Note [Module names]) ----
+  /// A tensor registered under several names is listed once, under the first (Note [Shared
+  /// parameters] in nn/module.cpp); state_dict() lists every name.
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
@@ -76,7 +78,8 @@ class Module {
   std::string repr(int indent = 0) const;
 
  protected:
-  /// Registers a parameter (made a leaf that requires grad) and returns it.
+  /// Registers a parameter (made a leaf that requires grad) and returns it. A tensor that is
+  /// already a parameter (a leaf that requires grad) is registered itself: tied weights.
   Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor value);
   template <typename M>
