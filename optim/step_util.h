@@ -69,18 +69,23 @@ inline void check_adam_group(const char* opt, const ParamGroup& group, size_t g)
   FRUGAL_CHECK(*group.weight_decay >= 0, opt, ": param group ", g, ": invalid weight_decay ", *group.weight_decay);
 }
 
-/// Makes `buffer` a state buffer in like's memory order (Note [Optimizer memory order]):
-/// an uninitialized one with `opts` when it is undefined (then returns true), else itself,
-/// or a copy in that order when it has another.
+/// Makes `buffer` a state buffer in like's memory order (Note [Optimizer memory order]) with
+/// `opts`: an uninitialized one when it is undefined (then returns true), else itself, or a
+/// copy in that order, dtype and device when it has another. The kernels read the buffer as
+/// `opts` says, so a buffer left in its old dtype after Module::to converted the parameter
+/// (float32 state for a parameter now float64) would be misread; it is converted instead,
+/// as torch's Optimizer.load_state_dict casts state to its parameter's.
 inline bool state_in_layout(Tensor& buffer, const Tensor& like, TensorOptions opts) {
   if (!buffer.defined()) {
     buffer = empty_in_layout(like, opts);
     return true;
   }
-  if (!same_dense_layout(buffer, like)) {
-    core::refuse_in_graph_capture("An optimizer state buffer put into its parameter's memory order",
+  if (!same_dense_layout(buffer, like) || buffer.dtype() != opts.dtype || buffer.device() != opts.device) {
+    core::refuse_in_graph_capture("An optimizer state buffer put into its parameter's memory order, dtype or device",
                                   "each replay would copy the buffer as it was at capture (step once before)");
-    buffer = copy_in_layout(buffer, like);
+    Tensor converted = empty_in_layout(like, opts);
+    converted.copy_(buffer);
+    buffer = converted;
   }
   return false;
 }
