@@ -26,7 +26,9 @@ std::shared_ptr<nn::Linear> linear_layer(int64_t in, int64_t out, const BertConf
 }
 
 std::shared_ptr<nn::Embedding> embedding_layer(int64_t n, const BertConfig& c, int64_t padding_idx = -1) {
-  auto e = std::make_shared<nn::Embedding>(n, c.hidden_size, nn::EmbeddingOptions{.padding_idx = padding_idx});
+  auto e = std::make_shared<nn::Embedding>(
+      n, c.hidden_size,
+      nn::EmbeddingOptions{.padding_idx = padding_idx >= 0 ? std::optional<int64_t>(padding_idx) : std::nullopt});
   nn::init::normal_(e->weight, 0.0, c.initializer_range);
   if (padding_idx >= 0) nn::init::zeros_(e->weight.select(0, padding_idx));
   return e;

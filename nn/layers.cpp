@@ -31,11 +31,13 @@ std::string LayerNorm::extra_repr() const {
   return "normalized_shape=" + shape_str(shape_) + ", eps=" + std::to_string(eps_);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : padding_idx_(options.padding_idx) {
+Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : padding_idx_(-1) {
   FRUGAL_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, " x ", dim);
-  if (padding_idx_ < 0 && padding_idx_ != -1) padding_idx_ += num;  // python-style negative index
-  FRUGAL_CHECK(padding_idx_ == -1 || (padding_idx_ >= 0 && padding_idx_ < num), "Embedding: padding_idx ",
-               options.padding_idx, " out of range for ", num, " embeddings");
+  if (options.padding_idx) {
+    const int64_t i = *options.padding_idx;
+    FRUGAL_CHECK(i >= -num && i < num, "Embedding: padding_idx ", i, " out of range for ", num, " embeddings");
+    padding_idx_ = i < 0 ? i + num : i;  // python-style negative index: -1 is the last row
+  }
   weight = register_parameter("weight", empty({num, dim}));
   init::normal_(weight);
   if (padding_idx_ >= 0) init::zeros_(weight.select(0, padding_idx_));

@@ -1,5 +1,7 @@
 #pragma once
 // Dropout, LayerNorm and Embedding: layers over one differentiable function each.
+#include <optional>
+
 #include "nn/module.h"
 
 namespace frugal::nn {
@@ -38,7 +40,9 @@ class LayerNorm : public UnaryModule {
 };
 
 struct EmbeddingOptions {
-  int64_t padding_idx = -1;  // this row gets no gradient and starts at zero; -1 = none
+  /// This row gets no gradient and starts at zero; none when unset. Negative counts from the
+  /// end, as torch's (-1 is the last row).
+  std::optional<int64_t> padding_idx;
 };
 
 /// A lookup table (num_embeddings, embedding_dim) initialised N(0, 1) as torch.nn.Embedding.
@@ -52,7 +56,7 @@ class Embedding : public UnaryModule {
   Tensor weight;
 
  private:
-  int64_t padding_idx_;
+  int64_t padding_idx_;  // -1: none (the raw embedding op's convention)
 };
 
 }  // namespace frugal::nn

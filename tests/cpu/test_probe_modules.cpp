@@ -409,6 +409,21 @@ TEST_CASE("probe nn: Embedding's padding row starts at zero and gets no gradient
   check_close(emb.weight.grad(), {0, 0, 1 + 5, 2 + 6, 0, 0, 0, 0, 7, 8}, 0, 0, "embedding gradient");
 }
 
+TEST_CASE("probe nn: Embedding's padding_idx -1 is the last row, as torch's; unset is none; out of range is refused") {
+  manual_seed(5);
+  nn::Embedding last(4, 3, {.padding_idx = -1});
+  CHECK(values_of(last.weight.select(0, 3)) == Values{0.0, 0.0, 0.0});
+  CHECK(last.extra_repr().find("padding_idx=3") != std::string::npos);
+  sum(last(from_vector<int64_t>({3, 0}, {2}))).backward();
+  CHECK(values_of(last.weight.grad().select(0, 3)) == Values{0.0, 0.0, 0.0});
+  CHECK(values_of(last.weight.grad().select(0, 0)) == Values{1.0, 1.0, 1.0});
+  nn::Embedding none(4, 3);
+  sum(none(from_vector<int64_t>({3}, {1}))).backward();
+  CHECK(values_of(none.weight.grad().select(0, 3)) == Values{1.0, 1.0, 1.0});
+  check_error([] { nn::Embedding bad(4, 3, {.padding_idx = -5}); }, {"Embedding", "padding_idx", "-5"});
+  check_error([] { nn::Embedding bad(4, 3, {.padding_idx = 4}); }, {"Embedding", "padding_idx", "4"});
+}
+
 TEST_CASE("probe nn: Linear on an empty batch gives an empty output; in_features 0 is refused, not garbage") {
   nn::Linear fc(3, 2);
   const Tensor y = fc(zeros({0, 3}));
