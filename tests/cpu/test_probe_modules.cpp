@@ -569,23 +569,14 @@ TEST_CASE("probe optim: Adam and AdamW with amsgrad, weight decay and maximize f
         CAPTURE(amsgrad);
         CAPTURE(maximize);
         Tensor p = f64_param({1.0, -1.0, 0.25, 2.0}, {4});
+        auto options = [&](auto o) {  // AdamOptions or AdamWOptions, the same values
+          o.lr = 0.05, o.beta1 = 0.8, o.beta2 = 0.9, o.eps = 1e-6, o.weight_decay = 0.3;
+          o.amsgrad = amsgrad, o.maximize = maximize;
+          return o;
+        };
         std::unique_ptr<optim::Optimizer> opt;
-        if (decoupled)
-          opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 0.05,
-                                                                                           .beta1 = 0.8,
-                                                                                           .beta2 = 0.9,
-                                                                                           .eps = 1e-6,
-                                                                                           .weight_decay = 0.3,
-                                                                                           .amsgrad = amsgrad,
-                                                                                           .maximize = maximize});
-        else
-          opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = 0.05,
-                                                                                         .beta1 = 0.8,
-                                                                                         .beta2 = 0.9,
-                                                                                         .eps = 1e-6,
-                                                                                         .weight_decay = 0.3,
-                                                                                         .amsgrad = amsgrad,
-                                                                                         .maximize = maximize});
+        if (decoupled) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, options(optim::AdamWOptions{}));
+        else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, options(optim::AdamOptions{}));
         AdamRef ref{.lr = 0.05,
                     .beta1 = 0.8,
                     .beta2 = 0.9,
@@ -649,28 +640,41 @@ TEST_CASE("probe optim: a state dict saved mid-training resumes bit-identically 
   CHECK(ob->state(b[2]) == nullptr);
 }
 
+/// Two float32 steps of `opt` on the sum of fc over a fixed input.
+void two_float32_steps(nn::Linear& fc, optim::Optimizer& opt) {
+  const Tensor x = random_tensor({4, 3}, kFloat32, 8);
+  for (int s = 0; s < 2; ++s) {
+    opt.zero_grad();
+    sum(fc(x)).backward();
+    opt.step();
+  }
+}
+
+/// Converts fc to float64 and gives its weight a random gradient (the bias none); `weight`
+/// gets the weight's values after the conversion. Returns the gradient.
+Values to_float64_with_weight_grad(nn::Linear& fc, Values& weight, uint64_t seed) {
+  fc.to(kFloat64);
+  weight = values_of(fc.weight);
+  const Values g = random_values(6, seed);
+  fc.weight.set_grad(f64(g, {2, 3}));
+  fc.bias.set_grad(Tensor());
+  return g;
+}
+
 TEST_CASE("probe optim: a model converted to float64 after some steps continues from its converted state") {
   // torch.optim.Optimizer.load_state_dict casts state to its parameter's dtype; a step with
   // state of another dtype must not read it as the new one.
   SUBCASE("Adam") {
     nn::Linear fc(3, 2);
     optim::Adam opt(fc.parameters(), {.lr = 0.01, .amsgrad = true});
-    const Tensor x = random_tensor({4, 3}, kFloat32, 8);
-    for (int s = 0; s < 2; ++s) {
-      opt.zero_grad();
-      sum(fc(x)).backward();
-      opt.step();
-    }
+    two_float32_steps(fc, opt);
     const optim::ParamState* st = opt.state(fc.weight);
     REQUIRE(st != nullptr);
     AdamRef ref{.lr = 0.01, .amsgrad = true};
     ref.m = values_of(st->buffers[0]), ref.v = values_of(st->buffers[1]), ref.vmax = values_of(st->buffers[2]);
     ref.t = 2;
-    fc.to(kFloat64);
-    Values want = values_of(fc.weight);
-    const Values g = random_values(6, 31);
-    fc.weight.set_grad(f64(g, {2, 3}));
-    fc.bias.set_grad(Tensor());
+    Values want;
+    const Values g = to_float64_with_weight_grad(fc, want, 31);
     ref.step(want, g);
     opt.step();
     check_close(fc.weight, want, 1e-12, 1e-12, "the float64 step");
@@ -679,19 +683,11 @@ TEST_CASE("probe optim: a model converted to float64 after some steps continues 
   SUBCASE("SGD with momentum") {
     nn::Linear fc(3, 2);
     optim::SGD opt(fc.parameters(), {.lr = 0.1, .momentum = 0.9});
-    const Tensor x = random_tensor({4, 3}, kFloat32, 8);
-    for (int s = 0; s < 2; ++s) {
-      opt.zero_grad();
-      sum(fc(x)).backward();
-      opt.step();
-    }
+    two_float32_steps(fc, opt);
     SgdRef ref{.lr = 0.1, .momentum = 0.9};
     ref.buf = values_of(opt.state(fc.weight)->buffers[0]);
-    fc.to(kFloat64);
-    Values want = values_of(fc.weight);
-    const Values g = random_values(6, 32);
-    fc.weight.set_grad(f64(g, {2, 3}));
-    fc.bias.set_grad(Tensor());
+    Values want;
+    const Values g = to_float64_with_weight_grad(fc, want, 32);
     ref.step(want, g);
     opt.step();
     check_close(fc.weight, want, 1e-12, 1e-12, "the float64 step");
