@@ -23,15 +23,15 @@ namespace frugal::optim {
 // that the gradient of a weight matrix is close to low rank and changes its dominant
 // subspace slowly, so it keeps the moments of a rank-r projection of the gradient instead:
 //   every T steps (T = update_proj_gap; at the first step too), from the current gradient G:
-//     m <= n: P = U[:, :r]  (m, r),  of G = U S V^T       m > n: P = V[:, :r]  (n, r)
+//     m < n: P = U[:, :r]  (m, r),  of G = U S V^T        m >= n: P = V[:, :r]  (n, r)
 //   every step:
 //     R = P^T G  (r, n)                                    R = G P  (m, r)
 //     M, V: Adam's moments of R (Note [Adam update], with lr 1 and no weight decay), so
 //     N = M_hat / (sqrt(V_hat) + eps)  (r, n)              (m, r)
 //     p *= 1 - lr * wd;   p -= lr * alpha * P N            p -= lr * alpha * N P^T
-// The side is the smaller dimension, so the moments take r * max(m, n) per moment and the
-// projection r * min(m, n): the state of a projected matrix is
-//   2 r n + m r   (m <= n)        2 m r + n r   (m > n)
+// The side is the smaller dimension (a square matrix: the right, as galore_torch), so the moments take r * max(m, n)
+// per moment and the projection r * min(m, n): the state of a projected matrix is
+//   2 r n + m r   (m < n)         2 m r + n r   (m >= n)
 // floats instead of AdamW's 2 m n (BERT-base's (768, 3072) FFN at r = 128: 0.92 M vs 4.7 M).
 // A matrix with min(m, n) <= r (or < min_dim), and every 1-D or scalar parameter, takes
 // plain AdamW with the same hyperparameters (and no alpha), through the same fused kernel.
@@ -85,12 +85,12 @@ Tensor project(const Tensor& grad, const Tensor& proj) {
 }
 
 Tensor project_back(const Tensor& low, const Tensor& proj) {
-  // low: (r, n) with proj (m, r), or (m, r) with proj (n, r); m > n > r on the right
+  // low: (r, n) with proj (m, r), or (m, r) with proj (n, r); m >= n > r on the right
   return low.size(0) == proj.size(1) ? ops::mm(proj, low) : ops::mm(low, proj.t());
 }
 
 int64_t state_elements(int64_t m, int64_t n, int64_t rank) {
-  return m <= n ? 2 * rank * n + m * rank : 2 * m * rank + n * rank;
+  return m < n ? 2 * rank * n + m * rank : 2 * m * rank + n * rank;
 }
 
 }  // namespace galore

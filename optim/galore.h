@@ -58,21 +58,22 @@ class GaLoreAdamW : public Optimizer {
 /// The pieces of a GaLore step, for tests and for readers; G is (m, n), float32 or float64.
 namespace galore {
 
-/// True when the projection acts on the left, P (m, r) and R = P^T G (r, n): m <= n.
-inline bool projects_left(const Shape& sizes) { return sizes[0] <= sizes[1]; }
+/// True when the projection acts on the left, P (m, r) and R = P^T G (r, n): m < n. A square
+/// matrix projects on the right, as galore_torch's projector does (rows >= columns: right).
+inline bool projects_left(const Shape& sizes) { return sizes[0] < sizes[1]; }
 
 /// The projection of G (m, n) to rank r < min(m, n): the top-r left singular vectors
-/// U[:, :r] (m, r) when m <= n, else the top-r right ones V[:, :r] (n, r); contiguous.
+/// U[:, :r] (m, r) when m < n, else the top-r right ones V[:, :r] (n, r); contiguous.
 Tensor projection(const Tensor& grad, int64_t rank);
 
-/// R: P^T G (r, n) when m <= n, else G P (m, r).
+/// R: P^T G (r, n) when m < n, else G P (m, r).
 Tensor project(const Tensor& grad, const Tensor& proj);
 
 /// Back to (m, n): P N for N (r, n), or N P^T for N (m, r).
 Tensor project_back(const Tensor& low, const Tensor& proj);
 
 /// Elements of GaLore state for an (m, n) matrix at rank r: moments and projection,
-/// 2 r n + m r when m <= n, else 2 m r + n r.
+/// 2 r n + m r when m < n, else 2 m r + n r.
 int64_t state_elements(int64_t m, int64_t n, int64_t rank);
 
 }  // namespace galore
