@@ -83,9 +83,7 @@ inline bool state_in_layout(Tensor& buffer, const Tensor& like, TensorOptions op
   if (!same_dense_layout(buffer, like) || buffer.dtype() != opts.dtype || buffer.device() != opts.device) {
     core::refuse_in_graph_capture("An optimizer state buffer put into its parameter's memory order, dtype or device",
                                   "each replay would copy the buffer as it was at capture (step once before)");
-    Tensor converted = empty_in_layout(like, opts);
-    converted.copy_(buffer);
-    buffer = converted;
+    buffer = copy_in_layout(buffer, like, opts);
   }
   return false;
 }

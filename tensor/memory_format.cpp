@@ -61,8 +61,10 @@ Tensor empty_in_layout(const Tensor& like, TensorOptions opts) {
   return is_dense(like) ? empty_strided(like.sizes(), like.strides(), opts) : empty(like.sizes(), opts);
 }
 
-Tensor copy_in_layout(const Tensor& t, const Tensor& like) {
-  Tensor out = empty_in_layout(like, t.options());
+Tensor copy_in_layout(const Tensor& t, const Tensor& like) { return copy_in_layout(t, like, t.options()); }
+
+Tensor copy_in_layout(const Tensor& t, const Tensor& like, TensorOptions opts) {
+  Tensor out = empty_in_layout(like, opts);
   out.copy_(t);
   return out;
 }

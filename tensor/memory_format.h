@@ -50,6 +50,8 @@ Tensor empty_in_layout(const Tensor& like, TensorOptions opts);
 
 /// A fresh copy of t (any device or dtype: t's options) in like's memory order (like of t's sizes).
 Tensor copy_in_layout(const Tensor& t, const Tensor& like);
+/// The same copy converted to `opts` (dtype and device).
+Tensor copy_in_layout(const Tensor& t, const Tensor& like, TensorOptions opts);
 
 /// One op's memory format, for the ops that keep channels-last (conv2d, the pools):
 /// channels-last when an operand suggests it; `native` when the backend computes in it
