@@ -6,11 +6,13 @@
 //   sbr+conv    y = conv(relu(x * scale + bias)) with y's statistics: the previous layer's
 //               batch-norm apply and ReLU as the convolution's prologue (cudnn-frontend's
 //               "SBRCS" sample; NVIDIA's MLPerf ResNet is built on it)
-//   frugal      what a training forward runs today: conv2d, then batch_norm_add_relu (statistics
-//               pass, then the normalize + ReLU pass) on its output
-// It prints whether cuDNN built a plan, the first plan's workspace, and the median ms of 20
-// runs after warm-up (CUDA events). A missing plan prints its reason; nothing here is used by
-// the library.
+//   wgrad       the weight gradient conv_wgrad(x, dy), and sbr+wgrad the same of
+//               relu(x * scale + bias): the backward's fusion of the same prologue
+//   frugal      conv2d, then batch_norm_add_relu (statistics pass, then the normalize + ReLU
+//               pass) on its output: the unfused training forward
+// The prologue's scale and bias are tried in float16 and in float32 (what the library's
+// fused op, tensor/ops/conv_bn.h, passes). It prints whether cuDNN built a plan, the first
+// plan's workspace, and the median ms of 20 runs after warm-up (CUDA events).
 //   probe_conv_bn_fusion [--batch 128]
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -20,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_backend.h"
+#include "tensor/cuda/cudnn_graph.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
@@ -49,105 +51,7 @@ struct Layer {
   int64_t OW() const { return (W + 2 * pad() - R) / stride + 1; }
 };
 
-/// An operation graph under construction: owns its descriptors.
-class Graph {
- public:
-  cudnnBackendDescriptor_t tensor(int64_t uid, Dims dims, cudnnDataType_t type, bool is_virtual = false) {
-    const int64_t c = dims[1], h = dims[2], w = dims[3];
-    const Dims strides{c * h * w, 1, w * c, c};  // channels-last
-    const int64_t alignment = 16;
-    Descriptor& d = own(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
-        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data())
-        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data())
-        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    if (is_virtual) d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    d.finalize();
-    return d.get();
-  }
-  cudnnBackendDescriptor_t virtual_tensor(Dims dims) { return tensor(next_virtual_++, dims, CUDNN_DATA_FLOAT, true); }
-
-  void conv(const Layer& l, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y) {
-    const Conv2dOptions options{.stride = l.stride, .padding = l.pad()};
-    frugal::ops::Conv2dGeometry geometry =
-        frugal::ops::conv2d_geometry("probe_conv_bn_fusion", {l.N, l.C, l.H, l.W}, {l.K, l.C, l.R, l.R}, options);
-    geometry.channels_last = true;
-    Descriptor& c = owned_.emplace_back(convolution_descriptor(geometry));
-    const float alpha = 1.0f, beta = 0.0f;
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
-        .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
-        .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y)
-        .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, c.get())
-        .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha)
-        .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-    add(op);
-  }
-  void pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-                 cudnnBackendDescriptor_t y) {
-    const cudnnDataType_t math = CUDNN_DATA_FLOAT;
-    Descriptor& pw = own(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
-        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
-    pw.finalize();
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get())
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    if (b != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    add(op);
-  }
-  void genstats(cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sq_sum) {
-    const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
-    const cudnnDataType_t math = CUDNN_DATA_FLOAT;
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode)
-        .set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math)
-        .set(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y)
-        .set(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum)
-        .set(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sq_sum);
-    add(op);
-  }
-
-  /// The finalized graph's first plan (heuristics A, then the fallback list) and its
-  /// workspace; false and `why` when cuDNN builds none.
-  bool plan(cudnnHandle_t h, Descriptor& out, int64_t& workspace, std::string& why) {
-    Descriptor& graph = own(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops_.size()), ops_.data())
-        .set_handle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, h);
-    if (!graph.try_finalize()) return why = "the operation graph does not finalize", false;
-    int configs = 0;
-    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      for (Descriptor& config : suggested_configs(graph, mode)) {
-        ++configs;
-        Descriptor p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        p.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, h).set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-        if (!p.try_finalize()) continue;
-        int64_t n = 0;
-        cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                 &workspace);
-        out = std::move(p);
-        return true;
-      }
-    }
-    why = configs == 0 ? "no engine configuration suggested"
-                       : std::to_string(configs) + " configurations, none finalized";
-    return false;
-  }
-
- private:
-  Descriptor& own(cudnnBackendDescriptorType_t type) { return owned_.emplace_back(type); }
-  void add(Descriptor& op) {
-    op.finalize();
-    ops_.push_back(op.get());
-  }
-  std::deque<Descriptor> owned_;
-  std::vector<cudnnBackendDescriptor_t> ops_;
-  int64_t next_virtual_ = 100;
-};
-
-enum Uid : int64_t { kX = 1, kW, kY, kSum, kSqSum, kScale, kBias };
+enum Uid : int64_t { kX = 1, kW, kY, kSum, kSqSum, kScale, kBias, kFirstVirtual = 100 };
 
 /// Median ms of `runs` calls of f after 3 warm-ups, timed with CUDA events on the device's stream.
 double median_ms(Device device, const std::function<void()>& f, int runs = 20) {
@@ -175,55 +79,78 @@ struct Row {
   double ms = -1;
 };
 
-/// Plans and times one fused pattern; `prologue` adds scale-bias-ReLU on x, `stats` GENSTATS on y.
-Row run_pattern(const Layer& l, const char* pattern, bool prologue, bool stats, Device device,
+/// A packed channels-last (N, C, H, W) tensor's strides.
+GraphDims nhwc(const GraphDims& d) { return {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]}; }
+
+enum class Pattern { Conv, ConvStats, SbrConvStats, Wgrad, SbrWgrad };
+
+const char* name_of(Pattern p) {
+  switch (p) {
+    case Pattern::Conv: return "conv";
+    case Pattern::ConvStats: return "conv+stats";
+    case Pattern::SbrConvStats: return "sbr+conv+stats";
+    case Pattern::Wgrad: return "wgrad";
+    case Pattern::SbrWgrad: return "sbr+wgrad";
+  }
+  return "?";
+}
+
+/// Plans and times one pattern: the forward ones on x -> y, the weight gradients on (x, dy = y) -> w.
+/// `scale_type`: the data type of the scale-bias-ReLU prologue's per-channel tensors.
+Row run_pattern(const Layer& l, Pattern pattern, cudnnDataType_t scale_type, Device device,
                 const std::vector<std::pair<int64_t, void*>>& operands) {
-  Row row{l.name, pattern, "", -1};
+  Row row{l.name, name_of(pattern), "", -1};
+  if (scale_type == CUDNN_DATA_FLOAT) row.pattern += " (f32 scale)";
   cudnnHandle_t h = cudnn_handle(device);
-  Graph g;
-  cudnnBackendDescriptor_t x = g.tensor(kX, {l.N, l.C, l.H, l.W}, CUDNN_DATA_HALF);
-  cudnnBackendDescriptor_t w = g.tensor(kW, {l.K, l.C, l.R, l.R}, CUDNN_DATA_HALF);
-  cudnnBackendDescriptor_t y = g.tensor(kY, {l.N, l.K, l.OH(), l.OW()}, CUDNN_DATA_HALF);
-  cudnnBackendDescriptor_t conv_in = x;
-  std::vector<int64_t> uids{kX, kW, kY};
-  if (prologue) {
-    cudnnBackendDescriptor_t scale = g.tensor(kScale, {1, l.C, 1, 1}, CUDNN_DATA_HALF);
-    cudnnBackendDescriptor_t bias = g.tensor(kBias, {1, l.C, 1, 1}, CUDNN_DATA_HALF);
-    cudnnBackendDescriptor_t scaled = g.virtual_tensor({l.N, l.C, l.H, l.W});
-    cudnnBackendDescriptor_t shifted = g.virtual_tensor({l.N, l.C, l.H, l.W});
-    cudnnBackendDescriptor_t relu = g.virtual_tensor({l.N, l.C, l.H, l.W});
-    g.pointwise(CUDNN_POINTWISE_MUL, x, scale, scaled);
-    g.pointwise(CUDNN_POINTWISE_ADD, scaled, bias, shifted);
-    g.pointwise(CUDNN_POINTWISE_RELU_FWD, shifted, nullptr, relu);
-    conv_in = relu;
-    uids.push_back(kScale), uids.push_back(kBias);
-  }
-  g.conv(l, conv_in, w, y);
-  if (stats) {
-    g.genstats(y, g.tensor(kSum, {1, l.K, 1, 1}, CUDNN_DATA_FLOAT), g.tensor(kSqSum, {1, l.K, 1, 1}, CUDNN_DATA_FLOAT));
-    uids.push_back(kSum), uids.push_back(kSqSum);
-  }
-  Descriptor plan;
-  int64_t workspace = 0;
-  std::string why;
+  GraphBuilder g(CUDNN_DATA_HALF, kFirstVirtual);
+  const GraphDims xd{l.N, l.C, l.H, l.W}, wd{l.K, l.C, l.R, l.R}, yd{l.N, l.K, l.OH(), l.OW()}, cd{1, l.C, 1, 1};
+  const bool prologue = pattern == Pattern::SbrConvStats || pattern == Pattern::SbrWgrad;
+  const bool wgrad = pattern == Pattern::Wgrad || pattern == Pattern::SbrWgrad;
+  Descriptor conv;
   try {
-    if (!g.plan(h, plan, workspace, why)) return row.plan = "none: " + why, row;
+    cudnnBackendDescriptor_t x = g.tensor(kX, xd, nhwc(xd), CUDNN_DATA_HALF);
+    cudnnBackendDescriptor_t w = g.tensor(kW, wd, nhwc(wd), CUDNN_DATA_HALF);
+    cudnnBackendDescriptor_t y = g.tensor(kY, yd, nhwc(yd), CUDNN_DATA_HALF);
+    if (prologue) {
+      cudnnBackendDescriptor_t scaled = g.virtual_tensor(xd, nhwc(xd)), shifted = g.virtual_tensor(xd, nhwc(xd)),
+                               relu = g.virtual_tensor(xd, nhwc(xd));
+      g.pointwise(CUDNN_POINTWISE_MUL, x, g.tensor(kScale, cd, nhwc(cd), scale_type), scaled);
+      g.pointwise(CUDNN_POINTWISE_ADD, scaled, g.tensor(kBias, cd, nhwc(cd), scale_type), shifted);
+      g.pointwise(CUDNN_POINTWISE_RELU_FWD, shifted, nullptr, relu);
+      x = relu;
+    }
+    ops::Conv2dGeometry geometry = ops::conv2d_geometry("probe_conv_bn_fusion", {l.N, l.C, l.H, l.W},
+                                                        {l.K, l.C, l.R, l.R}, {.stride = l.stride, .padding = l.pad()});
+    geometry.channels_last = true;
+    conv = convolution_descriptor(geometry);
+    g.convolution(wgrad ? ConvDirection::BackwardFilter : ConvDirection::Forward, conv, x, w, y);
+    if (pattern == Pattern::ConvStats || pattern == Pattern::SbrConvStats) {
+      const GraphDims kd{1, l.K, 1, 1};
+      g.genstats(y, g.tensor(kSum, kd, nhwc(kd), CUDNN_DATA_FLOAT), g.tensor(kSqSum, kd, nhwc(kd), CUDNN_DATA_FLOAT));
+    }
   } catch (const Error& e) { return row.plan = std::string("none: ") + e.what(), row; }
-  row.plan = "yes, workspace " + std::to_string(workspace) + " B";
+  Descriptor op_graph;
+  try {
+    op_graph = g.finalize(h);
+  } catch (const Error& e) { return row.plan = "none: the operation graph does not finalize", row; }
+  std::vector<Plan> plans = make_plans(h, op_graph, 1);
+  if (plans.empty()) return row.plan = "none: no engine configuration finalized", row;
+  const Plan& plan = plans[0];
+  row.plan = "yes, workspace " + std::to_string(plan.workspace) + " B";
   std::vector<void*> pointers;
-  for (int64_t uid : uids)
+  for (int64_t uid : g.uids())
     for (const auto& [id, ptr] : operands)
       if (id == uid) pointers.push_back(ptr);
-  const Tensor ws = empty({std::max<int64_t>(workspace, 1)}, {kBool, device});
+  const Tensor ws = empty({std::max<int64_t>(plan.workspace, 1)}, {kBool, device});
   void* ws_ptr = ws.data();
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(pointers.size()), pointers.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()), uids.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(g.uids().size()), g.uids().data())
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr);
   pack.finalize();
-  const cudnnStatus_t first = cudnnBackendExecute(h, plan.get(), pack.get());
+  const cudnnStatus_t first = cudnnBackendExecute(h, plan.plan.get(), pack.get());
   if (first != CUDNN_STATUS_SUCCESS) return row.plan += std::string(", execute: ") + cudnnGetErrorString(first), row;
-  row.ms = median_ms(device, [&] { cudnnBackendExecute(cudnn_handle(device), plan.get(), pack.get()); });
+  row.ms = median_ms(device, [&] { cudnnBackendExecute(cudnn_handle(device), plan.plan.get(), pack.get()); });
   return row;
 }
 
@@ -245,12 +172,18 @@ int main(int argc, char** argv) {
     const Tensor y = empty_channels_last({l.N, l.K, l.OH(), l.OW()}, {kFloat16, device});
     const Tensor sum = empty({l.K}, {kFloat32, device}), sq_sum = empty({l.K}, {kFloat32, device});
     const Tensor scale = ones({l.C}, {kFloat16, device}), bias = zeros({l.C}, {kFloat16, device});
+    const Tensor scale32 = ones({l.C}, {kFloat32, device}), bias32 = zeros({l.C}, {kFloat32, device});
     const std::vector<std::pair<int64_t, void*>> operands{
         {kX, x.data()},          {kW, w.data()},         {kY, y.data()},      {kSum, sum.data()},
         {kSqSum, sq_sum.data()}, {kScale, scale.data()}, {kBias, bias.data()}};
-    rows.push_back(run_pattern(l, "conv", false, false, device, operands));
-    rows.push_back(run_pattern(l, "conv+stats", false, true, device, operands));
-    rows.push_back(run_pattern(l, "sbr+conv+stats", true, true, device, operands));
+    const std::vector<std::pair<int64_t, void*>> operands32{
+        {kX, x.data()},          {kW, w.data()},           {kY, y.data()},        {kSum, sum.data()},
+        {kSqSum, sq_sum.data()}, {kScale, scale32.data()}, {kBias, bias32.data()}};
+    for (Pattern p : {Pattern::Conv, Pattern::ConvStats, Pattern::SbrConvStats, Pattern::Wgrad, Pattern::SbrWgrad}) {
+      rows.push_back(run_pattern(l, p, CUDNN_DATA_HALF, device, operands));
+      if (p == Pattern::SbrConvStats || p == Pattern::SbrWgrad)
+        rows.push_back(run_pattern(l, p, CUDNN_DATA_FLOAT, device, operands32));
+    }
     // What frugal's training forward runs: conv2d, then batch_norm_add_relu on its output.
     const Tensor rm = zeros({l.K}, {kFloat32, device}), rv = ones({l.K}, {kFloat32, device});
     const Tensor gamma = ones({l.K}, {kFloat32, device}), beta = zeros({l.K}, {kFloat32, device});

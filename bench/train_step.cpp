@@ -18,7 +18,9 @@
 // the captured update).
 // --channels-last auto: on for ResNet with --amp on CUDA (NHWC is what cuDNN's float16
 // kernels want). --fused-bn-relu auto: on whenever ResNet runs channels-last (cuDNN's
-// fused BN+ReLU and BN+add+ReLU). --image-size / --seq-len shrink the inputs for CPU smoke
+// fused BN+ReLU and BN+add+ReLU). --fused-conv-bn on folds each block's inner batch norms into
+// the convolutions (cuDNN's conv + statistics and scale-bias-ReLU + conv graphs: Note
+// [Convolution batch-norm fusion]); auto: off. --image-size / --seq-len shrink the inputs for CPU smoke
 // runs (ResNet and ViT at 224, BERT at 128 tokens by default). --cudnn-benchmark on (the
 // default) picks convolution algorithms by timing them during warm-up, as the PyTorch rows
 // run with torch.backends.cudnn.benchmark = True. --checkpoint (or --checkpoint full)
@@ -92,8 +94,8 @@ constexpr double kResNet50ForwardFlops224 = 2 * 4.1e9;
 
 struct Args {
   std::string model,
-      optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto", cudnn_benchmark = "on",
-      profile_dir, memory_budget, memory_plan,
+      optim = "sgd", device = "cuda", channels_last = "auto", fused_bn_relu = "auto", fused_conv_bn = "auto",
+      cudnn_benchmark = "on", profile_dir, memory_budget, memory_plan,
       plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12, galore_rank = 128;
   bool amp = false, checkpoint = false, tf32 = false, cuda_graph = false, cuda_graph_eager_scaler = false;
@@ -105,7 +107,7 @@ const char* kUsage =
     "usage: train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp]\n"
     "                  [--checkpoint [full|selective]] [--tf32] [--steps S] [--warmup W]\n"
     "                  [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R] [--device cuda|cpu]\n"
-    "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]\n"
+    "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off] [--fused-conv-bn auto|on|off]\n"
     "                  [--cudnn-benchmark on|off] [--profile DIR] [--profile-rows N]\n"
     "                  [--image-size P] [--seq-len T] [--padding] [--memory-budget SIZE|FRACTIONx]\n"
     "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...]\n"
@@ -135,6 +137,7 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flags.is("--device")) a.device = flags.text();
     else if (flags.is("--channels-last")) a.channels_last = flags.text();
     else if (flags.is("--fused-bn-relu")) a.fused_bn_relu = flags.text();
+    else if (flags.is("--fused-conv-bn")) a.fused_conv_bn = flags.text();
     else if (flags.is("--cudnn-benchmark")) a.cudnn_benchmark = flags.text();
     else if (flags.is("--profile")) a.profile_dir = flags.text();
     else if (flags.is("--profile-rows")) a.profile_rows = flags.positive();
@@ -152,9 +155,9 @@ std::optional<Args> parse(int argc, char** argv) {
                "train_step: --optim must be sgd, adamw, galore, offload_adamw or offload_adamw_release, got ", a.optim);
   FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
                "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
-  for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu})
+  for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu, &a.fused_conv_bn})
     FRUGAL_CHECK(*mode == "auto" || *mode == "on" || *mode == "off",
-                 "train_step: --channels-last and --fused-bn-relu take auto, on or off, got ", *mode);
+                 "train_step: --channels-last, --fused-bn-relu and --fused-conv-bn take auto, on or off, got ", *mode);
   return a;
 }
 
@@ -206,8 +209,11 @@ Workload make_workload(const Args& a, Device device) {
   if (a.model == "resnet50") {
     const bool channels_last = a.channels_last == "on" || (a.channels_last == "auto" && a.amp && device.is_cuda());
     const bool fused = a.fused_bn_relu == "on" || (a.fused_bn_relu == "auto" && channels_last);
-    auto net = models::resnet50(
-        {.checkpoint_blocks = a.checkpoint, .checkpoint_policy = a.checkpoint_policy, .fused_bn_relu = fused});
+    const bool conv_bn = a.fused_conv_bn == "on";
+    auto net = models::resnet50({.checkpoint_blocks = a.checkpoint,
+                                 .checkpoint_policy = a.checkpoint_policy,
+                                 .fused_bn_relu = fused,
+                                 .fused_conv_bn = conv_bn});
     net->to(device);
     Tensor x = randn({B, 3, a.image_size, a.image_size}, device);
     if (channels_last) {
@@ -216,6 +222,7 @@ Workload make_workload(const Args& a, Device device) {
       w.layout = "NHWC";
     }
     if (fused) w.layout += "+fused_bn_relu";
+    if (conv_bn) w.layout += "+fused_conv_bn";
     const Tensor y = randint(0, 1000, {B}, TensorOptions(kInt64, device));
     w.module = net;
     w.num_blocks = net->num_blocks();

@@ -34,9 +34,19 @@ Tensor bn_relu(nn::BatchNorm2d& bn, const Tensor& x, bool fused, const Tensor& r
   return relu(residual.defined() ? y + residual : y);
 }
 
+/// conv(x) for a convolution without bias, with its output's statistics for a fused batch norm.
+ConvWithStats conv_stats(nn::Conv2d& conv, const Tensor& x, bool stats = true) {
+  return conv2d_stats(x, conv.weight, conv.options, stats);
+}
+
+/// conv(relu(bn(x))) with bn fused into the convolution (Note [Convolution batch-norm fusion]).
+ConvWithStats bn_relu_conv(nn::BatchNorm2d& bn, const ConvWithStats& x, nn::Conv2d& conv, bool stats = true) {
+  return bn_relu_conv2d(x, bn.args_for(x.out), conv.weight, conv.options, stats);
+}
+
 }  // namespace
 
-BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool fused) : fused_bn_relu(fused) {
+BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, BlockFusion f) : fusion(f) {
   conv1 = register_module("conv1", conv3x3(in_planes, planes, stride));
   bn1 = register_module("bn1", bn(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, 1));
@@ -46,11 +56,15 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool f
 
 Tensor BasicBlock::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
-  Tensor out = bn_relu(*bn1, (*conv1)(x), fused_bn_relu);
-  return bn_relu(*bn2, (*conv2)(out), fused_bn_relu, downsample ? (*downsample)(x) : x);
+  if (fusion.conv_bn) {
+    const Tensor y2 = bn_relu_conv(*bn1, conv_stats(*conv1, x), *conv2, false).out;
+    return bn_relu(*bn2, y2, true, downsample ? (*downsample)(x) : x);
+  }
+  Tensor out = bn_relu(*bn1, (*conv1)(x), fusion.bn_relu);
+  return bn_relu(*bn2, (*conv2)(out), fusion.bn_relu, downsample ? (*downsample)(x) : x);
 }
 
-Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool fused) : fused_bn_relu(fused) {
+Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, BlockFusion f) : fusion(f) {
   conv1 = register_module("conv1", conv1x1(in_planes, planes));
   bn1 = register_module("bn1", bn(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, stride));  // v1.5: the stride is here
@@ -62,9 +76,14 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool f
 
 Tensor Bottleneck::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
-  Tensor out = bn_relu(*bn1, (*conv1)(x), fused_bn_relu);
-  out = bn_relu(*bn2, (*conv2)(out), fused_bn_relu);
-  return bn_relu(*bn3, (*conv3)(out), fused_bn_relu, downsample ? (*downsample)(x) : x);
+  if (fusion.conv_bn) {
+    const ConvWithStats y2 = bn_relu_conv(*bn1, conv_stats(*conv1, x), *conv2);
+    const Tensor y3 = bn_relu_conv(*bn2, y2, *conv3, false).out;
+    return bn_relu(*bn3, y3, true, downsample ? (*downsample)(x) : x);
+  }
+  Tensor out = bn_relu(*bn1, (*conv1)(x), fusion.bn_relu);
+  out = bn_relu(*bn2, (*conv2)(out), fusion.bn_relu);
+  return bn_relu(*bn3, (*conv3)(out), fusion.bn_relu, downsample ? (*downsample)(x) : x);
 }
 
 ResNet::ResNet(BlockType block_, std::array<int64_t, 4> blocks, ResNetOptions o)
@@ -98,13 +117,14 @@ ResNet::ResNet(BlockType block_, std::array<int64_t, 4> blocks, ResNetOptions o)
 
 std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t& in_planes, int64_t planes, int64_t blocks, int64_t stride) {
   auto layer = std::make_shared<nn::Sequential>();
+  const BlockFusion fusion{.bn_relu = options.fused_bn_relu, .conv_bn = options.fused_conv_bn};
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t s = i == 0 ? stride : 1;
     if (block == BlockType::Basic) {
-      layer->push_back(std::make_shared<BasicBlock>(in_planes, planes, s, options.fused_bn_relu));
+      layer->push_back(std::make_shared<BasicBlock>(in_planes, planes, s, fusion));
       in_planes = planes * BasicBlock::expansion;
     } else {
-      layer->push_back(std::make_shared<Bottleneck>(in_planes, planes, s, options.fused_bn_relu));
+      layer->push_back(std::make_shared<Bottleneck>(in_planes, planes, s, fusion));
       in_planes = planes * Bottleneck::expansion;
     }
   }
@@ -162,7 +182,7 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth, con
   const std::string what = config_name("ResNet", file);
   json_check_keys(c,
                   {"depth", "blocks_per_layer", "num_classes", "in_channels", "small_input_stem", "zero_init_residual",
-                   "checkpoint_blocks", "checkpoint_policy", "fused_bn_relu"},
+                   "checkpoint_blocks", "checkpoint_policy", "fused_bn_relu", "fused_conv_bn"},
                   what);
   ResNetOptions o;
   o.num_classes = json_int(c, "num_classes", o.num_classes, what, 1, kMaxConfigDim);
@@ -172,6 +192,7 @@ ResNetOptions resnet_options_from_json(const json::Value& c, int64_t* depth, con
   o.checkpoint_blocks = json_bool(c, "checkpoint_blocks", o.checkpoint_blocks, what);
   o.checkpoint_policy = json_checkpoint_policy(c, o.checkpoint_policy, what);
   o.fused_bn_relu = json_bool(c, "fused_bn_relu", o.fused_bn_relu, what);
+  o.fused_conv_bn = json_bool(c, "fused_conv_bn", o.fused_conv_bn, what);
   if (depth) *depth = json_int(c, "depth", *depth, what);
   return o;
 }

@@ -43,6 +43,17 @@ struct ResNetOptions {
   /// cuDNN's fused BN+ReLU / BN+add+ReLU for channels-last float16 training on CUDA). Same
   /// parameters, state-dict keys and results as the unfused blocks.
   bool fused_bn_relu = false;
+  /// Fuse each block's inner batch norms into the convolutions around them (Note
+  /// [Convolution batch-norm fusion]): a convolution also returns its output's batch
+  /// statistics, and the next one applies bn + ReLU as its prologue, so relu(bn(.)) is
+  /// neither written nor kept. Implies fused_bn_relu for the block tails. Same parameters,
+  /// state-dict keys and results (to rounding) as the unfused blocks.
+  bool fused_conv_bn = false;
+};
+
+/// How a block runs its batch norms (ResNetOptions::fused_bn_relu, fused_conv_bn).
+struct BlockFusion {
+  bool bn_relu = false, conv_bn = false;
 };
 
 enum class BlockType { Basic, Bottleneck };
@@ -51,14 +62,14 @@ enum class BlockType { Basic, Bottleneck };
 class BasicBlock : public nn::UnaryModule {
  public:
   static constexpr int64_t expansion = 1;
-  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn_relu = false);
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, BlockFusion fusion = {});
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BasicBlock"; }
 
   std::shared_ptr<nn::Conv2d> conv1, conv2;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
   std::shared_ptr<nn::Sequential> downsample;  // null when the shortcut is the identity
-  const bool fused_bn_relu;                    // ResNetOptions::fused_bn_relu
+  const BlockFusion fusion;
 };
 
 /// 1x1 (reduce), 3x3 (stride), 1x1 (expand by 4) (ResNet-50/101/152). Children: conv1,
@@ -66,14 +77,14 @@ class BasicBlock : public nn::UnaryModule {
 class Bottleneck : public nn::UnaryModule {
  public:
   static constexpr int64_t expansion = 4;
-  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn_relu = false);
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, BlockFusion fusion = {});
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Bottleneck"; }
 
   std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;
   std::shared_ptr<nn::Sequential> downsample;
-  const bool fused_bn_relu;  // ResNetOptions::fused_bn_relu
+  const BlockFusion fusion;
 };
 
 /// The network: stem (conv1, bn1, relu, maxpool), layer1..layer4 (nn::Sequential of

@@ -53,6 +53,11 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
                          residual);
 }
 
+BatchNormArgs BatchNorm2d::args_for(const Tensor& x) {
+  const double momentum = start_batch(x);
+  return {running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps};
+}
+
 std::string BatchNorm2d::extra_repr() const {
   std::ostringstream os;
   os << num_features << ", eps=" << options.eps << ", momentum=";

@@ -2,6 +2,7 @@
 // BatchNorm2d: batch normalization over the channels of (N, C, H, W) inputs.
 #include <optional>
 
+#include "autograd/ops/conv_bn.h"
 #include "nn/module.h"
 
 namespace frugal::nn {
@@ -29,6 +30,9 @@ class BatchNorm2d : public UnaryModule {
   /// (batch_norm_relu: cuDNN's fused kernel for channels-last 16-bit training on CUDA).
   /// Updates the running statistics exactly as forward does.
   Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
+  /// The batch norm forward would apply to x, for an op that fuses it (bn_relu_conv2d in
+  /// autograd/ops/conv_bn.h); counts the batch exactly as forward does.
+  BatchNormArgs args_for(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
   /// "64, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true"
   std::string extra_repr() const override;

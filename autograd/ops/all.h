@@ -10,6 +10,7 @@
 #include "autograd/ops/batch_norm.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/conv.h"
+#include "autograd/ops/conv_bn.h"
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/flash_attention.h"
 #include "autograd/ops/index.h"

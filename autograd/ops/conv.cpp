@@ -53,6 +53,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   if (x.defined() && x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // (C, H, W)
   Tensor out =  // Note [Selective checkpoint]
       autograd::kept_or_run("conv2d", {x, weight, bias}, [&] { return ops::conv2d(x, weight, bias, options); });
+  record_conv2d(out, x, weight, bias, options);
+  return out;
+}
+
+void record_conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Conv2dOptions& options) {
   if (auto node = make_node<Conv2dBackward>({x, weight, bias})) {
     if (wants_grad(*node, 1)) node->x = x;
     if (wants_grad(*node, 0)) node->w = weight;
@@ -64,7 +70,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     node->weight_channels_last = is_channels_last(weight);
     autograd::record(node, {out});
   }
-  return out;
 }
 
 }  // namespace frugal

@@ -12,4 +12,9 @@ namespace frugal {
 /// if x does.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
 
+/// Records conv2d's backward for `out` = conv2d(x, weight, bias, options) computed by a fused
+/// raw op (conv2d_stats in autograd/ops/conv_bn.h): the same node and saved tensors as conv2d.
+void record_conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Conv2dOptions& options);
+
 }  // namespace frugal

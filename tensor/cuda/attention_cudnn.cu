@@ -103,6 +103,7 @@
 #include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_backend.h"
+#include "tensor/cuda/cudnn_graph.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
 #include "tensor/philox.h"
@@ -140,149 +141,8 @@ enum Uid : int64_t {
 
 enum class Direction { Forward, Backward };
 
-using Dims = std::vector<int64_t>;
-constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
-
-/// One operation graph under construction, owning its tensors and operations. Every call
-/// throws frugal::Error (naming the cuDNN call and cuDNN's reason) when cuDNN refuses.
-class GraphBuilder {
- public:
-  explicit GraphBuilder(cudnnDataType_t io) : io_(io) {}
-
-  cudnnDataType_t io() const { return io_; }
-  /// The ids of the non-virtual tensors, each once: what a variant pack must supply.
-  const std::vector<int64_t>& uids() const { return uids_; }
-
-  /// A tensor the caller supplies (16-byte aligned), of `type`.
-  cudnnBackendDescriptor_t tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type) {
-    uids_.push_back(uid);
-    return make_tensor(uid, dims, strides, type, false, false);
-  }
-  /// A tensor that lives only inside the fused kernel.
-  cudnnBackendDescriptor_t virtual_tensor(const Dims& dims, const Dims& strides, cudnnDataType_t type = kF32) {
-    return make_tensor(next_uid_++, dims, strides, type, true, false);
-  }
-  /// A float scalar passed by value (a host pointer in the variant pack), with as many dims
-  /// as the other operands, all 1, as cudnn-frontend gives its fused scalars.
-  /// The same descriptor for every use of one id.
-  cudnnBackendDescriptor_t scalar(int64_t uid) {
-    for (const auto& [id, d] : scalars_)
-      if (id == uid) return d;
-    uids_.push_back(uid);
-    const Dims ones{1, 1, 1, 1};
-    scalars_.emplace_back(uid, make_tensor(uid, ones, ones, kF32, false, true));
-    return scalars_.back().second;
-  }
-
-  /// y = mode(x[, b[, t]]), computed in `math`; `axis` for GEN_INDEX.
-  void pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-                 cudnnBackendDescriptor_t y, cudnnDataType_t math = kF32, cudnnBackendDescriptor_t t = nullptr,
-                 int64_t axis = -1) {
-    Descriptor& pw = own(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
-        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
-    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    pw.finalize();
-    const float alpha1 = 1.0f, alpha2 = 1.0f;
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get())
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha1)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2);
-    if (b != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    if (t != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-    add(op);
-  }
-  /// y = Bernoulli(keep) draws (1 kept, 0 dropped) from cuDNN's Philox stream of `seed` at
-  /// `offset`, (1, 1, 1, 1) int64 device tensors.
-  void bernoulli(cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t seed, cudnnBackendDescriptor_t offset,
-                 double keep) {
-    Descriptor& rng = own(CUDNN_BACKEND_RNG_DESCRIPTOR);
-    const cudnnRngDistribution_t distribution = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
-    rng.set(CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &distribution)
-        .set(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &keep)
-        .finalize();
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_RNG_YDESC, y)
-        .set(CUDNN_ATTR_OPERATION_RNG_DESC, rng.get())
-        .set(CUDNN_ATTR_OPERATION_RNG_SEED, seed)
-        .set(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, offset);
-    add(op);
-  }
-  /// c = a b over the last two dims, batched over the first two, accumulated in float32; m, n,
-  /// k, if given, are (B, 1, 1, 1) int32 tensors overriding the product's sizes per batch.
-  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
-              cudnnBackendDescriptor_t m = nullptr, cudnnBackendDescriptor_t n = nullptr,
-              cudnnBackendDescriptor_t k = nullptr) {
-    Descriptor& mm = own(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32).finalize();
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
-        .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
-        .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
-        .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm.get());
-    if (m != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m);
-    if (n != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n);
-    if (k != nullptr) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k);
-    add(op);
-  }
-  /// y = reduce(x) over the dims where y has size 1, in float32.
-  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    Descriptor& red = own(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
-        .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32)
-        .finalize();
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
-        .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
-        .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red.get());
-    add(op);
-  }
-  /// y = x with other dims and strides (a transpose, here).
-  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    Descriptor& op = own(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    add(op);
-  }
-
-  /// The finalized operation graph of everything added.
-  Descriptor finalize(cudnnHandle_t h) {
-    Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops_.size()), ops_.data())
-        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-    graph.finalize();
-    return graph;
-  }
-
- private:
-  Descriptor& own(cudnnBackendDescriptorType_t type) { return owned_.emplace_back(type); }
-  void add(Descriptor& op) {
-    op.finalize();
-    ops_.push_back(op.get());
-  }
-  cudnnBackendDescriptor_t make_tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type,
-                                       bool is_virtual, bool by_value) {
-    const int64_t alignment = 16;
-    Descriptor& d = own(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
-        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, int64_t(dims.size()), dims.data())
-        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, int64_t(strides.size()), strides.data())
-        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    if (is_virtual) d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    if (by_value) d.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    d.finalize();
-    return d.get();
-  }
-
-  cudnnDataType_t io_;
-  std::deque<Descriptor> owned_;  // a deque: references to its elements survive emplace_back
-  std::vector<cudnnBackendDescriptor_t> ops_;
-  std::vector<int64_t> uids_;
-  std::vector<std::pair<int64_t, cudnnBackendDescriptor_t>> scalars_;
-  int64_t next_uid_ = kFirstVirtual;
-};
+using Dims = GraphDims;
+constexpr cudnnDataType_t kF32 = kGraphF32;
 
 /// Strides of a (B, H, N, E) operand as cuDNN gets them: a size-1 dim never addresses anything,
 /// so its stride is made the packed one of the dims inside it (a regular layout, one key).
@@ -503,12 +363,6 @@ void build_backward(GraphBuilder& g, const FlashAttentionParams& p, const BiasSh
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, dq);
 }
 
-/// One executable plan and the workspace it needs.
-struct Plan {
-  Descriptor config, plan;
-  int64_t workspace = 0;
-};
-
 /// One problem's graph and plans (best first), or, with no plan, why not.
 struct PlanSet {
   std::unique_ptr<GraphBuilder> graph;  // the tensors and operations the plans refer to
@@ -530,26 +384,6 @@ struct PlanSet {
                                      cudnnGetErrorString(cudnnStatus_t(status)), ")");
   }
 };
-
-/// The plans cuDNN builds for `graph`: heuristics mode A, then the fallback list.
-std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph) {
-  std::vector<Plan> plans;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (Descriptor& config : suggested_configs(graph, mode)) {
-      if (plans.size() >= kMaxPlans) return plans;
-      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
-          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config.get());
-      if (!plan.try_finalize()) continue;
-      int64_t n = 0, workspace = 0;
-      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                   &workspace) != CUDNN_STATUS_SUCCESS)
-        continue;
-      plans.push_back(Plan{std::move(config), std::move(plan), workspace});
-    }
-  }
-  return plans;
-}
 
 cudnnDataType_t io_type(DType t) { return t == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
@@ -580,11 +414,11 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, Direction d, DType d
     return set;
   }
   try {
-    auto graph = std::make_unique<GraphBuilder>(io_type(dtype));
+    auto graph = std::make_unique<GraphBuilder>(io_type(dtype), kFirstVirtual);
     if (d == Direction::Forward) build_forward(*graph, p, bias);
     else build_backward(*graph, p, bias);
     Descriptor op_graph = graph->finalize(h);
-    std::vector<Plan> plans = make_plans(h, op_graph);
+    std::vector<Plan> plans = make_plans(h, op_graph, kMaxPlans);
     if (plans.empty()) {
       set->why = ::frugal::detail::str_cat("no engine of cuDNN ", cudnnGetVersion(), " takes the graph");
       return set;

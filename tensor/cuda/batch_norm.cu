@@ -224,15 +224,6 @@ __global__ void backward_dx_kernel(T* __restrict__ gx, const T* __restrict__ g, 
   }
 }
 
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-template <typename T>
-T* mut_ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-
 /// Calls f with Index = uint32_t when every flat index fits, else int64_t.
 template <typename F>
 void with_index_type(int64_t numel, F&& f) {

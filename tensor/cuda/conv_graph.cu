@@ -32,6 +32,7 @@
 #include "core/instrument.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_backend.h"
+#include "tensor/cuda/cudnn_graph.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/factory.h"
 #include "tensor/ops/matmul.h"
@@ -71,48 +72,6 @@ Descriptor make_tensor(int64_t uid, DType t, std::array<int64_t, 4> dims, bool n
   d.finalize();
   return d;
 }
-
-/// The attribute names of one direction's operation: its kind, and x, w, y (or their gradients).
-struct OperationNames {
-  cudnnBackendDescriptorType_t kind;
-  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
-};
-
-OperationNames names_of(ConvDirection d) {
-  switch (d) {
-    case ConvDirection::Forward:
-      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
-    case ConvDirection::BackwardData:
-      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
-    case ConvDirection::BackwardFilter:
-      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
-  }
-  FRUGAL_FAIL("conv2d: unknown convolution direction");
-}
-
-/// One executable plan and the workspace it needs.
-struct Plan {
-  Descriptor config, plan;
-  int64_t workspace = 0;
-};
 
 /// Everything one problem's plans refer to, kept alive with them; plans fastest first.
 struct PlanSet {
@@ -185,7 +144,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, ConvDirection d, con
   set->tensors.push_back(make_tensor(kUidW, dtype, {g.K, g.C / g.groups, g.R, g.S}, nhwc, alignment_of(w)));
   set->tensors.push_back(make_tensor(kUidY, dtype, {g.N, g.K, g.OH, g.OW}, nhwc, alignment_of(y)));
   set->ops.push_back(convolution_descriptor(g));
-  const OperationNames names = names_of(d);
+  const ConvOperationNames names = conv_operation_names(d);
   const float alpha = 1.0f, beta = 0.0f;
   Descriptor op(names.kind);
   op.set(names.x, set->tensors[0])
@@ -246,6 +205,36 @@ PlanKey make_key(ConvDirection d, const Conv2dGeometry& g, DType dtype, Device d
 }
 
 }  // namespace
+
+ConvOperationNames conv_operation_names(ConvDirection d) {
+  switch (d) {
+    case ConvDirection::Forward:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    case ConvDirection::BackwardData:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case ConvDirection::BackwardFilter:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  }
+  FRUGAL_FAIL("conv2d: unknown convolution direction");
+}
 
 Descriptor convolution_descriptor(const Conv2dGeometry& g) {
   const int64_t spatial_dims = 2;

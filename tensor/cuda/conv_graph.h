@@ -19,6 +19,13 @@ Tensor try_workspace(int64_t bytes, Device device);
 
 enum class ConvDirection { Forward, BackwardData, BackwardFilter };
 
+/// The attribute names of one direction's operation: its kind, and x, w, y (or their gradients).
+struct ConvOperationNames {
+  cudnnBackendDescriptorType_t kind;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+ConvOperationNames conv_operation_names(ConvDirection d);
+
 /// The finalized CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR of g (cross-correlation, float32
 /// accumulation): what every direction's operation, fused graphs' included, refers to.
 Descriptor convolution_descriptor(const Conv2dGeometry& g);

@@ -25,6 +25,16 @@ inline cudaStream_t stream_for(const Tensor& t) { return stream_for(t.device());
 
 /// The largest power of two, at most `cap`, dividing the address: the alignment a library
 /// (cuBLASLt, cuDNN) may assume of an operand, and so part of a cached plan's identity.
+/// t's data as T, or nullptr for an undefined tensor (an optional kernel operand).
+template <typename T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+template <typename T>
+T* mut_ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
 inline int64_t pointer_alignment(const void* p, int64_t cap) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   int64_t align = 1;

@@ -251,11 +251,6 @@ __global__ void __launch_bounds__(kColX* kColY)
   }
 }
 
-template <typename T>
-T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-
 /// Calls f.template operator()<kThreads, kBlock>() for the row kernels' shape (Note [CUDA layer norm kernels]).
 template <typename F>
 void with_row_shape(int64_t N, F&& f) {
@@ -316,7 +311,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
             mean.data_ptr<float>(), rstd.data_ptr<float>(), ptr_or_null<T>(weight), M, N);
         FRUGAL_CUDA_CHECK_LAUNCH();
         layer_norm_param_finish_kernel<T><<<unsigned((N + kColX - 1) / kColX), dim3(kColX, kColY), 0, stream>>>(
-            ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias), partial.data_ptr<float>(), blocks, N);
+            mut_ptr_or_null<T>(grad_weight), mut_ptr_or_null<T>(grad_bias), partial.data_ptr<float>(), blocks, N);
         FRUGAL_CUDA_CHECK_LAUNCH();
         return;
       }
@@ -341,7 +336,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
         N);
     FRUGAL_CUDA_CHECK_LAUNCH();
     layer_norm_param_finish_kernel<T><<<unsigned(col_blocks), dim3(kColX, kColY), 0, stream>>>(
-        ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias), partial.data_ptr<Acc>(), slices, N);
+        mut_ptr_or_null<T>(grad_weight), mut_ptr_or_null<T>(grad_bias), partial.data_ptr<Acc>(), slices, N);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

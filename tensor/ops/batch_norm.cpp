@@ -46,6 +46,20 @@ void check_channel_tensor(const char* op, const char* what, const Tensor& t, con
 /// `t` in the compute dtype, contiguous (itself when it already is), or undefined.
 Tensor in_compute(const Tensor& t, DType compute) { return t.defined() ? t.to(compute).contiguous() : t; }
 
+/// The checks of a backward's (C) arguments: weight as in the forward, mean and invstd the
+/// forward's statistics ((C) in the compute dtype), all on x's device.
+void check_statistics(const char* op, const Tensor& x, int64_t C, const Tensor& weight, const Tensor& mean,
+                      const Tensor& invstd) {
+  check_channel_tensor(op, "weight", weight, x, C);
+  const DType compute = compute_dtype(x.dtype());
+  for (const Tensor* s : {&mean, &invstd}) {
+    FRUGAL_CHECK(s->defined() && s->dim() == 1 && s->size(0) == C && s->dtype() == compute, op,
+                 ": mean and invstd must be the forward's statistics of shape [", C, "] and dtype ",
+                 dtype_name(compute), ", got ", s->defined() ? s->describe() : "undefined");
+    check_same_device(op, x, *s);
+  }
+}
+
 /// The checks every batch norm forward makes; returns x's dims.
 Dims check_forward(const char* op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                    const Tensor& weight, const Tensor& bias, bool training, double eps) {
@@ -151,6 +165,49 @@ BatchNormGrads cudnn_backward(const Tensor& grad_out, const Tensor& x, const Ten
 #endif
 }
 
+/// Whether a backward without cuDNN's reserve space runs on x in place, channels-last
+/// (Note [Channels-last batch norm]).
+bool channels_last_backward_takes(const Tensor& x) {
+#ifdef FRUGAL_WITH_CUDA
+  return x.device().is_cuda() && x.dim() == 4 && suggests_channels_last(x);
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+/// The backward on the channels-last kernels (Note [Channels-last batch norm backward] in
+/// tensor/cuda/batch_norm_channels_last.cu), grads channels-last: gz = grad_out, masked by
+/// ReLU's output `out` or by relu(x scale + shift) when either is given; grad_residual = gz
+/// when `residual`. Inputs already checked.
+BatchNormGrads channels_last_backward(const Dims& d, const Tensor& grad_out, const Tensor& x, const Tensor& out,
+                                      const Tensor& scale, const Tensor& shift, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& invstd, bool training, BatchNormGradMask mask,
+                                      bool residual) {
+  const DType compute = compute_dtype(x.dtype());
+  BatchNormGrads g;
+  if (mask.x) g.x = empty_channels_last(x.sizes(), x.options());
+  if (residual) g.residual = empty_channels_last(x.sizes(), x.options());
+  if (mask.weight) g.weight = empty({d.C}, {compute, x.device()});
+  if (mask.bias) g.bias = empty({d.C}, {compute, x.device()});
+  if (x.numel() == 0) {  // the parameter gradients are sums over nothing
+    if (g.weight.defined()) zero_(g.weight);
+    if (g.bias.defined()) zero_(g.bias);
+    return g;
+  }
+  if (!g.x.defined() && !g.residual.defined() && !g.weight.defined() && !g.bias.defined()) return g;
+#ifdef FRUGAL_WITH_CUDA
+  cuda::batch_norm_backward_channels_last_kernel(
+      g.x, g.residual, g.weight, g.bias, to_channels_last(grad_out), x, out.defined() ? to_channels_last(out) : out,
+      scale.defined() ? scale.contiguous() : scale, shift.defined() ? shift.contiguous() : shift, mean.contiguous(),
+      invstd.contiguous(), in_compute(weight, compute), training, d.N * d.HW, d.C);
+  return g;
+#else
+  (void)grad_out, (void)out, (void)scale, (void)shift, (void)weight, (void)mean, (void)invstd, (void)training;
+  FRUGAL_FAIL("batch_norm_backward: the channels-last CUDA kernels were asked for, but frugal was built without CUDA");
+#endif
+}
+
 /// The own kernels' forward: bn(x), + residual when defined, then ReLU when `relu`, all in
 /// one pass in the compute dtype (Note [Batch norm add ReLU]); inputs already checked.
 BatchNormResult own_forward(const char* op, const Dims& d, const Tensor& x, const Tensor& residual, bool relu,
@@ -195,21 +252,17 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                                    const BatchNormSaved& saved) {
   constexpr const char* op = "batch_norm_backward";
   const Dims d = check_input(op, x);
-  check_channel_tensor(op, "weight", weight, x, d.C);
   FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
                grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
   check_same_device(op, x, grad_out);
+  check_statistics(op, x, d.C, weight, mean, invstd);
   const DType compute = compute_dtype(x.dtype());
-  for (const Tensor* s : {&mean, &invstd}) {
-    FRUGAL_CHECK(s->defined() && s->dim() == 1 && s->size(0) == d.C && s->dtype() == compute, op,
-                 ": mean and invstd must be the forward's statistics of shape [", d.C, "] and dtype ",
-                 dtype_name(compute), ", got ", s->defined() ? s->describe() : "undefined");
-    check_same_device(op, x, *s);
-  }
-  if (saved.reserve.defined()) {
-    mask.residual = false;
+  mask.residual = false;
+  if (saved.reserve.defined())
     return cudnn_backward(grad_out, x, Tensor(), weight, Tensor(), mean, invstd, mask, saved);
-  }
+  if (channels_last_backward_takes(x))  // Note [Channels-last batch norm]
+    return channels_last_backward(d, grad_out, x, Tensor(), Tensor(), Tensor(), weight, mean, invstd, training, mask,
+                                  false);
   BatchNormGrads g;
   if (mask.x) g.x = empty(x.sizes(), x.options());
   if (mask.weight) g.weight = empty({d.C}, {compute, x.device()});
@@ -247,7 +300,7 @@ BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor
                                             const Tensor& invstd, bool training, BatchNormGradMask mask,
                                             const BatchNormSaved& saved) {
   constexpr const char* op = "batch_norm_add_relu_backward";
-  check_input(op, x);
+  const Dims d = check_input(op, x);
   for (const Tensor* t : {&grad_out, &out}) {
     FRUGAL_CHECK(t->defined() && t->sizes() == x.sizes() && t->dtype() == x.dtype(), op, ": grad_out ",
                  grad_out.defined() ? grad_out.describe() : "undefined", " and out ",
@@ -255,10 +308,45 @@ BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor
     check_same_device(op, x, *t);
   }
   if (saved.reserve.defined()) return cudnn_backward(grad_out, x, out, weight, bias, mean, invstd, mask, saved);
+  if (channels_last_backward_takes(x)) {  // ReLU's mask and grad_residual in the kernels' passes
+    check_statistics(op, x, d.C, weight, mean, invstd);
+    return channels_last_backward(d, grad_out, x, out, Tensor(), Tensor(), weight, mean, invstd, training, mask,
+                                  mask.residual && saved.residual);
+  }
   const Tensor gz = unary_backward(UnaryOp::Relu, grad_out, out);  // g (out > 0)
   BatchNormGrads g = batch_norm_backward(gz, x, weight, mean, invstd, training, mask);
   if (mask.residual && saved.residual) g.residual = gz;
   return g;
+}
+
+BatchNormGrads batch_norm_relu_backward_affine(const Tensor& grad_out, const Tensor& x, const Tensor& scale,
+                                               const Tensor& shift, const Tensor& weight, const Tensor& mean,
+                                               const Tensor& invstd, bool training, BatchNormGradMask mask) {
+  constexpr const char* op = "batch_norm_relu_backward_affine";
+  const Dims d = check_input(op, x);
+  FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
+               grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
+  check_same_device(op, x, grad_out);
+  check_statistics(op, x, d.C, weight, mean, invstd);
+  const DType compute = compute_dtype(x.dtype());
+  auto check_affine = [&](const char* what, const Tensor& t) {
+    FRUGAL_CHECK(t.defined() && t.dim() == 1 && t.size(0) == d.C && t.dtype() == compute, op, ": ", what, " ",
+                 t.defined() ? t.describe() : "undefined", " must have shape [", d.C, "] and dtype ",
+                 dtype_name(compute), " (the compute dtype of input ", x.describe(), ")");
+    check_same_device(op, x, t);
+  };
+  check_affine("scale", scale);
+  check_affine("shift", shift);
+  mask.residual = false;
+  if (channels_last_backward_takes(x))  // the mask recomputed in the kernels' passes
+    return channels_last_backward(d, grad_out, x, Tensor(), scale, shift, weight, mean, invstd, training, mask, false);
+  // gz = g where ReLU passes it: x * scale + shift formed in the compute dtype, a multiply then
+  // an add (separate ops: no FMA), as the kernels form it, so the masks agree bit for bit.
+  Shape channel(size_t(x.dim()), 1);
+  channel[1] = d.C;
+  const Tensor a = add(mul(x.to(compute), scale.reshape(channel)), shift.reshape(channel));
+  const Tensor gz = masked_fill(grad_out, le(a, 0.0), 0.0);  // relu's backward: NaN passes g
+  return batch_norm_backward(gz, x, weight, mean, invstd, training, mask);
 }
 
 Tensor batch_norm_apply(const Tensor& x, const Tensor& residual, bool relu, const Tensor& mean, const Tensor& invstd,

@@ -34,9 +34,15 @@
 // unbiased variance and the momentum as above, so results are interchangeable with
 // the own kernels'; it may also need a "reserve space" kept from the forward to the
 // backward: BatchNormResult::reserve, defined exactly when cuDNN ran the forward (then
-// the backward must go to cuDNN too, and is given it). Every other case (eval, float32,
+// the backward must go to cuDNN too, and is given it). Every other forward (eval, float32,
 // float64, the CPU, a problem cuDNN declines) runs the own kernels on an NCHW copy and
-// converts the result back.
+// converts the result back. Every other backward on CUDA (no reserve space: eval, float32,
+// float64, a forward cuDNN did not run, batch_norm_relu_backward_affine) reads its operands
+// in place as (N*H*W, C) rows (Note [Channels-last batch norm backward] in
+// tensor/cuda/batch_norm_channels_last.cu): grad_out and out are converted only when not
+// channels-last already, and grad_x and grad_residual are written channels-last, with no
+// NCHW copy; batch_norm_add_relu_backward applies ReLU's mask from out, and writes
+// grad_residual, in the same passes. The CPU backward runs on NCHW copies.
 //
 // Note [Batch norm add ReLU]
 // ResNet's block tail is relu(bn(x) + residual), and its other batch norms are followed
@@ -50,6 +56,13 @@
 // to 0 (hundreds of elements per ResNet activation in float16). Its backward needs the
 // output only for ReLU's mask:
 //   gz = g (out > 0);  grad_residual = gz;  grad_x, grad_weight, grad_bias = batch_norm_backward(gz)
+// batch_norm_relu_backward_affine is that backward without a residual, for a relu(bn(x)) whose
+// output was never kept: bn folded into scale = weight invstd, shift = bias - mean scale (as
+// Note [Convolution batch-norm fusion] in tensor/ops/conv_bn.h folds it), ReLU's mask is
+// recomputed from a = x scale + shift, formed in the compute dtype by a multiply and then an
+// add, each rounded (no FMA), the same bits on every path: gz = a <= 0 ? 0 : g, which is
+// g (a > 0) except that a NaN a passes g, as ReLU's backward passes g where its output is NaN
+// (unary_grad in tensor/ops/unary_math.h).
 #include "tensor/tensor.h"
 
 namespace frugal::ops {
@@ -109,6 +122,17 @@ BatchNormGrads batch_norm_add_relu_backward(const Tensor& grad_out, const Tensor
                                             const Tensor& invstd, bool training, BatchNormGradMask mask = {},
                                             const BatchNormSaved& saved = {});
 
+/// The backward of relu(x * scale + shift) followed by nothing else, where scale and shift are the
+/// forward's batch norm folded into one affine map per channel: scale = weight * invstd,
+/// shift = bias - mean * scale (computed in the compute dtype), so relu(x*scale+shift) = relu(bn(x)).
+/// ReLU's mask is recomputed from x, scale and shift (float multiply then add, no FMA), not read from a
+/// stored output (Note [Batch norm add ReLU]). grad_x (x's shape, dtype, memory format), grad_weight,
+/// grad_bias ((C), compute dtype) as batch_norm_backward; weight may be undefined (1). scale and shift:
+/// (C) in the compute dtype, on x's device. mask.residual is ignored (there is no residual).
+BatchNormGrads batch_norm_relu_backward_affine(const Tensor& grad_out, const Tensor& x, const Tensor& scale,
+                                               const Tensor& shift, const Tensor& weight, const Tensor& mean,
+                                               const Tensor& invstd, bool training, BatchNormGradMask mask = {});
+
 /// The elementwise pass of batch_norm / batch_norm_add_relu alone, from given statistics:
 /// out = (x - mean) invstd weight + bias (+ residual when defined, then ReLU when `relu`),
 /// formed in the compute dtype and rounded once, as the forward's own kernels do. Updates
@@ -151,6 +175,21 @@ void batch_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& r
 void batch_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                 const Tensor& weight, bool training, int64_t N, int64_t C, int64_t HW);
+
+/// The backward of batch norm on channels-last tensors read in place, with ReLU's mask when
+/// asked (Note [Channels-last batch norm backward] in tensor/cuda/batch_norm_channels_last.cu).
+/// grad_out, x, out, grad_x, grad_residual: channels-last (N, C, H, W) of x's dtype, dense
+/// (rows = N*H*W, C) memory, rows * C > 0; out (or undefined), scale and shift (or undefined)
+/// pick gz: g (out > 0) when out is defined, g (x scale + shift > 0) when scale and shift
+/// are, else g. mean, invstd, scale, shift, weight (or undefined: 1): (C) contiguous in the
+/// compute dtype. Writes grad_x, grad_residual = gz ((rows, C)), grad_weight, grad_bias ((C),
+/// compute dtype), each only when defined.
+void batch_norm_backward_channels_last_kernel(const Tensor& grad_x, const Tensor& grad_residual,
+                                              const Tensor& grad_weight, const Tensor& grad_bias,
+                                              const Tensor& grad_out, const Tensor& x, const Tensor& out,
+                                              const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                              const Tensor& invstd, const Tensor& weight, bool training, int64_t rows,
+                                              int64_t C);
 
 // cuDNN's persistent NHWC batch norm (Note [Channels-last batch norm]); CUDA builds only.
 // Every 4-D tensor is channels-last (N, C, H, W) of x's dtype (float16 or bfloat16); the

@@ -12,6 +12,7 @@
 #include "nn/container.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
+#include "tensor/ops/binary.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -264,6 +265,185 @@ TEST_CASE("batch_norm: errors") {
   const ops::BatchNormGrads eg =
       ops::batch_norm_backward(zeros({0, 3, 2}), zeros({0, 3, 2}), ones({3}), e.mean, e.invstd, false);
   check_close(eg.weight, {0, 0, 0}, 0, 0, "empty grad_weight");
+}
+
+namespace {
+
+/// The folded affine map of a batch norm ((C), compute dtype): scale = weight invstd, shift =
+/// bias - mean scale (weight 1, bias 0 where undefined), formed with the raw ops.
+std::pair<Tensor, Tensor> fold(const ops::BatchNormResult& r, const Tensor& w, const Tensor& b) {
+  const DType compute = r.mean.dtype();
+  const Tensor scale = w.defined() ? ops::mul(w.to(compute), r.invstd) : r.invstd.clone();
+  const Tensor bias = b.defined() ? b.to(compute) : zeros(r.mean.sizes(), compute);
+  return {scale, ops::sub(bias, ops::mul(r.mean, scale))};
+}
+
+struct GradRef {
+  std::vector<double> x, weight, bias;
+};
+
+/// The backward of relu(x scale + shift) = relu(bn(x)) by its definition, in float64 from the
+/// values of g, x (N, C, *) and the (C) tensors; ReLU's mask formed as the op forms it: a
+/// multiply then an add, each rounded, in the compute dtype (f32: float, else double).
+GradRef naive_relu_affine_backward(const Tensor& g, const Tensor& x, const Tensor& scale, const Tensor& shift,
+                                   const Tensor& w, const Tensor& mean, const Tensor& invstd, bool training) {
+  const int64_t N = x.size(0), C = x.size(1), L = N * C == 0 ? 0 : x.numel() / (N * C), M = N * L;
+  const bool f32 = mean.dtype() == kFloat32;
+  const std::vector<double> gv = values_of(g), xv = values_of(x), sc = values_of(scale), sh = values_of(shift),
+                            m = values_of(mean), is = values_of(invstd);
+  const std::vector<double> wv = w.defined() ? values_of(w) : std::vector<double>(size_t(C), 1.0);
+  GradRef r{std::vector<double>(xv.size()), std::vector<double>(size_t(C)), std::vector<double>(size_t(C))};
+  std::vector<double> gz(xv.size());
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0, sum_xmu = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < L; ++j) {
+        const size_t i = size_t((n * C + c) * L + j);
+        double a;
+        if (f32) {
+          const float p = float(xv[i]) * float(sc[size_t(c)]);
+          a = double(p + float(sh[size_t(c)]));
+        } else {
+          const double p = xv[i] * sc[size_t(c)];
+          a = p + sh[size_t(c)];
+        }
+        gz[i] = a <= 0 ? 0.0 : gv[i];
+        sum += gz[i], sum_xmu += gz[i] * (xv[i] - m[size_t(c)]);
+      }
+    r.bias[size_t(c)] = sum;
+    r.weight[size_t(c)] = sum_xmu * is[size_t(c)];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < L; ++j) {
+        const size_t i = size_t((n * C + c) * L + j);
+        const double k = wv[size_t(c)] * is[size_t(c)];
+        r.x[i] = training ? k * (gz[i] - sum / double(M) -
+                                 (xv[i] - m[size_t(c)]) * is[size_t(c)] * is[size_t(c)] * sum_xmu / double(M))
+                          : k * gz[i];
+      }
+  }
+  return r;
+}
+
+/// |actual - expected| <= rtol * max |expected| for every entry (sums in another order).
+void check_scaled(const Tensor& actual, const std::vector<double>& expected, double rtol, const std::string& what) {
+  REQUIRE_MESSAGE(actual.defined(), what);
+  double emax = 0;
+  for (double e : expected) emax = std::max(emax, std::fabs(e));
+  check_close(actual, expected, rtol, rtol * emax, what);
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm_relu_backward_affine: the backward of relu(x scale + shift) by its definition") {
+  uint64_t seed = 900;
+  for (const Shape& xs : {Shape{2, 3, 4, 5}, Shape{3, 4, 7}, Shape{5, 2}})
+    for (DType t : kAllFloat)
+      for (bool training : {true, false})
+        for (bool affine : {true, false})
+          for (bool channels_last : {false, true}) {
+            if (channels_last && xs.size() != 4) continue;
+            CAPTURE(shape_str(xs));
+            CAPTURE(dtype_name(t));
+            CAPTURE(training);
+            CAPTURE(affine);
+            CAPTURE(channels_last);
+            const int64_t C = xs[1];
+            const DType compute = t == kFloat64 ? kFloat64 : kFloat32;
+            Tensor x = random_tensor(xs, t, ++seed, Layout::Contiguous, -1.0, 3.0), g = random_tensor(xs, t, ++seed);
+            if (channels_last) x = to_channels_last(x);
+            const Tensor w = affine ? random_tensor({C}, compute, ++seed) : Tensor();
+            const Tensor b = affine ? random_tensor({C}, compute, ++seed) : Tensor();
+            const Tensor rm = random_tensor({C}, compute, ++seed), rv = random_tensor({C}, compute, ++seed, {}, 0.5, 2);
+            const ops::BatchNormResult f = ops::batch_norm(x, rm, rv, w, b, training);
+            const auto [scale, shift] = fold(f, w, b);
+            const ops::BatchNormGrads gr =
+                ops::batch_norm_relu_backward_affine(g, x, scale, shift, w, f.mean, f.invstd, training);
+            CHECK(gr.x.dtype() == t);
+            CHECK(suggests_channels_last(gr.x) == channels_last);
+            CHECK(gr.weight.dtype() == compute);
+            CHECK_FALSE(gr.residual.defined());
+            // (a) the definition in float64
+            const GradRef ref = naive_relu_affine_backward(g, x, scale, shift, w, f.mean, f.invstd, training);
+            check_scaled(gr.x, ref.x, 4 * default_rtol(t), "grad_x");
+            check_scaled(gr.weight, ref.weight, 4 * default_rtol(compute), "grad_weight");
+            check_scaled(gr.bias, ref.bias, 4 * default_rtol(compute), "grad_bias");
+            // (b) batch_norm_add_relu_backward given out = relu(bn(x)) formed in float64: the same mask
+            std::vector<double> out(ref.x.size());
+            const std::vector<double> xv = values_of(x), m = values_of(f.mean), is = values_of(f.invstd);
+            const std::vector<double> wv = affine ? values_of(w) : std::vector<double>(),
+                                      bv = affine ? values_of(b) : wv;
+            const int64_t L = x.numel() / (xs[0] * C);
+            for (size_t i = 0; i < out.size(); ++i) {
+              const size_t c = size_t((int64_t(i) / L) % C);
+              const double y = (xv[i] - m[c]) * is[c] * (affine ? wv[c] : 1.0) + (affine ? bv[c] : 0.0);
+              out[i] = y > 0 ? y : 0.0;
+            }
+            Tensor out_t = make_tensor(out, xs, t);
+            if (channels_last) out_t = to_channels_last(out_t);
+            ops::BatchNormSaved saved;
+            saved.residual = false;
+            const ops::BatchNormGrads ga =
+                ops::batch_norm_add_relu_backward(g, x, out_t, w, b, f.mean, f.invstd, training, {}, saved);
+            CHECK_FALSE(ga.residual.defined());
+            check_scaled(gr.x, values_of(ga.x), default_rtol(t), "grad_x vs batch_norm_add_relu_backward");
+            check_scaled(gr.weight, values_of(ga.weight), default_rtol(compute), "grad_weight vs add_relu");
+            check_scaled(gr.bias, values_of(ga.bias), default_rtol(compute), "grad_bias vs add_relu");
+          }
+}
+
+TEST_CASE("batch_norm_relu_backward_affine: masks, an empty batch, errors") {
+  const Shape xs{4, 3, 2, 2};
+  const Tensor x = random_tensor(xs, kFloat32, 1), g = random_tensor(xs, kFloat32, 2),
+               w = random_tensor({3}, kFloat32, 3);
+  const ops::BatchNormResult f = ops::batch_norm(x, Tensor(), Tensor(), w, Tensor(), true);
+  const auto [scale, shift] = fold(f, w, Tensor());
+  const ops::BatchNormGrads all = ops::batch_norm_relu_backward_affine(g, x, scale, shift, w, f.mean, f.invstd, true);
+  // Only the parameters' grads, or only x's: the same values.
+  const ops::BatchNormGrads params = ops::batch_norm_relu_backward_affine(g, x, scale, shift, w, f.mean, f.invstd, true,
+                                                                          {.x = false, .weight = true, .bias = true});
+  CHECK_FALSE(params.x.defined());
+  CHECK(values_of(params.weight) == values_of(all.weight));
+  CHECK(values_of(params.bias) == values_of(all.bias));
+  const ops::BatchNormGrads only_x = ops::batch_norm_relu_backward_affine(g, x, scale, shift, w, f.mean, f.invstd, true,
+                                                                          {.x = true, .weight = false, .bias = false});
+  CHECK_FALSE(only_x.weight.defined());
+  CHECK_FALSE(only_x.bias.defined());
+  CHECK(values_of(only_x.x) == values_of(all.x));
+
+  // An empty batch: grad_x is empty, the parameter gradients are sums over nothing.
+  for (bool training : {true, false}) {
+    const Tensor e = zeros({0, 3, 2, 2});
+    const ops::BatchNormGrads eg =
+        ops::batch_norm_relu_backward_affine(e, e, scale, shift, Tensor(), f.mean, f.invstd, training);
+    CHECK(eg.x.sizes() == Shape{0, 3, 2, 2});
+    check_close(eg.weight, {0, 0, 0}, 0, 0, "empty grad_weight");
+    check_close(eg.bias, {0, 0, 0}, 0, 0, "empty grad_bias");
+  }
+
+  constexpr const char* op = "batch_norm_relu_backward_affine";
+  check_error([&] { ops::batch_norm_relu_backward_affine(g, x, zeros({4}), shift, w, f.mean, f.invstd, true); },
+              {op, "scale", "[4]", "must have shape [3]", "[4, 3, 2, 2]"});
+  check_error(
+      [&] {
+        ops::batch_norm_relu_backward_affine(g, x, scale, zeros({3, 1}), w, f.mean, f.invstd, true);
+      },
+      {op, "shift", "[3, 1]", "must have shape [3]"});
+  check_error([&] { ops::batch_norm_relu_backward_affine(g, x, scale.to(kFloat64), shift, w, f.mean, f.invstd, true); },
+              {op, "scale", "float64", "dtype float32"});
+  const Tensor xh = x.to(kFloat16);
+  check_error(
+      [&] {
+        ops::batch_norm_relu_backward_affine(g.to(kFloat16), xh, scale, shift.to(kFloat16), w, f.mean, f.invstd, true);
+      },
+      {op, "shift", "float16", "dtype float32", "compute dtype"});
+  check_error([&] { ops::batch_norm_relu_backward_affine(g, x, Tensor(), shift, w, f.mean, f.invstd, true); },
+              {op, "scale", "undefined"});
+  check_error([&] { ops::batch_norm_relu_backward_affine(g.to(kFloat64), x, scale, shift, w, f.mean, f.invstd, true); },
+              {op, "grad_out", "must match the input"});
+  check_error([&] { ops::batch_norm_relu_backward_affine(g, x, scale, shift, w, f.mean.to(kFloat64), f.invstd, true); },
+              {op, "mean and invstd"});
+  check_error([&] { ops::batch_norm_relu_backward_affine(g, x, scale, shift, zeros({2}), f.mean, f.invstd, true); },
+              {op, "weight", "[2]"});
 }
 
 TEST_CASE("nn: BatchNorm2d has torchvision's names, tracks batches, and switches statistics with the mode") {
