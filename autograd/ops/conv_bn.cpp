@@ -93,16 +93,12 @@ ConvWithStats bn_relu_conv2d(const ConvWithStats& x, const BatchNormArgs& bn, co
     sum = s.sum, sq_sum = s.sq_sum;
   }
   const int64_t count = in.size(0) * in.size(2) * in.size(3);
-  const ops::BatchNormAffine f =
-      ops::batch_norm_finalize(sum, sq_sum, count, in.dtype(), bn.running_mean, bn.running_var, bn.weight, bn.bias,
-                               bn.training, bn.momentum, bn.eps);
   // A float16 input's scale and shift are rounded to float16 on every path, as cuDNN's fused
   // prologue takes them (Note [Convolution batch-norm fusion]): forward, backward and devices agree.
-  Tensor scale = f.scale, shift = f.shift;
-  if (in.dtype() == kFloat16) {
-    scale = scale.to(kFloat16).to(f.scale.dtype());
-    shift = shift.to(kFloat16).to(f.shift.dtype());
-  }
+  const ops::BatchNormAffine f =
+      ops::batch_norm_finalize(sum, sq_sum, count, in.dtype(), bn.running_mean, bn.running_var, bn.weight, bn.bias,
+                               bn.training, bn.momentum, bn.eps, in.dtype() == kFloat16);
+  const Tensor &scale = f.scale, &shift = f.shift;
   const ops::ConvStats r = ops::scale_bias_relu_conv2d(in, scale, shift, weight, options, stats);
   if (auto node = make_node<BnReluConv2dBackward>({in, bn.weight, bn.bias, weight})) {
     node->x = in;

@@ -8,17 +8,19 @@
 // full-tensor copies around a reduction and an elementwise pass, both memory-bound.
 // How: a channels-last (N, C, H, W) tensor is dense (rows = N*H*W, C) row-major memory.
 // Every kernel here runs 2-D blocks of 256 threads: threadIdx.x walks a row's channels in
-// 16-byte vectors of Nv = 16 / sizeof(T) channels (when C % Nv == 0 and every operand is
-// 16-byte aligned; else one channel each), up to a warp's width, and threadIdx.y walks the
-// rows, so a warp reads consecutive memory of one row, or of consecutive rows when a row is
-// narrower than a warp. A thread keeps its channels for its whole life: their per-channel
-// values are loaded once, into registers, and it steps over rows by blockDim.y * gridDim.y.
-// grid.x covers the channels; grid.y ("splits") divides the rows, as many as fill the GPU
-// in one wave (as many blocks as fit on each SM, at most 4 for the reduction and 8 for the
-// elementwise pass) while each thread keeps at least kMinRows rows: many splits for few
-// channels and many rows (C = 64 in float16: one block wide, up to 4 x 132 = 528 splits on
-// an H200), few for many channels and few rows (C = 2048: 8 blocks wide). All row offsets
-// are int64.
+// vectors of Nv channels, up to a warp's width, and threadIdx.y walks the rows, so a warp
+// reads consecutive memory of one row, or of consecutive rows when a row is narrower than a
+// warp. The reduction reads 16-byte vectors (Nv = 16 / sizeof(T)) when C % Nv == 0 and
+// every operand is 16-byte aligned, else one channel at a time; the elementwise pass reads
+// 8-byte vectors for 16-bit types, since it keeps six values per channel in registers and
+// with 8 channels a thread would need ~100 registers, halving the blocks per SM. A thread
+// keeps its channels for its whole life: their per-channel values are loaded once, and it
+// steps over rows by blockDim.y * gridDim.y. grid.x covers the channels; grid.y ("splits")
+// divides the rows, as many as fill the GPU in one wave (as many blocks as fit on each SM,
+// at most 4 for the reduction, 8 for the elementwise pass) while each thread keeps at
+// least kMinRows rows: many splits for few channels and many rows (C = 64 in float16: one
+// block wide, up to 4 x 132 = 528 splits on an H200), few for many channels and few rows
+// (C = 2048: 8 blocks wide). All row offsets are int64.
 // gz, the gradient entering batch norm, is formed on the fly from grad_out: itself; or
 // where ReLU passes it, by the mask of the forward's output (out <= 0 ? 0 : g, the relu
 // backward of unary_grad; batch_norm_add_relu); or by the mask of relu(x * scale + shift)
@@ -30,8 +32,8 @@
 // buffer; a finish kernel (the same 2-D blocks over (splits, C)) sums each channel's
 // splits in a fixed order and writes grad_weight = invstd sum gz (x - mean), grad_bias =
 // sum gz, and the totals. No atomics: the same bits run to run on a given GPU model (the
-// splits depend on its SM count). Then one elementwise pass writes grad_x (Note [Batch
-// norm statistics]) and, when asked, grad_residual = gz.
+// splits depend on its SM count and the kernels' registers). Then one elementwise pass
+// writes grad_x (see Note [Batch norm statistics]) and, when asked, grad_residual = gz.
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
@@ -69,7 +71,7 @@ struct Operands {
 __device__ __forceinline__ float mul_add_rn(float x, float s, float b) { return __fadd_rn(__fmul_rn(x, s), b); }
 __device__ __forceinline__ double mul_add_rn(double x, double s, double b) { return __dadd_rn(__dmul_rn(x, s), b); }
 
-/// Nv elements at p, one 16-byte access when Nv > 1 (p aligned by the caller's check).
+/// Nv elements at p, one access of Nv * sizeof(T) bytes (p aligned by the caller's check).
 template <typename T, int Nv>
 __device__ __forceinline__ Vec<T, Nv> load(const T* p) {
   return *reinterpret_cast<const Vec<T, Nv>*>(p);
@@ -234,7 +236,10 @@ void run(const Operands<T>& a, T* gx, T* gr, opmath_t<T>* gw, opmath_t<T>* gb, b
   // HBM busy, and the finish sums half the splits 8 would leave), up to 8 elementwise ones
   // (8 x 256 threads fill an SM); fewer where the registers allow fewer.
   static const int reduce_per_sm = resident_blocks(reduce_kernel<T, Nv, kMask>, 4);
-  static const int grad_per_sm = resident_blocks(grad_kernel<T, Nv, kMask>, 8);
+  // The elementwise pass keeps six values per channel in registers: 16-bit types move 8 bytes
+  // per operand there (4 channels), so that twice as many blocks fit (see the Note).
+  constexpr int NvG = Nv > 1 && sizeof(T) == 2 ? Nv / 2 : Nv;
+  static const int grad_per_sm = resident_blocks(grad_kernel<T, NvG, kMask>, 8);
   Tensor totals_bytes;  // (C) Sums; the arena keeps it for the grad pass queued after
   Sums<Acc>* totals = nullptr;
   if (gw || gb || (gx && training)) {
@@ -255,8 +260,8 @@ void run(const Operands<T>& a, T* gx, T* gr, opmath_t<T>* gw, opmath_t<T>* gb, b
     FRUGAL_CUDA_CHECK_LAUNCH();
   }
   if (!gx && !gr) return;
-  const Launch l = launch_for(a.rows, a.C / Nv, max_blocks(grad_per_sm));
-  grad_kernel<T, Nv, kMask><<<l.grid, l.block, 0, stream>>>(gx, gr, a, totals, Acc(1.0 / double(a.rows)));
+  const Launch l = launch_for(a.rows, a.C / NvG, max_blocks(grad_per_sm));
+  grad_kernel<T, NvG, kMask><<<l.grid, l.block, 0, stream>>>(gx, gr, a, totals, Acc(1.0 / double(a.rows)));
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
@@ -273,16 +278,16 @@ void batch_norm_backward_channels_last_kernel(const Tensor& grad_x, const Tensor
   const Mask mask = out.defined() ? Mask::Out : scale.defined() ? Mask::Affine : Mask::None;
   dispatch_floating(x.dtype(), "batch_norm_backward", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    const Operands<T> a{grad_out.data_ptr<T>(),
-                        x.data_ptr<T>(),
-                        ptr_or_null<T>(out),
-                        ptr_or_null<Acc>(scale),
-                        ptr_or_null<Acc>(shift),
-                        mean.data_ptr<Acc>(),
-                        invstd.data_ptr<Acc>(),
-                        ptr_or_null<Acc>(weight),
-                        rows,
-                        C};
+    const Operands<T> a{.g = grad_out.data_ptr<T>(),
+                        .x = x.data_ptr<T>(),
+                        .out = ptr_or_null<T>(out),
+                        .scale = ptr_or_null<Acc>(scale),
+                        .shift = ptr_or_null<Acc>(shift),
+                        .mean = mean.data_ptr<Acc>(),
+                        .invstd = invstd.data_ptr<Acc>(),
+                        .w = ptr_or_null<Acc>(weight),
+                        .rows = rows,
+                        .C = C};
     T *gx = mut_ptr_or_null<T>(grad_x), *gr = mut_ptr_or_null<T>(grad_residual);
     Acc *gw = mut_ptr_or_null<Acc>(grad_weight), *gb = mut_ptr_or_null<Acc>(grad_bias);
     constexpr int Nv = int(16 / sizeof(T));

@@ -25,6 +25,7 @@
 #include "tensor/cuda/cudnn_graph.h"
 #include "tensor/cuda/cudnn_handle.h"
 #include "tensor/ops/conv_bn.h"
+#include "tensor/ops/conv_bn_math.h"
 
 namespace frugal::ops::cuda {
 
@@ -141,27 +142,11 @@ __global__ void finalize_kernel(Acc* __restrict__ mean, Acc* __restrict__ invstd
                                 Acc* __restrict__ shift, Acc* __restrict__ rm, Acc* __restrict__ rv,
                                 const Acc* __restrict__ sum, const Acc* __restrict__ sq_sum,
                                 const Acc* __restrict__ weight, const Acc* __restrict__ bias, int64_t C, int64_t count,
-                                bool training, double momentum, double eps) {
+                                bool training, double momentum, double eps, bool half_affine) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  double m, var;
-  if (training) {
-    m = double(sum[c]) / double(count);
-    var = fmax(0.0, double(sq_sum[c]) / double(count) - m * m);
-    if (rm != nullptr) {
-      rm[c] = Acc((1.0 - momentum) * double(rm[c]) + momentum * m);
-      rv[c] = Acc((1.0 - momentum) * double(rv[c]) + momentum * var * double(count) / double(count - 1));
-    }
-  } else {
-    m = double(rm[c]);
-    var = double(rv[c]);
-  }
-  const double is = 1.0 / sqrt(var + eps);
-  const double sc = (weight != nullptr ? double(weight[c]) : 1.0) * is;
-  mean[c] = Acc(m);
-  invstd[c] = Acc(is);
-  scale[c] = Acc(sc);
-  shift[c] = Acc((bias != nullptr ? double(bias[c]) : 0.0) - m * sc);
+  if (c < C)
+    math::finalize_channel(c, mean, invstd, scale, shift, rm, rv, sum, sq_sum, weight, bias, count, training, momentum,
+                           eps, half_affine);
 }
 
 }  // namespace
@@ -200,7 +185,7 @@ int64_t conv_bn_graph_runs() { return graph_runs.load(std::memory_order_relaxed)
 
 void batch_norm_finalize_kernel(const BatchNormAffine& out, const Tensor& sum, const Tensor& sq_sum, int64_t count,
                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                                const Tensor& bias, bool training, double momentum, double eps) {
+                                const Tensor& bias, bool training, double momentum, double eps, bool half_affine) {
   const int64_t C = out.mean.numel();
   if (C == 0) return;
   DeviceGuard guard(out.mean.device());
@@ -208,7 +193,8 @@ void batch_norm_finalize_kernel(const BatchNormAffine& out, const Tensor& sum, c
     finalize_kernel<Acc><<<grid_for(C), kBlockSize, 0, stream_for(out.mean)>>>(
         out.mean.data_ptr<Acc>(), out.invstd.data_ptr<Acc>(), out.scale.data_ptr<Acc>(), out.shift.data_ptr<Acc>(),
         mut_ptr_or_null<Acc>(running_mean), mut_ptr_or_null<Acc>(running_var), ptr_or_null<Acc>(sum),
-        ptr_or_null<Acc>(sq_sum), ptr_or_null<Acc>(weight), ptr_or_null<Acc>(bias), C, count, training, momentum, eps);
+        ptr_or_null<Acc>(sq_sum), ptr_or_null<Acc>(weight), ptr_or_null<Acc>(bias), C, count, training, momentum, eps,
+        half_affine);
     FRUGAL_CUDA_CHECK_LAUNCH();
   };
   if (out.mean.dtype() == kFloat64) run.template operator()<double>();

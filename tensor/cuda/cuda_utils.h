@@ -23,8 +23,6 @@ class DeviceGuard : public CudaDeviceGuard {
 inline cudaStream_t stream_for(Device d) { return static_cast<cudaStream_t>(current_stream(d).handle); }
 inline cudaStream_t stream_for(const Tensor& t) { return stream_for(t.device()); }
 
-/// The largest power of two, at most `cap`, dividing the address: the alignment a library
-/// (cuBLASLt, cuDNN) may assume of an operand, and so part of a cached plan's identity.
 /// t's data as T, or nullptr for an undefined tensor (an optional kernel operand).
 template <typename T>
 const T* ptr_or_null(const Tensor& t) {
@@ -35,6 +33,8 @@ T* mut_ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
+/// The largest power of two, at most `cap`, dividing the address: the alignment a library
+/// (cuBLASLt, cuDNN) may assume of an operand, and so part of a cached plan's identity.
 inline int64_t pointer_alignment(const void* p, int64_t cap) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   int64_t align = 1;

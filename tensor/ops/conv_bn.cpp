@@ -87,7 +87,7 @@ ConvStats conv2d_stats(const Tensor& x, const Tensor& weight, const Conv2dOption
 
 BatchNormAffine batch_norm_finalize(const Tensor& sum, const Tensor& sq_sum, int64_t count, DType dtype,
                                     const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                                    const Tensor& bias, bool training, double momentum, double eps) {
+                                    const Tensor& bias, bool training, double momentum, double eps, bool half_affine) {
   constexpr const char* op = "batch_norm_finalize";
   const DType compute = compute_dtype(dtype);
   const Tensor& ref = training ? sum : running_mean;
@@ -120,7 +120,7 @@ BatchNormAffine batch_norm_finalize(const Tensor& sum, const Tensor& sq_sum, int
   const Tensor rm = compute_copy(running_mean), rv = compute_copy(running_var);
   FRUGAL_DEVICE_DISPATCH(op, device, batch_norm_finalize_kernel, r, training ? sum.contiguous() : Tensor(),
                          training ? sq_sum.contiguous() : Tensor(), count, rm, rv, compute_copy(weight),
-                         compute_copy(bias), training, momentum, eps);
+                         compute_copy(bias), training, momentum, eps, half_affine);
   if (training && running_mean.defined()) {
     if (rm.impl_ptr() != running_mean.impl_ptr()) copy_into(running_mean, rm);
     if (rv.impl_ptr() != running_var.impl_ptr()) copy_into(running_var, rv);

@@ -26,7 +26,11 @@
 // ones plan no engine on cuDNN 9.14), so bn_relu_conv2d rounds them to float16 for a float16
 // input, on every path (forward, backward and devices agree): a relative error of 2^-12 in
 // scale, and of 2^-12 |shift| in x scale + shift, where |shift| ~ |mean| / std (a
-// convolution's output: O(1)) -- the error the stored float16 a carries anyway. bfloat16
+// convolution's output: O(1)) -- the error the stored float16 a carries anyway. ReLU's mask
+// flips where x scale + shift lies that close to 0, and each flip passes or stops a whole
+// gradient entry: a layer's input gradient is ~0.5% off float64 in the 2-norm (the unfused
+// ops: ~0.05%; tests/gpu/test_conv_bn_cuda.cpp), and a ResNet's gradients stay within twice
+// the unfused network's error (the same test, against float32). bfloat16
 // would round them to 2^-9, so its prologue is not fused: a is materialized, then the
 // convolution + statistics graph runs. The fused graphs take channels-last float16/bfloat16
 // operands, 16-byte aligned, groups = 1, channel counts multiple of 8, on cuDNN >= 9;
@@ -64,10 +68,12 @@ struct BatchNormAffine {
 /// biased variance, and updates running_mean / running_var (when defined) as batch_norm does
 /// (Note [Batch norm statistics]); eval uses the running statistics (the sums are then
 /// ignored and may be undefined). weight, bias and running statistics: (C) in `dtype` or
-/// the compute dtype of `dtype` (the input's dtype), or undefined.
+/// the compute dtype of `dtype` (the input's dtype), or undefined. `half_affine` rounds
+/// scale and shift to values float16 holds (what cuDNN's fused prologue takes, see the Note).
 BatchNormAffine batch_norm_finalize(const Tensor& sum, const Tensor& sq_sum, int64_t count, DType dtype,
                                     const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                                    const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+                                    const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
+                                    bool half_affine = false);
 
 /// relu(x * scale + shift) per channel c of x (N, C, *), in the compute dtype and rounded
 /// once; scale and shift (C) in the compute dtype. The input of scale_bias_relu_conv2d's
@@ -86,12 +92,12 @@ ConvStats scale_bias_relu_conv2d(const Tensor& x, const Tensor& scale, const Ten
 namespace frugal::ops::cpu {
 void batch_norm_finalize_kernel(const BatchNormAffine& out, const Tensor& sum, const Tensor& sq_sum, int64_t count,
                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                                const Tensor& bias, bool training, double momentum, double eps);
+                                const Tensor& bias, bool training, double momentum, double eps, bool half_affine);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void batch_norm_finalize_kernel(const BatchNormAffine& out, const Tensor& sum, const Tensor& sq_sum, int64_t count,
                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                                const Tensor& bias, bool training, double momentum, double eps);
+                                const Tensor& bias, bool training, double momentum, double eps, bool half_affine);
 /// Runs conv(prologue(x), w) -> y, with y's sums when sum is defined, as one cuDNN graph
 /// (tensor/cuda/conv_bn_graph.cu): the prologue is relu(x * scale + shift) when scale is
 /// defined, nothing otherwise. Returns false, having written nothing, when the graph API

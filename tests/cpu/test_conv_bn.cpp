@@ -14,6 +14,7 @@
 #include "autograd/ops/conv_bn.h"
 #include "autograd/ops/unary.h"
 #include "tensor/factory.h"
+#include "tensor/half.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/batch_norm.h"
 #include "tensor/ops/binary.h"
@@ -95,6 +96,14 @@ TEST_CASE("conv_bn: batch_norm_finalize gives batch_norm's statistics and runnin
     check_close(f.shift, {-m0 / std::sqrt(v0), -m1 / std::sqrt(v1)}, 1e-6, 0);
     check_close(rm, {0.5 * m0, 0.5 * m1}, 1e-3, 0);  // float16 storage
     check_close(rv, {0.5 + 0.5 * v0 * 1.5, 0.5 + 0.5 * v1 * 1.5}, 1e-3, 0);
+    // half_affine: scale and shift rounded to float16 values, the rest as before.
+    const ops::BatchNormAffine h =
+        ops::batch_norm_finalize(sum, sq, 3, kFloat16, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.5, 0.0, true);
+    const std::vector<double> sc = values_of(f.scale), sh = values_of(f.shift);
+    check_close(h.scale, {float(Half(float(sc[0]))), float(Half(float(sc[1])))}, 0, 0, "half scale");
+    check_close(h.shift, {float(Half(float(sh[0]))), float(Half(float(sh[1])))}, 0, 0, "half shift");
+    CHECK(h.scale.dtype() == kFloat32);
+    check_close(h.mean, values_of(f.mean), 0, 0, "mean unrounded");
   }
   SUBCASE("errors") {
     const Tensor sum = zeros({2}), sq = zeros({2});

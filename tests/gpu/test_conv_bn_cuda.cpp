@@ -48,6 +48,15 @@ const Layer kLayers[] = {
 
 Tensor on_gpu(const Tensor& t, DType dt) { return to_channels_last(t.to(kGpu, dt)); }
 
+/// ||a - e|| / ||e|| in float64.
+double rel_l2(const Tensor& a, const Tensor& e) {
+  const std::vector<double> av = values_of(a), ev = values_of(e);
+  REQUIRE(av.size() == ev.size());
+  double d = 0, n = 0;
+  for (size_t i = 0; i < av.size(); ++i) d += (av[i] - ev[i]) * (av[i] - ev[i]), n += ev[i] * ev[i];
+  return std::sqrt(d / std::max(n, 1e-300));
+}
+
 }  // namespace
 
 TEST_CASE("cuda conv_bn: the fused graphs match the CPU in float64") {
@@ -72,8 +81,8 @@ TEST_CASE("cuda conv_bn: the fused graphs match the CPU in float64") {
       check_norm_close(r.out, y64, rtol_for(dt) * 2, "conv2d_stats out");
       // The sums of what was stored, against float64 sums of the same values: float32 accumulation.
       const ops::ConvStats ref = ops::channel_sums(r.out.to(kCPU, kFloat64));
-      check_norm_close(r.sum, ref.sum, 1e-4, "conv2d_stats sum");
-      check_norm_close(r.sq_sum, ref.sq_sum, 1e-4, "conv2d_stats sq_sum");
+      check_norm_close(r.sum, ref.sum, 3e-4, "conv2d_stats sum");
+      check_norm_close(r.sq_sum, ref.sq_sum, 3e-4, "conv2d_stats sq_sum");
 
       const ops::ConvStats z = ops::scale_bias_relu_conv2d(xg, scale.to(kGpu), shift.to(kGpu), wg, l.options());
       CHECK(ops::cuda::conv_bn_graph_runs() == runs + 2);
@@ -83,8 +92,8 @@ TEST_CASE("cuda conv_bn: the fused graphs match the CPU in float64") {
       const Tensor z64 = ops::conv2d(a64.to(dt).to(kFloat64), w64, Tensor(), l.options());
       check_norm_close(z.out, z64, rtol_for(dt) * 2, "scale_bias_relu_conv2d out");
       const ops::ConvStats zref = ops::channel_sums(z.out.to(kCPU, kFloat64));
-      check_norm_close(z.sum, zref.sum, 1e-4, "scale_bias_relu_conv2d sum");
-      check_norm_close(z.sq_sum, zref.sq_sum, 1e-4, "scale_bias_relu_conv2d sq_sum");
+      check_norm_close(z.sum, zref.sum, 3e-4, "scale_bias_relu_conv2d sum");
+      check_norm_close(z.sq_sum, zref.sq_sum, 3e-4, "scale_bias_relu_conv2d sq_sum");
     }
 }
 
@@ -130,9 +139,18 @@ TEST_CASE("cuda conv_bn: bn_relu_conv2d matches the composed ops, training and e
         const char* names[] = {"out",        "grad x",    "grad w1",      "grad w2",
                                "grad gamma", "grad beta", "running_mean", "running_var"};
         for (size_t i = 0; i < fused.size(); ++i) {
-          // The fused op is as close to float64 as the composed ops are (a few roundings more).
-          check_norm_close(fused[i], exact[i], rtol_for(dt) * 4, detail::str_cat("fused vs float64 ", names[i]));
-          check_norm_close(composed[i], exact[i], rtol_for(dt) * 4, detail::str_cat("composed vs float64 ", names[i]));
+          // The fused op is about as close to float64 as the composed ops are, in the relative
+          // 2-norm (a max-norm would count the few ReLU masks that rounding flips, on either
+          // side). In float16 the fused op's scale and shift are rounded to float16 (Note
+          // [Convolution batch-norm fusion]): ReLU's mask flips where |x scale + shift| is within
+          // 2^-12 of its terms, and a gradient passed or stopped there is a whole entry, so the
+          // 2-norm error grows as the square root of that fraction: up to 3 roundings here
+          // (measured on the H200: 0.0063 and 0.0083 for grad x and grad w1 at C = 8, against
+          // 0.0005 composed; the other layers and every other result within 2 ec + 1 rounding).
+          const double ef = rel_l2(fused[i], exact[i]), ec = rel_l2(composed[i], exact[i]);
+          CHECK_MESSAGE(ef <= 2 * ec + 3 * rtol_for(dt), std::string(names[i]), ": fused error ", ef,
+                        ", composed error ", ec);
+          CHECK_MESSAGE(ec <= 10 * rtol_for(dt), std::string(names[i]), ": composed error ", ec);
         }
         CHECK(suggests_channels_last(fused[1]));
       }
