@@ -47,7 +47,8 @@ struct ResNetOptions {
   /// [Convolution batch-norm fusion]): a convolution also returns its output's batch
   /// statistics, and the next one applies bn + ReLU as its prologue, so relu(bn(.)) is
   /// neither written nor kept. Implies fused_bn_relu for the block tails. Same parameters,
-  /// state-dict keys and results (to rounding) as the unfused blocks.
+  /// state-dict keys and results (to rounding) as the unfused blocks. Under checkpoint_policy
+  /// Selective the fused convolutions are replayed, not kept as plain conv2d outputs are.
   bool fused_conv_bn = false;
 };
 

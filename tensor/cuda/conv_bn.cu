@@ -48,11 +48,11 @@ struct PlanSet {
   std::vector<Plan> plans;
 };
 
-/// Whether a plan keeps the graph's arithmetic (no input down-conversion).
-bool keeps_precision(const Plan& plan) {
+/// Whether an engine configuration keeps the graph's arithmetic (no input down-conversion).
+bool keeps_precision(const Descriptor& config) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   int64_t n = 0;
-  if (cudnnBackendGetAttribute(plan.config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
                                engine.out()) != CUDNN_STATUS_SUCCESS)
     return false;
   std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
@@ -93,8 +93,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, const Conv2dGeometry
                   b->tensor(kSqSum, kd, nhwc_strides(kd), kGraphF32));
     }
     Descriptor op_graph = b->finalize(h);
-    std::vector<Plan> plans = make_plans(h, op_graph, kMaxPlans);
-    std::erase_if(plans, [](const Plan& p) { return !keeps_precision(p); });
+    std::vector<Plan> plans = make_plans(h, op_graph, kMaxPlans, keeps_precision);
     set->graph = std::move(b), set->op_graph = std::move(op_graph), set->plans = std::move(plans);
   } catch (const Error&) {
     set->plans.clear();  // cuDNN refused a node: no plan, the separate ops run

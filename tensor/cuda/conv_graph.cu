@@ -159,20 +159,7 @@ std::shared_ptr<const PlanSet> build_plans(cudnnHandle_t h, ConvDirection d, con
   if (!graph.try_finalize()) return set;
 
   const size_t wanted = cudnn_benchmark() ? size_t(kMaxTimedPlans) : 4;  // a few spares in case of OOM
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (Descriptor& config : suggested_configs(graph, mode)) {
-      if (set->plans.size() >= wanted) break;
-      if (!acceptable(config, dtype)) continue;
-      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, h).set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-      if (!plan.try_finalize()) continue;
-      int64_t n = 0, workspace = 0;
-      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                   &workspace) != CUDNN_STATUS_SUCCESS)
-        continue;
-      set->plans.push_back(Plan{std::move(config), std::move(plan), workspace});
-    }
-  }
+  set->plans = make_plans(h, graph, wanted, [&](const Descriptor& config) { return acceptable(config, dtype); });
   set->ops.push_back(std::move(op));
   set->ops.push_back(std::move(graph));
   if (cudnn_benchmark() && set->plans.size() > 1) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -194,12 +195,15 @@ struct Plan {
 };
 
 /// Up to `max_plans` plans cuDNN builds for `graph`: heuristics mode A, then the fallback list,
-/// in that order, each engine configuration that finalizes.
-inline std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph, size_t max_plans) {
+/// in that order, each engine configuration that `accept` takes (all by default) and that
+/// finalizes.
+inline std::vector<Plan> make_plans(cudnnHandle_t h, const Descriptor& graph, size_t max_plans,
+                                    const std::function<bool(const Descriptor&)>& accept = {}) {
   std::vector<Plan> plans;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (Descriptor& config : suggested_configs(graph, mode)) {
       if (plans.size() >= max_plans) return plans;
+      if (accept && !accept(config)) continue;
       Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       plan.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, h).set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
       if (!plan.try_finalize()) continue;

@@ -31,6 +31,13 @@ Dims check_input(const char* op, const Tensor& x) {
   return {N, C, N * C == 0 ? 0 : x.numel() / (N * C)};
 }
 
+/// A backward's grad_out: x's shape and dtype, on x's device.
+void check_grad_out(const char* op, const Tensor& grad_out, const Tensor& x) {
+  FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
+               grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
+  check_same_device(op, x, grad_out);
+}
+
 /// A (C) tensor of x's dtype or the compute dtype, on x's device (or undefined).
 void check_channel_tensor(const char* op, const char* what, const Tensor& t, const Tensor& x, int64_t C) {
   if (!t.defined()) return;
@@ -252,9 +259,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                                    const BatchNormSaved& saved) {
   constexpr const char* op = "batch_norm_backward";
   const Dims d = check_input(op, x);
-  FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
-               grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
-  check_same_device(op, x, grad_out);
+  check_grad_out(op, grad_out, x);
   check_statistics(op, x, d.C, weight, mean, invstd);
   const DType compute = compute_dtype(x.dtype());
   mask.residual = false;
@@ -324,9 +329,7 @@ BatchNormGrads batch_norm_relu_backward_affine(const Tensor& grad_out, const Ten
                                                const Tensor& invstd, bool training, BatchNormGradMask mask) {
   constexpr const char* op = "batch_norm_relu_backward_affine";
   const Dims d = check_input(op, x);
-  FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
-               grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
-  check_same_device(op, x, grad_out);
+  check_grad_out(op, grad_out, x);
   check_statistics(op, x, d.C, weight, mean, invstd);
   const DType compute = compute_dtype(x.dtype());
   auto check_affine = [&](const char* what, const Tensor& t) {
