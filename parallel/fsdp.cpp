@@ -254,6 +254,8 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
   void reduce_unit(size_t u) {
     Unit& unit = units[u];
     unit.reduced = true;
+    if (sync && unit.layout.padded == 0)  // nothing to reduce; its 0-element .grad must not outlive the round
+      for (size_t k : unit.params) params[k].tensor.set_grad(Tensor());
     if (sync && unit.layout.padded > 0) {
       autograd::NoGradGuard no_grad;
       core::CategoryScope category(core::Category::Gradients);
@@ -463,7 +465,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::UnaryModu
     impl.dtype = s.options.param_dtype;
   }
   for (const State::Unit& unit : s.units) {
-    s.empty_params(unit);
+    // A unit of 0 elements (a rank-0 adapter) is never gathered: its parameters keep their
+    // shapes for good (they have no bytes to swap), else its forward would see shape [0].
+    if (unit.layout.padded > 0) s.empty_params(unit);
     s.layouts.push_back(unit.layout);
   }
 

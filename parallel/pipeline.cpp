@@ -9,19 +9,20 @@
 // idle (p - 1) slots of forward+backward per stage, so the bubble is (p - 1) / (m + p - 1)
 // of the step when all stages cost the same; 1F1B's gain is memory, not time.
 //
-// Messages: a step's first activation is a header (dtype, rank and shape, 8 int64s) then
-// the tensor, later ones the tensor alone (every micro-batch has the first one's shape;
-// the header costs the receiver a host round trip, so it is paid once per step); a
-// gradient comes back with the shape the sender already knows. Each pair of adjacent
-// stages must post its sends and receives in the same order (NCCL matches them in order
-// and a stream-ordered send waits for its receive). In 1F1B's steady state (Megatron's
-// send_forward_recv_backward / send_backward_recv_forward) stage s computes F_{w+k}, then
-// sends its activation while receiving B_k's output gradient, runs B_k, then sends B_k's
-// input gradient while receiving F_{w+k+1}'s activation: each pair is one
-// Communicator::send_recv with one neighbour, which NCCL runs as one fused group, so the
-// two transfers overlap instead of queueing one behind the other on the communication
-// stream. Stage s+1 (one fewer warm-up forward) posts the mirror pairs at the same points
-// of its own schedule.
+// Messages: a step's first activation is a header (dtype, rank, shape and the step's batch
+// size, 9 int64s) then the tensor, later ones the tensor alone (every micro-batch has the
+// first one's shape; the last stage checks its target's rows against the batch size, since
+// a loss such as mse_loss would broadcast a mismatch; the header costs the receiver a host
+// round trip, so it is paid once per step); a gradient comes back with the shape the sender
+// already knows. Each pair of adjacent stages must post its sends and receives in the same
+// order (NCCL matches them in order and a stream-ordered send waits for its receive). In
+// 1F1B's steady state (Megatron's send_forward_recv_backward / send_backward_recv_forward)
+// stage s computes F_{w+k}, then sends its activation while receiving B_k's output
+// gradient, runs B_k, then sends B_k's input gradient while receiving F_{w+k+1}'s
+// activation: each pair is one Communicator::send_recv with one neighbour, which NCCL runs
+// as one fused group, so the two transfers overlap instead of queueing one behind the other
+// on the communication stream. Stage s+1 (one fewer warm-up forward) posts the mirror pairs
+// at the same points of its own schedule.
 // Sends are asynchronous; their Works (and the tensors they read) are kept until the end of
 // the step.
 //
@@ -166,7 +167,8 @@ PipelineStage::PipelineStage(std::shared_ptr<nn::UnaryModule> module, std::share
 
 namespace {
 
-constexpr int64_t kHeaderLen = 8;  // ndim, dtype, up to 6 sizes
+constexpr int64_t kMaxDims = 6;
+constexpr int64_t kHeaderLen = 3 + kMaxDims;  // ndim, dtype, the step's batch size, up to 6 sizes
 
 // A step's traffic with the neighbouring stages: activations down, gradients up. The
 // first activation of a step carries a header; the others must match it (one
@@ -177,6 +179,9 @@ struct StageLink {
   Device device;
   std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;  // kept alive until waited on
   std::optional<std::pair<Shape, DType>> sent_meta = std::nullopt, received_meta = std::nullopt;
+  /// The step's batch size: the first stage's input rows, passed down in the headers so that
+  /// the last stage can check its target against it (mse_loss would broadcast a mismatch).
+  int64_t batch = -1;
 
   void send(const Tensor& t, int peer) { sends.emplace_back(comm.send(t, peer), t); }
   /// Sends `t` to `peer` while receiving `into` from it (one fused exchange); returns `into`.
@@ -196,7 +201,7 @@ struct StageLink {
 
   /// The activation as sent: checked against the step's first, whose header goes out first.
   Tensor activation_payload(const Tensor& t) {
-    FRUGAL_CHECK(t.dim() <= kHeaderLen - 2, "PipelineStage: activations of more than ", kHeaderLen - 2,
+    FRUGAL_CHECK(t.dim() <= kMaxDims, "PipelineStage: activations of more than ", kMaxDims,
                  " dims are not supported, got ", t.describe());
     if (sent_meta) {
       FRUGAL_CHECK(sent_meta->first == t.sizes() && sent_meta->second == t.dtype(), "PipelineStage: stage ", rank,
@@ -209,7 +214,8 @@ struct StageLink {
     std::vector<int64_t> header(kHeaderLen, 0);
     header[0] = t.dim();
     header[1] = int64_t(t.dtype());
-    for (int64_t d = 0; d < t.dim(); ++d) header[size_t(2 + d)] = t.size(d);
+    header[2] = batch;
+    for (int64_t d = 0; d < t.dim(); ++d) header[size_t(3 + d)] = t.size(d);
     send(from_vector(header, {kHeaderLen}).to(device), rank + 1);
     return t.detach().contiguous();
   }
@@ -224,11 +230,12 @@ struct StageLink {
       const int64_t* v = static_cast<const int64_t*>(h.data());
       // A header is read from another process: check each field before it makes a tensor
       // (its sizes are checked by empty() below, Note [Size overflow]).
-      FRUGAL_CHECK(v[0] >= 0 && v[0] <= kHeaderLen - 2, "PipelineStage: bad activation header from stage ", rank - 1,
-                   ": ", v[0], " dims (at most ", kHeaderLen - 2, ")");
-      FRUGAL_CHECK(v[1] >= 0 && v[1] < kNumDTypes, "PipelineStage: bad activation header from stage ",
-                   rank - 1, ": dtype code ", v[1], " names no dtype");
-      received_meta = std::pair{Shape(v + 2, v + 2 + v[0]), DType(v[1])};
+      FRUGAL_CHECK(v[0] >= 0 && v[0] <= kMaxDims, "PipelineStage: bad activation header from stage ", rank - 1, ": ",
+                   v[0], " dims (at most ", kMaxDims, ")");
+      FRUGAL_CHECK(v[1] >= 0 && v[1] < kNumDTypes, "PipelineStage: bad activation header from stage ", rank - 1,
+                   ": dtype code ", v[1], " names no dtype");
+      received_meta = std::pair{Shape(v + 3, v + 3 + v[0]), DType(v[1])};
+      batch = v[2];
     }
     return empty(received_meta->first, {received_meta->second, device});
   }
@@ -236,9 +243,7 @@ struct StageLink {
     if (t.is_floating_point()) t.requires_grad_();
     return t;
   }
-  Tensor recv_activation() {
-    return as_stage_input(recv(activation_buffer(), rank - 1));
-  }
+  Tensor recv_activation() { return as_stage_input(recv(activation_buffer(), rank - 1)); }
 };
 
 // Busy time (Note [Pipeline busy time]): CUDA events around each compute on the
@@ -309,6 +314,9 @@ struct StepRun {
     Tensor& out = outputs[size_t(i)];
     clock.timed([&] {
       if (last) {
+        FRUGAL_CHECK(target.size(0) == link.batch, "PipelineStage.train_step: the last stage's target ",
+                     target.describe(), " has ", target.size(0), " rows but the first stage's input has ", link.batch,
+                     ": micro-batch ", i, "'s target would not be its output's rows");
         const int64_t mb = target.size(0) / m;
         const Tensor loss = div(loss_fn(out, target.narrow(0, int64_t(i) * mb, mb)), double(m));
         FRUGAL_CHECK(loss.numel() == 1, "PipelineStage: the loss function must return one value, got ",
@@ -370,7 +378,8 @@ struct StepRun {
       const Tensor upstream = backward(k, g);
       next = Tensor();
       if (k + 1 < steady && !first) {
-        if (upstream.defined()) next = link.as_stage_input(link.send_recv(upstream, link.activation_buffer(), rank - 1));
+        if (upstream.defined())
+          next = link.as_stage_input(link.send_recv(upstream, link.activation_buffer(), rank - 1));
         else next = link.recv_activation();
       } else {
         send_upstream(upstream);
@@ -403,7 +412,11 @@ PipelineStats PipelineStage::train_step(const Tensor& input, const Tensor& targe
               .m = m,
               .first = is_first(),
               .last = is_last(),
-              .link = {.comm = *comm_, .rank = comm_->rank(), .device = comm_->device(), .sends = {}},
+              .link = {.comm = *comm_,
+                       .rank = comm_->rank(),
+                       .device = comm_->device(),
+                       .sends = {},
+                       .batch = is_first() ? input.size(0) : -1},
               .clock = {.enabled = options_.measure_busy, .device = comm_->device(), .events = {}},
               .inputs = std::vector<Tensor>(size_t(m)),
               .outputs = std::vector<Tensor>(size_t(m)),

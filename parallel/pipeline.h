@@ -71,7 +71,8 @@ class PipelineStage {
                 PipelineOptions options = {});
 
   /// Forward and backward of one batch over the micro-batches: `input` (first stage only;
-  /// split along dim 0) and `target` (last stage only; split along dim 0). Accumulates
+  /// split along dim 0) and `target` (last stage only; split along dim 0, with the input's
+  /// batch size, which the activation header carries down to check it). Accumulates
   /// the stage's parameters' .grad as a full-batch mean loss would; the caller steps the
   /// optimizer afterwards. Every stage of the pipeline calls it together.
   PipelineStats train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss_fn);

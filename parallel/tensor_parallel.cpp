@@ -34,6 +34,7 @@
 #include "parallel/tensor_parallel.h"
 
 #include <cmath>
+#include <limits>
 
 #include "autograd/function.h"
 #include "autograd/ops/attention.h"
@@ -253,9 +254,12 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, CommPtr comm, RowP
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
+  // Checked before the scatter, so that a replicated input of the wrong width is named here.
+  const int64_t want = input_is_parallel ? in_per_rank : in_features;
+  FRUGAL_CHECK(x.dim() >= 1 && x.size(-1) == want, "RowParallelLinear: expected input (..., ", want, "), got ",
+               x.describe(), " (in_features ", in_features, " over tensor-parallel size ", tp_size(comm_),
+               input_is_parallel ? ", input_is_parallel" : "", ")");
   const Tensor xp = input_is_parallel ? x : scatter_to_region(x, comm_);
-  FRUGAL_CHECK(xp.dim() >= 1 && xp.size(-1) == in_per_rank, "RowParallelLinear: expected input (..., ",
-               input_is_parallel ? in_per_rank : in_features, "), got ", x.describe());
   Tensor y = reduce_from_region(linear(xp, weight), comm_);
   return bias.defined() ? add(y, bias) : y;  // after the reduce: added once, not size times
 }
@@ -358,6 +362,20 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
   check_same_device(kOp, local_logits, target);
   const DType dt = local_logits.dtype();
   const int64_t start = tp_rank(comm) * vl;
+  // A target no rank owns would add nothing to the target logit anywhere: a finite, wrong
+  // loss. Refuse it, as cross_entropy does (the range in one host read per call, as
+  // VocabParallelEmbedding reads its indices'; the target is replicated, so every rank
+  // checks the same values and all throw together).
+  if (target.numel() > 0) {
+    const int64_t vocab = vl * tp_size(comm);
+    const auto [lo, hi] = autograd::raw([&] {
+      const Tensor t = ops::where(ops::eq(target, double(ignore_index)), zeros_like(target), target);
+      const std::vector<int64_t> range = ops::stack({ops::amin(t), ops::amax(t)}).to(kCPU).tolist<int64_t>();
+      return std::pair{range[0], range[1]};
+    });
+    FRUGAL_CHECK(lo >= 0 && hi < vocab, kOp, ": target out of range for ", vocab, " classes (valid range [0, ", vocab,
+                 ") or ignore_index ", ignore_index, "): targets span [", lo, ", ", hi, "] in ", target.describe());
+  }
   auto reduce = [&](const Tensor& t, ReduceOp op) {
     if (!trivial(comm)) comm->all_reduce(t, op)->wait();
   };
@@ -378,7 +396,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
     reduce(target_logit, ReduceOp::Sum);
     const Tensor valid = ops::ne(t, double(ignore_index)).to(dt);
     const Tensor count = ops::sum(valid);
-    weight = ops::div(valid, count);
+    // Every target ignored: the loss is 0 / 0 (NaN, as cross_entropy's) but the gradient is
+    // zero, as cross_entropy's, not NaN (which would poison every gradient behind it).
+    weight = ops::div(valid, ops::clamp(count, 1.0, std::numeric_limits<double>::infinity()));
     softmax = ops::div(e, sum_exp);
     const Tensor per_row = ops::mul(ops::sub(ops::log(sum_exp), target_logit), valid);
     return ops::div(ops::sum(per_row), count);
