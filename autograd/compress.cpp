@@ -78,6 +78,8 @@ struct CompressSavedTensors::State {
     const DType d = t.dtype();
     if (d != kFloat32 && d != kFloat16 && d != kBFloat16) return false;
     if (nbytes(t) < options.min_bytes || t.numel() == 0) return false;
+    for (int64_t dim = 0; dim < t.dim(); ++dim)  // expanded: codes for every element outgrow the storage
+      if (t.stride(dim) == 0 && t.size(dim) > 1) return false;
     return !options.select || options.select(op);
   }
 

@@ -25,6 +25,8 @@
 //   - not float32, float16 or bfloat16: integer and bool tensors (indices, cuDNN's reserve
 //     space), float64 (asked for its precision);
 //   - smaller than min_bytes: a batch norm's per-channel statistics, a loss's scalars;
+//   - expanded (a stride 0 over a dim of size > 1, a broadcast row): one code per element
+//     would hold more bytes than the storage it repeats, and the stats would claim a saving;
 //   - a parameter, a leaf that requires grad (SavedTensorHooks::packing_parameter): its storage
 //     lives on with the module, so a compressed copy would add memory and error;
 //   - an autocast cast of a parameter still in autocast's cast cache (autocast::is_cached_cast):

@@ -11,7 +11,6 @@
 #include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/matmul.h"
-#include "tensor/ops/reduce.h"
 #include "tensor/ops/svd.h"
 
 namespace frugal::nn {
@@ -42,11 +41,28 @@ Tensor LowRankLinear::dense_weight() const {
   return ops::matmul(up->weight.detach(), down->weight.detach());
 }
 
+// Note [Energy in units of the largest singular value]
+// Energies are sums of s_i^2, and s_i^2 leaves double's range long before s_i does: a
+// float64 weight of magnitude 1e-170 has every s_i^2 = 0 (so "all energy" at rank 1), one
+// of 1e160 has s_0^2 = inf (so rank 1 again, and NaN shares). The rank rules and the
+// reports use only ratios of energies, so they divide every s_i by the largest first,
+// which changes no ratio and keeps every square in [0, 1]; likewise relative_error
+// divides both matrices by the largest |w_ij|, and ranks_for_budget each spectrum by its s_0.
+namespace {
+void scale_to_largest(std::vector<double>& values) {
+  double largest = 0;
+  for (double v : values) largest = std::max(largest, std::fabs(v));
+  if (largest > 0)
+    for (double& v : values) v /= largest;
+}
+}  // namespace
+
 int64_t rank_for_energy(const Tensor& s, Energy energy) {
   FRUGAL_CHECK(energy.fraction > 0 && energy.fraction <= 1, "rank_for_energy: fraction must be in (0, 1], got ",
                energy.fraction);
   FRUGAL_CHECK(s.dim() == 1, "rank_for_energy: expected singular values (k), got ", s.describe());
-  const std::vector<double> values = s.tolist<double>();
+  std::vector<double> values = s.tolist<double>();
+  scale_to_largest(values);  // Note [Energy in units of the largest singular value]
   double total = 0;
   for (double v : values) total += v * v;
   if (total == 0) return values.empty() ? 0 : 1;
@@ -117,10 +133,22 @@ double detail::relative_frobenius_error(const Tensor& weight, const Tensor& appr
   autograd::NoGradGuard no_grad;
   const Tensor w = weight.detach().to(kCPU, kFloat64);
   FRUGAL_CHECK(w.sizes() == approx.sizes(), "relative_error: weight ", w.describe(), " does not match ", layer);
-  const Tensor diff = ops::sub(w, approx);
-  const double num = ops::sum(ops::mul(diff, diff)).item<double>();
-  const double den = ops::sum(ops::mul(w, w)).item<double>();
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  // In units of the largest |w_ij| (or |approx_ij| for a zero weight), so that no square
+  // under- or overflows (Note [Energy in units of the largest singular value]).
+  const std::vector<double> wv = w.contiguous().tolist<double>(),
+                            av = approx.to(kCPU, kFloat64).contiguous().tolist<double>();
+  double unit = 0;
+  for (double v : wv) unit = std::max(unit, std::fabs(v));
+  if (unit == 0)
+    for (double v : av) unit = std::max(unit, std::fabs(v));
+  if (unit == 0) return 0;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < wv.size(); ++i) {
+    const double d = wv[i] / unit - av[i] / unit;
+    num += d * d;
+    den += (wv[i] / unit) * (wv[i] / unit);
+  }
+  return den == 0 ? unit * std::sqrt(num) : std::sqrt(num / den);
 }
 
 double relative_error(const Tensor& weight, const LowRankLinear& low_rank) {
@@ -228,7 +256,8 @@ int64_t chosen_rank(const CompressPolicy& policy, const ops::SVDResult& f, int64
 
 /// sum_{i<rank} s_i^2 / sum_i s_i^2 (1 for an all-zero spectrum).
 double energy_fraction(const Tensor& s, int64_t rank) {
-  const std::vector<double> v = s.to(kCPU, kFloat64).tolist<double>();
+  std::vector<double> v = s.to(kCPU, kFloat64).tolist<double>();
+  scale_to_largest(v);  // Note [Energy in units of the largest singular value]
   double kept = 0, total = 0;
   for (size_t i = 0; i < v.size(); ++i) (int64_t(i) < rank ? kept : total) += v[i] * v[i];
   total += kept;

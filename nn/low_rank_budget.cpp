@@ -17,12 +17,17 @@ int64_t dense_weight_params(const std::vector<LayerSpectrum>& layers) {
 namespace {
 
 /// One layer during the allocation: its rank so far and the energy that keeps.
+/// Energies are in units of s_0^2 (Note [Energy in units of the largest singular value] in
+/// nn/low_rank.cpp): only their ratios count, and no square under- or overflows.
 struct LayerState {
   const LayerSpectrum* layer;
-  double total = 0;  // sum of s^2
+  double unit = 1;   // s_0 (1 for an all-zero spectrum)
+  double total = 0;  // sum of (s / unit)^2
   int64_t rank = 1;
-  double kept = 0;  // sum_{i<rank} s^2
+  double kept = 0;  // sum_{i<rank} (s / unit)^2
   bool dense = false;
+
+  double energy(size_t i) const { return (layer->s[i] / unit) * (layer->s[i] / unit); }
 
   int64_t in_out() const { return layer->in + layer->out; }
   int64_t full() const { return layer->in * layer->out; }
@@ -46,8 +51,7 @@ Move best_move(const LayerState& st, int64_t room) {
   double gain = 0;
   for (int64_t target = st.rank + 1; target <= st.dense_rank(); ++target) {
     const bool to_dense = target == st.dense_rank();
-    const double s = st.layer->s[size_t(target - 1)];
-    gain = to_dense ? st.total - st.kept : gain + s * s;
+    gain = to_dense ? st.total - st.kept : gain + st.energy(size_t(target - 1));
     const int64_t cost = to_dense ? st.full() - st.params() : (target - st.rank) * st.in_out();
     if (cost > room) break;  // costs grow with the target
     const double ratio = gain / st.total / double(cost);
@@ -78,9 +82,9 @@ std::vector<RankChoice> ranks_for_budget(const std::vector<LayerSpectrum>& layer
   std::vector<LayerState> state;
   for (size_t i = 0; i < layers.size(); ++i) {
     check_spectrum(layers[i], i);
-    LayerState st{.layer = &layers[i]};
-    for (double s : layers[i].s) st.total += s * s;
-    st.kept = layers[i].s[0] * layers[i].s[0];
+    LayerState st{.layer = &layers[i], .unit = layers[i].s[0] > 0 ? layers[i].s[0] : 1.0};
+    for (size_t j = 0; j < layers[i].s.size(); ++j) st.total += st.energy(j);
+    st.kept = st.energy(0);
     // Rank 1 that saves nothing (a layer of one row or column): dense from the start.
     if (layers[i].in + layers[i].out >= layers[i].in * layers[i].out)
       st.dense = true, st.rank = std::min(layers[i].in, layers[i].out), st.kept = st.total;

@@ -42,7 +42,10 @@ class Module {
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::vector<std::shared_ptr<Module>> children() const;
-  /// Every module below this one (not itself), with dotted names, depth first.
+  /// Every module below this one (not itself), with dotted names, depth first. A module
+  /// reachable by two paths (a shared submodule) is listed under each, where PyTorch's
+  /// named_modules() lists it once: a loop over it that initializes or replaces modules
+  /// meets a shared one twice (compress() and FullyShardedDataParallel refuse shared layers).
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
   /// Total number of parameter elements.
   int64_t num_parameters() const;

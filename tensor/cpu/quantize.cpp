@@ -84,7 +84,7 @@ void dequantize_blockwise_kernel(const Tensor& out, const Tensor& codes, const T
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
     for (int64_t i = 0; i < n; ++i) {
       const float v = fp8 ? quant::e4m3_decode(cp[i]) : quant::int8_decode(cp[i]);
-      op[i] = T(v * sp[i / block]);
+      op[i] = T(quant::keep_finite(v * sp[i / block]));
     }
   });
 }

@@ -64,7 +64,7 @@ __global__ void dequantize_blockwise_kernel_impl(T* __restrict__ out, const uint
                                                  const float* __restrict__ scales, int64_t n, int64_t block, bool fp8) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = T(__fmul_rn(decode(codes[i], fp8), scales[i / block]));
+    out[i] = T(quant::keep_finite(__fmul_rn(decode(codes[i], fp8), scales[i / block])));
 }
 
 // mask: (ceil(n / 8)), y: n elements in any layout (ix); one thread per byte

@@ -19,7 +19,9 @@
 // their sign). A non-finite x_i (NaN, +-inf) gets the NaN code: e4m3fn has no infinity and
 // int8 no NaN, and a saved activation that overflowed must not come back finite (a
 // GradScaler then sees the NaN in the gradients and skips the step). Dequantization is
-// decode(code_i) * scale_b in float32, converted to the output dtype (round to nearest).
+// decode(code_i) * scale_b in float32, converted to the output dtype (round to nearest); a
+// product that rounds past the largest float32 (int8 codes of a block whose absmax is
+// FLT_MAX) is kept at +-FLT_MAX, so that a finite x_i never comes back infinite.
 //
 // The error bound per element, from 3 mantissa bits (half an ulp of a normal e4m3 value v is
 // at most 2^-4 |v|) and the subnormal step 2^-9 (half of it 2^-10), in units of the scale:

@@ -52,6 +52,15 @@ FRUGAL_HD float e4m3_decode(uint8_t c) {
   return (c & 0x80u) ? -mag : mag;
 }
 
+/// A dequantized value decode(code) * scale as computed in float32, kept finite: the product
+/// rounds past the largest float32 only for a block whose absmax is FLT_MAX itself (int8:
+/// 127 * fl(FLT_MAX / 127) rounds to 2^128), and a finite input must not come back as inf
+/// (Note [Blockwise quantization]). NaN stays NaN.
+FRUGAL_HD float keep_finite(float product) {
+  constexpr float kFloat32Max = 3.40282347e38f;
+  return fabsf(product) > kFloat32Max ? copysignf(kFloat32Max, product) : product;
+}
+
 /// The int8 code (as a byte) of v rounded half to even, clamped to [-127, 127]; v finite.
 FRUGAL_HD uint8_t int8_encode(float v) {
   const float q = fminf(fmaxf(rintf(v), -kInt8Max), kInt8Max);
