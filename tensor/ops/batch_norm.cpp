@@ -183,6 +183,25 @@ bool channels_last_backward_takes(const Tensor& x) {
 #endif
 }
 
+/// The gradients `mask` asks for: grad_x (and grad_residual when `residual`) of x's shape,
+/// channels-last when `channels_last`; grad_weight, grad_bias (C) in the compute dtype. For an
+/// empty x the parameter gradients are sums over nothing: zeros.
+BatchNormGrads allocate_grads(const Tensor& x, int64_t C, const BatchNormGradMask& mask, bool residual,
+                              bool channels_last) {
+  auto like_x = [&] {
+    return channels_last ? empty_channels_last(x.sizes(), x.options()) : empty(x.sizes(), x.options());
+  };
+  BatchNormGrads g;
+  if (mask.x) g.x = like_x();
+  if (residual) g.residual = like_x();
+  for (auto [wanted, t] : {std::pair{mask.weight, &g.weight}, std::pair{mask.bias, &g.bias}}) {
+    if (!wanted) continue;
+    *t = empty({C}, {compute_dtype(x.dtype()), x.device()});
+    if (x.numel() == 0) zero_(*t);
+  }
+  return g;
+}
+
 /// The backward on the channels-last kernels (Note [Channels-last batch norm backward] in
 /// tensor/cuda/batch_norm_channels_last.cu), grads channels-last: gz = grad_out, masked by
 /// ReLU's output `out` or by relu(x scale + shift) when either is given; grad_residual = gz
@@ -191,23 +210,13 @@ BatchNormGrads channels_last_backward(const Dims& d, const Tensor& grad_out, con
                                       const Tensor& scale, const Tensor& shift, const Tensor& weight,
                                       const Tensor& mean, const Tensor& invstd, bool training, BatchNormGradMask mask,
                                       bool residual) {
-  const DType compute = compute_dtype(x.dtype());
-  BatchNormGrads g;
-  if (mask.x) g.x = empty_channels_last(x.sizes(), x.options());
-  if (residual) g.residual = empty_channels_last(x.sizes(), x.options());
-  if (mask.weight) g.weight = empty({d.C}, {compute, x.device()});
-  if (mask.bias) g.bias = empty({d.C}, {compute, x.device()});
-  if (x.numel() == 0) {  // the parameter gradients are sums over nothing
-    if (g.weight.defined()) zero_(g.weight);
-    if (g.bias.defined()) zero_(g.bias);
-    return g;
-  }
-  if (!g.x.defined() && !g.residual.defined() && !g.weight.defined() && !g.bias.defined()) return g;
+  BatchNormGrads g = allocate_grads(x, d.C, mask, residual, true);
+  if (x.numel() == 0 || (!g.x.defined() && !g.residual.defined() && !g.weight.defined() && !g.bias.defined())) return g;
 #ifdef FRUGAL_WITH_CUDA
   cuda::batch_norm_backward_channels_last_kernel(
       g.x, g.residual, g.weight, g.bias, to_channels_last(grad_out), x, out.defined() ? to_channels_last(out) : out,
       scale.defined() ? scale.contiguous() : scale, shift.defined() ? shift.contiguous() : shift, mean.contiguous(),
-      invstd.contiguous(), in_compute(weight, compute), training, d.N * d.HW, d.C);
+      invstd.contiguous(), in_compute(weight, compute_dtype(x.dtype())), training, d.N * d.HW, d.C);
   return g;
 #else
   (void)grad_out, (void)out, (void)scale, (void)shift, (void)weight, (void)mean, (void)invstd, (void)training;
@@ -268,16 +277,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   if (channels_last_backward_takes(x))  // Note [Channels-last batch norm]
     return channels_last_backward(d, grad_out, x, Tensor(), Tensor(), Tensor(), weight, mean, invstd, training, mask,
                                   false);
-  BatchNormGrads g;
-  if (mask.x) g.x = empty(x.sizes(), x.options());
-  if (mask.weight) g.weight = empty({d.C}, {compute, x.device()});
-  if (mask.bias) g.bias = empty({d.C}, {compute, x.device()});
-  if (x.numel() == 0) {  // the parameter gradients are sums over nothing
-    if (g.weight.defined()) zero_(g.weight);
-    if (g.bias.defined()) zero_(g.bias);
-    return g;
-  }
-  if (!g.x.defined() && !g.weight.defined() && !g.bias.defined()) return g;
+  BatchNormGrads g = allocate_grads(x, d.C, mask, false, false);
+  if (x.numel() == 0 || (!g.x.defined() && !g.weight.defined() && !g.bias.defined())) return g;
   FRUGAL_DEVICE_DISPATCH(op, x.device(), batch_norm_backward_kernel, g.x, g.weight, g.bias, grad_out.contiguous(),
                          x.contiguous(), mean.contiguous(), invstd.contiguous(), in_compute(weight, compute), training,
                          d.N, d.C, d.HW);

@@ -110,6 +110,30 @@ std::map<std::string, Tensor> params_of(const nn::Module& m) {
   for (const auto& [k, v] : m.named_parameters()) out[k] = v.detach().clone();
   return out;
 }
+
+/// Two optimizer steps of `micro` backward calls each on this rank's rows (rows(t, step, k)),
+/// the calls before a step's last under no_sync() when use_no_sync; the parameters after each.
+template <typename Forward, typename NoSync, typename Optimizer, typename Rows>
+std::vector<std::map<std::string, Tensor>> accumulated_steps(Forward&& forward, NoSync&& no_sync, Optimizer& opt,
+                                                             const nn::Module& model, Rows&& rows, const Tensor& x,
+                                                             const Tensor& y, int micro, bool use_no_sync) {
+  std::vector<std::map<std::string, Tensor>> params;
+  for (int64_t s = 0; s < 2; ++s) {
+    for (int k = 0; k < micro; ++k) {
+      auto run = [&] { mse_loss(forward(rows(x, s, k)), rows(y, s, k)).backward(); };
+      if (use_no_sync && k + 1 < micro) {
+        auto guard = no_sync();
+        run();
+      } else {
+        run();
+      }
+    }
+    opt.step();
+    opt.zero_grad();
+    params.push_back(params_of(model));
+  }
+  return params;
+}
 std::map<std::string, Tensor> grads_of(const nn::Module& m) {
   std::map<std::string, Tensor> out;
   for (const auto& [k, v] : m.named_parameters()) out[k] = v.grad().defined() ? v.grad().clone() : Tensor();
@@ -569,22 +593,9 @@ TEST_CASE(
           auto model = probe_model(kFloat64, 1);
           parallel::DistributedDataParallel ddp(model, comm, {.bucket_cap_bytes = 64});
           optim::AdamW opt(model->parameters(), kAdam);
-          for (int64_t s = 0; s < 2; ++s) {
-            for (int k = 0; k < micro; ++k) {
-              auto run = [&] {
-                mse_loss(ddp.forward(rank_rows(x[s], k, r, p, b)), rank_rows(y[s], k, r, p, b)).backward();
-              };
-              if (use_no_sync && k + 1 < micro) {
-                auto guard = ddp.no_sync();
-                run();
-              } else {
-                run();
-              }
-            }
-            opt.step();
-            opt.zero_grad();
-            got[size_t(r)].push_back(params_of(*model));
-          }
+          got[size_t(r)] = accumulated_steps(
+              [&](const Tensor& in) { return ddp.forward(in); }, [&] { return ddp.no_sync(); }, opt, *model,
+              [&](const Tensor& t, int64_t s, int k) { return rank_rows(t[s], k, r, p, b); }, x, y, micro, use_no_sync);
         },
         kShort);
     for (int r = 0; r < p; ++r)
@@ -645,22 +656,10 @@ TEST_CASE("probe parallel: ZeRO-1/2 gradient accumulation over 3 backward calls 
             const int r = comm->rank();
             auto model = probe_model(kFloat64, 1);
             parallel::ZeroAdamW opt(model->parameters(), comm, kAdam, {.stage = stage, .bucket_cap_bytes = 64});
-            for (int64_t s = 0; s < 2; ++s) {
-              for (int k = 0; k < micro; ++k) {
-                auto run = [&] {
-                  mse_loss(model->forward(rank_rows(x[s], k, r, p, b)), rank_rows(y[s], k, r, p, b)).backward();
-                };
-                if (use_no_sync && k + 1 < micro) {
-                  auto guard = opt.no_sync();
-                  run();
-                } else {
-                  run();
-                }
-              }
-              opt.step();
-              opt.zero_grad();
-              got[size_t(r)].push_back(params_of(*model));
-            }
+            got[size_t(r)] = accumulated_steps(
+                [&](const Tensor& in) { return model->forward(in); }, [&] { return opt.no_sync(); }, opt, *model,
+                [&](const Tensor& t, int64_t s, int k) { return rank_rows(t[s], k, r, p, b); }, x, y, micro,
+                use_no_sync);
           },
           kShort);
       for (int r = 0; r < p; ++r)
