@@ -1,9 +1,6 @@
 #include "models/pretrained.h"
 
 #include "nn/safetensors.h"
-#include "tensor/ops/binary.h"
-#include "tensor/ops/reduce.h"
-#include "tensor/ops/unary.h"
 
 namespace frugal::models {
 
@@ -16,10 +13,9 @@ void load_safetensors_into(nn::Module& model, const std::string& path, const Tie
     else if (has_alias && has_source) {
       const Tensor& a = state[alias];
       const Tensor& s = state[source];
-      FRUGAL_CHECK(
-          a.sizes() == s.sizes() && ops::amax(ops::abs(ops::sub(a.to(kFloat64), s.to(kFloat64)))).item<double>() == 0.0,
-          "load_safetensors_into: '", path, "' holds different values for the tied keys '", alias, "' and '", source,
-          "'");
+      FRUGAL_CHECK(nn::same_values(a, s), "load_safetensors_into: '", path,
+                   "' holds different values for the tied keys '", alias, "' ", a.describe(), " and '", source, "' ",
+                   s.describe());
     }
   }
   model.load_state_dict(state, /*strict=*/true);

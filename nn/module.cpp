@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <set>
@@ -218,15 +219,32 @@ std::string Module::type_name() const {
   return name;
 }
 
-void Module::load_state_dict(const NamedTensors& state, bool strict) {
+Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::map<std::string, Tensor> by_name;
   for (const auto& [name, t] : state)
     FRUGAL_CHECK(by_name.emplace(name, t).second, "load_state_dict: key '", name, "' is given twice");
-  load_state_dict(by_name, strict);
+  return load_state_dict(by_name, strict);
 }
 
-void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
-  std::vector<std::string> missing, unexpected, mismatched;
+// Note [Loading shared tensors]
+// A tensor registered under several names (Note [Shared parameters]: BERT's decoder weight
+// and word embeddings) is written once per name that the state holds, so with two different
+// values under its names the last write would win, silently, and which one is last depends
+// on registration order. load_state_dict refuses that instead, naming both keys: a state that
+// was saved from a model with the tie holds equal values, and one that holds different values
+// is not a checkpoint of this model. Equal means equal as float64 values, NaN equal to NaN
+// (a tensor saved twice may be stored in two dtypes).
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  const std::vector<double> x = a.to(kCPU, kFloat64).contiguous().tolist<double>();
+  const std::vector<double> y = b.to(kCPU, kFloat64).contiguous().tolist<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
+  return true;
+}
+
+Module::LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  std::vector<std::string> missing, unexpected, mismatched, conflicting;
   const NamedTensors mine = state_dict();
   std::map<std::string, Tensor> by_name(mine.begin(), mine.end());
   for (const auto& [name, t] : mine) {
@@ -240,7 +258,15 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   }
   for (const auto& [name, t] : state)
     if (!by_name.count(name)) unexpected.push_back(name);
-  const bool bad = !mismatched.empty() || (strict && (!missing.empty() || !unexpected.empty()));
+  std::map<const TensorImpl*, std::string> first_name;  // Note [Loading shared tensors]
+  for (const auto& [name, t] : mine) {
+    auto it = state.find(name);
+    if (!t.defined() || it == state.end() || !it->second.defined() || it->second.sizes() != t.sizes()) continue;
+    auto [first, inserted] = first_name.emplace(&t.impl(), name);
+    if (!inserted && !same_values(state.at(first->second), it->second))
+      conflicting.push_back(name + " and " + first->second);
+  }
+  const bool bad = !mismatched.empty() || !conflicting.empty() || (strict && (!missing.empty() || !unexpected.empty()));
   if (bad) {
     std::ostringstream msg;
     msg << "load_state_dict: checkpoint does not match " << type_name();
@@ -252,6 +278,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     list("missing keys", missing);
     list("unexpected keys", unexpected);
     list("shape mismatches", mismatched);
+    list("names of one tensor given different values", conflicting);
     FRUGAL_FAIL(msg.str());
   }
   autograd::NoGradGuard no_grad;
@@ -261,6 +288,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     ops::copy_into(t, it->second);  // converts dtype and device as needed
     t.bump_version();
   }
+  return {missing, unexpected};
 }
 
 std::string Module::repr(int indent) const {

@@ -70,12 +70,21 @@ class Module {
   // ---- checkpoints ------------------------------------------------------------------
   /// Parameters and buffers by dotted name (the tensors themselves, not copies).
   NamedTensors state_dict() const;
-  /// Copies values in. strict: every key must match both ways; any problem throws one
-  /// frugal::Error listing missing, unexpected and mismatched keys.
-  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  /// What a load_state_dict left out, as PyTorch's _IncompatibleKeys: both empty after a
+  /// strict load, which throws instead.
+  struct LoadResult {
+    std::vector<std::string> missing_keys;     // the model's keys the state lacks (left as they were)
+    std::vector<std::string> unexpected_keys;  // the state's keys the model lacks (ignored)
+  };
+  /// Copies values in, converting dtypes as a cast does. strict: every key must match both
+  /// ways; any problem throws one frugal::Error listing missing, unexpected and mismatched
+  /// keys. Not strict: returns the keys left out. Shapes must match either way, and a
+  /// tensor registered under several names (Note [Shared parameters]) must be given equal
+  /// values under each name that the state holds (Note [Loading shared tensors]).
+  LoadResult load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
   /// The same from a state_dict() (`b.load_state_dict(a.state_dict())`); a key given twice
   /// is an error.
-  void load_state_dict(const NamedTensors& state, bool strict = true);
+  LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
 
   /// PyTorch-style tree printout.
   std::string repr(int indent = 0) const;
@@ -139,5 +148,10 @@ class UnaryModule : public Module {
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
+
+/// Whether a and b have one shape and the same values, compared as float64 with NaN equal to
+/// NaN (any dtypes and devices): what a tensor stored under two names must hold (Note
+/// [Loading shared tensors] in nn/module.cpp).
+bool same_values(const Tensor& a, const Tensor& b);
 
 }  // namespace frugal::nn
