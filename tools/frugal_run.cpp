@@ -224,7 +224,11 @@ int main(int argc, char** argv) {
   ::signal(SIGINT, on_signal);
   ::signal(SIGTERM, on_signal);
 
-  int failed = -1;  // the first rank that failed
+  int failed = -1;        // the first rank that failed
+  int first_failed = -1;  // of the failed ranks reaped so far, the one whose output ended first
+  // Failures within kBlameWindow of the first are compared before one is blamed (below).
+  constexpr auto kBlameWindow = std::chrono::milliseconds(300);
+  auto blame_deadline = std::chrono::steady_clock::time_point::max();
   int running = nproc;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
@@ -246,7 +250,6 @@ int main(int argc, char** argv) {
     }
     int status = 0;
     pid_t pid;
-    int first_failed = -1;  // of the ranks reaped now, the failed one whose output ended first
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
       for (int r = 0; r < nproc; ++r) {
         Rank& rk = ranks[size_t(r)];
@@ -254,9 +257,15 @@ int main(int argc, char** argv) {
         rk.exited = true, rk.status = status, --running;
         if (exit_code(status) != 0 && (first_failed < 0 || rk.eof_at < ranks[size_t(first_failed)].eof_at))
           first_failed = r;
+        if (exit_code(status) != 0 && blame_deadline == std::chrono::steady_clock::time_point::max())
+          blame_deadline = std::chrono::steady_clock::now() + kBlameWindow;
       }
     }
-    if (first_failed >= 0 && failed < 0 && !stopping) {
+    // A rank that dies takes its connections down first and exits a moment later, so a peer
+    // that fails on the broken connection can be reaped before it (more so on a loaded
+    // machine): the failures of a short window are compared before one is blamed.
+    const bool blame_now = first_failed >= 0 && (running == 0 || std::chrono::steady_clock::now() >= blame_deadline);
+    if (blame_now && failed < 0 && !stopping) {
       failed = first_failed;
       std::fprintf(stderr, "frugal-run: rank %d %s; stopping the other ranks\n", first_rank + failed,
                    how(ranks[size_t(failed)].status).c_str());

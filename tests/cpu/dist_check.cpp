@@ -245,11 +245,11 @@ std::string check_failure(const CommPtr& world, bool die, bool by_signal, int sl
 
 int main(int argc, char** argv) {
   std::string mode, backend = "tcp";
-  int64_t timeout_ms = 60000, sleep_ms = 3000;
+  int64_t timeout_ms = 60000, sleep_ms = 3000, linger_ms = 0;
   bool by_signal = false;
   cli::parse_or_exit("dist_check",
                      "usage: dist_check --mode collectives|train|die|hang [--backend tcp|mpi|auto] [--timeout-ms N] "
-                     "[--sleep-ms N] [--signal 0|1]\n",
+                     "[--sleep-ms N] [--signal 0|1] [--linger-ms N]\n",
                      [&] {
                        cli::Flags flags(argc, argv);
                        while (flags.next()) {
@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
                          else if (flags.is("--timeout-ms")) timeout_ms = flags.integer(1, 1 << 30);
                          else if (flags.is("--sleep-ms")) sleep_ms = flags.integer(0, 1 << 30);
                          else if (flags.is("--signal")) by_signal = flags.integer(0, 1) != 0;
+                         else if (flags.is("--linger-ms")) linger_ms = flags.integer(0, 1 << 30);
                          else flags.unknown();
                        }
                      });
@@ -276,8 +277,12 @@ int main(int argc, char** argv) {
     std::printf("dist_check %s: rank %d/%d %s%s (%s backend)\n", mode.c_str(), rank, world->size(),
                 ok && checks ? "ok: " : "", result.c_str(), world->backend().c_str());
     std::fflush(stdout);
-    if (mode == "die" || mode == "hang")
+    if (mode == "die" || mode == "hang") {
+      // --linger-ms: a survivor that reports or cleans up before it exits, so that the dead
+      // rank is certainly reaped first (frugal-run's blame, tests/cpu/test_process_backends.cpp).
+      if (rank != world->size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(linger_ms));
       _exit(rank == world->size() - 1 ? 0 : 1);  // the dead peer's sockets: no teardown
+    }
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("dist_check %s: rank %d FAILED: %s\n", mode.c_str(), rank, e.what());
