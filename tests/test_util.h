@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -174,6 +176,23 @@ void check_error(F&& body, const std::vector<std::string>& parts) {
   } catch (const Error& e) { msg = e.what(); }
   REQUIRE_MESSAGE(!msg.empty(), "expected a frugal::Error mentioning ", parts.empty() ? "" : parts[0]);
   for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message '", msg, "' lacks '", p, "'");
+}
+
+/// A tensor's bytes in row-major order (a contiguous host copy's): bit-exact comparisons.
+inline std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.to(kCPU).contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data());
+  return std::vector<uint8_t>(p, p + size_t(c.numel()) * c.element_size());
+}
+
+/// A file's bytes; write_file replaces a file with `bytes` (to corrupt or truncate one).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 }  // namespace frugal::testing

@@ -61,20 +61,6 @@ Tensor leaf_of(const Values& v, const Shape& shape) {
 }
 
 /// The raw bytes of t (contiguous, host).
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  const auto* p = static_cast<const uint8_t*>(c.data());
-  return std::vector<uint8_t>(p, p + size_t(c.numel()) * c.element_size());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 // A module with parameters and buffers of several dtypes.
 struct Mixed : nn::Module {

@@ -116,13 +116,6 @@ State state_of(const nn::Module& m) {
   return out;
 }
 
-/// The raw bytes of t (contiguous, host).
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor c = t.to(kCPU).contiguous();
-  const auto* p = static_cast<const uint8_t*>(c.data());
-  return std::vector<uint8_t>(p, p + size_t(c.numel()) * c.element_size());
-}
-
 /// Every tensor of b holds a's dtype, shape and bytes.
 void check_same_state(const nn::Module& a, const nn::Module& b) {
   const State sa = state_of(a), sb = state_of(b);
@@ -142,15 +135,6 @@ bool differs(const nn::Module& a, const nn::Module& b) {
   for (const auto& [name, t] : sa)
     if (is_floating(t.dtype()) && bytes_of(t) != bytes_of(sb.at(name))) return true;
   return false;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 /// Replaces `from` by `to` (of the same length, so no offset moves) in the header of `path`.

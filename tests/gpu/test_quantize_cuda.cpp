@@ -22,12 +22,6 @@ using ops::QuantFormat;
 
 namespace {
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor c = t.cpu();
-  const uint8_t* p = c.data_ptr<uint8_t>();
-  return std::vector<uint8_t>(p, p + c.numel());
-}
-
 /// Quantizes the pair on both devices: codes and scales bit for bit, dequantized values too.
 void check_pair(const DevicePair& x, QuantFormat format, int64_t block, const std::string& what) {
   INFO(what, " ", ops::to_string(format), " block ", block, " ", x.gpu.describe());
