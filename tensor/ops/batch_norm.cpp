@@ -8,6 +8,7 @@
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/conv_bn.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 #include "tensor/ops/unary.h"
@@ -332,15 +333,9 @@ BatchNormGrads batch_norm_relu_backward_affine(const Tensor& grad_out, const Ten
   const Dims d = check_input(op, x);
   check_grad_out(op, grad_out, x);
   check_statistics(op, x, d.C, weight, mean, invstd);
+  check_affine_map(op, "scale", scale, x);
+  check_affine_map(op, "shift", shift, x);
   const DType compute = compute_dtype(x.dtype());
-  auto check_affine = [&](const char* what, const Tensor& t) {
-    FRUGAL_CHECK(t.defined() && t.dim() == 1 && t.size(0) == d.C && t.dtype() == compute, op, ": ", what, " ",
-                 t.defined() ? t.describe() : "undefined", " must have shape [", d.C, "] and dtype ",
-                 dtype_name(compute), " (the compute dtype of input ", x.describe(), ")");
-    check_same_device(op, x, t);
-  };
-  check_affine("scale", scale);
-  check_affine("shift", shift);
   mask.residual = false;
   if (channels_last_backward_takes(x))  // the mask recomputed in the kernels' passes
     return channels_last_backward(d, grad_out, x, Tensor(), scale, shift, weight, mean, invstd, training, mask, false);

@@ -16,15 +16,6 @@ namespace {
 
 DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
-/// A (C) tensor in the compute dtype on x's device, as scale and shift must be.
-void check_affine(const char* op, const char* what, const Tensor& t, const Tensor& x) {
-  const DType compute = compute_dtype(x.dtype());
-  FRUGAL_CHECK(t.defined() && t.dim() == 1 && t.size(0) == x.size(1) && t.dtype() == compute, op, ": ", what, " ",
-               t.defined() ? t.describe() : "undefined", " must have shape [", x.size(1), "] and dtype ",
-               dtype_name(compute), " for input ", x.describe());
-  check_same_device(op, x, t);
-}
-
 void check_input(const char* op, const Tensor& x) {
   FRUGAL_CHECK(x.defined() && x.dim() == 4 && is_floating(x.dtype()), op,
                ": expects a floating-point input (N, C, H, W), got ", x.defined() ? x.describe() : "undefined");
@@ -66,6 +57,14 @@ ConvStats try_graph(const Tensor& x, const Tensor& scale, const Tensor& shift, c
 }
 
 }  // namespace
+
+void check_affine_map(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  const DType compute = compute_dtype(x.dtype());
+  FRUGAL_CHECK(t.defined() && t.dim() == 1 && t.size(0) == x.size(1) && t.dtype() == compute, op, ": ", what, " ",
+               t.defined() ? t.describe() : "undefined", " must have shape [", x.size(1), "] and dtype ",
+               dtype_name(compute), " (the compute dtype of input ", x.describe(), ")");
+  check_same_device(op, x, t);
+}
 
 ConvStats channel_sums(const Tensor& y) {
   check_input("channel_sums", y);
@@ -133,8 +132,8 @@ BatchNormAffine batch_norm_finalize(const Tensor& sum, const Tensor& sq_sum, int
 Tensor scale_bias_relu(const Tensor& x, const Tensor& scale, const Tensor& shift) {
   constexpr const char* op = "scale_bias_relu";
   check_input(op, x);
-  check_affine(op, "scale", scale, x);
-  check_affine(op, "shift", shift, x);
+  check_affine_map(op, "scale", scale, x);
+  check_affine_map(op, "shift", shift, x);
   // batch_norm_apply's (x - 0) * scale * 1 + shift, with ReLU: one pass, rounded once.
   const Tensor zero = zeros({x.size(1)}, scale.options());
   return batch_norm_apply(x, Tensor(), true, zero, scale, Tensor(), shift);
@@ -144,8 +143,8 @@ ConvStats scale_bias_relu_conv2d(const Tensor& x, const Tensor& scale, const Ten
                                  const Conv2dOptions& options, bool stats) {
   constexpr const char* op = "scale_bias_relu_conv2d";
   check_input(op, x);
-  check_affine(op, "scale", scale, x);
-  check_affine(op, "shift", shift, x);
+  check_affine_map(op, "scale", scale, x);
+  check_affine_map(op, "shift", shift, x);
   // cuDNN's fused prologue takes scale and shift in the data type (float32 ones plan no engine).
   if (x.dtype() == kFloat16 && graph_takes(x, weight, options))
     if (ConvStats r = try_graph(x, scale.to(kFloat16), shift.to(kFloat16), weight, options, stats); r.out.defined())

@@ -75,6 +75,11 @@ BatchNormAffine batch_norm_finalize(const Tensor& sum, const Tensor& sq_sum, int
                                     const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
                                     bool half_affine = false);
 
+/// Checks that `t`, the scale or shift (`what`) of a per-channel affine map over x (N, C, *),
+/// is (C) in x's compute dtype (float32, float64 for float64) on x's device; the error names
+/// `op`, `what`, t and x.
+void check_affine_map(const char* op, const char* what, const Tensor& t, const Tensor& x);
+
 /// relu(x * scale + shift) per channel c of x (N, C, *), in the compute dtype and rounded
 /// once; scale and shift (C) in the compute dtype. The input of scale_bias_relu_conv2d's
 /// convolution, as its fallback and its backward form it. Keeps x's memory format.
