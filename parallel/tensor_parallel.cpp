@@ -295,16 +295,12 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   FRUGAL_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32,
                "VocabParallelEmbedding: indices must be int64 or int32, got ", indices.describe());
   // An index no rank owns would embed as zeros on every rank: refuse it, as nn::Embedding
-  // does (the min and max in one host read per call).
-  if (indices.numel() > 0) {
-    const auto [lo, hi] = autograd::raw([&] {
-      const std::vector<int64_t> range =
-          ops::stack({ops::amin(indices), ops::amax(indices)}).to(kCPU, kInt64).tolist<int64_t>();
-      return std::pair{range[0], range[1]};
-    });
-    FRUGAL_CHECK(lo >= 0 && hi < num_embeddings, "VocabParallelEmbedding: index out of range [0, ", num_embeddings,
-                 "): indices span [", lo, ", ", hi, "] in ", indices.describe());
-  }
+  // does (checked on the device; CUDA reports it at the next synchronization).
+  ops::check_index_range(indices, num_embeddings,
+                         [n = num_embeddings, desc = indices.describe()](int64_t value, int64_t position) {
+                           return detail::str_cat("VocabParallelEmbedding: index ", value, " is out of range [0, ", n,
+                                                  ") at linear position ", position, " of indices ", desc);
+                         });
   // Indices this rank does not own look up row 0 and are zeroed before the all-reduce.
   Tensor not_mine, local;
   autograd::raw([&] {
@@ -363,19 +359,17 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
   const DType dt = local_logits.dtype();
   const int64_t start = tp_rank(comm) * vl;
   // A target no rank owns would add nothing to the target logit anywhere: a finite, wrong
-  // loss. Refuse it, as cross_entropy does (the range in one host read per call, as
-  // VocabParallelEmbedding reads its indices'; the target is replicated, so every rank
-  // checks the same values and all throw together).
-  if (target.numel() > 0) {
-    const int64_t vocab = vl * tp_size(comm);
-    const auto [lo, hi] = autograd::raw([&] {
-      const Tensor t = ops::where(ops::eq(target, double(ignore_index)), zeros_like(target), target);
-      const std::vector<int64_t> range = ops::stack({ops::amin(t), ops::amax(t)}).to(kCPU).tolist<int64_t>();
-      return std::pair{range[0], range[1]};
-    });
-    FRUGAL_CHECK(lo >= 0 && hi < vocab, kOp, ": target out of range for ", vocab, " classes (valid range [0, ", vocab,
-                 ") or ignore_index ", ignore_index, "): targets span [", lo, ", ", hi, "] in ", target.describe());
-  }
+  // loss. Refuse it, as cross_entropy does (checked on the device, deferred on CUDA; the
+  // target is replicated, so every rank checks the same values and all throw together).
+  const int64_t vocab = vl * tp_size(comm);
+  const Tensor checked_target =
+      autograd::raw([&] { return ops::where(ops::eq(target, double(ignore_index)), zeros_like(target), target); });
+  ops::check_index_range(
+      checked_target, vocab, [vocab, ignore_index, desc = target.describe()](int64_t value, int64_t position) {
+        return detail::str_cat("vocab_parallel_cross_entropy: target ", value, " is out of range for ", vocab,
+                               " classes (valid range [0, ", vocab, ") or ignore_index ", ignore_index,
+                               ") at linear position ", position, " of target ", desc);
+      });
   auto reduce = [&](const Tensor& t, ReduceOp op) {
     if (!trivial(comm)) comm->all_reduce(t, op)->wait();
   };

@@ -213,6 +213,21 @@ void finish_index_check(const IndexError& e, memory::CheckMessage message) {
   memory::defer_check(current_stream(e.record.device()), e.record.data(), std::move(message));
 }
 
+void check_index_range(const Tensor& index, int64_t dim_size, memory::CheckMessage message) {
+  FRUGAL_CHECK(index.defined() && (index.dtype() == kInt32 || index.dtype() == kInt64),
+               "check_index_range: index must be int32 or int64, got ", index.describe());
+  if (index.numel() == 0) return;
+  if (dim_size == 0) return finish_index_check(check_on_host(index, 0), std::move(message));
+  // The gather kernel's own check, on a table of one byte that every index reads (stride 0):
+  // no host read, and a deferred check on CUDA, for one byte written per index.
+  const TensorOptions bytes{kBool, index.device()};
+  const Tensor table = zeros({1}, bytes).as_strided(index.sizes(), Shape(size_t(index.dim()), 0), 0);
+  IndexError e;
+  FRUGAL_DEVICE_DISPATCH("check_index_range", index.device(), index_gather_kernel, empty(index.sizes(), bytes), index,
+                         table, dim_size, int64_t(0), e);
+  finish_index_check(e, std::move(message));
+}
+
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   constexpr const char* op = "index_select";
   FRUGAL_CHECK(x.defined(), op, ": undefined input");

@@ -48,6 +48,13 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 /// (padding_idx = -1: none). Dtype of grad_out.
 Tensor embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t num_weights, int64_t padding_idx = -1);
 
+/// Checks that every value of `index` (int32/int64, any shape and strides) lies in
+/// [0, dim_size), as the ops above check theirs, for callers that index through other means
+/// (the vocabulary-parallel layers): at once on the CPU, at the next synchronization on CUDA.
+/// A bad value throws frugal::Error(message(value, position)), position its linear
+/// (row-major) position in `index`.
+void check_index_range(const Tensor& index, int64_t dim_size, memory::CheckMessage message);
+
 /// On CUDA, a bad index is reported at the next synchronization with the device (.item(),
 /// .cpu(), synchronize(device)) instead of at the op, so the host need not wait for the
 /// GPU (Note [Deferred index checks] in memory/deferred_checks.h). `true` makes the CUDA

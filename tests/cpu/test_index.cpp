@@ -14,6 +14,7 @@
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 #include "tensor/ops/index.h"
+#include "tensor/ops/unary.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -353,6 +354,26 @@ TEST_CASE("index: out-of-range and negative indices throw naming value, position
   const Tensor h = ones({3}, kFloat16);
   check_error([&] { ops::scatter_add_(h, 0, from_vector<int64_t>({0, 3}), ones({2}, kFloat16)); }, {"index 3"});
   check_close(h, {1, 1, 1}, 0.0, 0.0, "untouched");
+}
+
+TEST_CASE("index: check_index_range reports the first bad value at its row-major position in views") {
+  auto message = [](int64_t value, int64_t position) {
+    return "bad " + std::to_string(value) + " at " + std::to_string(position);
+  };
+  for (DType it : kIndexTypes) {
+    CAPTURE(it);
+    // (3, 2) stored transposed: logical row-major order 0 3 / 1 9 / 2 5, memory order 0 1 2 3 9 5.
+    const Tensor index = from_vector<int64_t>({0, 1, 2, 3, 9, 5}, {2, 3}, it).t();
+    ops::check_index_range(index, 10, message);  // every value in range: no error
+    check_error([&] { ops::check_index_range(index, 9, message); }, {"bad 9 at 3"});
+    check_error([&] { ops::check_index_range(index, 4, message); }, {"bad 9 at 3"});  // the first of 9 and 5
+    check_error([&] { ops::check_index_range(ops::neg(index), 10, message); }, {"bad -3 at 1"});
+    check_error([&] { ops::check_index_range(index, 0, message); }, {"bad 0 at 0"});
+    ops::check_index_range(zeros({0, 4}, {it}), 0, message);  // nothing to check
+    const Tensor expanded = from_vector<int64_t>({2}, {1}, it).expand({4});
+    check_error([&] { ops::check_index_range(expanded, 2, message); }, {"bad 2 at 0"});
+  }
+  check_error([&] { ops::check_index_range(zeros({2}), 3, message); }, {"check_index_range", "int32 or int64"});
 }
 
 TEST_CASE("index: large gathers run on threads and report the first bad index") {
