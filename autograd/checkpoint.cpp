@@ -41,6 +41,13 @@
 // but whose weights need gradients. On replay, an output that turns out not to
 // depend on anything requiring grad simply takes no part in the nested backward.
 //
+// Inputs written in place: fn runs on the caller's tensors, so a write to an input inside fn
+// (relu_ as a block's first op) lands in the tensor the node saves, and the replay would
+// start from the written values and write them again (weight gradients from 4x where the
+// forward used 2x); the caller's tensor would also keep its history without the write. The
+// plain run rebases that history, which a region that records nothing cannot do, so
+// checkpoint compares each input's version before and after fn and refuses the write.
+//
 // Limits (documented in the header): only frugal::default_generator() is
 // replayed (random ops given an explicit Generator see it advance twice); fn
 // must be deterministic otherwise; the generator is process-wide, so two
@@ -53,6 +60,7 @@
 #include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
+#include "autograd/ops/inplace.h"
 #include "tensor/random.h"
 
 namespace frugal::autograd {
@@ -190,6 +198,11 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     kept = std::make_shared<selective::KeptOutputs>();
     kept->keep = std::move(keep);
   }
+  // An input written in place by fn would be saved with the write, and the replay would
+  // apply it a second time (see "Inputs written in place" in Note [Checkpoint recompute]).
+  std::vector<uint64_t> versions;
+  if (records)
+    for (const Tensor& x : inputs) versions.push_back(x.defined() ? x.version() : 0);
   TensorList outputs;
   {
     NoGradGuard no_grad;  // the point: nothing inside fn is recorded or saved
@@ -201,6 +214,11 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     }
   }
   if (!records) return outputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    FRUGAL_CHECK(!inputs[i].defined() || inputs[i].version() == versions[i], "checkpoint: the checkpointed function ",
+                 "wrote its input ", i, " (", inputs[i].describe(), ") in place; backward would replay it from the ",
+                 "written values, and the caller's tensor would keep a history without the write. Write a clone() ",
+                 "of the input inside the function, or use the out-of-place op");
 
   auto node = std::make_shared<CheckpointBackward>();
   node->fn = fn;
@@ -222,9 +240,16 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
       node->outputs.push_back({});
       continue;
     }
-    // A new handle: fn may return one of its inputs (or a view sharing its meta),
-    // whose history must not be overwritten.
-    out = out.detach();
+    // A new handle: fn may return one of its inputs (or a view sharing its meta), whose
+    // history must not be overwritten; one that may alias another tensor refuses in-place
+    // writes (Note [Aliases of transform outputs]). Under NoGradGuard fn made nothing that
+    // requires grad: such an output came from outside (an input, a captured parameter).
+    bool aliased = requires_grad(out);
+    for (size_t j = 0; j < outputs.size() && !aliased; ++j)
+      aliased = j != k && outputs[j].defined() && outputs[j].shares_storage(out);
+    for (size_t i = 0; i < inputs.size() && !aliased; ++i)
+      aliased = inputs[i].defined() && inputs[i].shares_storage(out);
+    out = alias_for_history(out, aliased);
     node->outputs.push_back({out.sizes(), out.dtype(), out.device()});
     if (out.is_floating_point()) set_history(out, node, k);
   }

@@ -39,10 +39,12 @@ std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 /// (a module's parameters) accumulate their .grad once, during that recompute.
 ///
 /// fn must be deterministic given its inputs and the default generator: random ops that are
-/// given an explicit Generator are not replayed. Inside an autograd::grad call the recompute
-/// touches no .grad: captured leaves get their share only if they are among grad()'s inputs
-/// (unlike PyTorch's reentrant checkpoint, which accumulates into them; see nested_gradients in
-/// autograd/engine.h).
+/// given an explicit Generator are not replayed. fn may not write its inputs in place (a clear
+/// error), and an output that aliases an input, another output or a captured parameter may
+/// not be written in place while that tensor lives (Note [Aliases of transform outputs]).
+/// Inside an autograd::grad call the recompute touches no .grad: captured leaves get their
+/// share only if they are among grad()'s inputs (unlike PyTorch's reentrant checkpoint, which
+/// accumulates into them; see nested_gradients in autograd/engine.h).
 ///
 /// With CheckpointPolicy::Selective, or a KeepPredicate over op names, the outputs of the
 /// selected ops are kept from the forward and taken again by the recompute, which skips

@@ -61,6 +61,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/ops/inplace.h"
 #include "memory/allocator.h"
 #include "memory/pinned.h"
 #include "tensor/factory.h"
@@ -362,7 +363,9 @@ Tensor offload(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, 
   if (!y.defined()) return y;
   if (auto node = make_node<OffloadBackward>({y})) {
     node->group = std::move(group);
-    Tensor out = y.detach();  // a new handle: y may be x itself, whose history must stay
+    // A new handle: y may be x itself, whose history must stay. One that aliases x or a
+    // captured parameter refuses in-place writes (Note [Aliases of transform outputs]).
+    Tensor out = alias_for_history(y, y.shares_storage(x) || (y.is_leaf() && y.requires_grad()));
     record(node, {out});
     return out;
   }

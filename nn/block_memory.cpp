@@ -25,6 +25,7 @@
 #include "autograd/function.h"
 #include "autograd/node.h"
 #include "autograd/offload.h"
+#include "autograd/ops/inplace.h"
 #include "autograd/recompute_cheap.h"
 #include "core/error.h"
 #include "core/instrument.h"
@@ -86,12 +87,15 @@ struct BlockMarkBackward final : autograd::Node {
   bool saves_tensors() const override { return false; }
 };
 
-// x itself, with a mark in its backward (x unchanged when it needs no gradient).
-Tensor marked(const Tensor& x, BlockProbe* probe, BlockProbeEvent::Kind kind, int64_t block) {
+// x itself, with a mark in its backward (x unchanged when it needs no gradient). `aliased`:
+// x has another holder whose history would miss a write through the mark.
+Tensor marked(const Tensor& x, BlockProbe* probe, BlockProbeEvent::Kind kind, int64_t block, bool aliased) {
   if (!x.defined() || !x.is_floating_point()) return x;
   auto node = autograd::make_node<BlockMarkBackward>({x});
   if (!node) return x;
-  Tensor out = x.detach();
+  // The block's in-place writes to its input, or the caller's to an output that is the input,
+  // are refused rather than missed by x's history (Note [Aliases of transform outputs]).
+  Tensor out = autograd::alias_for_history(x, aliased);
   node->probe = probe;
   node->kind = kind;
   node->block = block;
@@ -129,9 +133,10 @@ Tensor run_block(const BlockMemoryPlan& plan, size_t index, const std::function<
   if (!probe) return run_choice(plan.at(index), fn, x);
   const auto block = static_cast<int64_t>(index);
   probe->record(BlockProbeEvent::ForwardEnter, block);
-  Tensor y = run_choice(plan.at(index), fn, marked(x, probe, BlockProbeEvent::BackwardEnd, block));
+  Tensor y = run_choice(plan.at(index), fn, marked(x, probe, BlockProbeEvent::BackwardEnd, block, /*aliased=*/true));
   probe->record(BlockProbeEvent::ForwardExit, block, y.defined() ? static_cast<int64_t>(y.impl().storage->nbytes) : 0);
-  return marked(y, probe, BlockProbeEvent::BackwardStart, block);
+  const bool aliased = y.defined() && (y.shares_storage(x) || (y.is_leaf() && y.requires_grad()));
+  return marked(y, probe, BlockProbeEvent::BackwardStart, block, aliased);
 }
 
 BlockProbe::BlockProbe(Device device, bool time_blocks) : device_(device), time_blocks_(time_blocks) {

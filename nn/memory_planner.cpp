@@ -60,6 +60,14 @@
 // (ReLU) before a module that does not keep its input is predicted to keep that output,
 // where checkpointing actually frees it, so the prediction errs high (safe for a budget).
 //
+// Side effects. Profiling and measure_step run the chain's forward several times in its
+// training mode: batch norm would fold the sample's statistics into its running ones (and
+// count the batches) five times, and dropout would advance the default generator, so a model
+// planned before training would train and evaluate differently from one that was not. Both
+// runs therefore put the chain's buffers and the generator's state back as they found them;
+// the copies of the buffers are held meanwhile (a few bytes per norm, counted in the
+// measured base). Parameter gradients are GradState's: left undefined or zeroed.
+//
 // Choose. The sqrt(n) baseline is checkpoint_sequential's split into round(sqrt(n))
 // segments (Chen et al. 2016): O(sqrt(n)) saved boundaries plus one recomputed segment.
 // The greedy method tries every segment count k: it cuts the chain into k segments of
@@ -84,6 +92,7 @@
 #include "core/stream.h"
 #include "memory/allocator.h"
 #include "tensor/ops/fill.h"
+#include "tensor/random.h"
 
 namespace frugal::nn {
 
@@ -156,6 +165,27 @@ class GradState {
   std::vector<bool> had_;
 };
 
+// The chain's buffers (batch norm's running statistics and counts) and the default
+// generator's state, put back when the measurement ends (Note [Memory plan], "Side effects").
+class ChainState {
+ public:
+  explicit ChainState(const Sequential& seq) : gen_(default_generator()), seed_(gen_.seed()), offset_(gen_.offset()) {
+    for (const auto& [name, b] : seq.named_buffers()) saved_.push_back({b, b.clone()});
+  }
+  ~ChainState() {
+    NoGradGuard no_grad;
+    for (const auto& [buffer, value] : saved_) buffer.copy_(value);  // bumps its version, as any write
+    gen_.set_state(seed_, offset_);
+  }
+  ChainState(const ChainState&) = delete;
+  ChainState& operator=(const ChainState&) = delete;
+
+ private:
+  Generator& gen_;
+  uint64_t seed_, offset_;
+  std::vector<std::pair<Tensor, Tensor>> saved_;  // (buffer, its value before)
+};
+
 std::string bytes_str(int64_t b) {
   return b < 0 ? std::string("-").append(memory::format_bytes(-b)) : memory::format_bytes(b);
 }
@@ -180,6 +210,7 @@ void MemoryPlanner::enter_autocast(std::optional<AutocastGuard>& guard) const {
 }
 
 void MemoryPlanner::profile() {
+  const ChainState state(seq_);
   const auto n = int64_t(seq_.size());
   MemoryProfile prof;
   prof.modules.resize(size_t(n));
@@ -206,7 +237,7 @@ void MemoryPlanner::profile_forward(MemoryProfile& prof) const {
       const int64_t before = allocated_now(dev);
       memory::reset_peak(dev);
       const double t0 = seconds_now();
-      Tensor y = seq_[j]->forward(h);
+      Tensor y = (*seq_[j])(h);
       synchronize(dev);
       m.forward_seconds = std::min(m.forward_seconds, seconds_now() - t0);
       m.forward_extra_no_grad = allocated_peak(dev) - before;
@@ -227,7 +258,7 @@ void MemoryPlanner::profile_output_release(MemoryProfile& prof) const {
   enter_autocast(amp);
   Tensor h = sample_;
   for (int64_t j = 0; j < n; ++j) {
-    Tensor y = seq_[j]->forward(h);
+    Tensor y = (*seq_[j])(h);
     autograd::Edge graph = autograd::gradient_edge(y);
     const bool needs_grad = autograd::requires_grad(y);
     Tensor next = autograd::raw([&] { return y.clone(); });
@@ -272,7 +303,7 @@ int64_t MemoryPlanner::profile_step(MemoryProfile& prof) const {
       ModuleMemory& m = prof.modules[j];
       const int64_t before = allocated_now(dev);
       memory::reset_peak(dev);
-      Tensor y = seq_[j]->forward(h);
+      Tensor y = (*seq_[j])(h);
       m.forward_extra = allocated_peak(dev) - before;
       step_peak = std::max(step_peak, allocated_peak(dev));
       const int64_t with_input = allocated_now(dev);
@@ -320,17 +351,25 @@ int64_t MemoryPlanner::profile_step(MemoryProfile& prof) const {
   return step_peak;
 }
 
-int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const {
-  const auto& mods = profile_.modules;
-  const auto n = int64_t(mods.size());
+namespace {
+// Segments that run every module of a chain of n once, in order; `who` names the caller.
+void check_segments(const std::vector<Segment>& segments, int64_t n, const char* who) {
   int64_t expect = 0;
   for (const Segment& s : segments) {
-    FRUGAL_CHECK(s.begin == expect && s.end > s.begin && s.end <= n, "MemoryPlanner: segments must be contiguous, ",
+    FRUGAL_CHECK(s.begin == expect && s.end > s.begin && s.end <= n, who, ": segments must be contiguous, ",
                  "non-empty and cover modules [0, ", n, "); got [", s.begin, ", ", s.end, ") where ", expect,
                  " was expected to begin");
     expect = s.end;
   }
-  FRUGAL_CHECK(expect == n, "MemoryPlanner: the segments end at module ", expect, " but the chain has ", n);
+  FRUGAL_CHECK(expect == n, who, ": the segments must cover modules [0, ", n, ") but end at module ", expect,
+               " (a plan made for another chain?)");
+}
+}  // namespace
+
+int64_t MemoryPlanner::predict_peak(const std::vector<Segment>& segments) const {
+  const auto& mods = profile_.modules;
+  const auto n = int64_t(mods.size());
+  check_segments(segments, n, "MemoryPlanner");
 
   int64_t peak = 0;
   auto event = [&peak](int64_t v) { peak = std::max(peak, v); };
@@ -494,13 +533,14 @@ MemoryPlan MemoryPlanner::plan(int64_t budget) const {
 
 Tensor MemoryPlanner::forward(const MemoryPlan& plan, const Tensor& x) const {
   Sequential* seq = &seq_;  // the closures outlive the planner's call: they run again in backward
+  // A plan that skips a module would silently run part of the chain.
+  check_segments(plan.segments, int64_t(seq->size()), "MemoryPlanner::forward");
   Tensor h = x;
   for (const Segment& s : plan.segments) {
-    FRUGAL_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= int64_t(seq->size()), "MemoryPlanner::forward: segment [",
-                 s.begin, ", ", s.end, ") is outside the chain of ", seq->size(), " modules");
+    // m(x), as Sequential runs it: with its forward hooks (Note [Forward hooks]).
     auto run = [seq, begin = s.begin, end = s.end](const Tensor& in) {
       Tensor y = in;
-      for (int64_t i = begin; i < end; ++i) y = (*seq)[size_t(i)]->forward(y);
+      for (int64_t i = begin; i < end; ++i) y = (*(*seq)[size_t(i)])(y);
       return y;
     };
     if (s.checkpointed) {
@@ -509,13 +549,14 @@ Tensor MemoryPlanner::forward(const MemoryPlan& plan, const Tensor& x) const {
     }
     // Not through `run`: its caller would hold the segment's input until the segment ends,
     // where the profiled step (and a plain training loop) drops each module's input.
-    for (int64_t i = s.begin; i < s.end; ++i) h = (*seq)[size_t(i)]->forward(h);
+    for (int64_t i = s.begin; i < s.end; ++i) h = (*(*seq)[size_t(i)])(h);
   }
   return h;
 }
 
 int64_t MemoryPlanner::measure_step(const MemoryPlan& plan) const {
   const Device dev = sample_.device();
+  const ChainState state(seq_);
   GradState grads(seq_);
   synchronize(dev);
   memory::reset_peak(dev);

@@ -77,7 +77,9 @@ class MemoryPlanner {
   /// Measures every module (runs a few forward passes and one training step on the sample).
   /// Called by the constructor; call again after the resting state changed (an optimizer
   /// created its state). Parameter gradients are left as found: an undefined .grad stays
-  /// undefined, a defined one is zeroed - so call it between steps, after zero_grad.
+  /// undefined, a defined one is zeroed - so call it between steps, after zero_grad. The
+  /// chain's buffers (batch norm's running statistics) and the default generator's state are
+  /// put back as found, here and in measure_step (Note [Memory plan], side effects).
   void profile();
   const MemoryProfile& memory_profile() const { return profile_; }
 

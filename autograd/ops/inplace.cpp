@@ -52,4 +52,10 @@ void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node) {
   if (retained) node->retained_outputs.emplace_back(0, self.impl_ptr());
 }
 
+Tensor alias_for_history(const Tensor& t, bool aliased) {
+  Tensor out = t.detach();
+  if (aliased) out.impl().is_view = true;  // refused by must_record_inplace while shared
+  return out;
+}
+
 }  // namespace frugal::autograd

@@ -28,6 +28,20 @@
 // - Backward of mul_ and div_ needs self's old value for other's gradient, so they save
 //   a copy of it, and only when other requires grad. An `other` that shares self's
 //   storage is copied before the write too, since the write changes it.
+//
+// Note [Aliases of transform outputs]
+// checkpoint, offload and run_block's probe marks record one node over a tensor they did not
+// make, on a detach()ed handle (the tensor itself may be an input whose history must stay).
+// Where that handle may alias another tensor with a history of its own, a write through it
+// would change the other's values behind that history (checkpoint(fn) returning {h, h} or
+// {h, h.t()}: the plain run writes one tensor and its view; fn returning its input or a
+// captured parameter: the plain run writes, and rebases or refuses, that tensor itself). So
+// autograd::alias_for_history marks such a handle as a view, and the rule above refuses the
+// write while the storage has another holder: a clear error, never a gradient that misses
+// the write. The transforms mark an output that shares its storage with an input or another
+// output, or that already took part in autograd when it was returned (made outside the
+// region: a checkpoint's forward records nothing, so it was not made there; for offload, a
+// leaf). A fresh output alone in its storage is written as in the plain run.
 
 #include <memory>
 
@@ -42,5 +56,12 @@ bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other
 
 /// Makes `node` the new grad_fn of self, moving a retained .grad along.
 void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node);
+
+/// A new handle on `t` for a transform that records a node of its own over a tensor it did
+/// not make (checkpoint's and offload's outputs, run_block's marks): detached, and treated as
+/// a view when `aliased` (it may alias a tensor whose history would miss a write through it),
+/// so that such a write is refused while the other tensor lives (Note [Aliases of transform
+/// outputs]).
+Tensor alias_for_history(const Tensor& t, bool aliased);
 
 }  // namespace frugal::autograd
