@@ -40,7 +40,9 @@
 // loop, checkpoint recompute) would be cast once per use; casts of leaves that require
 // grad are therefore kept, keyed by (TensorImpl, dtype), while any AutocastGuard lives on
 // the thread, and dropped when the outermost one exits. An entry is valid only while the
-// source impl is alive (a weak_ptr: a freed impl's address may be reused), its storage
+// source impl is alive (a weak_ptr: a freed impl's address may be reused), it still has
+// the storage that was cast (Module::to and nn::to_channels_last give a parameter new
+// storage in place, whose count restarts and may equal the old one's), that storage's
 // version is the one cast (an optimizer step in between bumps it), and, if grad mode is
 // on now, the cast was recorded (a cast made under NoGradGuard, e.g. in a checkpoint's
 // forward, has no graph to the weight). The gradients of all uses meet at the one
@@ -70,6 +72,7 @@ thread_local int guard_depth = 0;          // AutocastGuards alive on this threa
 
 struct CacheEntry {
   std::weak_ptr<TensorImpl> source;
+  std::weak_ptr<Storage> storage;  // the source's storage when cast (Note [Autocast])
   uint64_t version = 0;
   bool recorded = false;  // made with grad mode on: the cast has a graph to the source
   Tensor cast;
@@ -98,8 +101,9 @@ Tensor cast(const Tensor& t, DType dtype) {
   if (guard_depth == 0 || !t.is_leaf() || !t.requires_grad()) return t.to(dtype);
   const bool recording = autograd::is_grad_enabled();
   CacheEntry& e = cache[{t.impl_ptr().get(), dtype}];
-  const bool valid = e.source.lock() == t.impl_ptr() && e.version == t.version() && (e.recorded || !recording);
-  if (!valid) e = CacheEntry{t.impl_ptr(), t.version(), recording, t.to(dtype)};
+  const bool valid = e.source.lock() == t.impl_ptr() && e.storage.lock() == t.impl().storage &&
+                     e.version == t.version() && (e.recorded || !recording);
+  if (!valid) e = CacheEntry{t.impl_ptr(), t.impl().storage, t.version(), recording, t.to(dtype)};
   return e.cast;
 }
 

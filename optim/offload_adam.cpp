@@ -50,6 +50,18 @@
 // same weights, and float32 weights equal optim::AdamW's bit for bit.
 // On the CPU host and device coincide: gradients are read in place, a float32 parameter is
 // its own master and a 16-bit one is rounded from its float32 master after each update.
+//
+// Note [Master weights follow the parameter]
+// A 16-bit parameter's float32 master is the truth between steps only while the parameter
+// still holds it rounded. Code that writes the parameter after training started - a
+// checkpoint loaded into the model, a layer re-initialised, weights copied from an EMA -
+// would otherwise be silently undone by the next step, which rounds the stale master back
+// into the parameter. So each update records the parameter's storage and version, and a
+// step that finds either changed (or follows load_state_dict) compares the parameter with
+// its master rounded to the parameter's dtype and takes the parameter's value where they
+// differ. Elsewhere the master keeps the precision the parameter lacks, so a model and
+// optimizer loaded from one checkpoint resume bit-identically. The compare reads a CUDA
+// parameter back to the host, but only on such a step, never in steady training.
 #include "optim/offload_adam.h"
 
 #include <algorithm>
@@ -67,6 +79,8 @@
 #include "optim/cpu_adam.h"
 #include "optim/step_util.h"
 #include "tensor/from_data_ptr.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/copy.h"
 #if FRUGAL_WITH_CUDA
 #include "autograd/offload_stream.h"
 #endif
@@ -92,6 +106,14 @@ Tensor pinned_float_copy(const Tensor& t) {
 }
 
 int64_t nbytes_of(const Tensor& t) { return t.defined() ? t.numel() * int64_t(t.element_size()) : 0; }
+
+/// Takes `param`'s value into `master` (float32, host) wherever the parameter no longer
+/// holds the master rounded (Note [Master weights follow the parameter]).
+void follow_parameter(const Tensor& param, const Tensor& master) {
+  const Tensor now = param.detach().to(kCPU).view(master.sizes());  // param: contiguous (check_group)
+  const Tensor changed = ops::ne(master.to(param.dtype()), now);
+  ops::copy_into(master, ops::where(changed, now.to(kFloat32), master));
+}
 
 /// The float scalars of one AdamW step at step count `step`, from the same double
 /// arithmetic as detail::adam_entry, so the update matches optim::AdamW's bit for bit.
@@ -387,6 +409,7 @@ void OffloadAdamW::update(const std::vector<Item>& items, float grad_scale) {
     }
     const bool own_master = p.device().is_cpu() && p.dtype() == kFloat32;  // a float32 host parameter is its master
     if (!own_master && !st.buffers[2].defined()) st.buffers[2] = pinned_float_copy(p);
+    else if (!own_master && !master_in_sync(p)) follow_parameter(p, st.buffers[2]);
   }
 
   // 2. The update, parameter by parameter and chunk by chunk, each chunk's upload queued
@@ -454,6 +477,7 @@ void OffloadAdamW::update(const std::vector<Item>& items, float grad_scale) {
       transfer->grad_storage.reset();
     }
     p.bump_version();
+    synced_[p.impl_ptr().get()] = {p.impl().storage, p.version()};
   }
 
   // 3. The next kernels on each device start after its uploads (a device-side wait).
@@ -484,6 +508,12 @@ int64_t OffloadAdamW::device_state_bytes() const {
         for (const Tensor& b : st->buffers)
           if (b.defined() && !b.device().is_cpu()) bytes += nbytes_of(b);
   return bytes;
+}
+
+bool OffloadAdamW::master_in_sync(const Tensor& param) const {
+  const auto it = synced_.find(param.impl_ptr().get());
+  return it != synced_.end() && it->second.storage.lock() == param.impl().storage &&
+         it->second.version == param.version();
 }
 
 Tensor OffloadAdamW::master_param(const Tensor& param) const {

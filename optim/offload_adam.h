@@ -83,6 +83,8 @@ class OffloadAdamW : public Optimizer {
   void check_group(const ParamGroup& group, size_t g) const override;
   void check_state(const ParamState& state, const Tensor& param, const std::string& prefix) const override;
   Tensor load_state_buffer(const Tensor& t, const Tensor& param) const override;
+  /// A loaded master is checked against its parameter at the next step.
+  void state_loaded() override { synced_.clear(); }
 
  private:
   /// Host-side transfer state of one CUDA parameter.
@@ -106,11 +108,20 @@ class OffloadAdamW : public Optimizer {
   void update(const std::vector<Item>& items, float grad_scale);
   /// Forgets the gradients held in host memory (after a step, or a skipped one).
   void drop_released();
+  /// Whether `param` is as the last update left it: same storage, same version (Note
+  /// [Master weights follow the parameter] in optim/offload_adam.cpp).
+  bool master_in_sync(const Tensor& param) const;
 
   OffloadAdamWOptions options_;
   mutable std::mutex transfers_mutex_;  // the hooks run on the backward thread
   std::unordered_map<const TensorImpl*, std::unique_ptr<Transfer>> transfers_;
   std::vector<std::pair<Tensor, uint64_t>> hooks_;  // (parameter, hook id)
+  /// Each parameter's storage and version as its last update left them.
+  struct Synced {
+    std::weak_ptr<Storage> storage;
+    uint64_t version = 0;
+  };
+  std::unordered_map<const TensorImpl*, Synced> synced_;
 };
 
 }  // namespace frugal::optim

@@ -35,7 +35,11 @@
 //      so every rank issues the same collectives in the same order), everything in flight
 //      is retired and every unit, the root too, is freed.
 //   6. the optimizer steps the shards (elementwise AdamW on a slice is AdamW on those
-//      elements, as Note [ZeRO-1 step]); the next forward gathers the updated values.
+//      elements, as Note [ZeRO-1 step]); the next forward gathers the updated values. A
+//      gather from a shard whose version moved since the unit's last gather (a step, a
+//      load) bumps the parameters' versions, as an in-place write would: what keys on them
+//      (autocast's cast cache, Note [Autocast]) sees new values. A gather of unchanged values
+//      (step 3) does not, so backward's saved-tensor version checks still pass.
 // The root unit is gathered when forward() starts and stays gathered until its own
 // gradients are reduced (forward without grad frees it at once). Under a checkpoint
 // (autograd::checkpoint, nn::checkpoint_sequential) the forward runs without a graph, so
@@ -102,6 +106,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
     uint64_t forward_hooks = 0;
     std::vector<size_t> params;  // indices into State::params, in layout order
     Tensor shard;                // float32 leaf, padded / P elements
+    uint64_t gathered_from = 0;  // the shard's version at the last gather (Note [ZeRO-3], step 6)
     Tensor gathered;             // padded elements of param_dtype, while gathered or gathering
     Tensor gather_input;         // the shard as sent, alive until the all-gather completed
     std::shared_ptr<Work> gathering;
@@ -175,6 +180,8 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
     issue_gather(u);
     wait_gather(unit);
     if (!fresh) return;
+    const bool changed = unit.shard.version() != unit.gathered_from;  // Note [ZeRO-3], step 6
+    unit.gathered_from = unit.shard.version();
     const size_t e = element_size(options.param_dtype);
     char* base = static_cast<char*>(unit.gathered.data());
     for (size_t j = 0; j < unit.params.size(); ++j) {
@@ -186,6 +193,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
       impl.sizes = p.shape;
       impl.strides = contiguous_strides(p.shape);
       impl.offset = 0;
+      if (changed) p.tensor.bump_version();
     }
   }
 
@@ -455,6 +463,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::UnaryModu
     if (s.options.sync_module_states && l.padded > 0) s.comm->broadcast(flat, 0)->wait();
     const int64_t n = l.padded / P;
     unit.shard = register_parameter("flat_param_" + std::to_string(u), flat.narrow(0, s.comm->rank() * n, n).clone());
+    unit.gathered_from = unit.shard.version();
   }
   if (s.options.sync_module_states)
     for (const auto& [name, b] : module_->named_buffers()) s.comm->broadcast(b, 0)->wait();
