@@ -23,6 +23,7 @@
 #include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/norm.h"
+#include "tensor/ops/quantize.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/unary.h"
 
@@ -39,8 +40,8 @@ cudaStream_t stream() { return cuda_stream(kGpu); }
 double memcpy_gbs(GpuTimer& timer, size_t bytes, int reps) {
   const Tensor src = empty({int64_t(bytes / 4)}, {kFloat32, kGpu}), dst = empty_like(src);
   const double ms = timer.median_ms(
-      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream())); },
-      3, reps);
+      [&] { FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream())); }, 3,
+      reps);
   return 2.0 * double(bytes) / (ms * 1e-3) * 1e-9;
 }
 
@@ -60,22 +61,36 @@ void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
   for (DType t : {kFloat32, kFloat16}) {
     const int64_t n = int64_t(kBytes / element_size(t));
     const Tensor a = randn({n}, {t, kGpu}), b = randn({n}, {t, kGpu});
+    // The saved-tensor codecs of autograd::compress (Note [Vectorized quantization]): codes are
+    // a byte per element, masks a bit.
+    const double es = double(element_size(t));
+    const ops::Quantized q = ops::quantize_blockwise(a, ops::QuantFormat::Fp8E4M3, 256);
+    const Tensor mask = ops::relu_mask(a);
     struct Case {
       const char* name;
-      int tensors;  // tensors of kBytes read or written
+      double tensors;    // tensors of kBytes read or written
+      bool elementwise;  // counted in gpu_elementwise_frac_of_copy
       std::function<void()> run;
     };
     const Case cases[] = {
-        {"ops::add", 3, [&] { Tensor c = ops::add(a, b); }},
-        {"ops::mul", 3, [&] { Tensor c = ops::mul(a, b); }},
-        {"ops::relu", 2, [&] { Tensor c = ops::relu(a); }},
-        {"copy (clone)", 2, [&] { Tensor c = a.clone(); }},
+        {"ops::add", 3, true, [&] { Tensor c = ops::add(a, b); }},
+        {"ops::mul", 3, true, [&] { Tensor c = ops::mul(a, b); }},
+        {"ops::relu", 2, true, [&] { Tensor c = ops::relu(a); }},
+        {"copy (clone)", 2, false, [&] { Tensor c = a.clone(); }},
+        {"quantize_blockwise fp8", 1 + 1 / es, false,
+         [&] { ops::Quantized c = ops::quantize_blockwise(a, ops::QuantFormat::Fp8E4M3, 256); }},
+        {"dequantize_blockwise fp8", 1 + 1 / es, false,
+         [&] {
+           Tensor c = ops::dequantize_blockwise(q.codes, q.scales, ops::QuantFormat::Fp8E4M3, 256, t, a.sizes());
+         }},
+        {"relu_mask", 1 + 1 / (8 * es), false, [&] { Tensor c = ops::relu_mask(a); }},
+        {"apply_relu_mask", 2 + 1 / (8 * es), false, [&] { Tensor c = ops::apply_relu_mask(b, mask); }},
     };
     for (const Case& c : cases) {
       const double ms = timer.median_ms(c.run, 3, reps);
-      const double gbs = double(c.tensors) * double(kBytes) / (ms * 1e-3) * 1e-9;
+      const double gbs = c.tensors * double(kBytes) / (ms * 1e-3) * 1e-9;
       table.add({c.name, dtype_name(t), fmt("%.0f", gbs), fmt("%.3f", gbs / copy_gbs)});
-      if (t == kFloat32 && std::string(c.name) != "copy (clone)") worst_f32 = std::min(worst_f32, gbs / copy_gbs);
+      if (t == kFloat32 && c.elementwise) worst_f32 = std::min(worst_f32, gbs / copy_gbs);
     }
   }
   table.print();

@@ -1,12 +1,21 @@
-// CUDA blockwise quantization (Note [Blockwise quantization]): one thread block per scale
-// block, one pass (the absmax, then the codes from the same elements, which the first read
-// left in L1/L2), e4m3 through the hardware conversion of cuda_fp8.h. The divisions are
+// CUDA blockwise quantization (Note [Blockwise quantization]) and the 1-bit masks of Note
+// [ReLU masks]. e4m3 goes through the hardware conversion of cuda_fp8.h; the divisions are
 // __fdiv_rn so the codes are those of the CPU's IEEE float32 division under any flags.
-// And the 1-bit masks of Note [ReLU masks].
+//
+// Note [Vectorized quantization]
+// A dense tensor whose block is a multiple of 8 elements (the default 256, any block a user
+// is likely to pick) takes the vector paths: a warp per scale block, each lane reading 8
+// elements at once (16 bytes of float16) and writing their 8 codes as one 8-byte store, the
+// absmax a warp butterfly with no block barrier; dequantization and the ReLU masks move 8
+// elements per thread the same way. The general paths (any strides, any block) read element
+// by element with a block-wide reduction per scale block: on ResNet-50's saved activations
+// they ran at a few percent of HBM bandwidth (the FP8-compressed step took 62 ms, 42 more
+// than keeping them).
 #include <cuda_fp8.h>
 
 #include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/ops/quantize_math.h"
 
@@ -93,6 +102,114 @@ __global__ void apply_relu_mask_kernel_impl(T* __restrict__ out, const T* __rest
     out[i] = (mask[i >> 3] >> (i & 7)) & 1u ? g[dense ? i : ix.offset(i)] : T(0.0f);
 }
 
+constexpr int kVec = 8;  // elements per vector access of the dense paths
+
+// Whether x's elements (dense) and the byte buffers can be read and written 8 at a time.
+template <typename T>
+bool vectorizable(const void* x, std::initializer_list<const void*> bytes) {
+  if (pointer_alignment(x, kVec * int64_t(sizeof(T))) < kVec * int64_t(sizeof(T))) return false;
+  for (const void* p : bytes)
+    if (pointer_alignment(p, kVec) < kVec) return false;
+  return true;
+}
+
+// The dense path of quantize_blockwise (Note [Vectorized quantization]): warp w of the grid
+// takes scale blocks w, w + warps, ...; block % 8 == 0, x aligned to 8 elements.
+template <typename T>
+__global__ void quantize_blockwise_vec_kernel(uint8_t* __restrict__ codes, float* __restrict__ scales,
+                                              const T* __restrict__ x, int64_t n, int64_t block, int64_t nblocks,
+                                              bool fp8) {
+  const float qmax = fp8 ? quant::kE4M3Max : quant::kInt8Max;
+  const uint8_t nan = fp8 ? quant::kE4M3NaN : quant::kInt8NaN;
+  const int lane = int(threadIdx.x) & 31, warps_per_cta = int(blockDim.x) >> 5;
+  const int64_t warps = int64_t(gridDim.x) * warps_per_cta;
+  for (int64_t b = int64_t(blockIdx.x) * warps_per_cta + (threadIdx.x >> 5); b < nblocks; b += warps) {
+    const int64_t lo = b * block, hi = min(n, lo + block);  // the same for every lane: the loop is warp-uniform
+    float absmax = 0.0f;
+    for (int64_t i = lo + kVec * lane; i < hi; i += kVec * 32) {
+      if (i + kVec <= hi) {
+        const Vec<T, kVec> v = *reinterpret_cast<const Vec<T, kVec>*>(x + i);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j)
+          if (isfinite(float(v.v[j]))) absmax = fmaxf(absmax, fabsf(float(v.v[j])));
+      } else {
+        for (int64_t k = i; k < hi; ++k)
+          if (isfinite(float(x[k]))) absmax = fmaxf(absmax, fabsf(float(x[k])));
+      }
+    }
+    absmax = warp_allreduce(absmax, [](float a, float c) { return fmaxf(a, c); });
+    const float scale = __fdiv_rn(absmax, qmax);
+    if (lane == 0) scales[b] = scale;
+    for (int64_t i = lo + kVec * lane; i < hi; i += kVec * 32) {  // re-read from L1
+      if (i + kVec <= hi) {
+        const Vec<T, kVec> v = *reinterpret_cast<const Vec<T, kVec>*>(x + i);
+        Vec<uint8_t, kVec> c;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) c.v[j] = encode(float(v.v[j]), scale, fp8, nan);
+        *reinterpret_cast<Vec<uint8_t, kVec>*>(codes + i) = c;
+      } else {
+        for (int64_t k = i; k < hi; ++k) codes[k] = encode(float(x[k]), scale, fp8, nan);
+      }
+    }
+  }
+}
+
+// The dense path of dequantize_blockwise: 8 elements per thread (block % 8 == 0, so the 8
+// share a scale).
+template <typename T>
+__global__ void dequantize_blockwise_vec_kernel(T* __restrict__ out, const uint8_t* __restrict__ codes,
+                                                const float* __restrict__ scales, int64_t n, int64_t block, bool fp8) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = n / kVec;
+  for (int64_t v = tid; v < nvec; v += stride) {
+    const Vec<uint8_t, kVec> c = reinterpret_cast<const Vec<uint8_t, kVec>*>(codes)[v];
+    const float s = scales[v * kVec / block];
+    Vec<T, kVec> o;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) o.v[j] = T(quant::keep_finite(__fmul_rn(decode(c.v[j], fp8), s)));
+    reinterpret_cast<Vec<T, kVec>*>(out)[v] = o;
+  }
+  for (int64_t i = nvec * kVec + tid; i < n; i += stride)
+    out[i] = T(quant::keep_finite(__fmul_rn(decode(codes[i], fp8), scales[i / block])));
+}
+
+// The dense path of relu_mask: thread k reads elements 8k..8k+7 at once and writes byte k.
+template <typename T>
+__global__ void relu_mask_vec_kernel(uint8_t* __restrict__ mask, const T* __restrict__ y, int64_t n) {
+  using M = opmath_t<T>;
+  const int64_t nbytes = (n + 7) / 8, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < nbytes; k += stride) {
+    uint8_t bits = 0;
+    if (kVec * k + kVec <= n) {
+      const Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(y)[k];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (!(M(v.v[j]) <= M(0))) bits |= uint8_t(1u << j);
+    } else {
+      for (int64_t i = kVec * k; i < n; ++i)
+        if (!(M(y[i]) <= M(0))) bits |= uint8_t(1u << (i - kVec * k));
+    }
+    mask[k] = bits;
+  }
+}
+
+// The dense path of apply_relu_mask: thread k passes or zeroes elements 8k..8k+7 by byte k.
+template <typename T>
+__global__ void apply_relu_mask_vec_kernel(T* __restrict__ out, const T* __restrict__ g,
+                                           const uint8_t* __restrict__ mask, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = n / kVec;
+  for (int64_t k = tid; k < nvec; k += stride) {
+    const uint8_t bits = mask[k];
+    const Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(g)[k];
+    Vec<T, kVec> o;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) o.v[j] = (bits >> j) & 1u ? v.v[j] : T(0.0f);
+    reinterpret_cast<Vec<T, kVec>*>(out)[k] = o;
+  }
+  for (int64_t i = nvec * kVec + tid; i < n; i += stride) out[i] = (mask[i >> 3] >> (i & 7)) & 1u ? g[i] : T(0.0f);
+}
+
 template <typename F>
 void dispatch_quantizable(DType t, const char* op, Device d, F&& f) {
   switch (t) {
@@ -111,12 +228,21 @@ void quantize_blockwise_kernel(const Tensor& codes, const Tensor& scales, const 
   dispatch_quantizable(x.dtype(), "quantize_blockwise", x.device(), [&]<typename T>() {
     const LogicalIndexer ix = quant::make_logical_indexer(x, "quantize_blockwise");
     const int64_t nblocks = scales.numel();
+    const bool fp8 = format == QuantFormat::Fp8E4M3;
+    if (ix.dense() && block % kVec == 0 && vectorizable<T>(x.data_ptr<T>(), {codes.data_ptr<uint8_t>()})) {
+      constexpr int kWarps = kBlockSize / 32;
+      const unsigned grid = unsigned(std::min<int64_t>((nblocks + kWarps - 1) / kWarps, max_blocks(8)));
+      quantize_blockwise_vec_kernel<T><<<grid, kBlockSize, 0, stream_for(x)>>>(
+          codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), x.data_ptr<T>(), x.numel(), block, nblocks, fp8);
+      FRUGAL_CUDA_CHECK_LAUNCH();
+      return;
+    }
     // A warp-multiple of threads, no more than the block has elements (up to 256).
     const int threads = int(std::min<int64_t>(kBlockSize, (block + 31) / 32 * 32));
     const unsigned grid = unsigned(std::min<int64_t>(nblocks, max_blocks(2048 / threads)));
     quantize_blockwise_kernel_impl<T>
         <<<grid, threads, 0, stream_for(x)>>>(codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), x.data_ptr<T>(), ix,
-                                              ix.dense(), x.numel(), block, nblocks, format == QuantFormat::Fp8E4M3);
+                                              ix.dense(), x.numel(), block, nblocks, fp8);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }
@@ -126,6 +252,13 @@ void dequantize_blockwise_kernel(const Tensor& out, const Tensor& codes, const T
   DeviceGuard guard(out.device());
   dispatch_quantizable(out.dtype(), "dequantize_blockwise", out.device(), [&]<typename T>() {
     const int64_t n = out.numel();
+    if (block % kVec == 0 && vectorizable<T>(out.data_ptr<T>(), {codes.data_ptr<uint8_t>()})) {
+      dequantize_blockwise_vec_kernel<T><<<grid_for((n + kVec - 1) / kVec), kBlockSize, 0, stream_for(out)>>>(
+          out.data_ptr<T>(), codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), n, block,
+          format == QuantFormat::Fp8E4M3);
+      FRUGAL_CUDA_CHECK_LAUNCH();
+      return;
+    }
     dequantize_blockwise_kernel_impl<T><<<grid_for(n), kBlockSize, 0, stream_for(out)>>>(
         out.data_ptr<T>(), codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), n, block,
         format == QuantFormat::Fp8E4M3);
@@ -137,6 +270,12 @@ void relu_mask_kernel(const Tensor& mask, const Tensor& y) {
   DeviceGuard guard(y.device());
   dispatch_floating(y.dtype(), "relu_mask", y.device(), [&]<typename T>() {
     const LogicalIndexer ix = quant::make_logical_indexer(y, "relu_mask");
+    if (ix.dense() && vectorizable<T>(y.data_ptr<T>(), {})) {
+      relu_mask_vec_kernel<T><<<grid_for(mask.numel()), kBlockSize, 0, stream_for(y)>>>(mask.data_ptr<uint8_t>(),
+                                                                                        y.data_ptr<T>(), y.numel());
+      FRUGAL_CUDA_CHECK_LAUNCH();
+      return;
+    }
     relu_mask_kernel_impl<T><<<grid_for(mask.numel()), kBlockSize, 0, stream_for(y)>>>(
         mask.data_ptr<uint8_t>(), y.data_ptr<T>(), ix, ix.dense(), y.numel());
     FRUGAL_CUDA_CHECK_LAUNCH();
@@ -148,6 +287,12 @@ void apply_relu_mask_kernel(const Tensor& out, const Tensor& g, const Tensor& ma
   dispatch_floating(g.dtype(), "apply_relu_mask", g.device(), [&]<typename T>() {
     const LogicalIndexer ix = quant::make_logical_indexer(g, "apply_relu_mask");
     const int64_t n = g.numel();
+    if (ix.dense() && vectorizable<T>(g.data_ptr<T>(), {}) && vectorizable<T>(out.data_ptr<T>(), {})) {
+      apply_relu_mask_vec_kernel<T><<<grid_for((n + kVec - 1) / kVec), kBlockSize, 0, stream_for(g)>>>(
+          out.data_ptr<T>(), g.data_ptr<T>(), mask.data_ptr<uint8_t>(), n);
+      FRUGAL_CUDA_CHECK_LAUNCH();
+      return;
+    }
     apply_relu_mask_kernel_impl<T><<<grid_for(n), kBlockSize, 0, stream_for(g)>>>(
         out.data_ptr<T>(), g.data_ptr<T>(), ix, ix.dense(), mask.data_ptr<uint8_t>(), n);
     FRUGAL_CUDA_CHECK_LAUNCH();

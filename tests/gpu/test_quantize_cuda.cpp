@@ -78,6 +78,19 @@ TEST_CASE("cuda quantize: the hardware e4m3 conversion equals the software encod
   check_pair(x, QuantFormat::Fp8E4M3, int64_t(v.size()), "edges, scale 1");
   check_pair(x, QuantFormat::Int8, int64_t(v.size()), "edges, scale 1");
   check_pair(x, QuantFormat::Fp8E4M3, 7, "edges, small blocks");
+  // The vector paths (Note [Vectorized quantization]: a dense tensor, a block of 8k): the same
+  // edges, NaN and inf in blocks of 64 and 1024 with a short last one; and 1-D views starting
+  // 1 and 8 elements in, dense but misaligned (the element-wise path) and aligned again.
+  for (int64_t block : {8, 64, 1024}) {
+    check_pair(x, QuantFormat::Fp8E4M3, block, "edges, vector path");
+    check_pair(x, QuantFormat::Int8, block, "edges, vector path");
+  }
+  for (DType dt : {kFloat32, kFloat16, kBFloat16})
+    for (int64_t start : {1, 8}) {
+      const DevicePair r = random_pair({4099}, dt, 77);
+      check_pair({r.cpu.narrow(0, start, 4000), r.gpu.narrow(0, start, 4000)}, QuantFormat::Fp8E4M3, 256,
+                 "1-D view from " + std::to_string(start));
+    }
   // Values just past 448 after the division: a block of 449 and 448.9 and neighbours.
   const DevicePair sat = on_both({449.0, 448.9, 448.5, 464.0, 463.9, 1.0, -449.0}, {7}, kFloat32);
   check_pair(sat, QuantFormat::Fp8E4M3, 7, "saturation");
@@ -92,6 +105,14 @@ TEST_CASE("cuda quantize: relu_mask and apply_relu_mask bit for bit the CPU's") 
       const Tensor mc = ops::relu_mask(y.cpu), mg = ops::relu_mask(y.gpu);
       CHECK_MESSAGE(bytes_of(mg) == bytes_of(mc), name_of(dt, layout));
       check_same(ops::apply_relu_mask(g.gpu, mg), ops::apply_relu_mask(g.cpu, mc), 0, 0, name_of(dt, layout));
+    }
+    for (int64_t start : {1, 8}) {  // dense views, misaligned and aligned (the vector path)
+      const DevicePair y = random_pair({1003}, dt, 7), g = random_pair({1003}, dt, 8);
+      const Tensor yc = y.cpu.narrow(0, start, 995), yg = y.gpu.narrow(0, start, 995);
+      const Tensor gc = g.cpu.narrow(0, start, 995), gg = g.gpu.narrow(0, start, 995);
+      const Tensor mc = ops::relu_mask(yc), mg = ops::relu_mask(yg);
+      CHECK_MESSAGE(bytes_of(mg) == bytes_of(mc), name_of(dt, Layout::Contiguous), " from ", start);
+      check_same(ops::apply_relu_mask(gg, mg), ops::apply_relu_mask(gc, mc), 0, 0, "apply_relu_mask on a view");
     }
   }
 }
