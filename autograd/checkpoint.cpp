@@ -5,15 +5,20 @@
 // fn, so none of its intermediate activations are saved. One CheckpointBackward
 // node stands in for the whole block; it saves only the inputs (SavedTensors,
 // so an in-place write to an input before backward throws naming
-// CheckpointBackward, Note [Saved tensor versions]) and the default generator's
-// (seed, offset) at the start of fn.
+// CheckpointBackward, Note [Saved tensor versions]) and the generators' states:
+// the default generator's (seed, offset) at the start of fn, and every other
+// generator fn draws from (a TensorParallelRng's streams, one given to dropout)
+// as it stood before fn's first draw from it, which a DrawRecord notes (Note
+// [Draws under a record] in tensor/random.h).
 //
-// Backward replays the block: it moves the default generator back to the saved
+// Backward replays the block: it moves each saved generator back to its saved
 // state, runs fn again with grad enabled on detached copies of the inputs (each
 // a fresh leaf that requires grad exactly when the original did), then puts the
-// generator back where it stood before the replay, so the outer random stream
-// is untouched. Dropout inside fn therefore draws the same mask as in the
-// forward (Note [Dropout mask from counters]). A nested engine run,
+// generators back where they stood before the replay, so the outer random
+// streams are untouched. Dropout inside fn therefore draws the same mask as in
+// the forward (Note [Dropout mask from counters]), from whichever generator. A
+// generator destroyed before backward cannot be replayed: the replay refuses,
+// naming CheckpointBackward. A nested engine run,
 // autograd::backward(recomputed outputs, incoming grads), then
 //  - accumulates into the detached inputs' .grad: these are the gradients this
 //    node returns to the outer graph;
@@ -48,14 +53,17 @@
 // plain run rebases that history, which a region that records nothing cannot do, so
 // checkpoint compares each input's version before and after fn and refuses the write.
 //
-// Limits (documented in the header): only frugal::default_generator() is
-// replayed (random ops given an explicit Generator see it advance twice); fn
-// must be deterministic otherwise; the generator is process-wide, so two
-// threads replaying checkpoints at once race on it. Under autograd::grad the
+// Limits (documented in the header): fn must be deterministic given its inputs
+// and the generators it draws from, and draw on the thread that calls checkpoint
+// (draws on other threads are not noted); the default generator is
+// process-wide, so two threads replaying checkpoints at once race on it. Under autograd::grad the
 // replay's run touches no .grad either (autograd::nested_gradients, Note
 // [Gradients without .grad]): a requested parameter used inside the region gets its
 // gradient, unlike PyTorch's reentrant checkpoint.
 #include "autograd/checkpoint.h"
+
+#include <optional>
+#include <vector>
 
 #include "autograd/autocast.h"
 #include "autograd/engine.h"
@@ -67,21 +75,32 @@ namespace frugal::autograd {
 
 namespace {
 
-// Moves the default generator to a saved state for its scope, then back to where
-// it stood before (see Note [Checkpoint recompute]).
+// Moves each generator to its saved state for its scope, then back to where it stood before
+// (see Note [Checkpoint recompute]).
 class GeneratorReplay {
  public:
-  GeneratorReplay(uint64_t seed, uint64_t offset)
-      : gen_(default_generator()), seed_now_(gen_.seed()), offset_now_(gen_.offset()) {
-    gen_.set_state(seed, offset);
+  explicit GeneratorReplay(const std::vector<GeneratorState>& saved) {
+    std::vector<Generator*> gens;
+    for (const GeneratorState& s : saved) {
+      gens.push_back(s.generator());
+      FRUGAL_CHECK(gens.back() != nullptr, "CheckpointBackward: a Generator the checkpointed function drew from ",
+                   "in the forward was destroyed before backward, so the recompute cannot draw the forward's ",
+                   "random numbers again; keep the generator alive until backward");
+    }
+    for (size_t i = 0; i < saved.size(); ++i) {
+      now_.push_back(gens[i]->state());
+      gens[i]->set_state(saved[i].seed, saved[i].offset);
+    }
   }
-  ~GeneratorReplay() { gen_.set_state(seed_now_, offset_now_); }
+  ~GeneratorReplay() {
+    for (auto it = now_.rbegin(); it != now_.rend(); ++it)
+      if (Generator* g = it->generator()) g->set_state(it->seed, it->offset);
+  }
   GeneratorReplay(const GeneratorReplay&) = delete;
   GeneratorReplay& operator=(const GeneratorReplay&) = delete;
 
  private:
-  Generator& gen_;
-  uint64_t seed_now_, offset_now_;
+  std::vector<GeneratorState> now_;
 };
 
 // The autocast state of both device types for its scope (guards: they nest, and the
@@ -101,8 +120,10 @@ struct CheckpointBackward final : Node {
   SavedState<std::function<TensorList(const TensorList&)>> fn{this};  // freed too: the closure may hold tensors
   SavedTensorList inputs{this};
   std::vector<bool> input_requires_grad;
-  uint64_t rng_seed = 0, rng_offset = 0;  // the default generator when fn started
-  autocast::State amp_cpu, amp_cuda;      // the autocast state when fn started
+  // The default generator when fn started, then each other generator fn drew from, as it
+  // stood before its first draw there (Note [Draws under a record]).
+  std::vector<GeneratorState> rng;
+  autocast::State amp_cpu, amp_cuda;  // the autocast state when fn started
   // A selective policy's kept outputs (null for a full checkpoint): Note [Selective checkpoint].
   SavedState<std::shared_ptr<selective::KeptOutputs>> kept{this};
 
@@ -127,7 +148,7 @@ struct CheckpointBackward final : Node {
 
     TensorList recomputed;
     {
-      GeneratorReplay replay(rng_seed, rng_offset);
+      GeneratorReplay replay(rng);
       AutocastReplay amp(amp_cpu, amp_cuda);
       EnableGradGuard grad_on;
       if (*kept && !(*kept)->replayed) {
@@ -188,8 +209,7 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
 TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
                       KeepPredicate keep) {
   FRUGAL_CHECK(fn != nullptr, "checkpoint: the function to checkpoint is empty");
-  const Generator& gen = default_generator();
-  const uint64_t seed = gen.seed(), offset = gen.offset();
+  std::vector<GeneratorState> rng{default_generator().state()};
   const bool records = is_grad_enabled();
   // Without grad nothing is recorded and nothing kept: the ops inside fn are seen by an
   // outer checkpoint's scope, if any (Note [Selective checkpoint], nesting).
@@ -205,13 +225,18 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     for (const Tensor& x : inputs) versions.push_back(x.defined() ? x.version() : 0);
   TensorList outputs;
   {
-    NoGradGuard no_grad;  // the point: nothing inside fn is recorded or saved
+    NoGradGuard no_grad;              // the point: nothing inside fn is recorded or saved
+    std::optional<DrawRecord> draws;  // the generators fn draws from (Note [Checkpoint recompute])
+    if (records) draws.emplace();
     if (kept) {
       selective::RecordScope keep_outputs(*kept);
       outputs = fn(inputs);
     } else {
       outputs = fn(inputs);
     }
+    if (records)
+      for (const GeneratorState& s : draws->first_states())
+        if (s.generator() != &default_generator()) rng.push_back(s);
   }
   if (!records) return outputs;
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -223,8 +248,7 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   auto node = std::make_shared<CheckpointBackward>();
   node->fn = fn;
   node->kept = std::move(kept);
-  node->rng_seed = seed;
-  node->rng_offset = offset;
+  node->rng = std::move(rng);
   node->amp_cpu = autocast::state(DeviceType::CPU);
   node->amp_cuda = autocast::state(DeviceType::CUDA);
   node->next_edges.reserve(inputs.size());

@@ -33,13 +33,15 @@ std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 
 /// Runs fn(inputs) without recording a graph (no activations are saved) and records one
 /// CheckpointBackward node instead, which saves only `inputs` (with version checks) and the
-/// state of frugal::default_generator(). Its backward restores that generator state, re-runs
+/// state of every generator fn draws from (frugal::default_generator() and any Generator
+/// given to a random op). Its backward restores those generator states, re-runs
 /// fn with grad enabled on detached copies of the inputs, and backpropagates through the
 /// recomputed graph: input gradients flow on to the outer graph, and leaves that fn captured
 /// (a module's parameters) accumulate their .grad once, during that recompute.
 ///
-/// fn must be deterministic given its inputs and the default generator: random ops that are
-/// given an explicit Generator are not replayed. fn may not write its inputs in place (a clear
+/// fn must be deterministic given its inputs and those generators, draw its random numbers on
+/// the calling thread, and not destroy a generator it drew from before backward (the replay
+/// refuses then). fn may not write its inputs in place (a clear
 /// error), and an output that aliases an input, another output or a captured parameter may
 /// not be written in place while that tensor lives (Note [Aliases of transform outputs]).
 /// Inside an autograd::grad call the recompute touches no .grad: captured leaves get their

@@ -363,9 +363,10 @@ Tensor offload(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, 
   if (!y.defined()) return y;
   if (auto node = make_node<OffloadBackward>({y})) {
     node->group = std::move(group);
-    // A new handle: y may be x itself, whose history must stay. One that aliases x or a
-    // captured parameter refuses in-place writes (Note [Aliases of transform outputs]).
-    Tensor out = alias_for_history(y, y.shares_storage(x) || (y.is_leaf() && y.requires_grad()));
+    // A new handle: y may be x itself, or any tensor fn captured, whose history must stay.
+    // fn recorded its ops, so nothing tells those from its own results: the handle refuses
+    // in-place writes while another tensor holds its storage (Note [Aliases of transform outputs]).
+    Tensor out = alias_for_history(y, /*aliased=*/true);
     record(node, {out});
     return out;
   }

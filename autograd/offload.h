@@ -105,7 +105,8 @@ class OffloadGroup {
 /// (those of at least options.min_bytes that are not parameters). When backward reaches
 /// the block's output, the copies back of this block and of the block offloaded just
 /// before it on this thread are issued, so the next block's restore overlaps this one's
-/// backward.
+/// backward. The output refuses in-place writes while another tensor holds its storage (it
+/// may be x or a tensor fn captured: Note [Aliases of transform outputs]).
 Tensor offload(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, OffloadOptions options = {});
 
 }  // namespace frugal::autograd

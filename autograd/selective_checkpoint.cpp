@@ -9,15 +9,16 @@
 //    over op names) runs fn's forward under a RecordScope over the node's KeptOutputs: every
 //    selected op (is_expensive_op: matmul, linear, gelu_mlp, conv2d, flash_attention) appends its
 //    result, in call order, with its inputs' signature (sizes, dtype, device), its outputs'
-//    versions and the default-generator counters it drew.
+//    versions and the counters it drew from each generator (Note [Draws under a record]).
 //  - The recompute runs fn under a ReplayScope over the same list: each selected op takes
 //    the next kept call instead of running its kernel, and still records its node (saving its
 //    inputs as usual), so gradients flow through it. The cheap ops (elementwise, norms,
 //    softmax, GELU, dropout through the replayed generator) run again. A call whose op name
 //    or input signature differs from the kept one throws, naming both ops: fn is not
 //    deterministic. A skipped op that drew random numbers (flash attention's dropout) advances
-//    the default generator by the kept count, so the ops after it draw what they drew in the
-//    forward; its kept range reproduces its own mask in backward.
+//    each generator it drew from (the default one, or one it was given) by the kept count, so
+//    the ops after it draw what they drew in the forward; its kept range reproduces its own
+//    mask in backward.
 //  - The hook sits in each op's wrapper after autocast and the rank-changing recursion, at
 //    the one place its kernel runs (autograd::kept_or_run replaces autograd::raw), so one
 //    call keeps one result. While a kept op computes, active() is false: an op called inside
@@ -43,7 +44,7 @@
 // attention core instead (what Korthikanti et al. recompute). Limits: kept outputs are not
 // passed through saved-tensor hooks (Note [Saved tensor hooks]), and the generator count of
 // a kept call, like the generator replay itself, assumes that no other thread draws from
-// the default generator meanwhile (Note [Checkpoint recompute]).
+// the same generator meanwhile (Note [Checkpoint recompute]).
 #include "autograd/selective_checkpoint.h"
 
 #include <cstring>
@@ -151,7 +152,7 @@ Kept run(const char* op, std::initializer_list<Tensor> inputs, const std::functi
 
   Kept result;
   bool have = false;
-  uint64_t rng_advance = 0;
+  std::vector<KeptCall::Drawn> drawn;
   if (source) {
     FRUGAL_CHECK(source->next < source->calls.size(), "CheckpointBackward: the recompute called ", call_str(op, sig),
                  " after the ", source->calls.size(),
@@ -161,25 +162,32 @@ Kept run(const char* op, std::initializer_list<Tensor> inputs, const std::functi
                  " of ", source->calls.size(), " was ", call_str(call.op, call.inputs),
                  " in the forward but the recompute called ", call_str(op, sig),
                  "; a checkpointed function must be deterministic");
-    rng_advance = call.rng_advance;
+    drawn = std::move(call.drawn);
     if (unchanged_since_kept(call)) {
       result = std::move(call.kept);
       for (Tensor& t : result.tensors)
         if (t.defined()) t = t.detach();  // a fresh handle: the op records its own node on it
-      if (rng_advance) default_generator().reserve(rng_advance);
+      for (const KeptCall::Drawn& d : drawn) {
+        Generator* g = d.first.generator();
+        FRUGAL_CHECK(g != nullptr, "CheckpointBackward: the Generator kept op ", call_str(op, sig),
+                     " drew from in the forward was destroyed before backward");
+        (void)g->reserve(d.count);  // the counters the skipped kernel drew
+      }
       have = true;
     }
   }
   if (!have) {
     Computing computing;
-    const uint64_t offset_before = default_generator().offset();
+    DrawRecord draws;
     result = compute();
-    rng_advance = default_generator().offset() - offset_before;
+    drawn.clear();
+    for (const GeneratorState& s : draws.first_states())
+      if (Generator* g = s.generator()) drawn.push_back({s, g->offset() - s.offset});
   }
   for (size_t i = first_recorder; i < t_frames.size(); ++i) {
     KeptOutputs& kept = *t_frames[i].kept;
     if (t_frames[i].replay || !kept.keep(op)) continue;
-    kept.calls.push_back({op, sig, result, versions_of(result.tensors), rng_advance});
+    kept.calls.push_back({op, sig, result, versions_of(result.tensors), drawn});
   }
   return result;
 }

@@ -49,7 +49,13 @@ struct KeptCall {
   std::vector<InputSignature> inputs;
   Kept kept;
   std::vector<uint64_t> versions;  // of kept.tensors when kept: an in-place write since voids them
-  uint64_t rng_advance = 0;        // default-generator counters the call drew
+  /// The counters the call drew, per generator (first: its state before the call's first
+  /// draw; count: counters drawn): a replay that skips the call advances each by as many.
+  struct Drawn {
+    GeneratorState first;
+    uint64_t count = 0;
+  };
+  std::vector<Drawn> drawn;
 };
 
 /// The kept outputs of one checkpointed call, owned by its CheckpointBackward.

@@ -413,7 +413,7 @@ int run(const Args& a) {
         },
         parse_choices(a.plan_choices, "--plan-choices"));
     const double t0 = bench::now_seconds();
-    planner->profile();
+    planner->profile(*w.module);  // its batch-norm statistics and random streams put back as found
     budget = nn::parse_memory_budget(a.memory_budget, planner->default_peak());
     plan = planner->plan(budget);
     std::printf("memory planner: profiled %zu choices in %.1f s; budget %.3f GiB\n", planner->profiles().size(),

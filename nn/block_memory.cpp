@@ -87,15 +87,15 @@ struct BlockMarkBackward final : autograd::Node {
   bool saves_tensors() const override { return false; }
 };
 
-// x itself, with a mark in its backward (x unchanged when it needs no gradient). `aliased`:
-// x has another holder whose history would miss a write through the mark.
-Tensor marked(const Tensor& x, BlockProbe* probe, BlockProbeEvent::Kind kind, int64_t block, bool aliased) {
+// x itself, with a mark in its backward (x unchanged when it needs no gradient).
+Tensor marked(const Tensor& x, BlockProbe* probe, BlockProbeEvent::Kind kind, int64_t block) {
   if (!x.defined() || !x.is_floating_point()) return x;
   auto node = autograd::make_node<BlockMarkBackward>({x});
   if (!node) return x;
-  // The block's in-place writes to its input, or the caller's to an output that is the input,
-  // are refused rather than missed by x's history (Note [Aliases of transform outputs]).
-  Tensor out = autograd::alias_for_history(x, aliased);
+  // The block's in-place writes to its input, or the caller's to an output that is the input
+  // or a tensor the block captured, are refused while x has another holder, rather than
+  // missed by its history (Note [Aliases of transform outputs]).
+  Tensor out = autograd::alias_for_history(x, /*aliased=*/true);
   node->probe = probe;
   node->kind = kind;
   node->block = block;
@@ -133,10 +133,9 @@ Tensor run_block(const BlockMemoryPlan& plan, size_t index, const std::function<
   if (!probe) return run_choice(plan.at(index), fn, x);
   const auto block = static_cast<int64_t>(index);
   probe->record(BlockProbeEvent::ForwardEnter, block);
-  Tensor y = run_choice(plan.at(index), fn, marked(x, probe, BlockProbeEvent::BackwardEnd, block, /*aliased=*/true));
+  Tensor y = run_choice(plan.at(index), fn, marked(x, probe, BlockProbeEvent::BackwardEnd, block));
   probe->record(BlockProbeEvent::ForwardExit, block, y.defined() ? static_cast<int64_t>(y.impl().storage->nbytes) : 0);
-  const bool aliased = y.defined() && (y.shares_storage(x) || (y.is_leaf() && y.requires_grad()));
-  return marked(y, probe, BlockProbeEvent::BackwardStart, block, aliased);
+  return marked(y, probe, BlockProbeEvent::BackwardStart, block);
 }
 
 BlockProbe::BlockProbe(Device device, bool time_blocks) : device_(device), time_blocks_(time_blocks) {

@@ -44,6 +44,7 @@
 #include "core/stream.h"
 #include "memory/allocator.h"
 #include "memory/pinned.h"
+#include "nn/profile_state.h"
 
 namespace frugal::nn {
 
@@ -139,7 +140,11 @@ BlockPlanner::BlockPlanner(Device device, int64_t num_blocks, Step step, std::ve
   choices_.erase(std::unique(choices_.begin(), choices_.end()), choices_.end());
 }
 
-void BlockPlanner::profile() {
+void BlockPlanner::profile() { profile(nullptr); }
+void BlockPlanner::profile(const Module& model) { profile(&model); }
+
+void BlockPlanner::profile(const Module* model) {
+  const ProfileStateGuard state(model);  // Note [Profiling side effects]
   profiles_.clear();
   for (BlockMemory choice : choices_) {
     const BlockMemoryPlan plan = BlockMemoryPlan::uniform(choice);

@@ -17,6 +17,7 @@
 
 #include "core/device.h"
 #include "nn/block_memory.h"
+#include "nn/module.h"
 
 namespace frugal::nn {
 
@@ -49,8 +50,14 @@ class BlockPlanner {
   /// One warm-up, one probed and `timing_steps` timed steps per choice, every block that
   /// choice (run it after the training loop's own warm-up: optimizer state and algorithm
   /// searches must not land in the profile). Empties the device's and the pinned pool's
-  /// caches at the end, so the plan that runs next starts from nothing reserved.
+  /// caches at the end, so the plan that runs next starts from nothing reserved. Puts the
+  /// default generator, and every generator the steps drew from on this thread, back as it
+  /// found them (Note [Profiling side effects]); parameters and optimizer state move as the
+  /// step moves them (a step that updates them trains on the profile's batches).
   void profile();
+  /// profile(), and `model`'s buffers (batch norm's running statistics and counts) put back
+  /// as found too.
+  void profile(const Module& model);
   const std::vector<ChoiceProfile>& profiles() const { return profiles_; }
 
   /// The predicted peak allocated bytes of one step under `plan` (never below what the
@@ -72,6 +79,7 @@ class BlockPlanner {
   std::string report(const BlockMemoryPlan& plan, int64_t measured_peak = 0, double measured_ms = 0) const;
 
  private:
+  void profile(const Module* model);
   const ChoiceProfile& profile_of(BlockMemory choice) const;
   std::vector<BlockMemory> choices_of(const BlockMemoryPlan& plan) const;
   int64_t predict_peak(const std::vector<BlockMemory>& choices) const;

@@ -62,11 +62,10 @@
 //
 // Side effects. Profiling and measure_step run the chain's forward several times in its
 // training mode: batch norm would fold the sample's statistics into its running ones (and
-// count the batches) five times, and dropout would advance the default generator, so a model
-// planned before training would train and evaluate differently from one that was not. Both
-// runs therefore put the chain's buffers and the generator's state back as they found them;
-// the copies of the buffers are held meanwhile (a few bytes per norm, counted in the
-// measured base). Parameter gradients are GradState's: left undefined or zeroed.
+// count the batches) five times, and dropout would advance the generators. Both runs put
+// the chain's buffers and the generators' states back as they found them (Note [Profiling
+// side effects] in nn/profile_state.cpp). Parameter gradients are GradState's: left
+// undefined or zeroed.
 //
 // Choose. The sqrt(n) baseline is checkpoint_sequential's split into round(sqrt(n))
 // segments (Chen et al. 2016): O(sqrt(n)) saved boundaries plus one recomputed segment.
@@ -91,8 +90,8 @@
 #include "autograd/ops/reduce.h"
 #include "core/stream.h"
 #include "memory/allocator.h"
+#include "nn/profile_state.h"
 #include "tensor/ops/fill.h"
-#include "tensor/random.h"
 
 namespace frugal::nn {
 
@@ -165,27 +164,6 @@ class GradState {
   std::vector<bool> had_;
 };
 
-// The chain's buffers (batch norm's running statistics and counts) and the default
-// generator's state, put back when the measurement ends (Note [Memory plan], "Side effects").
-class ChainState {
- public:
-  explicit ChainState(const Sequential& seq) : gen_(default_generator()), seed_(gen_.seed()), offset_(gen_.offset()) {
-    for (const auto& [name, b] : seq.named_buffers()) saved_.push_back({b, b.clone()});
-  }
-  ~ChainState() {
-    NoGradGuard no_grad;
-    for (const auto& [buffer, value] : saved_) buffer.copy_(value);  // bumps its version, as any write
-    gen_.set_state(seed_, offset_);
-  }
-  ChainState(const ChainState&) = delete;
-  ChainState& operator=(const ChainState&) = delete;
-
- private:
-  Generator& gen_;
-  uint64_t seed_, offset_;
-  std::vector<std::pair<Tensor, Tensor>> saved_;  // (buffer, its value before)
-};
-
 std::string bytes_str(int64_t b) {
   return b < 0 ? std::string("-").append(memory::format_bytes(-b)) : memory::format_bytes(b);
 }
@@ -210,7 +188,7 @@ void MemoryPlanner::enter_autocast(std::optional<AutocastGuard>& guard) const {
 }
 
 void MemoryPlanner::profile() {
-  const ChainState state(seq_);
+  const ProfileStateGuard state(&seq_);  // Note [Profiling side effects]
   const auto n = int64_t(seq_.size());
   MemoryProfile prof;
   prof.modules.resize(size_t(n));
@@ -556,7 +534,7 @@ Tensor MemoryPlanner::forward(const MemoryPlan& plan, const Tensor& x) const {
 
 int64_t MemoryPlanner::measure_step(const MemoryPlan& plan) const {
   const Device dev = sample_.device();
-  const ChainState state(seq_);
+  const ProfileStateGuard state(&seq_);  // Note [Profiling side effects]
   GradState grads(seq_);
   synchronize(dev);
   memory::reset_peak(dev);

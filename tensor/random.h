@@ -1,7 +1,9 @@
 #pragma once
 // The seeded generator behind rand/randn/randint/dropout (see Note [Counter-based RNG]).
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/graph_capture.h"
 
@@ -17,6 +19,52 @@ namespace frugal {
 // (Note [Counter-based RNG]). A checkpoint's saved offset is relative in the same way, and
 // the autograd nodes keep the Range, base included, so backward regenerates the replay's
 // own masks. Only device kernels read the base: a draw on the CPU inside a capture refuses.
+
+// Note [Draws under a record]
+// A checkpoint's recompute must draw what its forward drew, from every generator the
+// forward drew from: the default one, a TensorParallelRng's, one a caller handed to
+// dropout. A DrawRecord, while it lives, notes each generator drawn from on its thread and
+// the state that generator had just before its first draw there: Generator::reserve, the one
+// way to draw, reports every draw. Records nest (a selective checkpoint's kept op inside a
+// checkpoint's forward) and each draw is noted by every record alive on the thread; outside
+// any record a draw costs one thread-local read. A draw on another thread is not noted (a
+// rank thread's checkpoint sees its own rank's draws). A noted state holds its generator
+// weakly: one destroyed before the state is used reads as null there, and the user says so
+// instead of restoring freed memory.
+
+class Generator;
+
+/// A generator's (seed, offset) at one point, and the generator while it exists.
+struct GeneratorState {
+  std::weak_ptr<Generator* const> handle;  ///< expires with the generator
+  uint64_t seed = 0, offset = 0;
+  /// The generator, or nullptr once it was destroyed.
+  Generator* generator() const {
+    const std::shared_ptr<Generator* const> g = handle.lock();
+    return g ? *g : nullptr;
+  }
+};
+
+/// Notes the generators drawn from on this thread while alive (Note [Draws under a record]).
+class DrawRecord {
+ public:
+  DrawRecord();
+  ~DrawRecord();
+  DrawRecord(const DrawRecord&) = delete;
+  DrawRecord& operator=(const DrawRecord&) = delete;
+  /// Each generator drawn from so far, once, with its state before its first draw, in the
+  /// order of those first draws.
+  const std::vector<GeneratorState>& first_states() const { return first_; }
+
+ private:
+  friend class Generator;
+  /// Called by Generator::reserve for every draw, before it advances: notes `generator` in
+  /// (seed, offset) in each record alive on this thread that has not seen it yet.
+  static void note(const std::shared_ptr<Generator* const>& generator, uint64_t seed, uint64_t offset);
+
+  DrawRecord* outer_;
+  std::vector<GeneratorState> first_;
+};
 
 class Generator {
  public:
@@ -42,13 +90,11 @@ class Generator {
   static constexpr uint64_t kCudnnRng = 1;
   Range reserve(uint64_t n) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (core::GraphCapture* capture = captured_here()) {  // Note [Graph-safe random numbers]
-      Range r{seed_, capture->rng_offset, static_cast<const uint64_t*>(capture->rng_base)};
-      capture->rng_offset += n;
-      return r;
-    }
-    Range r{seed_, offset_};
-    offset_ += n;
+    core::GraphCapture* capture = captured_here();  // Note [Graph-safe random numbers]
+    uint64_t& offset = capture ? capture->rng_offset : offset_;
+    DrawRecord::note(self_, seed_, offset);  // Note [Draws under a record]
+    Range r{seed_, offset, capture ? static_cast<const uint64_t*>(capture->rng_base) : nullptr};
+    offset += n;
     return r;
   }
   // Read under the lock too: rank threads draw (reserve) while a checkpoint reads or
@@ -62,6 +108,12 @@ class Generator {
     std::lock_guard<std::mutex> lock(mu_);
     if (const core::GraphCapture* capture = captured_here()) return capture->rng_offset;
     return offset_;
+  }
+  /// seed() and offset() together, with a handle that expires with this generator.
+  GeneratorState state() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const core::GraphCapture* capture = captured_here();
+    return {self_, seed_, capture ? capture->rng_offset : offset_};
   }
   /// Restores a state saved with seed()/offset() (checkpoint recompute, resumed training).
   void set_state(uint64_t seed, uint64_t offset) {
@@ -89,6 +141,8 @@ class Generator {
   mutable std::mutex mu_;
   uint64_t seed_;
   uint64_t offset_ = 0;
+  // What GeneratorState::handle watches (a Generator never moves: its mutex pins it).
+  const std::shared_ptr<Generator* const> self_ = std::make_shared<Generator* const>(this);
 };
 
 /// For CPU kernels: throws when `range` is a CUDA graph's (its base is device memory that

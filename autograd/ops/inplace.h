@@ -38,10 +38,15 @@
 // captured parameter: the plain run writes, and rebases or refuses, that tensor itself). So
 // autograd::alias_for_history marks such a handle as a view, and the rule above refuses the
 // write while the storage has another holder: a clear error, never a gradient that misses
-// the write. The transforms mark an output that shares its storage with an input or another
+// the write. checkpoint marks an output that shares its storage with an input or another
 // output, or that already took part in autograd when it was returned (made outside the
-// region: a checkpoint's forward records nothing, so it was not made there; for offload, a
-// leaf). A fresh output alone in its storage is written as in the plain run.
+// region: its forward records nothing, so it was not made there). offload and run_block's
+// marks cannot tell: the region recorded its own ops, so a tensor it captured (a non-leaf
+// made before it, or one it wrote in place and so gave a new history) looks like its own
+// result. They mark every output, and the write is refused exactly while something else
+// holds the storage: the captured tensor, an input, or a node that saved the output on the
+// device (whose backward would refuse the write anyway, Note [Saved tensor versions]). A
+// fresh output alone in its storage is written as in the plain run.
 
 #include <memory>
 

@@ -13,6 +13,25 @@ Generator& default_generator() {
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
+// ---- Note [Draws under a record] ---------------------------------------------------------
+
+namespace {
+thread_local DrawRecord* innermost_record = nullptr;
+}  // namespace
+
+DrawRecord::DrawRecord() : outer_(innermost_record) { innermost_record = this; }
+
+DrawRecord::~DrawRecord() { innermost_record = outer_; }
+
+void DrawRecord::note(const std::shared_ptr<Generator* const>& generator, uint64_t seed, uint64_t offset) {
+  for (DrawRecord* r = innermost_record; r; r = r->outer_) {
+    bool seen = false;
+    for (const GeneratorState& s : r->first_)
+      seen = seen || (!s.handle.owner_before(generator) && !generator.owner_before(s.handle));
+    if (!seen) r->first_.push_back({generator, seed, offset});
+  }
+}
+
 namespace ops {
 namespace {
 void random_fill(const char* op, const Tensor& t, RandomKind kind, double a, double b, Generator* gen) {

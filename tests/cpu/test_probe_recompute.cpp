@@ -1,5 +1,6 @@
 // Probes for silent wrong answers in the memory-saving transforms, on the CPU: checkpoint
-// (full and selective), checkpoint_sequential, recompute_cheap, offload, compress (its
+// (full and selective, dropout from the default generator and from others: a tensor-parallel
+// layer's streams), checkpoint_sequential, recompute_cheap, offload, compress (its
 // lossless paths), MemoryPlanner and BlockPlanner, fed what users pass: region inputs that
 // are views (transposed, strided, expanded, a slice of a parameter), outputs that alias an
 // input, each other or a captured parameter, several outputs of which some are unused, inputs
@@ -32,9 +33,12 @@
 #include "nn/layers.h"
 #include "nn/linear.h"
 #include "nn/memory_planner.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/thread_communicator.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
 #include "tests/cpu/gradcheck_util.h"
+#include "tests/cpu/parallel_test_util.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -576,4 +580,221 @@ TEST_CASE("probe recompute: BlockPlanner with one block, a budget of 0 and an un
   CHECK(planner.predict_peak(lowest) <= planner.lowest_peak());
   step(lowest);
   check_all_bits(grads_seen, plain, to_string(lowest.at(0)));
+}
+
+// ============================================================================================
+// Random streams of generators other than the default one; outputs made outside offload;
+// BlockPlanner's side effects
+// ============================================================================================
+
+TEST_CASE("probe recompute: dropout from explicit Generators under checkpoint replays the forward's masks") {
+  Tensor x = leaf({4, 6}, 161), w = leaf({6, 6}, 162);
+  Generator a(7), b(8);
+  // Two generators of its own, one drawn twice, with the default one in between.
+  const Block block = [&](const Tensor& t) {
+    Tensor h = dropout(tanh(matmul(t, w)), 0.3, true, &a);
+    h = dropout(h, 0.4);
+    return dropout(matmul(h, w), 0.5, true, &b) + dropout(h, 0.2, true, &a);
+  };
+  // A kept op that draws (flash attention's dropout), then a cheap one from the same generator:
+  // the selective replay skips the kept kernel but must still advance the generator past it.
+  const Block attention = [&](const Tensor& t) {
+    const Tensor q = matmul(t, w).reshape({1, 2, 2, 6});
+    const Tensor o = flash_attention(q, q, q, Tensor(), false, 0.3, {}, &a).reshape({4, 6});
+    return dropout(o, 0.4, true, &a);
+  };
+  // mode 0: plain; 1: full checkpoints; 2: selective; 3: checkpoint_sequential-like nesting
+  // (a checkpoint of two checkpointed blocks).
+  struct Run {
+    TensorList grads;
+    GeneratorState a, b, dflt;  // after backward
+  };
+  for (const Block* fn : {&block, &attention}) {
+    auto run = [&](int mode) {
+      manual_seed(163);
+      a.manual_seed(7);
+      b.manual_seed(8);
+      auto one = [&](const Tensor& t) {
+        if (mode == 0) return (*fn)(t);
+        if (mode == 3) return checkpoint([&](const Tensor& u) { return checkpoint(*fn, u); }, t);
+        return checkpoint(*fn, t, mode == 1 ? CheckpointPolicy::Full : CheckpointPolicy::Selective);
+      };
+      Tensor h = one(one(x));
+      sum(h * h).backward();
+      return Run{take_grads({x, w}), a.state(), b.state(), default_generator().state()};
+    };
+    const Run plain = run(0);
+    for (int mode : {1, 2, 3}) {
+      CAPTURE(mode);
+      const Run got = run(mode);
+      // w's share from inside the regions is summed apart from the outer run's (rounding in
+      // the last bits); a mask drawn afresh would be off by tens of percent.
+      check_all_close(got.grads, plain.grads, 1e-13, "explicit generators");
+      // The replays put every stream back: the next draws are those of the plain run.
+      CHECK(got.a.offset == plain.a.offset);
+      CHECK(got.b.offset == plain.b.offset);
+      CHECK(got.dflt.offset == plain.dflt.offset);
+    }
+  }
+
+  // A generator destroyed before backward cannot be replayed: refused, naming the node.
+  Tensor y;
+  {
+    auto gone = std::make_unique<Generator>(9);
+    Generator* g = gone.get();
+    y = checkpoint([g](const Tensor& t) { return dropout(t, 0.5, true, g); }, x * 1.0);
+  }
+  check_error([&] { sum(y).backward(); }, {"CheckpointBackward", "destroyed before backward"});
+}
+
+TEST_CASE("probe recompute: a tensor-parallel layer's own dropout streams under checkpoint, 1 and 2 thread ranks") {
+  constexpr int64_t E = 8, H = 2, F = 16;
+  const Tensor data = random_tensor({2, 3, E}, kFloat64, 171);
+  for (bool pre_norm : {false, true}) {
+    for (int p : {1, 2}) {
+      CAPTURE(pre_norm);
+      CAPTURE(p);
+      // Per rank: the plain run's gradients, then each policy's.
+      PerRank<std::vector<TensorList>> got(static_cast<size_t>(p));
+      auto rank = [&](const parallel::CommPtr& comm) {
+        Generator init(172);  // the weights: the same on every rank
+        auto rng = std::make_shared<parallel::TensorParallelRng>(173, comm);
+        parallel::TensorParallelEncoderLayer layer(
+            E, H, F, comm,
+            {.pre_norm = pre_norm, .generator = &init, .hidden_dropout = 0.3, .attention_dropout = 0.4, .rng = rng});
+        layer.to(kFloat64);
+        const GeneratorState replicated = rng->replicated.state(), split = rng->split.state();
+        Tensor x = data.clone();
+        x.requires_grad_();
+        TensorList leaves = layer.parameters();
+        leaves.push_back(x);
+        std::vector<TensorList>& out = got[size_t(parallel::tp_rank(comm))];
+        for (int mode : {0, 1, 2}) {
+          rng->replicated.set_state(replicated.seed, replicated.offset);
+          rng->split.set_state(split.seed, split.offset);
+          const auto fn = [&](const Tensor& t) { return layer.forward(t); };
+          Tensor y =
+              mode == 0 ? fn(x) : checkpoint(fn, x, mode == 1 ? CheckpointPolicy::Full : CheckpointPolicy::Selective);
+          sum(y * y).backward();
+          out.push_back(take_grads(leaves));
+        }
+      };
+      if (p == 1) rank(nullptr);
+      else parallel::run_ranks(p, rank);
+      for (int r = 0; r < p; ++r) {
+        CAPTURE(r);
+        const std::vector<TensorList>& runs = got[size_t(r)];
+        REQUIRE(runs.size() == 3);
+        check_all_bits(runs[1], runs[0], "full checkpoint");
+        check_all_bits(runs[2], runs[0], "selective checkpoint");
+      }
+    }
+  }
+}
+
+TEST_CASE("probe recompute: offload and probed run_block outputs made outside the function refuse in-place writes") {
+  Tensor x = leaf({3, 4}, 181), w = leaf({3, 4}, 182);
+  // The plain run writes h itself and rebases its history: sum(h * w) sees 6x.
+  auto loss_after_write = [&](const std::function<Tensor(const Block&, const Tensor&)>& transform) {
+    Tensor h = x * 2.0;  // made before the function runs, with a history of its own
+    Tensor y = transform([&](const Tensor&) { return h; }, x * 1.0);
+    y *= 3.0;
+    return sum(y) + sum(h * w);
+  };
+  loss_after_write([](const Block& fn, const Tensor& t) { return fn(t); }).backward();
+  const TensorList plain = take_grads({x, w});
+  check_close(plain[0], values_of(w.detach() * 6.0 + 6.0), 1e-15, 0, "plain");
+  // Through offload the write would land in h's values but not in its history (dx = 2w + 6).
+  check_error([&] { (void)loss_after_write(offload_all); }, {"in-place"});
+  {
+    nn::BlockProbe probe(kCPU);
+    check_error(
+        [&] {
+          (void)loss_after_write([](const Block& fn, const Tensor& t) {
+            return nn::run_block(nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep), 0, fn, t);
+          });
+        },
+        {"in-place"});
+  }
+  take_grads({x, w});
+
+  // A tensor the function writes in place and returns has a new history made inside it, but
+  // is still the caller's: refused too.
+  Tensor buf = zeros({3, 4}, kFloat64);
+  Tensor y = offload_all(
+      [&](const Tensor& t) {
+        buf.copy_(t);
+        return buf;
+      },
+      x * 1.0);
+  check_error([&] { y *= 2.0; }, {"in-place"});
+
+  // A fresh output alone in its storage is written as in the plain run.
+  const Block fresh = [&](const Tensor& t) { return t * w; };
+  auto loss = [&](const std::function<Tensor(const Block&, const Tensor&)>& transform) {
+    Tensor out = transform(fresh, x * 1.0);
+    out *= 3.0;
+    return sum(out * out);
+  };
+  loss([](const Block& fn, const Tensor& t) { return fn(t); }).backward();
+  const TensorList fresh_plain = take_grads({x, w});
+  loss(offload_all).backward();
+  check_all_bits(take_grads({x, w}), fresh_plain, "offload, written");
+}
+
+TEST_CASE("probe recompute: BlockPlanner's profiling leaves running statistics and the random streams as found") {
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  nn::Sequential model{bn};
+  model.to(kFloat64);
+  Generator own(191);
+  Tensor x = leaf({4, 3, 2, 2}, 192);
+  const Block block = [&](const Tensor& t) { return dropout(tanh((*bn)(t)), 0.3, true, &own) + dropout(t, 0.2); };
+  TensorList leaves = model.parameters();
+  leaves.push_back(x);
+  auto step = [&](const nn::BlockMemoryPlan& plan) {
+    Tensor y = nn::run_block(plan, 0, block, x * 1.0);
+    sum(y * y).backward();
+    return take_grads(leaves);
+  };
+  auto buffers = [&] {
+    std::vector<std::vector<double>> b;
+    for (const auto& [name, t] : model.named_buffers()) b.push_back(values_of(t));
+    return b;
+  };
+  std::vector<Tensor> initial;
+  for (const auto& [name, t] : model.named_buffers()) initial.push_back(t.clone());
+  auto start = [&] {
+    autograd::NoGradGuard no_grad;
+    size_t i = 0;
+    for (const auto& [name, t] : model.named_buffers()) t.copy_(initial[i++]);
+    manual_seed(193);
+    own.manual_seed(191);
+  };
+  const nn::BlockMemoryPlan keep = nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep);
+  // The reference: one step from the start, with no profile before it.
+  start();
+  const auto buffers_before = buffers();
+  const TensorList plain = step(keep);
+  const auto buffers_plain = buffers();
+  const uint64_t own_plain = own.offset(), default_plain = default_generator().offset();
+  REQUIRE(buffers_plain != buffers_before);  // the step does move the statistics
+
+  nn::BlockPlanner planner(
+      kCPU, 1, [&](const nn::BlockMemoryPlan& plan) { (void)step(plan); }, nn::BlockPlanner::lossless(), 1);
+  start();
+  planner.profile(model);
+  CHECK(buffers() == buffers_before);
+  CHECK(own.offset() == 0);
+  CHECK(default_generator().offset() == 0);
+  check_all_bits(step(keep), plain, "the step after the profile");
+  CHECK(buffers() == buffers_plain);
+  CHECK(own.offset() == own_plain);
+  CHECK(default_generator().offset() == default_plain);
+
+  // Without the model the streams still come back; the buffers are the step's to keep.
+  start();
+  planner.profile();
+  CHECK(own.offset() == 0);
+  CHECK(default_generator().offset() == 0);
+  CHECK(buffers() != buffers_before);
 }
