@@ -41,7 +41,7 @@ void LossWatch::add(const Tensor& loss, int64_t epoch, int64_t step) {
   }
   // The scale is free to read while the host holds it; once the device does (Note
   // [GradScaler host state]) check() reads it, with the sync it makes anyway.
-  if (scaler_skips() && !scaler_->scale_on_device() && scaler_->get_scale() < kMinLossScale) {
+  if (scaler_skips() && !scaler_->scale_on_device() && scaler_->get_scale() < min_scale()) {
     first_step_ = step;
     scale_collapsed();
   }
@@ -49,7 +49,7 @@ void LossWatch::add(const Tensor& loss, int64_t epoch, int64_t step) {
 
 void LossWatch::scale_collapsed() const {
   diverged("the GradScaler has skipped so many steps for inf/NaN gradients that its scale fell to " +
-           number(scaler_->get_scale()) + " (below " + number(kMinLossScale) + ")");
+           number(scaler_->get_scale()) + " (below " + number(min_scale()) + ")");
 }
 
 double LossWatch::check() {
@@ -58,7 +58,7 @@ double LossWatch::check() {
     const std::string summed = device_sum_.defined() ? " (summed on " + device_sum_.device().str() + ")" : "";
     diverged("a loss was not finite: the sum of these steps' losses" + summed + " is " + number(sum));
   }
-  if (count_ > 0 && scaler_skips() && scaler_->scale_on_device() && scaler_->get_scale() < kMinLossScale)
+  if (count_ > 0 && scaler_skips() && scaler_->scale_on_device() && scaler_->get_scale() < min_scale())
     scale_collapsed();
   host_sum_ = 0, device_sum_ = Tensor(), count_ = 0;
   return sum;

@@ -2,6 +2,7 @@
 // Checks that make a training run stop early and say why, instead of finishing
 // "successfully" with garbage: a loss that is no longer finite, a checkpoint that would
 // hold NaNs, a path that cannot be written, a data split with nothing in it.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -29,7 +30,9 @@ namespace frugal::train {
 // finite either, so the scaler skips that step and lowers its scale, which is how mixed
 // precision recovers from an overflow (Note [Dynamic loss scaling]). A run that cannot
 // recover skips every step and halves the scale each time; once the scale falls below
-// kMinLossScale (DeepSpeed's min_loss_scale, 1) that is reported as divergence too.
+// kMinLossScale (DeepSpeed's min_loss_scale, 1) that is reported as divergence too - or
+// below the scaler's init_scale, for a run that chose to start under 1 (its first backoff
+// then ends it: the scale it started from was already the floor it accepted).
 
 /// The smallest GradScaler scale a recovering run reaches (Note [Non-finite loss]).
 constexpr double kMinLossScale = 1.0;
@@ -55,6 +58,8 @@ class LossWatch {
 
  private:
   bool scaler_skips() const { return scaler_ && scaler_->is_enabled(); }
+  /// The scale below which the run counts as diverged (Note [Non-finite loss]).
+  double min_scale() const { return std::min(kMinLossScale, scaler_->options().init_scale); }
   [[noreturn]] void diverged(const std::string& what) const;
   [[noreturn]] void scale_collapsed() const;
 

@@ -191,6 +191,33 @@ TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped s
   CHECK(values_of(w) == before);  // every step was skipped
 }
 
+TEST_CASE("training: a GradScaler started below 1 with finite losses is not divergence; its first backoff is") {
+  // init_scale 0.25 < kMinLossScale: finite steps leave the scale there and LossWatch quiet;
+  // an inf gradient halves it to 0.125, below where the run chose to start.
+  Tensor w = from_vector<float>({1.0f, 2.0f}, {2}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 0.1});
+  optim::GradScaler scaler({.init_scale = 0.25});
+  train::LossWatch watch(opt, &scaler);
+  auto step = [&](const Tensor& x, int64_t i) {
+    Tensor loss = sum(w * x);
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    watch.add(loss, 1, i);
+  };
+  const Tensor finite = from_vector<float>({0.5f, 1.0f}, {2});
+  for (int64_t i = 1; i <= 3; ++i) step(finite, i);
+  // w = (1, 2), then each SGD step subtracts 0.1 x = (0.05, 0.1): losses 2.5, 2.375, 2.25.
+  CHECK(watch.check() == doctest::Approx(2.5 + 2.375 + 2.25).epsilon(1e-6));
+  CHECK(scaler.get_scale() == 0.25);
+  check_error(
+      [&] {
+        step(from_vector<float>({INFINITY, 1.0f}, {2}), 4);
+      },
+      {"training diverged at epoch 1, step 4", "scale fell to 0.125", "below 0.25"});
+}
+
 TEST_CASE("training: empty training and test sets are errors, not 0 samples and accuracy nan") {
   auto model = examples::make_model("mlp");
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
