@@ -53,6 +53,15 @@
 // plain run rebases that history, which a region that records nothing cannot do, so
 // checkpoint compares each input's version before and after fn and refuses the write.
 //
+// State updated in the forward: batch norm in training folds the batch's statistics into its
+// running ones, and nn::BatchNorm2d counts the batch. Replayed, the block would do both
+// again - momentum applied twice to one batch, num_batches_tracked two ahead - so running
+// statistics drifted from the plain run's under checkpointing (PyTorch's checkpoint does the
+// same), and the memory planners' "lossless" choices were not. While the recompute runs,
+// in_checkpoint_recompute() is true on its thread, and those updates are skipped: the
+// recomputed outputs are the forward's (batch statistics normalize in training either way),
+// and the buffers end the step as the plain run leaves them.
+//
 // Limits (documented in the header): fn must be deterministic given its inputs
 // and the generators it draws from, and draw on the thread that calls checkpoint
 // (draws on other threads are not noted); the default generator is
@@ -74,6 +83,16 @@
 namespace frugal::autograd {
 
 namespace {
+
+thread_local int recompute_depth = 0;  // checkpoint recomputes running on this thread
+
+// in_checkpoint_recompute() for its scope.
+struct RecomputeScope {
+  RecomputeScope() { ++recompute_depth; }
+  ~RecomputeScope() { --recompute_depth; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+};
 
 // Moves each generator to its saved state for its scope, then back to where it stood before
 // (see Note [Checkpoint recompute]).
@@ -151,6 +170,7 @@ struct CheckpointBackward final : Node {
       GeneratorReplay replay(rng);
       AutocastReplay amp(amp_cpu, amp_cuda);
       EnableGradGuard grad_on;
+      RecomputeScope recompute;  // forward-only state updates are skipped (see the Note)
       if (*kept && !(*kept)->replayed) {
         selective::ReplayScope take_kept(**kept);
         recomputed = (*fn)(leaves);
@@ -205,6 +225,8 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
                       CheckpointPolicy policy) {
   return checkpoint(fn, inputs, keep_predicate(policy));
 }
+
+bool in_checkpoint_recompute() { return recompute_depth > 0; }
 
 TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
                       KeepPredicate keep) {

@@ -56,6 +56,12 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
 TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
                       KeepPredicate keep);
 
+/// True while a checkpoint's backward re-runs its function on this thread. Ops whose forward
+/// updates state (batch norm's running statistics, nn::BatchNorm2d's batch count) skip the
+/// update then: the forward made it once, and the recompute only rebuilds the graph
+/// (Note [Checkpoint recompute], "State updated in the forward").
+bool in_checkpoint_recompute();
+
 /// The single-input, single-output form of checkpoint.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                   CheckpointPolicy policy = CheckpointPolicy::Full);

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "autograd/checkpoint.h"
 #include "autograd/ops/batch_norm.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -33,7 +34,8 @@ double BatchNorm2d::start_batch(const Tensor& x) {
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d: expected input (N, ", num_features,
                ", H, W), got ", x.describe());
   double momentum = options.momentum.value_or(0.0);
-  if (is_training() && options.track_running_stats) {
+  // A checkpoint's recompute counted this batch in the forward (Note [Checkpoint recompute]).
+  if (is_training() && options.track_running_stats && !autograd::in_checkpoint_recompute()) {
     ops::add_(num_batches_tracked, 1.0);
     if (!options.momentum) momentum = 1.0 / double(num_batches_tracked.item<int64_t>());
   }

@@ -15,9 +15,9 @@ namespace frugal::nn {
 /// Chunks hold size() / segments modules each, the last one the rest. segments must be in
 /// [1, size()] (any value for an empty Sequential, which returns x). With segments ~
 /// sqrt(size()) activation memory drops from O(n) to O(sqrt(n)) layers.
-/// Modules that update state in forward (batch norm running statistics) update it again
-/// when their chunk is recomputed. `policy` is each chunk's checkpoint policy (Selective
-/// keeps the chunk's GEMM and convolution outputs: Note [Selective checkpoint]).
+/// Batch norm's running statistics and batch count are updated once, in the forward, not
+/// again when the chunk is recomputed (unlike PyTorch's; Note [Checkpoint recompute]). `policy` is each chunk's
+/// checkpoint policy (Selective keeps the chunk's GEMM and convolution outputs: Note [Selective checkpoint]).
 Tensor checkpoint_sequential(Sequential& seq, int64_t segments, const Tensor& x,
                              autograd::CheckpointPolicy policy = autograd::CheckpointPolicy::Full);
 

@@ -2,6 +2,7 @@
 // side by side.
 #include "autograd/ops/batch_norm.h"
 
+#include "autograd/checkpoint.h"
 #include "autograd/function.h"
 #include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
@@ -112,11 +113,17 @@ bool register_batch_norm_relu_recipe(const std::shared_ptr<BatchNormAddReluBackw
 
 }  // namespace
 
+Tensor running_stat_to_update(const Tensor& running, bool training) {
+  return training && autograd::in_checkpoint_recompute() ? Tensor() : running;
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   core::OpScope scope("batch_norm");  // keeps a low-precision input (Note [Autocast])
-  ops::BatchNormResult r = autograd::raw(
-      [&] { return ops::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps); });
+  ops::BatchNormResult r = autograd::raw([&] {
+    return ops::batch_norm(x, running_stat_to_update(running_mean, training),
+                           running_stat_to_update(running_var, training), weight, bias, training, momentum, eps);
+  });
   if (auto node = make_node<BatchNormBackward>({x, weight, bias})) {
     node->x = x;
     if (weight.defined()) {
@@ -147,7 +154,9 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   // Keeps low-precision inputs, as batch_norm (Note [Autocast]).
   core::OpScope scope(residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu");
   ops::BatchNormResult r = autograd::raw([&] {
-    return ops::batch_norm_add_relu(x, residual, running_mean, running_var, weight, bias, training, momentum, eps);
+    return ops::batch_norm_add_relu(x, residual, running_stat_to_update(running_mean, training),
+                                    running_stat_to_update(running_var, training), weight, bias, training, momentum,
+                                    eps);
   });
   if (auto node = make_node<BatchNormAddReluBackward>({x, residual, weight, bias})) {
     node->x = x;

@@ -7,8 +7,14 @@
 
 namespace frugal {
 
+/// `running` (a running statistic to update), or undefined while a checkpoint recomputes a
+/// training forward, which updated it already (Note [Checkpoint recompute] in
+/// autograd/checkpoint.cpp). Eval reads the running statistics and keeps them.
+Tensor running_stat_to_update(const Tensor& running, bool training);
+
 /// torch.nn.functional.batch_norm on x (N, C, *): training normalizes with the batch
-/// statistics and updates running_mean/running_var in place (when given); eval uses them.
+/// statistics and updates running_mean/running_var in place (when given; not again in a
+/// checkpoint's recompute); eval uses them.
 /// weight and bias (C) may be undefined; (C) tensors may be float32 for float16/bfloat16 x.
 /// Differentiable in x, weight and bias; saves x, weight and the (C) mean and invstd.
 /// See Note [Batch norm statistics].

@@ -4,6 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/ops/batch_norm.h"
 #include "autograd/ops/conv.h"
 #include "core/instrument.h"
 #include "tensor/memory_format.h"
@@ -96,8 +97,9 @@ ConvWithStats bn_relu_conv2d(const ConvWithStats& x, const BatchNormArgs& bn, co
   // A float16 input's scale and shift are rounded to float16 on every path, as cuDNN's fused
   // prologue takes them (Note [Convolution batch-norm fusion]): forward, backward and devices agree.
   const ops::BatchNormAffine f =
-      ops::batch_norm_finalize(sum, sq_sum, count, in.dtype(), bn.running_mean, bn.running_var, bn.weight, bn.bias,
-                               bn.training, bn.momentum, bn.eps, in.dtype() == kFloat16);
+      ops::batch_norm_finalize(sum, sq_sum, count, in.dtype(), running_stat_to_update(bn.running_mean, bn.training),
+                               running_stat_to_update(bn.running_var, bn.training), bn.weight, bn.bias, bn.training,
+                               bn.momentum, bn.eps, in.dtype() == kFloat16);
   const Tensor &scale = f.scale, &shift = f.shift;
   const ops::ConvStats r = ops::scale_bias_relu_conv2d(in, scale, shift, weight, options, stats);
   if (auto node = make_node<BnReluConv2dBackward>({in, bn.weight, bn.bias, weight})) {

@@ -12,8 +12,11 @@
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops/all.h"
+#include "autograd/ops/conv_bn.h"
 #include "memory/allocator.h"
 #include "nn/activation.h"
+#include "nn/batch_norm.h"
+#include "nn/block_memory.h"
 #include "nn/checkpoint.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
@@ -353,4 +356,54 @@ TEST_CASE("checkpoint: the recomputed output is let go before the region's backw
   CHECK(extra >= bytes);
   CHECK(extra < 2 * bytes);
   CHECK(max_abs(sub(x.grad(), mul(g, 3.0))) == 0.0);
+}
+
+TEST_CASE("checkpoint: batch norm's running statistics and batch count end the step as the plain run's") {
+  // A conv -> bn+relu -> (bn+relu as the next conv's prologue) -> bn block in float64, run
+  // plainly and under every replaying choice; momentum 0.1 and None (1 / batches). The
+  // recompute must not fold the batch into the running statistics a second time, nor count
+  // it again (Note [Checkpoint recompute], "State updated in the forward").
+  for (std::optional<double> momentum : {std::optional<double>(0.1), std::optional<double>()}) {
+    CAPTURE(momentum.has_value());
+    const nn::BatchNormOptions bo{.momentum = momentum};
+    auto bn1 = std::make_shared<nn::BatchNorm2d>(4, bo), bn2 = std::make_shared<nn::BatchNorm2d>(4, bo),
+         bn3 = std::make_shared<nn::BatchNorm2d>(3, bo);
+    for (const auto& bn : {bn1, bn2, bn3}) bn->to(kFloat64);
+    const Tensor w1 = leaf({4, 3, 3, 3}, kFloat64, 1), w2 = leaf({4, 4, 3, 3}, kFloat64, 2),
+                 w3 = leaf({3, 4, 1, 1}, kFloat64, 3);
+    const Tensor x = leaf({2, 3, 6, 5}, kFloat64, 4);
+    const Conv2dOptions same{.padding = {1, 1}};
+    auto block = [&](const Tensor& in) {
+      const Tensor h = bn1->forward_relu(conv2d(in, w1, Tensor(), same));
+      const ConvWithStats c = conv2d_stats(h, w2, same);
+      const ConvWithStats d = bn_relu_conv2d(c, bn2->args_for(c.out), w3);
+      return bn3->forward(d.out);
+    };
+    auto buffers = [&] {
+      std::vector<std::vector<double>> v;
+      for (const auto& bn : {bn1, bn2, bn3})
+        for (const Tensor& b : {bn->running_mean, bn->running_var, bn->num_batches_tracked}) v.push_back(values_of(b));
+      return v;
+    };
+    auto run = [&](const std::function<Tensor(const Tensor&)>& how) {
+      for (const auto& bn : {bn1, bn2, bn3}) bn->reset_running_stats();
+      for (const Tensor& t : {w1, w2, w3, x}) t.set_grad(Tensor());
+      for (int step = 0; step < 2; ++step) {  // two steps: momentum None weighs by the count
+        Tensor y = how(x);
+        sum(y * y).backward();
+      }
+      return std::pair{buffers(), std::vector{values_of(w1.grad()), values_of(w2.grad()), values_of(x.grad())}};
+    };
+    const auto plain = run(block);
+    CHECK(plain.first[2] == std::vector<double>{2.0});  // bn1 counted two batches
+    using nn::BlockMemory;
+    for (BlockMemory choice : {BlockMemory::Checkpoint, BlockMemory::Selective, BlockMemory::CheckpointRecompute,
+                               BlockMemory::CheckpointOffload}) {
+      CAPTURE(int(choice));
+      const auto got =
+          run([&](const Tensor& in) { return nn::run_block(nn::BlockMemoryPlan::uniform(choice), 0, block, in); });
+      CHECK(got.first == plain.first);    // running statistics and counts, bit for bit
+      CHECK(got.second == plain.second);  // and the gradients
+    }
+  }
 }
