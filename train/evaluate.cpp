@@ -27,8 +27,9 @@ EvalResult evaluate(nn::UnaryModule& model, data::DataLoader& loader, const Eval
   autograd::NoGradGuard no_grad;
   Tensor loss_sum, correct;  // on the outputs' device: one read at the end
   EvalResult result;
-  data::Batch b;
-  while (loader.next(b)) {
+  // A fresh pass (begin() abandons one under way): next() would continue a pass the caller
+  // left early, and the result would cover only its remaining batches.
+  for (data::Batch& b : loader) {
     const Tensor out = model(b.inputs);
     const int64_t n = b.targets.dim() > 0 ? b.targets.size(0) : 1;
     Tensor loss = options.loss_fn ? options.loss_fn(out, b.targets) : cross_entropy(out, b.targets);

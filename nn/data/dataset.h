@@ -46,8 +46,10 @@ class Dataset {
 /// Sample i is (inputs[i], targets[i]). Both tensors live on the host and share their
 /// first dimension; they are made contiguous here, once, so a loader gathers each
 /// sample's row with one memcpy (its fast path: Note [DataLoader pipeline]). Copies of a
-/// TensorDataset share the tensors.
-class TensorDataset : public Dataset {
+/// TensorDataset share the tensors. Final: the loader's fast path reads the tensors without
+/// calling get, so a subclass's get or get_at_epoch would be skipped silently (and the
+/// loader's `const TensorDataset&` constructor would slice it); wrap one in a Dataset instead.
+class TensorDataset final : public Dataset {
  public:
   TensorDataset(Tensor inputs, Tensor targets) {
     FRUGAL_CHECK(inputs.defined() && targets.defined(), "TensorDataset: inputs and targets must be defined tensors");

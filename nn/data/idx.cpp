@@ -47,6 +47,14 @@ class GzReader {
       if (code == Z_ERRNO) FRUGAL_FAIL("read_idx: cannot read ", path_, ": ", std::strerror(errno));
       FRUGAL_FAIL("read_idx: ", path_, ": ", msg, " (corrupt or truncated gzip data)");
     }
+    if (unsigned(got) < n) {
+      // gzread reports a gzip stream cut short (even inside its CRC/length trailer, after the
+      // last data byte) only as a short read with Z_BUF_ERROR pending, never as -1: without
+      // this check a file missing its trailer would load with nothing vouching for its bytes.
+      int code = 0;
+      const char* msg = gzerror(file_, &code);
+      FRUGAL_CHECK(code != Z_BUF_ERROR, "read_idx: ", path_, ": ", msg, " (truncated gzip data)");
+    }
     return size_t(got);
   }
 

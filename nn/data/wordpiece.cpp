@@ -30,11 +30,12 @@ WordPiece WordPiece::from_file(const std::string& vocab_path, WordPieceOptions o
   wp.path_ = vocab_path;
   wp.options_ = std::move(options);
   for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
+    // A line ends at "\n", "\r\n" or a lone "\r": Python's universal newlines, with which HF's
+    // load_vocab reads the file (open(vocab_file, "r")), so that the ids are its line numbers.
+    size_t end = text.find_first_of("\r\n", pos);
     if (end == std::string::npos) end = text.size();
     std::string_view line(text.data() + pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // Python's universal newlines
-    pos = end + 1;
+    pos = end + (text.compare(end, 2, "\r\n") == 0 ? 2 : 1);
     const int64_t id = wp.size(), line_no = id + 1;
     size_t bad = 0;
     FRUGAL_CHECK(unicode::valid_utf8(line, &bad), op, ": ", vocab_path, " line ", line_no, ": not valid UTF-8 (byte ",

@@ -41,7 +41,8 @@ struct WordPieceOptions {
 /// read, so one instance may serve several threads.
 class WordPiece {
  public:
-  /// Reads a vocab.txt: one token per line ('\n' or "\r\n"), id = line number from 0. Throws
+  /// Reads a vocab.txt: one token per line, id = line number from 0; a line ends at '\n', "\r\n"
+  /// or a lone '\r', as Python's universal newlines with which HF reads it. Throws
   /// frugal::Error naming the file when it is missing, not a regular file, empty, not UTF-8
   /// (naming the line), holds a token twice (naming both lines) or lacks `unk_token`.
   static WordPiece from_file(const std::string& vocab_path, WordPieceOptions options = {});
