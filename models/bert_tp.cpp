@@ -82,14 +82,16 @@ Tensor TensorParallelBertLayer::forward(const Tensor& h, const Tensor& mask) {
 
 TensorParallelBertForMaskedLM::TensorParallelBertForMaskedLM(const BertConfig& c, CommPtr comm, uint64_t seed,
                                                              uint64_t dropout_seed)
-    : config(c), rng(std::make_shared<parallel::TensorParallelRng>(dropout_seed, comm)), comm_(std::move(comm)) {
+    : config(c),
+      memory_plan(nn::BlockMemoryPlan::from_checkpoint(c.checkpoint_blocks, c.checkpoint_policy)),
+      rng(std::make_shared<parallel::TensorParallelRng>(dropout_seed, comm)),
+      comm_(std::move(comm)) {
   const int p = tp_size(comm_);
   FRUGAL_CHECK(c.hidden_size > 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, kModel,
                ": need hidden_size > 0 divisible by num_attention_heads > 0, got ", c.hidden_size, " and ",
                c.num_attention_heads);
   FRUGAL_CHECK(c.vocab_size % p == 0 && c.intermediate_size % p == 0, kModel, ": vocab_size (", c.vocab_size,
                ") and intermediate_size (", c.intermediate_size, ") must be divisible by the tensor-parallel size ", p);
-  FRUGAL_CHECK(!c.checkpoint_blocks, kModel, ": checkpoint_blocks is not supported");
   FRUGAL_CHECK(c.hidden_dropout_prob >= 0.0 && c.hidden_dropout_prob < 1.0 && c.attention_probs_dropout_prob >= 0.0 &&
                    c.attention_probs_dropout_prob < 1.0,
                kModel, ": hidden_dropout_prob and attention_probs_dropout_prob must be in [0, 1), got ",
@@ -180,7 +182,11 @@ TensorParallelMlmOutput TensorParallelBertForMaskedLM::forward(const Tensor& inp
   h = h + position_embeddings->forward(arange(T, {kInt64, input_ids.device()}));
   h = dropout(embeddings_LayerNorm->forward(h), config.hidden_dropout_prob, is_training(), &rng->replicated);
   const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
-  for (const auto& layer : *layers) h = layer->forward(h, mask);
+  // As BertModel's encoder: each layer as memory_plan says (Note [Tensor-parallel block memory]).
+  size_t index = 0;
+  for (const auto& layer : *layers)
+    h = nn::run_block(
+        memory_plan, index++, [layer, mask](const Tensor& x) { return layer->forward(x, mask); }, h);
   const Tensor t = transform_LayerNorm->forward(gelu(transform_dense->forward(h)));
   // The decoder is column-parallel over the vocabulary, its weight the word-embedding shard.
   TensorParallelMlmOutput out;

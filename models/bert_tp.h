@@ -20,12 +20,15 @@
 // outputs; training mode only), Megatron-style from the model's TensorParallelRng: the
 // replicated stream on the replicated activations, each rank's split stream on its heads'
 // attention probabilities (Note [Tensor-parallel dropout] in parallel/tensor_parallel.cpp).
-// Limitation: no checkpoint_blocks.
+// Each encoder layer runs as memory_plan says, as BertModel's: checkpoint_blocks and
+// checkpoint_policy, or a plan from nn::BlockPlanner, the same on every rank (Note
+// [Tensor-parallel block memory] in models/tp_util.h).
 #include <map>
 #include <memory>
 #include <string>
 
 #include "models/bert.h"
+#include "nn/block_memory.h"
 #include "parallel/tensor_parallel.h"
 
 namespace frugal::models {
@@ -89,6 +92,12 @@ class TensorParallelBertForMaskedLM : public nn::Module {
   std::shared_ptr<nn::LayerNorm> transform_LayerNorm;               // "cls.predictions.transform.LayerNorm"
   Tensor decoder_bias;                                              // "cls.predictions.bias", (vocab / size)
   const BertConfig config;
+  /// What each encoder layer keeps for backward (Note [Block memory plan]); starts as
+  /// config.checkpoint_blocks and checkpoint_policy say. nn::BlockPlanner sets it; every
+  /// rank must hold the same plan (parallel::agree_on_plan): a checkpointed layer issues its
+  /// collectives again in backward (Note [Tensor-parallel block memory]).
+  nn::BlockMemoryPlan memory_plan;
+  int64_t num_blocks() const { return static_cast<int64_t>(layers->size()); }
   /// The dropout streams of this rank (reseed with rng->replicated / split.manual_seed).
   const parallel::RngPtr rng;
 

@@ -3,6 +3,25 @@
 // state-dict tensor is laid out across the ranks, cutting a rank's shard out of a full
 // tensor, putting the full tensor back together from the shards, and strict loading of a
 // full (single-process) state dict.
+//
+// Note [Tensor-parallel block memory]
+// The tensor-parallel BERT and ViT run each encoder layer through nn::run_block, as the
+// plain models do (Note [Block memory plan]), so checkpoint_blocks, checkpoint_policy and a
+// memory_plan that nn::BlockPlanner chose all apply to them. What a replayed layer needs:
+//  - Its dropout masks again. A layer draws from its TensorParallelRng's streams, not the
+//    default generator; a checkpoint notes every generator its function drew from, rewinds
+//    each for the replay and puts it back after (Note [Draws under a record] in
+//    tensor/random.h), so the replay draws the forward's masks and the streams go on as in
+//    a run without checkpoints: same losses, gradients and weights, bit for bit.
+//  - Its collectives paired. A Checkpoint or Selective layer (and the checkpoint-* choices)
+//    issues its forward all-reduces again in backward, between the backward all-reduces of
+//    the layers after it. Each rank's engine runs the same graph in the same order (Note
+//    [Engine order] in autograd/engine.cpp), so the ranks replay the same layers in the same
+//    order and their collectives pair up, provided every rank runs the same plan: agree on
+//    one with parallel::agree_on_plan. Recompute, Offload and Compress replay no collective.
+//  - Nothing that differs per rank from the host. A layer reads no device value on the host
+//    and branches only on the model's training mode; the attention mask is made before the
+//    layers and captured by each layer's closure.
 #include <functional>
 #include <map>
 #include <string>

@@ -95,10 +95,9 @@ Tensor TensorParallelEncoderBlock::forward(const Tensor& input) {
   // Dropout as EncoderBlock's: this rank's heads and MLP columns from its split stream, the
   // replicated outputs (after the all-reduce) from the replicated one.
   const bool train = is_training();
-  const Tensor ctx = dropout.attention_over_heads(nn::split_heads(qkv[0], heads_per_rank),
-                                                  nn::split_heads(qkv[1], heads_per_rank),
-                                                  nn::split_heads(qkv[2], heads_per_rank), Tensor(),
-                                                  1.0 / std::sqrt(double(head_dim)), train);
+  const Tensor ctx = dropout.attention_over_heads(
+      nn::split_heads(qkv[0], heads_per_rank), nn::split_heads(qkv[1], heads_per_rank),
+      nn::split_heads(qkv[2], heads_per_rank), Tensor(), 1.0 / std::sqrt(double(head_dim)), train);
   const Tensor merged = nn::merge_heads(ctx);
   const Tensor x = dropout.replicated(out_proj->forward(merged), train) + input;
   const Tensor a = dropout.split(gelu(mlp_0->forward((*ln_2)(x))), train);  // mlp.2
@@ -109,7 +108,10 @@ Tensor TensorParallelEncoderBlock::forward(const Tensor& input) {
 
 TensorParallelVisionTransformer::TensorParallelVisionTransformer(const ViTConfig& c, CommPtr comm, uint64_t seed,
                                                                  uint64_t dropout_seed)
-    : config(c), rng(std::make_shared<parallel::TensorParallelRng>(dropout_seed, comm)), comm_(std::move(comm)) {
+    : config(c),
+      memory_plan(nn::BlockMemoryPlan::from_checkpoint(c.checkpoint_blocks, c.checkpoint_policy)),
+      rng(std::make_shared<parallel::TensorParallelRng>(dropout_seed, comm)),
+      comm_(std::move(comm)) {
   const int p = tp_size(comm_);
   FRUGAL_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0, kModel, ": image_size (",
                c.image_size, ") must be a positive multiple of patch_size (", c.patch_size, ")");
@@ -120,7 +122,6 @@ TensorParallelVisionTransformer::TensorParallelVisionTransformer(const ViTConfig
   FRUGAL_CHECK(c.dropout >= 0.0 && c.dropout < 1.0 && c.attention_dropout >= 0.0 && c.attention_dropout < 1.0, kModel,
                ": dropout and attention_dropout must be in [0, 1), got dropout = ", c.dropout,
                " and attention_dropout = ", c.attention_dropout);
-  FRUGAL_CHECK(!c.checkpoint_blocks, kModel, ": checkpoint_blocks is not supported");
   Generator gen(seed);  // the same on every rank: replicated tensors get the same values
   const int64_t patches = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
 
@@ -172,7 +173,12 @@ Tensor TensorParallelVisionTransformer::forward(const Tensor& x) {
   // As VisionTransformer::forward: patches, class token, position embedding, blocks, head.
   Tensor h = (*conv_proj)(x).flatten(2).transpose(1, 2);
   h = dropout(cat({class_token.expand({N, -1, -1}), h}, 1) + pos_embedding, c.dropout, is_training(), &rng->replicated);
-  for (const auto& block : blocks) h = (*block)(h);
+  // As VisionTransformer's: each block as memory_plan says (Note [Tensor-parallel block memory]).
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::shared_ptr<TensorParallelEncoderBlock> block = blocks[i];  // owned by the closure: backward may replay it
+    h = nn::run_block(
+        memory_plan, i, [block](const Tensor& in) { return (*block)(in); }, h);
+  }
   h = (*encoder_ln)(h);
   return (*head)(h.select(1, 0));
 }

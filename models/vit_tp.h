@@ -21,13 +21,17 @@
 // Megatron-style from the model's TensorParallelRng: the replicated stream on the
 // replicated activations, each rank's split stream on its heads' attention probabilities
 // and its columns of the MLP activation (Note [Tensor-parallel dropout] in
-// parallel/tensor_parallel.cpp). Limitation: no checkpoint_blocks.
+// parallel/tensor_parallel.cpp). Each encoder block runs as memory_plan says, as
+// VisionTransformer's: checkpoint_blocks and checkpoint_policy, or a plan from
+// nn::BlockPlanner, the same on every rank (Note [Tensor-parallel block memory] in
+// models/tp_util.h).
 #include <map>
 #include <memory>
 #include <string>
 
 #include "models/tp_util.h"
 #include "models/vit.h"
+#include "nn/block_memory.h"
 #include "parallel/tensor_parallel.h"
 
 namespace frugal::models {
@@ -85,6 +89,12 @@ class TensorParallelVisionTransformer : public nn::UnaryModule {
   std::shared_ptr<nn::LayerNorm> encoder_ln;                        // "encoder.ln"
   std::shared_ptr<nn::Linear> head;                                 // "heads.head"
   const ViTConfig config;
+  /// What each encoder block keeps for backward (Note [Block memory plan]); starts as
+  /// config.checkpoint_blocks and checkpoint_policy say. nn::BlockPlanner sets it; every
+  /// rank must hold the same plan (parallel::agree_on_plan): a checkpointed block issues its
+  /// collectives again in backward (Note [Tensor-parallel block memory]).
+  nn::BlockMemoryPlan memory_plan;
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks.size()); }
   /// The dropout streams of this rank (reseed with rng->replicated / split.manual_seed).
   const parallel::RngPtr rng;
 

@@ -2,7 +2,10 @@
 // ranks, against models::BertForMaskedLM in one process: with the reference's weights
 // loaded (from its state dict or a safetensors file), the gathered logits, the loss and
 // the full gradients gathered from the shards equal the reference's (f32, 1e-5
-// relative); keys are Hugging Face's; split tensors hold 1 / size of the elements.
+// relative); keys are Hugging Face's; split tensors hold 1 / size of the elements. Each
+// layer run as memory_plan says (Note [Tensor-parallel block memory]): checkpoint_blocks
+// with dropout trains bit for bit as without it at 1, 2 and 4 ranks, equals the reference
+// without dropout, and every lossless BlockMemory gives the plain run's gradients.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,7 +17,11 @@
 #include "autograd/ops/all.h"
 #include "models/bert.h"
 #include "models/bert_tp.h"
+#include "nn/block_memory.h"
+#include "nn/block_planner.h"
 #include "nn/safetensors.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "parallel/thread_communicator.h"
 #include "tensor/factory.h"
 #include "tests/cpu/parallel_test_util.h"
@@ -25,7 +32,51 @@ using namespace frugal::testing;
 using parallel::CommPtr;
 using parallel::run_ranks;
 
-namespace {}  // namespace
+namespace {
+
+/// small_bert() with hidden and attention dropout 0.1, each layer checkpointed (with
+/// `policy`) when `checkpointed`.
+models::BertConfig dropout_bert(bool checkpointed, autograd::CheckpointPolicy policy) {
+  models::BertConfig c = small_bert();
+  c.hidden_dropout_prob = 0.1;
+  c.attention_probs_dropout_prob = 0.1;
+  c.checkpoint_blocks = checkpointed;
+  c.checkpoint_policy = policy;
+  return c;
+}
+
+/// Three training steps of `tp` on bert_batch() (two SGD, then AdamW): each step's loss and
+/// local gradients, the local weights after the last step, and how far each dropout stream
+/// has advanced.
+Results train_steps(models::TensorParallelBertForMaskedLM& tp) {
+  const BertBatch b = bert_batch();
+  Results out;
+  tp.train();
+  optim::SGD sgd(tp.parameters(), {.lr = 0.1});
+  optim::AdamW adamw(tp.parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    const std::string s = std::to_string(step);
+    const Tensor loss = tp.forward(b.ids, b.mask, b.types, b.labels).loss;
+    loss.backward();
+    out["loss " + s] = loss.detach();
+    for (const auto& [k, t] : tp.named_parameters()) out["grad " + s + " " + k] = t.grad().clone();
+    if (step < 2) sgd.step();
+    else adamw.step();
+    tp.zero_grad();
+  }
+  for (const auto& [k, t] : tp.named_parameters()) out["weight " + k] = t.detach().clone();
+  out["replicated offset"] = from_vector<int64_t>({int64_t(tp.rng->replicated.offset())}, {1});
+  out["split offset"] = from_vector<int64_t>({int64_t(tp.rng->split.offset())}, {1});
+  return out;
+}
+
+std::map<std::string, Tensor> reference_state() {
+  std::map<std::string, Tensor> full;
+  for (const auto& [k, t] : bert_reference_model()->state_dict()) full[k] = t.detach();
+  return full;
+}
+
+}  // namespace
 
 TEST_CASE("tensor-parallel BERT: logits, loss and gradients equal BertForMaskedLM's at 2 and 4 ranks") {
   auto ref = bert_reference_model();
@@ -138,4 +189,129 @@ TEST_CASE("tensor-parallel BERT: init is replicated where it must be, and bad co
     CHECK_THROWS_WITH_AS(models::load_full_state_dict(tp, state),
                          doctest::Contains("'bert.embeddings.position_embeddings.weight' (float32[8, 64]"), Error);
   });
+}
+
+TEST_CASE("tensor-parallel BERT: checkpoint_blocks with dropout trains bit for bit as without it at 1, 2 and 4 ranks") {
+  // Dropout inside a checkpointed layer draws from the model's TensorParallelRng; the replay
+  // rewinds those streams (Note [Draws under a record]) and its all-reduces pair up on every
+  // rank (Note [Tensor-parallel block memory]).
+  const std::map<std::string, Tensor> full = reference_state();
+  struct Variant {
+    const char* name;
+    bool checkpointed;
+    autograd::CheckpointPolicy policy;
+    nn::BlockMemory choice;
+  };
+  const Variant variants[] = {{"plain", false, autograd::CheckpointPolicy::Full, nn::BlockMemory::Keep},
+                              {"checkpoint", true, autograd::CheckpointPolicy::Full, nn::BlockMemory::Checkpoint},
+                              {"selective", true, autograd::CheckpointPolicy::Selective, nn::BlockMemory::Selective}};
+  for (int p : {1, 2, 4}) {
+    CAPTURE(p);
+    std::map<std::string, PerRank<Results>> got;
+    for (const Variant& v : variants) {
+      PerRank<Results> ranks(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        models::TensorParallelBertForMaskedLM tp(dropout_bert(v.checkpointed, v.policy), comm, /*seed=*/3);
+        CHECK(tp.memory_plan.at(1) == v.choice);
+        models::load_full_state_dict(tp, full);
+        ranks[size_t(comm->rank())] = train_steps(tp);
+      });
+      got[v.name] = std::move(ranks);
+    }
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      const Results& plain = got.at("plain")[size_t(r)];
+      CHECK(plain.at("replicated offset").item<int64_t>() > 0);  // dropout acted, in both streams
+      CHECK(plain.at("split offset").item<int64_t>() > 0);
+      CHECK(values_of(plain.at("loss 1")) != values_of(plain.at("loss 0")));  // the steps changed the weights
+      for (const char* name : {"checkpoint", "selective"}) {
+        CAPTURE(name);
+        const Results& ckpt = got.at(name)[size_t(r)];
+        REQUIRE(ckpt.size() == plain.size());
+        for (const auto& [k, t] : plain) CHECK_MESSAGE(values_of(ckpt.at(k)) == values_of(t), k);
+      }
+    }
+  }
+}
+
+TEST_CASE("tensor-parallel BERT: with checkpoint_blocks, loss and gradients equal BertForMaskedLM's at 2 and 4 ranks") {
+  auto ref = bert_reference_model();
+  const BertBatch b = bert_batch();
+  const Tensor want = ref->forward(b.ids, b.mask, b.types, b.labels).loss;
+  want.backward();
+  std::map<std::string, Tensor> full, ref_grads;
+  for (const auto& [k, t] : ref->state_dict()) full[k] = t.detach();
+  for (const auto& [k, t] : ref->named_parameters()) ref_grads[k] = t.grad();
+  for (autograd::CheckpointPolicy policy : {autograd::CheckpointPolicy::Full, autograd::CheckpointPolicy::Selective}) {
+    for (int p : {2, 4}) {
+      CAPTURE(autograd::to_string(policy));
+      CAPTURE(p);
+      PerRank<Results> got(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        models::BertConfig c = small_bert();
+        c.checkpoint_blocks = true;
+        c.checkpoint_policy = policy;
+        models::TensorParallelBertForMaskedLM tp(c, comm, /*seed=*/3);
+        models::load_full_state_dict(tp, full);
+        const Tensor loss = tp.forward(b.ids, b.mask, b.types, b.labels).loss;
+        loss.backward();
+        Results& out = got[size_t(comm->rank())];
+        out["loss"] = loss.detach();
+        for (const auto& [k, t] : tp.named_parameters()) out[k] = tp.gather_full(k, t.grad());
+      });
+      for (const Results& out : got) {
+        check_equiv(out.at("loss"), want.detach(), "loss");
+        for (const auto& [k, t] : ref->named_parameters()) {
+          REQUIRE_MESSAGE(out.count(k), k);
+          if (const std::string q = bert_zero_grad_scale_key(k); !q.empty()) {  // ~0 in exact arithmetic
+            CHECK(max_abs(out.at(k)) < 1e-6 * max_abs(ref_grads.at(q)));
+            continue;
+          }
+          check_equiv(out.at(k), t.grad(), k + ".grad");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tensor-parallel BERT: every lossless memory_plan choice gives the plain run's loss and gradients") {
+  // recompute and offload replay no collective; the checkpoint-* choices do, as checkpoint.
+  const std::map<std::string, Tensor> full = reference_state();
+  const int p = 2;
+  auto step = [&](const nn::BlockMemoryPlan& plan) {
+    PerRank<Results> got(p);
+    run_ranks(p, [&](const CommPtr& comm) {
+      models::TensorParallelBertForMaskedLM tp(dropout_bert(false, autograd::CheckpointPolicy::Full), comm, 3);
+      models::load_full_state_dict(tp, full);
+      tp.memory_plan = plan;
+      const BertBatch b = bert_batch();
+      const Tensor loss = tp.forward(b.ids, b.mask, b.types, b.labels).loss;
+      loss.backward();
+      Results& out = got[size_t(comm->rank())];
+      out["loss"] = loss.detach();
+      for (const auto& [k, t] : tp.named_parameters()) out[k] = t.grad();
+    });
+    return got;
+  };
+  const PerRank<Results> want = step(nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep));
+  std::vector<nn::BlockMemoryPlan> plans;
+  for (nn::BlockMemory choice : nn::BlockPlanner::lossless()) plans.push_back(nn::BlockMemoryPlan::uniform(choice));
+  plans.push_back({{nn::BlockMemory::CheckpointOffload, nn::BlockMemory::Selective}});  // a mixed plan
+  for (const nn::BlockMemoryPlan& plan : plans) {
+    const std::string choices = std::string(nn::to_string(plan.at(0))) + "," + nn::to_string(plan.at(1));
+    CAPTURE(choices);
+    const PerRank<Results> got = step(plan);
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      const Results &out = got[size_t(r)], &plain = want[size_t(r)];
+      CHECK(values_of(out.at("loss")) == values_of(plain.at("loss")));  // the forward is the plain one
+      for (const auto& [k, t] : plain) {
+        if (const std::string q = bert_zero_grad_scale_key(k); !q.empty()) {  // ~0 in exact arithmetic
+          CHECK(max_abs(out.at(k)) < 1e-6 * max_abs(plain.at(q)));
+          continue;
+        }
+        check_equiv(out.at(k), t, k);
+      }
+    }
+  }
 }

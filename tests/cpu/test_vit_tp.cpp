@@ -3,7 +3,10 @@
 // loaded (from its state dict or a safetensors file), the logits, the loss and the full
 // gradients gathered from the shards equal the reference's (f32, 1e-5 relative); keys are
 // torchvision's; split tensors hold 1 / size of the elements, in_proj's shard being this
-// rank's rows of each of q, k and v.
+// rank's rows of each of q, k and v. Each block run as memory_plan says (Note
+// [Tensor-parallel block memory]): checkpoint_blocks with dropout trains bit for bit as
+// without it at 1, 2 and 4 ranks, equals the reference without dropout, and every lossless
+// BlockMemory gives the plain run's gradients.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -13,7 +16,11 @@
 #include "autograd/ops/all.h"
 #include "models/vit.h"
 #include "models/vit_tp.h"
+#include "nn/block_memory.h"
+#include "nn/block_planner.h"
 #include "nn/safetensors.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "parallel/thread_communicator.h"
 #include "tensor/factory.h"
 #include "tests/cpu/parallel_test_util.h"
@@ -29,6 +36,51 @@ namespace {
 bool is_split_key(const std::string& k) {
   return k.find("in_proj") != std::string::npos || k.find("out_proj.weight") != std::string::npos ||
          k.find("mlp.0.") != std::string::npos || k.find("mlp.3.weight") != std::string::npos;
+}
+
+/// small_vit() with dropout and attention dropout 0.1, each block checkpointed (with
+/// `policy`) when `checkpointed`.
+models::ViTConfig dropout_vit(bool checkpointed, autograd::CheckpointPolicy policy) {
+  models::ViTConfig c = small_vit();
+  c.dropout = 0.1;
+  c.attention_dropout = 0.1;
+  c.checkpoint_blocks = checkpointed;
+  c.checkpoint_policy = policy;
+  return c;
+}
+
+/// The batch the checkpoint tests train on: three images (the same on every call) and labels.
+Tensor train_images() { return random_tensor({3, 3, 16, 16}, kFloat32, 50); }
+Tensor train_labels() { return from_vector<int64_t>({7, 0, 3}, {3}); }
+
+/// Three training steps of `tp` on train_images() (two SGD, then AdamW): each step's loss
+/// and local gradients, the local weights after the last step, and how far each dropout
+/// stream has advanced.
+Results train_steps(models::TensorParallelVisionTransformer& tp) {
+  Results out;
+  tp.train();
+  optim::SGD sgd(tp.parameters(), {.lr = 0.1});
+  optim::AdamW adamw(tp.parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    const std::string s = std::to_string(step);
+    const Tensor loss = cross_entropy(tp.forward(train_images()), train_labels());
+    loss.backward();
+    out["loss " + s] = loss.detach();
+    for (const auto& [k, t] : tp.named_parameters()) out["grad " + s + " " + k] = t.grad().clone();
+    if (step < 2) sgd.step();
+    else adamw.step();
+    tp.zero_grad();
+  }
+  for (const auto& [k, t] : tp.named_parameters()) out["weight " + k] = t.detach().clone();
+  out["replicated offset"] = from_vector<int64_t>({int64_t(tp.rng->replicated.offset())}, {1});
+  out["split offset"] = from_vector<int64_t>({int64_t(tp.rng->split.offset())}, {1});
+  return out;
+}
+
+std::map<std::string, Tensor> reference_state() {
+  std::map<std::string, Tensor> full;
+  for (const auto& [k, t] : vit_reference_model()->state_dict()) full[k] = t.detach();
+  return full;
 }
 
 }  // namespace
@@ -162,4 +214,117 @@ TEST_CASE("tensor-parallel ViT: init is replicated where it must be, and bad con
         models::load_full_state_dict(tp, state),
         doctest::Contains("'encoder.layers.encoder_layer_0.self_attention.in_proj_weight' (float32[48, 32]"), Error);
   });
+}
+
+TEST_CASE("tensor-parallel ViT: checkpoint_blocks with dropout trains bit for bit as without it at 1, 2 and 4 ranks") {
+  // Dropout inside a checkpointed block draws from the model's TensorParallelRng; the replay
+  // rewinds those streams (Note [Draws under a record]) and its all-reduces pair up on every
+  // rank (Note [Tensor-parallel block memory]).
+  const std::map<std::string, Tensor> full = reference_state();
+  struct Variant {
+    const char* name;
+    bool checkpointed;
+    autograd::CheckpointPolicy policy;
+    nn::BlockMemory choice;
+  };
+  const Variant variants[] = {{"plain", false, autograd::CheckpointPolicy::Full, nn::BlockMemory::Keep},
+                              {"checkpoint", true, autograd::CheckpointPolicy::Full, nn::BlockMemory::Checkpoint},
+                              {"selective", true, autograd::CheckpointPolicy::Selective, nn::BlockMemory::Selective}};
+  for (int p : {1, 2, 4}) {
+    CAPTURE(p);
+    std::map<std::string, PerRank<Results>> got;
+    for (const Variant& v : variants) {
+      PerRank<Results> ranks(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        models::TensorParallelVisionTransformer tp(dropout_vit(v.checkpointed, v.policy), comm, /*seed=*/3);
+        CHECK(tp.memory_plan.at(1) == v.choice);
+        models::load_full_state_dict(tp, full);
+        ranks[size_t(comm->rank())] = train_steps(tp);
+      });
+      got[v.name] = std::move(ranks);
+    }
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      const Results& plain = got.at("plain")[size_t(r)];
+      CHECK(plain.at("replicated offset").item<int64_t>() > 0);  // dropout acted, in both streams
+      CHECK(plain.at("split offset").item<int64_t>() > 0);
+      CHECK(values_of(plain.at("loss 1")) != values_of(plain.at("loss 0")));  // the steps changed the weights
+      for (const char* name : {"checkpoint", "selective"}) {
+        CAPTURE(name);
+        const Results& ckpt = got.at(name)[size_t(r)];
+        REQUIRE(ckpt.size() == plain.size());
+        for (const auto& [k, t] : plain) CHECK_MESSAGE(values_of(ckpt.at(k)) == values_of(t), k);
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "tensor-parallel ViT: with checkpoint_blocks, loss and gradients equal VisionTransformer's at 2 and 4 ranks") {
+  auto ref = vit_reference_model();
+  const Tensor want = cross_entropy(ref->forward(train_images()), train_labels());
+  want.backward();
+  std::map<std::string, Tensor> full;
+  for (const auto& [k, t] : ref->state_dict()) full[k] = t.detach();
+  for (autograd::CheckpointPolicy policy : {autograd::CheckpointPolicy::Full, autograd::CheckpointPolicy::Selective}) {
+    for (int p : {2, 4}) {
+      CAPTURE(autograd::to_string(policy));
+      CAPTURE(p);
+      PerRank<Results> got(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        models::ViTConfig c = small_vit();
+        c.checkpoint_blocks = true;
+        c.checkpoint_policy = policy;
+        models::TensorParallelVisionTransformer tp(c, comm, /*seed=*/3);
+        models::load_full_state_dict(tp, full);
+        const Tensor loss = cross_entropy(tp.forward(train_images()), train_labels());
+        loss.backward();
+        Results& out = got[size_t(comm->rank())];
+        out["loss"] = loss.detach();
+        for (const auto& [k, t] : tp.named_parameters()) out[k] = tp.gather_full(k, t.grad());
+      });
+      for (const Results& out : got) {
+        check_equiv(out.at("loss"), want.detach(), "loss");
+        for (const auto& [k, t] : ref->named_parameters()) {
+          REQUIRE_MESSAGE(out.count(k), k);
+          check_equiv(out.at(k), t.grad(), k + ".grad");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tensor-parallel ViT: every lossless memory_plan choice gives the plain run's loss and gradients") {
+  // recompute and offload replay no collective; the checkpoint-* choices do, as checkpoint.
+  const std::map<std::string, Tensor> full = reference_state();
+  const int p = 2;
+  auto step = [&](const nn::BlockMemoryPlan& plan) {
+    PerRank<Results> got(p);
+    run_ranks(p, [&](const CommPtr& comm) {
+      models::TensorParallelVisionTransformer tp(dropout_vit(false, autograd::CheckpointPolicy::Full), comm, 3);
+      models::load_full_state_dict(tp, full);
+      tp.memory_plan = plan;
+      const Tensor loss = cross_entropy(tp.forward(train_images()), train_labels());
+      loss.backward();
+      Results& out = got[size_t(comm->rank())];
+      out["loss"] = loss.detach();
+      for (const auto& [k, t] : tp.named_parameters()) out[k] = t.grad();
+    });
+    return got;
+  };
+  const PerRank<Results> want = step(nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep));
+  std::vector<nn::BlockMemoryPlan> plans;
+  for (nn::BlockMemory choice : nn::BlockPlanner::lossless()) plans.push_back(nn::BlockMemoryPlan::uniform(choice));
+  plans.push_back({{nn::BlockMemory::CheckpointOffload, nn::BlockMemory::Selective}});  // a mixed plan
+  for (const nn::BlockMemoryPlan& plan : plans) {
+    const std::string choices = std::string(nn::to_string(plan.at(0))) + "," + nn::to_string(plan.at(1));
+    CAPTURE(choices);
+    const PerRank<Results> got = step(plan);
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      const Results &out = got[size_t(r)], &plain = want[size_t(r)];
+      CHECK(values_of(out.at("loss")) == values_of(plain.at("loss")));  // the forward is the plain one
+      for (const auto& [k, t] : plain) check_equiv(out.at(k), t, k);
+    }
+  }
 }

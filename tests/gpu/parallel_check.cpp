@@ -193,13 +193,20 @@ void check_tensor_parallel_bert(const CommPtr& world) {
   for (Tensor* t : {&b.ids, &b.mask, &b.types, &b.labels}) *t = t->to(dev);
   const models::BertMlmOutput want = ref->forward(b.ids, b.mask, b.types, b.labels, {.logits = true});
   want.loss.backward();
-  models::TensorParallelBertForMaskedLM tp(testing::small_bert(), world, /*seed=*/3);
-  models::load_full_state_dict(tp, full_state);
-  const models::TensorParallelMlmOutput out = tp.forward(b.ids, b.mask, b.types, b.labels);
-  out.loss.backward();
-  check_close(tp.gather_logits(out.local_logits), want.logits, "TP BERT logits");
-  check_close(out.loss, want.loss, "TP BERT loss");
-  check_full_grads(tp, *ref, "TP BERT");
+  // Plain, then each layer checkpointed: its replay repeats the layer's all-reduces in
+  // backward (Note [Tensor-parallel block memory]).
+  for (bool checkpointed : {false, true}) {
+    const std::string tag = checkpointed ? "TP BERT checkpointed" : "TP BERT";
+    models::BertConfig c = testing::small_bert();
+    c.checkpoint_blocks = checkpointed;
+    models::TensorParallelBertForMaskedLM tp(c, world, /*seed=*/3);
+    models::load_full_state_dict(tp, full_state);
+    const models::TensorParallelMlmOutput out = tp.forward(b.ids, b.mask, b.types, b.labels);
+    out.loss.backward();
+    check_close(tp.gather_logits(out.local_logits), want.logits, tag + " logits");
+    check_close(out.loss, want.loss, tag + " loss");
+    check_full_grads(tp, *ref, tag);
+  }
 }
 
 void check_tensor_parallel_vit(const CommPtr& world) {
@@ -213,16 +220,21 @@ void check_tensor_parallel_vit(const CommPtr& world) {
   const Tensor want_logits = ref->forward(images);
   const Tensor want_loss = cross_entropy(want_logits, labels);
   want_loss.backward();
-  models::TensorParallelVisionTransformer tp(testing::small_vit(), world, /*seed=*/3);
-  models::load_full_state_dict(tp, full_state);
-  const Tensor logits = tp.forward(images);
-  const Tensor loss = cross_entropy(logits, labels);
-  loss.backward();
-  check_close(logits, want_logits, "TP ViT logits");
-  check_close(loss, want_loss, "TP ViT loss");
-  // in_proj_bias's key block is ~0 in both (softmax ignores a shift): check_close's floor
-  // of 1e-5 of the tensor's largest magnitude covers it
-  check_full_grads(tp, *ref, "TP ViT");
+  for (bool checkpointed : {false, true}) {  // as check_tensor_parallel_bert
+    const std::string tag = checkpointed ? "TP ViT checkpointed" : "TP ViT";
+    models::ViTConfig c = testing::small_vit();
+    c.checkpoint_blocks = checkpointed;
+    models::TensorParallelVisionTransformer tp(c, world, /*seed=*/3);
+    models::load_full_state_dict(tp, full_state);
+    const Tensor logits = tp.forward(images);
+    const Tensor loss = cross_entropy(logits, labels);
+    loss.backward();
+    check_close(logits, want_logits, tag + " logits");
+    check_close(loss, want_loss, tag + " loss");
+    // in_proj_bias's key block is ~0 in both (softmax ignores a shift): check_close's floor
+    // of 1e-5 of the tensor's largest magnitude covers it
+    check_full_grads(tp, *ref, tag);
+  }
 }
 
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
