@@ -11,11 +11,13 @@ import re
 import subprocess
 import sys
 
-# Declared but not differentiable: forwarded to the raw ops (bool or index results).
+# Declared but not differentiable: forwarded to the raw ops (bool or index results), or helpers.
 NOT_DIFFERENTIABLE = {
     "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",  # binary.h
     "argmax", "argmin",  # reduce.h
     "one_hot",  # index.h
+    "alias_for_history",  # inplace.h: a transform's handle on its output, not an op
+    "running_stat_to_update",  # batch_norm.h: which running statistic an op updates, not an op
 }
 # Tensor methods that are other methods' spellings, or not recorded.
 METHODS_EXEMPT = {

@@ -11,11 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "nn/activation.h"
+#include "nn/block_memory.h"
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "nn/module.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "parallel/communicator.h"
+#include "parallel/thread_communicator.h"
 #include "tensor/random.h"
 #include "tests/test_util.h"
 
@@ -90,6 +95,74 @@ using PerRank = std::vector<T>;
 
 /// A rank's named results, compared after the ranks have joined.
 using Results = std::map<std::string, Tensor>;
+
+/// Three training steps of a tensor-parallel model `tp` (two SGD, then AdamW), loss() giving
+/// each step's loss: the losses and local gradients of each step, the local weights after the
+/// last, and how far each of tp.rng's dropout streams has advanced.
+template <typename Model, typename Loss>
+Results train_tp_steps(Model& tp, const Loss& loss_of_step) {
+  Results out;
+  tp.train();
+  optim::SGD sgd(tp.parameters(), {.lr = 0.1});
+  optim::AdamW adamw(tp.parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    const std::string s = std::to_string(step);
+    const Tensor loss = loss_of_step();
+    loss.backward();
+    out["loss " + s] = loss.detach();
+    for (const auto& [k, t] : tp.named_parameters()) out["grad " + s + " " + k] = t.grad().clone();
+    if (step < 2) sgd.step();
+    else adamw.step();
+    tp.zero_grad();
+  }
+  for (const auto& [k, t] : tp.named_parameters()) out["weight " + k] = t.detach().clone();
+  out["replicated offset"] = from_vector<int64_t>({int64_t(tp.rng->replicated.offset())}, {1});
+  out["split offset"] = from_vector<int64_t>({int64_t(tp.rng->split.offset())}, {1});
+  return out;
+}
+
+/// The tensor-parallel models' checkpoint check: at 1, 2 and 4 thread ranks, trains each rank
+/// plainly, with every block checkpointed and with every block selective, and requires the
+/// checkpointed runs to equal the plain one bit for bit on every rank.
+/// train_rank(checkpointed, policy, expected block choice, comm) builds the rank's model with
+/// the reference weights, checks its plan's choice and returns its results, which hold
+/// "replicated offset" and "split offset" (its dropout streams) and "loss 0", "loss 1".
+template <typename TrainRank>
+void check_checkpointed_like_plain(const TrainRank& train_rank) {
+  struct Variant {
+    const char* name;
+    bool checkpointed;
+    autograd::CheckpointPolicy policy;
+    nn::BlockMemory choice;
+  };
+  const Variant variants[] = {{"plain", false, autograd::CheckpointPolicy::Full, nn::BlockMemory::Keep},
+                              {"checkpoint", true, autograd::CheckpointPolicy::Full, nn::BlockMemory::Checkpoint},
+                              {"selective", true, autograd::CheckpointPolicy::Selective, nn::BlockMemory::Selective}};
+  for (int p : {1, 2, 4}) {
+    CAPTURE(p);
+    std::map<std::string, PerRank<Results>> got;
+    for (const Variant& v : variants) {
+      PerRank<Results> ranks(static_cast<size_t>(p));
+      parallel::run_ranks(p, [&](const std::shared_ptr<parallel::Communicator>& comm) {
+        ranks[size_t(comm->rank())] = train_rank(v.checkpointed, v.policy, v.choice, comm);
+      });
+      got[v.name] = std::move(ranks);
+    }
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      const Results& plain = got.at("plain")[size_t(r)];
+      CHECK(plain.at("replicated offset").item<int64_t>() > 0);  // dropout acted, in both streams
+      CHECK(plain.at("split offset").item<int64_t>() > 0);
+      CHECK(values_of(plain.at("loss 1")) != values_of(plain.at("loss 0")));  // the steps changed the weights
+      for (const char* name : {"checkpoint", "selective"}) {
+        CAPTURE(name);
+        const Results& ckpt = got.at(name)[size_t(r)];
+        REQUIRE(ckpt.size() == plain.size());
+        for (const auto& [k, t] : plain) CHECK_MESSAGE(values_of(ckpt.at(k)) == values_of(t), k);
+      }
+    }
+  }
+}
 
 /// A communicator that hands every call to `inner`: tests derive from it to count or log the
 /// calls they care about, overriding those alone.

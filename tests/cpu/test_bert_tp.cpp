@@ -45,29 +45,10 @@ models::BertConfig dropout_bert(bool checkpointed, autograd::CheckpointPolicy po
   return c;
 }
 
-/// Three training steps of `tp` on bert_batch() (two SGD, then AdamW): each step's loss and
-/// local gradients, the local weights after the last step, and how far each dropout stream
-/// has advanced.
+/// train_tp_steps (parallel_test_util.h) on bert_batch().
 Results train_steps(models::TensorParallelBertForMaskedLM& tp) {
   const BertBatch b = bert_batch();
-  Results out;
-  tp.train();
-  optim::SGD sgd(tp.parameters(), {.lr = 0.1});
-  optim::AdamW adamw(tp.parameters(), {.lr = 1e-2});
-  for (int step = 0; step < 3; ++step) {
-    const std::string s = std::to_string(step);
-    const Tensor loss = tp.forward(b.ids, b.mask, b.types, b.labels).loss;
-    loss.backward();
-    out["loss " + s] = loss.detach();
-    for (const auto& [k, t] : tp.named_parameters()) out["grad " + s + " " + k] = t.grad().clone();
-    if (step < 2) sgd.step();
-    else adamw.step();
-    tp.zero_grad();
-  }
-  for (const auto& [k, t] : tp.named_parameters()) out["weight " + k] = t.detach().clone();
-  out["replicated offset"] = from_vector<int64_t>({int64_t(tp.rng->replicated.offset())}, {1});
-  out["split offset"] = from_vector<int64_t>({int64_t(tp.rng->split.offset())}, {1});
-  return out;
+  return train_tp_steps(tp, [&] { return tp.forward(b.ids, b.mask, b.types, b.labels).loss; });
 }
 
 std::map<std::string, Tensor> reference_state() {
@@ -196,42 +177,13 @@ TEST_CASE("tensor-parallel BERT: checkpoint_blocks with dropout trains bit for b
   // rewinds those streams (Note [Draws under a record]) and its all-reduces pair up on every
   // rank (Note [Tensor-parallel block memory]).
   const std::map<std::string, Tensor> full = reference_state();
-  struct Variant {
-    const char* name;
-    bool checkpointed;
-    autograd::CheckpointPolicy policy;
-    nn::BlockMemory choice;
-  };
-  const Variant variants[] = {{"plain", false, autograd::CheckpointPolicy::Full, nn::BlockMemory::Keep},
-                              {"checkpoint", true, autograd::CheckpointPolicy::Full, nn::BlockMemory::Checkpoint},
-                              {"selective", true, autograd::CheckpointPolicy::Selective, nn::BlockMemory::Selective}};
-  for (int p : {1, 2, 4}) {
-    CAPTURE(p);
-    std::map<std::string, PerRank<Results>> got;
-    for (const Variant& v : variants) {
-      PerRank<Results> ranks(static_cast<size_t>(p));
-      run_ranks(p, [&](const CommPtr& comm) {
-        models::TensorParallelBertForMaskedLM tp(dropout_bert(v.checkpointed, v.policy), comm, /*seed=*/3);
-        CHECK(tp.memory_plan.at(1) == v.choice);
+  check_checkpointed_like_plain(
+      [&](bool checkpointed, autograd::CheckpointPolicy policy, nn::BlockMemory choice, const CommPtr& comm) {
+        models::TensorParallelBertForMaskedLM tp(dropout_bert(checkpointed, policy), comm, /*seed=*/3);
+        CHECK(tp.memory_plan.at(1) == choice);
         models::load_full_state_dict(tp, full);
-        ranks[size_t(comm->rank())] = train_steps(tp);
+        return train_steps(tp);
       });
-      got[v.name] = std::move(ranks);
-    }
-    for (int r = 0; r < p; ++r) {
-      CAPTURE(r);
-      const Results& plain = got.at("plain")[size_t(r)];
-      CHECK(plain.at("replicated offset").item<int64_t>() > 0);  // dropout acted, in both streams
-      CHECK(plain.at("split offset").item<int64_t>() > 0);
-      CHECK(values_of(plain.at("loss 1")) != values_of(plain.at("loss 0")));  // the steps changed the weights
-      for (const char* name : {"checkpoint", "selective"}) {
-        CAPTURE(name);
-        const Results& ckpt = got.at(name)[size_t(r)];
-        REQUIRE(ckpt.size() == plain.size());
-        for (const auto& [k, t] : plain) CHECK_MESSAGE(values_of(ckpt.at(k)) == values_of(t), k);
-      }
-    }
-  }
 }
 
 TEST_CASE("tensor-parallel BERT: with checkpoint_blocks, loss and gradients equal BertForMaskedLM's at 2 and 4 ranks") {

@@ -53,28 +53,9 @@ models::ViTConfig dropout_vit(bool checkpointed, autograd::CheckpointPolicy poli
 Tensor train_images() { return random_tensor({3, 3, 16, 16}, kFloat32, 50); }
 Tensor train_labels() { return from_vector<int64_t>({7, 0, 3}, {3}); }
 
-/// Three training steps of `tp` on train_images() (two SGD, then AdamW): each step's loss
-/// and local gradients, the local weights after the last step, and how far each dropout
-/// stream has advanced.
+/// train_tp_steps (parallel_test_util.h) on train_images().
 Results train_steps(models::TensorParallelVisionTransformer& tp) {
-  Results out;
-  tp.train();
-  optim::SGD sgd(tp.parameters(), {.lr = 0.1});
-  optim::AdamW adamw(tp.parameters(), {.lr = 1e-2});
-  for (int step = 0; step < 3; ++step) {
-    const std::string s = std::to_string(step);
-    const Tensor loss = cross_entropy(tp.forward(train_images()), train_labels());
-    loss.backward();
-    out["loss " + s] = loss.detach();
-    for (const auto& [k, t] : tp.named_parameters()) out["grad " + s + " " + k] = t.grad().clone();
-    if (step < 2) sgd.step();
-    else adamw.step();
-    tp.zero_grad();
-  }
-  for (const auto& [k, t] : tp.named_parameters()) out["weight " + k] = t.detach().clone();
-  out["replicated offset"] = from_vector<int64_t>({int64_t(tp.rng->replicated.offset())}, {1});
-  out["split offset"] = from_vector<int64_t>({int64_t(tp.rng->split.offset())}, {1});
-  return out;
+  return train_tp_steps(tp, [&] { return cross_entropy(tp.forward(train_images()), train_labels()); });
 }
 
 std::map<std::string, Tensor> reference_state() {
@@ -221,42 +202,13 @@ TEST_CASE("tensor-parallel ViT: checkpoint_blocks with dropout trains bit for bi
   // rewinds those streams (Note [Draws under a record]) and its all-reduces pair up on every
   // rank (Note [Tensor-parallel block memory]).
   const std::map<std::string, Tensor> full = reference_state();
-  struct Variant {
-    const char* name;
-    bool checkpointed;
-    autograd::CheckpointPolicy policy;
-    nn::BlockMemory choice;
-  };
-  const Variant variants[] = {{"plain", false, autograd::CheckpointPolicy::Full, nn::BlockMemory::Keep},
-                              {"checkpoint", true, autograd::CheckpointPolicy::Full, nn::BlockMemory::Checkpoint},
-                              {"selective", true, autograd::CheckpointPolicy::Selective, nn::BlockMemory::Selective}};
-  for (int p : {1, 2, 4}) {
-    CAPTURE(p);
-    std::map<std::string, PerRank<Results>> got;
-    for (const Variant& v : variants) {
-      PerRank<Results> ranks(static_cast<size_t>(p));
-      run_ranks(p, [&](const CommPtr& comm) {
-        models::TensorParallelVisionTransformer tp(dropout_vit(v.checkpointed, v.policy), comm, /*seed=*/3);
-        CHECK(tp.memory_plan.at(1) == v.choice);
+  check_checkpointed_like_plain(
+      [&](bool checkpointed, autograd::CheckpointPolicy policy, nn::BlockMemory choice, const CommPtr& comm) {
+        models::TensorParallelVisionTransformer tp(dropout_vit(checkpointed, policy), comm, /*seed=*/3);
+        CHECK(tp.memory_plan.at(1) == choice);
         models::load_full_state_dict(tp, full);
-        ranks[size_t(comm->rank())] = train_steps(tp);
+        return train_steps(tp);
       });
-      got[v.name] = std::move(ranks);
-    }
-    for (int r = 0; r < p; ++r) {
-      CAPTURE(r);
-      const Results& plain = got.at("plain")[size_t(r)];
-      CHECK(plain.at("replicated offset").item<int64_t>() > 0);  // dropout acted, in both streams
-      CHECK(plain.at("split offset").item<int64_t>() > 0);
-      CHECK(values_of(plain.at("loss 1")) != values_of(plain.at("loss 0")));  // the steps changed the weights
-      for (const char* name : {"checkpoint", "selective"}) {
-        CAPTURE(name);
-        const Results& ckpt = got.at(name)[size_t(r)];
-        REQUIRE(ckpt.size() == plain.size());
-        for (const auto& [k, t] : plain) CHECK_MESSAGE(values_of(ckpt.at(k)) == values_of(t), k);
-      }
-    }
-  }
 }
 
 TEST_CASE(
