@@ -14,6 +14,7 @@
 #include "autograd/checkpoint.h"
 #include "nn/activation.h"
 #include "nn/block_memory.h"
+#include "nn/block_planner.h"
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "nn/module.h"
@@ -159,6 +160,44 @@ void check_checkpointed_like_plain(const TrainRank& train_rank) {
         const Results& ckpt = got.at(name)[size_t(r)];
         REQUIRE(ckpt.size() == plain.size());
         for (const auto& [k, t] : plain) CHECK_MESSAGE(values_of(ckpt.at(k)) == values_of(t), k);
+      }
+    }
+  }
+}
+
+/// The tensor-parallel models' memory-plan check at 2 thread ranks: loss_rank(plan, comm) builds
+/// a rank's model with the reference weights and `plan`, runs forward and backward, and returns
+/// {"loss", each parameter's local gradient by name}. Every lossless choice over every block,
+/// and a mixed plan, must give the Keep plan's loss exactly and its gradients to check_equiv;
+/// a gradient zero_scale_key names (~0 in exact arithmetic) must stay below 1e-6 of that key's.
+template <typename LossRank, typename ZeroKey>
+void check_lossless_plans_like_keep(const LossRank& loss_rank, const ZeroKey& zero_scale_key) {
+  const int p = 2;
+  auto step = [&](const nn::BlockMemoryPlan& plan) {
+    PerRank<Results> got(p);
+    parallel::run_ranks(p, [&](const std::shared_ptr<parallel::Communicator>& comm) {
+      got[size_t(comm->rank())] = loss_rank(plan, comm);
+    });
+    return got;
+  };
+  const PerRank<Results> want = step(nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep));
+  std::vector<nn::BlockMemoryPlan> plans;
+  for (nn::BlockMemory choice : nn::BlockPlanner::lossless()) plans.push_back(nn::BlockMemoryPlan::uniform(choice));
+  plans.push_back({{nn::BlockMemory::CheckpointOffload, nn::BlockMemory::Selective}});  // a mixed plan
+  for (const nn::BlockMemoryPlan& plan : plans) {
+    const std::string choices = std::string(nn::to_string(plan.at(0))) + "," + nn::to_string(plan.at(1));
+    CAPTURE(choices);
+    const PerRank<Results> got = step(plan);
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      const Results &out = got[size_t(r)], &plain = want[size_t(r)];
+      CHECK(values_of(out.at("loss")) == values_of(plain.at("loss")));  // the forward is the plain one
+      for (const auto& [k, t] : plain) {
+        if (const std::string q = zero_scale_key(k); !q.empty()) {
+          CHECK(max_abs(out.at(k)) < 1e-6 * max_abs(plain.at(q)));
+          continue;
+        }
+        check_equiv(out.at(k), t, k);
       }
     }
   }

@@ -229,41 +229,17 @@ TEST_CASE("tensor-parallel BERT: with checkpoint_blocks, loss and gradients equa
 TEST_CASE("tensor-parallel BERT: every lossless memory_plan choice gives the plain run's loss and gradients") {
   // recompute and offload replay no collective; the checkpoint-* choices do, as checkpoint.
   const std::map<std::string, Tensor> full = reference_state();
-  const int p = 2;
-  auto step = [&](const nn::BlockMemoryPlan& plan) {
-    PerRank<Results> got(p);
-    run_ranks(p, [&](const CommPtr& comm) {
-      models::TensorParallelBertForMaskedLM tp(dropout_bert(false, autograd::CheckpointPolicy::Full), comm, 3);
-      models::load_full_state_dict(tp, full);
-      tp.memory_plan = plan;
-      const BertBatch b = bert_batch();
-      const Tensor loss = tp.forward(b.ids, b.mask, b.types, b.labels).loss;
-      loss.backward();
-      Results& out = got[size_t(comm->rank())];
-      out["loss"] = loss.detach();
-      for (const auto& [k, t] : tp.named_parameters()) out[k] = t.grad();
-    });
-    return got;
-  };
-  const PerRank<Results> want = step(nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep));
-  std::vector<nn::BlockMemoryPlan> plans;
-  for (nn::BlockMemory choice : nn::BlockPlanner::lossless()) plans.push_back(nn::BlockMemoryPlan::uniform(choice));
-  plans.push_back({{nn::BlockMemory::CheckpointOffload, nn::BlockMemory::Selective}});  // a mixed plan
-  for (const nn::BlockMemoryPlan& plan : plans) {
-    const std::string choices = std::string(nn::to_string(plan.at(0))) + "," + nn::to_string(plan.at(1));
-    CAPTURE(choices);
-    const PerRank<Results> got = step(plan);
-    for (int r = 0; r < p; ++r) {
-      CAPTURE(r);
-      const Results &out = got[size_t(r)], &plain = want[size_t(r)];
-      CHECK(values_of(out.at("loss")) == values_of(plain.at("loss")));  // the forward is the plain one
-      for (const auto& [k, t] : plain) {
-        if (const std::string q = bert_zero_grad_scale_key(k); !q.empty()) {  // ~0 in exact arithmetic
-          CHECK(max_abs(out.at(k)) < 1e-6 * max_abs(plain.at(q)));
-          continue;
-        }
-        check_equiv(out.at(k), t, k);
-      }
-    }
-  }
+  check_lossless_plans_like_keep(
+      [&](const nn::BlockMemoryPlan& plan, const CommPtr& comm) {
+        models::TensorParallelBertForMaskedLM tp(dropout_bert(false, autograd::CheckpointPolicy::Full), comm, 3);
+        models::load_full_state_dict(tp, full);
+        tp.memory_plan = plan;
+        const BertBatch b = bert_batch();
+        const Tensor loss = tp.forward(b.ids, b.mask, b.types, b.labels).loss;
+        loss.backward();
+        Results out{{"loss", loss.detach()}};
+        for (const auto& [k, t] : tp.named_parameters()) out[k] = t.grad();
+        return out;
+      },
+      bert_zero_grad_scale_key);
 }

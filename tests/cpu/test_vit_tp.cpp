@@ -249,34 +249,16 @@ TEST_CASE(
 TEST_CASE("tensor-parallel ViT: every lossless memory_plan choice gives the plain run's loss and gradients") {
   // recompute and offload replay no collective; the checkpoint-* choices do, as checkpoint.
   const std::map<std::string, Tensor> full = reference_state();
-  const int p = 2;
-  auto step = [&](const nn::BlockMemoryPlan& plan) {
-    PerRank<Results> got(p);
-    run_ranks(p, [&](const CommPtr& comm) {
-      models::TensorParallelVisionTransformer tp(dropout_vit(false, autograd::CheckpointPolicy::Full), comm, 3);
-      models::load_full_state_dict(tp, full);
-      tp.memory_plan = plan;
-      const Tensor loss = cross_entropy(tp.forward(train_images()), train_labels());
-      loss.backward();
-      Results& out = got[size_t(comm->rank())];
-      out["loss"] = loss.detach();
-      for (const auto& [k, t] : tp.named_parameters()) out[k] = t.grad();
-    });
-    return got;
-  };
-  const PerRank<Results> want = step(nn::BlockMemoryPlan::uniform(nn::BlockMemory::Keep));
-  std::vector<nn::BlockMemoryPlan> plans;
-  for (nn::BlockMemory choice : nn::BlockPlanner::lossless()) plans.push_back(nn::BlockMemoryPlan::uniform(choice));
-  plans.push_back({{nn::BlockMemory::CheckpointOffload, nn::BlockMemory::Selective}});  // a mixed plan
-  for (const nn::BlockMemoryPlan& plan : plans) {
-    const std::string choices = std::string(nn::to_string(plan.at(0))) + "," + nn::to_string(plan.at(1));
-    CAPTURE(choices);
-    const PerRank<Results> got = step(plan);
-    for (int r = 0; r < p; ++r) {
-      CAPTURE(r);
-      const Results &out = got[size_t(r)], &plain = want[size_t(r)];
-      CHECK(values_of(out.at("loss")) == values_of(plain.at("loss")));  // the forward is the plain one
-      for (const auto& [k, t] : plain) check_equiv(out.at(k), t, k);
-    }
-  }
+  check_lossless_plans_like_keep(
+      [&](const nn::BlockMemoryPlan& plan, const CommPtr& comm) {
+        models::TensorParallelVisionTransformer tp(dropout_vit(false, autograd::CheckpointPolicy::Full), comm, 3);
+        models::load_full_state_dict(tp, full);
+        tp.memory_plan = plan;
+        const Tensor loss = cross_entropy(tp.forward(train_images()), train_labels());
+        loss.backward();
+        Results out{{"loss", loss.detach()}};
+        for (const auto& [k, t] : tp.named_parameters()) out[k] = t.grad();
+        return out;
+      },
+      [](const std::string&) { return std::string(); });
 }
