@@ -38,12 +38,10 @@
 // stream of the whole corpus is cut into windows of seq_len - 2 tokens framed by [CLS] ...
 // [SEP]; each batch takes windows at random offsets, so no padding is needed.
 //
-// Note [BERT masking]
-// Devlin et al.'s recipe, drawn afresh for every batch (dynamic masking, as RoBERTa): each
-// token other than [CLS]/[SEP] is selected with probability 0.15 (at least one per
-// sequence); a selected token's label is its id and its input becomes [MASK] with
-// probability 0.8, a random non-special token with 0.1, and stays itself with 0.1. Labels are
-// -100 (ignored by the loss) everywhere else.
+// Masking is data::mask_for_mlm's, drawn afresh for every batch (Note [BERT masking] in
+// nn/data/mlm_masking.h): 15% of the tokens selected, of those 80% [MASK], 10% a random
+// token, 10% unchanged, and never a special token ([PAD] [UNK] [CLS] [SEP] [MASK], whether
+// framing the window or found in the corpus), as Hugging Face's DataCollatorForLanguageModeling.
 //
 // Loading a Hugging Face checkpoint instead of training:
 //   bert_mlm --load-hf-checkpoint W.safetensors [--config-json config.json] [--device cuda]
@@ -66,8 +64,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -81,14 +79,16 @@
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
+#include "nn/data/mlm_masking.h"
+#include "nn/data/transforms.h"  // draw_below
 #include "nn/data/wordpiece.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/galore.h"
-#include "optim/offload_adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "optim/offload_adam.h"
 #include "tensor/factory.h"
 #include "train/checks.h"
 #include "train/progress.h"
@@ -100,7 +100,6 @@ namespace {
 // The special tokens' ids: those of the word-level vocab below, or a vocab.txt's.
 struct SpecialIds {
   int64_t pad = 0, unk = 1, cls = 2, sep = 3, mask = 4;
-  bool contains(int64_t id) const { return id == pad || id == unk || id == cls || id == sep || id == mask; }
 };
 constexpr int64_t kFirstWord = 5;  // the word-level vocab's first word
 
@@ -153,7 +152,7 @@ struct Tokenized {
   int64_t vocab_size = 0;
   std::vector<int64_t> ids;  // the corpus as one token stream
   SpecialIds special;
-  int64_t first_word = 0;  // masking's random replacements are drawn from [first_word, vocab_size)
+  data::MlmMasking masking;  // the vocab's size, [MASK] and special ids (Note [BERT masking])
 };
 
 Tokenized tokenize(const std::string& text, int64_t max_vocab) {
@@ -167,7 +166,7 @@ Tokenized tokenize(const std::string& text, int64_t max_vocab) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
   Tokenized t;
-  t.vocab_size = t.first_word = kFirstWord;  // after [PAD] [UNK] [CLS] [SEP] [MASK]
+  t.vocab_size = kFirstWord;  // after [PAD] [UNK] [CLS] [SEP] [MASK]
   std::unordered_map<std::string, int64_t> id_of;
   for (const auto& [w, n] : by_count) {
     if (t.vocab_size >= max_vocab) break;
@@ -180,6 +179,7 @@ Tokenized tokenize(const std::string& text, int64_t max_vocab) {
     t.ids.push_back(it == id_of.end() ? t.special.unk : it->second);
     unknown += it == id_of.end();
   }
+  t.masking = {.vocab_size = t.vocab_size, .mask_id = t.special.mask, .special_ids = {0, 1, 2, 3, 4}};
   std::printf("tokenizer: %zu tokens, vocab %lld (%lld distinct words), %.1f%% [UNK]\n", t.ids.size(),
               (long long)t.vocab_size, (long long)counts.size(),
               100.0 * double(unknown) / double(std::max<size_t>(1, t.ids.size())));
@@ -198,6 +198,7 @@ Tokenized tokenize_wordpiece(const std::string& text, const data::WordPiece& wp)
   FRUGAL_CHECK(t.vocab_size > 5, "--vocab-file ", wp.path(), " holds only ", t.vocab_size,
                " tokens: the special tokens and at least one word are needed");
   t.ids = wp.encode(text);
+  t.masking = {.vocab_size = t.vocab_size, .mask_id = t.special.mask, .special_ids = wp.special_ids()};
   const int64_t unknown = std::count(t.ids.begin(), t.ids.end(), t.special.unk);
   std::printf("tokenizer: WordPiece %s: %zu tokens, vocab %lld, %.1f%% [UNK]\n", wp.path().c_str(), t.ids.size(),
               (long long)t.vocab_size, 100.0 * double(unknown) / double(std::max<size_t>(1, t.ids.size())));
@@ -209,39 +210,16 @@ struct MlmBatch {
 };
 
 // `batch` windows at random offsets, framed by [CLS]/[SEP] and masked (Note [BERT masking]).
-MlmBatch make_batch(const Tokenized& tok, int64_t batch, int64_t seq_len, std::mt19937_64& rng, Device device) {
+MlmBatch make_batch(const Tokenized& tok, int64_t batch, int64_t seq_len, Generator& gen, Device device) {
   const std::vector<int64_t>& stream = tok.ids;
-  const SpecialIds& sp = tok.special;
   const int64_t body = seq_len - 2;
-  std::uniform_int_distribution<int64_t> offset(0, int64_t(stream.size()) - body);
-  std::uniform_int_distribution<int64_t> any_id(tok.first_word, tok.vocab_size - 1);
-  const auto random_word = [&] {  // a vocab.txt's special tokens need not come first (bert-base: 0, 100-103)
-    int64_t id;
-    do id = any_id(rng);
-    while (sp.contains(id));
-    return id;
-  };
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::vector<int64_t> inputs(batch * seq_len), labels(batch * seq_len, -100);
+  std::vector<int64_t> inputs(batch * seq_len), labels(batch * seq_len);
   for (int64_t b = 0; b < batch; ++b) {
-    int64_t* in = &inputs[b * seq_len];
-    int64_t* lab = &labels[b * seq_len];
-    const int64_t start = offset(rng);
-    in[0] = sp.cls, in[seq_len - 1] = sp.sep;
-    std::copy(stream.begin() + start, stream.begin() + start + body, in + 1);
-    int64_t selected = 0;
-    for (int64_t i = 1; i <= body; ++i) {
-      if (u(rng) >= 0.15) continue;
-      ++selected;
-      lab[i] = in[i];
-      const double r = u(rng);
-      if (r < 0.8) in[i] = sp.mask;
-      else if (r < 0.9) in[i] = random_word();
-    }
-    if (selected == 0) {  // every sequence predicts something
-      const int64_t i = 1 + std::uniform_int_distribution<int64_t>(0, body - 1)(rng);
-      lab[i] = in[i], in[i] = sp.mask;
-    }
+    const std::span<int64_t> in(&inputs[b * seq_len], size_t(seq_len));
+    const int64_t start = data::draw_below(gen, int64_t(stream.size()) - body + 1);
+    in[0] = tok.special.cls, in[seq_len - 1] = tok.special.sep;
+    std::copy(stream.begin() + start, stream.begin() + start + body, in.begin() + 1);
+    data::mask_for_mlm(in, std::span<int64_t>(&labels[b * seq_len], size_t(seq_len)), tok.masking, gen);
   }
   return {from_vector(inputs, {batch, seq_len}).to(device), from_vector(labels, {batch, seq_len}).to(device)};
 }
@@ -370,7 +348,7 @@ int main(int argc, char** argv) {
     config.vocab_size = tok.vocab_size;
 
     manual_seed(0);
-    std::mt19937_64 rng(0);
+    Generator gen(0);  // the batches' offsets and masks
     models::BertForMaskedLM model(config);
     model.to(device);
     std::unique_ptr<optim::Optimizer> optimizer;
@@ -408,7 +386,7 @@ int main(int argc, char** argv) {
     double first = NAN, last = NAN;
     model.train();
     for (int64_t step = 1; step <= steps; ++step) {
-      MlmBatch b = make_batch(tok, batch, seq_len, rng, device);
+      MlmBatch b = make_batch(tok, batch, seq_len, gen, device);
       Tensor loss;
       {
         AutocastGuard autocast(device, kFloat16, amp);

@@ -58,6 +58,12 @@ WordPiece WordPiece::from_file(const std::string& vocab_path, WordPieceOptions o
 
 bool WordPiece::contains(std::string_view token) const { return ids_.find(token) != ids_.end(); }
 
+std::vector<int64_t> WordPiece::special_ids() const {
+  std::vector<int64_t> ids;
+  for (const std::string& s : specials_) ids.push_back(ids_.find(s)->second);
+  return ids;
+}
+
 int64_t WordPiece::token_id(std::string_view token) const {
   const auto it = ids_.find(token);
   FRUGAL_CHECK(it != ids_.end(), "WordPiece::token_id: token '", token, "' is not in the vocab ", path_, " (", size(),
@@ -71,7 +77,7 @@ const std::string& WordPiece::token(int64_t id) const {
   return tokens_[size_t(id)];
 }
 
-// Note [WordPiece pipeline], steps 2-6.
+// Note [WordPiece pipeline], steps 2-7.
 std::vector<std::string> WordPiece::basic_tokenize(std::string_view text) const {
   std::vector<char32_t> clean;  // steps 2-4
   for (char32_t cp : unicode::decode_utf8(text)) {
@@ -84,24 +90,17 @@ std::vector<std::string> WordPiece::basic_tokenize(std::string_view text) const 
       clean.push_back(cp);
     }
   }
+  clean = unicode::nfc(clean);  // step 5
   std::vector<std::string> words;
   std::vector<char32_t> word, lowered, stripped;
-  const auto finish = [&] {  // step 5's normalisation and step 6 on one whitespace-separated word
+  const auto finish = [&] {  // step 6's normalisation and step 7 on one whitespace-separated word
     if (word.empty()) return;
     lowered = options_.lower_case ? unicode::lower(word) : word;
-    stripped.clear();
-    for (char32_t cp : lowered) {
-      if (!options_.strip_accents) {
-        stripped.push_back(cp);
-        continue;
-      }
-      const size_t at = stripped.size();
-      unicode::append_nfd(stripped, cp);
-      // Drop the marks (the decomposition's, or a combining character of the text).
-      size_t keep = at;
-      for (size_t i = at; i < stripped.size(); ++i)
-        if (!unicode::is_combining_mark(stripped[i])) stripped[keep++] = stripped[i];
-      stripped.resize(keep);
+    if (options_.strip_accents) {  // NFD, then the marks dropped (the decomposition's or the text's)
+      stripped = unicode::nfd(lowered);
+      std::erase_if(stripped, unicode::is_combining_mark);
+    } else {
+      stripped = lowered;
     }
     std::string piece;
     for (char32_t cp : stripped) {
@@ -124,7 +123,7 @@ std::vector<std::string> WordPiece::basic_tokenize(std::string_view text) const 
   return words;
 }
 
-// Note [WordPiece pipeline], step 7.
+// Note [WordPiece pipeline], step 8.
 void WordPiece::wordpiece(const std::string& word, std::vector<int64_t>& ids) const {
   std::vector<size_t> starts;  // byte offset of each code point, then the end
   for (size_t i = 0; i < word.size(); ++i)

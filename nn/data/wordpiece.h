@@ -11,15 +11,16 @@
 //  2. UTF-8 decoding with replacement (Note [Invalid UTF-8]);
 //  3. clean-up: NUL, U+FFFD and control characters dropped, whitespace turned into ' ';
 //  4. ' ' put around every CJK ideograph, so each is a word of its own;
-//  5. split on whitespace; each word lower-cased (lower_case), then accents stripped
+//  5. NFC (unicodedata.normalize("NFC", text)), so that "e" U+0301 is the vocab's U+00E9 and
+//     U+037E GREEK QUESTION MARK is ';' (Note [Unicode normalization]);
+//  6. split on whitespace; each word lower-cased (lower_case), then accents stripped
 //     (strip_accents: NFD, then combining marks dropped);
-//  6. each punctuation character made a word of its own ("don't" -> don ' t);
-//  7. WordPiece on each word: a word of more than max_input_chars_per_word code points is
+//  7. each punctuation character made a word of its own ("don't" -> don ' t);
+//  8. WordPiece on each word: a word of more than max_input_chars_per_word code points is
 //     the unknown token; otherwise the longest vocab entry that prefixes it is taken, then
 //     the longest "##"-prefixed entry that prefixes the rest, and so on; if some rest has no
 //     entry, the whole word is the unknown token ("greedy longest-match-first").
-// Unicode is covered by tables (Note [Unicode coverage]); HF's NFC step before splitting is
-// not done, which changes nothing when accents are stripped. decode() joins tokens with ' '
+// Unicode is covered by tables (Note [Unicode coverage]). decode() joins tokens with ' '
 // and removes " ##", without HF's clean_up_tokenization_spaces (" ." is left as it is).
 #include <cstdint>
 #include <string>
@@ -62,6 +63,10 @@ class WordPiece {
   const std::string& token(int64_t id) const;
   /// Whether `token` is in the vocab.
   bool contains(std::string_view token) const;
+  /// The ids of the special tokens the vocab holds: the unknown token, then those of [CLS]
+  /// [SEP] [PAD] [MASK] present; BertTokenizer's all_special_ids, which masking for MLM never
+  /// selects (Note [BERT masking] in nn/data/mlm_masking.h).
+  std::vector<int64_t> special_ids() const;
   int64_t size() const { return int64_t(tokens_.size()); }
   const std::string& path() const { return path_; }
   const WordPieceOptions& options() const { return options_; }
@@ -74,9 +79,9 @@ class WordPiece {
   using Index = std::unordered_map<std::string, int64_t, Hash, std::equal_to<>>;
 
   WordPiece() = default;
-  // Steps 2-6 of the Note on one stretch of text without special tokens.
+  // Steps 2-7 of the Note on one stretch of text without special tokens.
   std::vector<std::string> basic_tokenize(std::string_view text) const;
-  // Step 7 on one word, appending token ids.
+  // Step 8 on one word, appending token ids.
   void wordpiece(const std::string& word, std::vector<int64_t>& ids) const;
 
   std::string path_;

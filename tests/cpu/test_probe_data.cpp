@@ -25,7 +25,9 @@
 #include "nn/data/dataloader.h"
 #include "nn/data/dataset.h"
 #include "nn/data/idx.h"
+#include "nn/data/mlm_masking.h"
 #include "nn/data/transforms.h"
+#include "nn/data/unicode_text.h"
 #include "nn/data/wordpiece.h"
 #include "nn/module.h"
 #include "tensor/factory.h"
@@ -298,14 +300,14 @@ TEST_CASE("probe data: encode_for_bert puts the vocab's [CLS] first and [SEP] la
   }
 }
 
-TEST_CASE("probe data: without accent stripping no NFC is applied, as documented (HF composes first)") {
-  // wordpiece.h: "HF's NFC step before splitting is not done, which changes nothing when
-  // accents are stripped". With strip_accents off (a cased vocab) a decomposed e + U+0301
-  // stays two code points, where HF's BertTokenizer would compose it to U+00E9 first.
+TEST_CASE("probe data: without accent stripping NFC composes first, as HF's BasicTokenizer does") {
+  // HF's BasicTokenizer.tokenize runs unicodedata.normalize("NFC", text) before it splits, so
+  // with strip_accents off (a cased vocab) a decomposed e + U+0301 is U+00E9, the vocab's caf\xc3\xa9.
   const WordPiece cased =
       vocab_of("[UNK]\ncaf\xc3\xa9\ncafe\n##\xcc\x81\n", WordPieceOptions{.lower_case = false, .strip_accents = false});
   CHECK(cased.tokenize("caf\xc3\xa9") == Tokens{"caf\xc3\xa9"});
-  CHECK(cased.tokenize("cafe\xcc\x81") == Tokens{"cafe", "##\xcc\x81"});  // HF: "caf\xc3\xa9"
+  CHECK(cased.tokenize("cafe\xcc\x81") == Tokens{"caf\xc3\xa9"});
+  CHECK(cased.encode("cafe\xcc\x81") == Ids{1});
   // With stripping (the uncased default) both spellings agree, with HF as well.
   const WordPiece uncased = vocab_of("[UNK]\ncafe\n");
   CHECK(uncased.tokenize("CAF\xc3\x89") == Tokens{"cafe"});
@@ -620,4 +622,142 @@ TEST_CASE("probe data: evaluate covers a whole pass even when the loader was lef
     CHECK(r.accuracy == doctest::Approx(double(n - B) / double(n)).epsilon(1e-12));
     CHECK(r.loss == doctest::Approx(loss).epsilon(1e-6));
   }
+}
+
+// ---- NFC and MLM masking ----------------------------------------------------------------
+
+TEST_CASE("probe data: NFC as unicodedata.normalize: reordering, Hangul, composition exclusions, singletons") {
+  // Expected values from the Unicode Character Database (as Python 3.11's unicodedata, Unicode
+  // 14), reasoned out by hand: U+0323 DOT BELOW has combining class 220 and U+0302 CIRCUMFLEX
+  // 230, so either order sorts to a U+0323 U+0302; a + U+0323 = U+1EA1, U+1EA1 + U+0302 =
+  // U+1EAD. Hangul: L U+1112 (index 18), V U+1161 (0), T U+11AB (4) give U+AC00 + (18 * 21 + 0)
+  // * 28 + 4 = U+D55C. U+0958 DEVANAGARI QA is in CompositionExclusions.txt: NFC leaves
+  // U+0915 U+093C. U+212B ANGSTROM SIGN is a singleton decomposition to U+00C5, which is then
+  // its NFC; A + U+030A composes to U+00C5 too.
+  using V = std::vector<char32_t>;
+  CHECK(unicode::nfc({'a', 0x323, 0x302}) == V{0x1EAD});
+  CHECK(unicode::nfc({'a', 0x302, 0x323}) == V{0x1EAD});
+  CHECK(unicode::nfc({0xE2, 0x323}) == V{0x1EAD});  // a-circumflex + dot below: decomposed and reordered first
+  CHECK(unicode::nfd({0x1EAD}) == V{'a', 0x323, 0x302});
+  CHECK(unicode::nfd({'a', 0x302, 0x323}) == V{'a', 0x323, 0x302});
+  CHECK(unicode::nfc({0x1112, 0x1161, 0x11AB}) == V{0xD55C});
+  CHECK(unicode::nfc({0x1100, 0x1161}) == V{0xAC00});  // L + V, no T
+  CHECK(unicode::nfd({0xD55C}) == V{0x1112, 0x1161, 0x11AB});
+  CHECK(unicode::nfc({0x958}) == V{0x915, 0x93C});
+  CHECK(unicode::nfc({0x915, 0x93C}) == V{0x915, 0x93C});
+  CHECK(unicode::nfc({0x212B}) == V{0xC5});
+  CHECK(unicode::nfc({'A', 0x30A}) == V{0xC5});
+  CHECK(unicode::nfc({'a', 0x301, 0x300}) == V{0xE1, 0x300});  // U+0300 blocked by U+0301 of its own class 230
+  CHECK(unicode::nfc({0x301, 'a'}) == V{0x301, 'a'});          // a mark first composes with nothing
+  CHECK(unicode::nfc({0x37E, 0x387}) == V{';', 0xB7});         // singletons
+  CHECK(unicode::nfc({'a', 'b', 0xE9}) == V{'a', 'b', 0xE9});
+
+  // Through a cased WordPiece: every spelling of a token gets the token's id, as in HF.
+  const WordPiece cased = vocab_of("[UNK]\n\xe1\xba\xad\n\xed\x95\x9c\n\xe0\xa4\x95\xe0\xa4\xbc\n\xc3\x85\n",
+                                   WordPieceOptions{.lower_case = false, .strip_accents = false});
+  CHECK(cased.encode("\xe1\xba\xad a\xcc\xa3\xcc\x82 a\xcc\x82\xcc\xa3") == Ids{1, 1, 1});  // U+1EAD three ways
+  CHECK(cased.encode("\xed\x95\x9c \xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab") == Ids{2, 2});    // U+D55C, jamo
+  CHECK(cased.encode("\xe0\xa5\x98 \xe0\xa4\x95\xe0\xa4\xbc") == Ids{3, 3});                // U+0958 -> U+0915 U+093C
+  CHECK(cased.encode("\xe2\x84\xab \xc3\x85 A\xcc\x8a") == Ids{4, 4, 4});                   // U+212B, U+00C5, A U+030A
+}
+
+TEST_CASE("probe data: U+037E and U+0387 split words as punctuation with and without lower_case and strip_accents") {
+  // HF: NFC maps U+037E GREEK QUESTION MARK to ';' and U+0387 GREEK ANO TELEIA to U+00B7 MIDDLE
+  // DOT (singleton decompositions); both are Po, so _run_split_on_punc cuts them out under
+  // every setting. Both are Po themselves too (unicodedata.category).
+  CHECK(unicode::is_punctuation(0x37E));
+  CHECK(unicode::is_punctuation(0x387));
+  for (const bool lower_case : {false, true}) {
+    for (const bool strip_accents : {false, true}) {
+      INFO("lower_case " << lower_case << ", strip_accents " << strip_accents);
+      const WordPiece wp = vocab_of("[UNK]\na\nb\n;\n\xc2\xb7\n",
+                                    WordPieceOptions{.lower_case = lower_case, .strip_accents = strip_accents});
+      CHECK(wp.tokenize("a\xcd\xbe"
+                        "b") == Tokens{"a", ";", "b"});
+      CHECK(wp.tokenize("a\xce\x87"
+                        "b") == Tokens{"a", "\xc2\xb7", "b"});
+      CHECK(wp.encode("a\xcd\xbe"
+                      "b\xce\x87"
+                      "a") == Ids{1, 3, 2, 4, 1});
+    }
+  }
+}
+
+TEST_CASE("probe data: mask_for_mlm never selects a special id; 15% selected, of those 80% [MASK], 10% random") {
+  // HF's DataCollatorForLanguageModeling: special_tokens_mask from get_special_tokens_mask(
+  // already_has_special_tokens=True), i.e. every id of all_special_ids ([PAD] [UNK] [CLS] [SEP]
+  // [MASK] for BertTokenizer), gets probability 0; the others are selected with 0.15; a
+  // selected one is [MASK] with 0.8, random with 0.1 (bernoulli 0.5 of the remaining 0.2),
+  // unchanged otherwise; labels -100 where not selected. bert-base's special ids.
+  const WordPiece wp = vocab_of("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nx\n");
+  const std::vector<int64_t> sids = wp.special_ids();
+  CHECK(std::set<int64_t>(sids.begin(), sids.end()) == std::set<int64_t>{0, 1, 2, 3, 4});
+  const std::set<int64_t> special = {0, 100, 101, 102, 103};
+  const MlmMasking masking{.vocab_size = 1000, .mask_id = 103, .special_ids = {0, 100, 101, 102, 103}};
+  Generator gen(1234);
+  const int64_t T = 512, sequences = 400;
+  int64_t eligible = 0, selected = 0, masked = 0, random = 0, unchanged = 0;
+  std::set<int64_t> random_ids;
+  for (int64_t s = 0; s < sequences; ++s) {
+    std::vector<int64_t> ids(T), labels(T, 7);
+    for (int64_t i = 0; i < T; ++i)  // every 7th a special id ([UNK], a literal [MASK], ...), else a word
+      ids[size_t(i)] = i % 7 == 0 ? std::vector<int64_t>{0, 100, 101, 102, 103}[size_t((i / 7 + s) % 5)]
+                                  : 104 + (i * 37 + s * 11) % 896;
+    const std::vector<int64_t> original = ids;
+    const int64_t n = mask_for_mlm(ids, labels, masking, gen);
+    int64_t in_seq = 0;
+    for (size_t i = 0; i < size_t(T); ++i) {
+      const bool is_special = special.count(original[i]) > 0;
+      eligible += !is_special;
+      if (labels[i] == -100) {
+        REQUIRE(ids[i] == original[i]);  // not selected: the input is untouched
+        continue;
+      }
+      REQUIRE(!is_special);  // a special id is never a target
+      REQUIRE(labels[i] == original[i]);
+      ++in_seq;
+      if (ids[i] == 103) {
+        ++masked;
+      } else if (ids[i] == original[i]) {
+        ++unchanged;  // (a random draw equal to the original, p = 1/895, counts here)
+      } else {
+        REQUIRE(special.count(ids[i]) == 0);  // a random replacement is a word
+        REQUIRE((ids[i] >= 0 && ids[i] < 1000));
+        ++random, random_ids.insert(ids[i]);
+      }
+    }
+    CHECK(n == in_seq);
+    selected += in_seq;
+  }
+  // ~175,000 eligible: the selected share's standard deviation is 0.0008, the bounds are 12 of
+  // them; the three shares of ~26,000 selected have deviations 0.0025 and 0.0019 (bounds 8).
+  const double p = double(selected) / double(eligible);
+  CHECK(p > 0.14);
+  CHECK(p < 0.16);
+  const double pm = double(masked) / double(selected), pr = double(random) / double(selected),
+               pu = double(unchanged) / double(selected);
+  CHECK(pm > 0.78);
+  CHECK(pm < 0.82);
+  CHECK(pr > 0.085);
+  CHECK(pr < 0.115);
+  CHECK(pu > 0.085);
+  CHECK(pu < 0.115);
+  CHECK(random_ids.size() > 700);  // ~2,600 draws over 895 words reach ~850 of them
+
+  // Every sequence with a word predicts something, still never a special id; one without has
+  // no target at all.
+  const MlmMasking never{
+      .vocab_size = 1000, .mask_id = 103, .special_ids = {0, 100, 101, 102, 103}, .select_probability = 0.0};
+  std::vector<int64_t> ids = {101, 100, 500, 103, 102}, labels(5);
+  CHECK(mask_for_mlm(ids, labels, never, gen) == 1);
+  CHECK(ids == Ids{101, 100, 103, 103, 102});
+  CHECK(labels == Ids{-100, -100, 500, -100, -100});
+  ids = {101, 100, 0, 102};
+  labels.assign(4, 7);
+  CHECK(mask_for_mlm(ids, labels, masking, gen) == 0);
+  CHECK(ids == Ids{101, 100, 0, 102});
+  CHECK(labels == Ids{-100, -100, -100, -100});
+  // A [MASK] that is not among the special ids would be selectable: refused.
+  CHECK_THROWS_WITH_AS(mask_for_mlm(ids, labels, {.vocab_size = 1000, .mask_id = 103, .special_ids = {101, 102}}, gen),
+                       doctest::Contains("not among special_ids"), Error);
 }
