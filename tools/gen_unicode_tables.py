@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes nn/data/unicode_tables.h: the canonical decompositions, canonical combining classes
+"""Writes nn/data/unicode_tables.inc: the canonical decompositions, canonical combining classes
 and primary compositions of Python's unicodedata, which nn/data/unicode_text.cpp's NFD and NFC
 use (Note [Unicode normalization] in unicode_text.h). Run with the Python whose
 unicodedata.unidata_version the Note names (3.11: Unicode 14.0.0):
 
-    python3 tools/gen_unicode_tables.py > nn/data/unicode_tables.h
+    python3 tools/gen_unicode_tables.py > nn/data/unicode_tables.inc
 
 Hangul syllables are left out: unicode_text.cpp decomposes and composes them algorithmically
 (Unicode chapter 3.12), as unicodedata does.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "nn/data/unicode_tables.h"
+#include "nn/data/unicode_tables.inc"
 
 namespace frugal::data::unicode {
 

@@ -78,7 +78,7 @@ std::vector<char32_t> lower(const std::vector<char32_t>& word);
 // U+0958 stays U+0915 U+093C. Hangul syllables decompose into and compose from their jamo by
 // arithmetic (Unicode chapter 3.12). The decompositions, combining classes and primary
 // composites are tables that tools/gen_unicode_tables.py writes from unicodedata into
-// nn/data/unicode_tables.h; every code point of Unicode 14 is covered.
+// nn/data/unicode_tables.inc; every code point of Unicode 14 is covered.
 
 /// Appends the full canonical decomposition of `cp` (itself where it has none), without
 /// reordering marks (Note [Unicode normalization]).
