@@ -212,6 +212,9 @@ int64_t DataLoader::size() const {
 
 void DataLoader::set_epoch(int64_t epoch) {
   FRUGAL_CHECK(epoch >= 0, "DataLoader::set_epoch: epoch must be >= 0, got ", epoch);
+  // A pass left early (a loop's break) ends here, not at the next begin(): in between,
+  // position() would report it, and a checkpoint saved there would resume the old epoch.
+  end_pass();
   next_epoch_ = epoch;
   next_first_batch_ = 0;
 }

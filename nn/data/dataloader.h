@@ -68,7 +68,8 @@ class DataLoader {
   int64_t size() const;
   /// The epoch number of the next pass.
   int64_t epoch() const { return next_epoch_; }
-  /// The next pass (begin() or next() with no pass under way) uses `epoch`.
+  /// The next pass (begin() or next()) uses `epoch`; abandons a pass under way, so that
+  /// position() reports {epoch, 0} until it starts.
   void set_epoch(int64_t epoch);
   /// Where the data stands, for a checkpoint: the epoch of the pass under way and the
   /// batches it has delivered, or, between passes, the next pass's epoch and first batch.

@@ -761,3 +761,29 @@ TEST_CASE("probe data: mask_for_mlm never selects a special id; 15% selected, of
   CHECK_THROWS_WITH_AS(mask_for_mlm(ids, labels, {.vocab_size = 1000, .mask_id = 103, .special_ids = {101, 102}}, gen),
                        doctest::Contains("not among special_ids"), Error);
 }
+
+TEST_CASE("probe data: set_epoch after a loop left mid-pass ends that pass; position() names the new epoch") {
+  // 10 samples, batches of 3, shuffled: break after one batch of epoch 0, then set_epoch(1).
+  // A checkpoint taken here must say epoch 1, batch 0 (not epoch 0, batch 1), and the next
+  // pass must deliver epoch 1's order from its first batch.
+  std::vector<double> v(10);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(i);
+  data::TensorDataset ds(from_vector(v, {10, 1}), from_vector(v, {10}));
+  data::DataLoader loader(ds, {.batch_size = 3, .shuffle = true, .seed = 7});
+  for (data::Batch& b : loader) {
+    CHECK(b.inputs.size(0) == 3);
+    break;
+  }
+  CHECK(loader.position().epoch == 0);
+  CHECK(loader.position().batch == 1);
+  loader.set_epoch(1);
+  CHECK(loader.position().epoch == 1);
+  CHECK(loader.position().batch == 0);
+  const std::vector<int64_t> want = loader.order(1);
+  std::vector<double> got;
+  for (data::Batch& b : loader)
+    for (double x : values_of(b.targets)) got.push_back(x);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == double(want[i]));
+  CHECK(loader.position().epoch == 2);
+}
