@@ -39,6 +39,58 @@ Tensor uint64_scalar(uint64_t v) {  // the bits, as int64 (safetensors has no U6
   return int64_scalar(bits);
 }
 
+// Note [Checkpoint checksum]
+// safetensors has no checksum, and a bit flipped in a tensor's data (a bad disk, a copy cut
+// and resumed) parses fine and loads as another number. save() therefore records a 64-bit
+// hash of every tensor - name, dtype, shape and bytes, in name order - as the metadata
+// "checksum", and load() recomputes it before it uses anything. Not a cryptographic hash:
+// it catches damage, not tampering. Eight bytes per multiply, so hashing costs a fraction
+// of reading the file. A file without "checksum" (saved before it was added) is not checked.
+class Hash {
+ public:
+  void bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      word(w);
+    }
+    uint64_t last = 0;
+    std::memcpy(&last, p, n);
+    word(last ^ (uint64_t(n) << 56));  // the tail, and its length
+  }
+  void word(uint64_t w) {
+    h_ ^= w * 0x9E3779B97F4A7C15ull;
+    h_ = ((h_ << 29) | (h_ >> 35)) * 0xBF58476D1CE4E5B9ull;
+  }
+  std::string hex() const {
+    uint64_t z = h_;  // splitmix64's finalizer: every input bit reaches every output bit
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    char out[17];
+    std::snprintf(out, sizeof out, "%016" PRIx64, z);
+    return out;
+  }
+
+ private:
+  uint64_t h_ = 0x243F6A8885A308D3ull;
+};
+
+// Note [Checkpoint checksum]'s hash of (name, tensor) pairs sorted by name.
+std::string checksum(const std::vector<std::pair<std::string, const Tensor*>>& sorted) {
+  Hash h;
+  for (const auto& [name, t] : sorted) {
+    h.bytes(name.data(), name.size());
+    h.word(uint64_t(t->dtype()));
+    h.word(uint64_t(t->dim()));
+    for (int64_t d : t->sizes()) h.word(uint64_t(d));
+    const Tensor c = t->to(kCPU).contiguous();
+    h.bytes(c.data(), size_t(c.numel()) * c.element_size());
+  }
+  return h.hex();
+}
+
 int64_t read_int64(const nn::SafetensorsFile& file, const std::string& key, const std::string& path) {
   auto it = file.tensors.find(key);
   FRUGAL_CHECK(it != file.tensors.end(), "CheckpointManager::load: ", path, " has no '", key, "'");
@@ -67,7 +119,10 @@ std::string CheckpointManager::path_for(int64_t step) const {
 std::string CheckpointManager::save(int64_t step, const TrainState& state,
                                     const std::map<std::string, std::string>& metadata) {
   FRUGAL_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
-  FRUGAL_CHECK(!metadata.count("step"), "CheckpointManager::save: metadata key 'step' is the manager's own");
+  for (const char* own : {"step", "optimizer", "checksum"})
+    FRUGAL_CHECK(!metadata.count(own), "CheckpointManager::save: metadata key '", own, "' is the manager's own");
+  FRUGAL_CHECK(!state.grads || state.model, "CheckpointManager::save: TrainState::grads saves the model's gradients; ",
+               "it needs the model");
   const std::string path = path_for(step);
   require_writable(path, "CheckpointManager::save");  // before the tensors are gathered
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -81,13 +136,28 @@ std::string CheckpointManager::save(int64_t step, const TrainState& state,
     tensors.emplace_back("rng.offset", uint64_scalar(gen.offset()));
   }
   if (state.loader) {
-    const data::DataLoader::Position pos = state.loader->position();
+    const data::DataLoader& loader = *state.loader;
+    const data::DataLoader::Position pos = loader.position();
     tensors.emplace_back("data.epoch", int64_scalar(pos.epoch));
     tensors.emplace_back("data.batch", int64_scalar(pos.batch));
+    // What the order of an epoch depends on, so that a load can tell the position means the same batches.
+    tensors.emplace_back("data.samples", int64_scalar(loader.samples()));
+    tensors.emplace_back("data.batch_size", int64_scalar(loader.options().batch_size));
+    tensors.emplace_back("data.shuffle", int64_scalar(loader.options().shuffle ? 1 : 0));
+    tensors.emplace_back("data.seed", uint64_scalar(loader.options().seed));
   }
   require_finite(tensors, path);  // a diverged run must not push out a good checkpoint
+  if (state.grads)                // after the check: the gradients of a step the GradScaler will skip are inf
+    for (const auto& [name, p] : state.model->named_parameters())
+      if (p.grad().defined()) tensors.emplace_back("grad." + name, p.grad());
+
   std::map<std::string, std::string> meta = metadata;
   meta["step"] = std::to_string(step);
+  if (state.optimizer) meta["optimizer"] = state.optimizer->name();
+  std::vector<std::pair<std::string, const Tensor*>> sorted;
+  for (const auto& [name, t] : tensors) sorted.emplace_back(name, &t);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  meta["checksum"] = checksum(sorted);        // Note [Checkpoint checksum]
   nn::save_safetensors(path, tensors, meta);  // atomic: a temporary, then rename
 
   if (options_.keep_last > 0) {  // only now: the new checkpoint is in place
@@ -140,9 +210,11 @@ std::map<std::string, std::string> CheckpointManager::metadata(const std::string
 }
 
 int64_t CheckpointManager::load(const std::string& path, const TrainState& state) const {
+  // Checks first, loads after: Note [Checkpoint load is all or nothing].
   const nn::SafetensorsFile file = nn::load_safetensors(path);
+  const std::string where = "CheckpointManager::load: " + path;
   auto step_it = file.metadata.find("step");
-  FRUGAL_CHECK(step_it != file.metadata.end(), "CheckpointManager::load: ", path,
+  FRUGAL_CHECK(step_it != file.metadata.end(), where,
                " has no 'step' metadata (not written by CheckpointManager::save)");
   int64_t step = -1;
   try {
@@ -150,32 +222,122 @@ int64_t CheckpointManager::load(const std::string& path, const TrainState& state
     step = std::stoll(step_it->second, &used);
     if (used != step_it->second.size()) step = -1;
   } catch (const std::exception&) { step = -1; }
-  FRUGAL_CHECK(step >= 0, "CheckpointManager::load: ", path, ": metadata 'step' must be a non-negative integer, got \"",
-               step_it->second, "\"");
+  FRUGAL_CHECK(step >= 0, where, ": metadata 'step' must be a non-negative integer, got \"", step_it->second, "\"");
+  if (auto sum = file.metadata.find("checksum"); sum != file.metadata.end()) {  // Note [Checkpoint checksum]
+    std::vector<std::pair<std::string, const Tensor*>> sorted;
+    for (const auto& [name, t] : file.tensors) sorted.emplace_back(name, &t);  // a map: sorted by name
+    const std::string actual = checksum(sorted);
+    FRUGAL_CHECK(actual == sum->second, where, " is corrupt: its tensors hash to ", actual, ", but it was saved with ",
+                 "checksum ", sum->second, " (a damaged copy or disk?); nothing was loaded");
+  }
+  if (auto type = file.metadata.find("optimizer"); state.optimizer && type != file.metadata.end())
+    FRUGAL_CHECK(type->second == state.optimizer->name(), where, " holds the state of a ", type->second,
+                 " optimizer, but this run's optimizer is ", state.optimizer->name(),
+                 ": their states do not mean the same; nothing was loaded");
 
   // Everything asked for must be there before anything is loaded.
   const optim::StateDict model = part(file, "model"), optim = part(file, "optim"), scaler = part(file, "scaler"),
-                         scheduler = part(file, "scheduler");
+                         scheduler = part(file, "scheduler"), grads = part(file, "grad");
   const auto require = [&](bool wanted, const optim::StateDict& dict, const char* what, const char* prefix) {
-    FRUGAL_CHECK(!wanted || !dict.empty(), "CheckpointManager::load: ", path, " holds no ", what, " state (no '",
-                 prefix, ".*' keys): it was saved without one");
+    FRUGAL_CHECK(!wanted || !dict.empty(), where, " holds no ", what, " state (no '", prefix,
+                 ".*' keys): it was saved without one");
   };
   require(state.model, model, "model", "model");
   require(state.optimizer, optim, "optimizer", "optim");
   require(state.scaler && state.scaler->is_enabled(), scaler, "GradScaler", "scaler");
   require(state.scheduler, scheduler, "LR scheduler", "scheduler");
+  FRUGAL_CHECK(!state.grads || state.model, where, ": TrainState::grads restores the model's gradients; it needs the ",
+               "model");
+  FRUGAL_CHECK(state.grads || grads.empty(), where, " holds the gradients of ", grads.size(),
+               " parameters (saved between the micro-steps of gradient accumulation); set TrainState::grads to ",
+               "restore them, or the next step would miss them");
+  std::map<std::string, Tensor> params;
+  if (state.model)
+    for (const auto& [name, p] : state.model->named_parameters()) params.emplace(name, p);
+  for (const auto& [name, g] : grads) {
+    auto it = params.find(name);
+    FRUGAL_CHECK(it != params.end(), where, ": 'grad.", name, "' is the gradient of no parameter of the model");
+    FRUGAL_CHECK(g.sizes() == it->second.sizes() && g.dtype() == it->second.dtype(), where, ": 'grad.", name, "' is ",
+                 g.describe(), ", but the parameter is ", it->second.describe());
+  }
   int64_t rng_seed = 0, rng_offset = 0, data_epoch = 0, data_batch = 0;
   if (state.rng) rng_seed = read_int64(file, "rng.seed", path), rng_offset = read_int64(file, "rng.offset", path);
-  if (state.loader)
+  if (state.loader) {
+    const data::DataLoader& loader = *state.loader;
     data_epoch = read_int64(file, "data.epoch", path), data_batch = read_int64(file, "data.batch", path);
-
-  if (state.model) {
-    std::map<std::string, Tensor> dict(model.begin(), model.end());
-    state.model->load_state_dict(dict);
+    // A position names batches of an order: the same order or none (files from before these keys are not checked).
+    std::vector<std::pair<const char*, int64_t>> order = {{"samples", loader.samples()},
+                                                          {"batch_size", loader.options().batch_size},
+                                                          {"shuffle", loader.options().shuffle ? 1 : 0}};
+    if (loader.options().shuffle) order.emplace_back("seed", int64_t(loader.options().seed));  // the bits
+    for (const auto& [what, mine] : order) {
+      const std::string key = std::string("data.") + what;
+      if (!file.tensors.count(key)) continue;
+      const int64_t saved = read_int64(file, key, path);
+      FRUGAL_CHECK(saved == mine, where, ": the checkpoint's loader had ", what, " ", saved, ", this run's loader has ",
+                   mine, ": its position (epoch ", data_epoch, ", batch ", data_batch,
+                   ") would name other samples; nothing was loaded");
+    }
+    FRUGAL_CHECK(data_epoch >= 0 && data_batch >= 0 && data_batch <= loader.size(), where,
+                 ": the loader's position (epoch ", data_epoch, ", batch ", data_batch,
+                 ") is outside this run's loader, which has ", loader.size(), " batches an epoch");
   }
-  if (state.optimizer) state.optimizer->load_state_dict(optim);
-  if (state.scaler && state.scaler->is_enabled()) state.scaler->load_state_dict(scaler);
-  if (state.scheduler) state.scheduler->load_state_dict(scheduler);
+
+  // Each part's own load checks it whole and changes nothing when it throws; the parts
+  // loaded before it are put back (Note [Checkpoint load is all or nothing]).
+  optim::StateDict old_optim, old_scaler, old_scheduler;
+  const bool scaled = state.scaler && state.scaler->is_enabled();
+  if (state.optimizer) old_optim = state.optimizer->state_dict();
+  if (scaled) old_scaler = state.scaler->state_dict();
+  if (state.scheduler) old_scheduler = state.scheduler->state_dict();
+  const char* loading = "";
+  bool optim_done = false, scaler_done = false, scheduler_done = false;
+  const auto put_back = [&] {  // the schedule first: the optimizer's own lrs come last
+    if (scheduler_done) state.scheduler->load_state_dict(old_scheduler);
+    if (scaler_done) state.scaler->load_state_dict(old_scaler);
+    if (optim_done) state.optimizer->load_state_dict(old_optim);
+  };
+  try {
+    if (state.optimizer) {
+      loading = "optimizer";
+      state.optimizer->load_state_dict(optim);
+      optim_done = true;
+    }
+    if (scaled) {
+      loading = "GradScaler";
+      state.scaler->load_state_dict(scaler);
+      scaler_done = true;
+    }
+    if (state.scheduler) {
+      loading = "LR scheduler";
+      state.scheduler->load_state_dict(scheduler);
+      scheduler_done = true;
+    }
+    if (state.model) {  // last: nothing to put back (its load checks every key and shape before it writes)
+      loading = "model";
+      std::map<std::string, Tensor> dict(model.begin(), model.end());
+      state.model->load_state_dict(dict);
+    }
+  } catch (const Error& e) {
+    put_back();
+    rethrow_with_context(e, where + ": the " + loading + " refused it (nothing was loaded): ");
+  } catch (...) {
+    put_back();
+    throw;
+  }
+
+  // Nothing below can fail: it was all checked above.
+  if (state.grads) {
+    for (const auto& [name, p] : params) {
+      auto it = file.tensors.find("grad." + name);
+      if (it == file.tensors.end()) {
+        if (p.grad().defined()) p.set_grad(Tensor());
+        continue;
+      }
+      Tensor g = it->second.to(p.device(), p.dtype());
+      p.set_grad(g.shares_storage(it->second) ? g.clone() : g);
+    }
+  }
   if (state.rng) {
     uint64_t seed, offset;
     std::memcpy(&seed, &rng_seed, sizeof seed);

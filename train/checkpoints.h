@@ -15,13 +15,28 @@
 // LR schedule's epoch, the default generator's (seed, offset) (dropout and other random
 // ops draw from it: Note [Counter-based RNG]), and where the data stands (the loader's
 // epoch and batch: the order of an epoch is a function of (seed, epoch), so the batch index
-// is all that is needed; DataLoader::set_position). Keys: "model.*", "optim.*",
-// "scaler.*", "scheduler.*", "rng.seed", "rng.offset", "data.epoch", "data.batch"; the
-// step is the metadata "step".
+// is all that is needed; DataLoader::set_position). Saved between the micro-steps of
+// gradient accumulation, the gradients accumulated so far are such an input too:
+// TrainState::grads saves and restores them. Keys: "model.*", "optim.*", "scaler.*",
+// "scheduler.*", "grad.<parameter>", "rng.seed", "rng.offset", "data.epoch", "data.batch" and
+// what the loader's order depends on ("data.samples", "data.batch_size", "data.shuffle",
+// "data.seed"); the metadata holds "step", "optimizer" (its name()) and "checksum".
 //
 // A save is atomic (nn::save_safetensors writes a temporary and renames it), refuses
 // parameters holding inf or NaN, and deletes older checkpoints only once the new one is
 // in place: a failed save leaves every earlier checkpoint as it was.
+//
+// Note [Checkpoint load is all or nothing]
+// A checkpoint that does not fit the run must be refused whole: a caller that catches the
+// error (and starts afresh, or tries an older file) must not go on with new weights and an
+// old optimizer. So load() first checks everything it can without changing anything - the
+// file's checksum (a flipped bit in the data would otherwise load as another number), the
+// parts asked for, the optimizer's type (Adam's and AdamW's state dicts have the same keys
+// but not the same meaning), the loader's order and position, the gradients - and then loads
+// the parts whose own checks come last: optimizer, GradScaler and schedule, whose previous
+// state it keeps (the optimizer's buffers are replaced, not written, by a load, so keeping
+// them costs nothing) and restores if a later part refuses, and the model last (its own load
+// checks every key and shape before it writes). Every error names the file.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -44,6 +59,10 @@ struct TrainState {
   optim::LRScheduler* scheduler = nullptr;
   data::DataLoader* loader = nullptr;  ///< its position (epoch, batch)
   bool rng = true;                     ///< the default generator's seed and offset
+  /// The model's gradients (those defined; a load sets the others to None): set it to save
+  /// between the micro-steps of gradient accumulation, whose gradients the next step reads.
+  /// A checkpoint that holds gradients is refused by a load without it.
+  bool grads = false;
 };
 
 struct CheckpointOptions {
@@ -64,22 +83,23 @@ class CheckpointManager {
   explicit CheckpointManager(std::string dir, CheckpointOptions options = {});
 
   /// Writes the checkpoint of `step` (>= 0) and returns its path, then deletes all but the
-  /// newest keep_last (by step; the file just written always among them). `metadata` is stored beside "step" (keys
-  /// other than "step"). Throws naming the path, leaving every existing checkpoint as it was, when the directory cannot
-  /// be written or a tensor holds inf or NaN.
+  /// newest keep_last (by step; the file just written always among them). `metadata` is stored beside "step",
+  /// "optimizer" and "checksum" (keys the manager keeps for itself). Throws naming the path, leaving every existing
+  /// checkpoint as it was, when the directory cannot be written or a tensor (not a gradient) holds inf or NaN.
   std::string save(int64_t step, const TrainState& state, const std::map<std::string, std::string>& metadata = {});
 
   /// The checkpoints in the directory, oldest (lowest step) first; none if it does not exist.
   std::vector<CheckpointFile> list() const;
   std::optional<CheckpointFile> latest() const;
 
-  /// Restores every non-null part of `state` from `path`; returns its step. Checks first
-  /// that the file holds each part `state` asks for (naming what is missing); each part's
-  /// own load then checks its keys and shapes.
+  /// Restores every non-null part of `state` from `path`; returns its step. All or nothing
+  /// (Note [Checkpoint load is all or nothing]): throws naming the file, with every part as
+  /// it was, when the file is damaged, lacks a part `state` asks for, or holds a part that
+  /// does not fit (another model, optimizer type, parameter count or loader order).
   int64_t load(const std::string& path, const TrainState& state) const;
   /// load() of the newest checkpoint; nullopt (and nothing changed) when there is none.
   std::optional<int64_t> resume(const TrainState& state) const;
-  /// The metadata of a checkpoint (the user's and "step").
+  /// The metadata of a checkpoint (the user's, "step", "optimizer" and "checksum").
   std::map<std::string, std::string> metadata(const std::string& path) const;
 
   const std::string& dir() const { return dir_; }

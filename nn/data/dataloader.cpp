@@ -210,13 +210,24 @@ int64_t DataLoader::size() const {
   return options_.drop_last ? n / b : n == 0 ? 0 : 1 + (n - 1) / b;  // (n + b - 1 could overflow)
 }
 
+// Note [set_epoch after set_position]
+// The usual loop sets each epoch before its pass (README, fashion_mnist):
+//   for (int64_t epoch = loader.epoch(); epoch < epochs; ++epoch) {
+//     loader.set_epoch(epoch);
+//     for (data::Batch& b : loader) ...
+// A run resumed mid-epoch (CheckpointManager::load -> set_position({e, b})) enters that loop
+// with epoch e, and its set_epoch(e) must not send the loader back to batch 0: the resumed
+// run would train on batches 0..b-1 of epoch e twice, silently. So set_epoch keeps a
+// position set for the same epoch while no pass has started since; any other epoch, or a
+// pass under way (set_epoch then restarts it), starts at batch 0.
 void DataLoader::set_epoch(int64_t epoch) {
   FRUGAL_CHECK(epoch >= 0, "DataLoader::set_epoch: epoch must be >= 0, got ", epoch);
+  const bool keeps_position = !pass_ && epoch == next_epoch_;  // Note [set_epoch after set_position]
   // A pass left early (a loop's break) ends here, not at the next begin(): in between,
   // position() would report it, and a checkpoint saved there would resume the old epoch.
   end_pass();
   next_epoch_ = epoch;
-  next_first_batch_ = 0;
+  if (!keeps_position) next_first_batch_ = 0;
 }
 
 DataLoader::Position DataLoader::position() const {

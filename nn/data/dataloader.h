@@ -66,10 +66,14 @@ class DataLoader {
 
   /// Batches in one epoch.
   int64_t size() const;
+  /// Samples in the dataset (in one epoch, before drop_last).
+  int64_t samples() const { return dataset_->size(); }
   /// The epoch number of the next pass.
   int64_t epoch() const { return next_epoch_; }
   /// The next pass (begin() or next()) uses `epoch`; abandons a pass under way, so that
-  /// position() reports {epoch, 0} until it starts.
+  /// position() reports {epoch, 0} until it starts - unless no pass is under way and
+  /// set_position() named this epoch: then the pass still starts at that position's batch
+  /// (Note [set_epoch after set_position]).
   void set_epoch(int64_t epoch);
   /// Where the data stands, for a checkpoint: the epoch of the pass under way and the
   /// batches it has delivered, or, between passes, the next pass's epoch and first batch.
