@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "core/instrument.h"
@@ -256,19 +257,21 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     FRUGAL_CHECK(!node->released, node->name(),
                  ": its saved tensors were freed by an earlier backward; call backward(..., retain_graph=true) the "
                  "first time to backward through the graph twice");
-    // Outputs that received no gradient get zeros, so every node sees a full list.
-    for (size_t k = 0; k < grads.size(); ++k)
-      if (!grads[k].defined())
-        grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
+    // Retained .grad first: an output no gradient reached keeps an undefined one (PyTorch's
+    // None), not the zeros it is given below.
     if (!capture)  // grad() touches no .grad, retained ones included
       for (const auto& [nr, weak] : node->retained_outputs)
-        if (auto impl = weak.lock()) {
+        if (auto impl = weak.lock(); impl && grads[nr].defined()) {
           core::CategoryScope category(core::Category::Gradients);
           AutogradMeta& m = ensure_meta(Tensor(impl));
           const Tensor g =
               grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
           m.grad = m.grad.defined() ? ops::add(m.grad, g) : g;
         }
+    // Outputs that received no gradient get zeros, so every node sees a full list.
+    for (size_t k = 0; k < grads.size(); ++k)
+      if (!grads[k].defined())
+        grads[k] = zeros(node->outputs[k].sizes, {node->outputs[k].dtype, node->outputs[k].device});
     TensorList input_grads;
     {  // attribute the node's allocations and time to it and to the module that made it
       const bool profiling = core::profiling();
@@ -303,7 +306,14 @@ std::vector<Edge> root_edges(const TensorList& roots) {
   return edges;
 }
 
-TensorList root_gradients(const TensorList& roots, const TensorList& grads) {
+/// The gradients the roots start from: the given ones (checked against their roots' shapes),
+/// ones for one-element roots given none. A user's gradient of another dtype (an int64 or
+/// bool tensor, float32 for a float64 loss) is converted to its root's dtype, as PyTorch's
+/// validate_outputs does: nodes expect gradients in their outputs' floating dtype (an int64
+/// one reaching matmul would throw, and a retained .grad would not have the root's dtype).
+/// A nested run (a checkpoint's replay) passes the gradients its node received as they are:
+/// one may be wider on purpose (Note [Weight gradients in the master dtype]).
+TensorList root_gradients(const TensorList& roots, const TensorList& grads, bool to_root_dtype) {
   FRUGAL_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " roots but ", grads.size(),
                " gradients");
   TensorList out;
@@ -311,7 +321,8 @@ TensorList root_gradients(const TensorList& roots, const TensorList& grads) {
     if (!grads.empty() && grads[i].defined()) {
       FRUGAL_CHECK(grads[i].sizes() == roots[i].sizes(), "backward: gradient of shape ", shape_str(grads[i].sizes()),
                    " for a root of shape ", shape_str(roots[i].sizes()));
-      out.push_back(grads[i]);
+      const bool convert = to_root_dtype && grads[i].dtype() != roots[i].dtype();
+      out.push_back(convert ? raw([&] { return grads[i].to(roots[i].dtype()); }) : grads[i]);
     } else {
       FRUGAL_CHECK(roots[i].numel() == 1, "backward: grad can be implicitly created only for scalar outputs, got ",
                    roots[i].describe(), "; pass a gradient");
@@ -337,7 +348,7 @@ bool in_backward() { return running_queue != nullptr; }
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   const std::vector<Edge> edges = root_edges(roots);  // first: its errors are the more telling
-  run_backward(edges, root_gradients(roots, grad_roots), retain_graph, nullptr);
+  run_backward(edges, root_gradients(roots, grad_roots, /*to_root_dtype=*/true), retain_graph, nullptr);
 }
 
 namespace {
@@ -346,7 +357,7 @@ namespace {
 /// (Note [Checkpoint recompute]). `roots` is emptied.
 void backward_releasing_roots(TensorList&& roots, const TensorList& grad_roots) {
   const std::vector<Edge> edges = root_edges(roots);
-  const TensorList grads = root_gradients(roots, grad_roots);
+  const TensorList grads = root_gradients(roots, grad_roots, /*to_root_dtype=*/false);
   roots.clear();  // the edges keep the graph; the outputs' storage is free for the backward
   run_backward(edges, grads, /*retain_graph=*/false, nullptr);
 }
@@ -362,7 +373,7 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
     capture[input_edges.back().fn.get()] = {};
   }
   const std::vector<Edge> edges = root_edges(outputs);
-  run_backward(edges, root_gradients(outputs, grad_outputs), retain_graph, &capture);
+  run_backward(edges, root_gradients(outputs, grad_outputs, /*to_root_dtype=*/true), retain_graph, &capture);
   TensorList result;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorList& got = capture[input_edges[i].fn.get()];
@@ -393,7 +404,7 @@ TensorList nested_gradients(TensorList&& roots, const TensorList& grad_roots, co
     if (leaf_edges.back().fn) capture[leaf_edges.back().fn.get()] = {};
   }
   const std::vector<Edge> edges = root_edges(roots);
-  const TensorList grads = root_gradients(roots, grad_roots);
+  const TensorList grads = root_gradients(roots, grad_roots, /*to_root_dtype=*/false);
   roots.clear();
   run_backward(edges, grads, /*retain_graph=*/false, &capture);
   for (auto& [node, requested] : *outer) add_into(requested, std::move(capture[node]));

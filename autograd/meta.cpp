@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "autograd/ops/view.h"
+#include "autograd/ops/view_history.h"
 
 namespace frugal::autograd {
 
@@ -31,7 +32,13 @@ bool requires_grad(const Tensor& t) {
 Edge gradient_edge(const Tensor& t) {
   AutogradMeta* m = meta_of(t);
   if (!m) return {};
-  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (m->grad_fn) {
+    // A view whose base was rewritten in place since is refused here, at its next use
+    // (Note [Views of a tensor written in place]). View nodes save no tensors: most nodes
+    // do, so the virtual call spares them the cast.
+    if (!m->grad_fn->saves_tensors()) check_view_history(t, *m->grad_fn);
+    return {m->grad_fn, m->output_nr};
+  }
   if (!m->requires_grad) return {};
   std::shared_ptr<Node> acc = m->accumulator.lock();
   if (!acc) {

@@ -56,6 +56,9 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (!impl || !grads[0].defined()) return {};
   Tensor leaf(impl);
   AutogradMeta& m = ensure_meta(leaf);
+  // A leaf frozen (requires_grad_(false)) after the graph was built gets nothing, as in
+  // PyTorch's AccumulateGrad: freezing a parameter between forward and backward freezes it.
+  if (!m.requires_grad) return {};
   core::CategoryScope category(core::Category::Gradients);  // the copies below are .grad
   Tensor g = std::move(grads[0]);
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
@@ -82,6 +85,12 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       m.grad = g.clone();
     }
   } else {
+    // A .grad the user set in another dtype (set_grad allows it, for optimizers' checks to
+    // be tested) would take every later gradient rounded to its dtype: refused, as PyTorch
+    // refuses to assign it ("assigned grad has data of a different type").
+    FRUGAL_CHECK(m.grad.dtype() == leaf.dtype(), "AccumulateGrad: the .grad of leaf ", leaf.describe(), " is ",
+                 m.grad.describe(), "; a gradient accumulates in its leaf's dtype: set_grad a ",
+                 dtype_name(leaf.dtype()), " tensor, or set_grad(Tensor()) before backward");
     ops::add_(m.grad, g);
   }
   if (!m.post_accumulate_grad_hooks.empty()) {

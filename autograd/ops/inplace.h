@@ -21,8 +21,9 @@
 //   base needed no grad or it was taken under NoGradGuard (buf.t().copy_(src) would give
 //   src no gradient through buf; a no-grad view of a leaf would overwrite the leaf); clone()
 //   first. (An op's result that is a view of a temporary nobody else holds is fine.)
-//   Aliases frugal cannot see (a detach()ed handle, a view taken of self before the
-//   op) keep their old history: avoid reading them after an in-place op that records.
+//   A view taken of self before the op keeps its old history, so its next use throws (Note
+//   [Views of a tensor written in place] in autograd/ops/view_history.h). An alias frugal
+//   cannot see (a detach()ed handle) has no history: avoid reading it after the op.
 // - copy_ is recorded by the same rules (autograd/ops/copy.cpp): the new value is src's,
 //   so self's old history gets zeros and src gets the gradient (PyTorch's CopyBackwards).
 // - Backward of mul_ and div_ needs self's old value for other's gradient, so they save

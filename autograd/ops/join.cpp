@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "autograd/function.h"
+#include "autograd/ops/view_history.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/join.h"
@@ -87,7 +88,7 @@ std::optional<Tensor> adjacent_view(const TensorList& grads, const Shape& sizes,
 // pieces = split(x, ..., dim), views of x
 // grad_x = cat(g_0, ..., g_n, dim) (the engine gives zeros to pieces that got no gradient),
 // or a view when the grads are adjacent (Note [Split backward without a copy])
-struct SplitBackward final : Node {
+struct SplitBackward final : autograd::ViewNode {
   int64_t dim = 0;
   DType dtype = kFloat32;
   Shape in_sizes;
@@ -107,6 +108,7 @@ std::vector<Tensor> record_split(const char* label, const Tensor& x, int64_t dim
     node->dtype = x.dtype();
     node->in_sizes = x.sizes();
     node->label = label;
+    node->set_base(x);  // the pieces are views of x (Note [Views of a tensor written in place])
     autograd::record(node, pieces);
   }
   return pieces;

@@ -3,6 +3,7 @@
 // formula per kind of derivation.
 #include "autograd/ops/view.h"
 #include "autograd/function.h"
+#include "autograd/ops/view_history.h"
 #include "autograd/recompute_cheap.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -11,7 +12,7 @@ namespace frugal::autograd {
 
 namespace {
 
-class DerivedBackward final : public Node {
+class DerivedBackward final : public ViewNode {
  public:
   DerivedInfo info;
   Shape in_sizes;
@@ -30,7 +31,7 @@ class DerivedBackward final : public Node {
     }
     return "DerivedBackward";
   }
-  bool saves_tensors() const override { return false; }  // sizes, dtype and device only
+  // sizes, dtype and device only: saves_tensors() is false (ViewNode)
   std::optional<DType> converts_gradient_to() const override {
     return info.kind == DerivedInfo::Kind::Convert ? std::optional<DType>(in_dtype) : std::nullopt;
   }
@@ -73,12 +74,44 @@ void record_derived(const Tensor& in, const Tensor& out, const DerivedInfo& info
   node->in_sizes = in.sizes();
   node->in_dtype = in.dtype();
   node->in_device = in.device();
+  if (info.kind != DerivedInfo::Kind::Convert) node->set_base(in);  // a copy's values are its own
   record(node, {out});
   // A cast of a recomputable output is one too (Note [Recomputable outputs], casts).
   if (info.kind == DerivedInfo::Kind::Convert) recompute::register_conversion(in, out);
 }
 
 }  // namespace
+
+// ---- Note [Views of a tensor written in place] ------------------------------------------
+
+void ViewNode::set_base(const Tensor& base) {
+  const AutogradMeta* m = meta_of(base);
+  const Node* fn = m ? m->grad_fn.get() : nullptr;
+  const auto* parent = dynamic_cast<const ViewNode*>(fn);
+  if (parent && parent->tracks_base) {  // a view of a view: the same root base
+    root_base = parent->root_base;
+    root_fn = parent->root_fn;
+  } else {
+    root_base = base.impl_ptr();
+    root_fn = fn;
+  }
+  tracks_base = true;
+}
+
+void check_view_history(const Tensor& t, const Node& fn) {
+  const auto* view = dynamic_cast<const ViewNode*>(&fn);
+  if (!view || !view->tracks_base) return;
+  const std::shared_ptr<TensorImpl> base = view->root_base.lock();
+  if (!base) return;
+  const auto* m = static_cast<const AutogradMeta*>(base->autograd_meta.get());
+  const Node* now = m ? m->grad_fn.get() : nullptr;
+  FRUGAL_CHECK(now == view->root_fn, view->name(), ": ", t.describe(),
+               " is a view of a tensor that was modified in place after the view was taken (its history now ends in ",
+               now ? now->name() : std::string("a leaf"),
+               "); frugal does not track views, so this view's gradient would miss the in-place write: take the "
+               "view after the in-place op, or clone() the tensor before writing it (",
+               "Note [Views of a tensor written in place])");
+}
 
 void install_derived_hook() { set_derived_hook(&record_derived); }
 

@@ -1,0 +1,44 @@
+#pragma once
+// The nodes of view ops remember which tensor they view, so that a view whose base was
+// rewritten in place afterwards is refused instead of silently giving a stale gradient.
+//
+// Note [Views of a tensor written in place]
+// h = x * 2; v = h.view(...); mul_(h, 3.0): v now holds 6x, but its history still reads
+// "a view of 2x" (frugal does not track views, Note [In-place ops and autograd]): the write
+// rebased h's history, not v's. PyTorch regenerates v's grad_fn on its next use; frugal
+// refuses that use instead, naming the view and the write. A view node records its root
+// base - the first tensor up its chain of views that is not itself a view op's output - and
+// that tensor's grad_fn when the view was taken (a view of a view inherits both, so the
+// check is one comparison however long the chain). When the view is used again (an op's
+// input, a backward root, a grad() input: everything asks gradient_edge), the root base's
+// grad_fn must still be the one recorded; a recorded in-place op on it (or copy_ into it)
+// changed it. A leaf base cannot be written in place while autograd records, and a write
+// under NoGradGuard (an optimizer step) keeps its history true, so a view of a parameter
+// stays usable across steps. A view used before the write is fine: the ops that consumed it
+// read the old values, which is what its history describes. The check needs the root base
+// alive: once it is gone, so is any handle that could be written to rebase it.
+#include <memory>
+
+#include "autograd/node.h"
+
+namespace frugal::autograd {
+
+/// A node whose outputs are views of its one input (view ops, split). saves_tensors() is
+/// false: it needs only sizes, so it may run again after a backward without retain_graph.
+class ViewNode : public Node {
+ public:
+  bool saves_tensors() const override { return false; }
+  /// Records `base` (the viewed tensor) as this view's origin, or base's own origin when
+  /// base is itself a view op's output (Note [Views of a tensor written in place]).
+  void set_base(const Tensor& base);
+
+  std::weak_ptr<TensorImpl> root_base;  // the first non-view tensor up the chain
+  const Node* root_fn = nullptr;        // its grad_fn then (null for a leaf); kept alive by the edges
+  bool tracks_base = false;             // set_base was called (not for a copy such as to() or clone())
+};
+
+/// Throws if `t`, whose grad_fn is `fn`, is a view whose root base was modified in place
+/// (its history rebased) after the view was taken (Note [Views of a tensor written in place]).
+void check_view_history(const Tensor& t, const Node& fn);
+
+}  // namespace frugal::autograd
