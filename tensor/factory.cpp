@@ -57,6 +57,9 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   FRUGAL_CHECK(step != 0.0, "arange: step must be nonzero");
   FRUGAL_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start and end must be finite");
   FRUGAL_CHECK(std::isfinite(step), "arange: step must be finite, got ", step);
+  FRUGAL_CHECK(step > 0 ? end >= start : end <= start, "arange: the range [", start, ", ", end,
+               ") is inconsistent with the sign of step ", step,
+               " (as in PyTorch, this is an error, not an empty tensor)");
   const double count = std::ceil((end - start) / step);
   // 2^63 is exactly representable; converting a double at or above it to int64 is undefined.
   FRUGAL_CHECK(count < 9223372036854775808.0, "arange: [", start, ", ", end, ") in steps of ", step,

@@ -56,9 +56,19 @@ struct SumReducer {
   Out* out;
   Acc divisor;
   FRUGAL_HD Acc identity() const { return Acc(0); }
-  FRUGAL_HD Acc step(Acc a, In v, int64_t) const { return a + Acc(v); }
-  FRUGAL_HD Acc combine(Acc a, Acc b) const { return a + b; }
+  FRUGAL_HD Acc step(Acc a, In v, int64_t) const { return add(a, Acc(v)); }
+  FRUGAL_HD Acc combine(Acc a, Acc b) const { return add(a, b); }
   FRUGAL_HD void store(int64_t o, Acc a) const { out[o] = Out(a / divisor); }
+  /// a + b; an int64 sum wraps around past its range (two's complement, as PyTorch), which
+  /// a signed + would leave undefined.
+  static FRUGAL_HD Acc add(Acc a, Acc b) {
+    if constexpr (std::is_integral_v<Acc>) {
+      using U = std::make_unsigned_t<Acc>;
+      return Acc(U(a) + U(b));
+    } else {
+      return a + b;
+    }
+  }
 };
 
 /// amax / amin: a NaN anywhere makes the result NaN.

@@ -91,7 +91,10 @@ struct VarBackward final : Node {
 };
 
 // out = amax(x, dims) (amin alike)
-// grad_x = x == out ? g / count(x == out) : 0 (ties share the gradient evenly)
+// grad_x = hit ? g / count(hit) : 0 with hit = (x == out || x is NaN): ties share the
+// gradient evenly, and a NaN result (NaN wins) sends it to the NaNs, as max(x, dim) sends
+// it to the first NaN; x == out alone is false for every element there (NaN != NaN) and
+// would drop the gradient (PyTorch gives NaN to the whole slice; either keeps the NaN seen).
 struct AmaxAminBackward final : Node {
   SavedTensor x{this}, out{this};
   ReduceGeometry geo;
@@ -99,7 +102,9 @@ struct AmaxAminBackward final : Node {
   bool is_max = true;
   std::string name() const override { return is_max ? "AmaxBackward" : "AminBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor hit = ops::eq(x.unpack(name()), out.unpack(name()).reshape(geo.kept));
+    const Tensor xv = x.unpack(name());
+    Tensor hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
+    if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
     const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);   // int64, reduced shape
     const Tensor share = ops::div(geo.restore(grads[0]), count);  // g's dtype
     return {ops::where(hit, share, zeros({}, share.options()))};

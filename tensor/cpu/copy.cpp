@@ -4,6 +4,7 @@
 
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/copy_math.h"
 
 namespace frugal::ops::cpu {
 
@@ -32,10 +33,7 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
   }
   dispatch_all(dst.dtype(), "copy_", dst.device(), [&]<typename D>() {
     dispatch_all(src.dtype(), "copy_", src.device(), [&]<typename S>() {
-      cpu_map<D, S>(L, [](S v) {
-        if constexpr (std::is_same_v<D, bool>) return D(static_cast<double>(v) != 0.0);
-        else return D(static_cast<opmath_t<S>>(v));
-      });
+      cpu_map<D, S>(L, [](S v) { return convert_element<D, S>(v); });  // Note [Float to integer conversion]
     });
   });
 }

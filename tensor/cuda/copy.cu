@@ -3,6 +3,7 @@
 #include "tensor/cuda/loops.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/ops/copy.h"
+#include "tensor/ops/copy_math.h"
 
 namespace frugal::ops::cuda {
 
@@ -11,10 +12,7 @@ namespace {
 // inside the generic (templated) lambdas that dtype dispatch uses.
 template <typename D, typename S>
 struct CastTo {
-  __device__ D operator()(S v) const {
-    if constexpr (std::is_same_v<D, bool>) return static_cast<double>(v) != 0.0;
-    else return D(static_cast<opmath_t<S>>(v));
-  }
+  __device__ D operator()(S v) const { return convert_element<D, S>(v); }  // Note [Float to integer conversion]
 };
 }  // namespace
 

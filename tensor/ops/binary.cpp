@@ -1,12 +1,14 @@
 #include "tensor/ops/binary.h"
 
 #include <cmath>
+#include <limits>
 #include <ostream>
 
 #include "tensor/device_dispatch.h"
 #include "tensor/elementwise.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
+#include "tensor/ops/fill.h"
 
 namespace frugal::ops {
 
@@ -40,6 +42,32 @@ std::ostream& operator<<(std::ostream& os, const Operands& o) {
   return os << "scalar " << o.s;
 }
 
+// Note [Integer scalars out of range]
+// An integer scalar reaches the kernels as a double that they convert to the compute type,
+// and converting a double outside an integer type's range is undefined behaviour. PyTorch's
+// integer scalar is an int64 (a Python integer beyond it is an error), converted to the
+// compute type with two's-complement wrap-around: int32 + 3000000000 gives the int32 wrap of
+// the exact sum, consistent with integer arithmetic wrapping. frugal does the same for add,
+// sub and mul (and add's alpha): the scalar must fit in int64 and is wrapped to the compute
+// type's width before the kernel sees it. A comparison would be wrong after wrapping (torch
+// says 1 < 3000000000 is false for an int32 tensor), so a scalar beyond the compute type
+// compares as -inf or +inf in float64 instead: exact, since no integer of the tensor reaches
+// it and the conversion to double keeps the order.
+constexpr double kTwo31 = 2147483648.0, kTwo63 = 9223372036854775808.0;
+
+/// Whether the integral double s lies in integer dtype t's range.
+bool fits_integer(double s, DType t) { return t == kInt32 ? s >= -kTwo31 && s < kTwo31 : s >= -kTwo63 && s < kTwo63; }
+
+/// The integer scalar or alpha `s` of an arithmetic op computing in integer dtype `compute`,
+/// wrapped to its width (Note [Integer scalars out of range]).
+double wrap_integer_scalar(const char* name, const char* role, double s, DType compute, const Operands& what) {
+  FRUGAL_CHECK(fits_integer(s, kInt64), name, ": the integer ", role, " ", s,
+               " does not fit in int64, so it cannot be an operand of ", dtype_name(compute), " arithmetic (", what,
+               "); convert the tensor to a floating dtype first");
+  const int64_t v = int64_t(s);
+  return compute == kInt32 ? double(int32_t(uint32_t(uint64_t(v)))) : double(v);  // modular (C++20)
+}
+
 /// The compute dtype of `op` on operands whose promoted dtype is `promoted`; throws for
 /// arithmetic on bool.
 DType compute_dtype(const char* name, BinaryOp op, DType promoted, const Operands& what) {
@@ -50,9 +78,13 @@ DType compute_dtype(const char* name, BinaryOp op, DType promoted, const Operand
   return promoted;
 }
 
-void check_alpha(const char* name, DType compute, double alpha) {
-  FRUGAL_CHECK(is_floating(compute) || alpha == std::trunc(alpha), name,
-               ": alpha must be an integer when the result is ", dtype_name(compute));
+/// add's alpha as the kernel takes it: any value for a floating result; an integer, wrapped
+/// to the width of an integer result (Note [Integer scalars out of range]).
+double checked_alpha(const char* name, DType compute, double alpha, const Operands& what) {
+  if (is_floating(compute)) return alpha;
+  FRUGAL_CHECK(std::isfinite(alpha) && alpha == std::trunc(alpha), name,
+               ": alpha must be an integer when the result is ", dtype_name(compute), ", got ", alpha);
+  return wrap_integer_scalar(name, "alpha", alpha, compute, what);
 }
 
 /// PyTorch's can_cast: a result may be written into `out` unless that would turn a
@@ -96,7 +128,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   check_same_device(name, a, b);
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const DType compute = compute_dtype(name, op, promote_types(a.dtype(), b.dtype()), {a, &b});
-  if (op == BinaryOp::Add) check_alpha(name, compute, alpha);
+  if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, Operands{a, &b});
   Tensor out = empty_elementwise_output(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()}, {&a, &b});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
   return out;
@@ -104,7 +136,15 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
 
 Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s) {
   check_defined(name, x);
-  const DType compute = compute_dtype(name, op, promote_with_scalar(x.dtype(), scalar_is_floating(s)), {x, nullptr, s});
+  DType compute = compute_dtype(name, op, promote_with_scalar(x.dtype(), scalar_is_floating(s)), {x, nullptr, s});
+  if (is_integral(compute)) {  // Note [Integer scalars out of range]
+    if (!binary_op_is_predicate(op)) {
+      s = wrap_integer_scalar(name, "scalar", s, compute, Operands{x, nullptr, s});
+    } else if (!fits_integer(s, compute)) {
+      compute = kFloat64;
+      s = s > 0 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+    }
+  }
   Tensor out = empty_elementwise_output(x.sizes(), {binary_op_is_predicate(op) ? kBool : compute, x.device()}, {&x});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, x.device(), binary_scalar_kernel, op, compute, out, x, s);
   return out;
@@ -118,7 +158,7 @@ const Tensor& binary_inplace(const char* name, BinaryOp op, const Tensor& self, 
   const Operands what{self, &other};
   const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
   const DType compute = compute_dtype(name, op, promote_types(self.dtype(), other.dtype()), what);
-  if (op == BinaryOp::Add) check_alpha(name, compute, alpha);
+  if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, what);
   check_inplace(name, self, shape, compute, what);
   if (self.numel() > 0) {
     const Tensor rhs = safe_input(self, other);
@@ -133,6 +173,7 @@ const Tensor& scalar_inplace(const char* name, BinaryOp op, const Tensor& self, 
   const Operands what{self, nullptr, s};
   const DType compute = compute_dtype(name, op, promote_with_scalar(self.dtype(), scalar_is_floating(s)), what);
   check_inplace(name, self, self.sizes(), compute, what);
+  if (is_integral(compute)) s = wrap_integer_scalar(name, "scalar", s, compute, what);  // no in-place predicates
   if (self.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, self.device(), binary_scalar_kernel, op, compute, self, self, s);
   self.bump_version();
   return self;
@@ -208,6 +249,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_defined("masked_fill", mask);
   FRUGAL_CHECK(mask.dtype() == kBool, "masked_fill: mask must be bool, got ", mask.describe());
   check_same_device("masked_fill", x, mask);
+  check_fill_value("masked_fill", value, x);  // Note [Integer fill values]
   Tensor out = empty_elementwise_output(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill"), x.options(), {&x});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH("masked_fill", x.device(), masked_fill_kernel, out, x, mask, value);
   return out;
@@ -231,6 +273,7 @@ const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
   check_defined("masked_fill_", mask);
   FRUGAL_CHECK(mask.dtype() == kBool, "masked_fill_: mask must be bool, got ", mask.describe());
   check_same_device("masked_fill_", x, mask);
+  check_fill_value("masked_fill_", value, x);  // Note [Integer fill values]
   const Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill_");
   FRUGAL_CHECK(shape == x.sizes(), "masked_fill_: mask ", mask.describe(), " does not broadcast to the output ",
                x.describe());

@@ -3,12 +3,27 @@
 
 namespace frugal::ops {
 
-/// Sets every element of t (any strides) to value, converted to t's dtype. Bumps the version.
+// Note [Integer fill values]
+// Converting a double that is NaN, infinite or outside an integer type's range to that type
+// is undefined behaviour in C++ (x86 gives INT_MIN, CUDA saturates). PyTorch refuses such a
+// value in fill_, full and masked_fill ("value cannot be converted to type int without
+// overflow"), and so does frugal: a value for an int32/int64 tensor must be finite and lie
+// in the dtype's range; a fraction is truncated toward zero, as PyTorch does. Floating
+// dtypes take any value (one beyond float16's range rounds to inf, which PyTorch refuses:
+// the IEEE rounding, and a mask is -inf or the finite extreme anyway); bool takes value != 0.
+
+/// Throws frugal::Error, naming `op` and `t`, unless `value` may fill t (see Note [Integer
+/// fill values]).
+void check_fill_value(const char* op, double value, const Tensor& t);
+
+/// Sets every element of t (any strides) to value, converted to t's dtype (an integer dtype
+/// must hold it: Note [Integer fill values]). Bumps the version.
 void fill_(const Tensor& t, double value);
 /// fill_(t, 0)
 void zero_(const Tensor& t);
 /// Sets element i of the contiguous 1-D t to start + i * step, computed in double and
-/// converted to t's dtype as fill_ converts. Bumps the version.
+/// converted to t's dtype as fill_ converts (an integer t must hold its first and last
+/// values). Bumps the version.
 void arange_fill_(const Tensor& t, double start, double step);
 
 }  // namespace frugal::ops

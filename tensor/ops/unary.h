@@ -39,11 +39,13 @@ Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
-/// x ^ exponent (exponent 2 runs as square).
+/// x ^ exponent (exponent 2 runs as square; 0.5 and -0.5 as sqrt and rsqrt, as PyTorch: see
+/// Note [pow of 0.5 and -0.5] in unary_math.h).
 Tensor pow(const Tensor& x, double exponent);
 /// x * scale + shift in one pass (one rounding for 16-bit types).
 Tensor affine(const Tensor& x, double scale, double shift);
-/// min(max(x, lo), hi): hi wherever lo > hi (as PyTorch); NaN stays NaN.
+/// min(max(x, lo), hi): hi wherever lo > hi (as PyTorch); NaN stays NaN, and a NaN bound
+/// makes every element NaN (as PyTorch).
 Tensor clamp(const Tensor& x, double lo, double hi);
 
 // ---- backend interface -----------------------------------------------------

@@ -52,6 +52,19 @@ FRUGAL_HD double rsqrt(double x) {
 #endif
 }
 
+// Note [pow of 0.5 and -0.5]
+// PyTorch computes x^0.5 as sqrt(x) and x^-0.5 as rsqrt(x) on both of its backends, and
+// those differ from IEEE pow at two points: sqrt(-0) = -0 where pow(-0, 0.5) = +0, and
+// sqrt(-inf) = NaN where pow(-inf, 0.5) = +inf. pow_scalar does the same, for the forward
+// (exponent a) and the derivative (a x^(a-1) with a - 1 = +-0.5), so the values match
+// PyTorch's everywhere; any other exponent is powf/pow.
+template <typename M>
+FRUGAL_HD M pow_scalar(M x, M e) {
+  if (e == M(0.5)) return sqrt(x);
+  if (e == M(-0.5)) return rsqrt(x);
+  return pow(x, e);
+}
+
 /// Two's-complement wrap-around for integer neg and square, as PyTorch (and the
 /// hardware) do, without signed-overflow undefined behaviour.
 template <typename T>
@@ -127,11 +140,12 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
   } else if constexpr (kOp == U::Cos) {
     return math::cos(x);
   } else if constexpr (kOp == U::Pow) {
-    return math::pow(x, a);
+    return math::pow_scalar(x, a);  // Note [pow of 0.5 and -0.5]
   } else if constexpr (kOp == U::Affine) {
     return x * a + b;  // one FMA on the GPU
   } else {
     static_assert(kOp == U::Clamp, "unary_apply: an op without a formula");
+    if (a != a || b != b) return a + b;      // a NaN bound gives NaN everywhere, as PyTorch
     const M lo_clamped = x < a ? a : x;      // comparisons with NaN are false:
     return lo_clamped > b ? b : lo_clamped;  // NaN passes; lo > hi gives hi
   }
@@ -196,7 +210,7 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
   } else if constexpr (kOp == U::Cos) {
     return -g * math::sin(v);
   } else if constexpr (kOp == U::Pow) {  // a x^(a-1); exactly 0 for a = 0 (no 0 * inf at x = 0)
-    return a == M(0) ? M(0) : g * a * math::pow(v, a - M(1));
+    return a == M(0) ? M(0) : g * a * math::pow_scalar(v, a - M(1));
   } else {
     static_assert(kOp == U::Clamp, "unary_grad: an op without a derivative");
     return (v >= a && v <= b) ? g : M(0);  // lo <= x <= hi; NaN or lo > hi: 0
