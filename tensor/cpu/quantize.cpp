@@ -60,13 +60,14 @@ void quantize_blockwise_kernel(const Tensor& codes, const Tensor& scales, const 
       }
       const float scale = absmax / qmax;
       sp[b] = scale;
+      const float inverse = quant::inverse_scale(scale);
       for (int64_t i = lo; i < hi; ++i) {
         const float v = read(i);
         if (!std::isfinite(v)) {
           cp[i] = nan;
           continue;
         }
-        const float s = scale > 0.0f ? v / scale : v;  // v is +-0 (or below scale's range) when scale is 0
+        const float s = quant::scaled(v, scale, inverse);
         cp[i] = fp8 ? quant::e4m3_encode(s) : quant::int8_encode(s);
       }
     }

@@ -1,16 +1,18 @@
 // CUDA blockwise quantization (Note [Blockwise quantization]) and the 1-bit masks of Note
-// [ReLU masks]. e4m3 goes through the hardware conversion of cuda_fp8.h; the divisions are
-// __fdiv_rn so the codes are those of the CPU's IEEE float32 division under any flags.
+// [ReLU masks]. e4m3 goes through the hardware conversion of cuda_fp8.h; the scale's division
+// and inverse are __fdiv_rn and __frcp_rn, so the codes are the CPU's under any flags.
 //
 // Note [Vectorized quantization]
 // A dense tensor whose block is a multiple of 8 elements (the default 256, any block a user
 // is likely to pick) takes the vector paths: a warp per scale block, each lane reading 8
 // elements at once (16 bytes of float16) and writing their 8 codes as one 8-byte store, the
 // absmax a warp butterfly with no block barrier; dequantization and the ReLU masks move 8
-// elements per thread the same way. The general paths (any strides, any block) read element
-// by element with a block-wide reduction per scale block: on ResNet-50's saved activations
-// they ran at a few percent of HBM bandwidth (the FP8-compressed step took 62 ms, 42 more
-// than keeping them).
+// elements per thread the same way. The default block of 256 is one vector per lane, so a
+// warp there takes 4 scale blocks at once and encodes them from registers: a warp holding one
+// 512-byte load in flight, then reading it again, left float16 at 0.41 of a copy's bandwidth. The general paths (any
+// strides, any block) read element by element with a block-wide reduction per scale block: on ResNet-50's saved
+// activations they ran at a few percent of HBM bandwidth (the FP8-compressed step took 62 ms, 42 more than keeping
+// them).
 #include <cuda_fp8.h>
 
 #include "tensor/cuda/block_reduce.cuh"
@@ -30,9 +32,9 @@ __device__ __forceinline__ float load(const T* base, const LogicalIndexer& ix, b
   return float(base[dense ? i : ix.offset(i)]);
 }
 
-__device__ __forceinline__ uint8_t encode(float v, float scale, bool fp8, uint8_t nan) {
+__device__ __forceinline__ uint8_t encode(float v, float scale, float inverse, bool fp8, uint8_t nan) {
   if (!isfinite(v)) return nan;
-  const float s = scale > 0.0f ? __fdiv_rn(v, scale) : v;
+  const float s = quant::scaled(v, scale, inverse);
   if (fp8) return uint8_t(__nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3));
   return uint8_t(int8_t(min(max(__float2int_rn(s), -127), 127)));
 }
@@ -60,10 +62,10 @@ __global__ void quantize_blockwise_kernel_impl(uint8_t* __restrict__ codes, floa
     }
     absmax = block_allreduce(
         absmax, [](float a, float c) { return fmaxf(a, c); }, 0.0f);
-    const float scale = __fdiv_rn(absmax, qmax);
+    const float scale = __fdiv_rn(absmax, qmax), inverse = quant::inverse_scale(scale);
     if (threadIdx.x == 0) scales[b] = scale;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-      codes[i] = encode(load(x, ix, dense, i), scale, fp8, nan);
+      codes[i] = encode(load(x, ix, dense, i), scale, inverse, fp8, nan);
   }
 }
 
@@ -138,17 +140,65 @@ __global__ void quantize_blockwise_vec_kernel(uint8_t* __restrict__ codes, float
       }
     }
     absmax = warp_allreduce(absmax, [](float a, float c) { return fmaxf(a, c); });
-    const float scale = __fdiv_rn(absmax, qmax);
+    const float scale = __fdiv_rn(absmax, qmax), inverse = quant::inverse_scale(scale);
     if (lane == 0) scales[b] = scale;
     for (int64_t i = lo + kVec * lane; i < hi; i += kVec * 32) {  // re-read from L1
       if (i + kVec <= hi) {
         const Vec<T, kVec> v = *reinterpret_cast<const Vec<T, kVec>*>(x + i);
         Vec<uint8_t, kVec> c;
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) c.v[j] = encode(float(v.v[j]), scale, fp8, nan);
+        for (int j = 0; j < kVec; ++j) c.v[j] = encode(float(v.v[j]), scale, inverse, fp8, nan);
         *reinterpret_cast<Vec<uint8_t, kVec>*>(codes + i) = c;
       } else {
-        for (int64_t k = i; k < hi; ++k) codes[k] = encode(float(x[k]), scale, fp8, nan);
+        for (int64_t k = i; k < hi; ++k) codes[k] = encode(float(x[k]), scale, inverse, fp8, nan);
+      }
+    }
+  }
+}
+
+// The default block of 256 (Note [Vectorized quantization]): a lane's 8 elements of a scale
+// block are one vector, so a warp takes kUnroll consecutive scale blocks at once, with that
+// many loads in flight per lane, and encodes them from registers (no second read).
+constexpr int64_t kWarpBlock = kVec * 32;
+template <typename T, int kUnroll>
+__global__ void quantize_blockwise_256_kernel(uint8_t* __restrict__ codes, float* __restrict__ scales,
+                                              const T* __restrict__ x, int64_t n, int64_t nblocks, bool fp8) {
+  const float qmax = fp8 ? quant::kE4M3Max : quant::kInt8Max;
+  const uint8_t nan = fp8 ? quant::kE4M3NaN : quant::kInt8NaN;
+  const int lane = int(threadIdx.x) & 31, warps_per_cta = int(blockDim.x) >> 5;
+  const int64_t warps = int64_t(gridDim.x) * warps_per_cta;
+  for (int64_t b0 = (int64_t(blockIdx.x) * warps_per_cta + (threadIdx.x >> 5)) * kUnroll; b0 < nblocks;
+       b0 += warps * kUnroll) {  // b0 is warp-uniform: every lane reaches the shuffles below
+    Vec<T, kVec> v[kUnroll];
+    float absmax[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = (b0 + u) * kWarpBlock + kVec * lane;
+      if (i + kVec <= n) {
+        v[u] = *reinterpret_cast<const Vec<T, kVec>*>(x + i);
+      } else {  // the short last block, or past the end: zeros leave absmax alone
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v[u].v[j] = i + j < n ? x[i + j] : T(0.0f);
+      }
+      absmax[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (isfinite(float(v[u].v[j]))) absmax[u] = fmaxf(absmax[u], fabsf(float(v[u].v[j])));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const float scale = __fdiv_rn(warp_allreduce(absmax[u], [](float a, float c) { return fmaxf(a, c); }), qmax);
+      if (b0 + u >= nblocks) break;  // warp-uniform
+      if (lane == 0) scales[b0 + u] = scale;
+      const float inverse = quant::inverse_scale(scale);
+      const int64_t i = (b0 + u) * kWarpBlock + kVec * lane;
+      Vec<uint8_t, kVec> c;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) c.v[j] = encode(float(v[u].v[j]), scale, inverse, fp8, nan);
+      if (i + kVec <= n) {
+        *reinterpret_cast<Vec<uint8_t, kVec>*>(codes + i) = c;
+      } else {
+        for (int j = 0; j < kVec && i + j < n; ++j) codes[i + j] = c.v[j];
       }
     }
   }
@@ -229,8 +279,18 @@ void quantize_blockwise_kernel(const Tensor& codes, const Tensor& scales, const 
     const LogicalIndexer ix = quant::make_logical_indexer(x, "quantize_blockwise");
     const int64_t nblocks = scales.numel();
     const bool fp8 = format == QuantFormat::Fp8E4M3;
-    if (ix.dense() && block % kVec == 0 && vectorizable<T>(x.data_ptr<T>(), {codes.data_ptr<uint8_t>()})) {
-      constexpr int kWarps = kBlockSize / 32;
+    const bool vec = ix.dense() && block % kVec == 0 && vectorizable<T>(x.data_ptr<T>(), {codes.data_ptr<uint8_t>()});
+    constexpr int kWarps = kBlockSize / 32;
+    if (vec && block == kWarpBlock) {
+      constexpr int kUnroll = 4;
+      const int64_t warps = (nblocks + kUnroll - 1) / kUnroll;
+      const unsigned grid = unsigned(std::min<int64_t>((warps + kWarps - 1) / kWarps, max_blocks(8)));
+      quantize_blockwise_256_kernel<T, kUnroll><<<grid, kBlockSize, 0, stream_for(x)>>>(
+          codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), x.data_ptr<T>(), x.numel(), nblocks, fp8);
+      FRUGAL_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    if (vec) {
       const unsigned grid = unsigned(std::min<int64_t>((nblocks + kWarps - 1) / kWarps, max_blocks(8)));
       quantize_blockwise_vec_kernel<T><<<grid, kBlockSize, 0, stream_for(x)>>>(
           codes.data_ptr<uint8_t>(), scales.data_ptr<float>(), x.data_ptr<T>(), x.numel(), block, nblocks, fp8);

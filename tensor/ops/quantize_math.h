@@ -43,6 +43,30 @@ FRUGAL_HD uint8_t e4m3_encode(float v) {
   return sign | uint8_t(code > 0x7eu ? 0x7eu : code);
 }
 
+/// The factor a block's values are multiplied by before encoding (Note [Blockwise
+/// quantization]): 1 / scale rounded to float32, or 0 where that is not finite (a scale of 0,
+/// or below 2^-128, whose values are divided instead).
+FRUGAL_HD float inverse_scale(float scale) {
+#ifdef __CUDA_ARCH__
+  const float inv = scale > 0.0f ? __frcp_rn(scale) : 0.0f;  // IEEE under any flags, as the host's
+#else
+  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+#endif
+  return isfinite(inv) ? inv : 0.0f;
+}
+
+/// v (finite) in units of its block's scale: v * inverse, v / scale where the inverse is 0, and
+/// v itself in a block of zeros (scale 0: v is +-0, or below the scale's range).
+FRUGAL_HD float scaled(float v, float scale, float inverse) {
+#ifdef __CUDA_ARCH__
+  if (inverse != 0.0f) return __fmul_rn(v, inverse);
+  return scale > 0.0f ? __fdiv_rn(v, scale) : v;
+#else
+  if (inverse != 0.0f) return v * inverse;
+  return scale > 0.0f ? v / scale : v;
+#endif
+}
+
 /// The value of an e4m3fn code (exact in float32).
 FRUGAL_HD float e4m3_decode(uint8_t c) {
   const uint32_t e = (c >> 3) & 0xfu, m = c & 7u;

@@ -31,6 +31,7 @@
 #include "profiler/session.h"
 #include "tensor/factory.h"
 #include "tensor/ops/quantize.h"
+#include "tests/quantize_reference.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -419,7 +420,7 @@ struct Ref {
 };
 
 /// Blocks in logical order; scale = float32(absmax / qmax) over finite elements; the code of
-/// the float32 quotient: nearest e4m3 value (ties to the even code, saturating at 448) or
+/// q = x * float32(1 / scale) (ref_scaled): nearest e4m3 value (ties to the even code, saturating at 448) or
 /// round-half-even clamped to +-127; non-finite -> the NaN code.
 Ref ref_quantize(const Values& x, QuantFormat format, int64_t block) {
   const bool fp8 = format == QuantFormat::Fp8E4M3;
@@ -438,7 +439,7 @@ Ref ref_quantize(const Values& x, QuantFormat format, int64_t block) {
       if (!std::isfinite(x[i])) {
         code = fp8 ? 0x7F : 0x80, value = kNaN;
       } else {
-        const double q = scale > 0 ? double(float(x[i] / double(scale))) : x[i];
+        const double q = ref_scaled(x[i], scale);
         if (fp8) {
           int best = 0;
           for (int c = 1; c <= 0x7E; ++c) {

@@ -16,6 +16,7 @@
 #include "tensor/ops/quantize.h"
 #include "tensor/ops/quantize_math.h"
 #include "tensor/ops/unary.h"
+#include "tests/quantize_reference.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -70,8 +71,9 @@ struct RefQuantized {
   std::vector<double> values;  // dequantized, rounded to the output dtype
 };
 
-/// Float32 roundings as the definition has them: a float32 quotient of two float32 values
-/// is the float64 quotient rounded to float32 (double rounding is innocuous for / and *).
+/// Float32 roundings as the definition has them: q_i is ref_scaled (a float32 product or
+/// quotient of float32 values is the float64 one rounded to float32: double rounding is
+/// innocuous for / and *).
 RefQuantized ref_quantize(const std::vector<double>& x, QuantFormat format, int64_t block, DType out) {
   const bool fp8 = format == QuantFormat::Fp8E4M3;
   const double qmax = fp8 ? 448.0 : 127.0;
@@ -90,7 +92,7 @@ RefQuantized ref_quantize(const std::vector<double>& x, QuantFormat format, int6
       if (!std::isfinite(v)) {
         c = fp8 ? 0x7F : 0x80;
       } else {
-        const double s = scale > 0.0f ? double(float(v / double(scale))) : v;
+        const double s = ref_scaled(v, scale);
         c = fp8 ? ref_e4m3(s) : ref_int8(s);
       }
       r.codes.push_back(c);

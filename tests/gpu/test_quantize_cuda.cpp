@@ -79,9 +79,10 @@ TEST_CASE("cuda quantize: the hardware e4m3 conversion equals the software encod
   check_pair(x, QuantFormat::Int8, int64_t(v.size()), "edges, scale 1");
   check_pair(x, QuantFormat::Fp8E4M3, 7, "edges, small blocks");
   // The vector paths (Note [Vectorized quantization]: a dense tensor, a block of 8k): the same
-  // edges, NaN and inf in blocks of 64 and 1024 with a short last one; and 1-D views starting
+  // edges, NaN and inf in blocks of 64, 256 (its own kernel, 4 blocks per warp) and 1024 with a
+  // short last one; and 1-D views starting
   // 1 and 8 elements in, dense but misaligned (the element-wise path) and aligned again.
-  for (int64_t block : {8, 64, 1024}) {
+  for (int64_t block : {8, 64, 256, 1024}) {
     check_pair(x, QuantFormat::Fp8E4M3, block, "edges, vector path");
     check_pair(x, QuantFormat::Int8, block, "edges, vector path");
   }
