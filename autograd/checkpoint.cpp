@@ -62,6 +62,16 @@
 // recomputed outputs are the forward's (batch statistics normalize in training either way),
 // and the buffers end the step as the plain run leaves them.
 //
+// Tensors fn captures and writes in place: a buffer fn updates (a step counter, an average
+// of what it saw) is written once by the forward and again by the replay, and unlike batch
+// norm's, such a write is the caller's, so checkpoint cannot skip it. The replay refuses it
+// instead: storages are numbered as they are made (Storage::serial), and a recorded in-place
+// op inside a recompute (autograd's add_, mul_, copy_, ...) whose tensor was made before the
+// recompute started throws, naming the op and the tensor (check_recompute_write). The
+// tensors fn makes itself are newer; its inputs cannot be written (above); a selective
+// checkpoint's kept outputs are handed back only if the forward did not write them. A caller
+// who wants the write once guards it with in_checkpoint_recompute(), as batch norm does.
+//
 // Limits (documented in the header): fn must be deterministic given its inputs
 // and the generators it draws from, and draw on the thread that calls checkpoint
 // (draws on other threads are not noted); the default generator is
@@ -85,11 +95,20 @@ namespace frugal::autograd {
 namespace {
 
 thread_local int recompute_depth = 0;  // checkpoint recomputes running on this thread
+// The first Storage::serial the innermost of them made: older storages are not its own.
+thread_local uint64_t recompute_first_serial = 0;
 
 // in_checkpoint_recompute() for its scope.
 struct RecomputeScope {
-  RecomputeScope() { ++recompute_depth; }
-  ~RecomputeScope() { --recompute_depth; }
+  RecomputeScope() : outer_first_serial(recompute_first_serial) {
+    ++recompute_depth;
+    recompute_first_serial = Storage::serial_now();
+  }
+  ~RecomputeScope() {
+    --recompute_depth;
+    recompute_first_serial = outer_first_serial;
+  }
+  uint64_t outer_first_serial;
   RecomputeScope(const RecomputeScope&) = delete;
   RecomputeScope& operator=(const RecomputeScope&) = delete;
 };
@@ -227,6 +246,14 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
 }
 
 bool in_checkpoint_recompute() { return recompute_depth > 0; }
+
+void check_recompute_write(const char* op, const Tensor& self) {
+  if (recompute_depth == 0 || !self.defined()) return;
+  FRUGAL_CHECK(self.impl().storage->serial >= recompute_first_serial, op, ": a checkpoint's recompute would write ",
+               self.describe(), " in place a second time: the checkpointed function writes a tensor it did not ",
+               "make (a buffer it captures), which the forward wrote already. Make the write outside the ",
+               "function, or skip it while autograd::in_checkpoint_recompute() is true (Note [Checkpoint recompute])");
+}
 
 TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
                       KeepPredicate keep) {

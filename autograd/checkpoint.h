@@ -62,6 +62,11 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
 /// (Note [Checkpoint recompute], "State updated in the forward").
 bool in_checkpoint_recompute();
 
+/// Called by every recorded in-place op before it writes: inside a checkpoint's recompute on
+/// this thread, throws, naming `op`, when `self` was not made by the recompute (a buffer the
+/// checkpointed function captures and writes: the forward wrote it once already).
+void check_recompute_write(const char* op, const Tensor& self);
+
 /// The single-input, single-output form of checkpoint.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                   CheckpointPolicy policy = CheckpointPolicy::Full);

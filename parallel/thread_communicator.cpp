@@ -11,6 +11,7 @@
 
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/ops/copy.h"
 
 namespace frugal::parallel {
 
@@ -134,6 +135,15 @@ class ThreadGroup {
 
 namespace {
 
+// A collective's write into a rank's tensor. Raw, as NCCL's: a collective is no autograd op,
+// and the thread that writes is whichever rank arrived last, perhaps inside a checkpoint's
+// recompute of its own (whose check of in-place writes is about that thread's function).
+// The version moves as for any write.
+void write_into(const Tensor& dst, const Tensor& src) {
+  ops::copy_into(dst, src);
+  dst.bump_version();
+}
+
 std::string describe_op(OpKind kind, uint64_t seq, const std::string& rank_label) {
   return str_cat("threads ", op_name(kind), " #", seq, " on ", rank_label);
 }
@@ -189,14 +199,14 @@ void compute(Slot& slot, const std::shared_ptr<ThreadGroup>& group) {
   switch (p0.kind) {
     case OpKind::AllReduce: {
       const Tensor sum = reduce_tensors_in_rank_order(inputs, p0.reduce);
-      for (const Tensor& t : inputs) t.copy_(sum.view(t.sizes()));
+      for (const Tensor& t : inputs) write_into(t, sum.view(t.sizes()));
       break;
     }
     case OpKind::AllGather: {
       const int64_t m = p0.input.numel();
       const Tensor all = empty({n * m}, TensorOptions(p0.input.dtype()));
-      for (int r = 0; r < n; ++r) all.narrow(0, r * m, m).copy_(inputs[size_t(r)].reshape({m}));
-      for (const auto& p : slot.parts) p->output.view({n * m}).copy_(all);
+      for (int r = 0; r < n; ++r) write_into(all.narrow(0, r * m, m), inputs[size_t(r)].reshape({m}));
+      for (const auto& p : slot.parts) write_into(p->output.view({n * m}), all);
       break;
     }
     case OpKind::ReduceScatter: {
@@ -204,14 +214,14 @@ void compute(Slot& slot, const std::shared_ptr<ThreadGroup>& group) {
       const int64_t chunk = p0.input.numel() / n;
       for (int r = 0; r < n; ++r) {
         const Tensor& out = slot.parts[size_t(r)]->output;
-        out.view({chunk}).copy_(sum.narrow(0, r * chunk, chunk));
+        write_into(out.view({chunk}), sum.narrow(0, r * chunk, chunk));
       }
       break;
     }
     case OpKind::Broadcast: {
       const Tensor src = inputs[size_t(p0.root)].contiguous();
       for (int r = 0; r < n; ++r)
-        if (r != p0.root) inputs[size_t(r)].copy_(src.view(inputs[size_t(r)].sizes()));
+        if (r != p0.root) write_into(inputs[size_t(r)], src.view(inputs[size_t(r)].sizes()));
       break;
     }
     case OpKind::Barrier: break;
@@ -321,7 +331,7 @@ void deliver(RecvSlot& slot, const Tensor& message) {
   if (message.dtype() != slot.tensor.dtype() || message.numel() != slot.tensor.numel())
     slot.error =
         str_cat("the matching send carried ", message.describe(), " but recv was given ", slot.tensor.describe());
-  else slot.tensor.copy_(message.view(slot.tensor.sizes()));
+  else write_into(slot.tensor, message.view(slot.tensor.sizes()));
   slot.done = true;
 }
 

@@ -29,7 +29,11 @@ void set_derived_hook(DerivedHook hook) { derived_hook.store(hook, std::memory_o
 
 namespace {
 std::mutex final_version_mutex;  // two threads may save the same storage under hooks at once
+std::atomic<uint64_t> storages_made{0};
 }  // namespace
+
+uint64_t Storage::next_serial() { return storages_made.fetch_add(1, std::memory_order_relaxed); }
+uint64_t Storage::serial_now() { return storages_made.load(std::memory_order_relaxed); }
 
 std::shared_ptr<const std::atomic<uint64_t>> Storage::final_version() {
   std::lock_guard<std::mutex> lock(final_version_mutex);

@@ -36,7 +36,12 @@ struct Storage {
   DataPtr data;
   size_t nbytes = 0;
   std::atomic<uint64_t> version{0};  // shared by every view of this storage
+  /// Storages are numbered in the order they are made, on every thread: a checkpoint's
+  /// recompute tells the tensors it made from those it found (Note [Checkpoint recompute]).
+  const uint64_t serial = next_serial();
   Device device() const { return data.device(); }
+  /// The serial the next storage made will have.
+  static uint64_t serial_now();
 
   /// Where this storage's last `version` is published when it is freed, for a reader
   /// that holds it only weakly (a saved tensor a hook packed, Note [Saved tensor hooks]);
@@ -51,6 +56,7 @@ struct Storage {
 
  private:
   std::shared_ptr<std::atomic<uint64_t>> final_version_;
+  static uint64_t next_serial();
 };
 
 /// The bytes of `elements` elements of `dtype` (a tensor of `sizes`), checked: throws

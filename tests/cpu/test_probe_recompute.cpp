@@ -200,6 +200,48 @@ TEST_CASE("probe recompute: a checkpointed function that writes its input in pla
   }
 }
 
+TEST_CASE("probe recompute: a checkpointed function that writes a captured buffer is refused by its recompute") {
+  // A buffer the function updates (a call counter, a sum of what it saw) is written by the
+  // forward and again by the replay: twice where the plain run writes it once.
+  for (CheckpointPolicy policy : kPolicies) {
+    const std::string policy_name = to_string(policy);
+    CAPTURE(policy_name);
+    Tensor w = leaf({3, 2}, 41);
+    const Tensor x = random_tensor({4, 3}, kFloat64, 42);
+    for (const bool nested : {false, true}) {
+      CAPTURE(nested);
+      Tensor calls = zeros({1}, kFloat64), seen = zeros({3}, kFloat64);
+      auto update = [&](const Tensor& t) {
+        add_(calls, 1.0);
+        seen.copy_(sum(t.detach(), {0}));
+        return matmul(t, w);
+      };
+      // Nested, the buffer is written inside an inner checkpoint, whose forward the outer
+      // recompute runs again.
+      auto fn = [&](const Tensor& t) { return nested ? checkpoint(update, t * 1.0, policy) : update(t); };
+      Tensor y = checkpoint(fn, x, policy);
+      CHECK(values_of(calls)[0] == 1.0);  // the forward writes it once, as the plain run
+      check_error([&] { sum(y * y).backward(); },
+                  {"add_", "recompute", "in place a second time", "in_checkpoint_recompute"});
+      CHECK(values_of(calls)[0] == 1.0);  // and the refused replay wrote nothing
+    }
+    // Guarded by in_checkpoint_recompute(), the write happens once and the gradients are the
+    // plain run's, bit for bit; writes to the function's own tensors are its business.
+    Tensor calls = zeros({1}, kFloat64);
+    auto guarded = [&](const Tensor& t) {
+      if (!autograd::in_checkpoint_recompute()) add_(calls, 1.0);
+      Tensor h = matmul(t, w);
+      add_(h, 1.0);  // made here: written in the forward and in the replay alike
+      return h;
+    };
+    sum(guarded(x) * guarded(x)).backward();
+    const TensorList plain = take_grads({w});
+    sum(checkpoint(guarded, x, policy) * checkpoint(guarded, x, policy)).backward();
+    check_all_bits(take_grads({w}), plain, "guarded");
+    CHECK(values_of(calls)[0] == 4.0);  // two plain calls, two checkpointed forwards
+  }
+}
+
 TEST_CASE("probe recompute: checkpoint outputs that alias each other, an input or a captured parameter") {
   for (CheckpointPolicy policy : kPolicies) {
     const std::string policy_name = to_string(policy);
