@@ -476,6 +476,11 @@ void CachingAllocator::enable_trace(size_t capacity) {
   trace_ = capacity ? std::make_unique<TraceRing>(capacity) : nullptr;
 }
 
+std::optional<TraceEvent> CachingAllocator::trace_peak() const {
+  std::lock_guard lock(mutex_);
+  return trace_ ? trace_->peak() : std::nullopt;
+}
+
 void CachingAllocator::trace_relabel(const void* ptr, core::Category category) {
   std::lock_guard lock(mutex_);
   if (!trace_) return;

@@ -194,6 +194,7 @@ class CachingAllocator {
   std::vector<SegmentInfo> snapshot() const;
   void enable_trace(size_t capacity);
   std::vector<TraceEvent> trace_events() const;
+  std::optional<TraceEvent> trace_peak() const;
   /// Records that the block at `ptr` now holds `category` (when tracing; see memory::relabel).
   void trace_relabel(const void* ptr, core::Category category);
 

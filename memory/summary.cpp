@@ -1,5 +1,6 @@
 // Human-readable reports: format_bytes, memory_summary's table, print_memory_usage.
 #include <cstdio>
+#include <cstdlib>
 
 #include "memory/allocator.h"
 #include "memory/caching_allocator.h"
@@ -8,7 +9,12 @@ namespace frugal::memory {
 
 namespace {
 
-constexpr int kWidth = 81;  // characters per table line, borders included
+// Note [Column widths]
+// A value column holds the longest text format_bytes gives a non-negative count,
+// "1023.99 KiB" (four digits, the point, two decimals, a unit: 11 characters), and
+// counts of up to 11 digits; a narrower column pushes its row's border out of line.
+constexpr int kColumn = 11;                             // characters per value column
+constexpr int kWidth = 2 + 25 + 4 * (3 + kColumn) + 2;  // per table line, borders included
 
 std::string count_text(int64_t n) { return std::to_string(n); }
 
@@ -22,8 +28,8 @@ std::string text_line(const std::string& text) {
 
 std::string row(const char* label, const StatCounter& s, std::string (*fmt)(int64_t)) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "| %-25s | %10s | %10s | %10s | %10s |\n", label, fmt(s.current).c_str(),
-                fmt(s.peak).c_str(), fmt(s.allocated).c_str(), fmt(s.freed).c_str());
+  std::snprintf(buf, sizeof buf, "| %-25s | %*s | %*s | %*s | %*s |\n", label, kColumn, fmt(s.current).c_str(), kColumn,
+                fmt(s.peak).c_str(), kColumn, fmt(s.allocated).c_str(), kColumn, fmt(s.freed).c_str());
   return buf;
 }
 
@@ -56,15 +62,22 @@ std::string format_bytes(int64_t bytes) {
     text += " B";
     return text;
   }
+  // Note [Rounding picks the unit]
+  // The unit is chosen on the value as printed, not as computed: 1 MiB - 1 B is
+  // 1023.999 KiB, which two decimals would show as "1024.00 KiB". A value that rounds
+  // to 1024.00 moves up a unit and reads "1.00 MiB".
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(magnitude) / 1024.0;
   int unit = 0;
-  while (value >= 1024.0 && unit < 5) {
+  char digits[32];
+  for (;;) {
+    std::snprintf(digits, sizeof digits, "%.2f", value);
+    if (unit == 5 || std::strtod(digits, nullptr) < 1024.0) break;
     value /= 1024.0;
     ++unit;
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%s%.2f %s", sign, value, kUnits[unit]);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s%s %s", sign, digits, kUnits[unit]);
   return buf;
 }
 
@@ -73,8 +86,8 @@ std::string detail::format_summary(const std::string& title, const MemoryStats& 
   out += text_line("frugal memory summary: " + title);
   out += rule('-');
   char header[160];
-  std::snprintf(header, sizeof header, "| %-25s | %10s | %10s | %10s | %10s |\n", "Metric", "Cur Usage", "Peak Usage",
-                "Tot Alloc", "Tot Freed");
+  std::snprintf(header, sizeof header, "| %-25s | %*s | %*s | %*s | %*s |\n", "Metric", kColumn, "Cur Usage", kColumn,
+                "Peak Usage", kColumn, "Tot Alloc", kColumn, "Tot Freed");
   out += header;
   out += rule('-');
   out += metric_rows("Allocated memory", s, &PoolStats::allocated_bytes, format_bytes);

@@ -74,6 +74,7 @@ void detail::TraceRing::record(TraceEvent event) {
   if (event.action != TraceAction::Relabel) event.category = core::effective_category();
   events_[next_seq_ % events_.size()] = event;
   ++next_seq_;
+  if (!peak_ || event.allocated_bytes > peak_->allocated_bytes) peak_ = event;
 }
 
 std::vector<TraceEvent> detail::TraceRing::events() const {
@@ -98,6 +99,8 @@ void relabel(Device device, const void* data, core::Category category) {
 std::vector<TraceEvent> trace_events(Device device) {
   return detail::allocator_for(device, "trace_events").trace_events();
 }
+
+std::optional<TraceEvent> trace_peak(Device device) { return detail::allocator_for(device, "trace_peak").trace_peak(); }
 
 std::string trace_to_text(const std::vector<TraceEvent>& events) {
   std::string out;

@@ -10,6 +10,7 @@
 // allocated_bytes over seq for the timeline (profiler/session.h does).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +32,7 @@ struct TraceEvent {
   int64_t time_ns;  ///< steady clock
   TraceAction action;
   void* ptr;                ///< the block (Alloc, Free, Relabel) or segment base (Segment*); null for Oom
-  size_t size;              ///< rounded block size, segment size, or for Oom the rounded request
+  size_t size;              ///< rounded block size, segment size, or for Oom the segment it needed
   size_t requested;         ///< bytes asked for (Alloc, Free, Oom); 0 for segment events
   void* stream;             ///< stream handle the block or segment belongs to
   int64_t allocated_bytes;  ///< device totals after the event
@@ -48,6 +49,9 @@ void enable_trace(Device device, size_t capacity = 65536);
 void disable_trace(Device device);
 /// The recorded events, oldest first (empty if tracing is off).
 std::vector<TraceEvent> trace_events(Device device);
+/// The event with the most allocated bytes since enable_trace (the first of equals), kept
+/// after the ring has overwritten it; empty if tracing is off or nothing was recorded.
+std::optional<TraceEvent> trace_peak(Device device);
 
 /// One event per line: seq, time (µs since the first event), action, size, ptr, tag, totals.
 std::string trace_to_text(const std::vector<TraceEvent>& events);
@@ -87,10 +91,12 @@ class TraceRing {
   /// caller fills the rest of `event`.
   void record(TraceEvent event);
   std::vector<TraceEvent> events() const;
+  std::optional<TraceEvent> peak() const { return peak_; }
 
  private:
   std::vector<TraceEvent> events_;
   uint64_t next_seq_ = 0;
+  std::optional<TraceEvent> peak_;  // see Note [The peak outlives the ring] in profiler/session.h
 };
 
 }  // namespace detail

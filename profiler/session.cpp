@@ -75,6 +75,7 @@ void Session::attach(const optim::Optimizer& optimizer) {
 void Session::start() {
   FRUGAL_CHECK(!running_, "profiler: start() while the session is already running");
   events_.clear();
+  ring_peak_.reset();
   ops_.clear();
   timeline_.clear();
   at_peak_.clear();
@@ -103,6 +104,7 @@ void Session::stop() {
   ops_ = core::end_recording();  // synchronizes the device first
   stop_ns_ = now_ns();
   events_ = memory::trace_events(options_.device);
+  ring_peak_ = memory::trace_peak(options_.device);
   memory::disable_trace(options_.device);
   for (memory::TraceEvent& e : events_)  // copies of the op names, so the reports outlive them
     if (e.op && *e.op) e.op = core::intern(e.op);
@@ -186,6 +188,11 @@ void Session::analyse() {
       peak_time_ns_ = events_[i].time_ns;
       peak_until = i + 1;
     }
+  if (ring_peak_ && ring_peak_->allocated_bytes > peak_allocated_) {  // Note [The peak outlives the ring]
+    peak_allocated_ = ring_peak_->allocated_bytes;
+    peak_time_ns_ = ring_peak_->time_ns;
+    peak_until = 0;  // with an empty initial set (events were lost): all of it is "(trace overflow)"
+  }
 
   const LiveMap initial = lost_events_ ? LiveMap{} : initial_live();
   LiveMap live;

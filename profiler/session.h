@@ -26,8 +26,18 @@
 // sizes add up to the peak exactly (both count rounded block sizes). If the ring
 // overflowed, the lost bytes appear as one "(trace overflow)" group so the sum
 // still holds; raise Options::trace_capacity to see them.
+//
+// Note [The peak outlives the ring]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The peak cannot be read off the events kept: when the ring overflows, the highest
+// point may be among those it overwrote, and the highest kept event would then be
+// reported as the peak, too low and at the wrong time. The ring therefore keeps a copy
+// of its highest event apart from the ring (memory::trace_peak), and that is the
+// session's peak. When it is not among the kept events, none of them shows what was
+// live at that moment, so all of it is the "(trace overflow)" group.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -177,6 +187,7 @@ class Session {
   int64_t start_allocated_ = 0, start_reserved_ = 0;
   std::vector<memory::SegmentInfo> start_snapshot_, final_snapshot_;
   std::vector<memory::TraceEvent> events_;
+  std::optional<memory::TraceEvent> ring_peak_;  // Note [The peak outlives the ring]
   std::vector<core::OpRecord> ops_;
 
   // Analysed
