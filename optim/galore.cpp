@@ -26,15 +26,33 @@ namespace frugal::optim {
 //     m < n: P = U[:, :r]  (m, r),  of G = U S V^T        m >= n: P = V[:, :r]  (n, r)
 //   every step:
 //     R = P^T G  (r, n)                                    R = G P  (m, r)
-//     M, V: Adam's moments of R (Note [Adam update], with lr 1 and no weight decay), so
-//     N = M_hat / (sqrt(V_hat) + eps)  (r, n)              (m, r)
-//     p *= 1 - lr * wd;   p -= lr * alpha * P N            p -= lr * alpha * N P^T
+//     M, V: Adam's moments of R, and N = M / (sqrt(V) + eps)  (r, n)  or  (m, r)
+//     p -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * alpha * (P N  or  N P^T);  p *= 1 - lr * wd
+// (see Note [GaLore follows galore_torch] for where eps and the decay go).
 // The side is the smaller dimension (a square matrix: the right, as galore_torch), so the moments take r * max(m, n)
 // per moment and the projection r * min(m, n): the state of a projected matrix is
 //   2 r n + m r   (m < n)         2 m r + n r   (m >= n)
 // floats instead of AdamW's 2 m n (BERT-base's (768, 3072) FFN at r = 128: 0.92 M vs 4.7 M).
 // A matrix with min(m, n) <= r (or < min_dim), and every 1-D or scalar parameter, takes
-// plain AdamW with the same hyperparameters (and no alpha), through the same fused kernel.
+// the same rule unprojected (and no alpha), through the same fused kernel.
+//
+// Note [GaLore follows galore_torch]
+// The published GaLore numbers come from galore_torch's GaLoreAdamW, whose update is
+// Hugging Face's AdamW, not torch.optim.AdamW's (Note [Adam update]), for every parameter
+// in it, projected or not: eps is added to the uncorrected sqrt(V), the bias corrections go
+// into the step size, and the decoupled decay comes after the update:
+//   step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+//   p -= step_size * (M / (sqrt(V) + eps));   p -= lr * wd * p
+// torch's rule, M_hat / (sqrt(V_hat) + eps), is this one with eps / sqrt(1 - beta2^t) in
+// place of eps: 30x eps at t = 1 with beta2 = 0.999, which changes the early steps of
+// small gradients by tens of percent; the decay order differs by lr * wd * update. Both
+// are evaluated by Adam's own kernel, which computes p * decay - step_size * m / (sqrt(v)
+// / c2 + eps): with c2 = 1 and step_size scaled by decay = 1 - lr * wd it is exactly
+//   (p - step_size * M / (sqrt(V) + eps)) * (1 - lr * wd)
+// in real arithmetic, galore_torch's two statements in one pass (galore_torch_rule below).
+// The back-projected update of a projected matrix is applied the same way: w * decay +
+// (lr * alpha * decay) * (-P N). The paper's Algorithm 1 writes torch's placement of eps
+// and no decay; its reference code, and so its results, use the rule above.
 //
 // At a refresh the moments are not rotated into the new subspace, as in the paper and its
 // reference implementation: M and V keep their coordinates and now describe the new
@@ -60,6 +78,16 @@ namespace frugal::optim {
 namespace {
 
 using detail::one_group;
+
+/// Turns `e`, an entry adam_entry made for step t with decoupled decay, into galore_torch's
+/// rule (Note [GaLore follows galore_torch]): the kernel's step_size becomes
+/// lr_factor * sqrt(1 - beta2^t) / (1 - beta1^t), and its second correction 1, so eps is
+/// added to the uncorrected sqrt(v). `lr_factor` is lr * (1 - lr * wd) for a parameter
+/// stepped in place, 1 for a projected one (its lr and decay come at the back-projection).
+void galore_torch_rule(detail::AdamEntry& e, int64_t t, double lr_factor) {
+  e.step_size = lr_factor * std::sqrt(1.0 - std::pow(e.beta2, double(t))) / (1.0 - std::pow(e.beta1, double(t)));
+  e.bias_correction2_sqrt = 1.0;
+}
 
 }  // namespace
 
@@ -192,9 +220,10 @@ void GaLoreAdamW::step() {
       const detail::StepTensors& t = stepped.emplace_back(p, grad);
       ParamState& st = state_for(p);
       const TensorOptions state_opts(state_dtype(p.dtype()), p.device());
-      if (!projects(p.sizes())) {  // plain AdamW
-        const detail::AdamEntry e = detail::adam_entry(group, st, t.work, state_opts, group.lr, *group.weight_decay,
-                                                       /*decoupled=*/true, t.work.data(), t.grad.data(), p.numel());
+      if (!projects(p.sizes())) {  // the same rule, unprojected
+        detail::AdamEntry e = detail::adam_entry(group, st, t.work, state_opts, group.lr, *group.weight_decay,
+                                                 /*decoupled=*/true, t.work.data(), t.grad.data(), p.numel());
+        galore_torch_rule(e, st.step, group.lr * (1.0 - group.lr * *group.weight_decay));
         if (p.numel() > 0) batches.add(p.device(), p.dtype(), e);
         continue;
       }
@@ -207,9 +236,10 @@ void GaLoreAdamW::step() {
                                                        .lr = group.lr,
                                                        .weight_decay = *group.weight_decay});
       pr.neg_dir = zeros(pr.low.sizes(), state_opts);
-      batches.add(p.device(), state_opts.dtype,
-                  detail::adam_entry(group, st, pr.low, state_opts, /*lr=*/1.0, /*weight_decay=*/0.0,
-                                     /*decoupled=*/true, pr.neg_dir.data(), pr.low.data(), pr.low.numel()));
+      detail::AdamEntry e = detail::adam_entry(group, st, pr.low, state_opts, /*lr=*/1.0, /*weight_decay=*/0.0,
+                                               /*decoupled=*/true, pr.neg_dir.data(), pr.low.data(), pr.low.numel());
+      galore_torch_rule(e, st.step, /*lr_factor=*/1.0);
+      batches.add(p.device(), state_opts.dtype, e);
     }
   }
   // (a generic lambda: a CPU-only build never instantiates the CUDA call)
@@ -217,11 +247,13 @@ void GaLoreAdamW::step() {
   for (const Projected& pr : projected) {
     const Tensor& work = stepped[pr.index].work;                    // the parameter (m, n)
     const Tensor back = galore::project_back(pr.neg_dir, pr.proj);  // -P N or -N P^T: (m, n)
-    // Decoupled decay then the update, as AdamW (Note [Adam update]); 16-bit parameters
-    // are updated in float32 and rounded once.
+    // The update, then the decoupled decay, as galore_torch: (w - lr alpha P N) * decay, as
+    // w * decay + (lr alpha decay) (-P N) (Note [GaLore follows galore_torch]); 16-bit
+    // parameters are updated in float32 and rounded once.
     const Tensor w = work.dtype() == back.dtype() ? work : work.to(back.dtype());
-    if (pr.weight_decay != 0) ops::mul_(w, 1.0 - pr.lr * pr.weight_decay);
-    ops::add_(w, back, pr.lr * options_.scale);
+    const double decay = 1.0 - pr.lr * pr.weight_decay;
+    if (pr.weight_decay != 0) ops::mul_(w, decay);
+    ops::add_(w, back, pr.lr * options_.scale * decay);
     if (!w.shares_storage(work)) ops::copy_into(work, w);
   }
   for (const detail::StepTensors& t : stepped) t.finish();

@@ -2,7 +2,8 @@
 // GaLore (Zhao et al., 2024, "GaLore: Memory-Efficient LLM Training by Gradient Low-Rank
 // Projection") with AdamW: the Adam moments of a weight matrix live in a rank-r subspace
 // of its gradient, refreshed from an SVD every update_proj_gap steps (Note [GaLore] in
-// optim/galore.cpp). Other parameters take plain AdamW.
+// optim/galore.cpp). Other parameters take the same AdamW rule unprojected: galore_torch's
+// GaLoreAdamW, eps and decay included (Note [GaLore follows galore_torch]).
 // State per parameter: step, exp_avg, exp_avg_sq and, for projected matrices, projection.
 #include <cstdint>
 #include <vector>
@@ -16,14 +17,14 @@ struct GaLoreOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.0;  // decoupled, as AdamW: p *= 1 - lr * weight_decay
+  double weight_decay = 0.0;  // decoupled, after the update (galore_torch): p *= 1 - lr * weight_decay
   /// r: the subspace's dimension. A 2-D parameter (m, n) is projected when min(m, n) > rank.
   int64_t rank = 128;
   /// T: the projection is recomputed from the gradient at step 0 and every T steps.
   int64_t update_proj_gap = 200;
   /// alpha: the projected update is scaled by it (the paper's 0.25).
   double scale = 0.25;
-  /// Matrices with min(m, n) < min_dim take plain AdamW even when min(m, n) > rank.
+  /// Matrices with min(m, n) < min_dim are not projected even when min(m, n) > rank.
   int64_t min_dim = 0;
 };
 
