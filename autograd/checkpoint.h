@@ -41,8 +41,9 @@ std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 ///
 /// fn must be deterministic given its inputs and those generators, draw its random numbers on
 /// the calling thread, and not destroy a generator it drew from before backward (the replay
-/// refuses then). fn may not write its inputs in place (a clear
-/// error), and an output that aliases an input, another output or a captured parameter may
+/// refuses then). fn may not write its inputs in place (a clear error), nor, unless guarded by
+/// in_checkpoint_recompute(), a tensor it captures (the recompute refuses to write it again),
+/// and an output that aliases an input, another output or a captured parameter may
 /// not be written in place while that tensor lives (Note [Aliases of transform outputs]).
 /// Inside an autograd::grad call the recompute touches no .grad: captured leaves get their
 /// share only if they are among grad()'s inputs (unlike PyTorch's reentrant checkpoint, which
