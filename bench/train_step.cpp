@@ -77,6 +77,7 @@
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
+#include "train/checks.h"
 
 using namespace frugal;
 
@@ -113,32 +114,32 @@ const char* kUsage =
     "                  [--memory-plan CHOICE[,CHOICE...]] [--plan-choices CHOICE,CHOICE...]\n"
     "                  [--cuda-graph [--cuda-graph-eager-scaler]]\n";
 
-std::optional<Args> parse(int argc, char** argv) {
+Args parse(int argc, char** argv) {
   Args a;
   cli::Flags flags(argc, argv);
   while (flags.next()) {
-    if (flags.is("--model")) a.model = flags.text();
+    if (flags.is("--model")) a.model = flags.choice({"resnet50", "bert_base", "bert_large", "vit_b16"});
     else if (flags.is("--batch")) a.batch = flags.positive();
     else if (flags.is("--amp")) a.amp = true;
     else if (flags.is("--checkpoint")) {
       a.checkpoint = true;
       if (const std::optional<std::string> policy = flags.optional_text()) {
         const auto parsed = autograd::parse_checkpoint_policy(*policy);
-        FRUGAL_CHECK(parsed, "train_step: --checkpoint takes full or selective, got ", *policy);
-        a.checkpoint_policy = *parsed;
+        a.checkpoint_policy = cli::expect(parsed, "--checkpoint", *policy, "full or selective");
       }
     } else if (flags.is("--tf32")) a.tf32 = true;
     else if (flags.is("--cuda-graph")) a.cuda_graph = true;
     else if (flags.is("--cuda-graph-eager-scaler")) a.cuda_graph_eager_scaler = true;
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--warmup")) a.warmup = flags.non_negative();
-    else if (flags.is("--optim")) a.optim = flags.text();
+    else if (flags.is("--optim"))
+      a.optim = flags.choice({"sgd", "adamw", "galore", "offload_adamw", "offload_adamw_release"});
     else if (flags.is("--galore-rank")) a.galore_rank = flags.positive();
-    else if (flags.is("--device")) a.device = flags.text();
-    else if (flags.is("--channels-last")) a.channels_last = flags.text();
-    else if (flags.is("--fused-bn-relu")) a.fused_bn_relu = flags.text();
-    else if (flags.is("--fused-conv-bn")) a.fused_conv_bn = flags.text();
-    else if (flags.is("--cudnn-benchmark")) a.cudnn_benchmark = flags.text();
+    else if (flags.is("--device")) a.device = flags.device();
+    else if (flags.is("--channels-last")) a.channels_last = flags.choice({"auto", "on", "off"});
+    else if (flags.is("--fused-bn-relu")) a.fused_bn_relu = flags.choice({"auto", "on", "off"});
+    else if (flags.is("--fused-conv-bn")) a.fused_conv_bn = flags.choice({"auto", "on", "off"});
+    else if (flags.is("--cudnn-benchmark")) a.cudnn_benchmark = flags.choice({"on", "off"});
     else if (flags.is("--profile")) a.profile_dir = flags.text();
     else if (flags.is("--profile-rows")) a.profile_rows = flags.positive();
     else if (flags.is("--image-size")) a.image_size = flags.positive();
@@ -149,15 +150,8 @@ std::optional<Args> parse(int argc, char** argv) {
     else if (flags.is("--plan-choices")) a.plan_choices = flags.text();
     else flags.unknown();
   }
-  if (a.model.empty() || a.batch <= 0) return std::nullopt;
-  FRUGAL_CHECK(a.optim == "sgd" || a.optim == "adamw" || a.optim == "galore" || a.optim == "offload_adamw" ||
-                   a.optim == "offload_adamw_release",
-               "train_step: --optim must be sgd, adamw, galore, offload_adamw or offload_adamw_release, got ", a.optim);
-  FRUGAL_CHECK(a.cudnn_benchmark == "on" || a.cudnn_benchmark == "off",
-               "train_step: --cudnn-benchmark takes on or off, got ", a.cudnn_benchmark);
-  for (const std::string* mode : {&a.channels_last, &a.fused_bn_relu, &a.fused_conv_bn})
-    FRUGAL_CHECK(*mode == "auto" || *mode == "on" || *mode == "off",
-                 "train_step: --channels-last, --fused-bn-relu and --fused-conv-bn take auto, on or off, got ", *mode);
+  if (a.model.empty()) throw cli::UsageError("--model is required");
+  if (a.batch <= 0) throw cli::UsageError("--batch is required");
   return a;
 }
 
@@ -249,8 +243,8 @@ Workload make_workload(const Args& a, Device device) {
     models::BertConfig c = a.model == "bert_base" ? models::bert_base() : models::bert_large();
     c.checkpoint_blocks = a.checkpoint;
     c.checkpoint_policy = a.checkpoint_policy;
-    FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "train_step: --seq-len must be <= ", c.max_position_embeddings,
-                 ", got ", a.seq_len);
+    FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "--seq-len must be <= ", c.max_position_embeddings, ", got ",
+                 a.seq_len);
     auto net = std::make_shared<models::BertForMaskedLM>(c);
     net->to(device);
     const Tensor ids = randint(0, c.vocab_size, {B, a.seq_len}, TensorOptions(kInt64, device));
@@ -262,7 +256,7 @@ Workload make_workload(const Args& a, Device device) {
     w.loss = [net, ids, mask, labels] { return net->forward(ids, mask, Tensor(), labels).loss; };
     w.flops_per_step = transformer_flops(net->num_parameters(), B, a.seq_len, c.num_hidden_layers, c.hidden_size);
   } else {
-    FRUGAL_FAIL("train_step: unknown --model '", a.model, "' (resnet50, bert_base, bert_large, vit_b16)");
+    FRUGAL_FAIL("unknown --model '", a.model, "'");  // parse() takes only the models above
   }
   w.module->train();
   return w;
@@ -314,7 +308,7 @@ std::vector<nn::BlockMemory> parse_choices(const std::string& text, const char* 
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string name = text.substr(start, comma - start);
     const std::optional<nn::BlockMemory> c = nn::parse_block_memory(name);
-    FRUGAL_CHECK(c, "train_step: ", flag, " takes keep, recompute, selective, checkpoint, compress, offload, ",
+    FRUGAL_CHECK(c, flag, " takes keep, recompute, selective, checkpoint, compress, offload, ",
                  "checkpoint-offload or checkpoint-recompute (comma-separated), got '", name, "' in '", text, "'");
     out.push_back(*c);
     start = comma + 1;
@@ -326,8 +320,8 @@ std::vector<nn::BlockMemory> parse_choices(const std::string& text, const char* 
 nn::BlockMemoryPlan plan_from_flag(const std::string& text, int64_t num_blocks) {
   std::vector<nn::BlockMemory> c = parse_choices(text, "--memory-plan");
   if (c.size() == 1) return nn::BlockMemoryPlan::uniform(c[0]);
-  FRUGAL_CHECK(int64_t(c.size()) == num_blocks, "train_step: --memory-plan names ", c.size(),
-               " choices, but the model has ", num_blocks, " blocks (give one, or one per block)");
+  FRUGAL_CHECK(int64_t(c.size()) == num_blocks, "--memory-plan names ", c.size(), " choices, but the model has ",
+               num_blocks, " blocks (give one, or one per block)");
   return {std::move(c), nn::BlockMemory::Keep};
 }
 
@@ -355,6 +349,7 @@ void profile_one_step(const Args& a, Device device, nn::Module& model, optim::Op
 
 int run(const Args& a) {
   const Device device(a.device);
+  if (!a.profile_dir.empty()) train::require_writable_dir(a.profile_dir, "--profile");  // now, not after the steps
   ops::set_cudnn_benchmark(a.cudnn_benchmark == "on");
   ops::set_allow_tf32(a.tf32);
   manual_seed(0);
@@ -404,7 +399,7 @@ int run(const Args& a) {
   int64_t budget = 0;
   if (!a.memory_plan.empty()) plan = plan_from_flag(a.memory_plan, w.num_blocks);
   if (!a.memory_budget.empty()) {
-    FRUGAL_CHECK(!plan, "train_step: give --memory-budget or --memory-plan, not both");
+    FRUGAL_CHECK(!plan, "give --memory-budget or --memory-plan, not both");
     planner.emplace(
         device, w.num_blocks,
         [&](const nn::BlockMemoryPlan& p) {
@@ -434,7 +429,7 @@ int run(const Args& a) {
   memory::reset_peak(device);
   if (a.cuda_graph) {
     FRUGAL_CHECK(device.is_cuda() && (a.optim == "sgd" || a.optim == "adamw") && !planner && a.profile_dir.empty(),
-                 "train_step: --cuda-graph needs --device cuda and --optim sgd or adamw, without --memory-budget or "
+                 "--cuda-graph needs --device cuda and --optim sgd or adamw, without --memory-budget or "
                  "--profile");
     graph.emplace(device);
     graph->capture(graph_holds_step ? std::function<void()>(step) : std::function<void()>(forward_backward),
@@ -525,14 +520,10 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    const std::optional<Args> args = cli::parse_or_exit("train_step", kUsage, [&] { return parse(argc, argv); });
-    if (!args) {
-      std::fputs(kUsage, stderr);
-      return 2;
-    }
-    return run(*args);
+    const Args args = cli::parse_or_exit("train_step", kUsage, [&] { return parse(argc, argv); });
+    return run(args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "train_step: %s\n", e.what());
     return 1;
   }
 }

@@ -299,8 +299,8 @@ int main(int argc, char** argv) {
     while (flags.next()) {
       if (flags.is("--no-amp")) amp = false;
       else if (flags.is("--compress-saved")) compress_saved = examples::compress_saved_option(flags.text());
-      else if (flags.is("--corpus")) corpus.push_back(flags.text());
-      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is_repeatable("--corpus")) corpus.push_back(flags.text());
+      else if (flags.is("--device")) device_name = flags.device();
       else if (flags.is("--steps")) steps = flags.positive();
       else if (flags.is("--batch")) batch = flags.positive();
       else if (flags.is("--seq-len")) seq_len = flags.positive();
@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
       else if (flags.is("--load-hf-checkpoint")) load_path = flags.text();
       else if (flags.is("--write-hf-checkpoint")) write_path = flags.text();
       else if (flags.is("--config-json")) config_json = flags.text();
-      else if (flags.is("--optim")) optim_name = flags.text();
+      else if (flags.is("--optim")) optim_name = flags.choice({"adamw", "galore", "offload_adamw"});
       else if (flags.is("--galore-rank")) galore_rank = flags.positive();
       else if (flags.is("--galore-gap")) galore_gap = flags.positive();
       else flags.unknown();
@@ -326,8 +326,6 @@ int main(int argc, char** argv) {
     if (!write_path.empty()) return write_checkpoint(write_path, config_json, device);
     if (!load_path.empty()) return load_checkpoint(load_path, config_json, device);
     amp = amp && device.is_cuda();  // autocast here is CUDA float16
-    FRUGAL_CHECK(optim_name == "adamw" || optim_name == "galore" || optim_name == "offload_adamw",
-                 "--optim takes adamw, galore or offload_adamw, got ", optim_name);
     FRUGAL_CHECK(!vocab_file.empty() || max_vocab > kFirstWord, "--vocab ", max_vocab, " must be at least ",
                  kFirstWord + 1, " (the special tokens and one word)");
     FRUGAL_CHECK(seq_len >= 3 && seq_len <= config.max_position_embeddings, "--seq-len ", seq_len, " must be in [3, ",
@@ -415,7 +413,7 @@ int main(int argc, char** argv) {
     std::printf("train: %.1f s\nmlm_loss_first: %.4f\nmlm_loss_last: %.4f\noptimizer_state_bytes: %lld\n",
                 std::chrono::duration<double>(clock::now() - start).count(), first, last, (long long)opt.state_bytes());
     return 0;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "bert_mlm: %s\n", e.what());
     return 1;
   }

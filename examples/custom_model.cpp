@@ -1,6 +1,7 @@
 // The model from the README's "Writing a model": a custom module, one epoch of
 // Fashion-MNIST, a checkpoint PyTorch can load. Kept here so the README's code compiles.
 #include <cstdio>
+#include <string>
 
 #include "autograd/ops/all.h"
 #include "nn/conv.h"
@@ -22,7 +23,15 @@ struct Net : nn::UnaryModule {
 };
 
 int main(int argc, char** argv) try {
-  const std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
+  const char* usage = "usage: custom_model [DATA_DIR]   (default /usr/share/datasets/fashion-mnist)\n";
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "-h" || arg == "--help") return std::fputs(usage, stdout), 0;
+  const std::string mistake = argc > 2                 ? "expected at most one argument, the data directory"
+                              : arg.rfind('-', 0) == 0 ? "unknown option " + arg  // not a directory named "--x"
+                                                       : "";
+  if (!mistake.empty()) return std::fprintf(stderr, "custom_model: %s\n%s", mistake.c_str(), usage), 2;
+  const std::string dir = argc > 1 ? arg : "/usr/share/datasets/fashion-mnist";
+  train::require_writable("net.safetensors", "custom_model");  // now, not after the epoch
   const Device device = cuda_device_count() > 0 ? cuda() : kCPU;
   data::FashionMnist ds = data::load_fashion_mnist(dir);
   Net net;
@@ -47,7 +56,7 @@ int main(int argc, char** argv) try {
   std::printf("trained one epoch on %s; wrote net.safetensors (%lld parameters)\n", device.str().c_str(),
               (long long)net.num_parameters());
   return 0;
-} catch (const Error& e) {
+} catch (const std::exception& e) {
   std::fprintf(stderr, "custom_model: %s\n", e.what());
   return 1;
 }

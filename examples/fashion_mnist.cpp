@@ -59,11 +59,11 @@ Args parse(int argc, char** argv) {
   Args a;
   cli::Flags flags(argc, argv);
   while (flags.next()) {
-    if (flags.is("--model")) a.model = flags.text();
+    if (flags.is("--model")) a.model = flags.choice({"mlp", "cnn"});
     else if (flags.is("--epochs")) a.epochs = flags.positive();
     else if (flags.is("--batch-size")) a.batch_size = flags.positive();
     else if (flags.is("--lr")) a.lr = flags.positive_real();
-    else if (flags.is("--device")) a.device = flags.text();
+    else if (flags.is("--device")) a.device = flags.device();
     else if (flags.is("--seed")) a.seed = flags.seed();
     else if (flags.is("--checkpoint-dir")) a.checkpoint_dir = flags.text();
     else if (flags.is("--resume")) a.resume = true;
@@ -107,10 +107,16 @@ int main(int argc, char** argv) {
     if (args.model.empty()) args.model = device.is_cuda() ? "cnn" : "mlp";
     const int64_t epochs = args.epochs.value_or(args.model == "cnn" ? 10 : 1);
     std::error_code ec;
+    // --resume reads the directory: a mistyped one is an error, not a new empty directory.
+    FRUGAL_CHECK(!args.resume || std::filesystem::is_directory(args.checkpoint_dir, ec), "--resume: --checkpoint-dir '",
+                 args.checkpoint_dir, "' does not exist");
     std::filesystem::create_directories(args.checkpoint_dir, ec);
     FRUGAL_CHECK(!ec, "--checkpoint-dir: cannot create '", args.checkpoint_dir, "' (", ec.message(), ")");
     train::CheckpointManager checkpoints(args.checkpoint_dir, {.keep_last = 2});
     train::require_writable(checkpoints.path_for(0), "--checkpoint-dir");  // now, not after the first epoch
+    // The checkpoint --resume continues, found before the dataset is read.
+    const std::optional<train::CheckpointFile> last = args.resume ? checkpoints.latest() : std::nullopt;
+    FRUGAL_CHECK(!args.resume || last, "--resume: no checkpoint in ", args.checkpoint_dir);
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
@@ -126,9 +132,7 @@ int main(int argc, char** argv) {
     train::require_batches(loader, train_set.size());
     const train::TrainState state{.model = model.get(), .optimizer = &opt, .scheduler = &schedule, .loader = &loader};
     int64_t first_epoch = 0;
-    if (args.resume) {
-      const std::optional<train::CheckpointFile> last = checkpoints.latest();
-      FRUGAL_CHECK(last, "--resume: no checkpoint in ", args.checkpoint_dir);
+    if (last) {
       const std::string kind = checkpoints.metadata(last->path)["model"];
       FRUGAL_CHECK(kind == args.model, "--resume ", last->path, " holds a '", kind, "' model, not '", args.model, "'");
       first_epoch = checkpoints.load(last->path, state);  // the epochs finished
@@ -146,11 +150,13 @@ int main(int argc, char** argv) {
     }
     const auto test = examples::test_loader(ds, device);
     train::MetricsLog metrics(args.checkpoint_dir + "/metrics.jsonl", {.append = args.resume});
-    progress.emplace(train::ProgressOptions{.epochs = epochs});
+    const int64_t report_every = 50;  // steps between progress updates
+    progress.emplace(train::ProgressOptions{.epochs = epochs,
+                                            .log_every = examples::progress_log_every(loader.size(), report_every)});
     for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
       loader.set_epoch(epoch);
       progress->start_epoch(epoch, loader.size());
-      const examples::EpochStats stats = examples::train_epoch(*model, opt, loader, &*progress);
+      const examples::EpochStats stats = examples::train_epoch(*model, opt, loader, &*progress, report_every);
       progress->end_epoch(stats.mean_loss);
       schedule.step();
       const std::string path = checkpoints.save(epoch + 1, state, {{"model", args.model}});
@@ -168,7 +174,7 @@ int main(int argc, char** argv) {
     if (const auto last = checkpoints.latest()) std::printf("checkpoint: %s\n", last->path.c_str());
     std::printf("test_accuracy: %.4f\n", accuracy);
     return 0;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     progress.reset();  // ends a half-drawn line
     std::fflush(stdout);
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

@@ -24,12 +24,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace frugal::cli {
@@ -89,11 +91,16 @@ class Flags {
   /// Moves to the next flag; false after the last. Throws HelpRequested on -h / --help.
   bool next() {
     if (next_ >= args_.size()) return false;
+    flag_at_ = next_;
     flag_ = args_[next_++];
     if (flag_ == "-h" || flag_ == "--help") throw HelpRequested{};
     return true;
   }
-  bool is(std::string_view name) const { return flag_ == name; }
+  /// True when the current flag is `name`. Throws UsageError when it was given before: see
+  /// Note [A flag given twice].
+  bool is(std::string_view name) { return is(name, /*repeatable=*/false); }
+  /// As is(), for a flag that may be given more than once (`--corpus A --corpus B`).
+  bool is_repeatable(std::string_view name) { return is(name, /*repeatable=*/true); }
   const std::string& flag() const { return flag_; }
 
   /// The flag's value: the next argument, which must not itself be a flag ("--x").
@@ -133,10 +140,48 @@ class Flags {
     range << "a number in [" << lo << ", " << hi << "]";
     return expect(parse_real(v, lo, hi), v, range.str());
   }
+  /// One of `choices` ("mlp", "cnn"); else UsageError(`--model: expected mlp or cnn, got "x"`).
+  std::string choice(std::initializer_list<std::string_view> choices) {
+    const std::string v = text();
+    std::string what;
+    size_t k = 0;
+    for (const std::string_view c : choices) {
+      if (c == v) return v;
+      what += (k == 0 ? "" : k + 1 == choices.size() ? " or " : ", ") + std::string(c);
+      ++k;
+    }
+    throw UsageError(flag_ + ": expected " + what + ", got \"" + v + "\"");
+  }
+  /// A device as frugal::Device spells it: cpu, cuda or cuda:N (checked here, so that a
+  /// typo is a usage error naming the flag, not a failure after the data has loaded).
+  std::string device() {
+    const std::string v = text();
+    const bool ok =
+        v == "cpu" || v == "cuda" || (v.rfind("cuda:", 0) == 0 && parse_int(std::string_view(v).substr(5), 0, 1 << 20));
+    return expect(ok ? std::optional<std::string>(v) : std::nullopt, v, "cpu, cuda or cuda:N");
+  }
   /// Throws UsageError("unknown option <flag>"): the last branch of a program's flag chain.
   [[noreturn]] void unknown() const { throw UsageError("unknown option " + flag_); }
 
  private:
+  // Note [A flag given twice]
+  // `--epochs 1 ... --epochs 10` is most often an edited command line whose old value was
+  // left behind, and "the last one wins" would then silently train for what the user did
+  // not mean; so a flag given twice is refused, naming it. Only flags that collect a list
+  // (is_repeatable) may repeat. The check sits in is(), where the program names the flag,
+  // not in next(), so that flags it does not know still read "unknown option". A program may
+  // test one argument with is() several times: it is the argument's position, not the
+  // number of matches, that tells a repeat.
+  bool is(std::string_view name, bool repeatable) {
+    if (flag_ != name) return false;
+    for (const auto& [seen, at] : seen_)
+      if (seen == flag_) {
+        if (at != flag_at_ && !repeatable) throw UsageError(flag_ + ": given twice");
+        return true;
+      }
+    seen_.emplace_back(flag_, flag_at_);
+    return true;
+  }
   int64_t integer(int64_t lo, int64_t hi, const std::string& what) {
     const std::string v = text();
     return expect(parse_int(v, lo, hi), v, what);
@@ -148,7 +193,9 @@ class Flags {
 
   std::vector<std::string> args_;
   size_t next_ = 0;
+  size_t flag_at_ = 0;  // args_ index of flag_
   std::string flag_;
+  std::vector<std::pair<std::string, size_t>> seen_;  // each flag matched by is(), at its first position
 };
 
 /// Returns parse(). A UsageError prints "<program>: <message>" and `usage` to stderr and

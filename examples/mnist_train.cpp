@@ -1,5 +1,6 @@
 #include "examples/mnist_train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -38,6 +39,11 @@ std::shared_ptr<nn::Sequential> make_model(const std::string& kind) {
     FRUGAL_FAIL("make_model: unknown model '", kind, "' (expected mlp or cnn)");
   }
   return model;
+}
+
+int64_t progress_log_every(int64_t steps_per_epoch, int64_t report_every) {
+  const int64_t tenth = (steps_per_epoch + 9) / 10;
+  return std::max<int64_t>(1, (tenth + report_every - 1) / report_every) * report_every;
 }
 
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,

@@ -37,6 +37,18 @@ struct EpochStats {
 EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::DataLoader& loader,
                        train::Progress* progress = nullptr, int64_t report_every = 50);
 
+// Note [Progress in a log]
+// Written to a file or a pipe (`nohup ... > log`, CI), train::Progress prints only each
+// epoch's summary unless given log_every: a CPU run of the CNN then showed nothing for
+// minutes and never an ETA, which is exactly when one reads a log to see how long is left.
+// So the examples print about ten lines an epoch there, each with the step, the rate and the
+// epoch's ETA. The training loops update the progress every report_every steps, so the
+// period is a multiple of that; on a terminal the line is redrawn in place as before.
+
+/// The log_every of a run of `steps_per_epoch` steps updated every `report_every`: about
+/// ten lines an epoch, a multiple of report_every (Note [Progress in a log]).
+int64_t progress_log_every(int64_t steps_per_epoch, int64_t report_every);
+
 /// Where a run of train_amp_epoch calls stands: its settings and its step count so far.
 struct AmpRun {
   Device device;

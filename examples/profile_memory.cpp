@@ -19,6 +19,7 @@
 #include "profiler/session.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
+#include "train/checks.h"
 
 using namespace frugal;
 
@@ -53,7 +54,7 @@ Args parse(int argc, char** argv) {
   Args a;
   cli::Flags flags(argc, argv);
   while (flags.next()) {
-    if (flags.is("--device")) a.device = flags.text();
+    if (flags.is("--device")) a.device = flags.device();
     else if (flags.is("--steps")) a.steps = flags.positive();
     else if (flags.is("--batch")) a.batch = flags.positive();
     else if (flags.is("--out")) a.out = flags.text();
@@ -67,6 +68,7 @@ Args parse(int argc, char** argv) {
 int main(int argc, char** argv) try {
   const Args args = cli::parse_or_exit("profile_memory", kUsage, [&] { return parse(argc, argv); });
   const Device device(args.device);
+  train::require_writable_dir(args.out, "--out");  // now, not after profiling
   manual_seed(0);
   SmallCnn net;
   net.to(device);
@@ -93,7 +95,7 @@ int main(int argc, char** argv) try {
               (long long)args.batch, device.str().c_str(), memory::format_bytes(session.peak_allocated()).c_str());
   std::printf("wrote %s (open in https://ui.perfetto.dev or chrome://tracing)\nwrote %s\n", trace.c_str(), svg.c_str());
   return 0;
-} catch (const Error& e) {
+} catch (const std::exception& e) {  // frugal::Error, and std::filesystem's errors writing --out
   std::fprintf(stderr, "profile_memory: %s\n", e.what());
   return 1;
 }

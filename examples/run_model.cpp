@@ -29,16 +29,19 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/all.h"
+#include "examples/flags.h"
 #include "models/bert.h"
 #include "models/config_json.h"
 #include "models/pretrained.h"
 #include "models/resnet.h"
 #include "models/vit.h"
 #include "nn/safetensors.h"
+#include "train/checks.h"
 
 using namespace frugal;
 
@@ -69,33 +72,30 @@ struct Args {
   bool amp = false, train_mode = false, backward = false;
 };
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: run_model --model resnet18|resnet50|bert_base|bert|vit_b16|vit [--config-json FILE]\n"
-               "                 --weights W.safetensors --inputs X.safetensors --out Y.safetensors\n"
-               "                 [--device cuda] [--amp] [--train-mode] [--backward]\n");
-}
+const char* kUsage =
+    "usage: run_model --model resnet18|resnet50|bert_base|bert|vit_b16|vit [--config-json FILE]\n"
+    "                 --weights W.safetensors --inputs X.safetensors --out Y.safetensors\n"
+    "                 [--device cuda] [--amp] [--train-mode] [--backward]\n";
 
-std::optional<Args> parse(int argc, char** argv) {
+Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&](std::string& into) {
-      if (i + 1 >= argc) FRUGAL_FAIL("run_model: ", flag, " needs a value");
-      into = argv[++i];
-    };
-    if (flag == "--model") value(a.model);
-    else if (flag == "--config-json") value(a.config_json);
-    else if (flag == "--weights") value(a.weights);
-    else if (flag == "--inputs") value(a.inputs);
-    else if (flag == "--out") value(a.out);
-    else if (flag == "--device") value(a.device);
-    else if (flag == "--amp") a.amp = true;
-    else if (flag == "--train-mode") a.train_mode = true;
-    else if (flag == "--backward") a.backward = true;
-    else FRUGAL_FAIL("run_model: unknown option ", flag);
+  cli::Flags flags(argc, argv);
+  while (flags.next()) {
+    if (flags.is("--model")) a.model = flags.choice({"resnet18", "resnet50", "bert_base", "bert", "vit_b16", "vit"});
+    else if (flags.is("--config-json")) a.config_json = flags.text();
+    else if (flags.is("--weights")) a.weights = flags.text();
+    else if (flags.is("--inputs")) a.inputs = flags.text();
+    else if (flags.is("--out")) a.out = flags.text();
+    else if (flags.is("--device")) a.device = flags.device();
+    else if (flags.is("--amp")) a.amp = true;
+    else if (flags.is("--train-mode")) a.train_mode = true;
+    else if (flags.is("--backward")) a.backward = true;
+    else flags.unknown();
   }
-  if (a.model.empty() || a.weights.empty() || a.inputs.empty() || a.out.empty()) return std::nullopt;
+  for (const auto& [value, flag] : {std::pair{&a.model, "--model"}, std::pair{&a.weights, "--weights"},
+                                    std::pair{&a.inputs, "--inputs"}, std::pair{&a.out, "--out"}})
+    if (value->empty()) throw cli::UsageError(std::string(flag) + " is required");
+  if (a.model == "bert" && a.config_json.empty()) throw cli::UsageError("--model bert needs --config-json");
   return a;
 }
 
@@ -114,7 +114,7 @@ struct Runner {
 Tensor input(const std::map<std::string, Tensor>& in, const std::string& name, bool required) {
   auto it = in.find(name);
   if (it != in.end()) return it->second;
-  FRUGAL_CHECK(!required, "run_model: the inputs file has no tensor '", name, "'");
+  FRUGAL_CHECK(!required, "the inputs file has no tensor '", name, "'");
   return Tensor();
 }
 
@@ -141,7 +141,6 @@ Runner make_runner(const Args& a) {
       return o;
     };
   } else if (a.model == "bert" || a.model == "bert_base") {
-    FRUGAL_CHECK(a.model == "bert_base" || config, "run_model: --model bert needs --config-json");
     const models::BertConfig c = config ? models::BertConfig::from_json(*config, a.config_json) : models::bert_base();
     std::string arch = "BertForMaskedLM";
     if (config)
@@ -156,7 +155,7 @@ Runner make_runner(const Args& a) {
         return Outputs{o.logits, o.loss};
       };
     } else {
-      FRUGAL_CHECK(arch == "BertForMaskedLM" || arch == "BertForPreTraining", "run_model: architecture '", arch,
+      FRUGAL_CHECK(arch == "BertForMaskedLM" || arch == "BertForPreTraining", "architecture '", arch,
                    "' is not supported (BertForMaskedLM or BertForSequenceClassification)");
       auto net = std::make_shared<models::BertForMaskedLM>(c);
       r.module = net;
@@ -168,7 +167,7 @@ Runner make_runner(const Args& a) {
       };
     }
   } else {
-    FRUGAL_FAIL("run_model: unknown --model '", a.model, "' (resnet18, resnet50, bert_base, bert, vit_b16, vit)");
+    FRUGAL_FAIL("unknown --model '", a.model, "'");  // parse() takes only the models above
   }
   return r;
 }
@@ -178,13 +177,14 @@ Tensor for_file(const Tensor& t) { return is_floating(t.dtype()) ? t.detach().to
 
 int run(const Args& a) {
   const Device device(a.device);
+  train::require_writable(a.out, "--out");  // now, not after the forward and backward
   Runner r = make_runner(a);
   models::load_safetensors_into(*r.module, a.weights, r.tied);
   r.module->to(device);
   r.module->train(a.train_mode);
   std::map<std::string, Tensor> inputs;
   for (auto& [name, t] : nn::load_safetensors(a.inputs).tensors) inputs[name] = t.to(device);
-  FRUGAL_CHECK(!a.backward || inputs.count("labels"), "run_model: --backward needs 'labels' in the inputs file");
+  FRUGAL_CHECK(!a.backward || inputs.count("labels"), "--backward needs 'labels' in the inputs file");
 
   Outputs out;
   if (a.amp) {
@@ -215,15 +215,11 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const Args args = cli::parse_or_exit("run_model", kUsage, [&] { return parse(argc, argv); });
   try {
-    const std::optional<Args> args = parse(argc, argv);
-    if (!args) {
-      usage();
-      return 2;
-    }
-    return run(*args);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "run_model: %s\n", e.what());
     return 1;
   }
 }

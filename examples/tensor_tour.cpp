@@ -1,12 +1,12 @@
 // A tour of frugal's tensor layer: fits a linear regression by gradient descent
 // with raw ops (no autograd), on the GPU when there is one, and shows where the
-// memory went. Run: build/examples/tensor_tour [--device cpu|cuda]
+// memory went. Run: build/examples/tensor_tour [--device cpu|cuda[:N]]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
+#include "examples/flags.h"
 #include "memory/allocator.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -15,10 +15,18 @@
 
 using namespace frugal;
 
-int main(int argc, char** argv) {
-  Device device = cuda_device_count() > 0 ? cuda() : kCPU;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--device") == 0) device = Device(argv[i + 1]);
+int main(int argc, char** argv) try {
+  const std::string device_name =
+      cli::parse_or_exit("tensor_tour", "usage: tensor_tour [--device cpu|cuda[:N]]\n", [&] {
+        std::string name;
+        cli::Flags flags(argc, argv);
+        while (flags.next()) {
+          if (flags.is("--device")) name = flags.device();
+          else flags.unknown();
+        }
+        return name;
+      });
+  const Device device = !device_name.empty() ? Device(device_name) : cuda_device_count() > 0 ? cuda() : kCPU;
 
   const int64_t n = 8192, d = 256, steps = 300;
   const double lr = 0.1;
@@ -56,5 +64,10 @@ int main(int argc, char** argv) {
               (long long)(after.num_segment_allocs - before.num_segment_allocs));
   std::printf("%s", memory::memory_summary(device).c_str());
   memory::print_memory_usage(device);
-  return w_err < 0.05 ? 0 : 1;
+  if (w_err < 0.05) return 0;
+  std::fprintf(stderr, "tensor_tour: the fit did not converge: ||w - w*|| = %g, expected < 0.05\n", w_err);
+  return 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "tensor_tour: %s\n", e.what());
+  return 1;
 }

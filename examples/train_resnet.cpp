@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       else if (flags.is("--augment")) augment = true;
       else if (flags.is("--compress-saved")) compress_saved = examples::compress_saved_option(flags.text());
       else if (flags.is("--data-dir")) data_dir = flags.text();
-      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--device")) device_name = flags.device();
       else if (flags.is("--epochs")) epochs = flags.positive();
       else if (flags.is("--batch-size")) batch = flags.positive();
       else if (flags.is("--lr")) lr = flags.positive_real();
@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
                 augment ? ", augmented (random crop 28 padding 2, horizontal flip)" : "");
 
     examples::AmpRun run{.device = device, .amp = amp, .compress_saved = compress_saved};
-    train::Progress progress({.epochs = epochs, .unit = "img"});
+    train::Progress progress(
+        {.epochs = epochs, .unit = "img", .log_every = examples::progress_log_every(loader.size(), run.report_every)});
     const auto test = examples::test_loader(ds, device, 500);
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) { return cross_entropy(logits, targets); };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
       std::printf("epoch %lld: test accuracy %.4f\n", (long long)epoch + 1, acc);
     }
     return 0;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "train_resnet: %s\n", e.what());
     return 1;
   }

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
       if (flags.is("--no-amp")) amp = false;
       else if (flags.is("--compress-saved")) compress_saved = examples::compress_saved_option(flags.text());
       else if (flags.is("--data-dir")) data_dir = flags.text();
-      else if (flags.is("--device")) device_name = flags.text();
+      else if (flags.is("--device")) device_name = flags.device();
       else if (flags.is("--epochs")) epochs = flags.positive();
       else if (flags.is("--batch")) batch = flags.positive();
       else if (flags.is("--lr")) lr = flags.positive_real();
@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
                          .amp = amp,
                          .report_every = std::max<int64_t>(1, std::min<int64_t>(50, total / 10)),
                          .compress_saved = compress_saved};
-    train::Progress progress({.epochs = epochs, .unit = "img"});
+    train::Progress progress(
+        {.epochs = epochs, .unit = "img", .log_every = examples::progress_log_every(loader.size(), run.report_every)});
     data::TensorDataset test(test_x, test_y);
     data::DataLoader test_loader(test, {.batch_size = 500, .device = device});
     const auto loss_fn = [](const Tensor& logits, const Tensor& targets) {
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
       std::printf("saved %s\n", save_path.c_str());
     }
     return 0;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "train_vit: %s\n", e.what());
     return 1;
   }

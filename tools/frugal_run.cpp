@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,10 +53,12 @@ struct Rank {
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
+const char* kUsage =
+    "usage: frugal-run [--nnodes N --node-rank R --master-addr HOST --master-port P]\n"
+    "                  --nproc-per-node K (or --nproc K) [--log-dir DIR] prog args...\n";
+
 int usage() {
-  std::fprintf(stderr,
-               "usage: frugal-run [--nnodes N --node-rank R --master-addr HOST --master-port P]\n"
-               "                  --nproc-per-node K (or --nproc K) [--log-dir DIR] prog args...\n");
+  std::fputs(kUsage, stderr);
   return 2;
 }
 
@@ -135,14 +138,22 @@ int main(int argc, char** argv) {
   int nproc = 1, port = 0, nnodes = 1, node_rank = 0, i = 1;
   std::string log_dir, master_addr;
   bool node_rank_given = false;
+  std::vector<std::string> given;  // the options read so far, by their canonical names
   for (; i < argc && argv[i][0] == '-'; ++i) {
     const std::string a = argv[i];
     if (a == "--") {
       ++i;
       break;
     }
+    if (a == "-h" || a == "--help") return std::fputs(kUsage, stdout), 0;
     if (i + 1 >= argc) return usage_error(a + " needs a value");
     const std::string v = argv[++i];
+    // --nproc_per_node is torchrun's spelling of --nproc-per-node, and --nproc ours: one option.
+    std::string name = a == "--nproc" ? "--nproc-per-node" : a;
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (std::find(given.begin(), given.end(), name) != given.end())
+      return usage_error(a + ": given twice");  // see Note [A flag given twice] in examples/flags.h
+    given.push_back(name);
     try {
       using frugal::cli::expect, frugal::cli::parse_int;
       if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node")
@@ -165,6 +176,14 @@ int main(int argc, char** argv) {
     return usage_error("--nnodes " + std::to_string(nnodes) +
                        " needs --node-rank, --master-addr and --master-port: every node must name the same master "
                        "(the host of node 0) and port");
+  if (!log_dir.empty()) {  // checked here, not by each rank after it has started
+    struct stat st {};
+    std::string why;
+    if (::stat(log_dir.c_str(), &st) != 0) why = std::strerror(errno);
+    else if (!S_ISDIR(st.st_mode)) why = "not a directory";
+    else if (::access(log_dir.c_str(), W_OK | X_OK) != 0) why = std::strerror(errno);
+    if (!why.empty()) return usage_error("--log-dir: cannot write into '" + log_dir + "' (" + why + ")");
+  }
   if (master_addr.empty()) master_addr = "127.0.0.1";
   if (port == 0) port = free_port();
   const int world_size = nnodes * nproc, first_rank = node_rank * nproc;

@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
       else if (flags.is("--out")) out = flags.text();
       else if (flags.is("--steps")) steps = flags.positive();
       else if (flags.is("--batch-size")) batch = flags.positive();
-      else if (flags.is("--device")) device_name = flags.text();
-      else if (flags.is("--optimizer")) optimizer = flags.text();
+      else if (flags.is("--device")) device_name = flags.device();
+      else if (flags.is("--optimizer")) optimizer = flags.choice({"adam", "sgd"});
       else flags.unknown();
     }
   });
@@ -47,9 +47,7 @@ int main(int argc, char** argv) {
     model->to(device);
     std::unique_ptr<optim::Optimizer> opt;
     if (optimizer == "adam") opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
-    else if (optimizer == "sgd")
-      opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
-    else FRUGAL_FAIL("mlp_parity: unknown optimizer '", optimizer, "' (adam or sgd)");
+    else opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
     std::ofstream losses(out + "/frugal_losses.txt");
     for (int64_t step = 0; step < steps; ++step) {
       Tensor x = ds.train_images.narrow(0, step * batch, batch).to(device);
@@ -64,7 +62,7 @@ int main(int argc, char** argv) {
     }
     std::printf("mlp_parity: wrote %lld losses to %s/frugal_losses.txt\n", (long long)steps, out.c_str());
     return 0;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "mlp_parity: %s\n", e.what());
     return 1;
   }

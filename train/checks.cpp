@@ -99,6 +99,17 @@ void require_writable(const std::string& path, const std::string& flag) {
                "' is not writable (", std::strerror(errno), ")");
 }
 
+void require_writable_dir(const std::string& dir, const std::string& flag) {
+  namespace fs = std::filesystem;
+  FRUGAL_CHECK(!dir.empty(), flag, ": the path is empty");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  FRUGAL_CHECK(!ec, flag, ": cannot create directory '", dir, "' (", ec.message(), ")");
+  FRUGAL_CHECK(fs::is_directory(dir, ec), flag, ": '", dir, "' is not a directory");
+  FRUGAL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, ": directory '", dir, "' is not writable (",
+               std::strerror(errno), ")");
+}
+
 int64_t require_batches(const data::DataLoader& loader, int64_t samples) {
   const int64_t batches = loader.size();
   const data::DataLoaderOptions& o = loader.options();

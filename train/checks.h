@@ -82,6 +82,11 @@ void require_finite(const std::vector<std::pair<std::string, Tensor>>& tensors, 
 /// it, so the directory is what must be writable).
 void require_writable(const std::string& path, const std::string& flag);
 
+/// Creates directory `dir` (and its parents) if it is missing, then throws unless files can
+/// be written into it; the error names `flag` and `dir`. For output directories that a run
+/// fills at its end (a profile's trace), so that a bad path fails before the run, not after.
+void require_writable_dir(const std::string& dir, const std::string& flag);
+
 /// loader.size(), or throws when that is 0, naming `samples` (the dataset's size), the
 /// batch size and drop_last: an empty split would "train" without a single step.
 int64_t require_batches(const data::DataLoader& loader, int64_t samples);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/flags.h"
 #include "tests/op_table/grad_table.h"
 #include "tests/op_table/op_table.h"
 
@@ -36,43 +37,52 @@ struct Args {
   bool trace = false;
 };
 
+const char* kUsage =
+    "usage: op_fuzz [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... [--dtype T]... [--first I]\n"
+    "               [--all-failures] [--trace] [--list]\n"
+    "       op_fuzz --grad [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... [--dtype T]... [--amp T]...\n"
+    "               [--first I] [--list]\n";
+
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "op_fuzz: %s\nusage: op_fuzz [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... "
-               "[--dtype T]... [--first I] [--all-failures] [--trace] [--list]\n"
-               "       op_fuzz --grad [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... [--dtype T]... "
-               "[--amp T]... [--first I] [--list]\n",
-               why);
+  std::fprintf(stderr, "op_fuzz: %s\n%s", why, kUsage);
   std::exit(2);
 }
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
-      return argv[++i];
-    };
-    if (k == "--cases") a.cases = std::stoll(value());
-    else if (k == "--seed") a.seed = std::stoull(value());
-    else if (k == "--device") a.device = value();
-    else if (k == "--op") a.ops.push_back(value());
-    else if (k == "--dtype") a.dtypes.push_back(parse_dtype(value()));
-    else if (k == "--amp") a.amp.push_back(parse_dtype(value()));
-    else if (k == "--grad") a.grad = true;
-    else if (k == "--first") a.first = std::stoll(value());
-    else if (k == "--all-failures") a.all_failures = true;
-    else if (k == "--trace") a.trace = true;
-    else if (k == "--list") {
-      if (a.grad)
-        for (const GradEntry& e : grad_table()) std::printf("%s\n", e.name.c_str());
-      else
-        for (const OpEntry& e : op_table()) std::printf("%s\n", e.name.c_str());
-      std::exit(0);
-    } else usage(("unknown argument " + k).c_str());
+/// The dtype a --dtype or --amp value names ("f16", "bfloat16").
+DType dtype_flag(cli::Flags& flags) {
+  const std::string v = flags.text();
+  try {
+    return parse_dtype(v);
+  } catch (const Error&) {
+    throw cli::UsageError(flags.flag() + ": expected a dtype (f32, f16, bf16, ...), got \"" + v + "\"");
   }
-  return a;
+}
+
+Args parse(int argc, char** argv) {
+  return cli::parse_or_exit("op_fuzz", kUsage, [&] {
+    Args a;
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--cases")) a.cases = flags.positive();
+      else if (flags.is("--seed")) a.seed = flags.seed();
+      else if (flags.is("--device")) a.device = flags.choice({"cpu", "cuda"});
+      else if (flags.is_repeatable("--op")) a.ops.push_back(flags.text());
+      else if (flags.is_repeatable("--dtype")) a.dtypes.push_back(dtype_flag(flags));
+      else if (flags.is_repeatable("--amp")) a.amp.push_back(dtype_flag(flags));
+      else if (flags.is("--grad")) a.grad = true;
+      else if (flags.is("--first")) a.first = flags.non_negative();
+      else if (flags.is("--all-failures")) a.all_failures = true;
+      else if (flags.is("--trace")) a.trace = true;
+      else if (flags.is("--list")) {
+        if (a.grad)
+          for (const GradEntry& e : grad_table()) std::printf("%s\n", e.name.c_str());
+        else
+          for (const OpEntry& e : op_table()) std::printf("%s\n", e.name.c_str());
+        std::exit(0);
+      } else flags.unknown();
+    }
+    return a;
+  });
 }
 
 struct Tally {
