@@ -1,8 +1,12 @@
 #include "optim/lr_scheduler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <initializer_list>
 #include <numbers>
+#include <string_view>
+#include <utility>
 
 #include "tensor/factory.h"
 
@@ -35,16 +39,52 @@ void LRScheduler::apply() {
   for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = last_lr_[g] = lr_at(base_lrs_[g], last_epoch_);
 }
 
+// Note [A checkpoint names its schedule]
+// A resumed run whose scheduler differs from the saved one (another class, or another T_max
+// after --epochs was edited) would go on from last_epoch under the new schedule: the lr jumps
+// and the run is no longer the one that was saved, with no error. PyTorch's load_state_dict
+// copies the saved attributes over the new scheduler's, so there the saved T_max silently
+// wins, and a scheduler of another class keeps its own settings. frugal saves schedule() as
+// text and refuses a dict whose text differs, naming both, so the fix is plain: construct the
+// scheduler as it was saved. To change the schedule on purpose when resuming, erase the
+// "schedule" entry before loading; dicts saved before the entry existed have none and load
+// unchecked, as do schedulers whose schedule() is "".
+
+namespace {
+
+/// "Name(key=value, ...)" with each number in its shortest round-trip form, so that equal
+/// settings give equal text and different ones different text.
+std::string describe(std::string_view name, std::initializer_list<std::pair<std::string_view, double>> settings) {
+  std::string out(name);
+  out += '(';
+  bool first = true;
+  for (const auto& [key, value] : settings) {
+    char digits[32];
+    const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+    out.append(first ? "" : ", ").append(key).append("=").append(digits, end);
+    first = false;
+  }
+  return out + ')';
+}
+
+}  // namespace
+
 StateDict LRScheduler::state_dict() const {
-  return {{"last_epoch", scalar_tensor(double(last_epoch_), TensorOptions(kInt64))},
-          {"base_lrs", from_vector(base_lrs_, {int64_t(base_lrs_.size())}, TensorOptions(kFloat64))}};
+  StateDict dict{{"last_epoch", scalar_tensor(double(last_epoch_), TensorOptions(kInt64))},
+                 {"base_lrs", from_vector(base_lrs_, {int64_t(base_lrs_.size())}, TensorOptions(kFloat64))}};
+  const std::string text = schedule();
+  if (!text.empty())
+    dict.emplace_back("schedule", from_vector(std::vector<int32_t>(text.begin(), text.end()), {int64_t(text.size())},
+                                              TensorOptions(kInt32)));  // safetensors has no uint8 here
+  return dict;
 }
 
 void LRScheduler::load_state_dict(const StateDict& dict) {
-  Tensor epoch, bases;
+  Tensor epoch, bases, saved_schedule;
   for (const auto& [key, t] : dict) {
     if (key == "last_epoch") epoch = t;
     else if (key == "base_lrs") bases = t;
+    else if (key == "schedule") saved_schedule = t;
     else FRUGAL_FAIL("LRScheduler.load_state_dict: unexpected key '", key, "'");
   }
   FRUGAL_CHECK(epoch.defined() && epoch.numel() == 1,
@@ -56,6 +96,16 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
   const double e = epoch.to(kCPU, kFloat64).item<double>();
   FRUGAL_CHECK(e >= 0 && e == std::floor(e) && e < 9.007199254740992e15,  // a step count float64 holds exactly
                "LRScheduler.load_state_dict: last_epoch must be a non-negative integer below 2^53, got ", e);
+  if (saved_schedule.defined()) {  // Note [A checkpoint names its schedule]
+    FRUGAL_CHECK(saved_schedule.dtype() == kInt32 && saved_schedule.dim() == 1,
+                 "LRScheduler.load_state_dict: schedule must be a 1-d int32 tensor (the text's characters), got ",
+                 saved_schedule.describe());
+    const std::vector<int32_t> chars = saved_schedule.tolist<int32_t>();
+    const std::string saved(chars.begin(), chars.end()), mine = schedule();
+    FRUGAL_CHECK(mine.empty() || saved == mine, "LRScheduler.load_state_dict: the state dict was saved by ", saved,
+                 ", this scheduler is ", mine, "; construct the scheduler with the saved settings to resume, or erase ",
+                 "the dict's \"schedule\" entry to change the schedule on purpose");
+  }
   base_lrs_ = b;
   last_epoch_ = int64_t(e);
   apply();
@@ -72,6 +122,10 @@ double StepLR::lr_at(double base_lr, int64_t t) const {
   return base_lr * std::pow(options_.gamma, double(t / options_.step_size));
 }
 
+std::string StepLR::schedule() const {
+  return describe("StepLR", {{"step_size", double(options_.step_size)}, {"gamma", options_.gamma}});
+}
+
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options)
     : LRScheduler(optimizer), options_(options) {
   FRUGAL_CHECK(options.T_max > 0, "CosineAnnealingLR: T_max must be positive, got ", options.T_max);
@@ -81,6 +135,10 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROpti
 double CosineAnnealingLR::lr_at(double base_lr, int64_t t) const {
   const double eta_min = options_.eta_min;
   return eta_min + (base_lr - eta_min) * (1.0 + std::cos(std::numbers::pi * double(t) / double(options_.T_max))) / 2.0;
+}
+
+std::string CosineAnnealingLR::schedule() const {
+  return describe("CosineAnnealingLR", {{"T_max", double(options_.T_max)}, {"eta_min", options_.eta_min}});
 }
 
 LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options) : LRScheduler(optimizer), options_(options) {
@@ -96,6 +154,13 @@ double LinearLR::lr_at(double base_lr, int64_t t) const {
   const LinearLROptions& o = options_;
   return base_lr * (o.start_factor +
                     (o.end_factor - o.start_factor) * double(std::min(o.total_iters, t)) / double(o.total_iters));
+}
+
+std::string LinearLR::schedule() const {
+  const LinearLROptions& o = options_;
+  return describe("LinearLR", {{"start_factor", o.start_factor},
+                               {"end_factor", o.end_factor},
+                               {"total_iters", double(o.total_iters)}});
 }
 
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
@@ -118,6 +183,18 @@ double SequentialLR::lr_at(double base_lr, int64_t t) const {
   return schedulers_[k]->lr_at(base_lr, k == 0 ? t : t - milestones_[k - 1]);
 }
 
+std::string SequentialLR::schedule() const {
+  std::string out = "SequentialLR(milestones=[";
+  for (size_t k = 0; k < milestones_.size(); ++k) out += (k ? ", " : "") + std::to_string(milestones_[k]);
+  out += "], schedulers=[";
+  for (size_t k = 0; k < schedulers_.size(); ++k) {
+    const std::string part = schedulers_[k]->schedule();
+    if (part.empty()) return "";  // a part that does not describe itself: the whole is not checked
+    out += (k ? ", " : "") + part;
+  }
+  return out + "])";
+}
+
 WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, WarmupCosineLROptions options)
     : LRScheduler(optimizer), options_(options) {
   FRUGAL_CHECK(options.warmup_steps >= 0 && options.total_steps > options.warmup_steps,
@@ -134,6 +211,14 @@ double WarmupCosineLR::lr_at(double base_lr, int64_t t) const {
   if (t < w) return base_lr * (o.start_factor + (1.0 - o.start_factor) * double(t) / double(w));
   const double T = double(o.total_steps - w);
   return o.eta_min + (base_lr - o.eta_min) * (1.0 + std::cos(std::numbers::pi * double(t - w) / T)) / 2.0;
+}
+
+std::string WarmupCosineLR::schedule() const {
+  const WarmupCosineLROptions& o = options_;
+  return describe("WarmupCosineLR", {{"warmup_steps", double(o.warmup_steps)},
+                                     {"total_steps", double(o.total_steps)},
+                                     {"start_factor", o.start_factor},
+                                     {"eta_min", o.eta_min}});
 }
 
 }  // namespace frugal::optim

@@ -11,6 +11,7 @@
 // when nothing else touches the lr, without its accumulated rounding.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -36,9 +37,16 @@ class LRScheduler {
   /// The schedule in closed form: the lr at epoch `t` >= 0 for a group whose base lr is `base_lr`.
   virtual double lr_at(double base_lr, int64_t t) const = 0;
 
-  /// {"last_epoch": 0-d int64, "base_lrs": float64 [groups]}: what resuming needs.
+  /// The schedule and its settings as text, "StepLR(step_size=30, gamma=0.1)"; "" for a
+  /// scheduler that does not describe itself (a user's subclass), which is then not checked
+  /// on load. See Note [A checkpoint names its schedule].
+  virtual std::string schedule() const { return ""; }
+
+  /// {"last_epoch": 0-d int64, "base_lrs": float64 [groups], "schedule": int32 [chars] (the
+  /// text of schedule(), where not empty)}: what resuming needs.
   StateDict state_dict() const;
-  /// Restores last_epoch and base_lrs (checking the group count) and sets the lrs for that epoch.
+  /// Restores last_epoch and base_lrs (checking the group count) and sets the lrs for that
+  /// epoch. Refuses, changing nothing, a dict saved by another schedule or other settings.
   void load_state_dict(const StateDict& dict);
 
  protected:
@@ -67,6 +75,7 @@ class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& optimizer, StepLROptions options);
   double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
 
  private:
   StepLROptions options_;
@@ -83,6 +92,7 @@ class CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options);
   double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
 
  private:
   CosineAnnealingLROptions options_;
@@ -100,6 +110,7 @@ class LinearLR : public LRScheduler {
  public:
   LinearLR(Optimizer& optimizer, LinearLROptions options);
   double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
 
  private:
   LinearLROptions options_;
@@ -121,6 +132,7 @@ class SequentialLR : public LRScheduler {
   SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
 
  private:
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
@@ -143,6 +155,7 @@ class WarmupCosineLR : public LRScheduler {
  public:
   WarmupCosineLR(Optimizer& optimizer, WarmupCosineLROptions options);
   double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
 
  private:
   WarmupCosineLROptions options_;

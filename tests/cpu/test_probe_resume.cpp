@@ -499,6 +499,19 @@ TEST_CASE(
     t.loader = &loader;
     refused(path, t, {path, "loader"});
   }
+  SUBCASE("another schedule, or the same schedule with other settings (Note [A checkpoint names its schedule])") {
+    const std::string step = saved_run(ckpt, {.opt = Opt::AdamWAmsgrad, .sched = Sched::Step}, 4);
+    refused(step, target->state(),
+            {step, "StepLR(step_size=2, gamma=0.7)",
+             "WarmupCosineLR(warmup_steps=3, total_steps=12, start_factor=0.1, eta_min=0)"});
+    // --epochs edited before resuming: the cosine would jump to another curve mid-run.
+    const std::string path = saved_run(ckpt, adamw, 4);
+    optim::WarmupCosineLR longer(*target->opt, {.warmup_steps = 3, .total_steps = 24, .start_factor = 0.1});
+    train::TrainState t = target->state();
+    t.scheduler = &longer;
+    refused(path, t, {path, "total_steps=12", "total_steps=24"});
+    CHECK(longer.last_epoch() == 0);
+  }
   SUBCASE("a scheduler state the scheduler refuses, after model and optimizer are fine") {
     Run other(adamw, 3);
     other.micro_steps(3);
@@ -511,6 +524,50 @@ TEST_CASE(
     nn::save_safetensors(path, tensors, f.metadata);
     refused(path, target->state(), {path, "last_epoch"});
   }
+}
+
+TEST_CASE("probe resume: a scheduler's dict names its schedule; erased or absent, it loads unchecked") {
+  Tensor w = zeros({2}).requires_grad_(true);
+  optim::SGD opt(std::vector<Tensor>{w}, {.lr = 0.1});
+  auto warm = std::make_shared<optim::LinearLR>(opt, optim::LinearLROptions{.start_factor = 0.25, .total_iters = 4});
+  auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingLROptions{.T_max = 90});
+  optim::SequentialLR saved(opt, {warm, cosine}, {4});
+  for (int i = 0; i < 6; ++i) saved.step();
+  CHECK(saved.schedule() ==
+        "SequentialLR(milestones=[4], schedulers=[LinearLR(start_factor=0.25, end_factor=1, total_iters=4), "
+        "CosineAnnealingLR(T_max=90, eta_min=0)])");
+  const optim::StateDict dict = saved.state_dict();
+
+  // Settings that differ in the last digit of a double are other settings.
+  optim::StepLR step(opt, {.step_size = 3, .gamma = 0.1});
+  optim::StepLR near(opt, {.step_size = 3, .gamma = std::nextafter(0.1, 1.0)});
+  CHECK(step.schedule() == "StepLR(step_size=3, gamma=0.1)");
+  CHECK(near.schedule() != step.schedule());
+  step.load_state_dict(step.state_dict());  // its own dict loads
+  check_error([&] { near.load_state_dict(step.state_dict()); }, {"StepLR(step_size=3, gamma=0.1)", "construct"});
+  check_error([&] { step.load_state_dict(dict); }, {"SequentialLR(milestones=[4]", "StepLR(step_size=3"});
+  CHECK(step.last_epoch() == 0);
+
+  // Erased on purpose (or a dict saved before the entry existed): the epoch and base lrs load.
+  optim::StateDict erased;
+  for (const auto& [k, t] : dict)
+    if (k != "schedule") erased.emplace_back(k, t);
+  step.load_state_dict(erased);
+  CHECK(step.last_epoch() == 6);
+  CHECK(opt.param_groups()[0].lr == doctest::Approx(0.1 * std::pow(0.1, 2)));  // StepLR's own curve at t = 6
+
+  // A user's scheduler that does not describe itself is not checked, nor a SequentialLR holding one.
+  struct Halving : optim::LRScheduler {
+    explicit Halving(optim::Optimizer& o) : LRScheduler(o) { initial_step(); }
+    double lr_at(double base_lr, int64_t t) const override { return base_lr * std::pow(0.5, double(t)); }
+  };
+  auto mine = std::make_shared<Halving>(opt);
+  CHECK(mine->schedule().empty());
+  mine->load_state_dict(dict);
+  CHECK(mine->last_epoch() == 6);
+  optim::SequentialLR mixed(opt, {warm, mine}, {4});
+  CHECK(mixed.schedule().empty());
+  mixed.load_state_dict(step.state_dict());
 }
 
 TEST_CASE("probe resume: a save that fails half-way leaves the previous checkpoint and prunes nothing") {
