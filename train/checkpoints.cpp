@@ -1,10 +1,12 @@
 #include "train/checkpoints.h"
 
 #include <algorithm>
+#include <bit>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
@@ -100,6 +102,21 @@ int64_t read_int64(const nn::SafetensorsFile& file, const std::string& key, cons
   return t.item<int64_t>();
 }
 
+/// Every named generator is set, named once and not the default generator (saved as "rng.*").
+void check_generators(const TrainState& state, const std::string& where) {
+  std::vector<std::string> names;
+  for (const auto& [name, gen] : state.generators) {
+    FRUGAL_CHECK(!name.empty() && name != "seed" && name != "offset", where, ": TrainState::generators needs a ",
+                 "name other than '', 'seed' and 'offset' for each generator, got '", name, "'");
+    FRUGAL_CHECK(gen != nullptr, where, ": TrainState::generators['", name, "'] is null");
+    FRUGAL_CHECK(gen != &default_generator(), where, ": TrainState::generators['", name,
+                 "'] is the default generator, which TrainState::rng saves");
+    FRUGAL_CHECK(std::find(names.begin(), names.end(), name) == names.end(), where, ": TrainState::generators names '",
+                 name, "' twice");
+    names.push_back(name);
+  }
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(std::string dir, CheckpointOptions options)
@@ -134,6 +151,11 @@ std::string CheckpointManager::save(int64_t step, const TrainState& state,
     const Generator& gen = default_generator();
     tensors.emplace_back("rng.seed", uint64_scalar(gen.seed()));
     tensors.emplace_back("rng.offset", uint64_scalar(gen.offset()));
+  }
+  check_generators(state, "CheckpointManager::save");
+  for (const auto& [name, gen] : state.generators) {
+    tensors.emplace_back("rng." + name + ".seed", uint64_scalar(gen->seed()));
+    tensors.emplace_back("rng." + name + ".offset", uint64_scalar(gen->offset()));
   }
   if (state.loader) {
     const data::DataLoader& loader = *state.loader;
@@ -262,6 +284,21 @@ int64_t CheckpointManager::load(const std::string& path, const TrainState& state
   }
   int64_t rng_seed = 0, rng_offset = 0, data_epoch = 0, data_batch = 0;
   if (state.rng) rng_seed = read_int64(file, "rng.seed", path), rng_offset = read_int64(file, "rng.offset", path);
+  check_generators(state, where);
+  for (const auto& [key, t] : file.tensors) {  // a stream saved but not named here would restart
+    const std::string_view k = key;
+    if (!k.starts_with("rng.") || !k.ends_with(".seed") || k == "rng.seed") continue;
+    const std::string name(k.substr(4, k.size() - 4 - 5));
+    FRUGAL_CHECK(std::any_of(state.generators.begin(), state.generators.end(),
+                             [&](const auto& g) { return g.first == name; }),
+                 where, " holds the state of generator '", name, "', which this run does not name in ",
+                 "TrainState::generators: its stream would restart from its seed; nothing was loaded");
+  }
+  std::vector<std::pair<int64_t, int64_t>> generator_states;  // (seed, offset) of state.generators, in order
+  for (const auto& [name, gen] : state.generators) {
+    const int64_t seed = read_int64(file, "rng." + name + ".seed", path);
+    generator_states.emplace_back(seed, read_int64(file, "rng." + name + ".offset", path));
+  }
   if (state.loader) {
     const data::DataLoader& loader = *state.loader;
     data_epoch = read_int64(file, "data.epoch", path), data_batch = read_int64(file, "data.batch", path);
@@ -344,6 +381,9 @@ int64_t CheckpointManager::load(const std::string& path, const TrainState& state
     std::memcpy(&offset, &rng_offset, sizeof offset);
     default_generator().set_state(seed, offset);
   }
+  for (size_t k = 0; k < state.generators.size(); ++k)
+    state.generators[k].second->set_state(std::bit_cast<uint64_t>(generator_states[k].first),
+                                          std::bit_cast<uint64_t>(generator_states[k].second));
   if (state.loader) state.loader->set_position({data_epoch, data_batch});
   return step;
 }

@@ -18,7 +18,8 @@
 // is all that is needed; DataLoader::set_position). Saved between the micro-steps of
 // gradient accumulation, the gradients accumulated so far are such an input too:
 // TrainState::grads saves and restores them. Keys: "model.*", "optim.*", "scaler.*",
-// "scheduler.*", "grad.<parameter>", "rng.seed", "rng.offset", "data.epoch", "data.batch" and
+// "scheduler.*", "grad.<parameter>", "rng.seed", "rng.offset" (and "rng.<name>.seed/offset"
+// of TrainState::generators), "data.epoch", "data.batch" and
 // what the loader's order depends on ("data.samples", "data.batch_size", "data.shuffle",
 // "data.seed"); the metadata holds "step", "optimizer" (its name()) and "checksum".
 //
@@ -41,6 +42,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/data/dataloader.h"
@@ -48,6 +50,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "tensor/random.h"
 
 namespace frugal::train {
 
@@ -59,6 +62,12 @@ struct TrainState {
   optim::LRScheduler* scheduler = nullptr;
   data::DataLoader* loader = nullptr;  ///< its position (epoch, batch)
   bool rng = true;                     ///< the default generator's seed and offset
+  /// Other generators the run draws from, by name: a TensorParallelRng's streams
+  /// ({{"tp.replicated", &rng->replicated}, {"tp.split", &rng->split}}), a Generator given to
+  /// dropout or init. Each is saved as "rng.<name>.seed" / "rng.<name>.offset"; a load
+  /// refuses a file without them. Unnamed here, such a generator would restart its stream on
+  /// resume and draw the masks of the run's first steps again.
+  std::vector<std::pair<std::string, Generator*>> generators = {};
   /// The model's gradients (those defined; a load sets the others to None): set it to save
   /// between the micro-steps of gradient accumulation, whose gradients the next step reads.
   /// A checkpoint that holds gradients is refused by a load without it.

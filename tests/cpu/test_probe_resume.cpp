@@ -570,6 +570,45 @@ TEST_CASE("probe resume: a scheduler's dict names its schedule; erased or absent
   mixed.load_state_dict(step.state_dict());
 }
 
+TEST_CASE("probe resume: generators besides the default one resume their streams when named; unnamed, refused") {
+  ScratchDir dir("probe_resume_generators");
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 0});
+  // A model whose dropout draws from its own generators (as TensorParallelRng's streams do).
+  auto masks = [](Generator& a, Generator& b, int steps) {
+    std::vector<std::vector<double>> out;
+    for (int i = 0; i < steps; ++i) {
+      out.push_back(values_of(dropout(ones({64}), 0.5, true, &a)));
+      out.push_back(values_of(dropout(ones({16}), 0.3, true, &b)));
+    }
+    return out;
+  };
+  Generator a(11), b(12);
+  const auto straight = masks(a, b, 5);
+
+  Generator a1(11), b1(12);
+  masks(a1, b1, 2);
+  const std::string path = ckpt.save(2, {.rng = false, .generators = {{"drop.a", &a1}, {"drop.b", &b1}}});
+  Generator a2(99), b2(98);  // a fresh process: the streams as constructed, other seeds even
+  REQUIRE(ckpt.load(path, {.rng = false, .generators = {{"drop.a", &a2}, {"drop.b", &b2}}}) == 2);
+  CHECK(a2.seed() == 11);
+  CHECK(b2.offset() == b1.offset());
+  const auto resumed = masks(a2, b2, 3);
+  CHECK(resumed == std::vector<std::vector<double>>(straight.begin() + 4, straight.end()));
+
+  // A run that does not name a saved stream would draw its first masks again: refused, unchanged.
+  Generator a3(5);
+  check_error([&] { ckpt.load(path, {.rng = false, .generators = {{"drop.a", &a3}}}); },
+              {path, "'drop.b'", "TrainState::generators"});
+  CHECK(a3.offset() == 0);
+  CHECK(a3.seed() == 5);
+  // A name the file lacks, and names that cannot be keys.
+  check_error([&] { ckpt.load(path, {.rng = false, .generators = {{"drop.a", &a3}, {"drop.b", &b2}, {"c", &b1}}}); },
+              {path, "rng.c.seed"});
+  check_error([&] { ckpt.save(3, {.rng = false, .generators = {{"x", &a1}, {"x", &b1}}}); }, {"'x' twice"});
+  check_error([&] { ckpt.save(3, {.rng = false, .generators = {{"", &a1}}}); }, {"name"});
+  check_error([&] { ckpt.save(3, {.generators = {{"d", &default_generator()}}}); }, {"default generator"});
+}
+
 TEST_CASE("probe resume: a save that fails half-way leaves the previous checkpoint and prunes nothing") {
   ScratchDir dir("probe_resume_save");
   train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 1});
