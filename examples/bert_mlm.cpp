@@ -401,9 +401,8 @@ int main(int argc, char** argv) {
       schedule.step();
       watch.add(loss, 0, step);
       if (step == 1) first = loss.to(kFloat64).item<double>();
-      const int64_t in_window = watch.pending();
-      if (in_window == report_every || step == steps) {
-        last = watch.check() / double(in_window);  // the loss shown: this window's mean
+      if (watch.pending() == report_every || step == steps) {
+        last = watch.check().mean();  // the loss shown: the mean of this window's steps that trained
         char lr[32];
         std::snprintf(lr, sizeof lr, "lr %.2e", schedule.last_lr()[0]);
         progress.update(step, step * batch * seq_len, last, lr);

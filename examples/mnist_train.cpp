@@ -66,11 +66,11 @@ EpochStats train_epoch(nn::UnaryModule& model, optim::Optimizer& opt, data::Data
     watch.add(loss, epoch, ++step);
     stats.samples += batch.inputs.size(0);
     if (progress && (step % report_every == 0 || step == steps)) {
-      loss_sum += watch.check();
+      loss_sum += watch.check().sum;
       progress->update(step, stats.samples, loss.item<double>());
     }
   }
-  loss_sum += watch.check();
+  loss_sum += watch.check().sum;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.mean_loss = loss_sum / double(step);
   return stats;
@@ -84,7 +84,10 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
   const int64_t steps = loader.size();
   progress.start_epoch(epoch, steps);
   int64_t step = 0, samples = 0;
-  double loss_sum = 0;
+  train::LossSum losses;  // the epoch's: steps the scaler skipped for inf/NaN are counted apart
+  auto take = [&](const train::LossSum& window) {
+    losses.sum += window.sum, losses.count += window.count, losses.nonfinite += window.nonfinite;
+  };
   for (data::Batch& b : loader) {
     Tensor loss;
     {
@@ -101,14 +104,16 @@ void train_amp_epoch(nn::UnaryModule& model, const std::function<Tensor(const Te
     watch.add(loss, epoch + 1, ++run.step);
     ++step, samples += b.inputs.size(0);
     if (step % run.report_every == 0 || step == steps) {
-      loss_sum += watch.check();
+      take(watch.check());
       char lr[32];
       std::snprintf(lr, sizeof lr, "lr %.2e", schedule.last_lr()[0]);
       progress.update(step, samples, loss.to(kFloat64).item<double>(), lr);
     }
   }
-  loss_sum += watch.check();
-  progress.end_epoch(loss_sum / double(std::max<int64_t>(step, 1)));
+  take(watch.check());
+  progress.end_epoch(
+      losses.mean(),
+      losses.nonfinite > 0 ? std::to_string(losses.nonfinite) + " steps skipped (inf/NaN loss), not in the mean" : "");
 }
 
 autograd::CompressOptions compress_saved_option(const std::string& text) {

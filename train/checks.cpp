@@ -7,8 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
+#include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/join.h"
 #include "tensor/ops/reduce.h"
 
 namespace frugal::train {
@@ -31,13 +34,20 @@ void LossWatch::add(const Tensor& loss, int64_t epoch, int64_t step) {
   last_step_ = step;
   if (l.device().is_cpu()) {
     const double v = l.item<double>();
-    host_sum_ += v;
     if (!std::isfinite(v) && !scaler_skips()) {
       first_step_ = step;  // the exact step: every earlier one was checked as it came
       diverged("the loss is " + number(v));
     }
-  } else {
+    if (std::isfinite(v)) host_.sum += v, ++host_.count;
+    else ++host_.nonfinite;
+  } else if (!scaler_skips()) {  // a non-finite loss makes the sum non-finite: check() throws
     device_sum_ = device_sum_.defined() ? ops::add(device_sum_, l) : l.to(kFloat64);
+  } else {  // the finite losses summed, and counted: l - l is 0 exactly where l is finite
+    const Tensor l64 = l.to(kFloat64);
+    const Tensor finite = ops::eq(ops::sub(l64, l64), 0.0);
+    const Tensor kept = ops::where(finite, l64, zeros_like(l64)), one = finite.to(kFloat64);
+    device_sum_ = device_sum_.defined() ? ops::add(device_sum_, kept) : kept;
+    device_count_ = device_count_.defined() ? ops::add(device_count_, one) : one;
   }
   // The scale is free to read while the host holds it; once the device does (Note
   // [GradScaler host state]) check() reads it, with the sync it makes anyway.
@@ -52,16 +62,26 @@ void LossWatch::scale_collapsed() const {
            number(scaler_->get_scale()) + " (below " + number(min_scale()) + ")");
 }
 
-double LossWatch::check() {
-  const double sum = host_sum_ + (device_sum_.defined() ? device_sum_.item<double>() : 0.0);
-  if (!std::isfinite(sum) && !scaler_skips()) {
+LossSum LossWatch::check() {
+  LossSum out = host_;
+  if (device_sum_.defined()) {
+    const int64_t on_device = count_ - host_.count - host_.nonfinite;
+    if (device_count_.defined()) {  // one read of both: [sum, count]
+      const std::vector<double> both = ops::stack({device_sum_, device_count_}).tolist<double>();
+      const auto finite = int64_t(both[1]);
+      out.sum += both[0], out.count += finite, out.nonfinite += on_device - finite;
+    } else {
+      out.sum += device_sum_.item<double>(), out.count += on_device;
+    }
+  }
+  if (!std::isfinite(out.sum) && !scaler_skips()) {
     const std::string summed = device_sum_.defined() ? " (summed on " + device_sum_.device().str() + ")" : "";
-    diverged("a loss was not finite: the sum of these steps' losses" + summed + " is " + number(sum));
+    diverged("a loss was not finite: the sum of these steps' losses" + summed + " is " + number(out.sum));
   }
   if (count_ > 0 && scaler_skips() && scaler_->scale_on_device() && scaler_->get_scale() < min_scale())
     scale_collapsed();
-  host_sum_ = 0, device_sum_ = Tensor(), count_ = 0;
-  return sum;
+  host_ = LossSum{}, device_sum_ = Tensor(), device_count_ = Tensor(), count_ = 0;
+  return out;
 }
 
 void LossWatch::diverged(const std::string& what) const {

@@ -4,6 +4,7 @@
 // hold NaNs, a path that cannot be written, a data split with nothing in it.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,10 +33,24 @@ namespace frugal::train {
 // recover skips every step and halves the scale each time; once the scale falls below
 // kMinLossScale (DeepSpeed's min_loss_scale, 1) that is reported as divergence too - or
 // below the scaler's init_scale, for a run that chose to start under 1 (its first backoff
-// then ends it: the scale it started from was already the floor it accepted).
+// then ends it: the scale it started from was already the floor it accepted). Such losses
+// are left out of the window's sum and counted apart (LossSum::nonfinite), so the mean loss
+// a progress line shows is that of the steps that trained, not inf for the whole window
+// because one step overflowed. A NaN loss whose gradients are finite (every target of the
+// batch ignored: the mean over no targets) is not skipped by the scaler, and is counted
+// apart the same way; without a scaler it stops the run like any other NaN.
 
 /// The smallest GradScaler scale a recovering run reaches (Note [Non-finite loss]).
 constexpr double kMinLossScale = 1.0;
+
+/// What LossWatch::check() read: the window's losses that went into its mean.
+struct LossSum {
+  double sum = 0;         ///< of the finite losses (without an enabled GradScaler: all, or check() threw)
+  int64_t count = 0;      ///< how many losses `sum` holds
+  int64_t nonfinite = 0;  ///< inf/NaN losses an enabled GradScaler's run left out of `sum`
+  /// sum / count: NaN for a window without a finite loss.
+  double mean() const { return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN(); }
+};
 
 /// Watches a run's losses for inf and NaN (Note [Non-finite loss]).
 class LossWatch {
@@ -49,9 +64,11 @@ class LossWatch {
   /// On the CPU throws at once if it is not finite; elsewhere only queues a device add.
   void add(const Tensor& loss, int64_t epoch, int64_t step);
 
-  /// The sum of the losses added since the last check (one scalar read when they are on
-  /// a GPU); throws naming the epoch and steps if one of them was not finite.
-  double check();
+  /// The sum of the losses added since the last check (one read when they are on a GPU);
+  /// throws naming the epoch and steps if one of them was not finite. Under an enabled
+  /// GradScaler inf/NaN losses are counted apart instead, so the mean shown is the mean of
+  /// the steps that trained (Note [Non-finite loss]).
+  LossSum check();
 
   /// Losses added since the last check.
   int64_t pending() const { return count_; }
@@ -67,8 +84,9 @@ class LossWatch {
   const optim::GradScaler* scaler_;
   // Since the last check: the losses added on the CPU and elsewhere (float64, on that
   // device), how many, and the epoch and step of the first and the last.
-  double host_sum_ = 0;
-  Tensor device_sum_;
+  LossSum host_;
+  Tensor device_sum_;    // float64 on the losses' device
+  Tensor device_count_;  // under an enabled scaler: how many of device_sum_'s losses were finite
   int64_t count_ = 0, epoch_ = 0, first_step_ = 0, last_step_ = 0;
 };
 

@@ -143,12 +143,12 @@ TEST_CASE("training: LossWatch sums each window of losses and checks every one o
   const std::vector<double> losses = {2.5, 1.25, 0.75, 1e30, 3.0};
   for (int i = 0; i < 3; ++i) watch.add(from_vector<double>({losses[i]}, {}), 1, i + 1);
   CHECK(watch.pending() == 3);
-  CHECK(watch.check() == 2.5 + 1.25 + 0.75);
+  CHECK(watch.check().sum == 2.5 + 1.25 + 0.75);
   CHECK(watch.pending() == 0);
   watch.add(from_vector<float>({1e30f}, {}), 1, 4);  // large but finite
   watch.add(from_vector<double>({losses[4]}, {}), 1, 5);
-  CHECK(watch.check() == doctest::Approx(double(1e30f) + 3.0));
-  CHECK(watch.check() == 0.0);  // an empty window
+  CHECK(watch.check().sum == doctest::Approx(double(1e30f) + 3.0));
+  CHECK(watch.check().sum == 0.0);  // an empty window
 
   check_error([&] { watch.add(from_vector<float>({INFINITY}, {}), 2, 6); },
               {"training diverged at epoch 2, step 6: the loss is inf", "the base learning rate is 0.25"});
@@ -191,6 +191,34 @@ TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped s
   CHECK(values_of(w) == before);  // every step was skipped
 }
 
+TEST_CASE("training: under an enabled GradScaler a window's inf/NaN losses are counted apart from its mean") {
+  // A skipped step's inf loss (or a NaN loss over a batch whose targets are all ignored)
+  // would make the window's mean inf/NaN and hide what the other steps did.
+  Tensor w = zeros({1});
+  optim::SGD opt({w}, {.lr = 0.25});
+  optim::GradScaler scaler({.init_scale = 1024.0});
+  train::LossWatch watch(opt, &scaler);
+  const std::vector<float> losses = {2.0f, INFINITY, 4.0f, NAN, -INFINITY, 0.5f};
+  for (size_t i = 0; i < losses.size(); ++i) watch.add(from_vector<float>({losses[i]}, {}), 1, int64_t(i) + 1);
+  const train::LossSum window = watch.check();
+  CHECK(window.sum == 6.5);
+  CHECK(window.count == 3);
+  CHECK(window.nonfinite == 3);
+  CHECK(window.mean() == doctest::Approx(6.5 / 3));
+  for (float v : {INFINITY, NAN}) watch.add(from_vector<float>({v}, {}), 1, 7);
+  const train::LossSum skipped = watch.check();
+  CHECK(skipped.count == 0);
+  CHECK(skipped.nonfinite == 2);
+  CHECK(std::isnan(skipped.mean()));  // no step trained: no mean to show
+  // Without a scaler the same inf stops the run (the previous test case's rule).
+  train::LossWatch plain(opt);
+  plain.add(from_vector<float>({2.0f}, {}), 1, 1);
+  const train::LossSum one = plain.check();
+  CHECK(one.sum == 2.0);
+  CHECK(one.count == 1);
+  CHECK(one.nonfinite == 0);
+}
+
 TEST_CASE("training: a GradScaler started below 1 with finite losses is not divergence; its first backoff is") {
   // init_scale 0.25 < kMinLossScale: finite steps leave the scale there and LossWatch quiet;
   // an inf gradient halves it to 0.125, below where the run chose to start.
@@ -209,7 +237,7 @@ TEST_CASE("training: a GradScaler started below 1 with finite losses is not dive
   const Tensor finite = from_vector<float>({0.5f, 1.0f}, {2});
   for (int64_t i = 1; i <= 3; ++i) step(finite, i);
   // w = (1, 2), then each SGD step subtracts 0.1 x = (0.05, 0.1): losses 2.5, 2.375, 2.25.
-  CHECK(watch.check() == doctest::Approx(2.5 + 2.375 + 2.25).epsilon(1e-6));
+  CHECK(watch.check().sum == doctest::Approx(2.5 + 2.375 + 2.25).epsilon(1e-6));
   CHECK(scaler.get_scale() == 0.25);
   check_error(
       [&] {

@@ -21,6 +21,7 @@
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tests/test_util.h"
+#include "train/checks.h"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -343,4 +344,23 @@ TEST_CASE("GradScaler CUDA: a capturable AdamW's empty parameter counts its step
   for (const auto& [key, value] : opt.state_dict())
     if (key == "state.1.step") saved = value.item<int64_t>();
   CHECK(saved == 4);
+}
+
+TEST_CASE("GradScaler CUDA: LossWatch sums a window's finite losses on the device and counts the rest apart") {
+  Tensor w = zeros({1}, {kFloat32, cuda()});
+  optim::SGD opt({w}, {.lr = 0.25});
+  optim::GradScaler scaler({.init_scale = 1024.0});
+  train::LossWatch watch(opt, &scaler);
+  const std::vector<float> losses = {2.0f, INFINITY, 4.0f, NAN, -INFINITY, 0.5f};
+  for (size_t i = 0; i < losses.size(); ++i)
+    watch.add(from_vector<float>({losses[i]}, {}).to(cuda()), 1, int64_t(i) + 1);
+  const train::LossSum window = watch.check();
+  CHECK(window.sum == 6.5);
+  CHECK(window.count == 3);
+  CHECK(window.nonfinite == 3);
+  // Without a scaler a window holding an inf is divergence, named at check().
+  train::LossWatch plain(opt);
+  plain.add(from_vector<float>({2.0f}, {}).to(cuda()), 1, 1);
+  plain.add(from_vector<float>({INFINITY}, {}).to(cuda()), 1, 2);
+  check_error([&] { plain.check(); }, {"training diverged at epoch 1, steps 1-2"});
 }
