@@ -146,7 +146,18 @@ void Session::replay(const LiveMap& initial, size_t until, LiveMap& live, std::v
   live = initial;
   std::array<int64_t, core::kNumCategories> by_category{};
   for (const auto& [ptr, l] : live) by_category[static_cast<size_t>(l.category)] += l.size;
-  if (timeline) timeline->push_back({start_ns_, start_allocated_, start_reserved_, by_category});
+  // After an overflow the replay starts from nothing (the events that made the blocks then
+  // live are lost): what a point's categories miss of its allocated bytes is "other".
+  const auto point = [&](int64_t time_ns, int64_t allocated, int64_t reserved) {
+    TimelinePoint p{time_ns, allocated, reserved, by_category};
+    if (lost_events_ > 0) {
+      int64_t known = 0;
+      for (int64_t b : by_category) known += b;
+      p.by_category[static_cast<size_t>(core::Category::Other)] += std::max<int64_t>(allocated - known, 0);
+    }
+    return p;
+  };
+  if (timeline) timeline->push_back(point(start_ns_, start_allocated_, start_reserved_));
   for (size_t i = 0; i < until && i < events_.size(); ++i) {
     const memory::TraceEvent& e = events_[i];
     switch (e.action) {
@@ -172,7 +183,7 @@ void Session::replay(const LiveMap& initial, size_t until, LiveMap& live, std::v
         break;
       default: break;  // segments and OOMs change no block
     }
-    if (timeline) timeline->push_back({e.time_ns, e.allocated_bytes, e.reserved_bytes, by_category});
+    if (timeline) timeline->push_back(point(e.time_ns, e.allocated_bytes, e.reserved_bytes));
   }
 }
 

@@ -34,7 +34,10 @@
 // reported as the peak, too low and at the wrong time. The ring therefore keeps a copy
 // of its highest event apart from the ring (memory::trace_peak), and that is the
 // session's peak. When it is not among the kept events, none of them shows what was
-// live at that moment, so all of it is the "(trace overflow)" group.
+// live at that moment, so all of it is the "(trace overflow)" group. The timeline after an
+// overflow is replayed from the first kept event over an empty set; each point's bytes that
+// no kept event explains (blocks made by lost events) are counted as "other", so that every
+// point's categories still add up to its allocated bytes.
 #include <array>
 #include <cstdint>
 #include <optional>

@@ -442,6 +442,19 @@ TEST_CASE("probe memory: the profiler's peak is the true peak even when the ring
   }
   CHECK(sum == session.peak_allocated());
   CHECK(session.top_allocations_table().find(memory::format_bytes(s.allocated_bytes.peak)) != std::string::npos);
+  // The timeline too: bytes no kept event explains are "other", so each point still adds up.
+  for (size_t i = 0; i < session.timeline().size(); ++i) {
+    const profiler::TimelinePoint& p = session.timeline()[i];
+    int64_t categories = 0;
+    for (int64_t b : p.by_category) {
+      CHECK(b >= 0);
+      categories += b;
+    }
+    INFO("timeline point ", i);
+    CHECK(categories == p.allocated);
+  }
+  // At the end what the session started with and the 20 small blocks are live.
+  CHECK(session.timeline().back().allocated == base + 20 * int64_t(rounded(4096)));
 }
 
 TEST_CASE("probe memory: nested op scopes count each block once, for its innermost op; views add no bytes") {
