@@ -92,6 +92,16 @@ TEST_CASE("cuda quantize: the hardware e4m3 conversion equals the software encod
       check_pair({r.cpu.narrow(0, start, 4000), r.gpu.narrow(0, start, 4000)}, QuantFormat::Fp8E4M3, 256,
                  "1-D view from " + std::to_string(start));
     }
+  // Blocks of 256 with NaN of either sign but no inf take the kernel's fast path (codes two
+  // per conversion, NaN codes made 0x7F after it); a block with an inf takes the exact one.
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    std::vector<double> w = random_values(4 * 256 + 40, 31, -3.0, 3.0);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    w[3] = nan, w[300] = -nan, w[301] = nan, w[767] = -nan;           // blocks 0, 1 and 2: NaN only
+    w[800] = std::numeric_limits<double>::infinity(), w[801] = -nan;  // block 3: inf and NaN
+    w[1030] = -nan;                                                   // the short last block
+    check_pair(on_both(w, {int64_t(w.size())}, dt), QuantFormat::Fp8E4M3, 256, "NaN without inf, block 256");
+  }
   // Values just past 448 after the division: a block of 449 and 448.9 and neighbours.
   const DevicePair sat = on_both({449.0, 448.9, 448.5, 464.0, 463.9, 1.0, -449.0}, {7}, kFloat32);
   check_pair(sat, QuantFormat::Fp8E4M3, 7, "saturation");
