@@ -80,9 +80,17 @@ BertConfig BertConfig::from_json(const json::Value& j, const std::string& file) 
       json_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, what, 0.0, 1.0);
   c.layer_norm_eps = json_double(j, "layer_norm_eps", c.layer_norm_eps, what, std::numeric_limits<double>::min(), 1.0);
   c.initializer_range = json_double(j, "initializer_range", c.initializer_range, what, 0.0, 1e6);
-  if (const json::Value* labels = j.find("id2label"); labels && labels->is_object())
-    c.num_labels = int64_t(labels->members.size());
+  // Note [num_labels and id2label]
+  // As transformers' PretrainedConfig.__init__: when id2label is given it decides the number
+  // of classes, and a num_labels that disagrees is overwritten by len(id2label) (Hugging Face
+  // logs "You passed along `num_labels=3` with an incompatible id to label map ... will be
+  // overwritten to 2"). Reading num_labels last built a classifier of a different width than
+  // Hugging Face's for the same config.json. num_labels is still checked when present.
   c.num_labels = json_int(j, "num_labels", c.num_labels, what, 1, kMaxConfigDim);
+  if (const json::Value* labels = j.find("id2label"); labels && labels->is_object()) {
+    FRUGAL_CHECK(!labels->members.empty(), what, ": 'id2label' must name at least one label");
+    c.num_labels = int64_t(labels->members.size());
+  }
   c.checkpoint_blocks = json_bool(j, "checkpoint_blocks", c.checkpoint_blocks, what);
   c.checkpoint_policy = json_checkpoint_policy(j, c.checkpoint_policy, what);
   const std::string act = json_string(j, "hidden_act", "gelu", what);
@@ -129,8 +137,9 @@ Tensor BertSelfAttention::forward(const Tensor& h, const Tensor& mask) {
   const int64_t D = h.size(2) / num_heads;
   const Tensor q = nn::split_heads((*query)(h), num_heads), k = nn::split_heads((*key)(h), num_heads),
                v = nn::split_heads((*value)(h), num_heads);  // (B, H, T, D)
-  // The mask is made in the scores' dtype (the projections' output: float16 under autocast).
-  const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
+  // The mask is made in the scores' dtype (the projections' output: float16 under autocast),
+  // saturating (Note [BERT mask in low precision]).
+  const Tensor m = bert_mask_in(mask, q.dtype());
   const Tensor ctx = scaled_dot_product_attention(q, k, v, m, false, is_training() ? dropout_p : 0.0,
                                                   1.0 / std::sqrt(double(D)));  // (B, H, T, D)
   return nn::merge_heads(ctx);                                                  // (B, T, C)
@@ -164,6 +173,23 @@ Tensor BertLayer::forward(const Tensor& h, const Tensor& mask) {
 
 // ---- model -----------------------------------------------------------------------------
 
+// Note [BERT mask in low precision]
+// Hugging Face adds finfo(dtype).min where attention_mask is 0 (get_extended_attention_mask):
+// a finite value, so a sequence that is all padding still attends to its (padding) keys, and
+// in float32 uniformly, since the scores vanish next to -3.4e38. BertModel makes the mask once
+// in float32 and each layer converts it to its scores' dtype. A plain conversion rounds
+// float32's lowest to -inf in float16 and bfloat16, and a row whose every key is -inf gets
+// zero weights (the attention ops' rule for rows without keys): the same weights gave
+// different outputs at all-padding sequences in float32 and in float16, bfloat16 or under
+// autocast. bert_mask_in saturates instead, to the lowest finite value of the scores' dtype:
+// Hugging Face's mask for a model of that dtype. Rows with at least one real key do not change
+// (their masked keys' weights underflow to 0 either way).
+Tensor bert_mask_in(const Tensor& additive_mask, DType dtype) {
+  if (!additive_mask.defined() || additive_mask.dtype() == dtype) return additive_mask;
+  const double lowest = lowest_of(dtype);
+  return clamp(additive_mask, lowest, -lowest).to(dtype);
+}
+
 Tensor bert_additive_mask(const Tensor& attention_mask, DType dtype) {
   FRUGAL_CHECK(attention_mask.dim() == 2, "bert_additive_mask: attention_mask must be (B, T), got ",
                attention_mask.describe());
@@ -196,6 +222,10 @@ BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attent
                ": input_ids must be (B, T) integers, got ", input_ids.defined() ? input_ids.describe() : "undefined");
   check_ids(op, "attention_mask", attention_mask, input_ids);
   check_ids(op, "token_type_ids", token_type_ids, input_ids);
+  // Hugging Face raises IndexError there (hidden_states[:, 0]); without a pooler (B, 0, C) is fine.
+  FRUGAL_CHECK(!pooler_dense || input_ids.size(1) > 0, op,
+               ": the pooler reads the first token, so the sequence length must be positive, got input_ids ",
+               input_ids.describe());
   const Tensor types =
       token_type_ids.defined() ? token_type_ids : zeros(input_ids.sizes(), {kInt64, input_ids.device()});
   Tensor h = embeddings->forward(input_ids, types);
@@ -265,9 +295,20 @@ BertClassifierOutput BertForSequenceClassification::forward(const Tensor& input_
   BertClassifierOutput out;
   out.logits = (*classifier)((*dropout)(pooled));  // (B, num_labels)
   if (labels.defined()) {
+    // Note [Classifier labels]
+    // Hugging Face reads labels of shape (B) or (B, 1) alike: MSELoss()(logits.squeeze(),
+    // labels.squeeze()) for one label, CrossEntropyLoss()(logits.view(-1, num_labels),
+    // labels.view(-1)) for more. (B, 1) regression targets against the squeezed (B) logits
+    // once broadcast to (B, B) in mse_loss, a loss over every pair of samples, silently.
+    // Any other shape is refused, naming both.
+    const int64_t B = out.logits.size(0);
+    FRUGAL_CHECK(labels.sizes() == Shape{B} || labels.sizes() == Shape({B, 1}),
+                 "BertForSequenceClassification: labels must be (B) or (B, 1) with B = ", B, " (logits ",
+                 out.logits.describe(), "), got ", labels.describe());
+    const Tensor y = labels.reshape({B});
     // As Hugging Face's problem_type inference: one label is regression, integer labels classes.
-    if (out.logits.size(1) == 1) out.loss = mse_loss(out.logits.squeeze(1), labels.to(out.logits.dtype()));
-    else out.loss = cross_entropy(out.logits, labels);
+    if (out.logits.size(1) == 1) out.loss = mse_loss(out.logits.squeeze(1), y.to(out.logits.dtype()));
+    else out.loss = cross_entropy(out.logits, y);
   }
   return out;
 }

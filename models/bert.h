@@ -54,7 +54,8 @@ struct BertConfig {
   /// of its projections and attention: Note [Selective checkpoint]).
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;
 
-  /// Reads a Hugging Face config.json (keys above; "id2label" also sets num_labels; keys
+  /// Reads a Hugging Face config.json (keys above; "id2label" sets num_labels, over a
+  /// num_labels that disagrees, as Hugging Face: Note [num_labels and id2label]; keys
   /// frugal does not use are ignored; hidden_act must be "gelu" and
   /// position_embedding_type "absolute" when present) plus frugal's "checkpoint_blocks" and "checkpoint_policy".
   /// Values out of range (Note [Config ranges]) and a hidden_size that num_attention_heads
@@ -147,6 +148,10 @@ class BertModel : public nn::Module {
 /// The additive attention mask: (B, T) of 0/1 -> (B, 1, 1, T) holding 0 where 1 and the
 /// lowest finite value of `dtype` where 0, as Hugging Face's get_extended_attention_mask.
 Tensor bert_additive_mask(const Tensor& attention_mask, DType dtype);
+/// An additive mask (bert_additive_mask's) converted to `dtype`, the attention scores',
+/// saturating: values beyond dtype's range become its lowest (highest) finite value, never
+/// -inf (Note [BERT mask in low precision] in models/bert.cpp). Undefined stays undefined.
+Tensor bert_mask_in(const Tensor& additive_mask, DType dtype);
 
 struct BertMlmOutput {
   Tensor logits;  // (B, T, vocab_size); with labels only when asked (MlmForwardOptions::logits)
@@ -190,7 +195,8 @@ struct BertClassifierOutput {
 class BertForSequenceClassification : public nn::Module {
  public:
   explicit BertForSequenceClassification(const BertConfig& c);
-  /// labels: (B) int64 class indices, or (B) floating targets when num_labels == 1.
+  /// labels: (B) int64 class indices, or (B) floating targets when num_labels == 1; (B, 1)
+  /// is read as (B), as Hugging Face (Note [Classifier labels] in models/bert.cpp).
   BertClassifierOutput forward(const Tensor& input_ids, const Tensor& attention_mask = Tensor(),
                                const Tensor& token_type_ids = Tensor(), const Tensor& labels = Tensor());
   std::string type_name() const override { return "BertForSequenceClassification"; }

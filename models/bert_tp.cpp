@@ -66,7 +66,7 @@ Tensor TensorParallelBertLayer::forward(const Tensor& h, const Tensor& mask) {
   const Tensor q = nn::split_heads(query->forward_local(hp), heads_per_rank);
   const Tensor k = nn::split_heads(key->forward_local(hp), heads_per_rank);
   const Tensor v = nn::split_heads(value->forward_local(hp), heads_per_rank);
-  const Tensor m = mask.defined() ? mask.to(q.dtype()) : Tensor();
+  const Tensor m = bert_mask_in(mask, q.dtype());  // Note [BERT mask in low precision]
   // Dropout as BertLayer's: this rank's heads from its split stream, the replicated hidden
   // outputs (after the all-reduce) from the replicated one.
   const bool train = is_training();
