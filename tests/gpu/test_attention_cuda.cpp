@@ -142,6 +142,29 @@ TEST_CASE("cuda attention: self-attention (fused path) with padding and causal m
   }
 }
 
+TEST_CASE("cuda attention: a batch whose every key is padded gives out_proj's bias and zero gradients on both") {
+  // The CPU's rule (Note [Masked softmax]): a row without keys has zero weights. The fused
+  // 16-bit path must agree, and the other batch must not see NaN.
+  const int64_t B = 2, L = 5, E = 16, H = 2;
+  for (DType dt : kTypes) {
+    ModulePair m = make_modules(E, H, dt, {}, 3);
+    Inputs in{leaf({B, L, E}, dt, 13), {}, {}, /*self=*/true};
+    std::vector<double> pad(B * L, 0.0);
+    for (int64_t s = 0; s < L; ++s) pad[s] = 1.0;  // batch 0: all padding
+    pad[L + 3] = 1.0;                              // batch 1: one padded key
+    const Leaf mask = mask_of(make_tensor(pad, {B, L}, TensorOptions(kBool)));
+    for (bool causal : {false, true})
+      run_and_compare(m, in, {.key_padding_mask = mask.cpu, .is_causal = causal},
+                      {.key_padding_mask = mask.gpu, .is_causal = causal}, dt,
+                      std::string("fully padded batch") + (causal ? " causal" : ""));
+    const nn::AttentionOutput r = m.gpu->forward(in.q.gpu, in.q.gpu, in.q.gpu, {.key_padding_mask = mask.gpu});
+    const std::vector<double> out = values_of(r.output), bias = values_of(m.gpu->out_proj->bias);
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t e = 0; e < E; ++e) CHECK(out[size_t(t * E + e)] == bias[size_t(e)]);
+    for (double x : out) CHECK(std::isfinite(x));
+  }
+}
+
 TEST_CASE("cuda attention: cross-attention, masks, kdim/vdim and sequence-first layout match the CPU") {
   const int64_t B = 2, L = 5, S = 9, E = 16, H = 2;
   for (DType dt : kTypes) {
