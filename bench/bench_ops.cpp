@@ -16,6 +16,7 @@
 
 #include "bench/bench_ops.h"
 #include "core/threads.h"
+#include "examples/flags.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/matmul.h"
@@ -84,7 +85,7 @@ void cpu_overheads(const Options& o, KeyFigures& keys) {
   keys.add("cpu_empty_alloc_free_ns", empty_ns, "%.0f");
 }
 
-void usage(const char* argv0) { std::printf("usage: %s [--device cpu|cuda] [--quick]\n", argv0); }
+const char* kUsage = "usage: bench_ops [--device cpu|cuda] [--quick]\n";
 
 }  // namespace
 
@@ -97,23 +98,16 @@ void run_cpu_benchmarks(const Options& o, KeyFigures& keys) {
 
 int main(int argc, char** argv) {
   using namespace frugal::bench;
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const char* arg = argv[i];
-    if (std::strcmp(arg, "--quick") == 0) {
-      o.quick = true;
-    } else if (std::strcmp(arg, "--device") == 0 && i + 1 < argc) {
-      const char* d = argv[++i];
-      if (std::strcmp(d, "cuda") == 0) o.cuda = true;
-      else if (std::strcmp(d, "cpu") != 0) return usage(argv[0]), 2;
-    } else if (std::strncmp(arg, "--device=", 9) == 0) {
-      o.cuda = std::strcmp(arg + 9, "cuda") == 0;
-      if (!o.cuda && std::strcmp(arg + 9, "cpu") != 0) return usage(argv[0]), 2;
-    } else {
-      usage(argv[0]);
-      return std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0 ? 0 : 2;
+  const Options o = frugal::cli::parse_or_exit("bench_ops", kUsage, [&] {
+    Options parsed;
+    frugal::cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--quick")) parsed.quick = true;
+      else if (flags.is("--device")) parsed.cuda = flags.choice({"cpu", "cuda"}) == "cuda";
+      else flags.unknown();
     }
-  }
+    return parsed;
+  });
   std::printf("frugal bench_ops (device: %s%s)\n", o.cuda ? "cuda" : "cpu", o.quick ? ", quick" : "");
   KeyFigures keys;
   try {

@@ -31,6 +31,7 @@
 #include "bench/bench_util.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "examples/flags.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
@@ -115,14 +116,15 @@ double time_layer(const Layer& l, int64_t batch, bool channels_last, int reps) {
 int run(int argc, char** argv) {
   int64_t batch = 128;
   int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--quick")) reps = 5;
-    else {
-      std::printf("usage: bench_resnet_ops [--batch N] [--quick]\n");
-      return 2;
+  cli::parse_or_exit("bench_resnet_ops", "usage: bench_resnet_ops [--batch N] [--quick]\n", [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--batch")) batch = flags.positive();
+      else if (flags.is("--quick")) reps = 5;
+      else flags.unknown();
     }
-  }
+    return 0;
+  });
 #ifdef FRUGAL_WITH_CUDA
   FRUGAL_CHECK(cuda_device_count() > 0, "bench_resnet_ops: no GPU found");
   ops::set_cudnn_benchmark(true);

@@ -21,10 +21,13 @@
 // Each factorized layer saves one more activation for backward, its (B, T, rank)
 // middle, so where activations outweigh weights (small widths, large batches) peak
 // training memory can rise while parameters and optimizer state shrink.
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/svd_compress_run.h"
@@ -55,6 +58,11 @@ std::vector<double> fractions(const std::string& flag, const std::string& text) 
   return out;
 }
 
+// The flags with a value that the second pass reads (the first skips them).
+constexpr std::array<std::string_view, 11> kValueFlags = {
+    "--epochs", "--finetune-steps", "--train-limit", "--test-limit",    "--batch-size", "--lr",
+    "--seed",   "--energies",       "--budgets",     "--linear-tokens", "--data-dir"};
+
 Args parse(int argc, char** argv) {
   // Two passes: model, device and --quick set the defaults that the other flags override.
   std::string model = "small", device = "cpu";
@@ -62,16 +70,14 @@ Args parse(int argc, char** argv) {
   {
     cli::Flags flags(argc, argv);
     while (flags.next()) {
-      if (flags.is("--model")) model = flags.text();
-      else if (flags.is("--device")) device = flags.text();
+      if (flags.is("--model")) model = flags.choice({"small", "vit21m", "vitb16"});
+      else if (flags.is("--device")) device = flags.device();
       else if (flags.is("--quick")) quick = true;
       else if (flags.is("--no-linear") || flags.is("--linear-only")) continue;
-      else if (flags.flag().rfind("--", 0) == 0 && flags.flag() != "--") flags.text();  // the rest take a value
+      else if (std::find(kValueFlags.begin(), kValueFlags.end(), flags.flag()) != kValueFlags.end()) flags.text();
       else flags.unknown();
     }
   }
-  if (model != "small" && model != "vit21m" && model != "vitb16")
-    throw cli::UsageError("--model: expected small, vit21m or vitb16, got \"" + model + "\"");
   Args a{.options = bench::svd::defaults(model, Device(device), quick)};
   auto& o = a.options;
   cli::Flags flags(argc, argv);

@@ -157,6 +157,13 @@ TEST_CASE("probe cli: choices and devices are checked as flags, exit 2 naming th
   check_refused(op_fuzz, "--seed -1", 2, {"--seed: expected an integer in [0, 18446744073709551615], got \"-1\""});
   check_refused(op_fuzz, "--dtype f99", 2, {"--dtype: expected a dtype", "\"f99\""});
   check_refused(op_fuzz, "--device tpu", 2, {"--device: expected cpu or cuda, got \"tpu\""});
+  // The benchmarks: svd_compress aborted on a bad device, bench_ops printed its usage to
+  // stdout, bench_resnet_ops read --batch with atoll ("0", "abc": a zero batch).
+  check_refused(program("bench/svd_compress"), "--device xyz", 2, {"--device: expected cpu, cuda or cuda:N"});
+  check_refused(program("bench/svd_compress"), "--model big", 2,
+                {"--model: expected small, vit21m or vitb16, got \"big\""});
+  check_refused(program("bench/bench_ops"), "--device xyz", 2, {"--device: expected cpu or cuda, got \"xyz\""});
+  check_refused(program("bench/bench_resnet_ops"), "--batch abc", 2, {"--batch: expected a positive integer"});
 }
 
 TEST_CASE("probe cli: --help prints the usage and exits 0; an unknown flag exits 2 naming it") {
@@ -173,6 +180,9 @@ TEST_CASE("probe cli: --help prints the usage and exits 0; an unknown flag exits
                                                                      {"examples/bert_mlm", "bert_mlm"},
                                                                      {"bench/train_step", "train_step"},
                                                                      {"tests/op_fuzz", "op_fuzz"},
+                                                                     {"bench/bench_ops", "bench_ops"},
+                                                                     {"bench/bench_resnet_ops", "bench_resnet_ops"},
+                                                                     {"bench/svd_compress", "svd_compress"},
                                                                      {"tools/frugal-run", "frugal-run"}};
   for (const auto& [relative, name] : programs) {
     const std::string prog = program(relative);
