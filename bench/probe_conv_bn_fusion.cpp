@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/flags.h"
 #include "tensor/cuda/conv_graph.h"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/cudnn_backend.h"
@@ -158,8 +159,14 @@ Row run_pattern(const Layer& l, Pattern pattern, cudnnDataType_t scale_type, Dev
 
 int main(int argc, char** argv) {
   int64_t N = 128;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--batch") == 0) N = std::atoll(argv[i + 1]);
+  cli::parse_or_exit("probe_conv_bn_fusion", "usage: probe_conv_bn_fusion [--batch N]\n", [&] {
+    cli::Flags flags(argc, argv);
+    while (flags.next()) {
+      if (flags.is("--batch")) N = flags.positive();
+      else flags.unknown();
+    }
+    return 0;
+  });
   const Device device = cuda(0);
   const Layer layers[] = {{"conv2 3x3 64->64 @56", N, 64, 56, 56, 64, 3, 1},
                           {"conv2 1x1 256->64 @56", N, 256, 56, 56, 64, 1, 1},
