@@ -66,8 +66,16 @@ namespace {
 double leaky_relu_gain(double a) { return std::sqrt(2.0 / (1.0 + a * a)); }
 }  // namespace
 
+// Note [Initialising zero-element tensors]
+// A weight with a zero dim has a fan of 0 on one side, and its bound or std would be
+// infinite (gain * sqrt(3 / 0)): uniform_ refuses such bounds (Note [Random bounds in the
+// dtype]). There is nothing to fill, so kaiming_* and xavier_* return after checking the
+// dims, as torch.nn.init.kaiming_uniform_ does ("Initializing zero-element tensors is a
+// no-op"); PyTorch's xavier_* divide by zero on a (0, 0) weight instead.
+
 void kaiming_uniform_(const Tensor& t, double a, FanMode mode, Generator* gen) {
   const auto [fan_in, fan_out] = fans(t);
+  if (t.numel() == 0) return;  // Note [Initialising zero-element tensors]
   const double fan = double(mode == FanMode::FanIn ? fan_in : fan_out);
   const double bound = leaky_relu_gain(a) * std::sqrt(3.0 / fan);
   uniform_(t, -bound, bound, gen);
@@ -75,18 +83,21 @@ void kaiming_uniform_(const Tensor& t, double a, FanMode mode, Generator* gen) {
 
 void kaiming_normal_(const Tensor& t, double a, FanMode mode, Generator* gen) {
   const auto [fan_in, fan_out] = fans(t);
+  if (t.numel() == 0) return;  // Note [Initialising zero-element tensors]
   const double fan = double(mode == FanMode::FanIn ? fan_in : fan_out);
   normal_(t, 0.0, leaky_relu_gain(a) / std::sqrt(fan), gen);
 }
 
 void xavier_uniform_(const Tensor& t, double gain, Generator* gen) {
   const auto [fan_in, fan_out] = fans(t);
+  if (t.numel() == 0) return;  // Note [Initialising zero-element tensors]
   const double bound = gain * std::sqrt(6.0 / double(fan_in + fan_out));
   uniform_(t, -bound, bound, gen);
 }
 
 void xavier_normal_(const Tensor& t, double gain, Generator* gen) {
   const auto [fan_in, fan_out] = fans(t);
+  if (t.numel() == 0) return;  // Note [Initialising zero-element tensors]
   normal_(t, 0.0, gain * std::sqrt(2.0 / double(fan_in + fan_out)), gen);
 }
 

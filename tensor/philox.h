@@ -60,14 +60,38 @@ FRUGAL_HD float philox_uniform(uint32_t x) { return float(x >> 8) * (1.0f / 1677
 
 namespace frugal {
 
+// Note [Random integers]
+// Element i of an integer fill over [low, low + span) (span = high - low, 1 to 2^64 - 1, as an
+// unsigned count so the whole int64 range has one) is low + w mod span, w word i % 4 of the
+// counter first + i / 4, in exact integer arithmetic: never through a double, which holds
+// no odd integer past 2^53 and made a range at the int64 limits draw outside itself. For
+// span up to 2^16, w is that 32-bit word (a bias below 2^-16 of a value's probability);
+// past it, w is widened to 64 bits by the same word of the counter's second block
+// (philox4x32_10 with c2 = 1, which no other draw uses), so the bias stays below
+// span / 2^64. A 32-bit w reduced modulo a span near 2^32 (PyTorch's choice below 2^32)
+// would draw the values below 2^32 - span twice as often: randint(0, 3e9) would average
+// 1.24e9, not 1.5e9.
+
+/// Element i of an integer fill over [low, low + span), span >= 1 (Note [Random integers]).
+FRUGAL_HD int64_t philox_int(int64_t low, uint64_t span, uint64_t seed, uint64_t counter, uint64_t i) {
+  const uint64_t c = counter + i / 4;
+  const int w = int(i % 4);
+  uint64_t bits = philox4x32(seed, c).x[w];
+  if (span > 65536u)
+    bits |= uint64_t(philox4x32_10(uint32_t(c), uint32_t(c >> 32), 1, 0, uint32_t(seed), uint32_t(seed >> 32)).x[w])
+            << 32;
+  return int64_t(uint64_t(low) + bits % span);  // modulo 2^64: the sum lies in [low, low + span)
+}
+
 /// Element i of a random fill (see Note [Counter-based RNG]): kind 0 uniform in [a, b),
-/// 1 normal(mean a, std b) by Box-Muller over word pairs, 2 integer in [a, b).
+/// 1 normal(mean a, std b) by Box-Muller over word pairs, 2 integer in [a, b) (philox_int,
+/// exact only for bounds that doubles hold: the integer kernels call philox_int).
 /// Computed in float (double only for the affine map), identically on host and device.
 FRUGAL_HD double philox_sample(int kind, double a, double b, uint64_t seed, uint64_t counter, uint64_t i) {
   const PhiloxResult r = philox4x32(seed, counter + i / 4);
   const int w = int(i % 4);
   if (kind == 0) return a + (b - a) * double(philox_uniform(r.x[w]));
-  if (kind == 2) return a + double(r.x[w] % uint32_t(b - a > 4294967295.0 ? 4294967295.0 : b - a));
+  if (kind == 2) return double(philox_int(int64_t(a), uint64_t(int64_t(b) - int64_t(a)), seed, counter, i));
   const int pair = w & ~1;
   const float u1 = float((r.x[pair] >> 8) + 1) * (1.0f / 16777216.0f);  // (0, 1]: log is finite
   const float u2 = philox_uniform(r.x[pair + 1]);

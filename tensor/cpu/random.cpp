@@ -11,10 +11,7 @@ void random_kernel(const Tensor& t, const RandomFill& f) {
     T* out = t.data_ptr<T>();
     const int64_t n = t.numel();
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = philox_sample(int(f.kind), f.a, f.b, f.range.seed, f.range.counter, uint64_t(i));
-      out[i] = T(static_cast<opmath_t<T>>(v));
-    }
+    for (int64_t i = 0; i < n; ++i) out[i] = random_element<T>(f, f.range.counter, uint64_t(i));
   });
 }
 

@@ -6,15 +6,13 @@
 namespace frugal::ops::cuda {
 
 namespace {
-// One thread per element; philox_sample is the same function the CPU loop calls.
+// One thread per element; random_element is the same function the CPU loop calls.
 template <typename T>
 __global__ void random_fill_kernel(T* out, int64_t n, RandomFill f) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const uint64_t first = philox_first_counter(f.range.counter, f.range.base);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = philox_sample(int(f.kind), f.a, f.b, f.range.seed, first, uint64_t(i));
-    out[i] = T(static_cast<opmath_t<T>>(v));
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = random_element<T>(f, first, uint64_t(i));
 }
 }  // namespace
 
