@@ -17,12 +17,23 @@
 
 namespace frugal::ops {
 
-/// v (storage type S) converted to D as copy_ converts it: bool is v != 0, a floating value
-/// into an integer type saturates (Note [Float to integer conversion]), anything else is the
-/// C++ conversion through opmath_t<S>.
+// Note [Same-dtype copies keep the bits]
+// A copy between equal dtypes copies the element's bits, whatever the layouts, as the
+// contiguous fast path (a memcpy) does and as PyTorch's direct_copy_kernel does. It must not
+// go through opmath_t: float16 -> float -> float16 re-encodes every NaN as 0x7e00 and
+// bfloat16 sets a signalling NaN's quiet bit, so contiguous() or clone() of a transposed
+// 16-bit tensor, or a checkpoint saved from one, would differ from it in its NaN payloads.
+
+/// v (storage type S) converted to D as copy_ converts it: the same bits when D is S (Note
+/// [Same-dtype copies keep the bits]), bool is v != 0, a floating value into an integer type
+/// saturates (Note [Float to integer conversion]), anything else is the C++ conversion through
+/// opmath_t<S> (float64 -> float16/bfloat16 thus rounds through float32, as PyTorch's
+/// c10::Half(float) does).
 template <typename D, typename S>
 FRUGAL_HD D convert_element(S v) {
-  if constexpr (std::is_same_v<D, bool>) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;
+  } else if constexpr (std::is_same_v<D, bool>) {
     return static_cast<double>(v) != 0.0;
   } else if constexpr (std::is_integral_v<D> && !std::is_integral_v<S> && !std::is_same_v<S, bool>) {
     static_assert(std::is_signed_v<D>, "convert_element: integer targets are int32/int64");
