@@ -130,6 +130,20 @@ void check_against_snapshot(const CachingAllocator& a, const std::string& when) 
   }
 }
 
+/// Every timeline point's categories are non-negative and add up to its allocated bytes.
+void check_timeline_adds_up(const profiler::Session& session) {
+  for (size_t i = 0; i < session.timeline().size(); ++i) {
+    const profiler::TimelinePoint& p = session.timeline()[i];
+    int64_t sum = 0;
+    for (int64_t b : p.by_category) {
+      CHECK(b >= 0);
+      sum += b;
+    }
+    INFO("timeline point ", i);
+    CHECK(sum == p.allocated);
+  }
+}
+
 }  // namespace
 
 // ---- Units ----------------------------------------------------------------------------------
@@ -443,16 +457,7 @@ TEST_CASE("probe memory: the profiler's peak is the true peak even when the ring
   CHECK(sum == session.peak_allocated());
   CHECK(session.top_allocations_table().find(memory::format_bytes(s.allocated_bytes.peak)) != std::string::npos);
   // The timeline too: bytes no kept event explains are "other", so each point still adds up.
-  for (size_t i = 0; i < session.timeline().size(); ++i) {
-    const profiler::TimelinePoint& p = session.timeline()[i];
-    int64_t categories = 0;
-    for (int64_t b : p.by_category) {
-      CHECK(b >= 0);
-      categories += b;
-    }
-    INFO("timeline point ", i);
-    CHECK(categories == p.allocated);
-  }
+  check_timeline_adds_up(session);
   // At the end what the session started with and the 20 small blocks are live.
   CHECK(session.timeline().back().allocated == base + 20 * int64_t(rounded(4096)));
 }
@@ -521,16 +526,7 @@ TEST_CASE("probe memory: over a training step every timeline point's categories 
   }
   session.stop();
   REQUIRE(session.lost_events() == 0);
-  for (size_t i = 0; i < session.timeline().size(); ++i) {
-    const profiler::TimelinePoint& p = session.timeline()[i];
-    int64_t sum = 0;
-    for (int64_t b : p.by_category) {
-      CHECK(b >= 0);
-      sum += b;
-    }
-    INFO("timeline point ", i);
-    CHECK(sum == p.allocated);
-  }
+  check_timeline_adds_up(session);
   int64_t sum = 0;
   for (const profiler::AllocationGroup& g : session.live_at_peak()) sum += g.bytes;
   CHECK(sum == session.peak_allocated());
