@@ -93,6 +93,12 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std
   return L;
 }
 
+void check_no_internal_overlap(const char* op, const Tensor& out) {
+  for (int64_t d = 0; d < out.dim(); ++d)
+    FRUGAL_CHECK(out.strides()[d] != 0 || out.sizes()[d] <= 1, op, ": cannot write in place into ", out.describe(),
+                 ", whose elements share memory (an expanded view); clone() it first");
+}
+
 bool may_overlap(const Tensor& a, const Tensor& b) {
   if (!a.shares_storage(b) || a.numel() == 0 || b.numel() == 0) return false;
   auto last = [](const Tensor& t) {  // the highest element offset t touches

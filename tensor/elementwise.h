@@ -62,6 +62,12 @@ ElementwiseLayout make_elementwise_layout(const char* op, const Tensor& out, std
 /// same view (each element is then read before it is written).
 bool may_overlap(const Tensor& a, const Tensor& b);
 
+/// Throws, naming `op`, if `out` has elements that share memory (a dimension of size > 1
+/// and stride 0: an expanded view), which a write would make hold only the last of their
+/// values. As PyTorch's assert_no_internal_overlap; fill_ and zero_, which write one value
+/// everywhere, do not call it.
+void check_no_internal_overlap(const char* op, const Tensor& out);
+
 /// The uninitialized result of an elementwise op of `shape`: channels-last when `inputs`
 /// suggest it (Note [Elementwise output layout]), else contiguous.
 Tensor empty_elementwise_output(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs);

@@ -107,12 +107,6 @@ Tensor safe_input(const Tensor& out, const Tensor& other) {
 }
 
 /// Throws unless every element of `out` is its own memory (no expanded dims).
-void check_no_internal_overlap(const char* name, const Tensor& out) {
-  for (int64_t d = 0; d < out.dim(); ++d)
-    FRUGAL_CHECK(out.strides()[d] != 0 || out.sizes()[d] <= 1, name, ": cannot write in place into ", out.describe(),
-                 ", whose elements share memory (an expanded view); clone() it first");
-}
-
 /// Checks an in-place op's output: it must hold the broadcast shape and the result dtype.
 void check_inplace(const char* name, const Tensor& out, const Shape& shape, DType result, const Operands& what) {
   FRUGAL_CHECK(shape == out.sizes(), name, ": the result of ", what, " has shape ", shape_str(shape),

@@ -13,6 +13,7 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   FRUGAL_CHECK(b == dst.sizes(), "copy_: source ", src.describe(), " does not broadcast to destination ",
                dst.describe());
   if (dst.numel() == 0) return;
+  check_no_internal_overlap("copy_", dst);
   if (dst.device() == src.device()) {
     // A source overlapping dst in another layout (dst.copy_(dst.t()), a shifted view) would
     // be read where it was already written: copy it first, as the in-place binary ops do.

@@ -6,6 +6,7 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/dispatch.h"
+#include "tensor/elementwise.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 
@@ -41,6 +42,7 @@ namespace ops {
 namespace {
 void random_fill(const char* op, const Tensor& t, RandomFill fill, Generator* gen) {
   if (t.numel() == 0) return;
+  check_no_internal_overlap(op, t);  // before the generator moves
   Generator& g = gen ? *gen : default_generator();
   // Four values per Philox counter; a dense temporary keeps "element i" well defined
   // for any strides of t (see Note [Counter-based RNG]).

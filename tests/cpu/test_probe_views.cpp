@@ -27,15 +27,18 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
+#include "tensor/ops/fill.h"
 #include "tensor/ops/index.h"
 #include "tensor/ops/join.h"
 #include "tensor/ops/loss.h"
 #include "tensor/ops/masked_softmax.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/norm.h"
+#include "tensor/ops/random.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/softmax.h"
 #include "tensor/ops/unary.h"
+#include "tensor/random.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -1662,4 +1665,30 @@ TEST_CASE("probe edges: 0-d keepdim, chunk counts, split sizes") {
   const auto sp = ops::split(arange(7).slice(0, 0, 7, 2), 3);  // 0 2 4 6 -> (0 2 4), (6)
   REQUIRE(sp.size() == 2);
   CHECK(sp[1].tolist<int64_t>() == std::vector<int64_t>{6});
+}
+
+TEST_CASE("probe views: writes into an expanded view are refused naming the op; fill_ and zero_ are allowed") {
+  // base.expand(4, 3) has 12 elements over 3 memory locations: copy_ kept only the last row
+  // written (9, 10, 11) and uniform_ wrote its draws over each other, with no error. PyTorch
+  // refuses both ("more than one element of the written-to tensor refers to a single memory
+  // location"); fill_ writes one value everywhere, which is well defined, and is allowed.
+  const Tensor base = zeros({3});
+  const Tensor e = base.expand({4, 3});
+  const Tensor rows = arange(0, 12).reshape({4, 3}).to(kFloat32);
+  const uint64_t offset = default_generator().offset();
+  check_error([&] { ops::copy_into(e, rows); }, {"copy_", "float32[4, 3]", "expanded view", "clone()"});
+  check_error([&] { e.copy_(rows); }, {"copy_", "expanded view"});
+  check_error([&] { ops::uniform_(e, 0.0, 1.0); }, {"uniform_", "expanded view"});
+  check_error([&] { ops::normal_(e, 0.0, 1.0); }, {"normal_", "expanded view"});
+  check_error([&] { ops::random_int_(e, 0, 5); }, {"randint", "expanded view"});
+  check_error([&] { ops::masked_fill_(e, ones({4, 3}, kBool), 2.0); }, {"masked_fill_", "expanded view"});
+  check_error([&] { ops::add_(e, rows); }, {"add_", "expanded view"});
+  CHECK(values_of(base) == std::vector<double>{0.0, 0.0, 0.0});
+  CHECK(default_generator().offset() == offset);  // a refused fill draws nothing
+  ops::fill_(e, 5.0);
+  CHECK(values_of(base) == std::vector<double>{5.0, 5.0, 5.0});
+  // A size-1 dimension with stride 0 shares nothing: writes go through.
+  const Tensor one = zeros({1, 3}).expand({1, 3});
+  ops::copy_into(one, rows.narrow(0, 1, 1));
+  CHECK(values_of(one) == std::vector<double>{3.0, 4.0, 5.0});
 }
