@@ -2,6 +2,36 @@
 // How many threads the CPU kernels use for one op, as torch.get_num_threads /
 // torch.set_num_threads: OpenMP's team size (its nthreads-var), 1 in a build without OpenMP.
 
+// Note [CPU determinism]
+// What a seeded CPU run may rely on (tests/cpu/test_probe_determinism.cpp checks each point).
+// 1. Run to run: at a fixed thread count, every op gives the same bits every time. No CPU
+//    kernel lets the OS's scheduling decide an order of floating-point operations: work is
+//    split by the sizes and the thread count only (Note [Chunked parallel loops]), partial
+//    results are combined in a fixed order, and duplicate indices (scatter_add, index_add,
+//    embedding's and gather's backward) are accumulated serially (Note [Scatter
+//    accumulation]). So an OpenMP reduction clause on floats is not used: it adds the
+//    threads' partials in the order they finish (clip_grad_norm_'s norm once changed in its
+//    last bits from run to run that way).
+// 2. Across thread counts: elementwise ops, random fills and dropout (Note [Counter-based
+//    RNG]), matmul/linear/bmm and their input and weight gradients (Note [Eigen runs
+//    single-threaded]), conv2d and its gradients (Note [CPU convolution threading]),
+//    layer_norm and batch_norm with their gradients, softmax, log_softmax, cross_entropy,
+//    flash_attention, the index ops and clip_grad_norm_ give the same bits for any thread
+//    count. The sum family (sum, mean, var, and what is built on them: a bias gradient, the
+//    gradient of a broadcast operand, a mean loss) may cut a long row or column into one
+//    chunk per thread and add the chunks in order, so its last bits may follow the thread
+//    count, as PyTorch's CPU reductions (at::parallel_reduce) do; float32 and 16-bit sums
+//    accumulate in double (Note [CPU reduction accuracy]), which hides that in all but rare
+//    roundings. amax and amin are exact in any order.
+// 3. Random numbers: the default generator is one process-wide (seed, offset) pair; a draw
+//    reserves counters under its lock, so its numbers depend only on the draws made from it
+//    before, never on threads drawing from generators of their own (a DataLoader's
+//    augmentations draw from one generator per sample: Note [Per-sample randomness]). Two
+//    threads drawing from the default generator at once get disjoint numbers in an order
+//    that depends on the scheduling; give each thread its own Generator instead.
+// The DataLoader's batches do not depend on its worker count, so a seeded training run
+// repeats bit for bit at a fixed thread count whatever the loader's workers.
+
 namespace frugal {
 
 /// The threads an op started from this thread may use (OMP_NUM_THREADS or the core count

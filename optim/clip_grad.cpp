@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "optim/multi_tensor.h"
+#include "tensor/cpu/loops.h"  // parallel_for_if
 #include "tensor/device_dispatch.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
@@ -52,12 +54,22 @@ double cpu_power_sum(const Tensor& grad, double p) {
       }
       return nan ? std::numeric_limits<double>::quiet_NaN() : m;
     }
+    // Fixed blocks summed in block order, not an OpenMP reduction(+): that adds the
+    // threads' partials in the order they finish, so the norm's last bits (and the
+    // clipped gradients) changed from run to run (Note [CPU determinism] in core/threads.h).
+    constexpr int64_t kBlock = int64_t(1) << 16;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    std::vector<double> part(size_t(blocks), 0.0);
+    ops::cpu::parallel_for_if(n >= (1 << 17), blocks, [&](int64_t b) {
+      double s = 0.0;
+      for (int64_t i = b * kBlock, end = std::min(n, i + kBlock); i < end; ++i) {
+        const double a = std::fabs(double(opmath_t<T>(x[i])));
+        s += p == 2.0 ? a * a : p == 1.0 ? a : std::pow(a, p);
+      }
+      part[size_t(b)] = s;
+    });
     double s = 0.0;
-#pragma omp parallel for reduction(+ : s) if (n >= (1 << 17))
-    for (int64_t i = 0; i < n; ++i) {
-      const double a = std::fabs(double(opmath_t<T>(x[i])));
-      s += p == 2.0 ? a * a : p == 1.0 ? a : std::pow(a, p);
-    }
+    for (const double v : part) s += v;
     return s;
   });
 }
