@@ -75,10 +75,21 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
-// Own entries first, then each child's under "<child>.", depth first.
+// Note [Undefined buffers]
+// register_buffer takes an undefined tensor, as torch's register_buffer(name, None): the name
+// is reserved and the buffer is absent from everything that lists tensors. torch's
+// _named_members skips None and _save_to_state_dict saves no None buffer, so named_buffers(),
+// state_dict() and to() pass it by, and load_state_dict reports a state's key for it as
+// unexpected (torch's local_state holds no None either). Listing it would put an undefined
+// tensor in front of every loop over a module's tensors (save_safetensors, load_state_dict of
+// the model's own state_dict() threw "use of an undefined tensor").
+
+// Own entries first, then each child's under "<child>.", depth first; undefined entries left
+// out (Note [Undefined buffers]).
 NamedTensors Module::collect(const std::string& prefix, bool recurse, NamedTensors Module::*own) const {
   NamedTensors out;
-  for (const auto& [name, t] : this->*own) out.emplace_back(prefix + name, t);
+  for (const auto& [name, t] : this->*own)
+    if (t.defined()) out.emplace_back(prefix + name, t);
   if (recurse)
     for (const auto& [name, child] : children_) {
       NamedTensors sub = child->collect(prefix + name + ".", true, own);
@@ -202,10 +213,19 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
+// Note [State dict order]
+// state_dict() lists keys in torch's order: Module.state_dict calls _save_to_state_dict (the
+// module's own parameters, then its own buffers) and only then recurses into each child in
+// registration order. So a BatchNorm's running_mean follows its bias, before the next layer's
+// weight, and a module's own buffer comes before its children's parameters; named_parameters()
+// and named_buffers() list the two kinds apart, as torch's do. Every name is kept (Note
+// [Shared parameters]), and missing keys of load_state_dict follow this order too.
 NamedTensors Module::state_dict() const {
-  NamedTensors out = collect("", true, &Module::params_);  // every name (Note [Shared parameters])
-  NamedTensors bufs = collect("", true, &Module::buffers_);
+  NamedTensors out = collect("", false, &Module::params_);
+  NamedTensors bufs = collect("", false, &Module::buffers_);
   out.insert(out.end(), bufs.begin(), bufs.end());
+  for (const auto& [name, child] : children_)
+    for (auto& [key, t] : child->state_dict()) out.emplace_back(name + "." + key, std::move(t));
   return out;
 }
 
@@ -291,17 +311,50 @@ Module::LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& 
   return {missing, unexpected};
 }
 
-std::string Module::repr(int indent) const {
-  std::ostringstream os;
-  os << type_name() << '(' << extra_repr();
-  if (!children_.empty()) {
-    os << '\n';
-    for (const auto& [name, child] : children_)
-      os << std::string(indent + 2, ' ') << '(' << name << "): " << child->repr(indent + 2) << '\n';
-    os << std::string(indent, ' ');
+// Note [Module printout]
+// repr() follows torch's Module.__repr__: the lines are extra_repr() split at newlines, then
+// "(name): " + the child's printout for each child; one settings line and no children print on
+// one line ("Linear(in_features=4, out_features=3, bias=true)"), anything else as
+// "Name(\n  line\n  line\n)", every line after a child's first shifted two spaces
+// (torch's _addindent). So a module with settings and children prints its settings on a line
+// of their own, and a multi-line extra_repr keeps its indentation.
+namespace {
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t nl = s.find('\n'); nl != std::string::npos; nl = s.find('\n', start)) {
+    lines.push_back(s.substr(start, nl - start));
+    start = nl + 1;
   }
-  os << ')';
-  return os.str();
+  lines.push_back(s.substr(start));
+  return lines;
+}
+
+// torch's _addindent: every line but the first shifted right by `spaces`.
+std::string indent_after_first(const std::string& s, int spaces) {
+  std::string out;
+  for (const char c : s) {
+    out += c;
+    if (c == '\n') out.append(size_t(spaces), ' ');
+  }
+  return out;
+}
+}  // namespace
+
+std::string Module::repr(int indent) const {
+  std::vector<std::string> lines;
+  if (const std::string extra = extra_repr(); !extra.empty()) lines = split_lines(extra);
+  const size_t extra_lines = lines.size();
+  for (const auto& [name, child] : children_) lines.push_back('(' + name + "): " + indent_after_first(child->repr(), 2));
+  std::string out = type_name() + '(';
+  if (extra_lines == 1 && children_.empty()) {
+    out += lines[0];
+  } else if (!lines.empty()) {
+    for (const auto& line : lines) out += "\n  " + line;
+    out += '\n';
+  }
+  out += ')';
+  return indent_after_first(out, indent);
 }
 
 uint64_t UnaryModule::add_forward_hooks(ForwardHooks hooks) {

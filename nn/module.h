@@ -68,7 +68,9 @@ class Module {
   void zero_grad(bool set_to_none = true);
 
   // ---- checkpoints ------------------------------------------------------------------
-  /// Parameters and buffers by dotted name (the tensors themselves, not copies).
+  /// Parameters and buffers by dotted name (the tensors themselves, not copies), in torch's
+  /// order: each module's parameters, then its buffers, then its children's (Note [State dict
+  /// order] in nn/module.cpp).
   NamedTensors state_dict() const;
   /// What a load_state_dict left out, as PyTorch's _IncompatibleKeys: both empty after a
   /// strict load, which throws instead.
@@ -86,13 +88,16 @@ class Module {
   /// is an error.
   LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
 
-  /// PyTorch-style tree printout.
+  /// PyTorch-style tree printout, laid out as torch's Module.__repr__ (Note [Module printout] in
+  /// nn/module.cpp); every line after the first is shifted right by `indent` spaces.
   std::string repr(int indent = 0) const;
 
  protected:
   /// Registers a parameter (made a leaf that requires grad) and returns it. A tensor that is
   /// already a parameter (a leaf that requires grad) is registered itself: tied weights.
   Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
+  /// An undefined value reserves the name and lists nothing, as torch's register_buffer(name,
+  /// None) (Note [Undefined buffers] in nn/module.cpp).
   Tensor register_buffer(const std::string& name, Tensor value);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {

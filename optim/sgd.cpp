@@ -1,5 +1,7 @@
 #include "optim/sgd.h"
 
+#include <cmath>
+
 #include "autograd/grad_mode.h"
 #include "core/graph_capture.h"
 #include "core/instrument.h"
@@ -24,9 +26,12 @@ std::vector<Optimizer::HyperParam> SGD::hyperparams() const {
 }
 
 void SGD::check_group(const ParamGroup& group, size_t g) const {
-  FRUGAL_CHECK(group.lr >= 0, "SGD: param group ", g, ": invalid learning rate ", group.lr);
-  FRUGAL_CHECK(*group.momentum >= 0, "SGD: param group ", g, ": invalid momentum ", *group.momentum);
-  FRUGAL_CHECK(*group.weight_decay >= 0, "SGD: param group ", g, ": invalid weight_decay ", *group.weight_decay);
+  // Finite and non-negative (Note [Finite hyperparameters] in optim/step_util.h).
+  FRUGAL_CHECK(group.lr >= 0 && std::isfinite(group.lr), "SGD: param group ", g, ": invalid learning rate ", group.lr);
+  FRUGAL_CHECK(*group.momentum >= 0 && std::isfinite(*group.momentum), "SGD: param group ", g, ": invalid momentum ",
+               *group.momentum);
+  FRUGAL_CHECK(*group.weight_decay >= 0 && std::isfinite(*group.weight_decay), "SGD: param group ", g,
+               ": invalid weight_decay ", *group.weight_decay);
   FRUGAL_CHECK(!*group.nesterov || (*group.momentum > 0 && *group.dampening == 0), "SGD: param group ", g,
                ": Nesterov momentum requires a momentum and zero dampening (momentum ", *group.momentum, ", dampening ",
                *group.dampening, ")");

@@ -57,16 +57,24 @@ struct StepTensors {
   }
 };
 
+// Note [Finite hyperparameters]
+// PyTorch checks only the sign of lr, eps, momentum and weight_decay (`0.0 <= lr`), so an
+// inf passes and the first step turns every parameter into inf or NaN, far from the line that
+// set it. frugal refuses a NaN or an infinity where the optimizer is built (and where a param
+// group is added), as it refuses a negative value: these must be finite. The eps of the norms
+// and batch norm's momentum are checked the same way (tensor/ops/norm.cpp, batch_norm.cpp).
+
 /// Throws if an Adam-family group's resolved hyperparameters are invalid; names `opt`
-/// and the group `g`.
+/// and the group `g` (Note [Finite hyperparameters]).
 inline void check_adam_group(const char* opt, const ParamGroup& group, size_t g) {
-  FRUGAL_CHECK(group.lr >= 0, opt, ": param group ", g, ": invalid learning rate ", group.lr);
-  FRUGAL_CHECK(*group.eps >= 0, opt, ": param group ", g, ": invalid eps ", *group.eps);
+  FRUGAL_CHECK(group.lr >= 0 && std::isfinite(group.lr), opt, ": param group ", g, ": invalid learning rate ", group.lr);
+  FRUGAL_CHECK(*group.eps >= 0 && std::isfinite(*group.eps), opt, ": param group ", g, ": invalid eps ", *group.eps);
   FRUGAL_CHECK(*group.beta1 >= 0 && *group.beta1 < 1, opt, ": param group ", g, ": invalid beta1 ", *group.beta1,
                " (must be in [0, 1))");
   FRUGAL_CHECK(*group.beta2 >= 0 && *group.beta2 < 1, opt, ": param group ", g, ": invalid beta2 ", *group.beta2,
                " (must be in [0, 1))");
-  FRUGAL_CHECK(*group.weight_decay >= 0, opt, ": param group ", g, ": invalid weight_decay ", *group.weight_decay);
+  FRUGAL_CHECK(*group.weight_decay >= 0 && std::isfinite(*group.weight_decay), opt, ": param group ", g,
+               ": invalid weight_decay ", *group.weight_decay);
 }
 
 /// Makes `buffer` a state buffer in like's memory order (Note [Optimizer memory order]) with

@@ -23,6 +23,10 @@ DerivedInfo info_of(DerivedInfo::Kind kind) {
   info.kind = kind;
   return info;
 }
+
+// The tensor methods that are ops name themselves when called on an undefined tensor
+// (impl()'s own check cannot know the op).
+void check_defined(const Tensor& t, const char* op) { FRUGAL_CHECK(t.defined(), op, ": undefined tensor"); }
 }  // namespace
 
 void set_derived_hook(DerivedHook hook) { derived_hook.store(hook, std::memory_order_release); }
@@ -182,6 +186,7 @@ bool view_strides(const Shape& sizes, const Shape& strides, const Shape& target,
 }  // namespace
 
 Tensor Tensor::view(Shape target) const {
+  check_defined(*this, "view");
   target = infer_size(std::move(target), numel(), "view", sizes());
   Shape st;
   FRUGAL_CHECK(view_strides(sizes(), strides(), target, st), "view: size ", shape_str(target),
@@ -191,6 +196,7 @@ Tensor Tensor::view(Shape target) const {
 }
 
 Tensor Tensor::reshape(Shape target) const {
+  check_defined(*this, "reshape");
   target = infer_size(std::move(target), numel(), "reshape", sizes());
   Shape st;
   if (view_strides(sizes(), strides(), target, st))
@@ -199,6 +205,7 @@ Tensor Tensor::reshape(Shape target) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  check_defined(*this, "permute");
   FRUGAL_CHECK(int64_t(dims.size()) == dim(), "permute: got ", dims.size(), " dims for a tensor of ", dim(), " dims");
   Shape s(dims.size()), st(dims.size());
   std::vector<bool> seen(dims.size(), false);
@@ -215,6 +222,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  check_defined(*this, "transpose");
   a = wrap_dim(a, dim(), "transpose");
   b = wrap_dim(b, dim(), "transpose");
   std::vector<int64_t> perm(static_cast<size_t>(dim()));
@@ -224,11 +232,13 @@ Tensor Tensor::transpose(int64_t a, int64_t b) const {
 }
 
 Tensor Tensor::t() const {
+  check_defined(*this, "t");
   FRUGAL_CHECK(dim() <= 2, "t: expects a tensor of <= 2 dims, got ", describe());
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  check_defined(*this, "narrow");
   d = wrap_dim(d, dim(), "narrow");
   if (start < 0) start += sizes()[d];
   FRUGAL_CHECK(start >= 0 && length >= 0 && start <= sizes()[d] && length <= sizes()[d] - start, "narrow: start ",
@@ -237,6 +247,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  check_defined(*this, "slice");
   d = wrap_dim(d, dim(), "slice");
   FRUGAL_CHECK(step > 0, "slice: step must be positive, got ", step);
   const int64_t n = sizes()[d];
@@ -258,6 +269,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  check_defined(*this, "select");
   FRUGAL_CHECK(dim() > 0, "select: cannot select on a 0-d tensor");
   d = wrap_dim(d, dim(), "select");
   const int64_t n = sizes()[d];
@@ -273,6 +285,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& target) const {
+  check_defined(*this, "expand");
   FRUGAL_CHECK(int64_t(target.size()) >= dim(), "expand: cannot expand ", describe(), " to fewer dims ",
                shape_str(target));
   const int64_t lead = int64_t(target.size()) - dim();
@@ -295,6 +308,7 @@ Tensor Tensor::expand(const Shape& target) const {
 }
 
 Tensor Tensor::squeeze() const {
+  check_defined(*this, "squeeze");
   Shape s, st;
   for (int64_t d = 0; d < dim(); ++d)
     if (sizes()[d] != 1) {
@@ -305,6 +319,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  check_defined(*this, "squeeze");
   if (dim() == 0) return *this;
   d = wrap_dim(d, dim(), "squeeze");
   if (sizes()[d] != 1) return *this;
@@ -315,6 +330,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  check_defined(*this, "unsqueeze");
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape s = sizes(), st = strides();
   const int64_t stride = d < dim() ? sizes()[d] * strides()[d] : 1;
@@ -324,10 +340,13 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
-  if (dim() == 0) return reshape({1});
+  check_defined(*this, "flatten");
+  // The dims are checked first, a 0-d tensor's as one of 1 dim (-1..0), as ATen's flatten:
+  // nn::Flatten() (start_dim 1) refuses a 0-d input instead of making it [1].
   start = wrap_dim(start, dim(), "flatten");
   end = wrap_dim(end, dim(), "flatten");
   FRUGAL_CHECK(start <= end, "flatten: start_dim ", start, " > end_dim ", end);
+  if (dim() == 0) return reshape({1});
   Shape s(sizes().begin(), sizes().begin() + start);
   int64_t n = 1;
   for (int64_t d = start; d <= end; ++d) n *= sizes()[d];
@@ -337,7 +356,18 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::unflatten(int64_t d, const Shape& parts) const {
+  check_defined(*this, "unflatten");
   d = wrap_dim(d, dim(), "unflatten");
+  // At most one -1, as in PyTorch; checked here so the error names unflatten, not view (a
+  // product that overflows is left to view's check, Note [Size overflow]).
+  int64_t known = 1, inferred = 0;
+  bool overflow = false;
+  for (int64_t p : parts) p == -1 ? void(++inferred) : void(overflow |= __builtin_mul_overflow(known, p, &known));
+  const int64_t n = sizes()[size_t(d)];
+  FRUGAL_CHECK(overflow || (std::all_of(parts.begin(), parts.end(), [](int64_t p) { return p >= -1; }) &&
+                            inferred <= 1 && (inferred ? known > 0 && n % known == 0 : known == n)),
+               "unflatten: sizes ", shape_str(parts), " do not multiply to dim ", d, " of size ", n, " of ",
+               describe());
   Shape s(sizes().begin(), sizes().begin() + d);
   s.insert(s.end(), parts.begin(), parts.end());
   s.insert(s.end(), sizes().begin() + d + 1, sizes().end());
@@ -346,18 +376,29 @@ Tensor Tensor::unflatten(int64_t d, const Shape& parts) const {
 
 // ---- copies ------------------------------------------------------------------
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  check_defined(*this, "contiguous");
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::clone() const {
+  check_defined(*this, "clone");
   Tensor out = empty(sizes(), options());
   ops::copy_into(out, *this);
   return derived(std::move(out), info_of(DerivedInfo::Kind::Convert));
 }
 
-Tensor Tensor::to(Device d) const { return to(d, dtype()); }
-Tensor Tensor::to(DType t) const { return to(device(), t); }
+Tensor Tensor::to(Device d) const {
+  check_defined(*this, "to");
+  return to(d, dtype());
+}
+Tensor Tensor::to(DType t) const {
+  check_defined(*this, "to");
+  return to(device(), t);
+}
 
 Tensor Tensor::to(Device d, DType t) const {
+  check_defined(*this, "to");
   if (d == device() && t == dtype()) return *this;
   // A conversion keeps a channels-last layout (Note [Channels-last layout]).
   Tensor out = suggests_channels_last(*this) ? empty_channels_last(sizes(), {t, d}) : empty(sizes(), {t, d});

@@ -43,6 +43,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                ": an explicit attn_mask should not be set when is_causal=true (as in PyTorch), got attn_mask ",
                attn_mask.defined() ? attn_mask.describe() : "");
   FRUGAL_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
+  FRUGAL_CHECK(!attn_mask.defined() || attn_mask.dtype() == kBool || attn_mask.dtype() == q.dtype(), op,
+               ": attn_mask ", attn_mask.defined() ? attn_mask.describe() : "", " must be bool or of the query's dtype",
+               " (query ", q.describe(), ")");
   // The fused kernels where they apply (Note [Attention paths]): dropout_p == 1 (all zeros)
   // and a mask that wants a gradient stay on the composed path.
   if (ops::flash_attention_fused(q, k, v, attn_mask) && dropout_p < 1.0 &&

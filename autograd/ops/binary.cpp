@@ -199,8 +199,9 @@ Tensor scalar_op(const char* label, const Tensor& out, const Tensor& x, double f
 
 Tensor add_op(const char* op, const char* label, const Tensor& a, const Tensor& b, double alpha) {
   core::OpScope scope(op);
-  // sub(a, b, alpha) is add(a, b, -alpha) exactly (negation is exact).
-  Tensor out = autograd::raw([&] { return ops::add(a, b, alpha); });
+  // sub(a, b, alpha) is add(a, b, -alpha) exactly (negation is exact); ops::sub names it in errors.
+  const bool is_sub = std::string_view(op) == "sub";
+  Tensor out = autograd::raw([&] { return is_sub ? ops::sub(a, b, -alpha) : ops::add(a, b, alpha); });
   if (auto node = make_node<AddBackward>({a, b})) {
     node->a = a;
     node->b = b;
@@ -234,8 +235,9 @@ Tensor snapshot(const Tensor& t) {
 
 const Tensor& add_inplace(const char* op, const char* label, const Tensor& self, const Tensor& other, double alpha) {
   core::OpScope scope(op);
+  const bool is_sub = std::string_view(op) == "sub_";  // ops::sub_ names it in errors
   if (!must_record_inplace(op, self, &other)) {
-    autograd::raw([&] { ops::add_(self, other, alpha); });
+    autograd::raw([&] { is_sub ? ops::sub_(self, other, -alpha) : ops::add_(self, other, alpha); });
     return self;
   }
   auto node = make_node<AddBackward>({self, other});
@@ -243,7 +245,7 @@ const Tensor& add_inplace(const char* op, const char* label, const Tensor& self,
   node->b = other;
   node->alpha = alpha;
   node->label = label;
-  autograd::raw([&] { ops::add_(self, other, alpha); });
+  autograd::raw([&] { is_sub ? ops::sub_(self, other, -alpha) : ops::add_(self, other, alpha); });
   rebase_history(self, node);
   return self;
 }
@@ -336,6 +338,8 @@ Tensor div(const Tensor& x, double s) {
 Tensor rsub(const Tensor& x, double s) {
   core::OpScope scope("rsub");
   FRUGAL_CHECK(x.defined(), "rsub: undefined input tensor");
+  FRUGAL_CHECK(x.dtype() != kBool && x.dtype() != kUInt8,  // as PyTorch: no subtraction with bool
+               "rsub: expects a floating or integer tensor, got ", x.describe());
   if (is_floating(x.dtype())) return affine(x, -1.0, s);  // one pass, one rounding
   return ops::add(ops::neg(x), s);                        // integers: no gradient, PyTorch's promotion
 }
@@ -343,6 +347,8 @@ Tensor rsub(const Tensor& x, double s) {
 Tensor rdiv(const Tensor& x, double s) {
   core::OpScope scope("rdiv");
   FRUGAL_CHECK(x.defined(), "rdiv: undefined input tensor");
+  FRUGAL_CHECK(x.dtype() != kUInt8, "rdiv: uint8 is a storage-only dtype and takes no arithmetic, got ", x.describe(),
+               " (Note [Storage-only uint8] in tensor/dtype.h)");
   if (s == 1.0 && is_floating(x.dtype())) return reciprocal(x);
   // A 0-d numerator broadcast by div: one pass. Integer x divides as float32 (true division).
   const Tensor numerator = scalar_tensor(s, {is_floating(x.dtype()) ? x.dtype() : kFloat32, x.device()});

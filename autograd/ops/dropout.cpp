@@ -26,6 +26,7 @@ struct DropoutBackward final : Node {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   core::OpScope scope("dropout");
+  FRUGAL_CHECK(x.defined(), "dropout: undefined input");  // also where p == 0 or eval returns x itself
   FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p,
                x.defined() ? " (input " + x.describe() + ")" : std::string());
   if (!training || p == 0.0) return x;

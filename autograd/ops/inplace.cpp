@@ -25,6 +25,7 @@ bool is_view_node(const std::string& name) {
 /// true when the op must be recorded.
 bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other) {
   FRUGAL_CHECK(self.defined(), op, ": undefined input tensor");
+  FRUGAL_CHECK(other == nullptr || other->defined(), op, ": undefined operand (self ", self.describe(), ")");
   check_recompute_write(op, self);  // before the early return: the buffer needs no grad
   if (!needs_grad({&self, other})) return false;
   FRUGAL_CHECK(!(self.is_leaf() && self.requires_grad()), op,

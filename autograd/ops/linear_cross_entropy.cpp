@@ -93,13 +93,15 @@ struct LinearCrossEntropyBackward final : Node {
 void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
                   const LinearCrossEntropyOptions& o) {
   constexpr const char* op = "linear_cross_entropy";
-  FRUGAL_CHECK(x.defined() && weight.defined() && target.defined(), op, ": x, weight and target are required");
+  FRUGAL_CHECK(x.defined() && weight.defined() && target.defined(), op, ": x, weight and target are required, got ",
+               x.describe(), ", ", weight.describe(), " and ", target.describe());
   FRUGAL_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), op, ": x (..., H) and weight (C, H) ",
                "do not match: ", x.describe(), " and ", weight.describe());
   FRUGAL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), op, ": bias must be (",
                weight.size(0), "), got ", bias.describe());
   FRUGAL_CHECK(x.is_floating_point() && weight.is_floating_point() && (!bias.defined() || bias.is_floating_point()), op,
-               ": x, weight and bias must be floating point, got ", x.describe(), " and ", weight.describe());
+               ": x, weight and bias must be floating point, got ", x.describe(), ", ", weight.describe(), " and ",
+               bias.describe());
   const Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   FRUGAL_CHECK(target.sizes() == rows && (target.dtype() == kInt64 || target.dtype() == kInt32), op,
                ": target must be int64 or int32 of x's leading shape ", shape_str(rows), ", got ", target.describe());

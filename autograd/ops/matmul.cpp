@@ -142,6 +142,7 @@ struct GeluMlpBackward final : Node {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   core::OpScope scope("matmul");
+  FRUGAL_CHECK(a.defined() && b.defined(), "matmul: undefined operand (", a.describe(), " @ ", b.describe(), ")");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&a, &b})) return matmul((*c)[0], (*c)[1]);
   // Vectors become matrices through (differentiable) views, so one backward covers all cases.
   if (a.dim() == 1 || b.dim() == 1) {
@@ -181,9 +182,9 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &w1, &b1, &w2, &b2}))
     return gelu_mlp((*c)[0], (*c)[1], (*c)[2], (*c)[3], (*c)[4]);
   ops::check_linear("gelu_mlp", x, w1, b1);
-  FRUGAL_CHECK(w2.defined() && w2.dim() == 2 && w2.size(1) == w1.size(0),
-               "gelu_mlp: expects fc1's weight (hidden, in) and fc2's (out, hidden), got ", w1.describe(), " and ",
-               w2.describe());
+  FRUGAL_CHECK(w2.defined() && w2.dim() == 2 && w2.size(1) == w1.size(0) && w2.dtype() == x.dtype(),
+               "gelu_mlp: expects fc1's weight (hidden, in) and fc2's (out, hidden) of the input's dtype, got ",
+               w1.describe(), " and ", w2.describe(), " (input ", x.describe(), ")");
   FRUGAL_CHECK(!b2.defined() || (b2.dim() == 1 && b2.size(0) == w2.size(0) && b2.dtype() == x.dtype()),
                "gelu_mlp: fc2's bias ", b2.describe(), " must be 1-D with out_features = ", w2.size(0),
                " elements of the input's dtype (input ", x.describe(), ")");

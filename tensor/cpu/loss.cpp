@@ -12,9 +12,10 @@ namespace frugal::ops::cpu {
 
 namespace {
 
-// loss, lse: (R); x: (R, C); target: (R). Returns the first bad target position, or -1.
+// loss: (R); lse: (R) float64 (Note [Cross entropy keeps lse in float64]); x: (R, C); target: (R).
+// Returns the first bad target position, or -1.
 template <typename T, typename I>
-int64_t cross_entropy_rows(opmath_t<T>* loss, opmath_t<T>* lse, const T* x, const I* target, int64_t R, int64_t C,
+int64_t cross_entropy_rows(opmath_t<T>* loss, double* lse, const T* x, const I* target, int64_t R, int64_t C,
                            int64_t ignore_index, double smoothing) {
   using Acc = opmath_t<T>;
   int64_t first_bad = -1;
@@ -34,8 +35,11 @@ int64_t cross_entropy_rows(opmath_t<T>* loss, opmath_t<T>* lse, const T* x, cons
         sx += v;
       }
     }
-    const double l = m == -std::numeric_limits<double>::infinity() ? m : m + std::log(se);
-    lse[r] = Acc(l);
+    // log(se) = lse - m in [0, log C]: the loss's terms are formed from it and m - x, never
+    // from lse itself, which would cancel (Note [Cross entropy keeps lse in float64]).
+    const double lrel = std::log(se);
+    const double l = m == -std::numeric_limits<double>::infinity() ? m : m + lrel;
+    lse[r] = l;
     const int64_t t = int64_t(target[r]);
     if (t == ignore_index) {
       loss[r] = Acc(0);
@@ -47,18 +51,16 @@ int64_t cross_entropy_rows(opmath_t<T>* loss, opmath_t<T>* lse, const T* x, cons
       loss[r] = Acc(0);
       continue;
     }
-    // With lse rounded to Acc first, so the loss matches what the backward sees.
-    const double lr = double(Acc(l));
-    double v = (1.0 - smoothing) * (lr - double(Acc(xr[t])));
-    if (smoothing > 0) v += smoothing * (lr - sx / double(C));
+    double v = (1.0 - smoothing) * ((m - double(Acc(xr[t]))) + lrel);
+    if (smoothing > 0) v += smoothing * ((m - sx / double(C)) + lrel);
     loss[r] = Acc(v);
   }
   return first_bad;
 }
 
-// g, x: (R, C); target, lse: (R); scale: (R) with stride scale_stride (0: one value)
+// g, x: (R, C); target: (R); lse: (R) float64; scale: (R) with stride scale_stride (0: one value)
 template <typename T, typename I>
-void cross_entropy_backward_rows(T* g, const T* x, const I* target, const opmath_t<T>* lse, const opmath_t<T>* scale,
+void cross_entropy_backward_rows(T* g, const T* x, const I* target, const double* lse, const opmath_t<T>* scale,
                                  int64_t scale_stride, int64_t R, int64_t C, int64_t ignore_index, double smoothing) {
   using Acc = opmath_t<T>;
   const Acc on = Acc(1.0 - smoothing), off = Acc(smoothing / double(C));
@@ -71,9 +73,10 @@ void cross_entropy_backward_rows(T* g, const T* x, const I* target, const opmath
       std::fill(gr, gr + C, T(Acc(0)));
       continue;
     }
-    const Acc s = scale[r * scale_stride], l = lse[r];
+    const Acc s = scale[r * scale_stride];
+    const double l = lse[r];
     for (int64_t c = 0; c < C; ++c) {
-      const Acc p = std::exp(Acc(xr[c]) - l);
+      const Acc p = std::exp(Acc(double(Acc(xr[c])) - l));  // x - lse in float64, then rounded
       gr[c] = T(s * (p - (c == t ? on : Acc(0)) - off));
     }
   }
@@ -88,7 +91,7 @@ void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& l
     using Acc = opmath_t<T>;
     dispatch_index(target.dtype(), "cross_entropy", target.device(), [&]<typename I>() {
       const I* tp = target.data_ptr<I>();
-      const int64_t bad = cross_entropy_rows<T, I>(loss.data_ptr<Acc>(), lse.data_ptr<Acc>(), logits.data_ptr<T>(), tp,
+      const int64_t bad = cross_entropy_rows<T, I>(loss.data_ptr<Acc>(), lse.data_ptr<double>(), logits.data_ptr<T>(), tp,
                                                    R, C, ignore_index, label_smoothing);
       if (bad >= 0) err = IndexError{true, int64_t(tp[bad]), bad, {}};
     });
@@ -103,7 +106,7 @@ void cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits, con
     using Acc = opmath_t<T>;
     dispatch_index(target.dtype(), "cross_entropy_backward", target.device(), [&]<typename I>() {
       cross_entropy_backward_rows<T, I>(grad.data_ptr<T>(), logits.data_ptr<T>(), target.data_ptr<I>(),
-                                        lse.data_ptr<Acc>(), scale.data_ptr<Acc>(), scale_stride, R, C, ignore_index,
+                                        lse.data_ptr<double>(), scale.data_ptr<Acc>(), scale_stride, R, C, ignore_index,
                                         label_smoothing);
     });
   });

@@ -7,6 +7,8 @@
 // a device flag (atomicCAS) that the front-end reads back later (Note [Index validation],
 // Note [Deferred index checks]): the forward issues no host-device sync.
 // The backward is elementwise per row: exp(x - lse) minus the smoothed one-hot, scaled.
+// lse is float64 and the loss is formed from m - x_t and log(sum) (Note [Cross entropy
+// keeps lse in float64]): one double add per row, one double subtract per element.
 #include <cmath>
 
 #include "tensor/cuda/block_reduce.cuh"
@@ -50,10 +52,10 @@ __device__ __forceinline__ void record_bad_target(unsigned long long* rec, int64
   }
 }
 
-// loss, lse: (R); x: (R, C); target: (R)
+// loss: (R); lse: (R) float64; x: (R, C); target: (R)
 template <typename T, typename I, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
-    cross_entropy_forward_kernel(opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse, const T* __restrict__ x,
+    cross_entropy_forward_kernel(opmath_t<T>* __restrict__ loss, double* __restrict__ lse, const T* __restrict__ x,
                                  const I* __restrict__ target, int64_t R, int64_t C, int64_t ignore_index,
                                  opmath_t<T> smoothing, unsigned long long* rec) {
   using Acc = opmath_t<T>;
@@ -69,27 +71,27 @@ __global__ void __launch_bounds__(kBlock)
     if constexpr (kThreads == 32) st = warp_allreduce(st, merge);
     else st = block_allreduce(st, merge, S{Acc(-INFINITY), Acc(0), Acc(0)});
     if (lane != 0) continue;
-    const Acc l = st.m == Acc(-INFINITY) ? st.m : st.m + log_acc(st.s);
-    lse[row] = l;
+    const Acc lrel = log_acc(st.s);  // lse - m, in [0, log C]
+    lse[row] = st.m == Acc(-INFINITY) ? double(st.m) : double(st.m) + double(lrel);
     const int64_t t = int64_t(target[row]);
     Acc v = Acc(0);
     if (t != ignore_index) {
       if (t < 0 || t >= C) {
         record_bad_target(rec, t, row);
       } else {
-        v = (Acc(1) - smoothing) * (l - Acc(xr[t]));
-        if (smoothing > Acc(0)) v += smoothing * (l - st.sx / Acc(C));
+        v = (Acc(1) - smoothing) * ((st.m - Acc(xr[t])) + lrel);
+        if (smoothing > Acc(0)) v += smoothing * ((st.m - st.sx / Acc(C)) + lrel);
       }
     }
     loss[row] = v;
   }
 }
 
-// g, x: (R, C); target, lse: (R); scale: (R) with stride scale_stride
+// g, x: (R, C); target: (R); lse: (R) float64; scale: (R) with stride scale_stride
 template <typename T, typename I, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
     cross_entropy_backward_kernel_impl(T* __restrict__ g, const T* __restrict__ x, const I* __restrict__ target,
-                                       const opmath_t<T>* __restrict__ lse, const opmath_t<T>* __restrict__ scale,
+                                       const double* __restrict__ lse, const opmath_t<T>* __restrict__ scale,
                                        int64_t scale_stride, int64_t R, int64_t C, int64_t ignore_index, opmath_t<T> on,
                                        opmath_t<T> off) {
   using Acc = opmath_t<T>;
@@ -104,9 +106,10 @@ __global__ void __launch_bounds__(kBlock)
       for (int64_t c = lane; c < C; c += kThreads) gr[c] = T(Acc(0));
       continue;
     }
-    const Acc s = scale[row * scale_stride], l = lse[row];
+    const Acc s = scale[row * scale_stride];
+    const double l = lse[row];
     for (int64_t c = lane; c < C; c += kThreads)
-      gr[c] = T(s * (exp_acc(Acc(xr[c]) - l) - (c == t ? on : Acc(0)) - off));
+      gr[c] = T(s * (exp_acc(Acc(double(Acc(xr[c])) - l)) - (c == t ? on : Acc(0)) - off));
   }
 }
 
@@ -137,7 +140,7 @@ void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& l
     dispatch_index(target.dtype(), "cross_entropy", target.device(), [&]<typename I>() {
       with_row_shape(C, [&]<int kThreads, int kBlock>() {
         cross_entropy_forward_kernel<T, I, kThreads, kBlock><<<row_grid<kThreads, kBlock>(R), kBlock, 0, stream>>>(
-            loss.data_ptr<Acc>(), lse.data_ptr<Acc>(), logits.data_ptr<T>(), target.data_ptr<I>(), R, C, ignore_index,
+            loss.data_ptr<Acc>(), lse.data_ptr<double>(), logits.data_ptr<T>(), target.data_ptr<I>(), R, C, ignore_index,
             Acc(label_smoothing), rec_ptr);
         FRUGAL_CUDA_CHECK_LAUNCH();
       });
@@ -158,7 +161,7 @@ void cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits, con
       with_row_shape(C, [&]<int kThreads, int kBlock>() {
         cross_entropy_backward_kernel_impl<T, I, kThreads, kBlock>
             <<<row_grid<kThreads, kBlock>(R), kBlock, 0, stream>>>(
-                grad.data_ptr<T>(), logits.data_ptr<T>(), target.data_ptr<I>(), lse.data_ptr<Acc>(),
+                grad.data_ptr<T>(), logits.data_ptr<T>(), target.data_ptr<I>(), lse.data_ptr<double>(),
                 scale.data_ptr<Acc>(), scale_stride, R, C, ignore_index, Acc(1.0 - label_smoothing),
                 Acc(label_smoothing / double(C)));
         FRUGAL_CUDA_CHECK_LAUNCH();

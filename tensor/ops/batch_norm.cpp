@@ -2,6 +2,7 @@
 // (Note [Batch norm statistics]).
 #include "tensor/ops/batch_norm.h"
 
+#include <cmath>
 #include <optional>
 
 #include "tensor/device_dispatch.h"
@@ -70,7 +71,7 @@ void check_statistics(const char* op, const Tensor& x, int64_t C, const Tensor& 
 
 /// The checks every batch norm forward makes; returns x's dims.
 Dims check_forward(const char* op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                   const Tensor& weight, const Tensor& bias, bool training, double eps) {
+                   const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps) {
   const Dims d = check_input(op, x);
   check_channel_tensor(op, "running_mean", running_mean, x, d.C);
   check_channel_tensor(op, "running_var", running_var, x, d.C);
@@ -79,7 +80,9 @@ Dims check_forward(const char* op, const Tensor& x, const Tensor& running_mean, 
   FRUGAL_CHECK(running_mean.defined() == running_var.defined(), op,
                ": running_mean and running_var must both be given or both be undefined");
   FRUGAL_CHECK(training || running_mean.defined(), op, ": running_mean and running_var must be given in eval mode");
-  FRUGAL_CHECK(eps >= 0.0, op, ": eps must be >= 0, got ", eps);
+  FRUGAL_CHECK(eps >= 0.0 && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
+  // NaN or inf would reach the running statistics (Note [Finite hyperparameters] in optim/step_util.h).
+  FRUGAL_CHECK(std::isfinite(momentum), op, ": momentum must be finite, got ", momentum);
   if (training)
     FRUGAL_CHECK(d.N * d.HW > 1, op, ": expected more than 1 value per channel when training, got input ",
                  x.describe());
@@ -258,7 +261,7 @@ BatchNormResult own_forward(const char* op, const Dims& d, const Tensor& x, cons
 BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                            const Tensor& bias, bool training, double momentum, double eps) {
   constexpr const char* op = "batch_norm";
-  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
+  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, momentum, eps);
   if (cudnn_takes(x, weight, bias, training))
     if (auto r = cudnn_forward(x, Tensor(), false, running_mean, running_var, weight, bias, momentum, eps)) return *r;
   return own_forward(op, d, x, Tensor(), false, running_mean, running_var, weight, bias, training, momentum, eps);
@@ -290,8 +293,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
 BatchNormResult batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
                                     const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
                                     double momentum, double eps) {
-  constexpr const char* op = "batch_norm_add_relu";
-  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, eps);
+  const char* op = residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu";  // the caller's name
+  const Dims d = check_forward(op, x, running_mean, running_var, weight, bias, training, momentum, eps);
   if (residual.defined()) {
     FRUGAL_CHECK(residual.sizes() == x.sizes() && residual.dtype() == x.dtype(), op, ": residual ", residual.describe(),
                  " must have the shape and dtype of the input ", x.describe());

@@ -103,14 +103,14 @@ IndexError check_on_host(const Tensor& index, int64_t dim_size) {
 Tensor table_view(const Tensor& t, const Shape& shape, int64_t dim) {
   Shape st = t.strides();
   st[size_t(dim)] = 0;
-  return t.as_strided(shape, st, t.storage_offset());
+  return t.detach().as_strided(shape, st, t.storage_offset());  // a raw op's view: unseen by autograd
 }
 
 // A 1-D index (K,) seen in `shape` (shape[dim] == K): stride 0 except at `dim`.
 Tensor index_along(const Tensor& index1d, const Shape& shape, int64_t dim) {
   Shape st(shape.size(), 0);
   st[size_t(dim)] = index1d.stride(0);
-  return index1d.as_strided(shape, st, index1d.storage_offset());
+  return index1d.detach().as_strided(shape, st, index1d.storage_offset());
 }
 
 Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; }
@@ -190,7 +190,7 @@ void scatter_into(const char* op, const Tensor& acc, int64_t dim, const Tensor& 
   if (n == 0) {
     e = check_on_host(index, 0);
   } else {
-    const Tensor src_view = s1.as_strided(i1.sizes(), s1.strides(), s1.storage_offset());
+    const Tensor src_view = s1.detach().as_strided(i1.sizes(), s1.strides(), s1.storage_offset());
     FRUGAL_DEVICE_DISPATCH(op, acc.device(), index_scatter_add_kernel, table_view(a1, i1.sizes(), dim), i1, src_view, n,
                            a1.stride(dim), int64_t(-1), e);
   }

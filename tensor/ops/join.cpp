@@ -26,6 +26,14 @@ namespace {
 
 bool legacy_empty(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
 
+/// uint8 has no type promotion (Note [Storage-only uint8] in tensor/dtype.h): it joins only
+/// with uint8. Checked here, where the op's name and the positions are known.
+void check_uint8_join(const char* op, const std::vector<Tensor>& tensors, size_t i) {
+  FRUGAL_CHECK((tensors[i].dtype() == DType::UInt8) == (tensors[0].dtype() == DType::UInt8), op,
+               ": uint8 is a storage-only dtype and joins only with uint8, got ", tensors[0].describe(),
+               " at position 0 and ", tensors[i].describe(), " at position ", i);
+}
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -40,6 +48,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                  " cannot be concatenated");
     FRUGAL_CHECK(t.device() == tensors[0].device(), "cat: expected all tensors on one device, got ",
                  tensors[0].describe(), " at position 0 and ", t.describe(), " at position ", i);
+    check_uint8_join("cat", tensors, i);
     dtype = i == 0 ? t.dtype() : promote_types(dtype, t.dtype());
     if (ref < 0 && !legacy_empty(t)) ref = int64_t(i);
   }
@@ -96,6 +105,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
                  tensors[0].describe(), " at position 0 and ", t.describe(), " at position ", i);
     FRUGAL_CHECK(t.device() == tensors[0].device(), "stack: expected all tensors on one device, got ",
                  tensors[0].describe(), " at position 0 and ", t.describe(), " at position ", i);
+    check_uint8_join("stack", tensors, i);
   }
   dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
@@ -105,7 +115,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  FRUGAL_CHECK(x.dim() > 0, "split: expects a tensor with at least one dim, got ", x.describe());
+  FRUGAL_CHECK(x.defined() && x.dim() > 0, "split: expects a tensor with at least one dim, got ", x.describe());
   dim = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.size(dim);
   FRUGAL_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive (or 0 for an ",
@@ -121,7 +131,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  FRUGAL_CHECK(x.dim() > 0, "split_with_sizes: expects a tensor with at least one dim, got ", x.describe());
+  FRUGAL_CHECK(x.defined() && x.dim() > 0, "split_with_sizes: expects a tensor with at least one dim, got ", x.describe());
   dim = wrap_dim(dim, x.dim(), "split_with_sizes");
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -141,7 +151,7 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  FRUGAL_CHECK(x.dim() > 0, "chunk: expects a tensor with at least one dim, got ", x.describe());
+  FRUGAL_CHECK(x.defined() && x.dim() > 0, "chunk: expects a tensor with at least one dim, got ", x.describe());
   FRUGAL_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
   dim = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.size(dim);

@@ -60,7 +60,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, con
   constexpr const char* op = "cross_entropy";
   const CrossEntropyRows rows = cross_entropy_rows(op, logits, target, opts);
   const TensorOptions acc{compute_dtype(logits.dtype()), logits.device()};
-  Tensor loss_rows = zeros({rows.R}, acc), lse = empty({rows.R}, acc);
+  // lse in float64 whatever the logits' dtype: Note [Cross entropy keeps lse in float64].
+  Tensor loss_rows = zeros({rows.R}, acc), lse = empty({rows.R}, {kFloat64, logits.device()});
   if (rows.R > 0) {
     IndexError e;
     FRUGAL_DEVICE_DISPATCH(op, logits.device(), cross_entropy_kernel, loss_rows, lse, rows.logits2d, rows.target1d,
@@ -96,9 +97,9 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   constexpr const char* op = "cross_entropy_backward";
   const CrossEntropyRows rows = cross_entropy_rows(op, logits, target, opts);
   const DType acc = compute_dtype(logits.dtype());
-  FRUGAL_CHECK(lse.defined() && lse.numel() == rows.R && lse.dtype() == acc, op, ": lse ",
-               lse.defined() ? lse.describe() : "undefined", " is not the forward's (", rows.R, " values of ",
-               dtype_name(acc), ")");
+  FRUGAL_CHECK(lse.defined() && lse.numel() == rows.R && lse.dtype() == kFloat64, op, ": lse ",
+               lse.defined() ? lse.describe() : "undefined", " is not the forward's (", rows.R,
+               " values of float64)");
   check_same_device(op, logits, lse);
   const Shape loss_shape = opts.reduction == Reduction::None ? target.sizes() : Shape{};
   FRUGAL_CHECK(grad_loss.defined() && grad_loss.sizes() == loss_shape, op, ": grad_loss ",

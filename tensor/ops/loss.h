@@ -12,14 +12,30 @@
 // sum_c x_c, so it produces lse and the loss without materializing log_softmax. Mean
 // divides the sum of the row losses by the number of non-ignored targets (NaN when
 // there are none, as in PyTorch), which stays on the device: no host sync. The
-// gradient needs only lse, saved per row (4 bytes, not a C-wide softmax):
+// gradient needs only lse, saved per row (8 bytes, not a C-wide softmax):
 //   dloss/dx_c = scale_row * (exp(x_c - lse) - (1 - e) * [c == t] - e / C)
 // with scale_row the incoming gradient (divided by the count for Mean), 0 for
-// ignored rows; one elementwise kernel writes it. Row losses, lse and the count are
-// kept in the compute type (float32; float64 for float64 logits) and the reduced
-// loss is rounded once to the logits' dtype. A target outside [0, C) other than
+// ignored rows; one elementwise kernel writes it. Row losses and the count are
+// kept in the compute type (float32; float64 for float64 logits), lse in float64
+// (Note [Cross entropy keeps lse in float64]), and the reduced loss is rounded once to
+// the logits' dtype. A target outside [0, C) other than
 // ignore_index throws frugal::Error (on CUDA through a device flag read at the next
 // synchronization, as the index ops do: Note [Deferred index checks]).
+//
+// Note [Cross entropy keeps lse in float64]
+// A confident row has lse - x_t tiny while lse itself is large: logits (100, 90, ...) give
+// a loss of 4.5e-5, but lse = 100.0000454 rounded to float32 moves by up to 3.8e-6 (half
+// an ulp of 100), 8% of the loss; at logits near 1000 the rounding is larger than the loss,
+// which then reads 0, and so does the target's gradient exp(x_t - lse) - 1. That error is
+// u |lse|, not the u (|loss| + log C) that rounding the logits themselves can cause: a
+// silent wrong answer, not conditioning. So the kernels form each row's loss from
+// (m - x_t) + log(sum exp(x - m)) (m the row max, log(...) in [0, log C]) without rounding
+// lse first, and save lse in float64 for every logits dtype (8 bytes a row): the backward
+// takes x - lse in float64 and rounds that difference, which is small where it matters, to
+// the compute type before its exp. PyTorch's log_softmax + nll_loss keep lse - m implicitly
+// (log_softmax is stored relative to the max) and are accurate here too; fused kernels
+// that keep a float32 lse (Apex's xentropy) are not. tests/cpu/test_probe_numerics.cpp
+// holds the bounds.
 #include <cstdint>
 
 #include "tensor/ops/index.h"
@@ -42,7 +58,8 @@ struct CrossEntropyOptions {
 namespace frugal::ops {
 
 /// The outputs of cross_entropy: the loss (None: the target's shape; otherwise 0-d; the
-/// logits' dtype), the per-row logsumexp (the target's shape, compute dtype) and, for
+/// logits' dtype), the per-row logsumexp (the target's shape, float64: Note [Cross entropy
+/// keeps lse in float64]) and, for
 /// Reduction::Mean, the 0-d number of non-ignored targets (compute dtype; else undefined).
 struct CrossEntropyResult {
   Tensor loss, lse, count;
@@ -65,7 +82,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 }  // namespace frugal::ops
 
 // Backend kernels: logits (R, C) contiguous, R > 0; target (R) contiguous int32/int64;
-// loss, lse: (R) in opmath of the logits; grad_logits (R, C) contiguous.
+// loss: (R) in opmath of the logits; lse: (R) float64; grad_logits (R, C) contiguous.
 namespace frugal::ops::cpu {
 /// loss, lse: (R); logits: (R, C); target: (R). A bad target is reported through err.
 void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,

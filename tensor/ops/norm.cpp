@@ -1,5 +1,6 @@
 #include "tensor/ops/norm.h"
 
+#include <cmath>
 #include <limits>
 
 #include "tensor/device_dispatch.h"
@@ -41,7 +42,7 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
   const Shape rows = check_layer_norm_input(op, x, normalized_shape);
   check_affine(op, "weight", weight, x, normalized_shape);
   check_affine(op, "bias", bias, x, normalized_shape);
-  FRUGAL_CHECK(eps >= 0.0, op, ": eps must be >= 0, got ", eps);
+  FRUGAL_CHECK(eps >= 0.0 && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
   const int64_t M = numel_of(rows), N = numel_of(normalized_shape);
   LayerNormResult r{empty(x.sizes(), x.options()), empty(rows, {stats_dtype(x.dtype()), x.device()}),
                     empty(rows, {stats_dtype(x.dtype()), x.device()})};

@@ -29,6 +29,8 @@ FRUGAL_HD float tanh(float x) { return ::tanhf(x); }
 FRUGAL_HD double tanh(double x) { return ::tanh(x); }
 FRUGAL_HD float erf(float x) { return ::erff(x); }
 FRUGAL_HD double erf(double x) { return ::erf(x); }
+FRUGAL_HD float erfc(float x) { return ::erfcf(x); }
+FRUGAL_HD double erfc(double x) { return ::erfc(x); }
 FRUGAL_HD float sin(float x) { return ::sinf(x); }
 FRUGAL_HD double sin(double x) { return ::sin(x); }
 FRUGAL_HD float cos(float x) { return ::cosf(x); }
@@ -50,6 +52,33 @@ FRUGAL_HD double rsqrt(double x) {
 #else
   return 1.0 / ::sqrt(x);
 #endif
+}
+
+// Note [Activation tails]
+// The textbook forms 0.5 x (1 + erf(x / sqrt 2)) and 0.5 x (1 + tanh(u)) cancel for
+// x < -3: 1 + erf is then below erf's own rounding (erf(-3.5) = -0.99999926 in float32), so
+// gelu(-5) = -1.4e-6 came out 30% off, and 0 from x = -5.9 although the true value is a
+// normal float down to x = -13 (float16/bfloat16 results were off by many ulps there too).
+// 1 / (1 + exp(-x)) overflows exp(-x) for x < -88.7 and gave 0 for sigmoid and silu where
+// the results are still normal floats (silu(-89) = -1.9e-37). PyTorch's CPU kernels use
+// the textbook forms. Here every one is written without cancellation: Phi(x) =
+// 0.5 erfc(-x / sqrt 2); 0.5 (1 + tanh(u)) = sigmoid(2u); and the logistic takes exp of
+// -|z| only, so it never overflows: sigmoid(z) = 1 / (1 + e) for z >= 0, e / (1 + e) below,
+// with e = exp(-|z|), and its complement 1 - sigmoid(z) comes from the same e instead of a
+// subtraction; tanh's sech^2 = 1 - tanh^2 the same way, as 4 e / (1 + e)^2. The results are
+// within a few ulps (times the condition number of the exp's argument) over the whole
+// float32 range, and within one ulp in float16/bfloat16 (tests/cpu/test_probe_numerics.cpp).
+
+/// sigmoid(z) and 1 - sigmoid(z), both to full relative precision, with e = exp(-|z|) <= 1
+/// (Note [Activation tails]). A NaN z gives NaN for both.
+template <typename M>
+struct Logistic {
+  M s, sc, e;  // sigmoid(z), 1 - sigmoid(z), exp(-|z|)
+};
+template <typename M>
+FRUGAL_HD Logistic<M> logistic(M z) {
+  const M e = exp(-fabs(z)), big = M(1) / (M(1) + e), small = e * big;
+  return z >= M(0) ? Logistic<M>{big, small, e} : z < M(0) ? Logistic<M>{small, big, e} : Logistic<M>{z, z, z};
 }
 
 // Note [pow of 0.5 and -0.5]
@@ -122,17 +151,17 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     return math::rsqrt(x);
   } else if constexpr (kOp == U::Tanh) {
     return math::tanh(x);
-  } else if constexpr (kOp == U::Sigmoid) {
-    return M(1) / (M(1) + math::exp(-x));  // exp(-x) = inf for x << 0 gives exactly 0
-  } else if constexpr (kOp == U::Gelu) {
+  } else if constexpr (kOp == U::Sigmoid) {  // Note [Activation tails]
+    return math::logistic(x).s;
+  } else if constexpr (kOp == U::Gelu) {  // x Phi(x), Phi = 0.5 erfc(-x / sqrt 2): Note [Activation tails]
     constexpr M kInvSqrt2 = M(0.70710678118654752440);
-    return M(0.5) * x * (M(1) + math::erf(x * kInvSqrt2));
-  } else if constexpr (kOp == U::GeluTanh) {
+    return M(0.5) * x * math::erfc(-x * kInvSqrt2);
+  } else if constexpr (kOp == U::GeluTanh) {  // 0.5 x (1 + tanh(u)) = x sigmoid(2u)
     constexpr M kSqrt2OverPi = M(0.79788456080286535588);
     constexpr M kCoeff = M(0.044715);
-    return M(0.5) * x * (M(1) + math::tanh(kSqrt2OverPi * (x + kCoeff * x * x * x)));
+    return x * math::logistic(M(2) * kSqrt2OverPi * (x + kCoeff * x * x * x)).s;
   } else if constexpr (kOp == U::Silu) {
-    return x / (M(1) + math::exp(-x));
+    return x * math::logistic(x).s;
   } else if constexpr (kOp == U::Reciprocal) {
     return M(1) / x;
   } else if constexpr (kOp == U::Sin) {
@@ -183,22 +212,25 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
     return g * v * (M(1) - v);
   } else if constexpr (kOp == U::Relu) {  // v = y; 0 at 0 and where y <= 0; NaN y passes g
     return v <= M(0) ? M(0) : g;
-  } else if constexpr (kOp == U::Gelu) {  // Phi(x) + x phi(x)
+  } else if constexpr (kOp == U::Gelu) {  // Phi(x) + x phi(x), Phi from erfc (Note [Activation tails])
     constexpr M kInvSqrt2 = M(0.70710678118654752440);
     constexpr M kInvSqrt2Pi = M(0.39894228040143267794);
-    const M cdf = M(0.5) * (M(1) + math::erf(v * kInvSqrt2));
+    const M cdf = M(0.5) * math::erfc(-v * kInvSqrt2);
     const M pdf = kInvSqrt2Pi * math::exp(M(-0.5) * v * v);
     return g * (cdf + v * pdf);
-  } else if constexpr (kOp == U::GeluTanh) {  // llm.c gelu_backward, with sech^2 = 1 - tanh^2
+  } else if constexpr (kOp == U::GeluTanh) {
+    // llm.c gelu_backward: 0.5 (1 + t) + 0.5 x sech^2(u) u', t = tanh(u), written with
+    // 0.5 (1 + t) = sigmoid(2u) and 0.5 sech^2(u) = 2 e / (1 + e)^2, e = exp(-2|u|)
+    // (Note [Activation tails]).
     constexpr M kSqrt2OverPi = M(0.79788456080286535588);
     constexpr M kCoeff = M(0.044715);
     const M x2 = v * v;
-    const M t = math::tanh(kSqrt2OverPi * (v + kCoeff * x2 * v));
-    const M dt = kSqrt2OverPi * (M(1) + M(3) * kCoeff * x2);  // d(tanh argument)/dx
-    return g * (M(0.5) * (M(1) + t) + M(0.5) * v * (M(1) - t * t) * dt);
+    const math::Logistic<M> l = math::logistic(M(2) * kSqrt2OverPi * (v + kCoeff * x2 * v));
+    const M dt = kSqrt2OverPi * (M(1) + M(3) * kCoeff * x2);  // du/dx
+    return g * (l.s + M(2) * v * (l.s * l.sc) * dt);
   } else if constexpr (kOp == U::Silu) {  // s (1 + x (1 - s)), s = sigmoid(x)
-    const M s = M(1) / (M(1) + math::exp(-v));
-    return g * s * (M(1) + v * (M(1) - s));
+    const math::Logistic<M> l = math::logistic(v);
+    return g * l.s * (M(1) + v * l.sc);
   } else if constexpr (kOp == U::Abs) {  // sign(x), 0 at 0; NaN stays NaN
     return v > M(0) ? g : v < M(0) ? -g : v == M(0) ? M(0) : v;
   } else if constexpr (kOp == U::Square) {  // 2x

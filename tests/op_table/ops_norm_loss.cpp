@@ -360,7 +360,9 @@ void add_norm_loss_ops(std::vector<OpEntry>& t) {
                      out.push_back(rounded(Host{true, {}, {total}}, dt, tol_sum(dt, v.R * (v.C + 8), 8)));
                    if (c.opts.reduction == Reduction::Mean)
                      out.push_back(rounded(Host{true, {}, {total / count}}, dt, tol_sum(dt, v.C + 8, 8)));
-                   out.push_back(rounded(lse, st, tol_sum(st, v.C + 8, 4)));
+                   // lse is float64 for every dtype (Note [Cross entropy keeps lse in float64]), accurate
+                   // to the compute type's sums (CUDA sums exps in float32).
+                   out.push_back(rounded(lse, kFloat64, tol_sum(st, v.C + 8, 4)));
                    out.push_back(c.opts.reduction == Reduction::Mean ? Expected{Host{true, {}, {count}}, st, {}}
                                                                      : expect_undefined());
                    return out;
@@ -390,7 +392,7 @@ void add_norm_loss_ops(std::vector<OpEntry>& t) {
                  const DType st = stats_dtype(dt);
                  const Shape loss_shape = c.opts.reduction == Reduction::None ? c.target_shape : Shape{};
                  s.inputs = {random_input(rng, loss_shape, dt), logits, target,
-                             tensor_of(lse, c.target_shape, st, &rng),
+                             tensor_of(lse, c.target_shape, kFloat64, &rng),  // Note [Cross entropy keeps lse in float64]
                              c.opts.reduction == Reduction::Mean ? tensor_of({count}, {}, st) : Tensor()};
                  s.params = cat_str("ignore_index=", c.opts.ignore_index, " label_smoothing=", c.opts.label_smoothing,
                                     " reduction=", reduction_name(c.opts.reduction));
