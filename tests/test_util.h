@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/factory.h"
@@ -165,6 +166,23 @@ inline void check_close(const std::vector<double>& actual, const std::vector<dou
 inline void check_close(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
                         const std::string& what = "") {
   check_close(values_of(actual), expected, rtol, atol, what);
+}
+
+/// The names of a (name, value) list (state_dict, named_parameters, named_modules), in order.
+template <typename T>
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, T>>& list) {
+  std::vector<std::string> out;
+  for (const auto& kv : list) out.push_back(kv.first);
+  return out;
+}
+
+/// The tensor named `name` in a (name, tensor) list; fails the test when it is missing.
+inline const Tensor& entry(const std::vector<std::pair<std::string, Tensor>>& list, const std::string& name) {
+  for (const auto& kv : list)
+    if (kv.first == name) return kv.second;
+  FAIL("missing key " << name);
+  static Tensor none;
+  return none;
 }
 
 /// Runs `body` and checks it throws frugal::Error whose message contains every `parts` string.

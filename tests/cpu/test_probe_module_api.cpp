@@ -40,27 +40,6 @@ namespace {
 using Values = std::vector<double>;
 using Names = std::vector<std::string>;
 
-Names names_of(const nn::NamedTensors& list) {
-  Names out;
-  for (const auto& kv : list) out.push_back(kv.first);
-  return out;
-}
-
-template <typename M>
-Names module_names(const std::vector<std::pair<std::string, std::shared_ptr<M>>>& list) {
-  Names out;
-  for (const auto& kv : list) out.push_back(kv.first);
-  return out;
-}
-
-const Tensor& entry(const nn::NamedTensors& list, const std::string& name) {
-  for (const auto& kv : list)
-    if (kv.first == name) return kv.second;
-  FAIL("missing key " << name);
-  static Tensor none;
-  return none;
-}
-
 void set_values(const Tensor& t, double v) {
   autograd::NoGradGuard no_grad;
   t.copy_(full(t.sizes(), v, TensorOptions(t.dtype())));
@@ -140,8 +119,8 @@ TEST_CASE("probe module api: named_parameters/buffers/modules/children recurse d
   CHECK(names_of(m.named_parameters(/*recurse=*/false)) == Names{"gain"});
   CHECK(names_of(m.named_buffers(/*recurse=*/false)) == Names{"scale"});
   CHECK(names_of(m.inner->named_parameters()) == Names{"w", "fc.weight", "fc.bias"});  // no parent prefix
-  CHECK(module_names(m.named_children()) == Names{"bn", "inner"});
-  CHECK(module_names(m.named_modules()) == Names{"bn", "inner", "inner.fc"});
+  CHECK(names_of(m.named_children()) == Names{"bn", "inner"});
+  CHECK(names_of(m.named_modules()) == Names{"bn", "inner", "inner.fc"});
   const auto kids = m.children();
   REQUIRE(kids.size() == 2);
   CHECK(kids[0].get() == m.bn.get());
@@ -190,7 +169,7 @@ TEST_CASE("probe module api: Sequential and ModuleList past ten children: 'layer
   for (int k = 0; k < 12; ++k) mods.push_back("layers." + std::to_string(k));
   mods.push_back("heads");
   for (int k = 0; k < 11; ++k) mods.push_back("heads." + std::to_string(k));
-  CHECK(module_names(net.named_modules()) == mods);
+  CHECK(names_of(net.named_modules()) == mods);
 
   // A checkpoint held in a std::map (keys sorted as strings: "layers.10" before "layers.2")
   // loads each value into the layer of its own number.
@@ -302,10 +281,10 @@ TEST_CASE("probe module api: register_* refuses empty and dotted names and cross
   check_error([&] { r.param("w"); }, {"Reg", "'w'", "already registered"});
   check_error([&] { r.null_module(); }, {"Reg", "'act'", "null"});
   CHECK(names_of(r.state_dict()) == before);
-  CHECK(module_names(r.named_children()) == Names{"sub"});
+  CHECK(names_of(r.named_children()) == Names{"sub"});
   // the refused null module left its name free
   r.module("act");
-  CHECK(module_names(r.named_children()) == Names{"sub", "act"});
+  CHECK(names_of(r.named_children()) == Names{"sub", "act"});
 }
 
 TEST_CASE("probe module api: non-strict load_state_dict of a nested model reports dotted missing and unexpected keys") {

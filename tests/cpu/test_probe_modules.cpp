@@ -48,21 +48,6 @@ Tensor f64_param(const Values& v, const Shape& shape) {
   return t;
 }
 
-/// The names of a NamedTensors list, in order.
-std::vector<std::string> names_of(const nn::NamedTensors& list) {
-  std::vector<std::string> out;
-  for (const auto& kv : list) out.push_back(kv.first);
-  return out;
-}
-
-const Tensor& entry(const nn::NamedTensors& list, const std::string& name) {
-  for (const auto& kv : list)
-    if (kv.first == name) return kv.second;
-  FAIL("missing key " << name);
-  static Tensor none;
-  return none;
-}
-
 bool bit_equal(const Tensor& a, const Tensor& b) {
   const Values x = values_of(a), y = values_of(b);
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
