@@ -21,10 +21,12 @@
 //              layer_norm, cross_entropy, mse_loss, sum, mean, var, exp, log, pow,
 //              rsqrt, reciprocal (numerically sensitive, or reductions whose result
 //              needs the range).
-//   Promote -> the widest floating input: add/sub/mul/div/maximum/minimum/pow, where, cat
-//              and stack. frugal's kernels already promote mixed inputs (PyTorch's rules),
-//              so these ops need no cast: the result is the same and no widened copy is
-//              made or saved for backward (MulBackward keeps the narrow input).
+//   Promote -> the widest floating input (a 0-d one counts only if every floating input
+//              is 0-d: Note [0-d operands in promotion] in tensor/dtype.h): add/sub/mul/
+//              div/maximum/minimum/pow, where, cat and stack. frugal's kernels already
+//              promote mixed inputs (PyTorch's rules), so these ops need no cast: the
+//              result is the same and no widened copy is made or saved for backward
+//              (MulBackward keeps the narrow input).
 //   batch_norm keeps its input dtype: its kernel takes float16/bfloat16 x with float32
 //   weight and running statistics and computes the statistics in float32 (Note [Batch
 //   norm statistics]), as cuDNN does under PyTorch's autocast.

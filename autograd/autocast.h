@@ -9,7 +9,8 @@
 //
 // Per-op policy, as torch.autocast: ops of the "lower" list cast their floating inputs
 // to the autocast dtype; ops of the "fp32" list cast low-precision inputs up to float32;
-// binary ops, where, cat and stack promote to the widest input dtype (natively). Casts of
+// binary ops, where, cat and stack promote natively, as torch.result_type (Note [0-d
+// operands in promotion] in tensor/dtype.h). Casts of
 // leaf tensors that require grad (parameters) are cached while an AutocastGuard is alive,
 // so a weight used by many calls is cast once.
 #include <initializer_list>

@@ -48,6 +48,13 @@ DType promote_types(DType a, DType b) {
   return DType::Float32;  // f32 with a 16-bit type, or f16 with bf16
 }
 
+DType result_type(DType a, bool a_zero_dim, DType b, bool b_zero_dim) {
+  // uint8 takes no part in promotion: promote_types refuses it with its message.
+  if (a_zero_dim == b_zero_dim || a == DType::UInt8 || b == DType::UInt8) return promote_types(a, b);
+  const DType dimensioned = a_zero_dim ? b : a, zero_dim = a_zero_dim ? a : b;
+  return category(zero_dim) > category(dimensioned) ? promote_types(dimensioned, zero_dim) : dimensioned;
+}
+
 DType promote_with_scalar(DType t, bool scalar_is_floating) {
   if (scalar_is_floating && !is_floating(t)) return DType::Float32;
   if (!scalar_is_floating && t == DType::Bool) return DType::Int64;

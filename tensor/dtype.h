@@ -58,6 +58,21 @@ DType promote_types(DType a, DType b);
 /// with a float scalar gives float32), never the width, as in PyTorch.
 DType promote_with_scalar(DType tensor, bool scalar_is_floating);
 
+// Note [0-d operands in promotion]
+// torch.result_type ranks a 0-d tensor below a dimensioned one (any tensor with dim() > 0,
+// size-0 ones included): beside a dimensioned operand, a 0-d operand counts only when its
+// category (bool < integer < floating) is higher. So f16[N] * f32[] is float16 and
+// int32[N] + int64[] is int32 (wrapping in int32), while int32[N] + f64[] is float64; two 0-d
+// operands, or two dimensioned ones, promote with promote_types. Without this, a 0-d factor
+// (a norm, a learned temperature, a loss weight) would silently turn a float16 activation
+// into float32 and compare or wrap in a different dtype than PyTorch. The 0-d operand is
+// converted to the result dtype like any other operand (Note [Dynamic casting] in
+// tensor/ops/binary_math.h).
+
+/// torch.result_type of two tensor operands of dtypes a and b, where a_zero_dim / b_zero_dim
+/// say whether each is 0-d (Note [0-d operands in promotion]).
+DType result_type(DType a, bool a_zero_dim, DType b, bool b_zero_dim);
+
 /// Maps C++ types to DType: dtype_of<float>() == kFloat32.
 template <typename T>
 constexpr DType dtype_of();

@@ -27,6 +27,19 @@ DerivedInfo info_of(DerivedInfo::Kind kind) {
 // The tensor methods that are ops name themselves when called on an undefined tensor
 // (impl()'s own check cannot know the op).
 void check_defined(const Tensor& t, const char* op) { FRUGAL_CHECK(t.defined(), op, ": undefined tensor"); }
+
+// Note [Dims of a 0-d tensor]
+// wrap_dim accepts dim 0 and -1 for a 0-d tensor, as PyTorch's maybe_wrap_dim does, so that
+// sum(s, 0), squeeze(s, 0), unsqueeze(s, 0) and transpose(s, 0, -1) work on a scalar. But
+// such a dim names no entry of sizes(): a method that reads sizes()[dim] after wrap_dim
+// (size, stride, narrow, slice, unflatten) must refuse a 0-d tensor first, as PyTorch
+// does ("dimension specified as 0 but tensor has no dimensions", "narrow() cannot be
+// applied to a 0-dim tensor"); reading it was out of bounds of an empty vector, and
+// slice wrote there. transpose of a 0-d tensor is the tensor itself (an empty permute).
+void check_has_dims(const Tensor& t, int64_t d, const char* op) {
+  FRUGAL_CHECK(t.dim() > 0, op, ": dim ", d, " of a 0-d tensor ", t.describe(),
+               ", which has no dims (see Note [Dims of a 0-d tensor])");
+}
 }  // namespace
 
 void set_derived_hook(DerivedHook hook) { derived_hook.store(hook, std::memory_order_release); }
@@ -74,8 +87,16 @@ std::string Tensor::describe() const {
   return std::string(dtype_name(dtype())) + shape_str(sizes()) + " " + device().str();
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  if (dim() == 0) [[unlikely]]
+    check_has_dims(*this, d, "size");  // Note [Dims of a 0-d tensor]
+  return sizes()[size_t(wrap_dim(d, dim(), "size"))];
+}
+int64_t Tensor::stride(int64_t d) const {
+  if (dim() == 0) [[unlikely]]
+    check_has_dims(*this, d, "stride");
+  return strides()[size_t(wrap_dim(d, dim(), "stride"))];
+}
 
 bool Tensor::is_contiguous() const {
   if (numel() == 0) return true;  // as in PyTorch: no element is out of place (and contiguous() of it must be)
@@ -225,6 +246,7 @@ Tensor Tensor::transpose(int64_t a, int64_t b) const {
   check_defined(*this, "transpose");
   a = wrap_dim(a, dim(), "transpose");
   b = wrap_dim(b, dim(), "transpose");
+  if (dim() == 0) return permute({});  // Note [Dims of a 0-d tensor]
   std::vector<int64_t> perm(static_cast<size_t>(dim()));
   for (int64_t d = 0; d < dim(); ++d) perm[d] = d;
   std::swap(perm[a], perm[b]);
@@ -239,6 +261,7 @@ Tensor Tensor::t() const {
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   check_defined(*this, "narrow");
+  check_has_dims(*this, d, "narrow");  // Note [Dims of a 0-d tensor]
   d = wrap_dim(d, dim(), "narrow");
   if (start < 0) start += sizes()[d];
   FRUGAL_CHECK(start >= 0 && length >= 0 && start <= sizes()[d] && length <= sizes()[d] - start, "narrow: start ",
@@ -248,6 +271,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   check_defined(*this, "slice");
+  check_has_dims(*this, d, "slice");
   d = wrap_dim(d, dim(), "slice");
   FRUGAL_CHECK(step > 0, "slice: step must be positive, got ", step);
   const int64_t n = sizes()[d];
@@ -320,8 +344,8 @@ Tensor Tensor::squeeze() const {
 
 Tensor Tensor::squeeze(int64_t d) const {
   check_defined(*this, "squeeze");
+  d = wrap_dim(d, dim(), "squeeze");  // 0 and -1 for a 0-d tensor, as PyTorch
   if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze");
   if (sizes()[d] != 1) return *this;
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
@@ -357,6 +381,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 
 Tensor Tensor::unflatten(int64_t d, const Shape& parts) const {
   check_defined(*this, "unflatten");
+  check_has_dims(*this, d, "unflatten");
   d = wrap_dim(d, dim(), "unflatten");
   // At most one -1, as in PyTorch; checked here so the error names unflatten, not view (a
   // product that overflows is left to view's check, Note [Size overflow]).

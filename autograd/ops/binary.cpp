@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string_view>
 
 #include "autograd/autocast.h"
@@ -341,7 +342,11 @@ Tensor rsub(const Tensor& x, double s) {
   FRUGAL_CHECK(x.dtype() != kBool && x.dtype() != kUInt8,  // as PyTorch: no subtraction with bool
                "rsub: expects a floating or integer tensor, got ", x.describe());
   if (is_floating(x.dtype())) return affine(x, -1.0, s);  // one pass, one rounding
-  return ops::add(ops::neg(x), s);                        // integers: no gradient, PyTorch's promotion
+  // Integers (no gradient): s - x in torch.rsub's result dtype. A fractional s gives float32,
+  // so x is converted first: negating in the integer type would wrap -INT32_MIN to INT32_MIN
+  // and flip the sign of 0.5 - INT32_MIN. An integral s keeps integer arithmetic, which wraps.
+  const bool fractional = !(std::isfinite(s) && s == std::trunc(s));  // Note [Binary type promotion]
+  return ops::add(ops::neg(fractional ? x.to(kFloat32) : x), s);
 }
 
 Tensor rdiv(const Tensor& x, double s) {

@@ -70,12 +70,13 @@ double wrap_integer_scalar(const char* name, const char* role, double s, DType c
 
 /// The compute dtype of `op` on operands whose promoted dtype is `promoted`; throws for
 /// arithmetic on bool.
-/// promote_types(a, b), refusing uint8 with the op's name and operands (promote_types itself
-/// knows neither; Note [Storage-only uint8] in tensor/dtype.h).
-DType promote(const char* name, DType a, DType b, const Operands& what) {
-  FRUGAL_CHECK(a != kUInt8 && b != kUInt8, name, ": uint8 is a storage-only dtype and takes no arithmetic (", what,
+/// torch.result_type(a, b) (Note [0-d operands in promotion] in tensor/dtype.h), refusing uint8
+/// with the op's name and operands (result_type itself knows neither; Note [Storage-only uint8]).
+DType promote(const char* name, const Tensor& a, const Tensor& b, const Operands& what) {
+  FRUGAL_CHECK(a.dtype() != kUInt8 && b.dtype() != kUInt8, name,
+               ": uint8 is a storage-only dtype and takes no arithmetic (", what,
                "; Note [Storage-only uint8] in tensor/dtype.h)");
-  return promote_types(a, b);
+  return result_type(a.dtype(), a.dim() == 0, b.dtype(), b.dim() == 0);
 }
 
 DType compute_dtype(const char* name, BinaryOp op, DType promoted, const Operands& what) {
@@ -131,7 +132,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   check_defined(name, b);
   check_same_device(name, a, b);
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
-  const DType compute = compute_dtype(name, op, promote(name, a.dtype(), b.dtype(), {a, &b}), {a, &b});
+  const DType compute = compute_dtype(name, op, promote(name, a, b, {a, &b}), {a, &b});
   if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, Operands{a, &b});
   Tensor out = empty_elementwise_output(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()}, {&a, &b});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
@@ -161,7 +162,7 @@ const Tensor& binary_inplace(const char* name, BinaryOp op, const Tensor& self, 
   check_same_device(name, self, other);
   const Operands what{self, &other};
   const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
-  const DType compute = compute_dtype(name, op, promote(name, self.dtype(), other.dtype(), what), what);
+  const DType compute = compute_dtype(name, op, promote(name, self, other, what), what);
   if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, what);
   check_inplace(name, self, shape, compute, what);
   if (self.numel() > 0) {
@@ -241,7 +242,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device("where", cond, b);
   const Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   // where() converts a mismatched operand up front (rare, and it keeps one kernel per dtype).
-  const DType dtype = promote("where", a.dtype(), b.dtype(), {a, &b});
+  const DType dtype = promote("where", a, b, {a, &b});
   Tensor out = empty_elementwise_output(shape, {dtype, a.device()}, {&a, &b, &cond});
   if (out.numel() > 0)
     FRUGAL_DEVICE_DISPATCH("where", a.device(), where_kernel, out, cond, as_dtype(a, dtype), as_dtype(b, dtype));

@@ -2,9 +2,10 @@
 // Binary elementwise ops with NumPy broadcasting and PyTorch type promotion.
 //
 // Note [Binary type promotion]
-// A tensor-tensor op computes in promote_types(a, b) (bool < int32 < int64 <
-// floats; f16 with bf16 gives f32), except div, which is true division: integer
-// or bool inputs give float32. A tensor-scalar op computes in
+// A tensor-tensor op computes in result_type(a, b) (bool < int32 < int64 <
+// floats; f16 with bf16 gives f32; a 0-d operand beside a dimensioned one counts only
+// when its category is higher: Note [0-d operands in promotion] in tensor/dtype.h),
+// except div, which is true division: integer or bool inputs give float32. A tensor-scalar op computes in
 // promote_with_scalar(x, scalar_is_floating): the scalar lifts only the category,
 // never the width. C++ has no separate integer scalar here, so a double scalar
 // counts as an integer when it holds an integral value (mul(int_tensor, 2.0) stays
@@ -63,7 +64,7 @@ Tensor logical_not(const Tensor& x);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 
-/// cond ? a : b, all three broadcast; cond must be bool; dtype promote_types(a, b).
+/// cond ? a : b, all three broadcast; cond must be bool; dtype result_type(a, b) (as torch.where).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// mask ? value : x, mask (bool) and x broadcast together; dtype of x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);

@@ -13,6 +13,7 @@
 #include "nn/conv.h"
 #include "tensor/ops/conv.h"
 #include "tensor/ops/reduce.h"
+#include "tests/cpu/conv_reference.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -53,52 +54,6 @@ const ConvCase kCases[] = {
     {{9, 4, 30, 20}, {6, 2, 3, 3}, {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 1}, .groups = 2}},
 };
 
-/// Naive convolution in float64: y (and sum |x w| per output, the scale of its rounding),
-/// and, given gy, the gradients by scattering every product's derivative.
-struct Naive {
-  Shape y_shape;
-  std::vector<double> y, scale, gx, gw;
-};
-
-Naive naive_conv(const std::vector<double>& x, const Shape& xs, const std::vector<double>& w, const Shape& ws,
-                 const std::vector<double>* bias, const Conv2dOptions& o, const std::vector<double>* gy = nullptr) {
-  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], Cg = ws[1], R = ws[2], S = ws[3];
-  const int64_t G = o.groups, Kg = K / G;
-  const int64_t OH = (H + 2 * o.padding.h - o.dilation.h * (R - 1) - 1) / o.stride.h + 1;
-  const int64_t OW = (W + 2 * o.padding.w - o.dilation.w * (S - 1) - 1) / o.stride.w + 1;
-  Naive r;
-  r.y_shape = {N, K, OH, OW};
-  r.y.assign(size_t(N * K * OH * OW), 0.0);
-  r.scale.assign(r.y.size(), 0.0);
-  r.gx.assign(x.size(), 0.0);
-  r.gw.assign(w.size(), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const size_t yi = size_t(((n * K + k) * OH + oh) * OW + ow);
-          double s = bias ? (*bias)[size_t(k)] : 0.0, a = std::fabs(s);
-          for (int64_t c = 0; c < Cg; ++c)
-            for (int64_t i = 0; i < R; ++i)
-              for (int64_t j = 0; j < S; ++j) {
-                const int64_t ih = oh * o.stride.h - o.padding.h + i * o.dilation.h;
-                const int64_t iw = ow * o.stride.w - o.padding.w + j * o.dilation.w;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                const size_t xi = size_t(((n * C + (k / Kg) * Cg + c) * H + ih) * W + iw);
-                const size_t wi = size_t(((k * Cg + c) * R + i) * S + j);
-                s += x[xi] * w[wi];
-                a += std::fabs(x[xi] * w[wi]);
-                if (gy) {
-                  r.gx[xi] += (*gy)[yi] * w[wi];
-                  r.gw[wi] += (*gy)[yi] * x[xi];
-                }
-              }
-          r.y[yi] = s;
-          r.scale[yi] = a;
-        }
-  return r;
-}
-
 /// |actual - expected| <= rtol * scale + atol elementwise: rounding errors of a sum grow with
 /// the sum of the magnitudes of its terms, not with the (possibly cancelled) result.
 void check_scaled(const std::vector<double>& actual, const std::vector<double>& expected,
@@ -121,7 +76,7 @@ std::pair<std::vector<double>, std::vector<double>> grad_scales(const std::vecto
     return v;
   };
   const std::vector<double> ax = absv(x), aw = absv(w), ag = absv(gy);
-  const Naive n = naive_conv(ax, xs, aw, ws, nullptr, o, &ag);
+  const ConvRef n = conv_ref(ax, xs, aw, ws, nullptr, o, &ag);
   return {n.gx, n.gw};
 }
 
@@ -144,8 +99,8 @@ TEST_CASE("conv2d: forward matches a naive float64 convolution in every dtype an
         const Tensor y = ops::conv2d(x, w, b, c.o);
         // The reference sees the values as stored in dtype t.
         const std::vector<double> bv = c.bias ? values_of(b) : std::vector<double>();
-        const Naive ref = naive_conv(values_of(x), c.x, values_of(w), c.w, c.bias ? &bv : nullptr, c.o);
-        REQUIRE(y.sizes() == ref.y_shape);
+        const ConvRef ref = conv_ref(values_of(x), c.x, values_of(w), c.w, c.bias ? &bv : nullptr, c.o);
+        REQUIRE(y.sizes() == ref.ys);
         CHECK(y.dtype() == t);
         CHECK(y.is_contiguous());
         check_scaled(values_of(y), ref.y, ref.scale, default_rtol(t), "conv2d " + c.name());
@@ -160,10 +115,10 @@ TEST_CASE("conv2d: backward input and weight match the naive scatter of every pr
       CAPTURE(dtype_name(t));
       const Tensor x = random_tensor(c.x, t, ++seed);
       const Tensor w = random_tensor(c.w, t, ++seed);
-      const Shape ys = naive_conv(values_of(x), c.x, values_of(w), c.w, nullptr, c.o).y_shape;
+      const Shape ys = conv_ref(values_of(x), c.x, values_of(w), c.w, nullptr, c.o).ys;
       const Tensor gy = random_tensor(ys, t, ++seed, Layout::Transposed);
       const std::vector<double> gyv = values_of(gy);
-      const Naive ref = naive_conv(values_of(x), c.x, values_of(w), c.w, nullptr, c.o, &gyv);
+      const ConvRef ref = conv_ref(values_of(x), c.x, values_of(w), c.w, nullptr, c.o, &gyv);
       const auto [sx, sw] = grad_scales(values_of(x), c.x, values_of(w), c.w, c.o, gyv);
       const Tensor gx = ops::conv2d_backward_input(gy, c.x, w, c.o);
       const Tensor gw = ops::conv2d_backward_weight(gy, x, c.w, c.o);

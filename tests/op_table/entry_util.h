@@ -38,6 +38,15 @@ inline DType ref_promote(DType a, DType b) {
   if (a == kFloat64 || b == kFloat64) return kFloat64;
   return kFloat32;
 }
+/// PyTorch's result_type of two tensors, given whether each is 0-d: beside a dimensioned operand
+/// a 0-d one counts only when its category is higher (PyTorch's "Type promotion" docs; Note [0-d
+/// operands in promotion] in tensor/dtype.h), written out again.
+inline DType ref_result_type(DType a, bool a_zero_dim, DType b, bool b_zero_dim) {
+  auto cat = [](DType t) { return t == kBool ? 0 : (t == kInt32 || t == kInt64) ? 1 : 2; };
+  if (a_zero_dim == b_zero_dim) return ref_promote(a, b);
+  const DType dimensioned = a_zero_dim ? b : a, zero_dim = a_zero_dim ? a : b;
+  return cat(zero_dim) > cat(dimensioned) ? ref_promote(dimensioned, zero_dim) : dimensioned;
+}
 /// The compute dtype of `tensor op scalar`: a floating scalar lifts integers and bool to
 /// float32, an integral one lifts bool to int64.
 inline DType ref_promote_scalar(DType t, bool floating_scalar) {

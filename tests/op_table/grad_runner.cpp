@@ -243,6 +243,7 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
     for (int variant = 0; variant < variants; ++variant) {
       TensorList in;
       std::vector<DType> floating_dtypes;
+      std::vector<bool> floating_zero_dim;  // 0-d inputs: Note [0-d operands in promotion]
       for (size_t k = 0; k < c.s.inputs.size(); ++k) {
         const GradInput& gi = c.s.inputs[k];
         Tensor t = gi.value;
@@ -250,6 +251,7 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
           const DType rest = variant == 3 ? other_low : kFloat32;
           const DType dt = variant == 0 ? kFloat32 : variant == 1 || int(k) < e.amp_mixed ? low : rest;
           floating_dtypes.push_back(dt);
+          floating_zero_dim.push_back(t.dim() == 0);
           t = t.to(device, dt);
           if (gi.grad) t.requires_grad_();
         } else if (t.defined()) {
@@ -267,8 +269,17 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
       DType want = floating_dtypes.empty() ? kFloat32 : floating_dtypes[0];
       if (e.amp == AmpPolicy::Lower) want = low;
       if (e.amp == AmpPolicy::Float32 || e.amp == AmpPolicy::LowerToFloat32) want = kFloat32;
-      if (e.amp == AmpPolicy::Promote)
-        for (DType t : floating_dtypes) want = ref_promote(want, t);
+      if (e.amp == AmpPolicy::Promote) {
+        // torch.result_type of the floating inputs: a 0-d one counts only when all are 0-d.
+        bool all_zero_dim = true;
+        for (bool z : floating_zero_dim) all_zero_dim = all_zero_dim && z;
+        bool first = true;
+        for (size_t k = 0; k < floating_dtypes.size(); ++k) {
+          if (!all_zero_dim && floating_zero_dim[k]) continue;
+          want = first ? floating_dtypes[k] : ref_promote(want, floating_dtypes[k]);
+          first = false;
+        }
+      }
       if (y.dtype() != want)
         throw Failure{cat_str(which, ": the output is ", describe(y), " under autocast, but policy ",
                               amp_policy_name(e.amp), " says ", dtype_name(want))};

@@ -145,7 +145,8 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                    return std::vector<Tensor>{spec.call(in[0], in[1], alpha)};
                  };
                  s.reference = [spec, alpha, ta, tb](const std::vector<Host>& in) {
-                   const DType compute = compute_of(spec.kind, ref_promote(ta, tb));
+                   const DType compute =
+                       compute_of(spec.kind, ref_result_type(ta, in[0].sizes.empty(), tb, in[1].sizes.empty()));
                    if (spec.alpha && !is_floating(compute) && alpha != std::trunc(alpha))
                      throw MustThrow{"a fractional alpha with an integer result"};
                    const bool pred = spec.kind == Kind::Compare || spec.kind == Kind::Logical;
@@ -279,7 +280,8 @@ void add_inplace(std::vector<OpEntry>& t, const InplaceSpec& spec) {
          };
          const DType other_dtype = s.inputs[1].dtype();
          s.reference = [spec, alpha, dt, other_dtype](const std::vector<Host>& in) {
-           const DType compute = compute_of(spec.kind, ref_promote(dt, other_dtype));
+           const DType compute =
+               compute_of(spec.kind, ref_result_type(dt, in[0].sizes.empty(), other_dtype, in[1].sizes.empty()));
            if (spec.alpha && !is_floating(compute) && alpha != std::trunc(alpha))
              throw MustThrow{"a fractional alpha with an integer result"};
            if (!can_cast(compute, dt)) throw MustThrow{"the result does not cast to self"};
@@ -329,7 +331,8 @@ void add_binary_ops(std::vector<OpEntry>& t) {
                  };
                  s.reference = [dt, tb](const std::vector<Host>& in) {
                    const Shape shape = broadcast(broadcast(in[0].sizes, in[1].sizes), in[2].sizes);
-                   return std::vector<Expected>{make_expected(shape, ref_promote(dt, tb), {}, [&](const auto& idx) {
+                   const DType out = ref_result_type(dt, in[1].sizes.empty(), tb, in[2].sizes.empty());
+                   return std::vector<Expected>{make_expected(shape, out, {}, [&](const auto& idx) {
                      return in[0].at_broadcast(idx) != 0 ? in[1].at_broadcast(idx) : in[2].at_broadcast(idx);
                    })};
                  };
