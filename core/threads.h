@@ -17,12 +17,12 @@
 //    single-threaded]), conv2d and its gradients (Note [CPU convolution threading]),
 //    layer_norm and batch_norm with their gradients, softmax, log_softmax, cross_entropy,
 //    flash_attention, the index ops and clip_grad_norm_ give the same bits for any thread
-//    count. The sum family (sum, mean, var, and what is built on them: a bias gradient, the
-//    gradient of a broadcast operand, a mean loss) may cut a long row or column into one
-//    chunk per thread and add the chunks in order, so its last bits may follow the thread
-//    count, as PyTorch's CPU reductions (at::parallel_reduce) do; float32 and 16-bit sums
-//    accumulate in double (Note [CPU reduction accuracy]), which hides that in all but rare
-//    roundings. amax and amin are exact in any order.
+//    count. So does the sum family (sum, mean, var, and what is built on them: a bias
+//    gradient, the gradient of a broadcast operand, a mean loss): a long row or column is cut
+//    into chunks by its sizes alone and the chunks are added in order (Note [Reduction chunks
+//    follow the sizes] in tensor/cpu/reduce.cpp), where PyTorch's CPU reductions
+//    (at::parallel_reduce) cut one chunk per thread. amax and amin are exact in any order.
+//    So a seeded CPU run gives the same bits at any thread count.
 // 3. Random numbers: the default generator is one process-wide (seed, offset) pair; a draw
 //    reserves counters under its lock, so its numbers depend only on the draws made from it
 //    before, never on threads drawing from generators of their own (a DataLoader's

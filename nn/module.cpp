@@ -50,7 +50,10 @@ void Module::check_new_name(const std::string& name) const {
 
 Tensor Module::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
   check_new_name(name);
-  FRUGAL_CHECK(value.defined(), type_name(), ": parameter '", name, "' is undefined");
+  if (!value.defined()) {  // torch's register_parameter(name, None): Note [Undefined buffers]
+    params_.emplace_back(name, value);
+    return value;
+  }
   // A parameter is always a leaf. One that already is (another module's: tied weights) is
   // registered itself, not a detached alias, so the two share one .grad and one optimizer
   // state (Note [Shared parameters]).
@@ -62,11 +65,26 @@ Tensor Module::register_parameter(const std::string& name, Tensor value, bool re
   return value;
 }
 
-Tensor Module::register_buffer(const std::string& name, Tensor value) {
+Tensor Module::register_buffer(const std::string& name, Tensor value, bool persistent) {
   check_new_name(name);
   if (value.defined()) memory::relabel(value.device(), value.impl().storage->data.get(), core::Category::Parameters);
   buffers_.emplace_back(name, value);
+  if (!persistent) non_persistent_.push_back(name);
   return value;
+}
+
+// Note [Non-persistent buffers]
+// register_buffer(name, t, /*persistent=*/false) is torch's: a tensor that belongs to the module
+// (to() moves and converts it, named_buffers() lists it) but is derived, not learned or
+// tracked, so a checkpoint need not hold it: a rotary embedding's cos/sin table, a causal
+// mask, position ids. state_dict() leaves it out, so load_state_dict neither expects it nor
+// accepts it (a state holding its key reports the key unexpected, as torch's does).
+NamedTensors Module::own_persistent_buffers() const {
+  NamedTensors out = collect("", false, &Module::buffers_);
+  std::erase_if(out, [&](const auto& kv) {
+    return std::find(non_persistent_.begin(), non_persistent_.end(), kv.first) != non_persistent_.end();
+  });
+  return out;
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
@@ -77,7 +95,9 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
 
 // Note [Undefined buffers]
 // register_buffer takes an undefined tensor, as torch's register_buffer(name, None): the name
-// is reserved and the buffer is absent from everything that lists tensors. torch's
+// is reserved and the buffer is absent from everything that lists tensors. register_parameter
+// does the same with an undefined value (torch's register_parameter(name, None), what a layer
+// without bias registers), for a parameter the state dict has no entry for. torch's
 // _named_members skips None and _save_to_state_dict saves no None buffer, so named_buffers(),
 // state_dict() and to() pass it by, and load_state_dict reports a state's key for it as
 // unexpected (torch's local_state holds no None either). Listing it would put an undefined
@@ -127,6 +147,12 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
   return out;
 }
 
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& kv : named_buffers(recurse)) out.push_back(kv.second);
+  return out;
+}
+
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> out;
   for (auto& kv : children_) out.push_back(kv.second);
@@ -154,6 +180,32 @@ std::shared_ptr<Module> Module::replace_module(const std::string& name, std::sha
     throw;
   }
   return old;
+}
+
+Module& Module::get_submodule(const std::string& path) {
+  Module* m = this;
+  std::string walked;
+  size_t start = 0;
+  while (!path.empty() && start <= path.size()) {
+    const size_t dot = std::min(path.find('.', start), path.size());
+    const std::string part = path.substr(start, dot - start);
+    auto it = std::find_if(m->children_.begin(), m->children_.end(), [&](const auto& kv) { return kv.first == part; });
+    FRUGAL_CHECK(it != m->children_.end(), "get_submodule('", path, "'): ", m->type_name(),
+                 walked.empty() ? "" : " at '" + walked + "'", " has no submodule '", part, "'");
+    m = it->second.get();
+    walked += (walked.empty() ? "" : ".") + part;
+    start = dot + 1;
+  }
+  return *m;
+}
+
+// torch's apply recurses through children(), which yields a child registered under two names
+// of one module once; a child shared between two parents is visited from each.
+void Module::apply(const std::function<void(Module&)>& fn) {
+  std::set<const Module*> seen;
+  for (const auto& [name, child] : children_)
+    if (seen.insert(child.get()).second) child->apply(fn);
+  fn(*this);
 }
 
 void Module::on_replace_module(const std::string&, const std::shared_ptr<Module>&) {}
@@ -205,6 +257,10 @@ void Module::to(Device device) { convert_all(*this, device, std::nullopt); }
 void Module::to(DType dtype) { convert_all(*this, std::nullopt, dtype); }
 void Module::to(Device device, DType dtype) { convert_all(*this, device, dtype); }
 
+void Module::requires_grad_(bool on) {
+  for (const Tensor& p : parameters()) p.requires_grad_(on);
+}
+
 void Module::zero_grad(bool set_to_none) {
   for (const Tensor& p : parameters()) {
     if (!p.grad().defined()) continue;
@@ -219,10 +275,11 @@ void Module::zero_grad(bool set_to_none) {
 // registration order. So a BatchNorm's running_mean follows its bias, before the next layer's
 // weight, and a module's own buffer comes before its children's parameters; named_parameters()
 // and named_buffers() list the two kinds apart, as torch's do. Every name is kept (Note
-// [Shared parameters]), and missing keys of load_state_dict follow this order too.
+// [Shared parameters]) but non-persistent buffers' (Note [Non-persistent buffers]), and
+// missing keys of load_state_dict follow this order too.
 NamedTensors Module::state_dict() const {
   NamedTensors out = collect("", false, &Module::params_);
-  NamedTensors bufs = collect("", false, &Module::buffers_);
+  NamedTensors bufs = own_persistent_buffers();
   out.insert(out.end(), bufs.begin(), bufs.end());
   for (const auto& [name, child] : children_)
     for (auto& [key, t] : child->state_dict()) out.emplace_back(name + "." + key, std::move(t));

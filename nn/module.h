@@ -40,6 +40,7 @@ class Module {
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::vector<std::shared_ptr<Module>> children() const;
   /// Every module below this one (not itself), with dotted names, depth first. A module
@@ -47,6 +48,13 @@ class Module {
   /// named_modules() lists it once: a loop over it that initializes or replaces modules
   /// meets a shared one twice (compress() and FullyShardedDataParallel refuse shared layers).
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
+  /// The module at a dotted path below this one ("encoder.layer.3"; "" is this module), as
+  /// torch's get_submodule; a path that names no submodule throws, naming the missing part.
+  Module& get_submodule(const std::string& path);
+  /// Calls fn on every submodule, children before their parents, then on this module, as
+  /// torch's Module.apply (`model.apply(init_weights)`); a child registered twice in one module
+  /// is visited once there.
+  void apply(const std::function<void(Module&)>& fn);
   /// Total number of parameter elements.
   int64_t num_parameters() const;
   /// Puts `module` in place of the direct child `name` (same name, same place) and returns
@@ -64,13 +72,16 @@ class Module {
   void to(Device device);
   void to(DType dtype);
   void to(Device device, DType dtype);
+  /// Sets requires_grad on every parameter (freezes them with false), as torch's
+  /// Module.requires_grad_; buffers are left alone.
+  void requires_grad_(bool on = true);
   /// Clears every parameter's .grad (set_to_none) or fills it with zeros.
   void zero_grad(bool set_to_none = true);
 
   // ---- checkpoints ------------------------------------------------------------------
-  /// Parameters and buffers by dotted name (the tensors themselves, not copies), in torch's
-  /// order: each module's parameters, then its buffers, then its children's (Note [State dict
-  /// order] in nn/module.cpp).
+  /// Parameters and persistent buffers by dotted name (the tensors themselves, not copies), in
+  /// torch's order: each module's parameters, then its buffers, then its children's (Note [State
+  /// dict order] in nn/module.cpp).
   NamedTensors state_dict() const;
   /// What a load_state_dict left out, as PyTorch's _IncompatibleKeys: both empty after a
   /// strict load, which throws instead.
@@ -94,11 +105,15 @@ class Module {
 
  protected:
   /// Registers a parameter (made a leaf that requires grad) and returns it. A tensor that is
-  /// already a parameter (a leaf that requires grad) is registered itself: tied weights.
+  /// already a parameter (a leaf that requires grad) is registered itself: tied weights. An
+  /// undefined value reserves the name, as torch's register_parameter(name, None) (Note
+  /// [Undefined buffers] in nn/module.cpp).
   Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
   /// An undefined value reserves the name and lists nothing, as torch's register_buffer(name,
-  /// None) (Note [Undefined buffers] in nn/module.cpp).
-  Tensor register_buffer(const std::string& name, Tensor value);
+  /// None) (Note [Undefined buffers] in nn/module.cpp). A buffer that is not persistent is
+  /// moved and converted with the module but left out of state_dict()
+  /// (Note [Non-persistent buffers] in nn/module.cpp).
+  Tensor register_buffer(const std::string& name, Tensor value, bool persistent = true);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
@@ -115,9 +130,11 @@ class Module {
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name) const;
   NamedTensors collect(const std::string& prefix, bool recurse, NamedTensors Module::*own) const;
+  NamedTensors own_persistent_buffers() const;
 
   NamedTensors params_;
   NamedTensors buffers_;
+  std::vector<std::string> non_persistent_;  // names in buffers_ left out of state_dict()
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

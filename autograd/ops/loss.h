@@ -1,6 +1,6 @@
 #pragma once
-// Differentiable losses (torch.nn.functional's cross_entropy and mse_loss). Same semantics
-// as the raw ops in tensor/ops/loss.h.
+// Differentiable losses (torch.nn.functional's cross_entropy, mse_loss, l1_loss, smooth_l1_loss,
+// huber_loss and nll_loss). Same semantics as the raw ops in tensor/ops/loss.h.
 #include "tensor/ops/loss.h"  // Reduction, CrossEntropyOptions
 #include "tensor/tensor.h"
 
@@ -13,5 +13,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 /// torch.nn.functional.mse_loss: mean (or sum, or none) of (input - target)^2; input and
 /// target broadcast; differentiable in both.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+/// torch.nn.functional.l1_loss: |input - target|, reduced; differentiable in both (sign(d),
+/// 0 at 0). Note [Pointwise regression losses].
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+/// torch.nn.functional.smooth_l1_loss: 0.5 d^2 / beta inside |d| < beta, |d| - 0.5 beta
+/// outside; beta = 0 is l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+/// torch.nn.functional.huber_loss: 0.5 d^2 inside |d| < delta, delta (|d| - 0.5 delta) outside.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+
+/// torch.nn.functional.nll_loss: -weight[t] * log_probs[t] per target, log_probs (N, C), (C)
+/// or (N, C, d1, ...) as cross_entropy's logits; ignore_index entries give 0; Mean divides
+/// the sum by the sum of the non-ignored targets' weights (NaN when it is 0, as PyTorch).
+/// Differentiable in log_probs (not in weight, as PyTorch). nll_loss(log_softmax(x, 1), t) is
+/// cross_entropy(x, t) with class weights.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLossOptions& options = {});
 
 }  // namespace frugal

@@ -1,5 +1,6 @@
 #include "tensor/ops/loss.h"
 
+#include <cmath>
 #include <vector>
 
 #include "tensor/device_dispatch.h"
@@ -20,25 +21,50 @@ struct CrossEntropyRows {
   Tensor logits2d, target1d;
 };
 
-/// Checks the operands (PyTorch's shape rules for class-index targets) and brings the
-/// classes to the last dim: (N, C, d1, ...) is permuted to (N, d1, ..., C) (a copy).
-CrossEntropyRows cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target,
-                                    const CrossEntropyOptions& opts) {
-  FRUGAL_CHECK(logits.defined() && target.defined(), op, ": undefined logits or target");
-  FRUGAL_CHECK(is_floating(logits.dtype()), op, ": expects floating-point logits, got ", logits.describe());
+/// PyTorch's shape rules for class-index targets: logits (C) with a 0-d target, (N, C) with
+/// (N), (N, C, d1, ...) with (N, d1, ...). Returns the number of classes.
+int64_t check_class_target(const char* op, const Tensor& logits, const Tensor& target) {
+  FRUGAL_CHECK(logits.defined() && target.defined(), op, ": undefined input or target");
+  FRUGAL_CHECK(is_floating(logits.dtype()), op, ": expects a floating-point input, got ", logits.describe());
   FRUGAL_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
                ": expects class indices (int64 or int32) as target, got ", target.describe());
   check_same_device(op, logits, target);
-  FRUGAL_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0, op,
-               ": label_smoothing must be in [0, 1], got ", opts.label_smoothing);
-  FRUGAL_CHECK(logits.dim() >= 1, op, ": logits must have a class dim, got ", logits.describe());
+  FRUGAL_CHECK(logits.dim() >= 1, op, ": input must have a class dim, got ", logits.describe());
   Shape expected;  // the target's shape: logits' without the class dim
   if (logits.dim() >= 2) {
     expected = logits.sizes();
     expected.erase(expected.begin() + 1);
   }
-  FRUGAL_CHECK(target.sizes() == expected, op, ": target ", target.describe(), " does not match logits ",
+  FRUGAL_CHECK(target.sizes() == expected, op, ": target ", target.describe(), " does not match input ",
                logits.describe(), " (expected target shape ", shape_str(expected), ")");
+  return logits.dim() == 1 ? logits.size(0) : logits.size(1);
+}
+
+/// The message of a target outside [0, C) that is not ignore_index; values only, as it may be
+/// built later on CUDA (Note [Deferred index checks]).
+memory::CheckMessage bad_target_message(const char* op, int64_t C, int64_t ignore, const Tensor& target,
+                                        const Tensor& logits) {
+  return [op, C, ignore, sizes = target.sizes(), tdesc = target.describe(), ldesc = logits.describe()](
+             int64_t value, int64_t row) {
+    Shape pos(sizes.size());
+    for (size_t d = pos.size(), i = size_t(row); d-- > 0;) {
+      pos[d] = int64_t(i % size_t(sizes[d]));
+      i /= size_t(sizes[d]);
+    }
+    return detail::str_cat(op, ": target ", value, " is out of range for ", C, " classes (valid range [0, ", C,
+                           ") or ignore_index ", ignore, ") at position ", shape_str(pos), " of target ", tdesc,
+                           " (input ", ldesc, ")");
+  };
+}
+
+/// Checks the operands and brings the classes to the last dim: (N, C, d1, ...) is permuted
+/// to (N, d1, ..., C) (a copy).
+CrossEntropyRows cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target,
+                                    const CrossEntropyOptions& opts) {
+  check_class_target(op, logits, target);
+  FRUGAL_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0, op,
+               ": label_smoothing must be in [0, 1], got ", opts.label_smoothing);
+  const Shape& expected = target.sizes();
   CrossEntropyRows r;
   r.C = logits.dim() == 1 ? logits.size(0) : logits.size(1);
   r.R = numel_of(expected);
@@ -66,18 +92,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, con
     IndexError e;
     FRUGAL_DEVICE_DISPATCH(op, logits.device(), cross_entropy_kernel, loss_rows, lse, rows.logits2d, rows.target1d,
                            opts.ignore_index, opts.label_smoothing, e);
-    // Values only: on CUDA the message may be built later (Note [Deferred index checks]).
-    finish_index_check(e, [op, C = rows.C, ignore = opts.ignore_index, sizes = target.sizes(),
-                           tdesc = target.describe(), ldesc = logits.describe()](int64_t value, int64_t row) {
-      Shape pos(sizes.size());
-      for (size_t d = pos.size(), i = size_t(row); d-- > 0;) {
-        pos[d] = int64_t(i % size_t(sizes[d]));
-        i /= size_t(sizes[d]);
-      }
-      return detail::str_cat(op, ": target ", value, " is out of range for ", C, " classes (valid range [0, ", C,
-                             ") or ignore_index ", ignore, ") at position ", shape_str(pos), " of target ", tdesc,
-                             " (logits ", ldesc, ")");
-    });
+    finish_index_check(e, bad_target_message(op, rows.C, opts.ignore_index, target, logits));
   }
   CrossEntropyResult r;
   r.lse = lse.reshape(target.sizes());
@@ -142,6 +157,81 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     case Reduction::Mean: break;
   }
   return mean(sq);
+}
+
+NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
+  constexpr const char* op = "nll_loss";
+  const int64_t C = check_class_target(op, log_probs, target);
+  const Tensor& weight = options.weight;
+  if (weight.defined()) {
+    FRUGAL_CHECK(weight.dim() == 1 && weight.size(0) == C && is_floating(weight.dtype()), op,
+                 ": weight must be a floating (C) tensor with C = ", C, ", got ", weight.describe());
+    check_same_device(op, log_probs, weight);
+  }
+  const Tensor valid = ne(target, double(options.ignore_index));
+  NllTargets r;
+  r.index = where(valid, target, zeros({}, {target.dtype(), target.device()}));
+  // Ignored entries are 0 in the index, the others the target's own values: checking the
+  // index against [0, C) passes every ignored entry and names a bad value as given.
+  check_index_range(r.index, C, bad_target_message(op, C, options.ignore_index, target, log_probs));
+  r.weight = valid.to(log_probs.dtype());
+  if (weight.defined())
+    r.weight = mul(r.weight, index_select(weight.to(log_probs.dtype()), 0, r.index.reshape({-1})).reshape(target.sizes()));
+  return r;
+}
+
+const char* pointwise_loss_name(PointwiseLoss kind) {
+  switch (kind) {
+    case PointwiseLoss::L1: return "l1_loss";
+    case PointwiseLoss::SmoothL1: return "smooth_l1_loss";
+    case PointwiseLoss::Huber: return "huber_loss";
+  }
+  return "?";
+}
+
+namespace {
+void check_pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& target, double param) {
+  const char* op = pointwise_loss_name(kind);
+  FRUGAL_CHECK(input.defined() && target.defined(), op, ": undefined input or target");
+  FRUGAL_CHECK(is_floating(input.dtype()) && input.dtype() == target.dtype(), op,
+               ": expects input and target of one floating dtype, got ", input.describe(), " and ", target.describe());
+  check_same_device(op, input, target);
+  broadcast_shapes(input.sizes(), target.sizes(), op);
+  if (kind == PointwiseLoss::SmoothL1)
+    FRUGAL_CHECK(std::isfinite(param) && param >= 0, op, ": beta must be finite and >= 0, got ", param);
+  if (kind == PointwiseLoss::Huber)
+    FRUGAL_CHECK(std::isfinite(param) && param > 0, op, ": delta must be finite and > 0, got ", param);
+}
+}  // namespace
+
+// Note [Pointwise regression losses]
+Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& target, double param,
+                      Reduction reduction) {
+  check_pointwise_loss(kind, input, target, param);
+  const Tensor d = sub(input, target), z = abs(d);
+  Tensor loss;
+  if (kind == PointwiseLoss::L1 || (kind == PointwiseLoss::SmoothL1 && param == 0)) {
+    loss = z;
+  } else {
+    const double scale = kind == PointwiseLoss::SmoothL1 ? 1.0 : param;  // huber = delta * smooth_l1(beta = delta)
+    const Tensor inside = mul(square(d), 0.5 * scale / param);
+    const Tensor outside = affine(z, scale, -0.5 * param * scale);
+    loss = where(lt(z, param), inside, outside);
+  }
+  switch (reduction) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: break;
+  }
+  return mean(loss);
+}
+
+Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor& d, double param) {
+  const Tensor gd = g.sizes() == d.sizes() ? g : g.expand(d.sizes()).contiguous();
+  const Tensor sign_g = unary_backward(UnaryOp::Abs, gd, d);  // g sign(d), 0 at 0, NaN at NaN
+  if (kind == PointwiseLoss::L1 || (kind == PointwiseLoss::SmoothL1 && param == 0)) return sign_g;
+  const double scale = kind == PointwiseLoss::SmoothL1 ? 1.0 : param;
+  return where(lt(abs(d), param), mul(mul(d, gd), scale / param), mul(sign_g, scale));
 }
 
 }  // namespace frugal::ops

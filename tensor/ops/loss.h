@@ -79,6 +79,45 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
 /// torch.nn.functional.mse_loss; input and target broadcast and share a floating dtype.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
+// Note [Pointwise regression losses]
+// l1_loss, smooth_l1_loss and huber_loss are functions of d = input - target alone, as
+// torch.nn.functional's:
+//   l1:        |d|
+//   smooth_l1: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta   (beta = 0: l1)
+//   huber:     0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)
+// (huber = delta * smooth_l1 with beta = delta.) Their derivatives in d are torch's backward
+// formulas, written out rather than taken through a `where` of the two branches: the branch a
+// `where` does not pick still gets a zero gradient, and 0 * (the other branch's derivative)
+// is NaN at an infinite d, where torch's sign(d) gives +-1 (and +-delta for huber):
+//   l1: sign(d) (0 at 0)   smooth_l1: d / beta inside, sign(d) outside   huber: d inside,
+//   delta sign(d) outside.
+// At |d| = beta (delta) both sides agree. A NaN d gives NaN in value and gradient.
+enum class PointwiseLoss { L1, SmoothL1, Huber };
+/// "l1_loss", "smooth_l1_loss", "huber_loss".
+const char* pointwise_loss_name(PointwiseLoss kind);
+/// The loss of Note [Pointwise regression losses]; input and target broadcast, one floating
+/// dtype; `param` is beta (SmoothL1, >= 0) or delta (Huber, > 0), ignored for L1.
+Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& target, double param,
+                      Reduction reduction = Reduction::Mean);
+/// The elementwise derivative of the unreduced loss in d, times g (g broadcasts with d).
+Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor& d, double param);
+
+/// torch.nn.functional.nll_loss's options.
+struct NllLossOptions {
+  Tensor weight;               // (C) weight of each class, or undefined (all 1)
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+};
+/// What nll_loss takes from its target (frugal::nll_loss in autograd/ops/loss.h gathers with
+/// it): `index`, the target with ignored entries set to 0 (safe to gather), and `weight`, each
+/// entry's weight in the input's dtype (0 where ignored; weight[t], or 1). Checks the shapes
+/// as cross_entropy does and the range of the targets (on CUDA at the next synchronization:
+/// Note [Deferred index checks]).
+struct NllTargets {
+  Tensor index, weight;
+};
+NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options);
+
 }  // namespace frugal::ops
 
 // Backend kernels: logits (R, C) contiguous, R > 0; target (R) contiguous int32/int64;

@@ -686,3 +686,128 @@ TEST_CASE("probe module api: the module tree prints as torch's Module.__repr__")
   os << tree;
   CHECK(os.str() == expected);
 }
+
+TEST_CASE("module api: a non-persistent buffer moves with the module but is not in state_dict") {
+  // torch: register_buffer(name, t, persistent=False) adds the name to _non_persistent_buffers_set;
+  // named_buffers() lists it, _apply (to/half/cuda) converts it, _save_to_state_dict skips it and
+  // _load_from_state_dict's local_state leaves it out, so a state's key for it is unexpected.
+  struct Rotary : nn::Module {
+    Tensor w, table, steps;
+    Rotary() {
+      w = register_parameter("w", ones({2}));
+      table = register_buffer("table", full({3}, 0.5), /*persistent=*/false);
+      steps = register_buffer("steps", zeros({1}, kInt64));
+    }
+  };
+  struct Holder : nn::Module {
+    std::shared_ptr<Rotary> child;
+    Holder() { child = register_module("child", std::make_shared<Rotary>()); }
+  } a, b;
+  CHECK(names_of(a.named_buffers()) == Names{"child.table", "child.steps"});
+  CHECK(names_of(a.state_dict()) == Names{"child.w", "child.steps"});
+  set_values(a.child->w, 3.0);
+  set_values(b.child->table, 7.0);
+  b.load_state_dict(a.state_dict());  // strict: the table is neither expected nor missing
+  CHECK(values_of(b.child->w) == Values{3.0, 3.0});
+  CHECK(values_of(b.child->table) == Values{7.0, 7.0, 7.0});  // its own, untouched
+  std::map<std::string, Tensor> with_table{{"child.w", ones({2})}, {"child.steps", zeros({1}, kInt64)},
+                                           {"child.table", ones({3})}};
+  check_error([&] { b.load_state_dict(with_table); }, {"unexpected keys (1)", "child.table"});
+  CHECK(b.load_state_dict(with_table, /*strict=*/false).unexpected_keys == Names{"child.table"});
+  a.to(kFloat64);  // converted with the module; the integer buffer keeps its dtype
+  CHECK(a.child->table.dtype() == kFloat64);
+  CHECK(a.child->steps.dtype() == kInt64);
+  CHECK(values_of(a.child->table) == Values{0.5, 0.5, 0.5});
+}
+
+TEST_CASE("module api: register_parameter of an undefined tensor reserves the name, as torch's None") {
+  // torch: register_parameter("bias", None) is what Linear(bias=False) does; the name is taken,
+  // parameters() and state_dict() skip it.
+  struct NoBias : nn::Module {
+    Tensor weight, bias;
+    NoBias() {
+      weight = register_parameter("weight", ones({2, 2}));
+      bias = register_parameter("bias", Tensor());
+    }
+    void again() { register_buffer("bias", ones({1})); }
+  } m;
+  CHECK(names_of(m.named_parameters()) == Names{"weight"});
+  CHECK(names_of(m.state_dict()) == Names{"weight"});
+  CHECK(m.num_parameters() == 4);
+  check_error([&] { m.again(); }, {"'bias'", "already registered"});
+  m.to(kFloat64);
+  m.zero_grad(false);
+  CHECK(m.weight.dtype() == kFloat64);
+  CHECK_FALSE(m.bias.defined());
+}
+
+TEST_CASE("module api: apply visits children before parents, each child of a module once, as torch's Module.apply") {
+  // torch: def apply(self, fn): for module in self.children(): module.apply(fn); fn(self).
+  // children() skips a module registered twice under one parent (memo).
+  struct Leaf : nn::Module {};
+  struct Mid : nn::Module {
+    Mid() {
+      auto shared = register_module("a", std::make_shared<Leaf>());
+      register_module("b", std::make_shared<Leaf>());
+      register_module("a_again", shared);
+    }
+  };
+  struct Top : nn::Module {
+    std::shared_ptr<Mid> mid;
+    Top() {
+      mid = register_module("mid", std::make_shared<Mid>());
+      register_module("last", std::make_shared<Leaf>());
+    }
+  } top;
+  std::vector<const nn::Module*> order;
+  top.apply([&](nn::Module& m) { order.push_back(&m); });
+  const std::vector<const nn::Module*> expected{&top.get_submodule("mid.a"), &top.get_submodule("mid.b"),
+                                                top.mid.get(), &top.get_submodule("last"), &top};
+  CHECK(order == expected);
+  // the README's use: initialize every Linear
+  nn::Sequential net;
+  net.push_back(std::make_shared<nn::Linear>(3, 4));
+  net.push_back(std::make_shared<nn::ReLU>());
+  net.push_back(std::make_shared<nn::Linear>(4, 2));
+  int linears = 0;
+  net.apply([&](nn::Module& m) {
+    if (auto* lin = dynamic_cast<nn::Linear*>(&m)) {
+      set_values(lin->weight, 0.25);
+      ++linears;
+    }
+  });
+  CHECK(linears == 2);
+  for (const auto& [name, p] : net.named_parameters())
+    if (name.ends_with("weight")) CHECK(values_of(p) == Values(size_t(p.numel()), 0.25));
+}
+
+TEST_CASE("module api: get_submodule walks dotted paths and names the part that is missing") {
+  nn::Sequential net;
+  auto inner = std::make_shared<nn::Sequential>();
+  inner->push_back(std::make_shared<nn::Linear>(2, 2));
+  net.push_back(inner);
+  CHECK(&net.get_submodule("") == &net);
+  CHECK(&net.get_submodule("0") == inner.get());
+  CHECK(&net.get_submodule("0.0") == (*inner)[0].get());
+  check_error([&] { net.get_submodule("0.1"); }, {"get_submodule('0.1')", "at '0'", "no submodule '1'"});
+  check_error([&] { net.get_submodule("0..0"); }, {"no submodule ''"});
+  check_error([&] { net.get_submodule("x"); }, {"Sequential has no submodule 'x'"});
+}
+
+TEST_CASE("module api: requires_grad_(false) freezes every parameter: no .grad, and an optimizer step leaves them") {
+  // torch: Module.requires_grad_ sets p.requires_grad_ on every parameter; frozen leaves get no .grad.
+  nn::Sequential net;
+  auto first = std::make_shared<nn::Linear>(3, 3);
+  auto second = std::make_shared<nn::Linear>(3, 1);
+  net.push_back(first);
+  net.push_back(second);
+  first->requires_grad_(false);
+  for (const Tensor& p : first->parameters()) CHECK_FALSE(p.requires_grad());
+  for (const Tensor& p : second->parameters()) CHECK(p.requires_grad());
+  Tensor x = ones({2, 3});
+  sum(net.forward(x)).backward();
+  for (const Tensor& p : first->parameters()) CHECK_FALSE(p.grad().defined());
+  for (const Tensor& p : second->parameters()) CHECK(p.grad().defined());
+  net.requires_grad_(true);
+  for (const Tensor& p : net.parameters()) CHECK(p.requires_grad());
+}

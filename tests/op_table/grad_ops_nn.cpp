@@ -276,6 +276,60 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32});
+  // l1 / smooth_l1 / huber: values in [-3, 3] put differences on both sides of beta and delta.
+  for (const ops::PointwiseLoss kind : {ops::PointwiseLoss::L1, ops::PointwiseLoss::SmoothL1, ops::PointwiseLoss::Huber})
+    t.push_back({ops::pointwise_loss_name(kind),
+                 [kind](Rng& rng) {
+                   const Shape out = small_shape(rng, 0, 3);
+                   const Reduction r =
+                       rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                   const double param = rng.pick(std::vector<double>{0.5, 1.0, 2.0});
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, out, -3, 3)), grad_in(values(rng, broadcast_operand(rng, out), -3, 3))};
+                   if (rng.chance(0.3)) s.inputs[1].grad = false;
+                   s.params = cat_str("reduction=", int(r), " beta/delta=", param);
+                   s.f = [kind, r, param](const TensorList& in) {
+                     switch (kind) {
+                       case ops::PointwiseLoss::L1: return l1_loss(in[0], in[1], r);
+                       case ops::PointwiseLoss::SmoothL1: return smooth_l1_loss(in[0], in[1], r, param);
+                       case ops::PointwiseLoss::Huber: break;
+                     }
+                     return huber_loss(in[0], in[1], r, param);
+                   };
+                   return s;
+                 },
+                 A::Float32});
+  t.push_back({"nll_loss",
+               [](Rng& rng) {
+                 const int64_t C = rng.range(1, 4);
+                 Shape input, target;
+                 switch (rng.range(0, 2)) {
+                   case 0: input = {C}, target = {}; break;
+                   case 1: input = {rng.range(1, 4), C}, target = {input[0]}; break;
+                   default: input = {rng.range(1, 2), C, rng.range(1, 3)}, target = {input[0], input[2]}; break;
+                 }
+                 ops::NllLossOptions o;
+                 o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                 Tensor tg = indices(rng, target, C);
+                 if (numel_of(target) > 1 && rng.chance(0.4)) {  // ignore one target, never all of them
+                   std::vector<double> v = tg.tolist<double>();
+                   v[0] = double(o.ignore_index);
+                   tg = tensor_of(v, target, kInt64);
+                 }
+                 if (rng.chance(0.5)) o.weight = values(rng, {C}, 0.5, 2.0);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, input, -3, 0)), const_in(tg)};
+                 s.params = cat_str("reduction=", int(o.reduction), " weight=", o.weight.defined());
+                 s.f = [o](const TensorList& in) {
+                   // The weight on the input's device; nll_loss casts it to the input's dtype
+                   // (after autocast), so it stays float64 here.
+                   ops::NllLossOptions same = o;
+                   if (same.weight.defined() && in[0].defined()) same.weight = same.weight.to(in[0].device());
+                   return nll_loss(in[0], in[1], same);
+                 };
+                 return s;
+               },
+               A::Float32});
 }
 
 void add_attention(std::vector<GradEntry>& t) {

@@ -1,0 +1,216 @@
+// l1_loss, smooth_l1_loss, huber_loss and nll_loss against float64 loops of PyTorch's
+// formulas (torch/nn/functional.py and aten's SmoothL1/Huber/NLL kernels): values for every
+// reduction on transposed views and broadcasts, gradients against torch's backward formulas and
+// through gradcheck, the infinite and NaN differences of Note [Pointwise regression losses],
+// size-0 inputs, and the error paths.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/ops/all.h"
+#include "tensor/factory.h"
+#include "tensor/ops/loss.h"
+#include "tests/cpu/gradcheck_util.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+const double kInf = std::numeric_limits<double>::infinity();
+using ops::PointwiseLoss;
+
+/// torch's elementwise loss and its derivative in d (aten/src/ATen/native/cpu/*Kernel.cpp).
+double ref_loss(PointwiseLoss kind, double d, double p) {
+  const double z = std::fabs(d);
+  switch (kind) {
+    case PointwiseLoss::L1: return z;
+    case PointwiseLoss::SmoothL1: return p == 0 ? z : z < p ? 0.5 * d * d / p : z - 0.5 * p;
+    case PointwiseLoss::Huber: break;
+  }
+  return z < p ? 0.5 * d * d : p * (z - 0.5 * p);
+}
+double ref_grad(PointwiseLoss kind, double d, double p) {
+  const double sign = d > 0 ? 1.0 : d < 0 ? -1.0 : d == 0 ? 0.0 : d;
+  switch (kind) {
+    case PointwiseLoss::L1: return sign;
+    case PointwiseLoss::SmoothL1: return p == 0 ? sign : d < -p ? -1.0 : d > p ? 1.0 : d / p;
+    case PointwiseLoss::Huber: break;
+  }
+  return d < -p ? -p : d > p ? p : d;
+}
+
+Tensor call(PointwiseLoss kind, const Tensor& a, const Tensor& b, Reduction r, double p) {
+  switch (kind) {
+    case PointwiseLoss::L1: return l1_loss(a, b, r);
+    case PointwiseLoss::SmoothL1: return smooth_l1_loss(a, b, r, p);
+    case PointwiseLoss::Huber: break;
+  }
+  return huber_loss(a, b, r, p);
+}
+
+const PointwiseLoss kKinds[] = {PointwiseLoss::L1, PointwiseLoss::SmoothL1, PointwiseLoss::Huber};
+
+}  // namespace
+
+TEST_CASE("losses: l1, smooth_l1 and huber equal float64 loops on a transposed input and a broadcast target") {
+  for (const DType dt : {kFloat64, kFloat32, kFloat16, kBFloat16})
+    for (const PointwiseLoss kind : kKinds)
+      for (const double p : {0.0, 0.7, 1.0, 2.5}) {
+        if (kind == PointwiseLoss::Huber && p == 0) continue;  // delta must be > 0
+        const std::string what = std::string(ops::pointwise_loss_name(kind)) + " " + name_of(dt) + " p=" +
+                                 std::to_string(p);
+        const Tensor a = random_tensor({5, 7}, dt, 40, Layout::Transposed, -3, 3);  // (7, 5) stored transposed
+        const Tensor b = random_tensor({5}, dt, 41, Layout::Contiguous, -3, 3);
+        const Tensor at = a.t();  // (5, 7)^T = (7, 5); b broadcasts along the rows
+        const std::vector<double> av = values_of(at), bv = values_of(b);
+        std::vector<double> loss(35), grad(35);
+        double total = 0;
+        for (size_t i = 0; i < 35; ++i) {
+          const double d = av[i] - bv[i % 5];
+          loss[i] = ref_loss(kind, d, p);
+          grad[i] = ref_grad(kind, d, p);
+          total += loss[i];
+        }
+        const double rtol = default_rtol(dt) * 4, atol = dt == kFloat64 ? 1e-12 : default_rtol(dt) * 4;
+        check_close(call(kind, at, b, Reduction::None, p), loss, rtol, atol, what + " none");
+        check_close(call(kind, at, b, Reduction::Sum, p), {total}, rtol, atol * 35, what + " sum");
+        Tensor x = at.detach().requires_grad_(), y = b.detach().requires_grad_();
+        const Tensor m = call(kind, x, y, Reduction::Mean, p);
+        check_close(m, {total / 35}, rtol, atol, what + " mean");
+        m.backward();
+        std::vector<double> gx(35), gy(5, 0.0);
+        for (size_t i = 0; i < 35; ++i) {
+          gx[i] = grad[i] / 35;
+          gy[i % 5] -= grad[i] / 35;
+        }
+        check_close(x.grad(), gx, rtol, atol, what + " input grad");
+        check_close(y.grad(), gy, rtol, atol * 8, what + " target grad");
+      }
+}
+
+TEST_CASE("losses: gradcheck of l1, smooth_l1 and huber in float64 through views and broadcasts") {
+  for (const PointwiseLoss kind : kKinds)
+    for (const Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum})
+      check_gradcheck([&](const TensorList& in) { return call(kind, in[0].t(), in[1], r, 1.3); },
+                      {leaf({4, 3}, 610, -3, 3), leaf({4}, 611, -3, 3)});
+}
+
+TEST_CASE("losses: infinite and NaN differences give torch's values and gradients, not NaN from the other branch") {
+  // d = +inf, -inf, NaN, 0 and one on each side of beta/delta = 1.
+  const std::vector<double> dv{kInf, -kInf, std::nan(""), 0.0, 0.5, -3.0};
+  for (const PointwiseLoss kind : kKinds) {
+    const std::string name = ops::pointwise_loss_name(kind);
+    Tensor x = from_vector(dv, {6}).requires_grad_();
+    const Tensor loss = call(kind, x, zeros({6}, kFloat64), Reduction::None, 1.0);
+    sum(loss).backward();
+    const std::vector<double> lv = values_of(loss), gv = values_of(x.grad());
+    for (size_t i = 0; i < dv.size(); ++i) {
+      const double want = ref_loss(kind, dv[i], 1.0), want_grad = ref_grad(kind, dv[i], 1.0);
+      if (std::isnan(want)) CHECK_MESSAGE(std::isnan(lv[i]), name, " value at ", dv[i]);
+      else CHECK_MESSAGE(lv[i] == want, name, " value at ", dv[i]);
+      if (std::isnan(want_grad)) CHECK_MESSAGE(std::isnan(gv[i]), name, " grad at ", dv[i]);
+      else CHECK_MESSAGE(gv[i] == want_grad, name, " grad at ", dv[i], ": got ", gv[i]);
+    }
+  }
+}
+
+TEST_CASE("losses: size-0 inputs: none is empty, sum is 0, mean is NaN (as torch)") {
+  for (const PointwiseLoss kind : kKinds) {
+    const Tensor a = zeros({0, 3}), b = zeros({3});
+    CHECK(call(kind, a, b, Reduction::None, 1.0).sizes() == Shape{0, 3});
+    CHECK(call(kind, a, b, Reduction::Sum, 1.0).item<double>() == 0.0);
+    CHECK(std::isnan(call(kind, a, b, Reduction::Mean, 1.0).item<double>()));
+  }
+  Tensor lp = zeros({0, 4}).requires_grad_();
+  const Tensor m = nll_loss(lp, zeros({0}, kInt64));
+  CHECK(std::isnan(m.item<double>()));
+  CHECK(nll_loss(lp, zeros({0}, kInt64), {.reduction = Reduction::Sum}).item<double>() == 0.0);
+}
+
+TEST_CASE("losses: nll_loss equals torch's formula: weights, ignore_index, every reduction, spatial dims, int32") {
+  // torch: loss_i = -w[t_i] x[i, t_i] (0 where t_i == ignore_index); mean = sum / sum of w[t_i]
+  // over the kept entries. Input (N, C, d) stored transposed, targets int32.
+  const int64_t N = 3, C = 4, D = 5;
+  const Tensor x = random_tensor({N, D, C}, kFloat64, 70, Layout::Transposed, -4, 0).permute({0, 2, 1});  // (N, C, D)
+  std::vector<int64_t> tv(N * D);
+  for (int64_t i = 0; i < N * D; ++i) tv[size_t(i)] = (i * 3 + 1) % C;
+  tv[4] = -100;
+  tv[9] = -100;
+  const Tensor target = from_vector(tv, {N, D}).to(kInt32);
+  const std::vector<double> w{0.5, 2.0, 1.0, 3.0};
+  const Tensor weight = from_vector(w, {C});
+  const std::vector<double> xv = values_of(x);
+  for (const bool weighted : {false, true}) {
+    std::vector<double> rows(size_t(N * D)), grad(size_t(N * C * D), 0.0);
+    double total = 0, wsum = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t t = tv[size_t(n * D + d)];
+        if (t == -100) continue;
+        const double wt = weighted ? w[size_t(t)] : 1.0;
+        rows[size_t(n * D + d)] = -wt * xv[size_t((n * C + t) * D + d)];
+        grad[size_t((n * C + t) * D + d)] = -wt;
+        total += rows[size_t(n * D + d)];
+        wsum += wt;
+      }
+    const ops::NllLossOptions base{.weight = weighted ? weight : Tensor()};
+    ops::NllLossOptions none = base, summed = base;
+    none.reduction = Reduction::None;
+    summed.reduction = Reduction::Sum;
+    const std::string what = weighted ? "weighted" : "unweighted";
+    check_close(nll_loss(x, target, none), rows, 1e-14, 1e-14, what + " none");
+    check_close(nll_loss(x, target, summed), {total}, 1e-14, 1e-14, what + " sum");
+    Tensor leaf_x = x.detach().requires_grad_();
+    const Tensor m = nll_loss(leaf_x, target, base);
+    check_close(m, {total / wsum}, 1e-14, 1e-14, what + " mean");
+    m.backward();
+    for (double& g : grad) g /= wsum;
+    check_close(leaf_x.grad(), grad, 1e-14, 1e-14, what + " grad");
+  }
+  // nll_loss(log_softmax(z)) is cross_entropy(z), value and gradient.
+  Tensor z = random_tensor({6, 5}, kFloat64, 71).requires_grad_();
+  const Tensor t = from_vector<int64_t>({0, 4, 2, -100, 1, 3}, {6});
+  const Tensor a = nll_loss(log_softmax(z, 1), t);
+  const Tensor ga = autograd::grad({a}, {z})[0];
+  const Tensor ce = cross_entropy(z, t);
+  check_close(a, values_of(ce), 1e-14, 1e-14, "as cross_entropy");
+  check_close(ga, values_of(autograd::grad({ce}, {z})[0]), 1e-14, 1e-14, "as cross_entropy grad");
+  // 1-D input with a 0-d target; every target ignored gives NaN for mean, 0 for sum.
+  check_close(nll_loss(from_vector<double>({-1, -2, -3}, {3}), scalar_tensor(int64_t(2), kInt64)), {3.0}, 0, 0, "1-d");
+  const Tensor all_ignored = full({3}, -100, kInt64);
+  CHECK(std::isnan(nll_loss(zeros({3, 2}), all_ignored).item<double>()));
+  CHECK(nll_loss(zeros({3, 2}), all_ignored, {.reduction = Reduction::Sum}).item<double>() == 0.0);
+  Tensor lp = zeros({3, 2}).requires_grad_();
+  for (const double g : values_of(autograd::grad({nll_loss(lp, all_ignored, {.reduction = Reduction::Sum})}, {lp})[0]))
+    CHECK(g == 0.0);
+}
+
+TEST_CASE("losses: gradcheck of nll_loss with weights and an ignored target") {
+  const Tensor t = from_vector<int64_t>({2, -100, 0, 1}, {4});
+  const Tensor w = from_vector<double>({0.5, 2.0, 1.5}, {3});
+  for (const Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum})
+    check_gradcheck([&](const TensorList& in) { return nll_loss(in[0].t(), t, {.weight = w, .reduction = r}); },
+                    {leaf({3, 4}, 620, -3, 0)});
+}
+
+TEST_CASE("losses: bad input names the op, shapes and values") {
+  check_error([&] { smooth_l1_loss(zeros({3}), zeros({3}), Reduction::Mean, -1.0); },
+              {"smooth_l1_loss", "beta", "-1"});
+  check_error([&] { huber_loss(zeros({3}), zeros({3}), Reduction::Mean, 0.0); }, {"huber_loss", "delta", "0"});
+  check_error([&] { huber_loss(zeros({3}), zeros({3}), Reduction::Mean, std::nan("")); }, {"huber_loss", "delta"});
+  check_error([&] { l1_loss(zeros({3}), zeros({4})); }, {"l1_loss", "[3]", "[4]"});
+  check_error([&] { l1_loss(zeros({3}), zeros({3}, kFloat64)); }, {"l1_loss", "float32[3] cpu", "float64[3] cpu"});
+  const Tensor x = zeros({3, 4});
+  check_error([&] { nll_loss(x, from_vector<int64_t>({0, 4, 1}, {3})); },
+              {"nll_loss", "target 4", "4 classes", "[1]"});
+  check_error([&] { nll_loss(x, from_vector<int64_t>({0, -1, 1}, {3})); }, {"nll_loss", "target -1", "[1]"});
+  check_error([&] { nll_loss(x, zeros({2}, kInt64)); }, {"nll_loss", "int64[2] cpu", "float32[3, 4] cpu"});
+  check_error([&] { nll_loss(x, zeros({3})); }, {"nll_loss", "class indices"});
+  check_error([&] { nll_loss(x, zeros({3}, kInt64), {.weight = ones({3})}); }, {"nll_loss", "weight", "C = 4"});
+}
