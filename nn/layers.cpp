@@ -31,7 +31,7 @@ std::string LayerNorm::extra_repr() const {
   return "normalized_shape=" + shape_str(shape_) + ", eps=" + std::to_string(eps_);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : padding_idx_(-1) {
+Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) {
   FRUGAL_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, " x ", dim);
   if (options.padding_idx) {
     const int64_t i = *options.padding_idx;
@@ -40,7 +40,7 @@ Embedding::Embedding(int64_t num, int64_t dim, EmbeddingOptions options) : paddi
   }
   weight = register_parameter("weight", empty({num, dim}));
   init::normal_(weight);
-  if (padding_idx_ >= 0) init::zeros_(weight.select(0, padding_idx_));
+  if (padding_idx_) init::zeros_(weight.select(0, *padding_idx_));
 }
 Tensor Embedding::forward(const Tensor& indices) {
   core::ModuleScope scope(this);  // Note [Module attribution]
@@ -48,7 +48,7 @@ Tensor Embedding::forward(const Tensor& indices) {
 }
 std::string Embedding::extra_repr() const {
   return std::to_string(weight.size(0)) + ", " + std::to_string(weight.size(1)) +
-         (padding_idx_ >= 0 ? ", padding_idx=" + std::to_string(padding_idx_) : "");
+         (padding_idx_ ? ", padding_idx=" + std::to_string(*padding_idx_) : "");
 }
 
 }  // namespace frugal::nn

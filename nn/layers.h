@@ -56,7 +56,7 @@ class Embedding : public UnaryModule {
   Tensor weight;
 
  private:
-  int64_t padding_idx_;  // -1: none (the raw embedding op's convention)
+  std::optional<int64_t> padding_idx_;  // in [0, num_embeddings)
 };
 
 }  // namespace frugal::nn

@@ -309,7 +309,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
     return 0;
   });
   const bool pad_is_mine = padding_idx >= vocab_start && padding_idx < vocab_end;
-  Tensor out = embedding(weight, local, pad_is_mine ? padding_idx - vocab_start : -1);
+  Tensor out = embedding(weight, local, pad_is_mine ? std::optional<int64_t>(padding_idx - vocab_start) : std::nullopt);
   if (!trivial(comm_)) out = masked_fill(out, not_mine.unsqueeze(-1), 0.0);
   return reduce_from_region(out, comm_);
 }

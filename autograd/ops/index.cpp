@@ -163,12 +163,16 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   return out;
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding) {
   core::OpScope scope("embedding");
   Tensor out = autograd::raw([&] { return ops::embedding(weight, indices); });  // checks weight and indices
   const int64_t num_weights = weight.size(0);
-  FRUGAL_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < num_weights), "embedding: padding_idx ",
-               padding_idx, " must be -1 (none) or in [0, ", num_weights, ") for weight ", weight.describe());
+  int64_t padding_idx = -1;  // the raw op's "none"
+  if (padding) {
+    FRUGAL_CHECK(*padding >= -num_weights && *padding < num_weights, "embedding: padding_idx ", *padding,
+                 " must be within [", -num_weights, ", ", num_weights, ") for weight ", weight.describe());
+    padding_idx = *padding < 0 ? *padding + num_weights : *padding;  // torch: -1 is the last row
+  }
   if (auto node = make_node<EmbeddingBackward>({weight})) {
     node->indices = indices;
     node->num_weights = num_weights;

@@ -3,6 +3,7 @@
 // Same names, arguments and semantics as the raw ops in tensor/ops/index.h. Index tensors
 // are never differentiable; one_hot is forwarded to the raw op.
 #include <cstdint>
+#include <optional>
 
 #include "tensor/tensor.h"
 
@@ -18,8 +19,9 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 /// self with src's slices added to the slices `index` along `dim` (a fresh tensor).
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 /// Rows of weight (V, D) picked by `indices`: (*indices.shape, D). The row `padding_idx`
-/// (in [0, V), or -1 for none) gets no gradient, as torch.nn.functional.embedding.
-Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
+/// gets no gradient; a negative one counts from the end (-1 is the last row), as
+/// torch.nn.functional.embedding. (The raw ops::embedding_backward's -1 means none.)
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx = std::nullopt);
 
 /// Not differentiable: int64 tensor (*index.shape, num_classes) with a 1 at each index
 /// (num_classes = -1 infers max + 1), forwarded to the raw op.

@@ -523,7 +523,12 @@ TEST_CASE("autograd shape: embedding accumulates duplicates and leaves the paddi
     CHECK(gw[size_t(4 * 2 + c)] == 0.0);
   }
   check_error([&] { embedding(w, ids, 5); }, {"embedding", "padding_idx", "5"});
-  check_error([&] { embedding(w, ids, -2); }, {"embedding", "padding_idx"});
+  check_error([&] { embedding(w, ids, -6); }, {"embedding", "padding_idx", "-6", "[-5, 5)"});
+  // A negative padding_idx counts from the end, as torch.nn.functional.embedding: -2 is row 3.
+  Tensor w2 = leaf({5, 2}, 93);
+  sum(embedding(w2, ids, -2)).backward();
+  for (int c = 0; c < 2; ++c) CHECK(values_of(w2.grad())[size_t(3 * 2 + c)] == 0.0);
+  CHECK(values_of(w2.grad())[0] == 1.0);
   // one_hot is re-exported (not differentiable).
   CHECK(values_of(one_hot(index_tensor({1, 0}, {2}), 2)) == std::vector<double>{0, 1, 1, 0});
 }

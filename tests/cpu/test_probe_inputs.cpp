@@ -677,18 +677,21 @@ TEST_CASE("probe: embedding with padding_idx on transposed weights and strided i
   for (double i : iv)
     for (int64_t d = 0; d < D; ++d) ref.push_back(wv[size_t(int64_t(i) * D + d)]);
   check_close(e, ref, 0, 0, "embedding");
-  // padding_idx makes its row non-differentiable on purpose, so finite differences check -1.
-  check_gradcheck([&](const TensorList& t) { return embedding(t[0].t(), idx, -1); }, {leaf({D, V}, 2)});
-  check_gradcheck([&](const TensorList& t) { return embedding(t[0].slice(0, 0, 2 * V, 2), idx.select(1, 0), -1); },
+  // padding_idx makes its row non-differentiable on purpose, so finite differences check none.
+  check_gradcheck([&](const TensorList& t) { return embedding(t[0].t(), idx); }, {leaf({D, V}, 2)});
+  check_gradcheck([&](const TensorList& t) { return embedding(t[0].slice(0, 0, 2 * V, 2), idx.select(1, 0)); },
                   {leaf({2 * V, D}, 3)});
-  for (int64_t pad : {-1, 0, 2, 5}) {
-    CAPTURE(pad);
-    // The padding row's gradient is exactly zero, the others count their uses.
+  for (const std::optional<int64_t> pad : {std::optional<int64_t>(), std::optional<int64_t>(0), std::optional<int64_t>(2),
+                                          std::optional<int64_t>(5), std::optional<int64_t>(-1), std::optional<int64_t>(-V)}) {
+    CAPTURE(pad.value_or(V));
+    // The padding row's gradient is exactly zero, the others count their uses; a negative
+    // padding_idx counts from the end, as torch.nn.functional.embedding (-1: row V - 1).
+    const int64_t pad_row = !pad ? -1 : *pad < 0 ? *pad + V : *pad;
     Tensor w = leaf({V, D}, 4);
     sum(embedding(w, idx, pad)).backward();
     std::vector<double> g(size_t(V * D), 0.0);
     for (double i : iv)
-      if (int64_t(i) != pad)
+      if (int64_t(i) != pad_row)
         for (int64_t d = 0; d < D; ++d) g[size_t(int64_t(i) * D + d)] += 1;
     check_close(w.grad(), g, 0, 0, "embedding grad counts");
   }
