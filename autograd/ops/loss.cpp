@@ -1,15 +1,20 @@
 // The losses, forward and backward side by side.
 #include "autograd/ops/loss.h"
 
+#include <limits>
+#include <string>
+
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "core/instrument.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/loss.h"
+#include "tensor/ops/reduce.h"
 #include "tensor/ops/unary.h"
 
 namespace frugal {
@@ -127,9 +132,90 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLos
   return div(sum(loss), sum(t.weight));
 }
 
+namespace {
+
+// Note [Weighted cross entropy]
+// With class weights w, torch.nn.functional.cross_entropy is
+//   (1 - e) * nll_loss(log_softmax(x), t, w) + (e / C) * smooth,
+//   smooth_i = -sum_c w_c * log_softmax(x)_ic   (0 for an ignored target),
+// where Mean divides both terms by the sum of w[t_i] over the targets kept (not by their
+// count), Sum adds them up and None keeps one per target (aten's
+// cross_entropy_loss_label_smoothing). It is composed here from differentiable ops: the
+// fused kernel (Note [Fused cross entropy]) keeps only the logsumexp per row, while this
+// path holds a (N, C) log_softmax for backward, which a user asking for weights pays for.
+Tensor weighted_cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  const Tensor weight = options.weight.detach();
+  const ops::NllLossOptions nll_options{.weight = weight, .ignore_index = options.ignore_index,
+                                        .reduction = options.reduction};
+  FRUGAL_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
+               "cross_entropy: label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  // Checks the operands (with cross_entropy's name) before log_softmax sees them.
+  const ops::NllTargets t = autograd::raw([&] { return ops::nll_targets(logits, target, nll_options, "cross_entropy"); });
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
+  const Tensor log_probs = log_softmax(logits, class_dim);
+  const Tensor nll = nll_loss(log_probs, target, nll_options);
+  if (options.label_smoothing == 0.0) return nll;
+  Shape along_classes(size_t(logits.dim()), 1);
+  along_classes[size_t(class_dim)] = C;
+  const Tensor per_target = masked_fill(neg(sum(mul(log_probs, weight.to(logits.dtype()).view(along_classes)),
+                                                {class_dim})),
+                                        ops::eq(target, double(options.ignore_index)), 0.0);
+  Tensor smooth = per_target;
+  if (options.reduction == Reduction::Sum) smooth = sum(per_target);
+  if (options.reduction == Reduction::Mean) smooth = div(sum(per_target), ops::sum(t.weight));
+  return add(mul(nll, 1.0 - options.label_smoothing), mul(smooth, options.label_smoothing / double(C)));
+}
+
+}  // namespace
+
+// Note [Binary cross entropy with logits]
+// loss = (1 - y) x + lw softplus(-x), lw = 1 + (pw - 1) y, times the weight: aten's
+// formula, with log1p(exp(-|x|)) + max(-x, 0) written as softplus(-x) with an infinite
+// threshold, which is exact for every x (the softplus kernel is the stable form, Note in
+// tensor/ops/unary_math.h). Composed of differentiable ops, so the gradient in x is
+// w (lw sigmoid(x) - pw y) and the one in y is w (-x + (pw - 1) softplus(-x)), everywhere:
+// building softplus from |x| and relu instead would give x's gradient 0 at x = 0 (both
+// kinks' conventions), where it is -0.5 for y = 0 (zero-initialised logits hit that).
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BceWithLogitsOptions& options) {
+  constexpr const char* op = "binary_cross_entropy_with_logits";
+  core::OpScope scope(op);
+  FRUGAL_CHECK(input.defined() && target.defined(), op, ": undefined input or target");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&input, &target}))
+    return binary_cross_entropy_with_logits((*c)[0], (*c)[1], options);
+  FRUGAL_CHECK(is_floating(input.dtype()) && input.dtype() == target.dtype(), op,
+               ": expects input and target of one floating dtype, got ", input.describe(), " and ",
+               target.describe());
+  FRUGAL_CHECK(input.sizes() == target.sizes(), op, ": target ", target.describe(), " must have the input's size ",
+               input.describe());
+  for (const Tensor* w : {&options.weight, &options.pos_weight})
+    if (w->defined()) {
+      const std::string which = std::string(op) + (w == &options.weight ? " weight" : " pos_weight");
+      FRUGAL_CHECK(is_floating(w->dtype()), which, " ", w->describe(), " must be floating");
+      check_same_device(which.c_str(), input, *w);
+      FRUGAL_CHECK(broadcast_shapes(input.sizes(), w->sizes(), which.c_str()) == input.sizes(), which, " ",
+                   w->describe(), " does not broadcast to the input ", input.describe());
+    }
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor softplus_neg = softplus(neg(input), 1.0, inf);
+  Tensor log_weight_term = softplus_neg;
+  if (options.pos_weight.defined()) {
+    const Tensor pw = options.pos_weight.detach().to(input.dtype());
+    log_weight_term = mul(add(mul(sub(pw, 1.0), target), 1.0), softplus_neg);
+  }
+  Tensor loss = add(mul(rsub(target, 1.0), input), log_weight_term);
+  if (options.weight.defined()) loss = mul(loss, options.weight.detach().to(input.dtype()));
+  switch (options.reduction) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: break;
+  }
+  return mean(loss);
+}
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   core::OpScope scope("cross_entropy");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&logits})) return cross_entropy((*c)[0], target, options);
+  if (options.weight.defined()) return weighted_cross_entropy(logits, target, options);
   ops::CrossEntropyResult r = autograd::raw([&] { return ops::cross_entropy(logits, target, options); });
   if (auto node = make_node<CrossEntropyBackward>({logits})) {
     node->logits = logits;

@@ -1,6 +1,6 @@
 #pragma once
 // Differentiable losses (torch.nn.functional's cross_entropy, mse_loss, l1_loss, smooth_l1_loss,
-// huber_loss and nll_loss). Same semantics as the raw ops in tensor/ops/loss.h.
+// huber_loss, nll_loss and binary_cross_entropy_with_logits). Same semantics as the raw ops in tensor/ops/loss.h.
 #include "tensor/ops/loss.h"  // Reduction, CrossEntropyOptions
 #include "tensor/tensor.h"
 
@@ -8,6 +8,7 @@ namespace frugal {
 
 /// torch.nn.functional.cross_entropy with class-index targets (int64/int32): logits (N, C),
 /// (C) or (N, C, d1, ...); see Note [Fused cross entropy]. Differentiable in the logits.
+/// With options.weight, torch's weighted loss (Note [Weighted cross entropy]).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 
 /// torch.nn.functional.mse_loss: mean (or sum, or none) of (input - target)^2; input and
@@ -31,5 +32,20 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 /// Differentiable in log_probs (not in weight, as PyTorch). nll_loss(log_softmax(x, 1), t) is
 /// cross_entropy(x, t) with class weights.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLossOptions& options = {});
+
+/// Options of binary_cross_entropy_with_logits, as torch's keyword arguments. Neither
+/// weight is differentiated.
+struct BceWithLogitsOptions {
+  Tensor weight{};      // broadcasts to the input: a factor per element
+  Tensor pos_weight{};  // broadcasts to the input (a (C) one along the last dim): the positives' factor
+  Reduction reduction = Reduction::Mean;
+};
+
+/// torch.nn.functional.binary_cross_entropy_with_logits: per element
+/// w * ((1 - y) x + (1 + (pw - 1) y) softplus(-x)), reduced (Mean: over every element).
+/// Input and target of one shape and floating dtype; differentiable in both (Note
+/// [Binary cross entropy with logits]).
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BceWithLogitsOptions& options = {});
 
 }  // namespace frugal

@@ -32,6 +32,7 @@ namespace {
 //   silu: g s (1 + x (1 - s)), s = sigmoid(x)     abs: g sign(x)         square: 2 g x
 //   reciprocal: -g y^2     sin: g cos x           cos: -g sin x          pow: g p x^(p - 1)
 //   affine: g scale        clamp: lo <= x <= hi ? g : 0
+//   log1p: g / (1 + x)     softplus: beta x > threshold ? g : g sigmoid(beta x)
 
 const char* unary_node_name(UnaryOp op) {
   switch (op) {
@@ -59,14 +60,21 @@ struct UnaryBackward final : Node {
 /// The unary ops autocast runs in float32 (PyTorch's list; Note [Autocast]).
 bool float32_under_autocast(UnaryOp op) {
   return op == UnaryOp::Exp || op == UnaryOp::Log || op == UnaryOp::Pow || op == UnaryOp::Rsqrt ||
-         op == UnaryOp::Reciprocal;
+         op == UnaryOp::Reciprocal || op == UnaryOp::Log1p || op == UnaryOp::Softplus;
+}
+
+/// The raw op through its public function, which checks its parameters (and runs pow(x, 2) as square).
+Tensor raw_unary(UnaryOp op, const Tensor& x, double a, double b) {
+  if (op == UnaryOp::Pow) return ops::pow(x, a);
+  if (op == UnaryOp::Softplus) return ops::softplus(x, a, b);
+  return ops::unary(op, x, a, b);
 }
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
   core::OpScope scope(ops::unary_op_name(op));
   if (float32_under_autocast(op))
     if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return unary_op(op, (*c)[0], a, b);
-  Tensor y = autograd::raw([&] { return op == UnaryOp::Pow ? ops::pow(x, a) : ops::unary(op, x, a, b); });
+  Tensor y = autograd::raw([&] { return raw_unary(op, x, a, b); });
   if (auto node = make_node<UnaryBackward>({x})) {
     node->op = op;
     node->a = a;
@@ -88,7 +96,7 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
     if (from == ops::UnaryGradFrom::Input && autograd::RecomputeCheapOutputs::active())
       autograd::recompute::register_output(y, node, ops::unary_op_name(op), 1, [](const UnaryBackward& n) {
         const Tensor xv = n.saved.unpack(n.name());
-        return n.op == UnaryOp::Pow ? ops::pow(xv, n.a) : ops::unary(n.op, xv, n.a, n.b);
+        return raw_unary(n.op, xv, n.a, n.b);
       });
   }
   return y;
@@ -109,6 +117,10 @@ Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }
 Tensor gelu(const Tensor& x) { return unary_op(UnaryOp::Gelu, x); }
 Tensor gelu_tanh(const Tensor& x) { return unary_op(UnaryOp::GeluTanh, x); }
 Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x); }
+Tensor log1p(const Tensor& x) { return unary_op(UnaryOp::Log1p, x); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return unary_op(UnaryOp::Softplus, x, beta, threshold);
+}
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }

@@ -28,6 +28,11 @@ Tensor gelu(const Tensor& x);
 Tensor gelu_tanh(const Tensor& x);
 /// x * sigmoid(x)
 Tensor silu(const Tensor& x);
+/// log(1 + x), accurate near 0.
+Tensor log1p(const Tensor& x);
+/// torch.nn.functional.softplus: log(1 + exp(beta x)) / beta, x where beta x > threshold
+/// (threshold = inf: never); the gradient is sigmoid(beta x), 0.5 at 0.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 /// |x|; the gradient is 0 at 0.
 Tensor abs(const Tensor& x);
 /// x * x

@@ -62,6 +62,8 @@ memory::CheckMessage bad_target_message(const char* op, int64_t C, int64_t ignor
 CrossEntropyRows cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target,
                                     const CrossEntropyOptions& opts) {
   check_class_target(op, logits, target);
+  FRUGAL_CHECK(!opts.weight.defined(), op, ": class weights (", opts.weight.describe(),
+               ") are not taken by this fused op; frugal::cross_entropy takes them");
   FRUGAL_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0, op,
                ": label_smoothing must be in [0, 1], got ", opts.label_smoothing);
   const Shape& expected = target.sizes();
@@ -159,8 +161,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return mean(sq);
 }
 
-NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
-  constexpr const char* op = "nll_loss";
+NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options,
+                       const char* op) {
   const int64_t C = check_class_target(op, log_probs, target);
   const Tensor& weight = options.weight;
   if (weight.defined()) {

@@ -51,6 +51,9 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;   // targets equal to this contribute nothing
   double label_smoothing = 0.0;  // in [0, 1]
   Reduction reduction = Reduction::Mean;
+  /// Class weights (C), floating, not differentiated (Note [Weighted cross entropy] in
+  /// autograd/ops/loss.cpp). Taken by frugal::cross_entropy only; the fused kernels refuse it.
+  Tensor weight{};
 };
 
 }  // namespace frugal
@@ -104,7 +107,7 @@ Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor
 
 /// torch.nn.functional.nll_loss's options.
 struct NllLossOptions {
-  Tensor weight;               // (C) weight of each class, or undefined (all 1)
+  Tensor weight{};             // (C) weight of each class, or undefined (all 1)
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::Mean;
 };
@@ -116,7 +119,9 @@ struct NllLossOptions {
 struct NllTargets {
   Tensor index, weight;
 };
-NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options);
+/// `op` names the caller in errors (cross_entropy with class weights uses it too).
+NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options,
+                       const char* op = "nll_loss");
 
 }  // namespace frugal::ops
 

@@ -1,5 +1,6 @@
 #include "tensor/ops/unary.h"
 
+#include <cmath>
 #include <string>
 
 #include "tensor/device_dispatch.h"
@@ -30,6 +31,13 @@ Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
 Tensor gelu(const Tensor& x) { return unary(UnaryOp::Gelu, x); }
 Tensor gelu_tanh(const Tensor& x) { return unary(UnaryOp::GeluTanh, x); }
 Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x); }
+Tensor log1p(const Tensor& x) { return unary(UnaryOp::Log1p, x); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  FRUGAL_CHECK(std::isfinite(beta) && beta != 0.0 && !std::isnan(threshold),
+               "softplus: beta must be finite and nonzero and threshold not NaN, got beta ", beta, ", threshold ",
+               threshold);
+  return unary(UnaryOp::Softplus, x, beta, threshold);
+}
 Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary(UnaryOp::Reciprocal, x); }

@@ -32,6 +32,11 @@ Tensor gelu(const Tensor& x);
 Tensor gelu_tanh(const Tensor& x);
 /// x * sigmoid(x) (a.k.a. swish).
 Tensor silu(const Tensor& x);
+/// log(1 + x), accurate for small x (where log(1 + x) rounds 1 + x first).
+Tensor log1p(const Tensor& x);
+/// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold, as
+/// torch.nn.functional.softplus; beta finite and nonzero, threshold not NaN (inf: never x).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor abs(const Tensor& x);
 /// x * x
 Tensor square(const Tensor& x);
@@ -72,10 +77,12 @@ Tensor clamp(const Tensor& x, double lo, double hi);
   X(Cos, "cos", false)               \
   X(Pow, "pow", false)               \
   X(Affine, "affine", false)         \
-  X(Clamp, "clamp", false)
+  X(Clamp, "clamp", false)           \
+  X(Log1p, "log1p", false)           \
+  X(Softplus, "softplus", false)
 
 /// Which unary op a kernel runs. Pow uses a = exponent; Affine a = scale, b = shift;
-/// Clamp a = lo, b = hi; the others ignore a and b.
+/// Clamp a = lo, b = hi; Softplus a = beta, b = threshold; the others ignore a and b.
 enum class UnaryOp : uint8_t {
 #define FRUGAL_UNARY_ENUM(E, name, ints) E,
   FRUGAL_UNARY_OPS(FRUGAL_UNARY_ENUM)

@@ -23,6 +23,8 @@ FRUGAL_HD float exp(float x) { return ::expf(x); }
 FRUGAL_HD double exp(double x) { return ::exp(x); }
 FRUGAL_HD float log(float x) { return ::logf(x); }
 FRUGAL_HD double log(double x) { return ::log(x); }
+FRUGAL_HD float log1p(float x) { return ::log1pf(x); }
+FRUGAL_HD double log1p(double x) { return ::log1p(x); }
 FRUGAL_HD float sqrt(float x) { return ::sqrtf(x); }
 FRUGAL_HD double sqrt(double x) { return ::sqrt(x); }
 FRUGAL_HD float tanh(float x) { return ::tanhf(x); }
@@ -172,6 +174,13 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     return math::pow_scalar(x, a);  // Note [pow of 0.5 and -0.5]
   } else if constexpr (kOp == U::Affine) {
     return x * a + b;  // one FMA on the GPU
+  } else if constexpr (kOp == U::Log1p) {
+    return math::log1p(x);
+  } else if constexpr (kOp == U::Softplus) {  // torch: x where beta x > threshold; NaN stays NaN
+    // log(1 + e^z) = max(z, 0) + log1p(e^-|z|): no overflow for large z, so threshold = inf
+    // is exact everywhere (binary_cross_entropy_with_logits relies on it).
+    const M bx = x * a;
+    return bx > b ? x : ((bx > M(0) ? bx : M(0)) + math::log1p(math::exp(-math::fabs(bx)))) / a;
   } else {
     static_assert(kOp == U::Clamp, "unary_apply: an op without a formula");
     if (a != a || b != b) return a + b;      // a NaN bound gives NaN everywhere, as PyTorch
@@ -243,6 +252,11 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
     return -g * math::sin(v);
   } else if constexpr (kOp == U::Pow) {  // a x^(a-1); exactly 0 for a = 0 (no 0 * inf at x = 0)
     return a == M(0) ? M(0) : g * a * math::pow_scalar(v, a - M(1));
+  } else if constexpr (kOp == U::Log1p) {  // 1 / (1 + x)
+    return g / (M(1) + v);
+  } else if constexpr (kOp == U::Softplus) {  // sigmoid(beta x), 1 past the threshold (torch)
+    const M bx = v * a;
+    return bx > b ? g : g * math::logistic(bx).s;
   } else {
     static_assert(kOp == U::Clamp, "unary_grad: an op without a derivative");
     return (v >= a && v <= b) ? g : M(0);  // lo <= x <= hi; NaN or lo > hi: 0

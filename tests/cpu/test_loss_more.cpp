@@ -199,6 +199,153 @@ TEST_CASE("losses: gradcheck of nll_loss with weights and an ignored target") {
                     {leaf({3, 4}, 620, -3, 0)});
 }
 
+TEST_CASE("losses: cross_entropy with class weights equals torch's formula: smoothing, ignore_index, reductions") {
+  // aten's cross_entropy_loss_label_smoothing, written out in float64: p = log_softmax(x);
+  // nll_i = -w[t_i] p[i, t_i], smooth_i = -sum_c w_c p[i, c] (both 0 where t_i is ignored);
+  // Mean divides each sum by the sum of w[t_i] kept; loss = (1 - e) nll + e / C smooth.
+  // Logits (N, C, D) stored transposed, int32 targets.
+  const int64_t N = 2, C = 3, D = 4;
+  const Tensor x = random_tensor({N, D, C}, kFloat64, 80, Layout::Transposed, -3, 3).permute({0, 2, 1});
+  const std::vector<int64_t> tv{0, 2, -100, 1, 2, 2, 0, -100};
+  const Tensor target = from_vector(tv, {N, D}).to(kInt32);
+  const std::vector<double> w{0.5, 2.0, 1.25}, xv = values_of(x);
+  int64_t cases = 0;
+  for (const double e : {0.0, 0.2, 1.0})
+    for (const Reduction r : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+      CAPTURE(e);
+      CAPTURE(int(r));
+      std::vector<double> rows(size_t(N * D), 0.0);
+      double total = 0, wsum = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t t = tv[size_t(n * D + d)];
+          if (t == -100) continue;
+          double mx = -kInf, z = 0;
+          for (int64_t c = 0; c < C; ++c) mx = std::max(mx, xv[size_t((n * C + c) * D + d)]);
+          for (int64_t c = 0; c < C; ++c) z += std::exp(xv[size_t((n * C + c) * D + d)] - mx);
+          const auto logp = [&](int64_t c) { return xv[size_t((n * C + c) * D + d)] - mx - std::log(z); };
+          double smooth = 0;
+          for (int64_t c = 0; c < C; ++c) smooth -= w[size_t(c)] * logp(c);
+          rows[size_t(n * D + d)] = (1 - e) * -w[size_t(t)] * logp(t) + e / double(C) * smooth;
+          total += rows[size_t(n * D + d)];
+          wsum += w[size_t(t)];
+        }
+      const CrossEntropyOptions o{.label_smoothing = e, .reduction = r, .weight = from_vector(w, {C})};
+      const Tensor loss = cross_entropy(x, target, o);
+      if (r == Reduction::None) check_close(loss, rows, 1e-14, 1e-14, "none");
+      if (r == Reduction::Sum) check_close(loss, {total}, 1e-14, 1e-14, "sum");
+      if (r == Reduction::Mean) check_close(loss, {total / wsum}, 1e-14, 1e-14, "mean");
+      check_gradcheck([&](const TensorList& in) { return cross_entropy(in[0].permute({0, 2, 1}), target, o); },
+                      {leaf({N, D, C}, 81)});
+      ++cases;
+    }
+  // Weights of 1 are the unweighted (fused) loss, value and gradient; 1-D logits work too.
+  Tensor z = random_tensor({5, 4}, kFloat64, 82).requires_grad_();
+  const Tensor t = from_vector<int64_t>({0, 3, -100, 1, 2}, {5});
+  const CrossEntropyOptions plain{.label_smoothing = 0.1};
+  CrossEntropyOptions ones = plain;
+  ones.weight = full({4}, 1.0, kFloat64);
+  const Tensor a = cross_entropy(z, t, plain), b = cross_entropy(z, t, ones);
+  check_close(b, values_of(a), 1e-14, 1e-14, "weights of 1");
+  check_close(autograd::grad({b}, {z})[0], values_of(autograd::grad({a}, {z})[0]), 1e-14, 1e-14, "weights of 1 grad");
+  const Tensor z1 = from_vector<double>({1, 2, 3}, {3});
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  check_close(cross_entropy(z1, scalar_tensor(int64_t(0), kInt64), {.weight = from_vector<double>({2, 1, 1}, {3})}),
+              {lse - 1.0}, 1e-15, 1e-15, "1-d mean divides by w[t]");
+  // The fused ops refuse weights by name rather than ignoring them; a bad weight names cross_entropy.
+  check_error([&] { ops::cross_entropy(z.detach(), t, ones); }, {"cross_entropy", "class weights", "float64[4]"});
+  check_error([&] { cross_entropy(z, t, {.weight = full({3}, 1.0, kFloat64)}); },
+              {"cross_entropy", "weight", "float64[3]"});
+  MESSAGE(cases, " weighted cross_entropy settings");
+}
+
+TEST_CASE("losses: binary_cross_entropy_with_logits equals aten's formula and its gradients, at 0 and far out") {
+  // aten: lw = 1 + (pw - 1) y; loss = w ((1 - y) x + lw (log1p(exp(-|x|)) + max(-x, 0)));
+  // d/dx = w (lw sigmoid(x) - pw y); d/dy = w (-x + (pw - 1) softplus(-x)). Written in float64.
+  const int64_t N = 3, C = 5;
+  const std::vector<double> xs{-100, -30, -1e-3, 0, 0.5, 40, 100, 0, -2, 3, 0, 7, -0.25, 1e-8, -19};
+  std::vector<double> ys(size_t(N * C));
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = double(i % 4) / 3.0;  // 0, 1/3, 2/3, 1: soft labels too
+  const std::vector<double> wv{0.5, 2.0, 1.0}, pwv{1.0, 3.0, 0.5, 2.0, 1.0};
+  const auto softplus_neg = [](double x) { return std::log1p(std::exp(-std::fabs(x))) + std::max(-x, 0.0); };
+  const auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  int64_t cases = 0;
+  for (const bool weighted : {false, true})
+    for (const bool positive_weighted : {false, true})
+      for (const Reduction r : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+        CAPTURE(weighted);
+        CAPTURE(positive_weighted);
+        CAPTURE(int(r));
+        std::vector<double> loss(xs.size()), gx(xs.size()), gy(xs.size());
+        double total = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < C; ++c) {
+            const size_t i = size_t(n * C + c);
+            const double x = xs[i], y = ys[i], w = weighted ? wv[size_t(n)] : 1.0;
+            const double pw = positive_weighted ? pwv[size_t(c)] : 1.0, lw = 1 + (pw - 1) * y;
+            loss[i] = w * ((1 - y) * x + lw * softplus_neg(x));
+            gx[i] = w * (lw * sigmoid(x) - pw * y);
+            gy[i] = w * (-x + (pw - 1) * softplus_neg(x));
+            total += loss[i];
+          }
+        const double scale = r == Reduction::Mean ? 1.0 / double(xs.size()) : 1.0;
+        BceWithLogitsOptions o{.reduction = r};
+        if (weighted) o.weight = from_vector(wv, {N, 1});
+        if (positive_weighted) o.pos_weight = from_vector(pwv, {C});
+        // The input is a transpose of a (C, N) buffer, the target contiguous.
+        Tensor x = from_vector(xs, {N, C}).t().contiguous().t().detach().requires_grad_();
+        Tensor y = from_vector(ys, {N, C}).requires_grad_();
+        const Tensor out = binary_cross_entropy_with_logits(x, y, o);
+        if (r == Reduction::None) check_close(out, loss, 1e-15, 1e-15, "none");
+        if (r != Reduction::None) check_close(out, {total * scale}, 1e-14, 1e-14, "reduced");
+        const TensorList g = autograd::grad({r == Reduction::None ? sum(out) : out}, {x, y});
+        for (double& v : gx) v *= scale;
+        for (double& v : gy) v *= scale;
+        check_close(g[0], gx, 1e-15, 1e-15, "d/dx");
+        check_close(g[1], gy, 1e-14, 1e-14, "d/dy");
+        ++cases;
+      }
+  // At x = 0 with y = 0 the gradient is sigmoid(0) = 0.5, not a kink convention's 0; float32
+  // logits far out give finite losses, and float16 ones run in float32 under autocast rules.
+  Tensor z = zeros({4}).requires_grad_();
+  binary_cross_entropy_with_logits(z, zeros({4}), {.reduction = Reduction::Sum}).backward();
+  check_close(z.grad(), {0.5, 0.5, 0.5, 0.5}, 0, 0, "gradient at 0");
+  const Tensor far = binary_cross_entropy_with_logits(from_vector<float>({-200.0f, 200.0f}, {2}),
+                                                      from_vector<float>({1.0f, 0.0f}, {2}), {.reduction = Reduction::None});
+  check_close(far, {200.0, 200.0}, 0, 0, "far out");
+  // Size-0: none is empty, sum 0, mean NaN (as torch).
+  CHECK(std::isnan(binary_cross_entropy_with_logits(zeros({0, 3}), zeros({0, 3})).item<double>()));
+  check_error([&] { binary_cross_entropy_with_logits(zeros({3, 2}), zeros({3, 1})); },
+              {"binary_cross_entropy_with_logits", "float32[3, 1]", "float32[3, 2]"});
+  check_error([&] { binary_cross_entropy_with_logits(zeros({3, 2}), zeros({3, 2}), {.pos_weight = zeros({3})}); },
+              {"binary_cross_entropy_with_logits pos_weight", "[3]", "[3, 2]"});
+  check_error([&] { binary_cross_entropy_with_logits(zeros({3, 2}), zeros({3, 2}, kInt64)); },
+              {"binary_cross_entropy_with_logits", "int64[3, 2]"});
+  MESSAGE(cases, " binary_cross_entropy_with_logits settings");
+}
+
+TEST_CASE("losses: log1p and softplus equal float64 math where the naive forms lose it") {
+  // log1p keeps x where 1 + x rounds; softplus is exact far out (threshold = inf) and x past
+  // the threshold, as torch; its gradient is sigmoid(beta x).
+  check_close(log1p(from_vector<float>({1e-10f, -1e-10f, 0.0f, 3.0f}, {4})),
+              {double(1e-10f), double(-1e-10f), 0.0, std::log1p(3.0)}, 1e-7, 0, "log1p float32");
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> x{-800, -40, -1, 0, 1, 19.5, 20.5, 800};
+  std::vector<double> exact, torch_threshold;
+  for (const double v : x) {
+    exact.push_back(std::max(v, 0.0) + std::log1p(std::exp(-std::fabs(v))));
+    torch_threshold.push_back(v > 20 ? v : std::max(v, 0.0) + std::log1p(std::exp(-std::fabs(v))));
+  }
+  check_close(softplus(from_vector(x, {8}), 1.0, inf), exact, 1e-15, 0, "softplus, no threshold");
+  check_close(softplus(from_vector(x, {8})), torch_threshold, 1e-15, 0, "softplus, threshold 20");
+  check_close(softplus(from_vector<double>({1.0, -2.0}, {2}), 2.0, 20.0),
+              {std::log1p(std::exp(2.0)) / 2.0, std::log1p(std::exp(-4.0)) / 2.0}, 1e-15, 0, "beta 2");
+  check_gradcheck([](const TensorList& in) { return softplus(in[0].t(), 1.5, 2.0); }, {leaf({3, 4}, 630)});
+  check_gradcheck([](const TensorList& in) { return log1p(in[0].t()); }, {leaf({3, 4}, 631, -0.5, 2.0)});
+  check_error([] { softplus(zeros({2}), 0.0, 20.0); }, {"softplus", "beta", "0"});
+  check_error([] { log1p(zeros({2}, kInt64)); }, {"log1p", "int64[2]"});
+}
+
 TEST_CASE("losses: bad input names the op, shapes and values") {
   check_error([&] { smooth_l1_loss(zeros({3}), zeros({3}), Reduction::Mean, -1.0); },
               {"smooth_l1_loss", "beta", "-1"});

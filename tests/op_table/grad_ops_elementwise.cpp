@@ -38,6 +38,7 @@ void add_unary(std::vector<GradEntry>& t) {
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, -2, 2, 0.4, A::Float32},
       {"sin", [](const Tensor& x) { return sin(x); }, -3, 3, 0, A::Keep},
       {"cos", [](const Tensor& x) { return cos(x); }, -3, 3, 0, A::Keep},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, -0.7, 2, 0, A::Float32},
   };
   for (const Unary& u : ops)
     t.push_back({u.name,
@@ -69,6 +70,22 @@ void add_unary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
+  t.push_back({"softplus",
+               [](Rng& rng) {
+                 const double beta = rng.pick(std::vector<double>{1.0, 2.0, 0.5, -1.0});
+                 // Values at least 0.05 from the threshold, where the gradient jumps (slightly).
+                 const double threshold = rng.pick(std::vector<double>{20.0, 1.0, 0.0});
+                 Tensor x = values(rng, small_shape(rng, 0, 4), -3, 3);
+                 std::vector<double> v = x.tolist<double>();
+                 for (double& e : v)
+                   while (std::fabs(beta * e - threshold) < 0.05) e = rng.uniform(-3, 3);
+                 GradSample s;
+                 s.inputs = {grad_in(tensor_of(v, x.sizes(), kFloat64))};
+                 s.params = cat_str("beta=", beta, " threshold=", threshold);
+                 s.f = [=](const TensorList& in) { return softplus(in[0], beta, threshold); };
+                 return s;
+               },
+               A::Float32});
   t.push_back({"clamp",
                [](Rng& rng) {
                  const double lo = rng.uniform(-1.5, 0.0), hi = lo + rng.uniform(0.5, 2.0);

@@ -231,11 +231,16 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                    v[0] = double(o.ignore_index);
                    tg = tensor_of(v, target, kInt64);
                  }
+                 if (rng.chance(0.3)) o.weight = values(rng, {C}, 0.5, 2.0);  // Note [Weighted cross entropy]
                  GradSample s;
                  s.inputs = {grad_in(values(rng, logits, -3, 3)), const_in(tg)};
                  s.params = cat_str("reduction=", int(o.reduction), " label_smoothing=", o.label_smoothing,
-                                    " ignore_index=", o.ignore_index);
-                 s.f = [o](const TensorList& in) { return cross_entropy(in[0], in[1], o); };
+                                    " ignore_index=", o.ignore_index, " weight=", o.weight.defined());
+                 s.f = [o](const TensorList& in) {
+                   CrossEntropyOptions same = o;  // the weight on the input's device
+                   if (same.weight.defined() && in[0].defined()) same.weight = same.weight.to(in[0].device());
+                   return cross_entropy(in[0], in[1], same);
+                 };
                  return s;
                },
                A::Float32});
@@ -299,6 +304,28 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                    return s;
                  },
                  A::Float32});
+  t.push_back({"binary_cross_entropy_with_logits",
+               [](Rng& rng) {
+                 const Shape shape = small_shape(rng, 0, 3);
+                 BceWithLogitsOptions o;
+                 o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                 if (rng.chance(0.4)) o.weight = values(rng, shape, 0.5, 2.0);
+                 if (rng.chance(0.4) && !shape.empty()) o.pos_weight = values(rng, {shape.back()}, 0.5, 3.0);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, shape, -4, 4)), grad_in(values(rng, shape, 0, 1))};
+                 s.params = cat_str("reduction=", int(o.reduction), " weight=", o.weight.defined(),
+                                    " pos_weight=", o.pos_weight.defined());
+                 s.f = [o](const TensorList& in) {
+                   BceWithLogitsOptions same = o;  // the weights on the input's device
+                   if (in[0].defined()) {
+                     if (same.weight.defined()) same.weight = same.weight.to(in[0].device());
+                     if (same.pos_weight.defined()) same.pos_weight = same.pos_weight.to(in[0].device());
+                   }
+                   return binary_cross_entropy_with_logits(in[0], in[1], same);
+                 };
+                 return s;
+               },
+               A::Float32});
   t.push_back({"nll_loss",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);

@@ -1,6 +1,9 @@
 // Differentiable joins, splits and indexing (autograd/ops/join.h, index.h) and Tensor's
 // recorded views and copies (Note [Derived tensors]; autograd/ops/view.cpp, copy.cpp) in the
 // differentiable op table.
+#include <optional>
+#include <string>
+
 #include "autograd/ops/all.h"
 #include "tests/op_table/grad_util.h"
 
@@ -153,8 +156,11 @@ void add_index(std::vector<GradEntry>& t) {
                  for (double& i : v) i += padding_idx >= 0 && i >= double(padding_idx);
                  GradSample s;
                  s.inputs = {grad_in(values(rng, {V, D})), const_in(tensor_of(v, idx.sizes(), kInt64))};
-                 s.params = cat_str("padding_idx=", padding_idx);
-                 s.f = [=](const TensorList& in) { return embedding(in[0], in[1], padding_idx); };
+                 // None, the row, or the row counted from the end (torch's negative padding_idx).
+                 std::optional<int64_t> padding;
+                 if (padding_idx >= 0) padding = rng.chance(0.5) ? padding_idx : padding_idx - V;
+                 s.params = cat_str("padding_idx=", padding ? std::to_string(*padding) : "none");
+                 s.f = [=](const TensorList& in) { return embedding(in[0], in[1], padding); };
                  return s;
                },
                A::Keep});

@@ -14,14 +14,21 @@ double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-/// What a, b mean for an op: nothing, pow's exponent, affine's (scale, shift), clamp's (lo, hi).
-enum class Params { None, Exponent, Affine, Clamp };
+double softplus(double x, double beta, double threshold) {
+  return beta * x > threshold ? x : std::log1p(std::exp(beta * x)) / beta;  // torch's formula
+}
+
+/// What a, b mean for an op: nothing, pow's exponent, affine's (scale, shift), clamp's (lo, hi),
+/// softplus's (beta, threshold).
+enum class Params { None, Exponent, Affine, Clamp, Softplus };
 
 void draw_params(Rng& rng, Params p, double& a, double& b) {
   a = b = 0.0;
   if (p == Params::Exponent) a = rng.pick(std::vector<double>{0.0, 0.5, 1.5, 2.0, 3.0, -1.0, -0.5});
   if (p == Params::Affine) a = rng.uniform(-3, 3), b = rng.uniform(-3, 3);
   if (p == Params::Clamp) a = 0.25 * double(rng.range(-8, 6)), b = 0.25 * double(rng.range(-6, 8));  // lo > hi too
+  if (p == Params::Softplus)
+    a = rng.pick(std::vector<double>{1.0, 2.0, 0.5, -1.5}), b = rng.pick(std::vector<double>{20.0, 1.0, 0.0, -2.0});
 }
 
 struct UnarySpec {
@@ -54,6 +61,8 @@ const UnarySpec kUnary[] = {
   {"pow_scalar", UnaryOp::Pow, false, {0.1, 3}, Params::Exponent, [](double x, double a, double) { return std::pow(x, a); }},
   {"affine", UnaryOp::Affine, false, {}, Params::Affine, [](double x, double a, double b) { return x * a + b; }},
   {"clamp", UnaryOp::Clamp, false, {}, Params::Clamp, [](double x, double a, double b) { return std::min(std::max(x, a), b); }},
+  {"log1p", UnaryOp::Log1p, false, {-0.9, 4}, Params::None, [](double x, double, double) { return std::log1p(x); }},
+  {"softplus", UnaryOp::Softplus, false, {-30, 30}, Params::Softplus, softplus},
 };
 // clang-format on
 
@@ -63,6 +72,7 @@ Tensor call_unary(UnaryOp op, const Tensor& x, double a, double b) {
     case UnaryOp::Pow: return ops::pow(x, a);
     case UnaryOp::Affine: return ops::affine(x, a, b);
     case UnaryOp::Clamp: return ops::clamp(x, a, b);
+    case UnaryOp::Softplus: return ops::softplus(x, a, b);
     case UnaryOp::Relu: return ops::relu(x);
     case UnaryOp::Neg: return ops::neg(x);
     default: return ops::unary(op, x);
@@ -99,14 +109,17 @@ const GradSpec kGrads[] = {
   {UnaryOp::Cos, {-4, 4}, [](double g, double x, double, double) { return -g * std::sin(x); }},
   {UnaryOp::Pow, {0.2, 3}, [](double g, double x, double a, double) { return a == 0 ? 0.0 : g * a * std::pow(x, a - 1); }},
   {UnaryOp::Clamp, {}, [](double g, double x, double a, double b) { return x >= a && x <= b ? g : 0.0; }},
+  {UnaryOp::Log1p, {-0.9, 3}, [](double g, double x, double, double) { return g / (1 + x); }},
+  {UnaryOp::Softplus, {-30, 30}, [](double g, double x, double a, double b) { return a * x > b ? g : g * sigmoid(a * x); }},
 };
 // clang-format on
 
 Params params_of(UnaryOp op) {
   return op == UnaryOp::Pow      ? Params::Exponent
          : op == UnaryOp::Affine ? Params::Affine
-         : op == UnaryOp::Clamp  ? Params::Clamp
-                                 : Params::None;
+         : op == UnaryOp::Clamp    ? Params::Clamp
+         : op == UnaryOp::Softplus ? Params::Softplus
+                                   : Params::None;
 }
 
 Shape elementwise_shape(Rng& rng) {
