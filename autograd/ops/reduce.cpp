@@ -95,6 +95,14 @@ struct VarBackward final : Node {
 // gradient evenly, and a NaN result (NaN wins) sends it to the NaNs, as max(x, dim) sends
 // it to the first NaN; x == out alone is false for every element there (NaN != NaN) and
 // would drop the gradient (PyTorch gives NaN to the whole slice; either keeps the NaN seen).
+//
+// Note [Tie counts in float32]
+// The division g / count(hit) runs in float32 (float64 for float64 inputs), never in a
+// float16 input's own dtype: a float16 count saturates at 65504, so 70000 equal maxima
+// (an amax over a large constant or ReLU-clipped tensor) would divide by inf and send a
+// gradient of 0 everywhere, and counts past 2048 would already round. PyTorch's formula,
+// grad / mask.sum(), promotes to the input dtype and so divides by a float16 count; the
+// share itself, 1/70000 of g, is a float16 subnormal and survives the cast back.
 struct AmaxAminBackward final : Node {
   SavedTensor x{this}, out{this};
   ReduceGeometry geo;
@@ -105,9 +113,11 @@ struct AmaxAminBackward final : Node {
     const Tensor xv = x.unpack(name());
     Tensor hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
     if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
-    const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);   // int64, reduced shape
-    const Tensor share = ops::div(geo.restore(grads[0]), count);  // g's dtype
-    return {ops::where(hit, share, zeros({}, share.options()))};
+    const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);  // int64, reduced shape
+    // Divide in float32 or wider (Note [Tie counts in float32]); reduced shape.
+    const DType wide = geo.dtype == kFloat64 ? kFloat64 : kFloat32;
+    const Tensor share = ops::div(in_dtype(grads[0], wide).reshape(geo.kept), count.to(wide));
+    return {in_dtype(ops::where(hit, share, zeros({}, share.options())), geo.dtype)};
   }
 };
 

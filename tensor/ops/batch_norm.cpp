@@ -3,6 +3,7 @@
 #include "tensor/ops/batch_norm.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "tensor/device_dispatch.h"
@@ -83,8 +84,10 @@ Dims check_forward(const char* op, const Tensor& x, const Tensor& running_mean, 
   FRUGAL_CHECK(eps >= 0.0 && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
   // NaN or inf would reach the running statistics (Note [Finite hyperparameters] in optim/step_util.h).
   FRUGAL_CHECK(std::isfinite(momentum), op, ": momentum must be finite, got ", momentum);
+  // Exactly one value has no variance; none (a size-0 batch) is an empty step, as PyTorch's
+  // _verify_batch_size and its numel() == 0 path: Note [Size-0 batch norm].
   if (training)
-    FRUGAL_CHECK(d.N * d.HW > 1, op, ": expected more than 1 value per channel when training, got input ",
+    FRUGAL_CHECK(d.N * d.HW != 1, op, ": expected more than 1 value per channel when training, got input ",
                  x.describe());
   return d;
 }
@@ -236,7 +239,15 @@ BatchNormResult own_forward(const char* op, const Dims& d, const Tensor& x, cons
   const DType compute = compute_dtype(x.dtype());
   BatchNormResult r;
   r.out = empty(x.sizes(), x.options());
-  if (training) {
+  if (training && x.numel() == 0) {
+    // Note [Size-0 batch norm]
+    // A size-0 batch in training has no statistics: the output is empty, the running
+    // statistics stay as they are (PyTorch's batch norm returns early the same way), and
+    // the saved mean and invstd are NaN rather than the 0 / 0 the kernel would write
+    // into the running statistics too.
+    r.mean = full({d.C}, std::numeric_limits<double>::quiet_NaN(), {compute, x.device()});
+    r.invstd = full({d.C}, std::numeric_limits<double>::quiet_NaN(), {compute, x.device()});
+  } else if (training) {
     r.mean = empty({d.C}, {compute, x.device()});
     r.invstd = empty({d.C}, {compute, x.device()});
     const RunningStats stats(running_mean, running_var, compute);

@@ -470,7 +470,7 @@ void add_nn_ops(std::vector<OpEntry>& t) {
            s.reference = [add_relu, training, momentum, eps, dt, dts](const std::vector<Host>& in) {
              const Host& x = in[0];
              const int64_t N = x.sizes[0], C = x.sizes[1], HW = N * C == 0 ? 0 : x.numel() / (N * C);
-             if (training && N * HW <= 1) throw MustThrow{"one value per channel"};
+             if (training && N * HW == 1) throw MustThrow{"one value per channel"};
              const DType st = compute_of(dt);
              Host mean = host_zeros({C}), invstd = host_zeros({C}), rm = in[1], rv = in[2];
              const auto pos = channel_positions(x.sizes);
@@ -483,7 +483,7 @@ void add_nn_ops(std::vector<OpEntry>& t) {
                  for (size_t i : p) q += (x.v[i] - m) * (x.v[i] - m);
                  const double var = q / double(p.size());
                  mean.v[size_t(c)] = m, invstd.v[size_t(c)] = 1 / std::sqrt(var + eps);
-                 if (rm.defined) {
+                 if (rm.defined && !p.empty()) {  // a size-0 batch leaves them (Note [Size-0 batch norm])
                    rm.v[size_t(c)] = (1 - momentum) * rm.v[size_t(c)] + momentum * m;
                    rv.v[size_t(c)] = (1 - momentum) * rv.v[size_t(c)] + momentum * q / double(p.size() - 1);
                  }
