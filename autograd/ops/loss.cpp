@@ -166,6 +166,43 @@ Tensor weighted_cross_entropy(const Tensor& logits, const Tensor& target, const 
   return add(mul(nll, 1.0 - options.label_smoothing), mul(smooth, options.label_smoothing / double(C)));
 }
 
+// Note [Cross entropy with class probabilities]
+// A floating target of the logits' shape holds class probabilities (soft labels, as mixup
+// and cutmix make): loss_i = -sum_c w_c y'_ic log_softmax(x)_ic, y' = (1 - e) y + e / C.
+// Mean divides the sum by the number of rows (numel / C), never by the weights; Sum adds
+// them; None keeps one per row (aten's cross_entropy_loss_prob_target). ignore_index has
+// no meaning here. Composed of differentiable ops, so the target gets its gradient too.
+Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  constexpr const char* op = "cross_entropy";
+  FRUGAL_CHECK(is_floating(logits.dtype()) && logits.dim() >= 1 && target.sizes() == logits.sizes(), op,
+               ": a floating target holds class probabilities and must have the shape of floating logits; got "
+               "target ", target.describe(), " and logits ", logits.describe());
+  check_same_device(op, logits, target);
+  FRUGAL_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
+               ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
+  Tensor y = target.to(logits.dtype());
+  if (options.label_smoothing > 0.0)
+    y = add(mul(y, 1.0 - options.label_smoothing), options.label_smoothing / double(C));
+  Tensor picked = mul(log_softmax(logits, class_dim), y);
+  if (options.weight.defined()) {
+    const Tensor& w = options.weight;
+    FRUGAL_CHECK(w.dim() == 1 && w.size(0) == C && is_floating(w.dtype()), op,
+                 ": weight must be a floating (C) tensor with C = ", C, ", got ", w.describe());
+    check_same_device(op, logits, w);
+    Shape along_classes(size_t(logits.dim()), 1);
+    along_classes[size_t(class_dim)] = C;
+    picked = mul(picked, w.detach().to(logits.dtype()).view(along_classes));
+  }
+  switch (options.reduction) {
+    case Reduction::None: return neg(sum(picked, {class_dim}));
+    case Reduction::Sum: return neg(sum(picked));
+    case Reduction::Mean: break;
+  }
+  const int64_t rows = C == 0 ? 0 : logits.numel() / C;  // 0 rows: 0 / 0 = NaN, as torch
+  return div(neg(sum(picked)), double(rows));
+}
+
 }  // namespace
 
 // Note [Binary cross entropy with logits]
@@ -215,6 +252,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   core::OpScope scope("cross_entropy");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&logits})) return cross_entropy((*c)[0], target, options);
+  if (logits.defined() && target.defined() && is_floating(target.dtype()))
+    return probability_cross_entropy(logits, target, options);
   if (options.weight.defined()) return weighted_cross_entropy(logits, target, options);
   ops::CrossEntropyResult r = autograd::raw([&] { return ops::cross_entropy(logits, target, options); });
   if (auto node = make_node<CrossEntropyBackward>({logits})) {

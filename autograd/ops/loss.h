@@ -8,7 +8,9 @@ namespace frugal {
 
 /// torch.nn.functional.cross_entropy with class-index targets (int64/int32): logits (N, C),
 /// (C) or (N, C, d1, ...); see Note [Fused cross entropy]. Differentiable in the logits.
-/// With options.weight, torch's weighted loss (Note [Weighted cross entropy]).
+/// With options.weight, torch's weighted loss (Note [Weighted cross entropy]). A floating
+/// target of the logits' shape holds class probabilities (Note [Cross entropy with class
+/// probabilities]), differentiable too.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 
 /// torch.nn.functional.mse_loss: mean (or sum, or none) of (input - target)^2; input and

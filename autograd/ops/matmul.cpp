@@ -145,8 +145,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   FRUGAL_CHECK(a.defined() && b.defined(), "matmul: undefined operand (", a.describe(), " @ ", b.describe(), ")");
   if (auto c = autocast::cast_inputs(Policy::Lower, {&a, &b})) return matmul((*c)[0], (*c)[1]);
   // Vectors become matrices through (differentiable) views, so one backward covers all cases.
+  // The operands are checked first, so that an error names them as the caller gave them.
   if (a.dim() == 1 || b.dim() == 1) {
-    FRUGAL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: 0-d operand (", a.describe(), " @ ", b.describe(), ")");
+    ops::check_matmul(a, b);
     const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
     const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
     Tensor out = matmul(a2, b2);

@@ -137,27 +137,34 @@ GeluEpilogues gelu_epilogues() {
 }
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Shape check_matmul(const Tensor& a, const Tensor& b) {
   check_pair("matmul", a, b);
   FRUGAL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", a.describe(),
                " and ", b.describe());
-  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // (..., M, K)
-  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // (..., K, N)
-  const int64_t M = a2.size(-2), K = a2.size(-1), N = b2.size(-1);
-  FRUGAL_CHECK(K == b2.size(-2), inner_mismatch("matmul", a, b, K, b2.size(-2)));
-
-  const Shape batch_a(a2.sizes().begin(), a2.sizes().end() - 2);
-  const Shape batch_b(b2.sizes().begin(), b2.sizes().end() - 2);
-  Shape batch;
+  const int64_t K = a.size(-1), Kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  FRUGAL_CHECK(K == Kb, inner_mismatch("matmul", a, b, K, Kb));
+  const Shape batch_a(a.sizes().begin(), a.sizes().end() - std::min<int64_t>(a.dim(), 2));
+  const Shape batch_b(b.sizes().begin(), b.sizes().end() - std::min<int64_t>(b.dim(), 2));
+  Shape out_shape;
   try {
-    batch = broadcast_shapes(batch_a, batch_b, "matmul");
+    out_shape = broadcast_shapes(batch_a, batch_b, "matmul");
   } catch (const Error&) {
     FRUGAL_FAIL("matmul: batch dimensions ", shape_str(batch_a), " of ", a.describe(), " and ", shape_str(batch_b),
                 " of ", b.describe(), " cannot be broadcast");
   }
-  Shape out_shape = batch;
-  if (a.dim() > 1) out_shape.push_back(M);
-  if (b.dim() > 1) out_shape.push_back(N);
+  if (a.dim() > 1) out_shape.push_back(a.size(-2));
+  if (b.dim() > 1) out_shape.push_back(b.size(-1));
+  return out_shape;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const Shape out_shape = check_matmul(a, b);
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // (..., M, K)
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // (..., K, N)
+  const int64_t M = a2.size(-2), K = a2.size(-1), N = b2.size(-1);
+  const Shape batch_a(a2.sizes().begin(), a2.sizes().end() - 2);
+  const Shape batch_b(b2.sizes().begin(), b2.sizes().end() - 2);
+  const Shape batch(out_shape.begin(), out_shape.end() - (a.dim() > 1) - (b.dim() > 1));
   Tensor out = empty(out_shape, a.options());
   if (out.numel() == 0) return out;
   if (K == 0) {  // a sum over nothing

@@ -20,6 +20,10 @@ namespace frugal::ops {
 /// promotion) and live on the same device. float16/bfloat16 accumulate in float32.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+/// Checks matmul's operands (as matmul does, naming the operands as given) and returns the
+/// shape of their product.
+Shape check_matmul(const Tensor& a, const Tensor& b);
+
 /// 2-D matrix product: a (M, K) @ b (K, N) -> (M, N).
 Tensor mm(const Tensor& a, const Tensor& b);
 /// mm with the result in `out_dtype`: a's dtype (plain mm), or float32 for float16/bfloat16

@@ -259,6 +259,58 @@ TEST_CASE("losses: cross_entropy with class weights equals torch's formula: smoo
   MESSAGE(cases, " weighted cross_entropy settings");
 }
 
+TEST_CASE("losses: cross_entropy with class probabilities equals aten's formula, gradients in both") {
+  // aten's cross_entropy_loss_prob_target in float64: p = log_softmax(x); y' = (1 - e) y + e / C;
+  // row_i = -sum_c w_c y'_ic p_ic; Mean divides by the rows (numel / C). Logits (N, C, D)
+  // stored transposed; targets soft (mixup-like rows), not normalised on purpose.
+  const int64_t N = 2, C = 3, D = 2;
+  const Tensor x = random_tensor({N, D, C}, kFloat64, 90, Layout::Transposed, -3, 3).permute({0, 2, 1});
+  const Tensor y = random_tensor({N, C, D}, kFloat64, 91, Layout::Contiguous, 0, 1);
+  const std::vector<double> xv = values_of(x), yv = values_of(y), w{0.5, 2.0, 1.25};
+  int64_t cases = 0;
+  for (const bool weighted : {false, true})
+    for (const double e : {0.0, 0.3})
+      for (const Reduction r : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+        CAPTURE(weighted);
+        CAPTURE(e);
+        CAPTURE(int(r));
+        std::vector<double> rows;
+        double total = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t d = 0; d < D; ++d) {
+            const auto at = [&](int64_t c) { return size_t((n * C + c) * D + d); };
+            double mx = -kInf, z = 0, row = 0;
+            for (int64_t c = 0; c < C; ++c) mx = std::max(mx, xv[at(c)]);
+            for (int64_t c = 0; c < C; ++c) z += std::exp(xv[at(c)] - mx);
+            for (int64_t c = 0; c < C; ++c)
+              row -= (weighted ? w[size_t(c)] : 1.0) * ((1 - e) * yv[at(c)] + e / double(C)) *
+                     (xv[at(c)] - mx - std::log(z));
+            rows.push_back(row);
+            total += row;
+          }
+        CrossEntropyOptions o{.label_smoothing = e, .reduction = r};
+        if (weighted) o.weight = from_vector(w, {C});
+        const Tensor loss = cross_entropy(x, y, o);
+        if (r == Reduction::None) check_close(loss, rows, 1e-14, 1e-14, "none");
+        if (r == Reduction::Sum) check_close(loss, {total}, 1e-14, 1e-14, "sum");
+        if (r == Reduction::Mean) check_close(loss, {total / double(N * D)}, 1e-14, 1e-14, "mean");
+        check_gradcheck([&](const TensorList& in) { return cross_entropy(in[0].permute({0, 2, 1}), in[1], o); },
+                        {leaf({N, D, C}, 92), leaf({N, C, D}, 93, 0, 1)});
+        ++cases;
+      }
+  // One-hot probabilities are the class-index loss; float16 targets follow float32 logits.
+  const Tensor z = random_tensor({4, 5}, kFloat64, 94);
+  const Tensor t = from_vector<int64_t>({0, 4, 2, 1}, {4});
+  check_close(cross_entropy(z, one_hot(t, 5).to(kFloat64), {.label_smoothing = 0.1}),
+              values_of(cross_entropy(z, t, {.label_smoothing = 0.1})), 1e-14, 1e-14, "one-hot");
+  check_close(cross_entropy(z.to(kFloat32), one_hot(t, 5).to(kFloat16)), values_of(cross_entropy(z, t)), 1e-6, 1e-6,
+              "float16 probabilities");
+  CHECK(std::isnan(cross_entropy(zeros({0, 3}), zeros({0, 3})).item<double>()));
+  check_error([&] { cross_entropy(z, zeros({4, 4}, kFloat64)); },
+              {"cross_entropy", "class probabilities", "float64[4, 4]", "float64[4, 5]"});
+  MESSAGE(cases, " probability-target cross_entropy settings");
+}
+
 TEST_CASE("losses: binary_cross_entropy_with_logits equals aten's formula and its gradients, at 0 and far out") {
   // aten: lw = 1 + (pw - 1) y; loss = w ((1 - y) x + lw (log1p(exp(-|x|)) + max(-x, 0)));
   // d/dx = w (lw sigmoid(x) - pw y); d/dy = w (-x + (pw - 1) softplus(-x)). Written in float64.

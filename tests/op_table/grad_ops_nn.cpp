@@ -304,6 +304,31 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                    return s;
                  },
                  A::Float32});
+  t.push_back({"cross_entropy(probabilities)",  // Note [Cross entropy with class probabilities]
+               [](Rng& rng) {
+                 const int64_t C = rng.range(1, 4);
+                 Shape logits;
+                 switch (rng.range(0, 2)) {
+                   case 0: logits = {C}; break;
+                   case 1: logits = {rng.range(1, 4), C}; break;
+                   default: logits = {rng.range(1, 2), C, rng.range(1, 3)}; break;
+                 }
+                 CrossEntropyOptions o;
+                 o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                 o.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
+                 if (rng.chance(0.3)) o.weight = values(rng, {C}, 0.5, 2.0);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, logits, -3, 3)), grad_in(values(rng, logits, 0, 1))};
+                 s.params = cat_str("reduction=", int(o.reduction), " label_smoothing=", o.label_smoothing,
+                                    " weight=", o.weight.defined());
+                 s.f = [o](const TensorList& in) {
+                   CrossEntropyOptions same = o;  // the weight on the input's device
+                   if (same.weight.defined() && in[0].defined()) same.weight = same.weight.to(in[0].device());
+                   return cross_entropy(in[0], in[1], same);
+                 };
+                 return s;
+               },
+               A::Float32});
   t.push_back({"binary_cross_entropy_with_logits",
                [](Rng& rng) {
                  const Shape shape = small_shape(rng, 0, 3);
