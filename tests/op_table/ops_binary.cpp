@@ -145,8 +145,11 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                    return std::vector<Tensor>{spec.call(in[0], in[1], alpha)};
                  };
                  s.reference = [spec, alpha, ta, tb](const std::vector<Host>& in) {
-                   const DType compute =
-                       compute_of(spec.kind, ref_result_type(ta, in[0].sizes.empty(), tb, in[1].sizes.empty()));
+                   const DType result = ref_result_type(ta, in[0].sizes.empty(), tb, in[1].sizes.empty());
+                   const DType compute = compute_of(spec.kind, result);
+                   // Both operands are converted to a floating result dtype first (a 0-d float32
+                   // beside bfloat16 is rounded to bfloat16, as torch): Note [0-d operands in promotion].
+                   const auto operand = [result](double v) { return is_floating(result) ? round_to(result, v) : v; };
                    if (spec.alpha && !is_floating(compute) && alpha != std::trunc(alpha))
                      throw MustThrow{"a fractional alpha with an integer result"};
                    const bool pred = spec.kind == Kind::Compare || spec.kind == Kind::Logical;
@@ -154,7 +157,8 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                    const Shape shape = broadcast(in[0].sizes, in[1].sizes);
                    return std::vector<Expected>{
                        make_expected(shape, out, result_tol(spec.kind, out), [&](const std::vector<int64_t>& idx) {
-                         return apply(spec, compute, in[0].at_broadcast(idx), in[1].at_broadcast(idx), alpha);
+                         return apply(spec, compute, operand(in[0].at_broadcast(idx)), operand(in[1].at_broadcast(idx)),
+                                      alpha);
                        })};
                  };
                  return s;
