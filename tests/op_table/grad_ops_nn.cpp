@@ -191,6 +191,25 @@ GradEntry batch_norm_entry(const char* name, BnKind kind) {
           2.0};
 }
 
+/// Inputs of C classes as cross_entropy and nll_loss take them, (C), (N, C) or (N, C, d),
+/// and the class-index target's shape: the input's without the class dim.
+struct ClassShapes {
+  Shape input, target;
+};
+ClassShapes class_shapes(Rng& rng, int64_t C) {
+  switch (rng.range(0, 2)) {
+    case 0: return {{C}, {}};
+    case 1: {
+      const int64_t N = rng.range(1, 4);
+      return {{N, C}, {N}};
+    }
+    default: {
+      const int64_t N = rng.range(1, 2), d = rng.range(1, 3);
+      return {{N, C, d}, {N, d}};
+    }
+  }
+}
+
 void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back(batch_norm_entry("batch_norm", BnKind::Plain));
   t.push_back(batch_norm_entry("batch_norm_add_relu", BnKind::AddRelu));
@@ -215,12 +234,7 @@ void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back({"cross_entropy",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
-                 Shape logits, target;
-                 switch (rng.range(0, 2)) {
-                   case 0: logits = {C}, target = {}; break;
-                   case 1: logits = {rng.range(1, 4), C}, target = {logits[0]}; break;
-                   default: logits = {rng.range(1, 2), C, rng.range(1, 3)}, target = {logits[0], logits[2]}; break;
-                 }
+                 const auto [logits, target] = class_shapes(rng, C);
                  CrossEntropyOptions o;
                  o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
                  o.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
@@ -307,12 +321,7 @@ void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back({"cross_entropy(probabilities)",  // Note [Cross entropy with class probabilities]
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
-                 Shape logits;
-                 switch (rng.range(0, 2)) {
-                   case 0: logits = {C}; break;
-                   case 1: logits = {rng.range(1, 4), C}; break;
-                   default: logits = {rng.range(1, 2), C, rng.range(1, 3)}; break;
-                 }
+                 const Shape logits = class_shapes(rng, C).input;
                  CrossEntropyOptions o;
                  o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
                  o.label_smoothing = rng.chance(0.4) ? rng.uniform(0.05, 0.5) : 0.0;
@@ -354,12 +363,7 @@ void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back({"nll_loss",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
-                 Shape input, target;
-                 switch (rng.range(0, 2)) {
-                   case 0: input = {C}, target = {}; break;
-                   case 1: input = {rng.range(1, 4), C}, target = {input[0]}; break;
-                   default: input = {rng.range(1, 2), C, rng.range(1, 3)}, target = {input[0], input[2]}; break;
-                 }
+                 const auto [input, target] = class_shapes(rng, C);
                  ops::NllLossOptions o;
                  o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
                  Tensor tg = indices(rng, target, C);
