@@ -144,6 +144,22 @@ std::vector<std::vector<double>> split_rows(const std::vector<double>& v, int64_
   return out;
 }
 
+/// The float64 references of every row: sum, mean, var (with `correction`), max, min and
+/// the first index of each extreme.
+struct RowRefs {
+  std::vector<double> sum, mean, var, mx, mn;
+  std::vector<int64_t> amx, amn;
+};
+RowRefs row_refs(const std::vector<std::vector<double>>& rows, int64_t correction) {
+  RowRefs r;
+  for (const auto& row : rows) {
+    r.sum.push_back(ref_sum(row)), r.mean.push_back(ref_mean(row)), r.var.push_back(ref_var(row, correction));
+    r.amx.push_back(ref_arg(row, true)), r.amn.push_back(ref_arg(row, false));
+    r.mx.push_back(row[size_t(r.amx.back())]), r.mn.push_back(row[size_t(r.amn.back())]);
+  }
+  return r;
+}
+
 // Row lengths that reach every path of tensor/cpu/reduce.cpp: fewer than the 8 lanes, a
 // lane multiple, one over, odd, and past 2 * kRowChunk (65536), where rows are chunked.
 constexpr int64_t kLengths[] = {1, 2, 7, 8, 9, 33, 1000, 70001};
@@ -173,13 +189,7 @@ TEST_CASE("probe reduce: a NaN poisons its own output of every reduction and no 
           CAPTURE(p);
           CAPTURE(columns);
           const auto rs = split_rows(v, rows, R);
-          std::vector<double> sum, mean, var, mx, mn;
-          std::vector<int64_t> amx, amn;
-          for (const auto& row : rs) {
-            sum.push_back(ref_sum(row)), mean.push_back(ref_mean(row)), var.push_back(ref_var(row, 1));
-            amx.push_back(ref_arg(row, true)), amn.push_back(ref_arg(row, false));
-            mx.push_back(row[size_t(amx.back())]), mn.push_back(row[size_t(amn.back())]);
-          }
+          const auto [sum, mean, var, mx, mn, amx, amn] = row_refs(rs, 1);
           REQUIRE(std::isnan(sum[1]));
           REQUIRE(amx[1] == p);
           const double tol = default_rtol(dt);
@@ -239,13 +249,7 @@ TEST_CASE("probe reduce: +/-inf: inf - inf is NaN, an all -inf max is -inf, not 
         CAPTURE(R);
         CAPTURE(columns);
         const auto rs = split_rows(v, rows, R);
-        std::vector<double> sum, mean, var, mx, mn;
-        std::vector<int64_t> amx, amn;
-        for (const auto& row : rs) {
-          sum.push_back(ref_sum(row)), mean.push_back(ref_mean(row)), var.push_back(ref_var(row, 0));
-          amx.push_back(ref_arg(row, true)), amn.push_back(ref_arg(row, false));
-          mx.push_back(row[size_t(amx.back())]), mn.push_back(row[size_t(amn.back())]);
-        }
+        const auto [sum, mean, var, mx, mn, amx, amn] = row_refs(rs, 0);
         REQUIRE(mx[0] == -kInf);
         REQUIRE(mn[1] == kInf);
         check_close(ops::sum(l.x, {l.dim}), sum, 0, 0, "sum");
