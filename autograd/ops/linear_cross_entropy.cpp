@@ -156,7 +156,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   int64_t kept = 0;
   const bool captured = core::current_graph_capture() != nullptr;  // no host read (see the Note)
   autograd::raw([&] {
-    Tensor xs = x.reshape({-1, H}), ts = target.reshape({-1});
+    Tensor xs = x.reshape({target.numel(), H}), ts = target.reshape({-1});  // rows named: H may be 0
     const std::vector<int64_t> keep = captured ? std::vector<int64_t>() : kept_rows(ts, options.loss.ignore_index);
     kept = captured ? xs.size(0) : int64_t(keep.size());
     if (!captured && kept < xs.size(0)) {

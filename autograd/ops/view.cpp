@@ -65,8 +65,14 @@ class DerivedBackward final : public ViewNode {
 
 void record_derived(const Tensor& in, const Tensor& out, const DerivedInfo& info) {
   if (!needs_grad({&in})) return;
+  // A raw op (frugal::ops) views its inputs with as_strided, so a user calling one on a
+  // tensor that requires grad lands here: the message names that case too.
   FRUGAL_CHECK(info.kind != DerivedInfo::Kind::AsStrided, "as_strided: not differentiable in frugal (input ",
-               in.describe(), " requires grad); use view, permute, slice, select or expand");
+               in.describe(),
+               " requires grad, grad mode on). If a raw op from frugal::ops (tensor/ops/*.h, below autograd) "
+               "raised this, call the differentiable op of the same name in frugal (autograd/ops/all.h), or run "
+               "the raw op on x.detach() or under NoGradGuard; for a view of your own use view, permute, slice, "
+               "select or expand");
   FRUGAL_CHECK(is_floating(out.dtype()), "to: cannot convert ", in.describe(), ", which requires grad, to ",
                dtype_name(out.dtype()), " (only floating tensors can require grad)");
   auto node = make_node<DerivedBackward>({in});

@@ -85,6 +85,30 @@ TEST_CASE("linear_cross_entropy: finite differences in float64, int32 targets, n
       {leaf({7, 4}, 10), leaf({5, 4}, 11), leaf({5}, 12)});
 }
 
+TEST_CASE("linear_cross_entropy: size-0 features or rows give the unfused pair's loss and gradients") {
+  // H = 0: the logits are the bias alone (zero without one); N = 0: no rows, a NaN mean and a
+  // zero sum, as PyTorch's cross_entropy of an empty batch.
+  for (auto [N, H] : {std::pair<int64_t, int64_t>{4, 0}, {0, 3}, {0, 0}})
+    for (Reduction red : {Reduction::Mean, Reduction::Sum})
+      for (bool with_bias : {true, false}) {
+        const int64_t C = 5;
+        const Tensor x = random_tensor({N, H}, kFloat64, 40), w = random_tensor({C, H}, kFloat64, 41);
+        const Tensor b = with_bias ? random_tensor({C}, kFloat64, 42) : Tensor();
+        const Tensor t = targets({N}, C, 43, /*ignore_some=*/false);
+        const LinearCrossEntropyOptions o{.loss = {.reduction = red}};
+        const std::string what = "N " + std::to_string(N) + " H " + std::to_string(H) +
+                                 (red == Reduction::Mean ? " mean" : " sum") + (with_bias ? " bias" : "");
+        const Grads want = run(false, x, w, b, t, o);
+        const Grads got = run(true, x, w, b, t, o);
+        if (N == 0 && red == Reduction::Mean) {
+          CHECK_MESSAGE(std::isnan(got.loss.item<double>()), what);
+          CHECK_MESSAGE(std::isnan(want.loss.item<double>()), what);
+          continue;
+        }
+        check_same(got, want, 1e-12, what);
+      }
+}
+
 TEST_CASE("linear_cross_entropy: a tied weight sums both gradients, as with the unfused head") {
   // The weight is also an embedding table (BERT's decoder tied to the word embeddings).
   const Tensor w0 = random_tensor({9, 4}, kFloat64, 20), ids = targets({6}, 9, 21, false), t = targets({6}, 9, 22);

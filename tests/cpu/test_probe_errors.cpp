@@ -29,7 +29,9 @@
 #include "tensor/ops/binary.h"
 #include "tensor/ops/fill.h"
 #include "tensor/ops/index.h"
+#include "tensor/ops/matmul.h"
 #include "tensor/ops/random.h"
+#include "tensor/ops/reduce.h"
 #include "tests/op_table/entry_util.h"
 #include "tests/op_table/grad_table.h"
 #include "tests/test_util.h"
@@ -749,6 +751,27 @@ TEST_CASE("probe errors: a raw in-place op on a tensor saved for backward makes 
     if (o.kind == Outcome::FrugalError)
       CHECK_MESSAGE((has(o.message, "MulBackward") && has(o.message, "float32[3]")), name, ": '", o.message, "'");
   }
+}
+
+TEST_CASE("probe errors: a raw op that views a tensor requiring grad says to call the differentiable op") {
+  // The raw reductions and matmul view their inputs with as_strided, which autograd refuses
+  // for a tensor that requires grad; the refusal must point at the cause (a raw op called
+  // where the differentiable one was meant), not only at as_strided.
+  Tensor x = f32({2, 3});
+  x.requires_grad_();
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> raw_calls = {
+      {"ops::sum", [&] { return ops::sum(x, {1}); }},
+      {"ops::matmul", [&] { return ops::matmul(x.transpose(0, 1), f32({2, 4})); }},
+  };
+  for (const auto& [name, run] : raw_calls) {
+    const Outcome o = call(run);
+    CHECK_MESSAGE(o.kind == Outcome::FrugalError, name, ": ", o.message);
+    CHECK_MESSAGE((has(o.message, "frugal::ops") && has(o.message, "autograd/ops/all.h") &&
+                   has(o.message, "requires grad")),
+                  name, ": '", o.message, "'");
+  }
+  autograd::NoGradGuard no_grad;  // the advice works: under no-grad the raw op runs
+  CHECK(ops::sum(x, {1}).sizes() == Shape{2});
 }
 
 TEST_CASE("probe errors: NaN, inf and out-of-range parameters that must be finite are refused, naming the op") {
