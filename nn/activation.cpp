@@ -1,5 +1,8 @@
 #include "nn/activation.h"
 
+#include <cmath>
+#include <string>
+
 #include "autograd/ops/unary.h"
 
 namespace frugal::nn {
@@ -23,6 +26,49 @@ Tensor SiLU::forward(const Tensor& x) {
 Tensor Sigmoid::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
   return sigmoid(x);
+}
+
+// The parameters are checked here, at construction, as PyTorch's modules would fail on first
+// use: a bad module is refused before it is placed in a model.
+LeakyReLU::LeakyReLU(double negative_slope) : negative_slope_(negative_slope) {
+  FRUGAL_CHECK(std::isfinite(negative_slope), "LeakyReLU: negative_slope must be finite, got ", negative_slope);
+}
+Tensor LeakyReLU::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return leaky_relu(x, negative_slope_);
+}
+std::string LeakyReLU::extra_repr() const { return "negative_slope=" + std::to_string(negative_slope_); }
+
+ELU::ELU(double alpha) : alpha_(alpha) { FRUGAL_CHECK(std::isfinite(alpha), "ELU: alpha must be finite, got ", alpha); }
+Tensor ELU::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return elu(x, alpha_);
+}
+std::string ELU::extra_repr() const { return "alpha=" + std::to_string(alpha_); }
+
+Hardtanh::Hardtanh(double min_val, double max_val) : min_val_(min_val), max_val_(max_val) {
+  FRUGAL_CHECK(!std::isnan(min_val) && !std::isnan(max_val) && min_val <= max_val,
+               "Hardtanh: min_val must not be greater than max_val (nor NaN), got ", min_val, " and ", max_val);
+}
+Tensor Hardtanh::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return hardtanh(x, min_val_, max_val_);
+}
+std::string Hardtanh::extra_repr() const {
+  return "min_val=" + std::to_string(min_val_) + ", max_val=" + std::to_string(max_val_);
+}
+
+Tensor Hardsigmoid::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return hardsigmoid(x);
+}
+Tensor Hardswish::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return hardswish(x);
+}
+Tensor Mish::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return mish(x);
 }
 
 }  // namespace frugal::nn

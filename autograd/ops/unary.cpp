@@ -33,6 +33,10 @@ namespace {
 //   reciprocal: -g y^2     sin: g cos x           cos: -g sin x          pow: g p x^(p - 1)
 //   affine: g scale        clamp: lo <= x <= hi ? g : 0
 //   log1p: g / (1 + x)     softplus: beta x > threshold ? g : g sigmoid(beta x)
+//   leaky_relu: x > 0 ? g : g slope               elu: x > 0 ? g : g alpha e^x
+//   hardtanh: lo < x < hi ? g : 0                 hardsigmoid: -3 < x < 3 ? g / 6 : 0
+//   hardswish: x < -3 ? 0 : x <= 3 ? g (x / 3 + 1 / 2) : g
+//   mish: g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x))
 
 const char* unary_node_name(UnaryOp op) {
   switch (op) {
@@ -67,6 +71,9 @@ bool float32_under_autocast(UnaryOp op) {
 Tensor raw_unary(UnaryOp op, const Tensor& x, double a, double b) {
   if (op == UnaryOp::Pow) return ops::pow(x, a);
   if (op == UnaryOp::Softplus) return ops::softplus(x, a, b);
+  if (op == UnaryOp::LeakyRelu) return ops::leaky_relu(x, a);
+  if (op == UnaryOp::Elu) return ops::elu(x, a);
+  if (op == UnaryOp::Hardtanh) return ops::hardtanh(x, a, b);
   return ops::unary(op, x, a, b);
 }
 
@@ -121,6 +128,15 @@ Tensor log1p(const Tensor& x) { return unary_op(UnaryOp::Log1p, x); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   return unary_op(UnaryOp::Softplus, x, beta, threshold);
 }
+Tensor leaky_relu(const Tensor& x, double negative_slope) { return unary_op(UnaryOp::LeakyRelu, x, negative_slope); }
+Tensor elu(const Tensor& x, double alpha) { return unary_op(UnaryOp::Elu, x, alpha); }
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  return unary_op(UnaryOp::Hardtanh, x, min_val, max_val);
+}
+Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
+Tensor hardsigmoid(const Tensor& x) { return unary_op(UnaryOp::Hardsigmoid, x); }
+Tensor hardswish(const Tensor& x) { return unary_op(UnaryOp::Hardswish, x); }
+Tensor mish(const Tensor& x) { return unary_op(UnaryOp::Mish, x); }
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }

@@ -38,6 +38,24 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
                threshold);
   return unary(UnaryOp::Softplus, x, beta, threshold);
 }
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  FRUGAL_CHECK(std::isfinite(negative_slope), "leaky_relu: negative_slope must be finite, got ", negative_slope);
+  return unary(UnaryOp::LeakyRelu, x, negative_slope);
+}
+Tensor elu(const Tensor& x, double alpha) {
+  FRUGAL_CHECK(std::isfinite(alpha), "elu: alpha must be finite, got ", alpha);
+  return unary(UnaryOp::Elu, x, alpha);
+}
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  FRUGAL_CHECK(!std::isnan(min_val) && !std::isnan(max_val) && min_val <= max_val,
+               "hardtanh: min_val must not be greater than max_val (nor NaN), got min_val ", min_val, ", max_val ",
+               max_val);
+  return unary(UnaryOp::Hardtanh, x, min_val, max_val);
+}
+Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
+Tensor hardsigmoid(const Tensor& x) { return unary(UnaryOp::Hardsigmoid, x); }
+Tensor hardswish(const Tensor& x) { return unary(UnaryOp::Hardswish, x); }
+Tensor mish(const Tensor& x) { return unary(UnaryOp::Mish, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary(UnaryOp::Reciprocal, x); }

@@ -37,6 +37,20 @@ Tensor log1p(const Tensor& x);
 /// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold, as
 /// torch.nn.functional.softplus; beta finite and nonzero, threshold not NaN (inf: never x).
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+/// x where x > 0, else negative_slope * x (torch.nn.functional.leaky_relu); slope finite.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x where x > 0, else alpha * (e^x - 1) (torch.nn.functional.elu); alpha finite.
+Tensor elu(const Tensor& x, double alpha = 1.0);
+/// min(max(x, min_val), max_val) with hardtanh's gradient (0 at both bounds, unlike clamp's);
+/// min_val <= max_val, neither NaN. relu6 is hardtanh(x, 0, 6), as in PyTorch.
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor relu6(const Tensor& x);
+/// relu6(x + 3) / 6
+Tensor hardsigmoid(const Tensor& x);
+/// x * relu6(x + 3) / 6 (MobileNetV3)
+Tensor hardswish(const Tensor& x);
+/// x * tanh(softplus(x)) (Misra 2019)
+Tensor mish(const Tensor& x);
 Tensor abs(const Tensor& x);
 /// x * x
 Tensor square(const Tensor& x);
@@ -79,10 +93,17 @@ Tensor clamp(const Tensor& x, double lo, double hi);
   X(Affine, "affine", false)         \
   X(Clamp, "clamp", false)           \
   X(Log1p, "log1p", false)           \
-  X(Softplus, "softplus", false)
+  X(Softplus, "softplus", false)     \
+  X(LeakyRelu, "leaky_relu", false)  \
+  X(Elu, "elu", false)               \
+  X(Hardtanh, "hardtanh", false)     \
+  X(Hardsigmoid, "hardsigmoid", false) \
+  X(Hardswish, "hardswish", false)   \
+  X(Mish, "mish", false)
 
 /// Which unary op a kernel runs. Pow uses a = exponent; Affine a = scale, b = shift;
-/// Clamp a = lo, b = hi; Softplus a = beta, b = threshold; the others ignore a and b.
+/// Clamp a = lo, b = hi; Softplus a = beta, b = threshold; LeakyRelu a = negative slope;
+/// Elu a = alpha; Hardtanh a = min_val, b = max_val; the others ignore a and b.
 enum class UnaryOp : uint8_t {
 #define FRUGAL_UNARY_ENUM(E, name, ints) E,
   FRUGAL_UNARY_OPS(FRUGAL_UNARY_ENUM)
@@ -160,7 +181,8 @@ constexpr UnaryGradFrom unary_grad_from(UnaryOp op) {
 /// and dtype (any strides). Floating dtypes; 16-bit types compute in float. The result
 /// is a fresh contiguous tensor of grad's shape and dtype. Conventions at the kinks, as
 /// PyTorch: relu' = 0 at 0, abs' = 0 at 0, clamp passes the gradient where lo <= x <= hi,
-/// pow(x, 0)' = 0.
+/// pow(x, 0)' = 0, leaky_relu' = slope at 0, hardtanh' = 0 at both bounds, hardsigmoid' = 0
+/// at +-3, hardswish' = 0 below -3 and x / 3 + 1 / 2 on [-3, 3].
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, double a = 0.0, double b = 0.0);
 
 }  // namespace frugal::ops

@@ -25,6 +25,8 @@ FRUGAL_HD float log(float x) { return ::logf(x); }
 FRUGAL_HD double log(double x) { return ::log(x); }
 FRUGAL_HD float log1p(float x) { return ::log1pf(x); }
 FRUGAL_HD double log1p(double x) { return ::log1p(x); }
+FRUGAL_HD float expm1(float x) { return ::expm1f(x); }
+FRUGAL_HD double expm1(double x) { return ::expm1(x); }
 FRUGAL_HD float sqrt(float x) { return ::sqrtf(x); }
 FRUGAL_HD double sqrt(double x) { return ::sqrt(x); }
 FRUGAL_HD float tanh(float x) { return ::tanhf(x); }
@@ -81,6 +83,20 @@ template <typename M>
 FRUGAL_HD Logistic<M> logistic(M z) {
   const M e = exp(-fabs(z)), big = M(1) / (M(1) + e), small = e * big;
   return z >= M(0) ? Logistic<M>{big, small, e} : z < M(0) ? Logistic<M>{small, big, e} : Logistic<M>{z, z, z};
+}
+
+/// log(1 + e^z) = max(z, 0) + log1p(e^-|z|): no overflow for large z, no cancellation.
+template <typename M>
+FRUGAL_HD M softplus_stable(M z) {
+  return (z > M(0) ? z : M(0)) + log1p(exp(-fabs(z)));
+}
+
+/// relu6(x + 3) / 6; NaN stays NaN (comparisons with NaN are false).
+template <typename M>
+FRUGAL_HD M hard_sigmoid(M x) {
+  const M shifted = x + M(3);
+  const M low = shifted < M(0) ? M(0) : shifted;
+  return (low > M(6) ? M(6) : low) / M(6);
 }
 
 // Note [pow of 0.5 and -0.5]
@@ -180,7 +196,20 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     // log(1 + e^z) = max(z, 0) + log1p(e^-|z|): no overflow for large z, so threshold = inf
     // is exact everywhere (binary_cross_entropy_with_logits relies on it).
     const M bx = x * a;
-    return bx > b ? x : ((bx > M(0) ? bx : M(0)) + math::log1p(math::exp(-math::fabs(bx)))) / a;
+    return bx > b ? x : math::softplus_stable(bx) / a;
+  } else if constexpr (kOp == U::LeakyRelu) {  // NaN > 0 is false: NaN * slope stays NaN
+    return x > M(0) ? x : x * a;
+  } else if constexpr (kOp == U::Elu) {
+    return x > M(0) ? x : a * math::expm1(x);
+  } else if constexpr (kOp == U::Hardtanh) {  // clamp's forward (a <= b checked by the op)
+    const M lo_clamped = x < a ? a : x;
+    return lo_clamped > b ? b : lo_clamped;
+  } else if constexpr (kOp == U::Hardsigmoid) {
+    return math::hard_sigmoid(x);
+  } else if constexpr (kOp == U::Hardswish) {
+    return x * math::hard_sigmoid(x);
+  } else if constexpr (kOp == U::Mish) {
+    return x * math::tanh(math::softplus_stable(x));
   } else {
     static_assert(kOp == U::Clamp, "unary_apply: an op without a formula");
     if (a != a || b != b) return a + b;      // a NaN bound gives NaN everywhere, as PyTorch
@@ -257,6 +286,19 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
   } else if constexpr (kOp == U::Softplus) {  // sigmoid(beta x), 1 past the threshold (torch)
     const M bx = v * a;
     return bx > b ? g : g * math::logistic(bx).s;
+  } else if constexpr (kOp == U::LeakyRelu) {  // the slope at 0, as PyTorch (x > 0 ? g : g slope)
+    return v > M(0) ? g : g * a;
+  } else if constexpr (kOp == U::Elu) {  // alpha e^x where x <= 0
+    return v > M(0) ? g : g * a * math::exp(v);
+  } else if constexpr (kOp == U::Hardtanh) {  // 0 at and past both bounds; NaN passes g (PyTorch)
+    return (v <= a || v >= b) ? M(0) : g;
+  } else if constexpr (kOp == U::Hardsigmoid) {  // 1/6 strictly inside (-3, 3)
+    return (v > M(-3) && v < M(3)) ? g / M(6) : M(0);
+  } else if constexpr (kOp == U::Hardswish) {  // PyTorch's branches: 0 below -3, x/3 + 1/2 up to 3
+    return v < M(-3) ? M(0) : v <= M(3) ? g * (v / M(3) + M(0.5)) : g;
+  } else if constexpr (kOp == U::Mish) {  // t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x))
+    const M t = math::tanh(math::softplus_stable(v));
+    return g * (t + v * math::logistic(v).s * (M(1) - t * t));
   } else {
     static_assert(kOp == U::Clamp, "unary_grad: an op without a derivative");
     return (v >= a && v <= b) ? g : M(0);  // lo <= x <= hi; NaN or lo > hi: 0

@@ -1,6 +1,7 @@
 // Differentiable unary, binary, in-place, reduction and softmax ops (autograd/ops/unary.h,
 // binary.h, reduce.h, softmax.h) in the differentiable op table.
 #include <cmath>
+#include <functional>
 #include <tuple>
 
 #include "autograd/ops/all.h"
@@ -70,6 +71,58 @@ void add_unary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
+  // The piecewise activations, drawn at least 0.05 from their kinks (finite differences
+  // straddling a kink are wrong, not the gradient); tests/cpu/test_activations.cpp covers
+  // the kinks themselves.
+  struct Piecewise {
+    const char* name;
+    std::function<Tensor(const Tensor&, double, double)> f;
+    std::function<std::pair<double, double>(Rng&)> params;  // (a, b)
+    std::function<std::vector<double>(double, double)> kinks;
+    double lo, hi;
+  };
+  const auto no_params = [](Rng&) { return std::pair<double, double>{0, 0}; };
+  const Piecewise piecewise[] = {
+      {"leaky_relu", [](const Tensor& x, double a, double) { return leaky_relu(x, a); },
+       [](Rng& r) { return std::pair<double, double>{r.pick(std::vector<double>{0.01, 0.2, -0.5}), 0}; },
+       [](double, double) { return std::vector<double>{0}; }, -2, 2},
+      {"elu", [](const Tensor& x, double a, double) { return elu(x, a); },
+       [](Rng& r) { return std::pair<double, double>{r.pick(std::vector<double>{1.0, 0.5, 2.0}), 0}; },
+       [](double, double) { return std::vector<double>{0}; }, -3, 2},
+      {"hardtanh", [](const Tensor& x, double a, double b) { return hardtanh(x, a, b); },
+       [](Rng& r) {
+         const double lo = r.uniform(-1.5, 0.0);
+         return std::pair<double, double>{lo, lo + r.uniform(0.5, 2.0)};
+       },
+       [](double a, double b) { return std::vector<double>{a, b}; }, -2, 2},
+      {"hardtanh(x, 0, 6)", [](const Tensor& x, double, double) { return relu6(x); }, no_params,  // relu6
+       [](double, double) { return std::vector<double>{0, 6}; }, -2, 7},
+      {"hardsigmoid", [](const Tensor& x, double, double) { return hardsigmoid(x); }, no_params,
+       [](double, double) { return std::vector<double>{-3, 3}; }, -4, 4},
+      {"hardswish", [](const Tensor& x, double, double) { return hardswish(x); }, no_params,
+       [](double, double) { return std::vector<double>{-3, 3}; }, -4, 4},
+      {"mish", [](const Tensor& x, double, double) { return mish(x); }, no_params,
+       [](double, double) { return std::vector<double>{}; }, -3, 3},
+  };
+  for (const Piecewise& p : piecewise)
+    t.push_back({p.name,
+                 [p](Rng& rng) {
+                   const auto [a, b] = p.params(rng);
+                   Tensor x = values(rng, small_shape(rng, 0, 4), p.lo, p.hi);
+                   std::vector<double> v = x.tolist<double>();
+                   for (double& e : v)
+                     for (bool near = true; near;) {
+                       near = false;
+                       for (double k : p.kinks(a, b)) near = near || std::fabs(e - k) < 0.05;
+                       if (near) e = rng.uniform(p.lo, p.hi);
+                     }
+                   GradSample s;
+                   s.inputs = {grad_in(tensor_of(v, x.sizes(), kFloat64))};
+                   s.params = cat_str("a=", a, " b=", b);
+                   s.f = [f = p.f, a, b](const TensorList& in) { return f(in[0], a, b); };
+                   return s;
+                 },
+                 A::Keep});
   t.push_back({"softplus",
                [](Rng& rng) {
                  const double beta = rng.pick(std::vector<double>{1.0, 2.0, 0.5, -1.0});

@@ -18,9 +18,12 @@ double softplus(double x, double beta, double threshold) {
   return beta * x > threshold ? x : std::log1p(std::exp(beta * x)) / beta;  // torch's formula
 }
 
+double hardsigmoid(double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
+double mish(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
+
 /// What a, b mean for an op: nothing, pow's exponent, affine's (scale, shift), clamp's (lo, hi),
-/// softplus's (beta, threshold).
-enum class Params { None, Exponent, Affine, Clamp, Softplus };
+/// softplus's (beta, threshold), leaky_relu's slope or elu's alpha (a), hardtanh's (lo <= hi).
+enum class Params { None, Exponent, Affine, Clamp, Softplus, Slope, Bounds };
 
 void draw_params(Rng& rng, Params p, double& a, double& b) {
   a = b = 0.0;
@@ -29,6 +32,8 @@ void draw_params(Rng& rng, Params p, double& a, double& b) {
   if (p == Params::Clamp) a = 0.25 * double(rng.range(-8, 6)), b = 0.25 * double(rng.range(-6, 8));  // lo > hi too
   if (p == Params::Softplus)
     a = rng.pick(std::vector<double>{1.0, 2.0, 0.5, -1.5}), b = rng.pick(std::vector<double>{20.0, 1.0, 0.0, -2.0});
+  if (p == Params::Slope) a = rng.pick(std::vector<double>{0.01, 0.2, 1.0, 0.0, -0.5, 2.0});
+  if (p == Params::Bounds) a = 0.25 * double(rng.range(-8, 0)), b = a + 0.25 * double(rng.range(0, 12));  // lo == hi too
 }
 
 struct UnarySpec {
@@ -63,6 +68,12 @@ const UnarySpec kUnary[] = {
   {"clamp", UnaryOp::Clamp, false, {}, Params::Clamp, [](double x, double a, double b) { return std::min(std::max(x, a), b); }},
   {"log1p", UnaryOp::Log1p, false, {-0.9, 4}, Params::None, [](double x, double, double) { return std::log1p(x); }},
   {"softplus", UnaryOp::Softplus, false, {-30, 30}, Params::Softplus, softplus},
+  {"leaky_relu", UnaryOp::LeakyRelu, false, {-2, 2, 0.5}, Params::Slope, [](double x, double a, double) { return x > 0 ? x : x * a; }},
+  {"elu", UnaryOp::Elu, false, {-6, 3}, Params::Slope, [](double x, double a, double) { return x > 0 ? x : a * std::expm1(x); }},
+  {"hardtanh", UnaryOp::Hardtanh, false, {-2.5, 2.5, 0.25}, Params::Bounds, [](double x, double a, double b) { return std::min(std::max(x, a), b); }},
+  {"hardsigmoid", UnaryOp::Hardsigmoid, false, {-5, 5, 0.5}, Params::None, [](double x, double, double) { return hardsigmoid(x); }},
+  {"hardswish", UnaryOp::Hardswish, false, {-5, 5, 0.5}, Params::None, [](double x, double, double) { return x * hardsigmoid(x); }},
+  {"mish", UnaryOp::Mish, false, {-8, 8}, Params::None, [](double x, double, double) { return mish(x); }},
 };
 // clang-format on
 
@@ -73,6 +84,9 @@ Tensor call_unary(UnaryOp op, const Tensor& x, double a, double b) {
     case UnaryOp::Affine: return ops::affine(x, a, b);
     case UnaryOp::Clamp: return ops::clamp(x, a, b);
     case UnaryOp::Softplus: return ops::softplus(x, a, b);
+    case UnaryOp::LeakyRelu: return ops::leaky_relu(x, a);
+    case UnaryOp::Elu: return ops::elu(x, a);
+    case UnaryOp::Hardtanh: return ops::hardtanh(x, a, b);
     case UnaryOp::Relu: return ops::relu(x);
     case UnaryOp::Neg: return ops::neg(x);
     default: return ops::unary(op, x);
@@ -111,6 +125,14 @@ const GradSpec kGrads[] = {
   {UnaryOp::Clamp, {}, [](double g, double x, double a, double b) { return x >= a && x <= b ? g : 0.0; }},
   {UnaryOp::Log1p, {-0.9, 3}, [](double g, double x, double, double) { return g / (1 + x); }},
   {UnaryOp::Softplus, {-30, 30}, [](double g, double x, double a, double b) { return a * x > b ? g : g * sigmoid(a * x); }},
+  // PyTorch's conventions at the kinks (derivatives.yaml and its activation kernels).
+  {UnaryOp::LeakyRelu, {-2, 2, 0.5}, [](double g, double x, double a, double) { return x > 0 ? g : g * a; }},
+  {UnaryOp::Elu, {-6, 3}, [](double g, double x, double a, double) { return x > 0 ? g : g * a * std::exp(x); }},
+  {UnaryOp::Hardtanh, {-2.5, 2.5, 0.25}, [](double g, double x, double a, double b) { return x <= a || x >= b ? 0.0 : g; }},
+  {UnaryOp::Hardsigmoid, {-5, 5, 0.5}, [](double g, double x, double, double) { return x > -3 && x < 3 ? g / 6 : 0.0; }},
+  {UnaryOp::Hardswish, {-5, 5, 0.5}, [](double g, double x, double, double) { return x < -3 ? 0.0 : x <= 3 ? g * (x / 3 + 0.5) : g; }},
+  {UnaryOp::Mish, {-8, 8}, [](double g, double x, double, double) {
+     const double t = std::tanh(std::log1p(std::exp(x))); return g * (t + x * sigmoid(x) * (1 - t * t)); }},
 };
 // clang-format on
 
@@ -119,6 +141,8 @@ Params params_of(UnaryOp op) {
          : op == UnaryOp::Affine ? Params::Affine
          : op == UnaryOp::Clamp    ? Params::Clamp
          : op == UnaryOp::Softplus ? Params::Softplus
+         : op == UnaryOp::LeakyRelu || op == UnaryOp::Elu ? Params::Slope
+         : op == UnaryOp::Hardtanh ? Params::Bounds
                                    : Params::None;
 }
 
@@ -136,7 +160,9 @@ void add_unary_ops(std::vector<OpEntry>& t) {
                    Values v = is_floating(dt) ? u.values : values_for(dt, -2, 2);
                    const UnaryOp op = u.op;  // the ops whose NaN / inf handling the header defines
                    if (op == UnaryOp::Relu || op == UnaryOp::Clamp || op == UnaryOp::Abs || op == UnaryOp::Neg ||
-                       op == UnaryOp::Square || op == UnaryOp::Exp)
+                       op == UnaryOp::Square || op == UnaryOp::Exp || op == UnaryOp::LeakyRelu || op == UnaryOp::Elu ||
+                       op == UnaryOp::Hardtanh || op == UnaryOp::Hardsigmoid || op == UnaryOp::Hardswish ||
+                       op == UnaryOp::Mish)
                      v = with_specials(rng, v);
                    if (dt == kInt32 && rng.chance(0.15)) v = {-2147483648.0, 2147483647.0, 1.0};  // wraps around
                    s.inputs = {random_input(rng, elementwise_shape(rng), dt, v)};
