@@ -18,9 +18,13 @@
 // and tensors of other device types pass untouched.
 //   Lower   -> the autocast dtype: matmul, linear, conv2d, scaled_dot_product_attention.
 //   Float32 -> float16/bfloat16 up to float32: softmax, log_softmax, masked_softmax,
-//              layer_norm, cross_entropy, mse_loss, sum, mean, var, exp, log, pow,
-//              rsqrt, reciprocal (numerically sensitive, or reductions whose result
-//              needs the range).
+//              layer_norm, rms_norm, group_norm, cross_entropy, nll_loss, mse_loss,
+//              kl_div and the other losses, sum, mean, var, cumsum, logsumexp, exp, log,
+//              log1p, softplus, pow, rsqrt, reciprocal (numerically sensitive, or
+//              reductions whose result needs the range).
+//   Refused -> binary_cross_entropy throws under autocast, as PyTorch: its logarithms of
+//              16-bit probabilities saturate; binary_cross_entropy_with_logits is the
+//              safe spelling.
 //   Promote -> the widest floating input (a 0-d one counts only if every floating input
 //              is 0-d: Note [0-d operands in promotion] in tensor/dtype.h): add/sub/mul/
 //              div/maximum/minimum/pow, where, cat and stack. frugal's kernels already

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "autograd/ops/activation.h"
 #include "autograd/ops/unary.h"
 
 namespace frugal::nn {

@@ -18,6 +18,7 @@ NOT_DIFFERENTIABLE = {
     "one_hot",  # index.h
     "alias_for_history",  # inplace.h: a transform's handle on its output, not an op
     "running_stat_to_update",  # batch_norm.h: which running statistic an op updates, not an op
+    "unary_op",  # unary_op.h: the recording helper behind unary.h and activation.h (their entries cover it)
 }
 # Tensor methods that are other methods' spellings, or not recorded.
 METHODS_EXEMPT = {

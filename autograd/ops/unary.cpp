@@ -5,6 +5,7 @@
 #include "autograd/autocast.h"
 #include "autograd/compress.h"
 #include "autograd/function.h"
+#include "autograd/ops/unary_op.h"
 #include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
 #include "tensor/ops/quantize.h"
@@ -33,10 +34,7 @@ namespace {
 //   reciprocal: -g y^2     sin: g cos x           cos: -g sin x          pow: g p x^(p - 1)
 //   affine: g scale        clamp: lo <= x <= hi ? g : 0
 //   log1p: g / (1 + x)     softplus: beta x > threshold ? g : g sigmoid(beta x)
-//   leaky_relu: x > 0 ? g : g slope               elu: x > 0 ? g : g alpha e^x
-//   hardtanh: lo < x < hi ? g : 0                 hardsigmoid: -3 < x < 3 ? g / 6 : 0
-//   hardswish: x < -3 ? 0 : x <= 3 ? g (x / 3 + 1 / 2) : g
-//   mish: g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x))
+//   leaky_relu, elu, hardtanh, hardsigmoid, hardswish, mish: autograd/ops/activation.cpp
 
 const char* unary_node_name(UnaryOp op) {
   switch (op) {
@@ -77,7 +75,11 @@ Tensor raw_unary(UnaryOp op, const Tensor& x, double a, double b) {
   return ops::unary(op, x, a, b);
 }
 
-Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
+}  // namespace
+
+namespace autograd::detail {
+
+Tensor unary_op(UnaryOp op, const Tensor& x, double a, double b) {
   core::OpScope scope(ops::unary_op_name(op));
   if (float32_under_autocast(op))
     if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return unary_op(op, (*c)[0], a, b);
@@ -109,7 +111,9 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
   return y;
 }
 
-}  // namespace
+}  // namespace autograd::detail
+
+using autograd::detail::unary_op;
 
 // ---- unary -------------------------------------------------------------------------
 
@@ -128,15 +132,6 @@ Tensor log1p(const Tensor& x) { return unary_op(UnaryOp::Log1p, x); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   return unary_op(UnaryOp::Softplus, x, beta, threshold);
 }
-Tensor leaky_relu(const Tensor& x, double negative_slope) { return unary_op(UnaryOp::LeakyRelu, x, negative_slope); }
-Tensor elu(const Tensor& x, double alpha) { return unary_op(UnaryOp::Elu, x, alpha); }
-Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
-  return unary_op(UnaryOp::Hardtanh, x, min_val, max_val);
-}
-Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
-Tensor hardsigmoid(const Tensor& x) { return unary_op(UnaryOp::Hardsigmoid, x); }
-Tensor hardswish(const Tensor& x) { return unary_op(UnaryOp::Hardswish, x); }
-Tensor mish(const Tensor& x) { return unary_op(UnaryOp::Mish, x); }
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }

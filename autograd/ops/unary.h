@@ -4,6 +4,8 @@
 // errors) as the raw ops in tensor/ops/unary.h; gradients come back in the input's dtype.
 #include "tensor/tensor.h"
 
+// leaky_relu, elu, hardtanh, relu6, hardsigmoid, hardswish and mish: autograd/ops/activation.h.
+
 namespace frugal {
 
 /// -x
@@ -33,20 +35,6 @@ Tensor log1p(const Tensor& x);
 /// torch.nn.functional.softplus: log(1 + exp(beta x)) / beta, x where beta x > threshold
 /// (threshold = inf: never); the gradient is sigmoid(beta x), 0.5 at 0.
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
-/// torch.nn.functional.leaky_relu: the gradient at 0 is negative_slope, as PyTorch's.
-Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
-/// torch.nn.functional.elu: x > 0 ? x : alpha (e^x - 1).
-Tensor elu(const Tensor& x, double alpha = 1.0);
-/// torch.nn.functional.hardtanh: clamp(x, min_val, max_val), gradient 0 at and past both
-/// bounds (clamp passes it at the bounds). relu6 = hardtanh(x, 0, 6), as PyTorch.
-Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
-Tensor relu6(const Tensor& x);
-/// relu6(x + 3) / 6
-Tensor hardsigmoid(const Tensor& x);
-/// x relu6(x + 3) / 6
-Tensor hardswish(const Tensor& x);
-/// x tanh(softplus(x))
-Tensor mish(const Tensor& x);
 /// |x|; the gradient is 0 at 0.
 Tensor abs(const Tensor& x);
 /// x * x

@@ -54,6 +54,7 @@
 #include "nn/data/idx.h"
 #include "nn/data/transforms.h"
 #include "nn/data/wordpiece.h"
+#include "nn/group_norm.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
@@ -62,6 +63,7 @@
 #include "nn/memory_planner.h"
 #include "nn/module.h"
 #include "nn/pooling.h"
+#include "nn/rms_norm.h"
 #include "nn/safetensors.h"
 
 // optim/

@@ -1,4 +1,5 @@
-// CPU layer norm forward and backward (see Note [Layer norm statistics]).
+// CPU layer norm forward and backward (see Note [Layer norm statistics]); with mean null,
+// RMS norm (Note [RMS norm is layer norm around zero]).
 //
 // Rows run in parallel. Row sums accumulate in double (cheap here, and it keeps the
 // CPU a tight reference for the CUDA kernels); elementwise math is in opmath_t<T>
@@ -18,7 +19,7 @@ namespace frugal::ops::cpu {
 
 namespace {
 
-// x, y: (M, N); w, b: (N) or null; mean, rstd: (M)
+// x, y: (M, N); w, b: (N) or null; mean (null: RMS norm), rstd: (M)
 template <typename T>
 void layer_norm_rows(T* y, opmath_t<T>* mean, opmath_t<T>* rstd, const T* x, const T* w, const T* b, int64_t M,
                      int64_t N, double eps) {
@@ -26,16 +27,18 @@ void layer_norm_rows(T* y, opmath_t<T>* mean, opmath_t<T>* rstd, const T* x, con
 #pragma omp parallel for schedule(static) if (M * N >= kParallelGrain && M > 1)
   for (int64_t r = 0; r < M; ++r) {
     const T* xr = x + r * N;
-    double s = 0;
-    for (int64_t j = 0; j < N; ++j) s += double(Acc(xr[j]));
-    const double mu = s / double(N);
+    double mu = 0;  // RMS norm: deviations from zero
+    if (mean) {
+      for (int64_t j = 0; j < N; ++j) mu += double(Acc(xr[j]));
+      mu /= double(N);
+    }
     double ss = 0;
     for (int64_t j = 0; j < N; ++j) {
       const double d = double(Acc(xr[j])) - mu;
       ss += d * d;
     }
     const Acc m = Acc(mu), rs = Acc(1.0 / std::sqrt(ss / double(N) + eps));
-    mean[r] = m;
+    if (mean) mean[r] = m;
     rstd[r] = rs;
     T* yr = y + r * N;
     for (int64_t j = 0; j < N; ++j) {
@@ -47,7 +50,8 @@ void layer_norm_rows(T* y, opmath_t<T>* mean, opmath_t<T>* rstd, const T* x, con
   }
 }
 
-// y, x: (M, N); mean, rstd: (M); w, b: (N) or null. layer_norm_rows' write, from given statistics.
+// y, x: (M, N); mean (null: RMS norm), rstd: (M); w, b: (N) or null. layer_norm_rows' write,
+// from given statistics.
 template <typename T>
 void layer_norm_apply_rows(T* y, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd, const T* w, const T* b,
                            int64_t M, int64_t N) {
@@ -56,7 +60,7 @@ void layer_norm_apply_rows(T* y, const T* x, const opmath_t<T>* mean, const opma
   for (int64_t r = 0; r < M; ++r) {
     const T* xr = x + r * N;
     T* yr = y + r * N;
-    const Acc m = mean[r], rs = rstd[r];
+    const Acc m = mean ? mean[r] : Acc(0), rs = rstd[r];
     for (int64_t j = 0; j < N; ++j) {
       Acc v = (Acc(xr[j]) - m) * rs;
       if (w) v *= Acc(w[j]);
@@ -66,7 +70,7 @@ void layer_norm_apply_rows(T* y, const T* x, const opmath_t<T>* mean, const opma
   }
 }
 
-// gx (or null), g, x: (M, N); mean, rstd: (M); w: (N) or null; gw, gb: (N) or null
+// gx (or null), g, x: (M, N); mean (null: RMS norm), rstd: (M); w: (N) or null; gw, gb: (N) or null
 template <typename T>
 void layer_norm_backward_rows(T* gx, T* gw, T* gb, const T* g, const T* x, const opmath_t<T>* mean,
                               const opmath_t<T>* rstd, const T* w, int64_t M, int64_t N) {
@@ -86,7 +90,7 @@ void layer_norm_backward_rows(T* gx, T* gw, T* gb, const T* g, const T* x, const
     for (int64_t r = blk * rows_per_block; r < r1; ++r) {
       const T* xr = x + r * N;
       const T* gr = g + r * N;
-      const Acc m = mean[r], rs = rstd[r];
+      const Acc m = mean ? mean[r] : Acc(0), rs = rstd[r];
       if (params) {
         for (int64_t j = 0; j < N; ++j) {
           const double gv = double(Acc(gr[j]));
@@ -101,7 +105,8 @@ void layer_norm_backward_rows(T* gx, T* gw, T* gb, const T* g, const T* x, const
         s1 += dxhat;
         s2 += dxhat * double((Acc(xr[j]) - m) * rs);
       }
-      const Acc c1 = Acc(s1 / double(N)), c2 = Acc(s2 / double(N));
+      // RMS norm: no mean was subtracted, so no mean(dxhat) term.
+      const Acc c1 = mean ? Acc(s1 / double(N)) : Acc(0), c2 = Acc(s2 / double(N));
       T* gxr = gx + r * N;
       for (int64_t j = 0; j < N; ++j) {
         const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
@@ -133,7 +138,7 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
                        const Tensor& bias, int64_t M, int64_t N, double eps) {
   dispatch_floating(x.dtype(), "layer_norm", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    layer_norm_rows<T>(out.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), x.data_ptr<T>(),
+    layer_norm_rows<T>(out.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), x.data_ptr<T>(),
                        ptr_or_null<T>(weight), ptr_or_null<T>(bias), M, N, eps);
   });
 }
@@ -142,7 +147,7 @@ void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& m
                              const Tensor& weight, const Tensor& bias, int64_t M, int64_t N) {
   dispatch_floating(x.dtype(), "layer_norm_apply", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    layer_norm_apply_rows<T>(out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(),
+    layer_norm_apply_rows<T>(out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(),
                              ptr_or_null<T>(weight), ptr_or_null<T>(bias), M, N);
   });
 }
@@ -153,7 +158,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
   dispatch_floating(x.dtype(), "layer_norm_backward", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
     layer_norm_backward_rows<T>(ptr_or_null<T>(grad_x), ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias),
-                                grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(),
+                                grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(),
                                 ptr_or_null<T>(weight), M, N);
   });
 }

@@ -1,4 +1,5 @@
-// CUDA layer norm forward and backward (see Note [Layer norm statistics]).
+// CUDA layer norm forward and backward (see Note [Layer norm statistics]); with mean null,
+// RMS norm (Note [RMS norm is layer norm around zero]).
 //
 // Note [CUDA layer norm kernels]
 // As llm.c's layernorm_forward/backward kernels: a row of N elements is taken by one
@@ -16,7 +17,8 @@
 // norm), one kernel does both, so g and x are read once instead of twice: each warp also
 // sums its columns' g * xhat and g into its own slice of shared memory, the block adds the
 // slices in warp order, and the same finishing kernel adds the blocks' partials in order
-// (still no atomics).
+// (still no atomics). RMS norm takes the same kernels with mean null: the forward skips
+// the mean's pass and every xhat is x * rstd.
 #include <cmath>
 
 #include "tensor/cuda/block_reduce.cuh"
@@ -57,7 +59,7 @@ __device__ __forceinline__ S row_sum(S v, S zero) {
   else return block_allreduce(v, add, zero);
 }
 
-// y, x: (M, N); w, b: (N) or null; mean, rstd: (M)
+// y, x: (M, N); w, b: (N) or null; mean (null: RMS norm), rstd: (M)
 template <typename T, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
     layer_norm_forward_kernel(T* __restrict__ y, opmath_t<T>* __restrict__ mean, opmath_t<T>* __restrict__ rstd,
@@ -69,9 +71,14 @@ __global__ void __launch_bounds__(kBlock)
   for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads; row < M;
        row += int64_t(gridDim.x) * kRowsPerBlock) {
     const T* xr = x + row * N;
-    Acc s = 0;
-    for (int64_t j = lane; j < N; j += kThreads) s += Acc(xr[j]);
-    const Acc m = row_sum<kThreads>(s, Acc(0)) / Acc(N);
+    // RMS norm (mean null) takes deviations from zero. mean is null or not for the whole
+    // grid, so no thread of a block skips the block reduction the others enter.
+    Acc m = 0;
+    if (mean) {
+      Acc s = 0;
+      for (int64_t j = lane; j < N; j += kThreads) s += Acc(xr[j]);
+      m = row_sum<kThreads>(s, Acc(0)) / Acc(N);
+    }
     Acc ss = 0;
     for (int64_t j = lane; j < N; j += kThreads) {
       const Acc d = Acc(xr[j]) - m;
@@ -79,7 +86,7 @@ __global__ void __launch_bounds__(kBlock)
     }
     const Acc rs = rsqrt_acc(row_sum<kThreads>(ss, Acc(0)) / Acc(N) + eps);
     if (lane == 0) {
-      mean[row] = m;
+      if (mean) mean[row] = m;
       rstd[row] = rs;
     }
     T* yr = y + row * N;
@@ -92,7 +99,7 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// y, x: (M, N); mean, rstd: (M); w, b: (N) or null. The forward's write, from given
+// y, x: (M, N); mean (null: RMS norm), rstd: (M); w, b: (N) or null. The forward's write, from given
 // statistics: one thread per element, grid-stride.
 template <typename T>
 __global__ void layer_norm_apply_elementwise_kernel(T* __restrict__ y, const T* __restrict__ x,
@@ -102,14 +109,14 @@ __global__ void layer_norm_apply_elementwise_kernel(T* __restrict__ y, const T* 
   using Acc = opmath_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / N, j = i - row * N;
-    Acc v = (Acc(x[i]) - mean[row]) * rstd[row];
+    Acc v = (Acc(x[i]) - (mean ? mean[row] : Acc(0))) * rstd[row];
     if (w) v *= Acc(w[j]);
     if (b) v += Acc(b[j]);
     y[i] = T(v);
   }
 }
 
-// gx, g, x: (M, N); mean, rstd: (M); w: (N) or null
+// gx, g, x: (M, N); mean (null: RMS norm), rstd: (M); w: (N) or null
 template <typename T, int kThreads, int kBlock>
 __global__ void __launch_bounds__(kBlock)
     layer_norm_backward_dx_kernel(T* __restrict__ gx, const T* __restrict__ g, const T* __restrict__ x,
@@ -122,7 +129,7 @@ __global__ void __launch_bounds__(kBlock)
        row += int64_t(gridDim.x) * kRowsPerBlock) {
     const T* xr = x + row * N;
     const T* gr = g + row * N;
-    const Acc m = mean[row], rs = rstd[row];
+    const Acc m = mean ? mean[row] : Acc(0), rs = rstd[row];
     Pair<Acc> p{0, 0};  // sum(dxhat), sum(dxhat * xhat)
     for (int64_t j = lane; j < N; j += kThreads) {
       const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
@@ -130,7 +137,7 @@ __global__ void __launch_bounds__(kBlock)
       p.b += dxhat * ((Acc(xr[j]) - m) * rs);
     }
     p = row_sum<kThreads>(p, Pair<Acc>{0, 0});
-    const Acc c1 = p.a / Acc(N), c2 = p.b / Acc(N);
+    const Acc c1 = mean ? p.a / Acc(N) : Acc(0), c2 = p.b / Acc(N);  // RMS norm: no mean(dxhat) term
     T* gxr = gx + row * N;
     for (int64_t j = lane; j < N; j += kThreads) {
       const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(kFusedBlock)
   for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < M; row += int64_t(gridDim.x) * kWarps) {
     const T* xr = x + row * N;
     const T* gr = g + row * N;
-    const float m = mean[row], rs = rstd[row];
+    const float m = mean ? mean[row] : 0.0f, rs = rstd[row];
     Pair<float> p{0, 0};  // sum(dxhat), sum(dxhat * xhat)
     for (int64_t j = lane; j < N; j += 32) {
       const float gv = float(gr[j]), xhat = (float(xr[j]) - m) * rs;
@@ -169,7 +176,7 @@ __global__ void __launch_bounds__(kFusedBlock)
       db[j] += gv;
     }
     p = row_sum<32>(p, Pair<float>{0, 0});
-    const float c1 = p.a / float(N), c2 = p.b / float(N);
+    const float c1 = mean ? p.a / float(N) : 0.0f, c2 = p.b / float(N);
     T* gxr = gx + row * N;
     for (int64_t j = lane; j < N; j += 32) {
       const float dxhat = w ? float(gr[j]) * float(w[j]) : float(gr[j]);
@@ -205,7 +212,8 @@ __device__ __forceinline__ bool merge_row_lanes(Acc& dw, Acc& db) {
   return true;
 }
 
-// g, x: (M, N); mean, rstd: (M); partial: (gridDim.y, 2, N): per row slice, sum(g * xhat) then sum(g)
+// g, x: (M, N); mean (null: RMS norm), rstd: (M); partial: (gridDim.y, 2, N): per row slice,
+// sum(g * xhat) then sum(g)
 template <typename T>
 __global__ void __launch_bounds__(kColX* kColY)
     layer_norm_param_partial_kernel(opmath_t<T>* __restrict__ partial, const T* __restrict__ g, const T* __restrict__ x,
@@ -218,7 +226,7 @@ __global__ void __launch_bounds__(kColX* kColY)
   if (j < N) {
     for (int64_t r = int64_t(blockIdx.y) * kColY + ty; r < M; r += int64_t(gridDim.y) * kColY) {
       const Acc gv = Acc(g[r * N + j]);
-      dw += gv * ((Acc(x[r * N + j]) - mean[r]) * rstd[r]);
+      dw += gv * ((Acc(x[r * N + j]) - (mean ? mean[r] : Acc(0))) * rstd[r]);
       db += gv;
     }
   }
@@ -274,7 +282,7 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
     using Acc = opmath_t<T>;
     with_row_shape(N, [&]<int kThreads, int kBlock>() {
       layer_norm_forward_kernel<T, kThreads, kBlock><<<row_grid<kThreads, kBlock>(M), kBlock, 0, stream>>>(
-          out.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), x.data_ptr<T>(), ptr_or_null<T>(weight),
+          out.data_ptr<T>(), mut_ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), x.data_ptr<T>(), ptr_or_null<T>(weight),
           ptr_or_null<T>(bias), M, N, Acc(eps));
       FRUGAL_CUDA_CHECK_LAUNCH();
     });
@@ -288,7 +296,7 @@ void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& m
     using Acc = opmath_t<T>;
     const int64_t numel = M * N;
     layer_norm_apply_elementwise_kernel<T><<<grid_for(numel), kBlockSize, 0, stream_for(x)>>>(
-        out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), ptr_or_null<T>(weight),
+        out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), ptr_or_null<T>(weight),
         ptr_or_null<T>(bias), N, numel);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
@@ -308,7 +316,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
         const Tensor partial = empty({blocks, 2, N}, {kFloat32, x.device()});
         layer_norm_backward_fused_kernel<T><<<unsigned(blocks), kFusedBlock, 0, stream>>>(
             grad_x.data_ptr<T>(), partial.data_ptr<float>(), grad_out.data_ptr<T>(), x.data_ptr<T>(),
-            mean.data_ptr<float>(), rstd.data_ptr<float>(), ptr_or_null<T>(weight), M, N);
+            ptr_or_null<float>(mean), rstd.data_ptr<float>(), ptr_or_null<T>(weight), M, N);
         FRUGAL_CUDA_CHECK_LAUNCH();
         layer_norm_param_finish_kernel<T><<<unsigned((N + kColX - 1) / kColX), dim3(kColX, kColY), 0, stream>>>(
             mut_ptr_or_null<T>(grad_weight), mut_ptr_or_null<T>(grad_bias), partial.data_ptr<float>(), blocks, N);
@@ -319,7 +327,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
     if (grad_x.defined()) {
       with_row_shape(N, [&]<int kThreads, int kBlock>() {
         layer_norm_backward_dx_kernel<T, kThreads, kBlock><<<row_grid<kThreads, kBlock>(M), kBlock, 0, stream>>>(
-            grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(),
+            grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(),
             ptr_or_null<T>(weight), M, N);
         FRUGAL_CUDA_CHECK_LAUNCH();
       });
@@ -332,7 +340,7 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
         65535);
     const Tensor partial = empty({slices, 2, N}, {dtype_of<Acc>(), x.device()});
     layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0, stream>>>(
-        partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<Acc>(), rstd.data_ptr<Acc>(), M,
+        partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), M,
         N);
     FRUGAL_CUDA_CHECK_LAUNCH();
     layer_norm_param_finish_kernel<T><<<unsigned(col_blocks), dim3(kColX, kColY), 0, stream>>>(

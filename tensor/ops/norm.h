@@ -60,7 +60,8 @@ Tensor layer_norm_apply(const Tensor& x, const Shape& normalized_shape, const Te
 }  // namespace frugal::ops
 
 // Backend kernels: every tensor contiguous, M * N > 0. weight/bias (N) may be undefined;
-// mean, rstd: (M) in opmath_t of x's dtype.
+// mean, rstd: (M) in opmath_t of x's dtype. An undefined mean makes them RMS norm's kernels
+// (Note [RMS norm is layer norm around zero] in tensor/ops/rms_norm.h).
 namespace frugal::ops::cpu {
 /// out, x: (M, N); weight, bias: (N) or undefined; mean, rstd: (M)
 void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,

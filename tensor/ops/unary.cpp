@@ -52,7 +52,12 @@ Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
                max_val);
   return unary(UnaryOp::Hardtanh, x, min_val, max_val);
 }
-Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
+Tensor relu6(const Tensor& x) {
+  // Checked here so that its errors name relu6, not the hardtanh it runs as.
+  FRUGAL_CHECK(x.defined(), "relu6: undefined input tensor");
+  FRUGAL_CHECK(is_floating(x.dtype()), "relu6: expects a floating tensor, got ", x.describe());
+  return hardtanh(x, 0.0, 6.0);
+}
 Tensor hardsigmoid(const Tensor& x) { return unary(UnaryOp::Hardsigmoid, x); }
 Tensor hardswish(const Tensor& x) { return unary(UnaryOp::Hardswish, x); }
 Tensor mish(const Tensor& x) { return unary(UnaryOp::Mish, x); }

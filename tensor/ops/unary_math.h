@@ -91,12 +91,13 @@ FRUGAL_HD M softplus_stable(M z) {
   return (z > M(0) ? z : M(0)) + log1p(exp(-fabs(z)));
 }
 
-/// relu6(x + 3) / 6; NaN stays NaN (comparisons with NaN are false).
+/// relu6(x + 3), hardsigmoid's and hardswish's numerator; NaN stays NaN (comparisons with
+/// NaN are false). Both ops divide by 6 last, as PyTorch's kernels, for the same roundings.
 template <typename M>
-FRUGAL_HD M hard_sigmoid(M x) {
+FRUGAL_HD M relu6_shifted(M x) {
   const M shifted = x + M(3);
   const M low = shifted < M(0) ? M(0) : shifted;
-  return (low > M(6) ? M(6) : low) / M(6);
+  return low > M(6) ? M(6) : low;
 }
 
 // Note [pow of 0.5 and -0.5]
@@ -205,9 +206,9 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     const M lo_clamped = x < a ? a : x;
     return lo_clamped > b ? b : lo_clamped;
   } else if constexpr (kOp == U::Hardsigmoid) {
-    return math::hard_sigmoid(x);
+    return math::relu6_shifted(x) / M(6);
   } else if constexpr (kOp == U::Hardswish) {
-    return x * math::hard_sigmoid(x);
+    return x * math::relu6_shifted(x) / M(6);
   } else if constexpr (kOp == U::Mish) {
     return x * math::tanh(math::softplus_stable(x));
   } else {
@@ -288,12 +289,12 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
     return bx > b ? g : g * math::logistic(bx).s;
   } else if constexpr (kOp == U::LeakyRelu) {  // the slope at 0, as PyTorch (x > 0 ? g : g slope)
     return v > M(0) ? g : g * a;
-  } else if constexpr (kOp == U::Elu) {  // alpha e^x where x <= 0
-    return v > M(0) ? g : g * a * math::exp(v);
+  } else if constexpr (kOp == U::Elu) {  // alpha e^x where x <= 0; NaN passes g (PyTorch's x <= 0 test)
+    return v <= M(0) ? g * a * math::exp(v) : g;
   } else if constexpr (kOp == U::Hardtanh) {  // 0 at and past both bounds; NaN passes g (PyTorch)
     return (v <= a || v >= b) ? M(0) : g;
   } else if constexpr (kOp == U::Hardsigmoid) {  // 1/6 strictly inside (-3, 3)
-    return (v > M(-3) && v < M(3)) ? g / M(6) : M(0);
+    return (v > M(-3) && v < M(3)) ? g * (M(1) / M(6)) : M(0);  // PyTorch multiplies by 1/6
   } else if constexpr (kOp == U::Hardswish) {  // PyTorch's branches: 0 below -3, x/3 + 1/2 up to 3
     return v < M(-3) ? M(0) : v <= M(3) ? g * (v / M(3) + M(0.5)) : g;
   } else if constexpr (kOp == U::Mish) {  // t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x))

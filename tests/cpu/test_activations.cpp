@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/activation.h"
 #include "autograd/ops/all.h"
 #include "nn/activation.h"
 #include "tensor/factory.h"
@@ -26,7 +27,8 @@ const double kInf = std::numeric_limits<double>::infinity();
 
 double ref_hardsigmoid(double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
 
-/// One activation: the differentiable op, PyTorch's forward and its gradient (g = 1).
+/// One activation: the differentiable op, PyTorch's forward and its gradient (g = 1), each
+/// written with aten's comparisons, so a NaN input takes the branch PyTorch's takes.
 struct Activation {
   std::string name;
   std::function<Tensor(const Tensor&)> op;
@@ -41,7 +43,7 @@ std::vector<Activation> activations() {
   for (double alpha : {1.0, 0.5, 2.0})
     list.push_back({"elu(" + std::to_string(alpha) + ")", [=](const Tensor& x) { return elu(x, alpha); },
                     [=](double x) { return x > 0 ? x : alpha * std::expm1(x); },
-                    [=](double x) { return x > 0 ? 1.0 : alpha * std::exp(x); }});
+                    [=](double x) { return x <= 0 ? alpha * std::exp(x) : 1.0; }});
   for (auto [lo, hi] : {std::pair{-1.0, 1.0}, {-0.5, 2.0}, {1.0, 1.0}})
     list.push_back({"hardtanh(" + std::to_string(lo) + ", " + std::to_string(hi) + ")",
                     [=](const Tensor& x) { return hardtanh(x, lo, hi); },
@@ -118,10 +120,35 @@ TEST_CASE("activations: NaN stays NaN, infinities follow PyTorch's formulas") {
                     ", PyTorch's ", want);
     }
   }
-  // Gradients at NaN: the comparisons are false, so the branch PyTorch's backward takes.
-  const Tensor x = make_tensor({kNaN}, {1}, kFloat64).requires_grad_();
-  sum(hardtanh(x)).backward();  // PyTorch: (x <= lo) | (x >= hi) false: the gradient passes
-  CHECK(values_of(x.grad())[0] == 1.0);
+  // Gradients at NaN: aten's comparisons are false, so its backward passes g (elu, hardtanh,
+  // relu6, hardswish), scales it (leaky_relu: g slope), drops it (hardsigmoid) or gives NaN (mish).
+  for (const Activation& a : activations())
+    for (DType dt : {kFloat64, kFloat32}) {
+      const Tensor x = make_tensor(xs, {3}, dt).requires_grad_();
+      sum(a.op(x)).backward();
+      // float32 rounds slope (0.01f != 0.01), so the reference is rounded the same way.
+      const double got = values_of(x.grad())[0], exact = a.df(kNaN);
+      const double want = dt == kFloat32 ? double(float(exact)) : exact;
+      CHECK_MESSAGE((std::isnan(want) ? std::isnan(got) : got == want), a.name, " ", name_of(dt),
+                    " gradient at NaN: ", got, ", PyTorch's ", want);
+    }
+}
+
+TEST_CASE("activations: gradients one ulp either side of each kink take PyTorch's branches") {
+  // The grid hits the kinks exactly; here the neighbouring doubles, where a formula written
+  // with the wrong comparison (< for <=) or a rounded shift (x + 3) would jump a branch.
+  const std::vector<double> kinks = {-3.0, -1.0, -0.5, 0.0, 1.0, 2.0, 3.0, 6.0};
+  std::vector<double> xs;
+  for (double k : kinks) xs.insert(xs.end(), {std::nextafter(k, -kInf), k, std::nextafter(k, kInf)});
+  for (const Activation& a : activations()) {
+    const Tensor x = make_tensor(xs, {int64_t(xs.size())}, kFloat64).requires_grad_();
+    const Tensor y = a.op(x);
+    std::vector<double> want_y, want_g;
+    for (double v : xs) want_y.push_back(a.f(v)), want_g.push_back(a.df(v));
+    check_close(y, want_y, 1e-14, 0, a.name + " values at the kinks");
+    sum(y).backward();
+    check_close(x.grad(), want_g, 1e-14, 0, a.name + " gradients at the kinks");
+  }
 }
 
 TEST_CASE("activations: size-0 inputs give size-0 outputs and gradients") {

@@ -1,9 +1,10 @@
 // Differentiable unary, binary, in-place, reduction and softmax ops (autograd/ops/unary.h,
-// binary.h, reduce.h, softmax.h) in the differentiable op table.
+// activation.h, binary.h, reduce.h, softmax.h) in the differentiable op table.
 #include <cmath>
 #include <functional>
 #include <tuple>
 
+#include "autograd/ops/activation.h"
 #include "autograd/ops/all.h"
 #include "tests/op_table/grad_util.h"
 
@@ -95,7 +96,7 @@ void add_unary(std::vector<GradEntry>& t) {
          return std::pair<double, double>{lo, lo + r.uniform(0.5, 2.0)};
        },
        [](double a, double b) { return std::vector<double>{a, b}; }, -2, 2},
-      {"hardtanh(x, 0, 6)", [](const Tensor& x, double, double) { return relu6(x); }, no_params,  // relu6
+      {"relu6", [](const Tensor& x, double, double) { return relu6(x); }, no_params,
        [](double, double) { return std::vector<double>{0, 6}; }, -2, 7},
       {"hardsigmoid", [](const Tensor& x, double, double) { return hardsigmoid(x); }, no_params,
        [](double, double) { return std::vector<double>{-3, 3}; }, -4, 4},

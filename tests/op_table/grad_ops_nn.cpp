@@ -5,7 +5,11 @@
 #include <cmath>
 #include <optional>
 
+#include "autograd/autocast.h"
 #include "autograd/ops/all.h"
+#include "autograd/ops/group_norm.h"
+#include "autograd/ops/prob_loss.h"
+#include "autograd/ops/rms_norm.h"
 #include "tensor/ops/flash_attention.h"
 #include "tests/op_table/grad_util.h"
 
@@ -231,6 +235,40 @@ void add_norm_loss(std::vector<GradEntry>& t) {
          return s;
        },
        A::Float32, true, 1, 2.0});
+  t.push_back(  // rows of at least 2 values, so no row's mean square sits near 0 where eps rules
+      {"rms_norm",
+       [](Rng& rng) {
+         Shape x = small_shape(rng, 0, 2, 6, 0.0);
+         const int64_t nd = rng.range(1, 2);
+         Shape normalized;
+         for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
+         if (numel_of(normalized) == 1) normalized.back() = 2;
+         x.insert(x.end(), normalized.begin(), normalized.end());
+         const std::optional<double> eps = rng.chance(0.5) ? std::optional<double>(1e-3) : std::nullopt;
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, normalized))};
+         s.params = cat_str("normalized_shape=", shape_str(normalized), " eps=", eps ? std::to_string(*eps) : "default");
+         s.f = [normalized, eps](const TensorList& in) { return rms_norm(in[0], normalized, in[1], eps); };
+         s.grad_tol = 10.0;
+         return s;
+       },
+       A::Float32, true, 1, 2.0});
+  t.push_back(  // x (N, C, *); groups of at least 2 values, as layer_norm's rows
+      {"group_norm",
+       [](Rng& rng) {
+         const int64_t G = rng.range(1, 3), C = G * rng.range(1, 2);
+         Shape x = {rng.range(1, 2), C};
+         for (int64_t d = rng.range(0, 2); d > 0; --d) x.push_back(rng.range(1, 3));
+         if (numel_of(x) / (x[0] * G) < 2) x.push_back(2);
+         const double eps = rng.pick(std::vector<double>{1e-5, 1e-3});
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, {C})), maybe(rng, values(rng, {C}))};
+         s.params = cat_str("num_groups=", G, " eps=", eps);
+         s.f = [G, eps](const TensorList& in) { return group_norm(in[0], G, in[1], in[2], eps); };
+         s.grad_tol = 10.0;
+         return s;
+       },
+       A::Float32, true, 1, 2.0});
   t.push_back({"cross_entropy",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
@@ -357,6 +395,56 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                    }
                    return binary_cross_entropy_with_logits(in[0], in[1], same);
                  };
+                 return s;
+               },
+               A::Float32});
+  // Probabilities kept inside (0.05, 0.95): the gradient (x - y) / (x (1 - x)) is steep at the ends.
+  t.push_back({"binary_cross_entropy",
+               [](Rng& rng) {
+                 const Shape shape = small_shape(rng, 0, 3);
+                 BceOptions o;
+                 o.reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+                 if (rng.chance(0.4)) o.weight = values(rng, broadcast_operand(rng, shape), 0.5, 2.0);
+                 GradSample s;
+                 // The target inside [0.02, 0.98]: its finite differences stay in [0, 1], which is checked.
+                 s.inputs = {grad_in(values(rng, shape, 0.05, 0.95)), grad_in(values(rng, shape, 0.02, 0.98))};
+                 if (rng.chance(0.3)) s.inputs[1].grad = false;
+                 s.params = cat_str("reduction=", int(o.reduction), " weight=", o.weight.defined());
+                 s.f = [o](const TensorList& in) {
+                   BceOptions same = o;  // the weight on the input's device
+                   if (same.weight.defined() && in[0].defined()) same.weight = same.weight.to(in[0].device());
+                   if (!in[0].defined() || !autocast::is_enabled(in[0].device().type))
+                     return binary_cross_entropy(in[0], in[1], same);
+                   // Refused under autocast, as PyTorch: the autocast check sees the refusal, then
+                   // the op outside autocast (AmpPolicy::Keep).
+                   bool refused = false;
+                   try {
+                     binary_cross_entropy(in[0], in[1], same);
+                   } catch (const Error& e) {
+                     refused = std::string(e.what()).find("binary_cross_entropy_with_logits") != std::string::npos;
+                   }
+                   if (!refused) throw std::runtime_error("binary_cross_entropy ran under autocast, which it refuses");
+                   AutocastGuard off(in[0].device(), kFloat16, /*enabled=*/false);
+                   return binary_cross_entropy(in[0], in[1], same);
+                 };
+                 return s;
+               },
+               A::Keep, true, /*amp_mixed=*/0});
+  // Targets in [0.05, 1] (t log t is steep near 0; t = 0 is tests/cpu/test_loss_prob.cpp's).
+  t.push_back({"kl_div",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 3);
+                 KlDivOptions o;
+                 o.reduction = rng.pick(std::vector<KlDivReduction>{KlDivReduction::Mean, KlDivReduction::Sum,
+                                                                    KlDivReduction::None, KlDivReduction::BatchMean});
+                 o.log_target = rng.chance(0.5);
+                 const Shape target = broadcast_operand(rng, out);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out, -3, 0)),
+                             grad_in(o.log_target ? values(rng, target, -3, 0) : values(rng, target, 0.05, 1))};
+                 if (rng.chance(0.3)) s.inputs[1].grad = false;
+                 s.params = cat_str("reduction=", int(o.reduction), " log_target=", o.log_target);
+                 s.f = [o](const TensorList& in) { return kl_div(in[0], in[1], o); };
                  return s;
                },
                A::Float32});

@@ -5,6 +5,9 @@
 #include <string>
 
 #include "autograd/ops/all.h"
+#include "autograd/ops/cumsum.h"
+#include "autograd/ops/logsumexp.h"
+#include "autograd/ops/shape_ops.h"
 #include "tests/op_table/grad_util.h"
 
 namespace frugal::optest {
@@ -343,12 +346,105 @@ void add_views(std::vector<GradEntry>& t) {
                A::Keep});
 }
 
+/// An entry of one input of a random shape; make draws the op's other arguments from the
+/// shape alone (so an undefined input reaches the op) and names them in the params.
+GradEntry one_input(const char* name, int min_dims,
+                    std::function<std::function<Tensor(const Tensor&)>(const Shape&, Rng&, std::string&)> make,
+                    AmpPolicy amp = A::Keep) {
+  return {name,
+          [=](Rng& rng) {
+            GradSample s;
+            const Shape sh = small_shape(rng, min_dims, 4);
+            s.inputs = {grad_in(values(rng, sh))};
+            s.f = [f = make(sh, rng, s.params)](const TensorList& in) { return f(in[0]); };
+            return s;
+          },
+          amp};
+}
+
+/// flip, repeat, tril/triu, pad (autograd/ops/shape_ops.h), cumsum and logsumexp.
+void add_rearrange(std::vector<GradEntry>& t) {
+  using Op = std::function<Tensor(const Tensor&)>;
+  t.push_back(one_input("flip", 0, [](const Shape& sh, Rng& r, std::string& p) -> Op {
+    const int64_t nd = int64_t(sh.size());
+    const std::vector<int64_t> dims = nd == 0 && r.chance(0.5) ? std::vector<int64_t>{0} : random_dims(r, nd);
+    p = "dims=" + str(dims);
+    return [dims](const Tensor& x) { return flip(x, dims); };
+  }));
+  t.push_back(one_input("repeat", 0, [](const Shape& sh, Rng& r, std::string& p) -> Op {
+    std::vector<int64_t> reps(sh.size() + size_t(r.range(0, 1)));
+    for (int64_t& n : reps) n = r.chance(0.05) ? 0 : r.range(1, 2);
+    p = "repeats=" + str(reps);
+    return [reps](const Tensor& x) { return repeat(x, reps); };
+  }));
+  for (const char* name : {"tril", "triu"})
+    t.push_back(one_input(name, 2, [upper = name[3] == 'u'](const Shape&, Rng& r, std::string& p) -> Op {
+      const int64_t diagonal = r.range(-3, 3);
+      p = cat_str("diagonal=", diagonal);
+      return [=](const Tensor& x) { return upper ? triu(x, diagonal) : tril(x, diagonal); };
+    }));
+  t.push_back(one_input("pad", 0, [](const Shape& sh, Rng& r, std::string& p) -> Op {
+    std::vector<int64_t> pads;
+    // An integral value: int and bool inputs (the error probes) hold it exactly.
+    const double value = r.chance(0.5) ? 0.0 : 1.0;
+    for (int64_t k = 0, pairs = r.range(0, std::min<int64_t>(int64_t(sh.size()), 3)); k < pairs; ++k) {
+      const int64_t n = sh[sh.size() - 1 - size_t(k)];
+      const int64_t left = r.range(-std::min<int64_t>(n, 1), 2);  // a negative pad crops
+      pads.insert(pads.end(), {left, r.range(-std::min<int64_t>(n + left, 1), 2)});
+    }
+    p = cat_str("pad=", str(pads), " value=", value);
+    return [=](const Tensor& x) { return pad(x, pads, "constant", value); };
+  }));
+  for (const char* mode : {"reflect", "replicate"})
+    t.push_back({cat_str("pad(", mode, ")"),
+                 [mode = std::string(mode)](Rng& rng) {
+                   const int64_t pairs = rng.range(1, 3), nd = pairs + rng.range(1, 2);
+                   Shape sh = Shape(size_t(nd), 1);
+                   for (int64_t& n : sh) n = rng.range(1, pairs == 3 ? 2 : 3);
+                   std::vector<int64_t> pads;
+                   for (int64_t k = 0; k < pairs; ++k) {
+                     const int64_t n = sh[size_t(nd - 1 - k)], hi = mode == "reflect" ? n - 1 : 2;
+                     pads.insert(pads.end(), {rng.range(n > 1 ? -1 : 0, hi), rng.range(0, hi)});
+                   }
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("pad=", str(pads), " mode=", mode);
+                   s.f = [=](const TensorList& in) { return pad(in[0], pads, mode); };
+                   return s;
+                 },
+                 A::Keep});
+  t.push_back({"cumsum",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 3);
+                 const int64_t n = std::max<int64_t>(int64_t(sh.size()), 1), dim = rng.range(-n, n - 1);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return cumsum(in[0], dim); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"logsumexp",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 3);
+                 const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                 const bool keepdim = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dims=", str(dims), " keepdim=", keepdim);
+                 s.f = [=](const TensorList& in) { return logsumexp(in[0], dims, keepdim); };
+                 return s;
+               },
+               A::Float32});
+}
+
 }  // namespace
 
 void add_grad_shape(std::vector<GradEntry>& t) {
   add_join(t);
   add_index(t);
   add_views(t);
+  add_rearrange(t);
   // Tensor::to rounds through float32: finite differences need a larger step there.
   for (GradEntry& e : t)
     if (e.name == "Tensor::to")

@@ -127,7 +127,7 @@ const GradSpec kGrads[] = {
   {UnaryOp::Softplus, {-30, 30}, [](double g, double x, double a, double b) { return a * x > b ? g : g * sigmoid(a * x); }},
   // PyTorch's conventions at the kinks (derivatives.yaml and its activation kernels).
   {UnaryOp::LeakyRelu, {-2, 2, 0.5}, [](double g, double x, double a, double) { return x > 0 ? g : g * a; }},
-  {UnaryOp::Elu, {-6, 3}, [](double g, double x, double a, double) { return x > 0 ? g : g * a * std::exp(x); }},
+  {UnaryOp::Elu, {-6, 3}, [](double g, double x, double a, double) { return x <= 0 ? g * a * std::exp(x) : g; }},
   {UnaryOp::Hardtanh, {-2.5, 2.5, 0.25}, [](double g, double x, double a, double b) { return x <= a || x >= b ? 0.0 : g; }},
   {UnaryOp::Hardsigmoid, {-5, 5, 0.5}, [](double g, double x, double, double) { return x > -3 && x < 3 ? g / 6 : 0.0; }},
   {UnaryOp::Hardswish, {-5, 5, 0.5}, [](double g, double x, double, double) { return x < -3 ? 0.0 : x <= 3 ? g * (x / 3 + 0.5) : g; }},

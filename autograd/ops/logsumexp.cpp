@@ -1,0 +1,68 @@
+// logsumexp as a composite of differentiable ops: no node of its own.
+//
+// Note [Stable logsumexp]
+// logsumexp(x) = log(sum(exp(x - m))) + m with m = amax(x) over the reduced dims, so the
+// largest term is exp(0) = 1: nothing overflows and the sum is >= 1. m is a constant of the
+// graph (detached): the gradient of the formula does not depend on it, and amax's gradient,
+// which splits ties, would only add terms that cancel. An infinite m is replaced by 0, so
+// that x - m is never inf - inf: a slice of only -inf gives exp(-inf) = 0, a sum of 0 and
+// log(0) = -inf, and a slice holding +inf gives +inf, as PyTorch does. Where the sum is 0
+// (a slice of only -inf, or an empty one) the log is taken of 1 and the result filled with
+// -inf afterwards: the log's gradient g / 0 = inf would otherwise meet exp's 0 and give NaN
+// to every element of the slice (PyTorch's formula, g * exp(x - out), gives NaN there too;
+// frugal gives 0, the gradient of a function that stays -inf under small changes).
+#include "autograd/ops/logsumexp.h"
+
+#include <cmath>
+#include <set>
+
+#include "autograd/autocast.h"
+#include "autograd/function.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
+#include "core/instrument.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
+
+namespace frugal {
+
+using autocast::Policy;
+
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  constexpr const char* op = "logsumexp";
+  core::OpScope scope(op);
+  FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
+  if (!is_floating(x.dtype())) return logsumexp(x.to(kFloat32), dims, keepdim);  // as PyTorch's integer inputs
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return logsumexp((*c)[0], dims, keepdim);
+  // The reduced dims, wrapped and checked here so that errors name logsumexp.
+  const int64_t nd = std::max<int64_t>(x.dim(), 1);
+  std::set<int64_t> reduced;
+  for (int64_t d : dims) {
+    FRUGAL_CHECK(d >= -nd && d < nd, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -nd, "..",
+                 nd - 1, ")");
+    FRUGAL_CHECK(reduced.insert(d < 0 ? d + nd : d).second, op, ": dim ", d, " appears more than once in dims for ",
+                 x.describe());
+  }
+  Shape kept = x.sizes(), out_shape;
+  int64_t count = 1;  // elements per slice
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool r = dims.empty() || reduced.count(d) > 0;
+    if (r) count *= x.size(d), kept[size_t(d)] = 1;
+    else out_shape.push_back(x.size(d));
+  }
+  // m: the slices' maxima, detached, 0 where infinite or where a slice is empty.
+  const Tensor m = autograd::raw([&] {
+    if (count == 0) return zeros(kept, x.options());
+    const Tensor a = ops::amax(x.detach(), dims, /*keepdim=*/true);
+    return ops::masked_fill(a, ops::eq(ops::abs(a), INFINITY), 0.0);
+  });
+  const Tensor s = sum(exp(sub(x, m)), dims, /*keepdim=*/true);
+  const Tensor none = autograd::raw([&] { return ops::eq(s.detach(), 0.0); });  // log(0): see the Note
+  Tensor out = add(masked_fill(log(masked_fill(s, none, 1.0)), none, -INFINITY), m);
+  return keepdim ? out : out.reshape(out_shape);
+}
+
+}  // namespace frugal

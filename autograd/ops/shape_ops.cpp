@@ -1,0 +1,109 @@
+// flip, repeat, tril and triu: composites of recorded ops (flip, repeat) and one node for
+// the triangles, forward and backward side by side. pad is in autograd/ops/pad.cpp.
+#include <set>
+
+#include "autograd/function.h"
+#include "autograd/ops/index.h"
+#include "autograd/ops/shape_ops.h"
+#include "core/instrument.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
+
+namespace frugal {
+
+using autograd::in_dtype;
+using autograd::make_node;
+using autograd::Node;
+using autograd::TensorList;
+
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims) {
+  constexpr const char* op = "flip";
+  core::OpScope scope(op);
+  FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
+  const int64_t nd = std::max<int64_t>(x.dim(), 1);  // a 0-d tensor takes dim 0 or -1, as in PyTorch
+  std::set<int64_t> seen;
+  for (int64_t d : dims) {
+    FRUGAL_CHECK(d >= -nd && d < nd, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -nd, "..",
+                 nd - 1, ")");
+    FRUGAL_CHECK(seen.insert(d < 0 ? d + nd : d).second, op, ": dim ", d, " appears more than once in dims for ",
+                 x.describe());
+  }
+  Tensor out = x;
+  for (int64_t d : seen) {
+    if (x.dim() == 0 || x.size(d) <= 1) continue;  // nothing to reverse
+    const int64_t n = x.size(d);
+    out = index_select(out, d, arange(double(n - 1), -1.0, -1.0, {kInt64, x.device()}));
+  }
+  return out.shares_storage(x) ? out.clone() : out;  // a fresh tensor, as torch.flip
+}
+
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
+  constexpr const char* op = "repeat";
+  core::OpScope scope(op);
+  FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
+  const int64_t n = int64_t(repeats.size());
+  FRUGAL_CHECK(n >= x.dim(), op, ": the number of repeats (", n, ") can not be smaller than the number of dims of ",
+               x.describe());
+  // x as (1, s0, 1, s1, ...) with leading 1s for the new dims, expanded to (r0, s0, r1, s1,
+  // ...) and flattened to (r0 * s0, r1 * s1, ...): the expand's backward sums the copies.
+  Shape paired, expanded, result;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = repeats[size_t(i)];
+    FRUGAL_CHECK(r >= 0, op, ": repeats must be >= 0, got ", r, " at position ", i, " for ", x.describe());
+    const int64_t s = i < n - x.dim() ? 1 : x.size(i - (n - x.dim()));
+    paired.insert(paired.end(), {1, s});
+    expanded.insert(expanded.end(), {r, s});
+    result.push_back(r * s);
+  }
+  const Tensor out = x.reshape(paired).expand(expanded).reshape(result);
+  return out.shares_storage(x) ? out.clone() : out;  // a fresh tensor, as torch.Tensor.repeat
+}
+
+namespace {
+
+/// bool (rows, cols): true at the entries tril (upper: triu) sets to 0.
+Tensor dropped(int64_t rows, int64_t cols, int64_t diagonal, bool upper, Device device) {
+  const Tensor i = arange(rows, {kInt64, device}).reshape({rows, 1});
+  const Tensor j = arange(cols, {kInt64, device}).reshape({1, cols});
+  // Beyond [-rows, cols] every diagonal keeps or drops the same entries: clamp, so that the
+  // comparison in double is exact.
+  const double k = double(std::clamp<int64_t>(diagonal, -rows, cols));
+  const Tensor offset = ops::sub(j, i);  // j - i
+  return upper ? ops::lt(offset, k) : ops::gt(offset, k);
+}
+
+Tensor triangle(const Tensor& x, int64_t diagonal, bool upper) {
+  return ops::masked_fill(x, dropped(x.size(-2), x.size(-1), diagonal, upper, x.device()), 0.0);
+}
+
+// out = tril(x, diagonal) (triu alike): x with the entries off the triangle set to 0
+// grad_x = g with the same entries set to 0
+struct TrilTriuBackward final : Node {
+  DType dtype = kFloat32;
+  int64_t diagonal = 0;
+  bool upper = false;
+  std::string name() const override { return upper ? "TriuBackward" : "TrilBackward"; }
+  TensorList apply(TensorList&& grads) override { return {triangle(in_dtype(grads[0], dtype), diagonal, upper)}; }
+};
+
+Tensor tril_triu(const char* op, const Tensor& x, int64_t diagonal, bool upper) {
+  core::OpScope scope(op);
+  FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
+  FRUGAL_CHECK(x.dim() >= 2, op, ": input tensor must have at least 2 dimensions, got ", x.describe());
+  FRUGAL_CHECK(x.dtype() != kUInt8, op, ": not implemented for ", x.describe(), " (uint8 is storage only)");
+  Tensor out = autograd::raw([&] { return triangle(x, diagonal, upper); });
+  if (auto node = make_node<TrilTriuBackward>({x})) {
+    node->dtype = x.dtype();
+    node->diagonal = diagonal;
+    node->upper = upper;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return tril_triu("tril", x, diagonal, false); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return tril_triu("triu", x, diagonal, true); }
+
+}  // namespace frugal

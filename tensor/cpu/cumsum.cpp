@@ -1,0 +1,54 @@
+// CPU cumulative sum (Note [Cumulative sum dtypes]).
+//
+// A work item is a block of up to kBlock neighbouring lines of one outer index: walking D,
+// each step reads and writes kBlock contiguous elements (one per line) and keeps the
+// running sums in a small array, so lines along a non-last dim are read with unit stride.
+// Along the last dim (inner == 1) a work item is one row.
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/cpu/loops.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops/cumsum.h"
+
+namespace frugal::ops::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 256;  // lines per work item when the sum is not along the last dim
+
+// x: (outer, D, inner) of T; out: the same of Out; lines [i0, i0 + n) of outer index o.
+template <typename T, typename Out, typename Acc>
+void cumsum_item(const T* x, Out* out, const CumsumShape& s, int64_t o, int64_t i0, int64_t n) {
+  Acc acc[kBlock];
+  std::fill(acc, acc + n, Acc(0));
+  for (int64_t j = 0; j < s.D; ++j) {
+    const int64_t at = (o * s.D + j) * s.inner + i0;
+    for (int64_t k = 0; k < n; ++k) {
+      acc[k] += Acc(x[at + k]);
+      out[at + k] = Out(acc[k]);
+    }
+  }
+}
+
+}  // namespace
+
+void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
+  dispatch_all(x.dtype(), "cumsum", x.device(), [&]<typename T>() {
+    // Floating: T out, opmath_t<T> sums; integers and bool: int64 out and sums.
+    using Out = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, T, int64_t>;
+    using Acc = std::conditional_t<std::is_same_v<Out, int64_t>, int64_t, opmath_t<T>>;
+    const T* xp = x.data_ptr<T>();
+    Out* op = out.data_ptr<Out>();
+    const int64_t blocks = (s.inner + kBlock - 1) / kBlock;
+    parallel_chunks(s.outer * blocks, s.D * std::min(kBlock, s.inner), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t o = t / blocks, i0 = (t % blocks) * kBlock;
+        cumsum_item<T, Out, Acc>(xp, op, s, o, i0, std::min(kBlock, s.inner - i0));
+      }
+    });
+  });
+}
+
+}  // namespace frugal::ops::cpu
