@@ -289,8 +289,12 @@ void add_inplace(std::vector<OpEntry>& t, const InplaceSpec& spec) {
            if (spec.alpha && !is_floating(compute) && alpha != std::trunc(alpha))
              throw MustThrow{"a fractional alpha with an integer result"};
            if (!can_cast(compute, dt)) throw MustThrow{"the result does not cast to self"};
+           // The operand is converted to a floating result dtype first, as in the out-of-place
+           // reference (a 0-d float16 beside bfloat16 self is rounded to bfloat16, as torch).
+           const DType result = ref_result_type(dt, in[0].sizes.empty(), other_dtype, in[1].sizes.empty());
+           const auto operand = [result](double v) { return is_floating(result) ? round_to(result, v) : v; };
            return std::vector<Expected>{make_expected(in[0].sizes, dt, tol_for(dt), [&](const auto& idx) {
-             return spec.f(in[0].at(idx), in[1].at_broadcast(idx), alpha);
+             return spec.f(in[0].at(idx), operand(in[1].at_broadcast(idx)), alpha);
            })};
          };
          return s;
