@@ -122,6 +122,11 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
     out_sizes[d] = x.size(int64_t(d)) + left[d] + right[d];
     FRUGAL_CHECK(out_sizes[d] >= 0, op, ": the input size ", x.size(int64_t(d)), " plus padding (", left[d], ", ",
                  right[d], ") gives a negative output size at dim ", d, " of ", x.describe());
+    // PyTorch crops with narrow, one side at a time: the crops together cannot exceed the input
+    // (pad(zeros({3}), {-4, 2}) is an error there, not one element of the fill value).
+    const int64_t cut = std::max<int64_t>(-left[d], 0) + std::max<int64_t>(-right[d], 0);
+    FRUGAL_CHECK(cut <= x.size(int64_t(d)), op, ": padding (", left[d], ", ", right[d], ") crops ", cut,
+                 " entries from dim ", d, ", which has ", x.size(int64_t(d)), ", of ", x.describe());
   }
   if (constant) return constant_pad(x, left, right, out_sizes, value);
 

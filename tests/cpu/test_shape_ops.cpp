@@ -362,6 +362,7 @@ TEST_CASE("shape_ops: constant pad, including negative pads that crop") {
   check_error([] { pad(zeros({2, 3}), {1, 2, 3}); }, {"pad", "divisible by 2", "float32[2, 3]"});
   check_error([] { pad(zeros({3}), {1, 1, 1, 1}); }, {"pad", "at most twice", "float32[3]"});
   check_error([] { pad(zeros({3}), {-2, -2}); }, {"pad", "negative output size", "float32[3]"});
+  check_error([] { pad(zeros({3}), {-4, 2}); }, {"pad", "crops 4 entries from dim 0, which has 3", "float32[3]"});
   check_error([] { pad(zeros({3}), {1, 1}, "circular"); }, {"pad", "unknown mode", "circular"});
   check_error([] { pad(empty({3}, kUInt8), {1, 1}); }, {"pad", "uint8[3]"});
   check_error([] { pad(zeros({3}, kInt32), {1, 1}, "constant", 1e20); }, {"pad", "int32"});
