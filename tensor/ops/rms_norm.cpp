@@ -13,18 +13,11 @@ namespace frugal::ops {
 
 namespace {
 
-/// float32 for float32/float16/bfloat16, float64 for float64: the dtype of rstd.
-DType stats_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+using detail::norm_stats_dtype;
 
 /// Checks x against normalized_shape and weight; returns the leading dims (the rows' shape).
 Shape check_rms_norm_input(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight) {
-  FRUGAL_CHECK(x.defined(), op, ": undefined input");
-  FRUGAL_CHECK(is_floating(x.dtype()), op, ": expects a floating-point input, got ", x.describe());
-  FRUGAL_CHECK(!normalized_shape.empty(), op, ": normalized_shape must have at least one dim, input ", x.describe());
-  const int64_t k = int64_t(normalized_shape.size());
-  bool ok = x.dim() >= k;
-  for (int64_t d = 0; ok && d < k; ++d) ok = x.size(x.dim() - k + d) == normalized_shape[size_t(d)];
-  FRUGAL_CHECK(ok, op, ": input ", x.describe(), " does not end with normalized_shape ", shape_str(normalized_shape));
+  const Shape rows = detail::check_normalized_input(op, x, normalized_shape);
   if (weight.defined()) {
     FRUGAL_CHECK(weight.sizes() == normalized_shape, op, ": weight ", weight.describe(), " must have normalized_shape ",
                  shape_str(normalized_shape), " (input ", x.describe(), ")");
@@ -32,13 +25,13 @@ Shape check_rms_norm_input(const char* op, const Tensor& x, const Shape& normali
                  " must have the input's dtype (input ", x.describe(), ")");
     check_same_device(op, x, weight);
   }
-  return Shape(x.sizes().begin(), x.sizes().end() - k);
+  return rows;
 }
 
 void check_rstd(const char* op, const Tensor& rstd, const Tensor& x, const Shape& rows) {
-  FRUGAL_CHECK(rstd.defined() && rstd.sizes() == rows && rstd.dtype() == stats_dtype(x.dtype()), op,
+  FRUGAL_CHECK(rstd.defined() && rstd.sizes() == rows && rstd.dtype() == norm_stats_dtype(x.dtype()), op,
                ": rstd must be the forward's statistics of shape ", shape_str(rows), " and dtype ",
-               dtype_name(stats_dtype(x.dtype())), " for input ", x.describe(), ", got ",
+               dtype_name(norm_stats_dtype(x.dtype())), " for input ", x.describe(), ", got ",
                rstd.defined() ? rstd.describe() : "undefined");
   check_same_device(op, x, rstd);
 }
@@ -58,7 +51,7 @@ RmsNormResult rms_norm(const Tensor& x, const Shape& normalized_shape, const Ten
   const double e = eps.value_or(rms_norm_default_eps(x.dtype()));
   FRUGAL_CHECK(e >= 0.0 && std::isfinite(e), op, ": eps must be finite and >= 0, got ", e);
   const int64_t M = numel_of(rows), N = numel_of(normalized_shape);
-  RmsNormResult r{empty(x.sizes(), x.options()), empty(rows, {stats_dtype(x.dtype()), x.device()})};
+  RmsNormResult r{empty(x.sizes(), x.options()), empty(rows, {norm_stats_dtype(x.dtype()), x.device()})};
   if (M == 0) return r;
   if (N == 0) {  // the mean of no squares: NaN, as torch's mean() of nothing
     r.rstd = full(rows, std::numeric_limits<double>::quiet_NaN(), r.rstd.options());

@@ -214,6 +214,18 @@ ClassShapes class_shapes(Rng& rng, int64_t C) {
   }
 }
 
+
+/// x's shape and a normalized_shape of 1 or 2 trailing dims of it (layer_norm, rms_norm), with
+/// rows of at least 2 values, so no row's statistics sit near 0 where eps rules.
+std::pair<Shape, Shape> normalized_shapes(Rng& rng) {
+  Shape x = small_shape(rng, 0, 2, 6, 0.0);
+  const int64_t nd = rng.range(1, 2);
+  Shape normalized;
+  for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
+  if (numel_of(normalized) == 1) normalized.back() = 2;
+  x.insert(x.end(), normalized.begin(), normalized.end());
+  return {x, normalized};
+}
 void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back(batch_norm_entry("batch_norm", BnKind::Plain));
   t.push_back(batch_norm_entry("batch_norm_add_relu", BnKind::AddRelu));
@@ -221,12 +233,7 @@ void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back(
       {"layer_norm",
        [](Rng& rng) {
-         Shape x = small_shape(rng, 0, 2, 6, 0.0);
-         const int64_t nd = rng.range(1, 2);
-         Shape normalized;
-         for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
-         if (numel_of(normalized) == 1) normalized.back() = 2;
-         x.insert(x.end(), normalized.begin(), normalized.end());
+         const auto [x, normalized] = normalized_shapes(rng);
          GradSample s;
          s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, normalized)), maybe(rng, values(rng, normalized))};
          s.params = "normalized_shape=" + shape_str(normalized);
@@ -238,12 +245,7 @@ void add_norm_loss(std::vector<GradEntry>& t) {
   t.push_back(  // rows of at least 2 values, so no row's mean square sits near 0 where eps rules
       {"rms_norm",
        [](Rng& rng) {
-         Shape x = small_shape(rng, 0, 2, 6, 0.0);
-         const int64_t nd = rng.range(1, 2);
-         Shape normalized;
-         for (int64_t d = 0; d < nd; ++d) normalized.push_back(rng.range(1, 4));
-         if (numel_of(normalized) == 1) normalized.back() = 2;
-         x.insert(x.end(), normalized.begin(), normalized.end());
+         const auto [x, normalized] = normalized_shapes(rng);
          const std::optional<double> eps = rng.chance(0.5) ? std::optional<double>(1e-3) : std::nullopt;
          GradSample s;
          s.inputs = {grad_in(values(rng, x)), maybe(rng, values(rng, normalized))};
