@@ -21,7 +21,6 @@ void check_affine(const char* op, const char* what, const Tensor& p, const Tenso
 
 }  // namespace
 
-namespace detail {
 DType norm_stats_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
 Shape check_normalized_input(const char* op, const Tensor& x, const Shape& normalized_shape) {
@@ -34,18 +33,17 @@ Shape check_normalized_input(const char* op, const Tensor& x, const Shape& norma
   FRUGAL_CHECK(ok, op, ": input ", x.describe(), " does not end with normalized_shape ", shape_str(normalized_shape));
   return Shape(x.sizes().begin(), x.sizes().end() - k);
 }
-}  // namespace detail
 
 LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                            double eps) {
   constexpr const char* op = "layer_norm";
-  const Shape rows = detail::check_normalized_input(op, x, normalized_shape);
+  const Shape rows = check_normalized_input(op, x, normalized_shape);
   check_affine(op, "weight", weight, x, normalized_shape);
   check_affine(op, "bias", bias, x, normalized_shape);
   FRUGAL_CHECK(eps >= 0.0 && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
   const int64_t M = numel_of(rows), N = numel_of(normalized_shape);
-  LayerNormResult r{empty(x.sizes(), x.options()), empty(rows, {detail::norm_stats_dtype(x.dtype()), x.device()}),
-                    empty(rows, {detail::norm_stats_dtype(x.dtype()), x.device()})};
+  LayerNormResult r{empty(x.sizes(), x.options()), empty(rows, {norm_stats_dtype(x.dtype()), x.device()}),
+                    empty(rows, {norm_stats_dtype(x.dtype()), x.device()})};
   if (M == 0) return r;
   if (N == 0) {  // statistics of an empty row: NaN, as mean() of nothing
     r.mean = full(rows, std::numeric_limits<double>::quiet_NaN(), r.mean.options());
@@ -61,13 +59,13 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
 Tensor layer_norm_apply(const Tensor& x, const Shape& normalized_shape, const Tensor& mean, const Tensor& rstd,
                         const Tensor& weight, const Tensor& bias) {
   constexpr const char* op = "layer_norm_apply";
-  const Shape rows = detail::check_normalized_input(op, x, normalized_shape);
+  const Shape rows = check_normalized_input(op, x, normalized_shape);
   check_affine(op, "weight", weight, x, normalized_shape);
   check_affine(op, "bias", bias, x, normalized_shape);
   for (const Tensor* s : {&mean, &rstd}) {
-    FRUGAL_CHECK(s->defined() && s->sizes() == rows && s->dtype() == detail::norm_stats_dtype(x.dtype()), op,
+    FRUGAL_CHECK(s->defined() && s->sizes() == rows && s->dtype() == norm_stats_dtype(x.dtype()), op,
                  ": mean and rstd must be statistics of shape ", shape_str(rows), " and dtype ",
-                 dtype_name(detail::norm_stats_dtype(x.dtype())), " for input ", x.describe(), ", got ",
+                 dtype_name(norm_stats_dtype(x.dtype())), " for input ", x.describe(), ", got ",
                  s->defined() ? s->describe() : "undefined");
     check_same_device(op, x, *s);
   }
@@ -84,15 +82,15 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                                    const Tensor& mean, const Tensor& rstd, const Tensor& weight, bool has_bias,
                                    LayerNormGradMask mask) {
   constexpr const char* op = "layer_norm_backward";
-  const Shape rows = detail::check_normalized_input(op, x, normalized_shape);
+  const Shape rows = check_normalized_input(op, x, normalized_shape);
   check_affine(op, "weight", weight, x, normalized_shape);
   FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
                grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
   check_same_device(op, x, grad_out);
   for (const Tensor* s : {&mean, &rstd}) {
-    FRUGAL_CHECK(s->defined() && s->sizes() == rows && s->dtype() == detail::norm_stats_dtype(x.dtype()), op,
+    FRUGAL_CHECK(s->defined() && s->sizes() == rows && s->dtype() == norm_stats_dtype(x.dtype()), op,
                  ": mean and rstd must be the forward's statistics of shape ", shape_str(rows), " and dtype ",
-                 dtype_name(detail::norm_stats_dtype(x.dtype())), ", got ", s->defined() ? s->describe() : "undefined");
+                 dtype_name(norm_stats_dtype(x.dtype())), ", got ", s->defined() ? s->describe() : "undefined");
     check_same_device(op, x, *s);
   }
   const int64_t M = numel_of(rows), N = numel_of(normalized_shape);

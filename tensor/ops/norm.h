@@ -57,13 +57,11 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
 Tensor layer_norm_apply(const Tensor& x, const Shape& normalized_shape, const Tensor& mean, const Tensor& rstd,
                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor());
 
-namespace detail {
 /// float32 for float32/float16/bfloat16, float64 for float64: the dtype of mean and rstd.
 DType norm_stats_dtype(DType t);
 /// Checks x against normalized_shape (layer_norm and rms_norm); returns the leading dims
 /// (the rows' shape).
 Shape check_normalized_input(const char* op, const Tensor& x, const Shape& normalized_shape);
-}  // namespace detail
 
 }  // namespace frugal::ops
 

@@ -13,11 +13,10 @@ namespace frugal::ops {
 
 namespace {
 
-using detail::norm_stats_dtype;
 
 /// Checks x against normalized_shape and weight; returns the leading dims (the rows' shape).
 Shape check_rms_norm_input(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight) {
-  const Shape rows = detail::check_normalized_input(op, x, normalized_shape);
+  const Shape rows = check_normalized_input(op, x, normalized_shape);
   if (weight.defined()) {
     FRUGAL_CHECK(weight.sizes() == normalized_shape, op, ": weight ", weight.describe(), " must have normalized_shape ",
                  shape_str(normalized_shape), " (input ", x.describe(), ")");
