@@ -14,7 +14,6 @@
 #include "autograd/ops/logsumexp.h"
 
 #include <cmath>
-#include <set>
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
@@ -24,6 +23,7 @@
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/dims.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/unary.h"
 
@@ -37,20 +37,12 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
   if (!is_floating(x.dtype())) return logsumexp(x.to(kFloat32), dims, keepdim);  // as PyTorch's integer inputs
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return logsumexp((*c)[0], dims, keepdim);
-  // The reduced dims, wrapped and checked here so that errors name logsumexp.
-  const int64_t nd = std::max<int64_t>(x.dim(), 1);
-  std::set<int64_t> reduced;
-  for (int64_t d : dims) {
-    FRUGAL_CHECK(d >= -nd && d < nd, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -nd, "..",
-                 nd - 1, ")");
-    FRUGAL_CHECK(reduced.insert(d < 0 ? d + nd : d).second, op, ": dim ", d, " appears more than once in dims for ",
-                 x.describe());
-  }
+  // The reduced dims, checked here so that errors name logsumexp.
+  const std::vector<bool> reduced = ops::dims_mask(op, x, dims, /*empty_means_all=*/true);
   Shape kept = x.sizes(), out_shape;
   int64_t count = 1;  // elements per slice
   for (int64_t d = 0; d < x.dim(); ++d) {
-    const bool r = dims.empty() || reduced.count(d) > 0;
-    if (r) count *= x.size(d), kept[size_t(d)] = 1;
+    if (reduced[size_t(d)]) count *= x.size(d), kept[size_t(d)] = 1;
     else out_shape.push_back(x.size(d));
   }
   // m: the slices' maxima, detached, 0 where infinite or where a slice is empty.

@@ -1,13 +1,12 @@
 // flip, repeat, tril and triu: composites of recorded ops (flip, repeat) and one node for
 // the triangles, forward and backward side by side. pad is in autograd/ops/pad.cpp.
-#include <set>
-
 #include "autograd/function.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/shape_ops.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/dims.h"
 
 namespace frugal {
 
@@ -20,17 +19,10 @@ Tensor flip(const Tensor& x, const std::vector<int64_t>& dims) {
   constexpr const char* op = "flip";
   core::OpScope scope(op);
   FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
-  const int64_t nd = std::max<int64_t>(x.dim(), 1);  // a 0-d tensor takes dim 0 or -1, as in PyTorch
-  std::set<int64_t> seen;
-  for (int64_t d : dims) {
-    FRUGAL_CHECK(d >= -nd && d < nd, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -nd, "..",
-                 nd - 1, ")");
-    FRUGAL_CHECK(seen.insert(d < 0 ? d + nd : d).second, op, ": dim ", d, " appears more than once in dims for ",
-                 x.describe());
-  }
+  const std::vector<bool> flipped = ops::dims_mask(op, x, dims, /*empty_means_all=*/false);  // 0-d: none
   Tensor out = x;
-  for (int64_t d : seen) {
-    if (x.dim() == 0 || x.size(d) <= 1) continue;  // nothing to reverse
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!flipped[size_t(d)] || x.size(d) <= 1) continue;  // nothing to reverse
     const int64_t n = x.size(d);
     out = index_select(out, d, arange(double(n - 1), -1.0, -1.0, {kInt64, x.device()}));
   }

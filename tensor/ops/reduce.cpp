@@ -5,28 +5,28 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/ops/dims.h"
 
 namespace frugal::ops {
 
-namespace {
-
-/// Which dims of x are reduced (empty `dims`: all). Throws on out-of-range or repeated dims.
-/// A 0-d tensor accepts dim 0 and -1, as in PyTorch.
-std::vector<bool> reduced_mask(const char* op, const Tensor& x, const std::vector<int64_t>& dims) {
+std::vector<bool> dims_mask(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool empty_means_all) {
   const int64_t nd = x.dim(), n = std::max<int64_t>(nd, 1);
-  std::vector<bool> mask(size_t(nd), dims.empty());
+  std::vector<bool> mask(size_t(nd), dims.empty() && empty_means_all);
   std::vector<bool> seen(size_t(n), false);
   for (int64_t d : dims) {
     FRUGAL_CHECK(d >= -n && d < n, op, ": dim ", d, " out of range for ", x.describe(), " (expected ", -n, "..", n - 1,
                  ")");
     const int64_t w = d < 0 ? d + n : d;
-    FRUGAL_CHECK(!seen[size_t(w)], op, ": dim ", w, " appears more than once in dims ", shape_str(dims), " for ",
+    FRUGAL_CHECK(!seen[size_t(w)], op, ": dim ", d, " appears more than once in dims ", shape_str(dims), " for ",
                  x.describe());
     seen[size_t(w)] = true;
     if (nd > 0) mask[size_t(w)] = true;
   }
   return mask;
 }
+
+namespace {
+
 
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
@@ -129,7 +129,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bo
               int64_t correction) {
   const char* name = op_name(op);
   FRUGAL_CHECK(x.defined(), name, ": undefined tensor");
-  const std::vector<bool> mask = reduced_mask(name, x, dims);
+  const std::vector<bool> mask = dims_mask(name, x, dims, /*empty_means_all=*/true);
   Tensor out = empty(reduced_shape(x, mask, keepdim), {out_dtype, x.device()});
   if (reduced_count(x, mask) == 0) {
     FRUGAL_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Var, name,
@@ -151,7 +151,7 @@ void check_floating(const char* op, const Tensor& x) {
 
 ValuesIndices arg_reduce(const char* name, bool is_max, const Tensor& x, int64_t dim, bool keepdim, bool want_values) {
   FRUGAL_CHECK(x.defined(), name, ": undefined tensor");
-  const std::vector<bool> mask = reduced_mask(name, x, {dim});
+  const std::vector<bool> mask = dims_mask(name, x, {dim}, /*empty_means_all=*/true);
   const Shape shape = reduced_shape(x, mask, keepdim);
   FRUGAL_CHECK(reduced_count(x, mask) > 0, name, ": cannot reduce over dim ", dim, " of size 0 of ", x.describe());
   ValuesIndices r;
