@@ -21,6 +21,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/conv.h"
+#include "tensor/ops/cumsum.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/norm.h"
 #include "tensor/ops/quantize.h"
@@ -66,6 +67,7 @@ void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
     const double es = double(element_size(t));
     const ops::Quantized q = ops::quantize_blockwise(a, ops::QuantFormat::Fp8E4M3, 256);
     const Tensor mask = ops::relu_mask(a);
+    const Tensor rows = a.view({n / 4096, 4096}), columns = a.view({4096, n / 4096});
     struct Case {
       const char* name;
       double tensors;    // tensors of kBytes read or written
@@ -85,6 +87,10 @@ void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
          }},
         {"relu_mask", 1 + 1 / (8 * es), false, [&] { Tensor c = ops::relu_mask(a); }},
         {"apply_relu_mask", 2 + 1 / (8 * es), false, [&] { Tensor c = ops::apply_relu_mask(b, mask); }},
+        // Prefix sums (Note [Cumulative sum dtypes]): along rows of 4096 through the shared-memory
+        // tile, and down columns of 4096 lines.
+        {"cumsum, last dim of (n/4096, 4096)", 2, false, [&] { Tensor c = ops::cumsum(rows, 1); }},
+        {"cumsum, dim 0 of (4096, n/4096)", 2, false, [&] { Tensor c = ops::cumsum(columns, 0); }},
     };
     for (const Case& c : cases) {
       const double ms = timer.median_ms(c.run, 3, reps);

@@ -6,7 +6,6 @@
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/cumsum.h"
-#include "tensor/ops/index.h"
 
 namespace frugal {
 
@@ -18,32 +17,27 @@ using autograd::TensorList;
 
 namespace {
 
-/// t with its slices along dim in reverse order (a gather: views cannot step backwards).
-Tensor reversed(const Tensor& t, int64_t dim) {
-  const int64_t n = t.size(dim);
-  return ops::index_select(t, dim, arange(double(n - 1), -1.0, -1.0, {kInt64, t.device()}));
-}
-
 // out[j] = sum of x[k] for k <= j along dim
-// grad_x[k] = sum of g[j] for j >= k: the cumulative sum of g run backwards
+// grad_x[k] = sum of g[j] for j >= k: the cumulative sum of g run backwards, in x's dtype
 struct CumsumBackward final : Node {
-  DType dtype = kFloat32;
+  DType dtype = kFloat32;  // x's
   int64_t dim = 0;  // wrapped; -1 for a 0-d input (its own sum)
   std::string name() const override { return "CumsumBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor g = in_dtype(grads[0], dtype);
-    if (dim < 0) return {g};
-    return {reversed(ops::cumsum(reversed(g, dim), dim), dim)};
+    if (dim < 0) return {in_dtype(grads[0], dtype)};
+    return {in_dtype(ops::reverse_cumsum(grads[0], dim), dtype)};
   }
 };
 
 }  // namespace
 
-Tensor cumsum(const Tensor& x, int64_t dim) {
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   core::OpScope scope("cumsum");
-  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return cumsum((*c)[0], dim);
-  Tensor out = autograd::raw([&] { return ops::cumsum(x, dim); });
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return cumsum((*c)[0], dim, dtype);
+  Tensor out = autograd::raw([&] { return ops::cumsum(x, dim, dtype); });
   if (auto node = make_node<CumsumBackward>({x})) {
+    FRUGAL_CHECK(is_floating(out.dtype()), "cumsum: cannot sum ", x.describe(), ", which requires grad, into ",
+                 dtype_name(out.dtype()), " (only floating tensors can require grad)");
     node->dtype = x.dtype();
     node->dim = x.dim() == 0 ? -1 : wrap_dim(dim, x.dim(), "cumsum");
     autograd::record(node, {out});

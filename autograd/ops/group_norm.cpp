@@ -51,16 +51,8 @@ GroupNormGeometry check_group_norm(const Tensor& x, int64_t G, const Tensor& wei
   FRUGAL_CHECK(G > 0, op, ": num_groups must be positive, got ", G);
   FRUGAL_CHECK(C % G == 0, op, ": the input's channels C = ", C, " must be divisible by num_groups = ", G, " (input ",
                x.describe(), ")");
-  const auto check_param = [&](const char* what, const Tensor& p) {
-    if (!p.defined()) return;
-    FRUGAL_CHECK(p.sizes() == Shape{C}, op, ": ", what, " ", p.describe(), " must be (C) = [", C, "] for input ",
-                 x.describe());
-    FRUGAL_CHECK(p.dtype() == x.dtype(), op, ": ", what, " ", p.describe(), " must have the input's dtype (input ",
-                 x.describe(), ")");
-    check_same_device(op, x, p);
-  };
-  check_param("weight", weight);
-  check_param("bias", bias);
+  ops::check_norm_param(op, "weight", weight, x, {C}, "shape (C) =");
+  ops::check_norm_param(op, "bias", bias, x, {C}, "shape (C) =");
   FRUGAL_CHECK(eps >= 0.0 && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
   int64_t hxw = 1;
   for (int64_t d = 2; d < x.dim(); ++d) hxw *= x.size(d);

@@ -51,10 +51,12 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
     const Tensor a = ops::amax(x.detach(), dims, /*keepdim=*/true);
     return ops::masked_fill(a, ops::eq(ops::abs(a), INFINITY), 0.0);
   });
-  const Tensor s = sum(exp(sub(x, m)), dims, /*keepdim=*/true);
+  const Tensor s = sum(exp(sub(x, m)), dims, keepdim);
+  // m in the result's shape: no grad, so the result's last node is the add, not a view (an
+  // in-place op on it is fine, as on any fresh tensor).
+  const Tensor m_out = keepdim ? m : autograd::raw([&] { return m.reshape(out_shape); });
   const Tensor none = autograd::raw([&] { return ops::eq(s.detach(), 0.0); });  // log(0): see the Note
-  Tensor out = add(masked_fill(log(masked_fill(s, none, 1.0)), none, -INFINITY), m);
-  return keepdim ? out : out.reshape(out_shape);
+  return add(masked_fill(log(masked_fill(s, none, 1.0)), none, -INFINITY), m_out);
 }
 
 }  // namespace frugal

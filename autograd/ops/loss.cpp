@@ -171,7 +171,9 @@ Tensor weighted_cross_entropy(const Tensor& logits, const Tensor& target, const 
 // and cutmix make): loss_i = -sum_c w_c y'_ic log_softmax(x)_ic, y' = (1 - e) y + e / C.
 // Mean divides the sum by the number of rows (numel / C), never by the weights; Sum adds
 // them; None keeps one per row (aten's cross_entropy_loss_prob_target). ignore_index has
-// no meaning here. Composed of differentiable ops, so the target gets its gradient too.
+// no meaning here: a non-negative one is an error, as in PyTorch. The dtypes promote as
+// PyTorch's (float16 logits, float32 target: a float32 loss). Composed of differentiable
+// ops, so the target gets its gradient too.
 Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   constexpr const char* op = "cross_entropy";
   FRUGAL_CHECK(is_floating(logits.dtype()) && logits.dim() >= 1 && target.sizes() == logits.sizes(), op,
@@ -180,8 +182,10 @@ Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, con
   check_same_device(op, logits, target);
   FRUGAL_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
                ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  FRUGAL_CHECK(options.ignore_index < 0, op, ": ignore_index is not supported for a floating (class probability) "
+               "target, got ignore_index = ", options.ignore_index, " with target ", target.describe());
   const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
-  Tensor y = target.to(logits.dtype());
+  Tensor y = target;  // log_softmax(x) * y promotes: float16 logits with a float32 target give a float32 loss
   if (options.label_smoothing > 0.0)
     y = add(mul(y, 1.0 - options.label_smoothing), options.label_smoothing / double(C));
   Tensor picked = mul(log_softmax(logits, class_dim), y);
@@ -192,7 +196,7 @@ Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, con
     check_same_device(op, logits, w);
     Shape along_classes(size_t(logits.dim()), 1);
     along_classes[size_t(class_dim)] = C;
-    picked = mul(picked, w.detach().to(logits.dtype()).view(along_classes));
+    picked = mul(picked, w.detach().to(picked.dtype()).view(along_classes));
   }
   switch (options.reduction) {
     case Reduction::None: return neg(sum(picked, {class_dim}));
@@ -204,6 +208,24 @@ Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, con
 }
 
 }  // namespace
+
+void detail::check_binary_loss_operands(const char* op, const Tensor& input, const Tensor& target,
+                                        const Tensor& weight, const Tensor& pos_weight) {
+  FRUGAL_CHECK(input.defined() && target.defined(), op, ": undefined input or target");
+  FRUGAL_CHECK(is_floating(input.dtype()) && input.dtype() == target.dtype(), op,
+               ": expects input and target of one floating dtype, got ", input.describe(), " and ", target.describe());
+  FRUGAL_CHECK(input.sizes() == target.sizes(), op, ": target ", target.describe(), " must have the input's size ",
+               input.describe());
+  check_same_device(op, input, target);
+  for (const Tensor* w : {&weight, &pos_weight})
+    if (w->defined()) {
+      const std::string which = std::string(op) + (w == &weight ? " weight" : " pos_weight");
+      FRUGAL_CHECK(is_floating(w->dtype()), which, " ", w->describe(), " must be floating");
+      check_same_device(which.c_str(), input, *w);
+      FRUGAL_CHECK(broadcast_shapes(input.sizes(), w->sizes(), which.c_str()) == input.sizes(), which, " ",
+                   w->describe(), " does not broadcast to the input ", input.describe());
+    }
+}
 
 // Note [Binary cross entropy with logits]
 // loss = (1 - y) x + lw softplus(-x), lw = 1 + (pw - 1) y, times the weight: aten's
@@ -219,19 +241,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   FRUGAL_CHECK(input.defined() && target.defined(), op, ": undefined input or target");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&input, &target}))
     return binary_cross_entropy_with_logits((*c)[0], (*c)[1], options);
-  FRUGAL_CHECK(is_floating(input.dtype()) && input.dtype() == target.dtype(), op,
-               ": expects input and target of one floating dtype, got ", input.describe(), " and ",
-               target.describe());
-  FRUGAL_CHECK(input.sizes() == target.sizes(), op, ": target ", target.describe(), " must have the input's size ",
-               input.describe());
-  for (const Tensor* w : {&options.weight, &options.pos_weight})
-    if (w->defined()) {
-      const std::string which = std::string(op) + (w == &options.weight ? " weight" : " pos_weight");
-      FRUGAL_CHECK(is_floating(w->dtype()), which, " ", w->describe(), " must be floating");
-      check_same_device(which.c_str(), input, *w);
-      FRUGAL_CHECK(broadcast_shapes(input.sizes(), w->sizes(), which.c_str()) == input.sizes(), which, " ",
-                   w->describe(), " does not broadcast to the input ", input.describe());
-    }
+  detail::check_binary_loss_operands(op, input, target, options.weight, options.pos_weight);
   const double inf = std::numeric_limits<double>::infinity();
   const Tensor softplus_neg = softplus(neg(input), 1.0, inf);
   Tensor log_weight_term = softplus_neg;
@@ -251,7 +261,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   core::OpScope scope("cross_entropy");
-  if (auto c = autocast::cast_inputs(Policy::Float32, {&logits})) return cross_entropy((*c)[0], target, options);
+  // A floating target (class probabilities) is cast too, as torch.autocast's float32 list casts
+  // every floating argument; class indices are integers and stay as they are.
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&logits, &target}))
+    return cross_entropy((*c)[0], (*c)[1], options);
   if (logits.defined() && target.defined() && is_floating(target.dtype()))
     return probability_cross_entropy(logits, target, options);
   if (options.weight.defined()) return weighted_cross_entropy(logits, target, options);

@@ -50,4 +50,12 @@ struct BceWithLogitsOptions {
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BceWithLogitsOptions& options = {});
 
+namespace detail {
+/// The operand checks of both binary cross entropies: input and target defined, of one
+/// floating dtype and shape, on one device; weight and pos_weight (undefined: none)
+/// floating, on that device, broadcasting to the input. Errors name `op`.
+void check_binary_loss_operands(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
+                                const Tensor& pos_weight = Tensor());
+}  // namespace detail
+
 }  // namespace frugal

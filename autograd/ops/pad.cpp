@@ -1,5 +1,5 @@
 // pad, as torch.nn.functional.pad: constant mode with its own node, forward and backward
-// side by side; reflect and replicate as an index_select per padded dim.
+// side by side; reflect, replicate and circular as an index_select per padded dim.
 //
 // Note [Padding as regions]
 // `pad` lists (left, right) pairs from the last dim backwards; a negative entry crops. Per
@@ -9,8 +9,9 @@
 // it; its backward is g narrowed to the box (a view), placed in zeros of x's shape only
 // when something was cropped. Reflect and replicate read every output entry from x: index
 // o of the output reads x[i(o - left)] with i mirrored at the edges (reflect: -1 -> 1,
-// n -> n - 2) or clamped into [0, n) (replicate), one index_select per dim, whose
-// backward adds the gradients of the copies.
+// n -> n - 2), clamped into [0, n) (replicate) or wrapped (circular: -1 -> n - 1), one
+// index_select per dim (ops::pad_source_indices), whose backward adds the gradients of
+// the copies.
 #include <algorithm>
 #include <string>
 
@@ -21,6 +22,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
+#include "tensor/ops/index.h"
 
 namespace frugal {
 
@@ -92,13 +94,6 @@ Tensor constant_pad(const Tensor& x, const std::vector<int64_t>& left, const std
   return out;
 }
 
-/// Where output entry o of a dim of size n padded by `left` reads x (Note [Padding as regions]).
-int64_t source_index(int64_t o, int64_t n, int64_t left, bool reflect) {
-  const int64_t i = o - left;
-  if (!reflect) return std::clamp<int64_t>(i, 0, n - 1);
-  return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
-}
-
 }  // namespace
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode, double value) {
@@ -110,9 +105,9 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
                pad.size(), " values for ", x.describe());
   FRUGAL_CHECK(pairs <= x.dim(), op, ": padding length should be at most twice the number of dims, got ", pad.size(),
                " values for ", x.describe());
-  const bool constant = mode == "constant", reflect = mode == "reflect";
-  FRUGAL_CHECK(constant || reflect || mode == "replicate", op, ": unknown mode \"", mode,
-               "\" (expected \"constant\", \"reflect\" or \"replicate\")");
+  const bool constant = mode == "constant", reflect = mode == "reflect", circular = mode == "circular";
+  FRUGAL_CHECK(constant || reflect || circular || mode == "replicate", op, ": unknown mode \"", mode,
+               "\" (expected \"constant\", \"reflect\", \"replicate\" or \"circular\")");
   // Per dim of x: pad[2k] and pad[2k + 1] belong to dim x.dim() - 1 - k.
   std::vector<int64_t> left(size_t(x.dim()), 0), right(size_t(x.dim()), 0);
   Shape out_sizes = x.sizes();
@@ -138,20 +133,20 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
   for (int64_t d = x.dim() - pairs - 1; d < x.dim(); ++d)
     FRUGAL_CHECK(x.size(d) > 0, op, ": mode \"", mode,
                  "\" needs non-empty dims apart from the batch dim, got size 0 at dim ", d, " of ", x.describe());
+  const ops::PadIndexMode index_mode = reflect    ? ops::PadIndexMode::Reflect
+                                       : circular ? ops::PadIndexMode::Circular
+                                                  : ops::PadIndexMode::Replicate;
   Tensor out = x;
   for (int64_t d = x.dim() - pairs; d < x.dim(); ++d) {
     const int64_t n = x.size(d), l = left[size_t(d)], r = right[size_t(d)];
     FRUGAL_CHECK(!reflect || (l < n && r < n), op, ": reflect padding (", l, ", ", r, ") at dim ", d,
                  " must be less than the dim's size ", n, " for ", x.describe());
+    FRUGAL_CHECK(!circular || (l <= n && r <= n), op, ": circular padding (", l, ", ", r, ") at dim ", d,
+                 " wraps around more than once: at most the dim's size ", n, " for ", x.describe());
     FRUGAL_CHECK(out_sizes[size_t(d)] >= 1, op, ": padding (", l, ", ", r, ") leaves no entries at dim ", d, " of ",
                  x.describe());
-    std::vector<int64_t> index(size_t(out_sizes[size_t(d)]));
-    for (int64_t o = 0; o < int64_t(index.size()); ++o) {
-      index[size_t(o)] = source_index(o, n, l, reflect);
-      FRUGAL_CHECK(index[size_t(o)] >= 0 && index[size_t(o)] < n, op, ": reflect padding (", l, ", ", r,
-                   ") crops past the mirrored entries at dim ", d, " of ", x.describe());
-    }
-    out = index_select(out, d, from_vector(index, {int64_t(index.size())}, {kInt64, x.device()}));
+    // Every source index lies in [0, n) (ops::pad_source_index), so index_select's check never fires.
+    out = index_select(out, d, ops::pad_source_indices(out_sizes[size_t(d)], n, l, index_mode, x.device()));
   }
   return out;
 }

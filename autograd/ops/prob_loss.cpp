@@ -7,6 +7,7 @@
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/binary.h"
+#include "autograd/ops/loss.h"  // detail::check_binary_loss_operands
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "core/instrument.h"
@@ -100,18 +101,7 @@ void check_bce_operands(const char* op, const Tensor& input, const Tensor& targe
                ": unsafe to autocast (many models put a sigmoid right before it, and the logarithms of 16-bit "
                "probabilities saturate), as in PyTorch; use binary_cross_entropy_with_logits on the logits, which "
                "is safe to autocast; got input ", input.describe());
-  FRUGAL_CHECK(is_floating(input.dtype()) && input.dtype() == target.dtype(), op,
-               ": expects input and target of one floating dtype, got ", input.describe(), " and ", target.describe());
-  FRUGAL_CHECK(input.sizes() == target.sizes(), op, ": target ", target.describe(), " must have the input's size ",
-               input.describe());
-  check_same_device(op, input, target);
-  if (const Tensor& w = options.weight; w.defined()) {
-    const std::string which = std::string(op) + " weight";
-    FRUGAL_CHECK(is_floating(w.dtype()), which, " ", w.describe(), " must be floating");
-    check_same_device(which.c_str(), input, w);
-    FRUGAL_CHECK(broadcast_shapes(input.sizes(), w.sizes(), which.c_str()) == input.sizes(), which, " ",
-                 w.describe(), " does not broadcast to the input ", input.describe());
-  }
+  detail::check_binary_loss_operands(op, input, target, options.weight);
 }
 
 }  // namespace

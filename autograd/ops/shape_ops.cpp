@@ -1,11 +1,14 @@
-// flip, repeat, tril and triu: composites of recorded ops (flip, repeat) and one node for
+// flip, repeat, tril and triu: flip as recorded index_selects, one node each for repeat and
 // the triangles, forward and backward side by side. pad is in autograd/ops/pad.cpp.
+#include <algorithm>
+
 #include "autograd/function.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/shape_ops.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
 #include "tensor/ops/dims.h"
 
 namespace frugal {
@@ -29,6 +32,24 @@ Tensor flip(const Tensor& x, const std::vector<int64_t>& dims) {
   return out.shares_storage(x) ? out.clone() : out;  // a fresh tensor, as torch.flip
 }
 
+namespace {
+
+// out = x seen as (1, s0, 1, s1, ...), expanded to (r0, s0, r1, s1, ...) and flattened to
+// (r0 s0, r1 s1, ...), with leading 1s in s for the dims repeat adds
+// grad_x = g seen as (r0, s0, r1, s1, ...), summed over the copies (the r dims)
+struct RepeatBackward final : Node {
+  Shape in_sizes, expanded;
+  DType dtype = kFloat32;
+  std::string name() const override { return "RepeatBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    std::vector<int64_t> copies;
+    for (int64_t d = 0; d < int64_t(expanded.size()); d += 2) copies.push_back(d);
+    return {in_dtype(ops::sum(grads[0].reshape(expanded), copies), dtype).reshape(in_sizes)};
+  }
+};
+
+}  // namespace
+
 Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
   constexpr const char* op = "repeat";
   core::OpScope scope(op);
@@ -36,8 +57,6 @@ Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
   const int64_t n = int64_t(repeats.size());
   FRUGAL_CHECK(n >= x.dim(), op, ": the number of repeats (", n, ") can not be smaller than the number of dims of ",
                x.describe());
-  // x as (1, s0, 1, s1, ...) with leading 1s for the new dims, expanded to (r0, s0, r1, s1,
-  // ...) and flattened to (r0 * s0, r1 * s1, ...): the expand's backward sums the copies.
   Shape paired, expanded, result;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = repeats[size_t(i)];
@@ -47,21 +66,31 @@ Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
     expanded.insert(expanded.end(), {r, s});
     result.push_back(r * s);
   }
-  const Tensor out = x.reshape(paired).expand(expanded).reshape(result);
-  return out.shares_storage(x) ? out.clone() : out;  // a fresh tensor, as torch.Tensor.repeat
+  Tensor out = autograd::raw([&] {
+    const Tensor t = x.reshape(paired).expand(expanded).reshape(result);
+    return t.shares_storage(x) ? t.clone() : t;  // a fresh tensor, as torch.Tensor.repeat
+  });
+  if (auto node = make_node<RepeatBackward>({x})) {
+    node->in_sizes = x.sizes();
+    node->expanded = expanded;
+    node->dtype = x.dtype();
+    autograd::record(node, {out});
+  }
+  return out;
 }
 
 namespace {
 
-/// bool (rows, cols): true at the entries tril (upper: triu) sets to 0.
+/// bool (rows, cols): true at the entries tril (upper: triu) sets to 0, those with j - i
+/// above (below) the diagonal: j against i + diagonal, broadcast, so that only the bool
+/// result is (rows, cols).
 Tensor dropped(int64_t rows, int64_t cols, int64_t diagonal, bool upper, Device device) {
-  const Tensor i = arange(rows, {kInt64, device}).reshape({rows, 1});
+  // Beyond [-rows, cols] every diagonal keeps or drops the same entries: clamp, so that
+  // i + k stays small.
+  const int64_t k = std::clamp<int64_t>(diagonal, -rows, cols);
+  const Tensor i_plus_k = arange(double(k), double(rows + k), 1.0, {kInt64, device}).reshape({rows, 1});
   const Tensor j = arange(cols, {kInt64, device}).reshape({1, cols});
-  // Beyond [-rows, cols] every diagonal keeps or drops the same entries: clamp, so that the
-  // comparison in double is exact.
-  const double k = double(std::clamp<int64_t>(diagonal, -rows, cols));
-  const Tensor offset = ops::sub(j, i);  // j - i
-  return upper ? ops::lt(offset, k) : ops::gt(offset, k);
+  return upper ? ops::lt(j, i_plus_k) : ops::gt(j, i_plus_k);
 }
 
 Tensor triangle(const Tensor& x, int64_t diagonal, bool upper) {

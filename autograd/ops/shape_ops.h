@@ -30,10 +30,11 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 /// x padded as torch.nn.functional.pad: `pad` holds (left, right) pairs from the last dim
 /// backwards, at most x.dim() of them. mode "constant" fills with `value`, and a negative
 /// pad crops (the gradient is g narrowed back, zeros where x was cropped); "reflect"
-/// mirrors without repeating the edge (each pad below the dim's size) and "replicate"
-/// repeats the edge, both over the last k = 1, 2 or 3 dims of a (k + 1)- or (k + 2)-D x
-/// with no empty dim but the batch dim, as PyTorch, through an index_select per padded dim; they
-/// take no fill value (value must stay 0).
+/// mirrors without repeating the edge (each pad below the dim's size), "replicate"
+/// repeats the edge and "circular" wraps around (each pad at most the dim's size), all
+/// three over the last k = 1, 2 or 3 dims of a (k + 1)- or (k + 2)-D x with no empty dim
+/// but the batch dim, as PyTorch, through an index_select per padded dim; they take no
+/// fill value (value must stay 0).
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0);
 
 }  // namespace frugal

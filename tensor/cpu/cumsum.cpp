@@ -1,4 +1,4 @@
-// CPU cumulative sum (Note [Cumulative sum dtypes]).
+// CPU cumulative sum (Note [Cumulative sum dtypes], Note [Cumulative sum order]).
 //
 // A work item is a block of up to kBlock neighbouring lines of one outer index: walking D,
 // each step reads and writes kBlock contiguous elements (one per line) and keeps the
@@ -21,13 +21,18 @@ constexpr int64_t kBlock = 256;  // lines per work item when the sum is not alon
 // x: (outer, D, inner) of T; out: the same of Out; lines [i0, i0 + n) of outer index o.
 template <typename T, typename Out, typename Acc>
 void cumsum_item(const T* x, Out* out, const CumsumShape& s, int64_t o, int64_t i0, int64_t n) {
-  Acc acc[kBlock];
-  std::fill(acc, acc + n, Acc(0));
-  for (int64_t j = 0; j < s.D; ++j) {
+  Acc carry[kBlock], local[kBlock];
+  std::fill(carry, carry + n, Acc(0));
+  std::fill(local, local + n, Acc(0));
+  for (int64_t step = 0; step < s.D; ++step) {
+    if (step > 0 && step % kCumsumChunk == 0) {
+      for (int64_t k = 0; k < n; ++k) carry[k] += local[k], local[k] = Acc(0);
+    }
+    const int64_t j = s.reverse ? s.D - 1 - step : step;
     const int64_t at = (o * s.D + j) * s.inner + i0;
     for (int64_t k = 0; k < n; ++k) {
-      acc[k] += Acc(x[at + k]);
-      out[at + k] = Out(acc[k]);
+      local[k] += Acc(x[at + k]);
+      out[at + k] = Out(carry[k] + local[k]);
     }
   }
 }
@@ -36,9 +41,8 @@ void cumsum_item(const T* x, Out* out, const CumsumShape& s, int64_t o, int64_t 
 
 void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
   dispatch_all(x.dtype(), "cumsum", x.device(), [&]<typename T>() {
-    // Floating: T out, opmath_t<T> sums; integers and bool: int64 out and sums.
-    using Out = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, T, int64_t>;
-    using Acc = std::conditional_t<std::is_same_v<Out, int64_t>, int64_t, opmath_t<T>>;
+    using Out = CumsumOut<T>;
+    using Acc = CumsumAcc<T>;
     const T* xp = x.data_ptr<T>();
     Out* op = out.data_ptr<Out>();
     const int64_t blocks = (s.inner + kBlock - 1) / kBlock;

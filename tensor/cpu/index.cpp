@@ -121,4 +121,9 @@ void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tens
   });
 }
 
+void pad_source_indices_kernel(const Tensor& out, int64_t n, int64_t left, PadIndexMode mode) {
+  int64_t* p = out.data_ptr<int64_t>();
+  for (int64_t o = 0; o < out.numel(); ++o) p[o] = pad_source_index(o, n, left, mode);
+}
+
 }  // namespace frugal::ops::cpu

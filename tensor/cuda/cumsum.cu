@@ -1,30 +1,144 @@
-// CUDA cumulative sum (Note [Cumulative sum dtypes]).
+// CUDA cumulative sum (Note [Cumulative sum dtypes], Note [Cumulative sum order]).
 //
-// One thread per line along D: thread t takes line (o, i) with o = t / inner and
-// i = t % inner, so neighbouring threads walk neighbouring lines and each of their D steps
-// is one coalesced read and write when the sum is not along the last dim. Along the last
-// dim (inner == 1) each thread walks a row alone: simple and exact in order, as the CPU.
+// Every line is summed by one thread per chunk in the order the Note fixes, so CUDA and
+// the CPU give the same bits. What differs is how the elements reach that thread:
+// - Not along the last dim (inner > 1): thread t takes line (o, i) with o = t / inner and
+//   i = t % inner, so neighbouring threads walk neighbouring lines and each of their steps
+//   is one coalesced read and write.
+// - Along the last dim (inner == 1) a line is a row, and a thread walking its own row
+//   would read with stride D across the warp. Instead a warp takes 32 rows and moves
+//   them through a 32 x 32 tile in shared memory: it loads the tile row by row (32
+//   consecutive elements, one coalesced read), lane r sums row r of the tile onwards from
+//   its running total, and the warp stores the tile row by row.
+// A reverse sum walks j from D - 1 down to 0; the tile then holds columns in reverse
+// order, which keeps each of its reads and writes within one 32-element segment.
+//
+// Few long lines would leave most of the GPU idle (one line of 10^8 entries: one thread),
+// so when there are fewer than kFewLines lines longer than a chunk, the work is split by
+// chunk in three kernels: every (line, chunk) sums its chunk into `totals`; one thread per
+// line turns them into carries (exclusive running sums, in order); every (line, chunk)
+// walks its chunk again from its carry and writes. x is read twice, which is why lines
+// enough to fill the GPU take the one-pass kernels.
 #include <type_traits>
 
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/dispatch.h"
+#include "tensor/factory.h"
 #include "tensor/ops/cumsum.h"
 
 namespace frugal::ops::cuda {
 
 namespace {
 
-// x: (outer, D, inner) of T; out: the same of Out.
-template <typename T, typename Out, typename Acc>
-__global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ out, CumsumShape s) {
-  const int64_t lines = s.outer * s.inner;
+constexpr int kTile = 32;             // rows per warp and columns per tile step
+constexpr int kWarpsPerBlock = 4;     // tiles of 32 x 33 accumulators per block
+constexpr int64_t kFewLines = 8192;   // below this, lines longer than a chunk are split by chunk
+static_assert(kCumsumChunk % kTile == 0, "a chunk boundary must fall between tile steps");
+
+// What a walk over chunks does: sum one chunk into totals, or write the outputs.
+enum class Walk { Totals, Write };
+
+__device__ __forceinline__ int64_t chunks_of(const CumsumShape& s) { return (s.D + kCumsumChunk - 1) / kCumsumChunk; }
+
+// Line (o, i) of x: (outer, D, inner), chunks [c0, c1), from `carry`. Write: out holds the
+// sums; Totals: returns the running total of the last chunk walked (c1 = c0 + 1).
+template <Walk kWalk, typename T, typename Out, typename Acc>
+__device__ Acc walk_line(const T* __restrict__ x, Out* __restrict__ out, const CumsumShape& s, int64_t o, int64_t i,
+                         int64_t c0, int64_t c1, Acc carry) {
+  const int64_t begin = c0 * kCumsumChunk, end = c1 * kCumsumChunk < s.D ? c1 * kCumsumChunk : s.D;
+  Acc local = Acc(0);
+  for (int64_t step = begin; step < end; ++step) {
+    if (step > begin && step % kCumsumChunk == 0) carry += local, local = Acc(0);
+    const int64_t at = (o * s.D + (s.reverse ? s.D - 1 - step : step)) * s.inner + i;
+    local += Acc(x[at]);
+    if constexpr (kWalk == Walk::Write) out[at] = Out(carry + local);
+  }
+  return local;
+}
+
+// Thread per line (chunks == 0: the whole line, one pass) or per (line, chunk): item w
+// takes line t = w % lines, so neighbouring threads still walk neighbouring lines.
+template <Walk kWalk, typename T, typename Out, typename Acc>
+__global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ totals,
+                                    CumsumShape s, bool by_chunk) {
+  const int64_t lines = s.outer * s.inner, items = by_chunk ? lines * chunks_of(s) : lines;
+  for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < items; w += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = w % lines, c = w / lines, o = t / s.inner, i = t % s.inner;
+    if (!by_chunk) {
+      walk_line<Walk::Write>(x, out, s, o, i, 0, chunks_of(s), Acc(0));
+    } else if constexpr (kWalk == Walk::Totals) {
+      totals[w] = walk_line<Walk::Totals, T, Out, Acc>(x, out, s, o, i, c, c + 1, Acc(0));
+    } else {
+      walk_line<Walk::Write>(x, out, s, o, i, c, c + 1, totals[w]);
+    }
+  }
+}
+
+// The rows kernel's work for a warp: rows [row0, row0 + 32) of x: (rows, D), chunks
+// [c0, c1), lane r carrying row row0 + r. Write: out gets the sums; Totals: returns lane r's
+// running total of the last chunk.
+template <Walk kWalk, typename T, typename Out, typename Acc>
+__device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&tile)[kTile][kTile + 1],
+                         const CumsumShape& s, int64_t row0, int64_t c0, int64_t c1, Acc carry) {
+  const int lane = int(threadIdx.x) % kTile;
+  const int rows = s.outer - row0 < kTile ? int(s.outer - row0) : kTile;
+  const int64_t begin = c0 * kCumsumChunk, end = c1 * kCumsumChunk < s.D ? c1 * kCumsumChunk : s.D;
+  Acc local = Acc(0);
+  for (int64_t step0 = begin; step0 < end; step0 += kTile) {
+    if (step0 > begin && step0 % kCumsumChunk == 0) carry += local, local = Acc(0);
+    const int cols = end - step0 < kTile ? int(end - step0) : kTile;
+    // Tile column k holds line position step0 + k, at column D - 1 - step0 - k when reverse.
+    const int64_t col = s.reverse ? s.D - 1 - step0 - lane : step0 + lane;
+    for (int r = 0; r < rows; ++r)
+      if (lane < cols) tile[r][lane] = Acc(x[(row0 + r) * s.D + col]);
+    __syncwarp();
+    if (lane < rows) {
+      for (int k = 0; k < cols; ++k) {
+        local += tile[lane][k];
+        if constexpr (kWalk == Walk::Write) tile[lane][k] = Acc(Out(carry + local));  // exact when stored below
+      }
+    }
+    __syncwarp();
+    if constexpr (kWalk == Walk::Write) {
+      for (int r = 0; r < rows; ++r)
+        if (lane < cols) out[(row0 + r) * s.D + col] = Out(tile[r][lane]);
+      __syncwarp();
+    }
+  }
+  return local;
+}
+
+// A warp per 32 rows (by_chunk false: whole rows, one pass) or per (32 rows, chunk): warp
+// item w takes row group w % groups and chunk w / groups. totals[c * rows + row].
+template <Walk kWalk, typename T, typename Out, typename Acc>
+__global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ totals,
+                                   CumsumShape s, bool by_chunk) {
+  __shared__ Acc tiles[kWarpsPerBlock][kTile][kTile + 1];  // + 1: lane r's row walk hits 32 banks
+  const int warp = int(threadIdx.x) / kTile, lane = int(threadIdx.x) % kTile;
+  const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks_of(s) : groups;
+  const int64_t w = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  if (w >= items) return;  // the whole warp: w is uniform across it
+  const int64_t row0 = (w % groups) * kTile, c = w / groups, row = row0 + lane;
+  if (!by_chunk) {
+    walk_rows<Walk::Write>(x, out, tiles[warp], s, row0, 0, chunks_of(s), Acc(0));
+  } else if constexpr (kWalk == Walk::Totals) {
+    const Acc total = walk_rows<Walk::Totals, T, Out, Acc>(x, out, tiles[warp], s, row0, c, c + 1, Acc(0));
+    if (row < s.outer) totals[c * s.outer + row] = total;
+  } else {
+    const Acc carry = row < s.outer ? totals[c * s.outer + row] : Acc(0);
+    walk_rows<Walk::Write>(x, out, tiles[warp], s, row0, c, c + 1, carry);
+  }
+}
+
+// totals[c * lines + t] (chunk c's total of line t) becomes the sum of chunks 0..c-1 of t.
+template <typename Acc>
+__global__ void chunk_carries_kernel(Acc* totals, int64_t lines, int64_t chunks) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < lines; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t o = t / s.inner, i = t % s.inner;
-    int64_t at = o * s.D * s.inner + i;
-    Acc acc = Acc(0);
-    for (int64_t j = 0; j < s.D; ++j, at += s.inner) {
-      acc += Acc(x[at]);
-      out[at] = Out(acc);
+    Acc carry = Acc(0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const Acc total = totals[c * lines + t];
+      totals[c * lines + t] = carry;
+      carry += total;
     }
   }
 }
@@ -33,12 +147,34 @@ __global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ o
 
 void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
   dispatch_all(x.dtype(), "cumsum", x.device(), [&]<typename T>() {
-    // Floating: T out, opmath_t<T> sums; integers and bool: int64 out and sums.
-    using Out = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, T, int64_t>;
-    using Acc = std::conditional_t<std::is_same_v<Out, int64_t>, int64_t, opmath_t<T>>;
+    using Out = CumsumOut<T>;
+    using Acc = CumsumAcc<T>;
     DeviceGuard guard(x.device());
-    cumsum_lines_kernel<T, Out, Acc>
-        <<<grid_for(s.outer * s.inner), kBlockSize, 0, stream_for(x)>>>(x.data_ptr<T>(), out.data_ptr<Out>(), s);
+    cudaStream_t stream = stream_for(x);
+    const T* xp = x.data_ptr<T>();
+    Out* op = out.data_ptr<Out>();
+    const int64_t lines = s.outer * s.inner, chunks = (s.D + kCumsumChunk - 1) / kCumsumChunk;
+    const bool by_chunk = chunks > 1 && lines < kFewLines;
+    // by chunk: the chunks' totals, then their carries (Note [Cumulative sum order])
+    const Tensor totals = by_chunk ? empty({lines * chunks}, {dtype_of<Acc>(), x.device()}) : Tensor();
+    Acc* tp = by_chunk ? static_cast<Acc*>(totals.data()) : nullptr;
+    if (s.inner == 1) {
+      const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks : groups;
+      const unsigned blocks = unsigned((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      constexpr int threads = kTile * kWarpsPerBlock;
+      if (by_chunk) {
+        cumsum_rows_kernel<Walk::Totals, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, tp, s, true);
+        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, lines, chunks);
+      }
+      cumsum_rows_kernel<Walk::Write, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, tp, s, by_chunk);
+    } else {
+      const unsigned grid = grid_for(by_chunk ? lines * chunks : lines);
+      if (by_chunk) {
+        cumsum_lines_kernel<Walk::Totals, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, tp, s, true);
+        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, lines, chunks);
+      }
+      cumsum_lines_kernel<Walk::Write, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, tp, s, by_chunk);
+    }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

@@ -108,6 +108,11 @@ class BadIndexRecord {
 // 32-bit index math when every offset, and every position plus one grid stride, fits.
 bool use_int32(const ElementwiseLayout& L) { return L.numel < (int64_t(1) << 30) && detail::fits_int32(L); }
 
+__global__ void pad_indices_kernel(int64_t* out, int64_t size, int64_t n, int64_t left, PadIndexMode mode) {
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < size; o += int64_t(gridDim.x) * blockDim.x)
+    out[o] = pad_source_index(o, n, left, mode);
+}
+
 }  // namespace
 
 void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim_size,
@@ -158,6 +163,13 @@ void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tens
     });
   });
   err.record = rec.tensor();
+}
+
+void pad_source_indices_kernel(const Tensor& out, int64_t n, int64_t left, PadIndexMode mode) {
+  DeviceGuard guard(out.device());
+  pad_indices_kernel<<<grid_for(out.numel()), kBlockSize, 0, stream_for(out)>>>(out.data_ptr<int64_t>(), out.numel(),
+                                                                               n, left, mode);
+  FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace frugal::ops::cuda

@@ -3,25 +3,56 @@
 // frugal::cumsum in autograd/ops/cumsum.h).
 //
 // Note [Cumulative sum dtypes]
-// Each line along `dim` is summed in order, one running total per line, so the result does
-// not depend on how a backend splits the work. Floating inputs keep their dtype and sum in
-// opmath_t (float16/bfloat16 in float32, rounding each prefix once, as PyTorch); int32,
-// int64 and bool inputs sum in int64 and give an int64 result (PyTorch's promotion of
-// integral inputs to cumsum).
+// Floating inputs keep their dtype and round each prefix once from the running total's
+// type, CumsumAcc: float64 for float32 and float64, float32 for float16 and bfloat16, as
+// PyTorch's CPU kernel (a float32 running total of 10^7 entries of 0.1f ends at 1087937, 9%
+// high). int32, int64 and bool inputs sum in int64 and give an int64 result (PyTorch's
+// promotion of integral inputs to cumsum). A `dtype` argument converts the
+// input first, as torch.cumsum(dtype=): float16 summed with dtype = float32 gives float32
+// prefixes, int64 with dtype = int32 wraps as int32 does.
+//
+// Note [Cumulative sum order]
+// A line is cut into chunks of kCumsumChunk entries, a split fixed for every backend and
+// line length. Each chunk has its own running total `local`; `carry` is the sum of the
+// totals of the chunks before it, added in order; the entry stored is carry + local,
+// rounded once. A line no longer than a chunk is thus summed strictly in order, and a long
+// one can be summed chunk by chunk in parallel (the CUDA kernel does so when there are few
+// lines) while every backend computes the same floating-point operations: CPU and CUDA
+// results agree to the bit, run after run.
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 
 #include "tensor/tensor.h"
 
 namespace frugal::ops {
 
 /// out[..., j, ...] = x[..., 0, ...] + ... + x[..., j, ...] along `dim` (negative counts from
-/// the end; a 0-d input takes dim 0 or -1). The output has x's shape, contiguous, in x's
-/// dtype when floating, else int64.
-Tensor cumsum(const Tensor& x, int64_t dim);
+/// the end; a 0-d input takes dim 0 or -1). The output has x's shape, contiguous, in `dtype`
+/// when given (x converted to it first), else x's dtype when floating, else int64.
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
-/// A contiguous tensor seen as (outer, D, inner), the sums running along D.
+/// The sums run the other way: out[..., j, ...] = x[..., j, ...] + ... + x[..., D - 1, ...],
+/// cumsum's gradient. Dtypes as cumsum without `dtype`.
+Tensor reverse_cumsum(const Tensor& x, int64_t dim);
+
+/// The running total's type for input T (Note [Cumulative sum dtypes]), and the output's.
+template <typename T>
+using CumsumOut = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, T, int64_t>;
+template <typename T>
+inline constexpr bool kCumsumInFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <typename T>
+using CumsumAcc = std::conditional_t<std::is_same_v<CumsumOut<T>, int64_t>, int64_t,
+                                     std::conditional_t<kCumsumInFloat<T>, float, double>>;
+
+/// The chunk length of Note [Cumulative sum order].
+inline constexpr int64_t kCumsumChunk = 4096;
+
+/// A contiguous tensor seen as (outer, D, inner), the sums running along D (from D - 1
+/// down to 0 when reverse).
 struct CumsumShape {
   int64_t outer = 1, D = 1, inner = 1;
+  bool reverse = false;
 };
 
 }  // namespace frugal::ops

@@ -392,4 +392,11 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t
   return acc.dtype() == grad_out.dtype() ? acc : acc.to(grad_out.dtype());
 }
 
+Tensor pad_source_indices(int64_t out_size, int64_t n, int64_t left, PadIndexMode mode, Device device) {
+  FRUGAL_CHECK(out_size >= 0 && n > 0, "pad: ", out_size, " output entries from a dim of size ", n);
+  Tensor out = empty({out_size}, {kInt64, device});
+  if (out_size > 0) FRUGAL_DEVICE_DISPATCH("pad", device, pad_source_indices_kernel, out, n, left, mode);
+  return out;
+}
+
 }  // namespace frugal::ops

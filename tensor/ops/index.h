@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "memory/deferred_checks.h"
+#include "tensor/half.h"  // FRUGAL_HD
 #include "tensor/tensor.h"
 
 namespace frugal::ops {
@@ -55,6 +56,27 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t
 /// (row-major) position in `index`.
 void check_index_range(const Tensor& index, int64_t dim_size, memory::CheckMessage message);
 
+/// How pad's non-constant modes read a padded dim (torch.nn.functional.pad's modes).
+enum class PadIndexMode { Reflect, Replicate, Circular };
+
+/// Where entry o of a dim of size n padded by (left, right) reads the input: i = o - left,
+/// mirrored at the edges without repeating them (reflect: -1 -> 1, n -> n - 2), clamped
+/// into [0, n) (replicate) or wrapped once (circular: -1 -> n - 1). In [0, n) when
+/// reflect's pads are below n and circular's at most n (pad's checks).
+FRUGAL_HD int64_t pad_source_index(int64_t o, int64_t n, int64_t left, PadIndexMode mode) {
+  const int64_t i = o - left;
+  switch (mode) {
+    case PadIndexMode::Reflect: return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
+    case PadIndexMode::Replicate: return i < 0 ? 0 : i >= n ? n - 1 : i;
+    case PadIndexMode::Circular: return i < 0 ? i + n : i >= n ? i - n : i;
+  }
+  return i;
+}
+
+/// The int64 tensor (out_size) of pad_source_index(o, n, left, mode) for o < out_size, made
+/// on `device` by a kernel (no host-to-device copy, so it can be captured in a CUDA graph).
+Tensor pad_source_indices(int64_t out_size, int64_t n, int64_t left, PadIndexMode mode, Device device);
+
 /// On CUDA, a bad index is reported at the next synchronization with the device (.item(),
 /// .cpu(), synchronize(device)) instead of at the op, so the host need not wait for the
 /// GPU (Note [Deferred index checks] in memory/deferred_checks.h). `true` makes the CUDA
@@ -91,10 +113,13 @@ void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& s
 /// dtype opmath(src) (float32 for 16-bit src). Runs serially: see Note [Scatter accumulation].
 void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tensor& src, int64_t dim_size,
                               int64_t dim_stride, int64_t skip, IndexError& err);
+/// out: int64 (out.numel()), contiguous.
+void pad_source_indices_kernel(const Tensor& out, int64_t n, int64_t left, PadIndexMode mode);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim_size,
                          int64_t dim_stride, IndexError& err);
 void index_scatter_add_kernel(const Tensor& acc, const Tensor& index, const Tensor& src, int64_t dim_size,
                               int64_t dim_stride, int64_t skip, IndexError& err);
+void pad_source_indices_kernel(const Tensor& out, int64_t n, int64_t left, PadIndexMode mode);
 }  // namespace frugal::ops::cuda

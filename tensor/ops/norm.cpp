@@ -8,18 +8,15 @@
 
 namespace frugal::ops {
 
-namespace {
-
-void check_affine(const char* op, const char* what, const Tensor& p, const Tensor& x, const Shape& normalized_shape) {
+void check_norm_param(const char* op, const char* what, const Tensor& p, const Tensor& x, const Shape& shape,
+                      const char* shape_name) {
   if (!p.defined()) return;
-  FRUGAL_CHECK(p.sizes() == normalized_shape, op, ": ", what, " ", p.describe(), " must have normalized_shape ",
-               shape_str(normalized_shape), " (input ", x.describe(), ")");
+  FRUGAL_CHECK(p.sizes() == shape, op, ": ", what, " ", p.describe(), " must have ", shape_name, " ", shape_str(shape),
+               " (input ", x.describe(), ")");
   FRUGAL_CHECK(p.dtype() == x.dtype(), op, ": ", what, " ", p.describe(), " must have the input's dtype (input ",
                x.describe(), ")");
   check_same_device(op, x, p);
 }
-
-}  // namespace
 
 DType norm_stats_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
@@ -38,8 +35,8 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
                            double eps) {
   constexpr const char* op = "layer_norm";
   const Shape rows = check_normalized_input(op, x, normalized_shape);
-  check_affine(op, "weight", weight, x, normalized_shape);
-  check_affine(op, "bias", bias, x, normalized_shape);
+  check_norm_param(op, "weight", weight, x, normalized_shape, "normalized_shape");
+  check_norm_param(op, "bias", bias, x, normalized_shape, "normalized_shape");
   FRUGAL_CHECK(eps >= 0.0 && std::isfinite(eps), op, ": eps must be finite and >= 0, got ", eps);
   const int64_t M = numel_of(rows), N = numel_of(normalized_shape);
   LayerNormResult r{empty(x.sizes(), x.options()), empty(rows, {norm_stats_dtype(x.dtype()), x.device()}),
@@ -60,8 +57,8 @@ Tensor layer_norm_apply(const Tensor& x, const Shape& normalized_shape, const Te
                         const Tensor& weight, const Tensor& bias) {
   constexpr const char* op = "layer_norm_apply";
   const Shape rows = check_normalized_input(op, x, normalized_shape);
-  check_affine(op, "weight", weight, x, normalized_shape);
-  check_affine(op, "bias", bias, x, normalized_shape);
+  check_norm_param(op, "weight", weight, x, normalized_shape, "normalized_shape");
+  check_norm_param(op, "bias", bias, x, normalized_shape, "normalized_shape");
   for (const Tensor* s : {&mean, &rstd}) {
     FRUGAL_CHECK(s->defined() && s->sizes() == rows && s->dtype() == norm_stats_dtype(x.dtype()), op,
                  ": mean and rstd must be statistics of shape ", shape_str(rows), " and dtype ",
@@ -83,7 +80,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
                                    LayerNormGradMask mask) {
   constexpr const char* op = "layer_norm_backward";
   const Shape rows = check_normalized_input(op, x, normalized_shape);
-  check_affine(op, "weight", weight, x, normalized_shape);
+  check_norm_param(op, "weight", weight, x, normalized_shape, "normalized_shape");
   FRUGAL_CHECK(grad_out.defined() && grad_out.sizes() == x.sizes() && grad_out.dtype() == x.dtype(), op, ": grad_out ",
                grad_out.defined() ? grad_out.describe() : "undefined", " must match the input ", x.describe());
   check_same_device(op, x, grad_out);

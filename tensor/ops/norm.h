@@ -62,6 +62,10 @@ DType norm_stats_dtype(DType t);
 /// Checks x against normalized_shape (layer_norm and rms_norm); returns the leading dims
 /// (the rows' shape).
 Shape check_normalized_input(const char* op, const Tensor& x, const Shape& normalized_shape);
+/// Checks an affine parameter p (undefined: none) of a norm over x: `shape` (described to
+/// the user as `shape_name`), x's dtype and device.
+void check_norm_param(const char* op, const char* what, const Tensor& p, const Tensor& x, const Shape& shape,
+                      const char* shape_name);
 
 }  // namespace frugal::ops
 

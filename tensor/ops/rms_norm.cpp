@@ -17,13 +17,7 @@ namespace {
 /// Checks x against normalized_shape and weight; returns the leading dims (the rows' shape).
 Shape check_rms_norm_input(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight) {
   const Shape rows = check_normalized_input(op, x, normalized_shape);
-  if (weight.defined()) {
-    FRUGAL_CHECK(weight.sizes() == normalized_shape, op, ": weight ", weight.describe(), " must have normalized_shape ",
-                 shape_str(normalized_shape), " (input ", x.describe(), ")");
-    FRUGAL_CHECK(weight.dtype() == x.dtype(), op, ": weight ", weight.describe(),
-                 " must have the input's dtype (input ", x.describe(), ")");
-    check_same_device(op, x, weight);
-  }
+  check_norm_param(op, "weight", weight, x, normalized_shape, "normalized_shape");
   return rows;
 }
 

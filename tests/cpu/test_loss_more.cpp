@@ -306,6 +306,16 @@ TEST_CASE("losses: cross_entropy with class probabilities equals aten's formula,
   check_close(cross_entropy(z.to(kFloat32), one_hot(t, 5).to(kFloat16)), values_of(cross_entropy(z, t)), 1e-6, 1e-6,
               "float16 probabilities");
   CHECK(std::isnan(cross_entropy(zeros({0, 3}), zeros({0, 3})).item<double>()));
+  // float16 logits with float32 probabilities promote to a float32 loss, as PyTorch's
+  // log_softmax(x) * y; the probabilities are not rounded to float16 first.
+  const Tensor zh = z.to(kFloat16), p32 = softmax(random_tensor({4, 5}, kFloat32, 95), 1);
+  const Tensor mixed = cross_entropy(zh, p32);
+  CHECK(mixed.dtype() == kFloat32);
+  const Tensor expected = div(neg(sum(mul(log_softmax(zh, 1).to(kFloat32), p32))), 4.0);
+  check_close(mixed, values_of(expected), 1e-6, 1e-6, "promoted");
+  // ignore_index means nothing for probabilities: PyTorch refuses it, and so does frugal.
+  check_error([&] { cross_entropy(z, one_hot(t, 5).to(kFloat64), {.ignore_index = 0}); },
+              {"cross_entropy", "ignore_index", "not supported", "float64[4, 5]"});
   check_error([&] { cross_entropy(z, zeros({4, 4}, kFloat64)); },
               {"cross_entropy", "class probabilities", "float64[4, 4]", "float64[4, 5]"});
   MESSAGE(cases, " probability-target cross_entropy settings");

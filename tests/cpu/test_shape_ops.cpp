@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/binary.h"
 #include "autograd/ops/cumsum.h"
 #include "autograd/ops/logsumexp.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape_ops.h"
+#include "autograd/ops/softmax.h"
 #include "tensor/factory.h"
 #include "tensor/ops/cumsum.h"
 #include "tests/cpu/gradcheck_util.h"
@@ -47,12 +49,14 @@ int64_t wrap(int64_t d, int64_t n) { return d < 0 ? d + n : d; }
 
 // ---- references -----------------------------------------------------------------------
 
-std::vector<double> ref_cumsum(const std::vector<double>& x, const Shape& s, int64_t dim) {
+// reverse: the sums run from the end of the dim (ops::reverse_cumsum).
+std::vector<double> ref_cumsum(const std::vector<double>& x, const Shape& s, int64_t dim, bool reverse = false) {
   if (s.empty()) return x;
+  const size_t d = size_t(dim);
   return build(s, [&](const Index& i) {
     Index j = i;
     double acc = 0.0;
-    for (j[size_t(dim)] = 0; j[size_t(dim)] <= i[size_t(dim)]; ++j[size_t(dim)]) acc += x[size_t(ravel(j, s))];
+    for (j[d] = reverse ? i[d] : 0; j[d] < (reverse ? s[d] : i[d] + 1); ++j[d]) acc += x[size_t(ravel(j, s))];
     return acc;
   });
 }
@@ -88,7 +92,7 @@ std::vector<double> ref_triangle(const std::vector<double>& x, const Shape& s, i
   });
 }
 
-// mode: 0 constant, 1 reflect, 2 replicate.
+// mode: 0 constant, 1 reflect, 2 replicate, 3 circular.
 std::vector<double> ref_pad(const std::vector<double>& x, const Shape& s, const std::vector<int64_t>& pad, int mode,
                             double value, Shape& out_shape) {
   out_shape = s;
@@ -102,6 +106,7 @@ std::vector<double> ref_pad(const std::vector<double>& x, const Shape& s, const 
       int64_t i = o[d] - pad[2 * k];
       if (mode == 1) i = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
       if (mode == 2) i = std::min(std::max<int64_t>(i, 0), n - 1);
+      if (mode == 3) i = ((i % n) + n) % n;
       if (i < 0 || i >= n) return value;
       j[d] = i;
     }
@@ -158,6 +163,10 @@ TEST_CASE("shape_ops: cumsum along every dim, dtype and layout") {
         // 16-bit: summed in float32, each output rounded once.
         check_close(out, ref_cumsum(values_of(x), shape, wrap(dim, 3)), default_rtol(dt), 4 * default_rtol(dt));
         check_close(cumsum(x, dim), values_of(out), 0.0, 0.0, "differentiable cumsum");
+        const Tensor back = ops::reverse_cumsum(x, dim);
+        CHECK(back.dtype() == dt);
+        check_close(back, ref_cumsum(values_of(x), shape, wrap(dim, 3), true), default_rtol(dt),
+                    4 * default_rtol(dt), "reverse_cumsum");
       }
     }
   }
@@ -171,6 +180,22 @@ TEST_CASE("shape_ops: cumsum of 16-bit values sums in float32") {
   CHECK(v[2047] == 2048.0);
   CHECK(v.back() == 3000.0);
   CHECK(values_of(ops::cumsum(ones({3000}, kBFloat16), 0)).back() == 3008.0);  // 3000 rounded to bfloat16
+}
+
+TEST_CASE("shape_ops: float32 cumsum keeps a float64 running total, as PyTorch's CPU kernel") {
+  // 10^6 entries of 0.1f: a float32 running total drifts by about 1% by the end; a float64
+  // one rounds each prefix once. Both directions, and across chunk boundaries.
+  const int64_t n = 1000000;
+  const double tenth = double(0.1f);
+  for (bool reverse : {false, true}) {
+    CAPTURE(reverse);
+    const Tensor x = full({n}, 0.1, kFloat32);
+    const std::vector<float> v = (reverse ? ops::reverse_cumsum(x, 0) : ops::cumsum(x, 0)).tolist<float>();
+    for (int64_t k : {int64_t(4095), int64_t(4096), int64_t(123456), n - 1}) {
+      const int64_t terms = reverse ? n - k : k + 1;
+      CHECK(std::abs(double(v[size_t(k)]) - double(terms) * tenth) <= 1e-7 * double(terms) * tenth);
+    }
+  }
 }
 
 TEST_CASE("shape_ops: cumsum of integers and bool gives int64") {
@@ -187,6 +212,33 @@ TEST_CASE("shape_ops: cumsum of integers and bool gives int64") {
   const Tensor out = ops::cumsum(make_tensor(b, {8}, kBool), 0);
   CHECK(out.dtype() == kInt64);
   check_close(out, ref_cumsum(b, {8}, 0), 0.0, 0.0, "bool");
+}
+
+TEST_CASE("shape_ops: cumsum's dtype converts the input first, as torch.cumsum(dtype=)") {
+  // 3000 float16 ones summed into float32: exact, where float16 prefixes stop at 2048 past 2^11.
+  const Tensor h = ones({3000}, kFloat16);
+  const Tensor f = ops::cumsum(h, 0, kFloat32);
+  CHECK(f.dtype() == kFloat32);
+  CHECK(values_of(f).back() == 3000.0);
+  // A float16 value that float32 keeps: converted before the sums, not after.
+  const Tensor x = random_tensor({4, 6}, kFloat16, 21, Layout::Transposed);
+  check_close(cumsum(x, 1, kFloat64), ref_cumsum(values_of(x), {4, 6}, 1), 1e-15, 1e-15, "float16 into float64");
+  // int64 into int32 wraps as int32 does; floats into int64 truncate each value first.
+  const Tensor big = make_tensor({2147483647, 1, 5}, {3}, kInt64);
+  CHECK(ops::cumsum(big, 0, kInt32).dtype() == kInt32);
+  const int32_t lowest = std::numeric_limits<int32_t>::min();
+  CHECK(ops::cumsum(big, 0, kInt32).tolist<int32_t>() == std::vector<int32_t>{2147483647, lowest, -2147483643});
+  CHECK(ops::cumsum(make_tensor({1.7, -0.5, 2.9}, {3}, kFloat32), 0, kInt64).tolist<int64_t>() ==
+        std::vector<int64_t>{1, 1, 3});
+  CHECK(ops::cumsum(make_tensor({1, 2}, {2}, kInt32), 0, kInt32).dtype() == kInt32);
+  // Its gradient comes back in x's dtype; an integral result cannot carry one.
+  const Tensor leaf_h = make_tensor({1, 2, 3}, {3}, kFloat16).requires_grad_();
+  sum(cumsum(leaf_h, 0, kFloat32)).backward();
+  CHECK(leaf_h.grad().dtype() == kFloat16);
+  check_close(leaf_h.grad(), {3, 2, 1}, 0.0, 0.0, "gradient in float16");
+  check_error([&] { cumsum(leaf_h, 0, kInt64); }, {"cumsum", "requires grad", "int64"});
+  check_error([] { ops::cumsum(zeros({2}), 0, kUInt8); }, {"cumsum", "uint8"});
+  check_error([] { ops::cumsum(zeros({2}), 1, kFloat64); }, {"cumsum", "dim 1", "float32[2]"});
 }
 
 TEST_CASE("shape_ops: cumsum of 0-d and size-0 tensors, and its errors") {
@@ -287,6 +339,13 @@ TEST_CASE("shape_ops: repeat's gradient sums the copies") {
   const Tensor v = leaf({3}, 1);
   sum(repeat(v, {4, 2})).backward();
   check_close(v.grad(), {8, 8, 8}, 0.0, 0.0, "8 copies");
+  // A fresh tensor, not a view: in-place ops on it are recorded, as in PyTorch.
+  const Tensor w = leaf({3}, 2);
+  Tensor y = repeat(w, {2});
+  CHECK(y.grad_fn_name() == "RepeatBackward");
+  mul_(y, 3.0);
+  sum(y).backward();
+  check_close(w.grad(), {6, 6, 6}, 0.0, 0.0, "in-place after repeat");
 }
 
 // ---- tril / triu ------------------------------------------------------------------------
@@ -363,12 +422,12 @@ TEST_CASE("shape_ops: constant pad, including negative pads that crop") {
   check_error([] { pad(zeros({3}), {1, 1, 1, 1}); }, {"pad", "at most twice", "float32[3]"});
   check_error([] { pad(zeros({3}), {-2, -2}); }, {"pad", "negative output size", "float32[3]"});
   check_error([] { pad(zeros({3}), {-4, 2}); }, {"pad", "crops 4 entries from dim 0, which has 3", "float32[3]"});
-  check_error([] { pad(zeros({3}), {1, 1}, "circular"); }, {"pad", "unknown mode", "circular"});
+  check_error([] { pad(zeros({3}), {1, 1}, "wrap"); }, {"pad", "unknown mode", "wrap"});
   check_error([] { pad(empty({3}, kUInt8), {1, 1}); }, {"pad", "uint8[3]"});
   check_error([] { pad(zeros({3}, kInt32), {1, 1}, "constant", 1e20); }, {"pad", "int32"});
 }
 
-TEST_CASE("shape_ops: reflect and replicate pads over the last 1-3 dims") {
+TEST_CASE("shape_ops: reflect, replicate and circular pads over the last 1-3 dims") {
   struct Case {
     Shape shape;
     std::vector<int64_t> pad;
@@ -379,17 +438,19 @@ TEST_CASE("shape_ops: reflect and replicate pads over the last 1-3 dims") {
                                    {{2, 4, 3}, {-1, 2, 2, 1}},
                                    {{1, 2, 3, 3, 4}, {1, 1, 2, 2, 1, 0}},
                                    {{2, 3, 3, 4}, {0, 3, 1, 1, 2, 0}},
-                                   {{0, 2, 3}, {2, 2}}};
+                                   {{0, 2, 3}, {2, 2}},
+                                   {{2, 3}, {-2, 2}}};
+  const char* const names[] = {"", "reflect", "replicate", "circular"};
   for (const Case& c : cases) {
     for (Layout layout : kAllLayouts) {
-      for (int mode : {1, 2}) {
+      for (int mode : {1, 2, 3}) {
         CAPTURE(shape_str(c.shape));
         CAPTURE(std::string(layout_name(layout)));
         CAPTURE(mode);
         const Tensor x = random_tensor(c.shape, kFloat32, 13, layout);
         Shape out_shape;
         const std::vector<double> expected = ref_pad(values_of(x), c.shape, c.pad, mode, 0.0, out_shape);
-        const Tensor out = pad(x, c.pad, mode == 1 ? "reflect" : "replicate");
+        const Tensor out = pad(x, c.pad, names[mode]);
         CHECK(out.sizes() == out_shape);
         check_close(out, expected, 0.0, 0.0);
       }
@@ -401,6 +462,13 @@ TEST_CASE("shape_ops: reflect and replicate pads over the last 1-3 dims") {
   check_close(pad(arange(0.0, 4.0).reshape({1, 4}), {2, 2}, "replicate"), {0, 0, 0, 1, 2, 3, 3, 3}, 0.0, 0.0,
               "ReplicationPad1d");
   check_close(pad(arange(int64_t(3)).reshape({1, 3}), {1, 1}, "reflect"), {1, 0, 1, 2, 1}, 0.0, 0.0, "int64");
+  // torch.nn.CircularPad1d(2) on [0, 1, 2, 3], and a pad of the whole dim on each side.
+  check_close(pad(arange(0.0, 4.0).reshape({1, 4}), {2, 2}, "circular"), {2, 3, 0, 1, 2, 3, 0, 1}, 0.0, 0.0,
+              "CircularPad1d");
+  check_close(pad(arange(0.0, 2.0).reshape({1, 2}), {2, 2}, "circular"), {0, 1, 0, 1, 0, 1}, 0.0, 0.0, "wrap once");
+  check_error([] { pad(zeros({1, 3}), {4, 0}, "circular"); },
+              {"pad", "circular padding (4, 0)", "more than once", "float32[1, 3]"});
+  check_error([] { pad(zeros({3}), {1, 1}, "circular"); }, {"pad", "circular", "2-D or 3-D", "float32[3]"});
   check_error(
       [] {
         pad(zeros({1, 3}), {3, 1}, "reflect");
@@ -422,7 +490,7 @@ TEST_CASE("shape_ops: pad's gradients") {
     check_gradcheck([p](const TensorList& in) { return pad(in[0].transpose(0, 1), p, "constant", 0.5); }, {x});
   }
   CHECK(pad(x, {1, 1}).grad_fn_name() == "ConstantPadBackward");
-  for (const char* mode : {"reflect", "replicate"}) {
+  for (const char* mode : {"reflect", "replicate", "circular"}) {
     CAPTURE(mode);
     check_gradcheck([mode](const TensorList& in) { return pad(in[0], {3, 2, -1, 2}, mode); }, {x});
     check_gradcheck([mode](const TensorList& in) { return pad(in[0].transpose(1, 2), {2, 1}, mode); }, {x});
@@ -431,6 +499,9 @@ TEST_CASE("shape_ops: pad's gradients") {
   const Tensor v = leaf({1, 3}, 5);
   sum(pad(v, {2, 1}, "replicate")).backward();
   check_close(v.grad(), {3, 1, 2}, 0.0, 0.0, "replicate copies");
+  v.set_grad({});
+  sum(pad(v, {3, 1}, "circular")).backward();
+  check_close(v.grad(), {3, 2, 2}, 0.0, 0.0, "circular copies");
 }
 
 // ---- logsumexp --------------------------------------------------------------------------
@@ -496,4 +567,14 @@ TEST_CASE("shape_ops: logsumexp's gradient is softmax, and 0 on -inf rows") {
   check_close(y, {1000.0 + std::log(2.0), -kInf}, 1e-12, 0.0, "forward");
   sum(y).backward();
   check_close(big.grad(), {0.5, 0.5, 0.0, 0.0}, 1e-12, 0.0, "no NaN on the -inf row");
+  // Its result is no view, keepdim or not: in-place ops on it are recorded, as in PyTorch.
+  for (bool keepdim : {false, true}) {
+    CAPTURE(keepdim);
+    const Tensor v = leaf({2, 3}, 17);
+    Tensor r = logsumexp(v, {1}, keepdim);
+    mul_(r, 2.0);
+    sum(r).backward();
+    const Tensor expected = mul(softmax(v.detach(), 1), 2.0);
+    check_close(v.grad(), values_of(expected), 1e-6, 1e-6, "in-place after logsumexp");
+  }
 }

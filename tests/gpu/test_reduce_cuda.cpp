@@ -8,10 +8,12 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
+#include "tensor/ops/cumsum.h"
 #include "tensor/ops/reduce.h"
 #include "tests/gpu/autograd_check.h"
 #include "tests/gpu/compare_devices.h"
@@ -241,4 +243,38 @@ std::vector<AutogradCase> autograd_reduce_cases() {
 
 TEST_CASE("cuda autograd ops: reductions forward and gradients match the CPU") {
   run_autograd_cases(autograd_reduce_cases());
+}
+
+// Both backends sum each line in the same chunked order in the same accumulator type
+// (Note [Cumulative sum order]), so CUDA must match the CPU exactly: rows through the 32 x 32
+// tile (inner == 1: row counts and lengths off the tile's multiples), lines along inner dims,
+// few lines longer than a chunk (summed chunk by chunk in parallel) and many (one pass, the
+// carry crossing chunk boundaries), both directions, every dtype.
+TEST_CASE("cumsum and reverse_cumsum on CUDA match the CPU exactly") {
+  struct Case {
+    Shape shape;
+    int64_t dim;
+    bool all_dtypes;
+  };
+  const std::vector<Case> cases = {
+      {{70, 100}, 1, true},     {{33, 31}, -1, true},    {{1, 5000}, 1, true},    {{3, 1}, 1, true},
+      {{2, 45, 3}, 1, true},    {{64, 64}, 0, true},     {{5, 7, 9}, 2, true},    {{130, 2}, 1, true},
+      {{7}, 0, true},           {{}, 0, true},           {{3, 20000}, 1, true},   {{9000, 3}, 0, true},
+      {{2, 8193, 2}, 1, true},  {{8200, 4100}, 1, false}, {{4100, 8200}, 0, false}};
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
+      if (!c.all_dtypes && dt != kFloat32) continue;
+      CAPTURE(shape_str(c.shape));
+      CAPTURE(c.dim);
+      CAPTURE(dtype_name(dt));
+      const Layout layout = c.all_dtypes ? Layout::Transposed : Layout::Contiguous;
+      const DevicePair x = is_floating(dt) ? random_pair(c.shape, dt, ++seed, layout)
+                                           : random_pair(c.shape, dt, ++seed, layout, -1000, 1000);
+      check_same(ops::cumsum(x.gpu, c.dim), ops::cumsum(x.cpu, c.dim), 0.0, "cumsum");
+      check_same(ops::reverse_cumsum(x.gpu, c.dim), ops::reverse_cumsum(x.cpu, c.dim), 0.0, "reverse_cumsum");
+    }
+  }
+  const DevicePair h = random_pair({40, 50}, kFloat16, 7);
+  check_same(ops::cumsum(h.gpu, 1, kFloat32), ops::cumsum(h.cpu, 1, kFloat32), 0.0, "dtype=float32");
 }

@@ -395,7 +395,7 @@ void add_rearrange(std::vector<GradEntry>& t) {
     p = cat_str("pad=", str(pads), " value=", value);
     return [=](const Tensor& x) { return pad(x, pads, "constant", value); };
   }));
-  for (const char* mode : {"reflect", "replicate"})
+  for (const char* mode : {"reflect", "replicate", "circular"})
     t.push_back({cat_str("pad(", mode, ")"),
                  [mode = std::string(mode)](Rng& rng) {
                    const int64_t pairs = rng.range(1, 3), nd = pairs + rng.range(1, 2);
@@ -403,7 +403,8 @@ void add_rearrange(std::vector<GradEntry>& t) {
                    for (int64_t& n : sh) n = rng.range(1, pairs == 3 ? 2 : 3);
                    std::vector<int64_t> pads;
                    for (int64_t k = 0; k < pairs; ++k) {
-                     const int64_t n = sh[size_t(nd - 1 - k)], hi = mode == "reflect" ? n - 1 : 2;
+                     const int64_t n = sh[size_t(nd - 1 - k)];
+                     const int64_t hi = mode == "reflect" ? n - 1 : mode == "circular" ? n : 2;
                      pads.insert(pads.end(), {rng.range(n > 1 ? -1 : 0, hi), rng.range(0, hi)});
                    }
                    GradSample s;
