@@ -123,7 +123,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLos
   const ops::NllTargets t = autograd::raw([&] { return ops::nll_targets(log_probs, target, raw_options); });
   const Tensor picked = log_probs.dim() == 1 ? gather(log_probs, 0, t.index.reshape({1}))
                                              : gather(log_probs, 1, t.index.unsqueeze(1));
-  const Tensor loss = neg(mul(picked.reshape(target.sizes()), t.weight));
+  // Ignored targets are masked, not only weighted by 0: when every target is ignored, Mean
+  // divides by a total weight of 0, and inf * 0 would send NaN into the ignored rows'
+  // gradients, where PyTorch gives 0 (the loss itself is NaN in both).
+  const Tensor ignored = autograd::raw([&] { return ops::eq(target, double(options.ignore_index)); });
+  const Tensor loss = masked_fill(neg(mul(picked.reshape(target.sizes()), t.weight)), ignored, 0.0);
   switch (options.reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return sum(loss);

@@ -13,9 +13,9 @@
 // A reverse sum walks j from D - 1 down to 0; the tile then holds columns in reverse
 // order, which keeps each of its reads and writes within one 32-element segment.
 //
-// Few long lines would leave most of the GPU idle (one line of 10^8 entries: one thread),
-// so when there are fewer than kFewLines lines longer than a chunk, the work is split by
-// chunk in three kernels: every (line, chunk) sums its chunk into `totals`; one thread per
+// Few long lines would leave most of the GPU idle (one line of 10^8 entries: one thread;
+// 16384 rows of 4096: 512 warps on 132 SMs), so when there are fewer than kFewLines lines
+// longer than a chunk, the work is split by chunk in three kernels: every (line, chunk) sums its chunk into `totals`; one thread per
 // line turns them into carries (exclusive running sums, in order); every (line, chunk)
 // walks its chunk again from its carry and writes. x is read twice, which is why lines
 // enough to fill the GPU take the one-pass kernels.
@@ -32,7 +32,7 @@ namespace {
 
 constexpr int kTile = 32;             // rows per warp and columns per tile step
 constexpr int kWarpsPerBlock = 4;     // tiles of 32 x 33 accumulators per block
-constexpr int64_t kFewLines = 8192;   // below this, lines longer than a chunk are split by chunk
+constexpr int64_t kFewLines = 65536;  // below this, lines longer than a chunk are split by chunk
 static_assert(kCumsumChunk % kTile == 0, "a chunk boundary must fall between tile steps");
 
 // What a walk over chunks does: sum one chunk into totals, or write the outputs.
@@ -47,6 +47,7 @@ __device__ Acc walk_line(const T* __restrict__ x, Out* __restrict__ out, const C
                          int64_t c0, int64_t c1, Acc carry) {
   const int64_t begin = c0 * kCumsumChunk, end = c1 * kCumsumChunk < s.D ? c1 * kCumsumChunk : s.D;
   Acc local = Acc(0);
+#pragma unroll 8  // loads of later steps in flight while the sum waits
   for (int64_t step = begin; step < end; ++step) {
     if (step > begin && step % kCumsumChunk == 0) carry += local, local = Acc(0);
     const int64_t at = (o * s.D + (s.reverse ? s.D - 1 - step : step)) * s.inner + i;
@@ -89,8 +90,9 @@ __device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&t
     const int cols = end - step0 < kTile ? int(end - step0) : kTile;
     // Tile column k holds line position step0 + k, at column D - 1 - step0 - k when reverse.
     const int64_t col = s.reverse ? s.D - 1 - step0 - lane : step0 + lane;
-    for (int r = 0; r < rows; ++r)
-      if (lane < cols) tile[r][lane] = Acc(x[(row0 + r) * s.D + col]);
+#pragma unroll  // 32 independent loads in flight, not one at a time
+    for (int r = 0; r < kTile; ++r)
+      if (r < rows && lane < cols) tile[r][lane] = Acc(x[(row0 + r) * s.D + col]);
     __syncwarp();
     if (lane < rows) {
       for (int k = 0; k < cols; ++k) {
@@ -100,8 +102,9 @@ __device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&t
     }
     __syncwarp();
     if constexpr (kWalk == Walk::Write) {
-      for (int r = 0; r < rows; ++r)
-        if (lane < cols) out[(row0 + r) * s.D + col] = Out(tile[r][lane]);
+#pragma unroll
+      for (int r = 0; r < kTile; ++r)
+        if (r < rows && lane < cols) out[(row0 + r) * s.D + col] = Out(tile[r][lane]);
       __syncwarp();
     }
   }

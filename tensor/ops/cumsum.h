@@ -46,7 +46,7 @@ using CumsumAcc = std::conditional_t<std::is_same_v<CumsumOut<T>, int64_t>, int6
                                      std::conditional_t<kCumsumInFloat<T>, float, double>>;
 
 /// The chunk length of Note [Cumulative sum order].
-inline constexpr int64_t kCumsumChunk = 4096;
+inline constexpr int64_t kCumsumChunk = 1024;
 
 /// A contiguous tensor seen as (outer, D, inner), the sums running along D (from D - 1
 /// down to 0 when reverse).

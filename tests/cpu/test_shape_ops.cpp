@@ -191,7 +191,7 @@ TEST_CASE("shape_ops: float32 cumsum keeps a float64 running total, as PyTorch's
     CAPTURE(reverse);
     const Tensor x = full({n}, 0.1, kFloat32);
     const std::vector<float> v = (reverse ? ops::reverse_cumsum(x, 0) : ops::cumsum(x, 0)).tolist<float>();
-    for (int64_t k : {int64_t(4095), int64_t(4096), int64_t(123456), n - 1}) {
+    for (int64_t k : {ops::kCumsumChunk - 1, ops::kCumsumChunk, int64_t(123456), n - 1}) {
       const int64_t terms = reverse ? n - k : k + 1;
       CHECK(std::abs(double(v[size_t(k)]) - double(terms) * tenth) <= 1e-7 * double(terms) * tenth);
     }

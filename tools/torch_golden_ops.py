@@ -1,0 +1,1167 @@
+#!/usr/bin/env python3
+"""PyTorch goldens for frugal's ops, on the inputs users pass: views, broadcasts, odd sizes.
+
+Writes tests/golden/ops_torch.safetensors, which tests/cpu/test_torch_golden.cpp reads. The
+existing op tests compare frugal with float64 loops written by frugal's authors; these goldens
+come from PyTorch itself, so a misreading of PyTorch's contract (a gradient at a kink, a
+reduction's divisor, a broadcast rule, a default) shows up as a failure.
+
+Each case stores, under keys "<id>.<what>":
+  in<i>    the stored base of input i (float32, float16, bfloat16, int64 or bool). The case's
+           metadata names the views to apply to it (transpose, permute, strided slice, expand,
+           unsqueeze, select), so the op sees a genuinely non-contiguous tensor; the gradient
+           compared is the base's, so the views' backward is checked too.
+  gout<k>  the upstream gradient of differentiable output k, in that output's dtype.
+  out<k>   output k computed by PyTorch in float64 from the stored (already rounded) inputs:
+           the exact answer (int64 for indices).
+  grad<i>  d(sum_k out_k * gout_k) / d(base of input i), float64.
+The case list is JSON in the file's __metadata__ ("cases"): per case its family, op, args (the
+op's keyword arguments, under the names the C++ reads), the inputs' views, which inputs require
+a gradient, and each output's shape, dtype (as PyTorch computes it in the stored dtypes; where
+1.13 has no 16-bit CPU kernel, as it does in bfloat16 or float32) and whether it is
+differentiable.
+
+PyTorch 1.13 lacks rms_norm; its golden is torch 2.x's formula x * rsqrt(mean(x^2) + eps) * w,
+with eps defaulting to the machine epsilon of float32 (the opmath type of float32 and 16-bit
+inputs). Left out: dropout (not comparable across frameworks); the inputs where frugal documents
+a deliberate deviation (kl_div's target gradient at t = 0, an all -inf logsumexp slice,
+binary_cross_entropy's target gradient at x = 0 or 1, hardtanh min > max, an integral C++ double
+scalar counting as an integer); and the inputs where PyTorch 1.13 is not self-consistent or
+fails: the gradients of elu, hardtanh, relu6 and hardswish at NaN (they depend on the kernel
+path), abs's at NaN (sign(NaN) = 0, pytorch/pytorch#41245), var's with N - correction = 0 on a
+0-d input, and scatter_add with a src larger than its index (1.13's backward cannot take it).
+
+Regenerate (a dev-time tool: Debian's PyTorch, CPU only; never a dependency of frugal or CI):
+
+    apt-get install -y python3-torch
+    /usr/bin/python3 tools/torch_golden_ops.py          # writes tests/golden/ops_torch.safetensors
+    /usr/bin/python3 tools/torch_golden_ops.py --out /tmp/ops.safetensors
+
+The output is deterministic (seeded); the file stays under 1.5 MB.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+SEED = 20240613
+STORE = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
+         torch.int64: "I64", torch.bool: "BOOL"}
+DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+              torch.bfloat16: "bfloat16", torch.int64: "int64", torch.bool: "bool", torch.int32: "int32"}
+
+
+# ---- safetensors, written by hand (no dependency beyond torch) -------------------------------
+
+def tensor_bytes(t):
+    t = t.contiguous()
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return t.view(torch.int16).numpy().tobytes()
+    return t.numpy().tobytes()
+
+
+def save_safetensors(path, tensors, metadata):
+    """Writes as the Python library does: widest dtype first, then by name, packed."""
+    width = {"F64": 8, "I64": 8, "F32": 4, "F16": 2, "BF16": 2, "BOOL": 1}
+    order = sorted(tensors, key=lambda k: (-width[STORE[tensors[k].dtype]], k))
+    header = {"__metadata__": metadata}
+    blobs, offset = [], 0
+    for k in order:
+        b = tensor_bytes(tensors[k])
+        header[k] = {"dtype": STORE[tensors[k].dtype], "shape": list(tensors[k].shape),
+                     "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+# ---- views: the same steps the C++ applies (apply_view in test_torch_golden.cpp) -------------
+
+def apply_view(t, steps):
+    for s in steps:
+        kind, a = s[0], s[1:]
+        if kind == "transpose":
+            t = t.transpose(a[0], a[1])
+        elif kind == "permute":
+            t = t.permute(*a)
+        elif kind == "slice":  # dim, start, end, step
+            dim, start, end, step = a
+            idx = [slice(None)] * t.dim()
+            idx[dim] = slice(start, end, step)
+            t = t[tuple(idx)]
+        elif kind == "expand":
+            t = t.expand(*a)
+        elif kind == "unsqueeze":
+            t = t.unsqueeze(a[0])
+        elif kind == "select":
+            t = t.select(a[0], a[1])
+        else:
+            raise ValueError(kind)
+    return t
+
+
+class In:
+    """One input: a stored base and the views that make the op's argument from it."""
+
+    def __init__(self, base, view=(), grad=None, layout="contiguous"):
+        self.base, self.view, self.layout = base, [list(s) for s in view], layout
+        self.grad = base.is_floating_point() if grad is None else grad
+
+    def shape(self):
+        return tuple(apply_view(self.base, self.view).shape)
+
+
+class Gen:
+    def __init__(self, seed):
+        self.rng = torch.Generator().manual_seed(seed)
+        self.tensors, self.cases = {}, []
+        self.counts = {}
+
+    # -- values --------------------------------------------------------------------------------
+    def vals(self, shape, lo=-2.0, hi=2.0, dtype=torch.float32, special=()):
+        t = torch.rand(shape, generator=self.rng, dtype=torch.float64) * (hi - lo) + lo
+        flat = t.view(-1)
+        for i, v in enumerate(special[:flat.numel()]):  # kinks, ties: spread over the tensor
+            flat[(i * 7919) % flat.numel()] = v
+        return t.to(dtype)
+
+    def ints(self, shape, lo, hi):
+        return torch.randint(lo, hi, shape, generator=self.rng, dtype=torch.int64)
+
+    # -- inputs in each layout (shape is the op's argument's shape) -------------------------------
+    def C(self, shape, **kw):
+        g = kw.pop("grad", None)
+        return In(self.vals(shape, **kw), grad=g)
+
+    def T(self, shape, a=-2, b=-1, **kw):
+        """A transposed view: the base holds dims a and b swapped."""
+        g = kw.pop("grad", None)
+        s = list(shape)
+        s[a], s[b] = s[b], s[a]
+        return In(self.vals(s, **kw), [("transpose", a, b)], g, "transposed")
+
+    def S(self, shape, dim=-1, **kw):
+        """Every other element, from offset 1, of a base 2n + 1 long along dim."""
+        g = kw.pop("grad", None)
+        s = list(shape)
+        n = s[dim]
+        s[dim] = 2 * n + 1
+        return In(self.vals(s, **kw), [("slice", dim, 1, 2 * n + 1, 2)], g, "strided")
+
+    def P(self, shape, perm, **kw):
+        """A permuted view: base.permute(perm) has `shape`."""
+        g = kw.pop("grad", None)
+        s = [0] * len(shape)
+        for i, p in enumerate(perm):
+            s[p] = shape[i]
+        return In(self.vals(s, **kw), [("permute",) + tuple(perm)], g, "permuted")
+
+    def E(self, shape, src, **kw):
+        """An expanded (broadcast, stride-0) view of a base of shape src."""
+        g = kw.pop("grad", None)
+        return In(self.vals(src, **kw), [("expand",) + tuple(shape)], g, "expanded")
+
+    def Sel(self, shape, **kw):
+        """A slice of a base one dim longer: base.select(1, 1) (an offset, and a gap in the strides)."""
+        g = kw.pop("grad", None)
+        s = list(shape[:1]) + [3] + list(shape[1:]) if len(shape) else [3]
+        return In(self.vals(s, **kw), [("select", 1 if len(shape) else 0, 1)], g, "selected")
+
+    def L(self, layout, shape, **kw):
+        """The input of `shape` in a named layout (for loops over layouts)."""
+        if layout == "contiguous" or len(shape) == 0:
+            return self.C(shape, **kw)
+        if layout == "transposed":
+            return self.T(shape, **kw) if len(shape) >= 2 else self.S(shape, **kw)
+        if layout == "strided":
+            return self.S(shape, **kw)
+        if layout == "permuted":
+            perm = list(reversed(range(len(shape))))
+            return self.P(shape, perm, **kw)
+        if layout == "expanded":
+            src = [1 if i % 2 == 0 else n for i, n in enumerate(shape)]
+            return self.E(shape, src, **kw)
+        if layout == "selected":
+            return self.Sel(shape, **kw)
+        raise ValueError(layout)
+
+    def I(self, base, view=(), layout="contiguous"):
+        """An index/target/mask input (no gradient)."""
+        return In(base, view, False, layout)
+
+    # -- one case --------------------------------------------------------------------------------
+    def case(self, family, op, inputs, args=None, name="", tol=None, diff=None):
+        args = dict(args or {})
+        fn = OPS[op]
+        cid = "c%04d" % len(self.cases)
+
+        # Output dtypes as PyTorch gives them in the stored dtypes. Where 1.13 has no float16 CPU
+        # kernel, the same call in bfloat16 says which outputs take the 16-bit dtype; where it has
+        # neither, the call in float32 does (a float32 output of 16-bit inputs is taken as theirs).
+        def run(to, grad):
+            bases, xs = [], []
+            for x in inputs:
+                if x is None:
+                    bases.append(None)
+                    xs.append(None)
+                    continue
+                b = x.base.clone()
+                if b.dtype in to:
+                    b = b.to(to[b.dtype])
+                if grad and x.grad:
+                    b.requires_grad_(True)
+                bases.append(b)
+                xs.append(apply_view(b, x.view))
+            out = fn(*xs, **args)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            return bases, outs
+
+        with torch.no_grad():
+            try:
+                _, native = run({}, False)
+                out_dtypes = [o.dtype for o in native]
+            except RuntimeError:
+                try:
+                    _, probe = run({torch.float16: torch.bfloat16}, False)
+                    out_dtypes = [torch.float16 if o.dtype == torch.bfloat16 else o.dtype for o in probe]
+                except RuntimeError:
+                    low = {x.base.dtype for x in inputs if x is not None and x.base.is_floating_point()}
+                    assert len(low) == 1 and low <= {torch.float16, torch.bfloat16}, (op, low)
+                    _, probe = run({low_dt: torch.float32 for low_dt in low}, False)
+                    out_dtypes = [low.copy().pop() if o.dtype == torch.float32 else o.dtype for o in probe]
+
+        bases, outs = run({dt: torch.float64 for dt in (torch.float32, torch.float16, torch.bfloat16)}, True)
+        if diff is None:
+            diff = [o.is_floating_point() and o.requires_grad for o in outs]
+        gouts = []
+        for k, (o, d) in enumerate(zip(outs, diff)):
+            if d:
+                g = self.vals(tuple(o.shape), -1.0, 1.0, out_dtypes[k])
+                self.tensors["%s.gout%d" % (cid, k)] = g
+                gouts.append((o, g.to(torch.float64)))
+        if gouts:
+            torch.autograd.backward([o for o, _ in gouts], [g for _, g in gouts])
+        meta_in = []
+        for i, (x, b) in enumerate(zip(inputs, bases)):
+            if x is None:
+                meta_in.append({"none": True})
+                continue
+            self.tensors["%s.in%d" % (cid, i)] = x.base
+            m = {"view": x.view, "grad": bool(x.grad), "layout": x.layout}
+            if x.grad:
+                g = b.grad if b.grad is not None else torch.zeros_like(b)
+                self.tensors["%s.grad%d" % (cid, i)] = g.detach().to(torch.float64)
+            meta_in.append(m)
+        meta_out = []
+        for k, o in enumerate(outs):
+            o = o.detach()
+            self.tensors["%s.out%d" % (cid, k)] = o.to(torch.float64) if o.is_floating_point() else o.to(torch.int64)
+            meta_out.append({"shape": list(o.shape), "dtype": DTYPE_NAME[out_dtypes[k]], "diff": bool(diff[k])})
+        plain = (torch.float32, torch.int64, torch.bool)
+        shapes = " ".join("x%d%s" % (i, list(x.shape())) + ("" if x.layout == "contiguous" else "/" + x.layout)
+                          + ("" if x.base.dtype in plain else "/" + DTYPE_NAME[x.base.dtype])
+                          for i, x in enumerate(inputs) if x is not None)
+        full = "%s(%s) %s%s" % (op, ", ".join("%s=%s" % (k, json.dumps(v)) for k, v in args.items()), shapes,
+                                (" [" + name + "]") if name else "")
+        c = {"id": cid, "family": family, "op": op, "name": full, "args": args, "inputs": meta_in, "outputs": meta_out}
+        if tol:
+            c["tol"] = tol
+        self.cases.append(c)
+        self.counts[family] = self.counts.get(family, 0) + 1
+
+
+# ---- the ops, as PyTorch computes them (keyword names = the metadata's args) ------------------
+
+def _all_dims(x, dims):
+    return list(range(x.dim())) if len(dims) == 0 else dims
+
+
+# torch 2.x's rms_norm eps default: the machine epsilon of the opmath type (float32 for float32,
+# float16 and bfloat16 inputs, the only ones the cases use).
+RMS_NORM_EPS = float(torch.finfo(torch.float32).eps)
+
+
+def _rms_norm(x, w, normalized_shape, eps=None):
+    e = eps if eps is not None else RMS_NORM_EPS
+    dims = list(range(-len(normalized_shape), 0))
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + e)
+    return y * w if w is not None else y
+
+
+def _batch_norm(x, rm, rv, w, b, training, momentum=0.1, eps=1e-5):
+    y = F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+    return (y,) + tuple(t.clone() for t in (rm, rv) if t is not None)
+
+
+def _max_dim(x, dim, keepdim=False):
+    r = torch.max(x, dim, keepdim)
+    return r.values, r.indices
+
+
+def _min_dim(x, dim, keepdim=False):
+    r = torch.min(x, dim, keepdim)
+    return r.values, r.indices
+
+
+OPS = {
+    # unary
+    "neg": lambda x: torch.neg(x), "exp": lambda x: torch.exp(x), "log": lambda x: torch.log(x),
+    "sqrt": lambda x: torch.sqrt(x), "rsqrt": lambda x: torch.rsqrt(x), "tanh": lambda x: torch.tanh(x),
+    "sigmoid": lambda x: torch.sigmoid(x), "relu": lambda x: torch.relu(x),
+    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "silu": lambda x: F.silu(x), "log1p": lambda x: torch.log1p(x),
+    "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
+    "abs": lambda x: torch.abs(x), "square": lambda x: torch.square(x),
+    "reciprocal": lambda x: torch.reciprocal(x), "sin": lambda x: torch.sin(x), "cos": lambda x: torch.cos(x),
+    "pow_scalar": lambda x, exponent: torch.pow(x, exponent),
+    "clamp": lambda x, lo, hi: torch.clamp(x, lo, hi),
+    "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
+    "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
+    "relu6": lambda x: F.relu6(x), "hardsigmoid": lambda x: F.hardsigmoid(x),
+    "hardswish": lambda x: F.hardswish(x), "mish": lambda x: F.mish(x),
+    # binary
+    "add": lambda a, b, alpha=1.0: torch.add(a, b, alpha=alpha),
+    "sub": lambda a, b, alpha=1.0: torch.sub(a, b, alpha=alpha),
+    "mul": lambda a, b: torch.mul(a, b), "div": lambda a, b: torch.div(a, b),
+    "maximum": lambda a, b: torch.maximum(a, b), "minimum": lambda a, b: torch.minimum(a, b),
+    "pow": lambda a, b: torch.pow(a, b),
+    "add_scalar": lambda x, s: x + s, "sub_scalar": lambda x, s: x - s, "mul_scalar": lambda x, s: x * s,
+    "div_scalar": lambda x, s: x / s, "rsub_scalar": lambda x, s: s - x, "rdiv_scalar": lambda x, s: s / x,
+    "where": lambda c, a, b: torch.where(c, a, b),
+    "masked_fill": lambda x, m, value: x.masked_fill(m, value),
+    # reductions
+    "sum": lambda x, dims, keepdim=False: torch.sum(x, _all_dims(x, dims), keepdim) if x.dim() else torch.sum(x),
+    "mean": lambda x, dims, keepdim=False: torch.mean(x, _all_dims(x, dims), keepdim) if x.dim() else torch.mean(x),
+    "var": lambda x, dims, correction=1, keepdim=False: torch.var(x, _all_dims(x, dims) if x.dim() else None,
+                                                                   correction=correction, keepdim=keepdim),
+    "amax": lambda x, dims, keepdim=False: torch.amax(x, _all_dims(x, dims), keepdim),
+    "amin": lambda x, dims, keepdim=False: torch.amin(x, _all_dims(x, dims), keepdim),
+    "max_dim": _max_dim, "min_dim": _min_dim,
+    "argmax": lambda x, dim, keepdim=False: torch.argmax(x, dim, keepdim),
+    "argmin": lambda x, dim, keepdim=False: torch.argmin(x, dim, keepdim),
+    "logsumexp": lambda x, dims, keepdim=False: torch.logsumexp(x, _all_dims(x, dims), keepdim),
+    "softmax": lambda x, dim: F.softmax(x, dim), "log_softmax": lambda x, dim: F.log_softmax(x, dim),
+    "cumsum": lambda x, dim: torch.cumsum(x, dim),
+    # shape and join
+    "flip": lambda x, dims: torch.flip(x, dims), "repeat": lambda x, repeats: x.repeat(*repeats),
+    "tril": lambda x, diagonal=0: torch.tril(x, diagonal), "triu": lambda x, diagonal=0: torch.triu(x, diagonal),
+    "pad": lambda x, pad, mode="constant", value=0.0: F.pad(x, pad, mode, value) if mode == "constant"
+    else F.pad(x, pad, mode),
+    "cat": lambda *xs, dim=0: torch.cat(xs, dim), "stack": lambda *xs, dim=0: torch.stack(xs, dim),
+    "chunk": lambda x, chunks, dim=0: torch.chunk(x, chunks, dim),
+    "split_with_sizes": lambda x, sizes, dim=0: torch.split(x, sizes, dim),
+    # indexing
+    "gather": lambda x, index, dim: torch.gather(x, dim, index),
+    "scatter_add": lambda s, index, src, dim: torch.scatter_add(s, dim, index, src),
+    "index_select": lambda x, index, dim: torch.index_select(x, dim, index),
+    "index_add": lambda s, index, src, dim: torch.index_add(s, dim, index, src),
+    "embedding": lambda w, idx, padding_idx=None: F.embedding(idx, w, padding_idx),
+    "one_hot": lambda idx, num_classes=-1: F.one_hot(idx, num_classes),
+    # losses
+    "cross_entropy": lambda x, t, w, ignore_index=-100, label_smoothing=0.0, reduction="mean":
+        F.cross_entropy(x, t, w, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction),
+    "nll_loss": lambda x, t, w, ignore_index=-100, reduction="mean":
+        F.nll_loss(x, t, w, ignore_index=ignore_index, reduction=reduction),
+    "mse_loss": lambda x, t, reduction="mean": F.mse_loss(x, t, reduction=reduction),
+    "l1_loss": lambda x, t, reduction="mean": F.l1_loss(x, t, reduction=reduction),
+    "smooth_l1_loss": lambda x, t, reduction="mean", beta=1.0: F.smooth_l1_loss(x, t, reduction=reduction, beta=beta),
+    "huber_loss": lambda x, t, reduction="mean", delta=1.0: F.huber_loss(x, t, reduction=reduction, delta=delta),
+    "binary_cross_entropy": lambda x, t, w, reduction="mean": F.binary_cross_entropy(x, t, w, reduction=reduction),
+    "bce_with_logits": lambda x, t, w, pw, reduction="mean":
+        F.binary_cross_entropy_with_logits(x, t, w, reduction=reduction, pos_weight=pw),
+    "kl_div": lambda x, t, reduction="mean", log_target=False:
+        F.kl_div(x, t, reduction=reduction, log_target=log_target),
+    # normalization
+    "layer_norm": lambda x, w, b, normalized_shape, eps=1e-5: F.layer_norm(x, normalized_shape, w, b, eps),
+    "group_norm": lambda x, w, b, num_groups, eps=1e-5: F.group_norm(x, num_groups, w, b, eps),
+    "rms_norm": _rms_norm,
+    "batch_norm": _batch_norm,
+    # convolution, pooling, products
+    "conv2d": lambda x, w, b, stride=1, padding=0, dilation=1, groups=1:
+        F.conv2d(x, w, b, stride, padding, dilation, groups),
+    "max_pool2d": lambda x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False:
+        F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode),
+    "avg_pool2d": lambda x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True:
+        F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad),
+    "adaptive_avg_pool2d": lambda x, output_size: F.adaptive_avg_pool2d(x, output_size),
+    "matmul": lambda a, b: torch.matmul(a, b),
+    "linear": lambda x, w, b: F.linear(x, w, b),
+}
+
+
+# ---- the cases --------------------------------------------------------------------------------
+
+LAYOUTS = ["contiguous", "transposed", "strided", "permuted", "expanded", "selected"]
+
+
+def unary_cases(g):
+    # (op, args, value range, kinks to plant)
+    table = [
+        ("neg", {}, (-2, 2), ()), ("exp", {}, (-3, 3), ()), ("log", {}, (0.05, 4), ()),
+        ("sqrt", {}, (0.05, 4), ()), ("rsqrt", {}, (0.1, 4), ()), ("tanh", {}, (-3, 3), ()),
+        ("sigmoid", {}, (-5, 5), ()), ("relu", {}, (-2, 2), (0.0,)),
+        ("gelu", {"approximate": "none"}, (-4, 4), (0.0,)), ("gelu", {"approximate": "tanh"}, (-4, 4), (0.0,)),
+        ("silu", {}, (-5, 5), ()), ("log1p", {}, (-0.9, 3), (0.0,)),
+        ("softplus", {}, (-5, 5), (0.0,)), ("softplus", {"beta": 2.0, "threshold": 3.0}, (-3, 3), (1.5, 0.0)),
+        ("abs", {}, (-2, 2), (0.0,)), ("square", {}, (-2, 2), ()), ("reciprocal", {}, (0.2, 3), ()),
+        ("sin", {}, (-4, 4), ()), ("cos", {}, (-4, 4), ()),
+        ("pow_scalar", {"exponent": 3.0}, (-2, 2), (0.0,)), ("pow_scalar", {"exponent": 0.5}, (0.1, 3), ()),
+        ("pow_scalar", {"exponent": -1.5}, (0.2, 3), ()), ("pow_scalar", {"exponent": 2.0}, (-2, 2), (0.0,)),
+        ("pow_scalar", {"exponent": 0.0}, (-2, 2), (0.0,)),
+        ("clamp", {"lo": -0.5, "hi": 0.75}, (-2, 2), (-0.5, 0.75)),
+        ("leaky_relu", {}, (-2, 2), (0.0,)), ("leaky_relu", {"negative_slope": 0.2}, (-2, 2), (0.0,)),
+        ("elu", {}, (-3, 2), (0.0,)), ("elu", {"alpha": 0.5}, (-3, 2), (0.0,)),
+        ("hardtanh", {}, (-2, 2), (-1.0, 1.0)), ("hardtanh", {"min_val": -0.25, "max_val": 2.0}, (-3, 3), (-0.25, 2.0)),
+        ("relu6", {}, (-2, 8), (0.0, 6.0)), ("hardsigmoid", {}, (-5, 5), (-3.0, 3.0)),
+        ("hardswish", {}, (-5, 5), (-3.0, 3.0, 0.0)), ("mish", {}, (-5, 5), ()),
+    ]
+    shapes = [(3, 5), (2, 3, 4), (7,)]
+    for i, (op, args, (lo, hi), special) in enumerate(table):
+        for j in range(3):  # three layouts per op, rotating through them
+            layout = LAYOUTS[(i + j) % len(LAYOUTS)]
+            shape = shapes[(i + j) % len(shapes)]
+            g.case("unary", op, [g.L(layout, shape, lo=lo, hi=hi, special=special)], args)
+    # 0-d and size-0 inputs
+    for op, args, lo, hi in [("exp", {}, -1, 1), ("gelu", {"approximate": "tanh"}, -2, 2), ("hardswish", {}, -2, 2),
+                             ("softplus", {}, -2, 2), ("sqrt", {}, 0.5, 2)]:
+        g.case("unary", op, [g.C((), lo=lo, hi=hi)], args, "0-d")
+        g.case("unary", op, [g.T((0, 3), lo=lo, hi=hi)], args, "size 0")
+    # softplus past the threshold, on both sides; float16 and bfloat16
+    g.case("unary", "softplus", [g.C((4, 5), lo=-30, hi=30, special=(20.0, 21.0, -21.0))], {})
+    for dt in (torch.float16, torch.bfloat16):
+        for op, args, lo, hi, sp in [("exp", {}, -3, 3, ()), ("tanh", {}, -3, 3, ()), ("sigmoid", {}, -5, 5, ()),
+                                     ("gelu", {"approximate": "none"}, -4, 4, ()), ("silu", {}, -4, 4, ()),
+                                     ("hardswish", {}, -5, 5, (-3.0, 3.0)), ("log", {}, 0.1, 4, ()),
+                                     ("leaky_relu", {"negative_slope": 0.2}, -2, 2, (0.0,))]:
+            g.case("unary", op, [g.T((3, 6), lo=lo, hi=hi, dtype=dt, special=sp)], args)
+
+
+def binary_cases(g):
+    ops = [("add", {}), ("add", {"alpha": -0.5}), ("sub", {}), ("sub", {"alpha": 2.0}), ("mul", {}), ("div", {}),
+           ("maximum", {}), ("minimum", {}), ("pow", {})]
+    pairs = [  # (a, b) input makers for one broadcast/layout situation
+        ("same shape", lambda lo, hi: (g.C((3, 4), lo=lo, hi=hi), g.C((3, 4), lo=lo, hi=hi))),
+        ("broadcast (3,1,4)x(2,4)", lambda lo, hi: (g.C((3, 1, 4), lo=lo, hi=hi), g.C((2, 4), lo=lo, hi=hi))),
+        ("transposed x strided", lambda lo, hi: (g.T((4, 5), lo=lo, hi=hi), g.S((4, 5), lo=lo, hi=hi))),
+        ("expanded x (5)", lambda lo, hi: (g.E((3, 5), (1, 5), lo=lo, hi=hi), g.S((5,), lo=lo, hi=hi))),
+        ("0-d operand", lambda lo, hi: (g.P((2, 3, 4), (2, 0, 1), lo=lo, hi=hi), g.C((), lo=lo, hi=hi))),
+        ("0-d x vector", lambda lo, hi: (g.C((), lo=lo, hi=hi), g.C((6,), lo=lo, hi=hi))),
+        ("size 0", lambda lo, hi: (g.C((0, 3), lo=lo, hi=hi), g.C((1, 3), lo=lo, hi=hi))),
+    ]
+    for op, args in ops:
+        lo, hi = (0.3, 2.0) if op == "pow" else (-2.0, 2.0)
+        for name, make in pairs:
+            a, b = make(lo, hi)
+            if op == "div":
+                b.base = torch.where(b.base.abs() < 0.25, torch.full_like(b.base, 0.5), b.base)
+            g.case("binary", op, [a, b], args, name)
+    # ties of maximum/minimum: equal entries share the gradient
+    for op in ("maximum", "minimum"):
+        a = g.C((4, 5), lo=-2, hi=2)
+        b = In(a.base.clone(), grad=True)
+        b.base.view(-1)[::3] += 0.5
+        g.case("binary", op, [a, b], {}, "ties")
+        a2 = g.C((3, 4), lo=-2, hi=2)
+        g.case("binary", op, [a2, In(a2.base[1:2].clone())], {}, "ties, broadcast")
+    # pow: zero base, negative base with integer exponents, tensor exponent broadcast
+    base = g.vals((3, 4), 0.2, 2.0, special=(0.0, 0.0, 0.0))
+    expo = g.vals((3, 4), 0.5, 3.0, special=(0.0, 2.0, 1.0))
+    g.case("binary", "pow", [In(base), In(expo)], {}, "zero base")
+    neg = g.vals((2, 5), -2.0, 2.0)
+    g.case("binary", "pow", [In(neg), In(torch.tensor([1.0, 2.0, 3.0, 0.0, -2.0]), grad=False)], {},
+           "negative base, integer exponents")
+    g.case("binary", "pow", [In(torch.tensor(2.0)), g.T((3, 2), lo=-1, hi=2)], {}, "0-d base")
+    # mixed dtypes: a 0-d float64 with float32 stays float32; float16 with float32 is float32
+    g.case("binary", "mul", [g.T((3, 4)), In(torch.tensor(1.5, dtype=torch.float64))], {}, "0-d float64")
+    g.case("binary", "add", [g.C((3, 4), dtype=torch.float16), g.C((4,))], {}, "float16 + float32")
+    g.case("binary", "mul", [g.T((3, 4), dtype=torch.bfloat16), g.S((3, 4), dtype=torch.bfloat16)], {}, "bfloat16")
+    g.case("binary", "div", [g.C((2, 3), dtype=torch.float16), g.C((2, 1), lo=0.5, hi=2, dtype=torch.float16)], {},
+           "float16 broadcast")
+    # scalar operands
+    for op, s in [("add_scalar", 1.25), ("sub_scalar", -0.5), ("mul_scalar", -3.0), ("div_scalar", 4.0),
+                  ("rsub_scalar", 2.0), ("rdiv_scalar", 1.5)]:
+        lo, hi = (0.3, 2.0) if op == "rdiv_scalar" else (-2.0, 2.0)
+        g.case("binary", op, [g.T((3, 4), lo=lo, hi=hi)], {"s": s})
+        g.case("binary", op, [g.C((), lo=lo, hi=hi)], {"s": s}, "0-d")
+    g.case("binary", "mul_scalar", [g.C((2, 3), dtype=torch.float16)], {"s": 0.1}, "float16")
+    # where (cond broadcast three ways) and masked_fill
+    cond = g.I(torch.rand((3, 1, 4), generator=g.rng) > 0.5)
+    g.case("binary", "where", [cond, g.C((2, 4)), g.C((3, 2, 1))], {}, "3-way broadcast")
+    condT = torch.rand((5, 4), generator=g.rng) > 0.4
+    g.case("binary", "where", [g.I(condT, [("transpose", 0, 1)], "transposed"), g.T((4, 5)), g.C(())], {}, "0-d other")
+    g.case("binary", "masked_fill", [g.T((3, 4)), g.I(torch.rand((4,), generator=g.rng) > 0.5)], {"value": -2.5})
+    g.case("binary", "masked_fill", [g.S((2, 3, 4)), g.I(torch.rand((3, 1), generator=g.rng) > 0.5)], {"value": 7.0})
+
+
+def reduce_cases(g):
+    x3 = lambda lay: g.L(lay, (3, 4, 5))  # noqa: E731
+    dims_list = [[], [0], [-1], [1], [0, 2], [-1, -3], [2, 0, 1]]
+    for op in ("sum", "mean", "amax", "amin", "logsumexp"):
+        for i, dims in enumerate(dims_list):
+            if op == "logsumexp" and dims == []:
+                dims = [0, 1]
+            lay = LAYOUTS[i % len(LAYOUTS)]
+            g.case("reduce", op, [x3(lay)], {"dims": dims, "keepdim": i % 2 == 1})
+    for corr in (0, 1, 2):
+        for i, dims in enumerate([[], [1], [0, 2], [-1]]):
+            g.case("reduce", "var", [x3(LAYOUTS[(i + corr) % len(LAYOUTS)])],
+                   {"dims": dims, "correction": corr, "keepdim": i % 2 == 0})
+    # ties: amax/amin share the gradient; max/min along a dim give it to the first index
+    tie = torch.tensor([[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 2.0, 2.0], [-5.0, 0.5, -5.0, 0.25]])
+    for op in ("amax", "amin"):
+        g.case("reduce", op, [In(tie.clone())], {"dims": [1], "keepdim": False}, "ties")
+        g.case("reduce", op, [In(tie.clone())], {"dims": [], "keepdim": False}, "ties")
+    for op in ("max_dim", "min_dim"):
+        for i, (dim, keep) in enumerate([(0, False), (-1, True), (1, False), (2, True)]):
+            g.case("reduce", op, [x3(LAYOUTS[i % len(LAYOUTS)])], {"dim": dim, "keepdim": keep})
+        g.case("reduce", op, [In(tie.clone())], {"dim": 1, "keepdim": False}, "ties")
+        g.case("reduce", op, [In(tie.clone(), [("transpose", 0, 1)], layout="transposed")],
+               {"dim": 0, "keepdim": True}, "ties")
+        g.case("reduce", op, [g.C(())], {"dim": 0, "keepdim": False}, "0-d")
+    for op in ("argmax", "argmin"):
+        for i, (dim, keep) in enumerate([(0, False), (-1, True), (1, False)]):
+            g.case("reduce", op, [x3(LAYOUTS[(i + 1) % len(LAYOUTS)])], {"dim": dim, "keepdim": keep})
+        g.case("reduce", op, [In(tie.clone(), grad=False)], {"dim": 1, "keepdim": False}, "ties")
+    # 0-d and size-0
+    for op in ("sum", "mean", "amax", "logsumexp"):
+        g.case("reduce", op, [g.C(())], {"dims": [] if op != "logsumexp" else [0], "keepdim": False}, "0-d")
+    g.case("reduce", "sum", [g.C(())], {"dims": [-1], "keepdim": True}, "0-d, dim -1")
+    g.case("reduce", "var", [g.C((5,))], {"dims": [], "correction": 1, "keepdim": False}, "1-D")
+    g.case("reduce", "sum", [g.T((0, 3))], {"dims": [0], "keepdim": False}, "size 0 reduced")
+    g.case("reduce", "sum", [g.C((0, 3))], {"dims": [1], "keepdim": True}, "size 0 kept")
+    g.case("reduce", "mean", [g.C((0, 3))], {"dims": [0], "keepdim": False}, "size 0 reduced: NaN")
+    g.case("reduce", "amax", [g.C((0, 3))], {"dims": [1], "keepdim": False}, "size 0 kept")
+    g.case("reduce", "logsumexp", [g.C((2, 0))], {"dims": [1], "keepdim": False}, "size 0 reduced: -inf")
+    g.case("reduce", "var", [g.C((1, 4))], {"dims": [0], "correction": 1, "keepdim": False}, "N - correction = 0")
+    # 16-bit
+    for dt in (torch.float16, torch.bfloat16):
+        for op, args in [("sum", {"dims": [1]}), ("mean", {"dims": [0, 2]}), ("var", {"dims": [-1], "correction": 1}),
+                         ("amax", {"dims": [1]}), ("logsumexp", {"dims": [2]})]:
+            g.case("reduce", op, [g.T((3, 4, 5), dtype=dt)], dict(args, keepdim=False))
+
+
+def softmax_cases(g):
+    for op in ("softmax", "log_softmax"):
+        for i, (shape, dim) in enumerate([((3, 4, 5), -1), ((3, 4, 5), 0), ((3, 4, 5), 1), ((6,), 0), ((2, 7), 1)]):
+            g.case("softmax", op, [g.L(LAYOUTS[i % len(LAYOUTS)], shape, lo=-4, hi=4)], {"dim": dim})
+        g.case("softmax", op, [g.C(())], {"dim": 0}, "0-d")
+        g.case("softmax", op, [g.C((0, 4))], {"dim": 1}, "size 0")
+        g.case("softmax", op, [g.C((3, 4), lo=-80, hi=80)], {"dim": 1}, "large logits")
+        for dt in (torch.float16, torch.bfloat16):
+            g.case("softmax", op, [g.T((4, 6), lo=-4, hi=4, dtype=dt)], {"dim": -1})
+    for i, (shape, dim) in enumerate([((3, 4, 5), -1), ((3, 4, 5), 0), ((3, 4, 5), 1), ((7,), 0)]):
+        g.case("softmax", "cumsum", [g.L(LAYOUTS[(i + 1) % len(LAYOUTS)], shape)], {"dim": dim})
+    g.case("softmax", "cumsum", [g.C(())], {"dim": 0}, "0-d")
+    g.case("softmax", "cumsum", [g.C((0, 3))], {"dim": 1}, "size 0")
+    g.case("softmax", "cumsum", [g.T((4, 5), dtype=torch.float16)], {"dim": 0})
+
+
+def shape_cases(g):
+    g.case("shape", "flip", [g.T((3, 4, 2))], {"dims": [0, -1]})
+    g.case("shape", "flip", [g.S((5, 3))], {"dims": [1]})
+    g.case("shape", "flip", [g.E((2, 3, 4), (1, 3, 1))], {"dims": [0, 1, 2]})
+    g.case("shape", "flip", [g.C(())], {"dims": []}, "0-d")
+    g.case("shape", "repeat", [g.T((2, 3))], {"repeats": [2, 1, 3]})
+    g.case("shape", "repeat", [g.S((3,))], {"repeats": [2, 2]})
+    g.case("shape", "repeat", [g.C((2, 2))], {"repeats": [0, 2]}, "zero repeat")
+    g.case("shape", "repeat", [g.C(())], {"repeats": [3]}, "0-d")
+    for op in ("tril", "triu"):
+        for i, (shape, diag) in enumerate([((4, 4), 0), ((3, 5), 1), ((5, 3), -1), ((2, 3, 4), 2), ((3, 4), -5)]):
+            g.case("shape", op, [g.L(LAYOUTS[i % 4], shape)], {"diagonal": diag})
+    pads = [
+        ((3, 4), [1, 2], "constant", 0.0), ((3, 4), [1, 0, 2, 1], "constant", -1.5),
+        ((3, 5), [-1, 2], "constant", 0.5), ((2, 3, 5), [-2, -1, 1, -1], "constant", 0.0),
+        ((2, 3, 4), [0, 0, 0, 0, 1, 2], "constant", 3.0),
+        ((2, 5), [2, 3], "reflect", 0.0), ((2, 3, 6), [1, 4], "reflect", 0.0),
+        ((1, 2, 4, 5), [1, 2, 3, 0], "reflect", 0.0), ((3, 4, 5), [2, 1, 1, 3], "reflect", 0.0),
+        ((2, 4), [3, 1], "replicate", 0.0), ((2, 3, 4), [2, 2], "replicate", 0.0),
+        ((2, 3, 4, 5), [1, 3, 2, 0], "replicate", 0.0), ((3, 2, 3), [4, 1, 2, 2], "replicate", 0.0),
+        ((1, 2, 2, 3, 3), [1, 1, 0, 2, 1, 0], "replicate", 0.0),
+    ]
+    for i, (shape, p, mode, v) in enumerate(pads):
+        args = {"pad": p, "mode": mode}
+        if mode == "constant":
+            args["value"] = v
+        g.case("shape", "pad", [g.L(["contiguous", "transposed", "strided", "permuted"][i % 4], shape)], args)
+    # joins
+    g.case("shape", "cat", [g.T((3, 2)), g.C((3, 4)), g.S((3, 1))], {"dim": 1})
+    g.case("shape", "cat", [g.C((2, 3)), g.C((0, 3)), g.E((4, 3), (1, 3))], {"dim": 0}, "size-0 piece")
+    g.case("shape", "cat", [g.P((2, 3, 4), (1, 2, 0)), g.C((2, 3, 1))], {"dim": -1})
+    g.case("shape", "cat", [g.C((4,)), g.S((3,))], {"dim": 0})
+    g.case("shape", "cat", [g.C((2, 3), dtype=torch.float16), g.T((1, 3), dtype=torch.float16)], {"dim": 0})
+    g.case("shape", "stack", [g.T((3, 4)), g.S((3, 4)), g.C((3, 4))], {"dim": -1})
+    g.case("shape", "stack", [g.C(()), g.C(())], {"dim": 0}, "0-d")
+    g.case("shape", "stack", [g.E((2, 3), (2, 1)), g.C((2, 3))], {"dim": 1})
+    g.case("shape", "chunk", [g.T((7, 3))], {"chunks": 3, "dim": 0})
+    g.case("shape", "chunk", [g.S((2, 5))], {"chunks": 2, "dim": -1})
+    g.case("shape", "split_with_sizes", [g.P((3, 6), (1, 0))], {"sizes": [1, 0, 3, 2], "dim": 1})
+
+
+def index_cases(g):
+    x = g.T((4, 5))
+    g.case("index", "gather", [x, g.I(g.ints((4, 3), 0, 5))], {"dim": 1})
+    g.case("index", "gather", [g.S((4, 5)), g.I(g.ints((6, 5), 0, 4))], {"dim": 0}, "repeated rows")
+    idxT = g.ints((3, 2), 0, 4)  # its transpose is the (2, 3) index
+    g.case("index", "gather", [g.C((3, 4)), g.I(idxT, [("transpose", 0, 1)], "transposed")], {"dim": 1},
+           "index transposed")
+    g.case("index", "gather", [g.P((2, 4, 3), (0, 2, 1)), g.I(g.ints((2, 5, 3), 0, 4))], {"dim": -2})
+    g.case("index", "gather", [g.C(()), g.I(torch.tensor(0))], {"dim": 0}, "0-d")
+    g.case("index", "scatter_add", [g.T((3, 5)), g.I(g.ints((3, 4), 0, 5)), g.C((3, 4))], {"dim": 1})
+    # (torch 1.13's backward cannot take a src larger than the index: its grad_src has the index's shape)
+    g.case("index", "scatter_add", [g.C((4, 3)), g.I(g.ints((5, 2), 0, 4)), g.S((5, 2))], {"dim": 0},
+           "index narrower than self")
+    g.case("index", "scatter_add", [g.C((4, 3)), g.I(g.ints((2, 3), 0, 3)), g.C((2, 3))], {"dim": -1})
+    g.case("index", "index_select", [g.T((4, 5)), g.I(torch.tensor([3, 0, 3, 1]))], {"dim": 0})
+    g.case("index", "index_select", [g.P((2, 3, 4), (2, 1, 0)), g.I(torch.tensor([2, 2, 0]))], {"dim": -1})
+    g.case("index", "index_select", [g.S((4, 3)), g.I(torch.tensor(2))], {"dim": 0}, "0-d index")
+    g.case("index", "index_select", [g.C((3, 4)), g.I(torch.zeros(0, dtype=torch.int64))], {"dim": 1}, "empty index")
+    g.case("index", "index_add", [g.T((5, 3)), g.I(torch.tensor([0, 4, 0, 2])), g.C((4, 3))], {"dim": 0})
+    g.case("index", "index_add", [g.C((2, 4)), g.I(torch.tensor([3, 3])), g.T((2, 2))], {"dim": 1})
+    w = lambda: g.C((6, 4))  # noqa: E731
+    g.case("index", "embedding", [w(), g.I(torch.tensor([[1, 5, 1], [0, 2, 5]]))], {})
+    g.case("index", "embedding", [w(), g.I(torch.tensor([1, 3, 3, 0]))], {"padding_idx": 3})
+    g.case("index", "embedding", [g.T((6, 4)), g.I(torch.tensor([[5, 1], [5, 4]]))], {"padding_idx": -1},
+           "negative padding_idx")
+    g.case("index", "embedding", [w(), g.I(torch.tensor(4))], {}, "0-d indices")
+    g.case("index", "embedding", [w(), g.I(torch.tensor([[0, 1, 2], [3, 4, 5]]), [("transpose", 0, 1)], "transposed")],
+           {}, "transposed indices")
+    g.case("index", "one_hot", [g.I(torch.tensor([[0, 3], [2, 2]]))], {"num_classes": 5})
+    g.case("index", "one_hot", [g.I(torch.tensor([1, 0, 3]))], {}, "inferred classes")
+
+
+def loss_cases(g):
+    reds = ["none", "mean", "sum"]
+    # cross entropy: class indices
+    def ce(x, t, w, **kw):
+        for r in reds:
+            g.case("loss", "cross_entropy", [x(), g.I(t), w() if w else None], dict(kw, reduction=r))
+    N, Cn = 5, 4
+    t = torch.tensor([0, 3, 1, 3, 2])
+    ce(lambda: g.C((N, Cn), lo=-3, hi=3), t, None)
+    ce(lambda: g.T((N, Cn), lo=-3, hi=3), t, lambda: In(g.vals((Cn,), 0.2, 2.0), grad=False))
+    ce(lambda: g.C((N, Cn), lo=-3, hi=3), torch.tensor([0, -100, 1, 3, -100]), None)
+    weight = lambda: In(g.vals((Cn,), 0.2, 2.0), grad=False)  # noqa: E731
+    ce(lambda: g.C((N, Cn), lo=-3, hi=3), torch.tensor([0, 2, 1, 3, 2]), weight, ignore_index=2)
+    ce(lambda: g.S((N, Cn), lo=-3, hi=3), t, None, label_smoothing=0.2)
+    ce(lambda: g.C((N, Cn), lo=-3, hi=3), torch.tensor([0, -100, 1, 3, 2]), weight, label_smoothing=0.1)
+    ce(lambda: g.P((2, 3, 4), (0, 2, 1), lo=-3, hi=3), torch.tensor([[0, 2, 1, 1], [2, -100, 0, 1]]), None)
+    ce(lambda: g.C((Cn,), lo=-3, hi=3), torch.tensor(2), None)  # unbatched
+    g.case("loss", "cross_entropy", [g.C((2, 3), lo=-3, hi=3), g.I(torch.tensor([-100, -100])), None],
+           {"reduction": "mean"}, "all ignored: NaN")
+    g.case("loss", "cross_entropy", [g.C((0, 3)), g.I(torch.zeros(0, dtype=torch.int64)), None], {"reduction": "sum"},
+           "empty batch")
+    # cross entropy: class probabilities
+    def probs(shape, dim=1):
+        return F.softmax(g.vals(shape, -2, 2, torch.float64), dim).to(torch.float32)
+    for r in reds:
+        g.case("loss", "cross_entropy", [g.T((N, Cn), lo=-3, hi=3), In(probs((N, Cn))), None], {"reduction": r},
+               "probabilities")
+        g.case("loss", "cross_entropy", [g.C((N, Cn), lo=-3, hi=3), In(probs((N, Cn))),
+                                         In(g.vals((Cn,), 0.2, 2.0), grad=False)],
+               {"reduction": r, "label_smoothing": 0.15}, "probabilities")
+    g.case("loss", "cross_entropy", [g.C((2, 3, 2), lo=-3, hi=3), In(probs((2, 3, 2))), None], {"reduction": "mean"},
+           "probabilities (N, C, d)")
+    # nll_loss
+    for r in reds:
+        g.case("loss", "nll_loss", [g.T((N, Cn)), g.I(t), None], {"reduction": r})
+        g.case("loss", "nll_loss", [g.C((N, Cn)), g.I(torch.tensor([0, -100, 1, 3, 1])),
+                                    In(g.vals((Cn,), 0.2, 2.0), grad=False)], {"reduction": r})
+        g.case("loss", "nll_loss", [g.P((2, 3, 4), (0, 2, 1)), g.I(torch.tensor([[0, 2, 1, 1], [2, 1, 0, 1]])),
+                                    In(g.vals((3,), 0.2, 2.0), grad=False)], {"reduction": r, "ignore_index": 1})
+    g.case("loss", "nll_loss", [g.C((Cn,)), g.I(torch.tensor(1)), None], {"reduction": "mean"}, "unbatched")
+    # pointwise regression losses
+    for op, extra in [("mse_loss", {}), ("l1_loss", {}), ("smooth_l1_loss", {}), ("smooth_l1_loss", {"beta": 0.5}),
+                      ("smooth_l1_loss", {"beta": 0.0}), ("huber_loss", {}), ("huber_loss", {"delta": 0.3})]:
+        for i, r in enumerate(reds):
+            a = g.L(LAYOUTS[i], (3, 4), lo=-2, hi=2)
+            b = g.L(LAYOUTS[(i + 1) % 3], (3, 4), lo=-2, hi=2)
+            g.case("loss", op, [a, b], dict(extra, reduction=r))
+    base = g.vals((3, 4))
+    tgt = base.clone()
+    tgt.view(-1)[::4] += torch.tensor([1.0, -0.5, 0.3])  # d = 0 on most entries, |d| = beta/delta on some
+    for op in ("l1_loss", "smooth_l1_loss", "huber_loss"):
+        g.case("loss", op, [In(base.clone()), In(tgt.clone())], {"reduction": "sum"}, "kinks")
+    g.case("loss", "mse_loss", [g.C((4,)), g.C((3, 4))], {"reduction": "mean"}, "broadcast target")
+    g.case("loss", "l1_loss", [g.C((2, 4), dtype=torch.float16), g.C((2, 4), dtype=torch.float16)],
+           {"reduction": "mean"})
+    # binary cross entropy (probabilities in (0, 1), away from the documented x = 0/1 convention)
+    for r in reds:
+        g.case("loss", "binary_cross_entropy", [g.T((3, 4), lo=0.05, hi=0.95), g.C((3, 4), lo=0, hi=1), None],
+               {"reduction": r})
+        g.case("loss", "binary_cross_entropy", [g.C((3, 4), lo=0.05, hi=0.95),
+                                                In(torch.randint(0, 2, (3, 4), generator=g.rng).float()),
+                                                In(g.vals((4,), 0.2, 2), grad=False)], {"reduction": r}, "hard targets")
+    for r in reds:
+        g.case("loss", "bce_with_logits", [g.S((3, 4), lo=-4, hi=4), g.C((3, 4), lo=0, hi=1), None, None],
+               {"reduction": r})
+        g.case("loss", "bce_with_logits", [g.C((3, 4), lo=-4, hi=4), g.T((3, 4), lo=0, hi=1),
+                                           In(g.vals((3, 1), 0.2, 2), grad=False),
+                                           In(g.vals((4,), 0.2, 3), grad=False)],
+               {"reduction": r}, "weight and pos_weight")
+    g.case("loss", "bce_with_logits", [g.C((2, 3, 4), lo=-30, hi=30), g.C((2, 3, 4), lo=0, hi=1), None,
+                                       In(g.vals((4,), 0.2, 3), grad=False)], {"reduction": "sum"}, "large logits")
+    # kl_div: targets strictly positive (frugal's documented t = 0 target gradient differs)
+    for lt in (False, True):
+        for r in ("none", "mean", "sum", "batchmean"):
+            x = g.T((3, 5), lo=-3, hi=0)
+            t = g.C((3, 5), lo=-3, hi=0) if lt else g.C((3, 5), lo=0.05, hi=1)
+            g.case("loss", "kl_div", [x, t], {"reduction": r, "log_target": lt})
+    tz = g.vals((3, 4), 0.05, 1.0, special=(0.0, 0.0, 0.0))
+    g.case("loss", "kl_div", [g.C((3, 4), lo=-3, hi=0), In(tz, grad=False)], {"reduction": "sum"},
+           "t = 0, input grad only")
+    g.case("loss", "kl_div", [g.C((4,), lo=-3, hi=0), g.C((2, 4), lo=0.1, hi=1)], {"reduction": "batchmean"},
+           "broadcast input")
+
+
+def norm_cases(g):
+    opt = lambda shape, lo=0.5, hi=1.5: In(g.vals(shape, lo, hi))  # noqa: E731
+    # layer_norm
+    g.case("norm", "layer_norm", [g.C((3, 5)), opt((5,)), opt((5,), -0.5, 0.5)], {"normalized_shape": [5]})
+    g.case("norm", "layer_norm", [g.T((2, 4, 3)), opt((4, 3)), opt((4, 3), -0.5, 0.5)],
+           {"normalized_shape": [4, 3], "eps": 1e-3})
+    g.case("norm", "layer_norm", [g.S((3, 6)), None, None], {"normalized_shape": [6]})
+    g.case("norm", "layer_norm", [g.P((2, 3, 4), (2, 0, 1)), opt((4,)), None], {"normalized_shape": [4]})
+    g.case("norm", "layer_norm", [g.E((3, 4), (1, 4)), None, opt((4,))], {"normalized_shape": [4]}, "expanded rows")
+    g.case("norm", "layer_norm", [g.C((0, 4)), opt((4,)), opt((4,))], {"normalized_shape": [4]}, "size 0")
+    g.case("norm", "layer_norm", [g.C((3, 1)), opt((1,)), opt((1,))], {"normalized_shape": [1]}, "one element")
+    for dt in (torch.float16, torch.bfloat16):
+        g.case("norm", "layer_norm", [g.T((4, 6), dtype=dt), In(g.vals((6,), 0.5, 1.5, dt)),
+                                      In(g.vals((6,), -0.5, 0.5, dt))], {"normalized_shape": [6]})
+    # group_norm
+    g.case("norm", "group_norm", [g.C((2, 6, 3)), opt((6,)), opt((6,), -0.5, 0.5)], {"num_groups": 3})
+    g.case("norm", "group_norm", [g.P((2, 4, 3, 3), (0, 3, 1, 2)), opt((4,)), opt((4,), -0.5, 0.5)],
+           {"num_groups": 2, "eps": 1e-3}, "channels-last view")
+    g.case("norm", "group_norm", [g.T((3, 4, 5)), None, None], {"num_groups": 1})
+    g.case("norm", "group_norm", [g.C((2, 4)), opt((4,)), None], {"num_groups": 4}, "(N, C)")
+    g.case("norm", "group_norm", [g.C((1, 6, 2, 2), dtype=torch.float16), None, None], {"num_groups": 2})
+    # rms_norm (torch 2.x's formula; eps default = float32's machine epsilon)
+    g.case("norm", "rms_norm", [g.C((3, 5)), opt((5,))], {"normalized_shape": [5]})
+    g.case("norm", "rms_norm", [g.T((2, 4, 3)), opt((4, 3))], {"normalized_shape": [4, 3], "eps": 1e-3})
+    g.case("norm", "rms_norm", [g.S((4, 6)), None], {"normalized_shape": [6]})
+    g.case("norm", "rms_norm", [g.C((3, 4), lo=-1e-3, hi=1e-3), opt((4,))], {"normalized_shape": [4]},
+           "tiny values: eps matters")
+    g.case("norm", "rms_norm", [g.P((2, 3, 4), (1, 2, 0)), None], {"normalized_shape": [4]})
+    for dt in (torch.float16, torch.bfloat16):
+        g.case("norm", "rms_norm", [g.T((3, 8), dtype=dt), In(g.vals((8,), 0.5, 1.5, dt))],
+               {"normalized_shape": [8]})
+    # batch_norm: training (batch statistics, running stats updated), eval (running stats)
+    def stats(C):
+        return In(g.vals((C,), -0.5, 0.5), grad=False), In(g.vals((C,), 0.5, 2.0), grad=False)
+    rm, rv = stats(3)
+    g.case("norm", "batch_norm", [g.C((4, 3, 2, 2)), rm, rv, opt((3,)), opt((3,), -0.5, 0.5)],
+           {"training": True, "momentum": 0.1, "eps": 1e-5})
+    rm, rv = stats(3)
+    g.case("norm", "batch_norm", [g.P((2, 3, 3, 2), (0, 3, 1, 2)), rm, rv, opt((3,)), opt((3,), -0.5, 0.5)],
+           {"training": True, "momentum": 0.3, "eps": 1e-3}, "channels-last view")
+    rm, rv = stats(4)
+    g.case("norm", "batch_norm", [g.T((5, 4)), rm, rv, None, None], {"training": True, "momentum": 0.5, "eps": 1e-5},
+           "(N, C)")
+    g.case("norm", "batch_norm", [g.C((3, 2, 4)), None, None, opt((2,)), None], {"training": True, "momentum": 0.1,
+                                                                              "eps": 1e-5}, "no running stats")
+    rm, rv = stats(3)
+    g.case("norm", "batch_norm", [g.S((2, 3, 4)), rm, rv, opt((3,)), opt((3,), -0.5, 0.5)],
+           {"training": False, "momentum": 0.1, "eps": 1e-5}, "eval")
+    rm, rv = stats(3)
+    g.case("norm", "batch_norm", [g.P((2, 3, 2, 2), (0, 2, 3, 1)), rm, rv, None, opt((3,))],
+           {"training": False, "momentum": 0.1, "eps": 1e-2}, "eval")
+    rm, rv = stats(2)
+    g.case("norm", "batch_norm", [g.C((1, 2, 3)), rm, rv, opt((2,)), opt((2,))],
+           {"training": True, "momentum": 0.1, "eps": 1e-5}, "batch 1, spatial 3")
+
+
+def conv_cases(g):
+    w = lambda shape: g.C(shape, lo=-0.5, hi=0.5)  # noqa: E731
+    b = lambda k: g.C((k,), lo=-0.5, hi=0.5)  # noqa: E731
+    g.case("conv", "conv2d", [g.C((2, 3, 6, 5)), w((4, 3, 3, 3)), b(4)], {})
+    g.case("conv", "conv2d", [g.P((2, 3, 7, 6), (0, 3, 1, 2)), w((4, 3, 3, 2)), b(4)],
+           {"stride": [2, 1], "padding": [1, 2]}, "channels-last view")
+    g.case("conv", "conv2d", [g.T((1, 2, 8, 7)), w((3, 2, 3, 3)), None], {"dilation": [2, 1], "padding": [2, 1]})
+    g.case("conv", "conv2d", [g.C((2, 4, 5, 5)), w((6, 2, 3, 3)), b(6)], {"groups": 2, "stride": 2, "padding": 1})
+    g.case("conv", "conv2d", [g.S((1, 4, 5, 4)), w((4, 1, 3, 3)), b(4)], {"groups": 4, "padding": 1}, "depthwise")
+    g.case("conv", "conv2d", [g.C((3, 6, 5)), w((2, 3, 1, 1)), b(2)], {}, "unbatched (C, H, W)")
+    g.case("conv", "conv2d", [g.C((1, 2, 4, 4)), g.P((3, 2, 2, 2), (0, 2, 3, 1), lo=-0.5, hi=0.5), b(3)],
+           {"stride": [1, 2], "dilation": [1, 2], "padding": [0, 1]}, "permuted weight")
+    g.case("conv", "conv2d", [g.C((2, 6, 9, 9)), w((6, 2, 3, 3)), None],
+           {"stride": 3, "padding": 1, "dilation": 2, "groups": 3})
+    g.case("conv", "conv2d", [g.C((0, 2, 4, 4)), w((3, 2, 3, 3)), b(3)], {}, "size-0 batch")
+    g.case("conv", "conv2d", [g.C((1, 2, 5, 5), dtype=torch.float16),
+                              In(g.vals((3, 2, 3, 3), -0.5, 0.5, torch.float16)),
+                              In(g.vals((3,), -0.5, 0.5, torch.float16))], {"padding": 1})
+    g.case("conv", "conv2d", [g.C((1, 2, 5, 5), dtype=torch.bfloat16),
+                              In(g.vals((3, 2, 3, 3), -0.5, 0.5, torch.bfloat16)), None], {"stride": 2})
+    # max pooling (ties planted: the first largest value in the window wins)
+    tie = torch.tensor([[[[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, 1.0, 3.0], [0.0, 0.0, -1.0, -1.0], [0.5, 0.5, 0.5, 0.5]]]])
+    g.case("pool", "max_pool2d", [In(tie.clone())], {"kernel": [2, 2]}, "ties")
+    g.case("pool", "max_pool2d", [In(tie.clone())], {"kernel": [3, 3], "stride": [1, 1], "padding": [1, 1]},
+           "ties, overlapping windows")
+    pools = [
+        ((2, 3, 6, 7), {"kernel": [2, 2]}), ((1, 2, 7, 7), {"kernel": [3, 3], "stride": [2, 2], "ceil_mode": True}),
+        ((2, 2, 6, 5), {"kernel": [3, 2], "stride": [2, 1], "padding": [1, 1]}),
+        ((1, 3, 8, 8), {"kernel": [2, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [2, 1]}),
+        ((1, 2, 5, 5), {"kernel": [2, 2], "stride": [2, 2], "padding": [1, 1], "ceil_mode": True}),
+        ((3, 5, 6), {"kernel": [2, 2], "stride": [1, 2]}),
+    ]
+    for i, (shape, args) in enumerate(pools):
+        lay = ["contiguous", "permuted", "transposed", "strided"][i % 4]
+        x = g.P(shape, (0, 2, 3, 1)) if lay == "permuted" and len(shape) == 4 else g.L(lay, shape)
+        g.case("pool", "max_pool2d", [x], args)
+    avg = [
+        ((2, 3, 6, 7), {"kernel": [2, 2]}),
+        ((1, 2, 7, 7), {"kernel": [3, 3], "stride": [2, 2], "ceil_mode": True}),
+        ((1, 2, 7, 7), {"kernel": [3, 3], "stride": [2, 2], "ceil_mode": True, "padding": [1, 1]}),
+        ((1, 2, 7, 7), {"kernel": [3, 3], "stride": [2, 2], "ceil_mode": True, "padding": [1, 1],
+                        "count_include_pad": False}),
+        ((2, 2, 6, 5), {"kernel": [3, 2], "stride": [2, 1], "padding": [1, 1]}),
+        ((2, 2, 6, 5), {"kernel": [3, 2], "stride": [2, 1], "padding": [1, 1], "count_include_pad": False}),
+        ((1, 2, 5, 5), {"kernel": [2, 2], "stride": [2, 2], "padding": [1, 1], "ceil_mode": True,
+                        "count_include_pad": True}),
+        ((3, 5, 6), {"kernel": [2, 3], "stride": [1, 2], "padding": [1, 1], "count_include_pad": False}),
+    ]
+    for i, (shape, args) in enumerate(avg):
+        lay = ["contiguous", "permuted", "transposed", "strided"][i % 4]
+        x = g.P(shape, (0, 2, 3, 1)) if lay == "permuted" and len(shape) == 4 else g.L(lay, shape)
+        g.case("pool", "avg_pool2d", [x], args)
+    for i, (shape, out) in enumerate([((2, 3, 7, 5), [3, 2]), ((1, 2, 6, 6), [1, 1]), ((1, 2, 5, 7), [4, 3]),
+                                      ((3, 4, 5), [2, 3]), ((1, 1, 3, 3), [5, 4])]):
+        lay = ["contiguous", "permuted", "transposed", "strided", "contiguous"][i]
+        x = g.P(shape, (0, 2, 3, 1)) if lay == "permuted" else g.L(lay, shape)
+        g.case("pool", "adaptive_avg_pool2d", [x], {"output_size": out})
+    g.case("pool", "max_pool2d", [g.T((1, 2, 4, 6), dtype=torch.float16)], {"kernel": [2, 2]})
+    g.case("pool", "avg_pool2d", [g.C((1, 2, 4, 6), dtype=torch.bfloat16)], {"kernel": [2, 3]})
+
+
+def matmul_cases(g):
+    mm = [
+        ("1-D . 1-D", g.C((5,)), g.S((5,))),
+        ("2-D @ 1-D", g.T((3, 4)), g.C((4,))),
+        ("1-D @ 2-D", g.C((4,)), g.T((4, 3))),
+        ("2-D @ 2-D transposed", g.T((3, 5)), g.T((5, 2))),
+        ("batch broadcast", g.C((2, 1, 3, 4)), g.C((3, 4, 2))),
+        ("batch broadcast, expanded", g.E((2, 3, 4), (1, 3, 4)), g.P((2, 4, 3), (1, 2, 0))),
+        ("3-D @ 1-D", g.T((2, 3, 4)), g.C((4,))),
+        ("1-D @ 3-D", g.C((3,)), g.S((2, 3, 4))),
+        ("K = 0", g.C((3, 0)), g.C((0, 4))),
+        ("M = 0", g.C((2, 0, 3)), g.C((3, 4))),
+        ("strided", g.S((4, 3), dim=0), g.S((3, 5))),
+    ]
+    for name, a, b in mm:
+        g.case("matmul", "matmul", [a, b], {}, name)
+    for dt in (torch.float16, torch.bfloat16):
+        g.case("matmul", "matmul", [g.T((4, 8), dtype=dt), g.C((2, 8, 3), dtype=dt)], {}, "batch broadcast")
+    g.case("matmul", "linear", [g.C((3, 4)), g.C((5, 4)), g.C((5,))], {})
+    g.case("matmul", "linear", [g.P((2, 3, 4), (1, 0, 2)), g.T((5, 4)), None], {}, "no bias")
+    g.case("matmul", "linear", [g.C((4,)), g.C((3, 4)), g.C((3,))], {}, "1-D input")
+    g.case("matmul", "linear", [g.S((2, 2, 3)), g.C((2, 3)), g.E((2,), (1,))], {}, "expanded bias")
+    g.case("matmul", "linear", [g.C((0, 3)), g.C((2, 3)), g.C((2,))], {}, "size-0 batch")
+    g.case("matmul", "linear", [g.C((3, 4), dtype=torch.bfloat16), g.C((2, 4), dtype=torch.bfloat16),
+                                g.C((2,), dtype=torch.bfloat16)], {})
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+def edge_cases(g):
+    """Inputs at the edges of the ops' contracts: NaN, poles, infinities, integer and bool operands,
+    mixed dtypes, high ranks, size-0 pieces; and grids over the pools' options."""
+    # unary: NaN, poles, odd parameters, high rank. At a NaN input PyTorch 1.13's gradients of elu,
+    # hardtanh, relu6 and hardswish depend on the kernel path (vectorized: 0 or NaN; scalar: g),
+    # and abs's is sign(NaN) = 0, which frugal does not follow (NaN stays NaN:
+    # tensor/ops/unary_math.h) and PyTorch counts as a bug of its own (pytorch/pytorch#41245):
+    # those five are checked on values only there.
+    for op, args in [("relu", {}), ("leaky_relu", {"negative_slope": 0.2}), ("elu", {}), ("hardtanh", {}),
+                     ("relu6", {}), ("hardsigmoid", {}), ("hardswish", {}), ("clamp", {"lo": -0.5, "hi": 0.5}),
+                     ("gelu", {"approximate": "none"}), ("silu", {}), ("softplus", {}), ("mish", {}), ("abs", {}),
+                     ("tanh", {}), ("sigmoid", {})]:
+        grad = op not in ("elu", "hardtanh", "relu6", "hardswish", "abs")
+        g.case("unary", op, [g.C((2, 4), special=(NAN, 0.0, NAN), grad=grad)], args, "NaN")
+    for op, sp in [("log", (0.0,)), ("sqrt", (0.0,)), ("rsqrt", (0.0,)), ("reciprocal", (0.0, -0.0)),
+                   ("log1p", (-1.0,))]:
+        g.case("unary", op, [g.C((2, 3), lo=0.1, hi=2, special=sp)], {}, "pole")
+    g.case("unary", "pow_scalar", [g.C((2, 3), special=(0.0,))], {"exponent": 0.5}, "negative base: NaN")
+    g.case("unary", "pow_scalar", [g.C((2, 3), special=(0.0,))], {"exponent": -2.0}, "0 ^ -2")
+    g.case("unary", "leaky_relu", [g.T((3, 4), special=(0.0,))], {"negative_slope": -0.5})
+    g.case("unary", "leaky_relu", [g.Sel((3, 4), special=(0.0,))], {"negative_slope": 2.0})
+    g.case("unary", "clamp", [g.C((3, 4), special=(0.5, 0.5))], {"lo": 0.5, "hi": 0.5}, "lo = hi")
+    g.case("unary", "hardtanh", [g.C((3, 4), special=(0.5,))], {"min_val": 0.5, "max_val": 0.5}, "min = max")
+    g.case("unary", "exp", [g.C((2, 3), special=(-INF, INF))], {}, "infinities")
+    g.case("unary", "gelu", [g.P((2, 1, 3, 1, 2, 2), (5, 4, 3, 2, 1, 0))], {"approximate": "tanh"}, "6-D")
+    g.case("unary", "sigmoid", [g.Sel((4, 3))], {})
+
+    # binary: division by zero, NaN, integer/bool operands and promotion, high rank
+    a, b = g.vals((2, 4), special=(0.0, 1.0, -1.0)), g.vals((2, 4), special=(0.0, 0.0, 0.0))
+    g.case("binary", "div", [In(a), In(b)], {}, "x / 0")
+    g.case("binary", "maximum", [g.C((2, 4), special=(NAN,)), g.C((2, 4), special=(0.0, NAN))], {}, "NaN")
+    g.case("binary", "minimum", [g.C((2, 4), special=(NAN,)), g.C((2, 4), special=(0.0, NAN))], {}, "NaN")
+    g.case("binary", "add", [g.I(g.ints((3,), -5, 5)), g.C((2, 3))], {}, "int64 + float32")
+    g.case("binary", "div", [g.I(g.ints((2, 3), -5, 5)), g.I(g.ints((2, 3), 1, 4))], {}, "int64 / int64")
+    g.case("binary", "mul_scalar", [g.I(g.ints((2, 3), -5, 5))], {"s": 2.5}, "int64 * 2.5")
+    # (an integral C++ double counts as an integer scalar: Note [Binary type promotion] in tensor/ops/binary.h)
+    g.case("binary", "add_scalar", [g.I(g.ints((2, 3), -5, 5))], {"s": 3}, "int64 + 3")
+    g.case("binary", "mul", [g.I(torch.rand((2, 3), generator=g.rng) > 0.5), g.C((3,))], {}, "bool * float32")
+    g.case("binary", "where", [g.I(torch.rand((2, 3), generator=g.rng) > 0.5), g.C((2, 3)),
+                               In(torch.tensor(2.0, dtype=torch.float64))], {}, "0-d float64 other")
+    g.case("binary", "pow", [g.C((2, 3), lo=0.5, hi=2), g.I(torch.tensor([1, 2, 3]))], {}, "int64 exponent")
+    g.case("binary", "sub", [g.P((2, 1, 3, 1, 4), (4, 3, 2, 1, 0)), g.C((5, 1, 1, 4))], {"alpha": 1.5}, "5-D broadcast")
+    g.case("binary", "mul", [g.Sel((3, 4)), g.Sel((4,))], {}, "selected views")
+
+    # reductions: NaN, integer and bool inputs, corrections past N, high ranks, infinities, all ties
+    g.case("reduce", "amax", [In(g.vals((3, 4), special=(NAN,)), grad=False)], {"dims": [1], "keepdim": False}, "NaN")
+    g.case("reduce", "max_dim", [In(g.vals((3, 4), special=(NAN,)), grad=False)], {"dim": 1, "keepdim": False}, "NaN")
+    g.case("reduce", "argmin", [g.I(g.vals((3, 4), special=(NAN,)))], {"dim": 1, "keepdim": False}, "NaN")
+    g.case("reduce", "sum", [g.I(g.ints((3, 4), -5, 5))], {"dims": [1], "keepdim": False}, "int64")
+    g.case("reduce", "sum", [g.I(torch.rand((3, 4), generator=g.rng) > 0.5)], {"dims": [0], "keepdim": True}, "bool")
+    g.case("reduce", "var", [g.C((1, 3))], {"dims": [0], "correction": 2, "keepdim": False}, "N - correction < 0")
+    # (not a 0-d input with correction 1: PyTorch 1.13's gradient there is inf, or an error for a (1,) input)
+    g.case("reduce", "var", [g.C(())], {"dims": [], "correction": 0, "keepdim": False}, "0-d, correction 0")
+    g.case("reduce", "mean", [g.P((2, 3, 1, 2, 2, 3), (5, 0, 4, 1, 3, 2))], {"dims": [0, 2, -1], "keepdim": True},
+           "6-D")
+    g.case("reduce", "sum", [g.C((2, 1, 2, 1, 2, 1, 2, 3))], {"dims": [1, 3, 5, 7], "keepdim": False}, "8-D")
+    g.case("reduce", "var", [g.Sel((3, 5))], {"dims": [1], "correction": 1, "keepdim": False})
+    g.case("reduce", "logsumexp", [g.C((3, 4), special=(-INF, -INF))], {"dims": [1], "keepdim": False}, "some -inf")
+    g.case("reduce", "logsumexp", [g.C((3, 4), lo=-200, hi=200)], {"dims": [0], "keepdim": False}, "large")
+    g.case("reduce", "max_dim", [g.E((3, 4), (1, 4))], {"dim": 0, "keepdim": False}, "expanded: all tied")
+    g.case("reduce", "amax", [g.E((3, 4), (3, 1))], {"dims": [1], "keepdim": False}, "expanded: all tied")
+    g.case("reduce", "argmax", [g.I(g.vals((1, 4)), [("expand", 3, 4)], "expanded")], {"dim": 1, "keepdim": True},
+           "expanded")
+
+    # softmax: masked (-inf) entries, size-1 dims, high rank; cumsum of integers and bools
+    m = g.vals((3, 5), -3, 3)
+    m[0, 1] = m[0, 3] = m[2, 0] = -INF
+    for op in ("softmax", "log_softmax"):
+        g.case("softmax", op, [In(m.clone())], {"dim": 1}, "-inf entries")
+        g.case("softmax", op, [In(m.t().contiguous(), [("transpose", 0, 1)], layout="transposed")], {"dim": 1},
+               "-inf entries")
+    g.case("softmax", "softmax", [g.C((4, 1))], {"dim": 1}, "size-1 dim")
+    g.case("softmax", "log_softmax", [g.P((2, 3, 2, 2, 3), (4, 3, 2, 1, 0))], {"dim": 2}, "5-D")
+    g.case("softmax", "softmax", [g.Sel((3, 4))], {"dim": 0})
+    g.case("softmax", "cumsum", [g.I(torch.rand((3, 4), generator=g.rng) > 0.5)], {"dim": 1}, "bool")
+    g.case("softmax", "cumsum", [g.I(g.ints((3, 4), -5, 5))], {"dim": 0}, "int64")
+    g.case("softmax", "cumsum", [g.T((4, 5), dtype=torch.bfloat16)], {"dim": 1})
+
+    # shape: widest reflect pad, crops to size 0, size-0 inputs, expanded inputs, mixed-dtype cat
+    g.case("shape", "pad", [g.C((2, 6))], {"pad": [5, 5], "mode": "reflect"}, "pad = size - 1")
+    g.case("shape", "pad", [g.C((3, 4))], {"pad": [-2, -2], "mode": "constant", "value": 0.0}, "cropped to size 0")
+    g.case("shape", "pad", [g.C((0, 4))], {"pad": [1, 1], "mode": "constant", "value": 2.0}, "size-0 input")
+    g.case("shape", "pad", [g.S((2, 3, 2))], {"pad": [3, 3, 2, 4], "mode": "replicate"}, "wider than the input")
+    g.case("shape", "pad", [g.E((2, 3, 4), (2, 1, 4))], {"pad": [1, 1, 2, 2], "mode": "reflect"}, "expanded")
+    g.case("shape", "flip", [g.C((0, 3))], {"dims": [0, 1]}, "size 0")
+    g.case("shape", "tril", [g.C((0, 3))], {"diagonal": 0}, "size 0")
+    g.case("shape", "triu", [g.E((2, 3, 3), (1, 3, 3))], {"diagonal": -1}, "expanded batch")
+    g.case("shape", "repeat", [g.E((2, 3), (1, 3))], {"repeats": [1, 2, 2]}, "expanded")
+    g.case("shape", "repeat", [g.C(())], {"repeats": [2, 3]}, "0-d")
+    g.case("shape", "cat", [g.C((2, 0)), g.C((2, 0))], {"dim": 1}, "all size 0")
+    g.case("shape", "stack", [g.C((0, 2)), g.T((0, 2))], {"dim": 1}, "size 0")
+    g.case("shape", "cat", [g.C((2, 3)), In(g.vals((1, 3), dtype=torch.float64))], {"dim": 0}, "float32 and float64")
+    g.case("shape", "cat", [g.Sel((2, 3)), g.Sel((2, 2))], {"dim": -1})
+
+    # index: empty and 0-d indices, expanded self and src
+    g.case("index", "gather", [g.C((3, 4)), g.I(torch.zeros((0, 4), dtype=torch.int64))], {"dim": 0}, "empty index")
+    g.case("index", "index_select", [g.C(()), g.I(torch.tensor([0]))], {"dim": 0}, "0-d x")
+    g.case("index", "embedding", [g.C((5, 3)), g.I(torch.zeros((2, 0), dtype=torch.int64))], {}, "no indices")
+    g.case("index", "scatter_add", [g.E((3, 4), (1, 4)), g.I(g.ints((3, 2), 0, 4)), g.C((3, 2))], {"dim": 1},
+           "expanded self")
+    g.case("index", "index_add", [g.C((4, 3)), g.I(torch.tensor([1, 1, 1])), g.E((3, 3), (1, 3))], {"dim": 0},
+           "expanded src, repeated index")
+    g.case("index", "one_hot", [g.I(torch.tensor(2))], {"num_classes": 4}, "0-d")
+    g.case("index", "gather", [g.Sel((3, 4)), g.I(g.ints((3, 4), 0, 4))], {"dim": -1})
+
+    # losses: spatial targets with weights, 16-bit logits, 0-d and size-0 inputs
+    for r in ("none", "mean", "sum"):
+        g.case("loss", "cross_entropy", [g.P((2, 3, 2, 2), (0, 2, 3, 1), lo=-3, hi=3),
+                                         g.I(torch.tensor([[[0, 2], [1, -100]], [[2, 2], [0, 1]]])),
+                                         In(g.vals((3,), 0.2, 2.0), grad=False)],
+               {"reduction": r, "label_smoothing": 0.1}, "(N, C, d1, d2), weights")
+    g.case("loss", "cross_entropy", [g.T((4, 5), lo=-3, hi=3, dtype=torch.bfloat16), g.I(torch.tensor([0, 4, 2, 2])),
+                                     None], {"reduction": "mean"})
+    g.case("loss", "cross_entropy", [g.C((4, 5), lo=-3, hi=3, dtype=torch.float16), g.I(torch.tensor([0, 4, 2, 2])),
+                                     None], {"reduction": "sum", "label_smoothing": 0.2})
+    g.case("loss", "nll_loss", [g.C((3, 4)), g.I(torch.tensor([1, 1, 2])),
+                                In(torch.tensor([1.0, 0.0, 0.0, 2.0]), grad=False)],
+           {"reduction": "mean"}, "zero total weight: NaN")
+    g.case("loss", "mse_loss", [g.C(()), g.C(())], {"reduction": "mean"}, "0-d")
+    g.case("loss", "mse_loss", [g.C((0, 3)), g.C((0, 3))], {"reduction": "mean"}, "size 0: NaN")
+    g.case("loss", "huber_loss", [g.C((0, 3)), g.C((0, 3))], {"reduction": "sum"}, "size 0")
+    g.case("loss", "kl_div", [g.C((), lo=-3, hi=0), g.C((), lo=0.1, hi=1)], {"reduction": "batchmean"}, "0-d")
+    g.case("loss", "binary_cross_entropy", [g.C((), lo=0.1, hi=0.9), g.C((), lo=0, hi=1), None], {"reduction": "mean"},
+           "0-d")
+    g.case("loss", "smooth_l1_loss", [g.Sel((3, 4)), g.C((3, 4))], {"reduction": "mean", "beta": 2.0})
+    g.case("loss", "bce_with_logits", [g.C((2, 3), lo=-3, hi=3, dtype=torch.bfloat16),
+                                       g.C((2, 3), lo=0, hi=1, dtype=torch.bfloat16), None, None],
+           {"reduction": "mean"})
+
+    # norms: 1-D inputs, every dim normalized, 16-bit x with float32 statistics, (N, C, L) views
+    g.case("norm", "layer_norm", [g.S((5,)), g.C((5,)), g.C((5,))], {"normalized_shape": [5]}, "1-D")
+    g.case("norm", "layer_norm", [g.P((2, 3, 4), (1, 2, 0)), None, None], {"normalized_shape": [2, 3, 4]}, "every dim")
+    g.case("norm", "rms_norm", [g.C((5,)), None], {"normalized_shape": [5]}, "1-D")
+    g.case("norm", "rms_norm", [g.C((0, 3)), g.C((3,))], {"normalized_shape": [3]}, "size 0")
+    g.case("norm", "group_norm", [g.T((2, 4, 5), a=1, b=2), g.C((4,)), g.C((4,))], {"num_groups": 2}, "(N, C, L) view")
+    g.case("norm", "group_norm", [g.C((2, 3, 2, 2)), g.C((3,)), None], {"num_groups": 3})
+    g.case("norm", "batch_norm", [g.T((3, 2, 4), a=1, b=2), In(g.vals((2,)), grad=False),
+                                  In(g.vals((2,), 0.5, 2), grad=False), g.C((2,)), g.C((2,))],
+           {"training": True, "momentum": 0.2, "eps": 1e-5}, "(N, C, L) view")
+    for dt in (torch.float16, torch.bfloat16):
+        g.case("norm", "batch_norm", [g.C((4, 3, 2), dtype=dt), In(g.vals((3,)), grad=False),
+                                      In(g.vals((3,), 0.5, 2), grad=False), g.C((3,)), g.C((3,))],
+               {"training": True, "momentum": 0.1, "eps": 1e-5}, "float32 statistics")
+        g.case("norm", "batch_norm", [g.C((4, 3, 2), dtype=dt), In(g.vals((3,)), grad=False),
+                                      In(g.vals((3,), 0.5, 2), grad=False), g.C((3,)), g.C((3,))],
+               {"training": False, "momentum": 0.1, "eps": 1e-5}, "float32 statistics, eval")
+
+    # conv: padding past the kernel, stride past the kernel, a channel multiplier
+    w = lambda shape: g.C(shape, lo=-0.5, hi=0.5)  # noqa: E731
+    g.case("conv", "conv2d", [g.C((1, 2, 4, 4)), w((3, 2, 2, 2)), g.C((3,))], {"padding": 3}, "padding > kernel")
+    g.case("conv", "conv2d", [g.T((1, 2, 8, 7)), w((3, 2, 2, 2)), None], {"stride": 3}, "stride > kernel")
+    g.case("conv", "conv2d", [g.C((1, 3, 5, 5)), w((6, 1, 3, 3)), g.C((6,))], {"groups": 3, "padding": [0, 1]},
+           "channel multiplier 2")
+    g.case("conv", "conv2d", [g.C((1, 2, 2, 2)), w((2, 2, 3, 3)), None], {"padding": 1, "stride": 2}, "1x1 output")
+    g.case("conv", "conv2d", [g.Sel((2, 5, 4)), w((2, 2, 3, 2)), None], {}, "selected unbatched input")
+
+    # pooling: every combination of ceil_mode, padding and count_include_pad / dilation
+    i = 0
+    for ceil in (False, True):
+        for pad in (0, 1):
+            for cip in (True, False):
+                x = g.L(["contiguous", "transposed", "strided", "selected"][i % 4], (1, 2, 7, 6))
+                g.case("pool", "avg_pool2d", [x], {"kernel": [3, 3], "stride": [2, 2], "padding": [pad, pad],
+                                                   "ceil_mode": ceil, "count_include_pad": cip})
+                i += 1
+            for dil in (1, 2):
+                x = g.L(["contiguous", "transposed", "strided", "selected"][i % 4], (1, 2, 7, 6))
+                g.case("pool", "max_pool2d", [x], {"kernel": [3, 2], "stride": [2, 2], "padding": [pad, pad],
+                                                   "dilation": [dil, dil], "ceil_mode": ceil})
+                i += 1
+    g.case("pool", "adaptive_avg_pool2d", [g.C((1, 1, 1, 1))], {"output_size": [2, 3]}, "1x1 input")
+    g.case("pool", "max_pool2d", [g.C((1, 1, 4, 4), special=(NAN,))], {"kernel": [2, 2]}, "NaN")
+
+    # matmul: both operands broadcast, K = 0 dot product, 4-D @ transposed 2-D
+    g.case("matmul", "matmul", [g.C((2, 1, 3, 4)), g.C((1, 5, 4, 2))], {}, "both broadcast")
+    g.case("matmul", "matmul", [g.C((0,)), g.C((0,))], {}, "empty dot")
+    g.case("matmul", "matmul", [g.P((2, 2, 3, 4), (3, 2, 1, 0)), g.T((4, 3))], {}, "4-D @ transposed")
+    g.case("matmul", "matmul", [g.Sel((3, 4)), g.Sel((4, 2))], {}, "selected views")
+    g.case("matmul", "linear", [g.C((2, 3), dtype=torch.float16), g.T((4, 3), dtype=torch.float16), None], {})
+
+
+def view_cases(g):
+    """Stride-0 and permuted operands where ops read along the odd stride, views of the targets,
+    weights and indices, and 16-bit inputs of more ops."""
+    # stride 0 along the dim an op reduces, scans or contracts
+    g.case("softmax", "softmax", [g.E((3, 4), (3, 1))], {"dim": 1}, "expanded along dim")
+    g.case("softmax", "log_softmax", [g.E((3, 4), (1, 4))], {"dim": 0}, "expanded along dim")
+    g.case("softmax", "cumsum", [g.E((4, 3), (1, 3))], {"dim": 0}, "expanded along dim")
+    g.case("matmul", "matmul", [g.E((3, 4), (3, 1)), g.C((4, 2))], {}, "expanded along K")
+    g.case("matmul", "matmul", [g.C((2, 3)), g.E((3, 4), (1, 4))], {}, "expanded along K")
+    g.case("index", "gather", [g.T((3, 5)), g.I(g.ints((1, 4), 0, 5), [("expand", 3, 4)], "expanded")], {"dim": 1},
+           "expanded index")
+    g.case("index", "scatter_add", [g.C((3, 5)), g.I(g.ints((4, 3), 0, 5), [("transpose", 0, 1)], "transposed"),
+                                    g.T((3, 4))], {"dim": 1}, "transposed index and src")
+    g.case("binary", "where", [g.I(torch.rand((1, 4), generator=g.rng) > 0.5, [("expand", 3, 4)], "expanded"),
+                               g.Sel((3, 4)), g.T((3, 4))], {}, "expanded cond")
+    g.case("binary", "masked_fill", [g.C(()), g.I(torch.tensor(True))], {"value": 3.5}, "0-d")
+    g.case("reduce", "argmax", [g.C(())], {"dim": 0, "keepdim": False}, "0-d")
+    g.case("reduce", "mean", [g.Sel((1, 1))], {"dims": [0, 1], "keepdim": True}, "one element")
+    # weights, biases, targets and indices as views
+    g.case("loss", "cross_entropy", [g.C((3, 4, 2), lo=-3, hi=3), g.I(torch.tensor([[0, 3, 1], [2, 2, -100]]),
+                                                                   [("transpose", 0, 1)], "transposed"), None],
+           {"reduction": "mean"}, "transposed target (N, d)")
+    g.case("loss", "cross_entropy", [g.C((4,), lo=-3, hi=3),
+                                     In(F.softmax(g.vals((4,), dtype=torch.float64), 0).float()), None],
+           {"reduction": "sum"}, "unbatched probabilities")
+    # every target ignored: the loss is NaN (0 / 0), the gradient 0 (ignored targets take no part)
+    g.case("loss", "nll_loss", [g.C((4,)), g.I(torch.tensor(-100)), In(g.vals((4,), 0.2, 2), grad=False)],
+           {"reduction": "mean"}, "unbatched, ignored: NaN")
+    g.case("loss", "nll_loss", [g.T((3, 4)), g.I(torch.tensor([-100, -100, -100])), None], {"reduction": "mean"},
+           "all ignored: NaN")
+    g.case("loss", "cross_entropy", [g.C((2, 3), lo=-3, hi=3), g.I(torch.tensor([1, 1])),
+                                     In(torch.tensor([1.0, 2.0, 3.0]), grad=False)],
+           {"reduction": "mean", "ignore_index": 1}, "weights, all ignored: NaN")
+    g.case("loss", "cross_entropy", [g.C((2, 3), lo=-3, hi=3), g.I(torch.tensor([-100, -100])),
+                                     In(torch.tensor([1.0, 2.0, 3.0]), grad=False)],
+           {"reduction": "mean", "label_smoothing": 0.1}, "weights, smoothing, all ignored: NaN")
+    g.case("loss", "bce_with_logits", [g.C((3, 4), lo=-3, hi=3), g.C((3, 4), lo=0, hi=1), None,
+                                       In(g.vals((3, 1), 0.2, 3), grad=False)], {"reduction": "mean"},
+           "pos_weight (3, 1)")
+    g.case("loss", "binary_cross_entropy", [g.S((3, 4), lo=0.05, hi=0.95), g.T((3, 4), lo=0, hi=1),
+                                            In(g.vals((3, 1), 0.2, 2), grad=False)], {"reduction": "sum"},
+           "weight (3, 1)")
+    g.case("loss", "kl_div", [g.S((2, 4), lo=-3, hi=0), g.E((2, 4), (1, 4), lo=-3, hi=0)],
+           {"reduction": "sum", "log_target": True}, "expanded target")
+    g.case("loss", "huber_loss", [g.C((3, 4)), g.T((3, 4))], {"reduction": "mean", "delta": 5.0})
+    g.case("loss", "smooth_l1_loss", [g.C((3, 4)), g.T((3, 4))], {"reduction": "sum", "beta": 1e-3})
+    g.case("norm", "layer_norm", [g.C((2, 4, 3)), g.T((4, 3), lo=0.5, hi=1.5), g.S((4, 3), lo=-0.5, hi=0.5)],
+           {"normalized_shape": [4, 3]}, "transposed weight, strided bias")
+    g.case("norm", "rms_norm", [g.C((2, 4, 3)), g.T((4, 3), lo=0.5, hi=1.5)],
+           {"normalized_shape": [4, 3]}, "transposed weight")
+    g.case("conv", "conv2d", [g.P((1, 3, 5, 6), (0, 2, 3, 1)), g.P((4, 3, 3, 3), (0, 2, 3, 1), lo=-0.5, hi=0.5),
+                              g.S((4,))], {"padding": 1}, "channels-last input and weight, strided bias")
+    g.case("matmul", "linear", [g.C((3, 4)), g.S((5, 4)), g.S((5,))], {}, "strided weight and bias")
+    g.case("index", "embedding", [g.S((6, 3)), g.I(torch.tensor([[1, 4], [4, 0]]))], {}, "strided weight")
+    # joins and shapes on odd layouts
+    g.case("shape", "chunk", [g.C((2, 3))], {"chunks": 5, "dim": 0}, "more chunks than rows")
+    g.case("shape", "split_with_sizes", [g.T((4, 5))], {"sizes": [2, 3], "dim": -1})
+    g.case("shape", "stack", [g.E((2, 3), (1, 3)), g.Sel((2, 3))], {"dim": 2})
+    g.case("shape", "flip", [g.P((2, 3, 4), (2, 0, 1))], {"dims": [-1, 0]})
+    g.case("shape", "tril", [g.P((2, 3, 4), (1, 2, 0))], {"diagonal": 1}, "batched, permuted")
+    # 16-bit inputs of more ops
+    for dt in (torch.float16, torch.bfloat16):
+        for op, args, lo, hi in [("gelu", {"approximate": "tanh"}, -4, 4), ("mish", {}, -4, 4), ("softplus", {}, -4, 4),
+                                 ("elu", {}, -3, 2), ("sqrt", {}, 0.1, 4), ("rsqrt", {}, 0.1, 4)]:
+            g.case("unary", op, [g.S((3, 5), lo=lo, hi=hi, dtype=dt)], args)
+        g.case("loss", "mse_loss", [g.C((3, 4), dtype=dt), g.T((3, 4), dtype=dt)], {"reduction": "mean"})
+        g.case("norm", "group_norm", [g.C((2, 4, 3), dtype=dt), In(g.vals((4,), 0.5, 1.5, dt)), None],
+               {"num_groups": 2})
+        g.case("pool", "adaptive_avg_pool2d", [g.T((1, 2, 5, 6), dtype=dt)], {"output_size": [2, 4]})
+        g.case("index", "embedding", [g.C((5, 3), dtype=dt), g.I(torch.tensor([0, 2, 2, 4]))], {})
+        g.case("index", "index_add", [g.C((3, 2), dtype=dt), g.I(torch.tensor([0, 0, 0, 2, 0])), g.C((5, 2), dtype=dt)],
+               {"dim": 0}, "repeated index")
+        g.case("index", "gather", [g.T((3, 4), dtype=dt), g.I(g.ints((3, 2), 0, 4))], {"dim": 1})
+        g.case("reduce", "sum", [g.C((4, 64), lo=0.5, hi=1.5, dtype=dt)], {"dims": [1], "keepdim": False}, "long rows")
+        g.case("softmax", "cumsum", [g.C((2, 64), lo=0.5, hi=1.5, dtype=dt)], {"dim": 1}, "long rows")
+        g.case("binary", "where", [g.I(torch.rand((2, 3), generator=g.rng) > 0.5), g.C((2, 3), dtype=dt), g.C((3,))],
+               {}, "16-bit and float32")
+
+
+def build(seed=SEED):
+    g = Gen(seed)
+    for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
+              conv_cases, matmul_cases, edge_cases, view_cases):
+        f(g)
+    return g
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden", "ops_torch.safetensors"))
+    args = ap.parse_args()
+    torch.manual_seed(SEED)
+    warnings.filterwarnings("ignore", category=UserWarning)  # mse_loss's broadcast, kl_div's 'mean'
+    torch.use_deterministic_algorithms(True)
+    g = build()
+    meta = {"cases": json.dumps(g.cases, separators=(",", ":"), allow_nan=False),
+            "generator": "tools/torch_golden_ops.py", "torch": torch.__version__, "seed": str(SEED),
+            "count": str(len(g.cases))}
+    save_safetensors(os.path.normpath(args.out), g.tensors, meta)
+    size = os.path.getsize(args.out)
+    print("%d cases, %d tensors, %d bytes -> %s" % (len(g.cases), len(g.tensors), size, os.path.normpath(args.out)))
+    for fam, n in g.counts.items():
+        print("  %-8s %d" % (fam, n))
+    if size > 1_500_000:
+        sys.exit("the golden file is over 1.5 MB: shrink the cases")
+
+
+if __name__ == "__main__":
+    main()
