@@ -87,10 +87,11 @@ void elementwise(const Options& o, KeyFigures& keys, GpuTimer& timer) {
          }},
         {"relu_mask", 1 + 1 / (8 * es), false, [&] { Tensor c = ops::relu_mask(a); }},
         {"apply_relu_mask", 2 + 1 / (8 * es), false, [&] { Tensor c = ops::apply_relu_mask(b, mask); }},
-        // Prefix sums (Note [Cumulative sum dtypes]): along rows of 4096 through the shared-memory
-        // tile, and down columns of 4096 lines.
+        // Prefix sums (Note [Cumulative sum order]): rows of 4096 through the shared-memory tile,
+        // columns down 4096 lines, and one line of n, chunk by chunk.
         {"cumsum, last dim of (n/4096, 4096)", 2, false, [&] { Tensor c = ops::cumsum(rows, 1); }},
         {"cumsum, dim 0 of (4096, n/4096)", 2, false, [&] { Tensor c = ops::cumsum(columns, 0); }},
+        {"cumsum, one line of n", 2, false, [&] { Tensor c = ops::cumsum(a, 0); }},
     };
     for (const Case& c : cases) {
       const double ms = timer.median_ms(c.run, 3, reps);
