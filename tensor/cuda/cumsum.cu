@@ -138,6 +138,7 @@ template <typename Acc>
 __global__ void chunk_carries_kernel(Acc* totals, int64_t lines, int64_t chunks) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < lines; t += int64_t(gridDim.x) * blockDim.x) {
     Acc carry = Acc(0);
+#pragma unroll 16  // one line of 10^8 entries has 10^5 chunks: keep their loads in flight
     for (int64_t c = 0; c < chunks; ++c) {
       const Acc total = totals[c * lines + t];
       totals[c * lines + t] = carry;
