@@ -15,9 +15,9 @@
 //
 // Few long lines would leave most of the GPU idle (one line of 10^8 entries: one thread;
 // 16384 rows of 4096: 512 warps on 132 SMs), so when there are fewer than kFewLines lines
-// longer than a chunk, the work is split by chunk in three kernels: every (line, chunk) sums its chunk into `totals`; one thread per
-// line turns them into carries (exclusive running sums, in order); every (line, chunk)
-// walks its chunk again from its carry and writes. x is read twice, which is why lines
+// longer than a chunk, the work is split by chunk in three kernels: every (line, chunk)
+// sums its chunk; one thread per line turns those totals into carries (exclusive running
+// sums, in order); every (line, chunk) walks its chunk again from its carry and writes. x is read twice, which is why lines
 // enough to fill the GPU take the one-pass kernels.
 #include <type_traits>
 
@@ -57,10 +57,12 @@ __device__ Acc walk_line(const T* __restrict__ x, Out* __restrict__ out, const C
   return local;
 }
 
-// Thread per line (chunks == 0: the whole line, one pass) or per (line, chunk): item w
+// Thread per line (by_chunk false: the whole line, one pass) or per (line, chunk): item w
 // takes line t = w % lines, so neighbouring threads still walk neighbouring lines.
+// chunk_sums: where the Totals walk writes each chunk's total, or the Write walk reads its
+// carry.
 template <Walk kWalk, typename T, typename Out, typename Acc>
-__global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ totals,
+__global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ chunk_sums,
                                     CumsumShape s, bool by_chunk) {
   const int64_t lines = s.outer * s.inner, items = by_chunk ? lines * chunks_of(s) : lines;
   for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < items; w += int64_t(gridDim.x) * blockDim.x) {
@@ -68,9 +70,9 @@ __global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ o
     if (!by_chunk) {
       walk_line<Walk::Write>(x, out, s, o, i, 0, chunks_of(s), Acc(0));
     } else if constexpr (kWalk == Walk::Totals) {
-      totals[w] = walk_line<Walk::Totals, T, Out, Acc>(x, out, s, o, i, c, c + 1, Acc(0));
+      chunk_sums[w] = walk_line<Walk::Totals, T, Out, Acc>(x, out, s, o, i, c, c + 1, Acc(0));
     } else {
-      walk_line<Walk::Write>(x, out, s, o, i, c, c + 1, totals[w]);
+      walk_line<Walk::Write>(x, out, s, o, i, c, c + 1, chunk_sums[w]);
     }
   }
 }
@@ -112,9 +114,9 @@ __device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&t
 }
 
 // A warp per 32 rows (by_chunk false: whole rows, one pass) or per (32 rows, chunk): warp
-// item w takes row group w % groups and chunk w / groups. totals[c * rows + row].
+// item w takes row group w % groups and chunk w / groups. chunk_sums[c * rows + row].
 template <Walk kWalk, typename T, typename Out, typename Acc>
-__global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ totals,
+__global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ chunk_sums,
                                    CumsumShape s, bool by_chunk) {
   __shared__ Acc tiles[kWarpsPerBlock][kTile][kTile + 1];  // + 1: lane r's row walk hits 32 banks
   const int warp = int(threadIdx.x) / kTile, lane = int(threadIdx.x) % kTile;
@@ -126,23 +128,23 @@ __global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ ou
     walk_rows<Walk::Write>(x, out, tiles[warp], s, row0, 0, chunks_of(s), Acc(0));
   } else if constexpr (kWalk == Walk::Totals) {
     const Acc total = walk_rows<Walk::Totals, T, Out, Acc>(x, out, tiles[warp], s, row0, c, c + 1, Acc(0));
-    if (row < s.outer) totals[c * s.outer + row] = total;
+    if (row < s.outer) chunk_sums[c * s.outer + row] = total;
   } else {
-    const Acc carry = row < s.outer ? totals[c * s.outer + row] : Acc(0);
+    const Acc carry = row < s.outer ? chunk_sums[c * s.outer + row] : Acc(0);
     walk_rows<Walk::Write>(x, out, tiles[warp], s, row0, c, c + 1, carry);
   }
 }
 
-// totals[c * lines + t] (chunk c's total of line t) becomes the sum of chunks 0..c-1 of t.
+// carries[c * lines + t]: the sum of the totals of chunks 0..c-1 of line t, in order.
 template <typename Acc>
-__global__ void chunk_carries_kernel(Acc* totals, int64_t lines, int64_t chunks) {
+__global__ void chunk_carries_kernel(const Acc* __restrict__ totals, Acc* __restrict__ carries, int64_t lines,
+                                     int64_t chunks) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < lines; t += int64_t(gridDim.x) * blockDim.x) {
     Acc carry = Acc(0);
 #pragma unroll 16  // one line of 10^8 entries has 10^5 chunks: keep their loads in flight
     for (int64_t c = 0; c < chunks; ++c) {
-      const Acc total = totals[c * lines + t];
-      totals[c * lines + t] = carry;
-      carry += total;
+      carries[c * lines + t] = carry;
+      carry += totals[c * lines + t];
     }
   }
 }
@@ -160,24 +162,25 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
     const int64_t lines = s.outer * s.inner, chunks = (s.D + kCumsumChunk - 1) / kCumsumChunk;
     const bool by_chunk = chunks > 1 && lines < kFewLines;
     // by chunk: the chunks' totals, then their carries (Note [Cumulative sum order])
-    const Tensor totals = by_chunk ? empty({lines * chunks}, {dtype_of<Acc>(), x.device()}) : Tensor();
-    Acc* tp = by_chunk ? static_cast<Acc*>(totals.data()) : nullptr;
+    const Tensor aux = by_chunk ? empty({2, lines * chunks}, {dtype_of<Acc>(), x.device()}) : Tensor();
+    Acc* tp = by_chunk ? static_cast<Acc*>(aux.data()) : nullptr;
+    Acc* cp = by_chunk ? tp + lines * chunks : nullptr;
     if (s.inner == 1) {
       const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks : groups;
       const unsigned blocks = unsigned((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
       constexpr int threads = kTile * kWarpsPerBlock;
       if (by_chunk) {
         cumsum_rows_kernel<Walk::Totals, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, tp, s, true);
-        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, lines, chunks);
+        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, cp, lines, chunks);
       }
-      cumsum_rows_kernel<Walk::Write, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, tp, s, by_chunk);
+      cumsum_rows_kernel<Walk::Write, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, cp, s, by_chunk);
     } else {
       const unsigned grid = grid_for(by_chunk ? lines * chunks : lines);
       if (by_chunk) {
         cumsum_lines_kernel<Walk::Totals, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, tp, s, true);
-        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, lines, chunks);
+        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, cp, lines, chunks);
       }
-      cumsum_lines_kernel<Walk::Write, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, tp, s, by_chunk);
+      cumsum_lines_kernel<Walk::Write, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, cp, s, by_chunk);
     }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
