@@ -6,7 +6,8 @@
 //   i = t % inner, so neighbouring threads walk neighbouring lines and each of their steps
 //   is one coalesced read and write.
 // - Along the last dim (inner == 1) a line is a row, and a thread walking its own row
-//   would read with stride D across the warp. Instead a warp takes 32 rows and moves
+//   would read with stride D across the warp. Instead (given 32 rows or more; fewer take
+//   the first kernel, by chunk when long) a warp takes 32 rows and moves
 //   them through a 32 x 32 tile in shared memory: it loads the tile row by row (32
 //   consecutive elements, one coalesced read), lane r sums row r of the tile onwards from
 //   its running total, and the warp stores the tile row by row.
@@ -97,9 +98,12 @@ __device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&t
       if (r < rows && lane < cols) tile[r][lane] = Acc(x[(row0 + r) * s.D + col]);
     __syncwarp();
     if (lane < rows) {
-      for (int k = 0; k < cols; ++k) {
-        local += tile[lane][k];
-        if constexpr (kWalk == Walk::Write) tile[lane][k] = Acc(Out(carry + local));  // exact when stored below
+#pragma unroll  // the shared-memory reads ahead of the running sum
+      for (int k = 0; k < kTile; ++k) {
+        if (k < cols) {
+          local += tile[lane][k];
+          if constexpr (kWalk == Walk::Write) tile[lane][k] = Acc(Out(carry + local));  // exact when stored below
+        }
       }
     }
     __syncwarp();
@@ -165,7 +169,7 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
     const Tensor aux = by_chunk ? empty({2, lines * chunks}, {dtype_of<Acc>(), x.device()}) : Tensor();
     Acc* tp = by_chunk ? static_cast<Acc*>(aux.data()) : nullptr;
     Acc* cp = by_chunk ? tp + lines * chunks : nullptr;
-    if (s.inner == 1) {
+    if (s.inner == 1 && s.outer >= kTile) {  // fewer rows would leave most of a warp's lanes idle
       const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks : groups;
       const unsigned blocks = unsigned((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
       constexpr int threads = kTile * kWarpsPerBlock;
