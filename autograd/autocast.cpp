@@ -19,7 +19,8 @@
 //   Lower   -> the autocast dtype: matmul, linear, conv2d, scaled_dot_product_attention.
 //   Float32 -> float16/bfloat16 up to float32: softmax, log_softmax, masked_softmax,
 //              layer_norm, rms_norm, group_norm, cross_entropy, nll_loss, mse_loss,
-//              kl_div and the other losses, sum, mean, var, cumsum, logsumexp, exp, log,
+//              kl_div and the other losses, sum, mean, var, std (through var),
+//              vector_norm, cumsum, logsumexp, exp, log,
 //              log1p, softplus, pow, rsqrt, reciprocal (numerically sensitive, or
 //              reductions whose result needs the range).
 //   Refused -> binary_cross_entropy throws under autocast, as PyTorch: its logarithms of

@@ -23,20 +23,30 @@ void LRScheduler::initial_step() {
     base_lrs_.push_back(*g.initial_lr);
   }
   last_epoch_ = 0;
-  apply();
+  apply(true);
 }
 
 void LRScheduler::step() {
   ++last_epoch_;
-  apply();
+  apply(true);
 }
 
-void LRScheduler::apply() {
+void LRScheduler::apply(bool chain) {
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   FRUGAL_CHECK(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer has ", groups.size(),
                " param groups, the scheduler was made for ", base_lrs_.size());
   last_lr_.resize(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = last_lr_[g] = lr_at(base_lrs_[g], last_epoch_);
+  const int64_t t = last_epoch_;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double base = base_lrs_[g], after = lr_at(base, t), lr = groups[g].lr;
+    const double before = t == 0 ? base : lr_at(base, t - 1);
+    double next = after;  // the closed form: nothing else has moved this group's lr
+    if (chain && lr != before) {  // Note [Chained schedulers]
+      const double a = chain_anchor(t);
+      next = after == before ? lr : before == a ? lr + (after - before) : a + (lr - a) * (after - a) / (before - a);
+    }
+    groups[g].lr = last_lr_[g] = next;
+  }
 }
 
 // Note [A checkpoint names its schedule]
@@ -108,7 +118,7 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
   }
   base_lrs_ = b;
   last_epoch_ = int64_t(e);
-  apply();
+  apply(false);
 }
 
 // ---- the schedules ----------------------------------------------------------------
@@ -175,12 +185,21 @@ SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRS
   for (size_t k = 0; k < milestones_.size(); ++k)
     FRUGAL_CHECK(milestones_[k] > (k == 0 ? 0 : milestones_[k - 1]), "SequentialLR: milestones must be positive and ",
                  "increasing, got ", milestones_[k], " at position ", k);
+  // The parts' own initial steps moved the lr; PyTorch's SequentialLR puts it back to the
+  // initial lr before its own first step, which is the first part's.
+  for (ParamGroup& g : optimizer.param_groups())
+    if (g.initial_lr) g.lr = *g.initial_lr;
   initial_step();
 }
 
 double SequentialLR::lr_at(double base_lr, int64_t t) const {
   const size_t k = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin());
   return schedulers_[k]->lr_at(base_lr, k == 0 ? t : t - milestones_[k - 1]);
+}
+
+double SequentialLR::chain_anchor(int64_t t) const {
+  const size_t k = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin());
+  return schedulers_[k]->chain_anchor(k == 0 ? t : t - milestones_[k - 1]);
 }
 
 std::string SequentialLR::schedule() const {

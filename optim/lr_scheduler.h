@@ -5,10 +5,23 @@
 // A scheduler sets every group's lr from the group's base lr and its epoch counter t.
 // Making one does PyTorch's initial step: the base lr is the group's initial_lr
 // (set to its current lr by the first scheduler made on the optimizer, so later ones
-// start from the same value), t = 0 and the lr is set to lr_at(base, 0). Each step()
-// increments t and sets lr_at(base, t). Every schedule here is a closed form of t
-// (PyTorch's _get_closed_form_lr), which equals what PyTorch's recursive form gives
-// when nothing else touches the lr, without its accumulated rounding.
+// start from the same value), t = 0 and the lr is set for epoch 0. Each step()
+// increments t and sets the lr for epoch t. Every schedule here has a closed form of t,
+// lr_at(base, t) (PyTorch's _get_closed_form_lr), which equals what PyTorch's recursive
+// form gives when nothing else touches the lr, without its accumulated rounding: a step
+// uses it when the group's lr is still lr_at(base, t - 1) (base at t = 0).
+//
+// Note [Chained schedulers]
+// PyTorch's schedulers compose: two stepped on one optimizer (a StepLR decay under a
+// LinearLR warmup), or one stepped after the user set the lr, each move the lr the group
+// has by their own step. So when the group's lr is not this schedule's previous value, a
+// step applies the schedule's move to it instead of overwriting it, as PyTorch's recursive
+// forms do: with before = lr_at(base, t - 1), after = lr_at(base, t) and the schedule's
+// anchor a (0; eta_min for the cosines), lr = a + (lr - a) (after - a) / (before - a):
+// StepLR's and LinearLR's ratios, CosineAnnealingLR's recursion around eta_min. Where
+// before == a (a cosine at its minimum) the step adds after - before, as PyTorch's; where
+// after == before the lr stays. Loading a state dict sets the closed form of the loaded
+// epoch: a resumed chain is the last loaded scheduler's lr until the others step.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +49,9 @@ class LRScheduler {
 
   /// The schedule in closed form: the lr at epoch `t` >= 0 for a group whose base lr is `base_lr`.
   virtual double lr_at(double base_lr, int64_t t) const = 0;
+  /// The value the schedule's step from epoch t - 1 to t scales around when it moves an lr
+  /// set by something else (Note [Chained schedulers]): 0 for the multiplicative schedules.
+  virtual double chain_anchor(int64_t /*t*/) const { return 0.0; }
 
   /// The schedule and its settings as text, "StepLR(step_size=30, gamma=0.1)"; "" for a
   /// scheduler that does not describe itself (a user's subclass), which is then not checked
@@ -54,8 +70,9 @@ class LRScheduler {
   /// Sets base lrs and the epoch-0 lr: call at the end of every concrete constructor
   /// (lr_at is virtual, so the base constructor cannot).
   void initial_step();
-  /// Sets every group's lr for the current epoch.
-  void apply();
+  /// Sets every group's lr for the current epoch: its closed form, or (chain) the step from
+  /// the previous epoch applied to an lr something else set (Note [Chained schedulers]).
+  void apply(bool chain);
 
   Optimizer& optimizer_;
 
@@ -92,6 +109,7 @@ class CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options);
   double lr_at(double base_lr, int64_t t) const override;
+  double chain_anchor(int64_t) const override { return options_.eta_min; }
   std::string schedule() const override;
 
  private:
@@ -132,6 +150,7 @@ class SequentialLR : public LRScheduler {
   SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   double lr_at(double base_lr, int64_t t) const override;
+  double chain_anchor(int64_t t) const override;
   std::string schedule() const override;
 
  private:
@@ -155,6 +174,7 @@ class WarmupCosineLR : public LRScheduler {
  public:
   WarmupCosineLR(Optimizer& optimizer, WarmupCosineLROptions options);
   double lr_at(double base_lr, int64_t t) const override;
+  double chain_anchor(int64_t t) const override { return t <= options_.warmup_steps ? 0.0 : options_.eta_min; }
   std::string schedule() const override;
 
  private:

@@ -18,6 +18,16 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Variance over `dims` with Bessel's `correction`.
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
+/// Standard deviation over `dims` with Bessel's `correction`: sqrt(var), as torch.std (a
+/// gradient of NaN where the deviation is 0, as PyTorch's). Call it as frugal::std: `std`
+/// alone names the C++ namespace.
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
+/// torch.linalg.vector_norm: (sum |x|^ord)^(1/ord) over `dims` (empty: every dim); ord = inf
+/// is max |x|, -inf min |x|, 0 the count of nonzeros. Floating x; float16/bfloat16 sum in
+/// float32 and round once. The gradient is PyTorch's, 0 where the norm is 0 (Note [Vector
+/// norm gradients] in autograd/ops/vector_norm.cpp). A negative or infinite ord over an
+/// empty slice is an error, as in PyTorch.
+Tensor vector_norm(const Tensor& x, double ord = 2.0, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Largest value over `dims`; the gradient is shared evenly by the elements equal to it (as PyTorch).
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Smallest value over `dims`; the gradient is shared evenly by the elements equal to it.

@@ -66,7 +66,7 @@ CompressOptions options_for(CompressFormat format) { return {.format = format, .
 TEST_CASE("compress: one linear's weight gradient within the per-element bound, its input gradient exact") {
   const int64_t N = 24, K = 40, M = 12, block = 64;
   for (CompressFormat format : kFormats) {
-    INFO(autograd::to_string(format));
+    INFO(std::string(autograd::to_string(format)));
     const Tensor x = random_tensor({N, K}, kFloat32, 1, Layout::Contiguous, -2.0, 2.0).requires_grad_();
     const Tensor w = param({M, K}, 2);
     // h * 1.0 saves nothing and is no leaf: linear's saved input is compressed (x itself, a
@@ -149,7 +149,7 @@ TEST_CASE("compress: an MLP, a conv-bn-relu block and a transformer block train 
                         Case{"transformer", tf_fn, tf_x, tf}}) {
     const auto plain = grads_of(c.f, c.x, c.params, nullptr);
     for (CompressFormat format : kFormats) {
-      INFO(c.name, " ", autograd::to_string(format));
+      INFO(std::string(c.name), " ", std::string(autograd::to_string(format)));
       const CompressOptions o = options_for(format);
       autograd::reset_compress_stats();
       const auto packed = grads_of(c.f, c.x, c.params, &o);
@@ -176,7 +176,7 @@ TEST_CASE("compress: bytes out are a quarter of float32 bytes in, plus the scale
     // Saved: x (by linear), tanh's output (by tanh and by the second linear: once), and under
     // autocast the bfloat16 casts of w1 and w2, which stay in the cast cache and are skipped.
     const autograd::CompressStats s = autograd::compress_stats();
-    INFO(dtype_name(dt));
+    INFO(std::string(dtype_name(dt)));
     CHECK(s.tensors == 2);
     const int64_t elems = 32 * 128 + 32 * 256, esize = int64_t(element_size(dt));
     CHECK(s.bytes_in == elems * esize);

@@ -81,7 +81,7 @@ double tolerance(DType dt) {
 
 /// Forward and backward of the raw ops against the reference, for inputs stored in dt.
 void check_case(const AttentionCase& c, DType dt, MaskKind mk, bool causal, double p, Layout layout, uint64_t seed) {
-  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " mask ", mask_name(mk),
+  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", std::string(dtype_name(dt)), " mask ", std::string(mask_name(mk)),
        " causal=", causal, " p=", p, " ", layout_name(layout));
   const Tensor q = random_tensor({c.B, c.H, c.L, c.E}, {dt}, seed, layout, -1.0, 1.0);
   const Tensor k = random_tensor({c.B, c.H, c.S, c.E}, {dt}, seed + 1, layout, -1.0, 1.0);
@@ -256,7 +256,7 @@ TEST_CASE("flash_attention cpu: packed qkv views give sequence-major out and one
   for (DType dt : {kFloat64, kFloat32, kBFloat16})
     for (bool causal : {false, true})
       for (bool masked : {false, true}) {
-        INFO(dtype_name(dt), " causal=", causal, " masked=", masked);
+        INFO(std::string(dtype_name(dt)), " causal=", causal, " masked=", masked);
         const Tensor x = random_tensor({B, T, 3 * D}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
         const Tensor g = random_tensor({B, H, T, E}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
         const Tensor mask = masked ? make_mask(MaskKind::FullFloat, {B, H, T, T, E}, dt, seed++) : Tensor();

@@ -199,7 +199,7 @@ TEST_CASE(
   const Values X = random_values(out * rank, 21), Y = random_values(rank * in, 22);
   const Values wv = naive_mm(X, Y, out, rank, in);
   for (DType dt : {kFloat64, kFloat32}) {
-    INFO(dtype_name(dt));
+    INFO(std::string(dtype_name(dt)));
     nn::Linear layer(in, out);
     layer.to(dt);
     set_values(layer.weight, wv);
@@ -550,7 +550,7 @@ TEST_CASE("probe quantize: a compressed saved input keeps NaN and inf non-finite
   xv[2] = kNaN, xv[in + 5] = kInf, xv[3 * in + 5] = -kInf, xv[4 * in] = -0.0;
   const Values gv = random_values(B * out, 82);
   for (CompressFormat format : {CompressFormat::Fp8E4M3, CompressFormat::Int8}) {
-    INFO(autograd::to_string(format));
+    INFO(std::string(autograd::to_string(format)));
     Tensor w = random_tensor({out, in}, kFloat32, 83);
     w.requires_grad_();
     Tensor x = make_tensor(xv, {B, in}, kFloat32);
@@ -913,7 +913,7 @@ TEST_CASE("probe memory: the trace's running totals replay to the allocator's nu
   std::map<void*, size_t> sizes;
   for (size_t i = 0; i < events.size(); ++i) {
     const memory::TraceEvent& e = events[i];
-    INFO("event ", i, " ", memory::to_string(e.action));
+    INFO("event ", i, " ", std::string(memory::to_string(e.action)));
     CHECK(e.seq == i);
     switch (e.action) {
       case memory::TraceAction::Alloc: allocated += int64_t(e.size), ++allocs, sizes[e.ptr] = e.size; break;

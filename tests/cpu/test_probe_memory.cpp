@@ -343,7 +343,7 @@ TEST_CASE("probe memory: several threads at once: exact totals at a barrier and 
   int64_t allocated = 0, reserved = 0, allocs = 0, frees = 0;
   for (size_t i = 0; i < events.size(); ++i) {
     const memory::TraceEvent& e = events[i];
-    INFO("event ", i, " ", memory::to_string(e.action));
+    INFO("event ", i, " ", std::string(memory::to_string(e.action)));
     CHECK(e.seq == i);
     if (i) CHECK(e.time_ns >= events[i - 1].time_ns);
     switch (e.action) {

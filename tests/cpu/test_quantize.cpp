@@ -112,7 +112,7 @@ bool same_double(double a, double b) {
 /// Quantizes x, checks codes, scales and the dequantized values against the reference bit
 /// for bit, and each element against the bound of Note [Blockwise quantization].
 void check_quantize(const Tensor& x, QuantFormat format, int64_t block, const std::string& what) {
-  INFO(what, " ", ops::to_string(format), " block ", block, " ", x.describe());
+  INFO(what, " ", std::string(ops::to_string(format)), " block ", block, " ", x.describe());
   const std::vector<double> xv = values_of(x);
   const RefQuantized ref = ref_quantize(xv, format, block, x.dtype());
   const ops::Quantized q = ops::quantize_blockwise(x, format, block);

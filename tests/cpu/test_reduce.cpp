@@ -455,3 +455,111 @@ TEST_CASE("autograd reduce: sum's gradient is a broadcast, mean's is g / N, amax
   CHECK(values_of(argmax(t, 1)) == std::vector<double>{1, 0});
   CHECK(values_of(argmin(t, 1)) == std::vector<double>{0, 2});
 }
+
+// ---- std and vector_norm ------------------------------------------------------------------
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Float64 references over the last dim of a (rows, n) row-major list: torch.std and
+/// torch.linalg.vector_norm written from their definitions.
+std::vector<double> ref_row_norms(const std::vector<double>& x, int64_t rows, int64_t n, double ord) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = ord == -kInf ? kInf : 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double a = std::fabs(x[size_t(r * n + j)]);
+      if (ord == kInf) acc = std::max(acc, a);
+      else if (ord == -kInf) acc = std::min(acc, a);
+      else if (ord == 0.0) acc += a != 0.0;
+      else acc += std::pow(a, ord);
+    }
+    out.push_back(std::isinf(ord) || ord == 0.0 ? acc : std::pow(acc, 1.0 / ord));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("std is sqrt(var) over dims, corrections and layouts; its gradient by central differences") {
+  for (Layout layout : kAllLayouts) {
+    const Tensor x = random_tensor({3, 5}, kFloat64, 41, layout);
+    const std::vector<double> v = values_of(x);
+    for (int64_t correction : {0, 1, 2}) {
+      std::vector<double> expected;
+      for (int64_t r = 0; r < 3; ++r) {
+        double m = 0, ss = 0;
+        for (int64_t j = 0; j < 5; ++j) m += v[size_t(r * 5 + j)] / 5.0;
+        for (int64_t j = 0; j < 5; ++j) ss += (v[size_t(r * 5 + j)] - m) * (v[size_t(r * 5 + j)] - m);
+        expected.push_back(std::sqrt(ss / double(5 - correction)));
+      }
+      check_close(frugal::std(x, {1}, correction), expected, 1e-12, 1e-12, "std over the last dim");
+      CHECK(frugal::std(x, {-1}, correction, true).sizes() == Shape{3, 1});
+    }
+  }
+  check_gradcheck([](const TensorList& in) { return frugal::std(in[0].t(), {0}); }, {leaf({4, 3}, 42)});
+  check_gradcheck([](const TensorList& in) { return frugal::std(in[0]); }, {leaf({2, 3, 2}, 43)});
+  check_error([] { frugal::std(zeros({3}, kInt64)); }, {"std", "floating", "int64[3]"});
+}
+
+TEST_CASE("vector_norm matches float64 sums for every ord, dims, keepdim and layout") {
+  for (Layout layout : kAllLayouts) {
+    const Tensor x = random_tensor({4, 6}, kFloat32, 44, layout);
+    const std::vector<double> v = values_of(x);
+    for (double ord : {2.0, 1.0, 3.0, 0.5, -1.0, 0.0, kInf, -kInf}) {
+      CAPTURE(ord);
+      CAPTURE(std::string(layout_name(layout)));
+      const Tensor out = vector_norm(x, ord, {-1});
+      CHECK(out.dtype() == kFloat32);
+      CHECK(out.sizes() == Shape{4});
+      check_close(out, ref_row_norms(v, 4, 6, ord), 2e-6, 1e-6, "rows");
+      CHECK(vector_norm(x, ord, {1}, true).sizes() == Shape{4, 1});
+      check_close(vector_norm(x, ord), ref_row_norms(v, 1, 24, ord), 2e-6, 1e-6, "every dim");
+    }
+  }
+  // float16: summed in float32, rounded once (a float16 sum of 4096 squares of 1 would overflow).
+  const Tensor h = ones({4096}, kFloat16);
+  CHECK(vector_norm(h).dtype() == kFloat16);
+  CHECK(vector_norm(h).item<float>() == 64.0f);
+  CHECK(vector_norm(ones({70000}, kFloat16), 2.0).item<float>() == doctest::Approx(std::sqrt(70000.0)).epsilon(1e-3));
+  // Empty slices: an identity for ord >= 0, an error otherwise (as PyTorch).
+  CHECK(vector_norm(zeros({2, 0}), 2.0, {1}).tolist<float>() == std::vector<float>{0.0f, 0.0f});
+  check_error([] { vector_norm(zeros({2, 0}), -1.0, {1}); }, {"vector_norm", "empty", "float32[2, 0]"});
+  check_error([] { vector_norm(zeros({0}), kInf); }, {"vector_norm", "empty"});
+  check_error([] { vector_norm(zeros({3}, kInt32)); }, {"vector_norm", "floating", "int32[3]"});
+  check_error([] { vector_norm(zeros({3}), 2.0, {1}); }, {"vector_norm", "dim"});
+}
+
+TEST_CASE("vector_norm's gradient: central differences, and PyTorch's 0 where the norm or x is 0") {
+  for (double ord : {2.0, 1.0, 3.0, 1.5, 0.5, -1.0, kInf, -kInf}) {
+    CAPTURE(ord);
+    check_gradcheck([ord](const TensorList& in) { return vector_norm(in[0].t(), ord, {0}); }, {leaf({5, 3}, 45)});
+    check_gradcheck([ord](const TensorList& in) { return vector_norm(in[0], ord, {}, true); }, {leaf({2, 3}, 46)});
+  }
+  // A norm of zeros: gradient 0, not the NaN of pow(sum(pow(|x|, p)), 1/p).
+  for (double ord : {2.0, 3.0, 1.5, 1.0}) {
+    CAPTURE(ord);
+    const Tensor z = zeros({2, 3}, kFloat64).requires_grad_();
+    sum(vector_norm(z, ord, {1})).backward();
+    check_close(z.grad(), std::vector<double>(6, 0.0), 0.0, 0.0, "zeros");
+  }
+  // An entry of 0 in a nonzero slice: gradient 0 there for ord < 2 too (sgn(0) = 0).
+  for (double ord : {1.5, 0.5}) {
+    CAPTURE(ord);
+    const Tensor x = make_tensor({0.0, 3.0, -4.0}, {3}, kFloat64).requires_grad_();
+    vector_norm(x, ord).backward();
+    const double n = std::pow(std::pow(3.0, ord) + std::pow(4.0, ord), 1.0 / ord);
+    // d/dx_i = sgn(x_i) |x_i|^(ord - 1) n^(1 - ord)
+    check_close(x.grad(), {0.0, std::pow(3.0, ord - 1) * std::pow(n, 1 - ord), -std::pow(4.0, ord - 1) * std::pow(n, 1 - ord)},
+                1e-12, 1e-12, "an entry of 0");
+  }
+  // ord 0 counts: no gradient flows.
+  const Tensor c = make_tensor({0.0, 2.0, -1.0}, {3}, kFloat64).requires_grad_();
+  CHECK(vector_norm(c, 0.0).item<double>() == 2.0);
+  // float16 leaf: the gradient comes back in float16.
+  const Tensor hl = make_tensor({3.0, 4.0}, {2}, kFloat16).requires_grad_();
+  vector_norm(hl).backward();
+  CHECK(hl.grad().dtype() == kFloat16);
+  check_close(hl.grad(), {0.6, 0.8}, 1e-3, 1e-3, "float16 gradient");
+}

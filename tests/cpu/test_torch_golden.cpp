@@ -609,7 +609,7 @@ void run_family(const std::vector<std::string>& families) {
       title = str_of(member(c, "id")) + " " + str_of(member(c, "name"));
       ++n;
       run_case(g, c);
-    } catch (const std::exception& e) { CHECK_MESSAGE(false, title << ": threw: " << e.what()); }
+    } catch (const std::exception& e) { CHECK_MESSAGE(false, title << ": threw: " << std::string(e.what())); }
   }
   std::string names;
   for (const auto& f : families) names += (names.empty() ? "" : ", ") + f;

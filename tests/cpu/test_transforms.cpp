@@ -125,7 +125,7 @@ TEST_CASE("uint8: .to() reads the bytes as the numbers 0..255, exactly, in any l
   const Tensor b = byte_tensor({3, 5, 7});
   const std::vector<double> ref = values(b);
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
-    INFO(dtype_name(dt));
+    INFO(std::string(dtype_name(dt)));
     const Tensor f = b.to(dt).to(kFloat64);
     CHECK(f.tolist<double>() == ref);  // 0..255 are exact in every one of them
   }
@@ -195,7 +195,7 @@ TEST_CASE("ToFloat and Normalize against float64 loops") {
 
 TEST_CASE("RandomCrop replays its two draws, pads with zeros, and reaches every offset") {
   for (DType dt : {kUInt8, kFloat32}) {
-    INFO(dtype_name(dt));
+    INFO(std::string(dtype_name(dt)));
     const Tensor x = dt == kUInt8 ? byte_tensor({2, 6, 5}, 1) : float_tensor({2, 6, 5}, 4);
     const RandomCrop crop(4, 2);  // padded 10 x 9: top in [0, 6], left in [0, 5]
     std::vector<int> seen(7 * 6, 0);

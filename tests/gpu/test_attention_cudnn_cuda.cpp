@@ -73,7 +73,7 @@ template <typename View>
 void check_cudnn(const AttentionCase& c, const AttentionInputs& in, bool causal, std::optional<double> scale,
                  View gpu_view, double p = 0.0, const Tensor& mask = Tensor()) {
   const DType dt = in.q.dtype();
-  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt), " causal=", causal,
+  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", std::string(dtype_name(dt)), " causal=", causal,
        " scale=", scale ? *scale : -1.0, " p=", p, " mask=", mask.defined() ? mask.describe() : "none");
   const Tensor q = gpu_view(in.q), k = gpu_view(in.k), v = gpu_view(in.v), g = gpu_view(in.g);
   const Tensor gpu_mask = mask.defined() ? mask.to(kGpu) : Tensor();
@@ -154,7 +154,7 @@ TEST_CASE("attention cudnn: packed q, k, v of one projection, and result layouts
   for (DType dt : {kFloat16, kBFloat16})
     for (int64_t E : {64, 128})
       for (bool causal : {false, true}) {
-        INFO(dtype_name(dt), " E=", E, " causal=", causal);
+        INFO(std::string(dtype_name(dt)), " E=", E, " causal=", causal);
         const int64_t D = H * E;
         const Tensor x = random_tensor({B, T, 3 * D}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0);
         const Tensor g = random_tensor({B, T, H, E}, {dt}, seed++, Layout::Contiguous, -1.0, 1.0).transpose(1, 2);
@@ -224,7 +224,7 @@ TEST_CASE("attention cudnn: scaled_dot_product_attention's autograd takes the cu
   const AttentionReference ref =
       attention_reference(in.q, in.k, in.v, Tensor(), false, 1.0 / std::sqrt(64.0), {}, in.g);
   for (DType dt : {kFloat16, kBFloat16}) {
-    INFO(dtype_name(dt));
+    INFO(std::string(dtype_name(dt)));
     const Tensor q = in.q.to(kGpu, dt).requires_grad_(), k = in.k.to(kGpu, dt).requires_grad_();
     const Tensor v = in.v.to(kGpu, dt).requires_grad_();
     const ops::AttentionBackendGuard cudnn(AttentionBackend::Cudnn);

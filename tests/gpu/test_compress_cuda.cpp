@@ -106,7 +106,7 @@ TEST_CASE("cuda compress: a ResNet block under float16 autocast keeps about half
     if (channels_last) x = to_channels_last(x);
     const Run plain = run_blocks(blocks, x, kGpu, nullptr);
     for (CompressFormat format : {CompressFormat::Fp8E4M3, CompressFormat::Int8}) {
-      INFO(autograd::to_string(format), channels_last ? " channels-last" : " contiguous");
+      INFO(std::string(autograd::to_string(format)), channels_last ? " channels-last" : " contiguous");
       autograd::reset_compress_stats();
       const Run packed = run_blocks(blocks, x, kGpu, &format);
       const autograd::CompressStats s = autograd::compress_stats();

@@ -42,7 +42,7 @@ template <typename View>
 void check_cuda(const AttentionCase& c, const AttentionInputs& in, const Tensor& mask, bool causal, double p,
                 View gpu_view) {
   const DType dt = in.q.dtype();
-  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", dtype_name(dt),
+  INFO("B=", c.B, " H=", c.H, " L=", c.L, " S=", c.S, " E=", c.E, " ", std::string(dtype_name(dt)),
        " mask=", mask.defined() ? mask.describe() : "none", " causal=", causal, " p=", p);
   const Tensor q = gpu_view(in.q), k = gpu_view(in.k), v = gpu_view(in.v), g = gpu_view(in.g);
   const Tensor m = mask.defined() ? mask.to(kGpu) : Tensor();
@@ -245,7 +245,7 @@ TEST_CASE("flash_attention cuda: scaled_dot_product_attention routes to the fuse
   const Tensor mask = key_padding(c.B, c.S);
   const AttentionReference ref = attention_reference(in.q, in.k, in.v, mask, false, 0.125, {}, in.g);
   for (DType dt : {kFloat16, kBFloat16}) {
-    INFO(dtype_name(dt));
+    INFO(std::string(dtype_name(dt)));
     const Tensor q = in.q.to(kGpu, dt).requires_grad_(), k = in.k.to(kGpu, dt).requires_grad_();
     const Tensor v = in.v.to(kGpu, dt).requires_grad_();
     CHECK(ops::flash_attention_fused(q, k, v, mask.to(kGpu)));

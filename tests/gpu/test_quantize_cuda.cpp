@@ -24,7 +24,7 @@ namespace {
 
 /// Quantizes the pair on both devices: codes and scales bit for bit, dequantized values too.
 void check_pair(const DevicePair& x, QuantFormat format, int64_t block, const std::string& what) {
-  INFO(what, " ", ops::to_string(format), " block ", block, " ", x.gpu.describe());
+  INFO(what, " ", std::string(ops::to_string(format)), " block ", block, " ", x.gpu.describe());
   const ops::Quantized qc = ops::quantize_blockwise(x.cpu, format, block);
   const ops::Quantized qg = ops::quantize_blockwise(x.gpu, format, block);
   REQUIRE(qg.codes.device() == kGpu);

@@ -366,6 +366,38 @@ void add_reduce(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32, true, 1, 2.0});
+  t.push_back({"std",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
+                 std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                 int64_t n = 1;
+                 for (int64_t d : wrap_dims(dims, int64_t(sh.size()))) n *= sh[size_t(d)];
+                 if (dims.empty()) n = numel_of(sh);
+                 const int64_t correction = n > 1 ? rng.range(0, 1) : 0;
+                 const bool keep = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dims=", str(dims), " correction=", correction, " keepdim=", keep);
+                 s.f = [=](const TensorList& in) { return frugal::std(in[0], dims, correction, keep); };
+                 s.grad_tol = 10.0;
+                 return s;
+               },
+               A::Float32, true, 1, 2.0});
+  t.push_back({"vector_norm",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 4, 24, 0.0);
+                 const std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                 const double ords[] = {2.0, 1.0, 3.0, 1.5, 0.5, -1.0, INFINITY, -INFINITY};
+                 const double ord = ords[rng.range(0, 7)];
+                 const bool keep = rng.chance(0.5);
+                 GradSample s;
+                 // |x| >= 0.1: ord < 2 is not differentiable at 0, and ord < 1 is steep near it.
+                 s.inputs = {grad_in(values(rng, sh, -2.0, 2.0, 0.1))};
+                 s.params = cat_str("ord=", ord, " dims=", str(dims), " keepdim=", keep);
+                 s.f = [=](const TensorList& in) { return vector_norm(in[0], ord, dims, keep); };
+                 return s;
+               },
+               A::Float32});
   using Along = ValuesIndices (*)(const Tensor&, int64_t, bool);
   const std::pair<const char*, Along> along[] = {
       {"max", [](const Tensor& x, int64_t d, bool k) { return max(x, d, k); }},
