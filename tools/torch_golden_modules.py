@@ -66,68 +66,16 @@ import collections
 import copy
 import json
 import os
-import struct
 import sys
 import warnings
 
 import torch
 import torch.nn as nn
 
+from golden_safetensors import DTYPE_NAME, apply_view, save_safetensors
+
 SEED = 20240618
-STORE = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL"}
-DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.int32: "int32",
-              torch.bool: "bool"}
 INF = float("inf")
-
-
-# ---- safetensors, written by hand (no dependency beyond torch) -------------------------------
-
-def tensor_bytes(t):
-    return t.contiguous().numpy().tobytes()
-
-
-def save_safetensors(path, tensors, metadata):
-    """Writes as the Python library does: widest dtype first, then by name, packed."""
-    width = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BOOL": 1}
-    order = sorted(tensors, key=lambda k: (-width[STORE[tensors[k].dtype]], k))
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for k in order:
-        b = tensor_bytes(tensors[k])
-        header[k] = {"dtype": STORE[tensors[k].dtype], "shape": list(tensors[k].shape),
-                     "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
-
-
-# ---- views: the same steps the C++ applies (apply_view in test_torch_golden_modules.cpp) -----
-
-def apply_view(t, steps):
-    for s in steps:
-        kind, a = s[0], s[1:]
-        if kind == "transpose":
-            t = t.transpose(a[0], a[1])
-        elif kind == "permute":
-            t = t.permute(*a)
-        elif kind == "slice":  # dim, start, end, step
-            dim, start, end, step = a
-            idx = [slice(None)] * t.dim()
-            idx[dim] = slice(start, end, step)
-            t = t[tuple(idx)]
-        elif kind == "select":
-            t = t.select(a[0], a[1])
-        else:
-            raise ValueError(kind)
-    return t
 
 
 class In:

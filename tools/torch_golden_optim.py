@@ -81,44 +81,18 @@ The output is deterministic (seeded); the file stays under 1 MB.
 """
 import argparse
 import json
-import math
 import os
-import struct
 import sys
 import warnings
 
 import torch
 
+from golden_safetensors import STORE, save_safetensors
+
 SEED = 20240614
-STORE = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 INF = float("inf")
 NAN = float("nan")
-
-
-# ---- safetensors, written by hand (as tools/torch_golden_ops.py) ------------------------------
-
-def save_safetensors(path, tensors, metadata):
-    """Writes as the Python library does: widest dtype first, then by name, packed."""
-    width = {"F64": 8, "I64": 8, "F32": 4}
-    order = sorted(tensors, key=lambda k: (-width[STORE[tensors[k].dtype]], k))
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for k in order:
-        b = tensors[k].contiguous().numpy().tobytes()
-        header[k] = {"dtype": STORE[tensors[k].dtype], "shape": list(tensors[k].shape),
-                     "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
 
 
 # ---- optimizers and schedulers from a case's settings (frugal's option names) -----------------

@@ -21,11 +21,9 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,9 +31,8 @@
 #include "autograd/engine.h"
 #include "autograd/ops/all.h"
 #include "core/json.h"
-#include "golden_dir.h"  // FRUGAL_GOLDEN_DIR: the source tree's tests/golden (tests/meson.build)
-#include "nn/safetensors.h"
 #include "tensor/factory.h"
+#include "tests/cpu/golden_file.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -44,79 +41,12 @@ using namespace frugal::testing;
 namespace {
 
 const std::string kGoldenFile = "ops_torch.safetensors";
+const std::string kRemake = " (regenerate it: /usr/bin/python3 tools/torch_golden_ops.py)";
 
-// ---- the file ------------------------------------------------------------------------------
-
-/// The golden file, read and checked once: its tensors and its parsed case list.
-struct GoldenOps {
-  std::map<std::string, Tensor> tensors;
-  json::Value cases;  // an array of objects (Note [Golden cases])
-};
-
-/// Reads and validates the file; throws frugal::Error saying what is wrong and how to remake it.
-GoldenOps read_golden_ops() {
-  const std::string path = std::string(FRUGAL_GOLDEN_DIR) + "/" + kGoldenFile;
-  const std::string remake = " (regenerate it: /usr/bin/python3 tools/torch_golden_ops.py)";
-  FRUGAL_CHECK(std::filesystem::is_regular_file(path), "torch goldens: ", path, " is missing", remake);
-  nn::SafetensorsFile file = nn::load_safetensors(path);
-  auto it = file.metadata.find("cases");
-  FRUGAL_CHECK(it != file.metadata.end(), "torch goldens: ", path, " has no \"cases\" metadata", remake);
-  json::Value cases;
-  try {
-    cases = json::parse(it->second);
-  } catch (const std::exception& e) {
-    FRUGAL_FAIL("torch goldens: ", path, ": the \"cases\" metadata: ", e.what(), remake);
-  }
-  GoldenOps g{std::move(file.tensors), std::move(cases)};
-  FRUGAL_CHECK(g.cases.is_array() && !g.cases.items.empty(), "torch goldens: ", path,
-               ": \"cases\" is not a non-empty array", remake);
-  auto count = file.metadata.find("count");
-  FRUGAL_CHECK(count != file.metadata.end() && count->second == std::to_string(g.cases.items.size()),
-               "torch goldens: ", path, ": the case count does not match the \"count\" metadata", remake);
-  return g;
-}
-
-/// The file, loaded on first use; a missing or malformed file fails the calling test case.
-const GoldenOps& golden_ops() {
-  static std::string error;
-  static const std::optional<GoldenOps> g = []() -> std::optional<GoldenOps> {
-    try {
-      return read_golden_ops();
-    } catch (const std::exception& e) {
-      error = e.what();
-      return std::nullopt;
-    }
-  }();
-  REQUIRE_MESSAGE(g.has_value(), error);
-  return *g;
-}
+GoldenFile read_golden_ops() { return read_golden_file(kGoldenFile, kRemake); }
+const GoldenFile& golden_ops() { return golden_once<read_golden_ops>(); }
 
 // ---- reading a case's JSON -----------------------------------------------------------------
-
-const json::Value& member(const json::Value& obj, const std::string& key) {
-  const json::Value* v = obj.is_object() ? obj.find(key) : nullptr;
-  FRUGAL_CHECK(v != nullptr, "torch goldens: missing \"", key, "\"");
-  return *v;
-}
-std::string str_of(const json::Value& v) {
-  FRUGAL_CHECK(v.is_string(), "torch goldens: expected a string, got ", json::type_name(v.type));
-  return v.text;
-}
-double num_of(const json::Value& v) {
-  FRUGAL_CHECK(v.type == json::Value::Type::Number, "torch goldens: expected a number, got ", json::type_name(v.type));
-  return std::stod(v.text);
-}
-int64_t int_of(const json::Value& v) {
-  const double d = num_of(v);
-  FRUGAL_CHECK(d == std::floor(d), "torch goldens: expected an integer, got ", v.text);
-  return int64_t(d);
-}
-std::vector<int64_t> ints_of(const json::Value& v) {
-  FRUGAL_CHECK(v.is_array(), "torch goldens: expected an array, got ", json::type_name(v.type));
-  std::vector<int64_t> r;
-  for (const auto& e : v.items) r.push_back(int_of(e));
-  return r;
-}
 
 /// An op's keyword arguments, with the defaults of its PyTorch signature.
 struct Args {
@@ -163,40 +93,6 @@ struct Args {
     return Reduction::Mean;
   }
 };
-
-// ---- views ---------------------------------------------------------------------------------
-
-/// The steps of tools/torch_golden_ops.py's apply_view, on frugal's views.
-Tensor apply_view(Tensor t, const json::Value& steps) {
-  FRUGAL_CHECK(steps.is_array(), "torch goldens: \"view\" is not an array");
-  for (const json::Value& s : steps.items) {
-    FRUGAL_CHECK(s.is_array() && !s.items.empty(), "torch goldens: a view step is not a non-empty array");
-    const std::string kind = str_of(s.items[0]);
-    std::vector<int64_t> a;
-    for (size_t i = 1; i < s.items.size(); ++i) a.push_back(int_of(s.items[i]));
-    const size_t arity = kind == "slice"                           ? 4
-                         : kind == "transpose" || kind == "select" ? 2
-                         : kind == "unsqueeze"                     ? 1
-                                                                   : 0;
-    FRUGAL_CHECK(arity == 0 || a.size() == arity, "torch goldens: view step ", kind, " takes ", arity, " numbers");
-    if (kind == "transpose") {
-      t = t.transpose(a[0], a[1]);
-    } else if (kind == "permute") {
-      t = t.permute(a);
-    } else if (kind == "slice") {  // dim, start, end, step
-      t = t.slice(a[0], a[1], a[2], a[3]);
-    } else if (kind == "expand") {
-      t = t.expand(a);
-    } else if (kind == "unsqueeze") {
-      t = t.unsqueeze(a[0]);
-    } else if (kind == "select") {
-      t = t.select(a[0], a[1]);
-    } else {
-      FRUGAL_FAIL("torch goldens: unknown view step ", kind);
-    }
-  }
-  return t;
-}
 
 // ---- the ops -------------------------------------------------------------------------------
 
@@ -442,10 +338,6 @@ const std::map<std::string, OpFn>& op_table() {
 
 // ---- comparing -----------------------------------------------------------------------------
 
-struct Tol {
-  double rtol, atol;
-};
-
 /// The bound for results stored in `dt`: for 16-bit types a few roundings of the type; for
 /// float32 ten times what the cases need today (all of them pass at 1e-6 |torch| + 1e-7 scale),
 /// so an accumulation order or formula that loses accuracy shows up too.
@@ -462,33 +354,6 @@ Tol tol_for(DType dt) {
 DType coarser(DType a, DType b) {
   auto eps = [](DType t) { return t == DType::BFloat16 ? 3 : t == DType::Float16 ? 2 : t == DType::Float32 ? 1 : 0; };
   return eps(a) >= eps(b) ? a : b;
-}
-
-/// How far `got` is from `want` (float64, same shape), and where; "" when within the bound.
-std::string mismatch(const Tensor& got, const Tensor& want, Tol tol) {
-  const std::vector<double> g = values_of(got), w = values_of(want);
-  double scale = 1.0;
-  for (double v : w)
-    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-  double worst = 0.0, worst_err = 0.0;
-  int64_t at = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    double err, ratio;
-    if (std::isnan(w[i]) || std::isnan(g[i]) || std::isinf(w[i]) || std::isinf(g[i])) {
-      const bool same = (std::isnan(w[i]) && std::isnan(g[i])) || g[i] == w[i];
-      err = ratio = same ? 0.0 : INFINITY;
-    } else {
-      err = std::fabs(g[i] - w[i]);
-      ratio = err / (tol.atol * scale + tol.rtol * std::fabs(w[i]));
-    }
-    if (ratio > worst || (at < 0 && ratio > 1.0)) worst = ratio, worst_err = err, at = int64_t(i);
-  }
-  if (worst <= 1.0) return "";
-  std::ostringstream os;
-  os.precision(9);
-  os << "max |err| " << worst_err << " at " << shape_str(unravel(at, want.sizes())) << " (frugal " << g[size_t(at)]
-     << ", torch " << w[size_t(at)] << "), bound " << tol.atol << " x " << scale << " + " << tol.rtol << " |torch|";
-  return os.str();
 }
 
 /// Compares an output or a gradient; `what` names it in the message.
@@ -524,14 +389,14 @@ void check_tensor(const std::string& title, const std::string& what, const Tenso
 // ---- running a case ------------------------------------------------------------------------
 
 /// A stored tensor of the case, checked to exist.
-const Tensor& stored(const GoldenOps& g, const std::string& id, const std::string& what) {
+const Tensor& stored(const GoldenFile& g, const std::string& id, const std::string& what) {
   auto it = g.tensors.find(id + "." + what);
   FRUGAL_CHECK(it != g.tensors.end(), "torch goldens: case ", id, " has no tensor \"", what, "\"");
   return it->second;
 }
 
 /// Runs one case (Note [Golden cases]); every comparison is a CHECK naming the case.
-void run_case(const GoldenOps& g, const json::Value& c) {
+void run_case(const GoldenFile& g, const json::Value& c) {
   const std::string id = str_of(member(c, "id")), op = str_of(member(c, "op"));
   const std::string title = id + " " + str_of(member(c, "name"));
   const Args args{member(c, "args")};
@@ -599,7 +464,7 @@ void run_case(const GoldenOps& g, const json::Value& c) {
 
 /// Runs every case of `families`; a case that throws fails with its message.
 void run_family(const std::vector<std::string>& families) {
-  const GoldenOps& g = golden_ops();
+  const GoldenFile& g = golden_ops();
   int64_t n = 0;
   for (const json::Value& c : g.cases.items) {
     std::string family, title = "(a case without an id)";
@@ -652,7 +517,7 @@ TEST_CASE("torch golden: matmul and linear match PyTorch (broadcast batch dims, 
 }
 
 TEST_CASE("torch golden: the golden file is read whole and every case names a known op") {
-  const GoldenOps& g = golden_ops();
+  const GoldenFile& g = golden_ops();
   for (const json::Value& c : g.cases.items) {
     const json::Value* op = c.find("op");
     CHECK_MESSAGE((op && op->is_string() && op_table().count(op->text) == 1),

@@ -56,7 +56,6 @@
 
 #include "autograd/engine.h"
 #include "core/json.h"
-#include "golden_dir.h"  // FRUGAL_GOLDEN_DIR: the source tree's tests/golden (tests/meson.build)
 #include "models/bert.h"
 #include "models/resnet.h"
 #include "models/vit.h"
@@ -72,6 +71,7 @@
 #include "nn/rms_norm.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
+#include "tests/cpu/golden_file.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -84,42 +84,6 @@ const std::string kRemake = " (regenerate it: /usr/bin/python3 tools/torch_golde
 
 // ---- reading JSON --------------------------------------------------------------------------
 
-const json::Value& member(const json::Value& obj, const std::string& key) {
-  const json::Value* v = obj.is_object() ? obj.find(key) : nullptr;
-  FRUGAL_CHECK(v != nullptr, "torch module goldens: missing \"", key, "\"");
-  return *v;
-}
-std::string str_of(const json::Value& v) {
-  FRUGAL_CHECK(v.is_string(), "torch module goldens: expected a string, got ", json::type_name(v.type));
-  return v.text;
-}
-bool bool_of(const json::Value& v) {
-  FRUGAL_CHECK(v.type == json::Value::Type::Bool, "torch module goldens: expected a bool, got ",
-               json::type_name(v.type));
-  return v.boolean;
-}
-double num_of(const json::Value& v) {
-  FRUGAL_CHECK(v.type == json::Value::Type::Number, "torch module goldens: expected a number, got ",
-               json::type_name(v.type));
-  return std::stod(v.text);
-}
-int64_t int_of(const json::Value& v) {
-  const double d = num_of(v);
-  FRUGAL_CHECK(d == std::floor(d), "torch module goldens: expected an integer, got ", v.text);
-  return int64_t(d);
-}
-std::vector<int64_t> ints_of(const json::Value& v) {
-  FRUGAL_CHECK(v.is_array(), "torch module goldens: expected an array, got ", json::type_name(v.type));
-  std::vector<int64_t> r;
-  for (const auto& e : v.items) r.push_back(int_of(e));
-  return r;
-}
-std::vector<std::string> strs_of(const json::Value& v) {
-  FRUGAL_CHECK(v.is_array(), "torch module goldens: expected an array, got ", json::type_name(v.type));
-  std::vector<std::string> r;
-  for (const auto& e : v.items) r.push_back(str_of(e));
-  return r;
-}
 /// An optional index into the case's inputs (absent or null: none).
 std::optional<size_t> index_of(const json::Value& obj, const std::string& key) {
   const json::Value* v = obj.find(key);
@@ -135,14 +99,9 @@ std::string join(const std::vector<std::string>& v) {
 
 // ---- the file ------------------------------------------------------------------------------
 
-struct GoldenModules {
-  std::map<std::string, Tensor> tensors;
-  json::Value cases;  // an array of objects (Note [Module goldens])
-};
-
 /// Checks that one case's metadata is whole and that every tensor it names is in the file with
 /// the shape and dtype the metadata gives; returns those tensor names.
-std::set<std::string> check_case(const GoldenModules& g, const json::Value& c) {
+std::set<std::string> check_case(const GoldenFile& g, const json::Value& c) {
   const std::string id = str_of(member(c, "id"));
   std::set<std::string> names;
   auto need = [&](const std::string& what, const Shape* shape, std::optional<DType> dtype) {
@@ -189,24 +148,9 @@ std::set<std::string> check_case(const GoldenModules& g, const json::Value& c) {
 
 /// Reads the file and validates all of it (every case whole, every tensor named by a case and
 /// every case's tensors present); throws frugal::Error saying what is wrong and how to remake it.
-GoldenModules read_golden_modules() {
+GoldenFile read_golden_modules() {
   const std::string path = std::string(FRUGAL_GOLDEN_DIR) + "/" + kGoldenFile;
-  FRUGAL_CHECK(std::filesystem::is_regular_file(path), "torch module goldens: ", path, " is missing", kRemake);
-  nn::SafetensorsFile file = nn::load_safetensors(path);
-  auto it = file.metadata.find("cases");
-  FRUGAL_CHECK(it != file.metadata.end(), "torch module goldens: ", path, " has no \"cases\" metadata", kRemake);
-  GoldenModules g;
-  try {
-    g.cases = json::parse(it->second);
-  } catch (const std::exception& e) {
-    FRUGAL_FAIL("torch module goldens: ", path, ": the \"cases\" metadata: ", e.what(), kRemake);
-  }
-  g.tensors = std::move(file.tensors);
-  FRUGAL_CHECK(g.cases.is_array() && !g.cases.items.empty(), "torch module goldens: ", path,
-               ": \"cases\" is not a non-empty array", kRemake);
-  auto count = file.metadata.find("count");
-  FRUGAL_CHECK(count != file.metadata.end() && count->second == std::to_string(g.cases.items.size()),
-               "torch module goldens: ", path, ": the case count does not match the \"count\" metadata", kRemake);
+  GoldenFile g = read_golden_file(kGoldenFile, kRemake);
   std::set<std::string> claimed, ids;
   for (const json::Value& c : g.cases.items) {
     try {
@@ -221,19 +165,7 @@ GoldenModules read_golden_modules() {
 }
 
 /// The file, loaded and validated on first use; a missing or malformed file fails the calling test case.
-const GoldenModules& golden_modules() {
-  static std::string error;
-  static const std::optional<GoldenModules> g = []() -> std::optional<GoldenModules> {
-    try {
-      return read_golden_modules();
-    } catch (const std::exception& e) {
-      error = e.what();
-      return std::nullopt;
-    }
-  }();
-  REQUIRE_MESSAGE(g.has_value(), error);
-  return *g;
-}
+const GoldenFile& golden_modules() { return golden_once<read_golden_modules>(); }
 
 // ---- building a module from its torch spec -------------------------------------------------
 
@@ -463,31 +395,6 @@ std::shared_ptr<nn::Module> make_module(const json::Value& spec) {
 
 // ---- views and calls -----------------------------------------------------------------------
 
-/// The steps of tools/torch_golden_modules.py's apply_view, on frugal's views.
-Tensor apply_view(Tensor t, const json::Value& steps) {
-  for (const json::Value& s : steps.items) {
-    FRUGAL_CHECK(s.is_array() && !s.items.empty(), "torch module goldens: a view step is not a non-empty array");
-    const std::string kind = str_of(s.items[0]);
-    std::vector<int64_t> a;
-    for (size_t i = 1; i < s.items.size(); ++i) a.push_back(int_of(s.items[i]));
-    const size_t arity = kind == "slice" ? 4 : kind == "transpose" || kind == "select" ? 2 : 0;
-    FRUGAL_CHECK(arity == 0 || a.size() == arity, "torch module goldens: view step ", kind, " takes ", arity,
-                 " numbers");
-    if (kind == "transpose") {
-      t = t.transpose(a[0], a[1]);
-    } else if (kind == "permute") {
-      t = t.permute(a);
-    } else if (kind == "slice") {  // dim, start, end, step
-      t = t.slice(a[0], a[1], a[2], a[3]);
-    } else if (kind == "select") {
-      t = t.select(a[0], a[1]);
-    } else {
-      FRUGAL_FAIL("torch module goldens: unknown view step ", kind);
-    }
-  }
-  return t;
-}
-
 using Tensors = std::vector<Tensor>;
 
 /// One forward call of the case's kind (tools/torch_golden_modules.py's forward()).
@@ -535,41 +442,10 @@ Tensors call_module(const std::string& kind, nn::Module& m, const Tensors& in, c
 
 // ---- comparing (as test_torch_golden.cpp) ----------------------------------------------------
 
-struct Tol {
-  double rtol, atol;
-};
-
 /// The bound for results of a module run in `dt`. float32: at least twice what torch's own
 /// float32 modules miss the float64 goldens by on every case (the generator checks it), and
 /// more than ten times what frugal needs on most; float64: a few roundings of short sums.
 Tol tol_for(DType dt) { return dt == DType::Float32 ? Tol{1e-5, 2e-6} : Tol{1e-10, 1e-12}; }
-
-/// How far `got` is from `want` (float64, same shape), and where; "" when within the bound.
-std::string mismatch(const Tensor& got, const Tensor& want, Tol tol) {
-  const std::vector<double> g = values_of(got), w = values_of(want);
-  double scale = 1.0;
-  for (double v : w)
-    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-  double worst = 0.0, worst_err = 0.0;
-  int64_t at = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    double err, ratio;
-    if (std::isnan(w[i]) || std::isnan(g[i]) || std::isinf(w[i]) || std::isinf(g[i])) {
-      const bool same = (std::isnan(w[i]) && std::isnan(g[i])) || g[i] == w[i];
-      err = ratio = same ? 0.0 : INFINITY;
-    } else {
-      err = std::fabs(g[i] - w[i]);
-      ratio = err / (tol.atol * scale + tol.rtol * std::fabs(w[i]));
-    }
-    if (ratio > worst || (at < 0 && ratio > 1.0)) worst = ratio, worst_err = err, at = int64_t(i);
-  }
-  if (worst <= 1.0) return "";
-  std::ostringstream os;
-  os.precision(9);
-  os << "max |err| " << worst_err << " at " << shape_str(unravel(at, want.sizes())) << " (frugal " << g[size_t(at)]
-     << ", torch " << w[size_t(at)] << "), bound " << tol.atol << " x " << scale << " + " << tol.rtol << " |torch|";
-  return os.str();
-}
 
 /// Compares an output, gradient or buffer; `what` names it in the message.
 void check_tensor(const std::string& title, const std::string& what, const Tensor& got, const Tensor& want,
@@ -604,7 +480,7 @@ void check_tensor(const std::string& title, const std::string& what, const Tenso
 
 // ---- running a case ------------------------------------------------------------------------
 
-const Tensor& stored(const GoldenModules& g, const std::string& id, const std::string& what) {
+const Tensor& stored(const GoldenFile& g, const std::string& id, const std::string& what) {
   auto it = g.tensors.find(id + "." + what);
   FRUGAL_CHECK(it != g.tensors.end(), "torch module goldens: case ", id, " has no tensor \"", what, "\"");
   return it->second;
@@ -618,7 +494,7 @@ std::vector<std::string> names_of(const nn::NamedTensors& v) {
 
 /// Step 1 of Note [Module goldens]: frugal's names, shapes and dtypes against torch's, then the
 /// load. Returns false when the module cannot take torch's state (the rest of the case is moot).
-bool check_names_and_load(const GoldenModules& g, const json::Value& c, const std::string& title, nn::Module& m) {
+bool check_names_and_load(const GoldenFile& g, const json::Value& c, const std::string& title, nn::Module& m) {
   const std::string id = str_of(member(c, "id"));
   std::vector<std::string> torch_keys;
   std::map<std::string, std::pair<Shape, DType>> torch_meta;
@@ -670,7 +546,7 @@ bool check_names_and_load(const GoldenModules& g, const json::Value& c, const st
 }
 
 /// Runs one case (Note [Module goldens]); every comparison is a CHECK naming the case.
-void run_case(const GoldenModules& g, const json::Value& c) {
+void run_case(const GoldenFile& g, const json::Value& c) {
   const std::string id = str_of(member(c, "id"));
   const std::string title = id + " " + str_of(member(c, "name"));
   const DType dt = parse_dtype(str_of(member(c, "dtype")));
@@ -733,7 +609,7 @@ void run_case(const GoldenModules& g, const json::Value& c) {
 
 /// Runs every case of `families`; a case that throws fails with its message.
 void run_family(const std::vector<std::string>& families) {
-  const GoldenModules& g = golden_modules();
+  const GoldenFile& g = golden_modules();
   int64_t n = 0;
   for (const json::Value& c : g.cases.items) {
     const std::string family = str_of(member(c, "family"));
@@ -787,7 +663,7 @@ TEST_CASE("torch golden modules: BertLayer and the ViT EncoderBlock match torch.
 }
 
 TEST_CASE("torch golden modules: the golden file is whole and every case builds a frugal module") {
-  const GoldenModules& g = golden_modules();  // validated as it is read
+  const GoldenFile& g = golden_modules();  // validated as it is read
   std::set<std::string> families;
   for (const json::Value& c : g.cases.items) {
     const std::string title = str_of(member(c, "id")) + " " + str_of(member(c, "name"));

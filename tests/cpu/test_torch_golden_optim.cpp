@@ -28,7 +28,6 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +35,6 @@
 #include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "core/json.h"
-#include "golden_dir.h"  // FRUGAL_GOLDEN_DIR: the source tree's tests/golden (tests/meson.build)
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
@@ -45,6 +43,7 @@
 #include "optim/offload_adam.h"
 #include "optim/sgd.h"
 #include "tensor/factory.h"
+#include "tests/cpu/golden_file.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -56,78 +55,11 @@ namespace {
 const std::string kGoldenFile = "optim_torch.safetensors";
 const std::string kRemake = " (regenerate it: /usr/bin/python3 tools/torch_golden_optim.py)";
 
-// ---- the file ------------------------------------------------------------------------------
-
-/// The golden file, read and checked once: its tensors and its parsed case list.
-struct GoldenOptim {
-  std::map<std::string, Tensor> tensors;
-  json::Value cases;  // an array of objects (Note [Golden trajectories])
-};
-
-/// Reads and validates the file; throws frugal::Error saying what is wrong and how to remake it.
-GoldenOptim read_golden_optim() {
-  const std::string path = std::string(FRUGAL_GOLDEN_DIR) + "/" + kGoldenFile;
-  FRUGAL_CHECK(std::filesystem::is_regular_file(path), "torch goldens: ", path, " is missing", kRemake);
-  nn::SafetensorsFile file;
-  try {
-    file = nn::load_safetensors(path);
-  } catch (const std::exception& e) { FRUGAL_FAIL("torch goldens: ", e.what(), kRemake); }
-  auto it = file.metadata.find("cases");
-  FRUGAL_CHECK(it != file.metadata.end(), "torch goldens: ", path, " has no \"cases\" metadata", kRemake);
-  json::Value cases;
-  try {
-    cases = json::parse(it->second);
-  } catch (const std::exception& e) {
-    FRUGAL_FAIL("torch goldens: ", path, ": the \"cases\" metadata: ", e.what(), kRemake);
-  }
-  FRUGAL_CHECK(cases.is_array() && !cases.items.empty(), "torch goldens: ", path,
-               ": \"cases\" is not a non-empty array", kRemake);
-  auto count = file.metadata.find("count");
-  FRUGAL_CHECK(count != file.metadata.end() && count->second == std::to_string(cases.items.size()),
-               "torch goldens: ", path, ": the case count does not match the \"count\" metadata", kRemake);
-  return GoldenOptim{std::move(file.tensors), std::move(cases)};
-}
-
-/// The file, loaded on first use; a missing or malformed file fails the calling test case.
-const GoldenOptim& golden() {
-  static std::string error;
-  static const std::optional<GoldenOptim> g = []() -> std::optional<GoldenOptim> {
-    try {
-      return read_golden_optim();
-    } catch (const std::exception& e) {
-      error = e.what();
-      return std::nullopt;
-    }
-  }();
-  REQUIRE_MESSAGE(g.has_value(), error);
-  return *g;
-}
+GoldenFile read_golden_optim() { return read_golden_file(kGoldenFile, kRemake); }
+const GoldenFile& golden() { return golden_once<read_golden_optim>(); }
 
 // ---- reading a case's JSON -----------------------------------------------------------------
 
-const json::Value& member(const json::Value& obj, const std::string& key) {
-  const json::Value* v = obj.is_object() ? obj.find(key) : nullptr;
-  FRUGAL_CHECK(v != nullptr, "torch goldens: missing \"", key, "\"");
-  return *v;
-}
-std::string str_of(const json::Value& v) {
-  FRUGAL_CHECK(v.is_string(), "torch goldens: expected a string, got ", json::type_name(v.type));
-  return v.text;
-}
-double num_of(const json::Value& v) {
-  if (v.is_string() && v.text == "inf") return std::numeric_limits<double>::infinity();  // a norm_type
-  FRUGAL_CHECK(v.type == json::Value::Type::Number, "torch goldens: expected a number, got ", json::type_name(v.type));
-  return std::stod(v.text);
-}
-int64_t int_of(const json::Value& v) {
-  const double d = num_of(v);
-  FRUGAL_CHECK(d == std::floor(d), "torch goldens: expected an integer, got ", v.text);
-  return int64_t(d);
-}
-bool flag_of(const json::Value& v) {
-  FRUGAL_CHECK(v.type == json::Value::Type::Bool, "torch goldens: expected a bool, got ", json::type_name(v.type));
-  return v.boolean;
-}
 const json::Value& array_of(const json::Value& v) {
   FRUGAL_CHECK(v.is_array(), "torch goldens: expected an array, got ", json::type_name(v.type));
   return v;
@@ -172,41 +104,10 @@ Tensor in_layout(const Tensor& t, const json::Value* layout) {
 
 // ---- comparing -----------------------------------------------------------------------------
 
-struct Tol {
-  double rtol, atol;
-};
-
 /// The bound for a trajectory in `dt`: float32's is ten times what the cases need today, so a
 /// rule that loses accuracy (or drifts over the steps) shows up too.
 Tol tol_for(DType dt) { return dt == kFloat64 ? Tol{1e-12, 1e-13} : Tol{1e-5, 1e-6}; }
 const Tol kLrTol{1e-12, 1e-15};
-
-/// How far `got` is from `want` (same count), and where; "" when within the bound.
-std::string mismatch(const std::vector<double>& g, const std::vector<double>& w, const Shape& shape, Tol tol) {
-  if (g.size() != w.size()) return std::to_string(g.size()) + " values, torch " + std::to_string(w.size());
-  double scale = 1.0;
-  for (double v : w)
-    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-  double worst = 0.0, worst_err = 0.0;
-  int64_t at = -1;
-  for (size_t i = 0; i < w.size(); ++i) {
-    double err, ratio;
-    if (!std::isfinite(w[i]) || !std::isfinite(g[i])) {
-      const bool same = (std::isnan(w[i]) && std::isnan(g[i])) || g[i] == w[i];
-      err = ratio = same ? 0.0 : INFINITY;
-    } else {
-      err = std::fabs(g[i] - w[i]);
-      ratio = err / (tol.atol * scale + tol.rtol * std::fabs(w[i]));
-    }
-    if (ratio > worst || (at < 0 && ratio > 1.0)) worst = ratio, worst_err = err, at = int64_t(i);
-  }
-  if (worst <= 1.0) return "";
-  std::ostringstream os;
-  os.precision(9);
-  os << "max |err| " << worst_err << " at " << shape_str(unravel(at, shape)) << " (frugal " << g[size_t(at)]
-     << ", torch " << w[size_t(at)] << "), bound " << tol.atol << " x " << scale << " + " << tol.rtol << " |torch|";
-  return os.str();
-}
 
 /// One case's comparisons. Once a series (a parameter's trajectory, the lr sequence, the scale)
 /// has gone wrong, its later steps usually differ too: only its first mismatch is shown, and
@@ -274,9 +175,9 @@ ParamGroup group_of(const json::Value& spec, const std::vector<Tensor>& params) 
     else if (m.key == "beta1") g.beta1 = num_of(v);
     else if (m.key == "beta2") g.beta2 = num_of(v);
     else if (m.key == "eps") g.eps = num_of(v);
-    else if (m.key == "nesterov") g.nesterov = flag_of(v);
-    else if (m.key == "maximize") g.maximize = flag_of(v);
-    else if (m.key == "amsgrad") g.amsgrad = flag_of(v);
+    else if (m.key == "nesterov") g.nesterov = bool_of(v);
+    else if (m.key == "maximize") g.maximize = bool_of(v);
+    else if (m.key == "amsgrad") g.amsgrad = bool_of(v);
     else FRUGAL_FAIL("torch goldens: unknown param group setting \"", m.key, "\"");
   }
   return g;
@@ -294,7 +195,7 @@ std::unique_ptr<Optimizer> make_optimizer(const json::Value& spec, const std::ve
   std::vector<ParamGroup> groups;
   for (const json::Value& g : array_of(member(spec, "groups")).items)
     if (added_at(g) <= through) groups.push_back(group_of(g, params));
-  auto flag = [&](const char* k) { return o.find(k) ? flag_of(*o.find(k)) : false; };
+  auto flag = [&](const char* k) { return o.find(k) ? bool_of(*o.find(k)) : false; };
   if (type == "SGD") {
     SGDOptions s;
     s.lr = num_or(o, "lr", s.lr), s.momentum = num_or(o, "momentum", 0), s.dampening = num_or(o, "dampening", 0);
@@ -584,7 +485,7 @@ void run_scaler(const std::string& id, Report& r, const json::Value& c) {
   const Tol tol = tol_for(kFloat32);
   const json::Value& o = member(c, "options");
   const int64_t steps = int_of(member(c, "steps"));
-  const bool unscale = flag_of(member(c, "unscale")), check_grads = flag_of(member(c, "check_grads"));
+  const bool unscale = bool_of(member(c, "unscale")), check_grads = bool_of(member(c, "check_grads"));
   const json::Value* clip = c.find("clip");
   const int64_t resume_at = c.find("resume_at") ? int_of(member(c, "resume_at")) : -1;
   const std::vector<double> want_scale = values_of(stored(id, "scale")),
@@ -605,7 +506,7 @@ void run_scaler(const std::string& id, Report& r, const json::Value& c) {
                                                      .growth_factor = num_of(member(o, "growth_factor")),
                                                      .backoff_factor = num_of(member(o, "backoff_factor")),
                                                      .growth_interval = int_of(member(o, "growth_interval")),
-                                                     .enabled = !o.find("enabled") || flag_of(*o.find("enabled"))});
+                                                     .enabled = !o.find("enabled") || bool_of(*o.find("enabled"))});
   auto check_scale = [&](int64_t s) {
     const std::string at = s == 0 ? "before step 1" : "after " + step_name(s);
     r.check("scale", "scale " + at, value_error(scaler->get_scale(), want_scale[size_t(s)], {0, 0}));
@@ -677,7 +578,7 @@ void run_scaler(const std::string& id, Report& r, const json::Value& c) {
 
 /// Runs every case of `families`; a case that throws fails with its message.
 void run_family(const std::vector<std::string>& families) {
-  const GoldenOptim& g = golden();
+  const GoldenFile& g = golden();
   int64_t n = 0;
   for (const json::Value& c : g.cases.items) {
     std::string title = "(a case without an id)";
@@ -736,7 +637,7 @@ TEST_CASE("torch golden optim: training loops of optimizer, scheduler and clippi
 }
 
 TEST_CASE("torch golden optim: the golden file is read whole and every case is of a known kind and family") {
-  const GoldenOptim& g = golden();
+  const GoldenFile& g = golden();
   const std::vector<std::string> kinds = {"optim", "sched", "clip", "scaler"};
   const std::vector<std::string> families = {"sgd", "adam", "adamw", "offload", "sched", "clip", "scaler", "loop"};
   for (const json::Value& c : g.cases.items) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <tuple>
+#include <utility>
 
 #include "autograd/ops/activation.h"
 #include "autograd/ops/all.h"
@@ -349,40 +350,30 @@ void add_reduce(std::vector<GradEntry>& t) {
                    return s;
                  },
                  amp});
-  t.push_back({"var",
-               [](Rng& rng) {
-                 const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
-                 std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
-                 int64_t n = 1;
-                 for (int64_t d : wrap_dims(dims, int64_t(sh.size()))) n *= sh[size_t(d)];
-                 if (dims.empty()) n = numel_of(sh);
-                 const int64_t correction = n > 1 ? rng.range(0, 1) : 0;
-                 const bool keep = rng.chance(0.5);
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, sh))};
-                 s.params = cat_str("dims=", str(dims), " correction=", correction, " keepdim=", keep);
-                 s.f = [=](const TensorList& in) { return var(in[0], dims, correction, keep); };
-                 s.grad_tol = 10.0;
-                 return s;
-               },
-               A::Float32, true, 1, 2.0});
-  t.push_back({"std",
-               [](Rng& rng) {
-                 const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
-                 std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
-                 int64_t n = 1;
-                 for (int64_t d : wrap_dims(dims, int64_t(sh.size()))) n *= sh[size_t(d)];
-                 if (dims.empty()) n = numel_of(sh);
-                 const int64_t correction = n > 1 ? rng.range(0, 1) : 0;
-                 const bool keep = rng.chance(0.5);
-                 GradSample s;
-                 s.inputs = {grad_in(values(rng, sh))};
-                 s.params = cat_str("dims=", str(dims), " correction=", correction, " keepdim=", keep);
-                 s.f = [=](const TensorList& in) { return frugal::std(in[0], dims, correction, keep); };
-                 s.grad_tol = 10.0;
-                 return s;
-               },
-               A::Float32, true, 1, 2.0});
+  // var and std (sqrt of var) over dims with a correction the slice allows.
+  using Spread = Tensor (*)(const Tensor&, const std::vector<int64_t>&, int64_t, bool);
+  const std::pair<const char*, Spread> spreads[] = {
+      {"var", [](const Tensor& x, const std::vector<int64_t>& d, int64_t c, bool k) { return var(x, d, c, k); }},
+      {"std", [](const Tensor& x, const std::vector<int64_t>& d, int64_t c, bool k) { return frugal::std(x, d, c, k); }},
+  };
+  for (const auto& [name, fn] : spreads)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
+                   std::vector<int64_t> dims = random_dims(rng, int64_t(sh.size()));
+                   int64_t n = 1;
+                   for (int64_t d : wrap_dims(dims, int64_t(sh.size()))) n *= sh[size_t(d)];
+                   if (dims.empty()) n = numel_of(sh);
+                   const int64_t correction = n > 1 ? rng.range(0, 1) : 0;
+                   const bool keep = rng.chance(0.5);
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("dims=", str(dims), " correction=", correction, " keepdim=", keep);
+                   s.f = [=](const TensorList& in) { return fn(in[0], dims, correction, keep); };
+                   s.grad_tol = 10.0;
+                   return s;
+                 },
+                 A::Float32, true, 1, 2.0});
   t.push_back({"vector_norm",
                [](Rng& rng) {
                  const Shape sh = small_shape(rng, 0, 4, 24, 0.0);
