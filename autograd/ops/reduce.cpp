@@ -85,8 +85,13 @@ struct VarBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     const Tensor xv = x.unpack(name());
     const double n = double(reduced_count(geo.in, geo.kept));
+    // x - mean in float32 for 16-bit x: a 16-bit mean of two adjacent values rounds onto one of
+    // them, which zeroes one gradient and doubles the other (std's, 1 / std times it, most).
+    const bool half = xv.dtype() == kFloat16 || xv.dtype() == kBFloat16;
+    const Tensor xc = half ? xv.to(kFloat32) : xv;
     const Tensor scale = ops::mul(geo.restore(grads[0]), 2.0 / (n - double(correction)));  // reduced shape
-    return {ops::mul(ops::sub(xv, ops::mean(xv, dims, /*keepdim=*/true)), scale)};
+    const Tensor grad = ops::mul(ops::sub(xc, ops::mean(xc, dims, /*keepdim=*/true)), scale);
+    return {in_dtype(grad, xv.dtype())};
   }
 };
 

@@ -563,3 +563,15 @@ TEST_CASE("vector_norm's gradient: central differences, and PyTorch's 0 where th
   CHECK(hl.grad().dtype() == kFloat16);
   check_close(hl.grad(), {0.6, 0.8}, 1e-3, 1e-3, "float16 gradient");
 }
+
+TEST_CASE("var's gradient on 16-bit inputs centres x in float32: two adjacent float16 values share it evenly") {
+  // float16's mean of 1 and 1 + 2^-10 rounds onto one of them; x - mean in float16 would give
+  // gradients 0 and 2^-10 where the exact ones are -2^-11 and 2^-11.
+  const Tensor x = make_tensor({1.0, 1.0 + 0x1p-10}, {2}, kFloat16).requires_grad_();
+  var(x, {}, 0).backward();
+  CHECK(x.grad().dtype() == kFloat16);
+  check_close(x.grad(), {-0x1p-11, 0x1p-11}, 0.0, 0.0, "var");
+  const Tensor y = make_tensor({1.0, 1.0 + 0x1p-7}, {2}, kBFloat16).requires_grad_();
+  frugal::std(y, {}, 0).backward();
+  check_close(y.grad(), {-0.5, 0.5}, 0.0, 0.0, "std: (x - mean) / (n std) = -+1/2 for two values");
+}

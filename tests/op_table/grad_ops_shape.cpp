@@ -390,7 +390,8 @@ void add_rearrange(std::vector<GradEntry>& t) {
     for (int64_t k = 0, pairs = r.range(0, std::min<int64_t>(int64_t(sh.size()), 3)); k < pairs; ++k) {
       const int64_t n = sh[sh.size() - 1 - size_t(k)];
       const int64_t left = r.range(-std::min<int64_t>(n, 1), 2);  // a negative pad crops
-      pads.insert(pads.end(), {left, r.range(-std::min<int64_t>(n + left, 1), 2)});
+      // The two crops together stay within the dim (more is an error, as in PyTorch).
+      pads.insert(pads.end(), {left, r.range(-std::min<int64_t>(n - std::max<int64_t>(-left, 0), 1), 2)});
     }
     p = cat_str("pad=", str(pads), " value=", value);
     return [=](const Tensor& x) { return pad(x, pads, "constant", value); };

@@ -301,11 +301,13 @@ GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device
         by_hand = c.f(cast);
       }
       const std::vector<double> got = host_values(y), want_v = host_values(by_hand);
-      // Bit for bit on the CPU. On CUDA the autocast cast may keep a layout the cast by hand
-      // does not (or the reverse), and a reduction then sums in another order: 2 ulps.
+      // Within 2 ulps: the sample's relayout happens inside f, so under autocast the op casts a
+      // strided view into a contiguous copy while by hand it gets a strided float32 view, and a
+      // reduction (var over a permuted, stepped input) then sums in another order, on the CPU
+      // as on CUDA (op_fuzz --grad --op var --seed 3 --first 1250 --amp f16: 1 ulp).
       const double ulp = y.dtype() == kFloat32 ? 0x1p-23 : y.dtype() == kFloat16 ? 0x1p-10
                          : y.dtype() == kBFloat16 ? 0x1p-7 : 0.0;
-      const double slack = device.is_cuda() ? 2.0 * ulp : 0.0;
+      const double slack = 2.0 * ulp;
       for (size_t i = 0; i < got.size() && i < want_v.size(); ++i)
         if (!(got[i] == want_v[i] || (std::isnan(got[i]) && std::isnan(want_v[i])) ||
               std::fabs(got[i] - want_v[i]) <= slack * std::max(std::fabs(got[i]), std::fabs(want_v[i]))))
