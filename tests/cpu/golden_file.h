@@ -187,4 +187,45 @@ inline std::string mismatch(const Tensor& got, const Tensor& want, Tol tol) {
   return mismatch(values_of(got), values_of(want), want.sizes(), tol);
 }
 
+/// A stored tensor of case `id` ("<id>.<what>"), checked to exist.
+inline const Tensor& stored(const GoldenFile& g, const std::string& id, const std::string& what) {
+  auto it = g.tensors.find(id + "." + what);
+  FRUGAL_CHECK(it != g.tensors.end(), "torch goldens: case ", id, " has no tensor \"", what, "\"");
+  return it->second;
+}
+
+/// CHECKs an output, gradient or buffer against PyTorch's: the dtype (when given), the shape,
+/// integers exactly and floating values within `tol`; an undefined `got` matches a zero `want`
+/// (PyTorch's None gradient). `title` and `what` name it in the message.
+inline void check_tensor(const std::string& title, const std::string& what, const Tensor& got, const Tensor& want,
+                         std::optional<DType> want_dtype, Tol tol) {
+  if (!got.defined()) {
+    const bool zeros = want.numel() == 0 || max_abs(want) == 0.0;
+    CHECK_MESSAGE(zeros, title << ": " << what << ": frugal gives none, torch max |value| " << max_abs(want));
+    return;
+  }
+  if (want_dtype)
+    CHECK_MESSAGE(got.dtype() == *want_dtype, title << ": " << what << ": dtype "
+                                                    << std::string(dtype_name(got.dtype())) << ", torch "
+                                                    << std::string(dtype_name(*want_dtype)));
+  if (got.sizes() != want.sizes()) {
+    CHECK_MESSAGE(
+        false, title << ": " << what << ": shape " << shape_str(got.sizes()) << ", torch " << shape_str(want.sizes()));
+    return;
+  }
+  if (!is_floating(want.dtype())) {
+    const std::vector<int64_t> g = got.to(kInt64).contiguous().tolist<int64_t>(), w = want.tolist<int64_t>();
+    size_t bad = 0;
+    while (bad < w.size() && g[bad] == w[bad]) ++bad;
+    CHECK_MESSAGE(bad == w.size(), title << ": " << what << " " << shape_str(want.sizes()) << ": at "
+                                         << (bad < w.size() ? shape_str(unravel(int64_t(bad), want.sizes())) : "")
+                                         << " frugal " << (bad < w.size() ? g[bad] : 0) << ", torch "
+                                         << (bad < w.size() ? w[bad] : 0));
+    return;
+  }
+  const std::string err = mismatch(got, want, tol);
+  CHECK_MESSAGE(err.empty(), title << ": " << what << " " << std::string(dtype_name(got.dtype()))
+                                   << shape_str(want.sizes()) << ": " << err);
+}
+
 }  // namespace frugal::testing

@@ -356,44 +356,7 @@ DType coarser(DType a, DType b) {
   return eps(a) >= eps(b) ? a : b;
 }
 
-/// Compares an output or a gradient; `what` names it in the message.
-void check_tensor(const std::string& title, const std::string& what, const Tensor& got, const Tensor& want,
-                  DType want_dtype, Tol tol) {
-  if (!got.defined()) {
-    const bool zeros = want.numel() == 0 || max_abs(want) == 0.0;  // PyTorch's None and a zero gradient agree
-    CHECK_MESSAGE(zeros, title << ": " << what << ": frugal gives none, torch max |value| " << max_abs(want));
-    return;
-  }
-  CHECK_MESSAGE(got.dtype() == want_dtype, title << ": " << what << ": dtype " << std::string(dtype_name(got.dtype()))
-                                                 << ", torch " << std::string(dtype_name(want_dtype)));
-  if (got.sizes() != want.sizes()) {
-    CHECK_MESSAGE(
-        false, title << ": " << what << ": shape " << shape_str(got.sizes()) << ", torch " << shape_str(want.sizes()));
-    return;
-  }
-  if (!is_floating(want.dtype())) {
-    const std::vector<int64_t> g = got.to(kInt64).contiguous().tolist<int64_t>(), w = want.tolist<int64_t>();
-    int64_t bad = -1;
-    for (size_t i = 0; i < w.size() && bad < 0; ++i)
-      if (g[i] != w[i]) bad = int64_t(i);
-    CHECK_MESSAGE(bad < 0, title << ": " << what << " " << shape_str(want.sizes()) << ": at "
-                                 << (bad < 0 ? "" : shape_str(unravel(bad, want.sizes()))) << " frugal "
-                                 << (bad < 0 ? 0 : g[size_t(bad)]) << ", torch " << (bad < 0 ? 0 : w[size_t(bad)]));
-    return;
-  }
-  const std::string err = mismatch(got, want, tol);
-  CHECK_MESSAGE(err.empty(), title << ": " << what << " " << std::string(dtype_name(got.dtype()))
-                                   << shape_str(want.sizes()) << ": " << err);
-}
-
 // ---- running a case ------------------------------------------------------------------------
-
-/// A stored tensor of the case, checked to exist.
-const Tensor& stored(const GoldenFile& g, const std::string& id, const std::string& what) {
-  auto it = g.tensors.find(id + "." + what);
-  FRUGAL_CHECK(it != g.tensors.end(), "torch goldens: case ", id, " has no tensor \"", what, "\"");
-  return it->second;
-}
 
 /// Runs one case (Note [Golden cases]); every comparison is a CHECK naming the case.
 void run_case(const GoldenFile& g, const json::Value& c) {
