@@ -225,6 +225,14 @@ class Gen:
 
 # ---- the ops, as PyTorch computes them (keyword names = the metadata's args) ------------------
 
+def _ord(o):
+    """A vector_norm order as the case stores it: JSON has no infinities, so "inf"/"-inf"."""
+    return {"inf": float("inf"), "-inf": float("-inf")}.get(o, o)
+
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
+
+
 def _all_dims(x, dims):
     return list(range(x.dim())) if len(dims) == 0 else dims
 
@@ -288,6 +296,10 @@ OPS = {
     "mean": lambda x, dims, keepdim=False: torch.mean(x, _all_dims(x, dims), keepdim) if x.dim() else torch.mean(x),
     "var": lambda x, dims, correction=1, keepdim=False: torch.var(x, _all_dims(x, dims) if x.dim() else None,
                                                                    correction=correction, keepdim=keepdim),
+    "std": lambda x, dims, correction=1, keepdim=False: torch.std(x, _all_dims(x, dims) if x.dim() else None,
+                                                                   correction=correction, keepdim=keepdim),
+    "vector_norm": lambda x, dims, ord=2.0, keepdim=False: torch.linalg.vector_norm(
+        x, _ord(ord), _all_dims(x, dims) if x.dim() else None, keepdim),
     "amax": lambda x, dims, keepdim=False: torch.amax(x, _all_dims(x, dims), keepdim),
     "amin": lambda x, dims, keepdim=False: torch.amin(x, _all_dims(x, dims), keepdim),
     "max_dim": _max_dim, "min_dim": _min_dim,
@@ -295,7 +307,7 @@ OPS = {
     "argmin": lambda x, dim, keepdim=False: torch.argmin(x, dim, keepdim),
     "logsumexp": lambda x, dims, keepdim=False: torch.logsumexp(x, _all_dims(x, dims), keepdim),
     "softmax": lambda x, dim: F.softmax(x, dim), "log_softmax": lambda x, dim: F.log_softmax(x, dim),
-    "cumsum": lambda x, dim: torch.cumsum(x, dim),
+    "cumsum": lambda x, dim, dtype=None: torch.cumsum(x, dim, dtype=None if dtype is None else DTYPES[dtype]),
     # shape and join
     "flip": lambda x, dims: torch.flip(x, dims), "repeat": lambda x, repeats: x.repeat(*repeats),
     "tril": lambda x, diagonal=0: torch.tril(x, diagonal), "triu": lambda x, diagonal=0: torch.triu(x, diagonal),
@@ -460,6 +472,17 @@ def reduce_cases(g):
         for i, dims in enumerate([[], [1], [0, 2], [-1]]):
             g.case("reduce", "var", [x3(LAYOUTS[(i + corr) % len(LAYOUTS)])],
                    {"dims": dims, "correction": corr, "keepdim": i % 2 == 0})
+    for corr in (0, 1):
+        for i, dims in enumerate([[], [1], [0, 2], [-1]]):
+            g.case("reduce", "std", [x3(LAYOUTS[(i + corr + 1) % len(LAYOUTS)])],
+                   {"dims": dims, "correction": corr, "keepdim": i % 2 == 1})
+    for i, o in enumerate([2.0, 1.0, 3.0, 1.5, 0.5, -1.0, "inf", "-inf"]):  # ord 0: no gradient in frugal
+        dims = [[1], [], [0, 2], [-1]][i % 4]
+        g.case("reduce", "vector_norm", [x3(LAYOUTS[i % len(LAYOUTS)])], {"dims": dims, "ord": o, "keepdim": i % 2 == 0})
+    zeros_row = torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0], [0.0, 3.0, -4.0]])
+    for o in (2.0, 3.0, 1.5):
+        g.case("reduce", "vector_norm", [In(zeros_row.clone())], {"dims": [1], "ord": o}, "a zero norm, a zero entry")
+    g.case("reduce", "vector_norm", [g.T((4, 6), dtype=torch.float16)], {"dims": [1], "ord": 2.0})
     # ties: amax/amin share the gradient; max/min along a dim give it to the first index
     tie = torch.tensor([[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 2.0, 2.0], [-5.0, 0.5, -5.0, 0.25]])
     for op in ("amax", "amin"):
@@ -508,6 +531,8 @@ def softmax_cases(g):
     g.case("softmax", "cumsum", [g.C(())], {"dim": 0}, "0-d")
     g.case("softmax", "cumsum", [g.C((0, 3))], {"dim": 1}, "size 0")
     g.case("softmax", "cumsum", [g.T((4, 5), dtype=torch.float16)], {"dim": 0})
+    g.case("softmax", "cumsum", [g.T((4, 5), dtype=torch.float16)], {"dim": 1, "dtype": "float32"}, "dtype")
+    g.case("softmax", "cumsum", [g.S((3, 2000))], {"dim": 1}, "long rows: chunks")
 
 
 def shape_cases(g):
@@ -531,6 +556,8 @@ def shape_cases(g):
         ((2, 4), [3, 1], "replicate", 0.0), ((2, 3, 4), [2, 2], "replicate", 0.0),
         ((2, 3, 4, 5), [1, 3, 2, 0], "replicate", 0.0), ((3, 2, 3), [4, 1, 2, 2], "replicate", 0.0),
         ((1, 2, 2, 3, 3), [1, 1, 0, 2, 1, 0], "replicate", 0.0),
+        ((2, 3, 5), [2, 1], "circular", 0.0), ((1, 2, 4, 5), [1, 2, 3, 0], "circular", 0.0),
+        ((2, 3, 4), [4, 4], "circular", 0.0), ((1, 1, 2, 3, 2), [1, 0, 2, 2, 1, 1], "circular", 0.0),
     ]
     for i, (shape, p, mode, v) in enumerate(pads):
         args = {"pad": p, "mode": mode}

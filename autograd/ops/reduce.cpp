@@ -13,6 +13,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/index.h"
+#include "tensor/ops/unary.h"  // sqrt: std
 
 namespace frugal {
 
@@ -76,22 +77,40 @@ struct MeanBackward final : Node {
 
 // out = var(x, dims, correction) over N elements each
 // grad_x = g * 2 (x - mean(x)) / (N - correction)
+// x - mean in float32 for 16-bit x: a 16-bit mean of two adjacent values rounds onto one of
+// them, which zeroes one gradient and doubles the other (std's, 1 / std times it, most).
+Tensor var_grad(const Tensor& x, const ReduceGeometry& geo, const std::vector<int64_t>& dims, int64_t correction,
+                const Tensor& g) {
+  const double n = double(reduced_count(geo.in, geo.kept));
+  const bool half = x.dtype() == kFloat16 || x.dtype() == kBFloat16;
+  const Tensor xc = half ? x.to(kFloat32) : x;
+  const Tensor scale = ops::mul(geo.restore(g), 2.0 / (n - double(correction)));  // reduced shape
+  return in_dtype(ops::mul(ops::sub(xc, ops::mean(xc, dims, /*keepdim=*/true)), scale), x.dtype());
+}
+
 struct VarBackward final : Node {
   SavedTensor x{this};
   ReduceGeometry geo;
   std::vector<int64_t> dims;
   int64_t correction = 1;
   std::string name() const override { return "VarBackward"; }
+  TensorList apply(TensorList&& grads) override { return {var_grad(x.unpack(name()), geo, dims, correction, grads[0])}; }
+};
+
+// out = sqrt(var(x, dims, correction))
+// grad_x = var's gradient for g / (2 out), 0 where out == 0 (PyTorch's std_backward: a
+// slice of equal values gets 0, not the NaN of sqrt's 1 / 0 times var's 0)
+struct StdBackward final : Node {
+  SavedTensor x{this}, out{this};
+  ReduceGeometry geo;
+  std::vector<int64_t> dims;
+  int64_t correction = 1;
+  std::string name() const override { return "StdBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor xv = x.unpack(name());
-    const double n = double(reduced_count(geo.in, geo.kept));
-    // x - mean in float32 for 16-bit x: a 16-bit mean of two adjacent values rounds onto one of
-    // them, which zeroes one gradient and doubles the other (std's, 1 / std times it, most).
-    const bool half = xv.dtype() == kFloat16 || xv.dtype() == kBFloat16;
-    const Tensor xc = half ? xv.to(kFloat32) : xv;
-    const Tensor scale = ops::mul(geo.restore(grads[0]), 2.0 / (n - double(correction)));  // reduced shape
-    const Tensor grad = ops::mul(ops::sub(xc, ops::mean(xc, dims, /*keepdim=*/true)), scale);
-    return {in_dtype(grad, xv.dtype())};
+    const Tensor o = out.unpack(name());
+    const Tensor g = in_dtype(grads[0], o.dtype());
+    const Tensor g_var = ops::masked_fill(ops::div(g, ops::mul(o, 2.0)), ops::eq(o, 0.0), 0.0);
+    return {var_grad(x.unpack(name()), geo, dims, correction, g_var)};
   }
 };
 
@@ -203,6 +222,23 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   Tensor out = autograd::raw([&] { return ops::var(x, dims, correction, keepdim); });
   if (auto node = make_node<VarBackward>({x})) {
     node->x = x;
+    node->geo = ReduceGeometry(x, dims);
+    node->dims = dims;
+    node->correction = correction;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  core::OpScope scope("std");
+  FRUGAL_CHECK(x.defined() && is_floating(x.dtype()), "std: expects a floating tensor, got ",
+               x.defined() ? x.describe() : "undefined");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return frugal::std((*c)[0], dims, correction, keepdim);
+  Tensor out = autograd::raw([&] { return ops::sqrt(ops::var(x, dims, correction, keepdim)); });
+  if (auto node = make_node<StdBackward>({x})) {
+    node->x = x;
+    node->out = out;
     node->geo = ReduceGeometry(x, dims);
     node->dims = dims;
     node->correction = correction;

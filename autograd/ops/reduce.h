@@ -18,9 +18,9 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Variance over `dims` with Bessel's `correction`.
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
-/// Standard deviation over `dims` with Bessel's `correction`: sqrt(var), as torch.std (a
-/// gradient of NaN where the deviation is 0, as PyTorch's). Call it as frugal::std: `std`
-/// alone names the C++ namespace.
+/// Standard deviation over `dims` with Bessel's `correction`: sqrt(var), as torch.std; its
+/// gradient is 0 over a slice whose deviation is 0, as PyTorch's. Call it as frugal::std:
+/// `std` alone names the C++ namespace.
 Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
 /// torch.linalg.vector_norm: (sum |x|^ord)^(1/ord) over `dims` (empty: every dim); ord = inf
 /// is max |x|, -inf min |x|, 0 the count of nonzeros. Floating x; float16/bfloat16 sum in

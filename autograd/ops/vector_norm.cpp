@@ -1,4 +1,4 @@
-// std and vector_norm (declared in autograd/ops/reduce.h), forward and backward side by side.
+// vector_norm (declared in autograd/ops/reduce.h), forward and backward side by side.
 //
 // Note [Vector norm gradients]
 // PyTorch's linalg_vector_norm_backward, with n the norm and g its gradient, both with the
@@ -68,13 +68,6 @@ struct VectorNormBackward final : Node {
 };
 
 }  // namespace
-
-Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  core::OpScope scope("std");
-  FRUGAL_CHECK(x.defined() && is_floating(x.dtype()), "std: expects a floating tensor, got ",
-               x.defined() ? x.describe() : "undefined");
-  return sqrt(var(x, dims, correction, keepdim));
-}
 
 Tensor vector_norm(const Tensor& x, double ord, const std::vector<int64_t>& dims, bool keepdim) {
   constexpr const char* op = "vector_norm";

@@ -501,6 +501,11 @@ TEST_CASE("std is sqrt(var) over dims, corrections and layouts; its gradient by 
   check_gradcheck([](const TensorList& in) { return frugal::std(in[0].t(), {0}); }, {leaf({4, 3}, 42)});
   check_gradcheck([](const TensorList& in) { return frugal::std(in[0]); }, {leaf({2, 3, 2}, 43)});
   check_error([] { frugal::std(zeros({3}, kInt64)); }, {"std", "floating", "int64[3]"});
+  // A slice of equal values: deviation 0, gradient 0 there (PyTorch's std_backward), not NaN.
+  const Tensor flat = make_tensor({2.0, 2.0, 2.0, 1.0, 3.0, 5.0}, {2, 3}, kFloat64).requires_grad_();
+  sum(frugal::std(flat, {1})).backward();
+  CHECK(frugal::std(flat, {1}).grad_fn_name() == "StdBackward");
+  check_close(flat.grad(), {0.0, 0.0, 0.0, -0.5, 0.0, 0.5}, 1e-15, 1e-15, "equal values");
 }
 
 TEST_CASE("vector_norm matches float64 sums for every ord, dims, keepdim and layout") {

@@ -182,10 +182,23 @@ const std::map<std::string, OpFn>& op_table() {
        [](const Inputs& in, const Args& a) {
          return Outputs{var(in.at(0), a.ints("dims"), a.integer("correction", 1), a.flag("keepdim", false))};
        }},
+      {"std",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{frugal::std(in.at(0), a.ints("dims"), a.integer("correction", 1), a.flag("keepdim", false))};
+       }},
+      {"vector_norm",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{vector_norm(in.at(0), a.num("ord", 2.0), a.ints("dims"), a.flag("keepdim", false))};
+       }},
       {"max_dim", values_indices(max)}, {"min_dim", values_indices(min)},
       {"argmax", arg_reduce(argmax)}, {"argmin", arg_reduce(argmin)},
       {"softmax", along_dim(softmax)}, {"log_softmax", along_dim(log_softmax)},
-      {"cumsum", [](const Inputs& in, const Args& a) { return Outputs{cumsum(in.at(0), a.integer("dim"))}; }},
+      {"cumsum",
+       [](const Inputs& in, const Args& a) {
+         const std::string dtype = a.text("dtype", "");
+         return Outputs{cumsum(in.at(0), a.integer("dim"),
+                               dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(dtype)))};
+       }},
       // shape and join
       {"flip", [](const Inputs& in, const Args& a) { return Outputs{flip(in.at(0), a.ints("dims"))}; }},
       {"repeat", [](const Inputs& in, const Args& a) { return Outputs{repeat(in.at(0), a.ints("repeats"))}; }},

@@ -270,7 +270,9 @@ void add_norm_loss(std::vector<GradEntry>& t) {
          s.grad_tol = 10.0;
          return s;
        },
-       A::Float32, true, 1, 2.0});
+       // A group of two close values has a large rstd, which scales the rounding of the float32
+       // and 16-bit backward (op_fuzz --grad --seed 4: 4e-4 relative at 1 case in 20000).
+       A::Float32, true, 1, 4.0});
   t.push_back({"cross_entropy",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
