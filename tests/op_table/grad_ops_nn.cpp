@@ -451,7 +451,10 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                  s.f = [o](const TensorList& in) { return kl_div(in[0], in[1], o); };
                  return s;
                },
-               A::Float32});
+               // A broadcast target's gradient sums terms log t + 1 - x of both signs, each
+               // rounded to 16 bits first (aten's composite alike): op_fuzz --grad --seed 5 met a
+               // 0-d target over 18 terms 0.13 off in bfloat16.
+               A::Float32, true, 1, 4.0});
   t.push_back({"nll_loss",
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
