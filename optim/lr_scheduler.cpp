@@ -192,14 +192,19 @@ SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRS
   initial_step();
 }
 
-double SequentialLR::lr_at(double base_lr, int64_t t) const {
+std::pair<const LRScheduler*, int64_t> SequentialLR::part_at(int64_t t) const {
   const size_t k = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin());
-  return schedulers_[k]->lr_at(base_lr, k == 0 ? t : t - milestones_[k - 1]);
+  return {schedulers_[k].get(), k == 0 ? t : t - milestones_[k - 1]};
+}
+
+double SequentialLR::lr_at(double base_lr, int64_t t) const {
+  const auto [part, local] = part_at(t);
+  return part->lr_at(base_lr, local);
 }
 
 double SequentialLR::chain_anchor(int64_t t) const {
-  const size_t k = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin());
-  return schedulers_[k]->chain_anchor(k == 0 ? t : t - milestones_[k - 1]);
+  const auto [part, local] = part_at(t);
+  return part->chain_anchor(local);
 }
 
 std::string SequentialLR::schedule() const {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -154,6 +155,9 @@ class SequentialLR : public LRScheduler {
   std::string schedule() const override;
 
  private:
+  /// The part in charge at epoch t, and the epoch it sees.
+  std::pair<const LRScheduler*, int64_t> part_at(int64_t t) const;
+
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
 };

@@ -39,12 +39,8 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return logsumexp((*c)[0], dims, keepdim);
   // The reduced dims, checked here so that errors name logsumexp.
   const std::vector<bool> reduced = ops::dims_mask(op, x, dims, /*empty_means_all=*/true);
-  Shape kept = x.sizes(), out_shape;
-  int64_t count = 1;  // elements per slice
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (reduced[size_t(d)]) count *= x.size(d), kept[size_t(d)] = 1;
-    else out_shape.push_back(x.size(d));
-  }
+  const Shape kept = ops::reduced_shape(x, reduced, /*keepdim=*/true);
+  const int64_t count = ops::reduced_count(x, reduced);  // elements per slice
   // m: the slices' maxima, detached, 0 where infinite or where a slice is empty.
   const Tensor m = autograd::raw([&] {
     if (count == 0) return zeros(kept, x.options());
@@ -54,7 +50,7 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   const Tensor s = sum(exp(sub(x, m)), dims, keepdim);
   // m in the result's shape: no grad, so the result's last node is the add, not a view (an
   // in-place op on it is fine, as on any fresh tensor).
-  const Tensor m_out = keepdim ? m : autograd::raw([&] { return m.reshape(out_shape); });
+  const Tensor m_out = keepdim ? m : autograd::raw([&] { return m.reshape(ops::reduced_shape(x, reduced, /*keepdim=*/false)); });
   const Tensor none = autograd::raw([&] { return ops::eq(s.detach(), 0.0); });  // log(0): see the Note
   return add(masked_fill(log(masked_fill(s, none, 1.0)), none, -INFINITY), m_out);
 }

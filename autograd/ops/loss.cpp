@@ -12,6 +12,7 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "core/instrument.h"
+#include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/loss.h"
 #include "tensor/ops/reduce.h"
@@ -126,8 +127,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLos
   // Ignored targets are masked, not only weighted by 0: when every target is ignored, Mean
   // divides by a total weight of 0, and inf * 0 would send NaN into the ignored rows'
   // gradients, where PyTorch gives 0 (the loss itself is NaN in both).
-  const Tensor ignored = autograd::raw([&] { return ops::eq(target, double(options.ignore_index)); });
-  const Tensor loss = masked_fill(neg(mul(picked.reshape(target.sizes()), t.weight)), ignored, 0.0);
+  const Tensor zero = zeros({}, t.weight.options());
+  const Tensor loss = where(t.valid, neg(mul(picked.reshape(target.sizes()), t.weight)), zero);
   switch (options.reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return sum(loss);
@@ -161,9 +162,9 @@ Tensor weighted_cross_entropy(const Tensor& logits, const Tensor& target, const 
   if (options.label_smoothing == 0.0) return nll;
   Shape along_classes(size_t(logits.dim()), 1);
   along_classes[size_t(class_dim)] = C;
-  const Tensor per_target = masked_fill(neg(sum(mul(log_probs, weight.to(logits.dtype()).view(along_classes)),
-                                                {class_dim})),
-                                        ops::eq(target, double(options.ignore_index)), 0.0);
+  const Tensor zero = zeros({}, log_probs.options());
+  const Tensor per_target =
+      where(t.valid, neg(sum(mul(log_probs, weight.to(logits.dtype()).view(along_classes)), {class_dim})), zero);
   Tensor smooth = per_target;
   if (options.reduction == Reduction::Sum) smooth = sum(per_target);
   if (options.reduction == Reduction::Mean) smooth = div(sum(per_target), ops::sum(t.weight));

@@ -34,16 +34,6 @@ using autograd::TensorList;
 
 namespace {
 
-/// x's shape without (keepdim: with 1 at) each reduced dim.
-Shape reduced_shape(const Shape& in, const std::vector<bool>& reduced, bool keepdim) {
-  Shape out;
-  for (size_t d = 0; d < in.size(); ++d) {
-    if (!reduced[d]) out.push_back(in[d]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
 // out = (sum |x|^ord)^(1 / ord) for a finite ord != 0, in the compute dtype then x's
 // grad_x: Note [Vector norm gradients]
 struct VectorNormBackward final : Node {
@@ -77,10 +67,7 @@ Tensor vector_norm(const Tensor& x, double ord, const std::vector<int64_t>& dims
   FRUGAL_CHECK(!std::isnan(ord), op, ": ord is NaN");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return vector_norm((*c)[0], ord, dims, keepdim);
   const std::vector<bool> reduced = ops::dims_mask(op, x, dims, /*empty_means_all=*/true);
-  int64_t slice = 1;
-  for (size_t d = 0; d < reduced.size(); ++d)
-    if (reduced[d]) slice *= x.size(int64_t(d));
-  FRUGAL_CHECK(slice > 0 || (ord >= 0 && !std::isinf(ord)), op, ": cannot take the ", ord, " norm over an empty slice of ",
+  FRUGAL_CHECK(ops::reduced_count(x, reduced) > 0 || (ord >= 0 && !std::isinf(ord)), op, ": cannot take the ", ord, " norm over an empty slice of ",
                x.describe(), " (the reduction has no identity)");
   if (std::isinf(ord)) return ord > 0 ? amax(abs(x), dims, keepdim) : amin(abs(x), dims, keepdim);
   if (ord == 1.0) return sum(abs(x), dims, keepdim);
@@ -95,7 +82,7 @@ Tensor vector_norm(const Tensor& x, double ord, const std::vector<int64_t>& dims
                       : ops::pow(ops::sum(ops::pow(a, ord), dims, true), 1.0 / ord);
   });
   Tensor out = autograd::raw([&] {  // never sharing norm_kept's storage: backward reads it
-    const Tensor r = norm_kept.reshape(reduced_shape(x.sizes(), reduced, keepdim));
+    const Tensor r = norm_kept.reshape(ops::reduced_shape(x, reduced, keepdim));
     return r.dtype() == x.dtype() ? r.clone() : r.to(x.dtype());
   });
   if (auto node = make_node<VectorNormBackward>({x})) {

@@ -13,4 +13,9 @@ namespace frugal::ops {
 /// out-of-range or repeated dim. A 0-d tensor accepts dim 0 and -1, as in PyTorch.
 std::vector<bool> dims_mask(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool empty_means_all);
 
+/// x's shape without the dims `mask` marks (keepdim: with 1 there): a reduction's result.
+Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim);
+/// How many elements of x fold into each result of a reduction over the dims `mask` marks.
+int64_t reduced_count(const Tensor& x, const std::vector<bool>& mask);
+
 }  // namespace frugal::ops

@@ -170,8 +170,8 @@ NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllL
                  ": weight must be a floating (C) tensor with C = ", C, ", got ", weight.describe());
     check_same_device(op, log_probs, weight);
   }
-  const Tensor valid = ne(target, double(options.ignore_index));
   NllTargets r;
+  const Tensor& valid = r.valid = ne(target, double(options.ignore_index));
   r.index = where(valid, target, zeros({}, {target.dtype(), target.device()}));
   // Ignored entries are 0 in the index, the others the target's own values: checking the
   // index against [0, C) passes every ignored entry and names a bad value as given.

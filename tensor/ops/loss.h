@@ -112,12 +112,13 @@ struct NllLossOptions {
   Reduction reduction = Reduction::Mean;
 };
 /// What nll_loss takes from its target (frugal::nll_loss in autograd/ops/loss.h gathers with
-/// it): `index`, the target with ignored entries set to 0 (safe to gather), and `weight`, each
-/// entry's weight in the input's dtype (0 where ignored; weight[t], or 1). Checks the shapes
+/// it): `index`, the target with ignored entries set to 0 (safe to gather), `weight`, each
+/// entry's weight in the input's dtype (0 where ignored; weight[t], or 1), and `valid`, bool,
+/// false where the target is ignore_index (a class weight of 0 is not that). Checks the shapes
 /// as cross_entropy does and the range of the targets (on CUDA at the next synchronization:
 /// Note [Deferred index checks]).
 struct NllTargets {
-  Tensor index, weight;
+  Tensor index, weight, valid;
 };
 /// `op` names the caller in errors (cross_entropy with class weights uses it too).
 NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options,

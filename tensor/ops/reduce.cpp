@@ -25,9 +25,6 @@ std::vector<bool> dims_mask(const char* op, const Tensor& x, const std::vector<i
   return mask;
 }
 
-namespace {
-
-
 Shape reduced_shape(const Tensor& x, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -43,6 +40,9 @@ int64_t reduced_count(const Tensor& x, const std::vector<bool>& mask) {
     if (mask[size_t(d)]) r *= x.size(d);
   return r;
 }
+
+namespace {
+
 
 /// Merges dims `ds` of x (in that order) into one (size, stride); false when their
 /// strides do not chain, and then `size` and `stride` are left as they were (the
