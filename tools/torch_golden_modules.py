@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch goldens for frugal's nn modules: numbers, parameter shapes and state_dict keys.
 
-Writes tests/golden/modules_torch.safetensors, which tests/cpu/test_torch_golden_modules.cpp
+Writes tests/golden/modules_torch.safetensors, which tests/golden_replay/modules.cpp
 reads. Users port models from PyTorch expecting a module built with the same settings to take
 the same state_dict (same keys, same shapes) and give the same outputs and gradients; the op
 goldens (tools/torch_golden_ops.py) check the functions underneath, these check the modules:
@@ -423,7 +423,7 @@ def run(m, inputs, kind, call, train, repeat, compute, dtype):
     return mc, bases, outs
 
 
-# The C++ bound for float32 results (tol_for in test_torch_golden_modules.cpp).
+# The C++ bound for float32 results (tol_for in tests/golden_replay/modules.cpp).
 RTOL32, ATOL32 = 1e-5, 2e-6
 
 

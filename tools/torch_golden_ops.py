@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch goldens for frugal's ops, on the inputs users pass: views, broadcasts, odd sizes.
 
-Writes tests/golden/ops_torch.safetensors, which tests/cpu/test_torch_golden.cpp reads. The
+Writes tests/golden/ops_torch.safetensors, which tests/golden_replay/ops.cpp replays (on the CPU and on CUDA). The
 existing op tests compare frugal with float64 loops written by frugal's authors; these goldens
 come from PyTorch itself, so a misreading of PyTorch's contract (a gradient at a kink, a
 reduction's divisor, a broadcast rule, a default) shows up as a failure.

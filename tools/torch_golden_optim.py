@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch goldens for frugal's training-loop pieces: optimizers, LR schedulers, clipping, GradScaler.
 
-Writes tests/golden/optim_torch.safetensors, which tests/cpu/test_torch_golden_optim.cpp reads. The
+Writes tests/golden/optim_torch.safetensors, which tests/golden_replay/optim.cpp replays (on the CPU and on CUDA). The
 optimizer tests in tests/cpu/test_optim.cpp compare frugal with float64 loops written by frugal's
 authors from PyTorch's documentation; these trajectories come from PyTorch itself, step for step,
 so a misreading of its rules (a bias correction, where weight decay enters, the first momentum

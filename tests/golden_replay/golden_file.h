@@ -1,7 +1,7 @@
 #pragma once
-// What the PyTorch golden tests share (tests/cpu/test_torch_golden{,_optim,_modules}.cpp): reading
-// a golden file of tests/golden (its tensors and its "cases" JSON, validated before use), the JSON
-// accessors for a case, and the comparison of frugal's values with PyTorch's.
+// What the replays of the PyTorch goldens share (tests/golden_replay/{ops,modules,optim}.cpp):
+// reading a golden file of tests/golden (its tensors and its "cases" JSON, validated before use),
+// the JSON accessors for a case, and the comparison of frugal's values with PyTorch's.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -114,6 +114,21 @@ inline std::vector<std::string> strs_of(const json::Value& v) {
   return r;
 }
 
+/// "[a, b, c]": family names in a message.
+inline std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& e : v) s += (s.empty() ? "" : ", ") + e;
+  return "[" + s + "]";
+}
+
+/// How a message names a case: "<id> <name>", and the device when it is not the CPU.
+inline std::string case_title(const json::Value& c, Device device) {
+  return str_of(member(c, "id")) + " " + str_of(member(c, "name")) + (device == kCPU ? "" : " on " + device.str());
+}
+
+/// A copy of stored tensor `t` on `device`, sharing no storage with it: a leaf a case may change.
+inline Tensor fresh_copy(const Tensor& t, Device device) { return t.device() == device ? t.clone() : t.to(device); }
+
 // ---- an input's view (tools/golden_safetensors.py's apply_view) ------------------------------
 
 /// The view steps of a case's input, as tools/golden_safetensors.py's apply_view takes them.
@@ -214,7 +229,7 @@ inline void check_tensor(const std::string& title, const std::string& what, cons
     return;
   }
   if (!is_floating(want.dtype())) {
-    const std::vector<int64_t> g = got.to(kInt64).contiguous().tolist<int64_t>(), w = want.tolist<int64_t>();
+    const std::vector<int64_t> g = got.to(kCPU, kInt64).contiguous().tolist<int64_t>(), w = want.tolist<int64_t>();
     size_t bad = 0;
     while (bad < w.size() && g[bad] == w[bad]) ++bad;
     CHECK_MESSAGE(bad == w.size(), title << ": " << what << " " << shape_str(want.sizes()) << ": at "
