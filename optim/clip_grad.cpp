@@ -37,6 +37,14 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& params, double norm_typ
   return grads;
 }
 
+/// The dtype of the total norm: float64 when a gradient is float64, else float32 (PyTorch's is
+/// the gradients' dtype; frugal's 16-bit gradients get a float32 norm, computed in float64).
+DType norm_dtype(const std::vector<Tensor>& grads) {
+  for (const Tensor& g : grads)
+    if (g.dtype() == kFloat64) return kFloat64;
+  return kFloat32;
+}
+
 /// sum of |g|^p over g (max |g| for p = inf), in double; NaN propagates.
 double cpu_power_sum(const Tensor& grad, double p) {
   const Tensor g = grad.contiguous();
@@ -91,7 +99,7 @@ double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
 }
 
 #ifdef FRUGAL_WITH_CUDA
-/// The CUDA path (Note [Clipping without a sync]): returns the 0-d float32 total norm.
+/// The CUDA path (Note [Clipping without a sync]): returns the 0-d total norm (norm_dtype).
 Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
   const Device device = grads[0].device();
   // Dense gradients (any memory order), by dtype; another strided gradient is normed
@@ -119,7 +127,7 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
   }
   int64_t chunks = 0;
   for (const ByType& b : groups) chunks += b.chunks;
-  if (chunks == 0) return zeros({}, TensorOptions(kFloat32, device));
+  if (chunks == 0) return zeros({}, TensorOptions(norm_dtype(grads), device));
 
   Tensor partials = empty({chunks}, TensorOptions(kFloat64, device));
   int64_t offset = 0;
@@ -128,13 +136,13 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
     offset += b.chunks;
   }
   const Tensor reduced = std::isinf(p) ? ops::amax(partials) : ops::sum(partials);  // 0-d float64
-  Tensor total = empty({}, TensorOptions(kFloat32, device));
-  Tensor coef = empty({}, TensorOptions(kFloat32, device));
-  cuda::clip_coefficient(device, reduced.data_ptr<double>(), p, max_norm, total.data_ptr<float>(),
-                         coef.data_ptr<float>());
+  Tensor total = empty({}, TensorOptions(norm_dtype(grads), device));
+  Tensor coef = empty({}, TensorOptions(kFloat64, device));
+  cuda::clip_coefficient(device, reduced.data_ptr<double>(), p, max_norm, total.dtype(), total.data(),
+                         coef.data_ptr<double>());
 
   // Scale in place: the dense gradients in one launch per dtype, the strided ones with mul_.
-  for (ByType& b : groups) cuda::scale(device, b.dtype, b.scale, coef.data_ptr<float>());
+  for (ByType& b : groups) cuda::scale(device, b.dtype, b.scale, coef.data_ptr<double>());
   for (const Tensor& g : strided) ops::mul_(g, coef);
   for (const Tensor& g : grads)
     if (is_dense(g)) g.bump_version();
@@ -159,7 +167,7 @@ Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, 
   const std::vector<Tensor> grads = gradients(params, norm_type);
   if (grads.empty()) return zeros({}, TensorOptions(kFloat32));
   if (grads[0].is_cuda()) return clip_device(grads, max_norm, norm_type);
-  return scalar_tensor(clip_cpu(grads, max_norm, norm_type), TensorOptions(kFloat32));
+  return scalar_tensor(clip_cpu(grads, max_norm, norm_type), TensorOptions(norm_dtype(grads)));
 }
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
@@ -167,7 +175,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   const std::vector<Tensor> grads = gradients(params, norm_type);
   if (grads.empty()) return 0.0;
   if (!grads[0].is_cuda()) return clip_cpu(grads, max_norm, norm_type);
-  return double(clip_device(grads, max_norm, norm_type).item<float>());  // the one host sync
+  return clip_device(grads, max_norm, norm_type).to(kCPU, kFloat64).item<double>();  // the one host sync
 }
 
 }  // namespace frugal::optim

@@ -13,8 +13,10 @@
 // host, so clip_grad_norm_async() queues all of it and returns the norm as a 0-d device
 // tensor. clip_grad_norm_() returns a double, which costs exactly one host sync (the
 // copy of that 0-d tensor, after the scaling has been queued). The CUDA partials
-// accumulate in float64; the returned norm and the coefficient are float32, as PyTorch's
-// for float32 gradients. On the CPU everything is computed in double.
+// accumulate in float64; the returned norm and the coefficient are float64 when any
+// gradient is float64 and float32 otherwise, as PyTorch's (whose norm has the gradients'
+// dtype; for 16-bit gradients frugal's is float32). On the CPU the norm and the coefficient
+// are computed in double.
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -26,8 +28,9 @@ namespace frugal::optim {
 /// total norm before clipping. One host sync on CUDA (see Note [Clipping without a sync]).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
-/// As clip_grad_norm_, without the sync: returns the total norm as a 0-d float32 tensor
-/// on the gradients' device (the CPU when no parameter has a gradient). For training loops.
+/// As clip_grad_norm_, without the sync: returns the total norm as a 0-d tensor on the
+/// gradients' device (the CPU when no parameter has a gradient), float64 when a gradient is
+/// float64, float32 otherwise. For training loops.
 Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 }  // namespace frugal::optim

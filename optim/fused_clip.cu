@@ -66,26 +66,28 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// reduced: the 0-d float64 sum (or max) of the partials. total, coef: 0-d float32.
-__global__ void clip_coefficient_kernel(const double* reduced, int kind, double p, double max_norm, float* total,
-                                        float* coef) {
+// reduced: the 0-d float64 sum (or max) of the partials. total: 0-d Out (the norm's dtype);
+// coef: 0-d float64 holding the Out-precision coefficient.
+template <typename Out>
+__global__ void clip_coefficient_kernel(const double* reduced, int kind, double p, double max_norm, Out* total,
+                                        double* coef) {
   const double s = *reduced;
   const NormKind k = NormKind(kind);
   const double norm = k == NormKind::Inf || k == NormKind::One ? s : k == NormKind::Two ? ::sqrt(s) : ::pow(s, 1.0 / p);
-  // As torch.nn.utils.clip_grad_norm_ with a float32 norm: clamp(max_norm / (norm + 1e-6), max=1).
-  const float t = float(norm);
-  const float c = float(max_norm) / (t + 1e-6f);
+  // As torch.nn.utils.clip_grad_norm_ with a norm of dtype Out: clamp(max_norm / (norm + 1e-6), max=1).
+  const Out t = Out(norm);
+  const Out c = Out(max_norm) / (t + Out(1e-6));
   *total = t;
-  *coef = c > 1.0f ? 1.0f : c;  // a NaN stays NaN, and so do the scaled gradients
+  *coef = c > Out(1) ? 1.0 : double(c);  // a NaN stays NaN, and so do the scaled gradients
 }
 
 // entries: (count) NormEntry of T. x *= *coef, computed in opmath_t<T>.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    scale_kernel(const NormEntry* entries, int count, int64_t chunks, const float* coef) {
+    scale_kernel(const NormEntry* entries, int count, int64_t chunks, const double* coef) {
   using M = opmath_t<T>;
-  const float cf = *coef;
-  if (cf == 1.0f) return;  // nothing to clip: x * 1 == x
+  const double cf = *coef;
+  if (cf == 1.0) return;  // nothing to clip: x * 1 == x
   const M c = M(cf);
   for_each_chunk(entries, count, chunks, [&](const NormEntry& e, int64_t, int64_t begin, int64_t n) {
     int64_t done = 0;
@@ -122,13 +124,20 @@ void norm_partials(Device device, DType dtype, std::vector<NormEntry>& entries, 
   });
 }
 
-void clip_coefficient(Device device, const double* reduced, double p, double max_norm, float* total, float* coef) {
+void clip_coefficient(Device device, const double* reduced, double p, double max_norm, DType total_dtype, void* total,
+                      double* coef) {
   DeviceGuard guard(device);
-  clip_coefficient_kernel<<<1, 1, 0, stream_for(device)>>>(reduced, int(kind_of(p)), p, max_norm, total, coef);
+  const int kind = int(kind_of(p));
+  if (total_dtype == DType::Float64)
+    clip_coefficient_kernel<<<1, 1, 0, stream_for(device)>>>(reduced, kind, p, max_norm, static_cast<double*>(total),
+                                                              coef);
+  else
+    clip_coefficient_kernel<<<1, 1, 0, stream_for(device)>>>(reduced, kind, p, max_norm, static_cast<float*>(total),
+                                                              coef);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
-void scale(Device device, DType dtype, std::vector<NormEntry>& entries, const float* coef) {
+void scale(Device device, DType dtype, std::vector<NormEntry>& entries, const double* coef) {
   if (entries.empty()) return;
   DeviceGuard guard(device);
   dispatch_floating(dtype, "clip_grad_norm_", device, [&]<typename T>() {

@@ -108,9 +108,11 @@ void sgd_step(Device device, DType dtype, std::vector<detail::SgdEntry>& entries
 /// it, or max |x| when p is infinite; `partials` is a float64 device array.
 void norm_partials(Device device, DType dtype, std::vector<detail::NormEntry>& entries, double p, double* partials,
                    int64_t chunk_offset);
-/// From the reduced partial (one float64: a sum or a max) writes the total norm and the
-/// clip coefficient min(1, max_norm / (total + 1e-6)) (NaN stays NaN) as float32.
-void clip_coefficient(Device device, const double* reduced, double p, double max_norm, float* total, float* coef);
-/// x *= *coef for every entry (skipped on the device when *coef == 1).
-void scale(Device device, DType dtype, std::vector<detail::NormEntry>& entries, const float* coef);
+/// From the reduced partial (one float64: a sum or a max) writes the total norm into `total`
+/// (one float32 or float64, as total_dtype says) and the clip coefficient min(1, max_norm /
+/// (total + 1e-6)) (NaN stays NaN), computed in total_dtype, into the float64 `coef`.
+void clip_coefficient(Device device, const double* reduced, double p, double max_norm, DType total_dtype, void* total,
+                      double* coef);
+/// x *= *coef for every entry, in opmath_t of the dtype (skipped on the device when *coef == 1).
+void scale(Device device, DType dtype, std::vector<detail::NormEntry>& entries, const double* coef);
 }  // namespace frugal::optim::cuda

@@ -43,6 +43,16 @@ __device__ __forceinline__ Acc rsqrt_acc(Acc v) {
   else return ::rsqrt(v);
 }
 
+/// a * b rounded to Acc before any later use: the product may not be fused into an FMA with
+/// the subtraction that follows, which would subtract a rounded sum of these products from the
+/// unrounded product and leave its rounding error behind. For a row of one element dx must be
+/// exactly 0 (PyTorch's), and that error times rstd (1 / sqrt(eps) there) was not.
+template <typename Acc>
+__device__ __forceinline__ Acc mul_rn(Acc a, Acc b) {
+  if constexpr (std::is_same_v<Acc, float>) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+}
+
 template <typename Acc>
 struct Pair {
   Acc a, b;
@@ -132,7 +142,7 @@ __global__ void __launch_bounds__(kBlock)
     const Acc m = mean ? mean[row] : Acc(0), rs = rstd[row];
     Pair<Acc> p{0, 0};  // sum(dxhat), sum(dxhat * xhat)
     for (int64_t j = lane; j < N; j += kThreads) {
-      const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
+      const Acc dxhat = w ? mul_rn(Acc(gr[j]), Acc(w[j])) : Acc(gr[j]);
       p.a += dxhat;
       p.b += dxhat * ((Acc(xr[j]) - m) * rs);
     }
@@ -140,7 +150,7 @@ __global__ void __launch_bounds__(kBlock)
     const Acc c1 = mean ? p.a / Acc(N) : Acc(0), c2 = p.b / Acc(N);  // RMS norm: no mean(dxhat) term
     T* gxr = gx + row * N;
     for (int64_t j = lane; j < N; j += kThreads) {
-      const Acc dxhat = w ? Acc(gr[j]) * Acc(w[j]) : Acc(gr[j]);
+      const Acc dxhat = w ? mul_rn(Acc(gr[j]), Acc(w[j])) : Acc(gr[j]);
       gxr[j] = T(rs * (dxhat - c1 - ((Acc(xr[j]) - m) * rs) * c2));
     }
   }
@@ -169,7 +179,7 @@ __global__ void __launch_bounds__(kFusedBlock)
     Pair<float> p{0, 0};  // sum(dxhat), sum(dxhat * xhat)
     for (int64_t j = lane; j < N; j += 32) {
       const float gv = float(gr[j]), xhat = (float(xr[j]) - m) * rs;
-      const float dxhat = w ? gv * float(w[j]) : gv;
+      const float dxhat = w ? __fmul_rn(gv, float(w[j])) : gv;
       p.a += dxhat;
       p.b += dxhat * xhat;
       dw[j] += gv * xhat;
@@ -179,7 +189,7 @@ __global__ void __launch_bounds__(kFusedBlock)
     const float c1 = mean ? p.a / float(N) : 0.0f, c2 = p.b / float(N);
     T* gxr = gx + row * N;
     for (int64_t j = lane; j < N; j += 32) {
-      const float dxhat = w ? float(gr[j]) * float(w[j]) : float(gr[j]);
+      const float dxhat = w ? __fmul_rn(float(gr[j]), float(w[j])) : float(gr[j]);
       gxr[j] = T(rs * (dxhat - c1 - ((float(xr[j]) - m) * rs) * c2));
     }
   }

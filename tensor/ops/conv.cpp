@@ -30,6 +30,15 @@ namespace frugal::ops {
 
 namespace {
 
+/// Note [Channels-last convolution]'s format for a convolution of `data` and `other`. cuDNN has no
+/// float64 NHWC convolution ("no algorithm"): a float64 channels-last problem is computed NCHW
+/// and its result converted, as PyTorch's cudnn_conv_suggest_memory_format keeps double NCHW.
+OpLayout conv_layout(const Tensor& data, const Tensor& other) {
+  OpLayout layout(data, other);
+  if (data.dtype() == kFloat64) layout.native = false;
+  return layout;
+}
+
 std::atomic<bool> g_cudnn_benchmark{false};
 
 bool legacy_conv_from_environment() {
@@ -161,7 +170,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                  " must have shape [out_channels] for weight ", weight.describe());
   }
   Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight.sizes(), options);
-  const OpLayout layout(x, weight);
+  const OpLayout layout = conv_layout(x, weight);
   g.channels_last = layout.native;
   if (is_patchify(g) && g.C > 0 && g.N * g.K * g.OH * g.OW > 0) return patchify_forward(x, weight, bias, g, layout);
   Tensor out = layout.result(g.output_shape(), x.options());
@@ -185,7 +194,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, c
   Conv2dGeometry g = conv2d_geometry(op, input_shape, weight.sizes(), options);
   FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
                " must have the convolution's output shape ", shape_str(g.output_shape()));
-  const OpLayout layout(grad_out, weight);
+  const OpLayout layout = conv_layout(grad_out, weight);
   g.channels_last = layout.native;
   if (is_patchify(g) && g.K > 0 && g.N * g.C * g.H * g.W > 0) return patchify_backward_input(grad_out, weight, g, layout);
   Tensor grad_x = layout.result(input_shape, grad_out.options());
@@ -209,7 +218,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   Conv2dGeometry g = conv2d_geometry(op, x.sizes(), weight_shape, options);
   FRUGAL_CHECK(grad_out.sizes() == g.output_shape(), op, ": grad_out ", grad_out.describe(),
                " must have the convolution's output shape ", shape_str(g.output_shape()));
-  const OpLayout layout(grad_out, x);
+  const OpLayout layout = conv_layout(grad_out, x);
   g.channels_last = layout.native;
   if (is_patchify(g) && g.N > 0 && g.K * g.C > 0) return patchify_backward_weight(grad_out, x, g, layout);
   Tensor grad_w = layout.result(weight_shape, x.options());

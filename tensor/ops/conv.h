@@ -26,7 +26,8 @@
 // nn::to_channels_last(Module&) converts no more), and the result is returned in the
 // chosen format. The CUDA backend runs channels-last natively (cuDNN's NHWC tensor and
 // filter descriptors, geometry.channels_last); the CPU computes NCHW and converts the
-// result, so the layout of a result never depends on the device.
+// result, so the layout of a result never depends on the device. float64 takes the CPU's way
+// on CUDA too: cuDNN has no float64 NHWC convolution.
 #include <cstdint>
 #include <string>
 
