@@ -12,8 +12,10 @@ namespace {
 
 // self.copy_(src): self's new value is src, broadcast to self's shape and converted to
 // self's dtype and device. So self's old history gets zeros (its values are gone, as
-// PyTorch's CopyBackwards says) and src gets the gradient back in its own shape, dtype
-// and device.
+// PyTorch's CopyBackwards says) and src gets the gradient converted to its own dtype and
+// device, then summed over the broadcast to its shape: in that order, as PyTorch's (whose
+// engine sums the converted gradient), so a float32 source's sum is not rounded to a
+// float16 destination's dtype first.
 class CopyBackward final : public autograd::Node {
  public:
   Shape src_sizes;
@@ -27,7 +29,7 @@ class CopyBackward final : public autograd::Node {
     const Tensor& g = grads[0];  // g: self's shape
     autograd::TensorList out(2);
     if (autograd::wants_grad(*this, 0)) out[0] = zeros(g.sizes(), g.options());
-    if (autograd::wants_grad(*this, 1)) out[1] = autograd::sum_to(g, src_sizes).to(src_device, src_dtype);
+    if (autograd::wants_grad(*this, 1)) out[1] = autograd::sum_to(g.to(src_device, src_dtype), src_sizes);
     return out;
   }
 };

@@ -2,6 +2,7 @@
 #include "autograd/ops/linear_cross_entropy.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "autograd/autocast.h"
@@ -14,6 +15,7 @@
 #include "tensor/ops/loss.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
 
 namespace frugal {
 
@@ -71,7 +73,8 @@ struct LinearCrossEntropyBackward final : Node {
     // One 0-d factor, so each kept gradient is scaled in one pass. The kept gradients
     // share a dtype: the forward's accumulation dtype.
     Tensor factor = ops::mul(grads[0].to(accumulation_dtype), unit);
-    if (count.defined()) factor = ops::div(factor, count);
+    // No kept row: every gradient is 0, as PyTorch's (the loss is 0 / 0 = NaN), not 0 * inf.
+    if (count.defined()) factor = ops::div(factor, ops::clamp(count, 1.0, std::numeric_limits<double>::infinity()));
     const auto scaled = [&](const SavedTensor& kept, DType dtype) {
       return autograd::in_dtype(ops::mul(kept.unpack(name()), factor), dtype);
     };
@@ -203,7 +206,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   });
   if (node) {
     const double host_count = options.loss.reduction == Reduction::Mean && !captured ? double(kept) : 1.0;
-    node->unit = 1.0 / (grad_scale * host_count);
+    node->unit = host_count > 0 ? 1.0 / (grad_scale * host_count) : 0.0;  // no kept row: zero gradients
     node->count = count;
     node->accumulation_dtype = loss_dtype;
     if (want_x) node->grad_x = grad_x;

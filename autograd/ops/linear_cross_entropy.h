@@ -18,7 +18,10 @@ struct LinearCrossEntropyOptions {
 /// cross_entropy(linear(x, weight, bias), target, options.loss): x (..., H), weight (C, H),
 /// bias (C) or undefined, target (...) int64/int32. Differentiable in x, weight and bias.
 /// Under autocast the products run in the autocast dtype and the loss in float32, as the
-/// unfused pair would; the gradients come back in the inputs' own dtypes.
+/// unfused pair would; outside it a float16/bfloat16 problem's loss is float32 too (the unfused
+/// pair would round it to 16 bits: the fused loss keeps its float32 sum, as llm.c's). The
+/// gradients come back in the inputs' own dtypes. A Mean over no kept row (every target ignored,
+/// or none) is NaN, with gradients 0, as PyTorch's.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
                             const LinearCrossEntropyOptions& options = {});
 

@@ -73,8 +73,9 @@ void record_derived(const Tensor& in, const Tensor& out, const DerivedInfo& info
                "raised this, call the differentiable op of the same name in frugal (autograd/ops/all.h), or run "
                "the raw op on x.detach() or under NoGradGuard; for a view of your own use view, permute, slice, "
                "select or expand");
-  FRUGAL_CHECK(is_floating(out.dtype()), "to: cannot convert ", in.describe(), ", which requires grad, to ",
-               dtype_name(out.dtype()), " (only floating tensors can require grad)");
+  // A conversion to an integer or bool dtype is not differentiable: its result requires no grad,
+  // as PyTorch's (x.to(torch.int64) of an x that requires grad).
+  if (!is_floating(out.dtype())) return;
   auto node = make_node<DerivedBackward>({in});
   node->info = info;
   node->in_sizes = in.sizes();

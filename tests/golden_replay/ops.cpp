@@ -15,7 +15,10 @@
 // exactly, floating values within rtol |torch| + atol max(1, max |torch|) with the bounds of the
 // output's dtype (tol_for; a gradient: the less precise of its input's dtype and the outputs'),
 // NaN matching NaN and an infinity the same infinity. A gradient frugal leaves undefined matches
-// a zero one (PyTorch's None).
+// a zero one (PyTorch's None). An in-place op (add_ ... masked_fill_, copy_) writes a clone of
+// its first argument and returns it, as the generator's v = x.clone(); v.add_(other): frugal
+// refuses a recorded write through a view (Note [In-place ops and autograd] in
+// autograd/ops/inplace.h), so the view's base takes its gradient through the clone.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -135,6 +138,24 @@ OpFn pointwise_loss(PointwiseLossOp f, const char* param) {
     return Outputs{f(in.at(0), in.at(1), a.reduction(), a.num(param, 1.0))};
   };
 }
+/// An in-place op on a clone of input 0 (Note [Golden cases]); the written clone is the output.
+OpFn on_clone(std::function<void(const Tensor&, const Inputs&, const Args&)> f) {
+  return [f](const Inputs& in, const Args& a) {
+    Tensor self = in.at(0).clone();
+    f(self, in, a);
+    return Outputs{self};
+  };
+}
+OpFn on_clone_with_scalar(const Tensor& (*f)(const Tensor&, double)) {
+  return on_clone([f](const Tensor& self, const Inputs&, const Args& a) { f(self, a.num("s")); });
+}
+/// batch_norm's outputs: y, then the running statistics after the call (updated in place).
+Outputs with_running_stats(Tensor y, const Tensor& running_mean, const Tensor& running_var) {
+  Outputs out{std::move(y)};
+  for (const Tensor& s : {running_mean, running_var})
+    if (s.defined()) out.push_back(s);
+  return out;
+}
 /// Every op a case may name, keyed as tools/torch_golden_ops.py's OPS.
 const std::map<std::string, OpFn>& op_table() {
   static const std::map<std::string, OpFn> table = {
@@ -175,6 +196,27 @@ const std::map<std::string, OpFn>& op_table() {
       {"where", [](const Inputs& in, const Args&) { return Outputs{where(in.at(0), in.at(1), in.at(2))}; }},
       {"masked_fill",
        [](const Inputs& in, const Args& a) { return Outputs{masked_fill(in.at(0), in.at(1), a.num("value"))}; }},
+      // in place, on a clone (Note [Golden cases])
+      {"add_", on_clone([](const Tensor& self, const Inputs& in, const Args& a) {
+         add_(self, in.at(1), a.num("alpha", 1.0));
+       })},
+      {"sub_", on_clone([](const Tensor& self, const Inputs& in, const Args& a) {
+         sub_(self, in.at(1), a.num("alpha", 1.0));
+       })},
+      {"mul_", on_clone([](const Tensor& self, const Inputs& in, const Args&) { mul_(self, in.at(1)); })},
+      {"div_", on_clone([](const Tensor& self, const Inputs& in, const Args&) { div_(self, in.at(1)); })},
+      {"add_scalar_", on_clone_with_scalar(add_)}, {"sub_scalar_", on_clone_with_scalar(sub_)},
+      {"mul_scalar_", on_clone_with_scalar(mul_)}, {"div_scalar_", on_clone_with_scalar(div_)},
+      {"masked_fill_", on_clone([](const Tensor& self, const Inputs& in, const Args& a) {
+         masked_fill_(self, in.at(1), a.num("value"));
+       })},
+      {"copy_", on_clone([](const Tensor& self, const Inputs& in, const Args& a) {
+         FRUGAL_CHECK(self.dtype() == parse_dtype(a.text("dtype", "")), "torch goldens: copy_ into ", self.describe(),
+                      ", the case says ", a.text("dtype", ""));
+         self.copy_(in.at(1));
+       })},
+      // conversions
+      {"to", [](const Inputs& in, const Args& a) { return Outputs{in.at(0).to(parse_dtype(a.text("dtype", "")))}; }},
       // reductions
       {"sum", over_dims(sum)}, {"mean", over_dims(mean)}, {"amax", over_dims(amax)}, {"amin", over_dims(amin)},
       {"logsumexp", over_dims(logsumexp)},
@@ -198,6 +240,17 @@ const std::map<std::string, OpFn>& op_table() {
          const std::string dtype = a.text("dtype", "");
          return Outputs{cumsum(in.at(0), a.integer("dim"),
                                dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(dtype)))};
+       }},
+      {"masked_softmax",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{masked_softmax(in.at(0), in.at(1), a.flag("is_causal", false), a.num("scale", 1.0))};
+       }},
+      {"sdpa",
+       [](const Inputs& in, const Args& a) {
+         std::optional<double> scale;
+         if (a.get("scale")) scale = a.num("scale");
+         return Outputs{scaled_dot_product_attention(in.at(0), in.at(1), in.at(2), in.at(3), a.flag("is_causal", false),
+                                                     /*dropout_p=*/0.0, scale)};
        }},
       // shape and join
       {"flip", [](const Inputs& in, const Args& a) { return Outputs{flip(in.at(0), a.ints("dims"))}; }},
@@ -303,13 +356,23 @@ const std::map<std::string, OpFn>& op_table() {
        }},
       {"batch_norm",
        [](const Inputs& in, const Args& a) {
-         const Tensor& rm = in.at(1);
-         const Tensor& rv = in.at(2);
-         Outputs out{batch_norm(in.at(0), rm, rv, in.at(3), in.at(4), a.flag("training", false), a.num("momentum", 0.1),
-                                a.num("eps", 1e-5))};
-         for (const Tensor& s : {rm, rv})  // the running statistics after the call (updated in place)
-           if (s.defined()) out.push_back(s);
-         return out;
+         return with_running_stats(batch_norm(in.at(0), in.at(1), in.at(2), in.at(3), in.at(4),
+                                              a.flag("training", false), a.num("momentum", 0.1), a.num("eps", 1e-5)),
+                                   in.at(1), in.at(2));
+       }},
+      {"batch_norm_relu",
+       [](const Inputs& in, const Args& a) {
+         return with_running_stats(batch_norm_relu(in.at(0), in.at(1), in.at(2), in.at(3), in.at(4),
+                                                   a.flag("training", false), a.num("momentum", 0.1),
+                                                   a.num("eps", 1e-5)),
+                                   in.at(1), in.at(2));
+       }},
+      {"batch_norm_add_relu",
+       [](const Inputs& in, const Args& a) {
+         return with_running_stats(batch_norm_add_relu(in.at(0), in.at(1), in.at(2), in.at(3), in.at(4), in.at(5),
+                                                       a.flag("training", false), a.num("momentum", 0.1),
+                                                       a.num("eps", 1e-5)),
+                                   in.at(2), in.at(3));
        }},
       // convolution, pooling, products
       {"conv2d",
@@ -345,6 +408,19 @@ const std::map<std::string, OpFn>& op_table() {
        }},
       {"matmul", binary(matmul)},
       {"linear", [](const Inputs& in, const Args&) { return Outputs{linear(in.at(0), in.at(1), in.at(2))}; }},
+      {"gelu_mlp",
+       [](const Inputs& in, const Args&) {
+         return Outputs{gelu_mlp(in.at(0), in.at(1), in.at(2), in.at(3), in.at(4))};
+       }},
+      {"linear_cross_entropy",
+       [](const Inputs& in, const Args& a) {
+         LinearCrossEntropyOptions o;
+         o.loss.ignore_index = a.integer("ignore_index", -100);
+         o.loss.label_smoothing = a.num("label_smoothing", 0.0);
+         o.loss.reduction = a.reduction();
+         o.chunk_rows = a.integer("chunk_rows", 0);
+         return Outputs{linear_cross_entropy(in.at(0), in.at(1), in.at(2), in.at(3), o)};
+       }},
   };
   return table;
 }
