@@ -461,7 +461,10 @@ TEST_CASE("probe autograd: integer, bool, comparison and argmax results never re
   for (const Tensor& t :
        {gt(x, 0.0), eq(x, x), lt(x, mul(x, 2.0)), logical_not(gt(x, 0.0)), argmax(x, 0), argmin(x.view({2, 2}), 1)})
     CHECK_FALSE(t.requires_grad());
-  check_error([&] { x.to(kInt64); }, {"int64", "require grad"});
+  // An integer conversion is not differentiable: no grad and no error, as PyTorch's x.long().
+  const Tensor as_int = x.to(kInt64);
+  CHECK_FALSE(as_int.requires_grad());
+  CHECK(as_int.tolist<int64_t>() == std::vector<int64_t>{-1, 2, 0, -3});
   check_error([] { zeros({2}, kBool).requires_grad_(); }, {"requires_grad_", "bool"});
   // relu by where(x > 0, x, 0) and a product with an int tensor: gradients through the
   // float operand only.
