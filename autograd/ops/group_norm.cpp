@@ -73,8 +73,9 @@ struct GroupNormBackward final : Node {
     const Tensor rows = xv.reshape(geometry.rows), mv = mean.unpack(name()), rv = rstd.unpack(name());
     Tensor gx, gw, gb;
     if (wants_grad(*this, 1) && wv.defined()) {
-      const Tensor xhat = ops::layer_norm_apply(rows, geometry.row_len(), mv, rv).view(xv.sizes());
-      gw = ops::sum(ops::mul(g, xhat), geometry.reduce_dims);
+      // g * xhat formed in xhat's own (fresh) buffer: one full-size temporary, not two.
+      const Tensor g_xhat = ops::layer_norm_apply(rows, geometry.row_len(), mv, rv).view(xv.sizes());
+      gw = ops::sum(ops::mul_(g_xhat, g), geometry.reduce_dims);
     }
     if (wants_grad(*this, 2) && has_bias) gb = ops::sum(g, geometry.reduce_dims);
     if (wants_grad(*this, 0)) {
