@@ -115,13 +115,12 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
   return recorded_pointwise_loss(ops::PointwiseLoss::Huber, input, target, delta, reduction);
 }
 
-// A composition of differentiable ops (gather, mul, sum, div): its gradient is theirs.
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLossOptions& options) {
-  core::OpScope scope("nll_loss");
-  if (auto c = autocast::cast_inputs(Policy::Float32, {&log_probs})) return nll_loss((*c)[0], target, options);
-  ops::NllLossOptions raw_options = options;
-  if (raw_options.weight.defined()) raw_options.weight = raw_options.weight.detach();
-  const ops::NllTargets t = autograd::raw([&] { return ops::nll_targets(log_probs, target, raw_options); });
+namespace {
+
+/// nll_loss from targets nll_targets already checked and weighed (`t`, for `target`): a
+/// composition of differentiable ops (gather, mul, sum, div), so its gradient is theirs.
+Tensor nll_loss_of_targets(const Tensor& log_probs, const Tensor& target, const ops::NllTargets& t,
+                           Reduction reduction) {
   const Tensor picked = log_probs.dim() == 1 ? gather(log_probs, 0, t.index.reshape({1}))
                                              : gather(log_probs, 1, t.index.unsqueeze(1));
   // Ignored targets are masked, not only weighted by 0: when every target is ignored, Mean
@@ -129,12 +128,23 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLos
   // gradients, where PyTorch gives 0 (the loss itself is NaN in both).
   const Tensor zero = zeros({}, t.weight.options());
   const Tensor loss = where(t.valid, neg(mul(picked.reshape(target.sizes()), t.weight)), zero);
-  switch (options.reduction) {
+  switch (reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return sum(loss);
     case Reduction::Mean: break;
   }
   return div(sum(loss), sum(t.weight));
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const ops::NllLossOptions& options) {
+  core::OpScope scope("nll_loss");
+  if (auto c = autocast::cast_inputs(Policy::Float32, {&log_probs})) return nll_loss((*c)[0], target, options);
+  ops::NllLossOptions raw_options = options;
+  if (raw_options.weight.defined()) raw_options.weight = raw_options.weight.detach();
+  const ops::NllTargets t = autograd::raw([&] { return ops::nll_targets(log_probs, target, raw_options); });
+  return nll_loss_of_targets(log_probs, target, t, options.reduction);
 }
 
 namespace {
@@ -158,7 +168,7 @@ Tensor weighted_cross_entropy(const Tensor& logits, const Tensor& target, const 
   const ops::NllTargets t = autograd::raw([&] { return ops::nll_targets(logits, target, nll_options, "cross_entropy"); });
   const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
   const Tensor log_probs = log_softmax(logits, class_dim);
-  const Tensor nll = nll_loss(log_probs, target, nll_options);
+  const Tensor nll = nll_loss_of_targets(log_probs, target, t, options.reduction);  // t: checked and weighed once
   if (options.label_smoothing == 0.0) return nll;
   Shape along_classes(size_t(logits.dim()), 1);
   along_classes[size_t(class_dim)] = C;
