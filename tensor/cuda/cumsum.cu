@@ -18,9 +18,7 @@
 // 16384 rows of 4096: 512 warps on 132 SMs), so when there are fewer than kFewLines lines
 // longer than a chunk, the work is split by chunk in three kernels: every (line, chunk)
 // sums its chunk; one thread per line turns those totals into carries (exclusive running
-// sums, in order); every (line, chunk) walks its chunk again from its carry and writes. Fewer
-// than 32 rows split so (one long line) take their chunks through the tiles as the rows
-// kernel takes rows, 32 chunks a warp, so the reads coalesce there too. x is read twice, which is why lines
+// sums, in order); every (line, chunk) walks its chunk again from its carry and writes. x is read twice, which is why lines
 // enough to fill the GPU take the one-pass kernels.
 #include <type_traits>
 
@@ -138,61 +136,6 @@ __global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ ou
   }
 }
 
-// Few rows split by chunk (x: (outer, D), inner == 1, outer < 32): a warp takes 32
-// consecutive (row, chunk) items, item k being chunk k % chunks of row k / chunks, and moves
-// them through its 32 x 32 tile as walk_rows moves rows, so each tile row is one coalesced
-// read of 32 consecutive elements of a chunk (a thread walking its own chunk would read with
-// a stride of a chunk across the warp). Lane r sums item r in order, from its carry when
-// writing. chunk_sums[c * outer + o]: the Totals walk writes each chunk's total there, the
-// Write walk reads its carry.
-template <Walk kWalk, typename T, typename Out, typename Acc>
-__global__ void cumsum_chunk_tiles_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ chunk_sums,
-                                          CumsumShape s) {
-  __shared__ Acc tiles[kWarpsPerBlock][kTile][kTile + 1];
-  const int warp = int(threadIdx.x) / kTile, lane = int(threadIdx.x) % kTile;
-  const int64_t chunks = chunks_of(s), items = s.outer * chunks;
-  const int64_t k0 = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * kTile;
-  if (k0 >= items) return;  // the whole warp: k0 is uniform across it
-  Acc(&tile)[kTile][kTile + 1] = tiles[warp];
-  const int n = items - k0 < kTile ? int(items - k0) : kTile;
-  // Lane r's item: its row's offset and its chunk's [begin, end) positions along the row.
-  const int64_t k = k0 + (lane < n ? lane : 0), o = k / chunks, c = k % chunks;
-  const int64_t row = o * s.D, begin = c * kCumsumChunk, end = begin + kCumsumChunk < s.D ? begin + kCumsumChunk : s.D;
-  const auto at = [&](int64_t item_row, int64_t pos) { return item_row + (s.reverse ? s.D - 1 - pos : pos); };
-  Acc local = Acc(0), carry = Acc(0);
-  if constexpr (kWalk == Walk::Write) {
-    if (lane < n) carry = chunk_sums[c * s.outer + o];
-  }
-  for (int64_t step0 = 0; step0 < kCumsumChunk; step0 += kTile) {
-#pragma unroll  // 32 independent loads in flight
-    for (int r = 0; r < kTile; ++r) {
-      const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
-      if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) tile[r][lane] = Acc(x[at(row_r, pos)]);
-    }
-    __syncwarp();
-    if (lane < n) {
-      const int64_t left = end - begin - step0;
-      const int cols = left < kTile ? int(left > 0 ? left : 0) : kTile;
-      for (int j = 0; j < cols; ++j) {
-        local += tile[lane][j];
-        if constexpr (kWalk == Walk::Write) tile[lane][j] = Acc(Out(carry + local));  // exact when stored below
-      }
-    }
-    __syncwarp();
-    if constexpr (kWalk == Walk::Write) {
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
-        if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) out[at(row_r, pos)] = Out(tile[r][lane]);
-      }
-      __syncwarp();
-    }
-  }
-  if constexpr (kWalk == Walk::Totals) {
-    if (lane < n) chunk_sums[c * s.outer + o] = local;
-  }
-}
-
 // carries[c * lines + t]: the sum of the totals of chunks 0..c-1 of line t, in order.
 template <typename Acc>
 __global__ void chunk_carries_kernel(const Acc* __restrict__ totals, Acc* __restrict__ carries, int64_t lines,
@@ -232,13 +175,6 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
         chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, cp, lines, chunks);
       }
       cumsum_rows_kernel<Walk::Write, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, cp, s, by_chunk);
-    } else if (s.inner == 1 && by_chunk) {  // few rows: their chunks through tiles
-      const int64_t warps = (lines * chunks + kTile - 1) / kTile;
-      const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-      constexpr int threads = kTile * kWarpsPerBlock;
-      cumsum_chunk_tiles_kernel<Walk::Totals, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, tp, s);
-      chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, cp, lines, chunks);
-      cumsum_chunk_tiles_kernel<Walk::Write, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, cp, s);
     } else {
       const unsigned grid = grid_for(by_chunk ? lines * chunks : lines);
       if (by_chunk) {
