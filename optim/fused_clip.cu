@@ -130,10 +130,10 @@ void clip_coefficient(Device device, const double* reduced, double p, double max
   const int kind = int(kind_of(p));
   if (total_dtype == DType::Float64)
     clip_coefficient_kernel<<<1, 1, 0, stream_for(device)>>>(reduced, kind, p, max_norm, static_cast<double*>(total),
-                                                              coef);
+                                                             coef);
   else
     clip_coefficient_kernel<<<1, 1, 0, stream_for(device)>>>(reduced, kind, p, max_norm, static_cast<float*>(total),
-                                                              coef);
+                                                             coef);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 

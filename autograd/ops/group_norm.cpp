@@ -35,8 +35,8 @@ namespace {
 
 /// x (N, C, *) as group norm sees it (Note [Group norm as layer norm over groups]).
 struct GroupNormGeometry {
-  Shape rows;     // (N * G, C / G * HxW): one row per (sample, group)
-  Shape channel;  // (1, C, 1, ..., 1): a (C) parameter as it broadcasts against x
+  Shape rows;                        // (N * G, C / G * HxW): one row per (sample, group)
+  Shape channel;                     // (1, C, 1, ..., 1): a (C) parameter as it broadcasts against x
   std::vector<int64_t> reduce_dims;  // every dim of x but C: a parameter's gradient sums over them
 
   Shape row_len() const { return {rows[1]}; }

@@ -87,7 +87,7 @@ struct PointwiseLossBackward final : Node {
 };
 
 Tensor recorded_pointwise_loss(ops::PointwiseLoss kind, const Tensor& input, const Tensor& target, double param,
-                      Reduction reduction) {
+                               Reduction reduction) {
   core::OpScope scope(ops::pointwise_loss_name(kind));
   if (auto c = autocast::cast_inputs(Policy::Float32, {&input, &target}))
     return recorded_pointwise_loss(kind, (*c)[0], (*c)[1], param, reduction);
@@ -121,8 +121,8 @@ namespace {
 /// composition of differentiable ops (gather, mul, sum, div), so its gradient is theirs.
 Tensor nll_loss_of_targets(const Tensor& log_probs, const Tensor& target, const ops::NllTargets& t,
                            Reduction reduction) {
-  const Tensor picked = log_probs.dim() == 1 ? gather(log_probs, 0, t.index.reshape({1}))
-                                             : gather(log_probs, 1, t.index.unsqueeze(1));
+  const Tensor picked =
+      log_probs.dim() == 1 ? gather(log_probs, 0, t.index.reshape({1})) : gather(log_probs, 1, t.index.unsqueeze(1));
   // Ignored targets are masked, not only weighted by 0: when every target is ignored, Mean
   // divides by a total weight of 0, and inf * 0 would send NaN into the ignored rows'
   // gradients, where PyTorch gives 0 (the loss itself is NaN in both).
@@ -160,12 +160,13 @@ namespace {
 // path holds a (N, C) log_softmax for backward, which a user asking for weights pays for.
 Tensor weighted_cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   const Tensor weight = options.weight.detach();
-  const ops::NllLossOptions nll_options{.weight = weight, .ignore_index = options.ignore_index,
-                                        .reduction = options.reduction};
+  const ops::NllLossOptions nll_options{
+      .weight = weight, .ignore_index = options.ignore_index, .reduction = options.reduction};
   FRUGAL_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
                "cross_entropy: label_smoothing must be in [0, 1], got ", options.label_smoothing);
   // Checks the operands (with cross_entropy's name) before log_softmax sees them.
-  const ops::NllTargets t = autograd::raw([&] { return ops::nll_targets(logits, target, nll_options, "cross_entropy"); });
+  const ops::NllTargets t =
+      autograd::raw([&] { return ops::nll_targets(logits, target, nll_options, "cross_entropy"); });
   const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
   const Tensor log_probs = log_softmax(logits, class_dim);
   const Tensor nll = nll_loss_of_targets(log_probs, target, t, options.reduction);  // t: checked and weighed once
@@ -193,12 +194,15 @@ Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, con
   constexpr const char* op = "cross_entropy";
   FRUGAL_CHECK(is_floating(logits.dtype()) && logits.dim() >= 1 && target.sizes() == logits.sizes(), op,
                ": a floating target holds class probabilities and must have the shape of floating logits; got "
-               "target ", target.describe(), " and logits ", logits.describe());
+               "target ",
+               target.describe(), " and logits ", logits.describe());
   check_same_device(op, logits, target);
   FRUGAL_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, op,
                ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
-  FRUGAL_CHECK(options.ignore_index < 0, op, ": ignore_index is not supported for a floating (class probability) "
-               "target, got ignore_index = ", options.ignore_index, " with target ", target.describe());
+  FRUGAL_CHECK(options.ignore_index < 0, op,
+               ": ignore_index is not supported for a floating (class probability) "
+               "target, got ignore_index = ",
+               options.ignore_index, " with target ", target.describe());
   const int64_t class_dim = logits.dim() == 1 ? 0 : 1, C = logits.size(class_dim);
   Tensor y = target;  // log_softmax(x) * y promotes: float16 logits with a float32 target give a float32 loss
   if (options.label_smoothing > 0.0)
@@ -224,8 +228,8 @@ Tensor probability_cross_entropy(const Tensor& logits, const Tensor& target, con
 
 }  // namespace
 
-void detail::check_binary_loss_operands(const char* op, const Tensor& input, const Tensor& target,
-                                        const Tensor& weight, const Tensor& pos_weight) {
+void detail::check_binary_loss_operands(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
+                                        const Tensor& pos_weight) {
   FRUGAL_CHECK(input.defined() && target.defined(), op, ": undefined input or target");
   FRUGAL_CHECK(is_floating(input.dtype()) && input.dtype() == target.dtype(), op,
                ": expects input and target of one floating dtype, got ", input.describe(), " and ", target.describe());
@@ -250,7 +254,8 @@ void detail::check_binary_loss_operands(const char* op, const Tensor& input, con
 // w (lw sigmoid(x) - pw y) and the one in y is w (-x + (pw - 1) softplus(-x)), everywhere:
 // building softplus from |x| and relu instead would give x's gradient 0 at x = 0 (both
 // kinks' conventions), where it is -0.5 for y = 0 (zero-initialised logits hit that).
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BceWithLogitsOptions& options) {
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BceWithLogitsOptions& options) {
   constexpr const char* op = "binary_cross_entropy_with_logits";
   core::OpScope scope(op);
   FRUGAL_CHECK(input.defined() && target.defined(), op, ": undefined input or target");

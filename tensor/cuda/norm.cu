@@ -350,8 +350,8 @@ void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight,
         65535);
     const Tensor partial = empty({slices, 2, N}, {dtype_of<Acc>(), x.device()});
     layer_norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(slices)), dim3(kColX, kColY), 0, stream>>>(
-        partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), M,
-        N);
+        partial.data_ptr<Acc>(), grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(),
+        M, N);
     FRUGAL_CUDA_CHECK_LAUNCH();
     layer_norm_param_finish_kernel<T><<<unsigned(col_blocks), dim3(kColX, kColY), 0, stream>>>(
         mut_ptr_or_null<T>(grad_weight), mut_ptr_or_null<T>(grad_bias), partial.data_ptr<Acc>(), slices, N);

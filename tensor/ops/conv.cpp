@@ -196,7 +196,8 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, c
                " must have the convolution's output shape ", shape_str(g.output_shape()));
   const OpLayout layout = conv_layout(grad_out, weight);
   g.channels_last = layout.native;
-  if (is_patchify(g) && g.K > 0 && g.N * g.C * g.H * g.W > 0) return patchify_backward_input(grad_out, weight, g, layout);
+  if (is_patchify(g) && g.K > 0 && g.N * g.C * g.H * g.W > 0)
+    return patchify_backward_input(grad_out, weight, g, layout);
   Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (grad_x.numel() == 0) return layout.finish(grad_x);
   if (g.K == 0) {  // no output channel depends on the input

@@ -334,7 +334,8 @@ void check_state(Report& r, const std::string& id, const Optimizers& opts, Tol t
       r.check(who + k, who + k, tensor_error(it->second, w, tol));
     }
     std::vector<Tensor> own;  // the optimizer's parameters, in state-index order
-    for (const ParamGroup& group : opts[j]->param_groups()) own.insert(own.end(), group.params.begin(), group.params.end());
+    for (const ParamGroup& group : opts[j]->param_groups())
+      own.insert(own.end(), group.params.begin(), group.params.end());
     for (const auto& [k, t] : mine) {
       if (want.count(k) == 1) continue;
       // OffloadAdamW keeps a host master copy of a device parameter (optim/offload_adam.h), which
@@ -374,8 +375,8 @@ void run_optim(const std::string& id, Report& r, const json::Value& c, Device de
     const std::string at = step_name(s);
     for (size_t k = 0; k < params.size(); ++k) {
       const std::string g = key("g", s, int64_t(k));
-      params[k].set_grad(has(id, g) ? in_layout(fresh_copy(stored(id, g), device), at_index(c, "grad_layout", int64_t(k)))
-                                    : Tensor());
+      params[k].set_grad(
+          has(id, g) ? in_layout(fresh_copy(stored(id, g), device), at_index(c, "grad_layout", int64_t(k))) : Tensor());
     }
     add_groups(c, opts, params, s);
     if (const json::Value* z = at_index(c, "zero_grad", s))

@@ -214,7 +214,6 @@ ClassShapes class_shapes(Rng& rng, int64_t C) {
   }
 }
 
-
 /// x's shape and a normalized_shape of 1 or 2 trailing dims of it (layer_norm, rms_norm), with
 /// rows of at least 2 values, so no row's statistics sit near 0 where eps rules.
 std::pair<Shape, Shape> normalized_shapes(Rng& rng) {
@@ -252,7 +251,8 @@ void add_norm_loss(std::vector<GradEntry>& t) {
          // the gradient along x is eps / (mean(x^2) + eps) of the rest: entries of at least 0.25
          // keep that below the bound (seed 23 case 18 drew a row of two values near 0.03).
          s.inputs = {grad_in(values(rng, x, -2.0, 2.0, eps ? 0.0 : 0.25)), maybe(rng, values(rng, normalized))};
-         s.params = cat_str("normalized_shape=", shape_str(normalized), " eps=", eps ? std::to_string(*eps) : "default");
+         s.params =
+             cat_str("normalized_shape=", shape_str(normalized), " eps=", eps ? std::to_string(*eps) : "default");
          s.f = [normalized, eps](const TensorList& in) { return rms_norm(in[0], normalized, in[1], eps); };
          s.grad_tol = 10.0;
          return s;
@@ -341,28 +341,29 @@ void add_norm_loss(std::vector<GradEntry>& t) {
                },
                A::Float32});
   // l1 / smooth_l1 / huber: values in [-3, 3] put differences on both sides of beta and delta.
-  for (const ops::PointwiseLoss kind : {ops::PointwiseLoss::L1, ops::PointwiseLoss::SmoothL1, ops::PointwiseLoss::Huber})
-    t.push_back({ops::pointwise_loss_name(kind),
-                 [kind](Rng& rng) {
-                   const Shape out = small_shape(rng, 0, 3);
-                   const Reduction r =
-                       rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
-                   const double param = rng.pick(std::vector<double>{0.5, 1.0, 2.0});
-                   GradSample s;
-                   s.inputs = {grad_in(values(rng, out, -3, 3)), grad_in(values(rng, broadcast_operand(rng, out), -3, 3))};
-                   if (rng.chance(0.3)) s.inputs[1].grad = false;
-                   s.params = cat_str("reduction=", int(r), " beta/delta=", param);
-                   s.f = [kind, r, param](const TensorList& in) {
-                     switch (kind) {
-                       case ops::PointwiseLoss::L1: return l1_loss(in[0], in[1], r);
-                       case ops::PointwiseLoss::SmoothL1: return smooth_l1_loss(in[0], in[1], r, param);
-                       case ops::PointwiseLoss::Huber: break;
-                     }
-                     return huber_loss(in[0], in[1], r, param);
-                   };
-                   return s;
-                 },
-                 A::Float32});
+  for (const ops::PointwiseLoss kind :
+       {ops::PointwiseLoss::L1, ops::PointwiseLoss::SmoothL1, ops::PointwiseLoss::Huber})
+    t.push_back(
+        {ops::pointwise_loss_name(kind),
+         [kind](Rng& rng) {
+           const Shape out = small_shape(rng, 0, 3);
+           const Reduction r = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum, Reduction::None});
+           const double param = rng.pick(std::vector<double>{0.5, 1.0, 2.0});
+           GradSample s;
+           s.inputs = {grad_in(values(rng, out, -3, 3)), grad_in(values(rng, broadcast_operand(rng, out), -3, 3))};
+           if (rng.chance(0.3)) s.inputs[1].grad = false;
+           s.params = cat_str("reduction=", int(r), " beta/delta=", param);
+           s.f = [kind, r, param](const TensorList& in) {
+             switch (kind) {
+               case ops::PointwiseLoss::L1: return l1_loss(in[0], in[1], r);
+               case ops::PointwiseLoss::SmoothL1: return smooth_l1_loss(in[0], in[1], r, param);
+               case ops::PointwiseLoss::Huber: break;
+             }
+             return huber_loss(in[0], in[1], r, param);
+           };
+           return s;
+         },
+         A::Float32});
   t.push_back({"cross_entropy(probabilities)",  // Note [Cross entropy with class probabilities]
                [](Rng& rng) {
                  const int64_t C = rng.range(1, 4);
