@@ -96,7 +96,7 @@ TEST_CASE("probe module api: state_dict lists each module's parameters, then its
   nn::NamedTensors state;
   double v = 1.0;
   for (const auto& name : kTorchStateDictOrder) {
-    const Tensor& t = entry(m.state_dict(), name);
+    const Tensor t = entry(m.state_dict(), name);  // a copy: the state_dict is a temporary
     state.emplace_back(name, full(t.sizes(), v++, TensorOptions(t.dtype())));
   }
   other.load_state_dict(state);
