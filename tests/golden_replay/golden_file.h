@@ -126,6 +126,25 @@ inline std::string case_title(const json::Value& c, Device device) {
   return str_of(member(c, "id")) + " " + str_of(member(c, "name")) + (device == kCPU ? "" : " on " + device.str());
 }
 
+/// Runs run(case, title) for every case of `families` in `g` (a case that throws fails with its
+/// message), then fails when `file` holds none of them; `kind` names the goldens in messages.
+template <typename Run>
+void replay_families(const GoldenFile& g, const std::vector<std::string>& families, Device device,
+                     const std::string& file, const std::string& kind, Run&& run) {
+  int64_t n = 0;
+  for (const json::Value& c : g.cases.items) {
+    std::string title = "(a case without an id)";
+    try {
+      if (std::find(families.begin(), families.end(), str_of(member(c, "family"))) == families.end()) continue;
+      title = case_title(c, device);
+      ++n;
+      run(c, title);
+    } catch (const std::exception& e) { CHECK_MESSAGE(false, title << ": threw: " << std::string(e.what())); }
+  }
+  CHECK_MESSAGE(n > 0, "torch " << kind << " goldens: no case of " << join(families) << " in tests/golden/" << file);
+  MESSAGE(n << " PyTorch " << kind << " golden cases of " << join(families) << " on " << device.str());
+}
+
 /// A copy of stored tensor `t` on `device`, sharing no storage with it: a leaf a case may change.
 inline Tensor fresh_copy(const Tensor& t, Device device) { return t.device() == device ? t.clone() : t.to(device); }
 

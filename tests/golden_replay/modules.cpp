@@ -568,18 +568,8 @@ void run_case(const GoldenFile& g, const json::Value& c, Device device) {
 
 void replay_golden_modules(const std::vector<std::string>& families, Device device) {
   const GoldenFile& g = golden_modules();
-  int64_t n = 0;
-  for (const json::Value& c : g.cases.items) {
-    const std::string family = str_of(member(c, "family"));
-    if (std::find(families.begin(), families.end(), family) == families.end()) continue;
-    const std::string title = case_title(c, device);
-    ++n;
-    try {
-      run_case(g, c, device);
-    } catch (const std::exception& e) { CHECK_MESSAGE(false, title << ": threw: " << std::string(e.what())); }
-  }
-  CHECK_MESSAGE(n > 0, "torch module goldens: no case of " << join(families) << " in tests/golden/" << kGoldenFile);
-  MESSAGE(n << " PyTorch module golden cases of " << join(families) << " on " << device.str());
+  replay_families(g, families, device, kGoldenFile, "module",
+                  [&](const json::Value& c, const std::string&) { run_case(g, c, device); });
 }
 
 void check_golden_modules_file() {

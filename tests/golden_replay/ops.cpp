@@ -518,19 +518,8 @@ void run_case(const GoldenFile& g, const json::Value& c, Device device) {
 
 void replay_golden_ops(const std::vector<std::string>& families, Device device) {
   const GoldenFile& g = golden_ops();
-  int64_t n = 0;
-  for (const json::Value& c : g.cases.items) {
-    std::string family, title = "(a case without an id)";
-    try {
-      family = str_of(member(c, "family"));
-      if (std::find(families.begin(), families.end(), family) == families.end()) continue;
-      title = case_title(c, device);
-      ++n;
-      run_case(g, c, device);
-    } catch (const std::exception& e) { CHECK_MESSAGE(false, title << ": threw: " << std::string(e.what())); }
-  }
-  CHECK_MESSAGE(n > 0, "torch goldens: no case of " << join(families) << " in tests/golden/" << kGoldenFile);
-  MESSAGE(n << " PyTorch golden cases of " << join(families) << " on " << device.str());
+  replay_families(g, families, device, kGoldenFile, "op",
+                  [&](const json::Value& c, const std::string&) { run_case(g, c, device); });
 }
 
 void check_golden_ops_file() {

@@ -596,27 +596,17 @@ void run_scaler(const std::string& id, Report& r, const json::Value& c, Device d
 }  // namespace
 
 void replay_golden_optim(const std::vector<std::string>& families, Device device) {
-  const GoldenFile& g = golden();
-  int64_t n = 0;
-  for (const json::Value& c : g.cases.items) {
-    std::string title = "(a case without an id)";
-    try {
-      const std::string family = str_of(member(c, "family"));
-      if (std::find(families.begin(), families.end(), family) == families.end()) continue;
-      const std::string id = str_of(member(c, "id")), kind = str_of(member(c, "kind"));
-      title = case_title(c, device);
-      ++n;
-      Report r(title);
-      if (kind == "optim") run_optim(id, r, c, device);
-      else if (kind == "sched") run_sched(id, r, c);
-      else if (kind == "clip") run_clip(id, r, c, device);
-      else if (kind == "scaler") run_scaler(id, r, c, device);
-      else FRUGAL_FAIL("torch goldens: unknown case kind \"", kind, "\"");
-      r.finish();
-    } catch (const std::exception& e) { CHECK_MESSAGE(false, title << ": threw: " << std::string(e.what())); }
-  }
-  CHECK_MESSAGE(n > 0, "torch goldens: no case of " << join(families) << " in tests/golden/" << kGoldenFile << kRemake);
-  MESSAGE(n << " PyTorch golden cases of " << join(families) << " on " << device.str());
+  replay_families(golden(), families, device, kGoldenFile + kRemake, "optimizer",
+                  [&](const json::Value& c, const std::string& title) {
+                    const std::string id = str_of(member(c, "id")), kind = str_of(member(c, "kind"));
+                    Report r(title);
+                    if (kind == "optim") run_optim(id, r, c, device);
+                    else if (kind == "sched") run_sched(id, r, c);
+                    else if (kind == "clip") run_clip(id, r, c, device);
+                    else if (kind == "scaler") run_scaler(id, r, c, device);
+                    else FRUGAL_FAIL("torch goldens: unknown case kind \"", kind, "\"");
+                    r.finish();
+                  });
 }
 
 void check_golden_optim_file() {
