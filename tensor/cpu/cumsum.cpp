@@ -21,12 +21,17 @@ constexpr int64_t kBlock = 256;  // lines per work item when the sum is not alon
 // x: (outer, D, inner) of T; out: the same of Out; lines [i0, i0 + n) of outer index o.
 template <typename T, typename Out, typename Acc>
 void cumsum_item(const T* x, Out* out, const CumsumShape& s, int64_t o, int64_t i0, int64_t n) {
-  Acc carry[kBlock], local[kBlock];
-  std::fill(carry, carry + n, Acc(0));
-  std::fill(local, local + n, Acc(0));
+  // carry = span_carry + chunk_carry, formed at each chunk's start (Note [Cumulative sum order])
+  Acc span_carry[kBlock], chunk_carry[kBlock], carry[kBlock], local[kBlock];
+  for (Acc* a : {span_carry, chunk_carry, carry, local}) std::fill(a, a + n, Acc(0));
   for (int64_t step = 0; step < s.D; ++step) {
     if (step > 0 && step % kCumsumChunk == 0) {
-      for (int64_t k = 0; k < n; ++k) carry[k] += local[k], local[k] = Acc(0);
+      const bool span_ends = step % (kCumsumChunk * kCumsumSpan) == 0;
+      for (int64_t k = 0; k < n; ++k) {
+        chunk_carry[k] += local[k], local[k] = Acc(0);
+        if (span_ends) span_carry[k] += chunk_carry[k], chunk_carry[k] = Acc(0);
+        carry[k] = span_carry[k] + chunk_carry[k];
+      }
     }
     const int64_t j = s.reverse ? s.D - 1 - step : step;
     const int64_t at = (o * s.D + j) * s.inner + i0;

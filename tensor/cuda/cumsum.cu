@@ -16,10 +16,14 @@
 //
 // Few long lines would leave most of the GPU idle (one line of 10^8 entries: one thread;
 // 16384 rows of 4096: 512 warps on 132 SMs), so when there are fewer than kFewLines lines
-// longer than a chunk, the work is split by chunk in three kernels: every (line, chunk)
-// sums its chunk; one thread per line turns those totals into carries (exclusive running
-// sums, in order); every (line, chunk) walks its chunk again from its carry and writes. x is read twice, which is why lines
-// enough to fill the GPU take the one-pass kernels.
+// longer than a chunk, the work is split by chunk: every (line, chunk) sums its chunk; every
+// (line, span) turns its chunks' totals into carries within the span and its span's total;
+// a warp per line turns span totals into span carries (only when a line has more than one
+// span); every (line, chunk) walks its chunk again from span carry + chunk carry and writes.
+// Fewer than 32 rows split so (one long line) take their chunks through the tiles as the
+// rows kernel takes rows, 32 chunks a warp, so the reads coalesce there too. x is read
+// twice, which is why lines enough to fill the GPU take the one-pass kernels.
+#include <algorithm>
 #include <type_traits>
 
 #include "tensor/cuda/cuda_utils.h"
@@ -41,6 +45,16 @@ enum class Walk { Totals, Write };
 
 __device__ __forceinline__ int64_t chunks_of(const CumsumShape& s) { return (s.D + kCumsumChunk - 1) / kCumsumChunk; }
 
+// The carry chunk c of line t starts from (Note [Cumulative sum order]): span carry + chunk
+// carry, laid out [c * lines + t] and [span * lines + t]; span_carries is null when every
+// line has one span (its span carry is 0, and 0 + chunk carry is the chunk carry).
+template <typename Acc>
+__device__ __forceinline__ Acc carry_of(const Acc* __restrict__ chunk_carries, const Acc* __restrict__ span_carries,
+                                        int64_t c, int64_t t, int64_t lines) {
+  const Acc chunk = chunk_carries[c * lines + t];
+  return span_carries ? span_carries[(c / kCumsumSpan) * lines + t] + chunk : chunk;
+}
+
 // Line (o, i) of x: (outer, D, inner), chunks [c0, c1), from `carry`. Write: out holds the
 // sums; Totals: returns the running total of the last chunk walked (c1 = c0 + 1).
 template <Walk kWalk, typename T, typename Out, typename Acc>
@@ -61,10 +75,10 @@ __device__ Acc walk_line(const T* __restrict__ x, Out* __restrict__ out, const C
 // Thread per line (by_chunk false: the whole line, one pass) or per (line, chunk): item w
 // takes line t = w % lines, so neighbouring threads still walk neighbouring lines.
 // chunk_sums: where the Totals walk writes each chunk's total, or the Write walk reads its
-// carry.
+// chunk carry (and span_carries its span carry, see carry_of).
 template <Walk kWalk, typename T, typename Out, typename Acc>
 __global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ chunk_sums,
-                                    CumsumShape s, bool by_chunk) {
+                                    const Acc* __restrict__ span_carries, CumsumShape s, bool by_chunk) {
   const int64_t lines = s.outer * s.inner, items = by_chunk ? lines * chunks_of(s) : lines;
   for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < items; w += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = w % lines, c = w / lines, o = t / s.inner, i = t % s.inner;
@@ -73,7 +87,7 @@ __global__ void cumsum_lines_kernel(const T* __restrict__ x, Out* __restrict__ o
     } else if constexpr (kWalk == Walk::Totals) {
       chunk_sums[w] = walk_line<Walk::Totals, T, Out, Acc>(x, out, s, o, i, c, c + 1, Acc(0));
     } else {
-      walk_line<Walk::Write>(x, out, s, o, i, c, c + 1, chunk_sums[w]);
+      walk_line<Walk::Write>(x, out, s, o, i, c, c + 1, carry_of(chunk_sums, span_carries, c, t, lines));
     }
   }
 }
@@ -115,10 +129,11 @@ __device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&t
 }
 
 // A warp per 32 rows (by_chunk false: whole rows, one pass) or per (32 rows, chunk): warp
-// item w takes row group w % groups and chunk w / groups. chunk_sums[c * rows + row].
+// item w takes row group w % groups and chunk w / groups. chunk_sums[c * rows + row], as
+// cumsum_lines_kernel's.
 template <Walk kWalk, typename T, typename Out, typename Acc>
 __global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ chunk_sums,
-                                   CumsumShape s, bool by_chunk) {
+                                   const Acc* __restrict__ span_carries, CumsumShape s, bool by_chunk) {
   __shared__ Acc tiles[kWarpsPerBlock][kTile][kTile + 1];  // + 1: lane r's row walk hits 32 banks
   const int warp = int(threadIdx.x) / kTile, lane = int(threadIdx.x) % kTile;
   const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks_of(s) : groups;
@@ -131,21 +146,107 @@ __global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ ou
     const Acc total = walk_rows<Walk::Totals, T, Out, Acc>(x, out, tiles[warp], s, row0, c, c + 1, Acc(0));
     if (row < s.outer) chunk_sums[c * s.outer + row] = total;
   } else {
-    const Acc carry = row < s.outer ? chunk_sums[c * s.outer + row] : Acc(0);
+    const Acc carry = row < s.outer ? carry_of(chunk_sums, span_carries, c, row, s.outer) : Acc(0);
     walk_rows<Walk::Write>(x, out, tiles[warp], s, row0, c, c + 1, carry);
   }
 }
 
-// carries[c * lines + t]: the sum of the totals of chunks 0..c-1 of line t, in order.
+// Few rows split by chunk (x: (outer, D), inner == 1, outer < 32): a warp takes 32
+// consecutive (row, chunk) items, item k being chunk k % chunks of row k / chunks, and moves
+// them through its 32 x 32 tile as walk_rows moves rows, so each tile row is one coalesced
+// read of 32 consecutive elements of a chunk (a thread walking its own chunk would read with
+// a stride of a chunk across the warp). Lane r sums item r in order, from its carry when
+// writing. chunk_sums and span_carries as cumsum_lines_kernel's.
+template <Walk kWalk, typename T, typename Out, typename Acc>
+__global__ void cumsum_chunk_tiles_kernel(const T* __restrict__ x, Out* __restrict__ out, Acc* __restrict__ chunk_sums,
+                                          const Acc* __restrict__ span_carries, CumsumShape s) {
+  __shared__ Acc tiles[kWarpsPerBlock][kTile][kTile + 1];
+  const int warp = int(threadIdx.x) / kTile, lane = int(threadIdx.x) % kTile;
+  const int64_t chunks = chunks_of(s), items = s.outer * chunks;
+  const int64_t k0 = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * kTile;
+  if (k0 >= items) return;  // the whole warp: k0 is uniform across it
+  Acc(&tile)[kTile][kTile + 1] = tiles[warp];
+  const int n = items - k0 < kTile ? int(items - k0) : kTile;
+  // Lane r's item: its row's offset and its chunk's [begin, end) positions along the row.
+  const int64_t k = k0 + (lane < n ? lane : 0), o = k / chunks, c = k % chunks;
+  const int64_t row = o * s.D, begin = c * kCumsumChunk, end = begin + kCumsumChunk < s.D ? begin + kCumsumChunk : s.D;
+  const auto at = [&](int64_t item_row, int64_t pos) { return item_row + (s.reverse ? s.D - 1 - pos : pos); };
+  Acc local = Acc(0), carry = Acc(0);
+  if constexpr (kWalk == Walk::Write) {
+    if (lane < n) carry = carry_of(chunk_sums, span_carries, c, o, s.outer);
+  }
+  for (int64_t step0 = 0; step0 < kCumsumChunk; step0 += kTile) {
+#pragma unroll  // 32 independent loads in flight
+    for (int r = 0; r < kTile; ++r) {
+      const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
+      if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) tile[r][lane] = Acc(x[at(row_r, pos)]);
+    }
+    __syncwarp();
+    if (lane < n) {
+      const int64_t left = end - begin - step0;
+      const int cols = left < kTile ? int(left > 0 ? left : 0) : kTile;
+      for (int j = 0; j < cols; ++j) {
+        local += tile[lane][j];
+        if constexpr (kWalk == Walk::Write) tile[lane][j] = Acc(Out(carry + local));  // exact when stored below
+      }
+    }
+    __syncwarp();
+    if constexpr (kWalk == Walk::Write) {
+#pragma unroll
+      for (int r = 0; r < kTile; ++r) {
+        const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
+        if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) out[at(row_r, pos)] = Out(tile[r][lane]);
+      }
+      __syncwarp();
+    }
+  }
+  if constexpr (kWalk == Walk::Totals) {
+    if (lane < n) chunk_sums[c * s.outer + o] = local;
+  }
+}
+
+// sums[c * lines + t]: chunk c's total in, its chunk carry out (the totals of the chunks
+// before it in its span, added in order); span_sums[span * lines + t]: the span's total
+// (its chunks' totals added in order). A thread per (line, span).
 template <typename Acc>
-__global__ void chunk_carries_kernel(const Acc* __restrict__ totals, Acc* __restrict__ carries, int64_t lines,
-                                     int64_t chunks) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < lines; t += int64_t(gridDim.x) * blockDim.x) {
+__global__ void span_carries_kernel(Acc* __restrict__ sums, Acc* __restrict__ span_sums, int64_t lines,
+                                    int64_t chunks) {
+  const int64_t spans = (chunks + kCumsumSpan - 1) / kCumsumSpan;
+  for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < lines * spans;
+       w += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = w % lines, span = w / lines, c0 = span * kCumsumSpan;
+    const int64_t c1 = c0 + kCumsumSpan < chunks ? c0 + kCumsumSpan : chunks;
     Acc carry = Acc(0);
-#pragma unroll 16  // one line of 10^8 entries has 10^5 chunks: keep their loads in flight
-    for (int64_t c = 0; c < chunks; ++c) {
-      carries[c * lines + t] = carry;
-      carry += totals[c * lines + t];
+#pragma unroll 8
+    for (int64_t c = c0; c < c1; ++c) {
+      const Acc total = sums[c * lines + t];
+      sums[c * lines + t] = carry;
+      carry += total;
+    }
+    span_sums[span * lines + t] = carry;
+  }
+}
+
+// span_sums[span * lines + t]: span totals in, span carries out (the totals of the spans
+// before it, added in order). A warp per line reads 32 spans at a time and every lane adds
+// all 32 in order (shuffled to it), keeping the carry before its own.
+template <typename Acc>
+__global__ void line_carries_kernel(Acc* __restrict__ span_sums, int64_t lines, int64_t spans) {
+  const int lane = int(threadIdx.x) % kTile;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / kTile);
+  for (int64_t t = int64_t(blockIdx.x) * (blockDim.x / kTile) + threadIdx.x / kTile; t < lines; t += warps) {
+    Acc carry = Acc(0);
+    for (int64_t b = 0; b < spans; b += kTile) {
+      const int64_t span = b + lane;
+      const Acc total = span < spans ? span_sums[span * lines + t] : Acc(0);
+      const int n = spans - b < kTile ? int(spans - b) : kTile;
+      Acc mine = Acc(0);
+      for (int j = 0; j < n; ++j) {
+        const Acc v = __shfl_sync(0xffffffffu, total, j);
+        if (lane == j) mine = carry;
+        carry += v;
+      }
+      if (span < spans) span_sums[span * lines + t] = mine;
     }
   }
 }
@@ -161,27 +262,44 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
     const T* xp = x.data_ptr<T>();
     Out* op = out.data_ptr<Out>();
     const int64_t lines = s.outer * s.inner, chunks = (s.D + kCumsumChunk - 1) / kCumsumChunk;
+    const int64_t spans = (chunks + kCumsumSpan - 1) / kCumsumSpan;
     const bool by_chunk = chunks > 1 && lines < kFewLines;
-    // by chunk: the chunks' totals, then their carries (Note [Cumulative sum order])
-    const Tensor aux = by_chunk ? empty({2, lines * chunks}, {dtype_of<Acc>(), x.device()}) : Tensor();
-    Acc* tp = by_chunk ? static_cast<Acc*>(aux.data()) : nullptr;
-    Acc* cp = by_chunk ? tp + lines * chunks : nullptr;
+    // by chunk: the chunks' totals, turned into chunk carries in place, then the spans'
+    // totals, turned into span carries in place (Note [Cumulative sum order])
+    const Tensor aux = by_chunk ? empty({lines * (chunks + spans)}, {dtype_of<Acc>(), x.device()}) : Tensor();
+    Acc* cp = by_chunk ? static_cast<Acc*>(aux.data()) : nullptr;
+    Acc* sp = by_chunk ? cp + lines * chunks : nullptr;
+    const Acc* span_carries = spans > 1 ? sp : nullptr;
+    const auto carries = [&] {
+      span_carries_kernel<Acc><<<grid_for(lines * spans), kBlockSize, 0, stream>>>(cp, sp, lines, chunks);
+      if (spans > 1) {
+        const unsigned blocks = unsigned(std::min<int64_t>((lines + kWarpsPerBlock - 1) / kWarpsPerBlock, 65535));
+        line_carries_kernel<Acc><<<blocks, kTile * kWarpsPerBlock, 0, stream>>>(sp, lines, spans);
+      }
+    };
+    constexpr int tile_threads = kTile * kWarpsPerBlock;
     if (s.inner == 1 && s.outer >= kTile) {  // fewer rows would leave most of a warp's lanes idle
       const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks : groups;
       const unsigned blocks = unsigned((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
-      constexpr int threads = kTile * kWarpsPerBlock;
       if (by_chunk) {
-        cumsum_rows_kernel<Walk::Totals, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, tp, s, true);
-        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, cp, lines, chunks);
+        cumsum_rows_kernel<Walk::Totals, T, Out, Acc><<<blocks, tile_threads, 0, stream>>>(xp, op, cp, nullptr, s, true);
+        carries();
       }
-      cumsum_rows_kernel<Walk::Write, T, Out, Acc><<<blocks, threads, 0, stream>>>(xp, op, cp, s, by_chunk);
+      cumsum_rows_kernel<Walk::Write, T, Out, Acc>
+          <<<blocks, tile_threads, 0, stream>>>(xp, op, cp, span_carries, s, by_chunk);
+    } else if (s.inner == 1 && by_chunk) {  // few rows: their chunks through tiles
+      const int64_t warps = (lines * chunks + kTile - 1) / kTile;
+      const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      cumsum_chunk_tiles_kernel<Walk::Totals, T, Out, Acc><<<blocks, tile_threads, 0, stream>>>(xp, op, cp, nullptr, s);
+      carries();
+      cumsum_chunk_tiles_kernel<Walk::Write, T, Out, Acc><<<blocks, tile_threads, 0, stream>>>(xp, op, cp, span_carries, s);
     } else {
       const unsigned grid = grid_for(by_chunk ? lines * chunks : lines);
       if (by_chunk) {
-        cumsum_lines_kernel<Walk::Totals, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, tp, s, true);
-        chunk_carries_kernel<Acc><<<grid_for(lines), kBlockSize, 0, stream>>>(tp, cp, lines, chunks);
+        cumsum_lines_kernel<Walk::Totals, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, cp, nullptr, s, true);
+        carries();
       }
-      cumsum_lines_kernel<Walk::Write, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, cp, s, by_chunk);
+      cumsum_lines_kernel<Walk::Write, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, cp, span_carries, s, by_chunk);
     }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });

@@ -12,13 +12,18 @@
 // prefixes, int64 with dtype = int32 wraps as int32 does.
 //
 // Note [Cumulative sum order]
-// A line is cut into chunks of kCumsumChunk entries, a split fixed for every backend and
-// line length. Each chunk has its own running total `local`; `carry` is the sum of the
-// totals of the chunks before it, added in order; the entry stored is carry + local,
-// rounded once. A line no longer than a chunk is thus summed strictly in order, and a long
-// one can be summed chunk by chunk in parallel (the CUDA kernel does so when there are few
-// lines) while every backend computes the same floating-point operations: CPU and CUDA
-// results agree to the bit, run after run.
+// A line is cut into chunks of kCumsumChunk entries, and the chunks into spans of
+// kCumsumSpan chunks, a split fixed for every backend and line length. Each chunk has its
+// own running total `local`; `chunk_carry` is the sum of the totals of the chunks before
+// it in its span, added in order; `span_carry` the sum of the totals of the spans before
+// it (each span's total being its chunks' totals added in order), added in order. The
+// entry stored is (span_carry + chunk_carry) + local, rounded once. A line no longer than
+// a chunk is thus summed strictly in order, and a long one can be summed chunk by chunk in
+// parallel (the CUDA kernel does so when there are few lines), its carries found in
+// parallel span by span, while every backend computes the same floating-point
+// operations: CPU and CUDA results agree to the bit, run after run. (One fold over all
+// chunks' totals, 65536 of them in a line of 2^26, ran one dependent add at a time on
+// the GPU and set the pace of the whole sum.)
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -45,8 +50,9 @@ template <typename T>
 using CumsumAcc = std::conditional_t<std::is_same_v<CumsumOut<T>, int64_t>, int64_t,
                                      std::conditional_t<kCumsumInFloat<T>, float, double>>;
 
-/// The chunk length of Note [Cumulative sum order].
+/// The chunk length and the chunks per span of Note [Cumulative sum order].
 inline constexpr int64_t kCumsumChunk = 1024;
+inline constexpr int64_t kCumsumSpan = 32;
 
 /// A contiguous tensor seen as (outer, D, inner), the sums running along D (from D - 1
 /// down to 0 when reverse).

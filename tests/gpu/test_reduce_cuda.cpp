@@ -248,8 +248,9 @@ TEST_CASE("cuda autograd ops: reductions forward and gradients match the CPU") {
 // Both backends sum each line in the same chunked order in the same accumulator type
 // (Note [Cumulative sum order]), so CUDA must match the CPU exactly: rows through the 32 x 32
 // tile (inner == 1: row counts and lengths off the tile's multiples), lines along inner dims,
-// few lines longer than a chunk (summed chunk by chunk in parallel) and many (one pass, the
-// carry crossing chunk boundaries), both directions, every dtype.
+// few lines longer than a chunk (summed chunk by chunk in parallel; 1100000 entries: 34
+// spans, more than one warp's worth of span carries) and many (one pass, the carry crossing
+// chunk and span boundaries), both directions, every dtype.
 TEST_CASE("cumsum and reverse_cumsum on CUDA match the CPU exactly") {
   struct Case {
     Shape shape;
@@ -260,7 +261,10 @@ TEST_CASE("cumsum and reverse_cumsum on CUDA match the CPU exactly") {
       {{70, 100}, 1, true},     {{33, 31}, -1, true},    {{1, 5000}, 1, true},    {{3, 1}, 1, true},
       {{2, 45, 3}, 1, true},    {{64, 64}, 0, true},     {{5, 7, 9}, 2, true},    {{130, 2}, 1, true},
       {{7}, 0, true},           {{}, 0, true},           {{3, 20000}, 1, true},   {{9000, 3}, 0, true},
-      {{2, 8193, 2}, 1, true},  {{65600, 1100}, 1, false}, {{1100, 65600}, 0, false}};
+      {{2, 8193, 2}, 1, true},  {{65600, 1100}, 1, false}, {{1100, 65600}, 0, false},
+      // few rows by chunk (through tiles), and lines of more than one span of chunks:
+      {{2, 70001}, 1, true},    {{31, 2049}, 1, true},   {{1, 1100000}, 1, false}, {{40, 40000}, 1, false},
+      {{3, 70000, 2}, 1, false}, {{100000, 2}, 0, false}};
   uint64_t seed = 900;
   for (const Case& c : cases) {
     for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
