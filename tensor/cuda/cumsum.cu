@@ -216,12 +216,17 @@ __global__ void span_carries_kernel(Acc* __restrict__ sums, Acc* __restrict__ sp
        w += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = w % lines, span = w / lines, c0 = span * kCumsumSpan;
     const int64_t c1 = c0 + kCumsumSpan < chunks ? c0 + kCumsumSpan : chunks;
+    Acc totals[kCumsumSpan];  // every load in flight before the first store, which could alias them
+#pragma unroll
+    for (int64_t k = 0; k < kCumsumSpan; ++k)
+      if (c0 + k < c1) totals[k] = sums[(c0 + k) * lines + t];
     Acc carry = Acc(0);
-#pragma unroll 8
-    for (int64_t c = c0; c < c1; ++c) {
-      const Acc total = sums[c * lines + t];
-      sums[c * lines + t] = carry;
-      carry += total;
+#pragma unroll
+    for (int64_t k = 0; k < kCumsumSpan; ++k) {
+      if (c0 + k < c1) {
+        sums[(c0 + k) * lines + t] = carry;
+        carry += totals[k];
+      }
     }
     span_sums[span * lines + t] = carry;
   }
@@ -241,10 +246,13 @@ __global__ void line_carries_kernel(Acc* __restrict__ span_sums, int64_t lines, 
       const Acc total = span < spans ? span_sums[span * lines + t] : Acc(0);
       const int n = spans - b < kTile ? int(spans - b) : kTile;
       Acc mine = Acc(0);
-      for (int j = 0; j < n; ++j) {
+#pragma unroll  // the shuffles do not wait on the carry: all 32 in flight
+      for (int j = 0; j < kTile; ++j) {
         const Acc v = __shfl_sync(0xffffffffu, total, j);
-        if (lane == j) mine = carry;
-        carry += v;
+        if (j < n) {  // n is the same across the warp
+          if (lane == j) mine = carry;
+          carry += v;
+        }
       }
       if (span < spans) span_sums[span * lines + t] = mine;
     }
