@@ -18,7 +18,7 @@
 // 16384 rows of 4096: 512 warps on 132 SMs), so when there are fewer than kFewLines lines
 // longer than a chunk, the work is split by chunk: every (line, chunk) sums its chunk; every
 // (line, span) turns its chunks' totals into carries within the span and its span's total;
-// a warp per line turns span totals into span carries (only when a line has more than one
+// a block per line turns span totals into span carries (only when a line has more than one
 // span); every (line, chunk) walks its chunk again from span carry + chunk carry and writes.
 // Fewer than 32 rows split so (one long line) take their chunks through the tiles as the
 // rows kernel takes rows, 32 chunks a warp, so the reads coalesce there too. x is read
@@ -107,9 +107,12 @@ __device__ Acc walk_rows(const T* __restrict__ x, Out* __restrict__ out, Acc (&t
     const int cols = end - step0 < kTile ? int(end - step0) : kTile;
     // Tile column k holds line position step0 + k, at column D - 1 - step0 - k when reverse.
     const int64_t col = s.reverse ? s.D - 1 - step0 - lane : step0 + lane;
-#pragma unroll  // 32 independent loads in flight, not one at a time
+    T v[kTile] = {};  // all 32 loads in flight before the first is stored (ncu: serialized loads, 12% of DRAM)
+#pragma unroll
     for (int r = 0; r < kTile; ++r)
-      if (r < rows && lane < cols) tile[r][lane] = Acc(x[(row0 + r) * s.D + col]);
+      if (r < rows && lane < cols) v[r] = x[(row0 + r) * s.D + col];
+#pragma unroll
+    for (int r = 0; r < kTile; ++r) tile[r][lane] = Acc(v[r]);
     __syncwarp();
     if (lane < rows) {
       for (int k = 0; k < cols; ++k) {  // unrolled over 32 it ran a quarter slower (bench_ops)
@@ -176,11 +179,14 @@ __global__ void cumsum_chunk_tiles_kernel(const T* __restrict__ x, Out* __restri
     if (lane < n) carry = carry_of(chunk_sums, span_carries, c, o, s.outer);
   }
   for (int64_t step0 = 0; step0 < kCumsumChunk; step0 += kTile) {
-#pragma unroll  // 32 independent loads in flight
+    T v[kTile] = {};  // all 32 loads in flight before the first is stored, as in walk_rows
+#pragma unroll
     for (int r = 0; r < kTile; ++r) {
       const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
-      if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) tile[r][lane] = Acc(x[at(row_r, pos)]);
+      if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) v[r] = x[at(row_r, pos)];
     }
+#pragma unroll
+    for (int r = 0; r < kTile; ++r) tile[r][lane] = Acc(v[r]);
     __syncwarp();
     if (lane < n) {
       const int64_t left = end - begin - step0;
@@ -233,28 +239,40 @@ __global__ void span_carries_kernel(Acc* __restrict__ sums, Acc* __restrict__ sp
 }
 
 // span_sums[span * lines + t]: span totals in, span carries out (the totals of the spans
-// before it, added in order). A warp per line reads 32 spans at a time and every lane adds
-// all 32 in order (shuffled to it), keeping the carry before its own.
+// before it, added in order). A block per line loads up to kPiece span totals at once into
+// shared memory (a warp loading 32 at a time waited on each load: 58 us for 2048 spans);
+// its first warp adds them in order, 32 at a time, every lane adding all 32 (shuffled to it)
+// and keeping the carry before its own; the block stores the carries.
 template <typename Acc>
 __global__ void line_carries_kernel(Acc* __restrict__ span_sums, int64_t lines, int64_t spans) {
+  constexpr int kPiece = 2048;
+  __shared__ Acc piece[kPiece];
   const int lane = int(threadIdx.x) % kTile;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / kTile);
-  for (int64_t t = int64_t(blockIdx.x) * (blockDim.x / kTile) + threadIdx.x / kTile; t < lines; t += warps) {
-    Acc carry = Acc(0);
-    for (int64_t b = 0; b < spans; b += kTile) {
-      const int64_t span = b + lane;
-      const Acc total = span < spans ? span_sums[span * lines + t] : Acc(0);
-      const int n = spans - b < kTile ? int(spans - b) : kTile;
-      Acc mine = Acc(0);
+  for (int64_t t = blockIdx.x; t < lines; t += gridDim.x) {
+    Acc carry = Acc(0);  // warp 0's, across pieces
+    for (int64_t b0 = 0; b0 < spans; b0 += kPiece) {
+      const int m = spans - b0 < kPiece ? int(spans - b0) : kPiece;
+      for (int k = int(threadIdx.x); k < m; k += int(blockDim.x)) piece[k] = span_sums[(b0 + k) * lines + t];
+      __syncthreads();
+      if (threadIdx.x < kTile) {
+        for (int b = 0; b < m; b += kTile) {
+          const Acc total = b + lane < m ? piece[b + lane] : Acc(0);
+          const int n = m - b < kTile ? m - b : kTile;
+          Acc mine = Acc(0);
 #pragma unroll  // the shuffles do not wait on the carry: all 32 in flight
-      for (int j = 0; j < kTile; ++j) {
-        const Acc v = __shfl_sync(0xffffffffu, total, j);
-        if (j < n) {  // n is the same across the warp
-          if (lane == j) mine = carry;
-          carry += v;
+          for (int j = 0; j < kTile; ++j) {
+            const Acc v = __shfl_sync(0xffffffffu, total, j);
+            if (j < n) {  // n is the same across the warp
+              if (lane == j) mine = carry;
+              carry += v;
+            }
+          }
+          if (b + lane < m) piece[b + lane] = mine;
         }
       }
-      if (span < spans) span_sums[span * lines + t] = mine;
+      __syncthreads();
+      for (int k = int(threadIdx.x); k < m; k += int(blockDim.x)) span_sums[(b0 + k) * lines + t] = piece[k];
+      __syncthreads();
     }
   }
 }
@@ -280,10 +298,8 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
     const Acc* span_carries = spans > 1 ? sp : nullptr;
     const auto carries = [&] {
       span_carries_kernel<Acc><<<grid_for(lines * spans), kBlockSize, 0, stream>>>(cp, sp, lines, chunks);
-      if (spans > 1) {
-        const unsigned blocks = unsigned(std::min<int64_t>((lines + kWarpsPerBlock - 1) / kWarpsPerBlock, 65535));
-        line_carries_kernel<Acc><<<blocks, kTile * kWarpsPerBlock, 0, stream>>>(sp, lines, spans);
-      }
+      if (spans > 1)
+        line_carries_kernel<Acc><<<unsigned(std::min<int64_t>(lines, 65535)), kBlockSize, 0, stream>>>(sp, lines, spans);
     };
     constexpr int tile_threads = kTile * kWarpsPerBlock;
     if (s.inner == 1 && s.outer >= kTile) {  // fewer rows would leave most of a warp's lanes idle
