@@ -154,6 +154,18 @@ __global__ void cumsum_rows_kernel(const T* __restrict__ x, Out* __restrict__ ou
   }
 }
 
+// The 32 elements p[r * kStride], r < 32, into v; and tile column `lane` out to them.
+template <int64_t kStride, typename T>
+__device__ __forceinline__ void gather(const T* __restrict__ p, T (&v)[kTile]) {
+#pragma unroll
+  for (int r = 0; r < kTile; ++r) v[r] = p[r * kStride];
+}
+template <int64_t kStride, typename Out, typename Acc>
+__device__ __forceinline__ void scatter(Out* __restrict__ p, const Acc (&tile)[kTile][kTile + 1], int lane) {
+#pragma unroll
+  for (int r = 0; r < kTile; ++r) p[r * kStride] = Out(tile[r][lane]);
+}
+
 // Few rows split by chunk (x: (outer, D), inner == 1, outer < 32): a warp takes 32
 // consecutive (row, chunk) items, item k being chunk k % chunks of row k / chunks, and moves
 // them through its 32 x 32 tile as walk_rows moves rows, so each tile row is one coalesced
@@ -174,16 +186,29 @@ __global__ void cumsum_chunk_tiles_kernel(const T* __restrict__ x, Out* __restri
   const int64_t k = k0 + (lane < n ? lane : 0), o = k / chunks, c = k % chunks;
   const int64_t row = o * s.D, begin = c * kCumsumChunk, end = begin + kCumsumChunk < s.D ? begin + kCumsumChunk : s.D;
   const auto at = [&](int64_t item_row, int64_t pos) { return item_row + (s.reverse ? s.D - 1 - pos : pos); };
+  // The common case, 32 full chunks of one row: chunk r of the warp starts kCumsumChunk after
+  // chunk r - 1 (before it when reverse), so a tile row's 32 addresses are one base plus
+  // constant offsets, with no shuffles and no bounds (ncu: those were most of the general
+  // path's instructions, which set its pace).
+  const int64_t o0 = k0 / chunks, c0 = k0 % chunks;
+  const bool full = n == kTile && c0 + kTile <= chunks && (c0 + kTile) * kCumsumChunk <= s.D;
   Acc local = Acc(0), carry = Acc(0);
   if constexpr (kWalk == Walk::Write) {
     if (lane < n) carry = carry_of(chunk_sums, span_carries, c, o, s.outer);
   }
   for (int64_t step0 = 0; step0 < kCumsumChunk; step0 += kTile) {
     T v[kTile] = {};  // all 32 loads in flight before the first is stored, as in walk_rows
+    const int64_t base = at(o0 * s.D, c0 * kCumsumChunk + step0 + lane);  // the fast path's tile row 0
+    if (full && !s.reverse) {
+      gather<kCumsumChunk>(x + base, v);
+    } else if (full) {
+      gather<-kCumsumChunk>(x + base, v);
+    } else {
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) {
-      const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
-      if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) v[r] = x[at(row_r, pos)];
+      for (int r = 0; r < kTile; ++r) {
+        const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
+        if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) v[r] = x[at(row_r, pos)];
+      }
     }
 #pragma unroll
     for (int r = 0; r < kTile; ++r) tile[r][lane] = Acc(v[r]);
@@ -198,10 +223,17 @@ __global__ void cumsum_chunk_tiles_kernel(const T* __restrict__ x, Out* __restri
     }
     __syncwarp();
     if constexpr (kWalk == Walk::Write) {
+      if (full && !s.reverse) {
+        scatter<kCumsumChunk>(out + base, tile, lane);
+      } else if (full) {
+        scatter<-kCumsumChunk>(out + base, tile, lane);
+      } else {
 #pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const int64_t row_r = __shfl_sync(0xffffffffu, row, r), pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
-        if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) out[at(row_r, pos)] = Out(tile[r][lane]);
+        for (int r = 0; r < kTile; ++r) {
+          const int64_t row_r = __shfl_sync(0xffffffffu, row, r),
+                        pos = __shfl_sync(0xffffffffu, begin, r) + step0 + lane;
+          if (r < n && pos < __shfl_sync(0xffffffffu, end, r)) out[at(row_r, pos)] = Out(tile[r][lane]);
+        }
       }
       __syncwarp();
     }
