@@ -37,7 +37,13 @@ double BatchNorm2d::start_batch(const Tensor& x) {
   // A checkpoint's recompute counted this batch in the forward (Note [Checkpoint recompute]).
   if (is_training() && options.track_running_stats && !autograd::in_checkpoint_recompute()) {
     ops::add_(num_batches_tracked, 1.0);
-    if (!options.momentum) momentum = 1.0 / double(num_batches_tracked.item<int64_t>());
+    if (!options.momentum) {  // a cumulative average: 1 / batches so far
+      const int64_t batches = num_batches_tracked.item<int64_t>();
+      FRUGAL_CHECK(batches >= 1, "BatchNorm2d: num_batches_tracked is ", batches,
+                   " after this batch (a loaded state held a negative or overflowing count); the cumulative",
+                   " average (momentum None) takes 1 / count");
+      momentum = 1.0 / double(batches);
+    }
   }
   return momentum;
 }

@@ -10,7 +10,10 @@ std::pair<int64_t, int64_t> fans(const Tensor& t);
 
 void uniform_(const Tensor& t, double low, double high, Generator* gen = nullptr);
 void normal_(const Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
-/// Normal(mean, std) redrawn outside [a, b] (as torch.nn.init.trunc_normal_, used by ViT).
+/// Normal(mean, std) truncated to [a, b], by inverse-CDF sampling as
+/// torch.nn.init.trunc_normal_ (used by ViT). [a, b] must come within 6 std of the mean:
+/// farther out the CDF is 0 or 1 to double precision and every value would land on one
+/// bound (torch's do, with a warning), so that throws.
 void trunc_normal_(const Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0,
                    Generator* gen = nullptr);
 void constant_(const Tensor& t, double value);

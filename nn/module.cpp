@@ -320,6 +320,20 @@ bool same_values(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+// A floating value loaded into an integer buffer (BatchNorm's num_batches_tracked) converts as a
+// cast does, and a cast of NaN, of 2.5 or of 1e30 to int64 stores a number the checkpoint never
+// held: load_state_dict refuses those instead.
+namespace {
+bool fits_integer_buffer(const Tensor& value, const Tensor& target) {
+  if (!is_floating(value.dtype()) || is_floating(target.dtype()) || target.dtype() == kBool) return true;
+  const double lo = target.dtype() == kInt64 ? -0x1p63 : target.dtype() == kInt32 ? -0x1p31 : 0.0;
+  const double hi = target.dtype() == kInt64 ? 0x1p63 : target.dtype() == kInt32 ? 0x1p31 : 256.0;
+  for (double v : value.to(kCPU, kFloat64).contiguous().tolist<double>())
+    if (!(std::isfinite(v) && v == std::trunc(v) && v >= lo && v < hi)) return false;
+  return true;
+}
+}  // namespace
+
 Module::LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
   std::vector<std::string> missing, unexpected, mismatched, conflicting;
   const NamedTensors mine = state_dict();
@@ -332,6 +346,9 @@ Module::LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& 
     else if (it->second.sizes() != t.sizes())
       mismatched.push_back(name + " (checkpoint " + shape_str(it->second.sizes()) + ", model " + shape_str(t.sizes()) +
                            ")");
+    else if (!fits_integer_buffer(it->second, t))
+      mismatched.push_back(name + " (checkpoint holds a value that is not an integer " + dtype_name(t.dtype()) +
+                           " can store: " + it->second.describe() + ")");
   }
   for (const auto& [name, t] : state)
     if (!by_name.count(name)) unexpected.push_back(name);

@@ -95,6 +95,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 //   l1: sign(d) (0 at 0)   smooth_l1: d / beta inside, sign(d) outside   huber: d inside,
 //   delta sign(d) outside.
 // At |d| = beta (delta) both sides agree. A NaN d gives NaN in value and gradient.
+// smooth_l1 with beta = 0 is l1 in the gradient too, 0 at d = 0, as PyTorch 2's
+// F.smooth_l1_loss, which calls l1_loss when beta = 0 (Debian's PyTorch 1.13 gives -1 there).
 enum class PointwiseLoss { L1, SmoothL1, Huber };
 /// "l1_loss", "smooth_l1_loss", "huber_loss".
 const char* pointwise_loss_name(PointwiseLoss kind);

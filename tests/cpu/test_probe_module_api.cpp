@@ -811,3 +811,34 @@ TEST_CASE("module api: requires_grad_(false) freezes every parameter: no .grad, 
   net.requires_grad_(true);
   for (const Tensor& p : net.parameters()) CHECK(p.requires_grad());
 }
+
+TEST_CASE("module api: an integer buffer refuses a loaded value it cannot hold; a negative batch count is caught") {
+  // num_batches_tracked loaded from a float state: NaN, 2.5 or 1e30 would convert as a cast
+  // does (0, 2, INT64_MAX), numbers the checkpoint never held.
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), 2.5, 1e30, -1e30}) {
+    CAPTURE(bad);
+    nn::BatchNorm2d bn(2);
+    auto state = bn.state_dict();
+    for (auto& [name, t] : state)
+      if (name == "num_batches_tracked") t = full({}, bad, kFloat64);
+    check_error([&] { bn.load_state_dict(state); }, {"num_batches_tracked", "not an integer int64 can store"});
+    CHECK(values_of(bn.num_batches_tracked) == Values{0.0});  // nothing was written
+  }
+  {  // an integral float loads, as torch's cast
+    nn::BatchNorm2d bn(2);
+    auto state = bn.state_dict();
+    for (auto& [name, t] : state)
+      if (name == "num_batches_tracked") t = full({}, 7.0, kFloat32);
+    bn.load_state_dict(state);
+    CHECK(values_of(bn.num_batches_tracked) == Values{7.0});
+  }
+  // A negative count passes the load (an integer) but momentum None divides by it: refused at
+  // the forward that would have made running_var negative (torch's gives -0.25 momentum).
+  nn::BatchNorm2d bn(2, {.momentum = std::nullopt});
+  auto state = bn.state_dict();
+  for (auto& [name, t] : state)
+    if (name == "num_batches_tracked") t = full({}, -5.0, kInt64);
+  bn.load_state_dict(state);
+  const Tensor x = arange(16, kFloat32).view({2, 2, 2, 2});
+  check_error([&] { (void)bn(x); }, {"num_batches_tracked is -4", "1 / count"});
+}

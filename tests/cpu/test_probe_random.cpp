@@ -571,7 +571,8 @@ TEST_CASE("probe random: init trunc_normal_ stays in [a, b] with the truncated n
     double mu, sigma, a, b;
   };
   const Case cases[] = {{0.0, 1.0, -2.0, 2.0}, {0.5, 2.0, -1.0, 3.0}, {0.0, 0.02, -0.04, 0.04},
-                        {0.0, 1.0, 3.0, 4.0},  {1.0, 1.0, -2.0, 2.0}, {0.0, 0.5, -3.0, -0.5}};
+                        {0.0, 1.0, 3.0, 4.0},  {1.0, 1.0, -2.0, 2.0}, {0.0, 0.5, -3.0, -0.5},
+                        {0.0, 1.0, 5.0, 6.0},  {0.0, 1.0, -6.0, -5.5}};  // far tails: the last that resolve
   for (const Case& c : cases)
     for (DType dt : {kFloat64, kFloat32, kFloat16}) {
       CAPTURE(c.mu);
@@ -602,6 +603,10 @@ TEST_CASE("probe random: init trunc_normal_ stays in [a, b] with the truncated n
     }
   check_error([] { nn::init::trunc_normal_(empty({3, 3}), 0.0, 1.0, 2.0, 2.0); }, {"trunc_normal_"});
   check_error([] { nn::init::trunc_normal_(empty({3, 3}), 0.0, 1.0, 1.0, -1.0); }, {"trunc_normal_"});
+  // Past 6 std the CDF is 0 or 1 to double precision: every value would land on one bound
+  // (torch's on 11 for [10, 11], with a warning). Refused instead.
+  for (const auto& [a, b] : {std::pair{10.0, 11.0}, std::pair{-11.0, -10.0}, std::pair{6.5, 100.0}})
+    check_error([&] { nn::init::trunc_normal_(empty({3, 3}), 0.0, 1.0, a, b); }, {"trunc_normal_", "more than 6 std"});
 }
 
 // The layers' reset_parameters in PyTorch: nn.Linear and nn.Conv2d draw the weight with
