@@ -4,18 +4,29 @@
 
 namespace frugal::autograd {
 
+// Every input is looked at, not only up to the first that requires grad: a view whose
+// storage was written since it was taken is refused wherever it is (Note [Views without
+// history] in autograd/ops/view_history.h).
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!is_grad_enabled()) return false;
-  for (const Tensor* x : inputs)
-    if (x && requires_grad(*x)) return true;
-  return false;
+  bool any = false;
+  for (const Tensor* x : inputs) {
+    if (!x || !x->defined()) continue;
+    check_untracked_view("an operation", *x);
+    any = any || requires_grad(*x);
+  }
+  return any;
 }
 
 bool needs_grad(const TensorList& inputs) {
   if (!is_grad_enabled()) return false;
-  for (const Tensor& x : inputs)
-    if (requires_grad(x)) return true;
-  return false;
+  bool any = false;
+  for (const Tensor& x : inputs) {
+    if (!x.defined()) continue;
+    check_untracked_view("an operation", x);
+    any = any || requires_grad(x);
+  }
+  return any;
 }
 
 void record(const std::shared_ptr<Node>& node, const TensorList& outputs) {

@@ -29,12 +29,24 @@ auto raw(F&& f) {
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const TensorList& inputs);
 
+/// With grad mode on, throws if `t` is a view without a view node whose storage had a
+/// recorded in-place write after the view was taken (Note [Views without history] in
+/// autograd/ops/view_history.h; defined in autograd/ops/view.cpp). Inline: most inputs
+/// are not views.
+void check_stale_view(const char* op, const Tensor& t);
+inline void check_untracked_view(const char* op, const Tensor& t) {
+  if (t.impl().is_view) check_stale_view(op, t);
+}
+
 namespace detail {
 template <typename N, typename Inputs>
 std::shared_ptr<N> make_node_from(const Inputs& inputs) {
   if (!is_grad_enabled()) return nullptr;
   bool any = false;
-  for (const Tensor& x : inputs) any = any || requires_grad(x);
+  for (const Tensor& x : inputs) {
+    if (x.defined()) check_untracked_view("an operation", x);  // every input, not up to the first
+    any = any || requires_grad(x);
+  }
   if (!any) return nullptr;
   auto node = std::make_shared<N>();
   node->next_edges.reserve(inputs.size());

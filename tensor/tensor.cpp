@@ -64,7 +64,9 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::derived(Tensor out, DerivedInfo info) const {
-  if (!impl().autograd_meta) return out;
+  // A view without autograd metadata may be one whose storage was written since: the hook
+  // checks it (Note [Views without history] in autograd/ops/view_history.h).
+  if (!impl().autograd_meta && !impl().is_view) return out;
   if (const DerivedHook hook = derived_hook.load(std::memory_order_acquire)) hook(*this, out, info);
   return out;
 }
@@ -146,6 +148,10 @@ Tensor Tensor::make_view(const Shape& sizes, const Shape& strides, int64_t offse
   v->strides = strides;
   v->dtype = dtype();
   v->is_view = true;
+  // A view of a view keeps its stamps: they describe the first view of the chain.
+  v->rewrites_at_view =
+      impl().is_view ? impl().rewrites_at_view : impl().storage->history_rewrites.load(std::memory_order_relaxed);
+  v->no_grad_view_of_grad = impl().no_grad_view_of_grad;
   return Tensor(std::move(v));
 }
 

@@ -36,6 +36,10 @@ struct Storage {
   DataPtr data;
   size_t nbytes = 0;
   std::atomic<uint64_t> version{0};  // shared by every view of this storage
+  /// Recorded in-place writes (history rebases) of tensors over this storage: a view taken
+  /// before one, without a view node of its own, no longer describes its values (Note
+  /// [Views without history] in autograd/ops/view_history.h).
+  std::atomic<uint64_t> history_rewrites{0};
   /// Storages are numbered in the order they are made, on every thread: a checkpoint's
   /// recompute tells the tensors it made from those it found (Note [Checkpoint recompute]).
   const uint64_t serial = next_serial();
@@ -79,6 +83,11 @@ struct TensorImpl {
   Shape strides;  // in elements
   DType dtype = kFloat32;
   bool is_view = false;                 // made by a view op (make_view) over another tensor's storage
+  // A view's stamps (Note [Views without history] in autograd/ops/view_history.h): the
+  // storage's history_rewrites when the first view of the chain was taken, and whether it
+  // views a tensor that required grad from under NoGradGuard.
+  uint64_t rewrites_at_view = 0;
+  bool no_grad_view_of_grad = false;
   std::shared_ptr<void> autograd_meta;  // owned by the autograd layer
 };
 
@@ -92,7 +101,7 @@ struct DerivedInfo {
   std::vector<int64_t> dims;                      // Permute: the permutation
 };
 using DerivedHook = void (*)(const Tensor& in, const Tensor& out, const DerivedInfo& info);
-/// Installed by the autograd layer; called when `in` carries autograd metadata.
+/// Installed by the autograd layer; called when `in` carries autograd metadata or is a view.
 void set_derived_hook(DerivedHook hook);
 
 class Tensor {

@@ -27,6 +27,13 @@ bool must_record_inplace(const char* op, const Tensor& self, const Tensor* other
   FRUGAL_CHECK(self.defined(), op, ": undefined input tensor");
   FRUGAL_CHECK(other == nullptr || other->defined(), op, ": undefined operand (self ", self.describe(), ")");
   check_recompute_write(op, self);  // before the early return: the buffer needs no grad
+  // (A view that got a node of its own afterwards, as an op's raw body makes them, is the
+  // view rule's below.)
+  FRUGAL_CHECK(!(self.impl().no_grad_view_of_grad && is_grad_enabled() && self.grad_fn_name().empty()), op, ": ",
+               self.describe(),
+               " is a view of a tensor that requires grad, taken under NoGradGuard, and is written by an in-place "
+               "operation with grad mode on: its base's history would miss the write (PyTorch refuses it too); "
+               "write it under NoGradGuard, or take the view with grad mode on (Note [Views without history])");
   if (!needs_grad({&self, other})) return false;
   FRUGAL_CHECK(!(self.is_leaf() && self.requires_grad()), op,
                ": a leaf tensor that requires grad is used in an in-place operation (", self.describe(),
@@ -52,6 +59,8 @@ void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node) {
   if (retained)
     std::erase_if(m->grad_fn->retained_outputs, [&](const auto& r) { return r.second.lock() == self.impl_ptr(); });
   record(node, {self});
+  // Views of this storage without a view node no longer describe it (Note [Views without history]).
+  self.impl().storage->history_rewrites.fetch_add(1, std::memory_order_relaxed);
   if (retained) node->retained_outputs.emplace_back(0, self.impl_ptr());
 }
 

@@ -22,8 +22,10 @@
 //   src no gradient through buf; a no-grad view of a leaf would overwrite the leaf); clone()
 //   first. (An op's result that is a view of a temporary nobody else holds is fine.)
 //   A view taken of self before the op keeps its old history, so its next use throws (Note
-//   [Views of a tensor written in place] in autograd/ops/view_history.h). An alias frugal
-//   cannot see (a detach()ed handle) has no history: avoid reading it after the op.
+//   [Views of a tensor written in place] in autograd/ops/view_history.h); so does a view
+//   without a view node (taken while self needed no grad, or under NoGradGuard) when used
+//   with grad mode on (Note [Views without history]). A detach()ed handle has no history
+//   and stays a constant, as in PyTorch.
 // - copy_ is recorded by the same rules (autograd/ops/copy.cpp): the new value is src's,
 //   so self's old history gets zeros and src gets the gradient (PyTorch's CopyBackwards).
 // - Backward of mul_ and div_ needs self's old value for other's gradient, so they save

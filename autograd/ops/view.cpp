@@ -63,7 +63,23 @@ class DerivedBackward final : public ViewNode {
   }
 };
 
+const char* derived_name(DerivedInfo::Kind kind) {
+  switch (kind) {
+    case DerivedInfo::Kind::Reshape: return "view";
+    case DerivedInfo::Kind::Permute: return "permute";
+    case DerivedInfo::Kind::Slice: return "slice";
+    case DerivedInfo::Kind::Select: return "select";
+    case DerivedInfo::Kind::Expand: return "expand";
+    case DerivedInfo::Kind::Convert: return "to/clone";
+    case DerivedInfo::Kind::AsStrided: return "as_strided";
+  }
+  return "view";
+}
+
 void record_derived(const Tensor& in, const Tensor& out, const DerivedInfo& info) {
+  check_untracked_view(derived_name(info.kind), in);  // Note [Views without history]
+  if (!is_grad_enabled() && requires_grad(in) && info.kind != DerivedInfo::Kind::Convert)
+    out.impl().no_grad_view_of_grad = true;
   if (!needs_grad({&in})) return;
   // A raw op (frugal::ops) views its inputs with as_strided, so a user calling one on a
   // tensor that requires grad lands here: the message names that case too.
@@ -118,6 +134,20 @@ void check_view_history(const Tensor& t, const Node& fn) {
                "); frugal does not track views, so this view's gradient would miss the in-place write: take the "
                "view after the in-place op, or clone() the tensor before writing it (",
                "Note [Views of a tensor written in place])");
+}
+
+void check_stale_view(const char* op, const Tensor& t) {
+  const TensorImpl& impl = t.impl();
+  if (!impl.is_view || !is_grad_enabled()) return;
+  const uint64_t now = impl.storage->history_rewrites.load(std::memory_order_relaxed);
+  if (now == impl.rewrites_at_view) return;
+  const AutogradMeta* m = meta_of(t);
+  if (m && m->grad_fn) return;  // a view node: check_view_history's case
+  FRUGAL_FAIL(op, ": ", t.describe(),
+              " is a view taken while its base needed no grad (or under NoGradGuard), and its storage was "
+              "modified in place by an operation autograd recorded after the view was taken; the view has no "
+              "history of that write, so a gradient through it would be silently missing: take the view after "
+              "the in-place op, or use it under NoGradGuard (Note [Views without history])");
 }
 
 void install_derived_hook() { set_derived_hook(&record_derived); }

@@ -17,6 +17,22 @@
 // stays usable across steps. A view used before the write is fine: the ops that consumed it
 // read the old values, which is what its history describes. The check needs the root base
 // alive: once it is gone, so is any handle that could be written to rebase it.
+//
+// Note [Views without history]
+// A view taken while its base needed no grad (buf = zeros(...); row = buf[0]), or under
+// NoGradGuard, has no view node, so the check above cannot see it: after a recorded write
+// to its storage (add_(buf, w), buf.copy_(x) with w, x requiring grad) it holds values with
+// a history while it itself looks like a constant, and a loss that used it would silently
+// miss w's gradient through it (PyTorch regenerates its grad_fn). Each storage counts its
+// recorded writes (history_rewrites, bumped by rebase_history); a view stamps the count
+// when the first view of its chain is taken (make_view). With grad mode on, such a view
+// whose stamp is behind is refused where an op takes it (needs_grad) or a Tensor method
+// derives from it: take the view after the write, or use it under NoGradGuard. A view
+// with a view node is left to the check above; a detach()ed handle is not a view and
+// stays a constant, as in PyTorch.
+// The same stamp marks a view taken under NoGradGuard of a tensor that requires grad: with
+// grad mode on it may not be written in place (a write through it would change its base
+// behind the base's history, or overwrite a leaf), as PyTorch refuses it too.
 #include <memory>
 
 #include "autograd/node.h"
@@ -40,5 +56,8 @@ class ViewNode : public Node {
 /// Throws if `t`, whose grad_fn is `fn`, is a view whose root base was modified in place
 /// (its history rebased) after the view was taken (Note [Views of a tensor written in place]).
 void check_view_history(const Tensor& t, const Node& fn);
+
+// check_untracked_view (Note [Views without history]) is declared in autograd/function.h,
+// which every op's make_node reaches.
 
 }  // namespace frugal::autograd

@@ -5,7 +5,8 @@
 // broadcasts, two branches, 16-bit and size-0 leaves, zero_grad), autograd::grad (several
 // outputs, grad_outputs, view and non-leaf inputs, no side effects), grad modes (nesting,
 // threads), requires_grad through integer/bool ops, detach and requires_grad_, views taken
-// before an in-place write to their base, 100k-node graphs, anomaly mode. Every value is
+// before an in-place write to their base (with a view node, or without: taken while the base
+// needed no grad or under NoGradGuard), 100k-node graphs, anomaly mode. Every value is
 // checked against a float64 reference computed here (closed forms, naive loops, central
 // differences); the PyTorch behaviour each case expects was checked with torch 1.13 (CPU).
 // A failing case here is a finding.
@@ -563,6 +564,75 @@ TEST_CASE("probe autograd: a view taken before an in-place write to its base is 
   mul_(h, 3.0);
   sum(mul(h.view({2, 2}), w)).backward();
   check_close(x.grad(), {6 * wv[0], 6 * wv[1], 6 * wv[2], 6 * wv[3]}, 1e-15, 0, "view after the write");
+}
+
+TEST_CASE("probe autograd: a view taken while its base needed no grad is refused after a recorded write") {
+  // torch: buf = ones(3); v = buf[1:]; buf.add_(w); (v * [5, 7]).sum() + buf.sum() gives
+  // w.grad = [1, 6, 8]: v's grad_fn is regenerated. frugal's v has no view node, so without
+  // Note [Views without history] the loss saw v as a constant and w.grad was [1, 1, 1].
+  const Values wv = {1.0, 2.0, 3.0};
+  const Tensor scale = f64({5.0, 7.0}, {2});
+  {
+    const Tensor w = leaf_of(wv, {3});
+    Tensor buf = ones({3}, kFloat64);
+    const Tensor v = buf.narrow(0, 1, 2);
+    add_(buf, w);
+    check_error([&] { (void)mul(v, scale); }, {"Views without history", "taken while its base needed no grad"});
+    check_error([&] { (void)v.view({2, 1}); }, {"view:", "Views without history"});  // a Tensor method too
+    check_error([&] { (void)v.clone(); }, {"to/clone:", "Views without history"});
+    {
+      NoGradGuard no_grad;  // reading it as a constant is what NoGradGuard asks for
+      check_close(mul(v, scale), {15.0, 28.0}, 0, 0, "the view's values under NoGradGuard");
+    }
+    const Tensor after = buf.narrow(0, 1, 2);  // taken after the write: tracked
+    (sum(mul(after, scale)) + sum(buf)).backward();
+    check_close(w.grad(), {1.0, 6.0, 8.0}, 0, 0, "a view taken after the write: torch's gradient");
+  }
+  {  // copy_ into a preallocated buffer (torch: w.grad = [4, 4, 4])
+    const Tensor w = leaf_of(wv, {3});
+    Tensor buf = zeros({3}, kFloat64);
+    const Tensor v = buf.view({3});
+    buf.copy_(mul(w, 2.0));
+    check_error([&] { (void)(sum(mul(v, ones({3}, kFloat64))) + sum(buf)); }, {"Views without history"});
+  }
+  {  // a view of the stale view under NoGradGuard keeps the stamp: still refused afterwards
+    const Tensor w = leaf_of(wv, {3});
+    Tensor buf = ones({3}, kFloat64);
+    const Tensor v = buf.view({3});
+    add_(buf, w);
+    Tensor vv;
+    {
+      NoGradGuard no_grad;
+      vv = v.narrow(0, 0, 2);
+    }
+    check_error([&] { (void)mul(vv, 2.0); }, {"Views without history"});
+  }
+  {  // a write nobody records (no operand requires grad) leaves such views usable
+    Tensor buf = ones({3}, kFloat64);
+    const Tensor v = buf.view({3});
+    add_(buf, f64({1.0, 1.0, 1.0}, {3}));
+    const Tensor w = leaf_of(wv, {3});
+    sum(mul(v, w)).backward();
+    check_close(w.grad(), {2.0, 2.0, 2.0}, 0, 0, "an unrecorded write");
+  }
+}
+
+TEST_CASE("probe autograd: a view taken under NoGradGuard of a tensor that requires grad is not written with grad on") {
+  // torch: "A view was created in no_grad mode and is being modified inplace with grad mode enabled".
+  const Tensor a = leaf_of({1.0, 2.0, 3.0}, {3});
+  Tensor v;
+  {
+    NoGradGuard no_grad;
+    v = a.view({3});
+  }
+  check_error([&] { mul_(v, 3.0); }, {"mul_", "taken under NoGradGuard", "Views without history"});
+  check_error([&] { (void)v.narrow(0, 0, 2).copy_(f64({0.0, 0.0}, {2})); }, {"taken under NoGradGuard"});
+  check_close(a, {1.0, 2.0, 3.0}, 0, 0, "the leaf is unchanged");
+  {
+    NoGradGuard no_grad;  // as an optimizer step writes it
+    mul_(v, 3.0);
+  }
+  check_close(a, {3.0, 6.0, 9.0}, 0, 0, "written under NoGradGuard");
 }
 
 // ============================================================================================
