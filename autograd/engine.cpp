@@ -281,8 +281,8 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     }
     if (anomaly) check_finite(*node, input_grads);
     if (!retain_graph) {
+      node->released = node->released || (node->saves_tensors() && node->holds_saved());
       node->release_saved();
-      node->released = node->saves_tensors();
     }
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];

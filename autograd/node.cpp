@@ -25,6 +25,12 @@ void Node::release_saved() {
   for (SavedSlot* s = saved_; s != nullptr; s = s->next_) s->reset();
 }
 
+bool Node::holds_saved() const {
+  for (const SavedSlot* s = saved_; s != nullptr; s = s->next_)
+    if (s->holds_values()) return true;
+  return false;
+}
+
 void Node::for_each_saved(const std::function<void(const SavedValue&)>& f) const {
   for (const SavedSlot* s = saved_; s != nullptr; s = s->next_) s->for_each(f);
 }

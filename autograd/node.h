@@ -63,6 +63,10 @@ class Node {
   void release_saved();
   /// Calls f on each tensor the node saved (freed ones included: then !defined()).
   void for_each_saved(const std::function<void(const SavedValue&)>& f) const;
+  /// Something release_saved() would free is held: a node whose slots hold nothing (sum's,
+  /// add's, a mul by a constant's that saved none) may run again after a backward without
+  /// retain_graph, as in PyTorch, since nothing it needs is freed.
+  bool holds_saved() const;
   /// False for nodes whose backward needs no saved tensor (views, casts, AccumulateGrad):
   /// those may run again after a backward without retain_graph, as in PyTorch. Autocast's
   /// cached weight casts rely on it: one cast serves every backward in its scope.
@@ -81,7 +85,7 @@ class Node {
   uint64_t sequence_nr;  // creation order: later nodes run first in backward
   /// Non-leaf outputs whose .grad the user asked to keep (Tensor::retain_grad).
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_outputs;
-  bool released = false;  // saved tensors freed: a second backward must throw
+  bool released = false;  // saved tensors freed: a second backward must throw (see holds_saved)
 
  private:
   friend class SavedSlot;

@@ -134,6 +134,12 @@ class SavedSlot {
   virtual void reset() = 0;
   /// Calls f on each saved tensor it holds.
   virtual void for_each(const std::function<void(const SavedValue&)>& f) const = 0;
+  /// Holds something reset() would free (a SavedState always counts: it cannot tell).
+  virtual bool holds_values() const {
+    bool any = false;
+    for_each([&](const SavedValue& v) { any = any || v.defined(); });
+    return any;
+  }
 
  protected:
   explicit SavedSlot(Node* owner);
@@ -202,6 +208,7 @@ class SavedState final : public SavedSlot {
 
   void reset() override { value_ = T(); }
   void for_each(const std::function<void(const SavedValue&)>&) const override {}
+  bool holds_values() const override { return true; }
 
  private:
   T value_{};

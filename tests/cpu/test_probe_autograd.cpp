@@ -195,6 +195,21 @@ TEST_CASE("probe autograd: graph lifetime: freed buffers, retain_graph, in-place
   z.backward();
   check_error([&] { z.backward(); }, {"Backward", "retain_graph"});
   check_error([&] { autograd::grad({z}, {a}); }, {"Backward", "retain_graph"});
+  // Nodes that saved nothing freed nothing: torch runs them again. sum(a + b) backward twice
+  // gives a.grad = [2, 2]; sum(a * 3 + b) through grad() then backward gives a.grad = 3.
+  {
+    const Tensor p = leaf_of({1.0, 2.0}, {2}), q = leaf_of({3.0, 4.0}, {2});
+    Tensor s2 = sum(add(p, q));
+    s2.backward();
+    s2.backward();
+    check_close(p.grad(), {2.0, 2.0}, 0, 0, "add and sum, twice");
+    Tensor s3 = sum(add(mul(p, 3.0), q));
+    const TensorList gq = autograd::grad({s3}, {q});
+    check_close(gq[0], {1.0, 1.0}, 0, 0, "grad() first");
+    p.set_grad(Tensor());
+    s3.backward();
+    check_close(p.grad(), {3.0, 3.0}, 0, 0, "then backward");
+  }
   // Roots: a non-scalar needs a gradient of its shape; errors name both shapes.
   Tensor m = mul(a.unsqueeze(0).expand({3, 2}), 2.0);
   check_error([&] { m.backward(); }, {"backward", "[3, 2]"});
