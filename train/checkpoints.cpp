@@ -215,7 +215,11 @@ std::vector<CheckpointFile> CheckpointManager::list() const {
     const std::string digits = name.substr(head.size(), name.size() - head.size() - tail);
     if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
       continue;  // not one of ours (e.g. a temporary "ckpt-1.safetensors.tmp.*" ends otherwise anyway)
-    out.push_back({entry.path().string(), std::stoll(digits)});
+    const int64_t step = std::stoll(digits);
+    // Only the name save() gives that step ("ckpt-00000001", not "ckpt-1"): keep_last's pruning
+    // deletes what list() returns, and a user's own file must never be among them.
+    if (fs::path(path_for(step)).filename().string() != name) continue;
+    out.push_back({entry.path().string(), step});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;

@@ -98,6 +98,7 @@ class CheckpointManager {
   std::string save(int64_t step, const TrainState& state, const std::map<std::string, std::string>& metadata = {});
 
   /// The checkpoints in the directory, oldest (lowest step) first; none if it does not exist.
+  /// Only files named as path_for names them count ("ckpt-1.safetensors" is not one).
   std::vector<CheckpointFile> list() const;
   std::optional<CheckpointFile> latest() const;
 

@@ -128,6 +128,8 @@ TEST_CASE("CheckpointManager: keep_last keeps the newest k files and touches no 
   ScratchDir dir("frugal_ckpt_keep");
   std::ofstream(dir.path / "notes.txt") << "mine";
   std::ofstream(dir.path / "ckpt-abc.safetensors") << "not a checkpoint";
+  std::ofstream(dir.path / "ckpt-1.safetensors") << "x";  // digits, but not a name save() gives
+  std::ofstream(dir.path / "ckpt-000000007.safetensors") << "x";
   Run run(1);
   train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 2});
   CHECK(!ckpt.latest());
@@ -140,6 +142,8 @@ TEST_CASE("CheckpointManager: keep_last keeps the newest k files and touches no 
   for (int64_t gone : {5, 10, 15}) CHECK(!fs::exists(ckpt.path_for(gone)));
   CHECK(bytes_of((dir.path / "notes.txt").string()) == "mine");
   CHECK(fs::exists(dir.path / "ckpt-abc.safetensors"));
+  CHECK(fs::exists(dir.path / "ckpt-1.safetensors"));
+  CHECK(fs::exists(dir.path / "ckpt-000000007.safetensors"));
   CHECK(ckpt.latest()->step == 100);
 
   train::CheckpointManager all(dir.path.string(), {.keep_last = 0, .prefix = "all"});
