@@ -239,6 +239,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     // A gradient may arrive in a wider dtype than its tensor's when a cast consumes it
     // (Note [Weight gradients in the master dtype]); what the user sees has the tensor's.
     auto in_output_dtype = [node](const Tensor& g, size_t k) { return g.to(node->outputs[k].dtype); };
+    node->run_tensor_hooks(grads);  // register_hook: before grad() captures or .grad takes them
     if (capture && capture->count(node)) {
       TensorList got(grads.size());
       for (size_t k = 0; k < grads.size(); ++k)

@@ -65,6 +65,25 @@ void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t id) {
   std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
 }
 
+uint64_t register_hook(const Tensor& t, TensorHook hook) {
+  FRUGAL_CHECK(t.defined() && requires_grad(t), "register_hook: cannot register a hook on a tensor that does not "
+               "require grad, got ", t.defined() ? t.describe() : std::string("an undefined tensor"));
+  FRUGAL_CHECK(bool(hook), "register_hook: empty hook for ", t.describe());
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+  AutogradMeta& m = ensure_meta(t);
+  if (m.grad_fn) m.grad_fn->tensor_hooks.emplace_back(m.output_nr, id, std::move(hook));
+  else m.tensor_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_hook(const Tensor& t, uint64_t id) {
+  AutogradMeta* m = meta_of(t);
+  if (!m) return;
+  std::erase_if(m->tensor_hooks, [id](const auto& h) { return h.first == id; });
+  if (m->grad_fn) std::erase_if(m->grad_fn->tensor_hooks, [id](const auto& h) { return std::get<1>(h) == id; });
+}
+
 void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t nr) {
   AutogradMeta& m = ensure_meta(t);
   m.grad_fn = fn;

@@ -25,6 +25,8 @@ struct AutogradMeta {
   /// Run by AccumulateGrad after each accumulation into `grad` (leaves only), with an id
   /// for removal. See register_post_accumulate_grad_hook.
   std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
+  /// A leaf's register_hook hooks (an op output's live on its grad_fn: Node::tensor_hooks).
+  std::vector<std::pair<uint64_t, TensorHook>> tensor_hooks;
   /// How to regenerate this op output from its node's saved tensors, when it was made under a
   /// RecomputeCheapOutputs guard (Note [Recomputable outputs] in autograd/recompute_cheap.cpp).
   std::shared_ptr<const recompute::Recipe> recipe;
@@ -46,6 +48,16 @@ Edge gradient_edge(const Tensor& t);
 uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook);
 /// Removes a hook registered on `leaf` (no-op when it is gone).
 void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t id);
+/// As torch.Tensor.register_hook: hook(grad) runs each time a backward or grad() computes
+/// the gradient with respect to t, before it is used: for a leaf before it is accumulated
+/// into .grad or returned by grad(), for an op's output before its node's backward (and
+/// before a retain_grad .grad takes it). A defined result, of grad's shape, replaces the
+/// gradient (converted to its dtype); an undefined one leaves it. Hooks run in the order
+/// they were registered; a hook on an op's output stays with the node that made it, so a
+/// later in-place write to t does not move it. Returns an id for remove_hook.
+uint64_t register_hook(const Tensor& t, TensorHook hook);
+/// Removes a hook register_hook returned (no-op when it is gone already).
+void remove_hook(const Tensor& t, uint64_t id);
 /// Makes t an output of `fn` (output number nr).
 void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t nr);
 

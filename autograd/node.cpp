@@ -57,6 +57,35 @@ AccumulateGrad::AccumulateGrad(const Tensor& leaf) : leaf_(leaf.impl_ptr()) {
   outputs.push_back({leaf.sizes(), leaf.dtype(), leaf.device()});
 }
 
+namespace {
+// One hook on one gradient (register_hook): the gradient in its tensor's dtype in, a defined
+// result of the same shape replaces it.
+void run_hook(const TensorHook& hook, Tensor& g, const OutputMeta& out, const std::string& node) {
+  if (g.dtype() != out.dtype) g = g.to(out.dtype);
+  Tensor r = hook(g);
+  if (!r.defined()) return;
+  FRUGAL_CHECK(r.sizes() == g.sizes(), "register_hook: a hook on an output of ", node, " returned ", r.describe(),
+               " for a gradient of shape ", shape_str(g.sizes()), "; it must keep the shape");
+  g = r.dtype() == out.dtype && r.device() == g.device() ? r : r.to(g.device(), out.dtype);
+}
+}  // namespace
+
+void Node::run_tensor_hooks(TensorList& grads) {
+  if (tensor_hooks.empty()) return;
+  const auto hooks = tensor_hooks;  // a hook may remove itself
+  for (const auto& [nr, id, hook] : hooks)
+    if (nr < grads.size() && grads[nr].defined()) run_hook(hook, grads[nr], outputs[nr], name());
+}
+
+void AccumulateGrad::run_tensor_hooks(TensorList& grads) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl || grads.empty() || !grads[0].defined()) return;
+  AutogradMeta* m = meta_of(Tensor(impl));
+  if (!m || m->tensor_hooks.empty()) return;
+  const auto hooks = m->tensor_hooks;  // a hook may remove itself
+  for (const auto& [id, hook] : hooks) run_hook(hook, grads[0], outputs[0], name());
+}
+
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
   if (!impl || !grads[0].defined()) return {};

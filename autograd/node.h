@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -25,6 +26,10 @@ namespace frugal::autograd {
 class Node;
 class SavedSlot;
 class SavedValue;
+
+/// A tensor hook (register_hook in autograd/meta.h): takes the gradient with respect to its
+/// tensor; a defined result replaces it.
+using TensorHook = std::function<Tensor(const Tensor&)>;
 
 struct Edge {
   std::shared_ptr<Node> fn;  // null: this input needs no gradient
@@ -86,6 +91,11 @@ class Node {
   /// Non-leaf outputs whose .grad the user asked to keep (Tensor::retain_grad).
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_outputs;
   bool released = false;  // saved tensors freed: a second backward must throw (see holds_saved)
+  /// Hooks on this node's outputs (output_nr, id, hook), run on their gradients before apply.
+  std::vector<std::tuple<uint32_t, uint64_t, TensorHook>> tensor_hooks;
+  /// Runs the tensor hooks of this node's outputs on `grads` (one per output; undefined ones
+  /// skipped), in registration order; AccumulateGrad runs its leaf's.
+  virtual void run_tensor_hooks(TensorList& grads);
 
  private:
   friend class SavedSlot;
@@ -100,6 +110,7 @@ class AccumulateGrad final : public Node {
   TensorList apply(TensorList&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }
   bool saves_tensors() const override { return false; }
+  void run_tensor_hooks(TensorList& grads) override;
 
  private:
   std::weak_ptr<TensorImpl> leaf_;

@@ -1,6 +1,6 @@
 // Probes for silent wrong answers in the autograd engine itself, on the CPU, against
 // PyTorch's documented semantics: higher order (frugal has no create_graph), post-accumulate
-// hooks and retain_grad (order, count, values), graph lifetime (freed buffers, retain_graph,
+// hooks, tensor hooks (register_hook) and retain_grad (order, count, values), graph lifetime (freed buffers, retain_graph,
 // in-place writes between backwards, roots and their gradients), .grad accumulation (views,
 // broadcasts, two branches, 16-bit and size-0 leaves, zero_grad), autograd::grad (several
 // outputs, grad_outputs, view and non-leaf inputs, no side effects), grad modes (nesting,
@@ -114,6 +114,56 @@ TEST_CASE("probe autograd: post-accumulate hooks: once per backward per leaf, in
   CHECK(calls.size() == 5);
   check_error([&] { autograd::register_post_accumulate_grad_hook(mul(x, 2.0), [](const Tensor&) {}); },
               {"register_post_accumulate_grad_hook", "leaf"});
+}
+
+TEST_CASE("probe autograd: register_hook on leaves and op outputs, as torch.Tensor.register_hook") {
+  // torch: x = [1, 2] (leaf); h = x * 3; h.register_hook(lambda g: g * 10);
+  // x.register_hook(lambda g: g + 1); (h * [1, 2]).sum().backward() gives x.grad = [31, 61];
+  // the hook on h sees [1, 2], the one on x sees [30, 60].
+  const Tensor x = leaf_of({1.0, 2.0}, {2});
+  Tensor h = mul(x, 3.0);
+  std::vector<Values> seen_h, seen_x;
+  const uint64_t hid = autograd::register_hook(h, [&](const Tensor& g) {
+    seen_h.push_back(values_of(g));
+    return mul(g, 10.0);
+  });
+  const uint64_t xid = autograd::register_hook(x, [&](const Tensor& g) {
+    seen_x.push_back(values_of(g));
+    return add(g, 1.0);
+  });
+  h.retain_grad();
+  sum(mul(h, f64({1.0, 2.0}, {2}))).backward(Tensor(), /*retain_graph=*/true);
+  REQUIRE(seen_h.size() == 1);
+  CHECK(seen_h[0] == Values{1.0, 2.0});
+  REQUIRE(seen_x.size() == 1);
+  CHECK(seen_x[0] == Values{30.0, 60.0});
+  check_close(x.grad(), {31.0, 61.0}, 0, 0, "hooked leaf gradient");
+  check_close(h.grad(), {10.0, 20.0}, 0, 0, "retain_grad sees the hooked gradient (torch 2: it runs last)");
+  // grad(): the hooks run too, before the capture, and .grad is left alone (torch 2's engine
+  // calls tensor pre-hooks before captures, "We always want to call tensor pre-hooks": [31, 61];
+  // Debian's torch 1.13 returned [30, 60]).
+  const TensorList g = autograd::grad({sum(mul(h, f64({1.0, 2.0}, {2})))}, {x}, {}, /*retain_graph=*/true);
+  check_close(g[0], {31.0, 61.0}, 0, 0, "grad() through both hooks");
+  check_close(x.grad(), {31.0, 61.0}, 0, 0, ".grad untouched by grad()");
+  // Removed hooks no longer run; a hook returning nothing observes only.
+  autograd::remove_hook(h, hid);
+  autograd::remove_hook(x, xid);
+  int observed = 0;
+  autograd::register_hook(x, [&](const Tensor&) {
+    ++observed;
+    return Tensor();
+  });
+  x.set_grad(Tensor());
+  sum(mul(h, f64({1.0, 2.0}, {2}))).backward();
+  CHECK(observed == 1);
+  check_close(x.grad(), {3.0, 6.0}, 0, 0, "after remove_hook");
+  // Errors: no grad, and a hook that changes the shape.
+  check_error([] { autograd::register_hook(f64({1.0}, {1}), [](const Tensor& g) { return g; }); },
+              {"register_hook", "does not require grad"});
+  const Tensor y = leaf_of({1.0, 2.0}, {2});
+  Tensor z = mul(y, 2.0);
+  autograd::register_hook(z, [](const Tensor& g) { return sum(g); });
+  check_error([&] { sum(z).backward(); }, {"register_hook", "MulBackward", "keep the shape"});
 }
 
 TEST_CASE("probe autograd: retain_grad: roots, intermediates used twice, accumulation, dtypes, unreached outputs") {
