@@ -66,8 +66,10 @@ void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t id) {
 }
 
 uint64_t register_hook(const Tensor& t, TensorHook hook) {
-  FRUGAL_CHECK(t.defined() && requires_grad(t), "register_hook: cannot register a hook on a tensor that does not "
-               "require grad, got ", t.defined() ? t.describe() : std::string("an undefined tensor"));
+  FRUGAL_CHECK(t.defined() && requires_grad(t),
+               "register_hook: cannot register a hook on a tensor that does not "
+               "require grad, got ",
+               t.defined() ? t.describe() : std::string("an undefined tensor"));
   FRUGAL_CHECK(bool(hook), "register_hook: empty hook for ", t.describe());
   static std::atomic<uint64_t> next_id{1};
   const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);

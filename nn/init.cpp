@@ -56,8 +56,8 @@ void trunc_normal_(const Tensor& t, double mean, double std, double a, double b,
   const double sa = (a - mean) / std, sb = (b - mean) / std;
   // Beyond 6 std the uniform's range [cdf(a), cdf(b)] is under 1e-9 wide near 0 or 1, where
   // doubles are 1e-16 apart: past about 8 it holds no double at all.
-  FRUGAL_CHECK(sa <= 6 && sb >= -6, "trunc_normal_: [", a, ", ", b, "] lies more than 6 std (", std,
-               ") from the mean ", mean, "; inverse-CDF sampling cannot resolve it (move the mean closer)");
+  FRUGAL_CHECK(sa <= 6 && sb >= -6, "trunc_normal_: [", a, ", ", b, "] lies more than 6 std (", std, ") from the mean ",
+               mean, "; inverse-CDF sampling cannot resolve it (move the mean closer)");
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
   Tensor u = empty(t.sizes(), TensorOptions(kFloat64));
   ops::uniform_(u, 2 * cdf(sa) - 1, 2 * cdf(sb) - 1, gen);

@@ -419,7 +419,8 @@ std::string Module::repr(int indent) const {
   std::vector<std::string> lines;
   if (const std::string extra = extra_repr(); !extra.empty()) lines = split_lines(extra);
   const size_t extra_lines = lines.size();
-  for (const auto& [name, child] : children_) lines.push_back('(' + name + "): " + indent_after_first(child->repr(), 2));
+  for (const auto& [name, child] : children_)
+    lines.push_back('(' + name + "): " + indent_after_first(child->repr(), 2));
   std::string out = type_name() + '(';
   if (extra_lines == 1 && children_.empty()) {
     out += lines[0];

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <numbers>
 #include <string_view>
 #include <utility>
@@ -28,25 +29,32 @@ void LRScheduler::initial_step() {
 
 void LRScheduler::step() {
   ++last_epoch_;
-  apply(true);
+  try {
+    apply(true);
+  } catch (...) {  // lr_at refused the epoch (OneCycleLR past its end): nothing changed
+    --last_epoch_;
+    throw;
+  }
 }
 
 void LRScheduler::apply(bool chain) {
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   FRUGAL_CHECK(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer has ", groups.size(),
                " param groups, the scheduler was made for ", base_lrs_.size());
-  last_lr_.resize(groups.size());
   const int64_t t = last_epoch_;
+  std::vector<double> lrs(groups.size());  // all computed before any is set: lr_at may throw
   for (size_t g = 0; g < groups.size(); ++g) {
     const double base = base_lrs_[g], after = lr_at(base, t), lr = groups[g].lr;
     const double before = t == 0 ? base : lr_at(base, t - 1);
-    double next = after;  // the closed form: nothing else has moved this group's lr
-    if (chain && lr != before) {  // Note [Chained schedulers]
+    double next = after;                       // the closed form: nothing else has moved this group's lr
+    if (chain && chains(t) && lr != before) {  // Note [Chained schedulers]
       const double a = chain_anchor(t);
       next = after == before ? lr : before == a ? lr + (after - before) : a + (lr - a) * (after - a) / (before - a);
     }
-    groups[g].lr = last_lr_[g] = next;
+    lrs[g] = next;
   }
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = lrs[g];
+  last_lr_ = std::move(lrs);
 }
 
 // Note [A checkpoint names its schedule]
@@ -62,6 +70,20 @@ void LRScheduler::apply(bool chain) {
 
 namespace {
 
+/// A number in its shortest round-trip form.
+std::string number(double value) {
+  char digits[32];
+  return std::string(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
+}
+
+/// "[a, b, ...]" of numbers in their shortest round-trip form.
+template <typename T>
+std::string list(const std::vector<T>& values) {
+  std::string out = "[";
+  for (size_t k = 0; k < values.size(); ++k) out += (k ? ", " : "") + number(double(values[k]));
+  return out + "]";
+}
+
 /// "Name(key=value, ...)" with each number in its shortest round-trip form, so that equal
 /// settings give equal text and different ones different text.
 std::string describe(std::string_view name, std::initializer_list<std::pair<std::string_view, double>> settings) {
@@ -69,9 +91,7 @@ std::string describe(std::string_view name, std::initializer_list<std::pair<std:
   out += '(';
   bool first = true;
   for (const auto& [key, value] : settings) {
-    char digits[32];
-    const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
-    out.append(first ? "" : ", ").append(key).append("=").append(digits, end);
+    out.append(first ? "" : ", ").append(key).append("=").append(number(value));
     first = false;
   }
   return out + ')';
@@ -116,9 +136,15 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
                  ", this scheduler is ", mine, "; construct the scheduler with the saved settings to resume, or erase ",
                  "the dict's \"schedule\" entry to change the schedule on purpose");
   }
-  base_lrs_ = b;
-  last_epoch_ = int64_t(e);
-  apply(false);
+  std::vector<double> old_bases = std::exchange(base_lrs_, b);
+  const int64_t old_epoch = std::exchange(last_epoch_, int64_t(e));
+  try {
+    apply(false);
+  } catch (...) {  // an epoch the schedule does not reach: nothing changed
+    base_lrs_ = std::move(old_bases);
+    last_epoch_ = old_epoch;
+    throw;
+  }
 }
 
 // ---- the schedules ----------------------------------------------------------------
@@ -168,9 +194,9 @@ double LinearLR::lr_at(double base_lr, int64_t t) const {
 
 std::string LinearLR::schedule() const {
   const LinearLROptions& o = options_;
-  return describe("LinearLR", {{"start_factor", o.start_factor},
-                               {"end_factor", o.end_factor},
-                               {"total_iters", double(o.total_iters)}});
+  return describe(
+      "LinearLR",
+      {{"start_factor", o.start_factor}, {"end_factor", o.end_factor}, {"total_iters", double(o.total_iters)}});
 }
 
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
@@ -205,6 +231,11 @@ double SequentialLR::lr_at(double base_lr, int64_t t) const {
 double SequentialLR::chain_anchor(int64_t t) const {
   const auto [part, local] = part_at(t);
   return part->chain_anchor(local);
+}
+
+bool SequentialLR::chains(int64_t t) const {
+  const auto [part, local] = part_at(t);
+  return part->chains(local);
 }
 
 std::string SequentialLR::schedule() const {
@@ -243,6 +274,122 @@ std::string WarmupCosineLR::schedule() const {
                                      {"total_steps", double(o.total_steps)},
                                      {"start_factor", o.start_factor},
                                      {"eta_min", o.eta_min}});
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, ExponentialLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  FRUGAL_CHECK(options.gamma > 0, "ExponentialLR: gamma must be positive, got ", options.gamma);
+  initial_step();
+}
+
+double ExponentialLR::lr_at(double base_lr, int64_t t) const { return base_lr * std::pow(options_.gamma, double(t)); }
+
+std::string ExponentialLR::schedule() const { return describe("ExponentialLR", {{"gamma", options_.gamma}}); }
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, MultiStepLROptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  std::vector<int64_t>& m = options_.milestones;
+  std::sort(m.begin(), m.end());
+  // A negative milestone is never reached by PyTorch's steps but counts in its closed form.
+  FRUGAL_CHECK(m.empty() || m.front() >= 0, "MultiStepLR: milestones must be non-negative, got ", m.front());
+  initial_step();
+}
+
+double MultiStepLR::lr_at(double base_lr, int64_t t) const {
+  const std::vector<int64_t>& m = options_.milestones;
+  return base_lr * std::pow(options_.gamma, double(std::upper_bound(m.begin(), m.end(), t) - m.begin()));
+}
+
+std::string MultiStepLR::schedule() const {
+  return "MultiStepLR(milestones=" + list(options_.milestones) + ", gamma=" + number(options_.gamma) + ")";
+}
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer,
+                                                         CosineAnnealingWarmRestartsOptions options)
+    : LRScheduler(optimizer), options_(options) {
+  FRUGAL_CHECK(options.T_0 > 0, "CosineAnnealingWarmRestarts: T_0 must be positive, got ", options.T_0);
+  FRUGAL_CHECK(options.T_mult >= 1, "CosineAnnealingWarmRestarts: T_mult must be >= 1, got ", options.T_mult);
+  initial_step();
+}
+
+double CosineAnnealingWarmRestarts::lr_at(double base_lr, int64_t t) const {
+  const CosineAnnealingWarmRestartsOptions& o = options_;
+  // PyTorch's step(): T_cur += 1, and at T_cur == T_i a restart (T_cur = 0, T_i *= T_mult);
+  // counted in integers, not through its step(epoch) logarithm, which can round across a restart.
+  int64_t T_i = o.T_0, T_cur = t;
+  if (o.T_mult == 1) T_cur = t % o.T_0;
+  else
+    while (T_cur >= T_i) {
+      T_cur -= T_i;
+      T_i = T_i > std::numeric_limits<int64_t>::max() / o.T_mult ? std::numeric_limits<int64_t>::max() : T_i * o.T_mult;
+    }
+  return o.eta_min + (base_lr - o.eta_min) * (1.0 + std::cos(std::numbers::pi * double(T_cur) / double(T_i))) / 2.0;
+}
+
+std::string CosineAnnealingWarmRestarts::schedule() const {
+  const CosineAnnealingWarmRestartsOptions& o = options_;
+  return describe("CosineAnnealingWarmRestarts",
+                  {{"T_0", double(o.T_0)}, {"T_mult", double(o.T_mult)}, {"eta_min", o.eta_min}});
+}
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  const OneCycleLROptions& o = options_;
+  std::vector<ParamGroup>& groups = optimizer.param_groups();
+  FRUGAL_CHECK(o.max_lr.size() == 1 || o.max_lr.size() == groups.size(), "OneCycleLR: max_lr has ", o.max_lr.size(),
+               " values, the optimizer has ", groups.size(), " param groups (give one value, or one per group)");
+  for (double m : o.max_lr) FRUGAL_CHECK(m > 0, "OneCycleLR: max_lr must be positive, got ", m);
+  FRUGAL_CHECK(o.total_steps > 0, "OneCycleLR: total_steps must be positive, got ", o.total_steps);
+  FRUGAL_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got ", o.pct_start);
+  FRUGAL_CHECK(o.anneal_strategy == AnnealStrategy::Cos || o.anneal_strategy == AnnealStrategy::Linear,
+               "OneCycleLR: anneal_strategy must be Cos or Linear, got ", int(o.anneal_strategy));
+  FRUGAL_CHECK(o.div_factor > 0, "OneCycleLR: div_factor must be positive, got ", o.div_factor);
+  FRUGAL_CHECK(o.final_div_factor > 0, "OneCycleLR: final_div_factor must be positive, got ", o.final_div_factor);
+  lr_at(1.0, 0);  // throws, changing nothing, for an empty first phase (pct_start * total_steps == 1)
+  // As PyTorch, the cycle sets the base itself, over any initial_lr an earlier scheduler set.
+  for (size_t g = 0; g < groups.size(); ++g)
+    groups[g].initial_lr = o.max_lr[o.max_lr.size() == 1 ? 0 : g] / o.div_factor;
+  initial_step();
+}
+
+double OneCycleLR::lr_at(double base_lr, int64_t t) const {
+  const OneCycleLROptions& o = options_;
+  FRUGAL_CHECK(t <= o.total_steps, "OneCycleLR: tried to step ", t, " times, past the end of the cycle (total_steps ",
+               o.total_steps, "); make the scheduler with total_steps covering every step");
+  const double initial = base_lr, peak = base_lr * o.div_factor, low = base_lr / o.final_div_factor;
+  const double T = double(o.total_steps), p = o.pct_start;
+  struct Phase {
+    double end_step, start_lr, end_lr;
+  };
+  // PyTorch's _schedule_phases, in its arithmetic.
+  const Phase two[] = {{p * T - 1, initial, peak}, {T - 1, peak, low}};
+  const Phase three[] = {{p * T - 1, initial, peak}, {2 * p * T - 2, peak, initial}, {T - 1, initial, low}};
+  const Phase* phases = o.three_phase ? three : two;
+  const size_t n = o.three_phase ? 3 : 2;
+  double start = 0;
+  for (size_t i = 0;; ++i) {
+    const Phase& phase = phases[i];
+    if (double(t) <= phase.end_step || i + 1 == n) {
+      FRUGAL_CHECK(phase.end_step != start, "OneCycleLR: step ", t, " falls in phase ", i,
+                   " of the cycle, which has no steps (pct_start * total_steps = ", p * T, ")");
+      const double pct = (double(t) - start) / (phase.end_step - start);
+      return o.anneal_strategy == AnnealStrategy::Cos
+                 ? phase.end_lr + (phase.start_lr - phase.end_lr) / 2.0 * (std::cos(std::numbers::pi * pct) + 1)
+                 : (phase.end_lr - phase.start_lr) * pct + phase.start_lr;
+    }
+    start = phase.end_step;
+  }
+}
+
+std::string OneCycleLR::schedule() const {
+  const OneCycleLROptions& o = options_;
+  const std::string rest = describe("", {{"total_steps", double(o.total_steps)},
+                                         {"pct_start", o.pct_start},
+                                         {"div_factor", o.div_factor},
+                                         {"final_div_factor", o.final_div_factor},
+                                         {"three_phase", double(o.three_phase)}});
+  return "OneCycleLR(max_lr=" + list(o.max_lr) +
+         ", anneal_strategy=" + (o.anneal_strategy == AnnealStrategy::Cos ? "cos" : "linear") + ", " + rest.substr(1);
 }
 
 }  // namespace frugal::optim

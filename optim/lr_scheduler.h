@@ -22,6 +22,8 @@
 // before == a (a cosine at its minimum) the step adds after - before, as PyTorch's; where
 // after == before the lr stays. Loading a state dict sets the closed form of the loaded
 // epoch: a resumed chain is the last loaded scheduler's lr until the others step.
+// OneCycleLR and CosineAnnealingWarmRestarts do not chain (chains() is false), as in
+// PyTorch, whose versions compute every step's lr from the base alone.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,7 +41,8 @@ class LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
-  /// t += 1, then every group's lr = lr_at(base_lr, t).
+  /// t += 1, then every group's lr = lr_at(base_lr, t). When lr_at throws (OneCycleLR past
+  /// its end), nothing changes: neither t nor any lr.
   void step();
   /// The lr of each group as last set by this scheduler (PyTorch's get_last_lr()).
   const std::vector<double>& last_lr() const { return last_lr_; }
@@ -53,6 +56,10 @@ class LRScheduler {
   /// The value the schedule's step from epoch t - 1 to t scales around when it moves an lr
   /// set by something else (Note [Chained schedulers]): 0 for the multiplicative schedules.
   virtual double chain_anchor(int64_t /*t*/) const { return 0.0; }
+  /// Whether the step to epoch t moves an lr set by something else (Note [Chained
+  /// schedulers]); false for the schedules PyTorch does not chain (OneCycleLR,
+  /// CosineAnnealingWarmRestarts), whose every step sets the closed form.
+  virtual bool chains(int64_t /*t*/) const { return true; }
 
   /// The schedule and its settings as text, "StepLR(step_size=30, gamma=0.1)"; "" for a
   /// scheduler that does not describe itself (a user's subclass), which is then not checked
@@ -63,7 +70,8 @@ class LRScheduler {
   /// text of schedule(), where not empty)}: what resuming needs.
   StateDict state_dict() const;
   /// Restores last_epoch and base_lrs (checking the group count) and sets the lrs for that
-  /// epoch. Refuses, changing nothing, a dict saved by another schedule or other settings.
+  /// epoch. Refuses, changing nothing, a dict saved by another schedule or other settings, or
+  /// an epoch the schedule does not reach (OneCycleLR past its end).
   void load_state_dict(const StateDict& dict);
 
  protected:
@@ -152,6 +160,7 @@ class SequentialLR : public LRScheduler {
                std::vector<int64_t> milestones);
   double lr_at(double base_lr, int64_t t) const override;
   double chain_anchor(int64_t t) const override;
+  bool chains(int64_t t) const override;
   std::string schedule() const override;
 
  private:
@@ -183,6 +192,93 @@ class WarmupCosineLR : public LRScheduler {
 
  private:
   WarmupCosineLROptions options_;
+};
+
+struct ExponentialLROptions {
+  double gamma = 0.0;  // decay factor per epoch (> 0); no default, as in PyTorch: set it
+};
+
+/// lr = base * gamma^t (torch ExponentialLR).
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, ExponentialLROptions options);
+  double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
+
+ private:
+  ExponentialLROptions options_;
+};
+
+struct MultiStepLROptions {
+  std::vector<int64_t> milestones;  // epochs at which to decay (>= 0, any order; a repeat decays once more)
+  double gamma = 0.1;               // decay factor
+};
+
+/// lr = base * gamma^(number of milestones <= t) (torch MultiStepLR): the milestones are kept
+/// sorted, and one listed k times multiplies by gamma k times there, as torch's Counter does.
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, MultiStepLROptions options);
+  double lr_at(double base_lr, int64_t t) const override;
+  std::string schedule() const override;
+
+ private:
+  MultiStepLROptions options_;  // milestones sorted
+};
+
+struct CosineAnnealingWarmRestartsOptions {
+  int64_t T_0 = 1;       // epochs of the first cycle (> 0)
+  int64_t T_mult = 1;    // each cycle is T_mult times longer than the last (>= 1)
+  double eta_min = 0.0;  // the lowest lr
+};
+
+/// SGDR (torch CosineAnnealingWarmRestarts, stepped without an epoch argument): within a cycle
+/// of T_i epochs, at T_cur epochs into it, lr = eta_min + (base - eta_min) * (1 + cos(pi *
+/// T_cur / T_i)) / 2; then the lr restarts at base with T_i *= T_mult. Cycle i (from 0) has
+/// T_0 * T_mult^i epochs. Not chainable, as in PyTorch: every step sets the closed form.
+class CosineAnnealingWarmRestarts : public LRScheduler {
+ public:
+  CosineAnnealingWarmRestarts(Optimizer& optimizer, CosineAnnealingWarmRestartsOptions options);
+  double lr_at(double base_lr, int64_t t) const override;
+  bool chains(int64_t) const override { return false; }
+  std::string schedule() const override;
+
+ private:
+  CosineAnnealingWarmRestartsOptions options_;
+};
+
+enum class AnnealStrategy { Cos, Linear };
+
+struct OneCycleLROptions {
+  std::vector<double> max_lr;  // the peak lr (> 0): one value for every group, or one per group
+  int64_t total_steps = 1;     // steps in the cycle (> 0)
+  double pct_start = 0.3;      // the fraction of the cycle spent raising the lr, in [0, 1]
+  AnnealStrategy anneal_strategy = AnnealStrategy::Cos;
+  double div_factor = 25.0;       // initial lr = max_lr / div_factor (> 0)
+  double final_div_factor = 1e4;  // min lr = initial lr / final_div_factor (> 0)
+  bool three_phase = false;       // up, down to the initial lr, then down to the min lr
+};
+
+/// The 1cycle policy (torch OneCycleLR), lr only. Each group's initial lr (its base, written
+/// to the group's initial_lr as PyTorch does) is max_lr / div_factor. The phases, with
+/// p = pct_start and T = total_steps, end at steps
+///   two-phase:   p*T - 1 (initial -> max),  T - 1 (max -> min)
+///   three-phase: p*T - 1 (initial -> max),  2*p*T - 2 (max -> initial),  T - 1 (initial -> min)
+/// and within a phase from step s to e, pct = (t - s) / (e - s) anneals by cos (end + (start -
+/// end) * (1 + cos(pi * pct)) / 2) or linearly. As in PyTorch, step T is allowed (the last
+/// phase's formula goes on one step) and stepping past it throws; the schedule is not chainable.
+///
+/// PyTorch's momentum cycling (cycle_momentum, base_momentum, max_momentum) is not done:
+/// frugal's groups have momentum and beta1, but this scheduler leaves them alone.
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& optimizer, OneCycleLROptions options);
+  double lr_at(double base_lr, int64_t t) const override;
+  bool chains(int64_t) const override { return false; }
+  std::string schedule() const override;
+
+ private:
+  OneCycleLROptions options_;
 };
 
 }  // namespace frugal::optim

@@ -293,10 +293,10 @@ int64_t CheckpointManager::load(const std::string& path, const TrainState& state
     const std::string_view k = key;
     if (!k.starts_with("rng.") || !k.ends_with(".seed") || k == "rng.seed") continue;
     const std::string name(k.substr(4, k.size() - 4 - 5));
-    FRUGAL_CHECK(std::any_of(state.generators.begin(), state.generators.end(),
-                             [&](const auto& g) { return g.first == name; }),
-                 where, " holds the state of generator '", name, "', which this run does not name in ",
-                 "TrainState::generators: its stream would restart from its seed; nothing was loaded");
+    FRUGAL_CHECK(
+        std::any_of(state.generators.begin(), state.generators.end(), [&](const auto& g) { return g.first == name; }),
+        where, " holds the state of generator '", name, "', which this run does not name in ",
+        "TrainState::generators: its stream would restart from its seed; nothing was loaded");
   }
   std::vector<std::pair<int64_t, int64_t>> generator_states;  // (seed, offset) of state.generators, in order
   for (const auto& [name, gen] : state.generators) {

@@ -331,14 +331,16 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
     const auto carries = [&] {
       span_carries_kernel<Acc><<<grid_for(lines * spans), kBlockSize, 0, stream>>>(cp, sp, lines, chunks);
       if (spans > 1)
-        line_carries_kernel<Acc><<<unsigned(std::min<int64_t>(lines, 65535)), kBlockSize, 0, stream>>>(sp, lines, spans);
+        line_carries_kernel<Acc>
+            <<<unsigned(std::min<int64_t>(lines, 65535)), kBlockSize, 0, stream>>>(sp, lines, spans);
     };
     constexpr int tile_threads = kTile * kWarpsPerBlock;
     if (s.inner == 1 && s.outer >= kTile) {  // fewer rows would leave most of a warp's lanes idle
       const int64_t groups = (s.outer + kTile - 1) / kTile, items = by_chunk ? groups * chunks : groups;
       const unsigned blocks = unsigned((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
       if (by_chunk) {
-        cumsum_rows_kernel<Walk::Totals, T, Out, Acc><<<blocks, tile_threads, 0, stream>>>(xp, op, cp, nullptr, s, true);
+        cumsum_rows_kernel<Walk::Totals, T, Out, Acc>
+            <<<blocks, tile_threads, 0, stream>>>(xp, op, cp, nullptr, s, true);
         carries();
       }
       cumsum_rows_kernel<Walk::Write, T, Out, Acc>
@@ -348,14 +350,16 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
       const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
       cumsum_chunk_tiles_kernel<Walk::Totals, T, Out, Acc><<<blocks, tile_threads, 0, stream>>>(xp, op, cp, nullptr, s);
       carries();
-      cumsum_chunk_tiles_kernel<Walk::Write, T, Out, Acc><<<blocks, tile_threads, 0, stream>>>(xp, op, cp, span_carries, s);
+      cumsum_chunk_tiles_kernel<Walk::Write, T, Out, Acc>
+          <<<blocks, tile_threads, 0, stream>>>(xp, op, cp, span_carries, s);
     } else {
       const unsigned grid = grid_for(by_chunk ? lines * chunks : lines);
       if (by_chunk) {
         cumsum_lines_kernel<Walk::Totals, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, cp, nullptr, s, true);
         carries();
       }
-      cumsum_lines_kernel<Walk::Write, T, Out, Acc><<<grid, kBlockSize, 0, stream>>>(xp, op, cp, span_carries, s, by_chunk);
+      cumsum_lines_kernel<Walk::Write, T, Out, Acc>
+          <<<grid, kBlockSize, 0, stream>>>(xp, op, cp, span_carries, s, by_chunk);
     }
     FRUGAL_CUDA_CHECK_LAUNCH();
   });

@@ -1,15 +1,13 @@
 // Probes for silent wrong answers in the autograd engine itself, on the CPU, against
 // PyTorch's documented semantics: higher order (frugal has no create_graph), post-accumulate
-// hooks, tensor hooks (register_hook) and retain_grad (order, count, values), graph lifetime (freed buffers, retain_graph,
-// in-place writes between backwards, roots and their gradients), .grad accumulation (views,
-// broadcasts, two branches, 16-bit and size-0 leaves, zero_grad), autograd::grad (several
-// outputs, grad_outputs, view and non-leaf inputs, no side effects), grad modes (nesting,
-// threads), requires_grad through integer/bool ops, detach and requires_grad_, views taken
-// before an in-place write to their base (with a view node, or without: taken while the base
-// needed no grad or under NoGradGuard), 100k-node graphs, anomaly mode. Every value is
-// checked against a float64 reference computed here (closed forms, naive loops, central
-// differences); the PyTorch behaviour each case expects was checked with torch 1.13 (CPU).
-// A failing case here is a finding.
+// hooks, tensor hooks (register_hook) and retain_grad (order, count, values), graph lifetime (freed buffers,
+// retain_graph, in-place writes between backwards, roots and their gradients), .grad accumulation (views, broadcasts,
+// two branches, 16-bit and size-0 leaves, zero_grad), autograd::grad (several outputs, grad_outputs, view and non-leaf
+// inputs, no side effects), grad modes (nesting, threads), requires_grad through integer/bool ops, detach and
+// requires_grad_, views taken before an in-place write to their base (with a view node, or without: taken while the
+// base needed no grad or under NoGradGuard), 100k-node graphs, anomaly mode. Every value is checked against a float64
+// reference computed here (closed forms, naive loops, central differences); the PyTorch behaviour each case expects was
+// checked with torch 1.13 (CPU). A failing case here is a finding.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -75,9 +75,17 @@ struct Outer : nn::Module {
 // self._parameters, then every persistent buffer of self._buffers -- and only then recurses
 // into self._modules in order. So a module's own buffers come before its children's
 // parameters, whatever order they were registered in.
-const Names kTorchStateDictOrder = {
-    "gain",         "scale",           "bn.weight", "bn.bias",    "bn.running_mean", "bn.running_var",
-    "bn.num_batches_tracked", "inner.w", "inner.stat", "inner.fc.weight", "inner.fc.bias"};
+const Names kTorchStateDictOrder = {"gain",
+                                    "scale",
+                                    "bn.weight",
+                                    "bn.bias",
+                                    "bn.running_mean",
+                                    "bn.running_var",
+                                    "bn.num_batches_tracked",
+                                    "inner.w",
+                                    "inner.stat",
+                                    "inner.fc.weight",
+                                    "inner.fc.bias"};
 
 }  // namespace
 
@@ -87,10 +95,9 @@ TEST_CASE("probe module api: state_dict lists each module's parameters, then its
   // A model with buffers only in the leaves: Sequential(Conv2d, BatchNorm2d, ...) as in ResNet.
   nn::Sequential seq{std::make_shared<nn::Conv2d>(3, 4, 3), std::make_shared<nn::BatchNorm2d>(4),
                      std::make_shared<nn::ReLU>(), std::make_shared<nn::BatchNorm2d>(4)};
-  CHECK(names_of(seq.state_dict()) ==
-        Names{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
-              "1.num_batches_tracked", "3.weight", "3.bias", "3.running_mean", "3.running_var",
-              "3.num_batches_tracked"});
+  CHECK(names_of(seq.state_dict()) == Names{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean",
+                                            "1.running_var", "1.num_batches_tracked", "3.weight", "3.bias",
+                                            "3.running_mean", "3.running_var", "3.num_batches_tracked"});
   // Loading a state in torch's order through the NamedTensors overload still pairs by name.
   Outer other;
   nn::NamedTensors state;
@@ -146,7 +153,9 @@ TEST_CASE("probe module api: named_parameters/buffers/modules/children recurse d
   CHECK(frozen.b.requires_grad());
 }
 
-TEST_CASE("probe module api: Sequential and ModuleList past ten children: 'layers.10' after 'layers.9', forward in index order") {
+TEST_CASE(
+    "probe module api: Sequential and ModuleList past ten children: 'layers.10' after 'layers.9', forward in index "
+    "order") {
   struct Net : nn::Module {
     std::shared_ptr<nn::Sequential> layers;
     std::shared_ptr<nn::ModuleList<nn::Linear>> heads;
@@ -187,8 +196,7 @@ TEST_CASE("probe module api: Sequential and ModuleList past ten children: 'layer
     Values out;
     for (double x : xs) {
       double y = x;
-      for (int k = 0; k < 12; ++k)
-        y = k == replaced ? y * rw + rb : y * (1.0 + k / 8.0) + (k / 4.0 - 1.0);
+      for (int k = 0; k < 12; ++k) y = k == replaced ? y * rw + rb : y * (1.0 + k / 8.0) + (k / 4.0 - 1.0);
       out.push_back(y);
     }
     return out;
@@ -206,7 +214,9 @@ TEST_CASE("probe module api: Sequential and ModuleList past ten children: 'layer
   check_close(net.layers->forward(x), reference(10, -2.0, 0.5), 1e-5, 1e-5, "chain with layer 10 replaced");
 }
 
-TEST_CASE("probe module api: an undefined buffer (torch's register_buffer(name, None)) is in neither named_buffers nor state_dict") {
+TEST_CASE(
+    "probe module api: an undefined buffer (torch's register_buffer(name, None)) is in neither named_buffers nor "
+    "state_dict") {
   // torch: register_buffer(name, None) is allowed; _named_members skips None ("if v is None or
   // v in memo: continue"), _save_to_state_dict skips None buffers, and _load_from_state_dict
   // builds local_state from the non-None ones, so a state's key for it is unexpected.
@@ -250,7 +260,8 @@ TEST_CASE("probe module api: an undefined buffer (torch's register_buffer(name, 
   CHECK(names_of(holder.named_buffers()) == Names{"child.b"});
 }
 
-TEST_CASE("probe module api: register_* refuses empty and dotted names and cross-kind collisions, registering nothing") {
+TEST_CASE(
+    "probe module api: register_* refuses empty and dotted names and cross-kind collisions, registering nothing") {
   // torch (module.py register_parameter/register_buffer/add_module): '' and names with '.'
   // raise KeyError; a name already used by another kind raises KeyError("attribute '...'
   // already exists"). torch lets register_parameter replace a parameter of the same name;
@@ -275,9 +286,9 @@ TEST_CASE("probe module api: register_* refuses empty and dotted names and cross
   check_error([&] { r.module("a.b"); }, {"Reg", "'a.b'"});
   check_error([&] { r.buffer("x.y"); }, {"Reg", "'x.y'"});
   check_error([&] { r.param("sub"); }, {"Reg", "'sub'", "already registered"});   // parameter over a submodule
-  check_error([&] { r.module("w"); }, {"Reg", "'w'", "already registered"});     // submodule over a parameter
+  check_error([&] { r.module("w"); }, {"Reg", "'w'", "already registered"});      // submodule over a parameter
   check_error([&] { r.buffer("sub"); }, {"Reg", "'sub'", "already registered"});  // buffer over a submodule
-  check_error([&] { r.buffer("w"); }, {"Reg", "'w'", "already registered"});     // buffer over a parameter
+  check_error([&] { r.buffer("w"); }, {"Reg", "'w'", "already registered"});      // buffer over a parameter
   check_error([&] { r.param("w"); }, {"Reg", "'w'", "already registered"});
   check_error([&] { r.null_module(); }, {"Reg", "'act'", "null"});
   CHECK(names_of(r.state_dict()) == before);
@@ -301,9 +312,9 @@ TEST_CASE("probe module api: non-strict load_state_dict of a nested model report
   state.erase("inner.fc.bias");
   state.erase("bn.num_batches_tracked");
   state.erase("gain");
-  state["inner.fc.scale"] = ones({2});   // a name the Linear lacks
-  state["bn.running_std"] = ones({3});   // one the BatchNorm lacks
-  state["head.weight"] = ones({2, 2});   // a child the model lacks
+  state["inner.fc.scale"] = ones({2});  // a name the Linear lacks
+  state["bn.running_std"] = ones({3});  // one the BatchNorm lacks
+  state["head.weight"] = ones({2, 2});  // a child the model lacks
   const auto r = m.load_state_dict(state, /*strict=*/false);
   CHECK(r.missing_keys == Names{"gain", "bn.num_batches_tracked", "inner.fc.bias"});
   CHECK(std::set<std::string>(r.unexpected_keys.begin(), r.unexpected_keys.end()) ==
@@ -410,7 +421,8 @@ TEST_CASE("probe module api: Conv2d's stride, padding, dilation, groups and bias
   CHECK_FALSE(conv.bias.defined());
   // torch Conv2d.extra_repr: '{in}, {out}, kernel_size=..., stride=...' then padding, dilation,
   // groups when not default, bias=False without one (C++ spelling 'false').
-  CHECK(conv.extra_repr() == "4, 6, kernel_size=(3, 2), stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2, bias=false");
+  CHECK(conv.extra_repr() ==
+        "4, 6, kernel_size=(3, 2), stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2, bias=false");
   const Shape xs{2, 4, 7, 6};
   const Tensor x = random_tensor(xs, TensorOptions(kFloat32), 21, Layout::Transposed);
   int64_t OH = 0, OW = 0;
@@ -428,8 +440,8 @@ TEST_CASE("probe module api: Conv2d's stride, padding, dilation, groups and bias
   const Shape us{1, 3, 5, 4};
   const Tensor u = random_tensor({3, 5, 4}, TensorOptions(kFloat32), 22, Layout::Strided);
   const Values bias = values_of(biased.bias);
-  const Values uref = conv2d_reference(values_of(u), us, values_of(biased.weight), biased.weight.sizes(), &bias, 1, 1,
-                                       1, 1, &OH, &OW);
+  const Values uref =
+      conv2d_reference(values_of(u), us, values_of(biased.weight), biased.weight.sizes(), &bias, 1, 1, 1, 1, &OH, &OW);
   const Tensor uy = biased(u);
   CHECK(uy.sizes() == Shape{2, 5, 4});
   check_close(uy, uref, 1e-5, 1e-5, "Conv2d unbatched with bias");
@@ -488,7 +500,9 @@ Values avg_pool_reference(const Values& x, int64_t P, int64_t H, int64_t W, Int2
 
 }  // namespace
 
-TEST_CASE("probe module api: MaxPool2d and AvgPool2d modules: stride defaults to the kernel; padding, dilation, ceil_mode, count_include_pad") {
+TEST_CASE(
+    "probe module api: MaxPool2d and AvgPool2d modules: stride defaults to the kernel; padding, dilation, ceil_mode, "
+    "count_include_pad") {
   // torch.nn.MaxPool2d / AvgPool2d: stride=None means stride = kernel_size.
   const int64_t N = 2, C = 3, H = 8, W = 7;
   const Tensor x = random_tensor({N, C, H, W}, TensorOptions(kFloat32), 31, Layout::Strided);
@@ -602,8 +616,8 @@ TEST_CASE("probe module api: activation modules compute torch's formulas on view
     return out;
   };
   check_close(nn::ReLU()(x), apply([](double a) { return a > 0 ? a : 0.0; }), 0, 0, "ReLU");
-  check_close(nn::GELU()(x), apply([](double a) { return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0))); }), 1e-12,
-              1e-15, "GELU exact");
+  check_close(nn::GELU()(x), apply([](double a) { return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0))); }), 1e-12, 1e-15,
+              "GELU exact");
   check_close(nn::GELU(true)(x), apply([](double a) {
                 return 0.5 * a * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)));
               }),
@@ -648,10 +662,11 @@ TEST_CASE("probe module api: the module tree prints as torch's Module.__repr__")
   };
   struct Tree : nn::Module {
     Tree() {
-      register_module("seq", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
-                                 std::make_shared<nn::Sequential>(
-                                     std::initializer_list<std::shared_ptr<nn::UnaryModule>>{std::make_shared<nn::ReLU>()}),
-                                 std::make_shared<nn::Flatten>()}));
+      register_module("seq",
+                      std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+                          std::make_shared<nn::Sequential>(
+                              std::initializer_list<std::shared_ptr<nn::UnaryModule>>{std::make_shared<nn::ReLU>()}),
+                          std::make_shared<nn::Flatten>()}));
       register_module("tagged", std::make_shared<Tagged>());
       register_module("multi", std::make_shared<Multi>());
     }
@@ -710,8 +725,8 @@ TEST_CASE("module api: a non-persistent buffer moves with the module but is not 
   b.load_state_dict(a.state_dict());  // strict: the table is neither expected nor missing
   CHECK(values_of(b.child->w) == Values{3.0, 3.0});
   CHECK(values_of(b.child->table) == Values{7.0, 7.0, 7.0});  // its own, untouched
-  std::map<std::string, Tensor> with_table{{"child.w", ones({2})}, {"child.steps", zeros({1}, kInt64)},
-                                           {"child.table", ones({3})}};
+  std::map<std::string, Tensor> with_table{
+      {"child.w", ones({2})}, {"child.steps", zeros({1}, kInt64)}, {"child.table", ones({3})}};
   check_error([&] { b.load_state_dict(with_table); }, {"unexpected keys (1)", "child.table"});
   CHECK(b.load_state_dict(with_table, /*strict=*/false).unexpected_keys == Names{"child.table"});
   a.to(kFloat64);  // converted with the module; the integer buffer keeps its dtype
@@ -761,8 +776,8 @@ TEST_CASE("module api: apply visits children before parents, each child of a mod
   } top;
   std::vector<const nn::Module*> order;
   top.apply([&](nn::Module& m) { order.push_back(&m); });
-  const std::vector<const nn::Module*> expected{&top.get_submodule("mid.a"), &top.get_submodule("mid.b"),
-                                                top.mid.get(), &top.get_submodule("last"), &top};
+  const std::vector<const nn::Module*> expected{&top.get_submodule("mid.a"), &top.get_submodule("mid.b"), top.mid.get(),
+                                                &top.get_submodule("last"), &top};
   CHECK(order == expected);
   // the README's use: initialize every Linear
   nn::Sequential net;

@@ -165,8 +165,8 @@ TEST_CASE("shape_ops: cumsum along every dim, dtype and layout") {
         check_close(cumsum(x, dim), values_of(out), 0.0, 0.0, "differentiable cumsum");
         const Tensor back = ops::reverse_cumsum(x, dim);
         CHECK(back.dtype() == dt);
-        check_close(back, ref_cumsum(values_of(x), shape, wrap(dim, 3), true), default_rtol(dt),
-                    4 * default_rtol(dt), "reverse_cumsum");
+        check_close(back, ref_cumsum(values_of(x), shape, wrap(dim, 3), true), default_rtol(dt), 4 * default_rtol(dt),
+                    "reverse_cumsum");
       }
     }
   }
@@ -499,8 +499,11 @@ TEST_CASE("shape_ops: reflect, replicate and circular pads over the last 1-3 dim
   check_close(pad(arange(0.0, 4.0).reshape({1, 4}), {2, 2}, "circular"), {2, 3, 0, 1, 2, 3, 0, 1}, 0.0, 0.0,
               "CircularPad1d");
   check_close(pad(arange(0.0, 2.0).reshape({1, 2}), {2, 2}, "circular"), {0, 1, 0, 1, 0, 1}, 0.0, 0.0, "wrap once");
-  check_error([] { pad(zeros({1, 3}), {4, 0}, "circular"); },
-              {"pad", "circular padding (4, 0)", "more than once", "float32[1, 3]"});
+  check_error(
+      [] {
+        pad(zeros({1, 3}), {4, 0}, "circular");
+      },
+      {"pad", "circular padding (4, 0)", "more than once", "float32[1, 3]"});
   check_error([] { pad(zeros({3}), {1, 1}, "circular"); }, {"pad", "circular", "2-D or 3-D", "float32[3]"});
   check_error(
       [] {

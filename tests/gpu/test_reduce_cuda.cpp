@@ -257,14 +257,28 @@ TEST_CASE("cumsum and reverse_cumsum on CUDA match the CPU exactly") {
     int64_t dim;
     bool all_dtypes;
   };
-  const std::vector<Case> cases = {
-      {{70, 100}, 1, true},     {{33, 31}, -1, true},    {{1, 5000}, 1, true},    {{3, 1}, 1, true},
-      {{2, 45, 3}, 1, true},    {{64, 64}, 0, true},     {{5, 7, 9}, 2, true},    {{130, 2}, 1, true},
-      {{7}, 0, true},           {{}, 0, true},           {{3, 20000}, 1, true},   {{9000, 3}, 0, true},
-      {{2, 8193, 2}, 1, true},  {{65600, 1100}, 1, false}, {{1100, 65600}, 0, false},
-      // few rows by chunk (through tiles), and lines of more than one span of chunks:
-      {{2, 70001}, 1, true},    {{31, 2049}, 1, true},   {{1, 1100000}, 1, false}, {{40, 40000}, 1, false},
-      {{3, 70000, 2}, 1, false}, {{100000, 2}, 0, false}};
+  const std::vector<Case> cases = {{{70, 100}, 1, true},
+                                   {{33, 31}, -1, true},
+                                   {{1, 5000}, 1, true},
+                                   {{3, 1}, 1, true},
+                                   {{2, 45, 3}, 1, true},
+                                   {{64, 64}, 0, true},
+                                   {{5, 7, 9}, 2, true},
+                                   {{130, 2}, 1, true},
+                                   {{7}, 0, true},
+                                   {{}, 0, true},
+                                   {{3, 20000}, 1, true},
+                                   {{9000, 3}, 0, true},
+                                   {{2, 8193, 2}, 1, true},
+                                   {{65600, 1100}, 1, false},
+                                   {{1100, 65600}, 0, false},
+                                   // few rows by chunk (through tiles), and lines of more than one span of chunks:
+                                   {{2, 70001}, 1, true},
+                                   {{31, 2049}, 1, true},
+                                   {{1, 1100000}, 1, false},
+                                   {{40, 40000}, 1, false},
+                                   {{3, 70000, 2}, 1, false},
+                                   {{100000, 2}, 0, false}};
   uint64_t seed = 900;
   for (const Case& c : cases) {
     for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
