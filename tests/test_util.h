@@ -176,13 +176,14 @@ std::vector<std::string> names_of(const std::vector<std::pair<std::string, T>>& 
   return out;
 }
 
-/// The tensor named `name` in a (name, tensor) list; fails the test when it is missing.
-inline const Tensor& entry(const std::vector<std::pair<std::string, Tensor>>& list, const std::string& name) {
+/// The tensor named `name` in a (name, tensor) list; fails the test when it is missing. A
+/// handle, not a reference: the list is often a temporary (m.state_dict()), and a reference
+/// into it dangled (ASan, test_probe_module_api.cpp).
+inline Tensor entry(const std::vector<std::pair<std::string, Tensor>>& list, const std::string& name) {
   for (const auto& kv : list)
     if (kv.first == name) return kv.second;
   FAIL("missing key " << name);
-  static Tensor none;
-  return none;
+  return Tensor();
 }
 
 /// Runs `body` and checks it throws frugal::Error whose message contains every `parts` string.
