@@ -64,9 +64,13 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::derived(Tensor out, DerivedInfo info) const {
-  // A view without autograd metadata may be one whose storage was written since: the hook
-  // checks it (Note [Views without history] in autograd/ops/view_history.h).
-  if (!impl().autograd_meta && !impl().is_view) return out;
+  // A view without autograd metadata goes to the hook only when its storage had a recorded
+  // write since it was taken, for the hook to refuse (Note [Views without history] in
+  // autograd/ops/view_history.h); every other such view (raw ops view their inputs on every
+  // call) returns here, as before.
+  const bool stale_view =
+      impl().is_view && impl().rewrites_at_view != impl().storage->history_rewrites.load(std::memory_order_relaxed);
+  if (!impl().autograd_meta && !stale_view) return out;
   if (const DerivedHook hook = derived_hook.load(std::memory_order_acquire)) hook(*this, out, info);
   return out;
 }
