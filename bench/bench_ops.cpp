@@ -17,6 +17,7 @@
 #include "bench/bench_ops.h"
 #include "core/threads.h"
 #include "examples/flags.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/matmul.h"
@@ -27,19 +28,31 @@ namespace {
 
 // Note [Matmul against raw Eigen]
 // The peer is what a user would write without frugal: Eigen::MatrixXf operands and
-// C.noalias() = A * B into a preallocated C. It is compiled with the same flags as
-// frugal's kernels (bench/meson.build) and runs on the same OpenMP threads, so the
-// ratio measures only frugal's overhead: dispatch, the output allocation and the
-// operand mapping. Runs of the two alternate, so drift on a shared machine hits both.
-// frugal keeps Eigen single-threaded and threads blocks of the product itself (Note
-// [Eigen runs single-threaded]), so the peer sets Eigen's threads around its own product.
+// C.noalias() = A * B into a preallocated C. It is compiled with the library's baseline
+// flags (x86-64-v2, bench/meson.build) and runs on the same OpenMP threads, so frugal at
+// the same level over the peer measures only frugal's overhead: dispatch, the output
+// allocation and the operand mapping. frugal's other levels (Note [GEMM kernels per
+// instruction set] in tensor/cpu/gemm.cpp) show what the wider vectors buy. Runs alternate,
+// so drift on a shared machine hits all of them. frugal keeps Eigen single-threaded and
+// threads blocks of the product itself (Note [Eigen runs single-threaded]), so the peer sets
+// Eigen's threads around its own product. tools/bench_matmul_torch.py times PyTorch on the
+// same sizes.
 void cpu_matmul(const Options& o, KeyFigures& keys) {
+  using ops::cpu::GemmIsa;
   const int threads = get_num_threads();
-  Table table(fmt("CPU matmul, float32, square n x n (median; %d threads, Eigen %d.%d.%d)", threads,
+  std::vector<GemmIsa> levels;
+  for (GemmIsa isa : {GemmIsa::X86_64_V2, GemmIsa::X86_64_V3, GemmIsa::X86_64_V4})
+    if (ops::cpu::cpu_supports(isa)) levels.push_back(isa);
+  std::vector<std::string> columns = {"n", "runs"};
+  for (GemmIsa isa : levels) columns.push_back(fmt("frugal %s", ops::cpu::gemm_isa_name(isa)));
+  columns.push_back("Eigen x86-64-v2");
+  columns.push_back("frugal v2 / Eigen");
+  Table table(fmt("CPU matmul, float32, square n x n, GFLOP/s (median; %d threads, Eigen %d.%d.%d)", threads,
                   EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION),
-              {"n", "runs", "frugal GFLOP/s", "Eigen GFLOP/s", "frugal/Eigen"});
+              columns);
   const std::vector<int64_t> sizes =
       o.quick ? std::vector<int64_t>{256, 512, 1024} : std::vector<int64_t>{256, 512, 1024, 2048};
+  const GemmIsa in_use = ops::cpu::gemm_isa();
   double checksum = 0;
   for (int64_t n : sizes) {
     int reps = n <= 256 ? 60 : n <= 512 ? 25 : n <= 1024 ? 11 : 5;
@@ -54,16 +67,29 @@ void cpu_matmul(const Options& o, KeyFigures& keys) {
       Eigen::setNbThreads(1);
       checksum += C(0, 0);
     };
-    run_frugal(), run_eigen();  // warm-up: threads, caches, the output block
-    std::vector<double> tf, te;
-    for (int i = 0; i < reps; ++i) {
-      tf.push_back(time_median(run_frugal, 0, 1));
-      te.push_back(time_median(run_eigen, 0, 1));
+    std::vector<std::vector<double>> tf(levels.size());
+    std::vector<double> te;
+    for (int i = -1; i < reps; ++i) {  // i = -1: warm-up (threads, caches, the output block)
+      for (size_t l = 0; l < levels.size(); ++l) {
+        ops::cpu::set_gemm_isa(levels[l]);
+        const double t = time_median(run_frugal, 0, 1);
+        if (i >= 0) tf[l].push_back(t);
+      }
+      const double t = time_median(run_eigen, 0, 1);
+      if (i >= 0) te.push_back(t);
     }
+    ops::cpu::set_gemm_isa(in_use);
     const double flops = 2.0 * double(n) * double(n) * double(n);
-    const double gf = flops / median(tf) * 1e-9, ge = flops / median(te) * 1e-9;
-    table.add({std::to_string(n), std::to_string(reps), fmt("%.1f", gf), fmt("%.1f", ge), fmt("%.3f", gf / ge)});
-    if (n == 1024) keys.add("cpu_matmul_vs_eigen", gf / ge);
+    std::vector<std::string> row = {std::to_string(n), std::to_string(reps)};
+    for (size_t l = 0; l < levels.size(); ++l) row.push_back(fmt("%.1f", flops / median(tf[l]) * 1e-9));
+    const double ge = flops / median(te) * 1e-9, g2 = flops / median(tf[0]) * 1e-9;
+    row.push_back(fmt("%.1f", ge));
+    row.push_back(fmt("%.3f", g2 / ge));
+    table.add(row);
+    if (n == 1024) {
+      keys.add("cpu_matmul_vs_eigen", g2 / ge);
+      keys.add("cpu_matmul_gflops_1024", flops / median(tf.back()) * 1e-9, "%.1f");
+    }
   }
   table.print();
   if (checksum == 0.123456789) std::printf("%g\n", checksum);  // keeps the results observable

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tensor/elementwise.h"  // check_no_internal_overlap
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
@@ -58,12 +59,15 @@ void trunc_normal_(const Tensor& t, double mean, double std, double a, double b,
   // doubles are 1e-16 apart: past about 8 it holds no double at all.
   FRUGAL_CHECK(sa <= 6 && sb >= -6, "trunc_normal_: [", a, ", ", b, "] lies more than 6 std (", std, ") from the mean ",
                mean, "; inverse-CDF sampling cannot resolve it (move the mean closer)");
+  // Refused before the draw, as uniform_ is: a refused call moves no generator.
+  check_no_internal_overlap("trunc_normal_", t);
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
   Tensor u = empty(t.sizes(), TensorOptions(kFloat64));
   ops::uniform_(u, 2 * cdf(sa) - 1, 2 * cdf(sb) - 1, gen);
   double* p = u.data_ptr<double>();
   for (int64_t i = 0; i < u.numel(); ++i) p[i] = std::clamp(mean + std * std::sqrt(2.0) * erfinv(p[i]), a, b);
   ops::copy_into(t.detach(), u);
+  t.bump_version();  // an in-place write, as uniform_'s: a node that saved t must refuse to run
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
+#include "autograd/meta.h"  // meta_of: Note [Shared parameters]
 #include "core/instrument.h"
 #include "memory/trace.h"
 #include "tensor/ops/copy.h"
@@ -54,11 +55,18 @@ Tensor Module::register_parameter(const std::string& name, Tensor value, bool re
     params_.emplace_back(name, value);
     return value;
   }
-  // A parameter is always a leaf. One that already is (another module's: tied weights) is
-  // registered itself, not a detached alias, so the two share one .grad and one optimizer
-  // state (Note [Shared parameters]).
-  if (!(requires_grad && value.requires_grad() && value.is_leaf())) value = value.detach();
-  if (requires_grad) value.requires_grad_();
+  // A parameter is always a leaf. A leaf that has been part of autograd (another module's
+  // parameter: tied weights, frozen or not) is registered itself, not a detached alias, and
+  // keeps its requires_grad, so the two names share one tensor, one .grad, one optimizer state
+  // and one frozen flag (Note [Shared parameters]); a fresh tensor is made to require grad.
+  if (value.is_leaf() && autograd::meta_of(value)) {
+    FRUGAL_CHECK(requires_grad || !value.requires_grad(), type_name(), ".register_parameter: '", name,
+                 "' is a tensor that already requires grad (another parameter: a tied weight) and requires_grad "
+                 "= false was asked; freeze the shared tensor with requires_grad_(false) instead");
+  } else {
+    value = value.detach();
+    if (requires_grad) value.requires_grad_();
+  }
   // Made before it was a parameter (by init, a factory, a load): it is one from now on.
   memory::relabel(value.device(), value.impl().storage->data.get(), core::Category::Parameters);
   params_.emplace_back(name, value);

@@ -75,7 +75,8 @@ class Module {
   /// Sets requires_grad on every parameter (freezes them with false), as torch's
   /// Module.requires_grad_; buffers are left alone.
   void requires_grad_(bool on = true);
-  /// Clears every parameter's .grad (set_to_none) or fills it with zeros.
+  /// Clears every parameter's .grad (set_to_none, the default as in PyTorch 2) or fills it
+  /// with zeros.
   void zero_grad(bool set_to_none = true);
 
   // ---- checkpoints ------------------------------------------------------------------
@@ -104,8 +105,12 @@ class Module {
   std::string repr(int indent = 0) const;
 
  protected:
-  /// Registers a parameter (made a leaf that requires grad) and returns it. A tensor that is
-  /// already a parameter (a leaf that requires grad) is registered itself: tied weights. An
+  /// Registers a parameter (made a leaf that requires grad) and returns it. A leaf that has
+  /// been part of autograd (another module's parameter, frozen or not) is registered itself,
+  /// keeping its requires_grad: tied weights share one tensor, .grad, optimizer state and
+  /// frozen flag. Tie through registration: assigning a typed member (lin->weight =
+  /// emb->weight) changes what forward reads but not what parameters() and state_dict()
+  /// list, as in LibTorch. An
   /// undefined value reserves the name, as torch's register_parameter(name, None) (Note
   /// [Undefined buffers] in nn/module.cpp).
   Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);

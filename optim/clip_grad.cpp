@@ -13,14 +13,17 @@
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/copy.h"
 #include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"  // clamp
 
 namespace frugal::optim {
 
 namespace {
 
 /// The defined gradients of `params`, checked to share one device.
-std::vector<Tensor> gradients(const std::vector<Tensor>& params, double norm_type) {
+std::vector<Tensor> gradients(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  FRUGAL_CHECK(max_norm >= 0, "clip_grad_norm_: max_norm must be >= 0 (or infinity), got ", max_norm);
   FRUGAL_CHECK(norm_type > 0 || std::isinf(norm_type), "clip_grad_norm_: norm_type must be positive or infinity, got ",
                norm_type);
   FRUGAL_CHECK(!(std::isinf(norm_type) && norm_type < 0), "clip_grad_norm_: norm_type -inf is not supported");
@@ -164,15 +167,26 @@ Tensor clip_device(const std::vector<Tensor>& grads, double max_norm, double p) 
 
 Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   autograd::NoGradGuard no_grad;
-  const std::vector<Tensor> grads = gradients(params, norm_type);
+  const std::vector<Tensor> grads = gradients(params, max_norm, norm_type);
   if (grads.empty()) return zeros({}, TensorOptions(kFloat32));
   if (grads[0].is_cuda()) return clip_device(grads, max_norm, norm_type);
   return scalar_tensor(clip_cpu(grads, max_norm, norm_type), TensorOptions(norm_dtype(grads)));
 }
 
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  FRUGAL_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be >= 0 (or infinity), got ", clip_value);
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    const Tensor g = p.defined() ? p.grad() : Tensor();
+    if (!g.defined()) continue;
+    ops::copy_into(g, ops::clamp(g, -clip_value, clip_value));
+    g.bump_version();
+  }
+}
+
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   autograd::NoGradGuard no_grad;
-  const std::vector<Tensor> grads = gradients(params, norm_type);
+  const std::vector<Tensor> grads = gradients(params, max_norm, norm_type);
   if (grads.empty()) return 0.0;
   if (!grads[0].is_cuda()) return clip_cpu(grads, max_norm, norm_type);
   return clip_device(grads, max_norm, norm_type).to(kCPU, kFloat64).item<double>();  // the one host sync

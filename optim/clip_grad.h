@@ -24,9 +24,14 @@
 namespace frugal::optim {
 
 /// Scales the gradients of `params` (those that have one, all on one device) so that
-/// their total `norm_type`-norm (> 0, or infinity) is at most `max_norm`; returns the
+/// their total `norm_type`-norm (> 0, or infinity) is at most `max_norm` (>= 0: a negative
+/// or NaN one, which PyTorch takes and which flips or poisons every gradient, is refused); returns the
 /// total norm before clipping. One host sync on CUDA (see Note [Clipping without a sync]).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+/// Clamps every gradient of `params` (those that have one) into [-clip_value, clip_value] in
+/// place, as torch.nn.utils.clip_grad_value_ (NaN stays NaN); clip_value must be >= 0.
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 /// As clip_grad_norm_, without the sync: returns the total norm as a 0-d tensor on the
 /// gradients' device (the CPU when no parameter has a gradient), float64 when a gradient is

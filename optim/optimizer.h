@@ -86,7 +86,9 @@ class Optimizer {
   /// place (bumping versions), with grad mode off.
   virtual void step() = 0;
 
-  /// Drops every gradient (set_to_none) or zeroes it in place.
+  /// Drops every gradient (set_to_none) or zeroes it in place. set_to_none is the default, as
+  /// in PyTorch 2 (1.13's default was false): a parameter that then gets no gradient in a step
+  /// is skipped by step(), where a zeroed one would still take momentum and weight decay.
   virtual void zero_grad(bool set_to_none = true);
 
   /// What step_scaled did (see there).

@@ -74,8 +74,9 @@ Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, double(end),
 
 // eye is built on the host and copied over: it is made once, never inside a step.
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
-  if (m < 0) m = n;
   FRUGAL_CHECK(n >= 0, "eye: n must be >= 0, got ", n);
+  FRUGAL_CHECK(m >= -1, "eye: m must be >= 0 (or -1 for m = n), got ", m);
+  if (m == -1) m = n;
   numel_of({n, m}, "eye");  // n * m must fit
   Tensor host = zeros({n, m}, {kFloat64, kCPU});
   double* values = host.data_ptr<double>();

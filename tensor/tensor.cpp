@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "tensor/factory.h"
@@ -441,9 +443,45 @@ Tensor Tensor::to(Device d, DType t) const {
   return derived(std::move(out), info_of(DerivedInfo::Kind::Convert));
 }
 
+namespace {
+/// The largest finite value of T, as a double.
+template <typename T>
+double max_finite() {
+  if constexpr (std::is_same_v<T, Half>) return 65504.0;
+  else if constexpr (std::is_same_v<T, BFloat16>) return 0x1.fep127;
+  else return double(std::numeric_limits<T>::max());
+}
+}  // namespace
+
+// As libtorch's item<T>() (c10::checked_convert): a value T cannot hold is refused, not wrapped
+// or rounded to inf (an int64 of 2^32 + 5 read as int32 would be 5). A fraction read as an
+// integer is truncated; NaN and inf read as a floating T pass.
 template <typename T>
 T Tensor::item() const {
   FRUGAL_CHECK(numel() == 1, "item: expected a tensor with one element, got ", describe());
+  if constexpr (!std::is_same_v<T, bool>) {
+    if (dtype() != dtype_of<T>() && dtype() != kBool) {
+      const char* name = dtype_name(dtype_of<T>());
+      if constexpr (std::is_integral_v<T>) {
+        if (is_floating(dtype())) {
+          const double v = tolist<double>()[0];
+          FRUGAL_CHECK(std::isfinite(v) && v >= double(std::numeric_limits<T>::min()) &&
+                           v < -double(std::numeric_limits<T>::min()),
+                       "item: the value ", v, " of ", describe(), " cannot be converted to ", name,
+                       " without overflow");
+        } else {
+          const int64_t v = tolist<int64_t>()[0];
+          FRUGAL_CHECK(v >= int64_t(std::numeric_limits<T>::min()) && v <= int64_t(std::numeric_limits<T>::max()),
+                       "item: the value ", v, " of ", describe(), " cannot be converted to ", name,
+                       " without overflow");
+        }
+      } else {
+        const double v = tolist<double>()[0];
+        FRUGAL_CHECK(!std::isfinite(v) || std::abs(v) <= max_finite<T>(), "item: the value ", v, " of ", describe(),
+                     " cannot be converted to ", name, " without overflow");
+      }
+    }
+  }
   return tolist<T>()[0];
 }
 

@@ -147,7 +147,8 @@ struct PowBackward final : Node {
     const Tensor av = a.unpack(name()), bv = b.unpack(name());
     TensorList result(2);
     if (wants_grad(*this, 0)) {
-      const Tensor t = ops::mul(ops::mul(g, bv), ops::pow(av, ops::sub(bv, 1.0)));
+      const Tensor b_num = bv.dtype() == kBool ? bv.to(kInt64) : bv;  // sub refuses bool operands
+      const Tensor t = ops::mul(ops::mul(g, bv), ops::pow(av, ops::sub(b_num, 1.0)));
       result[0] = reduce_grad(ops::masked_fill(t, ops::eq(bv, 0.0), 0.0), ma.sizes, ma.dtype);
     }
     if (wants_grad(*this, 1)) {

@@ -39,11 +39,12 @@ class CopyBackward final : public autograd::Node {
 const Tensor& Tensor::copy_(const Tensor& src) const {
   core::OpScope scope("copy_");
   FRUGAL_CHECK(src.defined(), "copy_: undefined source tensor (destination ", describe(), ")");
-  const bool record = autograd::must_record_inplace("copy_", *this, &src);
+  // An integer or bool destination carries no gradient: the copy is not recorded and the
+  // result does not require grad, as in PyTorch (copying a float that requires grad into an
+  // int64 buffer is a plain conversion).
+  const bool record = autograd::must_record_inplace("copy_", *this, is_floating(dtype()) ? &src : nullptr);
   std::shared_ptr<CopyBackward> node;
   if (record) {
-    FRUGAL_CHECK(is_floating(dtype()), "copy_: cannot record a copy into ", describe(), " from ", src.describe(),
-                 ", which requires grad (only floating tensors can carry a gradient)");
     node = autograd::make_node<CopyBackward>({*this, src});
     node->src_sizes = src.sizes();
     node->src_dtype = src.dtype();

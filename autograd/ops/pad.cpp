@@ -13,6 +13,7 @@
 // index_select per dim (ops::pad_source_indices), whose backward adds the gradients of
 // the copies.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "autograd/function.h"
@@ -114,7 +115,12 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
   for (int64_t k = 0; k < pairs; ++k) {
     const size_t d = size_t(x.dim() - 1 - k);
     left[d] = pad[size_t(2 * k)], right[d] = pad[size_t(2 * k + 1)];
-    out_sizes[d] = x.size(int64_t(d)) + left[d] + right[d];
+    // Sizes and crops are computed in int64: a pad near its limits must not wrap into a small
+    // valid size (INT64_MIN + INT64_MAX + 5 is 4).
+    FRUGAL_CHECK(left[d] != INT64_MIN && right[d] != INT64_MIN &&
+                     !__builtin_add_overflow(x.size(int64_t(d)), left[d], &out_sizes[d]) &&
+                     !__builtin_add_overflow(out_sizes[d], right[d], &out_sizes[d]),
+                 op, ": padding (", left[d], ", ", right[d], ") of dim ", d, " of ", x.describe(), " overflows int64");
     FRUGAL_CHECK(out_sizes[d] >= 0, op, ": the input size ", x.size(int64_t(d)), " plus padding (", left[d], ", ",
                  right[d], ") gives a negative output size at dim ", d, " of ", x.describe());
     // PyTorch crops with narrow, one side at a time: the crops together cannot exceed the input

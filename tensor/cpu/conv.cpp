@@ -4,10 +4,10 @@
 // The forward and the input gradient are independent per sample, so OpenMP threads
 // take whole samples, handed out one at a time (a thread the OS preempts leaves the rest
 // to the others: Note [Chunked parallel loops] in loops.h), each thread with its own
-// im2col buffer (slices of one arena tensor); Eigen sees it runs inside a parallel region
+// im2col buffer (slices of one arena tensor); gemm sees it runs inside a parallel region
 // and keeps each GEMM single-threaded. With one sample, or too little work for a team,
-// the loop runs serially and blocked_product threads each GEMM over blocks of its output
-// instead (Eigen itself never threads: Note [Eigen runs single-threaded] in eigen_gemm.h).
+// the loop runs serially and gemm threads each GEMM over blocks of its output instead
+// (Eigen itself never threads: Note [Eigen runs single-threaded] in tensor/cpu/gemm.h).
 // The weight gradient sums over the samples. Per-sample GEMMs (K x L times L x CRS) are
 // small and each would be one parallel region, so the samples go in fixed chunks of
 // kWeightGradColumns / L (at least one): a chunk's im2col columns side by side form one
@@ -17,14 +17,12 @@
 // the result does not depend on the thread count or the schedule. float16/bfloat16 run
 // the float32 code on float32 copies and round once on the store (Note [Half types
 // compute in f32]).
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <type_traits>
 
 #include "core/instrument.h"
 #include "core/threads.h"
-#include "tensor/cpu/eigen_gemm.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
@@ -34,19 +32,6 @@
 namespace frugal::ops::cpu {
 
 namespace {
-
-template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-template <typename T>
-using StridedMatrixMap = Eigen::Map<RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using ConstStridedMatrixMap = Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using ConstVectorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
 
 template <typename T>
 constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
@@ -161,12 +146,12 @@ void conv2d_forward(T* out, const T* x, const T* w, const T* bias, const Conv2dG
     for (int64_t gi = 0; gi < G; ++gi) {
       const T* xg = x + (n * g.C + gi * Cg) * g.H * g.W;
       if (!is_direct) im2col(col, L, xg, Cg, g, may_thread);
-      MatrixMap<T> y(out + (n * g.K + gi * Kg) * L, Kg, L);
-      const ConstMatrixMap<T> wg(w + gi * Kg * CRS, Kg, CRS);
-      const ConstMatrixMap<T> cols(is_direct ? xg : col, CRS, L);
+      T* y = out + (n * g.K + gi * Kg) * L;  // (Kg, L)
       // y = bias, then y += w @ col: the bias rides in the GEMM's accumulation
-      if (bias) y.colwise() = ConstVectorMap<T>(bias + gi * Kg, Kg);
-      blocked_product(y, wg, cols, bias != nullptr);
+      if (bias)
+        for (int64_t k = 0; k < Kg; ++k) std::fill(y + k * L, y + (k + 1) * L, bias[gi * Kg + k]);
+      gemm(row_major_matrix(w + gi * Kg * CRS, Kg, CRS), row_major_matrix(is_direct ? xg : col, CRS, L), y, L,
+           bias != nullptr);
     }
   });
 }
@@ -179,15 +164,13 @@ void conv2d_backward_input(T* gx, const T* gy, const T* w, const Conv2dGeometry&
   for_each_sample<T>(g, !is_direct, [&](int64_t n, T* col, bool may_thread) {
     for (int64_t gi = 0; gi < G; ++gi) {
       T* gxg = gx + (n * g.C + gi * Cg) * g.H * g.W;
-      const ConstMatrixMap<T> wg(w + gi * Kg * CRS, Kg, CRS);
-      const ConstMatrixMap<T> gyg(gy + (n * g.K + gi * Kg) * L, Kg, L);
+      const GemmOperand<T> wg_t = row_major_matrix(w + gi * Kg * CRS, Kg, CRS).transposed();  // (CRS, Kg)
+      const GemmOperand<T> gyg = row_major_matrix(gy + (n * g.K + gi * Kg) * L, Kg, L);
       if (is_direct) {  // (Cg, H*W) = w^T (Cg, Kg) @ gy (Kg, L), L == H*W
-        MatrixMap<T> gxm(gxg, CRS, L);
-        blocked_product(gxm, wg.transpose(), gyg, false);
+        gemm(wg_t, gyg, gxg, L, false);
         continue;
       }
-      MatrixMap<T> colm(col, CRS, L);
-      blocked_product(colm, wg.transpose(), gyg, false);
+      gemm(wg_t, gyg, col, L, false);  // col: (CRS, L)
       std::fill(gxg, gxg + Cg * g.H * g.W, T(0));
       col2im_add(gxg, col, Cg, g, may_thread);
     }
@@ -225,13 +208,11 @@ void conv2d_backward_weight(T* gw, const T* gy, const T* x, const Conv2dGeometry
       for (int64_t i = 0; i < ns; ++i) {
         const int64_t n = n0 + i;
         im2col(col + i * L, cols, x + (n * g.C + gi * Cg) * g.H * g.W, Cg, g, /*parallel=*/false);
-        const ConstMatrixMap<T> gyn(gy + (n * g.K + gi * Kg) * L, Kg, L);
-        StridedMatrixMap<T>(gyc + i * L, Kg, L, Eigen::OuterStride<>(cols)) = gyn;
+        const T* gyn = gy + (n * g.K + gi * Kg) * L;  // (Kg, L)
+        for (int64_t k = 0; k < Kg; ++k) std::copy(gyn + k * L, gyn + (k + 1) * L, gyc + k * cols + i * L);
       }
-      const ConstStridedMatrixMap<T> colm(col, CRS, cols, Eigen::OuterStride<>(cols));
-      const ConstStridedMatrixMap<T> gym(gyc, Kg, cols, Eigen::OuterStride<>(cols));
-      MatrixMap<T> outm(out + gi * Kg * CRS, Kg, CRS);
-      blocked_product(outm, gym, colm.transpose(), false);
+      const GemmOperand<T> colm{col, CRS, cols, cols, true}, gym{gyc, Kg, cols, cols, true};
+      gemm(gym, colm.transposed(), out + gi * Kg * CRS, CRS, false);  // (Kg, CRS)
     }
   };
   T* slots_base = buffer.data_ptr<T>();
@@ -245,9 +226,10 @@ void conv2d_backward_weight(T* gw, const T* gy, const T* x, const Conv2dGeometry
   } else {
     for (int64_t c = 0; c < chunks; ++c) chunk(c, slots_base);
   }
-  MatrixMap<T> total(gw, g.K, CRS);
-  for (int64_t c = 1; c < chunks; ++c)  // in chunk order: see Note [CPU convolution threading]
-    total += MatrixMap<T>(partials + (c - 1) * partial_size, g.K, CRS);
+  for (int64_t c = 1; c < chunks; ++c) {  // in chunk order: see Note [CPU convolution threading]
+    const T* partial = partials + (c - 1) * partial_size;
+    for (int64_t i = 0; i < partial_size; ++i) gw[i] += partial[i];
+  }
 }
 
 Tensor to_float32(const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; }

@@ -9,6 +9,9 @@
 // decreasing order. A batch runs one matrix per OpenMP thread.
 // Eigen 3.4's triangular matrix-vector product (inside the SVDs' QR) trips GCC's
 // -Wmaybe-uninitialized on a variable it does initialise; the warning is Eigen's, not ours.
+// The SVDs' products never thread inside Eigen (Note [Eigen runs single-threaded] in
+// tensor/cpu/gemm.h): a batch threads over its matrices instead.
+#define EIGEN_DONT_PARALLELIZE
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/SVD>

@@ -48,24 +48,34 @@ std::ostream& operator<<(std::ostream& os, const Operands& o) {
 // integer scalar is an int64 (a Python integer beyond it is an error), converted to the
 // compute type with two's-complement wrap-around: int32 + 3000000000 gives the int32 wrap of
 // the exact sum, consistent with integer arithmetic wrapping. frugal does the same for add,
-// sub and mul (and add's alpha): the scalar must fit in int64 and is wrapped to the compute
-// type's width before the kernel sees it. A comparison would be wrong after wrapping (torch
-// says 1 < 3000000000 is false for an int32 tensor), so a scalar beyond the compute type
-// compares as -inf or +inf in float64 instead: exact, since no integer of the tensor reaches
-// it and the conversion to double keeps the order.
+// sub and mul: the scalar must fit in int64 and is wrapped to the compute type's width before
+// the kernel sees it. add's and sub's alpha multiplies a tensor, so it must fit the compute
+// type itself, as PyTorch checks (a wrapped alpha would be another factor). A comparison would be wrong after wrapping
+// (torch says 1 < 3000000000 is false for an int32 tensor), so a scalar beyond the compute type compares as -inf or
+// +inf in float64 instead: exact, since no integer of the tensor reaches it and the conversion to double keeps the
+// order.
 constexpr double kTwo31 = 2147483648.0, kTwo63 = 9223372036854775808.0;
 
 /// Whether the integral double s lies in integer dtype t's range.
 bool fits_integer(double s, DType t) { return t == kInt32 ? s >= -kTwo31 && s < kTwo31 : s >= -kTwo63 && s < kTwo63; }
 
 /// The integer scalar or alpha `s` of an arithmetic op computing in integer dtype `compute`,
-/// wrapped to its width (Note [Integer scalars out of range]).
-double wrap_integer_scalar(const char* name, const char* role, double s, DType compute, const Operands& what) {
+/// wrapped to its width (Note [Integer scalars out of range]); negated after the check when
+/// `negate` (sub's), modulo 2^64 as the subtraction itself is: x - (-2^63) is x + 2^63.
+double wrap_integer_scalar(const char* name, const char* role, double s, DType compute, const Operands& what,
+                           bool negate = false) {
   FRUGAL_CHECK(fits_integer(s, kInt64), name, ": the integer ", role, " ", s,
                " does not fit in int64, so it cannot be an operand of ", dtype_name(compute), " arithmetic (", what,
                "); convert the tensor to a floating dtype first");
-  const int64_t v = int64_t(s);
-  return compute == kInt32 ? double(int32_t(uint32_t(uint64_t(v)))) : double(v);  // modular (C++20)
+  const uint64_t v = negate ? uint64_t(0) - uint64_t(int64_t(s)) : uint64_t(int64_t(s));
+  return compute == kInt32 ? double(int32_t(uint32_t(v))) : double(int64_t(v));  // modular (C++20)
+}
+
+/// sub's operands: PyTorch refuses subtraction with a bool tensor (`a - b` of two masks is no
+/// logical op), whatever the other operand's dtype.
+void check_sub_operands(const char* name, const Tensor& a, const Tensor* b, const Operands& what) {
+  FRUGAL_CHECK(a.dtype() != kBool && (!b || b->dtype() != kBool), name, ": subtraction with a bool tensor is not ",
+               "supported (", what, "); use logical_not / logical_xor, or convert with .to()");
 }
 
 /// The compute dtype of `op` on operands whose promoted dtype is `promoted`; throws for
@@ -89,13 +99,16 @@ DType compute_dtype(const char* name, BinaryOp op, DType promoted, const Operand
   return promoted;
 }
 
-/// add's alpha as the kernel takes it: any value for a floating result; an integer, wrapped
-/// to the width of an integer result (Note [Integer scalars out of range]).
-double checked_alpha(const char* name, DType compute, double alpha, const Operands& what) {
-  if (is_floating(compute)) return alpha;
+/// add's alpha (sub's, then negated) as the kernel takes it: any value for a floating result;
+/// an integer of the result's range for an integer result, as PyTorch's alpha check (alpha
+/// multiplies the tensor: a wrapped alpha would be another factor, not a wrapped sum).
+double checked_alpha(const char* name, DType compute, double alpha, const Operands& what, bool negate) {
+  if (is_floating(compute)) return negate ? -alpha : alpha;
   FRUGAL_CHECK(std::isfinite(alpha) && alpha == std::trunc(alpha), name,
                ": alpha must be an integer when the result is ", dtype_name(compute), ", got ", alpha);
-  return wrap_integer_scalar(name, "alpha", alpha, compute, what);
+  FRUGAL_CHECK(fits_integer(alpha, compute), name, ": alpha ", alpha, " does not fit in ", dtype_name(compute),
+               ", the dtype of the result (", what, ")");
+  return wrap_integer_scalar(name, "alpha", alpha, compute, what, negate);
 }
 
 /// PyTorch's can_cast: a result may be written into `out` unless that would turn a
@@ -127,24 +140,30 @@ void check_inplace(const char* name, const Tensor& out, const Shape& shape, DTyp
   check_no_internal_overlap(name, out);
 }
 
-Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0) {
+// `negate`: sub, a - alpha b, run as add with -alpha (negated after alpha's checks).
+Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0,
+                 bool negate = false) {
   check_defined(name, a);
   check_defined(name, b);
   check_same_device(name, a, b);
+  if (negate) check_sub_operands(name, a, &b, {a, &b});
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const DType compute = compute_dtype(name, op, promote(name, a, b, {a, &b}), {a, &b});
-  if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, Operands{a, &b});
+  if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, Operands{a, &b}, negate);
   Tensor out = empty_elementwise_output(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()}, {&a, &b});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
   return out;
 }
 
-Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s) {
+// `negate`: sub, x - s, run as add of -s (negated after the scalar's checks).
+Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s, bool negate = false) {
   check_defined(name, x);
+  if (negate) check_sub_operands(name, x, nullptr, {x, nullptr, s});
   DType compute = compute_dtype(name, op, promote_with_scalar(x.dtype(), scalar_is_floating(s)), {x, nullptr, s});
+  if (!is_integral(compute) && negate) s = -s;
   if (is_integral(compute)) {  // Note [Integer scalars out of range]
     if (!binary_op_is_predicate(op)) {
-      s = wrap_integer_scalar(name, "scalar", s, compute, Operands{x, nullptr, s});
+      s = wrap_integer_scalar(name, "scalar", s, compute, Operands{x, nullptr, s}, negate);
     } else if (!fits_integer(s, compute)) {
       compute = kFloat64;
       s = s > 0 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
@@ -155,15 +174,16 @@ Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s) {
   return out;
 }
 
-const Tensor& binary_inplace(const char* name, BinaryOp op, const Tensor& self, const Tensor& other,
-                             double alpha = 1.0) {
+const Tensor& binary_inplace(const char* name, BinaryOp op, const Tensor& self, const Tensor& other, double alpha = 1.0,
+                             bool negate = false) {
   check_defined(name, self);
   check_defined(name, other);
   check_same_device(name, self, other);
   const Operands what{self, &other};
+  if (negate) check_sub_operands(name, self, &other, what);
   const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
   const DType compute = compute_dtype(name, op, promote(name, self, other, what), what);
-  if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, what);
+  if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, what, negate);
   check_inplace(name, self, shape, compute, what);
   if (self.numel() > 0) {
     const Tensor rhs = safe_input(self, other);
@@ -173,12 +193,14 @@ const Tensor& binary_inplace(const char* name, BinaryOp op, const Tensor& self, 
   return self;
 }
 
-const Tensor& scalar_inplace(const char* name, BinaryOp op, const Tensor& self, double s) {
+const Tensor& scalar_inplace(const char* name, BinaryOp op, const Tensor& self, double s, bool negate = false) {
   check_defined(name, self);
   const Operands what{self, nullptr, s};
+  if (negate) check_sub_operands(name, self, nullptr, what);
   const DType compute = compute_dtype(name, op, promote_with_scalar(self.dtype(), scalar_is_floating(s)), what);
   check_inplace(name, self, self.sizes(), compute, what);
-  if (is_integral(compute)) s = wrap_integer_scalar(name, "scalar", s, compute, what);  // no in-place predicates
+  if (is_integral(compute)) s = wrap_integer_scalar(name, "scalar", s, compute, what, negate);  // no predicates
+  else if (negate) s = -s;
   if (self.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, self.device(), binary_scalar_kernel, op, compute, self, self, s);
   self.bump_version();
   return self;
@@ -190,7 +212,9 @@ Tensor truth(const Tensor& x) { return x.dtype() == kBool ? x : ne(x, 0.0); }
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op("add", BinaryOp::Add, a, b, alpha); }
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op("sub", BinaryOp::Add, a, b, -alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  return binary_op("sub", BinaryOp::Add, a, b, alpha, true);
+}
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::Maximum, a, b); }
@@ -198,7 +222,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", B
 Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
 
 Tensor add(const Tensor& x, double s) { return scalar_op("add", BinaryOp::Add, x, s); }
-Tensor sub(const Tensor& x, double s) { return scalar_op("sub", BinaryOp::Add, x, -s); }
+Tensor sub(const Tensor& x, double s) { return scalar_op("sub", BinaryOp::Add, x, s, /*negate=*/true); }
 Tensor mul(const Tensor& x, double s) { return scalar_op("mul", BinaryOp::Mul, x, s); }
 Tensor div(const Tensor& x, double s) { return scalar_op("div", BinaryOp::Div, x, s); }
 
@@ -264,12 +288,12 @@ const Tensor& add_(const Tensor& a, const Tensor& b, double alpha) {
   return binary_inplace("add_", BinaryOp::Add, a, b, alpha);
 }
 const Tensor& sub_(const Tensor& a, const Tensor& b, double alpha) {
-  return binary_inplace("sub_", BinaryOp::Add, a, b, -alpha);
+  return binary_inplace("sub_", BinaryOp::Add, a, b, alpha, /*negate=*/true);
 }
 const Tensor& mul_(const Tensor& a, const Tensor& b) { return binary_inplace("mul_", BinaryOp::Mul, a, b); }
 const Tensor& div_(const Tensor& a, const Tensor& b) { return binary_inplace("div_", BinaryOp::Div, a, b); }
 const Tensor& add_(const Tensor& x, double s) { return scalar_inplace("add_", BinaryOp::Add, x, s); }
-const Tensor& sub_(const Tensor& x, double s) { return scalar_inplace("sub_", BinaryOp::Add, x, -s); }
+const Tensor& sub_(const Tensor& x, double s) { return scalar_inplace("sub_", BinaryOp::Add, x, s, /*negate=*/true); }
 const Tensor& mul_(const Tensor& x, double s) { return scalar_inplace("mul_", BinaryOp::Mul, x, s); }
 const Tensor& div_(const Tensor& x, double s) { return scalar_inplace("div_", BinaryOp::Div, x, s); }
 

@@ -120,9 +120,13 @@ struct BinaryScalarFn {
   }
 };
 
-/// The scalar of a tensor-scalar op in compute type C's opmath. Arithmetic keeps
-/// it in opmath precision (as PyTorch does); a comparison rounds it to C first, so
-/// that a half tensor holding half(0.1) compares equal to 0.1.
+/// The scalar of a tensor-scalar op in compute type C's opmath. Arithmetic keeps it in
+/// opmath precision, as PyTorch's CUDA kernels do (and its CPU mul and div); PyTorch 1.13's
+/// CPU add, sub and mul first round a float16/bfloat16 tensor's scalar to the tensor's dtype
+/// (half(2048) + 1.0004 is 2048 there, 2050 here, the correctly rounded sum), so 16-bit
+/// tensor-scalar results on the CPU may differ from it by an ulp: frugal's CPU and CUDA agree
+/// instead. A comparison rounds the scalar to C first, so that a half tensor holding
+/// half(0.1) compares equal to 0.1.
 template <typename C, BinaryOp kOp>
 opmath_t<C> binary_scalar_value(double s) {
   using M = opmath_t<C>;

@@ -23,8 +23,21 @@ void fill_(const Tensor& t, double value);
 void zero_(const Tensor& t);
 /// Sets element i of the contiguous 1-D t to start + i * step, computed in double and
 /// converted to t's dtype as fill_ converts (an integer t must hold its first and last
-/// values). Bumps the version.
+/// values; integral start and step are computed in int64: Note [Integer arange]). Bumps the
+/// version.
 void arange_fill_(const Tensor& t, double start, double step);
+
+// Note [Integer arange]
+// start + i * step in double is exact only below 2^53: arange(2^53, 2^53 + 4) in int64 would
+// give 2^53, 2^53, 2^53 + 2, 2^53 + 4. PyTorch computes an integer arange in int64, and so do
+// both kernels when start and step are whole numbers of int64's range (then every value is, and
+// arange_fill_ has checked that the first and last fit).
+inline bool integral_arange(double start, double step) {
+  auto whole = [](double v) {
+    return v >= -9223372036854775808.0 && v < 9223372036854775808.0 && v == double(int64_t(v));
+  };
+  return whole(start) && whole(step);
+}
 
 }  // namespace frugal::ops
 

@@ -166,12 +166,14 @@ int64_t check_scatter(const char* op, const Tensor& self, int64_t dim, const Ten
   FRUGAL_CHECK(self.dtype() == src.dtype(), op, ": expected self and src of one dtype, got self ", self.describe(),
                " and src ", src.describe());
   FRUGAL_CHECK(self.dtype() != kBool, op, ": not implemented for bool (self ", self.describe(), ")");
-  FRUGAL_CHECK(index.dim() == self.dim() && src.dim() == self.dim(), op,
+  // A 0-d operand counts as 1-d, as in PyTorch (scatter_add of a 0-d self with a 1-d index).
+  const Tensor self1 = at_least_1d(self), index1 = at_least_1d(index), src1 = at_least_1d(src);
+  FRUGAL_CHECK(index1.dim() == self1.dim() && src1.dim() == self1.dim(), op,
                ": index, self and src must have the same number of dims, got index ", index.describe(), ", self ",
                self.describe(), " and src ", src.describe());
-  dim = wrap_dim(dim, self.dim(), op);
-  for (int64_t d = 0; d < index.dim(); ++d) {
-    FRUGAL_CHECK(index.size(d) <= src.size(d) && (d == dim || index.size(d) <= self.size(d)), op, ": index ",
+  dim = wrap_dim(dim, self1.dim(), op);
+  for (int64_t d = 0; d < index1.dim(); ++d) {
+    FRUGAL_CHECK(index1.size(d) <= src1.size(d) && (d == dim || index1.size(d) <= self1.size(d)), op, ": index ",
                  index.describe(), " is larger than src ", src.describe(), " or (apart from dim ", dim, ") self ",
                  self.describe(), " at dim ", d);
   }
@@ -247,16 +249,16 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   constexpr const char* op = "gather";
   FRUGAL_CHECK(x.defined(), op, ": undefined input");
   check_index_tensor(op, "index", index, x);
-  FRUGAL_CHECK(index.dim() == x.dim(), op, ": index ", index.describe(), " must have as many dims as input ",
+  const Tensor x1 = at_least_1d(x), i1 = at_least_1d(index);  // 0-d counts as 1-d, as in PyTorch
+  FRUGAL_CHECK(i1.dim() == x1.dim(), op, ": index ", index.describe(), " must have as many dims as input ",
                x.describe());
-  dim = wrap_dim(dim, x.dim(), op);
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    FRUGAL_CHECK(d == dim || index.size(d) <= x.size(d), op, ": index ", index.describe(), " is larger than input ",
-                 x.describe(), " at dim ", d, " (", index.size(d), " > ", x.size(d), ")");
+  dim = wrap_dim(dim, x1.dim(), op);
+  for (int64_t d = 0; d < x1.dim(); ++d) {
+    FRUGAL_CHECK(d == dim || i1.size(d) <= x1.size(d), op, ": index ", index.describe(), " is larger than input ",
+                 x.describe(), " at dim ", d, " (", i1.size(d), " > ", x1.size(d), ")");
   }
   Tensor out = empty(index.sizes(), x.options());
   if (out.numel() == 0) return out;
-  const Tensor x1 = at_least_1d(x), i1 = at_least_1d(index);
   const int64_t n = x1.size(dim);
   memory::CheckMessage message =
       bad_index_message(op, str_cat("dim ", dim, " of input ", x.describe()), n, "index", index);
@@ -340,6 +342,8 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
                    shape_str(unravel_index(int64_t(i), index.sizes())), " of index ", index.describe());
       hi = std::max(hi, v[i]);
     }
+    FRUGAL_CHECK(hi < INT64_MAX, op, ": the largest class value ", hi,
+                 " leaves no room for num_classes = ", "max + 1 in int64 (index ", index.describe(), ")");
     num_classes = hi + 1;
   }
   Shape shape = index.sizes();

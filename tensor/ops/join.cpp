@@ -131,7 +131,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  FRUGAL_CHECK(x.defined() && x.dim() > 0, "split_with_sizes: expects a tensor with at least one dim, got ", x.describe());
+  FRUGAL_CHECK(x.defined() && x.dim() > 0, "split_with_sizes: expects a tensor with at least one dim, got ",
+               x.describe());
   dim = wrap_dim(dim, x.dim(), "split_with_sizes");
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -157,7 +158,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   const int64_t n = x.size(dim);
   // An empty dim splits into `chunks` empty pieces (split would give only one).
   if (n == 0) return split_with_sizes(x, std::vector<int64_t>(size_t(chunks), 0), dim);
-  return split(x, (n + chunks - 1) / chunks, dim);
+  return split(x, (n - 1) / chunks + 1, dim);  // ceil(n / chunks), without n + chunks overflowing
 }
 
 }  // namespace frugal::ops

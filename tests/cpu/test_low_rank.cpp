@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <Eigen/SVD>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -242,7 +243,12 @@ TEST_CASE("low_rank: compress replaces matching layers of a nested model and rep
   // The replacements are what forward runs: typed members (Sequential's list, Block::proj) were re-pointed.
   CHECK(std::dynamic_pointer_cast<nn::LowRankLinear>((*net.blocks)[1]->proj) != nullptr);
   CHECK(std::dynamic_pointer_cast<nn::LowRankLinear>((*(*net.blocks)[0]->mlp)[2]) != nullptr);
-  check_close(run(net, x), before, 1e-4, 1e-5, "compressed output");
+  // The outputs reach a few thousand while some are tens (cancellation), and the factors'
+  // float32 rounding (relative 1e-7 of the weights) moves each by about 1e-6 of the largest:
+  // the tolerance is relative to the largest output, not to each one.
+  double largest = 0;
+  for (double v : before) largest = std::max(largest, std::fabs(v));
+  check_close(run(net, x), before, 1e-4, 1e-5 * largest, "compressed output");
   bool found = false;
   for (auto& [name, p] : net.named_parameters()) found |= name == "blocks.0.mlp.0.down.weight";
   CHECK(found);

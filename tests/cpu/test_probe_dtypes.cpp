@@ -189,9 +189,9 @@ TEST_CASE("probe dtypes: float32 -> float16 rounds every tie to even, overflows 
   std::vector<uint16_t> want;
   for (float f : v) want.push_back(half_bits_of(round_half(double(f))));
   // Spot checks of the reference itself against hand-worked values.
-  CHECK(half_bits_of(round_half(65519.99f)) == 0x7bff);            // 65504
-  CHECK(half_bits_of(round_half(65520.0f)) == 0x7c00);             // inf
-  CHECK(half_bits_of(round_half(std::ldexp(1.0, -25))) == 0x0000);  // tie between 0 and 2^-24: even 0
+  CHECK(half_bits_of(round_half(65519.99f)) == 0x7bff);                 // 65504
+  CHECK(half_bits_of(round_half(65520.0f)) == 0x7c00);                  // inf
+  CHECK(half_bits_of(round_half(std::ldexp(1.0, -25))) == 0x0000);      // tie between 0 and 2^-24: even 0
   CHECK(half_bits_of(round_half(3 * std::ldexp(1.0, -25))) == 0x0002);  // tie between 1 and 2 ulps: even 2
   CHECK(half_bits_of(round_half(-0.0)) == 0x8000);
 
@@ -213,7 +213,9 @@ TEST_CASE("probe dtypes: float32 -> float16 rounds every tie to even, overflows 
   // tolist<Half>() and item<Half>() convert on the way out.
   const std::vector<Half> listed = src.tolist<Half>();
   for (size_t i = 0; i < v.size(); ++i) REQUIRE(listed[i].bits == want[i]);
-  CHECK(from_vector(std::vector<float>{65520.0f}).item<Half>().bits == 0x7c00);
+  CHECK(from_vector(std::vector<float>{65520.0f}).to(kFloat16).item<Half>().bits == 0x7c00);
+  // item<Half>() of a finite value beyond float16 is refused, as libtorch's checked_convert.
+  CHECK_THROWS(from_vector(std::vector<float>{65520.0f}).item<Half>());
   CHECK(scalar_tensor(-0.0, kFloat32).item<Half>().bits == 0x8000);
 }
 
@@ -330,7 +332,8 @@ TEST_CASE("probe dtypes: contiguous(), clone() and copy_ of a float16/bfloat16 v
 // float64 -> 16-bit: double rounding
 // ---------------------------------------------------------------------------------------
 
-TEST_CASE("probe dtypes: float64 -> float16/bfloat16 rounds through float32 on every path, as PyTorch's c10::Half(float)") {
+TEST_CASE(
+    "probe dtypes: float64 -> float16/bfloat16 rounds through float32 on every path, as PyTorch's c10::Half(float)") {
   // PyTorch has no double -> half conversion: c10::convert<Half, double> is
   // static_cast<c10::Half>(double), which calls Half(float) (c10/util/TypeCast.h, Half.h;
   // BFloat16 the same), so a float64 is rounded to float32 first and then to 16 bits.
@@ -402,11 +405,42 @@ double round_int(int64_t i, int sig_bits) {
 }  // namespace
 
 TEST_CASE("probe dtypes: int64/int32 -> float16/bfloat16/float32/float64 round to nearest even and overflow to inf") {
-  std::vector<int64_t> v{0,         1,         -1,         2047,      2048,      2049,       2050,      2051,
-                         4097,      4098,      4099,       4101,      65504,     65505,      65519,     65520,
-                         65535,     -65519,    -65520,     257,       258,       259,        16777217,  16777219,
-                         -16777217, 33554435,  1LL << 53,  (1LL << 53) + 1, (1LL << 53) + 3, INT64_MAX, INT64_MIN,
-                         INT32_MAX, INT32_MIN, 0x1010001,  0x100ffff, -0x1010001};
+  std::vector<int64_t> v{0,
+                         1,
+                         -1,
+                         2047,
+                         2048,
+                         2049,
+                         2050,
+                         2051,
+                         4097,
+                         4098,
+                         4099,
+                         4101,
+                         65504,
+                         65505,
+                         65519,
+                         65520,
+                         65535,
+                         -65519,
+                         -65520,
+                         257,
+                         258,
+                         259,
+                         16777217,
+                         16777219,
+                         -16777217,
+                         33554435,
+                         1LL << 53,
+                         (1LL << 53) + 1,
+                         (1LL << 53) + 3,
+                         INT64_MAX,
+                         INT64_MIN,
+                         INT32_MAX,
+                         INT32_MIN,
+                         0x1010001,
+                         0x100ffff,
+                         -0x1010001};
   for (int64_t x : random_values(200, 21, -1e18, 1e18)) v.push_back(x);
   const Tensor src = from_vector(v);
   for (DType dt : {kFloat16, kBFloat16, kFloat32, kFloat64}) {
@@ -414,7 +448,9 @@ TEST_CASE("probe dtypes: int64/int32 -> float16/bfloat16/float32/float64 round t
     std::vector<double> want;
     for (int64_t x : v) {
       switch (dt) {
-        case DType::Float16: want.push_back(round_half(round_int(x, 11))); break;  // exact: ints past 2^24 are inf anyway
+        case DType::Float16:
+          want.push_back(round_half(round_int(x, 11)));
+          break;  // exact: ints past 2^24 are inf anyway
         // int64 -> bfloat16 goes through float32 in PyTorch (static_cast<c10::BFloat16>(int64_t) is
         // BFloat16(float)), and so in frugal: 0x1010001 gives 2^24, not the nearest 2^24 + 2^17.
         case DType::BFloat16: want.push_back(round_bf16(round_int(x, 24))); break;
@@ -445,8 +481,8 @@ TEST_CASE("probe dtypes: int64/int32 -> float16/bfloat16/float32/float64 round t
 TEST_CASE("probe dtypes: int64 -> int32 wraps as two's complement; bool casts: NaN true, -0 false, 2^32 true") {
   // PyTorch: int64 -> int32 is static_cast<int32_t> (c10::convert), modular in C++20 and on
   // every target; any -> bool is static_cast<bool> (NaN and every nonzero true, -0.0 false).
-  const std::vector<int64_t> v{INT64_MAX, INT64_MIN, 1LL << 31, (1LL << 32) + 5, -(1LL << 31) - 1, -1, 0, 1LL << 32,
-                               0x123456789abLL};
+  const std::vector<int64_t> v{INT64_MAX, INT64_MIN, 1LL << 31, (1LL << 32) + 5, -(1LL << 31) - 1,
+                               -1,        0,         1LL << 32, 0x123456789abLL};
   const Tensor src = from_vector(v);
   std::vector<double> want32, wantb;
   for (int64_t x : v) {
@@ -477,7 +513,7 @@ TEST_CASE("probe dtypes: int64 -> int32 wraps as two's complement; bool casts: N
     for (size_t i = 0; i < fv.size(); ++i) CHECK(listed[i] == (wb[i] == 1.0));
   }
   CHECK(from_vector(std::vector<double>{1e-300}).item<bool>());  // float64 -> bool directly, not via float32
-  CHECK(scalar_tensor(kNaN, kBool).item<bool>());                 // fill_: NaN != 0
+  CHECK(scalar_tensor(kNaN, kBool).item<bool>());                // fill_: NaN != 0
   CHECK_FALSE(scalar_tensor(-0.0, kBool).item<bool>());
   // bool -> every dtype: 1 and 0.
   const Tensor bsrc = from_vector(std::vector<bool>{true, false, true});
@@ -531,15 +567,17 @@ TEST_CASE("probe dtypes: size-0 tensors convert between every pair of dtypes and
 TEST_CASE("probe dtypes: item() and tolist() of views read the view's own elements, converted once") {
   // A 1-element view at a storage offset, an expanded scalar and a transposed select.
   const Tensor base = from_vector(std::vector<float>{1.0f, 2049.0f, -0.0f, 3.5f, 65520.0f, 7.0f}, {2, 3});
-  CHECK(base.select(0, 1).select(0, 1).item<Half>().bits == 0x7c00);                 // 65520 -> inf
+  CHECK(base.select(0, 1).select(0, 1).to(kFloat16).item<Half>().bits == 0x7c00);     // 65520 -> inf
   CHECK(base.t().select(0, 1).select(0, 0).item<Half>().bits == half_bits_of(2048));  // 2049 -> 2048
   CHECK(base.t().select(0, 2).select(0, 0).item<Half>().bits == 0x8000);              // -0 kept
   CHECK(base.select(1, 0).narrow(0, 1, 1).item<float>() == 3.5f);
   CHECK(base.select(0, 1).select(0, 2).expand({1}).item<int64_t>() == 7);
   CHECK(base.t().to(kFloat16).tolist<float>() == std::vector<float>{1.0f, 3.5f, 2048.0f, INFINITY, -0.0f, 7.0f});
-  // Float -> integer item(): frugal's saturation (Note [Float to integer conversion]).
-  CHECK(scalar_tensor(kNaN).item<int64_t>() == 0);
-  CHECK(scalar_tensor(-kInf, kFloat16).item<int32_t>() == INT32_MIN);
+  // Float -> integer item(): a value the integer cannot hold is refused, as libtorch's
+  // item<T>() (to() saturates instead: Note [Float to integer conversion]).
+  CHECK_THROWS(scalar_tensor(kNaN).item<int64_t>());
+  CHECK_THROWS(scalar_tensor(-kInf, kFloat16).item<int32_t>());
+  CHECK(scalar_tensor(-kInf, kFloat16).to(kInt32).item<int32_t>() == INT32_MIN);
   CHECK(scalar_tensor(2.9, kBFloat16).item<int32_t>() == 2);
 }
 
@@ -576,7 +614,7 @@ TEST_CASE("probe print: small values beside zeros, NaN or inf print in scientifi
       {{0.0, 1e-6}, "tensor([0.0000e+00, 1.0000e-06], dtype=float64)"},
       {{1e-6, kNaN}, "tensor([1.0000e-06,        nan], dtype=float64)"},
       {{0.0, 0.00012345, 10.0}, "tensor([0.0000e+00, 1.2345e-04, 1.0000e+01], dtype=float64)"},
-      {{0.001, 1.5}, "tensor([1.0000e-03, 1.5000e+00], dtype=float64)"},  // max/min > 1000
+      {{0.001, 1.5}, "tensor([1.0000e-03, 1.5000e+00], dtype=float64)"},   // max/min > 1000
       {{1.0, 2000.0}, "tensor([1.0000e+00, 2.0000e+03], dtype=float64)"},  // whole, max/min > 1000
       {{0.0, 1.0, 1000.0}, "tensor([   0.,    1., 1000.], dtype=float64)"},
       {{0.5, 2.25}, "tensor([0.5000, 2.2500], dtype=float64)"},

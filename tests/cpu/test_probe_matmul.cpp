@@ -5,7 +5,7 @@
 // gradients: size-0 dims everywhere (K = 0 must give zeros and zero gradients), operands that
 // are transposed, permuted, narrowed with an offset, stepped by odd strides or expanded with
 // stride 0, sizes straddling the CPU kernel's blocking and threading thresholds (kGemmBlockMacs
-// in tensor/cpu/eigen_gemm.h, Eigen's small-product and GEMV paths), float16/bfloat16 inputs
+// in tensor/cpu/gemm.cpp, Eigen's small-product and GEMV paths), float16/bfloat16 inputs
 // that only a float32 accumulation gets right, IEEE NaN/inf propagation (0 * inf = NaN, a NaN
 // poisons only its rows), and the refusals of mixed and integer dtypes and of bad shapes.
 // The spec is torch.matmul's documented rules (torch.matmul, torch.mm, torch.bmm,
@@ -564,7 +564,7 @@ TEST_CASE("probe matmul: operands as views on both sides: transposed, permuted, 
 }
 
 TEST_CASE("probe matmul: sizes straddling Eigen's paths and the blocking/threading thresholds, same bits at 1 and 2 threads") {
-  // tensor/cpu/eigen_gemm.h: blocked_product splits one product into clamp(min(dim / 16,
+  // tensor/cpu/gemm.cpp: gemm splits one product into clamp(min(dim / 16,
   // MNK / 2^18), 1, 8) blocks of rows (M >= N) or columns; a batch runs one product per thread
   // when B M N K >= 2^18. Eigen itself switches to a coefficient loop for small products and to
   // GEMV for a size-1 side. Each against float64 loops, at 1 and 2 threads with equal bits.

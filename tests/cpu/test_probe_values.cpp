@@ -257,9 +257,11 @@ TEST_CASE("probe values: integer scalars beyond an int32 tensor wrap as in PyTor
   Tensor inplace = i32.clone();
   ops::add_(inplace, 3e9);
   CHECK(inplace.tolist<int32_t>() == std::vector<int32_t>{-1294967295, -1294967294});
-  // alpha is an integer scalar too: 1 + 3e9 * 1 wraps the same way.
-  CHECK(ops::add(i32, from_vector(std::vector<int32_t>{1, 1}, {2}), 3e9).tolist<int32_t>() ==
-        std::vector<int32_t>{-1294967295, -1294967294});
+  // alpha multiplies a tensor, so it must fit the result's dtype (torch: "value cannot be
+  // converted to type int without overflow"); an alpha that fits still wraps the sum.
+  CHECK_THROWS(ops::add(i32, from_vector(std::vector<int32_t>{1, 1}, {2}), 3e9));
+  CHECK(ops::add(i32, from_vector(std::vector<int32_t>{1, 1}, {2}), 2147483647.0).tolist<int32_t>() ==
+        std::vector<int32_t>{-2147483648, -2147483647});
   // Comparisons with an out-of-range integer give the exact answer (torch 1.13 wraps the
   // scalar and says 1 < 3000000000 is false: frugal does not copy that).
   CHECK(ops::lt(i32, 3e9).tolist<bool>() == std::vector<bool>{true, true});

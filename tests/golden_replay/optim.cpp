@@ -341,7 +341,8 @@ void check_state(Report& r, const std::string& id, const Optimizers& opts, Tol t
       // OffloadAdamW keeps a host master copy of a device parameter (optim/offload_adam.h), which
       // torch's AdamW has no need of: it must hold the parameter's values exactly.
       const size_t dot = k.find('.', 6);
-      if (opts[j]->name() == "OffloadAdamW" && k.ends_with(".master_param") && dot != std::string::npos) {
+      if (std::string_view(opts[j]->name()) == "OffloadAdamW" && k.ends_with(".master_param") &&
+          dot != std::string::npos) {
         const size_t i = std::stoul(k.substr(6, dot - 6));
         r.check(who + k, who + k,
                 i < own.size() ? tensor_error(t, own[i].detach().to(kCPU, kFloat64), {0, 0}) : "no such parameter");

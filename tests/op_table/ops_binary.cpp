@@ -95,6 +95,12 @@ DType compute_of(Kind kind, DType promoted) {
   return promoted;
 }
 
+/// sub (sub_, sub_scalar, sub_scalar_) refuses a bool operand, as PyTorch's sub_check.
+void check_sub_dtypes(const char* name, DType a, DType b) {
+  if (std::string(name).rfind("sub", 0) == 0 && (a == kBool || b == kBool))
+    throw MustThrow{"subtraction with a bool tensor"};
+}
+
 /// The value of `spec` on (a, b), as the compute dtype defines it.
 double apply(const BinarySpec& spec, DType compute, double a, double b, double alpha) {
   if (spec.kind == Kind::Pow && !is_floating(compute)) return int_pow(a, b);
@@ -145,6 +151,7 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                    return std::vector<Tensor>{spec.call(in[0], in[1], alpha)};
                  };
                  s.reference = [spec, alpha, ta, tb](const std::vector<Host>& in) {
+                   check_sub_dtypes(spec.name, ta, tb);
                    const DType result = ref_result_type(ta, in[0].sizes.empty(), tb, in[1].sizes.empty());
                    const DType compute = compute_of(spec.kind, result);
                    // Both operands are converted to a floating result dtype first (a 0-d float32
@@ -223,6 +230,7 @@ void add_scalar_entries(std::vector<OpEntry>& t, const ScalarSpec& spec) {
              return std::vector<Tensor>{inplace ? spec.call_(in[0], k) : spec.call(in[0], k)};
            };
            s.reference = [spec, k, dt, inplace](const std::vector<Host>& in) {
+             check_sub_dtypes(spec.name, dt, dt);
              const DType compute = compute_of(spec.kind, ref_promote_scalar(dt, !is_integral_value(k)));
              const DType out = spec.kind == Kind::Compare ? kBool : inplace ? dt : compute;
              if (inplace && !can_cast(compute, dt)) throw MustThrow{"the result does not cast to self"};
@@ -284,6 +292,7 @@ void add_inplace(std::vector<OpEntry>& t, const InplaceSpec& spec) {
          };
          const DType other_dtype = s.inputs[1].dtype();
          s.reference = [spec, alpha, dt, other_dtype](const std::vector<Host>& in) {
+           check_sub_dtypes(spec.name, dt, other_dtype);
            const DType compute =
                compute_of(spec.kind, ref_result_type(dt, in[0].sizes.empty(), other_dtype, in[1].sizes.empty()));
            if (spec.alpha && !is_floating(compute) && alpha != std::trunc(alpha))
