@@ -39,12 +39,19 @@
 // A selective policy keeps the expensive ops' outputs through the forward and hands them to
 // the replay, which then runs only the cheap ops (Note [Selective checkpoint]).
 //
-// Which outputs require grad: the forward cannot see the leaves fn captures
-// (it records nothing), so whenever grad mode is on, every floating output is
-// recorded as an output of the node, even when no input requires grad. This is
-// what makes checkpoint_sequential's first segment work, whose input is data
-// but whose weights need gradients. On replay, an output that turns out not to
-// depend on anything requiring grad simply takes no part in the nested backward.
+// Which outputs require grad: the forward records nothing, so it cannot see the
+// leaves fn captures through edges; a GradUseProbe notes instead whether any op in
+// fn was handed a tensor that requires grad (make_node's and needs_grad's no-grad
+// paths look at their inputs while one is active). When an input requires grad or
+// fn used such a tensor, every floating output is recorded as an output of the
+// node: this is what makes checkpoint_sequential's first segment work, whose input
+// is data but whose weights need gradients; on replay, an output that turns out
+// not to depend on anything requiring grad takes no part in the nested backward.
+// When neither (a frozen backbone on data), the outputs are returned as plain
+// tensors, as a plain run under the same flags would give them: no node, no saved
+// inputs, no replay in backward (PyTorch's reentrant checkpoint does the same from
+// its inputs alone, and so misses captured parameters; its non-reentrant one records
+// through saved-tensor hooks).
 //
 // Inputs written in place: fn runs on the caller's tensors, so a write to an input inside fn
 // (relu_ as a block's first op) lands in the tensor the node saves, and the replay would
@@ -81,6 +88,7 @@
 // gradient, unlike PyTorch's reentrant checkpoint.
 #include "autograd/checkpoint.h"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -273,8 +281,10 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   if (records)
     for (const Tensor& x : inputs) versions.push_back(x.defined() ? x.version() : 0);
   TensorList outputs;
+  bool used_grad = false;  // fn handed a tensor that requires grad to an op (a captured parameter)
   {
     NoGradGuard no_grad;              // the point: nothing inside fn is recorded or saved
+    GradUseProbe probe;               // sees the parameters fn captures, which no edge shows
     std::optional<DrawRecord> draws;  // the generators fn draws from (Note [Checkpoint recompute])
     if (records) draws.emplace();
     if (kept) {
@@ -286,8 +296,13 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     if (records)
       for (const GeneratorState& s : draws->first_states())
         if (s.generator() != &default_generator()) rng.push_back(s);
+    used_grad = probe.saw_grad();
   }
-  if (!records) return outputs;
+  const bool input_needs_grad =
+      std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.defined() && requires_grad(x); });
+  // A region of frozen layers on data (fine-tuning under checkpointing) has nothing to
+  // differentiate: its outputs are plain tensors, so nothing is held and nothing is replayed.
+  if (!records || !(input_needs_grad || used_grad)) return outputs;
   for (size_t i = 0; i < inputs.size(); ++i)
     FRUGAL_CHECK(!inputs[i].defined() || inputs[i].version() == versions[i], "checkpoint: the checkpointed function ",
                  "wrote its input ", i, " (", inputs[i].describe(), ") in place; backward would replay it from the ",

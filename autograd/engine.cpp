@@ -327,6 +327,7 @@ TensorList root_gradients(const TensorList& roots, const TensorList& grads, bool
     } else {
       FRUGAL_CHECK(roots[i].numel() == 1, "backward: grad can be implicitly created only for scalar outputs, got ",
                    roots[i].describe(), "; pass a gradient");
+      core::OpScope scope("backward");  // the seed is the backward's, not a user tensor, in the profiler
       out.push_back(ones(roots[i].sizes(), roots[i].options()));
     }
   }

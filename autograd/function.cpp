@@ -8,7 +8,12 @@ namespace frugal::autograd {
 // storage was written since it was taken is refused wherever it is (Note [Views without
 // history] in autograd/ops/view_history.h).
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
-  if (!is_grad_enabled()) return false;
+  if (!is_grad_enabled()) {
+    if (probing_grad_use())
+      for (const Tensor* x : inputs)
+        if (x && x->defined() && requires_grad(*x)) note_grad_use();
+    return false;
+  }
   bool any = false;
   for (const Tensor* x : inputs) {
     if (!x || !x->defined()) continue;
@@ -19,7 +24,10 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 }
 
 bool needs_grad(const TensorList& inputs) {
-  if (!is_grad_enabled()) return false;
+  if (!is_grad_enabled()) {
+    if (probing_grad_use()) detail::probe_inputs(inputs);
+    return false;
+  }
   bool any = false;
   for (const Tensor& x : inputs) {
     if (!x.defined()) continue;

@@ -39,9 +39,19 @@ inline void check_untracked_view(const char* op, const Tensor& t) {
 }
 
 namespace detail {
+/// With grad mode off under a GradUseProbe: notes whether an input requires grad.
+template <typename Inputs>
+void probe_inputs(const Inputs& inputs) {
+  for (const Tensor& x : inputs)
+    if (x.defined() && requires_grad(x)) return note_grad_use();
+}
+
 template <typename N, typename Inputs>
 std::shared_ptr<N> make_node_from(const Inputs& inputs) {
-  if (!is_grad_enabled()) return nullptr;
+  if (!is_grad_enabled()) {
+    if (probing_grad_use()) probe_inputs(inputs);
+    return nullptr;
+  }
   bool any = false;
   for (const Tensor& x : inputs) {
     if (x.defined()) check_untracked_view("an operation", x);  // every input, not up to the first

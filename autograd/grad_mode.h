@@ -29,6 +29,30 @@ class EnableGradGuard {
   bool prev_;
 };
 
+/// Notes, for its scope on this thread, whether an op run with grad mode off was handed a
+/// tensor that requires grad (a trainable parameter the code captured): checkpoint runs its
+/// function under NoGradGuard and records a node only when the function used one or an input
+/// requires grad (Note [Checkpoint recompute]). Nested probes report to the enclosing one.
+class GradUseProbe {
+ public:
+  GradUseProbe();
+  ~GradUseProbe();
+  GradUseProbe(const GradUseProbe&) = delete;
+  GradUseProbe& operator=(const GradUseProbe&) = delete;
+  bool saw_grad() const { return saw_; }
+
+ private:
+  friend void note_grad_use();
+  bool saw_ = false;
+  GradUseProbe* outer_;
+};
+
+/// True while a GradUseProbe is active on this thread (the no-grad paths of make_node and
+/// needs_grad then look at their inputs).
+bool probing_grad_use();
+/// Tells the active probe that a tensor requiring grad was used.
+void note_grad_use();
+
 /// Anomaly mode: when on, a NaN or Inf produced in backward throws, naming the
 /// forward op whose backward produced it.
 bool is_anomaly_enabled();

@@ -23,6 +23,10 @@
 //    follow the sizes] in tensor/cpu/reduce.cpp), where PyTorch's CPU reductions
 //    (at::parallel_reduce) cut one chunk per thread. amax and amin are exact in any order.
 //    So a seeded CPU run gives the same bits at any thread count.
+// 2b. Across machines: the matrix products run the widest x86-64 level's GEMM the CPU has
+//    (Note [GEMM kernels per instruction set] in tensor/cpu/gemm.cpp), and FMA rounds a
+//    multiply-add once where x86-64-v2 rounds twice, so bits may differ between an AVX2 and
+//    an older machine; FRUGAL_CPU_ISA=x86-64-v2 reproduces the baseline's on any of them.
 // 3. Random numbers: the default generator is one process-wide (seed, offset) pair; a draw
 //    reserves counters under its lock, so its numbers depend only on the draws made from it
 //    before, never on threads drawing from generators of their own (a DataLoader's

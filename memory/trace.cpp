@@ -71,7 +71,18 @@ void detail::TraceRing::record(TraceEvent event) {
   std::memcpy(event.tag, current_tag, kTraceTagCapacity);
   event.op = core::OpScope::current();
   event.module = core::ModuleScope::current();
-  if (event.action != TraceAction::Relabel) event.category = core::effective_category();
+  // A free reports the category its block held (a .grad freed by zero_grad is a gradient,
+  // whatever scope frees it); a block allocated before tracing began gets the scope's.
+  if (event.action == TraceAction::Free) {
+    const auto it = live_.find(event.ptr);
+    event.category = it != live_.end() ? it->second : core::effective_category();
+    if (it != live_.end()) live_.erase(it);
+  } else if (event.action == TraceAction::Relabel) {
+    if (const auto it = live_.find(event.ptr); it != live_.end()) it->second = event.category;
+  } else {
+    event.category = core::effective_category();
+    if (event.action == TraceAction::Alloc) live_[event.ptr] = event.category;
+  }
   events_[next_seq_ % events_.size()] = event;
   ++next_seq_;
   if (!peak_ || event.allocated_bytes > peak_->allocated_bytes) peak_ = event;

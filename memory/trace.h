@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
@@ -40,7 +41,7 @@ struct TraceEvent {
   char tag[kTraceTagCapacity];  ///< the TraceTag active on the thread that caused it ("" if none)
   const char* op;               ///< core::OpScope::current() on that thread ("" outside ops)
   const void* module;           ///< core::ModuleScope::current() on that thread (nullptr outside modules)
-  core::Category category;      ///< core::effective_category() there; for Relabel, the block's new category
+  core::Category category;      ///< Alloc: core::effective_category() there; Free: the block's; Relabel: its new one
 };
 
 /// Starts recording `device`'s allocator events into a fresh ring of `capacity`
@@ -87,8 +88,9 @@ namespace detail {
 class TraceRing {
  public:
   explicit TraceRing(size_t capacity) : events_(capacity) {}
-  /// Fills in seq, time, tag, op, module and (except for Relabel) category; the
-  /// caller fills the rest of `event`.
+  /// Fills in seq, time, tag, op, module and category (Alloc: the scope's; Free: the
+  /// block's, as allocated or relabelled while tracing; Relabel: the caller's); the caller
+  /// fills the rest of `event`.
   void record(TraceEvent event);
   std::vector<TraceEvent> events() const;
   std::optional<TraceEvent> peak() const { return peak_; }
@@ -96,7 +98,8 @@ class TraceRing {
  private:
   std::vector<TraceEvent> events_;
   uint64_t next_seq_ = 0;
-  std::optional<TraceEvent> peak_;  // see Note [The peak outlives the ring] in profiler/session.h
+  std::optional<TraceEvent> peak_;                        // see Note [The peak outlives the ring] in profiler/session.h
+  std::unordered_map<const void*, core::Category> live_;  // each traced live block's category
 };
 
 }  // namespace detail

@@ -47,7 +47,9 @@ Session::~Session() {
 void Session::attach(const nn::Module& model, const std::string& name) {
   module_names_[&model] = name.empty() ? std::string("(").append(model.type_name()).append(")") : name;
   const std::string prefix = name.empty() ? "" : name + ".";
-  for (const auto& [path, m] : model.named_modules()) module_names_[m.get()] = prefix + path;
+  // A module used at several places (one ReLU object in two blocks) keeps its first path,
+  // as torch's named_modules() lists it: one pointer cannot tell its call sites apart.
+  for (const auto& [path, m] : model.named_modules()) module_names_.try_emplace(m.get(), prefix + path);
   // Each tensor's owner is its innermost module: named_* list a parent's own entries
   // before its children's, so a later (deeper) name overwrites.
   auto owner_of = [&](const std::string& key) -> const void* {

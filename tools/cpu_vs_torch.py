@@ -15,7 +15,8 @@ the median over its --rounds runs. Prints one line per run, then
 (>= 1: frugal is at least as fast). Both sides get the same thread count, by default every
 core the process may run on (OMP_NUM_THREADS for frugal, torch.set_num_threads for PyTorch,
 whose own default on the 2-core development machine is 1). PyTorch comes from Debian's
-python3-torch, installed with apt-get when `import torch` fails.
+python3-torch, installed with apt-get when `import torch` fails, on OpenBLAS
+(libopenblas0-pthread, installed when PyTorch would load the reference BLAS).
 
     python3 tools/cpu_vs_torch.py [--build build] [--steps 200] [--rounds 3] [--models cnn,mlp]
 """
@@ -50,7 +51,22 @@ def torch_python():
         py = first_with_torch()
     if py is None:
         sys.exit("cpu_vs_torch: no python3 imports torch, even after apt-get install python3-torch")
+    if "openblas" not in torch_blas(py):
+        # Debian's torch calls the system libblas.so.3: the reference BLAS unless OpenBLAS is
+        # installed, which would make PyTorch's Linear layers several times slower than a pip
+        # wheel's (MKL). Installing libopenblas0-pthread makes it the libblas alternative.
+        print("cpu_vs_torch: PyTorch uses the reference BLAS; apt-get install -y libopenblas0-pthread", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "libopenblas0-pthread"], stdout=subprocess.DEVNULL)
+    print(f"cpu_vs_torch: PyTorch's BLAS: {torch_blas(py)}", flush=True)
     return py
+
+
+def torch_blas(py):
+    """The BLAS library `py`'s torch maps after a product (from /proc/self/maps)."""
+    code = ("import torch; torch.ones(4, 4) @ torch.ones(4, 4); "
+            "print(' '.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libblas' in l})))")
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
 
 
 def torch_model(kind):

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -406,4 +407,51 @@ TEST_CASE("checkpoint: batch norm's running statistics and batch count end the s
       CHECK(got.second == plain.second);  // and the gradients
     }
   }
+}
+
+TEST_CASE("checkpoint: a region that uses nothing requiring grad records nothing; a captured parameter is seen") {
+  const DType dt = kFloat64;
+  const Tensor x = random_tensor({3, 4}, dt, 61);  // data
+  Tensor w = leaf({4, 4}, dt, 62);
+  const Tensor frozen = random_tensor({4, 4}, dt, 63);
+  int calls = 0;
+  // A frozen backbone on data (torch's reentrant checkpoint: the output needs no grad, fn ran once).
+  const Tensor feats = checkpoint(
+      [&](const Tensor& t) {
+        ++calls;
+        return tanh(matmul(t, frozen));
+      },
+      x);
+  CHECK_FALSE(feats.requires_grad());
+  sum(matmul(feats, w)).backward();  // the head trains; the region is not replayed
+  CHECK(calls == 1);
+  CHECK(w.grad().defined());
+  check_error([&] { sum(checkpoint([&](const Tensor& t) { return t * 2.0; }, x)).backward(); },
+              {"does not require grad"});
+
+  // A parameter reached only through a view, a conversion, or an inner checkpoint is seen.
+  auto recorded = [&](const std::function<Tensor(const Tensor&)>& fn) {
+    w.set_grad(Tensor());
+    const Tensor y = checkpoint(fn, x);
+    if (!y.requires_grad()) return false;
+    sum(y).backward();
+    return w.grad().defined();
+  };
+  CHECK(recorded([&](const Tensor& t) { return matmul(t, w.t()); }));
+  CHECK(recorded([&](const Tensor& t) { return matmul(t.to(kFloat32), w.to(kFloat32)).to(dt); }));
+  CHECK(
+      recorded([&](const Tensor& t) { return checkpoint([&](const Tensor& u) { return u * w.narrow(0, 0, 1); }, t); }));
+  CHECK(recorded([&](const Tensor& t) { return t + sum(w); }));
+  {
+    AutocastGuard amp(kCPU, kBFloat16);  // the weight cast through autocast's cache
+    CHECK(recorded([&](const Tensor& t) { return matmul(t.to(kFloat32), w.to(kFloat32)).to(dt); }));
+  }
+  // A module's parameters, the checkpoint_sequential case.
+  auto lin = std::make_shared<nn::Linear>(4, 2);
+  const Tensor out = checkpoint([&](const Tensor& t) { return (*lin)(t); }, x.to(kFloat32));
+  CHECK(out.requires_grad());
+  sum(out).backward();
+  CHECK(lin->weight.grad().defined());
+  lin->requires_grad_(false);
+  CHECK_FALSE(checkpoint([&](const Tensor& t) { return (*lin)(t); }, x.to(kFloat32)).requires_grad());
 }

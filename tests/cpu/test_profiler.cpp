@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "autograd/ops/loss.h"
+#include "autograd/ops/reduce.h"
 #include "core/error.h"
 #include "core/instrument.h"
 #include "core/json.h"
@@ -471,4 +473,34 @@ TEST_CASE("profiler: m(x) and m.forward(x) attribute memory to the modules alike
   CHECK(attributed(net, [](Net& m, const Tensor& x) { return m.forward(x); }) == reference);
   CHECK(attributed(fnet, [](ForwardNet& m, const Tensor& x) { return m(x); }) == reference);
   CHECK(attributed(fnet, [](ForwardNet& m, const Tensor& x) { return m.forward(x); }) == reference);
+}
+
+TEST_CASE("profiler: a free reports its block's category, a shared module its first path, the seed is backward's") {
+  manual_seed(4);
+  auto relu = std::make_shared<nn::ReLU>();
+  auto inner = std::make_shared<nn::Sequential>(
+      std::initializer_list<std::shared_ptr<nn::UnaryModule>>{std::make_shared<nn::Linear>(6, 9), relu});
+  auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+      std::make_shared<nn::Linear>(5, 6), inner, std::make_shared<nn::Linear>(9, 3), relu});
+  profiler::Session session;
+  session.attach(*net, "net");
+  // The one ReLU object is net.1.1 and net.3: it keeps its first path, as torch's named_modules().
+  CHECK(session.module_name(relu.get()) == "net.1.1");
+  session.start();
+  Tensor y = (*net)(randn({4, 5}));
+  mean(y).backward();  // backward() makes the seed, ones({})
+  net->zero_grad();    // frees every .grad from the user's scope
+  session.stop();
+  std::map<const void*, Category> live;
+  int grad_frees = 0, seeds = 0;
+  for (const memory::TraceEvent& e : session.events()) {
+    if (e.action == TraceAction::Alloc || e.action == TraceAction::Relabel) live[e.ptr] = e.category;
+    if (e.action == TraceAction::Alloc && e.op && std::string(e.op) == "backward") ++seeds;
+    if (e.action != TraceAction::Free || !live.count(e.ptr)) continue;
+    CHECK(e.category == live[e.ptr]);  // the block's own category, not the freeing scope's
+    grad_frees += e.category == Category::Gradients;
+    live.erase(e.ptr);
+  }
+  CHECK(grad_frees == 6);  // three Linear layers' weight and bias .grad, freed by zero_grad
+  CHECK(seeds >= 1);
 }
