@@ -1,6 +1,8 @@
 #include "core/json.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -59,6 +61,9 @@ class Parser {
 
   Value value(int depth) {
     if (at_end()) fail("expected a value but the text ended");
+    // Each Value is ~90 bytes: a 100 MB text of "[0,0,...]" would otherwise build 5 GB of them.
+    if (++values_ > kMaxValues)
+      fail("more than ", kMaxValues, " values (a JSON document frugal reads holds far fewer)");
     const char c = peek();
     if (c == '{' || c == '[') {
       if (depth >= max_depth_) fail("values nested deeper than ", max_depth_, " levels");
@@ -264,10 +269,20 @@ class Parser {
   std::string_view text_;
   int max_depth_;
   uint64_t first_byte_;
+  uint64_t values_ = 0;
   size_t pos_ = 0;
 };
 
 }  // namespace
+
+std::optional<double> Value::as_double() const {
+  if (type != Type::Number || text.empty()) return std::nullopt;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range) return text[0] == '-' ? -HUGE_VAL : HUGE_VAL;  // as strtod
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
 
 std::optional<uint64_t> Value::as_uint64() const {
   if (type != Type::Number || text.empty()) return std::nullopt;

@@ -31,6 +31,9 @@ struct Value {
   /// The number when it is a non-negative integer literal (no sign, fraction or
   /// exponent) that fits in 64 bits; nullopt otherwise.
   std::optional<uint64_t> as_uint64() const;
+  /// The number as the nearest double (+-HUGE_VAL beyond its range), read the same in every
+  /// locale (std::from_chars: strtod under a "de_DE" locale reads 0.1 as 0).
+  std::optional<double> as_double() const;
   /// The member named `key` of an object, or nullptr.
   const Value* find(std::string_view key) const;
 };
@@ -45,6 +48,9 @@ struct Member {
 const char* type_name(Value::Type type);
 
 inline constexpr int kDefaultMaxDepth = 64;
+/// The most values one document may hold (~90 MB of Values; a safetensors header of 100k
+/// tensors holds 800k).
+inline constexpr uint64_t kMaxValues = uint64_t(1) << 20;
 
 /// Parses one JSON document. Whitespace may surround it; anything else after it is an
 /// error. Nesting deeper than `max_depth` arrays/objects is rejected (the parser is

@@ -59,7 +59,7 @@ double json_double(const json::Value& config, std::string_view key, double fallb
                    double hi) {
   const json::Value* v = member(config, key, json::Value::Type::Number, what);
   if (!v) return fallback;
-  const double x = std::strtod(v->text.c_str(), nullptr);  // the parser checked the syntax
+  const double x = v->as_double().value_or(NAN);  // locale-independent: Note in core/json.h
   FRUGAL_CHECK(std::isfinite(x) && x >= lo && x <= hi, what, ": '", key, "' must be a finite number in [", lo, ", ", hi,
                "], got ", v->text);
   return x;

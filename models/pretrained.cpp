@@ -1,5 +1,6 @@
 #include "models/pretrained.h"
 
+#include "core/error.h"
 #include "nn/safetensors.h"
 
 namespace frugal::models {
@@ -18,7 +19,11 @@ void load_safetensors_into(nn::Module& model, const std::string& path, const Tie
                    s.describe());
     }
   }
-  model.load_state_dict(state, /*strict=*/true);
+  try {
+    model.load_state_dict(state, /*strict=*/true);
+  } catch (const Error& e) {  // which file did not fit: the checks name keys and shapes only
+    rethrow_with_context(e, "load_safetensors_into: " + path + ": ");
+  }
 }
 
 }  // namespace frugal::models

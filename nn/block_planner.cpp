@@ -34,6 +34,7 @@
 #include "nn/block_planner.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -331,9 +332,9 @@ std::string BlockPlanner::report(const BlockMemoryPlan& plan, int64_t measured_p
 
 int64_t parse_memory_budget(const std::string& text, int64_t default_peak) {
   const char* begin = text.c_str();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  const std::string unit(end ? end : "");
+  double value = 0;  // from_chars: the same in every locale (strtod reads "1.5" as 1 under de_DE)
+  const char* end = std::from_chars(begin, begin + text.size(), value).ptr;
+  const std::string unit(end);
   double bytes = -1;
   if (end != begin && std::isfinite(value) && value > 0) {
     if (unit == "x") bytes = value * static_cast<double>(default_peak);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "core/error.h"
@@ -28,6 +29,26 @@ const char* kind_of(mode_t mode) {
 }
 
 }  // namespace
+
+SaveTarget save_target(const std::string& path, const char* op) {
+  SaveTarget target{path};
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return target;
+    system_error(std::string(op) + ": cannot stat", path, errno);
+  }
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    target.path = std::filesystem::weakly_canonical(path, ec).string();
+    FRUGAL_CHECK(!ec, op, ": cannot resolve the symbolic link ", path, ": ", ec.message());
+    if (::stat(target.path.c_str(), &st) != 0) return target;  // a dangling link: its target is created
+  }
+  FRUGAL_CHECK(S_ISREG(st.st_mode), op, ": ", path, " is ", kind_of(st.st_mode),
+               ", not a regular file; a save never replaces it (Note [Saving over what is there])");
+  target.exists = true;
+  target.mode = uint32_t(st.st_mode & 07777);
+  return target;
+}
 
 ReadOnlyFile::ReadOnlyFile(const std::string& path, const char* op) : path_(path), op_(op) {
   const std::string cannot = std::string(op) + ": cannot open";

@@ -42,4 +42,24 @@ class ReadOnlyFile {
   uint64_t size_ = 0;
 };
 
+// Note [Saving over what is there]
+// A save writes a temporary and renames it over the path (Note [Temporary files of a save]
+// in nn/safetensors.cpp). rename replaces whatever the path names, so a save "to" /dev/null,
+// a FIFO or a device would swap it for a regular file (as root, /dev/null itself); open("wb")
+// in Python or torch.save writes into them instead. So what is at the path is looked at
+// first: nothing, or a regular file, is written as usual; a symbolic link is followed, and
+// its target replaced, the link kept (as open("wb") writes through it); anything else is
+// refused. A replaced file keeps its permission bits, so a private checkpoint stays private.
+
+/// Where a save to `path` writes and what mode the new file gets (see Note [Saving over what
+/// is there]).
+struct SaveTarget {
+  std::string path;      // `path`, or the target of the symbolic link at `path`
+  bool exists = false;   // a regular file is there now
+  uint32_t mode = 0644;  // its permission bits when it exists (the umask applies otherwise)
+};
+/// Throws "<op>: <path> is a FIFO (...)" when something other than a regular file (or a link
+/// to one, or to nothing yet) is at `path`.
+SaveTarget save_target(const std::string& path, const char* op);
+
 }  // namespace frugal::nn

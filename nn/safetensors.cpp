@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -165,23 +165,39 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
   return e;
 }
 
-SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std::string& source) {
+// Note [Reading checkpoints with pread]
+// A file is read with pread into each tensor's own buffer, not mapped: every tensor is
+// copied out anyway, so a mapping saves no memory, and a file another process shortens while
+// it is mapped (a copy or a save over it in place) turns the copy into SIGBUS, which kills
+// the process; a short pread is an error that names the file instead.
+
+/// What parse reads from: `size` bytes, any range copied out by `read` (a memory buffer, or a
+/// file through pread: Note [Reading checkpoints with pread]).
+struct ByteSource {
+  uint64_t size;
+  std::function<void(uint64_t offset, size_t n, void* dst)> read;
+};
+
+SafetensorsFile parse(const ByteSource& src, Device device, const std::string& source) {
+  const uint64_t size = src.size;
   if (size < 8) bad_file(source, "file is ", size, " bytes, too short for the 8-byte header length");
+  uint8_t length[8];
+  src.read(0, 8, length);
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
+  for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
   if (n > kMaxHeaderBytes) bad_file(source, "header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
   if (n > size - 8)
     bad_file(source, "header length ", n, " exceeds the ", size - 8, " bytes that follow it (file is ", size,
              " bytes)");
-  const std::string_view text(reinterpret_cast<const char*>(data + 8), size_t(n));
+  std::string text(size_t(n), '\0');
+  src.read(8, size_t(n), text.data());
   json::Value header;
   try {
     header = json::parse(text, json::kDefaultMaxDepth, /*first_byte=*/8);  // error offsets count from the file's start
   } catch (const Error& e) { rethrow_with_context(e, "safetensors: " + source + ": header is not valid JSON: "); }
   if (!header.is_object()) bad_file(source, "header is ", describe_value(header), ", expected a JSON object");
 
-  const uint64_t data_size = size - 8 - n;
-  const uint8_t* base = data + 8 + n;
+  const uint64_t data_size = size - 8 - n, base = 8 + n;
   SafetensorsFile out;
   std::vector<TensorEntry> entries;
   for (const auto& [name, value] : header.members) {
@@ -236,11 +252,10 @@ SafetensorsFile parse(const uint8_t* data, size_t size, Device device, const std
       rethrow_with_context(err, "safetensors: " + source + ": tensor " + json::quote(*e.name) + ": ");
     }
     const size_t nbytes = size_t(e.end - e.begin);
+    if (nbytes) src.read(base + e.begin, nbytes, t.data());
     if (e.dtype == kBool) {  // any nonzero byte is true; a C++ bool must hold exactly 0 or 1
-      auto* dst = static_cast<uint8_t*>(t.data());
-      for (size_t i = 0; i < nbytes; ++i) dst[i] = base[e.begin + i] != 0;
-    } else if (nbytes) {
-      std::memcpy(t.data(), base + e.begin, nbytes);
+      auto* bytes = static_cast<uint8_t*>(t.data());
+      for (size_t i = 0; i < nbytes; ++i) bytes[i] = bytes[i] != 0;
     }
     out.tensors.emplace(*e.name, device.is_cpu() ? t : t.to(device));
   }
@@ -347,13 +362,15 @@ void remove_stale_temporaries(const std::string& path) {
 // renamed it into place (Note [Temporary files of a save]).
 class TempFile {
  public:
-  explicit TempFile(const std::string& target) {
+  // `mode`: the replaced file's permission bits (Note [Saving over what is there]), else 0644
+  // as any new file (umask applies); mkstemp's 0600 would change what saves make.
+  TempFile(const std::string& target, uint32_t mode) {
     for (int attempt = 0; fd_ < 0; ++attempt) {
       path_ = target + kTempInfix + std::to_string(::getpid()) + "." + hex(random_u64());
-      // Mode 0644 as any new file (umask applies); mkstemp's 0600 would change what saves make.
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(mode));
       if (fd_ < 0 && (errno != EEXIST || attempt == 100)) io_error("create", path_);
     }
+    if (mode != 0644) ::fchmod(fd_, mode_t(mode));  // the old file's bits, past the umask
     ::flock(fd_, LOCK_EX);  // uncontended: the file is new. Unsupported (ENOLCK): cleaners skip it
   }
   TempFile(const TempFile&) = delete;
@@ -420,31 +437,28 @@ class TempFile {
 }  // namespace
 
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, Device device) {
-  return parse(data, size, device, "<memory buffer>");
+  const ByteSource memory{size, [data](uint64_t offset, size_t n, void* dst) { std::memcpy(dst, data + offset, n); }};
+  return parse(memory, device, "<memory buffer>");
 }
 
 SafetensorsFile load_safetensors(const std::string& path, Device device) {
   const ReadOnlyFile file(path, "load_safetensors");  // see Note [Opening untrusted paths]
-  // Mapped, not read: a multi-GB checkpoint is not held twice (file bytes + tensors).
-  FRUGAL_CHECK(file.size() <= std::numeric_limits<size_t>::max(), "load_safetensors: ", path, " is too large");
-  const size_t size = size_t(file.size());
-  void* map = nullptr;
-  if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
-    if (map == MAP_FAILED) {
-      const int err = errno;
-      FRUGAL_FAIL("load_safetensors: cannot map ", path, ": ", std::strerror(err));
-    }
-    ::madvise(map, size, MADV_SEQUENTIAL);
-  }
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() {
-      if (p) ::munmap(p, n);
-    }
-  } unmap{map, size};
-  return parse(static_cast<const uint8_t*>(map), size, device, path);
+  // Read range by range into the tensors: Note [Reading checkpoints with pread].
+  const ByteSource disk{file.size(), [&](uint64_t offset, size_t n, void* dst) {
+                          auto* out = static_cast<char*>(dst);
+                          for (size_t done = 0; done < n;) {
+                            const ssize_t got = ::pread(file.fd(), out + done, n - done, off_t(offset + done));
+                            if (got < 0 && errno == EINTR) continue;
+                            if (got < 0)
+                              FRUGAL_FAIL("load_safetensors: cannot read ", path, ": ", std::strerror(errno));
+                            FRUGAL_CHECK(got > 0, "load_safetensors: ", path, " ended at byte ", offset + done,
+                                         " while being read, ", file.size(),
+                                         " bytes when it was opened (another "
+                                         "process shortened it)");
+                            done += size_t(got);
+                          }
+                        }};
+  return parse(disk, device, path);
 }
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -501,8 +515,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
 
-  remove_stale_temporaries(path);
-  TempFile file(path);
+  const SaveTarget target = save_target(path, "save_safetensors");  // Note [Saving over what is there]
+  remove_stale_temporaries(target.path);
+  TempFile file(target.path, target.mode);
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
   file.write(length, 8);
@@ -517,7 +532,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     }
     file.write(host.data(), size_t(host.numel()) * host.element_size());
   }
-  file.commit(path);
+  file.commit(target.path);
 }
 
 }  // namespace frugal::nn

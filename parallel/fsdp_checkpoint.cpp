@@ -19,6 +19,7 @@
 #include "parallel/fsdp_checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -87,11 +88,14 @@ std::string index_json(const FullyShardedDataParallel& fsdp, uint64_t generation
 
 /// Writes `text` to `path` through a fsynced temporary renamed over it, then fsyncs the
 /// directory (Note [Sharded checkpoint]).
-void write_atomically(const std::string& path, const std::string& text) {
+void write_atomically(const std::string& requested, const std::string& text) {
+  const nn::SaveTarget target = nn::save_target(requested, "save_sharded_checkpoint");
+  const std::string& path = target.path;  // Note [Saving over what is there]
   std::random_device rd;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(target.mode));
   if (fd < 0) FRUGAL_FAIL("save_sharded_checkpoint: cannot create ", tmp, ": ", std::strerror(errno));
+  if (target.exists) ::fchmod(fd, mode_t(target.mode));  // the old file's bits, past the umask
   for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0) write_failed("write " + tmp, tmp, fd);
@@ -205,11 +209,15 @@ void save_sharded_checkpoint(FullyShardedDataParallel& fsdp, const std::string& 
   comm.barrier();
   if (old) {  // generation g-1's files: each rank its own, rank 0 those of ranks beyond P
     const json::Value* shards_old = old->find("shards");
+    const uint64_t old_world = uint_field(*old, "world_size", index_path, "save_sharded_checkpoint");
     if (shards_old && shards_old->is_array())
       for (size_t k = 0; k < shards_old->items.size(); ++k) {
         const std::string name = shards_old->items[k].text;
         const bool mine = int(k) == r || (r == 0 && k >= size_t(P));
-        if (mine && name.find('/') == std::string::npos && name != shard_file(int(k), P, generation))
+        // Only the name this code gave that shard: an index edited to list another file
+        // (index.json itself) must not make a save delete it.
+        if (mine && name == shard_file(int(k), int(old_world), old_generation) &&
+            name != shard_file(int(k), P, generation))
           fs::remove(fs::path(dir) / name, ec);
       }
   }
@@ -226,6 +234,18 @@ void load_sharded_checkpoint(FullyShardedDataParallel& fsdp, const std::string& 
   FRUGAL_CHECK(fs::exists(path), op, ": the shard file of rank ", r, ", ", path, ", named by ", index_path,
                ", is missing");
   const nn::SafetensorsFile file = nn::load_safetensors(path, fsdp.comm()->device());
+  // The shard says whose it is: another rank's (an index listing one file twice) has the same
+  // sizes and would load without a word.
+  const uint64_t generation = uint_field(*index, "generation", index_path, op);
+  const std::pair<const char*, std::string> expected[] = {{"rank", std::to_string(r)},
+                                                          {"world_size", std::to_string(fsdp.comm()->size())},
+                                                          {"generation", std::to_string(generation)}};
+  for (const auto& [key, want] : expected) {
+    const auto it = file.metadata.find(key);
+    FRUGAL_CHECK(it != file.metadata.end() && it->second == want, op, ": ", path, " is not rank ", r,
+                 "'s shard of generation ", generation, ": its metadata has ", key, " = ",
+                 it == file.metadata.end() ? std::string("(none)") : it->second, ", expected ", want);
+  }
 
   // Check everything, then copy.
   const std::vector<Tensor> shards = fsdp.parameters();

@@ -135,7 +135,10 @@ std::string CheckpointManager::path_for(int64_t step) const {
 
 std::string CheckpointManager::save(int64_t step, const TrainState& state,
                                     const std::map<std::string, std::string>& metadata) {
-  FRUGAL_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
+  // list() reads back at most 18 digits (any int64 below 10^18): a larger step would be saved
+  // but never found by resume() or pruned by keep_last.
+  FRUGAL_CHECK(step >= 0 && step < int64_t(1000000000000000000),
+               "CheckpointManager::save: step must be in [0, 10^18), got ", step);
   for (const char* own : {"step", "optimizer", "checksum"})
     FRUGAL_CHECK(!metadata.count(own), "CheckpointManager::save: metadata key '", own, "' is the manager's own");
   FRUGAL_CHECK(!state.grads || state.model, "CheckpointManager::save: TrainState::grads saves the model's gradients; ",

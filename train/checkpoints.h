@@ -91,7 +91,7 @@ class CheckpointManager {
   /// `dir` must exist when save() runs (it is not created: a typo should not make a tree).
   explicit CheckpointManager(std::string dir, CheckpointOptions options = {});
 
-  /// Writes the checkpoint of `step` (>= 0) and returns its path, then deletes all but the
+  /// Writes the checkpoint of `step` (in [0, 10^18)) and returns its path, then deletes all but the
   /// newest keep_last (by step; the file just written always among them). `metadata` is stored beside "step",
   /// "optimizer" and "checksum" (keys the manager keeps for itself). Throws naming the path, leaving every existing
   /// checkpoint as it was, when the directory cannot be written or a tensor (not a gradient) holds inf or NaN.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "nn/file.h"  // save_target
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/join.h"
@@ -117,6 +118,7 @@ void require_writable(const std::string& path, const std::string& flag) {
                fs::exists(dir, ec) ? "' is not a directory" : "' does not exist");
   FRUGAL_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, flag, ": cannot write '", path, "': directory '", dir,
                "' is not writable (", std::strerror(errno), ")");
+  nn::save_target(path, flag.c_str());  // not a FIFO or a device: Note [Saving over what is there]
 }
 
 void require_writable_dir(const std::string& dir, const std::string& flag) {

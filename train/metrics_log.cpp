@@ -1,6 +1,7 @@
 #include "train/metrics_log.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -14,9 +15,11 @@ namespace {
 std::string number(double v, bool json) {
   if (std::isnan(v)) return json ? "null" : "nan";
   if (std::isinf(v)) return json ? "null" : (v > 0 ? "inf" : "-inf");
+  // The shortest text that reads back as v, with '.' in every locale (printf's %g writes
+  // "0,5" under a comma-decimal locale: not JSON, and an extra CSV column).
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, ec == std::errc() ? end : buf);
 }
 
 std::string json_string(const std::string& s) {

@@ -539,7 +539,7 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
     CHECK(msg.find(path + ".tmp.") != std::string::npos);
     CHECK(msg.find("File too large") != std::string::npos);
   }
-  SUBCASE("the rename fails (the target is a non-empty directory)") {
+  SUBCASE("the target is a directory: refused before anything is written (Note [Saving over what is there])") {
     const std::string target = dir.file("occupied");
     fs::create_directory(target);
     write_bytes(dir.file("occupied/inside"), {1});
@@ -547,7 +547,7 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
         [&] {
           nn::save_safetensors(target, {{"w", big}});
         },
-        {"save_safetensors: cannot rename", target + ".tmp.", " to " + target});
+        {"save_safetensors: ", target, "is a directory", "never replaces it"});
     fs::remove_all(target);
   }
   CHECK(read_bytes(path) == before);

@@ -194,7 +194,7 @@ TEST_CASE("CheckpointManager: load checks that the file holds each part asked fo
 
   nn::save_safetensors(path, {{"model.x", zeros({1})}});
   check_error([&] { ckpt.load(path, other.state()); }, {"has no 'step' metadata"});
-  check_error([&] { ckpt.save(-1, other.state()); }, {"CheckpointManager::save: step must be >= 0, got -1"});
+  check_error([&] { ckpt.save(-1, other.state()); }, {"CheckpointManager::save: step must be in [0, 10^18), got -1"});
   check_error([] { train::CheckpointManager("d", {.prefix = "a/b"}); }, {"prefix 'a/b'"});
 }
 

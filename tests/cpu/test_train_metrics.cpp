@@ -32,7 +32,7 @@ TEST_CASE("metrics log: JSON lines, one object per record, keys in order, flushe
   }
   CHECK(read(path) ==
         "{\"step\": 1, \"loss\": 0.5, \"phase\": \"train \\\"a\\\"\"}\n"
-        "{\"step\": 2, \"loss\": 0.10000000000000001, \"lr\": null, \"inf\": null}\n");
+        "{\"step\": 2, \"loss\": 0.1, \"lr\": null, \"inf\": null}\n");
   std::remove(path.c_str());
 }
 

@@ -506,7 +506,8 @@ TEST_CASE("zero-3: a sharded save that fails on one rank leaves the previous che
 TEST_CASE("zero-3: loading a sharded checkpoint checks world size, shard files and shapes") {
   const std::string dir = temp_path("zero3_checks", "");
   std::filesystem::remove_all(dir);
-  const auto two = net_models(2, 34), two_more = net_models(2, 34), three = net_models(3, 34), last = net_models(2, 34);
+  const auto two = net_models(2, 34), two_more = net_models(2, 34), three = net_models(3, 34), last = net_models(2, 34),
+             dup = net_models(2, 34);
   std::vector<std::shared_ptr<Net>> other;  // net.0 is Linear(6, 9)
   for (int r = 0; r < 2; ++r)
     other.push_back(std::make_shared<Net>(
@@ -534,6 +535,25 @@ TEST_CASE("zero-3: loading a sharded checkpoint checks world size, shard files a
     const std::string e2 = error_of([&] { parallel::load_sharded_checkpoint(same, dir, &opt); });
     if (comm->rank() == 0) no_optim = e2;
   });
+  // An index that names rank 0's shard for rank 1 too: the shards have equal sizes, so only the
+  // shard's own metadata tells (rank 1 loaded rank 0's values without a word before).
+  const std::filesystem::path index = std::filesystem::path(dir) / "index.json";
+  std::string original;
+  {
+    std::ifstream in(index);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string edited = original;
+  edited.replace(edited.find("shard-00001-of-00002.g1"), 23, "shard-00000-of-00002.g1");
+  std::ofstream(index) << edited;
+  std::string other_rank;
+  run_ranks(2, [&](const CommPtr& comm) {
+    FullyShardedDataParallel fsdp(dup[size_t(comm->rank())], comm, opts);
+    const std::string e = error_of([&] { parallel::load_sharded_checkpoint(fsdp, dir); });
+    if (comm->rank() == 1) other_rank = e;
+  });
+  std::ofstream(index) << original;
+  check_contains(other_rank, {"shard-00000-of-00002.g1.safetensors", "is not rank 1's shard", "rank = 0"});
   std::filesystem::remove(std::filesystem::path(dir) / "shard-00001-of-00002.g1.safetensors");
   run_ranks(2, [&](const CommPtr& comm) {
     FullyShardedDataParallel fsdp(last[size_t(comm->rank())], comm, opts);
