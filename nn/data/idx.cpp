@@ -58,6 +58,9 @@ class GzReader {
     return size_t(got);
   }
 
+  /// "file" for a plain file, "gzip data" for a compressed one: what a byte count counts.
+  const char* what() const { return gzdirect(file_) ? "file" : "gzip data"; }
+
  private:
   std::string path_;
   gzFile file_ = nullptr;
@@ -77,7 +80,8 @@ IdxData read_idx(const std::string& path) {
   idx.path = path;
   uint8_t head[4];
   const size_t got = in.read(head, 4);
-  FRUGAL_CHECK(got == 4, "read_idx: ", path, ": file is ", got, " bytes, too short for the 4-byte magic number");
+  FRUGAL_CHECK(got == 4, "read_idx: ", path, ": ", in.what(), " is ", got,
+               " bytes, too short for the 4-byte magic number");
   const uint32_t magic = uint32_t(head[0]) << 24 | uint32_t(head[1]) << 16 | uint32_t(head[2]) << 8 | head[3];
   FRUGAL_CHECK(head[0] == 0 && head[1] == 0, "read_idx: ", path, ": not an IDX file (magic number ", hex32(magic),
                " does not start with two zero bytes)");

@@ -175,6 +175,7 @@ TEST_CASE("idx: malformed files are rejected with the file named") {
   }));
   check_error([&] { read_idx(dir.path.string()); }, {"read_idx", "not a regular file (a directory)"});
   expect({0, 0}, {"file is 2 bytes, too short for the 4-byte magic number"});
+  expect({0, 0}, {"gzip data is 2 bytes, too short for the 4-byte magic number"}, /*gz=*/true);
   expect({0x1f, 0x9c, 0x08, 0x01, 0, 0, 0, 0}, {"not an IDX file", "0x1f9c0801"});
   expect({0, 0, 0x0D, 0x01, 0, 0, 0, 1, 0, 0, 0, 0}, {"element type 0x0d", "0x00000d01", "only 0x08"});
   expect({0, 0, 0x08, 0x00}, {"declares 0 dimensions"});
