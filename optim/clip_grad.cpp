@@ -86,7 +86,14 @@ double cpu_power_sum(const Tensor& grad, double p) {
 }
 
 /// The CPU path: returns the total norm (double) after scaling the gradients.
-double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
+/// Throws when `total` is NaN or infinite (clip_grad_norm_'s error_if_nonfinite), before scaling.
+void check_finite_total(double total, double p) {
+  FRUGAL_CHECK(std::isfinite(total), "clip_grad_norm_: the total norm of order ", p,
+               " of the gradients is non-finite (", total,
+               "), so it cannot be clipped; pass error_if_nonfinite = false ", "to scale the gradients by it anyway");
+}
+
+double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p, bool error_if_nonfinite = false) {
   double acc = 0.0;
   for (const Tensor& g : grads) {
     const double s = cpu_power_sum(g, p);
@@ -95,6 +102,7 @@ double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
               : acc + s;
   }
   const double total = std::isinf(p) || p == 1.0 ? acc : p == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / p);
+  if (error_if_nonfinite) check_finite_total(total, p);
   const double coef = max_norm / (total + 1e-6);
   if (!(coef >= 1.0))  // clamp(coef, max=1): scale when coef < 1 or NaN
     for (const Tensor& g : grads) ops::mul_(g, coef);
@@ -103,7 +111,7 @@ double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p) {
 
 #ifdef FRUGAL_WITH_CUDA
 /// The CUDA path (Note [Clipping without a sync]): returns the 0-d total norm (norm_dtype).
-Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
+Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p, bool error_if_nonfinite) {
   const Device device = grads[0].device();
   // Dense gradients (any memory order), by dtype; another strided gradient is normed
   // through a contiguous copy and scaled with ops::mul_.
@@ -144,6 +152,7 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
   cuda::clip_coefficient(device, reduced.data_ptr<double>(), p, max_norm, total.dtype(), total.data(),
                          coef.data_ptr<double>());
 
+  if (error_if_nonfinite) check_finite_total(total.to(kCPU, kFloat64).item<double>(), p);  // a sync, asked for
   // Scale in place: the dense gradients in one launch per dtype, the strided ones with mul_.
   for (ByType& b : groups) cuda::scale(device, b.dtype, b.scale, coef.data_ptr<double>());
   for (const Tensor& g : strided) ops::mul_(g, coef);
@@ -154,11 +163,11 @@ Tensor clip_cuda(const std::vector<Tensor>& grads, double max_norm, double p) {
 #endif
 
 /// The CUDA path, or a clear error in a CPU-only build.
-Tensor clip_device(const std::vector<Tensor>& grads, double max_norm, double p) {
+Tensor clip_device(const std::vector<Tensor>& grads, double max_norm, double p, bool error_if_nonfinite = false) {
 #ifdef FRUGAL_WITH_CUDA
-  return clip_cuda(grads, max_norm, p);
+  return clip_cuda(grads, max_norm, p, error_if_nonfinite);
 #else
-  (void)max_norm, (void)p;
+  (void)max_norm, (void)p, (void)error_if_nonfinite;
   throw_no_cuda("clip_grad_norm_", grads[0].device());
 #endif
 }
@@ -184,12 +193,12 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   }
 }
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients(params, max_norm, norm_type);
   if (grads.empty()) return 0.0;
-  if (!grads[0].is_cuda()) return clip_cpu(grads, max_norm, norm_type);
-  return clip_device(grads, max_norm, norm_type).to(kCPU, kFloat64).item<double>();  // the one host sync
+  if (!grads[0].is_cuda()) return clip_cpu(grads, max_norm, norm_type, error_if_nonfinite);
+  return clip_device(grads, max_norm, norm_type, error_if_nonfinite).to(kCPU, kFloat64).item<double>();  // one sync
 }
 
 }  // namespace frugal::optim

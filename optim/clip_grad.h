@@ -27,7 +27,10 @@ namespace frugal::optim {
 /// their total `norm_type`-norm (> 0, or infinity) is at most `max_norm` (>= 0: a negative
 /// or NaN one, which PyTorch takes and which flips or poisons every gradient, is refused); returns the
 /// total norm before clipping. One host sync on CUDA (see Note [Clipping without a sync]).
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+/// With error_if_nonfinite, a NaN or infinite total norm throws before any gradient is scaled
+/// (torch's flag; without it the gradients become NaN, as PyTorch's do).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
 
 /// Clamps every gradient of `params` (those that have one) into [-clip_value, clip_value] in
 /// place, as torch.nn.utils.clip_grad_value_ (NaN stays NaN); clip_value must be >= 0.

@@ -146,3 +146,15 @@ TEST_CASE("probe training: clip_grad_value_ clamps every gradient; clip_grad_nor
   CHECK(optim::clip_grad_norm_({p}, INFINITY) == doctest::Approx(5.0));  // inf: measure, never clip
   CHECK(p.grad().tolist<float>() == std::vector<float>{3, 4});
 }
+
+TEST_CASE("probe training: clip_grad_norm_ with error_if_nonfinite refuses a non-finite norm before scaling") {
+  Tensor p = zeros({3}).requires_grad_();
+  p.set_grad(from_vector<float>({1, INFINITY, 2}, {3}));
+  for (double norm_type : {2.0, 1.0, double(INFINITY)})
+    check_error([&] { optim::clip_grad_norm_({p}, 1.0, norm_type, /*error_if_nonfinite=*/true); },
+                {"clip_grad_norm_", "non-finite", "error_if_nonfinite"});
+  CHECK(p.grad().tolist<float>()[0] == 1.0f);  // untouched
+  p.set_grad(from_vector<float>({3, 4, 0}, {3}));
+  CHECK(optim::clip_grad_norm_({p}, 1.0, 2.0, true) == doctest::Approx(5.0));
+  CHECK(p.grad().tolist<float>()[0] == doctest::Approx(0.6f).epsilon(1e-5));
+}
