@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Fails when a GEMM kernel archive defines code shared with the rest of the program.
+"""Fails when a per-level kernel archive defines code shared with the rest of the program.
 
-Each x86-64 level's GEMM kernels (tensor/cpu/gemm_kernel.cpp, built once per level) must
-define functions only in its own namespaces, frugal::ops::cpu::<level> and frugal_eigen_<level>
-(Note [GEMM kernels per instruction set] in tensor/cpu/gemm.cpp). A weak definition of any
+Each x86-64 level's GEMM kernels (tensor/cpu/gemm_kernel.cpp) and GELU kernels
+(tensor/cpu/gelu_kernel.cpp), each built once per level, must define functions only in their
+own namespaces, frugal::ops::cpu::<level> and frugal_eigen_<level> (Note [GEMM kernels per
+instruction set] in tensor/cpu/gemm.cpp). A weak definition of any
 other name (an inline function of std:: or of a frugal header compiled with AVX-512) would be
 merged by the linker with the same function of the other objects, and the AVX-512 copy could
 then run on a CPU without it.
 
-    python3 tools/check_gemm_objects.py LIB_v2.a LIB_v3.a LIB_v4.a
+    python3 tools/check_gemm_objects.py LIB_v2.a LIB_v3.a LIB_v4.a [...]  (names ..gemm_vN.. or ..gelu_vN..)
 """
 import re
 import shutil
@@ -17,9 +18,9 @@ import sys
 
 
 def level_of(path):
-    m = re.search(r"gemm_(v\d)", path)
+    m = re.search(r"(?:gemm|gelu)_(v\d)", path)
     if not m:
-        sys.exit(f"check_gemm_objects: cannot tell the level of {path} (expected ..gemm_vN..)")
+        sys.exit(f"check_gemm_objects: cannot tell the level of {path} (expected ..gemm_vN.. or ..gelu_vN..)")
     return m.group(1)
 
 

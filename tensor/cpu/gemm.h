@@ -54,7 +54,8 @@ void gemm(const GemmOperand<double>& a, const GemmOperand<double>& b, double* ou
 void gemm_serial(const GemmOperand<float>& a, const GemmOperand<float>& b, float* out, int64_t ldc, bool accumulate);
 void gemm_serial(const GemmOperand<double>& a, const GemmOperand<double>& b, double* out, int64_t ldc, bool accumulate);
 
-/// The x86-64 instruction-set levels the GEMM is compiled for.
+/// The x86-64 instruction-set levels the GEMM (and the float32 GELU, tensor/cpu/gelu_kernel.h) is
+/// compiled for; gemm_isa() picks the level of both.
 enum class GemmIsa { X86_64_V2, X86_64_V3, X86_64_V4 };
 
 /// "x86-64-v2" (SSE4.2), "x86-64-v3" (AVX2, FMA), "x86-64-v4" (AVX-512).
