@@ -3,7 +3,10 @@
 // edges point at it. A node runs once all its producers' gradients have arrived
 // (count reaches zero); among ready nodes the most recently created runs first,
 // which is a valid reverse topological order and frees activations early. Each
-// node's incoming gradients are summed in its input buffer.
+// node's incoming gradients are summed in its input buffer, into the first one in place
+// when nothing else holds it (as PyTorch's InputBuffer::accumulate): an out-of-place sum
+// kept both contributions and the sum alive at once, a third buffer of the tied word
+// embedding's size at BERT's peak.
 //
 // Note [Backward callbacks]
 // queue_callback() lets code running inside backward (DDP's post-accumulate-grad hook)
@@ -128,7 +131,12 @@ void add_into(TensorList& into, TensorList&& grads) {
   if (into.size() < grads.size()) into.resize(grads.size());
   for (size_t k = 0; k < grads.size(); ++k) {
     if (!grads[k].defined()) continue;
-    into[k] = into[k].defined() ? ops::add(into[k], grads[k]) : std::move(grads[k]);
+    if (!into[k].defined()) {
+      into[k] = std::move(grads[k]);
+    } else {
+      core::OpScope scope("GradientSum");
+      into[k] = ops::add(into[k], grads[k]);
+    }
   }
 }
 
@@ -191,8 +199,18 @@ struct GraphRun {
     check_grad_shape(*n, slot, g);
     TensorList& buf = tasks[n].buffer;
     if (buf.empty()) buf.resize(n->outputs.size());
-    if (!buf[slot].defined()) buf[slot] = std::move(g);
-    else buf[slot] = ops::add(buf[slot], g);
+    if (!buf[slot].defined()) {
+      buf[slot] = std::move(g);
+      return;
+    }
+    // A tensor used twice (a tied embedding): the sum is the backward's, not "outside ops", and
+    // is made in place when nothing else holds the first gradient (Note [Engine order]).
+    core::OpScope scope("GradientSum");
+    Tensor& b = buf[slot];
+    const bool sole = b.impl_ptr().use_count() == 1 && b.impl().storage.use_count() == 1;
+    if (sole && b.dtype() == g.dtype() && b.device() == g.device() && b.sizes() == g.sizes() && b.is_contiguous())
+      ops::add_(b, g);
+    else b = ops::add(b, g);
   }
 };
 

@@ -2,6 +2,7 @@
 // version checks, grad mode, views, deep graphs, anomaly mode, gradcheck itself.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -11,7 +12,9 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "autograd/meta.h"  // register_hook
 #include "autograd/ops/all.h"
+#include "memory/allocator.h"
 #include "tensor/ops/binary.h"
 #include "tests/test_util.h"
 
@@ -246,4 +249,38 @@ TEST_CASE("autograd: threads that create autograd tensors and views at once each
     });
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < kThreads; ++r) CHECK(grads[size_t(r)] == std::vector<double>(6, double(r + 1)));
+}
+
+TEST_CASE("engine: a tensor used twice sums its gradients in place when nothing else holds the first") {
+  // w feeds two products, as a tied embedding feeds the embedding and the output projection:
+  // the sum of its two (1000, 100) gradients must not be a third buffer of that size.
+  Tensor w = random_tensor({1000, 100}, kFloat32, 3).requires_grad_();
+  const Tensor a = random_tensor({8, 1000}, kFloat32, 4), b = random_tensor({100, 8}, kFloat32, 5);
+  const Tensor y = add(sum(matmul(a, w)), sum(matmul(w, b)));
+  const int64_t before = memory::stats(kCPU).allocated_bytes.current;
+  memory::reset_peak(kCPU);
+  y.backward();
+  const int64_t grad_bytes = 1000 * 100 * 4;
+  CHECK(memory::stats(kCPU).allocated_bytes.peak - before < 2 * grad_bytes + grad_bytes / 2);  // two, not three
+  // The values: a^T 1 + 1 b^T (float64 loops).
+  const std::vector<double> av = values_of(a), bv = values_of(b), got = values_of(w.grad());
+  double worst = 0;
+  for (int64_t i = 0; i < 1000; ++i)
+    for (int64_t j = 0; j < 100; ++j) {
+      double want = 0;
+      for (int64_t r = 0; r < 8; ++r) want += av[size_t(r * 1000 + i)] + bv[size_t(j * 8 + r)];
+      worst = std::max(worst, std::abs(got[size_t(i * 100 + j)] - want));
+    }
+  CHECK(worst < 1e-4);
+  // A hook on the twice-used tensor sees the sum, and what it keeps is not written afterwards.
+  Tensor v = random_tensor({4}, kFloat32, 6).requires_grad_();
+  const Tensor h = mul(v, 1.0);
+  Tensor kept;
+  autograd::register_hook(h, [&](const Tensor& g) {
+    kept = g;
+    return Tensor();
+  });
+  add(sum(mul(h, 2.0)), sum(mul(h, 3.0))).backward();
+  CHECK(values_of(kept) == std::vector<double>{5, 5, 5, 5});
+  CHECK(values_of(v.grad()) == std::vector<double>{5, 5, 5, 5});
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "autograd/ops/binary.h"
 #include "autograd/ops/loss.h"
 #include "autograd/ops/reduce.h"
 #include "core/error.h"
@@ -503,4 +504,15 @@ TEST_CASE("profiler: a free reports its block's category, a shared module its fi
   }
   CHECK(grad_frees == 6);  // three Linear layers' weight and bias .grad, freed by zero_grad
   CHECK(seeds >= 1);
+
+  // A tensor used twice: the engine sums its gradients in place (Note [Engine order]), and
+  // nothing the backward allocates is "outside ops".
+  profiler::Session twice;
+  const Tensor input = randn({4, 5});  // the user's: made before the session
+  twice.start();
+  const Tensor h = (*net)(input);
+  sum(add(mul(h, h.detach()), mul(h, 2.0))).backward();
+  twice.stop();
+  for (const memory::TraceEvent& e : twice.events())
+    if (e.action == TraceAction::Alloc) CHECK_MESSAGE((e.op && *e.op), "an allocation outside ops, ", e.size, " bytes");
 }
