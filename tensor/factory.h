@@ -33,7 +33,8 @@ Tensor randn(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullp
 /// Integers uniform in [low, high); default dtype int64.
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts = {kInt64}, Generator* gen = nullptr);
 
-/// A tensor holding `values` (converted to opts.dtype) with `sizes` (default: 1-D).
+/// A tensor holding `values` (converted to opts.dtype) with `sizes`; by default 1-D of
+/// values.size(), except that a single value makes a 0-d tensor (as torch.tensor(5.0)).
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& sizes, TensorOptions opts);
 template <typename T>

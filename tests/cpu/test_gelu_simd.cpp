@@ -20,27 +20,14 @@
 #include "tensor/factory.h"
 #include "tensor/ops/unary.h"
 #include "tensor/ops/unary_math.h"
+#include "tests/cpu_scopes.h"
 
 using namespace frugal;
 using namespace frugal::ops::cpu;
+using namespace frugal::testing;
 using ops::UnaryOp;
 
 namespace {
-
-constexpr GemmIsa kLevels[] = {GemmIsa::X86_64_V2, GemmIsa::X86_64_V3, GemmIsa::X86_64_V4};
-
-/// Uses a level for its lifetime, restoring the one before.
-struct LevelScope {
-  GemmIsa before = gemm_isa();
-  explicit LevelScope(GemmIsa isa) { set_gemm_isa(isa); }
-  ~LevelScope() { set_gemm_isa(before); }
-};
-
-struct ThreadScope {
-  int before = get_num_threads();
-  explicit ThreadScope(int n) { set_num_threads(n); }
-  ~ThreadScope() { set_num_threads(before); }
-};
 
 constexpr long double kInvSqrt2 = 0.707106781186547524400844362104849039L;
 constexpr long double kInvSqrt2Pi = 0.398942280401432677939946059934381868L;

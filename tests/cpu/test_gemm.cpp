@@ -11,26 +11,13 @@
 
 #include "core/threads.h"
 #include "tensor/cpu/gemm.h"
+#include "tests/cpu_scopes.h"
 
 using namespace frugal;
 using namespace frugal::ops::cpu;
+using namespace frugal::testing;
 
 namespace {
-
-constexpr GemmIsa kLevels[] = {GemmIsa::X86_64_V2, GemmIsa::X86_64_V3, GemmIsa::X86_64_V4};
-
-/// Uses a level for its lifetime, restoring the one before.
-struct LevelScope {
-  GemmIsa before = gemm_isa();
-  explicit LevelScope(GemmIsa isa) { set_gemm_isa(isa); }
-  ~LevelScope() { set_gemm_isa(before); }
-};
-
-struct ThreadScope {
-  int before = get_num_threads();
-  explicit ThreadScope(int n) { set_num_threads(n); }
-  ~ThreadScope() { set_num_threads(before); }
-};
 
 /// A (rows, cols) matrix in a buffer of its own: row- or column-major, `pad` unused elements
 /// after each row (column), filled with NaN so a kernel reading them shows.
