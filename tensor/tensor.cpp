@@ -455,34 +455,38 @@ double max_finite() {
 
 // As libtorch's item<T>() (c10::checked_convert): a value T cannot hold is refused, not wrapped
 // or rounded to inf (an int64 of 2^32 + 5 read as int32 would be 5). A fraction read as an
-// integer is truncated; NaN and inf read as a floating T pass.
+// integer is truncated; NaN and inf read as a floating T pass. The element is read from its
+// device once (one sync on CUDA, where loss.item<double>() runs every step); the checks and
+// the conversion then run on the host copy.
 template <typename T>
 T Tensor::item() const {
   FRUGAL_CHECK(numel() == 1, "item: expected a tensor with one element, got ", describe());
-  if constexpr (!std::is_same_v<T, bool>) {
-    if (dtype() != dtype_of<T>() && dtype() != kBool) {
-      const char* name = dtype_name(dtype_of<T>());
-      if constexpr (std::is_integral_v<T>) {
-        if (is_floating(dtype())) {
-          const double v = tolist<double>()[0];
-          FRUGAL_CHECK(std::isfinite(v) && v >= double(std::numeric_limits<T>::min()) &&
-                           v < -double(std::numeric_limits<T>::min()),
-                       "item: the value ", v, " of ", describe(), " cannot be converted to ", name,
-                       " without overflow");
-        } else {
-          const int64_t v = tolist<int64_t>()[0];
-          FRUGAL_CHECK(v >= int64_t(std::numeric_limits<T>::min()) && v <= int64_t(std::numeric_limits<T>::max()),
-                       "item: the value ", v, " of ", describe(), " cannot be converted to ", name,
-                       " without overflow");
-        }
+  if (dtype() == dtype_of<T>() || std::is_same_v<T, bool> || std::is_same_v<T, double>) return tolist<T>()[0];
+  Tensor host = *this;
+  if (!device().is_cpu()) {  // a raw copy, as tolist's: reading never records autograd history
+    host = empty(sizes(), {dtype(), kCPU});
+    ops::copy_into(host, *this);
+  }
+  if (dtype() != kBool) {
+    const char* name = dtype_name(dtype_of<T>());
+    if constexpr (std::is_integral_v<T>) {
+      if (is_floating(dtype())) {
+        const double v = host.tolist<double>()[0];
+        FRUGAL_CHECK(std::isfinite(v) && v >= double(std::numeric_limits<T>::min()) &&
+                         v < -double(std::numeric_limits<T>::min()),
+                     "item: the value ", v, " of ", describe(), " cannot be converted to ", name, " without overflow");
       } else {
-        const double v = tolist<double>()[0];
-        FRUGAL_CHECK(!std::isfinite(v) || std::abs(v) <= max_finite<T>(), "item: the value ", v, " of ", describe(),
-                     " cannot be converted to ", name, " without overflow");
+        const int64_t v = host.tolist<int64_t>()[0];
+        FRUGAL_CHECK(v >= int64_t(std::numeric_limits<T>::min()) && v <= int64_t(std::numeric_limits<T>::max()),
+                     "item: the value ", v, " of ", describe(), " cannot be converted to ", name, " without overflow");
       }
+    } else {
+      const double v = host.tolist<double>()[0];
+      FRUGAL_CHECK(!std::isfinite(v) || std::abs(v) <= max_finite<T>(), "item: the value ", v, " of ", describe(),
+                   " cannot be converted to ", name, " without overflow");
     }
   }
-  return tolist<T>()[0];
+  return host.tolist<T>()[0];
 }
 
 template <typename T>

@@ -76,9 +76,6 @@ void run_level(const GemmOperand<T>& a, const GemmOperand<T>& b, T* out, int64_t
   }
 }
 
-/// Multiply-adds below which a product block is not worth a thread of its own.
-constexpr int64_t kGemmBlockMacs = int64_t(1) << 18;
-
 // Blocks of whole rows (M >= N) or whole columns of out, in parallel when there are several
 // (Note [Eigen runs single-threaded]); the blocks depend on the shapes alone.
 template <typename T>

@@ -44,6 +44,10 @@ GemmOperand<T> row_major_matrix(const T* data, int64_t rows, int64_t cols) {
   return {data, rows, cols, cols, true};
 }
 
+/// Multiply-adds below which a product (a block of one, or a batch of them) is not worth a
+/// thread of its own.
+inline constexpr int64_t kGemmBlockMacs = int64_t(1) << 18;
+
 /// out (a.rows, b.cols), row-major with leading dimension ldc, = a @ b, or += a @ b when
 /// `accumulate`; split into blocks of rows or columns of out run on the op's threads. Bits do
 /// not depend on the thread count (Note [CPU determinism]).

@@ -43,16 +43,13 @@ struct MatrixOperand {
   }
 };
 
-/// Products below this many multiply-adds in all run on one thread.
-constexpr int64_t kBatchParallelMacs = int64_t(1) << 18;
-
 // out: (B, M, N) contiguous, = a @ b, or += a @ b when `accumulate`
 template <typename T>
 void gemm_batch(T* out, int64_t batch, const MatrixOperand<T>& a, const MatrixOperand<T>& b, bool accumulate) {
   const int64_t M = a.first.rows, N = b.first.cols;
   if (batch == 1) return gemm(a.at(0), b.at(0), out, N, accumulate);
   auto one = [&](int64_t i) { gemm_serial(a.at(i), b.at(i), out + i * M * N, N, accumulate); };
-  if (batch * M * N * a.first.cols >= kBatchParallelMacs && get_num_threads() > 1 && !in_parallel_region()) {
+  if (batch * M * N * a.first.cols >= kGemmBlockMacs && get_num_threads() > 1 && !in_parallel_region()) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < batch; ++i) one(i);
   } else {

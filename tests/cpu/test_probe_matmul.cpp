@@ -5,7 +5,7 @@
 // gradients: size-0 dims everywhere (K = 0 must give zeros and zero gradients), operands that
 // are transposed, permuted, narrowed with an offset, stepped by odd strides or expanded with
 // stride 0, sizes straddling the CPU kernel's blocking and threading thresholds (kGemmBlockMacs
-// in tensor/cpu/gemm.cpp, Eigen's small-product and GEMV paths), float16/bfloat16 inputs
+// in tensor/cpu/gemm.h, Eigen's small-product and GEMV paths), float16/bfloat16 inputs
 // that only a float32 accumulation gets right, IEEE NaN/inf propagation (0 * inf = NaN, a NaN
 // poisons only its rows), and the refusals of mixed and integer dtypes and of bad shapes.
 // The spec is torch.matmul's documented rules (torch.matmul, torch.mm, torch.bmm,
