@@ -235,6 +235,9 @@ double SequentialLR::chain_anchor(int64_t t) const {
 
 bool SequentialLR::chains(int64_t t) const {
   const auto [part, local] = part_at(t);
+  // At a milestone PyTorch steps the next part with step(0), which sets its closed form: a
+  // decay another scheduler applied before the milestone is dropped there, not carried on.
+  if (t > 0 && local == 0) return false;
   return part->chains(local);
 }
 

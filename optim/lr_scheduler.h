@@ -23,7 +23,8 @@
 // after == before the lr stays. Loading a state dict sets the closed form of the loaded
 // epoch: a resumed chain is the last loaded scheduler's lr until the others step.
 // OneCycleLR and CosineAnnealingWarmRestarts do not chain (chains() is false), as in
-// PyTorch, whose versions compute every step's lr from the base alone.
+// PyTorch, whose versions compute every step's lr from the base alone; nor does SequentialLR
+// at a milestone, where PyTorch's step(0) sets the next part's closed form.
 #include <cstdint>
 #include <memory>
 #include <string>

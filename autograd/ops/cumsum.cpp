@@ -21,11 +21,14 @@ namespace {
 // grad_x[k] = sum of g[j] for j >= k: the cumulative sum of g run backwards, in x's dtype
 struct CumsumBackward final : Node {
   DType dtype = kFloat32;  // x's
-  int64_t dim = 0;  // wrapped; -1 for a 0-d input (its own sum)
+  int64_t dim = 0;         // wrapped; -1 for a 0-d input (its own sum)
   std::string name() const override { return "CumsumBackward"; }
   TensorList apply(TensorList&& grads) override {
     if (dim < 0) return {in_dtype(grads[0], dtype)};
-    return {in_dtype(ops::reverse_cumsum(grads[0], dim), dtype)};
+    // Summed in the wider of x's dtype and the gradient's: a cumsum into a 16-bit dtype must
+    // not round x's gradient prefixes to 16 bits (PyTorch sums in x's dtype).
+    const Tensor& g = grads[0];
+    return {in_dtype(ops::reverse_cumsum(in_dtype(g, promote_types(g.dtype(), dtype)), dim), dtype)};
   }
 };
 

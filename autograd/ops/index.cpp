@@ -61,16 +61,19 @@ struct ScatterAddBackward final : Node {
     TensorList out(2);
     if (wants_grad(*this, 0)) out[0] = in_dtype(g, self_dtype);
     if (wants_grad(*this, 1)) {
+      // A 0-d index or src counts as 1-d, as in the forward (a 0-d index uses src[0] only).
       const Tensor idx = index.unpack(name());
-      Tensor picked = in_dtype(ops::gather(g, dim, idx), src_dtype);
-      if (idx.sizes() != src_sizes) {  // src elements beyond index's extent were not used
-        Tensor full = zeros(src_sizes, picked.options());
+      const Shape idx_sizes = idx.dim() == 0 ? Shape{1} : idx.sizes();
+      const Shape src_sizes_1d = src_sizes.empty() ? Shape{1} : src_sizes;
+      Tensor picked = in_dtype(ops::gather(g, dim, idx), src_dtype).reshape(idx_sizes);
+      if (idx_sizes != src_sizes_1d) {  // src elements beyond index's extent were not used
+        Tensor full = zeros(src_sizes_1d, picked.options());
         Tensor region = full;
-        for (int64_t d = 0; d < idx.dim(); ++d) region = region.narrow(d, 0, idx.size(d));
+        for (int64_t d = 0; d < int64_t(idx_sizes.size()); ++d) region = region.narrow(d, 0, idx_sizes[size_t(d)]);
         ops::copy_into(region, picked);
         picked = full;
       }
-      out[1] = picked;
+      out[1] = picked.reshape(src_sizes);
     }
     return out;
   }

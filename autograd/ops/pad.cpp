@@ -10,8 +10,8 @@
 // when something was cropped. Reflect and replicate read every output entry from x: index
 // o of the output reads x[i(o - left)] with i mirrored at the edges (reflect: -1 -> 1,
 // n -> n - 2), clamped into [0, n) (replicate) or wrapped (circular: -1 -> n - 1), one
-// index_select per dim (ops::pad_source_indices), whose backward adds the gradients of
-// the copies.
+// index_select per dim (circular wraps the entries left after cropping, as PyTorch) (ops::pad_source_indices), whose
+// backward adds the gradients of the copies.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -147,10 +147,20 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
     const int64_t n = x.size(d), l = left[size_t(d)], r = right[size_t(d)];
     FRUGAL_CHECK(!reflect || (l < n && r < n), op, ": reflect padding (", l, ", ", r, ") at dim ", d,
                  " must be less than the dim's size ", n, " for ", x.describe());
-    FRUGAL_CHECK(!circular || (l <= n && r <= n), op, ": circular padding (", l, ", ", r, ") at dim ", d,
-                 " wraps around more than once: at most the dim's size ", n, " for ", x.describe());
     FRUGAL_CHECK(out_sizes[size_t(d)] >= 1, op, ": padding (", l, ", ", r, ") leaves no entries at dim ", d, " of ",
                  x.describe());
+    if (circular) {
+      // Crop first, then wrap what is left (PyTorch's order: pad({1, 2, 3, 4, 5}, {-2, 3}) is
+      // {3, 4, 5, 3, 4, 5}, the copies taken from the cropped {3, 4, 5}).
+      const int64_t crop_l = std::max<int64_t>(-l, 0), kept = n - crop_l - std::max<int64_t>(-r, 0);
+      FRUGAL_CHECK(l <= kept && r <= kept, op, ": circular padding (", l, ", ", r, ") at dim ", d,
+                   " wraps around more than once: at most the ", kept, " entries left after cropping, for ",
+                   x.describe());
+      if (kept < n) out = out.narrow(d, crop_l, kept);
+      out = index_select(
+          out, d, ops::pad_source_indices(out_sizes[size_t(d)], kept, std::max<int64_t>(l, 0), index_mode, x.device()));
+      continue;
+    }
     // Every source index lies in [0, n) (ops::pad_source_index), so index_select's check never fires.
     out = index_select(out, d, ops::pad_source_indices(out_sizes[size_t(d)], n, l, index_mode, x.device()));
   }

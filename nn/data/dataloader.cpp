@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "autograd/offload_stream.h"
@@ -183,6 +184,16 @@ struct DataLoader::Pass {
   std::map<int64_t, Slot> ready;  // prepared batches by index
   bool stop = false;
   std::vector<std::thread> workers;
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    for (std::thread& t : workers) t.join();
+    workers.clear();
+  }
 };
 
 DataLoader::DataLoader(const TensorDataset& dataset, DataLoaderOptions options)
@@ -278,41 +289,47 @@ void DataLoader::start_pass() {
     Pass* p = pass.get();
     const int64_t window = std::max(options_.prefetch, options_.workers);
     const int64_t threads = std::min(options_.workers, p->num_batches);
-    for (int64_t w = 0; w < threads; ++w)
-      p->workers.emplace_back([this, p, window] {
-        while (true) {
-          int64_t i;
-          {
-            std::unique_lock<std::mutex> lock(p->mu);
-            p->cv.wait(lock, [&] { return p->stop || p->claimed < p->consumed + window; });
-            if (p->stop || p->claimed == p->num_batches) return;
-            i = p->claimed++;
-          }
-          Pass::Slot slot;
-          try {
-            slot.batch = make_batch(p->order, i, p->epoch);
-          } catch (...) { slot.error = std::current_exception(); }
-          const bool failed = slot.error != nullptr;
-          {
-            std::lock_guard<std::mutex> lock(p->mu);
-            p->ready.emplace(i, std::move(slot));
-          }
-          p->cv.notify_all();
-          if (failed) return;
+    const auto work = [this, p, window] {
+      while (true) {
+        int64_t i;
+        {
+          std::unique_lock<std::mutex> lock(p->mu);
+          // (claimed >= consumed always; consumed + window could overflow for a huge prefetch)
+          p->cv.wait(lock, [&] { return p->stop || p->claimed - p->consumed < window; });
+          if (p->stop || p->claimed == p->num_batches) return;
+          i = p->claimed++;
         }
-      });
+        Pass::Slot slot;
+        try {
+          slot.batch = make_batch(p->order, i, p->epoch);
+        } catch (...) { slot.error = std::current_exception(); }
+        const bool failed = slot.error != nullptr;
+        {
+          std::lock_guard<std::mutex> lock(p->mu);
+          p->ready.emplace(i, std::move(slot));
+        }
+        p->cv.notify_all();
+        if (failed) return;
+      }
+    };
+    for (int64_t w = 0; w < threads; ++w) {
+      try {
+        p->workers.emplace_back(work);
+      } catch (const std::system_error& e) {
+        // A thread the system refuses (a pids or memory limit) must not unwind past the ones
+        // started: a joinable std::thread's destructor terminates the process.
+        p->stop_workers();
+        FRUGAL_FAIL("DataLoader: could not start worker thread ", w + 1, " of ", threads,
+                    " (workers = ", options_.workers, "): ", e.what(), "; use fewer workers");
+      }
+    }
   }
   pass_ = std::move(pass);
 }
 
 void DataLoader::end_pass() {
   if (!pass_) return;
-  {
-    std::lock_guard<std::mutex> lock(pass_->mu);
-    pass_->stop = true;
-  }
-  pass_->cv.notify_all();
-  for (std::thread& t : pass_->workers) t.join();
+  pass_->stop_workers();
   pass_.reset();
 }
 

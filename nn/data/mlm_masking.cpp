@@ -38,6 +38,11 @@ int64_t mask_for_mlm(std::span<int64_t> ids, std::span<int64_t> labels, const Ml
     while (special(id));
     return id;
   };
+  // An id outside the vocab would pass through as a label (an error far away, in the loss)
+  // or be turned into [MASK] with no target.
+  for (size_t i = 0; i < ids.size(); ++i)
+    FRUGAL_CHECK(ids[i] >= 0 && ids[i] < m.vocab_size, op, ": id ", ids[i], " at position ", i,
+                 " is outside the vocab of ", m.vocab_size, " ids");
   int64_t selected = 0, eligible = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     labels[i] = -100;

@@ -468,3 +468,24 @@ TEST_CASE("probe optim: LR schedulers at every step, both ends included, and the
       },
       [&](int t) { return 0.8 * torch_seq[size_t(t)]; }, 15);
 }
+
+TEST_CASE("probe optim: SequentialLR at a milestone sets the next part's closed form under a chained StepLR") {
+  // torch 1.13, one optimizer with lr 0.1 and, stepped each epoch after opt.step():
+  //   seq = SequentialLR(opt, [LinearLR(opt, 0.1, 1.0, 5), ExponentialLR(opt, 0.9)], [8])
+  //   step = StepLR(opt, 3, 0.5)
+  // printed lr 0.028 0.046 0.032 0.041 0.05 0.025 0.025 0.1 0.045 for epochs 1-9: at epoch 8 the
+  // milestone's step(0) puts ExponentialLR's base back, dropping StepLR's decays.
+  Tensor p = f64_param({0.0}, {1});
+  optim::SGD opt(std::vector<Tensor>{p}, {.lr = 0.1});
+  auto warm = std::make_shared<optim::LinearLR>(opt, optim::LinearLROptions{0.1, 1.0, 5});
+  auto decay = std::make_shared<optim::ExponentialLR>(opt, optim::ExponentialLROptions{0.9});
+  optim::SequentialLR seq(opt, {warm, decay}, {8});
+  optim::StepLR step(opt, {3, 0.5});
+  const std::vector<double> torch = {0.028, 0.046, 0.032, 0.041, 0.05, 0.025, 0.025, 0.1, 0.045};
+  for (size_t e = 0; e < torch.size(); ++e) {
+    CAPTURE(e + 1);
+    seq.step();
+    step.step();
+    CHECK(opt.param_groups()[0].lr == doctest::Approx(torch[e]).epsilon(1e-12));
+  }
+}

@@ -106,7 +106,12 @@ std::vector<double> ref_pad(const std::vector<double>& x, const Shape& s, const 
       int64_t i = o[d] - pad[2 * k];
       if (mode == 1) i = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
       if (mode == 2) i = std::min(std::max<int64_t>(i, 0), n - 1);
-      if (mode == 3) i = ((i % n) + n) % n;
+      if (mode == 3) {  // crop, then wrap the entries left
+        const int64_t crop_l = std::max<int64_t>(-pad[2 * k], 0);
+        const int64_t kept = n - crop_l - std::max<int64_t>(-pad[2 * k + 1], 0);
+        const int64_t w = o[d] - std::max<int64_t>(pad[2 * k], 0);
+        i = crop_l + ((w % kept) + kept) % kept;
+      }
       if (i < 0 || i >= n) return value;
       j[d] = i;
     }
@@ -472,7 +477,7 @@ TEST_CASE("shape_ops: reflect, replicate and circular pads over the last 1-3 dim
                                    {{1, 2, 3, 3, 4}, {1, 1, 2, 2, 1, 0}},
                                    {{2, 3, 3, 4}, {0, 3, 1, 1, 2, 0}},
                                    {{0, 2, 3}, {2, 2}},
-                                   {{2, 3}, {-2, 2}}};
+                                   {{2, 4}, {-2, 2}}};
   const char* const names[] = {"", "reflect", "replicate", "circular"};
   for (const Case& c : cases) {
     for (Layout layout : kAllLayouts) {
@@ -499,6 +504,17 @@ TEST_CASE("shape_ops: reflect, replicate and circular pads over the last 1-3 dim
   check_close(pad(arange(0.0, 4.0).reshape({1, 4}), {2, 2}, "circular"), {2, 3, 0, 1, 2, 3, 0, 1}, 0.0, 0.0,
               "CircularPad1d");
   check_close(pad(arange(0.0, 2.0).reshape({1, 2}), {2, 2}, "circular"), {0, 1, 0, 1, 0, 1}, 0.0, 0.0, "wrap once");
+  // A negative pad crops before the copies are taken (PyTorch 1.13:
+  // F.pad(torch.arange(1., 6).reshape(1, 1, 5), (-2, 3), "circular") is [3, 4, 5, 3, 4, 5]).
+  check_close(pad(arange(1.0, 6.0).reshape({1, 1, 5}), {-2, 3}, "circular"), {3, 4, 5, 3, 4, 5}, 0.0, 0.0,
+              "crop then wrap");
+  check_close(pad(arange(1.0, 3.0).reshape({1, 1, 2}), {-1, 1}, "circular"), {2, 2}, 0.0, 0.0, "crop to one");
+  check_close(pad(arange(1.0, 6.0).reshape({1, 5}), {2, -2}, "circular"), {2, 3, 1, 2, 3}, 0.0, 0.0, "crop right");
+  check_error(
+      [] {
+        pad(zeros({1, 3}), {-1, 3}, "circular");
+      },
+      {"pad", "circular padding (-1, 3)", "more than once", "2 entries left"});
   check_error(
       [] {
         pad(zeros({1, 3}), {4, 0}, "circular");
