@@ -118,7 +118,7 @@ void Optimizer::add_param_group(ParamGroup group) {
     FRUGAL_CHECK(seen.insert(p.impl_ptr().get()).second, name_, ": parameter ", k, " of param group ", g, " (",
                  p.describe(), ") appears in more than one place");
   }
-  if (group.lr < 0) group.lr = default_lr();
+  if (group.lr == ParamGroup::kOptimizerLr) group.lr = default_lr();
   const std::vector<HyperParam> hypers = hyperparams();
   // Fields this optimizer does not read must stay unset: a silently ignored option is a bug.
   auto uses = [&](auto field) {

@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,8 +50,11 @@ using StateDict = std::vector<std::pair<std::string, Tensor>>;
 ///   optim::AdamW opt({{.params = decay}, {.params = no_decay, .weight_decay = 0.0}}, {.lr = 3e-4});
 struct ParamGroup {
   std::vector<Tensor> params;
-  /// Learning rate; negative (the default) means the optimizer's lr. LR schedulers write it.
-  double lr = -1.0;
+  /// Unset: the group takes the optimizer's lr. A sentinel no one types: a mistyped negative
+  /// lr must be refused (as PyTorch does), not read as "unset".
+  static constexpr double kOptimizerLr = -std::numeric_limits<double>::infinity();
+  /// Learning rate; kOptimizerLr (the default) means the optimizer's lr. LR schedulers write it.
+  double lr = kOptimizerLr;
   // SGD
   std::optional<double> momentum{};
   std::optional<double> dampening{};

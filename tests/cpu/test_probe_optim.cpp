@@ -489,3 +489,17 @@ TEST_CASE("probe optim: SequentialLR at a milestone sets the next part's closed 
     CHECK(opt.param_groups()[0].lr == doctest::Approx(torch[e]).epsilon(1e-12));
   }
 }
+
+TEST_CASE("probe optim: a param group's negative lr is refused, an unset one takes the optimizer's") {
+  // torch: SGD([{'params': [p], 'lr': -0.5}], lr=0.1) raises "Invalid learning rate: -0.5".
+  Tensor p = f64_param({0.0}, {1}), q = f64_param({0.0}, {1});
+  check_error([&] { optim::SGD({{.params = {p}, .lr = -0.5}}, {.lr = 0.1}); },
+              {"SGD", "param group 0", "invalid learning rate -0.5"});
+  check_error([&] { optim::AdamW({{.params = {p}, .lr = -1.0}}, {.lr = 0.1}); },
+              {"AdamW", "param group 0", "invalid learning rate -1"});
+  optim::SGD opt({{.params = {p}}, {.params = {q}, .lr = 0.5}}, {.lr = 0.1});
+  CHECK(opt.param_groups()[0].lr == 0.1);
+  CHECK(opt.param_groups()[1].lr == 0.5);
+  optim::SGD later(std::vector<Tensor>{p}, {.lr = 0.1});
+  check_error([&] { later.add_param_group({.params = {q}, .lr = -0.25}); }, {"SGD", "invalid learning rate -0.25"});
+}
