@@ -40,11 +40,13 @@ std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 /// (a module's parameters) accumulate their .grad once, during that recompute.
 ///
 /// fn must be deterministic given its inputs and those generators, draw its random numbers on
-/// the calling thread, and not destroy a generator it drew from before backward (the replay
-/// refuses then). fn may not write its inputs in place (a clear error), nor, unless guarded by
-/// in_checkpoint_recompute(), a tensor it captures (the recompute refuses to write it again),
-/// and an output that aliases an input, another output or a captured parameter may
-/// not be written in place while that tensor lives (Note [Aliases of transform outputs]).
+/// the calling thread (and no other thread may draw from those generators while fn or its
+/// backward runs: the replay moves them back for a while), and not destroy a generator it
+/// drew from before backward (the replay refuses then). fn may not write its inputs in place
+/// (a clear error), nor, unless guarded by in_checkpoint_recompute(), a tensor it captures
+/// (the recompute refuses to write it again), and an output that aliases an input, another
+/// output or a captured parameter may not be written in place while that tensor lives (Note
+/// [Aliases of transform outputs]).
 /// Inside an autograd::grad call the recompute touches no .grad: captured leaves get their
 /// share only if they are among grad()'s inputs (unlike PyTorch's reentrant checkpoint, which
 /// accumulates into them; see nested_gradients in autograd/engine.h).

@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 #include <utility>
@@ -285,6 +286,8 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
           AutogradMeta& m = ensure_meta(Tensor(impl));
           const Tensor g =
               grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
+          static std::mutex retained_mutex;  // two threads' backward through one retained graph
+          std::lock_guard<std::mutex> lock(retained_mutex);
           m.grad = m.grad.defined() ? ops::add(m.grad, g) : g;
         }
     // Outputs that received no gradient get zeros, so every node sees a full list.
@@ -300,7 +303,9 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
     }
     if (anomaly) check_finite(*node, input_grads);
     if (!retain_graph) {
-      node->released = node->released || (node->saves_tensors() && node->holds_saved());
+      // Written only when it changes: a node shared with another thread's graph (a leaf's
+      // AccumulateGrad) must not see a racing store.
+      if (!node->released && node->saves_tensors() && node->holds_saved()) node->released = true;
       node->release_saved();
     }
     for (size_t i = 0; i < node->next_edges.size(); ++i) {

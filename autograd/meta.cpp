@@ -1,6 +1,7 @@
 #include "autograd/meta.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "autograd/ops/view.h"
 #include "autograd/ops/view_history.h"
@@ -40,6 +41,11 @@ Edge gradient_edge(const Tensor& t) {
     return {m->grad_fn, m->output_nr};
   }
   if (!m->requires_grad) return {};
+  // Threads building graphs over one leaf (a shared parameter) must find one accumulator, its
+  // mutex serializing their sums into .grad, and not write the weak_ptr at once (PyTorch
+  // locks the leaf's meta here).
+  static std::mutex accumulator_mutex;
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
   std::shared_ptr<Node> acc = m->accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t);

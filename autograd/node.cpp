@@ -97,36 +97,40 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   core::CategoryScope category(core::Category::Gradients);  // the copies below are .grad
   Tensor g = std::move(grads[0]);
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
-  if (!m.grad.defined()) {
-    // Steal the incoming buffer when nothing else holds it; otherwise copy, since a
-    // later accumulation writes into .grad in place. .grad is contiguous, or channels-last
-    // for a channels-last leaf (the parameter's layout, as PyTorch; Note [Channels-last layout]).
-    const bool channels_last = suggests_channels_last(leaf);
-    const bool in_layout = channels_last ? is_channels_last(g) : g.is_contiguous();
-    // Stolen only when the gradient is its whole storage: a view of part of a buffer (a
-    // split's adjacent grads joined, Note [Split backward without a copy]) would keep the
-    // rest alive as long as .grad, labelled a gradient.
-    const bool whole =
-        g.storage_offset() == 0 && size_t(g.numel()) * element_size(g.dtype()) == g.impl().storage->nbytes;
-    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && in_layout && whole;
-    if (sole_owner) {
-      m.grad = g;
-      // A stolen buffer was allocated as a backward temporary; it is a gradient now.
-      memory::relabel(g.device(), g.impl().storage->data.get(), core::Category::Gradients);
-    } else if (channels_last) {
-      m.grad = empty_channels_last(g.sizes(), g.options());
-      ops::copy_into(m.grad, g);
+  {
+    // Held for the sum only: a post-accumulate hook may start another backward.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!m.grad.defined()) {
+      // Steal the incoming buffer when nothing else holds it; otherwise copy, since a
+      // later accumulation writes into .grad in place. .grad is contiguous, or channels-last
+      // for a channels-last leaf (the parameter's layout, as PyTorch; Note [Channels-last layout]).
+      const bool channels_last = suggests_channels_last(leaf);
+      const bool in_layout = channels_last ? is_channels_last(g) : g.is_contiguous();
+      // Stolen only when the gradient is its whole storage: a view of part of a buffer (a
+      // split's adjacent grads joined, Note [Split backward without a copy]) would keep the
+      // rest alive as long as .grad, labelled a gradient.
+      const bool whole =
+          g.storage_offset() == 0 && size_t(g.numel()) * element_size(g.dtype()) == g.impl().storage->nbytes;
+      const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl().storage.use_count() == 1 && in_layout && whole;
+      if (sole_owner) {
+        m.grad = g;
+        // A stolen buffer was allocated as a backward temporary; it is a gradient now.
+        memory::relabel(g.device(), g.impl().storage->data.get(), core::Category::Gradients);
+      } else if (channels_last) {
+        m.grad = empty_channels_last(g.sizes(), g.options());
+        ops::copy_into(m.grad, g);
+      } else {
+        m.grad = g.clone();
+      }
     } else {
-      m.grad = g.clone();
+      // A .grad the user set in another dtype (set_grad allows it, for optimizers' checks to
+      // be tested) would take every later gradient rounded to its dtype: refused, as PyTorch
+      // refuses to assign it ("assigned grad has data of a different type").
+      FRUGAL_CHECK(m.grad.dtype() == leaf.dtype(), "AccumulateGrad: the .grad of leaf ", leaf.describe(), " is ",
+                   m.grad.describe(), "; a gradient accumulates in its leaf's dtype: set_grad a ",
+                   dtype_name(leaf.dtype()), " tensor, or set_grad(Tensor()) before backward");
+      ops::add_(m.grad, g);
     }
-  } else {
-    // A .grad the user set in another dtype (set_grad allows it, for optimizers' checks to
-    // be tested) would take every later gradient rounded to its dtype: refused, as PyTorch
-    // refuses to assign it ("assigned grad has data of a different type").
-    FRUGAL_CHECK(m.grad.dtype() == leaf.dtype(), "AccumulateGrad: the .grad of leaf ", leaf.describe(), " is ",
-                 m.grad.describe(), "; a gradient accumulates in its leaf's dtype: set_grad a ",
-                 dtype_name(leaf.dtype()), " tensor, or set_grad(Tensor()) before backward");
-    ops::add_(m.grad, g);
   }
   if (!m.post_accumulate_grad_hooks.empty()) {
     const auto hooks = m.post_accumulate_grad_hooks;  // a hook may remove itself

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -114,6 +115,9 @@ class AccumulateGrad final : public Node {
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
+  // Backward runs on separate graphs that share this leaf may run on several threads at once
+  // (PyTorch's multithreaded autograd): their sums into .grad are serialized here.
+  std::mutex mutex_;
 };
 
 }  // namespace frugal::autograd

@@ -82,7 +82,7 @@ struct TensorImpl {
   Shape sizes;
   Shape strides;  // in elements
   DType dtype = kFloat32;
-  bool is_view = false;                 // made by a view op (make_view) over another tensor's storage
+  bool is_view = false;  // made by a view op (make_view) over another tensor's storage
   // A view's stamps (Note [Views without history] in autograd/ops/view_history.h): the
   // storage's history_rewrites when the first view of the chain was taken, and whether it
   // views a tensor that required grad from under NoGradGuard.
@@ -181,7 +181,9 @@ class Tensor {
   bool requires_grad() const;
   /// Marks a leaf as needing .grad; returns *this.
   const Tensor& requires_grad_(bool on = true) const;
-  /// The accumulated gradient (undefined until a backward reaches this tensor).
+  /// The accumulated gradient (undefined until a backward reaches this tensor). Backward runs
+  /// on several threads may sum into one leaf's .grad at once (serialized), but reading it
+  /// while one runs is a race, as in PyTorch: join them first.
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
   /// Backward from this tensor (a one-element tensor unless `gradient` is given).

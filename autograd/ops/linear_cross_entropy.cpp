@@ -115,6 +115,12 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   FRUGAL_CHECK(o.loss.reduction != Reduction::None, op,
                ": reduction None needs every row's logits; use cross_entropy(linear(x, weight, bias), target)");
   FRUGAL_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0, got ", o.chunk_rows);
+  FRUGAL_CHECK(!o.loss.weight.defined(), op, ": class weights (", o.loss.weight.describe(),
+               ") are not taken by the fused op; use cross_entropy(linear(x, weight, bias), target, options) for them");
+  // The range once over the whole target, so that a bad one is named by its own position, not
+  // by its place in a chunk of the kept rows.
+  const Tensor valid = ops::ne(target, double(o.loss.ignore_index));
+  ops::checked_class_index(op, target, valid, weight.size(0), o.loss.ignore_index, x);
 }
 
 /// The dtype of the products: the autocast dtype when autocast is on for x's device,

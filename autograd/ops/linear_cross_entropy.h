@@ -9,7 +9,9 @@
 namespace frugal {
 
 struct LinearCrossEntropyOptions {
-  CrossEntropyOptions loss;  // reduction Mean or Sum (None needs the per-row logits)
+  /// Reduction Mean or Sum (None needs the per-row logits); no class weights (use
+  /// cross_entropy(linear(...)) for them).
+  CrossEntropyOptions loss;
   /// Rows per chunk; 0 picks a quarter of the rows, at least 256 and at most 64 MiB of
   /// float32 logits.
   int64_t chunk_rows = 0;

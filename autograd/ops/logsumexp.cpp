@@ -4,9 +4,11 @@
 // logsumexp(x) = log(sum(exp(x - m))) + m with m = amax(x) over the reduced dims, so the
 // largest term is exp(0) = 1: nothing overflows and the sum is >= 1. m is a constant of the
 // graph (detached): the gradient of the formula does not depend on it, and amax's gradient,
-// which splits ties, would only add terms that cancel. An infinite m is replaced by 0, so
-// that x - m is never inf - inf: a slice of only -inf gives exp(-inf) = 0, a sum of 0 and
-// log(0) = -inf, and a slice holding +inf gives +inf, as PyTorch does. Where the sum is 0
+// which splits ties, would only add terms that cancel. m is the largest value below +inf,
+// 0 where there is none, so that x - m is never inf - inf: a slice of only -inf gives
+// exp(-inf) = 0, a sum of 0 and log(0) = -inf, and a slice holding +inf gives +inf, as
+// PyTorch does, with PyTorch's gradient exp(x - out): 0 for its finite entries (an m of 0
+// there made exp(100) overflow and their gradients 0 * inf = NaN). Where the sum is 0
 // (a slice of only -inf, or an empty one) the log is taken of 1 and the result filled with
 // -inf afterwards: the log's gradient g / 0 = inf would otherwise meet exp's 0 and give NaN
 // to every element of the slice (PyTorch's formula, g * exp(x - out), gives NaN there too;
@@ -44,13 +46,15 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   // m: the slices' maxima, detached, 0 where infinite or where a slice is empty.
   const Tensor m = autograd::raw([&] {
     if (count == 0) return zeros(kept, x.options());
-    const Tensor a = ops::amax(x.detach(), dims, /*keepdim=*/true);
-    return ops::masked_fill(a, ops::eq(ops::abs(a), INFINITY), 0.0);
+    const Tensor xd = x.detach();
+    const Tensor a = ops::amax(ops::masked_fill(xd, ops::eq(xd, INFINITY), -INFINITY), dims, /*keepdim=*/true);
+    return ops::masked_fill(a, ops::eq(a, -INFINITY), 0.0);
   });
   const Tensor s = sum(exp(sub(x, m)), dims, keepdim);
   // m in the result's shape: no grad, so the result's last node is the add, not a view (an
   // in-place op on it is fine, as on any fresh tensor).
-  const Tensor m_out = keepdim ? m : autograd::raw([&] { return m.reshape(ops::reduced_shape(x, reduced, /*keepdim=*/false)); });
+  const Tensor m_out =
+      keepdim ? m : autograd::raw([&] { return m.reshape(ops::reduced_shape(x, reduced, /*keepdim=*/false)); });
   const Tensor none = autograd::raw([&] { return ops::eq(s.detach(), 0.0); });  // log(0): see the Note
   return add(masked_fill(log(masked_fill(s, none, 1.0)), none, -INFINITY), m_out);
 }

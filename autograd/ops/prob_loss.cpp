@@ -41,8 +41,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 //   d/dy = w (max(log1p(-x), -100) - max(log x, -100)),
 // which is PyTorch's w (log(1 - x) - log x) = -w logit(x) wherever a logarithm is above -100
 // (x in [3.8e-44, 1 - 1e-16] in float64); at x = 0 or 1 PyTorch's is +-inf and this is
-// +-100, finite. An input or target outside [0, 1], or NaN, is an error, as PyTorch's CPU
-// kernel ("all elements of input/target should be between 0 and 1"). The
+// +-100, finite. An input outside [0, 1], or NaN, is an error, as PyTorch's CPU kernel ("all
+// elements of input should be between 0 and 1"); so is such a target, which PyTorch 1.13
+// does not check (a target of 2 is no probability: its loss is meaningless). The
 // check is ops::check_index_range over (x outside [0, 1]) as an index into one slot: at once
 // on the CPU, and on CUDA a deferred check read at the next synchronization, with no host
 // sync at the op (Note [Deferred index checks] in memory/deferred_checks.h), where PyTorch's
@@ -80,19 +81,18 @@ struct BinaryCrossEntropyBackward final : autograd::Node {
 // `what` names it in the message ("input" or "target").
 void check_probabilities(const char* op, const char* what, const Tensor& input) {
   if (input.numel() == 0) return;
-  const Tensor outside = autograd::raw([&] {
-    return ops::logical_not(ops::logical_and(ops::ge(input, 0.0), ops::le(input, 1.0))).to(kInt32);
-  });
-  ops::check_index_range(outside, 1, [op, what, sizes = input.sizes(), desc = input.describe()](int64_t,
-                                                                                                 int64_t position) {
-    Shape at(sizes.size());
-    for (size_t d = sizes.size(); d-- > 0;) {
-      at[d] = position % sizes[d];
-      position /= sizes[d];
-    }
-    return detail::str_cat(op, ": all elements of ", what, " should be between 0 and 1, but the one at ",
-                           shape_str(at), " of ", what, " ", desc, " is outside [0, 1] or NaN");
-  });
+  const Tensor outside = autograd::raw(
+      [&] { return ops::logical_not(ops::logical_and(ops::ge(input, 0.0), ops::le(input, 1.0))).to(kInt32); });
+  ops::check_index_range(
+      outside, 1, [op, what, sizes = input.sizes(), desc = input.describe()](int64_t, int64_t position) {
+        Shape at(sizes.size());
+        for (size_t d = sizes.size(); d-- > 0;) {
+          at[d] = position % sizes[d];
+          position /= sizes[d];
+        }
+        return detail::str_cat(op, ": all elements of ", what, " should be between 0 and 1, but the one at ",
+                               shape_str(at), " of ", what, " ", desc, " is outside [0, 1] or NaN");
+      });
 }
 
 void check_bce_operands(const char* op, const Tensor& input, const Tensor& target, const BceOptions& options) {
@@ -100,7 +100,8 @@ void check_bce_operands(const char* op, const Tensor& input, const Tensor& targe
   FRUGAL_CHECK(!autocast::is_enabled(input.device().type), op,
                ": unsafe to autocast (many models put a sigmoid right before it, and the logarithms of 16-bit "
                "probabilities saturate), as in PyTorch; use binary_cross_entropy_with_logits on the logits, which "
-               "is safe to autocast; got input ", input.describe());
+               "is safe to autocast; got input ",
+               input.describe());
   detail::check_binary_loss_operands(op, input, target, options.weight);
 }
 

@@ -44,8 +44,8 @@ int64_t check_class_target(const char* op, const Tensor& logits, const Tensor& t
 /// built later on CUDA (Note [Deferred index checks]).
 memory::CheckMessage bad_target_message(const char* op, int64_t C, int64_t ignore, const Tensor& target,
                                         const Tensor& logits) {
-  return [op, C, ignore, sizes = target.sizes(), tdesc = target.describe(), ldesc = logits.describe()](
-             int64_t value, int64_t row) {
+  return [op, C, ignore, sizes = target.sizes(), tdesc = target.describe(), ldesc = logits.describe()](int64_t value,
+                                                                                                       int64_t row) {
     Shape pos(sizes.size());
     for (size_t d = pos.size(), i = size_t(row); d-- > 0;) {
       pos[d] = int64_t(i % size_t(sizes[d]));
@@ -115,8 +115,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   const CrossEntropyRows rows = cross_entropy_rows(op, logits, target, opts);
   const DType acc = compute_dtype(logits.dtype());
   FRUGAL_CHECK(lse.defined() && lse.numel() == rows.R && lse.dtype() == kFloat64, op, ": lse ",
-               lse.defined() ? lse.describe() : "undefined", " is not the forward's (", rows.R,
-               " values of float64)");
+               lse.defined() ? lse.describe() : "undefined", " is not the forward's (", rows.R, " values of float64)");
   check_same_device(op, logits, lse);
   const Shape loss_shape = opts.reduction == Reduction::None ? target.sizes() : Shape{};
   FRUGAL_CHECK(grad_loss.defined() && grad_loss.sizes() == loss_shape, op, ": grad_loss ",
@@ -161,8 +160,16 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return mean(sq);
 }
 
-NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options,
-                       const char* op) {
+Tensor checked_class_index(const char* op, const Tensor& target, const Tensor& valid, int64_t C, int64_t ignore_index,
+                           const Tensor& input) {
+  Tensor index = where(valid, target, zeros({}, {target.dtype(), target.device()}));
+  // Ignored entries are 0 in the index, the others the target's own values: checking the
+  // index against [0, C) passes every ignored entry and names a bad value as given.
+  check_index_range(index, C, bad_target_message(op, C, ignore_index, target, input));
+  return index;
+}
+
+NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options, const char* op) {
   const int64_t C = check_class_target(op, log_probs, target);
   const Tensor& weight = options.weight;
   if (weight.defined()) {
@@ -172,13 +179,11 @@ NllTargets nll_targets(const Tensor& log_probs, const Tensor& target, const NllL
   }
   NllTargets r;
   const Tensor& valid = r.valid = ne(target, double(options.ignore_index));
-  r.index = where(valid, target, zeros({}, {target.dtype(), target.device()}));
-  // Ignored entries are 0 in the index, the others the target's own values: checking the
-  // index against [0, C) passes every ignored entry and names a bad value as given.
-  check_index_range(r.index, C, bad_target_message(op, C, options.ignore_index, target, log_probs));
+  r.index = checked_class_index(op, target, valid, C, options.ignore_index, log_probs);
   r.weight = valid.to(log_probs.dtype());
   if (weight.defined())
-    r.weight = mul(r.weight, index_select(weight.to(log_probs.dtype()), 0, r.index.reshape({-1})).reshape(target.sizes()));
+    r.weight =
+        mul(r.weight, index_select(weight.to(log_probs.dtype()), 0, r.index.reshape({-1})).reshape(target.sizes()));
   return r;
 }
 
@@ -210,22 +215,27 @@ void check_pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor&
 Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& target, double param,
                       Reduction reduction) {
   check_pointwise_loss(kind, input, target, param);
-  const Tensor d = sub(input, target), z = abs(d);
+  // 16-bit inputs are computed in float32 and rounded once: d^2 of a float16 d above 256
+  // overflows before the division by beta (smooth_l1(300, beta 1000) is 45, not inf).
+  const DType dtype = input.dtype(), acc = compute_dtype(dtype);
+  const Tensor d = sub(input.to(acc), target.to(acc)), z = abs(d);
   Tensor loss;
   if (kind == PointwiseLoss::L1 || (kind == PointwiseLoss::SmoothL1 && param == 0)) {
     loss = z;
   } else {
     const double scale = kind == PointwiseLoss::SmoothL1 ? 1.0 : param;  // huber = delta * smooth_l1(beta = delta)
     const Tensor inside = mul(square(d), 0.5 * scale / param);
-    const Tensor outside = affine(z, scale, -0.5 * param * scale);
+    // scale (|d| - beta / 2), not scale |d| - scale beta / 2: a huge delta's delta^2 overflows
+    const Tensor below = affine(z, 1.0, -0.5 * param);
+    const Tensor outside = scale == 1.0 ? below : mul(below, scale);
     loss = where(lt(z, param), inside, outside);
   }
   switch (reduction) {
-    case Reduction::None: return loss;
-    case Reduction::Sum: return sum(loss);
+    case Reduction::None: return loss.to(dtype);
+    case Reduction::Sum: return sum(loss).to(dtype);
     case Reduction::Mean: break;
   }
-  return mean(loss);
+  return mean(loss).to(dtype);
 }
 
 Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor& d, double param) {
@@ -233,7 +243,9 @@ Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor
   const Tensor sign_g = unary_backward(UnaryOp::Abs, gd, d);  // g sign(d), 0 at 0, NaN at NaN
   if (kind == PointwiseLoss::L1 || (kind == PointwiseLoss::SmoothL1 && param == 0)) return sign_g;
   const double scale = kind == PointwiseLoss::SmoothL1 ? 1.0 : param;
-  return where(lt(abs(d), param), mul(mul(d, gd), scale / param), mul(sign_g, scale));
+  const DType acc = compute_dtype(d.dtype());  // as the forward: d g of 16-bit values may overflow
+  const Tensor inside = mul(mul(d.to(acc), gd.to(acc)), scale / param).to(d.dtype());
+  return where(lt(abs(d), param), inside, mul(sign_g, scale));
 }
 
 }  // namespace frugal::ops

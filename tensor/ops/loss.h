@@ -94,7 +94,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 // is NaN at an infinite d, where torch's sign(d) gives +-1 (and +-delta for huber):
 //   l1: sign(d) (0 at 0)   smooth_l1: d / beta inside, sign(d) outside   huber: d inside,
 //   delta sign(d) outside.
-// At |d| = beta (delta) both sides agree. A NaN d gives NaN in value and gradient.
+// At |d| = beta (delta) both sides agree. A NaN d gives NaN in value and gradient (PyTorch
+// 1.13's l1 gradient there is 0, its sign(NaN); a NaN that reaches a loss should show).
+// 16-bit inputs are computed in float32 and rounded once, as PyTorch's CPU kernels do.
 // smooth_l1 with beta = 0 is l1 in the gradient too, 0 at d = 0, as PyTorch 2's
 // F.smooth_l1_loss, which calls l1_loss when beta = 0 (Debian's PyTorch 1.13 gives -1 there).
 enum class PointwiseLoss { L1, SmoothL1, Huber };
@@ -109,7 +111,7 @@ Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor
 
 /// torch.nn.functional.nll_loss's options.
 struct NllLossOptions {
-  Tensor weight{};             // (C) weight of each class, or undefined (all 1)
+  Tensor weight{};  // (C) weight of each class, or undefined (all 1)
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::Mean;
 };
@@ -119,6 +121,11 @@ struct NllLossOptions {
 /// false where the target is ignore_index (a class weight of 0 is not that). Checks the shapes
 /// as cross_entropy does and the range of the targets (on CUDA at the next synchronization:
 /// Note [Deferred index checks]).
+/// target with its ignored entries (valid false) set to 0, after checking the others lie in
+/// [0, C); a bad one is named with its position in `target` and `input`'s description (on
+/// CUDA at the next synchronization: Note [Deferred index checks]).
+Tensor checked_class_index(const char* op, const Tensor& target, const Tensor& valid, int64_t C, int64_t ignore_index,
+                           const Tensor& input);
 struct NllTargets {
   Tensor index, weight, valid;
 };
