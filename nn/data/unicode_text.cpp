@@ -33,54 +33,16 @@ size_t decode_one(std::string_view text, size_t i, char32_t& cp) {
   return need + 1;
 }
 
-struct Range {
-  char32_t first, last;
-};
-
 template <size_t N>
-bool in(const Range (&table)[N], char32_t cp) {
-  const Range* r =
-      std::upper_bound(std::begin(table), std::end(table), cp, [](char32_t c, const Range& x) { return c < x.first; });
+bool in(const tables::Range (&table)[N], char32_t cp) {
+  const auto* r = std::upper_bound(std::begin(table), std::end(table), cp,
+                                   [](char32_t c, const tables::Range& x) { return c < x.first; });
   return r != std::begin(table) && cp <= (r - 1)->last;
 }
 
-// Note [Unicode coverage]: the tables, sorted by first code point.
-constexpr Range kSpaces[] = {  // Zs, and Zl/Zp (U+2028/2029), on which str.split() splits
-    {0x0020, 0x0020}, {0x00A0, 0x00A0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
-constexpr Range kControls[] = {  // Cc, Cf and Co
-    {0x0000, 0x001F},    {0x007F, 0x009F},   {0x00AD, 0x00AD},   {0x0600, 0x0605},   {0x061C, 0x061C},
-    {0x06DD, 0x06DD},    {0x070F, 0x070F},   {0x0890, 0x0891},   {0x08E2, 0x08E2},   {0x180E, 0x180E},
-    {0x200B, 0x200F},    {0x202A, 0x202E},   {0x2060, 0x2064},   {0x2066, 0x206F},   {0xE000, 0xF8FF},
-    {0xFEFF, 0xFEFF},    {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x13438},
-    {0x1BCA0, 0x1BCA3},  {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F}, {0xF0000, 0xFFFFD},
-    {0x100000, 0x10FFFD}};
-constexpr Range kPunctuation[] = {  // ASCII as HF, then P* of the blocks listed in the Note
-    {33, 47},         {58, 64},         {91, 96},         {123, 126},       {0x00A1, 0x00A1}, {0x00A7, 0x00A7},
-    {0x00AB, 0x00AB}, {0x00B6, 0x00B7}, {0x00BB, 0x00BB}, {0x00BF, 0x00BF}, {0x037E, 0x037E}, {0x0387, 0x0387},
-    {0x2010, 0x2027}, {0x2030, 0x2043}, {0x2045, 0x2051}, {0x2053, 0x205E}, {0x2E00, 0x2E2E}, {0x2E30, 0x2E4F},
-    {0x2E52, 0x2E5D}, {0x3001, 0x3003}, {0x3008, 0x3011}, {0x3014, 0x301F}, {0x3030, 0x3030}, {0x303D, 0x303D},
-    {0x30A0, 0x30A0}, {0x30FB, 0x30FB}, {0xFE30, 0xFE52}, {0xFE54, 0xFE61}, {0xFE63, 0xFE63}, {0xFE68, 0xFE68},
-    {0xFE6A, 0xFE6B}, {0xFF01, 0xFF03}, {0xFF05, 0xFF0A}, {0xFF0C, 0xFF0F}, {0xFF1A, 0xFF1B}, {0xFF1F, 0xFF20},
-    {0xFF3B, 0xFF3D}, {0xFF3F, 0xFF3F}, {0xFF5B, 0xFF5B}, {0xFF5D, 0xFF5D}, {0xFF5F, 0xFF65}};
-constexpr Range kCjk[] = {  // HF's _is_chinese_char
-    {0x3400, 0x4DBF},   {0x4E00, 0x9FFF},   {0xF900, 0xFAFF},   {0x20000, 0x2A6DF},
-    {0x2A700, 0x2B73F}, {0x2B740, 0x2B81F}, {0x2B820, 0x2CEAF}, {0x2F800, 0x2FA1F}};
-constexpr Range kMarks[] = {{0x0300, 0x036F}, {0x0483, 0x0487}, {0x1AB0, 0x1ABD}, {0x1ABF, 0x1ACE},
-                            {0x1DC0, 0x1DFF}, {0x20D0, 0x20DC}, {0x20E1, 0x20E1}, {0x20E5, 0x20F0},
-                            {0x302A, 0x302D}, {0x3099, 0x309A}, {0xFE20, 0xFE2F}};
-
-// Upper-case runs: first..last in steps of `step` map to cp + delta.
-struct CaseRun {
-  char32_t first, last;
-  int step, delta;
-};
-constexpr CaseRun kLower[] = {{0x0041, 0x005A, 1, 32}, {0x00C0, 0x00D6, 1, 32},   {0x00D8, 0x00DE, 1, 32},
-                              {0x0100, 0x012E, 2, 1},  {0x0132, 0x0136, 2, 1},    {0x0139, 0x0147, 2, 1},
-                              {0x014A, 0x0176, 2, 1},  {0x0178, 0x0178, 1, -121}, {0x0179, 0x017D, 2, 1},
-                              {0x0386, 0x0386, 1, 38}, {0x0388, 0x038A, 1, 37},   {0x038C, 0x038C, 1, 64},
-                              {0x038E, 0x038F, 1, 63}, {0x0391, 0x03A1, 1, 32},   {0x03A3, 0x03AB, 1, 32},
-                              {0x0400, 0x040F, 1, 80}, {0x0410, 0x042F, 1, 32}};
+// HF's _is_chinese_char: not a Unicode property, so written here rather than generated.
+constexpr tables::Range kCjk[] = {{0x3400, 0x4DBF},   {0x4E00, 0x9FFF},   {0xF900, 0xFAFF},   {0x20000, 0x2A6DF},
+                                  {0x2A700, 0x2B73F}, {0x2B740, 0x2B81F}, {0x2B820, 0x2CEAF}, {0x2F800, 0x2FA1F}};
 
 }  // namespace
 
@@ -108,43 +70,44 @@ bool valid_utf8(std::string_view text, size_t* bad_offset) {
   return true;
 }
 
-bool is_whitespace(char32_t cp) { return cp == '\t' || cp == '\n' || cp == '\r' || in(kSpaces, cp); }
-bool is_control(char32_t cp) { return cp != '\t' && cp != '\n' && cp != '\r' && in(kControls, cp); }
-bool is_punctuation(char32_t cp) { return in(kPunctuation, cp); }
+// Note [Unicode coverage]: the generated tables of nn/data/unicode_tables.inc.
+bool is_whitespace(char32_t cp) { return cp == '\t' || cp == '\n' || cp == '\r' || in(tables::kSpaces, cp); }
+bool is_control(char32_t cp) { return cp != '\t' && cp != '\n' && cp != '\r' && in(tables::kControls, cp); }
+bool is_punctuation(char32_t cp) { return in(tables::kPunctuation, cp); }
 bool is_cjk(char32_t cp) { return in(kCjk, cp); }
-bool is_combining_mark(char32_t cp) { return in(kMarks, cp); }
+bool is_combining_mark(char32_t cp) { return in(tables::kMarks, cp); }
 
 namespace {
 void append_lower(std::vector<char32_t>& out, char32_t cp) {
-  if (cp == 0x0130) {  // LATIN CAPITAL LETTER I WITH DOT ABOVE: str.lower() gives two code points
-    out.push_back('i');
-    out.push_back(0x0307);
+  if (cp < 0x80) {  // ASCII, most text: only A-Z change (tools/gen_unicode_tables.py checks this)
+    out.push_back(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
     return;
   }
-  for (const CaseRun& r : kLower) {
-    if (cp < r.first) break;
-    if (cp <= r.last && (cp - r.first) % char32_t(r.step) == 0) {
-      out.push_back(char32_t(int64_t(cp) + r.delta));
-      return;
-    }
+  const auto& runs = tables::kLowerRuns;
+  const auto* r = std::upper_bound(std::begin(runs), std::end(runs), cp,
+                                   [](char32_t c, const tables::LowerRun& x) { return c < x.first; });
+  if (r != std::begin(runs) && cp <= (--r)->last && (cp - r->first) % r->step == 0) {
+    out.push_back(char32_t(int64_t(cp) + r->delta));
+    return;
+  }
+  for (const tables::LowerSpecial& s : tables::kLowerSpecials) {  // one entry (U+0130) in Unicode 14
+    if (s.cp != cp) continue;
+    for (char32_t to : s.to)
+      if (to) out.push_back(to);
+    return;
   }
   out.push_back(cp);
-}
-
-// A cased letter of the blocks the lower-case table covers (for Final_Sigma).
-bool is_cased(char32_t cp) {
-  return (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') ||
-         (cp >= 0xC0 && cp <= 0x24F && cp != 0xD7 && cp != 0xF7) || (cp >= 0x386 && cp <= 0x3FF && cp != 0x387) ||
-         (cp >= 0x400 && cp <= 0x481) || (cp >= 0x48A && cp <= 0x52F);
 }
 }  // namespace
 
 std::vector<char32_t> lower(const std::vector<char32_t>& word) {
   std::vector<char32_t> out;
   out.reserve(word.size());
-  const auto cased_at = [&](size_t i, int dir) {  // the first non-mark from i going dir
-    for (; i < word.size(); i += size_t(dir))
-      if (!is_combining_mark(word[i])) return is_cased(word[i]);
+  // Final_Sigma as CPython's str.lower() decides it: the first code point from i going `dir`
+  // that is not case-ignorable is cased; running off the word is not.
+  const auto cased_at = [&](size_t i, int dir) {
+    for (; i < word.size(); i += size_t(dir))  // from 0 going back, i wraps past word.size()
+      if (!in(tables::kCaseIgnorable, word[i])) return in(tables::kCased, word[i]);
     return false;
   };
   for (size_t i = 0; i < word.size(); ++i) {
@@ -168,16 +131,20 @@ int combining_class(char32_t cp) {
   return r != std::begin(t) && cp <= (r - 1)->last ? (r - 1)->combining_class : 0;
 }
 
-// The canonical ordering algorithm: each run of non-starters sorted stably by combining class
-// (an insertion sort, as the runs are a few marks long).
+// The canonical ordering algorithm: each run of non-starters sorted stably by combining class.
+// A stable sort, not an insertion sort, so that a long run of marks (a corpus's garbage) costs
+// n log n rather than n^2.
 void order_marks(std::vector<char32_t>& s) {
-  for (size_t i = 1; i < s.size(); ++i) {
-    const char32_t cp = s[i];
-    const int c = combining_class(cp);
-    if (c == 0) continue;
-    size_t j = i;
-    for (; j > 0 && combining_class(s[j - 1]) > c; --j) s[j] = s[j - 1];  // a starter (0) stops it
-    s[j] = cp;
+  const auto by_class = [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); };
+  for (size_t i = 0; i < s.size();) {
+    if (combining_class(s[i]) == 0) {
+      ++i;
+      continue;
+    }
+    size_t end = i + 1;
+    while (end < s.size() && combining_class(s[end]) != 0) ++end;
+    if (end - i > 1) std::stable_sort(s.begin() + ptrdiff_t(i), s.begin() + ptrdiff_t(end), by_class);
+    i = end;
   }
 }
 

@@ -2,9 +2,8 @@
 // The pieces of Unicode that BERT's text normalisation needs (nn/data/wordpiece.h): UTF-8
 // decoding and encoding, and the character classes, lower-casing and accent stripping of
 // Hugging Face's BasicTokenizer, which asks Python's unicodedata for them. frugal carries no
-// Unicode database: the classes are small tables over the common blocks (Note [Unicode
-// coverage]); canonical normalization (NFD, NFC) has complete generated tables (Note [Unicode
-// normalization]).
+// Unicode database, only the range tables these need, generated from Python's own (Note
+// [Unicode coverage], Note [Unicode normalization]).
 //
 // Note [Invalid UTF-8]
 // Text is decoded with replacement, never rejected: each maximal ill-formed subsequence
@@ -35,36 +34,38 @@ bool valid_utf8(std::string_view text, size_t* bad_offset = nullptr);
 using frugal::append_utf8;
 
 // Note [Unicode coverage]
-// The classes below are Python's unicodedata (Unicode 14) restricted to these blocks; the
-// tables were written from unicodedata and checked against it code point by code point. On
-// 9000 random strings drawn from these blocks (with stray bytes), WordPiece's tokens matched
-// a Python transcription of HF's BertTokenizer except where an unassigned code point (Cn)
-// occurred, which HF drops and frugal keeps:
+// Each class is HF's definition evaluated by Python 3.11's unicodedata (Unicode 14), for every
+// code point: tools/gen_unicode_tables.py writes the ranges into nn/data/unicode_tables.inc
+// from unicodedata and str.lower(), and checks the lower-casing there against str.lower() on
+// every code point and on random words. On 80000 random strings over all planes (with stray
+// bytes), WordPiece's ids matched a Python transcription of HF's BertTokenizer under Python 3.11
+// with each combination of lower_case and strip_accents; a later Python (a later Unicode) may
+// differ on the code points it newly assigns.
 // - whitespace: tab, newline, carriage return, every Zs, and U+2028/2029 (Zl, Zp), which HF
-//   keeps as letters but Python's str.split() then splits on (complete).
-// - control: every Cc and Cf (complete) and the private-use planes Co; unassigned code
-//   points (Cn), which HF also drops, are kept.
+//   keeps as letters but Python's str.split() then splits on.
+// - control, which clean-up drops: every C* code point but tab, newline and carriage return
+//   (HF's _is_control): Cc, Cf, Co, Cs and unassigned (Cn), so a code point that Unicode 14
+//   does not assign (a newer emoji) is dropped, as HF under Python 3.11 drops it.
 // - punctuation: ASCII 33-47, 58-64, 91-96, 123-126 (as HF, including $ + < = > ^ ` | ~,
-//   which Unicode calls symbols), and the P* code points of Latin-1 Supplement, Greek (U+037E, U+0387), General
-//   Punctuation (U+2000-206F), Supplemental Punctuation (U+2E00-2E7F), CJK Symbols and
-//   Punctuation (U+3000-303F), Katakana (U+30A0, U+30FB), CJK Compatibility and Small Form
-//   Variants (U+FE30-FE6F) and the fullwidth forms (U+FF00-FFEF). Other scripts'
-//   punctuation (Arabic, Devanagari, ...) stays inside words.
-// - CJK ideographs: HF's _is_chinese_char ranges exactly.
-// - lower-case: ASCII, Latin-1 Supplement, Latin Extended-A (with U+0130 -> "i" U+0307, as
-//   str.lower()), basic Greek (U+0386-03AB) and Cyrillic (U+0400-042F); others unchanged.
-// - NFD and NFC: complete (Note [Unicode normalization]).
-// - combining marks (Mn), which stripping drops: U+0300-036F, U+0483-0487, U+1AB0-1ACE,
-//   U+1DC0-1DFF, U+20D0-20F0 (the Mn ones), U+302A-302D, U+3099-309A and U+FE20-FE2F.
+//   which Unicode calls symbols) and every P* code point (the Arabic comma U+060C, the danda
+//   U+0964, ...).
+// - CJK ideographs: HF's _is_chinese_char ranges exactly (not a Unicode property).
+// - combining marks, which accent stripping drops: every Mn (HF's _run_strip_accents); the
+//   spacing (Mc) and enclosing (Me) marks stay.
+// - lower-case: str.lower(): each code point's full lower-case mapping (U+0130 becomes "i"
+//   U+0307), and Final_Sigma, under which a capital sigma becomes U+03C2 when, skipping
+//   case-ignorable code points, a cased one comes before it and none after it; "cased" and
+//   "case-ignorable" are the sets with which CPython decides this.
+// - NFD and NFC (Note [Unicode normalization]).
+// Lower-casing must see every letter that NFC (step 5 of Note [WordPiece pipeline]) can make:
+// "K" U+0301 composes to U+1E30, which, left upper-case, NFD would then strip back to "K".
 bool is_whitespace(char32_t cp);
 bool is_control(char32_t cp);
 bool is_punctuation(char32_t cp);
 bool is_cjk(char32_t cp);
 bool is_combining_mark(char32_t cp);
 /// Lower-cases `word` as str.lower() does (Note [Unicode coverage]): U+0130 becomes two code
-/// points, and a capital sigma ending a word becomes the final sigma U+03C2 (Unicode's
-/// Final_Sigma rule, with "cased" read as a letter of the lower-case table's blocks and only
-/// combining marks skipped as case-ignorable).
+/// points, and a capital sigma ending a word becomes the final sigma U+03C2 (Final_Sigma).
 std::vector<char32_t> lower(const std::vector<char32_t>& word);
 
 // Note [Unicode normalization]

@@ -96,7 +96,7 @@ std::vector<std::string> WordPiece::basic_tokenize(std::string_view text) const 
   const auto finish = [&] {  // step 6's normalisation and step 7 on one whitespace-separated word
     if (word.empty()) return;
     lowered = options_.lower_case ? unicode::lower(word) : word;
-    if (options_.strip_accents) {  // NFD, then the marks dropped (the decomposition's or the text's)
+    if (options_.strip_accents.value_or(options_.lower_case)) {  // NFD, then the marks dropped
       stripped = unicode::nfd(lowered);
       std::erase_if(stripped, unicode::is_combining_mark);
     } else {

@@ -14,7 +14,7 @@
 //  5. NFC (unicodedata.normalize("NFC", text)), so that "e" U+0301 is the vocab's U+00E9 and
 //     U+037E GREEK QUESTION MARK is ';' (Note [Unicode normalization]);
 //  6. split on whitespace; each word lower-cased (lower_case), then accents stripped
-//     (strip_accents: NFD, then combining marks dropped);
+//     (strip_accents, which unset follows lower_case: NFD, then combining marks dropped);
 //  7. each punctuation character made a word of its own ("don't" -> don ' t);
 //  8. WordPiece on each word: a word of more than max_input_chars_per_word code points is
 //     the unknown token; otherwise the longest vocab entry that prefixes it is taken, then
@@ -23,6 +23,7 @@
 // Unicode is covered by tables (Note [Unicode coverage]). decode() joins tokens with ' '
 // and removes " ##", without HF's clean_up_tokenization_spaces (" ." is left as it is).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,8 +33,10 @@ namespace frugal::data {
 
 /// The options of BertTokenizer that frugal supports (bert-base-uncased's values by default).
 struct WordPieceOptions {
-  bool lower_case = true;
-  bool strip_accents = true;
+  bool lower_case = true;  ///< do_lower_case
+  /// Unset follows lower_case, as HF's strip_accents=None: a cased model's tokenizer_config.json
+  /// (bert-base-cased: {"do_lower_case": false}) keeps accents, an uncased one strips them.
+  std::optional<bool> strip_accents{};
   std::string unk_token = "[UNK]";
   int64_t max_input_chars_per_word = 100;
 };
