@@ -406,7 +406,9 @@ void add_rearrange(std::vector<GradEntry>& t) {
                    for (int64_t k = 0; k < pairs; ++k) {
                      const int64_t n = sh[size_t(nd - 1 - k)];
                      const int64_t hi = mode == "reflect" ? n - 1 : mode == "circular" ? n : 2;
-                     pads.insert(pads.end(), {rng.range(n > 1 ? -1 : 0, hi), rng.range(0, hi)});
+                     const int64_t left = rng.range(n > 1 ? -1 : 0, hi);
+                     // circular wraps what is left after a crop: the right pad is at most that
+                     pads.insert(pads.end(), {left, rng.range(0, mode == "circular" && left < 0 ? n - 1 : hi)});
                    }
                    GradSample s;
                    s.inputs = {grad_in(values(rng, sh))};
