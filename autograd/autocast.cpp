@@ -107,6 +107,9 @@ DType target_dtype(Policy policy, const Tensor& t) {
 Tensor cast(const Tensor& t, DType dtype) {
   if (guard_depth == 0 || !t.is_leaf() || !t.requires_grad()) return t.to(dtype);
   const bool recording = autograd::is_grad_enabled();
+  // A cached cast hides its source from the no-grad paths that report a use of a tensor
+  // requiring grad (a checkpoint deciding whether to record): report it here.
+  if (!recording && autograd::probing_grad_use()) autograd::note_grad_use();
   CacheEntry& e = cache[{t.impl_ptr().get(), dtype}];
   const bool valid = e.source.lock() == t.impl_ptr() && e.storage.lock() == t.impl().storage &&
                      e.version == t.version() && (e.recorded || !recording);

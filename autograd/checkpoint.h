@@ -46,7 +46,9 @@ std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 /// (a clear error), nor, unless guarded by in_checkpoint_recompute(), a tensor it captures
 /// (the recompute refuses to write it again), and an output that aliases an input, another
 /// output or a captured parameter may not be written in place while that tensor lives (Note
-/// [Aliases of transform outputs]).
+/// [Aliases of transform outputs]). fn's forward runs without grad, so a register_hook inside
+/// fn must be guarded by `if (h.requires_grad())` (it then registers during the recompute),
+/// as with PyTorch's reentrant checkpoint.
 /// Inside an autograd::grad call the recompute touches no .grad: captured leaves get their
 /// share only if they are among grad()'s inputs (unlike PyTorch's reentrant checkpoint, which
 /// accumulates into them; see nested_gradients in autograd/engine.h).

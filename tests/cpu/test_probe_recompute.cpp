@@ -840,3 +840,34 @@ TEST_CASE("probe recompute: BlockPlanner's profiling leaves running statistics a
   CHECK(default_generator().offset() == 0);
   CHECK(buffers() != buffers_before);
 }
+
+TEST_CASE("probe recompute: a checkpoint sees a parameter whose autocast cast is already cached") {
+  // Inside one AutocastGuard the bf16 cast of w is cached; a checkpoint's no-grad forward that
+  // reused it handed nothing requiring grad to any op, so the region recorded nothing and w
+  // lost its gradient. By hand (and PyTorch 1.13 under torch.autocast): d/dw of
+  // sum(x w) + sum(2x w) is 3 colsum(x) per column: 36, 45, 54, 63; then colsum(x): 12 ... 21.
+  const Tensor x = arange(0.0, 12.0, 1.0).view({3, 4});
+  const Tensor w = arange(0.0, 16.0, 1.0).view({4, 4}).clone().requires_grad_();
+  const auto fn = [&](const Tensor& t) { return matmul(t, w); };
+  const auto column0 = [&] { return w.grad().select(1, 0).contiguous().tolist<float>(); };
+  {  // two regions over w in one guard: the second found the cast cached by the first
+    AutocastGuard amp(kCPU, kBFloat16);
+    const Tensor y1 = autograd::checkpoint(fn, x), y2 = autograd::checkpoint(fn, mul(x, 2.0));
+    CHECK(y1.requires_grad());
+    CHECK(y2.requires_grad());
+    sum(add(y1, y2).to(kFloat32)).backward();
+  }
+  CHECK(column0() == std::vector<float>{36, 45, 54, 63});
+  w.set_grad({});
+  {  // a no-grad evaluation first caches the cast; the checkpointed step must still record
+    AutocastGuard amp(kCPU, kBFloat16);
+    {
+      autograd::NoGradGuard no_grad;
+      (void)fn(x);
+    }
+    const Tensor y = autograd::checkpoint(fn, x);
+    REQUIRE(y.requires_grad());
+    sum(y.to(kFloat32)).backward();
+  }
+  CHECK(column0() == std::vector<float>{12, 15, 18, 21});
+}
