@@ -195,6 +195,10 @@ void GradScaler::unscale_(Optimizer& opt) {
   for (const auto& [g, work] : strided) g.copy_(work);
   for (const Tensor& g : grads)
     if (is_dense(g)) g.bump_version();
+  if (options_.sync_found_inf) {
+    FRUGAL_CHECK(!capture, kOp, ": sync_found_inf (sharded training) cannot run inside a CUDA graph capture");
+    for (const Tensor& flag : st.found_inf) options_.sync_found_inf(flag);
+  }
 
   st.stage = Stage::Unscaled;
   per_optimizer_[&opt] = std::move(st);

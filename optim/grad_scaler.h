@@ -81,6 +81,7 @@
 // because a float16 master weight is a mistake; here 16-bit parameters are allowed and
 // their update is computed in float, see Note [Optimizer state dtype]).
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -96,6 +97,13 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;     ///< in (0, 1)
   int64_t growth_interval = 2000;  ///< clean steps between growths, >= 1
   bool enabled = true;             ///< false: every method is a pass-through (step() just steps)
+  /// Sharded training: called by unscale_ with each device's found_inf flag (0-d float32, 1
+  /// where this process saw a non-finite gradient) before anything reads it. FSDP's shards
+  /// see only their part of each gradient, so an inf in one rank's shard must reach every
+  /// rank, or that rank alone skips its step (PyTorch's ShardedGradScaler all-reduces it):
+  /// pass FullyShardedDataParallel::found_inf_sync(). Every rank must have gradients on the
+  /// same devices; not inside a CUDA graph capture.
+  std::function<void(const Tensor& found_inf)> sync_found_inf{};
 };
 
 /// Dynamic loss scaler (see Note [Dynamic loss scaling]). Works with any number of

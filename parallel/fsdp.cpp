@@ -66,6 +66,7 @@
 #include "parallel/fsdp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -77,6 +78,8 @@
 #include "optim/optimizer.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/unary.h"
 
 namespace frugal::parallel {
 
@@ -615,6 +618,35 @@ void FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, 
     unit.shard.detach().copy_(flat.narrow(0, s.comm->rank() * n, n));
   }
   for (const auto& [name, b] : buffers) b.detach().copy_(state.at(name));
+}
+
+double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type) {
+  const char* op = "FullyShardedDataParallel::clip_grad_norm_";
+  FRUGAL_CHECK(max_norm >= 0, op, ": max_norm must be >= 0, got ", max_norm);
+  FRUGAL_CHECK(norm_type > 0, op, ": norm_type must be > 0 (or infinity), got ", norm_type);
+  autograd::NoGradGuard no_grad;
+  const bool inf = std::isinf(norm_type);
+  std::vector<Tensor> grads;
+  for (const Tensor& p : parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  // This rank's part, in float64 on the communicator's device (the padding of a shard is 0).
+  Tensor part = zeros({}, TensorOptions(kFloat64, comm()->device()));
+  for (const Tensor& g : grads) {
+    const Tensor a = ops::abs(g.to(kFloat64));
+    part = inf ? ops::maximum(part, ops::amax(a)) : ops::add(part, ops::sum(ops::pow(a, norm_type)));
+  }
+  comm()->all_reduce(part, inf ? ReduceOp::Max : ReduceOp::Sum)->wait();
+  const double total = inf ? part.item<double>() : std::pow(part.item<double>(), 1.0 / norm_type);
+  // clamp(max_norm / (total + 1e-6), max = 1), as optim::clip_grad_norm_: a NaN total makes
+  // every gradient NaN, as in PyTorch.
+  const double coef = max_norm / (total + 1e-6);
+  if (!(coef >= 1.0))
+    for (const Tensor& g : grads) ops::mul_(g, coef);
+  return total;
+}
+
+std::function<void(const Tensor&)> FullyShardedDataParallel::found_inf_sync() const {
+  return [comm = comm()](const Tensor& found_inf) { comm->all_reduce(found_inf, ReduceOp::Max)->wait(); };
 }
 
 }  // namespace frugal::parallel

@@ -17,6 +17,7 @@
 //
 // Checkpoints: parallel/fsdp_checkpoint.h (one file per rank plus an index; or consolidated).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -114,6 +115,17 @@ class FullyShardedDataParallel : public nn::UnaryModule {
     bool was_;
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  /// optim::clip_grad_norm_ for the whole model, after a synchronized backward: each rank's
+  /// shards hold part of every gradient, so the shards' |g|^p sums (maxima for p = inf) are
+  /// summed (maxed) across ranks before the coefficient is taken, as PyTorch's
+  /// FullyShardedDataParallel.clip_grad_norm_. optim::clip_grad_norm_(parameters()) would clip
+  /// each rank by its own shard's norm: the ranks' steps then differ. Returns the total norm
+  /// (float64), the same on every rank; one all_reduce and one host read.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  /// For optim::GradScalerOptions::sync_found_inf: all-reduces a found_inf flag with Max over
+  /// this model's communicator, so every rank skips a step any rank's shard overflowed in.
+  std::function<void(const Tensor&)> found_inf_sync() const;
 
   /// Units in shard order (the named units, then the root unit if it has parameters).
   const std::vector<FullyShardUnitLayout>& layout() const;

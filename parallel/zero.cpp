@@ -84,6 +84,9 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> c
     FRUGAL_CHECK(p.dtype() == params_[0].dtype() && p.device() == comm_->device() && p.is_floating_point(),
                  "ZeroAdamW: every parameter must be floating, of one dtype and on the communicator's device ",
                  comm_->device().str(), "; got ", p.describe(), " next to ", params_[0].describe());
+  for (size_t k = 0; k < params_.size(); ++k)  // (frozen ones would have no gradient to shard)
+    FRUGAL_CHECK(params_[k].requires_grad(), "ZeroAdamW: parameter ", k, " (", params_[k].describe(),
+                 ") does not require grad; pass only the trainable parameters");
   const int64_t P = comm_->size();
   if (stage_ == 2) {
     buckets_ = std::make_unique<GradientBuckets>(

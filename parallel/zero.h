@@ -44,7 +44,10 @@ struct ZeroMemoryReport {
 /// from 2N to 2N/size per rank, for one reduce-scatter and one all-gather per step (the
 /// same bytes as DDP's all-reduce). Stage 2 also keeps only the gradient shard (N/size plus
 /// the buckets in flight instead of N). Every rank must run every backward and step. Not
-/// copyable or movable (stage 2's backward hooks hold `this`).
+/// copyable or movable (stage 2's backward hooks hold `this`). No gradient clipping or
+/// GradScaler yet: stage 1's .grad is this rank's own, unaveraged, and stage 2 has none, so
+/// optim::clip_grad_norm_ on the parameters would clip each rank by a different norm (use
+/// FullyShardedDataParallel, whose clip_grad_norm_ and found_inf_sync() are sharded).
 class ZeroAdamW {
  public:
   ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> comm, optim::AdamWOptions options = {},

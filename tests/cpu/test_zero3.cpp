@@ -8,10 +8,12 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 
 #include "autograd/autocast.h"
+#include "autograd/meta.h"
 #include "autograd/ops/all.h"
 #include "models/vit.h"
 #include "nn/checkpoint.h"
@@ -19,12 +21,15 @@
 #include "nn/linear.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 #include "parallel/fsdp.h"
 #include "parallel/fsdp_checkpoint.h"
 #include "parallel/thread_communicator.h"
 #include "parallel/zero.h"
 #include "tensor/factory.h"
+#include "tensor/ops/fill.h"
 #include "tests/cpu/parallel_test_util.h"
 #include "tests/error_text.h"
 
@@ -591,4 +596,121 @@ TEST_CASE("zero-3: misuse fails with errors naming the unit or parameter") {
     check_contains(errors[r][3], {"linear", "weight", "float32[0]"});
     check_contains(errors[r][4], {"stage must be 1 or 2", "FullyShardedDataParallel"});
   }
+}
+
+TEST_CASE("zero-3: clip_grad_norm_ takes the whole model's norm across the shards (2-norm and inf-norm)") {
+  // optim::clip_grad_norm_(fsdp->parameters()) clips each rank by its own shard's norm (the
+  // ranks then step differently); the FSDP method sums the shards' parts first, as PyTorch's.
+  for (const double norm_type : {2.0, std::numeric_limits<double>::infinity()})
+    for (int p : {2, 3}) {
+      CAPTURE(p);
+      CAPTURE(norm_type);
+      const int64_t per_rank = 2, B = per_rank * p, steps = 3;
+      const double max_norm = 0.05;  // below every step's norm: each step clips
+      const Tensor x = random_tensor({steps, B, 6}, kFloat32, 311), y = random_tensor({steps, B, 3}, kFloat32, 312);
+      auto ref = net_model(31);
+      optim::AdamW ref_opt(ref->parameters(), kOpts);
+      std::vector<double> ref_norms;
+      std::vector<std::map<std::string, Tensor>> ref_weights;
+      for (int64_t s = 0; s < steps; ++s) {
+        mse_loss(ref->forward(x[s]), y[s]).backward();
+        ref_norms.push_back(optim::clip_grad_norm_(ref->parameters(), max_norm, norm_type));
+        ref_opt.step();
+        ref_opt.zero_grad();
+        ref_weights.push_back(as_map(ref->state_dict()));
+      }
+      PerRank<std::vector<double>> norms(static_cast<size_t>(p));
+      PerRank<std::vector<std::map<std::string, Tensor>>> weights(static_cast<size_t>(p));
+      const auto models = net_models(p, 31);
+      run_ranks(p, [&](const CommPtr& comm) {
+        const int r = comm->rank();
+        auto fsdp = std::make_shared<FullyShardedDataParallel>(models[size_t(r)], comm,
+                                                               parallel::FullyShardOptions{.units = kWithRoot});
+        optim::AdamW opt(fsdp->parameters(), kOpts);
+        for (int64_t s = 0; s < steps; ++s) {
+          mse_loss(fsdp->forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+          norms[size_t(r)].push_back(fsdp->clip_grad_norm_(max_norm, norm_type));
+          opt.step();
+          opt.zero_grad();
+          weights[size_t(r)].push_back(as_map(fsdp->full_state_dict()));
+        }
+      });
+      for (int r = 0; r < p; ++r) {
+        CAPTURE(r);
+        check_equiv(norms[size_t(r)], ref_norms, "total norm");
+        for (size_t s = 0; s < size_t(steps); ++s)
+          check_weights(weights[size_t(r)][s], ref_weights[s], "step " + std::to_string(s));
+      }
+    }
+}
+
+TEST_CASE("zero-3: a GradScaler with found_inf_sync skips on every rank when one rank's shard overflows") {
+  // Step 1 puts an inf in one element of net.0.weight's gradient on rank 0 only: after the
+  // reduce-scatter only the rank owning that element sees it. One process skips step 1 and
+  // halves the scale; every rank must do the same, or the shards step apart.
+  const int p = 2;
+  const int64_t per_rank = 2, B = per_rank * p, steps = 3;
+  const Tensor x = random_tensor({steps, B, 6}, kFloat32, 321), y = random_tensor({steps, B, 3}, kFloat32, 322);
+  const auto poison = [](const Tensor& g) {
+    Tensor h = g.clone();
+    ops::fill_(h.view({-1}).narrow(0, 3, 1), std::numeric_limits<double>::infinity());
+    return h;
+  };
+  int64_t ref_step = 0;
+  auto ref = net_model(32);
+  autograd::register_hook(ref->net->parameters()[0],
+                          [&](const Tensor& g) { return ref_step == 1 ? poison(g) : Tensor(); });
+  optim::AdamW ref_opt(ref->parameters(), kOpts);
+  optim::GradScaler ref_scaler({.init_scale = 1024.0});
+  std::vector<double> ref_scales;
+  std::vector<std::map<std::string, Tensor>> ref_weights;
+  for (ref_step = 0; ref_step < steps; ++ref_step) {
+    ref_scaler.scale(mse_loss(ref->forward(x[ref_step]), y[ref_step])).backward();
+    ref_scaler.step(ref_opt);
+    ref_scaler.update();
+    ref_opt.zero_grad();
+    ref_scales.push_back(ref_scaler.get_scale());
+    ref_weights.push_back(as_map(ref->state_dict()));
+  }
+  REQUIRE(ref_scales == std::vector<double>{1024, 512, 512});
+  PerRank<std::vector<double>> scales(static_cast<size_t>(p));
+  PerRank<std::vector<std::map<std::string, Tensor>>> weights(static_cast<size_t>(p));
+  const auto models = net_models(p, 32);
+  run_ranks(p, [&](const CommPtr& comm) {
+    const int r = comm->rank();
+    const Tensor first_weight = models[size_t(r)]->net->parameters()[0];
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(models[size_t(r)], comm,
+                                                           parallel::FullyShardOptions{.units = kWithRoot});
+    int64_t step = 0;
+    if (r == 0)
+      autograd::register_hook(first_weight, [&](const Tensor& g) { return step == 1 ? poison(g) : Tensor(); });
+    optim::AdamW opt(fsdp->parameters(), kOpts);
+    optim::GradScaler scaler({.init_scale = 1024.0, .sync_found_inf = fsdp->found_inf_sync()});
+    for (step = 0; step < steps; ++step) {
+      scaler.scale(mse_loss(fsdp->forward(rows(x[step], r, per_rank)), rows(y[step], r, per_rank))).backward();
+      scaler.step(opt);
+      scaler.update();
+      opt.zero_grad();
+      scales[size_t(r)].push_back(scaler.get_scale());
+      weights[size_t(r)].push_back(as_map(fsdp->full_state_dict()));
+    }
+  });
+  for (int r = 0; r < p; ++r) {
+    CAPTURE(r);
+    CHECK(scales[size_t(r)] == ref_scales);
+    for (size_t s = 0; s < size_t(steps); ++s)
+      check_weights(weights[size_t(r)][s], ref_weights[s], "step " + std::to_string(s));
+  }
+}
+
+TEST_CASE("zero-3: ZeroAdamW refuses a frozen parameter by name (stage 2 failed inside a hook's registration)") {
+  run_ranks(2, [&](const CommPtr& comm) {
+    const Tensor w = random_tensor({5}, kFloat64, 1).requires_grad_(), frozen = random_tensor({5}, kFloat64, 2);
+    for (int stage : {1, 2})
+      check_error(
+          [&] {
+            parallel::ZeroAdamW({w, frozen}, comm, kOpts, {.stage = stage});
+          },
+          {"ZeroAdamW", "parameter 1", "float64[5]", "does not require grad"});
+  });
 }
