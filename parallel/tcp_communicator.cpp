@@ -52,9 +52,9 @@ struct Header {
   uint32_t magic = kMagic;
   Kind kind = Kind::Collective;
   OpCode op = OpCode::Barrier;  // collectives: which one (checked against the receiver's)
-  uint16_t unused = 0;
-  uint64_t group = 0;  // the communicator's id (a world and its splits share connections)
-  uint64_t seq = 0;    // collectives: sequence number; point to point: the n-th send to this peer
+  uint16_t detail = 0;          // collectives: their arguments (collective_detail), checked as op is
+  uint64_t group = 0;           // the communicator's id (a world and its splits share connections)
+  uint64_t seq = 0;             // collectives: sequence number; point to point: the n-th send to this peer
   uint64_t bytes = 0;
 };
 
@@ -62,7 +62,28 @@ struct Message {
   OpCode op;
   uint64_t seq;
   std::vector<char> bytes;
+  uint16_t detail = 0;
 };
+
+// A collective's arguments that every rank must agree on, beyond its kind and byte count: the
+// dtype (a same-width mismatch, int32 against float32, passes the byte check and reduces
+// nonsense), the reduce op and broadcast's root. Ranks that disagree were silently given
+// different results; now the receiving rank names both sides.
+uint16_t collective_detail(DType dtype, int op_or_root) {
+  return uint16_t((unsigned(dtype) << 12) | (op_or_root & 0xFFF));
+}
+
+std::string describe_detail(OpCode code, uint16_t detail) {
+  const DType dtype = DType(detail >> 12);
+  const int rest = detail & 0xFFF;
+  switch (code) {
+    case OpCode::AllReduce:
+    case OpCode::ReduceScatter: return str_cat(dtype_name(dtype), ", ", to_string(ReduceOp(rest)));
+    case OpCode::AllGather: return dtype_name(dtype);
+    case OpCode::Broadcast: return str_cat(dtype_name(dtype), ", root ", rest);
+    default: return "-";
+  }
+}
 
 }  // namespace
 
@@ -183,7 +204,7 @@ class TcpMesh {
         break;
       }
       std::lock_guard lock(mu_);
-      if (h.kind == Kind::Collective) collective_[{peer, h.group}].push_back({h.op, h.seq, std::move(bytes)});
+      if (h.kind == Kind::Collective) collective_[{peer, h.group}].push_back({h.op, h.seq, std::move(bytes), h.detail});
       else p2p_[{peer, h.group, h.seq}] = std::move(bytes);
       cv_.notify_all();
     }
@@ -427,10 +448,11 @@ struct TcpCommunicator::Exchange {
   std::string what;
   Clock::time_point deadline;
   std::chrono::milliseconds timeout;
+  uint16_t detail;
 
   void send(int peer, const void* data, size_t bytes) {
     Header h;
-    h.kind = Kind::Collective, h.op = code, h.group = group, h.seq = seq, h.bytes = bytes;
+    h.kind = Kind::Collective, h.op = code, h.group = group, h.seq = seq, h.bytes = bytes, h.detail = detail;
     mesh.post(members[size_t(peer)], h, data, what);
   }
   std::vector<char> recv(int peer, size_t bytes) {
@@ -444,20 +466,28 @@ struct TcpCommunicator::Exchange {
       mesh.fail(msg);
       FRUGAL_FAIL(msg);
     }
+    if (m.detail != detail) {
+      const std::string msg =
+          str_cat(what, ": rank ", peer, " runs this ", op_name(code), " with (", describe_detail(code, m.detail),
+                  "), this rank with (", describe_detail(code, detail), "); every rank must pass the same dtype",
+                  code == OpCode::Broadcast ? " and root" : " and reduce op");
+      mesh.fail(msg);
+      FRUGAL_FAIL(msg);
+    }
     return std::move(m.bytes);
   }
 };
 
-TcpCommunicator::Exchange TcpCommunicator::begin(int code) {
+TcpCommunicator::Exchange TcpCommunicator::begin(int code, uint16_t detail) {
   const uint64_t seq = next_seq_++;
   std::string what = str_cat("tcp ", op_name(OpCode(code)), " #", seq, " on ", label());
   mesh_->check_healthy(what);
-  return Exchange{*mesh_, members_, id_, OpCode(code), seq, std::move(what), Clock::now() + timeout_, timeout_};
+  return Exchange{*mesh_, members_, id_, OpCode(code), seq, std::move(what), Clock::now() + timeout_, timeout_, detail};
 }
 
 std::shared_ptr<Work> TcpCommunicator::all_reduce(const Tensor& tensor, ReduceOp op) {
   check_cpu("all_reduce", tensor);
-  Exchange ex = begin(int(OpCode::AllReduce));
+  Exchange ex = begin(int(OpCode::AllReduce), collective_detail(tensor.dtype(), int(op)));
   const int p = size();
   const int64_t n = tensor.numel();
   const size_t es = element_size(tensor.dtype());
@@ -495,7 +525,7 @@ std::shared_ptr<Work> TcpCommunicator::all_gather(const Tensor& input, const Ten
   FRUGAL_CHECK(output.is_contiguous() && output.numel() == size() * input.numel() && output.dtype() == input.dtype(),
                "tcp all_gather: output must be contiguous with ", size(),
                " x input's elements and its dtype; got input ", input.describe(), ", output ", output.describe());
-  Exchange ex = begin(int(OpCode::AllGather));
+  Exchange ex = begin(int(OpCode::AllGather), collective_detail(input.dtype(), 0));
   const size_t bytes = size_t(input.numel()) * element_size(input.dtype());
   // A copy first: the input may be a view of the output (ZeRO gathers in place).
   const Tensor in = input.contiguous();
@@ -519,7 +549,7 @@ std::shared_ptr<Work> TcpCommunicator::reduce_scatter(const Tensor& input, const
                "tcp reduce_scatter: input's elements must split into ", p,
                " chunks and output must be one contiguous chunk of its dtype; got input ", input.describe(),
                ", output ", output.describe());
-  Exchange ex = begin(int(OpCode::ReduceScatter));
+  Exchange ex = begin(int(OpCode::ReduceScatter), collective_detail(input.dtype(), int(op)));
   const int64_t chunk = input.numel() / p;
   const size_t bytes = size_t(chunk) * element_size(input.dtype());
   const Tensor flat = input.contiguous();
@@ -542,7 +572,7 @@ std::shared_ptr<Work> TcpCommunicator::reduce_scatter(const Tensor& input, const
 std::shared_ptr<Work> TcpCommunicator::broadcast(const Tensor& tensor, int root) {
   check_cpu("broadcast", tensor);
   FRUGAL_CHECK(root >= 0 && root < size(), "tcp broadcast: root ", root, " out of range for ", size(), " ranks");
-  Exchange ex = begin(int(OpCode::Broadcast));
+  Exchange ex = begin(int(OpCode::Broadcast), collective_detail(tensor.dtype(), root));
   const size_t bytes = size_t(tensor.numel()) * element_size(tensor.dtype());
   const Tensor flat = tensor.contiguous();
   if (rank_ == root) {

@@ -78,7 +78,7 @@ class TcpCommunicator final : public Communicator {
   TcpCommunicator(std::shared_ptr<TcpMesh> mesh, uint64_t id, std::vector<int> members, int rank,
                   std::chrono::milliseconds timeout);
   struct Exchange;  // one collective's messages (tcp_communicator.cpp)
-  Exchange begin(int op_code);
+  Exchange begin(int op_code, uint16_t detail = 0);
   std::string label() const;
 
   std::shared_ptr<TcpMesh> mesh_;

@@ -183,3 +183,32 @@ TEST_CASE("mpi backend: collectives, training and the timeout under mpirun") {
   CHECK(code_fr != 0);
   check_contains(out_fr, {"WORLD_SIZE=2 but MPI's world says 1", "mpirun", "tcp backend"});
 }
+
+TEST_CASE("tcp backend: ranks that disagree on dtype or reduce op fail, naming both, instead of mixing bits") {
+  // int32 against float32 (the same bytes) and Max against Sum passed the byte-count check and
+  // gave each rank a different, meaningless result.
+  for (int variant : {0, 1}) {
+    CAPTURE(variant);
+    TcpStore server("127.0.0.1", 0, true, 10s);
+    std::string errors[2];
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        TcpStore store("127.0.0.1", server.port(), false, 10s);
+        TcpCommunicator comm(store, r, 2, "127.0.0.1", 10s);
+        errors[r] = error_of([&] {
+          if (variant == 0) comm.all_reduce(ones({4}, r == 1 ? kInt32 : kFloat32));
+          else comm.all_reduce(ones({4}), r == 1 ? ReduceOp::Max : ReduceOp::Sum);
+        });
+      });
+    for (auto& t : ranks) t.join();
+    if (variant == 0) {
+      check_contains(errors[0], {"tcp all_reduce #1 on rank 0: rank 1 runs this all_reduce with (int32, sum), this "
+                                 "rank with (float32, sum)"});
+      check_contains(errors[1], {"rank 0 runs this all_reduce with (float32, sum), this rank with (int32, sum)"});
+    } else {
+      check_contains(errors[0], {"rank 1 runs this all_reduce with (float32, max), this rank with (float32, sum)"});
+      check_contains(errors[1], {"every rank must pass the same dtype and reduce op"});
+    }
+  }
+}
