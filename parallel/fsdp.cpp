@@ -434,6 +434,23 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::UnaryModu
     }
     s.units.push_back(std::move(unit));
   }
+  // A tied weight (one tensor registered in two modules) claimed by a unit must not be used
+  // outside it: the unit frees its parameters after its forward, and the other user would
+  // read an empty tensor ("weight must be 2-D ... float32[0]"). named_parameters() lists a
+  // tie once, so every module's own registrations are walked here.
+  std::map<const TensorImpl*, std::vector<std::string>> paths;
+  for (const auto& [mname, m] : modules)
+    for (const auto& [pname, t] : m->named_parameters(/*recurse=*/false))
+      paths[t.impl_ptr().get()].push_back(mname.empty() ? pname : mname + "." + pname);
+  for (size_t u = 0; u < s.units.size(); ++u) {
+    const std::string& unit_name = s.options.units[u];
+    for (size_t k : s.units[u].params)
+      for (const std::string& path : paths[s.params[k].tensor.impl_ptr().get()])
+        FRUGAL_CHECK(path.rfind(unit_name + ".", 0) == 0, "FullyShardedDataParallel: parameter '", s.params[k].name,
+                     "' of unit '", unit_name, "' is also '", path,
+                     "' outside it (a tied weight); a unit's parameters exist only during its forward and backward: "
+                     "put every user of the tie in one unit, or leave it to the root unit");
+  }
   s.named = s.units.size();
   State::Unit root;
   for (size_t k = 0; k < s.params.size(); ++k)

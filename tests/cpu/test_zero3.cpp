@@ -714,3 +714,24 @@ TEST_CASE("zero-3: ZeroAdamW refuses a frozen parameter by name (stage 2 failed 
           {"ZeroAdamW", "parameter 1", "float64[5]", "does not require grad"});
   });
 }
+
+TEST_CASE("zero-3: a tied weight claimed by a unit and used outside it is refused, naming both paths") {
+  // Before, every rank failed at its first forward: "linear: weight must be 2-D ... float32[0]".
+  // The second layer applies the first one's weight: PyTorch's `second.weight = first.weight`.
+  struct TiedLinear : nn::UnaryModule {
+    Tensor weight;
+    explicit TiedLinear(const Tensor& w) { weight = register_parameter("weight", w); }
+    Tensor forward(const Tensor& x) override { return linear(x, weight, Tensor()); }
+    std::string type_name() const override { return "TiedLinear"; }
+  };
+  run_ranks(2, [&](const CommPtr& comm) {
+    auto first = std::make_shared<nn::Linear>(8, 8);
+    auto seq = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+        first, std::make_shared<nn::Tanh>(), std::make_shared<TiedLinear>(first->weight)});
+    check_error([&] { FullyShardedDataParallel(seq, comm, {.units = {"0"}}); },
+                {"FullyShardedDataParallel", "parameter '0.weight' of unit '0' is also '2.weight'", "tied weight"});
+    // Both users in the root unit: accepted (and trained as one process, per the probe).
+    FullyShardedDataParallel ok(seq, comm, {});
+    CHECK(ok.layout().size() == 1);
+  });
+}
