@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -62,6 +63,19 @@ std::string mpirun(int n) {
   return str_cat(
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np ", n,
       " ");
+}
+
+// body(comm, rank) on two thread ranks of the tcp backend, each with its own store connection.
+void on_two_tcp_ranks(const std::function<void(TcpCommunicator&, int)>& body) {
+  TcpStore server("127.0.0.1", 0, true, 10s);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      TcpStore store("127.0.0.1", server.port(), false, 10s);
+      TcpCommunicator comm(store, r, 2, "127.0.0.1", 10s);
+      body(comm, r);
+    });
+  for (auto& t : ranks) t.join();
 }
 
 }  // namespace
@@ -133,28 +147,22 @@ TEST_CASE("tcp backend: a rank that never joins makes the others time out naming
 }
 
 TEST_CASE("tcp backend: errors name the op, the shapes and dtypes, and both sides of a disagreement") {
-  TcpStore server("127.0.0.1", 0, true, 10s);
   std::string errors[2];
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      TcpStore store("127.0.0.1", server.port(), false, 10s);
-      TcpCommunicator comm(store, r, 2, "127.0.0.1", 10s);
-      errors[r] = error_of([&] { comm.reduce_scatter(zeros({7}), zeros({3})); });
-      const Tensor wide = zeros({4, 2});
-      check_contains(error_of([&] { comm.all_gather(zeros({4}), wide.transpose(0, 1)); }),
-                     {"tcp all_gather: output must be contiguous", "float32[4] cpu", "float32[2, 4] cpu"});
-      // Rank 0 runs all_reduce #1 while rank 1 runs all_gather #1: both fail, naming both.
-      const std::string e = error_of([&] {
-        if (r == 0) comm.all_reduce(ones({4}));
-        else comm.all_gather(ones({2}), zeros({4}));
-      });
-      if (r == 0) check_contains(e, {"tcp all_reduce #1 on rank 0: rank 1 sent 8 bytes of its all_gather #1"});
-      else check_contains(e, {"tcp all_gather #1 on rank 1: rank 0 sent 8 bytes of its all_reduce #1"});
-      // The failure poisons the communicator: later calls say so (Note [TCP backend]).
-      check_contains(error_of([&] { comm.barrier(); }), {"tcp barrier #2", "failed earlier", "sent 8 bytes"});
+  on_two_tcp_ranks([&](TcpCommunicator& comm, int r) {
+    errors[r] = error_of([&] { comm.reduce_scatter(zeros({7}), zeros({3})); });
+    const Tensor wide = zeros({4, 2});
+    check_contains(error_of([&] { comm.all_gather(zeros({4}), wide.transpose(0, 1)); }),
+                   {"tcp all_gather: output must be contiguous", "float32[4] cpu", "float32[2, 4] cpu"});
+    // Rank 0 runs all_reduce #1 while rank 1 runs all_gather #1: both fail, naming both.
+    const std::string e = error_of([&] {
+      if (r == 0) comm.all_reduce(ones({4}));
+      else comm.all_gather(ones({2}), zeros({4}));
     });
-  for (auto& t : ranks) t.join();
+    if (r == 0) check_contains(e, {"tcp all_reduce #1 on rank 0: rank 1 sent 8 bytes of its all_gather #1"});
+    else check_contains(e, {"tcp all_gather #1 on rank 1: rank 0 sent 8 bytes of its all_reduce #1"});
+    // The failure poisons the communicator: later calls say so (Note [TCP backend]).
+    check_contains(error_of([&] { comm.barrier(); }), {"tcp barrier #2", "failed earlier", "sent 8 bytes"});
+  });
   for (const auto& e : errors)
     check_contains(e, {"tcp reduce_scatter", "split into 2", "float32[7] cpu", "float32[3] cpu"});
 }
@@ -189,19 +197,13 @@ TEST_CASE("tcp backend: ranks that disagree on dtype or reduce op fail, naming b
   // gave each rank a different, meaningless result.
   for (int variant : {0, 1}) {
     CAPTURE(variant);
-    TcpStore server("127.0.0.1", 0, true, 10s);
     std::string errors[2];
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r)
-      ranks.emplace_back([&, r] {
-        TcpStore store("127.0.0.1", server.port(), false, 10s);
-        TcpCommunicator comm(store, r, 2, "127.0.0.1", 10s);
-        errors[r] = error_of([&] {
-          if (variant == 0) comm.all_reduce(ones({4}, r == 1 ? kInt32 : kFloat32));
-          else comm.all_reduce(ones({4}), r == 1 ? ReduceOp::Max : ReduceOp::Sum);
-        });
+    on_two_tcp_ranks([&](TcpCommunicator& comm, int r) {
+      errors[r] = error_of([&] {
+        if (variant == 0) comm.all_reduce(ones({4}, r == 1 ? kInt32 : kFloat32));
+        else comm.all_reduce(ones({4}), r == 1 ? ReduceOp::Max : ReduceOp::Sum);
       });
-    for (auto& t : ranks) t.join();
+    });
     if (variant == 0) {
       check_contains(errors[0], {"tcp all_reduce #1 on rank 0: rank 1 runs this all_reduce with (int32, sum), this "
                                  "rank with (float32, sum)"});

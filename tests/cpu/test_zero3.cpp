@@ -81,6 +81,11 @@ bool fsdp_dtype_is_float(const std::map<std::string, Tensor>& state) {
 const std::vector<std::string> kAllUnits = {"net.0", "net.2", "net.4"};  // = modules_of_type(model, "Linear")
 const std::vector<std::string> kWithRoot = {"net.0", "net.2"};           // net.4 is the root unit's
 
+/// `model` sharded over `comm` with the units kWithRoot.
+std::shared_ptr<FullyShardedDataParallel> sharded(const std::shared_ptr<Net>& model, const CommPtr& comm) {
+  return std::make_shared<FullyShardedDataParallel>(model, comm, parallel::FullyShardOptions{.units = kWithRoot});
+}
+
 /// One process on the whole batch: the weights after each step (by name) and the losses.
 struct Reference {
   std::vector<std::map<std::string, Tensor>> weights;
@@ -242,8 +247,7 @@ TEST_CASE("zero-3: gradient accumulation over 2 micro-batches per step (and unde
       const auto models = net_models(p, 31);
       run_ranks(p, [&](const CommPtr& comm) {
         const int r = comm->rank();
-        auto fsdp = std::make_shared<FullyShardedDataParallel>(models[size_t(r)], comm,
-                                                               parallel::FullyShardOptions{.units = kWithRoot});
+        auto fsdp = sharded(models[size_t(r)], comm);
         optim::AdamW opt(fsdp->parameters(), kOpts);
         for (int64_t s = 0; s < steps; ++s) {
           const Tensor xr = rows(x[s], r, micro * per_mb), yr = rows(y[s], r, micro * per_mb);
@@ -624,8 +628,7 @@ TEST_CASE("zero-3: clip_grad_norm_ takes the whole model's norm across the shard
       const auto models = net_models(p, 31);
       run_ranks(p, [&](const CommPtr& comm) {
         const int r = comm->rank();
-        auto fsdp = std::make_shared<FullyShardedDataParallel>(models[size_t(r)], comm,
-                                                               parallel::FullyShardOptions{.units = kWithRoot});
+        auto fsdp = sharded(models[size_t(r)], comm);
         optim::AdamW opt(fsdp->parameters(), kOpts);
         for (int64_t s = 0; s < steps; ++s) {
           mse_loss(fsdp->forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
@@ -679,8 +682,7 @@ TEST_CASE("zero-3: a GradScaler with found_inf_sync skips on every rank when one
   run_ranks(p, [&](const CommPtr& comm) {
     const int r = comm->rank();
     const Tensor first_weight = models[size_t(r)]->net->parameters()[0];
-    auto fsdp = std::make_shared<FullyShardedDataParallel>(models[size_t(r)], comm,
-                                                           parallel::FullyShardOptions{.units = kWithRoot});
+    auto fsdp = sharded(models[size_t(r)], comm);
     int64_t step = 0;
     if (r == 0)
       autograd::register_hook(first_weight, [&](const Tensor& g) { return step == 1 ? poison(g) : Tensor(); });
