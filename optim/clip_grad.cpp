@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -93,20 +94,27 @@ void check_finite_total(double total, double p) {
                "), so it cannot be clipped; pass error_if_nonfinite = false ", "to scale the gradients by it anyway");
 }
 
-double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p, bool error_if_nonfinite = false) {
-  double acc = 0.0;
-  for (const Tensor& g : grads) {
-    const double s = cpu_power_sum(g, p);
-    acc = std::isinf(p)
-              ? (std::isnan(s) || std::isnan(acc) ? std::numeric_limits<double>::quiet_NaN() : std::max(acc, s))
-              : acc + s;
-  }
+/// acc combined with one gradient's power sum s: their sum, or for p = inf their max; NaN propagates.
+double add_part(double acc, double s, double p) {
+  if (!std::isinf(p)) return acc + s;
+  return std::isnan(s) || std::isnan(acc) ? std::numeric_limits<double>::quiet_NaN() : std::max(acc, s);
+}
+
+/// The total norm from the combined power sums; scales the gradients by
+/// clamp(max_norm / (total + 1e-6), max = 1) and returns the total.
+double clip_by_total(const std::vector<Tensor>& grads, double max_norm, double p, double acc, bool error_if_nonfinite) {
   const double total = std::isinf(p) || p == 1.0 ? acc : p == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / p);
   if (error_if_nonfinite) check_finite_total(total, p);
   const double coef = max_norm / (total + 1e-6);
   if (!(coef >= 1.0))  // clamp(coef, max=1): scale when coef < 1 or NaN
     for (const Tensor& g : grads) ops::mul_(g, coef);
   return total;
+}
+
+double clip_cpu(const std::vector<Tensor>& grads, double max_norm, double p, bool error_if_nonfinite = false) {
+  double acc = 0.0;
+  for (const Tensor& g : grads) acc = add_part(acc, cpu_power_sum(g, p), p);
+  return clip_by_total(grads, max_norm, p, acc, error_if_nonfinite);
 }
 
 #ifdef FRUGAL_WITH_CUDA
@@ -199,6 +207,26 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   if (grads.empty()) return 0.0;
   if (!grads[0].is_cuda()) return clip_cpu(grads, max_norm, norm_type, error_if_nonfinite);
   return clip_device(grads, max_norm, norm_type, error_if_nonfinite).to(kCPU, kFloat64).item<double>();  // one sync
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       const std::function<double(double part, bool is_max)>& combine) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients(params, max_norm, norm_type);
+  const double p = norm_type;
+  double acc = 0.0;
+  for (const Tensor& g : grads) {
+    double part;
+    if (g.device().is_cpu()) {
+      part = cpu_power_sum(g, p);
+    } else {  // a host read per gradient
+      const Tensor a = ops::abs(g.to(kFloat64));
+      part = (std::isinf(p) ? ops::amax(a) : ops::sum(ops::pow(a, p))).item<double>();
+    }
+    acc = add_part(acc, part, p);
+  }
+  // Every process calls combine, with or without gradients: it is a collective.
+  return clip_by_total(grads, max_norm, p, combine(acc, std::isinf(p)), /*error_if_nonfinite=*/false);
 }
 
 }  // namespace frugal::optim

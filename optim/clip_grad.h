@@ -17,6 +17,7 @@
 // gradient is float64 and float32 otherwise, as PyTorch's (whose norm has the gradients'
 // dtype; for 16-bit gradients frugal's is float32). On the CPU the norm and the coefficient
 // are computed in double.
+#include <functional>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -32,6 +33,13 @@ namespace frugal::optim {
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
 
+/// clip_grad_norm_ over gradients sharded across processes (FSDP's shards hold part of every
+/// gradient): this process's sum of |g|^p (max |g| for p = inf) goes through `combine`, an
+/// all-reduce over the ranks (a max when is_max), before the root is taken, so every rank clips
+/// by the whole model's norm. Every rank must call it. The gradients may be on any one device
+/// (off the CPU, one host read per gradient).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       const std::function<double(double part, bool is_max)>& combine);
 /// Clamps every gradient of `params` (those that have one) into [-clip_value, clip_value] in
 /// place, as torch.nn.utils.clip_grad_value_ (NaN stays NaN); clip_value must be >= 0.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);

@@ -66,7 +66,6 @@
 #include "parallel/fsdp.h"
 
 #include <algorithm>
-#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -75,11 +74,10 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "core/instrument.h"
+#include "optim/clip_grad.h"
 #include "optim/optimizer.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
-#include "tensor/ops/reduce.h"
-#include "tensor/ops/unary.h"
 
 namespace frugal::parallel {
 
@@ -396,10 +394,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::UnaryModu
 
   // Parameters, by name, in the module's order; a unit claims those under its name.
   std::map<const TensorImpl*, size_t> index_of;
-  for (const auto& [name, t] : module_->named_parameters()) {
-    FRUGAL_CHECK(!index_of.count(t.impl_ptr().get()), "FullyShardedDataParallel: parameter '", name,
-                 "' is the same tensor as '", s.params[index_of[t.impl_ptr().get()]].name,
-                 "'; tied parameters are not supported");
+  for (const auto& [name, t] : module_->named_parameters()) {  // a tied tensor once (see the check below)
     FRUGAL_CHECK(t.dtype() == kFloat32 && t.device() == s.comm->device() && t.requires_grad(),
                  "FullyShardedDataParallel: parameter '", name, "' is ", t.describe(),
                  "; every parameter must be float32 (the master copy), require grad and be on the communicator's "
@@ -638,28 +633,11 @@ void FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, 
 }
 
 double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type) {
-  const char* op = "FullyShardedDataParallel::clip_grad_norm_";
-  FRUGAL_CHECK(max_norm >= 0, op, ": max_norm must be >= 0, got ", max_norm);
-  FRUGAL_CHECK(norm_type > 0, op, ": norm_type must be > 0 (or infinity), got ", norm_type);
-  autograd::NoGradGuard no_grad;
-  const bool inf = std::isinf(norm_type);
-  std::vector<Tensor> grads;
-  for (const Tensor& p : parameters())
-    if (p.grad().defined()) grads.push_back(p.grad());
-  // This rank's part, in float64 on the communicator's device (the padding of a shard is 0).
-  Tensor part = zeros({}, TensorOptions(kFloat64, comm()->device()));
-  for (const Tensor& g : grads) {
-    const Tensor a = ops::abs(g.to(kFloat64));
-    part = inf ? ops::maximum(part, ops::amax(a)) : ops::add(part, ops::sum(ops::pow(a, norm_type)));
-  }
-  comm()->all_reduce(part, inf ? ReduceOp::Max : ReduceOp::Sum)->wait();
-  const double total = inf ? part.item<double>() : std::pow(part.item<double>(), 1.0 / norm_type);
-  // clamp(max_norm / (total + 1e-6), max = 1), as optim::clip_grad_norm_: a NaN total makes
-  // every gradient NaN, as in PyTorch.
-  const double coef = max_norm / (total + 1e-6);
-  if (!(coef >= 1.0))
-    for (const Tensor& g : grads) ops::mul_(g, coef);
-  return total;
+  return optim::clip_grad_norm_(parameters(), max_norm, norm_type, [this](double part, bool is_max) {
+    const Tensor t = scalar_tensor(part, TensorOptions(kFloat64, comm()->device()));
+    comm()->all_reduce(t, is_max ? ReduceOp::Max : ReduceOp::Sum)->wait();
+    return t.item<double>();
+  });
 }
 
 std::function<void(const Tensor&)> FullyShardedDataParallel::found_inf_sync() const {
