@@ -74,8 +74,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
 #include "core/instrument.h"
-#include "optim/clip_grad.h"
 #include "optim/optimizer.h"
+#include "parallel/sharded_grads.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 
@@ -633,15 +633,11 @@ void FullyShardedDataParallel::load_full_state_dict(const std::map<std::string, 
 }
 
 double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_type) {
-  return optim::clip_grad_norm_(parameters(), max_norm, norm_type, [this](double part, bool is_max) {
-    const Tensor t = scalar_tensor(part, TensorOptions(kFloat64, comm()->device()));
-    comm()->all_reduce(t, is_max ? ReduceOp::Max : ReduceOp::Sum)->wait();
-    return t.item<double>();
-  });
+  return sharded_clip_grad_norm_(parameters(), comm(), max_norm, norm_type);
 }
 
 std::function<void(const Tensor&)> FullyShardedDataParallel::found_inf_sync() const {
-  return [comm = comm()](const Tensor& found_inf) { comm->all_reduce(found_inf, ReduceOp::Max)->wait(); };
+  return sharded_found_inf_sync(comm());
 }
 
 }  // namespace frugal::parallel

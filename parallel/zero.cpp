@@ -49,11 +49,31 @@
 //     of (m_b + m_b / P) e, plus one parameter's .grad;
 //   optimizer state: 2 S e (exp_avg, exp_avg_sq).
 // Against stage 1's N e of .grad (plus S e) and DDP's N e of .grad and 2 N e of state.
+//
+// Note [ZeRO clipping and loss scaling]
+// After the reduce-scatter each rank holds the averaged gradient of its own elements only,
+// each element on exactly one rank (the padding is zero). The parameters' .grad are no use:
+// stage 2 has none, and stage 1's are this rank's own, unaveraged. So clipping and loss
+// scaling act on the shard, as DeepSpeed's stage 1/2 and PyTorch's FSDP do:
+// - reduce_gradients() makes the shard before the step (stage 1 reduce-scatters and drops
+//   the full .grad then, which also frees N e bytes before the optimizer's step) and sets it
+//   as the .grad of shard_optimizer()'s parameter;
+// - clip_grad_norm_ all-reduces the ranks' sums of |g|^p (maxima for p = inf) so each rank
+//   scales its shard by the whole model's coefficient (parallel/sharded_grads.h);
+// - a GradScaler unscales the shard, and its found_inf flags must be all-reduced (Max)
+//   before they are read: an inf in the gradient lands in one rank's chunk, and that rank
+//   alone would skip its step, after which the shards hold different models.
+// The shard, once unscaled or clipped, must not receive more gradient: a backward between
+// reduce_gradients() and the step would add scaled, unclipped values to it, so it is refused.
+// When the scaler skips a step the all-gather still runs (every rank has skipped; it copies
+// the unchanged shard back), which keeps every rank's sequence of collectives the same.
 #include "parallel/zero.h"
 
 #include <limits>
 
 #include "autograd/grad_mode.h"
+#include "optim/grad_scaler.h"
+#include "parallel/sharded_grads.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/fill.h"
@@ -91,7 +111,11 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> c
   if (stage_ == 2) {
     buckets_ = std::make_unique<GradientBuckets>(
         params_, GradientBucketOptions{.bucket_cap_bytes = zero.bucket_cap_bytes, .pad_to = P, .release_grads = true},
-        [this](size_t b) { launch(b); }, [this] { retire_all(); });
+        [this](size_t b) { launch(b); },
+        [this] {
+          retire_all();
+          ++backward_rounds_;
+        });
     layout_ = buckets_->buckets();
   } else {
     layout_ = assign_buckets(params_, std::numeric_limits<int64_t>::max(), P);
@@ -152,32 +176,92 @@ void ZeroAdamW::retire_all() {
   while (!in_flight_.empty()) retire_oldest();
 }
 
-void ZeroAdamW::step() {
-  autograd::NoGradGuard no_grad;
+void ZeroAdamW::reduce_full_grads(const char* op) {
   const int64_t P = comm_->size();
-  if (stage_ == 1) {
-    grad_shard_ = empty({shard_.numel()}, shard_.options());
-    for (size_t i = 0; i < layout_.size(); ++i) {
-      const GradientBucket& b = layout_[i];
-      Tensor flat = zeros({b.padded}, params_[0].options());
-      for (size_t j = 0; j < b.params.size(); ++j) {
-        const Tensor& p = params_[b.params[j]];
-        const Tensor g = p.grad();
-        FRUGAL_CHECK(g.defined(), "ZeroAdamW.step: parameter ", b.params[j], " (", p.describe(),
-                     ") has no gradient; every parameter of a sharded step needs one");
-        slot_in(flat, b, j, p).copy_(g);
-      }
-      comm_->reduce_scatter(flat, grad_shard_.narrow(0, shard_offset_[i], b.padded / P), ReduceOp::Avg)->wait();
+  Tensor reduced = empty({shard_.numel()}, shard_.options());
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const GradientBucket& b = layout_[i];
+    Tensor flat = zeros({b.padded}, params_[0].options());
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Tensor& p = params_[b.params[j]];
+      const Tensor g = p.grad();
+      FRUGAL_CHECK(g.defined(), "ZeroAdamW.", op, ": parameter ", b.params[j], " (", p.describe(),
+                   ") has no gradient; every parameter of a sharded step needs one");
+      slot_in(flat, b, j, p).copy_(g);
     }
+    comm_->reduce_scatter(flat, reduced.narrow(0, shard_offset_[i], b.padded / P), ReduceOp::Avg)->wait();
+  }
+  // Added, not assigned: a step without zero_grad() since the last one sums, as .grad does.
+  if (grad_shard_.defined()) ops::add_(grad_shard_, reduced);
+  else grad_shard_ = reduced;
+  for (const Tensor& p : params_) p.set_grad(Tensor());
+}
+
+void ZeroAdamW::reduce(const char* op) {
+  autograd::NoGradGuard no_grad;
+  if (stage_ == 1) {
+    if (reduced_) {  // Note [ZeRO clipping and loss scaling]: nothing may arrive after it
+      for (size_t k = 0; k < params_.size(); ++k)
+        FRUGAL_CHECK(!params_[k].grad().defined(), "ZeroAdamW.", op, ": parameter ", k, " (", params_[k].describe(),
+                     ") got a gradient after the gradients were reduced (reduce_gradients, unscale_ or "
+                     "clip_grad_norm_) for this step; run every backward of a step before them");
+      return;
+    }
+    reduce_full_grads(op);
   } else {
     buckets_->finish();  // a no-op after a backward (its callback finished the round)
     retire_all();
-    FRUGAL_CHECK(grad_shard_.defined(),
-                 "ZeroAdamW.step (stage 2): no gradient shard; run a backward outside "
+    FRUGAL_CHECK(!reduced_ || backward_rounds_ == reduced_rounds_, "ZeroAdamW.", op,
+                 ": a backward ran after the gradients were reduced (reduce_gradients, unscale_ or "
+                 "clip_grad_norm_) for this step; run every backward of a step before them");
+    FRUGAL_CHECK(grad_shard_.defined(), "ZeroAdamW.", op,
+                 " (stage 2): no gradient shard; run a backward outside "
                  "no_sync() since the last zero_grad() before stepping");
   }
+  reduced_ = true;
+  reduced_rounds_ = backward_rounds_;
   shard_.set_grad(grad_shard_);
+}
+
+void ZeroAdamW::reduce_gradients() { reduce("reduce_gradients"); }
+
+double ZeroAdamW::clip_grad_norm_(double max_norm, double norm_type) {
+  reduce("clip_grad_norm_");
+  return sharded_clip_grad_norm_({shard_}, comm_, max_norm, norm_type);
+}
+
+std::function<void(const Tensor&)> ZeroAdamW::found_inf_sync() const { return sharded_found_inf_sync(comm_); }
+
+void ZeroAdamW::check_scaler(const optim::GradScaler& scaler, const char* op) const {
+  FRUGAL_CHECK(comm_->size() == 1 || !scaler.is_enabled() || scaler.options().sync_found_inf, "ZeroAdamW.", op,
+               ": over ", comm_->size(),
+               " ranks the GradScaler must be made with .sync_found_inf = found_inf_sync(): an overflow lands in one "
+               "rank's gradient shard, and that rank alone would skip its step");
+}
+
+void ZeroAdamW::unscale_(optim::GradScaler& scaler) {
+  check_scaler(scaler, "unscale_");
+  reduce("unscale_");
+  scaler.unscale_(*inner_);
+}
+
+void ZeroAdamW::step() {
+  reduce("step");
   inner_->step();
+  gather_params();
+}
+
+void ZeroAdamW::step(optim::GradScaler& scaler) {
+  check_scaler(scaler, "step");
+  reduce("step");
+  scaler.step(*inner_);
+  gather_params();
+}
+
+void ZeroAdamW::gather_params() {
+  autograd::NoGradGuard no_grad;
+  reduced_ = false;
+  const int64_t P = comm_->size();
   // All-gather bucket by bucket, the next one's gather in flight while one is copied out.
   auto gather = [&](size_t i) {
     Tensor flat = empty({layout_[i].padded}, shard_.options());
@@ -203,6 +287,7 @@ void ZeroAdamW::zero_grad(bool set_to_none) {
     else ops::zero_(g.detach());
   }
   shard_.set_grad(Tensor());
+  reduced_ = false;
   if (set_to_none || !grad_shard_.defined()) grad_shard_ = Tensor();
   else ops::zero_(grad_shard_);
 }

@@ -10,12 +10,17 @@
 //   opt.zero_grad();
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "optim/adam.h"
 #include "parallel/communicator.h"
 #include "parallel/grad_buckets.h"
+
+namespace frugal::optim {
+class GradScaler;
+}
 
 namespace frugal::parallel {
 
@@ -44,10 +49,17 @@ struct ZeroMemoryReport {
 /// from 2N to 2N/size per rank, for one reduce-scatter and one all-gather per step (the
 /// same bytes as DDP's all-reduce). Stage 2 also keeps only the gradient shard (N/size plus
 /// the buckets in flight instead of N). Every rank must run every backward and step. Not
-/// copyable or movable (stage 2's backward hooks hold `this`). No gradient clipping or
-/// GradScaler yet: stage 1's .grad is this rank's own, unaveraged, and stage 2 has none, so
-/// optim::clip_grad_norm_ on the parameters would clip each rank by a different norm (use
-/// FullyShardedDataParallel, whose clip_grad_norm_ and found_inf_sync() are sharded).
+/// copyable or movable (stage 2's backward hooks hold `this`).
+///
+/// Clipping and loss scaling act on the averaged gradient shard (Note [ZeRO clipping and loss
+/// scaling] in parallel/zero.cpp), never on the parameters' .grad:
+///
+///   optim::GradScaler scaler({.sync_found_inf = opt.found_inf_sync()});
+///   scaler.scale(loss).backward();
+///   opt.unscale_(scaler);            // reduce into the shard (stage 1), unscale it
+///   opt.clip_grad_norm_(1.0);        // the whole model's norm, the same on every rank
+///   opt.step(scaler);                // skipped on every rank if any rank's shard overflowed
+///   scaler.update();
 class ZeroAdamW {
  public:
   ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> comm, optim::AdamWOptions options = {},
@@ -56,10 +68,29 @@ class ZeroAdamW {
   ZeroAdamW(const ZeroAdamW&) = delete;
   ZeroAdamW& operator=(const ZeroAdamW&) = delete;
 
-  /// Averages the gradients over the ranks (stage 1; stage 2 did so during backward),
-  /// updates this rank's shard with frugal's AdamW math (optim::AdamW on the shard), and
-  /// gathers the updated parameters on every rank.
+  /// Averages the gradients over the ranks (reduce_gradients(); stage 2 did so during
+  /// backward), updates this rank's shard with frugal's AdamW math (optim::AdamW on the
+  /// shard), and gathers the updated parameters on every rank.
   void step();
+  /// As step(), through `scaler`: scaler.step on the shard (skipped, on every rank, when a
+  /// rank's shard had an inf or NaN), then the all-gather. unscale_ first unless done.
+  void step(optim::GradScaler& scaler);
+  /// Makes this rank's averaged gradient shard now, as step() would (every rank must call
+  /// it): stage 1 reduce-scatters the parameters' .grad and drops them, stage 2 waits for the
+  /// buckets in flight. Then shard_optimizer()'s one parameter has the shard as its .grad.
+  /// Called again before the step, it does nothing; a backward in between is refused (its
+  /// gradient would miss the unscale or clip already applied to the shard).
+  void reduce_gradients();
+  /// optim::clip_grad_norm_ of the whole model: reduce_gradients(), then the ranks' shards'
+  /// |g|^p sums are all-reduced before the coefficient is taken, so every rank clips by the
+  /// same norm, which it returns (float64). Every rank must call it.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  /// reduce_gradients(), then scaler.unscale_ of the shard. With more than one rank the scaler
+  /// must have been made with `.sync_found_inf = found_inf_sync()` (an overflow in one rank's
+  /// shard must skip every rank's step, or the shards step apart): refused otherwise.
+  void unscale_(optim::GradScaler& scaler);
+  /// For optim::GradScalerOptions::sync_found_inf: all-reduces a found_inf flag with Max.
+  std::function<void(const Tensor&)> found_inf_sync() const;
   /// Resets the parameters' .grad and the gradient shard (to undefined, or zeros).
   void zero_grad(bool set_to_none = true);
 
@@ -86,7 +117,7 @@ class ZeroAdamW {
   int64_t shard_numel() const { return shard_.numel(); }
   /// This rank's averaged gradient shard (shard_numel() elements, bucket by bucket, each
   /// bucket's chunk `rank`); undefined before the first backward after zero_grad(). Stage 1
-  /// computes it in step().
+  /// computes it in reduce_gradients() (or step()).
   const Tensor& gradient_shard() const { return grad_shard_; }
   /// Which parameters each bucket (unit of sharding) holds, reverse parameter order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
@@ -102,6 +133,15 @@ class ZeroAdamW {
   void launch(size_t b);
   void retire_oldest();
   void retire_all();
+  /// reduce_gradients(), naming the public method `op` in its errors.
+  void reduce(const char* op);
+  /// Stage 1: reduce-scatters the parameters' .grad, adds the result into the shard and
+  /// drops them.
+  void reduce_full_grads(const char* op);
+  /// All-gathers the updated shard into every rank's parameters (Note [ZeRO-1 step], 3).
+  void gather_params();
+  /// Refuses a scaler that does not share overflows across the ranks.
+  void check_scaler(const optim::GradScaler& scaler, const char* op) const;
   int64_t live_bucket_bytes() const;
 
   std::vector<Tensor> params_;
@@ -115,6 +155,11 @@ class ZeroAdamW {
   std::unique_ptr<GradientBuckets> buckets_;  // stage 2: the backward hooks
   std::deque<InFlight> in_flight_;
   int64_t bucket_bytes_peak_ = 0;
+  int64_t backward_rounds_ = 0;  // stage 2: backward passes that ended (their gradients in the shard)
+  // Set by reduce_gradients() until the step or zero_grad(): the shard holds every gradient
+  // so far and may since have been unscaled or clipped. Stage 2: backward_rounds_ then.
+  bool reduced_ = false;
+  int64_t reduced_rounds_ = 0;
 };
 
 }  // namespace frugal::parallel

@@ -9,18 +9,23 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <string>
 
 #include "autograd/checkpoint.h"
+#include "autograd/meta.h"
 #include "autograd/ops/all.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "parallel/thread_communicator.h"
 #include "parallel/zero.h"
 #include "tensor/factory.h"
+#include "tensor/ops/fill.h"
 #include "tests/cpu/parallel_test_util.h"
 #include "tests/error_text.h"
 
@@ -346,4 +351,165 @@ TEST_CASE("zero-2: misuse is an error that says what to do") {
     parallel::ZeroAdamW two({a}, comm, {}, {.stage = 2});
     check_error([&] { two.step(); }, {"ZeroAdamW.step", "no gradient shard", "backward"});
   });
+}
+
+namespace {
+/// The model's parameters after each step.
+using WeightsPerStep = std::vector<std::vector<Tensor>>;
+
+std::vector<Tensor> copies(const std::vector<Tensor>& params) {
+  std::vector<Tensor> w;
+  for (const Tensor& t : params) w.push_back(t.detach().clone());
+  return w;
+}
+
+/// `g` with element 3 set to inf (an overflow on one rank only).
+Tensor with_inf(const Tensor& g) {
+  Tensor h = g.clone();
+  ops::fill_(h.view({-1}).narrow(0, 3, 1), std::numeric_limits<double>::infinity());
+  return h;
+}
+}  // namespace
+
+TEST_CASE("zero-1/2: clip_grad_norm_ takes the whole model's norm across the shards (2-norm and inf-norm)") {
+  // Each rank's shard holds the averaged gradient of its own elements: the norm is the
+  // ranks' power sums combined, and every rank clips by it, as one process clips the model.
+  for (const double norm_type : {2.0, std::numeric_limits<double>::infinity()})
+    for (int p : {2, 3})
+      for (int stage : {1, 2}) {
+        CAPTURE(norm_type);
+        CAPTURE(p);
+        CAPTURE(stage);
+        const int64_t per_rank = 2, B = per_rank * p, steps = 3;
+        const double max_norm = 0.05;  // below every step's norm: each step clips
+        const Tensor x = random_tensor({steps, B, 6}, kFloat32, 141), y = random_tensor({steps, B, 3}, kFloat32, 142);
+        auto ref = data_parallel_mlp(14);
+        auto models = rank_models(*ref, p, /*equal=*/true);
+        optim::AdamW ref_opt(ref->parameters(), kOpts);
+        std::vector<double> ref_norms;
+        WeightsPerStep ref_weights;
+        for (int64_t s = 0; s < steps; ++s) {
+          mse_loss(ref->forward(x[s]), y[s]).backward();
+          ref_norms.push_back(optim::clip_grad_norm_(ref->parameters(), max_norm, norm_type));
+          ref_opt.step();
+          ref_opt.zero_grad();
+          ref_weights.push_back(copies(ref->parameters()));
+        }
+        PerRank<std::vector<double>> norms(static_cast<size_t>(p));
+        PerRank<WeightsPerStep> weights(static_cast<size_t>(p));
+        run_ranks(p, [&](const CommPtr& comm) {
+          const int r = comm->rank();
+          auto& model = *models[size_t(r)];
+          parallel::ZeroAdamW opt(model.parameters(), comm, kOpts, {.stage = stage, .bucket_cap_bytes = 256});
+          for (int64_t s = 0; s < steps; ++s) {
+            mse_loss(model.forward(rows(x[s], r, per_rank)), rows(y[s], r, per_rank)).backward();
+            norms[size_t(r)].push_back(opt.clip_grad_norm_(max_norm, norm_type));
+            opt.step();
+            opt.zero_grad();
+            weights[size_t(r)].push_back(copies(model.parameters()));
+          }
+        });
+        for (int r = 0; r < p; ++r) {
+          CAPTURE(r);
+          check_equiv(norms[size_t(r)], ref_norms, "total norm");
+          for (size_t s = 0; s < size_t(steps); ++s)
+            for (size_t i = 0; i < ref_weights[s].size(); ++i)
+              check_equiv(weights[size_t(r)][s][i], ref_weights[s][i], "param " + std::to_string(i));
+        }
+      }
+}
+
+TEST_CASE("zero-1/2: a GradScaler with found_inf_sync skips on every rank when one rank's shard overflows") {
+  // Step 1 puts an inf into one element of the first parameter's gradient on rank 0 only:
+  // after the reduce-scatter only the rank owning that element sees it. One process skips
+  // step 1 and halves the scale; every rank must, or the shards step apart. The steps also
+  // clip (after unscale_), as a mixed-precision loop does.
+  const int p = 2;
+  const int64_t per_rank = 2, B = per_rank * p, steps = 3;
+  const double max_norm = 0.05;
+  const Tensor x = random_tensor({steps, B, 6}, kFloat32, 151), y = random_tensor({steps, B, 3}, kFloat32, 152);
+  int64_t ref_step = 0;
+  auto ref = data_parallel_mlp(15);
+  const std::vector<decltype(rank_models(*ref, p))> models{rank_models(*ref, p, /*equal=*/true),
+                                                           rank_models(*ref, p, /*equal=*/true)};  // per stage
+  autograd::register_hook(ref->parameters()[0],
+                          [&](const Tensor& g) { return ref_step == 1 ? with_inf(g) : Tensor(); });
+  optim::AdamW ref_opt(ref->parameters(), kOpts);
+  optim::GradScaler ref_scaler({.init_scale = 1024.0});
+  std::vector<double> ref_scales;
+  WeightsPerStep ref_weights;
+  for (ref_step = 0; ref_step < steps; ++ref_step) {
+    ref_scaler.scale(mse_loss(ref->forward(x[ref_step]), y[ref_step])).backward();
+    ref_scaler.unscale_(ref_opt);
+    optim::clip_grad_norm_(ref->parameters(), max_norm);
+    ref_scaler.step(ref_opt);
+    ref_scaler.update();
+    ref_opt.zero_grad();
+    ref_scales.push_back(ref_scaler.get_scale());
+    ref_weights.push_back(copies(ref->parameters()));
+  }
+  CHECK(ref_scales == std::vector<double>{1024.0, 512.0, 512.0});
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    const auto& ranks = models[size_t(stage - 1)];
+    PerRank<std::vector<double>> scales(static_cast<size_t>(p));
+    PerRank<WeightsPerStep> weights(static_cast<size_t>(p));
+    run_ranks(p, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      auto& model = *ranks[size_t(r)];
+      int64_t step = 0;
+      if (r == 0)
+        autograd::register_hook(model.parameters()[0],
+                                [&](const Tensor& g) { return step == 1 ? with_inf(g) : Tensor(); });
+      parallel::ZeroAdamW opt(model.parameters(), comm, kOpts, {.stage = stage, .bucket_cap_bytes = 256});
+      optim::GradScaler unsynced({.init_scale = 1024.0});
+      check_error([&] { opt.unscale_(unsynced); }, {"ZeroAdamW.unscale_", "2 ranks", "sync_found_inf"});
+      check_error([&] { opt.step(unsynced); }, {"ZeroAdamW.step", "sync_found_inf"});
+      optim::GradScaler scaler({.init_scale = 1024.0, .sync_found_inf = opt.found_inf_sync()});
+      for (step = 0; step < steps; ++step) {
+        scaler.scale(mse_loss(model.forward(rows(x[step], r, per_rank)), rows(y[step], r, per_rank))).backward();
+        opt.unscale_(scaler);
+        opt.clip_grad_norm_(max_norm);
+        opt.step(scaler);
+        scaler.update();
+        opt.zero_grad();
+        scales[size_t(r)].push_back(scaler.get_scale());
+        weights[size_t(r)].push_back(copies(model.parameters()));
+      }
+    });
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(r);
+      CHECK(scales[size_t(r)] == ref_scales);
+      for (size_t s = 0; s < size_t(steps); ++s)
+        for (size_t i = 0; i < ref_weights[s].size(); ++i)
+          check_equiv(weights[size_t(r)][s][i], ref_weights[s][i], "param " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("zero-1/2: reduce_gradients is idempotent until the step, and a backward after it is refused") {
+  const Tensor x = random_tensor({4, 6}, kFloat32, 161), y = random_tensor({4, 3}, kFloat32, 162);
+  auto ref = data_parallel_mlp(16);
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto models = rank_models(*ref, 2, /*equal=*/true);
+    run_ranks(2, [&](const CommPtr& comm) {
+      const int r = comm->rank();
+      auto& model = *models[size_t(r)];
+      parallel::ZeroAdamW opt(model.parameters(), comm, kOpts, {.stage = stage, .bucket_cap_bytes = 256});
+      auto backward = [&] { mse_loss(model.forward(rows(x, r, 2)), rows(y, r, 2)).backward(); };
+      backward();
+      opt.reduce_gradients();
+      for (const Tensor& t : model.parameters()) CHECK(!t.grad().defined());  // stage 1 dropped them
+      const Tensor shard = opt.gradient_shard().clone();
+      opt.reduce_gradients();  // again: nothing more to reduce
+      check_equiv(opt.gradient_shard(), shard, "shard after a second reduce");
+      CHECK(opt.shard_optimizer().param_groups()[0].params[0].grad().defined());
+      backward();
+      check_error([&] { opt.step(); }, {"ZeroAdamW.step", "backward", "after the gradients were reduced"});
+      opt.zero_grad();
+      backward();
+      opt.step();  // a fresh round steps
+    });
+  }
 }
