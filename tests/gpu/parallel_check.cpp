@@ -4,12 +4,12 @@
 // checks need no communication beyond the algorithm under test: tensor-parallel MLP and
 // encoder layer, vocab-parallel embedding + cross entropy, a 2-stage pipeline (GPipe and
 // 1F1B with recompute), DDP with small buckets and no_sync, ZeRO-1 AdamW and ZeRO-2 (with two micro-batches
-// accumulated), ZeRO-3 (FullyShardedDataParallel, losses and weights per step, and a sharded save
-// resumed into a fresh model that repeats the uninterrupted run's steps bit for bit). The tensor-parallel
-// BertForMaskedLM and VisionTransformer (the small models of tests/tp_model_fixtures.h) are checked against the
-// single-process models run on the rank's own GPU instead. f32 without TF32, 1e-4 relative (cuBLAS and the CPU sum in
-// different orders). Exits 0 (all passed), 1 (a check failed) or 77 (fewer GPUs than ranks on
-// this node: skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1; tests/multi_gpu.h).
+// accumulated; under a GradScaler whose overflow only rank 0 sees, and with clipping), ZeRO-3
+// (FullyShardedDataParallel, losses and weights per step, and a sharded save resumed into a fresh model that repeats
+// the uninterrupted run's steps bit for bit). The tensor-parallel BertForMaskedLM and VisionTransformer (the small
+// models of tests/tp_model_fixtures.h) are checked against the single-process models run on the rank's own GPU instead.
+// f32 without TF32, 1e-4 relative (cuBLAS and the CPU sum in different orders). Exits 0 (all passed), 1 (a check
+// failed) or 77 (fewer GPUs than ranks on this node: skipped, unless FRUGAL_REQUIRE_MULTI_GPU=1; tests/multi_gpu.h).
 //   frugal-run --nproc 2 build/tests/parallel_check --cpu
 // runs the data-parallel checks (DDP, ZeRO-1, -2, -3) over the TCP backend on CPU tensors
 // instead, with no GPU (the cpu suite's "parallel-cpu" test).
@@ -20,11 +20,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/meta.h"
 #include "autograd/ops/all.h"
 #include "core/device.h"
 #include "models/bert_tp.h"
@@ -33,6 +35,8 @@
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "parallel/ddp.h"
 #include "parallel/fsdp.h"
 #include "parallel/fsdp_checkpoint.h"
@@ -41,6 +45,7 @@
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 #include "tensor/factory.h"
+#include "tensor/ops/fill.h"
 #include "tensor/ops/matmul.h"
 #include "tests/multi_gpu.h"
 #include "tests/tp_model_fixtures.h"
@@ -345,6 +350,53 @@ void check_data_parallel(const CommPtr& world) {
     }
     const auto want = ref->parameters(), got = model->parameters();
     for (size_t i = 0; i < want.size(); ++i) check_close(got[i], want[i], str_cat("ZeRO-2 param after 2 steps ", i));
+  }
+  for (int stage : {1, 2}) {  // a GradScaler and clipping: step 0 overflows on rank 0 only (every
+                              // rank must skip it), step 1 clips by the whole model's norm
+    const double max_norm = 0.05;
+    auto with_inf = [](int64_t step) {
+      return [step](const Tensor& g) {
+        if (step != 0) return Tensor();
+        Tensor h = g.clone();
+        ops::fill_(h.view({-1}).narrow(0, 3, 1), std::numeric_limits<double>::infinity());
+        return h;
+      };
+    };
+    int64_t step = 0;
+    auto ref = make_mlp(32);
+    autograd::register_hook(ref->parameters()[0], [&](const Tensor& g) { return with_inf(step)(g); });
+    const optim::AdamWOptions o{.lr = 0.01, .weight_decay = 0.1};
+    optim::AdamW ref_opt(ref->parameters(), o);
+    optim::GradScaler ref_scaler({.init_scale = 1024.0});
+    auto model = make_mlp(32);
+    model->to(dev);
+    if (r == 0) autograd::register_hook(model->parameters()[0], [&](const Tensor& g) { return with_inf(step)(g); });
+    ZeroAdamW opt(model->parameters(), world, o, {.stage = stage, .bucket_cap_bytes = 256});
+    optim::GradScaler scaler({.init_scale = 1024.0, .sync_found_inf = opt.found_inf_sync()});
+    for (step = 0; step < 2; ++step) {
+      ref_scaler.scale(mse_loss(ref->forward(x[step]), y[step])).backward();
+      ref_scaler.unscale_(ref_opt);
+      const double ref_norm = optim::clip_grad_norm_(ref->parameters(), max_norm);
+      ref_scaler.step(ref_opt);
+      ref_scaler.update();
+      ref_opt.zero_grad();
+      scaler
+          .scale(mse_loss(model->forward(x[step].narrow(0, r * per_rank, per_rank).to(dev)),
+                          y[step].narrow(0, r * per_rank, per_rank).to(dev)))
+          .backward();
+      opt.unscale_(scaler);
+      const double norm = opt.clip_grad_norm_(max_norm);
+      opt.step(scaler);
+      scaler.update();
+      opt.zero_grad();
+      check_close(scalar_tensor(scaler.get_scale()), scalar_tensor(ref_scaler.get_scale()),
+                  str_cat("ZeRO-", stage, " GradScaler scale after step ", step));
+      if (step == 1)
+        check_close(scalar_tensor(norm), scalar_tensor(ref_norm), str_cat("ZeRO-", stage, " clipped norm"));
+    }
+    const auto want = ref->parameters(), got = model->parameters();
+    for (size_t i = 0; i < want.size(); ++i)
+      check_close(got[i], want[i], str_cat("ZeRO-", stage, " param after a skipped and a clipped step ", i));
   }
 }
 
