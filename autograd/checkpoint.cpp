@@ -42,7 +42,8 @@
 // Which outputs require grad: the forward records nothing, so it cannot see the
 // leaves fn captures through edges; a GradUseProbe notes instead whether any op in
 // fn was handed a tensor that requires grad (make_node's and needs_grad's no-grad
-// paths look at their inputs while one is active). When an input requires grad or
+// paths look at their inputs while one is active; not under fn's own NoGradGuard: Note
+// [Probed grad mode] in autograd/grad_mode.cpp). When an input requires grad or
 // fn used such a tensor, every floating output is recorded as an output of the
 // node: this is what makes checkpoint_sequential's first segment work, whose input
 // is data but whose weights need gradients; on replay, an output that turns out
@@ -283,8 +284,8 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   TensorList outputs;
   bool used_grad = false;  // fn handed a tensor that requires grad to an op (a captured parameter)
   {
-    NoGradGuard no_grad;              // the point: nothing inside fn is recorded or saved
-    GradUseProbe probe;               // sees the parameters fn captures, which no edge shows
+    GradUseProbe probe;               // the point: nothing inside fn is recorded or saved; the
+                                      // probe sees the parameters fn captures, which no edge shows
     std::optional<DrawRecord> draws;  // the generators fn draws from (Note [Checkpoint recompute])
     if (records) draws.emplace();
     if (kept) {

@@ -49,6 +49,9 @@ std::optional<CheckpointPolicy> parse_checkpoint_policy(std::string_view name);
 /// [Aliases of transform outputs]). fn's forward runs without grad, so a register_hook inside
 /// fn must be guarded by `if (h.requires_grad())` (it then registers during the recompute),
 /// as with PyTorch's reentrant checkpoint.
+/// Nothing is recorded or held when no input requires grad and fn hands no tensor that
+/// requires grad to an op outside fn's own NoGradGuard (a frozen region on data): the
+/// outputs are then plain tensors.
 /// Inside an autograd::grad call the recompute touches no .grad: captured leaves get their
 /// share only if they are among grad()'s inputs (unlike PyTorch's reentrant checkpoint, which
 /// accumulates into them; see nested_gradients in autograd/engine.h).

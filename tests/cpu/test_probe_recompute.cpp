@@ -871,3 +871,53 @@ TEST_CASE("probe recompute: a checkpoint sees a parameter whose autocast cast is
   }
   CHECK(column0() == std::vector<float>{12, 15, 18, 21});
 }
+
+TEST_CASE("probe recompute: a parameter used only under fn's own NoGradGuard makes the region record nothing") {
+  // PyTorch's checkpoint records nothing for such a region (its output does not require
+  // grad); frugal's probe counted the use, so the region held its input and replayed for
+  // nothing (Note [Probed grad mode]).
+  const Tensor x = arange(0.0, 6.0, 1.0).view({2, 3});
+  const Tensor w = arange(1.0, 4.0, 1.0).requires_grad_();
+  const auto statistic = [&](const Tensor& t) {  // fn's own no-grad use of w, as an EMA's
+    Tensor s;
+    {
+      autograd::NoGradGuard no_grad;
+      s = mul(w, 2.0);
+    }
+    return add(t, s);
+  };
+  const Tensor y = autograd::checkpoint(statistic, x);
+  CHECK_FALSE(y.requires_grad());
+  CHECK(y.tolist<float>() == std::vector<float>{2, 5, 8, 5, 8, 11});
+  {  // nested: an inner checkpoint under the outer fn's NoGradGuard sees no use either
+    const Tensor z = autograd::checkpoint(
+        [&](const Tensor& t) {
+          autograd::NoGradGuard no_grad;
+          return autograd::checkpoint([&](const Tensor& u) { return mul(u, w); }, t);
+        },
+        x);
+    CHECK_FALSE(z.requires_grad());
+  }
+  // A use after fn's guard closed counts again (the guard restores the probed mode), so the
+  // region records and w gets its gradient: colsum(x) = 3, 5, 7.
+  const Tensor v = autograd::checkpoint(
+      [&](const Tensor& t) {
+        {
+          autograd::NoGradGuard no_grad;
+          (void)mul(t, w);
+        }
+        return mul(t, w);
+      },
+      x);
+  REQUIRE(v.requires_grad());
+  sum(v).backward();
+  CHECK(w.grad().tolist<float>() == std::vector<float>{3, 5, 7});
+  // a region whose every op runs under fn's own guard records nothing, as before
+  const Tensor u = autograd::checkpoint(
+      [&](const Tensor& t) {
+        autograd::NoGradGuard no_grad;
+        return mul(t, 1.0);
+      },
+      x);
+  CHECK_FALSE(u.requires_grad());
+}
