@@ -575,6 +575,13 @@ std::shared_ptr<Work> TcpCommunicator::broadcast(const Tensor& tensor, int root)
   Exchange ex = begin(int(OpCode::Broadcast), collective_detail(tensor.dtype(), root));
   const size_t bytes = size_t(tensor.numel()) * element_size(tensor.dtype());
   const Tensor flat = tensor.contiguous();
+  // Every rank first tells every other the root it runs with (an empty message whose header
+  // carries it): ranks that disagree would otherwise both send and both return (each keeping
+  // its own tensor), or both wait, and nothing would say why.
+  for (int q = 0; q < size(); ++q)
+    if (q != rank_) ex.send(q, nullptr, 0);
+  for (int q = 0; q < size(); ++q)
+    if (q != rank_) ex.recv(q, 0);
   if (rank_ == root) {
     for (int q = 0; q < size(); ++q)
       if (q != rank_) ex.send(q, flat.data(), bytes);

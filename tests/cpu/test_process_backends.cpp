@@ -214,3 +214,26 @@ TEST_CASE("tcp backend: ranks that disagree on dtype or reduce op fail, naming b
     }
   }
 }
+
+TEST_CASE("tcp backend: ranks that disagree on broadcast's root fail at the broadcast, naming both roots") {
+  // Each its own root: both sent and returned, each keeping its own tensor (caught, if at all,
+  // at the next collective); each the other's: both waited until the timeout.
+  for (int variant : {0, 1}) {
+    CAPTURE(variant);
+    std::string errors[2];
+    on_two_tcp_ranks([&](TcpCommunicator& comm, int r) {
+      errors[r] = error_of([&] { comm.broadcast(full({3}, double(r)), variant == 0 ? r : 1 - r); });
+    });
+    const int root0 = variant == 0 ? 0 : 1, root1 = 1 - root0;
+    check_contains(errors[0],
+                   {"tcp broadcast #1 on rank 0: rank 1 runs this broadcast with (float32, root " +
+                        std::to_string(root1) + "), this rank with (float32, root " + std::to_string(root0) + ")",
+                    "same dtype and root"});
+    CHECK_FALSE(errors[1].empty());
+  }
+  on_two_tcp_ranks([&](TcpCommunicator& comm, int r) {  // agreeing ranks still get the root's values
+    const Tensor t = full({3}, double(r + 5));
+    comm.broadcast(t, 1);
+    CHECK(t.tolist<float>() == std::vector<float>{6, 6, 6});
+  });
+}
