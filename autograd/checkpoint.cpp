@@ -80,6 +80,29 @@
 // checkpoint's kept outputs are handed back only if the forward did not write them. A caller
 // who wants the write once guards it with in_checkpoint_recompute(), as batch norm does.
 //
+// Note [What a replay must find unchanged]
+// The replay recomputes the region from its saved inputs and the generators' saved states;
+// anything else the forward depended on that changed since makes it compute other values,
+// and the gradients come out wrong with no error:
+// - the modes of its ops. Batch norm in training normalizes by the batch's statistics, in
+//   eval by the running ones; dropout drops in training only. A train()/eval() between the
+//   forward and backward (an evaluation pass before the step) made the replay differ from
+//   the forward (ResNet's gradients 100% off, ViT's 30-50%). Each mode-dependent op calls
+//   note_mode(op, flag): the forward's notes are kept, and the replay's k-th note of an op
+//   must equal the forward's k-th of that op (counted per op, not overall: a selective
+//   replay skips the kept ops);
+// - tensors older than the region that its ops read (a captured mask, a parameter). An
+//   in-place write between forward and backward (an optimizer step, a refilled buffer) makes
+//   the replay read the new values. A plain run refuses such a write where an op saved the
+//   tensor; the region saved nothing, so its forward notes each storage made before it that
+//   an op was handed (the probe's view of the inputs: make_node's and needs_grad's no-grad
+//   paths) with its version, and the replay refuses one whose version moved, as the plain
+//   run would. A storage fn writes itself (a running statistic, a counter guarded by
+//   in_checkpoint_recompute()) is fn's state, not an input: the replay skips or refuses the
+//   write, and later writes by others do not change what it computes.
+// PyTorch's checkpoint computes the wrong gradients in both cases (its non-reentrant one
+// fails the first with an internal "saved ... multiple times" error).
+//
 // Limits (documented in the header): fn must be deterministic given its inputs
 // and the generators it draws from, and draw on the thread that calls checkpoint
 // (draws on other threads are not noted); the default generator is
@@ -90,7 +113,12 @@
 #include "autograd/checkpoint.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "autograd/autocast.h"
@@ -106,6 +134,47 @@ namespace {
 thread_local int recompute_depth = 0;  // checkpoint recomputes running on this thread
 // The first Storage::serial the innermost of them made: older storages are not its own.
 thread_local uint64_t recompute_first_serial = 0;
+
+// What a recording forward's ops noted (Note [What a replay must find unchanged]).
+struct ForwardLog {
+  uint64_t first_serial = Storage::serial_now();  // storages from here on are fn's own
+  std::vector<std::pair<const char*, bool>> modes;
+  std::vector<std::weak_ptr<Storage>> reads;
+  std::vector<uint64_t> first_versions;  // as the first op read it
+  std::vector<std::string> read_names;
+  std::unordered_set<const Storage*> seen;
+};
+// The innermost recording forward on this thread (a nested checkpoint that records nothing
+// leaves its ops' notes to the enclosing one).
+thread_local ForwardLog* forward_log = nullptr;
+
+// A replay's check of the modes, per op: the forward's flags in order and how many were met.
+struct ModeCheck {
+  std::map<std::string_view, std::vector<bool>> forward;
+  std::map<std::string_view, size_t> met;
+};
+thread_local ModeCheck* mode_check = nullptr;
+
+// Sets a thread-local pointer for its scope.
+template <typename T>
+class ScopedPointer {
+ public:
+  ScopedPointer(T*& slot, T* value) : slot_(slot), outer_(slot) { slot_ = value; }
+  ~ScopedPointer() { slot_ = outer_; }
+  ScopedPointer(const ScopedPointer&) = delete;
+  ScopedPointer& operator=(const ScopedPointer&) = delete;
+
+ private:
+  T*& slot_;
+  T* outer_;
+};
+
+// A read storage and its version after the forward.
+struct ReadVersion {
+  std::weak_ptr<Storage> storage;
+  uint64_t version;
+  std::string name;
+};
 
 // in_checkpoint_recompute() for its scope.
 struct RecomputeScope {
@@ -173,6 +242,10 @@ struct CheckpointBackward final : Node {
   autocast::State amp_cpu, amp_cuda;  // the autocast state when fn started
   // A selective policy's kept outputs (null for a full checkpoint): Note [Selective checkpoint].
   SavedState<std::shared_ptr<selective::KeptOutputs>> kept{this};
+  // Note [What a replay must find unchanged]: the forward's mode-dependent ops and the older
+  // storages its ops read.
+  std::vector<std::pair<const char*, bool>> modes;
+  std::vector<ReadVersion> reads;
 
   std::string name() const override { return "CheckpointBackward"; }
   bool runs_nested_backward() const override { return true; }
@@ -192,9 +265,22 @@ struct CheckpointBackward final : Node {
       }
       leaves.push_back(x);
     }
+    for (const ReadVersion& r : reads)
+      if (const std::shared_ptr<Storage> s = r.storage.lock()) {
+        const uint64_t now = s->version.load(std::memory_order_relaxed);
+        FRUGAL_CHECK(now == r.version, name(), ": ", r.name,
+                     ", which the checkpointed function read, was modified by an in-place operation after the "
+                     "forward (version ",
+                     now, ", read at version ", r.version,
+                     "); the recompute would read the new values and give other gradients. Write it after "
+                     "backward, or pass a clone() into the region");
+      }
+    ModeCheck check;
+    for (const auto& [op, flag] : modes) check.forward[op].push_back(flag);
 
     TensorList recomputed;
     {
+      ScopedPointer<ModeCheck> check_modes(mode_check, &check);
       GeneratorReplay replay(rng);
       AutocastReplay amp(amp_cpu, amp_cuda);
       EnableGradGuard grad_on;
@@ -256,6 +342,31 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
 
 bool in_checkpoint_recompute() { return recompute_depth > 0; }
 
+void note_mode(const char* op, bool flag) {
+  if (forward_log) forward_log->modes.emplace_back(op, flag);
+  if (!mode_check) return;
+  const auto it = mode_check->forward.find(op);
+  size_t& k = mode_check->met[op];
+  if (it != mode_check->forward.end() && k < it->second.size()) {
+    const bool then = it->second[k];
+    FRUGAL_CHECK(then == flag, "CheckpointBackward: ", op, " ran in ", then ? "training" : "eval",
+                 " mode in the forward and in ", flag ? "training" : "eval",
+                 " mode in the recompute: a module's train()/eval() changed between the forward and backward of a ",
+                 "checkpointed region, and the recompute would compute other values than the forward did. ",
+                 "Switch modes after backward (Note [What a replay must find unchanged])");
+  }
+  ++k;
+}
+
+void detail::note_checkpoint_read(const Tensor& x) {
+  if (!forward_log) return;
+  const Storage* s = x.impl().storage.get();
+  if (s == nullptr || s->serial >= forward_log->first_serial || !forward_log->seen.insert(s).second) return;
+  forward_log->reads.push_back(x.impl().storage);
+  forward_log->first_versions.push_back(s->version.load(std::memory_order_relaxed));
+  forward_log->read_names.push_back(x.describe());
+}
+
 void check_recompute_write(const char* op, const Tensor& self) {
   if (recompute_depth == 0 || !self.defined()) return;
   FRUGAL_CHECK(self.impl().storage->serial >= recompute_first_serial, op, ": a checkpoint's recompute would write ",
@@ -283,7 +394,10 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     for (const Tensor& x : inputs) versions.push_back(x.defined() ? x.version() : 0);
   TensorList outputs;
   bool used_grad = false;  // fn handed a tensor that requires grad to an op (a captured parameter)
+  ForwardLog log;
+  std::vector<ReadVersion> reads;
   {
+    ScopedPointer<ForwardLog> note_forward(forward_log, records ? &log : forward_log);
     GradUseProbe probe;               // the point: nothing inside fn is recorded or saved; the
                                       // probe sees the parameters fn captures, which no edge shows
     std::optional<DrawRecord> draws;  // the generators fn draws from (Note [Checkpoint recompute])
@@ -298,6 +412,12 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
       for (const GeneratorState& s : draws->first_states())
         if (s.generator() != &default_generator()) rng.push_back(s);
     used_grad = probe.saw_grad();
+    // What fn wrote itself is its own state (a running statistic, a guarded counter): the
+    // replay skips or refuses that write, and other writes before backward do not matter.
+    for (size_t i = 0; i < log.reads.size(); ++i)
+      if (const std::shared_ptr<Storage> s = log.reads[i].lock())
+        if (s->version.load(std::memory_order_relaxed) == log.first_versions[i])
+          reads.push_back({s, log.first_versions[i], std::move(log.read_names[i])});
   }
   const bool input_needs_grad =
       std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.defined() && requires_grad(x); });
@@ -316,6 +436,8 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   node->rng = std::move(rng);
   node->amp_cpu = autocast::state(DeviceType::CPU);
   node->amp_cuda = autocast::state(DeviceType::CUDA);
+  node->modes = std::move(log.modes);
+  node->reads = std::move(reads);
   node->next_edges.reserve(inputs.size());
   for (const Tensor& x : inputs) {
     const bool rg = x.defined() && requires_grad(x);

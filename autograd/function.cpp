@@ -11,7 +11,10 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!is_grad_enabled()) {
     if (probing_grad_use())
       for (const Tensor* x : inputs)
-        if (x && x->defined() && requires_grad(*x)) note_grad_use();
+        if (x && x->defined()) {
+          detail::note_checkpoint_read(*x);
+          if (requires_grad(*x)) note_grad_use();
+        }
     return false;
   }
   bool any = false;

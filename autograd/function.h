@@ -38,12 +38,25 @@ inline void check_untracked_view(const char* op, const Tensor& t) {
   if (t.impl().is_view) check_stale_view(op, t);
 }
 
+/// Ops whose values depend on a mode flag (batch norm's and dropout's `training`, attention's
+/// dropout) call this with the flag: a checkpoint's forward notes it, and its replay refuses
+/// to run the op under another (Note [What a replay must find unchanged] in
+/// autograd/checkpoint.cpp).
+void note_mode(const char* op, bool flag);
+
 namespace detail {
-/// With grad mode off under a GradUseProbe: notes whether an input requires grad.
+/// Under a checkpoint's forward: notes that an op read `x` (defined in autograd/checkpoint.cpp).
+void note_checkpoint_read(const Tensor& x);
+
+/// With grad mode off under a GradUseProbe: notes every input a checkpoint's replay will read
+/// again, and whether one requires grad.
 template <typename Inputs>
 void probe_inputs(const Inputs& inputs) {
-  for (const Tensor& x : inputs)
-    if (x.defined() && requires_grad(x)) return note_grad_use();
+  for (const Tensor& x : inputs) {
+    if (!x.defined()) continue;
+    note_checkpoint_read(x);
+    if (requires_grad(x)) note_grad_use();
+  }
 }
 
 template <typename N, typename Inputs>

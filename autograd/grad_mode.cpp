@@ -33,9 +33,9 @@ GradUseProbe::~GradUseProbe() {
   grad_mode = prev_mode_;
   if (outer_ && saw_) outer_->saw_ = true;
 }
-bool probing_grad_use() { return active_probe != nullptr && (grad_mode & kProbed) != 0; }
+bool probing_grad_use() { return active_probe != nullptr; }
 void note_grad_use() {
-  if (active_probe) active_probe->saw_ = true;
+  if (active_probe && (grad_mode & kProbed) != 0) active_probe->saw_ = true;
 }
 bool is_anomaly_enabled() { return anomaly_enabled; }
 void set_anomaly_enabled(bool enabled) { anomaly_enabled = enabled; }

@@ -57,10 +57,11 @@ class GradUseProbe {
   unsigned prev_mode_;
 };
 
-/// True while a GradUseProbe is active on this thread and ops would record but for it (the
-/// no-grad paths of make_node and needs_grad then look at their inputs).
+/// True while a GradUseProbe is active on this thread (the no-grad paths of make_node and
+/// needs_grad then look at their inputs).
 bool probing_grad_use();
-/// Tells the active probe that a tensor requiring grad was used.
+/// Tells the active probe that a tensor requiring grad was used (ignored under a NoGradGuard
+/// opened inside the probe's scope).
 void note_grad_use();
 
 /// Anomaly mode: when on, a NaN or Inf produced in backward throws, naming the

@@ -8,7 +8,8 @@
 //   Tensor y = autograd::recompute_cheap([&](const Tensor& h) { return (*block)(h); }, x);
 //
 // Unlike checkpoint(fn, x, CheckpointPolicy::Selective), nothing of fn runs again: no batch
-// statistics are recomputed, no running statistics updated twice, no node rebuilt.
+// statistics are recomputed, no node rebuilt (a checkpoint's replay skips the running
+// statistics' update too, Note [Checkpoint recompute]).
 #include <functional>
 #include <memory>
 #include <mutex>

@@ -231,6 +231,7 @@ BertModelOutput BertModel::forward(const Tensor& input_ids, const Tensor& attent
   Tensor h = embeddings->forward(input_ids, types);
   // float32 here; each layer converts it to its scores' dtype.
   const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
+  memory_plan.check_fits(num_blocks(), "BertModel");
   size_t index = 0;
   for (const auto& layer : *layers)
     h = nn::run_block(

@@ -183,6 +183,7 @@ TensorParallelMlmOutput TensorParallelBertForMaskedLM::forward(const Tensor& inp
   h = dropout(embeddings_LayerNorm->forward(h), config.hidden_dropout_prob, is_training(), &rng->replicated);
   const Tensor mask = attention_mask.defined() ? bert_additive_mask(attention_mask, kFloat32) : Tensor();
   // As BertModel's encoder: each layer as memory_plan says (Note [Tensor-parallel block memory]).
+  memory_plan.check_fits(num_blocks(), "TensorParallelBertForMaskedLM");
   size_t index = 0;
   for (const auto& layer : *layers)
     h = nn::run_block(

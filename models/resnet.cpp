@@ -135,6 +135,7 @@ Tensor ResNet::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
   FRUGAL_CHECK(x.dim() == 4 && x.size(1) == options.in_channels, "ResNet: expected input (N, ", options.in_channels,
                ", H, W), got ", x.describe());
+  memory_plan.check_fits(num_blocks(), "ResNet (block 0 is the stem)");
   // The stem is block 0 of the memory plan: its feature maps, at the highest resolution, are
   // among the step's largest, for ~3% of the FLOPs.
   Tensor h = nn::run_block(

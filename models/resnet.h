@@ -33,8 +33,8 @@ struct ResNetOptions {
   /// the identity (Goyal et al., 2017), as torchvision's zero_init_residual.
   bool zero_init_residual = false;
   /// Run each residual block under autograd::checkpoint: its activations are recomputed in
-  /// backward instead of kept. In training mode the recompute updates the batch norm running
-  /// statistics a second time (as torch.utils.checkpoint does); gradients are unchanged.
+  /// backward instead of kept. The recompute leaves the batch norm running statistics alone
+  /// (torch.utils.checkpoint updates them a second time; Note [Checkpoint recompute]).
   bool checkpoint_blocks = false;
   /// What a checkpointed block keeps: Full (its input only) or Selective (also its
   /// convolutions' outputs, so only batch norm and ReLU run again: Note [Selective checkpoint]).

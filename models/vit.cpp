@@ -137,6 +137,7 @@ Tensor VisionTransformer::forward(const Tensor& x) {
   Tensor h = (*conv_proj)(x).flatten(2).transpose(1, 2);
   h = cat({class_token.expand({N, -1, -1}), h}, 1);  // (N, patches + 1, hidden)
   h = (*encoder_dropout)(h + pos_embedding);
+  memory_plan.check_fits(num_blocks(), "VisionTransformer");
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::shared_ptr<EncoderBlock> block = blocks[i];  // owned by the closure: backward may replay it
     h = nn::run_block(

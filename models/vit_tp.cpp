@@ -174,6 +174,7 @@ Tensor TensorParallelVisionTransformer::forward(const Tensor& x) {
   Tensor h = (*conv_proj)(x).flatten(2).transpose(1, 2);
   h = dropout(cat({class_token.expand({N, -1, -1}), h}, 1) + pos_embedding, c.dropout, is_training(), &rng->replicated);
   // As VisionTransformer's: each block as memory_plan says (Note [Tensor-parallel block memory]).
+  memory_plan.check_fits(num_blocks(), "TensorParallelVisionTransformer");
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::shared_ptr<TensorParallelEncoderBlock> block = blocks[i];  // owned by the closure: backward may replay it
     h = nn::run_block(

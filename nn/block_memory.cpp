@@ -66,6 +66,12 @@ BlockMemoryPlan BlockMemoryPlan::from_checkpoint(bool checkpoint_blocks, autogra
   return uniform(policy == autograd::CheckpointPolicy::Selective ? BlockMemory::Selective : BlockMemory::Checkpoint);
 }
 
+void BlockMemoryPlan::check_fits(int64_t num_blocks, const char* model) const {
+  FRUGAL_CHECK(int64_t(blocks.size()) <= num_blocks, model, ": memory_plan names ", blocks.size(),
+               " blocks, but the model has ", num_blocks,
+               " (one choice per block, in forward order; a shorter plan takes its fallback for the rest)");
+}
+
 namespace {
 
 thread_local BlockProbe* current_probe = nullptr;

@@ -54,6 +54,10 @@ struct BlockMemoryPlan {
   BlockMemory fallback = BlockMemory::Keep;
 
   BlockMemory at(size_t i) const { return i < blocks.size() ? blocks[i] : fallback; }
+  /// Throws, naming `model`, when the plan names more blocks than the model's `num_blocks`
+  /// (a plan written for another model, or one that left out ResNet's stem, block 0, would
+  /// otherwise apply each choice to the wrong block). Fewer take the fallback.
+  void check_fits(int64_t num_blocks, const char* model) const;
   /// Every block `choice`.
   static BlockMemoryPlan uniform(BlockMemory choice) { return {{}, choice}; }
   /// The plan the models' older switches name: checkpoint_blocks with its policy, else Keep.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "autograd/autocast.h"
+#include "autograd/function.h"
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/flash_attention.h"
 #include "autograd/ops/masked_softmax.h"
@@ -22,6 +23,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   constexpr const char* op = "scaled_dot_product_attention";
   core::OpScope scope(op);
   FRUGAL_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined query, key or value");
+  autograd::note_mode(op, dropout_p > 0.0);
   if (autocast::is_enabled(q.device().type)) {  // one op to autocast: cast once, no policy inside (Note [Autocast])
     const auto c = autocast::cast_inputs(Policy::Lower, {&q, &k, &v, &attn_mask});
     AutocastGuard inside(q.device(), autocast::dtype(q.device().type), /*enabled=*/false);
@@ -43,9 +45,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                ": an explicit attn_mask should not be set when is_causal=true (as in PyTorch), got attn_mask ",
                attn_mask.defined() ? attn_mask.describe() : "");
   FRUGAL_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
-  FRUGAL_CHECK(!attn_mask.defined() || attn_mask.dtype() == kBool || attn_mask.dtype() == q.dtype(), op,
-               ": attn_mask ", attn_mask.defined() ? attn_mask.describe() : "", " must be bool or of the query's dtype",
-               " (query ", q.describe(), ")");
+  FRUGAL_CHECK(!attn_mask.defined() || attn_mask.dtype() == kBool || attn_mask.dtype() == q.dtype(), op, ": attn_mask ",
+               attn_mask.defined() ? attn_mask.describe() : "", " must be bool or of the query's dtype", " (query ",
+               q.describe(), ")");
   // The fused kernels where they apply (Note [Attention paths]): dropout_p == 1 (all zeros)
   // and a mask that wants a gradient stay on the composed path.
   if (ops::flash_attention_fused(q, k, v, attn_mask) && dropout_p < 1.0 &&

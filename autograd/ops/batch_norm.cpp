@@ -113,6 +113,13 @@ bool register_batch_norm_relu_recipe(const std::shared_ptr<BatchNormAddReluBackw
 
 }  // namespace
 
+void note_batch_norm_mode(const char* op, bool training, const Tensor& running_mean, const Tensor& running_var) {
+  autograd::note_mode(op, training);
+  if (training) return;  // eval normalizes by the running statistics: a replay reads them again
+  if (running_mean.defined()) autograd::detail::note_checkpoint_read(running_mean);
+  if (running_var.defined()) autograd::detail::note_checkpoint_read(running_var);
+}
+
 Tensor running_stat_to_update(const Tensor& running, bool training) {
   return training && autograd::in_checkpoint_recompute() ? Tensor() : running;
 }
@@ -120,6 +127,7 @@ Tensor running_stat_to_update(const Tensor& running, bool training) {
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   core::OpScope scope("batch_norm");  // keeps a low-precision input (Note [Autocast])
+  note_batch_norm_mode("batch_norm", training, running_mean, running_var);
   ops::BatchNormResult r = autograd::raw([&] {
     return ops::batch_norm(x, running_stat_to_update(running_mean, training),
                            running_stat_to_update(running_var, training), weight, bias, training, momentum, eps);
@@ -153,6 +161,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
                        const Tensor& bias, bool training, double momentum, double eps, const Tensor& residual) {
   // Keeps low-precision inputs, as batch_norm (Note [Autocast]).
   core::OpScope scope(residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu");
+  note_batch_norm_mode("batch_norm_relu", training, running_mean, running_var);
   ops::BatchNormResult r = autograd::raw([&] {
     return ops::batch_norm_add_relu(x, residual, running_stat_to_update(running_mean, training),
                                     running_stat_to_update(running_var, training), weight, bias, training, momentum,

@@ -11,6 +11,9 @@ namespace frugal {
 /// training forward, which updated it already (Note [Checkpoint recompute] in
 /// autograd/checkpoint.cpp). Eval reads the running statistics and keeps them.
 Tensor running_stat_to_update(const Tensor& running, bool training);
+/// Tells a checkpoint's forward the op's mode and, in eval, that it read the running
+/// statistics (Note [What a replay must find unchanged] in autograd/checkpoint.cpp).
+void note_batch_norm_mode(const char* op, bool training, const Tensor& running_mean, const Tensor& running_var);
 
 /// torch.nn.functional.batch_norm on x (N, C, *): training normalizes with the batch
 /// statistics and updates running_mean/running_var in place (when given; not again in a

@@ -87,6 +87,7 @@ ConvWithStats bn_relu_conv2d(const ConvWithStats& x, const BatchNormArgs& bn, co
     return bn_relu_conv2d(cast, bn, (*c)[1], options, stats);
   }
   check_input(op, x.out);
+  note_batch_norm_mode(op, bn.training, bn.running_mean, bn.running_var);
   const Tensor& in = x.out;
   Tensor sum = x.sum, sq_sum = x.sq_sum;
   if (bn.training && (!sum.defined() || !sq_sum.defined() || x.version != in.version())) {

@@ -29,6 +29,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   FRUGAL_CHECK(x.defined(), "dropout: undefined input");  // also where p == 0 or eval returns x itself
   FRUGAL_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p,
                x.defined() ? " (input " + x.describe() + ")" : std::string());
+  autograd::note_mode("dropout", training && p > 0.0);
   if (!training || p == 0.0) return x;
   ops::DropoutResult r = autograd::raw([&] { return ops::dropout(x, p, gen); });
   if (auto node = make_node<DropoutBackward>({x})) {

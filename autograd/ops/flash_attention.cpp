@@ -47,6 +47,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        double dropout_p, std::optional<double> scale, Generator* gen) {
   constexpr const char* op = "flash_attention";
   core::OpScope scope(op);
+  autograd::note_mode(op, dropout_p > 0.0);
   if (auto c = autocast::cast_inputs(Policy::Lower, {&q, &k, &v, &attn_mask}))
     return flash_attention((*c)[0], (*c)[1], (*c)[2], (*c)[3], is_causal, dropout_p, scale, gen);
   FRUGAL_CHECK(!attn_mask.defined() || !attn_mask.requires_grad(), op, ": attn_mask ", attn_mask.describe(),

@@ -24,11 +24,13 @@
 #include "autograd/offload.h"
 #include "autograd/ops/all.h"
 #include "autograd/recompute_cheap.h"
+#include "models/vit.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/block_memory.h"
 #include "nn/block_planner.h"
 #include "nn/checkpoint.h"
+#include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
@@ -920,4 +922,103 @@ TEST_CASE("probe recompute: a parameter used only under fn's own NoGradGuard mak
       },
       x);
   CHECK_FALSE(u.requires_grad());
+}
+
+TEST_CASE("probe recompute: a mode switched between forward and backward is refused, not replayed in the new mode") {
+  // The replay ran batch norm on its running statistics and dropout not at all where the
+  // forward had used batch statistics and dropped: gradients up to 100% off, no error
+  // (PyTorch's reentrant checkpoint too). Note [What a replay must find unchanged].
+  const Tensor x = randn({4, 3, 2, 2});
+  for (const nn::BlockMemory choice : {nn::BlockMemory::Checkpoint, nn::BlockMemory::Selective,
+                                       nn::BlockMemory::CheckpointRecompute, nn::BlockMemory::CheckpointOffload}) {
+    CAPTURE(nn::to_string(choice));
+    auto net = std::make_shared<nn::Sequential>();
+    net->push_back(std::make_shared<nn::Conv2d>(3, 3, 1));
+    net->push_back(std::make_shared<nn::BatchNorm2d>(3));
+    net->push_back(std::make_shared<nn::Dropout>(0.5));
+    const nn::BlockMemoryPlan plan = nn::BlockMemoryPlan::uniform(choice);
+    const Tensor xg = x.clone().requires_grad_();
+    for (const bool back_to_train : {false, true}) {
+      net->train();
+      const Tensor y = nn::run_block(
+          plan, 0, [net](const Tensor& h) { return net->forward(h); }, xg);
+      net->eval();  // an evaluation pass before the step
+      if (back_to_train) {
+        net->train();  // switched back before backward: nothing changed for the replay
+        sum(y).backward();
+        CHECK(xg.grad().defined());
+      } else {
+        check_error([&] { sum(y).backward(); },
+                    {"CheckpointBackward",
+                     "batch_norm ran in training mode in the forward and in eval mode in the "
+                     "recompute",
+                     "train()/eval()"});
+      }
+    }
+  }
+  // Dropout alone, and the other way round (an eval forward, train() before backward).
+  bool training = true;
+  const Tensor w = randn({8}).requires_grad_();
+  const auto fn = [&](const Tensor& h) { return dropout(mul(h, w), 0.5, training); };
+  const Tensor y = autograd::checkpoint(fn, randn({8}));
+  training = false;
+  check_error([&] { sum(y).backward(); }, {"dropout ran in training mode in the forward and in eval mode"});
+  const Tensor z = autograd::checkpoint(fn, randn({8}));
+  training = true;
+  check_error([&] { sum(z).backward(); }, {"dropout ran in eval mode in the forward and in training mode"});
+}
+
+TEST_CASE("probe recompute: a tensor the region read, written in place before backward, is refused") {
+  // A plain run refuses it where an op saved the tensor; the replay read the new values and
+  // gave other gradients (x.grad 5 5 5 where the forward used m = 1), as PyTorch's checkpoint.
+  for (const nn::BlockMemory choice : {nn::BlockMemory::Checkpoint, nn::BlockMemory::Selective,
+                                       nn::BlockMemory::CheckpointRecompute, nn::BlockMemory::CheckpointOffload}) {
+    CAPTURE(nn::to_string(choice));
+    const nn::BlockMemoryPlan plan = nn::BlockMemoryPlan::uniform(choice);
+    const Tensor x = from_vector<float>({1, 2, 3}, {3}).requires_grad_();
+    const Tensor m = ones({3});
+    const Tensor y = nn::run_block(
+        plan, 0, [m](const Tensor& h) { return mul(h, m); }, x);
+    {
+      Tensor alias = m;
+      alias *= 5.0;  // a refilled buffer
+    }
+    check_error([&] { sum(y).backward(); },
+                {"CheckpointBackward", "float32[3]", "which the checkpointed function read", "read at version"});
+    // a parameter stepped between forward and backward, under NoGradGuard
+    auto lin = std::make_shared<nn::Linear>(3, 2);
+    const Tensor z = nn::run_block(
+        plan, 0, [lin](const Tensor& h) { return lin->forward(h); }, x.view({1, 3}));
+    {
+      autograd::NoGradGuard no_grad;
+      lin->weight *= 0.5;
+    }
+    check_error([&] { sum(z).backward(); }, {"float32[2, 3]", "modified by an in-place operation after the forward"});
+  }
+  // What the region writes itself (batch norm's running statistics in training) is no change,
+  // nor is a second forward's update of them before one backward (the statistics are not read
+  // in training).
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  const Tensor x = randn({4, 3, 2, 2}).requires_grad_();
+  const auto block = [bn](const Tensor& h) { return bn->forward(h); };
+  const Tensor y1 = autograd::checkpoint(block, x), y2 = autograd::checkpoint(block, mul(x, 2.0));
+  sum(add(y1, y2)).backward();
+  CHECK(x.grad().defined());
+}
+
+TEST_CASE("probe recompute: a memory plan naming more blocks than the model has is refused, naming both counts") {
+  // The extra choices were ignored, so a plan written per residual block (leaving out the
+  // stem, ResNet's block 0) applied each choice one block off.
+  models::ViTConfig c;
+  c.image_size = 8, c.patch_size = 4, c.num_layers = 3, c.num_heads = 2, c.hidden_dim = 16, c.mlp_dim = 32;
+  c.num_classes = 5;
+  models::VisionTransformer vit(c);
+  vit.memory_plan.blocks.assign(4, nn::BlockMemory::Checkpoint);
+  check_error(
+      [&] {
+        (void)vit.forward(randn({2, 3, 8, 8}));
+      },
+      {"VisionTransformer: memory_plan names 4 blocks, but the model has 3"});
+  vit.memory_plan.blocks.assign(2, nn::BlockMemory::Checkpoint);  // fewer: the rest take the fallback
+  CHECK(vit.forward(randn({2, 3, 8, 8})).sizes() == Shape{2, 5});
 }
