@@ -141,7 +141,7 @@ struct ForwardLog {
   std::vector<std::pair<const char*, bool>> modes;
   std::vector<std::weak_ptr<Storage>> reads;
   std::vector<uint64_t> first_versions;  // as the first op read it
-  std::vector<std::string> read_names;
+  std::vector<OutputMeta> read_metas;    // formatted only for an error: a step reads many
   std::unordered_set<const Storage*> seen;
 };
 // The innermost recording forward on this thread (a nested checkpoint that records nothing
@@ -169,11 +169,11 @@ class ScopedPointer {
   T* outer_;
 };
 
-// A read storage and its version after the forward.
+// A read storage, its version as the forward read it, and the tensor it was read as.
 struct ReadVersion {
   std::weak_ptr<Storage> storage;
   uint64_t version;
-  std::string name;
+  OutputMeta meta;
 };
 
 // in_checkpoint_recompute() for its scope.
@@ -268,7 +268,8 @@ struct CheckpointBackward final : Node {
     for (const ReadVersion& r : reads)
       if (const std::shared_ptr<Storage> s = r.storage.lock()) {
         const uint64_t now = s->version.load(std::memory_order_relaxed);
-        FRUGAL_CHECK(now == r.version, name(), ": ", r.name,
+        FRUGAL_CHECK(now == r.version, name(), ": ", dtype_name(r.meta.dtype), shape_str(r.meta.sizes), " ",
+                     r.meta.device.str(),
                      ", which the checkpointed function read, was modified by an in-place operation after the "
                      "forward (version ",
                      now, ", read at version ", r.version,
@@ -364,7 +365,7 @@ void detail::note_checkpoint_read(const Tensor& x) {
   if (s == nullptr || s->serial >= forward_log->first_serial || !forward_log->seen.insert(s).second) return;
   forward_log->reads.push_back(x.impl().storage);
   forward_log->first_versions.push_back(s->version.load(std::memory_order_relaxed));
-  forward_log->read_names.push_back(x.describe());
+  forward_log->read_metas.push_back({x.sizes(), x.dtype(), x.device()});
 }
 
 void check_recompute_write(const char* op, const Tensor& self) {
@@ -417,7 +418,7 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     for (size_t i = 0; i < log.reads.size(); ++i)
       if (const std::shared_ptr<Storage> s = log.reads[i].lock())
         if (s->version.load(std::memory_order_relaxed) == log.first_versions[i])
-          reads.push_back({s, log.first_versions[i], std::move(log.read_names[i])});
+          reads.push_back({s, log.first_versions[i], std::move(log.read_metas[i])});
   }
   const bool input_needs_grad =
       std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.defined() && requires_grad(x); });
