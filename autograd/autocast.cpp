@@ -64,6 +64,7 @@
 #include <map>
 #include <memory>
 
+#include "autograd/function.h"
 #include "autograd/grad_mode.h"
 
 namespace frugal::autocast {
@@ -108,8 +109,12 @@ Tensor cast(const Tensor& t, DType dtype) {
   if (guard_depth == 0 || !t.is_leaf() || !t.requires_grad()) return t.to(dtype);
   const bool recording = autograd::is_grad_enabled();
   // A cached cast hides its source from the no-grad paths that report a use of a tensor
-  // requiring grad (a checkpoint deciding whether to record): report it here.
-  if (!recording && autograd::probing_grad_use()) autograd::note_grad_use();
+  // requiring grad (a checkpoint deciding whether to record), and from the read that a
+  // checkpoint's replay must find unchanged: report both here.
+  if (!recording && autograd::probing_grad_use()) {
+    autograd::note_grad_use();
+    autograd::detail::note_checkpoint_read(t);
+  }
   CacheEntry& e = cache[{t.impl_ptr().get(), dtype}];
   const bool valid = e.source.lock() == t.impl_ptr() && e.storage.lock() == t.impl().storage &&
                      e.version == t.version() && (e.recorded || !recording);

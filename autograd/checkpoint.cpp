@@ -94,12 +94,12 @@
 // - tensors older than the region that its ops read (a captured mask, a parameter). An
 //   in-place write between forward and backward (an optimizer step, a refilled buffer) makes
 //   the replay read the new values. A plain run refuses such a write where an op saved the
-//   tensor; the region saved nothing, so its forward notes each storage made before it that
-//   an op was handed (the probe's view of the inputs: make_node's and needs_grad's no-grad
-//   paths) with its version, and the replay refuses one whose version moved, as the plain
-//   run would. A storage fn writes itself (a running statistic, a counter guarded by
-//   in_checkpoint_recompute()) is fn's state, not an input: the replay skips or refuses the
-//   write, and later writes by others do not change what it computes.
+//   tensor; the region saved nothing, so its forward notes each storage made before it whose
+//   data is read (Tensor::data() reports to it, tensor/read_observer.h: differentiable
+//   inputs, masks, indices, targets, the source of an autocast cast alike) with its version,
+//   and the replay refuses one whose version moved, as the plain run would. A storage fn writes itself (a running
+//   statistic, a counter guarded by in_checkpoint_recompute()) is fn's state, not an input: the replay skips or refuses
+//   the write, and later writes by others do not change what it computes.
 // PyTorch's checkpoint computes the wrong gradients in both cases (its non-reentrant one
 // fails the first with an internal "saved ... multiple times" error).
 //
@@ -126,6 +126,7 @@
 #include "autograd/function.h"
 #include "autograd/ops/inplace.h"
 #include "tensor/random.h"
+#include "tensor/read_observer.h"
 
 namespace frugal::autograd {
 
@@ -154,6 +155,23 @@ struct ModeCheck {
   std::map<std::string_view, size_t> met;
 };
 thread_local ModeCheck* mode_check = nullptr;
+
+// Tensor::data() reports every read to the forward log while a recording forward runs: a
+// mask, an index, a target or the source of an autocast cast is read by no make_node input.
+class ReadObserverScope {
+ public:
+  explicit ReadObserverScope(bool on)
+      : outer_(on ? frugal::detail::set_read_observer(&detail::note_checkpoint_read) : nullptr), on_(on) {}
+  ~ReadObserverScope() {
+    if (on_) frugal::detail::set_read_observer(outer_);
+  }
+  ReadObserverScope(const ReadObserverScope&) = delete;
+  ReadObserverScope& operator=(const ReadObserverScope&) = delete;
+
+ private:
+  frugal::detail::ReadObserver outer_;
+  bool on_;
+};
 
 // Sets a thread-local pointer for its scope.
 template <typename T>
@@ -399,6 +417,7 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   std::vector<ReadVersion> reads;
   {
     ScopedPointer<ForwardLog> note_forward(forward_log, records ? &log : forward_log);
+    ReadObserverScope note_reads(records);
     GradUseProbe probe;               // the point: nothing inside fn is recorded or saved; the
                                       // probe sees the parameters fn captures, which no edge shows
     std::optional<DrawRecord> draws;  // the generators fn draws from (Note [Checkpoint recompute])

@@ -30,10 +30,14 @@
 //      buffer (the parameters' .grad dropped), reduce_scatter(avg) is launched
 //      asynchronously, and the unit is freed. A completed reduce-scatter is added into the
 //      shard's .grad (at most kMaxInFlight in flight; the rest wait at the end of backward).
+//      Where a unit ran several forwards under checkpoints (a siamese pair, micro-batches
+//      summed into one loss), each replay's nested backward accumulates its own gradients:
+//      the count starts again, and the unit is reduced once per replay (the sum of the
+//      reduce-scatters is the reduce-scatter of the sum).
 //   5. at the end of the outermost backward (an engine callback queued by the first hook),
-//      every unit not yet reduced is reduced (zeros for parameters that got no gradient,
-//      so every rank issues the same collectives in the same order), everything in flight
-//      is retired and every unit, the root too, is freed.
+//      every unit not yet reduced, or holding gradients since, is reduced (zeros for
+//      parameters that got no gradient, so every rank issues the same collectives in the
+//      same order), everything in flight is retired and every unit, the root too, is freed.
 //   6. the optimizer steps the shards (elementwise AdamW on a slice is AdamW on those
 //      elements, as Note [ZeRO-1 step]); the next forward gathers the updated values. A
 //      gather from a shard whose version moved since the unit's last gather (a step, a
@@ -257,12 +261,16 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
       p.grad_ready = true;
       ++unit.grads_ready;
     }
-    if (unit.grads_ready == unit.params.size() && !unit.reduced) reduce_unit(p.unit);
+    if (unit.grads_ready == unit.params.size()) reduce_unit(p.unit);
   }
 
   void reduce_unit(size_t u) {
     Unit& unit = units[u];
     unit.reduced = true;
+    // Another round may follow in this backward: each checkpoint replay of another forward
+    // of the unit accumulates its own gradients (step 4).
+    for (size_t k : unit.params) params[k].grad_ready = false;
+    unit.grads_ready = 0;
     if (sync && unit.layout.padded == 0)  // nothing to reduce; its 0-element .grad must not outlive the round
       for (size_t k : unit.params) params[k].tensor.set_grad(Tensor());
     if (sync && unit.layout.padded > 0) {
@@ -316,7 +324,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
 
   void finish_backward() {
     for (size_t u = 0; u < units.size(); ++u)
-      if (!units[u].reduced) reduce_unit(u);
+      if (!units[u].reduced || units[u].grads_ready > 0) reduce_unit(u);
     while (!in_flight.empty()) retire_oldest();
     for (size_t u = 0; u < units.size(); ++u) free_unit(u);
     for (Param& p : params) p.grad_ready = false;

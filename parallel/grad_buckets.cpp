@@ -80,6 +80,7 @@ GradientBuckets::GradientBuckets(std::vector<Tensor> params, GradientBucketOptio
     }
   pending_.assign(buckets_.size(), 0);
   ready_.assign(params_.size(), false);
+  received_.assign(params_.size(), false);
   for (size_t k = 0; k < params_.size(); ++k)
     hook_ids_.push_back(
         autograd::register_post_accumulate_grad_hook(params_[k], [this, k](const Tensor&) { on_grad_ready(k); }));
@@ -121,6 +122,7 @@ void GradientBuckets::fill(size_t k, const Tensor& grad) {
   else if (grad.defined()) slot(k).copy_(grad);
   else slot(k).copy_(zeros(params_[k].sizes(), params_[k].options()));
   if (options_.release_grads && grad.defined()) params_[k].set_grad(Tensor());
+  if (grad.defined()) received_[k] = true;
   if (!ready_[k]) {
     ready_[k] = true;
     ++pending_[bucket_of_[k]];

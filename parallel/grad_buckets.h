@@ -73,6 +73,10 @@ class GradientBuckets {
   Tensor slot(size_t k) const;
   /// Which parameters each bucket holds, in launch order.
   std::vector<std::vector<size_t>> assignment() const;
+  /// Whether parameter k has had a gradient in a round since clear_received() (slots of
+  /// parameters without one are filled with zeros).
+  bool received(size_t k) const { return received_[k]; }
+  void clear_received() { received_.assign(params_.size(), false); }
 
  private:
   void on_grad_ready(size_t k);
@@ -90,6 +94,7 @@ class GradientBuckets {
   std::vector<size_t> slot_in_bucket_;  // param index -> position in its bucket
   std::vector<size_t> pending_;         // per bucket: slots filled this round
   std::vector<bool> ready_;             // this round: the param's gradient is in its bucket
+  std::vector<bool> received_;          // since clear_received(): the param had a gradient
   size_t next_to_launch_ = 0;
   bool round_active_ = false;
   bool callback_queued_ = false;  // finish is queued on the running backward

@@ -135,6 +135,7 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> c
     shard_.narrow(0, shard_offset_[i], n).copy_(flat.narrow(0, comm_->rank() * n, n));
   }
   inner_ = std::make_unique<optim::AdamW>(std::vector<Tensor>{shard_}, options);
+  had_grad_.assign(params_.size(), false);
 }
 
 ZeroAdamW::~ZeroAdamW() = default;
@@ -183,11 +184,14 @@ void ZeroAdamW::reduce_full_grads(const char* op) {
     const GradientBucket& b = layout_[i];
     Tensor flat = zeros({b.padded}, params_[0].options());
     for (size_t j = 0; j < b.params.size(); ++j) {
-      const Tensor& p = params_[b.params[j]];
-      const Tensor g = p.grad();
-      FRUGAL_CHECK(g.defined(), "ZeroAdamW.", op, ": parameter ", b.params[j], " (", p.describe(),
-                   ") has no gradient; every parameter of a sharded step needs one");
-      slot_in(flat, b, j, p).copy_(g);
+      const size_t k = b.params[j];
+      const Tensor g = params_[k].grad();
+      if (g.defined()) {
+        slot_in(flat, b, j, params_[k]).copy_(g);
+        had_grad_[k] = true;
+      } else {
+        check_had_grad(k, op);  // zeros since a zero_grad(set_to_none = false), as .grad was
+      }
     }
     comm_->reduce_scatter(flat, reduced.narrow(0, shard_offset_[i], b.padded / P), ReduceOp::Avg)->wait();
   }
@@ -217,6 +221,9 @@ void ZeroAdamW::reduce(const char* op) {
     FRUGAL_CHECK(grad_shard_.defined(), "ZeroAdamW.", op,
                  " (stage 2): no gradient shard; run a backward outside "
                  "no_sync() since the last zero_grad() before stepping");
+    for (size_t k = 0; k < params_.size(); ++k)
+      if (buckets_->received(k)) had_grad_[k] = true;
+      else check_had_grad(k, op);
   }
   reduced_ = true;
   reduced_rounds_ = backward_rounds_;
@@ -224,6 +231,13 @@ void ZeroAdamW::reduce(const char* op) {
 }
 
 void ZeroAdamW::reduce_gradients() { reduce("reduce_gradients"); }
+
+void ZeroAdamW::check_had_grad(size_t k, const char* op) const {
+  // One process's AdamW skips a parameter without .grad; a shard cannot skip part of itself,
+  // and stepping zeros would apply weight decay and the moments' decay to it.
+  FRUGAL_CHECK(had_grad_[k], "ZeroAdamW.", op, ": parameter ", k, " (", params_[k].describe(),
+               ") has no gradient; every parameter of a sharded step needs one");
+}
 
 double ZeroAdamW::clip_grad_norm_(double max_norm, double norm_type) {
   reduce("clip_grad_norm_");
@@ -288,6 +302,10 @@ void ZeroAdamW::zero_grad(bool set_to_none) {
   }
   shard_.set_grad(Tensor());
   reduced_ = false;
+  if (set_to_none) {  // otherwise every parameter has a gradient of zeros, as .grad would
+    had_grad_.assign(params_.size(), false);
+    if (buckets_) buckets_->clear_received();
+  }
   if (set_to_none || !grad_shard_.defined()) grad_shard_ = Tensor();
   else ops::zero_(grad_shard_);
 }

@@ -138,6 +138,8 @@ class ZeroAdamW {
   /// Stage 1: reduce-scatters the parameters' .grad, adds the result into the shard and
   /// drops them.
   void reduce_full_grads(const char* op);
+  /// Refuses parameter k unless it had a gradient since the last zero_grad(set_to_none).
+  void check_had_grad(size_t k, const char* op) const;
   /// All-gathers the updated shard into every rank's parameters (Note [ZeRO-1 step], 3).
   void gather_params();
   /// Refuses a scaler that does not share overflows across the ranks.
@@ -159,6 +161,7 @@ class ZeroAdamW {
   // Set by reduce_gradients() until the step or zero_grad(): the shard holds every gradient
   // so far and may since have been unscaled or clipped. Stage 2: backward_rounds_ then.
   bool reduced_ = false;
+  std::vector<bool> had_grad_;  // per parameter, since the last zero_grad(set_to_none)
   int64_t reduced_rounds_ = 0;
 };
 

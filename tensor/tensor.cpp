@@ -10,6 +10,7 @@
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/copy.h"
+#include "tensor/read_observer.h"
 
 namespace frugal {
 
@@ -117,7 +118,19 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+namespace {
+thread_local detail::ReadObserver read_observer = nullptr;
+}  // namespace
+
+detail::ReadObserver detail::set_read_observer(ReadObserver observer) {
+  const ReadObserver old = read_observer;
+  read_observer = observer;
+  return old;
+}
+
 void* Tensor::data() const {
+  if (read_observer != nullptr) [[unlikely]]
+    read_observer(*this);
   return static_cast<char*>(impl().storage->data.get()) + impl().offset * int64_t(element_size());
 }
 

@@ -1022,3 +1022,54 @@ TEST_CASE("probe recompute: a memory plan naming more blocks than the model has 
   vit.memory_plan.blocks.assign(2, nn::BlockMemory::Checkpoint);  // fewer: the rest take the fallback
   CHECK(vit.forward(randn({2, 3, 8, 8})).sizes() == Shape{2, 5});
 }
+
+TEST_CASE("probe recompute: a captured index, mask, target or autocast source written before backward is refused") {
+  // These reach no make_node input, so the first version of the read check missed them and
+  // the replay used the new values (index_select: [[0,6,0],[0,35,0]] where the forward's
+  // indices give [[1,4,0],[12,20,0]]); PyTorch's checkpoint does the same. Tensor::data()
+  // now reports every read (tensor/read_observer.h).
+  const Tensor x = from_vector<float>({0.5f, 1, 1.5f, 2, 2.5f, 3}, {2, 3}).requires_grad_();
+  const auto refused = [&](const char* what, const std::function<Tensor(const Tensor&)>& fn, const Tensor& captured,
+                           const Tensor& new_values) {
+    CAPTURE(what);
+    const Tensor y = autograd::checkpoint(fn, x);
+    {
+      autograd::NoGradGuard no_grad;
+      captured.copy_(new_values);
+    }
+    check_error([&] { sum(y).backward(); }, {"CheckpointBackward", "which the checkpointed function read"});
+  };
+  const Tensor idx = from_vector<int64_t>({0, 1}, {2});
+  refused(
+      "index_select", [&](const Tensor& h) { return index_select(mul(h, h), 1, idx); }, idx,
+      from_vector<int64_t>({1, 1}, {2}));
+  const Tensor mask = from_vector<bool>({true, false, true, false, true, false}, {2, 3});
+  refused(
+      "masked_fill", [&](const Tensor& h) { return masked_fill(mul(h, h), mask, 0.0); }, mask, logical_not(mask));
+  const Tensor target = from_vector<int64_t>({0, 2}, {2});
+  refused(
+      "cross_entropy", [&](const Tensor& h) { return cross_entropy(mul(h, h), target); }, target,
+      from_vector<int64_t>({1, 1}, {2}));
+  const Tensor ids = from_vector<int64_t>({2, 0}, {2});
+  refused(
+      "ne",
+      [&](const Tensor& h) {
+        return ne(ids, 0.0).to(kFloat32).view({2, 1}) * h;
+      },
+      ids, from_vector<int64_t>({0, 0}, {2}));  // a non-differentiable op's input
+  // A weight whose autocast cast was cached before the region: the region's matmul reads the
+  // cast, the cast read the weight (right: x.grad from the forward's weight, as a plain run).
+  const Tensor w = arange(1.0, 10.0, 1.0).view({3, 3}).requires_grad_();
+  {
+    AutocastGuard amp(kCPU, kBFloat16);
+    (void)matmul(ones({1, 3}), w);  // an earlier use caches w's cast
+    const Tensor y = autograd::checkpoint([&](const Tensor& h) { return matmul(h, w); }, x);
+    {
+      autograd::NoGradGuard no_grad;
+      Tensor stepped = w;
+      stepped *= 0.5;
+    }
+    check_error([&] { sum(y.to(kFloat32)).backward(); },
+                {"CheckpointBackward", "float32[3, 3]", "which the checkpointed function read"});
+  }
+}

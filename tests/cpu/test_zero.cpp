@@ -513,3 +513,24 @@ TEST_CASE("zero-1/2: reduce_gradients is idempotent until the step, and a backwa
     });
   }
 }
+
+TEST_CASE(
+    "zero-1/2: a parameter without a gradient is refused at the step, as stage 1 did; zeros after zero_grad(false)") {
+  // Stage 2 filled its slot with zeros and stepped it: weight decay moved a parameter one
+  // process's AdamW skips (E = 0.95^3 after 3 steps where one process leaves it at 1).
+  run_ranks(2, [&](const CommPtr& comm) {
+    for (int stage : {1, 2}) {
+      CAPTURE(stage);
+      const Tensor w = ones({4}).requires_grad_(), unused = ones({4}).requires_grad_();
+      parallel::ZeroAdamW opt({w, unused}, comm, kOpts, {.stage = stage, .bucket_cap_bytes = 16});
+      sum(mul(w, 2.0)).backward();
+      check_error([&] { opt.step(); }, {"ZeroAdamW.step", "parameter 1", "float32[4]", "has no gradient"});
+      opt.zero_grad();
+      sum(mul(add(w, unused), 2.0)).backward();  // both used: a step
+      opt.step();
+      opt.zero_grad(/*set_to_none=*/false);  // every gradient now zeros, as .grad would be
+      sum(mul(w, 2.0)).backward();
+      opt.step();  // accepted: `unused` steps on zeros, as one process's AdamW on a zeroed .grad
+    }
+  });
+}

@@ -602,6 +602,40 @@ TEST_CASE("zero-3: misuse fails with errors naming the unit or parameter") {
   }
 }
 
+TEST_CASE("zero-3: two forwards summed into one backward, checkpointed or not, equal one process") {
+  // Under checkpoints each forward's replay is a nested backward of its own: the first replay
+  // completed a unit's gradients, the unit was reduce-scattered, and the second replay's
+  // gradients were refused ("received a gradient after its unit's gradients were
+  // reduce-scattered"). A siamese pair or micro-batches summed into one loss do this.
+  for (const bool checkpointed : {false, true})
+    for (int p : {2, 3}) {
+      CAPTURE(checkpointed);
+      CAPTURE(p);
+      const int64_t micro = 2, per_mb = 2, B = p * micro * per_mb, steps = 2;
+      const Tensor x = random_tensor({steps, B, 6}, kFloat32, 331), y = random_tensor({steps, B, 3}, kFloat32, 332);
+      const Reference ref = reference_run(33, x, y, double(micro));  // the sum of two equal-size means
+      PerRank<std::vector<std::map<std::string, Tensor>>> weights(static_cast<size_t>(p));
+      const auto models = net_models(p, 33, checkpointed);
+      run_ranks(p, [&](const CommPtr& comm) {
+        const int r = comm->rank();
+        auto fsdp = sharded(models[size_t(r)], comm);
+        optim::AdamW opt(fsdp->parameters(), kOpts);
+        for (int64_t s = 0; s < steps; ++s) {
+          const Tensor xr = rows(x[s], r, micro * per_mb), yr = rows(y[s], r, micro * per_mb);
+          Tensor loss = mse_loss(fsdp->forward(rows(xr, 0, per_mb)), rows(yr, 0, per_mb));
+          loss = add(loss, mse_loss(fsdp->forward(rows(xr, 1, per_mb)), rows(yr, 1, per_mb)));
+          loss.backward();
+          opt.step();
+          opt.zero_grad();
+          weights[size_t(r)].push_back(as_map(fsdp->full_state_dict()));
+        }
+      });
+      for (int r = 0; r < p; ++r)
+        for (size_t s = 0; s < size_t(steps); ++s)
+          check_weights(weights[size_t(r)][s], ref.weights[s], "step " + std::to_string(s));
+    }
+}
+
 TEST_CASE("zero-3: clip_grad_norm_ takes the whole model's norm across the shards (2-norm and inf-norm)") {
   // optim::clip_grad_norm_(fsdp->parameters()) clips each rank by its own shard's norm (the
   // ranks then step differently); the FSDP method sums the shards' parts first, as PyTorch's.
