@@ -3,7 +3,7 @@
 // GradScaler, optimizer step, zero_grad. Prints the median step time, throughput, peak
 // memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
 //
-//   train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
+//   train_step --model resnet50|bert_base|bert_large|bert_mlm|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
 //              [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R]
 //              [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
@@ -21,7 +21,9 @@
 // fused BN+ReLU and BN+add+ReLU). --fused-conv-bn on folds each block's inner batch norms into
 // the convolutions (cuDNN's conv + statistics and scale-bias-ReLU + conv graphs: Note
 // [Convolution batch-norm fusion]); auto: off. --image-size / --seq-len shrink the inputs for CPU smoke
-// runs (ResNet and ViT at 224, BERT at 128 tokens by default). --cudnn-benchmark on (the
+// runs (ResNet and ViT at 224, BERT at 128 tokens by default). --model bert_mlm is the small BERT
+// examples/bert_mlm trains by default (4 layers, hidden 256, 4 heads, intermediate 1024, vocab 8000,
+// 128 positions): tools/cpu_bert_vs_torch.py times it on the CPU against PyTorch. --cudnn-benchmark on (the
 // default) picks convolution algorithms by timing them during warm-up, as the PyTorch rows
 // run with torch.backends.cudnn.benchmark = True. --checkpoint (or --checkpoint full)
 // recomputes each block in backward; --checkpoint selective keeps the blocks' GEMM,
@@ -105,7 +107,7 @@ struct Args {
 };
 
 const char* kUsage =
-    "usage: train_step --model resnet50|bert_base|bert_large|vit_b16 --batch N [--amp]\n"
+    "usage: train_step --model resnet50|bert_base|bert_large|bert_mlm|vit_b16 --batch N [--amp]\n"
     "                  [--checkpoint [full|selective]] [--tf32] [--steps S] [--warmup W]\n"
     "                  [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off] [--fused-conv-bn auto|on|off]\n"
@@ -118,7 +120,7 @@ Args parse(int argc, char** argv) {
   Args a;
   cli::Flags flags(argc, argv);
   while (flags.next()) {
-    if (flags.is("--model")) a.model = flags.choice({"resnet50", "bert_base", "bert_large", "vit_b16"});
+    if (flags.is("--model")) a.model = flags.choice({"resnet50", "bert_base", "bert_large", "bert_mlm", "vit_b16"});
     else if (flags.is("--batch")) a.batch = flags.positive();
     else if (flags.is("--amp")) a.amp = true;
     else if (flags.is("--checkpoint")) {
@@ -164,6 +166,16 @@ struct Workload {
   double flops_per_step = 0;  // analytic model FLOPs of forward + backward
   std::string layout = "NCHW";
 };
+
+/// examples/bert_mlm's default model, at its largest vocabulary.
+models::BertConfig bert_mlm_config() {
+  return {.vocab_size = 8000,
+          .hidden_size = 256,
+          .num_hidden_layers = 4,
+          .num_attention_heads = 4,
+          .intermediate_size = 1024,
+          .max_position_embeddings = 128};
+}
 
 /// Transformer training FLOPs: 6 x params x tokens (the matmuls of forward and backward)
 /// plus attention's score and context matmuls, 4 T^2 d per layer and sequence forward, x3.
@@ -239,8 +251,10 @@ Workload make_workload(const Args& a, Device device) {
     w.loss = [net, x, y] { return cross_entropy(net->forward(x), y); };
     const int64_t patches = (a.image_size / c.patch_size) * (a.image_size / c.patch_size);
     w.flops_per_step = transformer_flops(net->num_parameters(), B, patches + 1, c.num_layers, c.hidden_dim);
-  } else if (a.model == "bert_base" || a.model == "bert_large") {
-    models::BertConfig c = a.model == "bert_base" ? models::bert_base() : models::bert_large();
+  } else if (a.model == "bert_base" || a.model == "bert_large" || a.model == "bert_mlm") {
+    models::BertConfig c = a.model == "bert_base"    ? models::bert_base()
+                           : a.model == "bert_large" ? models::bert_large()
+                                                     : bert_mlm_config();
     c.checkpoint_blocks = a.checkpoint;
     c.checkpoint_policy = a.checkpoint_policy;
     FRUGAL_CHECK(a.seq_len <= c.max_position_embeddings, "--seq-len must be <= ", c.max_position_embeddings, ", got ",
