@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Fails when a per-level kernel archive defines code shared with the rest of the program.
 
-Each x86-64 level's GEMM kernels (tensor/cpu/gemm_kernel.cpp) and GELU kernels
-(tensor/cpu/gelu_kernel.cpp), each built once per level, must define functions only in their
+Each x86-64 level's GEMM kernels (tensor/cpu/gemm_kernel.cpp), GELU kernels
+(tensor/cpu/gelu_kernel.cpp) and attention's dropout and masked-softmax kernels
+(tensor/cpu/dropout_kernel.cpp, tensor/cpu/masked_softmax_kernel.cpp), each built once per level, must define functions only in their
 own namespaces, frugal::ops::cpu::<level> and frugal_eigen_<level> (Note [GEMM kernels per
 instruction set] in tensor/cpu/gemm.cpp). A weak definition of any
 other name (an inline function of std:: or of a frugal header compiled with AVX-512) would be
 merged by the linker with the same function of the other objects, and the AVX-512 copy could
 then run on a CPU without it.
 
-    python3 tools/check_gemm_objects.py LIB_v2.a LIB_v3.a LIB_v4.a [...]  (names ..gemm_vN.. or ..gelu_vN..)
+    python3 tools/check_gemm_objects.py LIB_v2.a LIB_v3.a LIB_v4.a [...]  (names ..._vN.a)
 """
 import re
 import shutil
@@ -18,9 +19,9 @@ import sys
 
 
 def level_of(path):
-    m = re.search(r"(?:gemm|gelu)_(v\d)", path)
+    m = re.search(r"_(v\d)\.a$", path)
     if not m:
-        sys.exit(f"check_gemm_objects: cannot tell the level of {path} (expected ..gemm_vN.. or ..gelu_vN..)")
+        sys.exit(f"check_gemm_objects: cannot tell the level of {path} (expected a name ending in _vN.a)")
     return m.group(1)
 
 

@@ -1,15 +1,54 @@
-// CPU dropout: four elements per Philox call (see Note [Dropout mask from counters]).
+// CPU dropout: four elements per Philox call (see Note [Dropout mask from counters]); float32
+// through the vectorized kernel of the CPU's level, the same bits (Note [Vectorized dropout] in
+// tensor/cpu/dropout_kernel.cpp).
 #include "tensor/ops/dropout.h"
 
 #include <algorithm>
 
+#include "tensor/cpu/dropout_kernel.h"
+#include "tensor/cpu/gemm.h"  // gemm_isa: the level of the dropout kernels too
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/philox.h"
 
 namespace frugal::ops::cpu {
 
+namespace {
+
+constexpr int64_t kChunkGroups = 1024;  // Philox blocks (4096 elements) per call of the float32 kernel
+
+// y, x: (n) float32, contiguous
+void dropout_f32(float* y, const float* x, int64_t n, double p, Generator::Range range) {
+  const float keep_below = float(1.0 - p), scale = float(1.0 / (1.0 - p));
+  const int64_t chunks = (n + 4 * kChunkGroups - 1) / (4 * kChunkGroups);
+  const GemmIsa isa = gemm_isa();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = c * 4 * kChunkGroups, count = std::min(4 * kChunkGroups, n - first);
+    const uint64_t counter = range.counter + uint64_t(c * kChunkGroups);
+    switch (isa) {
+      case GemmIsa::X86_64_V4:
+        v4::dropout_f32(y + first, x + first, count, range.seed, counter, keep_below, scale);
+        break;
+      case GemmIsa::X86_64_V3:
+        v3::dropout_f32(y + first, x + first, count, range.seed, counter, keep_below, scale);
+        break;
+      case GemmIsa::X86_64_V2:
+        v2::dropout_f32(y + first, x + first, count, range.seed, counter, keep_below, scale);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
 void dropout_kernel(const Tensor& out, const Tensor& x, double p, Generator::Range range) {
+  require_host_range(range, "Dropout on the CPU");
+  if (x.dtype() != kFloat32) return dropout_kernel_generic(out, x, p, range);
+  dropout_f32(out.data_ptr<float>(), x.data_ptr<float>(), x.numel(), p, range);
+}
+
+void dropout_kernel_generic(const Tensor& out, const Tensor& x, double p, Generator::Range range) {
   require_host_range(range, "Dropout on the CPU");
   dispatch_floating(x.dtype(), "dropout", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;

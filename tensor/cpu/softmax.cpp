@@ -6,7 +6,9 @@
 // dim it is a block of up to kBlock neighbouring slices, read as D contiguous segments
 // (one per j) with one max/sum per slice kept in small arrays. Three passes: max, sum
 // of exp (accumulated in double), write. 16-bit types are converted to float segment
-// by segment (Eigen computes in float and double only).
+// by segment (Eigen computes in float and double only). The float32 softmax gradient along the
+// last dim runs on the vectorized rows of the CPU's level (Note [Vectorized masked softmax] in
+// tensor/cpu/masked_softmax_kernel.cpp): attention's backward.
 #include "tensor/ops/softmax.h"
 
 #include <Eigen/Core>
@@ -16,7 +18,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensor/cpu/gemm.h"  // gemm_isa: the level of the softmax kernels too
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/masked_softmax_kernel.h"
 #include "tensor/dispatch.h"
 
 namespace frugal::ops::cpu {
@@ -163,6 +167,24 @@ void softmax_kernel(const Tensor& out, const Tensor& x, SoftmaxShape s, bool log
 
 void softmax_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, SoftmaxShape s,
                              bool log) {
+  if (out.dtype() != kFloat32 || s.inner != 1 || log)
+    return softmax_backward_kernel_generic(grad_in, grad_out, out, s, log);
+  float* gi = grad_in.data_ptr<float>();
+  const float* g = grad_out.data_ptr<float>();
+  const float* y = out.data_ptr<float>();
+  const GemmIsa isa = gemm_isa();
+  for_each_item(s, [&](int64_t o, int64_t, int64_t) {  // rows of D: gi, g, y (outer, D)
+    const int64_t at = o * s.D;
+    switch (isa) {
+      case GemmIsa::X86_64_V4: return v4::softmax_backward_rows_f32(gi + at, g + at, y + at, 1, s.D);
+      case GemmIsa::X86_64_V3: return v3::softmax_backward_rows_f32(gi + at, g + at, y + at, 1, s.D);
+      case GemmIsa::X86_64_V2: return v2::softmax_backward_rows_f32(gi + at, g + at, y + at, 1, s.D);
+    }
+  });
+}
+
+void softmax_backward_kernel_generic(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, SoftmaxShape s,
+                                     bool log) {
   dispatch_floating(out.dtype(), log ? "log_softmax_backward" : "softmax_backward", out.device(), [&]<typename T>() {
     T* gi = grad_in.data_ptr<T>();
     const T* g = grad_out.data_ptr<T>();

@@ -39,6 +39,9 @@ Tensor dropout_with_range(const Tensor& x, double p, Generator::Range range);
 namespace frugal::ops::cpu {
 /// out, x: (n)
 void dropout_kernel(const Tensor& out, const Tensor& x, double p, Generator::Range range);
+/// The scalar loop, for every dtype: what dropout_kernel runs but for float32, and the reference
+/// its vectorized float32 kernels are tested and timed against (Note [Vectorized dropout]).
+void dropout_kernel_generic(const Tensor& out, const Tensor& x, double p, Generator::Range range);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void dropout_kernel(const Tensor& out, const Tensor& x, double p, Generator::Range range);

@@ -57,6 +57,11 @@ namespace frugal::ops::cpu {
 /// out, scores: (..., L, S); mask: broadcast view, see MaskedSoftmaxParams
 void masked_softmax_kernel(const Tensor& out, const Tensor& scores, const Tensor& mask,
                            const MaskedSoftmaxParams& params);
+/// The scalar loop, for every dtype: what masked_softmax_kernel runs but for float32, and the
+/// reference its vectorized float32 rows are tested and timed against (Note [Vectorized masked
+/// softmax] in tensor/cpu/masked_softmax_kernel.cpp).
+void masked_softmax_kernel_generic(const Tensor& out, const Tensor& scores, const Tensor& mask,
+                                   const MaskedSoftmaxParams& params);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void masked_softmax_kernel(const Tensor& out, const Tensor& scores, const Tensor& mask,

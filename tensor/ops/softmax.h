@@ -41,6 +41,11 @@ void softmax_kernel(const Tensor& out, const Tensor& x, SoftmaxShape s, bool log
 /// grad_in, grad_out, out: (outer, D, inner)
 void softmax_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, SoftmaxShape s,
                              bool log);
+/// Eigen's loop, for every dtype and dim: what softmax_backward_kernel runs but for float32
+/// along the last dim, and the reference its vectorized rows are tested and timed against
+/// (Note [Vectorized masked softmax] in tensor/cpu/masked_softmax_kernel.cpp).
+void softmax_backward_kernel_generic(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, SoftmaxShape s,
+                                     bool log);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void softmax_kernel(const Tensor& out, const Tensor& x, SoftmaxShape s, bool log);
