@@ -1,7 +1,11 @@
 // CPU loops for the optimizer entries (optim/multi_tensor.h): one parallel loop per
 // parameter, the element rule from optim/update_math.h.
+#include <algorithm>
 #include <atomic>
+#include <type_traits>
 
+#include "core/threads.h"
+#include "optim/cpu_adam.h"  // offload_adam_chunk: AdamW's vectorised float32 loop
 #include "optim/multi_tensor.h"
 #include "optim/update_math.h"
 #include "tensor/cpu/loops.h"  // parallel_for_if
@@ -20,13 +24,33 @@ void count_fused_launch() { g_fused_launches.fetch_add(1, std::memory_order_rela
 namespace cpu {
 
 namespace {
+
 constexpr int64_t kGrain = 1 << 16;  // elements below which threads cost more than they save
+
+/// A float32 AdamW entry without amsgrad through OffloadAdamW's loop (optim/cpu_adam.cpp), which
+/// vectorises: the same adam_update, so the same bits as the loop below, which GCC keeps scalar
+/// here (std::sqrt's errno call).
+void adamw_float32(const detail::AdamEntry& e) {
+  float* m = static_cast<float*>(e.exp_avg);
+  float* v = static_cast<float*>(e.exp_avg_sq);
+  if ((e.flags & detail::kAdamFreshMoments) != 0) {  // not read: the first step starts them at 0
+    std::fill(m, m + e.numel, 0.0f);
+    std::fill(v, v + e.numel, 0.0f);
+  }
+  const OffloadAdamChunk chunk{static_cast<float*>(e.param), m, v, e.grad, nullptr, e.numel};
+  offload_adam_chunk(kFloat32, chunk, detail::AdamCoeffs<float>(e), get_num_threads());
 }
+
+}  // namespace
 
 void adam_step(DType dtype, const std::vector<detail::AdamEntry>& entries) {
   dispatch_floating(dtype, "Adam.step", kCPU, [&]<typename T>() {
     using M = opmath_t<T>;
     for (const detail::AdamEntry& e : entries) {
+      if (std::is_same_v<T, float> && (e.flags & detail::kAdamDecoupled) && !(e.flags & detail::kAdamAmsgrad)) {
+        adamw_float32(e);
+        continue;
+      }
       // param, grad: (numel) in T; exp_avg, exp_avg_sq, max_exp_avg_sq: (numel) in M
       T* p = static_cast<T*>(e.param);
       const T* g = static_cast<const T*>(e.grad);

@@ -23,6 +23,7 @@
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
+#include "optim/update_math.h"  // adam_update: the reference of the vectorised AdamW
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/binary.h"
@@ -861,6 +862,53 @@ TEST_CASE("optim: channels-last parameters are stepped where they lie, their sta
       flat_opt->step();
       resumed->step();
       check_close(cl2, values_of(flat), 0, 0, "resumed step");
+    }
+  }
+}
+
+TEST_CASE("AdamW float32 on the CPU: the vectorised loop gives adam_update's bits, element by element") {
+  // optim/cpu_kernels.cpp runs float32 AdamW (no amsgrad) through OffloadAdamW's vectorised loop;
+  // here the scalar rule of optim/update_math.h, in float, is the reference, for 1, odd and
+  // threaded sizes, with and without decay and maximize, over several steps.
+  for (const bool maximize : {false, true}) {
+    for (const double wd : {0.0, 0.05}) {
+      CAPTURE(maximize);
+      CAPTURE(wd);
+      const std::vector<Shape> shapes = {{1}, {37, 53}, {300001}};
+      std::vector<Tensor> params;
+      std::vector<std::vector<float>> p, m, v;
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        const Values init = random_values(numel_of(shapes[k]), 70 + k);
+        params.push_back(param_tensor(init, shapes[k]));
+        p.emplace_back(init.begin(), init.end());
+        m.emplace_back(init.size(), 0.0f);
+        v.emplace_back(init.size(), 0.0f);
+      }
+      AdamW opt(params,
+                {.lr = 1e-2, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = wd, .maximize = maximize});
+      for (int s = 1; s <= 3; ++s) {
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          const Values g = random_values(numel_of(shapes[k]), 500 + 7 * uint64_t(s) + k, -3.0, 3.0);
+          params[k].set_grad(make_tensor(g, shapes[k], kFloat32));
+          optim::detail::AdamEntry e{};
+          e.lr = 1e-2, e.beta1 = 0.8, e.beta2 = 0.95, e.eps = 1e-6, e.weight_decay = wd;
+          e.flags = optim::detail::kAdamDecoupled | (maximize ? uint32_t(optim::detail::kAdamMaximize) : 0u);
+          optim::detail::set_bias_corrections(e, s);
+          const optim::detail::AdamCoeffs<float> c(e);
+          for (size_t i = 0; i < g.size(); ++i) {
+            float unused = 0.0f;
+            optim::detail::adam_update<float>(p[k][i], float(g[i]), m[k][i], v[k][i], unused, c);
+          }
+        }
+        opt.step();
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          CAPTURE(k);
+          const std::vector<float> got = params[k].contiguous().tolist<float>();
+          CHECK(got == p[k]);
+          CHECK(opt.state(params[k])->buffers[0].contiguous().tolist<float>() == m[k]);
+          CHECK(opt.state(params[k])->buffers[1].contiguous().tolist<float>() == v[k]);
+        }
+      }
     }
   }
 }
