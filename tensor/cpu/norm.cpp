@@ -6,12 +6,16 @@
 // from the stored (rounded) statistics, so forward and backward see the same xhat.
 // The parameter gradients are summed over rows in a fixed number of row blocks, each
 // into its own partial sums, then added block by block in order: deterministic for
-// any number of threads, and dx is written in the same pass over the data.
+// any number of threads, and dx is written in the same pass over the data. float32 rows run on the
+// vectorized kernels of the CPU's level (Note [Vectorized layer norm] in tensor/cpu/norm_kernel.cpp).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "tensor/cpu/gemm.h"  // gemm_isa: the level of the layer norm kernels too
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/norm_kernel.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/norm.h"
 
@@ -19,13 +23,35 @@ namespace frugal::ops::cpu {
 
 namespace {
 
+/// The level's float32 rows (norm_kernel.h), or null for the generic loops.
+struct NormRowsF32 {
+  void (*forward)(float*, float*, float*, const float*, const float*, const float*, int64_t, double) = nullptr;
+  void (*backward)(float*, double*, double*, const float*, const float*, float, float, const float*, int64_t,
+                   bool) = nullptr;
+};
+
+NormRowsF32 norm_rows_f32() {
+  switch (gemm_isa()) {
+    case GemmIsa::X86_64_V4: return {v4::layer_norm_row_f32, v4::layer_norm_backward_row_f32};
+    case GemmIsa::X86_64_V3: return {v3::layer_norm_row_f32, v3::layer_norm_backward_row_f32};
+    case GemmIsa::X86_64_V2: return {v2::layer_norm_row_f32, v2::layer_norm_backward_row_f32};
+  }
+  return {};
+}
+
 // x, y: (M, N); w, b: (N) or null; mean (null: RMS norm), rstd: (M)
 template <typename T>
 void layer_norm_rows(T* y, opmath_t<T>* mean, opmath_t<T>* rstd, const T* x, const T* w, const T* b, int64_t M,
-                     int64_t N, double eps) {
+                     int64_t N, double eps, NormRowsF32 simd) {
   using Acc = opmath_t<T>;
 #pragma omp parallel for schedule(static) if (M * N >= kParallelGrain && M > 1)
   for (int64_t r = 0; r < M; ++r) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (simd.forward) {
+        simd.forward(y + r * N, mean ? mean + r : nullptr, rstd + r, x + r * N, w, b, N, eps);
+        continue;
+      }
+    }
     const T* xr = x + r * N;
     double mu = 0;  // RMS norm: deviations from zero
     if (mean) {
@@ -73,7 +99,7 @@ void layer_norm_apply_rows(T* y, const T* x, const opmath_t<T>* mean, const opma
 // gx (or null), g, x: (M, N); mean (null: RMS norm), rstd: (M); w: (N) or null; gw, gb: (N) or null
 template <typename T>
 void layer_norm_backward_rows(T* gx, T* gw, T* gb, const T* g, const T* x, const opmath_t<T>* mean,
-                              const opmath_t<T>* rstd, const T* w, int64_t M, int64_t N) {
+                              const opmath_t<T>* rstd, const T* w, int64_t M, int64_t N, NormRowsF32 simd) {
   using Acc = opmath_t<T>;
   const bool params = gw || gb;
   // Row blocks for the parameter sums: enough for the threads, partials bounded to ~4M doubles.
@@ -91,6 +117,12 @@ void layer_norm_backward_rows(T* gx, T* gw, T* gb, const T* g, const T* x, const
       const T* xr = x + r * N;
       const T* gr = g + r * N;
       const Acc m = mean ? mean[r] : Acc(0), rs = rstd[r];
+      if constexpr (std::is_same_v<T, float>) {
+        if (simd.backward) {
+          simd.backward(gx ? gx + r * N : nullptr, pw, pb, gr, xr, m, rs, w, N, mean != nullptr);
+          continue;
+        }
+      }
       if (params) {
         for (int64_t j = 0; j < N; ++j) {
           const double gv = double(Acc(gr[j]));
@@ -132,15 +164,36 @@ T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
+void layer_norm_rows_any(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps, NormRowsF32 simd) {
+  dispatch_floating(x.dtype(), "layer_norm", x.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    layer_norm_rows<T>(out.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), x.data_ptr<T>(),
+                       ptr_or_null<T>(weight), ptr_or_null<T>(bias), M, N, eps, simd);
+  });
+}
+
+void layer_norm_backward_rows_any(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                  const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& weight, int64_t M, int64_t N, NormRowsF32 simd) {
+  dispatch_floating(x.dtype(), "layer_norm_backward", x.device(), [&]<typename T>() {
+    using Acc = opmath_t<T>;
+    layer_norm_backward_rows<T>(ptr_or_null<T>(grad_x), ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias),
+                                grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(),
+                                ptr_or_null<T>(weight), M, N, simd);
+  });
+}
+
 }  // namespace
 
 void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                        const Tensor& bias, int64_t M, int64_t N, double eps) {
-  dispatch_floating(x.dtype(), "layer_norm", x.device(), [&]<typename T>() {
-    using Acc = opmath_t<T>;
-    layer_norm_rows<T>(out.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(), x.data_ptr<T>(),
-                       ptr_or_null<T>(weight), ptr_or_null<T>(bias), M, N, eps);
-  });
+  layer_norm_rows_any(out, mean, rstd, x, weight, bias, M, N, eps, norm_rows_f32());
+}
+
+void layer_norm_kernel_generic(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                               const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps) {
+  layer_norm_rows_any(out, mean, rstd, x, weight, bias, M, N, eps, {});
 }
 
 void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -155,12 +208,13 @@ void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& m
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& weight, int64_t M, int64_t N) {
-  dispatch_floating(x.dtype(), "layer_norm_backward", x.device(), [&]<typename T>() {
-    using Acc = opmath_t<T>;
-    layer_norm_backward_rows<T>(ptr_or_null<T>(grad_x), ptr_or_null<T>(grad_weight), ptr_or_null<T>(grad_bias),
-                                grad_out.data_ptr<T>(), x.data_ptr<T>(), ptr_or_null<Acc>(mean), rstd.data_ptr<Acc>(),
-                                ptr_or_null<T>(weight), M, N);
-  });
+  layer_norm_backward_rows_any(grad_x, grad_weight, grad_bias, grad_out, x, mean, rstd, weight, M, N, norm_rows_f32());
+}
+
+void layer_norm_backward_kernel_generic(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                        const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& weight, int64_t M, int64_t N) {
+  layer_norm_backward_rows_any(grad_x, grad_weight, grad_bias, grad_out, x, mean, rstd, weight, M, N, {});
 }
 
 }  // namespace frugal::ops::cpu

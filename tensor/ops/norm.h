@@ -84,6 +84,13 @@ void layer_norm_apply_kernel(const Tensor& out, const Tensor& x, const Tensor& m
 void layer_norm_backward_kernel(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& weight, int64_t M, int64_t N);
+/// The scalar loops: what the two above run but for float32, and the reference their vectorized
+/// float32 rows are tested against (Note [Vectorized layer norm] in tensor/cpu/norm_kernel.cpp).
+void layer_norm_kernel_generic(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                               const Tensor& weight, const Tensor& bias, int64_t M, int64_t N, double eps);
+void layer_norm_backward_kernel_generic(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                        const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& weight, int64_t M, int64_t N);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,

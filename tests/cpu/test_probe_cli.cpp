@@ -144,7 +144,7 @@ TEST_CASE("probe cli: choices and devices are checked as flags, exit 2 naming th
   check_refused(run_model, "--model bert --weights w --inputs x --out y", 2, {"--model bert needs --config-json"});
   const std::string train_step = program("bench/train_step");
   check_refused(train_step, "--model mlp --batch 2", 2,
-                {"--model: expected resnet50, bert_base, bert_large or vit_b16, got \"mlp\""});
+                {"--model: expected resnet50, bert_base, bert_large, bert_mlm or vit_b16, got \"mlp\""});
   check_refused(train_step, "--batch 2", 2, {"--model is required"});
   check_refused(train_step, "--model vit_b16", 2, {"--batch is required"});
   check_refused(train_step, "--model vit_b16 --batch 1 --optim adam", 2, {"--optim: expected sgd, adamw"});
