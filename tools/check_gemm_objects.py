@@ -2,8 +2,9 @@
 """Fails when a per-level kernel archive defines code shared with the rest of the program.
 
 Each x86-64 level's GEMM kernels (tensor/cpu/gemm_kernel.cpp), GELU kernels
-(tensor/cpu/gelu_kernel.cpp) and attention's dropout and masked-softmax kernels
-(tensor/cpu/dropout_kernel.cpp, tensor/cpu/masked_softmax_kernel.cpp), each built once per level, must define functions only in their
+(tensor/cpu/gelu_kernel.cpp), attention's dropout and masked-softmax kernels
+(tensor/cpu/dropout_kernel.cpp, tensor/cpu/masked_softmax_kernel.cpp) and layer norm rows
+(tensor/cpu/norm_kernel.cpp), each built once per level, must define functions only in their
 own namespaces, frugal::ops::cpu::<level> and frugal_eigen_<level> (Note [GEMM kernels per
 instruction set] in tensor/cpu/gemm.cpp). A weak definition of any
 other name (an inline function of std:: or of a frugal header compiled with AVX-512) would be
