@@ -54,8 +54,10 @@ FRUGAL_SOFTMAX_INLINE float exp_nonpositive(float df) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  // 2^n from n's bits: kd - kShift as integers is n, in [-152, 0].
-  const long long nbits = __builtin_bit_cast(long long, kd) - __builtin_bit_cast(long long, kShift);
+  // 2^n from n's bits: kd - kShift as integers is n, in [-152, 0]. Unsigned, so that a NaN's bits
+  // (where p is NaN too, and so is e) wrap instead of overflowing.
+  const unsigned long long nbits =
+      __builtin_bit_cast(unsigned long long, kd) - __builtin_bit_cast(unsigned long long, kShift);
   const double e = p * __builtin_bit_cast(double, (nbits + 1023) << 52);
   return d < -105.0 ? 0.0f : float(e);
 }
