@@ -30,11 +30,10 @@ import argparse
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from cpu_vs_torch import torch_python
+from cpu_vs_torch import step_ms, torch_python
 
 # examples/bert_mlm's default model (bench/train_step.cpp: bert_mlm_config).
 CONFIG = dict(vocab=8000, hidden=256, layers=4, heads=4, intermediate=1024, positions=128, type_vocab=2,
@@ -138,16 +137,6 @@ def torch_worker(args):
     print(f"step_ms: {statistics.median(times):.3f}")
 
 
-def step_ms(cmd, env):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        sys.exit(f"cpu_bert_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-    for line in p.stdout.splitlines():
-        if line.startswith("step_ms:"):
-            return float(line.split()[1])
-    sys.exit(f"cpu_bert_vs_torch: no step_ms line from {' '.join(cmd)}:\n{p.stdout}")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="frugal's build directory")
@@ -179,7 +168,7 @@ def main():
     ms = {side: [] for side in sides}
     for r in range(args.rounds):
         for side, cmd in sides.items():
-            ms[side].append(step_ms(cmd, env))
+            ms[side].append(step_ms(cmd, env, "cpu_bert_vs_torch"))
             print(f"bert round {r + 1}: {side:15s} {ms[side][-1]:9.3f} ms/step", flush=True)
     f = statistics.median(ms["frugal"])
     print(f"bert (batch {args.batch} x {args.seq_len}, {args.threads} threads): frugal {f:.3f} ms/step "

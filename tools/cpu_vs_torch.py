@@ -110,14 +110,15 @@ def torch_worker(args):
     print(f"step_ms: {statistics.median(times):.3f}")
 
 
-def step_ms(cmd, env):
+def step_ms(cmd, env, tool="cpu_vs_torch"):
+    """The step_ms: line of a run of `cmd` (a frugal or a torch worker); `tool` names the caller in errors."""
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        sys.exit(f"cpu_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        sys.exit(f"{tool}: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
     for line in p.stdout.splitlines():
         if line.startswith("step_ms:"):
             return float(line.split()[1])
-    sys.exit(f"cpu_vs_torch: no step_ms line from {' '.join(cmd)}:\n{p.stdout}")
+    sys.exit(f"{tool}: no step_ms line from {' '.join(cmd)}:\n{p.stdout}")
 
 
 def main():
