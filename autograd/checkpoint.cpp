@@ -97,9 +97,10 @@
 //   tensor; the region saved nothing, so its forward notes each storage made before it whose
 //   data is read (Tensor::data() reports to it, tensor/read_observer.h: differentiable
 //   inputs, masks, indices, targets, the source of an autocast cast alike) with its version,
-//   and the replay refuses one whose version moved, as the plain run would. A storage fn writes itself (a running
-//   statistic, a counter guarded by in_checkpoint_recompute()) is fn's state, not an input: the replay skips or refuses
-//   the write, and later writes by others do not change what it computes.
+//   and the replay refuses one whose version moved, as the plain run would. A storage fn
+//   writes itself (a running statistic, a counter guarded by in_checkpoint_recompute()) is
+//   fn's state, not an input: the replay skips or refuses that write, so later writes by
+//   others are not checked.
 // PyTorch's checkpoint computes the wrong gradients in both cases (its non-reentrant one
 // fails the first with an internal "saved ... multiple times" error).
 //
