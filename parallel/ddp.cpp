@@ -32,7 +32,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   buckets_ = std::make_unique<GradientBuckets>(
       params_, GradientBucketOptions{.bucket_cap_bytes = options.bucket_cap_bytes},
       [this](size_t b) { works_[b] = comm_->all_reduce(buckets_->bucket(b).flat, ReduceOp::Avg); },
-      [this] { end_of_round(); });
+      [this] { end_of_round(); },
+      [this](size_t, const Tensor& flat, const std::vector<size_t>& late) {  // Note [Late gradients]
+        comm_->all_reduce(flat, ReduceOp::Avg)->wait();
+        autograd::NoGradGuard no_grad;
+        for (size_t k : late) params_[k].grad().copy_(buckets_->slot_in(flat, k));
+      });
   works_.resize(buckets_->buckets().size());
 }
 

@@ -28,7 +28,23 @@
 // no_sync (sync disabled): the hooks do nothing (no callback either), so .grad accumulates
 // locally; the next synced backward copies the accumulated .grad (all micro-batches' sum)
 // into the bucket.
+//
+// Note [Late gradients]
+// A checkpoint's replay is a nested backward of its own, so a parameter used by two
+// checkpointed forwards summed into one loss (a siamese pair, micro-batches in one loss)
+// gets its gradient accumulated twice in one backward, the second time after its bucket
+// was launched with the first. (A plain run, and PyTorch's non-reentrant checkpoint, sum
+// the uses first; PyTorch's reentrant one refuses: "mark a variable ready only once".)
+// Such a late gradient goes to a second buffer laid out as its bucket: with release_grads
+// (ZeRO-2) what arrived since the slot was filled, which adds up, since the client sums the
+// reduce-scatters; otherwise (DDP) the parameter's whole .grad, which replaces the slot's
+// value. After end_of_round, each bucket that had one is handed to the client's late
+// callback, in index order (every rank runs the same program, so every rank has the same
+// late buckets): DDP all-reduces it and copies the late parameters' slots into their .grad;
+// ZeRO-2 reduce-scatters it into its shard.
 #include "parallel/grad_buckets.h"
+
+#include <algorithm>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -65,11 +81,13 @@ std::vector<GradientBucket> assign_buckets(const std::vector<Tensor>& params, in
 }
 
 GradientBuckets::GradientBuckets(std::vector<Tensor> params, GradientBucketOptions options,
-                                 std::function<void(size_t)> launch, std::function<void()> end_of_round)
+                                 std::function<void(size_t)> launch, std::function<void()> end_of_round,
+                                 LateGradients late)
     : params_(std::move(params)),
       options_(options),
       launch_(std::move(launch)),
       end_of_round_(std::move(end_of_round)),
+      late_(std::move(late)),
       buckets_(assign_buckets(params_, options.bucket_cap_bytes, options.pad_to)) {
   bucket_of_.resize(params_.size());
   slot_in_bucket_.resize(params_.size());
@@ -81,6 +99,8 @@ GradientBuckets::GradientBuckets(std::vector<Tensor> params, GradientBucketOptio
   pending_.assign(buckets_.size(), 0);
   ready_.assign(params_.size(), false);
   received_.assign(params_.size(), false);
+  late_flat_.resize(buckets_.size());
+  late_params_.resize(buckets_.size());
   for (size_t k = 0; k < params_.size(); ++k)
     hook_ids_.push_back(
         autograd::register_post_accumulate_grad_hook(params_[k], [this, k](const Tensor&) { on_grad_ready(k); }));
@@ -90,9 +110,11 @@ GradientBuckets::~GradientBuckets() {
   for (size_t k = 0; k < params_.size(); ++k) autograd::remove_post_accumulate_grad_hook(params_[k], hook_ids_[k]);
 }
 
-Tensor GradientBuckets::slot(size_t k) const {
+Tensor GradientBuckets::slot(size_t k) const { return slot_in(buckets_[bucket_of_[k]].flat, k); }
+
+Tensor GradientBuckets::slot_in(const Tensor& flat, size_t k) const {
   const GradientBucket& b = buckets_[bucket_of_[k]];
-  return b.flat.narrow(0, b.offsets[slot_in_bucket_[k]], params_[k].numel()).view(params_[k].sizes());
+  return flat.narrow(0, b.offsets[slot_in_bucket_[k]], params_[k].numel()).view(params_[k].sizes());
 }
 
 std::vector<std::vector<size_t>> GradientBuckets::assignment() const {
@@ -133,13 +155,29 @@ void GradientBuckets::on_grad_ready(size_t k) {
   if (!sync_enabled_) return;
   queue_finish_at_end_of_backward();
   round_active_ = true;
-  FRUGAL_CHECK(bucket_of_[k] >= next_to_launch_, "gradient buckets: the gradient of parameter ", k, " (",
-               params_[k].describe(),
-               ") arrived again after its bucket was launched (a parameter reached twice in one backward, e.g. "
-               "inside and outside a checkpoint?)");
   autograd::NoGradGuard no_grad;
+  if (bucket_of_[k] < next_to_launch_) return note_late(k);
   fill(k, params_[k].grad());
   launch_ready_buckets();
+}
+
+void GradientBuckets::note_late(size_t k) {
+  FRUGAL_CHECK(late_ != nullptr, "gradient buckets: the gradient of parameter ", k, " (", params_[k].describe(),
+               ") arrived again after its bucket was launched (a parameter reached twice in one backward, e.g. "
+               "inside and outside a checkpoint?)");
+  const size_t b = bucket_of_[k];
+  const Tensor grad = params_[k].grad();
+  if (!grad.defined()) return;
+  if (!late_flat_[b].defined()) late_flat_[b] = zeros({buckets_[b].padded}, params_[k].options());
+  std::vector<size_t>& late = late_params_[b];
+  const bool first = std::find(late.begin(), late.end(), k) == late.end();
+  if (first) late.push_back(k);
+  // Released: .grad is what arrived since the slot was filled, and adds up. Kept (DDP): .grad
+  // is the whole local sum, and replaces what the slot had.
+  if (options_.release_grads && !first) ops::add_(slot_in(late_flat_[b], k), grad);
+  else slot_in(late_flat_[b], k).copy_(grad);
+  if (options_.release_grads) params_[k].set_grad(Tensor());
+  received_[k] = true;
 }
 
 void GradientBuckets::launch_ready_buckets() {
@@ -160,7 +198,13 @@ void GradientBuckets::finish() {
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
   round_active_ = false;
+  std::vector<Tensor> late_flat(buckets_.size());
+  std::vector<std::vector<size_t>> late_params(buckets_.size());
+  late_flat.swap(late_flat_);
+  late_params.swap(late_params_);
   end_of_round_();
+  for (size_t b = 0; b < buckets_.size(); ++b)  // index order, the same on every rank
+    if (late_flat[b].defined()) late_(b, late_flat[b], late_params[b]);
 }
 
 }  // namespace frugal::parallel

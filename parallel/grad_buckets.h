@@ -43,16 +43,23 @@ struct GradientBucket {
 std::vector<GradientBucket> assign_buckets(const std::vector<Tensor>& params, int64_t bucket_cap_bytes,
                                            int64_t pad_to = 1);
 
+/// A gradient that arrived after its bucket was launched (Note [Late gradients] in
+/// parallel/grad_buckets.cpp): `flat` is laid out as bucket `b`, holding the late parameters'
+/// gradients (with release_grads, what arrived since the launch; otherwise their whole .grad)
+/// and zeros elsewhere; `params` lists the late parameters.
+using LateGradients = std::function<void(size_t b, const Tensor& flat, const std::vector<size_t>& params)>;
+
 /// Registers a post-accumulate-grad hook on every parameter (removed by the destructor).
 /// During a backward, each hook copies the parameter's gradient into its bucket's slot;
 /// a full bucket is passed to launch(b) once every earlier bucket was (index order, the
 /// same on every rank). The first hook queues finish() at the end of the outermost
-/// backward run, so the round ends before backward() returns. Not copyable or movable
-/// (the hooks hold `this`).
+/// backward run, so the round ends before backward() returns. A gradient arriving after its
+/// bucket was launched goes to `late` after end_of_round (refused without one). Not copyable
+/// or movable (the hooks hold `this`).
 class GradientBuckets {
  public:
   GradientBuckets(std::vector<Tensor> params, GradientBucketOptions options, std::function<void(size_t)> launch,
-                  std::function<void()> end_of_round);
+                  std::function<void()> end_of_round, LateGradients late = {});
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -71,6 +78,8 @@ class GradientBuckets {
   GradientBucket& bucket(size_t b) { return buckets_[b]; }
   /// Parameter k's slot in its bucket's flat buffer, shaped as the parameter.
   Tensor slot(size_t k) const;
+  /// Parameter k's slot in `flat`, a buffer laid out as k's bucket.
+  Tensor slot_in(const Tensor& flat, size_t k) const;
   /// Which parameters each bucket holds, in launch order.
   std::vector<std::vector<size_t>> assignment() const;
   /// Whether parameter k has had a gradient in a round since clear_received() (slots of
@@ -80,6 +89,7 @@ class GradientBuckets {
 
  private:
   void on_grad_ready(size_t k);
+  void note_late(size_t k);
   void fill(size_t k, const Tensor& grad);
   void queue_finish_at_end_of_backward();
   void launch_ready_buckets();
@@ -88,13 +98,16 @@ class GradientBuckets {
   GradientBucketOptions options_;
   std::function<void(size_t)> launch_;
   std::function<void()> end_of_round_;
+  LateGradients late_;
   std::vector<GradientBucket> buckets_;
   std::vector<uint64_t> hook_ids_;
-  std::vector<size_t> bucket_of_;       // param index -> bucket
-  std::vector<size_t> slot_in_bucket_;  // param index -> position in its bucket
-  std::vector<size_t> pending_;         // per bucket: slots filled this round
-  std::vector<bool> ready_;             // this round: the param's gradient is in its bucket
-  std::vector<bool> received_;          // since clear_received(): the param had a gradient
+  std::vector<size_t> bucket_of_;                 // param index -> bucket
+  std::vector<size_t> slot_in_bucket_;            // param index -> position in its bucket
+  std::vector<size_t> pending_;                   // per bucket: slots filled this round
+  std::vector<bool> ready_;                       // this round: the param's gradient is in its bucket
+  std::vector<bool> received_;                    // since clear_received(): the param had a gradient
+  std::vector<Tensor> late_flat_;                 // per bucket: this round's late gradients
+  std::vector<std::vector<size_t>> late_params_;  // per bucket: the parameters in late_flat_
   size_t next_to_launch_ = 0;
   bool round_active_ = false;
   bool callback_queued_ = false;  // finish is queued on the running backward

@@ -115,6 +115,14 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<Communicator> c
         [this] {
           retire_all();
           ++backward_rounds_;
+        },
+        [this](size_t b, const Tensor& flat, const std::vector<size_t>&) {  // Note [Late gradients]
+          const int64_t n = layout_[b].padded / comm_->size();
+          Tensor out = empty({n}, shard_.options());
+          comm_->reduce_scatter(flat, out, ReduceOp::Avg)->wait();
+          autograd::NoGradGuard no_grad;
+          if (!grad_shard_.defined()) grad_shard_ = zeros({shard_.numel()}, shard_.options());
+          ops::add_(grad_shard_.narrow(0, shard_offset_[b], n), out);
         });
     layout_ = buckets_->buckets();
   } else {

@@ -15,6 +15,7 @@
 #include "autograd/meta.h"
 #include "autograd/ops/all.h"
 #include "nn/activation.h"
+#include "nn/checkpoint.h"
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
@@ -211,6 +212,59 @@ TEST_CASE("ddp: the sync waits for the outer backward when the first hooks fire 
         check_equiv(grads[size_t(r)][i], ps[i].grad(), "grad " + std::to_string(i));
     }
   }
+}
+
+TEST_CASE("ddp and zero-2: two checkpointed forwards summed into one backward equal one process") {
+  // Each forward's replay is a nested backward: a parameter's gradient arrives twice, the
+  // second time after its bucket was launched ("arrived again after its bucket was launched"
+  // was refused; PyTorch's reentrant checkpoint refuses it too). Note [Late gradients].
+  for (int p : {2, 3})
+    for (int64_t cap : {int64_t(64), int64_t(25) << 20}) {  // six buckets; one
+      CAPTURE(p);
+      CAPTURE(cap);
+      const int64_t per_mb = 2, B = 2 * per_mb * p;
+      auto ref = data_parallel_mlp(17);
+      auto ddp_models = rank_models(*ref, p, /*equal=*/true), zero_models = rank_models(*ref, p, /*equal=*/true);
+      const Tensor x = random_tensor({B, 6}, kFloat32, 171), y = random_tensor({B, 3}, kFloat32, 172);
+      // each rank sums its two micro-batch means; their mean over ranks is twice the batch's
+      const auto two_forwards = [&](nn::Sequential& m, const Tensor& xr, const Tensor& yr) {
+        Tensor loss;
+        for (int64_t mb = 0; mb < 2; ++mb) {
+          const Tensor xm = rows(xr, mb, per_mb), ym = rows(yr, mb, per_mb);
+          const Tensor out = nn::checkpoint_sequential(m, 2, xm);
+          const Tensor l = mse_loss(out, ym);
+          loss = loss.defined() ? add(loss, l) : l;
+        }
+        return loss;
+      };
+      mul(mse_loss(ref->forward(x), y), 2.0).backward();
+      const std::vector<Tensor> ps = ref->parameters();
+      PerRank<std::vector<Tensor>> ddp_grads(static_cast<size_t>(p)), zero_weights(static_cast<size_t>(p));
+      run_ranks(p, [&](const CommPtr& comm) {
+        const int r = comm->rank();
+        const Tensor xr = rows(x, r, 2 * per_mb), yr = rows(y, r, 2 * per_mb);
+        parallel::DistributedDataParallel ddp(ddp_models[size_t(r)], comm, {.bucket_cap_bytes = cap});
+        two_forwards(*ddp_models[size_t(r)], xr, yr).backward();
+        for (const Tensor& t : ddp.parameters()) ddp_grads[size_t(r)].push_back(t.grad().clone());
+        parallel::ZeroAdamW opt(zero_models[size_t(r)]->parameters(), comm, {.lr = 0.02},
+                                {.stage = 2, .bucket_cap_bytes = cap});
+        two_forwards(*zero_models[size_t(r)], xr, yr).backward();
+        opt.step();
+        for (const Tensor& t : zero_models[size_t(r)]->parameters())
+          zero_weights[size_t(r)].push_back(t.detach().clone());
+      });
+      optim::AdamW ref_opt(ref->parameters(), {.lr = 0.02});
+      std::vector<Tensor> ref_grads;
+      for (const Tensor& t : ps) ref_grads.push_back(t.grad().clone());
+      ref_opt.step();
+      for (int r = 0; r < p; ++r) {
+        CAPTURE(r);
+        for (size_t i = 0; i < ps.size(); ++i) {
+          check_equiv(ddp_grads[size_t(r)][i], ref_grads[i], "ddp grad " + std::to_string(i));
+          check_equiv(zero_weights[size_t(r)][i], ps[i].detach(), "zero-2 param " + std::to_string(i));
+        }
+      }
+    }
 }
 
 TEST_CASE("ddp: a parameter unused on some ranks gets the mean over ranks (zeros from the others)") {
