@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <ostream>
 #include <sstream>
 
@@ -62,6 +63,10 @@ int64_t rank_for_energy(const Tensor& s, Energy energy) {
                energy.fraction);
   FRUGAL_CHECK(s.dim() == 1, "rank_for_energy: expected singular values (k), got ", s.describe());
   std::vector<double> values = s.tolist<double>();
+  for (size_t i = 0; i < values.size(); ++i)  // as ranks_for_budget: a spectrum, or nonsense
+    FRUGAL_CHECK(std::isfinite(values[i]) && values[i] >= 0 && (i == 0 || values[i] <= values[i - 1]),
+                 "rank_for_energy: singular value ", i, " is ", values[i], " after ", i ? values[i - 1] : 0.0,
+                 "; expected finite, non-negative values in non-increasing order (ops::svd's S)");
   scale_to_largest(values);  // Note [Energy in units of the largest singular value]
   double total = 0;
   for (double v : values) total += v * v;
@@ -418,30 +423,49 @@ CompressReport compress(Module& model, const CompressPolicy& policy) {
   const std::vector<int64_t> budget_ranks =
       policy.param_budget ? ranks_under_budget(paths, *policy.param_budget, parent_of) : std::vector<int64_t>();
 
-  CompressReport report;
+  // Every layer is planned (its SVD, its checks) before any is swapped, and a failed swap
+  // puts the earlier ones back: an error leaves the model as it was.
+  std::vector<LayerPlan> plans;
+  std::map<const Module*, std::string> planned;  // a layer shared by two paths is refused
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string& path = paths[i];
     const auto [parent, name] = parent_of(path);
     const int64_t budget_rank = budget_ranks.empty() ? 0 : budget_ranks[i];
-    LayerPlan plan;
-    {
-      const std::shared_ptr<Module> child = child_of(*parent, name);
+    const std::shared_ptr<Module> child = child_of(*parent, name);
+    const auto [at, fresh] = planned.emplace(child.get(), path);
+    FRUGAL_CHECK(fresh, "compress: '", path, "' and '", at->second, "' are one shared ", child->type_name(),
+                 "; a shared layer is not compressed (give each path a layer of its own, or match only one)");
+    try {
       if (auto linear = std::dynamic_pointer_cast<Linear>(child))
-        plan = plan_linear(path, *linear, policy, budget_rank);
-      else plan = plan_conv(path, dynamic_cast<const Conv2d&>(*child), policy, budget_rank);
-    }  // no handle on the old layer survives this block
-    if (plan.replacement) {
-      std::shared_ptr<Module> old = parent->replace_module(name, plan.replacement);
+        plans.push_back(plan_linear(path, *linear, policy, budget_rank));
+      else plans.push_back(plan_conv(path, dynamic_cast<const Conv2d&>(*child), policy, budget_rank));
+    } catch (const std::exception& e) {
+      FRUGAL_FAIL("compress: layer '", path, "' (", child->type_name(), "): ", e.what());
+    }
+  }                                                                 // no handle on an old layer survives the loop
+  std::vector<std::pair<size_t, std::shared_ptr<Module>>> swapped;  // (path index, the old layer)
+  CompressReport report;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& path = paths[i];
+    const auto [parent, name] = parent_of(path);
+    if (plans[i].replacement) {
+      std::shared_ptr<Module> old = parent->replace_module(name, plans[i].replacement);
       if (old.use_count() > 1) {
         parent->replace_module(name, old);
+        for (auto it = swapped.rbegin(); it != swapped.rend(); ++it) {
+          const auto [earlier_parent, earlier_name] = parent_of(paths[it->first]);
+          earlier_parent->replace_module(earlier_name, it->second);
+        }
         FRUGAL_FAIL("compress: '", path, "' is also held outside ", parent->type_name(),
                     "'s registry (a typed member?), so a replacement would never run; keep it as a UnaryModule and "
                     "re-point it in ",
                     parent->type_name(),
-                    "::on_replace_module (see Note [Replacing a layer in place] in nn/low_rank.cpp)");
+                    "::on_replace_module (see Note [Replacing a layer in place] in nn/low_rank.cpp); nothing was "
+                    "compressed");
       }
+      swapped.emplace_back(i, std::move(old));
     }
-    report.layers.push_back(plan.row);
+    report.layers.push_back(plans[i].row);
   }
   return report;
 }

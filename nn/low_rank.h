@@ -123,10 +123,13 @@ bool path_matches(const std::string& pattern, const std::string& path);
 /// its LowRankLinear (Module::replace_module), under no grad, at the rank of policy.rank,
 /// policy.param_budget or policy.energy; with policy.convs, every matching Conv2d by its
 /// LowRankConv2d too. A layer whose chosen rank saves no
-/// parameters is kept and reported as such. Throws when no layer matches, and
-/// when a matched layer is also held outside its parent's registry (a typed member the
-/// parent does not re-point in on_replace_module), since the replacement would be unused.
-/// Parameters change: make the optimizer after compressing.
+/// parameters is kept and reported as such. Throws when no layer matches, when two matched
+/// paths are one shared layer, when a layer cannot be factorized (a NaN or inf weight: the
+/// error names its path), and when a matched layer is also held outside its parent's registry
+/// (a typed member the parent does not re-point in on_replace_module), since the replacement
+/// would be unused; after an error the model is as it was (every layer is factorized before
+/// any is swapped, so the factors of all of them exist at once, beside the dense layers until
+/// the last swap). Parameters change: make the optimizer after compressing.
 CompressReport compress(Module& model, const CompressPolicy& policy);
 
 }  // namespace frugal::nn

@@ -30,6 +30,7 @@
 #include "nn/low_rank_conv.h"
 #include "profiler/session.h"
 #include "tensor/factory.h"
+#include "tensor/ops/fill.h"
 #include "tensor/ops/quantize.h"
 #include "tests/quantize_reference.h"
 #include "tests/test_util.h"
@@ -1019,4 +1020,40 @@ TEST_CASE(
   a.empty_cache();
   CHECK(a.stats().reserved_bytes.current == 0);
   CHECK(a.stats().num_segment_frees == 2);
+}
+
+TEST_CASE("probe lowrank: compress() that fails leaves the model as it was, naming the layer") {
+  // A NaN weight in the second layer threw 'svd: input (32, 32) contains NaN or Inf' with the
+  // first layer already swapped; a Linear registered at two paths was blamed on a typed member.
+  const auto types = [](nn::Sequential& s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size(); ++i) out.push_back(s[i]->type_name());
+    return out;
+  };
+  auto s = std::make_shared<nn::Sequential>();
+  s->push_back(std::make_shared<nn::Linear>(32, 32));
+  auto bad = std::make_shared<nn::Linear>(32, 32);
+  s->push_back(bad);
+  {
+    autograd::NoGradGuard no_grad;
+    ops::fill_(bad->weight.narrow(0, 0, 1), std::numeric_limits<double>::quiet_NaN());
+  }
+  bad.reset();
+  check_error([&] { (void)nn::compress(*s, {.patterns = {"*"}, .rank = 4}); },
+              {"compress: layer '1' (Linear)", "NaN or Inf"});
+  CHECK(types(*s) == std::vector<std::string>{"Linear", "Linear"});
+  auto t = std::make_shared<nn::Sequential>();
+  auto shared = std::make_shared<nn::Linear>(32, 32);
+  t->push_back(std::make_shared<nn::Linear>(32, 32));
+  t->push_back(shared);
+  t->push_back(shared);
+  shared.reset();
+  check_error([&] { (void)nn::compress(*t, {.patterns = {"*"}, .rank = 4}); },
+              {"compress: '2' and '1' are one shared Linear"});
+  CHECK(types(*t) == std::vector<std::string>{"Linear", "Linear", "Linear"});
+  CHECK(nn::compress(*t, {.patterns = {"0"}, .rank = 4}).layers.size() == 1);  // one path of it is fine
+  // rank_for_energy refuses what is no spectrum (it returned 4, 2 and 1 for these)
+  for (const std::vector<float>& bad_s : {std::vector<float>{1, NAN, 1, 1}, {1, 3}, {-3, 1}})
+    check_error([&] { (void)nn::rank_for_energy(from_vector<float>(bad_s, {int64_t(bad_s.size())}), nn::Energy{0.1}); },
+                {"rank_for_energy: singular value", "non-increasing"});
 }
