@@ -317,13 +317,40 @@ Value parse(std::string_view text, int max_depth, uint64_t first_byte) {
   return Parser(text, max_depth, first_byte).document();
 }
 
+namespace {
+/// The length of the well-formed UTF-8 sequence at s[i] (lead byte >= 0x80), or 0 when it is
+/// not one (a stray continuation byte, a truncated or overlong sequence, a surrogate, > U+10FFFF).
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char lead = b(0);
+  const size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC2 ? 2 : 0;
+  if (n == 0 || lead > 0xF4 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(k) & 0xC0) != 0x80) return 0;
+  if (n == 3 && ((lead == 0xE0 && b(1) < 0xA0) || (lead == 0xED && b(1) >= 0xA0))) return 0;  // overlong, surrogate
+  if (n == 4 && ((lead == 0xF0 && b(1) < 0x90) || (lead == 0xF4 && b(1) >= 0x90))) return 0;  // overlong, > U+10FFFF
+  return n;
+}
+}  // namespace
+
 std::string quote(std::string_view s) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   out.reserve(s.size() + 2);
   out += '"';
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x80) {  // JSON text is UTF-8: a byte that starts no valid sequence becomes U+FFFD
+      const size_t n = utf8_sequence(s, i);
+      if (n == 0) {
+        out += "\\ufffd";
+      } else {
+        out.append(s.substr(i, n));
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

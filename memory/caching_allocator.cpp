@@ -472,8 +472,13 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
 }
 
 void CachingAllocator::enable_trace(size_t capacity) {
-  std::lock_guard lock(mutex_);
-  trace_ = capacity ? std::make_unique<TraceRing>(capacity) : nullptr;
+  // Built (and the old one freed) outside the lock: a ring of a million events is 128 MiB to
+  // zero, which every other thread's allocation would otherwise wait for.
+  std::unique_ptr<TraceRing> ring = capacity ? std::make_unique<TraceRing>(capacity) : nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    std::swap(trace_, ring);
+  }
 }
 
 std::optional<TraceEvent> CachingAllocator::trace_peak() const {

@@ -61,21 +61,26 @@ void Session::attach(const nn::Module& model, const std::string& name) {
   };
   for (const auto& [key, p] : model.named_parameters()) {
     const void* owner = owner_of(key);
-    if (const void* d = storage_data(p)) known_blocks_[d] = {core::Category::Parameters, owner};
-    if (const void* g = storage_data(p.grad())) known_blocks_[g] = {core::Category::Gradients, owner};
+    if (const void* d = storage_data(p)) known_blocks_[d] = KnownBlock::of(p, core::Category::Parameters, owner);
+    if (const void* g = storage_data(p.grad()))
+      known_blocks_[g] = KnownBlock::of(p.grad(), core::Category::Gradients, owner);
   }
   for (const auto& [key, b] : model.named_buffers())
-    if (const void* d = storage_data(b)) known_blocks_[d] = {core::Category::Parameters, owner_of(key)};
+    if (const void* d = storage_data(b))
+      known_blocks_[d] = KnownBlock::of(b, core::Category::Parameters, owner_of(key));
 }
 
 void Session::attach(const optim::Optimizer& optimizer) {
   for (const auto& [key, t] : optimizer.state_dict())
     if (key.rfind("state.", 0) == 0)
-      if (const void* d = storage_data(t)) known_blocks_[d] = {core::Category::OptimizerState, nullptr};
+      if (const void* d = storage_data(t))
+        known_blocks_[d] = KnownBlock::of(t, core::Category::OptimizerState, nullptr);
 }
 
 void Session::start() {
   FRUGAL_CHECK(!running_, "profiler: start() while the session is already running");
+  FRUGAL_CHECK(options_.trace_capacity > 0,
+               "profiler: Options::trace_capacity must be positive (the allocator events the session keeps), got 0");
   events_.clear();
   ring_peak_.reset();
   ops_.clear();
@@ -83,6 +88,9 @@ void Session::start() {
   at_peak_.clear();
   owners_at_stop_.clear();
   lost_events_ = 0;
+  // The start time first: an op another thread opens once recording began must not start
+  // before the session (enable_trace below takes a while).
+  const int64_t start_ns = now_ns();
   core::begin_recording(options_.device, options_.time_ops);  // first: it refuses a second session
   // Trace on before the snapshot: a block another thread allocates in between is then
   // in both, which the replay tolerates, rather than in neither.
@@ -96,7 +104,7 @@ void Session::start() {
   const memory::MemoryStats s = memory::stats(options_.device);
   start_allocated_ = s.allocated_bytes.current;
   start_reserved_ = s.reserved_bytes.current;
-  start_ns_ = now_ns();
+  start_ns_ = start_ns;
   running_ = true;
 }
 
@@ -135,8 +143,11 @@ Session::LiveMap Session::initial_live() const {
       if (b.state != memory::BlockState::Allocated) continue;
       Live l{static_cast<int64_t>(b.size), core::Category::Other, kBeforeStart, nullptr};
       if (auto it = known_blocks_.find(b.ptr); it != known_blocks_.end()) {
-        l.category = it->second.first;
-        l.module = it->second.second;
+        const std::shared_ptr<Storage> storage = it->second.storage.lock();
+        if (storage && storage->data.get() == b.ptr) {  // not a dead tensor's block handed on
+          l.category = it->second.category;
+          l.module = it->second.module;
+        }
       }
       live[b.ptr] = l;
     }
@@ -274,7 +285,9 @@ void Session::write_chrome_trace(const std::string& path) const { write_file(pat
 void Session::write_timeline_svg(const std::string& path) const { write_file(path, timeline_svg(), "timeline SVG"); }
 
 void Session::write_files(const std::string& dir) const {
-  std::filesystem::create_directories(dir);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  FRUGAL_CHECK(!error, "profiler: cannot make the folder '", dir, "' for the trace and timeline: ", error.message());
   write_chrome_trace(dir + "/trace.json");
   write_timeline_svg(dir + "/timeline.svg");
 }

@@ -40,6 +40,7 @@
 // point's categories still add up to its allocated bytes.
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -48,6 +49,7 @@
 #include "core/instrument.h"
 #include "memory/allocator.h"
 #include "memory/trace.h"
+#include "tensor/tensor.h"
 
 namespace frugal::nn {
 class Module;
@@ -59,9 +61,11 @@ class Optimizer;
 namespace frugal::profiler {
 
 struct Options {
-  Device device = kCPU;                     ///< whose allocator is traced and where CUDA events time ops
-  size_t trace_capacity = size_t{1} << 20;  ///< allocator events kept (the oldest are dropped past it)
-  bool time_ops = true;                     ///< record op times (host always; CUDA events on a GPU)
+  Device device = kCPU;  ///< whose allocator is traced and where CUDA events time ops
+  /// Allocator events kept (the oldest are dropped past it; 128 bytes each, made at start():
+  /// 32 MiB at the default; lost_events() says when a run needed more).
+  size_t trace_capacity = size_t{1} << 18;
+  bool time_ops = true;  ///< record op times (host always; CUDA events on a GPU)
 };
 
 /// Bytes live at the peak that share an op, a module and a category.
@@ -183,7 +187,17 @@ class Session {
   Options options_;
   bool running_ = false;
   std::unordered_map<const void*, std::string> module_names_;
-  std::unordered_map<const void*, std::pair<core::Category, const void*>> known_blocks_;  // from attach
+  /// What attach() learnt of a tensor's block: used only while that storage lives and still
+  /// has the block (the allocator hands a freed block to the next tensor of its size).
+  struct KnownBlock {
+    core::Category category;
+    const void* module;
+    std::weak_ptr<Storage> storage;
+    static KnownBlock of(const Tensor& t, core::Category category, const void* module) {
+      return {category, module, t.impl().storage};
+    }
+  };
+  std::unordered_map<const void*, KnownBlock> known_blocks_;  // from attach
 
   // Recorded
   int64_t start_ns_ = 0, stop_ns_ = 0;

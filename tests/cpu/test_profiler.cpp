@@ -30,9 +30,11 @@
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
 #include "tensor/random.h"
+#include "tests/test_util.h"
 
 using namespace frugal;
 using core::Category;
+using frugal::testing::check_error;
 using memory::TraceAction;
 
 namespace {
@@ -515,4 +517,29 @@ TEST_CASE("profiler: a free reports its block's category, a shared module its fi
   twice.stop();
   for (const memory::TraceEvent& e : twice.events())
     if (e.action == TraceAction::Alloc) CHECK_MESSAGE((e.op && *e.op), "an allocation outside ops, ", e.size, " bytes");
+}
+
+TEST_CASE("profiler: a dead model's blocks are not its name, capacity 0 is refused, files are valid UTF-8") {
+  // attach() remembered block addresses for good: the allocator handed a dead model's block
+  // to the next tensor of its size, which was then reported as that model's parameters.
+  profiler::Session session;
+  {
+    auto old = std::make_shared<nn::Linear>(256, 256);
+    session.attach(*old, "old");
+  }
+  const Tensor other = randn({256, 256}), other2 = randn({256});
+  session.start();
+  session.stop();
+  for (const profiler::AllocationGroup& g : session.live_at_peak()) {
+    CHECK(g.module != "old");
+    CHECK(g.category != Category::Parameters);
+  }
+  // A ring of no events silently recorded nothing.
+  profiler::Session empty({.trace_capacity = 0});
+  check_error([&] { empty.start(); }, {"profiler", "trace_capacity", "got 0"});
+  // JSON text must be UTF-8: a name with stray bytes is written with U+FFFD in their place.
+  CHECK(json::quote("bad\xff\xfe"
+                    "utf8 \xc3\xa9 \xed\xa0\x80 \xf0\x9f\x98\x80") ==
+        "\"bad\\ufffd\\ufffdutf8 \xc3\xa9 \\ufffd\\ufffd\\ufffd \xf0\x9f\x98\x80\"");
+  check_error([&] { session.write_files("/proc/frugal_profiler_test/x"); }, {"profiler", "cannot make the folder"});
 }
