@@ -11,9 +11,16 @@ namespace frugal::profiler {
 
 namespace {
 
-std::string fit(std::string s, size_t width) {  // cut long names from the left: the end is the telling part
+/// `s` for a table cell: control characters (a newline in a module name would break the row)
+/// shown as '?', and a long name cut from the left (the end is the telling part) at a
+/// character boundary, never inside a UTF-8 sequence. Widths count bytes, as printf's do.
+std::string fit(std::string s, size_t width) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   if (s.size() <= width) return s;
-  return "..." + s.substr(s.size() - (width - 3));
+  size_t from = s.size() - (width - 3);
+  while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;  // a continuation byte
+  return "..." + s.substr(from);
 }
 
 std::string line(const char* format, ...) __attribute__((format(printf, 1, 2)));

@@ -542,4 +542,18 @@ TEST_CASE("profiler: a dead model's blocks are not its name, capacity 0 is refus
                     "utf8 \xc3\xa9 \xed\xa0\x80 \xf0\x9f\x98\x80") ==
         "\"bad\\ufffd\\ufffdutf8 \xc3\xa9 \\ufffd\\ufffd\\ufffd \xf0\x9f\x98\x80\"");
   check_error([&] { session.write_files("/proc/frugal_profiler_test/x"); }, {"profiler", "cannot make the folder"});
+  // The text tables: a newline in a name broke its row; a long name was cut inside a UTF-8
+  // character (one the JSON quote then shows as U+FFFD).
+  profiler::Session named;
+  auto lin = std::make_shared<nn::Linear>(64, 64);
+  std::string long_name;  // 44 bytes, kept from byte 19 on: the second byte of an e-acute
+  for (int i = 0; i < 20; ++i) long_name += "\xc3\xa9";
+  long_name += "a\nbc";
+  named.attach(*lin, long_name);
+  named.start();
+  (void)lin->forward(randn({8, 64}));
+  named.stop();
+  const std::string table = named.top_allocations_table(20);
+  CHECK(table.find("a\nb") == std::string::npos);
+  CHECK(json::quote(table).find("\\ufffd") == std::string::npos);
 }
