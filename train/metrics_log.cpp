@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace frugal::train {
 
@@ -22,19 +24,26 @@ std::string number(double v, bool json) {
   return std::string(buf, ec == std::errc() ? end : buf);
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += char(c);
+/// A header line's fields, read back as csv_field wrote them (quoted fields may hold commas
+/// and doubled quotes; a CRLF line's '\r' is not part of the last name).
+std::vector<std::string> csv_fields(std::string line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      fields.back() += '"';  // a doubled quote inside quotes
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
   }
-  return out + "\"";
+  return fields;
 }
 
 // RFC 4180: quoted when it holds a comma, a quote or a line break; quotes doubled.
@@ -49,7 +58,7 @@ std::string value_text(const MetricValue& v, bool json) {
   if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&v)) return number(*d, json);
   const std::string& s = std::get<std::string>(v);
-  return json ? json_string(s) : csv_field(s);
+  return json ? json::quote(s) : csv_field(s);
 }
 
 }  // namespace
@@ -59,7 +68,7 @@ std::string format_metrics(const MetricsRecord& record, MetricsFormat format) {
   std::string line = json ? "{" : "";
   for (size_t i = 0; i < record.size(); ++i) {
     if (i) line += json ? ", " : ",";
-    if (json) line += json_string(record[i].first) + ": ";
+    if (json) line += json::quote(record[i].first) + ": ";
     line += value_text(record[i].second, json);
   }
   return json ? line + "}" : line;
@@ -70,22 +79,20 @@ MetricsLog::MetricsLog(std::string path, MetricsLogOptions options) : path_(std:
   if (format_ == MetricsFormat::Auto)
     format_ = path_.size() >= 4 && path_.compare(path_.size() - 4, 4, ".csv") == 0 ? MetricsFormat::Csv
                                                                                    : MetricsFormat::JsonLines;
-  if (options.append && format_ == MetricsFormat::Csv) {  // the existing header is the columns
-    if (std::FILE* in = std::fopen(path_.c_str(), "r")) {
-      std::string header;
+  bool ends_mid_line = false;  // a run killed while writing a line
+  if (options.append) {
+    if (std::FILE* in = std::fopen(path_.c_str(), "rb")) {
+      std::string header;  // the existing header is the columns
       for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) header += char(c);
+      if (format_ == MetricsFormat::Csv && !header.empty()) columns_ = csv_fields(header);
+      ends_mid_line = std::fseek(in, -1, SEEK_END) == 0 && std::fgetc(in) != '\n';
       std::fclose(in);
-      size_t start = 0;
-      while (!header.empty()) {
-        const size_t comma = header.find(',', start);
-        columns_.push_back(header.substr(start, comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
     }
   }
   file_ = std::fopen(path_.c_str(), options.append ? "a" : "w");
   FRUGAL_CHECK(file_ != nullptr, "MetricsLog: cannot open '", path_, "' for writing (", std::strerror(errno), ")");
+  // The cut line stays a broken row of its own rather than the start of the next record.
+  if (ends_mid_line) std::fputc('\n', file_);
 }
 
 MetricsLog::~MetricsLog() {
@@ -107,8 +114,8 @@ void MetricsLog::write(const MetricsRecord& record) {
       text += '\n';
     } else {
       std::string got, want;
-      for (const auto& [key, value] : record) got.append(got.empty() ? "" : ",").append(key);
-      for (const std::string& c : columns_) want.append(want.empty() ? "" : ",").append(c);
+      for (const auto& [key, value] : record) got.append(got.empty() ? "" : ",").append(csv_field(key));
+      for (const std::string& c : columns_) want.append(want.empty() ? "" : ",").append(csv_field(c));
       FRUGAL_CHECK(got == want, "MetricsLog::write(", path_, "): a CSV record must have the header's columns (", want,
                    "), got (", got, ")");
     }

@@ -30,7 +30,7 @@ std::string printf_string(const char* format, double v) {
 }  // namespace
 
 std::string format_clock(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  if (!std::isfinite(seconds) || seconds < 0 || seconds >= 9e18) return "?";  // llround overflows past 2^63
   const long long s = std::llround(seconds);
   char buf[48];
   if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);

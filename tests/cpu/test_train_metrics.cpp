@@ -8,6 +8,7 @@
 
 #include "tests/test_util.h"
 #include "train/metrics_log.h"
+#include "train/progress.h"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -60,4 +61,37 @@ TEST_CASE("metrics log: CSV, a header from the first record, the same columns af
   std::remove(path.c_str());
   check_error([] { train::MetricsLog("/nonexistent_dir_frugal/m.csv"); },
               {"MetricsLog: cannot open '/nonexistent_dir_frugal/m.csv' for writing"});
+}
+
+TEST_CASE("metrics log: appending reads a quoted or CRLF header, and a cut last line stays its own row") {
+  // Appending refused its own header when a column needed quotes ("a,b": the header was split
+  // at every comma) or ended in CRLF; after a run killed mid-line the next row joined it.
+  const std::string path = temp_path("frugal_metrics_append", ".csv");
+  {
+    train::MetricsLog log(path);
+    log.write({{"step", int64_t(1)}, {"a,b", 0.5}, {"say \"x\"", 1.0}});
+  }
+  {
+    train::MetricsLog log(path, {.append = true});
+    log.write({{"step", int64_t(2)}, {"a,b", 0.25}, {"say \"x\"", 2.0}});
+  }
+  CHECK(read(path) == "step,\"a,b\",\"say \"\"x\"\"\"\n1,0.5,1\n2,0.25,2\n");
+  {
+    std::ofstream(path, std::ios::binary) << "step,loss\r\n1,0.5\r\n2,0.2";  // CRLF, and cut mid-line
+  }
+  {
+    train::MetricsLog log(path, {.append = true});
+    log.write({{"step", int64_t(3)}, {"loss", 0.1}});
+  }
+  CHECK(read(path) == "step,loss\r\n1,0.5\r\n2,0.2\n3,0.1\n");
+  std::remove(path.c_str());
+  // JSON lines stay JSON: a stray byte in a string is written as U+FFFD.
+  const std::string jpath = temp_path("frugal_metrics_utf8", ".jsonl");
+  {
+    train::MetricsLog log(jpath);
+    log.write({{"note", std::string("bad\xff")}});
+  }
+  CHECK(read(jpath) == "{\"note\": \"bad\\ufffd\"}\n");
+  std::remove(jpath.c_str());
+  CHECK(train::format_clock(1e20) == "?");
 }
