@@ -190,12 +190,12 @@ std::string CheckpointManager::save(int64_t step, const TrainState& state,
     // older checkpoint, or a new run in an old directory, saves steps below the newest).
     std::vector<CheckpointFile> all = list();
     std::erase_if(all, [&](const CheckpointFile& f) { return f.path == path; });
-    if (!all.empty() && all.back().step > step)
+    const size_t keep = size_t(options_.keep_last) - 1;
+    if (!all.empty() && all.back().step > step && keep > 0)  // kept (keep_last 1 removes it below)
       std::fprintf(stderr,
                    "CheckpointManager: saved step %lld while %s holds a later step (%lld) from another run; "
                    "resume() picks the highest step\n",
                    static_cast<long long>(step), dir_.c_str(), static_cast<long long>(all.back().step));
-    const size_t keep = size_t(options_.keep_last) - 1;
     for (size_t i = 0; i + keep < all.size(); ++i) {
       std::error_code ec;
       fs::remove(all[i].path, ec);  // one that cannot be removed is left; the next save retries

@@ -75,6 +75,9 @@ LossSum LossWatch::check() {
       out.sum += device_sum_.item<double>(), out.count += on_device;
     }
   }
+  if (!std::isfinite(out.sum) && !scaler_skips() && !device_sum_.defined() && out.nonfinite == 0)
+    diverged("the losses, each finite, summed past the largest double (" + number(out.sum) + "): losses this large " +
+             "are the divergence");  // every one was checked as it came (add)
   if (!std::isfinite(out.sum) && !scaler_skips()) {
     const std::string summed = device_sum_.defined() ? " (summed on " + device_sum_.device().str() + ")" : "";
     diverged("a loss was not finite: the sum of these steps' losses" + summed + " is " + number(out.sum));

@@ -161,6 +161,12 @@ TEST_CASE("training: LossWatch sums each window of losses and checks every one o
   schedule.step();
   REQUIRE(opt.param_groups()[0].lr < 1e-12);
   check_error([&] { no_epochs.add(from_vector<double>({NAN}, {}), 0, 10); }, {"the base learning rate is 0.25"});
+
+  // Two finite float64 losses whose sum overflows: said so, not "a loss was not finite".
+  train::LossWatch huge(opt);
+  huge.add(from_vector<double>({1e308}, {}), 1, 11);
+  huge.add(from_vector<double>({1e308}, {}), 1, 12);
+  check_error([&] { (void)huge.check(); }, {"steps 11-12", "each finite, summed past the largest double"});
 }
 
 TEST_CASE("training: under an enabled GradScaler non-finite losses are skipped steps, until the scale collapses") {
