@@ -137,13 +137,18 @@ thread_local int recompute_depth = 0;  // checkpoint recomputes running on this 
 // The first Storage::serial the innermost of them made: older storages are not its own.
 thread_local uint64_t recompute_first_serial = 0;
 
+// A read storage, its version as the forward read it, and the tensor it was read as.
+struct ReadVersion {
+  std::weak_ptr<Storage> storage;
+  uint64_t version;
+  OutputMeta meta;
+};
+
 // What a recording forward's ops noted (Note [What a replay must find unchanged]).
 struct ForwardLog {
   uint64_t first_serial = Storage::serial_now();  // storages from here on are fn's own
   std::vector<std::pair<const char*, bool>> modes;
-  std::vector<std::weak_ptr<Storage>> reads;
-  std::vector<uint64_t> first_versions;  // as the first op read it
-  std::vector<OutputMeta> read_metas;    // formatted only for an error: a step reads many
+  std::vector<ReadVersion> reads;  // each older storage read, at its version as first read
   std::unordered_set<const Storage*> seen;
 };
 // The innermost recording forward on this thread (a nested checkpoint that records nothing
@@ -186,13 +191,6 @@ class ScopedPointer {
  private:
   T*& slot_;
   T* outer_;
-};
-
-// A read storage, its version as the forward read it, and the tensor it was read as.
-struct ReadVersion {
-  std::weak_ptr<Storage> storage;
-  uint64_t version;
-  OutputMeta meta;
 };
 
 // in_checkpoint_recompute() for its scope.
@@ -382,9 +380,9 @@ void detail::note_checkpoint_read(const Tensor& x) {
   if (!forward_log) return;
   const Storage* s = x.impl().storage.get();
   if (s == nullptr || s->serial >= forward_log->first_serial || !forward_log->seen.insert(s).second) return;
-  forward_log->reads.push_back(x.impl().storage);
-  forward_log->first_versions.push_back(s->version.load(std::memory_order_relaxed));
-  forward_log->read_metas.push_back({x.sizes(), x.dtype(), x.device()});
+  // the shape kept, formatted only for an error: a step reads many
+  forward_log->reads.push_back(
+      {x.impl().storage, s->version.load(std::memory_order_relaxed), {x.sizes(), x.dtype(), x.device()}});
 }
 
 void check_recompute_write(const char* op, const Tensor& self) {
@@ -415,7 +413,6 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   TensorList outputs;
   bool used_grad = false;  // fn handed a tensor that requires grad to an op (a captured parameter)
   ForwardLog log;
-  std::vector<ReadVersion> reads;
   {
     ScopedPointer<ForwardLog> note_forward(forward_log, records ? &log : forward_log);
     ReadObserverScope note_reads(records);
@@ -435,10 +432,10 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     used_grad = probe.saw_grad();
     // What fn wrote itself is its own state (a running statistic, a guarded counter): the
     // replay skips or refuses that write, and other writes before backward do not matter.
-    for (size_t i = 0; i < log.reads.size(); ++i)
-      if (const std::shared_ptr<Storage> s = log.reads[i].lock())
-        if (s->version.load(std::memory_order_relaxed) == log.first_versions[i])
-          reads.push_back({s, log.first_versions[i], std::move(log.read_metas[i])});
+    std::erase_if(log.reads, [](const ReadVersion& r) {
+      const std::shared_ptr<Storage> s = r.storage.lock();
+      return !s || s->version.load(std::memory_order_relaxed) != r.version;
+    });
   }
   const bool input_needs_grad =
       std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.defined() && requires_grad(x); });
@@ -458,7 +455,7 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   node->amp_cpu = autocast::state(DeviceType::CPU);
   node->amp_cuda = autocast::state(DeviceType::CUDA);
   node->modes = std::move(log.modes);
-  node->reads = std::move(reads);
+  node->reads = std::move(log.reads);
   node->next_edges.reserve(inputs.size());
   for (const Tensor& x : inputs) {
     const bool rg = x.defined() && requires_grad(x);

@@ -229,9 +229,7 @@ void ZeroAdamW::reduce(const char* op) {
     FRUGAL_CHECK(grad_shard_.defined(), "ZeroAdamW.", op,
                  " (stage 2): no gradient shard; run a backward outside "
                  "no_sync() since the last zero_grad() before stepping");
-    for (size_t k = 0; k < params_.size(); ++k)
-      if (buckets_->received(k)) had_grad_[k] = true;
-      else check_had_grad(k, op);
+    for (size_t k = 0; k < params_.size(); ++k) check_had_grad(k, op);
   }
   reduced_ = true;
   reduced_rounds_ = backward_rounds_;
@@ -243,8 +241,8 @@ void ZeroAdamW::reduce_gradients() { reduce("reduce_gradients"); }
 void ZeroAdamW::check_had_grad(size_t k, const char* op) const {
   // One process's AdamW skips a parameter without .grad; a shard cannot skip part of itself,
   // and stepping zeros would apply weight decay and the moments' decay to it.
-  FRUGAL_CHECK(had_grad_[k], "ZeroAdamW.", op, ": parameter ", k, " (", params_[k].describe(),
-               ") has no gradient; every parameter of a sharded step needs one");
+  FRUGAL_CHECK(buckets_ ? buckets_->received(k) : bool(had_grad_[k]), "ZeroAdamW.", op, ": parameter ", k, " (",
+               params_[k].describe(), ") has no gradient; every parameter of a sharded step needs one");
 }
 
 double ZeroAdamW::clip_grad_norm_(double max_norm, double norm_type) {
@@ -311,8 +309,8 @@ void ZeroAdamW::zero_grad(bool set_to_none) {
   shard_.set_grad(Tensor());
   reduced_ = false;
   if (set_to_none) {  // otherwise every parameter has a gradient of zeros, as .grad would
-    had_grad_.assign(params_.size(), false);
     if (buckets_) buckets_->clear_received();
+    else had_grad_.assign(params_.size(), false);
   }
   if (set_to_none || !grad_shard_.defined()) grad_shard_ = Tensor();
   else ops::zero_(grad_shard_);

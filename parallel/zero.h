@@ -161,7 +161,9 @@ class ZeroAdamW {
   // Set by reduce_gradients() until the step or zero_grad(): the shard holds every gradient
   // so far and may since have been unscaled or clipped. Stage 2: backward_rounds_ then.
   bool reduced_ = false;
-  std::vector<bool> had_grad_;  // per parameter, since the last zero_grad(set_to_none)
+  // Stage 1, per parameter: had a .grad since the last zero_grad(set_to_none) (stage 2's
+  // buckets keep the same: GradientBuckets::received).
+  std::vector<bool> had_grad_;
   int64_t reduced_rounds_ = 0;
 };
 
