@@ -15,6 +15,11 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
 /// retained ones alike): only the nodes on a path to an input run (Note [Gradients
 /// without .grad]). An input the outputs do not depend on throws, unless allow_unused:
 /// then its entry is an undefined tensor (PyTorch's None).
+/// There is no create_graph: the gradients returned have no history, so a second
+/// derivative (a gradient penalty, a Hessian-vector product) cannot be taken through them.
+/// Backward formulas run raw ops on detached saved tensors (Note [Saved tensor versions]),
+/// which is what keeps a node's saved state small; for a Hessian-vector product use central
+/// differences of grad() at w +- eps v.
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool allow_unused = false);
 

@@ -3,7 +3,8 @@
 //   build/bench/bench_ops [--device cpu|cuda] [--quick]
 //
 // Prints tables, then key figures as "name: value" lines. On the CPU: matmul
-// against a hand-written Eigen product on the same sizes and threads, and the fixed
+// against a hand-written Eigen product on the same sizes and threads, bfloat16 matmul on
+// AVX512-BF16 against its float32-copy path, and the fixed
 // cost of a tiny op and of an allocation. With --device cuda also: elementwise
 // bandwidth as a fraction of cudaMemcpy's, matmul against raw cublasGemmEx, and the
 // caching allocator against cudaMalloc (bench_ops_cuda.cpp). Every figure is the
@@ -95,6 +96,56 @@ void cpu_matmul(const Options& o, KeyFigures& keys) {
   if (checksum == 0.123456789) std::printf("%g\n", checksum);  // keeps the results observable
 }
 
+// bfloat16 products: on AVX512-BF16 (Note [bfloat16 GEMM] in tensor/cpu/gemm_bf16_kernel.cpp),
+// against the float32-copy path the other levels take, and float32 at the widest level;
+// tools/bench_matmul_torch.py --dtype bfloat16 times PyTorch (oneDNN) on the same sizes.
+void cpu_matmul_bf16(const Options& o, KeyFigures& keys) {
+  using ops::cpu::GemmIsa;
+  if (!ops::cpu::cpu_supports(GemmIsa::X86_64_V4)) return;
+  const GemmIsa in_use = ops::cpu::gemm_isa();
+  ops::cpu::set_gemm_isa(GemmIsa::X86_64_V4);
+  const bool native = ops::cpu::gemm_bf16_native();
+  ops::cpu::set_gemm_isa(in_use);
+  if (!native) {
+    std::printf("CPU matmul, bfloat16: this CPU has no AVX512-BF16 (products run on float32 copies)\n");
+    return;
+  }
+  Table table(fmt("CPU matmul, bfloat16, square n x n, GFLOP/s (median; %d threads)", get_num_threads()),
+              {"n", "runs", "bf16 AVX512-BF16", "bf16 via float32 (v3)", "float32 (v4)", "native / via float32"});
+  const std::vector<int64_t> sizes =
+      o.quick ? std::vector<int64_t>{256, 512, 1024} : std::vector<int64_t>{256, 512, 1024, 2048};
+  double checksum = 0;
+  for (int64_t n : sizes) {
+    int reps = n <= 256 ? 60 : n <= 512 ? 25 : n <= 1024 ? 11 : 5;
+    if (o.quick) reps = std::max(3, reps / 3);
+    const Tensor a = randn({n, n}), b = randn({n, n});
+    const Tensor a16 = a.to(kBFloat16), b16 = b.to(kBFloat16);
+    struct Column {
+      GemmIsa isa;
+      const Tensor *a, *b;
+      std::vector<double> times;
+    };
+    std::vector<Column> columns = {
+        {GemmIsa::X86_64_V4, &a16, &b16, {}}, {GemmIsa::X86_64_V3, &a16, &b16, {}}, {GemmIsa::X86_64_V4, &a, &b, {}}};
+    for (int i = -1; i < reps; ++i)  // alternating, so drift on a shared machine hits every column
+      for (Column& c : columns) {
+        ops::cpu::set_gemm_isa(c.isa);
+        const double t =
+            time_median([&] { checksum += ops::matmul(*c.a, *c.b).select(0, 0).select(0, 0).item<double>(); }, 0, 1);
+        if (i >= 0) c.times.push_back(t);
+      }
+    ops::cpu::set_gemm_isa(in_use);
+    const double flops = 2.0 * double(n) * double(n) * double(n);
+    std::vector<std::string> row = {std::to_string(n), std::to_string(reps)};
+    for (const Column& c : columns) row.push_back(fmt("%.1f", flops / median(c.times) * 1e-9));
+    row.push_back(fmt("%.2f", median(columns[1].times) / median(columns[0].times)));
+    table.add(row);
+    if (n == 1024) keys.add("cpu_matmul_bf16_gflops_1024", flops / median(columns[0].times) * 1e-9, "%.1f");
+  }
+  table.print();
+  if (checksum == 0.123456789) std::printf("%g\n", checksum);
+}
+
 void cpu_overheads(const Options& o, KeyFigures& keys) {
   const int blocks = o.quick ? 20 : 100, per_block = 1000;  // 100k calls (20k quick)
   const Tensor x = ones({1}), y = ones({1});
@@ -117,6 +168,7 @@ const char* kUsage = "usage: bench_ops [--device cpu|cuda] [--quick]\n";
 
 void run_cpu_benchmarks(const Options& o, KeyFigures& keys) {
   cpu_matmul(o, keys);
+  cpu_matmul_bf16(o, keys);
   cpu_overheads(o, keys);
 }
 

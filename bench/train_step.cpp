@@ -1,9 +1,10 @@
 // One full training step of ResNet-50, BERT-base (masked LM) or ViT-B/16 on a fixed
-// synthetic batch: forward (under float16 autocast with --amp), loss, backward through
-// GradScaler, optimizer step, zero_grad. Prints the median step time, throughput, peak
-// memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
+// synthetic batch: forward (under float16 autocast with --amp, bfloat16 with --amp-dtype
+// bfloat16), loss, backward through GradScaler (float16 only), optimizer step, zero_grad. Prints the median step time,
+// throughput, peak memory and MFU; tools/train_step_torch.py runs the same rows in PyTorch and compares.
 //
-//   train_step --model resnet50|bert_base|bert_large|bert_mlm|vit_b16 --batch N [--amp] [--checkpoint [full|selective]]
+//   train_step --model resnet50|bert_base|bert_large|bert_mlm|vit_b16 --batch N [--amp [--amp-dtype float16|bfloat16]]
+//              [--checkpoint [full|selective]]
 //              [--steps S] [--warmup W] [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R]
 //              [--device cuda|cpu]
 //              [--channels-last auto|on|off] [--fused-bn-relu auto|on|off]
@@ -101,13 +102,15 @@ struct Args {
       cudnn_benchmark = "on", profile_dir, memory_budget, memory_plan,
       plan_choices = "keep,recompute,selective,checkpoint,offload,checkpoint-offload,checkpoint-recompute";
   int64_t batch = 0, steps = 10, warmup = 3, image_size = 224, seq_len = 128, profile_rows = 12, galore_rank = 128;
+  DType amp_dtype = kFloat16;  // --amp-dtype: bfloat16 runs without loss scaling, as torch.autocast's
   bool amp = false, checkpoint = false, tf32 = false, cuda_graph = false, cuda_graph_eager_scaler = false;
   bool padding = false;  // BERT: odd batches' last quarter of tokens padded (attention_mask 0)
   autograd::CheckpointPolicy checkpoint_policy = autograd::CheckpointPolicy::Full;  // with --checkpoint
 };
 
 const char* kUsage =
-    "usage: train_step --model resnet50|bert_base|bert_large|bert_mlm|vit_b16 --batch N [--amp]\n"
+    "usage: train_step --model resnet50|bert_base|bert_large|bert_mlm|vit_b16 --batch N [--amp [--amp-dtype "
+    "float16|bfloat16]]\n"
     "                  [--checkpoint [full|selective]] [--tf32] [--steps S] [--warmup W]\n"
     "                  [--optim sgd|adamw|galore|offload_adamw[_release]] [--galore-rank R] [--device cuda|cpu]\n"
     "                  [--channels-last auto|on|off] [--fused-bn-relu auto|on|off] [--fused-conv-bn auto|on|off]\n"
@@ -123,6 +126,8 @@ Args parse(int argc, char** argv) {
     if (flags.is("--model")) a.model = flags.choice({"resnet50", "bert_base", "bert_large", "bert_mlm", "vit_b16"});
     else if (flags.is("--batch")) a.batch = flags.positive();
     else if (flags.is("--amp")) a.amp = true;
+    else if (flags.is("--amp-dtype"))
+      a.amp_dtype = flags.choice({"float16", "bfloat16"}) == "bfloat16" ? kBFloat16 : kFloat16;
     else if (flags.is("--checkpoint")) {
       a.checkpoint = true;
       if (const std::optional<std::string> policy = flags.optional_text()) {
@@ -369,7 +374,7 @@ int run(const Args& a) {
   manual_seed(0);
   Workload w = make_workload(a, device);
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a, *w.module);
-  optim::GradScaler scaler({.enabled = a.amp});
+  optim::GradScaler scaler({.enabled = a.amp && a.amp_dtype == kFloat16});
 
   double backward_queued = 0;  // host clock when backward() returned: before GradScaler's sync, if any
   PhaseEvents phases;          // CUDA only: the device's time in forward, backward and optimizer
@@ -379,7 +384,7 @@ int run(const Args& a) {
     opt->zero_grad(/*set_to_none=*/true);
     Tensor loss;
     {
-      AutocastGuard autocast(device, kFloat16, a.amp);
+      AutocastGuard autocast(device, a.amp_dtype, a.amp);
       loss = w.loss();
     }
     if (mark) phases.mark(device, 1);
@@ -478,7 +483,7 @@ int run(const Args& a) {
   const double samples_per_s = double(a.batch) / step_s;
   const double mfu = w.flops_per_step / step_s / kPeakFlops;
   const int64_t params = w.module->num_parameters();
-  const char* amp = a.amp ? "fp16 amp" : "fp32";
+  const char* amp = !a.amp ? "fp32" : a.amp_dtype == kBFloat16 ? "bf16 amp" : "fp16 amp";
 
   bench::Table table(bench::fmt("train_step on %s (%s, %s, median of %lld steps after %lld warm-up)", a.device.c_str(),
                                 a.optim.c_str(), w.layout.c_str(), (long long)a.steps, (long long)a.warmup),

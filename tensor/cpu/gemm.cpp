@@ -17,11 +17,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "tensor/cpu/gemm_bf16_kernel.h"
 #include "tensor/cpu/loops.h"  // in_parallel_region
 
 namespace frugal::ops::cpu {
@@ -76,10 +80,30 @@ void run_level(const GemmOperand<T>& a, const GemmOperand<T>& b, T* out, int64_t
   }
 }
 
+bool cpu_has_avx512_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
+}
+
+v4::Bf16Matrix bf16_matrix(const GemmOperand<BFloat16>& m) {
+  return {reinterpret_cast<const uint16_t*>(m.data), m.rows, m.cols, m.row_major ? m.ld : 1, m.row_major ? 1 : m.ld};
+}
+
+/// The bfloat16 kernel on this thread's workspace, allocated at its first product and kept
+/// for the thread's life (1.2 MB; the OpenMP team's threads live as long as the process).
+void run_level(const GemmOperand<BFloat16>& a, const GemmOperand<BFloat16>& b, float* out, int64_t ldc,
+               bool accumulate) {
+  constexpr size_t kAlign = 64;
+  thread_local std::unique_ptr<std::byte[]> workspace;
+  if (!workspace) workspace = std::make_unique<std::byte[]>(size_t(v4::gemm_bf16_workspace_bytes()) + kAlign);
+  void* aligned = workspace.get() + (kAlign - reinterpret_cast<uintptr_t>(workspace.get()) % kAlign) % kAlign;
+  v4::gemm_bf16(bf16_matrix(a), bf16_matrix(b), out, ldc, accumulate, aligned);
+}
+
 // Blocks of whole rows (M >= N) or whole columns of out, in parallel when there are several
 // (Note [Eigen runs single-threaded]); the blocks depend on the shapes alone.
-template <typename T>
-void blocked(const GemmOperand<T>& a, const GemmOperand<T>& b, T* out, int64_t ldc, bool accumulate) {
+template <typename T, typename Out>
+void blocked(const GemmOperand<T>& a, const GemmOperand<T>& b, Out* out, int64_t ldc, bool accumulate) {
   const int64_t M = a.rows, N = b.cols, K = a.cols;
   if (M == 0 || N == 0) return;
   const bool by_rows = M >= N;
@@ -139,6 +163,21 @@ void gemm_serial(const GemmOperand<float>& a, const GemmOperand<float>& b, float
 }
 void gemm_serial(const GemmOperand<double>& a, const GemmOperand<double>& b, double* out, int64_t ldc,
                  bool accumulate) {
+  run_level(a, b, out, ldc, accumulate);
+}
+
+bool gemm_bf16_native() {
+  static const bool has = cpu_has_avx512_bf16();
+  return has && gemm_isa() == GemmIsa::X86_64_V4;
+}
+
+void gemm(const GemmOperand<BFloat16>& a, const GemmOperand<BFloat16>& b, float* out, int64_t ldc, bool accumulate) {
+  FRUGAL_CHECK(gemm_bf16_native(), "gemm: the bfloat16 kernel needs AVX512-BF16 at x86-64-v4");
+  blocked(a, b, out, ldc, accumulate);
+}
+void gemm_serial(const GemmOperand<BFloat16>& a, const GemmOperand<BFloat16>& b, float* out, int64_t ldc,
+                 bool accumulate) {
+  FRUGAL_CHECK(gemm_bf16_native(), "gemm: the bfloat16 kernel needs AVX512-BF16 at x86-64-v4");
   run_level(a, b, out, ldc, accumulate);
 }
 

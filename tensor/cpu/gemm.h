@@ -18,6 +18,10 @@
 // shapes, so a product's bits do not depend on the thread count.
 #include <cstdint>
 
+namespace frugal {
+struct BFloat16;
+}
+
 namespace frugal::ops::cpu {
 
 /// A (rows, cols) matrix where it lies: element (i, j) at data[i * ld + j] when row_major,
@@ -57,6 +61,16 @@ void gemm(const GemmOperand<double>& a, const GemmOperand<double>& b, double* ou
 /// The same on the calling thread alone (a caller that threads over a batch of products).
 void gemm_serial(const GemmOperand<float>& a, const GemmOperand<float>& b, float* out, int64_t ldc, bool accumulate);
 void gemm_serial(const GemmOperand<double>& a, const GemmOperand<double>& b, double* out, int64_t ldc, bool accumulate);
+
+/// True when bfloat16 products run on AVX512-BF16's dot-product instruction: the CPU has it
+/// and the level in use is x86-64-v4 (Note [bfloat16 GEMM] in tensor/cpu/gemm_bf16_kernel.cpp).
+/// Otherwise callers multiply float32 copies.
+bool gemm_bf16_native();
+/// out (a.rows, b.cols), float32, = a @ b, or += a @ b when `accumulate`, for bfloat16
+/// operands; requires gemm_bf16_native(). Threaded as gemm(), or on the calling thread alone.
+void gemm(const GemmOperand<BFloat16>& a, const GemmOperand<BFloat16>& b, float* out, int64_t ldc, bool accumulate);
+void gemm_serial(const GemmOperand<BFloat16>& a, const GemmOperand<BFloat16>& b, float* out, int64_t ldc,
+                 bool accumulate);
 
 /// The x86-64 instruction-set levels the GEMM (and the float32 GELU, tensor/cpu/gelu_kernel.h) is
 /// compiled for; gemm_isa() picks the level of both.

@@ -9,7 +9,9 @@
 // columns run in parallel (gemm); a batch of products runs one product per OpenMP thread,
 // handed out dynamically (gemm_serial); Eigen itself never threads (Note [Eigen runs
 // single-threaded] in tensor/cpu/gemm.h). float16/bfloat16 are converted to float32,
-// multiplied, and rounded once on the store (Note [Half types compute in f32]).
+// multiplied, and rounded once on the store (Note [Half types compute in f32]); bfloat16 on a CPU
+// with AVX512-BF16 is multiplied where it lies, in float32 accumulators, and rounded once too
+// (Note [bfloat16 GEMM] in tensor/cpu/gemm_bf16_kernel.cpp).
 #include <algorithm>
 #include <type_traits>
 
@@ -43,9 +45,10 @@ struct MatrixOperand {
   }
 };
 
-// out: (B, M, N) contiguous, = a @ b, or += a @ b when `accumulate`
-template <typename T>
-void gemm_batch(T* out, int64_t batch, const MatrixOperand<T>& a, const MatrixOperand<T>& b, bool accumulate) {
+// out: (B, M, N) contiguous, = a @ b, or += a @ b when `accumulate` (Out: T, or float32 for
+// bfloat16 operands on the native kernel)
+template <typename T, typename Out>
+void gemm_batch(Out* out, int64_t batch, const MatrixOperand<T>& a, const MatrixOperand<T>& b, bool accumulate) {
   const int64_t M = a.first.rows, N = b.first.cols;
   if (batch == 1) return gemm(a.at(0), b.at(0), out, N, accumulate);
   auto one = [&](int64_t i) { gemm_serial(a.at(i), b.at(i), out + i * M * N, N, accumulate); };
@@ -67,10 +70,21 @@ Tensor to_float32(const Tensor& t) {
   return t.to(kFloat32);
 }
 
+/// bfloat16 operands on AVX512-BF16 (Note [bfloat16 GEMM]): read where they lie, no float32 copies.
+template <typename T>
+constexpr bool maybe_native_v = std::is_same_v<T, BFloat16>;
+
 }  // namespace
 
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_floating(out.dtype(), "matmul", out.device(), [&]<typename T>() {
+    if constexpr (maybe_native_v<T>) {
+      if (gemm_bf16_native()) {
+        Tensor acc = empty(out.sizes(), {kFloat32, kCPU});
+        gemm_batch<T>(acc.data_ptr<float>(), out.size(0), MatrixOperand<T>(a), MatrixOperand<T>(b), false);
+        return copy_into(out, acc);  // the one rounding
+      }
+    }
     if constexpr (is_half_v<T>) {
       Tensor acc = empty(out.sizes(), {kFloat32, kCPU});
       bmm_kernel(acc, to_float32(a), to_float32(b));
@@ -83,6 +97,14 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const Tensor& bias) {
   dispatch_floating(out.dtype(), "linear", out.device(), [&]<typename T>() {
+    if constexpr (maybe_native_v<T>) {
+      if (gemm_bf16_native()) {
+        const int64_t M = out.size(0), N = out.size(1);
+        Tensor acc = bias.defined() ? bias.to(kFloat32).expand({M, N}).contiguous() : empty({M, N}, {kFloat32, kCPU});
+        gemm_batch<T>(acc.data_ptr<float>(), 1, MatrixOperand<T>(x), MatrixOperand<T>(wt), bias.defined());
+        return copy_into(out, acc);
+      }
+    }
     if constexpr (is_half_v<T>) {
       Tensor acc = empty(out.sizes(), {kFloat32, kCPU});
       linear_kernel(acc, x.to(kFloat32), wt.to(kFloat32), bias.defined() ? bias.to(kFloat32) : Tensor());
