@@ -116,11 +116,19 @@ std::shared_ptr<LowRankLinear> build(const Linear& layer, const ops::SVDResult& 
   ops::copy_into(m->down->weight, f.Vh.narrow(0, 0, rank));
   ops::copy_into(m->up->weight, ops::mul(f.U.narrow(1, 0, rank), f.S.narrow(0, 0, rank)));
   if (layer.bias.defined()) ops::copy_into(m->up->bias, layer.bias.detach());
-  m->train(layer.is_training());
+  detail::keep_trainability(layer, layer.weight, layer.bias, *m, m->down->weight, m->up->weight, m->up->bias);
   return m;
 }
 
 }  // namespace
+
+void detail::keep_trainability(const Module& dense, const Tensor& weight, const Tensor& bias, Module& factorized,
+                               const Tensor& down_weight, const Tensor& up_weight, const Tensor& up_bias) {
+  down_weight.requires_grad_(weight.requires_grad());
+  up_weight.requires_grad_(weight.requires_grad());
+  if (bias.defined()) up_bias.requires_grad_(bias.requires_grad());
+  factorized.train(dense.is_training());
+}
 
 std::shared_ptr<LowRankLinear> to_low_rank(const Linear& layer, int64_t rank, LowRankOptions options) {
   check_rank(layer, rank, options, "");

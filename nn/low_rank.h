@@ -56,7 +56,9 @@ struct LowRankOptions {
 int64_t rank_for_energy(const Tensor& s, Energy energy);
 
 /// The rank-`rank` truncated SVD of layer.weight as a LowRankLinear on the layer's device
-/// and dtype (the SVD itself runs in float32, or float64 for float64 weights). Throws,
+/// and dtype (the SVD itself runs in float32, or float64 for float64 weights), in the layer's
+/// train/eval mode; a frozen weight (requires_grad false) gives frozen factors, a frozen bias a
+/// frozen up.bias, so compress() never makes a layer trainable that was not. Throws,
 /// naming the layer's shape, when rank is outside [1, min(in, out)] or saves no parameters.
 std::shared_ptr<LowRankLinear> to_low_rank(const Linear& layer, int64_t rank, LowRankOptions options = {});
 /// As above with the rank chosen by rank_for_energy.
@@ -69,6 +71,10 @@ namespace detail {
 /// ||weight - approx||_F / ||weight||_F in float64 (||approx||_F when weight is 0); `layer`
 /// names the low-rank layer in the shape-mismatch message.
 double relative_frobenius_error(const Tensor& weight, const Tensor& approx, const std::string& layer);
+/// The factors (down.weight, up.weight, up.bias) require grad as the dense layer's weight and
+/// bias do, and the factorized layer takes its train/eval mode.
+void keep_trainability(const Module& dense, const Tensor& weight, const Tensor& bias, Module& factorized,
+                       const Tensor& down_weight, const Tensor& up_weight, const Tensor& up_bias);
 }  // namespace detail
 
 // Note [Compress patterns]

@@ -84,7 +84,7 @@ std::shared_ptr<LowRankConv2d> build_low_rank_conv(const Conv2d& layer, const op
   ops::copy_into(m->down->weight, f.Vh.narrow(0, 0, rank).reshape({rank, in, k.h, k.w}));
   ops::copy_into(m->up->weight, ops::mul(f.U.narrow(1, 0, rank), f.S.narrow(0, 0, rank)).reshape({out, rank, 1, 1}));
   if (layer.bias.defined()) ops::copy_into(m->up->bias, layer.bias.detach());
-  m->train(layer.is_training());
+  keep_trainability(layer, layer.weight, layer.bias, *m, m->down->weight, m->up->weight, m->up->bias);
   return m;
 }
 

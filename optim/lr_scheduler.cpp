@@ -136,6 +136,10 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
                  ", this scheduler is ", mine, "; construct the scheduler with the saved settings to resume, or erase ",
                  "the dict's \"schedule\" entry to change the schedule on purpose");
   }
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  std::vector<double> now(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) now[g] = groups[g].lr;
+  const std::vector<double> set_by_me = last_lr_;
   std::vector<double> old_bases = std::exchange(base_lrs_, b);
   const int64_t old_epoch = std::exchange(last_epoch_, int64_t(e));
   try {
@@ -144,6 +148,10 @@ void LRScheduler::load_state_dict(const StateDict& dict) {
     base_lrs_ = std::move(old_bases);
     last_epoch_ = old_epoch;
     throw;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {  // Note [Loading a schedule leaves a loaded lr]
+    if (g < set_by_me.size() && now[g] != set_by_me[g]) groups[g].lr = now[g];
+    last_lr_[g] = groups[g].lr;
   }
 }
 

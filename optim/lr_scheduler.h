@@ -20,8 +20,20 @@
 // anchor a (0; eta_min for the cosines), lr = a + (lr - a) (after - a) / (before - a):
 // StepLR's and LinearLR's ratios, CosineAnnealingLR's recursion around eta_min. Where
 // before == a (a cosine at its minimum) the step adds after - before, as PyTorch's; where
-// after == before the lr stays. Loading a state dict sets the closed form of the loaded
-// epoch: a resumed chain is the last loaded scheduler's lr until the others step.
+// after == before the lr stays.
+//
+// Note [Loading a schedule leaves a loaded lr]
+// PyTorch's load_state_dict copies the scheduler's counters and leaves every lr to the
+// optimizer's state dict, which holds the lr a chain of schedulers made: StepLR and
+// ExponentialLR stepped together, a warmup beside ReduceLROnPlateau. Setting the loaded
+// scheduler's closed form instead (as frugal once did) dropped the others' moves for good,
+// since their later steps scale the lr they find (a resumed StepLR x ExponentialLR ran at 2x
+// the uninterrupted lr ever after). Yet a scheduler loaded without the optimizer's state (a
+// fresh optimizer's lr) must still get its loaded epoch's lr. So a load sets the closed form
+// only on a group whose lr is still the one this scheduler last set, the lr nothing else has
+// touched since (a fresh scheduler: its epoch 0); an lr something else set, an optimizer load
+// or another scheduler, stays. ReduceLROnPlateau's load follows the same rule with its saved
+// last_lr. last_lr() then reports the lr in effect.
 // OneCycleLR and CosineAnnealingWarmRestarts do not chain (chains() is false), as in
 // PyTorch, whose versions compute every step's lr from the base alone; nor does SequentialLR
 // at a milestone, where PyTorch's step(0) sets the next part's closed form.
@@ -71,8 +83,10 @@ class LRScheduler {
   /// text of schedule(), where not empty)}: what resuming needs.
   StateDict state_dict() const;
   /// Restores last_epoch and base_lrs (checking the group count) and sets the lrs for that
-  /// epoch. Refuses, changing nothing, a dict saved by another schedule or other settings, or
-  /// an epoch the schedule does not reach (OneCycleLR past its end).
+  /// epoch where nothing else set them since this scheduler did (Note [Loading a schedule
+  /// leaves a loaded lr]): load the optimizer's state dict too, before or after. Refuses,
+  /// changing nothing, a dict saved by another schedule or other settings, or an epoch the
+  /// schedule does not reach (OneCycleLR past its end).
   void load_state_dict(const StateDict& dict);
 
  protected:

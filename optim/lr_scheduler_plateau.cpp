@@ -143,8 +143,9 @@ void ReduceLROnPlateau::load_state_dict(const StateDict& dict) {
   num_bad_epochs_ = b;
   cooldown_counter_ = c;
   best_ = best.to(kCPU, kFloat64).item<double>();
-  last_lr_ = l;
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = l[g];
+  for (size_t g = 0; g < groups.size(); ++g)  // Note [Loading a schedule leaves a loaded lr] in lr_scheduler.h
+    if (g >= last_lr_.size() || groups[g].lr == last_lr_[g]) groups[g].lr = l[g];
+  last_lr_ = group_lrs(optimizer_);
 }
 
 }  // namespace frugal::optim

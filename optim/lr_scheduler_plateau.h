@@ -8,9 +8,12 @@
 // takes step(metric)). It multiplies each group's current lr (whatever set it) by factor,
 // floored at the group's min_lr, after more than `patience` epochs without improvement, then
 // waits `cooldown` epochs. Its state dict holds everything a resumed run needs: the counters,
-// the best metric and the lrs it last saw; loading it also sets the groups' lrs to those, so
-// a resumed run gives the lrs of an uninterrupted one whether or not the optimizer's own
-// state dict is loaded too (PyTorch's leaves the lrs to the optimizer's state dict).
+// the best metric and the lrs it last saw; loading it also sets the groups' lrs to those
+// where nothing else set them since this scheduler did (Note [Loading a schedule leaves a
+// loaded lr] in optim/lr_scheduler.h), so a resumed run gives the lrs of an uninterrupted one
+// whether or not the optimizer's own state dict is loaded too, and a loaded optimizer's lr,
+// which holds another scheduler's moves as well, stays (PyTorch's leaves every lr to the
+// optimizer's state dict).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -68,7 +71,9 @@ class ReduceLROnPlateau {
   /// {"last_epoch", "num_bad_epochs", "cooldown_counter": 0-d int64, "best": 0-d float64,
   /// "last_lr": float64 [groups], "schedule": int32 [chars]} (Note [ReduceLROnPlateau state]).
   StateDict state_dict() const;
-  /// Restores the state and sets every group's lr to the saved last_lr. Refuses, changing
+  /// Restores the state and sets every group's lr to the saved last_lr, unless something else
+  /// set it since this scheduler last did (an optimizer load: Note [Loading a schedule leaves
+  /// a loaded lr] in optim/lr_scheduler.h). Refuses, changing
   /// nothing, a dict with a missing or unexpected key, another group count, or other settings.
   void load_state_dict(const StateDict& dict);
 

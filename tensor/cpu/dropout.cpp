@@ -63,7 +63,7 @@ void dropout_kernel_generic(const Tensor& out, const Tensor& x, double p, Genera
       const int64_t end = std::min<int64_t>(4, n - 4 * k);
       for (int64_t w = 0; w < end; ++w) {
         const int64_t i = 4 * k + w;
-        yp[i] = philox_uniform(r.x[w]) < keep_below ? T(Acc(xp[i]) * scale) : T(Acc(0));
+        yp[i] = T(Acc(xp[i]) * (philox_uniform(r.x[w]) < keep_below ? scale : Acc(0)));
       }
     }
   });

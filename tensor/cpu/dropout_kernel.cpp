@@ -65,15 +65,12 @@ void dropout_f32(float* y, const float* x, int64_t n, uint64_t seed, uint64_t co
     const float* xb = x + 4 * k0;
     float* yb = y + 4 * k0;
 #pragma omp simd
-    for (int64_t i = 0; i < 4 * kGroups; ++i) {
-      const float kept = xb[i] * scale;
-      yb[i] = uniform(words[i]) < keep_below ? kept : 0.0f;
-    }
+    for (int64_t i = 0; i < 4 * kGroups; ++i) yb[i] = xb[i] * (uniform(words[i]) < keep_below ? scale : 0.0f);
   }
   for (int64_t i = 4 * full; i < n; i += 4) {  // the last (n mod 64) elements, a group at a time
     uint32_t w[4];
     philox_block(seed, counter + uint64_t(i / 4), w[0], w[1], w[2], w[3]);
-    for (int64_t e = 0; e < 4 && i + e < n; ++e) y[i + e] = uniform(w[e]) < keep_below ? x[i + e] * scale : 0.0f;
+    for (int64_t e = 0; e < 4 && i + e < n; ++e) y[i + e] = x[i + e] * (uniform(w[e]) < keep_below ? scale : 0.0f);
   }
 }
 

@@ -21,7 +21,7 @@ __global__ void dropout_forward_kernel(T* __restrict__ y, const T* __restrict__ 
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const int64_t i = 4 * k + w;
-      if (i < n) y[i] = philox_uniform(r.x[w]) < keep_below ? T(Acc(x[i]) * scale) : T(Acc(0));
+      if (i < n) y[i] = T(Acc(x[i]) * (philox_uniform(r.x[w]) < keep_below ? scale : Acc(0)));
     }
   }
 }

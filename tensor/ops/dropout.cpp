@@ -2,6 +2,7 @@
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 
 namespace frugal::ops {
 
@@ -16,7 +17,7 @@ void check_dropout(const char* op, const Tensor& x, double p) {
 /// Masks x with the counters of `range` (0 < p < 1; see Note [Dropout mask from counters]).
 Tensor apply_mask([[maybe_unused]] const char* op, const Tensor& x, double p, Generator::Range range) {
   if (p == 0.0) return x.clone();
-  if (p == 1.0) return zeros(x.sizes(), x.options());
+  if (p == 1.0) return mul(x, 0.0);  // x * 0: an inf or NaN gives NaN (Note [Dropout mask from counters])
   Tensor out = empty(x.sizes(), x.options());
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(op, x.device(), dropout_kernel, out, x.contiguous(), p, range);
   return out;

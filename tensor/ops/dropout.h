@@ -12,7 +12,10 @@
 // keeping an n-byte mask alive between forward and backward, and a checkpoint
 // recompute that replays the range reproduces the forward bit for bit. One Philox call
 // yields the four words of four neighbouring elements, so each thread (CUDA) or loop
-// step (CPU) handles four elements per call.
+// step (CPU) handles four elements per call. A dropped element is x * 0, not a 0 put in
+// its place, as PyTorch's x * mask: an inf or NaN there still gives NaN (a select hid a
+// corrupted sample whose inf was dropped, and GradScaler or LossWatch never saw it), and a
+// dropped negative value gives -0. p == 1 is x * 0 likewise.
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
@@ -26,7 +29,7 @@ struct DropoutResult {
 
 /// x * mask / (1 - p) with mask ~ Bernoulli(1 - p), drawing (numel + 3) / 4 counters from
 /// `gen` (default: the process generator). p in [0, 1]; p == 0 gives a copy of x and p == 1
-/// zeros, neither drawing counters. Floating dtypes; fresh contiguous output.
+/// x * 0 (zeros, NaN where x is inf or NaN), neither drawing counters. Floating dtypes; fresh contiguous output.
 DropoutResult dropout(const Tensor& x, double p, Generator* gen = nullptr);
 
 /// x * mask / (1 - p) with the mask of an earlier dropout over `range` (its backward, or a

@@ -240,7 +240,7 @@ Tensor pointwise_loss(PointwiseLoss kind, const Tensor& input, const Tensor& tar
 
 Tensor pointwise_loss_backward(PointwiseLoss kind, const Tensor& g, const Tensor& d, double param) {
   const Tensor gd = g.sizes() == d.sizes() ? g : g.expand(d.sizes()).contiguous();
-  const Tensor sign_g = unary_backward(UnaryOp::Abs, gd, d);  // g sign(d), 0 at 0, NaN at NaN
+  const Tensor sign_g = unary_backward(UnaryOp::Abs, gd, d);  // g sign(d), 0 at 0, NaN at NaN unless g is 0
   if (kind == PointwiseLoss::L1 || (kind == PointwiseLoss::SmoothL1 && param == 0)) return sign_g;
   const double scale = kind == PointwiseLoss::SmoothL1 ? 1.0 : param;
   const DType acc = compute_dtype(d.dtype());  // as the forward: d g of 16-bit values may overflow

@@ -95,7 +95,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 //   l1: sign(d) (0 at 0)   smooth_l1: d / beta inside, sign(d) outside   huber: d inside,
 //   delta sign(d) outside.
 // At |d| = beta (delta) both sides agree. A NaN d gives NaN in value and gradient (PyTorch
-// 1.13's l1 gradient there is 0, its sign(NaN); a NaN that reaches a loss should show).
+// 1.13's l1 gradient there is 0, its sign(NaN); a NaN that reaches a loss should show),
+// except where the incoming gradient is 0: a NaN target that a mask or `where` kept out of
+// the loss gives the gradient 0 there, as PyTorch's.
 // 16-bit inputs are computed in float32 and rounded once, as PyTorch's CPU kernels do.
 // smooth_l1 with beta = 0 is l1 in the gradient too, 0 at d = 0, as PyTorch 2's
 // F.smooth_l1_loss, which calls l1_loss when beta = 0 (Debian's PyTorch 1.13 gives -1 there).

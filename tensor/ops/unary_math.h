@@ -270,8 +270,10 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
   } else if constexpr (kOp == U::Silu) {  // s (1 + x (1 - s)), s = sigmoid(x)
     const math::Logistic<M> l = math::logistic(v);
     return g * l.s * (M(1) + v * l.sc);
-  } else if constexpr (kOp == U::Abs) {  // sign(x), 0 at 0; NaN stays NaN
-    return v > M(0) ? g : v < M(0) ? -g : v == M(0) ? M(0) : v;
+  } else if constexpr (kOp == U::Abs) {  // sign(x), 0 at 0; at NaN x: NaN, but 0 where g is 0
+    // (a NaN that a `where` or a mask kept out of the loss must not poison the gradient, as
+    // PyTorch's g * sgn(x); one that reached the loss, g != 0, shows)
+    return v > M(0) ? g : v < M(0) ? -g : v == M(0) || g == M(0) ? M(0) : v;
   } else if constexpr (kOp == U::Square) {  // 2x
     return M(2) * v * g;
   } else if constexpr (kOp == U::Reciprocal) {  // v = y: -1 / x^2 = -y^2
@@ -293,9 +295,9 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
     return v <= M(0) ? g * a * math::exp(v) : g;
   } else if constexpr (kOp == U::Hardtanh) {  // 0 at and past both bounds; NaN passes g (PyTorch)
     return (v <= a || v >= b) ? M(0) : g;
-  } else if constexpr (kOp == U::Hardsigmoid) {  // 1/6 strictly inside (-3, 3)
+  } else if constexpr (kOp == U::Hardsigmoid) {                 // 1/6 strictly inside (-3, 3)
     return (v > M(-3) && v < M(3)) ? g * (M(1) / M(6)) : M(0);  // PyTorch multiplies by 1/6
-  } else if constexpr (kOp == U::Hardswish) {  // PyTorch's branches: 0 below -3, x/3 + 1/2 up to 3
+  } else if constexpr (kOp == U::Hardswish) {                   // PyTorch's branches: 0 below -3, x/3 + 1/2 up to 3
     return v < M(-3) ? M(0) : v <= M(3) ? g * (v / M(3) + M(0.5)) : g;
   } else if constexpr (kOp == U::Mish) {  // t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x))
     const M t = math::tanh(math::softplus_stable(v));

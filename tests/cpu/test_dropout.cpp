@@ -107,3 +107,45 @@ TEST_CASE("nn_functional: dropout passes gradcheck with a fixed generator state;
   const std::vector<double> yv = values_of(y), xv = values_of(x), gx = values_of(x.grad());
   for (size_t i = 0; i < yv.size(); ++i) CHECK(gx[i] == (yv[i] == 0.0 && xv[i] != 0.0 ? 0.0 : 1.0 / (1.0 - 0.4)));
 }
+
+// A dropped element is x * 0 as PyTorch's x * mask (Note [Dropout mask from counters]): an
+// inf or NaN there gives NaN, where a select gave 0 and hid a corrupted sample from GradScaler
+// and LossWatch; p = 1 is x * 0 too. torch: F.dropout(tensor([inf, nan, -inf, 2.] * 4), .5)
+// has NaN at each dropped inf and NaN, and a NaN upstream gradient makes x.grad all NaN.
+TEST_CASE("nn_functional: dropout multiplies by the mask: a dropped inf or NaN gives NaN, in every dtype") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> v;
+  for (int k = 0; k < 64; ++k)
+    v.insert(v.end(), {inf, nan, -inf, 2.0, -3.0});  // 320: the vector kernel's groups and tail
+  for (DType dt : kFloatTypes) {
+    CAPTURE(dtype_name(dt));
+    const Tensor x = make_tensor(v, {int64_t(v.size())}, dt);
+    Generator gen(5);
+    const std::vector<double> y = values_of(ops::dropout(x, 0.5, &gen).out);
+    int dropped_nonfinite = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const PhiloxResult w = philox4x32(5, uint64_t(i) / 4);
+      const bool keep = philox_uniform(w.x[i % 4]) < 0.5f;
+      if (keep) {
+        CHECK((std::isnan(v[i]) ? std::isnan(y[i]) : y[i] == 2.0 * v[i]));
+      } else if (std::isfinite(v[i])) {
+        CHECK(y[i] == 0.0);
+        CHECK(std::signbit(y[i]) == std::signbit(v[i]));  // -3 * 0 = -0, as PyTorch
+      } else {
+        CHECK(std::isnan(y[i]));
+        ++dropped_nonfinite;
+      }
+    }
+    CHECK(dropped_nonfinite > 10);
+    const std::vector<double> all = values_of(ops::dropout(make_tensor({inf, nan, 1.0, -1.0}, {4}, dt), 1.0).out);
+    CHECK(std::isnan(all[0]));
+    CHECK(std::isnan(all[1]));
+    CHECK(all[2] == 0.0);
+    CHECK((all[3] == 0.0 && std::signbit(all[3])));
+  }
+  // The backward multiplies the same mask into the gradient: a NaN upstream stays NaN.
+  const Tensor x = make_tensor(std::vector<double>(16, 1.0), {16}, kFloat64).requires_grad_();
+  Generator gen(11);
+  dropout(x, 0.5, true, &gen).backward(full({16}, nan, {kFloat64}));
+  for (double g : values_of(x.grad())) CHECK(std::isnan(g));
+}

@@ -573,3 +573,24 @@ TEST_CASE("low_rank: LowRankConv2d state_dict round trip through safetensors") {
   nn::LowRankConv2d c(3, 6, 3, 4, {.padding = 1});
   check_error([&] { c.load_state_dict(file.tensors); }, {"load_state_dict", "down.weight"});
 }
+
+// A frozen layer stays frozen through compress(): its factors do not require grad, so an
+// optimizer built afterwards (as the header says) does not train them (a probe found them
+// all trainable: a frozen layer moved during fine-tuning).
+TEST_CASE("low_rank: compress keeps frozen weights and biases frozen, Linear and Conv2d alike") {
+  nn::Sequential net{std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::Conv2d>(8, 8, 3),
+                     std::make_shared<nn::Linear>(16, 16)};
+  const auto params = net.named_parameters();
+  entry(params, "0.weight").requires_grad_(false);  // layer 0 frozen whole
+  entry(params, "0.bias").requires_grad_(false);
+  entry(params, "1.weight").requires_grad_(false);  // layer 1: the weight only
+  net.eval();
+  nn::compress(net, {.patterns = {"*"}, .rank = 2, .convs = true});
+  std::map<std::string, bool> trainable;
+  for (const auto& [name, p] : net.named_parameters()) trainable[name] = p.requires_grad();
+  const std::map<std::string, bool> expected = {{"0.down.weight", false}, {"0.up.weight", false}, {"0.up.bias", false},
+                                                {"1.down.weight", false}, {"1.up.weight", false}, {"1.up.bias", true},
+                                                {"2.down.weight", true},  {"2.up.weight", true},  {"2.up.bias", true}};
+  CHECK(trainable == expected);
+  for (const auto& [path, m] : net.named_modules()) CHECK_MESSAGE(!m->is_training(), path);
+}

@@ -387,3 +387,68 @@ TEST_CASE("LR schedulers: option validation names the scheduler and the option")
               {"ReduceLROnPlateau", "min_lr must be non-negative"});
   check_error([&] { ReduceLROnPlateau(m.opt, {.eps = -1}); }, {"ReduceLROnPlateau", "eps"});
 }
+
+// Note [Loading a schedule leaves a loaded lr]: a resumed chain gives the uninterrupted lrs
+// whatever the order of the loads, when the optimizer's state dict (which holds the chain's
+// lr) is loaded too; frugal once set the last loaded scheduler's closed form, and a resumed
+// ExponentialLR x MultiStepLR then ran at 2.2x the lr of the uninterrupted run for good. A
+// warmup beside ReduceLROnPlateau likewise keeps the plateau's reductions.
+TEST_CASE("LR schedulers: a resumed chain keeps the optimizer's lr, in any order of the loads") {
+  const int64_t k = 7;  // past the first milestone
+  TwoGroups first;
+  ExponentialLR exp(first.opt, {.gamma = 0.9});
+  MultiStepLR ms(first.opt, {.milestones = {5, 12}, .gamma = 0.5});
+  for (int64_t t = 0; t < k; ++t) {
+    exp.step();
+    ms.step();
+  }
+  const StateDict saved_opt = first.opt.state_dict(), saved_exp = exp.state_dict(), saved_ms = ms.state_dict();
+  for (int order = 0; order < 3; ++order) {
+    CAPTURE(order);
+    TwoGroups second;
+    ExponentialLR exp2(second.opt, {.gamma = 0.9});
+    MultiStepLR ms2(second.opt, {.milestones = {5, 12}, .gamma = 0.5});
+    if (order == 0) second.opt.load_state_dict(saved_opt);
+    exp2.load_state_dict(saved_exp);
+    if (order == 1) second.opt.load_state_dict(saved_opt);
+    ms2.load_state_dict(saved_ms);
+    if (order == 2) second.opt.load_state_dict(saved_opt);
+    if (order == 0)  // loaded after the optimizer: last_lr() reports the lr in effect
+      CHECK(exp2.last_lr() == std::vector<double>{second.opt.param_groups()[0].lr, second.opt.param_groups()[1].lr});
+    check_run(
+        second.opt, chained_exp_multistep,
+        [&](int64_t) {
+          exp2.step();
+          ms2.step();
+        },
+        k);
+  }
+
+  // LinearLR warmup stepped with ReduceLROnPlateau: resumed at epoch 12 (after two
+  // reductions) equals the uninterrupted run over 25 epochs.
+  const ReduceLROnPlateauOptions plateau{.factor = 0.5, .patience = 1, .threshold = 0.1};
+  auto run = [&](TwoGroups& m, LinearLR& warm, ReduceLROnPlateau& plat, int64_t from, int64_t to) {
+    std::vector<double> lrs;
+    for (int64_t t = from; t < to; ++t) {
+      warm.step();
+      plat.step(t < 3 ? 1.0 - 0.2 * double(t) : 1.0);  // improves, then stalls
+      lrs.push_back(m.opt.param_groups()[1].lr);
+    }
+    return lrs;
+  };
+  TwoGroups a;
+  LinearLR warm_a(a.opt, {.start_factor = 0.25, .total_iters = 10});
+  ReduceLROnPlateau plat_a(a.opt, plateau);
+  const std::vector<double> head = run(a, warm_a, plat_a, 0, 12);
+  const StateDict opt_state = a.opt.state_dict(), warm_state = warm_a.state_dict(), plat_state = plat_a.state_dict();
+  const std::vector<double> tail = run(a, warm_a, plat_a, 12, 25);
+  TwoGroups b;
+  LinearLR warm_b(b.opt, {.start_factor = 0.25, .total_iters = 10});
+  ReduceLROnPlateau plat_b(b.opt, plateau);
+  b.opt.load_state_dict(opt_state);
+  plat_b.load_state_dict(plat_state);
+  warm_b.load_state_dict(warm_state);
+  CHECK(b.opt.param_groups()[1].lr == head.back());
+  CHECK(run(b, warm_b, plat_b, 12, 25) == tail);
+  CHECK(head.back() < 0.5 * 0.5);  // the plateau did reduce before the save
+}

@@ -81,3 +81,26 @@ TEST_CASE("probe losses: linear_cross_entropy names a bad target by its own posi
       },
       {"linear_cross_entropy", "class weights", "float32[11]", "cross_entropy(linear("});
 }
+
+// A NaN target masked out of an L1 loss (missing labels) left NaN in pred.grad: abs's
+// backward passed NaN through even where its incoming gradient was 0. PyTorch gives 0 there
+// (g * sgn(NaN)); a NaN that reaches the loss still shows in frugal.
+TEST_CASE("probe losses: a NaN kept out of an L1 loss by a mask gives a zero gradient, not NaN") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor mask = make_tensor({1, 0, 1}, {3}, kFloat64).to(kBool);
+  for (int form = 0; form < 3; ++form) {
+    CAPTURE(form);
+    const Tensor pred = make_tensor({0.5, 2.0, -1.0}, {3}, kFloat64).requires_grad_();
+    const Tensor target = make_tensor({1.0, nan, 0.0}, {3}, kFloat64);
+    const Tensor per_element = form == 0   ? abs(sub(pred, target))
+                               : form == 1 ? l1_loss(pred, target, Reduction::None)
+                                           : smooth_l1_loss(pred, target, Reduction::None, 0.5);
+    sum(where(mask, per_element, zeros({3}, kFloat64))).backward();
+    // torch: [-1, 0, -1] (smooth_l1 with beta 0.5: the same, |d| >= beta outside)
+    CHECK(values_of(pred.grad()) == std::vector<double>{-1.0, 0.0, -1.0});
+  }
+  const Tensor x = make_tensor({nan, 1.0}, {2}, kFloat64).requires_grad_();
+  sum(abs(x)).backward();  // the NaN reached the loss: its gradient shows it
+  CHECK(std::isnan(values_of(x.grad())[0]));
+  CHECK(values_of(x.grad())[1] == 1.0);
+}
