@@ -1,8 +1,9 @@
 // Trains a classifier on Fashion-MNIST: the GPU if there is one (a CNN, 10 epochs),
 // else the CPU (an MLP, 1 epoch), with Adam and a cosine learning-rate schedule.
 // Prints a progress line, the test accuracy and the memory summary, saves a checkpoint
-// after every epoch into --checkpoint-dir (the last 2 are kept), which --resume continues,
-// and logs each epoch's loss and accuracy to <checkpoint-dir>/metrics.jsonl.
+// after every epoch into --checkpoint-dir (the last 2 are kept), the newest intact one of
+// which --resume continues, and logs each epoch's loss and accuracy to
+// <checkpoint-dir>/metrics.jsonl (a resumed run first drops the rows past its checkpoint).
 //
 //   build/examples/fashion_mnist [--model mlp|cnn] [--epochs N] [--batch-size N] [--lr X]
 //       [--device cpu|cuda[:N]] [--seed N] [--checkpoint-dir DIR] [--resume] [--data-dir DIR]
@@ -114,9 +115,8 @@ int main(int argc, char** argv) {
     FRUGAL_CHECK(!ec, "--checkpoint-dir: cannot create '", args.checkpoint_dir, "' (", ec.message(), ")");
     train::CheckpointManager checkpoints(args.checkpoint_dir, {.keep_last = 2});
     train::require_writable(checkpoints.path_for(0), "--checkpoint-dir");  // now, not after the first epoch
-    // The checkpoint --resume continues, found before the dataset is read.
-    const std::optional<train::CheckpointFile> last = args.resume ? checkpoints.latest() : std::nullopt;
-    FRUGAL_CHECK(!args.resume || last, "--resume: no checkpoint in ", args.checkpoint_dir);
+    // A checkpoint for --resume to continue, found before the dataset is read.
+    FRUGAL_CHECK(!args.resume || checkpoints.latest(), "--resume: no checkpoint in ", args.checkpoint_dir);
     manual_seed(args.seed);
 
     data::FashionMnist ds = data::load_fashion_mnist(args.data_dir);
@@ -132,13 +132,14 @@ int main(int argc, char** argv) {
     train::require_batches(loader, train_set.size());
     const train::TrainState state{.model = model.get(), .optimizer = &opt, .scheduler = &schedule, .loader = &loader};
     int64_t first_epoch = 0;
-    if (last) {
-      const std::string kind = checkpoints.metadata(last->path)["model"];
-      FRUGAL_CHECK(kind == args.model, "--resume ", last->path, " holds a '", kind, "' model, not '", args.model, "'");
-      first_epoch = checkpoints.load(last->path, state);  // the epochs finished
-      FRUGAL_CHECK(first_epoch <= epochs, "--resume ", last->path, ": the checkpoint has finished ", first_epoch,
+    if (args.resume) {
+      // The newest intact checkpoint: a damaged newer one (a run killed as the disk filled) is
+      // skipped with a warning and renamed aside; one of another model is an error.
+      const train::ResumeResult resumed = checkpoints.resume(state, {.expect_metadata = {{"model", args.model}}});
+      first_epoch = *resumed.step;  // the epochs finished
+      FRUGAL_CHECK(first_epoch <= epochs, "--resume ", resumed.path, ": the checkpoint has finished ", first_epoch,
                    " epochs, more than --epochs ", epochs);
-      std::printf("resumed %s after epoch %lld\n", last->path.c_str(), (long long)first_epoch);
+      std::printf("resumed %s after epoch %lld\n", resumed.path.c_str(), (long long)first_epoch);
     }
     std::printf("fashion_mnist: %s with %lld parameters on %s, %lld epochs, batch %lld, Adam lr %g, cosine decay\n",
                 args.model.c_str(), (long long)model->num_parameters(), device.str().c_str(), (long long)epochs,
@@ -149,7 +150,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto test = examples::test_loader(ds, device);
-    train::MetricsLog metrics(args.checkpoint_dir + "/metrics.jsonl", {.append = args.resume});
+    // A resumed run drops the rows of the epochs it trains again (logged after its checkpoint).
+    train::MetricsLog metrics(args.checkpoint_dir + "/metrics.jsonl",
+                              {.append = args.resume, .truncate_after = {{"epoch", first_epoch}}});
     const int64_t report_every = 50;  // steps between progress updates
     progress.emplace(train::ProgressOptions{.epochs = epochs,
                                             .log_every = examples::progress_log_every(loader.size(), report_every)});

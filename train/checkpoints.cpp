@@ -238,9 +238,21 @@ std::map<std::string, std::string> CheckpointManager::metadata(const std::string
   return nn::load_safetensors(path).metadata;
 }
 
-int64_t CheckpointManager::load(const std::string& path, const TrainState& state) const {
-  // Checks first, loads after: Note [Checkpoint load is all or nothing].
-  const nn::SafetensorsFile file = nn::load_safetensors(path);
+namespace {
+
+// A file read whole that passed the checks a damaged file fails: it is safetensors, it is a
+// checkpoint (a "step") and its tensors hash to its checksum.
+struct Intact {
+  std::string path;
+  nn::SafetensorsFile file;
+  int64_t step = -1;
+};
+
+// The first half of load(): throws when the file at `path` is damaged (Note [Resume falls back
+// past damaged checkpoints]), before anything of a run is touched.
+Intact read_intact(const std::string& path) {
+  Intact out{path, nn::load_safetensors(path)};
+  const nn::SafetensorsFile& file = out.file;
   const std::string where = "CheckpointManager::load: " + path;
   auto step_it = file.metadata.find("step");
   FRUGAL_CHECK(step_it != file.metadata.end(), where,
@@ -258,6 +270,24 @@ int64_t CheckpointManager::load(const std::string& path, const TrainState& state
     const std::string actual = checksum(sorted);
     FRUGAL_CHECK(actual == sum->second, where, " is corrupt: its tensors hash to ", actual, ", but it was saved with ",
                  "checksum ", sum->second, " (a damaged copy or disk?); nothing was loaded");
+  }
+  out.step = step;
+  return out;
+}
+
+// The second half of load(): restores `state` from an intact file, or throws, changing nothing,
+// when the file does not fit the run (Note [Checkpoint load is all or nothing]).
+int64_t restore(const Intact& intact, const TrainState& state, const ResumeOptions& options) {
+  const nn::SafetensorsFile& file = intact.file;
+  const std::string& path = intact.path;
+  const int64_t step = intact.step;
+  const std::string where = "CheckpointManager::load: " + path;
+  for (const auto& [key, want] : options.expect_metadata) {
+    auto it = file.metadata.find(key);
+    FRUGAL_CHECK(it != file.metadata.end(), where, " has no metadata '", key, "' (this run expects \"", want,
+                 "\"); nothing was loaded");
+    FRUGAL_CHECK(it->second == want, where, " holds metadata ", key, " = \"", it->second, "\", but this run expects \"",
+                 want, "\"; nothing was loaded");
   }
   if (auto type = file.metadata.find("optimizer"); state.optimizer && type != file.metadata.end())
     FRUGAL_CHECK(type->second == state.optimizer->name(), where, " holds the state of a ", type->second,
@@ -395,10 +425,60 @@ int64_t CheckpointManager::load(const std::string& path, const TrainState& state
   return step;
 }
 
-std::optional<int64_t> CheckpointManager::resume(const TrainState& state) const {
-  const std::optional<CheckpointFile> last = latest();
-  if (!last) return std::nullopt;
-  return load(last->path, state);
+}  // namespace
+
+int64_t CheckpointManager::load(const std::string& path, const TrainState& state) const {
+  // Checks first, loads after: Note [Checkpoint load is all or nothing].
+  return restore(read_intact(path), state, {});
+}
+
+std::optional<int64_t> CheckpointManager::resume(const TrainState& state) const { return resume(state, {}).step; }
+
+ResumeResult CheckpointManager::resume(const TrainState& state, const ResumeOptions& options) const {
+  // Note [Resume falls back past damaged checkpoints].
+  std::vector<CheckpointFile> files = list();
+  ResumeResult result;
+  if (files.empty()) return result;
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    std::optional<Intact> intact;
+    try {
+      intact.emplace(read_intact(it->path));
+    } catch (const OutOfMemoryError&) {
+      throw;  // says nothing about the file
+    } catch (const Error& e) {
+      result.skipped.push_back({it->path, std::string(e.message()), ""});
+      std::fprintf(stderr, "CheckpointManager::resume: skipping damaged %s: %s\n", it->path.c_str(),
+                   result.skipped.back().reason.c_str());
+      continue;
+    }
+    result.step = restore(*intact, state, options);  // does not fit: an error, not a fallback
+    result.path = it->path;
+    break;
+  }
+  if (!result.step) {
+    std::string all;
+    for (const DamagedCheckpoint& d : result.skipped) all += "\n  " + d.path + ": " + d.reason;
+    FRUGAL_FAIL("CheckpointManager::resume: every checkpoint in ", dir_, " is damaged; nothing was loaded, and none ",
+                "was renamed:", all);
+  }
+  // Out of list()'s way, or the run's next saves (lower steps) would rank below them.
+  for (DamagedCheckpoint& d : result.skipped) {
+    std::error_code ec, seen;
+    for (int n = 0; n < 1000 && d.moved_to.empty() && !ec; ++n) {  // never over an earlier one
+      const std::string aside = d.path + ".damaged" + (n ? "." + std::to_string(n) : "");
+      if (fs::symlink_status(aside, seen).type() != fs::file_type::not_found) continue;
+      fs::rename(d.path, aside, ec);
+      if (!ec) d.moved_to = aside;
+    }
+    if (!d.moved_to.empty())
+      std::fprintf(stderr, "CheckpointManager::resume: renamed damaged %s to %s\n", d.path.c_str(), d.moved_to.c_str());
+    else if (fs::exists(d.path, seen))  // else another process of the run moved it first
+      std::fprintf(stderr,
+                   "CheckpointManager::resume: cannot rename damaged %s aside (%s); until it is moved, keep_last "
+                   "counts it among the newest\n",
+                   d.path.c_str(), ec ? ec.message().c_str() : "no free name");
+  }
+  return result;
 }
 
 }  // namespace frugal::train

@@ -5,7 +5,7 @@
 //   train::CheckpointManager ckpt("runs/a", {.keep_last = 3});
 //   train::TrainState state{.model = &net, .optimizer = &opt, .scaler = &scaler,
 //                           .scheduler = &schedule, .loader = &loader};
-//   int64_t step = ckpt.resume(state).value_or(0);    // 0: a fresh run
+//   int64_t step = ckpt.resume(state).value_or(0);    // 0: a fresh run (past damaged newest files)
 //   ... every N steps: ckpt.save(step, state);        // runs/a/ckpt-00001200.safetensors
 //
 // Note [Resumable checkpoint]
@@ -38,6 +38,24 @@
 // state it keeps (the optimizer's buffers are replaced, not written, by a load, so keeping
 // them costs nothing) and restores if a later part refuses, and the model last (its own load
 // checks every key and shape before it writes). Every error names the file.
+//
+// Note [Resume falls back past damaged checkpoints]
+// A run killed while the disk filled, or a bit flipped on the disk, leaves a newest file
+// that cannot be read whole while an older intact one sits beside it. resume() tells two
+// failures apart:
+//   - damaged: the file cannot be read (I/O error, gone), is not safetensors or is cut short,
+//     is not a checkpoint (no "step" metadata), or fails its checksum (Note [Checkpoint
+//     checksum]). Nothing of the run is touched before these checks, so resume() warns on
+//     stderr (one line: the file and why) and tries the next older checkpoint. When one
+//     loads, the damaged newer files are renamed to "<path>.damaged" (kept for a look, no
+//     longer a checkpoint to list(), resume() or keep_last): else the run's next saves, at
+//     lower steps, would rank below them, and keep_last would prune the intact files and keep
+//     the damaged ones. When every checkpoint is damaged, resume() throws listing each file
+//     and its reason, renaming nothing: a run never silently starts again from step 0.
+//   - does not fit: an intact file of another model, optimizer, schedule, loader order or set
+//     of generators (or other expected metadata, ResumeOptions). resume() throws at once, as
+//     load() does: an older file of the same run would not fit either, and falling back would
+//     hide a changed configuration.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -85,6 +103,29 @@ struct CheckpointFile {
   int64_t step = 0;
 };
 
+/// A checkpoint resume() passed over because it could not be read whole (Note [Resume falls
+/// back past damaged checkpoints]).
+struct DamagedCheckpoint {
+  std::string path;      ///< where it was found
+  std::string reason;    ///< the error that reading it gave
+  std::string moved_to;  ///< where resume() renamed it ("<path>.damaged"); empty when that failed
+};
+
+/// What a resume expects of the checkpoint besides the parts of TrainState.
+struct ResumeOptions {
+  /// Metadata (as given to save()) the checkpoint must hold with these values, e.g.
+  /// {{"model", "cnn"}}: a checkpoint without the key or with another value does not fit the
+  /// run, an error naming both values (not a reason to fall back to an older one).
+  std::map<std::string, std::string> expect_metadata = {};
+};
+
+/// What resume(state, options) did.
+struct ResumeResult {
+  std::optional<int64_t> step;             ///< the step restored; nullopt: no checkpoint, nothing changed
+  std::string path;                        ///< the file restored ("" when none)
+  std::vector<DamagedCheckpoint> skipped;  ///< newer checkpoints that were damaged, newest first
+};
+
 /// Saves, lists, prunes and restores the checkpoints of one run (Note [Resumable checkpoint]).
 class CheckpointManager {
  public:
@@ -107,8 +148,17 @@ class CheckpointManager {
   /// it was, when the file is damaged, lacks a part `state` asks for, or holds a part that
   /// does not fit (another model, optimizer type, parameter count or loader order).
   int64_t load(const std::string& path, const TrainState& state) const;
-  /// load() of the newest checkpoint; nullopt (and nothing changed) when there is none.
+  /// load() of the newest intact checkpoint; nullopt (and nothing changed) when there is none.
+  /// Damaged newer files are skipped with a warning and renamed aside once an older one has
+  /// loaded; throws when every checkpoint is damaged (listing each), or at once when the newest
+  /// intact one does not fit the run (Note [Resume falls back past damaged checkpoints]).
   std::optional<int64_t> resume(const TrainState& state) const;
+  /// resume(state), checking `options` too, and saying which file it restored and which it
+  /// skipped:
+  ///
+  ///   const train::ResumeResult r = ckpt.resume(state, {.expect_metadata = {{"model", "cnn"}}});
+  ///   for (const train::DamagedCheckpoint& d : r.skipped) log(d.path + ": " + d.reason);
+  ResumeResult resume(const TrainState& state, const ResumeOptions& options) const;
   /// The metadata of a checkpoint (the user's, "step", "optimizer" and "checksum").
   std::map<std::string, std::string> metadata(const std::string& path) const;
 

@@ -1,10 +1,19 @@
 #include "train/metrics_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <optional>
+#include <random>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -61,6 +70,182 @@ std::string value_text(const MetricValue& v, bool json) {
   return json ? json::quote(s) : csv_field(s);
 }
 
+// Note [Truncating a resumed log]
+// A run resumed from the checkpoint of step s logs steps s+1.. again, which its previous life
+// may have logged already. MetricsLogOptions::truncate_after keeps the records up to s and
+// drops the rest before appending. It filters by value, not at the first later record: a log
+// appended by an earlier resume without it (1..1350, then 1201..1300) loses every copy past s.
+// A JSON line without the key (an epoch summary, a note) has no step of its own; it is kept
+// when it was written before the first record dropped (it summed up steps that stay), else
+// dropped with them. A last record without its line break was cut by a crash mid-write (write
+// puts a whole line and flushes): it is dropped, whatever step it shows (a cut "1250" reads
+// as 12). A record that should have the key and lacks it, or holds no number there, is an
+// error: guessing would drop or keep the wrong rows. The kept bytes are copied as they were
+// (quotes, CRLF), into a temporary beside the file that is fsynced and renamed over it (see
+// Note [Temporary files of a save]): a crash or a full disk mid-rewrite leaves the old log.
+// Nothing is rewritten when nothing would be dropped.
+
+// One record of a log: text[begin, end) holds it with its line break; `line` is where it starts.
+struct RawRecord {
+  size_t begin = 0, end = 0;
+  int64_t line = 0;
+  bool whole = false;  // ends in its line break
+};
+
+// The records of `text`. A CSV field that starts with a quote may hold line breaks up to its
+// closing quote (a doubled quote inside it is a quote); a quote elsewhere is a character.
+std::vector<RawRecord> split_records(const std::string& text, bool csv) {
+  std::vector<RawRecord> out;
+  int64_t line = 1, lines_inside = 0;  // lines_inside: line breaks within the record's quotes
+  bool quoted = false, field_start = true;
+  size_t begin = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') ++i;
+      else if (c == '"') quoted = false;
+      else if (c == '\n') ++lines_inside;
+      continue;
+    }
+    if (csv && c == '"' && field_start) {
+      quoted = true;
+      field_start = false;
+      continue;
+    }
+    field_start = c == ',' || c == '\n';
+    if (c != '\n') continue;
+    out.push_back({begin, i + 1, line, true});
+    begin = i + 1;
+    line += 1 + lines_inside;
+    lines_inside = 0;
+  }
+  if (begin < text.size()) out.push_back({begin, text.size(), line, false});
+  return out;
+}
+
+// Whether `text` is a number <= last; nullopt when it is not a finite number.
+std::optional<bool> at_most(std::string_view text, int64_t last) {
+  const char* end = text.data() + text.size();
+  int64_t i = 0;
+  if (auto [p, ec] = std::from_chars(text.data(), end, i); ec == std::errc() && p == end) return i <= last;
+  double d = 0;
+  if (auto [p, ec] = std::from_chars(text.data(), end, d); ec == std::errc() && p == end && std::isfinite(d))
+    return d <= double(last);
+  return std::nullopt;
+}
+
+std::string read_all(std::FILE* in) {
+  std::string text;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, in)) > 0;) text.append(buf, n);
+  return text;
+}
+
+// Replaces `path` by `text` through a temporary in its directory, fsynced and renamed over it;
+// a failure leaves `path` as it was. Writes through a symbolic link, keeps the permission bits.
+void replace_file(const std::string& path, const std::string& text, const std::string& why) {
+  namespace fs = std::filesystem;
+  std::error_code ec, no_mode;
+  std::string target = path;
+  if (fs::is_symlink(path, ec)) target = fs::canonical(path, ec).string();
+  FRUGAL_CHECK(!ec, why, "cannot follow the link ", path, " (", ec.message(), ")");
+  const fs::perms mode = fs::status(target, no_mode).permissions() & fs::perms::mask;
+  // pid and random bits: a leftover of a killed rewrite (a container's trainer has the same pid
+  // every time) never blocks the next.
+  const std::string temp = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  FRUGAL_CHECK(fd >= 0, why, "cannot create ", temp, " (", std::strerror(errno), "); ", path, " is unchanged");
+  const auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    FRUGAL_FAIL(why, "cannot ", what, " ", temp, " (", std::strerror(err), "); ", path, " is unchanged");
+  };
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("write");
+    done += size_t(w);
+  }
+  if (!no_mode) ::fchmod(fd, mode_t(mode));
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::rename(temp.c_str(), target.c_str()) != 0) fail("rename over the log");
+  ::close(fd);
+  const int dfd = ::open(fs::path(target).parent_path().empty() ? "." : fs::path(target).parent_path().c_str(),
+                         O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // the rename itself made durable, where the filesystem can
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// Note [Truncating a resumed log]: keeps the header and the records whose `cut.key` is <= cut.last.
+void truncate_log(const std::string& path, bool csv, const MetricsTruncate& cut) {
+  std::FILE* in = std::fopen(path.c_str(), "rb");
+  if (!in) return;  // none yet (one that cannot be read cannot be opened for appending either)
+  const std::string text = read_all(in);
+  const bool read_ok = !std::ferror(in);
+  std::fclose(in);
+  const std::string why =
+      "MetricsLog: " + path + ": keeping the records with " + cut.key + " <= " + std::to_string(cut.last) + ": ";
+  FRUGAL_CHECK(read_ok, why, "cannot read it");
+  const std::vector<RawRecord> records = split_records(text, csv);
+  std::string kept;
+  bool dropped = false, changed = false;  // a record dropped; any byte left out
+  size_t column = 0;
+  for (size_t r = 0; r < records.size(); ++r) {
+    const RawRecord& rec = records[r];
+    std::string body = text.substr(rec.begin, rec.end - rec.begin);
+    if (!rec.whole) {  // cut by a crash mid-write
+      changed = true;
+      break;
+    }
+    body.pop_back();  // the '\n'
+    if (!body.empty() && body.back() == '\r') body.pop_back();
+    if (csv && r == 0) {  // the header
+      const std::vector<std::string> names = csv_fields(body);
+      auto it = std::find(names.begin(), names.end(), cut.key);
+      FRUGAL_CHECK(it != names.end(), why, "line 1: the header has no column '", cut.key, "' (it has ", body, ")");
+      column = size_t(it - names.begin());
+      kept.append(text, rec.begin, rec.end - rec.begin);
+      continue;
+    }
+    if (body.find_first_not_of(" \t") == std::string::npos) {  // a blank line: no record
+      changed = true;
+      continue;
+    }
+    std::string value;
+    std::string where = "line " + std::to_string(rec.line) + ", " + (csv ? "column '" : "key '") + cut.key + "'";
+    if (csv) {
+      const std::vector<std::string> fields = csv_fields(body);
+      FRUGAL_CHECK(column < fields.size(), why, where, ": the row has ", fields.size(), " fields, no column ",
+                   column + 1);
+      value = fields[column];
+    } else {
+      json::Value object;
+      try {
+        object = json::parse(body);
+      } catch (const Error& e) { rethrow_with_context(e, why + "line " + std::to_string(rec.line) + " is not JSON: "); }
+      FRUGAL_CHECK(object.is_object(), why, "line ", rec.line, " is a JSON ", json::type_name(object.type),
+                   ", not an object");
+      const json::Value* v = object.find(cut.key);
+      if (!v) {  // an epoch summary: kept with the records before it
+        if (!dropped) kept.append(text, rec.begin, rec.end - rec.begin);
+        changed |= dropped;
+        continue;
+      }
+      FRUGAL_CHECK(v->type == json::Value::Type::Number, why, where, " holds a ", json::type_name(v->type),
+                   ", not a number");
+      value = v->text;
+    }
+    const std::optional<bool> keep = at_most(value, cut.last);
+    FRUGAL_CHECK(keep.has_value(), why, where, " holds \"", value, "\", not a number");
+    if (*keep) kept.append(text, rec.begin, rec.end - rec.begin);
+    else dropped = changed = true;
+  }
+  if (changed) replace_file(path, kept, why);
+}
+
 }  // namespace
 
 std::string format_metrics(const MetricsRecord& record, MetricsFormat format) {
@@ -80,6 +265,8 @@ MetricsLog::MetricsLog(std::string path, MetricsLogOptions options) : path_(std:
     format_ = path_.size() >= 4 && path_.compare(path_.size() - 4, 4, ".csv") == 0 ? MetricsFormat::Csv
                                                                                    : MetricsFormat::JsonLines;
   bool ends_mid_line = false;  // a run killed while writing a line
+  if (options.append && options.truncate_after)
+    truncate_log(path_, format_ == MetricsFormat::Csv, *options.truncate_after);
   if (options.append) {
     if (std::FILE* in = std::fopen(path_.c_str(), "rb")) {
       std::string header;  // the existing header is the columns

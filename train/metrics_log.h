@@ -11,7 +11,17 @@
 // line, keys in the given order; numbers are written with 17 significant digits (so a
 // double reads back exactly), integers as integers, inf and NaN as null in JSON and as
 // "inf"/"nan" in CSV.
+//
+// A run resumed from a checkpoint logs again the steps it had logged after that checkpoint
+// (saved at 1200, logged to 1350, killed): appending with truncate_after first drops them,
+//
+//   const int64_t step = ckpt.resume(state).value_or(0);
+//   train::MetricsLog log("run/metrics.csv", {.append = step > 0, .truncate_after = {{"step", step}}});
+//
+// so the file holds each step once (Note [Truncating a resumed log]).
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -26,14 +36,29 @@ using MetricsRecord = std::vector<std::pair<std::string, MetricValue>>;
 
 enum class MetricsFormat { Auto, JsonLines, Csv };
 
+/// Which records of an appended log a resumed run keeps: those whose `key` (a CSV column, a
+/// JSON key) holds a number <= `last`.
+struct MetricsTruncate {
+  std::string key = "step";
+  int64_t last = 0;
+};
+
 struct MetricsLogOptions {
   MetricsFormat format = MetricsFormat::Auto;  ///< Auto: Csv for a ".csv" path, else JsonLines
   bool append = false;  ///< add to an existing file (CSV: its header must match) instead of replacing it
+  /// With append: first rewrite the existing file (atomically: a temporary renamed over it)
+  /// keeping the CSV header and the records whose `key` is <= `last`; a JSON line without the
+  /// key (an epoch summary) is kept when it comes before the first record dropped. A cut last
+  /// line (a run killed mid-write) is dropped. Throws naming the file, line and key, the file
+  /// as it was, for a record whose key is missing or not a number, or when the rewrite fails.
+  /// Without append the file is replaced anyway, and this is not used.
+  std::optional<MetricsTruncate> truncate_after = std::nullopt;
 };
 
 class MetricsLog {
  public:
-  /// Opens (creates or truncates) `path`; throws naming it when it cannot be written.
+  /// Opens (creates, truncates, or with append opens and perhaps truncate_after's) `path`;
+  /// throws naming it when it cannot be written.
   explicit MetricsLog(std::string path, MetricsLogOptions options = {});
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

@@ -1,12 +1,15 @@
 // train::CheckpointManager (train/checkpoints.h): a run stopped after k steps and resumed
 // from its checkpoint ends bit for bit where the uninterrupted run ends (Note [Resumable
 // checkpoint]: model, optimizer, GradScaler, LR schedule, RNG and data position); keep_last
-// prunes the oldest files; a failed save leaves the previous checkpoints as they were.
+// prunes the oldest files; a failed save leaves the previous checkpoints as they were; resume()
+// falls back past damaged checkpoints, but not past one that does not fit the run.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -214,4 +217,264 @@ TEST_CASE("DataLoader: position() and set_position() resume a pass at its batch"
   b.loader->next(y);
   CHECK(values_of(x.inputs) == values_of(y.inputs));
   check_error([&] { b.loader->set_position({0, 5}); }, {"DataLoader::set_position: batch 5 is outside [0, 4]"});
+}
+
+// ---- resume() past damaged checkpoints (Note [Resume falls back past damaged checkpoints]) ----
+
+namespace {
+
+// What a resume restores, bit for bit: parameters, Adam's state, scale, lr, schedule, loader, RNG.
+struct Snapshot {
+  std::vector<std::vector<uint8_t>> tensors;
+  double scale, lr;
+  int64_t epoch, batch;
+  uint64_t seed, offset;
+  explicit Snapshot(Run& r)
+      : scale(r.scaler.get_scale()),
+        lr(r.opt->param_groups()[0].lr),
+        epoch(r.loader->position().epoch),
+        batch(r.loader->position().batch),
+        seed(default_generator().seed()),
+        offset(default_generator().offset()) {
+    for (const Tensor& p : r.model->parameters()) tensors.push_back(testing::bytes_of(p));
+    for (const auto& [name, t] : r.opt->state_dict()) tensors.push_back(testing::bytes_of(t));
+    for (const auto& [name, t] : r.schedule->state_dict()) tensors.push_back(testing::bytes_of(t));
+  }
+  bool operator==(const Snapshot&) const = default;
+};
+
+// Runs `body` with stderr sent to a file; returns what it wrote there.
+template <typename F>
+std::string stderr_of(F&& body) {
+  const std::string path = temp_path("frugal_stderr", ".txt");
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  FILE* f = std::fopen(path.c_str(), "w");
+  ::dup2(::fileno(f), 2);
+  try {
+    body();
+  } catch (...) {
+    std::fflush(stderr), ::dup2(saved, 2), ::close(saved), std::fclose(f);
+    throw;
+  }
+  std::fflush(stderr), ::dup2(saved, 2), ::close(saved), std::fclose(f);
+  const std::string text = read_file(path);
+  std::remove(path.c_str());
+  return text;
+}
+
+// Each way a file can be damaged; `whole` is what save() wrote.
+enum class Damage { Truncated, FlippedByte, Garbage, Empty };
+void damage(const std::string& path, Damage how) {
+  const std::string whole = read_file(path);
+  uint64_t header = 0;
+  std::memcpy(&header, whole.data(), 8);
+  std::string bad = whole;
+  switch (how) {
+    case Damage::Truncated: bad = whole.substr(0, whole.size() / 2); break;
+    case Damage::FlippedByte: bad[8 + header + 5] = char(uint8_t(bad[8 + header + 5]) ^ 0x04); break;  // the data
+    case Damage::Garbage: bad = "this is not a safetensors file\n"; break;
+    case Damage::Empty: bad.clear(); break;
+  }
+  write_file(path, bad);
+}
+
+}  // namespace
+
+TEST_CASE("CheckpointManager: resume skips a damaged newest checkpoint and continues the older one bit for bit") {
+  const int64_t total = 11;
+  Run straight(3);
+  straight.steps(total);
+  const std::vector<std::pair<Damage, std::string>> cases = {{Damage::Truncated, "exceeds"},
+                                                             {Damage::FlippedByte, "corrupt"},
+                                                             {Damage::Garbage, "header length"},
+                                                             {Damage::Empty, "too short"}};
+  for (const auto& [how, reason] : cases) {
+    CAPTURE(int(how));
+    ScratchDir dir("frugal_ckpt_fallback");
+    train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 3});
+    Run first(3);
+    first.steps(4);
+    const std::string older = ckpt.save(4, first.state());
+    first.steps(2);
+    const std::string newest = ckpt.save(6, first.state());
+    damage(newest, how);
+    const std::string bad_bytes = read_file(newest);
+
+    Run resumed(99);
+    train::ResumeResult r;
+    const std::string warnings = stderr_of([&] { r = ckpt.resume(resumed.state(), {}); });
+    REQUIRE(r.step == 4);
+    CHECK(r.path == older);
+    REQUIRE(r.skipped.size() == 1);
+    CHECK(r.skipped[0].path == newest);
+    CHECK(r.skipped[0].reason.find(newest) != std::string::npos);
+    CHECK_MESSAGE(r.skipped[0].reason.find(reason) != std::string::npos, r.skipped[0].reason);
+    CHECK(warnings.find("skipping damaged " + newest + ": " + r.skipped[0].reason + "\n") != std::string::npos);
+    // Renamed aside, bytes kept: out of list()'s way.
+    CHECK(r.skipped[0].moved_to == newest + ".damaged");
+    CHECK(!fs::exists(newest));
+    CHECK(read_file(newest + ".damaged") == bad_bytes);
+    CHECK(ckpt.latest()->step == 4);
+
+    // The state is a load of the older file itself, and continues as the uninterrupted run.
+    const Snapshot after(resumed);
+    Run direct(55);
+    CHECK(ckpt.load(older, direct.state()) == 4);
+    CHECK(Snapshot(direct) == after);
+    resumed.steps(total - 4);
+    CHECK(weights_of(*resumed.model) == weights_of(*straight.model));
+    CHECK(resumed.scaler.get_scale() == straight.scaler.get_scale());
+    CHECK(resumed.opt->param_groups()[0].lr == straight.opt->param_groups()[0].lr);
+  }
+}
+
+TEST_CASE("CheckpointManager: a directory or an unreadable file named as the newest checkpoint") {
+  ScratchDir dir("frugal_ckpt_fallback_dir");
+  train::CheckpointManager ckpt(dir.path.string());
+  Run first(3);
+  first.steps(2);
+  ckpt.save(2, first.state());
+  fs::create_directory(ckpt.path_for(9));  // not a file: never a checkpoint to list() or prune
+  Run resumed(99);
+  const train::ResumeResult r = ckpt.resume(resumed.state(), {});
+  CHECK(r.step == 2);
+  CHECK(r.skipped.empty());
+  CHECK(fs::is_directory(ckpt.path_for(9)));
+  if (::geteuid() != 0) {  // root reads anything
+    first.steps(1);
+    const std::string locked = ckpt.save(3, first.state());
+    fs::permissions(locked, fs::perms::none);
+    Run again(98);
+    train::ResumeResult s;
+    stderr_of([&] { s = ckpt.resume(again.state(), {}); });
+    CHECK(s.step == 2);
+    REQUIRE(s.skipped.size() == 1);
+    CHECK(s.skipped[0].reason.find("Permission denied") != std::string::npos);
+    CHECK(fs::exists(locked + ".damaged"));
+  }
+}
+
+TEST_CASE("CheckpointManager: resume past two damaged checkpoints; every one damaged is an error naming each") {
+  ScratchDir dir("frugal_ckpt_fallback_many");
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 0});
+  Run first(3);
+  for (int64_t step : {2, 4, 6, 8}) {
+    first.steps(2);
+    ckpt.save(step, first.state());
+  }
+  damage(ckpt.path_for(8), Damage::Truncated);
+  damage(ckpt.path_for(6), Damage::FlippedByte);
+  {
+    Run resumed(99);
+    train::ResumeResult r;
+    stderr_of([&] { r = ckpt.resume(resumed.state(), {}); });
+    CHECK(r.step == 4);
+    REQUIRE(r.skipped.size() == 2);
+    CHECK(r.skipped[0].path == ckpt.path_for(8));  // newest first
+    CHECK(r.skipped[1].path == ckpt.path_for(6));
+    CHECK(r.skipped[1].reason.find("corrupt") != std::string::npos);
+    const std::vector<train::CheckpointFile> left = ckpt.list();
+    REQUIRE(left.size() == 2);
+    CHECK(left.back().step == 4);
+  }
+  // Now 2 and 4 damaged as well: an error listing every file and why, nothing changed or renamed.
+  damage(ckpt.path_for(4), Damage::Garbage);
+  damage(ckpt.path_for(2), Damage::Empty);
+  write_file(ckpt.path_for(8), "x");  // a new damaged newest beside the .damaged one
+  Run target(77);
+  target.steps(1);
+  const Snapshot before(target);
+  stderr_of([&] {
+    check_error([&] { ckpt.resume(target.state()); },
+                {"CheckpointManager::resume: every checkpoint in " + dir.path.string() + " is damaged",
+                 "\n  " + ckpt.path_for(8) + ": ", "\n  " + ckpt.path_for(4) + ": ", "\n  " + ckpt.path_for(2) + ": "});
+  });
+  CHECK(Snapshot(target) == before);
+  CHECK(ckpt.list().size() == 3);
+  CHECK(!fs::exists(ckpt.path_for(4) + ".damaged"));
+}
+
+TEST_CASE("CheckpointManager: an intact newest checkpoint that does not fit the run is an error, not a fallback") {
+  ScratchDir dir("frugal_ckpt_fallback_misfit");
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 0});
+  Run first(3);
+  first.steps(2);
+  ckpt.save(2, first.state(), {{"model", "mlp"}});
+  first.steps(2);
+  // Step 4 from a run whose loader has other batches (its position would name other samples).
+  data::DataLoader other_loader(first.data, {.batch_size = 5, .shuffle = true, .seed = 7});
+  train::TrainState other = first.state();
+  other.loader = &other_loader;
+  const std::string misfit = ckpt.save(4, other, {{"model", "mlp"}});
+  const std::string damaged = ckpt.save(6, first.state(), {{"model", "mlp"}});
+  damage(damaged, Damage::Truncated);
+
+  Run target(77);
+  target.steps(1);
+  const Snapshot before(target);
+  stderr_of([&] { check_error([&] { ckpt.resume(target.state()); }, {misfit, "loader", "batch_size"}); });
+  CHECK(Snapshot(target) == before);
+  CHECK(fs::exists(damaged));  // not renamed: nothing was resumed
+  CHECK(ckpt.list().size() == 3);
+
+  // Metadata the run expects, on the newest intact file: the same, not a fallback.
+  fs::remove(misfit);
+  stderr_of([&] {
+    check_error(
+        [&] {
+          ckpt.resume(target.state(), {.expect_metadata = {{"model", "cnn"}}});
+        },
+        {ckpt.path_for(2), "model = \"mlp\"", "expects \"cnn\""});
+    check_error(
+        [&] {
+          ckpt.resume(target.state(), {.expect_metadata = {{"size", "big"}}});
+        },
+        {ckpt.path_for(2), "no metadata 'size'"});
+  });
+  CHECK(Snapshot(target) == before);
+  train::ResumeResult r;
+  stderr_of([&] { r = ckpt.resume(target.state(), {.expect_metadata = {{"model", "mlp"}}}); });
+  CHECK(r.step == 2);
+}
+
+TEST_CASE("CheckpointManager: after a fallback, the run's saves and keep_last see no damaged file") {
+  ScratchDir dir("frugal_ckpt_fallback_prune");
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 2});
+  Run first(3);
+  for (int64_t step : {2, 4, 6}) {
+    first.steps(2);
+    ckpt.save(step, first.state());
+  }
+  damage(ckpt.path_for(6), Damage::FlippedByte);
+  write_file(ckpt.path_for(6) + ".damaged", "an earlier one");  // never overwritten
+  Run resumed(99);
+  train::ResumeResult r;
+  stderr_of([&] { r = ckpt.resume(resumed.state(), {}); });
+  REQUIRE(r.step == 4);
+  CHECK(r.skipped.at(0).moved_to == ckpt.path_for(6) + ".damaged.1");
+  CHECK(read_file(ckpt.path_for(6) + ".damaged") == "an earlier one");
+
+  // The resumed run saves 5: keep_last 2 keeps 4 and 5 (a damaged 6 would have pushed out 4),
+  // and says nothing of a later step.
+  resumed.steps(1);
+  const std::string warnings = stderr_of([&] { ckpt.save(5, resumed.state()); });
+  CHECK(warnings.empty());
+  std::vector<train::CheckpointFile> files = ckpt.list();
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].step == 4);
+  CHECK(files[1].step == 5);
+  resumed.steps(1);
+  ckpt.save(6, resumed.state());  // a new step 6, written over nothing
+  files = ckpt.list();
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].step == 5);
+  CHECK(files[1].step == 6);
+  CHECK(fs::exists(ckpt.path_for(6) + ".damaged.1"));  // left for a look; never pruned
+
+  Run again(98);
+  train::ResumeResult s = ckpt.resume(again.state(), {});
+  CHECK(s.step == 6);
+  CHECK(s.skipped.empty());
+  CHECK(Snapshot(again) == Snapshot(resumed));
 }
