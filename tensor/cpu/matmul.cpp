@@ -77,6 +77,12 @@ constexpr bool maybe_native_v = std::is_same_v<T, BFloat16>;
 }  // namespace
 
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.dtype() != a.dtype()) {  // a float32 result of 16-bit operands (mm's widening form)
+    if (a.dtype() == kBFloat16 && gemm_bf16_native())
+      return gemm_batch<BFloat16>(out.data_ptr<float>(), out.size(0), MatrixOperand<BFloat16>(a),
+                                  MatrixOperand<BFloat16>(b), false);
+    return bmm_kernel(out, to_float32(a), to_float32(b));
+  }
   dispatch_floating(out.dtype(), "matmul", out.device(), [&]<typename T>() {
     if constexpr (maybe_native_v<T>) {
       if (gemm_bf16_native()) {

@@ -1,8 +1,11 @@
 #include "tensor/ops/unary.h"
 
+#include <type_traits>
+
 #include "tensor/cpu/gelu_kernel.h"
 #include "tensor/cpu/gemm.h"  // gemm_isa: the level of the GELU kernels too
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/via_float32.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/unary_math.h"
 
@@ -12,35 +15,61 @@ namespace {
 
 // Exact GELU on float32 tensors whose operands are all dense (Note [Vectorized GELU] in
 // tensor/cpu/gelu_kernel.cpp): the level's kernel on each of cpu_map's chunks, so the threading
-// is the same; any other layout or dtype takes the generic path (unary_apply, glibc's erfc).
-bool dense_float32(const ElementwiseLayout& L) {
+// is the same; any other layout or dtype (float64) takes the generic path (unary_apply, glibc's erfc).
+// float16 and bfloat16 go through the same kernel a chunk at a time (via_float32.h): GELU in
+// float32 rounded once, as the generic path computes it.
+bool dense_same_floating(const ElementwiseLayout& L, DType dtype) {
+  if (dtype != DType::Float32 && dtype != DType::Float16 && dtype != DType::BFloat16) return false;
   for (int k = 0; k < L.noperands; ++k)
-    if (L.dtypes[k] != DType::Float32) return false;
+    if (L.dtypes[k] != dtype) return false;
   return L.contiguous;
 }
 
-void gelu_float32(const ElementwiseLayout& L) {  // out, x
-  parallel_runs(L, [](char** p, const int64_t*, int64_t count) {
-    float* y = reinterpret_cast<float*>(p[0]);
-    const float* x = reinterpret_cast<const float*>(p[1]);
-    switch (gemm_isa()) {
-      case GemmIsa::X86_64_V4: return v4::gelu_f32(y, x, count);
-      case GemmIsa::X86_64_V3: return v3::gelu_f32(y, x, count);
-      case GemmIsa::X86_64_V2: return v2::gelu_f32(y, x, count);
-    }
+void gelu_f32(float* y, const float* x, int64_t count) {
+  switch (gemm_isa()) {
+    case GemmIsa::X86_64_V4: return v4::gelu_f32(y, x, count);
+    case GemmIsa::X86_64_V3: return v3::gelu_f32(y, x, count);
+    case GemmIsa::X86_64_V2: return v2::gelu_f32(y, x, count);
+  }
+}
+
+void gelu_backward_f32(float* gi, const float* g, const float* x, int64_t count) {
+  switch (gemm_isa()) {
+    case GemmIsa::X86_64_V4: return v4::gelu_backward_f32(gi, g, x, count);
+    case GemmIsa::X86_64_V3: return v3::gelu_backward_f32(gi, g, x, count);
+    case GemmIsa::X86_64_V2: return v2::gelu_backward_f32(gi, g, x, count);
+  }
+}
+
+void gelu_dense(const ElementwiseLayout& L, DType dtype) {  // out, x
+  dispatch_floating(dtype, "gelu", kCPU, [&]<typename T>() {
+    parallel_runs(L, [](char** p, const int64_t*, int64_t count) {
+      T* y = reinterpret_cast<T*>(p[0]);
+      const T* x = reinterpret_cast<const T*>(p[1]);
+      if constexpr (std::is_same_v<T, float>) {
+        gelu_f32(y, x, count);
+      } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        via_float32<T, 1>(y, {x}, count,
+                          [](float* out, const auto& in, int64_t n, int64_t) { gelu_f32(out, in[0], n); });
+      }
+    });
   });
 }
 
-void gelu_backward_float32(const ElementwiseLayout& L) {  // grad_in, grad, x
-  parallel_runs(L, [](char** p, const int64_t*, int64_t count) {
-    float* gi = reinterpret_cast<float*>(p[0]);
-    const float* g = reinterpret_cast<const float*>(p[1]);
-    const float* x = reinterpret_cast<const float*>(p[2]);
-    switch (gemm_isa()) {
-      case GemmIsa::X86_64_V4: return v4::gelu_backward_f32(gi, g, x, count);
-      case GemmIsa::X86_64_V3: return v3::gelu_backward_f32(gi, g, x, count);
-      case GemmIsa::X86_64_V2: return v2::gelu_backward_f32(gi, g, x, count);
-    }
+void gelu_backward_dense(const ElementwiseLayout& L, DType dtype) {  // grad_in, grad, x
+  dispatch_floating(dtype, "gelu_backward", kCPU, [&]<typename T>() {
+    parallel_runs(L, [](char** p, const int64_t*, int64_t count) {
+      T* gi = reinterpret_cast<T*>(p[0]);
+      const T* g = reinterpret_cast<const T*>(p[1]);
+      const T* x = reinterpret_cast<const T*>(p[2]);
+      if constexpr (std::is_same_v<T, float>) {
+        gelu_backward_f32(gi, g, x, count);
+      } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        via_float32<T, 2>(gi, {g, x}, count, [](float* out, const auto& in, int64_t n, int64_t) {
+          gelu_backward_f32(out, in[0], in[1], n);
+        });
+      }
+    });
   });
 }
 
@@ -50,7 +79,7 @@ void gelu_backward_float32(const ElementwiseLayout& L) {  // grad_in, grad, x
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b) {
   const char* name = unary_op_name(op);
   const ElementwiseLayout L = make_elementwise_layout(name, out, {x});
-  if (op == UnaryOp::Gelu && dense_float32(L)) return gelu_float32(L);
+  if (op == UnaryOp::Gelu && dense_same_floating(L, x.dtype())) return gelu_dense(L, x.dtype());
   visit_unary_op(op, [&]<UnaryOp kOp>() {
     auto run = [&]<typename T>() {
       using M = opmath_t<T>;
@@ -65,7 +94,7 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, doub
 void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b) {
   const char* name = unary_op_name(op);
   const ElementwiseLayout L = make_elementwise_layout(name, grad_in, {grad, v});
-  if (op == UnaryOp::Gelu && dense_float32(L)) return gelu_backward_float32(L);
+  if (op == UnaryOp::Gelu && dense_same_floating(L, grad.dtype())) return gelu_backward_dense(L, grad.dtype());
   visit_unary_op(op, [&]<UnaryOp kOp>() {
     if constexpr (unary_grad_from(kOp) == UnaryGradFrom::Nothing) {
       FRUGAL_FAIL(name, "_backward: a constant factor, computed by the affine kernel");

@@ -206,7 +206,6 @@ Tensor mm(const Tensor& a, const Tensor& b, DType out_dtype) {
     FRUGAL_CHECK((a.dtype() == kFloat16 || a.dtype() == kBFloat16) && out_dtype == kFloat32, "mm: a result in ",
                  dtype_name(out_dtype), " needs float16 or bfloat16 operands and a float32 result, got ", a.describe(),
                  " and ", b.describe());
-    if (!a.is_cuda()) return mm(a.to(out_dtype), b.to(out_dtype));
   }
   FRUGAL_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got ", a.describe(), " and ", b.describe());
   FRUGAL_CHECK(a.size(1) == b.size(0), inner_mismatch("mm", a, b, a.size(1), b.size(0)));

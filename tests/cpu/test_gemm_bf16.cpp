@@ -181,4 +181,21 @@ TEST_CASE("gemm bf16: matmul, bmm and linear in bfloat16 on the native kernel ag
     check_close(values_of(native[i]), values_of(copies[i]), 1.0 / 128, 1e-2, "native against float32 copies");
   }
   CHECK(values_of(native[0]) == values_of(native[1]));  // a column-major copy of x reads the same numbers
+
+  // mm's widening form (a float32 result, as the backward of an autocast linear asks for the
+  // weight gradient): no bfloat16 rounding at all, float32 accumulation on both paths.
+  Tensor wide_native, wide_copies;
+  const Tensor g = randn({37, 45}).to(kBFloat16);  // (M, out): weight gradient g^T x, (45, 70)
+  {
+    LevelScope level(GemmIsa::X86_64_V4);
+    wide_native = ops::mm(g.t(), x, kFloat32);
+  }
+  {
+    LevelScope level(GemmIsa::X86_64_V3);
+    wide_copies = ops::mm(g.t(), x, kFloat32);
+  }
+  CHECK(wide_native.dtype() == kFloat32);
+  const std::vector<double> wide_exact = values_of(ops::mm(g.to(kFloat64).t(), x.to(kFloat64)));
+  check_close(values_of(wide_native), wide_exact, 1e-5, 1e-5, "widening mm, native");
+  check_close(values_of(wide_copies), wide_exact, 1e-5, 1e-5, "widening mm, float32 copies");
 }

@@ -1,0 +1,35 @@
+#pragma once
+// float16/bfloat16 arrays through a float32 kernel: each chunk converted into float32 buffers
+// on the stack, the kernel run on them, its result rounded once on the way back. The float32
+// kernels of the x86-64 levels (GELU, dropout) then serve the 16-bit dtypes too, which the
+// generic loops computed one element at a time (a bfloat16 GELU took 10x a float32 one). A
+// kernel that computes in float32 as the generic path does gives the same bits (Note [Half
+// types compute in f32]).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+namespace frugal::ops::cpu {
+
+/// Elements per chunk: 16 KB of float32 per buffer.
+inline constexpr int64_t kViaFloat32Chunk = 4096;
+
+/// y[0, n) = T(kernel(x[0][...], ..., x[N-1][...])) for 16-bit T: calls
+/// kernel(float* y, const std::array<const float*, N>& x, int64_t count, int64_t first) on
+/// chunks of kViaFloat32Chunk elements (first: the chunk's offset in [0, n)), in order.
+template <typename T, size_t N, typename Kernel>
+void via_float32(T* y, const std::array<const T*, N>& x, int64_t n, Kernel&& kernel) {
+  float in[N][kViaFloat32Chunk];
+  float out[kViaFloat32Chunk];
+  std::array<const float*, N> in_ptrs;
+  for (size_t k = 0; k < N; ++k) in_ptrs[k] = in[k];
+  for (int64_t first = 0; first < n; first += kViaFloat32Chunk) {
+    const int64_t count = std::min(kViaFloat32Chunk, n - first);
+    for (size_t k = 0; k < N; ++k)
+      for (int64_t i = 0; i < count; ++i) in[k][i] = float(x[k][first + i]);
+    kernel(out, in_ptrs, count, first);
+    for (int64_t i = 0; i < count; ++i) y[first + i] = T(out[i]);
+  }
+}
+
+}  // namespace frugal::ops::cpu
