@@ -18,6 +18,7 @@
 #include "tensor/cpu/gelu_kernel.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/unary.h"
 #include "tensor/ops/unary_math.h"
 #include "tests/cpu_scopes.h"
@@ -239,5 +240,34 @@ TEST_CASE("gelu simd: strided float32 keeps the generic path; threads do not cha
     }
     CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)) == 0);
+  }
+}
+
+// float16 and bfloat16 GELU go through the float32 kernel a chunk of 4096 at a time
+// (tensor/cpu/via_float32.h): bit for bit the float32 GELU of the widened values, rounded once,
+// across chunk boundaries and in every level; a strided 16-bit tensor keeps the generic loops,
+// which agree within one 16-bit ulp.
+TEST_CASE("gelu simd: float16 and bfloat16 through the float32 kernel, rounded once") {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    const Tensor x = ops::mul(randn({4096 * 2 + 37}), 3.0).to(dt), g = randn({4096 * 2 + 37}).to(dt);
+    for (GemmIsa isa : kLevels) {
+      if (!cpu_supports(isa)) continue;
+      LevelScope level(isa);
+      CHECK(ops::unary(ops::UnaryOp::Gelu, x).to(kFloat32).tolist<float>() ==
+            ops::unary(ops::UnaryOp::Gelu, x.to(kFloat32)).to(dt).to(kFloat32).tolist<float>());
+      CHECK(
+          ops::unary_backward(ops::UnaryOp::Gelu, g, x).to(kFloat32).tolist<float>() ==
+          ops::unary_backward(ops::UnaryOp::Gelu, g.to(kFloat32), x.to(kFloat32)).to(dt).to(kFloat32).tolist<float>());
+    }
+    const Tensor strided = x.narrow(0, 0, 4096).view({64, 64}).t();  // the generic loops
+    const std::vector<float> generic =
+        ops::unary(ops::UnaryOp::Gelu, strided).contiguous().to(kFloat32).tolist<float>();
+    const std::vector<float> dense = ops::unary(ops::UnaryOp::Gelu, strided.contiguous()).to(kFloat32).tolist<float>();
+    int off = 0;
+    const double ulp = dt == kFloat16 ? 0x1p-10 : 0x1p-7;
+    for (size_t i = 0; i < dense.size(); ++i)
+      off += std::abs(double(dense[i]) - double(generic[i])) > ulp * std::max(std::abs(double(generic[i])), 0x1p-14);
+    CHECK(off == 0);
   }
 }
