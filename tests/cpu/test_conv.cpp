@@ -46,12 +46,16 @@ const ConvCase kCases[] = {
     {{2, 2, 4, 5}, {3, 2, 4, 5}, {}},                                                         // kernel == input
     {{2, 2, 3, 3}, {3, 2, 5, 5}, {.padding = 1}},                                             // kernel > input, padded
     // Note [Patchify convolution]: stride == kernel runs as one GEMM of the patches.
-    {{2, 3, 8, 8}, {4, 3, 4, 4}, {.stride = 4}},                                               // ViT's patch embedding
-    {{2, 3, 10, 9}, {5, 3, 3, 2}, {.stride = {3, 2}}, false},                                  // leftover rows, columns
-    // Note [CPU convolution threading]: samples in parallel, the weight gradient in two
-    // chunks (5 and 4 samples of 400 columns), strided and dilated im2col runs.
+    {{2, 3, 8, 8}, {4, 3, 4, 4}, {.stride = 4}},               // ViT's patch embedding
+    {{2, 3, 10, 9}, {5, 3, 3, 2}, {.stride = {3, 2}}, false},  // leftover rows, columns
+    // Note [CPU convolution threading]: every product in two chunks (5 and 4 samples of 400
+    // columns), strided and dilated im2col runs; the 1x1 cases above are one chunk of all
+    // samples (columns gathered and products scattered, no im2col of their own).
     {{9, 3, 20, 20}, {5, 3, 3, 3}, {.padding = 1}},
     {{9, 4, 30, 20}, {6, 2, 3, 3}, {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 1}, .groups = 2}},
+    // One sample a chunk (more than 1024 columns): operands read in place, the 1x1's x too.
+    {{3, 4, 33, 34}, {6, 4, 1, 1}, {}},
+    {{2, 4, 36, 30}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}, false},
 };
 
 /// |actual - expected| <= rtol * scale + atol elementwise: rounding errors of a sum grow with
@@ -132,7 +136,7 @@ TEST_CASE("conv2d: backward input and weight match the naive scatter of every pr
 }
 
 TEST_CASE("conv2d: the CPU results do not depend on the thread count") {
-  // Note [CPU convolution threading]: samples run in parallel, the weight gradient's
+  // Note [CPU convolution threading]: chunks of samples run in parallel, the weight gradient's
   // chunk partials are added in chunk order, so one thread and two agree bit for bit.
   const Shape xs{9, 3, 20, 20}, ws{5, 3, 3, 3};
   const Conv2dOptions o{.padding = 1};

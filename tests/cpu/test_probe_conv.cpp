@@ -734,9 +734,9 @@ TEST_CASE("probe conv: LowRankConv2d equals the dense convolution of up @ down, 
 }
 
 TEST_CASE("probe conv: threaded sizes: one large sample, samples in parallel, weight gradients in several chunks") {
-  // Note [CPU convolution threading]: one sample threads its GEMM over blocks; several samples
-  // run in parallel with their own im2col buffers; the weight gradient sums chunks of
-  // kWeightGradColumns / L samples. Each against the float64 loops, in float64 and float32.
+  // Note [CPU convolution threading]: one sample threads its GEMM over blocks; chunks of
+  // kChunkColumns / L samples run in parallel with their own workspaces; the weight gradient
+  // sums the chunks' partials. Each against the float64 loops, in float64 and float32.
   struct Case {
     Shape xs, ws;
     Conv2dOptions o;

@@ -302,7 +302,7 @@ TEST_CASE("probe determinism: matmul and linear with a long K, transposed and ba
 }
 
 TEST_CASE("probe determinism: conv2d forward and backward (padded, strided, grouped, 1x1) at every thread count") {
-  // Note [CPU convolution threading]: samples in parallel, the weight gradient in chunks added
+  // Note [CPU convolution threading]: chunks of samples in parallel, the weight gradient's chunk partials added
   // in chunk order: one thread, two and five agree bit for bit, run after run.
   struct Case {
     Shape x, w;
