@@ -44,7 +44,7 @@ class ReadOnlyFile {
 
 // Note [Saving over what is there]
 // A save writes a temporary and renames it over the path (Note [Temporary files of a save]
-// in nn/safetensors.cpp). rename replaces whatever the path names, so a save "to" /dev/null,
+// in nn/atomic_file.h). rename replaces whatever the path names, so a save "to" /dev/null,
 // a FIFO or a device would swap it for a regular file (as root, /dev/null itself); open("wb")
 // in Python or torch.save writes into them instead. So what is at the path is looked at
 // first: nothing, or a regular file, is written as usual; a symbolic link is followed, and

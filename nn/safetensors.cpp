@@ -1,25 +1,19 @@
 #include "nn/safetensors.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
-#include <random>
 #include <tuple>
 
 #include "core/json.h"
 #include "core/utf8.h"
+#include "nn/atomic_file.h"
 #include "nn/file.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -262,178 +256,6 @@ SafetensorsFile parse(const ByteSource& src, Device device, const std::string& s
   return out;
 }
 
-// ---- writing ------------------------------------------------------------------------
-
-// Note [Temporary files of a save]
-// save_safetensors writes `path.tmp.<pid>.<random>` in path's directory, fsyncs it and
-// renames it over `path`: rename is atomic, so readers see the old file or the new one,
-// and a failed save never touches the old one. The name is unique per save (pid and 64
-// random bits, created with O_EXCL), so two threads or processes saving the same path
-// never share a temporary: each rename installs a complete file and the last one wins.
-//
-// A save that is killed leaves its temporary behind; the next save of the same path
-// removes such leftovers. A leftover is only removed when two independent signs say
-// its writer is gone, so a live save can never lose its file:
-//   1. the pid in its name is not alive here (kill(pid, 0) fails with ESRCH). A live
-//      writer's pid always is, unless it runs in another pid namespace (a container
-//      sharing the directory); a recycled pid only keeps a leftover longer;
-//   2. flock(LOCK_EX | LOCK_NB) on it succeeds. Every writer holds an exclusive flock on
-//      its temporary from creation until after the rename, and the kernel drops it when
-//      the writer dies, however it dies. Where flock is unsupported the lock attempt
-//      fails, and nothing is removed.
-// Only regular files whose name is exactly `<name of path>.tmp.<digits>.<16 hex digits>`
-// are considered, and the name must still be the file that was locked when it is
-// unlinked. Cleaning is best effort: it never fails a save.
-
-constexpr const char* kTempInfix = ".tmp.";
-constexpr size_t kRandomDigits = 16;
-
-// Call right after the failing system call, while errno still describes it.
-[[noreturn]] void io_error(ErrorSite what, const std::string& path, const std::string& to = "") {
-  const int err = errno;
-  detail::throw_error(what, detail::str_cat("save_safetensors: cannot ", what.text, " ", path, to.empty() ? "" : " to ",
-                                            to, ": ", std::strerror(err)));
-}
-
-// path's directory ("." for a bare name) and the file's name in it.
-std::pair<std::string, std::string> split_path(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
-uint64_t random_u64() {
-  static thread_local std::mt19937_64 gen{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}() ^
-                                          uint64_t(::getpid())};
-  return gen();
-}
-
-std::string hex(uint64_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string s(kRandomDigits, '0');
-  for (size_t i = kRandomDigits; i-- > 0; v >>= 4) s[i] = digits[v & 15];
-  return s;
-}
-
-// The pid in `name` when it is `<base>.tmp.<pid>.<16 hex>`, else 0.
-pid_t temp_owner(const std::string& name, const std::string& base) {
-  const std::string prefix = base + kTempInfix;
-  if (name.size() <= prefix.size() + kRandomDigits + 1 || name.compare(0, prefix.size(), prefix) != 0) return 0;
-  const size_t dot = name.size() - kRandomDigits - 1;
-  if (name[dot] != '.' || dot == prefix.size()) return 0;
-  for (size_t i = dot + 1; i < name.size(); ++i)
-    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return 0;
-  int64_t pid = 0;
-  for (size_t i = prefix.size(); i < dot; ++i) {
-    if (name[i] < '0' || name[i] > '9' || pid > (int64_t(1) << 40)) return 0;
-    pid = pid * 10 + (name[i] - '0');
-  }
-  return pid > 0 && pid <= std::numeric_limits<pid_t>::max() ? pid_t(pid) : 0;
-}
-
-bool process_is_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
-
-// Removes the temporaries of earlier saves of `path` whose writers are gone (Note
-// [Temporary files of a save]).
-void remove_stale_temporaries(const std::string& path) {
-  const auto [dir, base] = split_path(path);
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  const int dfd = ::dirfd(d);
-  while (const dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    const pid_t owner = temp_owner(name, base);
-    if (owner == 0 || !process_is_gone(owner)) continue;
-    // O_NONBLOCK: a FIFO of that name must not hang the save; O_NOFOLLOW: never a link's target.
-    const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat locked {};
-    struct stat named {};
-    if (::fstat(fd, &locked) == 0 && S_ISREG(locked.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-        ::fstatat(dfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == locked.st_dev &&
-        named.st_ino == locked.st_ino)
-      ::unlinkat(dfd, name.c_str(), 0);
-    ::close(fd);  // drops the lock
-  }
-  ::closedir(d);
-}
-
-// The temporary file of one save, locked for its whole life: removed unless commit()
-// renamed it into place (Note [Temporary files of a save]).
-class TempFile {
- public:
-  // `mode`: the replaced file's permission bits (Note [Saving over what is there]), else 0644
-  // as any new file (umask applies); mkstemp's 0600 would change what saves make.
-  TempFile(const std::string& target, uint32_t mode) {
-    for (int attempt = 0; fd_ < 0; ++attempt) {
-      path_ = target + kTempInfix + std::to_string(::getpid()) + "." + hex(random_u64());
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(mode));
-      if (fd_ < 0 && (errno != EEXIST || attempt == 100)) io_error("create", path_);
-    }
-    if (mode != 0644) ::fchmod(fd_, mode_t(mode));  // the old file's bits, past the umask
-    ::flock(fd_, LOCK_EX);  // uncontended: the file is new. Unsupported (ENOLCK): cleaners skip it
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (!committed_) ::unlink(path_.c_str());  // still locked: no cleaner can be looking at it
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  // Buffers small pieces (the header, small tensors) into few large writes.
-  void write(const void* p, size_t n) {
-    if (buffer_.size() + n > kBufferBytes) flush();
-    if (n >= kBufferBytes) {
-      write_all(p, n);
-    } else {
-      const auto* bytes = static_cast<const uint8_t*>(p);
-      buffer_.insert(buffer_.end(), bytes, bytes + n);
-    }
-  }
-
-  void commit(const std::string& target) {
-    flush();
-    if (::fsync(fd_) != 0) io_error("fsync", path_);
-    // Renamed while still open, so still locked: see Note [Temporary files of a save].
-    if (::rename(path_.c_str(), target.c_str()) != 0) io_error("rename", path_, target);
-    committed_ = true;
-    // The data is fsynced; a close error now (NFS reports deferred write errors at
-    // close) cannot mean lost bytes, and the file is in place already.
-    ::close(fd_);
-    fd_ = -1;
-    // Make the rename itself durable. A directory that cannot be opened or synced (some
-    // filesystems) is not an error.
-    const int dfd = ::open(split_path(target).first.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  static constexpr size_t kBufferBytes = size_t(4) << 20;
-
-  void flush() {
-    write_all(buffer_.data(), buffer_.size());
-    buffer_.clear();
-  }
-  void write_all(const void* p, size_t n) {
-    const auto* bytes = static_cast<const uint8_t*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, bytes, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) io_error("write", path_);
-      bytes += w;
-      n -= size_t(w);
-    }
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-  std::vector<uint8_t> buffer_;
-};
-
 }  // namespace
 
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, Device device) {
@@ -515,9 +337,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
 
-  const SaveTarget target = save_target(path, "save_safetensors");  // Note [Saving over what is there]
-  remove_stale_temporaries(target.path);
-  TempFile file(target.path, target.mode);
+  AtomicFileWriter file(path, "save_safetensors");  // Note [Temporary files of a save]
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
   file.write(length, 8);
@@ -532,7 +352,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     }
     file.write(host.data(), size_t(host.numel()) * host.element_size());
   }
-  file.commit(target.path);
+  file.commit();
 }
 
 }  // namespace frugal::nn

@@ -30,7 +30,7 @@ struct SafetensorsFile {
 /// directory, which is fsynced and then renamed over `path`, so a failed or interrupted save
 /// leaves any previous file untouched, and concurrent saves of one path never collide. A
 /// temporary left by a killed save is removed by the next save of `path` (see Note
-/// [Temporary files of a save] in safetensors.cpp). Throws frugal::Error naming the file
+/// [Temporary files of a save] in nn/atomic_file.h). Throws frugal::Error naming the file
 /// (and the tensor, if one is at fault).
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});

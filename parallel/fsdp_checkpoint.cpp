@@ -11,26 +11,21 @@
 // checkpoint must belong together. So each save is a new generation g (the old index's + 1):
 //   1. every rank writes shard-<r>-of-<P>.g<g>.safetensors (save_safetensors: temporary,
 //      fsync, rename), names no old file uses;
-//   2. barrier; rank 0 writes index.json the same way (temporary, fsync, rename, fsync of the
-//      directory): the one atomic switch from generation g-1 to g;
+//   2. barrier; rank 0 writes index.json the same way (write_file_atomically, see Note
+//      [Temporary files of a save]): the one atomic switch from generation g-1 to g;
 //   3. barrier; each rank deletes its generation g-1 file.
 // A failure before 2 leaves the old index naming the old files, all intact; after 2 the new
 // checkpoint is complete, and a stale old file at worst wastes space.
 #include "parallel/fsdp_checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
-#include <random>
 #include <sstream>
 
 #include "autograd/grad_mode.h"
 #include "core/json.h"
+#include "nn/atomic_file.h"
 #include "nn/file.h"
 #include "nn/safetensors.h"
 #include "optim/optimizer.h"
@@ -75,41 +70,6 @@ std::string index_json(const FullyShardedDataParallel& fsdp, uint64_t generation
   }
   o << "\n  ]\n}\n";
   return o.str();
-}
-
-/// Throws naming the failed step, the file and errno's reason, after removing the temporary
-/// (and closing `fd` when open): the previous file at the target path stays as it was.
-[[noreturn]] void write_failed(const std::string& what, const std::string& tmp, int fd) {
-  const int err = errno;
-  if (fd >= 0) ::close(fd);
-  ::unlink(tmp.c_str());
-  FRUGAL_FAIL("save_sharded_checkpoint: cannot ", what, ": ", std::strerror(err));
-}
-
-/// Writes `text` to `path` through a fsynced temporary renamed over it, then fsyncs the
-/// directory (Note [Sharded checkpoint]).
-void write_atomically(const std::string& requested, const std::string& text) {
-  const nn::SaveTarget target = nn::save_target(requested, "save_sharded_checkpoint");
-  const std::string& path = target.path;  // Note [Saving over what is there]
-  std::random_device rd;
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(target.mode));
-  if (fd < 0) FRUGAL_FAIL("save_sharded_checkpoint: cannot create ", tmp, ": ", std::strerror(errno));
-  if (target.exists) ::fchmod(fd, mode_t(target.mode));  // the old file's bits, past the umask
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) write_failed("write " + tmp, tmp, fd);
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) write_failed("fsync " + tmp, tmp, fd);
-  if (::close(fd) != 0) write_failed("close " + tmp, tmp, -1);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) write_failed("rename " + tmp + " onto " + path, tmp, -1);
-  const fs::path parent = fs::path(path).parent_path();
-  const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {  // makes the rename itself durable
-    ::fsync(dir);
-    ::close(dir);
-  }
 }
 
 /// The index in `dir`, or nullopt when there is none.
@@ -205,7 +165,7 @@ void save_sharded_checkpoint(FullyShardedDataParallel& fsdp, const std::string& 
                         {"world_size", std::to_string(P)},
                         {"generation", std::to_string(generation)}});
   comm.barrier();
-  if (r == 0) write_atomically(index_path, index_json(fsdp, generation));
+  if (r == 0) nn::write_file_atomically(index_path, index_json(fsdp, generation), "save_sharded_checkpoint");
   comm.barrier();
   if (old) {  // generation g-1's files: each rank its own, rank 0 those of ranks beyond P
     const json::Value* shards_old = old->find("shards");

@@ -1,23 +1,18 @@
 #include "train/metrics_log.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <optional>
-#include <random>
 #include <set>
 #include <string_view>
 #include <vector>
 
 #include "core/error.h"
 #include "core/json.h"
+#include "nn/atomic_file.h"
 
 namespace frugal::train {
 
@@ -81,8 +76,9 @@ std::string value_text(const MetricValue& v, bool json) {
 // puts a whole line and flushes): it is dropped, whatever step it shows (a cut "1250" reads
 // as 12). A record that should have the key and lacks it, or holds no number there, is an
 // error: guessing would drop or keep the wrong rows. The kept bytes are copied as they were
-// (quotes, CRLF), into a temporary beside the file that is fsynced and renamed over it (see
-// Note [Temporary files of a save]): a crash or a full disk mid-rewrite leaves the old log.
+// (quotes, CRLF), into a temporary beside the file that is fsynced and renamed over it
+// (write_file_atomically, see Note [Temporary files of a save]): a crash or a full disk
+// mid-rewrite leaves the old log, and the next rewrite removes the temporary a kill left.
 // Nothing is rewritten when nothing would be dropped.
 
 // One record of a log: text[begin, end) holds it with its line break; `line` is where it starts.
@@ -141,44 +137,6 @@ std::string read_all(std::FILE* in) {
   return text;
 }
 
-// Replaces `path` by `text` through a temporary in its directory, fsynced and renamed over it;
-// a failure leaves `path` as it was. Writes through a symbolic link, keeps the permission bits.
-void replace_file(const std::string& path, const std::string& text, const std::string& why) {
-  namespace fs = std::filesystem;
-  std::error_code ec, no_mode;
-  std::string target = path;
-  if (fs::is_symlink(path, ec)) target = fs::canonical(path, ec).string();
-  FRUGAL_CHECK(!ec, why, "cannot follow the link ", path, " (", ec.message(), ")");
-  const fs::perms mode = fs::status(target, no_mode).permissions() & fs::perms::mask;
-  // pid and random bits: a leftover of a killed rewrite (a container's trainer has the same pid
-  // every time) never blocks the next.
-  const std::string temp = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  FRUGAL_CHECK(fd >= 0, why, "cannot create ", temp, " (", std::strerror(errno), "); ", path, " is unchanged");
-  const auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(temp.c_str());
-    FRUGAL_FAIL(why, "cannot ", what, " ", temp, " (", std::strerror(err), "); ", path, " is unchanged");
-  };
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("write");
-    done += size_t(w);
-  }
-  if (!no_mode) ::fchmod(fd, mode_t(mode));
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::rename(temp.c_str(), target.c_str()) != 0) fail("rename over the log");
-  ::close(fd);
-  const int dfd = ::open(fs::path(target).parent_path().empty() ? "." : fs::path(target).parent_path().c_str(),
-                         O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {  // the rename itself made durable, where the filesystem can
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
 // Note [Truncating a resumed log]: keeps the header and the records whose `cut.key` is <= cut.last.
 void truncate_log(const std::string& path, bool csv, const MetricsTruncate& cut) {
   std::FILE* in = std::fopen(path.c_str(), "rb");
@@ -186,8 +144,9 @@ void truncate_log(const std::string& path, bool csv, const MetricsTruncate& cut)
   const std::string text = read_all(in);
   const bool read_ok = !std::ferror(in);
   std::fclose(in);
-  const std::string why =
-      "MetricsLog: " + path + ": keeping the records with " + cut.key + " <= " + std::to_string(cut.last) + ": ";
+  const std::string op =
+      "MetricsLog: " + path + ": keeping the records with " + cut.key + " <= " + std::to_string(cut.last);
+  const std::string why = op + ": ";
   FRUGAL_CHECK(read_ok, why, "cannot read it");
   const std::vector<RawRecord> records = split_records(text, csv);
   std::string kept;
@@ -243,7 +202,7 @@ void truncate_log(const std::string& path, bool csv, const MetricsTruncate& cut)
     if (*keep) kept.append(text, rec.begin, rec.end - rec.begin);
     else dropped = changed = true;
   }
-  if (changed) replace_file(path, kept, why);
+  if (changed) nn::write_file_atomically(path, kept, op);  // "<path> is unchanged" when it fails
 }
 
 }  // namespace

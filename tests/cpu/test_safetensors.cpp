@@ -28,6 +28,7 @@
 #include "core/json.h"
 #include "nn/safetensors.h"
 #include "tensor/factory.h"
+#include "tests/dead_pid.h"
 #include "tests/fifo_guard.h"
 #include "tests/test_util.h"
 
@@ -570,17 +571,6 @@ std::vector<std::string> temporaries(const TempDir& dir, const std::string& file
   for (const std::string& name : dir.listing())
     if (name.rfind(file + ".tmp.", 0) == 0) out.push_back(name);
   return out;
-}
-
-// A pid that no process has now: a child that exited and was reaped (the kernel hands
-// pids out in increasing order, so it is not reused within a test).
-pid_t dead_pid() {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(0);
-  REQUIRE(pid > 0);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return pid;
 }
 
 }  // namespace
