@@ -35,8 +35,8 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-/// Reads `path` (memory-mapped) and parses it with parse_safetensors; tensors land on `device`.
-/// Anything but a regular file (a FIFO, a directory) is refused without blocking.
+/// Reads `path` (with pread: Note [Reading checkpoints with pread]) and parses it with parse_safetensors; tensors land
+/// on `device`. Anything but a regular file (a FIFO, a directory) is refused without blocking.
 SafetensorsFile load_safetensors(const std::string& path, Device device = kCPU);
 
 /// Parses a whole safetensors file held in memory. Every field is validated before it is
