@@ -59,9 +59,9 @@ Shape broadcast_batch(const Shape& x, const Shape& y) {
 }
 
 struct MatmulRef {
-  Shape out;                 // torch.matmul's result shape
-  std::vector<double> y;     // the product, row-major
-  std::vector<double> absy;  // |a| @ |b|: the scale of each element's rounding error
+  Shape out;                   // torch.matmul's result shape
+  std::vector<double> y;       // the product, row-major
+  std::vector<double> absy;    // |a| @ |b|: the scale of each element's rounding error
   std::vector<double> ga, gb;  // with a gradient g of `out`: dL/da, dL/db (summed over broadcast dims)
   int64_t K = 0;
 };
@@ -113,7 +113,7 @@ void check_ieee(const std::vector<double>& got, const std::vector<double>& want,
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i) {
     const double x = got[i], e = want[i];
-    const bool ok = std::isnan(e) ? std::isnan(x)
+    const bool ok = std::isnan(e)   ? std::isnan(x)
                     : std::isinf(e) ? x == e
                                     : std::isfinite(x) && std::fabs(x - e) <= atol + rtol * scale[i];
     if (!ok && bad++ == 0) first = int64_t(i);
@@ -151,7 +151,7 @@ double ulp_of(DType dt, double x) {
 
 /// How an operand of a given logical shape lies in memory.
 enum class View { Contiguous, Transposed, Reversed, Narrowed, Stepped, ExpandFirst, ExpandLast };
-constexpr View kViews[] = {View::Contiguous, View::Transposed, View::Reversed,  View::Narrowed,
+constexpr View kViews[] = {View::Contiguous, View::Transposed,  View::Reversed,  View::Narrowed,
                            View::Stepped,    View::ExpandFirst, View::ExpandLast};
 const char* view_name(View v) {
   switch (v) {
@@ -250,8 +250,7 @@ void check_matmul_case(const Operand& a, const Operand& b, uint64_t seed, bool g
   const MatmulRef r = matmul_ref(av, as, bv, bs, &gv);
 
   const Tensor raw = ops::matmul(a.view.detach(), b.view.detach());
-  REQUIRE_MESSAGE(raw.sizes() == r.out, "ops::matmul shape ", shape_str(raw.sizes()), " vs torch's ",
-                  shape_str(r.out));
+  REQUIRE_MESSAGE(raw.sizes() == r.out, "ops::matmul shape ", shape_str(raw.sizes()), " vs torch's ", shape_str(r.out));
   check_ieee(values_of(raw), r.y, r.absy, 1e-14, 1e-300, "ops::matmul values");
 
   a.base.requires_grad_(grad_a);
@@ -365,14 +364,16 @@ TEST_CASE("probe matmul: every rank combination of torch.matmul: result shapes, 
     CAPTURE(pair_name(c.a, c.b));
     // Which operands ask for a gradient: both, a only, b only.
     for (int which = 0; which < 3; ++which) {
-      const Operand a = make_operand(c.a, View::Contiguous, seed += 3), b = make_operand(c.b, View::Contiguous, seed + 1);
+      const Operand a = make_operand(c.a, View::Contiguous, seed += 3),
+                    b = make_operand(c.b, View::Contiguous, seed + 1);
       CHECK(matmul_ref(values_of(a.view), c.a, values_of(b.view), c.b).out == c.out);  // the table is torch's
       check_matmul_case(a, b, seed + 2, which != 2, which != 1);
       ++subcases;
     }
     // A 0-d dot result backpropagates from .backward() with no gradient argument.
     if (c.a.size() == 1 && c.b.size() == 1) {
-      const Operand a = make_operand(c.a, View::Contiguous, seed += 3), b = make_operand(c.b, View::Contiguous, seed + 1);
+      const Operand a = make_operand(c.a, View::Contiguous, seed += 3),
+                    b = make_operand(c.b, View::Contiguous, seed + 1);
       const Tensor y = frugal::matmul(a.view, b.view);
       CHECK(y.dim() == 0);
       y.backward();
@@ -502,13 +503,14 @@ TEST_CASE("probe matmul: size-0 dims: K = 0 gives zeros and zero gradients, M, N
   MESSAGE(subcases, " size-0 cases checked");
 }
 
-TEST_CASE("probe matmul: operands as views on both sides: transposed, permuted, narrowed, stepped, expanded (stride 0)") {
+TEST_CASE(
+    "probe matmul: operands as views on both sides: transposed, permuted, narrowed, stepped, expanded (stride 0)") {
   // Note [Matmul operand layout]: a BLAS layout is read in place, anything else copied once;
   // size-1 dims may carry any stride. The gradients reach each base through the view's
   // strides (an expanded operand's gradient sums over the expanded dim).
   const std::pair<Shape, Shape> shapes[] = {
-      {{3, 4}, {4, 5}},       {{1, 5}, {5, 3}},          {{4, 1}, {1, 3}},         {{3, 5}, {5, 1}},
-      {{2, 3, 4}, {2, 4, 5}}, {{2, 1, 5}, {2, 5, 1}},    {{3, 2, 4}, {4, 3}},      {{4}, {3, 4, 2}},
+      {{3, 4}, {4, 5}},       {{1, 5}, {5, 3}},          {{4, 1}, {1, 3}},        {{3, 5}, {5, 1}},
+      {{2, 3, 4}, {2, 4, 5}}, {{2, 1, 5}, {2, 5, 1}},    {{3, 2, 4}, {4, 3}},     {{4}, {3, 4, 2}},
       {{3, 2, 4}, {4}},       {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 17, 5}, {3, 5, 2}},
   };
   int subcases = 0;
@@ -563,7 +565,9 @@ TEST_CASE("probe matmul: operands as views on both sides: transposed, permuted, 
   MESSAGE(subcases, " view pairs through matmul and its gradients, ", raw, " through bmm/mm/overlapping strides");
 }
 
-TEST_CASE("probe matmul: sizes straddling Eigen's paths and the blocking/threading thresholds, same bits at 1 and 2 threads") {
+TEST_CASE(
+    "probe matmul: sizes straddling Eigen's paths and the blocking/threading thresholds, same bits at 1 and 2 "
+    "threads") {
   // tensor/cpu/gemm.cpp: gemm splits one product into clamp(min(dim / 16,
   // MNK / 2^18), 1, 8) blocks of rows (M >= N) or columns; a batch runs one product per thread
   // when B M N K >= 2^18. Eigen itself switches to a coefficient loop for small products and to
@@ -576,16 +580,16 @@ TEST_CASE("probe matmul: sizes straddling Eigen's paths and the blocking/threadi
     for (int64_t K : {1, 3, 16, 17, 65})
       for (int64_t N : {1, 3, 17, 65}) cases.push_back({{M, K}, {K, N}});
   for (const Case& c : std::vector<Case>{
-           {{129, 65}, {65, 65}},    // 545k MACs: 2 row blocks
-           {{65, 65}, {65, 129}},    // 2 column blocks
-           {{257, 257}, {257, 33}},  // 8 row blocks of 32 or 33 rows
-           {{33, 257}, {257, 257}},  // 8 column blocks
-           {{31, 300}, {300, 31}},   // dim / 16 = 1: one block despite 288k MACs
-           {{5, 40, 40}, {5, 40, 40}},        // 320k MACs over a batch: one product per thread
-           {{3, 33, 65}, {3, 65, 17}},        // below the batch threshold
-           {{7, 19, 65}, {65, 47}},           // (B, M, K) @ (K, N): folded into one (133, 65) product
-           {{2, 3, 1, 65}, {3, 65, 129}},     // broadcast batch over threads
-           {{9, 1, 300}, {9, 300, 100}},      // batched GEMV, 270k MACs
+           {{129, 65}, {65, 65}},          // 545k MACs: 2 row blocks
+           {{65, 65}, {65, 129}},          // 2 column blocks
+           {{257, 257}, {257, 33}},        // 8 row blocks of 32 or 33 rows
+           {{33, 257}, {257, 257}},        // 8 column blocks
+           {{31, 300}, {300, 31}},         // dim / 16 = 1: one block despite 288k MACs
+           {{5, 40, 40}, {5, 40, 40}},     // 320k MACs over a batch: one product per thread
+           {{3, 33, 65}, {3, 65, 17}},     // below the batch threshold
+           {{7, 19, 65}, {65, 47}},        // (B, M, K) @ (K, N): folded into one (133, 65) product
+           {{2, 3, 1, 65}, {3, 65, 129}},  // broadcast batch over threads
+           {{9, 1, 300}, {9, 300, 100}},   // batched GEMV, 270k MACs
        })
     cases.push_back(c);
   const int threads = get_num_threads();
@@ -658,8 +662,8 @@ TEST_CASE("probe matmul: float16/bfloat16 accumulate in float32 and round once, 
     check_close(ops::linear(a, b.t()), want, 0, 0, "linear without bias cancellation");
     check_close(ops::matmul(ones({1, 4096}, dt), ones({4096, 3}, dt)), std::vector<double>(3, 4096.0), 0, 0,
                 "4096 ones");
-    check_close(ops::linear(ones({2, 4096}, dt), ones({3, 4096}, dt), ones({3}, dt)), std::vector<double>(6, 4097.0),
-                0, ulp_of(dt, 4097.0) / 2, "4096 ones plus a bias");
+    check_close(ops::linear(ones({2, 4096}, dt), ones({3, 4096}, dt), ones({3}, dt)), std::vector<double>(6, 4097.0), 0,
+                ulp_of(dt, 4097.0) / 2, "4096 ones plus a bias");
     subcases += 11;
 
     // The gradients: y = a @ b with a, b leaves; grad_a = g @ b^T sums over N and grad_b =
@@ -708,8 +712,7 @@ TEST_CASE("probe matmul: float16/bfloat16 accumulate in float32 and round once, 
         REQUIRE(got.size() == r.y.size());
         int64_t bad = 0;
         for (size_t i = 0; i < got.size(); ++i)
-          if (std::fabs(got[i] - r.y[i]) > ulp_of(dt, r.y[i]) + double(r.K) * 6e-8 * r.absy[i])
-            ++bad;
+          if (std::fabs(got[i] - r.y[i]) > ulp_of(dt, r.y[i]) + double(r.K) * 6e-8 * r.absy[i]) ++bad;
         CHECK_MESSAGE(bad == 0, bad, " values off by more than one ulp");
         ++subcases;
       }
@@ -717,7 +720,8 @@ TEST_CASE("probe matmul: float16/bfloat16 accumulate in float32 and round once, 
   MESSAGE(subcases, " 16-bit accumulation checks");
 }
 
-TEST_CASE("probe matmul: mixed dtypes are refused naming the op, shapes and dtypes; integer matmul is refused clearly") {
+TEST_CASE(
+    "probe matmul: mixed dtypes are refused naming the op, shapes and dtypes; integer matmul is refused clearly") {
   // torch refuses mixed dtypes in matmul/mm/bmm/linear ("expected m1 and m2 to have the same
   // dtype"); frugal must too (no silent promotion or reinterpretation of the bits). torch does
   // compute int64 matmul on the CPU; frugal refuses integer products, which is only acceptable
@@ -738,10 +742,16 @@ TEST_CASE("probe matmul: mixed dtypes are refused naming the op, shapes and dtyp
       check_error([&] { ops::linear(a, b.t()); }, {"linear", sa, dtype_name(db)});
       check_error([&] { frugal::linear(a, b.t()); }, {"linear", sa, dtype_name(db)});
       check_error([&] { ops::linear(a, ones({4, 3}, da), ones({4}, db)); }, {"linear", "bias", dtype_name(db)});
-      check_error([&] { frugal::gelu_mlp(a, ones({5, 3}, da), Tensor(), ones({2, 5}, db), Tensor()); },
-                  {"gelu_mlp", dtype_name(db)});
-      check_error([&] { frugal::gelu_mlp(a, ones({5, 3}, db), Tensor(), ones({2, 5}, da), Tensor()); },
-                  {"gelu_mlp", dtype_name(db)});
+      check_error(
+          [&] {
+            frugal::gelu_mlp(a, ones({5, 3}, da), Tensor(), ones({2, 5}, db), Tensor());
+          },
+          {"gelu_mlp", dtype_name(db)});
+      check_error(
+          [&] {
+            frugal::gelu_mlp(a, ones({5, 3}, db), Tensor(), ones({2, 5}, da), Tensor());
+          },
+          {"gelu_mlp", dtype_name(db)});
       subcases += 9;
     }
   for (DType it : {kInt64, kInt32, kBool}) {
@@ -787,7 +797,10 @@ TEST_CASE("probe matmul: shape errors name the op and the shapes: inner dims, ba
   err([&] { frugal::matmul(v4, m23); }, {"matmul: inner dimensions do not match", d4, d23});
   err([&] { frugal::matmul(m23, v4); }, {"matmul: inner dimensions do not match", d23, d4});
   err([&] { frugal::matmul(v3, ones({3, 4}, kFloat64)); }, {"matmul", "same dtype", d3, "float64[3, 4] cpu"});
-  err([&] { frugal::matmul(ones({2, 4, 3}, kFloat32), ones({3}, kFloat64)); },
+  err(
+      [&] {
+        frugal::matmul(ones({2, 4, 3}, kFloat32), ones({3}, kFloat64));
+      },
       {"matmul", "same dtype", "float32[2, 4, 3] cpu", "float64[3] cpu"});
   err([&] { ops::matmul(s, v3); }, {"matmul"});
   err([&] { frugal::matmul(s, v3); }, {"matmul"});
@@ -808,17 +821,27 @@ TEST_CASE("probe matmul: shape errors name the op and the shapes: inner dims, ba
   err([&] { ops::linear(m23, m43, ones({3}, kFloat32)); }, {"linear", "bias", "[3]"});
   err([&] { ops::linear(m23, m43, ones({1, 4}, kFloat32)); }, {"linear", "bias", "[1, 4]"});
   err([&] { ops::linear(s, m43); }, {"linear"});
-  err([&] { frugal::gelu_mlp(m23, ones({5, 3}, kFloat32), Tensor(), ones({2, 4}, kFloat32), Tensor()); },
+  err(
+      [&] {
+        frugal::gelu_mlp(m23, ones({5, 3}, kFloat32), Tensor(), ones({2, 4}, kFloat32), Tensor());
+      },
       {"gelu_mlp", "[2, 4]"});
-  err([&] { frugal::gelu_mlp(m23, ones({5, 3}, kFloat32), ones({4}, kFloat32), ones({2, 5}, kFloat32), Tensor()); },
+  err(
+      [&] {
+        frugal::gelu_mlp(m23, ones({5, 3}, kFloat32), ones({4}, kFloat32), ones({2, 5}, kFloat32), Tensor());
+      },
       {"gelu_mlp", "bias"});
-  err([&] { frugal::gelu_mlp(m23, ones({5, 3}, kFloat32), Tensor(), ones({2, 5}, kFloat32), ones({5}, kFloat32)); },
+  err(
+      [&] {
+        frugal::gelu_mlp(m23, ones({5, 3}, kFloat32), Tensor(), ones({2, 5}, kFloat32), ones({5}, kFloat32));
+      },
       {"gelu_mlp", "bias"});
   err([&] { ops::matmul(Tensor(), m23); }, {"matmul"});
   MESSAGE(n, " shape errors checked");
 }
 
-TEST_CASE("probe matmul: linear as torch.nn.functional.linear: 1-D to 4-D inputs, bias or none, views of every operand") {
+TEST_CASE(
+    "probe matmul: linear as torch.nn.functional.linear: 1-D to 4-D inputs, bias or none, views of every operand") {
   // F.linear(x, W, b) = x W^T + b over the last dim of x (..., in) -> (..., out); a 1-D x gives
   // a 1-D result. Gradients: grad_x = g W, grad_W = sum over rows g^T x, grad_b = sum of g's rows.
   const Shape xshapes[] = {{5}, {1, 5}, {3, 5}, {2, 3, 5}, {2, 1, 3, 5}, {1}, {4, 1}, {70, 33}};
@@ -894,13 +917,15 @@ TEST_CASE("probe matmul: NaN and inf propagate as IEEE: a NaN poisons only its r
   uint64_t seed = 3000;
   for (const Case& c : cases)
     for (DType dt : {kFloat64, kFloat32, kFloat16, kBFloat16})
-      for (int kind = 0; kind < 4; ++kind) {  // NaN in A, inf in A against a zero, inf in B against a zero, +inf and -inf
+      for (int kind = 0; kind < 4;
+           ++kind) {  // NaN in A, inf in A against a zero, inf in B against a zero, +inf and -inf
         CAPTURE(c.M);
         CAPTURE(c.K);
         CAPTURE(c.N);
         CAPTURE(dtype_name(dt));
         CAPTURE(kind);
-        std::vector<double> av = random_values(c.M * c.K, seed += 2, -1, 1), bv = random_values(c.K * c.N, seed + 1, -1, 1);
+        std::vector<double> av = random_values(c.M * c.K, seed += 2, -1, 1),
+                            bv = random_values(c.K * c.N, seed + 1, -1, 1);
         for (double& v : av) v = round_to(dt, v);
         for (double& v : bv) v = round_to(dt, v);
         const int64_t m = c.M / 2, k = c.K / 3, n = c.N - 1;
@@ -920,9 +945,10 @@ TEST_CASE("probe matmul: NaN and inf propagate as IEEE: a NaN poisons only its r
         check_ieee(values_of(ops::linear(a, b.t().contiguous())), r.y, r.absy, tol, 0, "linear");
         check_ieee(values_of(ops::linear(a, b.t().contiguous(), zeros({c.N}, dt))), r.y, r.absy, tol, 0,
                    "linear with bias");
-        check_ieee(values_of(ops::bmm(a.unsqueeze(0).expand({2, c.M, c.K}), b.unsqueeze(0).expand({2, c.K, c.N}))
-                                 .select(0, 1)),
-                   r.y, r.absy, tol, 0, "bmm, broadcast batch");
+        check_ieee(
+            values_of(
+                ops::bmm(a.unsqueeze(0).expand({2, c.M, c.K}), b.unsqueeze(0).expand({2, c.K, c.N})).select(0, 1)),
+            r.y, r.absy, tol, 0, "bmm, broadcast batch");
         subcases += 5;
       }
   // Gradients: with B holding an inf, grad_a = g @ B^T is NaN wherever g is 0 against it (0 * inf).
@@ -954,9 +980,16 @@ TEST_CASE("probe matmul: gradients by central differences: broadcast batch dims,
   struct Case {
     Shape a, b;
   };
-  const Case cases[] = {{{4}, {4}},          {{4}, {4, 3}},          {{3, 4}, {4}},         {{2, 3, 4}, {4}},
-                        {{4}, {2, 4, 3}},    {{2, 1, 3, 4}, {5, 4, 2}}, {{1, 3, 4}, {2, 4, 2}}, {{3, 1, 2}, {2, 1}},
-                        {{2, 3, 0}, {0, 2}}, {{2, 1, 1, 4}, {1, 3, 4, 1}}};
+  const Case cases[] = {{{4}, {4}},
+                        {{4}, {4, 3}},
+                        {{3, 4}, {4}},
+                        {{2, 3, 4}, {4}},
+                        {{4}, {2, 4, 3}},
+                        {{2, 1, 3, 4}, {5, 4, 2}},
+                        {{1, 3, 4}, {2, 4, 2}},
+                        {{3, 1, 2}, {2, 1}},
+                        {{2, 3, 0}, {0, 2}},
+                        {{2, 1, 1, 4}, {1, 3, 4, 1}}};
   int subcases = 0;
   uint64_t seed = 4000;
   for (const Case& c : cases) {
@@ -1012,7 +1045,8 @@ TEST_CASE("probe matmul: gelu_mlp and linear_gelu_tanh against float64 loops: va
           const Operand x = make_operand(xs, vx, seed += 6);
           if (!x.base.defined()) continue;
           const Operand w1 = make_operand({H, K}, vw, seed + 1), w2 = make_operand({N, H}, vw, seed + 2);
-          const Tensor b1 = biases & 1 ? leaf({H}, seed + 3) : Tensor(), b2 = biases & 2 ? leaf({N}, seed + 4) : Tensor();
+          const Tensor b1 = biases & 1 ? leaf({H}, seed + 3) : Tensor(),
+                       b2 = biases & 2 ? leaf({N}, seed + 4) : Tensor();
           Shape ys(xs.begin(), xs.end() - 1);
           ys.push_back(N);
           const Tensor g = random_tensor(ys, kFloat64, seed + 5);
@@ -1144,7 +1178,8 @@ TEST_CASE("probe matmul: linear_cross_entropy equals float64 linear + log-softma
   MESSAGE(subcases, " linear_cross_entropy cases checked");
 }
 
-TEST_CASE("probe matmul: under autocast the products run in 16 bits accumulated in float32; weight gradients stay float32") {
+TEST_CASE(
+    "probe matmul: under autocast the products run in 16 bits accumulated in float32; weight gradients stay float32") {
   // torch.autocast runs matmul and linear in the low dtype on inputs rounded to it (float32
   // accumulation, one rounding of the result); the float32 leaves get float32 gradients. frugal
   // documents (Note [Weight gradients in the master dtype]) that linear's weight and input
@@ -1224,4 +1259,71 @@ TEST_CASE("probe matmul: under autocast the products run in 16 bits accumulated 
     ++subcases;
   }
   MESSAGE(subcases, " autocast products checked");
+}
+
+// A matrix shared by every batch entry of the other operand (a projection over a batch)
+// gets its gradient from one GEMM over the folded batch, as PyTorch's: the bfloat16 weight
+// gradient of (3, 70, 515) @ (515, 150) was three products each rounded to bfloat16 and then
+// summed (1.7x PyTorch's error; a probe of 2026-12-05). Bit for bit the folded mm here; under
+// autocast it comes back float32-accurate as linear's; float64 against per-batch sums; every
+// size-0 shape.
+TEST_CASE("probe matmul: a matrix shared across a batch gets its gradient from one GEMM over the batch") {
+  manual_seed(21);
+  for (DType dt : {kBFloat16, kFloat16, kFloat32}) {
+    CAPTURE(dtype_name(dt));
+    const Tensor a = randn({3, 70, 515}).to(dt).requires_grad_(), b = randn({515, 150}).to(dt).requires_grad_();
+    const Tensor g = randn({3, 70, 150}).to(dt);
+    frugal::matmul(a, b).backward(g);
+    CHECK(values_of(b.grad()) == values_of(ops::mm(a.detach().reshape({210, 515}).t(), g.reshape({210, 150}))));
+    const Tensor a2 = randn({70, 515}).to(dt).requires_grad_(), b3 = randn({3, 515, 150}).to(dt).requires_grad_();
+    frugal::matmul(a2, b3).backward(g);
+    const Tensor g_rows = g.permute({1, 0, 2}).reshape({70, 450});
+    const Tensor b_rows = b3.detach().transpose(-1, -2).reshape({450, 515});
+    CHECK(values_of(a2.grad()) == values_of(ops::mm(g_rows, b_rows)));
+  }
+  {  // float64: the folded GEMM is the per-batch sum, batch dims of two levels
+    const Tensor a = randn({2, 3, 4, 5}, kFloat64).requires_grad_(), b = randn({5, 6}, kFloat64).requires_grad_();
+    const Tensor g = randn({2, 3, 4, 6}, kFloat64);
+    frugal::matmul(a, b).backward(g);
+    std::vector<double> want(30, 0.0);
+    const std::vector<double> av = values_of(a), gv = values_of(g);
+    for (int64_t r = 0; r < 24; ++r)
+      for (int64_t k = 0; k < 5; ++k)
+        for (int64_t n = 0; n < 6; ++n) want[size_t(k * 6 + n)] += av[size_t(r * 5 + k)] * gv[size_t(r * 6 + n)];
+    check_close(b.grad(), want, 1e-12, 1e-12, "folded weight gradient");
+    const Tensor a2 = randn({4, 5}, kFloat64).requires_grad_(), b4 = randn({2, 3, 5, 6}, kFloat64).requires_grad_();
+    frugal::matmul(a2, b4).backward(g);
+    check_close(a2.grad(), values_of(ops::sum(ops::matmul(g, b4.detach().transpose(-1, -2)), {0, 1})), 1e-12, 1e-12,
+                "folded input gradient");
+  }
+  {  // under bfloat16 autocast a float32 weight's gradient is float32-accurate
+    const Tensor x = randn({3, 70, 515}), w = randn({515, 150}).requires_grad_();
+    const Tensor g = randn({3, 70, 150});
+    Tensor y;
+    {
+      AutocastGuard guard(kCPU, kBFloat16);
+      y = frugal::matmul(x, w);
+    }
+    y.backward(g.to(y.dtype()));
+    CHECK(w.grad().dtype() == kFloat32);
+    const Tensor exact =
+        ops::mm(x.to(kBFloat16).to(kFloat64).reshape({210, 515}).t(), g.to(kBFloat16).to(kFloat64).reshape({210, 150}));
+    check_close(values_of(w.grad()), values_of(exact), 1e-4, 1e-3, "autocast weight gradient in float32");
+  }
+  for (const auto& [as, bs] : std::vector<std::pair<Shape, Shape>>{{{0, 4, 5}, {5, 6}},
+                                                                   {{3, 0, 5}, {5, 6}},
+                                                                   {{3, 4, 0}, {0, 6}},
+                                                                   {{3, 4, 5}, {5, 0}},
+                                                                   {{4, 5}, {0, 5, 6}},
+                                                                   {{0, 5}, {3, 5, 6}},
+                                                                   {{4, 0}, {3, 0, 6}},
+                                                                   {{4, 5}, {3, 5, 0}}}) {
+    CAPTURE(shape_str(as));
+    CAPTURE(shape_str(bs));
+    const Tensor a = randn(as, kFloat64).requires_grad_(), b = randn(bs, kFloat64).requires_grad_();
+    const Tensor y = frugal::matmul(a, b);
+    y.backward(zeros(y.sizes(), kFloat64));
+    CHECK(a.grad().sizes() == as);
+    CHECK(b.grad().sizes() == bs);
+  }
 }
