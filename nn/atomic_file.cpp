@@ -90,6 +90,7 @@ void remove_stale_temporaries(const std::string& path) {
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string op) : path_(path), op_(std::move(op)) {
+  FRUGAL_CHECK(!path.empty(), op_, ": the path is empty");
   const SaveTarget target = save_target(path, op_.c_str());  // Note [Saving over what is there]
   target_ = target.path;
   existed_ = target.exists;
@@ -111,6 +112,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::write(const void* data, size_t n) {
+  FRUGAL_CHECK(!committed_, op_, ": write after commit(): ", path_, " was written already");
   if (buffer_.size() + n > kBufferBytes) flush();
   if (n >= kBufferBytes) {
     write_all(data, n);
@@ -121,6 +123,7 @@ void AtomicFileWriter::write(const void* data, size_t n) {
 }
 
 void AtomicFileWriter::commit() {
+  FRUGAL_CHECK(!committed_, op_, ": commit() twice: ", path_, " was written already");
   flush();
   if (::fsync(fd_) != 0) fail("fsync", temp_);
   // Renamed while still open, so still locked: see Note [Temporary files of a save].

@@ -30,6 +30,25 @@ const char* kind_of(mode_t mode) {
 
 }  // namespace
 
+namespace {
+
+/// Where a chain of symbolic links starting at `path` ends (the last name may not exist yet):
+/// each link read as written, a relative one from its own directory, as open() follows them.
+std::string link_target(const std::string& path, const char* op) {
+  namespace fs = std::filesystem;
+  fs::path p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
+    const fs::path next = fs::read_symlink(p, ec);
+    FRUGAL_CHECK(!ec, op, ": cannot read the symbolic link ", p.string(), ": ", ec.message());
+    p = next.is_absolute() ? next : p.parent_path() / next;
+  }
+  FRUGAL_FAIL(op, ": ", path, ": too many levels of symbolic links");
+}
+
+}  // namespace
+
 SaveTarget save_target(const std::string& path, const char* op) {
   SaveTarget target{path};
   struct stat st {};
@@ -38,10 +57,18 @@ SaveTarget save_target(const std::string& path, const char* op) {
     system_error(std::string(op) + ": cannot stat", path, errno);
   }
   if (S_ISLNK(st.st_mode)) {
-    std::error_code ec;
-    target.path = std::filesystem::weakly_canonical(path, ec).string();
-    FRUGAL_CHECK(!ec, op, ": cannot resolve the symbolic link ", path, ": ", ec.message());
-    if (::stat(target.path.c_str(), &st) != 0) return target;  // a dangling link: its target is created
+    // Followed by hand: weakly_canonical gives a dangling link's own path, and the rename
+    // then replaced the link with the file (a probe of 2026-12-05).
+    target.path = link_target(path, op);
+    if (::stat(target.path.c_str(), &st) != 0) {  // a dangling link: its target is created
+      const int err = errno;
+      if (err != ENOENT) system_error(std::string(op) + ": cannot stat", target.path, err);
+      const std::filesystem::path dir = std::filesystem::path(target.path).parent_path();
+      std::error_code ec;
+      FRUGAL_CHECK(std::filesystem::is_directory(dir.empty() ? "." : dir, ec), op, ": ", path, " links to ",
+                   target.path, ", whose directory does not exist");
+      return target;
+    }
   }
   FRUGAL_CHECK(S_ISREG(st.st_mode), op, ": ", path, " is ", kind_of(st.st_mode),
                ", not a regular file; a save never replaces it (Note [Saving over what is there])");

@@ -443,6 +443,9 @@ ResumeResult CheckpointManager::resume(const TrainState& state, const ResumeOpti
     std::optional<Intact> intact;
     try {
       intact.emplace(read_intact(it->path));
+      // The step list() ranked it by is its name's: a file whose metadata says another step
+      // (a flipped bit, a copy under another name) would resume at a step it does not hold.
+      FRUGAL_CHECK(intact->step == it->step, "its metadata says step ", intact->step, " but its name says ", it->step);
     } catch (const OutOfMemoryError&) {
       throw;  // says nothing about the file
     } catch (const Error& e) {

@@ -44,14 +44,13 @@
 // that cannot be read whole while an older intact one sits beside it. resume() tells two
 // failures apart:
 //   - damaged: the file cannot be read (I/O error, gone), is not safetensors or is cut short,
-//     is not a checkpoint (no "step" metadata), or fails its checksum (Note [Checkpoint
-//     checksum]). Nothing of the run is touched before these checks, so resume() warns on
-//     stderr (one line: the file and why) and tries the next older checkpoint. When one
-//     loads, the damaged newer files are renamed to "<path>.damaged" (kept for a look, no
-//     longer a checkpoint to list(), resume() or keep_last): else the run's next saves, at
-//     lower steps, would rank below them, and keep_last would prune the intact files and keep
-//     the damaged ones. When every checkpoint is damaged, resume() throws listing each file
-//     and its reason, renaming nothing: a run never silently starts again from step 0.
+//     is not a checkpoint (no "step" metadata), fails its checksum (Note [Checkpoint
+//     checksum]), or its "step" is not the one in its name (by which list() ranks it). Nothing of the run is touched
+//     before these checks, so resume() warns on stderr (one line: the file and why) and tries the next older
+//     checkpoint. When one loads, the damaged newer files are renamed to "<path>.damaged" (kept for a look, no longer a
+//     checkpoint to list(), resume() or keep_last): else the run's next saves, at lower steps, would rank below them,
+//     and keep_last would prune the intact files and keep the damaged ones. When every checkpoint is damaged, resume()
+//     throws listing each file and its reason, renaming nothing: a run never silently starts again from step 0.
 //   - does not fit: an intact file of another model, optimizer, schedule, loader order or set
 //     of generators (or other expected metadata, ResumeOptions). resume() throws at once, as
 //     load() does: an older file of the same run would not fit either, and falling back would

@@ -106,3 +106,34 @@ TEST_CASE("atomic file: a write removes the leftovers of killed writes of its pa
   CHECK(listing(dir.path) == std::vector<std::string>{"index.json", live});
   CHECK(read_text(path) == "{}");
 }
+
+// A probe of 2026-12-05: a dangling link was replaced by the file (weakly_canonical gave the
+// link's own path) where open("wb") creates its target; a writer used after commit() said the
+// file "was not created"; an empty path got as far as the rename.
+TEST_CASE("atomic file: a dangling link's target is created, the link kept; misuse is refused by name") {
+  ScratchDir dir("frugal_atomic_file_links");
+  fs::create_directory(dir.path / "data");
+  const fs::path link = dir.path / "model.safetensors", relative_link = dir.path / "rel.json";
+  fs::create_symlink(dir.path / "data" / "model.safetensors", link);  // absolute, dangling
+  fs::create_symlink(fs::path("data") / "rel.json", relative_link);   // relative, dangling
+  nn::write_file_atomically(link.string(), "abc", "test");
+  nn::write_file_atomically(relative_link.string(), "def", "test");
+  CHECK(fs::is_symlink(link));
+  CHECK(fs::is_symlink(relative_link));
+  CHECK(read_text(dir.path / "data" / "model.safetensors") == "abc");
+  CHECK(read_text(dir.path / "data" / "rel.json") == "def");
+  const fs::path nowhere = dir.path / "nowhere.json";
+  fs::create_symlink(dir.path / "missing_dir" / "x.json", nowhere);
+  check_error([&] { nn::write_file_atomically(nowhere.string(), "x", "test"); },
+              {"test", nowhere.string(), "whose directory does not exist"});
+  CHECK(fs::is_symlink(nowhere));
+
+  const fs::path path = dir.path / "once.json";
+  nn::AtomicFileWriter writer(path.string(), "test");
+  writer.write("x");
+  writer.commit();
+  check_error([&] { writer.commit(); }, {"test", "commit() twice", path.string(), "written already"});
+  check_error([&] { writer.write("y"); }, {"test", "write after commit()", path.string()});
+  CHECK(read_text(path) == "x");
+  check_error([&] { nn::write_file_atomically("", "x", "test"); }, {"test", "the path is empty"});
+}

@@ -478,3 +478,27 @@ TEST_CASE("CheckpointManager: after a fallback, the run's saves and keep_last se
   CHECK(s.skipped.empty());
   CHECK(Snapshot(again) == Snapshot(resumed));
 }
+
+// A probe of 2026-12-05: a newest file whose metadata says another step than its name (a
+// flipped bit in the header, an older checkpoint copied over it) resumed at that step with the
+// file's weights, and list() and keep_last still ranked it by its name. It is damaged now.
+TEST_CASE("CheckpointManager: a checkpoint whose metadata step is not its name's is skipped as damaged") {
+  ScratchDir dir("frugal_ckpt_step_name");
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 3});
+  Run first(3);
+  first.steps(2);
+  const std::string older = ckpt.save(2, first.state());
+  first.steps(3);
+  const std::string newest = ckpt.save(5, first.state());
+  fs::copy_file(older, newest, fs::copy_options::overwrite_existing);  // step 2's file named as step 5
+  Run resumed(99);
+  train::ResumeResult r;
+  stderr_of([&] { r = ckpt.resume(resumed.state(), {}); });
+  REQUIRE(r.step == 2);
+  CHECK(r.path == older);
+  REQUIRE(r.skipped.size() == 1);
+  CHECK(r.skipped[0].path == newest);
+  CHECK_MESSAGE(r.skipped[0].reason.find("its metadata says step 2 but its name says 5") != std::string::npos,
+                r.skipped[0].reason);
+  CHECK(!fs::exists(newest));
+}
