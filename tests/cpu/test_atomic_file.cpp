@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "nn/atomic_file.h"
 #include "tests/dead_pid.h"
@@ -21,15 +19,6 @@ using namespace frugal::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 std::vector<std::string> listing(const fs::path& dir) {
   std::vector<std::string> names;
@@ -44,17 +33,17 @@ TEST_CASE("atomic file: write_file_atomically replaces the file, keeps its mode,
   ScratchDir dir("frugal_atomic_file_write");
   const fs::path path = dir.path / "index.json";
   nn::write_file_atomically(path.string(), "first", "test");
-  CHECK(read_text(path) == "first");
+  CHECK(read_file(path) == "first");
   fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
   nn::write_file_atomically(path.string(), std::string("sec\0nd", 6), "test");  // bytes, not a C string
-  CHECK(read_text(path) == std::string("sec\0nd", 6));
+  CHECK(read_file(path) == std::string("sec\0nd", 6));
   CHECK((fs::status(path).permissions() & fs::perms::mask) ==
         (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
   const fs::path link = dir.path / "link.json";
   fs::create_symlink(path, link);
   nn::write_file_atomically(link.string(), "third", "test");
   CHECK(fs::is_symlink(link));
-  CHECK(read_text(path) == "third");
+  CHECK(read_file(path) == "third");
   CHECK(listing(dir.path) == std::vector<std::string>{"index.json", "link.json"});  // no temporary left
 }
 
@@ -69,7 +58,7 @@ TEST_CASE("atomic file: errors name the op, the step, the temporary, the reason 
   check_error([&] { nn::write_file_atomically(fifo.string(), "x", "op"); },
               {"op: ", fifo.string(), "is a FIFO", "never replaces it"});
   const fs::path path = dir.path / "log.csv";
-  write_text(path, "old");
+  write_file(path, "old");
   if (::geteuid() != 0) {  // root writes anywhere
     fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
     check_error([&] { nn::write_file_atomically(path.string(), "new", "MetricsLog: x"); },
@@ -77,20 +66,20 @@ TEST_CASE("atomic file: errors name the op, the step, the temporary, the reason 
                  path.string() + " is unchanged"});
     fs::permissions(dir.path, fs::perms::owner_all);
   }
-  CHECK(read_text(path) == "old");
+  CHECK(read_file(path) == "old");
 }
 
 TEST_CASE("atomic file: a writer dropped before commit leaves the old file and no temporary") {
   ScratchDir dir("frugal_atomic_file_drop");
   const fs::path path = dir.path / "model.bin";
-  write_text(path, "old");
+  write_file(path, "old");
   {
     nn::AtomicFileWriter file(path.string(), "test");
     file.write("new bytes");
     CHECK(fs::exists(file.temporary_path()));
     CHECK(file.temporary_path().rfind(path.string() + ".tmp." + std::to_string(::getpid()) + ".", 0) == 0);
   }
-  CHECK(read_text(path) == "old");
+  CHECK(read_file(path) == "old");
   CHECK(listing(dir.path) == std::vector<std::string>{"model.bin"});
 }
 
@@ -101,10 +90,10 @@ TEST_CASE("atomic file: a write removes the leftovers of killed writes of its pa
   const pid_t gone = dead_pid();
   const std::string stale = "index.json.tmp." + std::to_string(gone) + ".0123456789abcdef";
   const std::string live = "index.json.tmp." + std::to_string(::getpid()) + ".0123456789abcdef";
-  for (const std::string& name : {stale, live}) write_text(dir.path / name, "partial");
+  for (const std::string& name : {stale, live}) write_file(dir.path / name, "partial");
   nn::write_file_atomically(path.string(), "{}", "test");
   CHECK(listing(dir.path) == std::vector<std::string>{"index.json", live});
-  CHECK(read_text(path) == "{}");
+  CHECK(read_file(path) == "{}");
 }
 
 // A probe of 2026-12-05: a dangling link was replaced by the file (weakly_canonical gave the
@@ -120,8 +109,8 @@ TEST_CASE("atomic file: a dangling link's target is created, the link kept; misu
   nn::write_file_atomically(relative_link.string(), "def", "test");
   CHECK(fs::is_symlink(link));
   CHECK(fs::is_symlink(relative_link));
-  CHECK(read_text(dir.path / "data" / "model.safetensors") == "abc");
-  CHECK(read_text(dir.path / "data" / "rel.json") == "def");
+  CHECK(read_file(dir.path / "data" / "model.safetensors") == "abc");
+  CHECK(read_file(dir.path / "data" / "rel.json") == "def");
   const fs::path nowhere = dir.path / "nowhere.json";
   fs::create_symlink(dir.path / "missing_dir" / "x.json", nowhere);
   check_error([&] { nn::write_file_atomically(nowhere.string(), "x", "test"); },
@@ -134,6 +123,6 @@ TEST_CASE("atomic file: a dangling link's target is created, the link kept; misu
   writer.commit();
   check_error([&] { writer.commit(); }, {"test", "commit() twice", path.string(), "written already"});
   check_error([&] { writer.write("y"); }, {"test", "write after commit()", path.string()});
-  CHECK(read_text(path) == "x");
+  CHECK(read_file(path) == "x");
   check_error([&] { nn::write_file_atomically("", "x", "test"); }, {"test", "the path is empty"});
 }
