@@ -80,10 +80,6 @@ void run_level(const GemmOperand<T>& a, const GemmOperand<T>& b, T* out, int64_t
   }
 }
 
-bool cpu_has_avx512_bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
-}
 
 v4::Bf16Matrix bf16_matrix(const GemmOperand<BFloat16>& m) {
   return {reinterpret_cast<const uint16_t*>(m.data), m.rows, m.cols, m.row_major ? m.ld : 1, m.row_major ? 1 : m.ld};
@@ -167,7 +163,7 @@ void gemm_serial(const GemmOperand<double>& a, const GemmOperand<double>& b, dou
 }
 
 bool gemm_bf16_native() {
-  static const bool has = cpu_has_avx512_bf16();
+  static const bool has = cpu_supports(GemmIsa::X86_64_V4) && __builtin_cpu_supports("avx512bf16");
   return has && gemm_isa() == GemmIsa::X86_64_V4;
 }
 
