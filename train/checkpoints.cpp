@@ -44,10 +44,15 @@ Tensor uint64_scalar(uint64_t v) {  // the bits, as int64 (safetensors has no U6
 // Note [Checkpoint checksum]
 // safetensors has no checksum, and a bit flipped in a tensor's data (a bad disk, a copy cut
 // and resumed) parses fine and loads as another number. save() therefore records a 64-bit
-// hash of every tensor - name, dtype, shape and bytes, in name order - as the metadata
-// "checksum", and load() recomputes it before it uses anything. Not a cryptographic hash:
-// it catches damage, not tampering. Eight bytes per multiply, so hashing costs a fraction
-// of reading the file. A file without "checksum" (saved before it was added) is not checked.
+// hash of every tensor - name, dtype, shape and bytes, in name order - and of every metadata
+// entry but the checksum itself (a flipped bit in "optimizer" or a user's "model_kind" would
+// otherwise refuse an intact run, or in "step" be caught only by the name check) as the
+// metadata "checksum" = "v2-<16 hex digits>", and load() recomputes it before it uses
+// anything. Not a cryptographic hash: it catches damage, not tampering. Eight bytes per
+// multiply, so hashing costs a fraction of reading the file. Files saved before the metadata
+// was covered hold 16 bare hex digits, a hash of the tensors alone, checked as such (a flipped
+// bit in the "v2-" makes the value such a hash, which then fails). A file without "checksum"
+// (saved before it was added, or a flipped bit in the key) loads unchecked, with a warning.
 class Hash {
  public:
   void bytes(const void* data, size_t n) {
@@ -79,8 +84,12 @@ class Hash {
   uint64_t h_ = 0x243F6A8885A308D3ull;
 };
 
-// Note [Checkpoint checksum]'s hash of (name, tensor) pairs sorted by name.
-std::string checksum(const std::vector<std::pair<std::string, const Tensor*>>& sorted) {
+constexpr const char* kChecksumV2 = "v2-";
+
+// Note [Checkpoint checksum]'s hash of (name, tensor) pairs sorted by name, and with
+// `metadata` (nullptr: a file of the first format, tensors only) of its entries but "checksum".
+std::string checksum(const std::vector<std::pair<std::string, const Tensor*>>& sorted,
+                     const std::map<std::string, std::string>* metadata) {
   Hash h;
   for (const auto& [name, t] : sorted) {
     h.bytes(name.data(), name.size());
@@ -90,7 +99,14 @@ std::string checksum(const std::vector<std::pair<std::string, const Tensor*>>& s
     const Tensor c = t->to(kCPU).contiguous();
     h.bytes(c.data(), size_t(c.numel()) * c.element_size());
   }
-  return h.hex();
+  if (!metadata) return h.hex();
+  h.word(~uint64_t(0));  // where the tensors end: no tensor's name can continue into a key
+  for (const auto& [key, value] : *metadata) {
+    if (key == "checksum") continue;
+    h.bytes(key.data(), key.size());
+    h.bytes(value.data(), value.size());
+  }
+  return kChecksumV2 + h.hex();
 }
 
 int64_t read_int64(const nn::SafetensorsFile& file, const std::string& key, const std::string& path) {
@@ -182,8 +198,8 @@ std::string CheckpointManager::save(int64_t step, const TrainState& state,
   std::vector<std::pair<std::string, const Tensor*>> sorted;
   for (const auto& [name, t] : tensors) sorted.emplace_back(name, &t);
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  meta["checksum"] = checksum(sorted);        // Note [Checkpoint checksum]
-  nn::save_safetensors(path, tensors, meta);  // atomic: a temporary, then rename
+  meta["checksum"] = checksum(sorted, &meta);  // Note [Checkpoint checksum]
+  nn::save_safetensors(path, tensors, meta);   // atomic: a temporary, then rename
 
   if (options_.keep_last > 0) {  // only now: the new checkpoint is in place
     // The file just written is one of the kept whatever its step (a run restarted from an
@@ -264,12 +280,19 @@ Intact read_intact(const std::string& path) {
     if (used != step_it->second.size()) step = -1;
   } catch (const std::exception&) { step = -1; }
   FRUGAL_CHECK(step >= 0, where, ": metadata 'step' must be a non-negative integer, got \"", step_it->second, "\"");
-  if (auto sum = file.metadata.find("checksum"); sum != file.metadata.end()) {  // Note [Checkpoint checksum]
+  auto sum = file.metadata.find("checksum");  // Note [Checkpoint checksum]
+  if (sum != file.metadata.end()) {
     std::vector<std::pair<std::string, const Tensor*>> sorted;
     for (const auto& [name, t] : file.tensors) sorted.emplace_back(name, &t);  // a map: sorted by name
-    const std::string actual = checksum(sorted);
-    FRUGAL_CHECK(actual == sum->second, where, " is corrupt: its tensors hash to ", actual, ", but it was saved with ",
-                 "checksum ", sum->second, " (a damaged copy or disk?); nothing was loaded");
+    const bool v2 = sum->second.starts_with(kChecksumV2);
+    const std::string actual = checksum(sorted, v2 ? &file.metadata : nullptr);
+    FRUGAL_CHECK(actual == sum->second, where, " is corrupt: its tensors", v2 ? " and metadata" : "", " hash to ",
+                 actual, ", but it was saved with checksum ", sum->second,
+                 " (a damaged copy or disk?); nothing was loaded");
+  } else {
+    std::fprintf(stderr,
+                 "CheckpointManager: %s has no checksum (saved before frugal wrote one?); loading it unchecked\n",
+                 path.c_str());
   }
   out.step = step;
   return out;

@@ -11,16 +11,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "autograd/ops/all.h"
+#include "golden_dir.h"  // FRUGAL_GOLDEN_DIR (tests/meson.build)
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
 #include "nn/safetensors.h"
 #include "optim/adam.h"
+#include "optim/sgd.h"
 #include "tensor/ops/random.h"
 #include "tensor/random.h"
 #include "tests/test_util.h"
@@ -31,13 +31,6 @@ using namespace frugal::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<double> weights_of(const nn::Module& m) {
   std::vector<double> all;
@@ -143,7 +136,7 @@ TEST_CASE("CheckpointManager: keep_last keeps the newest k files and touches no 
   CHECK(files[1].step == 100);
   CHECK(files[1].path == (dir.path / "ckpt-00000100.safetensors").string());
   for (int64_t gone : {5, 10, 15}) CHECK(!fs::exists(ckpt.path_for(gone)));
-  CHECK(bytes_of((dir.path / "notes.txt").string()) == "mine");
+  CHECK(read_file((dir.path / "notes.txt").string()) == "mine");
   CHECK(fs::exists(dir.path / "ckpt-abc.safetensors"));
   CHECK(fs::exists(dir.path / "ckpt-1.safetensors"));
   CHECK(fs::exists(dir.path / "ckpt-000000007.safetensors"));
@@ -160,13 +153,13 @@ TEST_CASE("CheckpointManager: a failed save throws naming the file and leaves th
   Run run(2);
   train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 1});
   const std::string good = ckpt.save(1, run.state());
-  const std::string good_bytes = bytes_of(good);
+  const std::string good_bytes = read_file(good);
 
   if (::geteuid() != 0) {  // root writes anywhere
     fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
     check_error([&] { ckpt.save(2, run.state()); }, {"CheckpointManager::save", ckpt.path_for(2), "is not writable"});
     fs::permissions(dir.path, fs::perms::owner_all);
-    CHECK(bytes_of(good) == good_bytes);
+    CHECK(read_file(good) == good_bytes);
   }
   // A directory that is gone: the error names it.
   train::CheckpointManager missing((dir.path / "no_such_dir").string());
@@ -180,7 +173,7 @@ TEST_CASE("CheckpointManager: a failed save throws naming the file and leaves th
   check_error([&] { ckpt.save(2, run.state()); },
               {"not saving " + ckpt.path_for(2), "'model.3.bias' holds inf or NaN"});
   CHECK(!fs::exists(ckpt.path_for(2)));
-  CHECK(bytes_of(good) == good_bytes);
+  CHECK(read_file(good) == good_bytes);
   CHECK(ckpt.list().size() == 1);
 }
 
@@ -264,7 +257,7 @@ std::string stderr_of(F&& body) {
 }
 
 // Each way a file can be damaged; `whole` is what save() wrote.
-enum class Damage { Truncated, FlippedByte, Garbage, Empty };
+enum class Damage { Truncated, FlippedByte, FlippedMetadata, Garbage, Empty };
 void damage(const std::string& path, Damage how) {
   const std::string whole = read_file(path);
   uint64_t header = 0;
@@ -273,6 +266,12 @@ void damage(const std::string& path, Damage how) {
   switch (how) {
     case Damage::Truncated: bad = whole.substr(0, whole.size() / 2); break;
     case Damage::FlippedByte: bad[8 + header + 5] = char(uint8_t(bad[8 + header + 5]) ^ 0x04); break;  // the data
+    case Damage::FlippedMetadata: {  // the optimizer's name: "Adam" -> "Aeam", in the header
+      const size_t at = bad.find("\"Adam\"");
+      REQUIRE(at < 8 + header);
+      bad[at + 2] = char(uint8_t(bad[at + 2]) ^ 0x01);
+      break;
+    }
     case Damage::Garbage: bad = "this is not a safetensors file\n"; break;
     case Damage::Empty: bad.clear(); break;
   }
@@ -287,6 +286,7 @@ TEST_CASE("CheckpointManager: resume skips a damaged newest checkpoint and conti
   straight.steps(total);
   const std::vector<std::pair<Damage, std::string>> cases = {{Damage::Truncated, "exceeds"},
                                                              {Damage::FlippedByte, "corrupt"},
+                                                             {Damage::FlippedMetadata, "tensors and metadata hash"},
                                                              {Damage::Garbage, "header length"},
                                                              {Damage::Empty, "too short"}};
   for (const auto& [how, reason] : cases) {
@@ -501,4 +501,66 @@ TEST_CASE("CheckpointManager: a checkpoint whose metadata step is not its name's
   CHECK_MESSAGE(r.skipped[0].reason.find("its metadata says step 2 but its name says 5") != std::string::npos,
                 r.skipped[0].reason);
   CHECK(!fs::exists(newest));
+}
+
+// Note [Checkpoint checksum]: the checksum covers the metadata too ("v2-..."); a file saved
+// before that (tests/golden/checkpoint_v1_linear_sgd.safetensors: a Linear(3, 2) and SGD with
+// momentum after two steps, its checksum of the tensors alone) still loads, checked as it was
+// saved, and a file without a checksum loads with a warning.
+TEST_CASE("CheckpointManager: the checksum covers the metadata; older files load checked as they were saved") {
+  ScratchDir dir("frugal_ckpt_checksum");
+  train::CheckpointManager ckpt(dir.path.string(), {.keep_last = 0});
+  auto fresh = [] {
+    manual_seed(1);
+    return std::make_shared<nn::Linear>(3, 2);
+  };
+  SUBCASE("a file of the first format") {
+    const std::string path = ckpt.path_for(2);
+    fs::copy_file(std::string(FRUGAL_GOLDEN_DIR) + "/checkpoint_v1_linear_sgd.safetensors", path);
+    const std::string whole = read_file(path);
+    REQUIRE(ckpt.metadata(path).at("checksum").size() == 16);  // bare hex: the tensors alone
+    auto net = fresh();
+    optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+    const std::vector<double> before = weights_of(*net);
+    CHECK(ckpt.load(path, {.model = net.get(), .optimizer = &opt}) == 2);
+    CHECK(weights_of(*net) != before);
+    CHECK(ckpt.metadata(path).at("model_kind") == "linear3x2");
+
+    uint64_t header = 0;
+    std::memcpy(&header, whole.data(), 8);
+    std::string bad = whole;
+    bad[8 + header + 90] = char(uint8_t(bad[8 + header + 90]) ^ 0x08);  // model.weight's bytes
+    write_file(path, bad);
+    auto other = fresh();
+    optim::SGD other_opt(other->parameters(), {.lr = 0.1, .momentum = 0.9});
+    check_error([&] { ckpt.load(path, {.model = other.get(), .optimizer = &other_opt}); },
+                {path, "is corrupt: its tensors hash to", "d69f1d245cd00980"});
+    CHECK(weights_of(*other) == weights_of(*fresh()));
+  }
+  SUBCASE("a user's metadata value or the format mark flipped is damage; no checksum loads with a warning") {
+    auto net = fresh();
+    optim::SGD opt(net->parameters(), {.lr = 0.1});
+    const std::string path = ckpt.save(3, {.model = net.get(), .optimizer = &opt}, {{"model_kind", "linear3x2"}});
+    const std::string whole = read_file(path);
+    CHECK(ckpt.metadata(path).at("checksum").starts_with("v2-"));
+    for (const std::string& text : {std::string("linear3x2"), std::string("\"v2-")}) {
+      CAPTURE(text);
+      std::string bad = whole;
+      const size_t at = bad.find(text);
+      REQUIRE(at != std::string::npos);
+      bad[at + 1] = char(uint8_t(bad[at + 1]) ^ 0x02);  // "lanear3x2" / "t2-..."
+      write_file(path, bad);
+      check_error([&] { ckpt.load(path, {.model = net.get(), .optimizer = &opt}); }, {path, "is corrupt"});
+    }
+    write_file(path, whole);
+    nn::SafetensorsFile f = nn::load_safetensors(path);
+    f.metadata.erase("checksum");
+    std::vector<std::pair<std::string, Tensor>> tensors(f.tensors.begin(), f.tensors.end());
+    nn::save_safetensors(path, tensors, f.metadata);
+    int64_t step = -1;
+    const std::string warning = stderr_of([&] { step = ckpt.load(path, {.model = net.get(), .optimizer = &opt}); });
+    CHECK(step == 3);
+    CHECK(warning == "CheckpointManager: " + path + " has no checksum (saved before frugal wrote one?); loading it " +
+                         "unchecked\n");
+  }
 }
