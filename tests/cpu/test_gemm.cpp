@@ -12,29 +12,13 @@
 #include "core/threads.h"
 #include "tensor/cpu/gemm.h"
 #include "tests/cpu_scopes.h"
+#include "tests/gemm_matrix.h"
 
 using namespace frugal;
 using namespace frugal::ops::cpu;
 using namespace frugal::testing;
 
 namespace {
-
-/// A (rows, cols) matrix in a buffer of its own: row- or column-major, `pad` unused elements
-/// after each row (column), filled with NaN so a kernel reading them shows.
-template <typename T>
-struct Matrix {
-  std::vector<T> buffer;
-  GemmOperand<T> op;
-  Matrix(int64_t rows, int64_t cols, bool row_major, int64_t pad, std::mt19937& rng) {
-    const int64_t ld = (row_major ? cols : rows) + pad, outer = row_major ? rows : cols;
-    buffer.assign(size_t(std::max<int64_t>(ld * outer, 1)), T(NAN));
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) buffer[size_t(row_major ? i * ld + j : i + j * ld)] = T(u(rng));
-    op = {buffer.data(), rows, cols, ld, row_major};
-  }
-  double at(int64_t i, int64_t j) const { return double(op.data[op.row_major ? i * op.ld + j : i + j * op.ld]); }
-};
 
 struct Case {
   int64_t M, N, K;
@@ -45,7 +29,7 @@ struct Case {
 template <typename T>
 void check_level(GemmIsa isa, const Case& c, bool a_row, bool b_row, int64_t pad, bool accumulate) {
   std::mt19937 rng(uint32_t(c.M * 131 + c.N * 17 + c.K));
-  const Matrix<T> a(c.M, c.K, a_row, pad, rng), b(c.K, c.N, b_row, pad, rng);
+  const GemmMatrix<T> a(c.M, c.K, a_row, pad, rng), b(c.K, c.N, b_row, pad, rng);
   const int64_t ldc = c.N + pad;
   std::vector<T> out(size_t(std::max<int64_t>(c.M * ldc, 1)), T(0.25));
   const std::vector<T> start = out;
@@ -109,7 +93,7 @@ TEST_CASE("gemm: the default level is the widest this CPU runs, unless FRUGAL_CP
 
 TEST_CASE("gemm: each level gives the same bits at 1 and 2 threads (blocks follow the shapes)") {
   std::mt19937 rng(7);
-  const Matrix<float> a(300, 90, true, 0, rng), b(90, 70, false, 0, rng);  // 1.9M multiply-adds: 7 blocks
+  const GemmMatrix<float> a(300, 90, true, 0, rng), b(90, 70, false, 0, rng);  // 1.9M multiply-adds: 7 blocks
   for (GemmIsa isa : kLevels) {
     if (!cpu_supports(isa)) continue;
     LevelScope level(isa);

@@ -15,6 +15,7 @@
 #include "tensor/half.h"
 #include "tensor/ops/matmul.h"
 #include "tests/cpu_scopes.h"
+#include "tests/gemm_matrix.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -22,22 +23,6 @@ using namespace frugal::ops::cpu;
 using namespace frugal::testing;
 
 namespace {
-
-/// A (rows, cols) bfloat16 matrix in a buffer of its own, row- or column-major, `pad` NaN
-/// elements after each row (column) so a kernel reading them shows.
-struct Bf16Matrix {
-  std::vector<BFloat16> buffer;
-  GemmOperand<BFloat16> op;
-  Bf16Matrix(int64_t rows, int64_t cols, bool row_major, int64_t pad, std::mt19937& rng) {
-    const int64_t ld = (row_major ? cols : rows) + pad, outer = row_major ? rows : cols;
-    buffer.assign(size_t(std::max<int64_t>(ld * outer, 1)), BFloat16(NAN));
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) buffer[size_t(row_major ? i * ld + j : i + j * ld)] = BFloat16(u(rng));
-    op = {buffer.data(), rows, cols, ld, row_major};
-  }
-  double at(int64_t i, int64_t j) const { return double(float(op.data[op.row_major ? i * op.ld + j : i + j * op.ld])); }
-};
 
 struct Case {
   int64_t M, N, K;
@@ -47,7 +32,7 @@ struct Case {
 /// 2 (K + 2) eps32 sum |a_ik b_kj| (each pair adds in two float32 roundings).
 void check_case(const Case& c, bool a_row, bool b_row, int64_t pad, bool accumulate) {
   std::mt19937 rng(uint32_t(c.M * 131 + c.N * 17 + c.K));
-  const Bf16Matrix a(c.M, c.K, a_row, pad, rng), b(c.K, c.N, b_row, pad, rng);
+  const GemmMatrix<BFloat16> a(c.M, c.K, a_row, pad, rng), b(c.K, c.N, b_row, pad, rng);
   const int64_t ldc = c.N + pad;
   std::vector<float> out(size_t(std::max<int64_t>(c.M * ldc, 1)), 0.25f);
   gemm(a.op, b.op, out.data(), ldc, accumulate);
@@ -82,7 +67,7 @@ TEST_CASE("gemm bf16: against float64 loops, every operand order, padding, odd K
   if (!native_available()) {
     MESSAGE("this CPU has no AVX512-BF16: checking that the kernel refuses");
     std::mt19937 rng(1);
-    const Bf16Matrix a(2, 2, true, 0, rng), b(2, 2, true, 0, rng);
+    const GemmMatrix<BFloat16> a(2, 2, true, 0, rng), b(2, 2, true, 0, rng);
     std::vector<float> out(4);
     CHECK_THROWS_WITH(gemm(a.op, b.op, out.data(), 2, false), doctest::Contains("AVX512-BF16"));
     return;
@@ -109,7 +94,7 @@ TEST_CASE("gemm bf16: the same bits at 1 and 2 threads; NaN and inf propagate; s
   if (!native_available()) return;  // the refusal is checked above
   LevelScope level(GemmIsa::X86_64_V4);
   std::mt19937 rng(7);
-  const Bf16Matrix a(300, 90, true, 0, rng), b(90, 70, false, 0, rng);  // 1.9M multiply-adds: 7 blocks
+  const GemmMatrix<BFloat16> a(300, 90, true, 0, rng), b(90, 70, false, 0, rng);  // 1.9M multiply-adds: 7 blocks
   std::vector<float> one(300 * 70), two(300 * 70);
   {
     ThreadScope threads(1);
