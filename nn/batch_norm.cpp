@@ -1,5 +1,6 @@
 #include "nn/batch_norm.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "autograd/checkpoint.h"
@@ -10,8 +11,10 @@
 
 namespace frugal::nn {
 
-BatchNorm2d::BatchNorm2d(int64_t features, BatchNormOptions o) : num_features(features), options(o) {
-  FRUGAL_CHECK(features > 0, "BatchNorm2d: num_features must be positive, got ", features);
+BatchNorm::BatchNorm(const char* type, std::vector<int64_t> ranks, std::vector<const char*> shapes, int64_t features,
+                     BatchNormOptions o)
+    : num_features(features), options(o), type_(type), ranks_(std::move(ranks)), shapes_(std::move(shapes)) {
+  FRUGAL_CHECK(features > 0, type_, ": num_features must be positive, got ", features);
   if (o.affine) {
     weight = register_parameter("weight", ones({features}));
     bias = register_parameter("bias", zeros({features}));
@@ -23,23 +26,28 @@ BatchNorm2d::BatchNorm2d(int64_t features, BatchNormOptions o) : num_features(fe
   }
 }
 
-void BatchNorm2d::reset_running_stats() {
+void BatchNorm::reset_running_stats() {
   if (!options.track_running_stats) return;
   ops::zero_(running_mean);
   ops::fill_(running_var, 1.0);
   ops::zero_(num_batches_tracked);
 }
 
-double BatchNorm2d::start_batch(const Tensor& x) {
-  FRUGAL_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d: expected input (N, ", num_features,
-               ", H, W), got ", x.describe());
+double BatchNorm::start_batch(const Tensor& x) {
+  FRUGAL_CHECK(x.defined(), type_, ": undefined input");
+  const auto rank = std::find(ranks_.begin(), ranks_.end(), x.dim());
+  if (rank == ranks_.end() || x.size(1) != num_features) {
+    std::string want;
+    for (const char* shape : shapes_) want += (want.empty() ? "" : " or ") + std::string(shape);
+    FRUGAL_FAIL(type_, ": expected input ", want, " with C = ", num_features, ", got ", x.describe());
+  }
   double momentum = options.momentum.value_or(0.0);
   // A checkpoint's recompute counted this batch in the forward (Note [Checkpoint recompute]).
   if (is_training() && options.track_running_stats && !autograd::in_checkpoint_recompute()) {
     ops::add_(num_batches_tracked, 1.0);
     if (!options.momentum) {  // a cumulative average: 1 / batches so far
       const int64_t batches = num_batches_tracked.item<int64_t>();
-      FRUGAL_CHECK(batches >= 1, "BatchNorm2d: num_batches_tracked is ", batches,
+      FRUGAL_CHECK(batches >= 1, type_, ": num_batches_tracked is ", batches,
                    " after this batch (a loaded state held a negative or overflowing count); the cumulative",
                    " average (momentum None) takes 1 / count");
       momentum = 1.0 / double(batches);
@@ -48,25 +56,25 @@ double BatchNorm2d::start_batch(const Tensor& x) {
   return momentum;
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
   const double momentum = start_batch(x);
   // Running statistics are used in eval and updated in training; without them, batch statistics always.
   return batch_norm(x, running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps);
 }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+Tensor BatchNorm::forward_relu(const Tensor& x, const Tensor& residual) {
   const double momentum = start_batch(x);
   return batch_norm_relu(x, running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps,
                          residual);
 }
 
-BatchNormArgs BatchNorm2d::args_for(const Tensor& x) {
+BatchNormArgs BatchNorm::args_for(const Tensor& x) {
   const double momentum = start_batch(x);
   return {running_mean, running_var, weight, bias, uses_batch_stats(), momentum, options.eps};
 }
 
-std::string BatchNorm2d::extra_repr() const {
+std::string BatchNorm::extra_repr() const {
   std::ostringstream os;
   os << num_features << ", eps=" << options.eps << ", momentum=";
   if (options.momentum) os << *options.momentum;

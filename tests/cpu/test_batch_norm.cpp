@@ -7,6 +7,7 @@
 #include <string>
 
 #include "autograd/gradcheck.h"
+#include "autograd/ops/all.h"
 #include "autograd/ops/batch_norm.h"
 #include "nn/batch_norm.h"
 #include "nn/container.h"
@@ -507,4 +508,58 @@ TEST_CASE("nn: BatchNorm2d has torchvision's names, tracks batches, and switches
   CHECK(seq.state_dict().back().second.dtype() == kInt64);
   CHECK(seq.state_dict().back().second.item<int64_t>() == 7);
   check_error([&] { bn(zeros({4, 2, 5, 5})); }, {"BatchNorm2d", "[4, 2, 5, 5]"});
+}
+
+// PyTorch's golden (torch 1.13, float64): BatchNorm1d(3) with weight (1.5, -0.5, 2), bias (0.1,
+// 0.2, -0.3) on a (4, 3) batch, training; the backward of sum(y * arange(12).view(4, 3)).
+TEST_CASE("nn: BatchNorm1d normalizes (N, C) and (N, C, L) as PyTorch's; BatchNorm3d (N, C, D, H, W)") {
+  nn::BatchNorm1d bn(3);
+  CHECK(bn.type_name() == "BatchNorm1d");
+  bn.weight.detach().copy_(from_vector(std::vector<double>{1.5, -0.5, 2.0}, {3}, kFloat32));
+  bn.bias.detach().copy_(from_vector(std::vector<double>{0.1, 0.2, -0.3}, {3}, kFloat32));
+  bn.to(kFloat64);
+  const Tensor x =
+      from_vector(std::vector<double>{1.0, -2.0, 0.5, 3.0, 4.0, -1.5, 0.25, 2.0, 2.5, -1.0, 0.0, 1.0}, {4, 3}, kFloat64)
+          .requires_grad_(true);
+  const Tensor y = bn(x);
+  check_close(y,
+              {0.29382826270776974, 0.8708197254107821, -0.4747403964069171, 2.3613297156960753, -0.4708197194503177,
+               -3.2705865481827283, -0.48148478216284485, -0.023606571163284407, 2.321105755368894, -1.7736731902805358,
+               0.4236065771237489, 0.22422114153703565},
+              1e-12, 1e-12, "BatchNorm1d (N, C) training output");
+  check_close(bn.running_mean, {0.08125, 0.1, 0.0625}, 1e-12, 0, "running_mean");
+  check_close(bn.running_var, {1.1807291666666666, 1.5666666666666669, 1.1729166666666666}, 1e-12, 0,
+              "running_var (unbiased)");
+  sum(mul(y, arange(12, kFloat64).view({4, 3}))).backward();
+  check_close(x.grad(),
+              {-4.349809686427292, 0.8049840694076884, -6.114580421150831, 1.9735073762167175, 0.5366553754534115,
+               0.8963635320287839, 0.6444203413520431, -0.2683280231358961, -0.5442166913392963, 1.731881968858532,
+               -1.0733114217252038, 5.762433580461344},
+              1e-10, 1e-12, "BatchNorm1d input gradient");
+  check_close(bn.weight.grad(), {-9.045318856823839, 2.6832788897221995, 5.76643268803761}, 1e-10, 1e-12,
+              "BatchNorm1d weight gradient");
+
+  // (N, C, L) and (N, C, D, H, W): the statistics run over every dim but C, as the float64 definition.
+  for (const Shape& xs : {Shape{3, 4, 5}, Shape{1, 4, 2}, Shape{2, 4, 3, 2, 3}}) {
+    CAPTURE(xs);
+    std::unique_ptr<nn::BatchNorm> m;
+    if (xs.size() == 3) m = std::make_unique<nn::BatchNorm1d>(4);
+    else m = std::make_unique<nn::BatchNorm3d>(4);
+    const Tensor xi = random_tensor(xs, kFloat32, 7, Layout::Strided, -1.0, 3.0);  // a non-contiguous view
+    const std::vector<double> xv = values_of(xi);
+    const BnRef train = naive_bn(xv, xs, nullptr, nullptr, {0, 0, 0, 0}, {1, 1, 1, 1}, true, 0.1, 1e-5);
+    check_close((*m)(xi), train.y, 1e-4, 1e-5, "training");
+    check_close(m->running_var, train.rv, 1e-5, 1e-6, "running_var");
+    m->eval();
+    check_close((*m)(xi), naive_bn(xv, xs, nullptr, nullptr, train.rm, train.rv, false, 0.1, 1e-5).y, 1e-4, 1e-5,
+                "eval");
+  }
+
+  // The ranks PyTorch accepts, and one value per channel in training, refused by name.
+  check_error([&] { bn(zeros({2, 3, 4, 5}, kFloat64)); }, {"BatchNorm1d", "(N, C) or (N, C, L)", "[2, 3, 4, 5]"});
+  check_error([&] { bn(zeros({2, 4}, kFloat64)); }, {"BatchNorm1d", "C = 3", "[2, 4]"});
+  check_error([&] { bn(zeros({1, 3}, kFloat64)); }, {"more than 1 value per channel", "[1, 3]"});
+  check_error([&] { nn::BatchNorm3d(2)(zeros({2, 2, 3, 3})); }, {"BatchNorm3d", "(N, C, D, H, W)", "[2, 2, 3, 3]"});
+  check_error([&] { nn::BatchNorm2d(2)(zeros({2, 2, 9})); }, {"BatchNorm2d", "(N, C, H, W)", "[2, 2, 9]"});
+  check_error([] { nn::BatchNorm1d(0); }, {"BatchNorm1d", "num_features must be positive"});
 }
