@@ -53,10 +53,10 @@ struct DtypeEntry {
 };
 constexpr DtypeEntry kDtypes[] = {
     {"F32", kFloat32, 11}, {"F16", kFloat16, 7}, {"BF16", kBFloat16, 8}, {"F64", kFloat64, 12},
-    {"I32", kInt32, 9},    {"I64", kInt64, 13},  {"BOOL", kBool, 0},
+    {"I32", kInt32, 9},    {"I64", kInt64, 13},  {"BOOL", kBool, 0},     {"U8", kUInt8, 1},
 };
 // Valid safetensors dtypes that frugal has no type for.
-constexpr const char* kUnsupportedDtypes[] = {"U8",      "I8",      "I16", "U16",     "U32",     "U64", "F8_E5M2",
+constexpr const char* kUnsupportedDtypes[] = {"I8",      "I16",     "U16", "U32",     "U64",     "F8_E5M2",
                                               "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 const DtypeEntry& entry_for(DType t) {
@@ -113,7 +113,7 @@ TensorEntry read_entry(const std::string& source, const std::string& name, const
   if (!found) {
     for (const char* u : kUnsupportedDtypes)
       if (dtype->text == u)
-        bad_file(source, tensor, ": unsupported dtype ", u, " (frugal reads F32, F16, BF16, F64, I32, I64, BOOL)");
+        bad_file(source, tensor, ": unsupported dtype ", u, " (frugal reads F32, F16, BF16, F64, I32, I64, BOOL, U8)");
     bad_file(source, tensor, ": unknown dtype ", json::quote(dtype->text));
   }
   e.dtype = found->dtype;

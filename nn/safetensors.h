@@ -42,7 +42,8 @@ SafetensorsFile load_safetensors(const std::string& path, Device device = kCPU);
 /// Parses a whole safetensors file held in memory. Every field is validated before it is
 /// used (see Note [safetensors validation] in safetensors.cpp): no input makes it read
 /// outside [data, data + size). Throws frugal::Error naming the tensor at fault.
-/// Dtypes: F32, F16, BF16, F64, I32, I64, BOOL; the others are rejected as unsupported.
+/// Dtypes: F32, F16, BF16, F64, I32, I64, BOOL, and U8 as kUInt8 (storage only: Note [Storage-only
+/// uint8]; a cast reads it as numbers); the others are rejected as unsupported.
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, Device device = kCPU);
 
 }  // namespace frugal::nn

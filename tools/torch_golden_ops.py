@@ -42,7 +42,7 @@ masked out (frugal documents zero weights there, the documented formula NaN; mas
 cases do check its zeros, which torch 2.5's _safe_softmax also gives); float-to-integer
 conversions of NaN, +-inf and values past the integer type's range (undefined behaviour in
 PyTorch; frugal saturates: Note [Float to integer conversion] in tensor/ops/copy_math.h); and
-conversions to uint8 (storage only in frugal, and its safetensors reader has no U8).
+conversions to uint8 (storage only in frugal: a cast into it is refused).
 A deliberate difference kept in the cases: a float16/bfloat16 linear_cross_entropy returns its
 loss in float32 (the fused loss keeps its float32 sum; the unfused pair rounds it to 16 bits), so
 its golden upcasts the 16-bit logits before cross_entropy.

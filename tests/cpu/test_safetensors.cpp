@@ -291,6 +291,23 @@ TEST_CASE("safetensors: files in any tensor order and with header whitespace loa
   CHECK(f.tensors.at("b").item<int32_t>() == 2);
 }
 
+// A U8 tensor (an image dataset, quantized codes: Note [Storage-only uint8]) loads as kUInt8
+// with its bytes, reads as numbers through a cast, and saves back byte for byte.
+TEST_CASE("safetensors: U8 tensors load as uint8, cast to numbers, and round trip") {
+  TempDir dir;
+  const std::string header = R"({"img":{"dtype":"U8","shape":[2,3],"data_offsets":[0,6]}})";
+  const std::vector<uint8_t> data = {0, 1, 127, 128, 200, 255};
+  const std::vector<uint8_t> file = make_file(header, data);
+  const SafetensorsFile f = parse(file);
+  const Tensor img = f.tensors.at("img");
+  CHECK(img.dtype() == kUInt8);
+  CHECK(img.sizes() == Shape{2, 3});
+  CHECK(img.to(kFloat32).tolist<float>() == std::vector<float>{0, 1, 127, 128, 200, 255});
+  const std::string path = dir.file("u8.safetensors");
+  nn::save_safetensors(path, {{"img", img}});
+  CHECK(read_bytes(path) == make_file(header + "       ", data));  // padded with spaces to 64 bytes, as the writer pads
+}
+
 TEST_CASE("safetensors: BOOL bytes other than 0 and 1 load as true") {
   const SafetensorsFile f = parse(make_file(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", {0, 2, 255}));
   CHECK(f.tensors.at("m").tolist<bool>() == std::vector<bool>{false, true, true});
@@ -365,7 +382,7 @@ TEST_CASE("safetensors: the reader rejects malformed files with clear messages")
   SUBCASE("unknown and unsupported dtypes") {
     expect_rejected(R"({"w":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})", {0, 0, 0, 0},
                     {"tensor \"w\"", "unknown dtype \"F31\""});
-    for (const char* dt : {"U8", "I8", "F8_E4M3", "F8_E5M2", "U64", "I16"})
+    for (const char* dt : {"I8", "F8_E4M3", "F8_E5M2", "U64", "I16"})
       expect_rejected(std::string(R"({"q":{"dtype":")") + dt + R"(","shape":[1],"data_offsets":[0,1]}})", {0},
                       {"tensor \"q\"", std::string("unsupported dtype ") + dt});
   }
@@ -467,7 +484,7 @@ TEST_CASE("safetensors: each reader error is located at its own check, not at a 
   const std::vector<std::string> headers = {
       R"({"w":3})",                                                                     // entry type
       R"({"w":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}})",                      // unknown dtype
-      R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",                       // unsupported dtype
+      R"({"w":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})",                       // unsupported dtype
       R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",                     // shape entry
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",                      // offsets order
       R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",                      // byte count
