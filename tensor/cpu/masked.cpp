@@ -10,7 +10,7 @@ namespace frugal::ops::cpu {
 
 // out: (count); x: (n); mask, pos: (n)
 void masked_select_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, const Tensor& pos) {
-  detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
+  ops::detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
     U* o = static_cast<U*>(out.data());
     const U* xp = static_cast<const U*>(x.data());
     const bool* m = mask.data_ptr<bool>();
@@ -42,7 +42,7 @@ void nonzero_kernel(const Tensor& out, const Tensor& mask, const Tensor& pos, co
 
 // out: (n); src: (count); mask, pos: (n)
 void masked_scatter_kernel(const Tensor& out, const Tensor& mask, const Tensor& pos, const Tensor& src) {
-  detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
+  ops::detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
     U* o = static_cast<U*>(out.data());
     const U* s = static_cast<const U*>(src.data());
     const bool* m = mask.data_ptr<bool>();

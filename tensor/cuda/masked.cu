@@ -54,7 +54,7 @@ void masked_select_kernel(const Tensor& out, const Tensor& x, const Tensor& mask
   DeviceGuard guard(x.device());
   cudaStream_t stream = stream_for(x);
   const int64_t n = x.numel();
-  detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
+  ops::detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
     masked_select_cuda_kernel<U><<<grid_for(n), kBlockSize, 0, stream>>>(
         static_cast<U*>(out.data()), static_cast<const U*>(x.data()), mask.data_ptr<bool>(), pos.data_ptr<int64_t>(), n);
     FRUGAL_CUDA_CHECK_LAUNCH();
@@ -79,7 +79,7 @@ void masked_scatter_kernel(const Tensor& out, const Tensor& mask, const Tensor& 
   DeviceGuard guard(out.device());
   cudaStream_t stream = stream_for(out);
   const int64_t n = out.numel();
-  detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
+  ops::detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
     masked_scatter_cuda_kernel<U><<<grid_for(n), kBlockSize, 0, stream>>>(
         static_cast<U*>(out.data()), mask.data_ptr<bool>(), pos.data_ptr<int64_t>(), static_cast<const U*>(src.data()),
         n);

@@ -189,7 +189,7 @@ TEST_CASE("nonzero: naive reference in every dtype and layout; 0-d, size-0, all-
     for (auto& [what, x] : layouts_of(v, {5, 7}, dt)) {
       const Tensor r = ops::nonzero(x);
       const std::vector<int64_t> want = nonzero_reference(values_of(x), x.sizes());
-      CHECK_MESSAGE(r.sizes() == Shape{int64_t(want.size()) / 2, 2}, what);
+      CHECK_MESSAGE((r.sizes() == Shape{int64_t(want.size()) / 2, 2}), what);
       CHECK_MESSAGE(r.tolist<int64_t>() == want, what);
     }
   }
