@@ -55,15 +55,16 @@ void masked_select_kernel(const Tensor& out, const Tensor& x, const Tensor& mask
   cudaStream_t stream = stream_for(x);
   const int64_t n = x.numel();
   ops::detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
-    masked_select_cuda_kernel<U><<<grid_for(n), kBlockSize, 0, stream>>>(
-        static_cast<U*>(out.data()), static_cast<const U*>(x.data()), mask.data_ptr<bool>(), pos.data_ptr<int64_t>(), n);
+    masked_select_cuda_kernel<U>
+        <<<grid_for(n), kBlockSize, 0, stream>>>(static_cast<U*>(out.data()), static_cast<const U*>(x.data()),
+                                                 mask.data_ptr<bool>(), pos.data_ptr<int64_t>(), n);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }
 
 void nonzero_kernel(const Tensor& out, const Tensor& mask, const Tensor& pos, const Shape& sizes) {
-  FRUGAL_CHECK(sizes.size() <= size_t(kMaxNonzeroDims), "nonzero: at most ", kMaxNonzeroDims,
-               " dims on CUDA, got ", mask.describe());
+  FRUGAL_CHECK(sizes.size() <= size_t(kMaxNonzeroDims), "nonzero: at most ", kMaxNonzeroDims, " dims on CUDA, got ",
+               mask.describe());
   Sizes s{};
   s.ndim = int(sizes.size());
   for (int d = 0; d < s.ndim; ++d) s.v[d] = sizes[size_t(d)];
@@ -71,7 +72,7 @@ void nonzero_kernel(const Tensor& out, const Tensor& mask, const Tensor& pos, co
   cudaStream_t stream = stream_for(mask);
   const int64_t n = mask.numel();
   nonzero_cuda_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(out.data_ptr<int64_t>(), mask.data_ptr<bool>(),
-                                                                pos.data_ptr<int64_t>(), n, s);
+                                                              pos.data_ptr<int64_t>(), n, s);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
@@ -80,9 +81,9 @@ void masked_scatter_kernel(const Tensor& out, const Tensor& mask, const Tensor& 
   cudaStream_t stream = stream_for(out);
   const int64_t n = out.numel();
   ops::detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
-    masked_scatter_cuda_kernel<U><<<grid_for(n), kBlockSize, 0, stream>>>(
-        static_cast<U*>(out.data()), mask.data_ptr<bool>(), pos.data_ptr<int64_t>(), static_cast<const U*>(src.data()),
-        n);
+    masked_scatter_cuda_kernel<U>
+        <<<grid_for(n), kBlockSize, 0, stream>>>(static_cast<U*>(out.data()), mask.data_ptr<bool>(),
+                                                 pos.data_ptr<int64_t>(), static_cast<const U*>(src.data()), n);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

@@ -70,8 +70,8 @@ std::vector<int64_t> nonzero_reference(const std::vector<double>& v, const Shape
   return out;
 }
 
-std::vector<double> masked_select_reference(const std::vector<double>& x, const Shape& xs,
-                                            const std::vector<double>& m, const Shape& ms) {
+std::vector<double> masked_select_reference(const std::vector<double>& x, const Shape& xs, const std::vector<double>& m,
+                                            const Shape& ms) {
   const Shape shape = broadcast_shapes(xs, ms, "reference");
   std::vector<double> out;
   for (int64_t i = 0; i < numel_of(shape); ++i) {
@@ -109,8 +109,9 @@ TEST_CASE("isnan / isinf / isfinite: PyTorch's values on NaN, infinities and -0,
   for (DType dt : kFloating) {
     const Tensor x = from_vector(special_values(), {3, 4}, TensorOptions(kFloat64)).to(dt);
     const Tensor xt = x.t();  // non-contiguous
-    for (auto [name, fn, want] : {std::tuple{"isnan", &ops::isnan, want_nan}, std::tuple{"isinf", &ops::isinf, want_inf},
-                                  std::tuple{"isfinite", &ops::isfinite, want_finite}}) {
+    for (auto [name, fn, want] :
+         {std::tuple{"isnan", &ops::isnan, want_nan}, std::tuple{"isinf", &ops::isinf, want_inf},
+          std::tuple{"isfinite", &ops::isfinite, want_finite}}) {
       const Tensor r = fn(xt);
       CHECK(r.dtype() == kBool);
       CHECK(r.sizes() == Shape{4, 3});
@@ -223,11 +224,11 @@ TEST_CASE("masked_select: PyTorch's values and gradients, a transposed input and
   x.requires_grad_();
   const Tensor mask = from_vector(std::vector<double>{1, 0, 1}, {3, 1}, TensorOptions(kFloat64)).to(kBool);
   const Tensor y = masked_select(x.transpose(0, 2), mask);
-  check_close(y, {-0.6, 0.65, -0.35, 0.9, -0.35, 0.9, -0.1, -0.6, -0.1, -0.6, 0.15, -0.35, 0.15, -0.35, 0.4, -0.1}, 1e-15,
-              1e-15, "masked_select values");
+  check_close(y, {-0.6, 0.65, -0.35, 0.9, -0.35, 0.9, -0.1, -0.6, -0.1, -0.6, 0.15, -0.35, 0.15, -0.35, 0.4, -0.1},
+              1e-15, 1e-15, "masked_select values");
   y.backward(ops::mul(ramp({y.numel()}), 2.0));
-  check_close(x.grad(), {-1.2, -0.7, -0.2, 0.3, 0.0, 0.0, 0.0, 0.0, 0.8, 1.3, 1.8, -1.2,
-                         -0.7, -0.2, 0.3, 0.8, 0.0, 0.0, 0.0, 0.0, 1.3, 1.8, -1.2, -0.7},
+  check_close(x.grad(), {-1.2, -0.7, -0.2, 0.3, 0.0, 0.0, 0.0, 0.0, 0.8, 1.3, 1.8,  -1.2,
+                         -0.7, -0.2, 0.3,  0.8, 0.0, 0.0, 0.0, 0.0, 1.3, 1.8, -1.2, -0.7},
               1e-14, 1e-14, "masked_select gradient");
   // x (3, 1) broadcast by the mask (2, 3, 4): the gradient is summed back over the broadcast dims.
   Tensor xb = ramp({3, 1});
@@ -310,14 +311,20 @@ TEST_CASE("masked_select: gradcheck in layouts and broadcasts; the backward scat
   const Tensor mk = from_vector(std::vector<double>{0, 1, 0, 1, 1, 0}, {2, 3}, TensorOptions(kFloat64)).to(kBool);
   check_same_bits(values_of(ops::masked_select_backward(g, mk.t(), {3, 2})), {0, 1, 2, 0, 0, 3}, "scatter");
   check_error([&] { ops::masked_select_backward(g, mk, {2, 2}); }, {"masked_select_backward", "broadcast"});
-  check_error([&] { ops::masked_select_backward(ops::mul(g, 1.0).slice(0, 0, 2), mk, {2, 3}); },
-              {"one element per true mask element"});
+  check_error(
+      [&] {
+        ops::masked_select_backward(ops::mul(g, 1.0).slice(0, 0, 2), mk, {2, 3});
+      },
+      {"one element per true mask element"});
 }
 
 TEST_CASE("masked_select, nonzero: errors name the op, shapes and dtypes; a graph capture refuses them") {
   const Tensor x = ramp({2, 3}, kFloat32);
-  check_error([&] { ops::masked_select(x, ones({2, 3}, kFloat32)); },
-              {"masked_select", "mask must be bool", "float32[2, 3] cpu"});
+  check_error(
+      [&] {
+        ops::masked_select(x, ones({2, 3}, kFloat32));
+      },
+      {"masked_select", "mask must be bool", "float32[2, 3] cpu"});
   check_error([&] { ops::masked_select(x, full({4}, 1.0, kBool)); }, {"masked_select", "[2, 3]", "[4]"});
   check_error([&] { masked_select(x, full({2, 2}, 1.0, kBool)); }, {"masked_select", "[2, 2]"});
   check_error([&] { ops::masked_select(Tensor(), full({2}, 1.0, kBool)); }, {"masked_select", "undefined"});
@@ -341,9 +348,8 @@ TEST_CASE("lerp: PyTorch's values and gradients with a broadcast tensor weight (
   Tensor w = from_vector(std::vector<double>{-0.7, 0.3, 1.25}, {3, 1}, TensorOptions(kFloat64));
   for (Tensor* t : {&s, &e, &w}) t->requires_grad_();
   const Tensor out = lerp(s, e, w);
-  check_close(out,
-              {0.17, 0.07, -0.03, -0.13, -0.23, 0.17, 0.57, -0.255, -2.0375, -1.1625, -0.2875, 0.5875}, 1e-14, 1e-15,
-              "lerp values");
+  check_close(out, {0.17, 0.07, -0.03, -0.13, -0.23, 0.17, 0.57, -0.255, -2.0375, -1.1625, -0.2875, 0.5875}, 1e-14,
+              1e-15, "lerp values");
   out.backward(ops::add(ramp({3, 4}), 1.0));
   check_close(s.grad(), {0.68, 1.105, 1.53, 1.955, 0.98, 1.155, 1.33, 0.28, -0.1625, -0.225, -0.2875, -0.35}, 1e-14,
               1e-15, "start gradient");
@@ -490,8 +496,11 @@ TEST_CASE("lerp: gradcheck (tensor and scalar weight, broadcasts, layouts); lerp
 
 TEST_CASE("lerp: errors name the op, the dtypes, shapes and the in-place output") {
   const Tensor a = ramp({2, 3}, kFloat32);
-  check_error([&] { ops::lerp(a, ramp({2, 3}, kFloat64), 0.5); },
-              {"lerp", "expected dtype float32 for end", "float64[2, 3] cpu"});
+  check_error(
+      [&] {
+        ops::lerp(a, ramp({2, 3}, kFloat64), 0.5);
+      },
+      {"lerp", "expected dtype float32 for end", "float64[2, 3] cpu"});
   check_error([&] { ops::lerp(a, a, ramp({2, 3}, kFloat64)); }, {"lerp", "expected dtype float32 for weight"});
   check_error([&] { ops::lerp(a.to(kInt32), a.to(kInt32), 0.5); }, {"lerp", "floating", "int32"});
   check_error([&] { ops::lerp(a, ramp({4}, kFloat32), 0.5); }, {"lerp", "[2, 3]", "[4]"});

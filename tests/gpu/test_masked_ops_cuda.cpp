@@ -161,7 +161,8 @@ TEST_CASE("cuda lerp / lerp_: match the CPU in every floating dtype, layout and 
     }
     // Gradients of start, end and a tensor weight.
     TensorList c, gv;
-    for (const auto& [shape, seed] : {std::pair{Shape{3, 4}, 17}, std::pair{Shape{4}, 18}, std::pair{Shape{3, 1}, 19}}) {
+    for (const auto& [shape, seed] :
+         {std::pair{Shape{3, 4}, 17}, std::pair{Shape{4}, 18}, std::pair{Shape{3, 1}, 19}}) {
       Tensor t = random_tensor(shape, dt, uint64_t(seed)), u = t.to(kGpu);
       t.requires_grad_(), u.requires_grad_();
       c.push_back(t), gv.push_back(u);
