@@ -215,8 +215,8 @@ void check_lerp(const char* name, const Tensor& start, const Tensor& end, const 
   const std::string operands = "start " + start.describe() + ", end " + end.describe() +
                                (weight ? ", weight " + weight->describe() : std::string());
   FRUGAL_CHECK(is_floating(start.dtype()), name, ": expects floating tensors, got ", operands);
-  FRUGAL_CHECK(end.dtype() == start.dtype(), name, ": expected dtype ", dtype_name(start.dtype()),
-               " for end, got ", operands, " (lerp does not promote: convert with .to(dtype))");
+  FRUGAL_CHECK(end.dtype() == start.dtype(), name, ": expected dtype ", dtype_name(start.dtype()), " for end, got ",
+               operands, " (lerp does not promote: convert with .to(dtype))");
   if (weight)
     FRUGAL_CHECK(weight->dtype() == start.dtype(), name, ": expected dtype ", dtype_name(start.dtype()),
                  " for weight, got ", operands, " (lerp does not promote: convert with .to(dtype))");
