@@ -16,6 +16,8 @@ NOT_DIFFERENTIABLE = {
     "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",  # binary.h
     "argmax", "argmin",  # reduce.h
     "one_hot",  # index.h
+    "isnan", "isinf", "isfinite",  # unary.h
+    "nonzero",  # masked.h
     "alias_for_history",  # inplace.h: a transform's handle on its output, not an op
     "running_stat_to_update",  # batch_norm.h: which running statistic an op updates, not an op
     "unary_op",  # unary_op.h: the recording helper behind unary.h and activation.h (their entries cover it)

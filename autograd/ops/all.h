@@ -21,6 +21,7 @@
 #include "autograd/ops/linear_cross_entropy.h"
 #include "autograd/ops/logsumexp.h"
 #include "autograd/ops/loss.h"
+#include "autograd/ops/masked.h"
 #include "autograd/ops/masked_softmax.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/norm.h"

@@ -189,6 +189,32 @@ struct MaskedFillBackward final : Node {
   }
 };
 
+// out = lerp(start, end, w) = start + w (end - start)
+// grad_start = g (1 - w), grad_end = g w, grad_w = g (end - start) (w a tensor)
+struct LerpBackward final : Node {
+  SavedTensor start{this}, end{this};  // only for weight's gradient
+  SavedTensor weight{this};            // a tensor weight
+  InputMeta ms, me, mw;
+  double w = 0.0;  // a scalar weight (weight undefined)
+  bool scalar = false;
+  std::string name() const override { return "LerpBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(scalar ? 2 : 3);
+    if (scalar) {  // scale after reducing: fewer elements
+      if (wants_grad(*this, 0)) out[0] = in_dtype(ops::mul(autograd::sum_to(g, ms.sizes), 1.0 - w), ms.dtype);
+      if (wants_grad(*this, 1)) out[1] = in_dtype(ops::mul(autograd::sum_to(g, me.sizes), w), me.dtype);
+      return out;
+    }
+    const Tensor wv = weight.unpack(name());
+    if (wants_grad(*this, 0)) out[0] = reduce_grad(ops::mul(g, ops::affine(wv, -1.0, 1.0)), ms.sizes, ms.dtype);
+    if (wants_grad(*this, 1)) out[1] = reduce_grad(ops::mul(g, wv), me.sizes, me.dtype);
+    if (wants_grad(*this, 2))
+      out[2] = reduce_grad(ops::mul(g, ops::sub(end.unpack(name()), start.unpack(name()))), mw.sizes, mw.dtype);
+    return out;
+  }
+};
+
 Tensor scalar_op(const char* label, const Tensor& out, const Tensor& x, double factor) {
   if (auto node = make_node<ScalarBackward>({x})) {
     node->factor = factor;
@@ -384,6 +410,36 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return out;
 }
 
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  core::OpScope scope("lerp");  // no autocast cast: one dtype, as PyTorch (Note [Autocast])
+  Tensor out = autograd::raw([&] { return ops::lerp(start, end, weight); });
+  if (auto node = make_node<LerpBackward>({start, end, weight})) {
+    node->ms = start;
+    node->me = end;
+    node->mw = weight;
+    if (wants_grad(*node, 0) || wants_grad(*node, 1)) node->weight = weight;
+    if (wants_grad(*node, 2)) {
+      node->start = start;
+      node->end = end;
+    }
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+Tensor lerp(const Tensor& start, const Tensor& end, double weight) {
+  core::OpScope scope("lerp");
+  Tensor out = autograd::raw([&] { return ops::lerp(start, end, weight); });
+  if (auto node = make_node<LerpBackward>({start, end})) {
+    node->ms = start;
+    node->me = end;
+    node->w = weight;
+    node->scalar = true;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
 // ---- in place (Note [In-place ops and autograd]) ----------------------------------
 
 const Tensor& add_(const Tensor& a, const Tensor& b, double alpha) {
@@ -444,6 +500,46 @@ const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
   autograd::raw([&] { ops::masked_fill_(x, mask, value); });
   rebase_history(x, node);
   return x;
+}
+
+const Tensor& lerp_(const Tensor& self, const Tensor& end, const Tensor& weight) {
+  core::OpScope scope("lerp_");
+  // Recorded when self, end or weight needs grad (must_record_inplace takes one operand).
+  const bool record = must_record_inplace("lerp_", self, &end) || must_record_inplace("lerp_", self, &weight);
+  if (!record) {
+    autograd::raw([&] { ops::lerp_(self, end, weight); });
+    return self;
+  }
+  auto node = make_node<LerpBackward>({self, end, weight});
+  node->ms = self;
+  node->me = end;
+  node->mw = weight;
+  // What shares self's storage changes with the write: saved as copies.
+  const auto saved = [&](const Tensor& t) { return t.shares_storage(self) ? snapshot(t) : t; };
+  if (wants_grad(*node, 0) || wants_grad(*node, 1)) node->weight = saved(weight);
+  if (wants_grad(*node, 2)) {
+    node->start = snapshot(self);  // self's old value
+    node->end = saved(end);
+  }
+  autograd::raw([&] { ops::lerp_(self, end, weight); });
+  rebase_history(self, node);
+  return self;
+}
+
+const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight) {
+  core::OpScope scope("lerp_");
+  if (!must_record_inplace("lerp_", self, &end)) {
+    autograd::raw([&] { ops::lerp_(self, end, weight); });
+    return self;
+  }
+  auto node = make_node<LerpBackward>({self, end});
+  node->ms = self;
+  node->me = end;
+  node->w = weight;
+  node->scalar = true;
+  autograd::raw([&] { ops::lerp_(self, end, weight); });
+  rebase_history(self, node);
+  return self;
 }
 
 // ---- not differentiable: forwarded below autograd ------------------------------------

@@ -44,6 +44,10 @@ Tensor rdiv(const Tensor& x, double s);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// mask ? value : x (mask bool); masked positions get no gradient.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+/// start + weight (end - start), broadcast, as torch.lerp (Note [Lerp formula]); one floating
+/// dtype. Gradients: start g (1 - weight), end g weight, a tensor weight g (end - start).
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, double weight);
 
 // ---- in place: write into the first argument and return it ----------------------
 
@@ -65,6 +69,9 @@ const Tensor& mul_(const Tensor& x, double s);
 const Tensor& div_(const Tensor& x, double s);
 /// x[mask] = value
 const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value);
+/// self = lerp(self, end, weight); under NoGradGuard an EMA of weights (ema.lerp_(w, 0.001)).
+const Tensor& lerp_(const Tensor& self, const Tensor& end, const Tensor& weight);
+const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight);
 
 // ---- not differentiable: the raw ops, forwarded (bool results, nothing recorded) ---
 

@@ -141,4 +141,19 @@ Tensor pow(const Tensor& x, double exponent) { return unary_op(UnaryOp::Pow, x, 
 Tensor affine(const Tensor& x, double scale, double shift) { return unary_op(UnaryOp::Affine, x, scale, shift); }
 Tensor clamp(const Tensor& x, double lo, double hi) { return unary_op(UnaryOp::Clamp, x, lo, hi); }
 
+// ---- not differentiable: forwarded below autograd ------------------------------------
+
+Tensor isnan(const Tensor& x) {
+  core::OpScope scope("isnan");
+  return autograd::raw([&] { return ops::isnan(x); });
+}
+Tensor isinf(const Tensor& x) {
+  core::OpScope scope("isinf");
+  return autograd::raw([&] { return ops::isinf(x); });
+}
+Tensor isfinite(const Tensor& x) {
+  core::OpScope scope("isfinite");
+  return autograd::raw([&] { return ops::isfinite(x); });
+}
+
 }  // namespace frugal

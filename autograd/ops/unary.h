@@ -52,4 +52,12 @@ Tensor affine(const Tensor& x, double scale, double shift);
 /// min(max(x, lo), hi); the gradient passes where lo <= x <= hi.
 Tensor clamp(const Tensor& x, double lo, double hi);
 
+// ---- not differentiable: the raw ops, forwarded (bool results, nothing recorded) ---
+/// x != x; bool result of x's shape (false everywhere for integer and bool x).
+Tensor isnan(const Tensor& x);
+/// x is +inf or -inf; bool result (false for integer and bool x).
+Tensor isinf(const Tensor& x);
+/// neither NaN nor infinite; bool result (true for integer and bool x).
+Tensor isfinite(const Tensor& x);
+
 }  // namespace frugal

@@ -107,4 +107,18 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad
   });
 }
 
+// out: bool, x: floating, same shape (any strides): the elementwise loop of every unary op,
+// with a bool store.
+void float_class_kernel(FloatClass c, const Tensor& out, const Tensor& x) {
+  const char* name = c == FloatClass::Nan ? "isnan" : c == FloatClass::Inf ? "isinf" : "isfinite";
+  const ElementwiseLayout L = make_elementwise_layout(name, out, {x});
+  dispatch_floating(x.dtype(), name, x.device(), [&]<typename T>() {
+    switch (c) {
+      case FloatClass::Nan: return cpu_map<bool, T>(L, FloatClassFn<T, FloatClass::Nan>{});
+      case FloatClass::Inf: return cpu_map<bool, T>(L, FloatClassFn<T, FloatClass::Inf>{});
+      case FloatClass::Finite: return cpu_map<bool, T>(L, FloatClassFn<T, FloatClass::Finite>{});
+    }
+  });
+}
+
 }  // namespace frugal::ops::cpu

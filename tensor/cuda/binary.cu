@@ -124,4 +124,20 @@ void masked_fill_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, 
                [&]<typename T>() { cuda_map<T, T, bool>(L, out.device(), MaskedFillFn<T>{cast_to<T>(value)}); });
 }
 
+// out: broadcast shape; start, end, weight: out's dtype (Note [Lerp formula]).
+void lerp_kernel(const Tensor& out, const Tensor& start, const Tensor& end, const Tensor& weight) {
+  const ElementwiseLayout L = make_elementwise_layout("lerp", out, {start, end, weight});
+  dispatch_floating(out.dtype(), "lerp", out.device(),
+                    [&]<typename T>() { cuda_map<T, T, T, T>(L, out.device(), LerpFn<T>{}); });
+}
+
+// out: broadcast shape; start, end: out's dtype; weight: a scalar.
+void lerp_scalar_kernel(const Tensor& out, const Tensor& start, const Tensor& end, double weight) {
+  const ElementwiseLayout L = make_elementwise_layout("lerp", out, {start, end});
+  dispatch_floating(out.dtype(), "lerp", out.device(), [&]<typename T>() {
+    using M = opmath_t<T>;
+    cuda_map<T, T, T>(L, out.device(), LerpScalarFn<T>{M(weight)});
+  });
+}
+
 }  // namespace frugal::ops::cuda

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <ostream>
+#include <string>
 
 #include "tensor/device_dispatch.h"
 #include "tensor/elementwise.h"
@@ -206,6 +207,23 @@ const Tensor& scalar_inplace(const char* name, BinaryOp op, const Tensor& self, 
   return self;
 }
 
+/// lerp's operands: defined, one floating dtype (start's), one device; weight may be null.
+void check_lerp(const char* name, const Tensor& start, const Tensor& end, const Tensor* weight) {
+  check_defined(name, start);
+  check_defined(name, end);
+  if (weight) check_defined(name, *weight);
+  const std::string operands = "start " + start.describe() + ", end " + end.describe() +
+                               (weight ? ", weight " + weight->describe() : std::string());
+  FRUGAL_CHECK(is_floating(start.dtype()), name, ": expects floating tensors, got ", operands);
+  FRUGAL_CHECK(end.dtype() == start.dtype(), name, ": expected dtype ", dtype_name(start.dtype()), " for end, got ",
+               operands, " (lerp does not promote: convert with .to(dtype))");
+  if (weight)
+    FRUGAL_CHECK(weight->dtype() == start.dtype(), name, ": expected dtype ", dtype_name(start.dtype()),
+                 " for weight, got ", operands, " (lerp does not promote: convert with .to(dtype))");
+  check_same_device(name, start, end);
+  if (weight) check_same_device(name, start, *weight);
+}
+
 /// x as bool: itself when already bool, else x != 0.
 Tensor truth(const Tensor& x) { return x.dtype() == kBool ? x : ne(x, 0.0); }
 
@@ -282,6 +300,47 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor out = empty_elementwise_output(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill"), x.options(), {&x});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH("masked_fill", x.device(), masked_fill_kernel, out, x, mask, value);
   return out;
+}
+
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  check_lerp("lerp", start, end, &weight);
+  const Shape shape = broadcast_shapes(broadcast_shapes(start.sizes(), end.sizes(), "lerp"), weight.sizes(), "lerp");
+  Tensor out = empty_elementwise_output(shape, start.options(), {&start, &end, &weight});
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH("lerp", start.device(), lerp_kernel, out, start, end, weight);
+  return out;
+}
+
+Tensor lerp(const Tensor& start, const Tensor& end, double weight) {
+  check_lerp("lerp", start, end, nullptr);
+  const Shape shape = broadcast_shapes(start.sizes(), end.sizes(), "lerp");
+  Tensor out = empty_elementwise_output(shape, start.options(), {&start, &end});
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH("lerp", start.device(), lerp_scalar_kernel, out, start, end, weight);
+  return out;
+}
+
+const Tensor& lerp_(const Tensor& self, const Tensor& end, const Tensor& weight) {
+  check_lerp("lerp_", self, end, &weight);
+  const Shape shape = broadcast_shapes(broadcast_shapes(self.sizes(), end.sizes(), "lerp_"), weight.sizes(), "lerp_");
+  FRUGAL_CHECK(shape == self.sizes(), "lerp_: end ", end.describe(), " and weight ", weight.describe(),
+               " do not broadcast to the in-place output ", self.describe());
+  check_no_internal_overlap("lerp_", self);
+  if (self.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH("lerp_", self.device(), lerp_kernel, self, self, safe_input(self, end),
+                           safe_input(self, weight));
+  self.bump_version();
+  return self;
+}
+
+const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight) {
+  check_lerp("lerp_", self, end, nullptr);
+  const Shape shape = broadcast_shapes(self.sizes(), end.sizes(), "lerp_");
+  FRUGAL_CHECK(shape == self.sizes(), "lerp_: end ", end.describe(), " does not broadcast to the in-place output ",
+               self.describe());
+  check_no_internal_overlap("lerp_", self);
+  if (self.numel() > 0)
+    FRUGAL_DEVICE_DISPATCH("lerp_", self.device(), lerp_scalar_kernel, self, self, safe_input(self, end), weight);
+  self.bump_version();
+  return self;
 }
 
 const Tensor& add_(const Tensor& a, const Tensor& b, double alpha) {

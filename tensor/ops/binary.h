@@ -69,6 +69,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// mask ? value : x, mask (bool) and x broadcast together; dtype of x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
+/// start + weight (end - start), as torch.lerp (Note [Lerp formula] in binary_math.h): the
+/// three broadcast; start, end and a tensor weight of one floating dtype (no promotion, as
+/// PyTorch), which the result has.
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, double weight);
+
 // ---- in place: write into the first argument -------------------------------
 // The first argument must already have the broadcast shape, and the result dtype
 // must cast to its dtype (no float into int, nothing but bool into bool). Each op
@@ -85,6 +91,10 @@ const Tensor& mul_(const Tensor& x, double s);
 const Tensor& div_(const Tensor& x, double s);
 /// x[mask] = value, mask (bool) broadcast to x's shape.
 const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value);
+/// self = lerp(self, end, weight) (an EMA of weights: ema.lerp_(w, 1 - decay)); end and a
+/// tensor weight broadcast to self's shape, all of one floating dtype.
+const Tensor& lerp_(const Tensor& self, const Tensor& end, const Tensor& weight);
+const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight);
 
 // ---- backend interface -----------------------------------------------------
 
@@ -158,10 +168,16 @@ void binary_scalar_kernel(BinaryOp op, DType compute, const Tensor& out, const T
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 // out = mask ? value : x; x: out's dtype, mask: bool, both broadcastable to out.
 void masked_fill_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, double value);
+// out = lerp(start, end, weight); start, end, weight: out's floating dtype, broadcastable to out.
+void lerp_kernel(const Tensor& out, const Tensor& start, const Tensor& end, const Tensor& weight);
+// out = lerp(start, end, weight); start, end: out's floating dtype, broadcastable to out.
+void lerp_scalar_kernel(const Tensor& out, const Tensor& start, const Tensor& end, double weight);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void binary_kernel(BinaryOp op, DType compute, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
 void binary_scalar_kernel(BinaryOp op, DType compute, const Tensor& out, const Tensor& a, double s);
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 void masked_fill_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, double value);
+void lerp_kernel(const Tensor& out, const Tensor& start, const Tensor& end, const Tensor& weight);
+void lerp_scalar_kernel(const Tensor& out, const Tensor& start, const Tensor& end, double weight);
 }  // namespace frugal::ops::cuda

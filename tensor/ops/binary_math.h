@@ -142,6 +142,34 @@ struct WhereFn {
   FRUGAL_HD T operator()(bool c, T a, T b) const { return c ? a : b; }
 };
 
+// Note [Lerp formula]
+// lerp(start, end, w) = start + w (end - start), computed as torch.lerp does so that w = 1
+// gives `end` exactly (and w = 0 `start`): from start while w < 0.5, from end otherwise,
+//   w < 0.5 ? start + w (end - start) : end - (end - start) (1 - w),
+// in the opmath type (float for float16 and bfloat16), rounded once on store. (PyTorch 1.13's
+// vectorized CPU kernel fuses the product and the sum into an FMA, so float32 results may
+// differ from it in the last bit; CUDA and frugal's CPU compute the same unfused formula.)
+template <typename M>
+FRUGAL_HD M lerp_apply(M start, M end, M w) {
+  const M d = end - start;
+  return w < M(0.5) ? start + w * d : end - d * (M(1) - w);
+}
+
+/// out = lerp(start, end, w), every operand a tensor of type T.
+template <typename T>
+struct LerpFn {
+  using M = opmath_t<T>;
+  FRUGAL_HD T operator()(T start, T end, T w) const { return T(lerp_apply<M>(M(start), M(end), M(w))); }
+};
+
+/// out = lerp(start, end, w), w a scalar already in the opmath type.
+template <typename T>
+struct LerpScalarFn {
+  using M = opmath_t<T>;
+  M w;
+  FRUGAL_HD T operator()(T start, T end) const { return T(lerp_apply<M>(M(start), M(end), w)); }
+};
+
 template <typename T>
 struct MaskedFillFn {
   T value;

@@ -77,6 +77,23 @@ Tensor affine(const Tensor& x, double scale, double shift) { return unary(UnaryO
 
 Tensor clamp(const Tensor& x, double lo, double hi) { return unary(UnaryOp::Clamp, x, lo, hi); }
 
+namespace {
+
+Tensor float_class(const char* name, FloatClass c, const Tensor& x) {
+  FRUGAL_CHECK(x.defined(), name, ": undefined input tensor");
+  // Integers and bools hold no NaN or infinity: a constant answer, no kernel.
+  if (!is_floating(x.dtype())) return full(x.sizes(), c == FloatClass::Finite ? 1.0 : 0.0, {kBool, x.device()});
+  Tensor out = empty_elementwise_output(x.sizes(), {kBool, x.device()}, {&x});
+  if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, x.device(), float_class_kernel, c, out, x);
+  return out;
+}
+
+}  // namespace
+
+Tensor isnan(const Tensor& x) { return float_class("isnan", FloatClass::Nan, x); }
+Tensor isinf(const Tensor& x) { return float_class("isinf", FloatClass::Inf, x); }
+Tensor isfinite(const Tensor& x) { return float_class("isfinite", FloatClass::Finite, x); }
+
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, double a, double b) {
   const std::string name = std::string(unary_op_name(op)) + "_backward";
   FRUGAL_CHECK(grad.defined(), name, ": undefined gradient tensor");

@@ -67,6 +67,12 @@ Tensor affine(const Tensor& x, double scale, double shift);
 /// makes every element NaN (as PyTorch).
 Tensor clamp(const Tensor& x, double lo, double hi);
 
+/// Bool tensors of x's shape, as torch.isnan / isinf / isfinite: any dtype; integer and
+/// bool inputs are never NaN or infinite (every element finite). -0 is finite.
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+
 // ---- backend interface -----------------------------------------------------
 
 // X-macro over every unary op: X(Enumerator, "name", integer dtypes allowed).
@@ -147,6 +153,9 @@ decltype(auto) visit_unary_op(UnaryOp op, F&& f) {
 /// The generic entry behind every op above: validates, allocates and dispatches.
 Tensor unary(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0);
 
+/// Which class of floating value a predicate kernel tests for (isnan, isinf, isfinite).
+enum class FloatClass : uint8_t { Nan, Inf, Finite };
+
 // ---- backward ----------------------------------------------------------------
 
 /// Which forward value the derivative of an op is computed from (see unary_backward).
@@ -193,8 +202,11 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, doub
 // grad_in, grad, v: same shape and floating dtype (grad, v any strides); v = x or y as
 // unary_grad_from(op) says; op is not neg or affine.
 void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b);
+// out: bool, x: floating, same shape (any strides); out = x is in class `c`.
+void float_class_kernel(FloatClass c, const Tensor& out, const Tensor& x);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
 void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b);
+void float_class_kernel(FloatClass c, const Tensor& out, const Tensor& x);
 }  // namespace frugal::ops::cuda

@@ -10,6 +10,7 @@
 // only choose how to walk memory: cpu_map or cuda_map over an ElementwiseLayout.
 #include <math.h>
 
+#include <limits>
 #include <type_traits>
 
 #include "tensor/half.h"
@@ -314,6 +315,21 @@ struct UnaryBackwardFn {
   using M = opmath_t<T>;
   M a, b;
   FRUGAL_HD T operator()(T g, T v) const { return T(unary_grad<kOp, M>(M(g), M(v), a, b)); }
+};
+
+/// isnan / isinf / isfinite of one floating value, tested in its compute type (a Half or
+/// BFloat16 converts to float exactly, NaN and infinities included). No libm call: NaN is
+/// the one value unequal to itself, and the infinities compare equal to themselves.
+template <typename T, FloatClass kClass>
+struct FloatClassFn {
+  using M = opmath_t<T>;
+  FRUGAL_HD bool operator()(T x) const {
+    const M v = M(x);
+    const M inf = std::numeric_limits<M>::infinity();
+    if constexpr (kClass == FloatClass::Nan) return v != v;
+    else if constexpr (kClass == FloatClass::Inf) return v == inf || v == -inf;
+    else return v == v && v != inf && v != -inf;
+  }
 };
 
 }  // namespace frugal::ops

@@ -263,6 +263,40 @@ void add_binary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
+  // lerp: one dtype (no promotion, as PyTorch), so no mixed autocast variant.
+  t.push_back({"lerp",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, rng.chance(0.5) ? out : broadcast_operand(rng, out))),
+                             grad_in(values(rng, broadcast_operand(rng, out))),
+                             grad_in(values(rng, broadcast_operand(rng, out), -1, 2))};
+                 s.f = [](const TensorList& in) { return lerp(in[0], in[1], in[2]); };
+                 return s;
+               },
+               A::Keep, true, 0});
+  t.push_back({"lerp(start, end, w)",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 const double w = rng.uniform(-1, 2);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out)))};
+                 s.params = cat_str("weight=", w);
+                 s.f = [w](const TensorList& in) { return lerp(in[0], in[1], w); };
+                 return s;
+               },
+               A::Keep, true, 0});
+  t.push_back({"masked_select",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 const bool x_bigger = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x_bigger ? out : broadcast_operand(rng, out))),
+                             const_in(mask_of(rng, x_bigger ? broadcast_operand(rng, out) : out, 0.4))};
+                 s.f = [](const TensorList& in) { return masked_select(in[0], in[1]); };
+                 return s;
+               },
+               A::Keep});
 }
 
 /// In-place ops write into a clone of input 0 (a leaf may not be written), whose history
@@ -313,6 +347,36 @@ void add_inplace(std::vector<GradEntry>& t) {
                    return s;
                  },
                  A::Keep});
+  t.push_back({"lerp_",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out))),
+                             grad_in(values(rng, broadcast_operand(rng, out), -1, 2))};
+                 if (rng.chance(0.3)) s.inputs[size_t(rng.range(0, 2))].grad = false;
+                 s.f = [](const TensorList& in) {
+                   Tensor self = in[0].clone();
+                   lerp_(self, in[1], in[2]);
+                   return self;
+                 };
+                 return s;
+               },
+               A::Keep, true, 0});
+  t.push_back({"lerp_(self, end, w)",
+               [](Rng& rng) {
+                 const Shape out = small_shape(rng, 0, 4);
+                 const double w = rng.uniform(-1, 2);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, out)), grad_in(values(rng, broadcast_operand(rng, out)))};
+                 s.params = cat_str("weight=", w);
+                 s.f = [w](const TensorList& in) {
+                   Tensor self = in[0].clone();
+                   lerp_(self, in[1], w);
+                   return self;
+                 };
+                 return s;
+               },
+               A::Keep, true, 0});
   t.push_back({"masked_fill_",
                [](Rng& rng) {
                  const Shape out = small_shape(rng, 0, 4);
