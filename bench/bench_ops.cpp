@@ -4,7 +4,7 @@
 //
 // Prints tables, then key figures as "name: value" lines. On the CPU: matmul
 // against a hand-written Eigen product on the same sizes and threads, bfloat16 matmul on
-// AVX512-BF16 against its float32-copy path, and the fixed
+// AVX512-BF16 against its float32-copy path, float16 casts at each level, and the fixed
 // cost of a tiny op and of an allocation. With --device cuda also: elementwise
 // bandwidth as a fraction of cudaMemcpy's, matmul against raw cublasGemmEx, and the
 // caching allocator against cudaMalloc (bench_ops_cuda.cpp). Every figure is the
@@ -146,6 +146,54 @@ void cpu_matmul_bf16(const Options& o, KeyFigures& keys) {
   if (checksum == 0.123456789) std::printf("%g\n", checksum);
 }
 
+// float16 <-> float32 casts (Tensor::to), at each level: x86-64-v2 converts with half.h one
+// element at a time, v3 and v4 with F16C (Note [Bulk float16 conversion] in
+// tensor/cpu/half_convert_kernel.cpp); a transposed source has no contiguous run and converts
+// element by element at every level. Runs alternate between the levels.
+void cpu_cast_float16(const Options& o, KeyFigures& keys) {
+  using ops::cpu::GemmIsa;
+  std::vector<GemmIsa> levels;
+  for (GemmIsa isa : {GemmIsa::X86_64_V2, GemmIsa::X86_64_V3, GemmIsa::X86_64_V4})
+    if (ops::cpu::cpu_supports(isa)) levels.push_back(isa);
+  std::vector<std::string> columns = {"cast", "elements"};
+  for (GemmIsa isa : levels) columns.push_back(ops::cpu::gemm_isa_name(isa));
+  columns.push_back("widest / v2");
+  Table table(fmt("CPU cast float16 <-> float32, M elements/s (median; %d threads)", get_num_threads()), columns);
+  const GemmIsa in_use = ops::cpu::gemm_isa();
+  const int reps = o.quick ? 7 : 25;
+  double checksum = 0;
+  for (int64_t n : {int64_t(1) << 16, int64_t(1) << 22}) {
+    const Tensor f = randn({n / 1024, 1024}), h = f.to(kFloat16);
+    struct Row {
+      const char* name;
+      const Tensor* x;
+      DType to;
+      bool transposed;
+    };
+    for (const Row& r : {Row{"float32 -> float16", &f, kFloat16, false}, Row{"float16 -> float32", &h, kFloat32, false},
+                         Row{"float16 -> float32, transposed", &h, kFloat32, true}}) {
+      const Tensor x = r.transposed ? r.x->t() : *r.x;
+      std::vector<std::vector<double>> t(levels.size());
+      for (int i = -1; i < reps; ++i)
+        for (size_t l = 0; l < levels.size(); ++l) {
+          ops::cpu::set_gemm_isa(levels[l]);
+          const double s = time_median([&] { checksum += double(x.to(r.to).numel()); }, 0, 1);
+          if (i >= 0) t[l].push_back(s);
+        }
+      std::vector<std::string> row = {r.name, std::to_string(n)};
+      for (size_t l = 0; l < levels.size(); ++l) row.push_back(fmt("%.0f", double(n) / median(t[l]) * 1e-6));
+      const double ratio = median(t[0]) / median(t.back());
+      row.push_back(fmt("%.1f", ratio));
+      table.add(row);
+      if (n == (int64_t(1) << 22) && !r.transposed)
+        keys.add(r.to == kFloat16 ? "cpu_cast_to_float16_speedup" : "cpu_cast_from_float16_speedup", ratio, "%.1f");
+    }
+  }
+  ops::cpu::set_gemm_isa(in_use);
+  table.print();
+  if (checksum == 0.123456789) std::printf("%g\n", checksum);
+}
+
 void cpu_overheads(const Options& o, KeyFigures& keys) {
   const int blocks = o.quick ? 20 : 100, per_block = 1000;  // 100k calls (20k quick)
   const Tensor x = ones({1}), y = ones({1});
@@ -169,6 +217,7 @@ const char* kUsage = "usage: bench_ops [--device cpu|cuda] [--quick]\n";
 void run_cpu_benchmarks(const Options& o, KeyFigures& keys) {
   cpu_matmul(o, keys);
   cpu_matmul_bf16(o, keys);
+  cpu_cast_float16(o, keys);
   cpu_overheads(o, keys);
 }
 

@@ -45,7 +45,9 @@ FRUGAL_HD float half_bits_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  // inf, or NaN with its payload and the quiet bit set, as IEEE 754's conversions, PyTorch and
+  // F16C give (Note [Bulk float16 conversion] in tensor/cpu/half_convert_kernel.cpp)
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13) | (mant ? 0x00400000u : 0u));
   if (exp == 0) {
     if (mant == 0) return bits_float(sign);  // +-0
     // Subnormal: value = mant * 2^-24, exact in float.
@@ -59,7 +61,7 @@ FRUGAL_HD uint16_t float_to_half_bits(float f) {
   const uint32_t x = float_bits(f);
   const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN / inf
+  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN (PyTorch's one) / inf
   if (ax >= 0x477ff000u) return sign | 0x7c00u;                                 // rounds to >= 65520: overflow to inf
   if (ax < 0x38800000u) {                                                       // result is subnormal or zero
     // Scale so the half subnormal unit (2^-24) becomes 1, then round to nearest even.

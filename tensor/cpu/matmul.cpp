@@ -63,10 +63,15 @@ void gemm_batch(Out* out, int64_t batch, const MatrixOperand<T>& a, const Matrix
 template <typename T>
 constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-/// `t` (B, R, C) converted to float32 in row-major; a batch broadcast with stride 0
-/// is converted once and stays broadcast.
+/// `t` (B, R, C) or (R, C) converted to float32: in its own memory order when it is the
+/// transpose of a dense matrix (a weight's .t()), so the conversion runs over contiguous memory
+/// in bulk (Note [Bulk float16 conversion] in tensor/cpu/half_convert_kernel.cpp) and the GEMM
+/// reads the copy column-major as it would read t; else row-major. A batch broadcast with
+/// stride 0 is converted once and stays broadcast.
 Tensor to_float32(const Tensor& t) {
-  if (t.dim() == 3 && t.size(0) > 1 && t.stride(0) == 0) return t.narrow(0, 0, 1).to(kFloat32).expand(t.sizes());
+  if (t.dim() == 3 && t.size(0) > 1 && t.stride(0) == 0) return to_float32(t.narrow(0, 0, 1)).expand(t.sizes());
+  if (t.dim() >= 2 && !t.is_contiguous() && t.transpose(-1, -2).is_contiguous())
+    return t.transpose(-1, -2).to(kFloat32).transpose(-1, -2);
   return t.to(kFloat32);
 }
 
@@ -113,7 +118,7 @@ void linear_kernel(const Tensor& out, const Tensor& x, const Tensor& wt, const T
     }
     if constexpr (is_half_v<T>) {
       Tensor acc = empty(out.sizes(), {kFloat32, kCPU});
-      linear_kernel(acc, x.to(kFloat32), wt.to(kFloat32), bias.defined() ? bias.to(kFloat32) : Tensor());
+      linear_kernel(acc, to_float32(x), to_float32(wt), bias.defined() ? bias.to(kFloat32) : Tensor());
       copy_into(out, acc);
     } else {
       const int64_t M = out.size(0), N = out.size(1);

@@ -7,9 +7,15 @@
 // the generic loop's bits; GELU's is within one float32 ulp of glibc's erfc before the rounding,
 // so a rare 16-bit result differs by one ulp (at rounding ties, and in the far tail where the
 // generic loop's float32 derivative flushes to zero), the kernel's the closer to float64.
+// float16 chunks convert in bulk (half_convert.h, F16C where the CPU has it), the same bits as
+// Half's operators (Note [Bulk float16 conversion] in tensor/cpu/half_convert_kernel.cpp).
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
+
+#include "tensor/cpu/half_convert.h"
+#include "tensor/half.h"
 
 namespace frugal::ops::cpu {
 
@@ -27,10 +33,15 @@ void via_float32(T* y, const std::array<const T*, N>& x, int64_t n, Kernel&& ker
   for (size_t k = 0; k < N; ++k) in_ptrs[k] = in[k];
   for (int64_t first = 0; first < n; first += kViaFloat32Chunk) {
     const int64_t count = std::min(kViaFloat32Chunk, n - first);
-    for (size_t k = 0; k < N; ++k)
-      for (int64_t i = 0; i < count; ++i) in[k][i] = float(x[k][first + i]);
+    for (size_t k = 0; k < N; ++k) {
+      if constexpr (std::is_same_v<T, Half>) half_to_float(in[k], x[k] + first, count);  // F16C where the CPU has it
+      else
+        for (int64_t i = 0; i < count; ++i) in[k][i] = float(x[k][first + i]);
+    }
     kernel(out, in_ptrs, count, first);
-    for (int64_t i = 0; i < count; ++i) y[first + i] = T(out[i]);
+    if constexpr (std::is_same_v<T, Half>) float_to_half(y + first, out, count);
+    else
+      for (int64_t i = 0; i < count; ++i) y[first + i] = T(out[i]);
   }
 }
 
