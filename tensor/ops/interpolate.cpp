@@ -77,6 +77,9 @@ InterpolateGeometry interpolate_geometry(const char* op, const Shape& in, const 
     g.OH = int64_t(oh), g.OW = int64_t(ow);
     if (!o.recompute_scale_factor) g.scale_h = s.h, g.scale_w = s.w;
   }
+  // A dim whose size does not change copies, whatever the scale (Note [Interpolation source indices]).
+  if (g.OH == g.H) g.scale_h = 0;
+  if (g.OW == g.W) g.scale_w = 0;
   return g;
 }
 

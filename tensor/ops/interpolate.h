@@ -7,14 +7,14 @@
 // Every plane (one sample, one channel) resizes on its own, each dim on its own: output
 // row oh reads input rows chosen by the same rule as output column ow reads columns.
 // The output size is `size`, or floor(in * scale_factor) when scale_factor is given.
-// The rules are PyTorch's (aten/src/ATen/native/UpSample.h), including where they compute
-// in float, so that frugal picks the same source pixels as torch at the boundaries:
-//  - 'nearest' (PyTorch's legacy nearest, not 'nearest-exact'): src = min(floor(o * s), in - 1)
-//    with s = 1 / scale_factor when scale_factor is given (and recompute_scale_factor is
-//    not), else in / out, both rounded to float and the product taken in float. As on
-//    PyTorch's CPU, out == in copies (src = o) and out == 2 in halves (src = o >> 1)
-//    whatever the scale (PyTorch's CUDA kernel lacks these shortcuts, so torch's own two
-//    backends can differ when scale_factor is given; frugal's agree with its CPU).
+// The rules are PyTorch's CPU kernels' (aten/src/ATen/native/UpSample.h), float math and
+// all, so frugal picks torch's source pixels at the boundaries. A dim whose size does not
+// change copies (src = o) in both modes whatever scale_factor says (the front-end drops its
+// scale, so s = in / out = 1), as torch's CPU does.
+//  - 'nearest' (legacy, not 'nearest-exact'): src = min(floor(o * s), in - 1), s = 1 /
+//    scale_factor if given (recompute_scale_factor unset), else in / out, each rounded to
+//    float, product in float; out == 2 in halves (src = o >> 1). torch's CUDA kernels lack
+//    these shortcuts, so torch's two backends can differ; frugal's agree with its CPU.
 //  - 'bilinear' (area_pixel_compute_source_index): with align_corners, s = (in - 1) /
 //    (out - 1) (0 when out == 1) and src = s * o; without, s as for 'nearest' and
 //    src = max(s * (o + 0.5) - 0.5, 0). Then i0 = floor(src), i1 = i0 + 1 clamped to
