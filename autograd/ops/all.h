@@ -17,6 +17,7 @@
 #include "autograd/ops/flash_attention.h"
 #include "autograd/ops/group_norm.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/interpolate.h"
 #include "autograd/ops/join.h"
 #include "autograd/ops/linear_cross_entropy.h"
 #include "autograd/ops/logsumexp.h"

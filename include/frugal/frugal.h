@@ -65,6 +65,7 @@
 #include "nn/pooling.h"
 #include "nn/rms_norm.h"
 #include "nn/safetensors.h"
+#include "nn/upsampling.h"
 
 // optim/
 #include "optim/adam.h"

@@ -150,6 +150,33 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
+  t.push_back({"interpolate",
+               [](Rng& rng) {
+                 InterpolateOptions o;
+                 o.mode = rng.chance(0.5) ? InterpolateMode::Nearest : InterpolateMode::Bilinear;
+                 if (o.mode == InterpolateMode::Bilinear && rng.chance(0.7)) o.align_corners = rng.chance(0.5);
+                 const Shape x = {rng.range(0, 2), rng.range(1, 2), rng.range(1, 5), rng.range(1, 5)};
+                 if (rng.chance(0.5)) {
+                   o.size = Int2{rng.range(1, 7), rng.range(1, 7)};
+                 } else {  // up, down and non-integer factors, whose output is at least 1x1
+                   const std::vector<double> f = {0.5, 1.0, 1.5, 1.7, 2.0, 3.0};
+                   const auto factor = [&](int64_t in) {
+                     const double v = rng.pick(f);
+                     return double(in) * v >= 1.0 ? v : 1.0;
+                   };
+                   o.scale_factor = Scale2{factor(x[2]), factor(x[3])};
+                   o.recompute_scale_factor = rng.chance(0.2);
+                 }
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("mode=", interpolate_mode_name(o.mode),
+                                    o.size ? " size=" + o.size->str() : " scale_factor=" + o.scale_factor->str(),
+                                    o.align_corners ? cat_str(" align_corners=", *o.align_corners) : "",
+                                    o.recompute_scale_factor ? " recompute_scale_factor" : "");
+                 s.f = [=](const TensorList& in) { return interpolate(in[0], o); };
+                 return s;
+               },
+               A::Keep});
 }
 
 enum class BnKind { Plain, AddRelu, Relu };

@@ -1,0 +1,39 @@
+// interpolate, forward and backward side by side.
+#include "autograd/ops/interpolate.h"
+
+#include "autograd/function.h"
+#include "core/instrument.h"
+#include "tensor/ops/interpolate.h"
+
+namespace frugal {
+
+using autograd::make_node;
+using autograd::Node;
+using autograd::TensorList;
+
+namespace {
+
+// out[p, oh, ow] = sum over the taps (ih, iw) of output (oh, ow) of w * x[p, ih, iw]
+// grad_x[p, ih, iw] = sum over the outputs with tap (ih, iw) of w * g[p, oh, ow]
+// (nearest: one tap of weight 1; Note [Interpolation source indices])
+struct InterpolateBackward final : Node {
+  Shape x_shape;
+  InterpolateOptions options;
+  std::string name() const override { return "InterpolateBackward"; }
+  TensorList apply(TensorList&& grads) override { return {ops::interpolate_backward(grads[0], x_shape, options)}; }
+};
+
+}  // namespace
+
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
+  core::OpScope scope("interpolate");
+  Tensor out = autograd::raw([&] { return ops::interpolate(x, options); });
+  if (auto node = make_node<InterpolateBackward>({x})) {
+    node->x_shape = x.sizes();
+    node->options = options;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+}  // namespace frugal

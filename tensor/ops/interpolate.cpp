@@ -1,0 +1,133 @@
+// interpolate's front-end: validation, output size (Note [Interpolation source indices]), dispatch.
+#include "tensor/ops/interpolate.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "tensor/device_dispatch.h"
+#include "tensor/factory.h"
+#include "tensor/memory_format.h"
+
+namespace frugal {
+
+const char* interpolate_mode_name(InterpolateMode mode) {
+  switch (mode) {
+    case InterpolateMode::Nearest: return "nearest";
+    case InterpolateMode::Bilinear: return "bilinear";
+  }
+  return "unknown";
+}
+
+InterpolateMode interpolate_mode(std::string_view name, const char* op) {
+  if (name == "nearest") return InterpolateMode::Nearest;
+  if (name == "bilinear") return InterpolateMode::Bilinear;
+  FRUGAL_FAIL(op, ": unknown mode '", name, "' for a 4-D input (expected 'nearest' or 'bilinear')");
+}
+
+namespace {
+/// A double as Python's repr writes it: the shortest text that reads back, "2.0" not "2".
+std::string python_float(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string s(buf, r.ptr);
+  if (std::isfinite(v) && s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+}  // namespace
+
+std::string Scale2::str() const {
+  if (h == w) return python_float(h);
+  return "(" + python_float(h) + ", " + python_float(w) + ")";
+}
+
+}  // namespace frugal
+
+namespace frugal::ops {
+
+namespace {
+
+/// The checked geometry of resizing an input of shape `in`.
+InterpolateGeometry interpolate_geometry(const char* op, const Shape& in, const InterpolateOptions& o) {
+  FRUGAL_CHECK(in.size() == 4, op, ": expected a 4-D (N, C, H, W) input, got ", shape_str(in),
+               " (only 2-D spatial resizing, 'nearest' and 'bilinear', is implemented)");
+  FRUGAL_CHECK(o.mode == InterpolateMode::Nearest || o.mode == InterpolateMode::Bilinear, op, ": unknown mode ",
+               int(o.mode), " (expected nearest or bilinear)");
+  FRUGAL_CHECK(o.size.has_value() != o.scale_factor.has_value(), op, ": exactly one of size and scale_factor must be ",
+               "given, got ", o.size ? "size=" + o.size->str() : "neither",
+               o.scale_factor ? " and scale_factor=" + o.scale_factor->str() : "");
+  FRUGAL_CHECK(!(o.mode == InterpolateMode::Nearest && o.align_corners.has_value()), op,
+               ": align_corners can only be set with the interpolating modes (bilinear), not with nearest");
+  FRUGAL_CHECK(in[2] > 0 && in[3] > 0, op, ": the input's height and width must be non-zero, got ", shape_str(in));
+  InterpolateGeometry g;
+  g.P = in[0] * in[1], g.H = in[2], g.W = in[3];
+  g.mode = o.mode;
+  g.align_corners = o.align_corners.value_or(false);
+  if (o.size) {
+    FRUGAL_CHECK(o.size->h > 0 && o.size->w > 0, op, ": size must be positive, got ", o.size->str(), " for input ",
+                 shape_str(in));
+    g.OH = o.size->h, g.OW = o.size->w;
+  } else {
+    const Scale2 s = *o.scale_factor;
+    FRUGAL_CHECK(std::isfinite(s.h) && std::isfinite(s.w) && s.h > 0 && s.w > 0, op,
+                 ": scale_factor must be positive and finite, got ", s.str());
+    // PyTorch's compute_output_size: floor(in * scale), in double.
+    const double oh = std::floor(double(g.H) * s.h), ow = std::floor(double(g.W) * s.w);
+    FRUGAL_CHECK(oh >= 1 && ow >= 1 && oh < 9.0e15 && ow < 9.0e15, op, ": scale_factor ", s.str(),
+                 " gives an output size of ", oh, "x", ow, " for input ", shape_str(in), "; it must be at least 1x1");
+    g.OH = int64_t(oh), g.OW = int64_t(ow);
+    if (!o.recompute_scale_factor) g.scale_h = s.h, g.scale_w = s.w;
+  }
+  // A dim whose size does not change copies, whatever the scale (Note [Interpolation source indices]).
+  if (g.OH == g.H) g.scale_h = 0;
+  if (g.OW == g.W) g.scale_w = 0;
+  return g;
+}
+
+Shape with_plane(const Shape& in, int64_t oh, int64_t ow) { return {in[0], in[1], oh, ow}; }
+
+void check_floating(const char* op, const char* what, const Tensor& t) {
+  FRUGAL_CHECK(t.defined(), op, ": ", what, " is undefined");
+  FRUGAL_CHECK(is_floating(t.dtype()), op, ": expects a floating-point ", what, ", got ", t.describe());
+}
+
+/// Native channels-last on CUDA; `in` is the (N, C, H, W) input shape.
+void describe_layout(InterpolateGeometry& g, const OpLayout& layout, const Shape& in) {
+  g.channels_last = layout.native;
+  if (layout.native) g.C = in[1];
+}
+
+}  // namespace
+
+Shape interpolate_output_shape(const Shape& input_shape, const InterpolateOptions& options, const char* op) {
+  const InterpolateGeometry g = interpolate_geometry(op, input_shape, options);
+  return with_plane(input_shape, g.OH, g.OW);
+}
+
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
+  constexpr const char* op = "interpolate";
+  check_floating(op, "input", x);
+  InterpolateGeometry g = interpolate_geometry(op, x.sizes(), options);
+  const OpLayout layout(x);
+  describe_layout(g, layout, x.sizes());
+  Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
+  if (g.P == 0) return out;
+  FRUGAL_DEVICE_DISPATCH(op, x.device(), interpolate_kernel, out, layout.operand(x), g);
+  return layout.finish(out);
+}
+
+Tensor interpolate_backward(const Tensor& grad_out, const Shape& input_shape, const InterpolateOptions& options) {
+  constexpr const char* op = "interpolate_backward";
+  check_floating(op, "grad_out", grad_out);
+  InterpolateGeometry g = interpolate_geometry(op, input_shape, options);
+  const Shape os = with_plane(input_shape, g.OH, g.OW);
+  FRUGAL_CHECK(grad_out.sizes() == os, op, ": grad_out ", grad_out.describe(), " must have the output shape ",
+               shape_str(os), " of input ", shape_str(input_shape));
+  const OpLayout layout(grad_out);  // grad_x follows grad_out's layout, as every backward's
+  describe_layout(g, layout, input_shape);
+  Tensor grad_x = layout.result(input_shape, grad_out.options());
+  if (g.P == 0) return grad_x;
+  FRUGAL_DEVICE_DISPATCH(op, grad_out.device(), interpolate_backward_kernel, grad_x, layout.operand(grad_out), g);
+  return layout.finish(grad_x);
+}
+
+}  // namespace frugal::ops
