@@ -53,6 +53,18 @@ def main():
     g = ramp((y.numel(),)) * 2.0
     y.backward(g)
     print("// masked_select(ramp(2,3,4).transpose(0,2), [[1],[0],[1]])", lst(y.detach()))
+    # PyTorch 1.13's gradient of masked_select on a non-contiguous input is wrong: it scatters g in
+    # the input's memory order, not its logical order (here xs.grad[0, 0, 1] = g[1], where y[4]
+    # is xs[0, 0, 1]). The same selection through a contiguous copy, or boolean indexing
+    # xs.transpose(0, 2)[mask.expand(4, 3, 2)], gives the right gradient, printed here.
+    wrong = xs.grad.clone()
+    xs.grad = None
+    yc = torch.masked_select(xs.transpose(0, 2).contiguous(), mask)
+    assert torch.equal(yc, y)
+    yc.backward(g)
+    xi = ramp((2, 3, 4)).requires_grad_()
+    xi.transpose(0, 2)[mask.expand(4, 3, 2)].backward(g)
+    assert torch.equal(xi.grad, xs.grad) and not torch.equal(wrong, xs.grad)
     print("// its gradient for g = 2 ramp(n)", lst(xs.grad))
     # x broadcast by the mask: x (3, 1), mask (2, 3, 4)
     xb = ramp((3, 1)).requires_grad_()
