@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads)
   bool bad = false;
   auto unscale = [&](T& x) {
     const M v = M(x);
-    bad |= !isfinite(v);
+    bad |= !::isfinite(v);
     if (scale) x = T(v * inv);
   };
   for_each_chunk(entries, count, chunks, [&](const NormEntry& e, int64_t, int64_t begin, int64_t n) {
@@ -57,7 +57,7 @@ __global__ void update_scale_kernel(float* scale, int64_t* growth_tracker, const
     *growth_tracker = 0;
   } else if (++*growth_tracker >= growth_interval) {
     const float grown = float(double(*scale) * growth_factor);
-    if (isfinite(grown)) *scale = grown;
+    if (::isfinite(grown)) *scale = grown;
     *growth_tracker = 0;
   }
 }

@@ -4,6 +4,9 @@
 // the device (docs/design.md, "Errors"), so no op ever falls through silently.
 //
 //   dispatch_floating(x.dtype(), "exp", x.device(), [&]<typename T>() { exp_kernel<T>(...); });
+#include <cstddef>
+#include <cstdint>
+
 #include "core/device.h"
 #include "core/error.h"
 #include "tensor/dtype.h"
@@ -65,6 +68,19 @@ decltype(auto) dispatch_index(DType t, const char* op, Device d, F&& f) {
     FRUGAL_DTYPE_CASE(Int64, int64_t)
     default: throw_unsupported_dtype(op, t, d);
   }
+}
+
+/// f.template operator()<U>() with U the unsigned integer of `bytes` bytes: for kernels that
+/// only move elements (gathers, masked_select), which need their size, not their type.
+template <typename F>
+void dispatch_bytes(size_t bytes, const char* op, F&& f) {
+  switch (bytes) {
+    case 1: return f.template operator()<uint8_t>();
+    case 2: return f.template operator()<uint16_t>();
+    case 4: return f.template operator()<uint32_t>();
+    case 8: return f.template operator()<uint64_t>();
+  }
+  FRUGAL_FAIL(op, ": no kernel for elements of ", bytes, " bytes");
 }
 
 }  // namespace frugal

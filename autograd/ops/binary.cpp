@@ -504,6 +504,9 @@ const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, double value) {
 
 const Tensor& lerp_(const Tensor& self, const Tensor& end, const Tensor& weight) {
   core::OpScope scope("lerp_");
+  // Before must_record_inplace reads them: an undefined operand is refused by name.
+  FRUGAL_CHECK(self.defined() && end.defined() && weight.defined(), "lerp_: undefined input tensor (self ",
+               self.describe(), ", end ", end.describe(), ", weight ", weight.describe(), ")");
   // Recorded when self, end or weight needs grad (must_record_inplace takes one operand).
   const bool record = must_record_inplace("lerp_", self, &end) || must_record_inplace("lerp_", self, &weight);
   if (!record) {
@@ -528,6 +531,8 @@ const Tensor& lerp_(const Tensor& self, const Tensor& end, const Tensor& weight)
 
 const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight) {
   core::OpScope scope("lerp_");
+  FRUGAL_CHECK(self.defined() && end.defined(), "lerp_: undefined input tensor (self ", self.describe(), ", end ",
+               end.describe(), ")");
   if (!must_record_inplace("lerp_", self, &end)) {
     autograd::raw([&] { ops::lerp_(self, end, weight); });
     return self;

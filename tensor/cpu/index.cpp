@@ -10,18 +10,6 @@ namespace frugal::ops::cpu {
 
 namespace {
 
-// A gather only moves elements, so it is instantiated per element size, not per dtype.
-template <typename F>
-void dispatch_bytes(size_t element_size, F&& f) {
-  switch (element_size) {
-    case 1: return f.template operator()<uint8_t>();
-    case 2: return f.template operator()<uint16_t>();
-    case 4: return f.template operator()<uint32_t>();
-    case 8: return f.template operator()<uint64_t>();
-    default: FRUGAL_FAIL("index_gather: unsupported element size ", element_size);
-  }
-}
-
 // Runs body(begin, end, err) over parts of [0, n) on OpenMP threads and returns the bad
 // index with the lowest position (see Note [Index validation]); nothing may throw inside.
 template <typename Body>
@@ -97,7 +85,7 @@ void index_gather_kernel(const Tensor& out, const Tensor& index, const Tensor& s
                          int64_t dim_stride, IndexError& err) {
   // out, index, src: the iteration shape; src: stride 0 at the indexed dim
   const ElementwiseLayout L = make_elementwise_layout("index_gather", out, {index, src});
-  dispatch_bytes(out.element_size(), [&]<typename T>() {
+  dispatch_bytes(out.element_size(), "index_gather", [&]<typename T>() {
     dispatch_index(index.dtype(), "index_gather", index.device(), [&]<typename I>() {
       const int64_t step = dim_stride * int64_t(sizeof(T));
       err = parallel_checked(L.numel, [&](int64_t b, int64_t e, IndexError& local) {

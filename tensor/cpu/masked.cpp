@@ -4,13 +4,14 @@
 #include <cstdint>
 
 #include "tensor/cpu/loops.h"
+#include "tensor/dispatch.h"
 #include "tensor/ops/masked.h"
 
 namespace frugal::ops::cpu {
 
 // out: (count); x: (n); mask, pos: (n)
 void masked_select_kernel(const Tensor& out, const Tensor& x, const Tensor& mask, const Tensor& pos) {
-  ops::detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
+  dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
     U* o = static_cast<U*>(out.data());
     const U* xp = static_cast<const U*>(x.data());
     const bool* m = mask.data_ptr<bool>();
@@ -42,7 +43,7 @@ void nonzero_kernel(const Tensor& out, const Tensor& mask, const Tensor& pos, co
 
 // out: (n); src: (count); mask, pos: (n)
 void masked_scatter_kernel(const Tensor& out, const Tensor& mask, const Tensor& pos, const Tensor& src) {
-  ops::detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
+  dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
     U* o = static_cast<U*>(out.data());
     const U* s = static_cast<const U*>(src.data());
     const bool* m = mask.data_ptr<bool>();

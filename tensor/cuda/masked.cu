@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/dispatch.h"
 #include "tensor/ops/masked.h"
 
 namespace frugal::ops::cuda {
@@ -54,7 +55,7 @@ void masked_select_kernel(const Tensor& out, const Tensor& x, const Tensor& mask
   DeviceGuard guard(x.device());
   cudaStream_t stream = stream_for(x);
   const int64_t n = x.numel();
-  ops::detail::dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
+  dispatch_bytes(element_size(x.dtype()), "masked_select", [&]<typename U>() {
     masked_select_cuda_kernel<U>
         <<<grid_for(n), kBlockSize, 0, stream>>>(static_cast<U*>(out.data()), static_cast<const U*>(x.data()),
                                                  mask.data_ptr<bool>(), pos.data_ptr<int64_t>(), n);
@@ -80,7 +81,7 @@ void masked_scatter_kernel(const Tensor& out, const Tensor& mask, const Tensor& 
   DeviceGuard guard(out.device());
   cudaStream_t stream = stream_for(out);
   const int64_t n = out.numel();
-  ops::detail::dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
+  dispatch_bytes(element_size(out.dtype()), "masked_select_backward", [&]<typename U>() {
     masked_scatter_cuda_kernel<U>
         <<<grid_for(n), kBlockSize, 0, stream>>>(static_cast<U*>(out.data()), mask.data_ptr<bool>(),
                                                  pos.data_ptr<int64_t>(), static_cast<const U*>(src.data()), n);

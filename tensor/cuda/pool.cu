@@ -136,7 +136,7 @@ struct WindowMax {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const opmath_t<T> val = opmath_t<T>(xv.v[k]);
-        if (empty || val > best[k] || isnan(val)) best[k] = val, arg[k] = pos;
+        if (empty || val > best[k] || ::isnan(val)) best[k] = val, arg[k] = pos;
       }
     }
     empty = false;

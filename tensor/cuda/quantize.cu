@@ -37,7 +37,7 @@ __device__ __forceinline__ float load(const T* base, const LogicalIndexer& ix, b
 }
 
 __device__ __forceinline__ uint8_t encode(float v, float scale, float inverse, bool fp8, uint8_t nan) {
-  if (!isfinite(v)) return nan;
+  if (!::isfinite(v)) return nan;
   const float s = quant::scaled(v, scale, inverse);
   if (fp8) return uint8_t(__nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3));
   return uint8_t(int8_t(min(max(__float2int_rn(s), -127), 127)));
@@ -62,7 +62,7 @@ __global__ void quantize_blockwise_kernel_impl(uint8_t* __restrict__ codes, floa
     float absmax = 0.0f;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
       const float v = load(x, ix, dense, i);
-      if (isfinite(v)) absmax = fmaxf(absmax, fabsf(v));
+      if (::isfinite(v)) absmax = fmaxf(absmax, fabsf(v));
     }
     absmax = block_allreduce(
         absmax, [](float a, float c) { return fmaxf(a, c); }, 0.0f);
@@ -137,10 +137,10 @@ __global__ void quantize_blockwise_vec_kernel(uint8_t* __restrict__ codes, float
         const Vec<T, kVec> v = *reinterpret_cast<const Vec<T, kVec>*>(x + i);
 #pragma unroll
         for (int j = 0; j < kVec; ++j)
-          if (isfinite(float(v.v[j]))) absmax = fmaxf(absmax, fabsf(float(v.v[j])));
+          if (::isfinite(float(v.v[j]))) absmax = fmaxf(absmax, fabsf(float(v.v[j])));
       } else {
         for (int64_t k = i; k < hi; ++k)
-          if (isfinite(float(x[k]))) absmax = fmaxf(absmax, fabsf(float(x[k])));
+          if (::isfinite(float(x[k]))) absmax = fmaxf(absmax, fabsf(float(x[k])));
       }
     }
     absmax = warp_allreduce(absmax, [](float a, float c) { return fmaxf(a, c); });

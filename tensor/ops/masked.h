@@ -35,21 +35,6 @@ Tensor masked_select(const Tensor& x, const Tensor& mask);
 /// grad: 1-D, one element per true mask element (not checked on CUDA: that needs the count).
 Tensor masked_select_backward(const Tensor& grad, const Tensor& mask, const Shape& shape);
 
-namespace detail {
-/// f.template operator()<U>() with U an unsigned integer of `bytes` bytes: the kernels move
-/// elements, which needs their size, not their type.
-template <typename F>
-void dispatch_bytes(size_t bytes, const char* op, F&& f) {
-  switch (bytes) {
-    case 1: return f.template operator()<uint8_t>();
-    case 2: return f.template operator()<uint16_t>();
-    case 4: return f.template operator()<uint32_t>();
-    case 8: return f.template operator()<uint64_t>();
-  }
-  FRUGAL_FAIL(op, ": no kernel for elements of ", bytes, " bytes");
-}
-}  // namespace detail
-
 }  // namespace frugal::ops
 
 // Backend kernels (Note [Data-dependent output sizes]); every tensor contiguous, n > 0.

@@ -52,7 +52,7 @@ FRUGAL_HD float inverse_scale(float scale) {
 #else
   const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
 #endif
-  return isfinite(inv) ? inv : 0.0f;
+  return ::isfinite(inv) ? inv : 0.0f;  // ::, not frugal::ops::isfinite (a tensor op)
 }
 
 /// v (finite) in units of its block's scale: v * inverse, v / scale where the inverse is 0, and
