@@ -20,30 +20,13 @@
 #include "optim/sgd.h"
 #include "tensor/factory.h"
 #include "tensor/ops/dropout.h"
+#include "tests/fake_capture.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
+using frugal::testing::FakeCapture;
 
 namespace {
-
-/// A capture of the CPU's one stream into pool `key` for the scope.
-class FakeCapture {
- public:
-  explicit FakeCapture(const void* key)
-      : capture_{.pool_key = key, .device = kCPU, .stream = nullptr, .replay_checks = {}} {
-    core::set_current_graph_capture(&capture_);
-  }
-  ~FakeCapture() { core::set_current_graph_capture(nullptr); }
-  /// What CudaGraph.replay runs first.
-  void check_replay() const {
-    for (const auto& check : capture_.replay_checks) check();
-  }
-  FakeCapture(const FakeCapture&) = delete;
-  FakeCapture& operator=(const FakeCapture&) = delete;
-
- private:
-  core::GraphCapture capture_;
-};
 
 /// The state of the CPU allocator's block that holds `ptr`.
 memory::BlockState state_at(const void* ptr) {

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -27,17 +26,6 @@ using namespace frugal::ops::cpu;
 using namespace frugal::testing;
 
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 /// The level's conversions called directly on arrays (v2: the dispatch, which is half.h's loop).
 void level_half_to_float(GemmIsa isa, float* y, const uint16_t* x, int64_t n) {
@@ -68,7 +56,7 @@ uint32_t decode_reference(uint16_t h) {
   const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   if (exp == 0x1f) return sign | 0x7f800000u | (mant ? 0x00400000u | uint32_t(mant) << 13 : 0u);
   const double v = exp == 0 ? std::ldexp(double(mant), -24) : std::ldexp(1024.0 + mant, exp - 25);
-  return sign | bits_of(float(v));  // exact: float holds every float16 value
+  return sign | detail::float_bits(float(v));  // exact: float holds every float16 value
 }
 
 /// float32 bits u rounded to float16 without half.h: the value's multiple of the float16 quantum
@@ -76,7 +64,7 @@ uint32_t decode_reference(uint16_t h) {
 /// with its sign (PyTorch's).
 uint16_t round_reference(uint32_t u) {
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  const float f = float_of(u);
+  const float f = detail::bits_float(u);
   if (std::isnan(f)) return sign | 0x7e00;
   const double a = std::fabs(double(f));
   if (std::isinf(a)) return sign | 0x7c00;
@@ -155,7 +143,7 @@ Tensor widen_by_element(const Tensor& t) {
 std::vector<uint16_t> round_by_element(const Tensor& t) {
   const std::vector<uint32_t> b = bits32(t);
   std::vector<uint16_t> h(b.size());
-  for (size_t i = 0; i < b.size(); ++i) h[i] = detail::float_to_half_bits(float_of(b[i]));
+  for (size_t i = 0; i < b.size(); ++i) h[i] = detail::float_to_half_bits(detail::bits_float(b[i]));
   return h;
 }
 
@@ -172,11 +160,12 @@ std::vector<float> random_values(int64_t n, uint32_t seed, float scale) {
 TEST_CASE("half convert: half.h against the independent decoder and rounder") {
   int64_t bad = 0;
   for (uint32_t h = 0; h < 65536; ++h) {
-    const uint32_t got = bits_of(detail::half_bits_to_float(uint16_t(h))), want = decode_reference(uint16_t(h));
+    const uint32_t got = detail::float_bits(detail::half_bits_to_float(uint16_t(h))),
+                   want = decode_reference(uint16_t(h));
     if (got != want && bad++ < 3) FAIL_CHECK("float16 ", h, ": half.h gives ", got, ", the reference ", want);
   }
   for (uint32_t u : float_sample()) {
-    const uint16_t got = detail::float_to_half_bits(float_of(u)), want = round_reference(u);
+    const uint16_t got = detail::float_to_half_bits(detail::bits_float(u)), want = round_reference(u);
     if (got != want && bad++ < 6) FAIL_CHECK("float32 bits ", u, ": half.h gives ", got, ", the reference ", want);
   }
   CHECK(bad == 0);
@@ -185,10 +174,10 @@ TEST_CASE("half convert: half.h against the independent decoder and rounder") {
   CHECK(detail::float_to_half_bits(65519.99f) == 0x7bff);
   CHECK(detail::float_to_half_bits(65520.0f) == 0x7c00);
   CHECK(detail::float_to_half_bits(-65520.0f) == 0xfc00);
-  CHECK(bits_of(detail::half_bits_to_float(0x7c01)) == 0x7fc02000u);
-  CHECK(bits_of(detail::half_bits_to_float(0xfe01)) == 0xffc02000u);
-  CHECK(detail::float_to_half_bits(float_of(0x7f800001u)) == 0x7e00);
-  CHECK(detail::float_to_half_bits(float_of(0xffa00000u)) == 0xfe00);
+  CHECK(detail::float_bits(detail::half_bits_to_float(0x7c01)) == 0x7fc02000u);
+  CHECK(detail::float_bits(detail::half_bits_to_float(0xfe01)) == 0xffc02000u);
+  CHECK(detail::float_to_half_bits(detail::bits_float(0x7f800001u)) == 0x7e00);
+  CHECK(detail::float_to_half_bits(detail::bits_float(0xffa00000u)) == 0xfe00);
 }
 
 TEST_CASE("half convert: every float16 value, and float32 near every rounding boundary, at every level") {
@@ -196,7 +185,7 @@ TEST_CASE("half convert: every float16 value, and float32 near every rounding bo
   for (uint32_t h = 0; h < 65536; ++h) all[h] = uint16_t(h);
   const std::vector<uint32_t> sample = float_sample();
   std::vector<float> fs(sample.size());
-  for (size_t i = 0; i < sample.size(); ++i) fs[i] = float_of(sample[i]);
+  for (size_t i = 0; i < sample.size(); ++i) fs[i] = detail::bits_float(sample[i]);
   for (GemmIsa isa : kLevels) {
     if (!cpu_supports(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
@@ -204,7 +193,8 @@ TEST_CASE("half convert: every float16 value, and float32 near every rounding bo
     level_half_to_float(isa, wide.data(), all.data(), int64_t(all.size()));
     int64_t bad = 0;
     for (uint32_t h = 0; h < 65536; ++h) {
-      const uint32_t got = bits_of(wide[h]), want = bits_of(detail::half_bits_to_float(uint16_t(h)));
+      const uint32_t got = detail::float_bits(wide[h]),
+                     want = detail::float_bits(detail::half_bits_to_float(uint16_t(h)));
       if (got != want && bad++ < 3) FAIL_CHECK("float16 ", h, " -> ", got, ", half.h ", want);
     }
     std::vector<uint16_t> narrow(fs.size());
@@ -238,8 +228,8 @@ TEST_CASE("half convert: every length up to 3 vectors and more, unaligned, nothi
         bool ok = true;
         for (int64_t i = 0; i < n + 8 + at; ++i) {
           const bool inside = i >= at && i < at + n;
-          ok &=
-              bits_of(wide[size_t(i)]) == (inside ? bits_of(detail::half_bits_to_float(h[size_t(i)])) : bits_of(-7.0f));
+          ok &= detail::float_bits(wide[size_t(i)]) ==
+                (inside ? detail::float_bits(detail::half_bits_to_float(h[size_t(i)])) : detail::float_bits(-7.0f));
           ok &= narrow[size_t(i)] == (inside ? h[size_t(i)] : 0x1234);
         }
         CHECK(ok);
@@ -253,6 +243,18 @@ TEST_CASE("half convert: casts of views, odd lengths, size 0 and threaded sizes 
   const Tensor f = from_vector<float>(v, {3, 70001});  // 210003 elements: threaded, odd
   const Tensor h = half_tensor(v, {3, 70001});
   const Tensor f2 = f.narrow(1, 0, 64 * 65).view({3, 64, 65}), h2 = h.narrow(1, 0, 64 * 65).view({3, 64, 65});
+  // Views of a (3, 70001) tensor t and of t3, its first 64 x 65 columns as (3, 64, 65): a dense
+  // run, a narrow, transposes, a step, an expand, size 0 and size 1.
+  const auto views_of = [](const Tensor& t, const Tensor& t3) {
+    return std::vector<Tensor>{t,
+                               t.narrow(1, 5, 33),
+                               t.t(),
+                               t3.transpose(1, 2),
+                               t3.slice(2, 1, 65, 2),
+                               t.narrow(0, 1, 1).expand({4, 70001}),
+                               t.narrow(1, 0, 0),
+                               t.narrow(1, 7, 1)};
+  };
   for (GemmIsa isa : kLevels) {
     if (!cpu_supports(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
@@ -260,30 +262,14 @@ TEST_CASE("half convert: casts of views, odd lengths, size 0 and threaded sizes 
     for (int threads : {1, 2}) {
       CAPTURE(threads);
       ThreadScope scope(threads);
-      const std::vector<Tensor> fviews = {f,
-                                          f.narrow(1, 5, 33),
-                                          f.t(),
-                                          f2.transpose(1, 2),
-                                          f2.slice(2, 1, 65, 2),
-                                          f.narrow(0, 1, 1).expand({4, 70001}),
-                                          f.narrow(1, 0, 0),
-                                          f.narrow(1, 7, 1)};
-      for (const Tensor& x : fviews) {
+      for (const Tensor& x : views_of(f, f2)) {
         CAPTURE(x.describe());
         CHECK(bits16(x.to(kFloat16)) == round_by_element(x));
         Tensor dst = empty(x.sizes(), kFloat16);
         dst.copy_(x);
         CHECK(bits16(dst) == round_by_element(x));
       }
-      const std::vector<Tensor> hviews = {h,
-                                          h.narrow(1, 5, 33),
-                                          h.t(),
-                                          h2.transpose(1, 2),
-                                          h2.slice(2, 1, 65, 2),
-                                          h.narrow(0, 1, 1).expand({4, 70001}),
-                                          h.narrow(1, 0, 0),
-                                          h.narrow(1, 7, 1)};
-      for (const Tensor& x : hviews) {
+      for (const Tensor& x : views_of(h, h2)) {
         CAPTURE(x.describe());
         CHECK(bits32(x.to(kFloat32)) == bits32(widen_by_element(x)));
         if (x.dim() == 2) {  // into a transposed float32 destination

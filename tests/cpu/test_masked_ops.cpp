@@ -23,6 +23,7 @@
 #include "tensor/ops/masked.h"
 #include "tensor/ops/unary.h"
 #include "tests/cpu/gradcheck_util.h"
+#include "tests/fake_capture.h"
 #include "tests/test_util.h"
 
 using namespace frugal;
@@ -111,20 +112,6 @@ std::vector<double> masked_select_reference(const std::vector<double>& x, const 
 }
 
 double lerp_reference(double s, double e, double w) { return w < 0.5 ? s + w * (e - s) : e - (e - s) * (1.0 - w); }
-
-/// A capture of the CPU's stream for the scope (as tests/cpu/test_graph_capture.cpp's).
-class FakeCapture {
- public:
-  explicit FakeCapture(const void* key) : capture_{.pool_key = key, .device = kCPU, .stream = nullptr} {
-    core::set_current_graph_capture(&capture_);
-  }
-  ~FakeCapture() { core::set_current_graph_capture(nullptr); }
-  FakeCapture(const FakeCapture&) = delete;
-  FakeCapture& operator=(const FakeCapture&) = delete;
-
- private:
-  core::GraphCapture capture_;
-};
 
 }  // namespace
 

@@ -28,17 +28,6 @@ namespace {
 const double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-float float_of_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits_of_float(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 /// The value of IEEE binary16 bits b, decoded with float64 arithmetic (NaN for NaNs).
 double half_value(uint16_t b) {
   const int exp = (b >> 10) & 31, mant = b & 1023;
@@ -181,9 +170,10 @@ TEST_CASE("probe dtypes: float32 -> float16 rounds every tie to even, overflows 
   }
   const size_t positives = v.size();
   for (size_t i = 0; i < positives; ++i) v.push_back(-v[i]);
-  for (float s : {0.0f, -0.0f, 65519.99f, 65520.0f, 65536.0f, 1e6f, std::numeric_limits<float>::max(),
-                  std::numeric_limits<float>::denorm_min(), 1e-40f, float(INFINITY), float(-INFINITY),
-                  std::numeric_limits<float>::quiet_NaN(), float_of_bits(0x7f800001u), float_of_bits(0xffc00000u)})
+  for (float s :
+       {0.0f, -0.0f, 65519.99f, 65520.0f, 65536.0f, 1e6f, std::numeric_limits<float>::max(),
+        std::numeric_limits<float>::denorm_min(), 1e-40f, float(INFINITY), float(-INFINITY),
+        std::numeric_limits<float>::quiet_NaN(), detail::bits_float(0x7f800001u), detail::bits_float(0xffc00000u)})
     v.push_back(s);
 
   std::vector<uint16_t> want;
@@ -206,9 +196,9 @@ TEST_CASE("probe dtypes: float32 -> float16 rounds every tie to even, overflows 
     int64_t bad = 0, first = -1;
     for (size_t i = 0; i < got.size(); ++i)
       if (got[i] != want[i] && bad++ == 0) first = int64_t(i);
-    CHECK_MESSAGE(bad == 0, bad, " wrong; first: float32 bits ", bits_of_float(v[size_t(std::max<int64_t>(first, 0))]),
-                  " gave half bits ", first >= 0 ? got[size_t(first)] : 0, " expected ",
-                  first >= 0 ? want[size_t(first)] : 0);
+    CHECK_MESSAGE(bad == 0, bad, " wrong; first: float32 bits ",
+                  detail::float_bits(v[size_t(std::max<int64_t>(first, 0))]), " gave half bits ",
+                  first >= 0 ? got[size_t(first)] : 0, " expected ", first >= 0 ? want[size_t(first)] : 0);
   }
   // tolist<Half>() and item<Half>() convert on the way out.
   const std::vector<Half> listed = src.tolist<Half>();
@@ -222,8 +212,8 @@ TEST_CASE("probe dtypes: float32 -> float16 rounds every tie to even, overflows 
 TEST_CASE("probe dtypes: float32 -> bfloat16 rounds ties to even, overflows past the largest finite, NaN stays NaN") {
   std::vector<float> v;
   for (uint32_t b = 0; b < 0x7f80; ++b) {  // every finite positive bfloat16 and the next
-    const double lo = double(float_of_bits(b << 16));
-    const double hi = b + 1 < 0x7f80 ? double(float_of_bits((b + 1) << 16)) : std::ldexp(1.0, 128);
+    const double lo = double(detail::bits_float(b << 16));
+    const double hi = b + 1 < 0x7f80 ? double(detail::bits_float((b + 1) << 16)) : std::ldexp(1.0, 128);
     const float mid = float((lo + hi) / 2);
     REQUIRE(double(mid) == (lo + hi) / 2);
     v.push_back(mid);
@@ -236,7 +226,7 @@ TEST_CASE("probe dtypes: float32 -> bfloat16 rounds ties to even, overflows past
   // NaNs whose payload sits only in the low 16 bits: truncating would give 0x7f80 (inf).
   const std::vector<uint32_t> nans{0x7f800001u, 0x7f80ffffu, 0xff800001u, 0x7fc00000u, 0x7f810000u, 0xffffffffu};
   const size_t first_nan = v.size();
-  for (uint32_t u : nans) v.push_back(float_of_bits(u));
+  for (uint32_t u : nans) v.push_back(detail::bits_float(u));
 
   const Tensor src = from_vector(v);
   auto paths = conversions(src, kBFloat16);
@@ -248,9 +238,9 @@ TEST_CASE("probe dtypes: float32 -> bfloat16 rounds ties to even, overflows past
     int64_t bad = 0;
     for (size_t i = 0; i < first_nan; ++i) {
       const double want = round_bf16(double(v[i]));
-      const uint16_t want_bits = uint16_t(bits_of_float(float(want)) >> 16);  // want is exact in float
+      const uint16_t want_bits = uint16_t(detail::float_bits(float(want)) >> 16);  // want is exact in float
       if (got[i] != want_bits && bad++ == 0)
-        FAIL_CHECK("float32 bits ", bits_of_float(v[i]), " gave bfloat16 bits ", got[i], " expected ", want_bits);
+        FAIL_CHECK("float32 bits ", detail::float_bits(v[i]), " gave bfloat16 bits ", got[i], " expected ", want_bits);
     }
     CHECK(bad == 0);
     for (size_t i = first_nan; i < v.size(); ++i) {
@@ -277,7 +267,7 @@ TEST_CASE("probe dtypes: float16/bfloat16 -> float32/float64 decode all 65536 bi
     int64_t bad = 0;
     for (uint32_t i = 0; i < 65536; ++i) {
       const double hr = half_value(uint16_t(i));
-      const double br = double(float_of_bits(i << 16));  // bfloat16 is float32's top half
+      const double br = double(detail::bits_float(i << 16));  // bfloat16 is float32's top half
       const bool h_ok = std::isnan(hr) ? std::isnan(hv[i]) : (hv[i] == hr && std::signbit(hv[i]) == std::signbit(hr));
       const bool b_ok = std::isnan(br) ? std::isnan(bv[i]) : (bv[i] == br && std::signbit(bv[i]) == std::signbit(br));
       if (!(h_ok && b_ok) && bad++ < 3) FAIL_CHECK("bits ", i, ": half gave ", hv[i], ", bfloat16 gave ", bv[i]);
@@ -289,7 +279,7 @@ TEST_CASE("probe dtypes: float16/bfloat16 -> float32/float64 decode all 65536 bi
   const std::vector<float> f = h.to(kFloat32).view({-1}).narrow(0, 0xfc01, 2).tolist<float>();  // 0xfc01, 0xfc02
   CHECK(std::isnan(f[0]));
   CHECK(std::signbit(f[0]));
-  CHECK((bits_of_float(f[1]) & 0x003fffffu) == (2u << 13));
+  CHECK((detail::float_bits(f[1]) & 0x003fffffu) == (2u << 13));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -325,7 +315,7 @@ TEST_CASE("probe dtypes: contiguous(), clone() and copy_ of a float16/bfloat16 v
   std::memcpy(f.data(), fb.data(), 32);
   const std::vector<float> ft = raw_elems<float>(f.t());
   const std::vector<float> fc = f.t().contiguous().tolist<float>();
-  for (size_t i = 0; i < 8; ++i) CHECK(bits_of_float(fc[i]) == bits_of_float(ft[i]));
+  for (size_t i = 0; i < 8; ++i) CHECK(detail::float_bits(fc[i]) == detail::float_bits(ft[i]));
 }
 
 // ---------------------------------------------------------------------------------------
