@@ -11,9 +11,8 @@
 
 namespace frugal::nn {
 
-BatchNorm::BatchNorm(const char* type, std::vector<int64_t> ranks, std::vector<const char*> shapes, int64_t features,
-                     BatchNormOptions o)
-    : num_features(features), options(o), type_(type), ranks_(std::move(ranks)), shapes_(std::move(shapes)) {
+BatchNorm::BatchNorm(const char* type, std::vector<Accepted> accepted, int64_t features, BatchNormOptions o)
+    : num_features(features), options(o), type_(type), accepted_(std::move(accepted)) {
   FRUGAL_CHECK(features > 0, type_, ": num_features must be positive, got ", features);
   if (o.affine) {
     weight = register_parameter("weight", ones({features}));
@@ -35,10 +34,10 @@ void BatchNorm::reset_running_stats() {
 
 double BatchNorm::start_batch(const Tensor& x) {
   FRUGAL_CHECK(x.defined(), type_, ": undefined input");
-  const auto rank = std::find(ranks_.begin(), ranks_.end(), x.dim());
-  if (rank == ranks_.end() || x.size(1) != num_features) {
+  const auto fits = [&](const Accepted& a) { return x.dim() == a.rank; };
+  if (std::none_of(accepted_.begin(), accepted_.end(), fits) || x.size(1) != num_features) {
     std::string want;
-    for (const char* shape : shapes_) want += (want.empty() ? "" : " or ") + std::string(shape);
+    for (const Accepted& a : accepted_) want += (want.empty() ? "" : " or ") + std::string(a.shape);
     FRUGAL_FAIL(type_, ": expected input ", want, " with C = ", num_features, ", got ", x.describe());
   }
   double momentum = options.momentum.value_or(0.0);

@@ -49,10 +49,13 @@ class BatchNorm : public UnaryModule {
   const BatchNormOptions options;
 
  protected:
-  /// `type`: "BatchNorm2d" etc.; `shapes`: the accepted inputs for errors, e.g. "(N, C, H, W)",
-  /// one per rank in `ranks`.
-  BatchNorm(const char* type, std::vector<int64_t> ranks, std::vector<const char*> shapes, int64_t num_features,
-            BatchNormOptions options);
+  /// An input rank accepted and its shape as errors name it, e.g. {4, "(N, C, H, W)"}.
+  struct Accepted {
+    int64_t rank;
+    const char* shape;
+  };
+  /// `type`: "BatchNorm2d" etc.
+  BatchNorm(const char* type, std::vector<Accepted> accepted, int64_t num_features, BatchNormOptions options);
 
  private:
   /// Checks x, counts the batch in training, and gives the momentum to use.
@@ -61,29 +64,28 @@ class BatchNorm : public UnaryModule {
   bool uses_batch_stats() const { return is_training() || !options.track_running_stats; }
 
   const char* type_;
-  std::vector<int64_t> ranks_;
-  std::vector<const char*> shapes_;
+  std::vector<Accepted> accepted_;
 };
 
 /// torch.nn.BatchNorm1d: (N, C) or (N, C, L) inputs (features of an MLP, channels of a sequence).
 class BatchNorm1d final : public BatchNorm {
  public:
   explicit BatchNorm1d(int64_t num_features, BatchNormOptions options = {})
-      : BatchNorm("BatchNorm1d", {2, 3}, {"(N, C)", "(N, C, L)"}, num_features, options) {}
+      : BatchNorm("BatchNorm1d", {{2, "(N, C)"}, {3, "(N, C, L)"}}, num_features, options) {}
 };
 
 /// torch.nn.BatchNorm2d: (N, C, H, W) inputs, NCHW or channels-last.
 class BatchNorm2d final : public BatchNorm {
  public:
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {})
-      : BatchNorm("BatchNorm2d", {4}, {"(N, C, H, W)"}, num_features, options) {}
+      : BatchNorm("BatchNorm2d", {{4, "(N, C, H, W)"}}, num_features, options) {}
 };
 
 /// torch.nn.BatchNorm3d: (N, C, D, H, W) inputs.
 class BatchNorm3d final : public BatchNorm {
  public:
   explicit BatchNorm3d(int64_t num_features, BatchNormOptions options = {})
-      : BatchNorm("BatchNorm3d", {5}, {"(N, C, D, H, W)"}, num_features, options) {}
+      : BatchNorm("BatchNorm3d", {{5, "(N, C, D, H, W)"}}, num_features, options) {}
 };
 
 }  // namespace frugal::nn

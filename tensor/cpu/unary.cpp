@@ -110,7 +110,7 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad
 // out: bool, x: floating, same shape (any strides): the elementwise loop of every unary op,
 // with a bool store.
 void float_class_kernel(FloatClass c, const Tensor& out, const Tensor& x) {
-  const char* name = c == FloatClass::Nan ? "isnan" : c == FloatClass::Inf ? "isinf" : "isfinite";
+  const char* name = float_class_name(c);
   const ElementwiseLayout L = make_elementwise_layout(name, out, {x});
   dispatch_floating(x.dtype(), name, x.device(), [&]<typename T>() {
     switch (c) {

@@ -79,7 +79,8 @@ Tensor clamp(const Tensor& x, double lo, double hi) { return unary(UnaryOp::Clam
 
 namespace {
 
-Tensor float_class(const char* name, FloatClass c, const Tensor& x) {
+Tensor float_class(FloatClass c, const Tensor& x) {
+  const char* name = float_class_name(c);
   FRUGAL_CHECK(x.defined(), name, ": undefined input tensor");
   // Integers and bools hold no NaN or infinity: a constant answer, no kernel.
   if (!is_floating(x.dtype())) return full(x.sizes(), c == FloatClass::Finite ? 1.0 : 0.0, {kBool, x.device()});
@@ -90,9 +91,9 @@ Tensor float_class(const char* name, FloatClass c, const Tensor& x) {
 
 }  // namespace
 
-Tensor isnan(const Tensor& x) { return float_class("isnan", FloatClass::Nan, x); }
-Tensor isinf(const Tensor& x) { return float_class("isinf", FloatClass::Inf, x); }
-Tensor isfinite(const Tensor& x) { return float_class("isfinite", FloatClass::Finite, x); }
+Tensor isnan(const Tensor& x) { return float_class(FloatClass::Nan, x); }
+Tensor isinf(const Tensor& x) { return float_class(FloatClass::Inf, x); }
+Tensor isfinite(const Tensor& x) { return float_class(FloatClass::Finite, x); }
 
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, double a, double b) {
   const std::string name = std::string(unary_op_name(op)) + "_backward";

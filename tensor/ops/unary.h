@@ -155,6 +155,10 @@ Tensor unary(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0);
 
 /// Which class of floating value a predicate kernel tests for (isnan, isinf, isfinite).
 enum class FloatClass : uint8_t { Nan, Inf, Finite };
+/// The op that tests for `c`: "isnan", "isinf" or "isfinite".
+inline const char* float_class_name(FloatClass c) {
+  return c == FloatClass::Nan ? "isnan" : c == FloatClass::Inf ? "isinf" : "isfinite";
+}
 
 // ---- backward ----------------------------------------------------------------
 
