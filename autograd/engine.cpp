@@ -40,13 +40,17 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <queue>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/meta.h"
+#include "autograd/ops/binary.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -127,6 +131,12 @@ struct NodeTask {
 using Capture = std::unordered_map<Node*, TensorList>;
 thread_local Capture* running_capture = nullptr;  // the innermost grad() run on this thread
 
+/// a + b, recorded when a create_graph run's formulas are (Note [Double backward]).
+Tensor gradient_sum(const Tensor& a, const Tensor& b) {
+  core::OpScope scope("GradientSum");
+  return is_grad_enabled() ? frugal::add(a, b) : ops::add(a, b);
+}
+
 /// Adds `grads` (per output of a node) into `into` (Note [Gradients without .grad]).
 void add_into(TensorList& into, TensorList&& grads) {
   if (into.size() < grads.size()) into.resize(grads.size());
@@ -135,8 +145,7 @@ void add_into(TensorList& into, TensorList&& grads) {
     if (!into[k].defined()) {
       into[k] = std::move(grads[k]);
     } else {
-      core::OpScope scope("GradientSum");
-      into[k] = ops::add(into[k], grads[k]);
+      into[k] = gradient_sum(into[k], grads[k]);
     }
   }
 }
@@ -196,6 +205,26 @@ struct GraphRun {
     }
   }
 
+  /// Under create_graph: throws, naming them, if a node that would run has no apply_graph
+  /// (Note [Double backward]); checked before any runs.
+  /// Only grad() runs create graphs: the nodes that run are those mark_needed marked.
+  void check_graph_backward() const {
+    std::vector<std::string> missing;
+    for (const auto& [node, task] : tasks) {
+      if (!task.runs || node->has_graph_backward()) continue;
+      const std::string name = node->name();
+      if (std::find(missing.begin(), missing.end(), name) == missing.end()) missing.push_back(name);
+    }
+    if (missing.empty()) return;
+    std::sort(missing.begin(), missing.end());
+    std::string names;
+    for (const std::string& m : missing) names += (names.empty() ? "" : ", ") + m;
+    FRUGAL_FAIL("grad with create_graph: ", names,
+                " on the way from the outputs to the inputs cannot be differentiated twice in frugal (Note "
+                "[Double backward] in autograd/graph_backward.h lists what can); compute the inner gradient "
+                "through other ops, or take the second derivative by finite differences of grad()");
+  }
+
   void add_gradient(Node* n, size_t slot, Tensor g) {
     check_grad_shape(*n, slot, g);
     TensorList& buf = tasks[n].buffer;
@@ -205,9 +234,14 @@ struct GraphRun {
       return;
     }
     // A tensor used twice (a tied embedding): the sum is the backward's, not "outside ops", and
-    // is made in place when nothing else holds the first gradient (Note [Engine order]).
-    core::OpScope scope("GradientSum");
+    // is made in place when nothing else holds the first gradient (Note [Engine order]), unless
+    // the sum is recorded (Note [Double backward]).
     Tensor& b = buf[slot];
+    if (is_grad_enabled()) {
+      b = gradient_sum(b, g);
+      return;
+    }
+    core::OpScope scope("GradientSum");
     const bool sole = b.impl_ptr().use_count() == 1 && b.impl().storage.use_count() == 1;
     if (sole && b.dtype() == g.dtype() && b.device() == g.device() && b.sizes() == g.sizes() && b.is_contiguous())
       ops::add_(b, g);
@@ -233,13 +267,26 @@ class CaptureScope {
 // Runs the graph; `capture` (optional) holds nodes whose incoming gradients are
 // returned instead of passed on (autograd::grad's inputs), and then only the nodes
 // that lead to them run (Note [Gradients without .grad]).
-void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph, Capture* capture) {
-  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, bool retain_graph, Capture* capture,
+                  bool create_graph = false) {
+  // Backward formulas are not themselves recorded, unless under create_graph, whose formulas
+  // run in their gradients' dtypes with autocast off (Note [Double backward]).
+  std::optional<NoGradGuard> no_grad;
+  std::optional<EnableGradGuard> with_grad;
+  std::optional<AutocastGuard> no_autocast_cpu, no_autocast_cuda;
+  if (create_graph) {
+    with_grad.emplace();
+    no_autocast_cpu.emplace(kCPU, kFloat16, /*enabled=*/false);
+    no_autocast_cuda.emplace(Device{DeviceType::CUDA, 0}, kFloat16, /*enabled=*/false);
+  } else {
+    no_grad.emplace();
+  }
   CallbackScope callbacks;
   CaptureScope capture_scope(capture);
   GraphRun run;
   run.discover(roots);
   if (capture) run.mark_needed(roots, *capture);
+  if (create_graph) run.check_graph_backward();
   std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
   for (size_t i = 0; i < roots.size(); ++i) {
     if (!roots[i].fn) continue;
@@ -299,7 +346,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
       const bool profiling = core::profiling();
       core::ModuleScope module(profiling ? core::node_module(node->sequence_nr) : nullptr);
       core::OpScope op(op_name(*node, profiling));
-      input_grads = node->apply(std::move(grads));
+      input_grads = create_graph ? node->apply_graph(std::move(grads)) : node->apply(std::move(grads));
     }
     if (anomaly) check_finite(*node, input_grads);
     if (!retain_graph) {
@@ -390,6 +437,11 @@ void backward_releasing_roots(TensorList&& roots, const TensorList& grad_roots) 
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,
                 bool allow_unused) {
+  return grad(outputs, inputs, grad_outputs, GradOptions{retain_graph, /*create_graph=*/false, allow_unused});
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                const GradOptions& options) {
   Capture capture;
   std::vector<Edge> input_edges;
   for (const Tensor& x : inputs) {
@@ -398,13 +450,14 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
     capture[input_edges.back().fn.get()] = {};
   }
   const std::vector<Edge> edges = root_edges(outputs);
-  run_backward(edges, root_gradients(outputs, grad_outputs, /*to_root_dtype=*/true), retain_graph, &capture);
+  run_backward(edges, root_gradients(outputs, grad_outputs, /*to_root_dtype=*/true),
+               options.retain_graph || options.create_graph, &capture, options.create_graph);
   TensorList result;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorList& got = capture[input_edges[i].fn.get()];
     const uint32_t nr = input_edges[i].input_nr;
     Tensor g = nr < got.size() ? got[nr] : Tensor();
-    FRUGAL_CHECK(g.defined() || allow_unused, "grad: input ", i, " (", inputs[i].describe(),
+    FRUGAL_CHECK(g.defined() || options.allow_unused, "grad: input ", i, " (", inputs[i].describe(),
                  ") was not used to compute the outputs (no gradient reaches it); pass allow_unused = true to get an "
                  "undefined tensor for it instead");
     result.push_back(std::move(g));

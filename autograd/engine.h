@@ -15,13 +15,23 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
 /// retained ones alike): only the nodes on a path to an input run (Note [Gradients
 /// without .grad]). An input the outputs do not depend on throws, unless allow_unused:
 /// then its entry is an undefined tensor (PyTorch's None).
-/// There is no create_graph: the gradients returned have no history, so a second
-/// derivative (a gradient penalty, a Hessian-vector product) cannot be taken through them.
-/// Backward formulas run raw ops on detached saved tensors (Note [Saved tensor versions]),
-/// which is what keeps a node's saved state small; for a Hessian-vector product use central
-/// differences of grad() at w +- eps v.
+/// The gradients returned have no history; for ones that do, see GradOptions.
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool allow_unused = false);
+
+/// grad()'s flags, as PyTorch's torch.autograd.grad keywords:
+///   auto [gx] = grad({y}, {x}, {}, {.create_graph = true});  // gx has history
+struct GradOptions {
+  bool retain_graph = false;  // keep the graph's saved tensors for another backward (create_graph implies it)
+  /// Record the backward itself, so the gradients returned can be differentiated again (a
+  /// gradient penalty, second derivatives, a Hessian-vector product). Every node on the way
+  /// must have a differentiable backward, or grad() throws naming those that have none
+  /// (Note [Double backward] in autograd/graph_backward.h).
+  bool create_graph = false;
+  bool allow_unused = false;  // an input no gradient reaches gets an undefined tensor instead of an error
+};
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                const GradOptions& options);
 
 /// For a node whose apply runs a nested backward over a graph of its own (a checkpoint's
 /// replay, Node::runs_nested_backward): the gradients of `roots` w.r.t. `leaves` (undefined

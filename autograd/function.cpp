@@ -50,12 +50,17 @@ void record(const std::shared_ptr<Node>& node, const TensorList& outputs) {
   }
 }
 
+std::vector<int64_t> stretched_dims(const Shape& sizes, const Shape& shape) {
+  const int64_t lead = int64_t(sizes.size()) - int64_t(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < int64_t(sizes.size()); ++d)
+    if (d < lead || (shape[d - lead] == 1 && sizes[d] != 1)) dims.push_back(d);
+  return dims;
+}
+
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.sizes() == shape) return grad;
-  const int64_t lead = grad.dim() - int64_t(shape.size());
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < grad.dim(); ++d)
-    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) dims.push_back(d);
+  const std::vector<int64_t> dims = stretched_dims(grad.sizes(), shape);
   Tensor r = dims.empty() ? grad : ops::sum(grad, dims, /*keepdim=*/true);
   return r.reshape(shape);
 }

@@ -94,6 +94,8 @@ std::shared_ptr<N> make_node(std::initializer_list<Tensor> inputs) {
 /// Makes `outputs` the outputs of `node` (their grad_fn) and records their metadata.
 void record(const std::shared_ptr<Node>& node, const TensorList& outputs);
 
+/// The dims of `sizes` that broadcasting `shape` to it added or stretched.
+std::vector<int64_t> stretched_dims(const Shape& sizes, const Shape& shape);
 /// Sums `grad` over the dims that broadcasting added or stretched, so it has `shape`
 /// (the backward of every broadcasting op).
 Tensor sum_to(const Tensor& grad, const Shape& shape);

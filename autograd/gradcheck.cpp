@@ -5,6 +5,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#include "autograd/ops/join.h"
 #include "tensor/factory.h"
 
 namespace frugal::autograd {
@@ -67,6 +68,38 @@ GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& f, con
     }
   }
   return result;
+}
+
+GradcheckResult gradgradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                              const GradcheckOptions& opt) {
+  std::vector<size_t> wrt;  // the inputs that require grad
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k].defined() && inputs[k].requires_grad()) wrt.push_back(k);
+  FRUGAL_CHECK(!wrt.empty(), "gradgradcheck: no input requires grad");
+  Shape out_sizes;
+  {
+    NoGradGuard no_grad;
+    out_sizes = f(inputs).sizes();
+  }
+  Generator gen(opt.seed + 2);
+  const Tensor u = randn(out_sizes, TensorOptions(kFloat64), &gen).requires_grad_();
+  // (inputs..., u) -> every first-order gradient, flattened and joined; recorded also when
+  // gradcheck's differences call it under NoGradGuard (its values are what they read).
+  auto first_order = [&](const TensorList& args) {
+    EnableGradGuard with_grad;
+    const TensorList xs(args.begin(), args.end() - 1);
+    TensorList requested;
+    for (size_t k : wrt) requested.push_back(xs[k]);
+    const TensorList grads = grad({f(xs)}, requested, {args.back()}, {.create_graph = true, .allow_unused = true});
+    TensorList flat;
+    for (size_t i = 0; i < grads.size(); ++i)
+      flat.push_back(grads[i].defined() ? grads[i].reshape({-1})
+                                        : zeros({requested[i].numel()}, TensorOptions(kFloat64)));
+    return frugal::cat(flat, 0);
+  };
+  TensorList args = inputs;
+  args.push_back(u);
+  return gradcheck(first_order, args, opt);
 }
 
 }  // namespace frugal::autograd

@@ -27,4 +27,12 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
                           const GradcheckOptions& options = {});
 
+/// Checks the double backward of `f` (as torch.autograd.gradgradcheck): gradcheck of the
+/// function (inputs, u) -> grad(f(inputs), inputs, u) taken with create_graph, u a fixed
+/// random float64 gradient for f's output. It compares the backward of f's backward
+/// (Note [Double backward] in autograd/graph_backward.h), with respect to the inputs and
+/// to u, with central differences of first-order gradients.
+GradcheckResult gradgradcheck(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                              const GradcheckOptions& options = {});
+
 }  // namespace frugal::autograd

@@ -21,6 +21,10 @@ Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relax
   if (core::profiling()) core::note_node_module(sequence_nr);
 }
 
+TensorList Node::apply_graph(TensorList&&) {
+  FRUGAL_FAIL(name(), " has no double backward (Note [Double backward])");  // the engine checks first
+}
+
 void Node::release_saved() {
   for (SavedSlot* s = saved_; s != nullptr; s = s->next_) s->reset();
 }

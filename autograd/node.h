@@ -48,7 +48,7 @@ struct OutputMeta {
 
 using TensorList = std::vector<Tensor>;
 
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
   virtual ~Node();
@@ -81,6 +81,13 @@ class Node {
   /// converts (a cast's backward: its source's dtype). A producer may then compute the
   /// gradient in that dtype directly (Note [Weight gradients in the master dtype]).
   virtual std::optional<DType> converts_gradient_to() const { return std::nullopt; }
+  /// True when apply_graph is written (Note [Double backward] in autograd/graph_backward.h):
+  /// grad(..., {.create_graph = true}) refuses a graph with a node that has none.
+  virtual bool has_graph_backward() const { return false; }
+  /// apply() in differentiable ops, run with grad mode on under create_graph: the gradients
+  /// it returns have history (through the saved tensors' own: graph_backward.h's
+  /// saved_input and saved_output), so they can be differentiated again.
+  virtual TensorList apply_graph(TensorList&& grad_outputs);
   /// True when apply runs a nested backward over a graph the edges do not show (a
   /// checkpoint's replay reaches the leaves its region captured): a grad() run cannot
   /// tell whether it leads to a requested input, so it always runs it.

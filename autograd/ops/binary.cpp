@@ -9,6 +9,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
 #include "autograd/ops/inplace.h"
 #include "autograd/ops/unary.h"  // affine, reciprocal: rsub and rdiv
 #include "core/instrument.h"
@@ -27,6 +28,7 @@ using autograd::rebase_history;
 using autograd::SavedTensor;
 using autograd::TensorList;
 using autograd::wants_grad;
+namespace graph = autograd::graph;
 
 namespace {
 
@@ -66,6 +68,14 @@ struct AddBackward final : Node {
     }
     return out;
   }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = graph::reduce_grad(g, a.sizes, a.dtype);
+    if (wants_grad(*this, 1)) out[1] = graph::reduce_grad(alpha == 1.0 ? g : frugal::mul(g, alpha), b.sizes, b.dtype);
+    return out;
+  }
 };
 
 // out = x op s for a scalar s (add, sub, mul, div)
@@ -78,6 +88,11 @@ struct ScalarBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     const Tensor g = in_dtype(grads[0], dtype);
     return {factor == 1.0 ? g : ops::mul(g, factor)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    return {factor == 1.0 ? g : frugal::mul(g, factor)};
   }
 };
 
@@ -92,6 +107,16 @@ struct MulBackward final : Node {
     TensorList out(2);
     if (wants_grad(*this, 0)) out[0] = reduce_grad(ops::mul(g, b.unpack(name())), ma.sizes, ma.dtype);
     if (wants_grad(*this, 1)) out[1] = reduce_grad(ops::mul(g, a.unpack(name())), mb.sizes, mb.dtype);
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0))
+      out[0] = graph::reduce_grad(frugal::mul(g, graph::saved_input(*this, 1, b)), ma.sizes, ma.dtype);
+    if (wants_grad(*this, 1))
+      out[1] = graph::reduce_grad(frugal::mul(g, graph::saved_input(*this, 0, a)), mb.sizes, mb.dtype);
     return out;
   }
 };
@@ -110,6 +135,18 @@ struct DivBackward final : Node {
     if (wants_grad(*this, 0)) result[0] = reduce_grad(g_over_b, ma.sizes, ma.dtype);
     if (wants_grad(*this, 1))
       result[1] = ops::neg(reduce_grad(ops::mul(g_over_b, ops::div(a.unpack(name()), bv)), mb.sizes, mb.dtype));
+    return result;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor bv = graph::saved_input(*this, 1, b);
+    const Tensor g_over_b = frugal::div(grads[0], bv);
+    TensorList result(2);
+    if (wants_grad(*this, 0)) result[0] = graph::reduce_grad(g_over_b, ma.sizes, ma.dtype);
+    if (wants_grad(*this, 1)) {
+      const Tensor t = frugal::mul(g_over_b, frugal::div(graph::saved_input(*this, 0, a), bv));
+      result[1] = frugal::neg(graph::reduce_grad(t, mb.sizes, mb.dtype));
+    }
     return result;
   }
 };
@@ -176,6 +213,16 @@ struct WhereBackward final : Node {
     if (wants_grad(*this, 2)) out[2] = reduce_grad(ops::where(c, zero, g), b.sizes, b.dtype);
     return out;
   }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor c = cond.unpack(name());
+    TensorList out(3);
+    if (wants_grad(*this, 1))
+      out[1] = graph::reduce_grad(frugal::masked_fill(g, frugal::logical_not(c), 0.0), a.sizes, a.dtype);
+    if (wants_grad(*this, 2)) out[2] = graph::reduce_grad(frugal::masked_fill(g, c, 0.0), b.sizes, b.dtype);
+    return out;
+  }
 };
 
 // out = mask ? value : x
@@ -186,6 +233,10 @@ struct MaskedFillBackward final : Node {
   std::string name() const override { return "MaskedFillBackward"; }
   TensorList apply(TensorList&& grads) override {
     return {reduce_grad(ops::masked_fill(grads[0], mask.unpack(name()), 0.0), x.sizes, x.dtype)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    return {graph::reduce_grad(frugal::masked_fill(grads[0], mask.unpack(name()), 0.0), x.sizes, x.dtype)};
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/reduce.h"
@@ -56,6 +57,17 @@ struct MseLossBackward final : Node {
     TensorList out(2);
     if (wants_grad(*this, 0)) out[0] = autograd::sum_to(d, a.sizes());
     if (wants_grad(*this, 1)) out[1] = ops::neg(autograd::sum_to(d, b.sizes()));
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor a = autograd::graph::saved_input(*this, 0, input), b = autograd::graph::saved_input(*this, 1, target);
+    const Tensor diff = frugal::sub(a, b);
+    const double factor = reduction == Reduction::Mean ? 2.0 / double(diff.numel()) : 2.0;
+    const Tensor d = frugal::mul(frugal::mul(diff, factor), grads[0]);
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = autograd::graph::sum_to(d, a.sizes());
+    if (wants_grad(*this, 1)) out[1] = frugal::neg(autograd::graph::sum_to(d, b.sizes()));
     return out;
   }
 };

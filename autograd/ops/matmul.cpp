@@ -5,6 +5,8 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/ops/matmul.h"
@@ -62,6 +64,15 @@ struct MatmulBackward final : Node {
         out[1] = autograd::sum_to(ops::matmul(av.transpose(-1, -2), g), bv.sizes());
       }
     }
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor av = autograd::graph::saved_input(*this, 0, a), bv = autograd::graph::saved_input(*this, 1, b);
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = autograd::graph::sum_to(frugal::matmul(g, bv.transpose(-1, -2)), av.sizes());
+    if (wants_grad(*this, 1)) out[1] = autograd::graph::sum_to(frugal::matmul(av.transpose(-1, -2), g), bv.sizes());
     return out;
   }
 };
@@ -136,6 +147,17 @@ struct LinearBackward final : Node {
     TensorList result(3);
     if (wants_grad(*this, 0)) result[0] = linear_input_grad(*this, 0, g2, xv, wv);
     linear_weight_bias_grads(*this, 1, 2, has_bias, g2, xv, wv, result);
+    return result;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor xv = autograd::graph::saved_input(*this, 0, x), wv = autograd::graph::saved_input(*this, 1, w);
+    const Tensor g2 = as_rows(g);  // (M, out)
+    TensorList result(3);
+    if (wants_grad(*this, 0)) result[0] = frugal::matmul(g2, wv).reshape(xv.sizes());
+    if (wants_grad(*this, 1)) result[1] = frugal::matmul(g2.t(), as_rows(xv));
+    if (has_bias && wants_grad(*this, 2)) result[2] = frugal::sum(g2, {0});
     return result;
   }
 };

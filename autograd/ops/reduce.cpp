@@ -9,6 +9,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/ops/binary.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -62,6 +63,8 @@ struct SumBackward final : Node {
   ReduceGeometry geo;
   std::string name() const override { return "SumBackward"; }
   TensorList apply(TensorList&& grads) override { return {geo.restore(grads[0]).expand(geo.in)}; }
+  bool has_graph_backward() const override { return true; }  // in_dtype, reshape and expand record
+  TensorList apply_graph(TensorList&& grads) override { return apply(std::move(grads)); }
 };
 
 // out = mean(x, dims) over N elements each
@@ -72,6 +75,11 @@ struct MeanBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     const double n = double(reduced_count(geo.in, geo.kept));
     return {ops::div(geo.restore(grads[0]), n).expand(geo.in)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const double n = double(reduced_count(geo.in, geo.kept));
+    return {frugal::div(geo.restore(grads[0]), n).expand(geo.in)};
   }
 };
 

@@ -3,6 +3,10 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "core/instrument.h"
 #include "tensor/ops/softmax.h"
 
@@ -29,6 +33,13 @@ struct SoftmaxBackward final : Node {
     const Tensor y = out.unpack(name());
     const Tensor g = in_dtype(grads[0], y.dtype());
     return {log ? ops::log_softmax_backward(g, y, dim) : ops::softmax_backward(g, y, dim)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor y = autograd::graph::saved_output(*this, 0, out);
+    const Tensor g = in_dtype(grads[0], y.dtype());
+    if (log) return {frugal::sub(g, frugal::mul(frugal::exp(y), frugal::sum(g, {dim}, /*keepdim=*/true)))};
+    return {frugal::mul(y, frugal::sub(g, frugal::sum(frugal::mul(g, y), {dim}, /*keepdim=*/true)))};
   }
 };
 

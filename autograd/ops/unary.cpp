@@ -5,9 +5,13 @@
 #include "autograd/autocast.h"
 #include "autograd/compress.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/unary_op.h"
 #include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/quantize.h"
 #include "tensor/ops/unary.h"
 
@@ -46,6 +50,95 @@ const char* unary_node_name(UnaryOp op) {
   return "UnaryBackward";
 }
 
+/// Whether unary_grad_graph has op's derivative (Note [Double backward]).
+bool has_graph_grad(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Gelu:  // no differentiable erf to write Phi(x) with
+    case UnaryOp::Mish: return false;
+    default: return true;
+  }
+}
+
+/// Whether f' is piecewise constant: g f'(x) then depends on x with a zero derivative.
+bool is_piecewise_linear(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Relu:
+    case UnaryOp::Abs:
+    case UnaryOp::Clamp:
+    case UnaryOp::Hardtanh:
+    case UnaryOp::LeakyRelu:
+    case UnaryOp::Hardsigmoid: return true;
+    default: return false;
+  }
+}
+
+/// g * f'(x) in differentiable ops, v = x or y as unary_grad_from(op) says, joined to its
+/// history (Note [Double backward]); the same conventions at the kinks as ops::unary_backward,
+/// whose masks are constants (their derivative is 0 almost everywhere).
+Tensor unary_grad_graph(UnaryOp op, const Tensor& g, const Tensor& v, double a, double b) {
+  // Masks and factors of the kinks are constants, computed below autograd from v's values.
+  const Tensor vd = v.defined() ? v.detach() : v;
+  auto constant = [](auto&& f) { return autograd::raw(f); };
+  auto mask = [&](auto&& keep) {
+    return frugal::masked_fill(g, constant([&] { return ops::logical_not(keep()); }), 0.0);
+  };
+  switch (op) {
+    case UnaryOp::Neg: return frugal::neg(g);
+    case UnaryOp::Affine: return frugal::mul(g, a);
+    case UnaryOp::Exp: return frugal::mul(g, v);
+    case UnaryOp::Log: return frugal::div(g, v);
+    case UnaryOp::Sqrt: return frugal::div(g, frugal::mul(v, 2.0));
+    case UnaryOp::Rsqrt: return frugal::mul(g, frugal::mul(frugal::pow(v, 3.0), -0.5));
+    case UnaryOp::Tanh: return frugal::mul(g, frugal::rsub(frugal::square(v), 1.0));
+    case UnaryOp::Sigmoid: return frugal::mul(g, frugal::mul(v, frugal::rsub(v, 1.0)));
+    case UnaryOp::Relu: return mask([&] { return ops::gt(vd, 0.0); });
+    case UnaryOp::Reciprocal: return frugal::mul(g, frugal::neg(frugal::square(v)));
+    case UnaryOp::Square: return frugal::mul(g, frugal::mul(v, 2.0));
+    case UnaryOp::Sin: return frugal::mul(g, frugal::cos(v));
+    case UnaryOp::Cos: return frugal::mul(g, frugal::neg(frugal::sin(v)));
+    case UnaryOp::Pow: return a == 0.0 ? frugal::mul(g, 0.0) : frugal::mul(g, frugal::mul(frugal::pow(v, a - 1.0), a));
+    case UnaryOp::Log1p: return frugal::div(g, frugal::add(v, 1.0));
+    case UnaryOp::Abs:
+      return frugal::mul(
+          g, constant([&] { return ops::sub(ops::gt(vd, 0.0).to(vd.dtype()), ops::lt(vd, 0.0).to(vd.dtype())); }));
+    case UnaryOp::Clamp: return mask([&] { return ops::logical_and(ops::ge(vd, a), ops::le(vd, b)); });
+    case UnaryOp::Hardtanh: return mask([&] { return ops::logical_and(ops::gt(vd, a), ops::lt(vd, b)); });
+    case UnaryOp::LeakyRelu:
+      return frugal::mul(g, constant([&] { return ops::where(ops::gt(vd, 0.0), ones_like(vd), full_like(vd, a)); }));
+    case UnaryOp::Elu:
+      return frugal::where(constant([&] { return ops::gt(vd, 0.0); }), g,
+                           frugal::mul(g, frugal::mul(frugal::exp(v), a)));
+    case UnaryOp::Hardsigmoid:
+      return frugal::mul(mask([&] { return ops::logical_and(ops::gt(vd, -3.0), ops::lt(vd, 3.0)); }), 1.0 / 6.0);
+    case UnaryOp::Hardswish: {  // 0 below -3, x / 3 + 1 / 2 on [-3, 3], 1 above
+      const Tensor mid = frugal::mul(g, frugal::affine(v, 1.0 / 3.0, 0.5));
+      const Tensor below = constant([&] { return ops::lt(vd, -3.0); }),
+                   above = constant([&] { return ops::gt(vd, 3.0); });
+      return frugal::where(below, frugal::mul(g, 0.0), frugal::where(above, g, mid));
+    }
+    case UnaryOp::Silu: {  // s (1 + x (1 - s)), s = sigmoid(x)
+      const Tensor sig = frugal::sigmoid(v);
+      return frugal::mul(g, frugal::mul(sig, frugal::add(frugal::mul(v, frugal::rsub(sig, 1.0)), 1.0)));
+    }
+    case UnaryOp::Softplus: {  // sigmoid(beta x), 1 where beta x > threshold (the op is x there)
+      const Tensor bx = frugal::mul(v, a);
+      return frugal::mul(
+          g, frugal::masked_fill(frugal::sigmoid(bx), constant([&] { return ops::gt(bx.detach(), b); }), 1.0));
+    }
+    case UnaryOp::GeluTanh: {  // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
+      constexpr double k = 0.7978845608028654, c = 0.044715;
+      const Tensor x2 = frugal::square(v);
+      const Tensor t = frugal::tanh(frugal::mul(frugal::mul(v, frugal::affine(x2, c, 1.0)), k));
+      const Tensor slope =
+          frugal::mul(frugal::mul(v, frugal::rsub(frugal::square(t), 1.0)), frugal::affine(x2, 3.0 * c, 1.0));
+      return frugal::mul(g, frugal::add(frugal::affine(t, 0.5, 0.5), frugal::mul(slope, 0.5 * k)));
+    }
+    case UnaryOp::Gelu:
+    case UnaryOp::Mish: break;
+  }
+  FRUGAL_FAIL(ops::unary_op_name(op), ": no double backward");
+}
+
 struct UnaryBackward final : Node {
   UnaryOp op = UnaryOp::Neg;
   double a = 0, b = 0;      // the op's parameters (see ops::UnaryOp)
@@ -56,6 +149,21 @@ struct UnaryBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     if (mask.defined()) return {ops::apply_relu_mask(in_dtype(grads[0], dtype), mask.unpack(name()))};
     return {ops::unary_backward(op, in_dtype(grads[0], dtype), saved.unpack(name()), a, b)};
+  }
+  bool has_graph_backward() const override { return has_graph_grad(op); }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    if (mask.defined()) {  // relu's packed mask: 0 where the gradient is dropped
+      const Tensor dropped =
+          autograd::raw([&] { return ops::eq(ops::apply_relu_mask(ones_like(g), mask.unpack(name())), 0.0); });
+      return {autograd::graph::with_zero_derivative(frugal::masked_fill(g, dropped, 0.0), *this, 0)};
+    }
+    const ops::UnaryGradFrom from = ops::unary_grad_from(op);
+    const Tensor v = from == ops::UnaryGradFrom::Input    ? autograd::graph::saved_input(*this, 0, saved)
+                     : from == ops::UnaryGradFrom::Output ? autograd::graph::saved_output(*this, 0, saved)
+                                                          : Tensor();
+    const Tensor gx = unary_grad_graph(op, g, v, a, b);
+    return {is_piecewise_linear(op) ? autograd::graph::with_zero_derivative(gx, *this, 0) : gx};
   }
 };
 

@@ -3,6 +3,8 @@
 // formula per kind of derivation.
 #include "autograd/ops/view.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/view_history.h"
 #include "autograd/recompute_cheap.h"
 #include "tensor/factory.h"
@@ -60,6 +62,22 @@ class DerivedBackward final : public ViewNode {
       case DerivedInfo::Kind::AsStrided: break;
     }
     FRUGAL_FAIL(name(), ": not differentiable");
+  }
+  bool has_graph_backward() const override { return info.kind != DerivedInfo::Kind::AsStrided; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    switch (info.kind) {
+      case DerivedInfo::Kind::Expand: return {graph::sum_to(g, in_sizes)};
+      case DerivedInfo::Kind::Slice:  // g's rows added into zeros at the sliced positions
+      case DerivedInfo::Kind::Select: {
+        const bool select = info.kind == DerivedInfo::Kind::Select;
+        const int64_t end = select ? info.start + 1 : info.end, step = select ? 1 : info.step;
+        const Tensor index = arange(double(info.start), double(end), double(step), {kInt64, g.device()});
+        const Tensor rows = select ? g.unsqueeze(info.dim) : g;
+        return {frugal::index_add(zeros(in_sizes, g.options()), info.dim, index, rows)};
+      }
+      default: return apply(std::move(grads));  // reshape, permute and to() record themselves
+    }
   }
 };
 

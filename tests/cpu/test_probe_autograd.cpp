@@ -1,5 +1,5 @@
 // Probes for silent wrong answers in the autograd engine itself, on the CPU, against
-// PyTorch's documented semantics: higher order (frugal has no create_graph), post-accumulate
+// PyTorch's documented semantics: higher order (without create_graph), post-accumulate
 // hooks, tensor hooks (register_hook) and retain_grad (order, count, values), graph lifetime (freed buffers,
 // retain_graph, in-place writes between backwards, roots and their gradients), .grad accumulation (views, broadcasts,
 // two branches, 16-bit and size-0 leaves, zero_grad), autograd::grad (several outputs, grad_outputs, view and non-leaf
@@ -49,9 +49,9 @@ Tensor f64(const Values& v, const Shape& shape) { return from_vector(v, shape, T
 // ============================================================================================
 
 TEST_CASE("probe autograd: gradients are first order: results of grad()/backward carry no graph, and say so") {
-  // frugal has no create_graph: backward formulas run under no-grad, so a gradient is a
-  // constant. What must never happen is a silent zero second derivative: a gradient that
-  // looks differentiable, or a backward from one that runs.
+  // Without create_graph (tests/cpu/test_double_backward.cpp has it) backward formulas run
+  // under no-grad, so a gradient is a constant. What must never happen is a silent zero second
+  // derivative: a gradient that looks differentiable, or a backward from one that runs.
   const Tensor x = leaf_of({0.5, -1.0, 2.0}, {3});
   const Tensor y = sum(mul(mul(x, x), x));  // dy/dx = 3 x^2
   const TensorList g = autograd::grad({y}, {x}, {}, /*retain_graph=*/true);

@@ -1,0 +1,306 @@
+// grad(..., {.create_graph = true}) (Note [Double backward] in autograd/graph_backward.h): every
+// node with an apply_graph against central differences of first-order gradients
+// (autograd::gradgradcheck, float64), third derivatives against closed forms, a gradient
+// penalty and a physics-informed loss against PyTorch 1.13 (tools/torch_golden_double_backward.py
+// prints the values), and the refusals: a node without a double backward is named before
+// anything runs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "autograd/checkpoint.h"
+#include "autograd/compress.h"
+#include "autograd/engine.h"
+#include "autograd/ops/all.h"
+#include "tensor/factory.h"
+#include "tests/cpu/gradcheck_util.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+using autograd::GradOptions;
+
+namespace {
+
+using Fn = std::function<Tensor(const TensorList&)>;
+
+void check_gradgradcheck(const Fn& f, const TensorList& inputs) {
+  const autograd::GradcheckResult r = autograd::gradgradcheck(f, inputs);
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+/// A float64 leaf away from the kinks (|x| in [lo, hi], either sign unless positive).
+Tensor away_from_zero(const Shape& s, uint64_t seed, double lo = 0.3, double hi = 1.7, bool positive = false) {
+  std::vector<double> v = random_values(numel_of(s), seed, lo, hi);
+  if (!positive)
+    for (size_t i = 0; i < v.size(); ++i)
+      if (i % 3 == 1) v[i] = -v[i];
+  Tensor t = make_tensor(v, s, TensorOptions(kFloat64));
+  t.requires_grad_();
+  return t;
+}
+
+/// 0.1 * sin(1.3 i + phase) in row-major order: tools/torch_golden_double_backward.py's wave().
+Tensor wave(const Shape& s, double phase, bool requires_grad = true) {
+  std::vector<double> v(size_t(numel_of(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1 * std::sin(1.3 * double(i) + phase);
+  Tensor t = make_tensor(v, s, TensorOptions(kFloat64));
+  if (requires_grad) t.requires_grad_();
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("double backward: binary ops, broadcast and scalar, against differences of gradients") {
+  const Tensor a = leaf({3, 4}, 1), b = leaf({4}, 2), c = away_from_zero({3, 1}, 3);
+  check_gradgradcheck([](const TensorList& x) { return frugal::add(x[0], x[1], 0.5); }, {a, b});
+  check_gradgradcheck([](const TensorList& x) { return frugal::sub(x[0], x[1]); }, {a, b});
+  check_gradgradcheck([](const TensorList& x) { return frugal::mul(x[0], x[1]); }, {a, b});
+  check_gradgradcheck([](const TensorList& x) { return frugal::div(x[0], x[1]); }, {a, c});
+  check_gradgradcheck([](const TensorList& x) { return frugal::div(frugal::mul(x[0], 3.0), x[1]); }, {b, c});
+  check_gradgradcheck([](const TensorList& x) { return frugal::rdiv(frugal::add(x[0], 2.5), 1.5); },
+                      {away_from_zero({5}, 4)});
+  check_gradgradcheck([](const TensorList& x) { return frugal::mul(x[0], x[0]); }, {a});  // one tensor twice
+  const Tensor cond = frugal::gt(random_tensor({3, 4}, kFloat64, 5), 0.0);
+  check_gradgradcheck([&](const TensorList& x) { return frugal::mul(frugal::where(cond, x[0], x[1]), x[0]); }, {a, b});
+  check_gradgradcheck([&](const TensorList& x) { return frugal::mul(frugal::masked_fill(x[0], cond, 2.0), x[0]); },
+                      {a});
+}
+
+TEST_CASE("double backward: unary ops and activations against differences of gradients") {
+  const Tensor x = away_from_zero({2, 5}, 10), pos = away_from_zero({2, 5}, 11, 0.4, 2.0, /*positive=*/true);
+  const std::vector<std::pair<std::string, Fn>> anywhere = {
+      {"neg", [](const TensorList& t) { return frugal::mul(frugal::neg(t[0]), t[0]); }},
+      {"affine", [](const TensorList& t) { return frugal::mul(frugal::affine(t[0], 1.5, -0.5), t[0]); }},
+      {"exp", [](const TensorList& t) { return frugal::exp(t[0]); }},
+      {"tanh", [](const TensorList& t) { return frugal::tanh(t[0]); }},
+      {"sigmoid", [](const TensorList& t) { return frugal::sigmoid(t[0]); }},
+      {"square", [](const TensorList& t) { return frugal::square(t[0]); }},
+      {"sin", [](const TensorList& t) { return frugal::sin(t[0]); }},
+      {"cos", [](const TensorList& t) { return frugal::cos(t[0]); }},
+      {"pow 3", [](const TensorList& t) { return frugal::pow(t[0], 3.0); }},
+      {"pow 0", [](const TensorList& t) { return frugal::mul(frugal::pow(t[0], 0.0), t[0]); }},
+      {"reciprocal", [](const TensorList& t) { return frugal::reciprocal(t[0]); }},
+      {"abs", [](const TensorList& t) { return frugal::mul(frugal::abs(t[0]), t[0]); }},
+      {"relu", [](const TensorList& t) { return frugal::mul(frugal::relu(t[0]), t[0]); }},
+      {"leaky_relu", [](const TensorList& t) { return frugal::mul(frugal::leaky_relu(t[0], 0.2), t[0]); }},
+      {"elu", [](const TensorList& t) { return frugal::elu(t[0], 0.7); }},
+      {"silu", [](const TensorList& t) { return frugal::silu(t[0]); }},
+      {"softplus", [](const TensorList& t) { return frugal::softplus(t[0], 2.0, 2.0); }},
+      {"gelu_tanh", [](const TensorList& t) { return frugal::gelu_tanh(t[0]); }},
+      {"hardswish", [](const TensorList& t) { return frugal::hardswish(frugal::mul(t[0], 2.0)); }},
+      {"hardsigmoid", [](const TensorList& t) { return frugal::mul(frugal::hardsigmoid(t[0]), t[0]); }},
+      {"clamp", [](const TensorList& t) { return frugal::mul(frugal::clamp(t[0], -1.0, 1.0), t[0]); }},
+      {"hardtanh", [](const TensorList& t) { return frugal::mul(frugal::hardtanh(t[0], -1.0, 1.0), t[0]); }},
+  };
+  for (const auto& [name, f] : anywhere) {
+    CAPTURE(name);
+    check_gradgradcheck(f, {x});
+  }
+  const std::vector<std::pair<std::string, Fn>> positive = {
+      {"log", [](const TensorList& t) { return frugal::log(t[0]); }},
+      {"sqrt", [](const TensorList& t) { return frugal::sqrt(t[0]); }},
+      {"rsqrt", [](const TensorList& t) { return frugal::rsqrt(t[0]); }},
+      {"log1p", [](const TensorList& t) { return frugal::log1p(t[0]); }},
+      {"pow 0.5", [](const TensorList& t) { return frugal::pow(t[0], 0.5); }},
+  };
+  for (const auto& [name, f] : positive) {
+    CAPTURE(name);
+    check_gradgradcheck(f, {pos});
+  }
+}
+
+TEST_CASE("double backward: relu's packed mask under compression keeps its second derivative") {
+  // A mask instead of y (Note [Compressed saved tensors]): d/dx (g relu'(x)) is 0, d/dg is the mask.
+  // (float32: compression leaves float64 alone)
+  const Tensor x = away_from_zero({4, 6}, 12).detach().to(kFloat32).requires_grad_();
+  const Tensor g = random_tensor({4, 6}, kFloat32, 13).requires_grad_();
+  Tensor gx_plain, gx_packed;
+  for (bool compressed : {false, true}) {
+    std::optional<autograd::CompressSavedTensors> compress;
+    if (compressed)
+      compress.emplace(
+          autograd::CompressOptions{.min_bytes = 0, .select = [](std::string_view op) { return op == "relu"; }});
+    const int64_t masks_before = autograd::compress_stats().tensors;
+    const Tensor y = frugal::relu(frugal::mul(x, 1.0));
+    const Tensor gx = autograd::grad({y}, {x}, {g}, {.create_graph = true})[0];
+    const Tensor second = autograd::grad({frugal::sum(frugal::mul(gx, gx))}, {g})[0];
+    CHECK(autograd::compress_stats().tensors == masks_before + (compressed ? 1 : 0));
+    check_close(second, values_of(frugal::mul(gx, 2.0).detach()), 0, 0, compressed ? "packed" : "plain");
+    (compressed ? gx_packed : gx_plain) = gx.detach();
+  }
+  check_close(gx_packed, values_of(gx_plain), 0, 0, "same first-order gradient");
+}
+
+TEST_CASE("double backward: reductions, views and copies") {
+  const Tensor x = leaf({2, 3, 4}, 20);
+  const std::vector<std::pair<std::string, Fn>> cases = {
+      {"sum all",
+       [](const TensorList& t) { return frugal::mul(frugal::sum(frugal::square(t[0])), frugal::sum(t[0])); }},
+      {"sum dims",
+       [](const TensorList& t) {
+         return frugal::square(frugal::sum(t[0], {0, 2}));
+       }},
+      {"mean keepdim", [](const TensorList& t) { return frugal::mul(frugal::mean(t[0], {1}, true), t[0]); }},
+      {"reshape",
+       [](const TensorList& t) {
+         return frugal::square(t[0].reshape({6, 4}));
+       }},
+      {"transpose", [](const TensorList& t) { return frugal::mul(t[0].transpose(0, 2), t[0].transpose(0, 2)); }},
+      {"permute",
+       [](const TensorList& t) {
+         return frugal::tanh(t[0].permute({2, 0, 1}));
+       }},
+      {"expand",
+       [](const TensorList& t) {
+         return frugal::square(t[0].unsqueeze(1).expand({2, 5, 3, 4}));
+       }},
+      {"slice step 2", [](const TensorList& t) { return frugal::square(t[0].slice(2, 1, 4, 2)); }},
+      {"select", [](const TensorList& t) { return frugal::sin(t[0].select(1, 2)); }},
+      {"squeeze", [](const TensorList& t) { return frugal::square(t[0].slice(1, 1, 2).squeeze(1)); }},
+      {"contiguous of a transpose",
+       [](const TensorList& t) { return frugal::square(t[0].transpose(1, 2).contiguous()); }},
+  };
+  for (const auto& [name, f] : cases) {
+    CAPTURE(name);
+    check_gradgradcheck(f, {x});
+  }
+}
+
+TEST_CASE("double backward: matmul, linear, softmax and mse_loss") {
+  const Tensor a = leaf({3, 4}, 30), b = leaf({4, 2}, 31), batch = leaf({2, 3, 4}, 32), vec = leaf({4}, 33);
+  check_gradgradcheck([](const TensorList& t) { return frugal::matmul(t[0], t[1]); }, {a, b});
+  check_gradgradcheck([](const TensorList& t) { return frugal::matmul(t[0], t[1]); }, {batch, b});
+  check_gradgradcheck([](const TensorList& t) { return frugal::matmul(t[0], t[1].transpose(-1, -2)); }, {batch, batch});
+  check_gradgradcheck([](const TensorList& t) { return frugal::matmul(t[0], t[1]); }, {a, vec});
+  check_gradgradcheck([](const TensorList& t) { return frugal::matmul(t[1], t[0].t()); }, {a, vec});
+  const Tensor w = leaf({5, 4}, 34), bias = leaf({5}, 35);
+  check_gradgradcheck([](const TensorList& t) { return frugal::tanh(frugal::linear(t[0], t[1], t[2])); },
+                      {batch, w, bias});
+  check_gradgradcheck([](const TensorList& t) { return frugal::square(frugal::linear(t[0], t[1])); }, {vec, w});
+  check_gradgradcheck([](const TensorList& t) { return frugal::softmax(t[0], 1); }, {a});
+  check_gradgradcheck([](const TensorList& t) { return frugal::log_softmax(t[0], 0); }, {a});
+  check_gradgradcheck([](const TensorList& t) { return frugal::mse_loss(t[0], t[1]); }, {a, leaf({3, 4}, 36)});
+  check_gradgradcheck([](const TensorList& t) { return frugal::mse_loss(t[0], t[1], Reduction::Sum); }, {batch, a});
+}
+
+TEST_CASE("double backward: third derivatives and a Hessian-vector product against closed forms") {
+  const Tensor x = leaf({7}, 40);
+  const Tensor g1 = autograd::grad({frugal::sum(frugal::sin(x))}, {x}, {}, {.create_graph = true})[0];
+  const Tensor g2 = autograd::grad({frugal::sum(g1)}, {x}, {}, {.create_graph = true})[0];
+  const Tensor g3 = autograd::grad({frugal::sum(g2)}, {x})[0];
+  const std::vector<double> xv = values_of(x);
+  std::vector<double> cos_x, minus_sin, minus_cos;
+  for (double v : xv)
+    cos_x.push_back(std::cos(v)), minus_sin.push_back(-std::sin(v)), minus_cos.push_back(-std::cos(v));
+  check_close(g1, cos_x, 1e-14, 1e-15, "sin'");
+  check_close(g2, minus_sin, 1e-14, 1e-15, "sin''");
+  check_close(g3, minus_cos, 1e-14, 1e-15, "sin'''");
+  CHECK_FALSE(g3.requires_grad());  // the last grad() made no graph
+
+  // f(w) = sum(tanh(A w)): H v = A^T diag(-2 t (1 - t^2)) A v, t = tanh(A w).
+  const Tensor A = random_tensor({5, 3}, kFloat64, 41), w = leaf({3}, 42), v = random_tensor({3}, kFloat64, 43);
+  const Tensor gw =
+      autograd::grad({frugal::sum(frugal::tanh(frugal::matmul(A, w)))}, {w}, {}, {.create_graph = true})[0];
+  const Tensor hv = autograd::grad({frugal::sum(frugal::mul(gw, v))}, {w})[0];
+  const std::vector<double> av = values_of(A), wv = values_of(w), vv = values_of(v);
+  std::vector<double> want(3, 0.0);
+  for (int i = 0; i < 5; ++i) {
+    double z = 0, zv = 0;
+    for (int j = 0; j < 3; ++j) z += av[i * 3 + j] * wv[j], zv += av[i * 3 + j] * vv[j];
+    const double t = std::tanh(z), d2 = -2 * t * (1 - t * t);
+    for (int j = 0; j < 3; ++j) want[j] += av[i * 3 + j] * d2 * zv;
+  }
+  check_close(hv, want, 1e-13, 1e-14, "H v");
+}
+
+TEST_CASE("double backward: a gradient penalty and a physics-informed loss match PyTorch") {
+  // tools/torch_golden_double_backward.py: a critic linear(4, 8) -> leaky_relu(0.2) -> linear(8, 1)
+  // on wave() weights, the WGAN-GP penalty mean((|d critic / d x|_2 - 1)^2) at 3 samples,
+  // and its gradients with respect to both weights (PyTorch 1.13, float64).
+  const Tensor w1 = wave({8, 4}, 0.0), b1 = wave({8}, 1.0), w2 = wave({1, 8}, 2.0), b2 = wave({1}, 3.0);
+  const Tensor x = frugal::mul(wave({3, 4}, 4.0, false), 10.0).requires_grad_();
+  const Tensor critic = frugal::linear(frugal::leaky_relu(frugal::linear(x, w1, b1), 0.2), w2, b2);
+  const Tensor gx = autograd::grad({critic}, {x}, {ones_like(critic)}, {.create_graph = true})[0];
+  const Tensor norm = frugal::sqrt(frugal::sum(frugal::square(gx), {1}));
+  const Tensor penalty = frugal::mean(frugal::square(frugal::sub(norm, 1.0)));
+  const TensorList g = autograd::grad({penalty}, {w1, b1, w2});
+  CHECK(penalty.item<double>() == doctest::Approx(0.9280525066553).epsilon(1e-12));
+  check_close(g[0].slice(0, 0, 2),
+              {-0.0449089281138, -0.0379661488401, 0.0245971274295, 0.05112555439, 0.00835184348022, 0.00552507503833,
+               -0.00539594127858, -0.00841189098103},
+              1e-10, 1e-15, "d penalty / d w1 (two rows)");
+  CHECK(max_abs(g[1]) == 0.0);  // b1 moves gx only through leaky_relu's kink, as PyTorch's 0
+  check_close(g[2],
+              {-0.0649569271697, 0.0904127551598, 0.216560639022, 0.0641471364466, -0.146572325118, -0.214208716854,
+               -0.0129647463182, 0.111388863922},
+              1e-10, 1e-15, "d penalty / d w2");
+
+  // u(t) = linear(1, 6) -> tanh -> linear(6, 1); the residual of u'' + u = 0 at 5 points.
+  const Tensor v1 = wave({6, 1}, 5.0), c1 = wave({6}, 6.0), v2 = wave({1, 6}, 7.0);
+  const Tensor t = frugal::mul(wave({5, 1}, 8.0, false), 10.0).requires_grad_();
+  const Tensor u = frugal::linear(frugal::tanh(frugal::linear(t, v1, c1)), v2);
+  const Tensor ut = autograd::grad({u}, {t}, {ones_like(u)}, {.create_graph = true})[0];
+  const Tensor utt = autograd::grad({ut}, {t}, {ones_like(ut)}, {.create_graph = true})[0];
+  const Tensor residual = frugal::mean(frugal::square(frugal::add(utt, u)));
+  const TensorList gr = autograd::grad({residual}, {v1, c1, v2});
+  CHECK(residual.item<double>() == doctest::Approx(0.0002822216203172).epsilon(1e-11));
+  check_close(
+      gr[0],
+      {-0.00105554738948, -0.00150678774895, 0.000287228010113, 0.00161561487808, 0.000604698875999, -0.00128702899788},
+      1e-10, 1e-15, "d residual / d v1");
+  check_close(
+      gr[2],
+      {0.00094928325971, 0.00192375352024, 6.31756064307e-05, -0.00188092481966, -0.00106593295559, 0.00129640958215},
+      1e-10, 1e-15, "d residual / d v2");
+}
+
+TEST_CASE("double backward: create_graph leaves .grad alone and keeps the graph for the outer backward") {
+  const Tensor w = leaf({4, 3}, 50), x = leaf({2, 4}, 51);
+  const Tensor loss = frugal::sum(frugal::tanh(frugal::matmul(x, w)));
+  const Tensor gx = autograd::grad({loss}, {x}, {}, {.create_graph = true})[0];
+  CHECK(gx.requires_grad());
+  CHECK_FALSE(w.grad().defined());
+  CHECK_FALSE(x.grad().defined());
+  // The outer loss runs through the first graph twice: loss's own and the penalty's.
+  frugal::add(loss, frugal::sum(frugal::square(gx))).backward();
+  CHECK(w.grad().defined());
+  // Against the sum of the two gradients taken apart.
+  const Tensor w2 = w.detach().requires_grad_(), x2 = x.detach().requires_grad_();
+  const Tensor loss2 = frugal::sum(frugal::tanh(frugal::matmul(x2, w2)));
+  const Tensor gx2 = autograd::grad({loss2}, {x2}, {}, {.create_graph = true})[0];
+  const TensorList parts = autograd::grad({frugal::sum(frugal::square(gx2))}, {w2});
+  const Tensor plain = autograd::grad({frugal::sum(frugal::tanh(frugal::matmul(x2, w2)))}, {w2})[0];
+  check_close(w.grad(), values_of(frugal::add(parts[0], plain)), 1e-13, 1e-15, "w.grad");
+}
+
+TEST_CASE("double backward: a node without one is named before anything runs") {
+  const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61);
+  check_error(
+      [&] {
+        const Tensor y = frugal::layer_norm(frugal::gelu(frugal::matmul(x, w)), {4});
+        autograd::grad({frugal::sum(y)}, {x}, {}, {.create_graph = true});
+      },
+      {"create_graph", "GeluBackward", "LayerNormBackward", "Note [Double backward]"});
+  // Nodes the requested inputs do not lead to are not checked: only w's path must have one.
+  const Tensor h = frugal::layer_norm(x, {4});  // x's path only
+  const Tensor gw =
+      autograd::grad({frugal::sum(frugal::tanh(frugal::matmul(h, w)))}, {w}, {}, {.create_graph = true})[0];
+  CHECK(gw.requires_grad());
+  // A checkpoint's replay is a nested backward: refused too.
+  check_error(
+      [&] {
+        const TensorList y =
+            autograd::checkpoint([](const TensorList& in) { return TensorList{frugal::tanh(in[0])}; }, {x});
+        autograd::grad({frugal::sum(y[0])}, {x}, {}, {.create_graph = true});
+      },
+      {"create_graph", "CheckpointBackward"});
+  // Without create_graph nothing changes: no history, no check.
+  const Tensor plain = autograd::grad({frugal::sum(frugal::gelu(x))}, {x})[0];
+  CHECK_FALSE(plain.requires_grad());
+}
