@@ -41,6 +41,30 @@ struct CrossEntropyBackward final : Node {
     return {ops::cross_entropy_backward(grads[0], logits.unpack(name()), target.unpack(name()), lse.unpack(name()), cv,
                                         options)};
   }
+  // The same formula in differentiable ops (Note [Double backward]): softmax(x) has history;
+  // the targets' one-hot rows, the smoothing and the ignored rows are constants.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor x = autograd::graph::saved_input(*this, 0, logits), t = target.unpack(name());
+    const int64_t class_dim = x.dim() == 1 ? 0 : 1, classes = x.size(class_dim);
+    const double e = options.label_smoothing;
+    Shape class_axis(size_t(x.dim()), 1);
+    class_axis[size_t(class_dim)] = classes;
+    const Tensor tc = t.unsqueeze(class_dim);  // broadcasts along the classes
+    const Tensor target_part = autograd::raw([&] {  // (1 - e) onehot(t) + e / C, as x's dtype
+      const Tensor onehot = ops::eq(arange(classes, {kInt64, x.device()}).reshape(class_axis), tc).to(x.dtype());
+      return ops::add(ops::mul(onehot, 1.0 - e), e / double(classes));
+    });
+    const Tensor ignored = autograd::raw([&] { return ops::eq(tc, double(options.ignore_index)); });
+    const Tensor d = frugal::masked_fill(frugal::sub(frugal::softmax(x, class_dim), target_part), ignored, 0.0);
+    const Tensor g = autograd::in_dtype(grads[0], x.dtype());
+    switch (options.reduction) {
+      case Reduction::None: return {frugal::mul(d, g.unsqueeze(class_dim))};
+      case Reduction::Sum: return {frugal::mul(d, g)};
+      case Reduction::Mean: break;
+    }
+    return {frugal::mul(d, frugal::div(g, count.unpack(name()).to(x.dtype())))};
+  }
 };
 
 // out = reduce((a - b)^2), N = number of elements averaged (Mean)

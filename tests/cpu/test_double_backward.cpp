@@ -189,6 +189,23 @@ TEST_CASE("double backward: matmul, linear, softmax and mse_loss") {
   check_gradgradcheck([](const TensorList& t) { return frugal::mse_loss(t[0], t[1], Reduction::Sum); }, {batch, a});
 }
 
+TEST_CASE("double backward: cross_entropy with class indices, smoothing, ignored rows and every reduction") {
+  const Tensor logits = leaf({5, 4}, 37), logits3 = leaf({2, 3, 4}, 38);
+  const Tensor target = from_vector(std::vector<int64_t>{1, 3, -100, 0, 2}, {5});
+  const Tensor target3 = from_vector(std::vector<int64_t>{0, 2, 1, 1, 7, 2, 0, 0}, {2, 4});
+  for (const Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None})
+    for (const double smoothing : {0.0, 0.2}) {
+      CAPTURE(int(reduction));
+      CAPTURE(smoothing);
+      const CrossEntropyOptions options{.label_smoothing = smoothing, .reduction = reduction};
+      check_gradgradcheck([&](const TensorList& t) { return frugal::cross_entropy(t[0], target, options); }, {logits});
+      CrossEntropyOptions ignore_seven = options;
+      ignore_seven.ignore_index = 7;  // (N, C, L) logits, one position ignored
+      check_gradgradcheck([&](const TensorList& t) { return frugal::cross_entropy(t[0], target3, ignore_seven); },
+                          {logits3});
+    }
+}
+
 TEST_CASE("double backward: third derivatives and a Hessian-vector product against closed forms") {
   const Tensor x = leaf({7}, 40);
   const Tensor g1 = autograd::grad({frugal::sum(frugal::sin(x))}, {x}, {}, {.create_graph = true})[0];

@@ -1,7 +1,7 @@
 // The differentiable op table (tests/op_table/grad_table.h) on the CPU: every entry's
-// gradcheck in float64, its autocast dtype under CPU autocast (float16 and bfloat16), and its
-// forward and backward in float32, float16 and bfloat16 against float64. `op_fuzz --grad`
-// runs more cases.
+// gradcheck (and gradgradcheck, where it has a double backward) in float64, its autocast
+// dtype under CPU autocast (float16 and bfloat16), and its forward and backward in float32,
+// float16 and bfloat16 against float64. `op_fuzz --grad` runs more cases.
 #include <doctest/doctest.h>
 
 #include "tests/op_table/grad_table_check.h"
@@ -16,6 +16,12 @@ constexpr uint64_t kSeed = 1;
 TEST_CASE("grad table: every differentiable op's backward against float64 central differences") {
   const int64_t n = run_table(40, [](const GradEntry& e, int64_t i) { return run_gradcheck(e, kSeed, i); });
   MESSAGE(n, " gradchecks of ", grad_table().size(), " ops");
+}
+
+TEST_CASE("grad table: every double backward against float64 central differences of gradients") {
+  const int64_t n = run_table(6, [](const GradEntry& e, int64_t i) { return run_gradgradcheck(e, kSeed, i); });
+  MESSAGE(n, " gradgradchecks");
+  CHECK(n >= 6 * 36);  // 36 of the table's entries have a double backward (Note [Double backward])
 }
 
 TEST_CASE("grad table: every differentiable op's output dtype under CPU autocast is its policy's") {

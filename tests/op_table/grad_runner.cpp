@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "autograd/autocast.h"
+#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops/all.h"
@@ -200,29 +201,56 @@ Tensor upstream(Rng& rng, const Tensor& y) {
 
 }  // namespace
 
-GradResult run_gradcheck(const GradEntry& e, uint64_t seed, int64_t index) {
+namespace {
+/// gradcheck, or with second_order gradgradcheck, of case `index`.
+GradResult run_finite_differences(const GradEntry& e, uint64_t seed, int64_t index, bool second_order) {
   Case c;
+  const char* what = second_order ? "gradgradcheck, float64" : "gradcheck, float64";
   try {
-    c = make_case(e, seed, index, "gradcheck, float64", "");
+    c = make_case(e, seed, index, what, second_order ? " --gradgrad" : "");
   } catch (const std::exception& ex) { return {true, false, "grad op " + e.name + ": the sampler threw " + ex.what()}; }
-  return guarded(c.head, [&] {
-    TensorList in;
-    for (const GradInput& gi : c.s.inputs) {
-      Tensor t = gi.value;
-      if (gi.grad) {
-        t = t.clone();
-        t.requires_grad_();
-      }
-      in.push_back(t);
+  TensorList in;
+  for (const GradInput& gi : c.s.inputs) {
+    Tensor t = gi.value;
+    if (gi.grad) {
+      t = t.clone();
+      t.requires_grad_();
     }
+    in.push_back(t);
+  }
+  if (second_order) {  // an op without a double backward (Note [Double backward]) is skipped
+    try {
+      const Tensor y = c.f(in);
+      TensorList wrt;
+      for (const Tensor& t : in)
+        if (t.defined() && t.requires_grad()) wrt.push_back(t);
+      autograd::grad({y}, wrt, {ones_like(y)}, {.create_graph = true, .allow_unused = true});
+    } catch (const Error& ex) {
+      if (std::string(ex.what()).find("cannot be differentiated twice") != std::string::npos) return {};
+    } catch (const std::exception&) {
+    }  // anything else: the check below reports it
+  }
+  return guarded(c.head, [&] {
     autograd::GradcheckOptions o;
     o.atol *= c.s.grad_tol;
     o.rtol *= c.s.grad_tol;
     o.eps = c.s.eps;
     o.seed = uint64_t(index);
-    const autograd::GradcheckResult r = autograd::gradcheck(c.f, in, o);
-    if (!r.ok) throw Failure{"gradcheck: backward differs from central differences:\n" + r.report};
+    const autograd::GradcheckResult r =
+        second_order ? autograd::gradgradcheck(c.f, in, o) : autograd::gradcheck(c.f, in, o);
+    if (!r.ok)
+      throw Failure{std::string(second_order ? "gradgradcheck: the double backward" : "gradcheck: backward") +
+                    " differs from central differences:\n" + r.report};
   });
+}
+}  // namespace
+
+GradResult run_gradcheck(const GradEntry& e, uint64_t seed, int64_t index) {
+  return run_finite_differences(e, seed, index, /*second_order=*/false);
+}
+
+GradResult run_gradgradcheck(const GradEntry& e, uint64_t seed, int64_t index) {
+  return run_finite_differences(e, seed, index, /*second_order=*/true);
 }
 
 GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device device, DType low) {

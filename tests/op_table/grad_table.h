@@ -4,7 +4,8 @@
 // a sampler of small float64 inputs, which of them are differentiable, the op's autocast
 // policy and whether CUDA runs it. Three checks run every entry:
 //   run_gradcheck  float64 backward against central differences (autograd::gradcheck), every
-//                  differentiable input, each reaching the op in a random layout;
+//                  differentiable input, each reaching the op in a random layout (and
+//                  run_gradgradcheck the double backward, for the ops that have one);
 //   run_autocast   under an AutocastGuard for float16/bfloat16: the output's dtype is the
 //                  policy's, every input gradient comes back in its input's dtype, and the
 //                  value equals the op on inputs cast by hand outside autocast;
@@ -75,6 +76,9 @@ struct GradResult {
 };
 /// Never throw.
 GradResult run_gradcheck(const GradEntry& e, uint64_t seed, int64_t index);
+/// The double backward against central differences of gradients (autograd::gradgradcheck);
+/// not run (ran = false) for an op whose graph has a node without one (Note [Double backward]).
+GradResult run_gradgradcheck(const GradEntry& e, uint64_t seed, int64_t index);
 GradResult run_autocast(const GradEntry& e, uint64_t seed, int64_t index, Device device, DType low);
 GradResult run_dtype(const GradEntry& e, uint64_t seed, int64_t index, Device device, DType dtype);
 

@@ -9,6 +9,8 @@
 //           the differentiable op table (tests/op_table/grad_table.h): on the CPU each case is a
 //           gradcheck, an autocast check and a float32/float16/bfloat16 check; with --dtype only
 //           the last in those dtypes, with --amp only the autocast check; on CUDA the last two.
+//   op_fuzz --grad --gradgrad [--cases N] [--op NAME]: only the double backward against central
+//           differences of gradients, for the ops that have one (Note [Double backward]).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +35,7 @@ struct Args {
   std::vector<std::string> ops;
   std::vector<DType> dtypes, amp;
   bool grad = false;
+  bool gradgrad = false;  // --grad --gradgrad: only the double backward check
   bool all_failures = false;
   bool trace = false;
 };
@@ -41,7 +44,8 @@ const char* kUsage =
     "usage: op_fuzz [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... [--dtype T]... [--first I]\n"
     "               [--all-failures] [--trace] [--list]\n"
     "       op_fuzz --grad [--cases N] [--seed S] [--device cpu|cuda] [--op NAME]... [--dtype T]... [--amp T]...\n"
-    "               [--first I] [--list]\n";
+    "               [--first I] [--list]\n"
+    "       op_fuzz --grad --gradgrad [--cases N] [--seed S] [--op NAME]... [--first I]\n";
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "op_fuzz: %s\n%s", why, kUsage);
@@ -70,6 +74,7 @@ Args parse(int argc, char** argv) {
       else if (flags.is_repeatable("--dtype")) a.dtypes.push_back(dtype_flag(flags));
       else if (flags.is_repeatable("--amp")) a.amp.push_back(dtype_flag(flags));
       else if (flags.is("--grad")) a.grad = true;
+      else if (flags.is("--gradgrad")) a.gradgrad = a.grad = true;
       else if (flags.is("--first")) a.first = flags.non_negative();
       else if (flags.is("--all-failures")) a.all_failures = true;
       else if (flags.is("--trace")) a.trace = true;
@@ -97,6 +102,7 @@ GradResult grad_case(const GradEntry& e, const Args& a, Device device, int64_t i
     r.ran = r.ran || one.ran;
     if (!one.ok && r.ok) r = one;
   };
+  if (a.gradgrad) return run_gradgradcheck(e, a.seed, index);  // float64 on the CPU
   const bool only_amp = !a.amp.empty() && a.dtypes.empty(), only_dtype = !a.dtypes.empty() && a.amp.empty();
   if (device.is_cpu() && !only_amp && !only_dtype) take(run_gradcheck(e, a.seed, index));
   if (!only_dtype)
