@@ -243,7 +243,9 @@ struct GraphRun {
     }
     core::OpScope scope("GradientSum");
     const bool sole = b.impl_ptr().use_count() == 1 && b.impl().storage.use_count() == 1;
-    if (sole && b.dtype() == g.dtype() && b.device() == g.device() && b.sizes() == g.sizes() && b.is_contiguous())
+    // (numel > 0: an empty expanded gradient counts as contiguous, and add_ refuses its stride-0 dims)
+    if (sole && b.numel() > 0 && b.dtype() == g.dtype() && b.device() == g.device() && b.sizes() == g.sizes() &&
+        b.is_contiguous())
       ops::add_(b, g);
     else b = ops::add(b, g);
   }

@@ -20,7 +20,7 @@
 // ops' first-order backward, so any order can be taken (each order's graph is made of
 // nodes that have apply_graph again).
 //
-// A node without apply_graph (a fused kernel's: attention, layer norm, convolution, a
+// A node without apply_graph (a fused kernel's: attention, batch norm, pooling; a
 // checkpoint's replay) cannot be differentiated twice: grad() with create_graph checks
 // every node that would run before it runs any and names those that cannot, instead of
 // returning a gradient whose second derivative silently misses their terms.

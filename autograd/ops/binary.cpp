@@ -171,6 +171,28 @@ struct MaximumMinimumBackward final : Node {
           reduce_grad(ops::masked_fill(shared, is_max ? ops::gt(av, bv) : ops::lt(av, bv), 0.0), mb.sizes, mb.dtype);
     return out;
   }
+  // g times constant shares (1, 1/2 at ties, 0), of zero derivative in a and b.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor av = a.unpack(name()), bv = b.unpack(name());
+    auto share = [&](const Tensor& loses) {  // 0 where the input loses, 1/2 at ties, else 1
+      return autograd::raw([&] {
+        const Tensor one = ops::where(ops::eq(av, bv), full_like(g, 0.5), ones_like(g));
+        return ops::masked_fill(one, loses, 0.0);
+      });
+    };
+    TensorList out(2);
+    if (wants_grad(*this, 0)) {
+      const Tensor loses = autograd::raw([&] { return is_max ? ops::lt(av, bv) : ops::gt(av, bv); });
+      out[0] = graph::with_zero_derivative(graph::reduce_grad(frugal::mul(g, share(loses)), ma.sizes, ma.dtype), *this, 0);
+    }
+    if (wants_grad(*this, 1)) {
+      const Tensor loses = autograd::raw([&] { return is_max ? ops::gt(av, bv) : ops::lt(av, bv); });
+      out[1] = graph::with_zero_derivative(graph::reduce_grad(frugal::mul(g, share(loses)), mb.sizes, mb.dtype), *this, 1);
+    }
+    return out;
+  }
 };
 
 // out = a ^ b
@@ -193,6 +215,26 @@ struct PowBackward final : Node {
       const Tensor t = ops::mul(g, ops::mul(out.unpack(name()), ops::log(a_float)));
       const Tensor zero_base = ops::logical_and(ops::eq(av, 0.0), ops::ge(bv, 0.0));
       result[1] = reduce_grad(ops::masked_fill(t, zero_base, 0.0), mb.sizes, mb.dtype);
+    }
+    return result;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor av = graph::saved_input(*this, 0, a), bv = graph::saved_input(*this, 1, b);
+    TensorList result(2);
+    if (wants_grad(*this, 0)) {
+      const Tensor b_num = bv.dtype() == kBool ? bv.to(kInt64) : bv;
+      const Tensor t = frugal::mul(frugal::mul(g, b_num), frugal::pow(av, frugal::sub(b_num, 1.0)));
+      const Tensor b_zero = autograd::raw([&] { return ops::eq(bv.detach(), 0.0); });
+      result[0] = graph::reduce_grad(frugal::masked_fill(t, b_zero, 0.0), ma.sizes, ma.dtype);
+    }
+    if (wants_grad(*this, 1)) {
+      const Tensor a_float = is_floating(av.dtype()) ? av : av.to(g.dtype());
+      const Tensor t = frugal::mul(g, frugal::mul(graph::saved_output(*this, 0, out), frugal::log(a_float)));
+      const Tensor zero_base =
+          autograd::raw([&] { return ops::logical_and(ops::eq(av.detach(), 0.0), ops::ge(bv.detach(), 0.0)); });
+      result[1] = graph::reduce_grad(frugal::masked_fill(t, zero_base, 0.0), mb.sizes, mb.dtype);
     }
     return result;
   }
@@ -262,6 +304,24 @@ struct LerpBackward final : Node {
     if (wants_grad(*this, 1)) out[1] = reduce_grad(ops::mul(g, wv), me.sizes, me.dtype);
     if (wants_grad(*this, 2))
       out[2] = reduce_grad(ops::mul(g, ops::sub(end.unpack(name()), start.unpack(name()))), mw.sizes, mw.dtype);
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(scalar ? 2 : 3);
+    if (scalar) {
+      if (wants_grad(*this, 0)) out[0] = in_dtype(frugal::mul(graph::sum_to(g, ms.sizes), 1.0 - w), ms.dtype);
+      if (wants_grad(*this, 1)) out[1] = in_dtype(frugal::mul(graph::sum_to(g, me.sizes), w), me.dtype);
+      return out;
+    }
+    const Tensor wv = graph::saved_input(*this, 2, weight);
+    if (wants_grad(*this, 0)) out[0] = graph::reduce_grad(frugal::mul(g, frugal::rsub(wv, 1.0)), ms.sizes, ms.dtype);
+    if (wants_grad(*this, 1)) out[1] = graph::reduce_grad(frugal::mul(g, wv), me.sizes, me.dtype);
+    if (wants_grad(*this, 2)) {
+      const Tensor d = frugal::sub(graph::saved_input(*this, 1, end), graph::saved_input(*this, 0, start));
+      out[2] = graph::reduce_grad(frugal::mul(g, d), mw.sizes, mw.dtype);
+    }
     return out;
   }
 };

@@ -3,6 +3,8 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/memory_format.h"
@@ -18,6 +20,9 @@ using autograd::TensorList;
 using autograd::wants_grad;
 
 namespace {
+
+Tensor conv_input_grad(const Tensor& g, const Shape& x_shape, const Tensor& w, const Conv2dOptions& options);
+Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const Shape& w_shape, const Conv2dOptions& options);
 
 // out = conv2d(x, w) + bias  (Note [Convolution as GEMM])
 // grad_x = conv2d_backward_input(g, w), grad_w = conv2d_backward_weight(g, x), grad_bias = sum_{N,OH,OW} g
@@ -42,7 +47,94 @@ struct Conv2dBackward final : Node {
     if (has_bias && wants_grad(*this, 2)) out[2] = ops::sum(g, {0, 2, 3});
     return out;
   }
+  // Note [Convolution double backward]
+  // conv2d's two gradients are linear maps of g, each the adjoint of conv2d in one operand,
+  // so their own derivatives are conv2d and each other: <conv_input_grad(g, w), G> = <g, conv2d(G, w)> and <conv_weight_grad(g, x), W> =
+  // <g, conv2d(x, W)>. The three ops close under differentiation, to any order.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(3);
+    if (wants_grad(*this, 0)) out[0] = conv_input_grad(g, x_shape, autograd::graph::saved_input(*this, 1, w), options);
+    if (wants_grad(*this, 1)) out[1] = conv_weight_grad(g, autograd::graph::saved_input(*this, 0, x), w_shape, options);
+    if (has_bias && wants_grad(*this, 2)) out[2] = frugal::sum(g, {0, 2, 3});
+    return out;
+  }
 };
+
+// gx = conv_input_grad(g, w) (ops::conv2d_backward_input)
+// grad_g = conv2d(G, w), grad_w = conv_weight_grad(g, G), G the gradient of gx
+struct ConvInputGradBackward final : Node {
+  SavedTensor g{this}, w{this};
+  Shape w_shape;
+  Conv2dOptions options;
+  std::string name() const override { return "ConvolutionBackwardInputBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& G = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = ops::conv2d(G, w.unpack(name()), Tensor(), options);
+    if (wants_grad(*this, 1)) out[1] = ops::conv2d_backward_weight(g.unpack(name()), G, w_shape, options).contiguous();
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& G = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = frugal::conv2d(G, autograd::graph::saved_input(*this, 1, w), Tensor(), options);
+    if (wants_grad(*this, 1)) out[1] = conv_weight_grad(autograd::graph::saved_input(*this, 0, g), G, w_shape, options);
+    return out;
+  }
+};
+
+// gw = conv_weight_grad(g, x) (ops::conv2d_backward_weight)
+// grad_g = conv2d(x, W), grad_x = conv_input_grad(g, W), W the gradient of gw
+struct ConvWeightGradBackward final : Node {
+  SavedTensor g{this}, x{this};
+  Shape x_shape;
+  Conv2dOptions options;
+  std::string name() const override { return "ConvolutionBackwardWeightBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& W = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = ops::conv2d(x.unpack(name()), W, Tensor(), options);
+    if (wants_grad(*this, 1)) out[1] = ops::conv2d_backward_input(g.unpack(name()), x_shape, W, options);
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& W = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = frugal::conv2d(autograd::graph::saved_input(*this, 1, x), W, Tensor(), options);
+    if (wants_grad(*this, 1)) out[1] = conv_input_grad(autograd::graph::saved_input(*this, 0, g), x_shape, W, options);
+    return out;
+  }
+};
+
+/// conv2d's input gradient as a differentiable op (recorded under create_graph).
+Tensor conv_input_grad(const Tensor& g, const Shape& x_shape, const Tensor& w, const Conv2dOptions& options) {
+  Tensor out = autograd::raw([&] { return ops::conv2d_backward_input(g, x_shape, w, options); });
+  if (auto node = make_node<ConvInputGradBackward>({g, w})) {
+    node->g = g;
+    node->w = w;
+    node->w_shape = w.sizes();
+    node->options = options;
+    autograd::record(node, {out});
+  }
+  return out;
+}
+
+/// conv2d's weight gradient as a differentiable op (recorded under create_graph).
+Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const Shape& w_shape, const Conv2dOptions& options) {
+  Tensor out = autograd::raw([&] { return ops::conv2d_backward_weight(g, x, w_shape, options).contiguous(); });
+  if (auto node = make_node<ConvWeightGradBackward>({g, x})) {
+    node->g = g;
+    node->x = x;
+    node->x_shape = x.sizes();
+    node->options = options;
+    autograd::record(node, {out});
+  }
+  return out;
+}
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 // by the in-place rules of Note [In-place ops and autograd] (autograd/ops/inplace.h).
 #include "tensor/ops/copy.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
 #include "autograd/ops/inplace.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
@@ -30,6 +31,14 @@ class CopyBackward final : public autograd::Node {
     autograd::TensorList out(2);
     if (autograd::wants_grad(*this, 0)) out[0] = zeros(g.sizes(), g.options());
     if (autograd::wants_grad(*this, 1)) out[1] = autograd::sum_to(g.to(src_device, src_dtype), src_sizes);
+    return out;
+  }
+  bool has_graph_backward() const override { return true; }
+  autograd::TensorList apply_graph(autograd::TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    autograd::TensorList out(2);
+    if (autograd::wants_grad(*this, 0)) out[0] = zeros(g.sizes(), g.options());
+    if (autograd::wants_grad(*this, 1)) out[1] = autograd::graph::sum_to(g.to(src_device, src_dtype), src_sizes);
     return out;
   }
 };

@@ -3,6 +3,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/ops/shape_ops.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/cumsum.h"
@@ -29,6 +30,12 @@ struct CumsumBackward final : Node {
     // not round x's gradient prefixes to 16 bits (PyTorch sums in x's dtype).
     const Tensor& g = grads[0];
     return {in_dtype(ops::reverse_cumsum(in_dtype(g, promote_types(g.dtype(), dtype)), dim), dtype)};
+  }
+  bool has_graph_backward() const override { return true; }  // reverse_cumsum as flip, cumsum, flip
+  TensorList apply_graph(TensorList&& grads) override {
+    if (dim < 0) return {in_dtype(grads[0], dtype)};
+    const Tensor g = in_dtype(grads[0], promote_types(grads[0].dtype(), dtype));
+    return {in_dtype(frugal::flip(frugal::cumsum(frugal::flip(g, {dim}), dim), {dim}), dtype)};
   }
 };
 

@@ -20,6 +20,18 @@ struct DropoutBackward final : Node {
   Generator::Range range{0, 0};  // all that is saved: no tensor
   std::string name() const override { return "DropoutBackward"; }
   TensorList apply(TensorList&& grads) override { return {ops::dropout_with_range(grads[0], p, range)}; }
+  // g times the same mask: recorded as a dropout of g with the same range, its own backward.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor out = autograd::raw([&] { return ops::dropout_with_range(g, p, range); });
+    if (auto node = make_node<DropoutBackward>({g})) {
+      node->p = p;
+      node->range = range;
+      autograd::record(node, {out});
+    }
+    return {out};
+  }
 };
 
 }  // namespace

@@ -2,8 +2,11 @@
 #include "autograd/ops/index.h"
 
 #include "autograd/function.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/shape_ops.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/index.h"
 
@@ -30,6 +33,11 @@ struct IndexSelectBackward final : Node {
     const Tensor g = in_dtype(grads[0], dtype);
     return {ops::index_add(zeros(in_sizes, g.options()), dim, index.unpack(name()), g)};
   }
+  bool has_graph_backward() const override { return true; }  // linear in g: index_add's own backward
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    return {frugal::index_add(zeros(in_sizes, g.options()), dim, index.unpack(name()), g)};
+  }
 };
 
 // out = gather(x, dim, index)
@@ -45,6 +53,11 @@ struct GatherBackward final : Node {
     Tensor grad = zeros(in_sizes, g.options());
     ops::scatter_add_(grad, dim, index.unpack(name()), g);
     return {grad};
+  }
+  bool has_graph_backward() const override { return true; }  // linear in g: scatter_add's own backward
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    return {frugal::scatter_add(zeros(in_sizes, g.options()), dim, index.unpack(name()), g)};
   }
 };
 
@@ -77,6 +90,23 @@ struct ScatterAddBackward final : Node {
     }
     return out;
   }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = in_dtype(g, self_dtype);
+    if (wants_grad(*this, 1)) {
+      const Tensor idx = index.unpack(name());
+      const Shape idx_sizes = idx.dim() == 0 ? Shape{1} : idx.sizes();
+      const Shape src_sizes_1d = src_sizes.empty() ? Shape{1} : src_sizes;
+      Tensor picked = in_dtype(frugal::gather(g, dim, idx), src_dtype).reshape(idx_sizes);
+      std::vector<int64_t> pads;  // zeros after index's extent, last dim first (torch's pad order)
+      for (size_t d = idx_sizes.size(); d-- > 0;) pads.insert(pads.end(), {0, src_sizes_1d[d] - idx_sizes[d]});
+      if (idx_sizes != src_sizes_1d) picked = frugal::pad(picked, pads, "constant", 0.0);
+      out[1] = picked.reshape(src_sizes);
+    }
+    return out;
+  }
 };
 
 // out = index_add(self, dim, index, src)
@@ -95,6 +125,15 @@ struct IndexAddBackward final : Node {
       out[1] = in_dtype(ops::index_select(g, dim, index.unpack(name())), src_dtype).reshape(src_sizes);
     return out;
   }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = in_dtype(g, self_dtype);
+    if (wants_grad(*this, 1))
+      out[1] = in_dtype(frugal::index_select(g, dim, index.unpack(name())), src_dtype).reshape(src_sizes);
+    return out;
+  }
 };
 
 // out = weight[indices]
@@ -107,6 +146,16 @@ struct EmbeddingBackward final : Node {
   std::string name() const override { return "EmbeddingBackward"; }
   TensorList apply(TensorList&& grads) override {
     return {ops::embedding_backward(in_dtype(grads[0], dtype), indices.unpack(name()), num_weights, padding_idx)};
+  }
+  bool has_graph_backward() const override { return true; }  // g's rows added at the indices: linear in g
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    const int64_t width = g.size(-1);
+    const Tensor idx = indices.unpack(name()).reshape({-1});
+    Tensor rows = g.reshape({idx.numel(), width});
+    if (padding_idx >= 0)
+      rows = frugal::masked_fill(rows, autograd::raw([&] { return ops::eq(idx, double(padding_idx)).unsqueeze(1); }), 0.0);
+    return {frugal::index_add(zeros({num_weights, width}, g.options()), 0, idx, rows)};
   }
 };
 

@@ -43,6 +43,8 @@ struct CatBackward final : Node {
     }
     return out;
   }
+  bool has_graph_backward() const override { return true; }  // narrow and in_dtype record themselves
+  TensorList apply_graph(TensorList&& grads) override { return apply(std::move(grads)); }
 };
 
 // out = stack(x_0, ..., x_n, dim)
@@ -57,6 +59,8 @@ struct StackBackward final : Node {
       if (wants_grad(*this, i)) out[i] = in_dtype(grads[0].select(dim, int64_t(i)), dtypes[i]);
     return out;
   }
+  bool has_graph_backward() const override { return true; }  // select and in_dtype record themselves
+  TensorList apply_graph(TensorList&& grads) override { return apply(std::move(grads)); }
 };
 
 // Note [Split backward without a copy]
@@ -99,6 +103,11 @@ struct SplitBackward final : autograd::ViewNode {
     if (!grads.empty())
       if (std::optional<Tensor> joined = adjacent_view(grads, in_sizes, dim)) return {std::move(*joined)};
     return {ops::cat(grads, dim)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    for (Tensor& g : grads) g = in_dtype(g, dtype);
+    return {frugal::cat(grads, dim)};
   }
 };
 

@@ -3,6 +3,9 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/reduce.h"
 #include "core/instrument.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/masked_softmax.h"
@@ -31,6 +34,16 @@ struct MaskedSoftmaxBackward final : Node {
     TensorList result(2);
     if (wants_grad(*this, 0)) result[0] = scale == 1.0 ? dz : ops::mul(dz, scale);
     if (wants_grad(*this, 1)) result[1] = autograd::sum_to(dz, mask_sizes);
+    return result;
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor y = autograd::graph::saved_output(*this, 0, out);
+    const Tensor& g = grads[0];
+    const Tensor dz = frugal::mul(y, frugal::sub(g, frugal::sum(frugal::mul(g, y), {-1}, /*keepdim=*/true)));
+    TensorList result(2);
+    if (wants_grad(*this, 0)) result[0] = scale == 1.0 ? dz : frugal::mul(dz, scale);
+    if (wants_grad(*this, 1)) result[1] = autograd::graph::sum_to(dz, mask_sizes);
     return result;
   }
 };

@@ -59,6 +59,9 @@ Tensor narrow_box(Tensor t, const std::vector<int64_t>& start, const std::vector
   return t;
 }
 
+Tensor constant_pad(const Tensor& x, const std::vector<int64_t>& left, const std::vector<int64_t>& right,
+                    const Shape& out_sizes, double value);
+
 // out = x placed in a tensor of `value` (cropped where a pad is negative)
 // grad_x = g's box, in zeros of x's shape where x was cropped
 struct ConstantPadBackward final : Node {
@@ -73,6 +76,15 @@ struct ConstantPadBackward final : Node {
     if (!box.empty)
       ops::copy_into(narrow_box(grad, box.in_start, box.length), narrow_box(g, box.out_start, box.length));
     return {grad};
+  }
+  bool has_graph_backward() const override { return true; }  // g's box, padded back with zeros where cropped
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    if (!box.crops) return {narrow_box(g, box.out_start, box.length)};
+    if (box.empty) return {zeros(in_sizes, g.options())};
+    std::vector<int64_t> right;
+    for (size_t d = 0; d < in_sizes.size(); ++d) right.push_back(in_sizes[d] - box.in_start[d] - box.length[d]);
+    return {constant_pad(narrow_box(g, box.out_start, box.length), box.in_start, right, in_sizes, 0.0)};
   }
 };
 

@@ -9,6 +9,8 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/index.h"
 #include "autograd/ops/binary.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
@@ -96,6 +98,16 @@ Tensor var_grad(const Tensor& x, const ReduceGeometry& geo, const std::vector<in
   return in_dtype(ops::mul(ops::sub(xc, ops::mean(xc, dims, /*keepdim=*/true)), scale), x.dtype());
 }
 
+/// var_grad in differentiable ops (Note [Double backward]), x joined to its history.
+Tensor var_grad_graph(const Tensor& x, const ReduceGeometry& geo, const std::vector<int64_t>& dims, int64_t correction,
+                      const Tensor& g) {
+  const double n = double(reduced_count(geo.in, geo.kept));
+  const bool half = x.dtype() == kFloat16 || x.dtype() == kBFloat16;
+  const Tensor xc = half ? x.to(kFloat32) : x;
+  const Tensor scale = frugal::mul(geo.restore(g), 2.0 / (n - double(correction)));
+  return in_dtype(frugal::mul(frugal::sub(xc, frugal::mean(xc, dims, /*keepdim=*/true)), scale), x.dtype());
+}
+
 struct VarBackward final : Node {
   SavedTensor x{this};
   ReduceGeometry geo;
@@ -103,6 +115,10 @@ struct VarBackward final : Node {
   int64_t correction = 1;
   std::string name() const override { return "VarBackward"; }
   TensorList apply(TensorList&& grads) override { return {var_grad(x.unpack(name()), geo, dims, correction, grads[0])}; }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    return {var_grad_graph(autograd::graph::saved_input(*this, 0, x), geo, dims, correction, grads[0])};
+  }
 };
 
 // out = sqrt(var(x, dims, correction))
@@ -119,6 +135,16 @@ struct StdBackward final : Node {
     const Tensor g = in_dtype(grads[0], o.dtype());
     const Tensor g_var = ops::masked_fill(ops::div(g, ops::mul(o, 2.0)), ops::eq(o, 0.0), 0.0);
     return {var_grad(x.unpack(name()), geo, dims, correction, g_var)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor o = autograd::graph::saved_output(*this, 0, out);
+    const Tensor g = in_dtype(grads[0], o.dtype());
+    const Tensor zero = autograd::raw([&] { return ops::eq(o.detach(), 0.0); });
+    // Where out is 0 the quotient is replaced, and its NaN derivative with it (where's backward).
+    const Tensor safe_o = frugal::masked_fill(o, zero, 1.0);
+    const Tensor g_var = frugal::masked_fill(frugal::div(g, frugal::mul(safe_o, 2.0)), zero, 0.0);
+    return {var_grad_graph(autograd::graph::saved_input(*this, 0, x), geo, dims, correction, g_var)};
   }
 };
 
@@ -150,6 +176,22 @@ struct AmaxAminBackward final : Node {
     const DType wide = geo.dtype == kFloat64 ? kFloat64 : kFloat32;
     const Tensor share = ops::div(in_dtype(grads[0], wide).reshape(geo.kept), count.to(wide));
     return {in_dtype(ops::where(hit, share, zeros({}, share.options())), geo.dtype)};
+  }
+  // g / count on the hits: linear in g, the hits and counts constants.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const DType wide = geo.dtype == kFloat64 ? kFloat64 : kFloat32;
+    Tensor hit, count;
+    autograd::raw([&] {
+      const Tensor xv = x.unpack(name());
+      hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
+      if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
+      count = ops::sum(hit, dims, /*keepdim=*/true).to(wide);
+      return 0;
+    });
+    const Tensor share = frugal::div(in_dtype(grads[0], wide).reshape(geo.kept), count);
+    const Tensor spread = frugal::masked_fill(share.expand(geo.in), autograd::raw([&] { return ops::logical_not(hit); }), 0.0);
+    return {autograd::graph::with_zero_derivative(in_dtype(spread, geo.dtype), *this, 0)};
   }
 };
 
@@ -195,6 +237,13 @@ struct MaxMinBackward final : Node {
     Tensor grad = zeros(geo.in, g.options());
     ops::scatter_add_(grad, dim, indices.unpack(name()).reshape(geo.kept), g);
     return {grad};
+  }
+  bool has_graph_backward() const override { return true; }  // linear in g: scatter_add's own backward
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = geo.restore(grads[0]);
+    if (geo.in.empty()) return {g};
+    const Tensor grad = frugal::scatter_add(zeros(geo.in, g.options()), dim, indices.unpack(name()).reshape(geo.kept), g);
+    return {autograd::graph::with_zero_derivative(grad, *this, 0)};
   }
 };
 

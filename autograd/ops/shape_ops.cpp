@@ -4,6 +4,7 @@
 
 #include "autograd/function.h"
 #include "autograd/ops/index.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/ops/shape_ops.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
@@ -45,6 +46,12 @@ struct RepeatBackward final : Node {
     std::vector<int64_t> copies;
     for (int64_t d = 0; d < int64_t(expanded.size()); d += 2) copies.push_back(d);
     return {in_dtype(ops::sum(grads[0].reshape(expanded), copies), dtype).reshape(in_sizes)};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    std::vector<int64_t> copies;
+    for (int64_t d = 0; d < int64_t(expanded.size()); d += 2) copies.push_back(d);
+    return {in_dtype(frugal::sum(grads[0].reshape(expanded), copies), dtype).reshape(in_sizes)};
   }
 };
 
@@ -105,6 +112,11 @@ struct TrilTriuBackward final : Node {
   bool upper = false;
   std::string name() const override { return upper ? "TriuBackward" : "TrilBackward"; }
   TensorList apply(TensorList&& grads) override { return {triangle(in_dtype(grads[0], dtype), diagonal, upper)}; }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor g = in_dtype(grads[0], dtype);
+    return {upper ? frugal::triu(g, diagonal) : frugal::tril(g, diagonal)};
+  }
 };
 
 Tensor tril_triu(const char* op, const Tensor& x, int64_t diagonal, bool upper) {

@@ -51,12 +51,44 @@ const char* unary_node_name(UnaryOp op) {
 }
 
 /// Whether unary_grad_graph has op's derivative (Note [Double backward]).
-bool has_graph_grad(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Gelu:  // no differentiable erf to write Phi(x) with
-    case UnaryOp::Mish: return false;
-    default: return true;
+bool has_graph_grad(UnaryOp op) { return op != UnaryOp::Mish; }
+
+/// phi(x) (2 - x^2) = gelu''(x), phi the standard normal density, in raw or differentiable ops.
+template <bool differentiable>
+Tensor gelu_second_derivative(const Tensor& x) {
+  constexpr double inv_sqrt_2pi = 0.3989422804014327;
+  if constexpr (differentiable) {
+    const Tensor x2 = frugal::square(x);
+    return frugal::mul(frugal::mul(frugal::exp(frugal::mul(x2, -0.5)), inv_sqrt_2pi), frugal::rsub(x2, 2.0));
+  } else {
+    const Tensor x2 = ops::square(x);
+    return ops::mul(ops::mul(ops::exp(ops::mul(x2, -0.5)), inv_sqrt_2pi), ops::affine(x2, -1.0, 2.0));
   }
+}
+
+// y = gelu'(x) = Phi(x) + x phi(x), what exact GELU's backward multiplies g by under create_graph
+// (PyTorch has no differentiable erf either: its gelu_backward has its own derivative)
+// grad_x = G gelu''(x)
+struct GeluDerivativeBackward final : Node {
+  SavedTensor x{this};
+  std::string name() const override { return "GeluBackwardBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    return {ops::mul(grads[0], gelu_second_derivative<false>(x.unpack(name())))};
+  }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    return {frugal::mul(grads[0], gelu_second_derivative<true>(autograd::graph::saved_input(*this, 0, x)))};
+  }
+};
+
+/// gelu'(x), recorded (Note [Double backward]).
+Tensor gelu_derivative(const Tensor& x) {
+  Tensor y = autograd::raw([&] { return ops::unary_backward(UnaryOp::Gelu, ones_like(x), x); });
+  if (auto node = make_node<GeluDerivativeBackward>({x})) {
+    node->x = x;
+    autograd::record(node, {y});
+  }
+  return y;
 }
 
 /// Whether f' is piecewise constant: g f'(x) then depends on x with a zero derivative.
@@ -133,7 +165,7 @@ Tensor unary_grad_graph(UnaryOp op, const Tensor& g, const Tensor& v, double a, 
           frugal::mul(frugal::mul(v, frugal::rsub(frugal::square(t), 1.0)), frugal::affine(x2, 3.0 * c, 1.0));
       return frugal::mul(g, frugal::add(frugal::affine(t, 0.5, 0.5), frugal::mul(slope, 0.5 * k)));
     }
-    case UnaryOp::Gelu:
+    case UnaryOp::Gelu: return frugal::mul(g, gelu_derivative(v));
     case UnaryOp::Mish: break;
   }
   FRUGAL_FAIL(ops::unary_op_name(op), ": no double backward");

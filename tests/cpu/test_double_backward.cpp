@@ -93,6 +93,12 @@ TEST_CASE("double backward: unary ops and activations against differences of gra
       {"silu", [](const TensorList& t) { return frugal::silu(t[0]); }},
       {"softplus", [](const TensorList& t) { return frugal::softplus(t[0], 2.0, 2.0); }},
       {"gelu_tanh", [](const TensorList& t) { return frugal::gelu_tanh(t[0]); }},
+      {"gelu", [](const TensorList& t) { return frugal::gelu(t[0]); }},
+      {"gelu's third derivative",
+       [](const TensorList& t) {
+         const Tensor g = autograd::grad({frugal::gelu(t[0])}, {t[0]}, {ones_like(t[0])}, {.create_graph = true})[0];
+         return frugal::mul(g, g);
+       }},
       {"hardswish", [](const TensorList& t) { return frugal::hardswish(frugal::mul(t[0], 2.0)); }},
       {"hardsigmoid", [](const TensorList& t) { return frugal::mul(frugal::hardsigmoid(t[0]), t[0]); }},
       {"clamp", [](const TensorList& t) { return frugal::mul(frugal::clamp(t[0], -1.0, 1.0), t[0]); }},
@@ -189,6 +195,44 @@ TEST_CASE("double backward: matmul, linear, softmax and mse_loss") {
   check_gradgradcheck([](const TensorList& t) { return frugal::mse_loss(t[0], t[1], Reduction::Sum); }, {batch, a});
 }
 
+TEST_CASE("double backward: conv2d (stride, padding, dilation, groups, bias) and its third derivative") {
+  const Tensor x = leaf({2, 4, 5, 6}, 70), w = leaf({6, 2, 3, 2}, 71), b = leaf({6}, 72);
+  for (const Conv2dOptions& o : {Conv2dOptions{}, Conv2dOptions{.stride = {2, 1}, .padding = {1, 2}, .groups = 2},
+                                 Conv2dOptions{.padding = 1, .dilation = {1, 2}, .groups = 2}}) {
+    CAPTURE(o.groups);
+    const Tensor wo = o.groups == 1 ? leaf({3, 4, 3, 2}, 73) : w;
+    const Tensor bo = o.groups == 1 ? leaf({3}, 74) : b;
+    check_gradgradcheck([&](const TensorList& t) { return frugal::tanh(frugal::conv2d(t[0], t[1], t[2], o)); }, {x, wo, bo});
+  }
+  // The gradients' own backward, through conv_input_grad and conv_weight_grad's (Note
+  // [Convolution double backward]): a penalty on both gradients of a conv, differentiated twice.
+  const Tensor xs = leaf({1, 2, 4, 4}, 75), ws = leaf({2, 2, 3, 3}, 76);
+  check_gradgradcheck(
+      [](const TensorList& t) {
+        const Tensor y = frugal::tanh(frugal::conv2d(t[0], t[1], Tensor(), {.padding = 1}));
+        const TensorList g = autograd::grad({y}, {t[0], t[1]}, {ones_like(y)}, {.create_graph = true});
+        return frugal::add(frugal::sum(frugal::square(g[0])), frugal::sum(frugal::square(g[1])));
+      },
+      {xs, ws});
+}
+
+TEST_CASE("double backward: dropout's mask is kept by every order") {
+  const Tensor x = leaf({4, 6}, 85);
+  check_gradgradcheck(
+      [](const TensorList& t) {
+        Generator gen(5);  // the same mask at every call
+        return frugal::square(frugal::dropout(frugal::tanh(t[0]), 0.3, /*training=*/true, &gen));
+      },
+      {x});
+}
+
+TEST_CASE("double backward: layer_norm with and without weight and bias") {
+  const Tensor x = leaf({3, 2, 5}, 80), w = leaf({2, 5}, 81), b = leaf({2, 5}, 82), w1 = leaf({5}, 83);
+  check_gradgradcheck([](const TensorList& t) { return frugal::layer_norm(t[0], {2, 5}, t[1], t[2]); }, {x, w, b});
+  check_gradgradcheck([](const TensorList& t) { return frugal::tanh(frugal::layer_norm(t[0], {5}, t[1])); }, {x, w1});
+  check_gradgradcheck([](const TensorList& t) { return frugal::square(frugal::layer_norm(t[0], {5}, {}, {}, 0.1)); }, {x});
+}
+
 TEST_CASE("double backward: cross_entropy with class indices, smoothing, ignored rows and every reduction") {
   const Tensor logits = leaf({5, 4}, 37), logits3 = leaf({2, 3, 4}, 38);
   const Tensor target = from_vector(std::vector<int64_t>{1, 3, -100, 0, 2}, {5});
@@ -277,6 +321,20 @@ TEST_CASE("double backward: a gradient penalty and a physics-informed loss match
       1e-10, 1e-15, "d residual / d v2");
 }
 
+TEST_CASE("double backward: gradcheck of a loss that takes a gradient itself") {
+  // A gradient penalty as a function of the critic's weights, checked against differences of
+  // the penalty (gradcheck runs f with grad mode on for that).
+  const Tensor x = leaf({3, 4}, 55), w1 = leaf({5, 4}, 56), w2 = leaf({1, 5}, 57);
+  check_gradcheck(
+      [&](const TensorList& t) {
+        const Tensor xi = t[0].detach().requires_grad_();
+        const Tensor critic = frugal::linear(frugal::softplus(frugal::linear(xi, t[1])), t[2]);
+        const Tensor gx = autograd::grad({critic}, {xi}, {ones_like(critic)}, {.create_graph = true})[0];
+        return frugal::mean(frugal::square(frugal::sub(frugal::sqrt(frugal::sum(frugal::square(gx), {1})), 1.0)));
+      },
+      {x.detach(), w1, w2});
+}
+
 TEST_CASE("double backward: create_graph leaves .grad alone and keeps the graph for the outer backward") {
   const Tensor w = leaf({4, 3}, 50), x = leaf({2, 4}, 51);
   const Tensor loss = frugal::sum(frugal::tanh(frugal::matmul(x, w)));
@@ -300,12 +358,12 @@ TEST_CASE("double backward: a node without one is named before anything runs") {
   const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61);
   check_error(
       [&] {
-        const Tensor y = frugal::layer_norm(frugal::gelu(frugal::matmul(x, w)), {4});
+        const Tensor y = frugal::group_norm(frugal::mish(frugal::matmul(x, w)), 2);
         autograd::grad({frugal::sum(y)}, {x}, {}, {.create_graph = true});
       },
-      {"create_graph", "GeluBackward", "LayerNormBackward", "Note [Double backward]"});
+      {"create_graph", "MishBackward", "GroupNormBackward", "Note [Double backward]"});
   // Nodes the requested inputs do not lead to are not checked: only w's path must have one.
-  const Tensor h = frugal::layer_norm(x, {4});  // x's path only
+  const Tensor h = frugal::group_norm(x, 2);  // x's path only
   const Tensor gw =
       autograd::grad({frugal::sum(frugal::tanh(frugal::matmul(h, w)))}, {w}, {}, {.create_graph = true})[0];
   CHECK(gw.requires_grad());
@@ -318,6 +376,6 @@ TEST_CASE("double backward: a node without one is named before anything runs") {
       },
       {"create_graph", "CheckpointBackward"});
   // Without create_graph nothing changes: no history, no check.
-  const Tensor plain = autograd::grad({frugal::sum(frugal::gelu(x))}, {x})[0];
+  const Tensor plain = autograd::grad({frugal::sum(frugal::mish(x))}, {x})[0];
   CHECK_FALSE(plain.requires_grad());
 }

@@ -388,6 +388,13 @@ TEST_CASE("probe autograd: size-0 leaves and broadcasts to size 0 get gradients 
   CHECK(b.grad().sizes() == Shape{0, 2});
   const TensorList g = autograd::grad({sum(mul(e, e))}, {e});
   CHECK(g[0].sizes() == Shape{0, 3});
+  // Two sums of one size-0 leaf: each gradient is an expanded (stride 0) empty tensor, which
+  // counts as contiguous; the engine's in-place sum of the two threw "cannot write in place into
+  // an expanded view" (found by op_fuzz --grad --gradgrad).
+  const Tensor twice = leaf_of({}, {3, 0});
+  sum(add(sum(twice), sum(twice, {1}))).backward();
+  REQUIRE(twice.grad().defined());
+  CHECK(twice.grad().sizes() == Shape{3, 0});
 }
 
 TEST_CASE("probe autograd: zero_grad(set_to_none) starts a fresh .grad; zero_grad(false) zeroes it in place") {

@@ -129,21 +129,31 @@ int grad_main(const Args& args) {
       entries.push_back(&e);
   if (entries.empty()) usage("no differentiable op of that name (see --grad --list)");
   const auto start = std::chrono::steady_clock::now();
-  int64_t done = 0, failed = 0;
+  int64_t done = 0, failed = 0, not_run = 0;
   std::vector<int64_t> fails(entries.size(), 0);
-  for (int64_t i = args.first; done < args.cases; ++i)
+  // An op whose graph has no double backward never runs under --gradgrad: stop after 100
+  // rounds in a row in which no case ran, instead of looping for ever.
+  int64_t idle_rounds = 0;
+  for (int64_t i = args.first; done < args.cases && idle_rounds < 100; ++i) {
+    const int64_t done_before = done;
     for (size_t k = 0; k < entries.size() && done < args.cases; ++k) {
       const GradResult r = grad_case(*entries[k], args, device, i);
-      if (!r.ran) continue;
+      if (!r.ran) {
+        ++not_run;
+        continue;
+      }
       ++done;
       if (!r.ok) {
         ++failed;
         if (fails[k]++ == 0 || args.all_failures) std::printf("FAILED %s\n", r.message.c_str());
       }
     }
-  std::printf("%lld cases of %zu differentiable ops, %lld failed; seed %llu, device %s, %.1f s\n", (long long)done,
-              entries.size(), (long long)failed, (unsigned long long)args.seed, args.device.c_str(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    idle_rounds = done == done_before ? idle_rounds + 1 : 0;
+  }
+  std::printf("%lld cases of %zu differentiable ops, %lld failed (%lld not run: %s); seed %llu, device %s, %.1f s\n",
+              (long long)done, entries.size(), (long long)failed, (long long)not_run,
+              args.gradgrad ? "no double backward" : "not on this device", (unsigned long long)args.seed,
+              args.device.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return failed == 0 ? 0 : 1;
 }
 
