@@ -69,6 +69,8 @@ struct ScatterAddBackward final : Node {
   DType self_dtype = kFloat32, src_dtype = kFloat32;
   int64_t dim = 0;
   std::string name() const override { return "ScatterAddBackward"; }
+  // In differentiable ops, which record nothing in a first-order backward (grad mode off) and
+  // make the double backward under create_graph (Note [Double backward]).
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     TensorList out(2);
@@ -78,35 +80,17 @@ struct ScatterAddBackward final : Node {
       const Tensor idx = index.unpack(name());
       const Shape idx_sizes = idx.dim() == 0 ? Shape{1} : idx.sizes();
       const Shape src_sizes_1d = src_sizes.empty() ? Shape{1} : src_sizes;
-      Tensor picked = in_dtype(ops::gather(g, dim, idx), src_dtype).reshape(idx_sizes);
-      if (idx_sizes != src_sizes_1d) {  // src elements beyond index's extent were not used
-        Tensor full = zeros(src_sizes_1d, picked.options());
-        Tensor region = full;
-        for (int64_t d = 0; d < int64_t(idx_sizes.size()); ++d) region = region.narrow(d, 0, idx_sizes[size_t(d)]);
-        ops::copy_into(region, picked);
-        picked = full;
-      }
-      out[1] = picked.reshape(src_sizes);
-    }
-    return out;
-  }
-  bool has_graph_backward() const override { return true; }
-  TensorList apply_graph(TensorList&& grads) override {
-    const Tensor& g = grads[0];
-    TensorList out(2);
-    if (wants_grad(*this, 0)) out[0] = in_dtype(g, self_dtype);
-    if (wants_grad(*this, 1)) {
-      const Tensor idx = index.unpack(name());
-      const Shape idx_sizes = idx.dim() == 0 ? Shape{1} : idx.sizes();
-      const Shape src_sizes_1d = src_sizes.empty() ? Shape{1} : src_sizes;
       Tensor picked = in_dtype(frugal::gather(g, dim, idx), src_dtype).reshape(idx_sizes);
-      std::vector<int64_t> pads;  // zeros after index's extent, last dim first (torch's pad order)
+      // src elements beyond index's extent were not used: zeros after it, last dim first (pad's order)
+      std::vector<int64_t> pads;
       for (size_t d = idx_sizes.size(); d-- > 0;) pads.insert(pads.end(), {0, src_sizes_1d[d] - idx_sizes[d]});
       if (idx_sizes != src_sizes_1d) picked = frugal::pad(picked, pads, "constant", 0.0);
       out[1] = picked.reshape(src_sizes);
     }
     return out;
   }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override { return apply(std::move(grads)); }
 };
 
 // out = index_add(self, dim, index, src)
