@@ -3,6 +3,7 @@
 
 #include "autograd/function.h"
 #include "autograd/meta.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 
@@ -31,7 +32,29 @@ struct ZeroDerivativeBackward final : Node {
   bool has_graph_backward() const override { return true; }
   TensorList apply_graph(TensorList&& grads) override { return apply(std::move(grads)); }
 };
+
+/// linear_map's node: the adjoint of a linear map, itself in differentiable ops.
+struct LinearMapBackward final : Node {
+  std::function<Tensor(const Tensor&)> adjoint;  // may hold tensors (max pooling's indices) till the node dies
+  const char* label = "LinearMapBackward";
+  std::string name() const override { return label; }
+  bool saves_tensors() const override { return false; }
+  TensorList apply(TensorList&& grads) override { return {adjoint(grads[0])}; }
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override { return apply(std::move(grads)); }
+};
 }  // namespace
+
+Tensor linear_map(const Tensor& out, const Tensor& g, std::function<Tensor(const Tensor&)> adjoint, const char* name) {
+  if (!is_grad_enabled() || !requires_grad(g)) return out;
+  auto node = std::make_shared<LinearMapBackward>();
+  node->next_edges = {gradient_edge(g)};
+  node->adjoint = std::move(adjoint);
+  node->label = name;
+  Tensor recorded = out.detach();
+  record(node, {recorded});
+  return recorded;
+}
 
 Tensor with_zero_derivative(const Tensor& result, const Node& node, size_t i) {
   if (!is_grad_enabled() || i >= node.next_edges.size() || !node.next_edges[i].valid()) return result;
@@ -57,6 +80,13 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   const std::vector<int64_t> dims = stretched_dims(grad.sizes(), shape);
   const Tensor r = dims.empty() ? grad : frugal::sum(grad, dims, /*keepdim=*/true);
   return r.reshape(shape);
+}
+
+Tensor normalized_input_grad(const Tensor& dxhat, const Tensor& xhat, const Tensor& rstd,
+                             const std::vector<int64_t>& dims, bool centred) {
+  auto mean = [&](const Tensor& t) { return frugal::mean(t, dims, /*keepdim=*/true); };
+  const Tensor along_xhat = frugal::mul(xhat, mean(frugal::mul(dxhat, xhat)));
+  return frugal::mul(rstd, frugal::sub(centred ? frugal::sub(dxhat, mean(dxhat)) : dxhat, along_xhat));
 }
 
 Tensor reduce_grad(const Tensor& grad, const Shape& shape, DType dtype) { return in_dtype(sum_to(grad, shape), dtype); }

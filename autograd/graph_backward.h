@@ -28,6 +28,8 @@
 // Autocast is off while such a run executes (a formula computes in its gradients' dtypes,
 // as the first-order backward does). backward() has no create_graph (PyTorch's, which
 // leaves .grad with history, is rarely wanted and easy to get wrong); use grad().
+#include <functional>
+
 #include "autograd/node.h"
 #include "autograd/saved_tensor.h"
 
@@ -45,6 +47,16 @@ Tensor saved_output(Node& node, size_t k, const SavedTensor& saved);
 /// as in PyTorch a second gradient with respect to x (or a bias before it) is then zeros, not
 /// "unused".
 Tensor with_zero_derivative(const Tensor& result, const Node& node, size_t i);
+/// `out` = L(g) for a map L linear in g (a pooling's, an interpolation's or masked_select's
+/// backward, run raw), recorded with L's adjoint as its backward: `adjoint(G)` in
+/// differentiable ops, so it is recorded in turn at the next order. `name` names the node.
+Tensor linear_map(const Tensor& out, const Tensor& g, std::function<Tensor(const Tensor&)> adjoint, const char* name);
+/// rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), the means over `dims` (keepdim): the
+/// input gradient of a normalization xhat = (x - mean(x)) rstd, rstd = 1 / sqrt(var(x) + eps)
+/// over `dims` (layer, group and batch norm), from dxhat, the gradient of xhat; without
+/// `centred` (RMS norm: xhat = x rstd) the mean(dxhat) term goes.
+Tensor normalized_input_grad(const Tensor& dxhat, const Tensor& xhat, const Tensor& rstd,
+                             const std::vector<int64_t>& dims, bool centred);
 /// autograd::sum_to in differentiable ops: `grad` summed over the dims broadcasting
 /// stretched, to `shape`.
 Tensor sum_to(const Tensor& grad, const Shape& shape);

@@ -4,6 +4,10 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
 #include "tensor/ops/batch_norm.h"
@@ -38,6 +42,38 @@ struct BatchNormBackward final : Node {
     if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);  // the compute dtype -> the parameter's
     if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
     return {g.x, g.weight, g.bias};
+  }
+  // In differentiable ops (Note [Double backward]): training recomputes the batch statistics
+  // from x, so they carry its history; eval's running statistics are constants.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    namespace graph = autograd::graph;
+    const Tensor saved_x = graph::saved_input(*this, 0, x);
+    const DType compute = saved_x.dtype() == kFloat16 || saved_x.dtype() == kBFloat16 ? kFloat32 : saved_x.dtype();
+    const Tensor xv = saved_x.to(compute), g = grads[0].to(compute);
+    std::vector<int64_t> stat_dims = {0};  // every dim but the channels'
+    Shape channel(size_t(xv.dim()), 1);
+    channel[1] = xv.size(1);
+    for (int64_t d = 2; d < xv.dim(); ++d) stat_dims.push_back(d);
+    auto stat_mean = [&](const Tensor& t) { return frugal::mean(t, stat_dims, /*keepdim=*/true); };
+    Tensor xhat, rstd_v;
+    if (training) {
+      const Tensor centred = frugal::sub(xv, stat_mean(xv));
+      rstd_v = frugal::rsqrt(frugal::add(stat_mean(frugal::square(centred)), eps));
+      xhat = frugal::mul(centred, rstd_v);
+    } else {
+      rstd_v = invstd.unpack(name()).to(compute).view(channel);
+      xhat = frugal::mul(frugal::sub(xv, mean.unpack(name()).to(compute).view(channel)), rstd_v);
+    }
+    TensorList out(3);
+    if (wants_grad(*this, 0)) {
+      const Tensor dxhat = weight.defined() ? frugal::mul(g, graph::saved_input(*this, 1, weight).to(compute).view(channel)) : g;
+      const Tensor gx = training ? graph::normalized_input_grad(dxhat, xhat, rstd_v, stat_dims, true) : frugal::mul(dxhat, rstd_v);
+      out[0] = gx.to(saved_x.dtype());
+    }
+    if (wants_grad(*this, 1)) out[1] = frugal::sum(frugal::mul(g, xhat), stat_dims).to(weight_dtype);
+    if (wants_grad(*this, 2)) out[2] = frugal::sum(g, stat_dims).to(bias_dtype);
+    return out;
   }
 };
 

@@ -17,6 +17,10 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/unary.h"
 #include "core/instrument.h"
 #include "tensor/ops/binary.h"
 #include "tensor/ops/norm.h"
@@ -65,6 +69,7 @@ GroupNormGeometry check_group_norm(const Tensor& x, int64_t G, const Tensor& wei
 struct GroupNormBackward final : Node {
   SavedTensor x{this}, weight{this}, mean{this}, rstd{this};  // mean, rstd: (N * G) in the compute dtype
   GroupNormGeometry geometry;
+  double eps = 0;  // for the double backward's recomputed statistics
   bool has_bias = false;
   std::string name() const override { return "GroupNormBackward"; }
   TensorList apply(TensorList&& grads) override {
@@ -85,6 +90,28 @@ struct GroupNormBackward final : Node {
                .x.view(xv.sizes());
     }
     return {gx, gw, gb};
+  }
+  // Layer norm's formula on the (sample, group) rows, the affine per channel, in differentiable
+  // ops with the statistics recomputed from x (Note [Double backward]).
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    namespace graph = autograd::graph;
+    const Tensor xv = graph::saved_input(*this, 0, x);
+    const Tensor g = autograd::in_dtype(grads[0], xv.dtype());
+    const Tensor rows = xv.reshape(geometry.rows);
+    auto row_mean = [](const Tensor& t) { return frugal::mean(t, {1}, /*keepdim=*/true); };
+    const Tensor centred = frugal::sub(rows, row_mean(rows));
+    const Tensor rstd_v = frugal::rsqrt(frugal::add(row_mean(frugal::square(centred)), eps));
+    const Tensor xhat_rows = frugal::mul(centred, rstd_v);
+    const Tensor xhat = xhat_rows.reshape(xv.sizes());
+    TensorList out(3);
+    if (wants_grad(*this, 0)) {
+      const Tensor dxhat = weight.defined() ? frugal::mul(g, graph::saved_input(*this, 1, weight).view(geometry.channel)) : g;
+      out[0] = graph::normalized_input_grad(dxhat.reshape(geometry.rows), xhat_rows, rstd_v, {1}, true).reshape(xv.sizes());
+    }
+    if (wants_grad(*this, 1) && weight.defined()) out[1] = frugal::sum(frugal::mul(g, xhat), geometry.reduce_dims);
+    if (wants_grad(*this, 2) && has_bias) out[2] = frugal::sum(g, geometry.reduce_dims);
+    return out;
   }
 };
 
@@ -108,6 +135,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
     node->mean = r.mean;
     node->rstd = r.rstd;
     node->geometry = geometry;
+    node->eps = eps;
     node->has_bias = bias.defined();
     autograd::record(node, {r.out});
   }

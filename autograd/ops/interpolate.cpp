@@ -2,6 +2,7 @@
 #include "autograd/ops/interpolate.h"
 
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
 #include "core/instrument.h"
 #include "tensor/ops/interpolate.h"
 
@@ -21,6 +22,13 @@ struct InterpolateBackward final : Node {
   InterpolateOptions options;
   std::string name() const override { return "InterpolateBackward"; }
   TensorList apply(TensorList&& grads) override { return {ops::interpolate_backward(grads[0], x_shape, options)}; }
+  bool has_graph_backward() const override { return true; }  // linear in g, interpolate its adjoint
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor gx = autograd::raw([&] { return ops::interpolate_backward(g, x_shape, options); });
+    auto resample = [options = options](const Tensor& G) { return frugal::interpolate(G, options); };
+    return {autograd::graph::linear_map(gx, g, resample, "InterpolateBackwardBackward")};
+  }
 };
 
 }  // namespace

@@ -120,6 +120,32 @@ struct PointwiseLossBackward final : Node {
     if (wants_grad(*this, 1)) out[1] = ops::neg(autograd::sum_to(d, b.sizes()));
     return out;
   }
+  // Note [Pointwise regression losses]'s derivative in differentiable ops: d / beta (d for
+  // huber) inside, a constant sign outside, of zero derivative there.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    namespace graph = autograd::graph;
+    const Tensor a = graph::saved_input(*this, 0, input), b = graph::saved_input(*this, 1, target);
+    const Tensor diff = frugal::sub(a, b);
+    const Tensor g = reduction == Reduction::Mean ? frugal::div(grads[0], double(diff.numel())) : grads[0];
+    const bool has_inside = kind != ops::PointwiseLoss::L1 && param > 0;
+    const double outside_scale = kind == ops::PointwiseLoss::Huber ? param : 1.0;
+    const Tensor dd = diff.detach();
+    const Tensor sign = autograd::raw([&] {
+      return ops::mul(ops::sub(ops::gt(dd, 0.0).to(dd.dtype()), ops::lt(dd, 0.0).to(dd.dtype())), outside_scale);
+    });
+    Tensor slope = sign;
+    if (has_inside) {
+      const Tensor inside = autograd::raw([&] { return ops::lt(ops::abs(dd), param); });
+      const double k = kind == ops::PointwiseLoss::SmoothL1 ? 1.0 / param : 1.0;
+      slope = frugal::where(inside, frugal::mul(diff, k), sign);
+    }
+    const Tensor d = frugal::mul(slope, g);
+    TensorList out(2);
+    if (wants_grad(*this, 0)) out[0] = graph::with_zero_derivative(graph::sum_to(d, a.sizes()), *this, 0);
+    if (wants_grad(*this, 1)) out[1] = graph::with_zero_derivative(frugal::neg(graph::sum_to(d, b.sizes())), *this, 1);
+    return out;
+  }
 };
 
 Tensor recorded_pointwise_loss(ops::PointwiseLoss kind, const Tensor& input, const Tensor& target, double param,

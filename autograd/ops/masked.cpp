@@ -2,6 +2,7 @@
 #include "autograd/ops/masked.h"
 
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
 #include "core/instrument.h"
 #include "tensor/ops/masked.h"
 
@@ -25,6 +26,15 @@ struct MaskedSelectBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     const Tensor full = ops::masked_select_backward(grads[0], mask.unpack(name()), shape);
     return {in_dtype(autograd::sum_to(full, x_sizes), x_dtype)};
+  }
+  bool has_graph_backward() const override { return true; }  // linear in g, masked_select its adjoint
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor m = mask.unpack(name());
+    const Tensor full = autograd::raw([&] { return ops::masked_select_backward(g, m, shape); });
+    auto select = [m](const Tensor& G) { return frugal::masked_select(G, m); };
+    const Tensor recorded = autograd::graph::linear_map(full, g, select, "MaskedSelectBackwardBackward");
+    return {in_dtype(autograd::graph::sum_to(recorded, x_sizes), x_dtype)};
   }
 };
 

@@ -56,8 +56,7 @@ struct LayerNormBackward final : Node {
     const Tensor xhat = frugal::mul(centred, rstd_v);
     const Tensor gw = weight.defined() ? frugal::mul(g, autograd::graph::saved_input(*this, 1, weight)) : g;
     TensorList out(3);
-    if (wants_grad(*this, 0))
-      out[0] = frugal::mul(rstd_v, frugal::sub(frugal::sub(gw, row_mean(gw)), frugal::mul(xhat, row_mean(frugal::mul(gw, xhat)))));
+    if (wants_grad(*this, 0)) out[0] = autograd::graph::normalized_input_grad(gw, xhat, rstd_v, features, true);
     if (wants_grad(*this, 1)) out[1] = over_rows(frugal::mul(g, xhat));
     if (has_bias && wants_grad(*this, 2)) out[2] = over_rows(g);
     return out;

@@ -2,6 +2,8 @@
 #include "autograd/ops/pool.h"
 
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/index.h"
 #include "core/instrument.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/pool.h"
@@ -42,6 +44,24 @@ struct MaxPool2dBackward final : Node {
   TensorList apply(TensorList&& grads) override {
     return {ops::max_pool2d_backward_from_input(grads[0], x.unpack(name()), kernel, options)};
   }
+  // g scattered to the argmax: linear in g (its adjoint gathers at the argmax), constant in x.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor xv = x.unpack(name());
+    const Tensor gx = autograd::raw([&] { return ops::max_pool2d_backward_from_input(g, xv, kernel, options); });
+    const Tensor argmax = autograd::raw([&] { return ops::max_pool2d(xv, kernel, options).indices; });
+    const Shape out_sizes = g.sizes();
+    auto gather_at_argmax = [argmax, out_sizes](const Tensor& G) {  // G of x's shape -> out's
+      const int64_t planes_dims = G.dim() - 2;
+      Shape flat(G.sizes().begin(), G.sizes().begin() + planes_dims), idx_flat = flat;
+      flat.push_back(G.size(-2) * G.size(-1));
+      idx_flat.push_back(argmax.size(-2) * argmax.size(-1));
+      return frugal::gather(G.reshape(flat), planes_dims, argmax.reshape(idx_flat)).reshape(out_sizes);
+    };
+    const Tensor recorded = autograd::graph::linear_map(gx, g, gather_at_argmax, "MaxPool2dBackwardBackward");
+    return {autograd::graph::with_zero_derivative(recorded, *this, 0)};
+  }
 };
 
 // out = mean over each window (divisor per Note [Pooling windows])
@@ -53,6 +73,13 @@ struct AvgPool2dBackward final : Node {
   std::string name() const override { return "AvgPool2dBackward"; }
   TensorList apply(TensorList&& grads) override {
     return {ops::avg_pool2d_backward(grads[0], x_shape, kernel, options)};
+  }
+  bool has_graph_backward() const override { return true; }  // linear in g, avg_pool2d its adjoint
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor gx = autograd::raw([&] { return ops::avg_pool2d_backward(g, x_shape, kernel, options); });
+    auto pool = [kernel = kernel, options = options](const Tensor& G) { return frugal::avg_pool2d(G, kernel, options); };
+    return {autograd::graph::linear_map(gx, g, pool, "AvgPool2dBackwardBackward")};
   }
 };
 
@@ -80,6 +107,14 @@ struct AdaptiveAvgPool2dBackward final : Node {
       return {rows.view({N, H, W, C}).permute({0, 3, 1, 2})};
     }
     return {ops::adaptive_avg_pool2d_backward(g, x_shape)};
+  }
+  bool has_graph_backward() const override { return true; }  // linear in g, the pool its adjoint
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Tensor gx = autograd::raw([&] { return ops::adaptive_avg_pool2d_backward(g, x_shape); });
+    const Int2 out_size{g.size(-2), g.size(-1)};
+    auto pool = [out_size](const Tensor& G) { return frugal::adaptive_avg_pool2d(G, out_size); };
+    return {autograd::graph::linear_map(gx, g, pool, "AdaptiveAvgPool2dBackwardBackward")};
   }
 };
 

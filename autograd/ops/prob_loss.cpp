@@ -6,6 +6,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/loss.h"  // detail::check_binary_loss_operands
 #include "autograd/ops/reduce.h"
@@ -73,6 +74,27 @@ struct BinaryCrossEntropyBackward final : autograd::Node {
       out[0] = ops::div(ops::mul(g, ops::sub(x, y)), denominator).to(saved_x.dtype());
     }
     if (wants_grad(*this, 1)) out[1] = ops::mul(g, ops::sub(clamped_log1m(x), clamped_log(x))).to(saved_x.dtype());
+    return out;
+  }
+  // The same formula in differentiable ops, x and y joined to their history (Note [Double backward]).
+  bool has_graph_backward() const override { return true; }
+  autograd::TensorList apply_graph(autograd::TensorList&& grads) override {
+    const Tensor saved_x = autograd::graph::saved_input(*this, 0, input);
+    const DType compute = compute_dtype(saved_x.dtype());
+    const Tensor x = saved_x.to(compute), y = autograd::graph::saved_input(*this, 1, target).to(compute);
+    Tensor g = grads[0].to(compute);
+    if (reduction == Reduction::Mean) g = frugal::div(g, double(x.numel()));
+    if (weight.defined()) g = frugal::mul(g, weight.unpack(name()));
+    autograd::TensorList out(2);
+    if (wants_grad(*this, 0)) {
+      const Tensor denominator = frugal::clamp(frugal::mul(x, frugal::rsub(x, 1.0)), 1e-12, kInf);
+      out[0] = frugal::div(frugal::mul(g, frugal::sub(x, y)), denominator).to(saved_x.dtype());
+    }
+    if (wants_grad(*this, 1)) {
+      const Tensor log_x = frugal::clamp(frugal::log(x), -100.0, kInf);
+      const Tensor log_1mx = frugal::clamp(frugal::log1p(frugal::neg(x)), -100.0, kInf);
+      out[1] = frugal::mul(g, frugal::sub(log_1mx, log_x)).to(saved_x.dtype());
+    }
     return out;
   }
 };

@@ -50,7 +50,7 @@ struct RmsNormBackward final : Node {
     const Tensor xhat = frugal::mul(xv, rstd_v);
     const Tensor gw = weight.defined() ? frugal::mul(g, autograd::graph::saved_input(*this, 1, weight)) : g;
     TensorList out(2);
-    if (wants_grad(*this, 0)) out[0] = frugal::mul(rstd_v, frugal::sub(gw, frugal::mul(xhat, row_mean(frugal::mul(gw, xhat)))));
+    if (wants_grad(*this, 0)) out[0] = autograd::graph::normalized_input_grad(gw, xhat, rstd_v, features, false);
     if (wants_grad(*this, 1)) {
       const Tensor gx = frugal::mul(g, xhat);
       out[1] = rows.empty() ? gx : frugal::sum(gx, rows);

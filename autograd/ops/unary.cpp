@@ -50,9 +50,6 @@ const char* unary_node_name(UnaryOp op) {
   return "UnaryBackward";
 }
 
-/// Whether unary_grad_graph has op's derivative (Note [Double backward]).
-bool has_graph_grad(UnaryOp op) { return op != UnaryOp::Mish; }
-
 /// phi(x) (2 - x^2) = gelu''(x), phi the standard normal density, in raw or differentiable ops.
 template <bool differentiable>
 Tensor gelu_second_derivative(const Tensor& x) {
@@ -166,7 +163,10 @@ Tensor unary_grad_graph(UnaryOp op, const Tensor& g, const Tensor& v, double a, 
       return frugal::mul(g, frugal::add(frugal::affine(t, 0.5, 0.5), frugal::mul(slope, 0.5 * k)));
     }
     case UnaryOp::Gelu: return frugal::mul(g, gelu_derivative(v));
-    case UnaryOp::Mish: break;
+    case UnaryOp::Mish: {  // t + x (1 - t^2) sigmoid(x), t = tanh(softplus(x))
+      const Tensor t = frugal::tanh(frugal::softplus(v));
+      return frugal::mul(g, frugal::add(t, frugal::mul(frugal::mul(v, frugal::rsub(frugal::square(t), 1.0)), frugal::sigmoid(v))));
+    }
   }
   FRUGAL_FAIL(ops::unary_op_name(op), ": no double backward");
 }
@@ -182,7 +182,7 @@ struct UnaryBackward final : Node {
     if (mask.defined()) return {ops::apply_relu_mask(in_dtype(grads[0], dtype), mask.unpack(name()))};
     return {ops::unary_backward(op, in_dtype(grads[0], dtype), saved.unpack(name()), a, b)};
   }
-  bool has_graph_backward() const override { return has_graph_grad(op); }
+  bool has_graph_backward() const override { return true; }
   TensorList apply_graph(TensorList&& grads) override {
     const Tensor g = in_dtype(grads[0], dtype);
     if (mask.defined()) {  // relu's packed mask: 0 where the gradient is dropped

@@ -94,6 +94,7 @@ TEST_CASE("double backward: unary ops and activations against differences of gra
       {"softplus", [](const TensorList& t) { return frugal::softplus(t[0], 2.0, 2.0); }},
       {"gelu_tanh", [](const TensorList& t) { return frugal::gelu_tanh(t[0]); }},
       {"gelu", [](const TensorList& t) { return frugal::gelu(t[0]); }},
+      {"mish", [](const TensorList& t) { return frugal::mish(t[0]); }},
       {"gelu's third derivative",
        [](const TensorList& t) {
          const Tensor g = autograd::grad({frugal::gelu(t[0])}, {t[0]}, {ones_like(t[0])}, {.create_graph = true})[0];
@@ -226,6 +227,24 @@ TEST_CASE("double backward: dropout's mask is kept by every order") {
       {x});
 }
 
+TEST_CASE("double backward: batch norm in training and eval, group norm, RMS norm") {
+  const Tensor x = leaf({4, 3, 2, 2}, 86), w = leaf({3}, 87), b = leaf({3}, 88);
+  const Tensor running_mean = random_tensor({3}, kFloat64, 89), running_var = random_tensor({3}, kFloat64, 90, Layout::Contiguous, 0.5, 2.0);
+  for (const bool training : {true, false}) {
+    CAPTURE(training);
+    check_gradgradcheck(
+        [&](const TensorList& t) {
+          Tensor rm = running_mean.clone(), rv = running_var.clone();  // the update is the forward's business
+          return frugal::tanh(frugal::batch_norm(t[0], rm, rv, t[1], t[2], training, 0.1, 1e-3));
+        },
+        {x, w, b});
+  }
+  check_gradgradcheck([](const TensorList& t) { return frugal::square(frugal::group_norm(t[0], 3, t[1], t[2], 1e-3)); },
+                      {x, w, b});
+  const Tensor x3 = leaf({3, 2, 5}, 91), w3 = leaf({5}, 92);
+  check_gradgradcheck([](const TensorList& t) { return frugal::tanh(frugal::rms_norm(t[0], {5}, t[1], 1e-3)); }, {x3, w3});
+}
+
 TEST_CASE("double backward: layer_norm with and without weight and bias") {
   const Tensor x = leaf({3, 2, 5}, 80), w = leaf({2, 5}, 81), b = leaf({2, 5}, 82), w1 = leaf({5}, 83);
   check_gradgradcheck([](const TensorList& t) { return frugal::layer_norm(t[0], {2, 5}, t[1], t[2]); }, {x, w, b});
@@ -355,15 +374,18 @@ TEST_CASE("double backward: create_graph leaves .grad alone and keeps the graph 
 }
 
 TEST_CASE("double backward: a node without one is named before anything runs") {
-  const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61);
+  // The fused GELU MLP and the fused linear + cross entropy have none.
+  const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61), w1 = leaf({6, 4}, 62), w2 = leaf({4, 6}, 63);
+  const Tensor target = from_vector(std::vector<int64_t>{1, 3}, {2});
   check_error(
       [&] {
-        const Tensor y = frugal::group_norm(frugal::mish(frugal::matmul(x, w)), 2);
-        autograd::grad({frugal::sum(y)}, {x}, {}, {.create_graph = true});
+        const Tensor h = frugal::gelu_mlp(frugal::matmul(x, w), w1, Tensor(), w2, Tensor());
+        const Tensor loss = frugal::linear_cross_entropy(h, w, Tensor(), target);
+        autograd::grad({loss}, {x}, {}, {.create_graph = true});
       },
-      {"create_graph", "MishBackward", "GroupNormBackward", "Note [Double backward]"});
+      {"create_graph", "GeluMlpBackward", "LinearCrossEntropyBackward", "Note [Double backward]"});
   // Nodes the requested inputs do not lead to are not checked: only w's path must have one.
-  const Tensor h = frugal::group_norm(x, 2);  // x's path only
+  const Tensor h = frugal::gelu_mlp(x, w1, Tensor(), w2, Tensor());  // x's path only
   const Tensor gw =
       autograd::grad({frugal::sum(frugal::tanh(frugal::matmul(h, w)))}, {w}, {}, {.create_graph = true})[0];
   CHECK(gw.requires_grad());
@@ -376,6 +398,6 @@ TEST_CASE("double backward: a node without one is named before anything runs") {
       },
       {"create_graph", "CheckpointBackward"});
   // Without create_graph nothing changes: no history, no check.
-  const Tensor plain = autograd::grad({frugal::sum(frugal::mish(x))}, {x})[0];
+  const Tensor plain = autograd::grad({frugal::sum(frugal::gelu_mlp(x, w1, Tensor(), w2, Tensor()))}, {x})[0];
   CHECK_FALSE(plain.requires_grad());
 }
