@@ -20,10 +20,15 @@
 // ops' first-order backward, so any order can be taken (each order's graph is made of
 // nodes that have apply_graph again).
 //
-// A node without apply_graph (a fused kernel's: attention, batch norm, pooling; a
-// checkpoint's replay) cannot be differentiated twice: grad() with create_graph checks
-// every node that would run before it runs any and names those that cannot, instead of
-// returning a gradient whose second derivative silently misses their terms.
+// Fused kernels recompute what their formula needs from the saved inputs (layer, RMS,
+// group and batch norm their statistics, the GELU MLP its pre-activation, flash attention
+// its weights), and a backward linear in g whose adjoint is the forward (pooling,
+// interpolate, convolution) is recorded as such (linear_map). A node without apply_graph
+// (flash attention with dropout, whose mask lives in the kernel's random stream;
+// linear_cross_entropy, which keeps gradients instead of its inputs; a checkpoint's replay)
+// cannot be differentiated twice: grad() with create_graph checks every node that would run
+// before it runs any and names those that cannot, instead of returning a gradient whose
+// second derivative silently misses their terms.
 // create_graph implies retain_graph: the second backward goes through the first graph.
 // Autocast is off while such a run executes (a formula computes in its gradients' dtypes,
 // as the first-order backward does). backward() has no create_graph (PyTorch's, which

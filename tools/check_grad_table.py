@@ -21,6 +21,7 @@ NOT_DIFFERENTIABLE = {
     "alias_for_history",  # inplace.h: a transform's handle on its output, not an op
     "running_stat_to_update",  # batch_norm.h: which running statistic an op updates, not an op
     "unary_op",  # unary_op.h: the recording helper behind unary.h and activation.h (their entries cover it)
+    "unary_grad_graph",  # unary_op.h: unary backward formulas under create_graph, run by every unary entry's gradgradcheck
 }
 # Tensor methods that are other methods' spellings, or not recorded.
 METHODS_EXEMPT = {

@@ -2,6 +2,9 @@
 // side by side.
 #include "autograd/ops/batch_norm.h"
 
+#include <array>
+#include <utility>
+
 #include "autograd/checkpoint.h"
 #include "autograd/function.h"
 #include "autograd/graph_backward.h"
@@ -11,6 +14,7 @@
 #include "autograd/recompute_cheap.h"
 #include "core/instrument.h"
 #include "tensor/ops/batch_norm.h"
+#include "tensor/ops/binary.h"
 
 namespace frugal {
 
@@ -21,6 +25,41 @@ using autograd::TensorList;
 using autograd::wants_grad;
 
 namespace {
+
+/// BatchNormBackward's formulas in differentiable ops (Note [Double backward]): {grad_x,
+/// grad_weight, grad_bias} from g, x and weight joined to their history (weight undefined: none).
+/// Training recomputes the batch statistics from x, so they carry its history; eval's running
+/// statistics (mean, invstd) are constants.
+TensorList batch_norm_graph_grads(const Tensor& g_in, const Tensor& saved_x, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& invstd, double eps, bool training,
+                                  std::pair<DType, DType> param_dtypes, std::array<bool, 3> wanted) {
+  const DType compute = saved_x.dtype() == kFloat16 || saved_x.dtype() == kBFloat16 ? kFloat32 : saved_x.dtype();
+  const Tensor xv = saved_x.to(compute), g = g_in.to(compute);
+  std::vector<int64_t> stat_dims{0};  // every dim but the channels'
+  Shape channel(size_t(xv.dim()), 1);
+  channel[1] = xv.size(1);
+  for (int64_t d = 2; d < xv.dim(); ++d) stat_dims.push_back(d);
+  auto stat_mean = [&](const Tensor& t) { return frugal::mean(t, stat_dims, /*keepdim=*/true); };
+  Tensor xhat, rstd;
+  if (training) {
+    const Tensor centred = frugal::sub(xv, stat_mean(xv));
+    rstd = frugal::rsqrt(frugal::add(stat_mean(frugal::square(centred)), eps));
+    xhat = frugal::mul(centred, rstd);
+  } else {
+    rstd = invstd.to(compute).view(channel);
+    xhat = frugal::mul(frugal::sub(xv, mean.to(compute).view(channel)), rstd);
+  }
+  TensorList out(3);
+  if (wanted[0]) {
+    const Tensor dxhat = weight.defined() ? frugal::mul(g, weight.to(compute).view(channel)) : g;
+    const Tensor gx = training ? autograd::graph::normalized_input_grad(dxhat, xhat, rstd, stat_dims, true)
+                               : frugal::mul(dxhat, rstd);
+    out[0] = gx.to(saved_x.dtype());
+  }
+  if (wanted[1]) out[1] = frugal::sum(frugal::mul(g, xhat), stat_dims).to(param_dtypes.first);
+  if (wanted[2]) out[2] = frugal::sum(g, stat_dims).to(param_dtypes.second);
+  return out;
+}
 
 // out = (x - mean) * invstd * weight + bias  (Note [Batch norm statistics])
 // grad_x = weight * invstd * (g - mean_M(g) - xhat * mean_M(g * xhat))  (training; eval: weight * invstd * g)
@@ -43,37 +82,12 @@ struct BatchNormBackward final : Node {
     if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
     return {g.x, g.weight, g.bias};
   }
-  // In differentiable ops (Note [Double backward]): training recomputes the batch statistics
-  // from x, so they carry its history; eval's running statistics are constants.
   bool has_graph_backward() const override { return true; }
   TensorList apply_graph(TensorList&& grads) override {
-    namespace graph = autograd::graph;
-    const Tensor saved_x = graph::saved_input(*this, 0, x);
-    const DType compute = saved_x.dtype() == kFloat16 || saved_x.dtype() == kBFloat16 ? kFloat32 : saved_x.dtype();
-    const Tensor xv = saved_x.to(compute), g = grads[0].to(compute);
-    std::vector<int64_t> stat_dims = {0};  // every dim but the channels'
-    Shape channel(size_t(xv.dim()), 1);
-    channel[1] = xv.size(1);
-    for (int64_t d = 2; d < xv.dim(); ++d) stat_dims.push_back(d);
-    auto stat_mean = [&](const Tensor& t) { return frugal::mean(t, stat_dims, /*keepdim=*/true); };
-    Tensor xhat, rstd_v;
-    if (training) {
-      const Tensor centred = frugal::sub(xv, stat_mean(xv));
-      rstd_v = frugal::rsqrt(frugal::add(stat_mean(frugal::square(centred)), eps));
-      xhat = frugal::mul(centred, rstd_v);
-    } else {
-      rstd_v = invstd.unpack(name()).to(compute).view(channel);
-      xhat = frugal::mul(frugal::sub(xv, mean.unpack(name()).to(compute).view(channel)), rstd_v);
-    }
-    TensorList out(3);
-    if (wants_grad(*this, 0)) {
-      const Tensor dxhat = weight.defined() ? frugal::mul(g, graph::saved_input(*this, 1, weight).to(compute).view(channel)) : g;
-      const Tensor gx = training ? graph::normalized_input_grad(dxhat, xhat, rstd_v, stat_dims, true) : frugal::mul(dxhat, rstd_v);
-      out[0] = gx.to(saved_x.dtype());
-    }
-    if (wants_grad(*this, 1)) out[1] = frugal::sum(frugal::mul(g, xhat), stat_dims).to(weight_dtype);
-    if (wants_grad(*this, 2)) out[2] = frugal::sum(g, stat_dims).to(bias_dtype);
-    return out;
+    const Tensor wv = weight.defined() ? autograd::graph::saved_input(*this, 1, weight) : Tensor();
+    return batch_norm_graph_grads(grads[0], autograd::graph::saved_input(*this, 0, x), wv, mean.unpack(name()),
+                                  invstd.unpack(name()), eps, training, {weight_dtype, bias_dtype},
+                                  {wants_grad(*this, 0), wants_grad(*this, 1), wants_grad(*this, 2)});
   }
 };
 
@@ -103,6 +117,17 @@ struct BatchNormAddReluBackward final : Node {
     if (g.weight.defined()) g.weight = g.weight.to(weight_dtype);
     if (g.bias.defined()) g.bias = g.bias.to(bias_dtype);
     return {g.x, g.residual, g.weight, g.bias};
+  }
+  // ReLU's mask on g (a constant), then batch norm's formulas (Note [Double backward]).
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor sv = out.unpack(name());
+    const Tensor gz = frugal::masked_fill(grads[0], autograd::raw([&] { return ops::le(sv, 0.0); }), 0.0);
+    const Tensor wv = weight.defined() ? autograd::graph::saved_input(*this, 2, weight) : Tensor();
+    TensorList bn = batch_norm_graph_grads(gz, autograd::graph::saved_input(*this, 0, x), wv, mean.unpack(name()),
+                                           invstd.unpack(name()), eps, training, {weight_dtype, bias_dtype},
+                                           {wants_grad(*this, 0), wants_grad(*this, 2), wants_grad(*this, 3)});
+    return {bn[0], wants_grad(*this, 1) ? gz : Tensor(), bn[1], bn[2]};
   }
 };
 

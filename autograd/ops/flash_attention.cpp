@@ -2,8 +2,15 @@
 // (Note [Flash attention]).
 #include "autograd/ops/flash_attention.h"
 
+#include <cmath>
+
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/masked_softmax.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/ops/flash_attention.h"
@@ -37,6 +44,25 @@ struct FlashAttentionBackward final : Node {
     if (wants_grad(*this, 0)) result[0] = std::move(g.dq);
     if (wants_grad(*this, 1)) result[1] = std::move(g.dk);
     if (wants_grad(*this, 2)) result[2] = std::move(g.dv);
+    return result;
+  }
+  // Without dropout (whose mask only the fused kernels' Philox stream holds), the same formulas
+  // in differentiable ops, P recomputed by the composed path's masked_softmax (Note [Double backward]).
+  bool has_graph_backward() const override { return options.dropout_p == 0.0; }
+  TensorList apply_graph(TensorList&& grads) override {
+    namespace graph = autograd::graph;
+    const Tensor& g = grads[0];
+    const Tensor qv = graph::saved_input(*this, 0, q), kv = graph::saved_input(*this, 1, k),
+                 vv = graph::saved_input(*this, 2, v);
+    const Tensor m = mask.defined() ? mask.unpack(name()) : Tensor();
+    const double s = options.scale ? *options.scale : 1.0 / std::sqrt(double(qv.size(-1)));
+    const Tensor p = frugal::masked_softmax(frugal::matmul(qv, kv.transpose(-2, -1)), m, options.is_causal, s);
+    const Tensor dp = frugal::matmul(g, vv.transpose(-2, -1));
+    const Tensor ds = frugal::mul(p, frugal::sub(dp, frugal::sum(frugal::mul(dp, p), {-1}, /*keepdim=*/true)));
+    TensorList result(3);
+    if (wants_grad(*this, 0)) result[0] = frugal::mul(frugal::matmul(ds, kv), s);
+    if (wants_grad(*this, 1)) result[1] = frugal::mul(frugal::matmul(ds.transpose(-2, -1), qv), s);
+    if (wants_grad(*this, 2)) result[2] = frugal::matmul(p.transpose(-2, -1), g);
     return result;
   }
 };

@@ -6,6 +6,8 @@
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/graph_backward.h"
+#include "autograd/ops/unary.h"
+#include "autograd/ops/unary_op.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
@@ -171,6 +173,7 @@ struct LinearBackward final : Node {
 // 187 against 139 MiB at GPT-2 small's block on the H200).
 struct GeluMlpBackward final : Node {
   SavedTensor x{this}, w1{this}, pre{this}, w2{this};
+  SavedTensor b1{this};  // for the double backward's recomputed pre (a parameter: no memory of its own)
   bool has_b1 = false, has_b2 = false;
   std::string name() const override { return "GeluMlpBackward"; }
   TensorList apply(TensorList&& grads) override {
@@ -187,6 +190,24 @@ struct GeluMlpBackward final : Node {
     // fc1's weight gradient, with b1's from the same GEMM (BGRADB) unless the epilogue gave it.
     if (d.bias.defined()) result[2] = std::move(d.bias);
     linear_weight_bias_grads(*this, 1, 2, has_b1 && !result[2].defined(), d.pre, xv, w1v, result);
+    return result;
+  }
+  // The two linears' and GELU's formulas in differentiable ops, pre recomputed from x, w1 and
+  // b1 so that it carries their history (Note [Double backward]).
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    namespace graph = autograd::graph;
+    const Tensor xv = graph::saved_input(*this, 0, x), w1v = graph::saved_input(*this, 1, w1),
+                 w2v = graph::saved_input(*this, 3, w2);
+    const Tensor b1v = has_b1 ? graph::saved_input(*this, 2, b1) : Tensor();
+    const Tensor pre2 = frugal::linear(as_rows(xv), w1v, b1v), g2 = as_rows(grads[0]);  // (M, hidden), (M, out)
+    TensorList result(5);
+    if (wants_grad(*this, 3)) result[3] = frugal::matmul(g2.t(), frugal::gelu_tanh(pre2));
+    if (has_b2 && wants_grad(*this, 4)) result[4] = frugal::sum(g2, {0});
+    const Tensor gpre = autograd::detail::unary_grad_graph(ops::UnaryOp::GeluTanh, frugal::matmul(g2, w2v), pre2);
+    if (wants_grad(*this, 0)) result[0] = frugal::matmul(gpre, w1v).reshape(xv.sizes());
+    if (wants_grad(*this, 1)) result[1] = frugal::matmul(gpre.t(), as_rows(xv));
+    if (has_b1 && wants_grad(*this, 2)) result[2] = frugal::sum(gpre, {0});
     return result;
   }
 };
@@ -255,6 +276,7 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   if (auto node = make_node<GeluMlpBackward>({x, w1, b1, w2, b2})) {
     node->x = x, node->w1 = w1, node->w2 = w2, node->pre = r.tensors[0];
     node->has_b1 = b1.defined(), node->has_b2 = b2.defined();
+    if (b1.defined()) node->b1 = b1;
     autograd::record(node, {out});
   }
   return out;

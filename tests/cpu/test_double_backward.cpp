@@ -217,6 +217,18 @@ TEST_CASE("double backward: conv2d (stride, padding, dilation, groups, bias) and
       {xs, ws});
 }
 
+TEST_CASE("double backward: the fused GELU MLP and flash attention (without dropout) against differences") {
+  const Tensor x = leaf({3, 4}, 93), w1 = leaf({6, 4}, 94), b1 = leaf({6}, 95), w2 = leaf({2, 6}, 96);
+  check_gradgradcheck([](const TensorList& t) { return frugal::gelu_mlp(t[0], t[1], t[2], t[3], Tensor()); }, {x, w1, b1, w2});
+  const Tensor q = leaf({1, 2, 3, 4}, 97), k = leaf({1, 2, 5, 4}, 98), v = leaf({1, 2, 5, 4}, 99);
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    check_gradgradcheck(
+        [&](const TensorList& t) { return frugal::flash_attention(t[0], t[1], t[2], Tensor(), causal, 0.0, 0.7); },
+        {q, k, v});
+  }
+}
+
 TEST_CASE("double backward: dropout's mask is kept by every order") {
   const Tensor x = leaf({4, 6}, 85);
   check_gradgradcheck(
@@ -374,20 +386,20 @@ TEST_CASE("double backward: create_graph leaves .grad alone and keeps the graph 
 }
 
 TEST_CASE("double backward: a node without one is named before anything runs") {
-  // The fused GELU MLP and the fused linear + cross entropy have none.
-  const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61), w1 = leaf({6, 4}, 62), w2 = leaf({4, 6}, 63);
+  // The fused linear + cross entropy keeps its gradients, not x and the weight: it has none.
+  const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61), w1 = leaf({6, 4}, 62);
   const Tensor target = from_vector(std::vector<int64_t>{1, 3}, {2});
   check_error(
       [&] {
-        const Tensor h = frugal::gelu_mlp(frugal::matmul(x, w), w1, Tensor(), w2, Tensor());
-        const Tensor loss = frugal::linear_cross_entropy(h, w, Tensor(), target);
+        const Tensor loss = frugal::linear_cross_entropy(frugal::tanh(frugal::matmul(x, w)), w1, Tensor(), target);
         autograd::grad({loss}, {x}, {}, {.create_graph = true});
       },
-      {"create_graph", "GeluMlpBackward", "LinearCrossEntropyBackward", "Note [Double backward]"});
+      {"create_graph", "LinearCrossEntropyBackward", "Note [Double backward]"});
   // Nodes the requested inputs do not lead to are not checked: only w's path must have one.
-  const Tensor h = frugal::gelu_mlp(x, w1, Tensor(), w2, Tensor());  // x's path only
-  const Tensor gw =
-      autograd::grad({frugal::sum(frugal::tanh(frugal::matmul(h, w)))}, {w}, {}, {.create_graph = true})[0];
+  const Tensor h = frugal::matmul(x, w);
+  const Tensor gw1 = autograd::grad({frugal::linear_cross_entropy(h.detach(), w1, Tensor(), target)}, {w1})[0];
+  CHECK_FALSE(gw1.requires_grad());  // without create_graph: no check, no history
+  const Tensor gw = autograd::grad({frugal::sum(frugal::tanh(h))}, {w}, {}, {.create_graph = true})[0];
   CHECK(gw.requires_grad());
   // A checkpoint's replay is a nested backward: refused too.
   check_error(
@@ -397,7 +409,4 @@ TEST_CASE("double backward: a node without one is named before anything runs") {
         autograd::grad({frugal::sum(y[0])}, {x}, {}, {.create_graph = true});
       },
       {"create_graph", "CheckpointBackward"});
-  // Without create_graph nothing changes: no history, no check.
-  const Tensor plain = autograd::grad({frugal::sum(frugal::gelu_mlp(x, w1, Tensor(), w2, Tensor()))}, {x})[0];
-  CHECK_FALSE(plain.requires_grad());
 }

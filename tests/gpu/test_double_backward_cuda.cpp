@@ -1,6 +1,7 @@
 // grad(..., {.create_graph = true}) on CUDA against the CPU (Note [Double backward]): a
-// WGAN-GP penalty through an MLP and through a conv critic, a PINN residual, and a
-// Hessian-vector product through layer norm, GELU and cross entropy, each differentiated
+// WGAN-GP penalty through an MLP and through a conv critic, a PINN residual, a
+// Hessian-vector product through layer norm, GELU and cross entropy, and a penalty through
+// causal attention (the fused kernels where they apply), each differentiated
 // twice from the same float64 values on both devices; in float64 (the formulas alone) and
 // float32 (with the devices' own kernels).
 #include <doctest/doctest.h>
@@ -81,6 +82,12 @@ TensorList hessian_vector(const TensorList& t) {  // x, w, v
   return autograd::grad({frugal::sum(frugal::mul(gw, t[2].detach()))}, {t[0], t[1]});
 }
 
+TensorList attention_penalty(const TensorList& t) {  // q, k, v: the fused kernels where they apply
+  const Tensor out = frugal::scaled_dot_product_attention(t[0], t[1], t[2], Tensor(), /*is_causal=*/true);
+  const Tensor gq = autograd::grad({frugal::sum(frugal::square(out))}, {t[0]}, {}, {.create_graph = true})[0];
+  return autograd::grad({frugal::sum(frugal::square(gq))}, {t[0], t[1], t[2]});
+}
+
 }  // namespace
 
 TEST_CASE("double backward on CUDA: penalties, a PINN residual and a Hessian-vector product match the CPU") {
@@ -91,5 +98,6 @@ TEST_CASE("double backward on CUDA: penalties, a PINN residual and a Hessian-vec
     compare("conv gradient penalty", gradient_penalty_conv, {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, dt, tolerance);
     compare("PINN residual", pinn_residual, {{16, 1}, {12, 1}, {12}, {1, 12}}, dt, tolerance);
     compare("Hessian-vector product", hessian_vector, {{4, 6}, {6, 3}, {6, 3}}, dt, tolerance);
+    compare("attention penalty", attention_penalty, {{1, 2, 8, 16}, {1, 2, 8, 16}, {1, 2, 8, 16}}, dt, tolerance);
   }
 }
