@@ -207,7 +207,7 @@ struct GraphRun {
 
   /// Under create_graph: throws, naming them, if a node that would run has no apply_graph
   /// (Note [Double backward]); checked before any runs.
-  /// Only grad() runs create graphs: the nodes that run are those mark_needed marked.
+  /// The nodes that run: every one in a backward() run, those mark_needed marked in a grad() run.
   void check_graph_backward() const {
     std::vector<std::string> missing;
     for (const auto& [node, task] : tasks) {
@@ -219,7 +219,7 @@ struct GraphRun {
     std::sort(missing.begin(), missing.end());
     std::string names;
     for (const std::string& m : missing) names += (names.empty() ? "" : ", ") + m;
-    FRUGAL_FAIL("grad with create_graph: ", names,
+    FRUGAL_FAIL("create_graph: ", names,
                 " on the way from the outputs to the inputs cannot be differentiated twice in frugal (Note "
                 "[Double backward] in autograd/graph_backward.h lists what can); compute the inner gradient "
                 "through other ops, or take the second derivative by finite differences of grad()");
@@ -337,7 +337,7 @@ void run_backward(const std::vector<Edge>& roots, const TensorList& root_grads, 
               grads[nr].dtype() == node->outputs[nr].dtype ? grads[nr].clone() : in_output_dtype(grads[nr], nr);
           static std::mutex retained_mutex;  // two threads' backward through one retained graph
           std::lock_guard<std::mutex> lock(retained_mutex);
-          m.grad = m.grad.defined() ? ops::add(m.grad, g) : g;
+          m.grad = m.grad.defined() ? gradient_sum(m.grad, g) : g;
         }
     // Outputs that received no gradient get zeros, so every node sees a full list.
     for (size_t k = 0; k < grads.size(); ++k)
@@ -421,8 +421,13 @@ void queue_callback(std::function<void()> callback, CallbackRun run) {
 bool in_backward() { return running_queue != nullptr; }
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  backward(roots, grad_roots, BackwardOptions{retain_graph, /*create_graph=*/false});
+}
+
+void backward(const TensorList& roots, const TensorList& grad_roots, const BackwardOptions& options) {
   const std::vector<Edge> edges = root_edges(roots);  // first: its errors are the more telling
-  run_backward(edges, root_gradients(roots, grad_roots, /*to_root_dtype=*/true), retain_graph, nullptr);
+  run_backward(edges, root_gradients(roots, grad_roots, /*to_root_dtype=*/true),
+               options.retain_graph || options.create_graph, nullptr, options.create_graph);
 }
 
 namespace {

@@ -11,6 +11,16 @@ namespace frugal::autograd {
 /// Without retain_graph the saved tensors of the graph are freed as it runs.
 void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false);
 
+/// backward()'s flags with create_graph (PyTorch's loss.backward(create_graph=True)): .grad
+/// gets the gradients with their history (Note [Double backward] in autograd/graph_backward.h),
+/// so a loss built from them can be differentiated again; every node on the way must have a
+/// differentiable backward. grad() with create_graph is usually what is wanted: it touches no .grad.
+struct BackwardOptions {
+  bool retain_graph = false;  // create_graph implies it
+  bool create_graph = false;
+};
+void backward(const TensorList& roots, const TensorList& grad_roots, const BackwardOptions& options);
+
 /// Returns d(outputs)/d(inputs) * grad_outputs without touching any .grad (leaves' and
 /// retained ones alike): only the nodes on a path to an input run (Note [Gradients
 /// without .grad]). An input the outputs do not depend on throws, unless allow_unused:

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "autograd/meta.h"
+#include "autograd/ops/binary.h"
 #include "autograd/saved_tensor.h"
 #include "core/instrument.h"
 #include "memory/trace.h"
@@ -138,6 +139,27 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   }
   if (!m.post_accumulate_grad_hooks.empty()) {
     const auto hooks = m.post_accumulate_grad_hooks;  // a hook may remove itself
+    for (const auto& [id, hook] : hooks) hook(leaf);
+  }
+  return {};
+}
+
+TensorList AccumulateGrad::apply_graph(TensorList&& grads) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl || !grads[0].defined()) return {};
+  Tensor leaf(impl);
+  AutogradMeta& m = ensure_meta(leaf);
+  if (!m.requires_grad) return {};
+  core::CategoryScope category(core::Category::Gradients);
+  const Tensor g = grads[0].dtype() == leaf.dtype() ? grads[0] : grads[0].to(leaf.dtype());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    FRUGAL_CHECK(!m.grad.defined() || m.grad.dtype() == leaf.dtype(), "AccumulateGrad: the .grad of leaf ",
+                 leaf.describe(), " is ", m.grad.describe(), "; a gradient accumulates in its leaf's dtype");
+    m.grad = m.grad.defined() ? frugal::add(m.grad, g) : g;  // recorded: .grad keeps its history
+  }
+  if (!m.post_accumulate_grad_hooks.empty()) {
+    const auto hooks = m.post_accumulate_grad_hooks;
     for (const auto& [id, hook] : hooks) hook(leaf);
   }
   return {};

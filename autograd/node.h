@@ -119,6 +119,10 @@ class AccumulateGrad final : public Node {
   std::string name() const override { return "AccumulateGrad"; }
   bool saves_tensors() const override { return false; }
   void run_tensor_hooks(TensorList& grads) override;
+  /// backward() with create_graph: .grad becomes the gradient with its history (a sum out of
+  /// place with an earlier .grad), as PyTorch's.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override;
 
  private:
   std::weak_ptr<TensorImpl> leaf_;

@@ -74,8 +74,36 @@ inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -
 }
 
 /// A tensor of `sizes` holding `values` (row-major) in `layout`, dtype and device of `opts`.
+/// make_tensor for uint8, which nothing converts to (Note [Storage-only uint8] in tensor/dtype.h):
+/// each value's byte written on the host through the layout's view of zeroed memory, which then
+/// moves to `device` whole.
+inline Tensor uint8_tensor(const std::vector<double>& values, const Shape& sizes, Device device, Layout layout) {
+  const int64_t d = int64_t(sizes.size());
+  const bool transposed = layout == Layout::Transposed && d >= 2, strided = layout == Layout::Strided && d >= 1;
+  Shape mem = sizes;
+  if (transposed) std::swap(mem[size_t(d - 1)], mem[size_t(d - 2)]);
+  if (strided) mem.back() *= 2;
+  auto view_of = [&](const Tensor& m) {
+    return transposed ? m.transpose(d - 1, d - 2) : strided ? m.slice(-1, 0, mem.back(), 2) : m;
+  };
+  Tensor memory = empty(mem, kUInt8);
+  auto* bytes = memory.data_ptr<uint8_t>();
+  std::fill(bytes, bytes + memory.numel(), uint8_t(0));
+  const Tensor view = view_of(memory);
+  for (int64_t i = 0; i < view.numel(); ++i) {
+    int64_t at = view.storage_offset(), rest = i;
+    for (int64_t k = d; k-- > 0;) {
+      at += (rest % sizes[size_t(k)]) * view.stride(k);
+      rest /= sizes[size_t(k)];
+    }
+    bytes[at] = uint8_t(values[size_t(i)]);
+  }
+  return view_of(memory.to(device));
+}
+
 inline Tensor make_tensor(const std::vector<double>& values, const Shape& sizes, TensorOptions opts,
                           Layout layout = Layout::Contiguous) {
+  if (opts.dtype == kUInt8) return uint8_tensor(values, sizes, opts.device, layout);
   Tensor dense = from_vector(values, sizes, TensorOptions(kFloat64));
   if (layout == Layout::Transposed && sizes.size() >= 2) {
     const int64_t d = int64_t(sizes.size());

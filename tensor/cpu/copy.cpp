@@ -14,7 +14,8 @@ namespace frugal::ops::cpu {
 // store their pixels in it, so one conversion reads it as numbers: a copy from uint8 to any
 // other dtype gives the values 0..255 (exact in float16, bfloat16 and wider; bool: != 0), as
 // `images.to(kFloat32)` in torchvision. A copy to uint8 from another dtype stays an error
-// (which rounding, which saturation?); uint8 to uint8 copies bytes in any layout. CPU only.
+// (which rounding, which saturation?); uint8 to uint8 copies bytes in any layout. The CUDA
+// copy does the same (tensor/cuda/copy.cu).
 
 namespace {
 

@@ -1,3 +1,5 @@
+#include <type_traits>
+
 #include "core/graph_capture.h"
 #include "memory/deferred_checks.h"
 #include "tensor/cuda/loops.cuh"
@@ -14,6 +16,17 @@ template <typename D, typename S>
 struct CastTo {
   __device__ D operator()(S v) const { return convert_element<D, S>(v); }  // Note [Float to integer conversion]
 };
+struct SameByte {
+  __device__ uint8_t operator()(uint8_t v) const { return v; }
+};
+/// A uint8 byte read as the number 0..255 (Note [Reading uint8 as numbers] in tensor/cpu/copy.cpp).
+template <typename D>
+struct FromByte {
+  __device__ D operator()(uint8_t v) const {
+    if constexpr (std::is_same_v<D, bool>) return v != 0;
+    else return convert_element<D, float>(static_cast<float>(v));  // 0..255: exact in every floating dtype
+  }
+};
 }  // namespace
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {
@@ -22,6 +35,12 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
     DeviceGuard guard(dst.device());
     FRUGAL_CUDA_CHECK(cudaMemcpyAsync(L.data[0], L.data[1], size_t(L.numel) * dst.element_size(),
                                       cudaMemcpyDeviceToDevice, stream_for(dst)));
+    return;
+  }
+  if (src.dtype() == DType::UInt8) {  // Note [Reading uint8 as numbers] in tensor/cpu/copy.cpp, as the CPU
+    if (dst.dtype() == DType::UInt8) return cuda_map<uint8_t, uint8_t>(L, dst.device(), SameByte{});
+    dispatch_all(dst.dtype(), "copy_", dst.device(),
+                 [&]<typename D>() { cuda_map<D, uint8_t>(L, dst.device(), FromByte<D>{}); });
     return;
   }
   dispatch_all(dst.dtype(), "copy_", dst.device(), [&]<typename D>() {

@@ -385,6 +385,34 @@ TEST_CASE("double backward: create_graph leaves .grad alone and keeps the graph 
   check_close(w.grad(), values_of(frugal::add(parts[0], plain)), 1e-13, 1e-15, "w.grad");
 }
 
+TEST_CASE("double backward: backward with create_graph leaves .grad with its history, as PyTorch's") {
+  // torch: y = (x ** 3).sum(); y.backward(create_graph=True); x.grad = 3 x^2 with a grad_fn,
+  // and (x.grad ** 2).sum() differentiates to 36 x^3.
+  const Tensor x = leaf({4}, 64);
+  const Tensor w = leaf({4}, 65);
+  autograd::backward({frugal::sum(frugal::mul(frugal::pow(x, 3.0), w))}, {}, {.create_graph = true});
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().requires_grad());
+  const std::vector<double> xv = values_of(x), wv = values_of(w);
+  std::vector<double> first, second_x, second_w;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    first.push_back(3 * xv[i] * xv[i] * wv[i]);
+    second_x.push_back(36 * std::pow(xv[i], 3) * wv[i] * wv[i]);  // d/dx (3 x^2 w)^2
+    second_w.push_back(18 * std::pow(xv[i], 4) * wv[i]);          // d/dw (3 x^2 w)^2
+  }
+  check_close(x.grad(), first, 1e-14, 1e-15, "x.grad");
+  const TensorList g = autograd::grad({frugal::sum(frugal::square(x.grad()))}, {x, w}, {}, /*retain_graph=*/true);
+  check_close(g[0], second_x, 1e-13, 1e-15, "d/dx |x.grad|^2");
+  check_close(g[1], second_w, 1e-13, 1e-15, "d/dw |x.grad|^2");
+  // A second backward adds to .grad out of place, keeping the history of both.
+  autograd::backward({frugal::sum(frugal::mul(x, w))}, {}, {.create_graph = true});
+  check_close(autograd::grad({frugal::sum(x.grad())}, {w})[0], [&] {
+    std::vector<double> want;
+    for (size_t i = 0; i < xv.size(); ++i) want.push_back(3 * xv[i] * xv[i] + 1);
+    return want;
+  }(), 1e-14, 1e-15, "d/dw sum(x.grad) after two backwards");
+}
+
 TEST_CASE("double backward: a node without one is named before anything runs") {
   // The fused linear + cross entropy keeps its gradients, not x and the weight: it has none.
   const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61), w1 = leaf({6, 4}, 62);

@@ -55,29 +55,11 @@ void check_same_bits(const std::vector<double>& got, const std::vector<double>& 
   }
 }
 
-/// make_tensor for every dtype: uint8 is storage only (Note [Storage-only uint8]) and refuses a
-/// cast into it, so its bytes are written into the memory of the layout (2-D shapes).
-Tensor tensor_of(const std::vector<double>& values, const Shape& shape, DType dt, Layout l) {
-  if (dt != kUInt8) return make_tensor(values, shape, dt, l);
-  REQUIRE(shape.size() == 2);
-  const int64_t r = shape[0], c = shape[1];
-  const Shape mem = l == Layout::Transposed ? Shape{c, r} : l == Layout::Strided ? Shape{r, 2 * c} : shape;
-  Tensor memory = empty(mem, kUInt8);
-  uint8_t* bytes = memory.data_ptr<uint8_t>();
-  std::memset(bytes, 0, size_t(memory.numel()));
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      const int64_t at = l == Layout::Transposed ? j * r + i : l == Layout::Strided ? i * 2 * c + 2 * j : i * c + j;
-      bytes[at] = uint8_t(values[size_t(i * c + j)]);
-    }
-  return l == Layout::Transposed ? memory.t() : l == Layout::Strided ? memory.slice(1, 0, 2 * c, 2) : memory;
-}
-
 /// Layouts of a tensor of `shape` holding `values` row-major: contiguous, transposed, strided.
 std::vector<std::pair<std::string, Tensor>> layouts_of(const std::vector<double>& values, const Shape& shape,
                                                        DType dt) {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (Layout l : kAllLayouts) out.emplace_back(name_of(dt, l), tensor_of(values, shape, dt, l));
+  for (Layout l : kAllLayouts) out.emplace_back(name_of(dt, l), make_tensor(values, shape, dt, l));
   return out;
 }
 
@@ -168,7 +150,7 @@ TEST_CASE("isnan / isinf / isfinite: naive reference on random layouts with spec
   check_same_bits(values_of(ops::isnan(ex)), {1, 1, 1, 0, 0, 0}, "isnan of an expanded tensor");
   // Integer and bool inputs: never NaN or infinite.
   for (DType dt : {kInt32, kInt64, kBool, kUInt8}) {
-    const Tensor x = tensor_of({0, 1, 1, 0, 1, 1}, {2, 3}, dt, Layout::Contiguous);
+    const Tensor x = make_tensor({0, 1, 1, 0, 1, 1}, {2, 3}, dt, Layout::Contiguous);
     CHECK(values_of(ops::isnan(x.t())) == std::vector<double>(6, 0.0));
     CHECK(values_of(ops::isinf(x)) == std::vector<double>(6, 0.0));
     CHECK(values_of(ops::isfinite(x)) == std::vector<double>(6, 1.0));

@@ -3,6 +3,8 @@
 // mismatched and bad devices.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "autograd/ops/operators.h"
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
@@ -39,6 +41,19 @@ TEST_CASE("cuda: dtype conversion matches the CPU bit for bit") {
       Tensor on_gpu = src.to(cuda()).to(to);
       check_close(on_gpu, values_of(on_cpu), 0, 0, "conversion");
     }
+  }
+}
+
+TEST_CASE("cuda: uint8 reads as numbers and copies in any layout, as on the CPU") {
+  // Note [Reading uint8 as numbers]: pixels loaded from a U8 file, moved to the device, converted there.
+  std::vector<double> bytes(6 * 7);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = double((i * 37) % 256);
+  for (Layout l : kAllLayouts) {
+    CAPTURE(layout_name(l));
+    const Tensor host = make_tensor(bytes, {6, 7}, kUInt8, l), device = make_tensor(bytes, {6, 7}, {kUInt8, cuda()}, l);
+    CHECK(bytes_of(device.contiguous()) == bytes_of(host.contiguous()));  // uint8 -> uint8 on the device
+    for (DType to : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kBool})
+      check_close(device.to(to), values_of(host.to(to)), 0, 0, std::string("uint8 to ") + dtype_name(to));
   }
 }
 
