@@ -16,6 +16,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/compress.h"
 #include "autograd/engine.h"
+#include "autograd/functional.h"
 #include "autograd/ops/all.h"
 #include "tensor/factory.h"
 #include "tests/cpu/gradcheck_util.h"
@@ -437,4 +438,50 @@ TEST_CASE("double backward: a node without one is named before anything runs") {
         autograd::grad({frugal::sum(y[0])}, {x}, {}, {.create_graph = true});
       },
       {"create_graph", "CheckpointBackward"});
+}
+
+TEST_CASE("autograd::functional: jacobian, hessian, vjp and hvp against closed forms") {
+  namespace F = autograd::functional;
+  const Tensor A = random_tensor({3, 4}, kFloat64, 100), x = random_tensor({4}, kFloat64, 101);
+  const std::vector<double> av = values_of(A), xv = values_of(x);
+  // J of tanh(A x) = diag(1 - t^2) A.
+  const Tensor J = F::jacobian([&](const Tensor& t) { return frugal::tanh(frugal::matmul(A, t)); }, x);
+  CHECK(J.sizes() == Shape{3, 4});
+  std::vector<double> want_j;
+  std::vector<double> t(3);
+  for (int i = 0; i < 3; ++i) {
+    double z = 0;
+    for (int j = 0; j < 4; ++j) z += av[size_t(i * 4 + j)] * xv[size_t(j)];
+    t[size_t(i)] = std::tanh(z);
+    for (int j = 0; j < 4; ++j) want_j.push_back((1 - t[size_t(i)] * t[size_t(i)]) * av[size_t(i * 4 + j)]);
+  }
+  check_close(J, want_j, 1e-14, 1e-15, "jacobian");
+  CHECK_FALSE(J.requires_grad());
+  CHECK_FALSE(x.requires_grad());  // the caller's tensor is untouched
+  // H of log(sum(exp(x))) = diag(p) - p p^T, p = softmax(x); shape x.sizes() twice.
+  const Tensor x2 = random_tensor({2, 3}, kFloat64, 102);
+  const Tensor H = F::hessian([](const Tensor& t) { return frugal::log(frugal::sum(frugal::exp(t))); }, x2);
+  CHECK(H.sizes() == Shape{2, 3, 2, 3});
+  const std::vector<double> x2v = values_of(x2);
+  double total = 0;
+  for (double v : x2v) total += std::exp(v);
+  std::vector<double> want_h;
+  for (size_t i = 0; i < 6; ++i)
+    for (size_t j = 0; j < 6; ++j) {
+      const double pi = std::exp(x2v[i]) / total, pj = std::exp(x2v[j]) / total;
+      want_h.push_back((i == j ? pi : 0.0) - pi * pj);
+    }
+  check_close(H, want_h, 1e-13, 1e-15, "hessian");
+  // hvp = H v; vjp of a linear map = A^T v; a linear f has H = 0.
+  const Tensor v = random_tensor({2, 3}, kFloat64, 103);
+  const F::HvpResult r = F::hvp([](const TensorList& t) { return frugal::log(frugal::sum(frugal::exp(t[0]))); }, {x2}, {v});
+  check_close(r.hvp[0], values_of(frugal::matmul(H.reshape({6, 6}), v.reshape({6}))), 1e-13, 1e-15, "hvp");
+  CHECK(r.output.item<double>() == doctest::Approx(std::log(total)).epsilon(1e-14));
+  const Tensor u = random_tensor({3}, kFloat64, 104);
+  const F::VjpResult q = F::vjp([&](const TensorList& t) { return frugal::matmul(A, t[0]); }, {x}, u);
+  check_close(q.vjp[0], values_of(frugal::matmul(A.t(), u)), 1e-14, 1e-15, "vjp");
+  const F::HvpResult lin = F::hvp([&](const TensorList& t) { return frugal::sum(frugal::matmul(A, t[0])); }, {x}, {x});
+  CHECK(max_abs(lin.hvp[0]) == 0.0);
+  check_error([&] { F::hvp([](const TensorList& t) { return t[0]; }, {x}, {x}); }, {"hvp", "one element"});
+  check_error([&] { F::hvp([](const TensorList& t) { return frugal::sum(t[0]); }, {x}, {u}); }, {"hvp", "shape"});
 }
