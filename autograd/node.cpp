@@ -91,6 +91,15 @@ void AccumulateGrad::run_tensor_hooks(TensorList& grads) {
   for (const auto& [id, hook] : hooks) run_hook(hook, grads[0], outputs[0], name());
 }
 
+namespace {
+/// register_post_accumulate_grad_hook's hooks, after `leaf`'s .grad took this backward's part.
+void run_post_accumulate_hooks(const AutogradMeta& m, const Tensor& leaf) {
+  if (m.post_accumulate_grad_hooks.empty()) return;
+  const auto hooks = m.post_accumulate_grad_hooks;  // a hook may remove itself
+  for (const auto& [id, hook] : hooks) hook(leaf);
+}
+}  // namespace
+
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
   if (!impl || !grads[0].defined()) return {};
@@ -137,10 +146,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       ops::add_(m.grad, g);
     }
   }
-  if (!m.post_accumulate_grad_hooks.empty()) {
-    const auto hooks = m.post_accumulate_grad_hooks;  // a hook may remove itself
-    for (const auto& [id, hook] : hooks) hook(leaf);
-  }
+  run_post_accumulate_hooks(m, leaf);
   return {};
 }
 
@@ -158,10 +164,7 @@ TensorList AccumulateGrad::apply_graph(TensorList&& grads) {
                  leaf.describe(), " is ", m.grad.describe(), "; a gradient accumulates in its leaf's dtype");
     m.grad = m.grad.defined() ? frugal::add(m.grad, g) : g;  // recorded: .grad keeps its history
   }
-  if (!m.post_accumulate_grad_hooks.empty()) {
-    const auto hooks = m.post_accumulate_grad_hooks;
-    for (const auto& [id, hook] : hooks) hook(leaf);
-  }
+  run_post_accumulate_hooks(m, leaf);
   return {};
 }
 
