@@ -205,9 +205,9 @@ struct GraphRun {
     }
   }
 
-  /// Under create_graph: throws, naming them, if a node that would run has no apply_graph
-  /// (Note [Double backward]); checked before any runs.
-  /// The nodes that run: every one in a backward() run, those mark_needed marked in a grad() run.
+  /// Under create_graph, before any node runs: throws, naming them, if a node that will run
+  /// (every one in a backward() run, those mark_needed marked in a grad() run) has no
+  /// apply_graph (Note [Double backward]).
   void check_graph_backward() const {
     std::vector<std::string> missing;
     for (const auto& [node, task] : tasks) {
