@@ -22,8 +22,9 @@
 //
 // Fused kernels recompute what their formula needs from the saved inputs (layer, RMS,
 // group and batch norm their statistics, the GELU MLP its pre-activation, flash attention
-// its weights), and a backward linear in g whose adjoint is the forward (pooling,
-// interpolate, convolution) is recorded as such (linear_map). A node without apply_graph
+// its weights); a backward linear in g whose adjoint is the forward (pooling, interpolate,
+// masked_select) is recorded as such (linear_map), and convolution's two gradients are
+// recorded ops of their own (Note [Convolution double backward]). A node without apply_graph
 // (flash attention with dropout, whose mask lives in the kernel's random stream;
 // linear_cross_entropy, which keeps gradients instead of its inputs; a checkpoint's replay)
 // cannot be differentiated twice: grad() with create_graph checks every node that would run
@@ -31,8 +32,9 @@
 // second derivative silently misses their terms.
 // create_graph implies retain_graph: the second backward goes through the first graph.
 // Autocast is off while such a run executes (a formula computes in its gradients' dtypes,
-// as the first-order backward does). backward() has no create_graph (PyTorch's, which
-// leaves .grad with history, is rarely wanted and easy to get wrong); use grad().
+// as the first-order backward does). backward() takes create_graph too (BackwardOptions):
+// .grad then keeps its history, summed out of place with an earlier .grad (AccumulateGrad's
+// apply_graph), as PyTorch's; grad() is usually what is wanted, as it touches no .grad.
 #include <functional>
 
 #include "autograd/node.h"
