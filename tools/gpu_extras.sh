@@ -6,7 +6,8 @@
 #   tools/gpu_extras.sh SECTION...   (nccl parallel mpi golden parity parity-full memory compress-accuracy svd
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
-#                                     galore svd-scale svd-vitb16 cuda-graph gelu-mlp two-gpu profile)
+#                                     galore svd-scale svd-vitb16 cuda-graph gelu-mlp two-gpu profile
+#                                     double-backward)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -116,6 +117,11 @@ for s in "$@"; do
         --cuda-graph --optim ${GRAPH_OPTIM:-sgd} ;;
     gelu-mlp) run python3 tools/bench_gelu_mlp.py --frugal "$BUILD/bench/bench_gelu_mlp" ;;  # Note [GELU epilogues]
     profile) run "$BUILD/examples/profile_memory" --device cuda --out /tmp/profile ;;
+    double-backward)  # a WGAN-GP critic step (grad with create_graph) against PyTorch, two sizes
+      for size in "--batch 64 --width 512" "--batch 256 --width 2048"; do
+        run "$BUILD/bench/bench_double_backward" --device cuda --steps 30 $size
+        run python3 tools/bench_double_backward_torch.py --device cuda --steps 30 $size
+      done ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
 done
