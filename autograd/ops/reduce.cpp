@@ -167,30 +167,34 @@ struct AmaxAminBackward final : Node {
   std::vector<int64_t> dims;
   bool is_max = true;
   std::string name() const override { return is_max ? "AmaxBackward" : "AminBackward"; }
+  /// The elements that won (hit) and, per reduced slice, how many (count, in float32 or wider:
+  /// Note [Tie counts in float32]).
+  struct Hits {
+    Tensor hit, count;
+  };
+  Hits hits(DType wide) const {
+    return autograd::raw([&] {
+      const Tensor xv = x.unpack(name());
+      Tensor hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
+      if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
+      return Hits{hit, ops::sum(hit, dims, /*keepdim=*/true).to(wide)};  // reduced shape
+    });
+  }
+  static DType wide_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor xv = x.unpack(name());
-    Tensor hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
-    if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
-    const Tensor count = ops::sum(hit, dims, /*keepdim=*/true);  // int64, reduced shape
-    // Divide in float32 or wider (Note [Tie counts in float32]); reduced shape.
-    const DType wide = geo.dtype == kFloat64 ? kFloat64 : kFloat32;
-    const Tensor share = ops::div(in_dtype(grads[0], wide).reshape(geo.kept), count.to(wide));
-    return {in_dtype(ops::where(hit, share, zeros({}, share.options())), geo.dtype)};
+    const DType wide = wide_dtype(geo.dtype);
+    const Hits h = hits(wide);
+    const Tensor share = ops::div(in_dtype(grads[0], wide).reshape(geo.kept), h.count);
+    return {in_dtype(ops::where(h.hit, share, zeros({}, share.options())), geo.dtype)};
   }
   // g / count on the hits: linear in g, the hits and counts constants.
   bool has_graph_backward() const override { return true; }
   TensorList apply_graph(TensorList&& grads) override {
-    const DType wide = geo.dtype == kFloat64 ? kFloat64 : kFloat32;
-    Tensor hit, count;
-    autograd::raw([&] {
-      const Tensor xv = x.unpack(name());
-      hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
-      if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
-      count = ops::sum(hit, dims, /*keepdim=*/true).to(wide);
-      return 0;
-    });
-    const Tensor share = frugal::div(in_dtype(grads[0], wide).reshape(geo.kept), count);
-    const Tensor spread = frugal::masked_fill(share.expand(geo.in), autograd::raw([&] { return ops::logical_not(hit); }), 0.0);
+    const DType wide = wide_dtype(geo.dtype);
+    const Hits h = hits(wide);
+    const Tensor share = frugal::div(in_dtype(grads[0], wide).reshape(geo.kept), h.count);
+    const Tensor missed = autograd::raw([&] { return ops::logical_not(h.hit); });
+    const Tensor spread = frugal::masked_fill(share.expand(geo.in), missed, 0.0);
     return {autograd::graph::with_zero_derivative(in_dtype(spread, geo.dtype), *this, 0)};
   }
 };

@@ -101,10 +101,11 @@ bool is_piecewise_linear(UnaryOp op) {
   }
 }
 
-/// g * f'(x) in differentiable ops, v = x or y as unary_grad_from(op) says, joined to its
-/// history (Note [Double backward]); the same conventions at the kinks as ops::unary_backward,
-/// whose masks are constants (their derivative is 0 almost everywhere).
-Tensor unary_grad_in_graph(UnaryOp op, const Tensor& g, const Tensor& v, double a, double b) {
+}  // namespace
+
+// The same conventions at the kinks as ops::unary_backward, whose masks are constants (their
+// derivative is 0 almost everywhere).
+Tensor autograd::detail::unary_grad_graph(UnaryOp op, const Tensor& g, const Tensor& v, double a, double b) {
   // Masks and factors of the kinks are constants, computed below autograd from v's values.
   const Tensor vd = v.defined() ? v.detach() : v;
   auto constant = [](auto&& f) { return autograd::raw(f); };
@@ -171,6 +172,8 @@ Tensor unary_grad_in_graph(UnaryOp op, const Tensor& g, const Tensor& v, double 
   FRUGAL_FAIL(ops::unary_op_name(op), ": no double backward");
 }
 
+namespace {
+
 struct UnaryBackward final : Node {
   UnaryOp op = UnaryOp::Neg;
   double a = 0, b = 0;      // the op's parameters (see ops::UnaryOp)
@@ -194,7 +197,7 @@ struct UnaryBackward final : Node {
     const Tensor v = from == ops::UnaryGradFrom::Input    ? autograd::graph::saved_input(*this, 0, saved)
                      : from == ops::UnaryGradFrom::Output ? autograd::graph::saved_output(*this, 0, saved)
                                                           : Tensor();
-    const Tensor gx = unary_grad_in_graph(op, g, v, a, b);
+    const Tensor gx = autograd::detail::unary_grad_graph(op, g, v, a, b);
     return {is_piecewise_linear(op) ? autograd::graph::with_zero_derivative(gx, *this, 0) : gx};
   }
 };
@@ -218,10 +221,6 @@ Tensor raw_unary(UnaryOp op, const Tensor& x, double a, double b) {
 }  // namespace
 
 namespace autograd::detail {
-
-Tensor unary_grad_graph(UnaryOp op, const Tensor& g, const Tensor& v, double a, double b) {
-  return frugal::unary_grad_in_graph(op, g, v, a, b);
-}
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double a, double b) {
   core::OpScope scope(ops::unary_op_name(op));
