@@ -33,8 +33,9 @@ void Tensor::set_grad(const Tensor& g) const {
   autograd::ensure_meta(*this).grad = g;
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::backward({*this}, gradient.defined() ? TensorList{gradient} : TensorList{}, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, gradient.defined() ? TensorList{gradient} : TensorList{},
+                     autograd::BackwardOptions{.retain_graph = retain_graph, .create_graph = create_graph});
 }
 
 Tensor Tensor::detach() const {

@@ -147,4 +147,30 @@ Tensor VisionTransformer::forward(const Tensor& x) {
   return (*head)(h.select(1, 0));  // the class token
 }
 
+void interpolate_embeddings(std::map<std::string, Tensor>& state, int64_t image_size, int64_t patch_size,
+                            InterpolateMode mode) {
+  constexpr const char* op = "interpolate_embeddings";
+  const char* key = "encoder.pos_embedding";
+  const auto it = state.find(key);
+  FRUGAL_CHECK(it != state.end(), op, ": the state dict has no '", key, "'");
+  FRUGAL_CHECK(image_size > 0 && patch_size > 0 && image_size >= patch_size, op, ": image_size ", image_size,
+               " and patch_size ", patch_size, " must be positive, with at least one patch");
+  const Tensor pos = it->second;
+  FRUGAL_CHECK(pos.dim() == 3 && pos.size(0) == 1 && pos.size(1) >= 1, op, ": '", key, "' is ", pos.describe(),
+               "; expected (1, 1 + patches, hidden)");
+  const int64_t hidden = pos.size(2), patches = pos.size(1) - 1;
+  const auto n = static_cast<int64_t>(std::llround(std::sqrt(double(patches))));
+  FRUGAL_CHECK(n * n == patches, op, ": '", key, "' ", pos.describe(), " has ", patches,
+               " patch rows, not a square number");
+  const int64_t m = image_size / patch_size;
+  if (m == n) return;
+  autograd::NoGradGuard no_grad;
+  // (1, n n, hidden) -> (1, hidden, n, n), resized, -> (1, m m, hidden), after the class row.
+  const Tensor grid = pos.slice(1, 1, 1 + patches).permute({0, 2, 1}).reshape({1, hidden, n, n});
+  InterpolateOptions o{.size = Int2{m, m}, .mode = mode};
+  if (interpolates(mode)) o.align_corners = true;
+  const Tensor resized = interpolate(grid, o).reshape({1, hidden, m * m}).permute({0, 2, 1});
+  it->second = cat({pos.slice(1, 0, 1), resized}, 1).contiguous();
+}
+
 }  // namespace frugal::models

@@ -6,7 +6,9 @@
 //
 //   auto vit = std::make_shared<models::VisionTransformer>(models::vit_b_16());
 //   Tensor logits = vit->forward(images);  // (N, 3, 224, 224) -> (N, 1000)
+#include <map>
 #include <memory>
+#include <string>
 
 #include "autograd/checkpoint.h"
 #include "nn/attention.h"
@@ -15,6 +17,7 @@
 #include "nn/conv.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
+#include "tensor/ops/interpolate.h"  // InterpolateMode
 
 namespace frugal::json {
 struct Value;
@@ -90,5 +93,22 @@ class VisionTransformer : public nn::UnaryModule {
   nn::BlockMemoryPlan memory_plan;
   int64_t num_blocks() const { return static_cast<int64_t>(blocks.size()); }
 };
+
+/// torchvision.models.vision_transformer.interpolate_embeddings: fits a checkpoint's
+/// "encoder.pos_embedding" (1, 1 + n * n, hidden), made for n x n patches, to a model for
+/// `image_size` images of `patch_size` patches (m = image_size / patch_size, rounded down, as
+/// torchvision): the class token's row is kept and the n x n grid resized to m x m by
+/// interpolate (bicubic with align_corners=True unless `mode` says otherwise, as torchvision),
+/// so a model trained at 224 fine-tunes at 384. Changes nothing when n == m. Throws, naming the
+/// key and shapes, when the key is missing, its batch dim is not 1, or its rows less one are
+/// not a square.
+///
+///   auto state = nn::load_safetensors("vit_b_16.safetensors").tensors;
+///   models::interpolate_embeddings(state, 384, 16);
+///   ViTConfig c = models::vit_b_16();
+///   c.image_size = 384;
+///   models::VisionTransformer(c).load_state_dict(state);
+void interpolate_embeddings(std::map<std::string, Tensor>& state, int64_t image_size, int64_t patch_size,
+                            InterpolateMode mode = InterpolateMode::Bicubic);
 
 }  // namespace frugal::models

@@ -7,8 +7,9 @@ namespace frugal::nn {
 
 /// torch.nn.Upsample(size=None, scale_factor=None, mode='nearest', align_corners=None):
 /// resizes (N, C, H, W) inputs with interpolate (Note [Interpolation source indices] in
-/// tensor/ops/interpolate.h). Exactly one of options.size and options.scale_factor;
-/// align_corners with bilinear only. The options are checked when the module is built.
+/// tensor/ops/interpolate.h): 'nearest', 'bilinear', 'bicubic', 'nearest-exact' or 'area'.
+/// Exactly one of options.size and options.scale_factor; align_corners with bilinear and
+/// bicubic only. The options are checked when the module is built.
 ///
 ///   nn::Upsample up({.scale_factor = 2.0, .mode = InterpolateMode::Bilinear});
 class Upsample : public UnaryModule {

@@ -186,8 +186,11 @@ class Tensor {
   /// while one runs is a race, as in PyTorch: join them first.
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
-  /// Backward from this tensor (a one-element tensor unless `gradient` is given).
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  /// Backward from this tensor (a one-element tensor unless `gradient` is given), as
+  /// torch.Tensor.backward. create_graph records the backward itself, so the .grad it leaves
+  /// has history and can be differentiated again (it implies retain_graph); see
+  /// autograd::backward for several roots.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   /// The same data, cut from the graph.
   Tensor detach() const;
   bool is_leaf() const;

@@ -31,7 +31,28 @@ CASES = [
     ("same_size_bilinear", (1, 1, 7, 7), dict(scale_factor=1.1, mode="bilinear", align_corners=False), torch.float32),
     ("one_row_bilinear_ac", (1, 1, 3, 4), dict(size=(1, 7), mode="bilinear", align_corners=True), torch.float32),
     ("up_size_bilinear_f64", (1, 2, 7, 9), dict(size=(13, 5), mode="bilinear", align_corners=False), torch.float64),
+    ("up_size_bicubic", (1, 2, 7, 9), dict(size=(13, 5), mode="bicubic", align_corners=False), torch.float32),
+    ("up_size_bicubic_ac", (1, 2, 7, 9), dict(size=(13, 5), mode="bicubic", align_corners=True), torch.float32),
+    ("scale_bicubic", (1, 2, 7, 9), dict(scale_factor=1.7, mode="bicubic", align_corners=False), torch.float32),
+    ("down_bicubic", (1, 2, 10, 11), dict(size=(4, 3), mode="bicubic", align_corners=False), torch.float32),
+    ("down_bicubic_ac", (1, 2, 10, 11), dict(size=(4, 3), mode="bicubic", align_corners=True), torch.float32),
+    ("same_size_bicubic", (1, 1, 7, 7), dict(scale_factor=1.1, mode="bicubic", align_corners=False), torch.float32),
+    ("tiny_bicubic", (1, 1, 2, 1), dict(size=(5, 3), mode="bicubic", align_corners=False), torch.float32),
+    ("up_size_bicubic_f64", (1, 2, 7, 9), dict(size=(13, 5), mode="bicubic", align_corners=False), torch.float64),
+    ("pos_embed_bicubic_ac_f64", (1, 2, 6, 6), dict(size=(10, 10), mode="bicubic", align_corners=True),
+     torch.float64),
+    ("up_size_nearest_exact", (1, 2, 7, 9), dict(size=(13, 5), mode="nearest-exact"), torch.float32),
+    ("scale_nearest_exact", (1, 2, 7, 9), dict(scale_factor=1.7, mode="nearest-exact"), torch.float32),
+    ("down_nearest_exact", (1, 2, 10, 11), dict(size=(4, 3), mode="nearest-exact"), torch.float32),
+    ("same_size_nearest_exact", (1, 1, 7, 7), dict(scale_factor=1.1, mode="nearest-exact"), torch.float32),
+    ("double_nearest_exact", (1, 1, 5, 6), dict(scale_factor=2.0, mode="nearest-exact"), torch.float32),
+    ("down_area", (1, 2, 10, 11), dict(size=(4, 3), mode="area"), torch.float32),
+    ("up_area", (1, 2, 7, 9), dict(size=(13, 5), mode="area"), torch.float32),
+    ("scale_area", (1, 2, 7, 9), dict(scale_factor=0.6, mode="area"), torch.float32),
 ]
+
+MODES = {"nearest": "Nearest", "bilinear": "Bilinear", "bicubic": "Bicubic", "nearest-exact": "NearestExact",
+         "area": "Area"}
 
 
 def c_kwargs(kw):
@@ -42,7 +63,7 @@ def c_kwargs(kw):
         s = kw["scale_factor"]
         s = s if isinstance(s, tuple) else (s, s)
         parts.append(".scale_factor = Scale2{%r, %r}" % s)
-    parts.append(".mode = InterpolateMode::" + kw["mode"].capitalize())
+    parts.append(".mode = InterpolateMode::" + MODES[kw["mode"]])
     if "align_corners" in kw:
         parts.append(".align_corners = " + ("true" if kw["align_corners"] else "false"))
     if kw.get("recompute_scale_factor"):

@@ -16,7 +16,7 @@ namespace {
 
 // out[p, oh, ow] = sum over the taps (ih, iw) of output (oh, ow) of w * x[p, ih, iw]
 // grad_x[p, ih, iw] = sum over the outputs with tap (ih, iw) of w * g[p, oh, ow]
-// (nearest: one tap of weight 1; Note [Interpolation source indices])
+// (the nearest modes: one tap of weight 1; 'area' pools; Note [Interpolation source indices])
 struct InterpolateBackward final : Node {
   Shape x_shape;
   InterpolateOptions options;

@@ -1,12 +1,12 @@
 // CPU interpolation (Note [Interpolation source indices] in tensor/ops/interpolate.h).
 //
-// Each dim's source indices and weights depend only on the output index, so they are
-// computed once per op into small tables (OH + OW entries), not once per pixel. The
-// forward runs rows of output planes (P * OH of them) in chunks across threads (Note
-// [Chunked parallel loops] in loops.h); every row writes its own outputs. The backward
-// runs planes: each scatters its output gradients, in output order, into an accumulator
-// plane of opmath_t (float for float16/bfloat16) owned by the thread, and stores the plane
-// once, rounded once. Each pixel's sum therefore has one order whatever the thread count.
+// Each dim's taps depend only on the output index, so they are computed once per op into
+// small tables (OH + OW entries), not once per pixel. The forward runs rows of output
+// planes (P * OH of them) in chunks across threads (Note [Chunked parallel loops] in
+// loops.h); every row writes its own outputs. The backward runs planes: each scatters its
+// output gradients, in output order, into an accumulator plane of opmath_t (float for
+// float16/bfloat16) owned by the thread, and stores the plane once, rounded once. Each
+// pixel's sum therefore has one order whatever the thread count.
 #include <algorithm>
 #include <vector>
 
@@ -18,103 +18,72 @@ namespace frugal::ops::cpu {
 
 namespace {
 
-/// The source indices of 'nearest' along one dim: out entries.
-std::vector<int64_t> nearest_table(int64_t in, int64_t out, double scale) {
-  std::vector<int64_t> t(static_cast<size_t>(out));
-  for (int64_t o = 0; o < out; ++o) t[size_t(o)] = nearest_source(o, in, out, scale);
-  return t;
-}
+using Mode = InterpolateMode;
 
-/// The taps of 'bilinear' along one dim: out entries.
-template <typename Acc>
-std::vector<LinearTaps<Acc>> linear_table(int64_t in, int64_t out, bool align_corners, double scale) {
-  const Acc s = linear_scale<Acc>(in, out, align_corners, scale);
-  std::vector<LinearTaps<Acc>> t(static_cast<size_t>(out));
-  for (int64_t o = 0; o < out; ++o) t[size_t(o)] = linear_taps<Acc>(o, in, s, align_corners);
+/// The taps of every output index along one dim.
+template <Mode mode, typename Acc>
+std::vector<Taps<Acc>> tap_table(int64_t in, int64_t out, double scale, bool align_corners) {
+  const ResizeDim<Acc> d = resize_dim<Acc>(in, out, scale, align_corners);
+  std::vector<Taps<Acc>> t(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) t[size_t(o)] = taps_of<mode, Acc>(o, d);
   return t;
 }
 
 // out: (P, OH, OW); x: (P, H, W)
-template <typename T>
-void nearest_forward(T* out, const T* x, const InterpolateGeometry& g) {
-  const std::vector<int64_t> sh = nearest_table(g.H, g.OH, g.scale_h), sw = nearest_table(g.W, g.OW, g.scale_w);
-  parallel_chunks(g.P * g.OH, g.OW, [&](int64_t begin, int64_t end) {
+template <Mode mode, typename T>
+void resize_forward(T* out, const T* x, const InterpolateGeometry& g) {
+  using Acc = opmath_t<T>;
+  constexpr int K = tap_count(mode);
+  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
+  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  parallel_chunks(g.P * g.OH, K * K * g.OW, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / g.OH, oh = r % g.OH;
-      const T* row = x + (p * g.H + sh[size_t(oh)]) * g.W;
-      T* o = out + r * g.OW;
-      for (int64_t ow = 0; ow < g.OW; ++ow) o[ow] = row[sw[size_t(ow)]];
-    }
-  });
-}
-
-// gx: (P, H, W); gy: (P, OH, OW)
-template <typename T>
-void nearest_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
-  using Acc = opmath_t<T>;
-  const std::vector<int64_t> sh = nearest_table(g.H, g.OH, g.scale_h), sw = nearest_table(g.W, g.OW, g.scale_w);
-  const int64_t plane = g.H * g.W;
-  parallel_chunks(g.P, g.OH * g.OW + plane, [&](int64_t begin, int64_t end) {
-    std::vector<Acc> acc(static_cast<size_t>(plane));
-    for (int64_t p = begin; p < end; ++p) {
-      std::fill(acc.begin(), acc.end(), Acc(0));
-      const T* gyp = gy + p * g.OH * g.OW;
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        Acc* row = acc.data() + sh[size_t(oh)] * g.W;
-        for (int64_t ow = 0; ow < g.OW; ++ow) row[sw[size_t(ow)]] += Acc(gyp[oh * g.OW + ow]);
-      }
-      T* gxp = gx + p * plane;
-      for (int64_t i = 0; i < plane; ++i) gxp[i] = T(acc[size_t(i)]);  // the one rounding
-    }
-  });
-}
-
-// out: (P, OH, OW); x: (P, H, W)
-template <typename T>
-void bilinear_forward(T* out, const T* x, const InterpolateGeometry& g) {
-  using Acc = opmath_t<T>;
-  const auto th = linear_table<Acc>(g.H, g.OH, g.align_corners, g.scale_h);
-  const auto tw = linear_table<Acc>(g.W, g.OW, g.align_corners, g.scale_w);
-  parallel_chunks(g.P * g.OH, 4 * g.OW, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t p = r / g.OH, oh = r % g.OH;
-      const LinearTaps<Acc>& h = th[size_t(oh)];
-      const T* r0 = x + (p * g.H + h.i0) * g.W;
-      const T* r1 = x + (p * g.H + h.i1) * g.W;
+      const Taps<Acc>& h = th[size_t(oh)];
+      const T* rows[K];
+      for (int a = 0; a < K; ++a) rows[a] = x + (p * g.H + h.i[a]) * g.W;
       T* o = out + r * g.OW;
       for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const LinearTaps<Acc>& w = tw[size_t(ow)];
-        o[ow] = T(h.l0 * (w.l0 * Acc(r0[w.i0]) + w.l1 * Acc(r0[w.i1])) +
-                  h.l1 * (w.l0 * Acc(r1[w.i0]) + w.l1 * Acc(r1[w.i1])));
+        const Taps<Acc>& w = tw[size_t(ow)];
+        if constexpr (K == 1) {
+          o[ow] = rows[0][w.i[0]];  // the nearest modes copy
+        } else {
+          Acc sum = 0;
+          for (int a = 0; a < K; ++a) {
+            Acc row = w.w[0] * Acc(rows[a][w.i[0]]);
+            for (int b = 1; b < K; ++b) row += w.w[b] * Acc(rows[a][w.i[b]]);
+            sum = a == 0 ? h.w[0] * row : sum + h.w[a] * row;
+          }
+          o[ow] = T(sum);
+        }
       }
     }
   });
 }
 
 // gx: (P, H, W); gy: (P, OH, OW)
-template <typename T>
-void bilinear_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
+template <Mode mode, typename T>
+void resize_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
   using Acc = opmath_t<T>;
-  const auto th = linear_table<Acc>(g.H, g.OH, g.align_corners, g.scale_h);
-  const auto tw = linear_table<Acc>(g.W, g.OW, g.align_corners, g.scale_w);
+  constexpr int K = tap_count(mode);
+  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
+  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
   const int64_t plane = g.H * g.W;
-  parallel_chunks(g.P, 4 * g.OH * g.OW + plane, [&](int64_t begin, int64_t end) {
+  parallel_chunks(g.P, K * K * g.OH * g.OW + plane, [&](int64_t begin, int64_t end) {
     std::vector<Acc> acc(static_cast<size_t>(plane));
     for (int64_t p = begin; p < end; ++p) {
       std::fill(acc.begin(), acc.end(), Acc(0));
       const T* gyp = gy + p * g.OH * g.OW;
       for (int64_t oh = 0; oh < g.OH; ++oh) {
-        const LinearTaps<Acc>& h = th[size_t(oh)];
-        Acc* r0 = acc.data() + h.i0 * g.W;
-        Acc* r1 = acc.data() + h.i1 * g.W;
+        const Taps<Acc>& h = th[size_t(oh)];
         for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const LinearTaps<Acc>& w = tw[size_t(ow)];
+          const Taps<Acc>& w = tw[size_t(ow)];
           const Acc v = Acc(gyp[oh * g.OW + ow]);
           // The taps in Note [Interpolation source indices]'s order (the CUDA gather's).
-          r0[w.i0] += h.l0 * w.l0 * v;
-          r0[w.i1] += h.l0 * w.l1 * v;
-          r1[w.i0] += h.l1 * w.l0 * v;
-          r1[w.i1] += h.l1 * w.l1 * v;
+          for (int a = 0; a < K; ++a) {
+            Acc* row = acc.data() + h.i[a] * g.W;
+            for (int b = 0; b < K; ++b) row[w.i[b]] += K == 1 ? v : h.w[a] * w.w[b] * v;
+          }
         }
       }
       T* gxp = gx + p * plane;
@@ -123,19 +92,30 @@ void bilinear_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
   });
 }
 
+/// Calls f.template operator()<mode>() for g's mode (not 'area', which the front-end pools).
+template <typename F>
+void by_mode(const InterpolateGeometry& g, F&& f) {
+  switch (g.mode) {
+    case Mode::Nearest: return f.template operator()<Mode::Nearest>();
+    case Mode::NearestExact: return f.template operator()<Mode::NearestExact>();
+    case Mode::Bilinear: return f.template operator()<Mode::Bilinear>();
+    case Mode::Bicubic: return f.template operator()<Mode::Bicubic>();
+    case Mode::Area: break;
+  }
+  FRUGAL_FAIL("interpolate: the CPU kernel has no mode ", interpolate_mode_name(g.mode));
+}
+
 }  // namespace
 
 void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeometry& g) {
   dispatch_floating(x.dtype(), "interpolate", x.device(), [&]<typename T>() {
-    if (g.mode == InterpolateMode::Nearest) nearest_forward<T>(out.data_ptr<T>(), x.data_ptr<T>(), g);
-    else bilinear_forward<T>(out.data_ptr<T>(), x.data_ptr<T>(), g);
+    by_mode(g, [&]<Mode mode>() { resize_forward<mode, T>(out.data_ptr<T>(), x.data_ptr<T>(), g); });
   });
 }
 
 void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const InterpolateGeometry& g) {
   dispatch_floating(grad_x.dtype(), "interpolate_backward", grad_x.device(), [&]<typename T>() {
-    if (g.mode == InterpolateMode::Nearest) nearest_backward<T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g);
-    else bilinear_backward<T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g);
+    by_mode(g, [&]<Mode mode>() { resize_backward<mode, T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g); });
   });
 }
 

@@ -50,82 +50,72 @@ __device__ __forceinline__ int64_t first_at_least(int64_t n, int64_t target, F f
 }
 
 // out: (N, OH, OW, C); x: (N, H, W, C); one thread per output
-template <typename T, bool kNHWC>
-__global__ void nearest_forward_kernel(T* __restrict__ out, const T* __restrict__ x, InterpolateGeometry g, int64_t n) {
+template <InterpolateMode mode, typename T, bool kNHWC>
+__global__ void resize_forward_kernel(T* __restrict__ out, const T* __restrict__ x, InterpolateGeometry g,
+                                      ResizeDim<opmath_t<T>> dh, ResizeDim<opmath_t<T>> dw, int64_t n) {
+  using Acc = opmath_t<T>;
+  constexpr int K = tap_count(mode);
   const int64_t C = kNHWC ? g.C : 1;
   FRUGAL_GRID_STRIDE(o, n) {
     const Pixel q = unflatten<kNHWC>(o, g.OH, g.OW, C);
-    const int64_t ih = nearest_source(q.h, g.H, g.OH, g.scale_h), iw = nearest_source(q.w, g.W, g.OW, g.scale_w);
-    out[o] = x[((q.n * g.H + ih) * g.W + iw) * C + q.c];
+    const Taps<Acc> h = taps_of<mode, Acc>(q.h, dh), w = taps_of<mode, Acc>(q.w, dw);
+    const T* plane = x + q.n * g.H * g.W * C + q.c;
+    if constexpr (K == 1) {
+      out[o] = plane[(h.i[0] * g.W + w.i[0]) * C];  // the nearest modes copy
+    } else {
+      // The CPU's sums: over row taps a of wh[a] (sum over column taps b of ww[b] x), left to right.
+      Acc sum = 0;
+#pragma unroll
+      for (int a = 0; a < K; ++a) {
+        const T* row = plane + h.i[a] * g.W * C;
+        Acc r = w.w[0] * Acc(row[w.i[0] * C]);
+#pragma unroll
+        for (int b = 1; b < K; ++b) r += w.w[b] * Acc(row[w.i[b] * C]);
+        sum = a == 0 ? h.w[0] * r : sum + h.w[a] * r;
+      }
+      out[o] = T(sum);
+    }
   }
+}
+
+/// The outputs of one dim whose taps reach input index q: [first, last) of o. Tap k of o is
+/// base(o) - tap_offset + k clamped to [0, in - 1], and base never decreases with o, so
+/// they are the o with base(o) in [q + offset - K + 1, q + offset] (unbounded below at the
+/// first index and above at the last, which the clamped taps repeat).
+template <InterpolateMode mode, typename Acc>
+__device__ __forceinline__ void outputs_reaching(int64_t q, const ResizeDim<Acc>& d, int64_t& first, int64_t& last) {
+  constexpr int K = tap_count(mode), offset = tap_offset(mode);
+  const auto base = [&](int64_t o) { return taps_of<mode, Acc>(o, d).base; };
+  first = q == 0 ? 0 : first_at_least(d.out, q + offset - K + 1, base);
+  last = q == d.in - 1 ? d.out : first_at_least(d.out, q + offset + 1, base);
 }
 
 // gx: (N, H, W, C); gy: (N, OH, OW, C); one thread per input element
-template <typename T, bool kNHWC>
-__global__ void nearest_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, InterpolateGeometry g,
-                                        int64_t n) {
+template <InterpolateMode mode, typename T, bool kNHWC>
+__global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, InterpolateGeometry g,
+                                       ResizeDim<opmath_t<T>> dh, ResizeDim<opmath_t<T>> dw, int64_t n) {
   using Acc = opmath_t<T>;
+  constexpr int K = tap_count(mode);
   const int64_t C = kNHWC ? g.C : 1;
-  const auto src_h = [&](int64_t oh) { return nearest_source(oh, g.H, g.OH, g.scale_h); };
-  const auto src_w = [&](int64_t ow) { return nearest_source(ow, g.W, g.OW, g.scale_w); };
   FRUGAL_GRID_STRIDE(i, n) {
     const Pixel q = unflatten<kNHWC>(i, g.H, g.W, C);
-    // The outputs whose source is (q.h, q.w): a rectangle, as the sources are monotone.
-    const int64_t oh0 = first_at_least(g.OH, q.h, src_h), oh1 = first_at_least(g.OH, q.h + 1, src_h);
-    const int64_t ow0 = first_at_least(g.OW, q.w, src_w), ow1 = first_at_least(g.OW, q.w + 1, src_w);
-    const T* gyp = gy + q.n * g.OH * g.OW * C + q.c;
-    Acc s = 0;
-    for (int64_t oh = oh0; oh < oh1; ++oh)
-      for (int64_t ow = ow0; ow < ow1; ++ow) s += Acc(gyp[(oh * g.OW + ow) * C]);
-    gx[i] = T(s);  // the one rounding
-  }
-}
-
-// out: (N, OH, OW, C); x: (N, H, W, C); one thread per output; sh, sw: linear_scale's
-template <typename T, bool kNHWC>
-__global__ void bilinear_forward_kernel(T* __restrict__ out, const T* __restrict__ x, InterpolateGeometry g,
-                                        opmath_t<T> sh, opmath_t<T> sw, int64_t n) {
-  using Acc = opmath_t<T>;
-  const int64_t C = kNHWC ? g.C : 1;
-  FRUGAL_GRID_STRIDE(o, n) {
-    const Pixel q = unflatten<kNHWC>(o, g.OH, g.OW, C);
-    const LinearTaps<Acc> h = linear_taps<Acc>(q.h, g.H, sh, g.align_corners);
-    const LinearTaps<Acc> w = linear_taps<Acc>(q.w, g.W, sw, g.align_corners);
-    const T* r0 = x + (q.n * g.H + h.i0) * g.W * C + q.c;
-    const T* r1 = x + (q.n * g.H + h.i1) * g.W * C + q.c;
-    out[o] = T(h.l0 * (w.l0 * Acc(r0[w.i0 * C]) + w.l1 * Acc(r0[w.i1 * C])) +
-               h.l1 * (w.l0 * Acc(r1[w.i0 * C]) + w.l1 * Acc(r1[w.i1 * C])));
-  }
-}
-
-// gx: (N, H, W, C); gy: (N, OH, OW, C); one thread per input element; sh, sw: linear_scale's
-template <typename T, bool kNHWC>
-__global__ void bilinear_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, InterpolateGeometry g,
-                                         opmath_t<T> sh, opmath_t<T> sw, int64_t n) {
-  using Acc = opmath_t<T>;
-  const int64_t C = kNHWC ? g.C : 1;
-  const auto i0_h = [&](int64_t oh) { return linear_taps<Acc>(oh, g.H, sh, g.align_corners).i0; };
-  const auto i0_w = [&](int64_t ow) { return linear_taps<Acc>(ow, g.W, sw, g.align_corners).i0; };
-  FRUGAL_GRID_STRIDE(i, n) {
-    const Pixel q = unflatten<kNHWC>(i, g.H, g.W, C);
-    // An output reads row ih when its i0 is ih, or ih - 1 (i1 = i0 + 1, or i0 at the last row).
-    const int64_t oh0 = first_at_least(g.OH, q.h - 1, i0_h), oh1 = first_at_least(g.OH, q.h + 1, i0_h);
-    const int64_t ow0 = first_at_least(g.OW, q.w - 1, i0_w), ow1 = first_at_least(g.OW, q.w + 1, i0_w);
+    int64_t oh0, oh1, ow0, ow1;
+    outputs_reaching<mode, Acc>(q.h, dh, oh0, oh1);
+    outputs_reaching<mode, Acc>(q.w, dw, ow0, ow1);
     const T* gyp = gy + q.n * g.OH * g.OW * C + q.c;
     Acc s = 0;
     for (int64_t oh = oh0; oh < oh1; ++oh) {
-      const LinearTaps<Acc> h = linear_taps<Acc>(oh, g.H, sh, g.align_corners);
+      const Taps<Acc> h = taps_of<mode, Acc>(oh, dh);
       for (int64_t ow = ow0; ow < ow1; ++ow) {
-        const LinearTaps<Acc> w = linear_taps<Acc>(ow, g.W, sw, g.align_corners);
+        const Taps<Acc> w = taps_of<mode, Acc>(ow, dw);
         const Acc v = Acc(gyp[(oh * g.OW + ow) * C]);
-        // The CPU's order: taps (i0h, i0w), (i0h, i1w), (i1h, i0w), (i1h, i1w).
-        if (h.i0 == q.h) {
-          if (w.i0 == q.w) s += h.l0 * w.l0 * v;
-          if (w.i1 == q.w) s += h.l0 * w.l1 * v;
-        }
-        if (h.i1 == q.h) {
-          if (w.i0 == q.w) s += h.l1 * w.l0 * v;
-          if (w.i1 == q.w) s += h.l1 * w.l1 * v;
+        // The CPU's order: row taps a, then column taps b.
+#pragma unroll
+        for (int a = 0; a < K; ++a) {
+          if (h.i[a] != q.h) continue;
+#pragma unroll
+          for (int b = 0; b < K; ++b)
+            if (w.i[b] == q.w) s += K == 1 ? v : h.w[a] * w.w[b] * v;
         }
       }
     }
@@ -142,47 +132,63 @@ void by_layout(const InterpolateGeometry& g, F&& f) {
 
 #undef FRUGAL_GRID_STRIDE
 
+/// Launches kernel<mode, T, kNHWC> over n threads for g's mode and layout.
+template <typename T, template <InterpolateMode, typename, bool> class Launch>
+void launch(const InterpolateGeometry& g, int64_t n, cudaStream_t stream, T* dst, const T* src) {
+  using Acc = opmath_t<T>;
+  const ResizeDim<Acc> dh = resize_dim<Acc>(g.H, g.OH, g.scale_h, g.align_corners);
+  const ResizeDim<Acc> dw = resize_dim<Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  by_layout(g, [&]<bool kNHWC>() {
+    switch (g.mode) {
+      case InterpolateMode::Nearest:
+        Launch<InterpolateMode::Nearest, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
+        break;
+      case InterpolateMode::NearestExact:
+        Launch<InterpolateMode::NearestExact, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
+        break;
+      case InterpolateMode::Bilinear:
+        Launch<InterpolateMode::Bilinear, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
+        break;
+      case InterpolateMode::Bicubic:
+        Launch<InterpolateMode::Bicubic, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
+        break;
+      case InterpolateMode::Area: FRUGAL_FAIL("interpolate: the CUDA kernel has no mode area");
+    }
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+template <InterpolateMode mode, typename T, bool kNHWC>
+struct Forward {
+  static void run(const InterpolateGeometry& g, int64_t n, cudaStream_t stream, T* out, const T* x,
+                  const ResizeDim<opmath_t<T>>& dh, const ResizeDim<opmath_t<T>>& dw) {
+    resize_forward_kernel<mode, T, kNHWC><<<grid_for(n), kBlockSize, 0, stream>>>(out, x, g, dh, dw, n);
+  }
+};
+
+template <InterpolateMode mode, typename T, bool kNHWC>
+struct Backward {
+  static void run(const InterpolateGeometry& g, int64_t n, cudaStream_t stream, T* gx, const T* gy,
+                  const ResizeDim<opmath_t<T>>& dh, const ResizeDim<opmath_t<T>>& dw) {
+    resize_backward_kernel<mode, T, kNHWC><<<grid_for(n), kBlockSize, 0, stream>>>(gx, gy, g, dh, dw, n);
+  }
+};
+
 }  // namespace
 
 void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeometry& g) {
   DeviceGuard guard(x.device());
-  const int64_t n = out.numel();
   const cudaStream_t stream = stream_for(x);
   dispatch_floating(x.dtype(), "interpolate", x.device(), [&]<typename T>() {
-    using Acc = opmath_t<T>;
-    by_layout(g, [&]<bool kNHWC>() {
-      if (g.mode == InterpolateMode::Nearest) {
-        nearest_forward_kernel<T, kNHWC>
-            <<<grid_for(n), kBlockSize, 0, stream>>>(out.data_ptr<T>(), x.data_ptr<T>(), g, n);
-      } else {
-        const Acc sh = linear_scale<Acc>(g.H, g.OH, g.align_corners, g.scale_h);
-        const Acc sw = linear_scale<Acc>(g.W, g.OW, g.align_corners, g.scale_w);
-        bilinear_forward_kernel<T, kNHWC>
-            <<<grid_for(n), kBlockSize, 0, stream>>>(out.data_ptr<T>(), x.data_ptr<T>(), g, sh, sw, n);
-      }
-      FRUGAL_CUDA_CHECK_LAUNCH();
-    });
+    launch<T, Forward>(g, out.numel(), stream, out.data_ptr<T>(), x.data_ptr<T>());
   });
 }
 
 void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const InterpolateGeometry& g) {
   DeviceGuard guard(grad_x.device());
-  const int64_t n = grad_x.numel();
   const cudaStream_t stream = stream_for(grad_x);
   dispatch_floating(grad_x.dtype(), "interpolate_backward", grad_x.device(), [&]<typename T>() {
-    using Acc = opmath_t<T>;
-    by_layout(g, [&]<bool kNHWC>() {
-      if (g.mode == InterpolateMode::Nearest) {
-        nearest_backward_kernel<T, kNHWC>
-            <<<grid_for(n), kBlockSize, 0, stream>>>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g, n);
-      } else {
-        const Acc sh = linear_scale<Acc>(g.H, g.OH, g.align_corners, g.scale_h);
-        const Acc sw = linear_scale<Acc>(g.W, g.OW, g.align_corners, g.scale_w);
-        bilinear_backward_kernel<T, kNHWC>
-            <<<grid_for(n), kBlockSize, 0, stream>>>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g, sh, sw, n);
-      }
-      FRUGAL_CUDA_CHECK_LAUNCH();
-    });
+    launch<T, Backward>(g, grad_x.numel(), stream, grad_x.data_ptr<T>(), grad_out.data_ptr<T>());
   });
 }
 

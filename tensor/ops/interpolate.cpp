@@ -1,12 +1,16 @@
-// interpolate's front-end: validation, output size (Note [Interpolation source indices]), dispatch.
+// interpolate's front-end: validation, output size (Note [Interpolation source indices]), dispatch
+// ('area' to adaptive_avg_pool2d).
 #include "tensor/ops/interpolate.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <iterator>
 
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
+#include "tensor/ops/pool.h"  // adaptive_avg_pool2d: 'area'
 
 namespace frugal {
 
@@ -14,14 +18,24 @@ const char* interpolate_mode_name(InterpolateMode mode) {
   switch (mode) {
     case InterpolateMode::Nearest: return "nearest";
     case InterpolateMode::Bilinear: return "bilinear";
+    case InterpolateMode::Bicubic: return "bicubic";
+    case InterpolateMode::NearestExact: return "nearest-exact";
+    case InterpolateMode::Area: return "area";
   }
   return "unknown";
 }
 
+namespace {
+constexpr InterpolateMode kModes[] = {InterpolateMode::Nearest, InterpolateMode::Bilinear, InterpolateMode::Bicubic,
+                                      InterpolateMode::NearestExact, InterpolateMode::Area};
+constexpr const char* kModeList = "'nearest', 'bilinear', 'bicubic', 'nearest-exact' or 'area'";
+}  // namespace
+
 InterpolateMode interpolate_mode(std::string_view name, const char* op) {
-  if (name == "nearest") return InterpolateMode::Nearest;
-  if (name == "bilinear") return InterpolateMode::Bilinear;
-  FRUGAL_FAIL(op, ": unknown mode '", name, "' for a 4-D input (expected 'nearest' or 'bilinear')");
+  for (InterpolateMode m : kModes)
+    if (name == interpolate_mode_name(m)) return m;
+  FRUGAL_FAIL(op, ": unknown mode '", name, "' for a 4-D input (expected ", kModeList,
+              "; 'linear' and 'trilinear' are for 3-D and 5-D inputs, which are not implemented)");
 }
 
 namespace {
@@ -40,6 +54,21 @@ std::string Scale2::str() const {
   return "(" + python_float(h) + ", " + python_float(w) + ")";
 }
 
+void check_interpolate_options(const InterpolateOptions& o, const char* op) {
+  FRUGAL_CHECK(std::find(std::begin(kModes), std::end(kModes), o.mode) != std::end(kModes), op, ": unknown mode ",
+               int(o.mode), " (expected ", kModeList, ")");
+  FRUGAL_CHECK(o.size.has_value() != o.scale_factor.has_value(), op, ": exactly one of size and scale_factor must be ",
+               "given, got ", o.size ? "size=" + o.size->str() : "neither",
+               o.scale_factor ? " and scale_factor=" + o.scale_factor->str() : "");
+  FRUGAL_CHECK(interpolates(o.mode) || !o.align_corners.has_value(), op,
+               ": align_corners can only be set with the interpolating modes (bilinear, bicubic), not with ",
+               interpolate_mode_name(o.mode));
+  FRUGAL_CHECK(!o.size || (o.size->h > 0 && o.size->w > 0), op, ": size must be positive, got ", o.size->str());
+  FRUGAL_CHECK(!o.scale_factor || (std::isfinite(o.scale_factor->h) && std::isfinite(o.scale_factor->w) &&
+                                   o.scale_factor->h > 0 && o.scale_factor->w > 0),
+               op, ": scale_factor must be positive and finite, got ", o.scale_factor->str());
+}
+
 }  // namespace frugal
 
 namespace frugal::ops {
@@ -49,27 +78,17 @@ namespace {
 /// The checked geometry of resizing an input of shape `in`.
 InterpolateGeometry interpolate_geometry(const char* op, const Shape& in, const InterpolateOptions& o) {
   FRUGAL_CHECK(in.size() == 4, op, ": expected a 4-D (N, C, H, W) input, got ", shape_str(in),
-               " (only 2-D spatial resizing, 'nearest' and 'bilinear', is implemented)");
-  FRUGAL_CHECK(o.mode == InterpolateMode::Nearest || o.mode == InterpolateMode::Bilinear, op, ": unknown mode ",
-               int(o.mode), " (expected nearest or bilinear)");
-  FRUGAL_CHECK(o.size.has_value() != o.scale_factor.has_value(), op, ": exactly one of size and scale_factor must be ",
-               "given, got ", o.size ? "size=" + o.size->str() : "neither",
-               o.scale_factor ? " and scale_factor=" + o.scale_factor->str() : "");
-  FRUGAL_CHECK(!(o.mode == InterpolateMode::Nearest && o.align_corners.has_value()), op,
-               ": align_corners can only be set with the interpolating modes (bilinear), not with nearest");
+               " (only 2-D spatial resizing is implemented)");
+  check_interpolate_options(o, op);
   FRUGAL_CHECK(in[2] > 0 && in[3] > 0, op, ": the input's height and width must be non-zero, got ", shape_str(in));
   InterpolateGeometry g;
   g.P = in[0] * in[1], g.H = in[2], g.W = in[3];
   g.mode = o.mode;
   g.align_corners = o.align_corners.value_or(false);
   if (o.size) {
-    FRUGAL_CHECK(o.size->h > 0 && o.size->w > 0, op, ": size must be positive, got ", o.size->str(), " for input ",
-                 shape_str(in));
     g.OH = o.size->h, g.OW = o.size->w;
   } else {
     const Scale2 s = *o.scale_factor;
-    FRUGAL_CHECK(std::isfinite(s.h) && std::isfinite(s.w) && s.h > 0 && s.w > 0, op,
-                 ": scale_factor must be positive and finite, got ", s.str());
     // PyTorch's compute_output_size: floor(in * scale), in double.
     const double oh = std::floor(double(g.H) * s.h), ow = std::floor(double(g.W) * s.w);
     FRUGAL_CHECK(oh >= 1 && ow >= 1 && oh < 9.0e15 && ow < 9.0e15, op, ": scale_factor ", s.str(),
@@ -77,9 +96,12 @@ InterpolateGeometry interpolate_geometry(const char* op, const Shape& in, const 
     g.OH = int64_t(oh), g.OW = int64_t(ow);
     if (!o.recompute_scale_factor) g.scale_h = s.h, g.scale_w = s.w;
   }
-  // A dim whose size does not change copies, whatever the scale (Note [Interpolation source indices]).
-  if (g.OH == g.H) g.scale_h = 0;
-  if (g.OW == g.W) g.scale_w = 0;
+  // 'nearest' and 'bilinear' copy a dim whose size does not change, whatever the scale; the
+  // other modes keep it (Note [Interpolation source indices]).
+  if (o.mode == InterpolateMode::Nearest || o.mode == InterpolateMode::Bilinear) {
+    if (g.OH == g.H) g.scale_h = 0;
+    if (g.OW == g.W) g.scale_w = 0;
+  }
   return g;
 }
 
@@ -107,6 +129,7 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   constexpr const char* op = "interpolate";
   check_floating(op, "input", x);
   InterpolateGeometry g = interpolate_geometry(op, x.sizes(), options);
+  if (g.mode == InterpolateMode::Area) return adaptive_avg_pool2d(x, {g.OH, g.OW});
   const OpLayout layout(x);
   describe_layout(g, layout, x.sizes());
   Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
@@ -122,6 +145,7 @@ Tensor interpolate_backward(const Tensor& grad_out, const Shape& input_shape, co
   const Shape os = with_plane(input_shape, g.OH, g.OW);
   FRUGAL_CHECK(grad_out.sizes() == os, op, ": grad_out ", grad_out.describe(), " must have the output shape ",
                shape_str(os), " of input ", shape_str(input_shape));
+  if (g.mode == InterpolateMode::Area) return adaptive_avg_pool2d_backward(grad_out, input_shape);
   const OpLayout layout(grad_out);  // grad_x follows grad_out's layout, as every backward's
   describe_layout(g, layout, input_shape);
   Tensor grad_x = layout.result(input_shape, grad_out.options());

@@ -1,32 +1,44 @@
 #pragma once
-// Resizing (N, C, H, W) images, as torch.nn.functional.interpolate's 'nearest' and
-// 'bilinear' modes, forward and backward (raw ops; the differentiable form is in
-// autograd/ops/interpolate.h).
+// Resizing (N, C, H, W) images, as torch.nn.functional.interpolate's 'nearest', 'bilinear',
+// 'bicubic', 'nearest-exact' and 'area' modes, forward and backward (raw ops; the
+// differentiable form is in autograd/ops/interpolate.h).
 //
 // Note [Interpolation source indices]
 // Every plane (one sample, one channel) resizes on its own, each dim on its own: output
 // row oh reads input rows chosen by the same rule as output column ow reads columns.
 // The output size is `size`, or floor(in * scale_factor) when scale_factor is given.
-// The rules are PyTorch's CPU kernels' (aten/src/ATen/native/UpSample.h), float math and
-// all, so frugal picks torch's source pixels at the boundaries. A dim whose size does not
-// change copies (src = o) in both modes whatever scale_factor says (the front-end drops its
-// scale, so s = in / out = 1), as torch's CPU does.
-//  - 'nearest' (legacy, not 'nearest-exact'): src = min(floor(o * s), in - 1), s = 1 /
-//    scale_factor if given (recompute_scale_factor unset), else in / out, each rounded to
-//    float, product in float; out == 2 in halves (src = o >> 1). torch's CUDA kernels lack
-//    these shortcuts, so torch's two backends can differ; frugal's agree with its CPU.
+// The rules are PyTorch's CPU kernels' (aten/src/ATen/native/UpSample.h and
+// UpSampleKernel.cpp), float math and all, so frugal picks torch's source pixels at the
+// boundaries. s is the scale of a dim: 1 / scale_factor if given (recompute_scale_factor
+// unset), else in / out; 'nearest' and 'bilinear' copy a dim whose size does not change
+// (src = o) whatever scale_factor says (the front-end drops its scale, so s = 1), as torch's
+// CPU does; 'bicubic' and 'nearest-exact' keep it, as torch's CPU does.
+//  - 'nearest' (legacy): src = min(floor(o * s), in - 1), s rounded to float, product in
+//    float; out == 2 in halves (src = o >> 1). torch's CUDA kernels lack these shortcuts, so
+//    torch's two backends can differ; frugal's agree with its CPU.
+//  - 'nearest-exact' (Pillow's and scipy's rule): src = min(floor((o + 0.5) * s), in - 1), s
+//    in float, the product in double rounded to float before the floor, as torch's.
 //  - 'bilinear' (area_pixel_compute_source_index): with align_corners, s = (in - 1) /
-//    (out - 1) (0 when out == 1) and src = s * o; without, s as for 'nearest' and
-//    src = max(s * (o + 0.5) - 0.5, 0). Then i0 = floor(src), i1 = i0 + 1 clamped to
-//    in - 1, l1 = src - i0, l0 = 1 - l1, and the output is
-//      l0h (l0w x[i0h, i0w] + l1w x[i0h, i1w]) + l1h (l0w x[i1h, i0w] + l1w x[i1h, i1w]),
-//    all in opmath_t (float for float32/16-bit, double for float64), as PyTorch's accscalar_t.
-// The backward adds each output's gradient into the pixels it read, with the same weights.
-// Both backends accumulate one pixel's contributions in output order (oh, then ow, then
-// the taps in the order above) in opmath_t and round once, so the result does not depend
-// on the thread count or schedule: the CPU scatters into a per-plane accumulator (a plane
-// per thread), the CUDA kernel gathers (a thread per input pixel finds by binary search the
-// outputs whose source it is: the source index is monotone in o), with no atomics.
+//    (out - 1) (0 when out == 1) and src = s * o; without, src = max(s * (o + 0.5) - 0.5, 0).
+//    Then i0 = floor(src), i1 = i0 + 1 clamped to in - 1, with weights 1 - l and l,
+//    l = src - i0.
+//  - 'bicubic' (Keys' cubic convolution, a = -0.75, as torch's): src as for 'bilinear'
+//    without the clamp at 0, i = floor(src) (in float), t = src - i; the taps are i - 1 .. i + 2
+//    clamped to [0, in - 1] (the edge pixel repeats) with weights
+//    c2(t + 1), c1(t), c1(1 - t), c2((1 - t) + 1), where c1(x) = ((a + 2) x - (a + 3)) x^2 + 1 and
+//    c2(x) = ((a x - 5a) x + 8a) x - 4a.
+//  - 'area': adaptive_avg_pool2d to the output size (torch's definition of it).
+// An output is the sum over its row taps a of wh[a] (sum over its column taps b of
+// ww[b] x[ih[a], iw[b]]), each sum left to right, in opmath_t (float for float32/16-bit,
+// double for float64), as PyTorch's accscalar_t: for 'bilinear'
+//   l0h (l0w x[i0h, i0w] + l1w x[i0h, i1w]) + l1h (l0w x[i1h, i0w] + l1w x[i1h, i1w]).
+// The nearest modes copy the pixel.
+// The backward adds each output's gradient into the pixels it read, weight (wh[a] ww[b]) g,
+// taps in the same order (a, then b). Both backends accumulate one pixel's contributions in
+// output order (oh, then ow, then the taps) in opmath_t and round once, so the result does not
+// depend on the thread count or schedule: the CPU scatters into a per-plane accumulator (a
+// plane per thread), the CUDA kernel gathers (a thread per input pixel finds by binary search
+// the outputs whose taps reach it: each dim's first tap never decreases with o), with no atomics.
 #include <cmath>
 #include <optional>
 #include <string>
@@ -38,14 +50,17 @@
 
 namespace frugal {
 
-/// torch.nn.functional.interpolate's modes (for 4-D input).
-enum class InterpolateMode { Nearest, Bilinear };
+/// torch.nn.functional.interpolate's modes for 4-D input (Note [Interpolation source indices]).
+enum class InterpolateMode { Nearest, Bilinear, Bicubic, NearestExact, Area };
 
-/// "nearest" or "bilinear", as PyTorch spells the mode.
+/// "nearest", "bilinear", "bicubic", "nearest-exact" or "area", as PyTorch spells the mode.
 const char* interpolate_mode_name(InterpolateMode mode);
-/// The mode PyTorch spells `name`; throws naming `op` and the modes for any other name
-/// ("bicubic", "area", "nearest-exact" are not implemented).
+/// The mode PyTorch spells `name`; throws naming `op` and the modes for any other name.
 InterpolateMode interpolate_mode(std::string_view name, const char* op = "interpolate");
+/// Whether `mode` interpolates (bilinear, bicubic): the modes that take align_corners.
+constexpr bool interpolates(InterpolateMode mode) {
+  return mode == InterpolateMode::Bilinear || mode == InterpolateMode::Bicubic;
+}
 
 /// A scale factor per spatial dim; one value means (v, v).
 struct Scale2 {
@@ -63,11 +78,15 @@ struct InterpolateOptions {
   std::optional<Int2> size = std::nullopt;            // the output's (H, W)
   std::optional<Scale2> scale_factor = std::nullopt;  // output size floor(in * scale_factor)
   InterpolateMode mode = InterpolateMode::Nearest;
-  std::optional<bool> align_corners = std::nullopt;  // bilinear only (default false); torch refuses it with nearest
+  std::optional<bool> align_corners = std::nullopt;  // bilinear and bicubic only (default false), as torch
   /// true: the kernels use in / out as the scale, as if `size` had been given (PyTorch's
   /// recompute_scale_factor=True); false: 1 / scale_factor.
   bool recompute_scale_factor = false;
 };
+
+/// Checks the settings alone (the mode, one of size and scale_factor, positive sizes and
+/// scales, align_corners only where the mode interpolates); throws naming `op`.
+void check_interpolate_options(const InterpolateOptions& options, const char* op);
 
 }  // namespace frugal
 
@@ -105,32 +124,91 @@ FRUGAL_HD int64_t nearest_source(int64_t o, int64_t in, int64_t out, double scal
   return src < in - 1 ? src : in - 1;
 }
 
-/// 'bilinear': the scale of one dim in Acc (area_pixel_compute_scale).
+/// 'nearest-exact': the input index output o reads (UpSample.h's nearest_exact_idx).
+FRUGAL_HD int64_t nearest_exact_source(int64_t o, int64_t in, int64_t out, double scale) {
+  const float s = scale > 0 ? float(1.0 / scale) : float(in) / float(out);
+  const int64_t src = int64_t(floorf(float((double(o) + 0.5) * double(s))));
+  return src < in - 1 ? src : in - 1;
+}
+
+/// The interpolating modes' scale of one dim in Acc (area_pixel_compute_scale).
 template <typename Acc>
 FRUGAL_HD Acc linear_scale(int64_t in, int64_t out, bool align_corners, double scale) {
   if (align_corners) return out > 1 ? Acc(in - 1) / Acc(out - 1) : Acc(0);
   return scale > 0 ? Acc(1.0 / scale) : Acc(in) / Acc(out);
 }
 
-/// The two input indices output o of one dim reads and their weights.
+/// How one dim resizes: what its taps depend on besides the output index.
 template <typename Acc>
-struct LinearTaps {
-  int64_t i0, i1;
-  Acc l0, l1;
+struct ResizeDim {
+  int64_t in = 0, out = 0;
+  double scale = 0;  // the user's scale factor, 0 when the scale is in / out
+  Acc s = 0;         // linear_scale's, for the interpolating modes
+  bool align_corners = false;
 };
 
-/// 'bilinear': output o's taps along one dim of `in` (area_pixel_compute_source_index), s
-/// from linear_scale.
 template <typename Acc>
-FRUGAL_HD LinearTaps<Acc> linear_taps(int64_t o, int64_t in, Acc s, bool align_corners) {
-  Acc src = align_corners ? s * Acc(o) : s * (Acc(o) + Acc(0.5)) - Acc(0.5);
-  if (src < Acc(0)) src = Acc(0);
-  LinearTaps<Acc> t;
-  t.i0 = int64_t(src);  // floor: src >= 0
-  if (t.i0 > in - 1) t.i0 = in - 1;
-  t.i1 = t.i0 < in - 1 ? t.i0 + 1 : t.i0;
-  t.l1 = src - Acc(t.i0);
-  t.l0 = Acc(1) - t.l1;
+FRUGAL_HD ResizeDim<Acc> resize_dim(int64_t in, int64_t out, double scale, bool align_corners) {
+  return {in, out, scale, linear_scale<Acc>(in, out, align_corners, scale), align_corners};
+}
+
+/// The number of taps of a mode along one dim ('area' has none: it pools).
+constexpr int tap_count(InterpolateMode mode) {
+  return mode == InterpolateMode::Bicubic ? 4 : mode == InterpolateMode::Bilinear ? 2 : 1;
+}
+/// How far the first tap lies before `base` (bicubic reads base - 1 .. base + 2).
+constexpr int tap_offset(InterpolateMode mode) { return mode == InterpolateMode::Bicubic ? 1 : 0; }
+
+/// The input indices output o of one dim reads and their weights (tap_count of them), and
+/// `base`, an index that never decreases with o: tap k is base - tap_offset + k clamped to
+/// [0, in - 1].
+template <typename Acc>
+struct Taps {
+  int64_t base;
+  int64_t i[4];
+  Acc w[4];
+};
+
+/// Keys' cubic convolution weights of the four taps at fraction t (get_cubic_upsample_coefficients).
+template <typename Acc>
+FRUGAL_HD void cubic_weights(Acc t, Acc* w) {
+  const Acc a = Acc(-0.75);
+  const auto near = [a](Acc x) { return ((a + Acc(2)) * x - (a + Acc(3))) * x * x + Acc(1); };  // |x| <= 1
+  const auto far = [a](Acc x) { return ((a * x - Acc(5) * a) * x + Acc(8) * a) * x - Acc(4) * a; };  // 1 < |x| < 2
+  w[0] = far(t + Acc(1));
+  w[1] = near(t);
+  w[2] = near(Acc(1) - t);
+  w[3] = far((Acc(1) - t) + Acc(1));  // torch's two roundings
+}
+
+/// Output o's taps along dim d in `mode`.
+template <InterpolateMode mode, typename Acc>
+FRUGAL_HD Taps<Acc> taps_of(int64_t o, const ResizeDim<Acc>& d) {
+  Taps<Acc> t;
+  if constexpr (mode == InterpolateMode::Nearest || mode == InterpolateMode::NearestExact) {
+    t.base = mode == InterpolateMode::Nearest ? nearest_source(o, d.in, d.out, d.scale)
+                                              : nearest_exact_source(o, d.in, d.out, d.scale);
+    t.i[0] = t.base;
+    t.w[0] = Acc(1);
+  } else if constexpr (mode == InterpolateMode::Bilinear) {
+    Acc src = d.align_corners ? d.s * Acc(o) : d.s * (Acc(o) + Acc(0.5)) - Acc(0.5);
+    if (src < Acc(0)) src = Acc(0);
+    int64_t i0 = int64_t(src);  // floor: src >= 0
+    if (i0 > d.in - 1) i0 = d.in - 1;
+    t.base = t.i[0] = i0;
+    t.i[1] = i0 < d.in - 1 ? i0 + 1 : i0;
+    t.w[1] = src - Acc(i0);
+    t.w[0] = Acc(1) - t.w[1];
+  } else {
+    static_assert(mode == InterpolateMode::Bicubic, "'area' has no taps");
+    const Acc src = d.align_corners ? d.s * Acc(o) : d.s * (Acc(o) + Acc(0.5)) - Acc(0.5);
+    t.base = int64_t(floorf(float(src)));  // torch's floorf, in float for double too
+    cubic_weights<Acc>(src - Acc(t.base), t.w);
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = t.base - 1 + k;
+      t.i[k] = i < 0 ? 0 : i > d.in - 1 ? d.in - 1 : i;
+    }
+  }
   return t;
 }
 

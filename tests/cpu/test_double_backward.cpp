@@ -414,6 +414,29 @@ TEST_CASE("double backward: backward with create_graph leaves .grad with its his
   }(), 1e-14, 1e-15, "d/dw sum(x.grad) after two backwards");
 }
 
+TEST_CASE("double backward: Tensor::backward(gradient, retain_graph, create_graph) as torch.Tensor.backward") {
+  // torch: y = x ** 3 * w; y.backward(v, create_graph=True); x.grad = 3 x^2 w v with a grad_fn.
+  const Tensor x = leaf({3}, 66);
+  const Tensor w = leaf({3}, 67);
+  const Tensor v = leaf({3}, 68).detach();
+  frugal::mul(frugal::pow(x, 3.0), w).backward(v, /*retain_graph=*/false, /*create_graph=*/true);
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().requires_grad());
+  CHECK(w.grad().requires_grad());
+  const std::vector<double> xv = values_of(x), wv = values_of(w), vv = values_of(v);
+  std::vector<double> first, second_x;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    first.push_back(3 * xv[i] * xv[i] * wv[i] * vv[i]);
+    second_x.push_back(6 * xv[i] * wv[i] * vv[i]);  // d/dx sum(3 x^2 w v)
+  }
+  check_close(x.grad(), first, 1e-14, 1e-15, "x.grad");
+  check_close(autograd::grad({frugal::sum(x.grad())}, {x})[0], second_x, 1e-14, 1e-15, "d/dx sum(x.grad)");
+  // Without create_graph the .grad is a constant, as before.
+  const Tensor x2 = leaf({3}, 69);
+  frugal::sum(frugal::pow(x2, 3.0)).backward();
+  CHECK_FALSE(x2.grad().requires_grad());
+}
+
 TEST_CASE("double backward: a node without one is named before anything runs") {
   // The fused linear + cross entropy keeps its gradients, not x and the weight: it has none.
   const Tensor x = leaf({2, 4}, 60), w = leaf({4, 4}, 61), w1 = leaf({6, 4}, 62);

@@ -1,4 +1,4 @@
-// interpolate ('nearest' and 'bilinear', align_corners both ways, size or scale_factor):
+// interpolate (every mode, align_corners both ways, size or scale_factor):
 // forward and backward against a naive float64 reference of PyTorch's formulas in every
 // dtype and layout, PyTorch 1.13's own values and gradients (tests/cpu/interpolate_golden.h,
 // made by tools/make_interpolate_golden.py), gradcheck, empty batches, one thread against
@@ -58,6 +58,52 @@ RefTap ref_linear(int64_t o, int64_t in, int64_t out, bool align_corners, double
   return {i0, std::min(i0 + 1, in - 1), src - double(i0)};
 }
 
+/// PyTorch's nearest_exact_idx: min(floor((o + 0.5) * scale), in - 1), the scale in float.
+int64_t ref_nearest_exact(int64_t o, int64_t in, int64_t out, double scale_factor) {
+  const float scale = scale_factor > 0 ? float(1.0 / scale_factor) : float(in) / float(out);
+  return std::min(int64_t(std::floor(float((double(o) + 0.5) * double(scale)))), in - 1);
+}
+
+/// Keys' cubic convolution kernel with a = -0.75 (PyTorch's), at distance x from a tap.
+double ref_cubic_kernel(double x) {
+  const double a = -0.75;
+  x = std::fabs(x);
+  if (x <= 1) return (a + 2) * x * x * x - (a + 3) * x * x + 1;
+  if (x < 2) return a * x * x * x - 5 * a * x * x + 8 * a * x - 4 * a;
+  return 0;
+}
+
+/// (input index, weight) pairs one output index of one dim reads.
+using RefTaps = std::vector<std::pair<int64_t, double>>;
+
+RefTaps ref_taps(M mode, int64_t o, int64_t in, int64_t out, bool align_corners, double scale_factor) {
+  switch (mode) {
+    case M::Nearest: return {{ref_nearest(o, in, out, scale_factor), 1.0}};
+    case M::NearestExact: return {{ref_nearest_exact(o, in, out, scale_factor), 1.0}};
+    case M::Bilinear: {
+      const RefTap t = ref_linear(o, in, out, align_corners, scale_factor);
+      return {{t.i0, 1 - t.l1}, {t.i1, t.l1}};
+    }
+    case M::Bicubic: {  // no copying shortcut and no clamp of the source at 0; the taps clamp
+      const double scale = scale_factor > 0 ? 1.0 / scale_factor : double(in) / double(out);
+      const double src = align_corners ? (out > 1 ? double(in - 1) / double(out - 1) * double(o) : 0.0)
+                                       : scale * (double(o) + 0.5) - 0.5;
+      const int64_t i = int64_t(std::floor(src));
+      RefTaps t;
+      for (int64_t k = -1; k <= 2; ++k)
+        t.push_back({std::clamp<int64_t>(i + k, 0, in - 1), ref_cubic_kernel(src - double(i + k))});
+      return t;
+    }
+    case M::Area: {  // adaptive average pooling: [floor(o in / out), ceil((o + 1) in / out))
+      const int64_t begin = o * in / out, end = ((o + 1) * in + out - 1) / out;
+      RefTaps t;
+      for (int64_t i = begin; i < end; ++i) t.push_back({i, 1.0 / double(end - begin)});
+      return t;
+    }
+  }
+  return {};
+}
+
 struct Ref {
   Shape y_shape;
   std::vector<double> y, gx;
@@ -76,17 +122,9 @@ Ref reference(const std::vector<double>& x, const Shape& xs, const InterpolateOp
   for (int64_t p = 0; p < P; ++p)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
-        // (input index, weight) pairs of this output
-        std::vector<std::pair<int64_t, double>> taps;
-        if (o.mode == M::Nearest) {
-          taps.push_back({ref_nearest(oh, H, OH, sh) * W + ref_nearest(ow, W, OW, sw), 1.0});
-        } else {
-          const RefTap h = ref_linear(oh, H, OH, ac, sh), w = ref_linear(ow, W, OW, ac, sw);
-          taps = {{h.i0 * W + w.i0, (1 - h.l1) * (1 - w.l1)},
-                  {h.i0 * W + w.i1, (1 - h.l1) * w.l1},
-                  {h.i1 * W + w.i0, h.l1 * (1 - w.l1)},
-                  {h.i1 * W + w.i1, h.l1 * w.l1}};
-        }
+        std::vector<std::pair<int64_t, double>> taps;  // (index in the plane, weight)
+        for (const auto& [ih, wh] : ref_taps(o.mode, oh, H, OH, ac, sh))
+          for (const auto& [iw, ww] : ref_taps(o.mode, ow, W, OW, ac, sw)) taps.push_back({ih * W + iw, wh * ww});
         double v = 0;
         for (const auto& [i, wt] : taps) v += wt * x[size_t(p * H * W + i)];
         const size_t out_index = r.y.size();
@@ -122,7 +160,7 @@ struct Case {
   InterpolateOptions o;
 };
 
-/// Up, down, non-integer and per-dim scales, size 1 outputs, both modes and both align_corners.
+/// Up, down, non-integer and per-dim scales, size 1 outputs, every mode and both align_corners.
 std::vector<Case> cases() {
   std::vector<Case> c;
   const std::vector<std::pair<Shape, InterpolateOptions>> sizes = {
@@ -137,14 +175,18 @@ std::vector<Case> cases() {
       {{1, 1, 1, 1}, {.size = Int2{3, 2}}},
   };
   for (const auto& [xs, base] : sizes) {
-    InterpolateOptions o = base;
-    c.push_back({xs, o});
-    o.mode = M::Bilinear;
-    c.push_back({xs, o});
-    o.align_corners = false;
-    c.push_back({xs, o});
-    o.align_corners = true;
-    c.push_back({xs, o});
+    for (M mode : {M::Nearest, M::NearestExact, M::Area}) {
+      InterpolateOptions o = base;
+      o.mode = mode;
+      c.push_back({xs, o});
+    }
+    for (M mode : {M::Bilinear, M::Bicubic})
+      for (std::optional<bool> align_corners : {std::optional<bool>(), std::optional(false), std::optional(true)}) {
+        InterpolateOptions o = base;
+        o.mode = mode;
+        o.align_corners = align_corners;
+        c.push_back({xs, o});
+      }
   }
   return c;
 }
@@ -163,7 +205,13 @@ TEST_CASE("interpolate: the reference and frugal match PyTorch 1.13's values and
     CHECK(ref.y_shape == g.y);
     const double t = g.dtype == kFloat64 ? 1e-12 : 1e-5;
     check_close(ref.y, g.y_values, t, t, "reference y");
-    check_close(ref.gx, g.gx, t, t, "reference gx");
+    // PyTorch 1.13's CPU bicubic backward copies the gradient when neither dim changes size,
+    // while its forward resamples with the scale factor (as frugal's): its gradient is then
+    // not the forward's. frugal's is (gradcheck below), so here it matches the reference's.
+    const bool torch_gx_differs = std::string(g.name) == "same_size_bicubic";
+    const std::vector<double>& gx = torch_gx_differs ? ref.gx : g.gx;
+    if (torch_gx_differs) check_close(g.gx, golden_gy(numel_of(g.y)), 1e-6, 1e-6, "torch copies");
+    else check_close(ref.gx, g.gx, t, t, "reference gx");
     for (Layout layout : kAllLayouts) {
       CAPTURE(layout_name(layout));
       Tensor x = make_tensor(xv, g.x, g.dtype, layout);
@@ -172,7 +220,7 @@ TEST_CASE("interpolate: the reference and frugal match PyTorch 1.13's values and
       REQUIRE(y.sizes() == g.y);
       y.backward(make_tensor(gyv, g.y, g.dtype, layout));
       check_close(y, g.y_values, t, t, "y");
-      check_close(x.grad(), g.gx, t, t, "gx");
+      check_close(x.grad(), gx, t, t, "gx");
     }
     const Tensor xc = to_channels_last(make_tensor(xv, g.x, g.dtype));
     check_close(ops::interpolate(xc, g.options), g.y_values, t, t, "channels-last y");
@@ -203,7 +251,7 @@ TEST_CASE("interpolate: forward and backward match the float64 reference in ever
   }
 }
 
-TEST_CASE("interpolate: gradcheck in float64 for both modes, both align_corners, sizes and scale factors") {
+TEST_CASE("interpolate: gradcheck in float64 for every mode, both align_corners, sizes and scale factors") {
   uint64_t seed = 500;
   for (const Case& c : cases()) {
     CAPTURE(shape_str(c.x));
@@ -216,7 +264,10 @@ TEST_CASE("interpolate: gradcheck in float64 for both modes, both align_corners,
 TEST_CASE("interpolate: a channels-last input gives a channels-last output and gradient") {
   const Tensor x = to_channels_last(random_tensor({2, 3, 5, 6}, kFloat32, 7));
   for (const InterpolateOptions& o : {InterpolateOptions{.size = Int2{7, 4}, .mode = M::Bilinear},
-                                      InterpolateOptions{.scale_factor = 2.0, .mode = M::Nearest}}) {
+                                      InterpolateOptions{.scale_factor = 2.0, .mode = M::Nearest},
+                                      InterpolateOptions{.size = Int2{9, 4}, .mode = M::Bicubic},
+                                      InterpolateOptions{.scale_factor = 1.5, .mode = M::NearestExact},
+                                      InterpolateOptions{.size = Int2{3, 4}, .mode = M::Area}}) {
     CAPTURE(describe(o));
     const Tensor y = ops::interpolate(x, o);
     CHECK(is_channels_last(y));
@@ -230,7 +281,7 @@ TEST_CASE("interpolate: a channels-last input gives a channels-last output and g
 
 TEST_CASE("interpolate: an empty batch or no channels give empty outputs and gradients") {
   for (const Shape& xs : {Shape{0, 3, 4, 5}, Shape{2, 0, 4, 5}})
-    for (M mode : {M::Nearest, M::Bilinear}) {
+    for (M mode : {M::Nearest, M::Bilinear, M::Bicubic, M::NearestExact, M::Area}) {
       CAPTURE(shape_str(xs));
       Tensor x = zeros(xs, kFloat32);
       x.requires_grad_();
@@ -249,7 +300,9 @@ TEST_CASE("interpolate: one thread and two give bit-identical values and gradien
   for (const InterpolateOptions& o :
        {InterpolateOptions{.scale_factor = 1.7, .mode = M::Nearest},
         InterpolateOptions{.size = Int2{64, 50}, .mode = M::Bilinear, .align_corners = true},
-        InterpolateOptions{.scale_factor = Scale2{0.6, 2.3}, .mode = M::Bilinear}}) {
+        InterpolateOptions{.scale_factor = Scale2{0.6, 2.3}, .mode = M::Bilinear},
+        InterpolateOptions{.scale_factor = Scale2{2.3, 0.6}, .mode = M::Bicubic},
+        InterpolateOptions{.size = Int2{50, 64}, .mode = M::NearestExact}}) {
     CAPTURE(describe(o));
     const Tensor gy = random_tensor(ops::interpolate_output_shape(xs, o), kFloat32, 12);
     auto run = [&](int threads) {
@@ -295,8 +348,17 @@ TEST_CASE("interpolate: errors name the op, the shapes, the dtypes and the setti
         ops::interpolate(x, {.size = Int2{8, 8}, .mode = InterpolateMode(7)});
       },
       {"interpolate", "unknown mode"});
-  check_error([] { interpolate_mode("bicubic"); }, {"interpolate", "unknown mode 'bicubic'", "nearest", "bilinear"});
-  CHECK(interpolate_mode("bilinear") == M::Bilinear);
+  check_error([] { interpolate_mode("trilinear"); },
+              {"interpolate", "unknown mode 'trilinear'", "nearest", "bilinear", "bicubic", "nearest-exact", "area"});
+  for (M mode : {M::Nearest, M::Bilinear, M::Bicubic, M::NearestExact, M::Area})
+    CHECK(interpolate_mode(interpolate_mode_name(mode)) == mode);
+  CHECK(interpolate_mode("nearest-exact") == M::NearestExact);
+  for (M mode : {M::NearestExact, M::Area})
+    check_error(
+        [&] {
+          ops::interpolate(x, {.size = Int2{8, 8}, .mode = mode, .align_corners = true});
+        },
+        {"interpolate", "align_corners", interpolate_mode_name(mode)});
   check_error(
       [&] {
         ops::interpolate(x, {.size = Int2{8, 8}, .align_corners = false});
@@ -339,4 +401,11 @@ TEST_CASE("nn: Upsample forwards interpolate, checks its options and prints like
   check_error([] { nn::Upsample(InterpolateOptions{}); }, {"Upsample", "exactly one of size and scale_factor"});
   check_error([] { nn::Upsample({.scale_factor = 2.0, .align_corners = true}); }, {"Upsample", "align_corners"});
   check_error([] { nn::Upsample({.size = Int2{0, 3}}); }, {"Upsample", "size must be positive"});
+  check_error([] { nn::Upsample({.scale_factor = std::nan("")}); }, {"Upsample", "scale_factor must be positive"});
+  nn::Upsample bc({.scale_factor = 2.0, .mode = M::Bicubic, .align_corners = true});
+  check_close(bc(x),
+              values_of(ops::interpolate(x, {.scale_factor = 2.0, .mode = M::Bicubic, .align_corners = true})), 0, 0,
+              "Upsample bicubic");
+  CHECK(bc.extra_repr() == "scale_factor=2.0, mode='bicubic'");
+  CHECK(nn::Upsample({.size = 3, .mode = M::NearestExact}).extra_repr() == "size=3, mode='nearest-exact'");
 }

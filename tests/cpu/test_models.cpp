@@ -25,6 +25,7 @@
 #include "nn/init.h"
 #include "nn/safetensors.h"
 #include "profiler/session.h"
+#include "tests/cpu/interpolate_golden.h"
 #include "tests/fifo_guard.h"
 #include "tests/test_util.h"
 
@@ -215,6 +216,55 @@ TEST_CASE("models: ViT state-dict keys are torchvision's") {
   CHECK(vit.forward(randn({3, 3, 8, 8})).sizes() == Shape{3, 5});
   CHECK_THROWS_WITH_AS(vit.forward(randn({3, 3, 16, 16})), doctest::Contains("VisionTransformer: expected input"),
                        Error);
+}
+
+TEST_CASE("models: interpolate_embeddings fits a ViT checkpoint to another image size, as torchvision's") {
+  // The grid of a (1, 1 + 36, 2) pos_embedding is the (1, 2, 6, 6) input of the golden case
+  // pos_embed_bicubic_ac_f64 (x[k] = 2 sin(0.731 k)); fitted to 10 x 10 patches it must be
+  // PyTorch's bicubic, align_corners=True output, after the class token's row.
+  const auto& goldens = interpolate_goldens();
+  const auto golden = std::find_if(goldens.begin(), goldens.end(), [](const InterpolateGolden& g) {
+    return std::string(g.name) == "pos_embed_bicubic_ac_f64";
+  });
+  REQUIRE(golden != goldens.end());
+  std::vector<double> pos{0.5, -0.25};  // the class token's row
+  for (int64_t i = 0; i < 36; ++i)
+    for (int64_t c = 0; c < 2; ++c) pos.push_back(2 * std::sin(0.731 * double(c * 36 + i)));
+  std::map<std::string, Tensor> state{{"encoder.pos_embedding", from_vector<double>(pos, {1, 37, 2})},
+                                      {"class_token", zeros({1, 1, 2}, kFloat64)}};
+  models::interpolate_embeddings(state, 40, 4);  // 10 x 10 patches
+  const Tensor fitted = state.at("encoder.pos_embedding");
+  REQUIRE(fitted.sizes() == Shape{1, 101, 2});
+  std::vector<double> want{0.5, -0.25};
+  for (int64_t j = 0; j < 100; ++j)
+    for (int64_t c = 0; c < 2; ++c) want.push_back(golden->y_values[size_t(c * 100 + j)]);
+  check_close(fitted, want, 1e-12, 1e-12, "fitted pos_embedding");
+  CHECK(state.at("class_token").sizes() == Shape{1, 1, 2});  // nothing else changes
+  models::interpolate_embeddings(state, 43, 4);  // still 10 x 10 (rounded down): unchanged
+  CHECK(state.at("encoder.pos_embedding").data_ptr<double>() == fitted.data_ptr<double>());
+
+  // A tiny ViT trained on 8 x 8 images (2 x 2 patches) fine-tunes on 16 x 16 (4 x 4).
+  manual_seed(5);
+  models::VisionTransformer small(tiny_vit());
+  nn::init::normal_(small.pos_embedding, 0.0, 0.02);
+  std::map<std::string, Tensor> weights;
+  for (auto& [name, t] : small.state_dict()) weights[name] = t;
+  models::interpolate_embeddings(weights, 16, 4, InterpolateMode::Bilinear);
+  models::ViTConfig big_config = tiny_vit();
+  big_config.image_size = 16;
+  models::VisionTransformer big(big_config);
+  big.load_state_dict(weights);
+  CHECK(big.pos_embedding.sizes() == Shape{1, 17, 8});
+  check_close(big.pos_embedding.slice(1, 0, 1), values_of(small.pos_embedding.slice(1, 0, 1)), 0, 0, "class row");
+  CHECK(big.forward(randn({2, 3, 16, 16})).sizes() == Shape{2, 5});
+
+  std::map<std::string, Tensor> empty;
+  check_error([&] { models::interpolate_embeddings(empty, 16, 4); },
+              {"interpolate_embeddings", "no 'encoder.pos_embedding'"});
+  std::map<std::string, Tensor> odd{{"encoder.pos_embedding", zeros({1, 6, 4})}};
+  check_error([&] { models::interpolate_embeddings(odd, 16, 4); },
+              {"interpolate_embeddings", "float32[1, 6, 4]", "5 patch rows", "not a square"});
+  check_error([&] { models::interpolate_embeddings(state, 2, 4); }, {"interpolate_embeddings", "patch_size 4"});
 }
 
 TEST_CASE("models: BERT mask hides padded keys; MLM ignores label -100; decoder is tied") {

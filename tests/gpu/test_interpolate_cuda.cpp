@@ -1,9 +1,10 @@
 // interpolate (frugal's gather kernels, Note [Interpolation source indices]) on CUDA against
 // the CPU op on the same inputs: forward and the input gradient through autograd in float32,
-// float16, bfloat16 and float64, both modes and both align_corners, sizes and scale factors
-// (up, down, non-integer, per-dim), contiguous, transposed and channels-last inputs (the
-// channels-last kernels read and write NHWC natively and keep the layout); nearest's values
-// and gradient equal the CPU's bit for bit (same source indices, sums in the same order);
+// float16, bfloat16 and float64, every mode ('area' is adaptive_avg_pool2d's kernels) and both
+// align_corners, sizes and scale factors (up, down, non-integer, per-dim), contiguous,
+// transposed and channels-last inputs (the channels-last kernels read and write NHWC natively
+// and keep the layout); the nearest modes' values and gradients equal the CPU's bit for bit
+// (same source indices, sums in the same order);
 // the backward is deterministic run to run; empty batches.
 #include <doctest/doctest.h>
 
@@ -42,13 +43,18 @@ std::vector<Case> cases() {
       {{2, 64, 17, 23}, {.size = Int2{64, 64}}},  // large factors: many outputs per input pixel
   };
   for (const auto& [xs, base] : sizes) {
-    InterpolateOptions o = base;
-    c.push_back({xs, o});
-    o.mode = M::Bilinear;
-    o.align_corners = false;
-    c.push_back({xs, o});
-    o.align_corners = true;
-    c.push_back({xs, o});
+    for (M mode : {M::Nearest, M::NearestExact, M::Area}) {
+      InterpolateOptions o = base;
+      o.mode = mode;
+      c.push_back({xs, o});
+    }
+    for (M mode : {M::Bilinear, M::Bicubic})
+      for (bool align_corners : {false, true}) {
+        InterpolateOptions o = base;
+        o.mode = mode;
+        o.align_corners = align_corners;
+        c.push_back({xs, o});
+      }
   }
   return c;
 }
@@ -73,7 +79,7 @@ TEST_CASE("cuda interpolate: forward and backward match the CPU in every dtype")
   }
 }
 
-TEST_CASE("cuda interpolate: every layout, channels-last kept; nearest equals the CPU bit for bit") {
+TEST_CASE("cuda interpolate: every layout, channels-last kept; the nearest modes equal the CPU bit for bit") {
   uint64_t seed = 100;
   for (const Case& c : cases())
     for (DType t : {kFloat32, kFloat16})
@@ -93,7 +99,7 @@ TEST_CASE("cuda interpolate: every layout, channels-last kept; nearest equals th
         if (nhwc) gy = to_channels_last(gy), gyg = to_channels_last(gyg);
         const Tensor gx = ops::interpolate_backward(gy, c.x, c.o), gxg = ops::interpolate_backward(gyg, c.x, c.o);
         if (nhwc && c.x[1] > 1) CHECK(is_channels_last(gxg));
-        if (c.o.mode == M::Nearest) {
+        if (c.o.mode == M::Nearest || c.o.mode == M::NearestExact) {
           CHECK(bytes_of(yg.cpu()) == bytes_of(y));
           CHECK(bytes_of(gxg.cpu()) == bytes_of(gx));
         } else {
@@ -107,7 +113,7 @@ TEST_CASE("cuda interpolate: every layout, channels-last kept; nearest equals th
 
 TEST_CASE("cuda interpolate: empty batches give empty outputs and gradients") {
   const Tensor x = zeros({0, 3, 4, 5}, {kFloat32, kGpu});
-  for (M mode : {M::Nearest, M::Bilinear}) {
+  for (M mode : {M::Nearest, M::Bilinear, M::Bicubic, M::NearestExact, M::Area}) {
     CHECK(ops::interpolate(x, {.scale_factor = 2.0, .mode = mode}).sizes() == Shape{0, 3, 8, 10});
     CHECK(ops::interpolate_backward(zeros({0, 3, 8, 10}, {kFloat32, kGpu}), x.sizes(),
                                     {.scale_factor = 2.0, .mode = mode})

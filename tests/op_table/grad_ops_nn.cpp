@@ -153,8 +153,10 @@ void add_conv_pool(std::vector<GradEntry>& t) {
   t.push_back({"interpolate",
                [](Rng& rng) {
                  InterpolateOptions o;
-                 o.mode = rng.chance(0.5) ? InterpolateMode::Nearest : InterpolateMode::Bilinear;
-                 if (o.mode == InterpolateMode::Bilinear && rng.chance(0.7)) o.align_corners = rng.chance(0.5);
+                 o.mode = rng.pick(std::vector<InterpolateMode>{InterpolateMode::Nearest, InterpolateMode::Bilinear,
+                                                                InterpolateMode::Bicubic, InterpolateMode::NearestExact,
+                                                                InterpolateMode::Area});
+                 if (interpolates(o.mode) && rng.chance(0.7)) o.align_corners = rng.chance(0.5);
                  const Shape x = {rng.range(0, 2), rng.range(1, 2), rng.range(1, 5), rng.range(1, 5)};
                  if (rng.chance(0.5)) {
                    o.size = Int2{rng.range(1, 7), rng.range(1, 7)};
