@@ -7,7 +7,7 @@
 #                                     parallel-bench resnet-ops attention train-step profile-resnet
 #                                     profile-vit-ckpt examples
 #                                     galore svd-scale svd-vitb16 cuda-graph gelu-mlp two-gpu profile
-#                                     double-backward)
+#                                     double-backward interpolate)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 data=${ROOT:-.}/data/fashion-mnist
@@ -122,6 +122,9 @@ for s in "$@"; do
         run "$BUILD/bench/bench_double_backward" --device cuda --steps 30 $size
         run python3 tools/bench_double_backward_torch.py --device cuda --steps 30 $size
       done ;;
+    interpolate)  # interpolate's forward and backward per mode against PyTorch (bench_interpolate)
+      run "$BUILD/bench/bench_interpolate" --device cuda
+      run python3 tools/bench_interpolate_torch.py --device cuda ;;
     *) echo "unknown section $s"; rc=1 ;;
   esac
 done
