@@ -5,37 +5,42 @@
 // of P = N C planes is the case C == 1, N = P; the kernels are instanced for both. The
 // forward takes one thread per output element in memory order, so stores coalesce (and
 // with channels-last, loads too). The backward gathers instead of scattering with
-// atomicAdd (what PyTorch does): one thread per input element finds, by binary search
-// on the monotone source index of each dim, the range of outputs that read it, and sums
-// their gradients in output order in opmath_t, rounding once. The result is deterministic
-// and has the CPU's summation order, so the two backends differ only by contraction of
-// the multiply-adds.
+// atomicAdd (what PyTorch does): one thread per input element sums the gradients of the
+// outputs that read it in output order in opmath_t, rounding once. The result is
+// deterministic and has the CPU's summation order, so the two backends differ only by
+// contraction of the multiply-adds.
+//
+// Each dim's taps depend only on the output index, and the outputs that reach an input
+// index form a range (a binary search on the taps' monotone base finds it), so a small
+// kernel first writes them into tables (OH + OW rows of taps, H + W ranges), which the
+// main kernels read from cache instead of computing per element; and the main kernels
+// index in 32 bits when the tensors allow, as 64-bit division costs several times more.
+#include <algorithm>
 #include <cstdint>
 
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/dispatch.h"
+#include "tensor/factory.h"
 #include "tensor/ops/interpolate.h"
 
 namespace frugal::ops::cuda {
 
 namespace {
 
-#define FRUGAL_GRID_STRIDE(i, n) \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+#define FRUGAL_GRID_STRIDE(I, i, n) \
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < (n); i += I(gridDim.x) * I(blockDim.x))
 
-/// Element i of an (N, H, W, C) array as (n, h, w, c); C is the constant 1 for NCHW planes.
-struct Pixel {
-  int64_t n, h, w, c;
+/// One output index's taps along one dim, as the tables hold them.
+template <typename Acc>
+struct TapRow {
+  int32_t i[4];
+  Acc w[4];
 };
-template <bool kNHWC>
-__device__ __forceinline__ Pixel unflatten(int64_t i, int64_t H, int64_t W, int64_t C) {
-  Pixel p;
-  if constexpr (kNHWC) p.c = i % C, i /= C;
-  else p.c = 0;
-  p.w = i % W, i /= W;
-  p.h = i % H, p.n = i / H;
-  return p;
-}
+
+/// The outputs [first, last) whose taps reach one input index.
+struct OutputRange {
+  int32_t first, last;
+};
 
 /// The first o in [0, n) with f(o) >= target, or n; f non-decreasing.
 template <typename F>
@@ -49,28 +54,86 @@ __device__ __forceinline__ int64_t first_at_least(int64_t n, int64_t target, F f
   return lo;
 }
 
+/// The outputs of one dim whose taps reach input index q. Tap k of o is base(o) -
+/// tap_offset + k clamped to [0, in - 1], and base never decreases with o, so they are the
+/// o with base(o) in [q + offset - K + 1, q + offset] (unbounded below at the first index
+/// and above at the last, which the clamped taps repeat).
+template <InterpolateMode mode, typename Acc>
+__device__ OutputRange outputs_reaching(int64_t q, const ResizeDim<Acc>& d) {
+  constexpr int K = tap_count(mode), offset = tap_offset(mode);
+  const auto base = [&](int64_t o) { return taps_of<mode, Acc>(o, d).base; };
+  const int64_t first = q == 0 ? 0 : first_at_least(d.out, q + offset - K + 1, base);
+  const int64_t last = q == d.in - 1 ? d.out : first_at_least(d.out, q + offset + 1, base);
+  return {int32_t(first), int32_t(last)};
+}
+
+/// The tables of one op: taps rows [OH of H][OW of W], then (the backward's) ranges [H][W].
+template <InterpolateMode mode, typename Acc>
+__global__ void tables_kernel(ResizeDim<Acc> dh, ResizeDim<Acc> dw, TapRow<Acc>* __restrict__ taps,
+                              OutputRange* __restrict__ ranges, int64_t n) {
+  FRUGAL_GRID_STRIDE(int64_t, i, n) {
+    int64_t j = i;
+    const bool is_taps = j < dh.out + dw.out;
+    if (!is_taps) j -= dh.out + dw.out;
+    const int64_t size_h = is_taps ? dh.out : dh.in;
+    const ResizeDim<Acc>& d = j < size_h ? dh : dw;
+    const int64_t k = j < size_h ? j : j - size_h;
+    if (is_taps) {
+      const Taps<Acc> t = taps_of<mode, Acc>(k, d);
+      TapRow<Acc> row;
+#pragma unroll
+      for (int a = 0; a < 4; ++a) row.i[a] = a < tap_count(mode) ? int32_t(t.i[a]) : 0, row.w[a] = t.w[a];
+      taps[i] = row;
+    } else {
+      ranges[j] = outputs_reaching<mode, Acc>(k, d);
+    }
+  }
+}
+
+/// Element i of an (N, H, W, C) array as (n, h, w, c); C is the constant 1 for NCHW planes.
+template <typename I>
+struct Pixel {
+  I n, h, w, c;
+};
+template <bool kNHWC, typename I>
+__device__ __forceinline__ Pixel<I> unflatten(I i, I H, I W, I C) {
+  Pixel<I> p;
+  if constexpr (kNHWC) p.c = i % C, i /= C;
+  else p.c = 0;
+  p.w = i % W, i /= W;
+  p.h = i % H, p.n = i / H;
+  return p;
+}
+
+/// The sizes the main kernels index with, in I.
+template <typename I>
+struct Sizes {
+  I H, W, OH, OW, C;
+};
+
 // out: (N, OH, OW, C); x: (N, H, W, C); one thread per output
-template <InterpolateMode mode, typename T, bool kNHWC>
-__global__ void resize_forward_kernel(T* __restrict__ out, const T* __restrict__ x, InterpolateGeometry g,
-                                      ResizeDim<opmath_t<T>> dh, ResizeDim<opmath_t<T>> dw, int64_t n) {
+template <InterpolateMode mode, typename T, bool kNHWC, typename I>
+__global__ void resize_forward_kernel(T* __restrict__ out, const T* __restrict__ x, Sizes<I> z,
+                                      const TapRow<opmath_t<T>>* __restrict__ th,
+                                      const TapRow<opmath_t<T>>* __restrict__ tw, I n) {
   using Acc = opmath_t<T>;
   constexpr int K = tap_count(mode);
-  const int64_t C = kNHWC ? g.C : 1;
-  FRUGAL_GRID_STRIDE(o, n) {
-    const Pixel q = unflatten<kNHWC>(o, g.OH, g.OW, C);
-    const Taps<Acc> h = taps_of<mode, Acc>(q.h, dh), w = taps_of<mode, Acc>(q.w, dw);
-    const T* plane = x + q.n * g.H * g.W * C + q.c;
+  const I C = kNHWC ? z.C : I(1);
+  FRUGAL_GRID_STRIDE(I, o, n) {
+    const Pixel<I> q = unflatten<kNHWC>(o, z.OH, z.OW, C);
+    const TapRow<Acc> h = th[q.h], w = tw[q.w];
+    const T* plane = x + q.n * z.H * z.W * C + q.c;
     if constexpr (K == 1) {
-      out[o] = plane[(h.i[0] * g.W + w.i[0]) * C];  // the nearest modes copy
+      out[o] = plane[(I(h.i[0]) * z.W + I(w.i[0])) * C];  // the nearest modes copy
     } else {
       // The CPU's sums: over row taps a of wh[a] (sum over column taps b of ww[b] x), left to right.
       Acc sum = 0;
 #pragma unroll
       for (int a = 0; a < K; ++a) {
-        const T* row = plane + h.i[a] * g.W * C;
-        Acc r = w.w[0] * Acc(row[w.i[0] * C]);
+        const T* row = plane + I(h.i[a]) * z.W * C;
+        Acc r = w.w[0] * Acc(row[I(w.i[0]) * C]);
 #pragma unroll
-        for (int b = 1; b < K; ++b) r += w.w[b] * Acc(row[w.i[b] * C]);
+        for (int b = 1; b < K; ++b) r += w.w[b] * Acc(row[I(w.i[b]) * C]);
         sum = a == 0 ? h.w[0] * r : sum + h.w[a] * r;
       }
       out[o] = T(sum);
@@ -78,44 +141,37 @@ __global__ void resize_forward_kernel(T* __restrict__ out, const T* __restrict__
   }
 }
 
-/// The outputs of one dim whose taps reach input index q: [first, last) of o. Tap k of o is
-/// base(o) - tap_offset + k clamped to [0, in - 1], and base never decreases with o, so
-/// they are the o with base(o) in [q + offset - K + 1, q + offset] (unbounded below at the
-/// first index and above at the last, which the clamped taps repeat).
-template <InterpolateMode mode, typename Acc>
-__device__ __forceinline__ void outputs_reaching(int64_t q, const ResizeDim<Acc>& d, int64_t& first, int64_t& last) {
-  constexpr int K = tap_count(mode), offset = tap_offset(mode);
-  const auto base = [&](int64_t o) { return taps_of<mode, Acc>(o, d).base; };
-  first = q == 0 ? 0 : first_at_least(d.out, q + offset - K + 1, base);
-  last = q == d.in - 1 ? d.out : first_at_least(d.out, q + offset + 1, base);
-}
-
 // gx: (N, H, W, C); gy: (N, OH, OW, C); one thread per input element
-template <InterpolateMode mode, typename T, bool kNHWC>
-__global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, InterpolateGeometry g,
-                                       ResizeDim<opmath_t<T>> dh, ResizeDim<opmath_t<T>> dw, int64_t n) {
+template <InterpolateMode mode, typename T, bool kNHWC, typename I>
+__global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, Sizes<I> z,
+                                       const TapRow<opmath_t<T>>* __restrict__ th,
+                                       const TapRow<opmath_t<T>>* __restrict__ tw,
+                                       const OutputRange* __restrict__ rh, const OutputRange* __restrict__ rw, I n) {
   using Acc = opmath_t<T>;
   constexpr int K = tap_count(mode);
-  const int64_t C = kNHWC ? g.C : 1;
-  FRUGAL_GRID_STRIDE(i, n) {
-    const Pixel q = unflatten<kNHWC>(i, g.H, g.W, C);
-    int64_t oh0, oh1, ow0, ow1;
-    outputs_reaching<mode, Acc>(q.h, dh, oh0, oh1);
-    outputs_reaching<mode, Acc>(q.w, dw, ow0, ow1);
-    const T* gyp = gy + q.n * g.OH * g.OW * C + q.c;
+  const I C = kNHWC ? z.C : I(1);
+  FRUGAL_GRID_STRIDE(I, i, n) {
+    const Pixel<I> q = unflatten<kNHWC>(i, z.H, z.W, C);
+    const OutputRange hr = rh[q.h], wr = rw[q.w];
+    const T* gyp = gy + q.n * z.OH * z.OW * C + q.c;
     Acc s = 0;
-    for (int64_t oh = oh0; oh < oh1; ++oh) {
-      const Taps<Acc> h = taps_of<mode, Acc>(oh, dh);
-      for (int64_t ow = ow0; ow < ow1; ++ow) {
-        const Taps<Acc> w = taps_of<mode, Acc>(ow, dw);
-        const Acc v = Acc(gyp[(oh * g.OW + ow) * C]);
-        // The CPU's order: row taps a, then column taps b.
+    for (int32_t oh = hr.first; oh < hr.last; ++oh) {
+      const TapRow<Acc> h = th[oh];
+      const T* row = gyp + I(oh) * z.OW * C;
+      for (int32_t ow = wr.first; ow < wr.last; ++ow) {
+        const Acc v = Acc(row[I(ow) * C]);
+        if constexpr (K == 1) {
+          s += v;  // every output in the ranges read this pixel
+        } else {
+          const TapRow<Acc> w = tw[ow];
+          // The CPU's order: row taps a, then column taps b.
 #pragma unroll
-        for (int a = 0; a < K; ++a) {
-          if (h.i[a] != q.h) continue;
+          for (int a = 0; a < K; ++a) {
+            if (h.i[a] != int32_t(q.h)) continue;
 #pragma unroll
-          for (int b = 0; b < K; ++b)
-            if (w.i[b] == q.w) s += K == 1 ? v : h.w[a] * w.w[b] * v;
+            for (int b = 0; b < K; ++b)
+              if (w.i[b] == int32_t(q.w)) s += h.w[a] * w.w[b] * v;
+          }
         }
       }
     }
@@ -123,72 +179,94 @@ __global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__
   }
 }
 
-/// Calls f.template operator()<kNHWC>() for g's layout.
-template <typename F>
-void by_layout(const InterpolateGeometry& g, F&& f) {
-  if (g.channels_last) f.template operator()<true>();
-  else f.template operator()<false>();
-}
-
 #undef FRUGAL_GRID_STRIDE
 
-/// Launches kernel<mode, T, kNHWC> over n threads for g's mode and layout.
-template <typename T, template <InterpolateMode, typename, bool> class Launch>
-void launch(const InterpolateGeometry& g, int64_t n, cudaStream_t stream, T* dst, const T* src) {
-  using Acc = opmath_t<T>;
-  const ResizeDim<Acc> dh = resize_dim<Acc>(g.H, g.OH, g.scale_h, g.align_corners);
-  const ResizeDim<Acc> dw = resize_dim<Acc>(g.W, g.OW, g.scale_w, g.align_corners);
-  by_layout(g, [&]<bool kNHWC>() {
-    switch (g.mode) {
-      case InterpolateMode::Nearest:
-        Launch<InterpolateMode::Nearest, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
-        break;
-      case InterpolateMode::NearestExact:
-        Launch<InterpolateMode::NearestExact, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
-        break;
-      case InterpolateMode::Bilinear:
-        Launch<InterpolateMode::Bilinear, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
-        break;
-      case InterpolateMode::Bicubic:
-        Launch<InterpolateMode::Bicubic, T, kNHWC>::run(g, n, stream, dst, src, dh, dw);
-        break;
-      case InterpolateMode::Area: FRUGAL_FAIL("interpolate: the CUDA kernel has no mode area");
-    }
-    FRUGAL_CUDA_CHECK_LAUNCH();
-  });
+/// Calls f.template operator()<mode>() for g's mode ('area' is adaptive_avg_pool2d's).
+template <typename F>
+void by_mode(const InterpolateGeometry& g, F&& f) {
+  switch (g.mode) {
+    case InterpolateMode::Nearest: return f.template operator()<InterpolateMode::Nearest>();
+    case InterpolateMode::NearestExact: return f.template operator()<InterpolateMode::NearestExact>();
+    case InterpolateMode::Bilinear: return f.template operator()<InterpolateMode::Bilinear>();
+    case InterpolateMode::Bicubic: return f.template operator()<InterpolateMode::Bicubic>();
+    case InterpolateMode::Area: break;
+  }
+  FRUGAL_FAIL("interpolate: the CUDA kernel has no mode ", interpolate_mode_name(g.mode));
 }
 
-template <InterpolateMode mode, typename T, bool kNHWC>
-struct Forward {
-  static void run(const InterpolateGeometry& g, int64_t n, cudaStream_t stream, T* out, const T* x,
-                  const ResizeDim<opmath_t<T>>& dh, const ResizeDim<opmath_t<T>>& dw) {
-    resize_forward_kernel<mode, T, kNHWC><<<grid_for(n), kBlockSize, 0, stream>>>(out, x, g, dh, dw, n);
+/// Runs f.template operator()<kNHWC, I>() for g's layout and the narrowest index type that
+/// holds every offset of the `largest` elements.
+template <typename F>
+void by_layout_and_index(const InterpolateGeometry& g, int64_t largest, F&& f) {
+  const bool narrow = largest < (int64_t(1) << 31);
+  if (g.channels_last) narrow ? f.template operator()<true, int32_t>() : f.template operator()<true, int64_t>();
+  else narrow ? f.template operator()<false, int32_t>() : f.template operator()<false, int64_t>();
+}
+
+/// The taps tables (and with_ranges, the output ranges) of g on `device`: a scratch tensor
+/// from the caching allocator, freed stream-ordered after the op's kernels.
+template <InterpolateMode mode, typename Acc>
+struct Tables {
+  Tensor storage;
+  const TapRow<Acc>* th;
+  const TapRow<Acc>* tw;
+  const OutputRange* rh;
+  const OutputRange* rw;
+
+  Tables(const InterpolateGeometry& g, bool with_ranges, Device device, cudaStream_t stream) {
+    const ResizeDim<Acc> dh = resize_dim<Acc>(g.H, g.OH, g.scale_h, g.align_corners);
+    const ResizeDim<Acc> dw = resize_dim<Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+    const int64_t tap_bytes = int64_t(sizeof(TapRow<Acc>)) * (g.OH + g.OW);
+    const int64_t ranges = with_ranges ? g.H + g.W : 0;
+    const int64_t words = (tap_bytes + int64_t(sizeof(OutputRange)) * ranges + 7) / 8;
+    storage = empty({words}, {kInt64, device});
+    auto* taps = reinterpret_cast<TapRow<Acc>*>(storage.data_ptr<int64_t>());
+    auto* range = reinterpret_cast<OutputRange*>(reinterpret_cast<char*>(taps) + tap_bytes);
+    th = taps, tw = taps + g.OH, rh = range, rw = range + g.H;
+    const int64_t n = g.OH + g.OW + ranges;
+    tables_kernel<mode, Acc><<<grid_for(n), kBlockSize, 0, stream>>>(dh, dw, taps, range, n);
+    FRUGAL_CUDA_CHECK_LAUNCH();
   }
 };
 
-template <InterpolateMode mode, typename T, bool kNHWC>
-struct Backward {
-  static void run(const InterpolateGeometry& g, int64_t n, cudaStream_t stream, T* gx, const T* gy,
-                  const ResizeDim<opmath_t<T>>& dh, const ResizeDim<opmath_t<T>>& dw) {
-    resize_backward_kernel<mode, T, kNHWC><<<grid_for(n), kBlockSize, 0, stream>>>(gx, gy, g, dh, dw, n);
-  }
-};
+template <typename I>
+Sizes<I> sizes_of(const InterpolateGeometry& g) {
+  return {I(g.H), I(g.W), I(g.OH), I(g.OW), I(g.C)};
+}
 
 }  // namespace
 
 void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeometry& g) {
   DeviceGuard guard(x.device());
   const cudaStream_t stream = stream_for(x);
+  const int64_t n = out.numel();
   dispatch_floating(x.dtype(), "interpolate", x.device(), [&]<typename T>() {
-    launch<T, Forward>(g, out.numel(), stream, out.data_ptr<T>(), x.data_ptr<T>());
+    using Acc = opmath_t<T>;
+    by_mode(g, [&]<InterpolateMode mode>() {
+      const Tables<mode, Acc> t(g, /*with_ranges=*/false, x.device(), stream);
+      by_layout_and_index(g, std::max(n, x.numel()), [&]<bool kNHWC, typename I>() {
+        resize_forward_kernel<mode, T, kNHWC, I><<<grid_for(n), kBlockSize, 0, stream>>>(
+            out.data_ptr<T>(), x.data_ptr<T>(), sizes_of<I>(g), t.th, t.tw, I(n));
+        FRUGAL_CUDA_CHECK_LAUNCH();
+      });
+    });
   });
 }
 
 void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const InterpolateGeometry& g) {
   DeviceGuard guard(grad_x.device());
   const cudaStream_t stream = stream_for(grad_x);
+  const int64_t n = grad_x.numel();
   dispatch_floating(grad_x.dtype(), "interpolate_backward", grad_x.device(), [&]<typename T>() {
-    launch<T, Backward>(g, grad_x.numel(), stream, grad_x.data_ptr<T>(), grad_out.data_ptr<T>());
+    using Acc = opmath_t<T>;
+    by_mode(g, [&]<InterpolateMode mode>() {
+      const Tables<mode, Acc> t(g, /*with_ranges=*/true, grad_x.device(), stream);
+      by_layout_and_index(g, std::max(n, grad_out.numel()), [&]<bool kNHWC, typename I>() {
+        resize_backward_kernel<mode, T, kNHWC, I><<<grid_for(n), kBlockSize, 0, stream>>>(
+            grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), sizes_of<I>(g), t.th, t.tw, t.rh, t.rw, I(n));
+        FRUGAL_CUDA_CHECK_LAUNCH();
+      });
+    });
   });
 }
 
