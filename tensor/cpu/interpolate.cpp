@@ -7,6 +7,11 @@
 // output gradients, in output order, into an accumulator plane of opmath_t (float for
 // float16/bfloat16) owned by the thread, and stores the plane once, rounded once. Each
 // pixel's sum therefore has one order whatever the thread count.
+//
+// Channels-last tensors are resized as they lie, (N, H, W, C): a pixel's C channels share
+// its taps, so the innermost loop runs over channels, contiguous in memory (vectorized),
+// with each channel's arithmetic exactly the planar kernels' (the same bits). The backward
+// runs (sample, block of channels) pairs, each with its own accumulator of H W channels.
 #include <algorithm>
 #include <vector>
 
@@ -92,6 +97,83 @@ void resize_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
   });
 }
 
+// out: (N, OH, OW, C); x: (N, H, W, C)
+template <Mode mode, typename T>
+void resize_forward_nhwc(T* out, const T* x, const InterpolateGeometry& g) {
+  using Acc = opmath_t<T>;
+  constexpr int K = tap_count(mode);
+  const int64_t N = g.P / g.C, C = g.C;
+  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
+  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  parallel_chunks(N * g.OH, K * K * g.OW * C, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t n = r / g.OH, oh = r % g.OH;
+      const Taps<Acc>& h = th[size_t(oh)];
+      T* o = out + r * g.OW * C;
+      for (int64_t ow = 0; ow < g.OW; ++ow, o += C) {
+        const Taps<Acc>& w = tw[size_t(ow)];
+        const T* px[K][K];  // the pixels of the taps, C channels each
+        for (int a = 0; a < K; ++a)
+          for (int b = 0; b < K; ++b) px[a][b] = x + ((n * g.H + h.i[a]) * g.W + w.i[b]) * C;
+        if constexpr (K == 1) {
+          std::copy(px[0][0], px[0][0] + C, o);  // the nearest modes copy
+        } else {
+          for (int64_t c = 0; c < C; ++c) {  // each channel as resize_forward's element
+            Acc sum = 0;
+            for (int a = 0; a < K; ++a) {
+              Acc row = w.w[0] * Acc(px[a][0][c]);
+              for (int b = 1; b < K; ++b) row += w.w[b] * Acc(px[a][b][c]);
+              sum = a == 0 ? h.w[0] * row : sum + h.w[a] * row;
+            }
+            o[c] = T(sum);
+          }
+        }
+      }
+    }
+  });
+}
+
+// gx: (N, H, W, C); gy: (N, OH, OW, C)
+template <Mode mode, typename T>
+void resize_backward_nhwc(T* gx, const T* gy, const InterpolateGeometry& g) {
+  using Acc = opmath_t<T>;
+  constexpr int K = tap_count(mode);
+  constexpr int64_t kBlock = 64;  // channels per accumulator
+  const int64_t N = g.P / g.C, C = g.C, blocks = (C + kBlock - 1) / kBlock;
+  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
+  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  const int64_t pixels = g.H * g.W;
+  parallel_chunks(N * blocks, (K * K * g.OH * g.OW + pixels) * std::min(C, kBlock), [&](int64_t begin, int64_t end) {
+    std::vector<Acc> acc;
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t n = job / blocks, c0 = (job % blocks) * kBlock, cb = std::min(kBlock, C - c0);
+      acc.assign(static_cast<size_t>(pixels * cb), Acc(0));
+      const T* gyn = gy + n * g.OH * g.OW * C + c0;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const Taps<Acc>& h = th[size_t(oh)];
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const Taps<Acc>& w = tw[size_t(ow)];
+          const T* v = gyn + (oh * g.OW + ow) * C;
+          // The taps in resize_backward's order, each channel as its element.
+          for (int a = 0; a < K; ++a)
+            for (int b = 0; b < K; ++b) {
+              Acc* dst = acc.data() + (h.i[a] * g.W + w.i[b]) * cb;
+              if constexpr (K == 1) {
+                for (int64_t c = 0; c < cb; ++c) dst[c] += Acc(v[c]);
+              } else {
+                const Acc hw = h.w[a] * w.w[b];
+                for (int64_t c = 0; c < cb; ++c) dst[c] += hw * Acc(v[c]);
+              }
+            }
+        }
+      }
+      T* gxn = gx + n * pixels * C + c0;
+      for (int64_t i = 0; i < pixels; ++i)
+        for (int64_t c = 0; c < cb; ++c) gxn[i * C + c] = T(acc[size_t(i * cb + c)]);  // the one rounding
+    }
+  });
+}
+
 /// Calls f.template operator()<mode>() for g's mode (not 'area', which the front-end pools).
 template <typename F>
 void by_mode(const InterpolateGeometry& g, F&& f) {
@@ -109,13 +191,19 @@ void by_mode(const InterpolateGeometry& g, F&& f) {
 
 void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeometry& g) {
   dispatch_floating(x.dtype(), "interpolate", x.device(), [&]<typename T>() {
-    by_mode(g, [&]<Mode mode>() { resize_forward<mode, T>(out.data_ptr<T>(), x.data_ptr<T>(), g); });
+    by_mode(g, [&]<Mode mode>() {
+      if (g.channels_last) resize_forward_nhwc<mode, T>(out.data_ptr<T>(), x.data_ptr<T>(), g);
+      else resize_forward<mode, T>(out.data_ptr<T>(), x.data_ptr<T>(), g);
+    });
   });
 }
 
 void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const InterpolateGeometry& g) {
   dispatch_floating(grad_x.dtype(), "interpolate_backward", grad_x.device(), [&]<typename T>() {
-    by_mode(g, [&]<Mode mode>() { resize_backward<mode, T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g); });
+    by_mode(g, [&]<Mode mode>() {
+      if (g.channels_last) resize_backward_nhwc<mode, T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g);
+      else resize_backward<mode, T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g);
+    });
   });
 }
 

@@ -112,7 +112,14 @@ void check_floating(const char* op, const char* what, const Tensor& t) {
   FRUGAL_CHECK(is_floating(t.dtype()), op, ": expects a floating-point ", what, ", got ", t.describe());
 }
 
-/// Native channels-last on CUDA; `in` is the (N, C, H, W) input shape.
+/// t's layout, computed natively channels-last by both backends' kernels (not only CUDA's).
+OpLayout native_layout(const Tensor& t) {
+  OpLayout layout(t);
+  layout.native = layout.channels_last;
+  return layout;
+}
+
+/// Native channels-last; `in` is the (N, C, H, W) input shape.
 void describe_layout(InterpolateGeometry& g, const OpLayout& layout, const Shape& in) {
   g.channels_last = layout.native;
   if (layout.native) g.C = in[1];
@@ -130,7 +137,7 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   check_floating(op, "input", x);
   InterpolateGeometry g = interpolate_geometry(op, x.sizes(), options);
   if (g.mode == InterpolateMode::Area) return adaptive_avg_pool2d(x, {g.OH, g.OW});
-  const OpLayout layout(x);
+  const OpLayout layout = native_layout(x);
   describe_layout(g, layout, x.sizes());
   Tensor out = layout.result(with_plane(x.sizes(), g.OH, g.OW), x.options());
   if (g.P == 0) return out;
@@ -146,7 +153,7 @@ Tensor interpolate_backward(const Tensor& grad_out, const Shape& input_shape, co
   FRUGAL_CHECK(grad_out.sizes() == os, op, ": grad_out ", grad_out.describe(), " must have the output shape ",
                shape_str(os), " of input ", shape_str(input_shape));
   if (g.mode == InterpolateMode::Area) return adaptive_avg_pool2d_backward(grad_out, input_shape);
-  const OpLayout layout(grad_out);  // grad_x follows grad_out's layout, as every backward's
+  const OpLayout layout = native_layout(grad_out);  // grad_x follows grad_out's layout, as every backward's
   describe_layout(g, layout, input_shape);
   Tensor grad_x = layout.result(input_shape, grad_out.options());
   if (g.P == 0) return grad_x;

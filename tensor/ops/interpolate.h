@@ -94,8 +94,8 @@ namespace frugal::ops {
 
 /// The sizes of one resize: P = N * C planes of (H, W) resized to (OH, OW). scale_h and
 /// scale_w are the scale factors the kernels divide by (PyTorch's scales_h/w), 0 when
-/// the scale is in / out. channels_last (CUDA only): every operand is an (N, C, H, W)
-/// tensor in channels-last memory, and C is set (it stays 1 otherwise).
+/// the scale is in / out. channels_last: every operand is an (N, C, H, W) tensor in
+/// channels-last memory, and C is set (it stays 1 otherwise).
 struct InterpolateGeometry {
   int64_t P = 0, C = 1, H = 0, W = 0, OH = 0, OW = 0;
   double scale_h = 0, scale_w = 0;
@@ -215,11 +215,11 @@ FRUGAL_HD Taps<Acc> taps_of(int64_t o, const ResizeDim<Acc>& d) {
 }  // namespace frugal::ops
 
 // Backend kernels. Every tensor is contiguous and viewed as (P, H, W) / (P, OH, OW), or
-// channels-last when g.channels_last (CUDA only); the front-end has handled empty tensors.
+// channels-last, (N, H, W, C), when g.channels_last; the front-end has handled empty tensors.
 namespace frugal::ops::cpu {
-/// out: (P, OH, OW); x: (P, H, W)
+/// out: (P, OH, OW) or (N, OH, OW, C); x: (P, H, W) or (N, H, W, C)
 void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeometry& g);
-/// grad_x: (P, H, W); grad_out: (P, OH, OW)
+/// grad_x: (P, H, W) or (N, H, W, C); grad_out: (P, OH, OW) or (N, OH, OW, C)
 void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const InterpolateGeometry& g);
 }  // namespace frugal::ops::cpu
 namespace frugal::ops::cuda {
