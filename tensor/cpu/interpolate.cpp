@@ -110,23 +110,26 @@ void resize_forward_nhwc(T* out, const T* x, const InterpolateGeometry& g) {
       const int64_t n = r / g.OH, oh = r % g.OH;
       const Taps<Acc>& h = th[size_t(oh)];
       T* o = out + r * g.OW * C;
+      std::vector<Acc> sum(K == 1 ? 0 : static_cast<size_t>(C));
       for (int64_t ow = 0; ow < g.OW; ++ow, o += C) {
         const Taps<Acc>& w = tw[size_t(ow)];
-        const T* px[K][K];  // the pixels of the taps, C channels each
-        for (int a = 0; a < K; ++a)
-          for (int b = 0; b < K; ++b) px[a][b] = x + ((n * g.H + h.i[a]) * g.W + w.i[b]) * C;
         if constexpr (K == 1) {
-          std::copy(px[0][0], px[0][0] + C, o);  // the nearest modes copy
+          const T* px = x + ((n * g.H + h.i[0]) * g.W + w.i[0]) * C;
+          std::copy(px, px + C, o);  // the nearest modes copy
         } else {
-          for (int64_t c = 0; c < C; ++c) {  // each channel as resize_forward's element
-            Acc sum = 0;
-            for (int a = 0; a < K; ++a) {
-              Acc row = w.w[0] * Acc(px[a][0][c]);
-              for (int b = 1; b < K; ++b) row += w.w[b] * Acc(px[a][b][c]);
-              sum = a == 0 ? h.w[0] * row : sum + h.w[a] * row;
+          // Each channel as resize_forward's element, a row tap at a time, so each loop over
+          // the channels reads K pixels and vectorizes.
+          Acc* __restrict s = sum.data();
+          for (int a = 0; a < K; ++a) {
+            const T* px[K];  // row tap a's pixels, C channels each
+            for (int b = 0; b < K; ++b) px[b] = x + ((n * g.H + h.i[a]) * g.W + w.i[b]) * C;
+            for (int64_t c = 0; c < C; ++c) {
+              Acc row = w.w[0] * Acc(px[0][c]);
+              for (int b = 1; b < K; ++b) row += w.w[b] * Acc(px[b][c]);
+              s[c] = a == 0 ? h.w[0] * row : s[c] + h.w[a] * row;
             }
-            o[c] = T(sum);
           }
+          for (int64_t c = 0; c < C; ++c) o[c] = T(s[c]);
         }
       }
     }
