@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
     const Device dev = gpu ? cuda(0) : kCPU;
     // The CPU gets a smaller batch: the same shapes per plane, an eighth of the planes.
     const Shape xs = gpu ? Shape{32, 64, 128, 128} : Shape{4, 64, 128, 128};
-    bench::Table table("interpolate on " + dev.str() + " of " + shape_str(xs) + " (ms, median of " +
-                           std::to_string(args.reps) + ")",
-                       {"case", "dtype", "layout", "forward", "backward"});
+    bench::Table table(
+        "interpolate on " + dev.str() + " of " + shape_str(xs) + " (ms, median of " + std::to_string(args.reps) + ")",
+        {"case", "dtype", "layout", "forward", "backward"});
     using M = InterpolateMode;
     struct Case {
       std::string name;

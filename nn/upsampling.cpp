@@ -4,9 +4,7 @@
 
 namespace frugal::nn {
 
-Upsample::Upsample(InterpolateOptions o) : options(o) {
-  check_interpolate_options(o, "Upsample");
-}
+Upsample::Upsample(InterpolateOptions o) : options(o) { check_interpolate_options(o, "Upsample"); }
 
 Tensor Upsample::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]

@@ -34,13 +34,21 @@ std::vector<Taps<Acc>> tap_table(int64_t in, int64_t out, double scale, bool ali
   return t;
 }
 
+/// The taps of g's rows (th) and columns (tw).
+template <Mode mode, typename Acc>
+struct TapTables {
+  std::vector<Taps<Acc>> th, tw;
+  explicit TapTables(const InterpolateGeometry& g)
+      : th(tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners)),
+        tw(tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners)) {}
+};
+
 // out: (P, OH, OW); x: (P, H, W)
 template <Mode mode, typename T>
 void resize_forward(T* out, const T* x, const InterpolateGeometry& g) {
   using Acc = opmath_t<T>;
   constexpr int K = tap_count(mode);
-  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
-  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  const auto [th, tw] = TapTables<mode, Acc>(g);
   parallel_chunks(g.P * g.OH, K * K * g.OW, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / g.OH, oh = r % g.OH;
@@ -71,8 +79,7 @@ template <Mode mode, typename T>
 void resize_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
   using Acc = opmath_t<T>;
   constexpr int K = tap_count(mode);
-  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
-  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  const auto [th, tw] = TapTables<mode, Acc>(g);
   const int64_t plane = g.H * g.W;
   parallel_chunks(g.P, K * K * g.OH * g.OW + plane, [&](int64_t begin, int64_t end) {
     std::vector<Acc> acc(static_cast<size_t>(plane));
@@ -103,8 +110,7 @@ void resize_forward_nhwc(T* out, const T* x, const InterpolateGeometry& g) {
   using Acc = opmath_t<T>;
   constexpr int K = tap_count(mode);
   const int64_t N = g.P / g.C, C = g.C;
-  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
-  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  const auto [th, tw] = TapTables<mode, Acc>(g);
   parallel_chunks(N * g.OH, K * K * g.OW * C, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t n = r / g.OH, oh = r % g.OH;
@@ -143,8 +149,7 @@ void resize_backward_nhwc(T* gx, const T* gy, const InterpolateGeometry& g) {
   constexpr int K = tap_count(mode);
   constexpr int64_t kBlock = 64;  // channels per accumulator
   const int64_t N = g.P / g.C, C = g.C, blocks = (C + kBlock - 1) / kBlock;
-  const auto th = tap_table<mode, Acc>(g.H, g.OH, g.scale_h, g.align_corners);
-  const auto tw = tap_table<mode, Acc>(g.W, g.OW, g.scale_w, g.align_corners);
+  const auto [th, tw] = TapTables<mode, Acc>(g);
   const int64_t pixels = g.H * g.W;
   parallel_chunks(N * blocks, (K * K * g.OH * g.OW + pixels) * std::min(C, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<Acc> acc;

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "tensor/cuda/cuda_utils.h"
+#include "tensor/cuda/nhwc_index.cuh"  // Pixel, unflatten
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/interpolate.h"
@@ -90,21 +91,6 @@ __global__ void tables_kernel(ResizeDim<Acc> dh, ResizeDim<Acc> dw, TapRow<Acc>*
   }
 }
 
-/// Element i of an (N, H, W, C) array as (n, h, w, c); C is the constant 1 for NCHW planes.
-template <typename I>
-struct Pixel {
-  I n, h, w, c;
-};
-template <bool kNHWC, typename I>
-__device__ __forceinline__ Pixel<I> unflatten(I i, I H, I W, I C) {
-  Pixel<I> p;
-  if constexpr (kNHWC) p.c = i % C, i /= C;
-  else p.c = 0;
-  p.w = i % W, i /= W;
-  p.h = i % H, p.n = i / H;
-  return p;
-}
-
 /// The sizes the main kernels index with, in I.
 template <typename I>
 struct Sizes {
@@ -145,8 +131,8 @@ __global__ void resize_forward_kernel(T* __restrict__ out, const T* __restrict__
 template <InterpolateMode mode, typename T, bool kNHWC, typename I>
 __global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, Sizes<I> z,
                                        const TapRow<opmath_t<T>>* __restrict__ th,
-                                       const TapRow<opmath_t<T>>* __restrict__ tw,
-                                       const OutputRange* __restrict__ rh, const OutputRange* __restrict__ rw, I n) {
+                                       const TapRow<opmath_t<T>>* __restrict__ tw, const OutputRange* __restrict__ rh,
+                                       const OutputRange* __restrict__ rw, I n) {
   using Acc = opmath_t<T>;
   constexpr int K = tap_count(mode);
   const I C = kNHWC ? z.C : I(1);

@@ -49,6 +49,7 @@
 #include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/cuda_utils.h"
 #include "tensor/cuda/loops.cuh"  // Vec
+#include "tensor/cuda/nhwc_index.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
@@ -63,30 +64,15 @@ constexpr int64_t kWarpWindow = 32;  // adaptive windows of at least this many e
 #define FRUGAL_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-/// One element of an (N, H, W, C) array, the layout every kernel below walks: a
-/// channels-last tensor is one (N = samples), and an NCHW tensor of P planes is the case
-/// C == 1, N = P (Note [NHWC pooling]).
-template <typename I>
-struct Pixel {
-  I n, h, w, c;
-};
+// Every kernel below walks an (N, H, W, C) array (Pixel, unflatten): a channels-last tensor
+// is one (N = samples), and an NCHW tensor of P planes is the case C == 1, N = P (Note
+// [NHWC pooling]).
 
 /// The array's channel count: g.C when channels-last, else 1 (a compile-time 1, so the
 /// NCHW kernels pay no extra division).
 template <bool kNHWC, typename I = int64_t>
 __device__ __forceinline__ I lanes(const Pool2dGeometry& g) {
   return kNHWC ? I(g.C) : I(1);
-}
-
-/// The flat index i of an (N, H, W, C) array as its coordinates.
-template <bool kNHWC, typename I>
-__device__ __forceinline__ Pixel<I> unflatten(I i, I H, I W, I C) {
-  Pixel<I> p;
-  if constexpr (kNHWC) p.c = i % C, i /= C;
-  else p.c = 0;
-  p.w = i % W, i /= W;
-  p.h = i % H, p.n = i / H;
-  return p;
 }
 
 constexpr int kSmallWindow = 9;  // windows of up to 3x3 positions are loaded whole before any comparison
