@@ -51,7 +51,12 @@ std::string python_float(double v) {
 
 std::string Scale2::str() const {
   if (h == w) return python_float(h);
-  return "(" + python_float(h) + ", " + python_float(w) + ")";
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "(" + string&&.
+  std::string s = "(";
+  s += python_float(h);
+  s += ", ";
+  s += python_float(w);
+  return s + ")";
 }
 
 void check_interpolate_options(const InterpolateOptions& o, const char* op) {
