@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "autograd/ops/interpolate.h"
+#include "autograd/ops/reduce.h"
 #include "core/threads.h"
 #include "nn/upsampling.h"
 #include "tensor/factory.h"
@@ -285,6 +286,29 @@ TEST_CASE("interpolate: a channels-last input gives a channels-last output and g
         CHECK(is_channels_last(gx));
         CHECK(bytes_of(gx.contiguous()) == bytes_of(ops::interpolate_backward(gy.contiguous(), x.sizes(), o)));
       }
+}
+
+TEST_CASE("interpolate: expanded, offset and channels-ambiguous inputs and an expanded gradient, as their copies") {
+  // Inputs users pass that no layout of the test util makes: a broadcast image (stride-0
+  // batch and channel dims), a slice at a storage offset, a one-channel tensor whose strides
+  // fit NCHW and NHWC alike, and the expanded ones a sum's backward hands over.
+  const Tensor base = random_tensor({1, 1, 5, 6}, kFloat32, 41);
+  const Tensor big = random_tensor({3, 4, 7, 8}, kFloat32, 42);
+  const Tensor one_channel = to_channels_last(random_tensor({2, 1, 5, 6}, kFloat32, 43));
+  const std::vector<Tensor> inputs = {base.expand({2, 3, 5, 6}), big.slice(0, 1, 3).slice(2, 1, 6).slice(3, 2, 8),
+                                      one_channel};
+  for (M mode : {M::Nearest, M::Bilinear, M::Bicubic, M::NearestExact, M::Area})
+    for (const Tensor& x : inputs) {
+      const InterpolateOptions o{.size = Int2{7, 4}, .mode = mode};
+      CAPTURE(describe(o));
+      CAPTURE(shape_str(x.strides()));
+      CHECK(bytes_of(ops::interpolate(x, o).contiguous()) == bytes_of(ops::interpolate(x.contiguous(), o)));
+      Tensor leaf = x.contiguous().detach();  // a leaf of its own (contiguous() of the 1-channel one is x)
+      leaf.requires_grad_();
+      frugal::sum(interpolate(leaf, o)).backward();  // the output gradient is an expanded 1
+      const Tensor ones = frugal::ones({x.size(0), x.size(1), 7, 4}, kFloat32);
+      CHECK(bytes_of(leaf.grad().contiguous()) == bytes_of(ops::interpolate_backward(ones, x.sizes(), o)));
+    }
 }
 
 TEST_CASE("interpolate: an empty batch or no channels give empty outputs and gradients") {
