@@ -14,6 +14,7 @@
 #include "autograd/ops/all.h"
 #include "nn/activation.h"
 #include "tensor/factory.h"
+#include "tensor/ops/unary.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -148,6 +149,26 @@ TEST_CASE("activations: gradients one ulp either side of each kink take PyTorch'
     check_close(y, want_y, 1e-14, 0, a.name + " values at the kinks");
     sum(y).backward();
     check_close(x.grad(), want_g, 1e-14, 0, a.name + " gradients at the kinks");
+  }
+}
+
+TEST_CASE("activations: leaky_relu's dense float32 kernel gives the generic loop's bits") {
+  // Dense float32 runs a bit blend (tensor/cpu/unary.cpp); a strided view runs unary_math.h's
+  // select. Both must agree bit for bit on every kind of value and slope, both directions.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  std::vector<double> values = {0.0, -0.0, 1.5, -1.5, inf, -inf, nan, tiny, -tiny, 3e38, -3e38, 1e-30, -1e-30};
+  for (int i = 0; i < 200; ++i) values.push_back(std::sin(0.37 * i) * std::pow(10.0, (i % 11) - 5));
+  const int64_t n = int64_t(values.size());
+  const Tensor x = make_tensor(values, {n}, kFloat32);
+  const Tensor xs = make_tensor(values, {n}, kFloat32, Layout::Strided);
+  std::vector<double> gv(values.rbegin(), values.rend());
+  const Tensor g = make_tensor(gv, {n}, kFloat32), gs = make_tensor(gv, {n}, kFloat32, Layout::Strided);
+  for (double slope : {0.01, 0.2, 0.0, -0.5, 1.0, 3.0}) {
+    CAPTURE(slope);
+    CHECK(bytes_of(ops::leaky_relu(x, slope)) == bytes_of(ops::leaky_relu(xs, slope).contiguous()));
+    CHECK(bytes_of(ops::unary_backward(ops::UnaryOp::LeakyRelu, g, x, slope)) ==
+          bytes_of(ops::unary_backward(ops::UnaryOp::LeakyRelu, gs, xs, slope).contiguous()));
   }
 }
 
