@@ -296,6 +296,40 @@ TEST_CASE("binary: logical_not, logical_and, logical_or") {
   check_close(ops::logical_or(f, i), {1, 1, 1}, 0, 0, "logical_or f32 int64");
 }
 
+TEST_CASE("binary: where copies the chosen operand's bytes: NaN payloads, -0, every dtype and layout") {
+  // The CPU selects by a blend of bits (tensor/cpu/binary.cpp); each output must be the
+  // bytes of a or b as the condition says, whatever they hold.
+  uint64_t seed = 1250;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool})
+    for (Layout layout : kAllLayouts) {
+      CAPTURE(name_of(dt, layout));
+      const int64_t n = 37;
+      std::vector<double> cv = random_values(n, seed++);
+      for (double& x : cv) x = double(x > 0);
+      auto make = [&](double special) {
+        std::vector<double> v = random_values(n, seed++, -3.0, 3.0);
+        for (int64_t i = 0; i < n; ++i) {
+          double& x = v[size_t(i)];
+          if (dt == kBool) x = double(x > 0);
+          else if (!is_floating(dt)) x = std::round(x);
+          else if (i % 5 == 0) x = special;
+        }
+        return make_tensor(v, {n}, {dt}, layout);
+      };
+      const Tensor cond = make_tensor(cv, {n}, {kBool}, layout);
+      const Tensor a = make(std::numeric_limits<double>::quiet_NaN()), b = make(-0.0);
+      const std::vector<uint8_t> out = bytes_of(ops::where(cond, a, b).contiguous());
+      const std::vector<uint8_t> ab = bytes_of(a.contiguous()), bb = bytes_of(b.contiguous());
+      const size_t size = element_size(dt);
+      std::vector<uint8_t> want;
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<uint8_t>& from = cv[size_t(i)] != 0 ? ab : bb;
+        want.insert(want.end(), from.begin() + i * int64_t(size), from.begin() + (i + 1) * int64_t(size));
+      }
+      CHECK(out == want);
+    }
+}
+
 TEST_CASE("binary: where broadcasts three ways and promotes a and b") {
   uint64_t seed = 1300;
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool}) {
