@@ -100,21 +100,27 @@ void run_post_accumulate_hooks(const AutogradMeta& m, const Tensor& leaf) {
 }
 }  // namespace
 
-TensorList AccumulateGrad::apply(TensorList&& grads) {
-  std::shared_ptr<TensorImpl> impl = leaf_.lock();
-  if (!impl || !grads[0].defined()) return {};
+namespace {
+/// AccumulateGrad's work: g into the .grad of the leaf `leaf_ref` names, if it still lives and
+/// requires grad. record (backward() with create_graph): the sum is a recorded op, out of place,
+/// so .grad keeps its history, as PyTorch's; else .grad takes g's buffer or a copy the first
+/// time and sums in place after.
+void accumulate_grad(const std::weak_ptr<TensorImpl>& leaf_ref, std::mutex& mutex, Tensor g, bool record) {
+  std::shared_ptr<TensorImpl> impl = leaf_ref.lock();
+  if (!impl || !g.defined()) return;
   Tensor leaf(impl);
   AutogradMeta& m = ensure_meta(leaf);
   // A leaf frozen (requires_grad_(false)) after the graph was built gets nothing, as in
   // PyTorch's AccumulateGrad: freezing a parameter between forward and backward freezes it.
-  if (!m.requires_grad) return {};
+  if (!m.requires_grad) return;
   core::CategoryScope category(core::Category::Gradients);  // the copies below are .grad
-  Tensor g = std::move(grads[0]);
   if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
   {
     // Held for the sum only: a post-accumulate hook may start another backward.
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!m.grad.defined()) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!m.grad.defined() && record) {
+      m.grad = g;
+    } else if (!m.grad.defined()) {
       // Steal the incoming buffer when nothing else holds it; otherwise copy, since a
       // later accumulation writes into .grad in place. .grad is contiguous, or channels-last
       // for a channels-last leaf (the parameter's layout, as PyTorch; Note [Channels-last layout]).
@@ -143,28 +149,21 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       FRUGAL_CHECK(m.grad.dtype() == leaf.dtype(), "AccumulateGrad: the .grad of leaf ", leaf.describe(), " is ",
                    m.grad.describe(), "; a gradient accumulates in its leaf's dtype: set_grad a ",
                    dtype_name(leaf.dtype()), " tensor, or set_grad(Tensor()) before backward");
-      ops::add_(m.grad, g);
+      if (record) m.grad = frugal::add(m.grad, g);
+      else ops::add_(m.grad, g);
     }
   }
   run_post_accumulate_hooks(m, leaf);
+}
+}  // namespace
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  accumulate_grad(leaf_, mutex_, std::move(grads[0]), /*record=*/false);
   return {};
 }
 
 TensorList AccumulateGrad::apply_graph(TensorList&& grads) {
-  std::shared_ptr<TensorImpl> impl = leaf_.lock();
-  if (!impl || !grads[0].defined()) return {};
-  Tensor leaf(impl);
-  AutogradMeta& m = ensure_meta(leaf);
-  if (!m.requires_grad) return {};
-  core::CategoryScope category(core::Category::Gradients);
-  const Tensor g = grads[0].dtype() == leaf.dtype() ? grads[0] : grads[0].to(leaf.dtype());
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    FRUGAL_CHECK(!m.grad.defined() || m.grad.dtype() == leaf.dtype(), "AccumulateGrad: the .grad of leaf ",
-                 leaf.describe(), " is ", m.grad.describe(), "; a gradient accumulates in its leaf's dtype");
-    m.grad = m.grad.defined() ? frugal::add(m.grad, g) : g;  // recorded: .grad keeps its history
-  }
-  run_post_accumulate_hooks(m, leaf);
+  accumulate_grad(leaf_, mutex_, std::move(grads[0]), /*record=*/true);
   return {};
 }
 

@@ -73,7 +73,6 @@ inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -
   return v;
 }
 
-/// A tensor of `sizes` holding `values` (row-major) in `layout`, dtype and device of `opts`.
 /// make_tensor for uint8, which nothing converts to (Note [Storage-only uint8] in tensor/dtype.h):
 /// each value's byte written on the host through the layout's view of zeroed memory, which then
 /// moves to `device` whole.
@@ -101,6 +100,7 @@ inline Tensor uint8_tensor(const std::vector<double>& values, const Shape& sizes
   return view_of(memory.to(device));
 }
 
+/// A tensor of `sizes` holding `values` (row-major) in `layout`, dtype and device of `opts`.
 inline Tensor make_tensor(const std::vector<double>& values, const Shape& sizes, TensorOptions opts,
                           Layout layout = Layout::Contiguous) {
   if (opts.dtype == kUInt8) return uint8_tensor(values, sizes, opts.device, layout);

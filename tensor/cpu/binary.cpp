@@ -1,9 +1,6 @@
 #include "tensor/ops/binary.h"
 
-#include <bit>
-#include <cstdint>
-#include <type_traits>
-
+#include "tensor/cpu/bit_select.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/binary_math.h"
@@ -22,24 +19,10 @@ void dynamic_map(const ElementwiseLayout& L, const Fn& f) {
   });
 }
 
-/// The unsigned integer of T's size (void when there is none).
-template <typename T>
-using SameSizeUint = std::conditional_t<
-    sizeof(T) == 1, uint8_t,
-    std::conditional_t<sizeof(T) == 2, uint16_t,
-                       std::conditional_t<sizeof(T) == 4, uint32_t, std::conditional_t<sizeof(T) == 8, uint64_t, void>>>>;
-
-/// where's select as a blend of bits: c picks a's or b's bytes, the same bytes as WhereFn's
-/// c ? a : b, with no branch. Compiled as written, the select is a branch (the compiler may not
-/// load the operand the source does not read), which random masks mispredict half the time and
-/// which keeps the loop scalar.
+/// where's select without a branch (tensor/cpu/bit_select.h): the same bytes as WhereFn's.
 template <typename T>
 struct WhereBitsFn {
-  using U = SameSizeUint<T>;
-  T operator()(bool c, T a, T b) const {
-    const U keep_a = U(U(0) - U(c));
-    return std::bit_cast<T>(U((std::bit_cast<U>(a) & keep_a) | (std::bit_cast<U>(b) & U(~keep_a))));
-  }
+  T operator()(bool c, T a, T b) const { return bit_select(c, a, b); }
 };
 
 }  // namespace
@@ -80,12 +63,7 @@ void binary_scalar_kernel(BinaryOp op, DType compute, const Tensor& out, const T
 // out: broadcast shape; cond: bool; a, b: out's dtype.
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   const ElementwiseLayout L = make_elementwise_layout("where", out, {cond, a, b});
-  dispatch_all(out.dtype(), "where", out.device(), [&]<typename T>() {
-    if constexpr (std::is_trivially_copyable_v<T> && !std::is_void_v<SameSizeUint<T>>)
-      cpu_map<T, bool, T, T>(L, WhereBitsFn<T>{});
-    else
-      cpu_map<T, bool, T, T>(L, WhereFn<T>{});
-  });
+  dispatch_all(out.dtype(), "where", out.device(), [&]<typename T>() { cpu_map<T, bool, T, T>(L, WhereBitsFn<T>{}); });
 }
 
 // out: broadcast shape; x: out's dtype; mask: bool.

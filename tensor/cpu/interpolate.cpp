@@ -112,11 +112,11 @@ void resize_forward_nhwc(T* out, const T* x, const InterpolateGeometry& g) {
   const int64_t N = g.P / g.C, C = g.C;
   const auto [th, tw] = TapTables<mode, Acc>(g);
   parallel_chunks(N * g.OH, K * K * g.OW * C, [&](int64_t begin, int64_t end) {
+    std::vector<Acc> sum(K == 1 ? 0 : static_cast<size_t>(C));  // one pixel's channel sums
     for (int64_t r = begin; r < end; ++r) {
       const int64_t n = r / g.OH, oh = r % g.OH;
       const Taps<Acc>& h = th[size_t(oh)];
       T* o = out + r * g.OW * C;
-      std::vector<Acc> sum(K == 1 ? 0 : static_cast<size_t>(C));
       for (int64_t ow = 0; ow < g.OW; ++ow, o += C) {
         const Taps<Acc>& w = tw[size_t(ow)];
         if constexpr (K == 1) {

@@ -1,9 +1,8 @@
 #include "tensor/ops/unary.h"
 
-#include <bit>
-#include <cstdint>
 #include <type_traits>
 
+#include "tensor/cpu/bit_select.h"
 #include "tensor/cpu/gelu_kernel.h"
 #include "tensor/cpu/gemm.h"  // gemm_isa: the level of the GELU kernels too
 #include "tensor/cpu/loops.h"
@@ -76,17 +75,10 @@ void gelu_backward_dense(const ElementwiseLayout& L, DType dtype) {  // grad_in,
 }
 
 // leaky_relu on dense float32: unary_math.h's select, x > 0 ? x : x slope (forward) and
-// x > 0 ? g : g slope (backward), as a blend of bits. Compiled as written, the select is a
-// branch (the compiler may not compute the product where the source does not), which random
-// signs mispredict half the time and which stops the loop from vectorizing; here the product
-// is always taken and the sign picks bits: the same values, a third of the time.
+// x > 0 ? g : g slope (backward), without its branch (tensor/cpu/bit_select.h): the product
+// is always taken and the sign picks bits, the same values in a third of the time.
 void leaky_relu_select_f32(float* out, const float* v, const float* g, float slope, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float keep_value = g[i], scaled = g[i] * slope;
-    const uint32_t keep = 0u - uint32_t(v[i] > 0.0f);
-    out[i] = std::bit_cast<float>((std::bit_cast<uint32_t>(keep_value) & keep) |
-                                  (std::bit_cast<uint32_t>(scaled) & ~keep));
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = bit_select(v[i] > 0.0f, g[i], g[i] * slope);
 }
 
 /// Runs leaky_relu's select over L's dense float32 operands: out, v (the sign), g (the value
