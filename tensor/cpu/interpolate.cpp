@@ -91,7 +91,7 @@ void resize_backward(T* gx, const T* gy, const InterpolateGeometry& g) {
         for (int64_t ow = 0; ow < g.OW; ++ow) {
           const Taps<Acc>& w = tw[size_t(ow)];
           const Acc v = Acc(gyp[oh * g.OW + ow]);
-          // The taps in Note [Interpolation source indices]'s order (the CUDA gather's).
+          // The taps in Note [Interpolation source indices]'s order.
           for (int a = 0; a < K; ++a) {
             Acc* row = acc.data() + h.i[a] * g.W;
             for (int b = 0; b < K; ++b) row[w.i[b]] += K == 1 ? v : h.w[a] * w.w[b] * v;
@@ -182,24 +182,11 @@ void resize_backward_nhwc(T* gx, const T* gy, const InterpolateGeometry& g) {
   });
 }
 
-/// Calls f.template operator()<mode>() for g's mode (not 'area', which the front-end pools).
-template <typename F>
-void by_mode(const InterpolateGeometry& g, F&& f) {
-  switch (g.mode) {
-    case Mode::Nearest: return f.template operator()<Mode::Nearest>();
-    case Mode::NearestExact: return f.template operator()<Mode::NearestExact>();
-    case Mode::Bilinear: return f.template operator()<Mode::Bilinear>();
-    case Mode::Bicubic: return f.template operator()<Mode::Bicubic>();
-    case Mode::Area: break;
-  }
-  FRUGAL_FAIL("interpolate: the CPU kernel has no mode ", interpolate_mode_name(g.mode));
-}
-
 }  // namespace
 
 void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeometry& g) {
   dispatch_floating(x.dtype(), "interpolate", x.device(), [&]<typename T>() {
-    by_mode(g, [&]<Mode mode>() {
+    visit_tap_mode(g.mode, "CPU", [&]<Mode mode>() {
       if (g.channels_last) resize_forward_nhwc<mode, T>(out.data_ptr<T>(), x.data_ptr<T>(), g);
       else resize_forward<mode, T>(out.data_ptr<T>(), x.data_ptr<T>(), g);
     });
@@ -208,7 +195,7 @@ void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeo
 
 void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, const InterpolateGeometry& g) {
   dispatch_floating(grad_x.dtype(), "interpolate_backward", grad_x.device(), [&]<typename T>() {
-    by_mode(g, [&]<Mode mode>() {
+    visit_tap_mode(g.mode, "CPU", [&]<Mode mode>() {
       if (g.channels_last) resize_backward_nhwc<mode, T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g);
       else resize_backward<mode, T>(grad_x.data_ptr<T>(), grad_out.data_ptr<T>(), g);
     });

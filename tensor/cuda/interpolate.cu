@@ -6,9 +6,13 @@
 // forward takes one thread per output element in memory order, so stores coalesce (and
 // with channels-last, loads too). The backward gathers instead of scattering with
 // atomicAdd (what PyTorch does): one thread per input element sums the gradients of the
-// outputs that read it in output order in opmath_t, rounding once. The result is
-// deterministic and has the CPU's summation order, so the two backends differ only by
-// contraction of the multiply-adds.
+// outputs that read it in opmath_t, rounding once, so the result is deterministic. The
+// nearest modes sum in the CPU's order (the same bits). The interpolating modes sum as the
+// forward does, each output row's column sum times the row's weight, with the pixel's
+// column weights in registers (kColumns at a time): a contiguous tensor's warp covers 32
+// neighbouring pixels of one row, whose column taps lie in 32 different table rows, so
+// reading them per output (as the forward can afford, once per element) made the backward
+// several times slower than PyTorch's atomics.
 //
 // Each dim's taps depend only on the output index, and the outputs that reach an input
 // index form a range (a binary search on the taps' monotone base finds it), so a small
@@ -31,9 +35,10 @@ namespace {
 #define FRUGAL_GRID_STRIDE(I, i, n) \
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < (n); i += I(gridDim.x) * I(blockDim.x))
 
-/// One output index's taps along one dim, as the tables hold them.
+/// One output index's taps along one dim, as the tables hold them (aligned, so a row loads
+/// in two or three 16-byte loads).
 template <typename Acc>
-struct TapRow {
+struct alignas(16) TapRow {
   int32_t i[4];
   Acc w[4];
 };
@@ -127,6 +132,20 @@ __global__ void resize_forward_kernel(T* __restrict__ out, const T* __restrict__
   }
 }
 
+/// The weight with which a tap row reads input index q: its taps' weights at q added (several
+/// where clamped taps repeat an edge pixel), 0 where none reads q.
+template <int K, typename Acc>
+__device__ __forceinline__ Acc weight_at(const TapRow<Acc> t, int32_t q) {
+  Acc w = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (t.i[k] == q) w += t.w[k];
+  return w;
+}
+
+/// Column weights a backward thread holds in registers at a time (bicubic x2 reads 8).
+constexpr int kColumns = 8;
+
 // gx: (N, H, W, C); gy: (N, OH, OW, C); one thread per input element
 template <InterpolateMode mode, typename T, bool kNHWC, typename I>
 __global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__ gy, Sizes<I> z,
@@ -141,23 +160,30 @@ __global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__
     const OutputRange hr = rh[q.h], wr = rw[q.w];
     const T* gyp = gy + q.n * z.OH * z.OW * C + q.c;
     Acc s = 0;
-    for (int32_t oh = hr.first; oh < hr.last; ++oh) {
-      const TapRow<Acc> h = th[oh];
-      const T* row = gyp + I(oh) * z.OW * C;
-      for (int32_t ow = wr.first; ow < wr.last; ++ow) {
-        const Acc v = Acc(row[I(ow) * C]);
-        if constexpr (K == 1) {
-          s += v;  // every output in the ranges read this pixel
-        } else {
-          const TapRow<Acc> w = tw[ow];
-          // The CPU's order: row taps a, then column taps b.
+    if constexpr (K == 1) {
+      // Every output in the ranges read this pixel: their sum in the CPU's order.
+      for (int32_t oh = hr.first; oh < hr.last; ++oh) {
+        const T* row = gyp + I(oh) * z.OW * C;
+        for (int32_t ow = wr.first; ow < wr.last; ++ow) s += Acc(row[I(ow) * C]);
+      }
+    } else {
+      for (int32_t ow0 = wr.first; ow0 < wr.last; ow0 += kColumns) {
+        const int32_t columns = min(kColumns, wr.last - ow0);
+        Acc ww[kColumns];
 #pragma unroll
-          for (int a = 0; a < K; ++a) {
-            if (h.i[a] != int32_t(q.h)) continue;
+        for (int j = 0; j < kColumns; ++j) {
+          if (j == columns) break;
+          ww[j] = weight_at<K>(tw[ow0 + j], int32_t(q.w));
+        }
+        for (int32_t oh = hr.first; oh < hr.last; ++oh) {
+          const T* row = gyp + (I(oh) * z.OW + I(ow0)) * C;
+          Acc r = ww[0] * Acc(row[0]);
 #pragma unroll
-            for (int b = 0; b < K; ++b)
-              if (w.i[b] == int32_t(q.w)) s += h.w[a] * w.w[b] * v;
+          for (int j = 1; j < kColumns; ++j) {
+            if (j == columns) break;
+            r += ww[j] * Acc(row[I(j) * C]);
           }
+          s += weight_at<K>(th[oh], int32_t(q.h)) * r;
         }
       }
     }
@@ -166,19 +192,6 @@ __global__ void resize_backward_kernel(T* __restrict__ gx, const T* __restrict__
 }
 
 #undef FRUGAL_GRID_STRIDE
-
-/// Calls f.template operator()<mode>() for g's mode ('area' is adaptive_avg_pool2d's).
-template <typename F>
-void by_mode(const InterpolateGeometry& g, F&& f) {
-  switch (g.mode) {
-    case InterpolateMode::Nearest: return f.template operator()<InterpolateMode::Nearest>();
-    case InterpolateMode::NearestExact: return f.template operator()<InterpolateMode::NearestExact>();
-    case InterpolateMode::Bilinear: return f.template operator()<InterpolateMode::Bilinear>();
-    case InterpolateMode::Bicubic: return f.template operator()<InterpolateMode::Bicubic>();
-    case InterpolateMode::Area: break;
-  }
-  FRUGAL_FAIL("interpolate: the CUDA kernel has no mode ", interpolate_mode_name(g.mode));
-}
 
 /// Runs f.template operator()<kNHWC, I>() for g's layout and the narrowest index type that
 /// holds every offset of the `largest` elements.
@@ -228,7 +241,7 @@ void interpolate_kernel(const Tensor& out, const Tensor& x, const InterpolateGeo
   const int64_t n = out.numel();
   dispatch_floating(x.dtype(), "interpolate", x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    by_mode(g, [&]<InterpolateMode mode>() {
+    visit_tap_mode(g.mode, "CUDA", [&]<InterpolateMode mode>() {
       const Tables<mode, Acc> t(g, /*with_ranges=*/false, x.device(), stream);
       by_layout_and_index(g, std::max(n, x.numel()), [&]<bool kNHWC, typename I>() {
         resize_forward_kernel<mode, T, kNHWC, I><<<grid_for(n), kBlockSize, 0, stream>>>(
@@ -245,7 +258,7 @@ void interpolate_backward_kernel(const Tensor& grad_x, const Tensor& grad_out, c
   const int64_t n = grad_x.numel();
   dispatch_floating(grad_x.dtype(), "interpolate_backward", grad_x.device(), [&]<typename T>() {
     using Acc = opmath_t<T>;
-    by_mode(g, [&]<InterpolateMode mode>() {
+    visit_tap_mode(g.mode, "CUDA", [&]<InterpolateMode mode>() {
       const Tables<mode, Acc> t(g, /*with_ranges=*/true, grad_x.device(), stream);
       by_layout_and_index(g, std::max(n, grad_out.numel()), [&]<bool kNHWC, typename I>() {
         resize_backward_kernel<mode, T, kNHWC, I><<<grid_for(n), kBlockSize, 0, stream>>>(

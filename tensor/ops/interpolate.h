@@ -33,12 +33,17 @@
 // double for float64), as PyTorch's accscalar_t: for 'bilinear'
 //   l0h (l0w x[i0h, i0w] + l1w x[i0h, i1w]) + l1h (l0w x[i1h, i0w] + l1w x[i1h, i1w]).
 // The nearest modes copy the pixel.
-// The backward adds each output's gradient into the pixels it read, weight (wh[a] ww[b]) g,
-// taps in the same order (a, then b). Both backends accumulate one pixel's contributions in
-// output order (oh, then ow, then the taps) in opmath_t and round once, so the result does not
-// depend on the thread count or schedule: the CPU scatters into a per-plane accumulator (a
-// plane per thread), the CUDA kernel gathers (a thread per input pixel finds by binary search
-// the outputs whose taps reach it: each dim's first tap never decreases with o), with no atomics.
+// The backward adds each output's gradient into the pixels it read, weight (wh[a] ww[b]) g.
+// Both backends accumulate a pixel's contributions in opmath_t in a fixed order and round
+// once, so the result does not depend on the thread count or schedule, with no atomics:
+//  - the CPU scatters into a per-plane accumulator (a plane per thread) in output order
+//    (oh, then ow, then the taps a, then b);
+//  - the CUDA kernel gathers: a thread per input pixel finds by binary search the outputs
+//    whose taps reach it (each dim's first tap never decreases with o). The nearest modes
+//    add those outputs' gradients in the CPU's order (the same bits); the interpolating
+//    modes sum, as the forward does, row by row: sum over oh of wh (sum over ow of ww g),
+//    where wh and ww are the weights of the taps that read the pixel (added first where
+//    clamped taps repeat an edge pixel), so the two backends differ there by rounding.
 #include <cmath>
 #include <optional>
 #include <string>
@@ -179,6 +184,20 @@ FRUGAL_HD void cubic_weights(Acc t, Acc* w) {
   w[1] = near(t);
   w[2] = near(Acc(1) - t);
   w[3] = far((Acc(1) - t) + Acc(1));  // torch's two roundings
+}
+
+/// Calls f.template operator()<mode>() with `mode` as a constant, for the modes with taps
+/// ('area' has none: the front-end pools); throws naming `backend` for 'area'.
+template <typename F>
+void visit_tap_mode(InterpolateMode mode, const char* backend, F&& f) {
+  switch (mode) {
+    case InterpolateMode::Nearest: return f.template operator()<InterpolateMode::Nearest>();
+    case InterpolateMode::NearestExact: return f.template operator()<InterpolateMode::NearestExact>();
+    case InterpolateMode::Bilinear: return f.template operator()<InterpolateMode::Bilinear>();
+    case InterpolateMode::Bicubic: return f.template operator()<InterpolateMode::Bicubic>();
+    case InterpolateMode::Area: break;
+  }
+  FRUGAL_FAIL("interpolate: the ", backend, " kernel has no mode ", interpolate_mode_name(mode));
 }
 
 /// Output o's taps along dim d in `mode`.
