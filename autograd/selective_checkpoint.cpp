@@ -55,7 +55,8 @@
 namespace frugal::autograd {
 
 bool is_expensive_op(std::string_view op) {
-  return op == "matmul" || op == "linear" || op == "gelu_mlp" || op == "conv2d" || op == "flash_attention";
+  return op == "matmul" || op == "linear" || op == "gelu_mlp" || op == "conv2d" || op == "conv_transpose2d" ||
+         op == "flash_attention";
 }
 
 namespace selective {

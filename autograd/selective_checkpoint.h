@@ -22,7 +22,7 @@ namespace frugal::autograd {
 using KeepPredicate = std::function<bool(std::string_view op)>;
 
 /// The GEMM, convolution and fused-attention ops: matmul, linear, gelu_mlp, conv2d,
-/// flash_attention (scaled_dot_product_attention reaches one of them). CheckpointPolicy::Selective keeps these.
+/// conv_transpose2d, flash_attention (scaled_dot_product_attention reaches one of them). CheckpointPolicy::Selective keeps these.
 bool is_expensive_op(std::string_view op);
 
 namespace selective {

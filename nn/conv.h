@@ -31,4 +31,37 @@ class Conv2d : public UnaryModule {
   const Conv2dOptions options;
 };
 
+/// torch.nn.ConvTranspose2d's settings besides the channel counts and the kernel size.
+struct ConvTranspose2dModuleOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  Int2 output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  Int2 dilation = 1;
+};
+
+/// y = conv_transpose2d(x, weight, bias) with weight (in_channels, out_channels / groups, kH, kW)
+/// and bias (out_channels), initialised as torch.nn.ConvTranspose2d: kaiming_uniform (a =
+/// sqrt(5)) on the weight, whose fan_in is out_channels / groups * kH * kW (its second dim), and
+/// bias uniform(+-1 / sqrt(that fan_in)).
+class ConvTranspose2d : public UnaryModule {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size,
+                  ConvTranspose2dModuleOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  /// The forward to an output of `output_size` (H, W), which picks the output_padding of each
+  /// dim (torch's forward(input, output_size)): each size must lie from the size without
+  /// output_padding to stride - 1 above it.
+  Tensor forward(const Tensor& x, Int2 output_size);
+  std::string type_name() const override { return "ConvTranspose2d"; }
+  /// "16, 8, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), output_padding=(1, 1)"
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;  // bias undefined without one
+  const int64_t in_channels, out_channels;
+  const Int2 kernel_size;
+  const ConvTranspose2dOptions options;
+};
+
 }  // namespace frugal::nn

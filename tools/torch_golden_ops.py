@@ -427,6 +427,8 @@ OPS = {
     # convolution, pooling, products
     "conv2d": lambda x, w, b, stride=1, padding=0, dilation=1, groups=1:
         F.conv2d(x, w, b, stride, padding, dilation, groups),
+    "conv_transpose2d": lambda x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1:
+        F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation),
     "max_pool2d": lambda x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False:
         F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode),
     "avg_pool2d": lambda x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True:
@@ -1472,11 +1474,34 @@ def convert_cases(g):
     cp(g.C((0, 3)), g.C((3,)), "float32", "size 0")
 
 
+def conv_transpose_cases(g):
+    w = lambda shape: g.C(shape, lo=-0.5, hi=0.5)  # noqa: E731
+    b = lambda k: g.C((k,), lo=-0.5, hi=0.5)  # noqa: E731
+    ct = "conv_transpose2d"
+    g.case("conv", ct, [g.C((2, 3, 4, 5)), w((3, 2, 3, 3)), b(2)], {})
+    g.case("conv", ct, [g.C((2, 4, 5, 4)), w((4, 3, 4, 4)), b(3)], {"stride": 2, "padding": 1}, "2x upsampling")
+    g.case("conv", ct, [g.T((1, 3, 3, 4)), w((3, 2, 3, 2)), None],
+           {"stride": [2, 3], "padding": [1, 0], "output_padding": [1, 2]}, "output_padding")
+    g.case("conv", ct, [g.P((2, 4, 4, 3), (0, 3, 1, 2)), w((4, 1, 3, 3)), b(2)],
+           {"stride": 2, "padding": 1, "groups": 2}, "groups, channels-last view")
+    g.case("conv", ct, [g.S((2, 3, 5, 5)), w((3, 1, 3, 3)), b(3)], {"padding": 1, "groups": 3}, "depthwise")
+    g.case("conv", ct, [g.C((2, 2, 3, 3)), w((2, 2, 3, 2)), b(2)],
+           {"output_padding": [1, 0], "dilation": [2, 1]}, "output_padding >= stride, < dilation")
+    g.case("conv", ct, [g.C((1, 2, 3, 4)), w((2, 3, 2, 3)), None],
+           {"stride": 2, "padding": [0, 1], "output_padding": 1, "dilation": [3, 2]})
+    g.case("conv", ct, [g.C((3, 5, 4)), w((3, 2, 2, 2)), b(2)], {"stride": 2}, "unbatched (C, H, W)")
+    g.case("conv", ct, [g.C((2, 4, 1, 1)), w((4, 3, 4, 4)), b(3)], {}, "1x1 input (a generator's first layer)")
+    g.case("conv", ct, [g.C((0, 2, 3, 3)), w((2, 3, 3, 3)), b(3)], {"stride": 2}, "size-0 batch")
+    g.case("conv", ct, [g.C((1, 2, 4, 4), dtype=torch.bfloat16),
+                        In(g.vals((2, 3, 3, 3), -0.5, 0.5, torch.bfloat16)),
+                        In(g.vals((3,), -0.5, 0.5, torch.bfloat16))], {"stride": 2, "padding": 1})
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases):
+              inplace_cases, convert_cases, conv_transpose_cases):
         f(g)
     return g
 

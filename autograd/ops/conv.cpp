@@ -5,6 +5,7 @@
 #include "autograd/function.h"
 #include "autograd/graph_backward.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/shape_ops.h"
 #include "autograd/selective_checkpoint.h"
 #include "core/instrument.h"
 #include "tensor/memory_format.h"
@@ -49,8 +50,8 @@ struct Conv2dBackward final : Node {
   }
   // Note [Convolution double backward]
   // conv2d's two gradients are linear maps of g, each the adjoint of conv2d in one operand,
-  // so their own derivatives are conv2d and each other: <conv_input_grad(g, w), G> = <g, conv2d(G, w)> and <conv_weight_grad(g, x), W> =
-  // <g, conv2d(x, W)>. The three ops close under differentiation, to any order.
+  // so their own derivatives are conv2d and each other: <conv_input_grad(g, w), G> = <g, conv2d(G, w)> and
+  // <conv_weight_grad(g, x), W> = <g, conv2d(x, W)>. The three ops close under differentiation, to any order.
   bool has_graph_backward() const override { return true; }
   TensorList apply_graph(TensorList&& grads) override {
     const Tensor& g = grads[0];
@@ -110,6 +111,55 @@ struct ConvWeightGradBackward final : Node {
   }
 };
 
+// out = conv_transpose2d(x, w) + bias = conv2d_backward_input(x', w) + bias, x' = x with
+// conv_transpose2d_input_padding's zeros (Note [Transposed convolution])
+// grad_x = conv2d(g, w) cut to x's size, grad_w = conv2d_backward_weight(grad_out = x', input = g),
+// grad_bias = sum_{N,OH,OW} g; laid out as Conv2dBackward's.
+struct ConvTranspose2dBackward final : Node {
+  SavedTensor x{this}, w{this};  // x only when w needs a gradient, w only when x does
+  Shape x_shape, w_shape;
+  ConvTranspose2dOptions options;
+  bool has_bias = false;
+  bool channels_last = false;         // the forward's layout
+  bool weight_channels_last = false;  // the weight's own layout
+  std::string name() const override { return "ConvTranspose2dBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor g = channels_last ? to_channels_last(grads[0]) : grads[0];
+    TensorList out(3);
+    if (wants_grad(*this, 0)) out[0] = cut_to_input(ops::conv2d(g, w.unpack(name()), Tensor(), options.conv()));
+    if (wants_grad(*this, 1)) {
+      const Tensor xp = ops::conv_transpose2d_padded_input(x.unpack(name()), options);
+      const Tensor gw = ops::conv2d_backward_weight(xp, g, w_shape, options.conv());
+      out[1] = weight_channels_last ? to_channels_last(gw) : gw.contiguous();
+    }
+    if (has_bias && wants_grad(*this, 2)) out[2] = ops::sum(g, {0, 2, 3});
+    return out;
+  }
+  // The two products are conv2d and conv_weight_grad, differentiable to any order (Note
+  // [Convolution double backward]); the padding and the cut are a pad and a view.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const Int2 extra = ops::conv_transpose2d_input_padding(options);
+    TensorList out(3);
+    if (wants_grad(*this, 0))
+      out[0] = cut_to_input(frugal::conv2d(g, autograd::graph::saved_input(*this, 1, w), Tensor(), options.conv()));
+    if (wants_grad(*this, 1)) {
+      Tensor xp = autograd::graph::saved_input(*this, 0, x);
+      if (extra != Int2(0)) xp = frugal::pad(xp, {0, extra.w, 0, extra.h});
+      out[1] = conv_weight_grad(xp, g, w_shape, options.conv());
+    }
+    if (has_bias && wants_grad(*this, 2)) out[2] = frugal::sum(g, {0, 2, 3});
+    return out;
+  }
+  /// conv2d(g, w) has the padded input's size: the rows and columns past x's are no input's.
+  Tensor cut_to_input(const Tensor& gx) const {
+    return gx.size(2) == x_shape[2] && gx.size(3) == x_shape[3]
+               ? gx
+               : gx.narrow(2, 0, x_shape[2]).narrow(3, 0, x_shape[3]).contiguous();
+  }
+};
+
 /// conv2d's input gradient as a differentiable op (recorded under create_graph).
 Tensor conv_input_grad(const Tensor& g, const Shape& x_shape, const Tensor& w, const Conv2dOptions& options) {
   Tensor out = autograd::raw([&] { return ops::conv2d_backward_input(g, x_shape, w, options); });
@@ -146,6 +196,28 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor out =  // Note [Selective checkpoint]
       autograd::kept_or_run("conv2d", {x, weight, bias}, [&] { return ops::conv2d(x, weight, bias, options); });
   record_conv2d(out, x, weight, bias, options);
+  return out;
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const ConvTranspose2dOptions& options) {
+  core::OpScope scope("conv_transpose2d");
+  if (auto c = autocast::cast_inputs(Policy::Lower, {&x, &weight, &bias}))
+    return conv_transpose2d((*c)[0], (*c)[1], (*c)[2], options);
+  if (x.defined() && x.dim() == 3) return conv_transpose2d(x.unsqueeze(0), weight, bias, options).squeeze(0);
+  Tensor out = autograd::kept_or_run("conv_transpose2d", {x, weight, bias},  // Note [Selective checkpoint]
+                                     [&] { return ops::conv_transpose2d(x, weight, bias, options); });
+  if (auto node = make_node<ConvTranspose2dBackward>({x, weight, bias})) {
+    if (wants_grad(*node, 1)) node->x = x;
+    if (wants_grad(*node, 0)) node->w = weight;
+    node->x_shape = x.sizes();
+    node->w_shape = weight.sizes();
+    node->options = options;
+    node->has_bias = bias.defined();
+    node->channels_last = suggests_channels_last(out);
+    node->weight_channels_last = is_channels_last(weight);
+    autograd::record(node, {out});
+  }
   return out;
 }
 

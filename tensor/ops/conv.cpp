@@ -8,6 +8,7 @@
 #include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
 #include "tensor/ops/matmul.h"
@@ -231,6 +232,69 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   FRUGAL_DEVICE_DISPATCH(op, x.device(), conv2d_backward_weight_kernel, grad_w, layout.operand(grad_out),
                          layout.operand(x), g);
   return layout.finish(grad_w);
+}
+
+Shape conv_transpose2d_output_shape(const char* op, const Shape& xs, const Shape& ws, const ConvTranspose2dOptions& o) {
+  FRUGAL_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C_in, H, W), got shape ", shape_str(xs));
+  FRUGAL_CHECK(ws.size() == 4, op, ": expected a 4-D weight (in_channels, out_channels / groups, kH, kW), got shape ",
+               shape_str(ws));
+  FRUGAL_CHECK(o.stride.h > 0 && o.stride.w > 0, op, ": stride must be positive, got ", o.stride.str());
+  FRUGAL_CHECK(o.dilation.h > 0 && o.dilation.w > 0, op, ": dilation must be positive, got ", o.dilation.str());
+  FRUGAL_CHECK(o.padding.h >= 0 && o.padding.w >= 0, op, ": padding must be non-negative, got ", o.padding.str());
+  FRUGAL_CHECK(o.groups > 0, op, ": groups must be positive, got ", o.groups);
+  const Int2 op_pad = o.output_padding;
+  FRUGAL_CHECK(op_pad.h >= 0 && op_pad.w >= 0 && (op_pad.h < o.stride.h || op_pad.h < o.dilation.h) &&
+                   (op_pad.w < o.stride.w || op_pad.w < o.dilation.w),
+               op, ": output_padding ", op_pad.str(), " must be non-negative and smaller than either stride ",
+               o.stride.str(), " or dilation ", o.dilation.str(), " in each dim");
+  FRUGAL_CHECK(xs[1] == ws[0], op, ": input ", shape_str(xs), " has ", xs[1], " channels but weight ", shape_str(ws),
+               " expects ", ws[0],
+               " (a transposed convolution's weight is (in_channels, out_channels / groups, kH, kW))");
+  FRUGAL_CHECK(ws[0] % o.groups == 0, op, ": groups=", o.groups, " must divide the input channels (", ws[0],
+               ", weight ", shape_str(ws), ")");
+  FRUGAL_CHECK(ws[2] > 0 && ws[3] > 0, op, ": the kernel must not be empty, weight ", shape_str(ws));
+  FRUGAL_CHECK(xs[2] > 0 && xs[3] > 0, op, ": the input image must not be empty (only N or C may be 0), got input ",
+               shape_str(xs));
+  const int64_t OH = (xs[2] - 1) * o.stride.h - 2 * o.padding.h + o.dilation.h * (ws[2] - 1) + op_pad.h + 1;
+  const int64_t OW = (xs[3] - 1) * o.stride.w - 2 * o.padding.w + o.dilation.w * (ws[3] - 1) + op_pad.w + 1;
+  FRUGAL_CHECK(OH > 0 && OW > 0, op, ": input ", shape_str(xs), " and weight ", shape_str(ws), " with stride ",
+               o.stride.str(), ", padding ", o.padding.str(), ", dilation ", o.dilation.str(), " and output_padding ",
+               op_pad.str(), " give an output of ", OH, "x", OW, ": it must be at least 1x1");
+  return {xs[0], ws[1] * o.groups, OH, OW};
+}
+
+Int2 conv_transpose2d_input_padding(const ConvTranspose2dOptions& o) {
+  return {o.output_padding.h / o.stride.h, o.output_padding.w / o.stride.w};
+}
+
+Tensor conv_transpose2d_padded_input(const Tensor& x, const ConvTranspose2dOptions& options) {
+  const Int2 extra = conv_transpose2d_input_padding(options);
+  if (extra == Int2(0)) return x;
+  Tensor padded = zeros({x.size(0), x.size(1), x.size(2) + extra.h, x.size(3) + extra.w}, x.options());
+  if (suggests_channels_last(x)) padded = to_channels_last(padded);
+  copy_into(padded.narrow(2, 0, x.size(2)).narrow(3, 0, x.size(3)), x);
+  return padded;
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const ConvTranspose2dOptions& options) {
+  constexpr const char* op = "conv_transpose2d";
+  FRUGAL_CHECK(x.defined() && weight.defined(), op, ": input ", describe_or_undefined(x), " and weight ",
+               describe_or_undefined(weight), " must be defined");
+  if (x.dim() == 3) return conv_transpose2d(x.unsqueeze(0), weight, bias, options).squeeze(0);  // (C_in, H, W)
+  check_like(op, "input", x, x, "input");
+  check_like(op, "weight", weight, x, "input");
+  const Shape ys = conv_transpose2d_output_shape(op, x.sizes(), weight.sizes(), options);
+  if (bias.defined()) {
+    check_like(op, "bias", bias, x, "input");
+    FRUGAL_CHECK(bias.dim() == 1 && bias.size(0) == ys[1], op, ": bias ", bias.describe(),
+                 " must have shape [out_channels] = [", ys[1], "] for weight ", weight.describe());
+  }
+  // Note [Transposed convolution]: the input gradient of the convolution of the output.
+  Tensor out =
+      conv2d_backward_input(conv_transpose2d_padded_input(x.detach(), options), ys, weight.detach(), options.conv());
+  if (bias.defined() && out.numel() > 0) add_(out, bias.detach().view({1, ys[1], 1, 1}));
+  return out;
 }
 
 void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }

@@ -55,6 +55,17 @@ struct Conv2dOptions {
   int64_t groups = 1;
 };
 
+/// torch.nn.functional.conv_transpose2d's settings, in its argument order (dilation last).
+struct ConvTranspose2dOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;         // dilation (k - 1) - padding zeros added to both sides of the input
+  Int2 output_padding = 0;  // rows (columns) added at the bottom (right); smaller than stride or dilation
+  int64_t groups = 1;
+  Int2 dilation = 1;
+  /// The convolution whose input gradient this op is (Note [Transposed convolution]).
+  Conv2dOptions conv() const { return {.stride = stride, .padding = padding, .dilation = dilation, .groups = groups}; }
+};
+
 }  // namespace frugal
 
 namespace frugal::ops {
@@ -97,6 +108,44 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Shape& input_shape, c
 /// the sum of grad_out over N, OH and OW.)
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const Conv2dOptions& options = {});
+
+// Note [Transposed convolution]
+// conv_transpose2d(x, w) with x (N, C_in, H, W) and w (C_in, C_out / groups, R, S) is the
+// input gradient of the convolution that maps an (N, C_out, OH, OW) image to x with the same
+// w (K = C_in output channels), as torch defines it:
+//   conv_transpose2d(x, w) = conv2d_backward_input(grad_out = x, (N, C_out, OH, OW), w),
+//   OH = (H - 1) stride - 2 padding + dilation (R - 1) + output_padding + 1  (likewise OW):
+// each input pixel adds w[c_in] times itself into the window the convolution reads for it,
+// and output_padding adds the rows at the bottom that the convolution's floor division
+// leaves unread. So it runs on the convolution's kernels (cuDNN's backward-data on CUDA, as
+// PyTorch's), and its gradients are the convolution's other products:
+//   grad_x = conv2d(g, w),   grad_w = conv2d_backward_weight(grad_out = x, input = g).
+// torch allows output_padding >= stride while it is below dilation; the convolution of the
+// output then has H' = H + output_padding / stride rows, and x takes part as x padded with
+// H' - H zero rows at the bottom (likewise columns), which add nothing.
+
+/// conv_transpose2d's output shape for an input of `input_shape` (N, C_in, H, W) and a weight of
+/// `weight_shape` (C_in, C_out / groups, R, S): (N, C_out, OH, OW) (Note [Transposed convolution]).
+/// Throws naming `op`, the shapes and the settings on a channel mismatch, groups that do not
+/// divide C_in, output_padding not below stride or dilation, or an output size below 1.
+Shape conv_transpose2d_output_shape(const char* op, const Shape& input_shape, const Shape& weight_shape,
+                                    const ConvTranspose2dOptions& options);
+
+/// The zero rows and columns x takes at the bottom and right so that the convolution of the
+/// output maps back to its size: (output_padding.h / stride.h, output_padding.w / stride.w),
+/// nonzero only where output_padding >= stride (Note [Transposed convolution]).
+Int2 conv_transpose2d_input_padding(const ConvTranspose2dOptions& options);
+
+/// x with conv_transpose2d_input_padding's zero rows and columns (x itself when there are none),
+/// in x's layout.
+Tensor conv_transpose2d_padded_input(const Tensor& x, const ConvTranspose2dOptions& options);
+
+/// torch.nn.functional.conv_transpose2d: x (N, C_in, H, W) or unbatched (C_in, H, W), weight
+/// (C_in, C_out / groups, R, S), bias (C_out) or undefined; result (N, C_out, OH, OW) (or
+/// (C_out, OH, OW)), in the layout conv2d_backward_input picks (Note [Channels-last
+/// convolution]). float16/bfloat16 accumulate in float32; the bias is added after, rounded again.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const ConvTranspose2dOptions& options = {});
 
 /// Lets the CUDA backend time every cuDNN algorithm on the first call of each convolution
 /// shape and keep the fastest (cudnnFind*), like torch.backends.cudnn.benchmark; otherwise

@@ -384,6 +384,16 @@ const std::map<std::string, OpFn>& op_table() {
          o.groups = a.integer("groups", 1);
          return Outputs{conv2d(in.at(0), in.at(1), in.at(2), o)};
        }},
+      {"conv_transpose2d",
+       [](const Inputs& in, const Args& a) {
+         ConvTranspose2dOptions o;
+         o.stride = a.pair("stride", 1);
+         o.padding = a.pair("padding", 0);
+         o.output_padding = a.pair("output_padding", 0);
+         o.groups = a.integer("groups", 1);
+         o.dilation = a.pair("dilation", 1);
+         return Outputs{conv_transpose2d(in.at(0), in.at(1), in.at(2), o)};
+       }},
       {"max_pool2d",
        [](const Inputs& in, const Args& a) {
          MaxPool2dOptions o;

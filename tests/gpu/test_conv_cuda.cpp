@@ -2,8 +2,9 @@
 // through autograd, in float32, float16, bfloat16 and float64, on small odd configurations
 // and on ResNet-50's shapes (the 7x7 stride-2 stem, 3x3 64->64 on 56x56, the 1x1 stride-2
 // downsample); float32 accuracy without TF32, cudnn benchmark mode, the legacy API and
-// misaligned operands, mismatched devices; and the Conv2d, BatchNorm2d and pool modules on
-// the GPU. The pools and batch_norm are in test_pool_cuda.cpp and test_batch_norm_cuda.cpp.
+// misaligned operands, mismatched devices; conv_transpose2d (cuDNN's backward-data) likewise,
+// channels-last too; and the Conv2d, BatchNorm2d and pool modules on the GPU. The pools and
+// batch_norm are in test_pool_cuda.cpp and test_batch_norm_cuda.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "nn/conv.h"
 #include "nn/pooling.h"
 #include "tensor/factory.h"
+#include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
 #include "tensor/ops/matmul.h"
 #include "tests/gpu/compare_devices.h"
@@ -135,6 +137,45 @@ TEST_CASE("cuda conv2d: non-contiguous inputs, empty batches, unbatched input, d
   check_error([&] { ops::conv2d(x, w.cpu()); }, {"conv2d", "cuda", "cpu"});
   check_error([&] { ops::conv2d(x, w, zeros({4})); }, {"conv2d", "cuda", "cpu"});
   check_error([&] { ops::conv2d_backward_weight(zeros({2, 4, 6, 7}), x, w.sizes()); }, {"cuda", "cpu"});
+}
+
+TEST_CASE("cuda conv_transpose2d: forward and gradients match the CPU, channels-last and a DCGAN generator's shapes") {
+  struct Case {
+    Shape x, w;
+    ConvTranspose2dOptions o;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{2, 4, 5, 4}, {4, 3, 4, 4}, {.stride = 2, .padding = 1}, true},  // a decoder's 2x upsampling
+      {{1, 3, 3, 4}, {3, 2, 3, 2}, {.stride = {2, 3}, .padding = {1, 0}, .output_padding = {1, 2}}, false},
+      {{2, 4, 4, 3}, {4, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 2}, true},
+      {{2, 6, 5, 5}, {6, 1, 3, 3}, {.padding = 1, .groups = 6}, true},                     // depthwise
+      {{2, 2, 3, 3}, {2, 2, 3, 2}, {.output_padding = {1, 0}, .dilation = {2, 1}}, true},  // output_padding >= stride
+      {{4, 64, 1, 1}, {64, 32, 4, 4}, {}, false},                           // DCGAN's first layer: 1x1 -> 4x4
+      {{4, 32, 8, 8}, {32, 16, 4, 4}, {.stride = 2, .padding = 1}, false},  // and a later one: 8x8 -> 16x16
+  };
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    const Tensor x = random_tensor(c.x, kFloat64, ++seed), w = random_tensor(c.w, kFloat64, ++seed, {}, -0.5, 0.5);
+    const Tensor b = c.bias ? random_tensor({c.w[1] * c.o.groups}, kFloat64, ++seed) : Tensor();
+    const Shape ys = ops::conv_transpose2d(x, w, b, c.o).sizes();
+    const ConvTranspose2dOptions o = c.o;
+    for (DType t : kFloatTypes)
+      compare_devices([&](const std::vector<Tensor>& in) { return conv_transpose2d(in[0], in[1], in[2], o); },
+                      {x, w, b}, ys, t, ++seed, "conv_transpose2d x" + shape_str(c.x) + " w" + shape_str(c.w));
+    // Channels-last in, channels-last out (cuDNN's NHWC backward-data), the CPU's values.
+    const Tensor xg = to_channels_last(x.to({kFloat32, kGpu}));
+    const Tensor yg = ops::conv_transpose2d(xg, w.to({kFloat32, kGpu}), b.defined() ? b.to({kFloat32, kGpu}) : b, o);
+    if (c.x[2] * c.x[3] > 1) CHECK(is_channels_last(yg));  // a 1x1 image is both layouts
+    check_dtype_norm_close(yg.cpu(),
+                           ops::conv_transpose2d(x.to(kFloat32), w.to(kFloat32), b.defined() ? b.to(kFloat32) : b, o),
+                           rtol_for(kFloat32), "channels-last");
+  }
+  check_error(
+      [] {
+        ops::conv_transpose2d(zeros({1, 2, 3, 3}, {kFloat32, kGpu}), zeros({2, 2, 3, 3}));
+      },
+      {"conv_transpose2d", "cuda", "cpu"});
 }
 
 TEST_CASE("cuda nn: Conv2d, BatchNorm2d and the pools run on the GPU like on the CPU") {

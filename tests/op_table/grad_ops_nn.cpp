@@ -113,6 +113,31 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Lower});
+  t.push_back(
+      {"conv_transpose2d",
+       [](Rng& rng) {
+         ConvTranspose2dOptions o;
+         o.groups = rng.pick(std::vector<int64_t>{1, 1, 2, 3});
+         const int64_t C = o.groups * rng.range(1, 2), K = o.groups * rng.range(1, 2);
+         const Int2 k{rng.range(1, 3), rng.range(1, 3)};
+         o.stride = {rng.range(1, 2), rng.range(1, 2)};
+         o.dilation = {rng.range(1, 2), 1};
+         o.padding = {rng.range(0, 1), 0};
+         // output_padding below stride or dilation: past the stride when dilation allows.
+         o.output_padding = {rng.range(0, std::max(o.stride.h, o.dilation.h) - 1), rng.range(0, o.stride.w - 1)};
+         const int64_t H = 2 * o.padding.h + rng.range(1, 2);  // the output is at least 1 high
+         Shape x = {rng.range(1, 2), C, H, rng.range(1, 3)};
+         if (rng.chance(0.2)) x.erase(x.begin());
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {C, K / o.groups, k.h, k.w})),
+                     maybe(rng, values(rng, {K}))};
+         s.params =
+             cat_str("stride=", o.stride.str(), " padding=", o.padding.str(),
+                     " output_padding=", o.output_padding.str(), " dilation=", o.dilation.str(), " groups=", o.groups);
+         s.f = [o](const TensorList& in) { return conv_transpose2d(in[0], in[1], in[2], o); };
+         return s;
+       },
+       A::Lower});
   t.push_back({"max_pool2d",
                [](Rng& rng) {
                  MaxPool2dOptions o;

@@ -138,6 +138,44 @@ ConvCase draw_conv(Rng& rng) {
   return c;
 }
 
+struct TransposedConvCase {
+  Shape x, w;
+  ConvTranspose2dOptions o;
+  bool has_bias = false;
+  std::string str() const {
+    return cat_str("stride=", o.stride.str(), " padding=", o.padding.str(), " output_padding=", o.output_padding.str(),
+                   " dilation=", o.dilation.str(), " groups=", o.groups);
+  }
+};
+
+TransposedConvCase draw_conv_transpose(Rng& rng) {
+  TransposedConvCase c;
+  const int64_t G = rng.pick(std::vector<int64_t>{1, 1, 2, 3}), cg = rng.range(1, 3),
+                kg = random_size(rng, 3, 0.05, 0.2);
+  c.o.groups = G;
+  c.o.stride = {rng.range(1, 3), rng.range(1, 2)};
+  c.o.padding = {rng.range(0, 2), rng.range(0, 1)};
+  c.o.dilation = rng.chance(0.25) ? Int2(rng.range(1, 3), rng.range(1, 2)) : Int2(1);
+  // Any output_padding below stride or dilation (also past the stride); 1 in 10 draws one too
+  // large, which must throw.
+  const auto draw_pad = [&](int64_t stride, int64_t dilation) {
+    return rng.chance(0.1) ? std::max(stride, dilation) : rng.range(0, std::max(stride, dilation) - 1);
+  };
+  c.o.output_padding = {draw_pad(c.o.stride.h, c.o.dilation.h), draw_pad(c.o.stride.w, c.o.dilation.w)};
+  c.x = {random_size(rng, 2, 0.1, 0.3), G * cg, rng.range(1, 5), rng.range(1, 5)};
+  c.w = {G * cg, kg, rng.range(1, 3), rng.range(1, 3)};
+  c.has_bias = rng.chance(0.5);
+  return c;
+}
+
+/// Output size of a transposed convolution along one dim, or MustThrow.
+int64_t transposed_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out_pad) {
+  if (out_pad >= s && out_pad >= d) throw MustThrow{"output_padding not below stride or dilation"};
+  const int64_t out = (in - 1) * s - 2 * p + d * (k - 1) + out_pad + 1;
+  if (out < 1) throw MustThrow{"output smaller than 1"};
+  return out;
+}
+
 /// Output size of a convolution along one dim, or MustThrow.
 int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   const int64_t span = in + 2 * p - d * (k - 1) - 1;
@@ -455,6 +493,51 @@ void add_nn_ops(std::vector<OpEntry>& t) {
                                   gw.at({k, cw, r, sc}) += in[0].at({n, k, oh, ow}) * in[1].at({n, ci, ih, iw});
                                 });
                    return std::vector<Expected>{rounded(gw, dt, tol_sum(dt, gs[0] * gs[2] * gs[3] + 1, 4))};
+                 };
+                 return s;
+               }});
+
+  t.push_back({"conv_transpose2d", kFloats, [](Rng& rng, DType dt) {
+                 Sample s;
+                 const TransposedConvCase c = draw_conv_transpose(rng);
+                 s.inputs = {random_input(rng, c.x, dt), random_input(rng, c.w, dt),
+                             c.has_bias ? random_input(rng, {c.w[1] * c.o.groups}, dt) : Tensor()};
+                 s.params = c.str();
+                 s.run = [c](const std::vector<Tensor>& in) {
+                   return std::vector<Tensor>{ops::conv_transpose2d(in[0], in[1], in[2], c.o)};
+                 };
+                 s.reference = [c, dt](const std::vector<Host>& in) {
+                   // torch's definition: each input pixel adds w times itself into its window.
+                   const ConvTranspose2dOptions& o = c.o;
+                   const int64_t G = o.groups, cig = c.x[1] / G, cog = c.w[1], R = c.w[2], S = c.w[3];
+                   const Shape ys = {
+                       c.x[0], cog * G,
+                       transposed_out(c.x[2], R, o.stride.h, o.padding.h, o.dilation.h, o.output_padding.h),
+                       transposed_out(c.x[3], S, o.stride.w, o.padding.w, o.dilation.w, o.output_padding.w)};
+                   Host y = host_zeros(ys), magnitude = host_zeros(ys);
+                   if (in[2].defined) for_each_index(ys, [&](const auto& idx) { y.at(idx) = in[2].v[size_t(idx[1])]; });
+                   for_each_index(c.x, [&](const auto& xi) {
+                     const int64_t n = xi[0], ci = xi[1], g = ci / cig;
+                     for (int64_t co = 0; co < cog; ++co)
+                       for (int64_t r = 0; r < R; ++r)
+                         for (int64_t sc = 0; sc < S; ++sc) {
+                           const int64_t oh = xi[2] * o.stride.h - o.padding.h + r * o.dilation.h;
+                           const int64_t ow = xi[3] * o.stride.w - o.padding.w + sc * o.dilation.w;
+                           if (oh < 0 || oh >= ys[2] || ow < 0 || ow >= ys[3]) continue;
+                           const double term = in[0].at(xi) * in[1].at({ci, co, r, sc});
+                           y.at({n, g * cog + co, oh, ow}) += term;
+                           magnitude.at({n, g * cog + co, oh, ow}) += std::fabs(term);
+                         }
+                   });
+                   Tol tol = tol_sum(dt, cig * R * S + 1, 4);
+                   // It runs as conv2d_backward_input (see that entry: cuDNN's 16-bit partial sums),
+                   // and the bias is added to the rounded product (one more rounding).
+                   if (dt == kFloat16 || dt == kBFloat16) {
+                     double largest = 0;
+                     for (double m : magnitude.v) largest = std::max(largest, m);
+                     tol.atol += (dt == kBFloat16 ? 0x1p-7 : 0x1p-10) * largest;
+                   }
+                   return std::vector<Expected>{rounded(y, dt, tol)};
                  };
                  return s;
                }});
