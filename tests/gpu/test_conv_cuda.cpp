@@ -164,8 +164,8 @@ TEST_CASE("cuda conv_transpose2d: forward and gradients match the CPU, channels-
       compare_devices([&](const std::vector<Tensor>& in) { return conv_transpose2d(in[0], in[1], in[2], o); },
                       {x, w, b}, ys, t, ++seed, "conv_transpose2d x" + shape_str(c.x) + " w" + shape_str(c.w));
     // Channels-last in, channels-last out (cuDNN's NHWC backward-data), the CPU's values.
-    const Tensor xg = to_channels_last(x.to({kFloat32, kGpu}));
-    const Tensor yg = ops::conv_transpose2d(xg, w.to({kFloat32, kGpu}), b.defined() ? b.to({kFloat32, kGpu}) : b, o);
+    const Tensor xg = to_channels_last(x.to(kGpu, kFloat32));
+    const Tensor yg = ops::conv_transpose2d(xg, w.to(kGpu, kFloat32), b.defined() ? b.to(kGpu, kFloat32) : b, o);
     if (c.x[2] * c.x[3] > 1) CHECK(is_channels_last(yg));  // a 1x1 image is both layouts
     check_dtype_norm_close(yg.cpu(),
                            ops::conv_transpose2d(x.to(kFloat32), w.to(kFloat32), b.defined() ? b.to(kFloat32) : b, o),
