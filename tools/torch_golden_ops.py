@@ -429,6 +429,10 @@ OPS = {
         F.conv2d(x, w, b, stride, padding, dilation, groups),
     "conv_transpose2d": lambda x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1:
         F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation),
+    "conv1d": lambda x, w, b, stride=1, padding=0, dilation=1, groups=1:
+        F.conv1d(x, w, b, stride, padding, dilation, groups),
+    "conv_transpose1d": lambda x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1:
+        F.conv_transpose1d(x, w, b, stride, padding, output_padding, groups, dilation),
     "max_pool2d": lambda x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False:
         F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode),
     "avg_pool2d": lambda x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True:
@@ -1497,11 +1501,27 @@ def conv_transpose_cases(g):
                         In(g.vals((3,), -0.5, 0.5, torch.bfloat16))], {"stride": 2, "padding": 1})
 
 
+def conv1d_cases(g):
+    w = lambda shape: g.C(shape, lo=-0.5, hi=0.5)  # noqa: E731
+    b = lambda k: g.C((k,), lo=-0.5, hi=0.5)  # noqa: E731
+    g.case("conv", "conv1d", [g.C((2, 3, 9)), w((4, 3, 3)), b(4)], {})
+    g.case("conv", "conv1d", [g.T((2, 4, 11)), w((6, 2, 3)), b(6)], {"stride": 2, "padding": 1, "groups": 2},
+           "an (N, L, C) tensor transposed")
+    g.case("conv", "conv1d", [g.C((1, 3, 10)), w((5, 3, 4)), None], {"stride": 3, "padding": 2, "dilation": 2})
+    g.case("conv", "conv1d", [g.S((3, 6, 7)), w((6, 1, 3)), b(6)], {"padding": 1, "groups": 6}, "depthwise")
+    g.case("conv", "conv1d", [g.C((3, 9)), w((2, 3, 2)), b(2)], {}, "unbatched (C, L)")
+    g.case("conv", "conv_transpose1d", [g.C((2, 4, 6)), w((4, 3, 4)), b(3)], {"stride": 2, "padding": 1})
+    g.case("conv", "conv_transpose1d", [g.T((1, 4, 4)), w((4, 1, 3)), None],
+           {"stride": 3, "padding": 1, "output_padding": 2, "groups": 2})
+    g.case("conv", "conv_transpose1d", [g.C((2, 2, 4)), w((2, 2, 3)), b(2)], {"output_padding": 1, "dilation": 2},
+           "output_padding >= stride, < dilation")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases, conv_transpose_cases):
+              inplace_cases, convert_cases, conv_transpose_cases, conv1d_cases):
         f(g)
     return g
 

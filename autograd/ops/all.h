@@ -11,6 +11,7 @@
 #include "autograd/ops/batch_norm.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/conv.h"
+#include "autograd/ops/conv1d.h"
 #include "autograd/ops/conv_bn.h"
 #include "autograd/ops/cumsum.h"
 #include "autograd/ops/dropout.h"

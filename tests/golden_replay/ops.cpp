@@ -394,6 +394,23 @@ const std::map<std::string, OpFn>& op_table() {
          o.dilation = a.pair("dilation", 1);
          return Outputs{conv_transpose2d(in.at(0), in.at(1), in.at(2), o)};
        }},
+      {"conv1d",
+       [](const Inputs& in, const Args& a) {
+         const Conv1dOptions o{.stride = a.integer("stride", 1),
+                               .padding = a.integer("padding", 0),
+                               .dilation = a.integer("dilation", 1),
+                               .groups = a.integer("groups", 1)};
+         return Outputs{conv1d(in.at(0), in.at(1), in.at(2), o)};
+       }},
+      {"conv_transpose1d",
+       [](const Inputs& in, const Args& a) {
+         const ConvTranspose1dOptions o{.stride = a.integer("stride", 1),
+                                        .padding = a.integer("padding", 0),
+                                        .output_padding = a.integer("output_padding", 0),
+                                        .groups = a.integer("groups", 1),
+                                        .dilation = a.integer("dilation", 1)};
+         return Outputs{conv_transpose1d(in.at(0), in.at(1), in.at(2), o)};
+       }},
       {"max_pool2d",
        [](const Inputs& in, const Args& a) {
          MaxPool2dOptions o;

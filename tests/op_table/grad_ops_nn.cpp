@@ -138,6 +138,43 @@ void add_conv_pool(std::vector<GradEntry>& t) {
          return s;
        },
        A::Lower});
+  // The 1-D ops are the 2-D ones on a 1 x L image (Note [1-D convolution as 2-D]).
+  t.push_back(
+      {"conv1d",
+       [](Rng& rng) {
+         Conv1dOptions o;
+         o.groups = rng.pick(std::vector<int64_t>{1, 1, 2});
+         const int64_t C = o.groups * rng.range(1, 2), K = o.groups * rng.range(1, 2), k = rng.range(1, 3);
+         o.stride = rng.range(1, 2), o.padding = rng.range(0, 1), o.dilation = rng.range(1, 2);
+         Shape x = {rng.range(1, 2), C,
+                    std::max<int64_t>(o.dilation * (k - 1) + 1 - 2 * o.padding, 1) + rng.range(0, 2)};
+         if (rng.chance(0.2)) x.erase(x.begin());
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {K, C / o.groups, k})), maybe(rng, values(rng, {K}))};
+         s.params =
+             cat_str("stride=", o.stride, " padding=", o.padding, " dilation=", o.dilation, " groups=", o.groups);
+         s.f = [o](const TensorList& in) { return conv1d(in[0], in[1], in[2], o); };
+         return s;
+       },
+       A::Lower});
+  t.push_back(
+      {"conv_transpose1d",
+       [](Rng& rng) {
+         ConvTranspose1dOptions o;
+         o.groups = rng.pick(std::vector<int64_t>{1, 1, 2});
+         const int64_t C = o.groups * rng.range(1, 2), K = o.groups * rng.range(1, 2), k = rng.range(1, 3);
+         o.stride = rng.range(1, 2), o.dilation = rng.range(1, 2), o.padding = rng.range(0, 1);
+         o.output_padding = rng.range(0, std::max(o.stride, o.dilation) - 1);
+         Shape x = {rng.range(1, 2), C, 2 * o.padding + rng.range(1, 2)};  // the output is at least 1 long
+         if (rng.chance(0.2)) x.erase(x.begin());
+         GradSample s;
+         s.inputs = {grad_in(values(rng, x)), grad_in(values(rng, {C, K / o.groups, k})), maybe(rng, values(rng, {K}))};
+         s.params = cat_str("stride=", o.stride, " padding=", o.padding, " output_padding=", o.output_padding,
+                            " dilation=", o.dilation, " groups=", o.groups);
+         s.f = [o](const TensorList& in) { return conv_transpose1d(in[0], in[1], in[2], o); };
+         return s;
+       },
+       A::Lower});
   t.push_back({"max_pool2d",
                [](Rng& rng) {
                  MaxPool2dOptions o;
