@@ -433,6 +433,11 @@ OPS = {
         F.conv1d(x, w, b, stride, padding, dilation, groups),
     "conv_transpose1d": lambda x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1:
         F.conv_transpose1d(x, w, b, stride, padding, output_padding, groups, dilation),
+    "max_pool1d": lambda x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False:
+        F.max_pool1d(x, kernel, stride, padding, dilation, ceil_mode),
+    "avg_pool1d": lambda x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True:
+        F.avg_pool1d(x, kernel, stride, padding, ceil_mode, count_include_pad),
+    "adaptive_avg_pool1d": lambda x, output_size: F.adaptive_avg_pool1d(x, output_size),
     "max_pool2d": lambda x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False:
         F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode),
     "avg_pool2d": lambda x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True:
@@ -1501,7 +1506,8 @@ def conv_transpose_cases(g):
                         In(g.vals((3,), -0.5, 0.5, torch.bfloat16))], {"stride": 2, "padding": 1})
 
 
-def conv1d_cases(g):
+def cases_1d(g):
+    """The 1-D convolutions and pools."""
     w = lambda shape: g.C(shape, lo=-0.5, hi=0.5)  # noqa: E731
     b = lambda k: g.C((k,), lo=-0.5, hi=0.5)  # noqa: E731
     g.case("conv", "conv1d", [g.C((2, 3, 9)), w((4, 3, 3)), b(4)], {})
@@ -1516,12 +1522,24 @@ def conv1d_cases(g):
     g.case("conv", "conv_transpose1d", [g.C((2, 2, 4)), w((2, 2, 3)), b(2)], {"output_padding": 1, "dilation": 2},
            "output_padding >= stride, < dilation")
 
+    # 1-D pools (ties planted in the first: the first largest value in the window wins)
+    tie = torch.tensor([[[1.0, 3.0, 3.0, 0.0, -1.0, -1.0, 0.5]]])
+    g.case("pool", "max_pool1d", [In(tie.clone())], {"kernel": 2}, "ties")
+    g.case("pool", "max_pool1d", [g.T((2, 3, 9))], {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+           "an (N, L, C) tensor transposed")
+    g.case("pool", "max_pool1d", [g.C((3, 10))], {"kernel": 2, "stride": 1, "padding": 1, "dilation": 2}, "unbatched")
+    g.case("pool", "avg_pool1d", [g.C((2, 3, 9))], {"kernel": 3, "stride": 2, "padding": 1})
+    g.case("pool", "avg_pool1d", [g.S((1, 2, 8))], {"kernel": 4, "stride": 3, "padding": 2, "ceil_mode": True,
+                                                     "count_include_pad": False})
+    g.case("pool", "adaptive_avg_pool1d", [g.C((2, 3, 10))], {"output_size": 4})
+    g.case("pool", "adaptive_avg_pool1d", [g.C((3, 5))], {"output_size": 7}, "more bins than samples")
+
 
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases, conv_transpose_cases, conv1d_cases):
+              inplace_cases, convert_cases, conv_transpose_cases, cases_1d):
         f(g)
     return g
 

@@ -29,6 +29,7 @@
 #include "autograd/ops/norm.h"
 #include "autograd/ops/operators.h"
 #include "autograd/ops/pool.h"
+#include "autograd/ops/pool1d.h"
 #include "autograd/ops/prob_loss.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/rms_norm.h"

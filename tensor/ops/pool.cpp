@@ -23,13 +23,6 @@ void check_floating(const char* op, const char* what, const Tensor& t) {
 }
 
 /// Output size along one dim (Note [Pooling windows]).
-int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  const int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
-  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
-  if (ceil_mode && (out - 1) * s >= in + p) --out;                 // the last window starts in the padding
-  return out;
-}
-
 Pool2dGeometry window_geometry(const char* op, const Shape& in, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
                                bool ceil_mode) {
   Pool2dGeometry g;
@@ -81,6 +74,13 @@ void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expecte
 }
 
 }  // namespace
+
+int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
+  if (ceil_mode && (out - 1) * s >= in + p) --out;                 // the last window starts in the padding
+  return out;
+}
 
 MaxPool2dResult max_pool2d(const Tensor& x, Int2 kernel, const MaxPool2dOptions& options) {
   constexpr const char* op = "max_pool2d";

@@ -69,6 +69,11 @@ constexpr Int2 pool_stride(Int2 stride, Int2 kernel) { return stride == Int2(0) 
 
 namespace frugal::ops {
 
+/// The number of windows of kernel k (dilation d) at stride s over `in` elements padded by p on
+/// each side, as PyTorch's pooling_output_shape: with ceil_mode a last partial window counts
+/// unless it starts in the right padding. May be <= 0 (the callers' error).
+int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode);
+
 /// The sizes of one pooling: P = N * C planes of (H, W) pooled to (OH, OW). channels_last
 /// (CUDA only): every operand is an (N, C, H, W) tensor in channels-last memory, and C is
 /// set (it stays 1 otherwise).

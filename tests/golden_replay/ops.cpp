@@ -411,6 +411,24 @@ const std::map<std::string, OpFn>& op_table() {
                                         .dilation = a.integer("dilation", 1)};
          return Outputs{conv_transpose1d(in.at(0), in.at(1), in.at(2), o)};
        }},
+      {"max_pool1d",
+       [](const Inputs& in, const Args& a) {
+         const MaxPool1dOptions o{.stride = a.integer("stride", 0),
+                                  .padding = a.integer("padding", 0),
+                                  .dilation = a.integer("dilation", 1),
+                                  .ceil_mode = a.flag("ceil_mode", false)};
+         return Outputs{max_pool1d(in.at(0), a.integer("kernel"), o)};
+       }},
+      {"avg_pool1d",
+       [](const Inputs& in, const Args& a) {
+         const AvgPool1dOptions o{.stride = a.integer("stride", 0),
+                                  .padding = a.integer("padding", 0),
+                                  .ceil_mode = a.flag("ceil_mode", false),
+                                  .count_include_pad = a.flag("count_include_pad", true)};
+         return Outputs{avg_pool1d(in.at(0), a.integer("kernel"), o)};
+       }},
+      {"adaptive_avg_pool1d",
+       [](const Inputs& in, const Args& a) { return Outputs{adaptive_avg_pool1d(in.at(0), a.integer("output_size"))}; }},
       {"max_pool2d",
        [](const Inputs& in, const Args& a) {
          MaxPool2dOptions o;

@@ -175,6 +175,45 @@ void add_conv_pool(std::vector<GradEntry>& t) {
          return s;
        },
        A::Lower});
+  // The 1-D pools are the 2-D ones on a 1 x L image.
+  t.push_back({"max_pool1d", [](Rng& rng) {
+                 MaxPool1dOptions o;
+                 const int64_t k = rng.range(1, 3);
+                 o.stride = rng.range(0, 2), o.dilation = rng.range(1, 2), o.ceil_mode = rng.chance(0.5);
+                 o.padding = rng.range(0, (o.dilation * (k - 1) + 1) / 2);
+                 Shape x = {rng.range(1, 2), rng.range(1, 3), o.dilation * (k - 1) + 1 + rng.range(0, 3)};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("kernel=", k, " stride=", o.stride, " padding=", o.padding,
+                                    " dilation=", o.dilation, " ceil_mode=", o.ceil_mode);
+                 s.f = [k, o](const TensorList& in) { return max_pool1d(in[0], k, o); };
+                 return s;
+               }});
+  t.push_back({"avg_pool1d", [](Rng& rng) {
+                 AvgPool1dOptions o;
+                 const int64_t k = rng.range(1, 3);
+                 o.stride = rng.range(0, 2), o.padding = rng.range(0, k / 2), o.ceil_mode = rng.chance(0.5);
+                 o.count_include_pad = rng.chance(0.5);
+                 Shape x = {rng.range(1, 2), rng.range(1, 3), k + rng.range(0, 3)};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("kernel=", k, " stride=", o.stride, " padding=", o.padding,
+                                    " ceil_mode=", o.ceil_mode, " count_include_pad=", o.count_include_pad);
+                 s.f = [k, o](const TensorList& in) { return avg_pool1d(in[0], k, o); };
+                 return s;
+               }});
+  t.push_back({"adaptive_avg_pool1d", [](Rng& rng) {
+                 Shape x = {rng.range(1, 2), rng.range(1, 3), rng.range(1, 7)};
+                 if (rng.chance(0.2)) x.erase(x.begin());
+                 const int64_t out = rng.range(1, 5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("output_size=", out);
+                 s.f = [out](const TensorList& in) { return adaptive_avg_pool1d(in[0], out); };
+                 return s;
+               }});
   t.push_back({"max_pool2d",
                [](Rng& rng) {
                  MaxPool2dOptions o;
