@@ -40,12 +40,29 @@ Tensor conv_bias(int64_t out_channels, const Shape& weight_shape) {
   return bias;
 }
 
-/// "(3,)": PyTorch's 1-tuple.
-std::string tuple1(int64_t v) { return "(" + std::to_string(v) + ",)"; }
+/// A size as PyTorch prints it: "(3,)" in 1-D, "(3, 1)" in 2-D.
+std::string size_text(int64_t v) { return "(" + std::to_string(v) + ",)"; }
+std::string size_text(Int2 v) { return v.str(); }
 
-void check_1d_input(const char* layer, const Tensor& x, int64_t in_channels) {
-  FRUGAL_CHECK(x.dim() == 2 || x.dim() == 3, layer, ": expected input (N, ", in_channels, ", L) or (", in_channels,
-               ", L), got ", x.describe());
+/// torch's _ConvNd.extra_repr: the channels, kernel_size and stride, then padding, dilation,
+/// output_padding, groups and bias where they are not the defaults.
+template <typename Size>
+std::string conv_repr(int64_t in, int64_t out, Size kernel, Size stride, Size padding, Size dilation,
+                      Size output_padding, int64_t groups, bool has_bias) {
+  std::string s = std::to_string(in) + ", " + std::to_string(out) + ", kernel_size=" + size_text(kernel) +
+                  ", stride=" + size_text(stride);
+  if (padding != Size(0)) s += ", padding=" + size_text(padding);
+  if (dilation != Size(1)) s += ", dilation=" + size_text(dilation);
+  if (output_padding != Size(0)) s += ", output_padding=" + size_text(output_padding);
+  if (groups != 1) s += ", groups=" + std::to_string(groups);
+  if (!has_bias) s += ", bias=false";
+  return s;
+}
+
+/// A layer's input: (N, C, <dims>) or unbatched (C, <dims>), `dims` "L" or "H, W".
+void check_input(const char* layer, const Tensor& x, int64_t in_channels, int64_t spatial_dims, const char* dims) {
+  FRUGAL_CHECK(x.dim() == spatial_dims + 1 || x.dim() == spatial_dims + 2, layer, ": expected input (N, ", in_channels,
+               ", ", dims, ") or (", in_channels, ", ", dims, "), got ", x.describe());
 }
 
 }  // namespace
@@ -62,19 +79,13 @@ Conv2d::Conv2d(int64_t in, int64_t out, Int2 kernel, Conv2dModuleOptions o)
 
 Tensor Conv2d::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
-  FRUGAL_CHECK(x.dim() == 3 || x.dim() == 4, "Conv2d: expected input (N, ", in_channels, ", H, W) or (", in_channels,
-               ", H, W), got ", x.describe());
+  check_input("Conv2d", x, in_channels, 2, "H, W");
   return conv2d(x, weight, bias, options);
 }
 
 std::string Conv2d::extra_repr() const {
-  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
-                  ", kernel_size=" + kernel_size.str() + ", stride=" + options.stride.str();
-  if (options.padding != Int2(0)) s += ", padding=" + options.padding.str();
-  if (options.dilation != Int2(1)) s += ", dilation=" + options.dilation.str();
-  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
-  if (!bias.defined()) s += ", bias=false";
-  return s;
+  return conv_repr(in_channels, out_channels, kernel_size, options.stride, options.padding, options.dilation, Int2(0),
+                   options.groups, bias.defined());
 }
 
 ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 kernel, ConvTranspose2dModuleOptions o)
@@ -93,14 +104,12 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 kernel, ConvTrans
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
-  FRUGAL_CHECK(x.dim() == 3 || x.dim() == 4, "ConvTranspose2d: expected input (N, ", in_channels, ", H, W) or (",
-               in_channels, ", H, W), got ", x.describe());
+  check_input("ConvTranspose2d", x, in_channels, 2, "H, W");
   return conv_transpose2d(x, weight, bias, options);
 }
 
 Tensor ConvTranspose2d::forward(const Tensor& x, Int2 output_size) {
-  FRUGAL_CHECK(x.dim() == 3 || x.dim() == 4, "ConvTranspose2d: expected input (N, ", in_channels, ", H, W) or (",
-               in_channels, ", H, W), got ", x.describe());
+  check_input("ConvTranspose2d", x, in_channels, 2, "H, W");
   // torch's _output_padding: the output_padding that reaches output_size from the smallest size.
   ConvTranspose2dOptions o = options;
   o.output_padding = 0;
@@ -117,14 +126,8 @@ Tensor ConvTranspose2d::forward(const Tensor& x, Int2 output_size) {
 }
 
 std::string ConvTranspose2d::extra_repr() const {
-  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
-                  ", kernel_size=" + kernel_size.str() + ", stride=" + options.stride.str();
-  if (options.padding != Int2(0)) s += ", padding=" + options.padding.str();
-  if (options.dilation != Int2(1)) s += ", dilation=" + options.dilation.str();
-  if (options.output_padding != Int2(0)) s += ", output_padding=" + options.output_padding.str();
-  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
-  if (!bias.defined()) s += ", bias=false";
-  return s;
+  return conv_repr(in_channels, out_channels, kernel_size, options.stride, options.padding, options.dilation,
+                   options.output_padding, options.groups, bias.defined());
 }
 
 Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, Conv1dModuleOptions o)
@@ -139,18 +142,13 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, Conv1dModuleOptions o)
 
 Tensor Conv1d::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
-  check_1d_input("Conv1d", x, in_channels);
+  check_input("Conv1d", x, in_channels, 1, "L");
   return conv1d(x, weight, bias, options);
 }
 
 std::string Conv1d::extra_repr() const {
-  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
-                  ", kernel_size=" + tuple1(kernel_size) + ", stride=" + tuple1(options.stride);
-  if (options.padding != 0) s += ", padding=" + tuple1(options.padding);
-  if (options.dilation != 1) s += ", dilation=" + tuple1(options.dilation);
-  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
-  if (!bias.defined()) s += ", bias=false";
-  return s;
+  return conv_repr<int64_t>(in_channels, out_channels, kernel_size, options.stride, options.padding, options.dilation,
+                            0, options.groups, bias.defined());
 }
 
 ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t kernel, ConvTranspose1dModuleOptions o)
@@ -169,19 +167,13 @@ ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t kernel, ConvTr
 
 Tensor ConvTranspose1d::forward(const Tensor& x) {
   core::ModuleScope scope(this);
-  check_1d_input("ConvTranspose1d", x, in_channels);
+  check_input("ConvTranspose1d", x, in_channels, 1, "L");
   return conv_transpose1d(x, weight, bias, options);
 }
 
 std::string ConvTranspose1d::extra_repr() const {
-  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
-                  ", kernel_size=" + tuple1(kernel_size) + ", stride=" + tuple1(options.stride);
-  if (options.padding != 0) s += ", padding=" + tuple1(options.padding);
-  if (options.dilation != 1) s += ", dilation=" + tuple1(options.dilation);
-  if (options.output_padding != 0) s += ", output_padding=" + tuple1(options.output_padding);
-  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
-  if (!bias.defined()) s += ", bias=false";
-  return s;
+  return conv_repr<int64_t>(in_channels, out_channels, kernel_size, options.stride, options.padding, options.dilation,
+                            options.output_padding, options.groups, bias.defined());
 }
 
 }  // namespace frugal::nn

@@ -25,6 +25,11 @@ namespace {
 Tensor conv_input_grad(const Tensor& g, const Shape& x_shape, const Tensor& w, const Conv2dOptions& options);
 Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const Shape& w_shape, const Conv2dOptions& options);
 
+/// A weight gradient in the weight's own layout: channels-last, or contiguous.
+Tensor in_layout(const Tensor& grad_w, bool channels_last) {
+  return channels_last ? to_channels_last(grad_w) : grad_w.contiguous();
+}
+
 // out = conv2d(x, w) + bias  (Note [Convolution as GEMM])
 // grad_x = conv2d_backward_input(g, w), grad_w = conv2d_backward_weight(g, x), grad_bias = sum_{N,OH,OW} g
 // A channels-last forward runs its backward channels-last too (g converted if it comes
@@ -42,8 +47,7 @@ struct Conv2dBackward final : Node {
     TensorList out(3);
     if (wants_grad(*this, 0)) out[0] = ops::conv2d_backward_input(g, x_shape, w.unpack(name()), options);
     if (wants_grad(*this, 1)) {
-      const Tensor gw = ops::conv2d_backward_weight(g, x.unpack(name()), w_shape, options);
-      out[1] = weight_channels_last ? to_channels_last(gw) : gw.contiguous();
+      out[1] = in_layout(ops::conv2d_backward_weight(g, x.unpack(name()), w_shape, options), weight_channels_last);
     }
     if (has_bias && wants_grad(*this, 2)) out[2] = ops::sum(g, {0, 2, 3});
     return out;
@@ -129,8 +133,7 @@ struct ConvTranspose2dBackward final : Node {
     if (wants_grad(*this, 0)) out[0] = cut_to_input(ops::conv2d(g, w.unpack(name()), Tensor(), options.conv()));
     if (wants_grad(*this, 1)) {
       const Tensor xp = ops::conv_transpose2d_padded_input(x.unpack(name()), options);
-      const Tensor gw = ops::conv2d_backward_weight(xp, g, w_shape, options.conv());
-      out[1] = weight_channels_last ? to_channels_last(gw) : gw.contiguous();
+      out[1] = in_layout(ops::conv2d_backward_weight(xp, g, w_shape, options.conv()), weight_channels_last);
     }
     if (has_bias && wants_grad(*this, 2)) out[2] = ops::sum(g, {0, 2, 3});
     return out;

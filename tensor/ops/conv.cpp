@@ -40,6 +40,14 @@ OpLayout conv_layout(const Tensor& data, const Tensor& other) {
   return layout;
 }
 
+/// The settings every 2-D convolution checks: positive stride, dilation and groups, padding >= 0.
+void check_settings(const char* op, Int2 stride, Int2 padding, Int2 dilation, int64_t groups) {
+  FRUGAL_CHECK(stride.h > 0 && stride.w > 0, op, ": stride must be positive, got ", stride.str());
+  FRUGAL_CHECK(dilation.h > 0 && dilation.w > 0, op, ": dilation must be positive, got ", dilation.str());
+  FRUGAL_CHECK(padding.h >= 0 && padding.w >= 0, op, ": padding must be non-negative, got ", padding.str());
+  FRUGAL_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
+}
+
 std::atomic<bool> g_cudnn_benchmark{false};
 
 bool legacy_conv_from_environment() {
@@ -134,10 +142,7 @@ Conv2dGeometry conv2d_geometry(const char* op, const Shape& xs, const Shape& ws,
   FRUGAL_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C, H, W), got shape ", shape_str(xs));
   FRUGAL_CHECK(ws.size() == 4, op, ": expected a 4-D weight (out_channels, in_channels / groups, kH, kW), got shape ",
                shape_str(ws));
-  FRUGAL_CHECK(o.stride.h > 0 && o.stride.w > 0, op, ": stride must be positive, got ", o.stride.str());
-  FRUGAL_CHECK(o.dilation.h > 0 && o.dilation.w > 0, op, ": dilation must be positive, got ", o.dilation.str());
-  FRUGAL_CHECK(o.padding.h >= 0 && o.padding.w >= 0, op, ": padding must be non-negative, got ", o.padding.str());
-  FRUGAL_CHECK(o.groups > 0, op, ": groups must be positive, got ", o.groups);
+  check_settings(op, o.stride, o.padding, o.dilation, o.groups);
   Conv2dGeometry g;
   g.N = xs[0], g.C = xs[1], g.H = xs[2], g.W = xs[3];
   g.K = ws[0], g.R = ws[2], g.S = ws[3];
@@ -238,10 +243,7 @@ Shape conv_transpose2d_output_shape(const char* op, const Shape& xs, const Shape
   FRUGAL_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C_in, H, W), got shape ", shape_str(xs));
   FRUGAL_CHECK(ws.size() == 4, op, ": expected a 4-D weight (in_channels, out_channels / groups, kH, kW), got shape ",
                shape_str(ws));
-  FRUGAL_CHECK(o.stride.h > 0 && o.stride.w > 0, op, ": stride must be positive, got ", o.stride.str());
-  FRUGAL_CHECK(o.dilation.h > 0 && o.dilation.w > 0, op, ": dilation must be positive, got ", o.dilation.str());
-  FRUGAL_CHECK(o.padding.h >= 0 && o.padding.w >= 0, op, ": padding must be non-negative, got ", o.padding.str());
-  FRUGAL_CHECK(o.groups > 0, op, ": groups must be positive, got ", o.groups);
+  check_settings(op, o.stride, o.padding, o.dilation, o.groups);
   const Int2 op_pad = o.output_padding;
   FRUGAL_CHECK(op_pad.h >= 0 && op_pad.w >= 0 && (op_pad.h < o.stride.h || op_pad.h < o.dilation.h) &&
                    (op_pad.w < o.stride.w || op_pad.w < o.dilation.w),

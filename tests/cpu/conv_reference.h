@@ -1,9 +1,13 @@
 // The float64 convolution reference shared by the conv tests and probes: a direct
-// cross-correlation loop, written independently of every kernel it checks.
+// cross-correlation loop, written independently of every kernel it checks; and the
+// comparison scaled by each sum's terms.
 #pragma once
+
+#include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tensor/ops/conv.h"
@@ -25,9 +29,8 @@ struct ConvRef {
 
 /// Direct cross-correlation y[n, k, oh, ow] = b[k] + sum_{c, i, j} x[n, g Cg + c, ...] w[k, c, i, j]
 /// (g = k / (K / G)); with gy, the gradients by the chain rule applied to every product.
-inline ConvRef conv_ref(const std::vector<double>& x, const Shape& xs, const std::vector<double>& w,
-                        const Shape& ws, const std::vector<double>* b, const Conv2dOptions& o,
-                        const std::vector<double>* gy = nullptr) {
+inline ConvRef conv_ref(const std::vector<double>& x, const Shape& xs, const std::vector<double>& w, const Shape& ws,
+                        const std::vector<double>* b, const Conv2dOptions& o, const std::vector<double>* gy = nullptr) {
   const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], Cg = ws[1], R = ws[2], S = ws[3];
   const int64_t Kg = K / o.groups;
   const int64_t OH = conv_out(H, R, o.stride.h, o.padding.h, o.dilation.h);
@@ -64,6 +67,19 @@ inline ConvRef conv_ref(const std::vector<double>& x, const Shape& xs, const std
           r.scale[yi] = a;
         }
   return r;
+}
+
+/// |actual - expected| <= rtol (scale + |expected|) elementwise: rounding errors of a sum grow
+/// with the sum of the magnitudes of its terms, not with the (possibly cancelled) result.
+inline void check_scaled(const std::vector<double>& actual, const std::vector<double>& expected,
+                         const std::vector<double>& scale, double rtol, const std::string& what) {
+  REQUIRE(actual.size() == expected.size());
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < actual.size(); ++i)
+    if (!(std::fabs(actual[i] - expected[i]) <= rtol * (scale[i] + std::fabs(expected[i])) + 1e-300))
+      if (bad++ == 0) first = int64_t(i);
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " differ; first at ", first, ": got ",
+                first >= 0 ? actual[size_t(first)] : 0.0, " expected ", first >= 0 ? expected[size_t(first)] : 0.0);
 }
 
 }  // namespace frugal::testing

@@ -58,19 +58,6 @@ const ConvCase kCases[] = {
     {{2, 4, 36, 30}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}, false},
 };
 
-/// |actual - expected| <= rtol * scale + atol elementwise: rounding errors of a sum grow with
-/// the sum of the magnitudes of its terms, not with the (possibly cancelled) result.
-void check_scaled(const std::vector<double>& actual, const std::vector<double>& expected,
-                  const std::vector<double>& scale, double rtol, const std::string& what) {
-  REQUIRE(actual.size() == expected.size());
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < actual.size(); ++i)
-    if (!(std::fabs(actual[i] - expected[i]) <= rtol * (scale[i] + std::fabs(expected[i])) + 1e-300))
-      if (bad++ == 0) first = int64_t(i);
-  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " differ; first at ", first, ": got ",
-                first >= 0 ? actual[size_t(first)] : 0.0, " expected ", first >= 0 ? expected[size_t(first)] : 0.0);
-}
-
 /// Sum of |terms| of each gradient element, for the backward tolerances: scatter |gy| |w| and |gy| |x|.
 std::pair<std::vector<double>, std::vector<double>> grad_scales(const std::vector<double>& x, const Shape& xs,
                                                                 const std::vector<double>& w, const Shape& ws,

@@ -15,6 +15,7 @@
 #include "nn/conv.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
+#include "tests/cpu/conv_reference.h"  // check_scaled
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -103,18 +104,6 @@ Reference reference(const std::vector<double>& x, const Shape& xs, const std::ve
                   r.gw_scale[wi] += std::fabs((*gy)[o_] * x[xi]);
                 }
   return r;
-}
-
-/// |actual - expected| <= rtol (scale + |expected|) + a denormal's worth, elementwise.
-void check_scaled(const std::vector<double>& actual, const std::vector<double>& expected,
-                  const std::vector<double>& scale, double rtol, const std::string& what) {
-  REQUIRE(actual.size() == expected.size());
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < actual.size(); ++i)
-    if (!(std::fabs(actual[i] - expected[i]) <= rtol * (scale[i] + std::fabs(expected[i])) + 1e-300))
-      if (bad++ == 0) first = int64_t(i);
-  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " differ; first at ", first, ": got ",
-                first >= 0 ? actual[size_t(first)] : 0.0, " expected ", first >= 0 ? expected[size_t(first)] : 0.0);
 }
 
 constexpr DType kAllFloat[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
