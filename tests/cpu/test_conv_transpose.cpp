@@ -9,9 +9,11 @@
 #include <cmath>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops/conv.h"
 #include "autograd/ops/reduce.h"
+#include "nn/channels_last.h"
 #include "nn/conv.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/conv.h"
@@ -199,6 +201,39 @@ TEST_CASE("conv_transpose2d: saves only what backward needs; unbatched input; em
   for (size_t i = 0; i < v0.size(); ++i) CHECK(v0[i] == bv[(i / 16) % 2]);
   // A channels-last input gives a channels-last output (the convolution's layout rule).
   CHECK(is_channels_last(ops::conv_transpose2d(to_channels_last(random_tensor({2, 3, 4, 4}, kFloat32, 6)), wf)));
+}
+
+TEST_CASE("conv_transpose2d: under CPU autocast and with a channels-last weight, as the plain op") {
+  // Autocast runs it in bfloat16 (conv2d's policy) and the float32 weight's gradient comes back
+  // in float32, the bfloat16 op's.
+  const Tensor x = random_tensor({2, 4, 5, 5}, kFloat32, 20);
+  Tensor w = random_tensor({4, 3, 3, 3}, kFloat32, 21, Layout::Contiguous, -0.5, 0.5);
+  w.requires_grad_();
+  Tensor y;
+  {
+    AutocastGuard guard(kCPU, kBFloat16);
+    y = conv_transpose2d(x, w, Tensor(), {.stride = 2});
+  }
+  CHECK(y.dtype() == kBFloat16);
+  check_close(y, values_of(ops::conv_transpose2d(x.to(kBFloat16), w.detach().to(kBFloat16), Tensor(), {.stride = 2})),
+              0, 0, "autocast forward");
+  y.backward(ones_like(y));
+  CHECK(w.grad().dtype() == kFloat32);
+
+  // nn::to_channels_last(module) stores the weight NHWC; its gradient keeps that layout and the values.
+  manual_seed(5);
+  nn::ConvTranspose2d up(4, 3, 3, {.stride = 2, .padding = 1, .output_padding = 1});
+  const Tensor reference_y = up(x);
+  reference_y.backward(ones_like(reference_y));
+  const std::vector<double> reference_gw = values_of(up.weight.grad());
+  up.zero_grad();
+  nn::to_channels_last(up);
+  REQUIRE(is_channels_last(up.weight));
+  const Tensor y_cl = up(to_channels_last(x));
+  check_close(y_cl, values_of(reference_y), 1e-6, 1e-6, "channels-last forward");
+  y_cl.backward(ones_like(y_cl));
+  CHECK(is_channels_last(up.weight.grad()));
+  check_close(up.weight.grad(), reference_gw, 1e-5, 1e-5, "channels-last weight gradient");
 }
 
 TEST_CASE("conv_transpose2d: errors name the op, the shapes and the settings") {

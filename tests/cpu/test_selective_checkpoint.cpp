@@ -158,6 +158,29 @@ TEST_CASE("selective checkpoint: conv-bn-relu blocks (train mode) give the plain
   }
 }
 
+TEST_CASE("selective checkpoint: transposed-conv decoder blocks give the plain run's gradients") {
+  // conv_transpose2d is one of the kept ops (is_expensive_op); its replay must take the kept output.
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dtype_name(dt));
+    manual_seed(4);
+    std::vector<std::function<Tensor(const Tensor&)>> fns;
+    std::vector<Tensor> params;
+    for (int i = 0; i < 3; ++i) {
+      auto up = std::make_shared<nn::ConvTranspose2d>(3, 3, Int2{3, 3}, nn::ConvTranspose2dModuleOptions{.padding = 1});
+      auto bn = std::make_shared<nn::BatchNorm2d>(3);
+      up->to(dt);
+      bn->to(dt);
+      for (const Tensor& p : up->parameters()) params.push_back(p);
+      for (const Tensor& p : bn->parameters()) params.push_back(p);
+      fns.push_back([up, bn](const Tensor& h) { return relu((*bn)((*up)(h))); });
+    }
+    const Tensor x = random_tensor({2, 3, 5, 5}, dt, 6), c = random_tensor({2, 3, 5, 5}, dt, 7);
+    const Run plain = run_stack(fns, params, x, c, std::nullopt);
+    const Run selective = run_stack(fns, params, x, c, kSelective);
+    check_runs_equal(selective, plain, dt == kFloat64 ? 0.0 : 1e-6);
+  }
+}
+
 TEST_CASE("selective checkpoint: the kept ops do not run in the recompute; the cheap ones do") {
   // The trace names the op of every allocation: a linear that runs allocates its output,
   // one that takes its kept output allocates nothing.
