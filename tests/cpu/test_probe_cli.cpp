@@ -170,20 +170,22 @@ TEST_CASE("probe cli: --help prints the usage and exits 0; an unknown flag exits
   // Before: tensor_tour ran its tour for --help and for any flag, run_model said "unknown
   // option --help" (exit 1), custom_model looked for a dataset in "--help", frugal-run and
   // op_fuzz refused --help (exit 2).
-  const std::vector<std::pair<std::string, std::string>> programs = {{"examples/tensor_tour", "tensor_tour"},
-                                                                     {"examples/custom_model", "custom_model"},
-                                                                     {"examples/run_model", "run_model"},
-                                                                     {"examples/fashion_mnist", "fashion_mnist"},
-                                                                     {"examples/profile_memory", "profile_memory"},
-                                                                     {"examples/train_resnet", "train_resnet"},
-                                                                     {"examples/train_vit", "train_vit"},
-                                                                     {"examples/bert_mlm", "bert_mlm"},
-                                                                     {"bench/train_step", "train_step"},
-                                                                     {"tests/op_fuzz", "op_fuzz"},
-                                                                     {"bench/bench_ops", "bench_ops"},
-                                                                     {"bench/bench_resnet_ops", "bench_resnet_ops"},
-                                                                     {"bench/svd_compress", "svd_compress"},
-                                                                     {"tools/frugal-run", "frugal-run"}};
+  const std::vector<std::pair<std::string, std::string>> programs = {
+      {"examples/tensor_tour", "tensor_tour"},
+      {"examples/custom_model", "custom_model"},
+      {"examples/run_model", "run_model"},
+      {"examples/fashion_mnist", "fashion_mnist"},
+      {"examples/profile_memory", "profile_memory"},
+      {"examples/train_resnet", "train_resnet"},
+      {"examples/train_vit", "train_vit"},
+      {"examples/train_autoencoder", "train_autoencoder"},
+      {"examples/bert_mlm", "bert_mlm"},
+      {"bench/train_step", "train_step"},
+      {"tests/op_fuzz", "op_fuzz"},
+      {"bench/bench_ops", "bench_ops"},
+      {"bench/bench_resnet_ops", "bench_resnet_ops"},
+      {"bench/svd_compress", "svd_compress"},
+      {"tools/frugal-run", "frugal-run"}};
   for (const auto& [relative, name] : programs) {
     const std::string prog = program(relative);
     if (prog.empty()) continue;
