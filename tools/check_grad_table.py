@@ -15,6 +15,7 @@ import sys
 NOT_DIFFERENTIABLE = {
     "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",  # binary.h
     "argmax", "argmin",  # reduce.h
+    "argsort",  # sort.h
     "one_hot",  # index.h
     "isnan", "isinf", "isfinite",  # unary.h
     "nonzero",  # masked.h

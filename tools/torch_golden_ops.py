@@ -433,6 +433,9 @@ OPS = {
         F.conv1d(x, w, b, stride, padding, dilation, groups),
     "conv_transpose1d": lambda x, w, b, stride=1, padding=0, output_padding=0, groups=1, dilation=1:
         F.conv_transpose1d(x, w, b, stride, padding, output_padding, groups, dilation),
+    "sort": lambda x, dim=-1, descending=False: torch.sort(x, dim=dim, descending=descending, stable=True),
+    "argsort": lambda x, dim=-1, descending=False: torch.sort(x, dim=dim, descending=descending, stable=True)[1],
+    "topk": lambda x, k, dim=-1, largest=True: torch.topk(x, k, dim, largest, sorted=True),
     "max_pool1d": lambda x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False:
         F.max_pool1d(x, kernel, stride, padding, dilation, ceil_mode),
     "avg_pool1d": lambda x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True:
@@ -1535,11 +1538,28 @@ def cases_1d(g):
     g.case("pool", "adaptive_avg_pool1d", [g.C((3, 5))], {"output_size": 7}, "more bins than samples")
 
 
+
+def sort_cases(g):
+    """sort and argsort (stable: ties in index order, NaN last ascending), topk on distinct values
+    (torch.topk's order among ties is unspecified)."""
+    nan, inf = float("nan"), float("inf")
+    ties = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, nan, -0.0, 0.0, 2.0, -inf, inf, nan]])
+    g.case("sort", "sort", [In(ties.clone())], {"dim": -1}, "ties, NaN, -0, infinities")
+    g.case("sort", "sort", [In(ties.clone())], {"dim": 1, "descending": True}, "descending, ties in index order")
+    g.case("sort", "sort", [g.T((3, 5, 4))], {"dim": 1}, "a middle dim of a transposed tensor")
+    g.case("sort", "sort", [g.C((2, 6), dtype=torch.bfloat16)], {"dim": 0, "descending": True}, "bfloat16")
+    g.case("sort", "sort", [g.C((0, 3))], {"dim": 1}, "size 0")
+    g.case("sort", "argsort", [In(ties.clone(), grad=False)], {"descending": True})
+    g.case("sort", "topk", [g.C((4, 9))], {"k": 3}, "the 3 largest")
+    g.case("sort", "topk", [g.S((3, 7))], {"k": 2, "dim": 0, "largest": False}, "the 2 smallest along dim 0 of a slice")
+    g.case("sort", "topk", [g.C((2, 5))], {"k": 0}, "k = 0")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases, conv_transpose_cases, cases_1d):
+              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases):
         f(g)
     return g
 

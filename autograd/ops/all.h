@@ -35,5 +35,6 @@
 #include "autograd/ops/rms_norm.h"
 #include "autograd/ops/shape_ops.h"
 #include "autograd/ops/softmax.h"
+#include "autograd/ops/sort.h"
 #include "autograd/ops/unary.h"
 #include "autograd/ops/view.h"

@@ -37,6 +37,10 @@ TEST_CASE("torch golden: layer, group, RMS and batch norm match PyTorch (running
 
 TEST_CASE("torch golden: conv2d and 2-D pooling match PyTorch") { replay_golden_ops({"conv", "pool"}, kCPU); }
 
+TEST_CASE("torch golden: sort, argsort and topk match PyTorch (stable ties, NaN, -0; CPU only so far)") {
+  replay_golden_ops({"sort"}, kCPU);
+}
+
 TEST_CASE("torch golden: matmul and linear match PyTorch (broadcast batch dims, transposed operands)") {
   replay_golden_ops({"matmul"}, kCPU);
 }

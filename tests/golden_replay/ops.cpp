@@ -411,6 +411,20 @@ const std::map<std::string, OpFn>& op_table() {
                                         .dilation = a.integer("dilation", 1)};
          return Outputs{conv_transpose1d(in.at(0), in.at(1), in.at(2), o)};
        }},
+      {"sort",
+       [](const Inputs& in, const Args& a) {
+         const ValuesIndices r = sort(in.at(0), a.integer("dim", -1), a.flag("descending", false));
+         return Outputs{r.values, r.indices};
+       }},
+      {"argsort",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{argsort(in.at(0), a.integer("dim", -1), a.flag("descending", false))};
+       }},
+      {"topk",
+       [](const Inputs& in, const Args& a) {
+         const ValuesIndices r = topk(in.at(0), a.integer("k"), a.integer("dim", -1), a.flag("largest", true));
+         return Outputs{r.values, r.indices};
+       }},
       {"max_pool1d",
        [](const Inputs& in, const Args& a) {
          const MaxPool1dOptions o{.stride = a.integer("stride", 0),

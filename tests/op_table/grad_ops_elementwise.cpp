@@ -86,23 +86,39 @@ void add_unary(std::vector<GradEntry>& t) {
   const auto no_params = [](Rng&) { return std::pair<double, double>{0, 0}; };
   const Piecewise piecewise[] = {
       {"leaky_relu", [](const Tensor& x, double a, double) { return leaky_relu(x, a); },
-       [](Rng& r) { return std::pair<double, double>{r.pick(std::vector<double>{0.01, 0.2, -0.5}), 0}; },
+       [](Rng& r) {
+         return std::pair<double, double>{r.pick(std::vector<double>{0.01, 0.2, -0.5}), 0};
+       },
        [](double, double) { return std::vector<double>{0}; }, -2, 2},
       {"elu", [](const Tensor& x, double a, double) { return elu(x, a); },
-       [](Rng& r) { return std::pair<double, double>{r.pick(std::vector<double>{1.0, 0.5, 2.0}), 0}; },
+       [](Rng& r) {
+         return std::pair<double, double>{r.pick(std::vector<double>{1.0, 0.5, 2.0}), 0};
+       },
        [](double, double) { return std::vector<double>{0}; }, -3, 2},
       {"hardtanh", [](const Tensor& x, double a, double b) { return hardtanh(x, a, b); },
        [](Rng& r) {
          const double lo = r.uniform(-1.5, 0.0);
          return std::pair<double, double>{lo, lo + r.uniform(0.5, 2.0)};
        },
-       [](double a, double b) { return std::vector<double>{a, b}; }, -2, 2},
+       [](double a, double b) {
+         return std::vector<double>{a, b};
+       },
+       -2, 2},
       {"relu6", [](const Tensor& x, double, double) { return relu6(x); }, no_params,
-       [](double, double) { return std::vector<double>{0, 6}; }, -2, 7},
+       [](double, double) {
+         return std::vector<double>{0, 6};
+       },
+       -2, 7},
       {"hardsigmoid", [](const Tensor& x, double, double) { return hardsigmoid(x); }, no_params,
-       [](double, double) { return std::vector<double>{-3, 3}; }, -4, 4},
+       [](double, double) {
+         return std::vector<double>{-3, 3};
+       },
+       -4, 4},
       {"hardswish", [](const Tensor& x, double, double) { return hardswish(x); }, no_params,
-       [](double, double) { return std::vector<double>{-3, 3}; }, -4, 4},
+       [](double, double) {
+         return std::vector<double>{-3, 3};
+       },
+       -4, 4},
       {"mish", [](const Tensor& x, double, double) { return mish(x); }, no_params,
        [](double, double) { return std::vector<double>{}; }, -3, 3},
   };
@@ -477,6 +493,35 @@ void add_reduce(std::vector<GradEntry>& t) {
                  A::Keep});
 }
 
+// sort and topk: the values re-read through gather (CPU only so far: Note [Sort order]).
+void add_sort(std::vector<GradEntry>& t) {
+  t.push_back({"sort",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 3, 24, 0.05);
+                 const int64_t dim = sh.empty() ? 0 : rng.range(-int64_t(sh.size()), int64_t(sh.size()) - 1);
+                 const bool descending = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dim=", dim, " descending=", descending);
+                 s.f = [=](const TensorList& in) { return sort(in[0], dim, descending).values; };
+                 return s;
+               },
+               A::Keep, /*on_cuda=*/false});
+  t.push_back({"topk",
+               [](Rng& rng) {
+                 Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+                 const int64_t dim = rng.range(-int64_t(sh.size()), int64_t(sh.size()) - 1);
+                 const int64_t k = rng.range(0, sh[size_t(dim < 0 ? dim + int64_t(sh.size()) : dim)]);
+                 const bool largest = rng.chance(0.5);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("k=", k, " dim=", dim, " largest=", largest);
+                 s.f = [=](const TensorList& in) { return topk(in[0], k, dim, largest).values; };
+                 return s;
+               },
+               A::Keep, /*on_cuda=*/false});
+}
+
 void add_softmax(std::vector<GradEntry>& t) {
   using Soft = Tensor (*)(const Tensor&, int64_t);
   const std::pair<const char*, Soft> ops[] = {
@@ -505,6 +550,7 @@ void add_grad_elementwise(std::vector<GradEntry>& t) {
   add_inplace(t);
   add_reduce(t);
   add_softmax(t);
+  add_sort(t);
 }
 
 }  // namespace frugal::optest

@@ -1,0 +1,59 @@
+// sort, argsort and topk: validation and layout; the CPU kernel is tensor/cpu/sort.cpp
+// (Note [Sort order] in tensor/ops/sort.h).
+#include "tensor/ops/sort.h"
+
+#include "tensor/factory.h"
+
+namespace frugal::ops {
+
+namespace {
+
+/// The first k of x's order along `dim`: x's rows along dim made contiguous (dim moved last),
+/// sorted by the kernel, and moved back.
+ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t dim, bool descending) {
+  FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
+  FRUGAL_CHECK(x.device().is_cpu(), op, ": CUDA tensors are not supported yet, got ", x.describe(),
+               "; sort a CPU copy (.cpu()) and move the result back");
+  FRUGAL_CHECK(is_floating(x.dtype()) || x.dtype() == kInt32 || x.dtype() == kInt64, op,
+               ": expects a floating-point or integer tensor, got ", x.describe());
+  if (x.dim() == 0) {
+    FRUGAL_CHECK(dim == 0 || dim == -1, op, ": dim ", dim, " is out of range for a 0-d tensor");
+    FRUGAL_CHECK(k == 0 || k == 1, op, ": k=", k, " is out of range for a 0-d tensor (1 element)");
+    ValuesIndices one = sorted_along(op, x.reshape({1}), k, 0, descending);
+    return k == 1 ? ValuesIndices{one.values.reshape({}), one.indices.reshape({})} : one;
+  }
+  const int64_t d = wrap_dim(dim, x.dim(), op), L = x.size(d);
+  FRUGAL_CHECK(k >= 0 && k <= L, op, ": k=", k, " must be between 0 and the size ", L, " of dim ", d, " of ",
+               x.describe());
+  const Tensor rows = x.detach().transpose(d, -1).contiguous();  // (..., L) with dim last
+  Shape out_shape = rows.sizes();
+  out_shape.back() = k;
+  ValuesIndices r{empty(out_shape, x.options()), empty(out_shape, {kInt64, x.device()})};
+  if (r.values.numel() > 0) {
+    const int64_t n = rows.numel() / L;
+    cpu::sort_kernel(r.values.view({n, k}), r.indices.view({n, k}), rows.view({n, L}), descending);
+  }
+  if (d != x.dim() - 1) {
+    r.values = r.values.transpose(d, -1).contiguous();
+    r.indices = r.indices.transpose(d, -1).contiguous();
+  }
+  return r;
+}
+
+}  // namespace
+
+ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
+  const int64_t L = x.defined() && x.dim() > 0 ? x.size(wrap_dim(dim, x.dim(), "sort")) : 1;
+  return sorted_along("sort", x, L, dim, descending);
+}
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  const int64_t L = x.defined() && x.dim() > 0 ? x.size(wrap_dim(dim, x.dim(), "argsort")) : 1;
+  return sorted_along("argsort", x, L, dim, descending).indices;
+}
+
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  return sorted_along("topk", x, k, dim, largest);
+}
+
+}  // namespace frugal::ops
