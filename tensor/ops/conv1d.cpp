@@ -2,6 +2,7 @@
 #include "tensor/ops/conv1d.h"
 
 #include <string>
+#include <utility>
 
 namespace frugal::ops {
 
@@ -23,6 +24,19 @@ void check_ranks_and_settings(const char* op, const Shape& xs, const Shape& ws, 
 Tensor as_image(const Tensor& t) { return t.defined() ? t.unsqueeze(-2) : t; }
 
 }  // namespace
+
+void check_conv1d_operands(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  FRUGAL_CHECK(x.defined(), op, ": the input is undefined");
+  FRUGAL_CHECK(weight.defined(), op, ": the weight is undefined (input ", x.describe(), ")");
+  const std::pair<const Tensor*, const char*> operands[] = {{&x, "input"}, {&weight, "weight"}, {&bias, "bias"}};
+  for (const auto& [t, what] : operands) {
+    if (!t->defined()) continue;
+    FRUGAL_CHECK(is_floating(t->dtype()), op, ": expects floating-point tensors, got ", what, " ", t->describe());
+    FRUGAL_CHECK(t->dtype() == x.dtype(), op, ": ", what, " ", t->describe(), " and input ", x.describe(),
+                 " must have the same dtype");
+    check_same_device(op, x, *t);
+  }
+}
 
 int64_t conv1d_output_length(const char* op, const Shape& xs, const Shape& ws, const Conv1dOptions& o) {
   check_ranks_and_settings(op, xs, ws, o.stride, o.padding, o.dilation, o.groups,
@@ -61,7 +75,7 @@ int64_t conv_transpose1d_output_length(const char* op, const Shape& xs, const Sh
 // The raw ops may be handed tensors that require grad: their views go through detached
 // handles, so they record no autograd nodes.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& options) {
-  FRUGAL_CHECK(x.defined() && weight.defined(), "conv1d: input and weight must be defined");
+  check_conv1d_operands("conv1d", x, weight, bias);
   const Tensor xd = x.detach(), b = bias.defined() ? bias.detach() : bias;
   if (x.dim() == 2) return conv1d(xd.unsqueeze(0), weight, b, options).squeeze(0);  // unbatched (C, L)
   conv1d_output_length("conv1d", x.sizes(), weight.sizes(), options);
@@ -70,7 +84,7 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const ConvTranspose1dOptions& options) {
-  FRUGAL_CHECK(x.defined() && weight.defined(), "conv_transpose1d: input and weight must be defined");
+  check_conv1d_operands("conv_transpose1d", x, weight, bias);
   const Tensor xd = x.detach(), b = bias.defined() ? bias.detach() : bias;
   if (x.dim() == 2) return conv_transpose1d(xd.unsqueeze(0), weight, b, options).squeeze(0);  // (C_in, L)
   conv_transpose1d_output_length("conv_transpose1d", x.sizes(), weight.sizes(), options);

@@ -57,6 +57,10 @@ int64_t conv1d_output_length(const char* op, const Shape& input_shape, const Sha
 int64_t conv_transpose1d_output_length(const char* op, const Shape& input_shape, const Shape& weight_shape,
                                        const ConvTranspose1dOptions& options);
 
+/// Checks a 1-D convolution's tensors: input and weight defined, every one floating, of the
+/// input's dtype and on its device; throws naming `op` and the offending tensor.
+void check_conv1d_operands(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 /// torch.nn.functional.conv1d: x (N, C, L) or unbatched (C, L), weight (K, C / groups, k), bias
 /// (K) or undefined; result (N, K, OL) (or (K, OL)). Same dtypes and devices as conv2d.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv1dOptions& options = {});

@@ -16,6 +16,11 @@ void check_pool1d_input(const char* op, const Shape& in) {
 
 }  // namespace
 
+void check_pool1d_tensor(const char* op, const Tensor& x) {
+  FRUGAL_CHECK(x.defined(), op, ": the input is undefined");
+  FRUGAL_CHECK(is_floating(x.dtype()), op, ": expects a floating-point input, got ", x.describe());
+}
+
 MaxPool2dOptions max_pool1d_as_2d(int64_t kernel, const MaxPool1dOptions& o) {
   return {.stride = {1, o.stride == 0 ? kernel : o.stride},
           .padding = {0, o.padding},
@@ -48,13 +53,13 @@ int64_t pool1d_output_length(const char* op, const Shape& in, int64_t kernel, in
 
 // The raw ops may be handed tensors that require grad: their views go through detached handles.
 Tensor max_pool1d(const Tensor& x, int64_t kernel, const MaxPool1dOptions& o) {
-  FRUGAL_CHECK(x.defined(), "max_pool1d: the input is undefined");
+  check_pool1d_tensor("max_pool1d", x);
   pool1d_output_length("max_pool1d", x.sizes(), kernel, o.stride, o.padding, o.dilation, o.ceil_mode);
   return max_pool2d_values(x.detach().unsqueeze(-2), {1, kernel}, max_pool1d_as_2d(kernel, o)).squeeze(-2);
 }
 
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, const AvgPool1dOptions& o) {
-  FRUGAL_CHECK(x.defined(), "avg_pool1d: the input is undefined");
+  check_pool1d_tensor("avg_pool1d", x);
   pool1d_output_length("avg_pool1d", x.sizes(), kernel, o.stride, o.padding, 1, o.ceil_mode);
   return avg_pool2d(x.detach().unsqueeze(-2), {1, kernel}, avg_pool1d_as_2d(kernel, o)).squeeze(-2);
 }
@@ -65,7 +70,7 @@ void check_adaptive_pool1d(const char* op, const Shape& in, int64_t output_size)
 }
 
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size) {
-  FRUGAL_CHECK(x.defined(), "adaptive_avg_pool1d: the input is undefined");
+  check_pool1d_tensor("adaptive_avg_pool1d", x);
   check_adaptive_pool1d("adaptive_avg_pool1d", x.sizes(), output_size);
   return adaptive_avg_pool2d(x.detach().unsqueeze(-2), {1, output_size}).squeeze(-2);
 }

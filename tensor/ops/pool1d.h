@@ -34,6 +34,9 @@ namespace frugal::ops {
 MaxPool2dOptions max_pool1d_as_2d(int64_t kernel, const MaxPool1dOptions& options);
 AvgPool2dOptions avg_pool1d_as_2d(int64_t kernel, const AvgPool1dOptions& options);
 
+/// Checks a 1-D pooling's input tensor: defined and floating; throws naming `op`.
+void check_pool1d_tensor(const char* op, const Tensor& x);
+
 /// Checks a 1-D window pooling of an input of `input_shape` ((N, C, L) or (C, L), L > 0) with
 /// `kernel`, stride (0: the kernel), padding (at most half the dilated kernel) and dilation;
 /// throws naming `op`, the shape and the settings. Returns the output length.
