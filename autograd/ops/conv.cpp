@@ -30,20 +30,44 @@ Tensor in_layout(const Tensor& grad_w, bool channels_last) {
   return channels_last ? to_channels_last(grad_w) : grad_w.contiguous();
 }
 
-// out = conv2d(x, w) + bias  (Note [Convolution as GEMM])
-// grad_x = conv2d_backward_input(g, w), grad_w = conv2d_backward_weight(g, x), grad_bias = sum_{N,OH,OW} g
-// A channels-last forward runs its backward channels-last too (g converted if it comes
-// in NCHW), and grad_w comes back in the weight's own layout (Note [Channels-last convolution]).
-struct Conv2dBackward final : Node {
+/// What the backward of a convolution (conv2d, conv_transpose2d) of x and w keeps. A
+/// channels-last forward runs its backward channels-last too (g converted if it comes in NCHW),
+/// and grad_w comes back in the weight's own layout (Note [Channels-last convolution]).
+template <typename Options>
+struct ConvNode : Node {
   SavedTensor x{this}, w{this};  // x only when w needs a gradient, w only when x does
   Shape x_shape, w_shape;
-  Conv2dOptions options;
+  Options options;
   bool has_bias = false;
   bool channels_last = false;         // the forward's layout
   bool weight_channels_last = false;  // the weight's own layout
+  /// The output's gradient in the forward's layout.
+  Tensor grad_out(const TensorList& grads) const { return channels_last ? to_channels_last(grads[0]) : grads[0]; }
+};
+
+/// Records node type N for out = conv(x, weight) + bias: saves x only if the weight needs a
+/// gradient and the weight only if x does.
+template <typename N, typename Options>
+void record_conv(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Options& options) {
+  if (auto node = make_node<N>({x, weight, bias})) {
+    if (wants_grad(*node, 1)) node->x = x;
+    if (wants_grad(*node, 0)) node->w = weight;
+    node->x_shape = x.sizes();
+    node->w_shape = weight.sizes();
+    node->options = options;
+    node->has_bias = bias.defined();
+    node->channels_last = suggests_channels_last(out);
+    node->weight_channels_last = is_channels_last(weight);
+    autograd::record(node, {out});
+  }
+}
+
+// out = conv2d(x, w) + bias  (Note [Convolution as GEMM])
+// grad_x = conv2d_backward_input(g, w), grad_w = conv2d_backward_weight(g, x), grad_bias = sum_{N,OH,OW} g
+struct Conv2dBackward final : ConvNode<Conv2dOptions> {
   std::string name() const override { return "Conv2dBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor g = channels_last ? to_channels_last(grads[0]) : grads[0];
+    const Tensor g = grad_out(grads);
     TensorList out(3);
     if (wants_grad(*this, 0)) out[0] = ops::conv2d_backward_input(g, x_shape, w.unpack(name()), options);
     if (wants_grad(*this, 1)) {
@@ -119,16 +143,10 @@ struct ConvWeightGradBackward final : Node {
 // conv_transpose2d_input_padding's zeros (Note [Transposed convolution])
 // grad_x = conv2d(g, w) cut to x's size, grad_w = conv2d_backward_weight(grad_out = x', input = g),
 // grad_bias = sum_{N,OH,OW} g; laid out as Conv2dBackward's.
-struct ConvTranspose2dBackward final : Node {
-  SavedTensor x{this}, w{this};  // x only when w needs a gradient, w only when x does
-  Shape x_shape, w_shape;
-  ConvTranspose2dOptions options;
-  bool has_bias = false;
-  bool channels_last = false;         // the forward's layout
-  bool weight_channels_last = false;  // the weight's own layout
+struct ConvTranspose2dBackward final : ConvNode<ConvTranspose2dOptions> {
   std::string name() const override { return "ConvTranspose2dBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor g = channels_last ? to_channels_last(grads[0]) : grads[0];
+    const Tensor g = grad_out(grads);
     TensorList out(3);
     if (wants_grad(*this, 0)) out[0] = cut_to_input(ops::conv2d(g, w.unpack(name()), Tensor(), options.conv()));
     if (wants_grad(*this, 1)) {
@@ -210,33 +228,13 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (x.defined() && x.dim() == 3) return conv_transpose2d(x.unsqueeze(0), weight, bias, options).squeeze(0);
   Tensor out = autograd::kept_or_run("conv_transpose2d", {x, weight, bias},  // Note [Selective checkpoint]
                                      [&] { return ops::conv_transpose2d(x, weight, bias, options); });
-  if (auto node = make_node<ConvTranspose2dBackward>({x, weight, bias})) {
-    if (wants_grad(*node, 1)) node->x = x;
-    if (wants_grad(*node, 0)) node->w = weight;
-    node->x_shape = x.sizes();
-    node->w_shape = weight.sizes();
-    node->options = options;
-    node->has_bias = bias.defined();
-    node->channels_last = suggests_channels_last(out);
-    node->weight_channels_last = is_channels_last(weight);
-    autograd::record(node, {out});
-  }
+  record_conv<ConvTranspose2dBackward>(out, x, weight, bias, options);
   return out;
 }
 
 void record_conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                    const Conv2dOptions& options) {
-  if (auto node = make_node<Conv2dBackward>({x, weight, bias})) {
-    if (wants_grad(*node, 1)) node->x = x;
-    if (wants_grad(*node, 0)) node->w = weight;
-    node->x_shape = x.sizes();
-    node->w_shape = weight.sizes();
-    node->options = options;
-    node->has_bias = bias.defined();
-    node->channels_last = suggests_channels_last(out);
-    node->weight_channels_last = is_channels_last(weight);
-    autograd::record(node, {out});
-  }
+  record_conv<Conv2dBackward>(out, x, weight, bias, options);
 }
 
 }  // namespace frugal

@@ -40,16 +40,19 @@ ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t d
   return r;
 }
 
+/// The number of elements x sorts along `dim` (a 0-d or undefined x: 1, which sorted_along checks).
+int64_t length_along(const char* op, const Tensor& x, int64_t dim) {
+  return x.defined() && x.dim() > 0 ? x.size(wrap_dim(dim, x.dim(), op)) : 1;
+}
+
 }  // namespace
 
 ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
-  const int64_t L = x.defined() && x.dim() > 0 ? x.size(wrap_dim(dim, x.dim(), "sort")) : 1;
-  return sorted_along("sort", x, L, dim, descending);
+  return sorted_along("sort", x, length_along("sort", x, dim), dim, descending);
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
-  const int64_t L = x.defined() && x.dim() > 0 ? x.size(wrap_dim(dim, x.dim(), "argsort")) : 1;
-  return sorted_along("argsort", x, L, dim, descending).indices;
+  return sorted_along("argsort", x, length_along("argsort", x, dim), dim, descending).indices;
 }
 
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
