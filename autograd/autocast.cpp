@@ -20,9 +20,9 @@
 //   Float32 -> float16/bfloat16 up to float32: softmax, log_softmax, masked_softmax,
 //              layer_norm, rms_norm, group_norm, cross_entropy, nll_loss, mse_loss,
 //              kl_div and the other losses, sum, mean, var, std (through var),
-//              vector_norm, cumsum, logsumexp, exp, log,
-//              log1p, softplus, pow, rsqrt, reciprocal (numerically sensitive, or
-//              reductions whose result needs the range).
+//              vector_norm, cumsum, logsumexp, exp, expm1, log, log2, log10,
+//              log1p, softplus, pow, rsqrt, reciprocal, tan, asin, acos, sinh, cosh
+//              (numerically sensitive, or reductions whose result needs the range).
 //   Refused -> binary_cross_entropy throws under autocast, as PyTorch: its logarithms of
 //              16-bit probabilities saturate; binary_cross_entropy_with_logits is the
 //              safe spelling.

@@ -71,5 +71,9 @@ Tensor Mish::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
   return mish(x);
 }
+Tensor LogSigmoid::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return logsigmoid(x);
+}
 
 }  // namespace frugal::nn

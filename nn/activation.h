@@ -101,4 +101,10 @@ class Mish : public UnaryModule {
   std::string type_name() const override { return "Mish"; }
 };
 
+class LogSigmoid : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LogSigmoid"; }
+};
+
 }  // namespace frugal::nn

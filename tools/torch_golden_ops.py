@@ -363,6 +363,11 @@ OPS = {
     "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
     "relu6": lambda x: F.relu6(x), "hardsigmoid": lambda x: F.hardsigmoid(x),
     "hardswish": lambda x: F.hardswish(x), "mish": lambda x: F.mish(x),
+    "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
+    "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erf": torch.erf,
+    "erfc": torch.erfc, "expm1": torch.expm1, "exp2": torch.exp2, "log2": torch.log2, "log10": torch.log10,
+    "logsigmoid": F.logsigmoid, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc,
+    "round": torch.round, "sign": torch.sign,
     # binary
     "add": lambda a, b, alpha=1.0: torch.add(a, b, alpha=alpha),
     "sub": lambda a, b, alpha=1.0: torch.sub(a, b, alpha=alpha),
@@ -1555,11 +1560,47 @@ def sort_cases(g):
     g.case("sort", "topk", [g.C((2, 5))], {"k": 0}, "k = 0")
 
 
+def unary_math_cases(g):
+    """tan, the inverse and hyperbolic functions, erf/erfc, expm1, exp2, log2, log10, logsigmoid and
+    the rounding ops (gradient zeros): two layouts each, float16/bfloat16, the domains' edges, NaN and
+    the infinities, ties of round, integer inputs. sign(NaN) is NaN in frugal and 0 in PyTorch (Note
+    [NaN stays NaN] in tensor/ops/unary_math.h): no NaN reaches sign here."""
+    nan, inf = float("nan"), float("inf")
+    table = [("tan", (-1.2, 1.2), ()), ("asin", (-0.95, 0.95), ()), ("acos", (-0.95, 0.95), ()),
+             ("atan", (-4, 4), ()), ("sinh", (-3, 3), ()), ("cosh", (-3, 3), ()), ("asinh", (-4, 4), ()),
+             ("acosh", (1.05, 4), ()), ("atanh", (-0.9, 0.9), ()), ("erf", (-3, 3), (0.0,)),
+             ("erfc", (-3, 3), ()), ("expm1", (-3, 3), (0.0,)), ("exp2", (-4, 4), ()), ("log2", (0.05, 4), (1.0,)),
+             ("log10", (0.05, 4), (1.0,)), ("logsigmoid", (-6, 6), ()), ("floor", (-3, 3), (1.0, -2.0)),
+             ("ceil", (-3, 3), (1.0, -2.0)), ("trunc", (-3, 3), (-0.5, 2.0)),
+             ("round", (-3, 3), (0.5, 1.5, -2.5, -0.5)), ("sign", (-2, 2), (0.0, -0.0))]
+    shapes = [(3, 5), (2, 3, 4), (7,)]
+    for i, (op, (lo, hi), special) in enumerate(table):
+        for j in range(2):
+            layout = LAYOUTS[(i + j) % len(LAYOUTS)]
+            g.case("unary", op, [g.L(layout, shape=shapes[(i + j) % len(shapes)], lo=lo, hi=hi, special=special)])
+    for dt in (torch.float16, torch.bfloat16):
+        for op, lo, hi, sp in [("erf", -3, 3, ()), ("expm1", -3, 3, ()), ("logsigmoid", -8, 8, ()),
+                               ("atan", -4, 4, ()), ("floor", -3, 3, (1.0,)), ("sign", -2, 2, (0.0,))]:
+            g.case("unary", op, [g.T((3, 6), lo=lo, hi=hi, dtype=dt, special=sp)])
+    for op in ("floor", "ceil", "trunc", "round", "erf", "erfc", "atan", "asinh", "expm1", "exp2", "logsigmoid",
+               "sinh", "cosh", "tan"):
+        g.case("unary", op, [g.C((2, 4), special=(nan, inf, -inf, 0.0, -0.0), grad=False)], {}, "NaN, infinities, -0")
+    g.case("unary", "sign", [g.C((2, 3), special=(inf, -inf, -0.0, 0.0), grad=False)], {}, "infinities, -0")
+    for op, sp in [("asin", (1.0, -1.0, 1.5)), ("acos", (1.0, -1.0, -1.5)), ("atanh", (1.0, -1.0, 2.0)),
+                   ("acosh", (1.0, 0.5)), ("log2", (0.0, -1.0)), ("log10", (0.0, -1.0))]:
+        g.case("unary", op, [g.C((2, 3), lo=0.1, hi=0.6, special=sp, grad=False)], {}, "the domain's edges")
+    g.case("unary", "logsigmoid", [g.C((2, 3), special=(-200.0, 200.0, -30.0, 30.0))], {}, "far tails")
+    for op in ("floor", "round", "sign"):
+        g.case("unary", op, [g.I(g.ints((2, 5), -6, 6))], {}, "int64")
+    g.case("unary", "erf", [g.C(())], {}, "0-d")
+    g.case("unary", "round", [g.T((0, 3))], {}, "size 0")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases):
+              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases):
         f(g)
     return g
 

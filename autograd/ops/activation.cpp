@@ -5,6 +5,7 @@
 //   hardtanh: x <= lo || x >= hi ? 0 : g          hardsigmoid: -3 < x < 3 ? g / 6 : 0
 //   hardswish: x < -3 ? 0 : x <= 3 ? g (x / 3 + 1 / 2) : g
 //   mish: g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x))
+//   logsigmoid: g (1 - sigmoid(x))
 // hardtanh could keep y instead (y <= lo exactly where x <= lo) only for bounds the dtype
 // represents: float16 y = -0.1 rounds above lo = -0.1 and would pass the gradient.
 #include "autograd/ops/activation.h"
@@ -30,5 +31,6 @@ Tensor relu6(const Tensor& x) {
 Tensor hardsigmoid(const Tensor& x) { return unary_op(UnaryOp::Hardsigmoid, x); }
 Tensor hardswish(const Tensor& x) { return unary_op(UnaryOp::Hardswish, x); }
 Tensor mish(const Tensor& x) { return unary_op(UnaryOp::Mish, x); }
+Tensor logsigmoid(const Tensor& x) { return unary_op(UnaryOp::LogSigmoid, x); }
 
 }  // namespace frugal

@@ -1,6 +1,6 @@
 #pragma once
 // Differentiable piecewise activations (torch.nn.functional's leaky_relu, elu, hardtanh, relu6,
-// hardsigmoid, hardswish and mish): the raw ops of tensor/ops/unary.h with PyTorch's
+// hardsigmoid, hardswish, mish and logsigmoid): the raw ops of tensor/ops/unary.h with PyTorch's
 // gradients at the kinks (derivatives.yaml and aten's activation kernels). A NaN input gives a
 // NaN output, and the gradient PyTorch's comparisons give it. Gradients come back in the
 // input's dtype.
@@ -24,5 +24,8 @@ Tensor hardsigmoid(const Tensor& x);
 Tensor hardswish(const Tensor& x);
 /// x tanh(softplus(x)).
 Tensor mish(const Tensor& x);
+/// log(sigmoid(x)) = -softplus(-x), finite for every finite x; the gradient is 1 - sigmoid(x)
+/// (torch.nn.functional.logsigmoid).
+Tensor logsigmoid(const Tensor& x);
 
 }  // namespace frugal

@@ -2,6 +2,9 @@
 // derivative one fused kernel (ops::unary_backward).
 #include "autograd/ops/unary.h"
 
+#include <cmath>
+#include <numbers>
+
 #include "autograd/autocast.h"
 #include "autograd/compress.h"
 #include "autograd/function.h"
@@ -38,6 +41,11 @@ namespace {
 //   reciprocal: -g y^2     sin: g cos x           cos: -g sin x          pow: g p x^(p - 1)
 //   affine: g scale        clamp: lo <= x <= hi ? g : 0
 //   log1p: g / (1 + x)     softplus: beta x > threshold ? g : g sigmoid(beta x)
+//   tan: g (1 + y^2)       asin: g / sqrt(1 - x^2)  acos: -g / sqrt(1 - x^2) atan: g / (1 + x^2)
+//   sinh: g cosh x         cosh: g sinh x          asinh: g / sqrt(x^2 + 1) acosh: g / sqrt(x^2 - 1)
+//   atanh: g / (1 - x^2)   erf: g 2 e^(-x^2) / sqrt(pi)                     erfc: -erf's
+//   expm1: g (y + 1)       exp2: g y ln 2          log2: g / (x ln 2)     log10: g / (x ln 10)
+//   floor, ceil, trunc, round, sign: zeros (PyTorch's; nothing saved)
 //   leaky_relu, elu, hardtanh, hardsigmoid, hardswish, mish: autograd/ops/activation.cpp
 
 const char* unary_node_name(UnaryOp op) {
@@ -168,6 +176,30 @@ Tensor autograd::detail::unary_grad_graph(UnaryOp op, const Tensor& g, const Ten
       const Tensor t = frugal::tanh(frugal::softplus(v));
       return frugal::mul(g, frugal::add(t, frugal::mul(frugal::mul(v, frugal::rsub(frugal::square(t), 1.0)), frugal::sigmoid(v))));
     }
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Trunc:
+    case UnaryOp::Round:
+    case UnaryOp::Sign: return constant([&] { return zeros_like(g); });
+    case UnaryOp::Tan: return frugal::mul(g, frugal::add(frugal::square(v), 1.0));
+    case UnaryOp::Asin: return frugal::mul(g, frugal::rsqrt(frugal::rsub(frugal::square(v), 1.0)));
+    case UnaryOp::Acos: return frugal::mul(g, frugal::neg(frugal::rsqrt(frugal::rsub(frugal::square(v), 1.0))));
+    case UnaryOp::Atan: return frugal::div(g, frugal::add(frugal::square(v), 1.0));
+    case UnaryOp::Sinh: return frugal::mul(g, frugal::cosh(v));
+    case UnaryOp::Cosh: return frugal::mul(g, frugal::sinh(v));
+    case UnaryOp::Asinh: return frugal::mul(g, frugal::rsqrt(frugal::add(frugal::square(v), 1.0)));
+    case UnaryOp::Acosh: return frugal::mul(g, frugal::rsqrt(frugal::add(frugal::square(v), -1.0)));
+    case UnaryOp::Atanh: return frugal::div(g, frugal::rsub(frugal::square(v), 1.0));
+    case UnaryOp::Erf:
+    case UnaryOp::Erfc: {
+      const double k = (op == UnaryOp::Erf ? 2.0 : -2.0) / std::sqrt(std::numbers::pi);
+      return frugal::mul(g, frugal::mul(frugal::exp(frugal::neg(frugal::square(v))), k));
+    }
+    case UnaryOp::Expm1: return frugal::mul(g, frugal::add(v, 1.0));
+    case UnaryOp::Exp2: return frugal::mul(g, frugal::mul(v, std::numbers::ln2));
+    case UnaryOp::Log2: return frugal::div(g, frugal::mul(v, std::numbers::ln2));
+    case UnaryOp::Log10: return frugal::div(g, frugal::mul(v, std::numbers::ln10));
+    case UnaryOp::LogSigmoid: return frugal::mul(g, frugal::sigmoid(frugal::neg(v)));  // 1 - sigmoid(x)
   }
   FRUGAL_FAIL(ops::unary_op_name(op), ": no double backward");
 }
@@ -204,8 +236,24 @@ struct UnaryBackward final : Node {
 
 /// The unary ops autocast runs in float32 (PyTorch's list; Note [Autocast]).
 bool float32_under_autocast(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Log || op == UnaryOp::Pow || op == UnaryOp::Rsqrt ||
-         op == UnaryOp::Reciprocal || op == UnaryOp::Log1p || op == UnaryOp::Softplus;
+  switch (op) {
+    case UnaryOp::Exp:
+    case UnaryOp::Expm1:
+    case UnaryOp::Log:
+    case UnaryOp::Log2:
+    case UnaryOp::Log10:
+    case UnaryOp::Log1p:
+    case UnaryOp::Pow:
+    case UnaryOp::Rsqrt:
+    case UnaryOp::Reciprocal:
+    case UnaryOp::Softplus:
+    case UnaryOp::Tan:
+    case UnaryOp::Asin:
+    case UnaryOp::Acos:
+    case UnaryOp::Sinh:
+    case UnaryOp::Cosh: return true;
+    default: return false;
+  }
 }
 
 /// The raw op through its public function, which checks its parameters (and runs pow(x, 2) as square).
@@ -280,6 +328,26 @@ Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }
 Tensor sin(const Tensor& x) { return unary_op(UnaryOp::Sin, x); }
 Tensor cos(const Tensor& x) { return unary_op(UnaryOp::Cos, x); }
+Tensor tan(const Tensor& x) { return unary_op(UnaryOp::Tan, x); }
+Tensor asin(const Tensor& x) { return unary_op(UnaryOp::Asin, x); }
+Tensor acos(const Tensor& x) { return unary_op(UnaryOp::Acos, x); }
+Tensor atan(const Tensor& x) { return unary_op(UnaryOp::Atan, x); }
+Tensor sinh(const Tensor& x) { return unary_op(UnaryOp::Sinh, x); }
+Tensor cosh(const Tensor& x) { return unary_op(UnaryOp::Cosh, x); }
+Tensor asinh(const Tensor& x) { return unary_op(UnaryOp::Asinh, x); }
+Tensor acosh(const Tensor& x) { return unary_op(UnaryOp::Acosh, x); }
+Tensor atanh(const Tensor& x) { return unary_op(UnaryOp::Atanh, x); }
+Tensor erf(const Tensor& x) { return unary_op(UnaryOp::Erf, x); }
+Tensor erfc(const Tensor& x) { return unary_op(UnaryOp::Erfc, x); }
+Tensor expm1(const Tensor& x) { return unary_op(UnaryOp::Expm1, x); }
+Tensor exp2(const Tensor& x) { return unary_op(UnaryOp::Exp2, x); }
+Tensor log2(const Tensor& x) { return unary_op(UnaryOp::Log2, x); }
+Tensor log10(const Tensor& x) { return unary_op(UnaryOp::Log10, x); }
+Tensor floor(const Tensor& x) { return unary_op(UnaryOp::Floor, x); }
+Tensor ceil(const Tensor& x) { return unary_op(UnaryOp::Ceil, x); }
+Tensor trunc(const Tensor& x) { return unary_op(UnaryOp::Trunc, x); }
+Tensor round(const Tensor& x) { return unary_op(UnaryOp::Round, x); }
+Tensor sign(const Tensor& x) { return unary_op(UnaryOp::Sign, x); }
 Tensor pow(const Tensor& x, double exponent) { return unary_op(UnaryOp::Pow, x, exponent); }
 Tensor affine(const Tensor& x, double scale, double shift) { return unary_op(UnaryOp::Affine, x, scale, shift); }
 Tensor clamp(const Tensor& x, double lo, double hi) { return unary_op(UnaryOp::Clamp, x, lo, hi); }

@@ -45,6 +45,37 @@ Tensor reciprocal(const Tensor& x);
 Tensor sin(const Tensor& x);
 /// Cosine.
 Tensor cos(const Tensor& x);
+/// tan, the inverse and hyperbolic functions (NaN outside their domains, as torch); the
+/// gradients are derivatives.yaml's: tan' = 1 + y^2 (from y), asin' = 1 / sqrt(1 - x^2),
+/// acos' = -asin', atan' = 1 / (1 + x^2), sinh' = cosh, cosh' = sinh, asinh' = 1 / sqrt(x^2 + 1),
+/// acosh' = 1 / sqrt(x^2 - 1), atanh' = 1 / (1 - x^2).
+Tensor tan(const Tensor& x);
+Tensor asin(const Tensor& x);
+Tensor acos(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor sinh(const Tensor& x);
+Tensor cosh(const Tensor& x);
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
+/// The error function; the gradient is 2 / sqrt(pi) e^(-x^2).
+Tensor erf(const Tensor& x);
+/// 1 - erf(x), accurate where erf(x) is near 1.
+Tensor erfc(const Tensor& x);
+/// e^x - 1, accurate near 0; the gradient y + 1 (from y).
+Tensor expm1(const Tensor& x);
+/// 2^x; the gradient y ln 2 (from y).
+Tensor exp2(const Tensor& x);
+/// Base-2 and base-10 logarithms.
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
+/// floor, ceil, trunc, round (to nearest, ties to even) and sign (-1, 0, 1; NaN for NaN), in x's
+/// dtype, integer tensors too; the gradient is zeros, as PyTorch's (nothing is saved).
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor trunc(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor sign(const Tensor& x);
 /// x ^ exponent
 Tensor pow(const Tensor& x, double exponent);
 /// x * scale + shift in one pass.

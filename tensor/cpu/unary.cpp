@@ -117,8 +117,8 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad
   if (op == UnaryOp::LeakyRelu && grad.dtype() == kFloat32 && dense_same_floating(L, kFloat32))
     return leaky_relu_dense_f32(L, 2, 1, a);
   visit_unary_op(op, [&]<UnaryOp kOp>() {
-    if constexpr (unary_grad_from(kOp) == UnaryGradFrom::Nothing) {
-      FRUGAL_FAIL(name, "_backward: a constant factor, computed by the affine kernel");
+    if constexpr (unary_grad_from(kOp) == UnaryGradFrom::Nothing || unary_grad_from(kOp) == UnaryGradFrom::Zero) {
+      FRUGAL_FAIL(name, "_backward: a constant (zeros, or the gradient scaled by the affine kernel)");
     } else {
       dispatch_floating(grad.dtype(), name, grad.device(), [&]<typename T>() {
         using M = opmath_t<T>;

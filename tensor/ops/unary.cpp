@@ -66,6 +66,27 @@ Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary(UnaryOp::Reciprocal, x); }
 Tensor sin(const Tensor& x) { return unary(UnaryOp::Sin, x); }
 Tensor cos(const Tensor& x) { return unary(UnaryOp::Cos, x); }
+Tensor tan(const Tensor& x) { return unary(UnaryOp::Tan, x); }
+Tensor asin(const Tensor& x) { return unary(UnaryOp::Asin, x); }
+Tensor acos(const Tensor& x) { return unary(UnaryOp::Acos, x); }
+Tensor atan(const Tensor& x) { return unary(UnaryOp::Atan, x); }
+Tensor sinh(const Tensor& x) { return unary(UnaryOp::Sinh, x); }
+Tensor cosh(const Tensor& x) { return unary(UnaryOp::Cosh, x); }
+Tensor asinh(const Tensor& x) { return unary(UnaryOp::Asinh, x); }
+Tensor acosh(const Tensor& x) { return unary(UnaryOp::Acosh, x); }
+Tensor atanh(const Tensor& x) { return unary(UnaryOp::Atanh, x); }
+Tensor erf(const Tensor& x) { return unary(UnaryOp::Erf, x); }
+Tensor erfc(const Tensor& x) { return unary(UnaryOp::Erfc, x); }
+Tensor expm1(const Tensor& x) { return unary(UnaryOp::Expm1, x); }
+Tensor exp2(const Tensor& x) { return unary(UnaryOp::Exp2, x); }
+Tensor log2(const Tensor& x) { return unary(UnaryOp::Log2, x); }
+Tensor log10(const Tensor& x) { return unary(UnaryOp::Log10, x); }
+Tensor logsigmoid(const Tensor& x) { return unary(UnaryOp::LogSigmoid, x); }
+Tensor floor(const Tensor& x) { return unary(UnaryOp::Floor, x); }
+Tensor ceil(const Tensor& x) { return unary(UnaryOp::Ceil, x); }
+Tensor trunc(const Tensor& x) { return unary(UnaryOp::Trunc, x); }
+Tensor round(const Tensor& x) { return unary(UnaryOp::Round, x); }
+Tensor sign(const Tensor& x) { return unary(UnaryOp::Sign, x); }
 
 Tensor pow(const Tensor& x, double exponent) {
   // x^2 is common (variances, norms): one correctly rounded multiply beats powf.
@@ -100,6 +121,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x_or_out, do
   FRUGAL_CHECK(grad.defined(), name, ": undefined gradient tensor");
   FRUGAL_CHECK(is_floating(grad.dtype()), name, ": expects a floating gradient, got ", grad.describe());
   const UnaryGradFrom from = unary_grad_from(op);
+  if (from == UnaryGradFrom::Zero) return zeros(grad.sizes(), grad.options());
   // A constant factor: -g or scale * g, one pass of the affine kernel.
   if (from == UnaryGradFrom::Nothing) return unary(UnaryOp::Affine, grad, op == UnaryOp::Neg ? -1.0 : a, 0.0);
   const char* what = from == UnaryGradFrom::Output ? "output" : "input";

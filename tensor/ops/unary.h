@@ -5,7 +5,7 @@
 // its derivative through a second one (unary_backward_kernel, for autograd); the
 // scalar formulas of both live in tensor/ops/unary_math.h, shared by the CPU and CUDA
 // kernels so both compute the same thing. Floating dtypes only, except neg, abs,
-// relu and square, which also take int32 and int64.
+// relu, square, floor, ceil, trunc, round and sign, which also take int32 and int64.
 #include <cstdint>
 
 #include "tensor/tensor.h"
@@ -58,6 +58,40 @@ Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+/// tan, and the inverse and hyperbolic functions, as std:: / torch: NaN outside the domain
+/// (asin, acos and atanh of |x| > 1, acosh of x < 1); atanh(+-1) = +-inf.
+Tensor tan(const Tensor& x);
+Tensor asin(const Tensor& x);
+Tensor acos(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor sinh(const Tensor& x);
+Tensor cosh(const Tensor& x);
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
+/// The error function and its complement 1 - erf(x) (accurate where erf(x) is near 1).
+Tensor erf(const Tensor& x);
+Tensor erfc(const Tensor& x);
+/// e^x - 1, accurate for small x (where e^x rounds to 1 first).
+Tensor expm1(const Tensor& x);
+/// 2^x
+Tensor exp2(const Tensor& x);
+/// Base-2 and base-10 logarithms.
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
+/// log(sigmoid(x)) = -softplus(-x), without overflow or cancellation at either end
+/// (torch.nn.functional.logsigmoid).
+Tensor logsigmoid(const Tensor& x);
+/// Rounding to an integral value, in x's dtype: floor, ceil, trunc (toward 0) and round (to the
+/// nearest, ties to even, as torch.round). Integer tensors come back unchanged (a copy). The
+/// gradient is 0 (as PyTorch's), so a value that went through them carries none.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor trunc(const Tensor& x);
+Tensor round(const Tensor& x);
+/// -1, 0 or 1 in x's dtype (any numeric dtype); sign(-0) = 0. sign(NaN) is NaN: PyTorch gives
+/// 0 there, which turns a NaN into a plausible number (Note [NaN stays NaN] in unary_math.h).
+Tensor sign(const Tensor& x);
 /// x ^ exponent (exponent 2 runs as square; 0.5 and -0.5 as sqrt and rsqrt, as PyTorch: see
 /// Note [pow of 0.5 and -0.5] in unary_math.h).
 Tensor pow(const Tensor& x, double exponent);
@@ -105,7 +139,28 @@ Tensor isfinite(const Tensor& x);
   X(Hardtanh, "hardtanh", false)     \
   X(Hardsigmoid, "hardsigmoid", false) \
   X(Hardswish, "hardswish", false)   \
-  X(Mish, "mish", false)
+  X(Mish, "mish", false)             \
+  X(Tan, "tan", false)               \
+  X(Asin, "asin", false)             \
+  X(Acos, "acos", false)             \
+  X(Atan, "atan", false)             \
+  X(Sinh, "sinh", false)             \
+  X(Cosh, "cosh", false)             \
+  X(Asinh, "asinh", false)           \
+  X(Acosh, "acosh", false)           \
+  X(Atanh, "atanh", false)           \
+  X(Erf, "erf", false)               \
+  X(Erfc, "erfc", false)             \
+  X(Expm1, "expm1", false)           \
+  X(Exp2, "exp2", false)             \
+  X(Log2, "log2", false)             \
+  X(Log10, "log10", false)           \
+  X(LogSigmoid, "logsigmoid", false) \
+  X(Floor, "floor", true)            \
+  X(Ceil, "ceil", true)              \
+  X(Trunc, "trunc", true)            \
+  X(Round, "round", true)            \
+  X(Sign, "sign", true)
 
 /// Which unary op a kernel runs. Pow uses a = exponent; Affine a = scale, b = shift;
 /// Clamp a = lo, b = hi; Softplus a = beta, b = threshold; LeakyRelu a = negative slope;
@@ -164,6 +219,7 @@ inline const char* float_class_name(FloatClass c) {
 
 /// Which forward value the derivative of an op is computed from (see unary_backward).
 enum class UnaryGradFrom : uint8_t {
+  Zero,     // floor, ceil, trunc, round, sign: 0 wherever the derivative exists (as PyTorch)
   Nothing,  // neg, affine: a constant factor
   Input,    // x
   Output,   // y = f(x): exp, sqrt, rsqrt, tanh, sigmoid, reciprocal, relu
@@ -171,13 +227,22 @@ enum class UnaryGradFrom : uint8_t {
 
 /// What unary_backward(op, ...) must be given. Output where the derivative is cheaper
 /// from y (exp: y, tanh: 1 - y^2, sqrt: 1 / 2y, rsqrt: -y^3 / 2, reciprocal: -y^2,
-/// sigmoid: y (1 - y)) or equally cheap (relu: y > 0 exactly where x > 0), so the
+/// sigmoid: y (1 - y), expm1: y + 1, exp2: y ln 2, tan: 1 + y^2) or equally cheap (relu:
+/// y > 0 exactly where x > 0), so the
 /// autograd op can keep y, which the next op usually keeps too; Input otherwise.
 constexpr UnaryGradFrom unary_grad_from(UnaryOp op) {
   switch (op) {
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Trunc:
+    case UnaryOp::Round:
+    case UnaryOp::Sign: return UnaryGradFrom::Zero;
     case UnaryOp::Neg:
     case UnaryOp::Affine: return UnaryGradFrom::Nothing;
     case UnaryOp::Exp:
+    case UnaryOp::Expm1:
+    case UnaryOp::Exp2:
+    case UnaryOp::Tan:
     case UnaryOp::Sqrt:
     case UnaryOp::Rsqrt:
     case UnaryOp::Tanh:
@@ -190,7 +255,8 @@ constexpr UnaryGradFrom unary_grad_from(UnaryOp op) {
 
 /// grad * f'(x) in one fused kernel (llm.c's gelu_backward style), where f = `op` with
 /// parameters a, b as in unary(). `x_or_out` is the forward input x or output y, as
-/// unary_grad_from(op) says (undefined is fine for neg and affine); it has grad's shape
+/// unary_grad_from(op) says (undefined is fine for neg, affine and the rounding ops, whose
+/// gradient is zeros); it has grad's shape
 /// and dtype (any strides). Floating dtypes; 16-bit types compute in float. The result
 /// is a fresh contiguous tensor of grad's shape and dtype. Conventions at the kinks, as
 /// PyTorch: relu' = 0 at 0, abs' = 0 at 0, clamp passes the gradient where lo <= x <= hi,
@@ -204,7 +270,7 @@ namespace frugal::ops::cpu {
 // out, x: same shape (any strides); out.dtype() == x.dtype()
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);
 // grad_in, grad, v: same shape and floating dtype (grad, v any strides); v = x or y as
-// unary_grad_from(op) says; op is not neg or affine.
+// unary_grad_from(op) says; op is not neg, affine or a rounding op (unary_grad_from: Zero).
 void unary_backward_kernel(UnaryOp op, const Tensor& grad_in, const Tensor& grad, const Tensor& v, double a, double b);
 // out: bool, x: floating, same shape (any strides); out = x is in class `c`.
 void float_class_kernel(FloatClass c, const Tensor& out, const Tensor& x);

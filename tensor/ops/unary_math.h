@@ -42,6 +42,40 @@ FRUGAL_HD float cos(float x) { return ::cosf(x); }
 FRUGAL_HD double cos(double x) { return ::cos(x); }
 FRUGAL_HD float fabs(float x) { return ::fabsf(x); }
 FRUGAL_HD double fabs(double x) { return ::fabs(x); }
+FRUGAL_HD float exp2(float x) { return ::exp2f(x); }
+FRUGAL_HD double exp2(double x) { return ::exp2(x); }
+FRUGAL_HD float log2(float x) { return ::log2f(x); }
+FRUGAL_HD double log2(double x) { return ::log2(x); }
+FRUGAL_HD float log10(float x) { return ::log10f(x); }
+FRUGAL_HD double log10(double x) { return ::log10(x); }
+FRUGAL_HD float tan(float x) { return ::tanf(x); }
+FRUGAL_HD double tan(double x) { return ::tan(x); }
+FRUGAL_HD float asin(float x) { return ::asinf(x); }
+FRUGAL_HD double asin(double x) { return ::asin(x); }
+FRUGAL_HD float acos(float x) { return ::acosf(x); }
+FRUGAL_HD double acos(double x) { return ::acos(x); }
+FRUGAL_HD float atan(float x) { return ::atanf(x); }
+FRUGAL_HD double atan(double x) { return ::atan(x); }
+FRUGAL_HD float sinh(float x) { return ::sinhf(x); }
+FRUGAL_HD double sinh(double x) { return ::sinh(x); }
+FRUGAL_HD float cosh(float x) { return ::coshf(x); }
+FRUGAL_HD double cosh(double x) { return ::cosh(x); }
+FRUGAL_HD float asinh(float x) { return ::asinhf(x); }
+FRUGAL_HD double asinh(double x) { return ::asinh(x); }
+FRUGAL_HD float acosh(float x) { return ::acoshf(x); }
+FRUGAL_HD double acosh(double x) { return ::acosh(x); }
+FRUGAL_HD float atanh(float x) { return ::atanhf(x); }
+FRUGAL_HD double atanh(double x) { return ::atanh(x); }
+FRUGAL_HD float floor(float x) { return ::floorf(x); }
+FRUGAL_HD double floor(double x) { return ::floor(x); }
+FRUGAL_HD float ceil(float x) { return ::ceilf(x); }
+FRUGAL_HD double ceil(double x) { return ::ceil(x); }
+FRUGAL_HD float trunc(float x) { return ::truncf(x); }
+FRUGAL_HD double trunc(double x) { return ::trunc(x); }
+// rint rounds in the current rounding mode, to nearest with ties to even unless a program
+// changed it (torch.round uses nearbyint, the same).
+FRUGAL_HD float rint(float x) { return ::rintf(x); }
+FRUGAL_HD double rint(double x) { return ::rint(x); }
 FRUGAL_HD float pow(float x, float y) { return ::powf(x, y); }
 FRUGAL_HD double pow(double x, double y) { return ::pow(x, y); }
 FRUGAL_HD float rsqrt(float x) {
@@ -114,6 +148,22 @@ FRUGAL_HD M pow_scalar(M x, M e) {
   return pow(x, e);
 }
 
+// Note [NaN stays NaN]
+// Every op here gives NaN for a NaN input, also where PyTorch does not: its sign(NaN) is 0 and
+// its abs' at NaN is sign(NaN) = 0 (pytorch/pytorch#41245), which turn a NaN that reached them
+// into a plausible number, so a diverged run goes on with finite losses. frugal's sign(NaN) is
+// NaN, and abs' at NaN is NaN wherever the incoming gradient is nonzero.
+
+/// -1, 0 or 1; NaN for NaN (Note [NaN stays NaN]); 0 (not -0) for -0, as PyTorch.
+template <typename M>
+FRUGAL_HD M sign(M x) {
+  if constexpr (std::is_integral_v<M>) {
+    return M(x > 0) - M(x < 0);
+  } else {
+    return x > M(0) ? M(1) : x < M(0) ? M(-1) : x == M(0) ? M(0) : x;
+  }
+}
+
 /// Two's-complement wrap-around for integer neg and square, as PyTorch (and the
 /// hardware) do, without signed-overflow undefined behaviour.
 template <typename T>
@@ -159,6 +209,19 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     } else {
       return x * x;
     }
+  } else if constexpr (kOp == U::Sign) {
+    return math::sign(x);
+  } else if constexpr (kInt) {  // floor, ceil, trunc, round: an integer is already integral
+    static_assert(kOp == U::Floor || kOp == U::Ceil || kOp == U::Trunc || kOp == U::Round);
+    return x;
+  } else if constexpr (kOp == U::Floor) {
+    return math::floor(x);
+  } else if constexpr (kOp == U::Ceil) {
+    return math::ceil(x);
+  } else if constexpr (kOp == U::Trunc) {
+    return math::trunc(x);
+  } else if constexpr (kOp == U::Round) {
+    return math::rint(x);
   }
   // Floating only.
   else if constexpr (kOp == U::Exp) {
@@ -212,6 +275,38 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     return x * math::relu6_shifted(x) / M(6);
   } else if constexpr (kOp == U::Mish) {
     return x * math::tanh(math::softplus_stable(x));
+  } else if constexpr (kOp == U::Tan) {
+    return math::tan(x);
+  } else if constexpr (kOp == U::Asin) {
+    return math::asin(x);
+  } else if constexpr (kOp == U::Acos) {
+    return math::acos(x);
+  } else if constexpr (kOp == U::Atan) {
+    return math::atan(x);
+  } else if constexpr (kOp == U::Sinh) {
+    return math::sinh(x);
+  } else if constexpr (kOp == U::Cosh) {
+    return math::cosh(x);
+  } else if constexpr (kOp == U::Asinh) {
+    return math::asinh(x);
+  } else if constexpr (kOp == U::Acosh) {
+    return math::acosh(x);
+  } else if constexpr (kOp == U::Atanh) {
+    return math::atanh(x);
+  } else if constexpr (kOp == U::Erf) {
+    return math::erf(x);
+  } else if constexpr (kOp == U::Erfc) {
+    return math::erfc(x);
+  } else if constexpr (kOp == U::Expm1) {
+    return math::expm1(x);
+  } else if constexpr (kOp == U::Exp2) {
+    return math::exp2(x);
+  } else if constexpr (kOp == U::Log2) {
+    return math::log2(x);
+  } else if constexpr (kOp == U::Log10) {
+    return math::log10(x);
+  } else if constexpr (kOp == U::LogSigmoid) {  // -softplus(-x) = min(x, 0) - log1p(e^-|x|), +0 far right
+    return (x < M(0) ? x : M(0)) - math::log1p(math::exp(-math::fabs(x)));
   } else {
     static_assert(kOp == U::Clamp, "unary_apply: an op without a formula");
     if (a != a || b != b) return a + b;      // a NaN bound gives NaN everywhere, as PyTorch
@@ -237,6 +332,7 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
   using U = UnaryOp;
   static_assert(!std::is_integral_v<M>, "unary_grad: floating types only");
   static_assert(unary_grad_from(kOp) != UnaryGradFrom::Nothing, "neg and affine scale the gradient: use affine");
+  static_assert(unary_grad_from(kOp) != UnaryGradFrom::Zero, "the rounding ops' gradient is zeros: no kernel");
   (void)b;
   if constexpr (kOp == U::Exp) {  // v = y: dy/dx = y
     return g * v;
@@ -303,6 +399,43 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
   } else if constexpr (kOp == U::Mish) {  // t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x))
     const M t = math::tanh(math::softplus_stable(v));
     return g * (t + v * math::logistic(v).s * (M(1) - t * t));
+  } else if constexpr (kOp == U::Tan) {  // v = y: 1 + y^2
+    return g * (M(1) + v * v);
+  } else if constexpr (kOp == U::Asin) {  // 1 / sqrt(1 - x^2)
+    return g * math::rsqrt(M(1) - v * v);
+  } else if constexpr (kOp == U::Acos) {  // -1 / sqrt(1 - x^2)
+    return -g * math::rsqrt(M(1) - v * v);
+  } else if constexpr (kOp == U::Atan) {  // 1 / (1 + x^2)
+    return g / (v * v + M(1));
+  } else if constexpr (kOp == U::Sinh) {
+    return g * math::cosh(v);
+  } else if constexpr (kOp == U::Cosh) {
+    return g * math::sinh(v);
+  } else if constexpr (kOp == U::Asinh) {  // 1 / sqrt(x^2 + 1)
+    return g * math::rsqrt(v * v + M(1));
+  } else if constexpr (kOp == U::Acosh) {  // 1 / sqrt(x^2 - 1)
+    return g * math::rsqrt(v * v - M(1));
+  } else if constexpr (kOp == U::Atanh) {  // 1 / (1 - x^2)
+    return g / (M(1) - v * v);
+  } else if constexpr (kOp == U::Erf) {  // 2 / sqrt(pi) e^(-x^2)
+    constexpr M k2OverSqrtPi = M(1.12837916709551257390);
+    return g * k2OverSqrtPi * math::exp(-v * v);
+  } else if constexpr (kOp == U::Erfc) {
+    constexpr M k2OverSqrtPi = M(1.12837916709551257390);
+    return -g * k2OverSqrtPi * math::exp(-v * v);
+  } else if constexpr (kOp == U::Expm1) {  // v = y: e^x = y + 1
+    return g * (v + M(1));
+  } else if constexpr (kOp == U::Exp2) {  // v = y: 2^x ln 2
+    constexpr M kLn2 = M(0.69314718055994530942);
+    return g * v * kLn2;
+  } else if constexpr (kOp == U::Log2) {  // 1 / (x ln 2), as PyTorch
+    constexpr M kLn2 = M(0.69314718055994530942);
+    return g / (v * kLn2);
+  } else if constexpr (kOp == U::Log10) {
+    constexpr M kLn10 = M(2.30258509299404568402);
+    return g / (v * kLn10);
+  } else if constexpr (kOp == U::LogSigmoid) {  // 1 - sigmoid(x), from exp(-|x|) (Note [Activation tails])
+    return g * math::logistic(v).sc;
   } else {
     static_assert(kOp == U::Clamp, "unary_grad: an op without a derivative");
     return (v >= a && v <= b) ? g : M(0);  // lo <= x <= hi; NaN or lo > hi: 0

@@ -214,4 +214,7 @@ TEST_CASE("activations: the nn modules call their functions with their parameter
   same(hw, hardswish(x), "");
   nn::Mish mish_module;
   same(mish_module, mish(x), "");
+  nn::LogSigmoid log_sigmoid;
+  same(log_sigmoid, logsigmoid(x), "");
+  CHECK(log_sigmoid.type_name() == "LogSigmoid");
 }

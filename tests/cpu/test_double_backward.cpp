@@ -105,6 +105,22 @@ TEST_CASE("double backward: unary ops and activations against differences of gra
       {"hardsigmoid", [](const TensorList& t) { return frugal::mul(frugal::hardsigmoid(t[0]), t[0]); }},
       {"clamp", [](const TensorList& t) { return frugal::mul(frugal::clamp(t[0], -1.0, 1.0), t[0]); }},
       {"hardtanh", [](const TensorList& t) { return frugal::mul(frugal::hardtanh(t[0], -1.0, 1.0), t[0]); }},
+      {"tan", [](const TensorList& t) { return frugal::tan(frugal::mul(t[0], 0.5)); }},
+      {"asin", [](const TensorList& t) { return frugal::asin(frugal::mul(t[0], 0.4)); }},
+      {"acos", [](const TensorList& t) { return frugal::acos(frugal::mul(t[0], 0.4)); }},
+      {"atanh", [](const TensorList& t) { return frugal::atanh(frugal::mul(t[0], 0.4)); }},
+      {"atan", [](const TensorList& t) { return frugal::atan(t[0]); }},
+      {"sinh", [](const TensorList& t) { return frugal::sinh(t[0]); }},
+      {"cosh", [](const TensorList& t) { return frugal::cosh(t[0]); }},
+      {"asinh", [](const TensorList& t) { return frugal::asinh(t[0]); }},
+      {"erf", [](const TensorList& t) { return frugal::erf(t[0]); }},
+      {"erfc", [](const TensorList& t) { return frugal::erfc(t[0]); }},
+      {"expm1", [](const TensorList& t) { return frugal::expm1(t[0]); }},
+      {"exp2", [](const TensorList& t) { return frugal::exp2(t[0]); }},
+      {"logsigmoid", [](const TensorList& t) { return frugal::logsigmoid(t[0]); }},
+      {"floor", [](const TensorList& t) { return frugal::mul(frugal::floor(frugal::mul(t[0], 1.7)), t[0]); }},
+      {"round", [](const TensorList& t) { return frugal::mul(frugal::round(t[0]), t[0]); }},
+      {"sign", [](const TensorList& t) { return frugal::mul(frugal::sign(t[0]), frugal::square(t[0])); }},
   };
   for (const auto& [name, f] : anywhere) {
     CAPTURE(name);
@@ -116,6 +132,9 @@ TEST_CASE("double backward: unary ops and activations against differences of gra
       {"rsqrt", [](const TensorList& t) { return frugal::rsqrt(t[0]); }},
       {"log1p", [](const TensorList& t) { return frugal::log1p(t[0]); }},
       {"pow 0.5", [](const TensorList& t) { return frugal::pow(t[0], 0.5); }},
+      {"log2", [](const TensorList& t) { return frugal::log2(t[0]); }},
+      {"log10", [](const TensorList& t) { return frugal::log10(t[0]); }},
+      {"acosh", [](const TensorList& t) { return frugal::acosh(frugal::add(t[0], 1.0)); }},
   };
   for (const auto& [name, f] : positive) {
     CAPTURE(name);

@@ -14,6 +14,8 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "autograd/ops/activation.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "tensor/factory.h"
@@ -75,6 +77,27 @@ std::vector<UnaryCase> unary_cases() {
       {"clamp", [](const Tensor& x) { return ops::clamp(x, -0.5, 0.75); },
        [](double x) { return std::min(std::max(x, -0.5), 0.75); }},
       {"clamp(lo>hi)", [](const Tensor& x) { return ops::clamp(x, 1.0, -1.0); }, [](double) { return -1.0; }},
+      {"tan", ops::tan, [](double x) { return std::tan(x); }, -1.2, 1.2},
+      {"asin", ops::asin, [](double x) { return std::asin(x); }, -1.0, 1.0},
+      {"acos", ops::acos, [](double x) { return std::acos(x); }, -1.0, 1.0},
+      {"atan", ops::atan, [](double x) { return std::atan(x); }, -6.0, 6.0},
+      {"sinh", ops::sinh, [](double x) { return std::sinh(x); }, -5.0, 5.0},
+      {"cosh", ops::cosh, [](double x) { return std::cosh(x); }, -5.0, 5.0},
+      {"asinh", ops::asinh, [](double x) { return std::asinh(x); }, -6.0, 6.0},
+      {"acosh", ops::acosh, [](double x) { return std::acosh(x); }, 1.0, 6.0},
+      {"atanh", ops::atanh, [](double x) { return std::atanh(x); }, -0.95, 0.95},
+      {"erf", ops::erf, [](double x) { return std::erf(x); }},
+      {"erfc", ops::erfc, [](double x) { return std::erfc(x); }, -1.0, 4.0},
+      {"expm1", ops::expm1, [](double x) { return std::expm1(x); }},
+      {"exp2", ops::exp2, [](double x) { return std::exp2(x); }, -6.0, 6.0},
+      {"log2", ops::log2, [](double x) { return std::log2(x); }, 0.05, 9.0},
+      {"log10", ops::log10, [](double x) { return std::log10(x); }, 0.05, 9.0},
+      {"logsigmoid", ops::logsigmoid, [](double x) { return -std::log1p(std::exp(-x)); }, -20.0, 20.0},
+      {"floor", ops::floor, [](double x) { return std::floor(x); }, -4.0, 4.0},
+      {"ceil", ops::ceil, [](double x) { return std::ceil(x); }, -4.0, 4.0},
+      {"trunc", ops::trunc, [](double x) { return std::trunc(x); }, -4.0, 4.0},
+      {"round", ops::round, [](double x) { return std::nearbyint(x); }, -4.0, 4.0},
+      {"sign", ops::sign, [](double x) { return double((x > 0) - (x < 0)); }},
   };
 }
 
@@ -184,6 +207,100 @@ TEST_CASE("unary: errors name the op and the tensor") {
   check_error([&] { ops::sqrt(Tensor()); }, {"sqrt", "undefined"});
 }
 
+TEST_CASE("unary: rounding, sign and the math functions at special values follow PyTorch") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  // PyTorch 1.13's outputs for these inputs (torch.floor(x) & co. in float32).
+  const std::vector<double> x{-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, nan, inf, -inf};
+  auto each = [&](double (*f)(double)) {
+    std::vector<double> y;
+    for (double v : x) y.push_back(f(v));
+    return y;
+  };
+  struct Expect {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    std::vector<double> y;
+  };
+  const std::vector<Expect> expected{
+      {"floor", ops::floor, {-3, -2, -1, -0.0, 0, 0, 1, 2, nan, inf, -inf}},
+      {"ceil", ops::ceil, {-2, -1, -0.0, -0.0, 0, 1, 2, 3, nan, inf, -inf}},
+      {"trunc", ops::trunc, {-2, -1, -0.0, -0.0, 0, 0, 1, 2, nan, inf, -inf}},
+      {"round", ops::round, {-2, -2, -0.0, -0.0, 0, 0, 2, 2, nan, inf, -inf}},  // ties to even
+      // PyTorch's sign(NaN) is 0; frugal keeps the NaN (Note [NaN stays NaN]).
+      {"sign", ops::sign, {-1, -1, -1, 0, 0, 1, 1, 1, nan, 1, -1}},
+      // The smooth ones as libm gives them in float64 (IEEE's values at -0, the infinities and
+      // outside the domains, as PyTorch's).
+      {"erf", ops::erf, each([](double v) { return std::erf(v); })},
+      {"erfc", ops::erfc, each([](double v) { return std::erfc(v); })},
+      {"expm1", ops::expm1, each([](double v) { return std::expm1(v); })},
+      {"atan", ops::atan, each([](double v) { return std::atan(v); })},
+      {"asin", ops::asin, each([](double v) { return std::asin(v); })},
+      {"acosh", ops::acosh, each([](double v) { return std::acosh(v); })},
+      {"atanh", ops::atanh, each([](double v) { return std::atanh(v); })},
+      {"log2", ops::log2, each([](double v) { return std::log2(v); })},
+      // torch: +0 at +inf, -inf at -inf, never log(0) or 1 - 1 in between.
+      {"logsigmoid", ops::logsigmoid, each([](double v) { return v > 1e300 ? 0.0 : -std::log1p(std::exp(-v)); })},
+  };
+  for (DType dt : kFloatTypes) {
+    const Tensor t = make_tensor(x, {11}, {dt});
+    for (const Expect& e : expected) {
+      const std::string what = std::string(e.name) + " " + dtype_name(dt);
+      const Tensor y = e.op(t);
+      check_close(y, e.y, default_rtol(dt), 0, what);
+      const std::vector<double> got = values_of(y);
+      for (size_t i = 0; i < got.size(); ++i)  // the sign of a zero too (-0.5 rounds to -0)
+        if (e.y[i] == 0) CHECK_MESSAGE(std::signbit(got[i]) == std::signbit(e.y[i]), what, " at ", x[i]);
+    }
+  }
+  // Far tails: logsigmoid is x below -30 and -e^-x above 30.
+  check_close(ops::logsigmoid(make_tensor({-200.0, 200.0, 40.0}, {3}, {kFloat32})), {-200.0, 0.0, -std::exp(-40.0)},
+              1e-6, 0, "logsigmoid tails");
+  // Rounding in float32 beyond 2^23 (already integral) and at the largest float below 0.5.
+  const float below_half = std::nextafter(0.5f, 0.0f);
+  check_close(ops::round(make_tensor({double(below_half), 8388609.0, -8388609.0}, {3}, {kFloat32})),
+              {0.0, 8388609.0, -8388609.0}, 0, 0, "round near 0.5 and past 2^23");
+}
+
+TEST_CASE("unary: floor, ceil, trunc, round and sign on integers") {
+  for (DType dt : {kInt32, kInt64}) {
+    const std::vector<double> v{-7, -1, 0, 3, 12, -2147483648.0, 2147483647.0};
+    const Tensor x = make_tensor(v, {7}, {dt}, Layout::Strided);
+    for (auto op : {ops::floor, ops::ceil, ops::trunc, ops::round}) {
+      const Tensor y = op(x);
+      REQUIRE(y.dtype() == dt);
+      check_close(y, v, 0, 0, std::string("identity on ") + dtype_name(dt));
+      CHECK_FALSE(y.shares_storage(x));
+    }
+    check_close(ops::sign(x), {-1, -1, 0, 1, 1, -1, 1}, 0, 0, std::string("sign ") + dtype_name(dt));
+  }
+  check_error([] { ops::floor(make_tensor({1, 0}, {2}, {kBool})); }, {"floor", "floating or integer", "bool[2]"});
+  check_error([] { ops::erf(make_tensor({1, 2}, {2}, {kInt64})); }, {"erf", "floating", "int64[2]"});
+}
+
+TEST_CASE("autograd ops: the rounding ops pass zeros and save nothing; the math functions' gradients") {
+  for (auto op : {frugal::floor, frugal::ceil, frugal::trunc, frugal::round, frugal::sign}) {
+    Tensor x = leaf({2, 3}, 21);
+    const Tensor y = op(x);
+    CHECK(y.grad_fn_name().find("Backward") != std::string::npos);
+    sum(mul(y, 3.0)).backward();
+    REQUIRE(x.grad().defined());
+    check_close(x.grad(), std::vector<double>(6, 0.0), 0, 0, y.grad_fn_name());
+  }
+  CHECK(frugal::round(leaf({2}, 1)).grad_fn_name() == "RoundBackward");
+  // A NaN or infinite upstream gradient stays out of the zeros (PyTorch's zeros_like).
+  Tensor x = leaf({2}, 3);
+  frugal::floor(x).backward(make_tensor({std::nan(""), std::numeric_limits<double>::infinity()}, {2}, {kFloat64}));
+  check_close(x.grad(), {0, 0}, 0, 0, "floor of a NaN gradient");
+  // Gradchecks of every function, and second order, are in the differentiable op table
+  // (tests/op_table/grad_ops_elementwise.cpp); here the nodes' names and what they keep.
+  CHECK(frugal::tan(leaf({2}, 4)).grad_fn_name() == "TanBackward");
+  CHECK(logsigmoid(leaf({2}, 4)).grad_fn_name() == "LogSigmoidBackward");
+  Tensor t = leaf({3}, 5);
+  Tensor y = frugal::expm1(t);  // keeps y: changing it in place is caught
+  ops::mul_(y, 2.0);
+  check_error([&] { sum(y).backward(); }, {"Expm1Backward", "modified by an in-place"});
+}
+
 // ---- the derivative kernels: ops::unary_backward ------------------------------------
 
 namespace {
@@ -228,6 +345,22 @@ std::vector<DerivCase> deriv_cases() {
       {"pow(0.5)", UnaryOp::Pow, 0.5, 0, [](double x) { return 0.5 / std::sqrt(x); }, 0.1, 4.0},
       {"affine", UnaryOp::Affine, 1.5, -0.25, [](double) { return 1.5; }},
       {"clamp", UnaryOp::Clamp, -0.5, 0.75, [](double x) { return (x >= -0.5 && x <= 0.75) ? 1.0 : 0.0; }},
+      {"tan", UnaryOp::Tan, 0, 0, [](double x) { return 1.0 / (std::cos(x) * std::cos(x)); }, -1.2, 1.2},
+      {"asin", UnaryOp::Asin, 0, 0, [](double x) { return 1.0 / std::sqrt(1 - x * x); }, -0.9, 0.9},
+      {"acos", UnaryOp::Acos, 0, 0, [](double x) { return -1.0 / std::sqrt(1 - x * x); }, -0.9, 0.9},
+      {"atan", UnaryOp::Atan, 0, 0, [](double x) { return 1.0 / (1 + x * x); }, -5.0, 5.0},
+      {"sinh", UnaryOp::Sinh, 0, 0, [](double x) { return std::cosh(x); }},
+      {"cosh", UnaryOp::Cosh, 0, 0, [](double x) { return std::sinh(x); }},
+      {"asinh", UnaryOp::Asinh, 0, 0, [](double x) { return 1.0 / std::sqrt(x * x + 1); }, -5.0, 5.0},
+      {"acosh", UnaryOp::Acosh, 0, 0, [](double x) { return 1.0 / std::sqrt(x * x - 1); }, 1.3, 5.0},
+      {"atanh", UnaryOp::Atanh, 0, 0, [](double x) { return 1.0 / (1 - x * x); }, -0.8, 0.8},
+      {"erf", UnaryOp::Erf, 0, 0, [pi](double x) { return 2.0 / std::sqrt(pi) * std::exp(-x * x); }},
+      {"erfc", UnaryOp::Erfc, 0, 0, [pi](double x) { return -2.0 / std::sqrt(pi) * std::exp(-x * x); }},
+      {"expm1", UnaryOp::Expm1, 0, 0, [](double x) { return std::exp(x); }, -1.5, 3.0},
+      {"exp2", UnaryOp::Exp2, 0, 0, [](double x) { return std::exp2(x) * std::log(2.0); }},
+      {"log2", UnaryOp::Log2, 0, 0, [](double x) { return 1.0 / (x * std::log(2.0)); }, 0.1, 4.0},
+      {"log10", UnaryOp::Log10, 0, 0, [](double x) { return 1.0 / (x * std::log(10.0)); }, 0.1, 4.0},
+      {"logsigmoid", UnaryOp::LogSigmoid, 0, 0, [](double x) { return 1.0 / (1 + std::exp(x)); }, -8.0, 8.0},
   };
 }
 

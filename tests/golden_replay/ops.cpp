@@ -164,7 +164,12 @@ const std::map<std::string, OpFn>& op_table() {
       {"tanh", unary(tanh)}, {"sigmoid", unary(sigmoid)}, {"relu", unary(relu)}, {"silu", unary(silu)},
       {"log1p", unary(log1p)}, {"abs", unary(abs)}, {"square", unary(square)}, {"reciprocal", unary(reciprocal)},
       {"sin", unary(sin)}, {"cos", unary(cos)}, {"relu6", unary(relu6)}, {"hardsigmoid", unary(hardsigmoid)},
-      {"hardswish", unary(hardswish)}, {"mish", unary(mish)},
+      {"hardswish", unary(hardswish)}, {"mish", unary(mish)}, {"tan", unary(tan)}, {"asin", unary(asin)},
+      {"acos", unary(acos)}, {"atan", unary(atan)}, {"sinh", unary(sinh)}, {"cosh", unary(cosh)},
+      {"asinh", unary(asinh)}, {"acosh", unary(acosh)}, {"atanh", unary(atanh)}, {"erf", unary(erf)},
+      {"erfc", unary(erfc)}, {"expm1", unary(expm1)}, {"exp2", unary(exp2)}, {"log2", unary(log2)},
+      {"log10", unary(log10)}, {"logsigmoid", unary(logsigmoid)}, {"floor", unary(floor)}, {"ceil", unary(ceil)},
+      {"trunc", unary(trunc)}, {"round", unary(round)}, {"sign", unary(sign)},
       {"gelu",
        [](const Inputs& in, const Args& a) {
          const std::string approx = a.text("approximate", "none");

@@ -20,6 +20,7 @@ double softplus(double x, double beta, double threshold) {
 
 double hardsigmoid(double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
 double mish(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
+double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x; }  // NaN stays NaN
 
 /// What a, b mean for an op: nothing, pow's exponent, affine's (scale, shift), clamp's (lo, hi),
 /// softplus's (beta, threshold), leaky_relu's slope or elu's alpha (a), hardtanh's (lo <= hi).
@@ -74,6 +75,27 @@ const UnarySpec kUnary[] = {
   {"hardsigmoid", UnaryOp::Hardsigmoid, false, {-5, 5, 0.5}, Params::None, [](double x, double, double) { return hardsigmoid(x); }},
   {"hardswish", UnaryOp::Hardswish, false, {-5, 5, 0.5}, Params::None, [](double x, double, double) { return x * hardsigmoid(x); }},
   {"mish", UnaryOp::Mish, false, {-8, 8}, Params::None, [](double x, double, double) { return mish(x); }},
+  {"tan", UnaryOp::Tan, false, {-1.2, 1.2}, Params::None, [](double x, double, double) { return std::tan(x); }},
+  {"asin", UnaryOp::Asin, false, {-1, 1}, Params::None, [](double x, double, double) { return std::asin(x); }},
+  {"acos", UnaryOp::Acos, false, {-1, 1}, Params::None, [](double x, double, double) { return std::acos(x); }},
+  {"atan", UnaryOp::Atan, false, {-5, 5}, Params::None, [](double x, double, double) { return std::atan(x); }},
+  {"sinh", UnaryOp::Sinh, false, {-4, 4}, Params::None, [](double x, double, double) { return std::sinh(x); }},
+  {"cosh", UnaryOp::Cosh, false, {-4, 4}, Params::None, [](double x, double, double) { return std::cosh(x); }},
+  {"asinh", UnaryOp::Asinh, false, {-5, 5}, Params::None, [](double x, double, double) { return std::asinh(x); }},
+  {"acosh", UnaryOp::Acosh, false, {1, 5}, Params::None, [](double x, double, double) { return std::acosh(x); }},
+  {"atanh", UnaryOp::Atanh, false, {-0.95, 0.95}, Params::None, [](double x, double, double) { return std::atanh(x); }},
+  {"erf", UnaryOp::Erf, false, {-4, 4}, Params::None, [](double x, double, double) { return std::erf(x); }},
+  {"erfc", UnaryOp::Erfc, false, {-4, 4}, Params::None, [](double x, double, double) { return std::erfc(x); }},
+  {"expm1", UnaryOp::Expm1, false, {-3, 3}, Params::None, [](double x, double, double) { return std::expm1(x); }},
+  {"exp2", UnaryOp::Exp2, false, {-5, 5}, Params::None, [](double x, double, double) { return std::exp2(x); }},
+  {"log2", UnaryOp::Log2, false, {0.05, 8}, Params::None, [](double x, double, double) { return std::log2(x); }},
+  {"log10", UnaryOp::Log10, false, {0.05, 8}, Params::None, [](double x, double, double) { return std::log10(x); }},
+  {"logsigmoid", UnaryOp::LogSigmoid, false, {-30, 30}, Params::None, [](double x, double, double) { return -std::log1p(std::exp(-x)); }},
+  {"floor", UnaryOp::Floor, true, {-4, 4}, Params::None, [](double x, double, double) { return std::floor(x); }},
+  {"ceil", UnaryOp::Ceil, true, {-4, 4}, Params::None, [](double x, double, double) { return std::ceil(x); }},
+  {"trunc", UnaryOp::Trunc, true, {-4, 4}, Params::None, [](double x, double, double) { return std::trunc(x); }},
+  {"round", UnaryOp::Round, true, {-4, 4, 0.25}, Params::None, [](double x, double, double) { return std::nearbyint(x); }},
+  {"sign", UnaryOp::Sign, true, {-2, 2, 1}, Params::None, [](double x, double, double) { return sign(x); }},
 };
 // clang-format on
 
@@ -133,6 +155,28 @@ const GradSpec kGrads[] = {
   {UnaryOp::Hardswish, {-5, 5, 0.5}, [](double g, double x, double, double) { return x < -3 ? 0.0 : x <= 3 ? g * (x / 3 + 0.5) : g; }},
   {UnaryOp::Mish, {-8, 8}, [](double g, double x, double, double) {
      const double t = std::tanh(std::log1p(std::exp(x))); return g * (t + x * sigmoid(x) * (1 - t * t)); }},
+  // derivatives.yaml's; tan, expm1 and exp2 from y.
+  {UnaryOp::Tan, {-3, 3}, [](double g, double y, double, double) { return g * (1 + y * y); }},
+  {UnaryOp::Asin, {-0.95, 0.95}, [](double g, double x, double, double) { return g / std::sqrt(1 - x * x); }},
+  {UnaryOp::Acos, {-0.95, 0.95}, [](double g, double x, double, double) { return -g / std::sqrt(1 - x * x); }},
+  {UnaryOp::Atan, {-5, 5}, [](double g, double x, double, double) { return g / (1 + x * x); }},
+  {UnaryOp::Sinh, {-4, 4}, [](double g, double x, double, double) { return g * std::cosh(x); }},
+  {UnaryOp::Cosh, {-4, 4}, [](double g, double x, double, double) { return g * std::sinh(x); }},
+  {UnaryOp::Asinh, {-5, 5}, [](double g, double x, double, double) { return g / std::sqrt(x * x + 1); }},
+  {UnaryOp::Acosh, {1.05, 5}, [](double g, double x, double, double) { return g / std::sqrt(x * x - 1); }},
+  {UnaryOp::Atanh, {-0.9, 0.9}, [](double g, double x, double, double) { return g / (1 - x * x); }},
+  {UnaryOp::Erf, {-3, 3}, [](double g, double x, double, double) { return g * 2 / std::sqrt(M_PI) * std::exp(-x * x); }},
+  {UnaryOp::Erfc, {-3, 3}, [](double g, double x, double, double) { return -g * 2 / std::sqrt(M_PI) * std::exp(-x * x); }},
+  {UnaryOp::Expm1, {-0.5, 5}, [](double g, double y, double, double) { return g * (y + 1); }},
+  {UnaryOp::Exp2, {0.1, 8}, [](double g, double y, double, double) { return g * y * M_LN2; }},
+  {UnaryOp::Log2, {0.2, 8}, [](double g, double x, double, double) { return g / (x * M_LN2); }},
+  {UnaryOp::Log10, {0.2, 8}, [](double g, double x, double, double) { return g / (x * M_LN10); }},
+  {UnaryOp::LogSigmoid, {-30, 30}, [](double g, double x, double, double) { return g * sigmoid(-x); }},
+  {UnaryOp::Floor, {}, [](double, double, double, double) { return 0.0; }},
+  {UnaryOp::Ceil, {}, [](double, double, double, double) { return 0.0; }},
+  {UnaryOp::Trunc, {}, [](double, double, double, double) { return 0.0; }},
+  {UnaryOp::Round, {}, [](double, double, double, double) { return 0.0; }},
+  {UnaryOp::Sign, {}, [](double, double, double, double) { return 0.0; }},
 };
 // clang-format on
 
@@ -162,7 +206,7 @@ void add_unary_ops(std::vector<OpEntry>& t) {
                    if (op == UnaryOp::Relu || op == UnaryOp::Clamp || op == UnaryOp::Abs || op == UnaryOp::Neg ||
                        op == UnaryOp::Square || op == UnaryOp::Exp || op == UnaryOp::LeakyRelu || op == UnaryOp::Elu ||
                        op == UnaryOp::Hardtanh || op == UnaryOp::Hardsigmoid || op == UnaryOp::Hardswish ||
-                       op == UnaryOp::Mish)
+                       op == UnaryOp::Mish || op >= UnaryOp::Tan)  // (every op listed from tan on)
                      v = with_specials(rng, v);
                    if (dt == kInt32 && rng.chance(0.15)) v = {-2147483648.0, 2147483647.0, 1.0};  // wraps around
                    s.inputs = {random_input(rng, elementwise_shape(rng), dt, v)};
@@ -189,7 +233,8 @@ void add_unary_ops(std::vector<OpEntry>& t) {
         {name, kFloats, [g](Rng& rng, DType dt) {
            Sample s;
            const Shape shape = elementwise_shape(rng);
-           const bool needs_v = ops::unary_grad_from(g.op) != ops::UnaryGradFrom::Nothing;
+           const ops::UnaryGradFrom from = ops::unary_grad_from(g.op);
+           const bool needs_v = from != ops::UnaryGradFrom::Nothing && from != ops::UnaryGradFrom::Zero;
            s.inputs = {random_input(rng, shape, dt), needs_v ? random_input(rng, shape, dt, g.values) : Tensor()};
            double a, b;
            draw_params(rng, params_of(g.op), a, b);
