@@ -7,7 +7,8 @@ namespace frugal::nn {
 
 /// torch.nn.Upsample(size=None, scale_factor=None, mode='nearest', align_corners=None):
 /// resizes (N, C, H, W) inputs with interpolate (Note [Interpolation source indices] in
-/// tensor/ops/interpolate.h): 'nearest', 'bilinear', 'bicubic', 'nearest-exact' or 'area'.
+/// tensor/ops/interpolate.h): 'nearest', 'bilinear', 'bicubic', 'nearest-exact' or 'area';
+/// and (N, C, L) inputs: 'nearest', 'linear', 'nearest-exact' or 'area'.
 /// Exactly one of options.size and options.scale_factor; align_corners with bilinear and
 /// bicubic only. The options are checked when the module is built.
 ///

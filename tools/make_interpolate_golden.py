@@ -51,14 +51,38 @@ CASES = [
     ("scale_area", (1, 2, 7, 9), dict(scale_factor=0.6, mode="area"), torch.float32),
 ]
 
+# 3-D (N, C, L) inputs: interpolate_goldens_1d() (Note [1-D interpolation as 2-D]).
+CASES_1D = [
+    ("linear_up_size", (2, 3, 7), dict(size=13, mode="linear", align_corners=False), torch.float32),
+    ("linear_up_size_ac", (2, 3, 7), dict(size=13, mode="linear", align_corners=True), torch.float32),
+    ("linear_scale", (2, 3, 7), dict(scale_factor=1.7, mode="linear", align_corners=False), torch.float32),
+    ("linear_scale_ac", (2, 3, 7), dict(scale_factor=1.7, mode="linear", align_corners=True), torch.float32),
+    ("linear_scale_recompute", (2, 3, 7),
+     dict(scale_factor=1.7, mode="linear", align_corners=False, recompute_scale_factor=True), torch.float32),
+    ("linear_down", (1, 2, 11), dict(size=4, mode="linear", align_corners=False), torch.float32),
+    ("linear_down_ac", (1, 2, 11), dict(size=4, mode="linear", align_corners=True), torch.float32),
+    ("linear_same_size", (1, 1, 7), dict(scale_factor=1.1, mode="linear", align_corners=False), torch.float32),
+    ("linear_one_output_ac", (1, 1, 4), dict(size=1, mode="linear", align_corners=True), torch.float32),
+    ("linear_x2_f64", (1, 2, 9), dict(scale_factor=2.0, mode="linear", align_corners=False), torch.float64),
+    ("nearest_up_size", (2, 3, 7), dict(size=13, mode="nearest"), torch.float32),
+    ("nearest_scale", (2, 3, 7), dict(scale_factor=1.7, mode="nearest"), torch.float32),
+    ("nearest_down", (1, 2, 11), dict(size=4, mode="nearest"), torch.float32),
+    ("nearest_x2", (1, 2, 5), dict(scale_factor=2.0, mode="nearest"), torch.float32),
+    ("nearest_exact_scale", (2, 3, 7), dict(scale_factor=1.7, mode="nearest-exact"), torch.float32),
+    ("nearest_exact_down", (1, 2, 11), dict(size=4, mode="nearest-exact"), torch.float32),
+    ("area_down", (1, 2, 11), dict(size=4, mode="area"), torch.float32),
+    ("area_up", (2, 3, 7), dict(size=13, mode="area"), torch.float32),
+]
+
 MODES = {"nearest": "Nearest", "bilinear": "Bilinear", "bicubic": "Bicubic", "nearest-exact": "NearestExact",
-         "area": "Area"}
+         "area": "Area", "linear": "Linear"}
 
 
 def c_kwargs(kw):
     parts = []
     if "size" in kw:
-        parts.append(".size = Int2{%d, %d}" % kw["size"])
+        size = kw["size"]
+        parts.append(".size = Int2{%d}" % size if isinstance(size, int) else ".size = Int2{%d, %d}" % size)
     if "scale_factor" in kw:
         s = kw["scale_factor"]
         s = s if isinstance(s, tuple) else (s, s)
@@ -100,9 +124,16 @@ def main():
     print("  std::vector<double> y_values, gx;")
     print("};\n")
     print("// clang-format off")
-    print("inline const std::vector<InterpolateGolden>& interpolate_goldens() {")
+    print_cases("interpolate_goldens", CASES)
+    print_cases("interpolate_goldens_1d", CASES_1D)
+    print("// clang-format on\n")
+    print("}  // namespace frugal::testing")
+
+
+def print_cases(function, cases):
+    print("inline const std::vector<InterpolateGolden>& %s() {" % function)
     print("  static const std::vector<InterpolateGolden> cases = {")
-    for name, shape, kw, dt in CASES:
+    for name, shape, kw, dt in cases:
         n = math.prod(shape)
         x = (2 * torch.sin(torch.arange(n, dtype=torch.float64) * 0.731)).to(dt).reshape(shape).requires_grad_()
         y = F.interpolate(x, **kw)
@@ -116,8 +147,6 @@ def main():
     print("  };")
     print("  return cases;")
     print("}")
-    print("// clang-format on\n")
-    print("}  // namespace frugal::testing")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #pragma once
 // Differentiable resizing (torch.nn.functional.interpolate's 'nearest', 'bilinear',
-// 'bicubic', 'nearest-exact' and 'area' on (N, C, H, W) input). Channels-last (NHWC) inputs give channels-last outputs (Note
+// 'bicubic', 'nearest-exact' and 'area' on (N, C, H, W) input; 'nearest', 'linear',
+// 'nearest-exact' and 'area' on (N, C, L) input). Channels-last (NHWC) inputs give channels-last outputs (Note
 // [Channels-last layout] in tensor/memory_format.h). Same semantics as the raw op in
 // tensor/ops/interpolate.h (Note [Interpolation source indices]).
 #include "tensor/ops/interpolate.h"  // InterpolateOptions, InterpolateMode

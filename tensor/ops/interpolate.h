@@ -1,7 +1,17 @@
 #pragma once
 // Resizing (N, C, H, W) images, as torch.nn.functional.interpolate's 'nearest', 'bilinear',
-// 'bicubic', 'nearest-exact' and 'area' modes, forward and backward (raw ops; the
-// differentiable form is in autograd/ops/interpolate.h).
+// 'bicubic', 'nearest-exact' and 'area' modes, and (N, C, L) signals with 'nearest', 'linear',
+// 'nearest-exact' and 'area', forward and backward (raw ops; the differentiable form is in
+// autograd/ops/interpolate.h).
+//
+// Note [1-D interpolation as 2-D]
+// A 3-D input (N, C, L) resizes as the image (N, C, 1, L) to (1, OL): the row dim keeps its one
+// row (src = 0, weight 1) and 'linear' runs as 'bilinear', 'area' as adaptive_avg_pool2d. The
+// column dim follows the same rules as torch's 1-D kernels, so the values are torch's bit for
+// bit; only an infinite input differs: the row's zero-weight second tap (the same pixel) makes
+// 0 * inf = NaN where torch's 1-D kernel gives inf in some outputs (torch's 2-D kernel on the
+// same image gives NaN there too). size and scale_factor are one value for a 3-D input (Int2
+// and Scale2 from a scalar); the output is contiguous, as torch's.
 //
 // Note [Interpolation source indices]
 // Every plane (one sample, one channel) resizes on its own, each dim on its own: output
@@ -55,16 +65,17 @@
 
 namespace frugal {
 
-/// torch.nn.functional.interpolate's modes for 4-D input (Note [Interpolation source indices]).
-enum class InterpolateMode { Nearest, Bilinear, Bicubic, NearestExact, Area };
+/// torch.nn.functional.interpolate's modes (Note [Interpolation source indices]): 'bilinear' and
+/// 'bicubic' for 4-D input, 'linear' for 3-D, the others for both.
+enum class InterpolateMode { Nearest, Bilinear, Bicubic, NearestExact, Area, Linear };
 
 /// "nearest", "bilinear", "bicubic", "nearest-exact" or "area", as PyTorch spells the mode.
 const char* interpolate_mode_name(InterpolateMode mode);
 /// The mode PyTorch spells `name`; throws naming `op` and the modes for any other name.
 InterpolateMode interpolate_mode(std::string_view name, const char* op = "interpolate");
-/// Whether `mode` interpolates (bilinear, bicubic): the modes that take align_corners.
+/// Whether `mode` interpolates (linear, bilinear, bicubic): the modes that take align_corners.
 constexpr bool interpolates(InterpolateMode mode) {
-  return mode == InterpolateMode::Bilinear || mode == InterpolateMode::Bicubic;
+  return mode == InterpolateMode::Bilinear || mode == InterpolateMode::Bicubic || mode == InterpolateMode::Linear;
 }
 
 /// A scale factor per spatial dim; one value means (v, v).
@@ -97,7 +108,8 @@ void check_interpolate_options(const InterpolateOptions& options, const char* op
 
 namespace frugal::ops {
 
-/// The sizes of one resize: P = N * C planes of (H, W) resized to (OH, OW). scale_h and
+/// The sizes of one resize: P = N * C planes of (H, W) resized to (OH, OW) (a 3-D input: H = OH
+/// = 1, and 'linear' is 'bilinear': Note [1-D interpolation as 2-D]). scale_h and
 /// scale_w are the scale factors the kernels divide by (PyTorch's scales_h/w), 0 when
 /// the scale is in / out. channels_last: every operand is an (N, C, H, W) tensor in
 /// channels-last memory, and C is set (it stays 1 otherwise).
@@ -110,9 +122,10 @@ struct InterpolateGeometry {
 };
 
 /// torch.nn.functional.interpolate(x, size | scale_factor, mode, align_corners): x (N, C, H, W),
-/// floating, any layout (channels-last in, channels-last out). See Note [Interpolation source indices].
+/// floating, any layout (channels-last in, channels-last out), or (N, C, L) (Note [1-D
+/// interpolation as 2-D]). See Note [Interpolation source indices].
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
-/// The gradient of interpolate: grad_out (N, C, OH, OW) -> grad_x of `input_shape`.
+/// The gradient of interpolate: grad_out (N, C, OH, OW) or (N, C, OL) -> grad_x of `input_shape`.
 Tensor interpolate_backward(const Tensor& grad_out, const Shape& input_shape, const InterpolateOptions& options);
 /// The output shape interpolate gives an input of `input_shape`, after checking the options.
 Shape interpolate_output_shape(const Shape& input_shape, const InterpolateOptions& options,
@@ -195,7 +208,8 @@ void visit_tap_mode(InterpolateMode mode, const char* backend, F&& f) {
     case InterpolateMode::NearestExact: return f.template operator()<InterpolateMode::NearestExact>();
     case InterpolateMode::Bilinear: return f.template operator()<InterpolateMode::Bilinear>();
     case InterpolateMode::Bicubic: return f.template operator()<InterpolateMode::Bicubic>();
-    case InterpolateMode::Area: break;
+    case InterpolateMode::Area:
+    case InterpolateMode::Linear: break;  // the front-end runs 'linear' as 'bilinear'
   }
   FRUGAL_FAIL("interpolate: the ", backend, " kernel has no mode ", interpolate_mode_name(mode));
 }

@@ -81,7 +81,8 @@ RefTaps ref_taps(M mode, int64_t o, int64_t in, int64_t out, bool align_corners,
   switch (mode) {
     case M::Nearest: return {{ref_nearest(o, in, out, scale_factor), 1.0}};
     case M::NearestExact: return {{ref_nearest_exact(o, in, out, scale_factor), 1.0}};
-    case M::Bilinear: {
+    case M::Bilinear:
+    case M::Linear: {
       const RefTap t = ref_linear(o, in, out, align_corners, scale_factor);
       return {{t.i0, 1 - t.l1}, {t.i1, t.l1}};
     }
@@ -133,6 +134,26 @@ Ref reference(const std::vector<double>& x, const Shape& xs, const InterpolateOp
         if (gy)
           for (const auto& [i, wt] : taps) r.gx[size_t(p * H * W + i)] += wt * (*gy)[out_index];
       }
+  return r;
+}
+
+/// interpolate of a signal x (N, C, L) along its one dim, by the same per-dim formulas.
+Ref reference_1d(const std::vector<double>& x, const Shape& xs, const InterpolateOptions& o,
+                 const std::vector<double>* gy = nullptr) {
+  const int64_t P = xs[0] * xs[1], L = xs[2];
+  const int64_t OL = o.size ? o.size->w : int64_t(std::floor(double(L) * o.scale_factor->w));
+  const double scale = o.scale_factor && !o.recompute_scale_factor ? o.scale_factor->w : 0.0;
+  Ref r{{xs[0], xs[1], OL}, {}, std::vector<double>(size_t(P * L), 0.0)};
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t ol = 0; ol < OL; ++ol) {
+      const RefTaps taps = ref_taps(o.mode, ol, L, OL, o.align_corners.value_or(false), scale);
+      double v = 0;
+      for (const auto& [i, wt] : taps) v += wt * x[size_t(p * L + i)];
+      const size_t out_index = r.y.size();
+      r.y.push_back(v);
+      if (gy)
+        for (const auto& [i, wt] : taps) r.gx[size_t(p * L + i)] += wt * (*gy)[out_index];
+    }
   return r;
 }
 
@@ -355,9 +376,9 @@ TEST_CASE("interpolate: errors name the op, the shapes, the dtypes and the setti
   const Tensor x = random_tensor({1, 2, 4, 4}, kFloat32, 1);
   check_error(
       [&] {
-        ops::interpolate(random_tensor({2, 4, 4}, kFloat32, 1), {.size = Int2{8, 8}});
+        ops::interpolate(random_tensor({4, 4}, kFloat32, 1), {.size = Int2{8, 8}});
       },
-      {"interpolate", "4-D", "[2, 4, 4]"});
+      {"interpolate", "3-D (N, C, L) or 4-D", "[4, 4]"});
   check_error(
       [&] {
         ops::interpolate(random_tensor({1, 1, 2, 4, 4}, kFloat32, 1), {.scale_factor = 2.0});
@@ -381,8 +402,9 @@ TEST_CASE("interpolate: errors name the op, the shapes, the dtypes and the setti
       },
       {"interpolate", "unknown mode"});
   check_error([] { interpolate_mode("trilinear"); },
-              {"interpolate", "unknown mode 'trilinear'", "nearest", "bilinear", "bicubic", "nearest-exact", "area"});
-  for (M mode : {M::Nearest, M::Bilinear, M::Bicubic, M::NearestExact, M::Area})
+              {"interpolate", "unknown mode 'trilinear'", "nearest", "linear", "bilinear", "bicubic", "nearest-exact",
+               "area"});
+  for (M mode : {M::Nearest, M::Bilinear, M::Bicubic, M::NearestExact, M::Area, M::Linear})
     CHECK(interpolate_mode(interpolate_mode_name(mode)) == mode);
   CHECK(interpolate_mode("nearest-exact") == M::NearestExact);
   for (M mode : {M::NearestExact, M::Area})
@@ -440,4 +462,126 @@ TEST_CASE("nn: Upsample forwards interpolate, checks its options and prints like
               "Upsample bicubic");
   CHECK(bc.extra_repr() == "scale_factor=2.0, mode='bicubic'");
   CHECK(nn::Upsample({.size = 3, .mode = M::NearestExact}).extra_repr() == "size=3, mode='nearest-exact'");
+}
+
+// ---- 3-D (N, C, L) inputs: Note [1-D interpolation as 2-D] ----------------------------------
+
+namespace {
+
+/// Up, down, non-integer and same-size resizes, size-1 inputs and outputs, every 1-D mode.
+std::vector<Case> cases_1d() {
+  std::vector<Case> c;
+  const std::vector<std::pair<Shape, InterpolateOptions>> sizes = {
+      {{2, 3, 7}, {.size = 13}},        {{2, 3, 7}, {.scale_factor = 1.7}},
+      {{1, 2, 11}, {.size = 4}},        {{2, 2, 6}, {.scale_factor = 0.5}},
+      {{1, 3, 7}, {.scale_factor = 1.1}},  // out == in
+      {{2, 1, 5}, {.scale_factor = 2.0}}, {{1, 2, 6}, {.scale_factor = 1.7, .recompute_scale_factor = true}},
+      {{1, 2, 4}, {.size = 1}},         {{1, 1, 1}, {.size = 3}},
+  };
+  for (const auto& [xs, base] : sizes) {
+    for (M mode : {M::Nearest, M::NearestExact, M::Area}) {
+      InterpolateOptions o = base;
+      o.mode = mode;
+      c.push_back({xs, o});
+    }
+    for (std::optional<bool> align_corners : {std::optional<bool>(), std::optional(false), std::optional(true)}) {
+      InterpolateOptions o = base;
+      o.mode = M::Linear;
+      o.align_corners = align_corners;
+      c.push_back({xs, o});
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("interpolate 1-D: the reference and frugal match PyTorch 1.13's values and gradients, in every layout") {
+  for (const InterpolateGolden& g : interpolate_goldens_1d()) {
+    CAPTURE(g.name);
+    const std::vector<double> xv = golden_x(numel_of(g.x)), gyv = golden_gy(numel_of(g.y));
+    const Ref ref = reference_1d(values_of(make_tensor(xv, g.x, g.dtype)), g.x, g.options, &gyv);
+    CHECK(ref.y_shape == g.y);
+    const double t = g.dtype == kFloat64 ? 1e-12 : 1e-5;
+    check_close(ref.y, g.y_values, t, t, "reference y");
+    check_close(ref.gx, g.gx, t, t, "reference gx");
+    for (Layout layout : kAllLayouts) {
+      CAPTURE(layout_name(layout));
+      Tensor x = make_tensor(xv, g.x, g.dtype, layout);
+      x.requires_grad_();
+      const Tensor y = interpolate(x, g.options);
+      REQUIRE(y.sizes() == g.y);
+      CHECK(y.is_contiguous());  // as torch's, whatever the input's layout
+      y.backward(make_tensor(gyv, g.y, g.dtype, layout));
+      check_close(y, g.y_values, t, t, "y");
+      check_close(x.grad(), g.gx, t, t, "gx");
+    }
+  }
+}
+
+TEST_CASE("interpolate 1-D: forward and backward match the float64 reference in every dtype and layout") {
+  uint64_t seed = 900;
+  for (const Case& c : cases_1d()) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(describe(c.o));
+    CHECK(ops::interpolate_output_shape(c.x, c.o).size() == 3);
+    for (DType dt : kAllFloat)
+      for (Layout layout : kAllLayouts) {
+        CAPTURE(name_of(dt, layout));
+        const Tensor x = random_tensor(c.x, dt, ++seed, layout);
+        const Tensor y = ops::interpolate(x, c.o);
+        const Tensor gy = random_tensor(y.sizes(), dt, ++seed, layout);
+        const std::vector<double> gyv = values_of(gy);
+        const Ref ref = reference_1d(values_of(x), c.x, c.o, &gyv);
+        REQUIRE(y.sizes() == ref.y_shape);
+        CHECK(y.dtype() == dt);
+        check_close(y, ref.y, tol(dt), tol(dt), "y");
+        const Tensor gx = ops::interpolate_backward(gy, c.x, c.o);
+        CHECK(gx.sizes() == c.x);
+        check_close(gx, ref.gx, tol(dt), tol(dt) * std::max(1.0, max_abs(gx)), "gx");
+      }
+    check_gradcheck([o = c.o](const TensorList& in) { return interpolate(in[0], o); }, {leaf(c.x, ++seed)});
+  }
+}
+
+TEST_CASE("interpolate 1-D: the modes and sizes a 3-D input takes; Upsample on signals") {
+  const Tensor s = random_tensor({2, 3, 5}, kFloat32, 3), image = random_tensor({2, 3, 4, 5}, kFloat32, 4);
+  check_error([&] { ops::interpolate(s, {.scale_factor = 2.0, .mode = M::Bilinear}); },
+              {"interpolate", "'bilinear' needs a 4-D input", "[2, 3, 5]", "'linear'"});
+  check_error([&] { ops::interpolate(s, {.scale_factor = 2.0, .mode = M::Bicubic}); },
+              {"interpolate", "'bicubic' needs a 4-D input"});
+  check_error([&] { ops::interpolate(image, {.scale_factor = 2.0, .mode = M::Linear}); },
+              {"interpolate", "'linear' needs a 3-D input", "[2, 3, 4, 5]", "'bilinear'"});
+  check_error([&] { ops::interpolate(s, {.size = Int2{2, 7}}); }, {"interpolate", "one size", "(2, 7)"});
+  check_error([&] { ops::interpolate(s, {.scale_factor = Scale2{1.0, 2.0}}); },
+              {"interpolate", "one scale_factor", "(1.0, 2.0)"});
+  check_error([&] { ops::interpolate(s, {.scale_factor = 0.1}); }, {"interpolate", "scale_factor 0.1", "[2, 3, 5]"});
+  check_error([] { ops::interpolate(zeros({1, 2, 0}, kFloat32), {.size = 3}); }, {"interpolate", "length", "[1, 2, 0]"});
+  check_error([&] { ops::interpolate_backward(zeros({2, 3, 9}), {2, 3, 5}, {.size = 10}); },
+              {"interpolate_backward", "[2, 3, 9]", "[2, 3, 10]"});
+  check_error([&] { ops::interpolate(s, {.size = 9, .mode = M::Nearest, .align_corners = true}); },
+              {"interpolate", "align_corners", "nearest"});
+  // Empty batches and channels.
+  for (const Shape& xs : {Shape{0, 3, 4}, Shape{2, 0, 4}})
+    for (M mode : {M::Nearest, M::Linear, M::NearestExact, M::Area}) {
+      Tensor x = zeros(xs, kFloat32);
+      x.requires_grad_();
+      const Tensor y = interpolate(x, {.scale_factor = 2.0, .mode = mode});
+      CHECK(y.sizes() == Shape{xs[0], xs[1], 8});
+      y.backward(zeros(y.sizes(), kFloat32));
+      CHECK(x.grad().sizes() == xs);
+    }
+  // nn::Upsample resizes signals as torch.nn.Upsample does.
+  nn::Upsample up({.scale_factor = 2.0, .mode = M::Linear, .align_corners = true});
+  check_close(up(s), values_of(ops::interpolate(s, {.scale_factor = 2.0, .mode = M::Linear, .align_corners = true})),
+              0, 0, "Upsample linear");
+  CHECK(up.extra_repr() == "scale_factor=2.0, mode='linear'");
+  CHECK(nn::Upsample({.size = 9, .mode = M::Linear}).extra_repr() == "size=9, mode='linear'");
+  // A channels-last-like signal (the batch's rows interleaved) gives the same values as its copy.
+  const Tensor nlc = random_tensor({2, 5, 3}, kFloat32, 5).transpose(1, 2);
+  for (M mode : {M::Nearest, M::Linear, M::NearestExact, M::Area}) {
+    const Tensor y = ops::interpolate(nlc, {.size = 8, .mode = mode});
+    CHECK(y.is_contiguous());
+    CHECK(bytes_of(y) == bytes_of(ops::interpolate(nlc.contiguous(), {.size = 8, .mode = mode})));
+  }
 }

@@ -120,3 +120,25 @@ TEST_CASE("cuda interpolate: empty batches give empty outputs and gradients") {
               .sizes() == x.sizes());
   }
 }
+
+TEST_CASE("cuda interpolate 1-D: (N, C, L) signals match the CPU in every dtype and mode") {
+  uint64_t seed = 300;
+  const std::vector<std::pair<Shape, InterpolateOptions>> sizes = {
+      {{2, 3, 7}, {.size = 13}}, {{1, 4, 11}, {.size = 4}}, {{2, 8, 50}, {.scale_factor = 1.7}},
+      {{1, 3, 7}, {.scale_factor = 1.1}}};
+  for (const auto& [xs, base] : sizes)
+    for (M mode : {M::Nearest, M::Linear, M::NearestExact, M::Area})
+      for (bool align_corners : {false, true}) {
+        if (align_corners && mode != M::Linear) continue;
+        InterpolateOptions o = base;
+        o.mode = mode;
+        if (mode == M::Linear) o.align_corners = align_corners;
+        const Case c{xs, o};
+        const Tensor x = random_tensor(xs, kFloat64, ++seed);
+        const Shape ys = ops::interpolate_output_shape(xs, o);
+        REQUIRE(ys.size() == 3);
+        for (DType t : kFloatTypes)
+          compare_devices([&](const std::vector<Tensor>& in) { return interpolate(in[0], o); }, {x}, ys, t, ++seed,
+                          "interpolate " + describe(c));
+      }
+}

@@ -280,6 +280,30 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
+  t.push_back({"interpolate (N, C, L)",  // Note [1-D interpolation as 2-D]
+               [](Rng& rng) {
+                 InterpolateOptions o;
+                 o.mode = rng.pick(std::vector<InterpolateMode>{InterpolateMode::Nearest, InterpolateMode::Linear,
+                                                                InterpolateMode::NearestExact, InterpolateMode::Area});
+                 if (interpolates(o.mode) && rng.chance(0.7)) o.align_corners = rng.chance(0.5);
+                 const Shape x = {rng.range(0, 2), rng.range(1, 3), rng.range(1, 9)};
+                 if (rng.chance(0.5)) {
+                   o.size = rng.range(1, 12);
+                 } else {
+                   const double v = rng.pick(std::vector<double>{0.5, 1.0, 1.5, 1.7, 2.0, 3.0});
+                   o.scale_factor = double(x[2]) * v >= 1.0 ? v : 1.0;
+                   o.recompute_scale_factor = rng.chance(0.2);
+                 }
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, x))};
+                 s.params = cat_str("mode=", interpolate_mode_name(o.mode),
+                                    o.size ? " size=" + o.size->str() : " scale_factor=" + o.scale_factor->str(),
+                                    o.align_corners ? cat_str(" align_corners=", *o.align_corners) : "",
+                                    o.recompute_scale_factor ? " recompute_scale_factor" : "");
+                 s.f = [=](const TensorList& in) { return interpolate(in[0], o); };
+                 return s;
+               },
+               A::Keep});
 }
 
 enum class BnKind { Plain, AddRelu, Relu };
