@@ -1,4 +1,4 @@
-// interpolate (every mode, align_corners both ways, size or scale_factor):
+// interpolate (every mode, align_corners both ways, size or scale_factor; images and signals):
 // forward and backward against a naive float64 reference of PyTorch's formulas in every
 // dtype and layout, PyTorch 1.13's own values and gradients (tests/cpu/interpolate_golden.h,
 // made by tools/make_interpolate_golden.py), gradcheck, empty batches, one thread against
@@ -112,7 +112,7 @@ struct Ref {
 };
 
 /// interpolate of x (N, C, H, W) by the formulas above; gx from gy when given.
-Ref reference(const std::vector<double>& x, const Shape& xs, const InterpolateOptions& o,
+Ref reference_2d(const std::vector<double>& x, const Shape& xs, const InterpolateOptions& o,
               const std::vector<double>* gy = nullptr) {
   const int64_t P = xs[0] * xs[1], H = xs[2], W = xs[3];
   const int64_t OH = o.size ? o.size->h : int64_t(std::floor(double(H) * o.scale_factor->h));
@@ -155,6 +155,12 @@ Ref reference_1d(const std::vector<double>& x, const Shape& xs, const Interpolat
         for (const auto& [i, wt] : taps) r.gx[size_t(p * L + i)] += wt * (*gy)[out_index];
     }
   return r;
+}
+
+/// The reference of x's rank: a signal (N, C, L) or an image (N, C, H, W).
+Ref reference(const std::vector<double>& x, const Shape& xs, const InterpolateOptions& o,
+              const std::vector<double>* gy = nullptr) {
+  return xs.size() == 3 ? reference_1d(x, xs, o, gy) : reference_2d(x, xs, o, gy);
 }
 
 /// The golden inputs' formulas: x[i] = 2 sin(0.731 i), grad_out[i] = cos(0.413 i).
@@ -213,13 +219,48 @@ std::vector<Case> cases() {
   return c;
 }
 
+/// Up, down, non-integer and same-size resizes, size-1 inputs and outputs, every 1-D mode.
+std::vector<Case> cases_1d() {
+  std::vector<Case> c;
+  const std::vector<std::pair<Shape, InterpolateOptions>> sizes = {
+      {{2, 3, 7}, {.size = 13}},        {{2, 3, 7}, {.scale_factor = 1.7}},
+      {{1, 2, 11}, {.size = 4}},        {{2, 2, 6}, {.scale_factor = 0.5}},
+      {{1, 3, 7}, {.scale_factor = 1.1}},  // out == in
+      {{2, 1, 5}, {.scale_factor = 2.0}}, {{1, 2, 6}, {.scale_factor = 1.7, .recompute_scale_factor = true}},
+      {{1, 2, 4}, {.size = 1}},         {{1, 1, 1}, {.size = 3}},
+  };
+  for (const auto& [xs, base] : sizes) {
+    for (M mode : {M::Nearest, M::NearestExact, M::Area}) {
+      InterpolateOptions o = base;
+      o.mode = mode;
+      c.push_back({xs, o});
+    }
+    for (std::optional<bool> align_corners : {std::optional<bool>(), std::optional(false), std::optional(true)}) {
+      InterpolateOptions o = base;
+      o.mode = M::Linear;
+      o.align_corners = align_corners;
+      c.push_back({xs, o});
+    }
+  }
+  return c;
+}
+
+/// Every case: the images' and the signals'.
+std::vector<Case> all_cases() {
+  std::vector<Case> c = cases(), signals = cases_1d();
+  c.insert(c.end(), signals.begin(), signals.end());
+  return c;
+}
+
 /// The tolerance of a result in `dt` against float64: a few roundings of the stored type.
 double tol(DType dt) { return dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : 2 * default_rtol(dt); }
 
 }  // namespace
 
 TEST_CASE("interpolate: the reference and frugal match PyTorch 1.13's values and gradients, in every layout") {
-  for (const InterpolateGolden& g : interpolate_goldens()) {
+  std::vector<InterpolateGolden> goldens = interpolate_goldens();
+  for (const InterpolateGolden& g : interpolate_goldens_1d()) goldens.push_back(g);
+  for (const InterpolateGolden& g : goldens) {
     CAPTURE(g.name);
     const std::vector<double> xv = golden_x(numel_of(g.x)), gyv = golden_gy(numel_of(g.y));
     // The reference of the test is PyTorch's formulas (up to float32's rounding of the sources).
@@ -240,18 +281,21 @@ TEST_CASE("interpolate: the reference and frugal match PyTorch 1.13's values and
       x.requires_grad_();
       const Tensor y = interpolate(x, g.options);
       REQUIRE(y.sizes() == g.y);
+      if (g.x.size() == 3) CHECK(y.is_contiguous());  // a signal's, as torch's, whatever the input's layout
       y.backward(make_tensor(gyv, g.y, g.dtype, layout));
       check_close(y, g.y_values, t, t, "y");
       check_close(x.grad(), gx, t, t, "gx");
     }
-    const Tensor xc = to_channels_last(make_tensor(xv, g.x, g.dtype));
-    check_close(ops::interpolate(xc, g.options), g.y_values, t, t, "channels-last y");
+    if (g.x.size() == 4) {
+      const Tensor xc = to_channels_last(make_tensor(xv, g.x, g.dtype));
+      check_close(ops::interpolate(xc, g.options), g.y_values, t, t, "channels-last y");
+    }
   }
 }
 
 TEST_CASE("interpolate: forward and backward match the float64 reference in every dtype and layout") {
   uint64_t seed = 100;
-  for (const Case& c : cases()) {
+  for (const Case& c : all_cases()) {
     CAPTURE(shape_str(c.x));
     CAPTURE(describe(c.o));
     for (DType dt : kAllFloat)
@@ -275,7 +319,7 @@ TEST_CASE("interpolate: forward and backward match the float64 reference in ever
 
 TEST_CASE("interpolate: gradcheck in float64 for every mode, both align_corners, sizes and scale factors") {
   uint64_t seed = 500;
-  for (const Case& c : cases()) {
+  for (const Case& c : all_cases()) {
     CAPTURE(shape_str(c.x));
     CAPTURE(describe(c.o));
     const InterpolateOptions o = c.o;
@@ -465,84 +509,6 @@ TEST_CASE("nn: Upsample forwards interpolate, checks its options and prints like
 }
 
 // ---- 3-D (N, C, L) inputs: Note [1-D interpolation as 2-D] ----------------------------------
-
-namespace {
-
-/// Up, down, non-integer and same-size resizes, size-1 inputs and outputs, every 1-D mode.
-std::vector<Case> cases_1d() {
-  std::vector<Case> c;
-  const std::vector<std::pair<Shape, InterpolateOptions>> sizes = {
-      {{2, 3, 7}, {.size = 13}},        {{2, 3, 7}, {.scale_factor = 1.7}},
-      {{1, 2, 11}, {.size = 4}},        {{2, 2, 6}, {.scale_factor = 0.5}},
-      {{1, 3, 7}, {.scale_factor = 1.1}},  // out == in
-      {{2, 1, 5}, {.scale_factor = 2.0}}, {{1, 2, 6}, {.scale_factor = 1.7, .recompute_scale_factor = true}},
-      {{1, 2, 4}, {.size = 1}},         {{1, 1, 1}, {.size = 3}},
-  };
-  for (const auto& [xs, base] : sizes) {
-    for (M mode : {M::Nearest, M::NearestExact, M::Area}) {
-      InterpolateOptions o = base;
-      o.mode = mode;
-      c.push_back({xs, o});
-    }
-    for (std::optional<bool> align_corners : {std::optional<bool>(), std::optional(false), std::optional(true)}) {
-      InterpolateOptions o = base;
-      o.mode = M::Linear;
-      o.align_corners = align_corners;
-      c.push_back({xs, o});
-    }
-  }
-  return c;
-}
-
-}  // namespace
-
-TEST_CASE("interpolate 1-D: the reference and frugal match PyTorch 1.13's values and gradients, in every layout") {
-  for (const InterpolateGolden& g : interpolate_goldens_1d()) {
-    CAPTURE(g.name);
-    const std::vector<double> xv = golden_x(numel_of(g.x)), gyv = golden_gy(numel_of(g.y));
-    const Ref ref = reference_1d(values_of(make_tensor(xv, g.x, g.dtype)), g.x, g.options, &gyv);
-    CHECK(ref.y_shape == g.y);
-    const double t = g.dtype == kFloat64 ? 1e-12 : 1e-5;
-    check_close(ref.y, g.y_values, t, t, "reference y");
-    check_close(ref.gx, g.gx, t, t, "reference gx");
-    for (Layout layout : kAllLayouts) {
-      CAPTURE(layout_name(layout));
-      Tensor x = make_tensor(xv, g.x, g.dtype, layout);
-      x.requires_grad_();
-      const Tensor y = interpolate(x, g.options);
-      REQUIRE(y.sizes() == g.y);
-      CHECK(y.is_contiguous());  // as torch's, whatever the input's layout
-      y.backward(make_tensor(gyv, g.y, g.dtype, layout));
-      check_close(y, g.y_values, t, t, "y");
-      check_close(x.grad(), g.gx, t, t, "gx");
-    }
-  }
-}
-
-TEST_CASE("interpolate 1-D: forward and backward match the float64 reference in every dtype and layout") {
-  uint64_t seed = 900;
-  for (const Case& c : cases_1d()) {
-    CAPTURE(shape_str(c.x));
-    CAPTURE(describe(c.o));
-    CHECK(ops::interpolate_output_shape(c.x, c.o).size() == 3);
-    for (DType dt : kAllFloat)
-      for (Layout layout : kAllLayouts) {
-        CAPTURE(name_of(dt, layout));
-        const Tensor x = random_tensor(c.x, dt, ++seed, layout);
-        const Tensor y = ops::interpolate(x, c.o);
-        const Tensor gy = random_tensor(y.sizes(), dt, ++seed, layout);
-        const std::vector<double> gyv = values_of(gy);
-        const Ref ref = reference_1d(values_of(x), c.x, c.o, &gyv);
-        REQUIRE(y.sizes() == ref.y_shape);
-        CHECK(y.dtype() == dt);
-        check_close(y, ref.y, tol(dt), tol(dt), "y");
-        const Tensor gx = ops::interpolate_backward(gy, c.x, c.o);
-        CHECK(gx.sizes() == c.x);
-        check_close(gx, ref.gx, tol(dt), tol(dt) * std::max(1.0, max_abs(gx)), "gx");
-      }
-    check_gradcheck([o = c.o](const TensorList& in) { return interpolate(in[0], o); }, {leaf(c.x, ++seed)});
-  }
-}
 
 TEST_CASE("interpolate 1-D: the modes and sizes a 3-D input takes; Upsample on signals") {
   const Tensor s = random_tensor({2, 3, 5}, kFloat32, 3), image = random_tensor({2, 3, 4, 5}, kFloat32, 4);

@@ -89,6 +89,14 @@ void add_matmul(std::vector<GradEntry>& t) {
        A::Lower});
 }
 
+/// interpolate's settings as a sample's params.
+std::string describe_interpolate(const InterpolateOptions& o) {
+  return cat_str("mode=", interpolate_mode_name(o.mode),
+                 o.size ? " size=" + o.size->str() : " scale_factor=" + o.scale_factor->str(),
+                 o.align_corners ? cat_str(" align_corners=", *o.align_corners) : "",
+                 o.recompute_scale_factor ? " recompute_scale_factor" : "");
+}
+
 void add_conv_pool(std::vector<GradEntry>& t) {
   t.push_back({"conv2d",
                [](Rng& rng) {
@@ -272,10 +280,7 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  }
                  GradSample s;
                  s.inputs = {grad_in(values(rng, x))};
-                 s.params = cat_str("mode=", interpolate_mode_name(o.mode),
-                                    o.size ? " size=" + o.size->str() : " scale_factor=" + o.scale_factor->str(),
-                                    o.align_corners ? cat_str(" align_corners=", *o.align_corners) : "",
-                                    o.recompute_scale_factor ? " recompute_scale_factor" : "");
+                 s.params = describe_interpolate(o);
                  s.f = [=](const TensorList& in) { return interpolate(in[0], o); };
                  return s;
                },
@@ -296,10 +301,7 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  }
                  GradSample s;
                  s.inputs = {grad_in(values(rng, x))};
-                 s.params = cat_str("mode=", interpolate_mode_name(o.mode),
-                                    o.size ? " size=" + o.size->str() : " scale_factor=" + o.scale_factor->str(),
-                                    o.align_corners ? cat_str(" align_corners=", *o.align_corners) : "",
-                                    o.recompute_scale_factor ? " recompute_scale_factor" : "");
+                 s.params = describe_interpolate(o);
                  s.f = [=](const TensorList& in) { return interpolate(in[0], o); };
                  return s;
                },
