@@ -368,6 +368,10 @@ OPS = {
     "erfc": torch.erfc, "expm1": torch.expm1, "exp2": torch.exp2, "log2": torch.log2, "log10": torch.log10,
     "logsigmoid": F.logsigmoid, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc,
     "round": torch.round, "sign": torch.sign,
+    "normalize": lambda x, p=2.0, dim=1, eps=1e-12: F.normalize(x, _ord(p), dim, eps),
+    "cosine_similarity": lambda a, b, dim=1, eps=1e-8: F.cosine_similarity(a, b, dim, eps),
+    "pairwise_distance": lambda a, b, p=2.0, eps=1e-6, keepdim=False: F.pairwise_distance(a, b, _ord(p), eps,
+                                                                                             keepdim),
     # binary
     "add": lambda a, b, alpha=1.0: torch.add(a, b, alpha=alpha),
     "sub": lambda a, b, alpha=1.0: torch.sub(a, b, alpha=alpha),
@@ -1596,11 +1600,28 @@ def unary_math_cases(g):
     g.case("unary", "round", [g.T((0, 3))], {}, "size 0")
 
 
+def distance_cases(g):
+    """normalize, cosine_similarity and pairwise_distance: dims, orders, broadcast operands, views,
+    keepdim, a zero vector (normalize divides it by eps)."""
+    for p, dim in [(2.0, 1), (1.0, 0), (3.0, -1), ("inf", 1)]:
+        g.case("reduce", "normalize", [g.T((3, 5))], {"p": p, "dim": dim})
+    g.case("reduce", "normalize", [g.C((2, 3, 4), special=(0.0, 0.0, 0.0, 0.0))], {"dim": 2}, "a zero vector")
+    g.case("reduce", "normalize", [g.C((4, 6), dtype=torch.bfloat16)], {"dim": -1})
+    g.case("reduce", "cosine_similarity", [g.C((4, 6)), g.T((4, 6))], {})
+    g.case("reduce", "cosine_similarity", [g.C((5, 3)), g.C((3,))], {"dim": -1}, "broadcast")
+    g.case("reduce", "cosine_similarity", [g.S((2, 1, 4)), g.C((3, 4))], {"dim": 2}, "broadcast both")
+    g.case("reduce", "cosine_similarity", [g.C((3, 4)), g.C((3, 4))], {"dim": 0, "eps": 1e-3})
+    g.case("reduce", "pairwise_distance", [g.C((5, 4)), g.T((5, 4))], {})
+    g.case("reduce", "pairwise_distance", [g.C((5, 4)), g.C((4,))], {"p": 1.0, "keepdim": True}, "broadcast")
+    g.case("reduce", "pairwise_distance", [g.C((3, 6)), g.S((3, 6))], {"p": "inf"})
+    g.case("reduce", "pairwise_distance", [g.C((7,)), g.C((7,))], {"p": 3.0}, "1-D: a 0-d distance")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases):
+              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases):
         f(g)
     return g
 

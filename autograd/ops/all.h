@@ -13,6 +13,7 @@
 #include "autograd/ops/conv.h"
 #include "autograd/ops/conv1d.h"
 #include "autograd/ops/conv_bn.h"
+#include "autograd/ops/distance.h"
 #include "autograd/ops/cumsum.h"
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/flash_attention.h"

@@ -16,6 +16,8 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/graph_backward.h"
+#include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "core/instrument.h"
@@ -39,8 +41,31 @@ namespace {
 struct VectorNormBackward final : Node {
   SavedTensor x{this}, norm{this};  // norm: in the compute dtype, the reduced dims kept
   double ord = 2.0;
-  DType dtype = kFloat32;  // x's
+  std::vector<int64_t> dims;  // as given (empty: every dim)
+  DType dtype = kFloat32;     // x's
   std::string name() const override { return "VectorNormBackward"; }
+  // The same formula in differentiable ops, n recomputed from x (Note [Double backward]): n is a
+  // vector_norm again, so any order can be taken.
+  bool has_graph_backward() const override { return true; }
+  TensorList apply_graph(TensorList&& grads) override {
+    const Tensor xv = autograd::graph::saved_input(*this, 0, x);
+    const DType compute = norm.unpack(name()).dtype();
+    const Tensor xc = in_dtype(xv, compute);
+    const Tensor n = frugal::vector_norm(xc, ord, dims, /*keepdim=*/true);
+    const Tensor g = in_dtype(grads[0], compute).reshape(n.sizes());
+    const Tensor norm_is_zero = autograd::raw([&] { return ops::eq(n.detach(), 0.0); });
+    Tensor grad;
+    if (ord == 2.0) {
+      grad = frugal::mul(xc, frugal::masked_fill(frugal::div(g, n), norm_is_zero, 0.0));
+    } else {
+      const Tensor x_is_zero = autograd::raw([&] { return ops::eq(xc.detach(), 0.0); });
+      const Tensor s = frugal::masked_fill(frugal::mul(xc, frugal::pow(frugal::abs(xc), ord - 2.0)), x_is_zero, 0.0);
+      grad = ord >= 1.0
+                 ? frugal::mul(s, frugal::masked_fill(frugal::div(g, frugal::pow(n, ord - 1.0)), norm_is_zero, 0.0))
+                 : frugal::mul(s, frugal::mul(g, frugal::pow(n, 1.0 - ord)));
+    }
+    return {in_dtype(grad, dtype)};
+  }
   TensorList apply(TensorList&& grads) override {
     const Tensor xv = x.unpack(name()), n = norm.unpack(name());
     const Tensor xc = xv.to(n.dtype()), g = grads[0].to(n.dtype()).reshape(n.sizes());
@@ -67,8 +92,8 @@ Tensor vector_norm(const Tensor& x, double ord, const std::vector<int64_t>& dims
   FRUGAL_CHECK(!std::isnan(ord), op, ": ord is NaN");
   if (auto c = autocast::cast_inputs(Policy::Float32, {&x})) return vector_norm((*c)[0], ord, dims, keepdim);
   const std::vector<bool> reduced = ops::dims_mask(op, x, dims, /*empty_means_all=*/true);
-  FRUGAL_CHECK(ops::reduced_count(x, reduced) > 0 || (ord >= 0 && !std::isinf(ord)), op, ": cannot take the ", ord, " norm over an empty slice of ",
-               x.describe(), " (the reduction has no identity)");
+  FRUGAL_CHECK(ops::reduced_count(x, reduced) > 0 || (ord >= 0 && !std::isinf(ord)), op, ": cannot take the ", ord,
+               " norm over an empty slice of ", x.describe(), " (the reduction has no identity)");
   if (std::isinf(ord)) return ord > 0 ? amax(abs(x), dims, keepdim) : amin(abs(x), dims, keepdim);
   if (ord == 1.0) return sum(abs(x), dims, keepdim);
   const DType compute = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
@@ -89,6 +114,7 @@ Tensor vector_norm(const Tensor& x, double ord, const std::vector<int64_t>& dims
     node->x = x;
     node->norm = norm_kept;
     node->ord = ord;
+    node->dims = dims;
     node->dtype = x.dtype();
     autograd::record(node, {out});
   }

@@ -170,6 +170,19 @@ const std::map<std::string, OpFn>& op_table() {
       {"erfc", unary(erfc)}, {"expm1", unary(expm1)}, {"exp2", unary(exp2)}, {"log2", unary(log2)},
       {"log10", unary(log10)}, {"logsigmoid", unary(logsigmoid)}, {"floor", unary(floor)}, {"ceil", unary(ceil)},
       {"trunc", unary(trunc)}, {"round", unary(round)}, {"sign", unary(sign)},
+      {"normalize",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{normalize(in.at(0), a.num("p", 2.0), int64_t(a.num("dim", 1)), a.num("eps", 1e-12))};
+       }},
+      {"cosine_similarity",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{cosine_similarity(in.at(0), in.at(1), int64_t(a.num("dim", 1)), a.num("eps", 1e-8))};
+       }},
+      {"pairwise_distance",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{pairwise_distance(in.at(0), in.at(1), a.num("p", 2.0), a.num("eps", 1e-6),
+                                          a.flag("keepdim", false))};
+       }},
       {"gelu",
        [](const Inputs& in, const Args& a) {
          const std::string approx = a.text("approximate", "none");

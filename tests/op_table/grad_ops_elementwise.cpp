@@ -495,6 +495,48 @@ void add_reduce(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32});
+  // The distances (autograd/ops/distance.h), |x| >= 0.1 so every norm is far above eps.
+  t.push_back({"normalize",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 4, 24, 0.0);
+                 const int64_t dim = rng.range(-int64_t(sh.size()), int64_t(sh.size()) - 1);
+                 const double p = rng.pick(std::vector<double>{2.0, 1.0, 3.0, INFINITY});
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh, -2.0, 2.0, 0.1))};
+                 s.params = cat_str("p=", p, " dim=", dim);
+                 s.f = [=](const TensorList& in) { return normalize(in[0], p, dim); };
+                 return s;
+               },
+               A::Float32});
+  /// Two operands of one broadcast shape: b is a, or a's trailing dims, or a with a dim of size 1.
+  const auto broadcast_pair = [](Rng& rng) {
+    const Shape a = small_shape(rng, 1, 3, 24, 0.0);
+    Shape b = a;
+    if (rng.chance(0.3)) b.erase(b.begin(), b.begin() + rng.range(0, int64_t(a.size()) - 1));
+    else if (rng.chance(0.3)) b[size_t(rng.range(0, int64_t(b.size()) - 1))] = 1;
+    return std::vector<GradInput>{grad_in(values(rng, a, -2.0, 2.0, 0.1)), grad_in(values(rng, b, -2.0, 2.0, 0.1))};
+  };
+  t.push_back({"cosine_similarity",
+               [broadcast_pair](Rng& rng) {
+                 GradSample s;
+                 s.inputs = broadcast_pair(rng);
+                 const int64_t n = s.inputs[0].value.dim(), dim = rng.range(-n, n - 1);
+                 s.params = cat_str("dim=", dim);
+                 s.f = [=](const TensorList& in) { return cosine_similarity(in[0], in[1], dim); };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"pairwise_distance",
+               [broadcast_pair](Rng& rng) {
+                 GradSample s;
+                 s.inputs = broadcast_pair(rng);
+                 const double p = rng.pick(std::vector<double>{2.0, 3.0, 1.5, INFINITY});
+                 const bool keepdim = rng.chance(0.5);
+                 s.params = cat_str("p=", p, " keepdim=", keepdim);
+                 s.f = [=](const TensorList& in) { return pairwise_distance(in[0], in[1], p, 1e-6, keepdim); };
+                 return s;
+               },
+               A::Float32});
   using Along = ValuesIndices (*)(const Tensor&, int64_t, bool);
   const std::pair<const char*, Along> along[] = {
       {"max", [](const Tensor& x, int64_t d, bool k) { return max(x, d, k); }},

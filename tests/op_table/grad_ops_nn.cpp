@@ -285,7 +285,7 @@ void add_conv_pool(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Keep});
-  t.push_back({"interpolate (N, C, L)",  // Note [1-D interpolation as 2-D]
+  t.push_back({"interpolate(N, C, L)",  // Note [1-D interpolation as 2-D]
                [](Rng& rng) {
                  InterpolateOptions o;
                  o.mode = rng.pick(std::vector<InterpolateMode>{InterpolateMode::Nearest, InterpolateMode::Linear,
