@@ -153,7 +153,8 @@ TEST_CASE("pairwise_distance: orders, broadcast, keepdim, 1-D and 0-d inputs; gr
     for (bool keepdim : {false, true}) {
       CAPTURE(p);
       CAPTURE(keepdim);
-      const Tensor a = random_tensor({5, 4}, kFloat32, ++seed, Layout::Strided), b = random_tensor({4}, kFloat32, ++seed);
+      const Tensor a = random_tensor({5, 4}, kFloat32, ++seed, Layout::Strided),
+                   b = random_tensor({4}, kFloat32, ++seed);
       const Tensor y = pairwise_distance(a, b, p, 1e-6, keepdim);
       CHECK(y.sizes() == (keepdim ? Shape{5, 1} : Shape{5}));
       const std::vector<double> av = values_of(a), bv = values_of(b);
@@ -197,7 +198,10 @@ TEST_CASE("distances: autocast and errors") {
   check_error([&] { cosine_similarity(x, random_tensor({5}, kFloat32, 64)); }, {"cosine_similarity", "[3, 4]", "[5]"});
   check_error([&] { cosine_similarity(x, Tensor()); }, {"cosine_similarity", "x2", "undefined"});
   check_error([&] { cosine_similarity(x, x, 3); }, {"cosine_similarity", "dim"});
-  check_error([&] { pairwise_distance(x, make_tensor({1, 2, 3, 4}, {4}, kInt32)); },
-              {"pairwise_distance", "x2", "int32[4]"});
+  check_error(
+      [&] {
+        pairwise_distance(x, make_tensor({1, 2, 3, 4}, {4}, kInt32));
+      },
+      {"pairwise_distance", "x2", "int32[4]"});
   check_error([&] { pairwise_distance(x, x, 2.0, std::nan("")); }, {"pairwise_distance", "eps"});
 }
