@@ -30,11 +30,11 @@ using Key = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFlo
 }  // namespace
 
 void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending) {
-  const int64_t rows = x.size(0), L = x.size(1), k = values.size(1);
+  const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1);
   dispatch_numeric(x.dtype(), "sort", x.device(), [&]<typename T>() {
     using K = Key<T>;
     const T* in = x.data_ptr<T>();
-    T* out = values.data_ptr<T>();
+    T* out = values.defined() ? values.data_ptr<T>() : nullptr;
     int64_t* idx_out = indices.data_ptr<int64_t>();
     const double log_l = std::log2(double(std::max<int64_t>(L, 2)));
     parallel_chunks(rows, int64_t(double(L) * log_l) + 1, [&](int64_t begin, int64_t end) {
@@ -53,10 +53,9 @@ void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, b
         };
         if (k == L) std::sort(order.begin(), order.end(), before);
         else std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
-        for (int64_t j = 0; j < k; ++j) {
-          out[r * k + j] = row[order[size_t(j)]];
-          idx_out[r * k + j] = order[size_t(j)];
-        }
+        for (int64_t j = 0; j < k; ++j) idx_out[r * k + j] = order[size_t(j)];
+        if (out)
+          for (int64_t j = 0; j < k; ++j) out[r * k + j] = row[order[size_t(j)]];
       }
     });
   });

@@ -10,7 +10,8 @@ namespace {
 
 /// The first k of x's order along `dim`: x's rows along dim made contiguous (dim moved last),
 /// sorted by the kernel, and moved back.
-ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t dim, bool descending) {
+ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t dim, bool descending,
+                           bool want_values = true) {
   FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
   FRUGAL_CHECK(x.device().is_cpu(), op, ": CUDA tensors are not supported yet, got ", x.describe(),
                "; sort a CPU copy (.cpu()) and move the result back");
@@ -19,8 +20,9 @@ ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t d
   if (x.dim() == 0) {
     FRUGAL_CHECK(dim == 0 || dim == -1, op, ": dim ", dim, " is out of range for a 0-d tensor");
     FRUGAL_CHECK(k == 0 || k == 1, op, ": k=", k, " is out of range for a 0-d tensor (1 element)");
-    ValuesIndices one = sorted_along(op, x.reshape({1}), k, 0, descending);
-    return k == 1 ? ValuesIndices{one.values.reshape({}), one.indices.reshape({})} : one;
+    ValuesIndices one = sorted_along(op, x.reshape({1}), k, 0, descending, want_values);
+    if (k == 0) return one;
+    return {want_values ? one.values.reshape({}) : Tensor(), one.indices.reshape({})};
   }
   const int64_t d = wrap_dim(dim, x.dim(), op), L = x.size(d);
   FRUGAL_CHECK(k >= 0 && k <= L, op, ": k=", k, " must be between 0 and the size ", L, " of dim ", d, " of ",
@@ -28,13 +30,15 @@ ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t d
   const Tensor rows = x.detach().transpose(d, -1).contiguous();  // (..., L) with dim last
   Shape out_shape = rows.sizes();
   out_shape.back() = k;
-  ValuesIndices r{empty(out_shape, x.options()), empty(out_shape, {kInt64, x.device()})};
-  if (r.values.numel() > 0) {
+  // argsort's values are never made: the kernels skip an undefined values tensor.
+  ValuesIndices r{want_values ? empty(out_shape, x.options()) : Tensor(), empty(out_shape, {kInt64, x.device()})};
+  if (r.indices.numel() > 0) {
     const int64_t n = rows.numel() / L;
-    cpu::sort_kernel(r.values.view({n, k}), r.indices.view({n, k}), rows.view({n, L}), descending);
+    cpu::sort_kernel(want_values ? r.values.view({n, k}) : Tensor(), r.indices.view({n, k}), rows.view({n, L}),
+                     descending);
   }
   if (d != x.dim() - 1) {
-    r.values = r.values.transpose(d, -1).contiguous();
+    if (want_values) r.values = r.values.transpose(d, -1).contiguous();
     r.indices = r.indices.transpose(d, -1).contiguous();
   }
   return r;
@@ -52,7 +56,7 @@ ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
-  return sorted_along("argsort", x, length_along("argsort", x, dim), dim, descending).indices;
+  return sorted_along("argsort", x, length_along("argsort", x, dim), dim, descending, /*want_values=*/false).indices;
 }
 
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {

@@ -34,6 +34,6 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = 
 
 namespace frugal::ops::cpu {
 /// values, indices: (rows, k); x: (rows, L) contiguous, k <= L: each row's first k in Note
-/// [Sort order]'s order (descending or ascending).
+/// [Sort order]'s order (descending or ascending). An undefined `values` (argsort): indices only.
 void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending);
 }  // namespace frugal::ops::cpu

@@ -79,7 +79,14 @@ TEST_CASE("sort and topk: the reference order in every dtype, with ties, NaN, -0
         check_rows(x, ops::sort(x, 1, descending), 16, descending, "sort");
         check_rows(x, ops::topk(x, 5, -1, descending), 5, descending, "topk");
         CHECK(values_of(ops::argsort(x, 1, descending)) == values_of(ops::sort(x, 1, descending).indices));
+        CHECK(values_of(ops::argsort(x, 0, descending)) == values_of(ops::sort(x, 0, descending).indices));
       }
+  // argsort makes no values (the kernel writes indices only): 0-d and empty inputs too.
+  const Tensor s = ops::argsort(scalar_tensor(2.5, kFloat32));
+  CHECK(s.dim() == 0);
+  CHECK(s.dtype() == kInt64);
+  CHECK(s.item<int64_t>() == 0);
+  CHECK(ops::argsort(zeros({0, 3}, kFloat32), 0).sizes() == Shape{0, 3});
 }
 
 TEST_CASE("sort and topk: along every dim of a 3-D tensor, as the last dim of its transpose") {
