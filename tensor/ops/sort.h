@@ -9,8 +9,8 @@
 // its partial sort does, frugal's topk in this one), so the indices are a deterministic function
 // of the values, whatever the thread count. topk returns its k values sorted (largest first when
 // `largest`), as torch.topk(sorted=True).
-// The CPU sorts (key, index) pairs whose integer order is this one (Note [CPU sort keys] in
-// tensor/cpu/sort.cpp), so any sorting algorithm gives it: a full sort for sort, a partial sort
+// The CPU sorts (key, index) pairs whose integer order is this one (Note [Sort keys] in
+// tensor/ops/sort_key.h), so any sorting algorithm gives it: a full sort for sort, a partial sort
 // of the first k for topk.
 // CUDA tensors are not sorted yet: the ops refuse them, naming .cpu().
 #include <cstdint>
