@@ -22,8 +22,9 @@
 //              kl_div and the other losses, sum, mean, var, std (through var),
 //              vector_norm, cumsum, logsumexp, exp, expm1, log, log2, log10,
 //              log1p, softplus, pow, rsqrt, reciprocal, tan, asin, acos, sinh, cosh,
-//              cosine_similarity, pairwise_distance (numerically sensitive, or reductions
-//              whose result needs the range).
+//              cosine_similarity, pairwise_distance, triplet_margin_loss,
+//              cosine_embedding_loss (numerically sensitive, or reductions whose result
+//              needs the range).
 //   Refused -> binary_cross_entropy throws under autocast, as PyTorch: its logarithms of
 //              16-bit probabilities saturate; binary_cross_entropy_with_logits is the
 //              safe spelling.

@@ -372,6 +372,10 @@ OPS = {
     "cosine_similarity": lambda a, b, dim=1, eps=1e-8: F.cosine_similarity(a, b, dim, eps),
     "pairwise_distance": lambda a, b, p=2.0, eps=1e-6, keepdim=False: F.pairwise_distance(a, b, _ord(p), eps,
                                                                                              keepdim),
+    "triplet_margin_loss": lambda a, pos, neg, margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean":
+        F.triplet_margin_loss(a, pos, neg, margin, p, eps, swap, reduction=reduction),
+    "cosine_embedding_loss": lambda a, b, y, margin=0.0, reduction="mean":
+        F.cosine_embedding_loss(a, b, y, margin, reduction=reduction),
     # binary
     "add": lambda a, b, alpha=1.0: torch.add(a, b, alpha=alpha),
     "sub": lambda a, b, alpha=1.0: torch.sub(a, b, alpha=alpha),
@@ -1617,11 +1621,27 @@ def distance_cases(g):
     g.case("reduce", "pairwise_distance", [g.C((7,)), g.C((7,))], {"p": 3.0}, "1-D: a 0-d distance")
 
 
+def metric_loss_cases(g):
+    """triplet_margin_loss (swap, p, margin, reductions) and cosine_embedding_loss (targets 1, -1 and
+    0, margin, reductions, one pair)."""
+    for swap, p, margin, reduction in [(False, 2.0, 1.0, "mean"), (True, 2.0, 0.5, "sum"), (False, 1.0, 2.0, "none"),
+                                       (True, 3.0, 1.0, "mean")]:
+        g.case("loss", "triplet_margin_loss", [g.C((5, 4)), g.T((5, 4)), g.C((5, 4))],
+               {"margin": margin, "p": p, "swap": swap, "reduction": reduction})
+    y = torch.tensor([1, -1, 0, -1, 1], dtype=torch.int64)
+    for margin, reduction in [(0.0, "mean"), (0.3, "sum"), (-0.5, "none")]:
+        g.case("loss", "cosine_embedding_loss", [g.C((5, 6)), g.S((5, 6)), g.I(y.clone())],
+               {"margin": margin, "reduction": reduction})
+    g.case("loss", "cosine_embedding_loss", [g.C((6,)), g.C((6,)), g.I(torch.tensor(-1))], {"margin": -1.0},
+           "one pair")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
-              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases):
+              inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases,
+              metric_loss_cases):
         f(g)
     return g
 

@@ -1,4 +1,4 @@
-// normalize, cosine_similarity and pairwise_distance.
+// normalize, cosine_similarity, pairwise_distance and the losses built on them.
 //
 // Note [Distances as compositions]
 // Each is PyTorch's formula written with the differentiable ops (vector_norm, clamp, div, mul,
@@ -8,17 +8,22 @@
 // 1.12); pairwise_distance is norm(x1 - x2 + eps). One difference: aten clamps
 // cosine_similarity's norms in place under no_grad, so its gradient still flows through a norm
 // below eps; here the clamp passes no gradient there (d/dx of max(n, eps) = 0 for n < eps), as
-// normalize's does in both. Only vectors shorter than eps (1e-8) see it.
+// normalize's does in both. Only vectors shorter than eps (1e-8) see it. triplet_margin_loss
+// and cosine_embedding_loss are aten's formulas too (the latter's cosine adds 1e-12 to the
+// squared norms instead of clamping the norms).
 #include "autograd/ops/distance.h"
 
 #include <cmath>
 #include <limits>
 
 #include "autograd/autocast.h"
+#include "autograd/function.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "core/instrument.h"
+#include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/shape.h"
 
 namespace frugal {
@@ -50,6 +55,16 @@ void check_eps(const char* op, double eps) {
 /// x / max(||x||_p along dim, eps), the norm kept as size 1 to broadcast.
 Tensor divided_by_norm(const Tensor& x, double p, int64_t dim, double eps) {
   return div(x, clamp(vector_norm(x, p, {dim}, /*keepdim=*/true), eps, kInf));
+}
+
+/// The loss reduced as `reduction` says (Mean of nothing: NaN, as PyTorch's).
+Tensor reduced(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: break;
+  }
+  return mean(loss);
 }
 
 }  // namespace
@@ -85,6 +100,54 @@ Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double ep
   const Tensor diff = add(sub(a, b), eps);
   if (diff.dim() == 0) return vector_norm(diff, p, {}, false);
   return vector_norm(diff, p, {-1}, keepdim);
+}
+
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin,
+                           double p, double eps, bool swap, Reduction reduction) {
+  core::OpScope scope("triplet_margin_loss");
+  if (auto c = autocast::cast_inputs(autocast::Policy::Float32, {&anchor, &positive, &negative}))
+    return triplet_margin_loss((*c)[0], (*c)[1], (*c)[2], margin, p, eps, swap, reduction);
+  check_operand("triplet_margin_loss", "anchor", anchor);
+  check_operand("triplet_margin_loss", "positive", positive);
+  check_operand("triplet_margin_loss", "negative", negative);
+  FRUGAL_CHECK(anchor.dim() == positive.dim() && anchor.dim() == negative.dim() && anchor.dim() >= 1,
+               "triplet_margin_loss: anchor, positive and negative must have the same number of dims (at least one), "
+               "got ",
+               anchor.describe(), ", ", positive.describe(), " and ", negative.describe());
+  FRUGAL_CHECK(std::isfinite(margin), "triplet_margin_loss: margin must be finite, got ", margin);
+  const Tensor d_pos = pairwise_distance(anchor, positive, p, eps);
+  Tensor d_neg = pairwise_distance(anchor, negative, p, eps);
+  if (swap) d_neg = minimum(d_neg, pairwise_distance(positive, negative, p, eps));
+  return reduced(clamp(add(sub(d_pos, d_neg), margin), 0.0, kInf), reduction);
+}
+
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin, Reduction reduction) {
+  constexpr const char* op = "cosine_embedding_loss";
+  core::OpScope scope(op);
+  if (auto c = autocast::cast_inputs(autocast::Policy::Float32, {&x1, &x2}))
+    return cosine_embedding_loss((*c)[0], (*c)[1], y, margin, reduction);
+  check_operand(op, "x1", x1);
+  check_operand(op, "x2", x2);
+  FRUGAL_CHECK(y.defined() && (is_floating(y.dtype()) || is_integral(y.dtype())), op,
+               ": expects a numeric target y, got ", y.defined() ? y.describe() : "undefined");
+  FRUGAL_CHECK(x1.sizes() == x2.sizes() && (x1.dim() == 1 || x1.dim() == 2), op, ": x1 ", x1.describe(), " and x2 ",
+               x2.describe(), " must have one shape, (N, D) or (D)");
+  FRUGAL_CHECK(y.dim() == x1.dim() - 1 && (y.dim() == 0 || y.size(0) == x1.size(0)), op, ": the target ", y.describe(),
+               " must have shape (N) for inputs ", x1.describe(), " (0-d for (D))");
+  FRUGAL_CHECK(x1.device() == y.device() && x2.device() == y.device(), op, ": x1 ", x1.describe(), ", x2 ",
+               x2.describe(), " and y ", y.describe(), " must be on one device");
+  FRUGAL_CHECK(std::isfinite(margin), op, ": margin must be finite, got ", margin);
+  constexpr double kEpsilon = 1e-12;  // aten's EPSILON
+  const int64_t d = x1.dim() - 1;
+  const Tensor dot = sum(mul(x1, x2), {d});
+  const Tensor norms = sqrt(mul(add(sum(square(x1), {d}), kEpsilon), add(sum(square(x2), {d}), kEpsilon)));
+  const Tensor cos = div(dot, norms);
+  const Tensor zero = zeros_like(cos);
+  const Tensor similar = autograd::raw([&] { return ops::eq(y, 1.0); });
+  const Tensor dissimilar = autograd::raw([&] { return ops::eq(y, -1.0); });
+  const Tensor loss =
+      add(where(similar, rsub(cos, 1.0), zero), where(dissimilar, clamp(sub(cos, margin), 0.0, kInf), zero));
+  return reduced(loss, reduction);
 }
 
 }  // namespace frugal

@@ -1,10 +1,12 @@
 #pragma once
 // Normalizing and comparing vectors along a dim: torch.nn.functional's normalize,
 // cosine_similarity and pairwise_distance (contrastive and metric-learning losses, CLIP's
-// logits), composed of differentiable ops, so every gradient is theirs (Note [Distances as
-// compositions] in autograd/ops/distance.cpp).
+// logits), and the metric-learning losses built on them (triplet_margin_loss,
+// cosine_embedding_loss), composed of differentiable ops, so every gradient is theirs (Note
+// [Distances as compositions] in autograd/ops/distance.cpp).
 #include <cstdint>
 
+#include "tensor/ops/loss.h"  // Reduction
 #include "tensor/tensor.h"
 
 namespace frugal {
@@ -22,5 +24,19 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 /// keeps it as size 1). eps >= 0 keeps the gradient of identical rows finite. Float32 under
 /// autocast (the difference of 16-bit inputs would cancel).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
+
+/// F.triplet_margin_loss: max(d(anchor, positive) - d(anchor, negative) + margin, 0), d =
+/// pairwise_distance(., ., p, eps) over the last dim; swap (Balntas et al. 2016) takes d(anchor,
+/// negative) as min(d(anchor, negative), d(positive, negative)). Reduced as `reduction` says.
+/// Both losses are float32 under autocast, as PyTorch's.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin = 1.0,
+                           double p = 2.0, double eps = 1e-6, bool swap = false, Reduction reduction = Reduction::Mean);
+
+/// F.cosine_embedding_loss: 1 - cos(x1, x2) where y = 1, max(cos(x1, x2) - margin, 0) where
+/// y = -1, and 0 for any other y (as aten's), cos over the last dim of (N, D) or (D) inputs
+/// with 1e-12 added to each squared norm (aten's form, not cosine_similarity's); y (N) or 0-d,
+/// any numeric dtype.
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin = 0.0,
+                             Reduction reduction = Reduction::Mean);
 
 }  // namespace frugal

@@ -205,3 +205,65 @@ TEST_CASE("distances: autocast and errors") {
       {"pairwise_distance", "x2", "int32[4]"});
   check_error([&] { pairwise_distance(x, x, 2.0, std::nan("")); }, {"pairwise_distance", "eps"});
 }
+
+TEST_CASE("triplet_margin_loss and cosine_embedding_loss: aten's formulas, reductions, swap, targets; gradients") {
+  const Tensor a = random_tensor({4, 5}, kFloat64, 70), p = random_tensor({4, 5}, kFloat64, 71),
+               n = random_tensor({4, 5}, kFloat64, 72, Layout::Transposed);
+  const std::vector<double> av = values_of(a), pv = values_of(p), nv = values_of(n);
+  auto dist = [](const std::vector<double>& u, const std::vector<double>& v, int64_t row) {
+    std::vector<double> d;
+    for (int64_t c = 0; c < 5; ++c) d.push_back(u[size_t(row * 5 + c)] - v[size_t(row * 5 + c)] + 1e-6);
+    return norm_of(d, 2.0);
+  };
+  for (bool swap : {false, true}) {
+    std::vector<double> per_row;
+    for (int64_t r = 0; r < 4; ++r) {
+      double d_neg = dist(av, nv, r);
+      if (swap) d_neg = std::min(d_neg, dist(pv, nv, r));
+      per_row.push_back(std::max(dist(av, pv, r) - d_neg + 0.7, 0.0));
+    }
+    double total = 0;
+    for (double v : per_row) total += v;
+    check_close(triplet_margin_loss(a, p, n, 0.7, 2.0, 1e-6, swap, Reduction::None), per_row, 1e-12, 1e-12, "none");
+    CHECK(triplet_margin_loss(a, p, n, 0.7, 2.0, 1e-6, swap, Reduction::Sum).item<double>() ==
+          doctest::Approx(total).epsilon(1e-12));
+    CHECK(triplet_margin_loss(a, p, n, 0.7, 2.0, 1e-6, swap).item<double>() ==
+          doctest::Approx(total / 4).epsilon(1e-12));
+  }
+  // cosine_embedding_loss: y = 1 pulls together, -1 pushes apart past the margin, 0 contributes 0.
+  const Tensor x1 = random_tensor({4, 5}, kFloat64, 73), x2 = random_tensor({4, 5}, kFloat64, 74);
+  const Tensor y = make_tensor({1, -1, 0, -1}, {4}, kInt64);
+  const std::vector<double> u = values_of(x1), v = values_of(x2);
+  std::vector<double> expected;
+  const double targets[] = {1, -1, 0, -1};
+  for (int64_t r = 0; r < 4; ++r) {
+    double dot = 0, su = 0, sv = 0;
+    for (int64_t c = 0; c < 5; ++c) {
+      dot += u[size_t(r * 5 + c)] * v[size_t(r * 5 + c)];
+      su += u[size_t(r * 5 + c)] * u[size_t(r * 5 + c)];
+      sv += v[size_t(r * 5 + c)] * v[size_t(r * 5 + c)];
+    }
+    const double cos = dot / std::sqrt((su + 1e-12) * (sv + 1e-12));
+    const double t = targets[r];
+    expected.push_back(t == 1 ? 1 - cos : t == -1 ? std::max(cos - 0.1, 0.0) : 0.0);
+  }
+  check_close(cosine_embedding_loss(x1, x2, y, 0.1, Reduction::None), expected, 1e-12, 1e-12, "per row");
+  check_close(cosine_embedding_loss(x1, x2, y.to(kFloat32), 0.1, Reduction::None), expected, 1e-12, 1e-12,
+              "a float target");
+  CHECK(cosine_embedding_loss(x1.select(0, 0), x2.select(0, 0), scalar_tensor(1.0, kInt64)).item<double>() ==
+        doctest::Approx(expected[0]).epsilon(1e-12));
+  CHECK(std::isnan(triplet_margin_loss(zeros({0, 3}, kFloat64), zeros({0, 3}, kFloat64), zeros({0, 3}, kFloat64))
+                       .item<double>()));  // the mean of nothing, as torch
+  // Gradients (the margins keep every row off its kink for these seeds).
+  check_gradcheck([](const TensorList& in) { return triplet_margin_loss(in[0], in[1], in[2], 5.0, 2.0, 1e-6, true); },
+                  {leaf({3, 4}, 80), leaf({3, 4}, 81), leaf({3, 4}, 82)});
+  check_gradcheck(
+      [y](const TensorList& in) { return cosine_embedding_loss(in[0], in[1], y, -1.0, Reduction::Sum); },
+      {leaf({4, 5}, 83), leaf({4, 5}, 84)});
+  check_error([&] { cosine_embedding_loss(x1, x2, make_tensor({1, -1}, {2}, kInt64)); },
+              {"cosine_embedding_loss", "int64[2]", "(N)"});
+  check_error([&] { cosine_embedding_loss(x1, random_tensor({4, 6}, kFloat64, 1), y); },
+              {"cosine_embedding_loss", "[4, 5]", "[4, 6]"});
+  check_error([&] { triplet_margin_loss(a, p, random_tensor({5}, kFloat64, 2)); },
+              {"triplet_margin_loss", "same number of dims"});
+}

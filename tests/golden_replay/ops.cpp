@@ -183,6 +183,15 @@ const std::map<std::string, OpFn>& op_table() {
          return Outputs{pairwise_distance(in.at(0), in.at(1), a.num("p", 2.0), a.num("eps", 1e-6),
                                           a.flag("keepdim", false))};
        }},
+      {"triplet_margin_loss",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{triplet_margin_loss(in.at(0), in.at(1), in.at(2), a.num("margin", 1.0), a.num("p", 2.0),
+                                            a.num("eps", 1e-6), a.flag("swap", false), a.reduction())};
+       }},
+      {"cosine_embedding_loss",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{cosine_embedding_loss(in.at(0), in.at(1), in.at(2), a.num("margin", 0.0), a.reduction())};
+       }},
       {"gelu",
        [](const Inputs& in, const Args& a) {
          const std::string approx = a.text("approximate", "none");

@@ -542,6 +542,38 @@ void add_reduce(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32});
+  t.push_back({"triplet_margin_loss",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 1, 3, 24, 0.0);
+                 const double margin = rng.uniform(-1.0, 2.0), p = rng.pick(std::vector<double>{2.0, 3.0, 1.5});
+                 const bool swap = rng.chance(0.5);
+                 const Reduction reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum,
+                                                                             Reduction::None});
+                 GradSample s;
+                 for (int i = 0; i < 3; ++i) s.inputs.push_back(grad_in(values(rng, sh, -2.0, 2.0, 0.1)));
+                 s.params = cat_str("margin=", margin, " p=", p, " swap=", swap, " reduction=", int(reduction));
+                 s.f = [=](const TensorList& in) {
+                   return triplet_margin_loss(in[0], in[1], in[2], margin, p, 1e-6, swap, reduction);
+                 };
+                 return s;
+               },
+               A::Float32});
+  t.push_back({"cosine_embedding_loss",
+               [](Rng& rng) {
+                 const int64_t n = rng.range(1, 5), d = rng.range(1, 6);
+                 const double margin = rng.uniform(-1.0, 0.5);
+                 const Reduction reduction = rng.pick(std::vector<Reduction>{Reduction::Mean, Reduction::Sum,
+                                                                             Reduction::None});
+                 std::vector<double> y;
+                 for (int64_t i = 0; i < n; ++i) y.push_back(rng.pick(std::vector<double>{1.0, -1.0, 0.0}));
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, {n, d}, -2.0, 2.0, 0.1)), grad_in(values(rng, {n, d}, -2.0, 2.0, 0.1)),
+                             {tensor_of(y, {n}, kFloat64).to(kInt64), false, false}};
+                 s.params = cat_str("margin=", margin, " reduction=", int(reduction));
+                 s.f = [=](const TensorList& in) { return cosine_embedding_loss(in[0], in[1], in[2], margin, reduction); };
+                 return s;
+               },
+               A::Float32});
   using Along = ValuesIndices (*)(const Tensor&, int64_t, bool);
   const std::pair<const char*, Along> along[] = {
       {"max", [](const Tensor& x, int64_t d, bool k) { return max(x, d, k); }},
