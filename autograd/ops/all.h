@@ -10,6 +10,7 @@
 #include "autograd/ops/attention.h"
 #include "autograd/ops/batch_norm.h"
 #include "autograd/ops/binary.h"
+#include "autograd/ops/binary_math.h"
 #include "autograd/ops/conv.h"
 #include "autograd/ops/conv1d.h"
 #include "autograd/ops/conv_bn.h"

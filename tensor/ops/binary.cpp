@@ -10,6 +10,7 @@
 #include "tensor/factory.h"
 #include "tensor/ops/copy.h"
 #include "tensor/ops/fill.h"
+#include "tensor/ops/reduce.h"
 
 namespace frugal::ops {
 
@@ -93,7 +94,7 @@ DType promote(const char* name, const Tensor& a, const Tensor& b, const Operands
 DType compute_dtype(const char* name, BinaryOp op, DType promoted, const Operands& what) {
   FRUGAL_CHECK(promoted != kUInt8, name, ": uint8 is a storage-only dtype and takes no arithmetic (", what,
                "; Note [Storage-only uint8] in tensor/dtype.h)");
-  if (op == BinaryOp::Div) return is_floating(promoted) ? promoted : kFloat32;  // true division
+  if (binary_op_is_floating(op)) return is_floating(promoted) ? promoted : kFloat32;  // true division, atan2, ...
   if (!binary_op_is_predicate(op))
     FRUGAL_CHECK(promoted != kBool, name, ": arithmetic on bool is not supported (", what,
                  "); use logical_or / logical_and, or convert with .to()");
@@ -141,6 +142,22 @@ void check_inplace(const char* name, const Tensor& out, const Shape& shape, DTyp
   check_no_internal_overlap(name, out);
 }
 
+/// An integer division's divisor b holds no 0 (Note [Division-like ops]); on CUDA the count
+/// waits for the device.
+void check_integer_divisor(const char* name, const Tensor& b, const Operands& what) {
+  const int64_t zeros = sum(eq(b, 0.0)).item<int64_t>();
+  FRUGAL_CHECK(zeros == 0, name, ": integer division by zero (", what, ": the divisor holds ", zeros,
+               zeros == 1 ? " zero" : " zeros", "); PyTorch's CPU raises ZeroDivisionError here");
+}
+
+/// An integer scalar divisor: nonzero and within the compute dtype (wrapping it, as add's
+/// scalar is, would divide by another number).
+void check_integer_scalar_divisor(const char* name, double s, DType compute, const Operands& what) {
+  FRUGAL_CHECK(s != 0.0, name, ": integer division by zero (", what, "); PyTorch's CPU raises ZeroDivisionError here");
+  FRUGAL_CHECK(fits_integer(s, compute), name, ": the divisor ", s, " does not fit in ", dtype_name(compute), " (",
+               what, "); convert the tensor to a wider dtype first");
+}
+
 // `negate`: sub, a - alpha b, run as add with -alpha (negated after alpha's checks).
 Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0,
                  bool negate = false) {
@@ -151,6 +168,8 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const DType compute = compute_dtype(name, op, promote(name, a, b, {a, &b}), {a, &b});
   if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, Operands{a, &b}, negate);
+  if (binary_op_divides(op) && is_integral(compute) && numel_of(shape) > 0)
+    check_integer_divisor(name, b, {a, &b});
   Tensor out = empty_elementwise_output(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()}, {&a, &b});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
   return out;
@@ -163,6 +182,7 @@ Tensor scalar_op(const char* name, BinaryOp op, const Tensor& x, double s, bool 
   DType compute = compute_dtype(name, op, promote_with_scalar(x.dtype(), scalar_is_floating(s)), {x, nullptr, s});
   if (!is_integral(compute) && negate) s = -s;
   if (is_integral(compute)) {  // Note [Integer scalars out of range]
+    if (binary_op_divides(op)) check_integer_scalar_divisor(name, s, compute, {x, nullptr, s});
     if (!binary_op_is_predicate(op)) {
       s = wrap_integer_scalar(name, "scalar", s, compute, Operands{x, nullptr, s}, negate);
     } else if (!fits_integer(s, compute)) {
@@ -238,6 +258,34 @@ Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp:
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::Maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", BinaryOp::Minimum, a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
+
+Tensor atan2(const Tensor& a, const Tensor& b) { return binary_op("atan2", BinaryOp::Atan2, a, b); }
+Tensor hypot(const Tensor& a, const Tensor& b) { return binary_op("hypot", BinaryOp::Hypot, a, b); }
+Tensor logaddexp(const Tensor& a, const Tensor& b) { return binary_op("logaddexp", BinaryOp::LogAddExp, a, b); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return binary_op("remainder", BinaryOp::Remainder, a, b); }
+Tensor remainder(const Tensor& x, double s) { return scalar_op("remainder", BinaryOp::Remainder, x, s); }
+Tensor fmod(const Tensor& a, const Tensor& b) { return binary_op("fmod", BinaryOp::Fmod, a, b); }
+Tensor fmod(const Tensor& x, double s) { return scalar_op("fmod", BinaryOp::Fmod, x, s); }
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  return binary_op("floor_divide", BinaryOp::DivFloor, a, b);
+}
+Tensor floor_divide(const Tensor& x, double s) { return scalar_op("floor_divide", BinaryOp::DivFloor, x, s); }
+
+namespace {
+/// div's rounding_mode as its kernel-level op.
+BinaryOp rounded_division(std::string_view rounding_mode) {
+  FRUGAL_CHECK(rounding_mode == "trunc" || rounding_mode == "floor", "div: rounding_mode must be \"trunc\" or ",
+               "\"floor\", got \"", rounding_mode, "\" (div(a, b) without one is true division)");
+  return rounding_mode == "trunc" ? BinaryOp::DivTrunc : BinaryOp::DivFloor;
+}
+}  // namespace
+
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
+  return binary_op("div", rounded_division(rounding_mode), a, b);
+}
+Tensor div(const Tensor& x, double s, std::string_view rounding_mode) {
+  return scalar_op("div", rounded_division(rounding_mode), x, s);
+}
 
 Tensor add(const Tensor& x, double s) { return scalar_op("add", BinaryOp::Add, x, s); }
 Tensor sub(const Tensor& x, double s) { return scalar_op("sub", BinaryOp::Add, x, s, /*negate=*/true); }

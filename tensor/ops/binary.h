@@ -19,6 +19,7 @@
 // each operand by its runtime dtype (see Note [Dynamic casting] in binary_math.h).
 // The exception is where(), which first converts a mismatched operand to the result dtype.
 #include <cstdint>
+#include <string_view>
 
 #include "tensor/tensor.h"
 
@@ -37,6 +38,38 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 /// a ^ b (integers: exact by repeated squaring).
 Tensor pow(const Tensor& a, const Tensor& b);
+
+// Note [Division-like ops]
+// remainder, fmod and the rounded divisions are torch's: remainder takes the divisor's sign
+// (Python's %), fmod the dividend's (C's fmod and %); div with rounding_mode "trunc" rounds
+// the quotient toward zero, "floor" (floor_divide) down. On floats they are aten's formulas
+// (remainder = fmod, plus the divisor when the signs differ; floor division from fmod, so
+// that a = b q + r holds as closely as rounding allows), division by zero gives IEEE's inf
+// or NaN. On integers they are exact and keep the dtype; the minimum integer divided by -1
+// wraps to itself (its remainder is 0), where C++ would trap. An integer division by zero
+// is an error, as PyTorch's CPU ZeroDivisionError: a tensor divisor is checked for zeros
+// first, which on CUDA waits for the device (PyTorch's CUDA kernels return unspecified
+// values instead). An integer scalar divisor must fit in the compute dtype.
+
+/// atan2(a, b): the angle of the point (b, a), in [-pi, pi]; integer inputs give float32.
+Tensor atan2(const Tensor& a, const Tensor& b);
+/// sqrt(a^2 + b^2) without overflow or underflow in between; integer inputs give float32.
+Tensor hypot(const Tensor& a, const Tensor& b);
+/// log(e^a + e^b) without overflow (max(a, b) + log1p(e^-|a - b|)); integer inputs give float32.
+Tensor logaddexp(const Tensor& a, const Tensor& b);
+/// a - b floor(a / b): the divisor's sign, as Python's % (Note [Division-like ops]).
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& x, double s);
+/// a - b trunc(a / b): the dividend's sign, as C's fmod (Note [Division-like ops]).
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& x, double s);
+/// floor(a / b), in the promoted dtype (integers stay integers), as div(a, b, "floor").
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& x, double s);
+/// a / b rounded: rounding_mode "trunc" (toward zero) or "floor" (down); integers stay
+/// integers. div(a, b) is true division.
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode);
+Tensor div(const Tensor& x, double s, std::string_view rounding_mode);
 
 /// x + s, x - s, x * s, x / s (see Note [Binary type promotion] for the result dtype).
 Tensor add(const Tensor& x, double s);
@@ -107,6 +140,13 @@ const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight);
   X(Maximum, "maximum", false)       \
   X(Minimum, "minimum", false)       \
   X(Pow, "pow", false)               \
+  X(Atan2, "atan2", false)           \
+  X(Hypot, "hypot", false)           \
+  X(LogAddExp, "logaddexp", false)   \
+  X(Remainder, "remainder", false)   \
+  X(Fmod, "fmod", false)             \
+  X(DivTrunc, "div_trunc", false)    \
+  X(DivFloor, "floor_divide", false) \
   X(Eq, "eq", true)                  \
   X(Ne, "ne", true)                  \
   X(Lt, "lt", true)                  \
@@ -141,6 +181,17 @@ constexpr bool binary_op_is_predicate(BinaryOp op) {
 #undef FRUGAL_BINARY_PRED
   }
   return false;
+}
+
+/// True for the ops that compute in a floating dtype only: integer and bool inputs give
+/// float32 (true division, atan2, hypot, logaddexp).
+constexpr bool binary_op_is_floating(BinaryOp op) {
+  return op == BinaryOp::Div || op == BinaryOp::Atan2 || op == BinaryOp::Hypot || op == BinaryOp::LogAddExp;
+}
+
+/// True for the ops that divide: an integer divisor of 0 is refused (Note [Division-like ops]).
+constexpr bool binary_op_divides(BinaryOp op) {
+  return op == BinaryOp::Remainder || op == BinaryOp::Fmod || op == BinaryOp::DivTrunc || op == BinaryOp::DivFloor;
 }
 
 /// Calls f.template operator()<kOp>() with the op as a compile-time constant.

@@ -2,6 +2,7 @@
 // Scalar formulas of the binary ops and the dynamic-cast loads and stores, for the
 // host (tensor/cpu/binary.cpp) and the device (tensor/cuda/binary.cu) alike; see
 // Note [One formula, two backends] in unary_math.h.
+#include <limits>
 #include <type_traits>
 
 #include "tensor/dispatch.h"
@@ -35,16 +36,80 @@ FRUGAL_HD T wrapping_add(T x, T y) {
   using U = std::make_unsigned_t<T>;
   return T(U(x) + U(y));
 }
+
+FRUGAL_HD float atan2(float y, float x) { return ::atan2f(y, x); }
+FRUGAL_HD double atan2(double y, double x) { return ::atan2(y, x); }
+FRUGAL_HD float hypot(float x, float y) { return ::hypotf(x, y); }
+FRUGAL_HD double hypot(double x, double y) { return ::hypot(x, y); }
+FRUGAL_HD float fmod(float x, float y) { return ::fmodf(x, y); }
+FRUGAL_HD double fmod(double x, double y) { return ::fmod(x, y); }
+FRUGAL_HD float copysign(float x, float y) { return ::copysignf(x, y); }
+FRUGAL_HD double copysign(double x, double y) { return ::copysign(x, y); }
+
+/// log(e^a + e^b) as aten's: the larger plus log1p(e^-|a - b|), so nothing overflows; two
+/// equal infinities give themselves (inf - inf would be NaN).
+template <typename M>
+FRUGAL_HD M logaddexp(M a, M b) {
+  if (a == b && fabs(a) == std::numeric_limits<M>::infinity()) return a;
+  const M larger = a < b ? b : a;
+  return larger + log1p(exp(-fabs(a - b)));
+}
+
+/// The remainder with the divisor's sign, from fmod as aten's (Note [Division-like ops]).
+template <typename M>
+FRUGAL_HD M float_remainder(M a, M b) {
+  const M r = fmod(a, b);
+  return (r != M(0) && (b < M(0)) != (r < M(0))) ? r + b : r;
+}
+
+/// floor(a / b) as aten's div_floor_floating: the exact quotient (a - fmod(a, b)) / b, one
+/// less when the signs of the remainder and the divisor differ, then rounded to the nearest
+/// integer (the quotient is within an ulp of one); a zero quotient keeps the sign of a / b.
+template <typename M>
+FRUGAL_HD M float_floor_divide(M a, M b) {
+  if (b == M(0)) return a / b;
+  const M r = fmod(a, b);
+  M q = (a - r) / b;
+  if (r != M(0) && (b < M(0)) != (r < M(0))) q -= M(1);
+  if (q == M(0)) return copysign(M(0), a / b);
+  M f = floor(q);
+  if (q - f > M(0.5)) f += M(1);
+  return f;
+}
+
+// Integer division (Note [Division-like ops]). The front end refuses a zero divisor; the
+// kernels still give 0 for one rather than trap. b == -1 is taken apart: the minimum
+// integer divided by -1 overflows, which C++ leaves undefined and x86 traps on.
+template <typename T>
+FRUGAL_HD T int_trunc_divide(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  if (b == T(-1)) return T(U(0) - U(a));
+  return b == T(0) ? T(0) : T(a / b);
+}
+template <typename T>
+FRUGAL_HD T int_fmod(T a, T b) {
+  return (b == T(0) || b == T(-1)) ? T(0) : T(a % b);
+}
+template <typename T>
+FRUGAL_HD T int_remainder(T a, T b) {
+  const T r = int_fmod(a, b);
+  return (r != T(0) && (r < T(0)) != (b < T(0))) ? T(r + b) : r;
+}
+template <typename T>
+FRUGAL_HD T int_floor_divide(T a, T b) {
+  const T q = int_trunc_divide(a, b);
+  return (int_fmod(a, b) != T(0) && (a < T(0)) != (b < T(0))) ? T(q - 1) : q;
+}
 }  // namespace math
 
 /// Which compute types each kernel-level op is instantiated for: arithmetic on
-/// numbers (true division on floats only), comparisons on everything, logical
-/// and/or on bool (the front end maps other dtypes to x != 0 first).
+/// numbers (true division, atan2, hypot and logaddexp on floats only), comparisons on
+/// everything, logical and/or on bool (the front end maps other dtypes to x != 0 first).
 template <BinaryOp kOp, typename T>
 constexpr bool binary_op_supports() {
   if (kOp == BinaryOp::LogicalAnd || kOp == BinaryOp::LogicalOr) return std::is_same_v<T, bool>;
   if (binary_op_is_predicate(kOp)) return true;
-  if (kOp == BinaryOp::Div) return !std::is_integral_v<T>;  // bool is integral too
+  if (binary_op_is_floating(kOp)) return !std::is_integral_v<T>;  // bool is integral too
   return !std::is_same_v<T, bool>;
 }
 
@@ -76,6 +141,36 @@ FRUGAL_HD auto binary_apply(M a, M b, M alpha) {
       return math::int_pow(a, b);
     } else {
       return math::pow(a, b);
+    }
+  } else if constexpr (kOp == BinaryOp::Atan2) {
+    return math::atan2(a, b);
+  } else if constexpr (kOp == BinaryOp::Hypot) {
+    return math::hypot(a, b);
+  } else if constexpr (kOp == BinaryOp::LogAddExp) {
+    return math::logaddexp(a, b);
+  } else if constexpr (kOp == BinaryOp::Remainder) {
+    if constexpr (kInt) {
+      return math::int_remainder(a, b);
+    } else {
+      return math::float_remainder(a, b);
+    }
+  } else if constexpr (kOp == BinaryOp::Fmod) {
+    if constexpr (kInt) {
+      return math::int_fmod(a, b);
+    } else {
+      return math::fmod(a, b);
+    }
+  } else if constexpr (kOp == BinaryOp::DivTrunc) {
+    if constexpr (kInt) {
+      return math::int_trunc_divide(a, b);
+    } else {
+      return math::trunc(a / b);
+    }
+  } else if constexpr (kOp == BinaryOp::DivFloor) {
+    if constexpr (kInt) {
+      return math::int_floor_divide(a, b);
+    } else {
+      return math::float_floor_divide(a, b);
     }
   } else if constexpr (kOp == BinaryOp::Eq) {
     return a == b;

@@ -210,6 +210,22 @@ GradSample two_operands(Rng& rng, double b_min_abs = 0.0, bool positive_a = fals
   return s;
 }
 
+/// `a` (an input of out's shape or broadcast to it by b) with each a / b at least 0.05 from an
+/// integer: redrawn where a quotient is not, so that finite differences never straddle a step.
+GradInput quotients_off_steps(Rng& rng, GradInput a, const Tensor& b) {
+  const Shape out = broadcast_shapes(a.value.sizes(), b.sizes(), "quotients_off_steps");
+  if (out != a.value.sizes()) a.value = a.value.expand(out).contiguous();  // each a meets one b
+  std::vector<double> v = a.value.tolist<double>();
+  const Host hb = read_host(b);
+  for (int64_t i = 0; i < int64_t(v.size()); ++i) {
+    const double d = hb.at_broadcast(unravel(i, out));
+    for (double q = v[size_t(i)] / d; std::fabs(q - std::round(q)) < 0.05; q = v[size_t(i)] / d)
+      v[size_t(i)] = rng.uniform(-4, 4);
+  }
+  a.value = tensor_of(v, out, kFloat64);
+  return a;
+}
+
 void add_binary(std::vector<GradEntry>& t) {
   t.push_back({"add",
                [](Rng& rng) {
@@ -252,6 +268,57 @@ void add_binary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32});
+  // atan2 and hypot kept from the origin (a NaN gradient there, as PyTorch's).
+  const std::tuple<const char*, Binary, double> math[] = {
+      {"atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, 0.3},
+      {"hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }, 0.3},
+      {"logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }, 0.0},
+  };
+  for (const auto& [name, op, b_min_abs] : math)
+    t.push_back({name,
+                 [op, b_min_abs](Rng& rng) {
+                   GradSample s = two_operands(rng, b_min_abs);
+                   s.f = [op](const TensorList& in) { return op(in[0], in[1]); };
+                   return s;
+                 },
+                 A::Promote});
+  // The division-like ops, a / b drawn at least 0.05 from an integer (their steps; the
+  // rounded divisions' gradient is zeros, which finite differences away from them agree with).
+  const std::tuple<const char*, Binary> division[] = {
+      {"remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }},
+      {"fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, b); }},
+      {"floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }},
+      {"div(a, b, trunc)", [](const Tensor& a, const Tensor& b) { return div(a, b, "trunc"); }},
+      {"div(a, b, floor)", [](const Tensor& a, const Tensor& b) { return div(a, b, "floor"); }},
+  };
+  for (const auto& [name, op] : division)
+    t.push_back({name,
+                 [op](Rng& rng) {
+                   GradSample s = two_operands(rng, 0.5);
+                   s.inputs[0] = quotients_off_steps(rng, s.inputs[0], s.inputs[1].value);
+                   s.f = [op](const TensorList& in) { return op(in[0], in[1]); };
+                   return s;
+                 },
+                 A::Promote});
+  using DivScalar = Tensor (*)(const Tensor&, double);
+  const std::tuple<const char*, DivScalar> division_scalar[] = {
+      {"remainder(x, s)", [](const Tensor& x, double c) { return remainder(x, c); }},
+      {"fmod(x, s)", [](const Tensor& x, double c) { return fmod(x, c); }},
+      {"floor_divide(x, s)", [](const Tensor& x, double c) { return floor_divide(x, c); }},
+      {"div(x, s, floor)", [](const Tensor& x, double c) { return div(x, c, "floor"); }},
+  };
+  for (const auto& [name, fn] : division_scalar)
+    t.push_back({name,
+                 [fn](Rng& rng) {
+                   const double c = rng.pick(std::vector<double>{-1.5, 0.75, 2.0, 1.25});
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, small_shape(rng, 0, 4), -4, 4))};
+                   s.inputs[0] = quotients_off_steps(rng, s.inputs[0], tensor_of({c}, {}, kFloat64));
+                   s.params = cat_str("s=", c);
+                   s.f = [fn, c](const TensorList& in) { return fn(in[0], c); };
+                   return s;
+                 },
+                 A::Keep});
   using Scalar = Tensor (*)(const Tensor&, double);
   const std::pair<const char*, Scalar> scalars[] = {
       {"add(x, s)", [](const Tensor& x, double s) { return add(x, s); }},

@@ -1,6 +1,7 @@
 // Binary elementwise ops (tensor/ops/binary.h): broadcasting, mixed dtypes through the
 // promotion rules (written out again here), scalar forms and in-place forms, the
-// last also on an output that aliases an input.
+// last also on an output that aliases an input; atan2, hypot, logaddexp and the
+// division-like ops (integer division by zero must throw).
 #include <cmath>
 
 #include "tensor/ops/binary.h"
@@ -10,7 +11,9 @@ namespace frugal::optest {
 
 namespace {
 
-enum class Kind { Arith, Div, MinMax, Pow, Compare, Logical };
+// FloatMath: computes in a floating dtype (integers give float32), as Div; Divide: the
+// division-like ops, integers stay integers (Note [Division-like ops]).
+enum class Kind { Arith, Div, MinMax, Pow, Compare, Logical, FloatMath, Divide };
 
 struct BinarySpec {
   const char* name;
@@ -23,6 +26,17 @@ struct BinarySpec {
 double int_pow(double base, double e) {  // Note: math::int_pow's rules for negative exponents
   if (e < 0) return base == 1 ? 1.0 : base == -1 ? (int64_t(e) % 2 ? -1.0 : 1.0) : 0.0;
   return std::pow(base, e);
+}
+
+/// The division-like op `name` on integers, exactly: truncated quotient and remainder, then
+/// floored where the signs differ (Python's // and %).
+double int_divide(const std::string& name, double a, double b) {
+  const int64_t x = int64_t(a), y = int64_t(b), q = x / y, r = x % y;
+  const bool floored = r != 0 && ((r < 0) != (y < 0));
+  if (name.rfind("remainder", 0) == 0) return double(floored ? r + y : r);
+  if (name.rfind("fmod", 0) == 0) return double(r);
+  if (name.rfind("floor_divide", 0) == 0) return double(floored ? q - 1 : q);
+  return double(q);  // div_trunc
 }
 
 // clang-format off
@@ -57,6 +71,20 @@ const BinarySpec kBinary[] = {
    [](double a, double b, double) { return double(a != 0 && b != 0); }},
   {"logical_or", Kind::Logical, [](const Tensor& a, const Tensor& b, double) { return ops::logical_or(a, b); },
    [](double a, double b, double) { return double(a != 0 || b != 0); }},
+  {"atan2", Kind::FloatMath, [](const Tensor& a, const Tensor& b, double) { return ops::atan2(a, b); },
+   [](double a, double b, double) { return std::atan2(a, b); }},
+  {"hypot", Kind::FloatMath, [](const Tensor& a, const Tensor& b, double) { return ops::hypot(a, b); },
+   [](double a, double b, double) { return std::sqrt(a * a + b * b); }},
+  {"logaddexp", Kind::FloatMath, [](const Tensor& a, const Tensor& b, double) { return ops::logaddexp(a, b); },
+   [](double a, double b, double) { return std::log(std::exp(a) + std::exp(b)); }},
+  {"remainder", Kind::Divide, [](const Tensor& a, const Tensor& b, double) { return ops::remainder(a, b); },
+   [](double a, double b, double) { return a - b * std::floor(a / b); }},
+  {"fmod", Kind::Divide, [](const Tensor& a, const Tensor& b, double) { return ops::fmod(a, b); },
+   [](double a, double b, double) { return std::fmod(a, b); }},
+  {"floor_divide", Kind::Divide, [](const Tensor& a, const Tensor& b, double) { return ops::floor_divide(a, b); },
+   [](double a, double b, double) { return std::floor(a / b); }},
+  {"div_trunc", Kind::Divide, [](const Tensor& a, const Tensor& b, double) { return ops::div(a, b, "trunc"); },
+   [](double a, double b, double) { return std::trunc(a / b); }},
 };
 // clang-format on
 
@@ -65,7 +93,9 @@ Values operand_values(Kind kind, int which, DType t) {
   const bool fl = is_floating(t);
   switch (kind) {
     case Kind::Div:
-      return which == 1 ? Values{fl ? -3.0 : -5.0, fl ? 3.0 : 5.0, fl ? 0.0 : 1.0, fl ? 0.25 : 1.0} : values_for(t);
+    case Kind::Divide:
+      return which == 1 ? Values{fl ? -3.0 : -5.0, fl ? 3.0 : 5.0, fl ? 0.0 : 1.0, fl ? 0.25 : 1.0}
+                        : values_for(t, kind == Kind::Divide ? -6.0 : -2.0, kind == Kind::Divide ? 6.0 : 2.0);
     case Kind::Arith: return values_for(t);
     case Kind::MinMax:
     case Kind::Compare: return fl ? Values{-2, 2, 0.5} : Values{-3, 3, 1};
@@ -89,8 +119,8 @@ bool can_cast(DType from, DType to) {
 
 /// The compute dtype of `kind` on `promoted`; throws MustThrow for arithmetic on bool.
 DType compute_of(Kind kind, DType promoted) {
-  if (kind == Kind::Div) return is_floating(promoted) ? promoted : kFloat32;
-  if ((kind == Kind::Arith || kind == Kind::MinMax || kind == Kind::Pow) && promoted == kBool)
+  if (kind == Kind::Div || kind == Kind::FloatMath) return is_floating(promoted) ? promoted : kFloat32;
+  if ((kind == Kind::Arith || kind == Kind::MinMax || kind == Kind::Pow || kind == Kind::Divide) && promoted == kBool)
     throw MustThrow{"arithmetic on bool"};
   return promoted;
 }
@@ -104,6 +134,7 @@ void check_sub_dtypes(const char* name, DType a, DType b) {
 /// The value of `spec` on (a, b), as the compute dtype defines it.
 double apply(const BinarySpec& spec, DType compute, double a, double b, double alpha) {
   if (spec.kind == Kind::Pow && !is_floating(compute)) return int_pow(a, b);
+  if (spec.kind == Kind::Divide && !is_floating(compute)) return int_divide(spec.name, a, b);
   if (compute == kInt32 && spec.kind == Kind::Arith) {  // exact in int64, then two's-complement wrap
     const int64_t x = int64_t(a), y = int64_t(b), k = int64_t(alpha);
     const std::string name = spec.name;
@@ -136,7 +167,8 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                  const bool specials = spec.kind == Kind::MinMax || spec.kind == Kind::Compare ||
                                        spec.kind == Kind::Logical || std::string(spec.name) == "add";
                  const bool wrap = spec.kind == Kind::Arith && ta == kInt32 && tb == kInt32 && rng.chance(0.15);
-                 const bool zeros = spec.kind == Kind::Div && rng.chance(0.2);  // x / 0: inf, NaN
+                 // x / 0: inf, NaN; an integer division's must throw
+                 const bool zeros = (spec.kind == Kind::Div || spec.kind == Kind::Divide) && rng.chance(0.2);
                  auto values = [&](int which, DType t) {
                    Values v = operand_values(spec.kind, which, t);
                    if (wrap) v = {-2147483648.0, 2147483647.0, 1.0};  // int32 overflow wraps around
@@ -162,6 +194,9 @@ void add_tensor_tensor(std::vector<OpEntry>& t, const BinarySpec& spec) {
                    const bool pred = spec.kind == Kind::Compare || spec.kind == Kind::Logical;
                    const DType out = pred ? kBool : compute;
                    const Shape shape = broadcast(in[0].sizes, in[1].sizes);
+                   if (spec.kind == Kind::Divide && !is_floating(compute) && numel_of(shape) > 0)
+                     for (double v : in[1].v)
+                       if (v == 0) throw MustThrow{"integer division by zero"};
                    return std::vector<Expected>{
                        make_expected(shape, out, result_tol(spec.kind, out), [&](const std::vector<int64_t>& idx) {
                          return apply(spec, compute, operand(in[0].at_broadcast(idx)), operand(in[1].at_broadcast(idx)),
@@ -202,6 +237,12 @@ const ScalarSpec kScalar[] = {
    [](double x, double s) { return double(x > s); }},
   {"ge_scalar", Kind::Compare, [](const Tensor& x, double s) { return ops::ge(x, s); }, nullptr,
    [](double x, double s) { return double(x >= s); }},
+  {"remainder_scalar", Kind::Divide, [](const Tensor& x, double s) { return ops::remainder(x, s); }, nullptr,
+   [](double x, double s) { return x - s * std::floor(x / s); }},
+  {"fmod_scalar", Kind::Divide, [](const Tensor& x, double s) { return ops::fmod(x, s); }, nullptr,
+   [](double x, double s) { return std::fmod(x, s); }},
+  {"floor_divide_scalar", Kind::Divide, [](const Tensor& x, double s) { return ops::floor_divide(x, s); }, nullptr,
+   [](double x, double s) { return std::floor(x / s); }},
 };
 // clang-format on
 
@@ -234,10 +275,17 @@ void add_scalar_entries(std::vector<OpEntry>& t, const ScalarSpec& spec) {
              const DType compute = compute_of(spec.kind, ref_promote_scalar(dt, !is_integral_value(k)));
              const DType out = spec.kind == Kind::Compare ? kBool : inplace ? dt : compute;
              if (inplace && !can_cast(compute, dt)) throw MustThrow{"the result does not cast to self"};
-             // A comparison rounds the scalar to the compute type first (binary_scalar_value).
-             const double rhs = spec.kind == Kind::Compare ? round_to(compute, k) : k;
-             return std::vector<Expected>{make_expected(in[0].sizes, out, result_tol(spec.kind, out),
-                                                        [&](const auto& idx) { return spec.f(in[0].at(idx), rhs); })};
+             // A comparison rounds the scalar to the compute type first, arithmetic to its opmath
+             // type (binary_scalar_value), which the division-like ops' steps can tell apart
+             // (floor(1 / float(0.1)) = 9).
+             const double rhs = spec.kind == Kind::Compare  ? round_to(compute, k)
+                                : spec.kind == Kind::Divide ? round_to(compute == kFloat64 ? kFloat64 : kFloat32, k)
+                                                            : k;
+             const bool int_division = spec.kind == Kind::Divide && !is_floating(compute);
+             if (int_division && k == 0) throw MustThrow{"integer division by zero"};
+             return std::vector<Expected>{make_expected(in[0].sizes, out, result_tol(spec.kind, out), [&](const auto& idx) {
+               return int_division ? int_divide(spec.name, in[0].at(idx), rhs) : spec.f(in[0].at(idx), rhs);
+             })};
            };
            return s;
          }});
