@@ -386,6 +386,12 @@ OPS = {
     "div_scalar": lambda x, s: x / s, "rsub_scalar": lambda x, s: s - x, "rdiv_scalar": lambda x, s: s / x,
     "where": lambda c, a, b: torch.where(c, a, b),
     "masked_fill": lambda x, m, value: x.masked_fill(m, value),
+    "atan2": torch.atan2, "hypot": torch.hypot, "logaddexp": torch.logaddexp, "remainder": torch.remainder,
+    "fmod": torch.fmod, "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder_scalar": lambda x, s: torch.remainder(x, s), "fmod_scalar": lambda x, s: torch.fmod(x, s),
+    # torch.floor_divide has no backward in 1.13; div's floor mode is the same values with zero gradients
+    "floor_divide_scalar": lambda x, s: torch.div(x, s, rounding_mode="floor"),
     # reductions
     "sum": lambda x, dims, keepdim=False: torch.sum(x, _all_dims(x, dims), keepdim) if x.dim() else torch.sum(x),
     "mean": lambda x, dims, keepdim=False: torch.mean(x, _all_dims(x, dims), keepdim) if x.dim() else torch.mean(x),
@@ -1636,12 +1642,45 @@ def metric_loss_cases(g):
            "one pair")
 
 
+def binary_math_cases(g):
+    """atan2, hypot, logaddexp, remainder, fmod and the rounded divisions: layouts, broadcasts, 0-d,
+    float16/bfloat16, signed zeros, infinities and zero divisors, int64 operands, scalar divisors."""
+    nan, inf = float("nan"), float("inf")
+    pairs = [
+        ("same shape", lambda lo, hi: (g.C((3, 4), lo=lo, hi=hi), g.T((3, 4), lo=lo, hi=hi))),
+        ("broadcast (3,1,4)x(2,4)", lambda lo, hi: (g.C((3, 1, 4), lo=lo, hi=hi), g.S((2, 4), lo=lo, hi=hi))),
+        ("0-d operand", lambda lo, hi: (g.C((2, 5), lo=lo, hi=hi), g.C((), lo=lo, hi=hi))),
+    ]
+    for op in ("atan2", "hypot", "logaddexp", "remainder", "fmod", "div_floor", "div_trunc"):
+        for name, make in pairs:
+            a, b = make(-4.0, 4.0)
+            if op not in ("atan2", "hypot", "logaddexp"):  # divisors of magnitude at least 0.5
+                b.base = torch.where(b.base.abs() < 0.5, torch.full_like(b.base, 0.75), b.base)
+            g.case("binary", op, [a, b], {}, name)
+        for dt in (torch.float16, torch.bfloat16):
+            g.case("binary", op, [g.C((3, 5), lo=-4, hi=4, dtype=dt), g.C((5,), lo=0.5, hi=2, dtype=dt)], {},
+                   str(dt).replace("torch.", ""))
+        sp_a, sp_b = (0.0, -0.0, 0.0, -0.0, inf, -inf, 5.0, -5.0, nan, 3.0), (0.0, 0.0, -0.0, -0.0, 2.0, inf, inf,
+                                                                             -inf, 1.0, nan)
+        g.case("binary", op, [In(g.vals((2, 5), special=sp_a)), In(g.vals((2, 5), special=sp_b))], {},
+               "signed zeros, infinities, NaN")
+    for op in ("remainder", "fmod", "div_floor", "div_trunc"):
+        b = g.ints((3, 6), -5, 5)
+        b[b == 0] = 3
+        g.case("binary", op, [g.I(g.ints((3, 6), -20, 20)), g.I(b)], {}, "int64")
+    for op, s in [("remainder_scalar", 1.5), ("remainder_scalar", -2.0), ("fmod_scalar", 0.75),
+                  ("floor_divide_scalar", -1.25)]:
+        g.case("binary", op, [g.T((3, 4), lo=-5, hi=5)], {"s": s})
+    for op in ("remainder_scalar", "floor_divide_scalar", "fmod_scalar"):
+        g.case("binary", op, [g.I(g.ints((2, 7), -20, 20))], {"s": -3}, "int64")  # a Python int: integer division
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
               inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases,
-              metric_loss_cases):
+              metric_loss_cases, binary_math_cases):
         f(g)
     return g
 
