@@ -13,39 +13,17 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "bench/device_args.h"
 #include "core/stream.h"
 #include "core/threads.h"
-#include "examples/flags.h"
 #include "tensor/factory.h"
 #include "tensor/memory_format.h"
 #include "tensor/ops/interpolate.h"
 
 using namespace frugal;
 
-namespace {
-
-constexpr const char* kUsage = "usage: bench_interpolate [--device cpu|cuda] [--reps N] [--threads N]\n";
-
-struct Args {
-  std::string device = "cpu";
-  int reps = 20;
-  int threads = 2;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  const Args args = cli::parse_or_exit("bench_interpolate", kUsage, [&] {
-    Args a;
-    cli::Flags flags(argc, argv);
-    while (flags.next()) {
-      if (flags.is("--device")) a.device = flags.choice({"cpu", "cuda"});
-      else if (flags.is("--reps")) a.reps = int(flags.positive());
-      else if (flags.is("--threads")) a.threads = int(flags.integer(1, 1024));
-      else flags.unknown();
-    }
-    return a;
-  });
+  const bench::DeviceArgs args = bench::parse_device_args("bench_interpolate", argc, argv);
   try {
     set_num_threads(args.threads);
     const bool gpu = args.device == "cuda";

@@ -12,23 +12,15 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/device_args.h"
 #include "core/stream.h"
 #include "core/threads.h"
-#include "examples/flags.h"
 #include "tensor/factory.h"
 #include "tensor/ops/sort.h"
 
 using namespace frugal;
 
 namespace {
-
-constexpr const char* kUsage = "usage: bench_sort [--device cpu|cuda] [--reps N] [--threads N]\n";
-
-struct Args {
-  std::string device = "cpu";
-  int reps = 20;
-  int threads = 2;
-};
 
 struct Case {
   const char* name;
@@ -40,17 +32,7 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = cli::parse_or_exit("bench_sort", kUsage, [&] {
-    Args a;
-    cli::Flags flags(argc, argv);
-    while (flags.next()) {
-      if (flags.is("--device")) a.device = flags.choice({"cpu", "cuda"});
-      else if (flags.is("--reps")) a.reps = int(flags.positive());
-      else if (flags.is("--threads")) a.threads = int(flags.integer(1, 1024));
-      else flags.unknown();
-    }
-    return a;
-  });
+  const bench::DeviceArgs args = bench::parse_device_args("bench_sort", argc, argv);
   try {
     set_num_threads(args.threads);
     const bool gpu = args.device == "cuda";

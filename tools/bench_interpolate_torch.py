@@ -9,27 +9,14 @@ backward is timed alone: torch.autograd.grad of y with a given grad_output, y co
     python3 tools/bench_interpolate_torch.py [--device cpu|cuda] [--reps N] [--threads N]
 """
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
+from cuda_timing import host_median_ms
+
 CASES = [("nearest x2", 2.0, "nearest"), ("bilinear x2", 2.0, "bilinear"), ("bicubic x2", 2.0, "bicubic"),
          ("bilinear x0.6", 0.6, "bilinear"), ("bicubic x0.6", 0.6, "bicubic")]
-
-
-def median_ms(fn, reps, sync):
-    for _ in range(3):
-        fn()
-        sync()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def main():
@@ -50,10 +37,10 @@ def main():
             x = torch.randn(shape, device=a.device, dtype=dtype).contiguous(memory_format=fmt)
             xg = x.clone().requires_grad_()
             for name, scale, mode in CASES:
-                fwd = median_ms(lambda: F.interpolate(x, scale_factor=scale, mode=mode), a.reps, sync)
+                fwd = host_median_ms(lambda: F.interpolate(x, scale_factor=scale, mode=mode), a.reps, sync)
                 y = F.interpolate(xg, scale_factor=scale, mode=mode)
                 gy = torch.randn_like(y)
-                bwd = median_ms(lambda: torch.autograd.grad(y, xg, gy, retain_graph=True), a.reps, sync)
+                bwd = host_median_ms(lambda: torch.autograd.grad(y, xg, gy, retain_graph=True), a.reps, sync)
                 layout = "channels-last" if nhwc else "contiguous"
                 print(f"  {name:14s} {str(dtype)[6:]:8s} {layout:14s} {fwd:8.3f} {bwd:8.3f}")
 

@@ -7,10 +7,10 @@ prints them.
     python3 tools/bench_sort_torch.py [--device cpu|cuda] [--reps N] [--threads N]
 """
 import argparse
-import statistics
-import time
 
 import torch
+
+from cuda_timing import host_median_ms
 
 # name, rows, length, dtype, k (0: sort, > 0: topk, < 0: argsort)
 CASES = [("sort rows of 128", 8192, 128, torch.float32, 0), ("sort rows of 2048", 2048, 2048, torch.float32, 0),
@@ -18,19 +18,6 @@ CASES = [("sort rows of 128", 8192, 128, torch.float32, 0), ("sort rows of 2048"
          ("argsort rows of 512", 4096, 512, torch.float16, -1), ("topk 50 of 32000", 256, 32000, torch.float32, 50),
          ("topk 10 of 2048", 4096, 2048, torch.float32, 10),
          ("sort int64 rows of 1024", 2048, 1024, torch.int64, 0)]
-
-
-def median_ms(fn, reps, sync):
-    for _ in range(3):
-        fn()
-        sync()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def main():
@@ -58,7 +45,7 @@ def main():
             fn = lambda: torch.argsort(x, stable=True)
         else:
             fn = lambda: torch.sort(x, stable=True)
-        ms = median_ms(fn, a.reps, sync)
+        ms = host_median_ms(fn, a.reps, sync)
         print(f"  {name:24s} {str([rows, length]):14s} {str(dtype)[6:]:8s} {ms:8.3f}")
 
 

@@ -187,7 +187,9 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
 Tensor remainder(const Tensor& a, const Tensor& b) {
   return binary_math(MathOp::Remainder, "remainder", a, b, ops::remainder);
 }
-Tensor remainder(const Tensor& x, double s) { return scalar_math(MathOp::Remainder, "remainder", x, s, ops::remainder); }
+Tensor remainder(const Tensor& x, double s) {
+  return scalar_math(MathOp::Remainder, "remainder", x, s, ops::remainder);
+}
 Tensor fmod(const Tensor& a, const Tensor& b) { return binary_math(MathOp::Fmod, "fmod", a, b, ops::fmod); }
 Tensor fmod(const Tensor& x, double s) { return scalar_math(MathOp::Fmod, "fmod", x, s, ops::fmod); }
 Tensor floor_divide(const Tensor& a, const Tensor& b) {

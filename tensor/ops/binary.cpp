@@ -168,8 +168,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   const DType compute = compute_dtype(name, op, promote(name, a, b, {a, &b}), {a, &b});
   if (op == BinaryOp::Add) alpha = checked_alpha(name, compute, alpha, Operands{a, &b}, negate);
-  if (binary_op_divides(op) && is_integral(compute) && numel_of(shape) > 0)
-    check_integer_divisor(name, b, {a, &b});
+  if (binary_op_divides(op) && is_integral(compute) && numel_of(shape) > 0) check_integer_divisor(name, b, {a, &b});
   Tensor out = empty_elementwise_output(shape, {binary_op_is_predicate(op) ? kBool : compute, a.device()}, {&a, &b});
   if (out.numel() > 0) FRUGAL_DEVICE_DISPATCH(name, a.device(), binary_kernel, op, compute, out, a, b, alpha);
   return out;
@@ -266,9 +265,7 @@ Tensor remainder(const Tensor& a, const Tensor& b) { return binary_op("remainder
 Tensor remainder(const Tensor& x, double s) { return scalar_op("remainder", BinaryOp::Remainder, x, s); }
 Tensor fmod(const Tensor& a, const Tensor& b) { return binary_op("fmod", BinaryOp::Fmod, a, b); }
 Tensor fmod(const Tensor& x, double s) { return scalar_op("fmod", BinaryOp::Fmod, x, s); }
-Tensor floor_divide(const Tensor& a, const Tensor& b) {
-  return binary_op("floor_divide", BinaryOp::DivFloor, a, b);
-}
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return binary_op("floor_divide", BinaryOp::DivFloor, a, b); }
 Tensor floor_divide(const Tensor& x, double s) { return scalar_op("floor_divide", BinaryOp::DivFloor, x, s); }
 
 namespace {

@@ -18,6 +18,7 @@
 #include "autograd/ops/unary.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tests/cpu/binary_reference.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -31,17 +32,6 @@ constexpr DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 double small_atol(DType t) { return t == kFloat64 ? 1e-13 : t == kFloat32 ? 1e-6 : default_rtol(t) * 0.05; }
 
 using RefFn = std::function<double(double, double)>;
-
-/// out[i] = f(a[bcast(i)], b[bcast(i)]) in double, a naive loop over the broadcast shape.
-std::vector<double> reference(const Tensor& a, const Tensor& b, const Shape& out_shape, const RefFn& f) {
-  const std::vector<double> va = values_of(a), vb = values_of(b);
-  std::vector<double> out(size_t(numel_of(out_shape)));
-  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
-    const std::vector<int64_t> idx = unravel(i, out_shape);
-    out[size_t(i)] = f(va[size_t(broadcast_index(idx, a.sizes()))], vb[size_t(broadcast_index(idx, b.sizes()))]);
-  }
-  return out;
-}
 
 std::vector<double> reference(const Tensor& x, const std::function<double(double)>& f) {
   std::vector<double> out;

@@ -17,6 +17,7 @@
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
+#include "tests/cpu/binary_reference.h"
 #include "tests/cpu/gradcheck_util.h"
 #include "tests/test_util.h"
 
@@ -76,17 +77,6 @@ std::vector<double> divisors(int64_t n, uint64_t seed) {
   return v;
 }
 
-/// out[i] = f(a, b) over the broadcast shape, in float64.
-std::vector<double> reference(const Tensor& a, const Tensor& b, const Shape& out_shape, const RefFn& f) {
-  const std::vector<double> va = values_of(a), vb = values_of(b);
-  std::vector<double> out(size_t(numel_of(out_shape)));
-  for (int64_t i = 0; i < int64_t(out.size()); ++i) {
-    const std::vector<int64_t> idx = unravel(i, out_shape);
-    out[size_t(i)] = f(va[size_t(broadcast_index(idx, a.sizes()))], vb[size_t(broadcast_index(idx, b.sizes()))]);
-  }
-  return out;
-}
-
 /// Whether some a / b of the broadcast lies within `margin` of an integer (a step of the
 /// division-like ops, where a rounded operand may land on either side).
 bool near_step(const Tensor& a, const Tensor& b, const Shape& shape, double margin) {
@@ -103,8 +93,8 @@ TEST_CASE("binary math: every op against float64 loops in every dtype, shape pai
     for (DType dt : kFloatTypes) {
       for (const ShapePair& sp : kShapePairs) {
         for (Layout layout : kAllLayouts) {
-          const std::string what =
-              c.name + " " + dtype_name(dt) + " " + shape_str(sp.a) + " with " + shape_str(sp.b) + " " + layout_name(layout);
+          const std::string what = c.name + " " + dtype_name(dt) + " " + shape_str(sp.a) + " with " + shape_str(sp.b) +
+                                   " " + layout_name(layout);
           Tensor a = random_tensor(sp.a, {dt}, seed++, layout, -6.0, 6.0);
           Tensor b = c.divides ? make_tensor(divisors(numel_of(sp.b), seed++), sp.b, {dt}, layout)
                                : random_tensor(sp.b, {dt}, seed++, layout, -3.0, 3.0);
@@ -155,9 +145,10 @@ TEST_CASE("binary math: special values match PyTorch 1.13 (signed zeros, infinit
       {kInf, -kInf, kInf, 3.0, kNaN, kNaN, 80.0 + std::log(2.0), -80.0 + std::log(2.0), std::log(2.0)}, "logaddexp");
   const std::vector<double> x = {5, -5, 5, -5, -0.0, 0.0, 5, -5, kInf, 1, 0, 3, -3, 7.5, -7.5, -2, 2};
   const std::vector<double> y = {3, 3, -3, -3, 2, -2, kInf, kInf, 2, 0, 0, -kInf, -kInf, 2, 2, 2, -2};
-  run(TensorTensorOp(ops::remainder), x, y, {2, 1, -1, -2, -0.0, 0.0, 5, kInf, kNaN, kNaN, kNaN, -kInf, -3, 1.5, 0.5, -0.0, 0.0},
-      "remainder");
-  run(TensorTensorOp(ops::fmod), x, y, {2, -2, 2, -2, -0.0, 0.0, 5, -5, kNaN, kNaN, kNaN, 3, -3, 1.5, -1.5, -0.0, 0.0}, "fmod");
+  run(TensorTensorOp(ops::remainder), x, y,
+      {2, 1, -1, -2, -0.0, 0.0, 5, kInf, kNaN, kNaN, kNaN, -kInf, -3, 1.5, 0.5, -0.0, 0.0}, "remainder");
+  run(TensorTensorOp(ops::fmod), x, y, {2, -2, 2, -2, -0.0, 0.0, 5, -5, kNaN, kNaN, kNaN, 3, -3, 1.5, -1.5, -0.0, 0.0},
+      "fmod");
   const std::vector<double> floors = {1, -2, -2, 1, -0.0, -0.0, 0, -1, kNaN, kInf, kNaN, -1, 0, 3, -4, -1, -1};
   run(TensorTensorOp(ops::floor_divide), x, y, floors, "floor_divide");
   run([](const Tensor& a, const Tensor& b) { return ops::div(a, b, "floor"); }, x, y, floors, "div(floor)");

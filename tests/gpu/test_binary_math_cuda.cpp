@@ -63,8 +63,8 @@ void compare(const MathCase& c, const std::vector<double>& va, const Shape& sa, 
 }  // namespace
 
 TEST_CASE("cuda binary math: every op matches the CPU, broadcast, in every dtype and layout") {
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{33, 65}, {33, 65}}, {{3, 1, 65}, {7, 65}}, {{40, 9}, {1}}, {{}, {5, 6}}, {{6, 1}, {1, 130}}, {{0, 4}, {4}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{33, 65}, {33, 65}}, {{3, 1, 65}, {7, 65}}, {{40, 9}, {1}},
+                                                       {{}, {5, 6}},         {{6, 1}, {1, 130}},    {{0, 4}, {4}}};
   uint64_t seed = 71;
   for (const MathCase& c : math_cases()) {
     for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
@@ -104,8 +104,11 @@ TEST_CASE("cuda binary math: integer division bit for bit, mixed dtypes, scalars
   check_matches_cpu(ops::fmod(x_gpu, 2.5), ops::fmod(x_cpu, 2.5), 0, 0, "fmod scalar 2.5");
   // A zero divisor among integers is refused on CUDA too (the count of zeros waits for the device).
   const Tensor z = make_tensor({1, 0, 2}, {3}, {kInt32, cuda()});
-  check_error([&] { ops::remainder(make_tensor({5, 6, 7}, {3}, {kInt32, cuda()}), z); },
-              {"remainder", "integer division by zero", "cuda:0"});
+  check_error(
+      [&] {
+        ops::remainder(make_tensor({5, 6, 7}, {3}, {kInt32, cuda()}), z);
+      },
+      {"remainder", "integer division by zero", "cuda:0"});
   check_error([&] { ops::floor_divide(z, 0.0); }, {"floor_divide", "by zero"});
   check_error([&] { ops::atan2(z, make_tensor({1}, {1}, {kFloat32})); }, {"atan2", "cuda:0", "cpu"});
 }
@@ -117,10 +120,12 @@ TEST_CASE("cuda autograd ops: atan2, hypot, logaddexp, remainder, fmod and the r
       {"atan2", {grad_input(s), grad_input({1, 65}, 0.5, 2.0)}, [](L in) { return atan2(in[0], in[1]); }},
       {"hypot", {grad_input({33, 1}, 0.5, 2.0), grad_input(s)}, [](L in) { return hypot(in[0], in[1]); }},
       {"logaddexp", {grad_input(s), grad_input({65})}, [](L in) { return logaddexp(in[0], in[1]); }},
-      {"remainder and %", {grad_input(s), grad_input({1, 65}, 0.5, 2.0)},
+      {"remainder and %",
+       {grad_input(s), grad_input({1, 65}, 0.5, 2.0)},
        [](L in) { return remainder(in[0], in[1]) + in[0] % 0.75; }},
       {"fmod", {grad_input(s), grad_input(s, 0.5, 2.0)}, [](L in) { return fmod(in[0], in[1]) + fmod(in[0], -1.5); }},
-      {"rounded divisions", {grad_input(s), grad_input(s, 0.5, 2.0)},
+      {"rounded divisions",
+       {grad_input(s), grad_input(s, 0.5, 2.0)},
        [](L in) { return floor_divide(in[0], in[1]) + div(in[0], in[1], "trunc") + in[0] * 2.0; }},
   });
 }

@@ -245,13 +245,17 @@ void add_binary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Promote});
-  // Plain binary ops: two broadcasting operands, the second kept away from 0 for div.
+  // Plain binary ops: two broadcasting operands, the second kept away from 0 for div, and
+  // from the origin for atan2 and hypot (a NaN gradient there, as PyTorch's).
   using Binary = Tensor (*)(const Tensor&, const Tensor&);
   const std::tuple<const char*, Binary, double> plain[] = {
       {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }, 0.0},
       {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, 0.5},
       {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }, 0.0},
       {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, 0.0},
+      {"atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, 0.3},
+      {"hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }, 0.3},
+      {"logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }, 0.0},
   };
   for (const auto& [name, op, b_min_abs] : plain)
     t.push_back({name,
@@ -268,20 +272,6 @@ void add_binary(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Float32});
-  // atan2 and hypot kept from the origin (a NaN gradient there, as PyTorch's).
-  const std::tuple<const char*, Binary, double> math[] = {
-      {"atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, 0.3},
-      {"hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }, 0.3},
-      {"logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }, 0.0},
-  };
-  for (const auto& [name, op, b_min_abs] : math)
-    t.push_back({name,
-                 [op, b_min_abs](Rng& rng) {
-                   GradSample s = two_operands(rng, b_min_abs);
-                   s.f = [op](const TensorList& in) { return op(in[0], in[1]); };
-                   return s;
-                 },
-                 A::Promote});
   // The division-like ops, a / b drawn at least 0.05 from an integer (their steps; the
   // rounded divisions' gradient is zeros, which finite differences away from them agree with).
   const std::tuple<const char*, Binary> division[] = {

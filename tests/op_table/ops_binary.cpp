@@ -283,9 +283,10 @@ void add_scalar_entries(std::vector<OpEntry>& t, const ScalarSpec& spec) {
                                                             : k;
              const bool int_division = spec.kind == Kind::Divide && !is_floating(compute);
              if (int_division && k == 0) throw MustThrow{"integer division by zero"};
-             return std::vector<Expected>{make_expected(in[0].sizes, out, result_tol(spec.kind, out), [&](const auto& idx) {
-               return int_division ? int_divide(spec.name, in[0].at(idx), rhs) : spec.f(in[0].at(idx), rhs);
-             })};
+             return std::vector<Expected>{
+                 make_expected(in[0].sizes, out, result_tol(spec.kind, out), [&](const auto& idx) {
+                   return int_division ? int_divide(spec.name, in[0].at(idx), rhs) : spec.f(in[0].at(idx), rhs);
+                 })};
            };
            return s;
          }});
