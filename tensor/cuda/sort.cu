@@ -57,7 +57,7 @@ __global__ void block_sort_kernel(T* __restrict__ values, int64_t* __restrict__ 
       __syncthreads();
     }
   for (int32_t j = threadIdx.x; j < k; j += blockDim.x) {
-    values[row * k + j] = in[pos[j]];
+    if (values) values[row * k + j] = in[pos[j]];  // null: argsort
     indices[row * k + j] = pos[j];
   }
 }
@@ -82,9 +82,15 @@ __global__ void gather_kernel(T* __restrict__ values, int64_t* __restrict__ indi
                               const int64_t* __restrict__ pos, int64_t L, int64_t k, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / k, j = i % k, p = pos[row * L + j];
-    values[i] = x[row * L + p];
+    if (values) values[i] = x[row * L + p];  // null: argsort
     indices[i] = p;
   }
+}
+
+/// values' data, or null for argsort's undefined values (the kernels then write indices only).
+template <typename T>
+T* values_or_null(const Tensor& values) {
+  return values.defined() ? values.data_ptr<T>() : nullptr;
 }
 
 /// Scratch memory from the caching allocator, freed stream-ordered after the op's kernels.
@@ -94,7 +100,7 @@ template <typename T>
 void segmented_sort(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
                     cudaStream_t stream) {
   using K = KeyOf<T>;
-  const int64_t rows = x.size(0), L = x.size(1), k = values.size(1), n = rows * L;
+  const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1), n = rows * L;
   FRUGAL_CHECK(n < (int64_t(1) << 31), "sort: CUDA rows of more than ", kBlockRow, " elements are sorted by cub, ",
                "which takes under 2^31 elements in all; got ", rows, " rows of ", L);
   const Tensor keys_in = scratch(n * int64_t(sizeof(K)), x.device()),
@@ -118,7 +124,7 @@ void segmented_sort(const Tensor& values, const Tensor& indices, const Tensor& x
                                                               pos_in.data_ptr<int64_t>(), pos_out.data_ptr<int64_t>(),
                                                               n, rows, begin, begin + 1, stream));
   const int64_t out = rows * k;
-  gather_kernel<T><<<grid_for(out), kBlockSize, 0, stream>>>(values.data_ptr<T>(), indices.data_ptr<int64_t>(),
+  gather_kernel<T><<<grid_for(out), kBlockSize, 0, stream>>>(values_or_null<T>(values), indices.data_ptr<int64_t>(),
                                                              x.data_ptr<T>(), pos_out.data_ptr<int64_t>(), L, k, out);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
@@ -128,7 +134,7 @@ void segmented_sort(const Tensor& values, const Tensor& indices, const Tensor& x
 void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending) {
   DeviceGuard guard(x.device());
   const cudaStream_t stream = stream_for(x);
-  const int64_t rows = x.size(0), L = x.size(1), k = values.size(1);
+  const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1);
   dispatch_numeric(x.dtype(), "sort", x.device(), [&]<typename T>() {
     if (L > kBlockRow) return segmented_sort<T>(values, indices, x, descending, stream);
     int32_t P = 1;
@@ -136,7 +142,7 @@ void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, b
     const size_t shared = size_t(P) * (sizeof(KeyOf<T>) + sizeof(int32_t));
     const int threads = P < 1024 ? (P < 32 ? 32 : P) : 1024;
     block_sort_kernel<T><<<unsigned(rows), threads, shared, stream>>>(
-        values.data_ptr<T>(), indices.data_ptr<int64_t>(), x.data_ptr<T>(), int32_t(L), P, int32_t(k), descending);
+        values_or_null<T>(values), indices.data_ptr<int64_t>(), x.data_ptr<T>(), int32_t(L), P, int32_t(k), descending);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });
 }

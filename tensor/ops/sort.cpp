@@ -1,5 +1,5 @@
 // sort, argsort and topk: validation and layout; the kernels are tensor/cpu/sort.cpp and
-// tensor/cuda/sort.cu// (Note [Sort order] in tensor/ops/sort.h).
+// tensor/cuda/sort.cu (Note [Sort order] in tensor/ops/sort.h).
 #include "tensor/ops/sort.h"
 
 #include "tensor/device_dispatch.h"

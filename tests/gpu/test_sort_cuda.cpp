@@ -66,4 +66,8 @@ TEST_CASE("cuda sort: along every dim of a transposed 3-D tensor; many rows; emp
   CHECK(ops::topk(zeros({3, 4}, {kFloat32, kGpu}), 0).indices.sizes() == Shape{3, 0});
   const Tensor y = make_tensor(tricky_values(4 * 300, 5, false), {4, 300}, kFloat16);
   CHECK(bytes_of(ops::argsort(y.to(kGpu), 1, true).cpu()) == bytes_of(ops::argsort(y, 1, true)));
+  // argsort writes indices only, in both kernels (cub's above 2048 elements a row).
+  const Tensor z = make_tensor(tricky_values(3 * 5000, 6, false), {3, 5000}, kFloat32);
+  CHECK(bytes_of(ops::argsort(z.to(kGpu), 1).cpu()) == bytes_of(ops::argsort(z, 1)));
+  CHECK(bytes_of(ops::argsort(z.to(kGpu), 0, true).cpu()) == bytes_of(ops::argsort(z, 0, true)));
 }
