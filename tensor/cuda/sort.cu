@@ -22,14 +22,11 @@ namespace {
 
 constexpr int kBlockRow = 2048;  // elements a block sorts in shared memory (2048 x 12 or 16 bytes)
 
-template <typename T>
-using KeyOf = SortKey<T>;
-
 // One block per row: a bitonic sort of P = next power of two >= L pairs in shared memory.
 template <typename T>
 __global__ void block_sort_kernel(T* __restrict__ values, int64_t* __restrict__ indices, const T* __restrict__ x,
                                   int32_t L, int32_t P, int32_t k, bool descending) {
-  using K = KeyOf<T>;
+  using K = SortKey<T>;
   extern __shared__ unsigned char shared[];
   K* keys = reinterpret_cast<K*>(shared);
   int32_t* pos = reinterpret_cast<int32_t*>(keys + P);
@@ -64,7 +61,7 @@ __global__ void block_sort_kernel(T* __restrict__ values, int64_t* __restrict__ 
 
 // Long rows: the keys and each element's index within its row, for cub.
 template <typename T>
-__global__ void keys_kernel(KeyOf<T>* __restrict__ keys, int64_t* __restrict__ pos, const T* __restrict__ x, int64_t L,
+__global__ void keys_kernel(SortKey<T>* __restrict__ keys, int64_t* __restrict__ pos, const T* __restrict__ x, int64_t L,
                             int64_t n, bool descending) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     keys[i] = sort_key(x[i], descending);
@@ -99,7 +96,7 @@ Tensor scratch(int64_t bytes, Device device) { return empty({(bytes + 7) / 8}, {
 template <typename T>
 void segmented_sort(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
                     cudaStream_t stream) {
-  using K = KeyOf<T>;
+  using K = SortKey<T>;
   const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1), n = rows * L;
   FRUGAL_CHECK(n < (int64_t(1) << 31), "sort: CUDA rows of more than ", kBlockRow, " elements are sorted by cub, ",
                "which takes under 2^31 elements in all; got ", rows, " rows of ", L);
@@ -139,7 +136,7 @@ void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, b
     if (L > kBlockRow) return segmented_sort<T>(values, indices, x, descending, stream);
     int32_t P = 1;
     while (P < L) P <<= 1;
-    const size_t shared = size_t(P) * (sizeof(KeyOf<T>) + sizeof(int32_t));
+    const size_t shared = size_t(P) * (sizeof(SortKey<T>) + sizeof(int32_t));
     const int threads = P < 1024 ? (P < 32 ? 32 : P) : 1024;
     block_sort_kernel<T><<<unsigned(rows), threads, shared, stream>>>(
         values_or_null<T>(values), indices.data_ptr<int64_t>(), x.data_ptr<T>(), int32_t(L), P, int32_t(k), descending);
