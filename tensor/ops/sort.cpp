@@ -1,7 +1,8 @@
-// sort, argsort and topk: validation and layout; the CPU kernel is tensor/cpu/sort.cpp
-// (Note [Sort order] in tensor/ops/sort.h).
+// sort, argsort and topk: validation and layout; the kernels are tensor/cpu/sort.cpp and
+// tensor/cuda/sort.cu (Note [Sort order] in tensor/ops/sort.h).
 #include "tensor/ops/sort.h"
 
+#include "tensor/device_dispatch.h"
 #include "tensor/factory.h"
 
 namespace frugal::ops {
@@ -13,8 +14,6 @@ namespace {
 ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t dim, bool descending,
                            bool want_values = true) {
   FRUGAL_CHECK(x.defined(), op, ": undefined tensor");
-  FRUGAL_CHECK(x.device().is_cpu(), op, ": CUDA tensors are not supported yet, got ", x.describe(),
-               "; sort a CPU copy (.cpu()) and move the result back");
   FRUGAL_CHECK(is_floating(x.dtype()) || x.dtype() == kInt32 || x.dtype() == kInt64, op,
                ": expects a floating-point or integer tensor, got ", x.describe());
   if (x.dim() == 0) {
@@ -34,8 +33,8 @@ ValuesIndices sorted_along(const char* op, const Tensor& x, int64_t k, int64_t d
   ValuesIndices r{want_values ? empty(out_shape, x.options()) : Tensor(), empty(out_shape, {kInt64, x.device()})};
   if (r.indices.numel() > 0) {
     const int64_t n = rows.numel() / L;
-    cpu::sort_kernel(want_values ? r.values.view({n, k}) : Tensor(), r.indices.view({n, k}), rows.view({n, L}),
-                     descending);
+    FRUGAL_DEVICE_DISPATCH(op, x.device(), sort_kernel, want_values ? r.values.view({n, k}) : Tensor(),
+                           r.indices.view({n, k}), rows.view({n, L}), descending);
   }
   if (d != x.dim() - 1) {
     if (want_values) r.values = r.values.transpose(d, -1).contiguous();

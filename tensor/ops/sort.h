@@ -11,8 +11,8 @@
 // `largest`), as torch.topk(sorted=True).
 // The CPU sorts (key, index) pairs whose integer order is this one (Note [Sort keys] in
 // tensor/ops/sort_key.h), so any sorting algorithm gives it: a full sort for sort, a partial sort
-// of the first k for topk.
-// CUDA tensors are not sorted yet: the ops refuse them, naming .cpu().
+// of the first k for topk. CUDA sorts the same pairs (tensor/cuda/sort.cu): a bitonic network in
+// shared memory for rows of up to 2048 elements, cub's stable segmented radix sort for longer ones.
 #include <cstdint>
 
 #include "tensor/ops/reduce.h"  // ValuesIndices
@@ -38,3 +38,6 @@ namespace frugal::ops::cpu {
 /// [Sort order]'s order (descending or ascending). An undefined `values` (argsort): indices only.
 void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending);
 }  // namespace frugal::ops::cpu
+namespace frugal::ops::cuda {
+void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending);
+}  // namespace frugal::ops::cuda

@@ -37,7 +37,7 @@ TEST_CASE("torch golden: layer, group, RMS and batch norm match PyTorch (running
 
 TEST_CASE("torch golden: conv2d and 2-D pooling match PyTorch") { replay_golden_ops({"conv", "pool"}, kCPU); }
 
-TEST_CASE("torch golden: sort, argsort and topk match PyTorch (stable ties, NaN, -0; CPU only so far)") {
+TEST_CASE("torch golden: sort, argsort and topk match PyTorch (stable ties, NaN, -0)") {
   replay_golden_ops({"sort"}, kCPU);
 }
 

@@ -22,6 +22,8 @@ TEST_CASE("torch golden cuda: shape, join and index ops match PyTorch on CUDA") 
   replay_golden_ops({"shape", "index"}, kGpu);
 }
 
+TEST_CASE("torch golden cuda: sort, argsort and topk match PyTorch on CUDA") { replay_golden_ops({"sort"}, kGpu); }
+
 TEST_CASE("torch golden cuda: losses, norms, conv2d, pooling and matmul match PyTorch on CUDA") {
   replay_golden_ops({"loss", "norm", "conv", "pool", "matmul"}, kGpu);
 }

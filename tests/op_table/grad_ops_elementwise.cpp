@@ -651,7 +651,7 @@ void add_reduce(std::vector<GradEntry>& t) {
                  A::Keep});
 }
 
-// sort and topk: the values re-read through gather (CPU only so far: Note [Sort order]).
+// sort and topk: the values re-read through gather (Note [Sort order]).
 void add_sort(std::vector<GradEntry>& t) {
   t.push_back({"sort",
                [](Rng& rng) {
@@ -664,7 +664,7 @@ void add_sort(std::vector<GradEntry>& t) {
                  s.f = [=](const TensorList& in) { return sort(in[0], dim, descending).values; };
                  return s;
                },
-               A::Keep, /*on_cuda=*/false});
+               A::Keep});
   t.push_back({"topk",
                [](Rng& rng) {
                  Shape sh = small_shape(rng, 1, 3, 24, 0.0);
@@ -677,7 +677,7 @@ void add_sort(std::vector<GradEntry>& t) {
                  s.f = [=](const TensorList& in) { return topk(in[0], k, dim, largest).values; };
                  return s;
                },
-               A::Keep, /*on_cuda=*/false});
+               A::Keep});
 }
 
 void add_softmax(std::vector<GradEntry>& t) {

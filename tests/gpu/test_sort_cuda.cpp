@@ -1,0 +1,73 @@
+// sort, argsort and topk on CUDA (tensor/cuda/sort.cu) against the CPU op: the same values and
+// indices, bit for bit (Note [Sort order] defines one order), in every dtype, along every dim,
+// for short rows (the shared-memory network, sizes 1 to 2048 and odd ones) and long ones (cub's
+// segmented sort), with ties, NaN, -0 and infinities; k from 0 to the size; empty tensors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "tensor/factory.h"
+#include "tensor/ops/sort.h"
+#include "tests/gpu/compare_devices.h"
+#include "tests/test_util.h"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+/// Values with ties (rounded), NaN, -0 and infinities sprinkled in (integers: rounded only).
+std::vector<double> tricky_values(int64_t n, uint64_t seed, bool integral) {
+  std::vector<double> v = random_values(n, seed, -20, 20);
+  const double specials[] = {std::nan(""), -0.0, 0.0, std::numeric_limits<double>::infinity(),
+                             -std::numeric_limits<double>::infinity()};
+  for (int64_t i = 0; i < n; ++i) {
+    v[size_t(i)] = std::round(v[size_t(i)]);
+    if (!integral && i % 7 == 3) v[size_t(i)] = specials[(i / 7) % 5];
+  }
+  return v;
+}
+
+void check_same_sort(const Tensor& x_cpu, int64_t k, int64_t dim, bool descending, const std::string& what) {
+  const Tensor xg = x_cpu.to(kGpu);
+  const ops::ValuesIndices c = ops::topk(x_cpu, k, dim, descending), g = ops::topk(xg, k, dim, descending);
+  REQUIRE_MESSAGE(g.values.device() == kGpu, what);
+  CHECK_MESSAGE(bytes_of(g.values.cpu()) == bytes_of(c.values), what, " values");
+  CHECK_MESSAGE(bytes_of(g.indices.cpu()) == bytes_of(c.indices), what, " indices");
+}
+
+}  // namespace
+
+TEST_CASE("cuda sort: the CPU's values and indices bit for bit, short and long rows, every dtype") {
+  uint64_t seed = 1;
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64})
+    for (int64_t L : {1, 2, 7, 32, 100, 1024, 2048, 2049, 5000})
+      for (bool descending : {false, true}) {
+        const bool integral = t == kInt32 || t == kInt64;
+        const int64_t rows = L > 2048 ? 3 : 5;
+        const Tensor x = make_tensor(tricky_values(rows * L, ++seed, integral), {rows, L}, t);
+        const std::string what = std::string(dtype_name(t)) + " L=" + std::to_string(L) + (descending ? " desc" : "");
+        check_same_sort(x, L, -1, descending, "sort " + what);
+        check_same_sort(x, std::min<int64_t>(L, 5), -1, descending, "topk 5 " + what);
+        check_same_sort(x, 0, -1, descending, "topk 0 " + what);
+      }
+}
+
+TEST_CASE("cuda sort: along every dim of a transposed 3-D tensor; many rows; empty tensors; argsort") {
+  const Tensor x = make_tensor(tricky_values(6 * 9 * 40, 3, false), {6, 9, 40}, kFloat32, Layout::Transposed);
+  for (int64_t dim = 0; dim < 3; ++dim)
+    for (bool descending : {false, true})
+      check_same_sort(x, x.size(dim), dim, descending, "dim " + std::to_string(dim));
+  const Tensor many = make_tensor(tricky_values(70000 * 3, 4, false), {70000, 3}, kFloat32);
+  check_same_sort(many, 2, 1, true, "70000 rows of 3");
+  CHECK(ops::sort(zeros({0, 4}, {kFloat32, kGpu}), 1).values.sizes() == Shape{0, 4});
+  CHECK(ops::topk(zeros({3, 4}, {kFloat32, kGpu}), 0).indices.sizes() == Shape{3, 0});
+  const Tensor y = make_tensor(tricky_values(4 * 300, 5, false), {4, 300}, kFloat16);
+  CHECK(bytes_of(ops::argsort(y.to(kGpu), 1, true).cpu()) == bytes_of(ops::argsort(y, 1, true)));
+  // argsort writes indices only, in both kernels (cub's above 2048 elements a row).
+  const Tensor z = make_tensor(tricky_values(3 * 5000, 6, false), {3, 5000}, kFloat32);
+  CHECK(bytes_of(ops::argsort(z.to(kGpu), 1).cpu()) == bytes_of(ops::argsort(z, 1)));
+  CHECK(bytes_of(ops::argsort(z.to(kGpu), 0, true).cpu()) == bytes_of(ops::argsort(z, 0, true)));
+}
