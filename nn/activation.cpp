@@ -5,6 +5,7 @@
 
 #include "autograd/ops/activation.h"
 #include "autograd/ops/unary.h"
+#include "tensor/factory.h"
 
 namespace frugal::nn {
 
@@ -74,6 +75,71 @@ Tensor Mish::forward(const Tensor& x) {
 Tensor LogSigmoid::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
   return logsigmoid(x);
+}
+Tensor SELU::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return selu(x);
+}
+
+CELU::CELU(double alpha) : alpha_(alpha) {
+  FRUGAL_CHECK(std::isfinite(alpha) && alpha != 0.0, "CELU: alpha must be finite and nonzero, got ", alpha);
+}
+Tensor CELU::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return celu(x, alpha_);
+}
+std::string CELU::extra_repr() const { return "alpha=" + std::to_string(alpha_); }
+
+Tensor Softsign::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return softsign(x);
+}
+Tensor Tanhshrink::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return tanhshrink(x);
+}
+
+Hardshrink::Hardshrink(double lambd) : lambd_(lambd) {
+  FRUGAL_CHECK(!std::isnan(lambd), "Hardshrink: lambd must not be NaN");
+}
+Tensor Hardshrink::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return hardshrink(x, lambd_);
+}
+std::string Hardshrink::extra_repr() const { return "lambd=" + std::to_string(lambd_); }
+
+Softshrink::Softshrink(double lambd) : lambd_(lambd) {
+  FRUGAL_CHECK(lambd >= 0.0, "Softshrink: lambd must be >= 0, got ", lambd);
+}
+Tensor Softshrink::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return softshrink(x, lambd_);
+}
+std::string Softshrink::extra_repr() const { return "lambd=" + std::to_string(lambd_); }
+
+Threshold::Threshold(double threshold, double value) : threshold_(threshold), value_(value) {
+  FRUGAL_CHECK(!std::isnan(threshold), "Threshold: threshold must not be NaN");
+}
+Tensor Threshold::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return threshold(x, threshold_, value_);
+}
+std::string Threshold::extra_repr() const {
+  return "threshold=" + std::to_string(threshold_) + ", value=" + std::to_string(value_);
+}
+
+Tensor GLU::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return glu(x, dim_);
+}
+
+PReLU::PReLU(int64_t num_parameters, double init) {
+  FRUGAL_CHECK(num_parameters >= 1, "PReLU: num_parameters must be positive, got ", num_parameters);
+  weight = register_parameter("weight", full({num_parameters}, init));
+}
+Tensor PReLU::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return prelu(x, weight);
 }
 
 }  // namespace frugal::nn

@@ -107,4 +107,94 @@ class LogSigmoid : public UnaryModule {
   std::string type_name() const override { return "LogSigmoid"; }
 };
 
+class SELU : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SELU"; }
+};
+
+/// torch.nn.CELU(alpha).
+class CELU : public UnaryModule {
+ public:
+  explicit CELU(double alpha = 1.0);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CELU"; }
+  std::string extra_repr() const override;
+
+ private:
+  double alpha_;
+};
+
+class Softsign : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Softsign"; }
+};
+
+class Tanhshrink : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Tanhshrink"; }
+};
+
+/// torch.nn.Hardshrink(lambd).
+class Hardshrink : public UnaryModule {
+ public:
+  explicit Hardshrink(double lambd = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Hardshrink"; }
+  std::string extra_repr() const override;
+
+ private:
+  double lambd_;
+};
+
+/// torch.nn.Softshrink(lambd).
+class Softshrink : public UnaryModule {
+ public:
+  explicit Softshrink(double lambd = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Softshrink"; }
+  std::string extra_repr() const override;
+
+ private:
+  double lambd_;
+};
+
+/// torch.nn.Threshold(threshold, value).
+class Threshold : public UnaryModule {
+ public:
+  Threshold(double threshold, double value);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Threshold"; }
+  std::string extra_repr() const override;
+
+ private:
+  double threshold_, value_;
+};
+
+/// torch.nn.GLU(dim).
+class GLU : public UnaryModule {
+ public:
+  explicit GLU(int64_t dim = -1) : dim_(dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GLU"; }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim_); }
+
+ private:
+  int64_t dim_;
+};
+
+/// torch.nn.PReLU(num_parameters, init): a learned slope for x <= 0, one in all or one per
+/// channel (x's dim 1), each starting at `init`. Its parameter is "weight", as torch's.
+class PReLU : public UnaryModule {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "PReLU"; }
+  std::string extra_repr() const override { return "num_parameters=" + std::to_string(weight.numel()); }
+
+  Tensor weight;
+};
+
 }  // namespace frugal::nn

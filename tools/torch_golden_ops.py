@@ -366,6 +366,11 @@ OPS = {
     "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
     "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erf": torch.erf,
     "erfc": torch.erfc, "expm1": torch.expm1, "exp2": torch.exp2, "log2": torch.log2, "log10": torch.log10,
+    "selu": F.selu, "celu": lambda x, alpha=1.0: F.celu(x, alpha), "softsign": F.softsign,
+    "tanhshrink": F.tanhshrink, "hardshrink": lambda x, lambd=0.5: F.hardshrink(x, lambd),
+    "softshrink": lambda x, lambd=0.5: F.softshrink(x, lambd),
+    "threshold": lambda x, threshold, value: F.threshold(x, threshold, value),
+    "glu": lambda x, dim=-1: F.glu(x, dim), "prelu": F.prelu,
     "logsigmoid": F.logsigmoid, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc,
     "round": torch.round, "sign": torch.sign,
     "normalize": lambda x, p=2.0, dim=1, eps=1e-12: F.normalize(x, _ord(p), dim, eps),
@@ -1675,12 +1680,41 @@ def binary_math_cases(g):
         g.case("binary", op, [g.I(g.ints((2, 7), -20, 20))], {"s": -3}, "int64")  # a Python int: integer division
 
 
+def activation_cases(g):
+    """selu, celu, softsign, tanhshrink, hardshrink, softshrink, threshold (values on the kinks, two
+    layouts, 16-bit, infinities), glu along a dim, prelu with one slope and one per channel.
+    softsign(+-inf) and softshrink(NaN) differ from PyTorch 1.13 by design (tensor/ops/unary.h):
+    neither reaches these cases."""
+    inf = float("inf")
+    table = [("selu", {}, (-4, 3), (0.0,)), ("celu", {"alpha": 0.5}, (-4, 3), (0.0,)), ("celu", {}, (-4, 3), ()),
+             ("softsign", {}, (-5, 5), (0.0,)), ("tanhshrink", {}, (-3, 3), ()),
+             ("hardshrink", {}, (-2, 2), (0.5, -0.5, 0.25)), ("hardshrink", {"lambd": 1.0}, (-2, 2), (1.0, -1.0)),
+             ("softshrink", {}, (-2, 2), (0.5, -0.5)), ("softshrink", {"lambd": 0.0}, (-2, 2), (0.0,)),
+             ("threshold", {"threshold": 0.5, "value": -2.0}, (-2, 2), (0.5,)),
+             ("threshold", {"threshold": -1.0, "value": 0.0}, (-2, 2), (-1.0,))]
+    for i, (op, args, (lo, hi), special) in enumerate(table):
+        for j in range(2):
+            layout = LAYOUTS[(i + j) % len(LAYOUTS)]
+            g.case("unary", op, [g.L(layout, shape=(3, 5), lo=lo, hi=hi, special=special)], args)
+    for dt in (torch.float16, torch.bfloat16):
+        for op, args in [("selu", {}), ("softshrink", {}), ("threshold", {"threshold": 0.5, "value": 3.0})]:
+            g.case("unary", op, [g.T((3, 6), lo=-3, hi=3, dtype=dt)], args)
+    for op, args in [("selu", {}), ("celu", {"alpha": 2.0}), ("tanhshrink", {}), ("hardshrink", {}),
+                     ("threshold", {"threshold": 0.0, "value": 1.0})]:
+        g.case("unary", op, [g.C((2, 3), special=(inf, -inf), grad=False)], args, "infinities")
+    g.case("unary", "glu", [g.C((4, 6))], {})
+    g.case("unary", "glu", [g.T((3, 4, 5))], {"dim": 1}, "transposed, dim 1")
+    g.case("unary", "glu", [g.C((2, 5, 4), dtype=torch.bfloat16)], {"dim": 2})
+    g.case("unary", "prelu", [g.C((2, 3, 4)), g.C((3,), lo=-0.5, hi=0.5)], {}, "per channel")
+    g.case("unary", "prelu", [g.T((4, 5)), g.C((1,), lo=0.1, hi=0.3)], {}, "one slope")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
               inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases,
-              metric_loss_cases, binary_math_cases):
+              metric_loss_cases, binary_math_cases, activation_cases):
         f(g)
     return g
 

@@ -104,7 +104,10 @@ bool is_piecewise_linear(UnaryOp op) {
     case UnaryOp::Clamp:
     case UnaryOp::Hardtanh:
     case UnaryOp::LeakyRelu:
-    case UnaryOp::Hardsigmoid: return true;
+    case UnaryOp::Hardsigmoid:
+    case UnaryOp::Hardshrink:
+    case UnaryOp::Softshrink:
+    case UnaryOp::Threshold: return true;
     default: return false;
   }
 }
@@ -176,6 +179,19 @@ Tensor autograd::detail::unary_grad_graph(UnaryOp op, const Tensor& g, const Ten
       const Tensor t = frugal::tanh(frugal::softplus(v));
       return frugal::mul(g, frugal::add(t, frugal::mul(frugal::mul(v, frugal::rsub(frugal::square(t), 1.0)), frugal::sigmoid(v))));
     }
+    case UnaryOp::Selu:
+      return frugal::mul(frugal::where(constant([&] { return ops::gt(vd, 0.0); }), g,
+                                       frugal::mul(g, frugal::mul(frugal::exp(v), ops::kSeluAlpha))),
+                         ops::kSeluScale);
+    case UnaryOp::Celu:
+      return frugal::where(constant([&] { return ops::gt(vd, 0.0); }), g,
+                           frugal::mul(g, frugal::exp(frugal::div(v, a))));
+    case UnaryOp::Softsign: return frugal::div(g, frugal::square(frugal::add(frugal::abs(v), 1.0)));
+    case UnaryOp::Tanhshrink: return frugal::mul(g, frugal::square(frugal::tanh(v)));
+    case UnaryOp::Hardshrink:
+    case UnaryOp::Softshrink:
+      return mask([&] { return ops::logical_not(ops::logical_and(ops::ge(vd, -a), ops::le(vd, a))); });
+    case UnaryOp::Threshold: return mask([&] { return ops::logical_not(ops::le(vd, a)); });
     case UnaryOp::Floor:
     case UnaryOp::Ceil:
     case UnaryOp::Trunc:
@@ -263,6 +279,10 @@ Tensor raw_unary(UnaryOp op, const Tensor& x, double a, double b) {
   if (op == UnaryOp::LeakyRelu) return ops::leaky_relu(x, a);
   if (op == UnaryOp::Elu) return ops::elu(x, a);
   if (op == UnaryOp::Hardtanh) return ops::hardtanh(x, a, b);
+  if (op == UnaryOp::Celu) return ops::celu(x, a);
+  if (op == UnaryOp::Hardshrink) return ops::hardshrink(x, a);
+  if (op == UnaryOp::Softshrink) return ops::softshrink(x, a);
+  if (op == UnaryOp::Threshold) return ops::threshold(x, a, b);
   return ops::unary(op, x, a, b);
 }
 

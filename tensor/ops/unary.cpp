@@ -61,6 +61,25 @@ Tensor relu6(const Tensor& x) {
 Tensor hardsigmoid(const Tensor& x) { return unary(UnaryOp::Hardsigmoid, x); }
 Tensor hardswish(const Tensor& x) { return unary(UnaryOp::Hardswish, x); }
 Tensor mish(const Tensor& x) { return unary(UnaryOp::Mish, x); }
+Tensor selu(const Tensor& x) { return unary(UnaryOp::Selu, x); }
+Tensor celu(const Tensor& x, double alpha) {
+  FRUGAL_CHECK(std::isfinite(alpha) && alpha != 0.0, "celu: alpha must be finite and nonzero, got ", alpha);
+  return unary(UnaryOp::Celu, x, alpha);
+}
+Tensor softsign(const Tensor& x) { return unary(UnaryOp::Softsign, x); }
+Tensor tanhshrink(const Tensor& x) { return unary(UnaryOp::Tanhshrink, x); }
+Tensor hardshrink(const Tensor& x, double lambd) {
+  FRUGAL_CHECK(!std::isnan(lambd), "hardshrink: lambd must not be NaN");
+  return unary(UnaryOp::Hardshrink, x, lambd);
+}
+Tensor softshrink(const Tensor& x, double lambd) {
+  FRUGAL_CHECK(lambd >= 0.0, "softshrink: lambd must be >= 0, got ", lambd);
+  return unary(UnaryOp::Softshrink, x, lambd);
+}
+Tensor threshold(const Tensor& x, double threshold, double value) {
+  FRUGAL_CHECK(!std::isnan(threshold), "threshold: threshold must not be NaN");
+  return unary(UnaryOp::Threshold, x, threshold, value);
+}
 Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
 Tensor reciprocal(const Tensor& x) { return unary(UnaryOp::Reciprocal, x); }

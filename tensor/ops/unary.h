@@ -51,6 +51,24 @@ Tensor hardsigmoid(const Tensor& x);
 Tensor hardswish(const Tensor& x);
 /// x * tanh(softplus(x)) (Misra 2019)
 Tensor mish(const Tensor& x);
+/// SELU's constants (Klambauer et al. 2017), torch.nn.functional.selu's.
+inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+inline constexpr double kSeluScale = 1.0507009873554804934193349852946;
+/// scale (x > 0 ? x : alpha (e^x - 1)) with SELU's alpha and scale.
+Tensor selu(const Tensor& x);
+/// x > 0 ? x : alpha (e^(x / alpha) - 1) (torch.nn.functional.celu); alpha finite and nonzero.
+Tensor celu(const Tensor& x, double alpha = 1.0);
+/// x / (1 + |x|); +-inf gives +-1 (PyTorch's x / (1 + |x|) gives NaN there).
+Tensor softsign(const Tensor& x);
+/// x - tanh(x)
+Tensor tanhshrink(const Tensor& x);
+/// 0 where -lambd <= x <= lambd, else x (torch.nn.functional.hardshrink); lambd not NaN.
+Tensor hardshrink(const Tensor& x, double lambd = 0.5);
+/// x - lambd above lambd, x + lambd below -lambd, else 0 (torch.nn.functional.softshrink);
+/// lambd >= 0. NaN stays NaN (PyTorch 1.13 gives 0 there: Note [NaN stays NaN]).
+Tensor softshrink(const Tensor& x, double lambd = 0.5);
+/// x <= threshold ? value : x (torch.nn.functional.threshold); NaN stays NaN; threshold not NaN.
+Tensor threshold(const Tensor& x, double threshold, double value);
 Tensor abs(const Tensor& x);
 /// x * x
 Tensor square(const Tensor& x);
@@ -140,6 +158,13 @@ Tensor isfinite(const Tensor& x);
   X(Hardsigmoid, "hardsigmoid", false) \
   X(Hardswish, "hardswish", false)   \
   X(Mish, "mish", false)             \
+  X(Selu, "selu", false)             \
+  X(Celu, "celu", false)             \
+  X(Softsign, "softsign", false)     \
+  X(Tanhshrink, "tanhshrink", false) \
+  X(Hardshrink, "hardshrink", false) \
+  X(Softshrink, "softshrink", false) \
+  X(Threshold, "threshold", false)   \
   X(Tan, "tan", false)               \
   X(Asin, "asin", false)             \
   X(Acos, "acos", false)             \
@@ -164,7 +189,8 @@ Tensor isfinite(const Tensor& x);
 
 /// Which unary op a kernel runs. Pow uses a = exponent; Affine a = scale, b = shift;
 /// Clamp a = lo, b = hi; Softplus a = beta, b = threshold; LeakyRelu a = negative slope;
-/// Elu a = alpha; Hardtanh a = min_val, b = max_val; the others ignore a and b.
+/// Elu a = alpha; Hardtanh a = min_val, b = max_val; Celu a = alpha; Hardshrink and Softshrink
+/// a = lambd; Threshold a = threshold, b = value; the others ignore a and b.
 enum class UnaryOp : uint8_t {
 #define FRUGAL_UNARY_ENUM(E, name, ints) E,
   FRUGAL_UNARY_OPS(FRUGAL_UNARY_ENUM)

@@ -275,6 +275,21 @@ FRUGAL_HD M unary_apply(M x, M a, M b) {
     return x * math::relu6_shifted(x) / M(6);
   } else if constexpr (kOp == U::Mish) {
     return x * math::tanh(math::softplus_stable(x));
+  } else if constexpr (kOp == U::Selu) {
+    return x > M(0) ? M(kSeluScale) * x : M(kSeluScale * kSeluAlpha) * math::expm1(x);
+  } else if constexpr (kOp == U::Celu) {
+    return x > M(0) ? x : a * math::expm1(x / a);
+  } else if constexpr (kOp == U::Softsign) {  // +-1 at +-inf, where x / (1 + |x|) is inf / inf
+    const M ax = math::fabs(x);
+    return ax == std::numeric_limits<M>::infinity() ? (x > M(0) ? M(1) : M(-1)) : x / (M(1) + ax);
+  } else if constexpr (kOp == U::Tanhshrink) {
+    return x - math::tanh(x);
+  } else if constexpr (kOp == U::Hardshrink) {  // NaN fails both tests and stays
+    return (x >= -a && x <= a) ? M(0) : x;
+  } else if constexpr (kOp == U::Softshrink) {
+    return x > a ? x - a : x < -a ? x + a : x == x ? M(0) : x;  // NaN stays NaN
+  } else if constexpr (kOp == U::Threshold) {
+    return x <= a ? b : x;
   } else if constexpr (kOp == U::Tan) {
     return math::tan(x);
   } else if constexpr (kOp == U::Asin) {
@@ -399,6 +414,20 @@ FRUGAL_HD M unary_grad(M g, M v, M a, M b) {
   } else if constexpr (kOp == U::Mish) {  // t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x))
     const M t = math::tanh(math::softplus_stable(v));
     return g * (t + v * math::logistic(v).s * (M(1) - t * t));
+  } else if constexpr (kOp == U::Selu) {  // scale alpha e^x where x <= 0 (PyTorch's branch), else scale
+    return v <= M(0) ? g * M(kSeluScale * kSeluAlpha) * math::exp(v) : g * M(kSeluScale);
+  } else if constexpr (kOp == U::Celu) {  // e^(x / alpha) where x <= 0, else 1
+    return v <= M(0) ? g * math::exp(v / a) : g;
+  } else if constexpr (kOp == U::Softsign) {  // 1 / (1 + |x|)^2
+    const M d = M(1) + math::fabs(v);
+    return g / (d * d);
+  } else if constexpr (kOp == U::Tanhshrink) {  // 1 - (1 - tanh^2) = tanh^2
+    const M t = math::tanh(v);
+    return g * t * t;
+  } else if constexpr (kOp == U::Hardshrink || kOp == U::Softshrink) {  // 0 on [-lambd, lambd]; NaN passes g
+    return (v >= -a && v <= a) ? M(0) : g;
+  } else if constexpr (kOp == U::Threshold) {  // 0 at and below the threshold; NaN passes g
+    return v <= a ? M(0) : g;
   } else if constexpr (kOp == U::Tan) {  // v = y: 1 + y^2
     return g * (M(1) + v * v);
   } else if constexpr (kOp == U::Asin) {  // 1 / sqrt(1 - x^2)

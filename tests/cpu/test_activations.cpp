@@ -1,7 +1,8 @@
-// leaky_relu, elu, hardtanh, relu6, hardsigmoid, hardswish and mish against float64 loops of
-// PyTorch's formulas (aten's activation kernels and derivatives.yaml): values and gradients
-// on a grid that hits every kink exactly, on transposed views, in every floating dtype; NaN
-// and infinities; size-0; the parameter checks; and the nn modules.
+// leaky_relu, elu, hardtanh, relu6, hardsigmoid, hardswish, mish, selu, celu, softsign,
+// tanhshrink, hardshrink, softshrink and threshold against float64 loops of PyTorch's formulas
+// (aten's activation kernels and derivatives.yaml): values and gradients on a grid that hits
+// every kink exactly, on transposed views, in every floating dtype; NaN and infinities; size-0;
+// the parameter checks; glu and prelu; and the nn modules.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -64,6 +65,35 @@ std::vector<Activation> activations() {
                     const double t = std::tanh(std::log1p(std::exp(x))), s = 1 / (1 + std::exp(-x));
                     return t + x * s * (1 - t * t);
                   }});
+  const double scale = ops::kSeluScale, alpha = ops::kSeluAlpha;
+  list.push_back({"selu", [](const Tensor& x) { return selu(x); },
+                  [=](double x) { return x > 0 ? scale * x : scale * alpha * std::expm1(x); },
+                  [=](double x) { return x <= 0 ? scale * alpha * std::exp(x) : scale; }});
+  for (double a : {1.0, 0.5, 2.0})
+    list.push_back({"celu(" + std::to_string(a) + ")", [=](const Tensor& x) { return celu(x, a); },
+                    [=](double x) { return x > 0 ? x : a * std::expm1(x / a); },
+                    [=](double x) { return x <= 0 ? std::exp(x / a) : 1.0; }});
+  // softsign(+-inf) = +-1 where PyTorch's x / (1 + |x|) gives NaN.
+  list.push_back({"softsign", [](const Tensor& x) { return softsign(x); },
+                  [](double x) { return std::isinf(x) ? std::copysign(1.0, x) : x / (1 + std::fabs(x)); },
+                  [](double x) { return 1 / ((1 + std::fabs(x)) * (1 + std::fabs(x))); }});
+  list.push_back({"tanhshrink", [](const Tensor& x) { return tanhshrink(x); },
+                  [](double x) { return x - std::tanh(x); }, [](double x) { return std::tanh(x) * std::tanh(x); }});
+  for (double l : {0.5, 1.0, 0.0})
+    list.push_back({"hardshrink(" + std::to_string(l) + ")", [=](const Tensor& x) { return hardshrink(x, l); },
+                    [=](double x) { return x >= -l && x <= l ? 0.0 : x; },
+                    [=](double x) { return x >= -l && x <= l ? 0.0 : 1.0; }});
+  // softshrink(NaN) is NaN, where PyTorch 1.13 gives 0 (Note [NaN stays NaN]).
+  for (double l : {0.5, 1.0})
+    list.push_back({"softshrink(" + std::to_string(l) + ")", [=](const Tensor& x) { return softshrink(x, l); },
+                    [=](double x) {
+                      return x > l ? x - l : x < -l ? x + l : std::isnan(x) ? x : 0.0;
+                    },
+                    [=](double x) { return x >= -l && x <= l ? 0.0 : 1.0; }});
+  for (auto [t, v] : {std::pair{0.5, -2.0}, {-1.0, 0.0}})
+    list.push_back({"threshold(" + std::to_string(t) + ", " + std::to_string(v) + ")",
+                    [=](const Tensor& x) { return threshold(x, t, v); }, [=](double x) { return x <= t ? v : x; },
+                    [=](double x) { return x <= t ? 0.0 : 1.0; }});
   return list;
 }
 
@@ -116,7 +146,7 @@ TEST_CASE("activations: NaN stays NaN, infinities follow PyTorch's formulas") {
     const Tensor x = make_tensor(xs, {3}, kFloat32);
     const std::vector<double> got = values_of(a.op(x));
     for (size_t i = 0; i < xs.size(); ++i) {
-      const double want = a.f(xs[i]);
+      const double want = double(float(a.f(xs[i])));  // selu(-inf) = -scale alpha, rounded to float32
       CHECK_MESSAGE((std::isnan(want) ? std::isnan(got[i]) : got[i] == want), a.name, " at ", xs[i], ": ", got[i],
                     ", PyTorch's ", want);
     }
@@ -138,7 +168,7 @@ TEST_CASE("activations: NaN stays NaN, infinities follow PyTorch's formulas") {
 TEST_CASE("activations: gradients one ulp either side of each kink take PyTorch's branches") {
   // The grid hits the kinks exactly; here the neighbouring doubles, where a formula written
   // with the wrong comparison (< for <=) or a rounded shift (x + 3) would jump a branch.
-  const std::vector<double> kinks = {-3.0, -1.0, -0.5, 0.0, 1.0, 2.0, 3.0, 6.0};
+  const std::vector<double> kinks = {-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0};
   std::vector<double> xs;
   for (double k : kinks) xs.insert(xs.end(), {std::nextafter(k, -kInf), k, std::nextafter(k, kInf)});
   for (const Activation& a : activations()) {
@@ -191,6 +221,67 @@ TEST_CASE("activations: bad parameters and inputs are errors that name the op") 
   check_error([&] { hardswish(zeros({2}, kInt64)); }, {"hardswish", "int64"});
   check_error([&] { nn::Hardtanh{2.0, 1.0}; }, {"Hardtanh", "min_val"});
   check_error([&] { nn::LeakyReLU{kNaN}; }, {"LeakyReLU", "negative_slope"});
+  check_error([&] { celu(x, 0.0); }, {"celu", "alpha", "nonzero"});
+  check_error([&] { softshrink(x, -0.5); }, {"softshrink", "lambd", ">= 0"});
+  check_error([&] { hardshrink(x, kNaN); }, {"hardshrink", "NaN"});
+  check_error([&] { threshold(x, kNaN, 1.0); }, {"threshold", "NaN"});
+  check_error([&] { selu(zeros({2}, kInt32)); }, {"selu", "int32"});
+  check_error([&] { nn::CELU{0.0}; }, {"CELU", "alpha"});
+  check_error([&] { nn::Softshrink{-1.0}; }, {"Softshrink", "lambd"});
+  check_error([&] { glu(zeros({2, 3}, kFloat32)); }, {"glu", "even", "[2, 3]"});
+  check_error([&] { glu(zeros({2, 4}, kFloat32), 2); }, {"glu"});
+  check_error([&] { prelu(zeros({2, 3}, kFloat32), zeros({2}, kFloat32)); }, {"prelu", "weight", "3"});
+  check_error([&] { prelu(zeros({3}, kFloat32), zeros({3}, kFloat32)); }, {"prelu", "1 value"});
+  check_error([&] { prelu(zeros({2, 3}, kInt64), zeros({1}, kFloat32)); }, {"prelu", "floating"});
+}
+
+TEST_CASE("activations: glu halves along any dim; prelu with one slope or one per channel") {
+  // glu: a * sigmoid(b) for x's two halves, against a float64 loop.
+  const Tensor x = make_tensor(random_values(2 * 6 * 3, 11, -4, 4), {2, 6, 3}, kFloat64);
+  const std::vector<double> xv = values_of(x);
+  const Tensor y = glu(x, 1);
+  REQUIRE(y.sizes() == Shape{2, 3, 3});
+  std::vector<double> want;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t w = 0; w < 3; ++w) {
+        const double a = xv[size_t((n * 6 + c) * 3 + w)], b = xv[size_t((n * 6 + c + 3) * 3 + w)];
+        want.push_back(a / (1 + std::exp(-b)));
+      }
+  check_close(y, want, 1e-14, 0, "glu dim 1");
+  check_close(glu(x.transpose(1, 2), -1), values_of(y.transpose(1, 2)), 1e-14, 0, "glu of a transposed view");
+  // prelu: x > 0 ? x : w x, w along dim 1 (or one in all), against a float64 loop.
+  const Tensor p = make_tensor(random_values(2 * 3 * 4, 12, -2, 2), {2, 3, 4}, kFloat64);
+  const Tensor w = make_tensor({0.1, -0.5, 2.0}, {3}, kFloat64);
+  const std::vector<double> pv = values_of(p);
+  std::vector<double> want_per_channel, want_shared;
+  for (size_t i = 0; i < pv.size(); ++i) {
+    const double slope = values_of(w)[(i / 4) % 3];
+    want_per_channel.push_back(pv[i] > 0 ? pv[i] : slope * pv[i]);
+    want_shared.push_back(pv[i] > 0 ? pv[i] : 0.25 * pv[i]);
+  }
+  check_close(prelu(p, w), want_per_channel, 1e-15, 0, "prelu per channel");
+  check_close(prelu(p, make_tensor({0.25}, {1}, kFloat64)), want_shared, 1e-15, 0, "prelu shared");
+  check_close(prelu(make_tensor({-2.0, 3.0}, {2}, kFloat32), make_tensor({0.5}, {1}, kFloat32)), {-1.0, 3.0}, 0, 0,
+              "prelu of a 1-D x");
+  // A float32 weight with float16 activations (autocast's case): used in x's dtype.
+  const Tensor h = prelu(make_tensor({-2.0, 3.0}, {1, 2}, kFloat16), make_tensor({0.5, 0.25}, {2}, kFloat32));
+  CHECK(h.dtype() == kFloat16);
+  check_close(h, {-1.0, 3.0}, 0, 0, "prelu float16 x, float32 weight");
+  // Gradients, first and second order, in x and the weight.
+  Tensor xg = make_tensor(random_values(2 * 4 * 3, 13, -3, 3), {2, 4, 3}, kFloat64).requires_grad_();
+  check_gradcheck([](const TensorList& in) { return glu(in[0], 1); }, {xg});
+  const autograd::GradcheckResult gg =
+      autograd::gradgradcheck([](const TensorList& in) { return glu(in[0], -1); },
+                              {make_tensor(random_values(12, 14), {3, 4}, kFloat64).requires_grad_()});
+  CHECK_MESSAGE(gg.ok, gg.report);
+  std::vector<double> pvals = random_values(2 * 3 * 5, 15, -2, 2);
+  for (double& e : pvals) e += e < 0 ? -0.1 : 0.1;  // off the kink at 0
+  Tensor pg = make_tensor(pvals, {2, 3, 5}, kFloat64).requires_grad_();
+  Tensor wg = make_tensor({0.1, -0.5, 0.3}, {3}, kFloat64).requires_grad_();
+  check_gradcheck([](const TensorList& in) { return prelu(in[0], in[1]); }, {pg, wg});
+  Tensor w1 = make_tensor({0.2}, {1}, kFloat64).requires_grad_();
+  check_gradcheck([](const TensorList& in) { return prelu(in[0], in[1]); }, {pg, w1});
 }
 
 TEST_CASE("activations: the nn modules call their functions with their parameters") {
@@ -217,4 +308,31 @@ TEST_CASE("activations: the nn modules call their functions with their parameter
   nn::LogSigmoid log_sigmoid;
   same(log_sigmoid, logsigmoid(x), "");
   CHECK(log_sigmoid.type_name() == "LogSigmoid");
+  nn::SELU selu_module;
+  same(selu_module, selu(x), "");
+  nn::CELU celu_module(0.5);
+  same(celu_module, celu(x, 0.5), "alpha=0.500000");
+  nn::Softsign softsign_module;
+  same(softsign_module, softsign(x), "");
+  nn::Tanhshrink tanhshrink_module;
+  same(tanhshrink_module, tanhshrink(x), "");
+  nn::Hardshrink hardshrink_module(1.0);
+  same(hardshrink_module, hardshrink(x, 1.0), "lambd=1.000000");
+  nn::Softshrink softshrink_module(0.25);
+  same(softshrink_module, softshrink(x, 0.25), "lambd=0.250000");
+  nn::Threshold threshold_module(0.5, -2.0);
+  same(threshold_module, threshold(x, 0.5, -2.0), "threshold=0.500000, value=-2.000000");
+  nn::GLU glu_module(0);
+  check_close(glu_module.forward(make_tensor(random_values(8, 3), {4, 2}, kFloat64)),
+              values_of(glu(make_tensor(random_values(8, 3), {4, 2}, kFloat64), 0)), 0, 0, "GLU");
+  CHECK(glu_module.extra_repr() == "dim=0");
+  // PReLU: torch's "weight", num_parameters values of `init`.
+  nn::PReLU prelu_module(3, 0.1);
+  REQUIRE(prelu_module.named_parameters().size() == 1);
+  CHECK(prelu_module.named_parameters()[0].first == "weight");
+  check_close(prelu_module.weight, {0.1, 0.1, 0.1}, 1e-7, 0, "PReLU init (float32)");
+  CHECK(prelu_module.extra_repr() == "num_parameters=3");
+  const Tensor px = make_tensor(random_values(2 * 3 * 2, 4), {2, 3, 2}, kFloat32);
+  check_close(prelu_module.forward(px), values_of(prelu(px, prelu_module.weight)), 0, 0, "PReLU forward");
+  check_error([] { nn::PReLU{0}; }, {"PReLU", "num_parameters"});
 }

@@ -168,7 +168,17 @@ const std::map<std::string, OpFn>& op_table() {
       {"acos", unary(acos)}, {"atan", unary(atan)}, {"sinh", unary(sinh)}, {"cosh", unary(cosh)},
       {"asinh", unary(asinh)}, {"acosh", unary(acosh)}, {"atanh", unary(atanh)}, {"erf", unary(erf)},
       {"erfc", unary(erfc)}, {"expm1", unary(expm1)}, {"exp2", unary(exp2)}, {"log2", unary(log2)},
-      {"log10", unary(log10)}, {"logsigmoid", unary(logsigmoid)}, {"floor", unary(floor)}, {"ceil", unary(ceil)},
+      {"log10", unary(log10)}, {"logsigmoid", unary(logsigmoid)}, {"selu", unary(selu)},
+      {"celu", [](const Inputs& in, const Args& a) { return Outputs{celu(in.at(0), a.num("alpha", 1.0))}; }},
+      {"softsign", unary(softsign)}, {"tanhshrink", unary(tanhshrink)},
+      {"hardshrink", [](const Inputs& in, const Args& a) { return Outputs{hardshrink(in.at(0), a.num("lambd", 0.5))}; }},
+      {"softshrink", [](const Inputs& in, const Args& a) { return Outputs{softshrink(in.at(0), a.num("lambd", 0.5))}; }},
+      {"threshold",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{threshold(in.at(0), a.num("threshold"), a.num("value"))};
+       }},
+      {"glu", [](const Inputs& in, const Args& a) { return Outputs{glu(in.at(0), int64_t(a.num("dim", -1)))}; }},
+      {"prelu", binary(prelu)}, {"floor", unary(floor)}, {"ceil", unary(ceil)},
       {"trunc", unary(trunc)}, {"round", unary(round)}, {"sign", unary(sign)},
       {"normalize",
        [](const Inputs& in, const Args& a) {

@@ -58,6 +58,9 @@ void add_unary(std::vector<GradEntry>& t) {
       {"log2", [](const Tensor& x) { return log2(x); }, 0.3, 3, 0, A::Float32},
       {"log10", [](const Tensor& x) { return log10(x); }, 0.3, 3, 0, A::Float32},
       {"logsigmoid", [](const Tensor& x) { return logsigmoid(x); }, -4, 4, 0, A::Keep},
+      {"selu", [](const Tensor& x) { return selu(x); }, -3, 3, 0.05, A::Keep},
+      {"softsign", [](const Tensor& x) { return softsign(x); }, -3, 3, 0.05, A::Keep},
+      {"tanhshrink", [](const Tensor& x) { return tanhshrink(x); }, -3, 3, 0, A::Keep},
   };
   for (const Unary& u : ops)
     t.push_back({u.name,
@@ -146,6 +149,35 @@ void add_unary(std::vector<GradEntry>& t) {
       {"round", [](const Tensor& x, double, double) { return round(x); }, no_params, half_integers, -3, 3},
       {"sign", [](const Tensor& x, double, double) { return sign(x); }, no_params,
        [](double, double) { return std::vector<double>{0}; }, -2, 2},
+      {"celu", [](const Tensor& x, double a, double) { return celu(x, a); },
+       [](Rng& r) {
+         return std::pair<double, double>{r.pick(std::vector<double>{1.0, 0.5, 2.0}), 0};
+       },
+       [](double, double) { return std::vector<double>{0}; }, -3, 2},
+      {"hardshrink", [](const Tensor& x, double a, double) { return hardshrink(x, a); },
+       [](Rng& r) {
+         return std::pair<double, double>{r.pick(std::vector<double>{0.5, 0.0, 1.0}), 0};
+       },
+       [](double a, double) {
+         return std::vector<double>{-a, a};
+       },
+       -2, 2},
+      {"softshrink", [](const Tensor& x, double a, double) { return softshrink(x, a); },
+       [](Rng& r) {
+         return std::pair<double, double>{r.pick(std::vector<double>{0.5, 0.0, 1.0}), 0};
+       },
+       [](double a, double) {
+         return std::vector<double>{-a, a};
+       },
+       -2, 2},
+      {"threshold", [](const Tensor& x, double a, double b) { return threshold(x, a, b); },
+       [](Rng& r) {
+         return std::pair<double, double>{r.pick(std::vector<double>{0.0, 0.5, -1.0}), r.uniform(-2, 2)};
+       },
+       [](double a, double) {
+         return std::vector<double>{a};
+       },
+       -2, 2},
   };
   for (const Piecewise& p : piecewise)
     t.push_back({p.name,
@@ -194,6 +226,30 @@ void add_unary(std::vector<GradEntry>& t) {
                  s.inputs = {grad_in(tensor_of(v, x.sizes(), kFloat64))};
                  s.params = cat_str("lo=", lo, " hi=", hi);
                  s.f = [=](const TensorList& in) { return clamp(in[0], lo, hi); };
+                 return s;
+               },
+               A::Keep});
+  t.push_back({"glu",
+               [](Rng& rng) {
+                 Shape shape = small_shape(rng, 1, 3, 12);
+                 const int64_t dim = rng.range(0, int64_t(shape.size()) - 1);
+                 shape[size_t(dim)] = 2 * rng.range(1, 3);  // an even size to halve
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, shape, -3, 3))};
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return glu(in[0], dim); };
+                 return s;
+               },
+               A::Keep});
+  // prelu: x (N, C, ...) with one slope a channel or one in all; x kept from the kink at 0.
+  t.push_back({"prelu",
+               [](Rng& rng) {
+                 const Shape shape = small_shape(rng, 2, 4, 24, 0.0);
+                 const int64_t slopes = rng.chance(0.5) ? 1 : shape[1];
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, shape, -2, 2, 0.05)), grad_in(values(rng, {slopes}, -0.5, 0.5))};
+                 s.params = cat_str("slopes=", slopes);
+                 s.f = [](const TensorList& in) { return prelu(in[0], in[1]); };
                  return s;
                },
                A::Keep});

@@ -22,9 +22,13 @@ double hardsigmoid(double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.
 double mish(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
 double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x; }  // NaN stays NaN
 
+double selu(double x) { return x > 0 ? ops::kSeluScale * x : ops::kSeluScale * ops::kSeluAlpha * std::expm1(x); }
+double softsign(double x) { return std::isinf(x) ? std::copysign(1.0, x) : x / (1 + std::fabs(x)); }
+
 /// What a, b mean for an op: nothing, pow's exponent, affine's (scale, shift), clamp's (lo, hi),
-/// softplus's (beta, threshold), leaky_relu's slope or elu's alpha (a), hardtanh's (lo <= hi).
-enum class Params { None, Exponent, Affine, Clamp, Softplus, Slope, Bounds };
+/// softplus's (beta, threshold), leaky_relu's slope or elu's alpha (a), hardtanh's (lo <= hi),
+/// celu's alpha (a != 0), the shrinks' lambd (a >= 0), threshold's (threshold, value).
+enum class Params { None, Exponent, Affine, Clamp, Softplus, Slope, Bounds, Alpha, Lambd, Threshold };
 
 void draw_params(Rng& rng, Params p, double& a, double& b) {
   a = b = 0.0;
@@ -35,6 +39,10 @@ void draw_params(Rng& rng, Params p, double& a, double& b) {
     a = rng.pick(std::vector<double>{1.0, 2.0, 0.5, -1.5}), b = rng.pick(std::vector<double>{20.0, 1.0, 0.0, -2.0});
   if (p == Params::Slope) a = rng.pick(std::vector<double>{0.01, 0.2, 1.0, 0.0, -0.5, 2.0});
   if (p == Params::Bounds) a = 0.25 * double(rng.range(-8, 0)), b = a + 0.25 * double(rng.range(0, 12));  // lo == hi too
+  if (p == Params::Alpha) a = rng.pick(std::vector<double>{1.0, 0.5, 2.0, -1.5});
+  if (p == Params::Lambd) a = rng.pick(std::vector<double>{0.5, 0.0, 1.0, 0.25});
+  if (p == Params::Threshold)
+    a = rng.pick(std::vector<double>{0.0, 0.5, -1.0}), b = rng.pick(std::vector<double>{-2.0, 0.0, 7.5});
 }
 
 struct UnarySpec {
@@ -75,6 +83,14 @@ const UnarySpec kUnary[] = {
   {"hardsigmoid", UnaryOp::Hardsigmoid, false, {-5, 5, 0.5}, Params::None, [](double x, double, double) { return hardsigmoid(x); }},
   {"hardswish", UnaryOp::Hardswish, false, {-5, 5, 0.5}, Params::None, [](double x, double, double) { return x * hardsigmoid(x); }},
   {"mish", UnaryOp::Mish, false, {-8, 8}, Params::None, [](double x, double, double) { return mish(x); }},
+  {"selu", UnaryOp::Selu, false, {-6, 3}, Params::None, [](double x, double, double) { return selu(x); }},
+  {"celu", UnaryOp::Celu, false, {-6, 3}, Params::Alpha, [](double x, double a, double) { return x > 0 ? x : a * std::expm1(x / a); }},
+  {"softsign", UnaryOp::Softsign, false, {-5, 5}, Params::None, [](double x, double, double) { return softsign(x); }},
+  {"tanhshrink", UnaryOp::Tanhshrink, false, {-4, 4}, Params::None, [](double x, double, double) { return x - std::tanh(x); }},
+  {"hardshrink", UnaryOp::Hardshrink, false, {-2, 2, 0.25}, Params::Lambd, [](double x, double a, double) { return x >= -a && x <= a ? 0.0 : x; }},
+  {"softshrink", UnaryOp::Softshrink, false, {-2, 2, 0.25}, Params::Lambd, [](double x, double a, double) {
+     return x > a ? x - a : x < -a ? x + a : std::isnan(x) ? x : 0.0; }},
+  {"threshold", UnaryOp::Threshold, false, {-2, 2, 0.25}, Params::Threshold, [](double x, double a, double b) { return x <= a ? b : x; }},
   {"tan", UnaryOp::Tan, false, {-1.2, 1.2}, Params::None, [](double x, double, double) { return std::tan(x); }},
   {"asin", UnaryOp::Asin, false, {-1, 1}, Params::None, [](double x, double, double) { return std::asin(x); }},
   {"acos", UnaryOp::Acos, false, {-1, 1}, Params::None, [](double x, double, double) { return std::acos(x); }},
@@ -109,6 +125,10 @@ Tensor call_unary(UnaryOp op, const Tensor& x, double a, double b) {
     case UnaryOp::LeakyRelu: return ops::leaky_relu(x, a);
     case UnaryOp::Elu: return ops::elu(x, a);
     case UnaryOp::Hardtanh: return ops::hardtanh(x, a, b);
+    case UnaryOp::Celu: return ops::celu(x, a);
+    case UnaryOp::Hardshrink: return ops::hardshrink(x, a);
+    case UnaryOp::Softshrink: return ops::softshrink(x, a);
+    case UnaryOp::Threshold: return ops::threshold(x, a, b);
     case UnaryOp::Relu: return ops::relu(x);
     case UnaryOp::Neg: return ops::neg(x);
     default: return ops::unary(op, x);
@@ -155,6 +175,14 @@ const GradSpec kGrads[] = {
   {UnaryOp::Hardswish, {-5, 5, 0.5}, [](double g, double x, double, double) { return x < -3 ? 0.0 : x <= 3 ? g * (x / 3 + 0.5) : g; }},
   {UnaryOp::Mish, {-8, 8}, [](double g, double x, double, double) {
      const double t = std::tanh(std::log1p(std::exp(x))); return g * (t + x * sigmoid(x) * (1 - t * t)); }},
+  {UnaryOp::Selu, {-6, 3}, [](double g, double x, double, double) {
+     return x <= 0 ? g * ops::kSeluScale * ops::kSeluAlpha * std::exp(x) : g * ops::kSeluScale; }},
+  {UnaryOp::Celu, {-6, 3}, [](double g, double x, double a, double) { return x <= 0 ? g * std::exp(x / a) : g; }},
+  {UnaryOp::Softsign, {-5, 5}, [](double g, double x, double, double) { return g / ((1 + std::fabs(x)) * (1 + std::fabs(x))); }},
+  {UnaryOp::Tanhshrink, {-4, 4}, [](double g, double x, double, double) { return g * std::tanh(x) * std::tanh(x); }},
+  {UnaryOp::Hardshrink, {-2, 2, 0.25}, [](double g, double x, double a, double) { return x >= -a && x <= a ? 0.0 : g; }},
+  {UnaryOp::Softshrink, {-2, 2, 0.25}, [](double g, double x, double a, double) { return x >= -a && x <= a ? 0.0 : g; }},
+  {UnaryOp::Threshold, {-2, 2, 0.25}, [](double g, double x, double a, double) { return x <= a ? 0.0 : g; }},
   // derivatives.yaml's; tan, expm1 and exp2 from y.
   {UnaryOp::Tan, {-3, 3}, [](double g, double y, double, double) { return g * (1 + y * y); }},
   {UnaryOp::Asin, {-0.95, 0.95}, [](double g, double x, double, double) { return g / std::sqrt(1 - x * x); }},
@@ -187,7 +215,10 @@ Params params_of(UnaryOp op) {
          : op == UnaryOp::Softplus ? Params::Softplus
          : op == UnaryOp::LeakyRelu || op == UnaryOp::Elu ? Params::Slope
          : op == UnaryOp::Hardtanh ? Params::Bounds
-                                   : Params::None;
+         : op == UnaryOp::Celu     ? Params::Alpha
+         : op == UnaryOp::Hardshrink || op == UnaryOp::Softshrink ? Params::Lambd
+         : op == UnaryOp::Threshold                               ? Params::Threshold
+                                                                  : Params::None;
 }
 
 Shape elementwise_shape(Rng& rng) {
@@ -206,7 +237,7 @@ void add_unary_ops(std::vector<OpEntry>& t) {
                    if (op == UnaryOp::Relu || op == UnaryOp::Clamp || op == UnaryOp::Abs || op == UnaryOp::Neg ||
                        op == UnaryOp::Square || op == UnaryOp::Exp || op == UnaryOp::LeakyRelu || op == UnaryOp::Elu ||
                        op == UnaryOp::Hardtanh || op == UnaryOp::Hardsigmoid || op == UnaryOp::Hardswish ||
-                       op == UnaryOp::Mish || op >= UnaryOp::Tan)  // (every op listed from tan on)
+                       op >= UnaryOp::Mish)  // (every op listed from mish on)
                      v = with_specials(rng, v);
                    if (dt == kInt32 && rng.chance(0.15)) v = {-2147483648.0, 2147483647.0, 1.0};  // wraps around
                    s.inputs = {random_input(rng, elementwise_shape(rng), dt, v)};
