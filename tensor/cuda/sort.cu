@@ -1,13 +1,25 @@
 // The CUDA sort (Note [Sort order] in tensor/ops/sort.h).
 //
-// Rows sort as (key, index) pairs (Note [Sort keys] in tensor/ops/sort_key.h, the CPU's keys),
-// by key then index, which gives the one order Note [Sort order] defines whatever the network:
-//  - rows of up to kBlockRow elements: a block per row sorts the pairs in shared memory with a
-//    bitonic network (padding keys sort last), then writes the first k values (the input's
-//    elements themselves, so NaN payloads and -0 survive) and indices;
-//  - longer rows: cub's stable segmented radix sort of (key, index) by key, then the same gather.
-#include <cub/device/device_segmented_sort.cuh>
+// Note [CUDA sort paths]
+// Every path orders (key, index) pairs (Note [Sort keys] in tensor/ops/sort_key.h, the CPU's
+// keys) by key, then index, which gives the one order Note [Sort order] defines:
+//  - rows of up to 256 elements: a block per row runs a bitonic network over the pairs in shared
+//    memory (padding keys sort last), comparing keys then indices;
+//  - rows of up to 4096: a block per row runs cub's BlockRadixSort over the keys, carrying the
+//    indices; a radix sort is stable, and the keys enter in index order (a blocked arrangement),
+//    so equal keys keep index order;
+//  - longer rows: cub's device-wide radix sort of every key, carrying its global position, then
+//    (more than one row) a second stable radix sort by row number, which groups the rows and
+//    keeps each one's key order. PyTorch's CUDA sort does the same for its large segments.
+// Each path then writes the first k values (the input's elements themselves, so NaN payloads and
+// -0 survive) and indices. A 16-bit type's keys come from floats whose low 13 (float16) or 16
+// (bfloat16) bits are alike across values (zeros, or all ones once complemented), so the radix
+// sorts skip those bits: fewer passes, the same order.
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 
 #include "tensor/cuda/cuda_utils.h"
@@ -20,12 +32,21 @@ namespace frugal::ops::cuda {
 
 namespace {
 
-constexpr int kBlockRow = 2048;  // elements a block sorts in shared memory (2048 x 12 or 16 bytes)
+constexpr int kBitonicRow = 256;  // longest row of the bitonic network
+constexpr int kBlockRow = 4096;   // longest row of the block radix sort
+
+/// The first key bit that can differ between two values of T (see the Note).
+template <typename T>
+constexpr int key_begin_bit() {
+  if constexpr (std::is_same_v<T, Half>) return 13;
+  else if constexpr (std::is_same_v<T, BFloat16>) return 16;
+  else return 0;
+}
 
 // One block per row: a bitonic sort of P = next power of two >= L pairs in shared memory.
 template <typename T>
-__global__ void block_sort_kernel(T* __restrict__ values, int64_t* __restrict__ indices, const T* __restrict__ x,
-                                  int32_t L, int32_t P, int32_t k, bool descending) {
+__global__ void bitonic_sort_kernel(T* __restrict__ values, int64_t* __restrict__ indices, const T* __restrict__ x,
+                                    int32_t L, int32_t P, int32_t k, bool descending) {
   using K = SortKey<T>;
   extern __shared__ unsigned char shared[];
   K* keys = reinterpret_cast<K*>(shared);
@@ -59,28 +80,61 @@ __global__ void block_sort_kernel(T* __restrict__ values, int64_t* __restrict__ 
   }
 }
 
-// Long rows: the keys and each element's index within its row, for cub.
-template <typename T>
-__global__ void keys_kernel(SortKey<T>* __restrict__ keys, int64_t* __restrict__ pos, const T* __restrict__ x, int64_t L,
-                            int64_t n, bool descending) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    keys[i] = sort_key(x[i], descending);
-    pos[i] = i % L;
+// One block per row of up to kThreads * kItems elements: cub's block radix sort of the keys,
+// loaded in blocked arrangement (thread t holds elements t * kItems ...), so the sort's stability
+// keeps equal keys in index order; the result comes back striped, for coalesced writes.
+template <typename T, int kThreads, int kItems>
+__global__ void __launch_bounds__(kThreads)
+    block_radix_sort_kernel(T* __restrict__ values, int64_t* __restrict__ indices, const T* __restrict__ x, int32_t L,
+                            int32_t k, bool descending) {
+  using K = SortKey<T>;
+  using Sorter = cub::BlockRadixSort<K, kThreads, kItems, int32_t>;
+  __shared__ typename Sorter::TempStorage temp;
+  const int64_t row = blockIdx.x;
+  const T* in = x + row * L;
+  K keys[kItems];
+  int32_t pos[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int32_t i = int32_t(threadIdx.x) * kItems + j;
+    keys[j] = i < L ? sort_key(in[i], descending) : ~K(0);  // padding last, after equal real keys
+    pos[j] = i;
+  }
+  Sorter(temp).SortBlockedToStriped(keys, pos, key_begin_bit<T>(), int(8 * sizeof(K)));
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int32_t rank = j * kThreads + int32_t(threadIdx.x);
+    if (rank < k) {
+      if (values) values[row * k + rank] = in[pos[j]];  // null: argsort
+      indices[row * k + rank] = pos[j];
+    }
   }
 }
 
-__global__ void offsets_kernel(int64_t* __restrict__ offsets, int64_t L, int64_t rows) {
-  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r <= rows; r += int64_t(gridDim.x) * blockDim.x)
-    offsets[r] = r * L;
+// Long rows: every element's key and global position.
+template <typename T>
+__global__ void keys_kernel(SortKey<T>* __restrict__ keys, int32_t* __restrict__ pos, const T* __restrict__ x,
+                            int64_t n, bool descending) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    keys[i] = sort_key(x[i], descending);
+    pos[i] = int32_t(i);
+  }
 }
 
+// The row of each position in key order, the key of the second sort.
+__global__ void row_of_kernel(int32_t* __restrict__ row, const int32_t* __restrict__ pos, int64_t L, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    row[i] = int32_t(pos[i] / L);
+}
+
+// Output (row, j) from the j-th global position of the row's run.
 template <typename T>
 __global__ void gather_kernel(T* __restrict__ values, int64_t* __restrict__ indices, const T* __restrict__ x,
-                              const int64_t* __restrict__ pos, int64_t L, int64_t k, int64_t n) {
+                              const int32_t* __restrict__ pos, int64_t L, int64_t k, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / k, j = i % k, p = pos[row * L + j];
-    if (values) values[i] = x[row * L + p];  // null: argsort
-    indices[i] = p;
+    const int64_t row = i / k, p = pos[row * L + i % k];
+    if (values) values[i] = x[p];  // null: argsort
+    indices[i] = p - row * L;
   }
 }
 
@@ -92,37 +146,58 @@ T* values_or_null(const Tensor& values) {
 
 /// Scratch memory from the caching allocator, freed stream-ordered after the op's kernels.
 Tensor scratch(int64_t bytes, Device device) { return empty({(bytes + 7) / 8}, {kInt64, device}); }
+template <typename U>
+U* scratch_ptr(const Tensor& t) {
+  return reinterpret_cast<U*>(t.data_ptr<int64_t>());
+}
 
 template <typename T>
-void segmented_sort(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
-                    cudaStream_t stream) {
+void device_radix_sort(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
+                       cudaStream_t stream) {
   using K = SortKey<T>;
   const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1), n = rows * L;
   FRUGAL_CHECK(n < (int64_t(1) << 31), "sort: CUDA rows of more than ", kBlockRow, " elements are sorted by cub, ",
                "which takes under 2^31 elements in all; got ", rows, " rows of ", L);
-  const Tensor keys_in = scratch(n * int64_t(sizeof(K)), x.device()),
-               keys_out = scratch(n * int64_t(sizeof(K)), x.device());
-  const Tensor pos_in = empty({n}, {kInt64, x.device()}), pos_out = empty({n}, {kInt64, x.device()});
-  const Tensor offsets = empty({rows + 1}, {kInt64, x.device()});
-  auto* kin = reinterpret_cast<K*>(keys_in.data_ptr<int64_t>());
-  auto* kout = reinterpret_cast<K*>(keys_out.data_ptr<int64_t>());
-  keys_kernel<T>
-      <<<grid_for(n), kBlockSize, 0, stream>>>(kin, pos_in.data_ptr<int64_t>(), x.data_ptr<T>(), L, n, descending);
+  const Device device = x.device();
+  const Tensor keys_in = scratch(n * int64_t(sizeof(K)), device), keys_out = scratch(n * int64_t(sizeof(K)), device);
+  const Tensor pos_a = scratch(n * 4, device), pos_b = scratch(n * 4, device);
+  K *kin = scratch_ptr<K>(keys_in), *kout = scratch_ptr<K>(keys_out);
+  int32_t *pa = scratch_ptr<int32_t>(pos_a), *pb = scratch_ptr<int32_t>(pos_b);
+  keys_kernel<T><<<grid_for(n), kBlockSize, 0, stream>>>(kin, pa, x.data_ptr<T>(), n, descending);
   FRUGAL_CUDA_CHECK_LAUNCH();
-  offsets_kernel<<<grid_for(rows + 1), kBlockSize, 0, stream>>>(offsets.data_ptr<int64_t>(), L, rows);
-  FRUGAL_CUDA_CHECK_LAUNCH();
-  const int64_t* begin = offsets.data_ptr<int64_t>();
-  size_t temp_bytes = 0;
-  FRUGAL_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(nullptr, temp_bytes, kin, kout,
-                                                              pos_in.data_ptr<int64_t>(), pos_out.data_ptr<int64_t>(),
-                                                              n, rows, begin, begin + 1, stream));
-  const Tensor temp = scratch(int64_t(temp_bytes), x.device());
-  FRUGAL_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(temp.data_ptr<int64_t>(), temp_bytes, kin, kout,
-                                                              pos_in.data_ptr<int64_t>(), pos_out.data_ptr<int64_t>(),
-                                                              n, rows, begin, begin + 1, stream));
+  // Rows as the second sort's keys, in the first's key buffers (no longer needed by then).
+  int32_t *row_in = reinterpret_cast<int32_t*>(kin), *row_out = reinterpret_cast<int32_t*>(kout);
+  const int row_bits = rows > 1 ? int(std::bit_width(uint64_t(rows - 1))) : 0;
+  size_t by_key = 0, by_row = 0;
+  FRUGAL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, by_key, kin, kout, pa, pb, n, key_begin_bit<T>(),
+                                                    int(8 * sizeof(K)), stream));
+  if (rows > 1)
+    FRUGAL_CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(nullptr, by_row, row_in, row_out, pb, pa, n, 0, row_bits, stream));
+  const Tensor temp = scratch(int64_t(std::max(by_key, by_row)), device);
+  FRUGAL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch_ptr<void>(temp), by_key, kin, kout, pa, pb, n,
+                                                    key_begin_bit<T>(), int(8 * sizeof(K)), stream));
+  const int32_t* sorted = pb;
+  if (rows > 1) {
+    row_of_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(row_in, pb, L, n);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+    by_row = size_t(temp.numel()) * 8;
+    FRUGAL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch_ptr<void>(temp), by_row, row_in, row_out, pb, pa, n, 0,
+                                                      row_bits, stream));
+    sorted = pa;
+  }
   const int64_t out = rows * k;
   gather_kernel<T><<<grid_for(out), kBlockSize, 0, stream>>>(values_or_null<T>(values), indices.data_ptr<int64_t>(),
-                                                             x.data_ptr<T>(), pos_out.data_ptr<int64_t>(), L, k, out);
+                                                             x.data_ptr<T>(), sorted, L, k, out);
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kThreads, int kItems>
+void launch_block_radix_sort(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
+                             cudaStream_t stream) {
+  block_radix_sort_kernel<T, kThreads, kItems><<<unsigned(x.size(0)), kThreads, 0, stream>>>(
+      values_or_null<T>(values), indices.data_ptr<int64_t>(), x.data_ptr<T>(), int32_t(x.size(1)),
+      int32_t(indices.size(1)), descending);
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
@@ -133,12 +208,16 @@ void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, b
   const cudaStream_t stream = stream_for(x);
   const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1);
   dispatch_numeric(x.dtype(), "sort", x.device(), [&]<typename T>() {
-    if (L > kBlockRow) return segmented_sort<T>(values, indices, x, descending, stream);
+    if (L > kBlockRow) return device_radix_sort<T>(values, indices, x, descending, stream);
+    if (L > 2048) return launch_block_radix_sort<T, 512, 8>(values, indices, x, descending, stream);
+    if (L > 1024) return launch_block_radix_sort<T, 256, 8>(values, indices, x, descending, stream);
+    if (L > 512) return launch_block_radix_sort<T, 256, 4>(values, indices, x, descending, stream);
+    if (L > kBitonicRow) return launch_block_radix_sort<T, 128, 4>(values, indices, x, descending, stream);
     int32_t P = 1;
     while (P < L) P <<= 1;
     const size_t shared = size_t(P) * (sizeof(SortKey<T>) + sizeof(int32_t));
-    const int threads = P < 1024 ? (P < 32 ? 32 : P) : 1024;
-    block_sort_kernel<T><<<unsigned(rows), threads, shared, stream>>>(
+    const int threads = P < 32 ? 32 : P;
+    bitonic_sort_kernel<T><<<unsigned(rows), threads, shared, stream>>>(
         values_or_null<T>(values), indices.data_ptr<int64_t>(), x.data_ptr<T>(), int32_t(L), P, int32_t(k), descending);
     FRUGAL_CUDA_CHECK_LAUNCH();
   });

@@ -11,8 +11,8 @@
 // `largest`), as torch.topk(sorted=True).
 // The CPU sorts (key, index) pairs whose integer order is this one (Note [Sort keys] in
 // tensor/ops/sort_key.h), so any sorting algorithm gives it: a full sort for sort, a partial sort
-// of the first k for topk. CUDA sorts the same pairs (tensor/cuda/sort.cu): a bitonic network in
-// shared memory for rows of up to 2048 elements, cub's stable segmented radix sort for longer ones.
+// of the first k for topk. CUDA sorts the same pairs (Note [CUDA sort paths] in
+// tensor/cuda/sort.cu): a block per row up to 4096 elements, device-wide radix sorts beyond.
 #include <cstdint>
 
 #include "tensor/ops/reduce.h"  // ValuesIndices

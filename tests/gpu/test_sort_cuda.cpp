@@ -1,7 +1,8 @@
 // sort, argsort and topk on CUDA (tensor/cuda/sort.cu) against the CPU op: the same values and
 // indices, bit for bit (Note [Sort order] defines one order), in every dtype, along every dim,
-// for short rows (the shared-memory network, sizes 1 to 2048 and odd ones) and long ones (cub's
-// segmented sort), with ties, NaN, -0 and infinities; k from 0 to the size; empty tensors.
+// for every path of Note [CUDA sort paths] and the lengths on either side of each switch (the
+// bitonic network to 256, the block radix sorts to 4096, the device-wide radix sorts beyond, one
+// row or several), with ties, NaN, -0 and infinities; k from 0 to the size; empty tensors.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -43,10 +44,10 @@ void check_same_sort(const Tensor& x_cpu, int64_t k, int64_t dim, bool descendin
 TEST_CASE("cuda sort: the CPU's values and indices bit for bit, short and long rows, every dtype") {
   uint64_t seed = 1;
   for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64})
-    for (int64_t L : {1, 2, 7, 32, 100, 1024, 2048, 2049, 5000})
+    for (int64_t L : {1, 2, 7, 32, 100, 256, 257, 512, 513, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 20000})
       for (bool descending : {false, true}) {
         const bool integral = t == kInt32 || t == kInt64;
-        const int64_t rows = L > 2048 ? 3 : 5;
+        const int64_t rows = L > 4096 ? 3 : 5;
         const Tensor x = make_tensor(tricky_values(rows * L, ++seed, integral), {rows, L}, t);
         const std::string what = std::string(dtype_name(t)) + " L=" + std::to_string(L) + (descending ? " desc" : "");
         check_same_sort(x, L, -1, descending, "sort " + what);
@@ -66,7 +67,11 @@ TEST_CASE("cuda sort: along every dim of a transposed 3-D tensor; many rows; emp
   CHECK(ops::topk(zeros({3, 4}, {kFloat32, kGpu}), 0).indices.sizes() == Shape{3, 0});
   const Tensor y = make_tensor(tricky_values(4 * 300, 5, false), {4, 300}, kFloat16);
   CHECK(bytes_of(ops::argsort(y.to(kGpu), 1, true).cpu()) == bytes_of(ops::argsort(y, 1, true)));
-  // argsort writes indices only, in both kernels (cub's above 2048 elements a row).
+  // One long row: the device-wide sort without the second, by-row one.
+  const Tensor row = make_tensor(tricky_values(70000, 7, false), {70000}, kBFloat16);
+  for (bool descending : {false, true}) check_same_sort(row, 70000, 0, descending, "one row of 70000");
+  check_same_sort(row, 17, 0, true, "topk 17 of one row of 70000");
+  // argsort writes indices only, in every kernel (the device-wide sorts above 4096 elements a row).
   const Tensor z = make_tensor(tricky_values(3 * 5000, 6, false), {3, 5000}, kFloat32);
   CHECK(bytes_of(ops::argsort(z.to(kGpu), 1).cpu()) == bytes_of(ops::argsort(z, 1)));
   CHECK(bytes_of(ops::argsort(z.to(kGpu), 0, true).cpu()) == bytes_of(ops::argsort(z, 0, true)));
