@@ -1,6 +1,7 @@
 #include "nn/upsampling.h"
 
 #include "autograd/ops/interpolate.h"
+#include "autograd/ops/rearrange.h"
 
 namespace frugal::nn {
 
@@ -9,6 +10,22 @@ Upsample::Upsample(InterpolateOptions o) : options(o) { check_interpolate_option
 Tensor Upsample::forward(const Tensor& x) {
   core::ModuleScope scope(this);  // Note [Module attribution]
   return interpolate(x, options);
+}
+
+PixelShuffle::PixelShuffle(int64_t upscale_factor) : factor_(upscale_factor) {
+  FRUGAL_CHECK(upscale_factor > 0, "PixelShuffle: upscale_factor must be positive, got ", upscale_factor);
+}
+Tensor PixelShuffle::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return pixel_shuffle(x, factor_);
+}
+
+PixelUnshuffle::PixelUnshuffle(int64_t downscale_factor) : factor_(downscale_factor) {
+  FRUGAL_CHECK(downscale_factor > 0, "PixelUnshuffle: downscale_factor must be positive, got ", downscale_factor);
+}
+Tensor PixelUnshuffle::forward(const Tensor& x) {
+  core::ModuleScope scope(this);  // Note [Module attribution]
+  return pixel_unshuffle(x, factor_);
 }
 
 std::string Upsample::extra_repr() const {

@@ -1,5 +1,9 @@
 #pragma once
-// Upsampling layer: Upsample (no parameters), torch.nn.Upsample over interpolate.
+// Upsampling layers (no parameters): Upsample, torch.nn.Upsample over interpolate, and
+// PixelShuffle / PixelUnshuffle, torch.nn's over pixel_shuffle / pixel_unshuffle.
+#include <cstdint>
+#include <string>
+
 #include "nn/module.h"
 #include "tensor/ops/interpolate.h"  // InterpolateOptions, InterpolateMode
 
@@ -21,6 +25,30 @@ class Upsample : public UnaryModule {
   std::string extra_repr() const override;
 
   const InterpolateOptions options;
+};
+
+/// torch.nn.PixelShuffle(upscale_factor): (*, C r^2, H, W) to (*, C, H r, W r).
+class PixelShuffle : public UnaryModule {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "PixelShuffle"; }
+  std::string extra_repr() const override { return "upscale_factor=" + std::to_string(factor_); }
+
+ private:
+  int64_t factor_;
+};
+
+/// torch.nn.PixelUnshuffle(downscale_factor): (*, C, H r, W r) to (*, C r^2, H, W).
+class PixelUnshuffle : public UnaryModule {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "PixelUnshuffle"; }
+  std::string extra_repr() const override { return "downscale_factor=" + std::to_string(factor_); }
+
+ private:
+  int64_t factor_;
 };
 
 }  // namespace frugal::nn

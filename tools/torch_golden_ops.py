@@ -415,6 +415,11 @@ OPS = {
     "softmax": lambda x, dim: F.softmax(x, dim), "log_softmax": lambda x, dim: F.log_softmax(x, dim),
     "cumsum": lambda x, dim, dtype=None: torch.cumsum(x, dim, dtype=None if dtype is None else DTYPES[dtype]),
     # shape and join
+    "roll": lambda x, shifts, dims=(): torch.roll(x, shifts, dims),
+    "einsum": lambda *xs, equation: torch.einsum(equation, *xs),
+    "movedim": lambda x, source, destination: torch.movedim(x, source, destination),
+    "pixel_shuffle": lambda x, factor: F.pixel_shuffle(x, factor),
+    "pixel_unshuffle": lambda x, factor: F.pixel_unshuffle(x, factor),
     "flip": lambda x, dims: torch.flip(x, dims), "repeat": lambda x, repeats: x.repeat(*repeats),
     "tril": lambda x, diagonal=0: torch.tril(x, diagonal), "triu": lambda x, diagonal=0: torch.triu(x, diagonal),
     "pad": lambda x, pad, mode="constant", value=0.0: F.pad(x, pad, mode, value) if mode == "constant"
@@ -1709,12 +1714,30 @@ def activation_cases(g):
     g.case("unary", "prelu", [g.T((4, 5)), g.C((1,), lo=0.1, hi=0.3)], {}, "one slope")
 
 
+def rearrange_cases(g):
+    """roll (several dims, negative and large shifts, no dims), movedim, pixel_shuffle and
+    pixel_unshuffle (a batch dim or none, views)."""
+    g.case("shape", "roll", [g.T((3, 4, 5))], {"shifts": [1, -2], "dims": [0, 2]})
+    g.case("shape", "roll", [g.C((4, 6))], {"shifts": [13], "dims": [-1]}, "past the size")
+    g.case("shape", "roll", [g.S((3, 5))], {"shifts": [4]}, "no dims")
+    g.case("shape", "movedim", [g.C((2, 3, 4, 5))], {"source": [1, 3], "destination": [0, 1]})
+    g.case("shape", "pixel_shuffle", [g.C((2, 12, 3, 2))], {"factor": 2})
+    g.case("shape", "pixel_shuffle", [g.T((9, 2, 3))], {"factor": 3}, "no batch dim, transposed")
+    g.case("shape", "pixel_unshuffle", [g.C((2, 3, 4, 6))], {"factor": 2})
+    g.case("shape", "pixel_unshuffle", [g.T((1, 2, 6, 3))], {"factor": 3}, "transposed")
+    g.case("matmul", "einsum", [g.C((2, 2, 3, 4)), g.T((2, 2, 5, 4))], {"equation": "bhqd,bhkd->bhqk"}, "attention")
+    g.case("matmul", "einsum", [g.C((3, 4)), g.S((4, 2)), g.C((2, 5))], {"equation": "ij,jk,kl->il"}, "three")
+    g.case("matmul", "einsum", [g.C((2, 3, 3, 4)), g.C((3, 4, 2))], {"equation": "...ij,...jk->...ik"}, "ellipsis")
+    g.case("matmul", "einsum", [g.C((3,)), g.C((4,))], {"equation": "i,j"}, "implicit outer")
+    g.case("matmul", "einsum", [g.T((4, 3))], {"equation": "ij->j"}, "one operand")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
               inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases,
-              metric_loss_cases, binary_math_cases, activation_cases):
+              metric_loss_cases, binary_math_cases, activation_cases, rearrange_cases):
         f(g)
     return g
 

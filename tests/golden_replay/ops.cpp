@@ -177,7 +177,7 @@ const std::map<std::string, OpFn>& op_table() {
        [](const Inputs& in, const Args& a) {
          return Outputs{threshold(in.at(0), a.num("threshold"), a.num("value"))};
        }},
-      {"glu", [](const Inputs& in, const Args& a) { return Outputs{glu(in.at(0), int64_t(a.num("dim", -1)))}; }},
+      {"glu", [](const Inputs& in, const Args& a) { return Outputs{glu(in.at(0), a.integer("dim", -1))}; }},
       {"prelu", binary(prelu)}, {"floor", unary(floor)}, {"ceil", unary(ceil)},
       {"trunc", unary(trunc)}, {"round", unary(round)}, {"sign", unary(sign)},
       {"normalize",
@@ -296,6 +296,19 @@ const std::map<std::string, OpFn>& op_table() {
                                                      /*dropout_p=*/0.0, scale)};
        }},
       // shape and join
+      {"roll",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{roll(in.at(0), a.ints("shifts"), a.get("dims") ? a.ints("dims") : std::vector<int64_t>{})};
+       }},
+      {"einsum", [](const Inputs& in, const Args& a) { return Outputs{einsum(a.text("equation", ""), in)}; }},
+      {"movedim",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{movedim(in.at(0), a.ints("source"), a.ints("destination"))};
+       }},
+      {"pixel_shuffle",
+       [](const Inputs& in, const Args& a) { return Outputs{pixel_shuffle(in.at(0), a.integer("factor"))}; }},
+      {"pixel_unshuffle",
+       [](const Inputs& in, const Args& a) { return Outputs{pixel_unshuffle(in.at(0), a.integer("factor"))}; }},
       {"flip", [](const Inputs& in, const Args& a) { return Outputs{flip(in.at(0), a.ints("dims"))}; }},
       {"repeat", [](const Inputs& in, const Args& a) { return Outputs{repeat(in.at(0), a.ints("repeats"))}; }},
       {"tril", [](const Inputs& in, const Args& a) { return Outputs{tril(in.at(0), a.integer("diagonal", 0))}; }},

@@ -61,6 +61,27 @@ void add_matmul(std::vector<GradEntry>& t) {
                  return s;
                },
                A::Lower});
+  // einsum: batched, attention-like, outer, ellipsis-broadcast, three-operand and one-operand
+  // equations, all matmuls and sums underneath (so float16 under autocast, as matmul).
+  t.push_back({"einsum",
+               [](Rng& rng) {
+                 const int64_t i = rng.range(1, 3), j = rng.range(1, 3), k = rng.range(1, 3), b = rng.range(1, 2);
+                 std::string eq;
+                 std::vector<Shape> shapes;
+                 switch (rng.range(0, 4)) {
+                   case 0: eq = "bij,bjk->bik", shapes = {{b, i, j}, {b, j, k}}; break;
+                   case 1: eq = "bqd,bkd->bqk", shapes = {{b, i, j}, {b, k, j}}; break;
+                   case 2: eq = "i,j->ij", shapes = {{i}, {j}}; break;
+                   case 3: eq = "...ij,...jk->...ik", shapes = {{2, b, i, j}, {1, j, k}}; break;
+                   default: eq = "ij,jk,kl->il", shapes = {{i, j}, {j, k}, {k, 2}}; break;
+                 }
+                 GradSample s;
+                 for (const Shape& sh : shapes) s.inputs.push_back(grad_in(values(rng, sh)));
+                 s.params = "equation=" + eq;
+                 s.f = [eq](const TensorList& in) { return einsum(eq, in); };
+                 return s;
+               },
+               A::Lower});
   t.push_back(
       {"linear",
        [](Rng& rng) {

@@ -371,6 +371,34 @@ void add_rearrange(std::vector<GradEntry>& t) {
     p = "dims=" + str(dims);
     return [dims](const Tensor& x) { return flip(x, dims); };
   }));
+  t.push_back(one_input("roll", 0, [](const Shape& sh, Rng& r, std::string& p) -> Op {
+    std::vector<int64_t> dims = sh.empty() || r.chance(0.25) ? std::vector<int64_t>{} : random_dims(r, int64_t(sh.size()));
+    std::vector<int64_t> shifts(std::max<size_t>(dims.size(), 1));
+    for (int64_t& k : shifts) k = r.range(-6, 6);
+    p = "shifts=" + str(shifts) + " dims=" + str(dims);
+    return [shifts, dims](const Tensor& x) { return roll(x, shifts, dims); };
+  }));
+  t.push_back(one_input("movedim", 1, [](const Shape& sh, Rng& r, std::string& p) -> Op {
+    const int64_t nd = int64_t(sh.size());
+    const std::vector<int64_t> source{r.range(0, nd - 1)}, destination{r.range(-nd, nd - 1)};
+    p = "source=" + str(source) + " destination=" + str(destination);
+    return [source, destination](const Tensor& x) { return movedim(x, source, destination); };
+  }));
+  for (bool shuffle : {true, false})
+    t.push_back({shuffle ? "pixel_shuffle" : "pixel_unshuffle",
+                 [shuffle](Rng& rng) {
+                   const int64_t f = rng.range(1, 3), c = rng.range(1, 2), h = rng.range(1, 2), w = rng.range(1, 3);
+                   Shape sh = shuffle ? Shape{c * f * f, h, w} : Shape{c, h * f, w * f};
+                   if (rng.chance(0.6)) sh.insert(sh.begin(), rng.range(1, 2));  // a batch dim
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("factor=", f);
+                   s.f = [shuffle, f](const TensorList& in) {
+                     return shuffle ? pixel_shuffle(in[0], f) : pixel_unshuffle(in[0], f);
+                   };
+                   return s;
+                 },
+                 A::Keep});
   t.push_back(one_input("repeat", 0, [](const Shape& sh, Rng& r, std::string& p) -> Op {
     std::vector<int64_t> reps(sh.size() + size_t(r.range(0, 1)));
     for (int64_t& n : reps) n = r.chance(0.05) ? 0 : r.range(1, 2);
