@@ -1730,6 +1730,8 @@ def rearrange_cases(g):
     g.case("matmul", "einsum", [g.C((2, 3, 3, 4)), g.C((3, 4, 2))], {"equation": "...ij,...jk->...ik"}, "ellipsis")
     g.case("matmul", "einsum", [g.C((3,)), g.C((4,))], {"equation": "i,j"}, "implicit outer")
     g.case("matmul", "einsum", [g.T((4, 3))], {"equation": "ij->j"}, "one operand")
+    g.case("matmul", "einsum", [g.C((2, 4, 4)), g.C((2, 4))], {"equation": "bii,bi->bi"}, "diagonal")
+    g.case("matmul", "einsum", [g.T((3, 3))], {"equation": "ii"}, "trace")
 
 
 def build(seed=SEED):

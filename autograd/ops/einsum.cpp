@@ -8,7 +8,8 @@
 // a later operand) and shared are batch dims, those shared and not needed are contracted, and the
 // others are kept from their side; each side is permuted to (batch, kept, contracted) and
 // reshaped to 3-D, one batched matmul multiplies them, and the result is reshaped back to the
-// labels (batch, kept from the left, kept from the right). A size-1 dim broadcasts against its
+// labels (batch, kept from the left, kept from the right). A label repeated within an operand
+// ("ii->i", "ii") first takes that operand's diagonal. A size-1 dim broadcasts against its
 // label's size in the other operand (expand). Last, labels the output lacks are summed and the
 // rest permuted into the output's order. Everything is a differentiable op, so the gradients are
 // theirs.
@@ -82,6 +83,33 @@ struct Labelled {
   Tensor t;
   std::vector<int> labels;
 };
+
+/// x with each label that repeats within it taken once, along the diagonal of its dims (as
+/// torch.einsum("ii->i")): the two dims moved last, merged, and every (n + 1)-th entry kept, all
+/// differentiable views and copies.
+Labelled diagonals(Labelled x, size_t operand, const std::string& equation) {
+  for (;;) {
+    size_t d1 = 0, d2 = 0;
+    for (size_t i = 0; i < x.labels.size() && d2 == 0; ++i)
+      for (size_t j = i + 1; j < x.labels.size() && d2 == 0; ++j)
+        if (x.labels[i] == x.labels[j]) d1 = i, d2 = j;
+    if (d2 == 0) return x;
+    const int64_t n = x.t.size(int64_t(d1));
+    FRUGAL_CHECK(x.t.size(int64_t(d2)) == n, "einsum: the dims of operand ", operand, " labelled '",
+                 label_name(x.labels[d1]), "' in \"", equation, "\" have sizes ", n, " and ", x.t.size(int64_t(d2)),
+                 "; a diagonal needs equal sizes");
+    std::vector<int64_t> order;
+    std::vector<int> labels;
+    for (size_t d = 0; d < x.labels.size(); ++d)
+      if (d != d1 && d != d2) order.push_back(int64_t(d)), labels.push_back(x.labels[d]);
+    Shape merged;
+    for (int64_t d : order) merged.push_back(x.t.size(d));
+    merged.push_back(n * n);
+    order.insert(order.end(), {int64_t(d1), int64_t(d2)});
+    labels.push_back(x.labels[d1]);
+    x = {x.t.permute(order).reshape(merged).slice(-1, 0, n * n, n + 1), labels};
+  }
+}
 
 /// x summed over its labels not in `keep` (no dims summed: x itself).
 Labelled sum_out(const Labelled& x, const std::vector<int>& keep) {
@@ -207,12 +235,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
   std::vector<int> count(size_t(kLetters + width), 0);
   for (size_t i = 0; i < terms.size(); ++i) {
     Labelled x{operands[i], term_labels(terms[i], ellipsis_dims[i], width)};
-    for (size_t d = 0; d < x.labels.size(); ++d) {
-      FRUGAL_CHECK(std::count(x.labels.begin(), x.labels.end(), x.labels[d]) == 1, "einsum: a label repeated within ",
-                   "operand ", i, " of \"", equation, "\" (a diagonal) is not supported");
-      ++count[size_t(x.labels[d])];
-    }
-    ops.push_back(std::move(x));
+    for (int l : x.labels) ++count[size_t(l)];  // a repeat counts twice, as torch's implicit output
+    ops.push_back(diagonals(std::move(x), i, equation));
   }
   std::vector<int> output;
   if (arrow != std::string::npos) {

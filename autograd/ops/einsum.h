@@ -14,7 +14,7 @@ namespace frugal {
 /// Without "->", the output is the labels that appear once, sorted (upper case first). "..."
 /// stands for the dims no letter names, right-aligned and broadcast across operands. A dim of
 /// size 1 broadcasts against the same label's other sizes. A label repeated within one
-/// operand (a diagonal, "ii->i") is refused: it is not supported.
+/// operand takes its diagonal ("ii->i"; "ii", a trace).
 Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 
 }  // namespace frugal

@@ -2,7 +2,7 @@
 // assignment of the labels, the product of the operands' entries summed into the output): matrix,
 // batched and attention products, outer and dot products, sums and transposes, implicit outputs,
 // the ellipsis with broadcasting, three operands, size-1 broadcasting, size-0 dims, transposed
-// inputs; the errors; gradcheck and gradgradcheck.
+// inputs, diagonals and traces; the errors; gradcheck and gradgradcheck.
 #include <doctest/doctest.h>
 
 #include <cctype>
@@ -101,6 +101,11 @@ TEST_CASE("einsum: matches a brute-force evaluator on every kind of equation") {
       {"ij,jk->ik", "ij,jk->ik", {{3, 0}, {0, 2}}},  // an empty contraction: zeros
       {"ij,jk->ik", "ij,jk->ik", {{0, 3}, {3, 2}}},
       {" i j , j k -> i k ", "ij,jk->ik", {{2, 3}, {3, 2}}},  // spaces ignored
+      {"ii->i", "ii->i", {{4, 4}}},                           // diagonals
+      {"ii", "ii->", {{3, 3}}},                               // a trace: i used twice, so summed
+      {"bii,bi->bi", "bii,bi->bi", {{2, 3, 3}, {2, 3}}},
+      {"iji->j", "iji->j", {{3, 2, 3}}},
+      {"iii->i", "iii->i", {{3, 3, 3}}},
   };
   uint64_t seed = 50;
   for (const Case& c : cases) {
@@ -124,7 +129,7 @@ TEST_CASE("einsum: bad equations and operands are errors that say what is wrong"
   check_error([&] { einsum("ij,jk->ik", {m}); }, {"einsum", "2 operand terms", "1 operands"});
   check_error([&] { einsum("ijk->i", {m}); }, {"einsum", "operand 0", "2 dims", "name 3"});
   check_error([&] { einsum("i1->i", {m}); }, {"einsum", "invalid subscript '1'"});
-  check_error([&] { einsum("ii->i", {zeros({3, 3}, kFloat32)}); }, {"einsum", "repeated", "diagonal"});
+  check_error([&] { einsum("ii->i", {zeros({3, 4}, kFloat32)}); }, {"einsum", "'i'", "3 and 4", "diagonal"});
   check_error([&] { einsum("ij->k", {m}); }, {"einsum", "output label 'k'", "no operand"});
   check_error([&] { einsum("ij->ii", {m}); }, {"einsum", "repeated output label"});
   check_error([&] { einsum("ij,j->i", {m, zeros({4}, kFloat32)}); }, {"einsum", "'j'", "3 and 4"});
@@ -140,6 +145,7 @@ TEST_CASE("einsum: gradients, first and second order") {
   check_gradcheck([](const TensorList& in) { return einsum("bij,bjk->bik", {in[0], in[1]}); }, {a, b});
   check_gradcheck([](const TensorList& in) { return einsum("bij,bjk,kl->il", {in[0], in[1], in[2]}); }, {a, b, c});
   check_gradcheck([](const TensorList& in) { return einsum("...j,...j->...", {in[0], in[1]}); }, {a, leaf({3, 4}, 63)});
+  check_gradcheck([](const TensorList& in) { return einsum("bii->bi", {in[0]}); }, {leaf({2, 3, 3}, 64)});
   const autograd::GradcheckResult gg = autograd::gradgradcheck(
       [](const TensorList& in) {
         return einsum("bij,bjk->ik", {in[0], in[1]});
