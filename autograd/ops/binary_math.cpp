@@ -162,19 +162,22 @@ void record_math(MathOp op, const Tensor& out, const Tensor& a, const Tensor& b)
   autograd::record(node, {out});
 }
 
-Tensor binary_math(MathOp op, const char* name, const Tensor& a, const Tensor& b,
-                   Tensor (*raw_op)(const Tensor&, const Tensor&)) {
+/// out = raw_call() run below autograd, recorded as op of a and b (b undefined: a tensor-scalar op).
+template <typename Raw>
+Tensor recorded_math(MathOp op, const char* name, const Tensor& a, const Tensor& b, const Raw& raw_call) {
   core::OpScope scope(name);
-  Tensor out = autograd::raw([&] { return raw_op(a, b); });
+  Tensor out = autograd::raw(raw_call);
   record_math(op, out, a, b);
   return out;
 }
 
+Tensor binary_math(MathOp op, const char* name, const Tensor& a, const Tensor& b,
+                   Tensor (*raw_op)(const Tensor&, const Tensor&)) {
+  return recorded_math(op, name, a, b, [&] { return raw_op(a, b); });
+}
+
 Tensor scalar_math(MathOp op, const char* name, const Tensor& x, double s, Tensor (*raw_op)(const Tensor&, double)) {
-  core::OpScope scope(name);
-  Tensor out = autograd::raw([&] { return raw_op(x, s); });
-  record_math(op, out, x, Tensor());
-  return out;
+  return recorded_math(op, name, x, Tensor(), [&] { return raw_op(x, s); });
 }
 
 }  // namespace
@@ -199,16 +202,10 @@ Tensor floor_divide(const Tensor& x, double s) {
   return scalar_math(MathOp::Rounded, "floor_divide", x, s, ops::floor_divide);
 }
 Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
-  core::OpScope scope("div");
-  Tensor out = autograd::raw([&] { return ops::div(a, b, rounding_mode); });
-  record_math(MathOp::Rounded, out, a, b);
-  return out;
+  return recorded_math(MathOp::Rounded, "div", a, b, [&] { return ops::div(a, b, rounding_mode); });
 }
 Tensor div(const Tensor& x, double s, std::string_view rounding_mode) {
-  core::OpScope scope("div");
-  Tensor out = autograd::raw([&] { return ops::div(x, s, rounding_mode); });
-  record_math(MathOp::Rounded, out, x, Tensor());
-  return out;
+  return recorded_math(MathOp::Rounded, "div", x, Tensor(), [&] { return ops::div(x, s, rounding_mode); });
 }
 
 }  // namespace frugal

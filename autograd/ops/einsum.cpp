@@ -178,8 +178,8 @@ Labelled contract(Labelled a, Labelled b, const std::vector<int>& keep) {
     const int64_t s = size_pair(l);
     nc *= s;
     a_order.push_back(l), a_sizes.push_back(s);
+    b_order.push_back(l), b_sizes.push_back(s);  // b's contracted dims follow its batch dims too
   }
-  for (int l : contracted) b_order.push_back(l), b_sizes.push_back(size_pair(l));
   for (int l : b_only) {
     nbo *= size_of(b, l);
     out_shape.push_back(size_of(b, l));
