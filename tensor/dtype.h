@@ -46,6 +46,9 @@ constexpr size_t element_size(DType t) {
 constexpr bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16 || t == DType::Float64;
 }
+/// The dtype arithmetic on dtype t computes in, opmath_t's runtime twin: float32 for the
+/// 16-bit types (Note [Half types compute in f32]), t itself otherwise.
+constexpr DType opmath_dtype(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
 constexpr bool is_integral(DType t) { return t == DType::Int32 || t == DType::Int64; }  // bool excluded
 
 const char* dtype_name(DType t);  // "float32", "float16", ...

@@ -71,6 +71,26 @@ struct SumReducer {
   }
 };
 
+/// prod; an int64 product wraps around past its range, as sum's does.
+template <typename In, typename Acc, typename Out>
+struct ProdReducer {
+  using in_t = In;
+  using acc_t = Acc;
+  Out* out;
+  FRUGAL_HD Acc identity() const { return Acc(1); }
+  FRUGAL_HD Acc step(Acc a, In v, int64_t) const { return mul(a, Acc(v)); }
+  FRUGAL_HD Acc combine(Acc a, Acc b) const { return mul(a, b); }
+  FRUGAL_HD void store(int64_t o, Acc a) const { out[o] = Out(a); }
+  static FRUGAL_HD Acc mul(Acc a, Acc b) {
+    if constexpr (std::is_integral_v<Acc>) {
+      using U = std::make_unsigned_t<Acc>;
+      return Acc(U(a) * U(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+
 /// amax / amin: a NaN anywhere makes the result NaN.
 template <typename In, typename Acc, bool IsMax>
 struct MinMaxReducer {

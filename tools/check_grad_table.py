@@ -19,6 +19,7 @@ NOT_DIFFERENTIABLE = {
     "one_hot",  # index.h
     "isnan", "isinf", "isfinite",  # unary.h
     "nonzero",  # masked.h
+    "any", "all", "count_nonzero",  # statistics.h
     "alias_for_history",  # inplace.h: a transform's handle on its output, not an op
     "running_stat_to_update",  # batch_norm.h: which running statistic an op updates, not an op
     "unary_op",  # unary_op.h: the recording helper behind unary.h and activation.h (their entries cover it)

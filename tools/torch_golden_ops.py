@@ -254,6 +254,17 @@ def _all_dims(x, dims):
     return list(range(x.dim())) if len(dims) == 0 else dims
 
 
+def _prod(x, dims, keepdim=False):
+    """torch.prod over a list of dims (empty: every dim), one dim at a time: torch.prod takes one."""
+    if x.dim() == 0:
+        return torch.prod(x)
+    reduced = sorted({d % x.dim() for d in _all_dims(x, dims)}, reverse=True)
+    out = x
+    for d in reduced:
+        out = torch.prod(out, d, keepdim=True)
+    return out if keepdim else out.reshape([n for d, n in enumerate(x.shape) if d not in reduced])
+
+
 # torch 2.x's rms_norm eps default: the machine epsilon of the opmath type (float32 for float32,
 # float16 and bfloat16 inputs, the only ones the cases use).
 RMS_NORM_EPS = float(torch.finfo(torch.float32).eps)
@@ -414,6 +425,21 @@ OPS = {
     "logsumexp": lambda x, dims, keepdim=False: torch.logsumexp(x, _all_dims(x, dims), keepdim),
     "softmax": lambda x, dim: F.softmax(x, dim), "log_softmax": lambda x, dim: F.log_softmax(x, dim),
     "cumsum": lambda x, dim, dtype=None: torch.cumsum(x, dim, dtype=None if dtype is None else DTYPES[dtype]),
+    "prod": _prod,
+    "kthvalue": lambda x, k, dim=-1, keepdim=False: tuple(torch.kthvalue(x, k, dim, keepdim)),
+    "median_dim": lambda x, dim, keepdim=False: tuple(torch.median(x, dim, keepdim)),
+    "nanmedian_dim": lambda x, dim, keepdim=False: tuple(torch.nanmedian(x, dim, keepdim)),
+    "median": torch.median, "nanmedian": torch.nanmedian,
+    "quantile": lambda x, q, dim=None, keepdim=False, interpolation="linear": torch.quantile(
+        x, q, dim, keepdim, interpolation=interpolation),
+    "nanquantile": lambda x, q, dim=None, keepdim=False, interpolation="linear": torch.nanquantile(
+        x, q, dim, keepdim, interpolation=interpolation),
+    "nansum": lambda x, dims, keepdim=False: torch.nansum(x, _all_dims(x, dims), keepdim),
+    "nanmean": lambda x, dims, keepdim=False: torch.nanmean(x, _all_dims(x, dims), keepdim),
+    "any": lambda x, dim=None, keepdim=False: torch.any(x) if dim is None else torch.any(x, dim, keepdim),
+    "all": lambda x, dim=None, keepdim=False: torch.all(x) if dim is None else torch.all(x, dim, keepdim),
+    "count_nonzero": lambda x, dims: torch.count_nonzero(x, dims),
+    "cumprod": lambda x, dim, dtype=None: torch.cumprod(x, dim, dtype=None if dtype is None else DTYPES[dtype]),
     # shape and join
     "roll": lambda x, shifts, dims=(): torch.roll(x, shifts, dims),
     "einsum": lambda *xs, equation: torch.einsum(equation, *xs),
@@ -1734,12 +1760,71 @@ def rearrange_cases(g):
     g.case("matmul", "einsum", [g.T((3, 3))], {"equation": "ii"}, "trace")
 
 
+def product_cases(g):
+    """prod over dims and cumprod, with zeros (whose gradients take their own formula)."""
+    near_one = {"lo": 0.5, "hi": 1.5}
+    for i, dims in enumerate(([], [1], [0, 2], [-1, 0])):
+        g.case("reduce", "prod", [g.L(LAYOUTS[i], (3, 4, 5), **near_one)], {"dims": dims, "keepdim": i % 2 == 1})
+    g.case("reduce", "prod", [g.C((4, 6), special=(0.0,))], {"dims": [1]}, "a zero")
+    g.case("reduce", "prod", [g.C((2, 5), special=(0.0, 0.0, 0.0))], {"dims": [1]}, "one zero and two")
+    g.case("reduce", "prod", [g.C((3, 4), dtype=torch.float16)], {"dims": [0]}, "float16")
+    g.case("reduce", "prod", [g.I(g.ints((3, 4), -5, 5))], {"dims": [1]}, "int64")
+    g.case("reduce", "prod", [g.I(torch.rand((3, 4), generator=g.rng) > 0.3)], {"dims": [0]}, "bool")
+    g.case("reduce", "prod", [g.C(())], {"dims": []}, "0-d")
+    g.case("reduce", "prod", [g.C((0, 3))], {"dims": [0]}, "size 0 reduced")
+    for i, dim in enumerate((0, 1, -1)):
+        g.case("softmax", "cumprod", [g.L(LAYOUTS[i], (3, 4, 5), **near_one)], {"dim": dim})
+    g.case("softmax", "cumprod", [g.C((3, 6), special=(0.0, 0.0, 0.0, 0.0))], {"dim": 1}, "zeros")
+    g.case("softmax", "cumprod", [g.C(())], {"dim": 0}, "0-d")
+    g.case("softmax", "cumprod", [g.C((0, 3))], {"dim": 1}, "size 0")
+    g.case("softmax", "cumprod", [g.T((4, 5), dtype=torch.float16)], {"dim": 0})
+    g.case("softmax", "cumprod", [g.T((4, 5), dtype=torch.float16)], {"dim": 1, "dtype": "float32"}, "dtype")
+    g.case("softmax", "cumprod", [g.C((1, 1030), lo=0.999, hi=1.001)], {"dim": 1}, "a row past a chunk")
+    g.case("softmax", "cumprod", [g.I(g.ints((3, 4), -5, 5))], {"dim": 0}, "int64")
+
+
+def statistics_cases(g):
+    """Order statistics, the NaN-skipping reductions and any/all/count_nonzero."""
+    nan = float("nan")
+    for i, (k, dim, keepdim) in enumerate(((2, 1, False), (5, -1, True), (1, 0, False))):
+        g.case("reduce", "kthvalue", [g.L(LAYOUTS[i], (3, 4, 5))], {"k": k, "dim": dim, "keepdim": keepdim})
+    g.case("reduce", "kthvalue", [g.C((3, 4), special=(nan,))], {"k": 4, "dim": 1}, "NaN counts as largest")
+    for i, (dim, keepdim) in enumerate(((1, False), (-1, True), (0, False))):
+        g.case("reduce", "median_dim", [g.L(LAYOUTS[i + 1], (3, 4, 5))], {"dim": dim, "keepdim": keepdim})
+        g.case("reduce", "nanmedian_dim", [g.L(LAYOUTS[i], (4, 3, 2))], {"dim": dim, "keepdim": keepdim})
+    g.case("reduce", "median_dim", [g.C((3, 4), special=(nan, nan))], {"dim": 1}, "NaN")
+    g.case("reduce", "nanmedian_dim", [g.C((3, 4), special=(nan, nan, nan))], {"dim": 1}, "NaN")
+    g.case("reduce", "median_dim", [g.I(torch.randperm(12, generator=g.rng).reshape(3, 4))], {"dim": 0}, "int64")
+    g.case("reduce", "median", [g.C((3, 5))], {})
+    g.case("reduce", "median", [g.C((5,), special=(1.0, 1.0, 1.0))], {}, "ties share the gradient")
+    g.case("reduce", "nanmedian", [g.C((2, 5), special=(nan, nan))], {}, "NaN")
+    q3 = lambda: g.I(torch.tensor([0.1, 0.5, 0.8]))  # noqa: E731
+    for i, mode in enumerate(("linear", "lower", "higher", "midpoint", "nearest")):
+        g.case("reduce", "quantile", [g.L(LAYOUTS[i], (3, 4, 5)), q3()], {"dim": 1, "interpolation": mode}, mode)
+        g.case("reduce", "nanquantile", [g.C((3, 7), special=(nan, nan, nan))], {"q": 0.3, "dim": 1, "interpolation": mode},
+               mode + ", NaN")
+    g.case("reduce", "quantile", [g.C((4, 5))], {"q": 0.35}, "every element")
+    g.case("reduce", "quantile", [g.T((4, 5)), q3()], {"dim": 0, "keepdim": True}, "keepdim")
+    g.case("reduce", "quantile", [g.C((3, 5), special=(nan,))], {"q": 0.5, "dim": 1}, "NaN")
+    for op in ("nansum", "nanmean"):
+        g.case("reduce", op, [g.T((4, 5), special=(nan, nan, nan))], {"dims": [1], "keepdim": True})
+        g.case("reduce", op, [g.C((3, 4), special=(nan,))], {"dims": []}, "every element")
+    g.case("reduce", "nansum", [g.I(g.ints((3, 4), -5, 5))], {"dims": [0]}, "int64")
+    for op in ("any", "all"):
+        g.case("reduce", op, [g.I(g.ints((3, 4), 0, 2).to(torch.float32))], {"dim": 1}, "float")
+        g.case("reduce", op, [g.I(torch.rand((3, 4), generator=g.rng) > 0.4)], {"dim": 0, "keepdim": True}, "bool")
+        g.case("reduce", op, [g.I(torch.zeros((0, 3)))], {"dim": 0}, "size 0")
+        g.case("reduce", op, [g.I(torch.tensor([0.0, nan]))], {}, "NaN")
+    g.case("reduce", "count_nonzero", [g.I(g.ints((3, 4, 2), -1, 2))], {"dims": [0, 2]})
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
               inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases,
-              metric_loss_cases, binary_math_cases, activation_cases, rearrange_cases):
+              metric_loss_cases, binary_math_cases, activation_cases, rearrange_cases, product_cases,
+              statistics_cases):
         f(g)
     return g
 

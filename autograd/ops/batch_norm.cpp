@@ -33,7 +33,7 @@ namespace {
 TensorList batch_norm_graph_grads(const Tensor& g_in, const Tensor& saved_x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& invstd, double eps, bool training,
                                   std::pair<DType, DType> param_dtypes, std::array<bool, 3> wanted) {
-  const DType compute = saved_x.dtype() == kFloat16 || saved_x.dtype() == kBFloat16 ? kFloat32 : saved_x.dtype();
+  const DType compute = opmath_dtype(saved_x.dtype());
   const Tensor xv = saved_x.to(compute), g = g_in.to(compute);
   std::vector<int64_t> stat_dims{0};  // every dim but the channels'
   Shape channel(size_t(xv.dim()), 1);

@@ -50,9 +50,6 @@ constexpr const char* backward_name(MathOp op) {
   return "?";
 }
 
-/// The dtype a gradient formula computes in: the forward's, float32 for a 16-bit one.
-DType grad_compute_dtype(DType forward) { return forward == kFloat16 || forward == kBFloat16 ? kFloat32 : forward; }
-
 /// The gradients of op (not the rounded division) at a and b from g, the output's gradient
 /// (Note [Binary math gradients]), at the broadcast shape, in `compute`; b is undefined for a
 /// tensor-scalar op, whose gradient needs no operand.
@@ -153,7 +150,7 @@ void record_math(MathOp op, const Tensor& out, const Tensor& a, const Tensor& b)
     node->b_sizes = b.sizes();
     node->b_dtype = b.dtype();
   }
-  node->compute = grad_compute_dtype(out.dtype());
+  node->compute = opmath_dtype(out.dtype());
   node->device = out.device();
   if (saves_operands(op, *node)) {
     node->a = a;

@@ -1,5 +1,6 @@
 #pragma once
-// Differentiable cumulative sum, as torch.cumsum (the raw op: tensor/ops/cumsum.h).
+// Differentiable cumulative sums and products, as torch.cumsum and torch.cumprod (the raw ops:
+// tensor/ops/cumsum.h; cumprod's backward is in autograd/ops/products.cpp).
 #include <cstdint>
 #include <optional>
 
@@ -13,5 +14,10 @@ namespace frugal {
 /// float32, say). The gradient is the reversed cumulative sum of g along dim, in x's dtype.
 /// Under autocast float16/bfloat16 inputs run in float32, as torch.autocast's float32 list.
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+/// Running products of x along `dim`, as torch.cumprod; dtypes, `dtype` and autocast as
+/// cumsum. The gradient is exact where x has zeros, at every order (Note [Product
+/// gradients] in autograd/ops/products.cpp).
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
 }  // namespace frugal

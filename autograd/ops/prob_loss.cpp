@@ -51,7 +51,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // CUDA kernel asserts on the device. Under autocast it is refused, as PyTorch: the logarithms
 // of probabilities rounded to 16 bits saturate, and the sigmoid before it is better folded
 // into binary_cross_entropy_with_logits, which autocast runs in float32.
-DType compute_dtype(DType t) { return t == kFloat16 || t == kBFloat16 ? kFloat32 : t; }
 
 // max(log x, -100) and max(log(1 - x), -100), the forward's and the target gradient's terms.
 Tensor clamped_log(const Tensor& x) { return ops::clamp(ops::log(x), -100.0, kInf); }
@@ -63,7 +62,7 @@ struct BinaryCrossEntropyBackward final : autograd::Node {
   std::string name() const override { return "BinaryCrossEntropyBackward"; }
   autograd::TensorList apply(autograd::TensorList&& grads) override {
     const Tensor saved_x = input.unpack(name());
-    const DType compute = compute_dtype(saved_x.dtype());
+    const DType compute = opmath_dtype(saved_x.dtype());
     const Tensor x = saved_x.to(compute), y = target.unpack(name()).to(compute);
     Tensor g = grads[0].to(compute);  // 0-d, or x's shape (None)
     if (reduction == Reduction::Mean) g = ops::div(g, double(x.numel()));
@@ -80,7 +79,7 @@ struct BinaryCrossEntropyBackward final : autograd::Node {
   bool has_graph_backward() const override { return true; }
   autograd::TensorList apply_graph(autograd::TensorList&& grads) override {
     const Tensor saved_x = autograd::graph::saved_input(*this, 0, input);
-    const DType compute = compute_dtype(saved_x.dtype());
+    const DType compute = opmath_dtype(saved_x.dtype());
     const Tensor x = saved_x.to(compute), y = autograd::graph::saved_input(*this, 1, target).to(compute);
     Tensor g = grads[0].to(compute);
     if (reduction == Reduction::Mean) g = frugal::div(g, double(x.numel()));
@@ -135,7 +134,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Bce
   check_bce_operands(op, input, target, options);
   check_probabilities(op, "input", input);
   check_probabilities(op, "target", target);
-  const DType compute = compute_dtype(input.dtype());
+  const DType compute = opmath_dtype(input.dtype());
   const Tensor w = options.weight.defined() ? options.weight.detach().to(compute) : Tensor();
   const Tensor out = autograd::raw([&] {
     const Tensor x = input.to(compute), y = target.to(compute);

@@ -10,8 +10,9 @@
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/graph_backward.h"
-#include "autograd/ops/index.h"
 #include "autograd/ops/binary.h"
+#include "autograd/ops/even_share.h"
+#include "autograd/ops/index.h"
 #include "core/instrument.h"
 #include "tensor/factory.h"
 #include "tensor/ops/binary.h"
@@ -148,9 +149,9 @@ struct StdBackward final : Node {
   }
 };
 
-// out = amax(x, dims) (amin alike)
-// grad_x = hit ? g / count(hit) : 0 with hit = (x == out || x is NaN): ties share the
-// gradient evenly, and a NaN result (NaN wins) sends it to the NaNs, as max(x, dim) sends
+// out = amax(x, dims) (amin alike; median(x) and nanmedian(x) over every dim)
+// grad_x = hit ? g / count(hit) : 0 with hit = (x == out || x and out are NaN): ties share
+// the gradient evenly, and a NaN result (NaN wins) sends it to the NaNs, as max(x, dim) sends
 // it to the first NaN; x == out alone is false for every element there (NaN != NaN) and
 // would drop the gradient (PyTorch gives NaN to the whole slice; either keeps the NaN seen).
 //
@@ -161,12 +162,12 @@ struct StdBackward final : Node {
 // gradient of 0 everywhere, and counts past 2048 would already round. PyTorch's formula,
 // grad / mask.sum(), promotes to the input dtype and so divides by a float16 count; the
 // share itself, 1/70000 of g, is a float16 subnormal and survives the cast back.
-struct AmaxAminBackward final : Node {
+struct EvenShareBackward final : Node {
   SavedTensor x{this}, out{this};
   ReduceGeometry geo;
   std::vector<int64_t> dims;
-  bool is_max = true;
-  std::string name() const override { return is_max ? "AmaxBackward" : "AminBackward"; }
+  std::string backward_name;
+  std::string name() const override { return backward_name; }
   /// The elements that won (hit) and, per reduced slice, how many (count, in float32 or wider:
   /// Note [Tie counts in float32]).
   struct Hits {
@@ -175,8 +176,9 @@ struct AmaxAminBackward final : Node {
   Hits hits(DType wide) const {
     return autograd::raw([&] {
       const Tensor xv = x.unpack(name());
-      Tensor hit = ops::eq(xv, out.unpack(name()).reshape(geo.kept));
-      if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::ne(xv, xv));
+      const Tensor ov = out.unpack(name()).reshape(geo.kept);
+      Tensor hit = ops::eq(xv, ov);
+      if (is_floating(xv.dtype())) hit = ops::logical_or(hit, ops::logical_and(ops::ne(xv, xv), ops::ne(ov, ov)));
       return Hits{hit, ops::sum(hit, dims, /*keepdim=*/true).to(wide)};  // reduced shape
     });
   }
@@ -216,14 +218,7 @@ Tensor reduction(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
 Tensor amax_amin(bool is_max, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   core::OpScope scope(is_max ? "amax" : "amin");
   Tensor out = autograd::raw([&] { return is_max ? ops::amax(x, dims, keepdim) : ops::amin(x, dims, keepdim); });
-  if (auto node = make_node<AmaxAminBackward>({x})) {
-    node->x = x;
-    node->out = out;
-    node->geo = ReduceGeometry(x, dims);
-    node->dims = dims;
-    node->is_max = is_max;
-    autograd::record(node, {out});
-  }
+  autograd::record_even_share(is_max ? "AmaxBackward" : "AminBackward", out, x, dims);
   return out;
 }
 
@@ -265,6 +260,18 @@ ValuesIndices max_min(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 }  // namespace
+
+void autograd::record_even_share(const char* backward_name, const Tensor& out, const Tensor& x,
+                                 const std::vector<int64_t>& dims) {
+  if (auto node = make_node<EvenShareBackward>({x})) {
+    node->x = x;
+    node->out = out;
+    node->geo = ReduceGeometry(x, dims);
+    node->dims = dims;
+    node->backward_name = backward_name;
+    autograd::record(node, {out});
+  }
+}
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   core::OpScope scope("sum");

@@ -14,6 +14,10 @@ using ops::ValuesIndices;
 
 /// Sum over `dims` (empty: every dim); the gradient is g broadcast back (a view, no copy).
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Product over `dims` (empty: every dim); dtypes as the raw op's. The gradient is each
+/// entry's product of the others in its reduced slice, exact at zeros (Note [Product
+/// gradients] in autograd/ops/products.cpp). Under autocast float16/bfloat16 run in float32.
+Tensor prod(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Mean over `dims` (empty: every dim).
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Variance over `dims` with Bessel's `correction`.

@@ -96,7 +96,7 @@ Tensor vector_norm(const Tensor& x, double ord, const std::vector<int64_t>& dims
                " norm over an empty slice of ", x.describe(), " (the reduction has no identity)");
   if (std::isinf(ord)) return ord > 0 ? amax(abs(x), dims, keepdim) : amin(abs(x), dims, keepdim);
   if (ord == 1.0) return sum(abs(x), dims, keepdim);
-  const DType compute = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
+  const DType compute = opmath_dtype(x.dtype());
   if (ord == 0.0) {  // a count: no gradient, as PyTorch's
     return autograd::raw([&] { return ops::sum(ops::ne(x, 0.0).to(compute), dims, keepdim).to(x.dtype()); });
   }

@@ -1,7 +1,7 @@
 // CPU reductions over the (outer, R, inner) view of Note [Reduction geometry].
 //
 // Note [CPU reduction accuracy]
-// Floating sums, means and variances accumulate in double whatever the input type
+// Floating sums, products, means and variances accumulate in double whatever the input type
 // (the float-accumulation rule for half types is a floor, not a ceiling): summing
 // 2^20 floats then errs by ~1e-16 relative instead of the ~1e-4 a naive float loop
 // can reach, and a row still vectorizes because it folds 8 interleaved lanes
@@ -171,6 +171,15 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in, int64_t cor
           run(reduction::SumReducer<T, double, T>{out.data_ptr<T>(), op == ReduceOp::Mean ? double(R) : 1.0}, in);
         } else {
           run(reduction::SumReducer<T, int64_t, int64_t>{out.data_ptr<int64_t>(), 1}, in);
+        }
+      });
+      return;
+    case ReduceOp::Prod:
+      dispatch_all(in.dtype(), "prod", in.device(), [&]<typename T>() {
+        if constexpr (is_floating(dtype_of<T>())) {
+          run(reduction::ProdReducer<T, double, T>{out.data_ptr<T>()}, in);
+        } else {
+          run(reduction::ProdReducer<T, int64_t, int64_t>{out.data_ptr<int64_t>()}, in);
         }
       });
       return;

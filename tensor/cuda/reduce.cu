@@ -182,6 +182,15 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in, int64_t cor
         }
       });
       return;
+    case ReduceOp::Prod:
+      dispatch_all(in.dtype(), "prod", in.device(), [&]<typename T>() {
+        if constexpr (is_floating(dtype_of<T>())) {
+          run(reduction::ProdReducer<T, opmath_t<T>, T>{out.data_ptr<T>()}, in);
+        } else {
+          run(reduction::ProdReducer<T, int64_t, int64_t>{out.data_ptr<int64_t>()}, in);
+        }
+      });
+      return;
     case ReduceOp::Max:
     case ReduceOp::Min:
       reduction::with_bool(op == ReduceOp::Max, [&]<bool IsMax>() {

@@ -9,8 +9,9 @@ namespace frugal::ops {
 
 namespace {
 
-// Note [Cumulative sum dtypes]: `dtype` converts x before the sums.
-Tensor running_sums(const char* op, const Tensor& x_in, int64_t dim, bool reverse, std::optional<DType> dtype) {
+// Note [Cumulative sum dtypes]: `dtype` converts x before the sums (or products).
+Tensor running_totals(const char* op, Cumulative kind, const Tensor& x_in, int64_t dim, bool reverse,
+                      std::optional<DType> dtype) {
   FRUGAL_CHECK(x_in.defined(), op, ": undefined input");
   FRUGAL_CHECK(dtype.value_or(x_in.dtype()) != kUInt8, op, ": uint8 is a storage-only dtype, got ", x_in.describe(),
                dtype ? " and dtype uint8" : "", "; convert it with .to(kInt64) first");
@@ -21,6 +22,7 @@ Tensor running_sums(const char* op, const Tensor& x_in, int64_t dim, bool revers
   const int64_t d = dim < 0 ? dim + nd : dim;
   CumsumShape s;
   s.reverse = reverse;
+  s.op = kind;
   for (int64_t k = 0; k < x.dim(); ++k) {
     if (k < d) s.outer *= x.size(k);
     else if (k == d) s.D = x.size(k);
@@ -34,9 +36,15 @@ Tensor running_sums(const char* op, const Tensor& x_in, int64_t dim, bool revers
 }  // namespace
 
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  return running_sums("cumsum", x, dim, false, dtype);
+  return running_totals("cumsum", Cumulative::Sum, x, dim, false, dtype);
 }
 
-Tensor reverse_cumsum(const Tensor& x, int64_t dim) { return running_sums("reverse_cumsum", x, dim, true, {}); }
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return running_totals("cumprod", Cumulative::Prod, x, dim, false, dtype);
+}
+
+Tensor reverse_cumsum(const Tensor& x, int64_t dim) {
+  return running_totals("reverse_cumsum", Cumulative::Sum, x, dim, true, {});
+}
 
 }  // namespace frugal::ops

@@ -1,6 +1,8 @@
 #pragma once
-// Inclusive prefix sums along one dim, as torch.cumsum (the differentiable form is
-// frugal::cumsum in autograd/ops/cumsum.h).
+// Inclusive prefix sums and products along one dim, as torch.cumsum and torch.cumprod (the
+// differentiable forms are in autograd/ops/cumsum.h). Both run through one kernel per
+// backend, which combines with + or * (Cumulative below); everything the Notes say of sums
+// holds for products with * in place of +.
 //
 // Note [Cumulative sum dtypes]
 // Floating inputs keep their dtype and round each prefix once from the running total's
@@ -28,6 +30,8 @@
 #include <optional>
 #include <type_traits>
 
+#include "tensor/half.h"  // FRUGAL_HD
+
 #include "tensor/tensor.h"
 
 namespace frugal::ops {
@@ -36,6 +40,11 @@ namespace frugal::ops {
 /// the end; a 0-d input takes dim 0 or -1). The output has x's shape, contiguous, in `dtype`
 /// when given (x converted to it first), else x's dtype when floating, else int64.
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+/// out[..., j, ...] = x[..., 0, ...] * ... * x[..., j, ...] along `dim`, as torch.cumprod; shape,
+/// dims and dtypes as cumsum (integer and bool inputs give int64 products, which wrap around
+/// past its range as PyTorch's do).
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 
 /// The sums run the other way: out[..., j, ...] = x[..., j, ...] + ... + x[..., D - 1, ...],
 /// cumsum's gradient. Dtypes as cumsum without `dtype`.
@@ -54,17 +63,36 @@ using CumsumAcc = std::conditional_t<std::is_same_v<CumsumOut<T>, int64_t>, int6
 inline constexpr int64_t kCumsumChunk = 1024;
 inline constexpr int64_t kCumsumSpan = 32;
 
-/// A contiguous tensor seen as (outer, D, inner), the sums running along D (from D - 1
+/// How running totals combine: cumsum adds, cumprod multiplies.
+enum class Cumulative : uint8_t { Sum, Prod };
+
+/// The combine of Cumulative op on running totals of type Acc, with its identity. Integers
+/// wrap around (two's complement, as PyTorch), which a signed + or * would leave undefined.
+template <Cumulative kOp, typename Acc>
+struct CumulativeCombine {
+  static FRUGAL_HD Acc identity() { return Acc(kOp == Cumulative::Sum ? 0 : 1); }
+  static FRUGAL_HD Acc apply(Acc a, Acc b) {
+    if constexpr (std::is_integral_v<Acc>) {
+      using U = std::make_unsigned_t<Acc>;
+      return Acc(kOp == Cumulative::Sum ? U(a) + U(b) : U(a) * U(b));
+    } else {
+      return kOp == Cumulative::Sum ? a + b : a * b;
+    }
+  }
+};
+
+/// A contiguous tensor seen as (outer, D, inner), the totals running along D (from D - 1
 /// down to 0 when reverse).
 struct CumsumShape {
   int64_t outer = 1, D = 1, inner = 1;
   bool reverse = false;
+  Cumulative op = Cumulative::Sum;
 };
 
 }  // namespace frugal::ops
 
-// Backend kernels: x contiguous, out contiguous (x's dtype when floating, else int64),
-// numel > 0.
+// Backend kernels (running sums or products, as s.op says): x contiguous, out contiguous
+// (x's dtype when floating, else int64), numel > 0.
 namespace frugal::ops::cpu {
 /// out, x: (outer, D, inner)
 void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s);

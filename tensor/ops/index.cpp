@@ -62,7 +62,6 @@ Shape unravel_index(int64_t i, const Shape& sizes) {
 }
 
 // Sums of 16-bit types are accumulated in float32 (see Note [Scatter accumulation]).
-DType acc_dtype(DType t) { return t == kFloat16 || t == kBFloat16 ? kFloat32 : t; }
 
 void check_index_tensor(const char* op, const char* what, const Tensor& index, const Tensor& x) {
   FRUGAL_CHECK(index.defined(), op, ": ", what, " is undefined");
@@ -180,7 +179,7 @@ int64_t check_scatter(const char* op, const Tensor& self, int64_t dim, const Ten
   return dim;
 }
 
-// acc (self's shape, dtype acc_dtype(src)) += src scattered along dim by index.
+// acc (self's shape, dtype opmath_dtype(src)) += src scattered along dim by index.
 void scatter_into(const char* op, const Tensor& acc, int64_t dim, const Tensor& index, const Tensor& src,
                   const Tensor& self) {
   if (index.numel() == 0) return;
@@ -281,8 +280,8 @@ void scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Te
                  " has overlapping memory (an expanded view); write into a contiguous copy");
   }
   self.bump_version();  // before the kernel: on a bad index self may already hold part of the update
-  if (acc_dtype(self.dtype()) != self.dtype()) {
-    const Tensor acc = self.to(acc_dtype(self.dtype()));
+  if (opmath_dtype(self.dtype()) != self.dtype()) {
+    const Tensor acc = self.to(opmath_dtype(self.dtype()));
     scatter_into(op, acc, dim, index, src, self);
     copy_into(self, acc);
   } else {
@@ -296,7 +295,7 @@ void scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Te
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   constexpr const char* op = "scatter_add";
   dim = check_scatter(op, self, dim, index, src);
-  const DType acc = acc_dtype(self.dtype());
+  const DType acc = opmath_dtype(self.dtype());
   Tensor out = acc != self.dtype() ? self.to(acc) : self.clone();
   scatter_into(op, out, dim, index, src, self);
   return out.dtype() == self.dtype() ? out : out.to(self.dtype());
@@ -318,7 +317,7 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   FRUGAL_CHECK(src1.sizes() == expected, op, ": src ", src.describe(), " must have the shape of self ", self.describe(),
                " except at dim ", dim, ", where it must have index.numel() = ", index.numel(), " entries (index ",
                index.describe(), ")");
-  const DType acc = acc_dtype(self.dtype());
+  const DType acc = opmath_dtype(self.dtype());
   Tensor out = acc != self.dtype() ? self.to(acc) : self.clone();
   add_along(op, at_least_1d(out), dim, index.reshape({-1}), src1, -1,
             str_cat("dim ", dim, " of self ", self.describe()), "index", index);
@@ -390,7 +389,7 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& indices, int64_t
   FRUGAL_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < num_weights), op, ": padding_idx ", padding_idx,
                " must be -1 (none) or in [0, ", num_weights, ")");
   const int64_t d = grad_out.size(-1);
-  Tensor acc = zeros({num_weights, d}, {acc_dtype(grad_out.dtype()), grad_out.device()});
+  Tensor acc = zeros({num_weights, d}, {opmath_dtype(grad_out.dtype()), grad_out.device()});
   add_along(op, acc, 0, indices.reshape({-1}), grad_out.reshape({indices.numel(), d}), padding_idx,
             str_cat(num_weights, " embeddings"), "indices", indices);
   return acc.dtype() == grad_out.dtype() ? acc : acc.to(grad_out.dtype());

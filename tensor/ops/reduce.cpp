@@ -117,6 +117,7 @@ Tensor reduction_view(const Tensor& x, const std::vector<bool>& mask) {
 const char* op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return "sum";
+    case ReduceOp::Prod: return "prod";
     case ReduceOp::Mean: return "mean";
     case ReduceOp::Max: return "amax";
     case ReduceOp::Min: return "amin";
@@ -132,10 +133,10 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bo
   const std::vector<bool> mask = dims_mask(name, x, dims, /*empty_means_all=*/true);
   Tensor out = empty(reduced_shape(x, mask, keepdim), {out_dtype, x.device()});
   if (reduced_count(x, mask) == 0) {
-    FRUGAL_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Var, name,
-                 ": cannot reduce over a zero-size dim of ", x.describe(), " (dims ", shape_str(dims),
-                 "): the operation has no identity");
-    if (out.numel() > 0) out = full(out.sizes(), op == ReduceOp::Sum ? 0.0 : std::nan(""), out.options());
+    FRUGAL_CHECK(op != ReduceOp::Max && op != ReduceOp::Min, name, ": cannot reduce over a zero-size dim of ",
+                 x.describe(), " (dims ", shape_str(dims), "): the operation has no identity");
+    const double empty_value = op == ReduceOp::Sum ? 0.0 : op == ReduceOp::Prod ? 1.0 : std::nan("");
+    if (out.numel() > 0) out = full(out.sizes(), empty_value, out.options());
     return out;
   }
   if (out.numel() == 0) return out;
@@ -167,6 +168,11 @@ ValuesIndices arg_reduce(const char* name, bool is_max, const Tensor& x, int64_t
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   FRUGAL_CHECK(x.defined(), "sum: undefined tensor");
   return reduce(ReduceOp::Sum, x, dims, keepdim, is_floating(x.dtype()) ? x.dtype() : kInt64, 0);
+}
+
+Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  FRUGAL_CHECK(x.defined(), "prod: undefined tensor");
+  return reduce(ReduceOp::Prod, x, dims, keepdim, is_floating(x.dtype()) ? x.dtype() : kInt64, 0);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {

@@ -1,5 +1,5 @@
 #pragma once
-// Reductions: sum, mean, amax, amin, var over any set of dims; max/min/argmax/argmin
+// Reductions: sum, prod, mean, amax, amin, var over any set of dims; max/min/argmax/argmin
 // over one dim. See Note [Reduction geometry] in tensor/reduction.h for how any
 // input is brought to the (outer, R, inner) form the kernels walk.
 #include <cstdint>
@@ -14,6 +14,11 @@ namespace frugal::ops {
 /// An empty reduction gives 0. Negative dims count from the end; repeated or
 /// out-of-range dims throw.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+
+/// Product over `dims` (empty: every dim), as torch.prod (which takes one dim or all).
+/// Dtypes as sum: floating inputs keep theirs, integers and bool give int64 (wrapping
+/// around past its range, as PyTorch's). An empty product is 1.
+Tensor prod(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 
 /// Mean over `dims` (empty: every dim). Floating dtypes only (integer inputs throw, as
 /// in PyTorch); an empty reduction gives NaN.
@@ -49,7 +54,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 
 /// What a reduction kernel computes; amax/amin are Max/Min.
-enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, Var };
+enum class ReduceOp : uint8_t { Sum, Prod, Mean, Max, Min, Var };
 
 }  // namespace frugal::ops
 

@@ -1,4 +1,4 @@
-// Reductions (sum, mean, amax, amin, var, max/min/argmax/argmin) against naive float64
+// Reductions (sum, prod, mean, amax, amin, var, max/min/argmax/argmin) against naive float64
 // loops written here, over dtypes, layouts, dim sets and keepdim; the differentiable
 // reductions (autograd/ops/reduce.h) through gradcheck in float64, and their ties.
 #include <doctest/doctest.h>
@@ -24,7 +24,7 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-enum class Stat { Sum, Mean, Max, Min, Var, ArgMax, ArgMin };
+enum class Stat { Sum, Prod, Mean, Max, Min, Var, ArgMax, ArgMin };
 
 /// The values of each output of reducing `shape` over `mask`, in input order.
 std::vector<std::vector<double>> groups(const std::vector<double>& v, const Shape& shape,
@@ -51,6 +51,11 @@ double stat_of(const std::vector<double>& xs, Stat s, int64_t correction = 1) {
       double t = 0;
       for (double x : xs) t += x;
       return s == Stat::Sum ? t : t / n;
+    }
+    case Stat::Prod: {
+      double p = 1;
+      for (double x : xs) p *= x;
+      return p;
     }
     case Stat::Var: {
       double m = 0;
@@ -104,7 +109,7 @@ const DType kFloatTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
 }  // namespace
 
-TEST_CASE("reduce: sum, mean, amax, amin, var match float64 loops (dtypes x layouts x dims x keepdim)") {
+TEST_CASE("reduce: sum, prod, mean, amax, amin, var match float64 loops (dtypes x layouts x dims x keepdim)") {
   const Shape shape = {4, 5, 6};
   uint64_t seed = 1;
   for (DType dt : kFloatTypes) {
@@ -125,7 +130,7 @@ TEST_CASE("reduce: sum, mean, amax, amin, var match float64 loops (dtypes x layo
           const Case cases[] = {
               {"sum", ops::sum(x, dims, keepdim), Stat::Sum},    {"mean", ops::mean(x, dims, keepdim), Stat::Mean},
               {"amax", ops::amax(x, dims, keepdim), Stat::Max},  {"amin", ops::amin(x, dims, keepdim), Stat::Min},
-              {"var", ops::var(x, dims, 1, keepdim), Stat::Var},
+              {"var", ops::var(x, dims, 1, keepdim), Stat::Var}, {"prod", ops::prod(x, dims, keepdim), Stat::Prod},
           };
           for (const Case& c : cases) {
             CHECK(c.got.sizes() == eshape);
@@ -152,6 +157,7 @@ TEST_CASE("reduce: a 4-d input on every layout path (one run, permuted view, cop
       check_close(ops::sum(x, dims), reference(x, mask, Stat::Sum), 1e-12, 1e-12, "sum " + what);
       check_close(ops::var(x, dims), reference(x, mask, Stat::Var), 1e-12, 1e-12, "var " + what);
       check_close(ops::amax(x, dims, true), reference(x, mask, Stat::Max), 0, 0, "amax " + what);
+      check_close(ops::prod(x, dims), reference(x, mask, Stat::Prod), 1e-12, 1e-300, "prod " + what);
     }
   }
   // A permuted (not transposed-last-two) view: dims (2, 0, 3, 1) of a contiguous tensor.
@@ -198,6 +204,16 @@ TEST_CASE("reduce: integer and bool dtypes") {
   CHECK(count.tolist<int64_t>() == std::vector<int64_t>{2, 2});
   CHECK(ops::amax(mask, {0}).tolist<bool>() == std::vector<bool>{true, false, true});
   CHECK(ops::argmax(mask, 1).tolist<int64_t>() == std::vector<int64_t>{0, 0});
+  // prod: int64 results, wrapping around past its range as PyTorch's (3^41 mod 2^64, signed).
+  const Tensor p = ops::prod(xi, {1});
+  CHECK(p.dtype() == kInt64);
+  CHECK(p.tolist<int64_t>() == std::vector<int64_t>{-12, 540, -600});
+  CHECK(ops::prod(mask, {1}).tolist<int64_t>() == std::vector<int64_t>{0, 0});
+  CHECK(ops::prod(make_tensor({1, 1, 1}, {3}, kBool)).item<int64_t>() == 1);
+  uint64_t wrapped = 1;
+  for (int k = 0; k < 41; ++k) wrapped *= 3u;
+  CHECK(ops::prod(full({41}, 3, kInt64)).item<int64_t>() == int64_t(wrapped));
+  CHECK(ops::prod(full({64}, 2, kInt32)).item<int64_t>() == 0);  // 2^64 wraps to 0
 }
 
 TEST_CASE("reduce: max/min/argmax/argmin with indices vs float64 loops") {
@@ -310,6 +326,19 @@ TEST_CASE("reduce: sum of 2^20 floats is accurate") {
   check_close(ops::var(xw), reference(xw, {true}, Stat::Var), 1e-5, 0, "var with mean 1e4");
 }
 
+TEST_CASE("reduce: prod of long rows and of few long columns (the chunked paths) matches a float64 loop") {
+  // Values near 1 keep 2^20 factors finite; float64 in and out, so only the order of the
+  // multiplications differs from the loop's.
+  const int64_t n = int64_t(1) << 20;
+  const std::vector<double> v = random_values(n, 77, 0.999, 1.001);
+  const Tensor x = make_tensor(v, {n}, kFloat64);
+  check_close(ops::prod(x), reference(x, {true}, Stat::Prod), 1e-10, 0, "one row of 2^20");
+  const Tensor cols = x.view({n / 8, 8});
+  check_close(ops::prod(cols, {0}), reference(cols, mask_of(2, {0}), Stat::Prod), 1e-10, 0, "8 columns");
+  const Tensor f = make_tensor(v, {n}, kFloat32);  // float32: multiplied in float64, rounded once
+  check_close(ops::prod(f), reference(f, {true}, Stat::Prod), 1e-7, 0, "float32 row");
+}
+
 TEST_CASE("reduce: empty tensors and 0-d tensors") {
   const Tensor e = empty({0, 3});
   CHECK(ops::sum(e, {0}).tolist<float>() == std::vector<float>{0, 0, 0});
@@ -325,12 +354,15 @@ TEST_CASE("reduce: empty tensors and 0-d tensors") {
   CHECK(m.values.sizes() == Shape{0});
   CHECK(m.indices.sizes() == Shape{0});
   CHECK(ops::mean(empty({2, 0, 4}), {0, 2}).sizes() == Shape{0});
+  CHECK(ops::prod(e, {0}).tolist<float>() == std::vector<float>{1, 1, 1});  // the empty product
+  CHECK(ops::prod(empty({0}, kInt32)).item<int64_t>() == 1);
   // 0-d: reducing "all dims" or dim 0 / -1 returns the value.
   const Tensor s = scalar_tensor(2.5);
   CHECK(ops::sum(s).dim() == 0);
   CHECK(ops::sum(s).item<float>() == 2.5f);
   CHECK(ops::sum(s, {0}, true).dim() == 0);
   CHECK(ops::amax(s, {-1}).item<float>() == 2.5f);
+  CHECK(ops::prod(s).item<float>() == 2.5f);
   CHECK(ops::argmax(s, 0).item<int64_t>() == 0);
   CHECK(std::isnan(ops::var(s).item<double>()));  // one element, correction 1: 0/0
   CHECK(ops::var(s, {}, 0).item<float>() == 0.0f);
@@ -352,6 +384,7 @@ TEST_CASE("reduce: errors name the op, the dim and the shape") {
   check_error([&] { ops::mean(x, {-4}); }, {"mean", "dim -4", "[4, 5, 6]"});
   check_error([&] { ops::amax(x, {0, 0}); }, {"amax", "more than once", "[4, 5, 6]"});
   check_error([&] { ops::var(x, {1, -2}); }, {"var", "more than once"});
+  check_error([&] { ops::prod(x, {2, -1}); }, {"prod", "more than once", "[4, 5, 6]"});
   check_error([&] { ops::amin(x, {7}); }, {"amin", "dim 7"});
   check_error([&] { ops::max(x, 3); }, {"max", "dim 3", "[4, 5, 6]"});
   check_error([&] { ops::min(x, -4); }, {"min", "dim -4"});

@@ -203,36 +203,43 @@ TEST_CASE("shape_ops: float32 cumsum keeps a float64 running total, as PyTorch's
   }
 }
 
-TEST_CASE("shape_ops: a long float64 cumsum adds in Note [Cumulative sum order]'s order, bit for bit") {
+TEST_CASE("shape_ops: a long float64 cumsum (and cumprod) adds in Note [Cumulative sum order]'s order, bit for bit") {
   // 3 spans and a part: chunk carries restart at each span; the span carries add the spans'
   // totals in order. float64 in and out, so the running total's bits are the output's.
+  // cumprod multiplies in the same order (factors near 1 keep the products finite).
   const int64_t chunk = ops::kCumsumChunk, span = chunk * ops::kCumsumSpan, n = 3 * span + 517;
-  const std::vector<double> v = random_values(n, 31, -1.0, 1.0);
-  for (bool reverse : {false, true}) {
-    CAPTURE(reverse);
-    std::vector<double> expected(static_cast<size_t>(n));
-    double span_carry = 0, chunk_carry = 0, local = 0;
-    for (int64_t step = 0; step < n; ++step) {
-      if (step > 0 && step % chunk == 0) {
-        chunk_carry += local, local = 0;
-        if (step % span == 0) span_carry += chunk_carry, chunk_carry = 0;
+  for (bool product : {false, true}) {
+    const std::vector<double> v = product ? random_values(n, 32, 0.999, 1.001) : random_values(n, 31, -1.0, 1.0);
+    const auto combine = [product](double a, double b) { return product ? a * b : a + b; };
+    const double identity = product ? 1.0 : 0.0;
+    for (bool reverse : product ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
+      CAPTURE(product);
+      CAPTURE(reverse);
+      std::vector<double> expected(static_cast<size_t>(n));
+      double span_carry = identity, chunk_carry = identity, local = identity;
+      for (int64_t step = 0; step < n; ++step) {
+        if (step > 0 && step % chunk == 0) {
+          chunk_carry = combine(chunk_carry, local), local = identity;
+          if (step % span == 0) span_carry = combine(span_carry, chunk_carry), chunk_carry = identity;
+        }
+        const size_t j = size_t(reverse ? n - 1 - step : step);
+        local = combine(local, v[j]);
+        expected[j] = combine(combine(span_carry, chunk_carry), local);
       }
-      const size_t j = size_t(reverse ? n - 1 - step : step);
-      local += v[j];
-      expected[j] = (span_carry + chunk_carry) + local;
+      const Tensor x = make_tensor(v, {n}, kFloat64);
+      const Tensor out = product ? ops::cumprod(x, 0) : reverse ? ops::reverse_cumsum(x, 0) : ops::cumsum(x, 0);
+      const std::vector<double> got = out.tolist<double>();
+      int64_t differs_from_one_fold = 0, mismatches = 0;
+      double fold = identity;
+      for (int64_t step = 0; step < n; ++step) {
+        const size_t j = size_t(reverse ? n - 1 - step : step);
+        fold = combine(fold, v[j]);
+        mismatches += got[j] != expected[j];
+        differs_from_one_fold += fold != expected[j];
+      }
+      CHECK(mismatches == 0);
+      CHECK(differs_from_one_fold > 0);  // the order is visible in these values: the check can fail
     }
-    const Tensor x = make_tensor(v, {n}, kFloat64);
-    const std::vector<double> got = (reverse ? ops::reverse_cumsum(x, 0) : ops::cumsum(x, 0)).tolist<double>();
-    int64_t differs_from_one_fold = 0, mismatches = 0;
-    double fold = 0;
-    for (int64_t step = 0; step < n; ++step) {
-      const size_t j = size_t(reverse ? n - 1 - step : step);
-      fold += v[j];
-      mismatches += got[j] != expected[j];
-      differs_from_one_fold += fold != expected[j];
-    }
-    CHECK(mismatches == 0);
-    CHECK(differs_from_one_fold > 0);  // the order is visible in these values: the check can fail
   }
 }
 

@@ -34,6 +34,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops/all.h"
+#include "autograd/ops/statistics.h"
 #include "core/json.h"
 #include "tensor/factory.h"
 #include "tests/golden_replay/golden_file.h"
@@ -113,6 +114,15 @@ OpFn with_scalar(Tensor (*f)(const Tensor&, double)) {
   return [f](const Inputs& in, const Args& a) { return Outputs{f(in.at(0), a.num("s"))}; };
 }
 using DimsOp = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
+/// cumsum or cumprod: dim, and dtype when given.
+OpFn running(Tensor (*f)(const Tensor&, int64_t, std::optional<DType>)) {
+  return [f](const Inputs& in, const Args& a) {
+    const std::string dtype = a.text("dtype", "");
+    return Outputs{
+        f(in.at(0), a.integer("dim"), dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(dtype)))};
+  };
+}
+
 OpFn over_dims(DimsOp f) {
   return
       [f](const Inputs& in, const Args& a) { return Outputs{f(in.at(0), a.ints("dims"), a.flag("keepdim", false))}; };
@@ -125,6 +135,27 @@ OpFn values_indices(ValuesIndicesOp f) {
   return [f](const Inputs& in, const Args& a) {
     ValuesIndices r = f(in.at(0), a.integer("dim"), a.flag("keepdim", false));
     return Outputs{r.values, r.indices};
+  };
+}
+/// quantile or nanquantile: q a second input or the number "q"; dim when given.
+OpFn quantiles(bool skip_nan) {
+  return [skip_nan](const Inputs& in, const Args& a) {
+    const std::optional<int64_t> dim = a.get("dim") ? std::optional<int64_t>(a.integer("dim")) : std::nullopt;
+    const bool keep = a.flag("keepdim", false);
+    const std::string mode = a.text("interpolation", "linear");
+    if (in.size() > 1) {
+      return Outputs{skip_nan ? nanquantile(in.at(0), in.at(1), dim, keep, mode)
+                              : quantile(in.at(0), in.at(1), dim, keep, mode)};
+    }
+    const double q = a.num("q");
+    return Outputs{skip_nan ? nanquantile(in.at(0), q, dim, keep, mode) : quantile(in.at(0), q, dim, keep, mode)};
+  };
+}
+/// any or all: over one dim when given, else every dim.
+OpFn logical_reduction(Tensor (*f)(const Tensor&, const std::vector<int64_t>&, bool)) {
+  return [f](const Inputs& in, const Args& a) {
+    const std::vector<int64_t> dims = a.get("dim") ? std::vector<int64_t>{a.integer("dim")} : std::vector<int64_t>{};
+    return Outputs{f(in.at(0), dims, a.flag("keepdim", false))};
   };
 }
 using ArgOp = Tensor (*)(const Tensor&, int64_t, bool);
@@ -261,7 +292,7 @@ const std::map<std::string, OpFn>& op_table() {
       // conversions
       {"to", [](const Inputs& in, const Args& a) { return Outputs{in.at(0).to(parse_dtype(a.text("dtype", "")))}; }},
       // reductions
-      {"sum", over_dims(sum)}, {"mean", over_dims(mean)}, {"amax", over_dims(amax)}, {"amin", over_dims(amin)},
+      {"sum", over_dims(sum)}, {"prod", over_dims(prod)}, {"mean", over_dims(mean)}, {"amax", over_dims(amax)}, {"amin", over_dims(amin)},
       {"logsumexp", over_dims(logsumexp)},
       {"var",
        [](const Inputs& in, const Args& a) {
@@ -278,12 +309,18 @@ const std::map<std::string, OpFn>& op_table() {
       {"max_dim", values_indices(max)}, {"min_dim", values_indices(min)},
       {"argmax", arg_reduce(argmax)}, {"argmin", arg_reduce(argmin)},
       {"softmax", along_dim(softmax)}, {"log_softmax", along_dim(log_softmax)},
-      {"cumsum",
+      {"cumsum", running(cumsum)}, {"cumprod", running(cumprod)},
+      {"kthvalue",
        [](const Inputs& in, const Args& a) {
-         const std::string dtype = a.text("dtype", "");
-         return Outputs{cumsum(in.at(0), a.integer("dim"),
-                               dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(dtype)))};
+         const ValuesIndices r = kthvalue(in.at(0), a.integer("k"), a.integer("dim", -1), a.flag("keepdim", false));
+         return Outputs{r.values, r.indices};
        }},
+      {"median_dim", values_indices(median)}, {"nanmedian_dim", values_indices(nanmedian)},
+      {"median", unary(median)}, {"nanmedian", unary(nanmedian)},
+      {"quantile", quantiles(false)}, {"nanquantile", quantiles(true)},
+      {"nansum", over_dims(nansum)}, {"nanmean", over_dims(nanmean)},
+      {"any", logical_reduction(any)}, {"all", logical_reduction(all)},
+      {"count_nonzero", [](const Inputs& in, const Args& a) { return Outputs{count_nonzero(in.at(0), a.ints("dims"))}; }},
       {"masked_softmax",
        [](const Inputs& in, const Args& a) {
          return Outputs{masked_softmax(in.at(0), in.at(1), a.flag("is_causal", false), a.num("scale", 1.0))};

@@ -11,8 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/ops/binary.h"
+#include "autograd/ops/cumsum.h"
 #include "autograd/ops/reduce.h"
 #include "tensor/factory.h"
+#include "tensor/ops/binary.h"
 #include "tensor/ops/cumsum.h"
 #include "tensor/ops/reduce.h"
 #include "tests/gpu/autograd_check.h"
@@ -50,6 +53,10 @@ void check_all_reductions(const DevicePair& x, const std::vector<int64_t>& dims,
   check_same(ops::amin(x.gpu, dims, keepdim), ops::amin(x.cpu, dims, keepdim), 0, 0, "amin " + what);
   check_same(ops::var(x.gpu, dims, 1, keepdim), ops::var(x.cpu, dims, 1, keepdim), rtol, dt == kFloat64 ? 1e-12 : 1e-5,
              "var " + what);
+  // Products: each multiplication rounds (float on the GPU, double on the CPU) relative to
+  // the value; long ones go to 0 on both (the atol covers their last subnormals).
+  const double prod_rtol = 2 * rtol + (dt == kFloat64 ? 2.3e-16 : 1.2e-7) * double(R);
+  check_same(ops::prod(x.gpu, dims, keepdim), ops::prod(x.cpu, dims, keepdim), prod_rtol, 1e-30, "prod " + what);
 }
 
 void check_arg_reductions(const DevicePair& x, int64_t dim, bool keepdim, const std::string& what) {
@@ -142,6 +149,7 @@ TEST_CASE("cuda reduce: integer and bool dtypes are exact") {
       check_same(s, ops::sum(x.cpu, {dim}), 0, 0, "sum " + what);
       check_same(ops::sum(x.gpu), ops::sum(x.cpu), 0, 0, "sum all " + what);
       check_same(ops::amax(x.gpu, {dim}), ops::amax(x.cpu, {dim}), 0, 0, "amax " + what);
+      check_same(ops::prod(x.gpu, {dim}), ops::prod(x.cpu, {dim}), 0, 0, "prod " + what);  // int64, wrapping alike
       check_arg_reductions(x, dim, false, what);
     }
   }
@@ -235,7 +243,22 @@ std::vector<AutogradCase> autograd_reduce_cases() {
     cases.push_back({"amin" + k, {grad_input(s)}, [=](L in) { return amin(in[0].transpose(0, 2), {0}, keepdim); }});
     cases.push_back({"max" + k, {grad_input(s)}, [=](L in) { return max(in[0], 1, keepdim).values; }});
     cases.push_back({"min" + k, {grad_input(s)}, [=](L in) { return min(in[0], -1, keepdim).values; }});
+    // Factors near 1 keep the products of 37 and 300 finite.
+    cases.push_back({"prod" + k, {grad_input(s, 0.5, 1.5)}, [=](L in) { return prod(in[0], {1}, keepdim); }});
+    cases.push_back({"prod over 2 dims" + k, {grad_input(s, 0.8, 1.2)}, [=](L in) {
+                       return prod(in[0].transpose(0, 1), {1, 2}, keepdim);
+                     }});
   }
+  cases.push_back({"cumprod", {grad_input(s, 0.5, 1.5)}, [=](L in) { return cumprod(in[0], 1); }});
+  cases.push_back(
+      {"cumprod of a view", {grad_input(s, 0.8, 1.2)}, [=](L in) { return cumprod(in[0].transpose(1, 2), 0); }});
+  // Zeros in some lines: cumprod's and prod's gradients take their masked forms.
+  cases.push_back({"cumprod with zeros", {grad_input(s, 0.5, 1.5)}, [=](L in) {
+                     return cumprod(mul(in[0], ops::gt(in[0], 0.52).to(in[0].dtype())), -1);
+                   }});
+  cases.push_back({"prod with zeros", {grad_input(s, 0.5, 1.5)}, [=](L in) {
+                     return prod(mul(in[0], ops::gt(in[0], 0.52).to(in[0].dtype())), {1});
+                   }});
   return cases;
 }
 
@@ -250,8 +273,9 @@ TEST_CASE("cuda autograd ops: reductions forward and gradients match the CPU") {
 // tile (inner == 1: row counts and lengths off the tile's multiples), lines along inner dims,
 // few lines longer than a chunk (summed chunk by chunk in parallel; 1100000 entries: 34
 // spans, more than one warp's worth of span carries) and many (one pass, the carry crossing
-// chunk and span boundaries), both directions, every dtype.
-TEST_CASE("cumsum and reverse_cumsum on CUDA match the CPU exactly") {
+// chunk and span boundaries), both directions, every dtype; cumprod runs the same kernels with
+// * in place of +.
+TEST_CASE("cumsum, reverse_cumsum and cumprod on CUDA match the CPU exactly") {
   struct Case {
     Shape shape;
     int64_t dim;
@@ -291,6 +315,9 @@ TEST_CASE("cumsum and reverse_cumsum on CUDA match the CPU exactly") {
                                            : random_pair(c.shape, dt, ++seed, layout, -1000, 1000);
       check_same(ops::cumsum(x.gpu, c.dim), ops::cumsum(x.cpu, c.dim), 0.0, "cumsum");
       check_same(ops::reverse_cumsum(x.gpu, c.dim), ops::reverse_cumsum(x.cpu, c.dim), 0.0, "reverse_cumsum");
+      // Floating factors near 1 keep long products off 0 and inf, so the carries count.
+      const DevicePair f = is_floating(dt) ? random_pair(c.shape, dt, seed, layout, 0.999, 1.001) : x;
+      check_same(ops::cumprod(f.gpu, c.dim), ops::cumprod(f.cpu, c.dim), 0.0, "cumprod");
     }
   }
   const DevicePair h = random_pair({40, 50}, kFloat16, 7);

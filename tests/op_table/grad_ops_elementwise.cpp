@@ -552,6 +552,7 @@ void add_reduce(std::vector<GradEntry>& t) {
   const std::tuple<const char*, OverDims, double, A> over_dims[] = {
       {"sum", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return sum(x, d, k); }, 0.03, A::Float32},
       {"mean", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return mean(x, d, k); }, 0.0, A::Float32},
+      {"prod", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return prod(x, d, k); }, 0.03, A::Float32},
       {"amax", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amax(x, d, k); }, 0.0, A::Keep},
       {"amin", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return amin(x, d, k); }, 0.0, A::Keep},
   };

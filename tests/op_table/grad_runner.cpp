@@ -41,6 +41,7 @@ const std::vector<GradEntry>& grad_table() {
     std::vector<GradEntry> t;
     add_grad_elementwise(t);
     add_grad_shape(t);
+    add_grad_statistics(t);
     add_grad_nn(t);
     return t;
   }();

@@ -90,5 +90,6 @@ double dtype_tol(DType dtype);
 void add_grad_elementwise(std::vector<GradEntry>& t);  // unary, binary, in-place, reduce, softmax
 void add_grad_shape(std::vector<GradEntry>& t);        // join, index, views, copies
 void add_grad_nn(std::vector<GradEntry>& t);           // matmul, conv, pool, norms, losses, attention, dropout
+void add_grad_statistics(std::vector<GradEntry>& t);   // order statistics, nansum, nanmean
 
 }  // namespace frugal::optest

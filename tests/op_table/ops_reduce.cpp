@@ -75,6 +75,17 @@ double sum_of(const std::vector<double>& v) {
   for (double x : v) s += x;
   return s;
 }
+/// The product in float64, or for an integral result in int64, wrapping as the op's does.
+double product_of(const std::vector<double>& v, bool integral) {
+  if (!integral) {
+    double p = 1;
+    for (double x : v) p *= x;
+    return p;
+  }
+  uint64_t p = 1;
+  for (double x : v) p *= uint64_t(int64_t(x));
+  return double(int64_t(p));
+}
 double mean_of(const std::vector<double>& v) { return v.empty() ? NAN : sum_of(v) / double(v.size()); }
 /// The first extreme element's index (NaN beats everything).
 int64_t arg_extreme(const std::vector<double>& v, bool is_max) {
@@ -103,15 +114,36 @@ Values reduce_values(Rng& rng, DType dt, bool ties) {
   return with_specials(rng, v);
 }
 
-enum class Red { Sum, Mean, Amax, Amin, Var };
+enum class Red { Sum, Prod, Mean, Amax, Amin, Var };
+
+/// A product's factors: away from 0 (which would make most products 0), and for floating
+/// dtypes within 1 +- w of 1 in size, w = min(0.5, 40 / R) for R factors, so that no partial
+/// product leaves float32's range (e^+-88) whatever the order of the multiplications (one
+/// that does makes the result depend on that order: 0 or inf or NaN); integer products wrap
+/// around. NaN but no infinities (inf times a product underflowed to 0 is NaN).
+Values product_factors(Rng& rng, DType dt, const Shape& shape, const std::vector<int64_t>& dims) {
+  if (!is_floating(dt)) return with_specials(rng, {-4, 4, 1.0, 0.5}, false);
+  int64_t R = numel_of(shape);
+  try {
+    const std::vector<bool> mask = reduced_mask(dims, int64_t(shape.size()));
+    R = 1;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (mask[d]) R *= shape[d];
+  } catch (const MustThrow&) {  // the op must reject these dims: any factors do
+  }
+  const double w = std::min(0.5, 40.0 / double(std::max<int64_t>(R, 1)));
+  return with_specials(rng, {-(1 + w), 1 + w, 0.0, 1 - w}, false);
+}
 
 void add_reduce(std::vector<OpEntry>& t, const char* name, Red red, const std::vector<DType>& dtypes) {
   t.push_back(
       {name, dtypes, [red](Rng& rng, DType dt) {
          Sample s;
          const Shape shape = reduce_shape(rng);
-         s.inputs = {random_input(rng, shape, dt, reduce_values(rng, dt, red == Red::Amax || red == Red::Amin))};
          const std::vector<int64_t> dims = draw_dims(rng, int64_t(shape.size()));
+         const Values values = red == Red::Prod ? product_factors(rng, dt, shape, dims)
+                                                : reduce_values(rng, dt, red == Red::Amax || red == Red::Amin);
+         s.inputs = {random_input(rng, shape, dt, values)};
          const bool keepdim = rng.chance(0.4);
          const int64_t correction = red == Red::Var ? rng.range(0, 2) : 0;
          s.params = cat_str("dims=", str(dims), " keepdim=", keepdim, red == Red::Var ? " correction=" : "",
@@ -119,6 +151,7 @@ void add_reduce(std::vector<OpEntry>& t, const char* name, Red red, const std::v
          s.run = [red, dims, keepdim, correction](const std::vector<Tensor>& in) {
            switch (red) {
              case Red::Sum: return std::vector<Tensor>{ops::sum(in[0], dims, keepdim)};
+             case Red::Prod: return std::vector<Tensor>{ops::prod(in[0], dims, keepdim)};
              case Red::Mean: return std::vector<Tensor>{ops::mean(in[0], dims, keepdim)};
              case Red::Amax: return std::vector<Tensor>{ops::amax(in[0], dims, keepdim)};
              case Red::Amin: return std::vector<Tensor>{ops::amin(in[0], dims, keepdim)};
@@ -140,6 +173,13 @@ void add_reduce(std::vector<OpEntry>& t, const char* name, Red red, const std::v
              case Red::Sum: {
                const DType out = is_floating(dt) ? dt : kInt64;
                return std::vector<Expected>{fold(b, out, tol_sum(out, R), sum_of)};
+             }
+             case Red::Prod: {  // each multiplication rounds in the opmath type: a relative error
+               const DType out = is_floating(dt) ? dt : kInt64;
+               Tol tol = tol_for(out);
+               if (is_floating(out)) tol.rtol += 4 * (dt == kFloat64 ? 2.3e-16 : 1.2e-7) * double(R);
+               return std::vector<Expected>{
+                   fold(b, out, tol, [&](const std::vector<double>& v) { return product_of(v, !is_floating(dt)); })};
              }
              case Red::Mean: return std::vector<Expected>{fold(b, dt, tol_sum(dt, 1), mean_of)};
              case Red::Amax:
@@ -207,6 +247,7 @@ void add_arg_reduce(std::vector<OpEntry>& t, const char* name, Arg arg) {
 
 void add_reduce_ops(std::vector<OpEntry>& t) {
   add_reduce(t, "sum", Red::Sum, kAll);
+  add_reduce(t, "prod", Red::Prod, kAll);
   add_reduce(t, "mean", Red::Mean, kFloats);
   add_reduce(t, "amax", Red::Amax, kAll);
   add_reduce(t, "amin", Red::Amin, kAll);
