@@ -8,7 +8,8 @@
 //  - rows of up to 4096: a block per row runs cub's BlockRadixSort over the keys, carrying the
 //    indices; a radix sort is stable, and the keys enter in index order (a blocked arrangement),
 //    so equal keys keep index order;
-//  - longer rows: cub's device-wide radix sort of every key, carrying its global position, then
+//  - longer rows: topk of a small k in two block sorts (Note [CUDA topk of long rows]); else
+//    cub's device-wide radix sort of every key, carrying its global position, then
 //    (more than one row) a second stable radix sort by row number, which groups the rows and
 //    keeps each one's key order. PyTorch's CUDA sort does the same for its large segments.
 // Each path then writes the first k values (the input's elements themselves, so NaN payloads and
@@ -80,33 +81,48 @@ __global__ void bitonic_sort_kernel(T* __restrict__ values, int64_t* __restrict_
   }
 }
 
-// One block per row of up to kThreads * kItems elements: cub's block radix sort of the keys,
+// What a block radix sort block sorts: segment s of row r, elements [s * segment, +segment) of the
+// row (the last one shorter), writing its first k pairs at block (r * segments + s).
+template <typename T>
+struct SegmentSort {
+  T* values;                 // (blocks, k), or null (argsort: indices only)
+  int64_t* indices;          // (blocks, k)
+  const T* x;                // row r at x + r * row_stride
+  const int64_t* index_map;  // null: an element's index is its position in the row; else index_map[its offset in x]
+  int64_t row_stride;
+  int32_t length, segment, segments, k;
+  bool descending;
+};
+
+// One block per segment of up to kThreads * kItems elements: cub's block radix sort of the keys,
 // loaded in blocked arrangement (thread t holds elements t * kItems ...), so the sort's stability
 // keeps equal keys in index order; the result comes back striped, for coalesced writes.
 template <typename T, int kThreads, int kItems>
-__global__ void __launch_bounds__(kThreads)
-    block_radix_sort_kernel(T* __restrict__ values, int64_t* __restrict__ indices, const T* __restrict__ x, int32_t L,
-                            int32_t k, bool descending) {
+__global__ void __launch_bounds__(kThreads) block_radix_sort_kernel(const SegmentSort<T> p) {
   using K = SortKey<T>;
   using Sorter = cub::BlockRadixSort<K, kThreads, kItems, int32_t>;
   __shared__ typename Sorter::TempStorage temp;
-  const int64_t row = blockIdx.x;
-  const T* in = x + row * L;
+  const int64_t block = blockIdx.x, row = block / p.segments;
+  const int32_t begin = int32_t(block % p.segments) * p.segment;
+  const int32_t n = p.length - begin < p.segment ? p.length - begin : p.segment;
+  const int64_t offset = row * p.row_stride + begin;
+  const T* in = p.x + offset;
   K keys[kItems];
   int32_t pos[kItems];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     const int32_t i = int32_t(threadIdx.x) * kItems + j;
-    keys[j] = i < L ? sort_key(in[i], descending) : ~K(0);  // padding last, after equal real keys
+    keys[j] = i < n ? sort_key(in[i], p.descending) : ~K(0);  // padding last, after equal real keys
     pos[j] = i;
   }
   Sorter(temp).SortBlockedToStriped(keys, pos, key_begin_bit<T>(), int(8 * sizeof(K)));
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     const int32_t rank = j * kThreads + int32_t(threadIdx.x);
-    if (rank < k) {
-      if (values) values[row * k + rank] = in[pos[j]];  // null: argsort
-      indices[row * k + rank] = pos[j];
+    if (rank < p.k) {
+      const int64_t out = block * p.k + rank;
+      if (p.values) p.values[out] = in[pos[j]];
+      p.indices[out] = p.index_map ? p.index_map[offset + pos[j]] : int64_t(begin + pos[j]);
     }
   }
 }
@@ -192,13 +208,46 @@ void device_radix_sort(const Tensor& values, const Tensor& indices, const Tensor
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int kThreads, int kItems>
-void launch_block_radix_sort(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
-                             cudaStream_t stream) {
-  block_radix_sort_kernel<T, kThreads, kItems><<<unsigned(x.size(0)), kThreads, 0, stream>>>(
-      values_or_null<T>(values), indices.data_ptr<int64_t>(), x.data_ptr<T>(), int32_t(x.size(1)),
-      int32_t(indices.size(1)), descending);
-  FRUGAL_CUDA_CHECK_LAUNCH();
+/// Runs the block radix sort over p's segments with the smallest block that holds `segment`.
+template <typename T>
+void launch_segment_sort(const SegmentSort<T>& p, int64_t blocks, cudaStream_t stream) {
+  const auto launch = [&]<int kThreads, int kItems>() {
+    block_radix_sort_kernel<T, kThreads, kItems><<<unsigned(blocks), kThreads, 0, stream>>>(p);
+    FRUGAL_CUDA_CHECK_LAUNCH();
+  };
+  if (p.segment > 2048) launch.template operator()<512, 8>();
+  else if (p.segment > 1024) launch.template operator()<256, 8>();
+  else if (p.segment > 512) launch.template operator()<256, 4>();
+  else launch.template operator()<128, 4>();
+}
+
+// Note [CUDA topk of long rows]
+// topk of k values from a row longer than a block sorts runs in two passes instead of sorting the
+// row: each block sorts one of the row's S segments (up to 4096 elements) and keeps its first k;
+// a second block sort orders the row's S k candidates and keeps the first k. An element among the
+// row's first k (by key, then index) is among its segment's first k, and the candidates stand in
+// segment order, each segment's in (key, index) order, so equal keys stay in index order for the
+// second, stable sort: the result is the full sort's. It serves while S k fits one block (k <= 512
+// for a 32000-token vocabulary).
+
+/// The two passes of the Note, or false (nothing launched) when k is too large for them.
+template <typename T>
+bool two_pass_topk(const Tensor& values, const Tensor& indices, const Tensor& x, bool descending,
+                   cudaStream_t stream) {
+  const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1);
+  const int64_t segments = (L + kBlockRow - 1) / kBlockRow, segment = (L + segments - 1) / segments;
+  const int64_t shortest = L - (segments - 1) * segment, candidates = segments * k;
+  if (!values.defined() || k == 0 || k > shortest || candidates > kBlockRow) return false;
+  const Tensor cand_values = empty({rows, candidates}, {x.dtype(), x.device()});
+  const Tensor cand_indices = empty({rows, candidates}, {kInt64, x.device()});
+  launch_segment_sort<T>({cand_values.data_ptr<T>(), cand_indices.data_ptr<int64_t>(), x.data_ptr<T>(), nullptr, L,
+                          int32_t(L), int32_t(segment), int32_t(segments), int32_t(k), descending},
+                         rows * segments, stream);
+  launch_segment_sort<T>({values.data_ptr<T>(), indices.data_ptr<int64_t>(), cand_values.data_ptr<T>(),
+                          cand_indices.data_ptr<int64_t>(), candidates, int32_t(candidates), int32_t(candidates), 1,
+                          int32_t(k), descending},
+                         rows, stream);
+  return true;
 }
 
 }  // namespace
@@ -208,11 +257,15 @@ void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, b
   const cudaStream_t stream = stream_for(x);
   const int64_t rows = x.size(0), L = x.size(1), k = indices.size(1);
   dispatch_numeric(x.dtype(), "sort", x.device(), [&]<typename T>() {
-    if (L > kBlockRow) return device_radix_sort<T>(values, indices, x, descending, stream);
-    if (L > 2048) return launch_block_radix_sort<T, 512, 8>(values, indices, x, descending, stream);
-    if (L > 1024) return launch_block_radix_sort<T, 256, 8>(values, indices, x, descending, stream);
-    if (L > 512) return launch_block_radix_sort<T, 256, 4>(values, indices, x, descending, stream);
-    if (L > kBitonicRow) return launch_block_radix_sort<T, 128, 4>(values, indices, x, descending, stream);
+    if (L > kBlockRow) {
+      if (!two_pass_topk<T>(values, indices, x, descending, stream))
+        device_radix_sort<T>(values, indices, x, descending, stream);
+      return;
+    }
+    if (L > kBitonicRow)
+      return launch_segment_sort<T>({values_or_null<T>(values), indices.data_ptr<int64_t>(), x.data_ptr<T>(), nullptr,
+                                     L, int32_t(L), int32_t(L), 1, int32_t(k), descending},
+                                    rows, stream);
     int32_t P = 1;
     while (P < L) P <<= 1;
     const size_t shared = size_t(P) * (sizeof(SortKey<T>) + sizeof(int32_t));

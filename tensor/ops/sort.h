@@ -12,7 +12,8 @@
 // The CPU sorts (key, index) pairs whose integer order is this one (Note [Sort keys] in
 // tensor/ops/sort_key.h), so any sorting algorithm gives it: a full sort for sort, a partial sort
 // of the first k for topk. CUDA sorts the same pairs (Note [CUDA sort paths] in
-// tensor/cuda/sort.cu): a block per row up to 4096 elements, device-wide radix sorts beyond.
+// tensor/cuda/sort.cu): a block per row up to 4096 elements, device-wide radix sorts beyond (a
+// small topk of a long row: two block passes, Note [CUDA topk of long rows]).
 #include <cstdint>
 
 #include "tensor/ops/reduce.h"  // ValuesIndices

@@ -56,6 +56,22 @@ TEST_CASE("cuda sort: the CPU's values and indices bit for bit, short and long r
       }
 }
 
+TEST_CASE("cuda sort: topk of long rows in two block passes, at their limits and past them") {
+  // Note [CUDA topk of long rows]: S segments of at most 4096, S k candidates of at most 4096.
+  uint64_t seed = 900;
+  struct Case {
+    int64_t L, k;  // (k past the limit: the full device sort)
+  };
+  for (const Case c : {Case{32000, 512}, Case{32000, 513}, Case{32000, 50}, Case{8193, 1365}, Case{8193, 1366},
+                       Case{4097, 1}, Case{131072, 128}})
+    for (DType t : {kFloat32, kFloat16, kInt64})
+      for (bool largest : {true, false}) {
+        const Tensor x = make_tensor(tricky_values(2 * c.L, ++seed, t == kInt64), {2, c.L}, t);
+        check_same_sort(x, c.k, -1, largest,
+                        "topk " + std::to_string(c.k) + " of " + std::to_string(c.L) + " " + dtype_name(t));
+      }
+}
+
 TEST_CASE("cuda sort: along every dim of a transposed 3-D tensor; many rows; empty tensors; argsort") {
   const Tensor x = make_tensor(tricky_values(6 * 9 * 40, 3, false), {6, 9, 40}, kFloat32, Layout::Transposed);
   for (int64_t dim = 0; dim < 3; ++dim)
