@@ -40,5 +40,6 @@
 #include "autograd/ops/shape_ops.h"
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/sort.h"
+#include "autograd/ops/statistics.h"
 #include "autograd/ops/unary.h"
 #include "autograd/ops/view.h"
