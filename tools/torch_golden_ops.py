@@ -426,6 +426,18 @@ OPS = {
     "softmax": lambda x, dim: F.softmax(x, dim), "log_softmax": lambda x, dim: F.log_softmax(x, dim),
     "cumsum": lambda x, dim, dtype=None: torch.cumsum(x, dim, dtype=None if dtype is None else DTYPES[dtype]),
     "prod": _prod,
+    "diagonal": lambda x, offset=0, dim1=0, dim2=1: torch.diagonal(x, offset, dim1, dim2),
+    "diag_embed": lambda x, offset=0, dim1=-2, dim2=-1: torch.diag_embed(x, offset, dim1, dim2),
+    "diag": lambda x, offset=0: torch.diag(x, offset),
+    "trace": torch.trace,
+    "outer": torch.outer,
+    "kron": torch.kron,
+    "tensordot": lambda a, b, dims_a, dims_b: torch.tensordot(a, b, (dims_a, dims_b)),
+    "cross": lambda a, b, dim=-1: torch.linalg.cross(a, b, dim=dim),
+    "cdist": lambda a, b, p=2.0: torch.cdist(a, b, p),
+    "cummax": lambda x, dim: tuple(torch.cummax(x, dim)),
+    "cummin": lambda x, dim: tuple(torch.cummin(x, dim)),
+    "logcumsumexp": lambda x, dim: torch.logcumsumexp(x, dim),
     "kthvalue": lambda x, k, dim=-1, keepdim=False: tuple(torch.kthvalue(x, k, dim, keepdim)),
     "median_dim": lambda x, dim, keepdim=False: tuple(torch.median(x, dim, keepdim)),
     "nanmedian_dim": lambda x, dim, keepdim=False: tuple(torch.nanmedian(x, dim, keepdim)),
@@ -702,7 +714,7 @@ def softmax_cases(g):
     g.case("softmax", "cumsum", [g.C((0, 3))], {"dim": 1}, "size 0")
     g.case("softmax", "cumsum", [g.T((4, 5), dtype=torch.float16)], {"dim": 0})
     g.case("softmax", "cumsum", [g.T((4, 5), dtype=torch.float16)], {"dim": 1, "dtype": "float32"}, "dtype")
-    g.case("softmax", "cumsum", [g.S((3, 2000))], {"dim": 1}, "long rows: chunks")
+    g.case("softmax", "cumsum", [g.S((2, 1100))], {"dim": 1}, "long rows: chunks")
 
 
 def shape_cases(g):
@@ -1818,13 +1830,50 @@ def statistics_cases(g):
     g.case("reduce", "count_nonzero", [g.I(g.ints((3, 4, 2), -1, 2))], {"dims": [0, 2]})
 
 
+def scan_cases(g):
+    """cummax and cummin (ties go to the latest index, NaN propagates) and logcumsumexp."""
+    nan, inf = float("nan"), float("inf")
+    for i, dim in enumerate((0, 1, -1)):
+        for op in ("cummax", "cummin"):
+            g.case("softmax", op, [g.L(LAYOUTS[i + (op == "cummin")], (3, 4, 5))], {"dim": dim})
+        g.case("softmax", "logcumsumexp", [g.L(LAYOUTS[i], (3, 4, 5), lo=-4.0, hi=4.0)], {"dim": dim})
+    g.case("softmax", "cummax", [g.C((2, 5), special=(nan, nan))], {"dim": 1}, "NaN")
+    g.case("softmax", "cummin", [g.I(g.ints((3, 6), -2, 2))], {"dim": 1}, "int64 ties")
+    g.case("softmax", "cummax", [g.I(torch.rand((2, 5), generator=g.rng) > 0.5)], {"dim": 1}, "bool")
+    g.case("softmax", "cummax", [g.C(())], {"dim": 0}, "0-d")
+    g.case("softmax", "logcumsumexp", [g.C((2, 5), special=(-inf, -inf, inf, nan), grad=False)], {"dim": 1},
+           "infinities and NaN")
+    g.case("softmax", "logcumsumexp", [g.C((2, 4), lo=500.0, hi=1000.0)], {"dim": 1}, "large values")
+    g.case("softmax", "logcumsumexp", [g.C(())], {"dim": 0}, "0-d")
+
+
+def tensor_product_cases(g):
+    """Diagonals, the tensor products and cdist."""
+    g.case("shape", "diagonal", [g.T((3, 4, 5))], {"offset": 1, "dim1": 2, "dim2": 0}, "transposed")
+    g.case("shape", "diagonal", [g.C((4, 3))], {"offset": -2}, "below")
+    g.case("shape", "diag_embed", [g.C((2, 3))], {"offset": 1}, "batched")
+    g.case("shape", "diag_embed", [g.S((3,))], {"offset": -1, "dim1": 1, "dim2": 0})
+    g.case("shape", "diag", [g.C((4,))], {"offset": 2}, "vector")
+    g.case("shape", "diag", [g.T((3, 4))], {"offset": -1}, "matrix")
+    g.case("reduce", "trace", [g.S((4, 3))], {})
+    g.case("matmul", "outer", [g.C((3,)), g.S((4,))], {})
+    g.case("matmul", "kron", [g.C((2, 3)), g.C((2, 2))], {})  # torch 1.13 cannot kron a transposed view
+    g.case("matmul", "kron", [g.C((2,)), g.C((3, 2))], {}, "fewer dims")
+    g.case("matmul", "tensordot", [g.C((2, 3, 4)), g.S((4, 3, 5))], {"dims_a": [1, 2], "dims_b": [1, 0]})
+    g.case("matmul", "cross", [g.C((3, 4)), g.C((3, 1))], {"dim": 0}, "broadcast")
+    g.case("matmul", "cross", [g.T((5, 3)), g.C((5, 3))], {})
+    for p in (1.0, 2.0, 3.0):
+        g.case("matmul", "cdist", [g.C((2, 4, 3)), g.C((2, 5, 3))], {"p": p})
+    g.case("matmul", "cdist", [g.C((30, 4)), g.S((6, 4))], {"p": 2.0}, "the matmul form")
+
+
 def build(seed=SEED):
     g = Gen(seed)
     for f in (unary_cases, binary_cases, reduce_cases, softmax_cases, shape_cases, index_cases, loss_cases, norm_cases,
               conv_cases, matmul_cases, edge_cases, view_cases, fused_cases,
               inplace_cases, convert_cases, conv_transpose_cases, cases_1d, sort_cases, unary_math_cases, distance_cases,
               metric_loss_cases, binary_math_cases, activation_cases, rearrange_cases, product_cases,
-              statistics_cases):
+              statistics_cases, scan_cases, tensor_product_cases):
         f(g)
     return g
 

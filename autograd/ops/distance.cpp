@@ -19,6 +19,7 @@
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/binary.h"
+#include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "core/instrument.h"
@@ -100,6 +101,31 @@ Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double ep
   const Tensor diff = add(sub(a, b), eps);
   if (diff.dim() == 0) return vector_norm(diff, p, {}, false);
   return vector_norm(diff, p, {-1}, keepdim);
+}
+
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
+  core::OpScope scope("cdist");
+  if (auto c = autocast::cast_inputs(autocast::Policy::Float32, {&x1, &x2})) return cdist((*c)[0], (*c)[1], p);
+  check_operand("cdist", "x1", x1);
+  check_operand("cdist", "x2", x2);
+  FRUGAL_CHECK(x1.dim() >= 2 && x2.dim() >= 2 && x1.size(-1) == x2.size(-1),
+               "cdist: expects x1 (..., P, M) and x2 "
+               "(..., R, M) with the same M, got ",
+               x1.describe(), " and ", x2.describe());
+  FRUGAL_CHECK(x1.dtype() == x2.dtype() && x1.device() == x2.device(),
+               "cdist: x1 and x2 must have one dtype and device, got ", x1.describe(), " and ", x2.describe());
+  FRUGAL_CHECK(p >= 0, "cdist: p must be >= 0, got ", p);
+  if (p == 2.0 && (x1.size(-2) > 25 || x2.size(-2) > 25)) {
+    const AutocastGuard full_precision(x1.device(), kFloat16, /*enabled=*/false);  // the matmul too, as PyTorch's
+    const Tensor x2t = x2.transpose(-2, -1);
+    const Tensor squares = add(sum(mul(x1, x1), {-1}, true), sum(mul(x2t, x2t), {-2}, true));  // (..., P, R)
+    const Tensor d2 = clamp(sub(squares, mul(matmul(x1, x2t), 2.0)), 0.0, std::numeric_limits<double>::infinity());
+    // sqrt's gradient 1 / (2 sqrt(d2)) is inf at 0: there the distance is a constant 0 instead.
+    const Tensor positive = autograd::raw([&] { return ops::gt(d2.detach(), 0.0); });
+    const Tensor one = ones({}, d2.options()), zero = zeros({}, d2.options());
+    return where(positive, sqrt(where(positive, d2, one)), zero);
+  }
+  return vector_norm(sub(x1.unsqueeze(-2), x2.unsqueeze(-3)), p, {-1});
 }
 
 Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin,

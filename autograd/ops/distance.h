@@ -25,6 +25,14 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 /// autocast (the difference of 16-bit inputs would cancel).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
 
+/// torch.cdist(x1, x2, p): the p-norm distance between each row of x1 (..., P, M) and each row of
+/// x2 (..., R, M), batch dims broadcast, giving (..., P, R); p >= 0 (inf: the largest |difference|).
+/// For p = 2 with P or R above 25 (PyTorch's default compute_mode) it is the matmul form
+/// sqrt(max(|a|^2 + |b|^2 - 2 a.b, 0)), whose gradient at distance 0 is 0 here (PyTorch's is
+/// NaN); otherwise vector_norm of the differences, which holds P R M values. Float32 under
+/// autocast, as PyTorch's.
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
+
 /// F.triplet_margin_loss: max(d(anchor, positive) - d(anchor, negative) + margin, 0), d =
 /// pairwise_distance(., ., p, eps) over the last dim; swap (Balntas et al. 2016) takes d(anchor,
 /// negative) as min(d(anchor, negative), d(positive, negative)). Reduced as `reduction` says.

@@ -1,4 +1,5 @@
-// CPU cumulative sum and product (Note [Cumulative sum dtypes], Note [Cumulative sum order]).
+// CPU scans: cumulative sums, products, extremes and log-sum-exps (Note [Cumulative sum dtypes], Note [Cumulative sum
+// order]).
 //
 // A work item is a block of up to kBlock neighbouring lines of one outer index: walking D,
 // each step reads and writes kBlock contiguous elements (one per line) and keeps the
@@ -11,7 +12,6 @@
 #include "tensor/cpu/loops.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops/cumsum.h"
-#include "tensor/reduction.h"  // with_bool
 
 namespace frugal::ops::cpu {
 
@@ -47,11 +47,11 @@ void cumsum_item(const T* x, Out* out, const CumsumShape& s, int64_t o, int64_t 
 }  // namespace
 
 void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
-  reduction::with_bool(s.op == Cumulative::Prod, [&]<bool kProd>() {
-    dispatch_all(x.dtype(), kProd ? "cumprod" : "cumsum", x.device(), [&]<typename T>() {
+  with_cumulative(s.op, [&]<Cumulative kOp>() {
+    const auto scan = [&]<typename T>() {
       using Out = CumsumOut<T>;
       using Acc = CumsumAcc<T>;
-      using Op = CumulativeCombine<kProd ? Cumulative::Prod : Cumulative::Sum, Acc>;
+      using Op = CumulativeCombine<kOp, Acc>;
       const T* xp = x.data_ptr<T>();
       Out* op = out.data_ptr<Out>();
       const int64_t blocks = (s.inner + kBlock - 1) / kBlock;
@@ -61,7 +61,9 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
           cumsum_item<Op, T, Out, Acc>(xp, op, s, o, i0, std::min(kBlock, s.inner - i0));
         }
       });
-    });
+    };
+    if constexpr (kOp == Cumulative::LogAddExp) dispatch_floating(x.dtype(), cumulative_name(kOp), x.device(), scan);
+    else dispatch_all(x.dtype(), cumulative_name(kOp), x.device(), scan);
   });
 }
 

@@ -1,4 +1,4 @@
-// CUDA cumulative sum and product (Note [Cumulative sum dtypes], Note [Cumulative sum order]).
+// CUDA scans: cumulative sums, products, extremes and log-sum-exps (Note [Cumulative sum dtypes], Note [Cumulative sum order]).
 //
 // Every line is summed by one thread per chunk in the order the Note fixes, so CUDA and
 // the CPU give the same bits. What differs is how the elements reach that thread:
@@ -30,7 +30,6 @@
 #include "tensor/dispatch.h"
 #include "tensor/factory.h"
 #include "tensor/ops/cumsum.h"
-#include "tensor/reduction.h"  // with_bool
 
 namespace frugal::ops::cuda {
 
@@ -313,11 +312,11 @@ __global__ void line_carries_kernel(Acc* __restrict__ span_sums, int64_t lines, 
 }  // namespace
 
 void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
-  reduction::with_bool(s.op == Cumulative::Prod, [&]<bool kProd>() {
-    dispatch_all(x.dtype(), kProd ? "cumprod" : "cumsum", x.device(), [&]<typename T>() {
+  with_cumulative(s.op, [&]<Cumulative kOp>() {
+    const auto scan = [&]<typename T>() {
       using Out = CumsumOut<T>;
       using Acc = CumsumAcc<T>;
-      using Op = CumulativeCombine<kProd ? Cumulative::Prod : Cumulative::Sum, Acc>;
+      using Op = CumulativeCombine<kOp, Acc>;
       DeviceGuard guard(x.device());
       cudaStream_t stream = stream_for(x);
       const T* xp = x.data_ptr<T>();
@@ -367,7 +366,9 @@ void cumsum_kernel(const Tensor& out, const Tensor& x, CumsumShape s) {
             <<<grid, kBlockSize, 0, stream>>>(xp, op, cp, span_carries, s, by_chunk);
       }
       FRUGAL_CUDA_CHECK_LAUNCH();
-    });
+    };
+    if constexpr (kOp == Cumulative::LogAddExp) dispatch_floating(x.dtype(), cumulative_name(kOp), x.device(), scan);
+    else dispatch_all(x.dtype(), cumulative_name(kOp), x.device(), scan);
   });
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// Inclusive prefix sums and products along one dim, as torch.cumsum and torch.cumprod (the
-// differentiable forms are in autograd/ops/cumsum.h). Both run through one kernel per
-// backend, which combines with + or * (Cumulative below); everything the Notes say of sums
-// holds for products with * in place of +.
+// Inclusive scans along one dim: prefix sums and products (torch.cumsum, torch.cumprod), running
+// maxima and minima with their indices (torch.cummax, torch.cummin) and running log-sum-exps
+// (torch.logcumsumexp); the differentiable forms are in autograd/ops/cumsum.h. All run through
+// one kernel per backend, which combines with +, *, max, min or log-add-exp (Cumulative below);
+// everything the Notes say of sums holds for the others with their combine in place of +.
 //
 // Note [Cumulative sum dtypes]
 // Floating inputs keep their dtype and round each prefix once from the running total's
@@ -26,11 +27,14 @@
 // operations: CPU and CUDA results agree to the bit, run after run. (One fold over all
 // chunks' totals, 65536 of them in a line of 2^26, ran one dependent add at a time on
 // the GPU and set the pace of the whole sum.)
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <type_traits>
 
 #include "tensor/half.h"  // FRUGAL_HD
+#include "tensor/ops/reduce.h"  // ValuesIndices
 
 #include "tensor/tensor.h"
 
@@ -45,6 +49,20 @@ Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nu
 /// dims and dtypes as cumsum (integer and bool inputs give int64 products, which wrap around
 /// past its range as PyTorch's do).
 Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+/// torch.cummax(x, dim): the running maximum along `dim` (x's dtype) and, for each entry, the
+/// index of the last element equal to it so far (int64); a NaN propagates, each NaN taking
+/// the index. Integer and bool inputs too; shapes and dims as cumsum.
+ValuesIndices cummax(const Tensor& x, int64_t dim);
+/// torch.cummin: the running minimum and its indices, as cummax.
+ValuesIndices cummin(const Tensor& x, int64_t dim);
+
+/// torch.logcumsumexp(x, dim): log(exp(x_0) + ... + exp(x_j)) along `dim`, each step
+/// max + log1p(exp(min - max)), in CumsumAcc as cumsum (an infinity or NaN as PyTorch's
+/// _log_add_exp_helper gives it). Floating x.
+Tensor logcumsumexp(const Tensor& x, int64_t dim);
+/// The log-sum-exps run the other way, from the end of `dim`: logcumsumexp's gradient.
+Tensor reverse_logcumsumexp(const Tensor& x, int64_t dim);
 
 /// The sums run the other way: out[..., j, ...] = x[..., j, ...] + ... + x[..., D - 1, ...],
 /// cumsum's gradient. Dtypes as cumsum without `dtype`.
@@ -63,21 +81,70 @@ using CumsumAcc = std::conditional_t<std::is_same_v<CumsumOut<T>, int64_t>, int6
 inline constexpr int64_t kCumsumChunk = 1024;
 inline constexpr int64_t kCumsumSpan = 32;
 
-/// How running totals combine: cumsum adds, cumprod multiplies.
-enum class Cumulative : uint8_t { Sum, Prod };
+/// How running totals combine: cumsum adds, cumprod multiplies, cummax and cummin keep the
+/// extreme (NaN winning), logcumsumexp adds exponentials in log space.
+enum class Cumulative : uint8_t { Sum, Prod, Max, Min, LogAddExp };
+
+/// Calls f.template operator()<op>() with the runtime op as a compile-time one.
+template <typename F>
+void with_cumulative(Cumulative op, F&& f) {
+  switch (op) {
+    case Cumulative::Sum: f.template operator()<Cumulative::Sum>(); return;
+    case Cumulative::Prod: f.template operator()<Cumulative::Prod>(); return;
+    case Cumulative::Max: f.template operator()<Cumulative::Max>(); return;
+    case Cumulative::Min: f.template operator()<Cumulative::Min>(); return;
+    case Cumulative::LogAddExp: f.template operator()<Cumulative::LogAddExp>(); return;
+  }
+}
+
+/// The op's name, for errors and dispatch messages.
+constexpr const char* cumulative_name(Cumulative op) {
+  return op == Cumulative::Sum    ? "cumsum"
+         : op == Cumulative::Prod ? "cumprod"
+         : op == Cumulative::Max  ? "cummax"
+         : op == Cumulative::Min  ? "cummin"
+                                  : "logcumsumexp";
+}
 
 /// The combine of Cumulative op on running totals of type Acc, with its identity. Integers
 /// wrap around (two's complement, as PyTorch), which a signed + or * would leave undefined.
+/// LogAddExp is PyTorch's _log_add_exp_helper (floating Acc only).
 template <Cumulative kOp, typename Acc>
 struct CumulativeCombine {
-  static FRUGAL_HD Acc identity() { return Acc(kOp == Cumulative::Sum ? 0 : 1); }
+  static FRUGAL_HD Acc identity() {
+    if constexpr (kOp == Cumulative::Sum) return Acc(0);
+    else if constexpr (kOp == Cumulative::Prod) return Acc(1);
+    else if constexpr (kOp == Cumulative::Min) return highest();
+    else return lowest();  // Max, LogAddExp: log(0) = -inf
+  }
   static FRUGAL_HD Acc apply(Acc a, Acc b) {
-    if constexpr (std::is_integral_v<Acc>) {
-      using U = std::make_unsigned_t<Acc>;
-      return Acc(kOp == Cumulative::Sum ? U(a) + U(b) : U(a) * U(b));
+    if constexpr (kOp == Cumulative::Sum || kOp == Cumulative::Prod) {
+      if constexpr (std::is_integral_v<Acc>) {
+        using U = std::make_unsigned_t<Acc>;
+        return Acc(kOp == Cumulative::Sum ? U(a) + U(b) : U(a) * U(b));
+      } else {
+        return kOp == Cumulative::Sum ? a + b : a * b;
+      }
+    } else if constexpr (kOp == Cumulative::Max || kOp == Cumulative::Min) {
+      if (a != a) return a;  // NaN wins (a NaN is never != itself for integers: no-op there)
+      if (b != b) return b;
+      return (kOp == Cumulative::Max ? a < b : b < a) ? b : a;
     } else {
-      return kOp == Cumulative::Sum ? a + b : a * b;
+      static_assert(std::is_floating_point_v<Acc>, "logcumsumexp takes floating types");
+      const Acc lo = b != b ? b : (a < b ? a : b), hi = b != b ? b : (a < b ? b : a);
+      if (lo != hi || std::isfinite(lo)) return std::log1p(std::exp(lo - hi)) + hi;  // NaN propagates here
+      return a;                                                                      // both the same infinity
     }
+  }
+
+ private:
+  static FRUGAL_HD Acc lowest() {
+    if constexpr (std::is_floating_point_v<Acc>) return -std::numeric_limits<Acc>::infinity();
+    else return std::numeric_limits<Acc>::lowest();
+  }
+  static FRUGAL_HD Acc highest() {
+    if constexpr (std::is_floating_point_v<Acc>) return std::numeric_limits<Acc>::infinity();
+    else return std::numeric_limits<Acc>::max();
   }
 };
 

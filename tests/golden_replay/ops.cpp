@@ -158,6 +158,13 @@ OpFn logical_reduction(Tensor (*f)(const Tensor&, const std::vector<int64_t>&, b
     return Outputs{f(in.at(0), dims, a.flag("keepdim", false))};
   };
 }
+/// cummax or cummin: values and indices along dim.
+OpFn scan_indices(ValuesIndices (*f)(const Tensor&, int64_t)) {
+  return [f](const Inputs& in, const Args& a) {
+    const ValuesIndices r = f(in.at(0), a.integer("dim"));
+    return Outputs{r.values, r.indices};
+  };
+}
 using ArgOp = Tensor (*)(const Tensor&, int64_t, bool);
 OpFn arg_reduce(ArgOp f) {
   return
@@ -315,6 +322,24 @@ const std::map<std::string, OpFn>& op_table() {
          const ValuesIndices r = kthvalue(in.at(0), a.integer("k"), a.integer("dim", -1), a.flag("keepdim", false));
          return Outputs{r.values, r.indices};
        }},
+      {"diagonal",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{diagonal(in.at(0), a.integer("offset", 0), a.integer("dim1", 0), a.integer("dim2", 1))};
+       }},
+      {"diag_embed",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{diag_embed(in.at(0), a.integer("offset", 0), a.integer("dim1", -2), a.integer("dim2", -1))};
+       }},
+      {"diag", [](const Inputs& in, const Args& a) { return Outputs{diag(in.at(0), a.integer("offset", 0))}; }},
+      {"trace", unary(trace)}, {"outer", binary(outer)}, {"kron", binary(kron)},
+      {"tensordot",
+       [](const Inputs& in, const Args& a) {
+         return Outputs{tensordot(in.at(0), in.at(1), a.ints("dims_a"), a.ints("dims_b"))};
+       }},
+      {"cross", [](const Inputs& in, const Args& a) { return Outputs{cross(in.at(0), in.at(1), a.integer("dim", -1))}; }},
+      {"cdist", [](const Inputs& in, const Args& a) { return Outputs{cdist(in.at(0), in.at(1), a.num("p", 2.0))}; }},
+      {"cummax", scan_indices(cummax)}, {"cummin", scan_indices(cummin)},
+      {"logcumsumexp", along_dim(logcumsumexp)},
       {"median_dim", values_indices(median)}, {"nanmedian_dim", values_indices(nanmedian)},
       {"median", unary(median)}, {"nanmedian", unary(nanmedian)},
       {"quantile", quantiles(false)}, {"nanquantile", quantiles(true)},

@@ -250,6 +250,9 @@ std::vector<AutogradCase> autograd_reduce_cases() {
                      }});
   }
   cases.push_back({"cumprod", {grad_input(s, 0.5, 1.5)}, [=](L in) { return cumprod(in[0], 1); }});
+  cases.push_back({"cummax", {grad_input(s)}, [=](L in) { return cummax(in[0], 2).values; }});
+  cases.push_back({"cummin of a view", {grad_input(s)}, [=](L in) { return cummin(in[0].transpose(0, 1), 0).values; }});
+  cases.push_back({"logcumsumexp", {grad_input(s)}, [=](L in) { return logcumsumexp(in[0], -1); }});
   cases.push_back(
       {"cumprod of a view", {grad_input(s, 0.8, 1.2)}, [=](L in) { return cumprod(in[0].transpose(1, 2), 0); }});
   // Zeros in some lines: cumprod's and prod's gradients take their masked forms.
@@ -275,7 +278,7 @@ TEST_CASE("cuda autograd ops: reductions forward and gradients match the CPU") {
 // spans, more than one warp's worth of span carries) and many (one pass, the carry crossing
 // chunk and span boundaries), both directions, every dtype; cumprod runs the same kernels with
 // * in place of +.
-TEST_CASE("cumsum, reverse_cumsum and cumprod on CUDA match the CPU exactly") {
+TEST_CASE("cumsum, reverse_cumsum, cumprod, cummax and cummin on CUDA match the CPU exactly; logcumsumexp closely") {
   struct Case {
     Shape shape;
     int64_t dim;
@@ -318,6 +321,20 @@ TEST_CASE("cumsum, reverse_cumsum and cumprod on CUDA match the CPU exactly") {
       // Floating factors near 1 keep long products off 0 and inf, so the carries count.
       const DevicePair f = is_floating(dt) ? random_pair(c.shape, dt, seed, layout, 0.999, 1.001) : x;
       check_same(ops::cumprod(f.gpu, c.dim), ops::cumprod(f.cpu, c.dim), 0.0, "cumprod");
+      // Running extremes are exact; log-add-exp runs log1p and exp, whose last bits differ
+      // between the CPU's and CUDA's math libraries.
+      for (bool is_max : {true, false}) {
+        const ops::ValuesIndices g = is_max ? ops::cummax(x.gpu, c.dim) : ops::cummin(x.gpu, c.dim);
+        const ops::ValuesIndices h = is_max ? ops::cummax(x.cpu, c.dim) : ops::cummin(x.cpu, c.dim);
+        check_same(g.values, h.values, 0.0, is_max ? "cummax" : "cummin");
+        check_same(g.indices, h.indices, 0.0, is_max ? "cummax indices" : "cummin indices");
+      }
+      if (is_floating(dt)) {
+        const double tol = dt == kFloat64   ? 1e-12
+                           : dt == kFloat32 ? 1e-5
+                                            : 4 * default_rtol(dt);  // 16-bit: one rounding apart
+        check_same(ops::logcumsumexp(x.gpu, c.dim), ops::logcumsumexp(x.cpu, c.dim), tol, tol, "logcumsumexp");
+      }
     }
   }
   const DevicePair h = random_pair({40, 50}, kFloat16, 7);

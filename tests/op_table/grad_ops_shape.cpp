@@ -362,7 +362,8 @@ GradEntry one_input(const char* name, int min_dims,
           amp};
 }
 
-/// flip, repeat, tril/triu, pad (autograd/ops/shape_ops.h), cumsum, cumprod and logsumexp.
+/// flip, repeat, tril/triu, pad (autograd/ops/shape_ops.h), the scans (cumsum, cumprod, cummax,
+/// cummin, logcumsumexp) and logsumexp.
 void add_rearrange(std::vector<GradEntry>& t) {
   using Op = std::function<Tensor(const Tensor&)>;
   t.push_back(one_input("flip", 0, [](const Shape& sh, Rng& r, std::string& p) -> Op {
@@ -459,6 +460,31 @@ void add_rearrange(std::vector<GradEntry>& t) {
                    return s;
                  },
                  A::Float32});
+  for (bool is_max : {true, false})
+    t.push_back({is_max ? "cummax" : "cummin",
+                 [is_max](Rng& rng) {
+                   const Shape sh = small_shape(rng, 0, 3);
+                   const int64_t n = std::max<int64_t>(int64_t(sh.size()), 1), dim = rng.range(-n, n - 1);
+                   GradSample s;
+                   s.inputs = {grad_in(values(rng, sh))};
+                   s.params = cat_str("dim=", dim);
+                   s.f = [dim, is_max](const TensorList& in) {
+                     return (is_max ? cummax(in[0], dim) : cummin(in[0], dim)).values;
+                   };
+                   return s;
+                 },
+                 A::Keep});
+  t.push_back({"logcumsumexp",
+               [](Rng& rng) {
+                 const Shape sh = small_shape(rng, 0, 3);
+                 const int64_t n = std::max<int64_t>(int64_t(sh.size()), 1), dim = rng.range(-n, n - 1);
+                 GradSample s;
+                 s.inputs = {grad_in(values(rng, sh))};
+                 s.params = cat_str("dim=", dim);
+                 s.f = [dim](const TensorList& in) { return logcumsumexp(in[0], dim); };
+                 return s;
+               },
+               A::Float32});
   t.push_back({"logsumexp",
                [](Rng& rng) {
                  const Shape sh = small_shape(rng, 0, 3);

@@ -42,6 +42,7 @@ const std::vector<GradEntry>& grad_table() {
     add_grad_elementwise(t);
     add_grad_shape(t);
     add_grad_statistics(t);
+    add_grad_products(t);
     add_grad_nn(t);
     return t;
   }();

@@ -91,5 +91,6 @@ void add_grad_elementwise(std::vector<GradEntry>& t);  // unary, binary, in-plac
 void add_grad_shape(std::vector<GradEntry>& t);        // join, index, views, copies
 void add_grad_nn(std::vector<GradEntry>& t);           // matmul, conv, pool, norms, losses, attention, dropout
 void add_grad_statistics(std::vector<GradEntry>& t);   // order statistics, nansum, nanmean
+void add_grad_products(std::vector<GradEntry>& t);     // diagonals, tensor products, cdist
 
 }  // namespace frugal::optest
