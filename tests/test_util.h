@@ -157,6 +157,13 @@ inline std::vector<int64_t> unravel(int64_t i, const Shape& sizes) {
   return idx;
 }
 
+/// The row-major linear position of `idx` in `sizes` (unravel's inverse).
+inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& sizes) {
+  int64_t at = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) at = at * sizes[d] + idx[d];
+  return at;
+}
+
 /// Linear index into a tensor of `sizes` that broadcasts to the output index `idx`.
 inline int64_t broadcast_index(const std::vector<int64_t>& idx, const Shape& sizes) {
   int64_t lin = 0;

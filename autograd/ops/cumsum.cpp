@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "autograd/autocast.h"
+#include "autograd/formula_node.h"
 #include "autograd/function.h"
 #include "autograd/graph_backward.h"
 #include "autograd/ops/binary.h"
@@ -24,7 +25,6 @@ using autocast::Policy;
 using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
-using autograd::SavedTensor;
 using autograd::TensorList;
 namespace graph = autograd::graph;
 
@@ -64,12 +64,11 @@ struct CumsumBackward final : Node {
 // the saved output (which is then not saved at all: the node keeps x alone), and x and out are
 // first shifted by each line's last out (its largest, when finite), which cancels in x_k -
 // out_j and keeps log g - out at the size of the differences.
-struct LogcumsumexpBackward final : Node {
-  SavedTensor x{this};
+struct LogcumsumexpBackward final : autograd::FormulaNode {
   int64_t dim = 0;  // wrapped; -1 for a 0-d input (its own log-sum-exp)
   DType dtype = kFloat32;
   std::string name() const override { return "LogcumsumexpBackward"; }
-  Tensor grad_from(const Tensor& g_in, const Tensor& xv, bool graph_mode) const {
+  Tensor grad_from(const Tensor& g_in, const Tensor& xv, bool graph_mode) const override {
     if (dim < 0 || xv.numel() == 0) return in_dtype(g_in, dtype);
     const DType compute = dtype == kFloat32 ? kFloat64 : opmath_dtype(dtype);
     const Tensor g = in_dtype(g_in, compute), xw = in_dtype(xv, compute);
@@ -91,14 +90,6 @@ struct LogcumsumexpBackward final : Node {
     };
     const auto part = [&](const Tensor& mask) { return exp(add(from_end(sub(where(mask, log_abs, none), oc)), xc)); };
     return in_dtype(sub(part(positive), part(negative)), dtype);
-  }
-  TensorList apply(TensorList&& grads) override {
-    const Tensor xv = x.unpack(name());
-    return {autograd::raw([&] { return grad_from(grads[0], xv, false); })};
-  }
-  bool has_graph_backward() const override { return true; }
-  TensorList apply_graph(TensorList&& grads) override {
-    return {grad_from(grads[0], graph::saved_input(*this, 0, x), true)};
   }
 };
 

@@ -18,6 +18,7 @@
 // O(zeros * n), where PyTorch's double backward with zeros is O(n^2)), so every order of
 // derivative is exact, as gradgradcheck at inputs with one, two and three zeros confirms.
 #include "autograd/autocast.h"
+#include "autograd/formula_node.h"
 #include "autograd/function.h"
 #include "autograd/graph_backward.h"
 #include "autograd/ops/binary.h"
@@ -37,7 +38,6 @@ using autocast::Policy;
 using autograd::in_dtype;
 using autograd::make_node;
 using autograd::Node;
-using autograd::SavedTensor;
 using autograd::TensorList;
 namespace graph = autograd::graph;
 
@@ -75,26 +75,18 @@ Tensor product_of_others(const Tensor& x, const std::vector<int64_t>& reduced) {
 
 // out = prod(x, dims)
 // grad_x = g (broadcast back) * the product of the others in each reduced line
-struct ProdBackward final : Node {
-  SavedTensor x{this};
+struct ProdBackward final : autograd::FormulaNode {
   std::vector<int64_t> reduced;  // wrapped
   Shape kept;                    // x's shape with 1 at each reduced dim
   DType dtype = kFloat32;        // x's
   std::string name() const override { return "ProdBackward"; }
-  Tensor grad_from(const Tensor& g, const Tensor& xv) const {
+  Tensor grad_from(const Tensor& g, const Tensor& xv, bool graph_mode) const override {
+    if (xv.numel() == 0) {
+      const Tensor none = zeros(xv.sizes(), {dtype, xv.device()});
+      return graph_mode ? graph::with_zero_derivative(none, *this, 0) : none;
+    }
     const DType compute = opmath_dtype(dtype);
-    if (xv.numel() == 0) return zeros(xv.sizes(), {dtype, xv.device()});
     return in_dtype(mul(in_dtype(g, compute).reshape(kept), product_of_others(in_dtype(xv, compute), reduced)), dtype);
-  }
-  TensorList apply(TensorList&& grads) override {
-    const Tensor xv = x.unpack(name());
-    return {autograd::raw([&] { return grad_from(grads[0], xv); })};
-  }
-  bool has_graph_backward() const override { return true; }
-  TensorList apply_graph(TensorList&& grads) override {
-    const Tensor xv = graph::saved_input(*this, 0, x);
-    Tensor gx = grad_from(grads[0], xv);
-    return {xv.numel() == 0 ? graph::with_zero_derivative(gx, *this, 0) : gx};
   }
 };
 
@@ -125,23 +117,14 @@ Tensor cumprod_grad(const Tensor& g, const Tensor& x, int64_t dim, bool graph) {
 
 // out = cumprod(x, dim)
 // grad_x = cumprod_grad(g, x) (Note [Product gradients])
-struct CumprodBackward final : Node {
-  SavedTensor x{this};
+struct CumprodBackward final : autograd::FormulaNode {
   int64_t dim = 0;  // wrapped; -1 for a 0-d x (its own product)
   DType dtype = kFloat32;
   std::string name() const override { return "CumprodBackward"; }
-  Tensor grad_from(const Tensor& g, const Tensor& xv, bool graph) const {
+  Tensor grad_from(const Tensor& g, const Tensor& xv, bool graph) const override {
     if (dim < 0 || xv.numel() == 0) return in_dtype(g, dtype);
     const DType compute = opmath_dtype(dtype);
     return in_dtype(cumprod_grad(in_dtype(g, compute), in_dtype(xv, compute), dim, graph), dtype);
-  }
-  TensorList apply(TensorList&& grads) override {
-    const Tensor xv = x.unpack(name());
-    return {autograd::raw([&] { return grad_from(grads[0], xv, false); })};
-  }
-  bool has_graph_backward() const override { return true; }
-  TensorList apply_graph(TensorList&& grads) override {
-    return {grad_from(grads[0], graph::saved_input(*this, 0, x), true)};
   }
 };
 

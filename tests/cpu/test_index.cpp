@@ -33,12 +33,6 @@ std::vector<double> random_ints(int64_t n, int64_t hi, uint64_t seed) {
   return v;
 }
 
-int64_t ravel(const std::vector<int64_t>& idx, const Shape& sizes) {
-  int64_t lin = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) lin = lin * sizes[d] + idx[d];
-  return lin;
-}
-
 // Tolerance for sums of a few values stored in dtype t (accumulated in float32 or wider, rounded once).
 double sum_tol(DType t) { return t == kFloat32 ? 1e-5 : default_rtol(t); }
 

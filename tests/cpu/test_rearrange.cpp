@@ -19,20 +19,13 @@ using namespace frugal::testing;
 
 namespace {
 
-/// The row-major linear position of `idx` in `shape`.
-int64_t linear(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t p = 0;
-  for (size_t d = 0; d < shape.size(); ++d) p = p * shape[d] + idx[d];
-  return p;
-}
-
 /// out[i] = x[source(i)] over out's shape, from x's values (row-major).
 std::vector<double> gather_reference(const Tensor& x, const Shape& out_shape,
                                      const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& source) {
   const std::vector<double> xv = values_of(x);
   std::vector<double> out;
   for (int64_t i = 0; i < numel_of(out_shape); ++i)
-    out.push_back(xv[size_t(linear(source(unravel(i, out_shape)), x.sizes()))]);
+    out.push_back(xv[size_t(ravel(source(unravel(i, out_shape)), x.sizes()))]);
   return out;
 }
 

@@ -32,12 +32,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Index = std::vector<int64_t>;
 
-int64_t ravel(const Index& idx, const Shape& sizes) {
-  int64_t lin = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) lin = lin * sizes[d] + idx[d];
-  return lin;
-}
-
 /// The values of a tensor of `shape` whose element at each index is at(index).
 std::vector<double> build(const Shape& shape, const std::function<double(const Index&)>& at) {
   std::vector<double> v(size_t(numel_of(shape)));

@@ -25,13 +25,6 @@ using namespace frugal::testing;
 
 namespace {
 
-/// Row-major position of `idx` in `shape`.
-int64_t ravel_of(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t at = 0;
-  for (size_t d = 0; d < shape.size(); ++d) at = at * shape[d] + idx[d];
-  return at;
-}
-
 /// torch.diagonal of x (row-major `shape`) by index loops.
 std::vector<double> ref_diagonal(const std::vector<double>& x, const Shape& shape, int64_t offset, int64_t d1,
                                  int64_t d2, Shape& out_shape) {
@@ -52,7 +45,7 @@ std::vector<double> ref_diagonal(const std::vector<double>& x, const Shape& shap
         else if (int64_t(d) == d2) idx.push_back(i + std::max<int64_t>(offset, 0));
         else idx.push_back(ri[k++]);
       }
-      out.push_back(x[size_t(ravel_of(idx, shape))]);
+      out.push_back(x[size_t(ravel(idx, shape))]);
     }
   }
   return out;
