@@ -30,6 +30,7 @@
 
 #include "tensor/half.h"
 #include "tensor/tensor.h"
+#include "tensor/wrapping.h"
 
 namespace frugal::reduction {
 
@@ -59,15 +60,10 @@ struct SumReducer {
   FRUGAL_HD Acc step(Acc a, In v, int64_t) const { return add(a, Acc(v)); }
   FRUGAL_HD Acc combine(Acc a, Acc b) const { return add(a, b); }
   FRUGAL_HD void store(int64_t o, Acc a) const { out[o] = Out(a / divisor); }
-  /// a + b; an int64 sum wraps around past its range (two's complement, as PyTorch), which
-  /// a signed + would leave undefined.
+  /// a + b; an int64 sum wraps around past its range (two's complement, as PyTorch).
   static FRUGAL_HD Acc add(Acc a, Acc b) {
-    if constexpr (std::is_integral_v<Acc>) {
-      using U = std::make_unsigned_t<Acc>;
-      return Acc(U(a) + U(b));
-    } else {
-      return a + b;
-    }
+    if constexpr (std::is_integral_v<Acc>) return ops::math::wrapping_add(a, b);
+    else return a + b;
   }
 };
 
@@ -82,12 +78,8 @@ struct ProdReducer {
   FRUGAL_HD Acc combine(Acc a, Acc b) const { return mul(a, b); }
   FRUGAL_HD void store(int64_t o, Acc a) const { out[o] = Out(a); }
   static FRUGAL_HD Acc mul(Acc a, Acc b) {
-    if constexpr (std::is_integral_v<Acc>) {
-      using U = std::make_unsigned_t<Acc>;
-      return Acc(U(a) * U(b));
-    } else {
-      return a * b;
-    }
+    if constexpr (std::is_integral_v<Acc>) return ops::math::wrapping_mul(a, b);
+    else return a * b;
   }
 };
 

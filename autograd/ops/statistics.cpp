@@ -122,9 +122,7 @@ Tensor ranks_of(const Tensor& sorted, const Tensor& q, Interpolation mode, bool 
   if (mode == Interpolation::Lower) ranks = ops::floor(ranks);
   if (mode == Interpolation::Higher) ranks = ops::ceil(ranks);
   if (mode == Interpolation::Nearest) ranks = ops::round(ranks);
-  Shape out = sorted.sizes();
-  out.back() = q_shape.back();
-  return ranks.expand(out).contiguous();
+  return ranks;  // the NaN counts (sorted's shape, 1 last) broadcast against q (q's entries last)
 }
 
 Tensor quantile_impl(const char* op, const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,

@@ -31,11 +31,6 @@ FRUGAL_HD T int_pow(T base, T exponent) {
   }
   return result;
 }
-template <typename T>
-FRUGAL_HD T wrapping_add(T x, T y) {
-  using U = std::make_unsigned_t<T>;
-  return T(U(x) + U(y));
-}
 
 FRUGAL_HD float atan2(float y, float x) { return ::atan2f(y, x); }
 FRUGAL_HD double atan2(double y, double x) { return ::atan2(y, x); }

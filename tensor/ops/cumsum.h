@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "tensor/half.h"  // FRUGAL_HD
+#include "tensor/wrapping.h"
 #include "tensor/ops/reduce.h"  // ValuesIndices
 
 #include "tensor/tensor.h"
@@ -120,8 +121,7 @@ struct CumulativeCombine {
   static FRUGAL_HD Acc apply(Acc a, Acc b) {
     if constexpr (kOp == Cumulative::Sum || kOp == Cumulative::Prod) {
       if constexpr (std::is_integral_v<Acc>) {
-        using U = std::make_unsigned_t<Acc>;
-        return Acc(kOp == Cumulative::Sum ? U(a) + U(b) : U(a) * U(b));
+        return kOp == Cumulative::Sum ? math::wrapping_add(a, b) : math::wrapping_mul(a, b);
       } else {
         return kOp == Cumulative::Sum ? a + b : a * b;
       }

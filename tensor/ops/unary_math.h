@@ -15,6 +15,7 @@
 
 #include "tensor/half.h"
 #include "tensor/ops/unary.h"
+#include "tensor/wrapping.h"  // integer neg and square wrap around
 
 namespace frugal::ops::math {
 
@@ -162,19 +163,6 @@ FRUGAL_HD M sign(M x) {
   } else {
     return x > M(0) ? M(1) : x < M(0) ? M(-1) : x == M(0) ? M(0) : x;
   }
-}
-
-/// Two's-complement wrap-around for integer neg and square, as PyTorch (and the
-/// hardware) do, without signed-overflow undefined behaviour.
-template <typename T>
-FRUGAL_HD T wrapping_neg(T x) {
-  using U = std::make_unsigned_t<T>;
-  return T(U(0) - U(x));
-}
-template <typename T>
-FRUGAL_HD T wrapping_mul(T x, T y) {
-  using U = std::make_unsigned_t<T>;
-  return T(U(x) * U(y));
 }
 
 }  // namespace frugal::ops::math
